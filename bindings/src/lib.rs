@@ -1,0 +1,1 @@
+//! Rhai bindings for the engine (filled in by the Rhai host issue).

@@ -1,0 +1,122 @@
+//! `backward()`: an iterative topological walk (no recursion, so a 100k-op chain is fine) that
+//! runs each node's backward once all its consumers have contributed their gradients.
+
+use super::grad_mode::NoGradGuard;
+use crate::{Error, Result, Tensor};
+use std::collections::{HashMap, HashSet};
+
+impl Tensor {
+    /// Backpropagates from a scalar (or one-element) tensor.
+    pub fn backward(&self) -> Result<()> {
+        self.backward_with(None, false)
+    }
+
+    /// Backpropagates `grad` (default: ones for a one-element tensor). With `retain_graph` the
+    /// saved tensors stay, so backward can run through the same graph again.
+    pub fn backward_with(&self, grad: Option<Tensor>, retain_graph: bool) -> Result<()> {
+        if !self.requires_grad() {
+            return Err(Error::Backward("the tensor does not require grad (no input had requires_grad set, or it was computed under no_grad)".into()));
+        }
+        let grad = match grad {
+            Some(g) => {
+                if g.shape() != self.shape() {
+                    return Err(Error::ShapeMismatch { op: "backward", lhs: self.shape().to_vec(), rhs: g.shape().to_vec() });
+                }
+                g.to_dtype(self.dtype())?
+            }
+            None if self.numel() == 1 => Tensor::ones_like(self)?,
+            None => {
+                return Err(Error::Backward(format!(
+                    "backward() without a gradient needs a one-element tensor, got shape {:?}; pass the output gradient",
+                    self.shape()
+                )))
+            }
+        };
+        let _guard = NoGradGuard::new();
+        let order = topological_order(self);
+        let mut grads: HashMap<usize, Tensor> = HashMap::new();
+        grads.insert(self.id(), grad);
+        for t in order {
+            let Some(g) = grads.remove(&t.id()) else {
+                continue;
+            };
+            let Some(node) = t.grad_fn() else {
+                t.accumulate_grad(&g)?;
+                continue;
+            };
+            let input_grads = {
+                let mut slot = node.backward.lock().unwrap_or_else(|e| e.into_inner());
+                let Some(bw) = slot.as_ref() else {
+                    return Err(Error::GraphFreed { op: node.name });
+                };
+                let needs: Vec<bool> = node.inputs.iter().map(|i| i.is_some()).collect();
+                let out = bw.backward(&g, &needs)?;
+                if !retain_graph {
+                    *slot = None;
+                }
+                out
+            };
+            if input_grads.len() != node.inputs.len() {
+                return Err(Error::Backward(format!(
+                    "`{}` returned {} gradients for {} inputs",
+                    node.name,
+                    input_grads.len(),
+                    node.inputs.len()
+                )));
+            }
+            for (input, ig) in node.inputs.iter().zip(input_grads) {
+                let (Some(input), Some(ig)) = (input, ig) else {
+                    continue;
+                };
+                if ig.shape() != input.shape() {
+                    return Err(Error::Backward(format!(
+                        "`{}` produced a gradient of shape {:?} for an input of shape {:?}",
+                        node.name,
+                        ig.shape(),
+                        input.shape()
+                    )));
+                }
+                let ig = if ig.dtype() != input.dtype() {
+                    ig.to_dtype(input.dtype())?
+                } else {
+                    ig
+                };
+                let merged = match grads.remove(&input.id()) {
+                    Some(prev) => prev.add(&ig)?,
+                    None => ig,
+                };
+                grads.insert(input.id(), merged);
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Tensors reachable from `root` through grad_fn edges, each after all of its consumers.
+fn topological_order(root: &Tensor) -> Vec<Tensor> {
+    let mut post: Vec<Tensor> = Vec::new();
+    let mut visited: HashSet<usize> = HashSet::new();
+    // (tensor, children pushed?) frames of an explicit DFS stack.
+    let mut stack: Vec<(Tensor, bool)> = vec![(root.clone(), false)];
+    while let Some((t, expanded)) = stack.pop() {
+        if expanded {
+            post.push(t);
+            continue;
+        }
+        if !visited.insert(t.id()) {
+            continue;
+        }
+        let inputs: Vec<Tensor> = t
+            .grad_fn()
+            .map(|n| n.inputs.iter().flatten().cloned().collect())
+            .unwrap_or_default();
+        stack.push((t, true));
+        for i in inputs {
+            if !visited.contains(&i.id()) {
+                stack.push((i, false));
+            }
+        }
+    }
+    post.reverse();
+    post
+}

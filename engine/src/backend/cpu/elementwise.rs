@@ -1,0 +1,98 @@
+//! Unary, binary, comparison, cast and select kernels.
+
+use super::map::{gather, map, zip_map};
+use super::{CpuStorage, IntoCpuStorage};
+use crate::ops::kinds::{BinaryOp, CmpOp, UnaryOp};
+use crate::{cpu_dispatch, cpu_dispatch2, DType, Layout, WithDType};
+use half::{bf16, f16};
+
+/// True when the element type computes in f64 (F64, and integers so that i64 stays exact-ish).
+fn computes_in_f64<T: WithDType>() -> bool {
+    !matches!(T::DTYPE, DType::F32 | DType::BF16 | DType::F16)
+}
+
+fn unary_t<T: WithDType>(v: &[T], l: &Layout, op: UnaryOp) -> Vec<T> {
+    if computes_in_f64::<T>() {
+        map(v, l, |x| T::from_f64(op.eval(x.to_f64())))
+    } else {
+        map(v, l, |x| T::from_f32(op.eval(x.to_f32())))
+    }
+}
+
+pub fn unary(s: &CpuStorage, l: &Layout, op: UnaryOp) -> CpuStorage {
+    cpu_dispatch!(s, v => IntoCpuStorage::into_storage(unary_t(v, l, op)))
+}
+
+fn binary_t<T: WithDType>(a: &[T], la: &Layout, b: &[T], lb: &Layout, op: BinaryOp) -> Vec<T> {
+    if computes_in_f64::<T>() {
+        zip_map(a, la, b, lb, |x, y| {
+            T::from_f64(op.eval(x.to_f64(), y.to_f64()))
+        })
+    } else {
+        zip_map(a, la, b, lb, |x, y| {
+            T::from_f32(op.eval(x.to_f32(), y.to_f32()))
+        })
+    }
+}
+
+/// Both operands have the same dtype and layouts broadcast to the output shape.
+pub fn binary(
+    a: &CpuStorage,
+    la: &Layout,
+    b: &CpuStorage,
+    lb: &Layout,
+    op: BinaryOp,
+) -> CpuStorage {
+    cpu_dispatch2!(a, b, (x, y) => IntoCpuStorage::into_storage(binary_t(x, la, y, lb, op)))
+}
+
+pub fn compare(a: &CpuStorage, la: &Layout, b: &CpuStorage, lb: &Layout, op: CmpOp) -> CpuStorage {
+    CpuStorage::Bool(cpu_dispatch2!(a, b, (x, y) => zip_map(x, la, y, lb, |p, q| op.eval(p, q))))
+}
+
+fn cast_to<U: IntoCpuStorage>(s: &CpuStorage, l: &Layout) -> CpuStorage {
+    // f32 -> f64 is exact, so going through f64 never rounds twice.
+    cpu_dispatch!(s, v => U::into_storage(map(v, l, |x| U::from_f64(x.to_f64()))))
+}
+
+/// Copies the view into a new contiguous storage of `dtype`.
+pub fn cast(s: &CpuStorage, l: &Layout, dtype: DType) -> CpuStorage {
+    if s.dtype() == dtype {
+        return cpu_dispatch!(s, v => IntoCpuStorage::into_storage(gather(v, l)));
+    }
+    match dtype {
+        DType::Bool => cast_to::<bool>(s, l),
+        DType::U8 => cast_to::<u8>(s, l),
+        DType::U32 => cast_to::<u32>(s, l),
+        DType::I64 => cast_to::<i64>(s, l),
+        DType::BF16 => cast_to::<bf16>(s, l),
+        DType::F16 => cast_to::<f16>(s, l),
+        DType::F32 => cast_to::<f32>(s, l),
+        DType::F64 => cast_to::<f64>(s, l),
+    }
+}
+
+fn select_t<T: WithDType>(c: &[bool], a: &[T], la: &Layout, b: &[T], lb: &Layout) -> Vec<T> {
+    let (a, b) = (gather(a, la), gather(b, lb));
+    c.iter()
+        .zip(a)
+        .zip(b)
+        .map(|((&c, x), y)| if c { x } else { y })
+        .collect()
+}
+
+/// `cond ? a : b` elementwise; all three layouts are broadcast to the output shape.
+pub fn where_cond(
+    cond: &CpuStorage,
+    lc: &Layout,
+    a: &CpuStorage,
+    la: &Layout,
+    b: &CpuStorage,
+    lb: &Layout,
+) -> CpuStorage {
+    let CpuStorage::Bool(c) = cond else {
+        unreachable!("where: the condition is cast to bool before dispatch")
+    };
+    let c = gather(c, lc);
+    cpu_dispatch2!(a, b, (x, y) => IntoCpuStorage::into_storage(select_t(&c, x, la, y, lb)))
+}

@@ -1,0 +1,155 @@
+//! Batched matmul through the `gemm` crate. Operands may be any strided views (transposes cost
+//! nothing); batch dims may broadcast with stride 0. BF16 goes through f32.
+
+use super::map::gather;
+use super::CpuStorage;
+use crate::{Layout, WithDType};
+use gemm::Parallelism;
+use rayon::prelude::*;
+
+/// Work below this many multiply-adds runs on one thread.
+const PARALLEL_FLOPS: usize = 1 << 18;
+
+#[derive(Clone, Copy)]
+struct MatView {
+    offset: usize,
+    row_stride: isize,
+    col_stride: isize,
+}
+
+fn batch_offsets(l: &Layout) -> Vec<usize> {
+    let r = l.rank();
+    let batch = Layout::new(
+        l.shape()[..r - 2].to_vec(),
+        l.strides()[..r - 2].to_vec(),
+        l.offset(),
+    );
+    let mut out = Vec::with_capacity(batch.numel());
+    batch.for_each_index(|i| out.push(i));
+    out
+}
+
+fn gemm_t<T: WithDType + 'static>(
+    a: &[T],
+    la: &Layout,
+    b: &[T],
+    lb: &Layout,
+    m: usize,
+    k: usize,
+    n: usize,
+) -> Vec<T> {
+    let (ra, rb) = (la.rank(), lb.rank());
+    let va = MatView {
+        offset: 0,
+        row_stride: la.strides()[ra - 2] as isize,
+        col_stride: la.strides()[ra - 1] as isize,
+    };
+    let vb = MatView {
+        offset: 0,
+        row_stride: lb.strides()[rb - 2] as isize,
+        col_stride: lb.strides()[rb - 1] as isize,
+    };
+    let (oa, ob) = (batch_offsets(la), batch_offsets(lb));
+    let batches = oa.len();
+    let mut out = vec![T::zero(); batches * m * n];
+    if m * n == 0 {
+        return out;
+    }
+    let big = m * n * k >= PARALLEL_FLOPS;
+    let run = |dst: &mut [T], ia: usize, ib: usize, par: Parallelism| {
+        let (va, vb) = (MatView { offset: ia, ..va }, MatView { offset: ib, ..vb });
+        // SAFETY: the layouts were checked against the storages by the op (every index that a
+        // [m, k] / [k, n] view with these strides reaches is in bounds), and `dst` holds m*n.
+        unsafe {
+            gemm::gemm(
+                m,
+                n,
+                k,
+                dst.as_mut_ptr(),
+                1,
+                n as isize,
+                false,
+                a.as_ptr().add(va.offset),
+                va.col_stride,
+                va.row_stride,
+                b.as_ptr().add(vb.offset),
+                vb.col_stride,
+                vb.row_stride,
+                T::zero(),
+                T::from_f64(1.0),
+                false,
+                false,
+                false,
+                par,
+            )
+        }
+    };
+    if batches > 1 && !big {
+        out.par_chunks_mut(m * n)
+            .zip(oa.par_iter().zip(ob.par_iter()))
+            .for_each(|(d, (&ia, &ib))| run(d, ia, ib, Parallelism::None));
+    } else {
+        let par = if big {
+            Parallelism::Rayon(0)
+        } else {
+            Parallelism::None
+        };
+        out.chunks_mut(m * n)
+            .zip(oa.iter().zip(&ob))
+            .for_each(|(d, (&ia, &ib))| run(d, ia, ib, par));
+    }
+    out
+}
+
+/// `a` is [batch.., m, k] and `b` is [batch.., k, n], both broadcast to the same batch shape.
+/// Returns the contiguous [batch.., m, n] product. Integer dtypes are rejected by the op.
+pub fn matmul(a: &CpuStorage, la: &Layout, b: &CpuStorage, lb: &Layout) -> CpuStorage {
+    let r = la.rank();
+    let (m, k, n) = (la.shape()[r - 2], la.shape()[r - 1], lb.shape()[r - 1]);
+    match (a, b) {
+        (CpuStorage::F32(x), CpuStorage::F32(y)) => CpuStorage::F32(gemm_t(x, la, y, lb, m, k, n)),
+        (CpuStorage::F64(x), CpuStorage::F64(y)) => CpuStorage::F64(gemm_t(x, la, y, lb, m, k, n)),
+        (CpuStorage::F16(x), CpuStorage::F16(y)) => CpuStorage::F16(gemm_t(x, la, y, lb, m, k, n)),
+        (CpuStorage::BF16(x), CpuStorage::BF16(y)) => {
+            let (xf, yf): (Vec<f32>, Vec<f32>) = (
+                gather(x, la).iter().map(|v| v.to_f32()).collect(),
+                gather(y, lb).iter().map(|v| v.to_f32()).collect(),
+            );
+            let (ca, cb) = (
+                Layout::contiguous(la.shape()),
+                Layout::contiguous(lb.shape()),
+            );
+            let out = gemm_t(&xf, &ca, &yf, &cb, m, k, n);
+            CpuStorage::BF16(out.into_iter().map(half::bf16::from_f32).collect())
+        }
+        (x, y) => unreachable!(
+            "matmul on {:?} x {:?}: the op checks dtypes first",
+            x.dtype(),
+            y.dtype()
+        ),
+    }
+}
+
+/// A plain product of contiguous row-major matrices, optionally transposed: op(a) [m, k] times
+/// op(b) [k, n]. Used by conv2d's im2col path.
+pub fn mm<T: WithDType + 'static>(
+    a: &[T],
+    trans_a: bool,
+    b: &[T],
+    trans_b: bool,
+    m: usize,
+    k: usize,
+    n: usize,
+) -> Vec<T> {
+    let la = if trans_a {
+        Layout::contiguous(&[k, m]).permuted(&[1, 0])
+    } else {
+        Layout::contiguous(&[m, k])
+    };
+    let lb = if trans_b {
+        Layout::contiguous(&[n, k]).permuted(&[1, 0])
+    } else {
+        Layout::contiguous(&[k, n])
+    };
+    gemm_t(a, &la, b, &lb, m, k, n)
+}

@@ -1,0 +1,15 @@
+//! The CPU backend: the parity reference and the no-GPU fallback. Floats compute in f32 (f64
+//! for F64); BF16 and F16 convert on load and store.
+
+pub mod conv;
+pub mod elementwise;
+pub mod index;
+pub mod map;
+pub mod matmul;
+pub mod pool;
+pub mod real;
+pub mod reduce;
+pub mod softmax;
+mod storage;
+
+pub use storage::{CpuStorage, IntoCpuStorage};

@@ -1,0 +1,70 @@
+//! Backends hold the data and run the kernels. Ops (in `crate::ops`) match on `Storage` and call
+//! the backend's kernel; a new backend adds a variant and the compiler lists every op it lacks.
+
+pub mod cpu;
+
+use crate::{DType, Device};
+pub use cpu::{CpuStorage, IntoCpuStorage};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
+
+#[derive(Clone, Debug)]
+pub enum Storage {
+    Cpu(CpuStorage),
+}
+
+impl Storage {
+    pub fn dtype(&self) -> DType {
+        match self {
+            Storage::Cpu(s) => s.dtype(),
+        }
+    }
+
+    pub fn device(&self) -> Device {
+        match self {
+            Storage::Cpu(_) => Device::Cpu,
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        match self {
+            Storage::Cpu(s) => s.len(),
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// Storage shared by every view of it, with a version that each in-place write bumps, so
+/// backward can tell that a tensor it saved has changed since.
+#[derive(Debug)]
+pub struct StorageCell {
+    data: RwLock<Storage>,
+    version: AtomicU64,
+}
+
+impl StorageCell {
+    pub fn new(storage: Storage) -> Self {
+        StorageCell {
+            data: RwLock::new(storage),
+            version: AtomicU64::new(0),
+        }
+    }
+
+    /// A lock poisoned by a panic elsewhere still holds valid data; the panic itself is the bug.
+    pub fn read(&self) -> RwLockReadGuard<'_, Storage> {
+        self.data.read().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Write access for an in-place update; bumps the version.
+    pub fn write(&self) -> RwLockWriteGuard<'_, Storage> {
+        self.version.fetch_add(1, Ordering::Relaxed);
+        self.data.write().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub fn version(&self) -> u64 {
+        self.version.load(Ordering::Relaxed)
+    }
+}

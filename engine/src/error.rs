@@ -1,0 +1,128 @@
+//! The one error type of the engine. Every public function returns `Result`; a panic is a bug.
+
+use crate::{DType, Device};
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("{op}: shape mismatch between {lhs:?} and {rhs:?}")]
+    ShapeMismatch {
+        op: &'static str,
+        lhs: Vec<usize>,
+        rhs: Vec<usize>,
+    },
+
+    #[error("{op}: cannot broadcast {lhs:?} with {rhs:?}")]
+    BroadcastMismatch {
+        op: &'static str,
+        lhs: Vec<usize>,
+        rhs: Vec<usize>,
+    },
+
+    #[error("{op}: dimension {dim} is out of range for a tensor of rank {rank}")]
+    DimOutOfRange {
+        op: &'static str,
+        dim: isize,
+        rank: usize,
+    },
+
+    #[error("{op}: {msg}")]
+    InvalidArgument { op: &'static str, msg: String },
+
+    #[error("{op}: dtype {dtype:?} is not supported{detail}")]
+    UnsupportedDType {
+        op: &'static str,
+        dtype: DType,
+        detail: String,
+    },
+
+    #[error("{op}: dtype mismatch, {lhs:?} vs {rhs:?}")]
+    DTypeMismatch {
+        op: &'static str,
+        lhs: DType,
+        rhs: DType,
+    },
+
+    #[error("{op}: tensors are on different devices, {lhs} and {rhs}")]
+    DeviceMismatch {
+        op: &'static str,
+        lhs: Device,
+        rhs: Device,
+    },
+
+    #[error("{op}: index {index} is out of range for size {size}")]
+    IndexOutOfRange {
+        op: &'static str,
+        index: i64,
+        size: usize,
+    },
+
+    #[error("backward: op `{op}` has no backward, so gradients cannot flow through it")]
+    NoBackward { op: &'static str },
+
+    #[error("backward: a tensor saved by `{op}` was modified in place after it was saved (version {saved} -> {now}); compute the gradient before writing into it, or write into a copy")]
+    SavedTensorModified {
+        op: &'static str,
+        saved: u64,
+        now: u64,
+    },
+
+    #[error("backward: the graph through `{op}` was already freed by an earlier backward(); pass retain_graph to call backward twice")]
+    GraphFreed { op: &'static str },
+
+    #[error("backward: {0}")]
+    Backward(String),
+
+    #[error("{op}: in-place write into a leaf tensor that requires grad; wrap it in no_grad or detach it first")]
+    InPlaceOnLeaf { op: &'static str },
+
+    #[error("device {0} is not available: {1}")]
+    DeviceUnavailable(Device, String),
+
+    #[error("{format}: {msg}")]
+    Format { format: &'static str, msg: String },
+
+    #[error("io error on {path}: {source}")]
+    Io {
+        path: String,
+        source: std::io::Error,
+    },
+
+    #[error("state dict: {0}")]
+    StateDict(String),
+
+    #[error("cancelled")]
+    Cancelled,
+}
+
+pub type Result<T> = std::result::Result<T, Error>;
+
+impl Error {
+    pub fn invalid(op: &'static str, msg: impl Into<String>) -> Self {
+        Error::InvalidArgument {
+            op,
+            msg: msg.into(),
+        }
+    }
+
+    pub fn format(format: &'static str, msg: impl Into<String>) -> Self {
+        Error::Format {
+            format,
+            msg: msg.into(),
+        }
+    }
+
+    pub fn io(path: impl AsRef<std::path::Path>, source: std::io::Error) -> Self {
+        Error::Io {
+            path: path.as_ref().display().to_string(),
+            source,
+        }
+    }
+}
+
+/// Returns early with an `InvalidArgument` error.
+#[macro_export]
+macro_rules! bail {
+    ($op:expr, $($arg:tt)*) => {
+        return Err($crate::Error::InvalidArgument { op: $op, msg: format!($($arg)*) })
+    };
+}

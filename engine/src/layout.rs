@@ -1,0 +1,297 @@
+//! A view's geometry: shape, strides (in elements) and the offset of its first element.
+//! Views (reshape, transpose, narrow, expand) only make a new layout over the same storage.
+
+use crate::{Error, Result};
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Layout {
+    shape: Vec<usize>,
+    strides: Vec<usize>,
+    offset: usize,
+}
+
+pub fn contiguous_strides(shape: &[usize]) -> Vec<usize> {
+    let mut strides = vec![0; shape.len()];
+    let mut acc = 1;
+    for (s, &d) in strides.iter_mut().zip(shape).rev() {
+        *s = acc;
+        acc *= d.max(1);
+    }
+    strides
+}
+
+/// Resolves a possibly negative dimension index against a rank.
+pub fn resolve_dim(op: &'static str, dim: isize, rank: usize) -> Result<usize> {
+    let r = rank as isize;
+    let d = if dim < 0 { dim + r } else { dim };
+    if d < 0 || d >= r.max(1) || (rank == 0 && d != 0) {
+        return Err(Error::DimOutOfRange { op, dim, rank });
+    }
+    Ok(d as usize)
+}
+
+/// NumPy broadcasting of two shapes.
+pub fn broadcast_shapes(op: &'static str, a: &[usize], b: &[usize]) -> Result<Vec<usize>> {
+    let rank = a.len().max(b.len());
+    let mut out = vec![0; rank];
+    for i in 0..rank {
+        let da = if i + a.len() >= rank {
+            a[i + a.len() - rank]
+        } else {
+            1
+        };
+        let db = if i + b.len() >= rank {
+            b[i + b.len() - rank]
+        } else {
+            1
+        };
+        out[i] = match (da, db) {
+            (x, y) if x == y => x,
+            (1, y) => y,
+            (x, 1) => x,
+            _ => {
+                return Err(Error::BroadcastMismatch {
+                    op,
+                    lhs: a.to_vec(),
+                    rhs: b.to_vec(),
+                })
+            }
+        };
+    }
+    Ok(out)
+}
+
+impl Layout {
+    pub fn contiguous(shape: &[usize]) -> Self {
+        Layout {
+            strides: contiguous_strides(shape),
+            shape: shape.to_vec(),
+            offset: 0,
+        }
+    }
+
+    pub fn new(shape: Vec<usize>, strides: Vec<usize>, offset: usize) -> Self {
+        Layout {
+            shape,
+            strides,
+            offset,
+        }
+    }
+
+    pub fn shape(&self) -> &[usize] {
+        &self.shape
+    }
+
+    pub fn strides(&self) -> &[usize] {
+        &self.strides
+    }
+
+    pub fn offset(&self) -> usize {
+        self.offset
+    }
+
+    pub fn rank(&self) -> usize {
+        self.shape.len()
+    }
+
+    pub fn numel(&self) -> usize {
+        self.shape.iter().product()
+    }
+
+    /// True when the elements sit in row-major order without gaps, from `offset`.
+    pub fn is_contiguous(&self) -> bool {
+        let mut acc = 1;
+        for (&d, &s) in self.shape.iter().zip(&self.strides).rev() {
+            if d != 1 && s != acc {
+                return false;
+            }
+            acc *= d;
+        }
+        true
+    }
+
+    /// The contiguous element range `offset..offset+numel` when the layout is contiguous.
+    pub fn contiguous_range(&self) -> Option<std::ops::Range<usize>> {
+        self.is_contiguous()
+            .then(|| self.offset..self.offset + self.numel())
+    }
+
+    /// The largest storage index this layout can touch, plus one (0 for an empty view).
+    pub fn storage_extent(&self) -> usize {
+        if self.numel() == 0 {
+            return 0;
+        }
+        self.offset
+            + self
+                .shape
+                .iter()
+                .zip(&self.strides)
+                .map(|(&d, &s)| (d - 1) * s)
+                .sum::<usize>()
+            + 1
+    }
+
+    /// A reshape that keeps the storage, possible when the layout is contiguous.
+    pub fn reshaped(&self, shape: &[usize]) -> Option<Layout> {
+        self.is_contiguous().then(|| Layout {
+            shape: shape.to_vec(),
+            strides: contiguous_strides(shape),
+            offset: self.offset,
+        })
+    }
+
+    pub fn permuted(&self, perm: &[usize]) -> Layout {
+        Layout {
+            shape: perm.iter().map(|&p| self.shape[p]).collect(),
+            strides: perm.iter().map(|&p| self.strides[p]).collect(),
+            offset: self.offset,
+        }
+    }
+
+    pub fn narrowed(&self, dim: usize, start: usize, len: usize) -> Layout {
+        let mut l = self.clone();
+        l.offset += start * self.strides[dim];
+        l.shape[dim] = len;
+        l
+    }
+
+    /// Broadcast to a larger shape: new or size-1 dims get stride 0.
+    pub fn broadcast_to(&self, op: &'static str, shape: &[usize]) -> Result<Layout> {
+        if shape.len() < self.rank() {
+            return Err(Error::BroadcastMismatch {
+                op,
+                lhs: self.shape.clone(),
+                rhs: shape.to_vec(),
+            });
+        }
+        let extra = shape.len() - self.rank();
+        let mut strides = vec![0; shape.len()];
+        for i in 0..self.rank() {
+            let (have, want) = (self.shape[i], shape[extra + i]);
+            strides[extra + i] = if have == want {
+                self.strides[i]
+            } else if have == 1 {
+                0
+            } else {
+                return Err(Error::BroadcastMismatch {
+                    op,
+                    lhs: self.shape.clone(),
+                    rhs: shape.to_vec(),
+                });
+            };
+        }
+        Ok(Layout {
+            shape: shape.to_vec(),
+            strides,
+            offset: self.offset,
+        })
+    }
+
+    pub fn squeezed(&self, dim: usize) -> Layout {
+        let mut l = self.clone();
+        l.shape.remove(dim);
+        l.strides.remove(dim);
+        l
+    }
+
+    pub fn unsqueezed(&self, dim: usize) -> Layout {
+        let mut l = self.clone();
+        let stride = if dim < self.rank() {
+            self.strides[dim] * self.shape[dim]
+        } else {
+            1
+        };
+        l.shape.insert(dim, 1);
+        l.strides.insert(dim, stride);
+        l
+    }
+
+    /// Calls `f` with the storage index of every element, in row-major order. The innermost
+    /// dimension runs as a plain loop, which keeps strided copies reasonably fast.
+    pub fn for_each_index(&self, mut f: impl FnMut(usize)) {
+        let numel = self.numel();
+        if numel == 0 {
+            return;
+        }
+        if let Some(r) = self.contiguous_range() {
+            r.for_each(f);
+            return;
+        }
+        let rank = self.rank();
+        let (inner_len, inner_stride) = (self.shape[rank - 1], self.strides[rank - 1]);
+        let outer = &self.shape[..rank - 1];
+        let mut idx = vec![0usize; outer.len()];
+        let mut base = self.offset;
+        loop {
+            for i in 0..inner_len {
+                f(base + i * inner_stride);
+            }
+            // Advance the odometer over the outer dims.
+            let mut d = outer.len();
+            loop {
+                if d == 0 {
+                    return;
+                }
+                d -= 1;
+                idx[d] += 1;
+                base += self.strides[d];
+                if idx[d] < outer[d] {
+                    break;
+                }
+                base -= self.strides[d] * idx[d];
+                idx[d] = 0;
+            }
+        }
+    }
+
+    /// Storage indices of the first element of each `row` of the last dimension, in order,
+    /// together with that dimension's length and stride.
+    pub fn row_starts(&self) -> (Vec<usize>, usize, usize) {
+        if self.rank() == 0 {
+            return (vec![self.offset], 1, 1);
+        }
+        let outer = self.squeezed(self.rank() - 1);
+        let mut starts = Vec::with_capacity(outer.numel());
+        outer.for_each_index(|i| starts.push(i));
+        (
+            starts,
+            self.shape[self.rank() - 1],
+            self.strides[self.rank() - 1],
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn transposed_layout_visits_elements_in_row_major_order() {
+        let l = Layout::contiguous(&[2, 3]).permuted(&[1, 0]);
+        let mut seen = vec![];
+        l.for_each_index(|i| seen.push(i));
+        assert_eq!(seen, vec![0, 3, 1, 4, 2, 5]);
+        assert!(!l.is_contiguous());
+    }
+
+    #[test]
+    fn broadcasting_gives_zero_strides_and_rejects_mismatches() {
+        let l = Layout::contiguous(&[3, 1])
+            .broadcast_to("t", &[2, 3, 4])
+            .unwrap();
+        assert_eq!(l.strides(), &[0, 1, 0]);
+        assert!(Layout::contiguous(&[3]).broadcast_to("t", &[4]).is_err());
+        assert_eq!(
+            broadcast_shapes("t", &[2, 1, 4], &[3, 1]).unwrap(),
+            vec![2, 3, 4]
+        );
+        assert!(broadcast_shapes("t", &[2], &[3]).is_err());
+    }
+
+    #[test]
+    fn negative_dims_resolve_and_out_of_range_dims_fail() {
+        assert_eq!(resolve_dim("t", -1, 3).unwrap(), 2);
+        assert!(resolve_dim("t", 3, 3).is_err());
+        assert!(resolve_dim("t", -4, 3).is_err());
+    }
+}

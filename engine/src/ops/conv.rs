@@ -1,0 +1,163 @@
+//! conv2d (stride, padding, dilation, groups) through im2col + gemm, with both backward products.
+
+use super::{backward_fn, grad_if};
+use crate::autograd::SavedTensor;
+use crate::backend::cpu::conv::{self as cpu, Conv2dGeometry};
+use crate::{DType, Error, Result, Tensor};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Conv2dOptions {
+    pub stride: (usize, usize),
+    pub padding: (usize, usize),
+    pub dilation: (usize, usize),
+    pub groups: usize,
+}
+
+impl Default for Conv2dOptions {
+    fn default() -> Self {
+        Conv2dOptions {
+            stride: (1, 1),
+            padding: (0, 0),
+            dilation: (1, 1),
+            groups: 1,
+        }
+    }
+}
+
+fn geometry(x: &[usize], w: &[usize], o: &Conv2dOptions) -> Result<Conv2dGeometry> {
+    let bad = |msg: String| Err(Error::invalid("conv2d", msg));
+    if x.len() != 4 || w.len() != 4 {
+        return bad(format!(
+            "needs input [N, C, H, W] and weight [O, C/groups, kh, kw], got {x:?} and {w:?}"
+        ));
+    }
+    if o.groups == 0 || o.stride.0 == 0 || o.stride.1 == 0 || o.dilation.0 == 0 || o.dilation.1 == 0
+    {
+        return bad(format!(
+            "stride, dilation and groups must be positive, got {o:?}"
+        ));
+    }
+    let (c, oc) = (x[1], w[0]);
+    if c % o.groups != 0 || oc % o.groups != 0 || w[1] * o.groups != c {
+        return Err(Error::ShapeMismatch {
+            op: "conv2d",
+            lhs: x.to_vec(),
+            rhs: w.to_vec(),
+        });
+    }
+    let span = |size: usize, pad: usize, k: usize, dil: usize, stride: usize| -> Option<usize> {
+        let eff = dil * (k - 1) + 1;
+        (size + 2 * pad).checked_sub(eff).map(|r| r / stride + 1)
+    };
+    let (Some(ho), Some(wo)) = (
+        span(x[2], o.padding.0, w[2], o.dilation.0, o.stride.0),
+        span(x[3], o.padding.1, w[3], o.dilation.1, o.stride.1),
+    ) else {
+        return bad(format!(
+            "kernel {:?} (dilation {:?}) is larger than the padded input {:?}",
+            &w[2..],
+            o.dilation,
+            &x[2..]
+        ));
+    };
+    Ok(Conv2dGeometry {
+        n: x[0],
+        c,
+        h: x[2],
+        w: x[3],
+        o: oc,
+        kh: w[2],
+        kw: w[3],
+        stride: o.stride,
+        padding: o.padding,
+        dilation: o.dilation,
+        groups: o.groups,
+        ho,
+        wo,
+    })
+}
+
+/// Runs `f` on contiguous f32 (or f64) copies of the operands and returns a tensor of `dtype`.
+fn float_kernel(
+    dtype: DType,
+    shape: &[usize],
+    a: &Tensor,
+    b: &Tensor,
+    f32k: impl FnOnce(&[f32], &[f32]) -> Vec<f32>,
+    f64k: impl FnOnce(&[f64], &[f64]) -> Vec<f64>,
+) -> Result<Tensor> {
+    if dtype == DType::F64 {
+        Tensor::from_vec(f64k(&a.to_vec::<f64>()?, &b.to_vec::<f64>()?), shape)
+    } else {
+        Tensor::from_vec(f32k(&a.to_vec::<f32>()?, &b.to_vec::<f32>()?), shape)?.to_dtype(dtype)
+    }
+}
+
+impl Tensor {
+    /// 2-D convolution of [N, C, H, W] with [O, C/groups, kh, kw], plus an optional bias [O].
+    pub fn conv2d(
+        &self,
+        weight: &Tensor,
+        bias: Option<&Tensor>,
+        opts: Conv2dOptions,
+    ) -> Result<Tensor> {
+        self.check_same_device("conv2d", weight)?;
+        let g = geometry(self.shape(), weight.shape(), &opts)?;
+        let dtype = self.dtype().promote(weight.dtype()).float_result();
+        let (x, w) = (self.to_dtype(dtype)?, weight.to_dtype(dtype)?);
+        let out_shape = [g.n, g.o, g.ho, g.wo];
+        let out = float_kernel(
+            dtype,
+            &out_shape,
+            &x,
+            &w,
+            |a, b| cpu::conv2d(a, b, &g),
+            |a, b| cpu::conv2d(a, b, &g),
+        )?;
+        let (sx, sw) = (
+            SavedTensor::new("conv2d", &x),
+            SavedTensor::new("conv2d", &w),
+        );
+        let (xs, ws) = (x.shape().to_vec(), w.shape().to_vec());
+        let out = out.recorded(&[&x, &w], move || {
+            backward_fn("conv2d", move |dy, needs| {
+                let (x, w) = (sx.get()?, sw.get()?);
+                Ok(vec![
+                    grad_if(needs[0], || {
+                        float_kernel(
+                            dtype,
+                            &xs,
+                            dy,
+                            w,
+                            |d, k| cpu::conv2d_input_grad(d, k, &g),
+                            |d, k| cpu::conv2d_input_grad(d, k, &g),
+                        )
+                    })?,
+                    grad_if(needs[1], || {
+                        float_kernel(
+                            dtype,
+                            &ws,
+                            x,
+                            dy,
+                            |a, d| cpu::conv2d_weight_grad(a, d, &g),
+                            |a, d| cpu::conv2d_weight_grad(a, d, &g),
+                        )
+                    })?,
+                ])
+            })
+        });
+        match bias {
+            None => Ok(out),
+            Some(b) => {
+                if b.shape() != [g.o] {
+                    return Err(Error::ShapeMismatch {
+                        op: "conv2d bias",
+                        lhs: vec![g.o],
+                        rhs: b.shape().to_vec(),
+                    });
+                }
+                out.add(&b.reshape_to(&[1, g.o, 1, 1])?)
+            }
+        }
+    }
+}

@@ -1,0 +1,402 @@
+//! Elementwise ops: unary math, broadcasting binary arithmetic, comparisons and `where`.
+
+use super::kinds::{BinaryOp, CmpOp, UnaryOp};
+use super::{backward_fn, grad_if};
+use crate::autograd::SavedTensor;
+use crate::backend::cpu::elementwise as cpu;
+use crate::backend::Storage;
+use crate::layout::broadcast_shapes;
+use crate::{DType, Error, Result, Tensor};
+
+/// The unary ops with their names, in the op table's order.
+pub(crate) fn unary_name(op: UnaryOp) -> &'static str {
+    match op {
+        UnaryOp::Neg => "neg",
+        UnaryOp::Abs => "abs",
+        UnaryOp::Exp => "exp",
+        UnaryOp::Log => "log",
+        UnaryOp::Sqrt => "sqrt",
+        UnaryOp::Rsqrt => "rsqrt",
+        UnaryOp::Sin => "sin",
+        UnaryOp::Cos => "cos",
+        UnaryOp::Tanh => "tanh",
+        UnaryOp::Sigmoid => "sigmoid",
+        UnaryOp::Relu => "relu",
+        UnaryOp::Gelu => "gelu",
+        UnaryOp::GeluTanh => "gelu_tanh",
+        UnaryOp::Silu => "silu",
+        UnaryOp::Sign => "sign",
+        UnaryOp::Pow(_) => "pow",
+        UnaryOp::Clamp(..) => "clamp",
+        UnaryOp::Affine(..) => "affine",
+        UnaryOp::GeluGrad => "gelu_grad",
+        UnaryOp::GeluTanhGrad => "gelu_tanh_grad",
+        UnaryOp::SiluGrad => "silu_grad",
+    }
+}
+
+impl Tensor {
+    /// Applies a unary op without recording it.
+    fn unary_raw(&self, op: UnaryOp) -> Result<Tensor> {
+        let src = if self.dtype().is_float() || op.keeps_int() {
+            self.clone()
+        } else {
+            self.to_dtype(DType::F32)?
+        };
+        let storage = src.with_cpu(unary_name(op), |s, l| Storage::Cpu(cpu::unary(s, l, op)))?;
+        Tensor::from_storage(storage, self.shape())
+    }
+
+    pub(crate) fn unary(&self, op: UnaryOp) -> Result<Tensor> {
+        let out = self.unary_raw(op)?;
+        let x = SavedTensor::new(unary_name(op), self);
+        let y = SavedTensor::new(unary_name(op), &out);
+        Ok(out.recorded(&[self], move || {
+            backward_fn(unary_name(op), move |g, _| {
+                let (x, y) = (x.get()?, y.get()?);
+                let dx = match op {
+                    UnaryOp::Neg => g.neg()?,
+                    UnaryOp::Abs => g.mul(&x.sign()?)?,
+                    UnaryOp::Exp => g.mul(y)?,
+                    UnaryOp::Log => g.div(x)?,
+                    UnaryOp::Sqrt => g.div(y)?.affine(0.5, 0.0)?,
+                    UnaryOp::Rsqrt => g.mul(&y.pow_scalar(3.0)?)?.affine(-0.5, 0.0)?,
+                    UnaryOp::Sin => g.mul(&x.cos()?)?,
+                    UnaryOp::Cos => g.mul(&x.sin()?)?.neg()?,
+                    UnaryOp::Tanh => g.mul(&y.mul(y)?.affine(-1.0, 1.0)?)?,
+                    UnaryOp::Sigmoid => g.mul(&y.mul(&y.affine(-1.0, 1.0)?)?)?,
+                    UnaryOp::Relu => g.mul(&x.gt_scalar(0.0)?.to_dtype(g.dtype())?)?,
+                    UnaryOp::Gelu => g.mul(&x.unary_raw(UnaryOp::GeluGrad)?)?,
+                    UnaryOp::GeluTanh => g.mul(&x.unary_raw(UnaryOp::GeluTanhGrad)?)?,
+                    UnaryOp::Silu => g.mul(&x.unary_raw(UnaryOp::SiluGrad)?)?,
+                    UnaryOp::Sign => g.zeros_like_self()?,
+                    UnaryOp::Pow(e) => g.mul(&x.pow_scalar(e - 1.0)?)?.affine(e, 0.0)?,
+                    UnaryOp::Clamp(lo, hi) => {
+                        let inside = x.ge_scalar(lo)?.logical_and(&x.le_scalar(hi)?)?;
+                        g.mul(&inside.to_dtype(g.dtype())?)?
+                    }
+                    UnaryOp::Affine(m, _) => g.affine(m, 0.0)?,
+                    UnaryOp::GeluGrad | UnaryOp::GeluTanhGrad | UnaryOp::SiluGrad => {
+                        return Err(Error::NoBackward { op: unary_name(op) })
+                    }
+                };
+                Ok(vec![Some(dx)])
+            })
+        }))
+    }
+
+    fn zeros_like_self(&self) -> Result<Tensor> {
+        Tensor::zeros_like(self)
+    }
+
+    pub fn neg(&self) -> Result<Tensor> {
+        self.unary(UnaryOp::Neg)
+    }
+    pub fn abs(&self) -> Result<Tensor> {
+        self.unary(UnaryOp::Abs)
+    }
+    pub fn exp(&self) -> Result<Tensor> {
+        self.unary(UnaryOp::Exp)
+    }
+    pub fn log(&self) -> Result<Tensor> {
+        self.unary(UnaryOp::Log)
+    }
+    pub fn sqrt(&self) -> Result<Tensor> {
+        self.unary(UnaryOp::Sqrt)
+    }
+    pub fn rsqrt(&self) -> Result<Tensor> {
+        self.unary(UnaryOp::Rsqrt)
+    }
+    pub fn sin(&self) -> Result<Tensor> {
+        self.unary(UnaryOp::Sin)
+    }
+    pub fn cos(&self) -> Result<Tensor> {
+        self.unary(UnaryOp::Cos)
+    }
+    pub fn tanh(&self) -> Result<Tensor> {
+        self.unary(UnaryOp::Tanh)
+    }
+    pub fn sigmoid(&self) -> Result<Tensor> {
+        self.unary(UnaryOp::Sigmoid)
+    }
+    pub fn relu(&self) -> Result<Tensor> {
+        self.unary(UnaryOp::Relu)
+    }
+    /// Exact GELU (erf form).
+    pub fn gelu(&self) -> Result<Tensor> {
+        self.unary(UnaryOp::Gelu)
+    }
+    /// GELU with the tanh approximation.
+    pub fn gelu_tanh(&self) -> Result<Tensor> {
+        self.unary(UnaryOp::GeluTanh)
+    }
+    pub fn silu(&self) -> Result<Tensor> {
+        self.unary(UnaryOp::Silu)
+    }
+    pub fn sign(&self) -> Result<Tensor> {
+        self.unary(UnaryOp::Sign)
+    }
+    pub fn square(&self) -> Result<Tensor> {
+        self.mul(self)
+    }
+    pub fn pow_scalar(&self, exponent: f64) -> Result<Tensor> {
+        self.unary(UnaryOp::Pow(exponent))
+    }
+    pub fn clamp(&self, min: f64, max: f64) -> Result<Tensor> {
+        if min > max {
+            return Err(Error::invalid(
+                "clamp",
+                format!("min {min} is greater than max {max}"),
+            ));
+        }
+        self.unary(UnaryOp::Clamp(min, max))
+    }
+    /// x * mul + add, in the tensor's dtype.
+    pub fn affine(&self, mul: f64, add: f64) -> Result<Tensor> {
+        self.unary(UnaryOp::Affine(mul, add))
+    }
+
+    // ----- binary -----
+
+    /// Broadcasts two tensors after promoting them to one dtype; returns the operands and shape.
+    fn promoted_pair(
+        &self,
+        other: &Tensor,
+        op: &'static str,
+        dtype: Option<DType>,
+    ) -> Result<(Tensor, Tensor, Vec<usize>)> {
+        self.check_same_device(op, other)?;
+        let shape = broadcast_shapes(op, self.shape(), other.shape())?;
+        let dtype = dtype.unwrap_or_else(|| self.dtype().promote(other.dtype()));
+        Ok((self.to_dtype(dtype)?, other.to_dtype(dtype)?, shape))
+    }
+
+    fn binary_raw(a: &Tensor, b: &Tensor, shape: &[usize], op: BinaryOp) -> Result<Tensor> {
+        let (la, lb) = (
+            a.layout().broadcast_to(op.name(), shape)?,
+            b.layout().broadcast_to(op.name(), shape)?,
+        );
+        let storage = a.with_cpu(op.name(), |sa, _| {
+            b.with_cpu(op.name(), |sb, _| {
+                Storage::Cpu(cpu::binary(sa, &la, sb, &lb, op))
+            })
+        })??;
+        Tensor::from_storage(storage, shape)
+    }
+
+    pub(crate) fn binary(&self, other: &Tensor, op: BinaryOp) -> Result<Tensor> {
+        // True division of integers gives floats, as in PyTorch.
+        let force = (op == BinaryOp::Div && !self.dtype().promote(other.dtype()).is_float())
+            .then_some(DType::F32);
+        let (a, b, shape) = self.promoted_pair(other, op.name(), force)?;
+        let out = Self::binary_raw(&a, &b, &shape, op)?;
+        let needs_saved = matches!(
+            op,
+            BinaryOp::Mul | BinaryOp::Div | BinaryOp::Maximum | BinaryOp::Minimum
+        );
+        let saved = needs_saved.then(|| {
+            (
+                SavedTensor::new(op.name(), &a),
+                SavedTensor::new(op.name(), &b),
+            )
+        });
+        let (sa, sb) = (a.shape().to_vec(), b.shape().to_vec());
+        Ok(out.recorded(&[&a, &b], move || {
+            backward_fn(op.name(), move |g, needs| {
+                let (ga, gb) = match op {
+                    BinaryOp::Add => (
+                        grad_if(needs[0], || Ok(g.clone()))?,
+                        grad_if(needs[1], || Ok(g.clone()))?,
+                    ),
+                    BinaryOp::Sub => (
+                        grad_if(needs[0], || Ok(g.clone()))?,
+                        grad_if(needs[1], || g.neg())?,
+                    ),
+                    _ => {
+                        let (a, b) = saved.as_ref().expect("saved for this op");
+                        let (a, b) = (a.get()?, b.get()?);
+                        match op {
+                            BinaryOp::Mul => (
+                                grad_if(needs[0], || g.mul(b))?,
+                                grad_if(needs[1], || g.mul(a))?,
+                            ),
+                            BinaryOp::Div => (
+                                grad_if(needs[0], || g.div(b))?,
+                                grad_if(needs[1], || g.mul(a)?.div(&b.mul(b)?)?.neg())?,
+                            ),
+                            _ => {
+                                // Ties split the gradient evenly, as in PyTorch.
+                                let wins = if op == BinaryOp::Maximum {
+                                    a.gt(b)?
+                                } else {
+                                    a.lt(b)?
+                                };
+                                let share = wins
+                                    .to_dtype(g.dtype())?
+                                    .add(&a.eq(b)?.to_dtype(g.dtype())?.affine(0.5, 0.0)?)?;
+                                (
+                                    grad_if(needs[0], || g.mul(&share))?,
+                                    grad_if(needs[1], || g.mul(&share.affine(-1.0, 1.0)?))?,
+                                )
+                            }
+                        }
+                    }
+                };
+                Ok(vec![
+                    ga.map(|t| t.sum_to_shape(&sa)).transpose()?,
+                    gb.map(|t| t.sum_to_shape(&sb)).transpose()?,
+                ])
+            })
+        }))
+    }
+
+    pub fn add(&self, other: &Tensor) -> Result<Tensor> {
+        self.binary(other, BinaryOp::Add)
+    }
+    pub fn sub(&self, other: &Tensor) -> Result<Tensor> {
+        self.binary(other, BinaryOp::Sub)
+    }
+    pub fn mul(&self, other: &Tensor) -> Result<Tensor> {
+        self.binary(other, BinaryOp::Mul)
+    }
+    pub fn div(&self, other: &Tensor) -> Result<Tensor> {
+        self.binary(other, BinaryOp::Div)
+    }
+    pub fn maximum(&self, other: &Tensor) -> Result<Tensor> {
+        self.binary(other, BinaryOp::Maximum)
+    }
+    pub fn minimum(&self, other: &Tensor) -> Result<Tensor> {
+        self.binary(other, BinaryOp::Minimum)
+    }
+
+    /// A scalar operand as a 0-d tensor: a float scalar keeps a float tensor's dtype and turns
+    /// an integer tensor into F32, as Python scalars do in PyTorch.
+    pub fn scalar_like(&self, value: f64) -> Result<Tensor> {
+        let dtype = if self.dtype().is_float() || value.fract() != 0.0 || !value.is_finite() {
+            self.dtype().float_result()
+        } else {
+            self.dtype()
+        };
+        Tensor::scalar(value, dtype)
+    }
+
+    pub fn add_scalar(&self, v: f64) -> Result<Tensor> {
+        self.add(&self.scalar_like(v)?)
+    }
+    pub fn sub_scalar(&self, v: f64) -> Result<Tensor> {
+        self.sub(&self.scalar_like(v)?)
+    }
+    pub fn mul_scalar(&self, v: f64) -> Result<Tensor> {
+        self.mul(&self.scalar_like(v)?)
+    }
+    pub fn div_scalar(&self, v: f64) -> Result<Tensor> {
+        self.div(&self.scalar_like(v)?)
+    }
+
+    // ----- comparisons (not differentiable; they return Bool) -----
+
+    pub(crate) fn compare(&self, other: &Tensor, op: CmpOp) -> Result<Tensor> {
+        let (a, b, shape) = self.promoted_pair(other, op.name(), None)?;
+        let (la, lb) = (
+            a.layout().broadcast_to(op.name(), &shape)?,
+            b.layout().broadcast_to(op.name(), &shape)?,
+        );
+        let storage = a.with_cpu(op.name(), |sa, _| {
+            b.with_cpu(op.name(), |sb, _| {
+                Storage::Cpu(cpu::compare(sa, &la, sb, &lb, op))
+            })
+        })??;
+        Tensor::from_storage(storage, &shape)
+    }
+
+    pub fn eq(&self, o: &Tensor) -> Result<Tensor> {
+        self.compare(o, CmpOp::Eq)
+    }
+    pub fn ne(&self, o: &Tensor) -> Result<Tensor> {
+        self.compare(o, CmpOp::Ne)
+    }
+    pub fn lt(&self, o: &Tensor) -> Result<Tensor> {
+        self.compare(o, CmpOp::Lt)
+    }
+    pub fn le(&self, o: &Tensor) -> Result<Tensor> {
+        self.compare(o, CmpOp::Le)
+    }
+    pub fn gt(&self, o: &Tensor) -> Result<Tensor> {
+        self.compare(o, CmpOp::Gt)
+    }
+    pub fn ge(&self, o: &Tensor) -> Result<Tensor> {
+        self.compare(o, CmpOp::Ge)
+    }
+    pub fn gt_scalar(&self, v: f64) -> Result<Tensor> {
+        self.gt(&self.scalar_like(v)?)
+    }
+    pub fn ge_scalar(&self, v: f64) -> Result<Tensor> {
+        self.ge(&self.scalar_like(v)?)
+    }
+    pub fn lt_scalar(&self, v: f64) -> Result<Tensor> {
+        self.lt(&self.scalar_like(v)?)
+    }
+    pub fn le_scalar(&self, v: f64) -> Result<Tensor> {
+        self.le(&self.scalar_like(v)?)
+    }
+    pub fn eq_scalar(&self, v: f64) -> Result<Tensor> {
+        self.eq(&self.scalar_like(v)?)
+    }
+
+    pub fn logical_and(&self, o: &Tensor) -> Result<Tensor> {
+        let (a, b) = (self.to_dtype(DType::Bool)?, o.to_dtype(DType::Bool)?);
+        a.where_cond_of(&b, &Tensor::scalar(0.0, DType::Bool)?)
+    }
+
+    pub fn logical_not(&self) -> Result<Tensor> {
+        self.to_dtype(DType::Bool)?
+            .eq(&Tensor::scalar(0.0, DType::Bool)?)
+    }
+
+    /// `self` as the condition: where self is true take `a`, else `b` (torch.where(self, a, b)).
+    pub fn where_cond_of(&self, a: &Tensor, b: &Tensor) -> Result<Tensor> {
+        Tensor::where_cond(self, a, b)
+    }
+
+    /// torch.where: `a` where `cond` is true, else `b`, all broadcast together.
+    pub fn where_cond(cond: &Tensor, a: &Tensor, b: &Tensor) -> Result<Tensor> {
+        let (a, b, ab_shape) = a.promoted_pair(b, "where", None)?;
+        cond.check_same_device("where", &a)?;
+        let shape = broadcast_shapes("where", cond.shape(), &ab_shape)?;
+        let c = cond.to_dtype(DType::Bool)?;
+        let (lc, la, lb) = (
+            c.layout().broadcast_to("where", &shape)?,
+            a.layout().broadcast_to("where", &shape)?,
+            b.layout().broadcast_to("where", &shape)?,
+        );
+        let storage = c.with_cpu("where", |sc, _| {
+            a.with_cpu("where", |sa, _| {
+                b.with_cpu("where", |sb, _| {
+                    Storage::Cpu(cpu::where_cond(sc, &lc, sa, &la, sb, &lb))
+                })
+            })
+        })???;
+        let out = Tensor::from_storage(storage, &shape)?;
+        let (sa, sb) = (a.shape().to_vec(), b.shape().to_vec());
+        let cond = SavedTensor::new("where", &c);
+        Ok(out.recorded(&[&a, &b], move || {
+            backward_fn("where", move |g, needs| {
+                let c = cond.get()?;
+                let zero = Tensor::scalar(0.0, g.dtype())?;
+                Ok(vec![
+                    grad_if(needs[0], || {
+                        Tensor::where_cond(c, g, &zero)?.sum_to_shape(&sa)
+                    })?,
+                    grad_if(needs[1], || {
+                        Tensor::where_cond(c, &zero, g)?.sum_to_shape(&sb)
+                    })?,
+                ])
+            })
+        }))
+    }
+
+    /// `value` where `mask` is true, `self` elsewhere.
+    pub fn masked_fill(&self, mask: &Tensor, value: f64) -> Result<Tensor> {
+        Tensor::where_cond(mask, &Tensor::scalar(value, self.dtype())?, self)
+    }
+}

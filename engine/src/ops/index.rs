@@ -1,0 +1,201 @@
+//! cat, stack, index_select, gather and scatter_add. Index tensors hold integers; every index is
+//! checked against its dimension, so a bad index is an error rather than a wild read.
+
+use super::{backward_fn, grad_if};
+use crate::autograd::SavedTensor;
+use crate::backend::cpu::index as cpu;
+use crate::backend::Storage;
+use crate::layout::resolve_dim;
+use crate::{Error, Result, Tensor};
+
+/// The indices of an integer tensor, checked to lie in 0..size.
+fn checked_indices(op: &'static str, idx: &Tensor, size: usize) -> Result<Vec<usize>> {
+    if idx.dtype().is_float() || idx.dtype() == crate::DType::Bool {
+        return Err(Error::UnsupportedDType {
+            op,
+            dtype: idx.dtype(),
+            detail: ": indices must be integers".into(),
+        });
+    }
+    idx.to_vec::<i64>()?
+        .into_iter()
+        .map(|i| {
+            if i >= 0 && (i as usize) < size {
+                Ok(i as usize)
+            } else {
+                Err(Error::IndexOutOfRange { op, index: i, size })
+            }
+        })
+        .collect()
+}
+
+impl Tensor {
+    /// Concatenates along `dim`; every other dim must match.
+    pub fn cat(tensors: &[Tensor], dim: isize) -> Result<Tensor> {
+        let first = tensors
+            .first()
+            .ok_or_else(|| Error::invalid("cat", "needs at least one tensor"))?;
+        let d = resolve_dim("cat", dim, first.rank())?;
+        let dtype = tensors
+            .iter()
+            .fold(first.dtype(), |acc, t| acc.promote(t.dtype()));
+        let mut parts = Vec::with_capacity(tensors.len());
+        for t in tensors {
+            first.check_same_device("cat", t)?;
+            let same_rest = t.rank() == first.rank()
+                && (0..t.rank()).all(|i| i == d || t.shape()[i] == first.shape()[i]);
+            if !same_rest {
+                return Err(Error::ShapeMismatch {
+                    op: "cat",
+                    lhs: first.shape().to_vec(),
+                    rhs: t.shape().to_vec(),
+                });
+            }
+            parts.push(t.to_dtype(dtype)?);
+        }
+        let mut shape = first.shape().to_vec();
+        shape[d] = parts.iter().map(|t| t.shape()[d]).sum();
+        let guards: Vec<_> = parts.iter().map(|t| t.storage()).collect();
+        let views: Vec<_> = guards
+            .iter()
+            .zip(&parts)
+            .map(|(g, t)| match &**g {
+                Storage::Cpu(s) => (s, t.layout()),
+            })
+            .collect();
+        let storage = Storage::Cpu(cpu::cat(&views, d));
+        drop(guards);
+        let sizes: Vec<usize> = parts.iter().map(|t| t.shape()[d]).collect();
+        let refs: Vec<&Tensor> = parts.iter().collect();
+        Tensor::from_op(storage, &shape, &refs, move || {
+            backward_fn("cat", move |g, needs| {
+                let mut start = 0;
+                let mut out = Vec::with_capacity(sizes.len());
+                for (&len, &need) in sizes.iter().zip(needs) {
+                    out.push(grad_if(need, || {
+                        g.narrow(d as isize, start, len)?.contiguous()
+                    })?);
+                    start += len;
+                }
+                Ok(out)
+            })
+        })
+    }
+
+    /// Stacks equal-shaped tensors along a new dim.
+    pub fn stack(tensors: &[Tensor], dim: isize) -> Result<Tensor> {
+        let first = tensors
+            .first()
+            .ok_or_else(|| Error::invalid("stack", "needs at least one tensor"))?;
+        let d = resolve_dim("stack", dim, first.rank() + 1)?;
+        for t in tensors {
+            if t.shape() != first.shape() {
+                return Err(Error::ShapeMismatch {
+                    op: "stack",
+                    lhs: first.shape().to_vec(),
+                    rhs: t.shape().to_vec(),
+                });
+            }
+        }
+        let expanded: Vec<Tensor> = tensors
+            .iter()
+            .map(|t| t.unsqueeze(d as isize))
+            .collect::<Result<_>>()?;
+        Tensor::cat(&expanded, d as isize)
+    }
+
+    /// Picks entries `indices` (1-D integers) along `dim`.
+    pub fn index_select(&self, dim: isize, indices: &Tensor) -> Result<Tensor> {
+        let d = resolve_dim("index_select", dim, self.rank())?;
+        if indices.rank() > 1 {
+            return Err(Error::invalid(
+                "index_select",
+                format!("indices must be 1-D, got shape {:?}", indices.shape()),
+            ));
+        }
+        let idx = checked_indices("index_select", indices, self.shape()[d])?;
+        let storage = self.with_cpu("index_select", |s, l| {
+            Storage::Cpu(cpu::index_select(s, l, d, &idx))
+        })?;
+        let mut shape = self.shape().to_vec();
+        shape[d] = idx.len();
+        let in_shape = self.shape().to_vec();
+        Tensor::from_op(storage, &shape, &[self], move || {
+            backward_fn("index_select", move |g, _| {
+                let base = Tensor::zeros(&in_shape, g.dtype(), g.device())?;
+                let g = g.contiguous()?;
+                let storage = base.with_cpu("index_select", |b, _| {
+                    g.with_cpu("index_select", |gs, _| {
+                        Storage::Cpu(cpu::index_add(b, &in_shape, d, &idx, gs))
+                    })
+                })??;
+                Ok(vec![Some(Tensor::from_storage(storage, &in_shape)?)])
+            })
+        })
+    }
+
+    /// out[i][j] = self[index[i][j]][j] for dim 0, and likewise for other dims (torch.gather).
+    pub fn gather(&self, dim: isize, index: &Tensor) -> Result<Tensor> {
+        let d = resolve_dim("gather", dim, self.rank())?;
+        check_index_shape("gather", self.shape(), index.shape(), d)?;
+        let idx = checked_indices("gather", index, self.shape()[d])?;
+        let idx_shape = index.shape().to_vec();
+        let storage = self.with_cpu("gather", |s, l| {
+            Storage::Cpu(cpu::gather(s, l, d, &idx, &idx_shape))
+        })?;
+        let in_shape = self.shape().to_vec();
+        let index = SavedTensor::new("gather", index);
+        Tensor::from_op(storage, &idx_shape, &[self], move || {
+            backward_fn("gather", move |g, _| {
+                let base = Tensor::zeros(&in_shape, g.dtype(), g.device())?;
+                Ok(vec![Some(base.scatter_add(d as isize, index.get()?, g)?)])
+            })
+        })
+    }
+
+    /// A copy of self with `src` added at the positions `index` names along `dim`.
+    pub fn scatter_add(&self, dim: isize, index: &Tensor, src: &Tensor) -> Result<Tensor> {
+        let d = resolve_dim("scatter_add", dim, self.rank())?;
+        if index.shape() != src.shape() {
+            return Err(Error::ShapeMismatch {
+                op: "scatter_add",
+                lhs: index.shape().to_vec(),
+                rhs: src.shape().to_vec(),
+            });
+        }
+        check_index_shape("scatter_add", self.shape(), index.shape(), d)?;
+        let idx = checked_indices("scatter_add", index, self.shape()[d])?;
+        let src = src.to_dtype(self.dtype())?;
+        let (base, s) = (self.contiguous()?, src.contiguous()?);
+        let idx_shape = index.shape().to_vec();
+        let shape = self.shape().to_vec();
+        let storage = base.with_cpu("scatter_add", |b, _| {
+            s.with_cpu("scatter_add", |ss, _| {
+                Storage::Cpu(cpu::scatter_add(b, &shape, d, &idx, &idx_shape, ss))
+            })
+        })??;
+        let index = SavedTensor::new("scatter_add", index);
+        Tensor::from_op(storage, &shape, &[self, &src], move || {
+            backward_fn("scatter_add", move |g, needs| {
+                Ok(vec![
+                    grad_if(needs[0], || Ok(g.clone()))?,
+                    grad_if(needs[1], || g.gather(d as isize, index.get()?))?,
+                ])
+            })
+        })
+    }
+}
+
+/// gather/scatter need an index of the same rank, no larger than self outside `dim`.
+fn check_index_shape(op: &'static str, shape: &[usize], idx: &[usize], dim: usize) -> Result<()> {
+    let ok = idx.len() == shape.len() && (0..shape.len()).all(|i| i == dim || idx[i] <= shape[i]);
+    if ok {
+        Ok(())
+    } else {
+        Err(Error::ShapeMismatch {
+            op,
+            lhs: shape.to_vec(),
+            rhs: idx.to_vec(),
+        })
+    }
+}

@@ -1,0 +1,75 @@
+//! Matrix products with PyTorch's rules: 1-D operands gain and lose a dim, batch dims broadcast.
+
+use super::{backward_fn, grad_if};
+use crate::autograd::SavedTensor;
+use crate::backend::cpu::matmul as cpu;
+use crate::backend::Storage;
+use crate::layout::broadcast_shapes;
+use crate::{Error, Result, Tensor};
+
+impl Tensor {
+    pub fn matmul(&self, other: &Tensor) -> Result<Tensor> {
+        if self.rank() == 0 || other.rank() == 0 {
+            return Err(Error::invalid(
+                "matmul",
+                "both operands need at least one dimension",
+            ));
+        }
+        if self.rank() == 1 {
+            return self.unsqueeze(0)?.matmul(other)?.squeeze(-2);
+        }
+        if other.rank() == 1 {
+            return self.matmul(&other.unsqueeze(1)?)?.squeeze(-1);
+        }
+        self.check_same_device("matmul", other)?;
+        let dtype = self.dtype().promote(other.dtype());
+        if !dtype.is_float() {
+            return Err(Error::UnsupportedDType {
+                op: "matmul",
+                dtype,
+                detail: ": matmul needs float operands".into(),
+            });
+        }
+        let (a, b) = (self.to_dtype(dtype)?, other.to_dtype(dtype)?);
+        let (ra, rb) = (a.rank(), b.rank());
+        let (m, k, k2, n) = (
+            a.shape()[ra - 2],
+            a.shape()[ra - 1],
+            b.shape()[rb - 2],
+            b.shape()[rb - 1],
+        );
+        if k != k2 {
+            return Err(Error::ShapeMismatch {
+                op: "matmul",
+                lhs: a.shape().to_vec(),
+                rhs: b.shape().to_vec(),
+            });
+        }
+        let batch = broadcast_shapes("matmul", &a.shape()[..ra - 2], &b.shape()[..rb - 2])?;
+        let full =
+            |x: usize, y: usize| -> Vec<usize> { batch.iter().copied().chain([x, y]).collect() };
+        let (la, lb) = (
+            a.layout().broadcast_to("matmul", &full(m, k))?,
+            b.layout().broadcast_to("matmul", &full(k, n))?,
+        );
+        let storage = a.with_cpu("matmul", |sa, _| {
+            b.with_cpu("matmul", |sb, _| {
+                Storage::Cpu(cpu::matmul(sa, &la, sb, &lb))
+            })
+        })??;
+        let out = Tensor::from_storage(storage, &full(m, n))?;
+        let (sa, sb) = (
+            SavedTensor::new("matmul", &a),
+            SavedTensor::new("matmul", &b),
+        );
+        Ok(out.recorded(&[&a, &b], move || {
+            backward_fn("matmul", move |g, needs| {
+                let (a, b) = (sa.get()?, sb.get()?);
+                Ok(vec![
+                    grad_if(needs[0], || g.matmul(&b.t()?)?.sum_to_shape(a.shape()))?,
+                    grad_if(needs[1], || a.t()?.matmul(g)?.sum_to_shape(b.shape()))?,
+                ])
+            })
+        }))
+    }
+}

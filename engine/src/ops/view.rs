@@ -1,0 +1,333 @@
+//! Views (reshape, permute, narrow, expand, squeeze) share storage and only change the layout;
+//! `contiguous`, `to_dtype` and `to_device` copy. Each records the backward that undoes it.
+
+use super::{backward_fn, grad_if};
+use crate::backend::cpu::elementwise;
+use crate::backend::Storage;
+use crate::layout::resolve_dim;
+use crate::{DType, Device, Error, Layout, Result, Tensor};
+
+/// Resolves a shape that may hold one -1 against `numel`.
+pub fn infer_shape(op: &'static str, numel: usize, shape: &[isize]) -> Result<Vec<usize>> {
+    let mut infer = None;
+    let mut known = 1usize;
+    for (i, &d) in shape.iter().enumerate() {
+        match d {
+            -1 if infer.is_none() => infer = Some(i),
+            -1 => {
+                return Err(Error::invalid(
+                    op,
+                    format!("only one dimension can be -1, got {shape:?}"),
+                ))
+            }
+            d if d < 0 => {
+                return Err(Error::invalid(
+                    op,
+                    format!("invalid dimension {d} in {shape:?}"),
+                ))
+            }
+            d => {
+                known = known
+                    .checked_mul(d as usize)
+                    .ok_or_else(|| Error::invalid(op, "shape overflows"))?
+            }
+        }
+    }
+    let mut out: Vec<usize> = shape.iter().map(|&d| d.max(0) as usize).collect();
+    if let Some(i) = infer {
+        if known == 0 || numel % known != 0 {
+            return Err(Error::invalid(
+                op,
+                format!("cannot infer -1 in {shape:?} for {numel} elements"),
+            ));
+        }
+        out[i] = numel / known;
+    } else if known != numel {
+        return Err(Error::invalid(
+            op,
+            format!("shape {shape:?} is invalid for {numel} elements"),
+        ));
+    }
+    Ok(out)
+}
+
+impl Tensor {
+    /// A contiguous copy when needed (recorded as an identity for autograd).
+    pub fn contiguous(&self) -> Result<Tensor> {
+        if self.is_contiguous() {
+            return Ok(self.clone());
+        }
+        let storage = self.with_cpu("contiguous", |s, l| {
+            Storage::Cpu(elementwise::cast(s, l, s.dtype()))
+        })?;
+        Tensor::from_op(storage, self.shape(), &[self], || {
+            backward_fn("contiguous", |g, _| Ok(vec![Some(g.clone())]))
+        })
+    }
+
+    /// Reshape with PyTorch semantics: one dim may be -1; copies only when the view is not contiguous.
+    pub fn reshape(&self, shape: &[isize]) -> Result<Tensor> {
+        let shape = infer_shape("reshape", self.numel(), shape)?;
+        self.reshape_to(&shape)
+    }
+
+    pub fn reshape_to(&self, shape: &[usize]) -> Result<Tensor> {
+        if shape.iter().product::<usize>() != self.numel() {
+            return Err(Error::ShapeMismatch {
+                op: "reshape",
+                lhs: self.shape().to_vec(),
+                rhs: shape.to_vec(),
+            });
+        }
+        if shape == self.shape() {
+            return Ok(self.clone());
+        }
+        let src = self.contiguous()?;
+        let layout = src
+            .layout()
+            .reshaped(shape)
+            .expect("contiguous layouts reshape");
+        let in_shape = self.shape().to_vec();
+        Ok(src.view_op(layout, move || {
+            backward_fn("reshape", move |g, _| {
+                Ok(vec![Some(g.reshape_to(&in_shape)?)])
+            })
+        }))
+    }
+
+    pub fn flatten(&self) -> Result<Tensor> {
+        self.reshape_to(&[self.numel()])
+    }
+
+    pub fn permute(&self, dims: &[isize]) -> Result<Tensor> {
+        let rank = self.rank();
+        if dims.len() != rank {
+            return Err(Error::invalid(
+                "permute",
+                format!("got {} dims for a tensor of rank {rank}", dims.len()),
+            ));
+        }
+        let perm: Vec<usize> = dims
+            .iter()
+            .map(|&d| resolve_dim("permute", d, rank))
+            .collect::<Result<_>>()?;
+        let mut seen = vec![false; rank];
+        for &p in &perm {
+            if std::mem::replace(&mut seen[p], true) {
+                return Err(Error::invalid(
+                    "permute",
+                    format!("dims {dims:?} repeat a dimension"),
+                ));
+            }
+        }
+        let mut inverse = vec![0isize; rank];
+        for (i, &p) in perm.iter().enumerate() {
+            inverse[p] = i as isize;
+        }
+        Ok(self.view_op(self.layout().permuted(&perm), move || {
+            backward_fn("permute", move |g, _| Ok(vec![Some(g.permute(&inverse)?)]))
+        }))
+    }
+
+    pub fn transpose(&self, a: isize, b: isize) -> Result<Tensor> {
+        let rank = self.rank();
+        let (a, b) = (
+            resolve_dim("transpose", a, rank)?,
+            resolve_dim("transpose", b, rank)?,
+        );
+        let mut perm: Vec<isize> = (0..rank as isize).collect();
+        perm.swap(a, b);
+        self.permute(&perm)
+    }
+
+    /// Matrix transpose of the last two dims.
+    pub fn t(&self) -> Result<Tensor> {
+        if self.rank() < 2 {
+            return Ok(self.clone());
+        }
+        self.transpose(-2, -1)
+    }
+
+    /// Elements `start..start+len` along `dim`.
+    pub fn narrow(&self, dim: isize, start: usize, len: usize) -> Result<Tensor> {
+        let d = resolve_dim("narrow", dim, self.rank())?;
+        let size = self.shape()[d];
+        if start.checked_add(len).is_none_or(|end| end > size) {
+            return Err(Error::invalid(
+                "narrow",
+                format!(
+                    "range {start}..{} exceeds size {size} of dim {d}",
+                    start.saturating_add(len)
+                ),
+            ));
+        }
+        let in_shape = self.shape().to_vec();
+        let (dtype, device) = (self.dtype(), self.device());
+        Ok(
+            self.view_op(self.layout().narrowed(d, start, len), move || {
+                backward_fn("narrow", move |g, _| {
+                    let zeros = |n: usize| -> Result<Option<Tensor>> {
+                        let mut s = in_shape.clone();
+                        s[d] = n;
+                        (n > 0)
+                            .then(|| Tensor::zeros(&s, dtype, device))
+                            .transpose()
+                    };
+                    let parts: Vec<Tensor> = [
+                        zeros(start)?,
+                        Some(g.clone()),
+                        zeros(in_shape[d] - start - len)?,
+                    ]
+                    .into_iter()
+                    .flatten()
+                    .collect();
+                    Ok(vec![Some(Tensor::cat(&parts, d as isize)?)])
+                })
+            }),
+        )
+    }
+
+    /// Python-style slice `start..end` (negative values count from the end) along `dim`.
+    pub fn slice(&self, dim: isize, start: isize, end: isize) -> Result<Tensor> {
+        let d = resolve_dim("slice", dim, self.rank())?;
+        let size = self.shape()[d] as isize;
+        let clamp = |i: isize| {
+            if i < 0 {
+                (i + size).max(0)
+            } else {
+                i.min(size)
+            }
+        };
+        let (s, e) = (clamp(start), clamp(end));
+        self.narrow(d as isize, s as usize, (e - s).max(0) as usize)
+    }
+
+    /// Broadcasts to `shape` without copying (size-1 and missing leading dims repeat).
+    pub fn expand(&self, shape: &[usize]) -> Result<Tensor> {
+        if shape == self.shape() {
+            return Ok(self.clone());
+        }
+        let layout = self.layout().broadcast_to("expand", shape)?;
+        let in_shape = self.shape().to_vec();
+        Ok(self.view_op(layout, move || {
+            backward_fn("expand", move |g, _| {
+                Ok(vec![Some(g.sum_to_shape(&in_shape)?)])
+            })
+        }))
+    }
+
+    pub fn broadcast_to(&self, shape: &[usize]) -> Result<Tensor> {
+        self.expand(shape)
+    }
+
+    /// Sums broadcast dims away so a gradient matches `shape` (the adjoint of `expand`).
+    pub fn sum_to_shape(&self, shape: &[usize]) -> Result<Tensor> {
+        if self.shape() == shape {
+            return Ok(self.clone());
+        }
+        let extra = self
+            .rank()
+            .checked_sub(shape.len())
+            .ok_or_else(|| Error::ShapeMismatch {
+                op: "sum_to_shape",
+                lhs: self.shape().to_vec(),
+                rhs: shape.to_vec(),
+            })?;
+        let dims: Vec<isize> = (0..self.rank())
+            .filter(|&i| i < extra || (shape[i - extra] == 1 && self.shape()[i] != 1))
+            .map(|i| i as isize)
+            .collect();
+        let summed = if dims.is_empty() {
+            self.clone()
+        } else {
+            self.sum_dims(&dims, true)?
+        };
+        summed.reshape_to(shape)
+    }
+
+    pub fn squeeze(&self, dim: isize) -> Result<Tensor> {
+        let d = resolve_dim("squeeze", dim, self.rank())?;
+        if self.shape()[d] != 1 {
+            return Ok(self.clone());
+        }
+        let in_shape = self.shape().to_vec();
+        Ok(self.view_op(self.layout().squeezed(d), move || {
+            backward_fn("squeeze", move |g, _| {
+                Ok(vec![Some(g.reshape_to(&in_shape)?)])
+            })
+        }))
+    }
+
+    pub fn unsqueeze(&self, dim: isize) -> Result<Tensor> {
+        let d = resolve_dim("unsqueeze", dim, self.rank() + 1)?;
+        let in_shape = self.shape().to_vec();
+        Ok(self.view_op(self.layout().unsqueezed(d), move || {
+            backward_fn("unsqueeze", move |g, _| {
+                Ok(vec![Some(g.reshape_to(&in_shape)?)])
+            })
+        }))
+    }
+
+    /// Splits along `dim` into pieces of `size` (the last may be shorter).
+    pub fn split(&self, size: usize, dim: isize) -> Result<Vec<Tensor>> {
+        let d = resolve_dim("split", dim, self.rank())?;
+        if size == 0 {
+            return Err(Error::invalid("split", "split size must be positive"));
+        }
+        let n = self.shape()[d];
+        (0..n)
+            .step_by(size)
+            .map(|s| self.narrow(d as isize, s, size.min(n - s)))
+            .collect()
+    }
+
+    /// Splits along `dim` into `chunks` nearly equal pieces, as torch.chunk.
+    pub fn chunk(&self, chunks: usize, dim: isize) -> Result<Vec<Tensor>> {
+        let d = resolve_dim("chunk", dim, self.rank())?;
+        if chunks == 0 {
+            return Err(Error::invalid("chunk", "number of chunks must be positive"));
+        }
+        self.split(self.shape()[d].div_ceil(chunks).max(1), dim)
+    }
+
+    /// A copy in another dtype (the same tensor when it already has it).
+    pub fn to_dtype(&self, dtype: DType) -> Result<Tensor> {
+        if dtype == self.dtype() {
+            return Ok(self.clone());
+        }
+        let storage = self.with_cpu("to_dtype", |s, l| {
+            Storage::Cpu(elementwise::cast(s, l, dtype))
+        })?;
+        let in_dtype = self.dtype();
+        let out = Tensor::from_op(storage, self.shape(), &[self], || {
+            backward_fn("to_dtype", move |g, needs| {
+                Ok(vec![grad_if(needs[0], || g.to_dtype(in_dtype))?])
+            })
+        })?;
+        if !dtype.is_float() && out.requires_grad() {
+            // Casting to an integer type ends the graph, as in PyTorch.
+            return Ok(out.detach());
+        }
+        Ok(out)
+    }
+
+    pub fn to_device(&self, device: Device) -> Result<Tensor> {
+        if device == self.device() {
+            return Ok(self.clone());
+        }
+        Err(Error::DeviceUnavailable(
+            device,
+            "this build has no backend for it yet".into(),
+        ))
+    }
+
+    /// Both `to_dtype` and `to_device`.
+    pub fn to(&self, device: Device, dtype: DType) -> Result<Tensor> {
+        self.to_device(device)?.to_dtype(dtype)
+    }
+
+    /// Layout of a contiguous tensor of this shape.
+    pub fn contiguous_layout(&self) -> Layout {
+        Layout::contiguous(self.shape())
+    }
+}

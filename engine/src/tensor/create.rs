@@ -1,0 +1,190 @@
+//! Constructors and read-back: from Rust data, filled, ranges and seeded random draws.
+
+use super::Tensor;
+use crate::backend::{CpuStorage, IntoCpuStorage, Storage};
+use crate::random::{with_default, Generator};
+use crate::{cpu_dispatch, DType, Device, Error, Result, WithDType};
+
+/// Element types that tensors can be built from and read back into.
+pub trait TensorData: IntoCpuStorage {}
+impl<T: IntoCpuStorage> TensorData for T {}
+
+fn check_numel(op: &'static str, len: usize, shape: &[usize]) -> Result<()> {
+    let numel = shape.iter().try_fold(1usize, |a, &d| a.checked_mul(d));
+    match numel {
+        Some(n) if n == len => Ok(()),
+        Some(n) => Err(Error::invalid(
+            op,
+            format!("{len} values cannot fill shape {shape:?} ({n} elements)"),
+        )),
+        None => Err(Error::invalid(
+            op,
+            format!("shape {shape:?} has too many elements"),
+        )),
+    }
+}
+
+impl Tensor {
+    pub fn from_vec<T: TensorData>(data: Vec<T>, shape: &[usize]) -> Result<Tensor> {
+        check_numel("from_vec", data.len(), shape)?;
+        Tensor::from_cpu(T::into_storage(data), shape)
+    }
+
+    pub fn from_slice<T: TensorData>(data: &[T], shape: &[usize]) -> Result<Tensor> {
+        Self::from_vec(data.to_vec(), shape)
+    }
+
+    /// f64 values converted to `dtype`, the path scripts use for literals.
+    pub fn from_f64s(values: &[f64], shape: &[usize], dtype: DType) -> Result<Tensor> {
+        check_numel("tensor", values.len(), shape)?;
+        Tensor::from_cpu(CpuStorage::from_f64s(values, dtype), shape)
+    }
+
+    /// A 0-d tensor.
+    pub fn scalar(value: f64, dtype: DType) -> Result<Tensor> {
+        Self::from_f64s(&[value], &[], dtype)
+    }
+
+    pub fn full(value: f64, shape: &[usize], dtype: DType, device: Device) -> Result<Tensor> {
+        check_numel("full", shape.iter().product(), shape)?;
+        let t = Tensor::from_cpu(
+            CpuStorage::full(value, shape.iter().product(), dtype),
+            shape,
+        )?;
+        t.to_device(device)
+    }
+
+    pub fn zeros(shape: &[usize], dtype: DType, device: Device) -> Result<Tensor> {
+        Self::full(0.0, shape, dtype, device)
+    }
+
+    pub fn ones(shape: &[usize], dtype: DType, device: Device) -> Result<Tensor> {
+        Self::full(1.0, shape, dtype, device)
+    }
+
+    pub fn full_like(t: &Tensor, value: f64) -> Result<Tensor> {
+        Self::full(value, t.shape(), t.dtype(), t.device())
+    }
+
+    pub fn zeros_like(t: &Tensor) -> Result<Tensor> {
+        Self::full_like(t, 0.0)
+    }
+
+    pub fn ones_like(t: &Tensor) -> Result<Tensor> {
+        Self::full_like(t, 1.0)
+    }
+
+    /// Values start, start+step, ... below `end` (above it for a negative step).
+    pub fn arange(start: f64, end: f64, step: f64, dtype: DType) -> Result<Tensor> {
+        if step == 0.0 || !step.is_finite() || !start.is_finite() || !end.is_finite() {
+            return Err(Error::invalid(
+                "arange",
+                format!("needs finite bounds and a non-zero step, got {start}..{end} step {step}"),
+            ));
+        }
+        let n = ((end - start) / step).ceil().max(0.0);
+        if n > 1e10 {
+            return Err(Error::invalid(
+                "arange",
+                format!("{n} elements is too many"),
+            ));
+        }
+        let values: Vec<f64> = (0..n as usize).map(|i| start + i as f64 * step).collect();
+        Self::from_f64s(&values, &[values.len()], dtype)
+    }
+
+    /// `steps` evenly spaced values from start to end inclusive.
+    pub fn linspace(start: f64, end: f64, steps: usize, dtype: DType) -> Result<Tensor> {
+        let values: Vec<f64> = match steps {
+            0 => vec![],
+            1 => vec![start],
+            _ => (0..steps)
+                .map(|i| start + (end - start) * i as f64 / (steps - 1) as f64)
+                .collect(),
+        };
+        Self::from_f64s(&values, &[steps], dtype)
+    }
+
+    fn random_with(
+        shape: &[usize],
+        dtype: DType,
+        gen: Option<&mut Generator>,
+        draw: impl FnOnce(&mut Generator, usize) -> Vec<f64>,
+    ) -> Result<Tensor> {
+        let n = shape.iter().product();
+        check_numel("random", n, shape)?;
+        let values = match gen {
+            Some(g) => draw(g, n),
+            None => with_default(|g| draw(g, n)),
+        };
+        Self::from_f64s(&values, shape, dtype)
+    }
+
+    /// Uniform [0, 1) from `gen`, or from the default generator (`manual_seed`).
+    pub fn rand(shape: &[usize], dtype: DType, gen: Option<&mut Generator>) -> Result<Tensor> {
+        Self::random_with(shape, dtype, gen, |g, n| g.uniform(n))
+    }
+
+    pub fn randn(shape: &[usize], dtype: DType, gen: Option<&mut Generator>) -> Result<Tensor> {
+        Self::random_with(shape, dtype, gen, |g, n| g.normal(n))
+    }
+
+    /// Integers in [low, high).
+    pub fn randint(
+        low: i64,
+        high: i64,
+        shape: &[usize],
+        gen: Option<&mut Generator>,
+    ) -> Result<Tensor> {
+        if high <= low {
+            return Err(Error::invalid(
+                "randint",
+                format!("needs low < high, got {low} and {high}"),
+            ));
+        }
+        let n: usize = shape.iter().product();
+        let values = match gen {
+            Some(g) => g.integers(low, high, n),
+            None => with_default(|g| g.integers(low, high, n)),
+        };
+        Self::from_vec(values, shape)
+    }
+
+    // ----- read-back -----
+
+    /// The elements in row-major order, converted to `T`.
+    pub fn to_vec<T: TensorData>(&self) -> Result<Vec<T>> {
+        let t = self.to_device(Device::Cpu)?;
+        let t = if t.dtype() == T::DTYPE {
+            t
+        } else {
+            t.to_dtype(T::DTYPE)?
+        };
+        let storage = t.storage();
+        let Storage::Cpu(s) = &*storage;
+        let v = T::slice(s).ok_or_else(|| Error::invalid("to_vec", "dtype conversion failed"))?;
+        Ok(crate::backend::cpu::map::gather(v, t.layout()))
+    }
+
+    pub fn to_vec_f64(&self) -> Result<Vec<f64>> {
+        let t = self.to_device(Device::Cpu)?;
+        let storage = t.storage();
+        let Storage::Cpu(s) = &*storage;
+        Ok(cpu_dispatch!(s, v => crate::backend::cpu::map::map(v, t.layout(), |x| x.to_f64())))
+    }
+
+    pub fn to_vec_f32(&self) -> Result<Vec<f32>> {
+        self.to_vec::<f32>()
+    }
+
+    /// The value of a one-element tensor.
+    pub fn item(&self) -> Result<f64> {
+        if self.numel() != 1 {
+            return Err(Error::invalid(
+                "item",
+                format!("needs a one-element tensor, got shape {:?}", self.shape()),
+            ));
+        }
+        Ok(self.to_vec_f64()?[0])
+    }
+}

@@ -1,0 +1,90 @@
+//! In-place updates. They run outside the graph: writing into a leaf that requires grad needs
+//! no_grad (as an optimizer step does), and each write bumps the storage version so a backward
+//! that saved this storage fails instead of using the new values.
+
+use super::Tensor;
+use crate::autograd::is_grad_enabled;
+use crate::backend::{CpuStorage, Storage};
+use crate::{cpu_dispatch2, Error, Result};
+
+impl Tensor {
+    fn check_inplace(&self, op: &'static str) -> Result<()> {
+        if is_grad_enabled() && self.requires_grad() {
+            return Err(Error::InPlaceOnLeaf { op });
+        }
+        Ok(())
+    }
+
+    /// Writes `src` (broadcast to self's shape, cast to self's dtype) into self's view.
+    pub fn copy_(&self, src: &Tensor) -> Result<()> {
+        self.check_inplace("copy_")?;
+        self.check_same_device("copy_", src)?;
+        // Materialize first: src may alias self, and the write lock must not wait on our own read.
+        let src = crate::autograd::no_grad(|| {
+            src.expand(self.shape())?
+                .to_dtype(self.dtype())?
+                .contiguous_copy()
+        })?;
+        let src_guard = src.storage();
+        let mut dst_guard = self.storage_cell().write();
+        match (&mut *dst_guard, &*src_guard) {
+            (Storage::Cpu(dst), Storage::Cpu(s)) => write_view(dst, self.layout(), s),
+        }
+        Ok(())
+    }
+
+    /// A fresh contiguous copy that never shares storage with self.
+    pub fn contiguous_copy(&self) -> Result<Tensor> {
+        let storage = self.with_cpu("contiguous_copy", |s, l| {
+            Storage::Cpu(crate::backend::cpu::elementwise::cast(s, l, s.dtype()))
+        })?;
+        Tensor::from_storage(storage, self.shape())
+    }
+
+    fn update_(&self, op: &'static str, f: impl FnOnce(&Tensor) -> Result<Tensor>) -> Result<()> {
+        self.check_inplace(op)?;
+        let new = crate::autograd::no_grad(|| f(self))?;
+        let _guard = crate::autograd::NoGradGuard::new();
+        self.copy_(&new)
+    }
+
+    pub fn add_(&self, other: &Tensor) -> Result<()> {
+        self.update_("add_", |s| s.add(other))
+    }
+    pub fn sub_(&self, other: &Tensor) -> Result<()> {
+        self.update_("sub_", |s| s.sub(other))
+    }
+    pub fn mul_(&self, other: &Tensor) -> Result<()> {
+        self.update_("mul_", |s| s.mul(other))
+    }
+    pub fn div_(&self, other: &Tensor) -> Result<()> {
+        self.update_("div_", |s| s.div(other))
+    }
+    pub fn mul_scalar_(&self, v: f64) -> Result<()> {
+        self.update_("mul_", |s| s.mul_scalar(v))
+    }
+    pub fn add_scalar_(&self, v: f64) -> Result<()> {
+        self.update_("add_", |s| s.add_scalar(v))
+    }
+    pub fn fill_(&self, v: f64) -> Result<()> {
+        self.update_("fill_", |s| Tensor::full_like(s, v))
+    }
+    pub fn zero_(&self) -> Result<()> {
+        self.fill_(0.0)
+    }
+}
+
+/// Writes contiguous `src` into the strided view `layout` of `dst`.
+fn write_view(dst: &mut CpuStorage, layout: &crate::Layout, src: &CpuStorage) {
+    cpu_dispatch2!(dst, src, (d, s) => {
+        if let Some(r) = layout.contiguous_range() {
+            d[r].copy_from_slice(&s[..]);
+        } else {
+            let mut k = 0;
+            layout.for_each_index(|i| {
+                d[i] = s[k];
+                k += 1;
+            });
+        }
+    })
+}

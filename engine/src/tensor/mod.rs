@@ -1,0 +1,277 @@
+//! The tensor handle: an `Arc` over storage, layout and autograd state. `Clone` is a refcount
+//! bump, so scripts can copy tensors freely; views share storage.
+
+mod create;
+mod display;
+mod inplace;
+
+use crate::autograd::{is_grad_enabled, Backward, Node};
+use crate::backend::{CpuStorage, Storage, StorageCell};
+use crate::{DType, Device, Error, Layout, Result};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, RwLockReadGuard};
+
+pub use create::TensorData;
+
+#[derive(Clone)]
+pub struct Tensor(Arc<TensorInner>);
+
+pub(crate) struct TensorInner {
+    storage: Arc<StorageCell>,
+    layout: Layout,
+    dtype: DType,
+    device: Device,
+    grad_fn: Option<Arc<Node>>,
+    requires_grad: AtomicBool,
+    grad: Mutex<Option<Tensor>>,
+}
+
+impl Tensor {
+    /// A new leaf over fresh storage with a contiguous layout of `shape`.
+    pub fn from_storage(storage: Storage, shape: &[usize]) -> Result<Tensor> {
+        let numel: usize = shape.iter().product();
+        if storage.len() != numel {
+            return Err(Error::invalid(
+                "from_storage",
+                format!("{} elements do not fill shape {:?}", storage.len(), shape),
+            ));
+        }
+        Ok(Self::leaf(
+            Arc::new(StorageCell::new(storage)),
+            Layout::contiguous(shape),
+        ))
+    }
+
+    pub(crate) fn from_cpu(storage: CpuStorage, shape: &[usize]) -> Result<Tensor> {
+        Self::from_storage(Storage::Cpu(storage), shape)
+    }
+
+    fn leaf(storage: Arc<StorageCell>, layout: Layout) -> Tensor {
+        let (dtype, device) = {
+            let s = storage.read();
+            (s.dtype(), s.device())
+        };
+        Tensor(Arc::new(TensorInner {
+            storage,
+            layout,
+            dtype,
+            device,
+            grad_fn: None,
+            requires_grad: AtomicBool::new(false),
+            grad: Mutex::new(None),
+        }))
+    }
+
+    /// The result of an op: fresh contiguous storage, recorded in the graph when grad mode is on
+    /// and an input requires grad. `make_backward` only runs in that case, so ops save nothing
+    /// for inference.
+    pub(crate) fn from_op<B: Backward + 'static>(
+        storage: Storage,
+        shape: &[usize],
+        inputs: &[&Tensor],
+        make_backward: impl FnOnce() -> B,
+    ) -> Result<Tensor> {
+        let out = Self::from_storage(storage, shape)?;
+        Ok(out.recorded(inputs, make_backward))
+    }
+
+    /// A view of `self`'s storage with another layout, recorded like an op result.
+    pub(crate) fn view_op<B: Backward + 'static>(
+        &self,
+        layout: Layout,
+        make_backward: impl FnOnce() -> B,
+    ) -> Tensor {
+        let out = Self::leaf(self.0.storage.clone(), layout);
+        out.recorded(&[self], make_backward)
+    }
+
+    pub(crate) fn recorded<B: Backward + 'static>(
+        self,
+        inputs: &[&Tensor],
+        make_backward: impl FnOnce() -> B,
+    ) -> Tensor {
+        if !is_grad_enabled() || !inputs.iter().any(|t| t.requires_grad()) {
+            return self;
+        }
+        let backward = make_backward();
+        let node = Node {
+            name: backward.name(),
+            inputs: inputs
+                .iter()
+                .map(|t| t.requires_grad().then(|| (*t).clone()))
+                .collect(),
+            backward: Mutex::new(Some(Box::new(backward))),
+        };
+        let mut inner = Arc::into_inner(self.0).expect("a fresh tensor has one owner");
+        inner.grad_fn = Some(Arc::new(node));
+        inner.requires_grad = AtomicBool::new(true);
+        Tensor(Arc::new(inner))
+    }
+
+    // ----- accessors -----
+
+    pub fn shape(&self) -> &[usize] {
+        self.0.layout.shape()
+    }
+
+    pub fn dims(&self) -> &[usize] {
+        self.shape()
+    }
+
+    pub fn rank(&self) -> usize {
+        self.0.layout.rank()
+    }
+
+    pub fn numel(&self) -> usize {
+        self.0.layout.numel()
+    }
+
+    pub fn dtype(&self) -> DType {
+        self.0.dtype
+    }
+
+    pub fn device(&self) -> Device {
+        self.0.device
+    }
+
+    pub fn layout(&self) -> &Layout {
+        &self.0.layout
+    }
+
+    pub fn is_contiguous(&self) -> bool {
+        self.0.layout.is_contiguous()
+    }
+
+    /// A stable identity while the tensor is alive (the handle's address).
+    pub fn id(&self) -> usize {
+        Arc::as_ptr(&self.0) as usize
+    }
+
+    /// Whether two tensors are views of one storage.
+    pub fn shares_storage(&self, other: &Tensor) -> bool {
+        Arc::ptr_eq(&self.0.storage, &other.0.storage)
+    }
+
+    pub fn storage(&self) -> RwLockReadGuard<'_, Storage> {
+        self.0.storage.read()
+    }
+
+    pub(crate) fn storage_cell(&self) -> &Arc<StorageCell> {
+        &self.0.storage
+    }
+
+    pub fn storage_version(&self) -> u64 {
+        self.0.storage.version()
+    }
+
+    // ----- autograd state -----
+
+    pub fn requires_grad(&self) -> bool {
+        self.0.requires_grad.load(Ordering::Relaxed)
+    }
+
+    /// Marks a leaf as a parameter whose gradient backward should fill.
+    pub fn set_requires_grad(&self, on: bool) -> Result<&Tensor> {
+        if self.0.grad_fn.is_some() {
+            return Err(Error::invalid(
+                "requires_grad",
+                "only leaf tensors can change requires_grad; use detach() for a non-leaf",
+            ));
+        }
+        if on && !self.dtype().is_float() {
+            return Err(Error::UnsupportedDType {
+                op: "requires_grad",
+                dtype: self.dtype(),
+                detail: ": only float tensors can require grad".into(),
+            });
+        }
+        self.0.requires_grad.store(on, Ordering::Relaxed);
+        Ok(self)
+    }
+
+    /// Builder form of `set_requires_grad(true)`.
+    pub fn requires_grad_(self) -> Result<Tensor> {
+        self.set_requires_grad(true)?;
+        Ok(self)
+    }
+
+    pub fn is_leaf(&self) -> bool {
+        self.0.grad_fn.is_none()
+    }
+
+    pub fn grad_fn(&self) -> Option<&Arc<Node>> {
+        self.0.grad_fn.as_ref()
+    }
+
+    /// The gradient accumulated by backward, for leaves that require grad.
+    pub fn grad(&self) -> Option<Tensor> {
+        self.0
+            .grad
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    pub fn set_grad(&self, grad: Option<Tensor>) {
+        *self.0.grad.lock().unwrap_or_else(|e| e.into_inner()) = grad;
+    }
+
+    pub fn zero_grad(&self) {
+        self.set_grad(None);
+    }
+
+    pub(crate) fn accumulate_grad(&self, g: &Tensor) -> Result<()> {
+        let mut slot = self.0.grad.lock().unwrap_or_else(|e| e.into_inner());
+        let g = g.detach();
+        *slot = Some(match slot.take() {
+            // A fresh sum, not an in-place add: the caller may still hold the previous grad.
+            Some(prev) => prev.add(&g)?,
+            None => g,
+        });
+        Ok(())
+    }
+
+    /// The same data with no graph history.
+    pub fn detach(&self) -> Tensor {
+        Self::leaf(self.0.storage.clone(), self.0.layout.clone())
+    }
+}
+
+impl Drop for TensorInner {
+    /// Frees the graph behind this tensor with an explicit stack: a chain of 100k ops would
+    /// overflow the call stack if each node dropped the next recursively.
+    fn drop(&mut self) {
+        let Some(first) = self.grad_fn.take() else {
+            return;
+        };
+        let mut stack = vec![first];
+        while let Some(node) = stack.pop() {
+            let Some(mut node) = Arc::into_inner(node) else {
+                continue;
+            };
+            node.backward
+                .get_mut()
+                .unwrap_or_else(|e| e.into_inner())
+                .take();
+            for input in node.inputs.drain(..).flatten() {
+                if let Some(mut inner) = Arc::into_inner(input.0) {
+                    if let Some(n) = inner.grad_fn.take() {
+                        stack.push(n);
+                    }
+                }
+            }
+        }
+    }
+}
+
+impl std::fmt::Debug for Tensor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "Tensor(shape={:?}, dtype={}, device={})",
+            self.shape(),
+            self.dtype(),
+            self.device()
+        )
+    }
+}
