@@ -1,1 +1,3 @@
-//! Workspace-level integration tests live in tests/*.rs of this crate.
+//! Helpers shared by the workspace-level integration tests in `tests/tests/*.rs`.
+
+pub mod alloc_meter;

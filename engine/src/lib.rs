@@ -4,12 +4,16 @@
 
 pub mod autograd;
 pub mod backend;
+pub mod data;
 pub mod dtype;
 pub mod error;
 pub mod gradcheck;
+pub mod io;
 pub mod layout;
 pub mod messages;
+pub mod nn;
 pub mod ops;
+pub mod optim;
 pub mod random;
 mod tensor;
 

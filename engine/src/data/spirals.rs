@@ -1,0 +1,1 @@
+//! The synthetic two-spirals classification set (seeded).

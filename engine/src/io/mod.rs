@@ -1,0 +1,1 @@
+//! Weight formats: safetensors read and write.

@@ -1,0 +1,1 @@
+//! Layers and the `Module` trait: named parameters whose names match published checkpoints.

@@ -1,0 +1,1 @@
+//! Optimizers (SGD, AdamW, Lion), learning-rate schedules and gradient clipping.
