@@ -47,7 +47,9 @@ impl Tensor {
         Tensor::from_storage(storage, self.shape())
     }
 
-    pub(crate) fn unary(&self, op: UnaryOp) -> Result<Tensor> {
+    /// Applies any unary op kind, recorded for autograd. The derivative kinds (`GeluGrad` ...)
+    /// have no backward of their own, so backward through them is an error naming them.
+    pub fn unary(&self, op: UnaryOp) -> Result<Tensor> {
         let out = self.unary_raw(op)?;
         let x = SavedTensor::new(unary_name(op), self);
         let y = SavedTensor::new(unary_name(op), &out);

@@ -102,7 +102,15 @@ impl Tensor {
                 .collect(),
             backward: Mutex::new(Some(Box::new(backward))),
         };
-        let mut inner = Arc::into_inner(self.0).expect("a fresh tensor has one owner");
+        // The handle may be shared (an op can return a clone of what it saved); then the
+        // recorded result is a new handle over the same storage and layout.
+        let mut inner = match Arc::try_unwrap(self.0) {
+            Ok(inner) => inner,
+            Err(shared) => {
+                let fresh = Self::leaf(shared.storage.clone(), shared.layout.clone());
+                Arc::into_inner(fresh.0).expect("a handle made here has one owner")
+            }
+        };
         inner.grad_fn = Some(Arc::new(node));
         inner.requires_grad = AtomicBool::new(true);
         Tensor(Arc::new(inner))

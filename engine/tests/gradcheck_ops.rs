@@ -1,0 +1,239 @@
+//! Every differentiable op in the op table has a finite-difference gradient check here. The
+//! table walk fails when an op is added to `OPS` without a case below.
+
+use rusting_brain::gradcheck::{gradcheck, GradcheckOptions};
+use rusting_brain::ops::table::OPS;
+use rusting_brain::{
+    bce_with_logits, cross_entropy, huber_loss, mse_loss, Conv2dOptions, CrossEntropyOptions,
+    DType, Generator, Reduction, Result, Tensor,
+};
+
+type OpFn = Box<dyn Fn(&[Tensor]) -> Result<Tensor>>;
+
+struct Case {
+    inputs: Vec<Tensor>,
+    f: OpFn,
+    opts: GradcheckOptions,
+}
+
+fn randn(shape: &[usize], seed: u64) -> Tensor {
+    Tensor::randn(shape, DType::F64, Some(&mut Generator::new(seed))).unwrap()
+}
+
+/// Values kept away from zero, for log, sqrt, division.
+fn positive(shape: &[usize], seed: u64) -> Tensor {
+    randn(shape, seed).abs().unwrap().affine(1.0, 0.5).unwrap()
+}
+
+fn idx(values: &[i64], shape: &[usize]) -> Tensor {
+    Tensor::from_vec(values.to_vec(), shape).unwrap()
+}
+
+fn case(inputs: Vec<Tensor>, f: impl Fn(&[Tensor]) -> Result<Tensor> + 'static) -> Option<Case> {
+    Some(Case {
+        inputs,
+        f: Box::new(f),
+        opts: GradcheckOptions::default(),
+    })
+}
+
+fn unary(f: impl Fn(&Tensor) -> Result<Tensor> + 'static) -> Option<Case> {
+    case(vec![randn(&[3, 5], 1)], move |x| f(&x[0]))
+}
+
+fn binary(f: impl Fn(&Tensor, &Tensor) -> Result<Tensor> + 'static) -> Option<Case> {
+    // Broadcasting on both sides: [3, 1, 4] with [5, 1].
+    case(vec![randn(&[3, 1, 4], 2), positive(&[5, 1], 3)], move |x| {
+        f(&x[0], &x[1])
+    })
+}
+
+fn gradcheck_case(name: &str) -> Option<Case> {
+    match name {
+        "neg" => unary(|x| x.neg()),
+        "abs" => unary(|x| x.abs()),
+        "exp" => unary(|x| x.exp()),
+        "log" => case(vec![positive(&[4, 3], 4)], |x| x[0].log()),
+        "sqrt" => case(vec![positive(&[4, 3], 5)], |x| x[0].sqrt()),
+        "rsqrt" => case(vec![positive(&[4, 3], 6)], |x| x[0].rsqrt()),
+        "sin" => unary(|x| x.sin()),
+        "cos" => unary(|x| x.cos()),
+        "tanh" => unary(|x| x.tanh()),
+        "sigmoid" => unary(|x| x.sigmoid()),
+        "relu" => unary(|x| x.relu()),
+        "gelu" => unary(|x| x.gelu()),
+        "gelu_tanh" => unary(|x| x.gelu_tanh()),
+        "silu" => unary(|x| x.silu()),
+        "sign" => unary(|x| x.sign()?.mul(x)),
+        "pow" => case(vec![positive(&[4, 3], 7)], |x| x[0].pow_scalar(2.5)),
+        "clamp" => unary(|x| x.clamp(-0.5, 0.7)),
+        "affine" => unary(|x| x.affine(-2.0, 1.0)),
+        "add" => binary(|a, b| a.add(b)),
+        "sub" => binary(|a, b| a.sub(b)),
+        "mul" => binary(|a, b| a.mul(b)),
+        "div" => binary(|a, b| a.div(b)),
+        "maximum" => binary(|a, b| a.maximum(b)),
+        "minimum" => binary(|a, b| a.minimum(b)),
+        "where" => {
+            let cond = randn(&[3, 4], 8).gt_scalar(0.0).unwrap();
+            case(vec![randn(&[3, 4], 9), randn(&[4], 10)], move |x| {
+                Tensor::where_cond(&cond, &x[0], &x[1])
+            })
+        }
+        "masked_fill" => {
+            let mask = randn(&[3, 4], 11).gt_scalar(0.0).unwrap();
+            case(vec![randn(&[3, 4], 12)], move |x| {
+                x[0].masked_fill(&mask, 2.0)
+            })
+        }
+        "sum" => case(vec![randn(&[2, 3, 4], 13)], |x| {
+            x[0].sum_dims(&[0, 2], false)?.mul(&x[0].sum()?)
+        }),
+        "mean" => case(vec![randn(&[2, 3, 4], 14)], |x| x[0].mean_dims(&[1], true)),
+        "max" => case(vec![randn(&[3, 5], 15)], |x| {
+            x[0].max_dims(&[1], false)?.add(&x[0].max()?)
+        }),
+        "min" => case(vec![randn(&[3, 5], 16)], |x| x[0].min_dims(&[0], true)),
+        "var" => case(vec![randn(&[3, 5], 17)], |x| {
+            x[0].var_dims(&[1], true, false)
+        }),
+        "logsumexp" => case(vec![randn(&[3, 5], 18)], |x| x[0].logsumexp(&[-1], false)),
+        "softmax" => case(vec![randn(&[3, 5], 19)], |x| {
+            x[0].softmax(0)?.mul(&x[0].softmax(-1)?)
+        }),
+        "log_softmax" => case(vec![randn(&[3, 5], 20)], |x| x[0].log_softmax(1)),
+        "reshape" => case(vec![randn(&[3, 4], 21)], |x| x[0].t()?.reshape(&[-1, 2])),
+        "permute" => case(vec![randn(&[2, 3, 4], 22)], |x| {
+            x[0].permute(&[2, 0, 1])?.exp()
+        }),
+        "transpose" => case(vec![randn(&[2, 3], 23)], |x| {
+            x[0].transpose(0, 1)?.matmul(&x[0])
+        }),
+        "narrow" => case(vec![randn(&[4, 5], 24)], |x| x[0].narrow(1, 1, 3)?.exp()),
+        "expand" => case(vec![randn(&[3, 1], 25)], |x| {
+            x[0].expand(&[2, 3, 4])?.mul(&randn(&[2, 3, 4], 26))
+        }),
+        "squeeze" => case(vec![randn(&[3, 1, 2], 27)], |x| x[0].squeeze(1)?.exp()),
+        "unsqueeze" => case(vec![randn(&[3, 2], 28)], |x| x[0].unsqueeze(0)?.exp()),
+        "contiguous" => case(vec![randn(&[3, 4], 29)], |x| x[0].t()?.contiguous()?.exp()),
+        "to_dtype" => Some(Case {
+            inputs: vec![randn(&[3, 4], 30)],
+            f: Box::new(|x| x[0].to_dtype(DType::F32)?.exp()?.to_dtype(DType::F64)),
+            opts: GradcheckOptions {
+                eps: 1e-3,
+                atol: 1e-4,
+                rtol: 1e-2,
+            },
+        }),
+        "cat" => case(vec![randn(&[2, 3], 31), randn(&[2, 2], 32)], |x| {
+            Tensor::cat(&[x[0].clone(), x[1].exp()?], 1)
+        }),
+        "stack" => case(vec![randn(&[2, 3], 33), randn(&[2, 3], 34)], |x| {
+            Tensor::stack(&[x[0].clone(), x[1].clone()], 1)
+        }),
+        "split" => case(vec![randn(&[5, 2], 35)], |x| {
+            let parts = x[0].split(2, 0)?;
+            parts[0].mul(&parts[1])?.sum()?.add(&parts[2].sum()?)
+        }),
+        "chunk" => case(vec![randn(&[2, 6], 36)], |x| {
+            let parts = x[0].chunk(3, 1)?;
+            parts[0].mul(&parts[2])
+        }),
+        "index_select" => case(vec![randn(&[4, 3], 37)], |x| {
+            x[0].index_select(0, &idx(&[2, 0, 2], &[3]))
+        }),
+        "gather" => case(vec![randn(&[3, 4], 38)], |x| {
+            x[0].gather(1, &idx(&[0, 3, 3, 1, 2, 0], &[3, 2]))
+        }),
+        "scatter_add" => case(vec![randn(&[3, 4], 39), randn(&[2, 4], 40)], |x| {
+            x[0].scatter_add(0, &idx(&[2, 0, 1, 2, 2, 2, 0, 1], &[2, 4]), &x[1])
+        }),
+        "matmul" => case(
+            vec![
+                randn(&[2, 1, 3, 4], 41),
+                randn(&[5, 4, 2], 42),
+                randn(&[4], 43),
+            ],
+            |x| x[0].matmul(&x[1])?.sum()?.add(&x[0].matmul(&x[2])?.sum()?),
+        ),
+        "conv2d" => case(
+            vec![
+                randn(&[2, 4, 5, 6], 44),
+                randn(&[6, 2, 3, 2], 45),
+                randn(&[6], 46),
+            ],
+            |x| {
+                let opts = Conv2dOptions {
+                    stride: (2, 1),
+                    padding: (1, 1),
+                    dilation: (1, 2),
+                    groups: 2,
+                };
+                x[0].conv2d(&x[1], Some(&x[2]), opts)
+            },
+        ),
+        "max_pool2d" => case(vec![randn(&[1, 2, 5, 5], 47)], |x| {
+            x[0].max_pool2d((2, 2), (2, 2), (1, 1))
+        }),
+        "avg_pool2d" => case(vec![randn(&[1, 2, 5, 5], 48)], |x| {
+            x[0].avg_pool2d((3, 3), (2, 2), (1, 1))
+        }),
+        "upsample_nearest2d" => case(vec![randn(&[1, 2, 2, 3], 49)], |x| {
+            x[0].upsample_nearest2d(2, 3)
+        }),
+        "cross_entropy" => case(vec![randn(&[5, 4], 50), randn(&[2, 3, 4], 51)], |x| {
+            let opts = CrossEntropyOptions {
+                label_smoothing: 0.1,
+                ..Default::default()
+            };
+            let flat = cross_entropy(&x[0], &idx(&[3, -100, 0, 1, 3], &[5]), opts)?;
+            let spatial = cross_entropy(
+                &x[1],
+                &idx(&[0, 2, 1, 1, 0, 2, 2, 1], &[2, 4]),
+                CrossEntropyOptions::default(),
+            )?;
+            flat.add(&spatial)
+        }),
+        "bce_with_logits" => case(vec![randn(&[3, 4], 52)], |x| {
+            bce_with_logits(&x[0], &randn(&[3, 4], 53).sigmoid()?, Reduction::Mean)
+        }),
+        "mse_loss" => case(vec![randn(&[3, 4], 54)], |x| {
+            mse_loss(&x[0], &randn(&[3, 4], 55), Reduction::Sum)
+        }),
+        "huber_loss" => case(vec![randn(&[3, 4], 56)], |x| {
+            huber_loss(&x[0], &randn(&[3, 4], 57), 0.5, Reduction::Mean)
+        }),
+        _ => None,
+    }
+}
+
+#[test]
+fn every_differentiable_op_in_the_table_has_a_gradcheck_case() {
+    let missing: Vec<&str> = OPS
+        .iter()
+        .filter(|o| o.differentiable && gradcheck_case(o.name).is_none())
+        .map(|o| o.name)
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "ops without a gradcheck case: {missing:?}"
+    );
+}
+
+#[test]
+fn every_differentiable_op_passes_gradcheck() {
+    let mut failures = Vec::new();
+    for op in OPS.iter().filter(|o| o.differentiable) {
+        let Some(c) = gradcheck_case(op.name) else {
+            continue;
+        };
+        if let Err(e) = gradcheck(&c.f, &c.inputs, c.opts) {
+            failures.push(format!("{}: {e}", op.name));
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "gradcheck failures:\n{}",
+        failures.join("\n")
+    );
+}
