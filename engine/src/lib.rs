@@ -4,6 +4,7 @@
 
 pub mod autograd;
 pub mod backend;
+pub mod cancel;
 pub mod data;
 pub mod dtype;
 pub mod error;
