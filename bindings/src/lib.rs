@@ -1,1 +1,50 @@
-//! Rhai bindings for the engine (filled in by the Rhai host issue).
+//! The Rhai host's bindings: registers the engine's types and functions into a `rhai::Engine`.
+//! Only argument conversion, error mapping and help text live here; the numerics are the
+//! engine's.
+
+pub mod convert;
+pub mod error;
+pub mod help;
+pub mod options;
+pub mod tensor;
+
+use rhai::Engine;
+
+/// Limits that keep a runaway script from exhausting the host. Loops may run as long as the
+/// user wants (Ctrl-C stops them); recursion and expression depth are bounded.
+fn set_limits(engine: &mut Engine) {
+    engine.set_max_call_levels(256);
+    engine.set_max_expr_depths(256, 256);
+    engine.set_max_operations(0);
+    engine.set_max_string_size(64 << 20);
+    engine.set_max_array_size(16 << 20);
+    engine.set_max_map_size(1 << 20);
+}
+
+/// A script engine with everything registered. Ctrl-C (the engine's cancel flag) stops a running
+/// script between operations; long engine loops check the same flag.
+pub fn new_engine() -> Engine {
+    let mut engine = Engine::new();
+    set_limits(&mut engine);
+    engine.on_progress(|_| {
+        if rusting_brain::cancel::is_requested() {
+            Some("cancelled".into())
+        } else {
+            None
+        }
+    });
+    tensor::register(&mut engine);
+    register_help(&mut engine);
+    engine
+}
+
+fn register_help(engine: &mut Engine) {
+    engine.register_fn("help", help::overview);
+    engine.register_fn("help", |name: &str| help::render(name));
+    help::record(help::HelpEntry {
+        name: "help".into(),
+        signature: "help() / help(name) -> string".into(),
+        doc: "Lists the namespaces and functions, or shows one function's signature, doc and example.".into(),
+        example: "print(help(\"matmul\"))".into(),
+    });
+}

@@ -74,7 +74,8 @@ pub fn gradcheck(
             };
             let numeric = (eval(opts.eps)? - eval(-opts.eps)?) / (2.0 * opts.eps);
             let diff = (analytic[j] - numeric).abs();
-            if !(diff <= opts.atol + opts.rtol * numeric.abs()) {
+            let within = diff <= opts.atol + opts.rtol * numeric.abs();
+            if !within {
                 return Err(Error::Backward(format!(
                     "gradcheck: input {i} element {j}: analytic {} vs numeric {numeric} (|diff| {diff})",
                     analytic[j]

@@ -18,7 +18,7 @@ pub mod optim;
 pub mod random;
 mod tensor;
 
-pub use autograd::{no_grad, NoGradGuard};
+pub use autograd::{is_grad_enabled, no_grad, NoGradGuard};
 pub use device::Device;
 pub use dtype::{DType, WithDType};
 pub use error::{Error, Result};

@@ -1,5 +1,93 @@
-//! The `brain` REPL and script runner (filled in by the Rhai host issue).
+//! `brain`: the RustingBrain REPL, script runner and notebook reports.
 
-fn main() {
-    println!("brain {}", env!("CARGO_PKG_VERSION"));
+mod cli;
+mod complete;
+mod host;
+mod notebook;
+mod repl;
+mod runner;
+mod session;
+
+use cli::Mode;
+use session::Session;
+use std::process::ExitCode;
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let cli = match cli::parse(&args) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("error: {e}\n\n{}", cli::USAGE);
+            return ExitCode::from(2);
+        }
+    };
+    match &cli.mode {
+        Mode::Help => {
+            println!("{}", cli::USAGE);
+            return ExitCode::SUCCESS;
+        }
+        Mode::Version => {
+            println!("brain {}", env!("CARGO_PKG_VERSION"));
+            return ExitCode::SUCCESS;
+        }
+        _ => {}
+    }
+    let (device, note) = match host::choose_device(cli.device.as_deref()) {
+        Ok(d) => d,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    // Ctrl-C sets the engine's cancel flag: a running entry stops, the session stays.
+    let _ = ctrlc::set_handler(rusting_brain::cancel::request);
+    let output = host::Output::default();
+    let engine = host::build_engine(&output, device, &cli.script_args);
+    let mut session = Session::new(engine);
+    session
+        .scope
+        .push("ARGS", host::args_array(&cli.script_args));
+    match cli.mode {
+        Mode::Repl => {
+            eprintln!("{note}");
+            repl::Repl::new(session).run();
+            ExitCode::SUCCESS
+        }
+        Mode::Run { script } => {
+            eprintln!("{note}");
+            finish(runner::run(&mut session, &script))
+        }
+        Mode::Check { script } => finish(
+            runner::check(&mut session, &script).map(|_| println!("{}: ok", script.display())),
+        ),
+        Mode::Notebook {
+            script,
+            output: report,
+            keep_going,
+        } => {
+            eprintln!("{note}");
+            match notebook::run(&mut session, &output, &script, &report, keep_going) {
+                Ok(true) => {
+                    println!("wrote {}", report.display());
+                    ExitCode::SUCCESS
+                }
+                Ok(false) => {
+                    eprintln!("wrote {} (a cell failed)", report.display());
+                    ExitCode::from(1)
+                }
+                Err(e) => finish(Err(e)),
+            }
+        }
+        Mode::Help | Mode::Version => unreachable!("handled above"),
+    }
+}
+
+fn finish(r: Result<(), String>) -> ExitCode {
+    match r {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("{e}");
+            ExitCode::from(1)
+        }
+    }
 }

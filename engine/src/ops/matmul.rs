@@ -15,6 +15,18 @@ impl Tensor {
                 "both operands need at least one dimension",
             ));
         }
+        let k_other = if other.rank() == 1 {
+            other.shape()[0]
+        } else {
+            other.shape()[other.rank() - 2]
+        };
+        if self.shape()[self.rank() - 1] != k_other {
+            return Err(Error::ShapeMismatch {
+                op: "matmul",
+                lhs: self.shape().to_vec(),
+                rhs: other.shape().to_vec(),
+            });
+        }
         if self.rank() == 1 {
             return self.unsqueeze(0)?.matmul(other)?.squeeze(-2);
         }

@@ -35,7 +35,7 @@ pub fn infer_shape(op: &'static str, numel: usize, shape: &[isize]) -> Result<Ve
     }
     let mut out: Vec<usize> = shape.iter().map(|&d| d.max(0) as usize).collect();
     if let Some(i) = infer {
-        if known == 0 || numel % known != 0 {
+        if known == 0 || !numel.is_multiple_of(known) {
             return Err(Error::invalid(
                 op,
                 format!("cannot infer -1 in {shape:?} for {numel} elements"),

@@ -76,50 +76,57 @@ fn shown(len: usize, summarize: bool) -> Vec<Option<usize>> {
     }
 }
 
-fn render(
-    values: &[f64],
-    shape: &[usize],
-    strides: &[usize],
-    base: usize,
-    depth: usize,
-    fmt: &Fmt,
+/// Everything the nested rendering shares.
+struct Printer<'a> {
+    values: &'a [f64],
+    fmt: Fmt,
     width: usize,
     summarize: bool,
-    out: &mut String,
-) {
-    if shape.is_empty() {
-        out.push_str(&format!("{:>width$}", fmt.cell(values[base])));
-        return;
-    }
-    out.push('[');
-    let idx = shown(shape[0], summarize);
-    let last = idx.len().saturating_sub(1);
-    for (k, i) in idx.iter().enumerate() {
-        match i {
-            Some(i) => render(
-                values,
-                &shape[1..],
-                &strides[1..],
-                base + i * strides[0],
-                depth + 1,
-                fmt,
-                width,
-                summarize,
-                out,
-            ),
-            None => out.push_str("..."),
+}
+
+impl Printer<'_> {
+    fn render(
+        &self,
+        shape: &[usize],
+        strides: &[usize],
+        base: usize,
+        depth: usize,
+        out: &mut String,
+    ) {
+        if shape.is_empty() {
+            out.push_str(&format!(
+                "{:>w$}",
+                self.fmt.cell(self.values[base]),
+                w = self.width
+            ));
+            return;
         }
-        if k != last {
-            if shape.len() == 1 {
-                out.push_str(", ");
-            } else {
-                out.push(',');
-                out.push_str(&"\n".repeat(shape.len() - 1));
-                out.push_str(&" ".repeat(depth + 8));
+        out.push('[');
+        let idx = shown(shape[0], self.summarize);
+        let last = idx.len().saturating_sub(1);
+        for (k, i) in idx.iter().enumerate() {
+            match i {
+                Some(i) => self.render(
+                    &shape[1..],
+                    &strides[1..],
+                    base + i * strides[0],
+                    depth + 1,
+                    out,
+                ),
+                None => out.push_str("..."),
+            }
+            if k != last {
+                if shape.len() == 1 {
+                    out.push_str(", ");
+                } else {
+                    out.push(',');
+                    out.push_str(&"\n".repeat(shape.len() - 1));
+                    out.push_str(&" ".repeat(depth + 8));
+                }
             }
         }
+        out.push(']');
     }
-    out.push(']');
 }
 
 impl std::fmt::Display for Tensor {
@@ -144,9 +151,13 @@ impl std::fmt::Display for Tensor {
         if values.is_empty() {
             body.push_str("[]");
         } else {
-            render(
-                &values, shape, &strides, 0, 0, &fmt, width, summarize, &mut body,
-            );
+            Printer {
+                values: &values,
+                fmt,
+                width,
+                summarize,
+            }
+            .render(shape, &strides, 0, 0, &mut body);
         }
         write!(
             f,

@@ -142,7 +142,7 @@ impl CpuStorage {
 
     /// Reads little-endian bytes of `dtype`; `bytes.len()` must be a multiple of the element size.
     pub fn from_le_bytes(bytes: &[u8], dtype: DType) -> Option<CpuStorage> {
-        if bytes.len() % dtype.size_in_bytes() != 0 {
+        if !bytes.len().is_multiple_of(dtype.size_in_bytes()) {
             return None;
         }
         fn pod<T: bytemuck::Pod>(bytes: &[u8]) -> Vec<T> {

@@ -1,0 +1,138 @@
+//! `Tensor` as a Rhai type: construction, printing, getters, indexing, operators and the
+//! PyTorch-named methods.
+
+mod create;
+mod methods;
+mod operators;
+
+use crate::convert;
+use crate::error::{guard, runtime_error, RhaiResult};
+use crate::help::{self, Api, HelpEntry};
+use rhai::{Dynamic, Engine, Module, INT};
+use rusting_brain::{Device, Tensor};
+use std::sync::RwLock;
+
+static DEFAULT_DEVICE: RwLock<Device> = RwLock::new(Device::Cpu);
+
+/// The device that constructors place new tensors on (`--device`).
+pub fn set_default_device(d: Device) {
+    *DEFAULT_DEVICE.write().unwrap_or_else(|e| e.into_inner()) = d;
+}
+
+pub fn default_device() -> Device {
+    *DEFAULT_DEVICE.read().unwrap_or_else(|e| e.into_inner())
+}
+
+pub fn register(engine: &mut Engine) {
+    engine.register_type_with_name::<Tensor>("Tensor");
+    let mut module = Module::new();
+    {
+        let mut api = Api::new(&mut module, None);
+        create::register(&mut api);
+        methods::register(&mut api);
+        operators::register(&mut api);
+        register_printing(&mut api);
+    }
+    engine.register_global_module(module.into());
+    register_getters(engine);
+    register_indexing(engine);
+}
+
+fn register_printing(api: &mut Api) {
+    api.func(
+        "to_string",
+        "t.to_string() -> string",
+        "The tensor printed like PyTorch: edge values, shape, dtype, device.",
+        "print(t)",
+        |t: &mut Tensor| t.to_string(),
+    );
+    api.func(
+        "to_debug",
+        "t.to_debug() -> string",
+        "Same as to_string.",
+        "debug(t)",
+        |t: &mut Tensor| t.to_string(),
+    );
+}
+
+fn getter(name: &str, doc: &str) {
+    help::record(HelpEntry {
+        name: name.into(),
+        signature: format!("t.{name}"),
+        doc: doc.into(),
+        example: format!("t.{name}"),
+    });
+}
+
+fn register_getters(engine: &mut Engine) {
+    engine.register_get("shape", |t: &mut Tensor| -> rhai::Array {
+        t.shape()
+            .iter()
+            .map(|&d| Dynamic::from_int(d as INT))
+            .collect()
+    });
+    getter("shape", "The shape as an array of ints.");
+    engine.register_get("dtype", |t: &mut Tensor| t.dtype().name().to_string());
+    getter(
+        "dtype",
+        "The element type name: f32, bf16, f16, f64, i64, u32, u8 or bool.",
+    );
+    engine.register_get("device", |t: &mut Tensor| t.device().to_string());
+    getter("device", "Where the tensor lives: cpu or cuda:N.");
+    engine.register_get("grad", |t: &mut Tensor| -> Dynamic {
+        t.grad().map(Dynamic::from).unwrap_or(Dynamic::UNIT)
+    });
+    getter(
+        "grad",
+        "The gradient that backward() accumulated, or () when there is none.",
+    );
+    engine.register_get("requires_grad", |t: &mut Tensor| t.requires_grad());
+    getter(
+        "requires_grad",
+        "Whether backward() computes a gradient for this tensor.",
+    );
+    engine.register_get("ndim", |t: &mut Tensor| t.rank() as INT);
+    getter("ndim", "The number of dimensions.");
+    engine.register_get("T", |t: &mut Tensor| guard(|| t.t()));
+    getter("T", "The transpose of the last two dims (a view).");
+}
+
+/// `t[i]` selects along dim 0 (negative counts from the end); `t[a..b]` slices it.
+fn register_indexing(engine: &mut Engine) {
+    engine.register_indexer_get(|t: &mut Tensor, i: INT| -> RhaiResult<Tensor> {
+        let n = t
+            .shape()
+            .first()
+            .copied()
+            .ok_or_else(|| runtime_error("cannot index a 0-d tensor; use item()"))?
+            as INT;
+        let j = if i < 0 { i + n } else { i };
+        if j < 0 || j >= n {
+            return Err(runtime_error(format!(
+                "index {i} is out of range for dim 0 of size {n}"
+            )));
+        }
+        guard(|| t.narrow(0, j as usize, 1)?.squeeze(0))
+    });
+    engine.register_indexer_get(|t: &mut Tensor, r: std::ops::Range<INT>| {
+        guard(|| t.slice(0, r.start as isize, r.end as isize))
+    });
+    engine.register_indexer_get(|t: &mut Tensor, r: std::ops::RangeInclusive<INT>| {
+        guard(|| t.slice(0, *r.start() as isize, *r.end() as isize + 1))
+    });
+    help::record(HelpEntry {
+        name: "[]".into(),
+        signature: "t[i], t[a..b], t[a..=b]".into(),
+        doc: "Index or slice along dim 0; negative indices count from the end.".into(),
+        example: "let row = x[0]; let top = x[0..2];".into(),
+    });
+}
+
+/// Reads a tensor argument or converts a number into a 0-d tensor like `other`.
+pub(crate) fn operand(v: &Dynamic, like: &Tensor) -> RhaiResult<Tensor> {
+    if let Some(t) = v.clone().try_cast::<Tensor>() {
+        return Ok(t);
+    }
+    let x = convert::number(v, "operand")?;
+    guard(|| like.scalar_like(x))
+}

@@ -1,0 +1,165 @@
+//! Builds the script engine for a mode: the bindings, the script's ARGS, the device choice, and
+//! where printed output and engine messages go.
+
+use rhai::{Array, Dynamic, Engine};
+use rusting_brain::Device;
+use std::sync::{Arc, Mutex};
+
+/// Printed text goes to stdout, or into a buffer when a notebook captures a cell.
+#[derive(Clone, Default)]
+pub struct Output {
+    capture: Arc<Mutex<Option<String>>>,
+}
+
+impl Output {
+    pub fn write_line(&self, text: &str) {
+        let mut cap = self.capture.lock().unwrap_or_else(|e| e.into_inner());
+        match cap.as_mut() {
+            Some(buf) => {
+                buf.push_str(text);
+                buf.push('\n');
+            }
+            None => println!("{text}"),
+        }
+    }
+
+    pub fn start_capture(&self) {
+        *self.capture.lock().unwrap_or_else(|e| e.into_inner()) = Some(String::new());
+    }
+
+    pub fn take_capture(&self) -> String {
+        self.capture
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take()
+            .unwrap_or_default()
+    }
+}
+
+/// Resolves `--device`: an explicit GPU that is not usable is an error, never a quiet CPU run.
+pub fn choose_device(requested: Option<&str>) -> Result<(Device, String), String> {
+    match requested {
+        Some(name) => {
+            let d = Device::parse(name)
+                .ok_or_else(|| format!("unknown device `{name}`: use cpu, cuda or cuda:N"))?;
+            match d {
+                Device::Cpu => Ok((d, "device: cpu".into())),
+                Device::Cuda(_) => Err(format!(
+                    "device {d} is not usable: this build has no CUDA backend yet"
+                )),
+            }
+        }
+        None => Ok((Device::Cpu, "device: cpu (no usable GPU)".into())),
+    }
+}
+
+/// `name=value`, `--name value` or `--name=value` from the script's arguments.
+fn lookup_arg(args: &[String], name: &str) -> Option<String> {
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        let a = a.trim_start_matches("--");
+        if let Some((k, v)) = a.split_once('=') {
+            if k == name {
+                return Some(v.to_string());
+            }
+        } else if a == name {
+            return it.next().cloned();
+        }
+    }
+    None
+}
+
+/// Converts an argument string to the type of the default.
+fn typed_arg(
+    name: &str,
+    text: &str,
+    default: &Dynamic,
+) -> Result<Dynamic, Box<rhai::EvalAltResult>> {
+    let bad = |kind: &str| {
+        rusting_brain_rhai::error::runtime_error(format!("argument {name}={text}: expected {kind}"))
+    };
+    if default.is_int() {
+        text.parse::<rhai::INT>()
+            .map(Dynamic::from_int)
+            .map_err(|_| bad("an integer"))
+    } else if default.is_float() {
+        text.parse::<rhai::FLOAT>()
+            .map(Dynamic::from_float)
+            .map_err(|_| bad("a number"))
+    } else if default.is_bool() {
+        text.parse::<bool>()
+            .map(Dynamic::from_bool)
+            .map_err(|_| bad("true or false"))
+    } else {
+        Ok(Dynamic::from(text.to_string()))
+    }
+}
+
+pub fn build_engine(output: &Output, device: Device, script_args: &[String]) -> Engine {
+    rusting_brain_rhai::tensor::set_default_device(device);
+    let mut engine = rusting_brain_rhai::new_engine();
+    let out = output.clone();
+    engine.on_print(move |s| out.write_line(s));
+    let out = output.clone();
+    engine.on_debug(move |s, _, _| out.write_line(s));
+    let out = output.clone();
+    rusting_brain::messages::set_sink(Some(Arc::new(move |level, text| {
+        let prefix = if level == rusting_brain::messages::Level::Warning {
+            "warning: "
+        } else {
+            ""
+        };
+        out.write_line(&format!("{prefix}{text}"));
+    })));
+    let args: Arc<Vec<String>> = Arc::new(script_args.to_vec());
+    let a = args.clone();
+    engine.register_fn(
+        "arg",
+        move |name: &str, default: Dynamic| match lookup_arg(&a, name) {
+            Some(text) => typed_arg(name, &text, &default),
+            None => Ok(default),
+        },
+    );
+    rusting_brain_rhai::help::record(rusting_brain_rhai::help::HelpEntry {
+        name: "arg".into(),
+        signature: "arg(name, default) -> value".into(),
+        doc: "A script argument given as name=value or --name value, converted to the default's type.".into(),
+        example: "let steps = arg(\"steps\", 200);".into(),
+    });
+    engine.register_fn("device", move || device.to_string());
+    let list: Array = args.iter().map(|s| Dynamic::from(s.clone())).collect();
+    engine.register_fn("script_args", move || list.clone());
+    engine
+}
+
+/// The scope variable every script sees.
+pub fn args_array(script_args: &[String]) -> Array {
+    script_args
+        .iter()
+        .map(|s| Dynamic::from(s.clone()))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn script_arguments_are_found_in_every_spelling() {
+        let args: Vec<String> = ["steps=5", "--lr", "0.1", "--out=x"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        assert_eq!(lookup_arg(&args, "steps").as_deref(), Some("5"));
+        assert_eq!(lookup_arg(&args, "lr").as_deref(), Some("0.1"));
+        assert_eq!(lookup_arg(&args, "out").as_deref(), Some("x"));
+        assert_eq!(lookup_arg(&args, "missing"), None);
+    }
+
+    #[test]
+    fn an_explicit_gpu_without_a_backend_is_an_error() {
+        assert!(choose_device(Some("cuda")).is_err());
+        assert!(choose_device(Some("tpu")).is_err());
+        assert_eq!(choose_device(Some("cpu")).unwrap().0, Device::Cpu);
+    }
+}

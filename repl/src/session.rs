@@ -1,0 +1,181 @@
+//! One evaluation session: the engine, the scope that keeps variables between entries, and the
+//! functions defined so far. The REPL, `brain run` and notebooks all evaluate through it.
+
+use rhai::{Dynamic, Engine, EvalAltResult, ParseError, ParseErrorType, Position, Scope, AST};
+use rusting_brain::Tensor;
+
+pub struct Session {
+    pub engine: Engine,
+    pub scope: Scope<'static>,
+    functions: AST,
+    /// Entries that ran without error, in order (`:save` writes them as a script).
+    pub accepted: Vec<String>,
+}
+
+/// Why an entry did not produce a value.
+pub enum EntryError {
+    /// The source does not parse yet but may once more lines arrive.
+    Incomplete,
+    Parse(ParseError),
+    Runtime(Box<EvalAltResult>),
+}
+
+impl Session {
+    pub fn new(engine: Engine) -> Self {
+        Session {
+            engine,
+            scope: Scope::new(),
+            functions: AST::empty(),
+            accepted: Vec::new(),
+        }
+    }
+
+    pub fn reset(&mut self) {
+        self.scope = Scope::new();
+        self.functions = AST::empty();
+        self.accepted.clear();
+    }
+
+    /// Compiles `src`. With `more_may_follow` (the REPL), an error at the very end of the input
+    /// means "keep reading" rather than a parse error.
+    pub fn compile(&self, src: &str, more_may_follow: bool) -> Result<AST, EntryError> {
+        match self.engine.compile_with_scope(&self.scope, src) {
+            Ok(ast) => Ok(ast),
+            Err(e) if more_may_follow && is_incomplete(&e, src) => Err(EntryError::Incomplete),
+            Err(e) => Err(EntryError::Parse(e)),
+        }
+    }
+
+    /// Runs one REPL entry in the persistent scope; functions it defines stay for later entries.
+    pub fn eval(&mut self, src: &str) -> Result<Dynamic, EntryError> {
+        let ast = self.compile(src, true)?;
+        self.run(src, ast)
+    }
+
+    /// Runs a whole script or notebook cell (nothing more will follow it).
+    pub fn eval_complete(&mut self, src: &str) -> Result<Dynamic, EntryError> {
+        let ast = self.compile(src, false)?;
+        self.run(src, ast)
+    }
+
+    fn run(&mut self, src: &str, ast: AST) -> Result<Dynamic, EntryError> {
+        let merged = self.functions.merge(&ast);
+        rusting_brain::cancel::clear();
+        let result = self
+            .engine
+            .eval_ast_with_scope::<Dynamic>(&mut self.scope, &merged);
+        rusting_brain::cancel::clear();
+        match result {
+            Ok(v) => {
+                self.functions = self.functions.merge(&ast.clone_functions_only());
+                self.accepted.push(src.trim_end().to_string());
+                Ok(v)
+            }
+            Err(e) => {
+                // Functions defined by an entry that failed still parse fine; keep them.
+                self.functions = self.functions.merge(&ast.clone_functions_only());
+                Err(EntryError::Runtime(e))
+            }
+        }
+    }
+
+    /// The names and short descriptions of the variables in scope.
+    pub fn variables(&self) -> Vec<(String, String)> {
+        self.scope
+            .iter_raw()
+            .map(|(name, _constant, value)| (name.to_string(), describe(value)))
+            .collect()
+    }
+}
+
+fn is_incomplete(e: &ParseError, src: &str) -> bool {
+    match &*e.0 {
+        ParseErrorType::UnexpectedEOF => true,
+        ParseErrorType::MissingToken(..) | ParseErrorType::BadInput(_) => at_end(e.1, src),
+        _ => false,
+    }
+}
+
+/// Whether a position is on the last non-empty line, where more input could still change it.
+fn at_end(pos: Position, src: &str) -> bool {
+    let Some(line) = pos.line() else { return true };
+    let last = src.trim_end().lines().count().max(1);
+    let unterminated_string = matches!(src.matches('"').count() % 2, 1);
+    line >= last || unterminated_string
+}
+
+/// A one-line description of a value for `:vars`.
+pub fn describe(v: &Dynamic) -> String {
+    if let Some(t) = v.read_lock::<Tensor>() {
+        return format!(
+            "Tensor shape={:?} dtype={} device={}",
+            t.shape(),
+            t.dtype(),
+            t.device()
+        );
+    }
+    let text = v.to_string();
+    let short: String = text.chars().take(60).collect();
+    format!(
+        "{} = {}{}",
+        v.type_name(),
+        short,
+        if text.chars().count() > 60 { "..." } else { "" }
+    )
+}
+
+/// How the REPL and notebooks show a value: tensors print like PyTorch, strings as they are
+/// (so `help("matmul")` reads as text).
+pub fn display(v: &Dynamic) -> String {
+    if let Some(t) = v.read_lock::<Tensor>() {
+        return t.to_string();
+    }
+    v.to_string()
+}
+
+/// An error with the source line and a caret under its position, as `brain run` prints it.
+pub fn render_error(origin: &str, src: &str, pos: Position, message: &str) -> String {
+    match (pos.line(), pos.position()) {
+        (Some(line), col) => {
+            let col = col.unwrap_or(1);
+            let text = src.lines().nth(line - 1).unwrap_or("");
+            format!(
+                "{origin}:{line}:{col}: {message}\n    {text}\n    {}^",
+                " ".repeat(col.saturating_sub(1))
+            )
+        }
+        _ => format!("{origin}: {message}"),
+    }
+}
+
+/// The message and position of an entry error.
+pub fn error_parts(e: &EntryError) -> (String, Position) {
+    match e {
+        EntryError::Incomplete => (
+            "the input ended in the middle of a statement".into(),
+            Position::NONE,
+        ),
+        EntryError::Parse(p) => (p.0.to_string(), p.1),
+        EntryError::Runtime(r) => (runtime_message(r), r.position()),
+    }
+}
+
+/// Rhai's error text, without the position it appends (we print our own).
+fn runtime_message(e: &EvalAltResult) -> String {
+    let mut inner = e;
+    // A function call error wraps the real one; show the innermost cause.
+    while let EvalAltResult::ErrorInFunctionCall(_, _, cause, _) = inner {
+        inner = cause;
+    }
+    match inner {
+        EvalAltResult::ErrorRuntime(msg, _) => msg.to_string(),
+        EvalAltResult::ErrorTerminated(_, _) => "interrupted".into(),
+        other => {
+            let text = other.to_string();
+            match text.rfind(" (line ") {
+                Some(i) => text[..i].to_string(),
+                None => text,
+            }
+        }
+    }
+}
