@@ -96,12 +96,13 @@ fn is_incomplete(e: &ParseError, src: &str) -> bool {
     }
 }
 
-/// Whether a position is on the last non-empty line, where more input could still change it.
+/// Whether an error sits past the last character of the input, where more lines could still
+/// complete the entry (an error inside the text is a real error).
 fn at_end(pos: Position, src: &str) -> bool {
     let Some(line) = pos.line() else { return true };
-    let last = src.trim_end().lines().count().max(1);
-    let unterminated_string = matches!(src.matches('"').count() % 2, 1);
-    line >= last || unterminated_string
+    let lines: Vec<&str> = src.trim_end().lines().collect();
+    let last_len = lines.last().map_or(0, |l| l.trim_end().chars().count());
+    line > lines.len() || (line == lines.len() && pos.position().is_none_or(|col| col > last_len))
 }
 
 /// A one-line description of a value for `:vars`.

@@ -1,0 +1,136 @@
+//! `brain run`, `brain check` and `brain notebook` on script files.
+
+mod common;
+use common::{brain, text};
+
+fn script(dir: &tempfile::TempDir, name: &str, src: &str) -> std::path::PathBuf {
+    let p = dir.path().join(name);
+    std::fs::write(&p, src).unwrap();
+    p
+}
+
+#[test]
+fn a_failing_script_names_file_line_and_column_shows_the_line_and_exits_1() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = script(
+        &dir,
+        "bad.rhai",
+        "let a = ones([3]);\nlet b = a.reshape([2, 2]);\n",
+    );
+    let out = brain(&dir).arg("run").arg(&p).output().unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = text(&out.stderr);
+    assert!(
+        stderr.contains("bad.rhai:2:11: reshape: shape [2, 2] is invalid for 3 elements"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("    let b = a.reshape([2, 2]);\n              ^"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn script_arguments_reach_the_script() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = script(
+        &dir,
+        "args.rhai",
+        "print(arg(\"steps\", 1) * 2);\nprint(ARGS.len());\n",
+    );
+    let out = brain(&dir)
+        .args(["run"])
+        .arg(&p)
+        .args(["steps=21", "--device", "cpu"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(text(&out.stdout), "42\n1\n");
+}
+
+#[test]
+fn imports_resolve_relative_to_the_script() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir(dir.path().join("lib")).unwrap();
+    script(&dir, "lib/util.rhai", "fn triple(x) { x * 3 }\n");
+    let p = script(
+        &dir,
+        "lib/main.rhai",
+        "import \"util\" as u;\nprint(u::triple(5));\n",
+    );
+    let out = brain(&dir).arg("run").arg(&p).output().unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(text(&out.stdout), "15\n");
+}
+
+#[test]
+fn check_parses_without_running() {
+    let dir = tempfile::tempdir().unwrap();
+    let ok = script(&dir, "ok.rhai", "throw \"would fail if run\";\n");
+    assert!(brain(&dir)
+        .arg("check")
+        .arg(&ok)
+        .output()
+        .unwrap()
+        .status
+        .success());
+    let bad = script(&dir, "bad.rhai", "let = 3;\n");
+    let out = brain(&dir).arg("check").arg(&bad).output().unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        text(&out.stderr).contains("bad.rhai:1:5"),
+        "{}",
+        text(&out.stderr)
+    );
+}
+
+#[test]
+fn an_explicit_gpu_that_is_not_usable_is_an_error_not_a_cpu_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = script(&dir, "x.rhai", "print(1);\n");
+    let out = brain(&dir)
+        .arg("run")
+        .arg(&p)
+        .args(["--device", "cuda"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(text(&out.stdout).is_empty());
+    assert!(
+        text(&out.stderr).contains("cuda:0 is not usable"),
+        "{}",
+        text(&out.stderr)
+    );
+}
+
+#[test]
+fn a_notebook_report_holds_each_cells_code_output_and_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = script(&dir, "nb.rhai", "// %% [markdown]\n// # Demo\n// %%\nlet x = 2;\n// %%\nprint(x * 21);\n// %%\nx.nope();\n// %%\nprint(\"after\");\n");
+    let report = dir.path().join("out/report.md");
+    let out = brain(&dir)
+        .arg("notebook")
+        .arg(&p)
+        .arg("-o")
+        .arg(&report)
+        .arg("--keep-going")
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "a failing cell makes the run fail"
+    );
+    let md = std::fs::read_to_string(&report).unwrap();
+    assert!(md.contains("# Demo"), "{md}");
+    assert!(md.contains("```rust\nprint(x * 21);\n```"), "{md}");
+    assert!(md.contains("```text\n42\n```"), "{md}");
+    assert!(
+        md.contains("nb.rhai:8:3"),
+        "errors point into the script: {md}"
+    );
+    assert!(
+        md.contains("```text\nafter\n```"),
+        "--keep-going runs the rest: {md}"
+    );
+}
