@@ -114,12 +114,12 @@ impl Tensor {
             |a, b| cpu::conv2d(a, b, &g),
             |a, b| cpu::conv2d(a, b, &g),
         )?;
-        let (sx, sw) = (
-            SavedTensor::new("conv2d", &x),
-            SavedTensor::new("conv2d", &w),
-        );
-        let (xs, ws) = (x.shape().to_vec(), w.shape().to_vec());
-        let out = out.recorded(&[&x, &w], move || {
+        let out = out.recorded(&[&x, &w], || {
+            let (sx, sw) = (
+                SavedTensor::new("conv2d", &x),
+                SavedTensor::new("conv2d", &w),
+            );
+            let (xs, ws) = (x.shape().to_vec(), w.shape().to_vec());
             backward_fn("conv2d", move |dy, needs| {
                 let (x, w) = (sx.get()?, sw.get()?);
                 Ok(vec![

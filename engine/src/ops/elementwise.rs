@@ -51,9 +51,11 @@ impl Tensor {
     /// have no backward of their own, so backward through them is an error naming them.
     pub fn unary(&self, op: UnaryOp) -> Result<Tensor> {
         let out = self.unary_raw(op)?;
-        let x = SavedTensor::new(unary_name(op), self);
-        let y = SavedTensor::new(unary_name(op), &out);
-        Ok(out.recorded(&[self], move || {
+        Ok(out.recorded_with_output(&[self], |out| {
+            let (x, y) = (
+                SavedTensor::new(unary_name(op), self),
+                SavedTensor::new(unary_name(op), out),
+            );
             backward_fn(unary_name(op), move |g, _| {
                 let (x, y) = (x.get()?, y.get()?);
                 let dx = match op {
@@ -196,14 +198,14 @@ impl Tensor {
             op,
             BinaryOp::Mul | BinaryOp::Div | BinaryOp::Maximum | BinaryOp::Minimum
         );
-        let saved = needs_saved.then(|| {
-            (
-                SavedTensor::new(op.name(), &a),
-                SavedTensor::new(op.name(), &b),
-            )
-        });
-        let (sa, sb) = (a.shape().to_vec(), b.shape().to_vec());
-        Ok(out.recorded(&[&a, &b], move || {
+        Ok(out.recorded(&[&a, &b], || {
+            let saved = needs_saved.then(|| {
+                (
+                    SavedTensor::new(op.name(), &a),
+                    SavedTensor::new(op.name(), &b),
+                )
+            });
+            let (sa, sb) = (a.shape().to_vec(), b.shape().to_vec());
             backward_fn(op.name(), move |g, needs| {
                 let (ga, gb) = match op {
                     BinaryOp::Add => (
@@ -380,8 +382,8 @@ impl Tensor {
         })???;
         let out = Tensor::from_storage(storage, &shape)?;
         let (sa, sb) = (a.shape().to_vec(), b.shape().to_vec());
-        let cond = SavedTensor::new("where", &c);
-        Ok(out.recorded(&[&a, &b], move || {
+        Ok(out.recorded(&[&a, &b], || {
+            let cond = SavedTensor::new("where", &c);
             backward_fn("where", move |g, needs| {
                 let c = cond.get()?;
                 let zero = Tensor::scalar(0.0, g.dtype())?;

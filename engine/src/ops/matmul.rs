@@ -70,11 +70,11 @@ impl Tensor {
             })
         })??;
         let out = Tensor::from_storage(storage, &full(m, n))?;
-        let (sa, sb) = (
-            SavedTensor::new("matmul", &a),
-            SavedTensor::new("matmul", &b),
-        );
-        Ok(out.recorded(&[&a, &b], move || {
+        Ok(out.recorded(&[&a, &b], || {
+            let (sa, sb) = (
+                SavedTensor::new("matmul", &a),
+                SavedTensor::new("matmul", &b),
+            );
             backward_fn("matmul", move |g, needs| {
                 let (a, b) = (sa.get()?, sb.get()?);
                 Ok(vec![

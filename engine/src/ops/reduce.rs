@@ -106,9 +106,9 @@ impl Tensor {
         } else {
             kept.reshape_to(&reduced_shape(self.shape(), &d, false))?
         };
-        let (x, m) = (SavedTensor::new(name, self), SavedTensor::new(name, &kept));
-        let kept_shape = kept.shape().to_vec();
-        Ok(out.recorded(&[self], move || {
+        Ok(out.recorded(&[self], || {
+            let (x, m) = (SavedTensor::new(name, self), SavedTensor::new(name, &kept));
+            let kept_shape = kept.shape().to_vec();
             backward_fn(name, move |g, _| {
                 // Ties share the gradient evenly.
                 let hits = x.get()?.eq(m.get()?)?.to_dtype(g.dtype())?;

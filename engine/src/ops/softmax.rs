@@ -41,8 +41,8 @@ impl Tensor {
         } else {
             y_rows.transpose(d as isize, last as isize)?
         };
-        let saved = SavedTensor::new(name, &y_rows);
-        Ok(y.recorded(&[&x], move || {
+        Ok(y.recorded(&[&x], || {
+            let saved = SavedTensor::new(name, &y_rows);
             backward_fn(name, move |g, _| {
                 let g_rows = g.rows_along(d)?;
                 let y_rows = saved.get()?;

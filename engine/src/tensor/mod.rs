@@ -90,10 +90,19 @@ impl Tensor {
         inputs: &[&Tensor],
         make_backward: impl FnOnce() -> B,
     ) -> Tensor {
+        self.recorded_with_output(inputs, |_| make_backward())
+    }
+
+    /// Like `recorded`, for a backward that needs the op's own output (exp, tanh, sigmoid).
+    pub(crate) fn recorded_with_output<B: Backward + 'static>(
+        self,
+        inputs: &[&Tensor],
+        make_backward: impl FnOnce(&Tensor) -> B,
+    ) -> Tensor {
         if !is_grad_enabled() || !inputs.iter().any(|t| t.requires_grad()) {
             return self;
         }
-        let backward = make_backward();
+        let backward = make_backward(&self);
         let node = Node {
             name: backward.name(),
             inputs: inputs
