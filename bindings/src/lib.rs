@@ -5,6 +5,7 @@
 pub mod convert;
 pub mod error;
 pub mod help;
+pub mod nn;
 pub mod options;
 pub mod tensor;
 
@@ -34,6 +35,7 @@ pub fn new_engine() -> Engine {
         }
     });
     tensor::register(&mut engine);
+    nn::register(&mut engine);
     register_help(&mut engine);
     engine
 }

@@ -204,6 +204,19 @@ pub fn register(api: &mut Api) {
         },
     );
     api.func(
+        "affine",
+        "t.affine(mul, add) -> Tensor",
+        "t * mul + add in one pass, keeping t's dtype.",
+        "x.affine(2.0, 1.0)",
+        |t: &mut Tensor, m: Dynamic, a: Dynamic| {
+            let (m, a) = (
+                convert::number(&m, "affine")?,
+                convert::number(&a, "affine")?,
+            );
+            guard(|| t.affine(m, a))
+        },
+    );
+    api.func(
         "clamp",
         "t.clamp(min, max) -> Tensor",
         "Limits every element to [min, max].",

@@ -1,0 +1,174 @@
+//! `nn::` functions over tensors: convolution, pooling, upsampling and the losses.
+
+use crate::error::{guard, RhaiResult};
+use crate::help::Api;
+use crate::options::Options;
+use rhai::{Map, INT};
+use rusting_brain::{Conv2dOptions, CrossEntropyOptions, Reduction, Tensor};
+
+fn reduction(opts: &Options) -> RhaiResult<Reduction> {
+    match opts.string("reduction")? {
+        None => Ok(Reduction::Mean),
+        Some(r) => Reduction::parse(&r).ok_or_else(|| {
+            crate::error::runtime_error(format!(
+                "reduction must be \"mean\", \"sum\" or \"none\", got \"{r}\""
+            ))
+        }),
+    }
+}
+
+fn conv2d(x: Tensor, w: Tensor, bias: Option<Tensor>, opts: Map) -> RhaiResult<Tensor> {
+    let o = Options::new(
+        "nn::conv2d",
+        opts,
+        &["stride", "padding", "dilation", "groups"],
+    )?;
+    let c = Conv2dOptions {
+        stride: o.pair("stride", (1, 1))?,
+        padding: o.pair("padding", (0, 0))?,
+        dilation: o.pair("dilation", (1, 1))?,
+        groups: o.usize("groups", 1)?,
+    };
+    guard(|| x.conv2d(&w, bias.as_ref(), c))
+}
+
+fn pool(x: Tensor, opts: Map, what: &str, max: bool) -> RhaiResult<Tensor> {
+    let o = Options::new(what, opts, &["kernel", "stride", "padding"])?;
+    let kernel = o.pair("kernel", (2, 2))?;
+    let stride = o.pair("stride", kernel)?;
+    let padding = o.pair("padding", (0, 0))?;
+    guard(|| {
+        if max {
+            x.max_pool2d(kernel, stride, padding)
+        } else {
+            x.avg_pool2d(kernel, stride, padding)
+        }
+    })
+}
+
+fn cross_entropy(logits: Tensor, targets: Tensor, opts: Map) -> RhaiResult<Tensor> {
+    let o = Options::new(
+        "nn::cross_entropy",
+        opts,
+        &["ignore_index", "label_smoothing", "reduction"],
+    )?;
+    let c = CrossEntropyOptions {
+        ignore_index: Some(o.int("ignore_index", -100)?),
+        label_smoothing: o.float("label_smoothing", 0.0)?,
+        reduction: reduction(&o)?,
+    };
+    guard(|| rusting_brain::cross_entropy(&logits, &targets, c))
+}
+
+fn simple_loss(pred: Tensor, target: Tensor, opts: Map, what: &'static str) -> RhaiResult<Tensor> {
+    let valid: &[&str] = if what == "nn::huber_loss" {
+        &["reduction", "delta"]
+    } else {
+        &["reduction"]
+    };
+    let o = Options::new(what, opts, valid)?;
+    let r = reduction(&o)?;
+    match what {
+        "nn::mse_loss" => guard(|| rusting_brain::mse_loss(&pred, &target, r)),
+        "nn::bce_with_logits" => guard(|| rusting_brain::bce_with_logits(&pred, &target, r)),
+        _ => {
+            let delta = o.float("delta", 1.0)?;
+            guard(|| rusting_brain::huber_loss(&pred, &target, delta, r))
+        }
+    }
+}
+
+pub fn register(api: &mut Api) {
+    api.func(
+        "conv2d",
+        "nn::conv2d(x, weight) -> Tensor",
+        "2-D convolution of [N, C, H, W] by [O, C/groups, kh, kw].",
+        "nn::conv2d(x, w)",
+        |x: Tensor, w: Tensor| conv2d(x, w, None, Map::new()),
+    );
+    api.func(
+        "conv2d",
+        "nn::conv2d(x, weight, bias, #{ stride, padding, dilation, groups }) -> Tensor",
+        "2-D convolution with a bias [O] (or ()) and options; sizes are ints or [h, w].",
+        "nn::conv2d(x, w, b, #{ stride: 2, padding: 1 })",
+        |x: Tensor, w: Tensor, b: rhai::Dynamic, o: Map| conv2d(x, w, b.try_cast::<Tensor>(), o),
+    );
+    api.func(
+        "max_pool2d",
+        "nn::max_pool2d(x, #{ kernel, stride, padding }) -> Tensor",
+        "2-D max pooling; stride defaults to the kernel.",
+        "nn::max_pool2d(x, #{ kernel: 2 })",
+        |x: Tensor, o: Map| pool(x, o, "nn::max_pool2d", true),
+    );
+    api.func(
+        "avg_pool2d",
+        "nn::avg_pool2d(x, #{ kernel, stride, padding }) -> Tensor",
+        "2-D average pooling (padding counts in the divisor).",
+        "nn::avg_pool2d(x, #{ kernel: 2 })",
+        |x: Tensor, o: Map| pool(x, o, "nn::avg_pool2d", false),
+    );
+    api.func(
+        "upsample_nearest2d",
+        "nn::upsample_nearest2d(x, scale) -> Tensor",
+        "Nearest-neighbour upsampling of [N, C, H, W] by an integer factor.",
+        "nn::upsample_nearest2d(x, 2)",
+        |x: Tensor, s: INT| {
+            let s = crate::convert::usize_of(s, "nn::upsample_nearest2d")?;
+            guard(|| x.upsample_nearest2d(s, s))
+        },
+    );
+    api.func(
+        "cross_entropy",
+        "nn::cross_entropy(logits, targets) -> Tensor",
+        "Mean cross-entropy of logits [N, C] against class ids [N].",
+        "nn::cross_entropy(logits, y)",
+        |l: Tensor, t: Tensor| cross_entropy(l, t, Map::new()),
+    );
+    api.func("cross_entropy", "nn::cross_entropy(logits, targets, #{ ignore_index, label_smoothing, reduction }) -> Tensor", "Cross-entropy with options (ignore_index defaults to -100).", "nn::cross_entropy(logits, y, #{ label_smoothing: 0.1 })", cross_entropy);
+    for (name, sig, doc, ex) in [
+        (
+            "mse_loss",
+            "nn::mse_loss(pred, target[, #{ reduction }]) -> Tensor",
+            "Mean squared error.",
+            "nn::mse_loss(pred, y)",
+        ),
+        (
+            "bce_with_logits",
+            "nn::bce_with_logits(logits, targets[, #{ reduction }]) -> Tensor",
+            "Binary cross-entropy on logits, in the stable form.",
+            "nn::bce_with_logits(z, y)",
+        ),
+        (
+            "huber_loss",
+            "nn::huber_loss(pred, target[, #{ delta, reduction }]) -> Tensor",
+            "Quadratic below delta (default 1), linear above.",
+            "nn::huber_loss(pred, y, #{ delta: 0.5 })",
+        ),
+    ] {
+        let q: &'static str = match name {
+            "mse_loss" => "nn::mse_loss",
+            "bce_with_logits" => "nn::bce_with_logits",
+            _ => "nn::huber_loss",
+        };
+        api.func(name, sig, doc, ex, move |p: Tensor, t: Tensor| {
+            simple_loss(p, t, Map::new(), q)
+        });
+        api.func(name, sig, doc, ex, move |p: Tensor, t: Tensor, o: Map| {
+            simple_loss(p, t, o, q)
+        });
+    }
+    api.func(
+        "relu",
+        "nn::relu(x) -> Tensor",
+        "max(x, 0).",
+        "nn::relu(x)",
+        |x: Tensor| guard(|| x.relu()),
+    );
+    api.func(
+        "softmax",
+        "nn::softmax(x, dim) -> Tensor",
+        "Softmax along dim.",
+        "nn::softmax(logits, -1)",
+        |x: Tensor, d: INT| guard(|| x.softmax(d as isize)),
+    );
+}

@@ -1,0 +1,115 @@
+//! Scripts against the bindings: operators, indexing, autograd, options and errors.
+
+use rhai::Dynamic;
+use rusting_brain::Tensor;
+
+fn eval(src: &str) -> Result<Dynamic, String> {
+    rusting_brain_rhai::new_engine()
+        .eval::<Dynamic>(src)
+        .map_err(|e| e.to_string())
+}
+
+fn values(src: &str) -> Vec<f64> {
+    eval(src)
+        .unwrap()
+        .try_cast::<Tensor>()
+        .expect("a tensor")
+        .to_vec_f64()
+        .unwrap()
+}
+
+#[test]
+fn operators_mix_tensors_and_numbers_on_either_side() {
+    assert_eq!(
+        values("let x = tensor([1.0, 2.0]); 1 - x * 2 + x / 2.0"),
+        vec![-0.5, -2.0]
+    );
+    assert_eq!(values("-tensor([1, 2])"), vec![-1.0, -2.0]);
+    assert_eq!(values("tensor([1.0, 3.0]) > 2.0").len(), 2);
+}
+
+#[test]
+fn indexing_selects_rows_and_ranges_with_negative_indices() {
+    assert_eq!(
+        values("let x = arange(6).reshape([3, 2]); x[-1]"),
+        vec![4.0, 5.0]
+    );
+    assert_eq!(
+        values("let x = arange(6).reshape([3, 2]); x[1..3]"),
+        vec![2.0, 3.0, 4.0, 5.0]
+    );
+    assert!(eval("let x = arange(6).reshape([3, 2]); x[3]")
+        .unwrap_err()
+        .contains("index 3 is out of range for dim 0 of size 3"));
+}
+
+#[test]
+fn gradients_flow_from_a_script() {
+    let g = values("let w = tensor([1.0, 2.0], #{ requires_grad: true }); let loss = (w * w).sum(); loss.backward(); w.grad");
+    assert_eq!(g, vec![2.0, 4.0]);
+}
+
+#[test]
+fn compound_assignment_builds_a_graph_when_gradients_are_involved() {
+    let g = values("let w = tensor([3.0], #{ requires_grad: true }); let total = zeros([1]); for i in 0..4 { total += w * 2.0; } total.sum().backward(); w.grad");
+    assert_eq!(g, vec![8.0]);
+    assert_eq!(
+        values("let a = ones([2]); let b = a; b += 1; a"),
+        vec![2.0, 2.0],
+        "without grad, += writes in place like PyTorch"
+    );
+}
+
+#[test]
+fn an_unknown_option_lists_the_valid_keys() {
+    let err = eval("zeros([2], #{ dtpye: \"f64\" })").unwrap_err();
+    assert!(
+        err.contains("unknown option dtpye; valid options: dtype, device, requires_grad"),
+        "{err}"
+    );
+}
+
+#[test]
+fn engine_errors_become_script_errors_with_a_position() {
+    let err = eval("let a = ones([2, 3]);\nlet b = a.matmul(ones([2, 3]));").unwrap_err();
+    assert!(
+        err.contains("matmul: shape mismatch between [2, 3] and [2, 3]"),
+        "{err}"
+    );
+    assert!(err.contains("line 2"), "{err}");
+}
+
+#[test]
+fn no_grad_turns_recording_off_inside_the_closure() {
+    let r = eval(
+        "let w = ones([2], #{ requires_grad: true }); let y = no_grad(|| w * 2.0); y.requires_grad",
+    )
+    .unwrap();
+    assert!(!r.as_bool().unwrap());
+}
+
+#[test]
+fn nn_functions_compute_losses_and_convolutions() {
+    let l = values("nn::cross_entropy(tensor([[0.0, 0.0]]), tensor([1]))");
+    assert!((l[0] - 2f64.ln()).abs() < 1e-6);
+    assert_eq!(
+        eval("nn::conv2d(ones([1, 1, 4, 4]), ones([2, 1, 3, 3]), (), #{ padding: 1 }).shape")
+            .unwrap()
+            .to_string(),
+        "[1, 2, 4, 4]"
+    );
+}
+
+#[test]
+fn tolist_and_item_return_script_values() {
+    assert_eq!(
+        eval("tensor([[1, 2], [3, 4]]).tolist()")
+            .unwrap()
+            .to_string(),
+        "[[1, 2], [3, 4]]"
+    );
+    assert_eq!(
+        eval("tensor([2.5]).item()").unwrap().as_float().unwrap(),
+        2.5
+    );
+}
