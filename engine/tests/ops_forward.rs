@@ -1,6 +1,8 @@
 //! Forward values of the ops against direct computations, and their errors on bad input.
 
-use rusting_brain::{cross_entropy, Conv2dOptions, CrossEntropyOptions, DType, Error, Generator, Tensor};
+use rusting_brain::{
+    cross_entropy, Conv2dOptions, CrossEntropyOptions, DType, Error, Generator, Tensor,
+};
 
 fn t(values: &[f64], shape: &[usize]) -> Tensor {
     Tensor::from_f64s(values, shape, DType::F32).unwrap()
@@ -13,7 +15,10 @@ fn randn(shape: &[usize], seed: u64, dtype: DType) -> Tensor {
 fn close(a: &[f64], b: &[f64], tol: f64) {
     assert_eq!(a.len(), b.len());
     for (i, (x, y)) in a.iter().zip(b).enumerate() {
-        assert!((x - y).abs() <= tol * (1.0 + y.abs()), "element {i}: {x} vs {y}");
+        assert!(
+            (x - y).abs() <= tol * (1.0 + y.abs()),
+            "element {i}: {x} vs {y}"
+        );
     }
 }
 
@@ -52,7 +57,16 @@ fn batched_matmul_broadcasts_batch_dims() {
         4,
         2,
     );
-    close(&out.narrow(0, 1, 1).unwrap().narrow(1, 3, 1).unwrap().to_vec_f64().unwrap(), &want, 1e-12);
+    close(
+        &out.narrow(0, 1, 1)
+            .unwrap()
+            .narrow(1, 3, 1)
+            .unwrap()
+            .to_vec_f64()
+            .unwrap(),
+        &want,
+        1e-12,
+    );
 }
 
 #[test]
@@ -60,29 +74,54 @@ fn bf16_matmul_stays_within_bf16_rounding_of_f32() {
     let a = randn(&[16, 64], 5, DType::F32);
     let b = randn(&[64, 8], 6, DType::F32);
     let want = a.matmul(&b).unwrap().to_vec_f64().unwrap();
-    let got = a.to_dtype(DType::BF16).unwrap().matmul(&b.to_dtype(DType::BF16).unwrap()).unwrap();
+    let got = a
+        .to_dtype(DType::BF16)
+        .unwrap()
+        .matmul(&b.to_dtype(DType::BF16).unwrap())
+        .unwrap();
     assert_eq!(got.dtype(), DType::BF16);
     let got = got.to_vec_f64().unwrap();
-    let max_err = got.iter().zip(&want).map(|(x, y)| (x - y).abs()).fold(0.0, f64::max);
+    let max_err = got
+        .iter()
+        .zip(&want)
+        .map(|(x, y)| (x - y).abs())
+        .fold(0.0, f64::max);
     assert!(max_err < 0.25, "max error {max_err}");
 }
 
 #[test]
 fn matmul_with_mismatched_inner_dims_names_both_shapes() {
-    let err = randn(&[2, 3], 1, DType::F32).matmul(&randn(&[4, 2], 2, DType::F32)).unwrap_err();
-    assert!(matches!(&err, Error::ShapeMismatch { op: "matmul", lhs, rhs } if lhs == &[2, 3] && rhs == &[4, 2]), "{err}");
+    let err = randn(&[2, 3], 1, DType::F32)
+        .matmul(&randn(&[4, 2], 2, DType::F32))
+        .unwrap_err();
+    assert!(
+        matches!(&err, Error::ShapeMismatch { op: "matmul", lhs, rhs } if lhs == &[2, 3] && rhs == &[4, 2]),
+        "{err}"
+    );
 }
 
 #[test]
 fn conv2d_matches_a_direct_convolution_with_stride_padding_dilation_and_groups() {
     let (n, c, h, w, o, kh, kw) = (2, 4, 6, 5, 6, 3, 2);
-    let opts = Conv2dOptions { stride: (2, 1), padding: (1, 2), dilation: (2, 1), groups: 2 };
+    let opts = Conv2dOptions {
+        stride: (2, 1),
+        padding: (1, 2),
+        dilation: (2, 1),
+        groups: 2,
+    };
     let x = randn(&[n, c, h, w], 7, DType::F64);
     let k = randn(&[o, c / 2, kh, kw], 8, DType::F64);
     let out = x.conv2d(&k, None, opts).unwrap();
     let (ho, wo) = (out.shape()[2], out.shape()[3]);
-    assert_eq!((ho, wo), ((h + 2 - 2 * (kh - 1) - 1) / 2 + 1, w + 4 - kw + 1));
-    let (xv, kv, ov) = (x.to_vec_f64().unwrap(), k.to_vec_f64().unwrap(), out.to_vec_f64().unwrap());
+    assert_eq!(
+        (ho, wo),
+        ((h + 2 - 2 * (kh - 1) - 1) / 2 + 1, w + 4 - kw + 1)
+    );
+    let (xv, kv, ov) = (
+        x.to_vec_f64().unwrap(),
+        k.to_vec_f64().unwrap(),
+        out.to_vec_f64().unwrap(),
+    );
     let (cg, og) = (c / 2, o / 2);
     for b in 0..n {
         for oc in 0..o {
@@ -96,14 +135,18 @@ fn conv2d_matches_a_direct_convolution_with_stride_padding_dilation_and_groups()
                                 let y = (oy * 2 + ky * 2) as isize - 1;
                                 let xx = (ox + kx) as isize - 2;
                                 if y >= 0 && (y as usize) < h && xx >= 0 && (xx as usize) < w {
-                                    let xi = ((b * c + g * cg + ci) * h + y as usize) * w + xx as usize;
+                                    let xi =
+                                        ((b * c + g * cg + ci) * h + y as usize) * w + xx as usize;
                                     s += xv[xi] * kv[((oc * cg + ci) * kh + ky) * kw + kx];
                                 }
                             }
                         }
                     }
                     let got = ov[((b * o + oc) * ho + oy) * wo + ox];
-                    assert!((got - s).abs() < 1e-10, "({b},{oc},{oy},{ox}): {got} vs {s}");
+                    assert!(
+                        (got - s).abs() < 1e-10,
+                        "({b},{oc},{oy},{ox}): {got} vs {s}"
+                    );
                 }
             }
         }
@@ -116,13 +159,31 @@ fn binary_ops_broadcast_and_promote_like_pytorch() {
     let b = t(&[0.5, 1.5], &[2]);
     let s = a.add(&b).unwrap();
     assert_eq!((s.shape(), s.dtype()), (&[3usize, 2][..], DType::F32));
-    assert_eq!(s.to_vec::<f32>().unwrap(), vec![1.5, 2.5, 2.5, 3.5, 3.5, 4.5]);
-    let q = Tensor::from_vec(vec![1i64, 2], &[2]).unwrap().div(&Tensor::from_vec(vec![2i64, 2], &[2]).unwrap()).unwrap();
-    assert_eq!((q.dtype(), q.to_vec::<f32>().unwrap()), (DType::F32, vec![0.5, 1.0]));
-    let bf = t(&[1.0], &[1]).to_dtype(DType::BF16).unwrap().mul_scalar(2.0).unwrap();
+    assert_eq!(
+        s.to_vec::<f32>().unwrap(),
+        vec![1.5, 2.5, 2.5, 3.5, 3.5, 4.5]
+    );
+    let q = Tensor::from_vec(vec![1i64, 2], &[2])
+        .unwrap()
+        .div(&Tensor::from_vec(vec![2i64, 2], &[2]).unwrap())
+        .unwrap();
+    assert_eq!(
+        (q.dtype(), q.to_vec::<f32>().unwrap()),
+        (DType::F32, vec![0.5, 1.0])
+    );
+    let bf = t(&[1.0], &[1])
+        .to_dtype(DType::BF16)
+        .unwrap()
+        .mul_scalar(2.0)
+        .unwrap();
     assert_eq!(bf.dtype(), DType::BF16);
-    let err = t(&[1.0, 2.0], &[2]).add(&t(&[1.0, 2.0, 3.0], &[3])).unwrap_err();
-    assert!(matches!(err, Error::BroadcastMismatch { op: "add", .. }), "{err}");
+    let err = t(&[1.0, 2.0], &[2])
+        .add(&t(&[1.0, 2.0, 3.0], &[3]))
+        .unwrap_err();
+    assert!(
+        matches!(err, Error::BroadcastMismatch { op: "add", .. }),
+        "{err}"
+    );
 }
 
 #[test]
@@ -135,22 +196,46 @@ fn comparisons_return_bool_tensors() {
 #[test]
 fn reductions_over_dims_of_a_permuted_view() {
     let x = t(&[1.0, 2.0, 3.0, 4.0, 5.0, 6.0], &[2, 3]).t().unwrap();
-    assert_eq!(x.sum_dims(&[1], false).unwrap().to_vec::<f32>().unwrap(), vec![5.0, 7.0, 9.0]);
+    assert_eq!(
+        x.sum_dims(&[1], false).unwrap().to_vec::<f32>().unwrap(),
+        vec![5.0, 7.0, 9.0]
+    );
     assert_eq!(x.max_dims(&[0], true).unwrap().shape(), &[1, 2]);
-    assert_eq!(x.argmax(Some(0), false).unwrap().to_vec::<i64>().unwrap(), vec![2, 2]);
+    assert_eq!(
+        x.argmax(Some(0), false).unwrap().to_vec::<i64>().unwrap(),
+        vec![2, 2]
+    );
     assert_eq!(x.argmin(None, false).unwrap().item().unwrap(), 0.0);
-    close(&x.var_dims(&[0], true, false).unwrap().to_vec_f64().unwrap(), &[1.0, 1.0], 1e-6);
-    let sum_i = Tensor::from_vec(vec![true, true, false], &[3]).unwrap().sum().unwrap();
+    close(
+        &x.var_dims(&[0], true, false).unwrap().to_vec_f64().unwrap(),
+        &[1.0, 1.0],
+        1e-6,
+    );
+    let sum_i = Tensor::from_vec(vec![true, true, false], &[3])
+        .unwrap()
+        .sum()
+        .unwrap();
     assert_eq!((sum_i.dtype(), sum_i.item().unwrap()), (DType::I64, 2.0));
 }
 
 #[test]
 fn logsumexp_and_softmax_are_stable_for_large_and_infinite_values() {
     let x = t(&[1000.0, 1000.0, f64::NEG_INFINITY], &[3]);
-    close(&x.logsumexp(&[0], false).unwrap().to_vec_f64().unwrap(), &[1000.0 + 2f64.ln()], 1e-6);
-    close(&x.softmax(0).unwrap().to_vec_f64().unwrap(), &[0.5, 0.5, 0.0], 1e-6);
+    close(
+        &x.logsumexp(&[0], false).unwrap().to_vec_f64().unwrap(),
+        &[1000.0 + 2f64.ln()],
+        1e-6,
+    );
+    close(
+        &x.softmax(0).unwrap().to_vec_f64().unwrap(),
+        &[0.5, 0.5, 0.0],
+        1e-6,
+    );
     let neg = t(&[f64::NEG_INFINITY, f64::NEG_INFINITY], &[2]);
-    assert_eq!(neg.logsumexp(&[0], false).unwrap().item().unwrap(), f64::NEG_INFINITY);
+    assert_eq!(
+        neg.logsumexp(&[0], false).unwrap().item().unwrap(),
+        f64::NEG_INFINITY
+    );
 }
 
 #[test]
@@ -161,39 +246,98 @@ fn cross_entropy_matches_the_formula_with_ignore_index_and_label_smoothing() {
     let lse = |r: &[f64]| r.iter().map(|v| v.exp()).sum::<f64>().ln();
     let nll0 = lse(&rows[0..3]) - 2.0;
     let nll2 = lse(&rows[6..9]) - 1.0;
-    let plain = cross_entropy(&logits, &targets, CrossEntropyOptions::default()).unwrap().item().unwrap();
+    let plain = cross_entropy(&logits, &targets, CrossEntropyOptions::default())
+        .unwrap()
+        .item()
+        .unwrap();
     close(&[plain], &[(nll0 + nll2) / 2.0], 1e-6);
     let eps = 0.2;
-    let smooth = |r: &[f64], nll: f64| (1.0 - eps) * nll + eps * r.iter().map(|v| lse(r) - v).sum::<f64>() / 3.0;
-    let opts = CrossEntropyOptions { label_smoothing: eps, ..Default::default() };
-    let got = cross_entropy(&logits, &targets, opts).unwrap().item().unwrap();
-    close(&[got], &[(smooth(&rows[0..3], nll0) + smooth(&rows[6..9], nll2)) / 2.0], 1e-6);
+    let smooth = |r: &[f64], nll: f64| {
+        (1.0 - eps) * nll + eps * r.iter().map(|v| lse(r) - v).sum::<f64>() / 3.0
+    };
+    let opts = CrossEntropyOptions {
+        label_smoothing: eps,
+        ..Default::default()
+    };
+    let got = cross_entropy(&logits, &targets, opts)
+        .unwrap()
+        .item()
+        .unwrap();
+    close(
+        &[got],
+        &[(smooth(&rows[0..3], nll0) + smooth(&rows[6..9], nll2)) / 2.0],
+        1e-6,
+    );
     let bad = Tensor::from_vec(vec![0i64, 3, 1], &[3]).unwrap();
-    assert!(matches!(cross_entropy(&logits, &bad, CrossEntropyOptions::default()), Err(Error::IndexOutOfRange { index: 3, .. })));
+    assert!(matches!(
+        cross_entropy(&logits, &bad, CrossEntropyOptions::default()),
+        Err(Error::IndexOutOfRange { index: 3, .. })
+    ));
 }
 
 #[test]
 fn indexing_ops_pick_the_right_values_and_reject_bad_indices() {
     let x = t(&[0.0, 1.0, 2.0, 3.0, 4.0, 5.0], &[3, 2]);
     let idx = Tensor::from_vec(vec![2i64, 0], &[2]).unwrap();
-    assert_eq!(x.index_select(0, &idx).unwrap().to_vec::<f32>().unwrap(), vec![4.0, 5.0, 0.0, 1.0]);
+    assert_eq!(
+        x.index_select(0, &idx).unwrap().to_vec::<f32>().unwrap(),
+        vec![4.0, 5.0, 0.0, 1.0]
+    );
     let g = Tensor::from_vec(vec![1i64, 0, 0], &[3, 1]).unwrap();
-    assert_eq!(x.gather(1, &g).unwrap().to_vec::<f32>().unwrap(), vec![1.0, 2.0, 4.0]);
+    assert_eq!(
+        x.gather(1, &g).unwrap().to_vec::<f32>().unwrap(),
+        vec![1.0, 2.0, 4.0]
+    );
     let bad = Tensor::from_vec(vec![3i64], &[1]).unwrap();
-    assert!(matches!(x.index_select(0, &bad), Err(Error::IndexOutOfRange { index: 3, size: 3, .. })));
+    assert!(matches!(
+        x.index_select(0, &bad),
+        Err(Error::IndexOutOfRange {
+            index: 3,
+            size: 3,
+            ..
+        })
+    ));
     let parts = Tensor::cat(&[x.clone(), x.clone()], 1).unwrap();
     assert_eq!(parts.shape(), &[3, 4]);
-    assert_eq!(parts.split(3, 1).unwrap().iter().map(|p| p.shape()[1]).collect::<Vec<_>>(), vec![3, 1]);
-    assert_eq!(Tensor::stack(&[x.clone(), x], 0).unwrap().shape(), &[2, 3, 2]);
+    assert_eq!(
+        parts
+            .split(3, 1)
+            .unwrap()
+            .iter()
+            .map(|p| p.shape()[1])
+            .collect::<Vec<_>>(),
+        vec![3, 1]
+    );
+    assert_eq!(
+        Tensor::stack(&[x.clone(), x], 0).unwrap().shape(),
+        &[2, 3, 2]
+    );
 }
 
 #[test]
 fn pooling_and_upsampling_produce_the_expected_values() {
     let x = t(&(0..16).map(f64::from).collect::<Vec<_>>(), &[1, 1, 4, 4]);
-    assert_eq!(x.max_pool2d((2, 2), (2, 2), (0, 0)).unwrap().to_vec::<f32>().unwrap(), vec![5.0, 7.0, 13.0, 15.0]);
-    assert_eq!(x.avg_pool2d((2, 2), (2, 2), (0, 0)).unwrap().to_vec::<f32>().unwrap(), vec![2.5, 4.5, 10.5, 12.5]);
-    let u = t(&[1.0, 2.0], &[1, 1, 1, 2]).upsample_nearest2d(2, 2).unwrap();
-    assert_eq!(u.to_vec::<f32>().unwrap(), vec![1.0, 1.0, 2.0, 2.0, 1.0, 1.0, 2.0, 2.0]);
+    assert_eq!(
+        x.max_pool2d((2, 2), (2, 2), (0, 0))
+            .unwrap()
+            .to_vec::<f32>()
+            .unwrap(),
+        vec![5.0, 7.0, 13.0, 15.0]
+    );
+    assert_eq!(
+        x.avg_pool2d((2, 2), (2, 2), (0, 0))
+            .unwrap()
+            .to_vec::<f32>()
+            .unwrap(),
+        vec![2.5, 4.5, 10.5, 12.5]
+    );
+    let u = t(&[1.0, 2.0], &[1, 1, 1, 2])
+        .upsample_nearest2d(2, 2)
+        .unwrap();
+    assert_eq!(
+        u.to_vec::<f32>().unwrap(),
+        vec![1.0, 1.0, 2.0, 2.0, 1.0, 1.0, 2.0, 2.0]
+    );
 }
 
 #[test]
@@ -205,7 +349,10 @@ fn views_share_storage_and_reshape_of_a_transpose_copies() {
     assert!(tr.shares_storage(&x) && !tr.is_contiguous());
     let r = tr.reshape(&[6]).unwrap();
     assert!(!r.shares_storage(&x));
-    assert_eq!(r.to_vec::<f32>().unwrap(), vec![1.0, 4.0, 2.0, 5.0, 3.0, 6.0]);
+    assert_eq!(
+        r.to_vec::<f32>().unwrap(),
+        vec![1.0, 4.0, 2.0, 5.0, 3.0, 6.0]
+    );
     assert!(x.reshape(&[4, -1]).is_err());
 }
 
@@ -217,9 +364,16 @@ fn casts_between_all_dtypes_round_trip_small_integers() {
             continue;
         }
         let back = x.to_dtype(d).unwrap().to_dtype(DType::F32).unwrap();
-        assert_eq!(back.to_vec::<f32>().unwrap(), vec![0.0, 1.0, 2.0, 100.0], "{d}");
+        assert_eq!(
+            back.to_vec::<f32>().unwrap(),
+            vec![0.0, 1.0, 2.0, 100.0],
+            "{d}"
+        );
     }
-    assert_eq!(x.to_dtype(DType::Bool).unwrap().to_vec::<bool>().unwrap(), vec![false, true, true, true]);
+    assert_eq!(
+        x.to_dtype(DType::Bool).unwrap().to_vec::<bool>().unwrap(),
+        vec![false, true, true, true]
+    );
 }
 
 #[test]
@@ -227,8 +381,20 @@ fn seeded_random_constructors_repeat_and_arange_linspace_count_right() {
     let a = Tensor::randn(&[5], DType::F32, Some(&mut Generator::new(3))).unwrap();
     let b = Tensor::randn(&[5], DType::F32, Some(&mut Generator::new(3))).unwrap();
     assert_eq!(a.to_vec::<f32>().unwrap(), b.to_vec::<f32>().unwrap());
-    assert_eq!(Tensor::arange(0.0, 1.0, 0.25, DType::F32).unwrap().numel(), 4);
-    assert_eq!(Tensor::linspace(0.0, 1.0, 5, DType::F64).unwrap().to_vec::<f64>().unwrap(), vec![0.0, 0.25, 0.5, 0.75, 1.0]);
-    let r = Tensor::randint(0, 3, &[100], Some(&mut Generator::new(1))).unwrap().to_vec::<i64>().unwrap();
+    assert_eq!(
+        Tensor::arange(0.0, 1.0, 0.25, DType::F32).unwrap().numel(),
+        4
+    );
+    assert_eq!(
+        Tensor::linspace(0.0, 1.0, 5, DType::F64)
+            .unwrap()
+            .to_vec::<f64>()
+            .unwrap(),
+        vec![0.0, 0.25, 0.5, 0.75, 1.0]
+    );
+    let r = Tensor::randint(0, 3, &[100], Some(&mut Generator::new(1)))
+        .unwrap()
+        .to_vec::<i64>()
+        .unwrap();
     assert!(r.iter().all(|&v| (0..3).contains(&v)));
 }

@@ -77,10 +77,14 @@ pub(crate) fn render(
     let y = padded(y, opts.log_y);
     let drawn = if opts.log_y {
         let chart = builder.build_cartesian_2d(x, y.log_scale());
-        chart.map_err(|e| e.to_string()).and_then(|mut c| finish(&mut c, opts, body))
+        chart
+            .map_err(|e| e.to_string())
+            .and_then(|mut c| finish(&mut c, opts, body))
     } else {
         let chart = builder.build_cartesian_2d(x, y);
-        chart.map_err(|e| e.to_string()).and_then(|mut c| finish(&mut c, opts, body))
+        chart
+            .map_err(|e| e.to_string())
+            .and_then(|mut c| finish(&mut c, opts, body))
     };
     drawn.map_err(draw_error)?;
     root.present().map_err(|e| draw_error(e.to_string()))?;
@@ -100,7 +104,13 @@ where
 {
     let mut mesh = chart.configure_mesh();
     mesh.light_line_style(RGBColor(235, 235, 235))
-        .label_style(("sans-serif", 14));
+        .label_style(("sans-serif", 14))
+        .x_label_formatter(&|v| tick_label(*v))
+        .y_label_formatter(&|v| tick_label(*v));
+    if opts.log_y {
+        // plotters' log axis puts a tick at every integer multiple; thin them out.
+        mesh.y_labels(8).y_max_light_lines(1);
+    }
     if let Some(xlabel) = &opts.xlabel {
         mesh.x_desc(xlabel);
     }
@@ -120,6 +130,30 @@ where
             .map_err(|e| e.to_string())?;
     }
     Ok(())
+}
+
+/// A short tick label: up to four significant digits, no trailing zeros, exponent
+/// notation for very large or small magnitudes (`0.5`, `250`, `1e-5`).
+pub(crate) fn tick_label(v: f64) -> String {
+    let magnitude = v.abs();
+    if v == 0.0 {
+        return "0".into();
+    }
+    if !(1e-3..1e6).contains(&magnitude) {
+        let text = format!("{v:.3e}");
+        let (mantissa, exponent) = text.split_once('e').unwrap_or((&text, "0"));
+        return format!("{}e{exponent}", trim_zeros(mantissa));
+    }
+    let decimals = (3 - magnitude.log10().floor() as i32).max(0) as usize;
+    trim_zeros(&format!("{v:.decimals$}")).to_string()
+}
+
+fn trim_zeros(text: &str) -> &str {
+    if text.contains('.') {
+        text.trim_end_matches('0').trim_end_matches('.')
+    } else {
+        text
+    }
 }
 
 /// Widens a data range by 5% on each side (multiplicatively on a log axis) so that
@@ -162,6 +196,8 @@ fn register_embedded_font() -> Result<(), PlotError> {
     if *ok {
         Ok(())
     } else {
-        Err(PlotError::Invalid("the embedded font failed to load".into()))
+        Err(PlotError::Invalid(
+            "the embedded font failed to load".into(),
+        ))
     }
 }

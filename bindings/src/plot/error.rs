@@ -9,11 +9,18 @@ pub enum PlotError {
     /// Nothing finite to draw (`what` names the input, e.g. "series 'loss'").
     Empty { what: String },
     /// `log_y` was asked for but a value is zero or negative.
-    NonPositiveLog { what: String, index: usize, value: f64 },
+    NonPositiveLog {
+        what: String,
+        index: usize,
+        value: f64,
+    },
     /// An option or argument is out of range or inconsistent.
     Invalid(String),
     /// The output folder could not be created.
-    Io { path: PathBuf, source: std::io::Error },
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
     /// plotters failed while drawing or encoding.
     Draw { path: PathBuf, message: String },
 }
@@ -30,7 +37,11 @@ impl fmt::Display for PlotError {
             ),
             PlotError::Invalid(message) => f.write_str(message),
             PlotError::Io { path, source } => {
-                write!(f, "cannot create the folder for '{}': {source}", path.display())
+                write!(
+                    f,
+                    "cannot create the folder for '{}': {source}",
+                    path.display()
+                )
             }
             PlotError::Draw { path, message } => {
                 write!(f, "cannot draw '{}': {message}", path.display())

@@ -14,11 +14,15 @@ pub const DEFAULT_BINS: usize = 30;
 /// path. With `log_y` the counts are on a log axis and empty bins are left blank.
 pub fn hist(values: &[f64], bins: usize, opts: &PlotOptions) -> Result<PathBuf, PlotError> {
     if !(1..=10_000).contains(&bins) {
-        return Err(PlotError::Invalid(format!("bins must be between 1 and 10000, got {bins}")));
+        return Err(PlotError::Invalid(format!(
+            "bins must be between 1 and 10000, got {bins}"
+        )));
     }
     let finite = || values.iter().copied().filter(|v| v.is_finite());
     let Some(range) = bounds(finite()) else {
-        return Err(PlotError::Empty { what: "the histogram input".into() });
+        return Err(PlotError::Empty {
+            what: "the histogram input".into(),
+        });
     };
     // A single distinct value still gets a bin of visible width.
     let (lo, hi) = if range.end > range.start {
@@ -35,7 +39,12 @@ pub fn hist(values: &[f64], bins: usize, opts: &PlotOptions) -> Result<PathBuf, 
     let max = counts.iter().copied().max().unwrap_or(1) as f64;
     // On a log axis the bars start at 0.5, below the smallest non-empty count.
     let floor = if opts.log_y { 0.5 } else { 0.0 };
-    let bars = Bars { lo, width, counts, floor };
+    let bars = Bars {
+        lo,
+        width,
+        counts,
+        floor,
+    };
     render(opts, lo..hi, floor..max, &bars)
 }
 
@@ -53,10 +62,15 @@ impl Body for Bars {
         Y: Ranged<ValueType = f64>,
     {
         let fill = color(0).mix(0.75).filled();
-        let bars = self.counts.iter().enumerate().filter(|(_, &n)| n > 0).map(|(i, &n)| {
-            let x0 = self.lo + i as f64 * self.width;
-            Rectangle::new([(x0, self.floor), (x0 + self.width, n as f64)], fill)
-        });
+        let bars = self
+            .counts
+            .iter()
+            .enumerate()
+            .filter(|(_, &n)| n > 0)
+            .map(|(i, &n)| {
+                let x0 = self.lo + i as f64 * self.width;
+                Rectangle::new([(x0, self.floor), (x0 + self.width, n as f64)], fill)
+            });
         chart.draw_series(bars).map_err(|e| e.to_string())?;
         Ok(())
     }

@@ -39,7 +39,9 @@ fn line_impl(
     opts: &PlotOptions,
 ) -> Result<PathBuf, PlotError> {
     if series.is_empty() {
-        return Err(PlotError::Invalid("line plot needs at least one series".into()));
+        return Err(PlotError::Invalid(
+            "line plot needs at least one series".into(),
+        ));
     }
     let traces = series
         .iter()
@@ -72,7 +74,11 @@ fn trace(
     for (i, &y) in ys.iter().enumerate() {
         let x = xs.map_or(i as f64, |xs| xs[i]);
         if opts.log_y && y.is_finite() && y <= 0.0 {
-            return Err(PlotError::NonPositiveLog { what, index: i, value: y });
+            return Err(PlotError::NonPositiveLog {
+                what,
+                index: i,
+                value: y,
+            });
         }
         if x.is_finite() && y.is_finite() {
             if let Some(segment) = segments.last_mut() {
@@ -86,8 +92,14 @@ fn trace(
     if segments.is_empty() {
         return Err(PlotError::Empty { what });
     }
-    let smoothed = opts.smooth.map(|w| moving_average(segments.iter().flatten(), w));
-    Ok(Trace { name: name.to_string(), segments, smoothed })
+    let smoothed = opts
+        .smooth
+        .map(|w| moving_average(segments.iter().flatten(), w));
+    Ok(Trace {
+        name: name.to_string(),
+        segments,
+        smoothed,
+    })
 }
 
 /// Exponential moving average with weight `w` on the past (TensorBoard's "smoothing"),
@@ -120,13 +132,18 @@ impl Body for Lines {
             };
             for (k, segment) in trace.segments.iter().enumerate() {
                 let anno = if segment.len() == 1 {
-                    chart.draw_series(segment.iter().map(|&p| Circle::new(p, 2, raw_style.filled())))
+                    chart.draw_series(
+                        segment
+                            .iter()
+                            .map(|&p| Circle::new(p, 2, raw_style.filled())),
+                    )
                 } else {
                     chart.draw_series(LineSeries::new(segment.iter().copied(), raw_style))
                 }
                 .map_err(|e| e.to_string())?;
                 if k == 0 && trace.smoothed.is_none() {
-                    anno.label(trace.name.as_str()).legend(move |(x, y)| legend_mark(x, y, c));
+                    anno.label(trace.name.as_str())
+                        .legend(move |(x, y)| legend_mark(x, y, c));
                 }
             }
             if let Some(smoothed) = &trace.smoothed {

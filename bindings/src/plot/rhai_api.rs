@@ -17,7 +17,9 @@ use super::{PlotError, PlotOptions};
 type ScriptResult<T> = Result<T, Box<EvalAltResult>>;
 
 /// Options every chart takes.
-const COMMON_KEYS: [&str; 7] = ["title", "xlabel", "ylabel", "path", "width", "height", "log_y"];
+const COMMON_KEYS: [&str; 7] = [
+    "title", "xlabel", "ylabel", "path", "width", "height", "log_y",
+];
 
 /// Registers the static module `plot` (`plot::line`, `plot::scatter`, `plot::hist`).
 pub fn register(engine: &mut Engine) {
@@ -47,7 +49,12 @@ pub fn register(engine: &mut Engine) {
         });
     FuncRegistration::new("scatter")
         .with_comments([scatter_doc])
-        .with_params_info(["xs: Array | Tensor", "ys: Array | Tensor", "opts: Map", "String"])
+        .with_params_info([
+            "xs: Array | Tensor",
+            "ys: Array | Tensor",
+            "opts: Map",
+            "String",
+        ])
         .set_into_module(&mut module, scatter);
     let hist_doc = "/// Draws a histogram of the values and returns the PNG path.\n\
                     /// Options: title, xlabel, ylabel, path, width, height, log_y, bins (30).\n\
@@ -107,7 +114,11 @@ fn hist(values: Dynamic, opts: Map) -> ScriptResult<String> {
     let bins = match extra.iter().find(|(k, _)| *k == "bins") {
         Some((_, bins)) => match bins.as_int() {
             Ok(n) if n > 0 => n as usize,
-            _ => return Err(script_error(format!("{NAME}: bins must be a positive integer"))),
+            _ => {
+                return Err(script_error(format!(
+                    "{NAME}: bins must be a positive integer"
+                )))
+            }
         },
         None => super::DEFAULT_BINS,
     };
@@ -132,9 +143,11 @@ pub fn values_from_dynamic(value: &Dynamic, what: &str) -> ScriptResult<Vec<f64>
     array
         .iter()
         .enumerate()
-        .map(|(i, v)| number(v).ok_or_else(|| {
-            script_error(format!("{what}[{i}] is {}, not a number", v.type_name()))
-        }))
+        .map(|(i, v)| {
+            number(v).ok_or_else(|| {
+                script_error(format!("{what}[{i}] is {}, not a number", v.type_name()))
+            })
+        })
         .collect()
 }
 
@@ -148,7 +161,9 @@ fn number(value: &Dynamic) -> Option<f64> {
 /// Class labels: strings, or anything else shown as text (e.g. INT class ids).
 fn labels_from_dynamic(value: &Dynamic) -> ScriptResult<Vec<String>> {
     if let Some(tensor) = value.read_lock::<Tensor>() {
-        let values = tensor.to_vec_f64().map_err(|e| script_error(format!("labels: {e}")))?;
+        let values = tensor
+            .to_vec_f64()
+            .map_err(|e| script_error(format!("labels: {e}")))?;
         return Ok(values.iter().map(|v| v.to_string()).collect());
     }
     match value.read_lock::<Array>() {
@@ -214,9 +229,10 @@ fn finish(name: &str, written: Result<PathBuf, PlotError>) -> ScriptResult<Strin
 
 fn prefixed(name: &str, error: Box<EvalAltResult>) -> Box<EvalAltResult> {
     match *error {
-        EvalAltResult::ErrorRuntime(message, pos) => {
-            Box::new(EvalAltResult::ErrorRuntime(format!("{name}: {message}").into(), pos))
-        }
+        EvalAltResult::ErrorRuntime(message, pos) => Box::new(EvalAltResult::ErrorRuntime(
+            format!("{name}: {message}").into(),
+            pos,
+        )),
         other => Box::new(other),
     }
 }

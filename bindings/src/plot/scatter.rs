@@ -34,7 +34,11 @@ pub fn scatter(
     for (i, (&x, &y)) in xs.iter().zip(ys).enumerate() {
         if opts.log_y && y.is_finite() && y <= 0.0 {
             let what = "the scatter ys".to_string();
-            return Err(PlotError::NonPositiveLog { what, index: i, value: y });
+            return Err(PlotError::NonPositiveLog {
+                what,
+                index: i,
+                value: y,
+            });
         }
         if !(x.is_finite() && y.is_finite()) {
             continue;
@@ -42,13 +46,17 @@ pub fn scatter(
         let name = labels.map_or("", |l| l[i].as_str());
         match classes.iter_mut().find(|c| c.name == name) {
             Some(class) => class.points.push((x, y)),
-            None => classes.push(Class { name: name.to_string(), points: vec![(x, y)] }),
+            None => classes.push(Class {
+                name: name.to_string(),
+                points: vec![(x, y)],
+            }),
         }
     }
     let points = || classes.iter().flat_map(|c| c.points.iter());
-    let (Some(x), Some(y)) = (bounds(points().map(|p| p.0)), bounds(points().map(|p| p.1)))
-    else {
-        return Err(PlotError::Empty { what: "the scatter input".into() });
+    let (Some(x), Some(y)) = (bounds(points().map(|p| p.0)), bounds(points().map(|p| p.1))) else {
+        return Err(PlotError::Empty {
+            what: "the scatter input".into(),
+        });
     };
     let legend = labels.is_some();
     render(opts, x, y, &Points { classes, legend })
