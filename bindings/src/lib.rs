@@ -7,6 +7,7 @@ pub mod error;
 pub mod help;
 pub mod nn;
 pub mod options;
+pub mod plot;
 pub mod tensor;
 
 use rhai::Engine;
@@ -36,6 +37,7 @@ pub fn new_engine() -> Engine {
     });
     tensor::register(&mut engine);
     nn::register(&mut engine);
+    plot::register(&mut engine);
     register_help(&mut engine);
     engine
 }

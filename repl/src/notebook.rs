@@ -74,11 +74,6 @@ fn embed_plot(
         .unwrap_or(dest))
 }
 
-/// The plots written since the last call. (Wired to the plot module when it lands.)
-fn drain_plots() -> Vec<PathBuf> {
-    Vec::new()
-}
-
 /// Runs every cell; returns whether all succeeded.
 pub fn run(
     session: &mut Session,
@@ -103,7 +98,7 @@ pub fn run(
     let mut md = format!("# {}\n\n", script.display());
     let mut all_ok = true;
     let mut plot_count = 0;
-    drain_plots();
+    rusting_brain_rhai::plot::drain_written_plots();
     for (k, cell) in split_cells(&src).iter().enumerate() {
         if cell.markdown {
             writeln!(md, "{}\n", markdown_text(&cell.source)).ok();
@@ -148,7 +143,7 @@ pub fn run(
         if !printed.is_empty() {
             writeln!(md, "```text\n{}```\n", printed).ok();
         }
-        for plot in drain_plots() {
+        for plot in rusting_brain_rhai::plot::drain_written_plots() {
             plot_count += 1;
             match embed_plot(&plot, &files_dir, &report_dir, plot_count) {
                 Ok(rel) => writeln!(md, "![{}]({})\n", plot.display(), rel.display()).ok(),

@@ -1,0 +1,203 @@
+//! The frame every chart shares: embedded font, output file, axes, mesh and legend.
+//! Each chart kind only supplies a [`Body`] that draws its series into the frame.
+
+use std::ops::Range;
+use std::path::PathBuf;
+use std::sync::OnceLock;
+
+use plotters::coord::ranged1d::ValueFormatter;
+use plotters::coord::types::RangedCoordf64;
+use plotters::prelude::*;
+
+use super::{record_written, PlotError, PlotOptions};
+
+/// Colors for successive series and classes (the matplotlib "tab10" cycle).
+const PALETTE: [RGBColor; 10] = [
+    RGBColor(31, 119, 180),
+    RGBColor(255, 127, 14),
+    RGBColor(44, 160, 44),
+    RGBColor(214, 39, 40),
+    RGBColor(148, 103, 189),
+    RGBColor(140, 86, 75),
+    RGBColor(227, 119, 194),
+    RGBColor(127, 127, 127),
+    RGBColor(188, 189, 34),
+    RGBColor(23, 190, 207),
+];
+
+pub(crate) fn color(index: usize) -> RGBColor {
+    PALETTE[index % PALETTE.len()]
+}
+
+/// The chart type a body draws into: f64 x axis, linear or logarithmic y axis.
+pub(crate) type Chart<'a, DB, Y> = ChartContext<'a, DB, Cartesian2d<RangedCoordf64, Y>>;
+
+/// The series of one chart kind.
+pub(crate) trait Body {
+    /// Draws the series; labelled series show up in the legend.
+    fn draw<DB, Y>(&self, chart: &mut Chart<'_, DB, Y>) -> Result<(), String>
+    where
+        DB: DrawingBackend,
+        Y: Ranged<ValueType = f64>;
+
+    /// Whether the series carry labels worth a legend box.
+    fn has_legend(&self) -> bool;
+}
+
+/// Draws `body` over the given data ranges and writes the PNG at `opts.path`.
+pub(crate) fn render(
+    opts: &PlotOptions,
+    x: Range<f64>,
+    y: Range<f64>,
+    body: &impl Body,
+) -> Result<PathBuf, PlotError> {
+    opts.validate()?;
+    register_embedded_font()?;
+    if let Some(parent) = opts.path.parent().filter(|p| !p.as_os_str().is_empty()) {
+        std::fs::create_dir_all(parent).map_err(|source| PlotError::Io {
+            path: opts.path.clone(),
+            source,
+        })?;
+    }
+    let draw_error = |message: String| PlotError::Draw {
+        path: opts.path.clone(),
+        message,
+    };
+    let root = BitMapBackend::new(&opts.path, (opts.width, opts.height)).into_drawing_area();
+    root.fill(&WHITE).map_err(|e| draw_error(e.to_string()))?;
+    let mut builder = ChartBuilder::on(&root);
+    builder
+        .margin(16)
+        .x_label_area_size(if opts.xlabel.is_some() { 48 } else { 32 })
+        .y_label_area_size(if opts.ylabel.is_some() { 72 } else { 56 });
+    if let Some(title) = &opts.title {
+        builder.caption(title, ("sans-serif", 24));
+    }
+    let x = padded(x, false);
+    let y = padded(y, opts.log_y);
+    let drawn = if opts.log_y {
+        let chart = builder.build_cartesian_2d(x, y.log_scale());
+        chart
+            .map_err(|e| e.to_string())
+            .and_then(|mut c| finish(&mut c, opts, body))
+    } else {
+        let chart = builder.build_cartesian_2d(x, y);
+        chart
+            .map_err(|e| e.to_string())
+            .and_then(|mut c| finish(&mut c, opts, body))
+    };
+    drawn.map_err(draw_error)?;
+    root.present().map_err(|e| draw_error(e.to_string()))?;
+    record_written(&opts.path);
+    Ok(opts.path.clone())
+}
+
+/// Mesh, series and legend: everything that depends on the y axis type.
+fn finish<'a, DB, Y>(
+    chart: &mut Chart<'a, DB, Y>,
+    opts: &PlotOptions,
+    body: &impl Body,
+) -> Result<(), String>
+where
+    DB: DrawingBackend + 'a,
+    Y: Ranged<ValueType = f64> + ValueFormatter<f64>,
+{
+    let mut mesh = chart.configure_mesh();
+    mesh.light_line_style(RGBColor(235, 235, 235))
+        .label_style(("sans-serif", 14))
+        .x_label_formatter(&|v| tick_label(*v))
+        .y_label_formatter(&|v| tick_label(*v));
+    if opts.log_y {
+        // plotters' log axis puts a tick at every integer multiple; thin them out.
+        mesh.y_labels(8).y_max_light_lines(1);
+    }
+    if let Some(xlabel) = &opts.xlabel {
+        mesh.x_desc(xlabel);
+    }
+    if let Some(ylabel) = &opts.ylabel {
+        mesh.y_desc(ylabel);
+    }
+    mesh.draw().map_err(|e| e.to_string())?;
+    body.draw(chart)?;
+    if body.has_legend() {
+        chart
+            .configure_series_labels()
+            .position(SeriesLabelPosition::UpperRight)
+            .background_style(WHITE.mix(0.85))
+            .border_style(BLACK.mix(0.4))
+            .label_font(("sans-serif", 14))
+            .draw()
+            .map_err(|e| e.to_string())?;
+    }
+    Ok(())
+}
+
+/// A short tick label: up to four significant digits, no trailing zeros, exponent
+/// notation for very large or small magnitudes (`0.5`, `250`, `1e-5`).
+pub(crate) fn tick_label(v: f64) -> String {
+    let magnitude = v.abs();
+    if v == 0.0 {
+        return "0".into();
+    }
+    if !(1e-3..1e6).contains(&magnitude) {
+        let text = format!("{v:.3e}");
+        let (mantissa, exponent) = text.split_once('e').unwrap_or((&text, "0"));
+        return format!("{}e{exponent}", trim_zeros(mantissa));
+    }
+    let decimals = (3 - magnitude.log10().floor() as i32).max(0) as usize;
+    trim_zeros(&format!("{v:.decimals$}")).to_string()
+}
+
+fn trim_zeros(text: &str) -> &str {
+    if text.contains('.') {
+        text.trim_end_matches('0').trim_end_matches('.')
+    } else {
+        text
+    }
+}
+
+/// Widens a data range by 5% on each side (multiplicatively on a log axis) so that
+/// points do not sit on the frame, and gives a flat range some height.
+fn padded(range: Range<f64>, log: bool) -> Range<f64> {
+    let (lo, hi) = (range.start, range.end);
+    if log {
+        if hi <= lo {
+            return lo / 2.0..hi * 2.0;
+        }
+        let pad = ((hi / lo).ln() * 0.05).exp();
+        return lo / pad..hi * pad;
+    }
+    if hi <= lo {
+        let pad = if lo == 0.0 { 1.0 } else { lo.abs() * 0.1 };
+        return lo - pad..hi + pad;
+    }
+    let pad = (hi - lo) * 0.05;
+    lo - pad..hi + pad
+}
+
+/// The smallest and largest of the values (callers pass finite values only).
+pub(crate) fn bounds(values: impl IntoIterator<Item = f64>) -> Option<Range<f64>> {
+    values.into_iter().fold(None, |acc, v| match acc {
+        None => Some(v..v),
+        Some(r) => Some(r.start.min(v)..r.end.max(v)),
+    })
+}
+
+/// Registers the embedded TTF as plotters' "sans-serif", so text never goes through
+/// fontconfig: a fresh machine has no fonts installed.
+fn register_embedded_font() -> Result<(), PlotError> {
+    static REGISTERED: OnceLock<bool> = OnceLock::new();
+    let ok = REGISTERED.get_or_init(|| {
+        let bytes = epaint_default_fonts::HACK_REGULAR;
+        [FontStyle::Normal, FontStyle::Bold]
+            .into_iter()
+            .all(|style| plotters::style::register_font("sans-serif", style, bytes).is_ok())
+    });
+    if *ok {
+        Ok(())
+    } else {
+        Err(PlotError::Invalid(
+            "the embedded font failed to load".into(),
+        ))
+    }
+}
