@@ -76,6 +76,7 @@ fn shown(len: usize, summarize: bool) -> Vec<Option<usize>> {
     }
 }
 
+#[allow(clippy::too_many_arguments)] // one recursive walk; a context struct would only rename them
 fn render(
     values: &[f64],
     shape: &[usize],
