@@ -1,0 +1,228 @@
+//! safetensors read and write, through the `safetensors` crate.
+//!
+//! Files are untrusted: `header::validate` checks the framing, every offset and every size
+//! before the crate parses the header, so a corrupt file gives an error, never a panic, and the
+//! only large allocation is the tensors' data, which the file's length bounds. Writes go to a
+//! sibling temporary file that is synced and then renamed, so a crash leaves the old file or the
+//! new one, never half of one.
+
+mod header;
+#[cfg(test)]
+mod tests;
+
+use crate::backend::{CpuStorage, Storage};
+use crate::{no_grad, Device, Error, Result, Tensor};
+use header::{engine_dtype, file_dtype};
+use safetensors::{Dtype, SafeTensors, View};
+use std::borrow::Cow;
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+
+/// A loaded file: its tensors by name and its `__metadata__` string map (empty when absent).
+#[derive(Clone)]
+pub struct Loaded {
+    pub tensors: BTreeMap<String, Tensor>,
+    pub metadata: HashMap<String, String>,
+}
+
+/// Anything that names tensors: a map, or a list of (name, tensor) pairs.
+pub trait NamedTensors {
+    fn named(&self) -> Vec<(&str, &Tensor)>;
+}
+
+impl NamedTensors for BTreeMap<String, Tensor> {
+    fn named(&self) -> Vec<(&str, &Tensor)> {
+        self.iter().map(|(n, t)| (n.as_str(), t)).collect()
+    }
+}
+
+impl NamedTensors for HashMap<String, Tensor> {
+    fn named(&self) -> Vec<(&str, &Tensor)> {
+        self.iter().map(|(n, t)| (n.as_str(), t)).collect()
+    }
+}
+
+impl<S: AsRef<str>> NamedTensors for [(S, Tensor)] {
+    fn named(&self) -> Vec<(&str, &Tensor)> {
+        self.iter().map(|(n, t)| (n.as_ref(), t)).collect()
+    }
+}
+
+impl<S: AsRef<str>> NamedTensors for Vec<(S, Tensor)> {
+    fn named(&self) -> Vec<(&str, &Tensor)> {
+        self.as_slice().named()
+    }
+}
+
+// ----- reading -----
+
+/// Reads every tensor of a safetensors file.
+pub fn load(path: impl AsRef<Path>) -> Result<BTreeMap<String, Tensor>> {
+    Ok(load_with_metadata(path)?.tensors)
+}
+
+/// Reads every tensor of a safetensors file, and its metadata.
+pub fn load_with_metadata(path: impl AsRef<Path>) -> Result<Loaded> {
+    let path = path.as_ref();
+    let bytes = std::fs::read(path).map_err(|e| Error::io(path, e))?;
+    load_bytes_with_metadata(&bytes).map_err(|e| match e {
+        Error::Format { format, msg } => Error::Format {
+            format,
+            msg: format!("{}: {msg}", path.display()),
+        },
+        e => e,
+    })
+}
+
+/// Reads every tensor of a safetensors file held in memory.
+pub fn load_bytes(bytes: &[u8]) -> Result<BTreeMap<String, Tensor>> {
+    Ok(load_bytes_with_metadata(bytes)?.tensors)
+}
+
+/// Reads every tensor of a safetensors file held in memory, and its metadata.
+pub fn load_bytes_with_metadata(bytes: &[u8]) -> Result<Loaded> {
+    let metadata = header::validate(bytes)?;
+    let file = SafeTensors::deserialize(bytes).map_err(crate_error)?;
+    let mut tensors = BTreeMap::new();
+    for (name, view) in file.iter() {
+        let dtype = engine_dtype(name, view.dtype())?;
+        let data = view.data();
+        // The crate checks this too; a wrong length must never reach the storage.
+        if header::byte_len(view.shape(), dtype) != Some(data.len()) {
+            return Err(Error::format(
+                "safetensors",
+                format!(
+                    "tensor `{name}`: shape {:?} of {dtype} does not match its {} data bytes",
+                    view.shape(),
+                    data.len()
+                ),
+            ));
+        }
+        let storage = CpuStorage::from_le_bytes(data, dtype).ok_or_else(|| {
+            Error::format(
+                "safetensors",
+                format!("tensor `{name}`: ragged {dtype} data"),
+            )
+        })?;
+        let tensor = Tensor::from_storage(Storage::Cpu(storage), view.shape())?;
+        tensors.insert(name.to_string(), tensor);
+    }
+    Ok(Loaded { tensors, metadata })
+}
+
+fn crate_error(e: safetensors::SafeTensorError) -> Error {
+    Error::format("safetensors", e.to_string())
+}
+
+// ----- writing -----
+
+/// Writes `tensors` (made contiguous, on the CPU) and optional metadata to `path`, atomically.
+pub fn save<T: NamedTensors + ?Sized>(
+    path: impl AsRef<Path>,
+    tensors: &T,
+    metadata: Option<HashMap<String, String>>,
+) -> Result<()> {
+    let path = path.as_ref();
+    let views = prepare(tensors)?;
+    let tmp = temp_sibling(path);
+    let written = safetensors::serialize_to_file(views, metadata, &tmp)
+        .map_err(crate_error)
+        .and_then(|()| sync_file(&tmp))
+        .and_then(|()| std::fs::rename(&tmp, path).map_err(|e| Error::io(path, e)));
+    if written.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    written?;
+    // Persist the rename itself; not every platform lets a directory be opened, so best effort.
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        if let Ok(d) = std::fs::File::open(dir) {
+            let _ = d.sync_all();
+        }
+    }
+    Ok(())
+}
+
+/// The bytes of a safetensors file holding `tensors` and optional metadata.
+pub fn save_bytes<T: NamedTensors + ?Sized>(
+    tensors: &T,
+    metadata: Option<HashMap<String, String>>,
+) -> Result<Vec<u8>> {
+    safetensors::serialize(prepare(tensors)?, metadata).map_err(crate_error)
+}
+
+/// A contiguous CPU tensor, ready for the crate to write.
+struct TensorBytes {
+    tensor: Tensor,
+    dtype: Dtype,
+}
+
+impl View for TensorBytes {
+    fn dtype(&self) -> Dtype {
+        self.dtype
+    }
+
+    fn shape(&self) -> &[usize] {
+        self.tensor.shape()
+    }
+
+    fn data(&self) -> Cow<'_, [u8]> {
+        // Only the view's elements, not the whole storage it may share.
+        let range = self.tensor.layout().contiguous_range().unwrap_or(0..0);
+        let storage = self.tensor.storage();
+        let Storage::Cpu(s) = &*storage;
+        Cow::Owned(le_bytes(s, range))
+    }
+
+    fn data_len(&self) -> usize {
+        self.tensor.numel() * self.tensor.dtype().size_in_bytes()
+    }
+}
+
+fn prepare<T: NamedTensors + ?Sized>(tensors: &T) -> Result<Vec<(&str, TensorBytes)>> {
+    let named = tensors.named();
+    let mut seen = std::collections::HashSet::with_capacity(named.len());
+    let mut out = Vec::with_capacity(named.len());
+    for (name, t) in named {
+        if !seen.insert(name) {
+            return Err(Error::invalid(
+                "safetensors::save",
+                format!("tensor name `{name}` appears twice"),
+            ));
+        }
+        let tensor = no_grad(|| t.detach().to_device(Device::Cpu)?.contiguous())?;
+        let dtype = file_dtype(tensor.dtype());
+        out.push((name, TensorBytes { tensor, dtype }));
+    }
+    Ok(out)
+}
+
+fn le_bytes(s: &CpuStorage, r: std::ops::Range<usize>) -> Vec<u8> {
+    match s {
+        CpuStorage::Bool(v) => v[r].iter().map(|&b| b as u8).collect(),
+        CpuStorage::U8(v) => v[r].to_vec(),
+        CpuStorage::U32(v) => bytemuck::cast_slice(&v[r]).to_vec(),
+        CpuStorage::I64(v) => bytemuck::cast_slice(&v[r]).to_vec(),
+        CpuStorage::BF16(v) => bytemuck::cast_slice(&v[r]).to_vec(),
+        CpuStorage::F16(v) => bytemuck::cast_slice(&v[r]).to_vec(),
+        CpuStorage::F32(v) => bytemuck::cast_slice(&v[r]).to_vec(),
+        CpuStorage::F64(v) => bytemuck::cast_slice(&v[r]).to_vec(),
+    }
+}
+
+/// A name next to `path` that no other writer in this process or another one picks.
+fn temp_sibling(path: &Path) -> PathBuf {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+    let file = path
+        .file_name()
+        .map(|f| f.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    path.with_file_name(format!(".{file}.tmp-{}-{n}", std::process::id()))
+}
+
+fn sync_file(path: &Path) -> Result<()> {
+    std::fs::File::open(path)
+        .and_then(|f| f.sync_all())
+        .map_err(|e| Error::io(path, e))
+}
