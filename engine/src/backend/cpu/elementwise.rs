@@ -11,27 +11,97 @@ fn computes_in_f64<T: WithDType>() -> bool {
     !matches!(T::DTYPE, DType::F32 | DType::BF16 | DType::F16)
 }
 
-fn unary_t<T: WithDType>(v: &[T], l: &Layout, op: UnaryOp) -> Vec<T> {
+/// The generic path: the op is a run-time value (used for integer dtypes).
+fn unary_any<T: WithDType>(v: &[T], l: &Layout, op: UnaryOp) -> Vec<T> {
     if computes_in_f64::<T>() {
-        map(v, l, |x| T::from_f64(op.eval(x.to_f64())))
+        map(v, l, move |x| T::from_f64(op.eval(x.to_f64())))
     } else {
-        map(v, l, |x| T::from_f32(op.eval(x.to_f32())))
+        map(v, l, move |x| T::from_f32(op.eval(x.to_f32())))
     }
 }
 
+/// Expands one loop per op kind: each closure names its op as a constant, so `#[inline] eval`
+/// folds its `match` away and the loop can vectorize.
+macro_rules! float_loops {
+    ($v:expr, $l:expr, $op:expr, $T:ty, [$($unit:ident),*]) => {{
+        macro_rules! lp {
+            ($o:expr) => {
+                if computes_in_f64::<$T>() {
+                    map($v, $l, move |x: $T| <$T>::from_f64($o.eval(x.to_f64())))
+                } else {
+                    map($v, $l, move |x: $T| <$T>::from_f32($o.eval(x.to_f32())))
+                }
+            };
+        }
+        match $op {
+            $( UnaryOp::$unit => lp!(UnaryOp::$unit), )*
+            UnaryOp::Pow(e) => lp!(UnaryOp::Pow(e)),
+            UnaryOp::Clamp(a, b) => lp!(UnaryOp::Clamp(a, b)),
+            UnaryOp::Affine(m, a) => lp!(UnaryOp::Affine(m, a)),
+        }
+    }};
+}
+
+fn unary_float<T: WithDType>(v: &[T], l: &Layout, op: UnaryOp) -> Vec<T> {
+    float_loops!(
+        v,
+        l,
+        op,
+        T,
+        [
+            Neg,
+            Abs,
+            Exp,
+            Log,
+            Sqrt,
+            Rsqrt,
+            Sin,
+            Cos,
+            Tanh,
+            Sigmoid,
+            Relu,
+            Gelu,
+            GeluTanh,
+            Silu,
+            Sign,
+            GeluGrad,
+            GeluTanhGrad,
+            SiluGrad
+        ]
+    )
+}
+
 pub fn unary(s: &CpuStorage, l: &Layout, op: UnaryOp) -> CpuStorage {
-    cpu_dispatch!(s, v => IntoCpuStorage::into_storage(unary_t(v, l, op)))
+    match s {
+        CpuStorage::F32(v) => CpuStorage::F32(unary_float(v, l, op)),
+        CpuStorage::F64(v) => CpuStorage::F64(unary_float(v, l, op)),
+        CpuStorage::BF16(v) => CpuStorage::BF16(unary_float(v, l, op)),
+        CpuStorage::F16(v) => CpuStorage::F16(unary_float(v, l, op)),
+        other => cpu_dispatch!(other, v => IntoCpuStorage::into_storage(unary_any(v, l, op))),
+    }
 }
 
 fn binary_t<T: WithDType>(a: &[T], la: &Layout, b: &[T], lb: &Layout, op: BinaryOp) -> Vec<T> {
-    if computes_in_f64::<T>() {
-        zip_map(a, la, b, lb, |x, y| {
-            T::from_f64(op.eval(x.to_f64(), y.to_f64()))
-        })
-    } else {
-        zip_map(a, la, b, lb, |x, y| {
-            T::from_f32(op.eval(x.to_f32(), y.to_f32()))
-        })
+    macro_rules! lp {
+        ($o:expr) => {
+            if computes_in_f64::<T>() {
+                zip_map(a, la, b, lb, move |x: T, y: T| {
+                    T::from_f64($o.eval(x.to_f64(), y.to_f64()))
+                })
+            } else {
+                zip_map(a, la, b, lb, move |x: T, y: T| {
+                    T::from_f32($o.eval(x.to_f32(), y.to_f32()))
+                })
+            }
+        };
+    }
+    match op {
+        BinaryOp::Add => lp!(BinaryOp::Add),
+        BinaryOp::Sub => lp!(BinaryOp::Sub),
+        BinaryOp::Mul => lp!(BinaryOp::Mul),
+        BinaryOp::Div => lp!(BinaryOp::Div),
+        BinaryOp::Maximum => lp!(BinaryOp::Maximum),
+        BinaryOp::Minimum => lp!(BinaryOp::Minimum),
     }
 }
 
