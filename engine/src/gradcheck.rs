@@ -74,6 +74,8 @@ pub fn gradcheck(
             };
             let numeric = (eval(opts.eps)? - eval(-opts.eps)?) / (2.0 * opts.eps);
             let diff = (analytic[j] - numeric).abs();
+            // Written negated on purpose: a NaN difference must fail the check.
+            #[allow(clippy::neg_cmp_op_on_partial_ord)]
             if !(diff <= opts.atol + opts.rtol * numeric.abs()) {
                 return Err(Error::Backward(format!(
                     "gradcheck: input {i} element {j}: analytic {} vs numeric {numeric} (|diff| {diff})",

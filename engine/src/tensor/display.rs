@@ -76,6 +76,7 @@ fn shown(len: usize, summarize: bool) -> Vec<Option<usize>> {
     }
 }
 
+#[allow(clippy::too_many_arguments)]
 fn render(
     values: &[f64],
     shape: &[usize],

@@ -72,7 +72,7 @@ fn reduce_t<T: WithDType + IntoCpuStorage>(
     op: ReduceOp,
 ) -> CpuStorage {
     let (data, inner) = rows_last(v, l, dims);
-    let outer = if inner == 0 { 0 } else { data.len() / inner };
+    let outer = data.len().checked_div(inner).unwrap_or(0);
     match op {
         ReduceOp::Sum => {
             let sums = if outer == 1 {
