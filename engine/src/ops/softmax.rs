@@ -36,12 +36,13 @@ impl Tensor {
         let cols = x.shape()[d];
         let storage = rows.with_cpu(name, |s, _| Storage::Cpu(cpu::softmax(s, cols, log)))?;
         let y_rows = Tensor::from_storage(storage, rows.shape())?;
+        let saved = SavedTensor::new(name, &y_rows);
+        // Move, not clone: `recorded` needs the only handle to the output.
         let y = if d == last {
-            y_rows.clone()
+            y_rows
         } else {
             y_rows.transpose(d as isize, last as isize)?
         };
-        let saved = SavedTensor::new(name, &y_rows);
         Ok(y.recorded(&[&x], move || {
             backward_fn(name, move |g, _| {
                 let g_rows = g.rows_along(d)?;
@@ -68,5 +69,24 @@ impl Tensor {
 
     pub fn log_softmax(&self, dim: isize) -> Result<Tensor> {
         self.softmax_impl(dim, true)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::Tensor;
+
+    #[test]
+    fn log_softmax_along_the_last_dim_records_a_backward_instead_of_panicking() {
+        let x = Tensor::from_vec(vec![1f32, 2., 3., 0.], &[2, 2])
+            .unwrap()
+            .requires_grad_()
+            .unwrap();
+        // Row sums of softmax are 1, so the gradient of sum(softmax) is zero.
+        x.softmax(-1).unwrap().sum().unwrap().backward().unwrap();
+        let g = x.grad().unwrap().to_vec_f32().unwrap();
+        assert!(g.iter().all(|v| v.abs() < 1e-6), "{g:?}");
+        let y = x.log_softmax(-1).unwrap();
+        assert!(y.grad_fn().is_some());
     }
 }

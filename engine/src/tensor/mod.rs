@@ -102,7 +102,12 @@ impl Tensor {
                 .collect(),
             backward: Mutex::new(Some(Box::new(backward))),
         };
-        let mut inner = Arc::into_inner(self.0).expect("a fresh tensor has one owner");
+        // An op hands over its only handle to the output; should another handle still exist,
+        // record on a new handle over the same storage rather than panic.
+        let mut inner = Arc::try_unwrap(self.0).unwrap_or_else(|shared| {
+            let fresh = Tensor::leaf(shared.storage.clone(), shared.layout.clone());
+            Arc::into_inner(fresh.0).expect("a handle made just now has one owner")
+        });
         inner.grad_fn = Some(Arc::new(node));
         inner.requires_grad = AtomicBool::new(true);
         Tensor(Arc::new(inner))
