@@ -1,1 +1,26 @@
 //! Layers and the `Module` trait: named parameters whose names match published checkpoints.
+//! Every layer that draws random numbers takes an explicit `&mut Generator`, so one seed gives
+//! one model.
+
+mod activation;
+mod batch_norm;
+mod conv2d;
+mod dropout;
+mod embedding;
+pub mod init;
+mod linear;
+mod mlp;
+mod module;
+mod norm;
+mod sequential;
+
+pub use activation::{Activation, ReLU, SiLU, Tanh, GELU};
+pub use batch_norm::BatchNorm2d;
+pub use conv2d::Conv2d;
+pub use dropout::Dropout;
+pub use embedding::Embedding;
+pub use linear::Linear;
+pub use mlp::Mlp;
+pub use module::{duplicate_names, prefixed, LoadReport, Module};
+pub use norm::{LayerNorm, RmsNorm};
+pub use sequential::Sequential;

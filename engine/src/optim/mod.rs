@@ -1,1 +1,25 @@
-//! Optimizers (SGD, AdamW, Lion), learning-rate schedules and gradient clipping.
+//! Optimizers (SGD, AdamW, Lion), learning-rate schedules and gradient clipping. An optimizer
+//! holds its parameters' handles and updates their storage in place under no_grad, so the
+//! module sees the new values. Its state (moments, step counts, learning rate) saves and loads
+//! as named tensors and scalars, and a resumed run continues bit for bit.
+
+mod adamw;
+mod clip;
+mod lion;
+mod optimizer;
+pub mod schedule;
+mod sgd;
+mod state;
+
+#[cfg(test)]
+mod tests;
+
+pub use adamw::{AdamW, AdamWConfig};
+pub use clip::{clip_grad_norm, global_grad_norm, scale_grads};
+pub use lion::{Lion, LionConfig};
+pub use optimizer::{
+    numbered, state_dtype, Optimizer, OptimizerCore, Param, ParamState, StepOutcome,
+};
+pub use schedule::Schedule;
+pub use sgd::{Sgd, SgdConfig};
+pub use state::{param_key, OptimizerState, StateReader};

@@ -1,0 +1,97 @@
+//! Activations as modules, so they can sit in a `Sequential` between layers.
+
+use super::module::Module;
+use crate::{Result, Tensor};
+
+/// The activation an `Mlp` puts between its layers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Activation {
+    Relu,
+    Gelu,
+    Silu,
+    Tanh,
+}
+
+impl Activation {
+    pub fn apply(self, x: &Tensor) -> Result<Tensor> {
+        match self {
+            Activation::Relu => x.relu(),
+            Activation::Gelu => x.gelu(),
+            Activation::Silu => x.silu(),
+            Activation::Tanh => x.tanh(),
+        }
+    }
+
+    pub fn parse(name: &str) -> Option<Activation> {
+        match name.to_ascii_lowercase().as_str() {
+            "relu" => Some(Activation::Relu),
+            "gelu" => Some(Activation::Gelu),
+            "silu" | "swish" => Some(Activation::Silu),
+            "tanh" => Some(Activation::Tanh),
+            _ => None,
+        }
+    }
+
+    /// The activation as a boxed module.
+    pub fn module(self) -> Box<dyn Module> {
+        match self {
+            Activation::Relu => Box::new(ReLU::default()),
+            Activation::Gelu => Box::new(GELU::default()),
+            Activation::Silu => Box::new(SiLU::default()),
+            Activation::Tanh => Box::new(Tanh::default()),
+        }
+    }
+}
+
+macro_rules! activation_module {
+    ($name:ident, $kind:expr) => {
+        /// A parameter-free activation module.
+        #[derive(Clone, Copy, Debug)]
+        pub struct $name {
+            training: bool,
+        }
+
+        impl Default for $name {
+            fn default() -> Self {
+                $name { training: true }
+            }
+        }
+
+        impl Module for $name {
+            fn forward(&self, x: &Tensor) -> Result<Tensor> {
+                $kind.apply(x)
+            }
+            fn named_parameters(&self) -> Vec<(String, Tensor)> {
+                Vec::new()
+            }
+            fn train(&mut self, on: bool) {
+                self.training = on;
+            }
+            fn is_training(&self) -> bool {
+                self.training
+            }
+        }
+    };
+}
+
+activation_module!(ReLU, Activation::Relu);
+activation_module!(GELU, Activation::Gelu);
+activation_module!(SiLU, Activation::Silu);
+activation_module!(Tanh, Activation::Tanh);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn activation_modules_apply_their_function() {
+        let x = Tensor::from_vec(vec![-1f32, 0.5], &[2]).unwrap();
+        assert_eq!(
+            ReLU::default().forward(&x).unwrap().to_vec_f32().unwrap(),
+            [0.0, 0.5]
+        );
+        let t = Tanh::default().forward(&x).unwrap().to_vec_f32().unwrap();
+        assert!((t[0] - (-1f32).tanh()).abs() < 1e-6);
+        assert_eq!(Activation::parse("SiLU"), Some(Activation::Silu));
+    }
+}

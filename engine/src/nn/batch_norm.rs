@@ -1,0 +1,209 @@
+//! BatchNorm2d as torch.nn.BatchNorm2d. In train mode it normalizes with the batch statistics
+//! (biased variance) and updates the running statistics with
+//! `running = (1 - momentum) * running + momentum * batch`, using the *unbiased* batch variance;
+//! in eval mode it normalizes with the running statistics. `num_batches_tracked` counts train
+//! steps, and with `momentum = None` gives a cumulative average, as in PyTorch.
+
+use super::init::{ones_, zeros_};
+use super::module::{new_parameter, Module};
+use crate::{no_grad, DType, Device, Error, Result, Tensor};
+
+pub struct BatchNorm2d {
+    pub weight: Option<Tensor>,
+    pub bias: Option<Tensor>,
+    pub running_mean: Tensor,
+    pub running_var: Tensor,
+    /// I64 scalar, as PyTorch saves it.
+    pub num_batches_tracked: Tensor,
+    pub eps: f64,
+    /// `None`: a cumulative moving average (factor 1 / num_batches_tracked).
+    pub momentum: Option<f64>,
+    training: bool,
+}
+
+impl BatchNorm2d {
+    /// eps 1e-5, momentum 0.1, affine weight (ones) and bias (zeros).
+    pub fn new(num_features: usize) -> Result<Self> {
+        Ok(BatchNorm2d {
+            weight: Some(new_parameter(&[num_features], ones_)?),
+            bias: Some(new_parameter(&[num_features], zeros_)?),
+            running_mean: Tensor::zeros(&[num_features], DType::F32, Device::Cpu)?,
+            running_var: Tensor::ones(&[num_features], DType::F32, Device::Cpu)?,
+            num_batches_tracked: Tensor::zeros(&[], DType::I64, Device::Cpu)?,
+            eps: 1e-5,
+            momentum: Some(0.1),
+            training: true,
+        })
+    }
+
+    pub fn num_features(&self) -> usize {
+        self.running_mean.shape()[0]
+    }
+
+    /// Folds this batch's statistics into the running buffers (outside the graph).
+    fn update_running_stats(&self, mean: &Tensor, biased_var: &Tensor, count: usize) -> Result<()> {
+        no_grad(|| {
+            self.num_batches_tracked.add_scalar_(1.0)?;
+            let m = match self.momentum {
+                Some(m) => m,
+                None => 1.0 / self.num_batches_tracked.item()?,
+            };
+            let c = self.num_features();
+            let unbiased = biased_var.mul_scalar(count as f64 / (count as f64 - 1.0))?;
+            for (running, batch) in [(&self.running_mean, mean), (&self.running_var, &unbiased)] {
+                let batch = batch.reshape_to(&[c])?.to_dtype(running.dtype())?;
+                running.copy_(&running.mul_scalar(1.0 - m)?.add(&batch.mul_scalar(m)?)?)?;
+            }
+            Ok(())
+        })
+    }
+}
+
+impl Module for BatchNorm2d {
+    fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        let c = self.num_features();
+        if x.rank() != 4 || x.shape()[1] != c {
+            return Err(Error::invalid(
+                "BatchNorm2d",
+                format!("needs input [N, {c}, H, W], got {:?}", x.shape()),
+            ));
+        }
+        let xf = match x.dtype() {
+            DType::F32 | DType::F64 => x.clone(),
+            _ => x.to_dtype(DType::F32)?,
+        };
+        let per_channel = [1, c, 1, 1];
+        let (mean, var) = if self.training {
+            let count = x.numel() / c;
+            if count < 2 {
+                return Err(Error::invalid(
+                    "BatchNorm2d",
+                    format!(
+                        "train mode needs more than one value per channel, got input {:?}",
+                        x.shape()
+                    ),
+                ));
+            }
+            let mean = xf.mean_dims(&[0, 2, 3], true)?;
+            let var = xf.var_dims(&[0, 2, 3], false, true)?;
+            self.update_running_stats(&mean.detach(), &var.detach(), count)?;
+            (mean, var)
+        } else {
+            (
+                self.running_mean.reshape_to(&per_channel)?,
+                self.running_var.reshape_to(&per_channel)?,
+            )
+        };
+        let mut y = xf.sub(&mean)?.mul(&var.add_scalar(self.eps)?.rsqrt()?)?;
+        if let Some(w) = &self.weight {
+            y = y.mul(&w.reshape_to(&per_channel)?)?;
+        }
+        if let Some(b) = &self.bias {
+            y = y.add(&b.reshape_to(&per_channel)?)?;
+        }
+        y.to_dtype(x.dtype())
+    }
+
+    fn named_parameters(&self) -> Vec<(String, Tensor)> {
+        let mut out = Vec::new();
+        if let Some(w) = &self.weight {
+            out.push(("weight".into(), w.clone()));
+        }
+        if let Some(b) = &self.bias {
+            out.push(("bias".into(), b.clone()));
+        }
+        out
+    }
+
+    fn named_buffers(&self) -> Vec<(String, Tensor)> {
+        vec![
+            ("running_mean".into(), self.running_mean.clone()),
+            ("running_var".into(), self.running_var.clone()),
+            (
+                "num_batches_tracked".into(),
+                self.num_batches_tracked.clone(),
+            ),
+        ]
+    }
+
+    fn train(&mut self, on: bool) {
+        self.training = on;
+    }
+
+    fn is_training(&self) -> bool {
+        self.training
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// x [2, 2, 1, 2]: channel 0 holds 1, 2, 3, 6; channel 1 holds 0, 0, 4, 4.
+    fn batch() -> Tensor {
+        Tensor::from_vec(vec![1f32, 2., 0., 0., 3., 6., 4., 4.], &[2, 2, 1, 2]).unwrap()
+    }
+
+    #[test]
+    fn batch_norm_running_stats_after_one_train_step_match_pytorch_formula() {
+        let bn = BatchNorm2d::new(2).unwrap();
+        let y = bn.forward(&batch()).unwrap();
+        // Channel 0: mean 3, biased var (4+1+0+9)/4 = 3.5, unbiased 14/3.
+        // Channel 1: mean 2, biased var 4, unbiased 16/3.
+        let rm = bn.running_mean.to_vec_f64().unwrap();
+        let rv = bn.running_var.to_vec_f64().unwrap();
+        let expect_rm = [0.9 * 0.0 + 0.1 * 3.0, 0.1 * 2.0];
+        let expect_rv = [0.9 + 0.1 * 14.0 / 3.0, 0.9 + 0.1 * 16.0 / 3.0];
+        for i in 0..2 {
+            assert!((rm[i] - expect_rm[i]).abs() < 1e-6, "running_mean {rm:?}");
+            assert!((rv[i] - expect_rv[i]).abs() < 1e-6, "running_var {rv:?}");
+        }
+        assert_eq!(bn.num_batches_tracked.to_vec::<i64>().unwrap(), [1]);
+        // The output uses the biased batch variance.
+        let y = y.to_vec_f64().unwrap();
+        let s0 = 1.0 / (3.5f64 + 1e-5).sqrt();
+        assert!((y[0] - (1.0 - 3.0) * s0).abs() < 1e-5, "{y:?}");
+    }
+
+    #[test]
+    fn batch_norm_eval_normalizes_with_running_stats_and_leaves_them_alone() {
+        let mut bn = BatchNorm2d::new(2).unwrap();
+        bn.forward(&batch()).unwrap();
+        bn.eval();
+        let (rm, rv) = (
+            bn.running_mean.to_vec_f64().unwrap(),
+            bn.running_var.to_vec_f64().unwrap(),
+        );
+        let y = bn.forward(&batch()).unwrap().to_vec_f64().unwrap();
+        assert!((y[0] - (1.0 - rm[0]) / (rv[0] + 1e-5).sqrt()).abs() < 1e-5);
+        assert_eq!(bn.running_mean.to_vec_f64().unwrap(), rm);
+        assert_eq!(bn.num_batches_tracked.to_vec::<i64>().unwrap(), [1]);
+        let names: Vec<String> = bn.state_dict().into_keys().collect();
+        assert_eq!(
+            names,
+            [
+                "bias",
+                "num_batches_tracked",
+                "running_mean",
+                "running_var",
+                "weight"
+            ]
+        );
+    }
+
+    #[test]
+    fn batch_norm_gradient_flows_to_input_and_affine_parameters() {
+        let bn = BatchNorm2d::new(2).unwrap();
+        let x = batch().requires_grad_().unwrap();
+        bn.forward(&x)
+            .unwrap()
+            .square()
+            .unwrap()
+            .sum()
+            .unwrap()
+            .backward()
+            .unwrap();
+        assert!(x.grad().is_some());
+        assert!(bn.weight.as_ref().unwrap().grad().is_some());
+    }
+}

@@ -1,0 +1,119 @@
+//! Conv2d: weight [O, C/groups, kh, kw] and bias [O], as torch.nn.Conv2d, over the engine's
+//! conv2d op (stride, padding, dilation, groups).
+
+use super::init::{fan_in_and_fan_out, kaiming_uniform_, uniform_, FanMode};
+use super::module::{new_parameter, Module};
+use crate::{Conv2dOptions, Error, Generator, Result, Tensor};
+
+pub struct Conv2d {
+    pub weight: Tensor,
+    pub bias: Option<Tensor>,
+    pub options: Conv2dOptions,
+    training: bool,
+}
+
+impl Conv2d {
+    /// PyTorch's default init: kaiming_uniform(a = sqrt(5)) for the weight and
+    /// U(+-1/sqrt(fan_in)) for the bias, with fan_in = C/groups * kh * kw.
+    pub fn new(
+        in_channels: usize,
+        out_channels: usize,
+        kernel_size: (usize, usize),
+        options: Conv2dOptions,
+        bias: bool,
+        gen: &mut Generator,
+    ) -> Result<Self> {
+        let g = options.groups;
+        if g == 0 || in_channels % g != 0 || out_channels % g != 0 {
+            return Err(Error::invalid(
+                "Conv2d",
+                format!("groups {g} must divide in_channels {in_channels} and out_channels {out_channels}"),
+            ));
+        }
+        let shape = [out_channels, in_channels / g, kernel_size.0, kernel_size.1];
+        let weight = new_parameter(&shape, |t| {
+            kaiming_uniform_(t, 5f64.sqrt(), FanMode::FanIn, gen)
+        })?;
+        let (fan_in, _) = fan_in_and_fan_out(&shape)?;
+        let bound = 1.0 / (fan_in.max(1) as f64).sqrt();
+        let bias = bias
+            .then(|| new_parameter(&[out_channels], |t| uniform_(t, -bound, bound, gen)))
+            .transpose()?;
+        Ok(Conv2d {
+            weight,
+            bias,
+            options,
+            training: true,
+        })
+    }
+}
+
+impl Module for Conv2d {
+    /// x [N, C, H, W] -> [N, O, Ho, Wo].
+    fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        x.conv2d(&self.weight, self.bias.as_ref(), self.options)
+    }
+
+    fn named_parameters(&self) -> Vec<(String, Tensor)> {
+        let mut out = vec![("weight".to_string(), self.weight.clone())];
+        if let Some(b) = &self.bias {
+            out.push(("bias".to_string(), b.clone()));
+        }
+        out
+    }
+
+    fn train(&mut self, on: bool) {
+        self.training = on;
+    }
+
+    fn is_training(&self) -> bool {
+        self.training
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{DType, Device};
+
+    #[test]
+    fn conv2d_module_has_grouped_weight_shape_and_output_geometry() {
+        let opts = Conv2dOptions {
+            stride: (2, 2),
+            padding: (1, 1),
+            dilation: (1, 1),
+            groups: 2,
+        };
+        let c = Conv2d::new(4, 6, (3, 3), opts, true, &mut Generator::new(0)).unwrap();
+        assert_eq!(c.weight.shape(), [6, 2, 3, 3]);
+        // fan_in 18: both tensors within 1/sqrt(18).
+        for (_, t) in c.named_parameters() {
+            let max = t
+                .to_vec_f64()
+                .unwrap()
+                .iter()
+                .fold(0f64, |m, x| m.max(x.abs()));
+            assert!(max <= 1.0 / 18f64.sqrt());
+        }
+        let x = Tensor::ones(&[1, 4, 7, 7], DType::F32, Device::Cpu).unwrap();
+        assert_eq!(c.forward(&x).unwrap().shape(), [1, 6, 4, 4]);
+    }
+
+    #[test]
+    fn conv2d_module_with_one_by_one_kernel_is_a_per_pixel_linear_map() {
+        let mut c = Conv2d::new(
+            2,
+            1,
+            (1, 1),
+            Conv2dOptions::default(),
+            true,
+            &mut Generator::new(0),
+        )
+        .unwrap();
+        c.weight = Tensor::from_vec(vec![2f32, -1.], &[1, 2, 1, 1]).unwrap();
+        c.bias = Some(Tensor::from_vec(vec![0.5f32], &[1]).unwrap());
+        let x = Tensor::from_vec(vec![1f32, 2., 3., 4.], &[1, 2, 1, 2]).unwrap();
+        // Pixel 0: 2*1 - 3 + 0.5; pixel 1: 2*2 - 4 + 0.5.
+        assert_eq!(c.forward(&x).unwrap().to_vec_f32().unwrap(), [-0.5, 0.5]);
+    }
+}

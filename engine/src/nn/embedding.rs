@@ -1,0 +1,83 @@
+//! Embedding: a lookup table [num_embeddings, dim] indexed by integer ids of any shape.
+
+use super::init::normal_;
+use super::module::{new_parameter, Module};
+use crate::{Error, Generator, Result, Tensor};
+
+pub struct Embedding {
+    pub weight: Tensor,
+    training: bool,
+}
+
+impl Embedding {
+    /// N(0, 1) init, PyTorch's default.
+    pub fn new(num_embeddings: usize, dim: usize, gen: &mut Generator) -> Result<Self> {
+        let weight = new_parameter(&[num_embeddings, dim], |t| normal_(t, 0.0, 1.0, gen))?;
+        Ok(Embedding {
+            weight,
+            training: true,
+        })
+    }
+
+    pub fn from_tensor(weight: Tensor) -> Result<Self> {
+        if weight.rank() != 2 {
+            return Err(Error::invalid(
+                "Embedding",
+                format!("weight must be [num, dim], got {:?}", weight.shape()),
+            ));
+        }
+        Ok(Embedding {
+            weight,
+            training: true,
+        })
+    }
+}
+
+impl Module for Embedding {
+    /// ids [...] (integers) -> [..., dim].
+    fn forward(&self, ids: &Tensor) -> Result<Tensor> {
+        if ids.dtype().is_float() {
+            return Err(Error::UnsupportedDType {
+                op: "Embedding",
+                dtype: ids.dtype(),
+                detail: ": ids must be integers".into(),
+            });
+        }
+        let rows = self.weight.index_select(0, &ids.flatten()?)?;
+        let mut shape = ids.shape().to_vec();
+        shape.push(self.weight.shape()[1]);
+        rows.reshape_to(&shape)
+    }
+
+    fn named_parameters(&self) -> Vec<(String, Tensor)> {
+        vec![("weight".into(), self.weight.clone())]
+    }
+
+    fn train(&mut self, on: bool) {
+        self.training = on;
+    }
+
+    fn is_training(&self) -> bool {
+        self.training
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn embedding_looks_up_rows_for_ids_of_any_shape() {
+        let w = Tensor::from_vec(vec![0f32, 1., 10., 11., 20., 21.], &[3, 2]).unwrap();
+        let e = Embedding::from_tensor(w).unwrap();
+        let ids = Tensor::from_vec(vec![2i64, 0, 1, 2], &[2, 2]).unwrap();
+        let y = e.forward(&ids).unwrap();
+        assert_eq!(y.shape(), [2, 2, 2]);
+        assert_eq!(
+            y.to_vec_f32().unwrap(),
+            [20., 21., 0., 1., 10., 11., 20., 21.]
+        );
+        let bad = Tensor::from_vec(vec![3i64], &[1]).unwrap();
+        assert!(e.forward(&bad).is_err());
+    }
+}

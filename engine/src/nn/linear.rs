@@ -1,0 +1,139 @@
+//! Linear: y = x W^T + b, with W shaped [out, in] as in PyTorch so checkpoints load unchanged.
+
+use super::init::{kaiming_uniform_, uniform_, FanMode};
+use super::module::{new_parameter, Module};
+use crate::{Error, Generator, Result, Tensor};
+
+pub struct Linear {
+    pub weight: Tensor,
+    pub bias: Option<Tensor>,
+    training: bool,
+}
+
+impl Linear {
+    /// PyTorch's default init: kaiming_uniform(a = sqrt(5)) for the weight, which is
+    /// U(+-1/sqrt(in)), and the same bound for the bias.
+    pub fn new(
+        in_features: usize,
+        out_features: usize,
+        bias: bool,
+        gen: &mut Generator,
+    ) -> Result<Self> {
+        if in_features == 0 {
+            return Err(Error::invalid("Linear", "in_features must be positive"));
+        }
+        let weight = new_parameter(&[out_features, in_features], |t| {
+            kaiming_uniform_(t, 5f64.sqrt(), FanMode::FanIn, gen)
+        })?;
+        let bound = 1.0 / (in_features as f64).sqrt();
+        let bias = bias
+            .then(|| new_parameter(&[out_features], |t| uniform_(t, -bound, bound, gen)))
+            .transpose()?;
+        Ok(Linear {
+            weight,
+            bias,
+            training: true,
+        })
+    }
+
+    /// Wraps existing tensors (weight [out, in], bias [out]).
+    pub fn from_tensors(weight: Tensor, bias: Option<Tensor>) -> Result<Self> {
+        if weight.rank() != 2 {
+            return Err(Error::invalid(
+                "Linear",
+                format!("weight must be [out, in], got {:?}", weight.shape()),
+            ));
+        }
+        if let Some(b) = &bias {
+            if b.shape() != [weight.shape()[0]] {
+                return Err(Error::ShapeMismatch {
+                    op: "Linear bias",
+                    lhs: vec![weight.shape()[0]],
+                    rhs: b.shape().to_vec(),
+                });
+            }
+        }
+        Ok(Linear {
+            weight,
+            bias,
+            training: true,
+        })
+    }
+
+    pub fn in_features(&self) -> usize {
+        self.weight.shape()[1]
+    }
+
+    pub fn out_features(&self) -> usize {
+        self.weight.shape()[0]
+    }
+}
+
+impl Module for Linear {
+    /// x [..., in] -> [..., out].
+    fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        if x.rank() == 0 || x.shape()[x.rank() - 1] != self.in_features() {
+            return Err(Error::ShapeMismatch {
+                op: "Linear",
+                lhs: x.shape().to_vec(),
+                rhs: self.weight.shape().to_vec(),
+            });
+        }
+        let y = x.matmul(&self.weight.t()?)?;
+        match &self.bias {
+            Some(b) => y.add(b),
+            None => Ok(y),
+        }
+    }
+
+    fn named_parameters(&self) -> Vec<(String, Tensor)> {
+        let mut out = vec![("weight".to_string(), self.weight.clone())];
+        if let Some(b) = &self.bias {
+            out.push(("bias".to_string(), b.clone()));
+        }
+        out
+    }
+
+    fn train(&mut self, on: bool) {
+        self.training = on;
+    }
+
+    fn is_training(&self) -> bool {
+        self.training
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn linear_forward_matches_a_hand_computation() {
+        let w = Tensor::from_vec(vec![1f32, 2., 3., -1., 0., 0.5], &[2, 3]).unwrap();
+        let b = Tensor::from_vec(vec![0.5f32, -2.], &[2]).unwrap();
+        let lin = Linear::from_tensors(w, Some(b)).unwrap();
+        let x = Tensor::from_vec(vec![1f32, 1., 1., 2., 0., -4.], &[2, 3]).unwrap();
+        let y = lin.forward(&x).unwrap();
+        assert_eq!(y.shape(), [2, 2]);
+        // Row 0: [1+2+3+0.5, -1+0+0.5-2]; row 1: [2-12+0.5, -2-2-2].
+        assert_eq!(y.to_vec_f32().unwrap(), [6.5, -2.5, -9.5, -6.0]);
+    }
+
+    #[test]
+    fn linear_init_is_uniform_within_one_over_sqrt_in_features() {
+        let lin = Linear::new(16, 300, true, &mut Generator::new(0)).unwrap();
+        for (name, t) in lin.named_parameters() {
+            let v = t.to_vec_f64().unwrap();
+            let max = v.iter().fold(0f64, |m, x| m.max(x.abs()));
+            assert!(max <= 0.25 && max > 0.24, "{name}: max |value| {max}");
+            assert!(t.requires_grad());
+        }
+    }
+
+    #[test]
+    fn linear_rejects_a_wrong_input_width() {
+        let lin = Linear::new(3, 2, false, &mut Generator::new(0)).unwrap();
+        let x = Tensor::from_vec(vec![1f32; 4], &[1, 4]).unwrap();
+        assert!(matches!(lin.forward(&x), Err(Error::ShapeMismatch { .. })));
+    }
+}

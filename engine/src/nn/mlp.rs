@@ -1,0 +1,70 @@
+//! A multi-layer perceptron: Linear layers with an activation between them (none after the
+//! last). Its layers live in a `Sequential` named `layers`, so parameter names read
+//! `layers.0.weight`, `layers.2.bias`, as the same model would in PyTorch.
+
+use super::activation::Activation;
+use super::linear::Linear;
+use super::module::{prefixed, Module};
+use super::sequential::Sequential;
+use crate::{Error, Generator, Result, Tensor};
+
+pub struct Mlp {
+    pub layers: Sequential,
+}
+
+impl Mlp {
+    /// `sizes` = [input, hidden..., output]; every Linear has a bias.
+    pub fn new(sizes: &[usize], activation: Activation, gen: &mut Generator) -> Result<Self> {
+        if sizes.len() < 2 {
+            return Err(Error::invalid(
+                "Mlp",
+                format!("needs at least an input and an output size, got {sizes:?}"),
+            ));
+        }
+        let mut layers = Sequential::new();
+        for (i, pair) in sizes.windows(2).enumerate() {
+            if i > 0 {
+                layers.push(activation.module());
+            }
+            layers.push(Box::new(Linear::new(pair[0], pair[1], true, gen)?));
+        }
+        Ok(Mlp { layers })
+    }
+}
+
+impl Module for Mlp {
+    fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        self.layers.forward(x)
+    }
+
+    fn named_parameters(&self) -> Vec<(String, Tensor)> {
+        prefixed("layers", self.layers.named_parameters())
+    }
+
+    fn named_buffers(&self) -> Vec<(String, Tensor)> {
+        prefixed("layers", self.layers.named_buffers())
+    }
+
+    fn train(&mut self, on: bool) {
+        self.layers.train(on);
+    }
+
+    fn is_training(&self) -> bool {
+        self.layers.is_training()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mlp_maps_input_width_to_output_width_and_propagates_eval() {
+        let mut m = Mlp::new(&[2, 8, 8, 3], Activation::Gelu, &mut Generator::new(0)).unwrap();
+        let x = Tensor::from_vec(vec![0.1f32; 10], &[5, 2]).unwrap();
+        assert_eq!(m.forward(&x).unwrap().shape(), [5, 3]);
+        assert_eq!(m.num_parameters(), 2 * 8 + 8 + 8 * 8 + 8 + 8 * 3 + 3);
+        m.eval();
+        assert!(m.layers.layers().iter().all(|l| !l.is_training()));
+    }
+}

@@ -1,0 +1,248 @@
+//! The `Module` trait: a layer owns named parameters and buffers, so `state_dict` names match
+//! published checkpoints (`layers.0.weight`, `bn.running_mean`), and loading writes into the
+//! existing tensors so optimizers that hold those handles keep working.
+
+use crate::{no_grad, Error, Result, Tensor};
+use std::collections::{BTreeMap, BTreeSet};
+
+/// A layer or a model. Parameters and buffers are `Tensor` handles: cloning one shares the
+/// storage, so the optimizer, the module and a state dict all see the same values.
+pub trait Module: Send + Sync {
+    fn forward(&self, x: &Tensor) -> Result<Tensor>;
+
+    /// Trainable tensors with dotted names, children's names prefixed by the child's name.
+    fn named_parameters(&self) -> Vec<(String, Tensor)>;
+
+    /// State that is saved but not trained (BatchNorm's running statistics).
+    fn named_buffers(&self) -> Vec<(String, Tensor)> {
+        Vec::new()
+    }
+
+    /// Switches train mode (dropout active, batch statistics) on or off, for all children.
+    fn train(&mut self, on: bool);
+
+    fn is_training(&self) -> bool;
+
+    /// Shorthand for `train(false)`.
+    fn eval(&mut self) {
+        self.train(false)
+    }
+
+    fn parameters(&self) -> Vec<Tensor> {
+        self.named_parameters()
+            .into_iter()
+            .map(|(_, t)| t)
+            .collect()
+    }
+
+    fn num_parameters(&self) -> usize {
+        self.parameters().iter().map(|t| t.numel()).sum()
+    }
+
+    /// Clears every parameter's gradient.
+    fn zero_grad(&self) {
+        for p in self.parameters() {
+            p.set_grad(None);
+        }
+    }
+
+    /// Parameters and buffers by name. Like PyTorch, the values are detached handles that share
+    /// storage with the module: take a copy if the module will keep training before you save.
+    fn state_dict(&self) -> BTreeMap<String, Tensor> {
+        self.named_parameters()
+            .into_iter()
+            .chain(self.named_buffers())
+            .map(|(n, t)| (n, t.detach()))
+            .collect()
+    }
+
+    /// Copies `state` into the existing tensors in place (casting dtypes). Nothing is written
+    /// unless the whole load can succeed: a mis-shaped entry is always an error, and with
+    /// `strict` so are missing and unexpected names. The error lists every problem at once.
+    fn load_state_dict(
+        &self,
+        state: &BTreeMap<String, Tensor>,
+        strict: bool,
+    ) -> Result<LoadReport> {
+        load_state_dict_impl(self.state_dict(), state, strict)
+    }
+}
+
+/// What a non-strict load skipped.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct LoadReport {
+    /// Names the module has and the state dict lacks.
+    pub missing: Vec<String>,
+    /// Names the state dict has and the module lacks.
+    pub unexpected: Vec<String>,
+}
+
+fn load_state_dict_impl(
+    own: BTreeMap<String, Tensor>,
+    state: &BTreeMap<String, Tensor>,
+    strict: bool,
+) -> Result<LoadReport> {
+    let report = LoadReport {
+        missing: own
+            .keys()
+            .filter(|k| !state.contains_key(*k))
+            .cloned()
+            .collect(),
+        unexpected: state
+            .keys()
+            .filter(|k| !own.contains_key(*k))
+            .cloned()
+            .collect(),
+    };
+    let misshaped: Vec<String> = own
+        .iter()
+        .filter_map(|(name, t)| {
+            let src = state.get(name)?;
+            (src.shape() != t.shape()).then(|| {
+                format!(
+                    "{name} (checkpoint {:?}, model {:?})",
+                    src.shape(),
+                    t.shape()
+                )
+            })
+        })
+        .collect();
+    let mut problems = Vec::new();
+    if strict && !report.missing.is_empty() {
+        problems.push(format!("missing: {}", report.missing.join(", ")));
+    }
+    if strict && !report.unexpected.is_empty() {
+        problems.push(format!("unexpected: {}", report.unexpected.join(", ")));
+    }
+    if !misshaped.is_empty() {
+        problems.push(format!("mis-shaped: {}", misshaped.join(", ")));
+    }
+    if !problems.is_empty() {
+        return Err(Error::StateDict(problems.join("; ")));
+    }
+    no_grad(|| -> Result<()> {
+        for (name, t) in &own {
+            if let Some(src) = state.get(name) {
+                t.copy_(src)?;
+            }
+        }
+        Ok(())
+    })?;
+    Ok(report)
+}
+
+/// Prefixes a child's names with `prefix.`, as PyTorch names nested modules.
+pub fn prefixed(prefix: &str, named: Vec<(String, Tensor)>) -> Vec<(String, Tensor)> {
+    named
+        .into_iter()
+        .map(|(n, t)| (format!("{prefix}.{n}"), t))
+        .collect()
+}
+
+/// Names appearing twice would make a state dict silently drop one tensor.
+pub fn duplicate_names(named: &[(String, Tensor)]) -> Vec<String> {
+    let mut seen = BTreeSet::new();
+    named
+        .iter()
+        .filter(|(n, _)| !seen.insert(n.as_str()))
+        .map(|(n, _)| n.clone())
+        .collect()
+}
+
+/// A fresh F32 parameter (requires grad) filled by `init`.
+pub(crate) fn new_parameter(
+    shape: &[usize],
+    init: impl FnOnce(&Tensor) -> Result<()>,
+) -> Result<Tensor> {
+    let t = Tensor::zeros(shape, crate::DType::F32, crate::Device::Cpu)?;
+    init(&t)?;
+    t.set_requires_grad(true)?;
+    Ok(t)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::nn::{Activation, Mlp};
+    use crate::{DType, Device, Generator};
+
+    fn mlp(seed: u64) -> Mlp {
+        Mlp::new(&[3, 4, 2], Activation::Relu, &mut Generator::new(seed)).unwrap()
+    }
+
+    #[test]
+    fn named_parameters_use_dotted_pytorch_names() {
+        let names: Vec<String> = mlp(0)
+            .named_parameters()
+            .into_iter()
+            .map(|(n, _)| n)
+            .collect();
+        assert_eq!(
+            names,
+            [
+                "layers.0.weight",
+                "layers.0.bias",
+                "layers.2.weight",
+                "layers.2.bias"
+            ]
+        );
+    }
+
+    #[test]
+    fn load_state_dict_copies_values_into_the_existing_parameters() {
+        let (a, b) = (mlp(1), mlp(2));
+        let before = b.parameters();
+        let snapshot: BTreeMap<String, Tensor> = a
+            .state_dict()
+            .into_iter()
+            .map(|(n, t)| (n, t.contiguous_copy().unwrap()))
+            .collect();
+        let report = b.load_state_dict(&snapshot, true).unwrap();
+        assert_eq!(report, LoadReport::default());
+        for ((p, q), old) in a.parameters().iter().zip(b.parameters()).zip(before) {
+            assert_eq!(p.to_vec_f32().unwrap(), q.to_vec_f32().unwrap());
+            assert_eq!(q.id(), old.id(), "the handle the optimizer holds must stay");
+            assert!(q.requires_grad());
+        }
+    }
+
+    #[test]
+    fn load_state_dict_reports_missing_unexpected_and_misshaped_names_together() {
+        let m = mlp(3);
+        let mut state = m.state_dict();
+        state.remove("layers.0.bias");
+        state.remove("layers.2.weight");
+        state.insert(
+            "layers.9.weight".into(),
+            Tensor::zeros(&[1], DType::F32, Device::Cpu).unwrap(),
+        );
+        state.insert(
+            "layers.0.weight".into(),
+            Tensor::zeros(&[5, 3], DType::F32, Device::Cpu).unwrap(),
+        );
+        let before = m.parameters()[1].to_vec_f32().unwrap();
+        let msg = match m.load_state_dict(&state, true) {
+            Err(Error::StateDict(msg)) => msg,
+            other => panic!("expected a StateDict error, got {other:?}"),
+        };
+        for needle in [
+            "missing: layers.0.bias, layers.2.weight",
+            "unexpected: layers.9.weight",
+            "mis-shaped: layers.0.weight (checkpoint [5, 3], model [4, 3])",
+        ] {
+            assert!(msg.contains(needle), "{needle:?} not in {msg:?}");
+        }
+        // Nothing was written by the failed load, not even the valid entries.
+        assert_eq!(m.parameters()[1].to_vec_f32().unwrap(), before);
+
+        // Non-strict still refuses a mis-shaped entry, but tolerates missing and unexpected ones.
+        assert!(m.load_state_dict(&state, false).is_err());
+        state.remove("layers.0.weight");
+        let report = m.load_state_dict(&state, false).unwrap();
+        assert_eq!(
+            report.missing,
+            ["layers.0.bias", "layers.0.weight", "layers.2.weight"]
+        );
+        assert_eq!(report.unexpected, ["layers.9.weight"]);
+    }
+}

@@ -1,0 +1,182 @@
+//! LayerNorm and RMSNorm. Statistics are computed in f32 even for bf16/f16 inputs (the mixed
+//! precision rule: norm statistics stay FP32), and the result is cast back to the input dtype.
+
+use super::init::{ones_, zeros_};
+use super::module::{new_parameter, Module};
+use crate::{DType, Error, Result, Tensor};
+
+/// Half-precision inputs are upcast to f32 for the statistics; f32 and f64 stay as they are
+/// (f64 keeps gradient checks exact).
+fn upcast(x: &Tensor) -> Result<Tensor> {
+    match x.dtype() {
+        DType::F32 | DType::F64 => Ok(x.clone()),
+        _ => x.to_dtype(DType::F32),
+    }
+}
+
+/// The last `n` dims of `x` must equal `shape`; returns those dims as negative indices.
+fn trailing_dims(op: &'static str, x: &Tensor, shape: &[usize]) -> Result<Vec<isize>> {
+    let r = x.rank();
+    if r < shape.len() || &x.shape()[r - shape.len()..] != shape {
+        return Err(Error::ShapeMismatch {
+            op,
+            lhs: x.shape().to_vec(),
+            rhs: shape.to_vec(),
+        });
+    }
+    Ok((1..=shape.len() as isize).map(|i| -i).collect())
+}
+
+/// (x - mean) / sqrt(var + eps) * weight + bias over the trailing `normalized_shape` dims, with
+/// the biased variance, as torch.nn.LayerNorm.
+pub struct LayerNorm {
+    pub weight: Option<Tensor>,
+    pub bias: Option<Tensor>,
+    pub eps: f64,
+    normalized_shape: Vec<usize>,
+    training: bool,
+}
+
+impl LayerNorm {
+    pub fn new(normalized_shape: &[usize], eps: f64, affine: bool) -> Result<Self> {
+        let (weight, bias) = if affine {
+            (
+                Some(new_parameter(normalized_shape, ones_)?),
+                Some(new_parameter(normalized_shape, zeros_)?),
+            )
+        } else {
+            (None, None)
+        };
+        Ok(LayerNorm {
+            weight,
+            bias,
+            eps,
+            normalized_shape: normalized_shape.to_vec(),
+            training: true,
+        })
+    }
+}
+
+impl Module for LayerNorm {
+    fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        let dims = trailing_dims("LayerNorm", x, &self.normalized_shape)?;
+        let xf = upcast(x)?;
+        let mean = xf.mean_dims(&dims, true)?;
+        let var = xf.var_dims(&dims, false, true)?;
+        let mut y = xf.sub(&mean)?.mul(&var.add_scalar(self.eps)?.rsqrt()?)?;
+        if let Some(w) = &self.weight {
+            y = y.mul(w)?;
+        }
+        if let Some(b) = &self.bias {
+            y = y.add(b)?;
+        }
+        y.to_dtype(x.dtype())
+    }
+
+    fn named_parameters(&self) -> Vec<(String, Tensor)> {
+        let mut out = Vec::new();
+        if let Some(w) = &self.weight {
+            out.push(("weight".into(), w.clone()));
+        }
+        if let Some(b) = &self.bias {
+            out.push(("bias".into(), b.clone()));
+        }
+        out
+    }
+
+    fn train(&mut self, on: bool) {
+        self.training = on;
+    }
+
+    fn is_training(&self) -> bool {
+        self.training
+    }
+}
+
+/// x / sqrt(mean(x^2) + eps) * weight over the last dim, as LLaMA's RMSNorm: the weight
+/// multiplies after the cast back to the input dtype.
+pub struct RmsNorm {
+    pub weight: Tensor,
+    pub eps: f64,
+    training: bool,
+}
+
+impl RmsNorm {
+    pub fn new(dim: usize, eps: f64) -> Result<Self> {
+        Ok(RmsNorm {
+            weight: new_parameter(&[dim], ones_)?,
+            eps,
+            training: true,
+        })
+    }
+}
+
+impl Module for RmsNorm {
+    fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        trailing_dims("RMSNorm", x, &[self.weight.shape()[0]])?;
+        let xf = upcast(x)?;
+        let inv_rms = xf
+            .square()?
+            .mean_dims(&[-1], true)?
+            .add_scalar(self.eps)?
+            .rsqrt()?;
+        xf.mul(&inv_rms)?.to_dtype(x.dtype())?.mul(&self.weight)
+    }
+
+    fn named_parameters(&self) -> Vec<(String, Tensor)> {
+        vec![("weight".into(), self.weight.clone())]
+    }
+
+    fn train(&mut self, on: bool) {
+        self.training = on;
+    }
+
+    fn is_training(&self) -> bool {
+        self.training
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn close(a: &[f32], b: &[f64]) {
+        assert_eq!(a.len(), b.len());
+        for (x, y) in a.iter().zip(b) {
+            assert!((*x as f64 - y).abs() < 1e-5, "{a:?} vs {b:?}");
+        }
+    }
+
+    #[test]
+    fn layer_norm_matches_a_hand_computation() {
+        let ln = LayerNorm::new(&[4], 1e-5, true).unwrap();
+        let x = Tensor::from_vec(vec![1f32, 2., 3., 4., -1., -1., 1., 1.], &[2, 4]).unwrap();
+        let y = ln.forward(&x).unwrap().to_vec_f32().unwrap();
+        // Row 0: mean 2.5, biased var 1.25; row 1: mean 0, var 1.
+        let s0 = 1.0 / (1.25f64 + 1e-5).sqrt();
+        let s1 = 1.0 / (1.0f64 + 1e-5).sqrt();
+        close(
+            &y,
+            &[-1.5 * s0, -0.5 * s0, 0.5 * s0, 1.5 * s0, -s1, -s1, s1, s1],
+        );
+    }
+
+    #[test]
+    fn rms_norm_matches_a_hand_computation_for_f32_and_bf16_inputs() {
+        let n = RmsNorm::new(2, 1e-6).unwrap();
+        let x = Tensor::from_vec(vec![3f32, 4.], &[1, 2]).unwrap();
+        // rms = sqrt((9 + 16) / 2).
+        let r = (12.5f64 + 1e-6).sqrt();
+        close(
+            &n.forward(&x).unwrap().to_vec_f32().unwrap(),
+            &[3.0 / r, 4.0 / r],
+        );
+        // 3 and 4 are exact in bf16; the statistics run in f32, only the output is rounded.
+        let yb = n.forward(&x.to_dtype(DType::BF16).unwrap()).unwrap();
+        let yb = yb.to_vec_f64().unwrap();
+        assert!(
+            (yb[0] - 3.0 / r).abs() < 4e-3 && (yb[1] - 4.0 / r).abs() < 4e-3,
+            "{yb:?}"
+        );
+    }
+}

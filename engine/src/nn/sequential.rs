@@ -1,0 +1,90 @@
+//! Sequential: children run in order and are named "0", "1", ... as in torch.nn.Sequential, so
+//! its parameter names match PyTorch checkpoints (`0.weight`, `2.bias`).
+
+use super::module::{prefixed, Module};
+use crate::{Result, Tensor};
+
+pub struct Sequential {
+    layers: Vec<Box<dyn Module>>,
+    training: bool,
+}
+
+impl Default for Sequential {
+    fn default() -> Self {
+        Sequential {
+            layers: Vec::new(),
+            training: true,
+        }
+    }
+}
+
+impl Sequential {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Appends a layer; it takes the next index as its name.
+    pub fn push(&mut self, layer: Box<dyn Module>) {
+        self.layers.push(layer);
+    }
+
+    /// Builder form of `push`.
+    pub fn with(mut self, layer: impl Module + 'static) -> Self {
+        self.push(Box::new(layer));
+        self
+    }
+
+    pub fn len(&self) -> usize {
+        self.layers.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.layers.is_empty()
+    }
+
+    pub fn get(&self, i: usize) -> Option<&dyn Module> {
+        self.layers.get(i).map(|l| l.as_ref())
+    }
+
+    pub fn layers(&self) -> &[Box<dyn Module>] {
+        &self.layers
+    }
+
+    /// Named child lists, prefixed by each child's index.
+    fn collect(&self, f: impl Fn(&dyn Module) -> Vec<(String, Tensor)>) -> Vec<(String, Tensor)> {
+        self.layers
+            .iter()
+            .enumerate()
+            .flat_map(|(i, l)| prefixed(&i.to_string(), f(l.as_ref())))
+            .collect()
+    }
+}
+
+impl Module for Sequential {
+    fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        let mut h = x.clone();
+        for layer in &self.layers {
+            h = layer.forward(&h)?;
+        }
+        Ok(h)
+    }
+
+    fn named_parameters(&self) -> Vec<(String, Tensor)> {
+        self.collect(|l| l.named_parameters())
+    }
+
+    fn named_buffers(&self) -> Vec<(String, Tensor)> {
+        self.collect(|l| l.named_buffers())
+    }
+
+    fn train(&mut self, on: bool) {
+        self.training = on;
+        for l in &mut self.layers {
+            l.train(on);
+        }
+    }
+
+    fn is_training(&self) -> bool {
+        self.training
+    }
+}

@@ -1,0 +1,296 @@
+//! The `Optimizer` trait and the machinery every algorithm shares: the parameter list, the step
+//! count (from 1), the learning rate and its schedule, gradient clipping, and skipping a step
+//! whose gradients are not finite. An algorithm only writes `update` for one parameter and the
+//! save/load of its per-parameter state.
+
+use super::clip::{global_grad_norm, scale_grads};
+use super::schedule::Schedule;
+use super::state::{param_key, OptimizerState, StateReader};
+use crate::{no_grad, DType, Error, Result, Tensor};
+use std::collections::BTreeSet;
+
+/// What `step` did.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum StepOutcome {
+    /// The parameters were updated; `grad_norm` is the global norm before clipping.
+    Applied { step: u64, lr: f64, grad_norm: f64 },
+    /// The global gradient norm was not finite: nothing was updated, the gradients were cleared
+    /// and the step count did not advance.
+    Skipped { norm: f64 },
+}
+
+/// A parameter and the name its state is saved under.
+#[derive(Clone, Debug)]
+pub struct Param {
+    pub name: String,
+    pub tensor: Tensor,
+}
+
+/// One parameter's optimizer state: how many updates it has had (from 1; the per-parameter
+/// count, as PyTorch keeps it, so a parameter unused for a while still gets the right bias
+/// correction) and one tensor per `Optimizer::state_fields` entry, shaped like the parameter.
+#[derive(Clone, Debug)]
+pub struct ParamState {
+    pub step: u64,
+    pub tensors: Vec<Tensor>,
+}
+
+/// State shared by every optimizer.
+pub struct OptimizerCore {
+    params: Vec<Param>,
+    /// Created on a parameter's first update.
+    states: Vec<Option<ParamState>>,
+    step: u64,
+    lr: f64,
+    /// Clip the global gradient norm to this before each update.
+    pub max_grad_norm: Option<f64>,
+    /// When set, the learning rate of step t is `schedule.lr_at(t)`.
+    pub schedule: Option<Schedule>,
+}
+
+impl OptimizerCore {
+    /// Parameters must be float leaves that require grad, with distinct names.
+    pub fn new(params: Vec<(String, Tensor)>, lr: f64) -> Result<Self> {
+        check_lr(lr)?;
+        let mut seen = BTreeSet::new();
+        for (name, t) in &params {
+            if !seen.insert(name.as_str()) {
+                return Err(Error::invalid(
+                    "optimizer",
+                    format!("parameter name {name} appears twice"),
+                ));
+            }
+            if !t.is_leaf() || !t.requires_grad() {
+                return Err(Error::invalid(
+                    "optimizer",
+                    format!("parameter {name} must be a leaf that requires grad"),
+                ));
+            }
+        }
+        Ok(OptimizerCore {
+            params: params
+                .into_iter()
+                .map(|(name, tensor)| Param { name, tensor })
+                .collect(),
+            states: Vec::new(),
+            step: 0,
+            lr,
+            max_grad_norm: None,
+            schedule: None,
+        })
+    }
+
+    pub fn params(&self) -> &[Param] {
+        &self.params
+    }
+
+    pub fn tensors(&self) -> Vec<Tensor> {
+        self.params.iter().map(|p| p.tensor.clone()).collect()
+    }
+
+    /// The state of parameter `index`, if it has been updated.
+    pub fn param_state(&self, index: usize) -> Option<&ParamState> {
+        self.states.get(index)?.as_ref()
+    }
+}
+
+/// Unnamed parameters are named by position, as PyTorch's optimizer state is.
+pub fn numbered(params: Vec<Tensor>) -> Vec<(String, Tensor)> {
+    params
+        .into_iter()
+        .enumerate()
+        .map(|(i, t)| (i.to_string(), t))
+        .collect()
+}
+
+fn check_lr(lr: f64) -> Result<()> {
+    if !(lr.is_finite() && lr >= 0.0) {
+        return Err(Error::invalid(
+            "optimizer",
+            format!("learning rate must be finite and >= 0, got {lr}"),
+        ));
+    }
+    Ok(())
+}
+
+/// The dtype optimizer state and update math use: f32 (f64 for f64 parameters), so bf16
+/// parameters still get f32 moments.
+pub fn state_dtype(param: &Tensor) -> DType {
+    if param.dtype() == DType::F64 {
+        DType::F64
+    } else {
+        DType::F32
+    }
+}
+
+pub trait Optimizer: Send {
+    fn core(&self) -> &OptimizerCore;
+    fn core_mut(&mut self) -> &mut OptimizerCore;
+
+    /// "adamw", "sgd", "lion": saved with the state so it cannot load into another algorithm.
+    fn kind(&self) -> &'static str;
+
+    /// Names of the per-parameter state tensors ("exp_avg", ...), in `ParamState` order.
+    fn state_fields(&self) -> &'static [&'static str];
+
+    /// Updates one parameter in place (grad mode is off). `state.step` has already been
+    /// advanced (it is 1 on the first update, when the state tensors are zeros). `grad` is
+    /// clipped and in `state_dtype(param)`; it may share storage with the parameter's
+    /// `.grad()`, so it must never be written into.
+    fn update(&self, param: &Tensor, grad: &Tensor, state: &mut ParamState, lr: f64) -> Result<()>;
+
+    fn step(&mut self) -> Result<StepOutcome> {
+        step_impl(self)
+    }
+
+    /// Clears every parameter's gradient.
+    fn zero_grad(&mut self) {
+        for p in &self.core().params {
+            p.tensor.set_grad(None);
+        }
+    }
+
+    fn lr(&self) -> f64 {
+        self.core().lr
+    }
+
+    /// Sets the rate for the next step; a schedule, if set, overrides it at each step.
+    fn set_lr(&mut self, lr: f64) -> Result<()> {
+        check_lr(lr)?;
+        self.core_mut().lr = lr;
+        Ok(())
+    }
+
+    /// Steps taken so far; the next step is `step_count() + 1`.
+    fn step_count(&self) -> u64 {
+        self.core().step
+    }
+
+    fn set_schedule(&mut self, schedule: Option<Schedule>) -> Result<()> {
+        if let Some(s) = &schedule {
+            s.validate()?;
+        }
+        self.core_mut().schedule = schedule;
+        Ok(())
+    }
+
+    fn set_max_grad_norm(&mut self, max_norm: Option<f64>) -> Result<()> {
+        if let Some(m) = max_norm {
+            if !(m.is_finite() && m > 0.0) {
+                return Err(Error::invalid(
+                    "optimizer",
+                    format!("max_grad_norm must be finite and > 0, got {m}"),
+                ));
+            }
+        }
+        self.core_mut().max_grad_norm = max_norm;
+        Ok(())
+    }
+
+    /// The step count, the learning rate and every parameter's state, as copies:
+    /// `state.<param>.step` and `state.<param>.<field>`.
+    fn state_dict(&self) -> Result<OptimizerState> {
+        let core = self.core();
+        let mut out = OptimizerState::new(self.kind());
+        out.scalars.insert("step".into(), core.step as f64);
+        out.scalars.insert("lr".into(), core.lr);
+        for (p, st) in core.params.iter().zip(&core.states) {
+            let Some(st) = st else { continue };
+            out.scalars
+                .insert(param_key(&p.name, "step"), st.step as f64);
+            for (field, t) in self.state_fields().iter().zip(&st.tensors) {
+                out.put_tensor(param_key(&p.name, field), t)?;
+            }
+        }
+        Ok(out)
+    }
+
+    /// Restores a `state_dict`. On any problem (another optimizer's state, a missing, mis-shaped
+    /// or unexpected entry) it returns one error naming all of them and changes nothing.
+    fn load_state_dict(&mut self, state: &OptimizerState) -> Result<()> {
+        let mut reader = StateReader::new(state, self.kind());
+        let step = reader.scalar("step");
+        let lr = reader.scalar("lr");
+        let fields = self.state_fields();
+        let states: Vec<Option<ParamState>> = self
+            .core()
+            .params
+            .iter()
+            .map(|p| {
+                let step_key = param_key(&p.name, "step");
+                if !reader.has_scalar(&step_key) {
+                    return None;
+                }
+                let step = reader.scalar(&step_key)? as u64;
+                let tensors: Vec<Option<Tensor>> = fields
+                    .iter()
+                    .map(|f| reader.tensor(&param_key(&p.name, f), p.tensor.shape()))
+                    .collect();
+                let tensors = tensors.into_iter().collect::<Option<Vec<_>>>()?;
+                Some(ParamState { step, tensors })
+            })
+            .collect();
+        reader.finish()?;
+        let core = self.core_mut();
+        core.step = step.unwrap_or_default() as u64;
+        core.lr = lr.unwrap_or(core.lr);
+        core.states = states;
+        Ok(())
+    }
+}
+
+/// The shared step: gradient norm, skip or clip, schedule, then each parameter's update.
+fn step_impl<O: Optimizer + ?Sized>(opt: &mut O) -> Result<StepOutcome> {
+    let tensors = opt.core().tensors();
+    let norm = global_grad_norm(&tensors)?;
+    if !norm.is_finite() {
+        let next = opt.core().step + 1;
+        opt.zero_grad();
+        crate::messages::warn(&format!(
+            "optimizer step {next} skipped: the gradient norm is {norm}; parameters were not \
+             updated and gradients were cleared"
+        ));
+        return Ok(StepOutcome::Skipped { norm });
+    }
+    if let Some(max) = opt.core().max_grad_norm {
+        if norm > max {
+            scale_grads(&tensors, max / (norm + 1e-6))?;
+        }
+    }
+    let core = opt.core_mut();
+    core.step += 1;
+    if let Some(s) = &core.schedule {
+        core.lr = s.lr_at(core.step);
+    }
+    let (step, lr) = (core.step, core.lr);
+    let mut states = std::mem::take(&mut core.states);
+    states.resize(tensors.len(), None);
+    let fields = opt.state_fields().len();
+    let result = no_grad(|| -> Result<()> {
+        for (p, slot) in tensors.iter().zip(states.iter_mut()) {
+            // Parameters without a gradient (unused this step) are left alone, as in PyTorch.
+            let Some(g) = p.grad() else { continue };
+            let dtype = state_dtype(p);
+            if slot.is_none() {
+                let zeros = (0..fields)
+                    .map(|_| Tensor::zeros(p.shape(), dtype, p.device()))
+                    .collect::<Result<_>>()?;
+                *slot = Some(ParamState {
+                    step: 0,
+                    tensors: zeros,
+                });
+            }
+            let st = slot.as_mut().expect("created above");
+            st.step += 1;
+            opt.update(p, &g.to_dtype(dtype)?, st, lr)?;
+        }
+        Ok(())
+    });
+    opt.core_mut().states = states;
+    result?;
+    Ok(StepOutcome::Applied {
+        step,
+        lr,
+        grad_norm: norm,
+    })
+}
