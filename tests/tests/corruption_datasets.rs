@@ -210,7 +210,11 @@ fn corrupted_npy_files_never_panic_or_overallocate() {
     let flags = npy::npy_bytes(&Tensor::from_vec(vec![true, false, true], &[3]).unwrap()).unwrap();
 
     let splices: &[&[u8]] = &[
+        // Sizes that overflow, and sizes that fit in memory arithmetic but not in the file.
         b"18446744073709551615",
+        b"4294967295",
+        b"99999999999, 3",
+        b"65535, 65535",
         b"4294967295, 4294967295",
         b"0, 4294967295, 4294967295",
         b"'<f8'",

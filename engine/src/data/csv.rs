@@ -400,6 +400,12 @@ mod tests {
     }
 
     #[test]
+    fn lone_carriage_returns_end_lines_too() {
+        let d = parse("x,species\r1,a\r2,b\r").unwrap();
+        assert_eq!(d.targets().to_vec::<i64>().unwrap(), [0, 1]);
+    }
+
+    #[test]
     fn a_non_numeric_feature_names_its_row_and_column() {
         let err = parse("x,species,y\n1,a,2\n3,b,oops\n")
             .unwrap_err()
