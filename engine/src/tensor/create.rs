@@ -9,17 +9,24 @@ use crate::{cpu_dispatch, DType, Device, Error, Result, WithDType};
 pub trait TensorData: IntoCpuStorage {}
 impl<T: IntoCpuStorage> TensorData for T {}
 
+/// The element count of `shape`. Zero dimensions are skipped when checking for overflow,
+/// because strides and inner sizes are products over the other dimensions: `[0, 2^40, 2^40]`
+/// holds nothing but would overflow `Layout::contiguous`.
+fn checked_numel(op: &'static str, shape: &[usize]) -> Result<usize> {
+    let span = shape
+        .iter()
+        .try_fold(1usize, |a, &d| a.checked_mul(d.max(1)))
+        .filter(|&s| s <= isize::MAX as usize)
+        .ok_or_else(|| Error::invalid(op, format!("shape {shape:?} has too many elements")))?;
+    Ok(if shape.contains(&0) { 0 } else { span })
+}
+
 fn check_numel(op: &'static str, len: usize, shape: &[usize]) -> Result<()> {
-    let numel = shape.iter().try_fold(1usize, |a, &d| a.checked_mul(d));
-    match numel {
-        Some(n) if n == len => Ok(()),
-        Some(n) => Err(Error::invalid(
+    match checked_numel(op, shape)? {
+        n if n == len => Ok(()),
+        n => Err(Error::invalid(
             op,
             format!("{len} values cannot fill shape {shape:?} ({n} elements)"),
-        )),
-        None => Err(Error::invalid(
-            op,
-            format!("shape {shape:?} has too many elements"),
         )),
     }
 }
@@ -46,11 +53,8 @@ impl Tensor {
     }
 
     pub fn full(value: f64, shape: &[usize], dtype: DType, device: Device) -> Result<Tensor> {
-        check_numel("full", shape.iter().product(), shape)?;
-        let t = Tensor::from_cpu(
-            CpuStorage::full(value, shape.iter().product(), dtype),
-            shape,
-        )?;
+        let n = checked_numel("full", shape)?;
+        let t = Tensor::from_cpu(CpuStorage::full(value, n, dtype), shape)?;
         t.to_device(device)
     }
 
@@ -111,8 +115,7 @@ impl Tensor {
         gen: Option<&mut Generator>,
         draw: impl FnOnce(&mut Generator, usize) -> Vec<f64>,
     ) -> Result<Tensor> {
-        let n = shape.iter().product();
-        check_numel("random", n, shape)?;
+        let n = checked_numel("random", shape)?;
         let values = match gen {
             Some(g) => draw(g, n),
             None => with_default(|g| draw(g, n)),
@@ -142,7 +145,7 @@ impl Tensor {
                 format!("needs low < high, got {low} and {high}"),
             ));
         }
-        let n: usize = shape.iter().product();
+        let n = checked_numel("randint", shape)?;
         let values = match gen {
             Some(g) => g.integers(low, high, n),
             None => with_default(|g| g.integers(low, high, n)),
@@ -186,5 +189,25 @@ impl Tensor {
             ));
         }
         Ok(self.to_vec_f64()?[0])
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn empty_shapes_with_huge_dimensions_are_errors_not_overflows() {
+        let huge = [0, 1 << 40, 1 << 40];
+        assert!(Tensor::zeros(&huge, DType::F32, Device::Cpu).is_err());
+        assert!(Tensor::from_vec(Vec::<f32>::new(), &huge).is_err());
+        assert!(Tensor::rand(&[1 << 40, 1 << 40, 0], DType::F32, None).is_err());
+        assert!(Tensor::randint(0, 2, &[1 << 40, 1 << 40, 0], None).is_err());
+        assert_eq!(
+            Tensor::zeros(&[0, 3], DType::F32, Device::Cpu)
+                .unwrap()
+                .shape(),
+            &[0, 3]
+        );
     }
 }
