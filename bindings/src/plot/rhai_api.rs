@@ -227,14 +227,11 @@ fn finish(name: &str, written: Result<PathBuf, PlotError>) -> ScriptResult<Strin
         .map_err(|e| script_error(format!("{name}: {e}")))
 }
 
-fn prefixed(name: &str, error: Box<EvalAltResult>) -> Box<EvalAltResult> {
-    match *error {
-        EvalAltResult::ErrorRuntime(message, pos) => Box::new(EvalAltResult::ErrorRuntime(
-            format!("{name}: {message}").into(),
-            pos,
-        )),
-        other => Box::new(other),
+fn prefixed(name: &str, mut error: Box<EvalAltResult>) -> Box<EvalAltResult> {
+    if let EvalAltResult::ErrorRuntime(message, _) = &mut *error {
+        *message = format!("{name}: {message}").into();
     }
+    error
 }
 
 fn script_error(message: String) -> Box<EvalAltResult> {
