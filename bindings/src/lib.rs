@@ -8,6 +8,7 @@ pub mod help;
 pub mod nn;
 pub mod options;
 pub mod plot;
+pub mod progress;
 pub mod tensor;
 
 use rhai::Engine;
@@ -38,6 +39,7 @@ pub fn new_engine() -> Engine {
     tensor::register(&mut engine);
     nn::register(&mut engine);
     plot::register(&mut engine);
+    progress::register(&mut engine);
     register_help(&mut engine);
     engine
 }

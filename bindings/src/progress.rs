@@ -12,35 +12,33 @@
 //! for batch in bar { bar.set_message(`loss ${loss}`); }
 //! ```
 //!
-//! Each iteration checks [`CANCEL`]; once set, the loop stops with the error "cancelled".
+//! Each iteration checks the engine's cancel flag; once set, the loop stops with the error "cancelled".
 
 use std::io::{IsTerminal, Write};
 use std::ops::{Range, RangeInclusive};
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use rhai::{Array, Dynamic, Engine, EvalAltResult, FuncRegistration, Position, INT};
 
-/// Set by the Ctrl-C handler; long loops (script and engine) stop when they see it.
-pub static CANCEL: AtomicBool = AtomicBool::new(false);
+// The cancel flag is the engine's (`rusting_brain::cancel`), so script loops, progress bars and
+// long engine loops all stop on the same Ctrl-C.
 
 /// Asks every running loop to stop (called by the Ctrl-C handler).
 pub fn request_cancel() {
-    CANCEL.store(true, Ordering::SeqCst);
+    rusting_brain::cancel::request();
 }
 
 /// Whether a cancel was requested and not yet taken.
 pub fn is_cancelled() -> bool {
-    CANCEL.load(Ordering::SeqCst)
+    rusting_brain::cancel::is_requested()
 }
 
-/// Clears the flag and says whether it was set; the REPL calls it before each entry so an
-/// old Ctrl-C does not cancel the next one. Loops leave the flag set, so enclosing loops
-/// stop too.
+/// Clears the flag and says whether it was set; the REPL does so before each entry so an old
+/// Ctrl-C does not cancel the next one. Loops leave the flag set, so enclosing loops stop too.
 pub fn take_cancel() -> bool {
-    CANCEL.swap(false, Ordering::SeqCst)
+    rusting_brain::cancel::clear()
 }
 
 /// A plain line is printed at least this often, even between 10% steps.
@@ -431,6 +429,7 @@ pub fn register(engine: &mut Engine) {
 mod tests {
     use super::*;
     use std::sync::atomic::AtomicUsize;
+    use std::sync::atomic::Ordering;
 
     /// A writer whose bytes the test can read back.
     #[derive(Clone, Default)]

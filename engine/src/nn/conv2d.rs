@@ -24,7 +24,7 @@ impl Conv2d {
         gen: &mut Generator,
     ) -> Result<Self> {
         let g = options.groups;
-        if g == 0 || in_channels % g != 0 || out_channels % g != 0 {
+        if g == 0 || !in_channels.is_multiple_of(g) || !out_channels.is_multiple_of(g) {
             return Err(Error::invalid(
                 "Conv2d",
                 format!("groups {g} must divide in_channels {in_channels} and out_channels {out_channels}"),
