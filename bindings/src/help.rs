@@ -117,13 +117,55 @@ impl<'a> Api<'a> {
     ) where
         FUNC: RhaiNativeFunc<A, N, X, R, F> + Send + Sync + 'static,
     {
+        self.register(name, signature, doc, example, self.namespace.is_none(), f)
+    }
+
+    /// A method on a namespace's type (`model.forward(x)`): callable without the namespace.
+    pub fn method<
+        A: 'static,
+        const N: usize,
+        const X: bool,
+        R: Variant + Clone,
+        const F: bool,
+        FUNC,
+    >(
+        &mut self,
+        name: &str,
+        signature: &str,
+        doc: &str,
+        example: &str,
+        f: FUNC,
+    ) where
+        FUNC: RhaiNativeFunc<A, N, X, R, F> + Send + Sync + 'static,
+    {
+        self.register(name, signature, doc, example, true, f)
+    }
+
+    fn register<
+        A: 'static,
+        const N: usize,
+        const X: bool,
+        R: Variant + Clone,
+        const F: bool,
+        FUNC,
+    >(
+        &mut self,
+        name: &str,
+        signature: &str,
+        doc: &str,
+        example: &str,
+        global: bool,
+        f: FUNC,
+    ) where
+        FUNC: RhaiNativeFunc<A, N, X, R, F> + Send + Sync + 'static,
+    {
         let qualified = match self.namespace {
-            Some(ns) => format!("{ns}::{name}"),
-            None => name.to_string(),
+            Some(ns) if !global => format!("{ns}::{name}"),
+            _ => name.to_string(),
         };
         let comments = [format!("/// {doc}"), format!("/// Example: `{example}`")];
         let mut reg = FuncRegistration::new(name).with_comments(comments);
-        if self.namespace.is_none() {
+        if global {
             reg = reg.in_global_namespace();
         }
         reg.set_into_module(self.module, f);

@@ -3,9 +3,12 @@
 //! engine's.
 
 pub mod convert;
+pub mod data;
 pub mod error;
 pub mod help;
+pub mod io;
 pub mod nn;
+pub mod optim;
 pub mod options;
 pub mod plot;
 pub mod progress;
@@ -38,6 +41,9 @@ pub fn new_engine() -> Engine {
     });
     tensor::register(&mut engine);
     nn::register(&mut engine);
+    optim::register(&mut engine);
+    data::register(&mut engine);
+    io::register(&mut engine);
     plot::register(&mut engine);
     progress::register(&mut engine);
     register_help(&mut engine);

@@ -122,3 +122,21 @@ pub fn pair(v: &Dynamic, what: &str) -> RhaiResult<(usize, usize)> {
         _ => Err(bad()),
     }
 }
+
+/// A pair of floats given as `[a, b]` (Adam's betas).
+pub fn pair_f64(o: &Options, key: &str, default: (f64, f64)) -> RhaiResult<(f64, f64)> {
+    let Some(v) = o.get(key) else {
+        return Ok(default);
+    };
+    let bad = || {
+        runtime_error(format!(
+            "{} option {key}: expected [a, b] with two numbers",
+            o.what
+        ))
+    };
+    let arr = v.read_lock::<rhai::Array>().ok_or_else(bad)?;
+    match arr.as_slice() {
+        [a, b] => Ok((number(a, key)?, number(b, key)?)),
+        _ => Err(bad()),
+    }
+}

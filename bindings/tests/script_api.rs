@@ -113,3 +113,43 @@ fn tolist_and_item_return_script_values() {
         2.5
     );
 }
+
+#[test]
+fn an_optimizer_step_updates_the_models_own_parameters() {
+    let r = eval(
+        "let m = nn::linear(2, 1, #{ seed: 1 }); let before = m.parameters()[0].tolist();
+         let opt = optim::sgd(m.parameters(), #{ lr: 0.5 });
+         let loss = m.forward(ones([4, 2])).sum(); loss.backward(); let info = opt.step();
+         [before, m.parameters()[0].tolist(), info.applied]",
+    )
+    .unwrap()
+    .into_array()
+    .unwrap();
+    assert_ne!(r[0].to_string(), r[1].to_string(), "the weights moved");
+    assert!(r[2].as_bool().unwrap());
+}
+
+#[test]
+fn state_dicts_round_trip_through_a_safetensors_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("m.safetensors");
+    let src = format!(
+        "let a = nn::mlp([3, 4, 2], #{{ seed: 1 }}); io::save(a.state_dict(), \"{p}\");
+         let b = nn::mlp([3, 4, 2], #{{ seed: 2 }}); b.load_state_dict(io::load(\"{p}\"));
+         let x = randn([5, 3]); (a.forward(x) - b.forward(x)).abs().max().item()",
+        p = path.display()
+    );
+    assert_eq!(eval(&src).unwrap().as_float().unwrap(), 0.0);
+    let err = eval(&format!(
+        "let c = nn::mlp([3, 5, 2]); c.load_state_dict(io::load(\"{}\"))",
+        path.display()
+    ))
+    .unwrap_err();
+    assert!(err.contains("layers.0.weight"), "{err}");
+}
+
+#[test]
+fn datasets_split_and_batch_from_a_script() {
+    let r = eval("let ds = data::spirals(50, #{ seed: 3 }); let p = ds.split(0.8, 1); let b = p[0].batches(#{ batch_size: 32 }); [p[0].len(), p[1].len(), b.len(), b[0][0].shape]").unwrap();
+    assert_eq!(r.to_string(), "[80, 20, 3, [32, 2]]");
+}

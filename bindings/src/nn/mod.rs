@@ -1,6 +1,9 @@
 //! The `nn::` namespace: functional ops and losses, and (with the nn layers) modules.
 
 mod functional;
+mod modules;
+
+pub use modules::{map_to_tensors, Model};
 
 use crate::help::Api;
 use rhai::{Engine, Module};
@@ -10,6 +13,8 @@ pub fn register(engine: &mut Engine) {
     {
         let mut api = Api::new(&mut module, Some("nn"));
         functional::register(&mut api);
+        modules::register(&mut api);
     }
     engine.register_static_module("nn", module.into());
+    engine.register_type_with_name::<Model>("Model");
 }

@@ -1,0 +1,212 @@
+//! The `optim::` namespace: optimizers as shared handles, schedules and gradient clipping.
+
+use crate::error::{guard, runtime_error, RhaiResult};
+use crate::help::Api;
+use crate::options::{pair_f64, Options};
+use rhai::{Array, Dynamic, Engine, Map, Module, FLOAT, INT};
+use rusting_brain::optim::{
+    AdamW, AdamWConfig, Lion, LionConfig, Optimizer, Schedule, Sgd, SgdConfig, StepOutcome,
+};
+use rusting_brain::Tensor;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+#[derive(Clone)]
+pub struct Optim(Arc<Mutex<Box<dyn Optimizer>>>);
+
+impl Optim {
+    fn lock(&self) -> MutexGuard<'_, Box<dyn Optimizer>> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+fn params(arr: &Array, what: &str) -> RhaiResult<Vec<Tensor>> {
+    arr.iter()
+        .enumerate()
+        .map(|(i, v)| {
+            v.clone().try_cast::<Tensor>().ok_or_else(|| {
+                runtime_error(format!(
+                    "{what}: parameter {i} is a {}, not a Tensor",
+                    v.type_name()
+                ))
+            })
+        })
+        .collect()
+}
+
+fn finish(mut opt: Box<dyn Optimizer>, o: &Options) -> RhaiResult<Optim> {
+    if let Some(m) = o.opt_float("max_grad_norm")? {
+        guard(|| opt.set_max_grad_norm(Some(m)))?;
+    }
+    Ok(Optim(Arc::new(Mutex::new(opt))))
+}
+
+fn adamw(p: Array, opts: Map) -> RhaiResult<Optim> {
+    let o = Options::new(
+        "optim::adamw",
+        opts,
+        &[
+            "lr",
+            "betas",
+            "eps",
+            "weight_decay",
+            "decay_1d_params",
+            "max_grad_norm",
+        ],
+    )?;
+    let d = AdamWConfig::default();
+    let c = AdamWConfig {
+        lr: o.float("lr", d.lr)?,
+        betas: pair_f64(&o, "betas", d.betas)?,
+        eps: o.float("eps", d.eps)?,
+        weight_decay: o.float("weight_decay", d.weight_decay)?,
+        decay_1d_params: o.bool("decay_1d_params", d.decay_1d_params)?,
+    };
+    let p = params(&p, "optim::adamw")?;
+    let opt = guard(|| AdamW::new(p, c))?;
+    finish(Box::new(opt), &o)
+}
+
+fn sgd(p: Array, opts: Map) -> RhaiResult<Optim> {
+    let o = Options::new(
+        "optim::sgd",
+        opts,
+        &[
+            "lr",
+            "momentum",
+            "dampening",
+            "nesterov",
+            "weight_decay",
+            "max_grad_norm",
+        ],
+    )?;
+    let d = SgdConfig::default();
+    let c = SgdConfig {
+        lr: o.float("lr", d.lr)?,
+        momentum: o.float("momentum", d.momentum)?,
+        dampening: o.float("dampening", d.dampening)?,
+        nesterov: o.bool("nesterov", d.nesterov)?,
+        weight_decay: o.float("weight_decay", d.weight_decay)?,
+    };
+    let p = params(&p, "optim::sgd")?;
+    let opt = guard(|| Sgd::new(p, c))?;
+    finish(Box::new(opt), &o)
+}
+
+fn lion(p: Array, opts: Map) -> RhaiResult<Optim> {
+    let o = Options::new(
+        "optim::lion",
+        opts,
+        &[
+            "lr",
+            "betas",
+            "weight_decay",
+            "decay_1d_params",
+            "max_grad_norm",
+        ],
+    )?;
+    let d = LionConfig::default();
+    let c = LionConfig {
+        lr: o.float("lr", d.lr)?,
+        betas: pair_f64(&o, "betas", d.betas)?,
+        weight_decay: o.float("weight_decay", d.weight_decay)?,
+        decay_1d_params: o.bool("decay_1d_params", d.decay_1d_params)?,
+    };
+    let p = params(&p, "optim::lion")?;
+    let opt = guard(|| Lion::new(p, c))?;
+    finish(Box::new(opt), &o)
+}
+
+fn schedule(opts: Map) -> RhaiResult<Schedule> {
+    let o = Options::new(
+        "schedule",
+        opts,
+        &["kind", "lr", "min_lr", "warmup", "total", "stable", "decay"],
+    )?;
+    let kind = o.string("kind")?.unwrap_or_else(|| "cosine".into());
+    let lr = o.float("lr", 1e-3)?;
+    let steps = |k: &str| o.int(k, 0).map(|v| v.max(0) as u64);
+    Ok(match kind.as_str() {
+        "constant" => Schedule::Constant { lr },
+        "cosine" => Schedule::WarmupCosine {
+            peak_lr: lr,
+            min_lr: o.float("min_lr", 0.0)?,
+            warmup_steps: steps("warmup")?,
+            total_steps: steps("total")?,
+        },
+        "wsd" => Schedule::WarmupStableDecay {
+            peak_lr: lr,
+            min_lr: o.float("min_lr", 0.0)?,
+            warmup_steps: steps("warmup")?,
+            stable_steps: steps("stable")?,
+            decay_steps: steps("decay")?,
+        },
+        other => {
+            return Err(runtime_error(format!(
+                "schedule kind must be \"constant\", \"cosine\" or \"wsd\", got \"{other}\""
+            )))
+        }
+    })
+}
+
+fn outcome(o: StepOutcome) -> Map {
+    let mut m = Map::new();
+    match o {
+        StepOutcome::Applied {
+            step,
+            lr,
+            grad_norm,
+        } => {
+            m.insert("applied".into(), Dynamic::TRUE);
+            m.insert("step".into(), Dynamic::from_int(step as INT));
+            m.insert("lr".into(), Dynamic::from_float(lr));
+            m.insert("grad_norm".into(), Dynamic::from_float(grad_norm));
+        }
+        StepOutcome::Skipped { norm } => {
+            m.insert("applied".into(), Dynamic::FALSE);
+            m.insert("grad_norm".into(), Dynamic::from_float(norm));
+        }
+    }
+    m
+}
+
+pub fn register(engine: &mut Engine) {
+    engine.register_type_with_name::<Optim>("Optimizer");
+    let mut module = Module::new();
+    {
+        let mut api = Api::new(&mut module, Some("optim"));
+        api.func("adamw", "optim::adamw(params, #{ lr, betas, eps, weight_decay, decay_1d_params, max_grad_norm }) -> Optimizer", "AdamW with decoupled weight decay (not on 1-D params unless asked).", "let opt = optim::adamw(model.parameters(), #{ lr: 3e-4, weight_decay: 0.1 });", adamw);
+        api.func("sgd", "optim::sgd(params, #{ lr, momentum, dampening, nesterov, weight_decay, max_grad_norm }) -> Optimizer", "SGD with optional (Nesterov) momentum.", "let opt = optim::sgd(model.parameters(), #{ lr: 0.1, momentum: 0.9 });", sgd);
+        api.func("lion", "optim::lion(params, #{ lr, betas, weight_decay, decay_1d_params, max_grad_norm }) -> Optimizer", "Lion: sign of an interpolated momentum.", "let opt = optim::lion(model.parameters(), #{ lr: 1e-4 });", lion);
+        api.func("clip_grad_norm", "optim::clip_grad_norm(params, max_norm) -> float", "Scales gradients so their global norm is at most max_norm; returns the norm before clipping.", "let norm = optim::clip_grad_norm(model.parameters(), 1.0);", |p: Array, m: FLOAT| {
+            let p = params(&p, "optim::clip_grad_norm")?;
+            guard(|| rusting_brain::optim::clip_grad_norm(&p, m))
+        });
+        api.method("step", "opt.step() -> map", "Updates the parameters from their gradients; returns #{ applied, step, lr, grad_norm }. A non-finite gradient norm skips the step and clears the gradients.", "let info = opt.step();", |o: &mut Optim| guard(|| o.lock().step()).map(outcome));
+        api.method(
+            "zero_grad",
+            "opt.zero_grad()",
+            "Clears the gradients of the optimizer's parameters.",
+            "opt.zero_grad();",
+            |o: &mut Optim| o.lock().zero_grad(),
+        );
+        api.method(
+            "lr",
+            "opt.lr() -> float",
+            "The current learning rate.",
+            "print(opt.lr())",
+            |o: &mut Optim| o.lock().lr(),
+        );
+        api.method(
+            "set_lr",
+            "opt.set_lr(lr)",
+            "Sets the learning rate (a schedule overrides it each step).",
+            "opt.set_lr(1e-4);",
+            |o: &mut Optim, lr: FLOAT| guard(|| o.lock().set_lr(lr)),
+        );
+        api.method("set_schedule", "opt.set_schedule(#{ kind, lr, min_lr, warmup, total, stable, decay })", "Learning-rate schedule per step: \"constant\", \"cosine\" (warmup + cosine) or \"wsd\" (warmup-stable-decay).", "opt.set_schedule(#{ kind: \"cosine\", lr: 1e-3, warmup: 100, total: 2000 });", |o: &mut Optim, m: Map| {
+            let s = schedule(m)?;
+            guard(|| o.lock().set_schedule(Some(s)))
+        });
+    }
+    engine.register_static_module("optim", module.into());
+}

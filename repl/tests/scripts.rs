@@ -1,0 +1,65 @@
+//! Every script in `scripts/` runs end to end on tiny settings; the MLP script also reaches its
+//! accuracy and writes a loss plot that decodes at the requested size.
+
+mod common;
+use common::{brain, text};
+use std::path::PathBuf;
+
+fn scripts_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../scripts")
+}
+
+#[test]
+fn every_script_runs_on_tiny_settings() {
+    let mut ran = 0;
+    for entry in std::fs::read_dir(scripts_dir()).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().and_then(|e| e.to_str()) != Some("rhai") {
+            continue;
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let out = brain(&dir)
+            .arg("run")
+            .arg(&path)
+            .args(["steps=20", "n=40", "hidden=8", "--device", "cpu"])
+            .arg(format!("out={}", dir.path().display()))
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{} failed:\n{}",
+            path.display(),
+            text(&out.stderr)
+        );
+        ran += 1;
+    }
+    assert!(ran >= 2, "found only {ran} scripts");
+}
+
+#[test]
+fn the_spirals_script_learns_and_writes_a_loss_plot() {
+    let dir = tempfile::tempdir().unwrap();
+    let script = scripts_dir().join("mlp_spirals.rhai");
+    let out = brain(&dir)
+        .arg("run")
+        .arg(&script)
+        .arg(format!("out={}", dir.path().display()))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let stdout = text(&out.stdout);
+    let acc: f64 = stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("test accuracy "))
+        .expect("accuracy line")
+        .parse()
+        .unwrap();
+    assert!(acc >= 0.97, "test accuracy {acc}\n{stdout}");
+    let png = std::fs::File::open(dir.path().join("loss.png")).unwrap();
+    let info = png::Decoder::new(std::io::BufReader::new(png))
+        .read_info()
+        .unwrap()
+        .info()
+        .clone();
+    assert_eq!((info.width, info.height), (800, 500));
+}
