@@ -94,3 +94,30 @@ impl Hinter for BrainHelper {
 impl Highlighter for BrainHelper {}
 impl Validator for BrainHelper {}
 impl Helper for BrainHelper {}
+
+#[cfg(test)]
+mod tests {
+    use super::candidates;
+
+    #[test]
+    fn completion_offers_functions_variables_namespaces_methods_and_commands() {
+        let _engine = rusting_brain_rhai::new_engine();
+        let vars = vec!["model".to_string(), "mask".to_string()];
+        let (start, c) = candidates("let y = ma", 10, &vars);
+        assert_eq!(start, 8);
+        assert!(
+            c.contains(&"matmul".to_string())
+                && c.contains(&"masked_fill".to_string())
+                && c.contains(&"mask".to_string()),
+            "{c:?}"
+        );
+        let (_, c) = candidates("n", 1, &vars);
+        assert!(c.contains(&"nn::".to_string()), "{c:?}");
+        let (_, c) = candidates("nn::cr", 6, &vars);
+        assert_eq!(c, vec!["nn::cross_entropy".to_string()]);
+        let (_, c) = candidates("x.res", 5, &vars);
+        assert_eq!(c, vec!["reshape".to_string()]);
+        let (_, c) = candidates(":sa", 3, &vars);
+        assert_eq!(c, vec![":save".to_string()]);
+    }
+}

@@ -134,3 +134,31 @@ fn a_notebook_report_holds_each_cells_code_output_and_error() {
         "--keep-going runs the rest: {md}"
     );
 }
+
+#[test]
+fn a_notebook_embeds_the_plots_a_cell_writes_as_image_files() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = script(
+        &dir,
+        "plots.rhai",
+        "let xs = [1.0, 0.5, 0.25];\n// %%\nplot::line(xs, #{ path: \"curve.png\" });\n",
+    );
+    let report = dir.path().join("rep/nb.md");
+    let out = brain(&dir)
+        .arg("notebook")
+        .arg(&p)
+        .arg("-o")
+        .arg(&report)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let md = std::fs::read_to_string(&report).unwrap();
+    assert!(md.contains("](nb_files/01-curve.png)"), "{md}");
+    let img = dir.path().join("rep/nb_files/01-curve.png");
+    let info = png::Decoder::new(std::io::BufReader::new(std::fs::File::open(img).unwrap()))
+        .read_info()
+        .unwrap()
+        .info()
+        .clone();
+    assert_eq!((info.width, info.height), (800, 500));
+}

@@ -102,6 +102,11 @@ impl Iterator for Batches<'_> {
         if self.next >= self.end {
             return None;
         }
+        // Ctrl-C stops a pass over the data between batches.
+        if let Err(e) = crate::cancel::check() {
+            self.next = self.end;
+            return Some(Err(e));
+        }
         let stop = (self.next + self.batch_size).min(self.end);
         let rows: Vec<i64> = self.order[self.next..stop]
             .iter()

@@ -241,6 +241,7 @@ pub trait Optimizer: Send {
 
 /// The shared step: gradient norm, skip or clip, schedule, then each parameter's update.
 fn step_impl<O: Optimizer + ?Sized>(opt: &mut O) -> Result<StepOutcome> {
+    crate::cancel::check()?;
     let tensors = opt.core().tensors();
     let norm = global_grad_norm(&tensors)?;
     if !norm.is_finite() {
