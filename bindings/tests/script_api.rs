@@ -153,3 +153,18 @@ fn datasets_split_and_batch_from_a_script() {
     let r = eval("let ds = data::spirals(50, #{ seed: 3 }); let p = ds.split(0.8, 1); let b = p[0].batches(#{ batch_size: 32 }); [p[0].len(), p[1].len(), b.len(), b[0][0].shape]").unwrap();
     assert_eq!(r.to_string(), "[80, 20, 3, [32, 2]]");
 }
+
+#[test]
+fn layers_compose_into_a_sequential_that_shares_their_parameters() {
+    let r = eval(
+        "let first = nn::linear(4, 8, #{ seed: 1 });
+         let m = nn::sequential([first, nn::activation(\"gelu\"), nn::layer_norm(8), nn::dropout(0.1), nn::linear(8, 3)]);
+         m.eval_mode();
+         let y = m.forward(randn([5, 4]));
+         [y.shape, m.named_parameters().keys().len(), first.parameters()[0].shares_with(m.parameters()[0])]",
+    );
+    let r = r.unwrap().into_array().unwrap();
+    assert_eq!(r[0].to_string(), "[5, 3]");
+    assert_eq!(r[1].as_int().unwrap(), 6);
+    assert!(r[2].as_bool().unwrap());
+}

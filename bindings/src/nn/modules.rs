@@ -6,7 +6,11 @@ use crate::error::{guard, runtime_error, RhaiResult};
 use crate::help::Api;
 use crate::options::Options;
 use rhai::{Array, Dynamic, Map, INT};
-use rusting_brain::nn::{Activation, Linear, Mlp, Module};
+use rusting_brain::nn::{
+    Activation, BatchNorm2d, Conv2d, Dropout, Embedding, LayerNorm, Linear, Mlp, Module, RmsNorm,
+    Sequential,
+};
+use rusting_brain::Conv2dOptions;
 use rusting_brain::{Generator, Tensor};
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -54,6 +58,185 @@ fn linear(inp: INT, out: INT, opts: Map) -> RhaiResult<Model> {
     guard(|| Linear::new(i, n, bias, &mut gen)).map(|m| Model::new(Box::new(m)))
 }
 
+/// A model handle inside another model (a `Sequential` of script-built layers) shares the
+/// layer, so the script's handle and the container see the same parameters.
+impl Module for Model {
+    fn forward(&self, x: &Tensor) -> rusting_brain::Result<Tensor> {
+        self.lock().forward(x)
+    }
+    fn named_parameters(&self) -> Vec<(String, Tensor)> {
+        self.lock().named_parameters()
+    }
+    fn named_buffers(&self) -> Vec<(String, Tensor)> {
+        self.lock().named_buffers()
+    }
+    fn train(&mut self, on: bool) {
+        self.lock().train(on)
+    }
+    fn is_training(&self) -> bool {
+        self.lock().is_training()
+    }
+}
+
+fn boxed<M: Module + 'static>(r: rusting_brain::Result<M>) -> RhaiResult<Model> {
+    guard(|| r).map(|m| Model::new(Box::new(m)))
+}
+
+fn sequential(layers: Array) -> RhaiResult<Model> {
+    let mut seq = Sequential::new();
+    for (i, l) in layers.into_iter().enumerate() {
+        let m = l.clone().try_cast::<Model>().ok_or_else(|| {
+            runtime_error(format!(
+                "nn::sequential: element {i} is a {}, not a Model",
+                l.type_name()
+            ))
+        })?;
+        seq.push(Box::new(m));
+    }
+    Ok(Model::new(Box::new(seq)))
+}
+
+fn conv_layer(cin: INT, cout: INT, k: Dynamic, opts: Map) -> RhaiResult<Model> {
+    let o = Options::new(
+        "nn::conv2d_layer",
+        opts,
+        &["stride", "padding", "dilation", "groups", "bias", "seed"],
+    )?;
+    let kernel = crate::options::pair(&k, "nn::conv2d_layer kernel")?;
+    let c = Conv2dOptions {
+        stride: o.pair("stride", (1, 1))?,
+        padding: o.pair("padding", (0, 0))?,
+        dilation: o.pair("dilation", (1, 1))?,
+        groups: o.usize("groups", 1)?,
+    };
+    let (cin, cout) = (
+        convert::usize_of(cin, "nn::conv2d_layer")?,
+        convert::usize_of(cout, "nn::conv2d_layer")?,
+    );
+    let (bias, mut gen) = (o.bool("bias", true)?, seed_of(&o)?);
+    boxed(Conv2d::new(cin, cout, kernel, c, bias, &mut gen))
+}
+
+fn embedding(n: INT, d: INT, opts: Map) -> RhaiResult<Model> {
+    let o = Options::new("nn::embedding", opts, &["seed"])?;
+    let (n, d, mut gen) = (
+        convert::usize_of(n, "nn::embedding")?,
+        convert::usize_of(d, "nn::embedding")?,
+        seed_of(&o)?,
+    );
+    boxed(Embedding::new(n, d, &mut gen))
+}
+
+fn layer_norm(d: INT, opts: Map) -> RhaiResult<Model> {
+    let o = Options::new("nn::layer_norm", opts, &["eps"])?;
+    let d = convert::usize_of(d, "nn::layer_norm")?;
+    boxed(LayerNorm::new(&[d], o.float("eps", 1e-5)?, true))
+}
+
+fn rms_norm(d: INT, opts: Map) -> RhaiResult<Model> {
+    let o = Options::new("nn::rms_norm", opts, &["eps"])?;
+    let d = convert::usize_of(d, "nn::rms_norm")?;
+    boxed(RmsNorm::new(d, o.float("eps", 1e-6)?))
+}
+
+fn dropout(p: rhai::FLOAT, opts: Map) -> RhaiResult<Model> {
+    let o = Options::new("nn::dropout", opts, &["seed"])?;
+    let mut gen = seed_of(&o)?;
+    boxed(Dropout::new(p, &mut gen))
+}
+
+fn register_layers(api: &mut Api) {
+    api.func(
+        "sequential",
+        "nn::sequential([layers]) -> Model",
+        "Layers applied in order; parameters are named 0.weight, 1.bias, ...",
+        "let m = nn::sequential([nn::linear(2, 8), nn::activation(\"relu\"), nn::linear(8, 2)]);",
+        sequential,
+    );
+    api.func(
+        "activation",
+        "nn::activation(name) -> Model",
+        "relu, gelu, silu or tanh as a layer.",
+        "nn::activation(\"gelu\")",
+        |name: &str| {
+            Activation::parse(name)
+                .map(|a| Model::new(a.module()))
+                .ok_or_else(|| {
+                    runtime_error(format!(
+                        "unknown activation \"{name}\"; use relu, gelu, silu or tanh"
+                    ))
+                })
+        },
+    );
+    api.func(
+        "embedding",
+        "nn::embedding(num, dim, #{ seed }) -> Model",
+        "A lookup table of num vectors of size dim (N(0, 1) init).",
+        "let emb = nn::embedding(1000, 64, #{ seed: 1 });",
+        embedding,
+    );
+    api.func(
+        "embedding",
+        "nn::embedding(num, dim) -> Model",
+        "The same with seed 0.",
+        "nn::embedding(100, 16)",
+        |n: INT, d: INT| embedding(n, d, Map::new()),
+    );
+    api.func(
+        "layer_norm",
+        "nn::layer_norm(dim, #{ eps }) -> Model",
+        "LayerNorm over the last dim with weight and bias.",
+        "let ln = nn::layer_norm(64);",
+        layer_norm,
+    );
+    api.func(
+        "layer_norm",
+        "nn::layer_norm(dim) -> Model",
+        "The same with default options.",
+        "nn::layer_norm(64)",
+        |a: INT| layer_norm(a, Map::new()),
+    );
+    api.func(
+        "rms_norm",
+        "nn::rms_norm(dim, #{ eps }) -> Model",
+        "RMSNorm over the last dim with a weight.",
+        "let norm = nn::rms_norm(64, #{ eps: 1e-6 });",
+        rms_norm,
+    );
+    api.func(
+        "rms_norm",
+        "nn::rms_norm(dim) -> Model",
+        "The same with default options.",
+        "nn::rms_norm(64)",
+        |a: INT| rms_norm(a, Map::new()),
+    );
+    api.func(
+        "dropout",
+        "nn::dropout(p, #{ seed }) -> Model",
+        "Zeroes elements with probability p in training mode (seeded); identity in eval.",
+        "nn::dropout(0.1)",
+        dropout,
+    );
+    api.func(
+        "dropout",
+        "nn::dropout(p) -> Model",
+        "The same with default options.",
+        "nn::dropout(0.1)",
+        |a: rhai::FLOAT| dropout(a, Map::new()),
+    );
+    api.func(
+        "batch_norm2d",
+        "nn::batch_norm2d(channels) -> Model",
+        "BatchNorm over [N, C, H, W] with running statistics.",
+        "let bn = nn::batch_norm2d(16);",
+        |c: INT| {
+            let c = convert::usize_of(c, "nn::batch_norm2d")?;
+            boxed(BatchNorm2d::new(c))
+        },
+    );
+    api.func("conv2d_layer", "nn::conv2d_layer(in, out, kernel, #{ stride, padding, dilation, groups, bias, seed }) -> Model", "A Conv2d layer with PyTorch's default init.", "let conv = nn::conv2d_layer(3, 16, 3, #{ padding: 1 });", conv_layer);
+}
+
 fn tensors_to_map(named: impl IntoIterator<Item = (String, Tensor)>) -> Map {
     named
         .into_iter()
@@ -78,6 +261,7 @@ pub fn map_to_tensors(m: &Map, what: &str) -> RhaiResult<BTreeMap<String, Tensor
 }
 
 pub fn register(api: &mut Api) {
+    register_layers(api);
     api.func("mlp", "nn::mlp(sizes, #{ activation, seed }) -> Model", "A multi-layer perceptron: Linear layers of the given sizes with an activation between them.", "let model = nn::mlp([2, 64, 64, 2], #{ activation: \"relu\", seed: 1 });", mlp);
     api.func(
         "mlp",
@@ -153,11 +337,18 @@ pub fn register(api: &mut Api) {
         |m: &mut Model| m.lock().train(true),
     );
     api.method(
-        "eval",
-        "model.eval()",
-        "Evaluation mode.",
-        "model.eval();",
+        "eval_mode",
+        "model.eval_mode()",
+        "Evaluation mode, PyTorch's model.eval() (`eval` is a reserved word in Rhai).",
+        "model.eval_mode();",
         |m: &mut Model| m.lock().train(false),
+    );
+    api.method(
+        "train",
+        "model.train(on)",
+        "Training mode on or off.",
+        "model.train(false);",
+        |m: &mut Model, on: bool| m.lock().train(on),
     );
     api.method(
         "zero_grad",

@@ -523,6 +523,13 @@ fn register_shape_methods(api: &mut Api) {
 
 fn register_autograd_methods(api: &mut Api) {
     api.func(
+        "shares_with",
+        "a.shares_with(b) -> bool",
+        "Whether two tensors are views of the same storage.",
+        "x.shares_with(x.t())",
+        |a: &mut Tensor, b: Tensor| a.shares_storage(&b),
+    );
+    api.func(
         "backward",
         "t.backward()",
         "Backpropagates from a one-element tensor into the .grad of the leaves.",
