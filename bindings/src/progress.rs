@@ -380,6 +380,13 @@ impl Drop for ProgressIter {
 
 /// Registers `progress(...)`, `bar.set_message(text)` and `progress_message(text)`.
 pub fn register(engine: &mut Engine) {
+    for (name, signature, doc, example) in [
+        ("progress", "progress(range | count | array, label) -> Progress", "Iterates with a progress bar showing rate, ETA and a message; plain lines when stdout is not a terminal. Ctrl-C stops it.", "for step in progress(0..1000, \"train\") { ... }"),
+        ("progress_message", "progress_message(text)", "Sets the message of the innermost running progress bar (e.g. the loss).", "progress_message(`loss ${loss.item()}`)"),
+        ("set_message", "bar.set_message(text)", "Sets this progress bar's message.", "bar.set_message(\"warming up\")"),
+    ] {
+        crate::help::record(crate::help::HelpEntry { name: name.into(), signature: signature.into(), doc: doc.into(), example: example.into() });
+    }
     engine.register_type_with_name::<ScriptProgress>("Progress");
     engine.register_iterator_result::<ScriptProgress, Dynamic>();
     let doc = "/// Wraps a range, a count or an array in a progress bar with rate and ETA; \
