@@ -24,7 +24,8 @@ pub fn contiguous_strides(shape: &[usize]) -> Vec<usize> {
 pub fn resolve_dim(op: &'static str, dim: isize, rank: usize) -> Result<usize> {
     let r = rank as isize;
     let d = if dim < 0 { dim + r } else { dim };
-    if d < 0 || d >= r.max(1) || (rank == 0 && d != 0) {
+    // A 0-d tensor has no dims to name, so every dim is out of range for it.
+    if d < 0 || d >= r {
         return Err(Error::DimOutOfRange { op, dim, rank });
     }
     Ok(d as usize)

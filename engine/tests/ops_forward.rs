@@ -398,3 +398,29 @@ fn seeded_random_constructors_repeat_and_arange_linspace_count_right() {
         .unwrap();
     assert!(r.iter().all(|&v| (0..3).contains(&v)));
 }
+
+#[test]
+fn dim_arguments_on_a_0d_tensor_are_errors_not_panics() {
+    let s = t(&[1.0, 2.0], &[2]).sum().unwrap();
+    assert!(matches!(s.squeeze(0), Err(Error::DimOutOfRange { .. })));
+    assert!(s.transpose(0, 0).is_err());
+    assert!(Tensor::cat(&[s.clone(), s.clone()], 0).is_err());
+    assert!(s.mean_dims(&[0], false).is_err());
+    assert!(s.narrow(0, 0, 1).is_err());
+    assert_eq!(s.unsqueeze(0).unwrap().shape(), &[1]);
+    assert_eq!(s.softmax(0).unwrap().item().unwrap(), 1.0);
+}
+
+#[test]
+fn bad_kernels_and_writes_into_broadcast_views_are_errors() {
+    let x = t(&[1.0; 4], &[1, 1, 2, 2]);
+    assert!(x
+        .conv2d(&t(&[], &[1, 1, 0, 1]), None, Conv2dOptions::default())
+        .is_err());
+    let row = t(&[1.0, 2.0], &[1, 2]);
+    assert!(row
+        .expand(&[3, 2])
+        .unwrap()
+        .copy_(&t(&[0.0; 6], &[3, 2]))
+        .is_err());
+}

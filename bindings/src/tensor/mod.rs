@@ -118,7 +118,13 @@ fn register_indexing(engine: &mut Engine) {
         guard(|| t.slice(0, r.start as isize, r.end as isize))
     });
     engine.register_indexer_get(|t: &mut Tensor, r: std::ops::RangeInclusive<INT>| {
-        guard(|| t.slice(0, *r.start() as isize, *r.end() as isize + 1))
+        guard(|| {
+            t.slice(
+                0,
+                *r.start() as isize,
+                (*r.end() as isize).saturating_add(1),
+            )
+        })
     });
     help::record(HelpEntry {
         name: "[]".into(),

@@ -37,6 +37,9 @@ fn geometry(x: &[usize], w: &[usize], o: &Conv2dOptions) -> Result<Conv2dGeometr
             "stride, dilation and groups must be positive, got {o:?}"
         ));
     }
+    if w[2] == 0 || w[3] == 0 {
+        return bad(format!("kernel size must be positive, got {:?}", &w[2..]));
+    }
     let (c, oc) = (x[1], w[0]);
     if c % o.groups != 0 || oc % o.groups != 0 || w[1] * o.groups != c {
         return Err(Error::ShapeMismatch {

@@ -18,6 +18,14 @@ impl Tensor {
     /// Writes `src` (broadcast to self's shape, cast to self's dtype) into self's view.
     pub fn copy_(&self, src: &Tensor) -> Result<()> {
         self.check_inplace("copy_")?;
+        let overlapping = self
+            .shape()
+            .iter()
+            .zip(self.layout().strides())
+            .any(|(&d, &s)| d > 1 && s == 0);
+        if overlapping {
+            return Err(Error::invalid("copy_", format!("cannot write into a broadcast view of shape {:?}: several elements share one memory location; write into a contiguous copy", self.shape())));
+        }
         self.check_same_device("copy_", src)?;
         // Materialize first: src may alias self, and the write lock must not wait on our own read.
         let src = crate::autograd::no_grad(|| {
