@@ -5,7 +5,7 @@
 //! steps, and with `momentum = None` gives a cumulative average, as in PyTorch.
 
 use super::init::{ones_, zeros_};
-use super::module::{new_parameter, Module};
+use super::module::{new_parameter, weight_and_bias, Module};
 use crate::{no_grad, DType, Device, Error, Result, Tensor};
 
 pub struct BatchNorm2d {
@@ -105,14 +105,7 @@ impl Module for BatchNorm2d {
     }
 
     fn named_parameters(&self) -> Vec<(String, Tensor)> {
-        let mut out = Vec::new();
-        if let Some(w) = &self.weight {
-            out.push(("weight".into(), w.clone()));
-        }
-        if let Some(b) = &self.bias {
-            out.push(("bias".into(), b.clone()));
-        }
-        out
+        weight_and_bias(self.weight.as_ref(), self.bias.as_ref())
     }
 
     fn named_buffers(&self) -> Vec<(String, Tensor)> {

@@ -2,7 +2,7 @@
 //! conv2d op (stride, padding, dilation, groups).
 
 use super::init::{fan_in_and_fan_out, kaiming_uniform_, uniform_, FanMode};
-use super::module::{new_parameter, Module};
+use super::module::{new_parameter, weight_and_bias, Module};
 use crate::{Conv2dOptions, Error, Generator, Result, Tensor};
 
 pub struct Conv2d {
@@ -55,11 +55,7 @@ impl Module for Conv2d {
     }
 
     fn named_parameters(&self) -> Vec<(String, Tensor)> {
-        let mut out = vec![("weight".to_string(), self.weight.clone())];
-        if let Some(b) = &self.bias {
-            out.push(("bias".to_string(), b.clone()));
-        }
-        out
+        weight_and_bias(Some(&self.weight), self.bias.as_ref())
     }
 
     fn train(&mut self, on: bool) {

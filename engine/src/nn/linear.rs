@@ -1,7 +1,7 @@
 //! Linear: y = x W^T + b, with W shaped [out, in] as in PyTorch so checkpoints load unchanged.
 
 use super::init::{kaiming_uniform_, uniform_, FanMode};
-use super::module::{new_parameter, Module};
+use super::module::{new_parameter, weight_and_bias, Module};
 use crate::{Error, Generator, Result, Tensor};
 
 pub struct Linear {
@@ -87,11 +87,7 @@ impl Module for Linear {
     }
 
     fn named_parameters(&self) -> Vec<(String, Tensor)> {
-        let mut out = vec![("weight".to_string(), self.weight.clone())];
-        if let Some(b) = &self.bias {
-            out.push(("bias".to_string(), b.clone()));
-        }
-        out
+        weight_and_bias(Some(&self.weight), self.bias.as_ref())
     }
 
     fn train(&mut self, on: bool) {

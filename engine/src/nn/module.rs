@@ -131,6 +131,14 @@ fn load_state_dict_impl(
     Ok(report)
 }
 
+/// The `weight` and `bias` entries of a layer that may lack either, in PyTorch's order.
+pub fn weight_and_bias(weight: Option<&Tensor>, bias: Option<&Tensor>) -> Vec<(String, Tensor)> {
+    [("weight", weight), ("bias", bias)]
+        .into_iter()
+        .filter_map(|(n, t)| t.map(|t| (n.to_string(), t.clone())))
+        .collect()
+}
+
 /// Prefixes a child's names with `prefix.`, as PyTorch names nested modules.
 pub fn prefixed(prefix: &str, named: Vec<(String, Tensor)>) -> Vec<(String, Tensor)> {
     named

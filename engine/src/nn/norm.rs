@@ -2,7 +2,7 @@
 //! precision rule: norm statistics stay FP32), and the result is cast back to the input dtype.
 
 use super::init::{ones_, zeros_};
-use super::module::{new_parameter, Module};
+use super::module::{new_parameter, weight_and_bias, Module};
 use crate::{DType, Error, Result, Tensor};
 
 /// Half-precision inputs are upcast to f32 for the statistics; f32 and f64 stay as they are
@@ -74,14 +74,7 @@ impl Module for LayerNorm {
     }
 
     fn named_parameters(&self) -> Vec<(String, Tensor)> {
-        let mut out = Vec::new();
-        if let Some(w) = &self.weight {
-            out.push(("weight".into(), w.clone()));
-        }
-        if let Some(b) = &self.bias {
-            out.push(("bias".into(), b.clone()));
-        }
-        out
+        weight_and_bias(self.weight.as_ref(), self.bias.as_ref())
     }
 
     fn train(&mut self, on: bool) {
