@@ -75,6 +75,22 @@ pub enum Error {
     #[error("{op}: in-place write into a leaf tensor that requires grad; wrap it in no_grad or detach it first")]
     InPlaceOnLeaf { op: &'static str },
 
+    #[error("{device}: out of memory: {requested} bytes requested, {free} bytes free on the device")]
+    OutOfMemory {
+        device: Device,
+        requested: usize,
+        free: usize,
+    },
+
+    #[error("{op}: not implemented on {device} yet; move the tensor to the CPU with .to(\"cpu\") for this op")]
+    UnsupportedDevice { op: &'static str, device: Device },
+
+    #[error("CUDA: {0}")]
+    Cuda(String),
+
+    #[error("kernels/{file} failed to compile:\n{log}")]
+    KernelCompile { file: &'static str, log: String },
+
     #[error("device {0} is not available: {1}")]
     DeviceUnavailable(Device, String),
 

@@ -2,33 +2,39 @@
 //! the backend's kernel; a new backend adds a variant and the compiler lists every op it lacks.
 
 pub mod cpu;
+pub mod cuda;
 
 use crate::{DType, Device};
 pub use cpu::{CpuStorage, IntoCpuStorage};
+pub use cuda::CudaStorage;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 
-#[derive(Clone, Debug)]
+#[derive(Debug)]
 pub enum Storage {
     Cpu(CpuStorage),
+    Cuda(CudaStorage),
 }
 
 impl Storage {
     pub fn dtype(&self) -> DType {
         match self {
             Storage::Cpu(s) => s.dtype(),
+            Storage::Cuda(s) => s.dtype(),
         }
     }
 
     pub fn device(&self) -> Device {
         match self {
             Storage::Cpu(_) => Device::Cpu,
+            Storage::Cuda(s) => s.device(),
         }
     }
 
     pub fn len(&self) -> usize {
         match self {
             Storage::Cpu(s) => s.len(),
+            Storage::Cuda(s) => s.len(),
         }
     }
 

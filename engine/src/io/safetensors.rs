@@ -169,8 +169,11 @@ impl View for TensorBytes {
         // Only the view's elements, not the whole storage it may share.
         let range = self.tensor.layout().contiguous_range().unwrap_or(0..0);
         let storage = self.tensor.storage();
-        let Storage::Cpu(s) = &*storage;
-        Cow::Owned(le_bytes(s, range))
+        match &*storage {
+            Storage::Cpu(s) => Cow::Owned(le_bytes(s, range)),
+            // `prepare` moved every tensor to the host.
+            Storage::Cuda(_) => Cow::Owned(Vec::new()),
+        }
     }
 
     fn data_len(&self) -> usize {

@@ -4,7 +4,7 @@ use super::kinds::{BinaryOp, CmpOp, UnaryOp};
 use super::{backward_fn, grad_if};
 use crate::autograd::SavedTensor;
 use crate::backend::cpu::elementwise as cpu;
-use crate::backend::Storage;
+use crate::backend::cuda::elementwise as cuda;
 use crate::layout::broadcast_shapes;
 use crate::{DType, Error, Result, Tensor};
 
@@ -43,7 +43,7 @@ impl Tensor {
         } else {
             self.to_dtype(DType::F32)?
         };
-        let storage = src.with_cpu(unary_name(op), |s, l| Storage::Cpu(cpu::unary(s, l, op)))?;
+        let storage = src.dispatch(|s, l| cpu::unary(s, l, op), |s, l| cuda::unary(s, l, op))?;
         Tensor::from_storage(storage, self.shape())
     }
 
@@ -180,11 +180,13 @@ impl Tensor {
             a.layout().broadcast_to(op.name(), shape)?,
             b.layout().broadcast_to(op.name(), shape)?,
         );
-        let storage = a.with_cpu(op.name(), |sa, _| {
-            b.with_cpu(op.name(), |sb, _| {
-                Storage::Cpu(cpu::binary(sa, &la, sb, &lb, op))
-            })
-        })??;
+        let storage = Tensor::dispatch2(
+            op.name(),
+            a,
+            b,
+            |sa, sb| cpu::binary(sa, &la, sb, &lb, op),
+            |sa, sb| cuda::binary(sa, &la, sb, &lb, op),
+        )?;
         Tensor::from_storage(storage, shape)
     }
 
@@ -305,11 +307,13 @@ impl Tensor {
             a.layout().broadcast_to(op.name(), &shape)?,
             b.layout().broadcast_to(op.name(), &shape)?,
         );
-        let storage = a.with_cpu(op.name(), |sa, _| {
-            b.with_cpu(op.name(), |sb, _| {
-                Storage::Cpu(cpu::compare(sa, &la, sb, &lb, op))
-            })
-        })??;
+        let storage = Tensor::dispatch2(
+            op.name(),
+            &a,
+            &b,
+            |sa, sb| cpu::compare(sa, &la, sb, &lb, op),
+            |sa, sb| cuda::compare(sa, &la, sb, &lb, op),
+        )?;
         Tensor::from_storage(storage, &shape)
     }
 
@@ -373,13 +377,12 @@ impl Tensor {
             a.layout().broadcast_to("where", &shape)?,
             b.layout().broadcast_to("where", &shape)?,
         );
-        let storage = c.with_cpu("where", |sc, _| {
-            a.with_cpu("where", |sa, _| {
-                b.with_cpu("where", |sb, _| {
-                    Storage::Cpu(cpu::where_cond(sc, &lc, sa, &la, sb, &lb))
-                })
-            })
-        })???;
+        let storage = Tensor::dispatch3(
+            "where",
+            [&c, &a, &b],
+            |sc, sa, sb| cpu::where_cond(sc, &lc, sa, &la, sb, &lb),
+            |sc, sa, sb| cuda::where_cond(sc, &lc, sa, &la, sb, &lb),
+        )?;
         let out = Tensor::from_storage(storage, &shape)?;
         let (sa, sb) = (a.shape().to_vec(), b.shape().to_vec());
         Ok(out.recorded(&[&a, &b], || {

@@ -4,9 +4,9 @@
 use super::{backward_fn, grad_if};
 use crate::autograd::SavedTensor;
 use crate::backend::cpu::index as cpu;
-use crate::backend::Storage;
+use crate::backend::{cuda, CudaStorage, Storage};
 use crate::layout::resolve_dim;
-use crate::{Error, Result, Tensor};
+use crate::{Device, Error, Layout, Result, Tensor};
 
 /// The indices of an integer tensor, checked to lie in 0..size.
 fn checked_indices(op: &'static str, idx: &Tensor, size: usize) -> Result<Vec<usize>> {
@@ -55,16 +55,7 @@ impl Tensor {
         }
         let mut shape = first.shape().to_vec();
         shape[d] = parts.iter().map(|t| t.shape()[d]).sum();
-        let guards: Vec<_> = parts.iter().map(|t| t.storage()).collect();
-        let views: Vec<_> = guards
-            .iter()
-            .zip(&parts)
-            .map(|(g, t)| match &**g {
-                Storage::Cpu(s) => (s, t.layout()),
-            })
-            .collect();
-        let storage = Storage::Cpu(cpu::cat(&views, d));
-        drop(guards);
+        let storage = cat_storage(&parts, &shape, d)?;
         let sizes: Vec<usize> = parts.iter().map(|t| t.shape()[d]).collect();
         let refs: Vec<&Tensor> = parts.iter().collect();
         Tensor::from_op(storage, &shape, &refs, move || {
@@ -198,4 +189,32 @@ fn check_index_shape(op: &'static str, shape: &[usize], idx: &[usize], dim: usiz
             rhs: idx.to_vec(),
         })
     }
+}
+
+/// The storage of `parts` joined along `d` into `shape` (all on one device, one dtype).
+fn cat_storage(parts: &[Tensor], shape: &[usize], d: usize) -> Result<Storage> {
+    let guards: Vec<_> = parts.iter().map(|t| t.storage()).collect();
+    if let Device::Cuda(i) = parts[0].device() {
+        let dev = cuda::device(i)?;
+        let out = CudaStorage::alloc_for(&dev, shape.iter().product(), parts[0].dtype())?;
+        let full = Layout::contiguous(shape);
+        let mut start = 0;
+        for (g, t) in guards.iter().zip(parts) {
+            if let Storage::Cuda(s) = &**g {
+                let len = t.shape()[d];
+                cuda::copy::copy_view(s, t.layout(), &out, &full.narrowed(d, start, len))?;
+                start += len;
+            }
+        }
+        return Ok(Storage::Cuda(out));
+    }
+    let views: Vec<_> = guards
+        .iter()
+        .zip(parts)
+        .filter_map(|(g, t)| match &**g {
+            Storage::Cpu(s) => Some((s, t.layout())),
+            Storage::Cuda(_) => None,
+        })
+        .collect();
+    Ok(Storage::Cpu(cpu::cat(&views, d)))
 }

@@ -3,7 +3,7 @@
 use super::{backward_fn, grad_if};
 use crate::autograd::SavedTensor;
 use crate::backend::cpu::matmul as cpu;
-use crate::backend::Storage;
+use crate::backend::cuda::matmul as cuda;
 use crate::layout::broadcast_shapes;
 use crate::{Error, Result, Tensor};
 
@@ -64,11 +64,13 @@ impl Tensor {
             a.layout().broadcast_to("matmul", &full(m, k))?,
             b.layout().broadcast_to("matmul", &full(k, n))?,
         );
-        let storage = a.with_cpu("matmul", |sa, _| {
-            b.with_cpu("matmul", |sb, _| {
-                Storage::Cpu(cpu::matmul(sa, &la, sb, &lb))
-            })
-        })??;
+        let storage = Tensor::dispatch2(
+            "matmul",
+            &a,
+            &b,
+            |sa, sb| cpu::matmul(sa, &la, sb, &lb),
+            |sa, sb| cuda::matmul(sa, &la, sb, &lb),
+        )?;
         let out = Tensor::from_storage(storage, &full(m, n))?;
         Ok(out.recorded(&[&a, &b], || {
             let (sa, sb) = (

@@ -4,7 +4,7 @@ use super::backward_fn;
 use super::kinds::ReduceOp;
 use crate::autograd::SavedTensor;
 use crate::backend::cpu::reduce as cpu;
-use crate::backend::Storage;
+use crate::backend::cuda::reduce as cuda;
 use crate::layout::resolve_dim;
 use crate::{DType, Error, Result, Tensor};
 
@@ -49,7 +49,10 @@ impl Tensor {
                 ),
             ));
         }
-        let storage = self.with_cpu(name, |s, l| Storage::Cpu(cpu::reduce(s, l, dims, op)))?;
+        let storage = self.dispatch(
+            |s, l| cpu::reduce(s, l, dims, op),
+            |s, l| cuda::reduce(s, l, dims, op),
+        )?;
         Tensor::from_storage(storage, &reduced_shape(self.shape(), dims, true))
     }
 

@@ -3,7 +3,7 @@
 use super::backward_fn;
 use crate::autograd::SavedTensor;
 use crate::backend::cpu::softmax as cpu;
-use crate::backend::Storage;
+use crate::backend::cuda::softmax as cuda;
 use crate::layout::resolve_dim;
 use crate::{DType, Result, Tensor};
 
@@ -34,7 +34,10 @@ impl Tensor {
         let last = x.rank() - 1;
         let rows = x.rows_along(d)?;
         let cols = x.shape()[d];
-        let storage = rows.with_cpu(name, |s, _| Storage::Cpu(cpu::softmax(s, cols, log)))?;
+        let storage = rows.dispatch(
+            |s, _| cpu::softmax(s, cols, log),
+            |s, l| cuda::softmax(s, l, cols, log),
+        )?;
         let y_rows = Tensor::from_storage(storage, rows.shape())?;
         let y = if d == last {
             y_rows.clone()
@@ -47,11 +50,13 @@ impl Tensor {
                 let g_rows = g.rows_along(d)?;
                 let y_rows = saved.get()?;
                 let g_rows = g_rows.to_dtype(y_rows.dtype())?;
-                let storage = y_rows.with_cpu(name, |ys, _| {
-                    g_rows.with_cpu(name, |gs, _| {
-                        Storage::Cpu(cpu::softmax_backward(ys, gs, cols, log))
-                    })
-                })??;
+                let storage = Tensor::dispatch2(
+                    name,
+                    y_rows,
+                    &g_rows,
+                    |ys, gs| cpu::softmax_backward(ys, gs, cols, log),
+                    |ys, gs| cuda::softmax_backward(ys, y_rows.layout(), gs, g_rows.layout(), cols, log),
+                )?;
                 let dx = Tensor::from_storage(storage, y_rows.shape())?;
                 Ok(vec![Some(if d == last {
                     dx

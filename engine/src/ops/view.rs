@@ -3,7 +3,7 @@
 
 use super::{backward_fn, grad_if};
 use crate::backend::cpu::elementwise;
-use crate::backend::Storage;
+use crate::backend::{cuda, CudaStorage, Storage};
 use crate::layout::resolve_dim;
 use crate::{DType, Device, Error, Layout, Result, Tensor};
 
@@ -57,9 +57,10 @@ impl Tensor {
         if self.is_contiguous() {
             return Ok(self.clone());
         }
-        let storage = self.with_cpu("contiguous", |s, l| {
-            Storage::Cpu(elementwise::cast(s, l, s.dtype()))
-        })?;
+        let storage = self.dispatch(
+            |s, l| elementwise::cast(s, l, s.dtype()),
+            |s, l| cuda::copy::cast(s, l, s.dtype()),
+        )?;
         Tensor::from_op(storage, self.shape(), &[self], || {
             backward_fn("contiguous", |g, _| Ok(vec![Some(g.clone())]))
         })
@@ -295,9 +296,10 @@ impl Tensor {
         if dtype == self.dtype() {
             return Ok(self.clone());
         }
-        let storage = self.with_cpu("to_dtype", |s, l| {
-            Storage::Cpu(elementwise::cast(s, l, dtype))
-        })?;
+        let storage = self.dispatch(
+            |s, l| elementwise::cast(s, l, dtype),
+            |s, l| cuda::copy::cast(s, l, dtype),
+        )?;
         let in_dtype = self.dtype();
         let out = Tensor::from_op(storage, self.shape(), &[self], || {
             backward_fn("to_dtype", move |g, needs| {
@@ -315,10 +317,29 @@ impl Tensor {
         if device == self.device() {
             return Ok(self.clone());
         }
-        Err(Error::DeviceUnavailable(
-            device,
-            "this build has no backend for it yet".into(),
-        ))
+        let storage = crate::autograd::no_grad(|| self.transfer(device))?;
+        let from = self.device();
+        Tensor::from_op(storage, self.shape(), &[self], || {
+            backward_fn("to_device", move |g, needs| {
+                Ok(vec![grad_if(needs[0], || g.to_device(from))?])
+            })
+        })
+    }
+
+    /// This tensor's elements, packed, in a storage on `device`.
+    fn transfer(&self, device: Device) -> Result<Storage> {
+        let packed = self.contiguous()?;
+        let whole = packed.layout().offset() == 0 && packed.storage().len() == packed.numel();
+        let packed = if whole { packed } else { packed.contiguous_copy()? };
+        let src = packed.storage();
+        Ok(match (&*src, device) {
+            (Storage::Cpu(s), Device::Cuda(n)) => Storage::Cuda(CudaStorage::from_cpu(&cuda::device(n)?, s)?),
+            (Storage::Cuda(s), Device::Cpu) => Storage::Cpu(s.to_cpu()?),
+            (Storage::Cuda(s), Device::Cuda(n)) => {
+                Storage::Cuda(CudaStorage::from_cpu(&cuda::device(n)?, &s.to_cpu()?)?)
+            }
+            (Storage::Cpu(_), Device::Cpu) => unreachable!("same device returns early"),
+        })
     }
 
     /// Both `to_dtype` and `to_device`.

@@ -54,8 +54,14 @@ impl Tensor {
 
     pub fn full(value: f64, shape: &[usize], dtype: DType, device: Device) -> Result<Tensor> {
         let n = checked_numel("full", shape)?;
-        let t = Tensor::from_cpu(CpuStorage::full(value, n, dtype), shape)?;
-        t.to_device(device)
+        match device {
+            Device::Cpu => Tensor::from_cpu(CpuStorage::full(value, n, dtype), shape),
+            Device::Cuda(i) => {
+                let dev = crate::backend::cuda::device(i)?;
+                let s = crate::backend::cuda::copy::full(&dev, n, dtype, value)?;
+                Tensor::from_storage(Storage::Cuda(s), shape)
+            }
+        }
     }
 
     pub fn zeros(shape: &[usize], dtype: DType, device: Device) -> Result<Tensor> {
@@ -164,7 +170,9 @@ impl Tensor {
             t.to_dtype(T::DTYPE)?
         };
         let storage = t.storage();
-        let Storage::Cpu(s) = &*storage;
+        let Storage::Cpu(s) = &*storage else {
+            return Err(Error::invalid("to_vec", "the data did not reach the host"));
+        };
         let v = T::slice(s).ok_or_else(|| Error::invalid("to_vec", "dtype conversion failed"))?;
         Ok(crate::backend::cpu::map::gather(v, t.layout()))
     }
@@ -172,7 +180,9 @@ impl Tensor {
     pub fn to_vec_f64(&self) -> Result<Vec<f64>> {
         let t = self.to_device(Device::Cpu)?;
         let storage = t.storage();
-        let Storage::Cpu(s) = &*storage;
+        let Storage::Cpu(s) = &*storage else {
+            return Err(Error::invalid("to_vec", "the data did not reach the host"));
+        };
         Ok(cpu_dispatch!(s, v => crate::backend::cpu::map::map(v, t.layout(), |x| x.to_f64())))
     }
 

@@ -4,7 +4,7 @@
 
 use super::Tensor;
 use crate::autograd::is_grad_enabled;
-use crate::backend::{CpuStorage, Storage};
+use crate::backend::{cuda, CpuStorage, Storage};
 use crate::{cpu_dispatch2, Error, Result};
 
 impl Tensor {
@@ -37,15 +37,21 @@ impl Tensor {
         let mut dst_guard = self.storage_cell().write();
         match (&mut *dst_guard, &*src_guard) {
             (Storage::Cpu(dst), Storage::Cpu(s)) => write_view(dst, self.layout(), s),
+            (Storage::Cuda(dst), Storage::Cuda(s)) => {
+                let packed = crate::Layout::contiguous(self.shape());
+                cuda::copy::copy_view(s, &packed, dst, self.layout())?
+            }
+            _ => unreachable!("devices were checked equal"),
         }
         Ok(())
     }
 
     /// A fresh contiguous copy that never shares storage with self.
     pub fn contiguous_copy(&self) -> Result<Tensor> {
-        let storage = self.with_cpu("contiguous_copy", |s, l| {
-            Storage::Cpu(crate::backend::cpu::elementwise::cast(s, l, s.dtype()))
-        })?;
+        let storage = self.dispatch(
+            |s, l| crate::backend::cpu::elementwise::cast(s, l, s.dtype()),
+            |s, l| cuda::copy::cast(s, l, s.dtype()),
+        )?;
         Tensor::from_storage(storage, self.shape())
     }
 

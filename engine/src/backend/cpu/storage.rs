@@ -140,6 +140,21 @@ impl CpuStorage {
         }
     }
 
+    /// The elements as bytes, without a copy (for uploads to a device).
+    pub fn as_bytes(&self) -> &[u8] {
+        match self {
+            // SAFETY: a bool is one byte holding 0 or 1, so every bool is a valid u8.
+            CpuStorage::Bool(v) => unsafe { std::slice::from_raw_parts(v.as_ptr().cast::<u8>(), v.len()) },
+            CpuStorage::U8(v) => v,
+            CpuStorage::U32(v) => bytemuck::cast_slice(v),
+            CpuStorage::I64(v) => bytemuck::cast_slice(v),
+            CpuStorage::BF16(v) => bytemuck::cast_slice(v),
+            CpuStorage::F16(v) => bytemuck::cast_slice(v),
+            CpuStorage::F32(v) => bytemuck::cast_slice(v),
+            CpuStorage::F64(v) => bytemuck::cast_slice(v),
+        }
+    }
+
     /// Reads little-endian bytes of `dtype`; `bytes.len()` must be a multiple of the element size.
     pub fn from_le_bytes(bytes: &[u8], dtype: DType) -> Option<CpuStorage> {
         if !bytes.len().is_multiple_of(dtype.size_in_bytes()) {

@@ -1,0 +1,187 @@
+//! Run-time compilation of `kernels/*.cu` with NVRTC for the device's compute capability, cached
+//! on disk by source hash, architecture and NVRTC version, so only the first run of a new
+//! build pays for it (about 0.1 s a file).
+
+use crate::{Error, Result};
+use cudarc::nvrtc::{result as nvrtc, sys as nvrtc_sys};
+use std::ffi::CString;
+use std::path::PathBuf;
+
+/// One kernel source file, embedded in the binary.
+pub struct KernelFile {
+    pub name: &'static str,
+    pub source: &'static str,
+}
+
+macro_rules! kernel_file {
+    ($ident:ident, $file:literal) => {
+        pub const $ident: KernelFile = KernelFile {
+            name: $file,
+            source: include_str!(concat!("../../../../kernels/", $file)),
+        };
+    };
+}
+
+/// Shared helpers (dtype conversions, strided indexing), prepended to every file.
+const COMMON: &str = include_str!("../../../../kernels/common.cuh");
+
+kernel_file!(COPY, "copy.cu");
+kernel_file!(ELEMENTWISE, "elementwise.cu");
+kernel_file!(REDUCE, "reduce.cu");
+kernel_file!(SOFTMAX, "softmax.cu");
+
+/// Every kernel file, for the test that compiles them all.
+pub const ALL_FILES: &[&KernelFile] = &[&COPY, &ELEMENTWISE, &REDUCE, &SOFTMAX];
+
+fn cuda_home() -> PathBuf {
+    std::env::var_os("CUDA_HOME")
+        .or_else(|| std::env::var_os("CUDA_PATH"))
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("/usr/local/cuda"))
+}
+
+/// Whether libnvrtc can be loaded (compiling needs no GPU).
+pub fn nvrtc_available() -> bool {
+    cudarc::get_lib_name_candidates("nvrtc")
+        .iter()
+        // SAFETY: loading libnvrtc runs no code with preconditions.
+        .any(|name| unsafe { libloading::Library::new(name) }.is_ok())
+}
+
+fn nvrtc_version() -> Result<(i32, i32)> {
+    let (mut major, mut minor) = (0, 0);
+    // SAFETY: writes two ints.
+    unsafe { nvrtc_sys::nvrtcVersion(&mut major, &mut minor) }
+        .result()
+        .map_err(|e| Error::Cuda(format!("nvrtcVersion: {e:?}")))?;
+    Ok((major, minor))
+}
+
+/// FNV-1a: a stable 64-bit hash for cache keys (not for security).
+fn fnv1a(parts: &[&[u8]]) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for p in parts {
+        for &b in *p {
+            h ^= b as u64;
+            h = h.wrapping_mul(0x0000_0100_0000_01b3);
+        }
+        h ^= 0xff;
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    h
+}
+
+fn cache_dir() -> Option<PathBuf> {
+    if let Some(dir) = std::env::var_os("RB_KERNEL_CACHE") {
+        return (!dir.is_empty()).then(|| PathBuf::from(dir));
+    }
+    let base = std::env::var_os("XDG_CACHE_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))?;
+    Some(base.join("rusting_brain").join("kernels"))
+}
+
+fn options(arch: (i32, i32)) -> Vec<String> {
+    vec![
+        format!("--gpu-architecture=sm_{}{}", arch.0, arch.1),
+        format!("--include-path={}", cuda_home().join("include").display()),
+        "--std=c++17".into(),
+        "--device-as-default-execution-space".into(),
+    ]
+}
+
+/// The loadable image (a CUBIN) of `file` for `arch`, from the disk cache or compiled now.
+pub(crate) fn compiled(file: &KernelFile, arch: (i32, i32)) -> Result<Vec<u8>> {
+    let version = nvrtc_version()?;
+    let opts = options(arch);
+    let key = fnv1a(&[
+        COMMON.as_bytes(),
+        file.source.as_bytes(),
+        opts.join(" ").as_bytes(),
+        format!("{version:?}").as_bytes(),
+    ]);
+    let stem = file.name.trim_end_matches(".cu");
+    let cached = cache_dir().map(|d| {
+        d.join(format!(
+            "{stem}-{key:016x}-sm{}{}-nvrtc{}.{}.cubin",
+            arch.0, arch.1, version.0, version.1
+        ))
+    });
+    if let Some(path) = &cached {
+        if let Ok(bytes) = std::fs::read(path) {
+            if !bytes.is_empty() {
+                return Ok(bytes);
+            }
+        }
+    }
+    let started = std::time::Instant::now();
+    let image = compile(file, &opts)?;
+    crate::messages::info(&format!(
+        "compiled kernels/{} for sm_{}{} in {:.2} s",
+        file.name,
+        arch.0,
+        arch.1,
+        started.elapsed().as_secs_f64()
+    ));
+    if let Some(path) = cached {
+        write_atomically(&path, &image);
+    }
+    Ok(image)
+}
+
+/// Writes to a temporary file and renames it into place, so a reader never sees half a file;
+/// a cache that cannot be written is only a lost speed-up.
+fn write_atomically(path: &std::path::Path, bytes: &[u8]) {
+    let Some(dir) = path.parent() else { return };
+    if std::fs::create_dir_all(dir).is_err() {
+        return;
+    }
+    let tmp = path.with_extension(format!("tmp{}", std::process::id()));
+    if std::fs::write(&tmp, bytes).is_ok() && std::fs::rename(&tmp, path).is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+}
+
+/// Compiles one file; a failure names the file and carries NVRTC's log.
+pub fn compile(file: &KernelFile, opts: &[String]) -> Result<Vec<u8>> {
+    // `#line` keeps the log's line numbers those of the .cu file itself.
+    let text = format!("{COMMON}\n#line 1 \"{}\"\n{}", file.name, file.source);
+    let src = CString::new(text).map_err(|_| Error::Cuda(format!("kernels/{} has a NUL byte", file.name)))?;
+    let name = CString::new(file.name).unwrap_or_default();
+    let prog = nvrtc::create_program(&src, Some(&name))
+        .map_err(|e| Error::Cuda(format!("nvrtcCreateProgram for kernels/{}: {e:?}", file.name)))?;
+    // SAFETY: `prog` is live until destroyed below; `src` and `name` outlive it.
+    unsafe {
+        let compiled = nvrtc::compile_program(prog, opts);
+        let log = nvrtc::get_program_log(prog)
+            .map(|l| {
+                let bytes: Vec<u8> = l.iter().map(|&c| c as u8).take_while(|&b| b != 0).collect();
+                String::from_utf8_lossy(&bytes).into_owned()
+            })
+            .unwrap_or_default();
+        if let Err(e) = compiled {
+            let _ = nvrtc::destroy_program(prog);
+            return Err(Error::KernelCompile {
+                file: file.name,
+                log: format!("{e:?}\n{log}"),
+            });
+        }
+        let mut size = 0usize;
+        let got = nvrtc_sys::nvrtcGetCUBINSize(prog, &mut size).result();
+        let mut image = vec![0u8; size];
+        let got = got.and_then(|_| nvrtc_sys::nvrtcGetCUBIN(prog, image.as_mut_ptr() as *mut _).result());
+        let _ = nvrtc::destroy_program(prog);
+        got.map_err(|e| Error::Cuda(format!("nvrtcGetCUBIN for kernels/{}: {e:?}", file.name)))?;
+        Ok(image)
+    }
+}
+
+/// Compiles every kernel file for `arch` without a GPU; used by the test that keeps the kernel
+/// sources compiling wherever NVRTC is installed.
+pub fn compile_all(arch: (i32, i32)) -> Result<Vec<(&'static str, usize)>> {
+    let opts = options(arch);
+    ALL_FILES
+        .iter()
+        .map(|f| compile(f, &opts).map(|img| (f.name, img.len())))
+        .collect()
+}

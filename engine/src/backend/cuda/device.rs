@@ -1,0 +1,354 @@
+//! One CUDA device: its context, its one stream, its memory pool, its cuBLAS handle and the
+//! kernels loaded on it. Devices start lazily on first use, so `brain` starts fast and a machine
+//! without CUDA never touches the driver.
+
+use super::compile::{self, KernelFile};
+use super::probe::probe;
+use crate::{Device, Error, Result};
+use cudarc::cublas::{result as blas, sys as blas_sys};
+use cudarc::driver::{result, sys};
+use std::cell::Cell;
+use std::collections::HashMap;
+use std::ffi::{c_void, CString};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+
+/// cuBLAS picks faster kernels on Hopper with a workspace of this size.
+const BLAS_WORKSPACE: usize = 32 << 20;
+
+pub struct CudaDevice {
+    ordinal: usize,
+    ctx: sys::CUcontext,
+    stream: sys::CUstream,
+    pool: sys::CUmemoryPool,
+    blas: blas_sys::cublasHandle_t,
+    name: String,
+    capability: (i32, i32),
+    sm_count: u32,
+    /// A word that kernels set when they meet an out-of-range index; read at each sync, so a
+    /// bad index is an error without a host round trip per op.
+    error_word: sys::CUdeviceptr,
+    modules: Mutex<HashMap<&'static str, sys::CUmodule>>,
+    functions: Mutex<HashMap<String, sys::CUfunction>>,
+    tf32: AtomicBool,
+}
+
+// SAFETY: the raw handles are owned by this struct for the process lifetime; the driver API is
+// thread-safe once a thread binds the context (`bind`), and cuBLAS calls are serialized on the
+// one stream by the engine's lock-free, single-stream design (a handle is used from one thread
+// at a time because every op binds and launches under the storage locks of its tensors).
+unsafe impl Send for CudaDevice {}
+unsafe impl Sync for CudaDevice {}
+
+thread_local! {
+    static CURRENT_CTX: Cell<usize> = const { Cell::new(0) };
+}
+
+fn driver_err(what: &str) -> impl Fn(result::DriverError) -> Error + '_ {
+    move |e| Error::Cuda(format!("{what}: {e:?}"))
+}
+
+static AVAILABLE: OnceLock<std::result::Result<usize, String>> = OnceLock::new();
+static DEVICES: Mutex<Vec<Option<Arc<CudaDevice>>>> = Mutex::new(Vec::new());
+
+/// The number of CUDA devices, or why there are none. Probes once per process.
+pub fn availability() -> std::result::Result<usize, String> {
+    AVAILABLE
+        .get_or_init(|| {
+            probe()?;
+            result::init().map_err(|e| format!("cuInit failed: {e:?}"))?;
+            let n = result::device::get_count().map_err(|e| format!("{e:?}"))?;
+            if n <= 0 {
+                return Err("the driver reports no CUDA device".into());
+            }
+            Ok(n as usize)
+        })
+        .clone()
+}
+
+/// Whether at least one CUDA device can be used.
+pub fn is_available() -> bool {
+    availability().is_ok()
+}
+
+/// The device with this ordinal, started on first use.
+pub fn device(ordinal: usize) -> Result<Arc<CudaDevice>> {
+    let count =
+        availability().map_err(|why| Error::DeviceUnavailable(Device::Cuda(ordinal), why))?;
+    if ordinal >= count {
+        return Err(Error::DeviceUnavailable(
+            Device::Cuda(ordinal),
+            format!("there are {count} CUDA device(s)"),
+        ));
+    }
+    let mut devices = DEVICES.lock().unwrap_or_else(|e| e.into_inner());
+    if devices.len() < count {
+        devices.resize(count, None);
+    }
+    if let Some(d) = &devices[ordinal] {
+        return Ok(d.clone());
+    }
+    let d = Arc::new(CudaDevice::start(ordinal)?);
+    devices[ordinal] = Some(d.clone());
+    Ok(d)
+}
+
+impl CudaDevice {
+    fn start(ordinal: usize) -> Result<CudaDevice> {
+        let dev = result::device::get(ordinal as i32).map_err(driver_err("cuDeviceGet"))?;
+        // SAFETY: `dev` is a valid device handle from the driver.
+        unsafe {
+            let ctx = result::primary_ctx::retain(dev).map_err(driver_err("cuDevicePrimaryCtxRetain"))?;
+            result::ctx::set_current(ctx).map_err(driver_err("cuCtxSetCurrent"))?;
+            CURRENT_CTX.with(|c| c.set(ctx as usize));
+            let attr = |a| result::device::get_attribute(dev, a).unwrap_or(0);
+            use sys::CUdevice_attribute::*;
+            let capability = (
+                attr(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR),
+                attr(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR),
+            );
+            let sm_count = attr(CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT).max(1) as u32;
+            let name = result::device::get_name(dev).unwrap_or_else(|_| "CUDA device".into());
+            let stream = result::stream::create(result::stream::StreamKind::NonBlocking)
+                .map_err(driver_err("cuStreamCreate"))?;
+            // Freed blocks stay in the pool for reuse instead of going back to the driver at
+            // each synchronization: the pool's release threshold is "never".
+            let pool = result::device::get_default_mem_pool(dev).map_err(driver_err("cuDeviceGetDefaultMemPool"))?;
+            let mut keep: u64 = u64::MAX;
+            result::mem_pool::set_attribute(
+                pool,
+                sys::CUmemPool_attribute::CU_MEMPOOL_ATTR_RELEASE_THRESHOLD,
+                &mut keep as *mut u64 as *mut c_void,
+            )
+            .map_err(driver_err("cuMemPoolSetAttribute"))?;
+            let blas = blas::create_handle().map_err(|e| Error::Cuda(format!("cublasCreate: {e:?}")))?;
+            blas::set_stream(blas, stream as _).map_err(|e| Error::Cuda(format!("cublasSetStream: {e:?}")))?;
+            let mut device = CudaDevice {
+                ordinal,
+                ctx,
+                stream,
+                pool,
+                blas,
+                name,
+                capability,
+                sm_count,
+                error_word: 0,
+                modules: Mutex::new(HashMap::new()),
+                functions: Mutex::new(HashMap::new()),
+                tf32: AtomicBool::new(false),
+            };
+            let workspace = device.alloc(BLAS_WORKSPACE)?;
+            blas_sys::cublasSetWorkspace_v2(blas, workspace as *mut c_void, BLAS_WORKSPACE)
+                .result()
+                .map_err(|e| Error::Cuda(format!("cublasSetWorkspace: {e:?}")))?;
+            device.error_word = device.alloc(4)?;
+            result::memset_d8_async(device.error_word, 0, 4, stream).map_err(driver_err("cuMemsetD8"))?;
+            crate::messages::info(&format!(
+                "cuda:{ordinal}: {} (sm_{}{}, {} SMs)",
+                device.name, capability.0, capability.1, sm_count
+            ));
+            Ok(device)
+        }
+    }
+
+    pub fn ordinal(&self) -> usize {
+        self.ordinal
+    }
+
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    pub fn capability(&self) -> (i32, i32) {
+        self.capability
+    }
+
+    pub fn sm_count(&self) -> u32 {
+        self.sm_count
+    }
+
+    pub(crate) fn stream(&self) -> sys::CUstream {
+        self.stream
+    }
+
+    pub(crate) fn blas(&self) -> blas_sys::cublasHandle_t {
+        self.blas
+    }
+
+    pub(crate) fn error_word(&self) -> sys::CUdeviceptr {
+        self.error_word
+    }
+
+    /// Whether F32 matmuls may use TF32 tensor cores (off by default, as in PyTorch).
+    pub fn allow_tf32(&self) -> bool {
+        self.tf32.load(Ordering::Relaxed)
+    }
+
+    pub fn set_allow_tf32(&self, on: bool) {
+        self.tf32.store(on, Ordering::Relaxed)
+    }
+
+    /// Makes this device's context current on the calling thread (a no-op when it already is).
+    pub(crate) fn bind(&self) -> Result<()> {
+        let ctx = self.ctx as usize;
+        if CURRENT_CTX.with(|c| c.get()) != ctx {
+            // SAFETY: the context is retained for the life of the process.
+            unsafe { result::ctx::set_current(self.ctx) }.map_err(driver_err("cuCtxSetCurrent"))?;
+            CURRENT_CTX.with(|c| c.set(ctx));
+        }
+        Ok(())
+    }
+
+    /// `bytes` of device memory from the stream-ordered pool. Out of memory is reported with
+    /// the request and what the device has free, after the pool has returned its cached blocks.
+    pub(crate) fn alloc(&self, bytes: usize) -> Result<sys::CUdeviceptr> {
+        if bytes == 0 {
+            return Ok(0);
+        }
+        self.bind()?;
+        // SAFETY: pool and stream belong to this device's context, which is current.
+        let first = unsafe { result::mem_pool::alloc_async(self.pool, bytes, self.stream) };
+        match first {
+            Ok(p) => Ok(p),
+            Err(e) if e.0 == sys::CUresult::CUDA_ERROR_OUT_OF_MEMORY => {
+                // SAFETY: as above; trimming only releases blocks nobody holds.
+                let retry = unsafe {
+                    let _ = result::stream::synchronize(self.stream);
+                    let _ = result::mem_pool::trim_to(self.pool, 0);
+                    result::mem_pool::alloc_async(self.pool, bytes, self.stream)
+                };
+                retry.map_err(|_| {
+                    let free = result::mem_get_info().map(|(f, _)| f).unwrap_or(0);
+                    Error::OutOfMemory {
+                        device: Device::Cuda(self.ordinal),
+                        requested: bytes,
+                        free,
+                    }
+                })
+            }
+            Err(e) => Err(Error::Cuda(format!("cuMemAllocFromPoolAsync({bytes} bytes): {e:?}"))),
+        }
+    }
+
+    /// Returns a block to the pool, ordered after the work already queued on the stream.
+    pub(crate) fn free(&self, ptr: sys::CUdeviceptr) {
+        if ptr == 0 || self.bind().is_err() {
+            return;
+        }
+        // SAFETY: `ptr` came from `alloc` on this stream and is freed once (by its owner's Drop).
+        if let Err(e) = unsafe { result::free_async(ptr, self.stream) } {
+            crate::messages::warn(&format!("cuda:{}: cuMemFreeAsync failed: {e:?}", self.ordinal));
+        }
+    }
+
+    /// Waits for the stream, then reports an out-of-range index any kernel met since the last
+    /// sync.
+    pub fn synchronize(&self) -> Result<()> {
+        self.bind()?;
+        // SAFETY: the stream is valid for the life of the device.
+        unsafe { result::stream::synchronize(self.stream) }.map_err(driver_err("kernel execution"))?;
+        let mut word = [0u32; 1];
+        // SAFETY: `error_word` is a live 4-byte allocation.
+        unsafe {
+            result::memcpy_dtoh_sync(&mut word, self.error_word).map_err(driver_err("cuMemcpyDtoH"))?;
+        }
+        if word[0] != 0 {
+            // SAFETY: as above.
+            unsafe { result::memset_d8_sync(self.error_word, 0, 4) }.map_err(driver_err("cuMemsetD8"))?;
+            return Err(Error::invalid(
+                super::launch::flag_op_name(word[0]),
+                "an index was out of range on the device (the results of that op are not valid)",
+            ));
+        }
+        Ok(())
+    }
+
+    /// The function `kernel` from `file`, compiling and loading the file on first use.
+    pub(crate) fn function(&self, file: &KernelFile, kernel: &str) -> Result<sys::CUfunction> {
+        let key = format!("{}:{kernel}", file.name);
+        if let Some(f) = self.functions.lock().unwrap_or_else(|e| e.into_inner()).get(&key) {
+            return Ok(*f);
+        }
+        self.bind()?;
+        let module = {
+            let mut modules = self.modules.lock().unwrap_or_else(|e| e.into_inner());
+            match modules.get(file.name) {
+                Some(m) => *m,
+                None => {
+                    let image = compile::compiled(file, self.capability)?;
+                    // SAFETY: `image` is a CUBIN or NUL-terminated PTX made for this device.
+                    let m = unsafe { result::module::load_data(image.as_ptr() as *const c_void) }
+                        .map_err(|e| Error::Cuda(format!("loading kernels/{}: {e:?}", file.name)))?;
+                    modules.insert(file.name, m);
+                    m
+                }
+            }
+        };
+        let cname = CString::new(kernel).map_err(|_| Error::Cuda("kernel name has a NUL".into()))?;
+        // SAFETY: `module` is loaded in this context.
+        let f = unsafe { result::module::get_function(module, cname) }
+            .map_err(|e| Error::Cuda(format!("kernels/{} has no kernel `{kernel}`: {e:?}", file.name)))?;
+        self.functions
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(key, f);
+        Ok(f)
+    }
+
+    /// Launches `f` on this device's stream. `params` point at the kernel's arguments, each of
+    /// the exact type the kernel declares.
+    ///
+    /// # Safety
+    /// The arguments must match the kernel's signature and every pointer must be valid for
+    /// what the kernel reads and writes.
+    pub(crate) unsafe fn launch(
+        &self,
+        f: sys::CUfunction,
+        grid: (u32, u32, u32),
+        block: u32,
+        shared_bytes: u32,
+        params: &mut [*mut c_void],
+    ) -> Result<()> {
+        self.bind()?;
+        result::launch_kernel(f, grid, (block, 1, 1), shared_bytes, self.stream, params)
+            .map_err(driver_err("cuLaunchKernel"))
+    }
+
+    /// Copies host bytes to a device allocation.
+    pub(crate) fn upload(&self, dst: sys::CUdeviceptr, bytes: &[u8]) -> Result<()> {
+        if bytes.is_empty() {
+            return Ok(());
+        }
+        self.bind()?;
+        // SAFETY: `dst` holds at least `bytes.len()` bytes; pageable copies are staged before
+        // the call returns, so `bytes` may be dropped right after.
+        unsafe { result::memcpy_htod_async(dst, bytes, self.stream) }.map_err(driver_err("cuMemcpyHtoD"))
+    }
+
+    /// Copies device bytes to the host, after everything queued before it.
+    pub(crate) fn download(&self, src: sys::CUdeviceptr, bytes: &mut [u8]) -> Result<()> {
+        if bytes.is_empty() {
+            return self.synchronize();
+        }
+        self.bind()?;
+        // SAFETY: `src` holds at least `bytes.len()` bytes.
+        unsafe { result::memcpy_dtoh_async(bytes, src, self.stream) }.map_err(driver_err("cuMemcpyDtoH"))?;
+        self.synchronize()
+    }
+
+    /// Device-to-device copy on the stream.
+    pub(crate) fn copy_device(&self, dst: sys::CUdeviceptr, src: sys::CUdeviceptr, bytes: usize) -> Result<()> {
+        if bytes == 0 {
+            return Ok(());
+        }
+        self.bind()?;
+        // SAFETY: both ranges are live allocations of at least `bytes`.
+        unsafe { result::memcpy_dtod_async(dst, src, bytes, self.stream) }.map_err(driver_err("cuMemcpyDtoD"))
+    }
+
+    /// Free and total device memory in bytes.
+    pub fn memory_info(&self) -> Result<(usize, usize)> {
+        self.bind()?;
+        result::mem_get_info().map_err(driver_err("cuMemGetInfo"))
+    }
+}

@@ -1,0 +1,142 @@
+//! Batched matrix products through cuBLAS: BF16 and F16 operands accumulate in FP32, F32 runs
+//! in FP32 (or TF32 when the device allows it), F64 in FP64. Transposed views and broadcast
+//! batches go to cuBLAS as flags and strides, without a copy.
+
+use super::copy::cast;
+use super::CudaStorage;
+use crate::{DType, Error, Layout, Result};
+use cudarc::cublas::result as blas;
+use cudarc::cublas::sys::{
+    cublasComputeType_t as Compute, cublasGemmAlgo_t, cublasOperation_t as Op, cudaDataType as Data,
+};
+use std::ffi::c_void;
+
+/// How cuBLAS should read one operand: its row-major matrices as stored, or transposed, with
+/// one stride between batch entries.
+struct Operand {
+    op_row_major_t: bool,
+    ld: i64,
+    batch_stride: i64,
+    offset: usize,
+}
+
+/// The single stride between consecutive batch entries, if the batch dims have one.
+fn batch_stride(shape: &[usize], strides: &[usize]) -> Option<i64> {
+    let dims: Vec<(usize, usize)> = shape
+        .iter()
+        .zip(strides)
+        .filter(|(&n, _)| n != 1)
+        .map(|(&n, &s)| (n, s))
+        .collect();
+    let Some(&(_, last)) = dims.last() else {
+        return Some(0);
+    };
+    let mut expect = last;
+    for &(n, s) in dims.iter().rev() {
+        if s != expect {
+            return None;
+        }
+        expect = s * n;
+    }
+    Some(last as i64)
+}
+
+/// Reads a [batch.., rows, cols] view as cuBLAS operand, or None when it must be packed.
+fn operand(l: &Layout) -> Option<Operand> {
+    let r = l.rank();
+    let (rows, cols) = (l.shape()[r - 2], l.shape()[r - 1]);
+    let (rs, cs) = (l.strides()[r - 2], l.strides()[r - 1]);
+    let bs = batch_stride(&l.shape()[..r - 2], &l.strides()[..r - 2])?;
+    if cs == 1 && (rs == cols || rows == 1) {
+        Some(Operand { op_row_major_t: false, ld: cols.max(1) as i64, batch_stride: bs, offset: l.offset() })
+    } else if rs == 1 && (cs == rows || cols == 1) {
+        Some(Operand { op_row_major_t: true, ld: rows.max(1) as i64, batch_stride: bs, offset: l.offset() })
+    } else {
+        None
+    }
+}
+
+fn int(op: &'static str, v: i64) -> Result<i32> {
+    i32::try_from(v).map_err(|_| Error::invalid(op, format!("dimension {v} is too large for cuBLAS")))
+}
+
+/// `a` [batch.., m, k] times `b` [batch.., k, n], both broadcast to the full batch shape.
+pub fn matmul(a: &CudaStorage, la: &Layout, b: &CudaStorage, lb: &Layout) -> Result<CudaStorage> {
+    let dev = a.cuda_device();
+    let r = la.rank();
+    let (m, k, n) = (la.shape()[r - 2], la.shape()[r - 1], lb.shape()[lb.rank() - 1]);
+    let batch: usize = la.shape()[..r - 2].iter().product();
+    let out = CudaStorage::alloc(dev, batch * m * n, a.dtype())?;
+    if out.is_empty() {
+        return Ok(out);
+    }
+    if k == 0 {
+        super::copy::fill(&out, &Layout::contiguous(&[batch * m * n]), 0.0)?;
+        return Ok(out);
+    }
+    let (pa, pb);
+    let (a, oa) = match operand(la) {
+        Some(o) => (a, o),
+        None => {
+            pa = cast(a, la, a.dtype())?;
+            (&pa, operand(&Layout::contiguous(la.shape())).expect("contiguous operand"))
+        }
+    };
+    let (b, ob) = match operand(lb) {
+        Some(o) => (b, o),
+        None => {
+            pb = cast(b, lb, b.dtype())?;
+            (&pb, operand(&Layout::contiguous(lb.shape())).expect("contiguous operand"))
+        }
+    };
+    let (data, compute) = match a.dtype() {
+        DType::F32 if dev.allow_tf32() => (Data::CUDA_R_32F, Compute::CUBLAS_COMPUTE_32F_FAST_TF32),
+        DType::F32 => (Data::CUDA_R_32F, Compute::CUBLAS_COMPUTE_32F),
+        DType::BF16 => (Data::CUDA_R_16BF, Compute::CUBLAS_COMPUTE_32F),
+        DType::F16 => (Data::CUDA_R_16F, Compute::CUBLAS_COMPUTE_32F),
+        DType::F64 => (Data::CUDA_R_64F, Compute::CUBLAS_COMPUTE_64F),
+        other => {
+            return Err(Error::UnsupportedDType { op: "matmul", dtype: other, detail: " on CUDA".into() })
+        }
+    };
+    let (alpha32, beta32, alpha64, beta64) = (1.0f32, 0.0f32, 1.0f64, 0.0f64);
+    let (alpha, beta): (*const c_void, *const c_void) = if a.dtype() == DType::F64 {
+        (&alpha64 as *const f64 as _, &beta64 as *const f64 as _)
+    } else {
+        (&alpha32 as *const f32 as _, &beta32 as *const f32 as _)
+    };
+    // Row-major C = A B is column-major C^T = B^T A^T: cuBLAS sees B first, with n rows.
+    let flag = |t: bool| if t { Op::CUBLAS_OP_T } else { Op::CUBLAS_OP_N };
+    dev.bind()?;
+    // SAFETY: the operands' views lie inside their allocations (checked by their layouts), the
+    // output holds batch*m*n elements, and the handle is bound to this device's stream.
+    unsafe {
+        blas::gemm_strided_batched_ex(
+            dev.blas(),
+            flag(ob.op_row_major_t),
+            flag(oa.op_row_major_t),
+            int("matmul", n as i64)?,
+            int("matmul", m as i64)?,
+            int("matmul", k as i64)?,
+            alpha,
+            b.ptr_at(ob.offset) as *const c_void,
+            data,
+            int("matmul", ob.ld)?,
+            ob.batch_stride,
+            a.ptr_at(oa.offset) as *const c_void,
+            data,
+            int("matmul", oa.ld)?,
+            oa.batch_stride,
+            beta,
+            out.ptr() as *mut c_void,
+            data,
+            int("matmul", n as i64)?,
+            (m * n) as i64,
+            int("matmul", batch as i64)?,
+            compute,
+            cublasGemmAlgo_t::CUBLAS_GEMM_DEFAULT,
+        )
+        .map_err(|e| Error::Cuda(format!("cublasGemmStridedBatchedEx ({m}x{k} by {k}x{n}, batch {batch}): {e:?}")))?;
+    }
+    Ok(out)
+}

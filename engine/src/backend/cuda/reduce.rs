@@ -1,0 +1,78 @@
+//! Reductions over any dims (kernels/reduce.cu): the reduced dims are moved last and packed,
+//! then each output element reduces one contiguous row.
+
+use super::compile::REDUCE;
+use super::copy::{cast, fill};
+use super::launch::{args, type_suffix};
+use super::CudaStorage;
+use crate::ops::kinds::ReduceOp;
+use crate::{DType, Layout, Result};
+
+/// The dtype a reduction produces, as on the CPU: integer sums widen to I64, arg-reductions
+/// give I64, the rest keep the input dtype.
+pub fn output_dtype(input: DType, op: ReduceOp) -> DType {
+    match op {
+        ReduceOp::Sum if !input.is_float() => DType::I64,
+        ReduceOp::ArgMax | ReduceOp::ArgMin => DType::I64,
+        _ => input,
+    }
+}
+
+/// Reduces `dims` (sorted, unique) of the view `l`; the result has the kept dims in order.
+pub fn reduce(s: &CudaStorage, l: &Layout, dims: &[usize], op: ReduceOp) -> Result<CudaStorage> {
+    let dev = s.cuda_device();
+    let kept: Vec<usize> = (0..l.rank()).filter(|d| !dims.contains(d)).collect();
+    let perm: Vec<usize> = kept.iter().chain(dims).copied().collect();
+    let rows: usize = kept.iter().map(|&d| l.shape()[d]).product();
+    let k: usize = dims.iter().map(|&d| l.shape()[d]).product();
+    let out = CudaStorage::alloc(dev, rows, output_dtype(s.dtype(), op))?;
+    if rows == 0 {
+        return Ok(out);
+    }
+    if k == 0 {
+        // Only sums reach here with an empty dim (the op layer refuses max/min of nothing).
+        fill(&out, &Layout::contiguous(&[rows]), 0.0)?;
+        return Ok(out);
+    }
+    let permuted = l.permuted(&perm);
+    let packed;
+    let (src, offset) = if permuted.is_contiguous() {
+        (s, permuted.offset())
+    } else {
+        packed = cast(s, &permuted, s.dtype())?;
+        (&packed, 0)
+    };
+    let (x, y, rows_i, k_i) = (src.ptr_at(offset), out.ptr(), rows as i64, k as i64);
+    let sfx = type_suffix(if s.dtype() == DType::Bool { DType::U8 } else { s.dtype() });
+    let warps_per_block = 8u32;
+    let warp_grid = (rows.div_ceil(warps_per_block as usize)).min(dev.sm_count() as usize * 32) as u32;
+    match op {
+        ReduceOp::Sum => {
+            let f = dev.function(&REDUCE, &format!("sum_{sfx}"))?;
+            // Few long rows: a block per row; many rows: a warp per row.
+            let block_per_row = (rows < 2 * dev.sm_count() as usize && k > 1024) as i32;
+            let (grid, block) = if block_per_row == 1 {
+                (rows as u32, 1024)
+            } else {
+                (warp_grid, 32 * warps_per_block)
+            };
+            // SAFETY: x holds rows*k contiguous elements, y holds rows.
+            unsafe { dev.launch(f, (grid, 1, 1), block, 0, &mut args![x, y, rows_i, k_i, block_per_row])? };
+        }
+        _ => {
+            let f = dev.function(&REDUCE, &format!("extreme_{sfx}"))?;
+            let code: i32 = match op {
+                ReduceOp::Max => 0,
+                ReduceOp::Min => 1,
+                ReduceOp::ArgMax => 2,
+                _ => 3,
+            };
+            let (yv, yi) = if code < 2 { (y, 0u64) } else { (0u64, y) };
+            // SAFETY: as above; the unused output pointer is never written.
+            unsafe {
+                dev.launch(f, (warp_grid, 1, 1), 32 * warps_per_block, 0, &mut args![x, yv, yi, rows_i, k_i, code])?
+            };
+        }
+    }
+    Ok(out)
+}

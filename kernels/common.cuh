@@ -1,0 +1,137 @@
+// Shared by every kernel file: element types, conversions through float/double, strided
+// indexing, warp and block reductions. Prepended to each .cu file before NVRTC compiles it.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+typedef unsigned char u8;
+typedef unsigned int u32;
+typedef long long i64;
+typedef unsigned long long u64;
+typedef __nv_bfloat16 bf16;
+typedef __half f16;
+typedef float f32;
+typedef double f64;
+
+#ifndef INFINITY
+#define INFINITY __int_as_float(0x7f800000)
+#endif
+
+#define RB_MAX_DIMS 8
+
+// A tensor view: element (i0, i1, ...) lives at offset + sum(i_d * stride[d]). Matches
+// `backend::cuda::launch::Strided` field for field.
+struct Strided {
+    int rank;
+    int pad_;
+    i64 offset;
+    i64 shape[RB_MAX_DIMS];
+    i64 stride[RB_MAX_DIMS];
+};
+
+// The storage offset of the i-th element in row-major order. Rank 0 means the view is
+// contiguous from `offset` (the host folds contiguous layouts to that; a 0-d tensor has i = 0).
+__device__ __forceinline__ i64 strided_offset(const Strided& s, i64 i) {
+    if (s.rank == 0) return s.offset + i;
+    i64 off = s.offset;
+#pragma unroll
+    for (int d = RB_MAX_DIMS - 1; d >= 0; --d) {
+        if (d < s.rank) {
+            i64 n = s.shape[d];
+            i64 c = i % n;
+            i /= n;
+            off += c * s.stride[d];
+        }
+    }
+    return off;
+}
+
+// ----- conversions: every element type to and from float (compute) and double (exact) -----
+template <class T> __device__ __forceinline__ float to_f(T x) { return (float)x; }
+template <> __device__ __forceinline__ float to_f<bf16>(bf16 x) { return __bfloat162float(x); }
+template <> __device__ __forceinline__ float to_f<f16>(f16 x) { return __half2float(x); }
+
+template <class T> __device__ __forceinline__ T from_f(float x) { return (T)x; }
+template <> __device__ __forceinline__ bf16 from_f<bf16>(float x) { return __float2bfloat16(x); }
+template <> __device__ __forceinline__ f16 from_f<f16>(float x) { return __float2half(x); }
+
+template <class T> __device__ __forceinline__ double to_d(T x) { return (double)x; }
+template <> __device__ __forceinline__ double to_d<bf16>(bf16 x) { return (double)__bfloat162float(x); }
+template <> __device__ __forceinline__ double to_d<f16>(f16 x) { return (double)__half2float(x); }
+
+// Saturating float-to-integer conversion with NaN to 0, as Rust's `as` does.
+template <class T> __device__ __forceinline__ T sat_int(double x, double lo, double hi) {
+    if (x != x) return (T)0;
+    if (x <= lo) return (T)lo;
+    if (x >= hi) return (T)hi;
+    return (T)x;
+}
+
+template <class T> __device__ __forceinline__ T from_d(double x);
+template <> __device__ __forceinline__ f64 from_d<f64>(double x) { return x; }
+template <> __device__ __forceinline__ f32 from_d<f32>(double x) { return (float)x; }
+template <> __device__ __forceinline__ bf16 from_d<bf16>(double x) { return __double2bfloat16(x); }
+template <> __device__ __forceinline__ f16 from_d<f16>(double x) { return __double2half(x); }
+template <> __device__ __forceinline__ u8 from_d<u8>(double x) { return sat_int<u8>(x, 0.0, 255.0); }
+template <> __device__ __forceinline__ u32 from_d<u32>(double x) { return sat_int<u32>(x, 0.0, 4294967295.0); }
+template <> __device__ __forceinline__ i64 from_d<i64>(double x) {
+    if (x != x) return 0;
+    if (x >= 9.2233720368547758e18) return 0x7fffffffffffffffLL;
+    if (x <= -9.2233720368547758e18) return (i64)0x8000000000000000ULL;
+    return (i64)x;
+}
+
+// The type a kernel computes in: float for the 16- and 32-bit floats, double for f64, and the
+// integer itself for integers.
+template <class T> struct Acc { typedef float type; };
+template <> struct Acc<f64> { typedef double type; };
+template <> struct Acc<u8> { typedef i64 type; };
+template <> struct Acc<u32> { typedef i64 type; };
+template <> struct Acc<i64> { typedef i64 type; };
+
+template <class T> __device__ __forceinline__ typename Acc<T>::type to_acc(T x) { return (typename Acc<T>::type)x; }
+template <> __device__ __forceinline__ float to_acc<bf16>(bf16 x) { return __bfloat162float(x); }
+template <> __device__ __forceinline__ float to_acc<f16>(f16 x) { return __half2float(x); }
+template <class T> __device__ __forceinline__ T from_acc(typename Acc<T>::type x) { return (T)x; }
+template <> __device__ __forceinline__ bf16 from_acc<bf16>(float x) { return __float2bfloat16(x); }
+template <> __device__ __forceinline__ f16 from_acc<f16>(float x) { return __float2half(x); }
+
+// ----- reductions -----
+template <class T> __device__ __forceinline__ T warp_sum(T v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+template <class T> __device__ __forceinline__ T warp_max(T v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) { T w = __shfl_xor_sync(0xffffffffu, v, o); v = w > v ? w : v; }
+    return v;
+}
+
+// Sum over the block; every thread gets the result. `scratch` holds 32 values.
+template <class T> __device__ __forceinline__ T block_sum(T v, T* scratch) {
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = (blockDim.x + 31) >> 5;
+    v = warp_sum(v);
+    __syncthreads();
+    if (lane == 0) scratch[warp] = v;
+    __syncthreads();
+    v = lane < warps ? scratch[lane] : (T)0;
+    return warp_sum(v);
+}
+template <class T> __device__ __forceinline__ T block_max(T v, T* scratch, T lowest) {
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = (blockDim.x + 31) >> 5;
+    v = warp_max(v);
+    __syncthreads();
+    if (lane == 0) scratch[warp] = v;
+    __syncthreads();
+    v = lane < warps ? scratch[lane] : lowest;
+    return warp_max(v);
+}
+
+// Grid-stride loop over [0, n).
+#define RB_GRID_LOOP(i, n) \
+    for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; i < (n); i += (i64)blockDim.x * gridDim.x)
+
+// Element type names used in kernel names: <kernel>_<suffix>.
+#define RB_FOR_ALL_TYPES(M) M(bool, u8) M(u8, u8) M(u32, u32) M(i64, i64) M(bf16, bf16) M(f16, f16) M(f32, f32) M(f64, f64)
+#define RB_FOR_FLOAT_TYPES(M) M(bf16, bf16) M(f16, f16) M(f32, f32) M(f64, f64)
+#define RB_FOR_NUMERIC_TYPES(M) M(u8, u8) M(u32, u32) M(i64, i64) M(bf16, bf16) M(f16, f16) M(f32, f32) M(f64, f64)

@@ -1,0 +1,40 @@
+// Copies and casts between any two views: contiguous(), to_dtype(), copy_() into a view, cat.
+// A view of rank 0 in `Strided` means "contiguous from offset" (see common.cuh).
+
+// Same element type: a copy by element size, whatever the dtype.
+template <class T>
+__device__ void copy_impl(const T* x, Strided xs, T* y, Strided ys, i64 n) {
+    RB_GRID_LOOP(i, n) { y[strided_offset(ys, i)] = x[strided_offset(xs, i)]; }
+}
+extern "C" __global__ void copy_1(const u8* x, Strided xs, u8* y, Strided ys, i64 n) { copy_impl(x, xs, y, ys, n); }
+extern "C" __global__ void copy_2(const unsigned short* x, Strided xs, unsigned short* y, Strided ys, i64 n) { copy_impl(x, xs, y, ys, n); }
+extern "C" __global__ void copy_4(const u32* x, Strided xs, u32* y, Strided ys, i64 n) { copy_impl(x, xs, y, ys, n); }
+extern "C" __global__ void copy_8(const u64* x, Strided xs, u64* y, Strided ys, i64 n) { copy_impl(x, xs, y, ys, n); }
+
+// Conversions go through double with saturation, exactly as the CPU backend's `as` casts do;
+// a cast to bool tests for non-zero.
+template <class S, class D, bool TO_BOOL>
+__device__ void cast_impl(const S* x, Strided xs, D* y, Strided ys, i64 n) {
+    RB_GRID_LOOP(i, n) {
+        double v = to_d(x[strided_offset(xs, i)]);
+        y[strided_offset(ys, i)] = TO_BOOL ? (D)(v != 0.0) : from_d<D>(v);
+    }
+}
+
+#define RB_CAST(sn, S, dn, D, TB) \
+    extern "C" __global__ void cast_##sn##_##dn(const S* x, Strided xs, D* y, Strided ys, i64 n) { cast_impl<S, D, TB>(x, xs, y, ys, n); }
+#define RB_CAST_FROM(sn, S) \
+    RB_CAST(sn, S, bool, u8, true) RB_CAST(sn, S, u8, u8, false) RB_CAST(sn, S, u32, u32, false) \
+    RB_CAST(sn, S, i64, i64, false) RB_CAST(sn, S, bf16, bf16, false) RB_CAST(sn, S, f16, f16, false) \
+    RB_CAST(sn, S, f32, f32, false) RB_CAST(sn, S, f64, f64, false)
+RB_FOR_ALL_TYPES(RB_CAST_FROM)
+
+// Fills a view with one value (given as double, converted once).
+template <class T>
+__device__ void fill_impl(T* y, Strided ys, double v, i64 n) {
+    T value = from_d<T>(v);
+    RB_GRID_LOOP(i, n) { y[strided_offset(ys, i)] = value; }
+}
+#define RB_FILL(name, T) \
+    extern "C" __global__ void fill_##name(T* y, Strided ys, double v, i64 n) { fill_impl<T>(y, ys, v, n); }
+RB_FOR_ALL_TYPES(RB_FILL)

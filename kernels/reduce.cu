@@ -1,0 +1,78 @@
+// Row reductions: the host moves the reduced dims last and makes the input contiguous, so each
+// kernel reduces `rows` rows of `k` elements. A warp reduces one row when rows are short; a
+// whole block does when they are long. The order of additions is fixed, so results repeat.
+
+template <class T> struct SumOut { typedef T type; };
+template <> struct SumOut<u8> { typedef i64 type; };
+template <> struct SumOut<u32> { typedef i64 type; };
+
+// One row reduced by `lanes` threads starting at `lane`; returns this thread's partial.
+template <class T, class A>
+__device__ __forceinline__ A partial_sum(const T* row, i64 k, int lane, int lanes) {
+    A s = (A)0;
+    for (i64 j = lane; j < k; j += lanes) s += to_acc(row[j]);
+    return s;
+}
+
+template <class T>
+__device__ void sum_impl(const T* x, typename SumOut<T>::type* y, i64 rows, i64 k, int block_per_row) {
+    typedef typename Acc<T>::type A;
+    typedef typename SumOut<T>::type O;
+    __shared__ A scratch[32];
+    if (block_per_row) {
+        for (i64 r = blockIdx.x; r < rows; r += gridDim.x) {
+            A s = partial_sum<T, A>(x + r * k, k, threadIdx.x, blockDim.x);
+            s = block_sum(s, scratch);
+            if (threadIdx.x == 0) y[r] = from_acc<O>(s);
+        }
+    } else {
+        int lane = threadIdx.x & 31;
+        i64 warps = (i64)gridDim.x * (blockDim.x >> 5);
+        for (i64 r = (i64)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5); r < rows; r += warps) {
+            A s = warp_sum(partial_sum<T, A>(x + r * k, k, lane, 32));
+            if (lane == 0) y[r] = from_acc<O>(s);
+        }
+    }
+}
+#define RB_SUM(name, T) \
+    extern "C" __global__ void sum_##name(const T* x, SumOut<T>::type* y, i64 rows, i64 k, int bpr) { sum_impl<T>(x, y, rows, k, bpr); }
+RB_FOR_NUMERIC_TYPES(RB_SUM)
+
+// Max/min (op 0/1) and argmax/argmin (op 2/3) share one scan that tracks value and first index.
+// NaN wins a comparison, as in PyTorch.
+template <class A> __device__ __forceinline__ bool better(int op, A v, i64 j, A best, i64 bj) {
+    if (v != v) return !(best != best) || j < bj;
+    if (best != best) return false;
+    bool is_max = (op == 0 || op == 2);
+    if (v == best) return j < bj;
+    return is_max ? v > best : v < best;
+}
+
+template <class T>
+__device__ void extreme_impl(const T* x, T* y_val, i64* y_idx, i64 rows, i64 k, int op) {
+    typedef typename Acc<T>::type A;
+    int lane = threadIdx.x & 31;
+    i64 warps = (i64)gridDim.x * (blockDim.x >> 5);
+    for (i64 r = (i64)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5); r < rows; r += warps) {
+        const T* row = x + r * k;
+        A best = to_acc(row[0]);
+        i64 bj = 0;
+        for (i64 j = lane; j < k; j += 32) {
+            A v = to_acc(row[j]);
+            if (better(op, v, j, best, bj)) { best = v; bj = j; }
+        }
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) {
+            A ov = __shfl_xor_sync(0xffffffffu, best, o);
+            i64 oj = __shfl_xor_sync(0xffffffffu, bj, o);
+            if (better(op, ov, oj, best, bj)) { best = ov; bj = oj; }
+        }
+        if (lane == 0) {
+            if (op < 2) y_val[r] = row[bj];
+            else y_idx[r] = bj;
+        }
+    }
+}
+#define RB_EXTREME(name, T) \
+    extern "C" __global__ void extreme_##name(const T* x, T* yv, i64* yi, i64 rows, i64 k, int op) { extreme_impl<T>(x, yv, yi, rows, k, op); }
+RB_FOR_NUMERIC_TYPES(RB_EXTREME)
