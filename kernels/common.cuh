@@ -69,8 +69,9 @@ template <class T> __device__ __forceinline__ T sat_int(double x, double lo, dou
 template <class T> __device__ __forceinline__ T from_d(double x);
 template <> __device__ __forceinline__ f64 from_d<f64>(double x) { return x; }
 template <> __device__ __forceinline__ f32 from_d<f32>(double x) { return (float)x; }
-template <> __device__ __forceinline__ bf16 from_d<bf16>(double x) { return __double2bfloat16(x); }
-template <> __device__ __forceinline__ f16 from_d<f16>(double x) { return __double2half(x); }
+// Through float, as the CPU does, so both devices round the same way.
+template <> __device__ __forceinline__ bf16 from_d<bf16>(double x) { return __float2bfloat16((float)x); }
+template <> __device__ __forceinline__ f16 from_d<f16>(double x) { return __float2half((float)x); }
 template <> __device__ __forceinline__ u8 from_d<u8>(double x) { return sat_int<u8>(x, 0.0, 255.0); }
 template <> __device__ __forceinline__ u32 from_d<u32>(double x) { return sat_int<u32>(x, 0.0, 4294967295.0); }
 template <> __device__ __forceinline__ i64 from_d<i64>(double x) {

@@ -42,7 +42,16 @@ fn batches(ds: Dataset, opts: Map) -> RhaiResult<Array> {
         }
         loader
             .epoch()
-            .map(|b| b.map(|(x, y)| Dynamic::from_array(vec![Dynamic::from(x), Dynamic::from(y)])))
+            .map(|b| {
+                // Datasets stay on the host; batches go to the script's device.
+                b.and_then(|(x, y)| {
+                    let d = crate::tensor::default_device();
+                    Ok(Dynamic::from_array(vec![
+                        Dynamic::from(x.to_device(d)?),
+                        Dynamic::from(y.to_device(d)?),
+                    ]))
+                })
+            })
             .collect()
     })
 }
@@ -50,8 +59,13 @@ fn batches(ds: Dataset, opts: Map) -> RhaiResult<Array> {
 pub fn register(engine: &mut Engine) {
     engine.register_type_with_name::<Dataset>("Dataset");
     engine.register_type_with_name::<Standardizer>("Standardizer");
-    engine.register_get("features", |d: &mut Dataset| d.features().clone());
-    engine.register_get("targets", |d: &mut Dataset| d.targets().clone());
+    // Datasets stay on the host; what a script reads goes to its device (`--device`).
+    engine.register_get("features", |d: &mut Dataset| {
+        guard(|| d.features().to_device(crate::tensor::default_device()))
+    });
+    engine.register_get("targets", |d: &mut Dataset| {
+        guard(|| d.targets().to_device(crate::tensor::default_device()))
+    });
     let mut module = Module::new();
     {
         let mut api = Api::new(&mut module, Some("data"));

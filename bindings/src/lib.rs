@@ -4,6 +4,7 @@
 
 pub mod convert;
 pub mod data;
+pub mod device;
 pub mod error;
 pub mod help;
 pub mod io;
@@ -43,6 +44,7 @@ pub fn new_engine() -> Engine {
     nn::register(&mut engine);
     optim::register(&mut engine);
     data::register(&mut engine);
+    device::register(&mut engine);
     io::register(&mut engine);
     plot::register(&mut engine);
     progress::register(&mut engine);

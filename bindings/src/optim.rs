@@ -165,6 +165,19 @@ fn outcome(o: StepOutcome) -> Map {
             m.insert("applied".into(), Dynamic::FALSE);
             m.insert("grad_norm".into(), Dynamic::from_float(norm));
         }
+        // Queued on a CUDA device, which skips it there if the norm is not finite (warned about
+        // once read back); the norm stays a 0-d device tensor so the step never waits.
+        StepOutcome::Queued {
+            step,
+            lr,
+            grad_norm,
+        } => {
+            m.insert("applied".into(), Dynamic::TRUE);
+            m.insert("queued".into(), Dynamic::TRUE);
+            m.insert("step".into(), Dynamic::from_int(step as INT));
+            m.insert("lr".into(), Dynamic::from_float(lr));
+            m.insert("grad_norm".into(), Dynamic::from(grad_norm));
+        }
     }
     m
 }

@@ -60,6 +60,11 @@ fn main() -> Result<()> {
                     loss.item()?
                 ),
                 StepOutcome::Skipped { norm } => println!("step {step:4}  skipped (norm {norm})"),
+                StepOutcome::Queued { lr, grad_norm, .. } => println!(
+                    "step {step:4}  loss {:.4}  lr {lr:.5}  grad norm {:.3}",
+                    loss.item()?,
+                    grad_norm.item()?
+                ),
             }
         }
     }

@@ -184,7 +184,9 @@ impl WithDType for bf16 {
         self.to_f64()
     }
     fn from_f64(v: f64) -> Self {
-        bf16::from_f64(v)
+        // Through f32, as the CUDA kernels do: `half`'s direct f64 conversion mis-rounds some
+        // near-ties, and one rounding rule on both devices keeps parity exact.
+        bf16::from_f32(v as f32)
     }
     fn to_f32(self) -> f32 {
         bf16::to_f32(self)
@@ -200,7 +202,7 @@ impl WithDType for f16 {
         self.to_f64()
     }
     fn from_f64(v: f64) -> Self {
-        f16::from_f64(v)
+        f16::from_f32(v as f32)
     }
     fn to_f32(self) -> f32 {
         f16::to_f32(self)

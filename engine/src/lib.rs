@@ -2,6 +2,7 @@
 //! and their backward passes, nn layers, optimizers, data loading and weight formats.
 //! It knows nothing about Rhai; the bindings crate exposes it to scripts.
 
+pub mod amp;
 pub mod autograd;
 pub mod backend;
 pub mod cancel;

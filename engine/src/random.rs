@@ -52,6 +52,15 @@ impl Generator {
         Generator { seed, offset }
     }
 
+    /// Moves past `words` words without drawing them and returns the offset they start at, for
+    /// a device that draws the same words itself (a CUDA draw of n uniforms takes n words, of
+    /// n normals 2n, as `uniform` and `normal` do here).
+    pub fn advance(&mut self, words: u64) -> u64 {
+        let start = self.offset;
+        self.offset = self.offset.wrapping_add(words);
+        start
+    }
+
     /// `n` uniform words; the generator advances past them.
     pub fn next_u32s(&mut self, n: usize) -> Vec<u32> {
         let start = self.offset;
@@ -156,6 +165,17 @@ mod tests {
             mean.abs() < 0.02 && (var - 1.0).abs() < 0.02,
             "mean {mean} var {var}"
         );
+    }
+
+    #[test]
+    fn advance_skips_exactly_the_words_a_draw_takes() {
+        let mut a = Generator::new(9);
+        a.uniform(5);
+        a.normal(3);
+        let mut b = Generator::new(9);
+        assert_eq!(b.advance(5), 0);
+        assert_eq!(b.advance(6), 5);
+        assert_eq!(a, b);
     }
 
     #[test]

@@ -194,6 +194,22 @@ fn gradcheck_case(name: &str) -> Option<Case> {
             )?;
             flat.add(&spatial)
         }),
+        "layer_norm" => case(
+            vec![
+                randn(&[3, 2, 4], 58),
+                randn(&[2, 4], 59),
+                randn(&[2, 4], 60),
+            ],
+            |x| {
+                // Over two trailing dims with weight and bias, and over the last dim without.
+                let affine = x[0].layer_norm(Some(&x[1]), Some(&x[2]), 1e-5)?;
+                affine.add(&x[0].layer_norm(None, None, 1e-5)?.mul(&x[0])?)
+            },
+        ),
+        "rms_norm" => case(vec![randn(&[4, 5], 61), randn(&[5], 62)], |x| {
+            x[0].rms_norm(Some(&x[1]), 1e-6)?
+                .add(&x[0].rms_norm(None, 1e-6)?.mul(&x[0])?)
+        }),
         "bce_with_logits" => case(vec![randn(&[3, 4], 52)], |x| {
             bce_with_logits(&x[0], &randn(&[3, 4], 53).sigmoid()?, Reduction::Mean)
         }),

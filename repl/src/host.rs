@@ -36,20 +36,34 @@ impl Output {
     }
 }
 
-/// Resolves `--device`: an explicit GPU that is not usable is an error, never a quiet CPU run.
+/// Resolves `--device`. Without one, the GPU when it is usable, else the CPU. A GPU that was
+/// asked for but cannot be used falls back to the CPU with a warning that says what was
+/// looked for; an unknown device name is an error.
 pub fn choose_device(requested: Option<&str>) -> Result<(Device, String), String> {
+    use rusting_brain::backend::cuda;
     match requested {
         Some(name) => {
             let d = Device::parse(name)
                 .ok_or_else(|| format!("unknown device `{name}`: use cpu, cuda or cuda:N"))?;
             match d {
                 Device::Cpu => Ok((d, "device: cpu".into())),
-                Device::Cuda(_) => Err(format!(
-                    "device {d} is not usable: this build has no CUDA backend yet"
-                )),
+                Device::Cuda(n) => match cuda::availability() {
+                    Ok(count) if n < count => Ok((d, format!("device: {d}"))),
+                    Ok(count) => Ok((
+                        Device::Cpu,
+                        format!("warning: device {d} is not usable: there are {count} CUDA device(s); running on the CPU instead"),
+                    )),
+                    Err(why) => Ok((
+                        Device::Cpu,
+                        format!("warning: device {d} is not usable: {why}; running on the CPU instead"),
+                    )),
+                },
             }
         }
-        None => Ok((Device::Cpu, "device: cpu (no usable GPU)".into())),
+        None => match cuda::availability() {
+            Ok(_) => Ok((Device::Cuda(0), "device: cuda:0".into())),
+            Err(_) => Ok((Device::Cpu, "device: cpu (no usable GPU)".into())),
+        },
     }
 }
 
@@ -157,8 +171,10 @@ mod tests {
     }
 
     #[test]
-    fn an_explicit_gpu_without_a_backend_is_an_error() {
-        assert!(choose_device(Some("cuda")).is_err());
+    fn an_unusable_gpu_falls_back_to_the_cpu_with_a_warning() {
+        let (d, note) = choose_device(Some("cuda:9")).unwrap();
+        assert_eq!(d, Device::Cpu);
+        assert!(note.contains("cuda:9 is not usable") && note.contains("running on the CPU"), "{note}");
         assert!(choose_device(Some("tpu")).is_err());
         assert_eq!(choose_device(Some("cpu")).unwrap().0, Device::Cpu);
     }

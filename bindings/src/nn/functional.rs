@@ -1,4 +1,4 @@
-//! `nn::` functions over tensors: convolution, pooling, upsampling and the losses.
+//! `nn::` functions over tensors: convolution, pooling, upsampling, normalization and the losses.
 
 use crate::error::{guard, RhaiResult};
 use crate::help::Api;
@@ -60,6 +60,33 @@ fn cross_entropy(logits: Tensor, targets: Tensor, opts: Map) -> RhaiResult<Tenso
     guard(|| rusting_brain::cross_entropy(&logits, &targets, c))
 }
 
+/// A weight or bias argument: a tensor, or () for none.
+fn optional_tensor(v: rhai::Dynamic, what: &str) -> RhaiResult<Option<Tensor>> {
+    if v.is_unit() {
+        return Ok(None);
+    }
+    v.try_cast::<Tensor>().map(Some).ok_or_else(|| {
+        crate::error::runtime_error(format!("{what}: weight and bias must be tensors or ()"))
+    })
+}
+
+fn layer_norm(x: Tensor, w: rhai::Dynamic, b: rhai::Dynamic, opts: Map) -> RhaiResult<Tensor> {
+    let o = Options::new("nn::layer_norm", opts, &["eps"])?;
+    let eps = o.float("eps", 1e-5)?;
+    let (w, b) = (
+        optional_tensor(w, "nn::layer_norm")?,
+        optional_tensor(b, "nn::layer_norm")?,
+    );
+    guard(|| x.layer_norm(w.as_ref(), b.as_ref(), eps))
+}
+
+fn rms_norm(x: Tensor, w: rhai::Dynamic, opts: Map) -> RhaiResult<Tensor> {
+    let o = Options::new("nn::rms_norm", opts, &["eps"])?;
+    let eps = o.float("eps", 1e-6)?;
+    let w = optional_tensor(w, "nn::rms_norm")?;
+    guard(|| x.rms_norm(w.as_ref(), eps))
+}
+
 fn simple_loss(pred: Tensor, target: Tensor, opts: Map, what: &'static str) -> RhaiResult<Tensor> {
     let valid: &[&str] = if what == "nn::huber_loss" {
         &["reduction", "delta"]
@@ -116,6 +143,34 @@ pub fn register(api: &mut Api) {
             let s = crate::convert::usize_of(s, "nn::upsample_nearest2d")?;
             guard(|| x.upsample_nearest2d(s, s))
         },
+    );
+    api.func(
+        "layer_norm",
+        "nn::layer_norm(x, weight, bias[, #{ eps }]) -> Tensor",
+        "LayerNorm over the trailing dims of weight's shape (the last dim when weight and bias are ()); eps defaults to 1e-5.",
+        "nn::layer_norm(x, w, b)",
+        |x: Tensor, w: rhai::Dynamic, b: rhai::Dynamic| layer_norm(x, w, b, Map::new()),
+    );
+    api.func(
+        "layer_norm",
+        "nn::layer_norm(x, weight, bias, #{ eps }) -> Tensor",
+        "LayerNorm with options; weight and bias may be ().",
+        "nn::layer_norm(x, (), (), #{ eps: 1e-6 })",
+        layer_norm,
+    );
+    api.func(
+        "rms_norm",
+        "nn::rms_norm(x, weight[, #{ eps }]) -> Tensor",
+        "RMSNorm over the trailing dims of weight's shape (the last dim when weight is ()); eps defaults to 1e-6.",
+        "nn::rms_norm(x, w)",
+        |x: Tensor, w: rhai::Dynamic| rms_norm(x, w, Map::new()),
+    );
+    api.func(
+        "rms_norm",
+        "nn::rms_norm(x, weight, #{ eps }) -> Tensor",
+        "RMSNorm with options; weight may be ().",
+        "nn::rms_norm(x, w, #{ eps: 1e-5 })",
+        rms_norm,
     );
     api.func(
         "cross_entropy",

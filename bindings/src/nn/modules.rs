@@ -19,7 +19,13 @@ use std::sync::{Arc, Mutex, MutexGuard};
 pub struct Model(Arc<Mutex<Box<dyn Module>>>);
 
 impl Model {
+    /// A model on the script's device (`--device`). A model that cannot move stays on the CPU
+    /// with a warning, so the script's next op names the mismatch.
     pub fn new(m: Box<dyn Module>) -> Self {
+        let device = crate::tensor::default_device();
+        if let Err(e) = m.to_device(device) {
+            rusting_brain::messages::warn(&format!("model stays on the cpu: {e}"));
+        }
         Model(Arc::new(Mutex::new(m)))
     }
 
@@ -283,6 +289,17 @@ pub fn register(api: &mut Api) {
         "A Linear layer with a bias, seed 0.",
         "let layer = nn::linear(8, 4);",
         |i: INT, o: INT| linear(i, o, Map::new()),
+    );
+    api.method(
+        "to",
+        "model.to(device) -> Model",
+        "Moves the model's parameters and buffers to a device (\"cpu\", \"cuda\", \"cuda:1\") in place; create the optimizer after moving.",
+        "model.to(\"cuda\");",
+        |m: &mut Model, device: &str| -> RhaiResult<Model> {
+            let d = convert::device(device)?;
+            guard(|| m.lock().to_device(d))?;
+            Ok(m.clone())
+        },
     );
     api.method(
         "forward",

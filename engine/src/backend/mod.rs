@@ -7,7 +7,7 @@ pub mod cuda;
 use crate::{DType, Device};
 pub use cpu::{CpuStorage, IntoCpuStorage};
 pub use cuda::CudaStorage;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 #[derive(Debug)]
@@ -49,13 +49,25 @@ impl Storage {
 pub struct StorageCell {
     data: RwLock<Storage>,
     version: AtomicU64,
+    /// The storage's device, readable without the lock (0 = CPU, n + 1 = cuda:n); changes only
+    /// when `Tensor::relocate_` moves the data.
+    device: AtomicUsize,
+}
+
+fn encode_device(d: Device) -> usize {
+    match d {
+        Device::Cpu => 0,
+        Device::Cuda(n) => n + 1,
+    }
 }
 
 impl StorageCell {
     pub fn new(storage: Storage) -> Self {
+        let device = AtomicUsize::new(encode_device(storage.device()));
         StorageCell {
             data: RwLock::new(storage),
             version: AtomicU64::new(0),
+            device,
         }
     }
 
@@ -68,6 +80,17 @@ impl StorageCell {
     pub fn write(&self) -> RwLockWriteGuard<'_, Storage> {
         self.version.fetch_add(1, Ordering::Relaxed);
         self.data.write().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub fn device(&self) -> Device {
+        match self.device.load(Ordering::Relaxed) {
+            0 => Device::Cpu,
+            n => Device::Cuda(n - 1),
+        }
+    }
+
+    pub(crate) fn set_device(&self, d: Device) {
+        self.device.store(encode_device(d), Ordering::Relaxed)
     }
 
     pub fn version(&self) -> u64 {

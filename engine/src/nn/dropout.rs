@@ -45,20 +45,27 @@ impl Dropout {
     }
 }
 
+/// `v` as the 0-d operand that `mul_scalar`/`ge_scalar` would use, on `t`'s device.
+fn scalar_on(t: &Tensor, v: f64) -> Result<Tensor> {
+    t.scalar_like(v)?.to_device(t.device())
+}
+
 impl Module for Dropout {
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
         if !self.training || self.p == 0.0 {
             return Ok(x.clone());
         }
         if self.p == 1.0 {
-            return x.mul_scalar(0.0);
+            return x.mul(&scalar_on(x, 0.0)?);
         }
+        // The mask is drawn where x lives; on CUDA the device draws the same stream as the
+        // CPU would, so a mask does not depend on the device.
         let u = {
             let mut g = self.gen.lock().unwrap_or_else(|e| e.into_inner());
-            Tensor::rand(x.shape(), DType::F32, Some(&mut g))?
+            Tensor::rand_on(x.shape(), DType::F32, x.device(), Some(&mut g))?
         };
-        let keep = u.ge_scalar(self.p)?.to_dtype(x.dtype())?;
-        x.mul(&keep)?.mul_scalar(1.0 / (1.0 - self.p))
+        let keep = u.ge(&scalar_on(&u, self.p)?)?.to_dtype(x.dtype())?;
+        x.mul(&keep)?.mul(&scalar_on(x, 1.0 / (1.0 - self.p))?)
     }
 
     fn named_parameters(&self) -> Vec<(String, Tensor)> {
@@ -92,6 +99,25 @@ mod tests {
             d.forward(&x).unwrap().to_vec_f32().unwrap(),
             vec![1.0; 4000]
         );
+    }
+
+    #[test]
+    fn cuda_dropout_mask_matches_the_cpu_mask() {
+        let Some(dev) =
+            crate::backend::cuda::device_for_test("cuda_dropout_mask_matches_the_cpu_mask")
+        else {
+            return;
+        };
+        let x = Tensor::randn(&[37, 29], DType::F32, Some(&mut Generator::new(2))).unwrap();
+        let (c, g) = (
+            Dropout::new(0.3, &mut Generator::new(5)).unwrap(),
+            Dropout::new(0.3, &mut Generator::new(5)).unwrap(),
+        );
+        let yc = c.forward(&x).unwrap();
+        let yg = g.forward(&x.to_device(dev).unwrap()).unwrap();
+        assert_eq!(yg.device(), dev);
+        assert_eq!(yc.to_vec_f32().unwrap(), yg.to_vec_f32().unwrap());
+        assert_eq!(c.generator(), g.generator());
     }
 
     #[test]

@@ -40,6 +40,14 @@ pub trait Module: Send + Sync {
     }
 
     /// Clears every parameter's gradient.
+    /// Moves every parameter and buffer to `device` in place (create optimizers after this).
+    fn to_device(&self, device: crate::Device) -> Result<()> {
+        for (_, t) in self.named_parameters().into_iter().chain(self.named_buffers()) {
+            t.relocate_(device)?;
+        }
+        Ok(())
+    }
+
     fn zero_grad(&self) {
         for p in self.parameters() {
             p.set_grad(None);

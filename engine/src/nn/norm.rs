@@ -1,21 +1,13 @@
-//! LayerNorm and RMSNorm. Statistics are computed in f32 even for bf16/f16 inputs (the mixed
-//! precision rule: norm statistics stay FP32), and the result is cast back to the input dtype.
+//! LayerNorm and RMSNorm modules over the fused `layer_norm` and `rms_norm` ops (ops/norm.rs):
+//! statistics in f32 even for bf16/f16 inputs (the mixed precision rule: norm statistics stay
+//! FP32), the result in the input dtype, each parameter's gradient in its own dtype.
 
 use super::init::{ones_, zeros_};
 use super::module::{new_parameter, weight_and_bias, Module};
-use crate::{DType, Error, Result, Tensor};
+use crate::{Error, Result, Tensor};
 
-/// Half-precision inputs are upcast to f32 for the statistics; f32 and f64 stay as they are
-/// (f64 keeps gradient checks exact).
-fn upcast(x: &Tensor) -> Result<Tensor> {
-    match x.dtype() {
-        DType::F32 | DType::F64 => Ok(x.clone()),
-        _ => x.to_dtype(DType::F32),
-    }
-}
-
-/// The last `n` dims of `x` must equal `shape`; returns those dims as negative indices.
-fn trailing_dims(op: &'static str, x: &Tensor, shape: &[usize]) -> Result<Vec<isize>> {
+/// The last `shape.len()` dims of `x` must equal `shape`.
+fn check_trailing(op: &'static str, x: &Tensor, shape: &[usize]) -> Result<()> {
     let r = x.rank();
     if r < shape.len() || &x.shape()[r - shape.len()..] != shape {
         return Err(Error::ShapeMismatch {
@@ -24,7 +16,7 @@ fn trailing_dims(op: &'static str, x: &Tensor, shape: &[usize]) -> Result<Vec<is
             rhs: shape.to_vec(),
         });
     }
-    Ok((1..=shape.len() as isize).map(|i| -i).collect())
+    Ok(())
 }
 
 /// (x - mean) / sqrt(var + eps) * weight + bias over the trailing `normalized_shape` dims, with
@@ -59,18 +51,17 @@ impl LayerNorm {
 
 impl Module for LayerNorm {
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        let dims = trailing_dims("LayerNorm", x, &self.normalized_shape)?;
-        let xf = upcast(x)?;
-        let mean = xf.mean_dims(&dims, true)?;
-        let var = xf.var_dims(&dims, false, true)?;
-        let mut y = xf.sub(&mean)?.mul(&var.add_scalar(self.eps)?.rsqrt()?)?;
-        if let Some(w) = &self.weight {
-            y = y.mul(w)?;
+        check_trailing("LayerNorm", x, &self.normalized_shape)?;
+        if self.weight.is_some() || self.bias.is_some() {
+            return x.layer_norm(self.weight.as_ref(), self.bias.as_ref(), self.eps);
         }
-        if let Some(b) = &self.bias {
-            y = y.add(b)?;
-        }
-        y.to_dtype(x.dtype())
+        // No parameters to say which dims: normalize the trailing dims flattened into one.
+        let lead = x.rank() - self.normalized_shape.len();
+        let mut rows_shape = x.shape()[..lead].to_vec();
+        rows_shape.push(self.normalized_shape.iter().product());
+        x.reshape_to(&rows_shape)?
+            .layer_norm(None, None, self.eps)?
+            .reshape_to(x.shape())
     }
 
     fn named_parameters(&self) -> Vec<(String, Tensor)> {
@@ -86,8 +77,8 @@ impl Module for LayerNorm {
     }
 }
 
-/// x / sqrt(mean(x^2) + eps) * weight over the last dim, as LLaMA's RMSNorm: the weight
-/// multiplies after the cast back to the input dtype.
+/// x / sqrt(mean(x^2) + eps) * weight over the last dim, as LLaMA's RMSNorm. The product with
+/// the weight is taken in f32 and rounded once to the input dtype, which is also the output's.
 pub struct RmsNorm {
     pub weight: Tensor,
     pub eps: f64,
@@ -106,14 +97,8 @@ impl RmsNorm {
 
 impl Module for RmsNorm {
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        trailing_dims("RMSNorm", x, &[self.weight.shape()[0]])?;
-        let xf = upcast(x)?;
-        let inv_rms = xf
-            .square()?
-            .mean_dims(&[-1], true)?
-            .add_scalar(self.eps)?
-            .rsqrt()?;
-        xf.mul(&inv_rms)?.to_dtype(x.dtype())?.mul(&self.weight)
+        check_trailing("RMSNorm", x, self.weight.shape())?;
+        x.rms_norm(Some(&self.weight), self.eps)
     }
 
     fn named_parameters(&self) -> Vec<(String, Tensor)> {
@@ -132,6 +117,7 @@ impl Module for RmsNorm {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::DType;
 
     fn close(a: &[f32], b: &[f64]) {
         assert_eq!(a.len(), b.len());

@@ -169,10 +169,10 @@ impl Tensor {
         op: &'static str,
         dtype: Option<DType>,
     ) -> Result<(Tensor, Tensor, Vec<usize>)> {
-        self.check_same_device(op, other)?;
-        let shape = broadcast_shapes(op, self.shape(), other.shape())?;
-        let dtype = dtype.unwrap_or_else(|| self.dtype().promote(other.dtype()));
-        Ok((self.to_dtype(dtype)?, other.to_dtype(dtype)?, shape))
+        let (a, b) = Tensor::colocated(op, self, other)?;
+        let shape = broadcast_shapes(op, a.shape(), b.shape())?;
+        let dtype = dtype.unwrap_or_else(|| a.dtype().promote(b.dtype()));
+        Ok((a.to_dtype(dtype)?, b.to_dtype(dtype)?, shape))
     }
 
     fn binary_raw(a: &Tensor, b: &Tensor, shape: &[usize], op: BinaryOp) -> Result<Tensor> {
@@ -283,7 +283,8 @@ impl Tensor {
         } else {
             self.dtype()
         };
-        Tensor::scalar(value, dtype)
+        // Made on self's device, so the op that uses it needs no transfer.
+        Tensor::full(value, &[], dtype, self.device())
     }
 
     pub fn add_scalar(&self, v: f64) -> Result<Tensor> {
@@ -369,7 +370,8 @@ impl Tensor {
     /// torch.where: `a` where `cond` is true, else `b`, all broadcast together.
     pub fn where_cond(cond: &Tensor, a: &Tensor, b: &Tensor) -> Result<Tensor> {
         let (a, b, ab_shape) = a.promoted_pair(b, "where", None)?;
-        cond.check_same_device("where", &a)?;
+        let (cond, a) = Tensor::colocated("where", cond, &a)?;
+        let (b, _) = Tensor::colocated("where", &b, &a)?;
         let shape = broadcast_shapes("where", cond.shape(), &ab_shape)?;
         let c = cond.to_dtype(DType::Bool)?;
         let (lc, la, lb) = (

@@ -8,8 +8,8 @@ use crate::backend::{cuda, CudaStorage, Storage};
 use crate::layout::resolve_dim;
 use crate::{Device, Error, Layout, Result, Tensor};
 
-/// The indices of an integer tensor, checked to lie in 0..size.
-fn checked_indices(op: &'static str, idx: &Tensor, size: usize) -> Result<Vec<usize>> {
+/// Index tensors hold integers (Bool and floats are refused before any kernel runs).
+fn check_index_dtype(op: &'static str, idx: &Tensor) -> Result<()> {
     if idx.dtype().is_float() || idx.dtype() == crate::DType::Bool {
         return Err(Error::UnsupportedDType {
             op,
@@ -17,6 +17,13 @@ fn checked_indices(op: &'static str, idx: &Tensor, size: usize) -> Result<Vec<us
             detail: ": indices must be integers".into(),
         });
     }
+    Ok(())
+}
+
+/// The indices of an integer CPU tensor, checked to lie in 0..size. CUDA kernels check their
+/// indices on the device instead, so a CUDA op never waits on a host read.
+fn checked_indices(op: &'static str, idx: &Tensor, size: usize) -> Result<Vec<usize>> {
+    check_index_dtype(op, idx)?;
     idx.to_vec::<i64>()?
         .into_iter()
         .map(|i| {
@@ -27,6 +34,48 @@ fn checked_indices(op: &'static str, idx: &Tensor, size: usize) -> Result<Vec<us
             }
         })
         .collect()
+}
+
+/// The device storage under a CUDA tensor's read guard.
+pub(super) fn cuda_of<'a>(op: &'static str, t: &Tensor, s: &'a Storage) -> Result<&'a CudaStorage> {
+    match s {
+        Storage::Cuda(c) => Ok(c),
+        Storage::Cpu(_) => Err(Error::invalid(
+            op,
+            format!("expected a CUDA tensor, got one on {:?}", t.device()),
+        )),
+    }
+}
+
+/// zeros(`shape`) with `src` added at `indices` along `d`: index_select's backward.
+fn index_add(shape: &[usize], d: usize, indices: &Tensor, src: &Tensor) -> Result<Tensor> {
+    const OP: &str = "index_select";
+    indices.check_same_device(OP, src)?;
+    let storage = match src.device() {
+        Device::Cpu => {
+            let idx = checked_indices(OP, indices, shape[d])?;
+            let base = Tensor::zeros(shape, src.dtype(), Device::Cpu)?;
+            let src = src.contiguous()?;
+            base.with_cpu(OP, |b, _| {
+                src.with_cpu(OP, |s, _| {
+                    Storage::Cpu(cpu::index_add(b, shape, d, &idx, s))
+                })
+            })??
+        }
+        Device::Cuda(_) => {
+            let (gi, gs) = (indices.storage(), src.storage());
+            let (i, s) = (cuda_of(OP, indices, &gi)?, cuda_of(OP, src, &gs)?);
+            Storage::Cuda(cuda::index::index_add(
+                shape,
+                d,
+                i,
+                indices.layout(),
+                s,
+                src.layout(),
+            )?)
+        }
+    };
+    Tensor::from_storage(storage, shape)
 }
 
 impl Tensor {
@@ -104,23 +153,37 @@ impl Tensor {
                 format!("indices must be 1-D, got shape {:?}", indices.shape()),
             ));
         }
-        let idx = checked_indices("index_select", indices, self.shape()[d])?;
-        let storage = self.with_cpu("index_select", |s, l| {
-            Storage::Cpu(cpu::index_select(s, l, d, &idx))
-        })?;
+        check_index_dtype("index_select", indices)?;
+        self.check_same_device("index_select", indices)?;
+        let storage = match self.device() {
+            Device::Cpu => {
+                let idx = checked_indices("index_select", indices, self.shape()[d])?;
+                self.with_cpu("index_select", |s, l| {
+                    Storage::Cpu(cpu::index_select(s, l, d, &idx))
+                })?
+            }
+            Device::Cuda(_) => {
+                let (gx, gi) = (self.storage(), indices.storage());
+                let (x, i) = (
+                    cuda_of("index_select", self, &gx)?,
+                    cuda_of("index_select", indices, &gi)?,
+                );
+                Storage::Cuda(cuda::index::index_select(
+                    x,
+                    self.layout(),
+                    d,
+                    i,
+                    indices.layout(),
+                )?)
+            }
+        };
         let mut shape = self.shape().to_vec();
-        shape[d] = idx.len();
+        shape[d] = indices.numel();
         let in_shape = self.shape().to_vec();
-        Tensor::from_op(storage, &shape, &[self], move || {
+        Tensor::from_op(storage, &shape, &[self], || {
+            let indices = SavedTensor::new("index_select", indices);
             backward_fn("index_select", move |g, _| {
-                let base = Tensor::zeros(&in_shape, g.dtype(), g.device())?;
-                let g = g.contiguous()?;
-                let storage = base.with_cpu("index_select", |b, _| {
-                    g.with_cpu("index_select", |gs, _| {
-                        Storage::Cpu(cpu::index_add(b, &in_shape, d, &idx, gs))
-                    })
-                })??;
-                Ok(vec![Some(Tensor::from_storage(storage, &in_shape)?)])
+                Ok(vec![Some(index_add(&in_shape, d, indices.get()?, g)?)])
             })
         })
     }
@@ -129,14 +192,28 @@ impl Tensor {
     pub fn gather(&self, dim: isize, index: &Tensor) -> Result<Tensor> {
         let d = resolve_dim("gather", dim, self.rank())?;
         check_index_shape("gather", self.shape(), index.shape(), d)?;
-        let idx = checked_indices("gather", index, self.shape()[d])?;
+        check_index_dtype("gather", index)?;
+        self.check_same_device("gather", index)?;
         let idx_shape = index.shape().to_vec();
-        let storage = self.with_cpu("gather", |s, l| {
-            Storage::Cpu(cpu::gather(s, l, d, &idx, &idx_shape))
-        })?;
+        let storage = match self.device() {
+            Device::Cpu => {
+                let idx = checked_indices("gather", index, self.shape()[d])?;
+                self.with_cpu("gather", |s, l| {
+                    Storage::Cpu(cpu::gather(s, l, d, &idx, &idx_shape))
+                })?
+            }
+            Device::Cuda(_) => {
+                let (gx, gi) = (self.storage(), index.storage());
+                let (x, i) = (
+                    cuda_of("gather", self, &gx)?,
+                    cuda_of("gather", index, &gi)?,
+                );
+                Storage::Cuda(cuda::index::gather(x, self.layout(), d, i, index.layout())?)
+            }
+        };
         let in_shape = self.shape().to_vec();
-        let index = SavedTensor::new("gather", index);
-        Tensor::from_op(storage, &idx_shape, &[self], move || {
+        Tensor::from_op(storage, &idx_shape, &[self], || {
+            let index = SavedTensor::new("gather", index);
             backward_fn("gather", move |g, _| {
                 let base = Tensor::zeros(&in_shape, g.dtype(), g.device())?;
                 Ok(vec![Some(base.scatter_add(d as isize, index.get()?, g)?)])
@@ -155,18 +232,37 @@ impl Tensor {
             });
         }
         check_index_shape("scatter_add", self.shape(), index.shape(), d)?;
-        let idx = checked_indices("scatter_add", index, self.shape()[d])?;
+        check_index_dtype("scatter_add", index)?;
+        self.check_same_device("scatter_add", index)?;
+        self.check_same_device("scatter_add", src)?;
         let src = src.to_dtype(self.dtype())?;
-        let (base, s) = (self.contiguous()?, src.contiguous()?);
-        let idx_shape = index.shape().to_vec();
         let shape = self.shape().to_vec();
-        let storage = base.with_cpu("scatter_add", |b, _| {
-            s.with_cpu("scatter_add", |ss, _| {
-                Storage::Cpu(cpu::scatter_add(b, &shape, d, &idx, &idx_shape, ss))
-            })
-        })??;
-        let index = SavedTensor::new("scatter_add", index);
-        Tensor::from_op(storage, &shape, &[self, &src], move || {
+        let storage = match self.device() {
+            Device::Cpu => {
+                let idx = checked_indices("scatter_add", index, self.shape()[d])?;
+                let (base, s) = (self.contiguous()?, src.contiguous()?);
+                let idx_shape = index.shape().to_vec();
+                base.with_cpu("scatter_add", |b, _| {
+                    s.with_cpu("scatter_add", |ss, _| {
+                        Storage::Cpu(cpu::scatter_add(b, &shape, d, &idx, &idx_shape, ss))
+                    })
+                })??
+            }
+            Device::Cuda(_) => {
+                let (gb, gi, gs) = (self.storage(), index.storage(), src.storage());
+                Storage::Cuda(cuda::index::scatter_add(
+                    cuda_of("scatter_add", self, &gb)?,
+                    self.layout(),
+                    d,
+                    cuda_of("scatter_add", index, &gi)?,
+                    index.layout(),
+                    cuda_of("scatter_add", &src, &gs)?,
+                    src.layout(),
+                )?)
+            }
+        };
+        Tensor::from_op(storage, &shape, &[self, &src], || {
+            let index = SavedTensor::new("scatter_add", index);
             backward_fn("scatter_add", move |g, needs| {
                 Ok(vec![
                     grad_if(needs[0], || Ok(g.clone()))?,

@@ -1,5 +1,12 @@
-//! Losses, composed from differentiable ops so their gradients come from autograd.
+//! Losses. cross_entropy is one fused node (kernels in backend/{cpu,cuda}/loss.rs); the others
+//! are composed from differentiable ops, so their gradients come from autograd.
 
+use super::backward_fn;
+use crate::autograd::SavedTensor;
+use crate::backend::cpu::loss::{self as cpu, CrossEntropySpec};
+use crate::backend::cpu::norm::Part;
+use crate::backend::cuda::loss as cuda;
+use crate::backend::Storage;
 use crate::{DType, Error, Result, Tensor};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
@@ -59,7 +66,10 @@ fn check_same_shape(op: &'static str, a: &Tensor, b: &Tensor) -> Result<()> {
 }
 
 /// Logits [N, C] (or [N, C, d..] with the class dim second, or [C]) against integer class
-/// targets [N] (or [N, d..], or a scalar), as torch.nn.functional.cross_entropy.
+/// targets [N] (or [N, d..], or a scalar), as torch.nn.functional.cross_entropy. One fused node
+/// on either device computes each row's loss in FP32 (F64 for F64 logits), so BF16 logits give
+/// an F32 loss, as under PyTorch's autocast. A target out of range is an error: at once on the
+/// CPU, at the next host read on CUDA (the device flags it instead of a sync per call).
 pub fn cross_entropy(
     logits: &Tensor,
     targets: &Tensor,
@@ -73,6 +83,7 @@ pub fn cross_entropy(
             detail: ": targets must be integer class indices".into(),
         });
     }
+    logits.check_same_device("cross_entropy", targets)?;
     if !(0.0..=1.0).contains(&opts.label_smoothing) {
         return Err(Error::invalid(
             "cross_entropy",
@@ -121,39 +132,114 @@ pub fn cross_entropy(
             rhs: targets.shape().to_vec(),
         });
     }
-    let t = t.to_dtype(DType::I64)?;
-    let ignore = opts.ignore_index.unwrap_or(i64::MIN);
-    let keep = t.ne(&Tensor::scalar(ignore as f64, DType::I64)?)?;
-    let target_values = t.to_vec::<i64>()?;
-    if let Some(bad) = target_values
-        .iter()
-        .find(|&&v| v != ignore && (v < 0 || v as usize >= classes))
-    {
-        return Err(Error::IndexOutOfRange {
-            op: "cross_entropy",
-            index: *bad,
-            size: classes,
-        });
-    }
-    let safe_t = t.masked_fill(&keep.logical_not()?, 0.0)?;
-    let logp = flat.log_softmax(-1)?;
-    let picked = logp.gather(1, &safe_t.unsqueeze(1)?)?.squeeze(1)?.neg()?;
-    let per_row = if opts.label_smoothing > 0.0 {
-        let smooth = logp.mean_dims(&[-1], false)?.neg()?;
-        picked
-            .affine(1.0 - opts.label_smoothing, 0.0)?
-            .add(&smooth.affine(opts.label_smoothing, 0.0)?)?
-    } else {
-        picked
+    let t = crate::autograd::no_grad(|| t.to_dtype(DType::I64)?.contiguous())?;
+    let spec = CrossEntropySpec {
+        rows,
+        cols: classes,
+        ignore: opts.ignore_index.unwrap_or(i64::MIN),
+        smoothing: opts.label_smoothing,
     };
-    let keep_f = keep.to_dtype(per_row.dtype())?;
-    let per_row = per_row.mul(&keep_f)?;
+    if logits.device() == crate::Device::Cpu {
+        if let Some(bad) = t
+            .to_vec::<i64>()?
+            .into_iter()
+            .find(|&v| v != spec.ignore && (v < 0 || v as u64 >= classes as u64))
+        {
+            return Err(Error::IndexOutOfRange {
+                op: "cross_entropy",
+                index: bad,
+                size: classes,
+            });
+        }
+    }
+    let (per_row, valid) = fused_rows(&flat, &t, spec)?;
     match opts.reduction {
         // The mean counts only rows that are not ignored, as in PyTorch.
-        Reduction::Mean => per_row.sum()?.div(&keep_f.sum()?),
+        Reduction::Mean => per_row.sum()?.div(&valid.sum()?),
         Reduction::Sum => per_row.sum(),
         Reduction::None => per_row.reshape_to(&expected),
     }
+}
+
+/// Each row's loss (recorded, with a fused backward into `flat`) and 1/0 for the rows that
+/// count toward the mean, both [rows] in the compute dtype. `t` is contiguous I64 on `flat`'s
+/// device.
+fn fused_rows(flat: &Tensor, t: &Tensor, spec: CrossEntropySpec) -> Result<(Tensor, Tensor)> {
+    let op = "cross_entropy";
+    let x = crate::autograd::no_grad(|| flat.contiguous())?;
+    let (loss, lse, valid) = {
+        let (xs, ts) = (x.storage(), t.storage());
+        match (&*xs, &*ts) {
+            (Storage::Cpu(xs), Storage::Cpu(ts)) => {
+                let tv = Part::new(ts, t.layout().offset()).slice_of::<i64>(spec.rows, op)?;
+                let out = cpu::cross_entropy_forward(Part::new(xs, x.layout().offset()), tv, spec)?;
+                (
+                    Storage::Cpu(out.loss),
+                    Storage::Cpu(out.lse),
+                    Storage::Cpu(out.valid),
+                )
+            }
+            (Storage::Cuda(xs), Storage::Cuda(ts)) => {
+                let pt = ts.ptr_at(t.layout().offset());
+                let out = cuda::cross_entropy_forward(xs, x.layout().offset(), pt, spec)?;
+                (
+                    Storage::Cuda(out.loss),
+                    Storage::Cuda(out.lse),
+                    Storage::Cuda(out.valid),
+                )
+            }
+            _ => {
+                return Err(Error::invalid(
+                    op,
+                    "logits and targets on different backends",
+                ))
+            }
+        }
+    };
+    let shape = [spec.rows];
+    let (loss, lse) = (
+        Tensor::from_storage(loss, &shape)?,
+        Tensor::from_storage(lse, &shape)?,
+    );
+    let valid = Tensor::from_storage(valid, &shape)?;
+    let loss = loss.recorded(&[flat], || {
+        let (saved_x, saved_t) = (SavedTensor::new(op, &x), SavedTensor::new(op, t));
+        backward_fn(op, move |g, _| {
+            let (x, t) = (saved_x.get()?, saved_t.get()?);
+            let g = g.to_dtype(lse.dtype())?.contiguous()?;
+            let (xs, ts, ls, gs) = (x.storage(), t.storage(), lse.storage(), g.storage());
+            let dx = match (&*xs, &*ts, &*ls, &*gs) {
+                (Storage::Cpu(xs), Storage::Cpu(ts), Storage::Cpu(ls), Storage::Cpu(gs)) => {
+                    let tv = Part::new(ts, t.layout().offset()).slice_of::<i64>(spec.rows, op)?;
+                    Storage::Cpu(cpu::cross_entropy_backward(
+                        Part::new(xs, x.layout().offset()),
+                        tv,
+                        ls,
+                        Part::new(gs, g.layout().offset()),
+                        spec,
+                    )?)
+                }
+                (Storage::Cuda(xs), Storage::Cuda(ts), Storage::Cuda(ls), Storage::Cuda(gs)) => {
+                    Storage::Cuda(cuda::cross_entropy_backward(
+                        xs,
+                        x.layout().offset(),
+                        ts.ptr_at(t.layout().offset()),
+                        ls,
+                        gs.ptr_at(g.layout().offset()),
+                        spec,
+                    )?)
+                }
+                _ => {
+                    return Err(Error::invalid(
+                        op,
+                        "backward operands on different backends",
+                    ))
+                }
+            };
+            Ok(vec![Some(Tensor::from_storage(dx, x.shape())?)])
+        })
+    });
+    Ok((loss, valid))
 }
 
 /// Binary cross-entropy on logits, in the stable form max(x, 0) - x*y + log(1 + exp(-|x|)).
@@ -190,4 +276,117 @@ pub fn huber_loss(
     let quad = d.square()?.affine(0.5, 0.0)?;
     let lin = a.affine(delta, -0.5 * delta * delta)?;
     reduction.apply(Tensor::where_cond(&a.lt_scalar(delta)?, &quad, &lin)?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{Device, Generator};
+
+    fn max_diff(a: &Tensor, b: &Tensor) -> f64 {
+        let (a, b) = (a.to_vec_f64().unwrap(), b.to_vec_f64().unwrap());
+        assert_eq!(a.len(), b.len());
+        a.iter()
+            .zip(&b)
+            .map(|(x, y)| (x - y).abs())
+            .fold(0.0, f64::max)
+    }
+
+    #[test]
+    fn bf16_logits_give_an_f32_loss_and_bf16_gradients() {
+        let logits = Tensor::randn(&[4, 7], DType::F32, Some(&mut Generator::new(1)))
+            .unwrap()
+            .to_dtype(DType::BF16)
+            .unwrap()
+            .requires_grad_()
+            .unwrap();
+        let targets = Tensor::from_vec(vec![0i64, 6, -100, 3], &[4]).unwrap();
+        let loss = cross_entropy(&logits, &targets, CrossEntropyOptions::default()).unwrap();
+        assert_eq!(loss.dtype(), DType::F32);
+        let exact = cross_entropy(
+            &logits.to_dtype(DType::F64).unwrap().detach(),
+            &targets,
+            CrossEntropyOptions::default(),
+        )
+        .unwrap();
+        assert!((loss.item().unwrap() - exact.item().unwrap()).abs() < 1e-6);
+        loss.backward().unwrap();
+        let g = logits.grad().unwrap();
+        assert_eq!(g.dtype(), DType::BF16);
+        // The ignored row gets no gradient.
+        assert!(g.to_vec_f64().unwrap()[14..21].iter().all(|&v| v == 0.0));
+    }
+
+    /// Loss and logits gradient on CUDA against the CPU kernels for every reduction, with
+    /// ignored rows and label smoothing, in F32 and BF16; then a bad target is reported at the
+    /// next read, not as a wrong number.
+    #[test]
+    fn cuda_cross_entropy_matches_cpu_and_flags_bad_targets() {
+        let Some(dev) = crate::backend::cuda::device_for_test(
+            "cuda_cross_entropy_matches_cpu_and_flags_bad_targets",
+        ) else {
+            return;
+        };
+        let (rows, classes) = (37, 1000);
+        let logits = Tensor::randn(&[rows, classes], DType::F32, Some(&mut Generator::new(3)))
+            .unwrap()
+            .affine(3.0, 0.0)
+            .unwrap();
+        let mut t = Tensor::randint(0, classes as i64, &[rows], Some(&mut Generator::new(4)))
+            .unwrap()
+            .to_vec::<i64>()
+            .unwrap();
+        t[5] = -100;
+        t[20] = -100;
+        let targets = Tensor::from_vec(t, &[rows]).unwrap();
+        // Gradients lie in [-1, 1]; BF16 ones may differ by one ulp (2^-8 near 1).
+        for (dtype, tol) in [(DType::F32, 1e-6), (DType::BF16, 8e-3)] {
+            for label_smoothing in [0.0, 0.1] {
+                for reduction in [Reduction::Mean, Reduction::Sum, Reduction::None] {
+                    let opts = CrossEntropyOptions {
+                        label_smoothing,
+                        reduction,
+                        ..Default::default()
+                    };
+                    let run = |device: Device| {
+                        let x = logits
+                            .to_dtype(dtype)
+                            .unwrap()
+                            .to_device(device)
+                            .unwrap()
+                            .requires_grad_()
+                            .unwrap();
+                        let tg = targets.to_device(device).unwrap();
+                        let loss = cross_entropy(&x, &tg, opts).unwrap();
+                        assert_eq!(loss.device(), device);
+                        loss.sum().unwrap().backward().unwrap();
+                        (loss, x.grad().unwrap())
+                    };
+                    let ((lc, gc), (lg, gg)) = (run(Device::Cpu), run(dev));
+                    let what = format!("{dtype:?} smoothing {label_smoothing} {reduction:?}");
+                    let scale = lc.abs().unwrap().max().unwrap().item().unwrap().max(1.0);
+                    assert!(max_diff(&lc, &lg) <= 1e-5 * scale, "{what}: loss");
+                    assert!(max_diff(&gc, &gg) <= tol, "{what}: gradient");
+                }
+            }
+        }
+        let bad = Tensor::from_vec(vec![1i64, classes as i64], &[2])
+            .unwrap()
+            .to_device(dev)
+            .unwrap();
+        let x = logits.narrow(0, 0, 2).unwrap().to_device(dev).unwrap();
+        let loss = cross_entropy(&x, &bad, CrossEntropyOptions::default()).unwrap();
+        let err = loss.item().unwrap_err().to_string();
+        assert!(err.contains("cross_entropy"), "{err}");
+        // The flag was cleared by the read that reported it.
+        let good = Tensor::from_vec(vec![1i64, 2], &[2])
+            .unwrap()
+            .to_device(dev)
+            .unwrap();
+        assert!(cross_entropy(&x, &good, CrossEntropyOptions::default())
+            .unwrap()
+            .item()
+            .unwrap()
+            .is_finite());
+    }
 }

@@ -35,6 +35,7 @@ impl Tensor {
         }
         self.check_same_device("matmul", other)?;
         let dtype = self.dtype().promote(other.dtype());
+        let dtype = crate::amp::matmul_operand_dtype(self.device(), dtype).unwrap_or(dtype);
         if !dtype.is_float() {
             return Err(Error::UnsupportedDType {
                 op: "matmul",

@@ -7,6 +7,7 @@ pub mod index;
 pub mod kinds;
 pub mod loss;
 pub mod matmul;
+pub mod norm;
 pub mod pool;
 pub mod reduce;
 pub mod softmax;
@@ -114,6 +115,17 @@ impl Tensor {
             (Storage::Cuda(x), Storage::Cuda(y), Storage::Cuda(z)) => Storage::Cuda(cuda(x, y, z)?),
             _ => unreachable!("devices were checked equal"),
         })
+    }
+
+    /// The two operands on one device. As in PyTorch, a 0-d CPU tensor (a scalar) may meet a
+    /// tensor on any device: it moves there. Any other mix is an error naming both devices.
+    pub(crate) fn colocated(op: &'static str, a: &Tensor, b: &Tensor) -> Result<(Tensor, Tensor)> {
+        match (a.device(), b.device()) {
+            (da, db) if da == db => Ok((a.clone(), b.clone())),
+            (crate::Device::Cpu, db) if a.rank() == 0 => Ok((a.to_device(db)?, b.clone())),
+            (da, crate::Device::Cpu) if b.rank() == 0 => Ok((a.clone(), b.to_device(da)?)),
+            _ => a.check_same_device(op, b).map(|_| (a.clone(), b.clone())),
+        }
     }
 
     pub(crate) fn check_same_device(&self, op: &'static str, other: &Tensor) -> Result<()> {

@@ -1,8 +1,11 @@
-//! max_pool2d, avg_pool2d and nearest upsampling on [N, C, H, W].
+//! max_pool2d, avg_pool2d and nearest upsampling on [N, C, H, W]. The CPU runs its kernels on
+//! host copies; CUDA tensors stay on the device, forward and backward.
 
 use super::backward_fn;
+use super::index::cuda_of;
 use crate::backend::cpu::pool::{self as cpu, PoolGeometry};
-use crate::{DType, Error, Result, Tensor};
+use crate::backend::{cuda, CudaStorage, Storage};
+use crate::{DType, Device, Error, Layout, Result, Tensor};
 
 fn geometry(
     op: &'static str,
@@ -70,6 +73,27 @@ fn on_floats(
     }
 }
 
+/// A tensor of `shape` made by a CUDA kernel from `t`'s storage and layout.
+pub(super) fn cuda_kernel(
+    op: &'static str,
+    t: &Tensor,
+    shape: &[usize],
+    f: impl FnOnce(&CudaStorage, &Layout) -> Result<CudaStorage>,
+) -> Result<Tensor> {
+    let storage = {
+        let guard = t.storage();
+        f(cuda_of(op, t, &guard)?, t.layout())?
+    };
+    Tensor::from_storage(Storage::Cuda(storage), shape)
+}
+
+/// Where max pooling's backward finds each output's chosen input: host indices for a CPU
+/// forward, an I64 device buffer for a CUDA one.
+enum Argmax {
+    Cpu(Vec<usize>),
+    Cuda(CudaStorage),
+}
+
 impl Tensor {
     pub fn max_pool2d(
         &self,
@@ -80,22 +104,42 @@ impl Tensor {
         self.check_float("max_pool2d")?;
         let g = geometry("max_pool2d", self.shape(), kernel, stride, padding)?;
         let out_shape = [self.shape()[0], self.shape()[1], g.ho, g.wo];
-        let (out, argmax) = if self.dtype() == DType::F64 {
-            let (v, i) = cpu::max_pool2d(&self.to_vec::<f64>()?, &g);
-            (Tensor::from_vec(v, &out_shape)?, i)
-        } else {
-            let (v, i) = cpu::max_pool2d(&self.to_vec::<f32>()?, &g);
-            (Tensor::from_vec(v, &out_shape)?.to_dtype(self.dtype())?, i)
+        let (out, argmax) = match self.device() {
+            Device::Cpu if self.dtype() == DType::F64 => {
+                let (v, i) = cpu::max_pool2d(&self.to_vec::<f64>()?, &g);
+                (Tensor::from_vec(v, &out_shape)?, Argmax::Cpu(i))
+            }
+            Device::Cpu => {
+                let (v, i) = cpu::max_pool2d(&self.to_vec::<f32>()?, &g);
+                let out = Tensor::from_vec(v, &out_shape)?.to_dtype(self.dtype())?;
+                (out, Argmax::Cpu(i))
+            }
+            Device::Cuda(_) => {
+                let (v, i) = {
+                    let guard = self.storage();
+                    cuda::pool::max_pool2d(cuda_of("max_pool2d", self, &guard)?, self.layout(), &g)?
+                };
+                (
+                    Tensor::from_storage(Storage::Cuda(v), &out_shape)?,
+                    Argmax::Cuda(i),
+                )
+            }
         };
         let in_shape = self.shape().to_vec();
         Ok(out.recorded(&[self], move || {
             backward_fn("max_pool2d", move |dy, _| {
-                Ok(vec![Some(on_floats(
-                    dy,
-                    &in_shape,
-                    |d| cpu::max_pool2d_backward(d, &argmax, &g),
-                    |d| cpu::max_pool2d_backward(d, &argmax, &g),
-                )?)])
+                let dx = match &argmax {
+                    Argmax::Cpu(argmax) => on_floats(
+                        dy,
+                        &in_shape,
+                        |d| cpu::max_pool2d_backward(d, argmax, &g),
+                        |d| cpu::max_pool2d_backward(d, argmax, &g),
+                    )?,
+                    Argmax::Cuda(argmax) => cuda_kernel("max_pool2d", dy, &in_shape, |s, l| {
+                        cuda::pool::max_pool2d_backward(s, l, argmax, &g)
+                    })?,
+                };
+                Ok(vec![Some(dx)])
             })
         }))
     }
@@ -108,21 +152,33 @@ impl Tensor {
     ) -> Result<Tensor> {
         self.check_float("avg_pool2d")?;
         let g = geometry("avg_pool2d", self.shape(), kernel, stride, padding)?;
-        let out = on_floats(
-            self,
-            &[self.shape()[0], self.shape()[1], g.ho, g.wo],
-            |x| cpu::avg_pool2d(x, &g),
-            |x| cpu::avg_pool2d(x, &g),
-        )?;
+        let out_shape = [self.shape()[0], self.shape()[1], g.ho, g.wo];
+        let out = match self.device() {
+            Device::Cpu => on_floats(
+                self,
+                &out_shape,
+                |x| cpu::avg_pool2d(x, &g),
+                |x| cpu::avg_pool2d(x, &g),
+            )?,
+            Device::Cuda(_) => cuda_kernel("avg_pool2d", self, &out_shape, |s, l| {
+                cuda::pool::avg_pool2d(s, l, &g)
+            })?,
+        };
         let in_shape = self.shape().to_vec();
         Ok(out.recorded(&[self], move || {
             backward_fn("avg_pool2d", move |dy, _| {
-                Ok(vec![Some(on_floats(
-                    dy,
-                    &in_shape,
-                    |d| cpu::avg_pool2d_backward(d, &g),
-                    |d| cpu::avg_pool2d_backward(d, &g),
-                )?)])
+                let dx = match dy.device() {
+                    Device::Cpu => on_floats(
+                        dy,
+                        &in_shape,
+                        |d| cpu::avg_pool2d_backward(d, &g),
+                        |d| cpu::avg_pool2d_backward(d, &g),
+                    )?,
+                    Device::Cuda(_) => cuda_kernel("avg_pool2d", dy, &in_shape, |s, l| {
+                        cuda::pool::avg_pool2d_backward(s, l, &g)
+                    })?,
+                };
+                Ok(vec![Some(dx)])
             })
         }))
     }
@@ -141,21 +197,35 @@ impl Tensor {
         }
         let (planes, h, w) = (s[0] * s[1], s[2], s[3]);
         let out_shape = [s[0], s[1], h * scale_h, w * scale_w];
-        let out = on_floats(
-            self,
-            &out_shape,
-            |x| cpu::upsample_nearest(x, planes, h, w, scale_h, scale_w),
-            |x| cpu::upsample_nearest(x, planes, h, w, scale_h, scale_w),
-        )?;
+        let (plane, scale) = ((h, w), (scale_h, scale_w));
+        let out = match self.device() {
+            Device::Cpu => on_floats(
+                self,
+                &out_shape,
+                |x| cpu::upsample_nearest(x, planes, h, w, scale_h, scale_w),
+                |x| cpu::upsample_nearest(x, planes, h, w, scale_h, scale_w),
+            )?,
+            Device::Cuda(_) => cuda_kernel("upsample_nearest2d", self, &out_shape, |st, l| {
+                cuda::pool::upsample_nearest(st, l, planes, plane, scale)
+            })?,
+        };
         let in_shape = s.to_vec();
         Ok(out.recorded(&[self], move || {
             backward_fn("upsample_nearest2d", move |dy, _| {
-                Ok(vec![Some(on_floats(
-                    dy,
-                    &in_shape,
-                    |d| cpu::upsample_nearest_backward(d, planes, h, w, scale_h, scale_w),
-                    |d| cpu::upsample_nearest_backward(d, planes, h, w, scale_h, scale_w),
-                )?)])
+                let dx = match dy.device() {
+                    Device::Cpu => on_floats(
+                        dy,
+                        &in_shape,
+                        |d| cpu::upsample_nearest_backward(d, planes, h, w, scale_h, scale_w),
+                        |d| cpu::upsample_nearest_backward(d, planes, h, w, scale_h, scale_w),
+                    )?,
+                    Device::Cuda(_) => {
+                        cuda_kernel("upsample_nearest2d", dy, &in_shape, |st, l| {
+                            cuda::pool::upsample_nearest_backward(st, l, planes, plane, scale)
+                        })?
+                    }
+                };
+                Ok(vec![Some(dx)])
             })
         }))
     }

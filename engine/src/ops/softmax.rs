@@ -9,13 +9,20 @@ use crate::{DType, Result, Tensor};
 
 impl Tensor {
     /// Moves `dim` last and makes the view contiguous, so kernels see rows.
+    /// The result owns its whole storage from offset 0, since the CPU kernel reads the storage
+    /// as rows (a narrowed view is contiguous but starts elsewhere).
     fn rows_along(&self, dim: usize) -> Result<Tensor> {
         let last = self.rank() - 1;
         crate::autograd::no_grad(|| {
-            if dim == last {
-                self.contiguous()
+            let rows = if dim == last {
+                self.contiguous()?
             } else {
-                self.transpose(dim as isize, last as isize)?.contiguous()
+                self.transpose(dim as isize, last as isize)?.contiguous()?
+            };
+            if rows.layout().offset() == 0 && rows.storage().len() == rows.numel() {
+                Ok(rows)
+            } else {
+                rows.contiguous_copy()
             }
         })
     }

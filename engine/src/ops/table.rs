@@ -98,6 +98,9 @@ ops! {
     "logsumexp": Composite, true, FLOAT;
     "softmax": Primitive, true, FLOAT;
     "log_softmax": Primitive, true, FLOAT;
+    // normalization
+    "layer_norm": Primitive, true, FLOAT;
+    "rms_norm": Primitive, true, FLOAT;
     // views and copies
     "reshape": View, true, ALL;
     "permute": View, true, ALL;
@@ -122,7 +125,7 @@ ops! {
     "avg_pool2d": Primitive, true, FLOAT;
     "upsample_nearest2d": Primitive, true, FLOAT;
     // losses
-    "cross_entropy": Composite, true, FLOAT;
+    "cross_entropy": Primitive, true, FLOAT;
     "bce_with_logits": Composite, true, FLOAT;
     "mse_loss": Composite, true, FLOAT;
     "huber_loss": Composite, true, FLOAT;

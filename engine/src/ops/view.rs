@@ -327,7 +327,7 @@ impl Tensor {
     }
 
     /// This tensor's elements, packed, in a storage on `device`.
-    fn transfer(&self, device: Device) -> Result<Storage> {
+    pub(crate) fn transfer(&self, device: Device) -> Result<Storage> {
         let packed = self.contiguous()?;
         let whole = packed.layout().offset() == 0 && packed.storage().len() == packed.numel();
         let packed = if whole { packed } else { packed.contiguous_copy()? };

@@ -12,6 +12,7 @@
 //! weights), the usual practice for transformers; `decay_1d_params` turns it on for them.
 
 use super::optimizer::{numbered, Optimizer, OptimizerCore, ParamState};
+use crate::backend::cuda::optim::UpdateRule;
 use crate::{Error, Result, Tensor};
 
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -81,6 +82,16 @@ impl Optimizer for AdamW {
 
     fn state_fields(&self) -> &'static [&'static str] {
         &["exp_avg", "exp_avg_sq"]
+    }
+
+    fn fused_rule(&self) -> Option<UpdateRule> {
+        let c = &self.config;
+        Some(UpdateRule::AdamW {
+            betas: c.betas,
+            eps: c.eps,
+            weight_decay: c.weight_decay,
+            decay_1d_params: c.decay_1d_params,
+        })
     }
 
     fn update(&self, p: &Tensor, g: &Tensor, st: &mut ParamState, lr: f64) -> Result<()> {

@@ -1,31 +1,60 @@
-//! Gradient norms and clipping. The global norm is summed in f64, tensor by tensor in parameter
-//! order, so it is the same on every run. Clipping replaces each gradient with a scaled copy
-//! (`set_grad`), never writing into it: a gradient may share storage with another tensor.
+//! Gradient norms and clipping. On the CPU the global norm is summed in f64, tensor by tensor in
+//! parameter order, so it is the same on every run; on a CUDA device one deterministic
+//! reduction sums it in F32 and the norm can stay there as a 0-d tensor. Clipping replaces
+//! each gradient with a scaled copy (`set_grad`), never writing into it: a gradient may share
+//! storage with another tensor.
 
-use crate::{no_grad, Result, Tensor};
+use super::fused;
+use crate::{no_grad, DType, Result, Tensor};
 
 /// The L2 norm over every gradient of `params` (parameters without one are skipped). NaN or
-/// infinite when any gradient holds a non-finite value.
+/// infinite when any gradient holds a non-finite value. With every parameter on one CUDA
+/// device this waits for the device's reduction; `global_grad_norm_tensor` does not.
 pub fn global_grad_norm(params: &[Tensor]) -> Result<f64> {
+    if let Some(ordinal) = fused::cuda_ordinal(params) {
+        return fused::grad_norm_on_device(params, ordinal)?.item();
+    }
     let mut sum = 0f64;
     for p in params {
         if let Some(g) = p.grad() {
-            // Host-side for now; a device reduction replaces this once grads live on the GPU.
             sum += g.to_vec_f64()?.iter().map(|x| x * x).sum::<f64>();
         }
     }
     Ok(sum.sqrt())
 }
 
+/// The global gradient norm as a 0-d tensor where the parameters are: F32 on a CUDA device
+/// (nothing waits for it), F64 on the CPU.
+pub fn global_grad_norm_tensor(params: &[Tensor]) -> Result<Tensor> {
+    match fused::cuda_ordinal(params) {
+        Some(ordinal) => fused::grad_norm_on_device(params, ordinal),
+        None => Tensor::scalar(global_grad_norm(params)?, DType::F64),
+    }
+}
+
 /// Scales the gradients so their global norm is at most `max_norm` and returns the norm from
 /// before clipping, as torch.nn.utils.clip_grad_norm_. A non-finite norm leaves the gradients
 /// as they are (scaling would only spread the NaN); the caller decides what to do with it.
+/// On CUDA this waits to return the norm; `clip_grad_norm_tensor` does not.
 pub fn clip_grad_norm(params: &[Tensor], max_norm: f64) -> Result<f64> {
+    if let Some(ordinal) = fused::cuda_ordinal(params) {
+        return fused::clip_on_device(params, ordinal, max_norm)?.item();
+    }
     let norm = global_grad_norm(params)?;
     if norm.is_finite() && norm > max_norm {
         scale_grads(params, max_norm / (norm + 1e-6))?;
     }
     Ok(norm)
+}
+
+/// `clip_grad_norm` returning the norm as a 0-d tensor where the parameters are. On a CUDA
+/// device the clip factor is worked out there from the norm, so nothing waits: the norm can be
+/// read (`item`) when a progress bar wants it.
+pub fn clip_grad_norm_tensor(params: &[Tensor], max_norm: f64) -> Result<Tensor> {
+    match fused::cuda_ordinal(params) {
+        Some(ordinal) => fused::clip_on_device(params, ordinal, max_norm),
+        None => Tensor::scalar(clip_grad_norm(params, max_norm)?, DType::F64),
+    }
 }
 
 /// Replaces each gradient with `grad * factor`.
@@ -70,6 +99,20 @@ mod tests {
         assert!((global_grad_norm(&[a, b]).unwrap() - 1.0).abs() < 1e-5);
         // The old gradient tensor, which someone else may hold, is untouched.
         assert_eq!(shared.to_vec_f32().unwrap(), [3.0, 0.0]);
+    }
+
+    #[test]
+    fn clip_grad_norm_tensor_on_the_cpu_is_the_f64_norm_as_a_scalar() {
+        let a = param_with_grad(vec![3.0, 4.0]);
+        let n = clip_grad_norm_tensor(std::slice::from_ref(&a), 1.0).unwrap();
+        assert_eq!(
+            (n.rank(), n.dtype(), n.item().unwrap()),
+            (0, DType::F64, 5.0)
+        );
+        let g = a.grad().unwrap().to_vec_f64().unwrap();
+        assert!((g[0] - 3.0 / (5.0 + 1e-6)).abs() < 1e-6);
+        let n = global_grad_norm_tensor(std::slice::from_ref(&a)).unwrap();
+        assert!((n.item().unwrap() - 1.0).abs() < 1e-6);
     }
 
     #[test]

@@ -13,6 +13,7 @@
 //! unless `decay_1d_params` is set.
 
 use super::optimizer::{numbered, Optimizer, OptimizerCore, ParamState};
+use crate::backend::cuda::optim::UpdateRule;
 use crate::{Error, Result, Tensor};
 
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -75,6 +76,15 @@ impl Optimizer for Lion {
 
     fn state_fields(&self) -> &'static [&'static str] {
         &["exp_avg"]
+    }
+
+    fn fused_rule(&self) -> Option<UpdateRule> {
+        let c = &self.config;
+        Some(UpdateRule::Lion {
+            betas: c.betas,
+            weight_decay: c.weight_decay,
+            decay_1d_params: c.decay_1d_params,
+        })
     }
 
     fn update(&self, p: &Tensor, g: &Tensor, st: &mut ParamState, lr: f64) -> Result<()> {

@@ -5,6 +5,7 @@
 
 mod adamw;
 mod clip;
+mod fused;
 mod lion;
 mod optimizer;
 pub mod schedule;
@@ -14,8 +15,11 @@ mod state;
 #[cfg(test)]
 mod tests;
 
+pub use crate::backend::cuda::optim::UpdateRule;
 pub use adamw::{AdamW, AdamWConfig};
-pub use clip::{clip_grad_norm, global_grad_norm, scale_grads};
+pub use clip::{
+    clip_grad_norm, clip_grad_norm_tensor, global_grad_norm, global_grad_norm_tensor, scale_grads,
+};
 pub use lion::{Lion, LionConfig};
 pub use optimizer::{
     numbered, state_dtype, Optimizer, OptimizerCore, Param, ParamState, StepOutcome,

@@ -1,22 +1,38 @@
 //! The `Optimizer` trait and the machinery every algorithm shares: the parameter list, the step
 //! count (from 1), the learning rate and its schedule, gradient clipping, and skipping a step
 //! whose gradients are not finite. An algorithm only writes `update` for one parameter and the
-//! save/load of its per-parameter state.
+//! save/load of its per-parameter state; one that also names its `fused_rule` runs as fused
+//! kernels when its parameters live on a CUDA device (fused.rs).
 
 use super::clip::{global_grad_norm, scale_grads};
+use super::fused::{self, DeviceSteps};
 use super::schedule::Schedule;
 use super::state::{param_key, OptimizerState, StateReader};
+use crate::backend::cuda::optim::{UpdateRule, COUNTER_HEAD};
 use crate::{no_grad, DType, Error, Result, Tensor};
 use std::collections::BTreeSet;
+use std::sync::Mutex;
 
 /// What `step` did.
-#[derive(Clone, Copy, Debug, PartialEq)]
+#[derive(Clone, Debug)]
 pub enum StepOutcome {
     /// The parameters were updated; `grad_norm` is the global norm before clipping.
     Applied { step: u64, lr: f64, grad_norm: f64 },
     /// The global gradient norm was not finite: nothing was updated, the gradients were cleared
     /// and the step count did not advance.
     Skipped { norm: f64 },
+    /// The step was queued on a CUDA device, which decides there whether it applies (a
+    /// non-finite norm skips it, as on the CPU, but the gradients are kept because the host
+    /// does not know yet), so the host never waits for it. `step` and `lr` are the step's
+    /// number and rate unless it or an earlier step not yet read back was skipped; a skip is
+    /// warned about once read (`skipped_steps`, `step_count`, or a later step that finds the
+    /// device's counters). `grad_norm` is the global norm before clipping as a 0-d F32 tensor
+    /// on the device: reading it (`item`) waits for the step.
+    Queued {
+        step: u64,
+        lr: f64,
+        grad_norm: Tensor,
+    },
 }
 
 /// A parameter and the name its state is saved under.
@@ -39,9 +55,15 @@ pub struct ParamState {
 pub struct OptimizerCore {
     params: Vec<Param>,
     /// Created on a parameter's first update.
-    states: Vec<Option<ParamState>>,
-    step: u64,
-    lr: f64,
+    pub(super) states: Vec<Option<ParamState>>,
+    /// Applied steps. With parameters on CUDA, the steps queued so far as if none were skipped,
+    /// corrected whenever a read of the device's counters finds a skip.
+    pub(super) step: u64,
+    /// Skipped steps (on CUDA, those the host has read back).
+    pub(super) skipped: u64,
+    pub(super) lr: f64,
+    /// The device's step counters, made on the first step on CUDA and dropped by a load.
+    pub(super) device: Mutex<Option<DeviceSteps>>,
     /// Clip the global gradient norm to this before each update.
     pub max_grad_norm: Option<f64>,
     /// When set, the learning rate of step t is `schedule.lr_at(t)`.
@@ -74,7 +96,9 @@ impl OptimizerCore {
                 .collect(),
             states: Vec::new(),
             step: 0,
+            skipped: 0,
             lr,
+            device: Mutex::new(None),
             max_grad_norm: None,
             schedule: None,
         })
@@ -88,9 +112,27 @@ impl OptimizerCore {
         self.params.iter().map(|p| p.tensor.clone()).collect()
     }
 
-    /// The state of parameter `index`, if it has been updated.
+    /// The state of parameter `index`, if it has been updated. With parameters on CUDA its
+    /// `step` counts queued updates until a read of the device's counters corrects it (a step
+    /// does when it finds a skip; `state_dict` always reads them).
     pub fn param_state(&self, index: usize) -> Option<&ParamState> {
         self.states.get(index)?.as_ref()
+    }
+
+    /// (applied steps, skipped steps), exact: with parameters on CUDA this reads the device's
+    /// counters, waiting for queued steps, and warns about skips found there. A failed read is
+    /// warned about and the host's counts are returned.
+    fn counts(&self) -> (u64, u64) {
+        match fused::exact_counters(self) {
+            Ok(Some(c)) => (c[0].max(0) as u64, c[1].max(0) as u64),
+            Ok(None) => (self.step, self.skipped),
+            Err(e) => {
+                crate::messages::warn(&format!(
+                    "could not read the optimizer's step counts from the device: {e}"
+                ));
+                (self.step, self.skipped)
+            }
+        }
     }
 }
 
@@ -139,6 +181,12 @@ pub trait Optimizer: Send {
     /// `.grad()`, so it must never be written into.
     fn update(&self, param: &Tensor, grad: &Tensor, state: &mut ParamState, lr: f64) -> Result<()>;
 
+    /// The same update as one rule of the fused CUDA kernels, for parameters on a CUDA device;
+    /// `None` (the default) runs `update` tensor by tensor there too.
+    fn fused_rule(&self) -> Option<UpdateRule> {
+        None
+    }
+
     fn step(&mut self) -> Result<StepOutcome> {
         step_impl(self)
     }
@@ -161,9 +209,16 @@ pub trait Optimizer: Send {
         Ok(())
     }
 
-    /// Steps taken so far; the next step is `step_count() + 1`.
+    /// Steps taken so far (skipped ones do not count); the next step is `step_count() + 1`.
+    /// With parameters on CUDA this waits for the queued steps, to read the device's count.
     fn step_count(&self) -> u64 {
-        self.core().step
+        self.core().counts().0
+    }
+
+    /// Steps skipped for a non-finite gradient norm. With parameters on CUDA this waits for the
+    /// queued steps and warns about the skips it finds, as the CPU warns at each skip.
+    fn skipped_steps(&self) -> u64 {
+        self.core().counts().1
     }
 
     fn set_schedule(&mut self, schedule: Option<Schedule>) -> Result<()> {
@@ -187,17 +242,28 @@ pub trait Optimizer: Send {
         Ok(())
     }
 
-    /// The step count, the learning rate and every parameter's state, as copies:
-    /// `state.<param>.step` and `state.<param>.<field>`.
+    /// The step count, the learning rate and every parameter's state, as copies on the CPU:
+    /// `state.<param>.step` and `state.<param>.<field>`. With parameters on CUDA this first
+    /// reads the device's step counts (waiting for the queued steps).
     fn state_dict(&self) -> Result<OptimizerState> {
         let core = self.core();
+        let exact = fused::exact_counters(core)?;
+        let step = exact.as_ref().map_or(core.step, |c| c[0].max(0) as u64);
         let mut out = OptimizerState::new(self.kind());
-        out.scalars.insert("step".into(), core.step as f64);
-        out.scalars.insert("lr".into(), core.lr);
-        for (p, st) in core.params.iter().zip(&core.states) {
+        out.scalars.insert("step".into(), step as f64);
+        out.scalars.insert("lr".into(), fused::lr_for(core, step));
+        for (i, (p, st)) in core.params.iter().zip(&core.states).enumerate() {
             let Some(st) = st else { continue };
+            let param_step = match &exact {
+                Some(c) => c.get(COUNTER_HEAD + i).copied().unwrap_or(0).max(0) as u64,
+                None => st.step,
+            };
+            if param_step == 0 {
+                // Made by a step that the device skipped: the CPU would have no state yet.
+                continue;
+            }
             out.scalars
-                .insert(param_key(&p.name, "step"), st.step as f64);
+                .insert(param_key(&p.name, "step"), param_step as f64);
             for (field, t) in self.state_fields().iter().zip(&st.tensors) {
                 out.put_tensor(param_key(&p.name, field), t)?;
             }
@@ -205,8 +271,9 @@ pub trait Optimizer: Send {
         Ok(out)
     }
 
-    /// Restores a `state_dict`. On any problem (another optimizer's state, a missing, mis-shaped
-    /// or unexpected entry) it returns one error naming all of them and changes nothing.
+    /// Restores a `state_dict`, putting each state tensor on its parameter's device. On any
+    /// problem (another optimizer's state, a missing, mis-shaped or unexpected entry) it
+    /// returns one error naming all of them and changes nothing.
     fn load_state_dict(&mut self, state: &OptimizerState) -> Result<()> {
         let mut reader = StateReader::new(state, self.kind());
         let step = reader.scalar("step");
@@ -231,7 +298,29 @@ pub trait Optimizer: Send {
             })
             .collect();
         reader.finish()?;
+        let states = states
+            .into_iter()
+            .zip(&self.core().params)
+            .map(|(st, p)| {
+                st.map(|st| -> Result<ParamState> {
+                    let dtype = state_dtype(&p.tensor);
+                    let tensors = st
+                        .tensors
+                        .iter()
+                        .map(|t| t.to_device(p.tensor.device())?.to_dtype(dtype))
+                        .collect::<Result<_>>()?;
+                    Ok(ParamState {
+                        step: st.step,
+                        tensors,
+                    })
+                })
+                .transpose()
+            })
+            .collect::<Result<Vec<_>>>()?;
         let core = self.core_mut();
+        // The device's counters restart from the loaded counts at the next step (dropping the
+        // old ones first warns about any skip not yet read).
+        *core.device.get_mut().unwrap_or_else(|e| e.into_inner()) = None;
         core.step = step.unwrap_or_default() as u64;
         core.lr = lr.unwrap_or(core.lr);
         core.states = states;
@@ -239,13 +328,18 @@ pub trait Optimizer: Send {
     }
 }
 
-/// The shared step: gradient norm, skip or clip, schedule, then each parameter's update.
+/// The shared step: gradient norm, skip or clip, schedule, then each parameter's update. With
+/// every parameter on one CUDA device and a fused rule, all of that runs as fused kernels.
 fn step_impl<O: Optimizer + ?Sized>(opt: &mut O) -> Result<StepOutcome> {
     crate::cancel::check()?;
     let tensors = opt.core().tensors();
+    if let (Some(rule), Some(ordinal)) = (opt.fused_rule(), fused::cuda_ordinal(&tensors)) {
+        return fused::step(opt, rule, ordinal);
+    }
     let norm = global_grad_norm(&tensors)?;
     if !norm.is_finite() {
         let next = opt.core().step + 1;
+        opt.core_mut().skipped += 1;
         opt.zero_grad();
         crate::messages::warn(&format!(
             "optimizer step {next} skipped: the gradient norm is {norm}; parameters were not \

@@ -9,6 +9,7 @@
 //! ```
 
 use super::optimizer::{numbered, Optimizer, OptimizerCore, ParamState};
+use crate::backend::cuda::optim::UpdateRule;
 use crate::{Error, Result, Tensor};
 
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -81,6 +82,16 @@ impl Optimizer for Sgd {
         } else {
             &[]
         }
+    }
+
+    fn fused_rule(&self) -> Option<UpdateRule> {
+        let c = &self.config;
+        Some(UpdateRule::Sgd {
+            momentum: c.momentum,
+            dampening: c.dampening,
+            nesterov: c.nesterov,
+            weight_decay: c.weight_decay,
+        })
     }
 
     fn update(&self, p: &Tensor, g: &Tensor, st: &mut ParamState, lr: f64) -> Result<()> {

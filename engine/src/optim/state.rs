@@ -3,7 +3,7 @@
 //! `StateReader`, which collects every missing, mis-shaped and unexpected entry and reports
 //! them in one error before anything is changed.
 
-use crate::{Error, Result, Tensor};
+use crate::{Device, Error, Result, Tensor};
 use std::collections::{BTreeMap, BTreeSet};
 
 #[derive(Clone, Debug, Default)]
@@ -25,9 +25,15 @@ impl OptimizerState {
         }
     }
 
-    /// Stores an independent copy of `t`, so later in-place updates do not reach the save.
+    /// Stores an independent copy of `t` on the CPU, so later in-place updates do not reach
+    /// the save and a checkpoint writer finds every tensor on the host.
     pub fn put_tensor(&mut self, key: String, t: &Tensor) -> Result<()> {
-        self.tensors.insert(key, t.contiguous_copy()?);
+        let copy = if t.device() == Device::Cpu {
+            t.contiguous_copy()?
+        } else {
+            t.to_device(Device::Cpu)?
+        };
+        self.tensors.insert(key, copy);
         Ok(())
     }
 }

@@ -174,6 +174,7 @@ fn nan_gradient_skips_the_step_leaves_params_unchanged_clears_grads_and_warns() 
     assert_eq!(bits(&m), before);
     assert!(m.parameters().iter().all(|p| p.grad().is_none()));
     assert_eq!(opt.step_count(), 1, "a skipped step does not count");
+    assert_eq!(opt.skipped_steps(), 1);
     assert!(
         seen.lock()
             .unwrap()

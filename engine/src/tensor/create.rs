@@ -126,7 +126,25 @@ impl Tensor {
             Some(g) => draw(g, n),
             None => with_default(|g| draw(g, n)),
         };
-        Self::from_f64s(&values, shape, dtype)
+        // BF16 and F16 round through f32 (each step to nearest even), which the CUDA draw
+        // reproduces exactly; half's direct f64 conversion ignores the f64's low 32 bits when it
+        // rounds, so it can round a near-tie the wrong way.
+        let storage = match dtype {
+            DType::BF16 => CpuStorage::BF16(
+                values
+                    .iter()
+                    .map(|&v| half::bf16::from_f32(v as f32))
+                    .collect(),
+            ),
+            DType::F16 => CpuStorage::F16(
+                values
+                    .iter()
+                    .map(|&v| half::f16::from_f32(v as f32))
+                    .collect(),
+            ),
+            _ => return Self::from_f64s(&values, shape, dtype),
+        };
+        Tensor::from_cpu(storage, shape)
     }
 
     /// Uniform [0, 1) from `gen`, or from the default generator (`manual_seed`).
@@ -136,6 +154,56 @@ impl Tensor {
 
     pub fn randn(shape: &[usize], dtype: DType, gen: Option<&mut Generator>) -> Result<Tensor> {
         Self::random_with(shape, dtype, gen, |g, n| g.normal(n))
+    }
+
+    /// `rand` drawn on `device`: on CUDA the device computes the same Philox stream, so the
+    /// values (bit for bit) and the generator's advance are those of the CPU draw.
+    pub fn rand_on(
+        shape: &[usize],
+        dtype: DType,
+        device: Device,
+        gen: Option<&mut Generator>,
+    ) -> Result<Tensor> {
+        use crate::backend::cuda::random::Distribution;
+        match device {
+            Device::Cpu => Self::rand(shape, dtype, gen),
+            Device::Cuda(i) => Self::random_on_cuda(i, shape, dtype, gen, Distribution::Uniform),
+        }
+    }
+
+    /// `randn` drawn on `device`, with the CPU draw's generator advance; on CUDA the values
+    /// match the CPU's up to the last ulp of the device's log and cos (computed in f64, so F32
+    /// and narrower results almost always match bit for bit).
+    pub fn randn_on(
+        shape: &[usize],
+        dtype: DType,
+        device: Device,
+        gen: Option<&mut Generator>,
+    ) -> Result<Tensor> {
+        use crate::backend::cuda::random::Distribution;
+        match device {
+            Device::Cpu => Self::randn(shape, dtype, gen),
+            Device::Cuda(i) => Self::random_on_cuda(i, shape, dtype, gen, Distribution::Normal),
+        }
+    }
+
+    fn random_on_cuda(
+        ordinal: usize,
+        shape: &[usize],
+        dtype: DType,
+        gen: Option<&mut Generator>,
+        dist: crate::backend::cuda::random::Distribution,
+    ) -> Result<Tensor> {
+        let n = checked_numel("random", shape)?;
+        let dev = crate::backend::cuda::device(ordinal)?;
+        // The generator moves only once the device is known to be there, as a failed CPU
+        // draw would leave it.
+        let (seed, start) = match gen {
+            Some(g) => (g.seed(), g.advance(dist.words(n))),
+            None => with_default(|g| (g.seed(), g.advance(dist.words(n)))),
+        };
+        let s = crate::backend::cuda::random::draw(&dev, n, dtype, dist, seed, start)?;
+        Tensor::from_storage(Storage::Cuda(s), shape)
     }
 
     /// Integers in [low, high).

@@ -20,7 +20,6 @@ pub(crate) struct TensorInner {
     storage: Arc<StorageCell>,
     layout: Layout,
     dtype: DType,
-    device: Device,
     grad_fn: Option<Arc<Node>>,
     requires_grad: AtomicBool,
     grad: Mutex<Option<Tensor>>,
@@ -47,15 +46,11 @@ impl Tensor {
     }
 
     fn leaf(storage: Arc<StorageCell>, layout: Layout) -> Tensor {
-        let (dtype, device) = {
-            let s = storage.read();
-            (s.dtype(), s.device())
-        };
+        let dtype = storage.read().dtype();
         Tensor(Arc::new(TensorInner {
             storage,
             layout,
             dtype,
-            device,
             grad_fn: None,
             requires_grad: AtomicBool::new(false),
             grad: Mutex::new(None),
@@ -147,8 +142,9 @@ impl Tensor {
         self.0.dtype
     }
 
+    /// Where the data lives; read from the storage, which `relocate_` can move.
     pub fn device(&self) -> Device {
-        self.0.device
+        self.0.storage.device()
     }
 
     pub fn layout(&self) -> &Layout {
@@ -245,6 +241,28 @@ impl Tensor {
             Some(prev) => prev.add(&g)?,
             None => g,
         });
+        Ok(())
+    }
+
+    /// Moves this leaf's storage to `device` in place, so every handle to it (a model's
+    /// parameter, an optimizer's reference) sees the new device. Its gradient is cleared.
+    pub fn relocate_(&self, device: Device) -> Result<()> {
+        if self.device() == device {
+            return Ok(());
+        }
+        if !self.is_leaf() {
+            return Err(Error::invalid("relocate_", "only leaf tensors (parameters, buffers) move in place; use to_device() for a copy"));
+        }
+        let whole = self.is_contiguous()
+            && self.layout().offset() == 0
+            && self.storage().len() == self.numel();
+        if !whole {
+            return Err(Error::invalid("relocate_", format!("a view of shape {:?} does not own its whole storage; move the tensor it views, or use to_device()", self.shape())));
+        }
+        let moved = crate::autograd::no_grad(|| self.transfer(device))?;
+        *self.0.storage.write() = moved;
+        self.0.storage.set_device(device);
+        self.set_grad(None);
         Ok(())
     }
 

@@ -4,8 +4,10 @@
 pub mod conv;
 pub mod elementwise;
 pub mod index;
+pub mod loss;
 pub mod map;
 pub mod matmul;
+pub mod norm;
 pub mod pool;
 pub mod real;
 pub mod reduce;

@@ -29,9 +29,16 @@ kernel_file!(COPY, "copy.cu");
 kernel_file!(ELEMENTWISE, "elementwise.cu");
 kernel_file!(REDUCE, "reduce.cu");
 kernel_file!(SOFTMAX, "softmax.cu");
+kernel_file!(NORM, "norm.cu");
+kernel_file!(LOSS, "loss.cu");
+kernel_file!(RANDOM, "random.cu");
+kernel_file!(INDEX, "index.cu");
+kernel_file!(CONV, "conv.cu");
+kernel_file!(POOL, "pool.cu");
+kernel_file!(OPTIM, "optim.cu");
 
 /// Every kernel file, for the test that compiles them all.
-pub const ALL_FILES: &[&KernelFile] = &[&COPY, &ELEMENTWISE, &REDUCE, &SOFTMAX];
+pub const ALL_FILES: &[&KernelFile] = &[&COPY, &ELEMENTWISE, &REDUCE, &SOFTMAX, &INDEX, &CONV, &POOL, &OPTIM, &NORM, &LOSS, &RANDOM];
 
 fn cuda_home() -> PathBuf {
     std::env::var_os("CUDA_HOME")

@@ -5,7 +5,7 @@ use super::copy::cast;
 use super::launch::{args, grid_for, type_suffix, Strided};
 use super::CudaStorage;
 use crate::ops::kinds::{BinaryOp, CmpOp, UnaryOp};
-use crate::{DType, Error, Layout, Result};
+use crate::{DType, Layout, Result};
 
 const BLOCK: u32 = 256;
 
@@ -58,16 +58,14 @@ fn cmp_code(op: CmpOp) -> i32 {
     }
 }
 
-/// Arithmetic kernels exist for every dtype but Bool (which the op layer promotes first).
-fn numeric_suffix(op: &'static str, dtype: DType) -> Result<&'static str> {
-    if dtype == DType::Bool {
-        return Err(Error::UnsupportedDType {
-            op,
-            dtype,
-            detail: " on CUDA for arithmetic".into(),
-        });
-    }
-    Ok(type_suffix(dtype))
+/// Bool arithmetic runs as U8 and is turned back into 0/1 by a cast (as the CPU does through
+/// f64 and `!= 0`).
+fn as_bool(out: CudaStorage, n: usize) -> Result<CudaStorage> {
+    cast(&out, &Layout::contiguous(&[n]), DType::Bool)
+}
+
+fn numeric_suffix(dtype: DType) -> &'static str {
+    type_suffix(if dtype == DType::Bool { DType::U8 } else { dtype })
 }
 
 fn aligned16(ptr: u64) -> bool {
@@ -75,8 +73,7 @@ fn aligned16(ptr: u64) -> bool {
 }
 
 pub fn unary(s: &CudaStorage, l: &Layout, op: UnaryOp) -> Result<CudaStorage> {
-    let name = crate::ops::elementwise::unary_name(op);
-    let sfx = numeric_suffix(name, s.dtype())?;
+    let sfx = numeric_suffix(s.dtype());
     // Kernels read contiguous input; a strided view is packed first.
     let packed;
     let (src, offset) = if l.is_contiguous() {
@@ -100,12 +97,15 @@ pub fn unary(s: &CudaStorage, l: &Layout, op: UnaryOp) -> Result<CudaStorage> {
     let grid = grid_for((n as usize).div_ceil(per_thread), BLOCK, dev.sm_count());
     // SAFETY: x holds n elements from its offset; y is a fresh allocation of n elements.
     unsafe { dev.launch(f, (grid, 1, 1), BLOCK, 0, &mut args![x, y, n, code, p0, p1, vec])? };
+    if s.dtype() == DType::Bool {
+        return as_bool(out, n as usize);
+    }
     Ok(out)
 }
 
 /// Both operands have one dtype and layouts already broadcast to the output shape.
 pub fn binary(a: &CudaStorage, la: &Layout, b: &CudaStorage, lb: &Layout, op: BinaryOp) -> Result<CudaStorage> {
-    let sfx = numeric_suffix(op.name(), a.dtype())?;
+    let sfx = numeric_suffix(a.dtype());
     let n = la.numel();
     let dev = a.cuda_device();
     let out = CudaStorage::alloc(dev, n, a.dtype())?;
@@ -123,6 +123,9 @@ pub fn binary(a: &CudaStorage, la: &Layout, b: &CudaStorage, lb: &Layout, op: Bi
     let grid = grid_for((n as usize).div_ceil(per_thread), BLOCK, dev.sm_count());
     // SAFETY: both views lie inside their allocations; y holds n elements.
     unsafe { dev.launch(f, (grid, 1, 1), BLOCK, 0, &mut args![pa, as_, pb, bs, y, n, code, vec])? };
+    if a.dtype() == DType::Bool {
+        return as_bool(out, n as usize);
+    }
     Ok(out)
 }
 

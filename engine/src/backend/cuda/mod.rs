@@ -3,12 +3,19 @@
 //! returns `DeviceUnavailable` instead of touching cudarc.
 
 pub mod compile;
+pub mod conv;
 pub mod copy;
 mod device;
 pub mod elementwise;
+pub mod loss;
+pub mod index;
 pub(crate) mod launch;
 pub mod matmul;
+pub mod norm;
+pub mod optim;
+pub mod pool;
 mod probe;
+pub mod random;
 pub mod reduce;
 pub mod softmax;
 mod storage;

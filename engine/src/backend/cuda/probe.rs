@@ -20,13 +20,20 @@ pub(crate) fn probe() -> Result<(), String> {
             .iter()
             .any(|name| unsafe { libloading::Library::new(name) }.is_ok());
         if !found {
-            let shown: Vec<&str> = candidates
+            let prefix = format!("lib{lib}.so");
+            let mut shown: Vec<&str> = candidates
                 .iter()
                 .map(String::as_str)
-                .filter(|n| n.ends_with(".so") || n.contains(".so."))
+                .filter(|n| n.starts_with(&prefix))
                 .collect();
+            shown.dedup();
+            let hint = if lib == "cuda" {
+                "is the NVIDIA driver installed?"
+            } else {
+                "is the CUDA toolkit's lib64 on LD_LIBRARY_PATH?"
+            };
             return Err(format!(
-                "lib{lib} was not found (looked for {}); is the CUDA toolkit on LD_LIBRARY_PATH?",
+                "lib{lib} was not found (looked for {}); {hint}",
                 shown.join(", ")
             ));
         }

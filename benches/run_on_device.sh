@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# One call on the GPU machine: the whole packed test suite with CUDA required, then the GPU
+# benchmark beside PyTorch's in the same call (the machines are noisy; compare within one run).
+#   bash benches/run_on_device.sh [tests|bench|all]   (from the repository root, after device-pack)
+set -uo pipefail
+cd "$(dirname "$0")/.." && . .device/env.sh
+out=${OUT:-/tmp/rb-out}; mkdir -p "$out"
+what=${1:-all}
+status=0
+if [ "$what" != bench ]; then
+  for t in .device/tests/*; do
+    name=$(basename "$t")
+    if ! "$t" --test-threads=1 >"$out/test-$name.log" 2>&1; then
+      status=1
+      echo "=== FAILED: $name"; grep -E "^test .*FAILED|panicked|assert" "$out/test-$name.log" | head -20
+    fi
+    grep -E "^test result" "$out/test-$name.log" | sed "s/^/$name: /"
+  done
+fi
+if [ "$what" != tests ]; then
+  nvidia-smi --query-gpu=name,driver_version,clocks.sm,temperature.gpu --format=csv,noheader
+  [ -x .device/bin/gpu_bench ] && .device/bin/gpu_bench | tee "$out/gpu_bench.json"
+  [ -f benches/torch_gpu_bench.py ] && python3 benches/torch_gpu_bench.py | tee "$out/torch_gpu_bench.json"
+fi
+exit $status

@@ -1,0 +1,275 @@
+//! index_select, gather, index_add and scatter_add (kernels/index.cu). The kernels read the
+//! indices themselves and flag an out-of-range one in the device error word, so no op here
+//! waits for the device; the error surfaces at the next host read.
+
+use super::compile::INDEX;
+use super::copy::{cast, full};
+use super::launch::{args, grid_for, type_suffix, Strided};
+use super::CudaStorage;
+use crate::layout::contiguous_strides;
+use crate::{DType, Error, Layout, Result};
+
+const BLOCK: u32 = 256;
+const MAX_RANK: usize = 8;
+
+/// Error-word codes, as `launch::flag_op_name` names them.
+const FLAG_INDEX_SELECT: u32 = 1;
+const FLAG_GATHER: u32 = 2;
+const FLAG_SCATTER_ADD: u32 = 3;
+
+/// Mirrors `struct IndexGeom` in kernels/index.cu: the iteration shape, and the target's
+/// strides and offset, with the indexed dim and its size.
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct IndexGeom {
+    rank: i32,
+    dim: i32,
+    dim_size: i64,
+    offset: i64,
+    shape: [i64; MAX_RANK],
+    stride: [i64; MAX_RANK],
+}
+
+impl IndexGeom {
+    fn new(
+        op: &'static str,
+        iter_shape: &[usize],
+        dim: usize,
+        dim_size: usize,
+        target_strides: &[usize],
+        offset: usize,
+    ) -> Result<IndexGeom> {
+        if iter_shape.len() > MAX_RANK {
+            return Err(Error::invalid(
+                op,
+                format!("CUDA indexing takes at most {MAX_RANK} dims, got shape {iter_shape:?}"),
+            ));
+        }
+        let mut g = IndexGeom {
+            rank: iter_shape.len() as i32,
+            dim: dim as i32,
+            dim_size: dim_size as i64,
+            offset: offset as i64,
+            shape: [0; MAX_RANK],
+            stride: [0; MAX_RANK],
+        };
+        for (d, (&n, &s)) in iter_shape.iter().zip(target_strides).enumerate() {
+            g.shape[d] = n as i64;
+            g.stride[d] = s as i64;
+        }
+        Ok(g)
+    }
+}
+
+/// How the kernels read an index tensor's elements (see `load_index`).
+fn index_kind(op: &'static str, dtype: DType) -> Result<i32> {
+    match dtype {
+        DType::U8 => Ok(0),
+        DType::U32 => Ok(1),
+        DType::I64 => Ok(2),
+        _ => Err(Error::UnsupportedDType {
+            op,
+            dtype,
+            detail: ": indices must be integers".into(),
+        }),
+    }
+}
+
+/// A read through an index: `out[i] = x[.., index, ..]` over the iteration shape `out_shape`.
+#[allow(clippy::too_many_arguments)]
+fn read(
+    op: &'static str,
+    code: u32,
+    x: &CudaStorage,
+    lx: &Layout,
+    dim: usize,
+    idx: &CudaStorage,
+    li: &Layout,
+    out_shape: &[usize],
+    per_element: bool,
+) -> Result<CudaStorage> {
+    let dev = x.cuda_device();
+    let n: usize = out_shape.iter().product();
+    let out = CudaStorage::alloc(dev, n, x.dtype())?;
+    if n == 0 {
+        return Ok(out);
+    }
+    let g = IndexGeom::new(
+        op,
+        out_shape,
+        dim,
+        lx.shape()[dim],
+        lx.strides(),
+        lx.offset(),
+    )?;
+    let (is, kind) = (Strided::of(op, li)?, index_kind(op, idx.dtype())?);
+    let f = dev.function(&INDEX, &format!("index_read_{}", x.dtype().size_in_bytes()))?;
+    let (px, pi, py, pe) = (x.ptr(), idx.ptr(), out.ptr(), per_element as i32);
+    let (n, err) = (n as i64, dev.error_word());
+    let grid = grid_for(n as usize, BLOCK, dev.sm_count());
+    // SAFETY: every target offset the kernel forms lies in x's view once its index is checked
+    // against dim_size; the index view lies in its allocation and y holds n elements.
+    unsafe {
+        dev.launch(
+            f,
+            (grid, 1, 1),
+            BLOCK,
+            0,
+            &mut args![px, g, pi, is, kind, pe, py, n, err, code],
+        )?
+    };
+    Ok(out)
+}
+
+/// The dtype adds accumulate in: F32 for the 16- and 32-bit floats (half types round once, at
+/// the end), F64, and I64 for integers and Bool (cast back with saturation, so u8 and u32 sums
+/// clamp as the CPU's do, and Bool sums become "any").
+fn accumulator(dtype: DType) -> DType {
+    match dtype {
+        DType::BF16 | DType::F16 | DType::F32 => DType::F32,
+        DType::F64 => DType::F64,
+        DType::Bool | DType::U8 | DType::U32 | DType::I64 => DType::I64,
+    }
+}
+
+/// An add through an index: `base` (or zeros of `shape`) with each element of `src` added at
+/// its indexed position; `src` has the base's dtype.
+#[allow(clippy::too_many_arguments)]
+fn accumulate(
+    op: &'static str,
+    code: u32,
+    base: Option<(&CudaStorage, &Layout)>,
+    shape: &[usize],
+    dim: usize,
+    idx: &CudaStorage,
+    li: &Layout,
+    src: &CudaStorage,
+    ls: &Layout,
+    per_element: bool,
+) -> Result<CudaStorage> {
+    let dev = src.cuda_device();
+    let dtype = src.dtype();
+    let acc_dtype = accumulator(dtype);
+    let numel: usize = shape.iter().product();
+    let acc = match base {
+        Some((b, lb)) => cast(b, lb, acc_dtype)?,
+        None => full(dev, numel, acc_dtype, 0.0)?,
+    };
+    let n = ls.numel();
+    if n > 0 {
+        let strides = contiguous_strides(shape);
+        let g = IndexGeom::new(op, ls.shape(), dim, shape[dim], &strides, 0)?;
+        let (is, ss) = (Strided::of(op, li)?, Strided::of(op, ls)?);
+        let kind = index_kind(op, idx.dtype())?;
+        // Bool is stored as bytes; its adds are u8 adds.
+        let sfx = type_suffix(if dtype == DType::Bool {
+            DType::U8
+        } else {
+            dtype
+        });
+        let f = dev.function(&INDEX, &format!("index_add_{sfx}"))?;
+        let (po, pi, ps, pe) = (acc.ptr(), idx.ptr(), src.ptr(), per_element as i32);
+        let (n, err) = (n as i64, dev.error_word());
+        let grid = grid_for(n as usize, BLOCK, dev.sm_count());
+        // SAFETY: the accumulator is contiguous of `shape` and every offset the kernel forms
+        // lies in it once its index is checked; the index and source views lie in their
+        // allocations.
+        unsafe {
+            dev.launch(
+                f,
+                (grid, 1, 1),
+                BLOCK,
+                0,
+                &mut args![po, g, pi, is, kind, pe, ps, ss, n, err, code],
+            )?
+        };
+    }
+    if acc_dtype == dtype {
+        Ok(acc)
+    } else {
+        cast(&acc, &Layout::contiguous(shape), dtype)
+    }
+}
+
+/// Entries `idx` (a 0-d or 1-D integer view) of `x` along `dim`.
+pub fn index_select(
+    x: &CudaStorage,
+    lx: &Layout,
+    dim: usize,
+    idx: &CudaStorage,
+    li: &Layout,
+) -> Result<CudaStorage> {
+    let mut shape = lx.shape().to_vec();
+    shape[dim] = li.numel();
+    read(
+        "index_select",
+        FLAG_INDEX_SELECT,
+        x,
+        lx,
+        dim,
+        idx,
+        li,
+        &shape,
+        false,
+    )
+}
+
+/// torch.gather: an output of the index's shape.
+pub fn gather(
+    x: &CudaStorage,
+    lx: &Layout,
+    dim: usize,
+    idx: &CudaStorage,
+    li: &Layout,
+) -> Result<CudaStorage> {
+    let shape = li.shape().to_vec();
+    read("gather", FLAG_GATHER, x, lx, dim, idx, li, &shape, true)
+}
+
+/// index_select's backward: zeros of `shape` with `src[.., j, ..]` added at `idx[j]` along `dim`.
+pub fn index_add(
+    shape: &[usize],
+    dim: usize,
+    idx: &CudaStorage,
+    li: &Layout,
+    src: &CudaStorage,
+    ls: &Layout,
+) -> Result<CudaStorage> {
+    accumulate(
+        "index_select",
+        FLAG_INDEX_SELECT,
+        None,
+        shape,
+        dim,
+        idx,
+        li,
+        src,
+        ls,
+        false,
+    )
+}
+
+/// A contiguous copy of `base` with `src` (the index's shape, the base's dtype) added at the
+/// positions the index names along `dim`.
+pub fn scatter_add(
+    base: &CudaStorage,
+    lb: &Layout,
+    dim: usize,
+    idx: &CudaStorage,
+    li: &Layout,
+    src: &CudaStorage,
+    ls: &Layout,
+) -> Result<CudaStorage> {
+    accumulate(
+        "scatter_add",
+        FLAG_SCATTER_ADD,
+        Some((base, lb)),
+        lb.shape(),
+        dim,
+        idx,
+        li,
+        src,
+        ls,
+        true,
+    )
+}

@@ -1,0 +1,112 @@
+//! Fused cross-entropy over contiguous logits [rows, cols] with i64 targets (kernels/loss.cu).
+//! A target out of range (and not ignore_index) sets the device error word, reported at the
+//! next host read, instead of a host round trip per call.
+
+use super::compile::LOSS;
+use super::launch::{args, grid_for, type_suffix};
+use super::CudaStorage;
+use crate::backend::cpu::loss::CrossEntropySpec;
+use crate::{DType, Result};
+
+const BWD_BLOCK: u32 = 256;
+
+/// Per-row loss, logsumexp and 1/0 for rows that count toward the mean (compute dtype).
+pub struct CrossEntropyRows {
+    pub loss: CudaStorage,
+    pub lse: CudaStorage,
+    pub valid: CudaStorage,
+}
+
+fn compute(dtype: DType) -> DType {
+    if dtype == DType::F64 {
+        DType::F64
+    } else {
+        DType::F32
+    }
+}
+
+/// `x` holds rows*cols logits from `x_offset`; `t` points at `rows` i64 targets.
+pub fn cross_entropy_forward(
+    x: &CudaStorage,
+    x_offset: usize,
+    t: u64,
+    spec: CrossEntropySpec,
+) -> Result<CrossEntropyRows> {
+    let dev = x.cuda_device();
+    let cdt = compute(x.dtype());
+    let loss = CudaStorage::alloc(dev, spec.rows, cdt)?;
+    let lse = CudaStorage::alloc(dev, spec.rows, cdt)?;
+    let valid = CudaStorage::alloc(dev, spec.rows, cdt)?;
+    if spec.rows > 0 {
+        let f = dev.function(&LOSS, &format!("ce_fwd_{}", type_suffix(x.dtype())))?;
+        let block = match spec.cols {
+            c if c >= 4096 => 512,
+            c if c >= 1024 => 256,
+            c if c >= 256 => 128,
+            _ => 32,
+        };
+        let grid = spec.rows.min(dev.sm_count() as usize * 32) as u32;
+        let (px, pl, pe, pv, err) = (
+            x.ptr_at(x_offset),
+            loss.ptr(),
+            lse.ptr(),
+            valid.ptr(),
+            dev.error_word(),
+        );
+        let (rows, cols, ignore, smoothing) = (
+            spec.rows as i64,
+            spec.cols as i64,
+            spec.ignore,
+            spec.smoothing,
+        );
+        // SAFETY: x holds rows*cols logits, t rows i64s, the outputs rows compute values each;
+        // err is the device's 4-byte error word.
+        unsafe {
+            dev.launch(
+                f,
+                (grid, 1, 1),
+                block,
+                0,
+                &mut args![px, t, pl, pe, pv, rows, cols, ignore, smoothing, err],
+            )?
+        };
+    }
+    Ok(CrossEntropyRows { loss, lse, valid })
+}
+
+/// The logits' gradient (their dtype). `g` is the gradient of each row's loss and `lse` the
+/// forward's logsumexp, both `rows` contiguous compute values.
+pub fn cross_entropy_backward(
+    x: &CudaStorage,
+    x_offset: usize,
+    t: u64,
+    lse: &CudaStorage,
+    g: u64,
+    spec: CrossEntropySpec,
+) -> Result<CudaStorage> {
+    let dev = x.cuda_device();
+    let n = spec.rows * spec.cols;
+    let dx = CudaStorage::alloc(dev, n, x.dtype())?;
+    if n > 0 {
+        let f = dev.function(&LOSS, &format!("ce_bwd_{}", type_suffix(x.dtype())))?;
+        let grid = grid_for(n, BWD_BLOCK, dev.sm_count());
+        let (px, pe, pd) = (x.ptr_at(x_offset), lse.ptr(), dx.ptr());
+        let (rows, cols, ignore, smoothing) = (
+            spec.rows as i64,
+            spec.cols as i64,
+            spec.ignore,
+            spec.smoothing,
+        );
+        // SAFETY: x and dx hold rows*cols elements, t, lse and g hold rows.
+        unsafe {
+            dev.launch(
+                f,
+                (grid, 1, 1),
+                BWD_BLOCK,
+                0,
+                &mut args![px, t, pe, g, pd, rows, cols, ignore, smoothing],
+            )?
+        };
+    }
+    Ok(dx)
+}

@@ -1,0 +1,477 @@
+//! layer_norm and rms_norm over the trailing dims that the weight (or bias) covers, or over the
+//! last dim without one. Each is one node whose fused backward gives dx, dweight and dbias.
+//! Statistics run in FP32 (F64 for F64 inputs); the output keeps the input's dtype and each
+//! parameter's gradient keeps that parameter's dtype, so a BF16 input may use an F32 weight.
+
+use super::backward_fn;
+use crate::autograd::{no_grad, SavedTensor};
+use crate::backend::cpu::norm::{self as cpu, Part};
+use crate::backend::cuda::norm as cuda;
+use crate::backend::{CpuStorage, CudaStorage, Storage};
+use crate::{DType, Error, Result, Tensor};
+
+/// One norm call as the kernels see it: `rows` contiguous rows of `cols` elements.
+#[derive(Clone, Copy, Debug)]
+pub struct NormSpec {
+    pub rows: usize,
+    pub cols: usize,
+    pub eps: f64,
+    /// RMSNorm (no mean subtracted, no bias) rather than LayerNorm.
+    pub rms: bool,
+}
+
+impl Tensor {
+    /// (x - mean) / sqrt(var + eps) * weight + bias, with the biased variance, over the trailing
+    /// dims of the weight's (or bias's) shape, or the last dim when both are absent; as
+    /// torch.nn.functional.layer_norm with normalized_shape = weight.shape.
+    pub fn layer_norm(
+        &self,
+        weight: Option<&Tensor>,
+        bias: Option<&Tensor>,
+        eps: f64,
+    ) -> Result<Tensor> {
+        norm(self, weight, bias, eps, false)
+    }
+
+    /// x / sqrt(mean(x^2) + eps) * weight over the trailing dims of the weight's shape (the last
+    /// dim without a weight), as torch.nn.functional.rms_norm.
+    pub fn rms_norm(&self, weight: Option<&Tensor>, eps: f64) -> Result<Tensor> {
+        norm(self, weight, None, eps, true)
+    }
+}
+
+fn op_name(rms: bool) -> &'static str {
+    if rms {
+        "rms_norm"
+    } else {
+        "layer_norm"
+    }
+}
+
+/// The compute dtype: statistics and parameters run in F64 for F64 inputs, F32 otherwise.
+fn compute_dtype(x: DType) -> DType {
+    if x == DType::F64 {
+        DType::F64
+    } else {
+        DType::F32
+    }
+}
+
+/// The normalized shape (from the parameters, or the last dim) after checking it against `x`.
+fn normalized_shape(
+    op: &'static str,
+    x: &Tensor,
+    weight: Option<&Tensor>,
+    bias: Option<&Tensor>,
+) -> Result<Vec<usize>> {
+    if let (Some(w), Some(b)) = (weight, bias) {
+        if w.shape() != b.shape() {
+            return Err(Error::ShapeMismatch {
+                op,
+                lhs: w.shape().to_vec(),
+                rhs: b.shape().to_vec(),
+            });
+        }
+    }
+    if x.rank() == 0 {
+        return Err(Error::invalid(op, "needs an input with at least one dim"));
+    }
+    let shape = match weight.or(bias) {
+        Some(p) if p.rank() == 0 => {
+            return Err(Error::invalid(
+                op,
+                "the weight and bias need at least one dim",
+            ))
+        }
+        Some(p) => p.shape().to_vec(),
+        None => vec![x.shape()[x.rank() - 1]],
+    };
+    let r = x.rank();
+    if r < shape.len() || x.shape()[r - shape.len()..] != shape[..] {
+        return Err(Error::ShapeMismatch {
+            op,
+            lhs: x.shape().to_vec(),
+            rhs: shape,
+        });
+    }
+    Ok(shape)
+}
+
+/// A storage of the same backend as the tensor being dispatched on, or an error (devices are
+/// checked equal before, so a mismatch here is a bug reported, not a panic).
+fn cpu_of<'a>(op: &'static str, s: &'a Storage) -> Result<&'a CpuStorage> {
+    match s {
+        Storage::Cpu(c) => Ok(c),
+        Storage::Cuda(_) => Err(Error::invalid(op, "operands on different backends")),
+    }
+}
+
+fn cpu_part<'a>(op: &'static str, t: &Tensor, s: &'a Storage) -> Result<Part<'a>> {
+    Ok(Part::new(cpu_of(op, s)?, t.layout().offset()))
+}
+
+fn cuda_of<'a>(op: &'static str, s: &'a Storage) -> Result<&'a CudaStorage> {
+    match s {
+        Storage::Cuda(c) => Ok(c),
+        Storage::Cpu(_) => Err(Error::invalid(op, "operands on different backends")),
+    }
+}
+
+/// The forward's output and saved statistics, as tensors.
+struct Forward {
+    y: Tensor,
+    mean: Tensor,
+    rstd: Tensor,
+}
+
+fn run_forward(
+    x: &Tensor,
+    w: Option<&Tensor>,
+    b: Option<&Tensor>,
+    spec: NormSpec,
+) -> Result<Forward> {
+    let op = op_name(spec.rms);
+    let (xs, ws, bs) = (x.storage(), w.map(|t| t.storage()), b.map(|t| t.storage()));
+    let (y, mean, rstd) = match &*xs {
+        Storage::Cpu(s) => {
+            let wp = w.zip(ws.as_deref()).map(|(t, g)| cpu_part(op, t, g)).transpose()?;
+            let bp = b.zip(bs.as_deref()).map(|(t, g)| cpu_part(op, t, g)).transpose()?;
+            let out = cpu::norm_forward(Part::new(s, x.layout().offset()), wp, bp, spec)?;
+            (
+                Storage::Cpu(out.y),
+                Storage::Cpu(out.mean),
+                Storage::Cpu(out.rstd),
+            )
+        }
+        Storage::Cuda(s) => {
+            let part = |t: &Tensor, g: &Storage| -> Result<u64> {
+                Ok(cuda_of(op, g)?.ptr_at(t.layout().offset()))
+            };
+            let wp = w.zip(ws.as_deref()).map(|(t, g)| part(t, g)).transpose()?;
+            let bp = b.zip(bs.as_deref()).map(|(t, g)| part(t, g)).transpose()?;
+            let out = cuda::norm_forward(s, x.layout().offset(), wp, bp, spec)?;
+            (
+                Storage::Cuda(out.y),
+                Storage::Cuda(out.mean),
+                Storage::Cuda(out.rstd),
+            )
+        }
+    };
+    Ok(Forward {
+        y: Tensor::from_storage(y, x.shape())?,
+        mean: Tensor::from_storage(mean, &[spec.rows])?,
+        rstd: Tensor::from_storage(rstd, &[spec.rows])?,
+    })
+}
+
+/// Gradients as storages: dx (x's dtype), dweight and dbias (compute dtype).
+type Grads = (Option<Storage>, Option<Storage>, Option<Storage>);
+
+fn run_backward(
+    x: &Tensor,
+    g: &Tensor,
+    w: Option<&Tensor>,
+    mean: &Tensor,
+    rstd: &Tensor,
+    spec: NormSpec,
+    needs: [bool; 3],
+) -> Result<Grads> {
+    let op = op_name(spec.rms);
+    let (xs, gs, ws) = (x.storage(), g.storage(), w.map(|t| t.storage()));
+    let (ms, rs) = (mean.storage(), rstd.storage());
+    Ok(match &*xs {
+        Storage::Cpu(s) => {
+            let wp = match (w, ws.as_deref()) {
+                (Some(t), Some(st)) => Some(Part::new(cpu_of(op, st)?, t.layout().offset())),
+                _ => None,
+            };
+            let out = cpu::norm_backward(
+                Part::new(s, x.layout().offset()),
+                Part::new(cpu_of(op, &gs)?, g.layout().offset()),
+                wp,
+                cpu_of(op, &ms)?,
+                cpu_of(op, &rs)?,
+                spec,
+                needs,
+            )?;
+            (
+                out.dx.map(Storage::Cpu),
+                out.dweight.map(Storage::Cpu),
+                out.dbias.map(Storage::Cpu),
+            )
+        }
+        Storage::Cuda(s) => {
+            let wp = match (w, ws.as_deref()) {
+                (Some(t), Some(st)) => Some(cuda_of(op, st)?.ptr_at(t.layout().offset())),
+                _ => None,
+            };
+            let out = cuda::norm_backward(
+                cuda::BackwardInputs {
+                    x: s.ptr_at(x.layout().offset()),
+                    g: cuda_of(op, &gs)?.ptr_at(g.layout().offset()),
+                    w: wp,
+                    mean: cuda_of(op, &ms)?,
+                    rstd: cuda_of(op, &rs)?,
+                },
+                s,
+                spec,
+                needs,
+            )?;
+            (
+                out.dx.map(Storage::Cuda),
+                out.dweight.map(Storage::Cuda),
+                out.dbias.map(Storage::Cuda),
+            )
+        }
+    })
+}
+
+fn norm(
+    x: &Tensor,
+    weight: Option<&Tensor>,
+    bias: Option<&Tensor>,
+    eps: f64,
+    rms: bool,
+) -> Result<Tensor> {
+    let op = op_name(rms);
+    x.check_float(op)?;
+    for p in weight.iter().chain(bias.iter()) {
+        p.check_float(op)?;
+        x.check_same_device(op, p)?;
+    }
+    if !(eps.is_finite() && eps >= 0.0) {
+        return Err(Error::invalid(
+            op,
+            format!("eps must be finite and >= 0, got {eps}"),
+        ));
+    }
+    let shape = normalized_shape(op, x, weight, bias)?;
+    let cols: usize = shape.iter().product();
+    let mut inputs = vec![x];
+    inputs.extend(weight);
+    inputs.extend(bias);
+    if x.numel() == 0 {
+        // Nothing to normalize; gradients of the parameters are zeros.
+        let out = Tensor::zeros(x.shape(), x.dtype(), x.device())?;
+        let saved: Vec<Tensor> = inputs.iter().map(|t| t.detach()).collect();
+        return Ok(out.recorded(&inputs, move || {
+            backward_fn(op, move |_, needs| {
+                saved
+                    .iter()
+                    .zip(needs)
+                    .map(|(t, &n)| super::grad_if(n, || Tensor::zeros_like(t)))
+                    .collect()
+            })
+        }));
+    }
+    let spec = NormSpec {
+        rows: x.numel() / cols,
+        cols,
+        eps,
+        rms,
+    };
+    let cdt = compute_dtype(x.dtype());
+    let (xc, wc, bc) = no_grad(|| -> Result<_> {
+        let param = |p: Option<&Tensor>| -> Result<Option<Tensor>> {
+            p.map(|t| t.to_dtype(cdt)?.contiguous()).transpose()
+        };
+        Ok((x.contiguous()?, param(weight)?, param(bias)?))
+    })?;
+    let fwd = run_forward(&xc, wc.as_ref(), bc.as_ref(), spec)?;
+    let (has_w, has_b) = (weight.is_some(), bias.is_some());
+    let param_dtypes = (weight.map(|t| t.dtype()), bias.map(|t| t.dtype()));
+    Ok(fwd.y.recorded(&inputs, move || {
+        let saved_x = SavedTensor::new(op, &xc);
+        let saved_w = wc.as_ref().map(|w| SavedTensor::new(op, w));
+        let (mean, rstd) = (fwd.mean, fwd.rstd);
+        backward_fn(op, move |g, needs| {
+            let x = saved_x.get()?;
+            let w = saved_w.as_ref().map(|s| s.get()).transpose()?;
+            let gc = g.to_dtype(x.dtype())?.contiguous()?;
+            let need_w = has_w && needs[1];
+            let need_b = has_b && needs[1 + has_w as usize];
+            let (dx, dw, db) =
+                run_backward(x, &gc, w, &mean, &rstd, spec, [needs[0], need_w, need_b])?;
+            let param_grad = |s: Option<Storage>, dtype: Option<DType>| -> Result<Option<Tensor>> {
+                match (s, dtype) {
+                    (Some(s), Some(d)) => Ok(Some(Tensor::from_storage(s, &shape)?.to_dtype(d)?)),
+                    _ => Ok(None),
+                }
+            };
+            let mut grads = vec![dx.map(|s| Tensor::from_storage(s, x.shape())).transpose()?];
+            if has_w {
+                grads.push(param_grad(dw, param_dtypes.0)?);
+            }
+            if has_b {
+                grads.push(param_grad(db, param_dtypes.1)?);
+            }
+            Ok(grads)
+        })
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{Device, Generator};
+
+    fn randn(shape: &[usize], seed: u64, dtype: DType) -> Tensor {
+        Tensor::randn(shape, dtype, Some(&mut Generator::new(seed))).unwrap()
+    }
+
+    /// The composite formula the fused op replaces, in F64.
+    fn reference(
+        x: &Tensor,
+        w: Option<&Tensor>,
+        b: Option<&Tensor>,
+        dims: &[isize],
+        rms: bool,
+    ) -> Tensor {
+        let x = x.to_dtype(DType::F64).unwrap();
+        let y = if rms {
+            let ms = x.square().unwrap().mean_dims(dims, true).unwrap();
+            x.mul(&ms.add_scalar(1e-5).unwrap().rsqrt().unwrap())
+                .unwrap()
+        } else {
+            let mean = x.mean_dims(dims, true).unwrap();
+            let var = x.var_dims(dims, false, true).unwrap();
+            x.sub(&mean)
+                .unwrap()
+                .mul(&var.add_scalar(1e-5).unwrap().rsqrt().unwrap())
+                .unwrap()
+        };
+        let y = match w {
+            Some(w) => y.mul(&w.to_dtype(DType::F64).unwrap()).unwrap(),
+            None => y,
+        };
+        match b {
+            Some(b) => y.add(&b.to_dtype(DType::F64).unwrap()).unwrap(),
+            None => y,
+        }
+    }
+
+    fn max_diff(a: &Tensor, b: &Tensor) -> f64 {
+        let (a, b) = (a.to_vec_f64().unwrap(), b.to_vec_f64().unwrap());
+        assert_eq!(a.len(), b.len());
+        a.iter()
+            .zip(&b)
+            .map(|(x, y)| (x - y).abs())
+            .fold(0.0, f64::max)
+    }
+
+    #[test]
+    fn layer_norm_over_two_trailing_dims_matches_the_composite_formula() {
+        let x = randn(&[3, 2, 5], 1, DType::F32);
+        let w = randn(&[2, 5], 2, DType::F32);
+        let b = randn(&[2, 5], 3, DType::F32);
+        let got = x.layer_norm(Some(&w), Some(&b), 1e-5).unwrap();
+        assert_eq!(got.dtype(), DType::F32);
+        assert!(max_diff(&got, &reference(&x, Some(&w), Some(&b), &[-2, -1], false)) < 1e-5);
+        let plain = x.layer_norm(None, None, 1e-5).unwrap();
+        assert!(max_diff(&plain, &reference(&x, None, None, &[-1], false)) < 1e-5);
+        let w5 = randn(&[5], 4, DType::F32);
+        let r = x.rms_norm(Some(&w5), 1e-5).unwrap();
+        assert!(max_diff(&r, &reference(&x, Some(&w5), None, &[-1], true)) < 1e-5);
+    }
+
+    #[test]
+    fn bf16_input_with_f32_weight_keeps_each_dtype() {
+        let x = randn(&[4, 8], 5, DType::F32).to_dtype(DType::BF16).unwrap();
+        let w = randn(&[8], 6, DType::F32).requires_grad_().unwrap();
+        let y = x.rms_norm(Some(&w), 1e-5).unwrap();
+        assert_eq!(y.dtype(), DType::BF16);
+        assert!(max_diff(&y, &reference(&x, Some(&w), None, &[-1], true)) < 2e-2);
+        y.sum().unwrap().backward().unwrap();
+        assert_eq!(w.grad().unwrap().dtype(), DType::F32);
+    }
+
+    #[test]
+    fn bad_shapes_are_errors() {
+        let x = randn(&[3, 4], 7, DType::F32);
+        assert!(x
+            .layer_norm(Some(&randn(&[3], 8, DType::F32)), None, 1e-5)
+            .is_err());
+        assert!(x
+            .layer_norm(
+                Some(&randn(&[4], 8, DType::F32)),
+                Some(&randn(&[2, 2], 9, DType::F32)),
+                1e-5
+            )
+            .is_err());
+        assert!(Tensor::scalar(1.0, DType::F32)
+            .unwrap()
+            .rms_norm(None, 1e-5)
+            .is_err());
+        let empty = Tensor::zeros(&[0, 4], DType::F32, Device::Cpu).unwrap();
+        assert_eq!(empty.layer_norm(None, None, 1e-5).unwrap().shape(), &[0, 4]);
+    }
+
+    /// Forward and all three gradients on CUDA against the CPU kernels, for F32 and for a BF16
+    /// input with F32 parameters; rows long enough for several threads per row and enough rows
+    /// for several chunks in the column reduction.
+    #[test]
+    fn cuda_norms_match_cpu_forward_and_backward() {
+        let Some(dev) =
+            crate::backend::cuda::device_for_test("cuda_norms_match_cpu_forward_and_backward")
+        else {
+            return;
+        };
+        for (dtype, tol) in [(DType::F32, 1e-4), (DType::BF16, 3e-2)] {
+            for rms in [false, true] {
+                for (rows, cols) in [(7, 33), (300, 1500)] {
+                    let x = randn(&[rows, cols], 10, DType::F32)
+                        .to_dtype(dtype)
+                        .unwrap();
+                    let w = randn(&[cols], 11, DType::F32);
+                    let b = randn(&[cols], 12, DType::F32);
+                    let gy = randn(&[rows, cols], 13, DType::F32)
+                        .to_dtype(dtype)
+                        .unwrap();
+                    let run = |device: Device| {
+                        let x = x
+                            .to_device(device)
+                            .unwrap()
+                            .detach()
+                            .requires_grad_()
+                            .unwrap();
+                        let w = w
+                            .to_device(device)
+                            .unwrap()
+                            .detach()
+                            .requires_grad_()
+                            .unwrap();
+                        let b = b
+                            .to_device(device)
+                            .unwrap()
+                            .detach()
+                            .requires_grad_()
+                            .unwrap();
+                        let y = if rms {
+                            x.rms_norm(Some(&w), 1e-5).unwrap()
+                        } else {
+                            x.layer_norm(Some(&w), Some(&b), 1e-5).unwrap()
+                        };
+                        assert_eq!(y.device(), device);
+                        y.mul(&gy.to_device(device).unwrap())
+                            .unwrap()
+                            .sum()
+                            .unwrap()
+                            .backward()
+                            .unwrap();
+                        let mut out = vec![y, x.grad().unwrap(), w.grad().unwrap()];
+                        if !rms {
+                            out.push(b.grad().unwrap());
+                        }
+                        out
+                    };
+                    let (c, g) = (run(Device::Cpu), run(dev));
+                    for (i, (a, b)) in c.iter().zip(&g).enumerate() {
+                        let scale = a.abs().unwrap().max().unwrap().item().unwrap().max(1.0);
+                        let d = max_diff(a, b);
+                        assert!(d <= tol * scale, "{dtype:?} rms={rms} {rows}x{cols} output {i}: diff {d} (scale {scale})");
+                    }
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,519 @@
+//! The optimizer step when every parameter lives on one CUDA device: one gradient-norm launch,
+//! then fused update launches (backend/cuda/optim.rs), and nothing the host waits for. The
+//! device decides whether the step applies (a non-finite norm skips it) and keeps the step
+//! counts in a counter buffer; the host keeps the counts it expects (every queued step
+//! applied) and corrects them when a read shows a skip. It reads the buffer when asked
+//! (`step_count`, `skipped_steps`, `state_dict`) and otherwise picks up a snapshot queued at
+//! the end of each step once it has landed, to warn about skipped steps without waiting.
+
+use super::optimizer::{state_dtype, Optimizer, OptimizerCore, ParamState, StepOutcome};
+use crate::backend::cuda::optim::{
+    fused_update, grad_norm, scale_by_norm, DevSlice, LrSource, Snapshot, UpdateItem, UpdateRule,
+    COUNTER_HEAD, SKIP_LOG,
+};
+use crate::backend::cuda::{self, CudaDevice, CudaStorage};
+use crate::backend::Storage;
+use crate::{no_grad, Device, Error, Result, Tensor};
+use std::sync::Arc;
+
+/// The device side of an optimizer's step counting: the counter buffer (applied steps, skipped
+/// steps, a log of the last skips, one step count per parameter), a snapshot of its head, and
+/// what the host has already reported.
+pub(super) struct DeviceSteps {
+    counters: Tensor,
+    snapshot: Snapshot,
+    /// Skipped steps already warned about.
+    reported: u64,
+    /// A read found skips that the host's counts do not reflect yet.
+    needs_refresh: bool,
+    /// The host's step and rate when the buffer was made: a corrected count that falls back to
+    /// `base_step` also falls back to `base_lr`.
+    base_step: u64,
+    base_lr: f64,
+}
+
+impl DeviceSteps {
+    fn new(dev: &Arc<CudaDevice>, core: &OptimizerCore) -> Result<DeviceSteps> {
+        let n = core.params().len();
+        let mut init = vec![0i64; COUNTER_HEAD + n];
+        init[0] = core.step as i64;
+        init[1] = core.skipped as i64;
+        for (i, st) in core.states.iter().enumerate().take(n) {
+            if let Some(st) = st {
+                init[COUNTER_HEAD + i] = st.step as i64;
+            }
+        }
+        let counters =
+            Tensor::from_vec(init, &[COUNTER_HEAD + n])?.to_device(Device::Cuda(dev.ordinal()))?;
+        Ok(DeviceSteps {
+            counters,
+            snapshot: Snapshot::new(dev, COUNTER_HEAD)?,
+            reported: core.skipped,
+            needs_refresh: false,
+            base_step: core.step,
+            base_lr: core.lr,
+        })
+    }
+
+    fn ptr(&self) -> Result<u64> {
+        Ok(device_slice(&self.counters)?.ptr)
+    }
+
+    /// Every counter, after all queued work (a synchronization); warns about new skips.
+    pub(super) fn read(&mut self) -> Result<Vec<i64>> {
+        let c = self.counters.to_vec::<i64>()?;
+        self.report(&c);
+        Ok(c)
+    }
+
+    fn report(&mut self, head: &[i64]) {
+        let messages = skip_messages(head, self.reported);
+        if messages.is_empty() {
+            return;
+        }
+        for m in &messages {
+            crate::messages::warn(m);
+        }
+        self.reported = head[1].max(0) as u64;
+        self.needs_refresh = true;
+    }
+}
+
+impl Drop for DeviceSteps {
+    /// Warns about skips that nobody has read yet (this waits for the device once).
+    fn drop(&mut self) {
+        if let Ok(c) = self.counters.to_vec::<i64>() {
+            self.report(&c);
+        }
+    }
+}
+
+/// The warnings for skips `reported..` recorded in the head of a counter buffer; the step
+/// number and norm come from the device's skip log, which keeps the last `SKIP_LOG`.
+fn skip_messages(head: &[i64], reported: u64) -> Vec<String> {
+    let total = head.get(1).copied().unwrap_or(0).max(0) as u64;
+    if total <= reported || head.len() < COUNTER_HEAD {
+        return Vec::new();
+    }
+    let new = total - reported;
+    let logged = new.min(SKIP_LOG as u64);
+    let mut out = Vec::new();
+    if new > logged {
+        out.push(format!(
+            "{} more optimizer steps were skipped on the device for a non-finite gradient norm \
+             (only the last {SKIP_LOG} are listed)",
+            new - logged
+        ));
+    }
+    for k in total - logged..total {
+        let e = 2 + 2 * (k as usize % SKIP_LOG);
+        let norm = f64::from_bits(head[e + 1] as u64);
+        out.push(format!(
+            "optimizer step {} skipped: the gradient norm is {norm}; parameters were not updated \
+             (found on the device, so the gradients were kept)",
+            head[e]
+        ));
+    }
+    out
+}
+
+/// The address and size of a contiguous CUDA tensor's elements.
+fn slice_in(storage: &Storage, t: &Tensor) -> Result<DevSlice> {
+    match storage {
+        Storage::Cuda(s) if t.is_contiguous() => Ok(DevSlice {
+            ptr: s.ptr_at(t.layout().offset()),
+            numel: t.numel(),
+            dtype: t.dtype(),
+        }),
+        Storage::Cuda(_) => Err(Error::invalid(
+            "optimizer",
+            "a tensor for a fused kernel must be contiguous",
+        )),
+        Storage::Cpu(_) => Err(Error::UnsupportedDevice {
+            op: "fused optimizer kernel",
+            device: Device::Cpu,
+        }),
+    }
+}
+
+fn device_slice(t: &Tensor) -> Result<DevSlice> {
+    slice_in(&t.storage(), t)
+}
+
+/// Like `device_slice` for a tensor the kernels will write: takes the write lock for a moment,
+/// which bumps the storage version, so a backward that saved this tensor fails instead of
+/// reading the new values.
+fn written_slice(t: &Tensor) -> Result<DevSlice> {
+    slice_in(&t.storage_cell().write(), t)
+}
+
+/// The CUDA device holding every tensor, if there are tensors and they all live on one.
+pub(super) fn cuda_ordinal(tensors: &[Tensor]) -> Option<usize> {
+    let Device::Cuda(n) = tensors.first()?.device() else {
+        return None;
+    };
+    tensors
+        .iter()
+        .all(|t| t.device() == Device::Cuda(n))
+        .then_some(n)
+}
+
+/// Each parameter's gradient as a contiguous tensor on the parameter's device, with its index
+/// (parameters without a gradient are left out). A gradient that is a strided view, or that
+/// shares storage with its parameter, is copied first (queued, no wait).
+fn gradients(params: &[Tensor]) -> Result<Vec<(usize, Tensor)>> {
+    let mut out = Vec::new();
+    for (i, p) in params.iter().enumerate() {
+        let Some(g) = p.grad() else { continue };
+        if g.device() != p.device() {
+            return Err(Error::DeviceMismatch {
+                op: "optimizer step",
+                lhs: p.device(),
+                rhs: g.device(),
+            });
+        }
+        if g.shape() != p.shape() {
+            return Err(Error::invalid(
+                "optimizer step",
+                format!(
+                    "gradient of shape {:?} for a parameter of shape {:?}",
+                    g.shape(),
+                    p.shape()
+                ),
+            ));
+        }
+        let g = if g.is_contiguous() && !g.shares_storage(p) {
+            g
+        } else {
+            no_grad(|| g.contiguous_copy())?
+        };
+        out.push((i, g));
+    }
+    Ok(out)
+}
+
+fn norm_tensor(norm: CudaStorage) -> Result<Tensor> {
+    Tensor::from_storage(Storage::Cuda(norm), &[])
+}
+
+/// The global norm of the gradients of parameters on CUDA device `ordinal`, as a 0-d F32
+/// tensor there.
+pub(super) fn grad_norm_on_device(params: &[Tensor], ordinal: usize) -> Result<Tensor> {
+    let dev = cuda::device(ordinal)?;
+    let grads = gradients(params)?;
+    let slices = grads
+        .iter()
+        .map(|(_, g)| device_slice(g))
+        .collect::<Result<Vec<_>>>()?;
+    // SAFETY: the slices address gradients held alive by `grads` until after the launches.
+    norm_tensor(unsafe { grad_norm(&dev, &slices, 0)? })
+}
+
+/// `clip_grad_norm` on CUDA device `ordinal`: each gradient is replaced by a scaled copy whose
+/// factor the kernel works out from the norm on the device; returns that norm as a 0-d F32
+/// tensor there. Nothing waits.
+pub(super) fn clip_on_device(params: &[Tensor], ordinal: usize, max_norm: f64) -> Result<Tensor> {
+    let dev = cuda::device(ordinal)?;
+    let grads = gradients(params)?;
+    let slices = grads
+        .iter()
+        .map(|(_, g)| device_slice(g))
+        .collect::<Result<Vec<_>>>()?;
+    // SAFETY: as in grad_norm_on_device.
+    let norm = unsafe { grad_norm(&dev, &slices, 0)? };
+    let mut outs = Vec::with_capacity(grads.len());
+    let mut pairs = Vec::with_capacity(grads.len());
+    for ((_, g), s) in grads.iter().zip(&slices) {
+        let out = CudaStorage::alloc(&dev, g.numel(), g.dtype())?;
+        pairs.push((*s, out.ptr()));
+        outs.push(out);
+    }
+    // SAFETY: sources are live gradients, destinations fresh allocations of the same size and
+    // dtype, and `norm` one F32, all on `dev`.
+    unsafe { scale_by_norm(&dev, &pairs, norm.ptr(), max_norm)? };
+    for ((i, g), out) in grads.iter().zip(outs) {
+        params[*i].set_grad(Some(Tensor::from_storage(Storage::Cuda(out), g.shape())?));
+    }
+    norm_tensor(norm)
+}
+
+/// Reads the device counters (a synchronization) and makes the host's counts exact: the step
+/// count, the skip count, the learning rate and every parameter's step (a state whose only
+/// step was skipped is dropped, as the CPU would never have made it).
+fn refresh(core: &mut OptimizerCore) -> Result<()> {
+    let Some(ds) = core.device.get_mut().unwrap_or_else(|e| e.into_inner()) else {
+        return Ok(());
+    };
+    let c = ds.read()?;
+    ds.needs_refresh = false;
+    let (base_step, base_lr) = (ds.base_step, ds.base_lr);
+    core.step = c[0].max(0) as u64;
+    core.skipped = c[1].max(0) as u64;
+    if let Some(s) = &core.schedule {
+        core.lr = if core.step > base_step {
+            s.lr_at(core.step)
+        } else {
+            base_lr
+        };
+    }
+    for (i, slot) in core.states.iter_mut().enumerate() {
+        let step = c.get(COUNTER_HEAD + i).copied().unwrap_or(0).max(0) as u64;
+        match slot {
+            Some(_) if step == 0 => *slot = None,
+            Some(st) => st.step = step,
+            None => {}
+        }
+    }
+    Ok(())
+}
+
+/// The exact counters when the optimizer counts on a device (a synchronization), else `None`.
+pub(super) fn exact_counters(core: &OptimizerCore) -> Result<Option<Vec<i64>>> {
+    let mut guard = core.device.lock().unwrap_or_else(|e| e.into_inner());
+    match guard.as_mut() {
+        Some(ds) => ds.read().map(Some),
+        None => Ok(None),
+    }
+}
+
+/// The learning rate that goes with an exact step count read from the device.
+pub(super) fn lr_for(core: &OptimizerCore, exact_step: u64) -> f64 {
+    let guard = core.device.lock().unwrap_or_else(|e| e.into_inner());
+    match (&*guard, &core.schedule) {
+        (Some(ds), Some(s)) if exact_step != core.step => {
+            if exact_step > ds.base_step {
+                s.lr_at(exact_step)
+            } else {
+                ds.base_lr
+            }
+        }
+        _ => core.lr,
+    }
+}
+
+fn steps_mut(core: &mut OptimizerCore) -> Result<&mut DeviceSteps> {
+    core.device
+        .get_mut()
+        .unwrap_or_else(|e| e.into_inner())
+        .as_mut()
+        .ok_or_else(|| Error::Cuda("the optimizer's device step counters are missing".into()))
+}
+
+/// One optimizer step with the fused kernels; every parameter is on CUDA device `ordinal`.
+pub(super) fn step<O: Optimizer + ?Sized>(
+    opt: &mut O,
+    rule: UpdateRule,
+    ordinal: usize,
+) -> Result<StepOutcome> {
+    let dev = cuda::device(ordinal)?;
+    let fields = opt.state_fields().len();
+    let core = opt.core_mut();
+    if core
+        .device
+        .get_mut()
+        .unwrap_or_else(|e| e.into_inner())
+        .is_none()
+    {
+        let ds = DeviceSteps::new(&dev, core)?;
+        *core.device.get_mut().unwrap_or_else(|e| e.into_inner()) = Some(ds);
+    }
+    let needs_refresh = {
+        let ds = steps_mut(core)?;
+        if let Some(head) = ds.snapshot.poll()? {
+            ds.report(&head);
+        }
+        ds.needs_refresh
+    };
+    if needs_refresh {
+        refresh(core)?;
+    }
+    let counters = steps_mut(core)?.ptr()?;
+
+    let tensors = core.tensors();
+    let grads = gradients(&tensors)?;
+    let slices = grads
+        .iter()
+        .map(|(_, g)| device_slice(g))
+        .collect::<Result<Vec<_>>>()?;
+    // SAFETY: the slices address gradients that `grads` keeps alive; `counters` is this
+    // optimizer's buffer, with a slot for every parameter.
+    let norm = unsafe { grad_norm(&dev, &slices, counters)? };
+    let norm_ptr = norm.ptr();
+    let grad_norm = norm_tensor(norm)?;
+
+    let lr_source = match &core.schedule {
+        Some(s) => LrSource::Schedule(s.clone()),
+        None => LrSource::Fixed(core.lr),
+    };
+    let max_norm = core.max_grad_norm;
+    let mut states = std::mem::take(&mut core.states);
+    states.resize(tensors.len(), None);
+    let queued = no_grad(|| -> Result<()> {
+        let mut items = Vec::with_capacity(grads.len());
+        let mut write_back = Vec::new();
+        for ((i, _), gs) in grads.iter().zip(&slices) {
+            let p = &tensors[*i];
+            let st = fit_state(&mut states[*i], p, fields)?;
+            let mut state = [0u64; 2];
+            for (s, t) in state.iter_mut().zip(&st.tensors) {
+                *s = device_slice(t)?.ptr;
+            }
+            let param = if p.is_contiguous() {
+                written_slice(p)?
+            } else {
+                // A strided parameter is updated in a packed copy, written back after.
+                let packed = p.contiguous_copy()?;
+                let s = device_slice(&packed)?;
+                write_back.push(packed);
+                s
+            };
+            items.push(UpdateItem {
+                param,
+                grad: *gs,
+                state,
+                slot: *i,
+                decay: rule.decays(p.rank()),
+            });
+        }
+        // SAFETY: every item addresses a live parameter (or its packed copy), gradient and
+        // state tensors held by `tensors`, `grads`, `states` and `write_back` until after the
+        // launches; states are contiguous in `state_dtype`; `norm_ptr` is this step's norm.
+        unsafe {
+            fused_update(
+                &dev, &rule, &lr_source, max_norm, norm_ptr, counters, &items,
+            )?
+        };
+        let strided = grads
+            .iter()
+            .map(|(i, _)| &tensors[*i])
+            .filter(|p| !p.is_contiguous());
+        for (p, packed) in strided.zip(&write_back) {
+            p.copy_(packed)?;
+        }
+        Ok(())
+    });
+    match &queued {
+        Ok(()) => {
+            // What the host expects; a read that finds this step skipped corrects it.
+            for (i, _) in &grads {
+                if let Some(st) = states[*i].as_mut() {
+                    st.step += 1;
+                }
+            }
+        }
+        Err(_) => {
+            // The norm kernel may have counted the step already: trust the device's counts.
+            if let Some(ds) = core
+                .device
+                .get_mut()
+                .unwrap_or_else(|e| e.into_inner())
+                .as_mut()
+            {
+                ds.needs_refresh = true;
+            }
+        }
+    }
+    core.states = states;
+    queued?;
+    core.step += 1;
+    if let Some(s) = &core.schedule {
+        core.lr = s.lr_at(core.step);
+    }
+    let ds = steps_mut(core)?;
+    // SAFETY: `counters` is this buffer, which holds at least COUNTER_HEAD i64s.
+    unsafe { ds.snapshot.start(counters)? };
+    Ok(StepOutcome::Queued {
+        step: core.step,
+        lr: core.lr,
+        grad_norm,
+    })
+}
+
+/// The parameter's state, made on first use (zeros) and otherwise brought to the parameter's
+/// device, state dtype and a contiguous layout (a state loaded from a CPU save, for one).
+fn fit_state<'a>(
+    slot: &'a mut Option<ParamState>,
+    p: &Tensor,
+    fields: usize,
+) -> Result<&'a ParamState> {
+    let dtype = state_dtype(p);
+    let st = match slot {
+        Some(st) => st,
+        None => slot.insert(ParamState {
+            step: 0,
+            tensors: (0..fields)
+                .map(|_| Tensor::zeros(p.shape(), dtype, p.device()))
+                .collect::<Result<_>>()?,
+        }),
+    };
+    for t in st.tensors.iter_mut() {
+        if t.device() != p.device()
+            || t.dtype() != dtype
+            || !t.is_contiguous()
+            || t.shape() != p.shape()
+        {
+            if t.numel() != p.numel() {
+                return Err(Error::invalid(
+                    "optimizer step",
+                    format!(
+                        "state of shape {:?} for a parameter of shape {:?}",
+                        t.shape(),
+                        p.shape()
+                    ),
+                ));
+            }
+            *t = t
+                .to_device(p.device())?
+                .to_dtype(dtype)?
+                .contiguous_copy()?
+                .reshape_to(p.shape())?;
+        }
+    }
+    Ok(st)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn head(applied: i64, skipped: i64, log: &[(usize, i64, f64)]) -> Vec<i64> {
+        let mut h = vec![0i64; COUNTER_HEAD];
+        (h[0], h[1]) = (applied, skipped);
+        for &(k, step, norm) in log {
+            h[2 + 2 * k] = step;
+            h[3 + 2 * k] = norm.to_bits() as i64;
+        }
+        h
+    }
+
+    #[test]
+    fn skip_messages_name_each_new_skip_with_its_step_and_norm() {
+        let h = head(3, 2, &[(0, 2, f64::NAN), (1, 4, f64::INFINITY)]);
+        assert!(skip_messages(&h, 2).is_empty());
+        let m = skip_messages(&h, 1);
+        assert_eq!(m.len(), 1);
+        assert!(
+            m[0].starts_with("optimizer step 4 skipped: the gradient norm is inf"),
+            "{m:?}"
+        );
+        let m = skip_messages(&h, 0);
+        assert!(
+            m[0].starts_with("optimizer step 2 skipped: the gradient norm is NaN"),
+            "{m:?}"
+        );
+    }
+
+    #[test]
+    fn skip_messages_summarize_what_the_log_no_longer_holds() {
+        let log: Vec<(usize, i64, f64)> = (0..SKIP_LOG)
+            .map(|k| (k, 100 + k as i64, f64::NAN))
+            .collect();
+        let h = head(0, SKIP_LOG as i64 + 5, &log);
+        let m = skip_messages(&h, 0);
+        assert_eq!(m.len(), SKIP_LOG + 1);
+        assert!(
+            m[0].starts_with("5 more optimizer steps were skipped"),
+            "{m:?}"
+        );
+    }
+}
