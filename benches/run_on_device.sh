@@ -10,11 +10,13 @@ status=0
 if [ "$what" != bench ]; then
   for t in .device/tests/*; do
     name=$(basename "$t")
-    if ! "$t" --test-threads=1 >"$out/test-$name.log" 2>&1; then
+    log=/tmp/rb-test-$name.log
+    if ! timeout 300 "$t" --test-threads=${RB_TEST_THREADS:-4} >"$log" 2>&1; then
       status=1
-      echo "=== FAILED: $name"; grep -E "^test .*FAILED|panicked|assert" "$out/test-$name.log" | head -20
+      echo "=== FAILED: $name"; grep -E "^test .*FAILED|panicked" "$log" | head -12
     fi
-    grep -E "^test result" "$out/test-$name.log" | sed "s/^/$name: /"
+    grep -E "^test result" "$log" | sed "s/^/$name: /"
+    { echo "===== $name"; cat "$log"; } >> "$out/tests.log"
   done
 fi
 if [ "$what" != tests ]; then

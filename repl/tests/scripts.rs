@@ -63,3 +63,35 @@ fn the_spirals_script_learns_and_writes_a_loss_plot() {
         .clone();
     assert_eq!((info.width, info.height), (800, 500));
 }
+
+fn final_loss(device: &str, precision: &str) -> f64 {
+    let dir = tempfile::tempdir().unwrap();
+    let out = brain(&dir)
+        .arg("run")
+        .arg(scripts_dir().join("mlp_spirals.rhai"))
+        .args(["steps=60", "n=100", "--device", device])
+        .arg(format!("precision={precision}"))
+        .arg(format!("out={}", dir.path().display()))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let stdout = text(&out.stdout);
+    stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("final loss "))
+        .expect("final loss line")
+        .parse()
+        .unwrap()
+}
+
+#[test]
+fn cuda_spirals_script_follows_the_cpu_run_in_f32_and_bf16() {
+    if rusting_brain::backend::cuda::device_for_test("cuda_spirals_script_follows_the_cpu_run_in_f32_and_bf16").is_none() {
+        return;
+    }
+    let cpu = final_loss("cpu", "f32");
+    let gpu = final_loss("cuda", "f32");
+    let bf16 = final_loss("cuda", "bf16");
+    assert!((gpu - cpu).abs() <= 1e-3 * cpu.abs().max(1e-3), "cpu {cpu} vs cuda {gpu}");
+    assert!((bf16 - cpu).abs() <= 3e-2 * cpu.abs().max(1e-2), "cpu {cpu} vs cuda bf16 {bf16}");
+}
