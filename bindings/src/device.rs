@@ -11,7 +11,9 @@ fn mixed_precision(dtype: &str) -> RhaiResult<()> {
     let d = match dtype {
         "off" | "none" | "f32" => None,
         other => Some(DType::parse(other).ok_or_else(|| {
-            runtime_error(format!("mixed_precision: unknown dtype \"{other}\"; use \"bf16\", \"f16\" or \"off\""))
+            runtime_error(format!(
+                "mixed_precision: unknown dtype \"{other}\"; use \"bf16\", \"f16\" or \"off\""
+            ))
         })?),
     };
     guard(|| amp::set_autocast(d))

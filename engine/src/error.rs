@@ -75,7 +75,9 @@ pub enum Error {
     #[error("{op}: in-place write into a leaf tensor that requires grad; wrap it in no_grad or detach it first")]
     InPlaceOnLeaf { op: &'static str },
 
-    #[error("{device}: out of memory: {requested} bytes requested, {free} bytes free on the device")]
+    #[error(
+        "{device}: out of memory: {requested} bytes requested, {free} bytes free on the device"
+    )]
     OutOfMemory {
         device: Device,
         requested: usize,

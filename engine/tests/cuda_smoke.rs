@@ -4,7 +4,10 @@
 use rusting_brain::{backend::cuda, DType, Device, Tensor};
 
 fn close(a: &[f32], b: &[f32], tol: f32) -> bool {
-    a.len() == b.len() && a.iter().zip(b).all(|(x, y)| (x - y).abs() <= tol * (1.0 + y.abs()))
+    a.len() == b.len()
+        && a.iter()
+            .zip(b)
+            .all(|(x, y)| (x - y).abs() <= tol * (1.0 + y.abs()))
 }
 
 #[test]
@@ -21,15 +24,47 @@ fn cuda_round_trip_add_matmul_softmax_sum() {
     let cpu = a.matmul(&b).unwrap().softmax(-1).unwrap();
     let gpu = ga.matmul(&gb).unwrap().softmax(-1).unwrap();
     assert_eq!(gpu.device(), dev);
-    assert!(close(&gpu.to_vec_f32().unwrap(), &cpu.to_vec_f32().unwrap(), 1e-4));
+    assert!(close(
+        &gpu.to_vec_f32().unwrap(),
+        &cpu.to_vec_f32().unwrap(),
+        1e-4
+    ));
 
-    let s_cpu = a.add(&a.t().unwrap().contiguous().unwrap().t().unwrap()).unwrap().sum_dims(&[0], false).unwrap();
-    let s_gpu = ga.add(&ga.t().unwrap().contiguous().unwrap().t().unwrap()).unwrap().sum_dims(&[0], false).unwrap();
-    assert!(close(&s_gpu.to_vec_f32().unwrap(), &s_cpu.to_vec_f32().unwrap(), 1e-4));
+    let s_cpu = a
+        .add(&a.t().unwrap().contiguous().unwrap().t().unwrap())
+        .unwrap()
+        .sum_dims(&[0], false)
+        .unwrap();
+    let s_gpu = ga
+        .add(&ga.t().unwrap().contiguous().unwrap().t().unwrap())
+        .unwrap()
+        .sum_dims(&[0], false)
+        .unwrap();
+    assert!(close(
+        &s_gpu.to_vec_f32().unwrap(),
+        &s_cpu.to_vec_f32().unwrap(),
+        1e-4
+    ));
 
-    let h = ga.to_dtype(DType::BF16).unwrap().exp().unwrap().to_dtype(DType::F32).unwrap();
-    let h_cpu = a.to_dtype(DType::BF16).unwrap().exp().unwrap().to_dtype(DType::F32).unwrap();
-    assert!(close(&h.to_vec_f32().unwrap(), &h_cpu.to_vec_f32().unwrap(), 1e-2));
+    let h = ga
+        .to_dtype(DType::BF16)
+        .unwrap()
+        .exp()
+        .unwrap()
+        .to_dtype(DType::F32)
+        .unwrap();
+    let h_cpu = a
+        .to_dtype(DType::BF16)
+        .unwrap()
+        .exp()
+        .unwrap()
+        .to_dtype(DType::F32)
+        .unwrap();
+    assert!(close(
+        &h.to_vec_f32().unwrap(),
+        &h_cpu.to_vec_f32().unwrap(),
+        1e-2
+    ));
 }
 
 #[test]
@@ -40,11 +75,27 @@ fn cuda_backward_through_matmul_matches_cpu() {
     let w = Tensor::randn(&[17, 9], DType::F32, None).unwrap();
     let x = Tensor::randn(&[5, 17], DType::F32, None).unwrap();
     let grads = |device: Device| {
-        let w = w.detach().to_device(device).unwrap().requires_grad_().unwrap();
+        let w = w
+            .detach()
+            .to_device(device)
+            .unwrap()
+            .requires_grad_()
+            .unwrap();
         let x = x.to_device(device).unwrap();
-        let loss = x.matmul(&w).unwrap().tanh().unwrap().square().unwrap().mean().unwrap();
+        let loss = x
+            .matmul(&w)
+            .unwrap()
+            .tanh()
+            .unwrap()
+            .square()
+            .unwrap()
+            .mean()
+            .unwrap();
         loss.backward().unwrap();
-        (loss.item().unwrap() as f32, w.grad().unwrap().to_vec_f32().unwrap())
+        (
+            loss.item().unwrap() as f32,
+            w.grad().unwrap().to_vec_f32().unwrap(),
+        )
     };
     let (lc, gc) = grads(Device::Cpu);
     let (lg, gg) = grads(dev);

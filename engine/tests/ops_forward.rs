@@ -428,9 +428,18 @@ fn bad_kernels_and_writes_into_broadcast_views_are_errors() {
 #[test]
 fn softmax_of_a_narrowed_view_uses_the_view_not_the_storage() {
     let x = Tensor::from_vec(vec![0.0f32, 1.0, 2.0, 3.0, 4.0, 6.0], &[3, 2]).unwrap();
-    let y = x.narrow(0, 1, 2).unwrap().softmax(-1).unwrap().to_vec_f32().unwrap();
+    let y = x
+        .narrow(0, 1, 2)
+        .unwrap()
+        .softmax(-1)
+        .unwrap()
+        .to_vec_f32()
+        .unwrap();
     let e = 1.0f32 / (1.0 + 1.0f32.exp());
     let e2 = 1.0f32 / (1.0 + 2.0f32.exp());
     let want = [e, 1.0 - e, e2, 1.0 - e2];
-    assert!(y.iter().zip(want).all(|(a, b)| (a - b).abs() < 1e-6), "{y:?}");
+    assert!(
+        y.iter().zip(want).all(|(a, b)| (a - b).abs() < 1e-6),
+        "{y:?}"
+    );
 }

@@ -117,13 +117,14 @@ pub fn build_engine(output: &Output, device: Device, script_args: &[String]) -> 
     let out = output.clone();
     engine.on_debug(move |s, _, _| out.write_line(s));
     let out = output.clone();
+    // Warnings belong to the session's output (and a notebook's report); notices about the
+    // machine (a device started, a kernel file compiled) go to stderr beside `device: ...`.
     rusting_brain::messages::set_sink(Some(Arc::new(move |level, text| {
-        let prefix = if level == rusting_brain::messages::Level::Warning {
-            "warning: "
+        if level == rusting_brain::messages::Level::Warning {
+            out.write_line(&format!("warning: {text}"));
         } else {
-            ""
-        };
-        out.write_line(&format!("{prefix}{text}"));
+            eprintln!("{text}");
+        }
     })));
     let args: Arc<Vec<String>> = Arc::new(script_args.to_vec());
     let a = args.clone();
@@ -174,7 +175,10 @@ mod tests {
     fn an_unusable_gpu_falls_back_to_the_cpu_with_a_warning() {
         let (d, note) = choose_device(Some("cuda:9")).unwrap();
         assert_eq!(d, Device::Cpu);
-        assert!(note.contains("cuda:9 is not usable") && note.contains("running on the CPU"), "{note}");
+        assert!(
+            note.contains("cuda:9 is not usable") && note.contains("running on the CPU"),
+            "{note}"
+        );
         assert!(choose_device(Some("tpu")).is_err());
         assert_eq!(choose_device(Some("cpu")).unwrap().0, Device::Cpu);
     }

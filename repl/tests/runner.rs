@@ -97,17 +97,31 @@ fn an_explicit_gpu_that_is_not_usable_falls_back_to_the_cpu_with_a_warning() {
     assert!(out.status.success(), "{}", text(&out.stderr));
     assert_eq!(text(&out.stdout).trim(), "cpu");
     let err = text(&out.stderr);
-    assert!(err.contains("cuda:9 is not usable") && err.contains("running on the CPU"), "{err}");
+    assert!(
+        err.contains("cuda:9 is not usable") && err.contains("running on the CPU"),
+        "{err}"
+    );
 }
 
 #[test]
 fn cuda_device_flag_puts_new_tensors_on_the_gpu() {
-    let Some(_) = rusting_brain::backend::cuda::device_for_test("cuda_device_flag_puts_new_tensors_on_the_gpu") else {
+    let Some(_) = rusting_brain::backend::cuda::device_for_test(
+        "cuda_device_flag_puts_new_tensors_on_the_gpu",
+    ) else {
         return;
     };
     let dir = tempfile::tempdir().unwrap();
-    let p = script(&dir, "x.rhai", "let x = randn([4, 3]); print(x.device); print((x.matmul(x.T)).sum().item() > 0.0);\n");
-    let out = brain(&dir).arg("run").arg(&p).args(["--device", "cuda"]).output().unwrap();
+    let p = script(
+        &dir,
+        "x.rhai",
+        "let x = randn([4, 3]); print(x.device); print((x.matmul(x.T)).sum().item() > 0.0);\n",
+    );
+    let out = brain(&dir)
+        .arg("run")
+        .arg(&p)
+        .args(["--device", "cuda"])
+        .output()
+        .unwrap();
     assert!(out.status.success(), "{}", text(&out.stderr));
     assert_eq!(text(&out.stdout).trim(), "cuda:0\ntrue");
 }

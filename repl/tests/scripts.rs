@@ -86,12 +86,22 @@ fn final_loss(device: &str, precision: &str) -> f64 {
 
 #[test]
 fn cuda_spirals_script_follows_the_cpu_run_in_f32_and_bf16() {
-    if rusting_brain::backend::cuda::device_for_test("cuda_spirals_script_follows_the_cpu_run_in_f32_and_bf16").is_none() {
+    if rusting_brain::backend::cuda::device_for_test(
+        "cuda_spirals_script_follows_the_cpu_run_in_f32_and_bf16",
+    )
+    .is_none()
+    {
         return;
     }
     let cpu = final_loss("cpu", "f32");
     let gpu = final_loss("cuda", "f32");
     let bf16 = final_loss("cuda", "bf16");
-    assert!((gpu - cpu).abs() <= 1e-3 * cpu.abs().max(1e-3), "cpu {cpu} vs cuda {gpu}");
-    assert!((bf16 - cpu).abs() <= 3e-2 * cpu.abs().max(1e-2), "cpu {cpu} vs cuda bf16 {bf16}");
+    assert!(
+        (gpu - cpu).abs() <= 1e-3 * cpu.abs().max(1e-3),
+        "cpu {cpu} vs cuda {gpu}"
+    );
+    assert!(
+        (bf16 - cpu).abs() <= 3e-2 * cpu.abs().max(1e-2),
+        "cpu {cpu} vs cuda bf16 {bf16}"
+    );
 }

@@ -42,7 +42,11 @@ pub trait Module: Send + Sync {
     /// Clears every parameter's gradient.
     /// Moves every parameter and buffer to `device` in place (create optimizers after this).
     fn to_device(&self, device: crate::Device) -> Result<()> {
-        for (_, t) in self.named_parameters().into_iter().chain(self.named_buffers()) {
+        for (_, t) in self
+            .named_parameters()
+            .into_iter()
+            .chain(self.named_buffers())
+        {
             t.relocate_(device)?;
         }
         Ok(())

@@ -352,6 +352,7 @@ mod tests {
                         let x = logits
                             .to_dtype(dtype)
                             .unwrap()
+                            .detach()
                             .to_device(device)
                             .unwrap()
                             .requires_grad_()

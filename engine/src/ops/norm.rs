@@ -134,8 +134,14 @@ fn run_forward(
     let (xs, ws, bs) = (x.storage(), w.map(|t| t.storage()), b.map(|t| t.storage()));
     let (y, mean, rstd) = match &*xs {
         Storage::Cpu(s) => {
-            let wp = w.zip(ws.as_deref()).map(|(t, g)| cpu_part(op, t, g)).transpose()?;
-            let bp = b.zip(bs.as_deref()).map(|(t, g)| cpu_part(op, t, g)).transpose()?;
+            let wp = w
+                .zip(ws.as_deref())
+                .map(|(t, g)| cpu_part(op, t, g))
+                .transpose()?;
+            let bp = b
+                .zip(bs.as_deref())
+                .map(|(t, g)| cpu_part(op, t, g))
+                .transpose()?;
             let out = cpu::norm_forward(Part::new(s, x.layout().offset()), wp, bp, spec)?;
             (
                 Storage::Cpu(out.y),

@@ -62,7 +62,9 @@ impl Tensor {
                     y_rows,
                     &g_rows,
                     |ys, gs| cpu::softmax_backward(ys, gs, cols, log),
-                    |ys, gs| cuda::softmax_backward(ys, y_rows.layout(), gs, g_rows.layout(), cols, log),
+                    |ys, gs| {
+                        cuda::softmax_backward(ys, y_rows.layout(), gs, g_rows.layout(), cols, log)
+                    },
                 )?;
                 let dx = Tensor::from_storage(storage, y_rows.shape())?;
                 Ok(vec![Some(if d == last {

@@ -330,10 +330,16 @@ impl Tensor {
     pub(crate) fn transfer(&self, device: Device) -> Result<Storage> {
         let packed = self.contiguous()?;
         let whole = packed.layout().offset() == 0 && packed.storage().len() == packed.numel();
-        let packed = if whole { packed } else { packed.contiguous_copy()? };
+        let packed = if whole {
+            packed
+        } else {
+            packed.contiguous_copy()?
+        };
         let src = packed.storage();
         Ok(match (&*src, device) {
-            (Storage::Cpu(s), Device::Cuda(n)) => Storage::Cuda(CudaStorage::from_cpu(&cuda::device(n)?, s)?),
+            (Storage::Cpu(s), Device::Cuda(n)) => {
+                Storage::Cuda(CudaStorage::from_cpu(&cuda::device(n)?, s)?)
+            }
             (Storage::Cuda(s), Device::Cpu) => Storage::Cpu(s.to_cpu()?),
             (Storage::Cuda(s), Device::Cuda(n)) => {
                 Storage::Cuda(CudaStorage::from_cpu(&cuda::device(n)?, &s.to_cpu()?)?)

@@ -251,7 +251,10 @@ impl Tensor {
             return Ok(());
         }
         if !self.is_leaf() {
-            return Err(Error::invalid("relocate_", "only leaf tensors (parameters, buffers) move in place; use to_device() for a copy"));
+            return Err(Error::invalid(
+                "relocate_",
+                "only leaf tensors (parameters, buffers) move in place; use to_device() for a copy",
+            ));
         }
         let whole = self.is_contiguous()
             && self.layout().offset() == 0

@@ -409,7 +409,9 @@ fn pool_cases(f: Pool) -> Vec<Case> {
 
 fn cross_entropy_cases() -> Vec<Case> {
     let mut cases = Vec::new();
-    for (i, &(r, c)) in SIZES.iter().enumerate() {
+    // One class gives a loss of exactly zero, so both devices return rounding noise (~1e-8)
+    // that no relative tolerance covers; the other sizes test the kernel.
+    for (i, &(r, c)) in SIZES.iter().enumerate().filter(|(_, &(_, c))| c > 1) {
         let mut t: Vec<i64> = index(0, c as i64, &[r], 100 + i as u64)
             .to_vec()
             .expect("targets");
@@ -971,7 +973,9 @@ fn norm_cases(layer: bool) -> Vec<Case> {
         }
     }
     let mut cases = Vec::new();
-    for &(r, c) in &SIZES {
+    // A single column normalizes to exactly 0 (layer_norm) or +-1 (rms_norm): the input
+    // gradient is rounding noise amplified by rstd = 1/sqrt(eps), so it is left out.
+    for &(r, c) in SIZES.iter().filter(|&&(_, c)| c > 1) {
         let mut inputs = vec![normal(&[r, c]), value(&[c], Dist::Uniform(0.5, 1.5))];
         if layer {
             inputs.push(normal(&[c]));

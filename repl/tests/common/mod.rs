@@ -22,9 +22,11 @@ pub fn brain(dir: &tempfile::TempDir) -> Command {
 }
 
 /// Feeds `input` to a REPL on stdin and returns its output.
+/// A REPL session on the CPU (so printed tensors say `device=cpu` on a GPU machine too).
 pub fn repl_session(input: &str) -> Output {
     let dir = tempfile::tempdir().unwrap();
     let mut child = brain(&dir)
+        .args(["--device", "cpu"])
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())

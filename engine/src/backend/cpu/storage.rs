@@ -144,7 +144,9 @@ impl CpuStorage {
     pub fn as_bytes(&self) -> &[u8] {
         match self {
             // SAFETY: a bool is one byte holding 0 or 1, so every bool is a valid u8.
-            CpuStorage::Bool(v) => unsafe { std::slice::from_raw_parts(v.as_ptr().cast::<u8>(), v.len()) },
+            CpuStorage::Bool(v) => unsafe {
+                std::slice::from_raw_parts(v.as_ptr().cast::<u8>(), v.len())
+            },
             CpuStorage::U8(v) => v,
             CpuStorage::U32(v) => bytemuck::cast_slice(v),
             CpuStorage::I64(v) => bytemuck::cast_slice(v),

@@ -38,7 +38,19 @@ kernel_file!(POOL, "pool.cu");
 kernel_file!(OPTIM, "optim.cu");
 
 /// Every kernel file, for the test that compiles them all.
-pub const ALL_FILES: &[&KernelFile] = &[&COPY, &ELEMENTWISE, &REDUCE, &SOFTMAX, &INDEX, &CONV, &POOL, &OPTIM, &NORM, &LOSS, &RANDOM];
+pub const ALL_FILES: &[&KernelFile] = &[
+    &COPY,
+    &ELEMENTWISE,
+    &REDUCE,
+    &SOFTMAX,
+    &INDEX,
+    &CONV,
+    &POOL,
+    &OPTIM,
+    &NORM,
+    &LOSS,
+    &RANDOM,
+];
 
 fn cuda_home() -> PathBuf {
     std::env::var_os("CUDA_HOME")
@@ -153,10 +165,15 @@ fn write_atomically(path: &std::path::Path, bytes: &[u8]) {
 pub fn compile(file: &KernelFile, opts: &[String]) -> Result<Vec<u8>> {
     // `#line` keeps the log's line numbers those of the .cu file itself.
     let text = format!("{COMMON}\n#line 1 \"{}\"\n{}", file.name, file.source);
-    let src = CString::new(text).map_err(|_| Error::Cuda(format!("kernels/{} has a NUL byte", file.name)))?;
+    let src = CString::new(text)
+        .map_err(|_| Error::Cuda(format!("kernels/{} has a NUL byte", file.name)))?;
     let name = CString::new(file.name).unwrap_or_default();
-    let prog = nvrtc::create_program(&src, Some(&name))
-        .map_err(|e| Error::Cuda(format!("nvrtcCreateProgram for kernels/{}: {e:?}", file.name)))?;
+    let prog = nvrtc::create_program(&src, Some(&name)).map_err(|e| {
+        Error::Cuda(format!(
+            "nvrtcCreateProgram for kernels/{}: {e:?}",
+            file.name
+        ))
+    })?;
     // SAFETY: `prog` is live until destroyed below; `src` and `name` outlive it.
     unsafe {
         let compiled = nvrtc::compile_program(prog, opts);
@@ -176,7 +193,8 @@ pub fn compile(file: &KernelFile, opts: &[String]) -> Result<Vec<u8>> {
         let mut size = 0usize;
         let got = nvrtc_sys::nvrtcGetCUBINSize(prog, &mut size).result();
         let mut image = vec![0u8; size];
-        let got = got.and_then(|_| nvrtc_sys::nvrtcGetCUBIN(prog, image.as_mut_ptr() as *mut _).result());
+        let got =
+            got.and_then(|_| nvrtc_sys::nvrtcGetCUBIN(prog, image.as_mut_ptr() as *mut _).result());
         let _ = nvrtc::destroy_program(prog);
         got.map_err(|e| Error::Cuda(format!("nvrtcGetCUBIN for kernels/{}: {e:?}", file.name)))?;
         Ok(image)

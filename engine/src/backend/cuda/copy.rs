@@ -9,7 +9,12 @@ const BLOCK: u32 = 256;
 
 /// Writes the elements of `src` seen through `sl` into `dst` seen through `dl` (same numel),
 /// converting the dtype when the two differ.
-pub(crate) fn copy_view(src: &CudaStorage, sl: &Layout, dst: &CudaStorage, dl: &Layout) -> Result<()> {
+pub(crate) fn copy_view(
+    src: &CudaStorage,
+    sl: &Layout,
+    dst: &CudaStorage,
+    dl: &Layout,
+) -> Result<()> {
     let n = sl.numel();
     if n == 0 {
         return Ok(());
@@ -23,7 +28,11 @@ pub(crate) fn copy_view(src: &CudaStorage, sl: &Layout, dst: &CudaStorage, dl: &
     let name = if src.dtype() == dst.dtype() {
         format!("copy_{}", src.dtype().size_in_bytes())
     } else {
-        format!("cast_{}_{}", type_suffix(src.dtype()), type_suffix(dst.dtype()))
+        format!(
+            "cast_{}_{}",
+            type_suffix(src.dtype()),
+            type_suffix(dst.dtype())
+        )
     };
     let f = dev.function(&COPY, &name)?;
     let (x, y, n) = (src.ptr(), dst.ptr(), n as i64);
@@ -46,7 +55,11 @@ pub fn fill(s: &CudaStorage, l: &Layout, value: f64) -> Result<()> {
         return Ok(());
     }
     let dev = s.cuda_device();
-    let value = if s.dtype() == DType::Bool { (value != 0.0) as u8 as f64 } else { value };
+    let value = if s.dtype() == DType::Bool {
+        (value != 0.0) as u8 as f64
+    } else {
+        value
+    };
     let f = dev.function(&COPY, &format!("fill_{}", type_suffix(s.dtype())))?;
     let (y, ys, n) = (s.ptr(), Strided::of("fill", l)?, n as i64);
     let grid = grid_for(n as usize, BLOCK, dev.sm_count());
@@ -55,7 +68,12 @@ pub fn fill(s: &CudaStorage, l: &Layout, value: f64) -> Result<()> {
 }
 
 /// `n` copies of `value` on the device.
-pub fn full(device: &std::sync::Arc<super::CudaDevice>, n: usize, dtype: DType, value: f64) -> Result<CudaStorage> {
+pub fn full(
+    device: &std::sync::Arc<super::CudaDevice>,
+    n: usize,
+    dtype: DType,
+    value: f64,
+) -> Result<CudaStorage> {
     let out = CudaStorage::alloc(device, n, dtype)?;
     fill(&out, &Layout::contiguous(&[n]), value)?;
     Ok(out)

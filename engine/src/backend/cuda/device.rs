@@ -98,7 +98,8 @@ impl CudaDevice {
         let dev = result::device::get(ordinal as i32).map_err(driver_err("cuDeviceGet"))?;
         // SAFETY: `dev` is a valid device handle from the driver.
         unsafe {
-            let ctx = result::primary_ctx::retain(dev).map_err(driver_err("cuDevicePrimaryCtxRetain"))?;
+            let ctx =
+                result::primary_ctx::retain(dev).map_err(driver_err("cuDevicePrimaryCtxRetain"))?;
             result::ctx::set_current(ctx).map_err(driver_err("cuCtxSetCurrent"))?;
             CURRENT_CTX.with(|c| c.set(ctx as usize));
             let attr = |a| result::device::get_attribute(dev, a).unwrap_or(0);
@@ -113,7 +114,8 @@ impl CudaDevice {
                 .map_err(driver_err("cuStreamCreate"))?;
             // Freed blocks stay in the pool for reuse instead of going back to the driver at
             // each synchronization: the pool's release threshold is "never".
-            let pool = result::device::get_default_mem_pool(dev).map_err(driver_err("cuDeviceGetDefaultMemPool"))?;
+            let pool = result::device::get_default_mem_pool(dev)
+                .map_err(driver_err("cuDeviceGetDefaultMemPool"))?;
             let mut keep: u64 = u64::MAX;
             result::mem_pool::set_attribute(
                 pool,
@@ -121,8 +123,10 @@ impl CudaDevice {
                 &mut keep as *mut u64 as *mut c_void,
             )
             .map_err(driver_err("cuMemPoolSetAttribute"))?;
-            let blas = blas::create_handle().map_err(|e| Error::Cuda(format!("cublasCreate: {e:?}")))?;
-            blas::set_stream(blas, stream as _).map_err(|e| Error::Cuda(format!("cublasSetStream: {e:?}")))?;
+            let blas =
+                blas::create_handle().map_err(|e| Error::Cuda(format!("cublasCreate: {e:?}")))?;
+            blas::set_stream(blas, stream as _)
+                .map_err(|e| Error::Cuda(format!("cublasSetStream: {e:?}")))?;
             let mut device = CudaDevice {
                 ordinal,
                 ctx,
@@ -142,7 +146,8 @@ impl CudaDevice {
                 .result()
                 .map_err(|e| Error::Cuda(format!("cublasSetWorkspace: {e:?}")))?;
             device.error_word = device.alloc(4)?;
-            result::memset_d8_async(device.error_word, 0, 4, stream).map_err(driver_err("cuMemsetD8"))?;
+            result::memset_d8_async(device.error_word, 0, 4, stream)
+                .map_err(driver_err("cuMemsetD8"))?;
             crate::messages::info(&format!(
                 "cuda:{ordinal}: {} (sm_{}{}, {} SMs)",
                 device.name, capability.0, capability.1, sm_count
@@ -226,7 +231,9 @@ impl CudaDevice {
                     }
                 })
             }
-            Err(e) => Err(Error::Cuda(format!("cuMemAllocFromPoolAsync({bytes} bytes): {e:?}"))),
+            Err(e) => Err(Error::Cuda(format!(
+                "cuMemAllocFromPoolAsync({bytes} bytes): {e:?}"
+            ))),
         }
     }
 
@@ -237,7 +244,10 @@ impl CudaDevice {
         }
         // SAFETY: `ptr` came from `alloc` on this stream and is freed once (by its owner's Drop).
         if let Err(e) = unsafe { result::free_async(ptr, self.stream) } {
-            crate::messages::warn(&format!("cuda:{}: cuMemFreeAsync failed: {e:?}", self.ordinal));
+            crate::messages::warn(&format!(
+                "cuda:{}: cuMemFreeAsync failed: {e:?}",
+                self.ordinal
+            ));
         }
     }
 
@@ -246,15 +256,18 @@ impl CudaDevice {
     pub fn synchronize(&self) -> Result<()> {
         self.bind()?;
         // SAFETY: the stream is valid for the life of the device.
-        unsafe { result::stream::synchronize(self.stream) }.map_err(driver_err("kernel execution"))?;
+        unsafe { result::stream::synchronize(self.stream) }
+            .map_err(driver_err("kernel execution"))?;
         let mut word = [0u32; 1];
         // SAFETY: `error_word` is a live 4-byte allocation.
         unsafe {
-            result::memcpy_dtoh_sync(&mut word, self.error_word).map_err(driver_err("cuMemcpyDtoH"))?;
+            result::memcpy_dtoh_sync(&mut word, self.error_word)
+                .map_err(driver_err("cuMemcpyDtoH"))?;
         }
         if word[0] != 0 {
             // SAFETY: as above.
-            unsafe { result::memset_d8_sync(self.error_word, 0, 4) }.map_err(driver_err("cuMemsetD8"))?;
+            unsafe { result::memset_d8_sync(self.error_word, 0, 4) }
+                .map_err(driver_err("cuMemsetD8"))?;
             return Err(Error::invalid(
                 super::launch::flag_op_name(word[0]),
                 "an index was out of range on the device (the results of that op are not valid)",
@@ -266,7 +279,12 @@ impl CudaDevice {
     /// The function `kernel` from `file`, compiling and loading the file on first use.
     pub(crate) fn function(&self, file: &KernelFile, kernel: &str) -> Result<sys::CUfunction> {
         let key = format!("{}:{kernel}", file.name);
-        if let Some(f) = self.functions.lock().unwrap_or_else(|e| e.into_inner()).get(&key) {
+        if let Some(f) = self
+            .functions
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&key)
+        {
             return Ok(*f);
         }
         self.bind()?;
@@ -278,16 +296,23 @@ impl CudaDevice {
                     let image = compile::compiled(file, self.capability)?;
                     // SAFETY: `image` is a CUBIN or NUL-terminated PTX made for this device.
                     let m = unsafe { result::module::load_data(image.as_ptr() as *const c_void) }
-                        .map_err(|e| Error::Cuda(format!("loading kernels/{}: {e:?}", file.name)))?;
+                        .map_err(|e| {
+                        Error::Cuda(format!("loading kernels/{}: {e:?}", file.name))
+                    })?;
                     modules.insert(file.name, m);
                     m
                 }
             }
         };
-        let cname = CString::new(kernel).map_err(|_| Error::Cuda("kernel name has a NUL".into()))?;
+        let cname =
+            CString::new(kernel).map_err(|_| Error::Cuda("kernel name has a NUL".into()))?;
         // SAFETY: `module` is loaded in this context.
-        let f = unsafe { result::module::get_function(module, cname) }
-            .map_err(|e| Error::Cuda(format!("kernels/{} has no kernel `{kernel}`: {e:?}", file.name)))?;
+        let f = unsafe { result::module::get_function(module, cname) }.map_err(|e| {
+            Error::Cuda(format!(
+                "kernels/{} has no kernel `{kernel}`: {e:?}",
+                file.name
+            ))
+        })?;
         self.functions
             .lock()
             .unwrap_or_else(|e| e.into_inner())
@@ -322,7 +347,8 @@ impl CudaDevice {
         self.bind()?;
         // SAFETY: `dst` holds at least `bytes.len()` bytes; pageable copies are staged before
         // the call returns, so `bytes` may be dropped right after.
-        unsafe { result::memcpy_htod_async(dst, bytes, self.stream) }.map_err(driver_err("cuMemcpyHtoD"))
+        unsafe { result::memcpy_htod_async(dst, bytes, self.stream) }
+            .map_err(driver_err("cuMemcpyHtoD"))
     }
 
     /// Copies device bytes to the host, after everything queued before it.
@@ -332,18 +358,25 @@ impl CudaDevice {
         }
         self.bind()?;
         // SAFETY: `src` holds at least `bytes.len()` bytes.
-        unsafe { result::memcpy_dtoh_async(bytes, src, self.stream) }.map_err(driver_err("cuMemcpyDtoH"))?;
+        unsafe { result::memcpy_dtoh_async(bytes, src, self.stream) }
+            .map_err(driver_err("cuMemcpyDtoH"))?;
         self.synchronize()
     }
 
     /// Device-to-device copy on the stream.
-    pub(crate) fn copy_device(&self, dst: sys::CUdeviceptr, src: sys::CUdeviceptr, bytes: usize) -> Result<()> {
+    pub(crate) fn copy_device(
+        &self,
+        dst: sys::CUdeviceptr,
+        src: sys::CUdeviceptr,
+        bytes: usize,
+    ) -> Result<()> {
         if bytes == 0 {
             return Ok(());
         }
         self.bind()?;
         // SAFETY: both ranges are live allocations of at least `bytes`.
-        unsafe { result::memcpy_dtod_async(dst, src, bytes, self.stream) }.map_err(driver_err("cuMemcpyDtoD"))
+        unsafe { result::memcpy_dtod_async(dst, src, bytes, self.stream) }
+            .map_err(driver_err("cuMemcpyDtoD"))
     }
 
     /// Free and total device memory in bytes.

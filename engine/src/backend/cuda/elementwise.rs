@@ -65,7 +65,11 @@ fn as_bool(out: CudaStorage, n: usize) -> Result<CudaStorage> {
 }
 
 fn numeric_suffix(dtype: DType) -> &'static str {
-    type_suffix(if dtype == DType::Bool { DType::U8 } else { dtype })
+    type_suffix(if dtype == DType::Bool {
+        DType::U8
+    } else {
+        dtype
+    })
 }
 
 fn aligned16(ptr: u64) -> bool {
@@ -93,10 +97,22 @@ pub fn unary(s: &CudaStorage, l: &Layout, op: UnaryOp) -> Result<CudaStorage> {
     let vec = (aligned16(x) && aligned16(y)) as i32;
     let (code, p0, p1) = unary_code(op);
     let n = n as i64;
-    let per_thread = if vec == 1 { 16 / s.dtype().size_in_bytes() } else { 1 };
+    let per_thread = if vec == 1 {
+        16 / s.dtype().size_in_bytes()
+    } else {
+        1
+    };
     let grid = grid_for((n as usize).div_ceil(per_thread), BLOCK, dev.sm_count());
     // SAFETY: x holds n elements from its offset; y is a fresh allocation of n elements.
-    unsafe { dev.launch(f, (grid, 1, 1), BLOCK, 0, &mut args![x, y, n, code, p0, p1, vec])? };
+    unsafe {
+        dev.launch(
+            f,
+            (grid, 1, 1),
+            BLOCK,
+            0,
+            &mut args![x, y, n, code, p0, p1, vec],
+        )?
+    };
     if s.dtype() == DType::Bool {
         return as_bool(out, n as usize);
     }
@@ -104,7 +120,13 @@ pub fn unary(s: &CudaStorage, l: &Layout, op: UnaryOp) -> Result<CudaStorage> {
 }
 
 /// Both operands have one dtype and layouts already broadcast to the output shape.
-pub fn binary(a: &CudaStorage, la: &Layout, b: &CudaStorage, lb: &Layout, op: BinaryOp) -> Result<CudaStorage> {
+pub fn binary(
+    a: &CudaStorage,
+    la: &Layout,
+    b: &CudaStorage,
+    lb: &Layout,
+    op: BinaryOp,
+) -> Result<CudaStorage> {
     let sfx = numeric_suffix(a.dtype());
     let n = la.numel();
     let dev = a.cuda_device();
@@ -119,17 +141,35 @@ pub fn binary(a: &CudaStorage, la: &Layout, b: &CudaStorage, lb: &Layout, op: Bi
         && aligned16(a.ptr_at(la.offset()))
         && aligned16(b.ptr_at(lb.offset()))) as i32;
     let (pa, pb, y, n, code) = (a.ptr(), b.ptr(), out.ptr(), n as i64, binary_code(op));
-    let per_thread = if vec == 1 { 16 / a.dtype().size_in_bytes() } else { 1 };
+    let per_thread = if vec == 1 {
+        16 / a.dtype().size_in_bytes()
+    } else {
+        1
+    };
     let grid = grid_for((n as usize).div_ceil(per_thread), BLOCK, dev.sm_count());
     // SAFETY: both views lie inside their allocations; y holds n elements.
-    unsafe { dev.launch(f, (grid, 1, 1), BLOCK, 0, &mut args![pa, as_, pb, bs, y, n, code, vec])? };
+    unsafe {
+        dev.launch(
+            f,
+            (grid, 1, 1),
+            BLOCK,
+            0,
+            &mut args![pa, as_, pb, bs, y, n, code, vec],
+        )?
+    };
     if a.dtype() == DType::Bool {
         return as_bool(out, n as usize);
     }
     Ok(out)
 }
 
-pub fn compare(a: &CudaStorage, la: &Layout, b: &CudaStorage, lb: &Layout, op: CmpOp) -> Result<CudaStorage> {
+pub fn compare(
+    a: &CudaStorage,
+    la: &Layout,
+    b: &CudaStorage,
+    lb: &Layout,
+    op: CmpOp,
+) -> Result<CudaStorage> {
     let n = la.numel();
     let dev = a.cuda_device();
     let out = CudaStorage::alloc(dev, n, DType::Bool)?;
@@ -141,7 +181,15 @@ pub fn compare(a: &CudaStorage, la: &Layout, b: &CudaStorage, lb: &Layout, op: C
     let (pa, pb, y, n, code) = (a.ptr(), b.ptr(), out.ptr(), n as i64, cmp_code(op));
     let grid = grid_for(n as usize, BLOCK, dev.sm_count());
     // SAFETY: as in `binary`; y holds n bytes.
-    unsafe { dev.launch(f, (grid, 1, 1), BLOCK, 0, &mut args![pa, as_, pb, bs, y, n, code])? };
+    unsafe {
+        dev.launch(
+            f,
+            (grid, 1, 1),
+            BLOCK,
+            0,
+            &mut args![pa, as_, pb, bs, y, n, code],
+        )?
+    };
     Ok(out)
 }
 
@@ -169,6 +217,14 @@ pub fn where_cond(
     let (pc, pa, pb, y, n) = (c.ptr(), a.ptr(), b.ptr(), out.ptr(), n as i64);
     let grid = grid_for(n as usize, BLOCK, dev.sm_count());
     // SAFETY: all views lie inside their allocations; y holds n elements.
-    unsafe { dev.launch(f, (grid, 1, 1), BLOCK, 0, &mut args![pc, cs, pa, as_, pb, bs, y, n])? };
+    unsafe {
+        dev.launch(
+            f,
+            (grid, 1, 1),
+            BLOCK,
+            0,
+            &mut args![pc, cs, pa, as_, pb, bs, y, n],
+        )?
+    };
     Ok(out)
 }

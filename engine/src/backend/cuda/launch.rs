@@ -113,4 +113,3 @@ pub(crate) fn flag_op_name(word: u32) -> &'static str {
         _ => "a CUDA kernel",
     }
 }
-

@@ -48,23 +48,38 @@ fn operand(l: &Layout) -> Option<Operand> {
     let (rs, cs) = (l.strides()[r - 2], l.strides()[r - 1]);
     let bs = batch_stride(&l.shape()[..r - 2], &l.strides()[..r - 2])?;
     if cs == 1 && (rs == cols || rows == 1) {
-        Some(Operand { op_row_major_t: false, ld: cols.max(1) as i64, batch_stride: bs, offset: l.offset() })
+        Some(Operand {
+            op_row_major_t: false,
+            ld: cols.max(1) as i64,
+            batch_stride: bs,
+            offset: l.offset(),
+        })
     } else if rs == 1 && (cs == rows || cols == 1) {
-        Some(Operand { op_row_major_t: true, ld: rows.max(1) as i64, batch_stride: bs, offset: l.offset() })
+        Some(Operand {
+            op_row_major_t: true,
+            ld: rows.max(1) as i64,
+            batch_stride: bs,
+            offset: l.offset(),
+        })
     } else {
         None
     }
 }
 
 fn int(op: &'static str, v: i64) -> Result<i32> {
-    i32::try_from(v).map_err(|_| Error::invalid(op, format!("dimension {v} is too large for cuBLAS")))
+    i32::try_from(v)
+        .map_err(|_| Error::invalid(op, format!("dimension {v} is too large for cuBLAS")))
 }
 
 /// `a` [batch.., m, k] times `b` [batch.., k, n], both broadcast to the full batch shape.
 pub fn matmul(a: &CudaStorage, la: &Layout, b: &CudaStorage, lb: &Layout) -> Result<CudaStorage> {
     let dev = a.cuda_device();
     let r = la.rank();
-    let (m, k, n) = (la.shape()[r - 2], la.shape()[r - 1], lb.shape()[lb.rank() - 1]);
+    let (m, k, n) = (
+        la.shape()[r - 2],
+        la.shape()[r - 1],
+        lb.shape()[lb.rank() - 1],
+    );
     let batch: usize = la.shape()[..r - 2].iter().product();
     let out = CudaStorage::alloc(dev, batch * m * n, a.dtype())?;
     if out.is_empty() {
@@ -79,14 +94,20 @@ pub fn matmul(a: &CudaStorage, la: &Layout, b: &CudaStorage, lb: &Layout) -> Res
         Some(o) => (a, o),
         None => {
             pa = cast(a, la, a.dtype())?;
-            (&pa, operand(&Layout::contiguous(la.shape())).expect("contiguous operand"))
+            (
+                &pa,
+                operand(&Layout::contiguous(la.shape())).expect("contiguous operand"),
+            )
         }
     };
     let (b, ob) = match operand(lb) {
         Some(o) => (b, o),
         None => {
             pb = cast(b, lb, b.dtype())?;
-            (&pb, operand(&Layout::contiguous(lb.shape())).expect("contiguous operand"))
+            (
+                &pb,
+                operand(&Layout::contiguous(lb.shape())).expect("contiguous operand"),
+            )
         }
     };
     let (data, compute) = match a.dtype() {
@@ -96,7 +117,11 @@ pub fn matmul(a: &CudaStorage, la: &Layout, b: &CudaStorage, lb: &Layout) -> Res
         DType::F16 => (Data::CUDA_R_16F, Compute::CUBLAS_COMPUTE_32F),
         DType::F64 => (Data::CUDA_R_64F, Compute::CUBLAS_COMPUTE_64F),
         other => {
-            return Err(Error::UnsupportedDType { op: "matmul", dtype: other, detail: " on CUDA".into() })
+            return Err(Error::UnsupportedDType {
+                op: "matmul",
+                dtype: other,
+                detail: " on CUDA".into(),
+            })
         }
     };
     let (alpha32, beta32, alpha64, beta64) = (1.0f32, 0.0f32, 1.0f64, 0.0f64);
@@ -136,7 +161,11 @@ pub fn matmul(a: &CudaStorage, la: &Layout, b: &CudaStorage, lb: &Layout) -> Res
             compute,
             cublasGemmAlgo_t::CUBLAS_GEMM_DEFAULT,
         )
-        .map_err(|e| Error::Cuda(format!("cublasGemmStridedBatchedEx ({m}x{k} by {k}x{n}, batch {batch}): {e:?}")))?;
+        .map_err(|e| {
+            Error::Cuda(format!(
+                "cublasGemmStridedBatchedEx ({m}x{k} by {k}x{n}, batch {batch}): {e:?}"
+            ))
+        })?;
     }
     Ok(out)
 }

@@ -43,9 +43,14 @@ pub fn reduce(s: &CudaStorage, l: &Layout, dims: &[usize], op: ReduceOp) -> Resu
         (&packed, 0)
     };
     let (x, y, rows_i, k_i) = (src.ptr_at(offset), out.ptr(), rows as i64, k as i64);
-    let sfx = type_suffix(if s.dtype() == DType::Bool { DType::U8 } else { s.dtype() });
+    let sfx = type_suffix(if s.dtype() == DType::Bool {
+        DType::U8
+    } else {
+        s.dtype()
+    });
     let warps_per_block = 8u32;
-    let warp_grid = (rows.div_ceil(warps_per_block as usize)).min(dev.sm_count() as usize * 32) as u32;
+    let warp_grid =
+        (rows.div_ceil(warps_per_block as usize)).min(dev.sm_count() as usize * 32) as u32;
     match op {
         ReduceOp::Sum => {
             let f = dev.function(&REDUCE, &format!("sum_{sfx}"))?;
@@ -57,7 +62,15 @@ pub fn reduce(s: &CudaStorage, l: &Layout, dims: &[usize], op: ReduceOp) -> Resu
                 (warp_grid, 32 * warps_per_block)
             };
             // SAFETY: x holds rows*k contiguous elements, y holds rows.
-            unsafe { dev.launch(f, (grid, 1, 1), block, 0, &mut args![x, y, rows_i, k_i, block_per_row])? };
+            unsafe {
+                dev.launch(
+                    f,
+                    (grid, 1, 1),
+                    block,
+                    0,
+                    &mut args![x, y, rows_i, k_i, block_per_row],
+                )?
+            };
         }
         _ => {
             let f = dev.function(&REDUCE, &format!("extreme_{sfx}"))?;
@@ -70,7 +83,13 @@ pub fn reduce(s: &CudaStorage, l: &Layout, dims: &[usize], op: ReduceOp) -> Resu
             let (yv, yi) = if code < 2 { (y, 0u64) } else { (0u64, y) };
             // SAFETY: as above; the unused output pointer is never written.
             unsafe {
-                dev.launch(f, (warp_grid, 1, 1), 32 * warps_per_block, 0, &mut args![x, yv, yi, rows_i, k_i, code])?
+                dev.launch(
+                    f,
+                    (warp_grid, 1, 1),
+                    32 * warps_per_block,
+                    0,
+                    &mut args![x, yv, yi, rows_i, k_i, code],
+                )?
             };
         }
     }

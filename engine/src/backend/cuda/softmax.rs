@@ -9,7 +9,13 @@ use crate::{DType, Layout, Result};
 const ROW_CACHE_BYTES: usize = 48 * 1024;
 
 fn geometry(rows: usize, cols: usize, sm_count: u32) -> (u32, u32) {
-    let block = if cols >= 2048 { 512 } else if cols >= 512 { 256 } else { 128 };
+    let block = if cols >= 2048 {
+        512
+    } else if cols >= 512 {
+        256
+    } else {
+        128
+    };
     let grid = rows.min(sm_count as usize * 32).max(1) as u32;
     (grid, block)
 }
@@ -26,11 +32,29 @@ pub fn softmax(s: &CudaStorage, l: &Layout, cols: usize, log: bool) -> Result<Cu
     let f = dev.function(&SOFTMAX, &format!("softmax_fwd_{}", type_suffix(s.dtype())))?;
     let compute = if s.dtype() == DType::F64 { 8 } else { 4 };
     let cached = (cols * compute <= ROW_CACHE_BYTES) as i32;
-    let smem = if cached == 1 { (cols * compute) as u32 } else { 0 };
+    let smem = if cached == 1 {
+        (cols * compute) as u32
+    } else {
+        0
+    };
     let (grid, block) = geometry(rows, cols, dev.sm_count());
-    let (x, y, r, c, lg) = (s.ptr_at(l.offset()), out.ptr(), rows as i64, cols as i64, log as i32);
+    let (x, y, r, c, lg) = (
+        s.ptr_at(l.offset()),
+        out.ptr(),
+        rows as i64,
+        cols as i64,
+        log as i32,
+    );
     // SAFETY: x and y hold rows*cols elements.
-    unsafe { dev.launch(f, (grid, 1, 1), block, smem, &mut args![x, y, r, c, lg, cached])? };
+    unsafe {
+        dev.launch(
+            f,
+            (grid, 1, 1),
+            block,
+            smem,
+            &mut args![x, y, r, c, lg, cached],
+        )?
+    };
     Ok(out)
 }
 

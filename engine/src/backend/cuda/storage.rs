@@ -46,9 +46,8 @@ impl CudaStorage {
     pub fn to_cpu(&self) -> Result<CpuStorage> {
         let mut bytes = vec![0u8; self.bytes()];
         self.device.download(self.ptr, &mut bytes)?;
-        CpuStorage::from_le_bytes(&bytes, self.dtype).ok_or_else(|| {
-            Error::Cuda(format!("device data is not valid {:?}", self.dtype))
-        })
+        CpuStorage::from_le_bytes(&bytes, self.dtype)
+            .ok_or_else(|| Error::Cuda(format!("device data is not valid {:?}", self.dtype)))
     }
 
     pub fn len(&self) -> usize {
@@ -93,6 +92,12 @@ impl Drop for CudaStorage {
 
 impl std::fmt::Debug for CudaStorage {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "CudaStorage({} x {:?} on cuda:{})", self.len, self.dtype, self.device.ordinal())
+        write!(
+            f,
+            "CudaStorage({} x {:?} on cuda:{})",
+            self.len,
+            self.dtype,
+            self.device.ordinal()
+        )
     }
 }
