@@ -2,9 +2,361 @@
 // covers, flattened). Statistics and arithmetic run in Acc<T> (float, double for f64); the weight
 // and bias arrive already in Acc<T>, so one kernel serves a bf16 input with an f32 weight.
 //
-// forward: one block per row; saves mean (LayerNorm) and rstd = 1/sqrt(var + eps) per row.
-// backward: dx per row from the saved statistics; dweight/dbias as a column reduction in two
-// deterministic steps (per-chunk partial sums, then a fixed-order sum over chunks), no atomics.
+// Two families of kernels:
+// - register kernels (norm_fwd_<s|v><NV>_<T>, norm_bwd_<rms|ln>_<s|v><NV>_<T>): one block per
+//   row, each thread keeps its NV loads of the row in registers, so x (and g) are read from DRAM
+//   once. `v` loads 16 bytes at a time (the host checks alignment and cols % VEC), `s` one
+//   element. The backward also accumulates the weight/bias gradient of a fixed chunk of rows
+//   in registers and writes one row of the [chunks, cols] partial buffers, so it does not
+//   re-read x and g.
+// - loop kernels (norm_fwd_<T>, norm_bwd_dx_<T>, norm_bwd_cols_<T>) for rows too long for
+//   registers: they re-read the row from memory.
+// dweight/dbias are always a two-step column reduction with a fixed order (per-chunk partials,
+// then a fixed-order sum over chunks), no atomics, so a run repeats bit for bit.
+
+// ----- 16-byte and scalar element access -----
+
+// A 16-byte word of elements to and from Acc<T> values, element 0 at the lowest address.
+template <class T> struct Word16;
+template <> struct Word16<bf16> {
+    static __device__ __forceinline__ void unpack(const uint4& u, float* o) {
+        const u32 w[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            o[2 * i] = __uint_as_float(w[i] << 16);
+            o[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);
+        }
+    }
+    static __device__ __forceinline__ u32 bits(float v) { return (u32)__bfloat16_as_ushort(__float2bfloat16(v)); }
+    static __device__ __forceinline__ uint4 pack(const float* v) {
+        uint4 u;
+        u.x = bits(v[0]) | (bits(v[1]) << 16);
+        u.y = bits(v[2]) | (bits(v[3]) << 16);
+        u.z = bits(v[4]) | (bits(v[5]) << 16);
+        u.w = bits(v[6]) | (bits(v[7]) << 16);
+        return u;
+    }
+};
+template <> struct Word16<f16> {
+    static __device__ __forceinline__ void unpack(const uint4& u, float* o) {
+        const u32 w[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            o[2 * i] = __half2float(__ushort_as_half((unsigned short)(w[i] & 0xffffu)));
+            o[2 * i + 1] = __half2float(__ushort_as_half((unsigned short)(w[i] >> 16)));
+        }
+    }
+    static __device__ __forceinline__ u32 bits(float v) { return (u32)__half_as_ushort(__float2half(v)); }
+    static __device__ __forceinline__ uint4 pack(const float* v) {
+        uint4 u;
+        u.x = bits(v[0]) | (bits(v[1]) << 16);
+        u.y = bits(v[2]) | (bits(v[3]) << 16);
+        u.z = bits(v[4]) | (bits(v[5]) << 16);
+        u.w = bits(v[6]) | (bits(v[7]) << 16);
+        return u;
+    }
+};
+template <> struct Word16<f32> {
+    static __device__ __forceinline__ void unpack(const uint4& u, float* o) {
+        o[0] = __uint_as_float(u.x);
+        o[1] = __uint_as_float(u.y);
+        o[2] = __uint_as_float(u.z);
+        o[3] = __uint_as_float(u.w);
+    }
+    static __device__ __forceinline__ uint4 pack(const float* v) {
+        return make_uint4(__float_as_uint(v[0]), __float_as_uint(v[1]), __float_as_uint(v[2]), __float_as_uint(v[3]));
+    }
+};
+template <> struct Word16<f64> {
+    static __device__ __forceinline__ void unpack(const uint4& u, double* o) {
+        o[0] = __hiloint2double((int)u.y, (int)u.x);
+        o[1] = __hiloint2double((int)u.w, (int)u.z);
+    }
+    static __device__ __forceinline__ uint4 pack(const double* v) {
+        return make_uint4((u32)__double2loint(v[0]), (u32)__double2hiint(v[0]), (u32)__double2loint(v[1]),
+                          (u32)__double2hiint(v[1]));
+    }
+};
+
+// VEC elements of T at a time: one 16-byte word (VEC = 16 / sizeof(T)) or one element (VEC = 1).
+// `Raw` is what a thread keeps in registers between passes.
+template <class T, int VEC> struct Io {
+    typedef uint4 Raw;
+    typedef typename Acc<T>::type C;
+    static __device__ __forceinline__ Raw load(const T* p) { return *reinterpret_cast<const uint4*>(p); }
+    static __device__ __forceinline__ void unpack(const Raw& r, C* o) { Word16<T>::unpack(r, o); }
+    static __device__ __forceinline__ void store(T* p, const C* v) { *reinterpret_cast<uint4*>(p) = Word16<T>::pack(v); }
+};
+template <class T> struct Io<T, 1> {
+    typedef T Raw;
+    typedef typename Acc<T>::type C;
+    static __device__ __forceinline__ Raw load(const T* p) { return *p; }
+    static __device__ __forceinline__ void unpack(const Raw& r, C* o) { o[0] = to_acc(r); }
+    static __device__ __forceinline__ void store(T* p, const C* v) { *p = from_acc<T>(v[0]); }
+};
+
+// N values of the compute type (weights, partial sums): 16-byte accesses when N > 1 (the host
+// guarantees the alignment then), one element otherwise.
+template <class C, int N> __device__ __forceinline__ void acc_load(const C* p, C* o) {
+    if constexpr (N == 1) {
+        o[0] = *p;
+    } else {
+#pragma unroll
+        for (int i = 0; i < (int)(N * sizeof(C) / 16); ++i) {
+            uint4 u = reinterpret_cast<const uint4*>(p)[i];
+            Word16<C>::unpack(u, o + i * (int)(16 / sizeof(C)));
+        }
+    }
+}
+template <class C, int N> __device__ __forceinline__ void acc_store(C* p, const C* v) {
+    if constexpr (N == 1) {
+        *p = v[0];
+    } else {
+#pragma unroll
+        for (int i = 0; i < (int)(N * sizeof(C) / 16); ++i)
+            reinterpret_cast<uint4*>(p)[i] = Word16<C>::pack(v + i * (int)(16 / sizeof(C)));
+    }
+}
+
+// Sums of two values over the block in one round; every thread gets both. `scratch` holds 64.
+template <class T> __device__ __forceinline__ void block_sum2(T& a, T& b, T* scratch) {
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = (blockDim.x + 31) >> 5;
+    a = warp_sum(a);
+    b = warp_sum(b);
+    __syncthreads();
+    if (lane == 0) {
+        scratch[warp] = a;
+        scratch[32 + warp] = b;
+    }
+    __syncthreads();
+    a = warp_sum(lane < warps ? scratch[lane] : (T)0);
+    b = warp_sum(lane < warps ? scratch[32 + lane] : (T)0);
+}
+
+// ----- register kernels -----
+
+// Forward, one row per block (grid-stride over rows). Thread t holds loads t, t + blockDim, ...
+// (NV of them) of the row; the block covers the row: blockDim * NV * VEC >= cols.
+template <class T, int VEC, int NV>
+__device__ void norm_fwd_reg_impl(const T* x, const typename Acc<T>::type* w, const typename Acc<T>::type* b, T* y,
+                                  typename Acc<T>::type* mean_out, typename Acc<T>::type* rstd_out, i64 rows,
+                                  i64 cols, double eps, int rms) {
+    typedef typename Acc<T>::type C;
+    typedef Io<T, VEC> IO;
+    __shared__ C scratch[32];
+    const int nvec = (int)(cols / VEC);
+    for (i64 r = blockIdx.x; r < rows; r += gridDim.x) {
+        const T* xr = x + r * cols;
+        T* yr = y + r * cols;
+        typename IO::Raw raw[NV];
+#pragma unroll
+        for (int k = 0; k < NV; ++k) {
+            int v = threadIdx.x + k * blockDim.x;
+            if (v < nvec) raw[k] = IO::load(xr + (i64)v * VEC);
+        }
+        C mean = (C)0;
+        if (!rms) {
+            C s = (C)0;
+#pragma unroll
+            for (int k = 0; k < NV; ++k) {
+                if (threadIdx.x + k * blockDim.x < nvec) {
+                    C e[VEC];
+                    IO::unpack(raw[k], e);
+#pragma unroll
+                    for (int i = 0; i < VEC; ++i) s += e[i];
+                }
+            }
+            mean = block_sum(s, scratch) / (C)cols;
+        }
+        // Two passes (mean, then squared deviations): stable where E[x^2] - E[x]^2 is not.
+        C q = (C)0;
+#pragma unroll
+        for (int k = 0; k < NV; ++k) {
+            if (threadIdx.x + k * blockDim.x < nvec) {
+                C e[VEC];
+                IO::unpack(raw[k], e);
+#pragma unroll
+                for (int i = 0; i < VEC; ++i) {
+                    C d = e[i] - mean;
+                    q += d * d;
+                }
+            }
+        }
+        q = block_sum(q, scratch);
+        C rstd = (C)1 / sqrt(q / (C)cols + (C)eps);
+        if (threadIdx.x == 0) {
+            if (mean_out) mean_out[r] = mean;
+            rstd_out[r] = rstd;
+        }
+#pragma unroll
+        for (int k = 0; k < NV; ++k) {
+            int v = threadIdx.x + k * blockDim.x;
+            if (v < nvec) {
+                C e[VEC], wv[VEC], bv[VEC];
+                IO::unpack(raw[k], e);
+                if (w) acc_load<C, VEC>(w + (i64)v * VEC, wv);
+                if (b) acc_load<C, VEC>(b + (i64)v * VEC, bv);
+#pragma unroll
+                for (int i = 0; i < VEC; ++i) {
+                    C o = (e[i] - mean) * rstd;
+                    if (w) o = o * wv[i];
+                    if (b) o = o + bv[i];
+                    e[i] = o;
+                }
+                IO::store(yr + (i64)v * VEC, e);
+            }
+        }
+    }
+}
+#define RB_NORM_FWD_REG(name, T, tag, VEC, NV)                                                              \
+    extern "C" __global__ void __launch_bounds__(512)                                                      \
+        norm_fwd_##tag##NV##_##name(const T* x, const Acc<T>::type* w, const Acc<T>::type* b, T* y,          \
+                                    Acc<T>::type* mean, Acc<T>::type* rstd, i64 rows, i64 cols, double eps, \
+                                    int rms) {                                                              \
+        norm_fwd_reg_impl<T, VEC, NV>(x, w, b, y, mean, rstd, rows, cols, eps, rms);                        \
+    }
+#define RB_NORM_FWD_REGS(name, T)                            \
+    RB_NORM_FWD_REG(name, T, s, 1, 1)                        \
+    RB_NORM_FWD_REG(name, T, s, 1, 2)                        \
+    RB_NORM_FWD_REG(name, T, s, 1, 4)                        \
+    RB_NORM_FWD_REG(name, T, s, 1, 8)                        \
+    RB_NORM_FWD_REG(name, T, v, (int)(16 / sizeof(T)), 1)   \
+    RB_NORM_FWD_REG(name, T, v, (int)(16 / sizeof(T)), 2)   \
+    RB_NORM_FWD_REG(name, T, v, (int)(16 / sizeof(T)), 4)   \
+    RB_NORM_FWD_REG(name, T, v, (int)(16 / sizeof(T)), 8)
+RB_FOR_FLOAT_TYPES(RB_NORM_FWD_REGS)
+
+// Backward over the chunk of rows [blockIdx.x * rpc, ...), one row at a time, same layout as
+// the forward. dx per row (when dx is non-null), with xhat = (x - mean) * rstd and gw = g * w:
+//   LayerNorm: dx = rstd * (gw - mean(gw) - xhat * mean(gw * xhat))
+//   RMSNorm:   dx = rstd * (gw - xhat * mean(gw * xhat))
+// and, when pw / pb are non-null, the chunk's column sums of g * xhat and g (rows in order)
+// into row blockIdx.x of the [chunks, cols] partial buffers. LN selects LayerNorm at compile
+// time, so RMSNorm keeps no bias accumulators.
+template <class T, int VEC, int NV, bool LN>
+__device__ void norm_bwd_reg_impl(const T* x, const T* g, const typename Acc<T>::type* w,
+                                  const typename Acc<T>::type* mean, const typename Acc<T>::type* rstd, T* dx,
+                                  typename Acc<T>::type* pw, typename Acc<T>::type* pb, i64 rows, i64 cols,
+                                  i64 rpc) {
+    typedef typename Acc<T>::type C;
+    typedef Io<T, VEC> IO;
+    __shared__ C scratch[64];
+    const int nvec = (int)(cols / VEC);
+    const bool sums = pw || (LN && pb);
+    C aw[NV][VEC], ab[LN ? NV : 1][VEC];
+#pragma unroll
+    for (int k = 0; k < NV; ++k)
+#pragma unroll
+        for (int i = 0; i < VEC; ++i) {
+            aw[k][i] = (C)0;
+            ab[LN ? k : 0][i] = (C)0;
+        }
+    i64 r0 = (i64)blockIdx.x * rpc;
+    i64 r1 = r0 + rpc < rows ? r0 + rpc : rows;
+    for (i64 r = r0; r < r1; ++r) {
+        const T* xr = x + r * cols;
+        const T* gr = g + r * cols;
+        typename IO::Raw rx[NV], rg[NV];
+#pragma unroll
+        for (int k = 0; k < NV; ++k) {
+            int v = threadIdx.x + k * blockDim.x;
+            if (v < nvec) {
+                rx[k] = IO::load(xr + (i64)v * VEC);
+                rg[k] = IO::load(gr + (i64)v * VEC);
+            }
+        }
+        C mu = LN ? mean[r] : (C)0;
+        C rs = rstd[r];
+        if (dx) {
+            C sg = (C)0, sgx = (C)0;
+#pragma unroll
+            for (int k = 0; k < NV; ++k) {
+                int v = threadIdx.x + k * blockDim.x;
+                if (v < nvec) {
+                    C e[VEC], gv[VEC], wv[VEC];
+                    IO::unpack(rx[k], e);
+                    IO::unpack(rg[k], gv);
+                    if (w) acc_load<C, VEC>(w + (i64)v * VEC, wv);
+#pragma unroll
+                    for (int i = 0; i < VEC; ++i) {
+                        C xh = (e[i] - mu) * rs;
+                        C gw = w ? gv[i] * wv[i] : gv[i];
+                        sg += gw;
+                        sgx += gw * xh;
+                    }
+                }
+            }
+            C mg = (C)0, mgx;
+            if (LN) {
+                block_sum2(sg, sgx, scratch);
+                mg = sg / (C)cols;
+            } else {
+                sgx = block_sum(sgx, scratch);
+            }
+            mgx = sgx / (C)cols;
+            T* dr = dx + r * cols;
+#pragma unroll
+            for (int k = 0; k < NV; ++k) {
+                int v = threadIdx.x + k * blockDim.x;
+                if (v < nvec) {
+                    C e[VEC], gv[VEC], wv[VEC];
+                    IO::unpack(rx[k], e);
+                    IO::unpack(rg[k], gv);
+                    if (w) acc_load<C, VEC>(w + (i64)v * VEC, wv);
+#pragma unroll
+                    for (int i = 0; i < VEC; ++i) {
+                        C xh = (e[i] - mu) * rs;
+                        C gw = w ? gv[i] * wv[i] : gv[i];
+                        e[i] = rs * (gw - mg - xh * mgx);
+                    }
+                    IO::store(dr + (i64)v * VEC, e);
+                }
+            }
+        }
+        if (sums) {
+#pragma unroll
+            for (int k = 0; k < NV; ++k) {
+                if (threadIdx.x + k * blockDim.x < nvec) {
+                    C e[VEC], gv[VEC];
+                    IO::unpack(rx[k], e);
+                    IO::unpack(rg[k], gv);
+#pragma unroll
+                    for (int i = 0; i < VEC; ++i) {
+                        aw[k][i] += gv[i] * ((e[i] - mu) * rs);
+                        if (LN) ab[LN ? k : 0][i] += gv[i];
+                    }
+                }
+            }
+        }
+    }
+    if (!sums) return;
+#pragma unroll
+    for (int k = 0; k < NV; ++k) {
+        int v = threadIdx.x + k * blockDim.x;
+        if (v < nvec) {
+            i64 at = (i64)blockIdx.x * cols + (i64)v * VEC;
+            if (pw) acc_store<C, VEC>(pw + at, aw[k]);
+            if (LN && pb) acc_store<C, VEC>(pb + at, ab[LN ? k : 0]);
+        }
+    }
+}
+#define RB_NORM_BWD_REG(name, T, kind, LN, tag, VEC, NV)                                                      \
+    extern "C" __global__ void __launch_bounds__(512) norm_bwd_##kind##_##tag##NV##_##name(                  \
+        const T* x, const T* g, const Acc<T>::type* w, const Acc<T>::type* mean, const Acc<T>::type* rstd, T* dx, \
+        Acc<T>::type* pw, Acc<T>::type* pb, i64 rows, i64 cols, i64 rpc) {                                  \
+        norm_bwd_reg_impl<T, VEC, NV, LN>(x, g, w, mean, rstd, dx, pw, pb, rows, cols, rpc);                \
+    }
+#define RB_NORM_BWD_REGS_OF(name, T, kind, LN)                              \
+    RB_NORM_BWD_REG(name, T, kind, LN, s, 1, 1)                             \
+    RB_NORM_BWD_REG(name, T, kind, LN, s, 1, 2)                             \
+    RB_NORM_BWD_REG(name, T, kind, LN, s, 1, 4)                             \
+    RB_NORM_BWD_REG(name, T, kind, LN, v, (int)(16 / sizeof(T)), 1)        \
+    RB_NORM_BWD_REG(name, T, kind, LN, v, (int)(16 / sizeof(T)), 2)        \
+    RB_NORM_BWD_REG(name, T, kind, LN, v, (int)(16 / sizeof(T)), 4)
+#define RB_NORM_BWD_REGS(name, T) RB_NORM_BWD_REGS_OF(name, T, rms, false) RB_NORM_BWD_REGS_OF(name, T, ln, true)
+RB_FOR_FLOAT_TYPES(RB_NORM_BWD_REGS)
+
+// ----- loop kernels, for rows too long to keep in registers -----
 
 // block_sum syncs the block, so each row's branches are uniform across the block.
 template <class T>
@@ -22,7 +374,6 @@ __device__ void norm_fwd_impl(const T* x, const typename Acc<T>::type* w, const 
             for (i64 j = threadIdx.x; j < cols; j += blockDim.x) s += to_acc(xr[j]);
             mean = block_sum(s, scratch) / (C)cols;
         }
-        // Two passes (mean, then squared deviations): stable where E[x^2] - E[x]^2 is not.
         C q = (C)0;
         for (i64 j = threadIdx.x; j < cols; j += blockDim.x) {
             C d = to_acc(xr[j]) - mean;
@@ -50,9 +401,6 @@ __device__ void norm_fwd_impl(const T* x, const typename Acc<T>::type* w, const 
     }
 RB_FOR_FLOAT_TYPES(RB_NORM_FWD)
 
-// dx for one row, with xhat = (x - mean) * rstd and gw = g * w:
-//   LayerNorm: dx = rstd * (gw - mean(gw) - xhat * mean(gw * xhat))
-//   RMSNorm:   dx = rstd * (gw - xhat * mean(gw * xhat))
 template <class T>
 __device__ void norm_bwd_dx_impl(const T* x, const T* g, const typename Acc<T>::type* w,
                                  const typename Acc<T>::type* mean, const typename Acc<T>::type* rstd, T* dx,
@@ -137,13 +485,26 @@ __device__ void norm_bwd_cols_impl(const T* x, const T* g, const typename Acc<T>
     }
 RB_FOR_FLOAT_TYPES(RB_NORM_BWD_COLS)
 
-// out[j] = sum over chunks k (in order) of partial[k, j].
+// out[j] = sum over chunks k of partial[k, j], in a fixed order. Block of 256 threads = 32
+// columns x 8 chunk lanes (coalesced across columns); grid = column tiles. Lane t sums chunks
+// t, t + 8, ... in order, then lane sums are added in lane order.
 template <class C>
 __device__ void norm_col_sum_impl(const C* partial, C* out, i64 chunks, i64 cols) {
-    RB_GRID_LOOP(j, cols) {
-        C s = (C)0;
-        for (i64 k = 0; k < chunks; ++k) s += partial[k * cols + j];
-        out[j] = s;
+    __shared__ C s[NORM_COL_LANES][33];
+    int lane = threadIdx.x & 31, ty = threadIdx.x >> 5;
+    i64 col = (i64)blockIdx.x * 32 + lane;
+    C a = (C)0;
+    if (col < cols) {
+#pragma unroll 4
+        for (i64 k = ty; k < chunks; k += NORM_COL_LANES) a += partial[k * cols + col];
+    }
+    s[ty][lane] = a;
+    __syncthreads();
+    if (ty == 0 && col < cols) {
+        C t = (C)0;
+#pragma unroll
+        for (int k = 0; k < NORM_COL_LANES; ++k) t += s[k][lane];
+        out[col] = t;
     }
 }
 extern "C" __global__ void norm_col_sum_f32(const f32* p, f32* out, i64 chunks, i64 cols) { norm_col_sum_impl(p, out, chunks, cols); }

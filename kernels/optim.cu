@@ -4,12 +4,16 @@
 // fly, so an optimizer step needs no host round trip. The host side is
 // engine/src/backend/cuda/optim.rs; its #[repr(C)] structs mirror the ones below.
 
-// Tensors per launch; the tables are passed by value as kernel parameters (4 KB at most).
-#define OPT_NORM_MAX 64
-#define OPT_UPDATE_MAX 48
-// Elements one block handles.
-#define OPT_NORM_CHUNK 8192
-#define OPT_UPDATE_CHUNK 4096
+// Tensors per launch; the tables are passed by value as kernel parameters (at most 32764
+// bytes since CUDA 12.1), large enough that a GPT-2-sized model takes one launch per kernel.
+#define OPT_NORM_MAX 256
+#define OPT_UPDATE_MAX 256
+// Elements one block handles: multiples of 4, so a chunk of a 16-byte aligned F32 tensor starts
+// 16-byte aligned and can be read as float4; large, so the per-block prologue is paid rarely.
+#define OPT_NORM_CHUNK 16384
+#define OPT_UPDATE_CHUNK 16384
+// Threads per block of the norm, scale and update kernels (BLOCK in optim.rs).
+#define OPT_BLOCK 256
 // Layout of the i64 counter buffer: [0] applied steps, [1] skipped steps, then a ring of the
 // last OPT_SKIP_LOG skips as (step, norm as f64 bits), then one step count per parameter.
 #define OPT_SKIP_LOG 16
@@ -31,7 +35,7 @@ struct NormTable {
     int block_start[OPT_NORM_MAX + 1];
     int n;
 };
-static_assert(sizeof(NormTable) == 2056, "NormTable must match optim.rs");
+static_assert(sizeof(NormTable) == 8200, "NormTable must match optim.rs");
 
 // Many parameters for one fused update. state0 is exp_avg (AdamW, Lion) or the momentum buffer
 // (SGD), state1 is exp_avg_sq (AdamW); 0 where unused. slot indexes the per-parameter step
@@ -49,7 +53,7 @@ struct UpdateTable {
     int decay[OPT_UPDATE_MAX];
     int n;
 };
-static_assert(sizeof(UpdateTable) == 2888, "UpdateTable must match optim.rs");
+static_assert(sizeof(UpdateTable) == 15368, "UpdateTable must match optim.rs");
 
 // Hyperparameters of one step. The learning rate is `lr` when sched_kind < 0, else the
 // schedule's rate at the device's step count (0 constant, 1 warmup-cosine, 2 warmup-stable-
@@ -65,11 +69,21 @@ struct Hyper {
 };
 static_assert(sizeof(Hyper) == 128, "Hyper must match optim.rs");
 
-// The tensor that block b works on (tables are short; every thread scans the same entries).
+// The tensor that block b works on: the last k < n with block_start[k] <= b (block_start is
+// non-decreasing from 0), by binary search since a table holds up to 256 tensors.
 __device__ __forceinline__ int opt_find(const int* block_start, int n, int b) {
-    int k = 0;
-    while (k + 1 < n && block_start[k + 1] <= b) ++k;
-    return k;
+    int lo = 0, hi = n - 1;
+    while (lo < hi) {
+        int mid = (lo + hi + 1) >> 1;
+        if (block_start[mid] <= b) lo = mid;
+        else hi = mid - 1;
+    }
+    return lo;
+}
+
+// Whether every address is 16-byte aligned, so float4 accesses from a chunk start are legal.
+__device__ __forceinline__ bool opt_aligned16(u64 a, u64 b = 0, u64 c = 0, u64 d = 0) {
+    return ((a | b | c | d) & 15) == 0;
 }
 
 // ----- dtype dispatch -----
@@ -109,9 +123,29 @@ template <class T> __device__ __forceinline__ float opt_sq_sum(const T* x, i64 s
     return s;
 }
 
+__device__ __forceinline__ float opt_sq4(float4 a) { return a.x * a.x + a.y * a.y + a.z * a.z + a.w * a.w; }
+
+// F32 gradients (the common case) are read as float4, two loads in flight per thread, with a
+// scalar tail; an unaligned tensor takes the scalar loop.
+__device__ __forceinline__ float opt_sq_sum(const f32* x, i64 start, i64 end) {
+    if (!opt_aligned16((u64)x)) return opt_sq_sum<f32>(x, start, end);
+    const float4* x4 = (const float4*)(x + start);
+    int n4 = (int)((end - start) >> 2);
+    int step = blockDim.x;
+    float s0 = 0.f, s1 = 0.f;
+    int i = threadIdx.x;
+    for (; i + step < n4; i += 2 * step) {
+        float4 a = x4[i], b = x4[i + step];
+        s0 += opt_sq4(a);
+        s1 += opt_sq4(b);
+    }
+    if (i < n4) s0 += opt_sq4(x4[i]);
+    return s0 + s1 + opt_sq_sum<f32>(x, start + 4 * (i64)n4, end);
+}
+
 // One partial sum of squares per block, into partials[base + block]; a fixed order of
 // additions, so the norm is the same on every run.
-extern "C" __global__ void grad_sq_norm(const __grid_constant__ NormTable t, float* partials, int base) {
+extern "C" __global__ void __launch_bounds__(OPT_BLOCK) grad_sq_norm(const __grid_constant__ NormTable t, float* partials, int base) {
     __shared__ float scratch[32];
     int b = blockIdx.x;
     int k = opt_find(t.block_start, t.n, b);
@@ -157,7 +191,7 @@ __device__ __forceinline__ double opt_clip(double max_norm, float norm) {
 
 // dst = src * clip factor, for clip_grad_norm without an optimizer. A non-finite norm copies
 // the gradients unchanged, as the CPU leaves them.
-extern "C" __global__ void grad_scale(const __grid_constant__ NormTable t, const float* norm, double max_norm) {
+extern "C" __global__ void __launch_bounds__(OPT_BLOCK) grad_scale(const __grid_constant__ NormTable t, const float* norm, double max_norm) {
     float nv = *norm;
     double c = isfinite(nv) ? opt_clip(max_norm, nv) : 1.0;
     int b = blockIdx.x;
@@ -207,16 +241,19 @@ struct OptBlock {
 };
 
 __device__ __forceinline__ bool opt_begin(const UpdateTable& t, const Hyper& h, OptBlock& o) {
-    float norm = *(const float*)h.norm;
-    if (!isfinite(norm)) return false;
     int b = blockIdx.x;
     o.k = opt_find(t.block_start, t.n, b);
     o.start = (i64)(b - t.block_start[o.k]) * OPT_UPDATE_CHUNK;
     o.end = min(t.numel[o.k], o.start + OPT_UPDATE_CHUNK);
+    // The three words are independent, so their loads overlap; the counters are valid memory
+    // even when the step is skipped, and nothing in this launch writes them.
     const i64* counters = (const i64*)h.counters;
-    o.lr = opt_lr(h, counters[0]);
-    o.clip = opt_clip(h.max_norm, norm);
+    float norm = *(const float*)h.norm;
+    i64 applied = counters[0];
     o.step = counters[OPT_COUNTER_HEAD + t.slot[o.k]];
+    if (!isfinite(norm)) return false;
+    o.lr = opt_lr(h, applied);
+    o.clip = opt_clip(h.max_norm, norm);
     return true;
 }
 
@@ -230,37 +267,105 @@ extern "C" __global__ void optim_advance(const __grid_constant__ UpdateTable t, 
     for (int i = threadIdx.x; i < t.n; i += blockDim.x) counters[OPT_COUNTER_HEAD + t.slot[i]] += 1;
 }
 
-// AdamW, in the order of adamw.rs: decoupled decay, moments, bias-corrected step.
+// AdamW's per-element rule, in the order of adamw.rs: decoupled decay, moments, bias-corrected
+// step. Returns the new parameter and updates the moments in place.
+template <class S> struct AdamW {
+    S clip, decay_mul, b1, omb1, b2, omb2, inv_sqrt_bias2, eps, step_size;
+    __device__ __forceinline__ S operator()(S g, S p, S& m, S& v) const {
+        S gi = g * clip;
+        S pi = p * decay_mul;
+        S mi = m * b1 + gi * omb1;
+        S vi = v * b2 + (gi * gi) * omb2;
+        m = mi;
+        v = vi;
+        S denom = sqrt(vi) * inv_sqrt_bias2 + eps;
+        return pi - (mi / denom) * step_size;
+    }
+};
+
 template <class P, class G, class S>
-__device__ void adamw_range(P* p, const G* g, S* m, S* v, i64 start, i64 end, S clip, S decay_mul,
-                            S b1, S omb1, S b2, S omb2, S inv_sqrt_bias2, S eps, S step_size) {
+__device__ void adamw_range(P* p, const G* g, S* m, S* v, i64 start, i64 end, const AdamW<S>& rule) {
     for (i64 i = start + threadIdx.x; i < end; i += blockDim.x) {
-        S gi = Cv<S>::load(g[i]) * clip;
-        S pi = Cv<S>::load(p[i]) * decay_mul;
-        S mi = m[i] * b1 + gi * omb1;
-        S vi = v[i] * b2 + (gi * gi) * omb2;
+        S mi = m[i], vi = v[i];
+        S pi = rule(Cv<S>::load(g[i]), Cv<S>::load(p[i]), mi, vi);
         m[i] = mi;
         v[i] = vi;
-        S denom = sqrt(vi) * inv_sqrt_bias2 + eps;
-        p[i] = Cv<S>::template store<P>(pi - (mi / denom) * step_size);
+        p[i] = Cv<S>::template store<P>(pi);
     }
 }
 
-extern "C" __global__ void adamw_update(const __grid_constant__ UpdateTable t, const __grid_constant__ Hyper h) {
+__device__ __forceinline__ void adamw4(const AdamW<float>& r, float4 g, float4& p, float4& m, float4& v) {
+    p.x = r(g.x, p.x, m.x, v.x);
+    p.y = r(g.y, p.y, m.y, v.y);
+    p.z = r(g.z, p.z, m.z, v.z);
+    p.w = r(g.w, p.w, m.w, v.w);
+}
+
+// All-F32 AdamW (the common case) as float4 when the four tensors are 16-byte aligned: each
+// thread issues the loads of two float4 groups (eight 16-byte loads) before using any, to keep
+// enough bytes in flight to saturate HBM. The last numel % 4 elements, and unaligned tensors,
+// take the scalar loop. Same arithmetic per element as the scalar path.
+__device__ void adamw_range_f32(f32* p, const f32* g, f32* m, f32* v, i64 start, i64 end, const AdamW<float>& r) {
+    if (opt_aligned16((u64)p, (u64)g, (u64)m, (u64)v)) {
+        float4* p4 = (float4*)(p + start);
+        const float4* g4 = (const float4*)(g + start);
+        float4* m4 = (float4*)(m + start);
+        float4* v4 = (float4*)(v + start);
+        int n4 = (int)((end - start) >> 2);
+        int step = blockDim.x;
+        for (int i = threadIdx.x; i < n4; i += 2 * step) {
+            int j = i + step;
+            bool two = j < n4;
+            float4 ga = g4[i], pa = p4[i], ma = m4[i], va = v4[i];
+            float4 zero = make_float4(0.f, 0.f, 0.f, 0.f);
+            float4 gb = zero, pb = zero, mb = zero, vb = zero;
+            if (two) {
+                gb = g4[j];
+                pb = p4[j];
+                mb = m4[j];
+                vb = v4[j];
+            }
+            adamw4(r, ga, pa, ma, va);
+            p4[i] = pa;
+            m4[i] = ma;
+            v4[i] = va;
+            if (two) {
+                adamw4(r, gb, pb, mb, vb);
+                p4[j] = pb;
+                m4[j] = mb;
+                v4[j] = vb;
+            }
+        }
+        start += 4 * (i64)n4;
+    }
+    adamw_range<f32, f32, float>(p, g, m, v, start, end, r);
+}
+
+extern "C" __global__ void __launch_bounds__(OPT_BLOCK)
+    adamw_update(const __grid_constant__ UpdateTable t, const __grid_constant__ Hyper h) {
     OptBlock o;
     if (!opt_begin(t, h, o)) return;
     int k = o.k;
     double bias1 = 1.0 - pow(h.b1, (double)o.step);
     double bias2 = 1.0 - pow(h.b2, (double)o.step);
     double decay_mul = t.decay[k] ? 1.0 - o.lr * h.wd : 1.0;
+    if (t.pdtype[k] == OPT_F32 && t.gdtype[k] == OPT_F32) {
+        AdamW<float> r = {(float)o.clip, (float)decay_mul,         (float)h.b1,
+                          (float)(1.0 - h.b1), (float)h.b2,        (float)(1.0 - h.b2),
+                          (float)(1.0 / sqrt(bias2)), (float)h.eps, (float)(o.lr / bias1)};
+        adamw_range_f32((f32*)t.param[k], (const f32*)t.grad[k], (f32*)t.state0[k], (f32*)t.state1[k], o.start,
+                        o.end, r);
+        return;
+    }
     opt_with_type(t.pdtype[k], [&](auto ptag) {
         typedef typename decltype(ptag)::type P;
         typedef typename StateOf<P>::type S;
         opt_with_type(t.gdtype[k], [&](auto gtag) {
             typedef typename decltype(gtag)::type G;
+            AdamW<S> r = {(S)o.clip, (S)decay_mul, (S)h.b1, (S)(1.0 - h.b1), (S)h.b2, (S)(1.0 - h.b2),
+                          (S)(1.0 / sqrt(bias2)), (S)h.eps, (S)(o.lr / bias1)};
             adamw_range<P, G, S>((P*)t.param[k], (const G*)t.grad[k], (S*)t.state0[k], (S*)t.state1[k], o.start,
-                                 o.end, (S)o.clip, (S)decay_mul, (S)h.b1, (S)(1.0 - h.b1), (S)h.b2, (S)(1.0 - h.b2),
-                                 (S)(1.0 / sqrt(bias2)), (S)h.eps, (S)(o.lr / bias1));
+                                 o.end, r);
         });
     });
 }
@@ -280,7 +385,7 @@ __device__ void lion_range(P* p, const G* g, S* m, i64 start, i64 end, S clip, S
     }
 }
 
-extern "C" __global__ void lion_update(const __grid_constant__ UpdateTable t, const __grid_constant__ Hyper h) {
+extern "C" __global__ void __launch_bounds__(OPT_BLOCK) lion_update(const __grid_constant__ UpdateTable t, const __grid_constant__ Hyper h) {
     OptBlock o;
     if (!opt_begin(t, h, o)) return;
     int k = o.k;
@@ -314,7 +419,7 @@ __device__ void sgd_range(P* p, const G* g, S* buf, i64 start, i64 end, S clip, 
     }
 }
 
-extern "C" __global__ void sgd_update(const __grid_constant__ UpdateTable t, const __grid_constant__ Hyper h) {
+extern "C" __global__ void __launch_bounds__(OPT_BLOCK) sgd_update(const __grid_constant__ UpdateTable t, const __grid_constant__ Hyper h) {
     OptBlock o;
     if (!opt_begin(t, h, o)) return;
     int k = o.k;

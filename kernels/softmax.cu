@@ -84,3 +84,112 @@ __device__ void softmax_bwd_impl(const T* y, const T* g, T* dx, i64 rows, i64 co
 #define RB_SOFTMAX_BWD(name, T) \
     extern "C" __global__ void softmax_bwd_##name(const T* y, const T* g, T* dx, i64 rows, i64 cols, int log_out) { softmax_bwd_impl<T>(y, g, dx, rows, cols, log_out); }
 RB_FOR_FLOAT_TYPES(RB_SOFTMAX_BWD)
+
+// ----- the fast path: 16-byte vectors held in registers -----
+// Rows whose length is a multiple of the vector width and whose start is 16-byte aligned are
+// read from memory once: each thread keeps up to MAXV vectors of the row in registers between
+// the max, the sum and the write. The host picks MAXV (1, 2 or 4) and the block size.
+
+template <class T, int MAXV>
+__device__ void softmax_fwd_vec_impl(const T* x, T* y, i64 rows, i64 cols, int log_out) {
+    constexpr int V = 16 / sizeof(T);
+    __shared__ float scratch[32];
+    const i64 nvec = cols / V;
+    for (i64 r = blockIdx.x; r < rows; r += gridDim.x) {
+        const uint4* xr = (const uint4*)(x + r * cols);
+        uint4* yr = (uint4*)(y + r * cols);
+        float d[MAXV][V];
+        float m = -INFINITY;
+#pragma unroll
+        for (int j = 0; j < MAXV; ++j) {
+            i64 idx = threadIdx.x + (i64)j * blockDim.x;
+            if (idx < nvec) {
+                uint4 raw = xr[idx];
+                const T* e = (const T*)&raw;
+#pragma unroll
+                for (int k = 0; k < V; ++k) {
+                    d[j][k] = to_f(e[k]);
+                    m = fmaxf(m, d[j][k]);
+                }
+            }
+        }
+        m = block_max(m, scratch, -INFINITY);
+        float s = 0.f;
+#pragma unroll
+        for (int j = 0; j < MAXV; ++j) {
+            i64 idx = threadIdx.x + (i64)j * blockDim.x;
+            if (idx < nvec) {
+#pragma unroll
+                for (int k = 0; k < V; ++k) {
+                    d[j][k] -= m;
+                    s += expf(d[j][k]);
+                }
+            }
+        }
+        s = block_sum(s, scratch);
+        const float inv = 1.f / s, log_s = logf(s);
+#pragma unroll
+        for (int j = 0; j < MAXV; ++j) {
+            i64 idx = threadIdx.x + (i64)j * blockDim.x;
+            if (idx < nvec) {
+                uint4 raw;
+                T* e = (T*)&raw;
+#pragma unroll
+                for (int k = 0; k < V; ++k) e[k] = from_f<T>(log_out ? d[j][k] - log_s : expf(d[j][k]) * inv);
+                yr[idx] = raw;
+            }
+        }
+    }
+}
+
+template <class T, int MAXV>
+__device__ void softmax_bwd_vec_impl(const T* y, const T* g, T* dx, i64 rows, i64 cols, int log_out) {
+    constexpr int V = 16 / sizeof(T);
+    __shared__ float scratch[32];
+    const i64 nvec = cols / V;
+    for (i64 r = blockIdx.x; r < rows; r += gridDim.x) {
+        const uint4* yr = (const uint4*)(y + r * cols);
+        const uint4* gr = (const uint4*)(g + r * cols);
+        uint4* dr = (uint4*)(dx + r * cols);
+        float yv[MAXV][V], gv[MAXV][V];
+        float acc = 0.f;
+#pragma unroll
+        for (int j = 0; j < MAXV; ++j) {
+            i64 idx = threadIdx.x + (i64)j * blockDim.x;
+            if (idx < nvec) {
+                uint4 ry = yr[idx], rg = gr[idx];
+                const T* ey = (const T*)&ry;
+                const T* eg = (const T*)&rg;
+#pragma unroll
+                for (int k = 0; k < V; ++k) {
+                    yv[j][k] = to_f(ey[k]);
+                    gv[j][k] = to_f(eg[k]);
+                    acc += log_out ? gv[j][k] : gv[j][k] * yv[j][k];
+                }
+            }
+        }
+        acc = block_sum(acc, scratch);
+#pragma unroll
+        for (int j = 0; j < MAXV; ++j) {
+            i64 idx = threadIdx.x + (i64)j * blockDim.x;
+            if (idx < nvec) {
+                uint4 raw;
+                T* e = (T*)&raw;
+#pragma unroll
+                for (int k = 0; k < V; ++k) {
+                    float out = log_out ? gv[j][k] - expf(yv[j][k]) * acc : yv[j][k] * (gv[j][k] - acc);
+                    e[k] = from_f<T>(out);
+                }
+                dr[idx] = raw;
+            }
+        }
+    }
+}
+
+#define RB_SOFTMAX_VEC(name, T, MAXV) \
+    extern "C" __global__ void softmax_fwd_vec##MAXV##_##name(const T* x, T* y, i64 rows, i64 cols, int log_out) { softmax_fwd_vec_impl<T, MAXV>(x, y, rows, cols, log_out); } \
+    extern "C" __global__ void softmax_bwd_vec##MAXV##_##name(const T* y, const T* g, T* dx, i64 rows, i64 cols, int log_out) { softmax_bwd_vec_impl<T, MAXV>(y, g, dx, rows, cols, log_out); }
+#define RB_SOFTMAX_VEC_ALL(name, T) RB_SOFTMAX_VEC(name, T, 1) RB_SOFTMAX_VEC(name, T, 2) RB_SOFTMAX_VEC(name, T, 4)
+RB_SOFTMAX_VEC_ALL(bf16, bf16)
+RB_SOFTMAX_VEC_ALL(f16, f16)
+RB_SOFTMAX_VEC_ALL(f32, f32)

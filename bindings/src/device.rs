@@ -35,7 +35,7 @@ pub fn register(engine: &mut Engine) {
             "cuda_available() -> bool",
             "Whether a CUDA device can be used (the driver and libraries were found).",
             "if cuda_available() { print(\"GPU\") }",
-            || cuda::is_available(),
+            cuda::is_available,
         );
         api.func(
             "mixed_precision",

@@ -460,8 +460,8 @@ fn cross_entropy_cases() -> Vec<Case> {
 
 type Loss = fn(&Tensor, &Tensor, Reduction) -> Result<Tensor>;
 
-/// `half_slack`: bce_with_logits is a chain of five BF16 ops whose terms cancel (relu(x) - x y
-/// + log(1 + exp(-|x|))), so even the CPU's own BF16 path misses the F32 result by more than
+/// `half_slack`: bce_with_logits is a chain of five BF16 ops whose terms cancel
+/// (relu(x) - x y plus log(1 + exp(-|x|))), so even the CPU's own BF16 path misses the F32 result by more than
 /// the default allowance.
 fn loss_cases(target: Dist, f: Loss, half_slack: f64) -> Vec<Case> {
     let mut cases = Vec::new();

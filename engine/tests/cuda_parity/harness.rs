@@ -14,6 +14,7 @@
 //!   (log_softmax near -8, a variance near 1, a row sum): each op of a half-precision chain
 //!   rounds its result to 8 significant bits, an error proportional to the value itself.
 //! - Integer and bool outputs: exact.
+//!
 //! Non-finite reference values must be matched exactly (same infinity, or NaN for NaN).
 
 use rusting_brain::ops::table::OpInfo;

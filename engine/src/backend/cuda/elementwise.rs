@@ -73,7 +73,7 @@ fn numeric_suffix(dtype: DType) -> &'static str {
 }
 
 fn aligned16(ptr: u64) -> bool {
-    ptr % 16 == 0
+    ptr.is_multiple_of(16)
 }
 
 pub fn unary(s: &CudaStorage, l: &Layout, op: UnaryOp) -> Result<CudaStorage> {

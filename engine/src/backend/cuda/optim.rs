@@ -18,12 +18,16 @@ use cudarc::driver::{result, sys};
 use std::ffi::c_void;
 use std::sync::Arc;
 
-/// Tensors per launch of the norm and scale kernels (`OPT_NORM_MAX`).
-pub const NORM_MAX: usize = 64;
+/// Tensors per launch of the norm and scale kernels (`OPT_NORM_MAX`): enough that a GPT-2-sized
+/// model takes one launch, since every launch ends with a partly idle tail.
+pub const NORM_MAX: usize = 256;
 /// Parameters per launch of a fused update (`OPT_UPDATE_MAX`).
-pub const UPDATE_MAX: usize = 48;
-const NORM_CHUNK: usize = 8192;
-const UPDATE_CHUNK: usize = 4096;
+pub const UPDATE_MAX: usize = 256;
+/// Elements per block (`OPT_NORM_CHUNK`, `OPT_UPDATE_CHUNK`); multiples of 4 for the kernels'
+/// float4 paths.
+const NORM_CHUNK: usize = 16384;
+const UPDATE_CHUNK: usize = 16384;
+/// Threads per block (`OPT_BLOCK`, the kernels' launch bounds).
 const BLOCK: u32 = 256;
 /// How many skipped steps the counter buffer remembers (step number and norm) for the warning.
 pub const SKIP_LOG: usize = 16;
@@ -42,7 +46,7 @@ struct NormTable {
     block_start: [i32; NORM_MAX + 1],
     n: i32,
 }
-const _: () = assert!(std::mem::size_of::<NormTable>() == 2056);
+const _: () = assert!(std::mem::size_of::<NormTable>() == 8200);
 
 /// Mirrors `struct UpdateTable` in optim.cu.
 #[repr(C)]
@@ -60,7 +64,7 @@ struct UpdateTable {
     decay: [i32; UPDATE_MAX],
     n: i32,
 }
-const _: () = assert!(std::mem::size_of::<UpdateTable>() == 2888);
+const _: () = assert!(std::mem::size_of::<UpdateTable>() == 15368);
 
 /// Mirrors `struct Hyper` in optim.cu.
 #[repr(C)]
@@ -85,8 +89,10 @@ struct Hyper {
     nesterov: i32,
 }
 const _: () = assert!(std::mem::size_of::<Hyper>() == 128);
-// Kernel parameters may take at most 4 KB.
-const _: () = assert!(std::mem::size_of::<UpdateTable>() + std::mem::size_of::<Hyper>() <= 4096);
+// Kernel parameters may take at most 32764 bytes (CUDA 12.1 and later, Volta and later).
+const _: () = assert!(std::mem::size_of::<UpdateTable>() + std::mem::size_of::<Hyper>() <= 32764);
+const _: () = assert!(std::mem::size_of::<NormTable>() + 8 + 4 <= 32764);
+const _: () = assert!(NORM_CHUNK.is_multiple_of(4) && UPDATE_CHUNK.is_multiple_of(4));
 
 /// A contiguous run of `numel` elements of `dtype` at device address `ptr`.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -567,11 +573,11 @@ mod tests {
         assert_eq!(got[0], (0..2, vec![0, 1, 2]));
         assert_eq!(got[1], (2..4, vec![0, 2, 2]));
         assert_eq!(got[2], (4..5, vec![0, 1]));
-        let many: Vec<usize> = (0..101).map(|i| i + 1).collect();
+        let many: Vec<usize> = (0..600).map(|i| i + 1).collect();
         let launches = plan(&many, UPDATE_MAX, UPDATE_CHUNK).unwrap();
         assert_eq!(
             launches.iter().map(|(r, _)| r.len()).collect::<Vec<_>>(),
-            [48, 48, 5]
+            [256, 256, 88]
         );
         assert!(plan(&[], NORM_MAX, NORM_CHUNK).unwrap().is_empty());
     }

@@ -8,6 +8,27 @@ use crate::{DType, Layout, Result};
 /// Rows up to this many bytes of compute values stay in shared memory during the forward.
 const ROW_CACHE_BYTES: usize = 48 * 1024;
 
+/// The register path: (vectors per thread, block size) when every row starts 16-byte aligned and
+/// is a whole number of 16-byte vectors that 1024 threads can hold in at most 4 vectors each.
+fn vector_plan(dtype: DType, ptrs: &[u64], cols: usize) -> Option<(u32, u32)> {
+    if dtype == DType::F64 {
+        return None;
+    }
+    let per_vec = 16 / dtype.size_in_bytes();
+    if !cols.is_multiple_of(per_vec) || ptrs.iter().any(|p| !p.is_multiple_of(16)) {
+        return None;
+    }
+    let vectors = cols / per_vec;
+    // The fewest vectors per thread that keep the block at 256 threads, else up to 1024.
+    for (max_v, cap) in [(1, 256), (2, 256), (4, 256), (4, 1024)] {
+        let block = vectors.div_ceil(max_v).next_multiple_of(32).max(32);
+        if block <= cap {
+            return Some((max_v as u32, block as u32));
+        }
+    }
+    None
+}
+
 fn geometry(rows: usize, cols: usize, sm_count: u32) -> (u32, u32) {
     let block = if cols >= 2048 {
         512
@@ -29,7 +50,16 @@ pub fn softmax(s: &CudaStorage, l: &Layout, cols: usize, log: bool) -> Result<Cu
         return Ok(out);
     }
     let rows = n / cols;
-    let f = dev.function(&SOFTMAX, &format!("softmax_fwd_{}", type_suffix(s.dtype())))?;
+    let sfx = type_suffix(s.dtype());
+    if let Some((max_v, block)) = vector_plan(s.dtype(), &[s.ptr_at(l.offset())], cols) {
+        let f = dev.function(&SOFTMAX, &format!("softmax_fwd_vec{max_v}_{sfx}"))?;
+        let (x, y, r, c, lg) = (s.ptr_at(l.offset()), out.ptr(), rows as i64, cols as i64, log as i32);
+        let grid = rows.min(65535 * 16) as u32;
+        // SAFETY: x and y hold rows*cols elements, 16-byte aligned rows (checked by the plan).
+        unsafe { dev.launch(f, (grid, 1, 1), block, 0, &mut args![x, y, r, c, lg])? };
+        return Ok(out);
+    }
+    let f = dev.function(&SOFTMAX, &format!("softmax_fwd_{sfx}"))?;
     let compute = if s.dtype() == DType::F64 { 8 } else { 4 };
     let cached = (cols * compute <= ROW_CACHE_BYTES) as i32;
     let smem = if cached == 1 {
@@ -75,9 +105,19 @@ pub fn softmax_backward(
         return Ok(out);
     }
     let rows = n / cols;
-    let f = dev.function(&SOFTMAX, &format!("softmax_bwd_{}", type_suffix(y.dtype())))?;
+    let sfx = type_suffix(y.dtype());
+    let (py, pg) = (y.ptr_at(ly.offset()), g.ptr_at(lg.offset()));
+    if let Some((max_v, block)) = vector_plan(y.dtype(), &[py, pg], cols) {
+        let f = dev.function(&SOFTMAX, &format!("softmax_bwd_vec{max_v}_{sfx}"))?;
+        let (dx, r, c, lg) = (out.ptr(), rows as i64, cols as i64, log as i32);
+        let grid = rows.min(65535 * 16) as u32;
+        // SAFETY: all three hold rows*cols elements with 16-byte aligned rows.
+        unsafe { dev.launch(f, (grid, 1, 1), block, 0, &mut args![py, pg, dx, r, c, lg])? };
+        return Ok(out);
+    }
+    let f = dev.function(&SOFTMAX, &format!("softmax_bwd_{sfx}"))?;
     let (grid, block) = geometry(rows, cols, dev.sm_count());
-    let (py, pg, dx) = (y.ptr_at(ly.offset()), g.ptr_at(lg.offset()), out.ptr());
+    let dx = out.ptr();
     let (r, c, lg) = (rows as i64, cols as i64, log as i32);
     // SAFETY: all three hold rows*cols elements.
     unsafe { dev.launch(f, (grid, 1, 1), block, 0, &mut args![py, pg, dx, r, c, lg])? };
