@@ -26,8 +26,10 @@ pub struct CudaDevice {
     capability: (i32, i32),
     sm_count: u32,
     /// A word that kernels set when they meet an out-of-range index; read at each sync, so a
-    /// bad index is an error without a host round trip per op.
+    /// bad index is an error without a host round trip per op. It lives in pinned host memory
+    /// mapped into the device, so reading it after a sync costs no copy.
     error_word: sys::CUdeviceptr,
+    error_host: *mut u32,
     modules: Mutex<HashMap<&'static str, sys::CUmodule>>,
     functions: Mutex<HashMap<String, sys::CUfunction>>,
     tf32: AtomicBool,
@@ -137,6 +139,7 @@ impl CudaDevice {
                 capability,
                 sm_count,
                 error_word: 0,
+                error_host: std::ptr::null_mut(),
                 modules: Mutex::new(HashMap::new()),
                 functions: Mutex::new(HashMap::new()),
                 tf32: AtomicBool::new(false),
@@ -145,9 +148,15 @@ impl CudaDevice {
             blas_sys::cublasSetWorkspace_v2(blas, workspace as *mut c_void, BLAS_WORKSPACE)
                 .result()
                 .map_err(|e| Error::Cuda(format!("cublasSetWorkspace: {e:?}")))?;
-            device.error_word = device.alloc(4)?;
-            result::memset_d8_async(device.error_word, 0, 4, stream)
-                .map_err(driver_err("cuMemsetD8"))?;
+            let host = result::malloc_host(4, sys::CU_MEMHOSTALLOC_DEVICEMAP)
+                .map_err(driver_err("cuMemHostAlloc"))? as *mut u32;
+            host.write_volatile(0);
+            let mut mapped: sys::CUdeviceptr = 0;
+            sys::cuMemHostGetDevicePointer_v2(&mut mapped, host as *mut c_void, 0)
+                .result()
+                .map_err(driver_err("cuMemHostGetDevicePointer"))?;
+            device.error_host = host;
+            device.error_word = mapped;
             crate::messages::info(&format!(
                 "cuda:{ordinal}: {} (sm_{}{}, {} SMs)",
                 device.name, capability.0, capability.1, sm_count
@@ -258,18 +267,13 @@ impl CudaDevice {
         // SAFETY: the stream is valid for the life of the device.
         unsafe { result::stream::synchronize(self.stream) }
             .map_err(driver_err("kernel execution"))?;
-        let mut word = [0u32; 1];
-        // SAFETY: `error_word` is a live 4-byte allocation.
-        unsafe {
-            result::memcpy_dtoh_sync(&mut word, self.error_word)
-                .map_err(driver_err("cuMemcpyDtoH"))?;
-        }
-        if word[0] != 0 {
+        // SAFETY: `error_host` is a live pinned word; the stream is idle, so no kernel writes it.
+        let word = unsafe { self.error_host.read_volatile() };
+        if word != 0 {
             // SAFETY: as above.
-            unsafe { result::memset_d8_sync(self.error_word, 0, 4) }
-                .map_err(driver_err("cuMemsetD8"))?;
+            unsafe { self.error_host.write_volatile(0) };
             return Err(Error::invalid(
-                super::launch::flag_op_name(word[0]),
+                super::launch::flag_op_name(word),
                 "an index was out of range on the device (the results of that op are not valid)",
             ));
         }

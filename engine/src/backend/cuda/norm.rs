@@ -1,15 +1,33 @@
 //! LayerNorm and RMSNorm over contiguous rows (kernels/norm.cu). The forward saves per-row mean
 //! and rstd; the backward computes dx per row and the weight and bias gradients as a two-step
 //! column reduction with a fixed order, so a run repeats bit for bit on the same device.
+//!
+//! Rows that fit in registers (the usual case) take the register kernels: each block holds
+//! its row in registers, loading 16 bytes at a time when the buffers allow it, so x (and the
+//! output gradient) are read from memory once; the backward also accumulates a chunk of rows'
+//! weight and bias gradients in registers instead of re-reading x and g. Longer rows take the
+//! loop kernels, which re-read the row.
 
 use super::compile::NORM;
-use super::launch::{args, grid_for, type_suffix};
-use super::CudaStorage;
+use super::launch::{args, type_suffix};
+use super::{CudaDevice, CudaStorage};
 use crate::ops::norm::NormSpec;
-use crate::{DType, Result};
+use crate::{DType, Error, Result};
+use cudarc::driver::{result, sys};
+use std::sync::Arc;
 
-/// Threads per block of the column-partial kernel: 32 columns x 8 row lanes (NORM_COL_LANES).
+/// Threads per block of the column kernels: 32 columns x 8 row lanes (NORM_COL_LANES).
 const COLS_BLOCK: u32 = 256;
+
+/// Most threads per block of a register kernel (their `__launch_bounds__`).
+const MAX_REG_THREADS: usize = 512;
+
+/// Most loads a thread of a backward register kernel holds: it keeps x, g and the gradient
+/// sums for each, so more would spill.
+const MAX_BWD_LOADS: usize = 4;
+
+/// Most rows per launch of a forward register kernel; the kernel strides over the rest.
+const MAX_ROW_BLOCKS: usize = 1 << 30;
 
 pub struct NormForward {
     pub y: CudaStorage,
@@ -42,7 +60,56 @@ fn compute(dtype: DType) -> DType {
     }
 }
 
-/// One block per row, wide enough for the row, at most a few waves of blocks.
+/// How a register kernel covers a row: `vec` elements per load (16 bytes, or 1 when a buffer
+/// is misaligned or the row length is not a multiple), `nv` loads held per thread, `threads`
+/// per block (a warp multiple; threads * nv * vec >= cols).
+#[derive(Clone, Copy)]
+struct RowPlan {
+    vec: usize,
+    nv: usize,
+    threads: u32,
+}
+
+impl RowPlan {
+    /// The plan for rows of `cols` elements of `dtype`, whose buffers (row buffers and
+    /// parameters alike, 0 for an absent one) start at `ptrs`; None when the row is too long
+    /// for `max_nv` loads per thread.
+    fn new(cols: usize, dtype: DType, ptrs: &[u64], max_nv: usize) -> Option<RowPlan> {
+        let wide = 16 / dtype.size_in_bytes();
+        // Rows start at multiples of cols elements, so aligned buffers keep every row aligned;
+        // a parameter in the compute dtype then steps by vec * 4 or 8 bytes, also aligned.
+        let aligned = cols.is_multiple_of(wide) && ptrs.iter().all(|p| p.is_multiple_of(16));
+        let vec = if aligned { wide } else { 1 };
+        let loads = cols / vec;
+        // Short rows: one warp, with as few loads per thread as cover the row.
+        for nv in [1, 2, 4] {
+            if nv <= max_nv && loads <= 32 * nv {
+                return Some(RowPlan {
+                    vec,
+                    nv,
+                    threads: 32,
+                });
+            }
+        }
+        // Longer rows: several loads in flight per thread (memory-level parallelism with few
+        // warps to reduce over), as many warps as cover the row.
+        [4, 8]
+            .into_iter()
+            .find(|&nv| nv <= max_nv && loads <= MAX_REG_THREADS * nv)
+            .map(|nv| RowPlan {
+                vec,
+                nv,
+                threads: loads.div_ceil(nv).next_multiple_of(32) as u32,
+            })
+    }
+
+    /// The kernel name part that picks this plan's instantiation: `v4`, `s2`, ...
+    fn tag(self) -> String {
+        format!("{}{}", if self.vec > 1 { "v" } else { "s" }, self.nv)
+    }
+}
+
+/// One block per row for the loop kernels, wide enough for the row, at most a few waves.
 fn row_geometry(rows: usize, cols: usize, sm_count: u32) -> (u32, u32) {
     let block = match cols {
         c if c >= 4096 => 512,
@@ -51,6 +118,19 @@ fn row_geometry(rows: usize, cols: usize, sm_count: u32) -> (u32, u32) {
         _ => 32,
     };
     (rows.min(sm_count as usize * 32).max(1) as u32, block)
+}
+
+/// How many blocks of `f` with `threads` threads fit on one multiprocessor at once (at least 1).
+fn blocks_per_sm(dev: &Arc<CudaDevice>, f: sys::CUfunction, threads: u32) -> Result<usize> {
+    dev.bind()?;
+    // SAFETY: `f` is a function loaded in this device's context, which is current.
+    let n = unsafe { result::occupancy::max_active_block_per_multiprocessor(f, threads as i32, 0) }
+        .map_err(|e| {
+            Error::Cuda(format!(
+                "cuOccupancyMaxActiveBlocksPerMultiprocessor: {e:?}"
+            ))
+        })?;
+    Ok(n.max(1) as usize)
 }
 
 /// `x` (its storage, with the view's offset) holds `rows * cols` contiguous elements; `w` and
@@ -63,35 +143,47 @@ pub fn norm_forward(
     spec: NormSpec,
 ) -> Result<NormForward> {
     let dev = x.cuda_device();
-    let cdt = compute(x.dtype());
-    let y = CudaStorage::alloc(dev, spec.rows * spec.cols, x.dtype())?;
+    let (dtype, cdt) = (x.dtype(), compute(x.dtype()));
+    let y = CudaStorage::alloc(dev, spec.rows * spec.cols, dtype)?;
     let mean = CudaStorage::alloc(dev, spec.rows, cdt)?;
     let rstd = CudaStorage::alloc(dev, spec.rows, cdt)?;
-    if spec.rows > 0 && spec.cols > 0 {
-        let f = dev.function(&NORM, &format!("norm_fwd_{}", type_suffix(x.dtype())))?;
-        let (grid, block) = row_geometry(spec.rows, spec.cols, dev.sm_count());
-        let (px, pw, pb, py) = (x.ptr_at(x_offset), w.unwrap_or(0), b.unwrap_or(0), y.ptr());
-        // RMSNorm has no mean: the buffer stays unwritten and its backward never reads it.
-        let pm = if spec.rms { 0u64 } else { mean.ptr() };
-        let (pr, rows, cols, eps, rms) = (
-            rstd.ptr(),
-            spec.rows as i64,
-            spec.cols as i64,
-            spec.eps,
-            spec.rms as i32,
-        );
-        // SAFETY: x and y hold rows*cols elements, w and b (when non-null) cols, mean and rstd
-        // rows, all of the types the kernel declares for this suffix.
-        unsafe {
-            dev.launch(
-                f,
-                (grid, 1, 1),
-                block,
-                0,
-                &mut args![px, pw, pb, py, pm, pr, rows, cols, eps, rms],
-            )?
-        };
+    if spec.rows == 0 || spec.cols == 0 {
+        return Ok(NormForward { y, mean, rstd });
     }
+    let (px, pw, pb, py) = (x.ptr_at(x_offset), w.unwrap_or(0), b.unwrap_or(0), y.ptr());
+    let sfx = type_suffix(dtype);
+    let (f, grid, block) = match RowPlan::new(spec.cols, dtype, &[px, pw, pb, py], 8) {
+        Some(plan) => {
+            let f = dev.function(&NORM, &format!("norm_fwd_{}_{sfx}", plan.tag()))?;
+            (f, spec.rows.min(MAX_ROW_BLOCKS) as u32, plan.threads)
+        }
+        None => {
+            let f = dev.function(&NORM, &format!("norm_fwd_{sfx}"))?;
+            let (grid, block) = row_geometry(spec.rows, spec.cols, dev.sm_count());
+            (f, grid, block)
+        }
+    };
+    // RMSNorm has no mean: the buffer stays unwritten and its backward never reads it.
+    let pm = if spec.rms { 0u64 } else { mean.ptr() };
+    let (pr, rows, cols, eps, rms) = (
+        rstd.ptr(),
+        spec.rows as i64,
+        spec.cols as i64,
+        spec.eps,
+        spec.rms as i32,
+    );
+    // SAFETY: x and y hold rows*cols elements, w and b (when non-null) cols, mean and rstd
+    // rows, all of the types the kernel declares for this suffix; a register kernel's plan
+    // covers the row with its block and its 16-byte loads are aligned (RowPlan::new).
+    unsafe {
+        dev.launch(
+            f,
+            (grid, 1, 1),
+            block,
+            0,
+            &mut args![px, pw, pb, py, pm, pr, rows, cols, eps, rms],
+        )?
+    };
     Ok(NormForward { y, mean, rstd })
 }
 
@@ -105,61 +197,147 @@ pub fn norm_backward(
 ) -> Result<NormGrads> {
     let dev = x.cuda_device();
     let (dtype, cdt) = (x.dtype(), compute(x.dtype()));
-    let sfx = type_suffix(dtype);
-    let (rows, cols) = (spec.rows as i64, spec.cols as i64);
-    let rms = spec.rms as i32;
-    let (pm, pr) = (inp.mean.ptr(), inp.rstd.ptr());
-    let empty = spec.rows == 0 || spec.cols == 0;
-
-    let dx = if needs[0] {
-        let dx = CudaStorage::alloc(dev, spec.rows * spec.cols, dtype)?;
-        if !empty {
-            let f = dev.function(&NORM, &format!("norm_bwd_dx_{sfx}"))?;
-            let (grid, block) = row_geometry(spec.rows, spec.cols, dev.sm_count());
-            let (px, pg, pw, pd) = (inp.x, inp.g, inp.w.unwrap_or(0), dx.ptr());
-            // SAFETY: x, g and dx hold rows*cols elements; w (if non-null) cols; mean, rstd rows.
-            unsafe {
-                dev.launch(
-                    f,
-                    (grid, 1, 1),
-                    block,
-                    0,
-                    &mut args![px, pg, pw, pm, pr, pd, rows, cols, rms],
-                )?
-            };
-        }
-        Some(dx)
-    } else {
-        None
-    };
-
     let (need_w, need_b) = (needs[1], needs[2] && !spec.rms);
-    if !(need_w || need_b) {
-        return Ok(NormGrads {
-            dx,
-            dweight: None,
-            dbias: None,
-        });
-    }
+    let dx = needs[0]
+        .then(|| CudaStorage::alloc(dev, spec.rows * spec.cols, dtype))
+        .transpose()?;
     let dweight = need_w
         .then(|| CudaStorage::alloc(dev, spec.cols, cdt))
         .transpose()?;
     let dbias = need_b
         .then(|| CudaStorage::alloc(dev, spec.cols, cdt))
         .transpose()?;
-    let zero = |s: &Option<CudaStorage>| -> Result<()> {
-        match s {
-            Some(s) => super::copy::fill(s, &crate::Layout::contiguous(&[spec.cols]), 0.0),
-            None => Ok(()),
-        }
-    };
     if spec.cols == 0 {
         return Ok(NormGrads { dx, dweight, dbias });
     }
     if spec.rows == 0 {
-        zero(&dweight)?;
-        zero(&dbias)?;
+        // No rows: the parameter gradients are sums of nothing.
+        for s in dweight.iter().chain(dbias.iter()) {
+            super::copy::fill(s, &crate::Layout::contiguous(&[spec.cols]), 0.0)?;
+        }
         return Ok(NormGrads { dx, dweight, dbias });
+    }
+    let pdx = dx.as_ref().map_or(0u64, |s| s.ptr());
+    let ptrs = [inp.x, inp.g, inp.w.unwrap_or(0), pdx];
+    let partials = match RowPlan::new(spec.cols, dtype, &ptrs, MAX_BWD_LOADS) {
+        Some(plan) => backward_registers(&inp, dev, dtype, spec, plan, pdx, [need_w, need_b])?,
+        None => backward_loops(&inp, dev, dtype, spec, pdx, [need_w, need_b])?,
+    };
+    if let Some(p) = partials {
+        column_sums(dev, cdt, &p, [&dweight, &dbias], spec.cols)?;
+    }
+    Ok(NormGrads { dx, dweight, dbias })
+}
+
+/// Per-chunk column sums of the weight and bias gradients, [chunks, cols] each (None where
+/// not needed).
+struct Partials {
+    w: Option<CudaStorage>,
+    b: Option<CudaStorage>,
+    chunks: usize,
+}
+
+impl Partials {
+    fn alloc(
+        dev: &Arc<CudaDevice>,
+        cdt: DType,
+        chunks: usize,
+        cols: usize,
+        need: [bool; 2],
+    ) -> Result<Self> {
+        let buf = |n: bool| {
+            n.then(|| CudaStorage::alloc(dev, chunks * cols, cdt))
+                .transpose()
+        };
+        Ok(Partials {
+            w: buf(need[0])?,
+            b: buf(need[1])?,
+            chunks,
+        })
+    }
+
+    fn ptrs(&self) -> (u64, u64) {
+        let ptr = |s: &Option<CudaStorage>| s.as_ref().map_or(0u64, |s| s.ptr());
+        (ptr(&self.w), ptr(&self.b))
+    }
+}
+
+/// dx (into `pdx` when non-zero) and the partial sums in one pass over x and g: one block per
+/// chunk of consecutive rows, as many chunks as blocks fit on the device at once.
+fn backward_registers(
+    inp: &BackwardInputs,
+    dev: &Arc<CudaDevice>,
+    dtype: DType,
+    spec: NormSpec,
+    plan: RowPlan,
+    pdx: u64,
+    need: [bool; 2],
+) -> Result<Option<Partials>> {
+    let kind = if spec.rms { "rms" } else { "ln" };
+    let name = format!("norm_bwd_{kind}_{}_{}", plan.tag(), type_suffix(dtype));
+    let f = dev.function(&NORM, &name)?;
+    let resident = dev.sm_count() as usize * blocks_per_sm(dev, f, plan.threads)?;
+    let rows_per_chunk = spec.rows.div_ceil(resident.clamp(1, spec.rows));
+    let chunks = spec.rows.div_ceil(rows_per_chunk);
+    let partials = (need[0] || need[1])
+        .then(|| Partials::alloc(dev, compute(dtype), chunks, spec.cols, need))
+        .transpose()?;
+    if pdx == 0 && partials.is_none() {
+        return Ok(None);
+    }
+    let (ppw, ppb) = partials.as_ref().map_or((0, 0), Partials::ptrs);
+    let (px, pg, pw) = (inp.x, inp.g, inp.w.unwrap_or(0));
+    // RMSNorm kernels never read the mean.
+    let pm = if spec.rms { 0u64 } else { inp.mean.ptr() };
+    let pr = inp.rstd.ptr();
+    let (rows, cols, rpc) = (spec.rows as i64, spec.cols as i64, rows_per_chunk as i64);
+    // SAFETY: x, g and dx (when non-null) hold rows*cols elements of x's dtype; w (when
+    // non-null) cols, mean and rstd rows, the partials (when non-null) chunks*cols of the
+    // compute dtype. The plan covers a row with one block, and its 16-byte accesses are aligned
+    // (RowPlan::new); chunks*rows_per_chunk >= rows.
+    unsafe {
+        dev.launch(
+            f,
+            (chunks as u32, 1, 1),
+            plan.threads,
+            0,
+            &mut args![px, pg, pw, pm, pr, pdx, ppw, ppb, rows, cols, rpc],
+        )?
+    };
+    Ok(partials)
+}
+
+/// dx and the partial sums for rows too long for registers: a dx kernel, then a column
+/// kernel that reads x and g again.
+fn backward_loops(
+    inp: &BackwardInputs,
+    dev: &Arc<CudaDevice>,
+    dtype: DType,
+    spec: NormSpec,
+    pdx: u64,
+    need: [bool; 2],
+) -> Result<Option<Partials>> {
+    let sfx = type_suffix(dtype);
+    let (rows, cols) = (spec.rows as i64, spec.cols as i64);
+    let rms = spec.rms as i32;
+    let (pm, pr) = (inp.mean.ptr(), inp.rstd.ptr());
+    if pdx != 0 {
+        let f = dev.function(&NORM, &format!("norm_bwd_dx_{sfx}"))?;
+        let (grid, block) = row_geometry(spec.rows, spec.cols, dev.sm_count());
+        let (px, pg, pw) = (inp.x, inp.g, inp.w.unwrap_or(0));
+        // SAFETY: x, g and dx hold rows*cols elements; w (if non-null) cols; mean, rstd rows.
+        unsafe {
+            dev.launch(
+                f,
+                (grid, 1, 1),
+                block,
+                0,
+                &mut args![px, pg, pw, pm, pr, pdx, rows, cols, rms],
+            )?
+        };
+    }
+    if !(need[0] || need[1]) {
+        return Ok(None);
     }
     // Enough row chunks to fill the device a few times over, each at least 8 rows.
     let col_tiles = spec.cols.div_ceil(32);
@@ -169,21 +347,10 @@ pub fn norm_backward(
         .min(65_535);
     let rows_per_chunk = spec.rows.div_ceil(chunks);
     let chunks = spec.rows.div_ceil(rows_per_chunk);
-    let pw_buf = need_w
-        .then(|| CudaStorage::alloc(dev, chunks * spec.cols, cdt))
-        .transpose()?;
-    let pb_buf = need_b
-        .then(|| CudaStorage::alloc(dev, chunks * spec.cols, cdt))
-        .transpose()?;
-    let ptr = |s: &Option<CudaStorage>| s.as_ref().map_or(0u64, |s| s.ptr());
+    let partials = Partials::alloc(dev, compute(dtype), chunks, spec.cols, need)?;
+    let (ppw, ppb) = partials.ptrs();
     let f = dev.function(&NORM, &format!("norm_bwd_cols_{sfx}"))?;
-    let (px, pg, ppw, ppb, rpc) = (
-        inp.x,
-        inp.g,
-        ptr(&pw_buf),
-        ptr(&pb_buf),
-        rows_per_chunk as i64,
-    );
+    let (px, pg, rpc) = (inp.x, inp.g, rows_per_chunk as i64);
     let grid = (col_tiles as u32, chunks as u32, 1);
     // SAFETY: x and g hold rows*cols elements; the partial buffers chunks*cols (or are null and
     // unwritten); the kernel needs exactly COLS_BLOCK threads.
@@ -196,23 +363,35 @@ pub fn norm_backward(
             &mut args![px, pg, pm, pr, ppw, ppb, rows, cols, rpc, rms],
         )?
     };
+    Ok(Some(partials))
+}
+
+/// outs[i][j] = the fixed-order sum over chunks of the partials' column j.
+fn column_sums(
+    dev: &Arc<CudaDevice>,
+    cdt: DType,
+    p: &Partials,
+    outs: [&Option<CudaStorage>; 2],
+    cols: usize,
+) -> Result<()> {
     let sum = dev.function(&NORM, &format!("norm_col_sum_{}", type_suffix(cdt)))?;
-    let n_chunks = chunks as i64;
-    let sum_grid = grid_for(spec.cols, 256, dev.sm_count());
-    for (partial, out) in [(&pw_buf, &dweight), (&pb_buf, &dbias)] {
-        if let (Some(p), Some(o)) = (partial, out) {
-            let (pp, po) = (p.ptr(), o.ptr());
-            // SAFETY: p holds chunks*cols elements, o holds cols, both of the compute dtype.
+    let (n_chunks, n_cols) = (p.chunks as i64, cols as i64);
+    let grid = cols.div_ceil(32) as u32;
+    for (partial, out) in [(&p.w, outs[0]), (&p.b, outs[1])] {
+        if let (Some(part), Some(o)) = (partial, out) {
+            let (pp, po) = (part.ptr(), o.ptr());
+            // SAFETY: part holds chunks*cols elements, o holds cols, both of the compute dtype;
+            // the kernel needs exactly COLS_BLOCK threads and one block per 32 columns.
             unsafe {
                 dev.launch(
                     sum,
-                    (sum_grid, 1, 1),
-                    256,
+                    (grid, 1, 1),
+                    COLS_BLOCK,
                     0,
-                    &mut args![pp, po, n_chunks, cols],
+                    &mut args![pp, po, n_chunks, n_cols],
                 )?
             };
         }
     }
-    Ok(NormGrads { dx, dweight, dbias })
+    Ok(())
 }

@@ -53,7 +53,13 @@ pub fn softmax(s: &CudaStorage, l: &Layout, cols: usize, log: bool) -> Result<Cu
     let sfx = type_suffix(s.dtype());
     if let Some((max_v, block)) = vector_plan(s.dtype(), &[s.ptr_at(l.offset())], cols) {
         let f = dev.function(&SOFTMAX, &format!("softmax_fwd_vec{max_v}_{sfx}"))?;
-        let (x, y, r, c, lg) = (s.ptr_at(l.offset()), out.ptr(), rows as i64, cols as i64, log as i32);
+        let (x, y, r, c, lg) = (
+            s.ptr_at(l.offset()),
+            out.ptr(),
+            rows as i64,
+            cols as i64,
+            log as i32,
+        );
         let grid = rows.min(65535 * 16) as u32;
         // SAFETY: x and y hold rows*cols elements, 16-byte aligned rows (checked by the plan).
         unsafe { dev.launch(f, (grid, 1, 1), block, 0, &mut args![x, y, r, c, lg])? };
