@@ -71,18 +71,9 @@ impl Strided {
     }
 }
 
-/// The suffix kernels use for a dtype (`unary_f32`, `cast_bf16_f32`, ...).
+/// The suffix kernels use for a dtype (`unary_f32`, `cast_bf16_f32`, ...): its name.
 pub(crate) fn type_suffix(dtype: DType) -> &'static str {
-    match dtype {
-        DType::Bool => "bool",
-        DType::U8 => "u8",
-        DType::U32 => "u32",
-        DType::I64 => "i64",
-        DType::BF16 => "bf16",
-        DType::F16 => "f16",
-        DType::F32 => "f32",
-        DType::F64 => "f64",
-    }
+    dtype.name()
 }
 
 /// A grid for a grid-stride loop over `n` items: enough blocks to fill the device a few times

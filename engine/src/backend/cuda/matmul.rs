@@ -133,39 +133,79 @@ pub fn matmul(a: &CudaStorage, la: &Layout, b: &CudaStorage, lb: &Layout) -> Res
     // Row-major C = A B is column-major C^T = B^T A^T: cuBLAS sees B first, with n rows.
     let flag = |t: bool| if t { Op::CUBLAS_OP_T } else { Op::CUBLAS_OP_N };
     dev.bind()?;
+    let (m_, n_, k_) = (
+        int("matmul", m as i64)?,
+        int("matmul", n as i64)?,
+        int("matmul", k as i64)?,
+    );
+    let (lda, ldb) = (int("matmul", oa.ld)?, int("matmul", ob.ld)?);
+    let (pa, pb, pc) = (
+        a.ptr_at(oa.offset) as *const c_void,
+        b.ptr_at(ob.offset) as *const c_void,
+        out.ptr() as *mut c_void,
+    );
+    let algo = cublasGemmAlgo_t::CUBLAS_GEMM_DEFAULT;
+    let failed = |e| {
+        Error::Cuda(format!(
+            "cuBLAS GEMM ({m}x{k} by {k}x{n}, batch {batch}): {e:?}"
+        ))
+    };
     // SAFETY: the operands' views lie inside their allocations (checked by their layouts), the
     // output holds batch*m*n elements, and the handle is bound to this device's stream.
     unsafe {
-        blas::gemm_strided_batched_ex(
-            dev.blas(),
-            flag(ob.op_row_major_t),
-            flag(oa.op_row_major_t),
-            int("matmul", n as i64)?,
-            int("matmul", m as i64)?,
-            int("matmul", k as i64)?,
-            alpha,
-            b.ptr_at(ob.offset) as *const c_void,
-            data,
-            int("matmul", ob.ld)?,
-            ob.batch_stride,
-            a.ptr_at(oa.offset) as *const c_void,
-            data,
-            int("matmul", oa.ld)?,
-            oa.batch_stride,
-            beta,
-            out.ptr() as *mut c_void,
-            data,
-            int("matmul", n as i64)?,
-            (m * n) as i64,
-            int("matmul", batch as i64)?,
-            compute,
-            cublasGemmAlgo_t::CUBLAS_GEMM_DEFAULT,
-        )
-        .map_err(|e| {
-            Error::Cuda(format!(
-                "cublasGemmStridedBatchedEx ({m}x{k} by {k}x{n}, batch {batch}): {e:?}"
-            ))
-        })?;
+        if batch == 1 {
+            // The plain GEMM, not a batch of one: cuBLAS picks from its full set of kernels
+            // (the entry PyTorch uses for a single matrix product).
+            blas::gemm_ex(
+                dev.blas(),
+                flag(ob.op_row_major_t),
+                flag(oa.op_row_major_t),
+                n_,
+                m_,
+                k_,
+                alpha,
+                pb,
+                data,
+                ldb,
+                pa,
+                data,
+                lda,
+                beta,
+                pc,
+                data,
+                n_,
+                compute,
+                algo,
+            )
+            .map_err(failed)?;
+        } else {
+            blas::gemm_strided_batched_ex(
+                dev.blas(),
+                flag(ob.op_row_major_t),
+                flag(oa.op_row_major_t),
+                n_,
+                m_,
+                k_,
+                alpha,
+                pb,
+                data,
+                ldb,
+                ob.batch_stride,
+                pa,
+                data,
+                lda,
+                oa.batch_stride,
+                beta,
+                pc,
+                data,
+                n_,
+                (m * n) as i64,
+                int("matmul", batch as i64)?,
+                compute,
+                algo,
+            )
+            .map_err(failed)?;
+        }
     }
     Ok(out)
 }
