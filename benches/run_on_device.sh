@@ -2,6 +2,9 @@
 # One call on the GPU machine: the whole packed test suite with CUDA required, then the GPU
 # benchmark beside PyTorch's in the same call (the machines are noisy; compare within one run).
 #   bash benches/run_on_device.sh [tests|bench|all]   (from the repository root, after device-pack)
+# The packed suite is larger than the device tool carries; compress it into an ignored folder here,
+#   XZ_OPT=-6 tar -cJf .devpack/pack.tar.xz .device
+# carry [".devpack"], and start the command there with `tar -xJf .devpack/pack.tar.xz && `.
 set -uo pipefail
 cd "$(dirname "$0")/.." && . .device/env.sh
 out=${OUT:-/tmp/rb-out}; mkdir -p "$out"
