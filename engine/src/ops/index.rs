@@ -292,7 +292,7 @@ fn cat_storage(parts: &[Tensor], shape: &[usize], d: usize) -> Result<Storage> {
     let guards: Vec<_> = parts.iter().map(|t| t.storage()).collect();
     if let Device::Cuda(i) = parts[0].device() {
         let dev = cuda::device(i)?;
-        let out = CudaStorage::alloc_for(&dev, shape.iter().product(), parts[0].dtype())?;
+        let out = CudaStorage::alloc(&dev, shape.iter().product(), parts[0].dtype())?;
         let full = Layout::contiguous(shape);
         let mut start = 0;
         for (g, t) in guards.iter().zip(parts) {

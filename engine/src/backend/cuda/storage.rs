@@ -28,12 +28,6 @@ impl CudaStorage {
         })
     }
 
-    /// Uninitialized room for `len` elements, for ops outside the backend that fill every
-    /// element themselves (cat).
-    pub fn alloc_for(device: &Arc<CudaDevice>, len: usize, dtype: DType) -> Result<CudaStorage> {
-        Self::alloc(device, len, dtype)
-    }
-
     /// Copies a host storage to the device.
     pub fn from_cpu(device: &Arc<CudaDevice>, s: &CpuStorage) -> Result<CudaStorage> {
         let out = CudaStorage::alloc(device, s.len(), s.dtype())?;
