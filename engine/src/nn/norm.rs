@@ -93,6 +93,21 @@ impl RmsNorm {
             training: true,
         })
     }
+
+    /// Wraps an existing weight [dim].
+    pub fn from_tensor(weight: Tensor, eps: f64) -> Result<Self> {
+        if weight.rank() != 1 {
+            return Err(Error::invalid(
+                "RMSNorm",
+                format!("weight must be [dim], got {:?}", weight.shape()),
+            ));
+        }
+        Ok(RmsNorm {
+            weight,
+            eps,
+            training: true,
+        })
+    }
 }
 
 impl Module for RmsNorm {

@@ -1,0 +1,113 @@
+//! Grouped-query self-attention (LLaMA's `self_attn`), unfused: scores, mask, softmax and the
+//! weighted sum are separate ops (a later fused kernel replaces them).
+//!
+//! Grouping without copies: the query heads that share key/value head g are heads
+//! g * group .. (g + 1) * group, so queries [B, H, T, hd] reshape (no copy) to
+//! [B, KV, group * T, hd] and multiply the [B, KV, L, hd] keys directly, instead of repeating
+//! every key and value `group` times as the reference implementation does.
+
+use super::kv_cache::KvCache;
+use super::mask::MaskSpec;
+use super::rope::{Positions, Rotary};
+use super::params::ParamSource;
+use super::LmConfig;
+use crate::nn::{prefixed, Linear, Module};
+use crate::{Result, Tensor};
+
+pub struct Attention {
+    pub q_proj: Linear,
+    pub k_proj: Linear,
+    pub v_proj: Linear,
+    pub o_proj: Linear,
+    n_heads: usize,
+    n_kv_heads: usize,
+    head_dim: usize,
+    causal: bool,
+}
+
+/// Where a forward call sits: positions of the new tokens, their mask, and the cache to extend.
+pub struct Step<'a> {
+    pub positions: Positions<'a>,
+    pub mask: Option<&'a Tensor>,
+    pub cache: Option<(&'a KvCache, usize)>,
+}
+
+impl Attention {
+    /// Takes its weights from `params` under `{prefix}.q_proj.weight`, ...
+    pub fn build(c: &LmConfig, prefix: &str, params: &mut ParamSource) -> Result<Self> {
+        let hd = c.head_dim();
+        let mut proj = |name: &str, i, o| params.linear(&format!("{prefix}.{name}"), i, o);
+        Ok(Attention {
+            q_proj: proj("q_proj", c.d_model, c.n_heads * hd)?,
+            k_proj: proj("k_proj", c.d_model, c.n_kv_heads * hd)?,
+            v_proj: proj("v_proj", c.d_model, c.n_kv_heads * hd)?,
+            o_proj: proj("o_proj", c.n_heads * hd, c.d_model)?,
+            n_heads: c.n_heads,
+            n_kv_heads: c.n_kv_heads,
+            head_dim: hd,
+            causal: !c.bidirectional,
+        })
+    }
+
+    pub fn is_causal(&self) -> bool {
+        self.causal
+    }
+
+    /// [B, T, heads * hd] -> [B, heads, T, hd].
+    fn heads(&self, x: &Tensor, heads: usize) -> Result<Tensor> {
+        let (b, t) = (x.shape()[0], x.shape()[1]);
+        x.reshape_to(&[b, t, heads, self.head_dim])?.transpose(1, 2)
+    }
+
+    /// x [B, T, d_model] -> [B, T, d_model].
+    pub fn forward(&self, x: &Tensor, rope: &Rotary, step: &Step) -> Result<Tensor> {
+        let (b, t) = (x.shape()[0], x.shape()[1]);
+        let (h, kv, hd) = (self.n_heads, self.n_kv_heads, self.head_dim);
+        let q = rope.apply(&self.heads(&self.q_proj.forward(x)?, h)?, &step.positions)?;
+        let k = rope.apply(&self.heads(&self.k_proj.forward(x)?, kv)?, &step.positions)?;
+        let v = self.heads(&self.v_proj.forward(x)?, kv)?;
+        let (k, v) = match step.cache {
+            Some((cache, layer)) => cache.append(layer, &k, &v.to_dtype(k.dtype())?)?,
+            None => (k, v),
+        };
+        let q = q
+            .mul_scalar(1.0 / (hd as f64).sqrt())?
+            .reshape_to(&[b, kv, (h / kv) * t, hd])?;
+        let scores = q.matmul(&k.transpose(-1, -2)?)?;
+        let scores = match step.mask {
+            Some(m) => scores.masked_fill(m, f64::NEG_INFINITY)?,
+            None => scores,
+        };
+        let out = scores.softmax(-1)?.matmul(&v)?;
+        let out = out.reshape_to(&[b, h, t, hd])?.transpose(1, 2)?;
+        self.o_proj.forward(&out.reshape_to(&[b, t, h * hd])?)
+    }
+
+    /// The mask this call needs, if any.
+    pub fn mask_spec(&self, seq: usize, offset: usize, pads: &[usize]) -> MaskSpec {
+        MaskSpec {
+            group: self.n_heads / self.n_kv_heads,
+            seq,
+            keys: offset + seq,
+            offset,
+            causal: self.causal,
+            pads: if pads.iter().any(|&p| p > 0) {
+                pads.to_vec()
+            } else {
+                Vec::new()
+            },
+        }
+    }
+
+    pub fn named_parameters(&self) -> Vec<(String, Tensor)> {
+        [
+            ("q_proj", &self.q_proj),
+            ("k_proj", &self.k_proj),
+            ("v_proj", &self.v_proj),
+            ("o_proj", &self.o_proj),
+        ]
+        .into_iter()
+        .flat_map(|(n, l)| prefixed(n, l.named_parameters()))
+        .collect()
+    }
+}

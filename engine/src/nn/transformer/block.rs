@@ -1,0 +1,48 @@
+//! One decoder layer: pre-norm attention and pre-norm feed-forward, each added to the residual.
+
+use super::attention::{Attention, Step};
+use super::feed_forward::SwiGlu;
+use super::rope::Rotary;
+use super::params::ParamSource;
+use super::LmConfig;
+use crate::nn::{prefixed, Module, RmsNorm};
+use crate::{Result, Tensor};
+
+pub struct Block {
+    pub input_layernorm: RmsNorm,
+    pub self_attn: Attention,
+    pub post_attention_layernorm: RmsNorm,
+    pub mlp: SwiGlu,
+}
+
+impl Block {
+    pub fn build(c: &LmConfig, prefix: &str, params: &mut ParamSource) -> Result<Self> {
+        Ok(Block {
+            input_layernorm: params.rms_norm(&format!("{prefix}.input_layernorm"), c)?,
+            self_attn: Attention::build(c, &format!("{prefix}.self_attn"), params)?,
+            post_attention_layernorm: params
+                .rms_norm(&format!("{prefix}.post_attention_layernorm"), c)?,
+            mlp: SwiGlu::build(c, &format!("{prefix}.mlp"), params)?,
+        })
+    }
+
+    pub fn forward(&self, x: &Tensor, rope: &Rotary, step: &Step) -> Result<Tensor> {
+        let h = x.add(
+            &self
+                .self_attn
+                .forward(&self.input_layernorm.forward(x)?, rope, step)?,
+        )?;
+        h.add(&self.mlp.forward(&self.post_attention_layernorm.forward(&h)?)?)
+    }
+
+    pub fn named_parameters(&self) -> Vec<(String, Tensor)> {
+        let mut out = prefixed("input_layernorm", self.input_layernorm.named_parameters());
+        out.extend(prefixed("self_attn", self.self_attn.named_parameters()));
+        out.extend(prefixed(
+            "post_attention_layernorm",
+            self.post_attention_layernorm.named_parameters(),
+        ));
+        out.extend(prefixed("mlp", self.mlp.named_parameters()));
+        out
+    }
+}

@@ -1,0 +1,40 @@
+//! LLaMA's SwiGLU feed-forward (`mlp`): down(silu(gate(x)) * up(x)). A mixture of experts
+//! will be a second kind of feed-forward behind the same `forward`.
+
+use super::params::ParamSource;
+use super::LmConfig;
+use crate::nn::{prefixed, Linear, Module};
+use crate::{Result, Tensor};
+
+pub struct SwiGlu {
+    pub gate_proj: Linear,
+    pub up_proj: Linear,
+    pub down_proj: Linear,
+}
+
+impl SwiGlu {
+    pub fn build(c: &LmConfig, prefix: &str, params: &mut ParamSource) -> Result<Self> {
+        let mut proj = |name: &str, i, o| params.linear(&format!("{prefix}.{name}"), i, o);
+        Ok(SwiGlu {
+            gate_proj: proj("gate_proj", c.d_model, c.ffn_hidden)?,
+            up_proj: proj("up_proj", c.d_model, c.ffn_hidden)?,
+            down_proj: proj("down_proj", c.ffn_hidden, c.d_model)?,
+        })
+    }
+
+    pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        let gated = self.gate_proj.forward(x)?.silu()?;
+        self.down_proj.forward(&gated.mul(&self.up_proj.forward(x)?)?)
+    }
+
+    pub fn named_parameters(&self) -> Vec<(String, Tensor)> {
+        [
+            ("gate_proj", &self.gate_proj),
+            ("up_proj", &self.up_proj),
+            ("down_proj", &self.down_proj),
+        ]
+        .into_iter()
+        .flat_map(|(n, l)| prefixed(n, l.named_parameters()))
+        .collect()
+    }
+}

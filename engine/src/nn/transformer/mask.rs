@@ -1,0 +1,98 @@
+//! Which keys each query may not see. Queries are laid out grouped (see attention.rs): row
+//! r of a [group * seq, keys] score matrix is query step r % seq, so one mask row pattern
+//! repeats per query head of a key/value group.
+
+use crate::{DType, Device, Result, Tensor};
+
+/// What the mask depends on.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct MaskSpec {
+    /// Query heads per key/value head.
+    pub group: usize,
+    /// New query steps in this call.
+    pub seq: usize,
+    /// Keys visible in total (cached ones included).
+    pub keys: usize,
+    /// Absolute position of the first new query (the number of cached keys before this call).
+    pub offset: usize,
+    pub causal: bool,
+    /// Left padding per batch row: keys below it are padding and never attended.
+    pub pads: Vec<usize>,
+}
+
+impl MaskSpec {
+    /// `None` when nothing is masked (a bidirectional unpadded batch, or one causal decode step).
+    pub fn needed(&self) -> bool {
+        (self.causal && self.seq > 1) || self.pads.iter().any(|&p| p > 0)
+    }
+
+    /// A bool tensor [rows, 1, group * seq, keys], true where the score is hidden; rows is the
+    /// batch with padding, else 1 (it broadcasts).
+    pub fn build(&self, device: Device) -> Result<Tensor> {
+        let rows = self.pads.len().max(1);
+        let (q, k) = (self.group * self.seq, self.keys);
+        let mut hidden = Vec::with_capacity(rows * q * k);
+        for row in 0..rows {
+            let pad = self.pads.get(row).copied().unwrap_or(0);
+            for r in 0..q {
+                let pos = self.offset + r % self.seq;
+                for key in 0..k {
+                    hidden.push(u8::from((self.causal && key > pos) || key < pad));
+                }
+            }
+        }
+        Tensor::from_vec(hidden, &[rows, 1, q, k])?
+            .to_dtype(DType::Bool)?
+            .to_device(device)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn causal_rows_repeat_per_query_head_of_a_group() {
+        let spec = MaskSpec {
+            group: 2,
+            seq: 2,
+            keys: 3,
+            offset: 1,
+            causal: true,
+            pads: vec![],
+        };
+        let m = spec.build(Device::Cpu).unwrap();
+        assert_eq!(m.shape(), [1, 1, 4, 3]);
+        let v: Vec<u8> = m.to_dtype(DType::U8).unwrap().to_vec().unwrap();
+        // Steps at positions 1 and 2 see keys 0..=1 and 0..=2; the pattern repeats for head 2.
+        assert_eq!(v, [0, 0, 1, 0, 0, 0, 0, 0, 1, 0, 0, 0]);
+    }
+
+    #[test]
+    fn padding_hides_the_leading_keys_of_its_row_only() {
+        let spec = MaskSpec {
+            group: 1,
+            seq: 1,
+            keys: 3,
+            offset: 2,
+            causal: true,
+            pads: vec![0, 2],
+        };
+        assert!(spec.needed());
+        let v: Vec<u8> = spec.build(Device::Cpu).unwrap().to_dtype(DType::U8).unwrap().to_vec().unwrap();
+        assert_eq!(v, [0, 0, 0, 1, 1, 0]);
+    }
+
+    #[test]
+    fn a_single_causal_decode_step_needs_no_mask() {
+        let spec = MaskSpec {
+            group: 4,
+            seq: 1,
+            keys: 9,
+            offset: 8,
+            causal: true,
+            pads: vec![0, 0],
+        };
+        assert!(!spec.needed());
+    }
+}

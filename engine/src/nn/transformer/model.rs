@@ -1,0 +1,282 @@
+//! `TransformerLm`: a LLaMA-family decoder (or, with `bidirectional`, an encoder of the same
+//! shape). Parameter names are Hugging Face's (`model.layers.0.self_attn.q_proj.weight`), so
+//! a state dict maps one to one onto `LlamaForCausalLM`.
+
+use super::attention::Step;
+use super::block::Block;
+use super::kv_cache::KvCache;
+use super::mask::MaskSpec;
+use super::params::ParamSource;
+use super::rope::{Positions, Rotary};
+use super::LmConfig;
+use crate::nn::{prefixed, Embedding, Linear, Module, RmsNorm};
+use crate::ops::loss::{cross_entropy, CrossEntropyOptions};
+use crate::{DType, Device, Error, Generator, Result, Tensor};
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Mutex;
+
+/// The dtype matrix products run in: `Auto` is BF16 mixed precision on CUDA and F32 on the CPU.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Precision {
+    Auto,
+    /// No autocast: products run in the parameters' dtype.
+    Full,
+    Mixed(DType),
+}
+
+pub struct TransformerLm {
+    pub config: LmConfig,
+    pub embed_tokens: Embedding,
+    pub layers: Vec<Block>,
+    pub norm: RmsNorm,
+    /// `None` when the output projection is the embedding (tied).
+    pub lm_head: Option<Linear>,
+    rope: Rotary,
+    precision: Precision,
+    /// Masks without padding depend only on their shape: training reuses one every step.
+    masks: Mutex<HashMap<(MaskSpec, Device), Tensor>>,
+    training: bool,
+}
+
+impl TransformerLm {
+    /// Random init (N(0, init_std), norms at one), F32 on the CPU.
+    pub fn new(config: LmConfig, gen: &mut Generator) -> Result<Self> {
+        config.validate()?;
+        let std = config.init_std;
+        Self::build(config, ParamSource::init(gen, std))
+    }
+
+    /// A model over named tensors in Hugging Face's names, cast to `dtype` on `device`. Every
+    /// missing, mis-shaped or unexpected name is reported in one error.
+    pub fn from_tensors(
+        config: LmConfig,
+        tensors: &BTreeMap<String, Tensor>,
+        dtype: DType,
+        device: Device,
+    ) -> Result<Self> {
+        config.validate()?;
+        if !dtype.is_float() {
+            return Err(Error::invalid(
+                "TransformerLm",
+                format!("parameters must be a float dtype, not {dtype}"),
+            ));
+        }
+        Self::build(config, ParamSource::tensors(tensors, dtype, device))
+    }
+
+    fn build(config: LmConfig, mut params: ParamSource) -> Result<Self> {
+        let embed_tokens = params.embedding("model.embed_tokens", &config)?;
+        let layers = (0..config.n_layers)
+            .map(|i| Block::build(&config, &format!("model.layers.{i}"), &mut params))
+            .collect::<Result<Vec<_>>>()?;
+        let norm = params.rms_norm("model.norm", &config)?;
+        let lm_head = (!config.tied_embeddings)
+            .then(|| params.linear("lm_head", config.d_model, config.vocab_size))
+            .transpose()?;
+        params.finish()?;
+        Ok(TransformerLm {
+            rope: Rotary::new(config.head_dim(), config.max_seq_len, config.rope_theta),
+            config,
+            embed_tokens,
+            layers,
+            norm,
+            lm_head,
+            precision: Precision::Auto,
+            masks: Mutex::new(HashMap::new()),
+            training: true,
+        })
+    }
+
+    /// A copy with every parameter cast to `dtype` (BF16 weights for inference).
+    pub fn with_dtype(&self, dtype: DType) -> Result<Self> {
+        let state = self.state_dict();
+        let mut m = Self::from_tensors(self.config.clone(), &state, dtype, self.device())?;
+        m.precision = self.precision;
+        Ok(m)
+    }
+
+    pub fn device(&self) -> Device {
+        self.embed_tokens.weight.device()
+    }
+
+    pub fn dtype(&self) -> DType {
+        self.embed_tokens.weight.dtype()
+    }
+
+    pub fn precision(&self) -> Precision {
+        self.precision
+    }
+
+    pub fn set_precision(&mut self, p: Precision) {
+        self.precision = p;
+    }
+
+    /// The autocast dtype for this model's products on its device.
+    fn autocast_dtype(&self) -> Option<DType> {
+        match (self.precision, self.device()) {
+            (Precision::Auto, Device::Cuda(_)) if self.dtype() == DType::F32 => Some(DType::BF16),
+            (Precision::Mixed(d), _) => Some(d),
+            _ => None,
+        }
+    }
+
+    fn mask(&self, spec: MaskSpec) -> Result<Option<Tensor>> {
+        if !spec.needed() {
+            return Ok(None);
+        }
+        let device = self.device();
+        if !spec.pads.is_empty() {
+            return spec.build(device).map(Some);
+        }
+        let mut cache = self.masks.lock().unwrap_or_else(|e| e.into_inner());
+        let key = (spec, device);
+        if let Some(m) = cache.get(&key) {
+            return Ok(Some(m.clone()));
+        }
+        if cache.len() >= 16 {
+            cache.clear();
+        }
+        let m = key.0.build(device)?;
+        cache.insert(key, m.clone());
+        Ok(Some(m))
+    }
+
+    fn check_ids(&self, ids: &Tensor) -> Result<()> {
+        if ids.rank() != 2 || ids.dtype().is_float() {
+            return Err(Error::invalid(
+                "TransformerLm",
+                format!(
+                    "token ids must be integers [batch, seq], got {} {:?}",
+                    ids.dtype(),
+                    ids.shape()
+                ),
+            ));
+        }
+        if ids.shape()[1] == 0 {
+            return Err(Error::invalid("TransformerLm", "the sequence is empty"));
+        }
+        Ok(())
+    }
+
+    /// The final normed hidden states [B, T, d_model] for ids [B, T]; with a cache, the ids
+    /// continue the cached sequences and their keys and values are appended.
+    pub fn hidden(&self, ids: &Tensor, cache: Option<&mut KvCache>) -> Result<Tensor> {
+        self.check_ids(ids)?;
+        let (b, t) = (ids.shape()[0], ids.shape()[1]);
+        let ids = ids.to_device(self.device())?;
+        crate::amp::autocast(self.autocast_dtype(), || {
+            let offset = cache.as_ref().map_or(0, |c| c.len());
+            let pads: Vec<usize> = cache.as_ref().map_or(Vec::new(), |c| c.pads().to_vec());
+            if let Some(c) = cache.as_ref() {
+                c.check_room(t)?;
+                if c.pads().len() != b {
+                    return Err(Error::invalid(
+                        "TransformerLm",
+                        format!("the cache holds {} sequences, the ids {b}", c.pads().len()),
+                    ));
+                }
+            } else if t > self.config.max_seq_len {
+                return Err(Error::invalid(
+                    "TransformerLm",
+                    format!(
+                        "{t} tokens exceed max_seq_len {}",
+                        self.config.max_seq_len
+                    ),
+                ));
+            }
+            let per_row;
+            let positions = if pads.iter().any(|&p| p > 0) {
+                let pos: Vec<i64> = pads
+                    .iter()
+                    .flat_map(|&p| (offset..offset + t).map(move |i| i.saturating_sub(p) as i64))
+                    .collect();
+                per_row = Tensor::from_vec(pos, &[b, t])?.to_device(self.device())?;
+                Positions::PerRow(&per_row)
+            } else {
+                Positions::From(offset)
+            };
+            let mask = match self.layers.first() {
+                Some(l) => self.mask(l.self_attn.mask_spec(t, offset, &pads))?,
+                None => None,
+            };
+            let mut x = self.embed_tokens.forward(&ids)?;
+            for (i, layer) in self.layers.iter().enumerate() {
+                let step = Step {
+                    positions: match &positions {
+                        Positions::From(o) => Positions::From(*o),
+                        Positions::PerRow(p) => Positions::PerRow(p),
+                    },
+                    mask: mask.as_ref(),
+                    cache: cache.as_deref().map(|c| (c, i)),
+                };
+                x = layer.forward(&x, &self.rope, &step)?;
+            }
+            if let Some(c) = cache {
+                c.advance(t);
+            }
+            self.norm.forward(&x)
+        })
+    }
+
+    /// Logits [..., vocab] of hidden states [..., d_model].
+    pub fn project(&self, hidden: &Tensor) -> Result<Tensor> {
+        crate::amp::autocast(self.autocast_dtype(), || match &self.lm_head {
+            Some(head) => head.forward(hidden),
+            None => hidden.matmul(&self.embed_tokens.weight.t()?),
+        })
+    }
+
+    /// Mean next-token cross-entropy of ids [B, T] against targets [B, T] (FP32 even when the
+    /// logits are BF16; the fused kernel never materializes probabilities).
+    pub fn loss(&self, ids: &Tensor, targets: &Tensor) -> Result<Tensor> {
+        if targets.shape() != ids.shape() {
+            return Err(Error::ShapeMismatch {
+                op: "TransformerLm loss",
+                lhs: ids.shape().to_vec(),
+                rhs: targets.shape().to_vec(),
+            });
+        }
+        let logits = self.forward(ids)?;
+        let v = self.config.vocab_size;
+        let targets = targets.to_device(self.device())?.flatten()?;
+        cross_entropy(
+            &logits.reshape_to(&[targets.numel(), v])?,
+            &targets,
+            CrossEntropyOptions::default(),
+        )
+    }
+
+    /// A cache for `batch` sequences of up to `capacity` positions, in the dtype the keys
+    /// and values are computed in.
+    pub fn new_cache(&self, batch: usize, capacity: usize) -> Result<KvCache> {
+        let dtype = self.autocast_dtype().unwrap_or(self.dtype());
+        KvCache::new(&self.config, batch, capacity, dtype, self.device())
+    }
+}
+
+impl Module for TransformerLm {
+    /// ids [B, T] -> logits [B, T, vocab].
+    fn forward(&self, ids: &Tensor) -> Result<Tensor> {
+        self.project(&self.hidden(ids, None)?)
+    }
+
+    fn named_parameters(&self) -> Vec<(String, Tensor)> {
+        let mut out = prefixed("model.embed_tokens", self.embed_tokens.named_parameters());
+        for (i, layer) in self.layers.iter().enumerate() {
+            out.extend(prefixed(&format!("model.layers.{i}"), layer.named_parameters()));
+        }
+        out.extend(prefixed("model.norm", self.norm.named_parameters()));
+        if let Some(head) = &self.lm_head {
+            out.extend(prefixed("lm_head", head.named_parameters()));
+        }
+        out
+    }
+
+    fn train(&mut self, on: bool) {
+        self.training = on;
+    }
+
+    fn is_training(&self) -> bool {
+        self.training
+    }
+}
