@@ -9,6 +9,7 @@ pub mod cancel;
 pub mod data;
 pub mod dtype;
 pub mod error;
+pub mod generate;
 pub mod gradcheck;
 pub mod io;
 pub mod layout;

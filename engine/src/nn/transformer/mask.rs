@@ -37,7 +37,10 @@ impl MaskSpec {
             for r in 0..q {
                 let pos = self.offset + r % self.seq;
                 for key in 0..k {
-                    hidden.push(u8::from((self.causal && key > pos) || key < pad));
+                    // Padding queries still see the padding before them, so no row is fully
+                    // masked: a softmax over nothing would put NaN into the cache.
+                    let pad_key = key < pad && pos >= pad;
+                    hidden.push(u8::from((self.causal && key > pos) || pad_key));
                 }
             }
         }

@@ -1,0 +1,297 @@
+//! Autoregressive generation with a KV cache: one prefill pass over the (left-padded) prompts,
+//! then one cached step per new token for the whole batch.
+
+use super::sampler::{argmax, Sampler, SamplingOptions};
+use crate::nn::{Module, TransformerLm};
+use crate::{no_grad, DType, Device, Error, Result, Tensor};
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct GenerateOptions {
+    pub max_new_tokens: usize,
+    pub sampling: SamplingOptions,
+    /// A sequence ends at any of these; the stop token itself is not emitted.
+    pub stop_tokens: Vec<u32>,
+}
+
+impl Default for GenerateOptions {
+    fn default() -> Self {
+        GenerateOptions {
+            max_new_tokens: 64,
+            sampling: SamplingOptions::default(),
+            stop_tokens: Vec::new(),
+        }
+    }
+}
+
+/// What the caller's per-token callback decides.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Flow {
+    Continue,
+    /// End this sequence here (the others go on).
+    Stop,
+}
+
+/// Generates after each prompt; `on_token(row, token)` sees every emitted token as it comes.
+/// Returns the new tokens per prompt (prompts excluded).
+pub fn generate(
+    model: &TransformerLm,
+    prompts: &[Vec<u32>],
+    opts: &GenerateOptions,
+    on_token: &mut dyn FnMut(usize, u32) -> Result<Flow>,
+) -> Result<Vec<Vec<u32>>> {
+    no_grad(|| generate_inner(model, prompts, opts, on_token))
+}
+
+fn check_prompts(model: &TransformerLm, prompts: &[Vec<u32>], opts: &GenerateOptions) -> Result<usize> {
+    if prompts.is_empty() {
+        return Err(Error::invalid("generate", "no prompts"));
+    }
+    if let Some(i) = prompts.iter().position(|p| p.is_empty()) {
+        return Err(Error::invalid(
+            "generate",
+            format!("prompt {i} is empty; start it with at least one token (a BOS or a word)"),
+        ));
+    }
+    let vocab = model.config.vocab_size;
+    for (i, p) in prompts.iter().enumerate() {
+        if let Some(&t) = p.iter().find(|&&t| t as usize >= vocab) {
+            return Err(Error::invalid(
+                "generate",
+                format!("prompt {i} has token {t}, outside the vocabulary of {vocab}"),
+            ));
+        }
+    }
+    let longest = prompts.iter().map(Vec::len).max().unwrap_or(0);
+    let max = model.config.max_seq_len;
+    if longest + opts.max_new_tokens > max {
+        return Err(Error::invalid(
+            "generate",
+            format!(
+                "a {longest}-token prompt plus {} new tokens exceeds the model's max_seq_len {max}",
+                opts.max_new_tokens
+            ),
+        ));
+    }
+    Ok(longest)
+}
+
+fn generate_inner(
+    model: &TransformerLm,
+    prompts: &[Vec<u32>],
+    opts: &GenerateOptions,
+    on_token: &mut dyn FnMut(usize, u32) -> Result<Flow>,
+) -> Result<Vec<Vec<u32>>> {
+    let longest = check_prompts(model, prompts, opts)?;
+    let mut sampler = Sampler::new(opts.sampling.clone())?;
+    let b = prompts.len();
+    let mut out: Vec<Vec<u32>> = vec![Vec::new(); b];
+    if opts.max_new_tokens == 0 {
+        return Ok(out);
+    }
+    let pads: Vec<usize> = prompts.iter().map(|p| longest - p.len()).collect();
+    let mut cache = model.new_cache(b, longest + opts.max_new_tokens)?;
+    cache.set_pads(pads.clone());
+    let padded: Vec<i64> = prompts
+        .iter()
+        .zip(&pads)
+        .flat_map(|(p, &pad)| std::iter::repeat_n(0, pad).chain(p.iter().map(|&t| t as i64)))
+        .collect();
+    let mut ids = Tensor::from_vec(padded, &[b, longest])?;
+    let mut done = vec![false; b];
+    for step in 0..opts.max_new_tokens {
+        crate::cancel::check()?;
+        let hidden = model.hidden(&ids, Some(&mut cache))?;
+        let last = hidden.narrow(1, hidden.shape()[1] - 1, 1)?;
+        let logits = model.project(&last)?.reshape_to(&[b, model.config.vocab_size])?;
+        let picks = pick(&mut sampler, &logits, prompts, &out)?;
+        for (row, &tok) in picks.iter().enumerate() {
+            if done[row] {
+                continue;
+            }
+            if opts.stop_tokens.contains(&tok) {
+                done[row] = true;
+                continue;
+            }
+            out[row].push(tok);
+            if on_token(row, tok)? == Flow::Stop {
+                done[row] = true;
+            }
+        }
+        if done.iter().all(|&d| d) || step + 1 == opts.max_new_tokens {
+            break;
+        }
+        // Finished rows still take a step (the batch moves together); their picks are dropped.
+        let next: Vec<i64> = picks.iter().map(|&t| t as i64).collect();
+        ids = Tensor::from_vec(next, &[b, 1])?;
+    }
+    Ok(out)
+}
+
+/// One token per row: an argmax on the device when nothing else is needed, otherwise the
+/// sampler on the host over F32 logits.
+fn pick(
+    sampler: &mut Sampler,
+    logits: &Tensor,
+    prompts: &[Vec<u32>],
+    generated: &[Vec<u32>],
+) -> Result<Vec<u32>> {
+    if sampler.options().is_plain_greedy() {
+        let ids: Vec<i64> = logits.argmax(Some(-1), false)?.to_device(Device::Cpu)?.to_vec()?;
+        return Ok(ids.into_iter().map(|i| i as u32).collect());
+    }
+    let v = logits.shape()[1];
+    let host = logits.to_dtype(DType::F32)?.to_device(Device::Cpu)?.to_vec_f32()?;
+    Ok(host
+        .chunks(v)
+        .enumerate()
+        .map(|(row, l)| sampler.pick(&mut l.to_vec(), &prompts[row], &generated[row]))
+        .collect())
+}
+
+/// log p(ids[i] | ids[..i]) for i = 1..len: how likely the model finds each token of a text.
+pub fn log_probabilities(model: &TransformerLm, ids: &[u32]) -> Result<Vec<f64>> {
+    if ids.len() < 2 {
+        return Err(Error::invalid(
+            "log_probabilities",
+            "needs at least two tokens (the first one is only context)",
+        ));
+    }
+    let vocab = model.config.vocab_size;
+    if let Some(&t) = ids.iter().find(|&&t| t as usize >= vocab) {
+        return Err(Error::invalid(
+            "log_probabilities",
+            format!("token {t} is outside the vocabulary of {vocab}"),
+        ));
+    }
+    no_grad(|| {
+        let n = ids.len() - 1;
+        let input: Vec<i64> = ids[..n].iter().map(|&t| t as i64).collect();
+        let target: Vec<i64> = ids[1..].iter().map(|&t| t as i64).collect();
+        let logits = model.forward(&Tensor::from_vec(input, &[1, n])?)?;
+        let logp = logits.to_dtype(DType::F32)?.reshape_to(&[n, vocab])?.log_softmax(-1)?;
+        let target = Tensor::from_vec(target, &[n, 1])?.to_device(model.device())?;
+        logp.gather(1, &target)?.to_device(Device::Cpu)?.to_vec_f64()
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::nn::LmConfig;
+    use crate::Generator;
+
+    fn model(seed: u64) -> TransformerLm {
+        let mut c = LmConfig::new(29, 16, 2, 4);
+        c.n_kv_heads = 2;
+        c.ffn_hidden = 32;
+        c.max_seq_len = 40;
+        c.init_std = 0.3;
+        TransformerLm::new(c, &mut Generator::new(seed)).unwrap()
+    }
+
+    fn greedy(n: usize) -> GenerateOptions {
+        GenerateOptions {
+            max_new_tokens: n,
+            sampling: SamplingOptions::greedy(),
+            stop_tokens: vec![],
+        }
+    }
+
+    fn no_callback() -> impl FnMut(usize, u32) -> Result<Flow> {
+        |_, _| Ok(Flow::Continue)
+    }
+
+    /// Greedy decoding without a cache: a full forward per token.
+    fn reference_greedy(m: &TransformerLm, prompt: &[u32], n: usize) -> Vec<u32> {
+        let mut seq: Vec<i64> = prompt.iter().map(|&t| t as i64).collect();
+        for _ in 0..n {
+            let len = seq.len();
+            let logits = no_grad(|| m.forward(&Tensor::from_vec(seq.clone(), &[1, len])?)).unwrap();
+            let last = logits.narrow(1, len - 1, 1).unwrap().to_vec_f32().unwrap();
+            seq.push(argmax(&last) as i64);
+        }
+        seq[prompt.len()..].iter().map(|&t| t as u32).collect()
+    }
+
+    #[test]
+    fn cached_greedy_decoding_matches_full_forwards() {
+        let m = model(1);
+        let got = generate(&m, &[vec![3, 1, 4]], &greedy(12), &mut no_callback()).unwrap();
+        assert_eq!(got[0], reference_greedy(&m, &[3, 1, 4], 12));
+    }
+
+    #[test]
+    fn a_batch_of_unequal_prompts_matches_each_prompt_alone() {
+        let m = model(2);
+        let prompts = vec![vec![5, 9], vec![1, 2, 3, 4, 5], vec![7]];
+        let batch = generate(&m, &prompts, &greedy(6), &mut no_callback()).unwrap();
+        for (p, got) in prompts.iter().zip(&batch) {
+            assert_eq!(got, &reference_greedy(&m, p, 6), "prompt {p:?}");
+        }
+    }
+
+    #[test]
+    fn stop_tokens_end_a_sequence_without_being_emitted() {
+        let m = model(3);
+        let free = generate(&m, &[vec![2, 2]], &greedy(8), &mut no_callback()).unwrap();
+        let stop = free[0][3];
+        let first = free[0].iter().position(|&t| t == stop).unwrap();
+        let opts = GenerateOptions { stop_tokens: vec![stop], ..greedy(8) };
+        let got = generate(&m, &[vec![2, 2]], &opts, &mut no_callback()).unwrap();
+        assert_eq!(got[0], free[0][..first]);
+    }
+
+    #[test]
+    fn the_callback_sees_every_token_and_can_stop_its_row() {
+        let m = model(4);
+        let mut seen = Vec::new();
+        let got = generate(&m, &[vec![1], vec![2]], &greedy(5), &mut |row, tok| {
+            seen.push((row, tok));
+            Ok(if row == 0 && seen.iter().filter(|(r, _)| *r == 0).count() == 2 {
+                Flow::Stop
+            } else {
+                Flow::Continue
+            })
+        })
+        .unwrap();
+        assert_eq!(got[0].len(), 2);
+        assert_eq!(got[1].len(), 5);
+        assert_eq!(seen.len(), 7);
+    }
+
+    #[test]
+    fn seeded_sampling_repeats_and_differs_across_seeds() {
+        let m = model(5);
+        let opts = |seed| GenerateOptions {
+            max_new_tokens: 10,
+            sampling: SamplingOptions { temperature: 1.5, seed, ..Default::default() },
+            stop_tokens: vec![],
+        };
+        let run = |s| generate(&m, &[vec![1, 2]], &opts(s), &mut no_callback()).unwrap();
+        assert_eq!(run(11), run(11));
+        assert_ne!(run(11), run(12));
+    }
+
+    #[test]
+    fn log_probabilities_score_each_next_token() {
+        let m = model(6);
+        let ids = [4u32, 8, 15, 16];
+        let lp = log_probabilities(&m, &ids).unwrap();
+        assert_eq!(lp.len(), 3);
+        let logits = no_grad(|| m.forward(&Tensor::from_vec(vec![4i64, 8, 15], &[1, 3])?)).unwrap();
+        let row = logits.narrow(1, 1, 1).unwrap().to_vec_f32().unwrap();
+        let lse = row.iter().map(|&l| (l as f64).exp()).sum::<f64>().ln();
+        assert!((lp[1] - (row[15] as f64 - lse)).abs() < 1e-5);
+        assert!(lp.iter().all(|&l| l < 0.0));
+    }
+
+    #[test]
+    fn prompts_too_long_or_out_of_vocab_are_errors() {
+        let m = model(7);
+        let long = generate(&m, &[vec![1; 30]], &greedy(20), &mut no_callback());
+        assert!(long.unwrap_err().to_string().contains("max_seq_len 40"));
+        let bad = generate(&m, &[vec![99]], &greedy(2), &mut no_callback());
+        assert!(bad.unwrap_err().to_string().contains("token 99"));
+        assert!(m.parameters().len() > 0);
+    }
+}
