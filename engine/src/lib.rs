@@ -13,6 +13,7 @@ pub mod generate;
 pub mod gradcheck;
 pub mod io;
 pub mod layout;
+pub mod lm;
 pub mod messages;
 pub mod nn;
 pub mod ops;

@@ -2,8 +2,12 @@
 //! needs only the step count to continue on the same curve.
 
 use crate::{Error, Result};
+use serde::{Deserialize, Serialize};
 
-#[derive(Clone, Debug, PartialEq)]
+/// Serialized with a `kind` tag (`{"kind": "warmup_cosine", "peak_lr": ...}`), as checkpoints
+/// store it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
 pub enum Schedule {
     Constant {
         lr: f64,

@@ -1,0 +1,75 @@
+//! The training step and the evaluation pass of a language model, so scripts get them as one
+//! call while the parts (`loss`, `backward`, `step`) stay available to write by hand.
+
+use crate::nn::TransformerLm;
+use crate::optim::{Optimizer, StepOutcome};
+use crate::{no_grad, Device, Error, Result, Tensor};
+
+/// One optimizer step over `micro_batches` of (ids, targets): gradients accumulate over all of
+/// them, each loss scaled by 1/n, so the step sees the mean gradient of the whole batch.
+/// Returns the mean loss as a detached scalar on the model's device (reading it is the
+/// caller's choice: on CUDA a read waits for the step).
+pub fn train_step(
+    model: &TransformerLm,
+    opt: &mut dyn Optimizer,
+    micro_batches: &[(Tensor, Tensor)],
+) -> Result<(Tensor, StepOutcome)> {
+    if micro_batches.is_empty() {
+        return Err(Error::invalid("train_step", "no batches to train on"));
+    }
+    let scale = 1.0 / micro_batches.len() as f64;
+    opt.zero_grad();
+    let mut total: Option<Tensor> = None;
+    for (x, y) in micro_batches {
+        let loss = model.loss(x, y)?;
+        loss.mul_scalar(scale)?.backward()?;
+        let part = loss.detach().mul_scalar(scale)?;
+        total = Some(match total {
+            Some(t) => t.add(&part)?,
+            None => part,
+        });
+    }
+    let outcome = opt.step()?;
+    opt.zero_grad();
+    // Non-empty input makes total Some.
+    let total = total.ok_or_else(|| Error::invalid("train_step", "no batches"))?;
+    Ok((total, outcome))
+}
+
+/// Mean loss and perplexity over evaluation batches.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Evaluation {
+    /// Mean cross-entropy per token, in nats.
+    pub loss: f64,
+    pub perplexity: f64,
+    pub tokens: usize,
+}
+
+/// Evaluates without gradients; the per-batch losses stay on the device until the end.
+pub fn evaluate(
+    model: &TransformerLm,
+    batches: impl IntoIterator<Item = Result<(Tensor, Tensor)>>,
+) -> Result<Evaluation> {
+    no_grad(|| {
+        let mut sum: Option<Tensor> = None;
+        let mut tokens = 0;
+        for batch in batches {
+            crate::cancel::check()?;
+            let (x, y) = batch?;
+            let n = y.numel();
+            let part = model.loss(&x, &y)?.mul_scalar(n as f64)?;
+            sum = Some(match sum {
+                Some(s) => s.add(&part)?,
+                None => part,
+            });
+            tokens += n;
+        }
+        let sum = sum.ok_or_else(|| Error::invalid("evaluate", "no evaluation batches"))?;
+        let loss = sum.to_device(Device::Cpu)?.item()? / tokens as f64;
+        Ok(Evaluation {
+            loss,
+            perplexity: loss.exp(),
+            tokens,
+        })
+    })
+}
