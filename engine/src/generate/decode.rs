@@ -1,7 +1,7 @@
 //! Autoregressive generation with a KV cache: one prefill pass over the (left-padded) prompts,
 //! then one cached step per new token for the whole batch.
 
-use super::sampler::{argmax, Sampler, SamplingOptions};
+use super::sampler::{Sampler, SamplingOptions};
 use crate::nn::{Module, TransformerLm};
 use crate::{no_grad, DType, Device, Error, Result, Tensor};
 
@@ -42,7 +42,11 @@ pub fn generate(
     no_grad(|| generate_inner(model, prompts, opts, on_token))
 }
 
-fn check_prompts(model: &TransformerLm, prompts: &[Vec<u32>], opts: &GenerateOptions) -> Result<usize> {
+fn check_prompts(
+    model: &TransformerLm,
+    prompts: &[Vec<u32>],
+    opts: &GenerateOptions,
+) -> Result<usize> {
     if prompts.is_empty() {
         return Err(Error::invalid("generate", "no prompts"));
     }
@@ -102,7 +106,9 @@ fn generate_inner(
         crate::cancel::check()?;
         let hidden = model.hidden(&ids, Some(&mut cache))?;
         let last = hidden.narrow(1, hidden.shape()[1] - 1, 1)?;
-        let logits = model.project(&last)?.reshape_to(&[b, model.config.vocab_size])?;
+        let logits = model
+            .project(&last)?
+            .reshape_to(&[b, model.config.vocab_size])?;
         let picks = pick(&mut sampler, &logits, prompts, &out)?;
         for (row, &tok) in picks.iter().enumerate() {
             if done[row] {
@@ -136,11 +142,17 @@ fn pick(
     generated: &[Vec<u32>],
 ) -> Result<Vec<u32>> {
     if sampler.options().is_plain_greedy() {
-        let ids: Vec<i64> = logits.argmax(Some(-1), false)?.to_device(Device::Cpu)?.to_vec()?;
+        let ids: Vec<i64> = logits
+            .argmax(Some(-1), false)?
+            .to_device(Device::Cpu)?
+            .to_vec()?;
         return Ok(ids.into_iter().map(|i| i as u32).collect());
     }
     let v = logits.shape()[1];
-    let host = logits.to_dtype(DType::F32)?.to_device(Device::Cpu)?.to_vec_f32()?;
+    let host = logits
+        .to_dtype(DType::F32)?
+        .to_device(Device::Cpu)?
+        .to_vec_f32()?;
     Ok(host
         .chunks(v)
         .enumerate()
@@ -168,15 +180,21 @@ pub fn log_probabilities(model: &TransformerLm, ids: &[u32]) -> Result<Vec<f64>>
         let input: Vec<i64> = ids[..n].iter().map(|&t| t as i64).collect();
         let target: Vec<i64> = ids[1..].iter().map(|&t| t as i64).collect();
         let logits = model.forward(&Tensor::from_vec(input, &[1, n])?)?;
-        let logp = logits.to_dtype(DType::F32)?.reshape_to(&[n, vocab])?.log_softmax(-1)?;
+        let logp = logits
+            .to_dtype(DType::F32)?
+            .reshape_to(&[n, vocab])?
+            .log_softmax(-1)?;
         let target = Tensor::from_vec(target, &[n, 1])?.to_device(model.device())?;
-        logp.gather(1, &target)?.to_device(Device::Cpu)?.to_vec_f64()
+        logp.gather(1, &target)?
+            .to_device(Device::Cpu)?
+            .to_vec_f64()
     })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::generate::argmax;
     use crate::nn::LmConfig;
     use crate::Generator;
 
@@ -236,7 +254,10 @@ mod tests {
         let free = generate(&m, &[vec![2, 2]], &greedy(8), &mut no_callback()).unwrap();
         let stop = free[0][3];
         let first = free[0].iter().position(|&t| t == stop).unwrap();
-        let opts = GenerateOptions { stop_tokens: vec![stop], ..greedy(8) };
+        let opts = GenerateOptions {
+            stop_tokens: vec![stop],
+            ..greedy(8)
+        };
         let got = generate(&m, &[vec![2, 2]], &opts, &mut no_callback()).unwrap();
         assert_eq!(got[0], free[0][..first]);
     }
@@ -247,11 +268,13 @@ mod tests {
         let mut seen = Vec::new();
         let got = generate(&m, &[vec![1], vec![2]], &greedy(5), &mut |row, tok| {
             seen.push((row, tok));
-            Ok(if row == 0 && seen.iter().filter(|(r, _)| *r == 0).count() == 2 {
-                Flow::Stop
-            } else {
-                Flow::Continue
-            })
+            Ok(
+                if row == 0 && seen.iter().filter(|(r, _)| *r == 0).count() == 2 {
+                    Flow::Stop
+                } else {
+                    Flow::Continue
+                },
+            )
         })
         .unwrap();
         assert_eq!(got[0].len(), 2);
@@ -264,7 +287,11 @@ mod tests {
         let m = model(5);
         let opts = |seed| GenerateOptions {
             max_new_tokens: 10,
-            sampling: SamplingOptions { temperature: 1.5, seed, ..Default::default() },
+            sampling: SamplingOptions {
+                temperature: 1.5,
+                seed,
+                ..Default::default()
+            },
             stop_tokens: vec![],
         };
         let run = |s| generate(&m, &[vec![1, 2]], &opts(s), &mut no_callback()).unwrap();

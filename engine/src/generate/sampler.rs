@@ -51,7 +51,10 @@ impl SamplingOptions {
     pub fn validate(&self) -> Result<()> {
         let mut problems = Vec::new();
         if !(self.temperature >= 0.0 && self.temperature.is_finite()) {
-            problems.push(format!("temperature must be >= 0, got {}", self.temperature));
+            problems.push(format!(
+                "temperature must be >= 0, got {}",
+                self.temperature
+            ));
         }
         if !(self.top_p > 0.0 && self.top_p <= 1.0) {
             problems.push(format!("top_p must be in (0, 1], got {}", self.top_p));
@@ -255,13 +258,26 @@ mod tests {
     #[test]
     fn the_same_seed_draws_the_same_tokens() {
         let logits = [0.5f32, 0.1, 0.3, 0.2, 0.9];
-        let opts = SamplingOptions { seed: 7, ..Default::default() };
+        let opts = SamplingOptions {
+            seed: 7,
+            ..Default::default()
+        };
         assert_eq!(counts(opts.clone(), &logits, 50), counts(opts, &logits, 50));
-        let other = SamplingOptions { seed: 8, ..Default::default() };
-        let mut a = sampler(SamplingOptions { seed: 7, ..Default::default() });
+        let other = SamplingOptions {
+            seed: 8,
+            ..Default::default()
+        };
+        let mut a = sampler(SamplingOptions {
+            seed: 7,
+            ..Default::default()
+        });
         let mut b = sampler(other);
-        let seq_a: Vec<u32> = (0..30).map(|_| a.pick(&mut logits.to_vec(), &[], &[])).collect();
-        let seq_b: Vec<u32> = (0..30).map(|_| b.pick(&mut logits.to_vec(), &[], &[])).collect();
+        let seq_a: Vec<u32> = (0..30)
+            .map(|_| a.pick(&mut logits.to_vec(), &[], &[]))
+            .collect();
+        let seq_b: Vec<u32> = (0..30)
+            .map(|_| b.pick(&mut logits.to_vec(), &[], &[]))
+            .collect();
         assert_ne!(seq_a, seq_b);
     }
 
@@ -281,10 +297,17 @@ mod tests {
 
     #[test]
     fn bad_options_are_named() {
-        let msg = Sampler::new(SamplingOptions { top_p: 0.0, temperature: -1.0, ..Default::default() })
-            .err()
-            .unwrap()
-            .to_string();
-        assert!(msg.contains("top_p") && msg.contains("temperature"), "{msg}");
+        let msg = Sampler::new(SamplingOptions {
+            top_p: 0.0,
+            temperature: -1.0,
+            ..Default::default()
+        })
+        .err()
+        .unwrap()
+        .to_string();
+        assert!(
+            msg.contains("top_p") && msg.contains("temperature"),
+            "{msg}"
+        );
     }
 }

@@ -107,8 +107,7 @@ pub fn load(path: impl AsRef<Path>) -> Result<Checkpoint> {
              config.json beside them)"
         ))
     })?;
-    let header: Header =
-        serde_json::from_str(text).map_err(|e| bad(format!("header: {e}")))?;
+    let header: Header = serde_json::from_str(text).map_err(|e| bad(format!("header: {e}")))?;
     if header.version > VERSION {
         return Err(bad(format!(
             "written by a newer version ({} > {VERSION})",
@@ -152,9 +151,10 @@ impl Checkpoint {
     /// Restores the saved optimizer state, schedule and clipping into `opt` (made over the
     /// parameters of `model()` in the same order).
     pub fn restore_optimizer(&self, opt: &mut dyn Optimizer) -> Result<()> {
-        let (state, schedule, clip) = self.optimizer.as_ref().ok_or_else(|| {
-            Error::format("checkpoint", "it was saved without optimizer state")
-        })?;
+        let (state, schedule, clip) = self
+            .optimizer
+            .as_ref()
+            .ok_or_else(|| Error::format("checkpoint", "it was saved without optimizer state"))?;
         opt.load_state_dict(state)?;
         opt.set_schedule(schedule.clone())?;
         opt.set_max_grad_norm(*clip)
@@ -168,7 +168,11 @@ pub fn config_json(config: &LmConfig) -> String {
 
 /// A model saved by `transformers` (`save_pretrained`): `config.json` and `model.safetensors`
 /// in `dir`, loaded in `dtype` on `device`.
-pub fn load_pretrained(dir: impl AsRef<Path>, dtype: DType, device: Device) -> Result<TransformerLm> {
+pub fn load_pretrained(
+    dir: impl AsRef<Path>,
+    dtype: DType,
+    device: Device,
+) -> Result<TransformerLm> {
     let dir = dir.as_ref();
     let config_path = dir.join("config.json");
     let text = std::fs::read_to_string(&config_path).map_err(|e| Error::io(&config_path, e))?;

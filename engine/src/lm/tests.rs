@@ -33,7 +33,14 @@ fn batches(step: u64) -> Vec<(Tensor, Tensor)> {
 }
 
 fn optimizer(m: &TransformerLm) -> AdamW {
-    let mut opt = AdamW::new(m.parameters(), AdamWConfig { lr: 3e-3, ..Default::default() }).unwrap();
+    let mut opt = AdamW::new(
+        m.parameters(),
+        AdamWConfig {
+            lr: 3e-3,
+            ..Default::default()
+        },
+    )
+    .unwrap();
     opt.set_schedule(Some(Schedule::WarmupCosine {
         peak_lr: 3e-3,
         min_lr: 3e-4,
@@ -65,7 +72,11 @@ fn a_resumed_run_repeats_the_uninterrupted_losses_bit_for_bit() {
     let mut resumed = run(&first, &mut opt, 0..6);
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("ckpt.safetensors");
-    let state = TrainState { step: 6, data_seed: 9, extra: serde_json::json!({"note": "half"}) };
+    let state = TrainState {
+        step: 6,
+        data_seed: 9,
+        extra: serde_json::json!({"note": "half"}),
+    };
     checkpoint::save(&path, &first, Some(&opt), &state).unwrap();
     drop((first, opt));
 
@@ -75,7 +86,11 @@ fn a_resumed_run_repeats_the_uninterrupted_losses_bit_for_bit() {
     let mut opt = AdamW::new(second.parameters(), AdamWConfig::default()).unwrap();
     ckpt.restore_optimizer(&mut opt).unwrap();
     resumed.extend(run(&second, &mut opt, ckpt.train.step..12));
-    assert_eq!(all.iter().map(|l| l.to_bits()).collect::<Vec<_>>(), resumed.iter().map(|l| l.to_bits()).collect::<Vec<_>>(), "{all:?}\n{resumed:?}");
+    assert_eq!(
+        all.iter().map(|l| l.to_bits()).collect::<Vec<_>>(),
+        resumed.iter().map(|l| l.to_bits()).collect::<Vec<_>>(),
+        "{all:?}\n{resumed:?}"
+    );
     assert!(all[11] < all[0], "training must lower the loss: {all:?}");
 }
 
@@ -90,7 +105,12 @@ fn accumulated_micro_batches_give_the_gradient_of_the_whole_batch() {
     let whole: Vec<f32> = p[3].grad().unwrap().to_vec_f32().unwrap();
     m.zero_grad();
     for (x, y) in &parts {
-        m.loss(x, y).unwrap().mul_scalar(0.5).unwrap().backward().unwrap();
+        m.loss(x, y)
+            .unwrap()
+            .mul_scalar(0.5)
+            .unwrap()
+            .backward()
+            .unwrap();
     }
     let accumulated = p[3].grad().unwrap().to_vec_f32().unwrap();
     for (a, b) in whole.iter().zip(&accumulated) {
@@ -102,7 +122,11 @@ fn accumulated_micro_batches_give_the_gradient_of_the_whole_batch() {
 fn evaluation_reports_mean_loss_and_its_perplexity() {
     let m = TransformerLm::new(config(), &mut Generator::new(3)).unwrap();
     let parts = batches(1);
-    let by_hand: f64 = parts.iter().map(|(x, y)| m.loss(x, y).unwrap().item().unwrap()).sum::<f64>() / 2.0;
+    let by_hand: f64 = parts
+        .iter()
+        .map(|(x, y)| m.loss(x, y).unwrap().item().unwrap())
+        .sum::<f64>()
+        / 2.0;
     let e = evaluate(&m, parts.into_iter().map(Ok)).unwrap();
     assert!((e.loss - by_hand).abs() < 1e-6);
     assert!((e.perplexity - by_hand.exp()).abs() < 1e-4);

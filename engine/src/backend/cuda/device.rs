@@ -383,6 +383,38 @@ impl CudaDevice {
             .map_err(driver_err("cuMemcpyDtoD"))
     }
 
+    /// The most bytes the pool has handed out at once since the device started, or since the
+    /// last `reset_peak_memory`.
+    pub fn peak_memory(&self) -> Result<u64> {
+        self.bind()?;
+        let mut high: u64 = 0;
+        // SAFETY: the pool belongs to this device; the attribute is a u64.
+        unsafe {
+            result::mem_pool::get_attribute(
+                self.pool,
+                sys::CUmemPool_attribute::CU_MEMPOOL_ATTR_USED_MEM_HIGH,
+                &mut high as *mut u64 as *mut c_void,
+            )
+        }
+        .map_err(driver_err("cuMemPoolGetAttribute"))?;
+        Ok(high)
+    }
+
+    /// Restarts `peak_memory` from what is in use now.
+    pub fn reset_peak_memory(&self) -> Result<()> {
+        self.bind()?;
+        let mut zero: u64 = 0;
+        // SAFETY: as above; the driver only accepts 0 for the high-water marks.
+        unsafe {
+            result::mem_pool::set_attribute(
+                self.pool,
+                sys::CUmemPool_attribute::CU_MEMPOOL_ATTR_USED_MEM_HIGH,
+                &mut zero as *mut u64 as *mut c_void,
+            )
+        }
+        .map_err(driver_err("cuMemPoolSetAttribute"))
+    }
+
     /// Free and total device memory in bytes.
     pub fn memory_info(&self) -> Result<(usize, usize)> {
         self.bind()?;

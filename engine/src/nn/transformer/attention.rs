@@ -8,8 +8,8 @@
 
 use super::kv_cache::KvCache;
 use super::mask::MaskSpec;
-use super::rope::{Positions, Rotary};
 use super::params::ParamSource;
+use super::rope::{Positions, Rotary};
 use super::LmConfig;
 use crate::nn::{prefixed, Linear, Module};
 use crate::{Result, Tensor};

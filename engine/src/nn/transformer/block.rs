@@ -2,8 +2,8 @@
 
 use super::attention::{Attention, Step};
 use super::feed_forward::SwiGlu;
-use super::rope::Rotary;
 use super::params::ParamSource;
+use super::rope::Rotary;
 use super::LmConfig;
 use crate::nn::{prefixed, Module, RmsNorm};
 use crate::{Result, Tensor};
@@ -32,7 +32,11 @@ impl Block {
                 .self_attn
                 .forward(&self.input_layernorm.forward(x)?, rope, step)?,
         )?;
-        h.add(&self.mlp.forward(&self.post_attention_layernorm.forward(&h)?)?)
+        h.add(
+            &self
+                .mlp
+                .forward(&self.post_attention_layernorm.forward(&h)?)?,
+        )
     }
 
     pub fn named_parameters(&self) -> Vec<(String, Tensor)> {

@@ -109,7 +109,10 @@ impl LmConfig {
             ));
         }
         if !(self.rope_theta > 0.0 && self.rope_theta.is_finite()) {
-            problems.push(format!("rope_theta must be positive, got {}", self.rope_theta));
+            problems.push(format!(
+                "rope_theta must be positive, got {}",
+                self.rope_theta
+            ));
         }
         if !(self.norm_eps > 0.0 && self.norm_eps.is_finite()) {
             problems.push(format!("norm_eps must be positive, got {}", self.norm_eps));
@@ -126,7 +129,10 @@ impl LmConfig {
         let mut v = serde_json::to_value(self).unwrap_or_default();
         if let Some(m) = v.as_object_mut() {
             m.insert("model_type".into(), "llama".into());
-            m.insert("architectures".into(), serde_json::json!(["LlamaForCausalLM"]));
+            m.insert(
+                "architectures".into(),
+                serde_json::json!(["LlamaForCausalLM"]),
+            );
             m.insert("hidden_act".into(), "silu".into());
             m.insert("attention_bias".into(), false.into());
             m.insert("mlp_bias".into(), false.into());
@@ -137,8 +143,8 @@ impl LmConfig {
     /// Reads a config written by `to_hf_json` or by `transformers` (unknown fields are ignored,
     /// but a LLaMA feature this model lacks is refused rather than silently dropped).
     pub fn from_json(text: &str) -> Result<Self> {
-        let value: serde_json::Value = serde_json::from_str(text)
-            .map_err(|e| Error::format("model config", e.to_string()))?;
+        let value: serde_json::Value =
+            serde_json::from_str(text).map_err(|e| Error::format("model config", e.to_string()))?;
         for (field, ok) in [
             ("attention_bias", serde_json::Value::Bool(false)),
             ("mlp_bias", serde_json::Value::Bool(false)),
@@ -195,15 +201,23 @@ mod tests {
         let mut c = LmConfig::new(100, 60, 2, 8);
         c.n_kv_heads = 3;
         let msg = c.validate().unwrap_err().to_string();
-        assert!(msg.contains("d_model 60 is not a multiple of heads 8"), "{msg}");
-        assert!(msg.contains("heads 8 is not a multiple of kv_heads 3"), "{msg}");
+        assert!(
+            msg.contains("d_model 60 is not a multiple of heads 8"),
+            "{msg}"
+        );
+        assert!(
+            msg.contains("heads 8 is not a multiple of kv_heads 3"),
+            "{msg}"
+        );
     }
 
     #[test]
     fn from_json_refuses_features_the_model_lacks() {
         let mut json = LmConfig::new(10, 8, 1, 2).to_hf_json();
         json["attention_bias"] = true.into();
-        let msg = LmConfig::from_json(&json.to_string()).unwrap_err().to_string();
+        let msg = LmConfig::from_json(&json.to_string())
+            .unwrap_err()
+            .to_string();
         assert!(msg.contains("attention_bias"), "{msg}");
     }
 }

@@ -24,7 +24,8 @@ impl SwiGlu {
 
     pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
         let gated = self.gate_proj.forward(x)?.silu()?;
-        self.down_proj.forward(&gated.mul(&self.up_proj.forward(x)?)?)
+        self.down_proj
+            .forward(&gated.mul(&self.up_proj.forward(x)?)?)
     }
 
     pub fn named_parameters(&self) -> Vec<(String, Tensor)> {

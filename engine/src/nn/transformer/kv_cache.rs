@@ -92,7 +92,10 @@ impl KvCache {
             ck.narrow(2, self.len, seq)?.copy_(k)?;
             cv.narrow(2, self.len, seq)?.copy_(v)
         })?;
-        Ok((ck.narrow(2, 0, self.len + seq)?, cv.narrow(2, 0, self.len + seq)?))
+        Ok((
+            ck.narrow(2, 0, self.len + seq)?,
+            cv.narrow(2, 0, self.len + seq)?,
+        ))
     }
 
     /// Marks `steps` positions as written (after every layer appended them).

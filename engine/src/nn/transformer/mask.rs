@@ -82,7 +82,13 @@ mod tests {
             pads: vec![0, 2],
         };
         assert!(spec.needed());
-        let v: Vec<u8> = spec.build(Device::Cpu).unwrap().to_dtype(DType::U8).unwrap().to_vec().unwrap();
+        let v: Vec<u8> = spec
+            .build(Device::Cpu)
+            .unwrap()
+            .to_dtype(DType::U8)
+            .unwrap()
+            .to_vec()
+            .unwrap();
         assert_eq!(v, [0, 0, 0, 1, 1, 0]);
     }
 

@@ -41,9 +41,25 @@ pub struct TransformerLm {
 impl TransformerLm {
     /// Random init (N(0, init_std), norms at one), F32 on the CPU.
     pub fn new(config: LmConfig, gen: &mut Generator) -> Result<Self> {
+        Self::new_on(config, gen, DType::F32, Device::Cpu)
+    }
+
+    /// Random init directly in `dtype` on `device`.
+    pub fn new_on(
+        config: LmConfig,
+        gen: &mut Generator,
+        dtype: DType,
+        device: Device,
+    ) -> Result<Self> {
         config.validate()?;
+        if !dtype.is_float() {
+            return Err(Error::invalid(
+                "TransformerLm",
+                format!("parameters must be a float dtype, not {dtype}"),
+            ));
+        }
         let std = config.init_std;
-        Self::build(config, ParamSource::init(gen, std))
+        Self::build(config, ParamSource::init(gen, std, dtype, device))
     }
 
     /// A model over named tensors in Hugging Face's names, cast to `dtype` on `device`. Every
@@ -178,10 +194,7 @@ impl TransformerLm {
             } else if t > self.config.max_seq_len {
                 return Err(Error::invalid(
                     "TransformerLm",
-                    format!(
-                        "{t} tokens exceed max_seq_len {}",
-                        self.config.max_seq_len
-                    ),
+                    format!("{t} tokens exceed max_seq_len {}", self.config.max_seq_len),
                 ));
             }
             let per_row;
@@ -263,7 +276,10 @@ impl Module for TransformerLm {
     fn named_parameters(&self) -> Vec<(String, Tensor)> {
         let mut out = prefixed("model.embed_tokens", self.embed_tokens.named_parameters());
         for (i, layer) in self.layers.iter().enumerate() {
-            out.extend(prefixed(&format!("model.layers.{i}"), layer.named_parameters()));
+            out.extend(prefixed(
+                &format!("model.layers.{i}"),
+                layer.named_parameters(),
+            ));
         }
         out.extend(prefixed("model.norm", self.norm.named_parameters()));
         if let Some(head) = &self.lm_head {

@@ -13,6 +13,8 @@ pub enum ParamSource<'a> {
     Init {
         gen: &'a mut Generator,
         std: f64,
+        dtype: DType,
+        device: Device,
     },
     Tensors {
         map: &'a BTreeMap<String, Tensor>,
@@ -30,8 +32,15 @@ enum Fill {
 }
 
 impl<'a> ParamSource<'a> {
-    pub fn init(gen: &'a mut Generator, std: f64) -> Self {
-        ParamSource::Init { gen, std }
+    /// Fresh weights drawn where they will live: a large model on a GPU never passes through
+    /// host memory. The device draws the same numbers as the CPU (one Philox stream).
+    pub fn init(gen: &'a mut Generator, std: f64, dtype: DType, device: Device) -> Self {
+        ParamSource::Init {
+            gen,
+            std,
+            dtype,
+            device,
+        }
     }
 
     pub fn tensors(map: &'a BTreeMap<String, Tensor>, dtype: DType, device: Device) -> Self {
@@ -46,14 +55,22 @@ impl<'a> ParamSource<'a> {
 
     fn tensor(&mut self, name: &str, shape: &[usize], fill: Fill) -> Result<Tensor> {
         let t = match self {
-            ParamSource::Init { gen, std } => {
-                let t = Tensor::zeros(shape, DType::F32, Device::Cpu)?;
-                match fill {
-                    Fill::Normal => normal_(&t, 0.0, *std, gen)?,
-                    Fill::Ones => t.fill_(1.0)?,
+            ParamSource::Init {
+                gen,
+                std,
+                dtype,
+                device,
+            } => match (fill, *device) {
+                (Fill::Ones, _) => Tensor::ones(shape, *dtype, *device)?,
+                (Fill::Normal, Device::Cpu) => {
+                    let t = Tensor::zeros(shape, *dtype, Device::Cpu)?;
+                    normal_(&t, 0.0, *std, gen)?;
+                    t
                 }
-                t
-            }
+                (Fill::Normal, _) => {
+                    Tensor::randn_on(shape, *dtype, *device, Some(&mut **gen))?.mul_scalar(*std)?
+                }
+            },
             ParamSource::Tensors {
                 map,
                 dtype,

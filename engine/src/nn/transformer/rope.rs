@@ -121,15 +121,26 @@ mod tests {
         // head_dim 4: dims (0, 2) rotate by pos * 1, dims (1, 3) by pos * theta^-0.5.
         let rope = Rotary::new(4, 8, 100.0);
         let x = Tensor::from_vec(vec![1f32, 0., 0., 0.], &[1, 1, 1, 4]).unwrap();
-        let y = rope.apply(&x, &Positions::From(3)).unwrap().to_vec_f32().unwrap();
+        let y = rope
+            .apply(&x, &Positions::From(3))
+            .unwrap()
+            .to_vec_f32()
+            .unwrap();
         let expect = [3f32.cos(), 0.0, 3f32.sin(), 0.0];
         for (a, b) in y.iter().zip(expect) {
             assert!((a - b).abs() < 1e-6, "{y:?} vs {expect:?}");
         }
         let x = Tensor::from_vec(vec![0f32, 1., 0., 0.], &[1, 1, 1, 4]).unwrap();
-        let y = rope.apply(&x, &Positions::From(3)).unwrap().to_vec_f32().unwrap();
+        let y = rope
+            .apply(&x, &Positions::From(3))
+            .unwrap()
+            .to_vec_f32()
+            .unwrap();
         let a = 3.0 * 0.1f32;
-        assert!((y[1] - a.cos()).abs() < 1e-6 && (y[3] - a.sin()).abs() < 1e-6, "{y:?}");
+        assert!(
+            (y[1] - a.cos()).abs() < 1e-6 && (y[3] - a.sin()).abs() < 1e-6,
+            "{y:?}"
+        );
     }
 
     #[test]
@@ -137,7 +148,8 @@ mod tests {
         let rope = Rotary::new(4, 16, 10000.0);
         let x = Tensor::randn(&[2, 3, 5, 4], DType::F32, None).unwrap();
         let shared = rope.apply(&x, &Positions::From(2)).unwrap();
-        let ids = Tensor::from_vec((0..10).map(|i| 2 + i % 5).collect::<Vec<i64>>(), &[2, 5]).unwrap();
+        let ids =
+            Tensor::from_vec((0..10).map(|i| 2 + i % 5).collect::<Vec<i64>>(), &[2, 5]).unwrap();
         let per_row = rope.apply(&x, &Positions::PerRow(&ids)).unwrap();
         assert_eq!(shared.to_vec_f32().unwrap(), per_row.to_vec_f32().unwrap());
     }

@@ -18,7 +18,10 @@ fn ids(v: &[i64], b: usize) -> Tensor {
 fn max_diff(a: &Tensor, b: &Tensor) -> f32 {
     let (a, b) = (a.to_vec_f32().unwrap(), b.to_vec_f32().unwrap());
     assert_eq!(a.len(), b.len());
-    a.iter().zip(&b).map(|(x, y)| (x - y).abs()).fold(0.0, f32::max)
+    a.iter()
+        .zip(&b)
+        .map(|(x, y)| (x - y).abs())
+        .fold(0.0, f32::max)
 }
 
 #[test]
@@ -35,9 +38,15 @@ fn parameter_names_follow_hugging_face_llama() {
         "model.layers.1.post_attention_layernorm.weight",
         "model.norm.weight",
     ] {
-        assert!(names.iter().any(|n| n == name), "{name} missing from {names:?}");
+        assert!(
+            names.iter().any(|n| n == name),
+            "{name} missing from {names:?}"
+        );
     }
-    assert!(!names.iter().any(|n| n == "lm_head.weight"), "tied models have no lm_head");
+    assert!(
+        !names.iter().any(|n| n == "lm_head.weight"),
+        "tied models have no lm_head"
+    );
     // embed 37*16, per layer: q 16*16, k and v 8*16 each, o 16*16, mlp 3*16*24, norms 2*16.
     let per_layer = 256 + 128 + 128 + 256 + 3 * 16 * 24 + 32;
     assert_eq!(m.num_parameters(), 37 * 16 + 2 * per_layer + 16);
@@ -81,7 +90,10 @@ fn cached_decoding_gives_the_logits_of_a_full_forward() {
     assert!(max_diff(&prompt, &full.narrow(1, 0, 4).unwrap()) < 1e-5);
     for (i, &tok) in seq.iter().enumerate().skip(4) {
         let step = no_grad(|| m.project(&m.hidden(&ids(&[tok], 1), Some(&mut cache))?)).unwrap();
-        assert!(max_diff(&step, &full.narrow(1, i, 1).unwrap()) < 1e-5, "step {i}");
+        assert!(
+            max_diff(&step, &full.narrow(1, i, 1).unwrap()) < 1e-5,
+            "step {i}"
+        );
     }
     assert_eq!(cache.len(), seq.len());
 }
@@ -106,7 +118,10 @@ fn a_bf16_copy_keeps_the_logits_close() {
     let full = no_grad(|| m.forward(&x)).unwrap();
     let half = m.with_dtype(DType::BF16).unwrap();
     assert_eq!(half.dtype(), DType::BF16);
-    let low = no_grad(|| half.forward(&x)).unwrap().to_dtype(DType::F32).unwrap();
+    let low = no_grad(|| half.forward(&x))
+        .unwrap()
+        .to_dtype(DType::F32)
+        .unwrap();
     assert!(max_diff(&full, &low) < 0.1, "{}", max_diff(&full, &low));
 }
 
@@ -119,12 +134,19 @@ fn loading_reports_every_missing_and_misshaped_tensor() {
         "model.layers.0.self_attn.q_proj.weight".into(),
         Tensor::zeros(&[3, 3], DType::F32, crate::Device::Cpu).unwrap(),
     );
-    state.insert("extra.weight".into(), Tensor::scalar(1.0, DType::F32).unwrap());
+    state.insert(
+        "extra.weight".into(),
+        Tensor::scalar(1.0, DType::F32).unwrap(),
+    );
     let msg = match TransformerLm::from_tensors(tiny(2), &state, DType::F32, crate::Device::Cpu) {
         Err(e) => e.to_string(),
         Ok(_) => panic!("a broken state dict loaded"),
     };
-    for needle in ["model.norm.weight is missing", "q_proj.weight has shape [3, 3]", "unexpected: extra.weight"] {
+    for needle in [
+        "model.norm.weight is missing",
+        "q_proj.weight has shape [3, 3]",
+        "unexpected: extra.weight",
+    ] {
         assert!(msg.contains(needle), "{needle:?} not in {msg}");
     }
 }
@@ -135,7 +157,14 @@ fn a_few_steps_of_training_lower_the_loss() {
     let m = TransformerLm::new(tiny(2), &mut Generator::new(5)).unwrap();
     let x = ids(&[1, 2, 3, 4, 1, 2, 3, 4], 2);
     let y = ids(&[2, 3, 4, 1, 2, 3, 4, 1], 2);
-    let mut opt = AdamW::new(m.parameters(), AdamWConfig { lr: 1e-2, ..Default::default() }).unwrap();
+    let mut opt = AdamW::new(
+        m.parameters(),
+        AdamWConfig {
+            lr: 1e-2,
+            ..Default::default()
+        },
+    )
+    .unwrap();
     let first = m.loss(&x, &y).unwrap().item().unwrap();
     for _ in 0..20 {
         let loss = m.loss(&x, &y).unwrap();
