@@ -8,6 +8,7 @@ pub mod device;
 pub mod error;
 pub mod help;
 pub mod io;
+pub mod lm;
 pub mod nn;
 pub mod optim;
 pub mod options;
@@ -46,6 +47,7 @@ pub fn new_engine() -> Engine {
     data::register(&mut engine);
     device::register(&mut engine);
     io::register(&mut engine);
+    lm::register(&mut engine);
     plot::register(&mut engine);
     progress::register(&mut engine);
     register_help(&mut engine);

@@ -14,7 +14,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 pub struct Optim(Arc<Mutex<Box<dyn Optimizer>>>);
 
 impl Optim {
-    fn lock(&self) -> MutexGuard<'_, Box<dyn Optimizer>> {
+    pub fn lock(&self) -> MutexGuard<'_, Box<dyn Optimizer>> {
         self.0.lock().unwrap_or_else(|e| e.into_inner())
     }
 }

@@ -25,4 +25,4 @@ pub use mlp::Mlp;
 pub use module::{duplicate_names, prefixed, LoadReport, Module};
 pub use norm::{LayerNorm, RmsNorm};
 pub use sequential::Sequential;
-pub use transformer::{LmConfig, TransformerLm};
+pub use transformer::{LmConfig, Precision, TransformerLm};

@@ -5,10 +5,20 @@ use crate::autograd::SavedTensor;
 use crate::backend::cpu::matmul as cpu;
 use crate::backend::cuda::matmul as cuda;
 use crate::layout::broadcast_shapes;
-use crate::{Error, Result, Tensor};
+use crate::{DType, Error, Result, Tensor};
 
 impl Tensor {
     pub fn matmul(&self, other: &Tensor) -> Result<Tensor> {
+        self.matmul_impl(other, None)
+    }
+
+    /// A product whose result is `out_dtype` (F32 from BF16 operands under mixed precision:
+    /// logits keep the FP32 accumulator instead of being rounded to BF16).
+    pub fn matmul_out(&self, other: &Tensor, out_dtype: DType) -> Result<Tensor> {
+        self.matmul_impl(other, Some(out_dtype))
+    }
+
+    fn matmul_impl(&self, other: &Tensor, out_dtype: Option<DType>) -> Result<Tensor> {
         if self.rank() == 0 || other.rank() == 0 {
             return Err(Error::invalid(
                 "matmul",
@@ -28,10 +38,15 @@ impl Tensor {
             });
         }
         if self.rank() == 1 {
-            return self.unsqueeze(0)?.matmul(other)?.squeeze(-2);
+            return self
+                .unsqueeze(0)?
+                .matmul_impl(other, out_dtype)?
+                .squeeze(-2);
         }
         if other.rank() == 1 {
-            return self.matmul(&other.unsqueeze(1)?)?.squeeze(-1);
+            return self
+                .matmul_impl(&other.unsqueeze(1)?, out_dtype)?
+                .squeeze(-1);
         }
         self.check_same_device("matmul", other)?;
         let dtype = self.dtype().promote(other.dtype());
@@ -65,12 +80,21 @@ impl Tensor {
             a.layout().broadcast_to("matmul", &full(m, k))?,
             b.layout().broadcast_to("matmul", &full(k, n))?,
         );
+        let out_dtype = out_dtype.unwrap_or(dtype);
         let storage = Tensor::dispatch2(
             "matmul",
             &a,
             &b,
-            |sa, sb| cpu::matmul(sa, &la, sb, &lb),
-            |sa, sb| cuda::matmul(sa, &la, sb, &lb),
+            |sa, sb| {
+                let c = cpu::matmul(sa, &la, sb, &lb);
+                if out_dtype == dtype {
+                    c
+                } else {
+                    let l = crate::Layout::contiguous(&full(m, n));
+                    crate::backend::cpu::elementwise::cast(&c, &l, out_dtype)
+                }
+            },
+            |sa, sb| cuda::matmul_into_dtype(sa, &la, sb, &lb, out_dtype),
         )?;
         let out = Tensor::from_storage(storage, &full(m, n))?;
         Ok(out.recorded(&[&a, &b], || {
@@ -80,6 +104,9 @@ impl Tensor {
             );
             backward_fn("matmul", move |g, needs| {
                 let (a, b) = (sa.get()?, sb.get()?);
+                // A product written wider than its operands (BF16 -> F32 logits) takes its
+                // gradient products in the operands' dtype too, as the forward ran.
+                let g = &g.to_dtype(a.dtype())?;
                 Ok(vec![
                     grad_if(needs[0], || g.matmul(&b.t()?)?.sum_to_shape(a.shape()))?,
                     grad_if(needs[1], || a.t()?.matmul(g)?.sum_to_shape(b.shape()))?,

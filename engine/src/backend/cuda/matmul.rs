@@ -73,7 +73,29 @@ fn int(op: &'static str, v: i64) -> Result<i32> {
 
 /// `a` [batch.., m, k] times `b` [batch.., k, n], both broadcast to the full batch shape.
 pub fn matmul(a: &CudaStorage, la: &Layout, b: &CudaStorage, lb: &Layout) -> Result<CudaStorage> {
+    matmul_into_dtype(a, la, b, lb, a.dtype())
+}
+
+/// The product written in `out_dtype`: F32 output from BF16/F16 operands keeps cuBLAS's FP32
+/// accumulator instead of rounding it to 8 bits of mantissa (used for logits).
+pub fn matmul_into_dtype(
+    a: &CudaStorage,
+    la: &Layout,
+    b: &CudaStorage,
+    lb: &Layout,
+    out_dtype: DType,
+) -> Result<CudaStorage> {
     let dev = a.cuda_device();
+    let out_data = match (a.dtype(), out_dtype) {
+        (x, y) if x == y => None,
+        (DType::BF16 | DType::F16, DType::F32) => Some(Data::CUDA_R_32F),
+        (x, y) => {
+            return Err(Error::invalid(
+                "matmul",
+                format!("{x} operands cannot write a {y} product on CUDA"),
+            ))
+        }
+    };
     let r = la.rank();
     let (m, k, n) = (
         la.shape()[r - 2],
@@ -81,7 +103,7 @@ pub fn matmul(a: &CudaStorage, la: &Layout, b: &CudaStorage, lb: &Layout) -> Res
         lb.shape()[lb.rank() - 1],
     );
     let batch: usize = la.shape()[..r - 2].iter().product();
-    let out = CudaStorage::alloc(dev, batch * m * n, a.dtype())?;
+    let out = CudaStorage::alloc(dev, batch * m * n, out_dtype)?;
     if out.is_empty() {
         return Ok(out);
     }
@@ -124,6 +146,7 @@ pub fn matmul(a: &CudaStorage, la: &Layout, b: &CudaStorage, lb: &Layout) -> Res
             })
         }
     };
+    let c_data = out_data.unwrap_or(data);
     let (alpha32, beta32, alpha64, beta64) = (1.0f32, 0.0f32, 1.0f64, 0.0f64);
     let (alpha, beta): (*const c_void, *const c_void) = if a.dtype() == DType::F64 {
         (&alpha64 as *const f64 as _, &beta64 as *const f64 as _)
@@ -172,7 +195,7 @@ pub fn matmul(a: &CudaStorage, la: &Layout, b: &CudaStorage, lb: &Layout) -> Res
                 lda,
                 beta,
                 pc,
-                data,
+                c_data,
                 n_,
                 compute,
                 algo,
@@ -197,7 +220,7 @@ pub fn matmul(a: &CudaStorage, la: &Layout, b: &CudaStorage, lb: &Layout) -> Res
                 oa.batch_stride,
                 beta,
                 pc,
-                data,
+                c_data,
                 n_,
                 (m * n) as i64,
                 int("matmul", batch as i64)?,

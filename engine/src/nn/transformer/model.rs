@@ -231,11 +231,17 @@ impl TransformerLm {
         })
     }
 
-    /// Logits [..., vocab] of hidden states [..., d_model].
+    /// Logits [..., vocab] of hidden states [..., d_model]. Under mixed precision the product
+    /// runs in BF16 but the logits come out in F32: rounding them to BF16 would cost more
+    /// accuracy than any other op of the model.
     pub fn project(&self, hidden: &Tensor) -> Result<Tensor> {
-        crate::amp::autocast(self.autocast_dtype(), || match &self.lm_head {
-            Some(head) => head.forward(hidden),
-            None => hidden.matmul(&self.embed_tokens.weight.t()?),
+        let weight = match &self.lm_head {
+            Some(head) => &head.weight,
+            None => &self.embed_tokens.weight,
+        };
+        crate::amp::autocast(self.autocast_dtype(), || {
+            let out = self.dtype().promote(hidden.dtype());
+            hidden.matmul_out(&weight.t()?, out)
         })
     }
 

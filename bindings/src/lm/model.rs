@@ -1,0 +1,160 @@
+//! The language model as a Rhai value: a shared handle, so the optimizer, the script's
+//! variables and a checkpoint all see the same parameters.
+
+use crate::error::{guard, runtime_error, RhaiResult};
+use crate::options::Options;
+use rhai::{Array, Dynamic, Map, INT};
+use rusting_brain::nn::{LmConfig, Module, Precision, TransformerLm};
+use rusting_brain::{DType, Generator, Tensor};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+#[derive(Clone)]
+pub struct Lm(Arc<Mutex<TransformerLm>>);
+
+impl Lm {
+    pub fn new(model: TransformerLm) -> Self {
+        Lm(Arc::new(Mutex::new(model)))
+    }
+
+    pub fn lock(&self) -> MutexGuard<'_, TransformerLm> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+const CONFIG_KEYS: &[&str] = &[
+    "vocab",
+    "d_model",
+    "layers",
+    "heads",
+    "kv_heads",
+    "ffn",
+    "rope_theta",
+    "max_seq_len",
+    "norm_eps",
+    "tied",
+    "bidirectional",
+    "init_std",
+    "seed",
+];
+
+/// `lm::transformer(#{ ... })`: a fresh model on the script's device.
+pub fn transformer(opts: Map) -> RhaiResult<Lm> {
+    let o = Options::new("lm::transformer", opts, CONFIG_KEYS)?;
+    let vocab = o.usize("vocab", 0)?;
+    if vocab == 0 {
+        return Err(runtime_error(
+            "lm::transformer: vocab is required (the tokenizer's vocab_size)",
+        ));
+    }
+    let d = o.usize("d_model", 256)?;
+    let heads = o.usize("heads", 4)?;
+    let mut c = LmConfig::new(vocab, d, o.usize("layers", 4)?, heads);
+    c.n_kv_heads = o.usize("kv_heads", heads)?;
+    c.ffn_hidden = o.usize("ffn", c.ffn_hidden)?;
+    c.rope_theta = o.float("rope_theta", c.rope_theta)?;
+    c.max_seq_len = o.usize("max_seq_len", c.max_seq_len)?;
+    c.norm_eps = o.float("norm_eps", c.norm_eps)?;
+    c.tied_embeddings = o.bool("tied", true)?;
+    c.bidirectional = o.bool("bidirectional", false)?;
+    c.init_std = o.float("init_std", c.init_std)?;
+    let mut gen = Generator::new(o.int("seed", 0)? as u64);
+    let device = crate::tensor::default_device();
+    guard(|| TransformerLm::new_on(c, &mut gen, DType::F32, device)).map(Lm::new)
+}
+
+/// The config with the names `lm::transformer` takes.
+pub fn config_map(c: &LmConfig) -> Map {
+    let mut m = Map::new();
+    let mut int = |k: &str, v: usize| m.insert(k.into(), Dynamic::from_int(v as INT));
+    int("vocab", c.vocab_size);
+    int("d_model", c.d_model);
+    int("layers", c.n_layers);
+    int("heads", c.n_heads);
+    int("kv_heads", c.n_kv_heads);
+    int("ffn", c.ffn_hidden);
+    int("max_seq_len", c.max_seq_len);
+    m.insert("rope_theta".into(), Dynamic::from_float(c.rope_theta));
+    m.insert("norm_eps".into(), Dynamic::from_float(c.norm_eps));
+    m.insert("init_std".into(), Dynamic::from_float(c.init_std));
+    m.insert("tied".into(), Dynamic::from_bool(c.tied_embeddings));
+    m.insert("bidirectional".into(), Dynamic::from_bool(c.bidirectional));
+    m
+}
+
+pub fn parse_precision(name: &str) -> RhaiResult<Precision> {
+    Ok(match name {
+        "auto" => Precision::Auto,
+        "f32" | "full" => Precision::Full,
+        "bf16" => Precision::Mixed(DType::BF16),
+        "f16" => Precision::Mixed(DType::F16),
+        other => {
+            return Err(runtime_error(format!(
+                "precision must be \"auto\", \"f32\", \"bf16\" or \"f16\", got \"{other}\""
+            )))
+        }
+    })
+}
+
+fn tensor_of(v: &Dynamic, what: &str) -> RhaiResult<Tensor> {
+    v.clone()
+        .try_cast::<Tensor>()
+        .ok_or_else(|| runtime_error(format!("{what}: expected a Tensor, got {}", v.type_name())))
+}
+
+fn pair_of(v: &Dynamic, what: &str) -> RhaiResult<(Tensor, Tensor)> {
+    let arr = v
+        .read_lock::<Array>()
+        .ok_or_else(|| runtime_error(format!("{what}: expected [x, y], got {}", v.type_name())))?;
+    match arr.as_slice() {
+        [x, y] => Ok((tensor_of(x, what)?, tensor_of(y, what)?)),
+        other => Err(runtime_error(format!(
+            "{what}: expected [x, y], got an array of {}",
+            other.len()
+        ))),
+    }
+}
+
+/// `[x, y]`, or an array of `[x, y]` micro-batches for gradient accumulation.
+pub fn batches_of(v: &Dynamic, what: &str) -> RhaiResult<Vec<(Tensor, Tensor)>> {
+    let arr = v.read_lock::<Array>().ok_or_else(|| {
+        runtime_error(format!(
+            "{what}: expected [x, y] or an array of [x, y], got {}",
+            v.type_name()
+        ))
+    })?;
+    let nested = arr.first().is_some_and(|f| f.is_array());
+    if !nested {
+        drop(arr);
+        return Ok(vec![pair_of(v, what)?]);
+    }
+    arr.iter()
+        .enumerate()
+        .map(|(i, b)| pair_of(b, &format!("{what} batch {i}")))
+        .collect()
+}
+
+pub fn ids_of(arr: &Array, what: &str) -> RhaiResult<Vec<u32>> {
+    arr.iter()
+        .enumerate()
+        .map(|(i, v)| {
+            v.as_int()
+                .ok()
+                .and_then(|t| u32::try_from(t).ok())
+                .ok_or_else(|| {
+                    runtime_error(format!("{what}: element {i} is not a token id ({v})"))
+                })
+        })
+        .collect()
+}
+
+pub fn ids_to_array(ids: &[u32]) -> Array {
+    ids.iter().map(|&t| Dynamic::from_int(t as INT)).collect()
+}
+
+pub fn parameters(m: &Lm) -> Array {
+    m.lock()
+        .parameters()
+        .into_iter()
+        .map(Dynamic::from)
+        .collect()
+}
