@@ -132,6 +132,7 @@ pub fn register(engine: &mut Engine) {
             "let train2 = sc.transform(train);",
             |s: &mut Standardizer, d: Dataset| guard(|| s.transform_dataset(&d)),
         );
+        crate::text::register_token_data(&mut api);
     }
     engine.register_static_module("data", module.into());
 }

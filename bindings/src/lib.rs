@@ -15,6 +15,7 @@ pub mod options;
 pub mod plot;
 pub mod progress;
 pub mod tensor;
+pub mod text;
 
 use rhai::Engine;
 
@@ -50,6 +51,7 @@ pub fn new_engine() -> Engine {
     lm::register(&mut engine);
     plot::register(&mut engine);
     progress::register(&mut engine);
+    text::register(&mut engine);
     register_help(&mut engine);
     engine
 }

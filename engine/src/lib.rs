@@ -19,6 +19,7 @@ pub mod nn;
 pub mod ops;
 pub mod optim;
 pub mod random;
+pub mod text;
 mod tensor;
 
 pub use autograd::{is_grad_enabled, no_grad, NoGradGuard};

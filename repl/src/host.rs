@@ -142,6 +142,15 @@ pub fn build_engine(output: &Output, device: Device, script_args: &[String]) -> 
         example: "let steps = arg(\"steps\", 200);".into(),
     });
     engine.register_fn("device", move || device.to_string());
+    // The REPL's stand-in; `brain run` replaces it with the script's folder.
+    engine.register_fn("script_dir", || ".".to_string());
+    rusting_brain_rhai::help::record(rusting_brain_rhai::help::HelpEntry {
+        name: "script_dir".into(),
+        signature: "script_dir() -> string".into(),
+        doc: "The folder of the running script (\".\" in the REPL), for files that travel with it."
+            .into(),
+        example: "let docs = script_dir() + \"/../docs\";".into(),
+    });
     let list: Array = args.iter().map(|s| Dynamic::from(s.clone())).collect();
     engine.register_fn("script_args", move || list.clone());
     engine

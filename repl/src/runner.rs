@@ -18,6 +18,13 @@ pub fn resolve_imports_beside(session: &mut Session, script: &Path) {
     session
         .engine
         .set_module_resolver(FileModuleResolver::new_with_path(dir));
+    // Scripts find the files they ship with (the repository's docs for train_lm.rhai) from
+    // wherever they are run.
+    let abs = std::fs::canonicalize(dir).unwrap_or_else(|_| dir.to_path_buf());
+    let text = abs.display().to_string();
+    session
+        .engine
+        .register_fn("script_dir", move || text.clone());
 }
 
 /// Runs the script; returns the error report on failure.

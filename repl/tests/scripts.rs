@@ -9,31 +9,80 @@ fn scripts_dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../scripts")
 }
 
+/// Runs one script with `args` in `dir` (its working directory and `out=`).
+fn run_script(dir: &tempfile::TempDir, name: &str, args: &[&str]) -> std::process::Output {
+    brain(dir)
+        .arg("run")
+        .arg(scripts_dir().join(name))
+        .args(args)
+        .args(["--device", "cpu"])
+        .arg(format!("out={}", dir.path().display()))
+        .output()
+        .unwrap()
+}
+
 #[test]
 fn every_script_runs_on_tiny_settings() {
-    let mut ran = 0;
-    for entry in std::fs::read_dir(scripts_dir()).unwrap() {
-        let path = entry.unwrap().path();
-        if path.extension().and_then(|e| e.to_str()) != Some("rhai") {
-            continue;
-        }
-        let dir = tempfile::tempdir().unwrap();
-        let out = brain(&dir)
-            .arg("run")
-            .arg(&path)
-            .args(["steps=20", "n=40", "hidden=8", "--device", "cpu"])
-            .arg(format!("out={}", dir.path().display()))
-            .output()
-            .unwrap();
+    // One output folder for all, in name order: sample.rhai reads what quickstart.rhai saved.
+    let dir = tempfile::tempdir().unwrap();
+    let mut names: Vec<String> = std::fs::read_dir(scripts_dir())
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().and_then(|e| e.to_str()) == Some("rhai"))
+        .map(|p| p.file_name().unwrap().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    for name in &names {
+        let out = run_script(
+            &dir,
+            name,
+            &[
+                "steps=20",
+                "n=40",
+                "hidden=8",
+                "size=tiny",
+                "max_new_tokens=8",
+            ],
+        );
         assert!(
             out.status.success(),
-            "{} failed:\n{}",
-            path.display(),
+            "{name} failed:\n{}",
             text(&out.stderr)
         );
-        ran += 1;
     }
-    assert!(ran >= 2, "found only {ran} scripts");
+    assert!(names.len() >= 4, "found only {names:?}");
+}
+
+#[test]
+fn the_quickstart_language_model_ends_half_a_nat_below_the_unigram_baseline() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = run_script(&dir, "quickstart.rhai", &["steps=100"]);
+    let stdout = text(&out.stdout);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let number = |prefix: &str| -> f64 {
+        stdout
+            .lines()
+            .find_map(|l| l.strip_prefix(prefix))
+            .unwrap_or_else(|| panic!("no line starting {prefix:?} in\n{stdout}"))
+            .parse()
+            .unwrap()
+    };
+    let (val, baseline) = (
+        number("final validation loss "),
+        number("unigram baseline "),
+    );
+    assert!(
+        baseline - val >= 0.5,
+        "validation {val} vs unigram baseline {baseline}"
+    );
+    for file in [
+        "tokenizer.json",
+        "lm.safetensors",
+        "lm_loss.png",
+        "corpus.tokens",
+    ] {
+        assert!(dir.path().join(file).exists(), "{file} was not written");
+    }
 }
 
 #[test]

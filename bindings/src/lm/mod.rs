@@ -4,6 +4,7 @@
 mod checkpoint;
 mod generate;
 mod model;
+mod text;
 
 pub use checkpoint::ScriptCheckpoint;
 pub use generate::{options as generate_options, stream_with};
@@ -113,6 +114,8 @@ pub fn register(engine: &mut Engine) {
         );
         api.method("generate", "model.generate(ids | [ids, ...], #{ max_new_tokens, temperature, top_k, top_p, min_p, repetition_penalty, presence_penalty, frequency_penalty, seed, stop }) -> ids | [ids, ...]", "New token ids after a prompt (or a batch of prompts), with a KV cache. temperature 0 is greedy; stop ids end a sequence.", "let ids = model.generate(tok.encode(\"fn main\"), #{ max_new_tokens: 50, temperature: 0.8, top_p: 0.95 });", generate::generate_ids);
         api.method("stream", "model.stream(ids, opts, |id| ...) -> ids", "Like generate for one prompt, calling the closure with each new id as it comes; returning false stops.", "model.stream(ids, #{ max_new_tokens: 20 }, |id| { print(id); true });", generate::stream_ids);
+        api.method("generate", "model.generate(tok, text | [text, ...], opts) -> text | [text, ...]", "Generated text after a text prompt (or a batch), stopping at the tokenizer's end-of-text token unless opts.stop says otherwise.", "print(model.generate(tok, \"fn main\", #{ max_new_tokens: 60, temperature: 0.8, top_k: 40 }));", text::generate_text);
+        api.method("stream", "model.stream(tok, text, opts, |piece| ...) -> text", "Generates after a text prompt, calling the closure with each new piece of text as it comes (whole characters only); returning false stops.", "let text = model.stream(tok, \"The \", #{ max_new_tokens: 40 }, |piece| { pieces.push(piece); true });", text::stream_text);
         api.method(
             "log_probabilities",
             "model.log_probabilities(ids) -> array",

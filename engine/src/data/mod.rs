@@ -9,9 +9,11 @@ pub mod idx;
 pub mod npy;
 pub mod scaling;
 pub mod spirals;
+pub mod token_file;
 mod untrusted;
 
 pub use batches::{Batches, DataLoader};
 pub use csv::{CsvOptions, TargetKind};
 pub use dataset::Dataset;
 pub use scaling::{one_hot, Standardizer};
+pub use token_file::{unigram_cross_entropy, TokenFile, TokenFileOptions, TokenSpan};

@@ -1,0 +1,415 @@
+//! Reading `tokenizer.json`: each section checked, every unsupported setting an error that
+//! names its field.
+
+use super::{field_error, FORMAT};
+use crate::text::added::{AddedToken, AddedVocab};
+use crate::text::bpe::BpeModel;
+use crate::text::pretokenize::{PatternSource, PreTokenizer, SplitBehavior, SplitRule, Step};
+use crate::text::tokenizer::{Template, Tokenizer};
+use crate::{Error, Result};
+use serde_json::{Map, Value};
+use std::collections::HashMap;
+
+pub(super) struct Reader<'a> {
+    pub name: &'a str,
+    pub root: &'a Map<String, Value>,
+}
+
+impl Reader<'_> {
+    fn err(&self, field: &str, msg: impl std::fmt::Display) -> Error {
+        field_error(self.name, field, msg)
+    }
+
+    pub fn tokenizer(&self) -> Result<Tokenizer> {
+        for field in ["truncation", "padding"] {
+            if self.root.get(field).is_some_and(|v| !v.is_null()) {
+                return Err(self.err(field, "is set; truncation and padding are not supported here (they would change the ids), so set it to null"));
+            }
+        }
+        self.normalizer()?;
+        let added = self.added_tokens()?;
+        let steps = match self.root.get("pre_tokenizer") {
+            None | Some(Value::Null) => {
+                return Err(self.err(
+                    "pre_tokenizer",
+                    "is missing; a byte-level BPE needs a ByteLevel pre-tokenizer",
+                ))
+            }
+            Some(v) => {
+                let mut steps = Vec::new();
+                self.pre_tokenizer(v, "pre_tokenizer", &mut steps)?;
+                steps
+            }
+        };
+        let pre = PreTokenizer::new(steps).map_err(|e| self.err("pre_tokenizer", e.to_string()))?;
+        self.decoder()?;
+        let model = self.model()?;
+        // An id is only a claim: a huge one would make every per-id table huge. Ids must be
+        // about as dense as the entries that are actually in the file.
+        let limit = 2 * (model.token_to_id.len() + added.tokens.len()) + 4096;
+        let highest_added = added
+            .tokens
+            .iter()
+            .map(|t| t.id as usize)
+            .max()
+            .unwrap_or(0);
+        if highest_added >= limit {
+            return Err(self.err(
+                "added_tokens",
+                format!(
+                    "id {highest_added} is far beyond the {} tokens in the file",
+                    limit / 2
+                ),
+            ));
+        }
+        let (template, post_json) = self.post_processor(&added)?;
+        Ok(Tokenizer::from_parts(
+            model, pre, added, template, post_json,
+        ))
+    }
+
+    fn normalizer(&self) -> Result<()> {
+        match self.root.get("normalizer") {
+            None | Some(Value::Null) => Ok(()),
+            Some(v)
+                if type_of(v) == Some("Sequence")
+                    && v.get("normalizers")
+                        .and_then(Value::as_array)
+                        .is_some_and(|a| a.is_empty()) =>
+            {
+                Ok(())
+            }
+            Some(v) => Err(self.err(
+                "normalizer",
+                format!(
+                    "type {} is not supported; only a null normalizer is",
+                    type_name(v)
+                ),
+            )),
+        }
+    }
+
+    fn added_tokens(&self) -> Result<AddedVocab> {
+        let list = match self.root.get("added_tokens") {
+            None | Some(Value::Null) => return AddedVocab::new(vec![]),
+            Some(Value::Array(a)) => a,
+            Some(_) => return Err(self.err("added_tokens", "expected an array")),
+        };
+        let mut tokens = Vec::with_capacity(list.len());
+        for (i, t) in list.iter().enumerate() {
+            let field = format!("added_tokens[{i}]");
+            let id = t
+                .get("id")
+                .and_then(Value::as_u64)
+                .filter(|&id| id <= u32::MAX as u64)
+                .ok_or_else(|| self.err(&field, "needs an integer \"id\""))?;
+            let content = t
+                .get("content")
+                .and_then(Value::as_str)
+                .ok_or_else(|| self.err(&field, "needs a string \"content\""))?;
+            let flag = |key: &str, default: bool| -> Result<bool> {
+                match t.get(key) {
+                    None | Some(Value::Null) => Ok(default),
+                    Some(Value::Bool(b)) => Ok(*b),
+                    Some(_) => Err(self.err(&format!("{field}.{key}"), "expected true or false")),
+                }
+            };
+            if flag("single_word", false)? {
+                return Err(self.err(
+                    &format!("{field}.single_word"),
+                    format!("is true for {content:?}; single-word added tokens are not supported"),
+                ));
+            }
+            if content.is_empty() {
+                return Err(self.err(&field, "has empty content"));
+            }
+            tokens.push(AddedToken {
+                id: id as u32,
+                content: content.to_string(),
+                special: flag("special", false)?,
+                lstrip: flag("lstrip", false)?,
+                rstrip: flag("rstrip", false)?,
+                normalized: flag("normalized", false)?,
+            });
+        }
+        AddedVocab::new(tokens)
+    }
+
+    fn pre_tokenizer(&self, v: &Value, field: &str, out: &mut Vec<Step>) -> Result<()> {
+        match type_of(v) {
+            Some("ByteLevel") => {
+                out.push(Step::ByteLevel {
+                    add_prefix_space: self.bool_field(v, field, "add_prefix_space", true)?,
+                    use_regex: self.bool_field(v, field, "use_regex", true)?,
+                });
+                Ok(())
+            }
+            Some("Split") => {
+                if self.bool_field(v, field, "invert", false)? {
+                    return Err(self.err(&format!("{field}.invert"), "true is not supported"));
+                }
+                let pattern = v.get("pattern");
+                let source = match (
+                    pattern.and_then(|p| p.get("Regex")).and_then(Value::as_str),
+                    pattern
+                        .and_then(|p| p.get("String"))
+                        .and_then(Value::as_str),
+                ) {
+                    (Some(r), _) => PatternSource::Regex(r.to_string()),
+                    (None, Some(s)) => PatternSource::Literal(s.to_string()),
+                    _ => {
+                        return Err(self.err(
+                            &format!("{field}.pattern"),
+                            "expected {\"Regex\": ...} or {\"String\": ...}",
+                        ))
+                    }
+                };
+                let behavior = match v.get("behavior").and_then(Value::as_str) {
+                    Some("Isolated") => SplitBehavior::Isolated,
+                    Some("Removed") => SplitBehavior::Removed,
+                    other => {
+                        return Err(self.err(
+                            &format!("{field}.behavior"),
+                            format!(
+                                "{other:?} is not supported; expected \"Isolated\" or \"Removed\""
+                            ),
+                        ))
+                    }
+                };
+                out.push(Step::Split(SplitRule::new(source, behavior).map_err(
+                    |e| self.err(&format!("{field}.pattern"), e.to_string()),
+                )?));
+                Ok(())
+            }
+            Some("Sequence") => {
+                let list = v
+                    .get("pretokenizers")
+                    .and_then(Value::as_array)
+                    .ok_or_else(|| self.err(field, "a Sequence needs a \"pretokenizers\" array"))?;
+                for (i, p) in list.iter().enumerate() {
+                    self.pre_tokenizer(p, &format!("{field}.pretokenizers[{i}]"), out)?;
+                }
+                Ok(())
+            }
+            _ => Err(self.err(
+                field,
+                format!(
+                    "type {} is not supported; expected ByteLevel, Split or a Sequence of them",
+                    type_name(v)
+                ),
+            )),
+        }
+    }
+
+    fn decoder(&self) -> Result<()> {
+        match self.root.get("decoder") {
+            Some(v) if type_of(v) == Some("ByteLevel") => Ok(()),
+            Some(v) => Err(self.err(
+                "decoder",
+                format!(
+                    "type {} is not supported; a byte-level BPE needs a ByteLevel decoder",
+                    type_name(v)
+                ),
+            )),
+            None => Err(self.err(
+                "decoder",
+                "is missing; a byte-level BPE needs a ByteLevel decoder",
+            )),
+        }
+    }
+
+    /// The template's ids and the object to write back. Supported: null, ByteLevel (adds
+    /// nothing), TemplateProcessing, and a Sequence of those.
+    fn post_processor(&self, added: &AddedVocab) -> Result<(Template, Value)> {
+        let v = match self.root.get("post_processor") {
+            None | Some(Value::Null) => return Ok((Template::default(), Value::Null)),
+            Some(v) => v,
+        };
+        let mut template = Template::default();
+        self.post_stage(v, "post_processor", added, &mut template)?;
+        Ok((template, v.clone()))
+    }
+
+    fn post_stage(
+        &self,
+        v: &Value,
+        field: &str,
+        added: &AddedVocab,
+        out: &mut Template,
+    ) -> Result<()> {
+        match type_of(v) {
+            Some("ByteLevel") => Ok(()),
+            Some("Sequence") => {
+                let list = v
+                    .get("processors")
+                    .and_then(Value::as_array)
+                    .ok_or_else(|| self.err(field, "a Sequence needs a \"processors\" array"))?;
+                for (i, p) in list.iter().enumerate() {
+                    self.post_stage(p, &format!("{field}.processors[{i}]"), added, out)?;
+                }
+                Ok(())
+            }
+            Some("TemplateProcessing") => self.template(v, field, added, out),
+            _ => Err(self.err(
+                field,
+                format!("type {} is not supported; expected ByteLevel, TemplateProcessing or a Sequence of them", type_name(v)),
+            )),
+        }
+    }
+
+    fn template(
+        &self,
+        v: &Value,
+        field: &str,
+        added: &AddedVocab,
+        out: &mut Template,
+    ) -> Result<()> {
+        let single = v
+            .get("single")
+            .and_then(Value::as_array)
+            .ok_or_else(|| self.err(&format!("{field}.single"), "expected an array"))?;
+        let mut seen_sequence = false;
+        for (i, part) in single.iter().enumerate() {
+            let f = format!("{field}.single[{i}]");
+            if part.get("Sequence").is_some() {
+                seen_sequence = true;
+                continue;
+            }
+            let name = part
+                .get("SpecialToken")
+                .and_then(|s| s.get("id"))
+                .and_then(Value::as_str)
+                .ok_or_else(|| {
+                    self.err(
+                        &f,
+                        "expected {\"SpecialToken\": {\"id\": ...}} or {\"Sequence\": ...}",
+                    )
+                })?;
+            let ids: Vec<u32> = match v.get("special_tokens").and_then(|s| s.get(name)) {
+                Some(entry) => entry
+                    .get("ids")
+                    .and_then(Value::as_array)
+                    .map(|a| a.iter().filter_map(|x| x.as_u64().map(|x| x as u32)).collect())
+                    .ok_or_else(|| self.err(&format!("{field}.special_tokens.{name}"), "needs an \"ids\" array"))?,
+                None => vec![added
+                    .by_content(name)
+                    .ok_or_else(|| self.err(&f, format!("special token {name:?} is neither in special_tokens nor in added_tokens")))?
+                    .id],
+            };
+            if seen_sequence {
+                out.suffix.extend(ids);
+            } else {
+                out.prefix.extend(ids);
+            }
+        }
+        Ok(())
+    }
+
+    fn model(&self) -> Result<BpeModel> {
+        let m = self
+            .root
+            .get("model")
+            .and_then(Value::as_object)
+            .ok_or_else(|| self.err("model", "is missing or not an object"))?;
+        match m.get("type").and_then(Value::as_str) {
+            Some("BPE") => {}
+            other => {
+                return Err(self.err(
+                    "model.type",
+                    format!(
+                        "{} is not supported; only \"BPE\" is",
+                        other.map_or("missing".to_string(), |t| format!("{t:?}"))
+                    ),
+                ))
+            }
+        }
+        if let Some(d) = m.get("dropout").and_then(Value::as_f64) {
+            if d != 0.0 {
+                return Err(self.err(
+                    "model.dropout",
+                    format!("{d} is not supported; BPE dropout makes encoding random"),
+                ));
+            }
+        }
+        for key in ["continuing_subword_prefix", "end_of_word_suffix"] {
+            if let Some(s) = m.get(key).and_then(Value::as_str) {
+                if !s.is_empty() {
+                    return Err(self.err(
+                        &format!("model.{key}"),
+                        format!("{s:?} is not supported in a byte-level BPE"),
+                    ));
+                }
+            }
+        }
+        if m.get("byte_fallback").and_then(Value::as_bool) == Some(true) {
+            return Err(self.err("model.byte_fallback", "true is not supported (it belongs to SentencePiece-style models, not byte-level ones)"));
+        }
+        let ignore_merges = m
+            .get("ignore_merges")
+            .and_then(Value::as_bool)
+            .unwrap_or(false);
+        let unk = m.get("unk_token").and_then(Value::as_str);
+        let vocab_obj = m
+            .get("vocab")
+            .and_then(Value::as_object)
+            .ok_or_else(|| self.err("model.vocab", "is missing or not an object"))?;
+        let mut vocab = HashMap::with_capacity(vocab_obj.len());
+        let limit = 2 * vocab_obj.len() as u64 + 4096;
+        for (token, id) in vocab_obj {
+            let id = id
+                .as_u64()
+                .filter(|&i| i < limit)
+                .ok_or_else(|| self.err("model.vocab", format!("token {token:?} has id {id}; ids must be integers below {limit} for {} entries", vocab_obj.len())))?;
+            vocab.insert(token.clone(), id as u32);
+        }
+        let list = m
+            .get("merges")
+            .and_then(Value::as_array)
+            .ok_or_else(|| self.err("model.merges", "is missing or not an array"))?;
+        let mut merges = Vec::with_capacity(list.len());
+        for (i, item) in list.iter().enumerate() {
+            let pair = match item {
+                Value::String(s) => {
+                    let parts: Vec<&str> = s.split(' ').collect();
+                    match parts.as_slice() {
+                        [a, b] => Some((a.to_string(), b.to_string())),
+                        _ => None,
+                    }
+                }
+                Value::Array(a) => match a.as_slice() {
+                    [Value::String(x), Value::String(y)] => Some((x.clone(), y.clone())),
+                    _ => None,
+                },
+                _ => None,
+            };
+            merges.push(pair.ok_or_else(|| {
+                self.err(
+                    &format!("model.merges[{i}]"),
+                    format!("{item} is not \"left right\" or [\"left\", \"right\"]"),
+                )
+            })?);
+        }
+        BpeModel::new(vocab, merges, ignore_merges, unk).map_err(|e| match e {
+            Error::InvalidArgument { msg, .. } => {
+                Error::format(FORMAT, format!("{}: {msg}", self.name))
+            }
+            other => other,
+        })
+    }
+
+    fn bool_field(&self, v: &Value, field: &str, key: &str, default: bool) -> Result<bool> {
+        match v.get(key) {
+            None | Some(Value::Null) => Ok(default),
+            Some(Value::Bool(b)) => Ok(*b),
+            Some(_) => Err(self.err(&format!("{field}.{key}"), "expected true or false")),
+        }
+    }
+}
+
+fn type_of(v: &Value) -> Option<&str> {
+    v.get("type").and_then(Value::as_str)
+}
+
+fn type_name(v: &Value) -> String {
+    type_of(v).map_or_else(|| "(missing)".to_string(), |t| format!("{t:?}"))
+}

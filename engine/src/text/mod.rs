@@ -1,0 +1,62 @@
+//! Text: byte-level BPE tokenizers that read and write Hugging Face `tokenizer.json` (GPT-2
+//! and LLaMA-3 style pre-tokenizers, added and special tokens), a trainer, and streaming
+//! decode for generation.
+//!
+//! - `Tokenizer::load(path)` / `save(path)`: the Hugging Face file format.
+//! - `encode(text)` / `decode(ids, skip_special)`: ids are `u32`.
+//! - `train_bpe(texts, options)` / `train_bpe_files(paths, options)`: learns merges with
+//!   Hugging Face's `BpeTrainer` rules, so the same text gives the same vocabulary.
+
+mod added;
+mod bpe;
+pub mod byte_level;
+pub mod chunks;
+mod decode;
+pub mod files;
+mod hf_json;
+pub mod jsonl;
+pub mod pretokenize;
+mod tokenizer;
+mod train;
+
+#[cfg(test)]
+mod tests;
+
+pub use added::AddedToken;
+pub use decode::StreamDecoder;
+pub use files::collect_files;
+pub use pretokenize::{SplitPattern, GPT2_PATTERN, LLAMA3_PATTERN};
+pub use tokenizer::{Template, Tokenizer};
+pub use train::{train_bpe, train_bpe_files, TrainOptions};
+
+use crate::{Error, Result};
+use std::path::Path;
+
+/// Writes `bytes` to a temporary file beside `path` and renames it over `path`, so a reader
+/// never sees a half-written file and a crash leaves the old one intact.
+pub(crate) fn write_atomically(path: &Path, bytes: &[u8]) -> Result<()> {
+    create_parent(path)?;
+    let tmp = temporary_sibling(path);
+    std::fs::write(&tmp, bytes).map_err(|e| Error::io(&tmp, e))?;
+    std::fs::rename(&tmp, path).map_err(|e| {
+        std::fs::remove_file(&tmp).ok();
+        Error::io(path, e)
+    })
+}
+
+/// Makes the folder `path` goes in, so `out/tokenizer.json` works on a fresh checkout.
+pub(crate) fn create_parent(path: &Path) -> Result<()> {
+    match path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        Some(dir) => std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e)),
+        None => Ok(()),
+    }
+}
+
+/// `dir/.name.tmp.<pid>` beside `path`.
+pub(crate) fn temporary_sibling(path: &Path) -> std::path::PathBuf {
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "out".into());
+    path.with_file_name(format!(".{name}.tmp.{}", std::process::id()))
+}
