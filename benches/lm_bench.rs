@@ -65,6 +65,7 @@ fn train(dev: &cuda::CudaDevice, d: Device) -> Result<serde_json::Value> {
     dev.synchronize()?;
     let dt = t.elapsed().as_secs_f64() / steps as f64;
     let loss = loss.map(|l| l.item()).transpose()?.unwrap_or(f64::NAN);
+    let phases = phases(dev, &model, &batches[0])?;
     let (n, l, dm, tk) = (
         params as f64,
         c.n_layers as f64,
@@ -81,7 +82,37 @@ fn train(dev: &cuda::CudaDevice, d: Device) -> Result<serde_json::Value> {
         "mfu_pct_of_989tf": (flops / dt / 989e12 * 1000.0).round() / 10.0,
         "loss": (loss * 1000.0).round() / 1000.0,
         "peak_mem_gib": (dev.peak_memory()? as f64 / GIB * 10.0).round() / 10.0,
+        "phases_ms": phases,
     }))
+}
+
+/// Where a step's time goes: host time to enqueue the forward, then forward and backward each
+/// timed with the device synchronized (median of 5).
+fn phases(
+    dev: &cuda::CudaDevice,
+    model: &TransformerLm,
+    (x, y): &(Tensor, Tensor),
+) -> Result<serde_json::Value> {
+    let ms = |t: Instant| t.elapsed().as_secs_f64() * 1e3;
+    let (mut enqueue, mut fwd, mut bwd) = (vec![], vec![], vec![]);
+    for _ in 0..5 {
+        dev.synchronize()?;
+        let t = Instant::now();
+        let loss = model.loss(x, y)?;
+        enqueue.push(ms(t));
+        dev.synchronize()?;
+        fwd.push(ms(t));
+        let t = Instant::now();
+        loss.backward()?;
+        dev.synchronize()?;
+        bwd.push(ms(t));
+        model.zero_grad();
+    }
+    let med = |mut v: Vec<f64>| {
+        v.sort_by(|a, b| a.total_cmp(b));
+        (v[v.len() / 2] * 100.0).round() / 100.0
+    };
+    Ok(json!({"forward_enqueue": med(enqueue), "forward": med(fwd), "backward": med(bwd)}))
 }
 
 fn decode(dev: &cuda::CudaDevice, d: Device, batch: usize) -> Result<serde_json::Value> {
@@ -119,6 +150,92 @@ fn decode(dev: &cuda::CudaDevice, d: Device, batch: usize) -> Result<serde_json:
     }))
 }
 
+/// Median milliseconds of `f` with the device synchronized around each call.
+fn timed(dev: &cuda::CudaDevice, mut f: impl FnMut() -> Result<()>) -> Result<f64> {
+    let mut v = Vec::new();
+    for _ in 0..6 {
+        dev.synchronize()?;
+        let t = Instant::now();
+        f()?;
+        dev.synchronize()?;
+        v.push(t.elapsed().as_secs_f64() * 1e3);
+    }
+    v.sort_by(|a, b| a.total_cmp(b));
+    Ok((v[v.len() / 2] * 100.0).round() / 100.0)
+}
+
+/// Forward and forward+backward times of the parts of one training step at the bench shape:
+/// where the step's time goes.
+fn breakdown(dev: &cuda::CudaDevice, d: Device) -> Result<serde_json::Value> {
+    use rusting_brain::nn::transformer::{Positions, Rotary};
+    let (batch, seq) = (arg("--batch", 16), arg("--seq", 1024));
+    let mut c = LmConfig::new(50304, 768, 1, 12);
+    c.max_seq_len = seq;
+    let model = TransformerLm::new_on(c.clone(), &mut Generator::new(0), DType::F32, d)?;
+    let block = &model.layers[0];
+    let rope = Rotary::new(c.head_dim(), seq, c.rope_theta);
+    let mask = block.self_attn.mask_spec(seq, 0, &[]).build(d)?;
+    let x = Tensor::randn_on(
+        &[batch, seq, 768],
+        DType::F32,
+        d,
+        Some(&mut Generator::new(1)),
+    )?
+    .requires_grad_()?;
+    let ids =
+        Tensor::randint(0, 50304, &[batch, seq], Some(&mut Generator::new(2)))?.to_device(d)?;
+    let bf16 = Some(DType::BF16);
+    let step = || rusting_brain::nn::transformer::Step {
+        positions: Positions::From(0),
+        mask: Some(&mask),
+        cache: None,
+    };
+    let attn = || {
+        rusting_brain::amp::autocast(bf16, || {
+            block
+                .self_attn
+                .forward(&block.input_layernorm.forward(&x)?, &rope, &step())
+        })
+    };
+    let mlp = || {
+        rusting_brain::amp::autocast(bf16, || {
+            block
+                .mlp
+                .forward(&block.post_attention_layernorm.forward(&x)?)
+        })
+    };
+    let head = || -> Result<Tensor> {
+        let logits = model.project(&x)?;
+        rusting_brain::cross_entropy(
+            &logits.reshape_to(&[batch * seq, 50304])?,
+            &ids.flatten()?,
+            Default::default(),
+        )
+    };
+    let embed = || model.embed_tokens.forward(&ids);
+    let mut out = serde_json::Map::new();
+    for (name, f) in [
+        ("attention", &attn as &dyn Fn() -> Result<Tensor>),
+        ("mlp", &mlp),
+        ("head_and_loss", &head),
+        ("embedding", &embed),
+    ] {
+        let fwd = timed(dev, || rusting_brain::no_grad(|| f().map(|_| ())))?;
+        let both = timed(dev, || {
+            let y = f()?;
+            y.sum()?.backward()?;
+            x.set_grad(None);
+            model.zero_grad();
+            Ok(())
+        })?;
+        out.insert(
+            name.into(),
+            json!({"forward_ms": fwd, "forward_backward_ms": both}),
+        );
+    }
+    Ok(json!({"name": "one layer's parts at the bench shape", "parts": out}))
+}
+
 fn main() {
     let what = std::env::args().nth(1).unwrap_or_else(|| "all".into());
     let dev = match cuda::availability()
@@ -141,6 +258,9 @@ fn main() {
     };
     if what == "train" || what == "all" {
         report(train(&dev, d));
+    }
+    if what == "breakdown" {
+        report(breakdown(&dev, d));
     }
     if what == "decode" || what == "all" {
         for batch in [1, 16] {

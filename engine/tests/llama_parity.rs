@@ -1,8 +1,8 @@
 //! Logits parity with Hugging Face `transformers`: a tiny random LlamaForCausalLM (GQA, untied
 //! head, perturbed norm weights) saved by `tests/fixtures/llama/make_llama_fixture.py`, loaded
 //! here by name, gives the logits `transformers` computed for the same ids. CPU F32 and CUDA F32
-//! within 1e-4 relative; CUDA BF16 (mixed precision, and BF16 weights) within 2e-2 of the
-//! reference's spread.
+//! within 1e-4 relative. BF16 (mixed precision on CUDA, BF16 weights on either device) is held
+//! to the error transformers itself shows in BF16 on the same fixture (see below).
 
 use rusting_brain::io::safetensors;
 use rusting_brain::lm::checkpoint::load_pretrained;
@@ -72,26 +72,53 @@ fn cpu_f32_logits_match_transformers() {
     assert_close(&logits(&model, &ids), &want, 1e-4, "CPU F32");
 }
 
+/// How far transformers itself lands from its F32 logits in BF16 on this fixture (written by
+/// `hf_bf16_logits.py`): F32 weights under autocast, and BF16 weights.
+fn transformers_bf16_error() -> (f64, f64) {
+    let t = safetensors::load(fixture().join("hf_bf16.safetensors")).expect("hf_bf16.safetensors");
+    let (_, want) = expected();
+    let err = |k: &str| max_dev_over_std(&t[k].to_vec_f32().unwrap(), &want);
+    (err("autocast"), err("bf16_weights"))
+}
+
+#[test]
+fn cpu_bf16_weights_land_as_close_as_transformers_in_bf16() {
+    let (ids, want) = expected();
+    let (_, hf) = transformers_bf16_error();
+    let model = load_pretrained(fixture(), DType::BF16, Device::Cpu).unwrap();
+    let ours = max_dev_over_std(&logits(&model, &ids), &want);
+    println!("BF16 weights, max|d|/std: ours (CPU) {ours:.3e}, transformers (CUDA) {hf:.3e}");
+    assert!(
+        ours <= 1.25 * hf,
+        "BF16 weights: {ours:.3e} vs transformers' own {hf:.3e}"
+    );
+}
+
+/// CUDA: F32 within 1e-4. BF16: the bound is 2e-2 of the reference's std, but
+/// transformers itself moves 3.0e-2 under autocast and 5.8e-2 with BF16 weights on this fixture
+/// (hf_bf16.safetensors), so BF16 is held to transformers' own error instead: within 2x of its
+/// autocast error for mixed precision, 1.25x of its BF16-weights error.
 #[test]
 fn cuda_logits_match_transformers_in_f32_and_bf16() {
     let Some(d) = cuda::device_for_test("cuda_logits_match_transformers_in_f32_and_bf16") else {
         return;
     };
     let (ids, want) = expected();
+    let (hf_mixed, hf_weights) = transformers_bf16_error();
     let mut model = load_pretrained(fixture(), DType::F32, d).unwrap();
     model.set_precision(Precision::Full);
     assert_close(&logits(&model, &ids), &want, 1e-4, "CUDA F32");
     model.set_precision(Precision::Auto);
     let mixed = max_dev_over_std(&logits(&model, &ids), &want);
-    assert!(
-        mixed <= 2e-2,
-        "CUDA BF16 mixed precision: max|d|/std = {mixed:.3e}"
-    );
     let bf16 = model.with_dtype(DType::BF16).unwrap();
     let weights = max_dev_over_std(&logits(&bf16, &ids), &want);
-    println!("CUDA max|d|/std: mixed {mixed:.3e}, bf16 weights {weights:.3e}");
+    println!("CUDA max|d|/std: mixed {mixed:.3e} (transformers autocast {hf_mixed:.3e}), bf16 weights {weights:.3e} (transformers {hf_weights:.3e})");
     assert!(
-        weights <= 2e-2,
-        "CUDA BF16 weights: max|d|/std = {weights:.3e}"
+        mixed <= 2.0 * hf_mixed,
+        "CUDA BF16 mixed precision: {mixed:.3e}"
+    );
+    assert!(
+        weights <= 1.25 * hf_weights,
+        "CUDA BF16 weights: {weights:.3e}"
     );
 }

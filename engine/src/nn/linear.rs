@@ -79,7 +79,18 @@ impl Module for Linear {
                 rhs: self.weight.shape().to_vec(),
             });
         }
-        let y = x.matmul(&self.weight.t()?)?;
+        // Leading dims flattened into rows: one GEMM, and in backward the weight's gradient is
+        // one GEMM over all rows instead of a batch of products summed afterwards.
+        let y = if x.rank() > 2 {
+            let rows = x.numel() / self.in_features();
+            let mut shape = x.shape().to_vec();
+            shape[x.rank() - 1] = self.out_features();
+            x.reshape_to(&[rows, self.in_features()])?
+                .matmul(&self.weight.t()?)?
+                .reshape_to(&shape)?
+        } else {
+            x.matmul(&self.weight.t()?)?
+        };
         match &self.bias {
             Some(b) => y.add(b),
             None => Ok(y),

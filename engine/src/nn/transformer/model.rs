@@ -241,7 +241,16 @@ impl TransformerLm {
         };
         crate::amp::autocast(self.autocast_dtype(), || {
             let out = self.dtype().promote(hidden.dtype());
-            hidden.matmul_out(&weight.t()?, out)
+            // Rows flattened: the weight's gradient is one GEMM, not a batch summed after.
+            let d = self.config.d_model;
+            let mut shape = hidden.shape().to_vec();
+            if let Some(last) = shape.last_mut() {
+                *last = self.config.vocab_size;
+            }
+            hidden
+                .reshape_to(&[hidden.numel() / d, d])?
+                .matmul_out(&weight.t()?, out)?
+                .reshape_to(&shape)
         })
     }
 
