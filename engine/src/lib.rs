@@ -19,8 +19,8 @@ pub mod nn;
 pub mod ops;
 pub mod optim;
 pub mod random;
-pub mod text;
 mod tensor;
+pub mod text;
 
 pub use autograd::{is_grad_enabled, no_grad, NoGradGuard};
 pub use device::Device;

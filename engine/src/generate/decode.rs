@@ -319,6 +319,5 @@ mod tests {
         assert!(long.unwrap_err().to_string().contains("max_seq_len 40"));
         let bad = generate(&m, &[vec![99]], &greedy(2), &mut no_callback());
         assert!(bad.unwrap_err().to_string().contains("token 99"));
-        assert!(m.parameters().len() > 0);
     }
 }

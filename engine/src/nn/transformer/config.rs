@@ -90,19 +90,22 @@ impl LmConfig {
                 problems.push(format!("{name} must be positive"));
             }
         }
-        if self.n_heads > 0 && self.d_model % self.n_heads != 0 {
+        if self.n_heads > 0 && !self.d_model.is_multiple_of(self.n_heads) {
             problems.push(format!(
                 "d_model {} is not a multiple of heads {}",
                 self.d_model, self.n_heads
             ));
         }
-        if self.n_heads > 0 && self.d_model % self.n_heads == 0 && self.head_dim() % 2 != 0 {
+        if self.n_heads > 0
+            && self.d_model.is_multiple_of(self.n_heads)
+            && !self.head_dim().is_multiple_of(2)
+        {
             problems.push(format!(
                 "head dim {} must be even for rotary embeddings",
                 self.head_dim()
             ));
         }
-        if self.n_kv_heads > 0 && self.n_heads % self.n_kv_heads != 0 {
+        if self.n_kv_heads > 0 && !self.n_heads.is_multiple_of(self.n_kv_heads) {
             problems.push(format!(
                 "heads {} is not a multiple of kv_heads {}",
                 self.n_heads, self.n_kv_heads
