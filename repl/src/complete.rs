@@ -115,7 +115,7 @@ mod tests {
         assert!(c.contains(&"nn::".to_string()), "{c:?}");
         let (_, c) = candidates("nn::cr", 6, &vars);
         assert_eq!(c, vec!["nn::cross_entropy".to_string()]);
-        let (_, c) = candidates("x.res", 5, &vars);
+        let (_, c) = candidates("x.resha", 7, &vars);
         assert_eq!(c, vec!["reshape".to_string()]);
         let (_, c) = candidates(":sa", 3, &vars);
         assert_eq!(c, vec![":save".to_string()]);
