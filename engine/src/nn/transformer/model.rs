@@ -38,6 +38,18 @@ pub struct TransformerLm {
     training: bool,
 }
 
+/// What every constructor checks first: the config's sizes and a float parameter dtype.
+fn check_setup(config: &LmConfig, dtype: DType) -> Result<()> {
+    config.validate()?;
+    if !dtype.is_float() {
+        return Err(Error::invalid(
+            "TransformerLm",
+            format!("parameters must be a float dtype, not {dtype}"),
+        ));
+    }
+    Ok(())
+}
+
 impl TransformerLm {
     /// Random init (N(0, init_std), norms at one), F32 on the CPU.
     pub fn new(config: LmConfig, gen: &mut Generator) -> Result<Self> {
@@ -51,13 +63,7 @@ impl TransformerLm {
         dtype: DType,
         device: Device,
     ) -> Result<Self> {
-        config.validate()?;
-        if !dtype.is_float() {
-            return Err(Error::invalid(
-                "TransformerLm",
-                format!("parameters must be a float dtype, not {dtype}"),
-            ));
-        }
+        check_setup(&config, dtype)?;
         let std = config.init_std;
         Self::build(config, ParamSource::init(gen, std, dtype, device))
     }
@@ -70,13 +76,7 @@ impl TransformerLm {
         dtype: DType,
         device: Device,
     ) -> Result<Self> {
-        config.validate()?;
-        if !dtype.is_float() {
-            return Err(Error::invalid(
-                "TransformerLm",
-                format!("parameters must be a float dtype, not {dtype}"),
-            ));
-        }
+        check_setup(&config, dtype)?;
         Self::build(config, ParamSource::tensors(tensors, dtype, device))
     }
 

@@ -175,3 +175,24 @@ fn a_few_steps_of_training_lower_the_loss() {
     let last = m.loss(&x, &y).unwrap().item().unwrap();
     assert!(last < first * 0.5, "loss {first} -> {last}");
 }
+
+#[test]
+fn integer_parameters_are_refused_by_every_constructor() {
+    let c = tiny(2);
+    let err = TransformerLm::new_on(
+        c.clone(),
+        &mut Generator::new(0),
+        DType::I64,
+        crate::Device::Cpu,
+    )
+    .err()
+    .unwrap()
+    .to_string();
+    assert!(err.contains("float dtype"), "{err}");
+    let m = TransformerLm::new(c.clone(), &mut Generator::new(0)).unwrap();
+    let err = TransformerLm::from_tensors(c, &m.state_dict(), DType::U8, crate::Device::Cpu)
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(err.contains("float dtype"), "{err}");
+}
