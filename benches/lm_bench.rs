@@ -174,7 +174,10 @@ fn breakdown(dev: &cuda::CudaDevice, d: Device) -> Result<serde_json::Value> {
     let model = TransformerLm::new_on(c.clone(), &mut Generator::new(0), DType::F32, d)?;
     let block = &model.layers[0];
     let rope = Rotary::new(c.head_dim(), seq, c.rope_theta);
-    let mask = block.self_attn.mask_spec(seq, 0, &[]).build(d)?;
+    let mask = block
+        .self_attn
+        .mask_spec(seq, 0, &[])
+        .build_bias(d, DType::BF16)?;
     let x = Tensor::randn_on(
         &[batch, seq, 768],
         DType::F32,

@@ -28,6 +28,7 @@ pub struct Attention {
 /// Where a forward call sits: positions of the new tokens, their mask, and the cache to extend.
 pub struct Step<'a> {
     pub positions: Positions<'a>,
+    /// Added to the scores: 0 where a key is visible, -inf where it is hidden.
     pub mask: Option<&'a Tensor>,
     pub cache: Option<(&'a KvCache, usize)>,
 }
@@ -75,7 +76,7 @@ impl Attention {
             .reshape_to(&[b, kv, (h / kv) * t, hd])?;
         let scores = q.matmul(&k.transpose(-1, -2)?)?;
         let scores = match step.mask {
-            Some(m) => scores.masked_fill(m, f64::NEG_INFINITY)?,
+            Some(bias) => scores.add(bias)?,
             None => scores,
         };
         let out = scores.softmax(-1)?.matmul(&v)?;

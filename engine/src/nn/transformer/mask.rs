@@ -29,6 +29,14 @@ impl MaskSpec {
     /// A bool tensor [rows, 1, group * seq, keys], true where the score is hidden; rows is the
     /// batch with padding, else 1 (it broadcasts).
     pub fn build(&self, device: Device) -> Result<Tensor> {
+        let (hidden, shape) = self.hidden();
+        Tensor::from_vec(hidden, &shape)?
+            .to_dtype(DType::Bool)?
+            .to_device(device)
+    }
+
+    /// 1 where hidden, with the mask's shape.
+    fn hidden(&self) -> (Vec<u8>, [usize; 4]) {
         let rows = self.pads.len().max(1);
         let (q, k) = (self.group * self.seq, self.keys);
         let mut hidden = Vec::with_capacity(rows * q * k);
@@ -44,8 +52,20 @@ impl MaskSpec {
                 }
             }
         }
-        Tensor::from_vec(hidden, &[rows, 1, q, k])?
-            .to_dtype(DType::Bool)?
+        (hidden, [rows, 1, q, k])
+    }
+
+    /// The mask as an additive bias in `dtype`: 0 where visible, -inf where hidden. Adding it
+    /// costs one broadcast add forward and nothing backward (the bias needs no gradient),
+    /// where a masked fill also runs a select in the backward pass.
+    pub fn build_bias(&self, device: Device, dtype: DType) -> Result<Tensor> {
+        let (hidden, shape) = self.hidden();
+        let bias: Vec<f32> = hidden
+            .into_iter()
+            .map(|h| if h == 1 { f32::NEG_INFINITY } else { 0.0 })
+            .collect();
+        Tensor::from_vec(bias, &shape)?
+            .to_dtype(dtype)?
             .to_device(device)
     }
 }

@@ -34,7 +34,7 @@ pub struct TransformerLm {
     rope: Rotary,
     precision: Precision,
     /// Masks without padding depend only on their shape: training reuses one every step.
-    masks: Mutex<HashMap<(MaskSpec, Device), Tensor>>,
+    masks: Mutex<HashMap<(MaskSpec, Device, DType), Tensor>>,
     training: bool,
 }
 
@@ -141,18 +141,20 @@ impl TransformerLm {
             return Ok(None);
         }
         let device = self.device();
+        // The scores' dtype: the products' under mixed precision, else the parameters'.
+        let dtype = self.autocast_dtype().unwrap_or(self.dtype());
         if !spec.pads.is_empty() {
-            return spec.build(device).map(Some);
+            return spec.build_bias(device, dtype).map(Some);
         }
         let mut cache = self.masks.lock().unwrap_or_else(|e| e.into_inner());
-        let key = (spec, device);
+        let key = (spec, device, dtype);
         if let Some(m) = cache.get(&key) {
             return Ok(Some(m.clone()));
         }
         if cache.len() >= 16 {
             cache.clear();
         }
-        let m = key.0.build(device)?;
+        let m = key.0.build_bias(device, dtype)?;
         cache.insert(key, m.clone());
         Ok(Some(m))
     }
