@@ -29,8 +29,9 @@ fn arg(name: &str, default: usize) -> usize {
         .unwrap_or(default)
 }
 
-fn train(dev: &cuda::CudaDevice, d: Device) -> Result<serde_json::Value> {
-    let (batch, seq, steps) = (arg("--batch", 16), arg("--seq", 1024), arg("--steps", 20));
+/// The bench model (124M LLaMA shape unless the flags say otherwise), its AdamW and one batch.
+fn setup(d: Device) -> Result<(TransformerLm, AdamW, [(Tensor, Tensor); 1])> {
+    let (batch, seq) = (arg("--batch", 16), arg("--seq", 1024));
     let mut c = LmConfig::new(
         arg("--vocab", 50304),
         arg("--d", 768),
@@ -41,8 +42,7 @@ fn train(dev: &cuda::CudaDevice, d: Device) -> Result<serde_json::Value> {
     c.n_kv_heads = arg("--kv-heads", c.n_heads);
     c.max_seq_len = seq;
     let model = TransformerLm::new_on(c.clone(), &mut Generator::new(0), DType::F32, d)?;
-    let params = model.num_parameters();
-    let mut opt = AdamW::new(
+    let opt = AdamW::new(
         model.parameters(),
         AdamWConfig {
             lr: 3e-4,
@@ -52,7 +52,14 @@ fn train(dev: &cuda::CudaDevice, d: Device) -> Result<serde_json::Value> {
     let mut gen = Generator::new(1);
     let x = Tensor::randint(0, c.vocab_size as i64, &[batch, seq], Some(&mut gen))?.to_device(d)?;
     let y = Tensor::randint(0, c.vocab_size as i64, &[batch, seq], Some(&mut gen))?.to_device(d)?;
-    let batches = [(x, y)];
+    Ok((model, opt, [(x, y)]))
+}
+
+fn train(dev: &cuda::CudaDevice, d: Device) -> Result<serde_json::Value> {
+    let (batch, seq, steps) = (arg("--batch", 16), arg("--seq", 1024), arg("--steps", 20));
+    let (model, mut opt, batches) = setup(d)?;
+    let c = model.config.clone();
+    let params = model.num_parameters();
     for _ in 0..5 {
         train_step(&model, &mut opt, &batches)?;
     }
@@ -84,6 +91,21 @@ fn train(dev: &cuda::CudaDevice, d: Device) -> Result<serde_json::Value> {
         "peak_mem_gib": (dev.peak_memory()? as f64 / GIB * 10.0).round() / 10.0,
         "phases_ms": phases,
     }))
+}
+
+/// One training step inside the profiler's capture range, after three warm-up steps: run under
+/// `ncu --profile-from-start off` to time each kernel of exactly one step.
+fn profile(dev: &cuda::CudaDevice, d: Device) -> Result<serde_json::Value> {
+    let (model, mut opt, batches) = setup(d)?;
+    for _ in 0..3 {
+        train_step(&model, &mut opt, &batches)?;
+    }
+    dev.synchronize()?;
+    dev.profiler_capture(true)?;
+    train_step(&model, &mut opt, &batches)?;
+    dev.synchronize()?;
+    dev.profiler_capture(false)?;
+    Ok(json!({"name": "one profiled training step"}))
 }
 
 /// Where a step's time goes: host time to enqueue the forward, then forward and backward each
@@ -174,10 +196,6 @@ fn breakdown(dev: &cuda::CudaDevice, d: Device) -> Result<serde_json::Value> {
     let model = TransformerLm::new_on(c.clone(), &mut Generator::new(0), DType::F32, d)?;
     let block = &model.layers[0];
     let rope = Rotary::new(c.head_dim(), seq, c.rope_theta);
-    let mask = block
-        .self_attn
-        .mask_spec(seq, 0, &[])
-        .build_bias(d, DType::BF16)?;
     let x = Tensor::randn_on(
         &[batch, seq, 768],
         DType::F32,
@@ -190,7 +208,7 @@ fn breakdown(dev: &cuda::CudaDevice, d: Device) -> Result<serde_json::Value> {
     let bf16 = Some(DType::BF16);
     let step = || rusting_brain::nn::transformer::Step {
         positions: Positions::From(0),
-        mask: Some(&mask),
+        visibility: rusting_brain::nn::transformer::Visibility::Causal,
         cache: None,
     };
     let attn = || {
@@ -261,6 +279,9 @@ fn main() {
     };
     if what == "train" || what == "all" {
         report(train(&dev, d));
+    }
+    if what == "profile" {
+        report(profile(&dev, d));
     }
     if what == "breakdown" {
         report(breakdown(&dev, d));

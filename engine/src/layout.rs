@@ -71,6 +71,21 @@ impl Layout {
         }
     }
 
+    /// A fresh dense layout of this shape whose dims are laid out in the order of this view's
+    /// strides (largest first), as `torch.empty_like` preserves a permuted tensor's format: a
+    /// kernel writing it walks memory in the same order as it reads this view.
+    pub fn dense_like(&self) -> Layout {
+        let mut order: Vec<usize> = (0..self.rank()).collect();
+        order.sort_by_key(|&d| std::cmp::Reverse(self.strides[d]));
+        let mut strides = vec![0; self.rank()];
+        let mut next = 1;
+        for &d in order.iter().rev() {
+            strides[d] = next;
+            next *= self.shape[d];
+        }
+        Layout::new(self.shape.clone(), strides, 0)
+    }
+
     pub fn new(shape: Vec<usize>, strides: Vec<usize>, offset: usize) -> Self {
         Layout {
             shape,

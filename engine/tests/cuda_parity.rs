@@ -125,6 +125,11 @@ fn cuda_parity_norms() {
 }
 
 #[test]
+fn cuda_parity_attention() {
+    parity("cuda_parity_attention", Family::Attention);
+}
+
+#[test]
 fn cuda_parity_softmax() {
     parity("cuda_parity_softmax", Family::Softmax);
 }

@@ -210,6 +210,30 @@ fn gradcheck_case(name: &str) -> Option<Case> {
             x[0].rms_norm(Some(&x[1]), 1e-6)?
                 .add(&x[0].rms_norm(None, 1e-6)?.mul(&x[0])?)
         }),
+        "scaled_dot_product_attention" => case(
+            vec![
+                randn(&[1, 2, 3, 4], 63),
+                randn(&[1, 1, 5, 4], 64),
+                randn(&[1, 1, 5, 4], 65),
+            ],
+            |x| {
+                // Grouped heads, causal with more keys than queries.
+                let opts = rusting_brain::AttentionOptions {
+                    causal: true,
+                    scale: Some(0.7),
+                };
+                x[0].scaled_dot_product_attention(&x[1], &x[2], opts)
+            },
+        ),
+        "rotary_embedding" => case(
+            vec![
+                randn(&[2, 3, 4, 6], 66),
+                randn(&[4, 6], 67),
+                randn(&[2, 1, 4, 6], 68),
+            ],
+            // Gradients reach x and both tables (a per-row sin, a shared cos).
+            |x| x[0].rotary_embedding(&x[1], &x[2]),
+        ),
         "bce_with_logits" => case(vec![randn(&[3, 4], 52)], |x| {
             bce_with_logits(&x[0], &randn(&[3, 4], 53).sigmoid()?, Reduction::Mean)
         }),

@@ -87,6 +87,19 @@ fn rms_norm(x: Tensor, w: rhai::Dynamic, opts: Map) -> RhaiResult<Tensor> {
     guard(|| x.rms_norm(w.as_ref(), eps))
 }
 
+fn attention(q: Tensor, k: Tensor, v: Tensor, opts: Map) -> RhaiResult<Tensor> {
+    let o = Options::new(
+        "nn::scaled_dot_product_attention",
+        opts,
+        &["causal", "scale"],
+    )?;
+    let opts = rusting_brain::AttentionOptions {
+        causal: o.bool("causal", false)?,
+        scale: o.opt_float("scale")?,
+    };
+    guard(|| q.scaled_dot_product_attention(&k, &v, opts))
+}
+
 fn simple_loss(pred: Tensor, target: Tensor, opts: Map, what: &'static str) -> RhaiResult<Tensor> {
     let valid: &[&str] = if what == "nn::huber_loss" {
         &["reduction", "delta"]
@@ -171,6 +184,27 @@ pub fn register(api: &mut Api) {
         "RMSNorm with options; weight may be ().",
         "nn::rms_norm(x, w, #{ eps: 1e-5 })",
         rms_norm,
+    );
+    api.func(
+        "scaled_dot_product_attention",
+        "nn::scaled_dot_product_attention(q, k, v[, #{ causal, scale }]) -> Tensor",
+        "softmax(q k^T * scale) v for q [B, H, T, hd] and k, v [B, KV, S, hd] (H a multiple of KV); scale defaults to 1/sqrt(hd); causal lets query i see keys up to i + S - T. Fused on CUDA for bf16/f16 with hd 64 or 128.",
+        "nn::scaled_dot_product_attention(q, k, v, #{ causal: true })",
+        |q: Tensor, k: Tensor, v: Tensor| attention(q, k, v, Map::new()),
+    );
+    api.func(
+        "scaled_dot_product_attention",
+        "nn::scaled_dot_product_attention(q, k, v, #{ causal, scale }) -> Tensor",
+        "Attention with options: causal (default false), scale (default 1/sqrt(head_dim)).",
+        "nn::scaled_dot_product_attention(q, k, v, #{ causal: true, scale: 0.125 })",
+        attention,
+    );
+    api.func(
+        "rotary_embedding",
+        "nn::rotary_embedding(x, cos, sin) -> Tensor",
+        "Rotary position embedding in the rotate-half layout: x * cos + rotate_half(x) * sin over the last dim (even), rotate_half([a, b]) = [-b, a]; cos and sin broadcast against x, e.g. [seq, dim].",
+        "nn::rotary_embedding(q, cos, sin)",
+        |x: Tensor, c: Tensor, s: Tensor| guard(|| x.rotary_embedding(&c, &s)),
     );
     api.func(
         "cross_entropy",

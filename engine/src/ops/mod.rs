@@ -1,6 +1,7 @@
 //! Ops: one file per family, each holding the public functions (shape and dtype rules, backend
 //! dispatch) with their backward written beside them in terms of tensor ops.
 
+pub mod attention;
 pub mod conv;
 pub mod elementwise;
 pub mod index;
@@ -10,6 +11,7 @@ pub mod matmul;
 pub mod norm;
 pub mod pool;
 pub mod reduce;
+pub mod rope;
 pub mod softmax;
 pub mod table;
 pub mod view;

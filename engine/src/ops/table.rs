@@ -124,6 +124,8 @@ ops! {
     "max_pool2d": Primitive, true, FLOAT;
     "avg_pool2d": Primitive, true, FLOAT;
     "upsample_nearest2d": Primitive, true, FLOAT;
+    "scaled_dot_product_attention": Primitive, true, FLOAT;
+    "rotary_embedding": Primitive, true, FLOAT;
     // losses
     "cross_entropy": Primitive, true, FLOAT;
     "bce_with_logits": Composite, true, FLOAT;

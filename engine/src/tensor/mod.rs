@@ -41,6 +41,22 @@ impl Tensor {
         ))
     }
 
+    /// A new leaf over fresh storage seen through `layout` (a dense layout in some dim order,
+    /// see `Layout::dense_like`); the storage must hold every element the layout reaches.
+    pub(crate) fn from_storage_in(storage: Storage, layout: Layout) -> Result<Tensor> {
+        if storage.len() < layout.storage_extent() {
+            return Err(Error::invalid(
+                "from_storage",
+                format!(
+                    "{} elements do not cover a layout reaching {}",
+                    storage.len(),
+                    layout.storage_extent()
+                ),
+            ));
+        }
+        Ok(Self::leaf(Arc::new(StorageCell::new(storage)), layout))
+    }
+
     pub(crate) fn from_cpu(storage: CpuStorage, shape: &[usize]) -> Result<Tensor> {
         Self::from_storage(Storage::Cpu(storage), shape)
     }

@@ -36,6 +36,8 @@ kernel_file!(INDEX, "index.cu");
 kernel_file!(CONV, "conv.cu");
 kernel_file!(POOL, "pool.cu");
 kernel_file!(OPTIM, "optim.cu");
+kernel_file!(ATTENTION, "attention.cu");
+kernel_file!(ROPE, "rope.cu");
 
 /// Every kernel file, for the test that compiles them all.
 pub const ALL_FILES: &[&KernelFile] = &[
@@ -50,6 +52,8 @@ pub const ALL_FILES: &[&KernelFile] = &[
     &NORM,
     &LOSS,
     &RANDOM,
+    &ATTENTION,
+    &ROPE,
 ];
 
 fn cuda_home() -> PathBuf {

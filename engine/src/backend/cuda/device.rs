@@ -415,6 +415,21 @@ impl CudaDevice {
         .map_err(driver_err("cuMemPoolSetAttribute"))
     }
 
+    /// Starts (`true`) or stops the profiler's capture range, so `ncu --profile-from-start off`
+    /// records only the kernels in between.
+    pub fn profiler_capture(&self, on: bool) -> Result<()> {
+        self.bind()?;
+        // SAFETY: plain driver calls on the bound context, no arguments.
+        let r = unsafe {
+            if on {
+                sys::cuProfilerStart()
+            } else {
+                sys::cuProfilerStop()
+            }
+        };
+        r.result().map_err(driver_err("cuProfilerStart/Stop"))
+    }
+
     /// Free and total device memory in bytes.
     pub fn memory_info(&self) -> Result<(usize, usize)> {
         self.bind()?;

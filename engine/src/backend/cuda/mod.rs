@@ -2,6 +2,7 @@
 //! compiled in and chosen at run time; on a machine without the driver every entry point
 //! returns `DeviceUnavailable` instead of touching cudarc.
 
+pub mod attention;
 pub mod compile;
 pub mod conv;
 pub mod copy;
@@ -17,6 +18,7 @@ pub mod pool;
 mod probe;
 pub mod random;
 pub mod reduce;
+pub mod rope;
 pub mod softmax;
 mod storage;
 

@@ -1,5 +1,6 @@
-//! Grouped-query self-attention (LLaMA's `self_attn`), unfused: scores, mask, softmax and the
-//! weighted sum are separate ops (a later fused kernel replaces them).
+//! Grouped-query self-attention (LLaMA's `self_attn`). Unpadded batches go through
+//! `Tensor::scaled_dot_product_attention` (fused on CUDA in BF16/F16); left-padded batches,
+//! whose mask differs per row, run the unfused product, bias, softmax and product here.
 //!
 //! Grouping without copies: the query heads that share key/value head g are heads
 //! g * group .. (g + 1) * group, so queries [B, H, T, hd] reshape (no copy) to
@@ -12,7 +13,7 @@ use super::params::ParamSource;
 use super::rope::{Positions, Rotary};
 use super::LmConfig;
 use crate::nn::{prefixed, Linear, Module};
-use crate::{Result, Tensor};
+use crate::{AttentionOptions, Result, Tensor};
 
 pub struct Attention {
     pub q_proj: Linear,
@@ -25,11 +26,22 @@ pub struct Attention {
     causal: bool,
 }
 
-/// Where a forward call sits: positions of the new tokens, their mask, and the cache to extend.
+/// Which keys the new queries see.
+pub enum Visibility<'a> {
+    /// Every key (a bidirectional model, or one causal step after the cache).
+    All,
+    /// Keys up to each query's own position.
+    Causal,
+    /// Added to the scores: 0 where a key is visible, -inf where it is hidden (padded batches;
+    /// see `MaskSpec`).
+    Bias(&'a Tensor),
+}
+
+/// Where a forward call sits: positions of the new tokens, what they see, and the cache to
+/// extend.
 pub struct Step<'a> {
     pub positions: Positions<'a>,
-    /// Added to the scores: 0 where a key is visible, -inf where it is hidden.
-    pub mask: Option<&'a Tensor>,
+    pub visibility: Visibility<'a>,
     pub cache: Option<(&'a KvCache, usize)>,
 }
 
@@ -71,16 +83,26 @@ impl Attention {
             Some((cache, layer)) => cache.append(layer, &k, &v.to_dtype(k.dtype())?)?,
             None => (k, v),
         };
-        let q = q
-            .mul_scalar(1.0 / (hd as f64).sqrt())?
-            .reshape_to(&[b, kv, (h / kv) * t, hd])?;
-        let scores = q.matmul(&k.transpose(-1, -2)?)?;
-        let scores = match step.mask {
-            Some(bias) => scores.add(bias)?,
-            None => scores,
+        let out = match step.visibility {
+            Visibility::All | Visibility::Causal => {
+                let opts = AttentionOptions {
+                    causal: matches!(step.visibility, Visibility::Causal),
+                    scale: None,
+                };
+                q.scaled_dot_product_attention(&k, &v, opts)?
+            }
+            Visibility::Bias(bias) => {
+                let q = q.mul_scalar(1.0 / (hd as f64).sqrt())?.reshape_to(&[
+                    b,
+                    kv,
+                    (h / kv) * t,
+                    hd,
+                ])?;
+                let scores = q.matmul(&k.transpose(-1, -2)?)?.add(bias)?;
+                scores.softmax(-1)?.matmul(&v)?.reshape_to(&[b, h, t, hd])?
+            }
         };
-        let out = scores.softmax(-1)?.matmul(&v)?;
-        let out = out.reshape_to(&[b, h, t, hd])?.transpose(1, 2)?;
+        let out = out.transpose(1, 2)?;
         self.o_proj.forward(&out.reshape_to(&[b, t, h * hd])?)
     }
 

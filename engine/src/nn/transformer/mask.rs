@@ -21,11 +21,6 @@ pub struct MaskSpec {
 }
 
 impl MaskSpec {
-    /// `None` when nothing is masked (a bidirectional unpadded batch, or one causal decode step).
-    pub fn needed(&self) -> bool {
-        (self.causal && self.seq > 1) || self.pads.iter().any(|&p| p > 0)
-    }
-
     /// A bool tensor [rows, 1, group * seq, keys], true where the score is hidden; rows is the
     /// batch with padding, else 1 (it broadcasts).
     pub fn build(&self, device: Device) -> Result<Tensor> {
@@ -101,7 +96,6 @@ mod tests {
             causal: true,
             pads: vec![0, 2],
         };
-        assert!(spec.needed());
         let v: Vec<u8> = spec
             .build(Device::Cpu)
             .unwrap()
@@ -110,18 +104,5 @@ mod tests {
             .to_vec()
             .unwrap();
         assert_eq!(v, [0, 0, 0, 1, 1, 0]);
-    }
-
-    #[test]
-    fn a_single_causal_decode_step_needs_no_mask() {
-        let spec = MaskSpec {
-            group: 4,
-            seq: 1,
-            keys: 9,
-            offset: 8,
-            causal: true,
-            pads: vec![0, 0],
-        };
-        assert!(!spec.needed());
     }
 }

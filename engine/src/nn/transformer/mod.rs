@@ -13,7 +13,7 @@ mod rope;
 #[cfg(test)]
 mod tests;
 
-pub use attention::{Attention, Step};
+pub use attention::{Attention, Step, Visibility};
 pub use block::Block;
 pub use config::{swiglu_hidden, LmConfig};
 pub use feed_forward::SwiGlu;

@@ -2,18 +2,16 @@
 //! shape). Parameter names are Hugging Face's (`model.layers.0.self_attn.q_proj.weight`), so
 //! a state dict maps one to one onto `LlamaForCausalLM`.
 
-use super::attention::Step;
+use super::attention::{Step, Visibility};
 use super::block::Block;
 use super::kv_cache::KvCache;
-use super::mask::MaskSpec;
 use super::params::ParamSource;
 use super::rope::{Positions, Rotary};
 use super::LmConfig;
 use crate::nn::{prefixed, Embedding, Linear, Module, RmsNorm};
 use crate::ops::loss::{cross_entropy, CrossEntropyOptions};
 use crate::{DType, Device, Error, Generator, Result, Tensor};
-use std::collections::{BTreeMap, HashMap};
-use std::sync::Mutex;
+use std::collections::BTreeMap;
 
 /// The dtype matrix products run in: `Auto` is BF16 mixed precision on CUDA and F32 on the CPU.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -33,8 +31,6 @@ pub struct TransformerLm {
     pub lm_head: Option<Linear>,
     rope: Rotary,
     precision: Precision,
-    /// Masks without padding depend only on their shape: training reuses one every step.
-    masks: Mutex<HashMap<(MaskSpec, Device, DType), Tensor>>,
     training: bool,
 }
 
@@ -98,7 +94,6 @@ impl TransformerLm {
             norm,
             lm_head,
             precision: Precision::Auto,
-            masks: Mutex::new(HashMap::new()),
             training: true,
         })
     }
@@ -136,27 +131,18 @@ impl TransformerLm {
         }
     }
 
-    fn mask(&self, spec: MaskSpec) -> Result<Option<Tensor>> {
-        if !spec.needed() {
-            return Ok(None);
+    /// The additive mask of a left-padded batch (rows differ, so the fused causal path cannot
+    /// take it), in the scores' dtype: the products' under mixed precision, else the
+    /// parameters'.
+    fn padding_bias(&self, t: usize, offset: usize, pads: &[usize]) -> Result<Option<Tensor>> {
+        match self.layers.first() {
+            Some(l) if pads.iter().any(|&p| p > 0) => {
+                let dtype = self.autocast_dtype().unwrap_or(self.dtype());
+                let spec = l.self_attn.mask_spec(t, offset, pads);
+                spec.build_bias(self.device(), dtype).map(Some)
+            }
+            _ => Ok(None),
         }
-        let device = self.device();
-        // The scores' dtype: the products' under mixed precision, else the parameters'.
-        let dtype = self.autocast_dtype().unwrap_or(self.dtype());
-        if !spec.pads.is_empty() {
-            return spec.build_bias(device, dtype).map(Some);
-        }
-        let mut cache = self.masks.lock().unwrap_or_else(|e| e.into_inner());
-        let key = (spec, device, dtype);
-        if let Some(m) = cache.get(&key) {
-            return Ok(Some(m.clone()));
-        }
-        if cache.len() >= 16 {
-            cache.clear();
-        }
-        let m = key.0.build_bias(device, dtype)?;
-        cache.insert(key, m.clone());
-        Ok(Some(m))
     }
 
     fn check_ids(&self, ids: &Tensor) -> Result<()> {
@@ -210,10 +196,8 @@ impl TransformerLm {
             } else {
                 Positions::From(offset)
             };
-            let mask = match self.layers.first() {
-                Some(l) => self.mask(l.self_attn.mask_spec(t, offset, &pads))?,
-                None => None,
-            };
+            let bias = self.padding_bias(t, offset, &pads)?;
+            let causal = self.layers.first().is_some_and(|l| l.self_attn.is_causal());
             let mut x = self.embed_tokens.forward(&ids)?;
             for (i, layer) in self.layers.iter().enumerate() {
                 let step = Step {
@@ -221,7 +205,11 @@ impl TransformerLm {
                         Positions::From(o) => Positions::From(*o),
                         Positions::PerRow(p) => Positions::PerRow(p),
                     },
-                    mask: mask.as_ref(),
+                    visibility: match &bias {
+                        Some(bias) => Visibility::Bias(bias),
+                        None if causal && t > 1 => Visibility::Causal,
+                        None => Visibility::All,
+                    },
                     cache: cache.as_deref().map(|c| (c, i)),
                 };
                 x = layer.forward(&x, &self.rope, &step)?;

@@ -3,7 +3,7 @@
 //! position * theta^(-2i/d). Checkpoints trained either way therefore agree on which weights
 //! mean what.
 
-use crate::{DType, Device, Result, Tensor};
+use crate::{Device, Result, Tensor};
 use std::sync::Mutex;
 
 /// The cos and sin tables [max_seq_len, head_dim], made once per device on first use.
@@ -66,7 +66,7 @@ impl Rotary {
         Ok((c, s))
     }
 
-    /// cos and sin broadcastable against x [batch, heads, seq, head_dim], in x's dtype.
+    /// cos and sin (F32) broadcastable against x [batch, heads, seq, head_dim].
     fn angles(&self, x: &Tensor, positions: &Positions) -> Result<(Tensor, Tensor)> {
         let seq = x.shape()[2];
         let (cos, sin) = self.tables(x.device())?;
@@ -94,27 +94,20 @@ impl Rotary {
                 )
             }
         };
-        if x.dtype() == DType::F32 {
-            Ok((cos, sin))
-        } else {
-            Ok((cos.to_dtype(x.dtype())?, sin.to_dtype(x.dtype())?))
-        }
+        Ok((cos, sin))
     }
 
     /// x * cos + rotate_half(x) * sin, where rotate_half([a, b]) = [-b, a] over the last dim.
     pub fn apply(&self, x: &Tensor, positions: &Positions) -> Result<Tensor> {
         let (cos, sin) = self.angles(x, positions)?;
-        let half = self.head_dim / 2;
-        let first = x.narrow(-1, 0, half)?;
-        let second = x.narrow(-1, half, half)?;
-        let rotated = Tensor::cat(&[second.neg()?, first], -1)?;
-        x.mul(&cos)?.add(&rotated.mul(&sin)?)
+        x.rotary_embedding(&cos, &sin)
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::DType;
 
     #[test]
     fn rotation_pairs_each_dim_with_the_one_half_a_head_away() {

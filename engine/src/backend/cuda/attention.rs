@@ -1,0 +1,287 @@
+//! Fused scaled-dot-product attention (kernels/attention.cu): BF16 and F16, head dims 64 and
+//! 128, any batch/head/token strides with a contiguous last dim. Outputs are written
+//! token-major ([batch, tokens, heads, head_dim] in memory), so the caller's
+//! `transpose(1, 2).reshape([batch, tokens, heads * head_dim])` is free.
+
+use super::compile::ATTENTION;
+use super::launch::args;
+use super::{CudaDevice, CudaStorage};
+use crate::{DType, Error, Result};
+use std::sync::Arc;
+
+const TILE: usize = 64;
+const THREADS: u32 = 128;
+
+/// Strides of a [batch, heads, tokens, head_dim] view, in elements; mirrors `AttnView`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+struct AttnView {
+    sb: i64,
+    sh: i64,
+    st: i64,
+}
+
+/// Mirrors `AttnShape` in kernels/attention.cu.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+struct AttnShape {
+    batch: i32,
+    heads: i32,
+    kv_heads: i32,
+    tq: i32,
+    tk: i32,
+    causal: i32,
+    scale: f32,
+    scale_log2: f32,
+}
+
+/// One [batch, heads, tokens, head_dim] operand: its storage, element offset and the strides of
+/// its first three dims (the last is contiguous).
+#[derive(Clone, Copy)]
+pub struct Operand<'a> {
+    pub storage: &'a CudaStorage,
+    pub offset: usize,
+    pub strides: [usize; 3],
+}
+
+impl Operand<'_> {
+    fn ptr(&self) -> u64 {
+        self.storage.ptr_at(self.offset)
+    }
+
+    fn view(&self) -> AttnView {
+        let [sb, sh, st] = self.strides.map(|s| s as i64);
+        AttnView { sb, sh, st }
+    }
+}
+
+/// The problem: q [batch, heads, tq, head_dim] against k, v [batch, kv_heads, tk, head_dim].
+#[derive(Clone, Copy, Debug)]
+pub struct AttentionSpec {
+    pub batch: usize,
+    pub heads: usize,
+    pub kv_heads: usize,
+    pub tq: usize,
+    pub tk: usize,
+    pub head_dim: usize,
+    pub causal: bool,
+    pub scale: f64,
+}
+
+impl AttentionSpec {
+    fn shape(&self) -> AttnShape {
+        AttnShape {
+            batch: self.batch as i32,
+            heads: self.heads as i32,
+            kv_heads: self.kv_heads as i32,
+            tq: self.tq as i32,
+            tk: self.tk as i32,
+            causal: self.causal as i32,
+            scale: self.scale as f32,
+            scale_log2: (self.scale * std::f64::consts::LOG2_E) as f32,
+        }
+    }
+
+    /// Strides of a token-major [batch, tokens, heads, head_dim] buffer seen as
+    /// [batch, heads, tokens, head_dim].
+    pub fn token_major(&self, tokens: usize, heads: usize) -> [usize; 3] {
+        let d = self.head_dim;
+        [tokens * heads * d, d, heads * d]
+    }
+}
+
+/// Whether the fused kernels take this problem: the dtype, head dim, sizes and the device's
+/// tensor cores (sm_80 or newer).
+pub fn supports(dev: &CudaDevice, dtype: DType, spec: &AttentionSpec) -> bool {
+    let fits = |n: usize| n > 0 && n < i32::MAX as usize / 2;
+    matches!(dtype, DType::BF16 | DType::F16)
+        && matches!(spec.head_dim, 64 | 128)
+        && dev.capability().0 >= 8
+        && [spec.batch, spec.heads, spec.kv_heads, spec.tq, spec.tk]
+            .into_iter()
+            .all(fits)
+        && spec.heads.is_multiple_of(spec.kv_heads)
+        && spec.batch <= 65535
+        && spec.heads <= 65535
+}
+
+/// Whether an operand's layout suits the kernels' 16-byte loads: offset and strides multiples
+/// of 8 elements.
+pub fn aligned(offset: usize, strides: [usize; 3]) -> bool {
+    offset.is_multiple_of(8) && strides.iter().all(|s| s.is_multiple_of(8))
+}
+
+fn kernel(
+    dev: &Arc<CudaDevice>,
+    stage: &str,
+    dtype: DType,
+    d: usize,
+) -> Result<cudarc::driver::sys::CUfunction> {
+    let name = match dtype {
+        DType::BF16 => "bf16",
+        DType::F16 => "f16",
+        other => {
+            return Err(Error::invalid(
+                "scaled_dot_product_attention",
+                format!("the fused kernel takes bf16 or f16, not {other}"),
+            ))
+        }
+    };
+    dev.function(&ATTENTION, &format!("attn_{stage}_{name}_{d}"))
+}
+
+fn query_blocks(spec: &AttentionSpec) -> u32 {
+    spec.tq.div_ceil(TILE) as u32
+}
+
+/// The forward: o (token-major [batch, tq, heads, head_dim]) and the rows' base-2 log-sum-exp
+/// of the scaled scores ([batch, heads, tq], F32), which the backward needs.
+pub fn forward(
+    q: Operand,
+    k: Operand,
+    v: Operand,
+    spec: &AttentionSpec,
+) -> Result<(CudaStorage, CudaStorage)> {
+    let dev = q.storage.cuda_device();
+    let dtype = q.storage.dtype();
+    let o = CudaStorage::alloc(
+        dev,
+        spec.batch * spec.tq * spec.heads * spec.head_dim,
+        dtype,
+    )?;
+    let lse = CudaStorage::alloc(dev, spec.batch * spec.heads * spec.tq, DType::F32)?;
+    let f = kernel(dev, "fwd", dtype, spec.head_dim)?;
+    let ov = Operand {
+        storage: &o,
+        offset: 0,
+        strides: spec.token_major(spec.tq, spec.heads),
+    };
+    let (qp, qv, kp, kv, vp, vv, op, ovv, lp, s) = (
+        q.ptr(),
+        q.view(),
+        k.ptr(),
+        k.view(),
+        v.ptr(),
+        v.view(),
+        ov.ptr(),
+        ov.view(),
+        lse.ptr(),
+        spec.shape(),
+    );
+    let grid = (query_blocks(spec), spec.heads as u32, spec.batch as u32);
+    // SAFETY: every view addresses [batch, heads, tokens, head_dim] inside its storage (checked
+    // by the caller), o and lse are fresh allocations of exactly the sizes the kernel writes.
+    unsafe {
+        dev.launch(
+            f,
+            grid,
+            THREADS,
+            0,
+            &mut args![qp, qv, kp, kv, vp, vv, op, ovv, lp, s],
+        )?
+    };
+    Ok((o, lse))
+}
+
+/// What the backward reads: the forward's inputs, output and log-sum-exp, and dO.
+pub struct BackwardInputs<'a> {
+    pub q: Operand<'a>,
+    pub k: Operand<'a>,
+    pub v: Operand<'a>,
+    pub o: Operand<'a>,
+    pub dout: Operand<'a>,
+    pub lse: &'a CudaStorage,
+}
+
+/// dq (token-major [batch, tq, heads, head_dim]) and dk, dv (token-major
+/// [batch, tk, kv_heads, head_dim]).
+pub fn backward(
+    x: &BackwardInputs,
+    spec: &AttentionSpec,
+) -> Result<(CudaStorage, CudaStorage, CudaStorage)> {
+    let dev = x.q.storage.cuda_device();
+    let dtype = x.q.storage.dtype();
+    let d = spec.head_dim;
+    let rows = spec.batch * spec.heads * spec.tq;
+    let dd = CudaStorage::alloc(dev, rows, DType::F32)?;
+    let dq = CudaStorage::alloc(dev, spec.batch * spec.tq * spec.heads * d, dtype)?;
+    let kv_len = spec.batch * spec.tk * spec.kv_heads * d;
+    let dk = CudaStorage::alloc(dev, kv_len, dtype)?;
+    let dv = CudaStorage::alloc(dev, kv_len, dtype)?;
+    let s = spec.shape();
+    let (qp, qv, kp, kv, vp, vv) = (
+        x.q.ptr(),
+        x.q.view(),
+        x.k.ptr(),
+        x.k.view(),
+        x.v.ptr(),
+        x.v.view(),
+    );
+    let (op, ov, gp, gv, lp, ddp) = (
+        x.o.ptr(),
+        x.o.view(),
+        x.dout.ptr(),
+        x.dout.view(),
+        x.lse.ptr(),
+        dd.ptr(),
+    );
+
+    let lanes = rows * (d / 8);
+    let f = kernel(dev, "bwd_dot", dtype, d)?;
+    // SAFETY: o and dout are [batch, heads, tq, head_dim] views; dd holds one F32 per row.
+    unsafe {
+        dev.launch(
+            f,
+            (lanes.div_ceil(256) as u32, 1, 1),
+            256,
+            0,
+            &mut args![op, ov, gp, gv, ddp, s],
+        )?
+    };
+
+    let kv_strides = spec.token_major(spec.tk, spec.kv_heads);
+    let (dkp, dvp) = (dk.ptr(), dv.ptr());
+    let dkv = Operand {
+        storage: &dk,
+        offset: 0,
+        strides: kv_strides,
+    }
+    .view();
+    let f = kernel(dev, "bwd_kv", dtype, d)?;
+    let grid = (
+        spec.tk.div_ceil(TILE) as u32,
+        spec.kv_heads as u32,
+        spec.batch as u32,
+    );
+    // SAFETY: as the forward; dk and dv are fresh token-major buffers the kernel fills.
+    unsafe {
+        dev.launch(
+            f,
+            grid,
+            THREADS,
+            0,
+            &mut args![qp, qv, kp, kv, vp, vv, gp, gv, lp, ddp, dkp, dkv, dvp, dkv, s],
+        )?
+    };
+
+    let dqp = dq.ptr();
+    let dqv = Operand {
+        storage: &dq,
+        offset: 0,
+        strides: spec.token_major(spec.tq, spec.heads),
+    }
+    .view();
+    let f = kernel(dev, "bwd_q", dtype, d)?;
+    let grid = (query_blocks(spec), spec.heads as u32, spec.batch as u32);
+    // SAFETY: as above; dq is a fresh token-major buffer.
+    unsafe {
+        dev.launch(
+            f,
+            grid,
+            THREADS,
+            0,
+            &mut args![qp, qv, kp, kv, vp, vv, gp, gv, lp, ddp, dqp, dqv, s],
+        )?
+    };
+    Ok((dq, dk, dv))
+}

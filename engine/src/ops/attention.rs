@@ -1,0 +1,254 @@
+//! scaled_dot_product_attention: softmax(q k^T * scale [+ causal mask]) v with grouped-query
+//! heads, as torch.nn.functional.scaled_dot_product_attention(..., enable_gqa=True).
+//!
+//! On CUDA, BF16 and F16 inputs with head dim 64 or 128 run the fused kernels
+//! (backend/cuda/attention.rs): one node whose backward recomputes the probabilities from the
+//! saved log-sum-exp, so the [queries, keys] scores never reach memory. Everything else (the
+//! CPU, F32, other head dims) runs the unfused composition of matmul, mask and softmax, whose
+//! gradient comes from those ops.
+
+use super::backward_fn;
+use crate::autograd::{no_grad, SavedTensor};
+use crate::backend::cuda::attention::{self as cuda, AttentionSpec, Operand};
+use crate::backend::{CudaStorage, Storage};
+use crate::{DType, Device, Error, Result, Tensor};
+
+const OP: &str = "scaled_dot_product_attention";
+
+/// How attention is computed.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct AttentionOptions {
+    /// Query i sees keys j <= i + (keys - queries): the last query sees every key.
+    pub causal: bool,
+    /// The scores' scale; `None` is 1 / sqrt(head_dim).
+    pub scale: Option<f64>,
+}
+
+impl Tensor {
+    /// Attention of queries `self` [batch, heads, tq, head_dim] over keys and values
+    /// [batch, kv_heads, tk, head_dim]; heads must be a multiple of kv_heads (query head h reads
+    /// key/value head h / (heads / kv_heads)). Returns [batch, heads, tq, head_dim].
+    pub fn scaled_dot_product_attention(
+        &self,
+        k: &Tensor,
+        v: &Tensor,
+        opts: AttentionOptions,
+    ) -> Result<Tensor> {
+        let spec = check(self, k, v, opts)?;
+        // Mixed precision: like the matrix products it replaces, attention runs in the low dtype.
+        let low = crate::amp::matmul_operand_dtype(self.device(), self.dtype());
+        let cast = |t: &Tensor| match low {
+            Some(d) => t.to_dtype(d),
+            None => Ok(t.clone()),
+        };
+        let (q, k, v) = (cast(self)?, cast(k)?, cast(v)?);
+        if let Device::Cuda(_) = q.device() {
+            let storage = q.storage();
+            if let Storage::Cuda(s) = &*storage {
+                if cuda::supports(s.cuda_device(), q.dtype(), &spec) {
+                    drop(storage);
+                    return fused(&q, &k, &v, spec);
+                }
+            }
+        }
+        composite(&q, &k, &v, &spec)
+    }
+}
+
+/// Shapes, dtypes and devices; the problem as the kernels see it.
+fn check(q: &Tensor, k: &Tensor, v: &Tensor, opts: AttentionOptions) -> Result<AttentionSpec> {
+    for t in [q, k, v] {
+        t.check_float(OP)?;
+        if t.rank() != 4 {
+            return Err(Error::invalid(
+                OP,
+                format!(
+                    "q, k and v are [batch, heads, tokens, head_dim]; got a tensor of shape {:?}",
+                    t.shape()
+                ),
+            ));
+        }
+    }
+    q.check_same_device(OP, k)?;
+    q.check_same_device(OP, v)?;
+    if k.dtype() != q.dtype() || v.dtype() != q.dtype() {
+        return Err(Error::invalid(
+            OP,
+            format!(
+                "q, k and v need one dtype; got {}, {} and {}",
+                q.dtype(),
+                k.dtype(),
+                v.dtype()
+            ),
+        ));
+    }
+    let (qs, ks, vs) = (q.shape(), k.shape(), v.shape());
+    if ks != vs || ks[0] != qs[0] || ks[3] != qs[3] {
+        return Err(Error::invalid(
+            OP,
+            format!("q {qs:?} needs k and v of shape [{}, kv_heads, keys, {}]; got k {ks:?} and v {vs:?}", qs[0], qs[3]),
+        ));
+    }
+    if ks[1] == 0 || !qs[1].is_multiple_of(ks[1]) {
+        return Err(Error::invalid(
+            OP,
+            format!(
+                "{} query heads cannot share {} key/value heads evenly",
+                qs[1], ks[1]
+            ),
+        ));
+    }
+    if opts.causal && ks[2] < qs[2] {
+        return Err(Error::invalid(
+            OP,
+            format!(
+                "causal attention needs at least as many keys as queries; got {} keys for {} queries",
+                ks[2], qs[2]
+            ),
+        ));
+    }
+    let scale = opts.scale.unwrap_or(1.0 / (qs[3] as f64).sqrt());
+    if !scale.is_finite() {
+        return Err(Error::invalid(
+            OP,
+            format!("scale must be finite, got {scale}"),
+        ));
+    }
+    Ok(AttentionSpec {
+        batch: qs[0],
+        heads: qs[1],
+        kv_heads: ks[1],
+        tq: qs[2],
+        tk: ks[2],
+        head_dim: qs[3],
+        causal: opts.causal,
+        scale,
+    })
+}
+
+/// The additive causal mask for the composition: [group * tq, tk] rows (query i repeated for
+/// each head of a group), 0 where key j <= i + (tk - tq), -inf elsewhere.
+fn causal_bias(spec: &AttentionSpec, dtype: DType, device: Device) -> Result<Tensor> {
+    let (tq, tk) = (spec.tq, spec.tk);
+    let group = spec.heads / spec.kv_heads;
+    let mut bias = Vec::with_capacity(group * tq * tk);
+    for _ in 0..group {
+        for i in 0..tq {
+            bias.extend((0..tk).map(|j| {
+                if j <= i + (tk - tq) {
+                    0f32
+                } else {
+                    f32::NEG_INFINITY
+                }
+            }));
+        }
+    }
+    Tensor::from_vec(bias, &[group * tq, tk])?
+        .to_dtype(dtype)?
+        .to_device(device)
+}
+
+/// The unfused path: grouped queries [B, KV, group * tq, hd] against the shared keys, so no key
+/// or value is repeated.
+fn composite(q: &Tensor, k: &Tensor, v: &Tensor, spec: &AttentionSpec) -> Result<Tensor> {
+    let (b, kv, group) = (spec.batch, spec.kv_heads, spec.heads / spec.kv_heads);
+    let (tq, hd) = (spec.tq, spec.head_dim);
+    let q = q
+        .mul_scalar(spec.scale)?
+        .reshape_to(&[b, kv, group * tq, hd])?;
+    let scores = q.matmul(&k.transpose(-1, -2)?)?;
+    let scores = if spec.causal {
+        scores.add(&causal_bias(spec, scores.dtype(), scores.device())?)?
+    } else {
+        scores
+    };
+    scores
+        .softmax(-1)?
+        .matmul(v)?
+        .reshape_to(&[b, spec.heads, tq, hd])
+}
+
+/// A [batch, heads, tokens, head_dim] tensor as the kernels read it: last dim contiguous,
+/// 16-byte aligned rows; anything else is copied first.
+fn kernel_ready(t: &Tensor) -> Result<Tensor> {
+    let l = t.layout();
+    let s = l.strides();
+    if s[3] == 1 && cuda::aligned(l.offset(), [s[0], s[1], s[2]]) {
+        Ok(t.clone())
+    } else {
+        no_grad(|| t.contiguous())
+    }
+}
+
+fn operand<'a>(t: &Tensor, s: &'a CudaStorage) -> Operand<'a> {
+    let st = t.layout().strides();
+    Operand {
+        storage: s,
+        offset: t.layout().offset(),
+        strides: [st[0], st[1], st[2]],
+    }
+}
+
+fn cuda_of(s: &Storage) -> Result<&CudaStorage> {
+    match s {
+        Storage::Cuda(c) => Ok(c),
+        Storage::Cpu(_) => Err(Error::invalid(OP, "operands on different backends")),
+    }
+}
+
+/// A token-major buffer [batch, tokens, heads, hd] as the [batch, heads, tokens, hd] tensor.
+fn token_major(
+    s: CudaStorage,
+    batch: usize,
+    tokens: usize,
+    heads: usize,
+    hd: usize,
+) -> Result<Tensor> {
+    Tensor::from_storage(Storage::Cuda(s), &[batch, tokens, heads, hd])?.transpose(1, 2)
+}
+
+fn fused(q: &Tensor, k: &Tensor, v: &Tensor, spec: AttentionSpec) -> Result<Tensor> {
+    let (qr, kr, vr) = (kernel_ready(q)?, kernel_ready(k)?, kernel_ready(v)?);
+    let (o, lse) = {
+        let (qs, ks, vs) = (qr.storage(), kr.storage(), vr.storage());
+        cuda::forward(
+            operand(&qr, cuda_of(&qs)?),
+            operand(&kr, cuda_of(&ks)?),
+            operand(&vr, cuda_of(&vs)?),
+            &spec,
+        )?
+    };
+    let out = no_grad(|| token_major(o, spec.batch, spec.tq, spec.heads, spec.head_dim))?;
+    Ok(out.recorded_with_output(&[q, k, v], move |out| {
+        let saved = [&qr, &kr, &vr, out].map(|t| SavedTensor::new(OP, t));
+        backward_fn(OP, move |g, needs| {
+            let [q, k, v, o] = [0, 1, 2, 3].map(|i| saved[i].get());
+            let (q, k, v, o) = (q?, k?, v?, o?);
+            let g = kernel_ready(&no_grad(|| g.to_dtype(q.dtype()))?)?;
+            let (ss, gs) = ([q, k, v, o].map(|t| t.storage()), g.storage());
+            let inputs = cuda::BackwardInputs {
+                q: operand(q, cuda_of(&ss[0])?),
+                k: operand(k, cuda_of(&ss[1])?),
+                v: operand(v, cuda_of(&ss[2])?),
+                o: operand(o, cuda_of(&ss[3])?),
+                dout: operand(&g, cuda_of(&gs)?),
+                lse: &lse,
+            };
+            let (dq, dk, dv) = cuda::backward(&inputs, &spec)?;
+            let (b, hd) = (spec.batch, spec.head_dim);
+            let grads = [
+                (dq, spec.tq, spec.heads),
+                (dk, spec.tk, spec.kv_heads),
+                (dv, spec.tk, spec.kv_heads),
+            ];
+            let mut out = Vec::with_capacity(3);
+            for ((s, tokens, heads), &need) in grads.into_iter().zip(needs) {
+                out.push(match need {
+                    true => Some(token_major(s, b, tokens, heads, hd)?),
+                    false => None,
+                });
+            }
+            Ok(out)
+        })
+    }))
+}

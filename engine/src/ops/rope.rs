@@ -1,0 +1,120 @@
+//! rotary_embedding: x * cos + rotate_half(x) * sin over the last dim, with
+//! rotate_half([a, b]) = [-b, a] (Hugging Face LLaMA's layout).
+//!
+//! On CUDA one kernel reads x and the tables once and writes y in x's own dim order (so a
+//! token-major view of a projection stays token-major); its backward is the same kernel
+//! transposed. The tables are constants there: when cos or sin needs a gradient, or on the
+//! CPU, the op runs as the composition of narrow, cat, mul and add.
+
+use super::backward_fn;
+use crate::autograd::{is_grad_enabled, no_grad};
+use crate::backend::cuda::rope::{self as cuda, View};
+use crate::backend::{CudaStorage, Storage};
+use crate::{DType, Error, Layout, Result, Tensor};
+
+const OP: &str = "rotary_embedding";
+
+impl Tensor {
+    /// Rotary position embedding of `self` [..., dim] (dim even) with `cos` and `sin` tables
+    /// that broadcast against it, typically [seq, dim] or [batch, 1, seq, dim].
+    pub fn rotary_embedding(&self, cos: &Tensor, sin: &Tensor) -> Result<Tensor> {
+        for t in [self, cos, sin] {
+            t.check_float(OP)?;
+            self.check_same_device(OP, t)?;
+        }
+        let dim = match self.shape().last() {
+            Some(&d) if d % 2 == 0 => d,
+            _ => {
+                return Err(Error::invalid(
+                    OP,
+                    format!(
+                        "x needs an even last dim to rotate in halves; got shape {:?}",
+                        self.shape()
+                    ),
+                ))
+            }
+        };
+        let shape = self.shape().to_vec();
+        let (cos_b, sin_b) = (cos.broadcast_to(&shape)?, sin.broadcast_to(&shape)?);
+        let tables_need_grad = is_grad_enabled() && (cos.requires_grad() || sin.requires_grad());
+        if matches!(self.device(), crate::Device::Cuda(_)) && self.rank() <= 4 && !tables_need_grad
+        {
+            let f32_table = |t: &Tensor| no_grad(|| t.to_dtype(DType::F32)?.broadcast_to(&shape));
+            return fused(self, f32_table(cos)?, f32_table(sin)?);
+        }
+        let half = dim / 2;
+        let first = self.narrow(-1, 0, half)?;
+        let second = self.narrow(-1, half, half)?;
+        let rotated = Tensor::cat(&[second.neg()?, first], -1)?;
+        let dtype = self.dtype();
+        self.mul(&cos_b.to_dtype(dtype)?)?
+            .add(&rotated.mul(&sin_b.to_dtype(dtype)?)?)
+    }
+}
+
+/// A layout as [n0, n1, n2, dim] (leading 1s added) with its first three strides.
+fn as_4d(l: &Layout) -> ([usize; 4], [usize; 3]) {
+    let r = l.rank();
+    let (mut dims, mut strides) = ([1usize; 4], [0usize; 4]);
+    for i in 0..r {
+        dims[4 - r + i] = l.shape()[i];
+        strides[4 - r + i] = l.strides()[i];
+    }
+    (dims, [strides[0], strides[1], strides[2]])
+}
+
+/// The kernel's view of `t` in storage `s`.
+fn view<'a>(t: &Tensor, s: &'a CudaStorage) -> View<'a> {
+    View {
+        storage: s,
+        offset: t.layout().offset(),
+        strides: as_4d(t.layout()).1,
+    }
+}
+
+fn cuda_of(s: &Storage) -> Result<&CudaStorage> {
+    match s {
+        Storage::Cuda(c) => Ok(c),
+        Storage::Cpu(_) => Err(Error::invalid(OP, "operands on different backends")),
+    }
+}
+
+/// One kernel pass over x (last dim made contiguous first if it is not), out in x's dim order.
+fn run(x: &Tensor, cos: &Tensor, sin: &Tensor, inverse: bool) -> Result<Tensor> {
+    let x = if x.layout().strides().last() == Some(&1) {
+        x.clone()
+    } else {
+        no_grad(|| x.contiguous())?
+    };
+    let out = x.layout().dense_like();
+    let (dims, _) = as_4d(x.layout());
+    let (_, ys) = as_4d(&out);
+    let y = {
+        let (xg, cg, sg) = (x.storage(), cos.storage(), sin.storage());
+        let (xv, cv, sv) = (
+            view(&x, cuda_of(&xg)?),
+            view(cos, cuda_of(&cg)?),
+            view(sin, cuda_of(&sg)?),
+        );
+        cuda::rope(xv, cv, sv, dims, (ys, out.numel()), inverse)?
+    };
+    Tensor::from_storage_in(Storage::Cuda(y), out)
+}
+
+fn fused(x: &Tensor, cos: Tensor, sin: Tensor) -> Result<Tensor> {
+    if cos.layout().strides().last() != Some(&1) || sin.layout().strides().last() != Some(&1) {
+        // A table whose last dim is strided (or broadcast): give the kernel dense rows.
+        let (c, s) = no_grad(|| Ok::<_, Error>((cos.contiguous()?, sin.contiguous()?)))?;
+        return fused(x, c, s);
+    }
+    let y = run(x, &cos, &sin, false)?;
+    Ok(y.recorded(&[x], move || {
+        backward_fn(OP, move |g, needs| {
+            let dx = match needs[0] {
+                true => Some(run(g, &cos, &sin, true)?),
+                false => None,
+            };
+            Ok(vec![dx])
+        })
+    }))
+}

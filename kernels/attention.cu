@@ -1,0 +1,514 @@
+// Fused scaled-dot-product attention for BF16 and F16 with head dims 64 and 128, in the
+// flash-attention manner: the [queries, keys] score matrix never reaches memory. Tensor-core
+// products through mma.sync m16n8k16 (FP32 accumulation), tiles staged in shared memory by
+// cp.async and read with ldmatrix.
+//
+// Views: element (b, h, t, d) of q, k, v, o and the gradients lives at
+// b * sb + h * sh + t * st + d (the last dim is contiguous, rows are 16-byte aligned; the host
+// checks both). Grouped-query attention: query head h reads key/value head h / (heads / kv_heads).
+// Causal: query i sees keys j <= i + (tk - tq), the last query seeing every key.
+//
+// Forward: a block owns 64 queries of one (batch, head); 4 warps own 16 rows each and walk the
+// keys in tiles of 64 with an online softmax in the base-2 domain. It also writes each row's
+// log-sum-exp (base 2, of the scaled scores) for the backward.
+// Backward, without atomics (deterministic): `attn_bwd_dot` computes D_i = sum_d dO_id * O_id;
+// `attn_bwd_kv` owns 64 keys of one kv head and walks every query tile of every query head in
+// its group, accumulating dK and dV in registers; `attn_bwd_q` owns 64 queries and walks their
+// key tiles for dQ. The two recompute the probabilities from the saved log-sum-exp.
+
+#define ATT_TILE 64
+#define ATT_THREADS 128
+
+struct AttnView {
+    i64 sb, sh, st;
+};
+
+struct AttnShape {
+    int batch, heads, kv_heads, tq, tk, causal;
+    float scale;      // the softmax scale, applied to q . k
+    float scale_log2; // scale * log2(e)
+};
+
+// ----- tensor-core and copy primitives -----
+
+template <class T> struct Mma;
+template <> struct Mma<bf16> {
+    static __device__ __forceinline__ void run(float* c, const u32* a, u32 b0, u32 b1) {
+        asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+                     : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+    }
+    static __device__ __forceinline__ u32 pack(float lo, float hi) {
+        __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+        return *(u32*)&v;
+    }
+    static __device__ __forceinline__ float2 unpack(u32 v) {
+        return __bfloat1622float2(*(__nv_bfloat162*)&v);
+    }
+};
+template <> struct Mma<f16> {
+    static __device__ __forceinline__ void run(float* c, const u32* a, u32 b0, u32 b1) {
+        asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+                     : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+    }
+    static __device__ __forceinline__ u32 pack(float lo, float hi) {
+        __half2 v = __floats2half2_rn(lo, hi);
+        return *(u32*)&v;
+    }
+    static __device__ __forceinline__ float2 unpack(u32 v) { return __half22float2(*(__half2*)&v); }
+};
+
+__device__ __forceinline__ void ldsm_x4(u32* r, const void* p) {
+    u32 a = (u32)__cvta_generic_to_shared(p);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(a));
+}
+
+__device__ __forceinline__ void ldsm_x4_trans(u32* r, const void* p) {
+    u32 a = (u32)__cvta_generic_to_shared(p);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(a));
+}
+
+// 16 bytes global -> shared without passing through registers; `valid` false writes zeros.
+__device__ __forceinline__ void cp_async16(void* dst, const void* src, bool valid) {
+    u32 s = (u32)__cvta_generic_to_shared(dst);
+    int n = valid ? 16 : 0;
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(src), "r"(n));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N> __device__ __forceinline__ void cp_async_wait() {
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+
+__device__ __forceinline__ float fast_exp2(float x) {
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
+}
+
+// A tile is 64 rows of D elements; its 16-byte chunks are XOR-swizzled by row so that the eight
+// rows an ldmatrix reads at one column land in eight different bank groups.
+template <int D> __device__ __forceinline__ int swz(int row, int chunk) {
+    return row * D + ((chunk ^ (row & 7)) << 3);
+}
+
+// Rows [0, valid) of a tile from `g` (row stride `st`); rows past `valid` are zero-filled.
+// `safe` is any readable address, used as the source of the zero-filled chunks.
+template <int D, class T>
+__device__ __forceinline__ void load_tile(T* sm, const T* g, i64 st, int valid, const T* safe) {
+    constexpr int CH = D / 8;
+    for (int i = threadIdx.x; i < ATT_TILE * CH; i += ATT_THREADS) {
+        int r = i / CH, c = i % CH;
+        bool ok = r < valid;
+        cp_async16(sm + swz<D>(r, c), ok ? g + r * st + c * 8 : safe, ok);
+    }
+}
+
+// A-operand fragments (16 rows from `row0`, k-step kk) of a swizzled tile.
+template <int D, class T> __device__ __forceinline__ void load_a(u32* a, const T* sm, int row0, int kk) {
+    int lane = threadIdx.x & 31;
+    ldsm_x4(a, sm + swz<D>(row0 + (lane & 15), kk * 2 + (lane >> 4)));
+}
+
+// B-operand fragments of two n-tiles (rows n0 .. n0 + 15 of a tile stored [n][k]), k-step kk:
+// {r[0], r[1]} for n-tile n0 / 8, {r[2], r[3]} for the next.
+template <int D, class T> __device__ __forceinline__ void load_b(u32* r, const T* sm, int n0, int kk) {
+    int lane = threadIdx.x & 31;
+    ldsm_x4(r, sm + swz<D>(n0 + (lane & 7) + ((lane >> 4) << 3), kk * 2 + ((lane >> 3) & 1)));
+}
+
+// B-operand fragments from a tile stored [k][n] (rows k0 .. k0 + 15), n columns n0 .. n0 + 15.
+template <int D, class T> __device__ __forceinline__ void load_b_trans(u32* r, const T* sm, int k0, int n0) {
+    int lane = threadIdx.x & 31;
+    ldsm_x4_trans(r, sm + swz<D>(k0 + (lane & 7) + (((lane >> 3) & 1) << 3), (n0 >> 3) + (lane >> 4)));
+}
+
+// C[16 x 64] += A[16 x D] * B^T where B is a [64][D] tile in shared memory.
+template <int D, class T> __device__ __forceinline__ void mma_abt(float (*c)[4], const u32 (*a)[4], const T* sm) {
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk) {
+#pragma unroll
+        for (int np = 0; np < ATT_TILE / 16; ++np) {
+            u32 b[4];
+            load_b<D>(b, sm, np * 16, kk);
+            Mma<T>::run(c[2 * np], a[kk], b[0], b[1]);
+            Mma<T>::run(c[2 * np + 1], a[kk], b[2], b[3]);
+        }
+    }
+}
+
+// C[16 x D] += P[16 x 64] * B where P is held as accumulator fragments (rounded to T here) and
+// B is a [64][D] tile in shared memory.
+template <int D, class T> __device__ __forceinline__ void mma_pb(float (*c)[4], const float (*p)[4], const T* sm) {
+#pragma unroll
+    for (int kq = 0; kq < ATT_TILE / 16; ++kq) {
+        u32 a[4] = {Mma<T>::pack(p[2 * kq][0], p[2 * kq][1]), Mma<T>::pack(p[2 * kq][2], p[2 * kq][3]),
+                    Mma<T>::pack(p[2 * kq + 1][0], p[2 * kq + 1][1]), Mma<T>::pack(p[2 * kq + 1][2], p[2 * kq + 1][3])};
+#pragma unroll
+        for (int dp = 0; dp < D / 16; ++dp) {
+            u32 b[4];
+            load_b_trans<D>(b, sm, kq * 16, dp * 16);
+            Mma<T>::run(c[2 * dp], a, b[0], b[1]);
+            Mma<T>::run(c[2 * dp + 1], a, b[2], b[3]);
+        }
+    }
+}
+
+// Writes rows `row` and `row + 8` (accumulator halves 0 and 1) of a [16 x D] accumulator, scaled.
+template <int D, class T>
+__device__ __forceinline__ void store_rows(T* base, i64 st, int row, int limit, const float (*c)[4], float s0, float s1) {
+    int t4 = threadIdx.x & 3;
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+        int r = row + half * 8;
+        if (r >= limit) continue;
+        float s = half ? s1 : s0;
+        T* p = base + r * st + 2 * t4;
+#pragma unroll
+        for (int dn = 0; dn < D / 8; ++dn) *(u32*)(p + dn * 8) = Mma<T>::pack(c[dn][2 * half] * s, c[dn][2 * half + 1] * s);
+    }
+}
+
+__device__ __forceinline__ float quad_max(float x) {
+    x = fmaxf(x, __shfl_xor_sync(0xffffffff, x, 1));
+    return fmaxf(x, __shfl_xor_sync(0xffffffff, x, 2));
+}
+__device__ __forceinline__ float quad_sum(float x) {
+    x += __shfl_xor_sync(0xffffffff, x, 1);
+    return x + __shfl_xor_sync(0xffffffff, x, 2);
+}
+
+// Keys a block of queries [q0, q0 + 64) needs: [0, end).
+__device__ __forceinline__ int key_end(const AttnShape& s, int q0) {
+    return s.causal ? min(s.tk, q0 + ATT_TILE + s.tk - s.tq) : s.tk;
+}
+
+// ----- forward -----
+
+template <class T, int D>
+__device__ void attn_fwd(const T* q, AttnView qv, const T* k, AttnView kv, const T* v, AttnView vv, T* o,
+                         AttnView ov, float* lse, AttnShape s) {
+    __shared__ __align__(128) T sq[ATT_TILE * D];
+    __shared__ __align__(128) T sk[ATT_TILE * D];
+    __shared__ __align__(128) T sv[ATT_TILE * D];
+    const int nqb = (s.tq + ATT_TILE - 1) / ATT_TILE;
+    const int q0 = (nqb - 1 - (int)blockIdx.x) * ATT_TILE; // the longest (causal) blocks first
+    const int h = blockIdx.y, b = blockIdx.z, hk = h / (s.heads / s.kv_heads);
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t4 = lane & 3;
+    const T* qb = q + b * qv.sb + h * qv.sh;
+    const T* kb = k + b * kv.sb + hk * kv.sh;
+    const T* vb = v + b * vv.sb + hk * vv.sh;
+    const int kend = key_end(s, q0);
+    const int nkb = kend > 0 ? (kend + ATT_TILE - 1) / ATT_TILE : 0;
+
+    load_tile<D>(sq, qb + q0 * qv.st, qv.st, s.tq - q0, q);
+    cp_async_commit();
+    if (nkb > 0) load_tile<D>(sk, kb, kv.st, s.tk, k);
+    cp_async_commit();
+    if (nkb > 0) load_tile<D>(sv, vb, vv.st, s.tk, v);
+    cp_async_commit();
+    cp_async_wait<2>();
+    __syncthreads();
+    u32 qf[D / 16][4];
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk) load_a<D>(qf[kk], sq, warp * 16, kk);
+
+    float acc[D / 8][4];
+#pragma unroll
+    for (int i = 0; i < D / 8; ++i) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.f;
+    float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
+    const int row0 = q0 + warp * 16 + g;
+    const int off = s.tk - s.tq;
+
+    for (int j = 0; j < nkb; ++j) {
+        const int k0 = j * ATT_TILE;
+        cp_async_wait<1>();
+        __syncthreads();
+        float sc[ATT_TILE / 8][4];
+#pragma unroll
+        for (int i = 0; i < ATT_TILE / 8; ++i) sc[i][0] = sc[i][1] = sc[i][2] = sc[i][3] = 0.f;
+        mma_abt<D>(sc, qf, sk);
+        __syncthreads();
+        if (j + 1 < nkb) load_tile<D>(sk, kb + (k0 + ATT_TILE) * kv.st, kv.st, s.tk - k0 - ATT_TILE, k);
+        cp_async_commit();
+
+        const bool edge = k0 + ATT_TILE > s.tk || (s.causal && k0 + ATT_TILE - 1 > q0 + warp * 16 + off);
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+            const int row = row0 + half * 8;
+            float mx = m[half];
+#pragma unroll
+            for (int n = 0; n < ATT_TILE / 8; ++n) {
+#pragma unroll
+                for (int e = 0; e < 2; ++e) {
+                    float x = sc[n][2 * half + e] * s.scale_log2;
+                    if (edge) {
+                        int key = k0 + n * 8 + 2 * t4 + e;
+                        if (key >= s.tk || (s.causal && key > row + off)) x = -INFINITY;
+                    }
+                    sc[n][2 * half + e] = x;
+                    mx = fmaxf(mx, x);
+                }
+            }
+            mx = quad_max(mx);
+            const float base = mx == -INFINITY ? 0.f : mx;
+            const float corr = fast_exp2(m[half] - base);
+            m[half] = mx;
+            float sum = 0.f;
+#pragma unroll
+            for (int n = 0; n < ATT_TILE / 8; ++n) {
+#pragma unroll
+                for (int e = 0; e < 2; ++e) {
+                    float p = fast_exp2(sc[n][2 * half + e] - base);
+                    sc[n][2 * half + e] = p;
+                    sum += p;
+                }
+            }
+            l[half] = l[half] * corr + sum;
+#pragma unroll
+            for (int dn = 0; dn < D / 8; ++dn) {
+                acc[dn][2 * half] *= corr;
+                acc[dn][2 * half + 1] *= corr;
+            }
+        }
+
+        cp_async_wait<1>();
+        __syncthreads();
+        mma_pb<D>(acc, sc, sv);
+        __syncthreads();
+        if (j + 1 < nkb) load_tile<D>(sv, vb + (k0 + ATT_TILE) * vv.st, vv.st, s.tk - k0 - ATT_TILE, v);
+        cp_async_commit();
+    }
+    cp_async_wait<0>();
+
+    float inv[2];
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+        l[half] = quad_sum(l[half]);
+        inv[half] = l[half] > 0.f ? 1.f / l[half] : 0.f;
+        const int row = row0 + half * 8;
+        if (t4 == 0 && row < s.tq)
+            lse[((i64)b * s.heads + h) * s.tq + row] = l[half] > 0.f ? m[half] + __log2f(l[half]) : INFINITY;
+    }
+    store_rows<D>(o + b * ov.sb + h * ov.sh, ov.st, row0, s.tq, acc, inv[0], inv[1]);
+}
+
+// ----- backward -----
+
+// dd[b, h, i] = sum_d dO[b, h, i, d] * O[b, h, i, d], D / 8 lanes a row, 16 bytes each.
+template <class T, int D>
+__device__ void attn_bwd_dot(const T* o, AttnView ov, const T* dout, AttnView dv, float* dd, AttnShape s) {
+    constexpr int LANES = D / 8;
+    const i64 rows = (i64)s.batch * s.heads * s.tq;
+    const i64 tid = (i64)blockIdx.x * blockDim.x + threadIdx.x;
+    const i64 r = tid / LANES;
+    const int c = tid % LANES;
+    float acc = 0.f;
+    if (r < rows) {
+        const i64 i = r % s.tq, h = (r / s.tq) % s.heads, b = r / ((i64)s.tq * s.heads);
+        uint4 x = *(const uint4*)(o + b * ov.sb + h * ov.sh + i * ov.st + c * 8);
+        uint4 y = *(const uint4*)(dout + b * dv.sb + h * dv.sh + i * dv.st + c * 8);
+        const u32* xa = (const u32*)&x;
+        const u32* ya = (const u32*)&y;
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+            float2 p = Mma<T>::unpack(xa[e]), q = Mma<T>::unpack(ya[e]);
+            acc += p.x * q.x + p.y * q.y;
+        }
+    }
+#pragma unroll
+    for (int w = LANES / 2; w > 0; w /= 2) acc += __shfl_xor_sync(0xffffffff, acc, w);
+    if (r < rows && c == 0) dd[r] = acc;
+}
+
+// dK and dV for 64 keys of one kv head, summed over the query heads of its group.
+template <class T, int D>
+__device__ void attn_bwd_kv(const T* q, AttnView qv, const T* k, AttnView kv, const T* v, AttnView vv, const T* dout,
+                            AttnView dov, const float* lse, const float* dd, T* dk, AttnView dkv, T* dvv_, AttnView dvv,
+                            AttnShape s) {
+    __shared__ __align__(128) T sq[ATT_TILE * D];
+    __shared__ __align__(128) T sdo[ATT_TILE * D];
+    __shared__ float slse[ATT_TILE], sdd[ATT_TILE];
+    const int k0 = blockIdx.x * ATT_TILE, hk = blockIdx.y, b = blockIdx.z;
+    const int group = s.heads / s.kv_heads;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t4 = lane & 3;
+    const int off = s.tk - s.tq;
+
+    // This warp's 16 keys and values as A fragments, staged through the query tiles' memory.
+    load_tile<D>(sq, k + b * kv.sb + hk * kv.sh + k0 * kv.st, kv.st, s.tk - k0, k);
+    load_tile<D>(sdo, v + b * vv.sb + hk * vv.sh + k0 * vv.st, vv.st, s.tk - k0, v);
+    cp_async_commit();
+    cp_async_wait<0>();
+    __syncthreads();
+    u32 kf[D / 16][4], vf[D / 16][4];
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk) {
+        load_a<D>(kf[kk], sq, warp * 16, kk);
+        load_a<D>(vf[kk], sdo, warp * 16, kk);
+    }
+    __syncthreads();
+
+    float dka[D / 8][4], dva[D / 8][4];
+#pragma unroll
+    for (int i = 0; i < D / 8; ++i)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) dka[i][e] = dva[i][e] = 0.f;
+    const int key0 = k0 + warp * 16 + g;
+    const int first = s.causal ? max(0, k0 - off) / ATT_TILE : 0;
+    const int nqb = (s.tq + ATT_TILE - 1) / ATT_TILE;
+
+    for (int hh = 0; hh < group; ++hh) {
+        const int h = hk * group + hh;
+        const T* qb = q + b * qv.sb + h * qv.sh;
+        const T* db = dout + b * dov.sb + h * dov.sh;
+        const i64 row_base = ((i64)b * s.heads + h) * s.tq;
+        for (int qi = first; qi < nqb; ++qi) {
+            const int q0 = qi * ATT_TILE;
+            load_tile<D>(sq, qb + q0 * qv.st, qv.st, s.tq - q0, q);
+            load_tile<D>(sdo, db + q0 * dov.st, dov.st, s.tq - q0, dout);
+            cp_async_commit();
+            if (threadIdx.x < ATT_TILE) {
+                const int i = q0 + threadIdx.x;
+                slse[threadIdx.x] = i < s.tq ? lse[row_base + i] : INFINITY;
+                sdd[threadIdx.x] = i < s.tq ? dd[row_base + i] : 0.f;
+            }
+            cp_async_wait<0>();
+            __syncthreads();
+
+            // P^T = exp2(K Q^T * scale - lse): rows are keys, columns queries.
+            float pt[ATT_TILE / 8][4], dpt[ATT_TILE / 8][4];
+#pragma unroll
+            for (int i = 0; i < ATT_TILE / 8; ++i)
+#pragma unroll
+                for (int e = 0; e < 4; ++e) pt[i][e] = dpt[i][e] = 0.f;
+            mma_abt<D>(pt, kf, sq);
+            mma_abt<D>(dpt, vf, sdo);
+            const bool edge = s.causal && k0 + ATT_TILE - 1 > q0 + off;
+#pragma unroll
+            for (int n = 0; n < ATT_TILE / 8; ++n) {
+#pragma unroll
+                for (int e = 0; e < 4; ++e) {
+                    const int col = n * 8 + 2 * t4 + (e & 1);
+                    float p = fast_exp2(pt[n][e] * s.scale_log2 - slse[col]);
+                    if (edge && key0 + (e >> 1) * 8 > q0 + col + off) p = 0.f;
+                    pt[n][e] = p;
+                }
+            }
+            mma_pb<D>(dva, pt, sdo);
+#pragma unroll
+            for (int n = 0; n < ATT_TILE / 8; ++n)
+#pragma unroll
+                for (int e = 0; e < 4; ++e) pt[n][e] *= dpt[n][e] - sdd[n * 8 + 2 * t4 + (e & 1)];
+            mma_pb<D>(dka, pt, sq);
+            __syncthreads();
+        }
+    }
+    store_rows<D>(dk + b * dkv.sb + hk * dkv.sh, dkv.st, key0, s.tk, dka, s.scale, s.scale);
+    store_rows<D>(dvv_ + b * dvv.sb + hk * dvv.sh, dvv.st, key0, s.tk, dva, 1.f, 1.f);
+}
+
+// dQ for 64 queries of one head.
+template <class T, int D>
+__device__ void attn_bwd_q(const T* q, AttnView qv, const T* k, AttnView kv, const T* v, AttnView vv, const T* dout,
+                           AttnView dov, const float* lse, const float* dd, T* dq, AttnView dqv, AttnShape s) {
+    __shared__ __align__(128) T sk[ATT_TILE * D];
+    __shared__ __align__(128) T sv[ATT_TILE * D];
+    const int nqb = (s.tq + ATT_TILE - 1) / ATT_TILE;
+    const int q0 = (nqb - 1 - (int)blockIdx.x) * ATT_TILE;
+    const int h = blockIdx.y, b = blockIdx.z, hk = h / (s.heads / s.kv_heads);
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t4 = lane & 3;
+    const int off = s.tk - s.tq;
+    const T* kb = k + b * kv.sb + hk * kv.sh;
+    const T* vb = v + b * vv.sb + hk * vv.sh;
+
+    load_tile<D>(sk, q + b * qv.sb + h * qv.sh + q0 * qv.st, qv.st, s.tq - q0, q);
+    load_tile<D>(sv, dout + b * dov.sb + h * dov.sh + q0 * dov.st, dov.st, s.tq - q0, dout);
+    cp_async_commit();
+    cp_async_wait<0>();
+    __syncthreads();
+    u32 qf[D / 16][4], df[D / 16][4];
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk) {
+        load_a<D>(qf[kk], sk, warp * 16, kk);
+        load_a<D>(df[kk], sv, warp * 16, kk);
+    }
+    __syncthreads();
+
+    const int row0 = q0 + warp * 16 + g;
+    const i64 row_base = ((i64)b * s.heads + h) * s.tq;
+    float lr[2], dr[2];
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+        const int row = row0 + half * 8;
+        lr[half] = row < s.tq ? lse[row_base + row] : INFINITY;
+        dr[half] = row < s.tq ? dd[row_base + row] : 0.f;
+    }
+    float dqa[D / 8][4];
+#pragma unroll
+    for (int i = 0; i < D / 8; ++i) dqa[i][0] = dqa[i][1] = dqa[i][2] = dqa[i][3] = 0.f;
+    const int kend = key_end(s, q0);
+    const int nkb = kend > 0 ? (kend + ATT_TILE - 1) / ATT_TILE : 0;
+
+    for (int j = 0; j < nkb; ++j) {
+        const int k0 = j * ATT_TILE;
+        load_tile<D>(sk, kb + k0 * kv.st, kv.st, s.tk - k0, k);
+        load_tile<D>(sv, vb + k0 * vv.st, vv.st, s.tk - k0, v);
+        cp_async_commit();
+        cp_async_wait<0>();
+        __syncthreads();
+        float p[ATT_TILE / 8][4], dp[ATT_TILE / 8][4];
+#pragma unroll
+        for (int i = 0; i < ATT_TILE / 8; ++i)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) p[i][e] = dp[i][e] = 0.f;
+        mma_abt<D>(p, qf, sk);
+        mma_abt<D>(dp, df, sv);
+        const bool edge = k0 + ATT_TILE > s.tk || (s.causal && k0 + ATT_TILE - 1 > q0 + warp * 16 + off);
+#pragma unroll
+        for (int n = 0; n < ATT_TILE / 8; ++n) {
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                const int half = e >> 1;
+                float pv = fast_exp2(p[n][e] * s.scale_log2 - lr[half]);
+                if (edge) {
+                    const int key = k0 + n * 8 + 2 * t4 + (e & 1);
+                    if (key >= s.tk || (s.causal && key > row0 + half * 8 + off)) pv = 0.f;
+                }
+                p[n][e] = pv * (dp[n][e] - dr[half]);
+            }
+        }
+        mma_pb<D>(dqa, p, sk);
+        __syncthreads();
+    }
+    store_rows<D>(dq + b * dqv.sb + h * dqv.sh, dqv.st, row0, s.tq, dqa, s.scale, s.scale);
+}
+
+#define RB_ATTENTION(name, T, D)                                                                                     \
+    extern "C" __global__ void __launch_bounds__(ATT_THREADS) attn_fwd_##name##_##D(                                 \
+        const T* q, AttnView qv, const T* k, AttnView kv, const T* v, AttnView vv, T* o, AttnView ov, float* lse,    \
+        AttnShape s) {                                                                                               \
+        attn_fwd<T, D>(q, qv, k, kv, v, vv, o, ov, lse, s);                                                          \
+    }                                                                                                                \
+    extern "C" __global__ void attn_bwd_dot_##name##_##D(const T* o, AttnView ov, const T* dout, AttnView dv,        \
+                                                         float* dd, AttnShape s) {                                   \
+        attn_bwd_dot<T, D>(o, ov, dout, dv, dd, s);                                                                  \
+    }                                                                                                                \
+    extern "C" __global__ void __launch_bounds__(ATT_THREADS) attn_bwd_kv_##name##_##D(                              \
+        const T* q, AttnView qv, const T* k, AttnView kv, const T* v, AttnView vv, const T* dout, AttnView dov,      \
+        const float* lse, const float* dd, T* dk, AttnView dkv, T* dv, AttnView dvv, AttnShape s) {                  \
+        attn_bwd_kv<T, D>(q, qv, k, kv, v, vv, dout, dov, lse, dd, dk, dkv, dv, dvv, s);                             \
+    }                                                                                                                \
+    extern "C" __global__ void __launch_bounds__(ATT_THREADS) attn_bwd_q_##name##_##D(                               \
+        const T* q, AttnView qv, const T* k, AttnView kv, const T* v, AttnView vv, const T* dout, AttnView dov,      \
+        const float* lse, const float* dd, T* dq, AttnView dqv, AttnShape s) {                                       \
+        attn_bwd_q<T, D>(q, qv, k, kv, v, vv, dout, dov, lse, dd, dq, dqv, s);                                       \
+    }
+
+RB_ATTENTION(bf16, bf16, 64)
+RB_ATTENTION(bf16, bf16, 128)
+RB_ATTENTION(f16, f16, 64)
+RB_ATTENTION(f16, f16, 128)
