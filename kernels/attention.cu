@@ -325,30 +325,35 @@ __device__ void attn_bwd_dot(const T* o, AttnView ov, const T* dout, AttnView dv
     if (r < rows && c == 0) dd[r] = acc;
 }
 
+// Tiles the backward kernels keep in flight: two (the next loads while this one computes) where
+// they fit in the 48 KB of static shared memory.
+template <int D> struct BwdBuffers { static constexpr int N = D == 64 ? 2 : 1; };
+
 // dK and dV for 64 keys of one kv head, summed over the query heads of its group.
 template <class T, int D>
 __device__ void attn_bwd_kv(const T* q, AttnView qv, const T* k, AttnView kv, const T* v, AttnView vv, const T* dout,
                             AttnView dov, const float* lse, const float* dd, T* dk, AttnView dkv, T* dvv_, AttnView dvv,
                             AttnShape s) {
-    __shared__ __align__(128) T sq[ATT_TILE * D];
-    __shared__ __align__(128) T sdo[ATT_TILE * D];
-    __shared__ float slse[ATT_TILE], sdd[ATT_TILE];
+    constexpr int NB = BwdBuffers<D>::N;
+    __shared__ __align__(128) T sq[NB][ATT_TILE * D];
+    __shared__ __align__(128) T sdo[NB][ATT_TILE * D];
+    __shared__ float slse[NB][ATT_TILE], sdd[NB][ATT_TILE];
     const int k0 = blockIdx.x * ATT_TILE, hk = blockIdx.y, b = blockIdx.z;
     const int group = s.heads / s.kv_heads;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t4 = lane & 3;
     const int off = s.tk - s.tq;
 
     // This warp's 16 keys and values as A fragments, staged through the query tiles' memory.
-    load_tile<D>(sq, k + b * kv.sb + hk * kv.sh + k0 * kv.st, kv.st, s.tk - k0, k);
-    load_tile<D>(sdo, v + b * vv.sb + hk * vv.sh + k0 * vv.st, vv.st, s.tk - k0, v);
+    load_tile<D>(sq[0], k + b * kv.sb + hk * kv.sh + k0 * kv.st, kv.st, s.tk - k0, k);
+    load_tile<D>(sdo[0], v + b * vv.sb + hk * vv.sh + k0 * vv.st, vv.st, s.tk - k0, v);
     cp_async_commit();
     cp_async_wait<0>();
     __syncthreads();
     u32 kf[D / 16][4], vf[D / 16][4];
 #pragma unroll
     for (int kk = 0; kk < D / 16; ++kk) {
-        load_a<D>(kf[kk], sq, warp * 16, kk);
-        load_a<D>(vf[kk], sdo, warp * 16, kk);
+        load_a<D>(kf[kk], sq[0], warp * 16, kk);
+        load_a<D>(vf[kk], sdo[0], warp * 16, kk);
     }
     __syncthreads();
 
@@ -360,52 +365,61 @@ __device__ void attn_bwd_kv(const T* q, AttnView qv, const T* k, AttnView kv, co
     const int key0 = k0 + warp * 16 + g;
     const int first = s.causal ? max(0, k0 - off) / ATT_TILE : 0;
     const int nqb = (s.tq + ATT_TILE - 1) / ATT_TILE;
+    const int per_head = nqb - first, steps = group * per_head;
 
-    for (int hh = 0; hh < group; ++hh) {
-        const int h = hk * group + hh;
-        const T* qb = q + b * qv.sb + h * qv.sh;
-        const T* db = dout + b * dov.sb + h * dov.sh;
-        const i64 row_base = ((i64)b * s.heads + h) * s.tq;
-        for (int qi = first; qi < nqb; ++qi) {
-            const int q0 = qi * ATT_TILE;
-            load_tile<D>(sq, qb + q0 * qv.st, qv.st, s.tq - q0, q);
-            load_tile<D>(sdo, db + q0 * dov.st, dov.st, s.tq - q0, dout);
-            cp_async_commit();
-            if (threadIdx.x < ATT_TILE) {
-                const int i = q0 + threadIdx.x;
-                slse[threadIdx.x] = i < s.tq ? lse[row_base + i] : INFINITY;
-                sdd[threadIdx.x] = i < s.tq ? dd[row_base + i] : 0.f;
-            }
-            cp_async_wait<0>();
-            __syncthreads();
-
-            // P^T = exp2(K Q^T * scale - lse): rows are keys, columns queries.
-            float pt[ATT_TILE / 8][4], dpt[ATT_TILE / 8][4];
-#pragma unroll
-            for (int i = 0; i < ATT_TILE / 8; ++i)
-#pragma unroll
-                for (int e = 0; e < 4; ++e) pt[i][e] = dpt[i][e] = 0.f;
-            mma_abt<D>(pt, kf, sq);
-            mma_abt<D>(dpt, vf, sdo);
-            const bool edge = s.causal && k0 + ATT_TILE - 1 > q0 + off;
-#pragma unroll
-            for (int n = 0; n < ATT_TILE / 8; ++n) {
-#pragma unroll
-                for (int e = 0; e < 4; ++e) {
-                    const int col = n * 8 + 2 * t4 + (e & 1);
-                    float p = fast_exp2(pt[n][e] * s.scale_log2 - slse[col]);
-                    if (edge && key0 + (e >> 1) * 8 > q0 + col + off) p = 0.f;
-                    pt[n][e] = p;
-                }
-            }
-            mma_pb<D>(dva, pt, sdo);
-#pragma unroll
-            for (int n = 0; n < ATT_TILE / 8; ++n)
-#pragma unroll
-                for (int e = 0; e < 4; ++e) pt[n][e] *= dpt[n][e] - sdd[n * 8 + 2 * t4 + (e & 1)];
-            mma_pb<D>(dka, pt, sq);
-            __syncthreads();
+    // Starts the loads of step `it` (query head, query tile) into buffer `buf`.
+    auto issue = [&](int it, int buf) {
+        const int h = hk * group + it / per_head, q0 = (first + it % per_head) * ATT_TILE;
+        load_tile<D>(sq[buf], q + b * qv.sb + h * qv.sh + q0 * qv.st, qv.st, s.tq - q0, q);
+        load_tile<D>(sdo[buf], dout + b * dov.sb + h * dov.sh + q0 * dov.st, dov.st, s.tq - q0, dout);
+        cp_async_commit();
+        if (threadIdx.x < ATT_TILE) {
+            const int i = q0 + threadIdx.x;
+            const i64 row = ((i64)b * s.heads + h) * s.tq + i;
+            slse[buf][threadIdx.x] = i < s.tq ? lse[row] : INFINITY;
+            sdd[buf][threadIdx.x] = i < s.tq ? dd[row] : 0.f;
         }
+    };
+    if (steps > 0) issue(0, 0);
+
+    for (int it = 0; it < steps; ++it) {
+        const int buf = NB == 2 ? it & 1 : 0;
+        const int q0 = (first + it % per_head) * ATT_TILE;
+        if (NB == 2 && it + 1 < steps) {
+            issue(it + 1, buf ^ 1);
+            cp_async_wait<1>();
+        } else {
+            cp_async_wait<0>();
+        }
+        __syncthreads();
+
+        // P^T = exp2(K Q^T * scale - lse): rows are keys, columns queries.
+        float pt[ATT_TILE / 8][4], dpt[ATT_TILE / 8][4];
+#pragma unroll
+        for (int i = 0; i < ATT_TILE / 8; ++i)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) pt[i][e] = dpt[i][e] = 0.f;
+        mma_abt<D>(pt, kf, sq[buf]);
+        mma_abt<D>(dpt, vf, sdo[buf]);
+        const bool edge = s.causal && k0 + ATT_TILE - 1 > q0 + off;
+#pragma unroll
+        for (int n = 0; n < ATT_TILE / 8; ++n) {
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                const int col = n * 8 + 2 * t4 + (e & 1);
+                float p = fast_exp2(pt[n][e] * s.scale_log2 - slse[buf][col]);
+                if (edge && key0 + (e >> 1) * 8 > q0 + col + off) p = 0.f;
+                pt[n][e] = p;
+            }
+        }
+        mma_pb<D>(dva, pt, sdo[buf]);
+#pragma unroll
+        for (int n = 0; n < ATT_TILE / 8; ++n)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) pt[n][e] *= dpt[n][e] - sdd[buf][n * 8 + 2 * t4 + (e & 1)];
+        mma_pb<D>(dka, pt, sq[buf]);
+        __syncthreads();
+        if (NB == 1 && it + 1 < steps) issue(it + 1, 0);
     }
     store_rows<D>(dk + b * dkv.sb + hk * dkv.sh, dkv.st, key0, s.tk, dka, s.scale, s.scale);
     store_rows<D>(dvv_ + b * dvv.sb + hk * dvv.sh, dvv.st, key0, s.tk, dva, 1.f, 1.f);
@@ -415,8 +429,9 @@ __device__ void attn_bwd_kv(const T* q, AttnView qv, const T* k, AttnView kv, co
 template <class T, int D>
 __device__ void attn_bwd_q(const T* q, AttnView qv, const T* k, AttnView kv, const T* v, AttnView vv, const T* dout,
                            AttnView dov, const float* lse, const float* dd, T* dq, AttnView dqv, AttnShape s) {
-    __shared__ __align__(128) T sk[ATT_TILE * D];
-    __shared__ __align__(128) T sv[ATT_TILE * D];
+    constexpr int NB = BwdBuffers<D>::N;
+    __shared__ __align__(128) T sk[NB][ATT_TILE * D];
+    __shared__ __align__(128) T sv[NB][ATT_TILE * D];
     const int nqb = (s.tq + ATT_TILE - 1) / ATT_TILE;
     const int q0 = (nqb - 1 - (int)blockIdx.x) * ATT_TILE;
     const int h = blockIdx.y, b = blockIdx.z, hk = h / (s.heads / s.kv_heads);
@@ -425,16 +440,16 @@ __device__ void attn_bwd_q(const T* q, AttnView qv, const T* k, AttnView kv, con
     const T* kb = k + b * kv.sb + hk * kv.sh;
     const T* vb = v + b * vv.sb + hk * vv.sh;
 
-    load_tile<D>(sk, q + b * qv.sb + h * qv.sh + q0 * qv.st, qv.st, s.tq - q0, q);
-    load_tile<D>(sv, dout + b * dov.sb + h * dov.sh + q0 * dov.st, dov.st, s.tq - q0, dout);
+    load_tile<D>(sk[0], q + b * qv.sb + h * qv.sh + q0 * qv.st, qv.st, s.tq - q0, q);
+    load_tile<D>(sv[0], dout + b * dov.sb + h * dov.sh + q0 * dov.st, dov.st, s.tq - q0, dout);
     cp_async_commit();
     cp_async_wait<0>();
     __syncthreads();
     u32 qf[D / 16][4], df[D / 16][4];
 #pragma unroll
     for (int kk = 0; kk < D / 16; ++kk) {
-        load_a<D>(qf[kk], sk, warp * 16, kk);
-        load_a<D>(df[kk], sv, warp * 16, kk);
+        load_a<D>(qf[kk], sk[0], warp * 16, kk);
+        load_a<D>(df[kk], sv[0], warp * 16, kk);
     }
     __syncthreads();
 
@@ -453,20 +468,30 @@ __device__ void attn_bwd_q(const T* q, AttnView qv, const T* k, AttnView kv, con
     const int kend = key_end(s, q0);
     const int nkb = kend > 0 ? (kend + ATT_TILE - 1) / ATT_TILE : 0;
 
-    for (int j = 0; j < nkb; ++j) {
+    auto issue = [&](int j, int buf) {
         const int k0 = j * ATT_TILE;
-        load_tile<D>(sk, kb + k0 * kv.st, kv.st, s.tk - k0, k);
-        load_tile<D>(sv, vb + k0 * vv.st, vv.st, s.tk - k0, v);
+        load_tile<D>(sk[buf], kb + k0 * kv.st, kv.st, s.tk - k0, k);
+        load_tile<D>(sv[buf], vb + k0 * vv.st, vv.st, s.tk - k0, v);
         cp_async_commit();
-        cp_async_wait<0>();
+    };
+    if (nkb > 0) issue(0, 0);
+
+    for (int j = 0; j < nkb; ++j) {
+        const int k0 = j * ATT_TILE, buf = NB == 2 ? j & 1 : 0;
+        if (NB == 2 && j + 1 < nkb) {
+            issue(j + 1, buf ^ 1);
+            cp_async_wait<1>();
+        } else {
+            cp_async_wait<0>();
+        }
         __syncthreads();
         float p[ATT_TILE / 8][4], dp[ATT_TILE / 8][4];
 #pragma unroll
         for (int i = 0; i < ATT_TILE / 8; ++i)
 #pragma unroll
             for (int e = 0; e < 4; ++e) p[i][e] = dp[i][e] = 0.f;
-        mma_abt<D>(p, qf, sk);
-        mma_abt<D>(dp, df, sv);
+        mma_abt<D>(p, qf, sk[buf]);
+        mma_abt<D>(dp, df, sv[buf]);
         const bool edge = k0 + ATT_TILE > s.tk || (s.causal && k0 + ATT_TILE - 1 > q0 + warp * 16 + off);
 #pragma unroll
         for (int n = 0; n < ATT_TILE / 8; ++n) {
@@ -481,8 +506,9 @@ __device__ void attn_bwd_q(const T* q, AttnView qv, const T* k, AttnView kv, con
                 p[n][e] = pv * (dp[n][e] - dr[half]);
             }
         }
-        mma_pb<D>(dqa, p, sk);
+        mma_pb<D>(dqa, p, sk[buf]);
         __syncthreads();
+        if (NB == 1 && j + 1 < nkb) issue(j + 1, 0);
     }
     store_rows<D>(dq + b * dqv.sb + h * dqv.sh, dqv.st, row0, s.tq, dqa, s.scale, s.scale);
 }

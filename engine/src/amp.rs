@@ -7,7 +7,7 @@
 //! The CPU is left alone: it computes half types through f32 anyway, and CPU results stay the
 //! exact reference for parity tests.
 
-use crate::{DType, Device, Error, Result};
+use crate::{DType, Device, Error, Result, Tensor};
 use std::cell::Cell;
 
 thread_local! {
@@ -46,5 +46,15 @@ pub(crate) fn matmul_operand_dtype(device: Device, dtype: DType) -> Option<DType
     match (device, autocast_dtype()) {
         (Device::Cuda(_), Some(low)) if matches!(dtype, DType::F32 | DType::F64) => Some(low),
         _ => None,
+    }
+}
+
+/// `t` as the matrix products under the current autocast will read it. A layer whose input
+/// feeds several products (q, k and v; gate and up) casts it once here, so the products do not
+/// each cast it again, and their input gradients meet in one place before the cast back.
+pub fn for_products(t: &Tensor) -> Result<Tensor> {
+    match matmul_operand_dtype(t.device(), t.dtype()) {
+        Some(low) => t.to_dtype(low),
+        None => Ok(t.clone()),
     }
 }

@@ -64,6 +64,9 @@ fn gradcheck_case(name: &str) -> Option<Case> {
         "gelu" => unary(|x| x.gelu()),
         "gelu_tanh" => unary(|x| x.gelu_tanh()),
         "silu" => unary(|x| x.silu()),
+        "swiglu" => case(vec![randn(&[3, 5], 69), randn(&[3, 5], 70)], |x| {
+            x[0].swiglu(&x[1])
+        }),
         "sign" => unary(|x| x.sign()?.mul(x)),
         "pow" => case(vec![positive(&[4, 3], 7)], |x| x[0].pow_scalar(2.5)),
         "clamp" => unary(|x| x.clamp(-0.5, 0.7)),

@@ -105,6 +105,13 @@ pub fn register(api: &mut Api) {
         "flatten" => flatten, "The tensor as 1-D.";
         "t" => t, "Transpose of the last two dims (a view).";
     }
+    api.func(
+        "swiglu",
+        "gate.swiglu(up) -> Tensor",
+        "silu(gate) * up (SwiGLU's gating), one fused op on CUDA.",
+        "g.swiglu(u)",
+        |g: &mut Tensor, u: Tensor| guard(|| g.swiglu(&u)),
+    );
     reduction!(api, "sum", sum_dims, "Sum");
     reduction!(api, "mean", mean_dims, "Mean");
     reduction!(api, "max", max_dims, "Maximum");

@@ -13,6 +13,7 @@ pub mod pool;
 pub mod reduce;
 pub mod rope;
 pub mod softmax;
+pub mod swiglu;
 pub mod table;
 pub mod view;
 

@@ -126,6 +126,7 @@ ops! {
     "upsample_nearest2d": Primitive, true, FLOAT;
     "scaled_dot_product_attention": Primitive, true, FLOAT;
     "rotary_embedding": Primitive, true, FLOAT;
+    "swiglu": Primitive, true, FLOAT;
     // losses
     "cross_entropy": Primitive, true, FLOAT;
     "bce_with_logits": Composite, true, FLOAT;

@@ -570,6 +570,7 @@ pub fn cases(name: &str) -> Option<(Family, Vec<Case>)> {
         "gelu" => (Elementwise, unary(n, |x| x.gelu())),
         "gelu_tanh" => (Elementwise, unary(n, |x| x.gelu_tanh())),
         "silu" => (Elementwise, unary(n, |x| x.silu())),
+        "swiglu" => (Elementwise, swiglu_cases()),
         "sign" => (Elementwise, unary(n, |x| x.sign())),
         "pow" => (
             Elementwise,
@@ -1014,6 +1015,28 @@ fn attention_cases() -> Vec<Case> {
         .grad_k(80 * 64)
         .half_slack(2.0),
     );
+    cases
+}
+
+/// swiglu over the vector path and its scalar tail (4097 columns), and transposed operands.
+fn swiglu_cases() -> Vec<Case> {
+    let mut cases: Vec<Case> = SIZES
+        .iter()
+        .map(|&(r, c)| {
+            Case::new(
+                format!("[{r}, {c}]"),
+                vec![normal(&[r, c]), normal(&[r, c])],
+                1,
+                |x| one(x[0].swiglu(&x[1])),
+            )
+        })
+        .collect();
+    cases.push(Case::new(
+        "[5, 33] transposed views",
+        vec![normal(&[33, 5]).t(), normal(&[33, 5]).t()],
+        1,
+        |x| one(x[0].swiglu(&x[1])),
+    ));
     cases
 }
 

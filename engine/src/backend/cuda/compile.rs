@@ -38,6 +38,7 @@ kernel_file!(POOL, "pool.cu");
 kernel_file!(OPTIM, "optim.cu");
 kernel_file!(ATTENTION, "attention.cu");
 kernel_file!(ROPE, "rope.cu");
+kernel_file!(SWIGLU, "swiglu.cu");
 
 /// Every kernel file, for the test that compiles them all.
 pub const ALL_FILES: &[&KernelFile] = &[
@@ -54,6 +55,7 @@ pub const ALL_FILES: &[&KernelFile] = &[
     &RANDOM,
     &ATTENTION,
     &ROPE,
+    &SWIGLU,
 ];
 
 fn cuda_home() -> PathBuf {

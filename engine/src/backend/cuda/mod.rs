@@ -21,6 +21,7 @@ pub mod reduce;
 pub mod rope;
 pub mod softmax;
 mod storage;
+pub mod swiglu;
 
 pub use device::{availability, device, is_available, CudaDevice};
 pub use storage::CudaStorage;

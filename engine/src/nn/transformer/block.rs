@@ -5,6 +5,7 @@ use super::feed_forward::SwiGlu;
 use super::params::ParamSource;
 use super::rope::Rotary;
 use super::LmConfig;
+use crate::amp::for_products;
 use crate::nn::{prefixed, Module, RmsNorm};
 use crate::{Result, Tensor};
 
@@ -26,17 +27,13 @@ impl Block {
         })
     }
 
+    /// The residual stream stays in the parameters' dtype; under mixed precision each normed
+    /// input is cast once for the products that share it.
     pub fn forward(&self, x: &Tensor, rope: &Rotary, step: &Step) -> Result<Tensor> {
-        let h = x.add(
-            &self
-                .self_attn
-                .forward(&self.input_layernorm.forward(x)?, rope, step)?,
-        )?;
-        h.add(
-            &self
-                .mlp
-                .forward(&self.post_attention_layernorm.forward(&h)?)?,
-        )
+        let normed = for_products(&self.input_layernorm.forward(x)?)?;
+        let h = x.add(&self.self_attn.forward(&normed, rope, step)?)?;
+        let normed = for_products(&self.post_attention_layernorm.forward(&h)?)?;
+        h.add(&self.mlp.forward(&normed)?)
     }
 
     pub fn named_parameters(&self) -> Vec<(String, Tensor)> {

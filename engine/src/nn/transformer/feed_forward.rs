@@ -23,9 +23,11 @@ impl SwiGlu {
     }
 
     pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        let gated = self.gate_proj.forward(x)?.silu()?;
-        self.down_proj
-            .forward(&gated.mul(&self.up_proj.forward(x)?)?)
+        let gated = self
+            .gate_proj
+            .forward(x)?
+            .swiglu(&self.up_proj.forward(x)?)?;
+        self.down_proj.forward(&gated)
     }
 
     pub fn named_parameters(&self) -> Vec<(String, Tensor)> {
