@@ -10,14 +10,39 @@
 
 #define RB_CE_FLAG 5u
 
-// One block per row. Writes the row loss, its logsumexp (kept for the backward) and whether
-// it counts toward the mean (1 or 0).
+// (max, sum of exp(x - max)) pairs merged: the online-softmax reduction, so the forward reads
+// each row once.
+template <class C> __device__ __forceinline__ void lse_merge(C& m, C& s, C m2, C s2) {
+    const C top = m > m2 ? m : m2;
+    if (top == -INFINITY) return;
+    s = (m == -INFINITY ? (C)0 : s * exp(m - top)) + (m2 == -INFINITY ? (C)0 : s2 * exp(m2 - top));
+    m = top;
+}
+
+template <class C> __device__ __forceinline__ void block_lse(C& m, C& s, C* sm, C* ss) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) lse_merge(m, s, __shfl_xor_sync(0xffffffff, m, o), __shfl_xor_sync(0xffffffff, s, o));
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = (blockDim.x + 31) >> 5;
+    __syncthreads();
+    if (lane == 0) {
+        sm[warp] = m;
+        ss[warp] = s;
+    }
+    __syncthreads();
+    m = lane < warps ? sm[lane] : (C)-INFINITY;
+    s = lane < warps ? ss[lane] : (C)0;
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) lse_merge(m, s, __shfl_xor_sync(0xffffffff, m, o), __shfl_xor_sync(0xffffffff, s, o));
+}
+
+// One block per row, one pass over it. Writes the row loss, its logsumexp (kept for the
+// backward) and whether it counts toward the mean (1 or 0).
 template <class T>
 __device__ void ce_fwd_impl(const T* x, const i64* t, typename Acc<T>::type* loss, typename Acc<T>::type* lse_out,
                             typename Acc<T>::type* valid, i64 rows, i64 cols, i64 ignore, double smoothing,
                             u32* err) {
     typedef typename Acc<T>::type C;
-    __shared__ C scratch[32];
+    __shared__ C scratch[32], scratch_s[32];
     for (i64 r = blockIdx.x; r < rows; r += gridDim.x) {
         i64 target = t[r];
         bool ignored = target == ignore;
@@ -33,17 +58,19 @@ __device__ void ce_fwd_impl(const T* x, const i64* t, typename Acc<T>::type* los
             continue;
         }
         const T* xr = x + r * cols;
-        C m = -INFINITY, sx = (C)0;
+        C m = -INFINITY, s = (C)0, sx = (C)0;
         for (i64 j = threadIdx.x; j < cols; j += blockDim.x) {
             C v = to_acc(xr[j]);
-            m = v > m ? v : m;
             sx += v;
+            if (v > m) {
+                s = s * exp(m - v) + (C)1;
+                m = v;
+            } else if (v != -INFINITY) {
+                s += exp(v - m);
+            }
         }
-        m = block_max(m, scratch, (C)-INFINITY);
+        block_lse(m, s, scratch, scratch_s);
         sx = block_sum(sx, scratch);
-        C s = (C)0;
-        for (i64 j = threadIdx.x; j < cols; j += blockDim.x) s += exp(to_acc(xr[j]) - m);
-        s = block_sum(s, scratch);
         if (threadIdx.x == 0) {
             C lse = m + log(s);
             C l = lse - ((C)1 - (C)smoothing) * to_acc(xr[target]);
@@ -63,22 +90,25 @@ __device__ void ce_fwd_impl(const T* x, const i64* t, typename Acc<T>::type* los
     }
 RB_FOR_FLOAT_TYPES(RB_CE_FWD)
 
-// One thread per logit; `g` is the gradient of each row's loss.
+// One block per row (the row's target, logsumexp and gradient read once); `g` is the gradient
+// of each row's loss.
 template <class T>
 __device__ void ce_bwd_impl(const T* x, const i64* t, const typename Acc<T>::type* lse,
                             const typename Acc<T>::type* g, T* dx, i64 rows, i64 cols, i64 ignore,
                             double smoothing) {
     typedef typename Acc<T>::type C;
-    RB_GRID_LOOP(i, rows * cols) {
-        i64 r = i / cols, c = i - r * cols;
-        i64 target = t[r];
-        C d = (C)0;
-        if (target != ignore && target >= 0 && target < cols) {
-            C p = exp(to_acc(x[i]) - lse[r]);
-            C want = (C)smoothing / (C)cols + (c == target ? (C)1 - (C)smoothing : (C)0);
-            d = g[r] * (p - want);
+    const C base = (C)smoothing / (C)cols, hit = (C)1 - (C)smoothing;
+    for (i64 r = blockIdx.x; r < rows; r += gridDim.x) {
+        const i64 target = t[r];
+        const bool counted = target != ignore && target >= 0 && target < cols;
+        const C l = lse[r], gr = g[r];
+        const T* xr = x + r * cols;
+        T* dr = dx + r * cols;
+        for (i64 j = threadIdx.x; j < cols; j += blockDim.x) {
+            C d = (C)0;
+            if (counted) d = gr * (exp(to_acc(xr[j]) - l) - base - (j == target ? hit : (C)0));
+            dr[j] = from_acc<T>(d);
         }
-        dx[i] = from_acc<T>(d);
     }
 }
 #define RB_CE_BWD(name, T)                                                                               \

@@ -3,12 +3,11 @@
 //! next host read, instead of a host round trip per call.
 
 use super::compile::LOSS;
-use super::launch::{args, grid_for, type_suffix};
+use super::launch::{args, type_suffix};
 use super::CudaStorage;
 use crate::backend::cpu::loss::CrossEntropySpec;
 use crate::{DType, Result};
 
-const BWD_BLOCK: u32 = 256;
 
 /// Per-row loss, logsumexp and 1/0 for rows that count toward the mean (compute dtype).
 pub struct CrossEntropyRows {
@@ -39,13 +38,7 @@ pub fn cross_entropy_forward(
     let valid = CudaStorage::alloc(dev, spec.rows, cdt)?;
     if spec.rows > 0 {
         let f = dev.function(&LOSS, &format!("ce_fwd_{}", type_suffix(x.dtype())))?;
-        let block = match spec.cols {
-            c if c >= 4096 => 512,
-            c if c >= 1024 => 256,
-            c if c >= 256 => 128,
-            _ => 32,
-        };
-        let grid = spec.rows.min(dev.sm_count() as usize * 32) as u32;
+        let (grid, block) = row_geometry(spec, dev.sm_count());
         let (px, pl, pe, pv, err) = (
             x.ptr_at(x_offset),
             loss.ptr(),
@@ -74,6 +67,17 @@ pub fn cross_entropy_forward(
     Ok(CrossEntropyRows { loss, lse, valid })
 }
 
+/// Both kernels give each row a block: (grid, block) for the row count and length.
+fn row_geometry(spec: CrossEntropySpec, sm_count: u32) -> (u32, u32) {
+    let block = match spec.cols {
+        c if c >= 4096 => 512,
+        c if c >= 1024 => 256,
+        c if c >= 256 => 128,
+        _ => 32,
+    };
+    (spec.rows.min(sm_count as usize * 32) as u32, block)
+}
+
 /// The logits' gradient (their dtype). `g` is the gradient of each row's loss and `lse` the
 /// forward's logsumexp, both `rows` contiguous compute values.
 pub fn cross_entropy_backward(
@@ -89,7 +93,7 @@ pub fn cross_entropy_backward(
     let dx = CudaStorage::alloc(dev, n, x.dtype())?;
     if n > 0 {
         let f = dev.function(&LOSS, &format!("ce_bwd_{}", type_suffix(x.dtype())))?;
-        let grid = grid_for(n, BWD_BLOCK, dev.sm_count());
+        let (grid, block) = row_geometry(spec, dev.sm_count());
         let (px, pe, pd) = (x.ptr_at(x_offset), lse.ptr(), dx.ptr());
         let (rows, cols, ignore, smoothing) = (
             spec.rows as i64,
@@ -102,7 +106,7 @@ pub fn cross_entropy_backward(
             dev.launch(
                 f,
                 (grid, 1, 1),
-                BWD_BLOCK,
+                block,
                 0,
                 &mut args![px, t, pe, g, pd, rows, cols, ignore, smoothing],
             )?
