@@ -29,8 +29,11 @@ fn arg(name: &str, default: usize) -> usize {
         .unwrap_or(default)
 }
 
+/// The bench model, its optimizer and the one batch every step trains on.
+type Setup = (TransformerLm, AdamW, [(Tensor, Tensor); 1]);
+
 /// The bench model (124M LLaMA shape unless the flags say otherwise), its AdamW and one batch.
-fn setup(d: Device) -> Result<(TransformerLm, AdamW, [(Tensor, Tensor); 1])> {
+fn setup(d: Device) -> Result<Setup> {
     let (batch, seq) = (arg("--batch", 16), arg("--seq", 1024));
     let mut c = LmConfig::new(
         arg("--vocab", 50304),

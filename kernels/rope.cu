@@ -10,17 +10,10 @@ struct RopeView {
     i64 s0, s1, s2;
 };
 
-template <class T> struct RopeComp { typedef float type; };
-template <> struct RopeComp<f64> { typedef double type; };
-template <class T> __device__ __forceinline__ float rope_in(T x) { return to_f(x); }
-__device__ __forceinline__ double rope_in(f64 x) { return x; }
-template <class T> __device__ __forceinline__ T rope_out(float v) { return from_f<T>(v); }
-template <class T> __device__ __forceinline__ T rope_out(double v) { return (T)v; }
-
 template <class T>
 __device__ void rope_impl(const T* x, RopeView xv, const float* cs, RopeView cv, const float* sn, RopeView sv, T* y,
                           RopeView yv, int n1, int n2, int half, int inverse, i64 pairs) {
-    typedef typename RopeComp<T>::type C;
+    typedef typename Acc<T>::type C;
     RB_GRID_LOOP(p, pairs) {
         // 32-bit index arithmetic: the host keeps pairs below 2^31.
         const u32 pu = (u32)p, hu = (u32)half;
@@ -31,7 +24,7 @@ __device__ void rope_impl(const T* x, RopeView xv, const float* cs, RopeView cv,
         const i64 co = i0 * cv.s0 + i1 * cv.s1 + i2 * cv.s2 + j;
         const i64 so = i0 * sv.s0 + i1 * sv.s1 + i2 * sv.s2 + j;
         const i64 yo = i0 * yv.s0 + i1 * yv.s1 + i2 * yv.s2 + j;
-        const C a = rope_in(x[xo]), b = rope_in(x[xo + half]);
+        const C a = to_acc(x[xo]), b = to_acc(x[xo + half]);
         const C c1 = cs[co], c2 = cs[co + half], s1 = sn[so], s2 = sn[so + half];
         C lo, hi;
         if (inverse) {
@@ -41,8 +34,8 @@ __device__ void rope_impl(const T* x, RopeView xv, const float* cs, RopeView cv,
             lo = a * c1 - b * s1;
             hi = b * c2 + a * s2;
         }
-        y[yo] = rope_out<T>(lo);
-        y[yo + half] = rope_out<T>(hi);
+        y[yo] = from_acc<T>(lo);
+        y[yo + half] = from_acc<T>(hi);
     }
 }
 

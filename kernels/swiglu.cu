@@ -3,27 +3,21 @@
 // g, u, dy and the outputs are contiguous and of one shape; `vec` says all are 16-byte aligned,
 // so whole 16-byte groups move at once. Arithmetic in float (double for f64).
 
-template <class T> struct GluComp { typedef float type; };
-template <> struct GluComp<f64> { typedef double type; };
-template <class T> __device__ __forceinline__ float glu_in(T x) { return to_f(x); }
-__device__ __forceinline__ double glu_in(f64 x) { return x; }
-template <class T> __device__ __forceinline__ T glu_out(float v) { return from_f<T>(v); }
-template <class T> __device__ __forceinline__ T glu_out(double v) { return (T)v; }
 __device__ __forceinline__ float glu_sigmoid(float x) { return 1.f / (1.f + expf(-x)); }
 __device__ __forceinline__ double glu_sigmoid(double x) { return 1.0 / (1.0 + exp(-x)); }
 
 template <class T> __device__ __forceinline__ T glu_fwd(T g, T u) {
-    typedef typename GluComp<T>::type C;
-    const C a = glu_in(g);
-    return glu_out<T>(a * glu_sigmoid(a) * glu_in(u));
+    typedef typename Acc<T>::type C;
+    const C a = to_acc(g);
+    return from_acc<T>(a * glu_sigmoid(a) * to_acc(u));
 }
 
 template <class T> __device__ __forceinline__ void glu_bwd(T g, T u, T dy, T& dg, T& du) {
-    typedef typename GluComp<T>::type C;
-    const C a = glu_in(g), b = glu_in(u), d = glu_in(dy);
+    typedef typename Acc<T>::type C;
+    const C a = to_acc(g), b = to_acc(u), d = to_acc(dy);
     const C s = glu_sigmoid(a);
-    du = glu_out<T>(d * a * s);
-    dg = glu_out<T>(d * b * s * ((C)1 + a * ((C)1 - s)));
+    du = from_acc<T>(d * a * s);
+    dg = from_acc<T>(d * b * s * ((C)1 + a * ((C)1 - s)));
 }
 
 template <class T> __device__ void swiglu_fwd_impl(const T* g, const T* u, T* y, i64 n, int vec) {

@@ -291,6 +291,18 @@ mod tests {
     }
 
     #[test]
+    fn dense_like_keeps_a_permuted_views_dim_order() {
+        // [B, T, H, D] seen as [B, H, T, D]: a fresh buffer laid out token-major again.
+        let l = Layout::contiguous(&[2, 5, 3, 4]).permuted(&[0, 2, 1, 3]);
+        let d = l.dense_like();
+        assert_eq!(d.shape(), &[2, 3, 5, 4]);
+        assert_eq!(d.strides(), &[60, 4, 12, 1]);
+        assert_eq!(d.offset(), 0);
+        let narrowed = Layout::contiguous(&[4, 6]).narrowed(1, 1, 3);
+        assert_eq!(narrowed.dense_like().strides(), &[3, 1]);
+    }
+
+    #[test]
     fn broadcasting_gives_zero_strides_and_rejects_mismatches() {
         let l = Layout::contiguous(&[3, 1])
             .broadcast_to("t", &[2, 3, 4])

@@ -252,3 +252,94 @@ fn fused(q: &Tensor, k: &Tensor, v: &Tensor, spec: AttentionSpec) -> Result<Tens
         })
     }))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Generator;
+
+    fn randn(shape: &[usize], seed: u64) -> Tensor {
+        Tensor::randn(shape, DType::F64, Some(&mut Generator::new(seed))).unwrap()
+    }
+
+    /// Attention written out one (batch, head, query) at a time, with key/value head
+    /// h / group and query i seeing keys up to i + (tk - tq) when causal.
+    fn naive(q: &Tensor, k: &Tensor, v: &Tensor, causal: bool, scale: f64) -> Vec<f64> {
+        let (qs, ks) = (q.shape().to_vec(), k.shape().to_vec());
+        let (b, h, tq, d, kv, tk) = (qs[0], qs[1], qs[2], qs[3], ks[1], ks[2]);
+        let (q, k, v): (Vec<f64>, Vec<f64>, Vec<f64>) = (
+            q.to_vec().unwrap(),
+            k.to_vec().unwrap(),
+            v.to_vec().unwrap(),
+        );
+        let mut out = Vec::new();
+        for bi in 0..b {
+            for hi in 0..h {
+                let g = hi / (h / kv);
+                for i in 0..tq {
+                    let qrow = &q[((bi * h + hi) * tq + i) * d..][..d];
+                    let seen = if causal { i + tk - tq + 1 } else { tk };
+                    let scores: Vec<f64> = (0..seen)
+                        .map(|j| {
+                            let krow = &k[((bi * kv + g) * tk + j) * d..][..d];
+                            qrow.iter().zip(krow).map(|(a, b)| a * b).sum::<f64>() * scale
+                        })
+                        .collect();
+                    let top = scores.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+                    let w: Vec<f64> = scores.iter().map(|s| (s - top).exp()).collect();
+                    let total: f64 = w.iter().sum();
+                    for c in 0..d {
+                        let acc: f64 = (0..seen)
+                            .map(|j| w[j] * v[((bi * kv + g) * tk + j) * d + c])
+                            .sum();
+                        out.push(acc / total);
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn grouped_causal_attention_with_cached_keys_matches_the_written_out_formula() {
+        // 4 query heads on 2 key/value heads; 3 new queries after 2 cached keys.
+        let (q, k, v) = (
+            randn(&[2, 4, 3, 5], 1),
+            randn(&[2, 2, 5, 5], 2),
+            randn(&[2, 2, 5, 5], 3),
+        );
+        for causal in [true, false] {
+            let opts = AttentionOptions {
+                causal,
+                scale: Some(0.3),
+            };
+            let got: Vec<f64> = q
+                .scaled_dot_product_attention(&k, &v, opts)
+                .unwrap()
+                .to_vec()
+                .unwrap();
+            let want = naive(&q, &k, &v, causal, 0.3);
+            for (a, b) in got.iter().zip(&want) {
+                assert!((a - b).abs() < 1e-12, "causal {causal}: {a} vs {b}");
+            }
+        }
+    }
+
+    #[test]
+    fn mismatched_heads_keys_and_shapes_are_errors_naming_the_problem() {
+        let causal = AttentionOptions {
+            causal: true,
+            scale: None,
+        };
+        let err = |q: &[usize], kv: &[usize]| {
+            randn(q, 1)
+                .scaled_dot_product_attention(&randn(kv, 2), &randn(kv, 3), causal)
+                .unwrap_err()
+                .to_string()
+        };
+        assert!(err(&[1, 3, 4, 8], &[1, 2, 4, 8]).contains("3 query heads cannot share 2"));
+        assert!(err(&[1, 2, 4, 8], &[1, 2, 3, 8]).contains("at least as many keys as queries"));
+        assert!(err(&[1, 2, 4, 8], &[1, 2, 4, 6]).contains("needs k and v of shape"));
+        assert!(err(&[2, 4, 8], &[1, 2, 4, 8]).contains("[batch, heads, tokens, head_dim]"));
+    }
+}

@@ -118,3 +118,34 @@ fn fused(x: &Tensor, cos: Tensor, sin: Tensor) -> Result<Tensor> {
         })
     }))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_dim_turns_with_the_one_half_a_row_away() {
+        // dim 4: (x0, x2) and (x1, x3) rotate by the angles in the tables.
+        let x = Tensor::from_vec(vec![1.0f64, 2.0, 3.0, 4.0], &[1, 4]).unwrap();
+        let (a, b) = (0.3f64, 1.1f64);
+        let cos = Tensor::from_vec(vec![a.cos(), b.cos(), a.cos(), b.cos()], &[1, 4]).unwrap();
+        let sin = Tensor::from_vec(vec![a.sin(), b.sin(), a.sin(), b.sin()], &[1, 4]).unwrap();
+        let got: Vec<f64> = x.rotary_embedding(&cos, &sin).unwrap().to_vec().unwrap();
+        let want = [
+            a.cos() - 3.0 * a.sin(),
+            2.0 * b.cos() - 4.0 * b.sin(),
+            3.0 * a.cos() + a.sin(),
+            4.0 * b.cos() + 2.0 * b.sin(),
+        ];
+        for (g, w) in got.iter().zip(want) {
+            assert!((g - w).abs() < 1e-12, "{got:?} vs {want:?}");
+        }
+    }
+
+    #[test]
+    fn an_odd_last_dim_is_an_error() {
+        let x = Tensor::zeros(&[2, 3], DType::F32, crate::Device::Cpu).unwrap();
+        let e = x.rotary_embedding(&x, &x).unwrap_err().to_string();
+        assert!(e.contains("even last dim") && e.contains("[2, 3]"), "{e}");
+    }
+}

@@ -77,3 +77,30 @@ fn fused(gate: &Tensor, up: &Tensor) -> Result<Tensor> {
         })
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn swiglu_is_silu_of_the_gate_times_up() {
+        let g = Tensor::from_vec(vec![-2.0f64, 0.0, 1.5], &[3]).unwrap();
+        let u = Tensor::from_vec(vec![3.0f64, 4.0, -1.0], &[3]).unwrap();
+        let got: Vec<f64> = g.swiglu(&u).unwrap().to_vec().unwrap();
+        let silu = |x: f64| x / (1.0 + (-x).exp());
+        for (i, want) in [silu(-2.0) * 3.0, 0.0, -silu(1.5)].iter().enumerate() {
+            assert!((got[i] - want).abs() < 1e-12, "{got:?}");
+        }
+    }
+
+    #[test]
+    fn gate_and_up_of_different_shapes_are_an_error() {
+        let g = Tensor::zeros(&[2, 3], crate::DType::F32, Device::Cpu).unwrap();
+        let u = Tensor::zeros(&[3, 2], crate::DType::F32, Device::Cpu).unwrap();
+        let e = g.swiglu(&u).unwrap_err().to_string();
+        assert!(
+            e.contains("one shape and dtype") && e.contains("[3, 2]"),
+            "{e}"
+        );
+    }
+}

@@ -8,7 +8,6 @@ use super::CudaStorage;
 use crate::backend::cpu::loss::CrossEntropySpec;
 use crate::{DType, Result};
 
-
 /// Per-row loss, logsumexp and 1/0 for rows that count toward the mean (compute dtype).
 pub struct CrossEntropyRows {
     pub loss: CudaStorage,
