@@ -12,10 +12,15 @@
 
 // (max, sum of exp(x - max)) pairs merged: the online-softmax reduction, so the forward reads
 // each row once.
+// A NaN logit leaves s NaN on its side (m stays -inf there), and the NaN carries through: with
+// top finite, exp(-inf - top) = 0 and NaN * 0 is NaN.
 template <class C> __device__ __forceinline__ void lse_merge(C& m, C& s, C m2, C s2) {
     const C top = m > m2 ? m : m2;
-    if (top == -INFINITY) return;
-    s = (m == -INFINITY ? (C)0 : s * exp(m - top)) + (m2 == -INFINITY ? (C)0 : s2 * exp(m2 - top));
+    if (top == -INFINITY) {
+        s += s2;
+        return;
+    }
+    s = s * exp(m - top) + s2 * exp(m2 - top);
     m = top;
 }
 
@@ -91,10 +96,11 @@ __device__ void ce_fwd_impl(const T* x, const i64* t, typename Acc<T>::type* los
 RB_FOR_FLOAT_TYPES(RB_CE_FWD)
 
 // One block per row (the row's target, logsumexp and gradient read once); `g` is the gradient
-// of each row's loss.
-template <class T>
+// of each row's loss. The gradient may be written in a lower dtype TO than the logits (F32
+// logits of a BF16 product give the BF16 gradient that product's backward reads).
+template <class T, class TO>
 __device__ void ce_bwd_impl(const T* x, const i64* t, const typename Acc<T>::type* lse,
-                            const typename Acc<T>::type* g, T* dx, i64 rows, i64 cols, i64 ignore,
+                            const typename Acc<T>::type* g, TO* dx, i64 rows, i64 cols, i64 ignore,
                             double smoothing) {
     typedef typename Acc<T>::type C;
     const C base = (C)smoothing / (C)cols, hit = (C)1 - (C)smoothing;
@@ -103,18 +109,21 @@ __device__ void ce_bwd_impl(const T* x, const i64* t, const typename Acc<T>::typ
         const bool counted = target != ignore && target >= 0 && target < cols;
         const C l = lse[r], gr = g[r];
         const T* xr = x + r * cols;
-        T* dr = dx + r * cols;
+        TO* dr = dx + r * cols;
         for (i64 j = threadIdx.x; j < cols; j += blockDim.x) {
             C d = (C)0;
             if (counted) d = gr * (exp(to_acc(xr[j]) - l) - base - (j == target ? hit : (C)0));
-            dr[j] = from_acc<T>(d);
+            dr[j] = from_acc<TO>(d);
         }
     }
 }
-#define RB_CE_BWD(name, T)                                                                               \
+#define RB_CE_BWD_TO(name, T, TO)                                                                        \
     extern "C" __global__ void ce_bwd_##name(const T* x, const i64* t, const Acc<T>::type* lse,          \
-                                             const Acc<T>::type* g, T* dx, i64 rows, i64 cols, i64 ignore, \
+                                             const Acc<T>::type* g, TO* dx, i64 rows, i64 cols, i64 ignore, \
                                              double smoothing) {                                          \
-        ce_bwd_impl<T>(x, t, lse, g, dx, rows, cols, ignore, smoothing);                                  \
+        ce_bwd_impl<T, TO>(x, t, lse, g, dx, rows, cols, ignore, smoothing);                              \
     }
+#define RB_CE_BWD(name, T) RB_CE_BWD_TO(name, T, T)
 RB_FOR_FLOAT_TYPES(RB_CE_BWD)
+RB_CE_BWD_TO(f32_bf16, f32, bf16)
+RB_CE_BWD_TO(f32_f16, f32, f16)

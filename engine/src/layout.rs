@@ -75,8 +75,12 @@ impl Layout {
     /// strides (largest first), as `torch.empty_like` preserves a permuted tensor's format: a
     /// kernel writing it walks memory in the same order as it reads this view.
     pub fn dense_like(&self) -> Layout {
+        // A broadcast dim (stride 0) goes outermost, so it never displaces the unit-stride dim.
         let mut order: Vec<usize> = (0..self.rank()).collect();
-        order.sort_by_key(|&d| std::cmp::Reverse(self.strides[d]));
+        order.sort_by_key(|&d| match self.strides[d] {
+            0 => std::cmp::Reverse(usize::MAX),
+            s => std::cmp::Reverse(s),
+        });
         let mut strides = vec![0; self.rank()];
         let mut next = 1;
         for &d in order.iter().rev() {
@@ -300,6 +304,11 @@ mod tests {
         assert_eq!(d.offset(), 0);
         let narrowed = Layout::contiguous(&[4, 6]).narrowed(1, 1, 3);
         assert_eq!(narrowed.dense_like().strides(), &[3, 1]);
+        // An expanded [3, 4] as [2, 3, 4]: the broadcast dim goes outermost.
+        let expanded = Layout::contiguous(&[3, 4])
+            .broadcast_to("t", &[2, 3, 4])
+            .unwrap();
+        assert_eq!(expanded.dense_like().strides(), &[12, 4, 1]);
     }
 
     #[test]

@@ -197,6 +197,14 @@ fn gradcheck_case(name: &str) -> Option<Case> {
             )?;
             flat.add(&spatial)
         }),
+        "linear_cross_entropy" => case(vec![randn(&[2, 3, 4], 71), randn(&[5, 4], 72)], |x| {
+            let opts = CrossEntropyOptions {
+                label_smoothing: 0.1,
+                ..Default::default()
+            };
+            let t = idx(&[3, -100, 0, 1, 4, 2], &[2, 3]);
+            rusting_brain::linear_cross_entropy(&x[0], &x[1], &t, opts)
+        }),
         "layer_norm" => case(
             vec![
                 randn(&[3, 2, 4], 58),

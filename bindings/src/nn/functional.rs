@@ -46,17 +46,22 @@ fn pool(x: Tensor, opts: Map, what: &str, max: bool) -> RhaiResult<Tensor> {
     })
 }
 
-fn cross_entropy(logits: Tensor, targets: Tensor, opts: Map) -> RhaiResult<Tensor> {
+/// cross_entropy's options, for `what` (which names the function in errors).
+fn ce_options(what: &str, opts: Map) -> RhaiResult<CrossEntropyOptions> {
     let o = Options::new(
-        "nn::cross_entropy",
+        what,
         opts,
         &["ignore_index", "label_smoothing", "reduction"],
     )?;
-    let c = CrossEntropyOptions {
+    Ok(CrossEntropyOptions {
         ignore_index: Some(o.int("ignore_index", -100)?),
         label_smoothing: o.float("label_smoothing", 0.0)?,
         reduction: reduction(&o)?,
-    };
+    })
+}
+
+fn cross_entropy(logits: Tensor, targets: Tensor, opts: Map) -> RhaiResult<Tensor> {
+    let c = ce_options("nn::cross_entropy", opts)?;
     guard(|| rusting_brain::cross_entropy(&logits, &targets, c))
 }
 
@@ -98,6 +103,11 @@ fn attention(q: Tensor, k: Tensor, v: Tensor, opts: Map) -> RhaiResult<Tensor> {
         scale: o.opt_float("scale")?,
     };
     guard(|| q.scaled_dot_product_attention(&k, &v, opts))
+}
+
+fn linear_cross_entropy(h: Tensor, w: Tensor, t: Tensor, opts: Map) -> RhaiResult<Tensor> {
+    let c = ce_options("nn::linear_cross_entropy", opts)?;
+    guard(|| rusting_brain::linear_cross_entropy(&h, &w, &t, c))
 }
 
 fn simple_loss(pred: Tensor, target: Tensor, opts: Map, what: &'static str) -> RhaiResult<Tensor> {
@@ -214,6 +224,20 @@ pub fn register(api: &mut Api) {
         |l: Tensor, t: Tensor| cross_entropy(l, t, Map::new()),
     );
     api.func("cross_entropy", "nn::cross_entropy(logits, targets, #{ ignore_index, label_smoothing, reduction }) -> Tensor", "Cross-entropy with options (ignore_index defaults to -100).", "nn::cross_entropy(logits, y, #{ label_smoothing: 0.1 })", cross_entropy);
+    api.func(
+        "linear_cross_entropy",
+        "nn::linear_cross_entropy(hidden, weight, targets[, #{ ignore_index, label_smoothing, reduction }]) -> Tensor",
+        "Cross-entropy of hidden [..., d] x weight [classes, d]^T against targets (hidden's leading dims): a model's head and loss in one op; on CUDA in bf16 the logits exist a chunk of rows at a time.",
+        "nn::linear_cross_entropy(h, model_weight, y)",
+        |h: Tensor, w: Tensor, t: Tensor| linear_cross_entropy(h, w, t, Map::new()),
+    );
+    api.func(
+        "linear_cross_entropy",
+        "nn::linear_cross_entropy(hidden, weight, targets, #{ ignore_index, label_smoothing, reduction }) -> Tensor",
+        "linear_cross_entropy with cross_entropy's options.",
+        "nn::linear_cross_entropy(h, w, y, #{ label_smoothing: 0.1 })",
+        linear_cross_entropy,
+    );
     for (name, sig, doc, ex) in [
         (
             "mse_loss",

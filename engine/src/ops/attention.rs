@@ -1,5 +1,8 @@
 //! scaled_dot_product_attention: softmax(q k^T * scale [+ causal mask]) v with grouped-query
-//! heads, as torch.nn.functional.scaled_dot_product_attention(..., enable_gqa=True).
+//! heads, as torch.nn.functional.scaled_dot_product_attention(..., enable_gqa=True) except for
+//! the causal mask's alignment: here the last query sees every key (j <= i + keys - queries,
+//! what a step after a KV cache needs), where torch aligns the first (j <= i). With as many keys
+//! as queries the two agree.
 //!
 //! On CUDA, BF16 and F16 inputs with head dim 64 or 128 run the fused kernels
 //! (backend/cuda/attention.rs): one node whose backward recomputes the probabilities from the
@@ -12,6 +15,8 @@ use crate::autograd::{no_grad, SavedTensor};
 use crate::backend::cuda::attention::{self as cuda, AttentionSpec, Operand};
 use crate::backend::{CudaStorage, Storage};
 use crate::{DType, Device, Error, Result, Tensor};
+use std::collections::HashMap;
+use std::sync::{Mutex, OnceLock};
 
 const OP: &str = "scaled_dot_product_attention";
 
@@ -126,39 +131,51 @@ fn check(q: &Tensor, k: &Tensor, v: &Tensor, opts: AttentionOptions) -> Result<A
     })
 }
 
-/// The additive causal mask for the composition: [group * tq, tk] rows (query i repeated for
-/// each head of a group), 0 where key j <= i + (tk - tq), -inf elsewhere.
-fn causal_bias(spec: &AttentionSpec, dtype: DType, device: Device) -> Result<Tensor> {
-    let (tq, tk) = (spec.tq, spec.tk);
-    let group = spec.heads / spec.kv_heads;
-    let mut bias = Vec::with_capacity(group * tq * tk);
-    for _ in 0..group {
-        for i in 0..tq {
-            bias.extend((0..tk).map(|j| {
-                if j <= i + (tk - tq) {
-                    0f32
-                } else {
-                    f32::NEG_INFINITY
-                }
-            }));
-        }
+/// Causal masks built so far, by (queries, keys, dtype, device): a training run asks for one
+/// shape every step.
+type MaskCache = Mutex<HashMap<(usize, usize, DType, Device), Tensor>>;
+static CAUSAL_MASKS: OnceLock<MaskCache> = OnceLock::new();
+
+/// The additive causal mask [tq, tk] for the composition: 0 where key j <= i + (tk - tq),
+/// -inf elsewhere.
+fn causal_bias(tq: usize, tk: usize, dtype: DType, device: Device) -> Result<Tensor> {
+    let cache = CAUSAL_MASKS.get_or_init(|| Mutex::new(HashMap::new()));
+    let key = (tq, tk, dtype, device);
+    if let Some(m) = cache.lock().unwrap_or_else(|e| e.into_inner()).get(&key) {
+        return Ok(m.clone());
     }
-    Tensor::from_vec(bias, &[group * tq, tk])?
+    let mut bias = Vec::with_capacity(tq * tk);
+    for i in 0..tq {
+        let last = i + (tk - tq);
+        bias.extend((0..tk).map(|j| if j <= last { 0f32 } else { f32::NEG_INFINITY }));
+    }
+    let m = Tensor::from_vec(bias, &[tq, tk])?
         .to_dtype(dtype)?
-        .to_device(device)
+        .to_device(device)?;
+    let mut cache = cache.lock().unwrap_or_else(|e| e.into_inner());
+    if cache.len() >= 16 {
+        cache.clear();
+    }
+    cache.insert(key, m.clone());
+    Ok(m)
 }
 
 /// The unfused path: grouped queries [B, KV, group * tq, hd] against the shared keys, so no key
 /// or value is repeated.
 fn composite(q: &Tensor, k: &Tensor, v: &Tensor, spec: &AttentionSpec) -> Result<Tensor> {
     let (b, kv, group) = (spec.batch, spec.kv_heads, spec.heads / spec.kv_heads);
-    let (tq, hd) = (spec.tq, spec.head_dim);
+    let (tq, tk, hd) = (spec.tq, spec.tk, spec.head_dim);
     let q = q
         .mul_scalar(spec.scale)?
         .reshape_to(&[b, kv, group * tq, hd])?;
     let scores = q.matmul(&k.transpose(-1, -2)?)?;
     let scores = if spec.causal {
-        scores.add(&causal_bias(spec, scores.dtype(), scores.device())?)?
+        // Each head of a group sees the same [tq, tk] mask.
+        let bias = causal_bias(tq, tk, scores.dtype(), scores.device())?;
+        scores
+            .reshape_to(&[b, kv, group, tq, tk])?
+            .add(&bias)?
+            .reshape_to(&[b, kv, group * tq, tk])?
     } else {
         scores
     };

@@ -227,6 +227,7 @@ fn fused_rows(flat: &Tensor, t: &Tensor, spec: CrossEntropySpec) -> Result<(Tens
                         ls,
                         gs.ptr_at(g.layout().offset()),
                         spec,
+                        xs.dtype(),
                     )?)
                 }
                 _ => {

@@ -6,6 +6,7 @@ pub mod conv;
 pub mod elementwise;
 pub mod index;
 pub mod kinds;
+pub mod linear_loss;
 pub mod loss;
 pub mod matmul;
 pub mod norm;

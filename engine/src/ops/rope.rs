@@ -86,7 +86,10 @@ fn run(x: &Tensor, cos: &Tensor, sin: &Tensor, inverse: bool) -> Result<Tensor> 
     } else {
         no_grad(|| x.contiguous())?
     };
-    let out = x.layout().dense_like();
+    let out = match x.layout().dense_like() {
+        l if l.strides().last() == Some(&1) => l,
+        _ => Layout::contiguous(x.shape()),
+    };
     let (dims, _) = as_4d(x.layout());
     let (_, ys) = as_4d(&out);
     let y = {

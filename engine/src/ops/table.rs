@@ -129,6 +129,7 @@ ops! {
     "swiglu": Primitive, true, FLOAT;
     // losses
     "cross_entropy": Primitive, true, FLOAT;
+    "linear_cross_entropy": Primitive, true, FLOAT;
     "bce_with_logits": Composite, true, FLOAT;
     "mse_loss": Composite, true, FLOAT;
     "huber_loss": Composite, true, FLOAT;

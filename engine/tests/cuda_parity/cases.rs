@@ -3,8 +3,8 @@
 
 use super::harness::{fixed, normal, value, Case, Dist, Input};
 use rusting_brain::{
-    bce_with_logits, cross_entropy, huber_loss, mse_loss, Conv2dOptions, CrossEntropyOptions,
-    DType, Generator, Reduction, Result, Tensor,
+    bce_with_logits, cross_entropy, huber_loss, linear_cross_entropy, mse_loss, Conv2dOptions,
+    CrossEntropyOptions, DType, Generator, Reduction, Result, Tensor,
 };
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -784,6 +784,7 @@ pub fn cases(name: &str) -> Option<(Family, Vec<Case>)> {
         ),
         // losses
         "cross_entropy" => (Losses, cross_entropy_cases()),
+        "linear_cross_entropy" => (Losses, linear_cross_entropy_cases()),
         "bce_with_logits" => (
             Losses,
             loss_cases(Dist::Uniform(0.0, 1.0), bce_with_logits, 2.0),
@@ -792,6 +793,56 @@ pub fn cases(name: &str) -> Option<(Family, Vec<Case>)> {
         "huber_loss" => (Losses, loss_cases(n, huber, 1.0)),
         _ => return None,
     })
+}
+
+/// The head and loss as one op: 33 and 4097 classes, rows with an ignored target, the mean and
+/// the sum, label smoothing. On CUDA in half precision it runs the chunked kernel path.
+fn linear_cross_entropy_cases() -> Vec<Case> {
+    let mut cases = Vec::new();
+    for (rows, d, classes, smoothing, red) in [
+        (6, 16, 33, 0.0, Reduction::Mean),
+        (5, 64, 4097, 0.1, Reduction::Sum),
+    ] {
+        let targets: Vec<i64> = (0..rows as i64)
+            .map(|r| {
+                if r == 1 {
+                    -100
+                } else {
+                    (r * 7919) % classes as i64
+                }
+            })
+            .collect();
+        let t = i64s(targets, &[rows]);
+        cases.push(
+            Case::new(
+                format!(
+                    "hidden [{rows}, {d}], weight [{classes}, {d}], smoothing {smoothing}, {red:?}"
+                ),
+                // Logits of about unit spread: wider ones turn the inputs' own half-precision
+                // rounding into percent-level changes of a saturated softmax.
+                vec![
+                    value(&[rows, d], Dist::Uniform(-0.25, 0.25)),
+                    normal(&[classes, d]),
+                ],
+                rows * d,
+                move |x| {
+                    let opts = CrossEntropyOptions {
+                        label_smoothing: smoothing,
+                        reduction: red,
+                        ..Default::default()
+                    };
+                    one(linear_cross_entropy(
+                        &x[0],
+                        &x[1],
+                        &t.to_device(x[0].device())?,
+                        opts,
+                    ))
+                },
+            )
+            .half_slack(2.0),
+        );
+    }
+    cases
 }
 
 fn where_cases() -> Vec<Case> {

@@ -10,7 +10,8 @@ pub(crate) const MAX_DIMS: usize = 8;
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Strided {
     rank: i32,
-    pad: i32,
+    /// 1 when the view has fewer than 2^32 elements, so kernels index it in 32-bit arithmetic.
+    small: i32,
     pub offset: i64,
     shape: [i64; MAX_DIMS],
     stride: [i64; MAX_DIMS],
@@ -21,7 +22,7 @@ impl Strided {
     pub fn contiguous(offset: usize) -> Strided {
         Strided {
             rank: 0,
-            pad: 0,
+            small: 0,
             offset: offset as i64,
             shape: [0; MAX_DIMS],
             stride: [0; MAX_DIMS],
@@ -59,6 +60,7 @@ impl Strided {
             return Ok(s);
         }
         s.rank = dims.len() as i32;
+        s.small = (layout.numel() <= u32::MAX as usize) as i32;
         for (d, (n, st)) in dims.into_iter().enumerate() {
             s.shape[d] = n as i64;
             s.stride[d] = st as i64;

@@ -77,8 +77,9 @@ fn row_geometry(spec: CrossEntropySpec, sm_count: u32) -> (u32, u32) {
     (spec.rows.min(sm_count as usize * 32) as u32, block)
 }
 
-/// The logits' gradient (their dtype). `g` is the gradient of each row's loss and `lse` the
-/// forward's logsumexp, both `rows` contiguous compute values.
+/// The logits' gradient in `out` (their own dtype, or BF16/F16 from F32 logits). `g` is the
+/// gradient of each row's loss and `lse` the forward's logsumexp, both `rows` contiguous compute
+/// values.
 pub fn cross_entropy_backward(
     x: &CudaStorage,
     x_offset: usize,
@@ -86,12 +87,23 @@ pub fn cross_entropy_backward(
     lse: &CudaStorage,
     g: u64,
     spec: CrossEntropySpec,
+    out: DType,
 ) -> Result<CudaStorage> {
     let dev = x.cuda_device();
     let n = spec.rows * spec.cols;
-    let dx = CudaStorage::alloc(dev, n, x.dtype())?;
+    let dx = CudaStorage::alloc(dev, n, out)?;
     if n > 0 {
-        let f = dev.function(&LOSS, &format!("ce_bwd_{}", type_suffix(x.dtype())))?;
+        let name = match (x.dtype(), out) {
+            (a, b) if a == b => format!("ce_bwd_{}", type_suffix(a)),
+            (DType::F32, DType::BF16 | DType::F16) => format!("ce_bwd_f32_{}", type_suffix(out)),
+            (a, b) => {
+                return Err(crate::Error::invalid(
+                    "cross_entropy",
+                    format!("no gradient kernel from {a} logits to {b}"),
+                ))
+            }
+        };
+        let f = dev.function(&LOSS, &name)?;
         let (grid, block) = row_geometry(spec, dev.sm_count());
         let (px, pe, pd) = (x.ptr_at(x_offset), lse.ptr(), dx.ptr());
         let (rows, cols, ignore, smoothing) = (

@@ -9,7 +9,8 @@ use super::params::ParamSource;
 use super::rope::{Positions, Rotary};
 use super::LmConfig;
 use crate::nn::{prefixed, Embedding, Linear, Module, RmsNorm};
-use crate::ops::loss::{cross_entropy, CrossEntropyOptions};
+use crate::ops::linear_loss::linear_cross_entropy;
+use crate::ops::loss::CrossEntropyOptions;
 use crate::{DType, Device, Error, Generator, Result, Tensor};
 use std::collections::BTreeMap;
 
@@ -225,10 +226,7 @@ impl TransformerLm {
     /// runs in BF16 but the logits come out in F32: rounding them to BF16 would cost more
     /// accuracy than any other op of the model.
     pub fn project(&self, hidden: &Tensor) -> Result<Tensor> {
-        let weight = match &self.lm_head {
-            Some(head) => &head.weight,
-            None => &self.embed_tokens.weight,
-        };
+        let weight = self.head_weight();
         crate::amp::autocast(self.autocast_dtype(), || {
             let out = self.dtype().promote(hidden.dtype());
             // Rows flattened: the weight's gradient is one GEMM, not a batch summed after.
@@ -244,8 +242,17 @@ impl TransformerLm {
         })
     }
 
-    /// Mean next-token cross-entropy of ids [B, T] against targets [B, T] (FP32 even when the
-    /// logits are BF16; the fused kernel never materializes probabilities).
+    /// The output projection's weight [vocab, d_model]: the head's, or the embedding when tied.
+    fn head_weight(&self) -> &Tensor {
+        match &self.lm_head {
+            Some(head) => &head.weight,
+            None => &self.embed_tokens.weight,
+        }
+    }
+
+    /// Mean next-token cross-entropy of ids [B, T] against targets [B, T], in FP32. The head and
+    /// the loss are one op (`linear_cross_entropy`): on CUDA the logits exist a chunk of rows at
+    /// a time.
     pub fn loss(&self, ids: &Tensor, targets: &Tensor) -> Result<Tensor> {
         if targets.shape() != ids.shape() {
             return Err(Error::ShapeMismatch {
@@ -254,14 +261,16 @@ impl TransformerLm {
                 rhs: targets.shape().to_vec(),
             });
         }
-        let logits = self.forward(ids)?;
-        let v = self.config.vocab_size;
-        let targets = targets.to_device(self.device())?.flatten()?;
-        cross_entropy(
-            &logits.reshape_to(&[targets.numel(), v])?,
-            &targets,
-            CrossEntropyOptions::default(),
-        )
+        let hidden = self.hidden(ids, None)?;
+        let targets = targets.to_device(self.device())?;
+        crate::amp::autocast(self.autocast_dtype(), || {
+            linear_cross_entropy(
+                &hidden,
+                self.head_weight(),
+                &targets,
+                CrossEntropyOptions::default(),
+            )
+        })
     }
 
     /// A cache for `batch` sequences of up to `capacity` positions, in the dtype the keys

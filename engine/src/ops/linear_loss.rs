@@ -1,0 +1,181 @@
+//! linear_cross_entropy: cross-entropy of hidden · weight^T against class ids, the head and
+//! loss of a language model as one op.
+//!
+//! On CUDA in BF16/F16 (or under mixed precision) the rows go through in chunks of about 1 GiB
+//! of F32 logits: each chunk's logits, loss, BF16 gradient and its two products are computed
+//! in the forward, and the chunk is freed. The full [rows, classes] logits never exist, in F32
+//! or as a gradient, and the gradient is written once in the products' dtype instead of in F32
+//! and then cast. The backward only scales the saved gradients by the upstream one (the loss is
+//! linear in it). Everywhere else the op is `matmul_out` followed by `cross_entropy`.
+
+use super::backward_fn;
+use super::loss::{cross_entropy, CrossEntropyOptions, Reduction};
+use crate::autograd::no_grad;
+use crate::backend::cpu::loss::CrossEntropySpec;
+use crate::backend::cuda::loss as cuda;
+use crate::backend::Storage;
+use crate::{DType, Device, Error, Result, Tensor};
+
+const OP: &str = "linear_cross_entropy";
+
+/// F32 logits per chunk, at most.
+const CHUNK_BYTES: usize = 1 << 30;
+
+/// Cross-entropy of `hidden` [..., d] · `weight`^T ([classes, d]) against `targets` (class
+/// ids shaped like hidden's leading dims), with cross_entropy's options.
+pub fn linear_cross_entropy(
+    hidden: &Tensor,
+    weight: &Tensor,
+    targets: &Tensor,
+    opts: CrossEntropyOptions,
+) -> Result<Tensor> {
+    hidden.check_float(OP)?;
+    weight.check_float(OP)?;
+    hidden.check_same_device(OP, weight)?;
+    let d = *hidden.shape().last().unwrap_or(&0);
+    if hidden.rank() < 2 || weight.rank() != 2 || weight.shape()[1] != d {
+        return Err(Error::invalid(
+            OP,
+            format!(
+                "hidden [..., d] needs a weight [classes, d]; got hidden {:?} and weight {:?}",
+                hidden.shape(),
+                weight.shape()
+            ),
+        ));
+    }
+    let lead = &hidden.shape()[..hidden.rank() - 1];
+    if targets.shape() != lead {
+        return Err(Error::ShapeMismatch {
+            op: OP,
+            lhs: hidden.shape().to_vec(),
+            rhs: targets.shape().to_vec(),
+        });
+    }
+    let dtype = hidden.dtype().promote(weight.dtype());
+    let low = match crate::amp::matmul_operand_dtype(hidden.device(), dtype) {
+        Some(low) => low,
+        None => dtype,
+    };
+    let fused = matches!(hidden.device(), Device::Cuda(_))
+        && matches!(low, DType::BF16 | DType::F16)
+        && opts.reduction != Reduction::None
+        && !targets.dtype().is_float()
+        && (0.0..=1.0).contains(&opts.label_smoothing);
+    if fused {
+        return chunked(hidden, weight, targets, low, opts);
+    }
+    // Logits in F32 from low-precision products (F64 stays F64), as the model's head writes them.
+    let logits_dtype = if dtype == DType::F64 {
+        DType::F64
+    } else {
+        DType::F32
+    };
+    let rows = targets.numel();
+    let logits = hidden
+        .reshape_to(&[rows, d])?
+        .matmul_out(&weight.t()?, logits_dtype)?;
+    cross_entropy(&logits, &targets.reshape_to(&[rows])?, opts)
+}
+
+fn cuda_storage(t: &Tensor) -> Result<u64> {
+    match &*t.storage() {
+        Storage::Cuda(s) => Ok(s.ptr_at(t.layout().offset())),
+        Storage::Cpu(_) => Err(Error::invalid(OP, "operands on different backends")),
+    }
+}
+
+/// The CUDA path: loss, and the gradients per unit of upstream gradient, chunk by chunk.
+fn chunked(
+    hidden: &Tensor,
+    weight: &Tensor,
+    targets: &Tensor,
+    low: DType,
+    opts: CrossEntropyOptions,
+) -> Result<Tensor> {
+    let (rows, d, classes) = (targets.numel(), weight.shape()[1], weight.shape()[0]);
+    let spec = |rows| CrossEntropySpec {
+        rows,
+        cols: classes,
+        ignore: opts.ignore_index.unwrap_or(i64::MIN),
+        smoothing: opts.label_smoothing,
+    };
+    let chunks = (rows * classes * 4).div_ceil(CHUNK_BYTES).max(1);
+    let chunk = rows.div_ceil(chunks).max(1);
+    let (loss, count, dh, dw) = no_grad(|| -> Result<_> {
+        let h = hidden.reshape_to(&[rows, d])?.to_dtype(low)?.contiguous()?;
+        let w = weight.to_dtype(low)?.contiguous()?;
+        let t = targets
+            .reshape_to(&[rows])?
+            .to_dtype(DType::I64)?
+            .contiguous()?;
+        let (mut loss, mut count, mut dw): (Option<Tensor>, Option<Tensor>, Option<Tensor>) =
+            (None, None, None);
+        let mut dh = Vec::with_capacity(chunks);
+        for r0 in (0..rows).step_by(chunk) {
+            let c = chunk.min(rows - r0);
+            let hc = h.narrow(0, r0, c)?;
+            let logits = hc.matmul_out(&w.t()?, DType::F32)?.contiguous()?;
+            let tp = cuda_storage(&t)? + (r0 * 8) as u64;
+            let (sum, valid, g) = {
+                let ls = logits.storage();
+                let Storage::Cuda(xs) = &*ls else {
+                    return Err(Error::invalid(OP, "logits left the GPU"));
+                };
+                let rows_out =
+                    cuda::cross_entropy_forward(xs, logits.layout().offset(), tp, spec(c))?;
+                // `valid` (1 for counted rows, 0 for ignored ones) is the upstream gradient of
+                // each row's loss: the mean's scale is applied in the backward.
+                let g = cuda::cross_entropy_backward(
+                    xs,
+                    logits.layout().offset(),
+                    tp,
+                    &rows_out.lse,
+                    rows_out.valid.ptr(),
+                    spec(c),
+                    low,
+                )?;
+                (
+                    Tensor::from_storage(Storage::Cuda(rows_out.loss), &[c])?.sum()?,
+                    Tensor::from_storage(Storage::Cuda(rows_out.valid), &[c])?.sum()?,
+                    Tensor::from_storage(Storage::Cuda(g), &[c, classes])?,
+                )
+            };
+            drop(logits);
+            dh.push(g.matmul(&w)?);
+            let dwc = g.t()?.matmul_out(&hc, DType::F32)?;
+            let add = |acc: Option<Tensor>, x: Tensor| match acc {
+                Some(a) => a.add(&x),
+                None => Ok(x),
+            };
+            dw = Some(add(dw, dwc)?);
+            loss = Some(add(loss, sum)?);
+            count = Some(add(count, valid)?);
+        }
+        let (Some(loss), Some(count), Some(dw)) = (loss, count, dw) else {
+            return Err(Error::invalid(OP, "no rows to take the loss of"));
+        };
+        Ok((loss, count, Tensor::cat(&dh, 0)?, dw))
+    })?;
+    let mean = opts.reduction == Reduction::Mean;
+    let out = if mean { loss.div(&count)? } else { loss };
+    let (hidden_shape, hidden_dtype, weight_dtype) =
+        (hidden.shape().to_vec(), hidden.dtype(), weight.dtype());
+    Ok(out.recorded(&[hidden, weight], move || {
+        backward_fn(OP, move |g, needs| {
+            let scale = if mean { g.div(&count)? } else { g.clone() };
+            let dh = match needs[0] {
+                true => Some(
+                    dh.to_dtype(hidden_dtype)?
+                        .mul(&scale.to_dtype(hidden_dtype)?)?
+                        .reshape_to(&hidden_shape)?,
+                ),
+                false => None,
+            };
+            let dw = match needs[1] {
+                true => Some(dw.mul(&scale)?.to_dtype(weight_dtype)?),
+                false => None,
+            };
+            Ok(vec![dh, dw])
+        })
+    }))
+}
