@@ -10,7 +10,7 @@
 
 use super::backward_fn;
 use super::loss::{cross_entropy, CrossEntropyOptions, Reduction};
-use crate::autograd::no_grad;
+use crate::autograd::{is_grad_enabled, no_grad};
 use crate::backend::cpu::loss::CrossEntropySpec;
 use crate::backend::cuda::loss as cuda;
 use crate::backend::Storage;
@@ -99,6 +99,8 @@ fn chunked(
         ignore: opts.ignore_index.unwrap_or(i64::MIN),
         smoothing: opts.label_smoothing,
     };
+    // Evaluation (no grad mode, or nothing to train) takes only the loss.
+    let grads = is_grad_enabled() && (hidden.requires_grad() || weight.requires_grad());
     let chunks = (rows * classes * 4).div_ceil(CHUNK_BYTES).max(1);
     let chunk = rows.div_ceil(chunks).max(1);
     let (loss, count, dh, dw) = no_grad(|| -> Result<_> {
@@ -125,41 +127,53 @@ fn chunked(
                     cuda::cross_entropy_forward(xs, logits.layout().offset(), tp, spec(c))?;
                 // `valid` (1 for counted rows, 0 for ignored ones) is the upstream gradient of
                 // each row's loss: the mean's scale is applied in the backward.
-                let g = cuda::cross_entropy_backward(
-                    xs,
-                    logits.layout().offset(),
-                    tp,
-                    &rows_out.lse,
-                    rows_out.valid.ptr(),
-                    spec(c),
-                    low,
-                )?;
+                let g = match grads {
+                    true => Some(cuda::cross_entropy_backward(
+                        xs,
+                        logits.layout().offset(),
+                        tp,
+                        &rows_out.lse,
+                        rows_out.valid.ptr(),
+                        spec(c),
+                        low,
+                    )?),
+                    false => None,
+                };
                 (
                     Tensor::from_storage(Storage::Cuda(rows_out.loss), &[c])?.sum()?,
                     Tensor::from_storage(Storage::Cuda(rows_out.valid), &[c])?.sum()?,
-                    Tensor::from_storage(Storage::Cuda(g), &[c, classes])?,
+                    g.map(|g| Tensor::from_storage(Storage::Cuda(g), &[c, classes]))
+                        .transpose()?,
                 )
             };
             drop(logits);
-            dh.push(g.matmul(&w)?);
-            let dwc = g.t()?.matmul_out(&hc, DType::F32)?;
             let add = |acc: Option<Tensor>, x: Tensor| match acc {
                 Some(a) => a.add(&x),
                 None => Ok(x),
             };
-            dw = Some(add(dw, dwc)?);
+            if let Some(g) = g {
+                dh.push(g.matmul(&w)?);
+                dw = Some(add(dw, g.t()?.matmul_out(&hc, DType::F32)?)?);
+            }
             loss = Some(add(loss, sum)?);
             count = Some(add(count, valid)?);
         }
-        let (Some(loss), Some(count), Some(dw)) = (loss, count, dw) else {
+        let (Some(loss), Some(count)) = (loss, count) else {
             return Err(Error::invalid(OP, "no rows to take the loss of"));
         };
-        Ok((loss, count, Tensor::cat(&dh, 0)?, dw))
+        let dh = match dh.is_empty() {
+            true => None,
+            false => Some(Tensor::cat(&dh, 0)?),
+        };
+        Ok((loss, count, dh, dw))
     })?;
     let mean = opts.reduction == Reduction::Mean;
     let out = if mean { loss.div(&count)? } else { loss };
     let (hidden_shape, hidden_dtype, weight_dtype) =
         (hidden.shape().to_vec(), hidden.dtype(), weight.dtype());
+    let (Some(dh), Some(dw)) = (dh, dw) else {
+        return Ok(out);
+    };
     Ok(out.recorded(&[hidden, weight], move || {
         backward_fn(OP, move |g, needs| {
             let scale = if mean { g.div(&count)? } else { g.clone() };
