@@ -193,3 +193,47 @@ fn chunked(
         })
     }))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Generator;
+
+    fn randn(shape: &[usize], seed: u64) -> Tensor {
+        Tensor::randn(shape, DType::F32, Some(&mut Generator::new(seed))).unwrap()
+    }
+
+    #[test]
+    fn the_loss_is_cross_entropy_of_the_projected_rows() {
+        let (h, w) = (randn(&[2, 3, 4], 1), randn(&[6, 4], 2));
+        let t = Tensor::from_vec(vec![5i64, 0, -100, 2, 3, 1], &[2, 3]).unwrap();
+        let got = linear_cross_entropy(&h, &w, &t, CrossEntropyOptions::default()).unwrap();
+        let logits = h
+            .reshape_to(&[6, 4])
+            .unwrap()
+            .matmul(&w.t().unwrap())
+            .unwrap();
+        let want = cross_entropy(
+            &logits,
+            &t.flatten().unwrap(),
+            CrossEntropyOptions::default(),
+        );
+        let (g, w) = (got.item().unwrap(), want.unwrap().item().unwrap());
+        assert!((g - w).abs() < 1e-6, "{g} vs {w}");
+    }
+
+    #[test]
+    fn mismatched_hidden_weight_and_targets_are_errors() {
+        let t = Tensor::from_vec(vec![0i64, 1], &[2]).unwrap();
+        let opts = CrossEntropyOptions::default;
+        let e = linear_cross_entropy(&randn(&[2, 4], 1), &randn(&[6, 5], 2), &t, opts())
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("weight [classes, d]") && e.contains("[6, 5]"),
+            "{e}"
+        );
+        let t3 = Tensor::from_vec(vec![0i64, 1, 2], &[3]).unwrap();
+        assert!(linear_cross_entropy(&randn(&[2, 4], 1), &randn(&[6, 4], 2), &t3, opts()).is_err());
+    }
+}
