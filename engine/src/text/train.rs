@@ -175,16 +175,15 @@ fn learn(word_counts: HashMap<Vec<u8>, u64>, options: &TrainOptions) -> Result<T
         .map(|(i, s)| (s.clone(), i as u32))
         .collect();
     let mut byte_id = [0u32; 256];
+    // The id of a token, added at the end when it is new.
+    let intern = |names: &mut Vec<String>, id_of: &mut HashMap<String, u32>, name: String| {
+        *id_of.entry(name).or_insert_with_key(|name| {
+            names.push(name.clone());
+            names.len() as u32 - 1
+        })
+    };
     for c in byte_level::alphabet_in_code_point_order() {
-        let name = c.to_string();
-        let id = match id_of.get(&name) {
-            Some(&id) => id,
-            None => {
-                names.push(name.clone());
-                id_of.insert(name, names.len() as u32 - 1);
-                names.len() as u32 - 1
-            }
-        };
+        let id = intern(&mut names, &mut id_of, c.to_string());
         // Every alphabet character stands for a byte.
         byte_id[byte_level::char_to_byte(c).unwrap_or(0) as usize] = id;
     }
@@ -227,14 +226,7 @@ fn learn(word_counts: HashMap<Vec<u8>, u64>, options: &TrainOptions) -> Result<T
         }
         crate::cancel::check()?;
         let new_name = format!("{}{}", names[top.left as usize], names[top.right as usize]);
-        let new_id = match id_of.get(&new_name) {
-            Some(&id) => id,
-            None => {
-                names.push(new_name.clone());
-                id_of.insert(new_name, names.len() as u32 - 1);
-                names.len() as u32 - 1
-            }
-        };
+        let new_id = intern(&mut names, &mut id_of, new_name);
         merges.push((top.left, top.right));
         // The merged pair's own count is left as it is; only its neighbours' counts change.
         // (This is the reference trainer's bookkeeping, kept so that the results agree.)

@@ -139,11 +139,7 @@ impl TokenFile {
         out: impl AsRef<Path>,
         options: &TokenFileOptions,
     ) -> Result<TokenFile> {
-        let mut job = Job::new(tok, out.as_ref(), options)?;
-        for p in paths {
-            job.text_file(p)?;
-        }
-        job.finish()
+        Job::run(tok, paths, out.as_ref(), options, Job::text_file)
     }
 
     /// Encodes JSONL files (one document per line, in `options.jsonl_field`).
@@ -153,11 +149,7 @@ impl TokenFile {
         out: impl AsRef<Path>,
         options: &TokenFileOptions,
     ) -> Result<TokenFile> {
-        let mut job = Job::new(tok, out.as_ref(), options)?;
-        for p in paths {
-            job.jsonl_file(p)?;
-        }
-        job.finish()
+        Job::run(tok, paths, out.as_ref(), options, Job::jsonl_file)
     }
 
     /// Encodes files of either kind: `.jsonl` and `.ndjson` as JSONL, anything else as text.
@@ -167,15 +159,13 @@ impl TokenFile {
         out: impl AsRef<Path>,
         options: &TokenFileOptions,
     ) -> Result<TokenFile> {
-        let mut job = Job::new(tok, out.as_ref(), options)?;
-        for p in paths {
+        Job::run(tok, paths, out.as_ref(), options, |job, p| {
             if crate::text::jsonl::is_jsonl(p) {
-                job.jsonl_file(p)?;
+                job.jsonl_file(p)
             } else {
-                job.text_file(p)?;
+                job.text_file(p)
             }
-        }
-        job.finish()
+        })
     }
 }
 
@@ -190,6 +180,21 @@ struct Job<'a> {
 }
 
 impl<'a> Job<'a> {
+    /// Reads every path with `read` into one token file at `out`.
+    fn run(
+        tok: &'a Tokenizer,
+        paths: &[PathBuf],
+        out: &Path,
+        options: &'a TokenFileOptions,
+        mut read: impl FnMut(&mut Self, &Path) -> Result<()>,
+    ) -> Result<TokenFile> {
+        let mut job = Job::new(tok, out, options)?;
+        for p in paths {
+            read(&mut job, p)?;
+        }
+        job.finish()
+    }
+
     fn new(tok: &'a Tokenizer, out: &Path, options: &'a TokenFileOptions) -> Result<Self> {
         if let Some(eos) = options.eos {
             if eos as usize >= tok.vocab_size() {

@@ -182,11 +182,7 @@ impl Reader<'_> {
                 Ok(())
             }
             Some("Sequence") => {
-                let list = v
-                    .get("pretokenizers")
-                    .and_then(Value::as_array)
-                    .ok_or_else(|| self.err(field, "a Sequence needs a \"pretokenizers\" array"))?;
-                for (i, p) in list.iter().enumerate() {
+                for (i, p) in self.sequence(v, field, "pretokenizers")?.iter().enumerate() {
                     self.pre_tokenizer(p, &format!("{field}.pretokenizers[{i}]"), out)?;
                 }
                 Ok(())
@@ -199,6 +195,13 @@ impl Reader<'_> {
                 ),
             )),
         }
+    }
+
+    /// The stages of a `Sequence` object at `field`, listed under `key`.
+    fn sequence<'v>(&self, v: &'v Value, field: &str, key: &str) -> Result<&'v Vec<Value>> {
+        v.get(key)
+            .and_then(Value::as_array)
+            .ok_or_else(|| self.err(field, format!("a Sequence needs a \"{key}\" array")))
     }
 
     fn decoder(&self) -> Result<()> {
@@ -240,11 +243,7 @@ impl Reader<'_> {
         match type_of(v) {
             Some("ByteLevel") => Ok(()),
             Some("Sequence") => {
-                let list = v
-                    .get("processors")
-                    .and_then(Value::as_array)
-                    .ok_or_else(|| self.err(field, "a Sequence needs a \"processors\" array"))?;
-                for (i, p) in list.iter().enumerate() {
+                for (i, p) in self.sequence(v, field, "processors")?.iter().enumerate() {
                     self.post_stage(p, &format!("{field}.processors[{i}]"), added, out)?;
                 }
                 Ok(())
