@@ -127,6 +127,12 @@ template <int D, class T> __device__ __forceinline__ void load_b_trans(u32* r, c
     ldsm_x4_trans(r, sm + swz<D>(k0 + (lane & 7) + (((lane >> 3) & 1) << 3), (n0 >> 3) + (lane >> 4)));
 }
 
+// Accumulator fragments to zero: N m16n8 tiles.
+template <int N> __device__ __forceinline__ void zero_frags(float (*c)[4]) {
+#pragma unroll
+    for (int i = 0; i < N; ++i) c[i][0] = c[i][1] = c[i][2] = c[i][3] = 0.f;
+}
+
 // C[16 x 64] += A[16 x D] * B^T where B is a [64][D] tile in shared memory.
 template <int D, class T> __device__ __forceinline__ void mma_abt(float (*c)[4], const u32 (*a)[4], const T* sm) {
 #pragma unroll
@@ -218,8 +224,7 @@ __device__ void attn_fwd(const T* q, AttnView qv, const T* k, AttnView kv, const
     for (int kk = 0; kk < D / 16; ++kk) load_a<D>(qf[kk], sq, warp * 16, kk);
 
     float acc[D / 8][4];
-#pragma unroll
-    for (int i = 0; i < D / 8; ++i) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.f;
+    zero_frags<D / 8>(acc);
     float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
     const int row0 = q0 + warp * 16 + g;
     const int off = s.tk - s.tq;
@@ -229,8 +234,7 @@ __device__ void attn_fwd(const T* q, AttnView qv, const T* k, AttnView kv, const
         cp_async_wait<1>();
         __syncthreads();
         float sc[ATT_TILE / 8][4];
-#pragma unroll
-        for (int i = 0; i < ATT_TILE / 8; ++i) sc[i][0] = sc[i][1] = sc[i][2] = sc[i][3] = 0.f;
+        zero_frags<ATT_TILE / 8>(sc);
         mma_abt<D>(sc, qf, sk);
         __syncthreads();
         if (j + 1 < nkb) load_tile<D>(sk, kb + (k0 + ATT_TILE) * kv.st, kv.st, s.tk - k0 - ATT_TILE, k);
@@ -358,10 +362,8 @@ __device__ void attn_bwd_kv(const T* q, AttnView qv, const T* k, AttnView kv, co
     __syncthreads();
 
     float dka[D / 8][4], dva[D / 8][4];
-#pragma unroll
-    for (int i = 0; i < D / 8; ++i)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) dka[i][e] = dva[i][e] = 0.f;
+    zero_frags<D / 8>(dka);
+    zero_frags<D / 8>(dva);
     const int key0 = k0 + warp * 16 + g;
     const int first = s.causal ? max(0, k0 - off) / ATT_TILE : 0;
     const int nqb = (s.tq + ATT_TILE - 1) / ATT_TILE;
@@ -395,10 +397,8 @@ __device__ void attn_bwd_kv(const T* q, AttnView qv, const T* k, AttnView kv, co
 
         // P^T = exp2(K Q^T * scale - lse): rows are keys, columns queries.
         float pt[ATT_TILE / 8][4], dpt[ATT_TILE / 8][4];
-#pragma unroll
-        for (int i = 0; i < ATT_TILE / 8; ++i)
-#pragma unroll
-            for (int e = 0; e < 4; ++e) pt[i][e] = dpt[i][e] = 0.f;
+        zero_frags<ATT_TILE / 8>(pt);
+        zero_frags<ATT_TILE / 8>(dpt);
         mma_abt<D>(pt, kf, sq[buf]);
         mma_abt<D>(dpt, vf, sdo[buf]);
         const bool edge = s.causal && k0 + ATT_TILE - 1 > q0 + off;
@@ -463,8 +463,7 @@ __device__ void attn_bwd_q(const T* q, AttnView qv, const T* k, AttnView kv, con
         dr[half] = row < s.tq ? dd[row_base + row] : 0.f;
     }
     float dqa[D / 8][4];
-#pragma unroll
-    for (int i = 0; i < D / 8; ++i) dqa[i][0] = dqa[i][1] = dqa[i][2] = dqa[i][3] = 0.f;
+    zero_frags<D / 8>(dqa);
     const int kend = key_end(s, q0);
     const int nkb = kend > 0 ? (kend + ATT_TILE - 1) / ATT_TILE : 0;
 
@@ -486,10 +485,8 @@ __device__ void attn_bwd_q(const T* q, AttnView qv, const T* k, AttnView kv, con
         }
         __syncthreads();
         float p[ATT_TILE / 8][4], dp[ATT_TILE / 8][4];
-#pragma unroll
-        for (int i = 0; i < ATT_TILE / 8; ++i)
-#pragma unroll
-            for (int e = 0; e < 4; ++e) p[i][e] = dp[i][e] = 0.f;
+        zero_frags<ATT_TILE / 8>(p);
+        zero_frags<ATT_TILE / 8>(dp);
         mma_abt<D>(p, qf, sk[buf]);
         mma_abt<D>(dp, df, sv[buf]);
         const bool edge = k0 + ATT_TILE > s.tk || (s.causal && k0 + ATT_TILE - 1 > q0 + warp * 16 + off);

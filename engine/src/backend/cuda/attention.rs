@@ -82,11 +82,16 @@ impl AttentionSpec {
         }
     }
 
-    /// Strides of a token-major [batch, tokens, heads, head_dim] buffer seen as
+    /// The kernels' view of a fresh token-major [batch, tokens, heads, head_dim] buffer as
     /// [batch, heads, tokens, head_dim].
-    pub fn token_major(&self, tokens: usize, heads: usize) -> [usize; 3] {
-        let d = self.head_dim;
-        [tokens * heads * d, d, heads * d]
+    fn token_major(&self, tokens: usize, heads: usize) -> AttnView {
+        let d = self.head_dim as i64;
+        let (tokens, heads) = (tokens as i64, heads as i64);
+        AttnView {
+            sb: tokens * heads * d,
+            sh: d,
+            st: heads * d,
+        }
     }
 }
 
@@ -151,11 +156,6 @@ pub fn forward(
     )?;
     let lse = CudaStorage::alloc(dev, spec.batch * spec.heads * spec.tq, DType::F32)?;
     let f = kernel(dev, "fwd", dtype, spec.head_dim)?;
-    let ov = Operand {
-        storage: &o,
-        offset: 0,
-        strides: spec.token_major(spec.tq, spec.heads),
-    };
     let (qp, qv, kp, kv, vp, vv, op, ovv, lp, s) = (
         q.ptr(),
         q.view(),
@@ -163,8 +163,8 @@ pub fn forward(
         k.view(),
         v.ptr(),
         v.view(),
-        ov.ptr(),
-        ov.view(),
+        o.ptr(),
+        spec.token_major(spec.tq, spec.heads),
         lse.ptr(),
         spec.shape(),
     );
@@ -239,14 +239,8 @@ pub fn backward(
         )?
     };
 
-    let kv_strides = spec.token_major(spec.tk, spec.kv_heads);
     let (dkp, dvp) = (dk.ptr(), dv.ptr());
-    let dkv = Operand {
-        storage: &dk,
-        offset: 0,
-        strides: kv_strides,
-    }
-    .view();
+    let dkv = spec.token_major(spec.tk, spec.kv_heads);
     let f = kernel(dev, "bwd_kv", dtype, d)?;
     let grid = (
         spec.tk.div_ceil(TILE) as u32,
@@ -264,13 +258,7 @@ pub fn backward(
         )?
     };
 
-    let dqp = dq.ptr();
-    let dqv = Operand {
-        storage: &dq,
-        offset: 0,
-        strides: spec.token_major(spec.tq, spec.heads),
-    }
-    .view();
+    let (dqp, dqv) = (dq.ptr(), spec.token_major(spec.tq, spec.heads));
     let f = kernel(dev, "bwd_q", dtype, d)?;
     let grid = (query_blocks(spec), spec.heads as u32, spec.batch as u32);
     // SAFETY: as above; dq is a fresh token-major buffer.
