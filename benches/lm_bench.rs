@@ -10,9 +10,9 @@
 //! Prints one JSON object per line. Without a usable GPU it prints {"error": ...} and exits 2.
 
 use rusting_brain::backend::cuda;
-use rusting_brain::generate::{generate, Flow, GenerateOptions, SamplingOptions};
-use rusting_brain::lm::train_step;
-use rusting_brain::nn::{LmConfig, Module, TransformerLm};
+use rusting_brain::models::transformer_lm::generate::{generate, Flow, GenerateOptions, SamplingOptions};
+use rusting_brain::models::transformer_lm::{train_step, LmConfig, TransformerLm};
+use rusting_brain::nn::Module;
 use rusting_brain::optim::{AdamW, AdamWConfig};
 use rusting_brain::{DType, Device, Generator, Result, Tensor};
 use serde_json::json;
@@ -192,7 +192,7 @@ fn timed(dev: &cuda::CudaDevice, mut f: impl FnMut() -> Result<()>) -> Result<f6
 /// Forward and forward+backward times of the parts of one training step at the bench shape:
 /// where the step's time goes.
 fn breakdown(dev: &cuda::CudaDevice, d: Device) -> Result<serde_json::Value> {
-    use rusting_brain::nn::transformer::{Positions, Rotary};
+    use rusting_brain::models::transformer_lm::{Positions, Rotary};
     let (batch, seq) = (arg("--batch", 16), arg("--seq", 1024));
     let mut c = LmConfig::new(50304, 768, 1, 12);
     c.max_seq_len = seq;
@@ -209,9 +209,9 @@ fn breakdown(dev: &cuda::CudaDevice, d: Device) -> Result<serde_json::Value> {
     let ids =
         Tensor::randint(0, 50304, &[batch, seq], Some(&mut Generator::new(2)))?.to_device(d)?;
     let bf16 = Some(DType::BF16);
-    let step = || rusting_brain::nn::transformer::Step {
+    let step = || rusting_brain::models::transformer_lm::Step {
         positions: Positions::From(0),
-        visibility: rusting_brain::nn::transformer::Visibility::Causal,
+        visibility: rusting_brain::models::transformer_lm::Visibility::Causal,
         cache: None,
     };
     let attn = || {

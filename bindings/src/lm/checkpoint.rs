@@ -7,8 +7,8 @@ use crate::error::{guard, runtime_error, RhaiResult};
 use crate::optim::Optim;
 use crate::options::Options;
 use rhai::{Dynamic, Map, INT};
-use rusting_brain::lm::checkpoint::{self, Checkpoint};
-use rusting_brain::lm::TrainState;
+use rusting_brain::models::transformer_lm::checkpoint::{self, Checkpoint};
+use rusting_brain::models::transformer_lm::TrainState;
 use rusting_brain::DType;
 use std::sync::Arc;
 

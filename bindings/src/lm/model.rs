@@ -4,7 +4,8 @@
 use crate::error::{guard, runtime_error, RhaiResult};
 use crate::options::Options;
 use rhai::{Array, Dynamic, Map, INT};
-use rusting_brain::nn::{LmConfig, Module, Precision, TransformerLm};
+use rusting_brain::models::transformer_lm::{LmConfig, Precision, TransformerLm};
+use rusting_brain::nn::Module;
 use rusting_brain::{DType, Generator, Tensor};
 use std::sync::{Arc, Mutex, MutexGuard};
 

@@ -6,7 +6,7 @@ use super::generate::{options, stream_with};
 use super::model::Lm;
 use crate::error::{guard, runtime_error, RhaiResult};
 use rhai::{Array, Dynamic, FnPtr, Map, NativeCallContext};
-use rusting_brain::generate::GenerateOptions;
+use rusting_brain::models::transformer_lm::generate::GenerateOptions;
 use rusting_brain::text::{StreamDecoder, Tokenizer};
 
 fn with_default_stop(mut opts: GenerateOptions, tok: &Tokenizer) -> GenerateOptions {

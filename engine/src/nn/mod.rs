@@ -13,7 +13,6 @@ mod mlp;
 mod module;
 mod norm;
 mod sequential;
-pub mod transformer;
 
 pub use activation::{Activation, ReLU, SiLU, Tanh, GELU};
 pub use batch_norm::BatchNorm2d;
@@ -25,4 +24,3 @@ pub use mlp::Mlp;
 pub use module::{duplicate_names, prefixed, LoadReport, Module};
 pub use norm::{LayerNorm, RmsNorm};
 pub use sequential::Sequential;
-pub use transformer::{LmConfig, Precision, TransformerLm};

@@ -2,7 +2,8 @@
 //! then one cached step per new token for the whole batch.
 
 use super::sampler::{Sampler, SamplingOptions};
-use crate::nn::{Module, TransformerLm};
+use crate::models::transformer_lm::TransformerLm;
+use crate::nn::Module;
 use crate::{no_grad, DType, Device, Error, Result, Tensor};
 
 #[derive(Clone, Debug, PartialEq)]
@@ -194,8 +195,8 @@ pub fn log_probabilities(model: &TransformerLm, ids: &[u32]) -> Result<Vec<f64>>
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::generate::argmax;
-    use crate::nn::LmConfig;
+    use super::super::argmax;
+    use crate::models::transformer_lm::LmConfig;
     use crate::Generator;
 
     fn model(seed: u64) -> TransformerLm {

@@ -1,5 +1,5 @@
 use super::*;
-use crate::nn::{LmConfig, Module, TransformerLm};
+use crate::nn::Module;
 use crate::optim::{AdamW, AdamWConfig, Optimizer, Schedule};
 use crate::{DType, Device, Generator, Tensor};
 

@@ -1,7 +1,7 @@
 //! The training step and the evaluation pass of a language model, so scripts get them as one
 //! call while the parts (`loss`, `backward`, `step`) stay available to write by hand.
 
-use crate::nn::TransformerLm;
+use super::TransformerLm;
 use crate::optim::{Optimizer, StepOutcome};
 use crate::{no_grad, Device, Error, Result, Tensor};
 

@@ -6,7 +6,8 @@
 //! `config.json`.
 
 use crate::io::safetensors;
-use crate::nn::{LmConfig, Module, TransformerLm};
+use super::{LmConfig, TransformerLm};
+use crate::nn::Module;
 use crate::optim::{Optimizer, OptimizerState, Schedule};
 use crate::{DType, Device, Error, Result, Tensor};
 use serde::{Deserialize, Serialize};

@@ -1,0 +1,8 @@
+//! Model families. Each folder holds one family: its layers that no other model shares, its
+//! forward, and the workflows that belong to it (generation, train step, checkpoints). A
+//! family may use every generic module (`nn`, `optim`, `data`, `ops`); no generic module
+//! imports a family.
+//!
+//! - `transformer_lm`: the LLaMA family (decoder-only transformer language models).
+
+pub mod transformer_lm;

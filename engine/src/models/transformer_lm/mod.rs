@@ -1,0 +1,31 @@
+//! The LLaMA family: a decoder-only transformer language model (config, rotary embeddings,
+//! grouped-query attention with a KV cache, SwiGLU feed-forward), its generation loop
+//! (`generate`), its training step and evaluation (`train`), and checkpoints that resume
+//! exactly (`checkpoint`).
+
+mod attention;
+mod block;
+pub mod checkpoint;
+mod config;
+mod feed_forward;
+pub mod generate;
+mod kv_cache;
+mod mask;
+mod model;
+mod params;
+mod rope;
+#[cfg(test)]
+mod tests;
+mod train;
+#[cfg(test)]
+mod train_tests;
+
+pub use attention::{Attention, Step, Visibility};
+pub use block::Block;
+pub use checkpoint::{Checkpoint, TrainState};
+pub use config::{swiglu_hidden, LmConfig};
+pub use feed_forward::SwiGlu;
+pub use kv_cache::KvCache;
+pub use model::{Precision, TransformerLm};
+pub use rope::{Positions, Rotary};
+pub use train::{evaluate, train_step, Evaluation};
