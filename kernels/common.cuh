@@ -109,6 +109,22 @@ template <class T> __device__ __forceinline__ T from_acc(typename Acc<T>::type x
 template <> __device__ __forceinline__ bf16 from_acc<bf16>(float x) { return __float2bfloat16(x); }
 template <> __device__ __forceinline__ f16 from_acc<f16>(float x) { return __float2half(x); }
 
+// The type elementwise math runs in: float for the 16- and 32-bit floats, double for f64 and
+// for integers (as the CPU computes them), so both devices round the same way.
+template <class T> struct Compute { typedef double type; };
+template <> struct Compute<f32> { typedef float type; };
+template <> struct Compute<bf16> { typedef float type; };
+template <> struct Compute<f16> { typedef float type; };
+
+template <class T> __device__ __forceinline__ typename Compute<T>::type to_c(T x) { return (typename Compute<T>::type)to_d(x); }
+template <> __device__ __forceinline__ float to_c<f32>(f32 x) { return x; }
+template <> __device__ __forceinline__ float to_c<bf16>(bf16 x) { return to_f(x); }
+template <> __device__ __forceinline__ float to_c<f16>(f16 x) { return to_f(x); }
+template <class T> __device__ __forceinline__ T from_c(typename Compute<T>::type x) { return from_d<T>((double)x); }
+template <> __device__ __forceinline__ f32 from_c<f32>(float x) { return x; }
+template <> __device__ __forceinline__ bf16 from_c<bf16>(float x) { return from_f<bf16>(x); }
+template <> __device__ __forceinline__ f16 from_c<f16>(float x) { return from_f<f16>(x); }
+
 // ----- reductions -----
 template <class T> __device__ __forceinline__ T warp_sum(T v) {
 #pragma unroll

@@ -1,19 +1,10 @@
 // Unary and binary arithmetic, comparisons and select. Float types compute in float (f64 and
 // integers in double, as on the CPU); contiguous aligned operands take 16-byte vector accesses.
-
-template <class T> struct Comp { typedef double type; };
-template <> struct Comp<f32> { typedef float type; };
-template <> struct Comp<bf16> { typedef float type; };
-template <> struct Comp<f16> { typedef float type; };
-
-template <class T> __device__ __forceinline__ typename Comp<T>::type to_c(T x) { return (typename Comp<T>::type)to_d(x); }
-template <> __device__ __forceinline__ float to_c<f32>(f32 x) { return x; }
-template <> __device__ __forceinline__ float to_c<bf16>(bf16 x) { return __bfloat162float(x); }
-template <> __device__ __forceinline__ float to_c<f16>(f16 x) { return __half2float(x); }
-template <class T> __device__ __forceinline__ T from_c(typename Comp<T>::type x) { return from_d<T>((double)x); }
-template <> __device__ __forceinline__ f32 from_c<f32>(float x) { return x; }
-template <> __device__ __forceinline__ bf16 from_c<bf16>(float x) { return __float2bfloat16(x); }
-template <> __device__ __forceinline__ f16 from_c<f16>(float x) { return __float2half(x); }
+//
+// Each op's expression comes from its line in the engine's op tables
+// (engine/src/backend/spec/{unary,binary}.rs): the engine prepends the `case` lists
+// RB_UNARY_VALUE_CASES, RB_UNARY_DERIVATIVE_CASES, RB_BINARY_CASES and RB_COMPARE_CASES to this
+// file, so the op codes exist in one place only.
 
 __device__ __forceinline__ float rb_exp(float x) { return expf(x); }
 __device__ __forceinline__ double rb_exp(double x) { return exp(x); }
@@ -23,53 +14,46 @@ template <class C> __device__ __forceinline__ C sigmoid_c(C x) {
     C e = rb_exp(x);
     return e / ((C)1 + e);
 }
+template <class C> __device__ __forceinline__ C sign_c(C x) { return x > (C)0 ? (C)1 : (x < (C)0 ? (C)-1 : (C)0); }
+// log(1 + exp(x)), and x above torch's default threshold of 20.
+template <class C> __device__ __forceinline__ C softplus_c(C x) { return x > (C)20 ? x : log1p(rb_exp(x)); }
+template <class C> __device__ __forceinline__ C gelu_c(C x) { return (C)0.5 * x * ((C)1 + erf(x * (C)0.7071067811865476)); }
+template <class C> __device__ __forceinline__ C gelu_derivative_c(C x) {
+    C cdf = (C)0.5 * ((C)1 + erf(x * (C)0.7071067811865476));
+    C pdf = rb_exp(-(x * x) * (C)0.5) * (C)0.3989422804014327;
+    return cdf + x * pdf;
+}
+template <class C> __device__ __forceinline__ C gelu_tanh_inner_c(C x) { return (C)0.7978845608028654 * (x + (C)0.044715 * x * x * x); }
+template <class C> __device__ __forceinline__ C gelu_tanh_c(C x) { return (C)0.5 * x * ((C)1 + tanh(gelu_tanh_inner_c(x))); }
+template <class C> __device__ __forceinline__ C gelu_tanh_derivative_c(C x) {
+    C t = tanh(gelu_tanh_inner_c(x));
+    C dinner = (C)0.7978845608028654 * ((C)1 + (C)(3.0 * 0.044715) * x * x);
+    return (C)0.5 * ((C)1 + t) + (C)0.5 * x * ((C)1 - t * t) * dinner;
+}
+template <class C> __device__ __forceinline__ C silu_derivative_c(C x) {
+    C s = sigmoid_c(x);
+    return s * ((C)1 + x * ((C)1 - s));
+}
+template <class C> __device__ __forceinline__ C mish_derivative_c(C x) {
+    C t = tanh(softplus_c(x));
+    return t + x * sigmoid_c(x) * ((C)1 - t * t);
+}
 
-// Op codes follow `UnaryOp`'s order in engine/src/ops/kinds.rs (see backend/cuda/elementwise.rs).
 template <class C> __device__ __forceinline__ C unary_op(int op, C x, C p0, C p1) {
-    const C half = (C)0.5, one = (C)1;
-    const C sqrt_2_over_pi = (C)0.7978845608028654, gc = (C)0.044715;
-    const C inv_sqrt2 = (C)0.7071067811865476, inv_sqrt_2pi = (C)0.3989422804014327;
-    switch (op) {
-    case 0: return -x;
-    case 1: return x < (C)0 ? -x : x;
-    case 2: return rb_exp(x);
-    case 3: return log(x);
-    case 4: return sqrt(x);
-    case 5: return one / sqrt(x);
-    case 6: return sin(x);
-    case 7: return cos(x);
-    case 8: return tanh(x);
-    case 9: return sigmoid_c(x);
-    case 10: return x > (C)0 ? x : (C)0;
-    case 11: return half * x * (one + erf(x * inv_sqrt2));
-    case 12: return half * x * (one + tanh(sqrt_2_over_pi * (x + gc * x * x * x)));
-    case 13: return x * sigmoid_c(x);
-    case 14: return x > (C)0 ? one : (x < (C)0 ? -one : (C)0);
-    case 15: return pow(x, p0);
-    case 16: return x != x ? x : fmin(fmax(x, p0), p1);
-    case 17: return x * p0 + p1;
-    case 18: {
-        C cdf = half * (one + erf(x * inv_sqrt2));
-        C pdf = rb_exp(-(x * x) * half) * inv_sqrt_2pi;
-        return cdf + x * pdf;
-    }
-    case 19: {
-        C t = tanh(sqrt_2_over_pi * (x + gc * x * x * x));
-        C dinner = sqrt_2_over_pi * (one + (C)(3.0 * 0.044715) * x * x);
-        return half * (one + t) + half * x * (one - t * t) * dinner;
-    }
-    case 20: {
-        C s = sigmoid_c(x);
-        return s * (one + x * (one - s));
-    }
-    }
+    switch (op) { RB_UNARY_VALUE_CASES }
     return x;
+}
+
+// f'(x) given x and y = f(x).
+template <class C> __device__ __forceinline__ C unary_derivative(int op, C x, C y, C p0, C p1) {
+    switch (op) { RB_UNARY_DERIVATIVE_CASES }
+    return (C)0;
 }
 
 // `vec`: x and y are 16-byte aligned, so whole 16-byte groups move at once.
 template <class T>
 __device__ void unary_impl(const T* x, T* y, i64 n, int op, double p0, double p1, int vec) {
-    typedef typename Comp<T>::type C;
+    typedef typename Compute<T>::type C;
     const C a = (C)p0, b = (C)p1;
     i64 done = 0;
     if (vec) {
@@ -92,15 +76,38 @@ __device__ void unary_impl(const T* x, T* y, i64 n, int op, double p0, double p1
     extern "C" __global__ void unary_##name(const T* x, T* y, i64 n, int op, double p0, double p1, int vec) { unary_impl<T>(x, y, n, op, p0, p1, vec); }
 RB_FOR_NUMERIC_TYPES(RB_UNARY)
 
-template <class C> __device__ __forceinline__ C binary_op(int op, C a, C b) {
-    switch (op) {
-    case 0: return a + b;
-    case 1: return a - b;
-    case 2: return a * b;
-    case 3: return a / b;
-    case 4: return fmax(a, b);
-    case 5: return fmin(a, b);
+// dx = g * f'(x, y) over contiguous x, y = f(x) and g: the backward of every unary op.
+// `vec`: all four pointers are 16-byte aligned.
+template <class T>
+__device__ void unary_backward_impl(const T* x, const T* y, const T* g, T* dx, i64 n, int op, double p0, double p1, int vec) {
+    typedef typename Compute<T>::type C;
+    const C a = (C)p0, b = (C)p1;
+    i64 done = 0;
+    if (vec) {
+        constexpr int V = 16 / sizeof(T);
+        i64 groups = n / V;
+        RB_GRID_LOOP(q, groups) {
+            uint4 rx = ((const uint4*)x)[q], ry = ((const uint4*)y)[q], rg = ((const uint4*)g)[q];
+            const T *ex = (const T*)&rx, *ey = (const T*)&ry;
+            T* eg = (T*)&rg;
+#pragma unroll
+            for (int k = 0; k < V; ++k)
+                eg[k] = from_c<T>(to_c(eg[k]) * unary_derivative<C>(op, to_c(ex[k]), to_c(ey[k]), a, b));
+            ((uint4*)dx)[q] = rg;
+        }
+        done = groups * V;
     }
+    RB_GRID_LOOP(i, n - done) {
+        i64 j = done + i;
+        dx[j] = from_c<T>(to_c(g[j]) * unary_derivative<C>(op, to_c(x[j]), to_c(y[j]), a, b));
+    }
+}
+#define RB_UNARY_BACKWARD(name, T) \
+    extern "C" __global__ void unary_backward_##name(const T* x, const T* y, const T* g, T* dx, i64 n, int op, double p0, double p1, int vec) { unary_backward_impl<T>(x, y, g, dx, n, op, p0, p1, vec); }
+RB_FOR_FLOAT_TYPES(RB_UNARY_BACKWARD)
+
+template <class C> __device__ __forceinline__ C binary_op(int op, C a, C b) {
+    switch (op) { RB_BINARY_CASES }
     return a;
 }
 
@@ -108,7 +115,7 @@ template <class C> __device__ __forceinline__ C binary_op(int op, C a, C b) {
 // `vec`: both operands and the output are contiguous and 16-byte aligned.
 template <class T>
 __device__ void binary_impl(const T* a, Strided as, const T* b, Strided bs, T* y, i64 n, int op, int vec) {
-    typedef typename Comp<T>::type C;
+    typedef typename Compute<T>::type C;
     i64 done = 0;
     if (vec) {
         constexpr int V = 16 / sizeof(T);
@@ -135,22 +142,18 @@ __device__ void binary_impl(const T* a, Strided as, const T* b, Strided bs, T* y
     extern "C" __global__ void binary_##name(const T* a, Strided as, const T* b, Strided bs, T* y, i64 n, int op, int vec) { binary_impl<T>(a, as, b, bs, y, n, op, vec); }
 RB_FOR_NUMERIC_TYPES(RB_BINARY)
 
+template <class A> __device__ __forceinline__ bool compare_op(int op, A a, A b) {
+    switch (op) { RB_COMPARE_CASES }
+    return false;
+}
+
 // Comparisons in the operands' own type (exact for i64), giving 0 or 1.
 template <class T>
 __device__ void compare_impl(const T* a, Strided as, const T* b, Strided bs, u8* y, i64 n, int op) {
     RB_GRID_LOOP(i, n) {
         auto p = to_acc(a[strided_offset(as, i)]);
         auto q = to_acc(b[strided_offset(bs, i)]);
-        bool r;
-        switch (op) {
-        case 0: r = p == q; break;
-        case 1: r = p != q; break;
-        case 2: r = p < q; break;
-        case 3: r = p <= q; break;
-        case 4: r = p > q; break;
-        default: r = p >= q; break;
-        }
-        y[i] = r ? 1 : 0;
+        y[i] = compare_op(op, p, q) ? 1 : 0;
     }
 }
 #define RB_COMPARE(name, T) \

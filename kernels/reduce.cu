@@ -38,18 +38,18 @@ __device__ void sum_impl(const T* x, typename SumOut<T>::type* y, i64 rows, i64 
     extern "C" __global__ void sum_##name(const T* x, SumOut<T>::type* y, i64 rows, i64 k, int bpr) { sum_impl<T>(x, y, rows, k, bpr); }
 RB_FOR_NUMERIC_TYPES(RB_SUM)
 
-// Max/min (op 0/1) and argmax/argmin (op 2/3) share one scan that tracks value and first index.
+// Max/min and argmax/argmin share one scan that tracks value and first index; `seek_max` picks
+// the direction, and the output pointer given (values or indices) picks what is written.
 // NaN wins a comparison, as in PyTorch.
-template <class A> __device__ __forceinline__ bool better(int op, A v, i64 j, A best, i64 bj) {
+template <class A> __device__ __forceinline__ bool better(int seek_max, A v, i64 j, A best, i64 bj) {
     if (v != v) return !(best != best) || j < bj;
     if (best != best) return false;
-    bool is_max = (op == 0 || op == 2);
     if (v == best) return j < bj;
-    return is_max ? v > best : v < best;
+    return seek_max ? v > best : v < best;
 }
 
 template <class T>
-__device__ void extreme_impl(const T* x, T* y_val, i64* y_idx, i64 rows, i64 k, int op) {
+__device__ void extreme_impl(const T* x, T* y_val, i64* y_idx, i64 rows, i64 k, int seek_max) {
     typedef typename Acc<T>::type A;
     int lane = threadIdx.x & 31;
     i64 warps = (i64)gridDim.x * (blockDim.x >> 5);
@@ -59,20 +59,20 @@ __device__ void extreme_impl(const T* x, T* y_val, i64* y_idx, i64 rows, i64 k, 
         i64 bj = 0;
         for (i64 j = lane; j < k; j += 32) {
             A v = to_acc(row[j]);
-            if (better(op, v, j, best, bj)) { best = v; bj = j; }
+            if (better(seek_max, v, j, best, bj)) { best = v; bj = j; }
         }
 #pragma unroll
         for (int o = 16; o > 0; o >>= 1) {
             A ov = __shfl_xor_sync(0xffffffffu, best, o);
             i64 oj = __shfl_xor_sync(0xffffffffu, bj, o);
-            if (better(op, ov, oj, best, bj)) { best = ov; bj = oj; }
+            if (better(seek_max, ov, oj, best, bj)) { best = ov; bj = oj; }
         }
         if (lane == 0) {
-            if (op < 2) y_val[r] = row[bj];
+            if (y_val) y_val[r] = row[bj];
             else y_idx[r] = bj;
         }
     }
 }
 #define RB_EXTREME(name, T) \
-    extern "C" __global__ void extreme_##name(const T* x, T* yv, i64* yi, i64 rows, i64 k, int op) { extreme_impl<T>(x, yv, yi, rows, k, op); }
+    extern "C" __global__ void extreme_##name(const T* x, T* yv, i64* yi, i64 rows, i64 k, int seek_max) { extreme_impl<T>(x, yv, yi, rows, k, seek_max); }
 RB_FOR_NUMERIC_TYPES(RB_EXTREME)

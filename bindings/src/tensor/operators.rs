@@ -4,7 +4,7 @@
 use crate::error::{guard, RhaiResult};
 use crate::help::Api;
 use rhai::{FLOAT, INT};
-use rusting_brain::ops::kinds::BinaryOp;
+use rusting_brain::backend::spec::BinaryOp;
 use rusting_brain::{is_grad_enabled, Result, Tensor};
 
 fn apply(a: &Tensor, b: &Tensor, op: BinaryOp) -> Result<Tensor> {

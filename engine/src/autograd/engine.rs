@@ -120,3 +120,35 @@ fn topological_order(root: &Tensor) -> Vec<Tensor> {
     post.reverse();
     post
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::autograd::Backward;
+    use crate::{DType, Error, Result, Tensor};
+
+    /// A recorded op whose backward is missing, as a new op's would be before it is written.
+    struct Missing;
+
+    impl Backward for Missing {
+        fn name(&self) -> &'static str {
+            "missing_backward"
+        }
+        fn backward(&self, _: &Tensor, _: &[bool]) -> Result<Vec<Option<Tensor>>> {
+            Err(Error::NoBackward { op: self.name() })
+        }
+    }
+
+    #[test]
+    fn backward_through_an_op_without_a_backward_names_the_op() {
+        let x = Tensor::from_f64s(&[0.5], &[1], DType::F64).unwrap();
+        let x = x.requires_grad_().unwrap();
+        let y = x.exp().unwrap().detach().recorded(&[&x], || Missing);
+        let y = y.sum().unwrap();
+        assert!(matches!(
+            y.backward(),
+            Err(Error::NoBackward {
+                op: "missing_backward"
+            })
+        ));
+    }
+}

@@ -3,6 +3,7 @@
 
 pub mod cpu;
 pub mod cuda;
+pub mod spec;
 
 use crate::{DType, Device};
 pub use cpu::{CpuStorage, IntoCpuStorage};
@@ -40,6 +41,18 @@ impl Storage {
 
     pub fn is_empty(&self) -> bool {
         self.len() == 0
+    }
+}
+
+impl From<CpuStorage> for Storage {
+    fn from(s: CpuStorage) -> Storage {
+        Storage::Cpu(s)
+    }
+}
+
+impl From<CudaStorage> for Storage {
+    fn from(s: CudaStorage) -> Storage {
+        Storage::Cuda(s)
     }
 }
 

@@ -11,8 +11,10 @@
 //! gradient comes from those ops.
 
 use super::backward_fn;
+use super::dispatch::{cuda_kernel, CudaOperand};
 use crate::autograd::{no_grad, SavedTensor};
-use crate::backend::cuda::attention::{self as cuda, AttentionSpec, Operand};
+use crate::backend::cuda::attention::{self as cuda, Operand};
+use crate::backend::spec::AttentionSpec;
 use crate::backend::{CudaStorage, Storage};
 use crate::{DType, Device, Error, Result, Tensor};
 use std::collections::HashMap;
@@ -47,13 +49,9 @@ impl Tensor {
             None => Ok(t.clone()),
         };
         let (q, k, v) = (cast(self)?, cast(k)?, cast(v)?);
-        if let Device::Cuda(_) = q.device() {
-            let storage = q.storage();
-            if let Storage::Cuda(s) = &*storage {
-                if cuda::supports(s.cuda_device(), q.dtype(), &spec) {
-                    drop(storage);
-                    return fused(&q, &k, &v, spec);
-                }
+        if let Device::Cuda(i) = q.device() {
+            if cuda::supports(&*crate::backend::cuda::device(i)?, q.dtype(), &spec) {
+                return fused(&q, &k, &v, spec);
             }
         }
         composite(&q, &k, &v, &spec)
@@ -197,19 +195,12 @@ fn kernel_ready(t: &Tensor) -> Result<Tensor> {
     }
 }
 
-fn operand<'a>(t: &Tensor, s: &'a CudaStorage) -> Operand<'a> {
-    let st = t.layout().strides();
+fn operand<'a>((storage, l): CudaOperand<'a>) -> Operand<'a> {
+    let st = l.strides();
     Operand {
-        storage: s,
-        offset: t.layout().offset(),
+        storage,
+        offset: l.offset(),
         strides: [st[0], st[1], st[2]],
-    }
-}
-
-fn cuda_of(s: &Storage) -> Result<&CudaStorage> {
-    match s {
-        Storage::Cuda(c) => Ok(c),
-        Storage::Cpu(_) => Err(Error::invalid(OP, "operands on different backends")),
     }
 }
 
@@ -226,15 +217,9 @@ fn token_major(
 
 fn fused(q: &Tensor, k: &Tensor, v: &Tensor, spec: AttentionSpec) -> Result<Tensor> {
     let (qr, kr, vr) = (kernel_ready(q)?, kernel_ready(k)?, kernel_ready(v)?);
-    let (o, lse) = {
-        let (qs, ks, vs) = (qr.storage(), kr.storage(), vr.storage());
-        cuda::forward(
-            operand(&qr, cuda_of(&qs)?),
-            operand(&kr, cuda_of(&ks)?),
-            operand(&vr, cuda_of(&vs)?),
-            &spec,
-        )?
-    };
+    let (o, lse) = cuda_kernel(OP, [&qr, &kr, &vr], |[q, k, v]| {
+        cuda::forward(operand(q), operand(k), operand(v), &spec)
+    })?;
     let out = no_grad(|| token_major(o, spec.batch, spec.tq, spec.heads, spec.head_dim))?;
     Ok(out.recorded_with_output(&[q, k, v], move |out| {
         let saved = [&qr, &kr, &vr, out].map(|t| SavedTensor::new(OP, t));
@@ -242,16 +227,17 @@ fn fused(q: &Tensor, k: &Tensor, v: &Tensor, spec: AttentionSpec) -> Result<Tens
             let [q, k, v, o] = [0, 1, 2, 3].map(|i| saved[i].get());
             let (q, k, v, o) = (q?, k?, v?, o?);
             let g = kernel_ready(&no_grad(|| g.to_dtype(q.dtype()))?)?;
-            let (ss, gs) = ([q, k, v, o].map(|t| t.storage()), g.storage());
-            let inputs = cuda::BackwardInputs {
-                q: operand(q, cuda_of(&ss[0])?),
-                k: operand(k, cuda_of(&ss[1])?),
-                v: operand(v, cuda_of(&ss[2])?),
-                o: operand(o, cuda_of(&ss[3])?),
-                dout: operand(&g, cuda_of(&gs)?),
-                lse: &lse,
-            };
-            let (dq, dk, dv) = cuda::backward(&inputs, &spec)?;
+            let (dq, dk, dv) = cuda_kernel(OP, [q, k, v, o, &g], |[q, k, v, o, dout]| {
+                let inputs = cuda::BackwardInputs {
+                    q: operand(q),
+                    k: operand(k),
+                    v: operand(v),
+                    o: operand(o),
+                    dout: operand(dout),
+                    lse: &lse,
+                };
+                cuda::backward(&inputs, &spec)
+            })?;
             let (b, hd) = (spec.batch, spec.head_dim);
             let grads = [
                 (dq, spec.tq, spec.heads),

@@ -1,96 +1,49 @@
 //! Elementwise ops: unary math, broadcasting binary arithmetic, comparisons and `where`.
 
-use super::kinds::{BinaryOp, CmpOp, UnaryOp};
+use super::dispatch::dispatch;
 use super::{backward_fn, grad_if};
 use crate::autograd::SavedTensor;
 use crate::backend::cpu::elementwise as cpu;
 use crate::backend::cuda::elementwise as cuda;
+use crate::backend::spec::{BinaryOp, CmpOp, UnaryOp};
 use crate::layout::broadcast_shapes;
 use crate::{DType, Error, Result, Tensor};
 
-/// The unary ops with their names, in the op table's order.
-pub(crate) fn unary_name(op: UnaryOp) -> &'static str {
-    match op {
-        UnaryOp::Neg => "neg",
-        UnaryOp::Abs => "abs",
-        UnaryOp::Exp => "exp",
-        UnaryOp::Log => "log",
-        UnaryOp::Sqrt => "sqrt",
-        UnaryOp::Rsqrt => "rsqrt",
-        UnaryOp::Sin => "sin",
-        UnaryOp::Cos => "cos",
-        UnaryOp::Tanh => "tanh",
-        UnaryOp::Sigmoid => "sigmoid",
-        UnaryOp::Relu => "relu",
-        UnaryOp::Gelu => "gelu",
-        UnaryOp::GeluTanh => "gelu_tanh",
-        UnaryOp::Silu => "silu",
-        UnaryOp::Sign => "sign",
-        UnaryOp::Pow(_) => "pow",
-        UnaryOp::Clamp(..) => "clamp",
-        UnaryOp::Affine(..) => "affine",
-        UnaryOp::GeluGrad => "gelu_grad",
-        UnaryOp::GeluTanhGrad => "gelu_tanh_grad",
-        UnaryOp::SiluGrad => "silu_grad",
-    }
-}
-
 impl Tensor {
-    /// Applies a unary op without recording it.
+    /// Applies a unary op to what `unary_input` gave, without recording it.
     fn unary_raw(&self, op: UnaryOp) -> Result<Tensor> {
-        let src = if self.dtype().is_float() || op.keeps_int() {
-            self.clone()
-        } else {
-            self.to_dtype(DType::F32)?
-        };
-        let storage = src.dispatch(|s, l| cpu::unary(s, l, op), |s, l| cuda::unary(s, l, op))?;
+        let storage = dispatch(
+            op.name(),
+            [self],
+            |[(s, l)]| Ok(cpu::unary(s, l, op).into()),
+            |[(s, l)]| Ok(cuda::unary(s, l, op)?.into()),
+        )?;
         Tensor::from_storage(storage, self.shape())
     }
 
-    /// Applies any unary op kind, recorded for autograd. The derivative kinds (`GeluGrad` ...)
-    /// have no backward of their own, so backward through them is an error naming them.
-    pub fn unary(&self, op: UnaryOp) -> Result<Tensor> {
-        let out = self.unary_raw(op)?;
-        Ok(out.recorded_with_output(&[self], |out| {
-            let (x, y) = (
-                SavedTensor::new(unary_name(op), self),
-                SavedTensor::new(unary_name(op), out),
-            );
-            backward_fn(unary_name(op), move |g, _| {
-                let (x, y) = (x.get()?, y.get()?);
-                let dx = match op {
-                    UnaryOp::Neg => g.neg()?,
-                    UnaryOp::Abs => g.mul(&x.sign()?)?,
-                    UnaryOp::Exp => g.mul(y)?,
-                    UnaryOp::Log => g.div(x)?,
-                    UnaryOp::Sqrt => g.div(y)?.affine(0.5, 0.0)?,
-                    UnaryOp::Rsqrt => g.mul(&y.pow_scalar(3.0)?)?.affine(-0.5, 0.0)?,
-                    UnaryOp::Sin => g.mul(&x.cos()?)?,
-                    UnaryOp::Cos => g.mul(&x.sin()?)?.neg()?,
-                    UnaryOp::Tanh => g.mul(&y.mul(y)?.affine(-1.0, 1.0)?)?,
-                    UnaryOp::Sigmoid => g.mul(&y.mul(&y.affine(-1.0, 1.0)?)?)?,
-                    UnaryOp::Relu => g.mul(&x.gt_scalar(0.0)?.to_dtype(g.dtype())?)?,
-                    UnaryOp::Gelu => g.mul(&x.unary_raw(UnaryOp::GeluGrad)?)?,
-                    UnaryOp::GeluTanh => g.mul(&x.unary_raw(UnaryOp::GeluTanhGrad)?)?,
-                    UnaryOp::Silu => g.mul(&x.unary_raw(UnaryOp::SiluGrad)?)?,
-                    UnaryOp::Sign => g.zeros_like_self()?,
-                    UnaryOp::Pow(e) => g.mul(&x.pow_scalar(e - 1.0)?)?.affine(e, 0.0)?,
-                    UnaryOp::Clamp(lo, hi) => {
-                        let inside = x.ge_scalar(lo)?.logical_and(&x.le_scalar(hi)?)?;
-                        g.mul(&inside.to_dtype(g.dtype())?)?
-                    }
-                    UnaryOp::Affine(m, _) => g.affine(m, 0.0)?,
-                    UnaryOp::GeluGrad | UnaryOp::GeluTanhGrad | UnaryOp::SiluGrad => {
-                        return Err(Error::NoBackward { op: unary_name(op) })
-                    }
-                };
-                Ok(vec![Some(dx)])
-            })
-        }))
+    /// What the op reads: integers become F32 unless the op keeps them integer.
+    fn unary_input(&self, op: UnaryOp) -> Result<Tensor> {
+        if self.dtype().is_float() || op.keeps_int() {
+            Ok(self.clone())
+        } else {
+            self.to_dtype(DType::F32)
+        }
     }
 
-    fn zeros_like_self(&self) -> Result<Tensor> {
-        Tensor::zeros_like(self)
+    /// Applies any unary op kind, recorded for autograd: the backward is g * f'(x, y) in one
+    /// pass, with f' from the op's line in the table (`backend::spec::unary`).
+    pub fn unary(&self, op: UnaryOp) -> Result<Tensor> {
+        let x = self.unary_input(op)?;
+        let out = x.unary_raw(op)?;
+        Ok(out.recorded_with_output(&[self], |out| {
+            let (x, y) = (
+                SavedTensor::new(op.name(), &x),
+                SavedTensor::new(op.name(), out),
+            );
+            backward_fn(op.name(), move |g, _| {
+                Ok(vec![Some(unary_backward(x.get()?, y.get()?, g, op)?)])
+            })
+        }))
     }
 
     pub fn neg(&self) -> Result<Tensor> {
@@ -140,6 +93,14 @@ impl Tensor {
     pub fn sign(&self) -> Result<Tensor> {
         self.unary(UnaryOp::Sign)
     }
+    /// log(1 + exp(x)) (x itself above 20, as torch.nn.functional.softplus).
+    pub fn softplus(&self) -> Result<Tensor> {
+        self.unary(UnaryOp::Softplus)
+    }
+    /// x * tanh(softplus(x)).
+    pub fn mish(&self) -> Result<Tensor> {
+        self.unary(UnaryOp::Mish)
+    }
     pub fn square(&self) -> Result<Tensor> {
         self.mul(self)
     }
@@ -180,12 +141,11 @@ impl Tensor {
             a.layout().broadcast_to(op.name(), shape)?,
             b.layout().broadcast_to(op.name(), shape)?,
         );
-        let storage = Tensor::dispatch2(
+        let storage = dispatch(
             op.name(),
-            a,
-            b,
-            |sa, sb| cpu::binary(sa, &la, sb, &lb, op),
-            |sa, sb| cuda::binary(sa, &la, sb, &lb, op),
+            [a, b],
+            |[(sa, _), (sb, _)]| Ok(cpu::binary(sa, &la, sb, &lb, op).into()),
+            |[(sa, _), (sb, _)]| Ok(cuda::binary(sa, &la, sb, &lb, op)?.into()),
         )?;
         Tensor::from_storage(storage, shape)
     }
@@ -308,12 +268,11 @@ impl Tensor {
             a.layout().broadcast_to(op.name(), &shape)?,
             b.layout().broadcast_to(op.name(), &shape)?,
         );
-        let storage = Tensor::dispatch2(
+        let storage = dispatch(
             op.name(),
-            &a,
-            &b,
-            |sa, sb| cpu::compare(sa, &la, sb, &lb, op),
-            |sa, sb| cuda::compare(sa, &la, sb, &lb, op),
+            [&a, &b],
+            |[(sa, _), (sb, _)]| Ok(cpu::compare(sa, &la, sb, &lb, op).into()),
+            |[(sa, _), (sb, _)]| Ok(cuda::compare(sa, &la, sb, &lb, op)?.into()),
         )?;
         Tensor::from_storage(storage, &shape)
     }
@@ -379,11 +338,11 @@ impl Tensor {
             a.layout().broadcast_to("where", &shape)?,
             b.layout().broadcast_to("where", &shape)?,
         );
-        let storage = Tensor::dispatch3(
+        let storage = dispatch(
             "where",
             [&c, &a, &b],
-            |sc, sa, sb| cpu::where_cond(sc, &lc, sa, &la, sb, &lb),
-            |sc, sa, sb| cuda::where_cond(sc, &lc, sa, &la, sb, &lb),
+            |[(sc, _), (sa, _), (sb, _)]| Ok(cpu::where_cond(sc, &lc, sa, &la, sb, &lb).into()),
+            |[(sc, _), (sa, _), (sb, _)]| Ok(cuda::where_cond(sc, &lc, sa, &la, sb, &lb)?.into()),
         )?;
         let out = Tensor::from_storage(storage, &shape)?;
         let (sa, sb) = (a.shape().to_vec(), b.shape().to_vec());
@@ -408,4 +367,28 @@ impl Tensor {
     pub fn masked_fill(&self, mask: &Tensor, value: f64) -> Result<Tensor> {
         Tensor::where_cond(mask, &Tensor::scalar(value, self.dtype())?, self)
     }
+}
+
+/// g * f'(x, y) for the unary `op`, with x the op's input and y its output (saved by the
+/// forward); in x's dtype, which is the output's.
+fn unary_backward(x: &Tensor, y: &Tensor, g: &Tensor, op: UnaryOp) -> Result<Tensor> {
+    let dtype = x.dtype();
+    if !dtype.is_float() {
+        return Err(Error::invalid(
+            op.name(),
+            format!("no gradient through an integer ({dtype}) input"),
+        ));
+    }
+    let (x, y, g) = (
+        x.contiguous()?,
+        y.contiguous()?,
+        g.to_dtype(dtype)?.contiguous()?,
+    );
+    let storage = dispatch(
+        op.name(),
+        [&x, &y, &g],
+        |[x, y, g]| cpu::unary_backward(x, y, g, op).map(Into::into),
+        |[x, y, g]| Ok(cuda::unary_backward(x, y, g, op)?.into()),
+    )?;
+    Tensor::from_storage(storage, g.shape())
 }

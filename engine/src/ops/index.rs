@@ -1,10 +1,11 @@
 //! cat, stack, index_select, gather and scatter_add. Index tensors hold integers; every index is
 //! checked against its dimension, so a bad index is an error rather than a wild read.
 
+use super::dispatch::{dispatch, dispatch_all, CpuOperand};
 use super::{backward_fn, grad_if};
 use crate::autograd::SavedTensor;
 use crate::backend::cpu::index as cpu;
-use crate::backend::{cuda, CudaStorage, Storage};
+use crate::backend::{cuda, CpuStorage, CudaStorage, Storage};
 use crate::layout::resolve_dim;
 use crate::{Device, Error, Layout, Result, Tensor};
 
@@ -20,11 +21,15 @@ fn check_index_dtype(op: &'static str, idx: &Tensor) -> Result<()> {
     Ok(())
 }
 
-/// The indices of an integer CPU tensor, checked to lie in 0..size. CUDA kernels check their
-/// indices on the device instead, so a CUDA op never waits on a host read.
-fn checked_indices(op: &'static str, idx: &Tensor, size: usize) -> Result<Vec<usize>> {
-    check_index_dtype(op, idx)?;
-    idx.to_vec::<i64>()?
+/// The indices of an integer view on the CPU, checked to lie in 0..size. CUDA kernels check
+/// their indices on the device instead, so a CUDA op never waits on a host read.
+fn checked_indices(op: &'static str, (s, l): CpuOperand<'_>, size: usize) -> Result<Vec<usize>> {
+    cpu::indices(s, l)
+        .ok_or_else(|| Error::UnsupportedDType {
+            op,
+            dtype: s.dtype(),
+            detail: ": indices must be integers".into(),
+        })?
         .into_iter()
         .map(|i| {
             if i >= 0 && (i as usize) < size {
@@ -36,45 +41,20 @@ fn checked_indices(op: &'static str, idx: &Tensor, size: usize) -> Result<Vec<us
         .collect()
 }
 
-/// The device storage under a CUDA tensor's read guard.
-pub(super) fn cuda_of<'a>(op: &'static str, t: &Tensor, s: &'a Storage) -> Result<&'a CudaStorage> {
-    match s {
-        Storage::Cuda(c) => Ok(c),
-        Storage::Cpu(_) => Err(Error::invalid(
-            op,
-            format!("expected a CUDA tensor, got one on {:?}", t.device()),
-        )),
-    }
-}
-
 /// zeros(`shape`) with `src` added at `indices` along `d`: index_select's backward.
 fn index_add(shape: &[usize], d: usize, indices: &Tensor, src: &Tensor) -> Result<Tensor> {
     const OP: &str = "index_select";
-    indices.check_same_device(OP, src)?;
-    let storage = match src.device() {
-        Device::Cpu => {
-            let idx = checked_indices(OP, indices, shape[d])?;
-            let base = Tensor::zeros(shape, src.dtype(), Device::Cpu)?;
-            let src = src.contiguous()?;
-            base.with_cpu(OP, |b, _| {
-                src.with_cpu(OP, |s, _| {
-                    Storage::Cpu(cpu::index_add(b, shape, d, &idx, s))
-                })
-            })??
-        }
-        Device::Cuda(_) => {
-            let (gi, gs) = (indices.storage(), src.storage());
-            let (i, s) = (cuda_of(OP, indices, &gi)?, cuda_of(OP, src, &gs)?);
-            Storage::Cuda(cuda::index::index_add(
-                shape,
-                d,
-                i,
-                indices.layout(),
-                s,
-                src.layout(),
-            )?)
-        }
-    };
+    let src = src.contiguous()?;
+    let storage = dispatch(
+        OP,
+        [indices, &src],
+        |[i, (s, _)]| {
+            let idx = checked_indices(OP, i, shape[d])?;
+            let base = CpuStorage::full(0.0, shape.iter().product(), src.dtype());
+            Ok(cpu::index_add(&base, shape, d, &idx, s).into())
+        },
+        |[(i, li), (s, ls)]| Ok(cuda::index::index_add(shape, d, i, li, s, ls)?.into()),
+    )?;
     Tensor::from_storage(storage, shape)
 }
 
@@ -155,28 +135,16 @@ impl Tensor {
         }
         check_index_dtype("index_select", indices)?;
         self.check_same_device("index_select", indices)?;
-        let storage = match self.device() {
-            Device::Cpu => {
-                let idx = checked_indices("index_select", indices, self.shape()[d])?;
-                self.with_cpu("index_select", |s, l| {
-                    Storage::Cpu(cpu::index_select(s, l, d, &idx))
-                })?
-            }
-            Device::Cuda(_) => {
-                let (gx, gi) = (self.storage(), indices.storage());
-                let (x, i) = (
-                    cuda_of("index_select", self, &gx)?,
-                    cuda_of("index_select", indices, &gi)?,
-                );
-                Storage::Cuda(cuda::index::index_select(
-                    x,
-                    self.layout(),
-                    d,
-                    i,
-                    indices.layout(),
-                )?)
-            }
-        };
+        let size = self.shape()[d];
+        let storage = dispatch(
+            "index_select",
+            [self, indices],
+            |[(s, l), i]| {
+                let idx = checked_indices("index_select", i, size)?;
+                Ok(cpu::index_select(s, l, d, &idx).into())
+            },
+            |[(x, lx), (i, li)]| Ok(cuda::index::index_select(x, lx, d, i, li)?.into()),
+        )?;
         let mut shape = self.shape().to_vec();
         shape[d] = indices.numel();
         let in_shape = self.shape().to_vec();
@@ -195,22 +163,16 @@ impl Tensor {
         check_index_dtype("gather", index)?;
         self.check_same_device("gather", index)?;
         let idx_shape = index.shape().to_vec();
-        let storage = match self.device() {
-            Device::Cpu => {
-                let idx = checked_indices("gather", index, self.shape()[d])?;
-                self.with_cpu("gather", |s, l| {
-                    Storage::Cpu(cpu::gather(s, l, d, &idx, &idx_shape))
-                })?
-            }
-            Device::Cuda(_) => {
-                let (gx, gi) = (self.storage(), index.storage());
-                let (x, i) = (
-                    cuda_of("gather", self, &gx)?,
-                    cuda_of("gather", index, &gi)?,
-                );
-                Storage::Cuda(cuda::index::gather(x, self.layout(), d, i, index.layout())?)
-            }
-        };
+        let size = self.shape()[d];
+        let storage = dispatch(
+            "gather",
+            [self, index],
+            |[(s, l), i]| {
+                let idx = checked_indices("gather", i, size)?;
+                Ok(cpu::gather(s, l, d, &idx, &idx_shape).into())
+            },
+            |[(x, lx), (i, li)]| Ok(cuda::index::gather(x, lx, d, i, li)?.into()),
+        )?;
         let in_shape = self.shape().to_vec();
         Tensor::from_op(storage, &idx_shape, &[self], || {
             let index = SavedTensor::new("gather", index);
@@ -237,30 +199,23 @@ impl Tensor {
         self.check_same_device("scatter_add", src)?;
         let src = src.to_dtype(self.dtype())?;
         let shape = self.shape().to_vec();
-        let storage = match self.device() {
-            Device::Cpu => {
-                let idx = checked_indices("scatter_add", index, self.shape()[d])?;
-                let (base, s) = (self.contiguous()?, src.contiguous()?);
-                let idx_shape = index.shape().to_vec();
-                base.with_cpu("scatter_add", |b, _| {
-                    s.with_cpu("scatter_add", |ss, _| {
-                        Storage::Cpu(cpu::scatter_add(b, &shape, d, &idx, &idx_shape, ss))
-                    })
-                })??
-            }
-            Device::Cuda(_) => {
-                let (gb, gi, gs) = (self.storage(), index.storage(), src.storage());
-                Storage::Cuda(cuda::index::scatter_add(
-                    cuda_of("scatter_add", self, &gb)?,
-                    self.layout(),
-                    d,
-                    cuda_of("scatter_add", index, &gi)?,
-                    index.layout(),
-                    cuda_of("scatter_add", &src, &gs)?,
-                    src.layout(),
-                )?)
-            }
+        // The CPU kernel reads whole contiguous buffers; the CUDA one takes any view.
+        let (base, s) = match self.device() {
+            Device::Cpu => (self.contiguous()?, src.contiguous()?),
+            Device::Cuda(_) => (self.clone(), src.clone()),
         };
+        let (size, idx_shape) = (self.shape()[d], index.shape().to_vec());
+        let storage = dispatch(
+            "scatter_add",
+            [&base, index, &s],
+            |[(b, _), i, (ss, _)]| {
+                let idx = checked_indices("scatter_add", i, size)?;
+                Ok(cpu::scatter_add(b, &shape, d, &idx, &idx_shape, ss).into())
+            },
+            |[(b, lb), (i, li), (ss, ls)]| {
+                Ok(cuda::index::scatter_add(b, lb, d, i, li, ss, ls)?.into())
+            },
+        )?;
         Tensor::from_op(storage, &shape, &[self, &src], || {
             let index = SavedTensor::new("scatter_add", index);
             backward_fn("scatter_add", move |g, needs| {
@@ -289,28 +244,25 @@ fn check_index_shape(op: &'static str, shape: &[usize], idx: &[usize], dim: usiz
 
 /// The storage of `parts` joined along `d` into `shape` (all on one device, one dtype).
 fn cat_storage(parts: &[Tensor], shape: &[usize], d: usize) -> Result<Storage> {
-    let guards: Vec<_> = parts.iter().map(|t| t.storage()).collect();
-    if let Device::Cuda(i) = parts[0].device() {
-        let dev = cuda::device(i)?;
-        let out = CudaStorage::alloc(&dev, shape.iter().product(), parts[0].dtype())?;
-        let full = Layout::contiguous(shape);
-        let mut start = 0;
-        for (g, t) in guards.iter().zip(parts) {
-            if let Storage::Cuda(s) = &**g {
-                let len = t.shape()[d];
-                cuda::copy::copy_view(s, t.layout(), &out, &full.narrowed(d, start, len))?;
+    let refs: Vec<&Tensor> = parts.iter().collect();
+    dispatch_all(
+        "cat",
+        &refs,
+        |views| Ok(cpu::cat(views, d).into()),
+        |views| {
+            let Some(&(first, _)) = views.first() else {
+                return Err(Error::invalid("cat", "needs at least one tensor"));
+            };
+            let out =
+                CudaStorage::alloc(first.cuda_device(), shape.iter().product(), first.dtype())?;
+            let full = Layout::contiguous(shape);
+            let mut start = 0;
+            for &(s, l) in views {
+                let len = l.shape()[d];
+                cuda::copy::copy_view(s, l, &out, &full.narrowed(d, start, len))?;
                 start += len;
             }
-        }
-        return Ok(Storage::Cuda(out));
-    }
-    let views: Vec<_> = guards
-        .iter()
-        .zip(parts)
-        .filter_map(|(g, t)| match &**g {
-            Storage::Cpu(s) => Some((s, t.layout())),
-            Storage::Cuda(_) => None,
-        })
-        .collect();
-    Ok(Storage::Cpu(cpu::cat(&views, d)))
+            Ok(out.into())
+        },
+    )
 }

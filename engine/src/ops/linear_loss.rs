@@ -9,10 +9,11 @@
 //! linear in it). Everywhere else the op is `matmul_out` followed by `cross_entropy`.
 
 use super::backward_fn;
+use super::dispatch::cuda_kernel;
 use super::loss::{cross_entropy, CrossEntropyOptions, Reduction};
 use crate::autograd::{is_grad_enabled, no_grad};
-use crate::backend::cpu::loss::CrossEntropySpec;
 use crate::backend::cuda::loss as cuda;
+use crate::backend::spec::CrossEntropySpec;
 use crate::backend::Storage;
 use crate::{DType, Device, Error, Result, Tensor};
 
@@ -77,13 +78,6 @@ pub fn linear_cross_entropy(
     cross_entropy(&logits, &targets.reshape_to(&[rows])?, opts)
 }
 
-fn cuda_storage(t: &Tensor) -> Result<u64> {
-    match &*t.storage() {
-        Storage::Cuda(s) => Ok(s.ptr_at(t.layout().offset())),
-        Storage::Cpu(_) => Err(Error::invalid(OP, "operands on different backends")),
-    }
-}
-
 /// The CUDA path: loss, and the gradients per unit of upstream gradient, chunk by chunk.
 fn chunked(
     hidden: &Tensor,
@@ -117,35 +111,26 @@ fn chunked(
             let c = chunk.min(rows - r0);
             let hc = h.narrow(0, r0, c)?;
             let logits = hc.matmul_out(&w.t()?, DType::F32)?.contiguous()?;
-            let tp = cuda_storage(&t)? + (r0 * 8) as u64;
-            let (sum, valid, g) = {
-                let ls = logits.storage();
-                let Storage::Cuda(xs) = &*ls else {
-                    return Err(Error::invalid(OP, "logits left the GPU"));
-                };
-                let rows_out =
-                    cuda::cross_entropy_forward(xs, logits.layout().offset(), tp, spec(c))?;
+            let tp = cuda_kernel(OP, [&t], |[(ts, tl)]| Ok(ts.ptr_at(tl.offset())))?;
+            let tp = tp + (r0 * 8) as u64;
+            let (rows_out, g) = cuda_kernel(OP, [&logits], |[(xs, xl)]| {
+                let rows_out = cuda::cross_entropy_forward(xs, xl.offset(), tp, spec(c))?;
                 // `valid` (1 for counted rows, 0 for ignored ones) is the upstream gradient of
                 // each row's loss: the mean's scale is applied in the backward.
-                let g = match grads {
-                    true => Some(cuda::cross_entropy_backward(
-                        xs,
-                        logits.layout().offset(),
-                        tp,
-                        &rows_out.lse,
-                        rows_out.valid.ptr(),
-                        spec(c),
-                        low,
-                    )?),
-                    false => None,
-                };
-                (
-                    Tensor::from_storage(Storage::Cuda(rows_out.loss), &[c])?.sum()?,
-                    Tensor::from_storage(Storage::Cuda(rows_out.valid), &[c])?.sum()?,
-                    g.map(|g| Tensor::from_storage(Storage::Cuda(g), &[c, classes]))
-                        .transpose()?,
-                )
-            };
+                let g = grads
+                    .then(|| {
+                        let (lse, valid) = (&rows_out.lse, rows_out.valid.ptr());
+                        cuda::cross_entropy_backward(xs, xl.offset(), tp, lse, valid, spec(c), low)
+                    })
+                    .transpose()?;
+                Ok((rows_out, g))
+            })?;
+            let (sum, valid, g) = (
+                Tensor::from_storage(Storage::Cuda(rows_out.loss), &[c])?.sum()?,
+                Tensor::from_storage(Storage::Cuda(rows_out.valid), &[c])?.sum()?,
+                g.map(|g| Tensor::from_storage(Storage::Cuda(g), &[c, classes]))
+                    .transpose()?,
+            );
             drop(logits);
             let add = |acc: Option<Tensor>, x: Tensor| match acc {
                 Some(a) => a.add(&x),

@@ -2,10 +2,12 @@
 //! are composed from differentiable ops, so their gradients come from autograd.
 
 use super::backward_fn;
+use super::dispatch::dispatch;
 use crate::autograd::SavedTensor;
-use crate::backend::cpu::loss::{self as cpu, CrossEntropySpec};
+use crate::backend::cpu::loss as cpu;
 use crate::backend::cpu::norm::Part;
 use crate::backend::cuda::loss as cuda;
+use crate::backend::spec::CrossEntropySpec;
 use crate::backend::Storage;
 use crate::{DType, Error, Result, Tensor};
 
@@ -167,35 +169,19 @@ pub fn cross_entropy(
 fn fused_rows(flat: &Tensor, t: &Tensor, spec: CrossEntropySpec) -> Result<(Tensor, Tensor)> {
     let op = "cross_entropy";
     let x = crate::autograd::no_grad(|| flat.contiguous())?;
-    let (loss, lse, valid) = {
-        let (xs, ts) = (x.storage(), t.storage());
-        match (&*xs, &*ts) {
-            (Storage::Cpu(xs), Storage::Cpu(ts)) => {
-                let tv = Part::new(ts, t.layout().offset()).slice_of::<i64>(spec.rows, op)?;
-                let out = cpu::cross_entropy_forward(Part::new(xs, x.layout().offset()), tv, spec)?;
-                (
-                    Storage::Cpu(out.loss),
-                    Storage::Cpu(out.lse),
-                    Storage::Cpu(out.valid),
-                )
-            }
-            (Storage::Cuda(xs), Storage::Cuda(ts)) => {
-                let pt = ts.ptr_at(t.layout().offset());
-                let out = cuda::cross_entropy_forward(xs, x.layout().offset(), pt, spec)?;
-                (
-                    Storage::Cuda(out.loss),
-                    Storage::Cuda(out.lse),
-                    Storage::Cuda(out.valid),
-                )
-            }
-            _ => {
-                return Err(Error::invalid(
-                    op,
-                    "logits and targets on different backends",
-                ))
-            }
-        }
-    };
+    let (loss, lse, valid): (Storage, Storage, Storage) = dispatch(
+        op,
+        [&x, t],
+        |[(xs, xl), (ts, tl)]| {
+            let tv = Part::new(ts, tl.offset()).slice_of::<i64>(spec.rows, op)?;
+            let out = cpu::cross_entropy_forward(Part::new(xs, xl.offset()), tv, spec)?;
+            Ok((out.loss.into(), out.lse.into(), out.valid.into()))
+        },
+        |[(xs, xl), (ts, tl)]| {
+            let out = cuda::cross_entropy_forward(xs, xl.offset(), ts.ptr_at(tl.offset()), spec)?;
+            Ok((out.loss.into(), out.lse.into(), out.valid.into()))
+        },
+    )?;
     let shape = [spec.rows];
     let (loss, lse) = (
         Tensor::from_storage(loss, &shape)?,
@@ -207,36 +193,21 @@ fn fused_rows(flat: &Tensor, t: &Tensor, spec: CrossEntropySpec) -> Result<(Tens
         backward_fn(op, move |g, _| {
             let (x, t) = (saved_x.get()?, saved_t.get()?);
             let g = g.to_dtype(lse.dtype())?.contiguous()?;
-            let (xs, ts, ls, gs) = (x.storage(), t.storage(), lse.storage(), g.storage());
-            let dx = match (&*xs, &*ts, &*ls, &*gs) {
-                (Storage::Cpu(xs), Storage::Cpu(ts), Storage::Cpu(ls), Storage::Cpu(gs)) => {
-                    let tv = Part::new(ts, t.layout().offset()).slice_of::<i64>(spec.rows, op)?;
-                    Storage::Cpu(cpu::cross_entropy_backward(
-                        Part::new(xs, x.layout().offset()),
-                        tv,
-                        ls,
-                        Part::new(gs, g.layout().offset()),
-                        spec,
-                    )?)
-                }
-                (Storage::Cuda(xs), Storage::Cuda(ts), Storage::Cuda(ls), Storage::Cuda(gs)) => {
-                    Storage::Cuda(cuda::cross_entropy_backward(
-                        xs,
-                        x.layout().offset(),
-                        ts.ptr_at(t.layout().offset()),
-                        ls,
-                        gs.ptr_at(g.layout().offset()),
-                        spec,
-                        xs.dtype(),
-                    )?)
-                }
-                _ => {
-                    return Err(Error::invalid(
-                        op,
-                        "backward operands on different backends",
-                    ))
-                }
-            };
+            let dx: Storage = dispatch(
+                op,
+                [x, t, &lse, &g],
+                |[(xs, xl), (ts, tl), (ls, _), (gs, gl)]| {
+                    let tv = Part::new(ts, tl.offset()).slice_of::<i64>(spec.rows, op)?;
+                    let (x, g) = (Part::new(xs, xl.offset()), Part::new(gs, gl.offset()));
+                    Ok(cpu::cross_entropy_backward(x, tv, ls, g, spec)?.into())
+                },
+                |[(xs, xl), (ts, tl), (ls, _), (gs, gl)]| {
+                    let (pt, pg) = (ts.ptr_at(tl.offset()), gs.ptr_at(gl.offset()));
+                    let dx =
+                        cuda::cross_entropy_backward(xs, xl.offset(), pt, ls, pg, spec, xs.dtype());
+                    Ok(dx?.into())
+                },
+            )?;
             Ok(vec![Some(Tensor::from_storage(dx, x.shape())?)])
         })
     });

@@ -1,5 +1,6 @@
 //! Matrix products with PyTorch's rules: 1-D operands gain and lose a dim, batch dims broadcast.
 
+use super::dispatch::dispatch;
 use super::{backward_fn, grad_if};
 use crate::autograd::SavedTensor;
 use crate::backend::cpu::matmul as cpu;
@@ -81,20 +82,20 @@ impl Tensor {
             b.layout().broadcast_to("matmul", &full(k, n))?,
         );
         let out_dtype = out_dtype.unwrap_or(dtype);
-        let storage = Tensor::dispatch2(
+        let storage = dispatch(
             "matmul",
-            &a,
-            &b,
-            |sa, sb| {
+            [&a, &b],
+            |[(sa, _), (sb, _)]| {
                 let c = cpu::matmul(sa, &la, sb, &lb);
-                if out_dtype == dtype {
+                Ok(if out_dtype == dtype {
                     c
                 } else {
                     let l = crate::Layout::contiguous(&full(m, n));
                     crate::backend::cpu::elementwise::cast(&c, &l, out_dtype)
                 }
+                .into())
             },
-            |sa, sb| cuda::matmul_into_dtype(sa, &la, sb, &lb, out_dtype),
+            |[(sa, _), (sb, _)]| Ok(cuda::matmul_into_dtype(sa, &la, sb, &lb, out_dtype)?.into()),
         )?;
         let out = Tensor::from_storage(storage, &full(m, n))?;
         Ok(out.recorded(&[&a, &b], || {

@@ -4,21 +4,13 @@
 //! parameter's gradient keeps that parameter's dtype, so a BF16 input may use an F32 weight.
 
 use super::backward_fn;
+use super::dispatch::{dispatch_optional, CpuOperand, CudaOperand};
 use crate::autograd::{no_grad, SavedTensor};
 use crate::backend::cpu::norm::{self as cpu, Part};
 use crate::backend::cuda::norm as cuda;
-use crate::backend::{CpuStorage, CudaStorage, Storage};
+use crate::backend::spec::NormSpec;
+use crate::backend::Storage;
 use crate::{DType, Error, Result, Tensor};
-
-/// One norm call as the kernels see it: `rows` contiguous rows of `cols` elements.
-#[derive(Clone, Copy, Debug)]
-pub struct NormSpec {
-    pub rows: usize,
-    pub cols: usize,
-    pub eps: f64,
-    /// RMSNorm (no mean subtracted, no bias) rather than LayerNorm.
-    pub rms: bool,
-}
 
 impl Tensor {
     /// (x - mean) / sqrt(var + eps) * weight + bias, with the biased variance, over the trailing
@@ -97,26 +89,6 @@ fn normalized_shape(
     Ok(shape)
 }
 
-/// A storage of the same backend as the tensor being dispatched on, or an error (devices are
-/// checked equal before, so a mismatch here is a bug reported, not a panic).
-fn cpu_of<'a>(op: &'static str, s: &'a Storage) -> Result<&'a CpuStorage> {
-    match s {
-        Storage::Cpu(c) => Ok(c),
-        Storage::Cuda(_) => Err(Error::invalid(op, "operands on different backends")),
-    }
-}
-
-fn cpu_part<'a>(op: &'static str, t: &Tensor, s: &'a Storage) -> Result<Part<'a>> {
-    Ok(Part::new(cpu_of(op, s)?, t.layout().offset()))
-}
-
-fn cuda_of<'a>(op: &'static str, s: &'a Storage) -> Result<&'a CudaStorage> {
-    match s {
-        Storage::Cuda(c) => Ok(c),
-        Storage::Cpu(_) => Err(Error::invalid(op, "operands on different backends")),
-    }
-}
-
 /// The forward's output and saved statistics, as tensors.
 struct Forward {
     y: Tensor,
@@ -130,44 +102,36 @@ fn run_forward(
     b: Option<&Tensor>,
     spec: NormSpec,
 ) -> Result<Forward> {
-    let op = op_name(spec.rms);
-    let (xs, ws, bs) = (x.storage(), w.map(|t| t.storage()), b.map(|t| t.storage()));
-    let (y, mean, rstd) = match &*xs {
-        Storage::Cpu(s) => {
-            let wp = w
-                .zip(ws.as_deref())
-                .map(|(t, g)| cpu_part(op, t, g))
-                .transpose()?;
-            let bp = b
-                .zip(bs.as_deref())
-                .map(|(t, g)| cpu_part(op, t, g))
-                .transpose()?;
-            let out = cpu::norm_forward(Part::new(s, x.layout().offset()), wp, bp, spec)?;
-            (
-                Storage::Cpu(out.y),
-                Storage::Cpu(out.mean),
-                Storage::Cpu(out.rstd),
-            )
-        }
-        Storage::Cuda(s) => {
-            let part = |t: &Tensor, g: &Storage| -> Result<u64> {
-                Ok(cuda_of(op, g)?.ptr_at(t.layout().offset()))
-            };
-            let wp = w.zip(ws.as_deref()).map(|(t, g)| part(t, g)).transpose()?;
-            let bp = b.zip(bs.as_deref()).map(|(t, g)| part(t, g)).transpose()?;
-            let out = cuda::norm_forward(s, x.layout().offset(), wp, bp, spec)?;
-            (
-                Storage::Cuda(out.y),
-                Storage::Cuda(out.mean),
-                Storage::Cuda(out.rstd),
-            )
-        }
-    };
+    let (y, mean, rstd): (Storage, Storage, Storage) = dispatch_optional(
+        op_name(spec.rms),
+        [Some(x), w, b],
+        |[x, w, b]| {
+            let x = x.map(part).ok_or_else(missing_input)?;
+            let out = cpu::norm_forward(x, w.map(part), b.map(part), spec)?;
+            Ok((out.y.into(), out.mean.into(), out.rstd.into()))
+        },
+        |[x, w, b]| {
+            let ptr = |(s, l): CudaOperand<'_>| s.ptr_at(l.offset());
+            let (xs, xl) = x.ok_or_else(missing_input)?;
+            let out = cuda::norm_forward(xs, xl.offset(), w.map(ptr), b.map(ptr), spec)?;
+            Ok((out.y.into(), out.mean.into(), out.rstd.into()))
+        },
+    )?;
     Ok(Forward {
         y: Tensor::from_storage(y, x.shape())?,
         mean: Tensor::from_storage(mean, &[spec.rows])?,
         rstd: Tensor::from_storage(rstd, &[spec.rows])?,
     })
+}
+
+/// A CPU operand as the norm kernels read it: its storage from the layout's offset.
+fn part((s, l): CpuOperand<'_>) -> Part<'_> {
+    Part::new(s, l.offset())
+}
+
+/// The input is always given; its absence would be a bug in this file, reported as an error.
+fn missing_input() -> Error {
+    Error::invalid("norm", "the input operand is missing")
 }
 
 /// Gradients as storages: dx (x's dtype), dweight and dbias (compute dtype).
@@ -182,54 +146,40 @@ fn run_backward(
     spec: NormSpec,
     needs: [bool; 3],
 ) -> Result<Grads> {
-    let op = op_name(spec.rms);
-    let (xs, gs, ws) = (x.storage(), g.storage(), w.map(|t| t.storage()));
-    let (ms, rs) = (mean.storage(), rstd.storage());
-    Ok(match &*xs {
-        Storage::Cpu(s) => {
-            let wp = match (w, ws.as_deref()) {
-                (Some(t), Some(st)) => Some(Part::new(cpu_of(op, st)?, t.layout().offset())),
-                _ => None,
+    dispatch_optional(
+        op_name(spec.rms),
+        [Some(x), Some(g), w, Some(mean), Some(rstd)],
+        |[x, g, w, mean, rstd]| {
+            let (Some(x), Some(g), Some((mean, _)), Some((rstd, _))) = (x, g, mean, rstd) else {
+                return Err(missing_input());
             };
-            let out = cpu::norm_backward(
-                Part::new(s, x.layout().offset()),
-                Part::new(cpu_of(op, &gs)?, g.layout().offset()),
-                wp,
-                cpu_of(op, &ms)?,
-                cpu_of(op, &rs)?,
-                spec,
-                needs,
-            )?;
-            (
-                out.dx.map(Storage::Cpu),
-                out.dweight.map(Storage::Cpu),
-                out.dbias.map(Storage::Cpu),
-            )
-        }
-        Storage::Cuda(s) => {
-            let wp = match (w, ws.as_deref()) {
-                (Some(t), Some(st)) => Some(cuda_of(op, st)?.ptr_at(t.layout().offset())),
-                _ => None,
+            let out = cpu::norm_backward(part(x), part(g), w.map(part), mean, rstd, spec, needs)?;
+            Ok((
+                out.dx.map(Into::into),
+                out.dweight.map(Into::into),
+                out.dbias.map(Into::into),
+            ))
+        },
+        |[x, g, w, mean, rstd]| {
+            let ptr = |(s, l): CudaOperand<'_>| s.ptr_at(l.offset());
+            let (Some(x), Some(g), Some((mean, _)), Some((rstd, _))) = (x, g, mean, rstd) else {
+                return Err(missing_input());
             };
-            let out = cuda::norm_backward(
-                cuda::BackwardInputs {
-                    x: s.ptr_at(x.layout().offset()),
-                    g: cuda_of(op, &gs)?.ptr_at(g.layout().offset()),
-                    w: wp,
-                    mean: cuda_of(op, &ms)?,
-                    rstd: cuda_of(op, &rs)?,
-                },
-                s,
-                spec,
-                needs,
-            )?;
-            (
-                out.dx.map(Storage::Cuda),
-                out.dweight.map(Storage::Cuda),
-                out.dbias.map(Storage::Cuda),
-            )
-        }
-    })
+            let inputs = cuda::BackwardInputs {
+                x: ptr(x),
+                g: ptr(g),
+                w: w.map(ptr),
+                mean,
+                rstd,
+            };
+            let out = cuda::norm_backward(inputs, x.0, spec, needs)?;
+            Ok((
+                out.dx.map(Into::into),
+                out.dweight.map(Into::into),
+                out.dbias.map(Into::into),
+            ))
+        },
+    )
 }
 
 fn norm(

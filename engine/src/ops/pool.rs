@@ -2,10 +2,12 @@
 //! host copies; CUDA tensors stay on the device, forward and backward.
 
 use super::backward_fn;
-use super::index::cuda_of;
-use crate::backend::cpu::pool::{self as cpu, PoolGeometry};
+use super::dispatch::dispatch;
+use crate::backend::cpu::floats::{on_floats, on_floats_with};
+use crate::backend::cpu::pool as cpu;
+use crate::backend::spec::PoolGeometry;
 use crate::backend::{cuda, CudaStorage, Storage};
-use crate::{DType, Device, Error, Layout, Result, Tensor};
+use crate::{Error, Layout, Result, Tensor};
 
 fn geometry(
     op: &'static str,
@@ -59,32 +61,24 @@ fn geometry(
     })
 }
 
-/// Runs a kernel on the f32 (or f64) values of `t` and returns a tensor of t's dtype.
-fn on_floats(
+/// A tensor of `shape` from `t` through one kernel per backend: on the CPU a kernel written for
+/// f32 and f64 (`on_floats`), on CUDA one that takes the storage and layout.
+fn pool_kernel(
+    op: &'static str,
     t: &Tensor,
     shape: &[usize],
     f32k: impl FnOnce(&[f32]) -> Vec<f32>,
     f64k: impl FnOnce(&[f64]) -> Vec<f64>,
+    cuda: impl FnOnce(&CudaStorage, &Layout) -> Result<CudaStorage>,
 ) -> Result<Tensor> {
-    if t.dtype() == DType::F64 {
-        Tensor::from_vec(f64k(&t.to_vec::<f64>()?), shape)
-    } else {
-        Tensor::from_vec(f32k(&t.to_vec::<f32>()?), shape)?.to_dtype(t.dtype())
-    }
-}
-
-/// A tensor of `shape` made by a CUDA kernel from `t`'s storage and layout.
-pub(super) fn cuda_kernel(
-    op: &'static str,
-    t: &Tensor,
-    shape: &[usize],
-    f: impl FnOnce(&CudaStorage, &Layout) -> Result<CudaStorage>,
-) -> Result<Tensor> {
-    let storage = {
-        let guard = t.storage();
-        f(cuda_of(op, t, &guard)?, t.layout())?
-    };
-    Tensor::from_storage(Storage::Cuda(storage), shape)
+    let dtype = t.dtype();
+    let storage = dispatch(
+        op,
+        [t],
+        |views| Ok(on_floats(views, dtype, |[x]| f32k(x), |[x]| f64k(x)).into()),
+        |[(s, l)]| Ok(cuda(s, l)?.into()),
+    )?;
+    Tensor::from_storage(storage, shape)
 }
 
 /// Where max pooling's backward finds each output's chosen input: host indices for a CPU
@@ -104,41 +98,50 @@ impl Tensor {
         self.check_float("max_pool2d")?;
         let g = geometry("max_pool2d", self.shape(), kernel, stride, padding)?;
         let out_shape = [self.shape()[0], self.shape()[1], g.ho, g.wo];
-        let (out, argmax) = match self.device() {
-            Device::Cpu if self.dtype() == DType::F64 => {
-                let (v, i) = cpu::max_pool2d(&self.to_vec::<f64>()?, &g);
-                (Tensor::from_vec(v, &out_shape)?, Argmax::Cpu(i))
-            }
-            Device::Cpu => {
-                let (v, i) = cpu::max_pool2d(&self.to_vec::<f32>()?, &g);
-                let out = Tensor::from_vec(v, &out_shape)?.to_dtype(self.dtype())?;
-                (out, Argmax::Cpu(i))
-            }
-            Device::Cuda(_) => {
-                let (v, i) = {
-                    let guard = self.storage();
-                    cuda::pool::max_pool2d(cuda_of("max_pool2d", self, &guard)?, self.layout(), &g)?
-                };
-                (
-                    Tensor::from_storage(Storage::Cuda(v), &out_shape)?,
-                    Argmax::Cuda(i),
-                )
-            }
-        };
+        let dtype = self.dtype();
+        let (out, argmax): (Storage, Argmax) = dispatch(
+            "max_pool2d",
+            [self],
+            |views| {
+                let (v, i) = on_floats_with(
+                    views,
+                    dtype,
+                    |[x]| cpu::max_pool2d(x, &g),
+                    |[x]| cpu::max_pool2d(x, &g),
+                );
+                Ok((v.into(), Argmax::Cpu(i)))
+            },
+            |[(s, l)]| {
+                let (v, i) = cuda::pool::max_pool2d(s, l, &g)?;
+                Ok((v.into(), Argmax::Cuda(i)))
+            },
+        )?;
+        let out = Tensor::from_storage(out, &out_shape)?;
         let in_shape = self.shape().to_vec();
         Ok(out.recorded(&[self], move || {
             backward_fn("max_pool2d", move |dy, _| {
-                let dx = match &argmax {
-                    Argmax::Cpu(argmax) => on_floats(
-                        dy,
-                        &in_shape,
-                        |d| cpu::max_pool2d_backward(d, argmax, &g),
-                        |d| cpu::max_pool2d_backward(d, argmax, &g),
-                    )?,
-                    Argmax::Cuda(argmax) => cuda_kernel("max_pool2d", dy, &in_shape, |s, l| {
-                        cuda::pool::max_pool2d_backward(s, l, argmax, &g)
-                    })?,
-                };
+                // The argmax lives where the forward ran; dy arrives on the same device.
+                let moved = || Error::invalid("max_pool2d", "the gradient is on another device");
+                let dtype = dy.dtype();
+                let dx = dispatch(
+                    "max_pool2d",
+                    [dy],
+                    |views| match &argmax {
+                        Argmax::Cpu(a) => Ok(on_floats(
+                            views,
+                            dtype,
+                            |[d]| cpu::max_pool2d_backward(d, a, &g),
+                            |[d]| cpu::max_pool2d_backward(d, a, &g),
+                        )
+                        .into()),
+                        Argmax::Cuda(_) => Err(moved()),
+                    },
+                    |[(s, l)]| match &argmax {
+                        Argmax::Cuda(a) => Ok(cuda::pool::max_pool2d_backward(s, l, a, &g)?.into()),
+                        Argmax::Cpu(_) => Err(moved()),
+                    },
+                )?;
+                let dx = Tensor::from_storage(dx, &in_shape)?;
                 Ok(vec![Some(dx)])
             })
         }))
@@ -153,31 +156,25 @@ impl Tensor {
         self.check_float("avg_pool2d")?;
         let g = geometry("avg_pool2d", self.shape(), kernel, stride, padding)?;
         let out_shape = [self.shape()[0], self.shape()[1], g.ho, g.wo];
-        let out = match self.device() {
-            Device::Cpu => on_floats(
-                self,
-                &out_shape,
-                |x| cpu::avg_pool2d(x, &g),
-                |x| cpu::avg_pool2d(x, &g),
-            )?,
-            Device::Cuda(_) => cuda_kernel("avg_pool2d", self, &out_shape, |s, l| {
-                cuda::pool::avg_pool2d(s, l, &g)
-            })?,
-        };
+        let out = pool_kernel(
+            "avg_pool2d",
+            self,
+            &out_shape,
+            |x| cpu::avg_pool2d(x, &g),
+            |x| cpu::avg_pool2d(x, &g),
+            |s, l| cuda::pool::avg_pool2d(s, l, &g),
+        )?;
         let in_shape = self.shape().to_vec();
         Ok(out.recorded(&[self], move || {
             backward_fn("avg_pool2d", move |dy, _| {
-                let dx = match dy.device() {
-                    Device::Cpu => on_floats(
-                        dy,
-                        &in_shape,
-                        |d| cpu::avg_pool2d_backward(d, &g),
-                        |d| cpu::avg_pool2d_backward(d, &g),
-                    )?,
-                    Device::Cuda(_) => cuda_kernel("avg_pool2d", dy, &in_shape, |s, l| {
-                        cuda::pool::avg_pool2d_backward(s, l, &g)
-                    })?,
-                };
+                let dx = pool_kernel(
+                    "avg_pool2d",
+                    dy,
+                    &in_shape,
+                    |d| cpu::avg_pool2d_backward(d, &g),
+                    |d| cpu::avg_pool2d_backward(d, &g),
+                    |s, l| cuda::pool::avg_pool2d_backward(s, l, &g),
+                )?;
                 Ok(vec![Some(dx)])
             })
         }))
@@ -198,33 +195,25 @@ impl Tensor {
         let (planes, h, w) = (s[0] * s[1], s[2], s[3]);
         let out_shape = [s[0], s[1], h * scale_h, w * scale_w];
         let (plane, scale) = ((h, w), (scale_h, scale_w));
-        let out = match self.device() {
-            Device::Cpu => on_floats(
-                self,
-                &out_shape,
-                |x| cpu::upsample_nearest(x, planes, h, w, scale_h, scale_w),
-                |x| cpu::upsample_nearest(x, planes, h, w, scale_h, scale_w),
-            )?,
-            Device::Cuda(_) => cuda_kernel("upsample_nearest2d", self, &out_shape, |st, l| {
-                cuda::pool::upsample_nearest(st, l, planes, plane, scale)
-            })?,
-        };
+        let out = pool_kernel(
+            "upsample_nearest2d",
+            self,
+            &out_shape,
+            |x| cpu::upsample_nearest(x, planes, h, w, scale_h, scale_w),
+            |x| cpu::upsample_nearest(x, planes, h, w, scale_h, scale_w),
+            |st, l| cuda::pool::upsample_nearest(st, l, planes, plane, scale),
+        )?;
         let in_shape = s.to_vec();
         Ok(out.recorded(&[self], move || {
             backward_fn("upsample_nearest2d", move |dy, _| {
-                let dx = match dy.device() {
-                    Device::Cpu => on_floats(
-                        dy,
-                        &in_shape,
-                        |d| cpu::upsample_nearest_backward(d, planes, h, w, scale_h, scale_w),
-                        |d| cpu::upsample_nearest_backward(d, planes, h, w, scale_h, scale_w),
-                    )?,
-                    Device::Cuda(_) => {
-                        cuda_kernel("upsample_nearest2d", dy, &in_shape, |st, l| {
-                            cuda::pool::upsample_nearest_backward(st, l, planes, plane, scale)
-                        })?
-                    }
-                };
+                let dx = pool_kernel(
+                    "upsample_nearest2d",
+                    dy,
+                    &in_shape,
+                    |d| cpu::upsample_nearest_backward(d, planes, h, w, scale_h, scale_w),
+                    |d| cpu::upsample_nearest_backward(d, planes, h, w, scale_h, scale_w),
+                    |st, l| cuda::pool::upsample_nearest_backward(st, l, planes, plane, scale),
+                )?;
                 Ok(vec![Some(dx)])
             })
         }))

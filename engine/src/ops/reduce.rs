@@ -1,10 +1,11 @@
 //! Reductions over any dims with keepdim: sum, mean, max, min, argmax, argmin, var, logsumexp.
 
 use super::backward_fn;
-use super::kinds::ReduceOp;
+use super::dispatch::dispatch;
 use crate::autograd::SavedTensor;
 use crate::backend::cpu::reduce as cpu;
 use crate::backend::cuda::reduce as cuda;
+use crate::backend::spec::ReduceOp;
 use crate::layout::resolve_dim;
 use crate::{DType, Error, Result, Tensor};
 
@@ -49,9 +50,11 @@ impl Tensor {
                 ),
             ));
         }
-        let storage = self.dispatch(
-            |s, l| cpu::reduce(s, l, dims, op),
-            |s, l| cuda::reduce(s, l, dims, op),
+        let storage = dispatch(
+            name,
+            [self],
+            |[(s, l)]| Ok(cpu::reduce(s, l, dims, op).into()),
+            |[(s, l)]| Ok(cuda::reduce(s, l, dims, op)?.into()),
         )?;
         Tensor::from_storage(storage, &reduced_shape(self.shape(), dims, true))
     }

@@ -7,9 +7,10 @@
 //! CPU, the op runs as the composition of narrow, cat, mul and add.
 
 use super::backward_fn;
+use super::dispatch::{cuda_kernel, CudaOperand};
 use crate::autograd::{is_grad_enabled, no_grad};
 use crate::backend::cuda::rope::{self as cuda, View};
-use crate::backend::{CudaStorage, Storage};
+use crate::backend::Storage;
 use crate::{DType, Error, Layout, Result, Tensor};
 
 const OP: &str = "rotary_embedding";
@@ -63,19 +64,12 @@ fn as_4d(l: &Layout) -> ([usize; 4], [usize; 3]) {
     (dims, [strides[0], strides[1], strides[2]])
 }
 
-/// The kernel's view of `t` in storage `s`.
-fn view<'a>(t: &Tensor, s: &'a CudaStorage) -> View<'a> {
+/// The kernel's view of an operand.
+fn view<'a>((storage, l): CudaOperand<'a>) -> View<'a> {
     View {
-        storage: s,
-        offset: t.layout().offset(),
-        strides: as_4d(t.layout()).1,
-    }
-}
-
-fn cuda_of(s: &Storage) -> Result<&CudaStorage> {
-    match s {
-        Storage::Cuda(c) => Ok(c),
-        Storage::Cpu(_) => Err(Error::invalid(OP, "operands on different backends")),
+        storage,
+        offset: l.offset(),
+        strides: as_4d(l).1,
     }
 }
 
@@ -92,15 +86,16 @@ fn run(x: &Tensor, cos: &Tensor, sin: &Tensor, inverse: bool) -> Result<Tensor> 
     };
     let (dims, _) = as_4d(x.layout());
     let (_, ys) = as_4d(&out);
-    let y = {
-        let (xg, cg, sg) = (x.storage(), cos.storage(), sin.storage());
-        let (xv, cv, sv) = (
-            view(&x, cuda_of(&xg)?),
-            view(cos, cuda_of(&cg)?),
-            view(sin, cuda_of(&sg)?),
-        );
-        cuda::rope(xv, cv, sv, dims, (ys, out.numel()), inverse)?
-    };
+    let y = cuda_kernel(OP, [&x, cos, sin], |[x, cos, sin]| {
+        cuda::rope(
+            view(x),
+            view(cos),
+            view(sin),
+            dims,
+            (ys, out.numel()),
+            inverse,
+        )
+    })?;
     Tensor::from_storage_in(Storage::Cuda(y), out)
 }
 

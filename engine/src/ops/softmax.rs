@@ -1,6 +1,7 @@
 //! softmax and log_softmax along any dim, each one node with a fused backward.
 
 use super::backward_fn;
+use super::dispatch::dispatch;
 use crate::autograd::SavedTensor;
 use crate::backend::cpu::softmax as cpu;
 use crate::backend::cuda::softmax as cuda;
@@ -41,9 +42,11 @@ impl Tensor {
         let last = x.rank() - 1;
         let rows = x.rows_along(d)?;
         let cols = x.shape()[d];
-        let storage = rows.dispatch(
-            |s, _| cpu::softmax(s, cols, log),
-            |s, l| cuda::softmax(s, l, cols, log),
+        let storage = dispatch(
+            name,
+            [&rows],
+            |[(s, _)]| Ok(cpu::softmax(s, cols, log).into()),
+            |[(s, l)]| Ok(cuda::softmax(s, l, cols, log)?.into()),
         )?;
         let y_rows = Tensor::from_storage(storage, rows.shape())?;
         let y = if d == last {
@@ -57,13 +60,12 @@ impl Tensor {
                 let g_rows = g.rows_along(d)?;
                 let y_rows = saved.get()?;
                 let g_rows = g_rows.to_dtype(y_rows.dtype())?;
-                let storage = Tensor::dispatch2(
+                let storage = dispatch(
                     name,
-                    y_rows,
-                    &g_rows,
-                    |ys, gs| cpu::softmax_backward(ys, gs, cols, log),
-                    |ys, gs| {
-                        cuda::softmax_backward(ys, y_rows.layout(), gs, g_rows.layout(), cols, log)
+                    [y_rows, &g_rows],
+                    |[(ys, _), (gs, _)]| Ok(cpu::softmax_backward(ys, gs, cols, log).into()),
+                    |[(ys, ly), (gs, lg)]| {
+                        Ok(cuda::softmax_backward(ys, ly, gs, lg, cols, log)?.into())
                     },
                 )?;
                 let dx = Tensor::from_storage(storage, y_rows.shape())?;

@@ -5,6 +5,7 @@
 //! The CPU runs the composition.
 
 use super::backward_fn;
+use super::dispatch::cuda_kernel;
 use crate::autograd::{no_grad, SavedTensor};
 use crate::backend::cuda::swiglu as cuda;
 use crate::backend::{CudaStorage, Storage};
@@ -36,39 +37,21 @@ impl Tensor {
     }
 }
 
-fn cuda_of(s: &Storage) -> Result<&CudaStorage> {
-    match s {
-        Storage::Cuda(c) => Ok(c),
-        Storage::Cpu(_) => Err(Error::invalid(OP, "operands on different backends")),
-    }
-}
-
 fn fused(gate: &Tensor, up: &Tensor) -> Result<Tensor> {
     let (g, u) = no_grad(|| Ok::<_, Error>((gate.contiguous()?, up.contiguous()?)))?;
     let n = g.numel();
-    let y = {
-        let (gs, us) = (g.storage(), u.storage());
-        cuda::forward(
-            (cuda_of(&gs)?, g.layout().offset()),
-            (cuda_of(&us)?, u.layout().offset()),
-            n,
-        )?
-    };
+    let y = cuda_kernel(OP, [&g, &u], |[(gs, gl), (us, ul)]| {
+        cuda::forward((gs, gl.offset()), (us, ul.offset()), n)
+    })?;
     let shape = g.shape().to_vec();
     Tensor::from_op(Storage::Cuda(y), gate.shape(), &[gate, up], move || {
         let (sg, su) = (SavedTensor::new(OP, &g), SavedTensor::new(OP, &u));
         backward_fn(OP, move |dy, needs| {
             let (g, u) = (sg.get()?, su.get()?);
             let dy = no_grad(|| dy.to_dtype(g.dtype())?.contiguous())?;
-            let (dg, du) = {
-                let (gs, us, ds) = (g.storage(), u.storage(), dy.storage());
-                cuda::backward(
-                    (cuda_of(&gs)?, g.layout().offset()),
-                    (cuda_of(&us)?, u.layout().offset()),
-                    (cuda_of(&ds)?, dy.layout().offset()),
-                    n,
-                )?
-            };
+            let (dg, du) = cuda_kernel(OP, [g, u, &dy], |[(gs, gl), (us, ul), (ds, dl)]| {
+                cuda::backward((gs, gl.offset()), (us, ul.offset()), (ds, dl.offset()), n)
+            })?;
             let wrap = |s: CudaStorage, need: bool| -> Result<Option<Tensor>> {
                 need.then(|| Tensor::from_storage(Storage::Cuda(s), &shape))
                     .transpose()

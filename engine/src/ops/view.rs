@@ -1,6 +1,7 @@
 //! Views (reshape, permute, narrow, expand, squeeze) share storage and only change the layout;
 //! `contiguous`, `to_dtype` and `to_device` copy. Each records the backward that undoes it.
 
+use super::dispatch::dispatch;
 use super::{backward_fn, grad_if};
 use crate::backend::cpu::elementwise;
 use crate::backend::{cuda, CudaStorage, Storage};
@@ -57,9 +58,11 @@ impl Tensor {
         if self.is_contiguous() {
             return Ok(self.clone());
         }
-        let storage = self.dispatch(
-            |s, l| elementwise::cast(s, l, s.dtype()),
-            |s, l| cuda::copy::cast(s, l, s.dtype()),
+        let storage = dispatch(
+            "contiguous",
+            [self],
+            |[(s, l)]| Ok(elementwise::cast(s, l, s.dtype()).into()),
+            |[(s, l)]| Ok(cuda::copy::cast(s, l, s.dtype())?.into()),
         )?;
         Tensor::from_op(storage, self.shape(), &[self], || {
             backward_fn("contiguous", |g, _| Ok(vec![Some(g.clone())]))
@@ -296,9 +299,11 @@ impl Tensor {
         if dtype == self.dtype() {
             return Ok(self.clone());
         }
-        let storage = self.dispatch(
-            |s, l| elementwise::cast(s, l, dtype),
-            |s, l| cuda::copy::cast(s, l, dtype),
+        let storage = dispatch(
+            "to_dtype",
+            [self],
+            |[(s, l)]| Ok(elementwise::cast(s, l, dtype).into()),
+            |[(s, l)]| Ok(cuda::copy::cast(s, l, dtype)?.into()),
         )?;
         let in_dtype = self.dtype();
         let out = Tensor::from_op(storage, self.shape(), &[self], || {

@@ -5,6 +5,7 @@
 use super::Tensor;
 use crate::autograd::is_grad_enabled;
 use crate::backend::{cuda, CpuStorage, Storage};
+use crate::ops::dispatch::dispatch;
 use crate::{cpu_dispatch2, Error, Result};
 
 impl Tensor {
@@ -48,9 +49,11 @@ impl Tensor {
 
     /// A fresh contiguous copy that never shares storage with self.
     pub fn contiguous_copy(&self) -> Result<Tensor> {
-        let storage = self.dispatch(
-            |s, l| crate::backend::cpu::elementwise::cast(s, l, s.dtype()),
-            |s, l| cuda::copy::cast(s, l, s.dtype()),
+        let storage = dispatch(
+            "contiguous_copy",
+            [self],
+            |[(s, l)]| Ok(crate::backend::cpu::elementwise::cast(s, l, s.dtype()).into()),
+            |[(s, l)]| Ok(cuda::copy::cast(s, l, s.dtype())?.into()),
         )?;
         Tensor::from_storage(storage, self.shape())
     }

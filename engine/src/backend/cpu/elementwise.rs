@@ -1,83 +1,98 @@
 //! Unary, binary, comparison, cast and select kernels.
 
-use super::map::{gather, map, zip_map};
+use super::map::{gather, map, zip_map, CHUNK, PARALLEL_MIN};
 use super::{CpuStorage, IntoCpuStorage};
-use crate::ops::kinds::{BinaryOp, CmpOp, UnaryOp};
-use crate::{cpu_dispatch, cpu_dispatch2, DType, Layout, WithDType};
+use crate::backend::spec::unary::{Fixed, UnaryVisitor};
+use crate::backend::spec::{BinaryOp, CmpOp, UnaryOp};
+use crate::{cpu_dispatch, cpu_dispatch2, DType, Error, Layout, Result, WithDType};
 use half::{bf16, f16};
+use rayon::prelude::*;
 
 /// True when the element type computes in f64 (F64, and integers so that i64 stays exact-ish).
 fn computes_in_f64<T: WithDType>() -> bool {
     !matches!(T::DTYPE, DType::F32 | DType::BF16 | DType::F16)
 }
 
-/// The generic path: the op is a run-time value (used for integer dtypes).
-fn unary_any<T: WithDType>(v: &[T], l: &Layout, op: UnaryOp) -> Vec<T> {
-    if computes_in_f64::<T>() {
-        map(v, l, move |x| T::from_f64(op.eval(x.to_f64())))
-    } else {
-        map(v, l, move |x| T::from_f32(op.eval(x.to_f32())))
+/// One unary loop, compiled once per op kind (`UnaryOp::specialize` hands it the kind as a
+/// constant), so `eval`'s `match` folds away and the loop can vectorize.
+struct UnaryLoop<'a, T> {
+    v: &'a [T],
+    l: &'a Layout,
+}
+
+impl<T: WithDType> UnaryVisitor for UnaryLoop<'_, T> {
+    type Output = Vec<T>;
+    fn visit<const CODE: usize>(self, op: Fixed<CODE>) -> Vec<T> {
+        if computes_in_f64::<T>() {
+            map(self.v, self.l, move |x: T| {
+                T::from_f64(op.op().eval(x.to_f64()))
+            })
+        } else {
+            map(self.v, self.l, move |x: T| {
+                T::from_f32(op.op().eval(x.to_f32()))
+            })
+        }
     }
 }
 
-/// Expands one loop per op kind: each closure names its op as a constant, so `#[inline] eval`
-/// folds its `match` away and the loop can vectorize.
-macro_rules! float_loops {
-    ($v:expr, $l:expr, $op:expr, $T:ty, [$($unit:ident),*]) => {{
-        macro_rules! lp {
-            ($o:expr) => {
-                if computes_in_f64::<$T>() {
-                    map($v, $l, move |x: $T| <$T>::from_f64($o.eval(x.to_f64())))
-                } else {
-                    map($v, $l, move |x: $T| <$T>::from_f32($o.eval(x.to_f32())))
-                }
-            };
-        }
-        match $op {
-            $( UnaryOp::$unit => lp!(UnaryOp::$unit), )*
-            UnaryOp::Pow(e) => lp!(UnaryOp::Pow(e)),
-            UnaryOp::Clamp(a, b) => lp!(UnaryOp::Clamp(a, b)),
-            UnaryOp::Affine(m, a) => lp!(UnaryOp::Affine(m, a)),
-        }
-    }};
-}
-
-fn unary_float<T: WithDType>(v: &[T], l: &Layout, op: UnaryOp) -> Vec<T> {
-    float_loops!(
-        v,
-        l,
-        op,
-        T,
-        [
-            Neg,
-            Abs,
-            Exp,
-            Log,
-            Sqrt,
-            Rsqrt,
-            Sin,
-            Cos,
-            Tanh,
-            Sigmoid,
-            Relu,
-            Gelu,
-            GeluTanh,
-            Silu,
-            Sign,
-            GeluGrad,
-            GeluTanhGrad,
-            SiluGrad
-        ]
-    )
-}
-
 pub fn unary(s: &CpuStorage, l: &Layout, op: UnaryOp) -> CpuStorage {
-    match s {
-        CpuStorage::F32(v) => CpuStorage::F32(unary_float(v, l, op)),
-        CpuStorage::F64(v) => CpuStorage::F64(unary_float(v, l, op)),
-        CpuStorage::BF16(v) => CpuStorage::BF16(unary_float(v, l, op)),
-        CpuStorage::F16(v) => CpuStorage::F16(unary_float(v, l, op)),
-        other => cpu_dispatch!(other, v => IntoCpuStorage::into_storage(unary_any(v, l, op))),
+    cpu_dispatch!(s, v => IntoCpuStorage::into_storage(op.specialize(UnaryLoop { v, l })))
+}
+
+/// g * f'(x, y) for contiguous x, y = f(x) and g of one float dtype, each `n` elements from
+/// its layout's offset: the backward of every unary op.
+struct UnaryGradLoop<'a, T> {
+    x: &'a [T],
+    y: &'a [T],
+    g: &'a [T],
+}
+
+impl<T: WithDType> UnaryVisitor for UnaryGradLoop<'_, T> {
+    type Output = Vec<T>;
+    fn visit<const CODE: usize>(self, op: Fixed<CODE>) -> Vec<T> {
+        let at = move |i: usize| -> T {
+            let (x, y, g) = (self.x[i], self.y[i], self.g[i]);
+            if computes_in_f64::<T>() {
+                T::from_f64(g.to_f64() * op.op().derivative(x.to_f64(), y.to_f64()))
+            } else {
+                T::from_f32(g.to_f32() * op.op().derivative(x.to_f32(), y.to_f32()))
+            }
+        };
+        let n = self.g.len();
+        if n < PARALLEL_MIN {
+            (0..n).map(at).collect()
+        } else {
+            (0..n).into_par_iter().with_min_len(CHUNK).map(at).collect()
+        }
+    }
+}
+
+pub fn unary_backward(
+    (x, lx): (&CpuStorage, &Layout),
+    (y, ly): (&CpuStorage, &Layout),
+    (g, lg): (&CpuStorage, &Layout),
+    op: UnaryOp,
+) -> Result<CpuStorage> {
+    let n = lg.numel();
+    let span = |l: &Layout| l.offset()..l.offset() + n;
+    macro_rules! grad {
+        ($x:expr, $y:expr, $g:expr) => {
+            Ok(IntoCpuStorage::into_storage(op.specialize(UnaryGradLoop {
+                x: &$x[span(lx)],
+                y: &$y[span(ly)],
+                g: &$g[span(lg)],
+            })))
+        };
+    }
+    match (x, y, g) {
+        (CpuStorage::F32(x), CpuStorage::F32(y), CpuStorage::F32(g)) => grad!(x, y, g),
+        (CpuStorage::F64(x), CpuStorage::F64(y), CpuStorage::F64(g)) => grad!(x, y, g),
+        (CpuStorage::BF16(x), CpuStorage::BF16(y), CpuStorage::BF16(g)) => grad!(x, y, g),
+        (CpuStorage::F16(x), CpuStorage::F16(y), CpuStorage::F16(g)) => grad!(x, y, g),
+        _ => Err(Error::invalid(
+            op.name(),
+            "the backward takes x, y and g as floats of one dtype",
+        )),
     }
 }
 

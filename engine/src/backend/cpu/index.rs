@@ -6,6 +6,16 @@ use super::map::gather as gather_view;
 use super::{CpuStorage, IntoCpuStorage};
 use crate::{cpu_dispatch, cpu_dispatch2, Layout, WithDType};
 
+/// The values of an integer view as i64 (None for float and bool storages).
+pub fn indices(s: &CpuStorage, l: &Layout) -> Option<Vec<i64>> {
+    Some(match s {
+        CpuStorage::I64(v) => gather_view(v, l),
+        CpuStorage::U32(v) => super::map::map(v, l, i64::from),
+        CpuStorage::U8(v) => super::map::map(v, l, i64::from),
+        _ => return None,
+    })
+}
+
 fn split3(shape: &[usize], dim: usize) -> (usize, usize, usize) {
     (
         shape[..dim].iter().product(),

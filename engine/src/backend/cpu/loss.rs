@@ -6,27 +6,12 @@
 
 use super::map::PARALLEL_MIN;
 use super::norm::{Conv, Part};
-use super::real::Real;
 use super::{CpuStorage, IntoCpuStorage};
+use crate::backend::spec::real::Real;
+use crate::backend::spec::CrossEntropySpec;
 use crate::{DType, Error, Result, WithDType};
 use half::{bf16, f16};
 use rayon::prelude::*;
-
-/// One call's shape and options.
-#[derive(Clone, Copy, Debug)]
-pub struct CrossEntropySpec {
-    pub rows: usize,
-    pub cols: usize,
-    pub ignore: i64,
-    pub smoothing: f64,
-}
-
-impl CrossEntropySpec {
-    /// The target of row `r` when it counts (not ignored, in range).
-    fn target(&self, t: i64) -> Option<usize> {
-        (t != self.ignore && t >= 0 && (t as u64) < self.cols as u64).then_some(t as usize)
-    }
-}
 
 /// Per-row loss, logsumexp (for the backward) and 1/0 for rows that count toward the mean, all
 /// in the compute dtype.

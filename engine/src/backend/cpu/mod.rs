@@ -3,13 +3,13 @@
 
 pub mod conv;
 pub mod elementwise;
+pub mod floats;
 pub mod index;
 pub mod loss;
 pub mod map;
 pub mod matmul;
 pub mod norm;
 pub mod pool;
-pub mod real;
 pub mod reduce;
 pub mod softmax;
 mod storage;

@@ -3,9 +3,9 @@
 //! gradients sum fixed chunks of rows in order, so results never depend on thread timing.
 
 use super::map::PARALLEL_MIN;
-use super::real::Real;
 use super::{CpuStorage, IntoCpuStorage};
-use crate::ops::norm::NormSpec;
+use crate::backend::spec::NormSpec;
+use crate::backend::spec::Real;
 use crate::{DType, Error, Result, WithDType};
 use half::{bf16, f16};
 use rayon::prelude::*;

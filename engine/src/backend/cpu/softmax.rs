@@ -1,8 +1,8 @@
 //! Softmax and log-softmax over the last dim of a contiguous view, forward and backward.
 
 use super::map::PARALLEL_MIN;
-use super::real::Real;
 use super::{CpuStorage, IntoCpuStorage};
+use crate::backend::spec::Real;
 use crate::{cpu_dispatch2, DType, WithDType};
 use rayon::prelude::*;
 

@@ -6,6 +6,7 @@
 use super::compile::ATTENTION;
 use super::launch::args;
 use super::{CudaDevice, CudaStorage};
+use crate::backend::spec::AttentionSpec;
 use crate::{DType, Error, Result};
 use std::sync::Arc;
 
@@ -55,20 +56,13 @@ impl Operand<'_> {
     }
 }
 
-/// The problem: q [batch, heads, tq, head_dim] against k, v [batch, kv_heads, tk, head_dim].
-#[derive(Clone, Copy, Debug)]
-pub struct AttentionSpec {
-    pub batch: usize,
-    pub heads: usize,
-    pub kv_heads: usize,
-    pub tq: usize,
-    pub tk: usize,
-    pub head_dim: usize,
-    pub causal: bool,
-    pub scale: f64,
+/// What the kernels need of the problem, in their own structs.
+trait KernelParams {
+    fn shape(&self) -> AttnShape;
+    fn token_major(&self, tokens: usize, heads: usize) -> AttnView;
 }
 
-impl AttentionSpec {
+impl KernelParams for AttentionSpec {
     fn shape(&self) -> AttnShape {
         AttnShape {
             batch: self.batch as i32,

@@ -7,17 +7,36 @@ use cudarc::nvrtc::{result as nvrtc, sys as nvrtc_sys};
 use std::ffi::CString;
 use std::path::PathBuf;
 
-/// One kernel source file, embedded in the binary.
+/// One kernel source file, embedded in the binary, with the code the engine generates for it
+/// (op tables as `case` lists), which goes before the file.
 pub struct KernelFile {
     pub name: &'static str,
     pub source: &'static str,
+    pub generated: fn() -> String,
+}
+
+impl KernelFile {
+    /// The whole translation unit NVRTC compiles: the shared helpers, the generated code, then
+    /// the file (`#line` keeps the log's line numbers those of the .cu file itself).
+    fn text(&self) -> String {
+        format!(
+            "{COMMON}\n{}\n#line 1 \"{}\"\n{}",
+            (self.generated)(),
+            self.name,
+            self.source
+        )
+    }
 }
 
 macro_rules! kernel_file {
     ($ident:ident, $file:literal) => {
+        kernel_file!($ident, $file, String::new);
+    };
+    ($ident:ident, $file:literal, $generated:expr) => {
         pub const $ident: KernelFile = KernelFile {
             name: $file,
             source: include_str!(concat!("../../../../kernels/", $file)),
+            generated: $generated,
         };
     };
 }
@@ -26,7 +45,7 @@ macro_rules! kernel_file {
 const COMMON: &str = include_str!("../../../../kernels/common.cuh");
 
 kernel_file!(COPY, "copy.cu");
-kernel_file!(ELEMENTWISE, "elementwise.cu");
+kernel_file!(ELEMENTWISE, "elementwise.cu", super::elementwise::op_cases);
 kernel_file!(REDUCE, "reduce.cu");
 kernel_file!(SOFTMAX, "softmax.cu");
 kernel_file!(NORM, "norm.cu");
@@ -119,9 +138,9 @@ fn options(arch: (i32, i32)) -> Vec<String> {
 pub(crate) fn compiled(file: &KernelFile, arch: (i32, i32)) -> Result<Vec<u8>> {
     let version = nvrtc_version()?;
     let opts = options(arch);
+    let text = file.text();
     let key = fnv1a(&[
-        COMMON.as_bytes(),
-        file.source.as_bytes(),
+        text.as_bytes(),
         opts.join(" ").as_bytes(),
         format!("{version:?}").as_bytes(),
     ]);
@@ -140,7 +159,7 @@ pub(crate) fn compiled(file: &KernelFile, arch: (i32, i32)) -> Result<Vec<u8>> {
         }
     }
     let started = std::time::Instant::now();
-    let image = compile(file, &opts)?;
+    let image = compile_text(file.name, &text, &opts)?;
     crate::messages::info(&format!(
         "compiled kernels/{} for sm_{}{} in {:.2} s",
         file.name,
@@ -169,15 +188,17 @@ fn write_atomically(path: &std::path::Path, bytes: &[u8]) {
 
 /// Compiles one file; a failure names the file and carries NVRTC's log.
 pub fn compile(file: &KernelFile, opts: &[String]) -> Result<Vec<u8>> {
-    // `#line` keeps the log's line numbers those of the .cu file itself.
-    let text = format!("{COMMON}\n#line 1 \"{}\"\n{}", file.name, file.source);
+    compile_text(file.name, &file.text(), opts)
+}
+
+fn compile_text(file_name: &'static str, text: &str, opts: &[String]) -> Result<Vec<u8>> {
     let src = CString::new(text)
-        .map_err(|_| Error::Cuda(format!("kernels/{} has a NUL byte", file.name)))?;
-    let name = CString::new(file.name).unwrap_or_default();
+        .map_err(|_| Error::Cuda(format!("kernels/{file_name} has a NUL byte")))?;
+    let name = CString::new(file_name).unwrap_or_default();
     let prog = nvrtc::create_program(&src, Some(&name)).map_err(|e| {
         Error::Cuda(format!(
             "nvrtcCreateProgram for kernels/{}: {e:?}",
-            file.name
+            file_name
         ))
     })?;
     // SAFETY: `prog` is live until destroyed below; `src` and `name` outlive it.
@@ -192,7 +213,7 @@ pub fn compile(file: &KernelFile, opts: &[String]) -> Result<Vec<u8>> {
         if let Err(e) = compiled {
             let _ = nvrtc::destroy_program(prog);
             return Err(Error::KernelCompile {
-                file: file.name,
+                file: file_name,
                 log: format!("{e:?}\n{log}"),
             });
         }
@@ -202,7 +223,7 @@ pub fn compile(file: &KernelFile, opts: &[String]) -> Result<Vec<u8>> {
         let got =
             got.and_then(|_| nvrtc_sys::nvrtcGetCUBIN(prog, image.as_mut_ptr() as *mut _).result());
         let _ = nvrtc::destroy_program(prog);
-        got.map_err(|e| Error::Cuda(format!("nvrtcGetCUBIN for kernels/{}: {e:?}", file.name)))?;
+        got.map_err(|e| Error::Cuda(format!("nvrtcGetCUBIN for kernels/{}: {e:?}", file_name)))?;
         Ok(image)
     }
 }

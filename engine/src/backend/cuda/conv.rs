@@ -1,12 +1,16 @@
-//! im2col and its adjoint col2im (kernels/conv.cu): the data movement of conv2d, whose
-//! products the op runs through cuBLAS. Both work on a chunk of `images` images.
+//! conv2d and its two backward products through im2col (kernels/conv.cu) and cuBLAS: per
+//! chunk of images, the columns [groups, Cg*kh*kw, images*Ho*Wo] meet the weight
+//! [groups, O/groups, Cg*kh*kw] in one product batched over groups; col2im, the adjoint of
+//! im2col, sums column gradients back into pixels.
 
 use super::compile::CONV;
-use super::copy::cast;
+use super::copy::{cast, copy_view};
+use super::elementwise::binary;
 use super::launch::{args, grid_for, type_suffix};
+use super::matmul::{matmul, matmul_into_dtype};
 use super::CudaStorage;
-use crate::backend::cpu::conv::Conv2dGeometry;
-use crate::{Layout, Result};
+use crate::backend::spec::{BinaryOp, Conv2dGeometry};
+use crate::{DType, Layout, Result};
 
 const BLOCK: u32 = 256;
 
@@ -101,4 +105,139 @@ pub fn col2im(
 ) -> Result<CudaStorage> {
     let total = images * g.c * g.h * g.w;
     run("col2im", cols, l, geom(g, images), total)
+}
+
+/// Columns are built for at most this many elements at a time (512 MiB of F32); a larger
+/// batch runs in chunks of whole images.
+const COLS_BUDGET: usize = 1 << 27;
+
+/// (first image, images) of each chunk.
+fn image_chunks(g: &Conv2dGeometry) -> Vec<(usize, usize)> {
+    let per_image = (g.c * g.kh * g.kw * g.ho * g.wo).max(1);
+    let step = (COLS_BUDGET / per_image).clamp(1, g.n.max(1));
+    (0..g.n)
+        .step_by(step)
+        .map(|s| (s, step.min(g.n - s)))
+        .collect()
+}
+
+/// The weight [O, Cg, kh, kw] (contiguous) seen as [groups, O/groups, Cg*kh*kw].
+fn grouped_weight(w: &Layout, g: &Conv2dGeometry) -> Layout {
+    let (og, kr) = (g.og(), g.col_rows());
+    Layout::new(vec![g.groups, og, kr], vec![og * kr, kr, 1], w.offset())
+}
+
+/// A contiguous copy of the view unless it already is one.
+fn packed<'a>(
+    s: &'a CudaStorage,
+    l: &Layout,
+    keep: &'a mut Option<CudaStorage>,
+) -> Result<(&'a CudaStorage, Layout)> {
+    if l.is_contiguous() {
+        return Ok((s, l.clone()));
+    }
+    let copy = keep.insert(cast(s, l, s.dtype())?);
+    Ok((copy, Layout::contiguous(l.shape())))
+}
+
+/// Images n0..n0+nc of the gradient dy [N, O, P] as [O, nc, P], which is
+/// [groups, O/groups, nc*P]: a contiguous copy laid out to line up with the columns.
+fn grouped_grad(dy: &CudaStorage, l: &Layout, n0: usize, nc: usize) -> Result<CudaStorage> {
+    cast(dy, &l.narrowed(0, n0, nc).permuted(&[1, 0, 2]), dy.dtype())
+}
+
+/// y [N, O, Ho, Wo] = conv2d(x [N, C, H, W], w [O, C/groups, kh, kw]); x and w of one dtype.
+pub fn conv2d(
+    x: &CudaStorage,
+    lx: &Layout,
+    w: &CudaStorage,
+    lw: &Layout,
+    g: &Conv2dGeometry,
+) -> Result<CudaStorage> {
+    let (mut kx, mut kw) = (None, None);
+    let ((x, lx), (w, lw)) = (packed(x, lx, &mut kx)?, packed(w, lw, &mut kw)?);
+    let p = g.plane_out();
+    let y = CudaStorage::alloc(x.cuda_device(), g.n * g.o * p, x.dtype())?;
+    let ly = Layout::contiguous(&[g.n, g.o, p]);
+    let wg = grouped_weight(&lw, g);
+    for (n0, nc) in image_chunks(g) {
+        let cols = im2col(x, &lx.narrowed(0, n0, nc), g, nc)?;
+        let lcols = Layout::contiguous(&[g.groups, g.col_rows(), nc * p]);
+        // [groups, og, nc*P] is [O, nc, P]: written into images n0.. of y, channel-major.
+        let part = matmul(w, &wg, &cols, &lcols)?;
+        let dst = ly.narrowed(0, n0, nc).permuted(&[1, 0, 2]);
+        copy_view(&part, &Layout::contiguous(&[g.o, nc, p]), &y, &dst)?;
+    }
+    Ok(y)
+}
+
+/// dL/dx [N, C, H, W] from dy [N, O, Ho, Wo] and w: weight^T times the grouped gradient gives
+/// column gradients, which col2im sums back into pixels.
+pub fn conv2d_input_grad(
+    dy: &CudaStorage,
+    ldy: &Layout,
+    w: &CudaStorage,
+    lw: &Layout,
+    g: &Conv2dGeometry,
+) -> Result<CudaStorage> {
+    let (mut kd, mut kw) = (None, None);
+    let ((dy, ldy), (w, lw)) = (packed(dy, ldy, &mut kd)?, packed(w, lw, &mut kw)?);
+    let p = g.plane_out();
+    let ldy = Layout::new(vec![g.n, g.o, p], vec![g.o * p, p, 1], ldy.offset());
+    let dx = CudaStorage::alloc(dy.cuda_device(), g.n * g.c * g.h * g.w, dy.dtype())?;
+    let ldx = Layout::contiguous(&[g.n, g.c * g.h * g.w]);
+    let wt = grouped_weight(&lw, g).permuted(&[0, 2, 1]);
+    for (n0, nc) in image_chunks(g) {
+        let gdy = grouped_grad(dy, &ldy, n0, nc)?;
+        let lgdy = Layout::contiguous(&[g.groups, g.og(), nc * p]);
+        let col_grad = matmul(w, &wt, &gdy, &lgdy)?;
+        let lcols = Layout::contiguous(&[g.groups, g.col_rows(), nc * p]);
+        let images = col2im(&col_grad, &lcols, g, nc)?;
+        let src = Layout::contiguous(&[nc, g.c * g.h * g.w]);
+        copy_view(&images, &src, &dx, &ldx.narrowed(0, n0, nc))?;
+    }
+    Ok(dx)
+}
+
+/// dL/dw [O, C/groups, kh, kw] from x and dy: the grouped gradient times columns^T, summed over
+/// chunks (in F32 for the half types when there are several, so they do not round per chunk).
+pub fn conv2d_weight_grad(
+    x: &CudaStorage,
+    lx: &Layout,
+    dy: &CudaStorage,
+    ldy: &Layout,
+    g: &Conv2dGeometry,
+) -> Result<CudaStorage> {
+    let (mut kx, mut kd) = (None, None);
+    let ((x, lx), (dy, ldy)) = (packed(x, lx, &mut kx)?, packed(dy, ldy, &mut kd)?);
+    let p = g.plane_out();
+    let ldy = Layout::new(vec![g.n, g.o, p], vec![g.o * p, p, 1], ldy.offset());
+    let chunks = image_chunks(g);
+    let dtype = dy.dtype();
+    let sum_dtype = match dtype {
+        DType::BF16 | DType::F16 if chunks.len() > 1 => DType::F32,
+        _ => dtype,
+    };
+    let lw = Layout::contiguous(&[g.groups, g.og(), g.col_rows()]);
+    let mut total: Option<CudaStorage> = None;
+    for (n0, nc) in chunks {
+        let cols = im2col(x, &lx.narrowed(0, n0, nc), g, nc)?;
+        let lcols_t = Layout::contiguous(&[g.groups, g.col_rows(), nc * p]).permuted(&[0, 2, 1]);
+        let gdy = grouped_grad(dy, &ldy, n0, nc)?;
+        let lgdy = Layout::contiguous(&[g.groups, g.og(), nc * p]);
+        let part = matmul_into_dtype(&gdy, &lgdy, &cols, &lcols_t, sum_dtype)?;
+        total = Some(match total {
+            None => part,
+            Some(t) => binary(&t, &lw, &part, &lw, BinaryOp::Add)?,
+        });
+    }
+    match total {
+        Some(t) if t.dtype() != dtype => cast(&t, &lw, dtype),
+        Some(t) => Ok(t),
+        None => {
+            let zeros = CudaStorage::alloc(dy.cuda_device(), lw.numel(), dtype)?;
+            super::copy::fill(&zeros, &lw, 0.0)?;
+            Ok(zeros)
+        }
+    }
 }

@@ -5,7 +5,7 @@ use super::compile::REDUCE;
 use super::copy::{cast, fill};
 use super::launch::{args, type_suffix};
 use super::CudaStorage;
-use crate::ops::kinds::ReduceOp;
+use crate::backend::spec::ReduceOp;
 use crate::{DType, Layout, Result};
 
 /// The dtype a reduction produces, as on the CPU: integer sums widen to I64, arg-reductions
@@ -74,13 +74,12 @@ pub fn reduce(s: &CudaStorage, l: &Layout, dims: &[usize], op: ReduceOp) -> Resu
         }
         _ => {
             let f = dev.function(&REDUCE, &format!("extreme_{sfx}"))?;
-            let code: i32 = match op {
-                ReduceOp::Max => 0,
-                ReduceOp::Min => 1,
-                ReduceOp::ArgMax => 2,
-                _ => 3,
+            let seek_max = op.seeks_max() as i32;
+            let (yv, yi) = if op.gives_index() {
+                (0u64, y)
+            } else {
+                (y, 0u64)
             };
-            let (yv, yi) = if code < 2 { (y, 0u64) } else { (0u64, y) };
             // SAFETY: as above; the unused output pointer is never written.
             unsafe {
                 dev.launch(
@@ -88,7 +87,7 @@ pub fn reduce(s: &CudaStorage, l: &Layout, dims: &[usize], op: ReduceOp) -> Resu
                     (warp_grid, 1, 1),
                     32 * warps_per_block,
                     0,
-                    &mut args![x, yv, yi, rows_i, k_i, code],
+                    &mut args![x, yv, yi, rows_i, k_i, seek_max],
                 )?
             };
         }

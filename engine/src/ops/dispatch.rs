@@ -1,0 +1,164 @@
+//! The one way an op reaches a backend. An op hands its operands and one kernel per backend to
+//! `dispatch` (or `dispatch_optional`, `dispatch_all` for optional and variable operands);
+//! it checks that the operands share a device, takes their storages and calls the kernel of
+//! that backend with each operand's storage and layout. Both kernels are arguments, so an op
+//! without a CUDA kernel does not compile:
+//!
+//! ```
+//! use rusting_brain::ops::dispatch::dispatch;
+//! use rusting_brain::{backend::{cpu, cuda}, Result, Tensor};
+//!
+//! fn twice(x: &Tensor) -> Result<Tensor> {
+//!     let op = rusting_brain::backend::spec::UnaryOp::Affine(2.0, 0.0);
+//!     let storage = dispatch(
+//!         "twice",
+//!         [x],
+//!         |[(s, l)]| Ok(cpu::elementwise::unary(s, l, op).into()),
+//!         |[(s, l)]| Ok(cuda::elementwise::unary(s, l, op)?.into()),
+//!     )?;
+//!     Tensor::from_storage(storage, x.shape())
+//! }
+//! ```
+//!
+//! ```compile_fail,E0061
+//! use rusting_brain::ops::dispatch::dispatch;
+//! use rusting_brain::{backend::cpu, Result, Tensor};
+//!
+//! fn twice(x: &Tensor) -> Result<Tensor> {
+//!     let op = rusting_brain::backend::spec::UnaryOp::Affine(2.0, 0.0);
+//!     // No CUDA kernel: this does not build.
+//!     let storage = dispatch("twice", [x], |[(s, l)]| Ok(cpu::elementwise::unary(s, l, op).into()))?;
+//!     Tensor::from_storage(storage, x.shape())
+//! }
+//! ```
+//!
+//! Fused kernels whose CPU path is a composition of other ops (attention, rotary embedding,
+//! SwiGLU on CUDA) decide at the tensor level which path runs, and reach their CUDA kernel
+//! through `cuda_kernel`, the same mechanism with the CPU side answered by an error.
+
+use crate::backend::{CpuStorage, CudaStorage, Storage};
+use crate::{Device, Error, Layout, Result, Tensor};
+
+/// An operand as a CPU kernel sees it.
+pub type CpuOperand<'a> = (&'a CpuStorage, &'a Layout);
+/// An operand as a CUDA kernel sees it.
+pub type CudaOperand<'a> = (&'a CudaStorage, &'a Layout);
+
+/// Runs the kernel of the backend that holds `operands` (all on one device).
+pub fn dispatch<const N: usize, R>(
+    op: &'static str,
+    operands: [&Tensor; N],
+    cpu: impl FnOnce([CpuOperand<'_>; N]) -> Result<R>,
+    cuda: impl FnOnce([CudaOperand<'_>; N]) -> Result<R>,
+) -> Result<R> {
+    run(
+        op,
+        &operands.map(Some),
+        |views| cpu(present(op, views)?),
+        |views| cuda(present(op, views)?),
+    )
+}
+
+/// Like `dispatch` for operands that may be absent (a norm's weight and bias).
+pub fn dispatch_optional<const N: usize, R>(
+    op: &'static str,
+    operands: [Option<&Tensor>; N],
+    cpu: impl FnOnce([Option<CpuOperand<'_>>; N]) -> Result<R>,
+    cuda: impl FnOnce([Option<CudaOperand<'_>>; N]) -> Result<R>,
+) -> Result<R> {
+    run(
+        op,
+        &operands,
+        |views| cpu(array(op, views)?),
+        |views| cuda(array(op, views)?),
+    )
+}
+
+/// Like `dispatch` for any number of operands (cat).
+pub fn dispatch_all<R>(
+    op: &'static str,
+    operands: &[&Tensor],
+    cpu: impl FnOnce(&[CpuOperand<'_>]) -> Result<R>,
+    cuda: impl FnOnce(&[CudaOperand<'_>]) -> Result<R>,
+) -> Result<R> {
+    let operands: Vec<Option<&Tensor>> = operands.iter().copied().map(Some).collect();
+    run(
+        op,
+        &operands,
+        |views| cpu(&views.into_iter().flatten().collect::<Vec<_>>()),
+        |views| cuda(&views.into_iter().flatten().collect::<Vec<_>>()),
+    )
+}
+
+/// For a fused CUDA kernel whose op composes other ops elsewhere: runs `cuda` on the operands'
+/// device storages, and is an error naming the op for operands that are not on a GPU.
+pub fn cuda_kernel<const N: usize, R>(
+    op: &'static str,
+    operands: [&Tensor; N],
+    cuda: impl FnOnce([CudaOperand<'_>; N]) -> Result<R>,
+) -> Result<R> {
+    dispatch(
+        op,
+        operands,
+        |_| {
+            Err(Error::UnsupportedDevice {
+                op,
+                device: Device::Cpu,
+            })
+        },
+        cuda,
+    )
+}
+
+/// Locks the operands' storages (after checking they share a device) and calls the kernel of
+/// their backend with one view per operand, `None` where the operand is absent.
+fn run<R>(
+    op: &'static str,
+    operands: &[Option<&Tensor>],
+    cpu: impl FnOnce(Vec<Option<CpuOperand<'_>>>) -> Result<R>,
+    cuda: impl FnOnce(Vec<Option<CudaOperand<'_>>>) -> Result<R>,
+) -> Result<R> {
+    let mut present = operands.iter().flatten();
+    let Some(first) = present.next() else {
+        return Err(Error::invalid(op, "needs at least one operand"));
+    };
+    for t in present {
+        first.check_same_device(op, t)?;
+    }
+    let guards: Vec<_> = operands.iter().map(|t| t.map(|t| t.storage())).collect();
+    let layouts = operands.iter().map(|t| t.map(Tensor::layout));
+    let views = guards.iter().map(|g| g.as_deref()).zip(layouts);
+    // A storage that moved device between the check and the lock is reported, not a panic.
+    let moved = || Error::invalid(op, "an operand moved to another device during the op");
+    match first.device() {
+        Device::Cpu => {
+            let views = views
+                .map(|(s, l)| match (s, l) {
+                    (Some(Storage::Cpu(s)), Some(l)) => Ok(Some((s, l))),
+                    (None, _) => Ok(None),
+                    _ => Err(moved()),
+                })
+                .collect::<Result<_>>()?;
+            cpu(views)
+        }
+        Device::Cuda(_) => {
+            let views = views
+                .map(|(s, l)| match (s, l) {
+                    (Some(Storage::Cuda(s)), Some(l)) => Ok(Some((s, l))),
+                    (None, _) => Ok(None),
+                    _ => Err(moved()),
+                })
+                .collect::<Result<_>>()?;
+            cuda(views)
+        }
+    }
+}
+
+fn array<T, const N: usize>(op: &'static str, v: Vec<T>) -> Result<[T; N]> {
+    v.try_into()
+        .map_err(|_| Error::invalid(op, "wrong number of operands"))
+}
+
+fn present<T, const N: usize>(op: &'static str, v: Vec<Option<T>>) -> Result<[T; N]> {
+    array(op, v.into_iter().flatten().collect())
+}
