@@ -64,6 +64,8 @@ fn gradcheck_case(name: &str) -> Option<Case> {
         "gelu" => unary(|x| x.gelu()),
         "gelu_tanh" => unary(|x| x.gelu_tanh()),
         "silu" => unary(|x| x.silu()),
+        "softplus" => unary(|x| x.softplus()),
+        "mish" => unary(|x| x.mish()),
         "swiglu" => case(vec![randn(&[3, 5], 69), randn(&[3, 5], 70)], |x| {
             x[0].swiglu(&x[1])
         }),

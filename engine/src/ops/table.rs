@@ -67,6 +67,8 @@ ops! {
     "gelu": Primitive, true, FLOAT;
     "gelu_tanh": Primitive, true, FLOAT;
     "silu": Primitive, true, FLOAT;
+    "softplus": Primitive, true, FLOAT;
+    "mish": Primitive, true, FLOAT;
     "sign": Primitive, true, INT_AND_FLOAT;
     "pow": Primitive, true, FLOAT;
     "clamp": Primitive, true, INT_AND_FLOAT;

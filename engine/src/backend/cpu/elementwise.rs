@@ -35,8 +35,21 @@ impl<T: WithDType> UnaryVisitor for UnaryLoop<'_, T> {
     }
 }
 
+/// The op as a run-time value, computed in f64.
+fn unary_any<T: WithDType>(v: &[T], l: &Layout, op: UnaryOp) -> Vec<T> {
+    map(v, l, move |x| T::from_f64(op.eval(x.to_f64())))
+}
+
+/// Float storages get a loop per op kind; integer ones (a few ops, rarely hot) share one loop
+/// that matches on the op, which keeps the number of compiled loops down.
 pub fn unary(s: &CpuStorage, l: &Layout, op: UnaryOp) -> CpuStorage {
-    cpu_dispatch!(s, v => IntoCpuStorage::into_storage(op.specialize(UnaryLoop { v, l })))
+    match s {
+        CpuStorage::F32(v) => CpuStorage::F32(op.specialize(UnaryLoop { v, l })),
+        CpuStorage::F64(v) => CpuStorage::F64(op.specialize(UnaryLoop { v, l })),
+        CpuStorage::BF16(v) => CpuStorage::BF16(op.specialize(UnaryLoop { v, l })),
+        CpuStorage::F16(v) => CpuStorage::F16(op.specialize(UnaryLoop { v, l })),
+        other => cpu_dispatch!(other, v => IntoCpuStorage::into_storage(unary_any(v, l, op))),
+    }
 }
 
 /// g * f'(x, y) for contiguous x, y = f(x) and g of one float dtype, each `n` elements from
@@ -50,21 +63,33 @@ struct UnaryGradLoop<'a, T> {
 impl<T: WithDType> UnaryVisitor for UnaryGradLoop<'_, T> {
     type Output = Vec<T>;
     fn visit<const CODE: usize>(self, op: Fixed<CODE>) -> Vec<T> {
-        let at = move |i: usize| -> T {
-            let (x, y, g) = (self.x[i], self.y[i], self.g[i]);
-            if computes_in_f64::<T>() {
-                T::from_f64(g.to_f64() * op.op().derivative(x.to_f64(), y.to_f64()))
-            } else {
-                T::from_f32(g.to_f32() * op.op().derivative(x.to_f32(), y.to_f32()))
+        let (x, y, g) = (self.x, self.y, self.g);
+        // The op's loop over one chunk; the chunking (and rayon) is shared by every op.
+        let chunk = move |start: usize, out: &mut [T]| {
+            for (i, o) in (start..).zip(out.iter_mut()) {
+                *o = if computes_in_f64::<T>() {
+                    T::from_f64(g[i].to_f64() * op.op().derivative(x[i].to_f64(), y[i].to_f64()))
+                } else {
+                    T::from_f32(g[i].to_f32() * op.op().derivative(x[i].to_f32(), y[i].to_f32()))
+                };
             }
         };
-        let n = self.g.len();
-        if n < PARALLEL_MIN {
-            (0..n).map(at).collect()
-        } else {
-            (0..n).into_par_iter().with_min_len(CHUNK).map(at).collect()
-        }
+        chunked(g.len(), &chunk)
     }
+}
+
+/// A new buffer of `n` elements filled by `fill(start, chunk)` over fixed chunks, in parallel
+/// when large.
+fn chunked<T: WithDType>(n: usize, fill: &(dyn Fn(usize, &mut [T]) + Sync)) -> Vec<T> {
+    let mut out = vec![T::zero(); n];
+    if n < PARALLEL_MIN {
+        fill(0, &mut out);
+    } else {
+        out.par_chunks_mut(CHUNK)
+            .enumerate()
+            .for_each(|(c, o)| fill(c * CHUNK, o));
+    }
+    out
 }
 
 pub fn unary_backward(
