@@ -3,6 +3,7 @@
 
 pub mod cpu;
 pub mod cuda;
+pub mod spec;
 
 use crate::{DType, Device};
 pub use cpu::{CpuStorage, IntoCpuStorage};
