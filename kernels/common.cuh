@@ -125,6 +125,58 @@ template <> __device__ __forceinline__ f32 from_c<f32>(float x) { return x; }
 template <> __device__ __forceinline__ bf16 from_c<bf16>(float x) { return from_f<bf16>(x); }
 template <> __device__ __forceinline__ f16 from_c<f16>(float x) { return from_f<f16>(x); }
 
+// ----- 16-byte words: 16 / sizeof(T) elements to and from Acc<T>, element 0 at the lowest address -----
+// For kernels that move rows 16 bytes at a time and keep the raw words in registers.
+template <class T> __device__ __forceinline__ unsigned short bits16(T x);
+template <> __device__ __forceinline__ unsigned short bits16<bf16>(bf16 x) { return __bfloat16_as_ushort(x); }
+template <> __device__ __forceinline__ unsigned short bits16<f16>(f16 x) { return __half_as_ushort(x); }
+template <class T> __device__ __forceinline__ T from_bits16(unsigned short b);
+template <> __device__ __forceinline__ bf16 from_bits16<bf16>(unsigned short b) { return __ushort_as_bfloat16(b); }
+template <> __device__ __forceinline__ f16 from_bits16<f16>(unsigned short b) { return __ushort_as_half(b); }
+
+// bf16 and f16: eight elements, two to each 32-bit lane (the lower address in the low half).
+template <class T> struct Word16Of16Bit {
+    static __device__ __forceinline__ void unpack(const uint4& u, float* o) {
+        const u32 w[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            o[2 * i] = to_acc(from_bits16<T>((unsigned short)(w[i] & 0xffffu)));
+            o[2 * i + 1] = to_acc(from_bits16<T>((unsigned short)(w[i] >> 16)));
+        }
+    }
+    static __device__ __forceinline__ u32 lane(float lo, float hi) {
+        return (u32)bits16(from_acc<T>(lo)) | ((u32)bits16(from_acc<T>(hi)) << 16);
+    }
+    static __device__ __forceinline__ uint4 pack(const float* v) {
+        return make_uint4(lane(v[0], v[1]), lane(v[2], v[3]), lane(v[4], v[5]), lane(v[6], v[7]));
+    }
+};
+
+template <class T> struct Word16;
+template <> struct Word16<bf16> : Word16Of16Bit<bf16> {};
+template <> struct Word16<f16> : Word16Of16Bit<f16> {};
+template <> struct Word16<f32> {
+    static __device__ __forceinline__ void unpack(const uint4& u, float* o) {
+        o[0] = __uint_as_float(u.x);
+        o[1] = __uint_as_float(u.y);
+        o[2] = __uint_as_float(u.z);
+        o[3] = __uint_as_float(u.w);
+    }
+    static __device__ __forceinline__ uint4 pack(const float* v) {
+        return make_uint4(__float_as_uint(v[0]), __float_as_uint(v[1]), __float_as_uint(v[2]), __float_as_uint(v[3]));
+    }
+};
+template <> struct Word16<f64> {
+    static __device__ __forceinline__ void unpack(const uint4& u, double* o) {
+        o[0] = __hiloint2double((int)u.y, (int)u.x);
+        o[1] = __hiloint2double((int)u.w, (int)u.z);
+    }
+    static __device__ __forceinline__ uint4 pack(const double* v) {
+        return make_uint4((u32)__double2loint(v[0]), (u32)__double2hiint(v[0]), (u32)__double2loint(v[1]),
+                          (u32)__double2hiint(v[1]));
+    }
+};
+
 // ----- reductions -----
 template <class T> __device__ __forceinline__ T warp_sum(T v) {
 #pragma unroll

@@ -14,69 +14,7 @@
 // dweight/dbias are always a two-step column reduction with a fixed order (per-chunk partials,
 // then a fixed-order sum over chunks), no atomics, so a run repeats bit for bit.
 
-// ----- 16-byte and scalar element access -----
-
-// A 16-byte word of elements to and from Acc<T> values, element 0 at the lowest address.
-template <class T> struct Word16;
-template <> struct Word16<bf16> {
-    static __device__ __forceinline__ void unpack(const uint4& u, float* o) {
-        const u32 w[4] = {u.x, u.y, u.z, u.w};
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {
-            o[2 * i] = __uint_as_float(w[i] << 16);
-            o[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);
-        }
-    }
-    static __device__ __forceinline__ u32 bits(float v) { return (u32)__bfloat16_as_ushort(__float2bfloat16(v)); }
-    static __device__ __forceinline__ uint4 pack(const float* v) {
-        uint4 u;
-        u.x = bits(v[0]) | (bits(v[1]) << 16);
-        u.y = bits(v[2]) | (bits(v[3]) << 16);
-        u.z = bits(v[4]) | (bits(v[5]) << 16);
-        u.w = bits(v[6]) | (bits(v[7]) << 16);
-        return u;
-    }
-};
-template <> struct Word16<f16> {
-    static __device__ __forceinline__ void unpack(const uint4& u, float* o) {
-        const u32 w[4] = {u.x, u.y, u.z, u.w};
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {
-            o[2 * i] = __half2float(__ushort_as_half((unsigned short)(w[i] & 0xffffu)));
-            o[2 * i + 1] = __half2float(__ushort_as_half((unsigned short)(w[i] >> 16)));
-        }
-    }
-    static __device__ __forceinline__ u32 bits(float v) { return (u32)__half_as_ushort(__float2half(v)); }
-    static __device__ __forceinline__ uint4 pack(const float* v) {
-        uint4 u;
-        u.x = bits(v[0]) | (bits(v[1]) << 16);
-        u.y = bits(v[2]) | (bits(v[3]) << 16);
-        u.z = bits(v[4]) | (bits(v[5]) << 16);
-        u.w = bits(v[6]) | (bits(v[7]) << 16);
-        return u;
-    }
-};
-template <> struct Word16<f32> {
-    static __device__ __forceinline__ void unpack(const uint4& u, float* o) {
-        o[0] = __uint_as_float(u.x);
-        o[1] = __uint_as_float(u.y);
-        o[2] = __uint_as_float(u.z);
-        o[3] = __uint_as_float(u.w);
-    }
-    static __device__ __forceinline__ uint4 pack(const float* v) {
-        return make_uint4(__float_as_uint(v[0]), __float_as_uint(v[1]), __float_as_uint(v[2]), __float_as_uint(v[3]));
-    }
-};
-template <> struct Word16<f64> {
-    static __device__ __forceinline__ void unpack(const uint4& u, double* o) {
-        o[0] = __hiloint2double((int)u.y, (int)u.x);
-        o[1] = __hiloint2double((int)u.w, (int)u.z);
-    }
-    static __device__ __forceinline__ uint4 pack(const double* v) {
-        return make_uint4((u32)__double2loint(v[0]), (u32)__double2hiint(v[0]), (u32)__double2loint(v[1]),
-                          (u32)__double2hiint(v[1]));
-    }
-};
+// ----- 16-byte and scalar element access (Word16 is in common.cuh) -----
 
 // VEC elements of T at a time: one 16-byte word (VEC = 16 / sizeof(T)) or one element (VEC = 1).
 // `Raw` is what a thread keeps in registers between passes.

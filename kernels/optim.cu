@@ -2,7 +2,8 @@
 // SGD updates over many tensors per launch. The norm never leaves the device: every kernel
 // reads it from memory, skips the step when it is not finite and clips the gradient on the
 // fly, so an optimizer step needs no host round trip. The host side is
-// engine/src/backend/cuda/optim.rs; its #[repr(C)] structs mirror the ones below.
+// engine/src/backend/cuda/optim/ (clip.rs, update.rs); its #[repr(C)] structs mirror the ones
+// below.
 
 // Tensors per launch; the tables are passed by value as kernel parameters (at most 32764
 // bytes since CUDA 12.1), large enough that a GPT-2-sized model takes one launch per kernel.
@@ -12,14 +13,14 @@
 // 16-byte aligned and can be read as float4; large, so the per-block prologue is paid rarely.
 #define OPT_NORM_CHUNK 16384
 #define OPT_UPDATE_CHUNK 16384
-// Threads per block of the norm, scale and update kernels (BLOCK in optim.rs).
+// Threads per block of the norm, scale and update kernels (BLOCK in optim/mod.rs).
 #define OPT_BLOCK 256
 // Layout of the i64 counter buffer: [0] applied steps, [1] skipped steps, then a ring of the
 // last OPT_SKIP_LOG skips as (step, norm as f64 bits), then one step count per parameter.
 #define OPT_SKIP_LOG 16
 #define OPT_COUNTER_HEAD (2 + 2 * OPT_SKIP_LOG)
 
-// dtype codes, as `dtype_code` in optim.rs.
+// dtype codes, as `dtype_code` in optim/mod.rs.
 #define OPT_F32 0
 #define OPT_BF16 1
 #define OPT_F16 2
@@ -35,7 +36,7 @@ struct NormTable {
     int block_start[OPT_NORM_MAX + 1];
     int n;
 };
-static_assert(sizeof(NormTable) == 8200, "NormTable must match optim.rs");
+static_assert(sizeof(NormTable) == 8200, "NormTable must match optim/clip.rs");
 
 // Many parameters for one fused update. state0 is exp_avg (AdamW, Lion) or the momentum buffer
 // (SGD), state1 is exp_avg_sq (AdamW); 0 where unused. slot indexes the per-parameter step
@@ -53,12 +54,13 @@ struct UpdateTable {
     int decay[OPT_UPDATE_MAX];
     int n;
 };
-static_assert(sizeof(UpdateTable) == 15368, "UpdateTable must match optim.rs");
+static_assert(sizeof(UpdateTable) == 15368, "UpdateTable must match optim/update.rs");
 
 // Hyperparameters of one step. The learning rate is `lr` when sched_kind < 0, else the
 // schedule's rate at the device's step count (0 constant, 1 warmup-cosine, 2 warmup-stable-
-// decay; a, b, c are its step counts), so a step skipped on the device shifts the schedule
-// exactly as on the CPU. max_norm = inf means no clipping.
+// decay; a, b, c are its step counts; `DeviceSchedule` in backend/spec/optim.rs), so a step
+// skipped on the device shifts the schedule exactly as on the CPU. max_norm = inf means no
+// clipping.
 struct Hyper {
     double lr, b1, b2, eps, wd, momentum, dampening, max_norm;
     double sched_peak, sched_min;
@@ -67,7 +69,7 @@ struct Hyper {
     u64 counters;  // i64*: the counter buffer above
     int sched_kind, nesterov;
 };
-static_assert(sizeof(Hyper) == 128, "Hyper must match optim.rs");
+static_assert(sizeof(Hyper) == 128, "Hyper must match optim/update.rs");
 
 // The tensor that block b works on: the last k < n with block_start[k] <= b (block_start is
 // non-decreasing from 0), by binary search since a table holds up to 256 tensors.

@@ -4,11 +4,11 @@
 //! a GPU (set RB_REQUIRE_CUDA=1 to make a missing GPU fail instead).
 //!
 //! `every_op_in_the_table_has_a_cuda_parity_case` runs everywhere and fails when an op is added
-//! to the table without a case in cuda_parity/cases.rs. `cuda_parity_cases_hold_with_the_cpu_
-//! standing_in_for_cuda` runs every case with the CPU as the device under test, so the cases and
-//! the BF16/F16 tolerances are exercised without a GPU.
+//! to the table without a case in its family's file under cuda_parity/cases/.
+//! `cuda_parity_cases_hold_with_the_cpu_standing_in_for_cuda` runs every case with the CPU as the
+//! device under test, so the cases and the BF16/F16 tolerances are exercised without a GPU.
 
-#[path = "cuda_parity/cases.rs"]
+#[path = "cuda_parity/cases/mod.rs"]
 mod cases;
 #[path = "cuda_parity/harness.rs"]
 mod harness;
@@ -80,7 +80,27 @@ fn every_op_in_the_table_has_a_cuda_parity_case() {
         .collect();
     assert!(
         missing.is_empty(),
-        "ops of the op table without a CUDA parity case (add them to engine/tests/cuda_parity/cases.rs): {missing:?}"
+        "ops of the op table without a CUDA parity case (add a line to their family's table under engine/tests/cuda_parity/cases/): {missing:?}"
+    );
+}
+
+#[test]
+fn every_cuda_parity_entry_names_an_op_of_the_table_once() {
+    let names = cases::entry_names();
+    let unknown: Vec<&str> = names
+        .iter()
+        .copied()
+        .filter(|n| !OPS.iter().any(|o| o.name == *n))
+        .collect();
+    let twice: Vec<&str> = names
+        .iter()
+        .enumerate()
+        .filter(|&(i, n)| names[..i].contains(n))
+        .map(|(_, n)| *n)
+        .collect();
+    assert!(
+        unknown.is_empty() && twice.is_empty(),
+        "parity entries for ops not in the op table: {unknown:?}; entries listed twice (only the first runs): {twice:?}"
     );
 }
 

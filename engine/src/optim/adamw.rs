@@ -12,7 +12,7 @@
 //! weights), the usual practice for transformers; `decay_1d_params` turns it on for them.
 
 use super::optimizer::{numbered, Optimizer, OptimizerCore, ParamState};
-use crate::backend::cuda::optim::UpdateRule;
+use crate::backend::spec::optim::UpdateRule;
 use crate::{Error, Result, Tensor};
 
 #[derive(Clone, Copy, Debug, PartialEq)]

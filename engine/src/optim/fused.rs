@@ -1,5 +1,5 @@
 //! The optimizer step when every parameter lives on one CUDA device: one gradient-norm launch,
-//! then fused update launches (backend/cuda/optim.rs), and nothing the host waits for. The
+//! then fused update launches (backend/cuda/optim/), and nothing the host waits for. The
 //! device decides whether the step applies (a non-finite norm skips it) and keeps the step
 //! counts in a counter buffer; the host keeps the counts it expects (every queued step
 //! applied) and corrects them when a read shows a skip. It reads the buffer when asked
@@ -8,10 +8,10 @@
 
 use super::optimizer::{state_dtype, Optimizer, OptimizerCore, ParamState, StepOutcome};
 use crate::backend::cuda::optim::{
-    fused_update, grad_norm, scale_by_norm, DevSlice, LrSource, Snapshot, UpdateItem, UpdateRule,
-    COUNTER_HEAD, SKIP_LOG,
+    fused_update, grad_norm, scale_by_norm, DevSlice, Snapshot, UpdateItem, COUNTER_HEAD, SKIP_LOG,
 };
 use crate::backend::cuda::{self, CudaDevice, CudaStorage};
+use crate::backend::spec::optim::{LrSource, UpdateRule};
 use crate::backend::Storage;
 use crate::{no_grad, Device, Error, Result, Tensor};
 use std::sync::Arc;
@@ -342,7 +342,7 @@ pub(super) fn step<O: Optimizer + ?Sized>(
     let grad_norm = norm_tensor(norm)?;
 
     let lr_source = match &core.schedule {
-        Some(s) => LrSource::Schedule(s.clone()),
+        Some(s) => LrSource::Schedule(s.on_device()),
         None => LrSource::Fixed(core.lr),
     };
     let max_norm = core.max_grad_norm;

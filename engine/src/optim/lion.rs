@@ -13,7 +13,7 @@
 //! unless `decay_1d_params` is set.
 
 use super::optimizer::{numbered, Optimizer, OptimizerCore, ParamState};
-use crate::backend::cuda::optim::UpdateRule;
+use crate::backend::spec::optim::UpdateRule;
 use crate::{Error, Result, Tensor};
 
 #[derive(Clone, Copy, Debug, PartialEq)]

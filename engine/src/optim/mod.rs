@@ -15,7 +15,7 @@ mod state;
 #[cfg(test)]
 mod tests;
 
-pub use crate::backend::cuda::optim::UpdateRule;
+pub use crate::backend::spec::optim::UpdateRule;
 pub use adamw::{AdamW, AdamWConfig};
 pub use clip::{
     clip_grad_norm, clip_grad_norm_tensor, global_grad_norm, global_grad_norm_tensor, scale_grads,

@@ -1,6 +1,7 @@
 //! Learning-rate schedules as pure functions of the step (counted from 1), so a resumed run
 //! needs only the step count to continue on the same curve.
 
+use crate::backend::spec::optim::DeviceSchedule;
 use crate::{Error, Result};
 use serde::{Deserialize, Serialize};
 
@@ -91,6 +92,43 @@ impl Schedule {
         }
         Ok(())
     }
+
+    /// The schedule as the numbers the fused CUDA kernels evaluate at the device's step count
+    /// (the same curve as `lr_at`; step counts past i64::MAX saturate).
+    pub fn on_device(&self) -> DeviceSchedule {
+        let steps = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
+        match *self {
+            Schedule::Constant { lr } => DeviceSchedule {
+                kind: DeviceSchedule::CONSTANT,
+                peak: lr,
+                min: 0.0,
+                steps: [0; 3],
+            },
+            Schedule::WarmupCosine {
+                peak_lr,
+                min_lr,
+                warmup_steps,
+                total_steps,
+            } => DeviceSchedule {
+                kind: DeviceSchedule::WARMUP_COSINE,
+                peak: peak_lr,
+                min: min_lr,
+                steps: [steps(warmup_steps), steps(total_steps), 0],
+            },
+            Schedule::WarmupStableDecay {
+                peak_lr,
+                min_lr,
+                warmup_steps,
+                stable_steps,
+                decay_steps,
+            } => DeviceSchedule {
+                kind: DeviceSchedule::WARMUP_STABLE_DECAY,
+                peak: peak_lr,
+                min: min_lr,
+                steps: [steps(warmup_steps), steps(stable_steps), steps(decay_steps)],
+            },
+        }
+    }
 }
 
 #[cfg(test)]
@@ -164,5 +202,34 @@ mod tests {
             total_steps: 5,
         };
         assert!(bad.validate().is_err());
+    }
+
+    #[test]
+    fn on_device_encodes_each_schedule_as_the_kernels_read_it() {
+        let wsd = Schedule::WarmupStableDecay {
+            peak_lr: 1.0,
+            min_lr: 0.1,
+            warmup_steps: 2,
+            stable_steps: 3,
+            decay_steps: 4,
+        };
+        let d = wsd.on_device();
+        assert_eq!(
+            (d.kind, d.peak, d.min, d.steps),
+            (DeviceSchedule::WARMUP_STABLE_DECAY, 1.0, 0.1, [2, 3, 4])
+        );
+        let cosine = Schedule::WarmupCosine {
+            peak_lr: 2.0,
+            min_lr: 0.5,
+            warmup_steps: u64::MAX,
+            total_steps: 7,
+        };
+        let d = cosine.on_device();
+        assert_eq!(
+            (d.kind, d.peak, d.min, d.steps),
+            (DeviceSchedule::WARMUP_COSINE, 2.0, 0.5, [i64::MAX, 7, 0])
+        );
+        let d = Schedule::Constant { lr: 3e-4 }.on_device();
+        assert_eq!((d.kind, d.peak), (DeviceSchedule::CONSTANT, 3e-4));
     }
 }

@@ -9,7 +9,7 @@
 //! ```
 
 use super::optimizer::{numbered, Optimizer, OptimizerCore, ParamState};
-use crate::backend::cuda::optim::UpdateRule;
+use crate::backend::spec::optim::UpdateRule;
 use crate::{Error, Result, Tensor};
 
 #[derive(Clone, Copy, Debug, PartialEq)]

@@ -1,0 +1,86 @@
+//! Unary elementwise ops, and swiglu.
+
+use super::{one, SIZES};
+use crate::harness::{normal, value, Case, Dist};
+use rusting_brain::{Result, Tensor};
+
+const NORMAL: Dist = Dist::Normal;
+/// For logs and roots.
+const POSITIVE: Dist = Dist::Uniform(0.25, 4.0);
+
+pub const OPS: &[super::Entry] = &[
+    ("neg", || unary(NORMAL, |x| x.neg())),
+    ("abs", || unary(NORMAL, |x| x.abs())),
+    ("exp", || unary(Dist::Uniform(-2.0, 2.0), |x| x.exp())),
+    ("log", || unary(POSITIVE, |x| x.log())),
+    ("sqrt", || unary(POSITIVE, |x| x.sqrt())),
+    ("rsqrt", || unary(POSITIVE, |x| x.rsqrt())),
+    ("sin", || unary(NORMAL, |x| x.sin())),
+    ("cos", || unary(NORMAL, |x| x.cos())),
+    ("tanh", || unary(NORMAL, |x| x.tanh())),
+    ("sigmoid", || unary(NORMAL, |x| x.sigmoid())),
+    ("relu", || unary(NORMAL, |x| x.relu())),
+    ("gelu", || unary(NORMAL, |x| x.gelu())),
+    ("gelu_tanh", || unary(NORMAL, |x| x.gelu_tanh())),
+    ("silu", || unary(NORMAL, |x| x.silu())),
+    ("swiglu", swiglu_cases),
+    ("sign", || unary(NORMAL, |x| x.sign())),
+    ("pow", || {
+        unary(Dist::Uniform(0.5, 2.0), |x| x.pow_scalar(2.5))
+    }),
+    ("clamp", || {
+        unary(NORMAL, |x| {
+            if x.dtype().is_float() {
+                x.clamp(-0.5, 0.75)
+            } else {
+                x.clamp(-2.0, 5.0)
+            }
+        })
+    }),
+    ("affine", || unary(NORMAL, |x| x.affine(-2.0, 1.0))),
+];
+
+/// One case per size on a [rows, cols] input, plus a transposed (non-contiguous) input.
+fn unary(dist: Dist, f: impl Fn(&Tensor) -> Result<Tensor> + Clone + 'static) -> Vec<Case> {
+    let mut cases: Vec<Case> = SIZES
+        .iter()
+        .map(|&(r, c)| {
+            let f = f.clone();
+            Case::new(
+                format!("[{r}, {c}]"),
+                vec![value(&[r, c], dist)],
+                1,
+                move |x| one(f(&x[0])),
+            )
+        })
+        .collect();
+    cases.push(Case::new(
+        "[5, 33] transposed view",
+        vec![value(&[5, 33], dist).t()],
+        1,
+        move |x| one(f(&x[0])),
+    ));
+    cases
+}
+
+/// swiglu over the vector path and its scalar tail (4097 columns), and transposed operands.
+fn swiglu_cases() -> Vec<Case> {
+    let mut cases: Vec<Case> = SIZES
+        .iter()
+        .map(|&(r, c)| {
+            Case::new(
+                format!("[{r}, {c}]"),
+                vec![normal(&[r, c]), normal(&[r, c])],
+                1,
+                |x| one(x[0].swiglu(&x[1])),
+            )
+        })
+        .collect();
+    cases.push(Case::new(
+        "[5, 33] transposed views",
+        vec![normal(&[33, 5]).t(), normal(&[33, 5]).t()],
+        1,
+        |x| one(x[0].swiglu(&x[1])),
+    ));
+    cases
+}

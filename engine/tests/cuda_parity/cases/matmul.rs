@@ -1,0 +1,67 @@
+//! Matrix products: plain, batched with broadcasting, matrix-vector and transposed operands.
+
+use super::one;
+use crate::harness::{normal, Case, Input};
+
+pub const OPS: &[super::Entry] = &[("matmul", matmul_cases)];
+
+fn matmul_case(label: &str, a: Input, b: Input, k: usize) -> Case {
+    Case::new(label, vec![a, b], k, |x| one(x[0].matmul(&x[1])))
+}
+
+fn matmul_cases() -> Vec<Case> {
+    let mut cases: Vec<Case> = [
+        (3, 7, 5),
+        (5, 33, 1),
+        (1, 1000, 7),
+        (4, 4097, 3),
+        (33, 65, 17),
+    ]
+    .iter()
+    .map(|&(m, k, n)| {
+        matmul_case(
+            &format!("[{m}, {k}] x [{k}, {n}]"),
+            normal(&[m, k]),
+            normal(&[k, n]),
+            k,
+        )
+    })
+    .collect();
+    cases.push(matmul_case(
+        "[2, 1, 3, 33] x [5, 33, 7] (batched, broadcast)",
+        normal(&[2, 1, 3, 33]),
+        normal(&[5, 33, 7]),
+        33,
+    ));
+    cases.push(matmul_case(
+        "[4, 1000] x [1000] (matrix-vector)",
+        normal(&[4, 1000]),
+        normal(&[1000]),
+        1000,
+    ));
+    cases.push(matmul_case(
+        "[33] x [33, 7] (vector-matrix)",
+        normal(&[33]),
+        normal(&[33, 7]),
+        33,
+    ));
+    cases.push(matmul_case(
+        "[7, 33] transposed view x [33, 5]",
+        normal(&[7, 33]).t(),
+        normal(&[33, 5]),
+        33,
+    ));
+    cases.push(matmul_case(
+        "[7, 33] x [33, 5] transposed view",
+        normal(&[7, 33]),
+        normal(&[33, 5]).t(),
+        33,
+    ));
+    cases.push(matmul_case(
+        "[3, 1000] transposed x [1000, 9] transposed",
+        normal(&[3, 1000]).t(),
+        normal(&[1000, 9]).t(),
+        1000,
+    ));
+    cases
+}

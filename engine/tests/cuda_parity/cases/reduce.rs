@@ -1,0 +1,103 @@
+//! Reductions over one dim, kept dims, everything, a middle dim and a transposed view.
+
+use super::{one, SIZES};
+use crate::harness::{value, Case, Dist};
+use rusting_brain::{Result, Tensor};
+
+const NORMAL: Dist = Dist::Normal;
+
+pub const OPS: &[super::Entry] = &[
+    ("sum", || {
+        reduce(NORMAL, |x, d, k| x.sum_dims(d, k), |x| x.sum())
+    }),
+    ("mean", || {
+        reduce(NORMAL, |x, d, k| x.mean_dims(d, k), |x| x.mean())
+    }),
+    ("max", || {
+        reduce(NORMAL, |x, d, k| x.max_dims(d, k), |x| x.max())
+    }),
+    ("min", || {
+        reduce(NORMAL, |x, d, k| x.min_dims(d, k), |x| x.min())
+    }),
+    ("argmax", || {
+        reduce(
+            NORMAL,
+            |x, d, k| x.argmax(Some(d[0]), k),
+            |x| x.argmax(None, false),
+        )
+    }),
+    ("argmin", || {
+        reduce(
+            NORMAL,
+            |x, d, k| x.argmin(Some(d[0]), k),
+            |x| x.argmin(None, false),
+        )
+    }),
+    ("var", || {
+        reduce(
+            NORMAL,
+            |x, d, k| {
+                // Bessel's correction needs two values.
+                let unbiased = d
+                    .iter()
+                    .all(|&i| x.shape()[i.rem_euclid(x.rank() as isize) as usize] > 1);
+                x.var_dims(d, unbiased, k)
+            },
+            |x| x.var_dims(&[0, 1], true, false),
+        )
+    }),
+    ("logsumexp", || {
+        reduce(
+            NORMAL,
+            |x, d, k| x.logsumexp(d, k),
+            |x| x.logsumexp(&[0, 1], false),
+        )
+    }),
+];
+
+/// Reductions of [rows, cols] over the last dim, the first dim (kept) and everything, of a
+/// [2, cols, 3] input over its middle dim, and of a transposed view.
+fn reduce(
+    dist: Dist,
+    dims: impl Fn(&Tensor, &[isize], bool) -> Result<Tensor> + Clone + 'static,
+    all: impl Fn(&Tensor) -> Result<Tensor> + Clone + 'static,
+) -> Vec<Case> {
+    let mut cases = Vec::new();
+    for &(r, c) in &SIZES {
+        let d = dims.clone();
+        cases.push(Case::new(
+            format!("[{r}, {c}] over dim -1"),
+            vec![value(&[r, c], dist)],
+            c,
+            move |x| one(d(&x[0], &[-1], false)),
+        ));
+        let d = dims.clone();
+        cases.push(Case::new(
+            format!("[{r}, {c}] over dim 0, keepdim"),
+            vec![value(&[r, c], dist)],
+            r,
+            move |x| one(d(&x[0], &[0], true)),
+        ));
+        let a = all.clone();
+        cases.push(Case::new(
+            format!("[{r}, {c}] over everything"),
+            vec![value(&[r, c], dist)],
+            r * c,
+            move |x| one(a(&x[0])),
+        ));
+    }
+    let d = dims.clone();
+    cases.push(Case::new(
+        "[2, 33, 3] over dim 1",
+        vec![value(&[2, 33, 3], dist)],
+        33,
+        move |x| one(d(&x[0], &[1], false)),
+    ));
+    cases.push(Case::new(
+        "[5, 1000] transposed view over dim -1",
+        vec![value(&[5, 1000], dist).t()],
+        1000,
+        move |x| one(dims(&x[0], &[-1], false)),
+    ));
+    cases
+}
