@@ -3,16 +3,17 @@
 //! It knows nothing about Rhai; the bindings crate exposes it to scripts.
 
 pub mod amp;
+// The backends are a crate of their own (the leaf), re-exported under their old paths.
+pub use rusting_brain_backend as backend;
+use rusting_brain_backend::device;
+pub use rusting_brain_backend::{
+    bail, cpu_dispatch, cpu_dispatch2, dtype, error, layout, messages,
+};
 pub mod autograd;
-pub mod backend;
 pub mod cancel;
 pub mod data;
-pub mod dtype;
-pub mod error;
 pub mod gradcheck;
 pub mod io;
-pub mod layout;
-pub mod messages;
 pub mod models;
 pub mod nn;
 pub mod ops;
@@ -34,5 +35,3 @@ pub use ops::loss::{
 };
 pub use random::{manual_seed, Generator};
 pub use tensor::{Tensor, TensorData};
-
-mod device;

@@ -24,7 +24,9 @@ pub const OPS: &[super::Entry] = &[
     ("gelu_tanh", || unary(NORMAL, |x| x.gelu_tanh())),
     ("silu", || unary(NORMAL, |x| x.silu())),
     // Past softplus's threshold of 20 too, where it returns x.
-    ("softplus", || unary(Dist::Uniform(-30.0, 30.0), |x| x.softplus())),
+    ("softplus", || {
+        unary(Dist::Uniform(-30.0, 30.0), |x| x.softplus())
+    }),
     ("mish", || unary(Dist::Uniform(-8.0, 8.0), |x| x.mish())),
     ("swiglu", swiglu_cases),
     ("sign", || unary(NORMAL, |x| x.sign())),

@@ -1,13 +1,6 @@
-//! Backends hold the data and run the kernels. Ops (in `crate::ops`) match on `Storage` and call
-//! the backend's kernel; a new backend adds a variant and the compiler lists every op it lacks.
+//! A tensor's data on one backend, and the cell that views of it share.
 
-pub mod cpu;
-pub mod cuda;
-pub mod spec;
-
-use crate::{DType, Device};
-pub use cpu::{CpuStorage, IntoCpuStorage};
-pub use cuda::CudaStorage;
+use crate::{CpuStorage, CudaStorage, DType, Device};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 
@@ -102,7 +95,7 @@ impl StorageCell {
         }
     }
 
-    pub(crate) fn set_device(&self, d: Device) {
+    pub fn set_device(&self, d: Device) {
         self.device.store(encode_device(d), Ordering::Relaxed)
     }
 

@@ -35,14 +35,14 @@ macro_rules! kernel_file {
     ($ident:ident, $file:literal, $generated:expr) => {
         pub const $ident: KernelFile = KernelFile {
             name: $file,
-            source: include_str!(concat!("../../../../kernels/", $file)),
+            source: include_str!(concat!("../../../kernels/", $file)),
             generated: $generated,
         };
     };
 }
 
 /// Shared helpers (dtype conversions, strided indexing), prepended to every file.
-const COMMON: &str = include_str!("../../../../kernels/common.cuh");
+const COMMON: &str = include_str!("../../../kernels/common.cuh");
 
 kernel_file!(COPY, "copy.cu");
 kernel_file!(ELEMENTWISE, "elementwise.cu", super::elementwise::op_cases);

@@ -4,10 +4,10 @@
 
 use super::plan::{plan, set_block_starts};
 use super::{dtype_code, DevSlice, BLOCK};
-use crate::backend::cuda::compile::OPTIM;
-use crate::backend::cuda::launch::args;
-use crate::backend::cuda::CudaDevice;
-use crate::backend::spec::optim::{LrSource, UpdateRule};
+use crate::cuda::compile::OPTIM;
+use crate::cuda::launch::args;
+use crate::cuda::CudaDevice;
+use crate::spec::optim::{LrSource, UpdateRule};
 use crate::{Error, Result};
 use std::sync::Arc;
 
@@ -149,7 +149,7 @@ fn hyper(
 /// parameter's state dtype, F64 for F64 parameters and F32 otherwise, as many elements as the
 /// parameter, where the rule uses them), `norm` must be one F32 and `counters` a counter buffer
 /// with a slot for every item.
-pub(crate) unsafe fn fused_update(
+pub unsafe fn fused_update(
     dev: &Arc<CudaDevice>,
     rule: &UpdateRule,
     lr: &LrSource,
@@ -203,7 +203,7 @@ pub(crate) unsafe fn fused_update(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::backend::spec::optim::DeviceSchedule;
+    use crate::spec::optim::DeviceSchedule;
 
     #[test]
     fn hyper_carries_the_schedule_for_the_device() {

@@ -6,7 +6,7 @@
 use super::compile::ATTENTION;
 use super::launch::args;
 use super::{CudaDevice, CudaStorage};
-use crate::backend::spec::AttentionSpec;
+use crate::spec::AttentionSpec;
 use crate::{DType, Error, Result};
 use std::sync::Arc;
 

@@ -11,7 +11,7 @@
 use super::compile::NORM;
 use super::launch::{args, type_suffix};
 use super::{CudaDevice, CudaStorage};
-use crate::backend::spec::NormSpec;
+use crate::spec::NormSpec;
 use crate::{DType, Error, Result};
 use cudarc::driver::{result, sys};
 use std::sync::Arc;

@@ -5,7 +5,7 @@
 use super::compile::LOSS;
 use super::launch::{args, type_suffix};
 use super::CudaStorage;
-use crate::backend::spec::CrossEntropySpec;
+use crate::spec::CrossEntropySpec;
 use crate::{DType, Result};
 
 /// Per-row loss, logsumexp and 1/0 for rows that count toward the mean (compute dtype).

@@ -2,7 +2,7 @@
 
 use super::map::PARALLEL_MIN;
 use super::{CpuStorage, IntoCpuStorage};
-use crate::backend::spec::Real;
+use crate::spec::Real;
 use crate::{cpu_dispatch2, DType, WithDType};
 use rayon::prelude::*;
 

@@ -3,9 +3,9 @@
 
 use super::plan::{plan, set_block_starts};
 use super::{dtype_code, DevSlice, BLOCK};
-use crate::backend::cuda::compile::OPTIM;
-use crate::backend::cuda::launch::args;
-use crate::backend::cuda::{CudaDevice, CudaStorage};
+use crate::cuda::compile::OPTIM;
+use crate::cuda::launch::args;
+use crate::cuda::{CudaDevice, CudaStorage};
 use crate::{DType, Error, Result};
 use std::sync::Arc;
 
@@ -53,7 +53,7 @@ impl NormTable {
 /// # Safety
 /// Every slice must address live device memory of its size and dtype on `dev`, and `counters`
 /// must be 0 or a live counter buffer (at least `COUNTER_HEAD` i64s).
-pub(crate) unsafe fn grad_norm(
+pub unsafe fn grad_norm(
     dev: &Arc<CudaDevice>,
     grads: &[DevSlice],
     counters: u64,
@@ -104,7 +104,7 @@ pub(crate) unsafe fn grad_norm(
 /// # Safety
 /// Every source must address live device memory of its size and dtype, every destination room
 /// for as many elements of that dtype, and `norm` one F32 on `dev`.
-pub(crate) unsafe fn scale_by_norm(
+pub unsafe fn scale_by_norm(
     dev: &Arc<CudaDevice>,
     pairs: &[(DevSlice, u64)],
     norm: u64,

@@ -9,7 +9,7 @@ use super::elementwise::binary;
 use super::launch::{args, grid_for, type_suffix};
 use super::matmul::{matmul, matmul_into_dtype};
 use super::CudaStorage;
-use crate::backend::spec::{BinaryOp, Conv2dGeometry};
+use crate::spec::{BinaryOp, Conv2dGeometry};
 use crate::{DType, Layout, Result};
 
 const BLOCK: u32 = 256;

@@ -9,12 +9,7 @@ const BLOCK: u32 = 256;
 
 /// Writes the elements of `src` seen through `sl` into `dst` seen through `dl` (same numel),
 /// converting the dtype when the two differ.
-pub(crate) fn copy_view(
-    src: &CudaStorage,
-    sl: &Layout,
-    dst: &CudaStorage,
-    dl: &Layout,
-) -> Result<()> {
+pub fn copy_view(src: &CudaStorage, sl: &Layout, dst: &CudaStorage, dl: &Layout) -> Result<()> {
     let n = sl.numel();
     if n == 0 {
         return Ok(());

@@ -21,14 +21,14 @@ pub enum CpuStorage {
 macro_rules! cpu_dispatch {
     ($s:expr, $v:ident => $body:expr) => {
         match $s {
-            $crate::backend::cpu::CpuStorage::Bool($v) => $body,
-            $crate::backend::cpu::CpuStorage::U8($v) => $body,
-            $crate::backend::cpu::CpuStorage::U32($v) => $body,
-            $crate::backend::cpu::CpuStorage::I64($v) => $body,
-            $crate::backend::cpu::CpuStorage::BF16($v) => $body,
-            $crate::backend::cpu::CpuStorage::F16($v) => $body,
-            $crate::backend::cpu::CpuStorage::F32($v) => $body,
-            $crate::backend::cpu::CpuStorage::F64($v) => $body,
+            $crate::cpu::CpuStorage::Bool($v) => $body,
+            $crate::cpu::CpuStorage::U8($v) => $body,
+            $crate::cpu::CpuStorage::U32($v) => $body,
+            $crate::cpu::CpuStorage::I64($v) => $body,
+            $crate::cpu::CpuStorage::BF16($v) => $body,
+            $crate::cpu::CpuStorage::F16($v) => $body,
+            $crate::cpu::CpuStorage::F32($v) => $body,
+            $crate::cpu::CpuStorage::F64($v) => $body,
         }
     };
 }
@@ -186,7 +186,7 @@ impl CpuStorage {
 #[macro_export]
 macro_rules! cpu_dispatch2 {
     ($a:expr, $b:expr, ($x:ident, $y:ident) => $body:expr) => {{
-        use $crate::backend::cpu::CpuStorage as S;
+        use $crate::cpu::CpuStorage as S;
         match ($a, $b) {
             (S::Bool($x), S::Bool($y)) => $body,
             (S::U8($x), S::U8($y)) => $body,

@@ -2,8 +2,8 @@
 
 use super::map::{gather, map, zip_map, CHUNK, PARALLEL_MIN};
 use super::{CpuStorage, IntoCpuStorage};
-use crate::backend::spec::unary::{Fixed, UnaryVisitor};
-use crate::backend::spec::{BinaryOp, CmpOp, UnaryOp};
+use crate::spec::unary::{Fixed, UnaryVisitor};
+use crate::spec::{BinaryOp, CmpOp, UnaryOp};
 use crate::{cpu_dispatch, cpu_dispatch2, DType, Error, Layout, Result, WithDType};
 use half::{bf16, f16};
 use rayon::prelude::*;

@@ -1,7 +1,7 @@
 //! Reading a few device words back without waiting: a copy into pinned host memory queued
 //! behind the work on the stream, with an event the host polls.
 
-use crate::backend::cuda::CudaDevice;
+use crate::cuda::CudaDevice;
 use crate::{Error, Result};
 use cudarc::driver::{result, sys};
 use std::ffi::c_void;
@@ -10,7 +10,7 @@ use std::sync::Arc;
 /// A copy of a few device words into pinned host memory, queued behind the work already on the
 /// stream, that the host can pick up later without waiting: the optimizer polls it at each
 /// step to notice skipped steps, so no step ever synchronizes.
-pub(crate) struct Snapshot {
+pub struct Snapshot {
     dev: Arc<CudaDevice>,
     host: *mut i64,
     len: usize,

@@ -4,8 +4,8 @@ use super::compile::ELEMENTWISE;
 use super::copy::cast;
 use super::launch::{args, grid_for, type_suffix, Strided};
 use super::CudaStorage;
-use crate::backend::spec::unary::UnaryCuda;
-use crate::backend::spec::{BinaryOp, CmpOp, UnaryOp};
+use crate::spec::unary::UnaryCuda;
+use crate::spec::{BinaryOp, CmpOp, UnaryOp};
 use crate::{DType, Layout, Result};
 
 const BLOCK: u32 = 256;

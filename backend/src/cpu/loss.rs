@@ -7,8 +7,8 @@
 use super::map::PARALLEL_MIN;
 use super::norm::{Conv, Part};
 use super::{CpuStorage, IntoCpuStorage};
-use crate::backend::spec::real::Real;
-use crate::backend::spec::CrossEntropySpec;
+use crate::spec::real::Real;
+use crate::spec::CrossEntropySpec;
 use crate::{DType, Error, Result, WithDType};
 use half::{bf16, f16};
 use rayon::prelude::*;

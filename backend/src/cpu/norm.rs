@@ -4,8 +4,8 @@
 
 use super::map::PARALLEL_MIN;
 use super::{CpuStorage, IntoCpuStorage};
-use crate::backend::spec::NormSpec;
-use crate::backend::spec::Real;
+use crate::spec::NormSpec;
+use crate::spec::Real;
 use crate::{DType, Error, Result, WithDType};
 use half::{bf16, f16};
 use rayon::prelude::*;

@@ -3,7 +3,7 @@
 //! batch order, so results do not depend on thread timing.
 
 use super::matmul::mm;
-use crate::backend::spec::Conv2dGeometry;
+use crate::spec::Conv2dGeometry;
 use crate::WithDType;
 use rayon::prelude::*;
 

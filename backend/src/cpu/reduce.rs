@@ -4,7 +4,7 @@
 
 use super::map::{gather, CHUNK, PARALLEL_MIN};
 use super::{CpuStorage, IntoCpuStorage};
-use crate::backend::spec::ReduceOp;
+use crate::spec::ReduceOp;
 use crate::{cpu_dispatch, DType, Layout, WithDType};
 use rayon::prelude::*;
 use std::borrow::Cow;

@@ -1,6 +1,6 @@
 //! 2-D max and average pooling and nearest upsampling over contiguous [N*C, H, W] planes.
 
-use crate::backend::spec::PoolGeometry;
+use crate::spec::PoolGeometry;
 use crate::WithDType;
 use rayon::prelude::*;
 

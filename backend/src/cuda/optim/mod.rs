@@ -20,9 +20,9 @@ mod readback;
 mod update;
 
 pub use clip::NORM_MAX;
-pub(crate) use clip::{grad_norm, scale_by_norm};
-pub(crate) use readback::Snapshot;
-pub(crate) use update::fused_update;
+pub use clip::{grad_norm, scale_by_norm};
+pub use readback::Snapshot;
+pub use update::fused_update;
 pub use update::{UpdateItem, UPDATE_MAX};
 
 use crate::{DType, Error, Result};

@@ -2,7 +2,7 @@
 //! after the kernels already queued, so a buffer can be dropped while work on it is in flight.
 
 use super::device::CudaDevice;
-use crate::backend::CpuStorage;
+use crate::CpuStorage;
 use crate::{DType, Device, Error, Result};
 use cudarc::driver::sys::CUdeviceptr;
 use std::sync::Arc;
@@ -16,7 +16,7 @@ pub struct CudaStorage {
 
 impl CudaStorage {
     /// Uninitialized room for `len` elements; every caller writes all of them before reading.
-    pub(crate) fn alloc(device: &Arc<CudaDevice>, len: usize, dtype: DType) -> Result<CudaStorage> {
+    pub fn alloc(device: &Arc<CudaDevice>, len: usize, dtype: DType) -> Result<CudaStorage> {
         let bytes = len
             .checked_mul(dtype.size_in_bytes())
             .ok_or_else(|| Error::invalid("cuda alloc", format!("{len} elements overflow")))?;
@@ -69,11 +69,11 @@ impl CudaStorage {
     }
 
     /// The device address of element `offset`.
-    pub(crate) fn ptr_at(&self, offset: usize) -> u64 {
+    pub fn ptr_at(&self, offset: usize) -> u64 {
         self.ptr + (offset * self.dtype.size_in_bytes()) as u64
     }
 
-    pub(crate) fn ptr(&self) -> u64 {
+    pub fn ptr(&self) -> u64 {
         self.ptr
     }
 }

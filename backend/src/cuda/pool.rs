@@ -6,7 +6,7 @@ use super::compile::POOL;
 use super::copy::cast;
 use super::launch::{args, grid_for, type_suffix};
 use super::CudaStorage;
-use crate::backend::spec::PoolGeometry;
+use crate::spec::PoolGeometry;
 use crate::{DType, Layout, Result};
 use std::ffi::c_void;
 

@@ -5,7 +5,7 @@ use super::compile::REDUCE;
 use super::copy::{cast, fill};
 use super::launch::{args, type_suffix};
 use super::CudaStorage;
-use crate::backend::spec::ReduceOp;
+use crate::spec::ReduceOp;
 use crate::{DType, Layout, Result};
 
 /// The dtype a reduction produces, as on the CPU: integer sums widen to I64, arg-reductions
