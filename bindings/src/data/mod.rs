@@ -1,5 +1,7 @@
 //! The `data::` namespace: datasets (synthetic spirals, CSV, NPY, IDX), splits, scaling and
-//! batches.
+//! batches. The token-file functions live in `token_files`.
+
+mod token_files;
 
 use crate::error::{guard, RhaiResult};
 use crate::help::Api;
@@ -59,6 +61,7 @@ fn batches(ds: Dataset, opts: Map) -> RhaiResult<Array> {
 pub fn register(engine: &mut Engine) {
     engine.register_type_with_name::<Dataset>("Dataset");
     engine.register_type_with_name::<Standardizer>("Standardizer");
+    token_files::register_types(engine);
     // Datasets stay on the host; what a script reads goes to its device (`--device`).
     engine.register_get("features", |d: &mut Dataset| {
         guard(|| d.features().to_device(crate::tensor::default_device()))
@@ -132,7 +135,7 @@ pub fn register(engine: &mut Engine) {
             "let train2 = sc.transform(train);",
             |s: &mut Standardizer, d: Dataset| guard(|| s.transform_dataset(&d)),
         );
-        crate::text::register_token_data(&mut api);
+        token_files::register(&mut api);
     }
     engine.register_static_module("data", module.into());
 }
