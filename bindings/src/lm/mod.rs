@@ -125,11 +125,11 @@ pub fn register(engine: &mut Engine) {
         );
         api.method("save", "model.save(path, #{ optimizer, step, data_seed, extra }) -> path", "Writes a checkpoint: weights (Hugging Face names), optimizer state and schedule, step, data position and extra script values, in one safetensors file with a JSON header.", "model.save(\"out/lm.safetensors\", #{ optimizer: opt, step: step, data_seed: 1 });", checkpoint::save);
         api.method(
-            "export",
-            "model.export(dir) -> dir",
-            "Writes config.json and model.safetensors as Hugging Face transformers loads them.",
-            "model.export(\"out/hf\");",
-            checkpoint::export,
+            "save_pretrained",
+            "model.save_pretrained(dir) -> dir",
+            "Writes config.json and model.safetensors as Hugging Face transformers loads them (its save_pretrained; `export` is a reserved word in Rhai).",
+            "model.save_pretrained(\"out/hf\");",
+            checkpoint::save_pretrained,
         );
         api.method(
             "model",

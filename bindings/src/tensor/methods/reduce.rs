@@ -73,24 +73,24 @@ pub fn register(api: &mut Api) {
 
 fn register_variance(api: &mut Api) {
     api.func(
-        "var",
-        "t.var() -> Tensor",
-        "Unbiased variance over all elements.",
-        "x.var()",
+        "variance",
+        "t.variance() -> Tensor",
+        "Unbiased variance over all elements (PyTorch's var; `var` is a reserved word in Rhai).",
+        "x.variance()",
         |t: &mut Tensor| guard(|| t.var_dims(&[], true, false)),
     );
     api.func(
-        "var",
-        "t.var(dim) -> Tensor",
+        "variance",
+        "t.variance(dim) -> Tensor",
         "Unbiased variance over one dim.",
-        "x.var(0)",
+        "x.variance(0)",
         |t: &mut Tensor, d: INT| guard(|| t.var_dims(&one_dim(d), true, false)),
     );
     api.func(
-        "var",
-        "t.var(dim, unbiased, keepdim) -> Tensor",
+        "variance",
+        "t.variance(dim, unbiased, keepdim) -> Tensor",
         "Variance over one dim, with or without Bessel's correction.",
-        "x.var(0, false, true)",
+        "x.variance(0, false, true)",
         |t: &mut Tensor, d: INT, u: bool, k: bool| guard(|| t.var_dims(&one_dim(d), u, k)),
     );
 }
