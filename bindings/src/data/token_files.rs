@@ -3,7 +3,7 @@
 //! handles, cheap to copy.
 
 use crate::error::{guard, runtime_error, RhaiResult};
-use crate::help::{self, Api, HelpEntry};
+use crate::help::{self, with_tokenizer, with_tokens, Api};
 use crate::options::Options;
 use crate::text::{extensions, files_of};
 use rhai::{Array, Dynamic, Engine, Map, FLOAT, INT};
@@ -17,12 +17,12 @@ pub fn register_types(engine: &mut Engine) {
     engine.register_type_with_name::<TokenSpan>("TokenSpan");
     engine.register_get("vocab_size", |t: &mut TokenFile| t.vocab_size() as INT);
     engine.register_get("vocab_size", |t: &mut TokenSpan| t.vocab_size() as INT);
-    help::record(HelpEntry {
-        name: "vocab_size".into(),
-        signature: "tokens.vocab_size -> int".into(),
-        doc: "The vocab size a token file was written with; every id is below it.".into(),
-        example: "tokens.vocab_size".into(),
-    });
+    help::getter(
+        "vocab_size",
+        "tokens.vocab_size -> int",
+        "The vocab size a token file was written with; every id is below it.",
+        with_tokens!("tokens.vocab_size"),
+    );
 }
 
 fn eos_of(o: &Options, tok: &Tokenizer) -> RhaiResult<Option<u32>> {
@@ -107,49 +107,49 @@ pub fn register(api: &mut Api) {
         "token_file",
         "data::token_file(tok, paths, out_path, #{ eos, jsonl_field, extensions }) -> TokenFile",
         "Encodes files (text: one document each; .jsonl: one per line, field jsonl_field, default \"text\") into a token file, streaming. eos (a token string, an id, or false) follows each document; default: the tokenizer's end-of-text token.",
-        "let tokens = data::token_file(tok, [\"docs\"], \"corpus.tokens\", #{ extensions: [\"md\"] });",
+        with_tokenizer!("let tokens = data::token_file(tok, [\"corpus.txt\"], \"corpus.tokens\", #{ eos: \"<|endoftext|>\" });"),
         token_file,
     );
     api.func(
         "open_tokens",
         "data::open_tokens(path) -> TokenFile",
         "Opens a token file written by data::token_file.",
-        "let tokens = data::open_tokens(\"corpus.tokens\");",
+        with_tokenizer!("data::token_file(tok, \"corpus.txt\", \"corpus.tokens\", #{}); let tokens = data::open_tokens(\"corpus.tokens\");"),
         |p: &str| guard(|| TokenFile::open(p)),
     );
     api.func(
         "unigram_cross_entropy",
         "data::unigram_cross_entropy(train, val) -> float",
         "The unigram baseline in nats per token: -mean over val ids of ln p(id), p from train's counts with add-one smoothing over the vocab. A language model should end below it.",
-        "print(`unigram baseline: ${data::unigram_cross_entropy(parts[0], parts[1])}`);",
+        with_tokens!("print(`unigram baseline: ${data::unigram_cross_entropy(parts[0], parts[1])}`);"),
         |train: TokenSpan, val: TokenSpan| guard(|| unigram_cross_entropy(&train, &val)),
     );
     api.method(
         "len",
         "tokens.len() -> int",
         "The number of ids in a token file or span.",
-        "print(tokens.len())",
+        with_tokens!("print(tokens.len())"),
         |t: &mut TokenFile| t.len() as INT,
     );
     api.method(
         "len",
         "span.len() -> int",
         "The number of ids in the span.",
-        "print(train.len())",
+        with_tokens!("print(train.len())"),
         |t: &mut TokenSpan| t.len() as INT,
     );
     api.method(
         "split",
         "tokens.split(train_fraction) -> [train, val]",
         "Contiguous split: the first fraction for training, the rest for validation.",
-        "let parts = tokens.split(0.9); let train = parts[0]; let val = parts[1];",
+        with_tokens!("let parts = tokens.split(0.9); let train = parts[0]; let val = parts[1];"),
         |t: &mut TokenFile, f: FLOAT| split(&t.span(), f),
     );
     api.method(
         "split",
         "span.split(train_fraction) -> [train, val]",
         "Contiguous split of a span.",
-        "let parts = span.split(0.5);",
+        with_tokens!("let span = train; let parts = span.split(0.5);"),
         |t: &mut TokenSpan, f: FLOAT| split(t, f),
     );
     let batch_doc = "Random training windows for step: [x, y] i64 tensors [batch, seq_len] on the default device, y = x shifted by one. The same (step, seed) always gives the same windows, so a resumed run sees the same data.";
@@ -157,14 +157,14 @@ pub fn register(api: &mut Api) {
         "batch",
         "span.batch(step, batch, seq_len, #{ seed }) -> [x, y]",
         batch_doc,
-        "let b = train.batch(step, 16, 128, #{ seed: 1 }); let loss = model.loss(b[0], b[1]);",
+        with_tokens!("let model = lm::transformer(#{ vocab: tok.vocab_size, d_model: 16, layers: 1, heads: 2 }); let step = 0; let b = train.batch(step, 2, 8, #{ seed: 1 }); let loss = model.loss(b[0], b[1]);"),
         |t: &mut TokenSpan, step: INT, b: INT, s: INT, o: Map| batch(t, step, b, s, o),
     );
     api.method(
         "batch",
         "tokens.batch(step, batch, seq_len, #{ seed }) -> [x, y]",
         batch_doc,
-        "let b = tokens.batch(0, 8, 64, #{});",
+        with_tokens!("let b = tokens.batch(0, 2, 8, #{});"),
         |t: &mut TokenFile, step: INT, b: INT, s: INT, o: Map| batch(&t.span(), step, b, s, o),
     );
     let eval_doc = "Consecutive non-overlapping windows from the start, as an array of [x, y] batches (the last may be smaller); max_batches <= 0 means all.";
@@ -172,42 +172,42 @@ pub fn register(api: &mut Api) {
         "eval_batches",
         "span.eval_batches(batch, seq_len, max_batches) -> array",
         eval_doc,
-        "for b in val.eval_batches(16, 128, 20) { total += model.loss(b[0], b[1]).item(); }",
+        with_tokens!("let model = lm::transformer(#{ vocab: tok.vocab_size, d_model: 16, layers: 1, heads: 2 }); let total = 0.0; for b in val.eval_batches(2, 8, 20) { total += model.loss(b[0], b[1]).item(); }"),
         |t: &mut TokenSpan, b: INT, s: INT, m: INT| eval_batches(t, b, s, m),
     );
     api.method(
         "eval_batches",
         "tokens.eval_batches(batch, seq_len, max_batches) -> array",
         eval_doc,
-        "let all = tokens.eval_batches(8, 64, 0);",
+        with_tokens!("let all = tokens.eval_batches(2, 8, 0);"),
         |t: &mut TokenFile, b: INT, s: INT, m: INT| eval_batches(&t.span(), b, s, m),
     );
     api.method(
         "unigram_entropy",
         "span.unigram_entropy() -> float",
         "The entropy (nats per token) of the span's own unigram distribution.",
-        "print(train.unigram_entropy())",
+        with_tokens!("print(train.unigram_entropy())"),
         |t: &mut TokenSpan| guard(|| t.unigram_entropy()),
     );
     api.method(
         "unigram_entropy",
         "tokens.unigram_entropy() -> float",
         "The entropy (nats per token) of the file's unigram distribution.",
-        "print(tokens.unigram_entropy())",
+        with_tokens!("print(tokens.unigram_entropy())"),
         |t: &mut TokenFile| guard(|| t.unigram_entropy()),
     );
     api.method(
         "to_string",
         "tokens.to_string() -> string",
         "A one-line summary of a token file.",
-        "print(tokens)",
+        with_tokens!("print(tokens)"),
         |t: &mut TokenFile| format!("{t:?}"),
     );
     api.method(
         "to_string",
         "span.to_string() -> string",
         "A one-line summary of a span.",
-        "print(train)",
+        with_tokens!("print(train)"),
         |t: &mut TokenSpan| format!("{t:?}"),
     );
 }

@@ -30,11 +30,11 @@ use std::ops::{Range, RangeInclusive};
 /// Registers `progress(...)`, `bar.set_message(text)` and `progress_message(text)`.
 pub fn register(engine: &mut Engine) {
     for (name, signature, doc, example) in [
-        ("progress", "progress(range | count | array, label) -> Progress", "Iterates with a progress bar showing rate, ETA and a message; plain lines when stdout is not a terminal. Ctrl-C stops it.", "for step in progress(0..1000, \"train\") { ... }"),
-        ("progress_message", "progress_message(text)", "Sets the message of the innermost running progress bar (e.g. the loss).", "progress_message(`loss ${loss.item()}`)"),
-        ("set_message", "bar.set_message(text)", "Sets this progress bar's message.", "bar.set_message(\"warming up\")"),
+        ("progress", "progress(range | count | array, label) -> Progress", "Iterates with a progress bar showing rate, ETA and a message; plain lines when stdout is not a terminal. Ctrl-C stops it.", "for step in progress(0..100, \"train\") { progress_message(`step ${step}`); }"),
+        ("progress_message", "progress_message(text)", "Sets the message of the innermost running progress bar (e.g. the loss).", "let loss = randn([4]).mean(); for i in progress(0..3, \"train\") { progress_message(`loss ${loss.item()}`); }"),
+        ("set_message", "bar.set_message(text)", "Sets this progress bar's message.", "let bar = progress(3, \"warmup\"); bar.set_message(\"warming up\"); for i in bar { }"),
     ] {
-        crate::help::record(crate::help::HelpEntry { name: name.into(), signature: signature.into(), doc: doc.into(), example: example.into() });
+        crate::help::record_entry(name, signature, doc, example);
     }
     engine.register_type_with_name::<ScriptProgress>("Progress");
     engine.register_iterator_result::<ScriptProgress, Dynamic>();

@@ -6,7 +6,7 @@ mod files;
 pub(crate) use files::{extensions, files_of, strings};
 
 use crate::error::{guard, runtime_error, RhaiResult};
-use crate::help::{self, Api, HelpEntry};
+use crate::help::{self, with_tokenizer, Api};
 use crate::options::Options;
 use rhai::{Array, Dynamic, Engine, Map, Module, INT};
 use rusting_brain::text::{collect_files, SplitPattern, Tokenizer, TrainOptions};
@@ -83,31 +83,24 @@ fn id_array(ids: &[u32]) -> Array {
     ids.iter().map(|&i| Dynamic::from_int(i as INT)).collect()
 }
 
-fn getter(name: &str, signature: &str, doc: &str) {
-    help::record(HelpEntry {
-        name: name.into(),
-        signature: signature.into(),
-        doc: doc.into(),
-        example: signature.split(" ->").next().unwrap_or(signature).into(),
-    });
-}
-
 pub fn register(engine: &mut Engine) {
     engine.register_type_with_name::<Tokenizer>("Tokenizer");
     engine.register_get("vocab_size", |t: &mut Tokenizer| t.vocab_size() as INT);
-    getter(
+    help::getter(
         "vocab_size",
         "tok.vocab_size -> int",
         "The number of ids (highest id + 1), the size a model's embedding needs.",
+        with_tokenizer!("tok.vocab_size"),
     );
     engine.register_get("eos_id", |t: &mut Tokenizer| -> Dynamic {
         t.eos_id()
             .map_or(Dynamic::UNIT, |i| Dynamic::from_int(i as INT))
     });
-    getter(
+    help::getter(
         "eos_id",
         "tok.eos_id -> int or ()",
         "The end-of-text id (<|endoftext|>, <|end_of_text|>, </s>), or () when there is none.",
+        with_tokenizer!("tok.eos_id"),
     );
     let mut module = Module::new();
     {
@@ -116,21 +109,21 @@ pub fn register(engine: &mut Engine) {
             "train_bpe",
             "text::train_bpe(paths, #{ vocab_size, special_tokens, pattern, extensions, min_frequency, jsonl_field }) -> Tokenizer",
             "Trains a byte-level BPE (Hugging Face compatible) on files and directories (walked recursively, sorted, by extension; default txt, md, jsonl). pattern is \"gpt2\" or \"llama3\"; special tokens get the first ids.",
-            "let tok = text::train_bpe([\"docs\"], #{ vocab_size: 2048, special_tokens: [\"<|endoftext|>\"], extensions: [\"md\", \"rs\"] });",
+            "io::write_text(\"docs/a.md\", \"# Tensors\\nA tensor has a shape.\"); let tok = text::train_bpe([\"docs\"], #{ vocab_size: 300, special_tokens: [\"<|endoftext|>\"], extensions: [\"md\", \"rs\"] });",
             train_bpe,
         );
         api.func(
             "load_tokenizer",
             "text::load_tokenizer(path) -> Tokenizer",
             "Loads a Hugging Face tokenizer.json with a byte-level BPE model (GPT-2 or LLaMA-3 style).",
-            "let tok = text::load_tokenizer(\"tokenizer.json\");",
+            with_tokenizer!("tok.save(\"tokenizer.json\"); let tok = text::load_tokenizer(\"tokenizer.json\");"),
             |p: &str| guard(|| Tokenizer::load(p)),
         );
         api.func(
             "files",
             "text::files(paths, #{ extensions }) -> array",
             "The files under paths: named files as given, directories walked recursively in sorted order, filtered by extension (default txt, md, jsonl).",
-            "let srcs = text::files([\"docs\", \"engine/src\"], #{ extensions: [\"md\", \"rs\"] });",
+            "io::write_text(\"docs/a.md\", \"# Notes\"); io::write_text(\"src/main.rs\", \"fn main() {}\"); let srcs = text::files([\"docs\", \"src\"], #{ extensions: [\"md\", \"rs\"] });",
             |paths: Dynamic, opts: Map| -> RhaiResult<Array> {
                 let o = Options::new("text::files", opts, &["extensions"])?;
                 let p: Vec<PathBuf> = strings(&paths, "text::files")?.into_iter().map(PathBuf::from).collect();
@@ -143,15 +136,15 @@ pub fn register(engine: &mut Engine) {
             "save",
             "tok.save(path)",
             "Writes the tokenizer as a Hugging Face tokenizer.json (atomically).",
-            "tok.save(\"tokenizer.json\");",
+            with_tokenizer!("tok.save(\"tokenizer.json\");"),
             |t: &mut Tokenizer, p: &str| guard(|| t.save(p)),
         );
-        api.method("encode", "tok.encode(text) -> array", "The token ids of a string (added tokens such as <|endoftext|> included, no template tokens).", "let ids = tok.encode(\"Hello world\");", |t: &mut Tokenizer, s: &str| guard(|| t.encode(s)).map(|ids| id_array(&ids)));
+        api.method("encode", "tok.encode(text) -> array", "The token ids of a string (added tokens such as <|endoftext|> included, no template tokens).", with_tokenizer!("let ids = tok.encode(\"Hello world\");"), |t: &mut Tokenizer, s: &str| guard(|| t.encode(s)).map(|ids| id_array(&ids)));
         api.method(
             "encode_tensor",
             "tok.encode_tensor(text) -> Tensor",
             "The token ids of a string as an i64 tensor [n] on the default device.",
-            "let prompt = tok.encode_tensor(\"Once upon a time\");",
+            with_tokenizer!("let prompt = tok.encode_tensor(\"Once upon a time\");"),
             |t: &mut Tokenizer, s: &str| {
                 guard(|| {
                     let ids: Vec<i64> = t.encode(s)?.into_iter().map(|i| i as i64).collect();
@@ -164,21 +157,21 @@ pub fn register(engine: &mut Engine) {
             "decode",
             "tok.decode(ids) -> string",
             "The text of ids (an array or a tensor); a character cut between ids shows as U+FFFD.",
-            "print(tok.decode(ids));",
+            with_tokenizer!("let ids = tok.encode(\"the cat\"); print(tok.decode(ids));"),
             |t: &mut Tokenizer, ids: Dynamic| decode(t, ids, Map::new()),
         );
         api.method(
             "decode",
             "tok.decode(ids, #{ skip_special }) -> string",
             "decode, leaving out special tokens when skip_special is true.",
-            "print(tok.decode(ids, #{ skip_special: true }));",
+            with_tokenizer!("let ids = tok.encode(\"the cat<|endoftext|>\"); print(tok.decode(ids, #{ skip_special: true }));"),
             decode,
         );
         api.method(
             "token_id",
             "tok.token_id(token) -> int",
             "The id of an added token (\"<|endoftext|>\") or a vocabulary token string; an error if there is none.",
-            "let eos = tok.token_id(\"<|endoftext|>\");",
+            with_tokenizer!("let eos = tok.token_id(\"<|endoftext|>\");"),
             |t: &mut Tokenizer, s: &str| {
                 t.token_to_id(s)
                     .map(|i| i as INT)
@@ -189,7 +182,7 @@ pub fn register(engine: &mut Engine) {
             "token",
             "tok.token(id) -> string",
             "The token string of an id as the vocabulary spells it (Ġ for a space).",
-            "print(tok.token(42));",
+            with_tokenizer!("print(tok.token(42));"),
             |t: &mut Tokenizer, id: INT| {
                 u32::try_from(id)
                     .ok()
@@ -201,14 +194,14 @@ pub fn register(engine: &mut Engine) {
             "to_string",
             "tok.to_string() -> string",
             "A one-line summary: vocab size, merges, added tokens.",
-            "print(tok)",
+            with_tokenizer!("print(tok)"),
             |t: &mut Tokenizer| format!("{t:?}"),
         );
         api.method(
             "to_debug",
             "tok.to_debug() -> string",
             "Same as to_string.",
-            "debug(tok)",
+            with_tokenizer!("debug(tok)"),
             |t: &mut Tokenizer| format!("{t:?}"),
         );
     }

@@ -10,14 +10,14 @@ pub fn register(api: &mut Api) {
         "backward",
         "t.backward()",
         "Backpropagates from a one-element tensor into the .grad of the leaves.",
-        "loss.backward();",
+        "let w = randn([3]).requires_grad_(); let loss = (w * w).sum(); loss.backward();",
         |t: &mut Tensor| guard(|| t.backward()),
     );
     api.func(
         "backward",
         "t.backward(grad)",
         "Backpropagates a given output gradient.",
-        "y.backward(ones(y.shape));",
+        "let x = randn([3]).requires_grad_(); let y = x * 2.0; y.backward(ones(y.shape));",
         |t: &mut Tensor, g: Tensor| guard(|| t.backward_with(Some(g), false)),
     );
     api.func(
@@ -31,21 +31,21 @@ pub fn register(api: &mut Api) {
         "detach",
         "t.detach() -> Tensor",
         "The same data cut from the autograd graph.",
-        "let y = x.detach();",
+        "let x = randn([3]).requires_grad_(); let y = x.detach();",
         |t: &mut Tensor| t.detach(),
     );
     api.func(
         "zero_grad",
         "t.zero_grad()",
         "Clears the accumulated gradient.",
-        "w.zero_grad();",
+        "let w = randn([3]).requires_grad_(); (w * w).sum().backward(); w.zero_grad();",
         |t: &mut Tensor| t.zero_grad(),
     );
     api.func(
         "no_grad",
         "no_grad(|| ...) -> value",
         "Runs the closure with gradient recording off.",
-        "let y = no_grad(|| model.forward(x));",
+        "let model = nn::linear(4, 2); let x = randn([3, 4]); let y = no_grad(|| model.forward(x));",
         |ctx: NativeCallContext, f: FnPtr| -> RhaiResult<Dynamic> {
             guard_rhai(|| {
                 let _guard = NoGradGuard::new();

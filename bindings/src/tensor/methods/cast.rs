@@ -10,7 +10,7 @@ pub fn register(api: &mut Api) {
         "to",
         "t.to(dtype_or_device) -> Tensor",
         "A copy in another dtype (\"bf16\") or on another device (\"cuda\").",
-        "x.to(\"f64\")",
+        "let x = randn([2]); x.to(\"f64\")",
         |t: &mut Tensor, target: &str| match rusting_brain::DType::parse(target) {
             Some(d) => guard(|| t.to_dtype(d)),
             None => {
@@ -25,14 +25,14 @@ pub fn register(api: &mut Api) {
         "float",
         "t.float() -> Tensor",
         "A copy as f32.",
-        "labels.float()",
+        "let labels = tensor([0, 1, 1]); labels.float()",
         |t: &mut Tensor| guard(|| t.to_dtype(rusting_brain::DType::F32)),
     );
     api.func(
         "long",
         "t.long() -> Tensor",
         "A copy as i64.",
-        "x.long()",
+        "let x = randn([3]) * 3.0; x.long()",
         |t: &mut Tensor| guard(|| t.to_dtype(rusting_brain::DType::I64)),
     );
 }

@@ -29,7 +29,7 @@ fn register_maximum_minimum(api: &mut Api) {
             name,
             &format!("a.{name}(b) -> Tensor"),
             doc,
-            &format!("a.{name}(b)"),
+            &format!("let a = randn([3]); let b = zeros([3]); a.{name}(b)"),
             move |a: &mut Tensor, b: Dynamic| {
                 let b = operand(&b, a)?;
                 guard(|| if is_max { a.maximum(&b) } else { a.minimum(&b) })
@@ -52,7 +52,7 @@ fn register_comparisons(api: &mut Api) {
             name,
             &format!("a.{name}(b) -> Tensor"),
             &format!("Elementwise a {doc} b as a bool tensor."),
-            &format!("x.{name}(0.0)"),
+            &format!("let x = randn([3]); x.{name}(0.0)"),
             move |a: &mut Tensor, b: Dynamic| {
                 let b = operand(&b, a)?;
                 guard(|| match n {
@@ -73,7 +73,7 @@ fn register_selection(api: &mut Api) {
         "where",
         "where(cond, a, b) -> Tensor",
         "Elements of a where cond is true, else of b (broadcasting; numbers allowed).",
-        "where(x.gt(0.0), x, 0.0)",
+        "let x = randn([4]); where(x.gt(0.0), x, 0.0)",
         |cond: Tensor, a: Dynamic, b: Dynamic| {
             let like = a
                 .clone()
@@ -88,7 +88,7 @@ fn register_selection(api: &mut Api) {
         "masked_fill",
         "t.masked_fill(mask, value) -> Tensor",
         "value where mask is true, t elsewhere.",
-        "scores.masked_fill(mask, -1e9)",
+        "let scores = randn([2, 2]); let mask = tensor([[false, true], [false, false]]); scores.masked_fill(mask, -1e9)",
         |t: &mut Tensor, m: Tensor, v: Dynamic| {
             let v = convert::number(&v, "masked_fill")?;
             guard(|| t.masked_fill(&m, v))

@@ -12,28 +12,28 @@ pub fn register(api: &mut Api) {
         "item",
         "t.item() -> float",
         "The value of a one-element tensor.",
-        "loss.item()",
+        "let loss = randn([4]).mean(); loss.item()",
         |t: &mut Tensor| guard(|| t.item()).map(|v| v as FLOAT),
     );
     api.func(
         "tolist",
         "t.tolist() -> array",
         "The values as nested arrays.",
-        "x.tolist()",
+        "let x = randn([2, 2]); x.tolist()",
         |t: &mut Tensor| guard(|| convert::to_nested(t)),
     );
     api.func(
         "numel",
         "t.numel() -> int",
         "The number of elements.",
-        "x.numel()",
+        "let x = randn([2, 3]); x.numel()",
         |t: &mut Tensor| t.numel() as INT,
     );
     api.func(
         "size",
         "t.size(dim) -> int",
         "The size of one dim (negative counts from the end).",
-        "x.size(-1)",
+        "let x = randn([2, 3]); x.size(-1)",
         |t: &mut Tensor, d: INT| {
             let r = t.rank() as INT;
             let i = if d < 0 { d + r } else { d };
@@ -49,7 +49,7 @@ pub fn register(api: &mut Api) {
         "shares_with",
         "a.shares_with(b) -> bool",
         "Whether two tensors are views of the same storage.",
-        "x.shares_with(x.t())",
+        "let x = randn([2, 3]); x.shares_with(x.t())",
         |a: &mut Tensor, b: Tensor| a.shares_storage(&b),
     );
 }

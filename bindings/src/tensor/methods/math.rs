@@ -30,21 +30,21 @@ pub fn register(api: &mut Api) {
         "swiglu",
         "gate.swiglu(up) -> Tensor",
         "silu(gate) * up (SwiGLU's gating), one fused op on CUDA.",
-        "g.swiglu(u)",
+        "let g = randn([2, 4]); let u = randn([2, 4]); g.swiglu(u)",
         |g: &mut Tensor, u: Tensor| guard(|| g.swiglu(&u)),
     );
     api.func(
         "matmul",
         "a.matmul(b) -> Tensor",
         "Matrix product with batch broadcasting (1-D operands as in PyTorch).",
-        "let y = x.matmul(w);",
+        "let x = randn([2, 3]); let w = randn([3, 4]); let y = x.matmul(w);",
         |a: &mut Tensor, b: Tensor| guard(|| a.matmul(&b)),
     );
     api.func(
         "pow",
         "t.pow(exponent) -> Tensor",
         "Elementwise x^exponent for a scalar exponent.",
-        "x.pow(2.0)",
+        "let x = randn([3]); x.pow(2.0)",
         |t: &mut Tensor, e: Dynamic| {
             let e = convert::number(&e, "pow")?;
             guard(|| t.pow_scalar(e))
@@ -54,7 +54,7 @@ pub fn register(api: &mut Api) {
         "affine",
         "t.affine(mul, add) -> Tensor",
         "t * mul + add in one pass, keeping t's dtype.",
-        "x.affine(2.0, 1.0)",
+        "let x = randn([3]); x.affine(2.0, 1.0)",
         |t: &mut Tensor, m: Dynamic, a: Dynamic| {
             let (m, a) = (
                 convert::number(&m, "affine")?,
@@ -67,7 +67,7 @@ pub fn register(api: &mut Api) {
         "clamp",
         "t.clamp(min, max) -> Tensor",
         "Limits every element to [min, max].",
-        "x.clamp(-1.0, 1.0)",
+        "let x = randn([3]); x.clamp(-1.0, 1.0)",
         |t: &mut Tensor, lo: Dynamic, hi: Dynamic| {
             let (lo, hi) = (
                 convert::number(&lo, "clamp")?,

@@ -15,28 +15,28 @@ macro_rules! reduction {
             $name,
             concat!("t.", $name, "() -> Tensor"),
             concat!($doc, " over all elements."),
-            concat!("x.", $name, "()"),
+            concat!("let x = randn([2, 3, 4]); x.", $name, "()"),
             |t: &mut Tensor| guard(|| t.$method(&[], false)),
         );
         $api.func(
             $name,
             concat!("t.", $name, "(dim) -> Tensor"),
             concat!($doc, " over one dim."),
-            concat!("x.", $name, "(1)"),
+            concat!("let x = randn([2, 3, 4]); x.", $name, "(1)"),
             |t: &mut Tensor, d: INT| guard(|| t.$method(&one_dim(d), false)),
         );
         $api.func(
             $name,
             concat!("t.", $name, "(dim, keepdim) -> Tensor"),
             concat!($doc, ", keeping the reduced dim as size 1."),
-            concat!("x.", $name, "(-1, true)"),
+            concat!("let x = randn([2, 3, 4]); x.", $name, "(-1, true)"),
             |t: &mut Tensor, d: INT, k: bool| guard(|| t.$method(&one_dim(d), k)),
         );
         $api.func(
             $name,
             concat!("t.", $name, "(dims) -> Tensor"),
             concat!($doc, " over several dims."),
-            concat!("x.", $name, "([0, 2])"),
+            concat!("let x = randn([2, 3, 4]); x.", $name, "([0, 2])"),
             |t: &mut Tensor, d: Array| {
                 let d = dims(&d, $name)?;
                 guard(|| t.$method(&d, false))
@@ -46,7 +46,7 @@ macro_rules! reduction {
             $name,
             concat!("t.", $name, "(dims, keepdim) -> Tensor"),
             concat!($doc, " over several dims, keeping them."),
-            concat!("x.", $name, "([0, 2], true)"),
+            concat!("let x = randn([2, 3, 4]); x.", $name, "([0, 2], true)"),
             |t: &mut Tensor, d: Array, k: bool| {
                 let d = dims(&d, $name)?;
                 guard(|| t.$method(&d, k))
@@ -76,21 +76,21 @@ fn register_variance(api: &mut Api) {
         "variance",
         "t.variance() -> Tensor",
         "Unbiased variance over all elements (PyTorch's var; `var` is a reserved word in Rhai).",
-        "x.variance()",
+        "let x = randn([4, 3]); x.variance()",
         |t: &mut Tensor| guard(|| t.var_dims(&[], true, false)),
     );
     api.func(
         "variance",
         "t.variance(dim) -> Tensor",
         "Unbiased variance over one dim.",
-        "x.variance(0)",
+        "let x = randn([4, 3]); x.variance(0)",
         |t: &mut Tensor, d: INT| guard(|| t.var_dims(&one_dim(d), true, false)),
     );
     api.func(
         "variance",
         "t.variance(dim, unbiased, keepdim) -> Tensor",
         "Variance over one dim, with or without Bessel's correction.",
-        "x.variance(0, false, true)",
+        "let x = randn([4, 3]); x.variance(0, false, true)",
         |t: &mut Tensor, d: INT, u: bool, k: bool| guard(|| t.var_dims(&one_dim(d), u, k)),
     );
 }
@@ -100,35 +100,35 @@ fn register_arg_reductions(api: &mut Api) {
         "argmax",
         "t.argmax() -> Tensor",
         "Index of the largest element of the flattened tensor.",
-        "x.argmax()",
+        "let x = randn([2, 3]); x.argmax()",
         |t: &mut Tensor| guard(|| t.argmax(None, false)),
     );
     api.func(
         "argmax",
         "t.argmax(dim) -> Tensor",
         "Indices of the largest values along dim.",
-        "logits.argmax(-1)",
+        "let logits = randn([2, 5]); logits.argmax(-1)",
         |t: &mut Tensor, d: INT| guard(|| t.argmax(Some(d as isize), false)),
     );
     api.func(
         "argmax",
         "t.argmax(dim, keepdim) -> Tensor",
         "argmax keeping the dim.",
-        "logits.argmax(-1, true)",
+        "let logits = randn([2, 5]); logits.argmax(-1, true)",
         |t: &mut Tensor, d: INT, k: bool| guard(|| t.argmax(Some(d as isize), k)),
     );
     api.func(
         "argmin",
         "t.argmin() -> Tensor",
         "Index of the smallest element of the flattened tensor.",
-        "x.argmin()",
+        "let x = randn([2, 3]); x.argmin()",
         |t: &mut Tensor| guard(|| t.argmin(None, false)),
     );
     api.func(
         "argmin",
         "t.argmin(dim) -> Tensor",
         "Indices of the smallest values along dim.",
-        "x.argmin(0)",
+        "let x = randn([2, 3]); x.argmin(0)",
         |t: &mut Tensor, d: INT| guard(|| t.argmin(Some(d as isize), false)),
     );
 }
@@ -138,14 +138,14 @@ fn register_softmax(api: &mut Api) {
         "softmax",
         "t.softmax(dim) -> Tensor",
         "Softmax along dim.",
-        "logits.softmax(-1)",
+        "let logits = randn([2, 5]); logits.softmax(-1)",
         |t: &mut Tensor, d: INT| guard(|| t.softmax(d as isize)),
     );
     api.func(
         "log_softmax",
         "t.log_softmax(dim) -> Tensor",
         "Log-softmax along dim.",
-        "logits.log_softmax(-1)",
+        "let logits = randn([2, 5]); logits.log_softmax(-1)",
         |t: &mut Tensor, d: INT| guard(|| t.log_softmax(d as isize)),
     );
 }
