@@ -21,7 +21,8 @@ fn train_step(m: &mut Lm, batch: Dynamic, opt: Optim) -> RhaiResult<Tensor> {
     let batches = model::batches_of(&batch, "train_step")?;
     let model = m.lock();
     let mut o = opt.lock();
-    guard(|| rusting_brain::models::transformer_lm::train_step(&model, &mut **o, &batches)).map(|(loss, _)| loss)
+    guard(|| rusting_brain::models::transformer_lm::train_step(&model, &mut **o, &batches))
+        .map(|(loss, _)| loss)
 }
 
 fn evaluate(m: &mut Lm, batches: Array) -> RhaiResult<Map> {
@@ -31,7 +32,9 @@ fn evaluate(m: &mut Lm, batches: Array) -> RhaiResult<Map> {
         .map(|(i, b)| model::batches_of(b, &format!("evaluate batch {i}")).map(|mut v| v.remove(0)))
         .collect::<RhaiResult<Vec<_>>>()?;
     let model = m.lock();
-    let e = guard(|| rusting_brain::models::transformer_lm::evaluate(&model, batches.into_iter().map(Ok)))?;
+    let e = guard(|| {
+        rusting_brain::models::transformer_lm::evaluate(&model, batches.into_iter().map(Ok))
+    })?;
     let mut out = Map::new();
     out.insert("loss".into(), Dynamic::from_float(e.loss));
     out.insert("perplexity".into(), Dynamic::from_float(e.perplexity));
@@ -120,7 +123,9 @@ pub fn register(engine: &mut Engine) {
             "log_probabilities",
             "model.log_probabilities(ids) -> array",
             "log p(token | tokens before it) for every token after the first.",
-            with_tokenizer_and_lm!("let lp = model.log_probabilities(tok.encode(\"the cat sat\"));"),
+            with_tokenizer_and_lm!(
+                "let lp = model.log_probabilities(tok.encode(\"the cat sat\"));"
+            ),
             generate::log_probabilities,
         );
         api.method("save", "model.save(path, #{ optimizer, step, data_seed, extra }) -> path", "Writes a checkpoint: weights (Hugging Face names), optimizer state and schedule, step, data position and extra script values, in one safetensors file with a JSON header.", with_lm!("let opt = optim::adamw(model.parameters(), #{}); let step = 10; model.save(\"out/lm.safetensors\", #{ optimizer: opt, step: step, data_seed: 1 });"), checkpoint::save);
