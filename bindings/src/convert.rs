@@ -50,6 +50,22 @@ pub fn dims(arr: &Array, what: &str) -> RhaiResult<Vec<isize>> {
         .collect()
 }
 
+/// The tensors of a script array; an error names `what` and the `item` (element, parameter)
+/// that is not a tensor.
+pub fn tensors(arr: &Array, what: &str, item: &str) -> RhaiResult<Vec<Tensor>> {
+    arr.iter()
+        .enumerate()
+        .map(|(i, v)| {
+            v.clone().try_cast::<Tensor>().ok_or_else(|| {
+                runtime_error(format!(
+                    "{what}: {item} {i} is a {}, not a Tensor",
+                    v.type_name()
+                ))
+            })
+        })
+        .collect()
+}
+
 pub fn dtype(name: &str) -> RhaiResult<DType> {
     DType::parse(name).ok_or_else(|| {
         let valid: Vec<&str> = DType::ALL.iter().map(|d| d.name()).collect();

@@ -48,7 +48,7 @@ pub fn register(engine: &mut Engine) {
             "allow_tf32",
             "allow_tf32(on)",
             "Lets F32 matrix products on the GPU use TF32 tensor cores (faster, about 1e-3 relative error).",
-            "allow_tf32(true);",
+            "if cuda_available() { allow_tf32(true); }",
             |on: bool| -> RhaiResult<()> {
                 cuda_device()?.set_allow_tf32(on);
                 Ok(())

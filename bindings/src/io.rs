@@ -1,9 +1,20 @@
-//! The `io::` namespace: safetensors files of named tensors.
+//! The `io::` namespace: safetensors files of named tensors, and writers for the formats that
+//! `data::` and `text::` read (text, NPY, IDX), so a script can make its own small inputs.
 
 use crate::error::guard;
 use crate::help::Api;
 use crate::nn::map_to_tensors;
 use rhai::{Dynamic, Engine, Map, Module};
+use rusting_brain::Tensor;
+
+/// Writes `bytes` to `path`, creating its folder first.
+fn write_file(path: &str, bytes: &[u8]) -> rusting_brain::Result<()> {
+    let io_error = |e| rusting_brain::Error::io(path, e);
+    if let Some(parent) = std::path::Path::new(path).parent() {
+        std::fs::create_dir_all(parent).map_err(io_error)?;
+    }
+    std::fs::write(path, bytes).map_err(io_error)
+}
 
 pub fn register(engine: &mut Engine) {
     let mut module = Module::new();
@@ -13,7 +24,7 @@ pub fn register(engine: &mut Engine) {
             "save",
             "io::save(tensors, path)",
             "Writes a map of named tensors as a safetensors file (atomically).",
-            "io::save(model.state_dict(), \"model.safetensors\");",
+            "io::save(#{ weight: randn([2, 3]), bias: zeros([2]) }, \"model.safetensors\");",
             |m: Map, path: &str| {
                 let t = map_to_tensors(&m, "io::save")?;
                 guard(|| rusting_brain::io::safetensors::save(path, &t, None))
@@ -23,7 +34,7 @@ pub fn register(engine: &mut Engine) {
             "load",
             "io::load(path) -> map",
             "Reads a safetensors file into a map of named tensors.",
-            "let w = io::load(\"model.safetensors\");",
+            "io::save(#{ weight: randn([2, 3]) }, \"model.safetensors\"); let w = io::load(\"model.safetensors\");",
             |path: &str| {
                 guard(|| rusting_brain::io::safetensors::load(path)).map(|t| {
                     t.into_iter()
@@ -32,6 +43,35 @@ pub fn register(engine: &mut Engine) {
                 })
             },
         );
+        register_writers(&mut api);
     }
     engine.register_static_module("io", module.into());
+}
+
+fn register_writers(api: &mut Api) {
+    api.func(
+        "write_text",
+        "io::write_text(path, text)",
+        "Writes a string as a UTF-8 text file (a CSV or a small corpus, say), creating its folder and replacing any file there.",
+        "io::write_text(\"notes.txt\", \"hello world\\n\");",
+        |path: &str, text: &str| guard(|| write_file(path, text.as_bytes())),
+    );
+    api.func(
+        "save_npy",
+        "io::save_npy(tensor, path)",
+        "Writes a tensor as a NumPy .npy file (what data::npy and numpy.load read).",
+        "io::save_npy(randn([4, 2]), \"x.npy\");",
+        |t: Tensor, path: &str| {
+            guard(|| write_file(path, &rusting_brain::data::npy::npy_bytes(&t)?))
+        },
+    );
+    api.func(
+        "save_idx",
+        "io::save_idx(tensor, path)",
+        "Writes a u8, f32 or f64 tensor as an MNIST-style IDX file (what data::idx reads).",
+        "io::save_idx(zeros([2, 28, 28], #{ dtype: \"u8\" }), \"images.idx\");",
+        |t: Tensor, path: &str| {
+            guard(|| write_file(path, &rusting_brain::data::idx::idx_bytes(&t)?))
+        },
+    );
 }

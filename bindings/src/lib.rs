@@ -17,7 +17,7 @@ pub mod progress;
 pub mod tensor;
 pub mod text;
 
-use rhai::Engine;
+use rhai::{Engine, Module};
 
 /// Limits that keep a runaway script from exhausting the host. Loops may run as long as the
 /// user wants (Ctrl-C stops them); recursion and expression depth are bounded.
@@ -57,12 +57,21 @@ pub fn new_engine() -> Engine {
 }
 
 fn register_help(engine: &mut Engine) {
-    engine.register_fn("help", help::overview);
-    engine.register_fn("help", |name: &str| help::render(name));
-    help::record(help::HelpEntry {
-        name: "help".into(),
-        signature: "help() / help(name) -> string".into(),
-        doc: "Lists the namespaces and functions, or shows one function's signature, doc and example.".into(),
-        example: "print(help(\"matmul\"))".into(),
-    });
+    let mut module = Module::new();
+    let mut api = help::Api::new(&mut module, None);
+    api.func(
+        "help",
+        "help() -> string",
+        "Lists the namespaces and the functions.",
+        "print(help())",
+        help::overview,
+    );
+    api.func(
+        "help",
+        "help(name) -> string",
+        "Shows one function's signature, doc and example (each overload).",
+        "print(help(\"matmul\"))",
+        |name: &str| help::render(name),
+    );
+    engine.register_global_module(module.into());
 }

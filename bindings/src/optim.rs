@@ -20,17 +20,7 @@ impl Optim {
 }
 
 fn params(arr: &Array, what: &str) -> RhaiResult<Vec<Tensor>> {
-    arr.iter()
-        .enumerate()
-        .map(|(i, v)| {
-            v.clone().try_cast::<Tensor>().ok_or_else(|| {
-                runtime_error(format!(
-                    "{what}: parameter {i} is a {}, not a Tensor",
-                    v.type_name()
-                ))
-            })
-        })
-        .collect()
+    crate::convert::tensors(arr, what, "parameter")
 }
 
 fn finish(mut opt: Box<dyn Optimizer>, o: &Options) -> RhaiResult<Optim> {
@@ -187,36 +177,36 @@ pub fn register(engine: &mut Engine) {
     let mut module = Module::new();
     {
         let mut api = Api::new(&mut module, Some("optim"));
-        api.func("adamw", "optim::adamw(params, #{ lr, betas, eps, weight_decay, decay_1d_params, max_grad_norm }) -> Optimizer", "AdamW with decoupled weight decay (not on 1-D params unless asked).", "let opt = optim::adamw(model.parameters(), #{ lr: 3e-4, weight_decay: 0.1 });", adamw);
-        api.func("sgd", "optim::sgd(params, #{ lr, momentum, dampening, nesterov, weight_decay, max_grad_norm }) -> Optimizer", "SGD with optional (Nesterov) momentum.", "let opt = optim::sgd(model.parameters(), #{ lr: 0.1, momentum: 0.9 });", sgd);
-        api.func("lion", "optim::lion(params, #{ lr, betas, weight_decay, decay_1d_params, max_grad_norm }) -> Optimizer", "Lion: sign of an interpolated momentum.", "let opt = optim::lion(model.parameters(), #{ lr: 1e-4 });", lion);
-        api.func("clip_grad_norm", "optim::clip_grad_norm(params, max_norm) -> float", "Scales gradients so their global norm is at most max_norm; returns the norm before clipping.", "let norm = optim::clip_grad_norm(model.parameters(), 1.0);", |p: Array, m: FLOAT| {
+        api.func("adamw", "optim::adamw(params, #{ lr, betas, eps, weight_decay, decay_1d_params, max_grad_norm }) -> Optimizer", "AdamW with decoupled weight decay (not on 1-D params unless asked).", "let model = nn::linear(4, 2); let opt = optim::adamw(model.parameters(), #{ lr: 3e-4, weight_decay: 0.1 });", adamw);
+        api.func("sgd", "optim::sgd(params, #{ lr, momentum, dampening, nesterov, weight_decay, max_grad_norm }) -> Optimizer", "SGD with optional (Nesterov) momentum.", "let model = nn::linear(4, 2); let opt = optim::sgd(model.parameters(), #{ lr: 0.1, momentum: 0.9 });", sgd);
+        api.func("lion", "optim::lion(params, #{ lr, betas, weight_decay, decay_1d_params, max_grad_norm }) -> Optimizer", "Lion: sign of an interpolated momentum.", "let model = nn::linear(4, 2); let opt = optim::lion(model.parameters(), #{ lr: 1e-4 });", lion);
+        api.func("clip_grad_norm", "optim::clip_grad_norm(params, max_norm) -> float", "Scales gradients so their global norm is at most max_norm; returns the norm before clipping.", "let model = nn::linear(4, 2); model.forward(randn([3, 4])).sum().backward(); let norm = optim::clip_grad_norm(model.parameters(), 1.0);", |p: Array, m: FLOAT| {
             let p = params(&p, "optim::clip_grad_norm")?;
             guard(|| rusting_brain::optim::clip_grad_norm(&p, m))
         });
-        api.method("step", "opt.step() -> map", "Updates the parameters from their gradients; returns #{ applied, step, lr, grad_norm }. A non-finite gradient norm skips the step and clears the gradients.", "let info = opt.step();", |o: &mut Optim| guard(|| o.lock().step()).map(outcome));
+        api.method("step", "opt.step() -> map", "Updates the parameters from their gradients; returns #{ applied, step, lr, grad_norm }. A non-finite gradient norm skips the step and clears the gradients.", "let model = nn::linear(4, 2); let opt = optim::sgd(model.parameters(), #{ lr: 0.1 }); model.forward(randn([3, 4])).sum().backward(); let info = opt.step();", |o: &mut Optim| guard(|| o.lock().step()).map(outcome));
         api.method(
             "zero_grad",
             "opt.zero_grad()",
             "Clears the gradients of the optimizer's parameters.",
-            "opt.zero_grad();",
+            "let model = nn::linear(4, 2); let opt = optim::sgd(model.parameters(), #{ lr: 0.1 }); opt.zero_grad();",
             |o: &mut Optim| o.lock().zero_grad(),
         );
         api.method(
             "lr",
             "opt.lr() -> float",
             "The current learning rate.",
-            "print(opt.lr())",
+            "let model = nn::linear(4, 2); let opt = optim::adamw(model.parameters(), #{ lr: 1e-3 }); print(opt.lr())",
             |o: &mut Optim| o.lock().lr(),
         );
         api.method(
             "set_lr",
             "opt.set_lr(lr)",
             "Sets the learning rate (a schedule overrides it each step).",
-            "opt.set_lr(1e-4);",
+            "let model = nn::linear(4, 2); let opt = optim::adamw(model.parameters(), #{ lr: 1e-3 }); opt.set_lr(1e-4);",
             |o: &mut Optim, lr: FLOAT| guard(|| o.lock().set_lr(lr)),
         );
-        api.method("set_schedule", "opt.set_schedule(#{ kind, lr, min_lr, warmup, total, stable, decay })", "Learning-rate schedule per step: \"constant\", \"cosine\" (warmup + cosine) or \"wsd\" (warmup-stable-decay).", "opt.set_schedule(#{ kind: \"cosine\", lr: 1e-3, warmup: 100, total: 2000 });", |o: &mut Optim, m: Map| {
+        api.method("set_schedule", "opt.set_schedule(#{ kind, lr, min_lr, warmup, total, stable, decay })", "Learning-rate schedule per step: \"constant\", \"cosine\" (warmup + cosine) or \"wsd\" (warmup-stable-decay).", "let model = nn::linear(4, 2); let opt = optim::adamw(model.parameters(), #{}); opt.set_schedule(#{ kind: \"cosine\", lr: 1e-3, warmup: 100, total: 2000 });", |o: &mut Optim, m: Map| {
             let s = schedule(m)?;
             guard(|| o.lock().set_schedule(Some(s)))
         });

@@ -11,6 +11,8 @@ fn script_name(op: &str) -> &str {
         "mul" => "*",
         "div" => "/",
         "to_dtype" => "to",
+        // `var` is a reserved word in Rhai.
+        "var" => "variance",
         other => other,
     }
 }

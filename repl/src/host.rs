@@ -135,22 +135,21 @@ pub fn build_engine(output: &Output, device: Device, script_args: &[String]) -> 
             None => Ok(default),
         },
     );
-    rusting_brain_rhai::help::record(rusting_brain_rhai::help::HelpEntry {
-        name: "arg".into(),
-        signature: "arg(name, default) -> value".into(),
-        doc: "A script argument given as name=value or --name value, converted to the default's type.".into(),
-        example: "let steps = arg(\"steps\", 200);".into(),
-    });
+    rusting_brain_rhai::help::record_entry(
+        "arg",
+        "arg(name, default) -> value",
+        "A script argument given as name=value or --name value, converted to the default's type.",
+        "let steps = arg(\"steps\", 200);",
+    );
     engine.register_fn("device", move || device.to_string());
     // The REPL's stand-in; `brain run` replaces it with the script's folder.
     engine.register_fn("script_dir", || ".".to_string());
-    rusting_brain_rhai::help::record(rusting_brain_rhai::help::HelpEntry {
-        name: "script_dir".into(),
-        signature: "script_dir() -> string".into(),
-        doc: "The folder of the running script (\".\" in the REPL), for files that travel with it."
-            .into(),
-        example: "let docs = script_dir() + \"/../docs\";".into(),
-    });
+    rusting_brain_rhai::help::record_entry(
+        "script_dir",
+        "script_dir() -> string",
+        "The folder of the running script (\".\" in the REPL), for files that travel with it.",
+        "let docs = script_dir() + \"/../docs\";",
+    );
     let list: Array = args.iter().map(|s| Dynamic::from(s.clone())).collect();
     engine.register_fn("script_args", move || list.clone());
     engine
@@ -178,6 +177,22 @@ mod tests {
         assert_eq!(lookup_arg(&args, "lr").as_deref(), Some("0.1"));
         assert_eq!(lookup_arg(&args, "out").as_deref(), Some("x"));
         assert_eq!(lookup_arg(&args, "missing"), None);
+    }
+
+    /// The bindings' help is checked in their own tests; these are the entries the host adds.
+    #[test]
+    fn the_hosts_help_examples_run_and_signatures_match_their_functions() {
+        use rusting_brain_rhai::help::{self, check};
+        let engine = || build_engine(&Output::default(), Device::Cpu, &[]);
+        let reference = engine();
+        let entries: Vec<help::HelpEntry> = help::entries()
+            .into_iter()
+            .filter(|e| ["arg", "script_dir"].contains(&e.name.as_str()))
+            .collect();
+        assert_eq!(entries.len(), 2, "{entries:?}");
+        let mut problems = check::check_signatures(&entries, &reference);
+        problems.extend(check::run_examples(&entries, engine));
+        assert!(problems.is_empty(), "{}", problems.join("\n"));
     }
 
     #[test]

@@ -1,6 +1,6 @@
 //! Checkpoints from scripts: `model.save(path, #{ optimizer, step, data_seed, extra })`,
 //! `lm::load(path)` (a `Checkpoint` value: its model, step, data seed, extra, and the optimizer
-//! state to restore), and the Hugging Face layout (`model.export(dir)`, `lm::load_pretrained`).
+//! state to restore), and the Hugging Face layout (`model.save_pretrained(dir)`, `lm::load_pretrained`).
 
 use super::model::Lm;
 use crate::error::{guard, runtime_error, RhaiResult};
@@ -86,7 +86,7 @@ pub fn config(c: &mut ScriptCheckpoint) -> Map {
 }
 
 /// Writes `config.json` and `model.safetensors` (weights only) as `transformers` lays them out.
-pub fn export(m: &mut Lm, dir: &str) -> RhaiResult<String> {
+pub fn save_pretrained(m: &mut Lm, dir: &str) -> RhaiResult<String> {
     std::fs::create_dir_all(dir).map_err(|e| runtime_error(format!("cannot create {dir}: {e}")))?;
     let model = m.lock();
     let config = checkpoint::config_json(&model.config);

@@ -11,7 +11,7 @@ pub use generate::{options as generate_options, stream_with};
 pub use model::{ids_of, ids_to_array, Lm};
 
 use crate::error::{guard, RhaiResult};
-use crate::help::Api;
+use crate::help::{with_lm, with_tokenizer, with_tokenizer_and_lm, with_tokens, Api};
 use crate::optim::Optim;
 use rhai::{Array, Dynamic, Engine, Map, Module, INT};
 use rusting_brain::nn::Module as _;
@@ -48,57 +48,57 @@ pub fn register(engine: &mut Engine) {
     let mut module = Module::new();
     {
         let mut api = Api::new(&mut module, Some("lm"));
-        api.func("transformer", "lm::transformer(#{ vocab, d_model, layers, heads, kv_heads, ffn, rope_theta, max_seq_len, norm_eps, tied, bidirectional, init_std, seed }) -> LanguageModel", "A LLaMA-family transformer (RMSNorm, rotary positions, grouped-query attention, SwiGLU) on the script's device. Parameter names follow Hugging Face LLaMA.", "let model = lm::transformer(#{ vocab: tok.vocab_size(), d_model: 128, layers: 4, heads: 4, max_seq_len: 256 });", model::transformer);
-        api.func("load", "lm::load(path) -> Checkpoint", "Reads a checkpoint written by model.save: ck.model(), ck.step(), ck.data_seed(), ck.extra(), ck.restore(opt).", "let ck = lm::load(\"out/lm.safetensors\"); let model = ck.model();", |p: &str| checkpoint::load(p));
+        api.func("transformer", "lm::transformer(#{ vocab, d_model, layers, heads, kv_heads, ffn, rope_theta, max_seq_len, norm_eps, tied, bidirectional, init_std, seed }) -> LanguageModel", "A LLaMA-family transformer (RMSNorm, rotary positions, grouped-query attention, SwiGLU) on the script's device. Parameter names follow Hugging Face LLaMA.", with_tokenizer!("let model = lm::transformer(#{ vocab: tok.vocab_size, d_model: 32, layers: 2, heads: 4, max_seq_len: 64 });"), model::transformer);
+        api.func("load", "lm::load(path) -> Checkpoint", "Reads a checkpoint written by model.save: ck.model(), ck.step(), ck.data_seed(), ck.extra(), ck.restore(opt).", with_lm!("model.save(\"out/lm.safetensors\", #{}); let ck = lm::load(\"out/lm.safetensors\"); let model = ck.model();"), |p: &str| checkpoint::load(p));
         api.func(
             "load_pretrained",
             "lm::load_pretrained(dir) -> LanguageModel",
             "Loads a Hugging Face LLaMA directory (config.json + model.safetensors).",
-            "let model = lm::load_pretrained(\"tiny-llama\");",
+            with_lm!("model.save_pretrained(\"tiny-llama\"); let model = lm::load_pretrained(\"tiny-llama\");"),
             |d: &str| checkpoint::load_pretrained(d),
         );
         api.method(
             "forward",
             "model.forward(ids) -> Tensor",
             "Logits [batch, seq, vocab] for integer ids [batch, seq].",
-            "let logits = model.forward(x);",
+            with_lm!("let logits = model.forward(x);"),
             |m: &mut Lm, ids: Tensor| guard(|| m.lock().forward(&ids)),
         );
-        api.method("loss", "model.loss(x, y) -> Tensor", "Mean next-token cross-entropy of ids x [batch, seq] against targets y (FP32; BF16 mixed precision on CUDA).", "let loss = model.loss(x, y); loss.backward();", |m: &mut Lm, x: Tensor, y: Tensor| guard(|| m.lock().loss(&x, &y)));
-        api.method("train_step", "model.train_step([x, y] | [[x, y], ...], opt) -> Tensor", "Zeroes the gradients, runs forward and backward over the batch (or accumulates over several micro-batches), steps the optimizer; returns the mean loss (a 0-d tensor: .item() reads it).", "let loss = model.train_step(train.batch(step, 16, 128), opt);", train_step);
+        api.method("loss", "model.loss(x, y) -> Tensor", "Mean next-token cross-entropy of ids x [batch, seq] against targets y (FP32; BF16 mixed precision on CUDA).", with_lm!("let y = randint(0, 64, [2, 8]); let loss = model.loss(x, y); loss.backward();"), |m: &mut Lm, x: Tensor, y: Tensor| guard(|| m.lock().loss(&x, &y)));
+        api.method("train_step", "model.train_step([x, y] | [[x, y], ...], opt) -> Tensor", "Zeroes the gradients, runs forward and backward over the batch (or accumulates over several micro-batches), steps the optimizer; returns the mean loss (a 0-d tensor: .item() reads it).", with_tokens!("let model = lm::transformer(#{ vocab: tok.vocab_size, d_model: 16, layers: 1, heads: 2 }); let opt = optim::adamw(model.parameters(), #{ lr: 1e-3 }); let step = 0; let loss = model.train_step(train.batch(step, 2, 8, #{}), opt);"), train_step);
         api.method(
             "evaluate",
             "model.evaluate([[x, y], ...]) -> #{ loss, perplexity, tokens }",
             "Mean loss and perplexity over batches, without gradients.",
-            "let ev = model.evaluate(val.eval_batches(16, 128, 8));",
+            with_tokens!("let model = lm::transformer(#{ vocab: tok.vocab_size, d_model: 16, layers: 1, heads: 2 }); let ev = model.evaluate(val.eval_batches(2, 8, 8));"),
             evaluate,
         );
         api.method(
             "parameters",
             "model.parameters() -> array",
             "The trainable tensors, for an optimizer.",
-            "let opt = optim::adamw(model.parameters(), #{ lr: 1e-3 });",
+            with_lm!("let opt = optim::adamw(model.parameters(), #{ lr: 1e-3 });"),
             |m: &mut Lm| model::parameters(m),
         );
         api.method(
             "num_parameters",
             "model.num_parameters() -> int",
             "How many numbers the model trains.",
-            "print(model.num_parameters())",
+            with_lm!("print(model.num_parameters())"),
             |m: &mut Lm| m.lock().num_parameters() as INT,
         );
         api.method(
             "config",
             "model.config() -> map",
             "The model's sizes, as lm::transformer takes them.",
-            "print(model.config().d_model)",
+            with_lm!("print(model.config().d_model)"),
             |m: &mut Lm| model::config_map(&m.lock().config),
         );
         api.method(
             "set_precision",
             "model.set_precision(\"auto\" | \"f32\" | \"bf16\" | \"f16\")",
             "Matrix-product precision: auto is BF16 mixed precision on CUDA and F32 on the CPU.",
-            "model.set_precision(\"f32\");",
+            with_lm!("model.set_precision(\"f32\");"),
             |m: &mut Lm, p: &str| -> RhaiResult<()> {
                 let p = model::parse_precision(p)?;
                 m.lock().set_precision(p);
@@ -109,65 +109,67 @@ pub fn register(engine: &mut Engine) {
             "to",
             "model.to(device)",
             "Moves the parameters to \"cpu\" or \"cuda\" in place (make the optimizer after).",
-            "model.to(\"cuda\");",
+            with_lm!("model.to(\"cpu\");"),
             |m: &mut Lm, device: &str| -> RhaiResult<()> {
                 let d = crate::convert::device(device)?;
                 guard(|| m.lock().to_device(d))
             },
         );
-        api.method("generate", "model.generate(ids | [ids, ...], #{ max_new_tokens, temperature, top_k, top_p, min_p, repetition_penalty, presence_penalty, frequency_penalty, seed, stop }) -> ids | [ids, ...]", "New token ids after a prompt (or a batch of prompts), with a KV cache. temperature 0 is greedy; stop ids end a sequence.", "let ids = model.generate(tok.encode(\"fn main\"), #{ max_new_tokens: 50, temperature: 0.8, top_p: 0.95 });", generate::generate_ids);
-        api.method("stream", "model.stream(ids, opts, |id| ...) -> ids", "Like generate for one prompt, calling the closure with each new id as it comes; returning false stops.", "model.stream(ids, #{ max_new_tokens: 20 }, |id| { print(id); true });", generate::stream_ids);
-        api.method("generate", "model.generate(tok, text | [text, ...], opts) -> text | [text, ...]", "Generated text after a text prompt (or a batch), stopping at the tokenizer's end-of-text token unless opts.stop says otherwise.", "print(model.generate(tok, \"fn main\", #{ max_new_tokens: 60, temperature: 0.8, top_k: 40 }));", text::generate_text);
-        api.method("stream", "model.stream(tok, text, opts, |piece| ...) -> text", "Generates after a text prompt, calling the closure with each new piece of text as it comes (whole characters only); returning false stops.", "let text = model.stream(tok, \"The \", #{ max_new_tokens: 40 }, |piece| { pieces.push(piece); true });", text::stream_text);
+        api.method("generate", "model.generate(ids | [ids, ...], #{ max_new_tokens, temperature, top_k, top_p, min_p, repetition_penalty, presence_penalty, frequency_penalty, seed, stop }) -> ids | [ids, ...]", "New token ids after a prompt (or a batch of prompts), with a KV cache. temperature 0 is greedy; stop ids end a sequence.", with_tokenizer_and_lm!("let ids = model.generate(tok.encode(\"the cat\"), #{ max_new_tokens: 5, temperature: 0.8, top_p: 0.95 });"), generate::generate_ids);
+        api.method("stream", "model.stream(ids, opts, |id| ...) -> ids", "Like generate for one prompt, calling the closure with each new id as it comes; returning false stops.", with_lm!("let ids = [1, 2, 3]; model.stream(ids, #{ max_new_tokens: 5 }, |id| { print(id); true });"), generate::stream_ids);
+        api.method("generate", "model.generate(tok, text | [text, ...], opts) -> text | [text, ...]", "Generated text after a text prompt (or a batch), stopping at the tokenizer's end-of-text token unless opts.stop says otherwise.", with_tokenizer_and_lm!("print(model.generate(tok, \"the cat\", #{ max_new_tokens: 5, temperature: 0.8, top_k: 40 }));"), text::generate_text);
+        api.method("stream", "model.stream(tok, text, opts, |piece| ...) -> text", "Generates after a text prompt, calling the closure with each new piece of text as it comes (whole characters only); returning false stops.", with_tokenizer_and_lm!("let pieces = []; let text = model.stream(tok, \"the \", #{ max_new_tokens: 5 }, |piece| { pieces.push(piece); true });"), text::stream_text);
         api.method(
             "log_probabilities",
             "model.log_probabilities(ids) -> array",
             "log p(token | tokens before it) for every token after the first.",
-            "let lp = model.log_probabilities(tok.encode(\"hello world\"));",
+            with_tokenizer_and_lm!(
+                "let lp = model.log_probabilities(tok.encode(\"the cat sat\"));"
+            ),
             generate::log_probabilities,
         );
-        api.method("save", "model.save(path, #{ optimizer, step, data_seed, extra }) -> path", "Writes a checkpoint: weights (Hugging Face names), optimizer state and schedule, step, data position and extra script values, in one safetensors file with a JSON header.", "model.save(\"out/lm.safetensors\", #{ optimizer: opt, step: step, data_seed: 1 });", checkpoint::save);
+        api.method("save", "model.save(path, #{ optimizer, step, data_seed, extra }) -> path", "Writes a checkpoint: weights (Hugging Face names), optimizer state and schedule, step, data position and extra script values, in one safetensors file with a JSON header.", with_lm!("let opt = optim::adamw(model.parameters(), #{}); let step = 10; model.save(\"out/lm.safetensors\", #{ optimizer: opt, step: step, data_seed: 1 });"), checkpoint::save);
         api.method(
-            "export",
-            "model.export(dir) -> dir",
-            "Writes config.json and model.safetensors as Hugging Face transformers loads them.",
-            "model.export(\"out/hf\");",
-            checkpoint::export,
+            "save_pretrained",
+            "model.save_pretrained(dir) -> dir",
+            "Writes config.json and model.safetensors as Hugging Face transformers loads them (its save_pretrained; `export` is a reserved word in Rhai).",
+            with_lm!("model.save_pretrained(\"out/hf\");"),
+            checkpoint::save_pretrained,
         );
         api.method(
             "model",
             "ck.model() -> LanguageModel",
             "The checkpoint's model on the script's device.",
-            "let model = lm::load(path).model();",
+            with_lm!("let path = model.save(\"out/lm.safetensors\", #{}); let model = lm::load(path).model();"),
             checkpoint::model,
         );
-        api.method("restore", "ck.restore(opt)", "Loads the saved optimizer state, schedule and clipping into an optimizer made over ck.model()'s parameters.", "ck.restore(opt);", checkpoint::restore);
+        api.method("restore", "ck.restore(opt)", "Loads the saved optimizer state, schedule and clipping into an optimizer made over ck.model()'s parameters.", with_lm!("let opt = optim::adamw(model.parameters(), #{}); model.save(\"out/lm.safetensors\", #{ optimizer: opt }); let ck = lm::load(\"out/lm.safetensors\"); let opt2 = optim::adamw(ck.model().parameters(), #{}); ck.restore(opt2);"), checkpoint::restore);
         api.method(
             "step",
             "ck.step() -> int",
             "The training step the checkpoint was saved at.",
-            "let start = ck.step();",
+            with_lm!("model.save(\"out/lm.safetensors\", #{ step: 100 }); let ck = lm::load(\"out/lm.safetensors\"); let start = ck.step();"),
             checkpoint::step,
         );
         api.method(
             "data_seed",
             "ck.data_seed() -> int",
             "The data stream's seed saved with the checkpoint.",
-            "let seed = ck.data_seed();",
+            with_lm!("model.save(\"out/lm.safetensors\", #{ data_seed: 7 }); let ck = lm::load(\"out/lm.safetensors\"); let seed = ck.data_seed();"),
             checkpoint::data_seed,
         );
         api.method(
             "extra",
             "ck.extra() -> value",
             "The extra values saved with the checkpoint.",
-            "let history = ck.extra().losses;",
+            with_lm!("model.save(\"out/lm.safetensors\", #{ extra: #{ losses: [3.2, 2.9] } }); let ck = lm::load(\"out/lm.safetensors\"); let history = ck.extra().losses;"),
             checkpoint::extra,
         );
         api.method(
             "config",
             "ck.config() -> map",
             "The saved model's sizes.",
-            "print(ck.config())",
+            with_lm!("model.save(\"out/lm.safetensors\", #{}); let ck = lm::load(\"out/lm.safetensors\"); print(ck.config())"),
             checkpoint::config,
         );
     }

@@ -133,35 +133,35 @@ pub fn register(api: &mut Api) {
         "conv2d",
         "nn::conv2d(x, weight) -> Tensor",
         "2-D convolution of [N, C, H, W] by [O, C/groups, kh, kw].",
-        "nn::conv2d(x, w)",
+        "let x = randn([1, 3, 8, 8]); let w = randn([4, 3, 3, 3]); nn::conv2d(x, w)",
         |x: Tensor, w: Tensor| conv2d(x, w, None, Map::new()),
     );
     api.func(
         "conv2d",
         "nn::conv2d(x, weight, bias, #{ stride, padding, dilation, groups }) -> Tensor",
         "2-D convolution with a bias [O] (or ()) and options; sizes are ints or [h, w].",
-        "nn::conv2d(x, w, b, #{ stride: 2, padding: 1 })",
+        "let x = randn([1, 3, 8, 8]); let w = randn([4, 3, 3, 3]); let b = zeros([4]); nn::conv2d(x, w, b, #{ stride: 2, padding: 1 })",
         |x: Tensor, w: Tensor, b: rhai::Dynamic, o: Map| conv2d(x, w, b.try_cast::<Tensor>(), o),
     );
     api.func(
         "max_pool2d",
         "nn::max_pool2d(x, #{ kernel, stride, padding }) -> Tensor",
         "2-D max pooling; stride defaults to the kernel.",
-        "nn::max_pool2d(x, #{ kernel: 2 })",
+        "let x = randn([1, 2, 4, 4]); nn::max_pool2d(x, #{ kernel: 2 })",
         |x: Tensor, o: Map| pool(x, o, "nn::max_pool2d", true),
     );
     api.func(
         "avg_pool2d",
         "nn::avg_pool2d(x, #{ kernel, stride, padding }) -> Tensor",
         "2-D average pooling (padding counts in the divisor).",
-        "nn::avg_pool2d(x, #{ kernel: 2 })",
+        "let x = randn([1, 2, 4, 4]); nn::avg_pool2d(x, #{ kernel: 2 })",
         |x: Tensor, o: Map| pool(x, o, "nn::avg_pool2d", false),
     );
     api.func(
         "upsample_nearest2d",
         "nn::upsample_nearest2d(x, scale) -> Tensor",
         "Nearest-neighbour upsampling of [N, C, H, W] by an integer factor.",
-        "nn::upsample_nearest2d(x, 2)",
+        "let x = randn([1, 2, 4, 4]); nn::upsample_nearest2d(x, 2)",
         |x: Tensor, s: INT| {
             let s = crate::convert::usize_of(s, "nn::upsample_nearest2d")?;
             guard(|| x.upsample_nearest2d(s, s))
@@ -171,71 +171,71 @@ pub fn register(api: &mut Api) {
         "layer_norm",
         "nn::layer_norm(x, weight, bias[, #{ eps }]) -> Tensor",
         "LayerNorm over the trailing dims of weight's shape (the last dim when weight and bias are ()); eps defaults to 1e-5.",
-        "nn::layer_norm(x, w, b)",
+        "let x = randn([2, 4]); let w = ones([4]); let b = zeros([4]); nn::layer_norm(x, w, b)",
         |x: Tensor, w: rhai::Dynamic, b: rhai::Dynamic| layer_norm(x, w, b, Map::new()),
     );
     api.func(
         "layer_norm",
         "nn::layer_norm(x, weight, bias, #{ eps }) -> Tensor",
         "LayerNorm with options; weight and bias may be ().",
-        "nn::layer_norm(x, (), (), #{ eps: 1e-6 })",
+        "let x = randn([2, 4]); nn::layer_norm(x, (), (), #{ eps: 1e-6 })",
         layer_norm,
     );
     api.func(
         "rms_norm",
         "nn::rms_norm(x, weight[, #{ eps }]) -> Tensor",
         "RMSNorm over the trailing dims of weight's shape (the last dim when weight is ()); eps defaults to 1e-6.",
-        "nn::rms_norm(x, w)",
+        "let x = randn([2, 4]); let w = ones([4]); nn::rms_norm(x, w)",
         |x: Tensor, w: rhai::Dynamic| rms_norm(x, w, Map::new()),
     );
     api.func(
         "rms_norm",
         "nn::rms_norm(x, weight, #{ eps }) -> Tensor",
         "RMSNorm with options; weight may be ().",
-        "nn::rms_norm(x, w, #{ eps: 1e-5 })",
+        "let x = randn([2, 4]); let w = ones([4]); nn::rms_norm(x, w, #{ eps: 1e-5 })",
         rms_norm,
     );
     api.func(
         "scaled_dot_product_attention",
         "nn::scaled_dot_product_attention(q, k, v[, #{ causal, scale }]) -> Tensor",
         "softmax(q k^T * scale) v for q [B, H, T, hd] and k, v [B, KV, S, hd] (H a multiple of KV); scale defaults to 1/sqrt(hd); causal lets query i see keys up to i + S - T. Fused on CUDA for bf16/f16 with hd 64 or 128.",
-        "nn::scaled_dot_product_attention(q, k, v, #{ causal: true })",
+        "let q = randn([1, 2, 4, 8]); let k = randn([1, 2, 4, 8]); let v = randn([1, 2, 4, 8]); nn::scaled_dot_product_attention(q, k, v, #{ causal: true })",
         |q: Tensor, k: Tensor, v: Tensor| attention(q, k, v, Map::new()),
     );
     api.func(
         "scaled_dot_product_attention",
         "nn::scaled_dot_product_attention(q, k, v, #{ causal, scale }) -> Tensor",
         "Attention with options: causal (default false), scale (default 1/sqrt(head_dim)).",
-        "nn::scaled_dot_product_attention(q, k, v, #{ causal: true, scale: 0.125 })",
+        "let q = randn([1, 4, 4, 8]); let k = randn([1, 2, 4, 8]); let v = randn([1, 2, 4, 8]); nn::scaled_dot_product_attention(q, k, v, #{ causal: true, scale: 0.125 })",
         attention,
     );
     api.func(
         "rotary_embedding",
         "nn::rotary_embedding(x, cos, sin) -> Tensor",
         "Rotary position embedding in the rotate-half layout: x * cos + rotate_half(x) * sin over the last dim (even), rotate_half([a, b]) = [-b, a]; cos and sin broadcast against x, e.g. [seq, dim].",
-        "nn::rotary_embedding(q, cos, sin)",
+        "let q = randn([1, 2, 4, 8]); let cos = ones([4, 8]); let sin = zeros([4, 8]); nn::rotary_embedding(q, cos, sin)",
         |x: Tensor, c: Tensor, s: Tensor| guard(|| x.rotary_embedding(&c, &s)),
     );
     api.func(
         "cross_entropy",
         "nn::cross_entropy(logits, targets) -> Tensor",
         "Mean cross-entropy of logits [N, C] against class ids [N].",
-        "nn::cross_entropy(logits, y)",
+        "let logits = randn([4, 3]); let y = tensor([0, 2, 1, 0]); nn::cross_entropy(logits, y)",
         |l: Tensor, t: Tensor| cross_entropy(l, t, Map::new()),
     );
-    api.func("cross_entropy", "nn::cross_entropy(logits, targets, #{ ignore_index, label_smoothing, reduction }) -> Tensor", "Cross-entropy with options (ignore_index defaults to -100).", "nn::cross_entropy(logits, y, #{ label_smoothing: 0.1 })", cross_entropy);
+    api.func("cross_entropy", "nn::cross_entropy(logits, targets, #{ ignore_index, label_smoothing, reduction }) -> Tensor", "Cross-entropy with options (ignore_index defaults to -100).", "let logits = randn([4, 3]); let y = tensor([0, 2, 1, -100]); nn::cross_entropy(logits, y, #{ label_smoothing: 0.1 })", cross_entropy);
     api.func(
         "linear_cross_entropy",
         "nn::linear_cross_entropy(hidden, weight, targets[, #{ ignore_index, label_smoothing, reduction }]) -> Tensor",
         "Cross-entropy of hidden [..., d] x weight [classes, d]^T against targets (hidden's leading dims): a model's head and loss in one op; on CUDA in bf16 the logits exist a chunk of rows at a time.",
-        "nn::linear_cross_entropy(h, model_weight, y)",
+        "let h = randn([4, 8]); let model_weight = randn([10, 8]); let y = tensor([1, 2, 3, 4]); nn::linear_cross_entropy(h, model_weight, y)",
         |h: Tensor, w: Tensor, t: Tensor| linear_cross_entropy(h, w, t, Map::new()),
     );
     api.func(
         "linear_cross_entropy",
         "nn::linear_cross_entropy(hidden, weight, targets, #{ ignore_index, label_smoothing, reduction }) -> Tensor",
         "linear_cross_entropy with cross_entropy's options.",
-        "nn::linear_cross_entropy(h, w, y, #{ label_smoothing: 0.1 })",
+        "let h = randn([4, 8]); let w = randn([10, 8]); let y = tensor([1, 2, 3, 4]); nn::linear_cross_entropy(h, w, y, #{ label_smoothing: 0.1 })",
         linear_cross_entropy,
     );
     for (name, sig, doc, ex) in [
@@ -243,19 +243,19 @@ pub fn register(api: &mut Api) {
             "mse_loss",
             "nn::mse_loss(pred, target[, #{ reduction }]) -> Tensor",
             "Mean squared error.",
-            "nn::mse_loss(pred, y)",
+            "let pred = randn([4]); let y = randn([4]); nn::mse_loss(pred, y)",
         ),
         (
             "bce_with_logits",
             "nn::bce_with_logits(logits, targets[, #{ reduction }]) -> Tensor",
             "Binary cross-entropy on logits, in the stable form.",
-            "nn::bce_with_logits(z, y)",
+            "let z = randn([4]); let y = tensor([0.0, 1.0, 1.0, 0.0]); nn::bce_with_logits(z, y)",
         ),
         (
             "huber_loss",
             "nn::huber_loss(pred, target[, #{ delta, reduction }]) -> Tensor",
             "Quadratic below delta (default 1), linear above.",
-            "nn::huber_loss(pred, y, #{ delta: 0.5 })",
+            "let pred = randn([4]); let y = randn([4]); nn::huber_loss(pred, y, #{ delta: 0.5 })",
         ),
     ] {
         let q: &'static str = match name {
@@ -274,14 +274,14 @@ pub fn register(api: &mut Api) {
         "relu",
         "nn::relu(x) -> Tensor",
         "max(x, 0).",
-        "nn::relu(x)",
+        "let x = randn([3]); nn::relu(x)",
         |x: Tensor| guard(|| x.relu()),
     );
     api.func(
         "softmax",
         "nn::softmax(x, dim) -> Tensor",
         "Softmax along dim.",
-        "nn::softmax(logits, -1)",
+        "let logits = randn([2, 5]); nn::softmax(logits, -1)",
         |x: Tensor, d: INT| guard(|| x.softmax(d as isize)),
     );
 }

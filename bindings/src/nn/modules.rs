@@ -294,7 +294,7 @@ pub fn register(api: &mut Api) {
         "to",
         "model.to(device) -> Model",
         "Moves the model's parameters and buffers to a device (\"cpu\", \"cuda\", \"cuda:1\") in place; create the optimizer after moving.",
-        "model.to(\"cuda\");",
+        "let model = nn::linear(4, 2); model.to(\"cpu\");",
         |m: &mut Model, device: &str| -> RhaiResult<Model> {
             let d = convert::device(device)?;
             guard(|| m.lock().to_device(d))?;
@@ -305,14 +305,14 @@ pub fn register(api: &mut Api) {
         "forward",
         "model.forward(x) -> Tensor",
         "Runs the model on a batch.",
-        "let logits = model.forward(x);",
+        "let model = nn::linear(4, 2); let x = randn([3, 4]); let logits = model.forward(x);",
         |m: &mut Model, x: Tensor| guard(|| m.lock().forward(&x)),
     );
     api.method(
         "parameters",
         "model.parameters() -> array",
         "The trainable tensors (shared with the model: an optimizer updates them in place).",
-        "optim::adamw(model.parameters(), #{ lr: 1e-3 })",
+        "let model = nn::linear(4, 2); optim::adamw(model.parameters(), #{ lr: 1e-3 })",
         |m: &mut Model| -> Array {
             m.lock()
                 .parameters()
@@ -325,17 +325,17 @@ pub fn register(api: &mut Api) {
         "named_parameters",
         "model.named_parameters() -> map",
         "Parameters by their PyTorch-style names (layers.0.weight).",
-        "model.named_parameters().keys()",
+        "let model = nn::mlp([4, 8, 2]); model.named_parameters().keys()",
         |m: &mut Model| tensors_to_map(m.lock().named_parameters()),
     );
     api.method(
         "state_dict",
         "model.state_dict() -> map",
         "Parameters and buffers by name.",
-        "io::save(model.state_dict(), \"model.safetensors\")",
+        "let model = nn::linear(4, 2); io::save(model.state_dict(), \"model.safetensors\")",
         |m: &mut Model| tensors_to_map(m.lock().state_dict()),
     );
-    api.method("load_state_dict", "model.load_state_dict(map)", "Copies values into the model; missing, unexpected or mis-shaped names are an error listing them all.", "model.load_state_dict(io::load(\"model.safetensors\"))", |m: &mut Model, state: Map| {
+    api.method("load_state_dict", "model.load_state_dict(map)", "Copies values into the model; missing, unexpected or mis-shaped names are an error listing them all.", "let model = nn::linear(4, 2); io::save(model.state_dict(), \"model.safetensors\"); model.load_state_dict(io::load(\"model.safetensors\"))", |m: &mut Model, state: Map| {
         let state = map_to_tensors(&state, "load_state_dict")?;
         guard(|| m.lock().load_state_dict(&state, true).map(|_| ()))
     });
@@ -343,35 +343,35 @@ pub fn register(api: &mut Api) {
         "num_parameters",
         "model.num_parameters() -> int",
         "The number of trainable scalars.",
-        "print(model.num_parameters())",
+        "let model = nn::linear(4, 2); print(model.num_parameters())",
         |m: &mut Model| m.lock().num_parameters() as INT,
     );
     api.method(
         "train",
         "model.train()",
         "Training mode (dropout on, batch norm updates its statistics).",
-        "model.train();",
+        "let model = nn::dropout(0.1); model.train();",
         |m: &mut Model| m.lock().train(true),
     );
     api.method(
         "eval_mode",
         "model.eval_mode()",
         "Evaluation mode, PyTorch's model.eval() (`eval` is a reserved word in Rhai).",
-        "model.eval_mode();",
+        "let model = nn::dropout(0.1); model.eval_mode();",
         |m: &mut Model| m.lock().train(false),
     );
     api.method(
         "train",
         "model.train(on)",
         "Training mode on or off.",
-        "model.train(false);",
+        "let model = nn::dropout(0.1); model.train(false);",
         |m: &mut Model, on: bool| m.lock().train(on),
     );
     api.method(
         "zero_grad",
         "model.zero_grad()",
         "Clears every parameter's gradient.",
-        "model.zero_grad();",
+        "let model = nn::linear(4, 2); model.zero_grad();",
         |m: &mut Model| m.lock().zero_grad(),
     );
 }

@@ -24,11 +24,11 @@ const COMMON_KEYS: [&str; 7] = [
 /// Registers the static module `plot` (`plot::line`, `plot::scatter`, `plot::hist`).
 pub fn register(engine: &mut Engine) {
     for (name, signature, doc, example) in [
-        ("plot::line", "plot::line(ys | #{ name: ys }, #{ title, xlabel, ylabel, path, width, height, smooth, log_y, xs }) -> path", "A PNG line chart of one list or several named lists (with a legend).", "plot::line(losses, #{ title: \"loss\", smooth: 0.9, path: \"loss.png\" })"),
-        ("plot::scatter", "plot::scatter(xs, ys, #{ labels, title, xlabel, ylabel, path, width, height, log_y }) -> path", "A PNG scatter plot; per-point labels color the classes.", "plot::scatter(x0, x1, #{ labels: names, path: \"points.png\" })"),
-        ("plot::hist", "plot::hist(values, #{ bins, title, xlabel, ylabel, path, width, height, log_y }) -> path", "A PNG histogram.", "plot::hist(w.flatten(), #{ bins: 50 })"),
+        ("plot::line", "plot::line(ys | #{ name: ys }, #{ title, xlabel, ylabel, path, width, height, smooth, log_y, xs }) -> path", "A PNG line chart of one list or several named lists (with a legend).", "let losses = [3.2, 2.5, 2.1, 1.9]; plot::line(losses, #{ title: \"loss\", smooth: 0.9, path: \"loss.png\" })"),
+        ("plot::scatter", "plot::scatter(xs, ys, #{ labels, title, xlabel, ylabel, path, width, height, log_y }) -> path", "A PNG scatter plot; per-point labels color the classes.", "let x0 = [0.1, 0.5, 0.9]; let x1 = [1.0, 0.2, 0.4]; let names = [\"a\", \"b\", \"a\"]; plot::scatter(x0, x1, #{ labels: names, path: \"points.png\" })"),
+        ("plot::hist", "plot::hist(values, #{ bins, title, xlabel, ylabel, path, width, height, log_y }) -> path", "A PNG histogram.", "let w = randn([10, 10]); plot::hist(w.flatten(), #{ bins: 50 })"),
     ] {
-        crate::help::record(crate::help::HelpEntry { name: name.into(), signature: signature.into(), doc: doc.into(), example: example.into() });
+        crate::help::record_entry(name, signature, doc, example);
     }
     let mut module = Module::new();
     let line_doc = "/// Draws a line chart of a list (x = index) or of several named lists \

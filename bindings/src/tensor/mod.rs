@@ -7,7 +7,7 @@ mod operators;
 
 use crate::convert;
 use crate::error::{guard, runtime_error, RhaiResult};
-use crate::help::{self, Api, HelpEntry};
+use crate::help::{self, Api};
 use rhai::{Dynamic, Engine, Module, INT};
 use rusting_brain::{Device, Tensor};
 use std::sync::RwLock;
@@ -43,25 +43,25 @@ fn register_printing(api: &mut Api) {
         "to_string",
         "t.to_string() -> string",
         "The tensor printed like PyTorch: edge values, shape, dtype, device.",
-        "print(t)",
+        "let t = randn([2, 3]); print(t)",
         |t: &mut Tensor| t.to_string(),
     );
     api.func(
         "to_debug",
         "t.to_debug() -> string",
         "Same as to_string.",
-        "debug(t)",
+        "let t = randn([2, 3]); debug(t)",
         |t: &mut Tensor| t.to_string(),
     );
 }
 
 fn getter(name: &str, doc: &str) {
-    help::record(HelpEntry {
-        name: name.into(),
-        signature: format!("t.{name}"),
-        doc: doc.into(),
-        example: format!("t.{name}"),
-    });
+    help::getter(
+        name,
+        &format!("t.{name}"),
+        doc,
+        &format!("let t = randn([2, 3]); t.{name}"),
+    );
 }
 
 fn register_getters(engine: &mut Engine) {
@@ -126,12 +126,12 @@ fn register_indexing(engine: &mut Engine) {
             )
         })
     });
-    help::record(HelpEntry {
-        name: "[]".into(),
-        signature: "t[i], t[a..b], t[a..=b]".into(),
-        doc: "Index or slice along dim 0; negative indices count from the end.".into(),
-        example: "let row = x[0]; let top = x[0..2];".into(),
-    });
+    help::record_entry(
+        "[]",
+        "t[i], t[a..b], t[a..=b]",
+        "Index or slice along dim 0; negative indices count from the end.",
+        "let x = randn([3, 4]); let row = x[0]; let top = x[0..2];",
+    );
 }
 
 /// Reads a tensor argument or converts a number into a 0-d tensor like `other`.

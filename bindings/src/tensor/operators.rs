@@ -51,35 +51,35 @@ macro_rules! arithmetic {
                 $word,
                 " with broadcasting; either side may be a number."
             ),
-            concat!("x ", $sym, " 2.0"),
+            concat!("let x = randn([3]); x ", $sym, " 2.0"),
             |a: Tensor, b: Tensor| guard(|| apply(&a, &b, $op)),
         );
         $api.func(
             $sym,
             concat!("t ", $sym, " float"),
             concat!("Elementwise ", $word, " with a float."),
-            concat!("x ", $sym, " 0.5"),
+            concat!("let x = randn([3]); x ", $sym, " 0.5"),
             |a: Tensor, b: FLOAT| guard(|| apply(&a, &a.scalar_like(b)?, $op)),
         );
         $api.func(
             $sym,
             concat!("t ", $sym, " int"),
             concat!("Elementwise ", $word, " with an int."),
-            concat!("x ", $sym, " 2"),
+            concat!("let x = randn([3]); x ", $sym, " 2"),
             |a: Tensor, b: INT| guard(|| apply(&a, &a.scalar_like(b as f64)?, $op)),
         );
         $api.func(
             $sym,
             concat!("float ", $sym, " t"),
             concat!("Elementwise ", $word, " of a float and a tensor."),
-            concat!("1.0 ", $sym, " x"),
+            concat!("let x = randn([3]); 1.0 ", $sym, " x"),
             |a: FLOAT, b: Tensor| guard(|| apply(&b.scalar_like(a)?, &b, $op)),
         );
         $api.func(
             $sym,
             concat!("int ", $sym, " t"),
             concat!("Elementwise ", $word, " of an int and a tensor."),
-            concat!("1 ", $sym, " x"),
+            concat!("let x = randn([3]); 1 ", $sym, " x"),
             |a: INT, b: Tensor| guard(|| apply(&b.scalar_like(a as f64)?, &b, $op)),
         );
         $api.func(
@@ -90,14 +90,18 @@ macro_rules! arithmetic {
                 $word,
                 ": in place when no gradient is involved, else rebinds x."
             ),
-            concat!("total ", $assign, " loss"),
+            concat!(
+                "let total = ones([2]); let loss = randn([2]); total ",
+                $assign,
+                " loss"
+            ),
             |a: &mut Tensor, b: Tensor| guard(|| compound(a, &b, $op)),
         );
         $api.func(
             $assign,
             concat!("x ", $assign, " float"),
             concat!("Compound ", $word, " with a float."),
-            concat!("x ", $assign, " 1.0"),
+            concat!("let x = randn([3]); x ", $assign, " 1.0"),
             |a: &mut Tensor, b: FLOAT| -> RhaiResult<()> {
                 let b = guard(|| a.scalar_like(b))?;
                 guard(|| compound(a, &b, $op))
@@ -107,7 +111,7 @@ macro_rules! arithmetic {
             $assign,
             concat!("x ", $assign, " int"),
             concat!("Compound ", $word, " with an int."),
-            concat!("x ", $assign, " 1"),
+            concat!("let x = randn([3]); x ", $assign, " 1"),
             |a: &mut Tensor, b: INT| -> RhaiResult<()> {
                 let b = guard(|| a.scalar_like(b as f64))?;
                 guard(|| compound(a, &b, $op))
@@ -122,21 +126,21 @@ macro_rules! comparison {
             $sym,
             concat!("a ", $sym, " b -> Tensor"),
             concat!("Elementwise a ", $sym, " b as a bool tensor."),
-            concat!("x ", $sym, " y"),
+            concat!("let x = randn([3]); let y = randn([3]); x ", $sym, " y"),
             |a: Tensor, b: Tensor| guard(|| a.$method(&b)),
         );
         $api.func(
             $sym,
             concat!("t ", $sym, " float -> Tensor"),
             concat!("Elementwise t ", $sym, " a float, as a bool tensor."),
-            concat!("x ", $sym, " 0.0"),
+            concat!("let x = randn([3]); x ", $sym, " 0.0"),
             |a: Tensor, b: FLOAT| guard(|| a.$method(&a.scalar_like(b)?)),
         );
         $api.func(
             $sym,
             concat!("t ", $sym, " int -> Tensor"),
             concat!("Elementwise t ", $sym, " an int, as a bool tensor."),
-            concat!("x ", $sym, " 0"),
+            concat!("let x = randn([3]); x ", $sym, " 0"),
             |a: Tensor, b: INT| guard(|| a.$method(&a.scalar_like(b as f64)?)),
         );
     };
@@ -151,7 +155,7 @@ pub fn register(api: &mut Api) {
         "-",
         "-t -> Tensor",
         "Elementwise negation.",
-        "-x",
+        "let x = randn([3]); -x",
         |a: Tensor| guard(|| a.neg()),
     );
     comparison!(api, "<", lt);

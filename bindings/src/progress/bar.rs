@@ -1,0 +1,292 @@
+//! A progress bar over a number of steps: drawn by indicatif on a terminal, plain status lines
+//! (`train  50/100 (50%)  12.3 it/s  ETA 4s  loss 0.123`) everywhere else.
+
+use std::io::{IsTerminal, Write};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+
+/// A plain line is printed at least this often, even between 10% steps.
+const LINE_INTERVAL: Duration = Duration::from_secs(10);
+
+/// A progress bar over `total` steps. Clones share the same bar.
+#[derive(Clone)]
+pub struct Progress {
+    state: Arc<Mutex<State>>,
+}
+
+struct State {
+    counts: Counts,
+    sink: Sink,
+}
+
+/// What a status line shows.
+struct Counts {
+    label: String,
+    total: u64,
+    done: u64,
+    message: String,
+    started: Instant,
+}
+
+enum Sink {
+    Terminal(ProgressBar),
+    Lines {
+        out: Box<dyn Write + Send>,
+        printed_tenths: u64,
+        printed_at: Instant,
+        printed_done: Option<u64>,
+    },
+}
+
+impl Progress {
+    /// A bar on stdout: drawn by indicatif on a terminal, plain lines otherwise.
+    pub fn new(total: u64, label: &str) -> Progress {
+        if std::io::stdout().is_terminal() {
+            let bar = ProgressBar::with_draw_target(Some(total), ProgressDrawTarget::stdout());
+            let template = "{prefix} {wide_bar} {pos}/{len} ({percent}%) {per_sec} ETA {eta} {msg}";
+            if let Ok(style) = ProgressStyle::with_template(template) {
+                bar.set_style(style);
+            }
+            bar.set_prefix(label.to_string());
+            Progress::with_sink(total, label, Sink::Terminal(bar))
+        } else {
+            Progress::with_writer(total, label, Box::new(PrintStdout))
+        }
+    }
+
+    /// A bar that prints plain lines to `out`.
+    pub fn with_writer(total: u64, label: &str, out: Box<dyn Write + Send>) -> Progress {
+        let sink = Sink::Lines {
+            out,
+            printed_tenths: 0,
+            printed_at: Instant::now(),
+            printed_done: None,
+        };
+        Progress::with_sink(total, label, sink)
+    }
+
+    fn with_sink(total: u64, label: &str, sink: Sink) -> Progress {
+        let counts = Counts {
+            label: label.to_string(),
+            total,
+            done: 0,
+            message: String::new(),
+            started: Instant::now(),
+        };
+        let state = State { counts, sink };
+        Progress {
+            state: Arc::new(Mutex::new(state)),
+        }
+    }
+
+    /// Starts counting again from zero (a bar iterated a second time).
+    pub fn restart(&self) {
+        let mut s = self.lock();
+        s.counts.done = 0;
+        s.counts.started = Instant::now();
+        match &mut s.sink {
+            Sink::Terminal(bar) => bar.reset(),
+            Sink::Lines {
+                printed_tenths,
+                printed_at,
+                printed_done,
+                ..
+            } => {
+                (*printed_tenths, *printed_at, *printed_done) = (0, Instant::now(), None);
+            }
+        }
+    }
+
+    /// Shown after the counts, e.g. "loss 0.123".
+    pub fn set_message(&self, text: &str) {
+        let mut s = self.lock();
+        s.counts.message = text.to_string();
+        if let Sink::Terminal(bar) = &s.sink {
+            bar.set_message(text.to_string());
+        }
+    }
+
+    /// Marks `n` more steps done.
+    pub fn inc(&self, n: u64) {
+        let mut s = self.lock();
+        let State { counts, sink } = &mut *s;
+        counts.done = (counts.done + n).min(counts.total);
+        match sink {
+            Sink::Terminal(bar) => bar.set_position(counts.done),
+            Sink::Lines {
+                out,
+                printed_tenths,
+                printed_at,
+                printed_done,
+            } => {
+                let tenths = counts.done * 10 / counts.total.max(1);
+                if tenths > *printed_tenths || printed_at.elapsed() >= LINE_INTERVAL {
+                    let _ = writeln!(out, "{}", status_line(counts));
+                    (*printed_tenths, *printed_at, *printed_done) =
+                        (tenths, Instant::now(), Some(counts.done));
+                }
+            }
+        }
+    }
+
+    /// Ends the bar, leaving its last state visible (also when stopped early).
+    pub fn finish(&self) {
+        let mut s = self.lock();
+        let State { counts, sink } = &mut *s;
+        match sink {
+            Sink::Terminal(bar) => bar.abandon(),
+            Sink::Lines {
+                out, printed_done, ..
+            } => {
+                if *printed_done != Some(counts.done) {
+                    let _ = writeln!(out, "{}", status_line(counts));
+                    *printed_done = Some(counts.done);
+                }
+            }
+        }
+    }
+
+    /// Runs `f` with the bar cleared from the terminal, so printed text does not tear it.
+    pub fn suspend<R>(&self, f: impl FnOnce() -> R) -> R {
+        let bar = match &self.lock().sink {
+            Sink::Terminal(bar) => Some(bar.clone()),
+            Sink::Lines { .. } => None,
+        };
+        match bar {
+            Some(bar) => bar.suspend(f),
+            None => f(),
+        }
+    }
+
+    /// Whether `other` is a clone of this bar.
+    pub fn is_same_bar(&self, other: &Progress) -> bool {
+        Arc::ptr_eq(&self.state, &other.state)
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// `train  50/100 (50%)  12.3 it/s  ETA 4s  loss 0.123`
+fn status_line(s: &Counts) -> String {
+    let elapsed = s.started.elapsed().as_secs_f64();
+    let rate = if elapsed > 0.0 {
+        s.done as f64 / elapsed
+    } else {
+        0.0
+    };
+    let percent = s.done * 100 / s.total.max(1);
+    let mut line = format!(
+        "{}  {}/{} ({percent}%)  {} it/s",
+        s.label,
+        s.done,
+        s.total,
+        rate_text(rate)
+    );
+    if s.done >= s.total {
+        line += &format!("  done in {}", duration_text(elapsed));
+    } else if rate > 0.0 {
+        line += &format!("  ETA {}", duration_text((s.total - s.done) as f64 / rate));
+    }
+    if !s.message.is_empty() {
+        line += "  ";
+        line += &s.message;
+    }
+    line
+}
+
+fn rate_text(rate: f64) -> String {
+    match rate {
+        r if r >= 100.0 => format!("{r:.0}"),
+        r if r >= 10.0 => format!("{r:.1}"),
+        r => format!("{r:.2}"),
+    }
+}
+
+/// `4s`, `2m05s`, `1h02m`
+fn duration_text(seconds: f64) -> String {
+    let s = seconds.round() as u64;
+    match s {
+        0..60 if seconds < 10.0 => format!("{seconds:.1}s"),
+        0..60 => format!("{s}s"),
+        60..3600 => format!("{}m{:02}s", s / 60, s % 60),
+        _ => format!("{}h{:02}m", s / 3600, s / 60 % 60),
+    }
+}
+
+/// Plain lines go through `print!` so test harnesses and the REPL see them as stdout.
+struct PrintStdout;
+
+impl Write for PrintStdout {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        print!("{}", String::from_utf8_lossy(buf));
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        std::io::stdout().flush()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::captured::Captured;
+    use super::*;
+
+    #[test]
+    fn plain_lines_come_every_tenth_with_rate_eta_and_message() {
+        let out = Captured::default();
+        let bar = Progress::with_writer(100, "train", Box::new(out.clone()));
+        bar.set_message("loss 0.123");
+        for _ in 0..100 {
+            bar.inc(1);
+        }
+        bar.finish();
+        let lines = out.lines();
+        assert_eq!(
+            lines.len(),
+            10,
+            "one line per 10%, none repeated by finish: {lines:?}"
+        );
+        let half = &lines[4];
+        assert!(half.starts_with("train  50/100 (50%)  "), "{half}");
+        assert!(
+            half.contains(" it/s  ETA ") && half.ends_with("  loss 0.123"),
+            "{half}"
+        );
+        let last = &lines[9];
+        assert!(
+            last.starts_with("train  100/100 (100%)  ") && last.contains("  done in "),
+            "{last}"
+        );
+    }
+
+    #[test]
+    fn a_bar_stopped_early_prints_where_it_stopped() {
+        let out = Captured::default();
+        let bar = Progress::with_writer(1000, "eval", Box::new(out.clone()));
+        for _ in 0..3 {
+            bar.inc(1);
+        }
+        bar.finish();
+        let lines = out.lines();
+        assert_eq!(lines.len(), 1, "{lines:?}");
+        assert!(lines[0].starts_with("eval  3/1000 (0%)  "), "{}", lines[0]);
+    }
+
+    #[test]
+    fn durations_are_short() {
+        let cases = [
+            (4.24, "4.2s"),
+            (42.0, "42s"),
+            (65.0, "1m05s"),
+            (3720.0, "1h02m"),
+        ];
+        for (seconds, text) in cases {
+            assert_eq!(duration_text(seconds), text);
+        }
+    }
+}

@@ -1,0 +1,79 @@
+//! Elementwise math (unary functions, powers, affine maps, clamping, SwiGLU) and the matrix
+//! product.
+
+use crate::convert;
+use crate::error::guard;
+use crate::help::Api;
+use rhai::Dynamic;
+use rusting_brain::Tensor;
+
+pub fn register(api: &mut Api) {
+    unary_methods! { api;
+        "neg" => neg, "Elementwise negation.";
+        "abs" => abs, "Elementwise absolute value.";
+        "exp" => exp, "Elementwise e^x.";
+        "log" => log, "Elementwise natural logarithm.";
+        "sqrt" => sqrt, "Elementwise square root.";
+        "rsqrt" => rsqrt, "Elementwise 1/sqrt(x).";
+        "sin" => sin, "Elementwise sine.";
+        "cos" => cos, "Elementwise cosine.";
+        "tanh" => tanh, "Elementwise tanh.";
+        "sigmoid" => sigmoid, "Elementwise logistic sigmoid.";
+        "relu" => relu, "Elementwise max(x, 0).";
+        "gelu" => gelu, "Exact (erf) GELU.";
+        "gelu_tanh" => gelu_tanh, "GELU with the tanh approximation.";
+        "silu" => silu, "x * sigmoid(x) (swish).";
+        "sign" => sign, "-1, 0 or 1 by the sign of each element.";
+        "square" => square, "Elementwise x^2.";
+    }
+    api.func(
+        "swiglu",
+        "gate.swiglu(up) -> Tensor",
+        "silu(gate) * up (SwiGLU's gating), one fused op on CUDA.",
+        "let g = randn([2, 4]); let u = randn([2, 4]); g.swiglu(u)",
+        |g: &mut Tensor, u: Tensor| guard(|| g.swiglu(&u)),
+    );
+    api.func(
+        "matmul",
+        "a.matmul(b) -> Tensor",
+        "Matrix product with batch broadcasting (1-D operands as in PyTorch).",
+        "let x = randn([2, 3]); let w = randn([3, 4]); let y = x.matmul(w);",
+        |a: &mut Tensor, b: Tensor| guard(|| a.matmul(&b)),
+    );
+    api.func(
+        "pow",
+        "t.pow(exponent) -> Tensor",
+        "Elementwise x^exponent for a scalar exponent.",
+        "let x = randn([3]); x.pow(2.0)",
+        |t: &mut Tensor, e: Dynamic| {
+            let e = convert::number(&e, "pow")?;
+            guard(|| t.pow_scalar(e))
+        },
+    );
+    api.func(
+        "affine",
+        "t.affine(mul, add) -> Tensor",
+        "t * mul + add in one pass, keeping t's dtype.",
+        "let x = randn([3]); x.affine(2.0, 1.0)",
+        |t: &mut Tensor, m: Dynamic, a: Dynamic| {
+            let (m, a) = (
+                convert::number(&m, "affine")?,
+                convert::number(&a, "affine")?,
+            );
+            guard(|| t.affine(m, a))
+        },
+    );
+    api.func(
+        "clamp",
+        "t.clamp(min, max) -> Tensor",
+        "Limits every element to [min, max].",
+        "let x = randn([3]); x.clamp(-1.0, 1.0)",
+        |t: &mut Tensor, lo: Dynamic, hi: Dynamic| {
+            let (lo, hi) = (
+                convert::number(&lo, "clamp")?,
+                convert::number(&hi, "clamp")?,
+            );
+            guard(|| t.clamp(lo, hi))
+        },
+    );
+}

@@ -1,0 +1,209 @@
+//! The `text::` namespace: tokenizers (train, load, save, encode, decode) and finding text
+//! files. Tokenizers are shared handles, cheap to copy.
+
+mod files;
+
+pub(crate) use files::{extensions, files_of, strings};
+
+use crate::error::{guard, runtime_error, RhaiResult};
+use crate::help::{self, with_tokenizer, Api};
+use crate::options::Options;
+use rhai::{Array, Dynamic, Engine, Map, Module, INT};
+use rusting_brain::text::{collect_files, SplitPattern, Tokenizer, TrainOptions};
+use rusting_brain::Tensor;
+use std::path::PathBuf;
+
+fn train_bpe(paths: Dynamic, opts: Map) -> RhaiResult<Tokenizer> {
+    let o = Options::new(
+        "text::train_bpe",
+        opts,
+        &[
+            "vocab_size",
+            "special_tokens",
+            "pattern",
+            "extensions",
+            "min_frequency",
+            "jsonl_field",
+        ],
+    )?;
+    let defaults = TrainOptions::default();
+    let pattern_name = o.string("pattern")?.unwrap_or_else(|| "gpt2".into());
+    let options = TrainOptions {
+        vocab_size: o.usize("vocab_size", defaults.vocab_size)?,
+        special_tokens: match o.get("special_tokens") {
+            Some(v) => strings(v, "text::train_bpe option special_tokens")?,
+            None => defaults.special_tokens,
+        },
+        pattern: guard(|| SplitPattern::parse(&pattern_name))?,
+        min_frequency: o.usize("min_frequency", 0)? as u64,
+        jsonl_field: o.string("jsonl_field")?.unwrap_or(defaults.jsonl_field),
+    };
+    let files = files_of(&paths, &extensions(&o)?, "text::train_bpe")?;
+    guard(|| rusting_brain::text::train_bpe_files(&files, &options))
+}
+
+fn ids_of(v: &Dynamic, what: &str) -> RhaiResult<Vec<u32>> {
+    if let Some(t) = v.clone().try_cast::<Tensor>() {
+        let values = guard(|| t.to_vec_f64())?;
+        return values
+            .into_iter()
+            .map(|x| {
+                if x >= 0.0 && x <= u32::MAX as f64 && x.fract() == 0.0 {
+                    Ok(x as u32)
+                } else {
+                    Err(runtime_error(format!("{what}: {x} is not a token id")))
+                }
+            })
+            .collect();
+    }
+    let arr = v.read_lock::<Array>().ok_or_else(|| {
+        runtime_error(format!(
+            "{what}: expected an array of ids or a tensor, got {}",
+            v.type_name()
+        ))
+    })?;
+    arr.iter()
+        .map(|x| {
+            x.as_int()
+                .ok()
+                .and_then(|i| u32::try_from(i).ok())
+                .ok_or_else(|| runtime_error(format!("{what}: {x} is not a token id")))
+        })
+        .collect()
+}
+
+fn decode(tok: &mut Tokenizer, ids: Dynamic, opts: Map) -> RhaiResult<String> {
+    let o = Options::new("decode", opts, &["skip_special"])?;
+    let skip = o.bool("skip_special", false)?;
+    let ids = ids_of(&ids, "decode")?;
+    guard(|| tok.decode(&ids, skip))
+}
+
+fn id_array(ids: &[u32]) -> Array {
+    ids.iter().map(|&i| Dynamic::from_int(i as INT)).collect()
+}
+
+pub fn register(engine: &mut Engine) {
+    engine.register_type_with_name::<Tokenizer>("Tokenizer");
+    engine.register_get("vocab_size", |t: &mut Tokenizer| t.vocab_size() as INT);
+    help::getter(
+        "vocab_size",
+        "tok.vocab_size -> int",
+        "The number of ids (highest id + 1), the size a model's embedding needs.",
+        with_tokenizer!("tok.vocab_size"),
+    );
+    engine.register_get("eos_id", |t: &mut Tokenizer| -> Dynamic {
+        t.eos_id()
+            .map_or(Dynamic::UNIT, |i| Dynamic::from_int(i as INT))
+    });
+    help::getter(
+        "eos_id",
+        "tok.eos_id -> int or ()",
+        "The end-of-text id (<|endoftext|>, <|end_of_text|>, </s>), or () when there is none.",
+        with_tokenizer!("tok.eos_id"),
+    );
+    let mut module = Module::new();
+    {
+        let mut api = Api::new(&mut module, Some("text"));
+        api.func(
+            "train_bpe",
+            "text::train_bpe(paths, #{ vocab_size, special_tokens, pattern, extensions, min_frequency, jsonl_field }) -> Tokenizer",
+            "Trains a byte-level BPE (Hugging Face compatible) on files and directories (walked recursively, sorted, by extension; default txt, md, jsonl). pattern is \"gpt2\" or \"llama3\"; special tokens get the first ids.",
+            "io::write_text(\"docs/a.md\", \"# Tensors\\nA tensor has a shape.\"); let tok = text::train_bpe([\"docs\"], #{ vocab_size: 300, special_tokens: [\"<|endoftext|>\"], extensions: [\"md\", \"rs\"] });",
+            train_bpe,
+        );
+        api.func(
+            "load_tokenizer",
+            "text::load_tokenizer(path) -> Tokenizer",
+            "Loads a Hugging Face tokenizer.json with a byte-level BPE model (GPT-2 or LLaMA-3 style).",
+            with_tokenizer!("tok.save(\"tokenizer.json\"); let tok = text::load_tokenizer(\"tokenizer.json\");"),
+            |p: &str| guard(|| Tokenizer::load(p)),
+        );
+        api.func(
+            "files",
+            "text::files(paths, #{ extensions }) -> array",
+            "The files under paths: named files as given, directories walked recursively in sorted order, filtered by extension (default txt, md, jsonl).",
+            "io::write_text(\"docs/a.md\", \"# Notes\"); io::write_text(\"src/main.rs\", \"fn main() {}\"); let srcs = text::files([\"docs\", \"src\"], #{ extensions: [\"md\", \"rs\"] });",
+            |paths: Dynamic, opts: Map| -> RhaiResult<Array> {
+                let o = Options::new("text::files", opts, &["extensions"])?;
+                let p: Vec<PathBuf> = strings(&paths, "text::files")?.into_iter().map(PathBuf::from).collect();
+                let exts = extensions(&o)?;
+                let found = guard(|| collect_files(&p, &exts))?;
+                Ok(found.into_iter().map(|f| Dynamic::from(f.display().to_string())).collect())
+            },
+        );
+        api.method(
+            "save",
+            "tok.save(path)",
+            "Writes the tokenizer as a Hugging Face tokenizer.json (atomically).",
+            with_tokenizer!("tok.save(\"tokenizer.json\");"),
+            |t: &mut Tokenizer, p: &str| guard(|| t.save(p)),
+        );
+        api.method("encode", "tok.encode(text) -> array", "The token ids of a string (added tokens such as <|endoftext|> included, no template tokens).", with_tokenizer!("let ids = tok.encode(\"Hello world\");"), |t: &mut Tokenizer, s: &str| guard(|| t.encode(s)).map(|ids| id_array(&ids)));
+        api.method(
+            "encode_tensor",
+            "tok.encode_tensor(text) -> Tensor",
+            "The token ids of a string as an i64 tensor [n] on the default device.",
+            with_tokenizer!("let prompt = tok.encode_tensor(\"Once upon a time\");"),
+            |t: &mut Tokenizer, s: &str| {
+                guard(|| {
+                    let ids: Vec<i64> = t.encode(s)?.into_iter().map(|i| i as i64).collect();
+                    let n = ids.len();
+                    Tensor::from_vec(ids, &[n])?.to_device(crate::tensor::default_device())
+                })
+            },
+        );
+        api.method(
+            "decode",
+            "tok.decode(ids) -> string",
+            "The text of ids (an array or a tensor); a character cut between ids shows as U+FFFD.",
+            with_tokenizer!("let ids = tok.encode(\"the cat\"); print(tok.decode(ids));"),
+            |t: &mut Tokenizer, ids: Dynamic| decode(t, ids, Map::new()),
+        );
+        api.method(
+            "decode",
+            "tok.decode(ids, #{ skip_special }) -> string",
+            "decode, leaving out special tokens when skip_special is true.",
+            with_tokenizer!("let ids = tok.encode(\"the cat<|endoftext|>\"); print(tok.decode(ids, #{ skip_special: true }));"),
+            decode,
+        );
+        api.method(
+            "token_id",
+            "tok.token_id(token) -> int",
+            "The id of an added token (\"<|endoftext|>\") or a vocabulary token string; an error if there is none.",
+            with_tokenizer!("let eos = tok.token_id(\"<|endoftext|>\");"),
+            |t: &mut Tokenizer, s: &str| {
+                t.token_to_id(s)
+                    .map(|i| i as INT)
+                    .ok_or_else(|| runtime_error(format!("no token {s:?} in this tokenizer")))
+            },
+        );
+        api.method(
+            "token",
+            "tok.token(id) -> string",
+            "The token string of an id as the vocabulary spells it (Ġ for a space).",
+            with_tokenizer!("print(tok.token(42));"),
+            |t: &mut Tokenizer, id: INT| {
+                u32::try_from(id)
+                    .ok()
+                    .and_then(|i| t.id_to_token(i))
+                    .ok_or_else(|| runtime_error(format!("id {id} is not in the vocabulary")))
+            },
+        );
+        api.method(
+            "to_string",
+            "tok.to_string() -> string",
+            "A one-line summary: vocab size, merges, added tokens.",
+            with_tokenizer!("print(tok)"),
+            |t: &mut Tokenizer| format!("{t:?}"),
+        );
+        api.method(
+            "to_debug",
+            "tok.to_debug() -> string",
+            "Same as to_string.",
+            with_tokenizer!("debug(tok)"),
+            |t: &mut Tokenizer| format!("{t:?}"),
+        );
+    }
+    engine.register_static_module("text", module.into());
+}
