@@ -23,6 +23,8 @@ pub fn register(api: &mut Api) {
         "gelu" => gelu, "Exact (erf) GELU.";
         "gelu_tanh" => gelu_tanh, "GELU with the tanh approximation.";
         "silu" => silu, "x * sigmoid(x) (swish).";
+        "softplus" => softplus, "log(1 + exp(x)), and x itself above 20 (as torch's softplus).";
+        "mish" => mish, "x * tanh(softplus(x)).";
         "sign" => sign, "-1, 0 or 1 by the sign of each element.";
         "square" => square, "Elementwise x^2.";
     }
