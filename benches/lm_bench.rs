@@ -10,7 +10,9 @@
 //! Prints one JSON object per line. Without a usable GPU it prints {"error": ...} and exits 2.
 
 use rusting_brain::backend::cuda;
-use rusting_brain::models::transformer_lm::generate::{generate, Flow, GenerateOptions, SamplingOptions};
+use rusting_brain::models::transformer_lm::generate::{
+    generate, Flow, GenerateOptions, SamplingOptions,
+};
 use rusting_brain::models::transformer_lm::{train_step, LmConfig, TransformerLm};
 use rusting_brain::nn::Module;
 use rusting_brain::optim::{AdamW, AdamWConfig};

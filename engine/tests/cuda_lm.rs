@@ -2,9 +2,11 @@
 //! mixed precision, the same greedy tokens from the cached decode loop, and training that
 //! lowers the loss.
 
-use rusting_brain::models::transformer_lm::generate::{generate, Flow, GenerateOptions, SamplingOptions};
-use rusting_brain::models::transformer_lm::{train_step, LmConfig, TransformerLm};
+use rusting_brain::models::transformer_lm::generate::{
+    generate, Flow, GenerateOptions, SamplingOptions,
+};
 use rusting_brain::models::transformer_lm::Precision;
+use rusting_brain::models::transformer_lm::{train_step, LmConfig, TransformerLm};
 use rusting_brain::nn::Module;
 use rusting_brain::optim::{AdamW, AdamWConfig};
 use rusting_brain::{backend::cuda, no_grad, DType, Device, Generator, Tensor};

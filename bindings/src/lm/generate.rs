@@ -5,7 +5,9 @@ use super::model::{ids_of, ids_to_array, Lm};
 use crate::error::{guard, runtime_error, RhaiResult};
 use crate::options::Options;
 use rhai::{Array, Dynamic, FnPtr, Map, NativeCallContext};
-use rusting_brain::models::transformer_lm::generate::{self, Flow, GenerateOptions, SamplingOptions};
+use rusting_brain::models::transformer_lm::generate::{
+    self, Flow, GenerateOptions, SamplingOptions,
+};
 
 const KEYS: &[&str] = &[
     "max_new_tokens",

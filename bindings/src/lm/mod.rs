@@ -21,7 +21,8 @@ fn train_step(m: &mut Lm, batch: Dynamic, opt: Optim) -> RhaiResult<Tensor> {
     let batches = model::batches_of(&batch, "train_step")?;
     let model = m.lock();
     let mut o = opt.lock();
-    guard(|| rusting_brain::models::transformer_lm::train_step(&model, &mut **o, &batches)).map(|(loss, _)| loss)
+    guard(|| rusting_brain::models::transformer_lm::train_step(&model, &mut **o, &batches))
+        .map(|(loss, _)| loss)
 }
 
 fn evaluate(m: &mut Lm, batches: Array) -> RhaiResult<Map> {
@@ -31,7 +32,9 @@ fn evaluate(m: &mut Lm, batches: Array) -> RhaiResult<Map> {
         .map(|(i, b)| model::batches_of(b, &format!("evaluate batch {i}")).map(|mut v| v.remove(0)))
         .collect::<RhaiResult<Vec<_>>>()?;
     let model = m.lock();
-    let e = guard(|| rusting_brain::models::transformer_lm::evaluate(&model, batches.into_iter().map(Ok)))?;
+    let e = guard(|| {
+        rusting_brain::models::transformer_lm::evaluate(&model, batches.into_iter().map(Ok))
+    })?;
     let mut out = Map::new();
     out.insert("loss".into(), Dynamic::from_float(e.loss));
     out.insert("perplexity".into(), Dynamic::from_float(e.perplexity));

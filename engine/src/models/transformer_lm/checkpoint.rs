@@ -5,8 +5,8 @@
 //! reader; `transformers` needs only the config, which `config_json` gives as its
 //! `config.json`.
 
-use crate::io::safetensors;
 use super::{LmConfig, TransformerLm};
+use crate::io::safetensors;
 use crate::nn::Module;
 use crate::optim::{Optimizer, OptimizerState, Schedule};
 use crate::{DType, Device, Error, Result, Tensor};

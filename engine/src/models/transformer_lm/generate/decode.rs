@@ -194,8 +194,8 @@ pub fn log_probabilities(model: &TransformerLm, ids: &[u32]) -> Result<Vec<f64>>
 
 #[cfg(test)]
 mod tests {
-    use super::*;
     use super::super::argmax;
+    use super::*;
     use crate::models::transformer_lm::LmConfig;
     use crate::Generator;
 
