@@ -35,7 +35,10 @@ const SQRT_2_OVER_PI: f64 = 0.797_884_560_802_865_4;
 const GELU_TANH_C: f64 = 0.044_715;
 
 impl UnaryOp {
-    #[inline]
+    // Always inlined: the CPU loops call it with a constant op, and only once inlined does the
+    // `match` fold to one arm so that the loop vectorizes. As a plain `#[inline]` LLVM judged
+    // the whole match too big and called it out of line for every element.
+    #[inline(always)]
     pub fn eval<R: Real>(self, x: R) -> R {
         let one = R::c(1.0);
         let half = R::c(0.5);
