@@ -1,6 +1,6 @@
 //! Unary, binary, comparison, cast and select kernels.
 
-use super::map::{gather, map, zip_map, CHUNK, PARALLEL_MIN};
+use super::map::{gather, map, zip3_map, zip_map, CHUNK, PARALLEL_MIN};
 use super::{CpuStorage, IntoCpuStorage};
 use crate::spec::unary::{Fixed, UnaryVisitor};
 use crate::spec::{BinaryOp, CmpOp, UnaryOp};
@@ -157,7 +157,21 @@ pub fn binary(
 }
 
 pub fn compare(a: &CpuStorage, la: &Layout, b: &CpuStorage, lb: &Layout, op: CmpOp) -> CpuStorage {
-    CpuStorage::Bool(cpu_dispatch2!(a, b, (x, y) => zip_map(x, la, y, lb, |p, q| op.eval(p, q))))
+    // One loop per op, as in `binary_t`: a constant op folds `eval`'s `match`, so the loop
+    // vectorizes.
+    macro_rules! lp {
+        ($o:expr) => {
+            cpu_dispatch2!(a, b, (x, y) => zip_map(x, la, y, lb, |p, q| $o.eval(p, q)))
+        };
+    }
+    CpuStorage::Bool(match op {
+        CmpOp::Eq => lp!(CmpOp::Eq),
+        CmpOp::Ne => lp!(CmpOp::Ne),
+        CmpOp::Lt => lp!(CmpOp::Lt),
+        CmpOp::Le => lp!(CmpOp::Le),
+        CmpOp::Gt => lp!(CmpOp::Gt),
+        CmpOp::Ge => lp!(CmpOp::Ge),
+    })
 }
 
 fn cast_to<U: IntoCpuStorage>(s: &CpuStorage, l: &Layout) -> CpuStorage {
@@ -182,13 +196,14 @@ pub fn cast(s: &CpuStorage, l: &Layout, dtype: DType) -> CpuStorage {
     }
 }
 
-fn select_t<T: WithDType>(c: &[bool], a: &[T], la: &Layout, b: &[T], lb: &Layout) -> Vec<T> {
-    let (a, b) = (gather(a, la), gather(b, lb));
-    c.iter()
-        .zip(a)
-        .zip(b)
-        .map(|((&c, x), y)| if c { x } else { y })
-        .collect()
+fn select_t<T: WithDType>(
+    c: (&[bool], &Layout),
+    a: &[T],
+    la: &Layout,
+    b: &[T],
+    lb: &Layout,
+) -> Vec<T> {
+    zip3_map(c, (a, la), (b, lb), |c, x, y| if c { x } else { y })
 }
 
 /// `cond ? a : b` elementwise; all three layouts are broadcast to the output shape.
@@ -203,6 +218,28 @@ pub fn where_cond(
     let CpuStorage::Bool(c) = cond else {
         unreachable!("where: the condition is cast to bool before dispatch")
     };
-    let c = gather(c, lc);
-    cpu_dispatch2!(a, b, (x, y) => IntoCpuStorage::into_storage(select_t(&c, x, la, y, lb)))
+    cpu_dispatch2!(a, b, (x, y) => IntoCpuStorage::into_storage(select_t((c, lc), x, la, y, lb)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_comparison_gives_its_own_mask() {
+        let a = CpuStorage::F32(vec![1.0, 2.0, 3.0, f32::NAN]);
+        let b = CpuStorage::F32(vec![2.0, 2.0, 2.0, 2.0]);
+        let l = Layout::contiguous(&[4]);
+        let mask = |op| match compare(&a, &l, &b, &l, op) {
+            CpuStorage::Bool(m) => m,
+            _ => unreachable!(),
+        };
+        let (t, f) = (true, false);
+        assert_eq!(mask(CmpOp::Eq), [f, t, f, f]);
+        assert_eq!(mask(CmpOp::Ne), [t, f, t, t]);
+        assert_eq!(mask(CmpOp::Lt), [t, f, f, f]);
+        assert_eq!(mask(CmpOp::Le), [t, t, f, f]);
+        assert_eq!(mask(CmpOp::Gt), [f, f, t, f]);
+        assert_eq!(mask(CmpOp::Ge), [f, t, t, f]);
+    }
 }

@@ -1,6 +1,7 @@
 //! The CPU backend: the parity reference and the no-GPU fallback. Floats compute in f32 (f64
 //! for F64); BF16 and F16 convert on load and store.
 
+mod alloc;
 pub mod conv;
 pub mod elementwise;
 pub mod floats;

@@ -25,14 +25,29 @@ fn rows_last<'a, T: Copy + Send + Sync>(
     }
 }
 
+/// Independent f64 accumulators in `sum_lanes`: one serial chain of adds waits on the add's
+/// latency; sixteen keep the vector units busy (and fill AVX-512 registers).
+const SUM_LANES: usize = 16;
+
+/// The f64 sum of a span, element `i` going to accumulator `i % SUM_LANES`, the accumulators
+/// and the tail then added in order: a fixed order, so the same span always gives the same bits.
+fn sum_lanes<T: WithDType>(span: &[T]) -> f64 {
+    let mut acc = [0.0f64; SUM_LANES];
+    let mut blocks = span.chunks_exact(SUM_LANES);
+    for b in &mut blocks {
+        for (a, x) in acc.iter_mut().zip(b) {
+            *a += x.to_f64();
+        }
+    }
+    let tail: f64 = blocks.remainder().iter().map(|x| x.to_f64()).sum();
+    acc.iter().sum::<f64>() + tail
+}
+
 fn sum_span<T: WithDType>(span: &[T]) -> f64 {
     if span.len() < PARALLEL_MIN {
-        return span.iter().map(|x| x.to_f64()).sum();
+        return sum_lanes(span);
     }
-    let partials: Vec<f64> = span
-        .par_chunks(CHUNK)
-        .map(|c| c.iter().map(|x| x.to_f64()).sum())
-        .collect();
+    let partials: Vec<f64> = span.par_chunks(CHUNK).map(sum_lanes).collect();
     partials.iter().sum()
 }
 
@@ -114,6 +129,15 @@ mod tests {
         let out = reduce(&s, &Layout::contiguous(&[2, 3]), &[0], ReduceOp::Sum);
         let CpuStorage::F32(v) = out else { panic!() };
         assert_eq!(v, vec![3.0, 5.0, 7.0]);
+    }
+
+    #[test]
+    fn a_sum_counts_every_lane_and_the_tail() {
+        // 3 * SUM_LANES + 5 elements, each a distinct power of two, so any dropped or doubled
+        // element changes the (exact) sum.
+        let n = 3 * SUM_LANES + 5;
+        let v: Vec<f64> = (0..n).map(|i| (i as f64).exp2()).collect();
+        assert_eq!(sum_lanes(&v), (n as f64).exp2() - 1.0);
     }
 
     #[test]
