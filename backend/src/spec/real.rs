@@ -119,14 +119,8 @@ pub fn exp_f32(x: f32) -> f32 {
     const HI: f32 = 88.722_84;
     /// ln(2^-150) rounded down: below it e^x rounds to 0.
     const LO: f32 = -103.972_08;
-    // Comparisons, not min/max, so that NaN passes through to the result.
-    let xc = if x > HI {
-        HI
-    } else if x < LO {
-        LO
-    } else {
-        x
-    };
+    // `clamp` keeps NaN, so it passes through to the result.
+    let xc = x.clamp(LO, HI);
     let t = xc * LOG2E + ROUND;
     let n = t - ROUND;
     let r = (xc - n * LN2_HI) - n * LN2_LO;
@@ -135,7 +129,7 @@ pub fn exp_f32(x: f32) -> f32 {
     p = p * r + 8.333_452e-3;
     p = p * r + 4.166_579_6e-2;
     p = p * r + 1.666_666_5e-1;
-    p = p * r + 5.000_000_1e-1;
+    p = p * r + 0.5; // Cephes' 5.0000001e-1, which is 0.5 in f32
     let y = p * (r * r) + r + 1.0;
     // n is in [-150, 128]; 2^n = 2^n1 * 2^n2 with both halves normal. Wrapping integer ops: for
     // a NaN input the bits are meaningless but y is NaN already.
