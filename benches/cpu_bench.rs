@@ -79,5 +79,7 @@ fn main() -> Result<()> {
     elementwise("exp", n, 8, || a.exp().map(drop))?;
     elementwise("relu", n, 8, || a.relu().map(drop))?;
     elementwise("sum", n, 4, || a.sum().map(drop))?;
+    // A comparison: two f32 reads, one bool (byte) write.
+    elementwise("gt", n, 9, || a.gt(&b).map(drop))?;
     tiny_add()
 }

@@ -31,7 +31,7 @@ def main():
     b = rng.standard_normal(n, dtype=np.float32)
     ops = [("add", 12, lambda: a + b), ("mul", 12, lambda: a * b),
            ("exp", 8, lambda: np.exp(a)), ("relu", 8, lambda: np.maximum(a, 0)),
-           ("sum", 4, lambda: a.sum())]
+           ("sum", 4, lambda: a.sum()), ("gt", 9, lambda: a > b)]
     for name, bytes_per_elem, f in ops:
         secs = best_of(2, 10, f)
         print(json.dumps({"bench": f"{name}_f32", "n": n, "seconds": secs,
