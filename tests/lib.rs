@@ -1,3 +1,4 @@
 //! Helpers shared by the workspace-level integration tests in `tests/tests/*.rs`.
 
 pub mod alloc_meter;
+pub mod assets;
