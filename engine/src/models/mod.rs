@@ -4,5 +4,7 @@
 //! imports a family.
 //!
 //! - `transformer_lm`: the LLaMA family (decoder-only transformer language models).
+//! - `yolo`: YOLOv8 and YOLO11 object detectors.
 
 pub mod transformer_lm;
+pub mod yolo;

@@ -1,0 +1,128 @@
+//! ultralytics' `Conv`: Conv2d (no bias) -> BatchNorm2d (eps 1e-3, momentum 0.03) -> SiLU. In a
+//! fused network the batch norm is folded into the convolution, which then has a bias; the
+//! names are ultralytics' in both forms (`conv.weight`, `bn.*`; fused: `conv.weight`,
+//! `conv.bias`).
+
+use super::block::Block;
+use crate::nn::{BatchNorm2d, Conv2d, Module};
+use crate::{Conv2dOptions, Generator, Result, Tensor};
+
+/// ultralytics' batch-norm settings (`initialize_weights`).
+pub const BN_EPS: f64 = 1e-3;
+pub const BN_MOMENTUM: f64 = 0.03;
+
+/// How a `ConvBn` is built.
+#[derive(Clone, Copy, Debug)]
+pub struct ConvSpec {
+    pub c1: usize,
+    pub c2: usize,
+    pub k: usize,
+    pub s: usize,
+    pub g: usize,
+    pub act: bool,
+}
+
+impl ConvSpec {
+    /// `Conv(c1, c2, k, s)` with groups 1 and SiLU.
+    pub fn new(c1: usize, c2: usize, k: usize, s: usize) -> Self {
+        ConvSpec {
+            c1,
+            c2,
+            k,
+            s,
+            g: 1,
+            act: true,
+        }
+    }
+    pub fn groups(self, g: usize) -> Self {
+        ConvSpec { g, ..self }
+    }
+    pub fn linear(self) -> Self {
+        ConvSpec { act: false, ..self }
+    }
+}
+
+pub struct ConvBn {
+    pub conv: Conv2d,
+    /// `None` once folded into `conv` (the fused network).
+    pub bn: Option<BatchNorm2d>,
+    pub act: bool,
+    training: bool,
+}
+
+impl ConvBn {
+    pub fn new(spec: ConvSpec, fused: bool, gen: &mut Generator) -> Result<Self> {
+        // autopad: k // 2 keeps the size at stride 1.
+        let options = Conv2dOptions {
+            stride: (spec.s, spec.s),
+            padding: (spec.k / 2, spec.k / 2),
+            dilation: (1, 1),
+            groups: spec.g,
+        };
+        let conv = Conv2d::new(spec.c1, spec.c2, (spec.k, spec.k), options, fused, gen)?;
+        let bn = if fused {
+            None
+        } else {
+            let mut bn = BatchNorm2d::new(spec.c2)?;
+            bn.eps = BN_EPS;
+            bn.momentum = Some(BN_MOMENTUM);
+            Some(bn)
+        };
+        Ok(ConvBn {
+            conv,
+            bn,
+            act: spec.act,
+            training: true,
+        })
+    }
+
+    /// Depth-wise `DWConv(c1, c2, k)`: groups = gcd(c1, c2).
+    pub fn depthwise(c1: usize, c2: usize, k: usize, fused: bool, gen: &mut Generator) -> Result<Self> {
+        Self::new(ConvSpec::new(c1, c2, k, 1).groups(gcd(c1, c2)), fused, gen)
+    }
+}
+
+fn gcd(a: usize, b: usize) -> usize {
+    if b == 0 {
+        a
+    } else {
+        gcd(b, a % b)
+    }
+}
+
+impl Block for ConvBn {
+    fn run(&self, x: &Tensor) -> Result<Tensor> {
+        let mut y = self.conv.forward(x)?;
+        if let Some(bn) = &self.bn {
+            y = bn.forward(&y)?;
+        }
+        if self.act {
+            y = y.silu()?;
+        }
+        Ok(y)
+    }
+
+    fn children(&self) -> Vec<(String, &dyn Module)> {
+        let mut c: Vec<(String, &dyn Module)> = vec![("conv".into(), &self.conv)];
+        if let Some(bn) = &self.bn {
+            c.push(("bn".into(), bn));
+        }
+        c
+    }
+
+    fn children_mut(&mut self) -> Vec<&mut dyn Module> {
+        let mut c: Vec<&mut dyn Module> = vec![&mut self.conv];
+        if let Some(bn) = &mut self.bn {
+            c.push(bn);
+        }
+        c
+    }
+
+    fn training(&self) -> bool {
+        self.training
+    }
+
+    fn set_training(&mut self, on: bool) {
+        self.training = on;
+    }
+}

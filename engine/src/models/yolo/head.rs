@@ -1,0 +1,258 @@
+//! The detection head (ultralytics' `Detect`): per level, a box branch (`cv2`) giving
+//! 4 x reg_max distance bins and a class branch (`cv3`) giving nc logits; the DFL expectation
+//! turns bins into distances, and anchors and strides turn distances into boxes.
+//!
+//! YOLOv8 (`legacy`) builds its class branch from two 3x3 convolutions; YOLO11 from a
+//! depth-wise 3x3 plus a 1x1, twice.
+
+use super::block::Block;
+use super::conv::{ConvBn, ConvSpec};
+use crate::nn::{Conv2d, Module};
+use crate::{Conv2dOptions, DType, Device, Generator, Result, Tensor};
+use std::sync::Mutex;
+
+/// One level: a box branch (two 3x3 ConvBn, then a 1x1 Conv2d with bias) and a class branch
+/// (two 3x3 ConvBn for YOLOv8; depth-wise 3x3 + 1x1, twice, for YOLO11; then a 1x1 Conv2d).
+/// Both branches are chains, so only their names differ between the two forms.
+struct Level {
+    box_convs: Vec<ConvBn>,
+    box_out: Conv2d,
+    class_convs: Vec<ConvBn>,
+    class_out: Conv2d,
+}
+
+fn chain(convs: &[ConvBn], out: &Conv2d, x: &Tensor) -> Result<Tensor> {
+    let mut y = x.clone();
+    for c in convs {
+        y = c.forward(&y)?;
+    }
+    out.forward(&y)
+}
+
+/// A tensor saved with the model and never trained (the DFL bin values).
+struct Constant(Tensor);
+
+impl Module for Constant {
+    fn forward(&self, _x: &Tensor) -> Result<Tensor> {
+        Ok(self.0.clone())
+    }
+    fn named_parameters(&self) -> Vec<(String, Tensor)> {
+        Vec::new()
+    }
+    fn named_buffers(&self) -> Vec<(String, Tensor)> {
+        vec![("weight".into(), self.0.clone())]
+    }
+    fn train(&mut self, _on: bool) {}
+    fn is_training(&self) -> bool {
+        false
+    }
+}
+
+/// The raw head outputs before decoding, as ultralytics' `forward_head` returns them.
+pub struct HeadOutput {
+    /// [B, 4 * reg_max, A]: distance bins of every anchor, levels concatenated.
+    pub boxes: Tensor,
+    /// [B, nc, A]: class logits.
+    pub scores: Tensor,
+    /// (h, w) of each level's feature map.
+    pub level_sizes: Vec<(usize, usize)>,
+}
+
+pub struct Detect {
+    pub nc: usize,
+    pub reg_max: usize,
+    pub strides: Vec<f64>,
+    /// YOLOv8's class branch (plain 3x3 convolutions) rather than YOLO11's depth-wise one.
+    legacy: bool,
+    levels: Vec<Level>,
+    /// `dfl.conv.weight` [1, reg_max, 1, 1]: the bin values (0, 1, ..., reg_max - 1).
+    dfl: Constant,
+    /// Anchor points [1, 2, A] and strides [1, 1, A] for the last seen sizes and device.
+    anchors: Mutex<Option<(Vec<(usize, usize)>, Device, DType, Tensor, Tensor)>>,
+    training: bool,
+}
+
+impl Detect {
+    pub fn new(
+        nc: usize,
+        reg_max: usize,
+        ch: &[usize],
+        strides: Vec<f64>,
+        legacy: bool,
+        fused: bool,
+        gen: &mut Generator,
+    ) -> Result<Self> {
+        let c2 = 16.max(ch[0] / 4).max(4 * reg_max);
+        let c3 = ch[0].max(nc.min(100));
+        let mut levels = Vec::new();
+        for &x in ch {
+            let conv = |a, b, k, gen: &mut Generator| ConvBn::new(ConvSpec::new(a, b, k, 1), fused, gen);
+            let last = |a, b, gen: &mut Generator| {
+                Conv2d::new(a, b, (1, 1), Conv2dOptions::default(), true, gen)
+            };
+            let class_convs = if legacy {
+                vec![conv(x, c3, 3, gen)?, conv(c3, c3, 3, gen)?]
+            } else {
+                vec![
+                    ConvBn::depthwise(x, x, 3, fused, gen)?,
+                    conv(x, c3, 1, gen)?,
+                    ConvBn::depthwise(c3, c3, 3, fused, gen)?,
+                    conv(c3, c3, 1, gen)?,
+                ]
+            };
+            levels.push(Level {
+                box_convs: vec![conv(x, c2, 3, gen)?, conv(c2, c2, 3, gen)?],
+                box_out: last(c2, 4 * reg_max, gen)?,
+                class_convs,
+                class_out: last(c3, nc, gen)?,
+            });
+        }
+        let bins: Vec<f32> = (0..reg_max).map(|i| i as f32).collect();
+        Ok(Detect {
+            nc,
+            reg_max,
+            strides,
+            legacy,
+            levels,
+            dfl: Constant(Tensor::from_vec(bins, &[1, reg_max, 1, 1])?),
+            anchors: Mutex::new(None),
+            training: true,
+        })
+    }
+
+    /// Box bins and class logits of every anchor, from the feature maps of each level.
+    pub fn head(&self, feats: &[Tensor]) -> Result<HeadOutput> {
+        let b = feats[0].shape()[0];
+        let (mut boxes, mut scores, mut sizes) = (Vec::new(), Vec::new(), Vec::new());
+        for (level, x) in self.levels.iter().zip(feats) {
+            let (h, w) = (x.shape()[2], x.shape()[3]);
+            sizes.push((h, w));
+            let bx = chain(&level.box_convs, &level.box_out, x)?;
+            let cls = chain(&level.class_convs, &level.class_out, x)?;
+            boxes.push(bx.reshape_to(&[b, 4 * self.reg_max, h * w])?);
+            scores.push(cls.reshape_to(&[b, self.nc, h * w])?);
+        }
+        Ok(HeadOutput {
+            boxes: Tensor::cat(&boxes, 2)?,
+            scores: Tensor::cat(&scores, 2)?,
+            level_sizes: sizes,
+        })
+    }
+
+    /// The DFL expectation: softmax over each side's bins, weighted by the bin values.
+    /// [B, 4 * reg_max, A] -> [B, 4, A].
+    pub fn dfl(&self, boxes: &Tensor) -> Result<Tensor> {
+        let s = boxes.shape();
+        let (b, a) = (s[0], s[2]);
+        let probs = boxes.reshape_to(&[b, 4, self.reg_max, a])?.softmax(2)?;
+        let bins = self
+            .dfl
+            .0
+            .to(boxes.device(), probs.dtype())?
+            .reshape_to(&[1, 1, self.reg_max, 1])?;
+        probs.mul(&bins)?.sum_dims(&[2], false)
+    }
+
+    /// Decoded predictions [B, 4 + nc, A]: boxes as (cx, cy, w, h) in input pixels, then
+    /// class probabilities, as ultralytics' `Detect` returns in inference.
+    pub fn decode(&self, out: &HeadOutput) -> Result<Tensor> {
+        let dist = self.dfl(&out.boxes)?;
+        let (anchors, strides) = self.anchors_for(&out.level_sizes, dist.device(), dist.dtype())?;
+        let lt = dist.narrow(1, 0, 2)?;
+        let rb = dist.narrow(1, 2, 2)?;
+        let x1y1 = anchors.sub(&lt)?;
+        let x2y2 = anchors.add(&rb)?;
+        let centre = x1y1.add(&x2y2)?.mul_scalar(0.5)?;
+        let size = x2y2.sub(&x1y1)?;
+        let boxes = Tensor::cat(&[centre, size], 1)?.mul(&strides)?;
+        let probs = out.scores.sigmoid()?.to_dtype(boxes.dtype())?;
+        Tensor::cat(&[boxes, probs], 1)
+    }
+
+    /// Anchor centres (x + 0.5, y + 0.5) per level in grid units, and each anchor's stride.
+    fn anchors_for(
+        &self,
+        sizes: &[(usize, usize)],
+        device: Device,
+        dtype: DType,
+    ) -> Result<(Tensor, Tensor)> {
+        let mut cache = self.anchors.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((s, d, t, a, st)) = cache.as_ref() {
+            if s == sizes && *d == device && *t == dtype {
+                return Ok((a.clone(), st.clone()));
+            }
+        }
+        let total: usize = sizes.iter().map(|(h, w)| h * w).sum();
+        let (mut xs, mut ys, mut st) = (Vec::with_capacity(total), Vec::with_capacity(total), Vec::with_capacity(total));
+        for (&(h, w), &stride) in sizes.iter().zip(&self.strides) {
+            for y in 0..h {
+                for x in 0..w {
+                    xs.push(x as f32 + 0.5);
+                    ys.push(y as f32 + 0.5);
+                    st.push(stride as f32);
+                }
+            }
+        }
+        xs.extend(ys);
+        let anchors = Tensor::from_vec(xs, &[1, 2, total])?.to(device, dtype)?;
+        let strides = Tensor::from_vec(st, &[1, 1, total])?.to(device, dtype)?;
+        *cache = Some((sizes.to_vec(), device, dtype, anchors.clone(), strides.clone()));
+        Ok((anchors, strides))
+    }
+
+    pub fn no(&self) -> usize {
+        self.nc + 4 * self.reg_max
+    }
+}
+
+impl Block for Detect {
+    /// Detect reads several feature maps; the network calls `head` and `decode` instead.
+    fn run(&self, _x: &Tensor) -> Result<Tensor> {
+        Err(crate::Error::invalid(
+            "Detect",
+            "the detection head takes one feature map per level: call head() and decode()",
+        ))
+    }
+
+    fn children(&self) -> Vec<(String, &dyn Module)> {
+        let mut out: Vec<(String, &dyn Module)> = Vec::new();
+        for (i, l) in self.levels.iter().enumerate() {
+            for (j, c) in l.box_convs.iter().enumerate() {
+                out.push((format!("cv2.{i}.{j}"), c));
+            }
+            out.push((format!("cv2.{i}.2"), &l.box_out));
+        }
+        for (i, l) in self.levels.iter().enumerate() {
+            for (j, c) in l.class_convs.iter().enumerate() {
+                let name = if self.legacy {
+                    format!("cv3.{i}.{j}")
+                } else {
+                    format!("cv3.{i}.{}.{}", j / 2, j % 2)
+                };
+                out.push((name, c));
+            }
+            out.push((format!("cv3.{i}.2"), &l.class_out));
+        }
+        out.push(("dfl.conv".into(), &self.dfl));
+        out
+    }
+
+    fn children_mut(&mut self) -> Vec<&mut dyn Module> {
+        let mut out: Vec<&mut dyn Module> = Vec::new();
+        for l in &mut self.levels {
+            out.extend(l.box_convs.iter_mut().map(|c| c as &mut dyn Module));
+            out.push(&mut l.box_out);
+            out.extend(l.class_convs.iter_mut().map(|c| c as &mut dyn Module));
+            out.push(&mut l.class_out);
+        }
+        out
+    }
+
+    fn training(&self) -> bool {
+        self.training
+    }
+
+    fn set_training(&mut self, on: bool) {
+        self.training = on;
+    }
+}

@@ -1,0 +1,17 @@
+//! The YOLO detection family (YOLOv8 and YOLO11): the network built from ultralytics' model
+//! YAML with ultralytics' parameter names, its blocks and detection head.
+
+mod block;
+mod blocks;
+mod build;
+pub mod config;
+mod conv;
+mod head;
+mod network;
+#[cfg(test)]
+mod tests;
+
+pub use build::SUPPORTED;
+pub use config::YoloConfig;
+pub use head::{Detect, HeadOutput};
+pub use network::YoloModel;

@@ -1,0 +1,94 @@
+//! Unit tests of the YOLO builder on a small definition in ultralytics' form.
+
+use super::*;
+use crate::nn::Module;
+use crate::{DType, Device, Generator, Tensor};
+
+/// A miniature YOLO11: every module type, three detection levels.
+pub const MINI11: &str = "
+nc: 3
+scales:
+  n: [0.50, 0.25, 1024]
+backbone:
+  - [-1, 1, Conv, [64, 3, 2]]
+  - [-1, 1, Conv, [128, 3, 2]]
+  - [-1, 2, C3k2, [256, False, 0.25]]
+  - [-1, 1, Conv, [256, 3, 2]]
+  - [-1, 2, C3k2, [256, True]]
+  - [-1, 1, Conv, [256, 3, 2]]
+  - [-1, 1, SPPF, [256, 5]]
+  - [-1, 2, C2PSA, [256]]
+head:
+  - [-1, 1, nn.Upsample, [None, 2, 'nearest']]
+  - [[-1, 4], 1, Concat, [1]]
+  - [-1, 2, C3k2, [128, False]]
+  - [-1, 1, Conv, [128, 3, 2]]
+  - [[-1, 7], 1, Concat, [1]]
+  - [-1, 2, C2f, [256, True]]
+  - [[2, 10, 13], 1, Detect, [nc]]
+";
+
+fn mini(fused: bool) -> YoloModel {
+    let cfg = YoloConfig::from_yaml_str(MINI11, "mini", None, None).unwrap();
+    YoloModel::build(&cfg, vec![], fused, &mut Generator::new(0)).unwrap()
+}
+
+#[test]
+fn yolo_parameter_names_follow_ultralytics_module_paths() {
+    let m = mini(false);
+    let names: Vec<String> = m.state_dict().into_keys().collect();
+    for want in [
+        "model.0.conv.weight",
+        "model.0.bn.running_var",
+        "model.2.m.0.cv1.conv.weight",
+        "model.4.m.0.cv3.bn.weight",
+        "model.4.m.0.m.1.cv2.conv.weight",
+        "model.7.m.0.attn.qkv.conv.weight",
+        "model.7.m.0.attn.pe.bn.bias",
+        "model.7.m.0.ffn.1.conv.weight",
+        "model.14.cv2.0.2.bias",
+        "model.14.cv3.1.0.0.conv.weight",
+        "model.14.cv3.2.1.1.bn.weight",
+        "model.14.dfl.conv.weight",
+    ] {
+        assert!(names.iter().any(|n| n == want), "missing {want}");
+    }
+}
+
+#[test]
+fn yolo_strides_follow_the_layers_that_feed_detect() {
+    let m = mini(false);
+    assert_eq!(m.strides(), [4.0, 8.0, 16.0]);
+}
+
+#[test]
+fn yolo_forward_gives_boxes_and_class_probabilities_for_every_anchor() {
+    let mut m = mini(false);
+    m.eval();
+    let x = Tensor::rand(&[2, 3, 32, 64], DType::F32, Some(&mut Generator::new(1))).unwrap();
+    let y = m.forward(&x).unwrap();
+    // Anchors: 8x16 + 4x8 + 2x4 = 168; 4 box values + 3 classes.
+    assert_eq!(y.shape(), [2, 7, 168]);
+    let v = y.to_vec_f32().unwrap();
+    let probs = &v[4 * 168..7 * 168];
+    assert!(probs.iter().all(|p| (0.0..=1.0).contains(p)));
+}
+
+#[test]
+fn yolo_rejects_input_that_is_not_a_multiple_of_the_largest_stride() {
+    let m = mini(false);
+    let x = Tensor::zeros(&[1, 3, 30, 32], DType::F32, Device::Cpu).unwrap();
+    let e = m.forward(&x).unwrap_err().to_string();
+    assert!(e.contains("multiples of 16"), "{e}");
+}
+
+#[test]
+fn yolo_builder_names_an_unsupported_module_and_its_layer() {
+    let text = MINI11.replace("[-1, 1, SPPF, [256, 5]]", "[-1, 1, SPPELAN, [256, 5]]");
+    let cfg = YoloConfig::from_yaml_str(&text, "mini", None, None).unwrap();
+    let e = YoloModel::build(&cfg, vec![], false, &mut Generator::new(0))
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(e.contains("layer 6") && e.contains("SPPELAN"), "{e}");
+}
