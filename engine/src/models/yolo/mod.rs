@@ -10,8 +10,10 @@ mod head;
 mod network;
 #[cfg(test)]
 mod tests;
+mod weights;
 
 pub use build::SUPPORTED;
 pub use config::YoloConfig;
 pub use head::{Detect, HeadOutput};
 pub use network::YoloModel;
+pub use weights::fold_batch_norms;

@@ -92,3 +92,65 @@ fn yolo_builder_names_an_unsupported_module_and_its_layer() {
         .to_string();
     assert!(e.contains("layer 6") && e.contains("SPPELAN"), "{e}");
 }
+
+/// Puts non-trivial statistics into every batch norm, so folding them is observable.
+fn randomize_batch_norms(m: &YoloModel) {
+    let mut g = Generator::new(7);
+    for (name, t) in m.state_dict() {
+        if name.ends_with("running_var") {
+            let r = Tensor::rand(t.shape(), DType::F32, Some(&mut g)).unwrap();
+            t.copy_(&r.add_scalar(0.5).unwrap()).unwrap();
+        } else if name.ends_with("running_mean") || name.ends_with("bn.bias") {
+            let r = Tensor::randn(t.shape(), DType::F32, Some(&mut g)).unwrap();
+            t.copy_(&r.mul_scalar(0.1).unwrap()).unwrap();
+        }
+    }
+}
+
+#[test]
+fn fused_yolo_gives_the_same_predictions_as_the_unfused_one_in_eval() {
+    let mut m = mini(false);
+    randomize_batch_norms(&m);
+    m.eval();
+    let f = m.fuse().unwrap();
+    assert!(f.fused);
+    assert!(!f.state_dict().keys().any(|k| k.contains(".bn.")));
+    let x = Tensor::rand(&[1, 3, 32, 32], DType::F32, Some(&mut Generator::new(3))).unwrap();
+    let (a, b) = (m.forward(&x).unwrap(), f.forward(&x).unwrap());
+    let (a, b) = (a.to_vec_f32().unwrap(), b.to_vec_f32().unwrap());
+    let scale = a.iter().fold(0f32, |s, v| s.max(v.abs()));
+    let diff = a.iter().zip(&b).fold(0f32, |s, (x, y)| s.max((x - y).abs()));
+    assert!(diff / scale < 1e-5, "max |diff| {diff} of {scale}");
+}
+
+#[test]
+fn yolo_weights_round_trip_through_safetensors_with_yaml_and_names() {
+    let cfg = YoloConfig::from_yaml_str(MINI11, "mini", None, None).unwrap();
+    let names = vec!["circle".to_string(), "square".into(), "star".into()];
+    let mut m = YoloModel::build(&cfg, names.clone(), false, &mut Generator::new(5)).unwrap();
+    randomize_batch_norms(&m);
+    m.eval();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("mini.safetensors");
+    m.save_safetensors(&path).unwrap();
+    let back = YoloModel::load_safetensors(&path).unwrap();
+    assert_eq!(back.names, names);
+    let x = Tensor::rand(&[1, 3, 32, 32], DType::F32, Some(&mut Generator::new(3))).unwrap();
+    assert_eq!(
+        m.forward(&x).unwrap().to_vec_f32().unwrap(),
+        back.forward(&x).unwrap().to_vec_f32().unwrap()
+    );
+}
+
+#[test]
+fn yolo_weight_load_lists_missing_unexpected_and_misshaped_together() {
+    let m = mini(false);
+    let mut state = m.state_dict();
+    state.remove("model.0.conv.weight");
+    state.insert("model.99.extra".into(), Tensor::zeros(&[1], DType::F32, Device::Cpu).unwrap());
+    state.insert("model.1.bn.weight".into(), Tensor::zeros(&[5], DType::F32, Device::Cpu).unwrap());
+    let e = m.load_weights(&state, "w.pt").unwrap_err().to_string();
+    for part in ["w.pt", "missing 1: model.0.conv.weight", "unexpected 1: model.99.extra", "model.1.bn.weight is [5]"] {
+        assert!(e.contains(part), "{part} not in {e}");
+    }
+}

@@ -1,0 +1,172 @@
+//! Weights of a YOLO network: loading a state dict by ultralytics' names (every problem
+//! reported at once), folding batch norms into convolutions (`fuse`), and our own safetensors
+//! files, which carry the model YAML and the class names in their metadata so a file alone
+//! rebuilds the model.
+
+use super::config::YoloConfig;
+use super::conv::BN_EPS;
+use super::network::YoloModel;
+use crate::nn::Module;
+use crate::{io, Device, Error, Generator, Result, Tensor};
+use std::collections::{BTreeMap, HashMap};
+use std::path::Path;
+
+/// Metadata keys of our safetensors files.
+pub const META_YAML: &str = "yolo.yaml";
+pub const META_NAMES: &str = "yolo.names";
+pub const META_FUSED: &str = "yolo.fused";
+
+impl YoloModel {
+    /// Copies a state dict with ultralytics' names into this network. Missing, unexpected and
+    /// mis-shaped entries are all listed in one error, and nothing is written unless all fit.
+    pub fn load_weights(&self, state: &BTreeMap<String, Tensor>, origin: &str) -> Result<()> {
+        let own = self.state_dict();
+        let mut problems = Vec::new();
+        let missing: Vec<&String> = own.keys().filter(|k| !state.contains_key(*k)).collect();
+        let unexpected: Vec<&String> = state.keys().filter(|k| !own.contains_key(*k)).collect();
+        if !missing.is_empty() {
+            problems.push(format!("missing {}: {}", missing.len(), preview(&missing)));
+        }
+        if !unexpected.is_empty() {
+            problems.push(format!("unexpected {}: {}", unexpected.len(), preview(&unexpected)));
+        }
+        let misshaped: Vec<String> = own
+            .iter()
+            .filter_map(|(k, t)| {
+                let s = state.get(k)?;
+                (s.shape() != t.shape())
+                    .then(|| format!("{k} is {:?} in the file, {:?} in the model", s.shape(), t.shape()))
+            })
+            .collect();
+        if !misshaped.is_empty() {
+            problems.push(format!("mis-shaped {}: {}", misshaped.len(), misshaped.join("; ")));
+        }
+        if !problems.is_empty() {
+            return Err(Error::invalid(
+                "yolo weights",
+                format!(
+                    "{origin} does not fit this {} model ({}): {}",
+                    self.describe(),
+                    if self.fused { "fused" } else { "unfused" },
+                    problems.join("; ")
+                ),
+            ));
+        }
+        self.load_state_dict(state, true)?;
+        Ok(())
+    }
+
+    /// The inference form: every batch norm folded into the convolution before it. The new
+    /// network is in eval mode on the same device.
+    pub fn fuse(&self) -> Result<YoloModel> {
+        let device = self.device();
+        let mut fused = YoloModel::build(&self.config, self.names.clone(), true, &mut Generator::new(0))?;
+        let state = if self.fused {
+            self.state_dict()
+        } else {
+            fold_batch_norms(&self.state_dict())?
+        };
+        fused.load_weights(&state, "the unfused network")?;
+        fused.eval();
+        fused.to_device(device)?;
+        Ok(fused)
+    }
+
+    pub fn device(&self) -> Device {
+        self.named_parameters()
+            .first()
+            .map(|(_, t)| t.device())
+            .unwrap_or(Device::Cpu)
+    }
+
+    /// e.g. "yolo11 scale n, 80 classes".
+    pub fn describe(&self) -> String {
+        let family = self.config.source["yaml_file"]
+            .as_str()
+            .and_then(|f| Path::new(f).file_stem().and_then(|s| s.to_str()).map(str::to_string))
+            .unwrap_or_else(|| "YOLO".into());
+        match &self.config.scale {
+            Some(s) => format!("{family} (scale {s}, {} classes)", self.nc()),
+            None => format!("{family} ({} classes)", self.nc()),
+        }
+    }
+
+    /// Writes the weights, the model YAML and the class names to a safetensors file.
+    pub fn save_safetensors(&self, path: &Path) -> Result<()> {
+        let mut meta = HashMap::new();
+        meta.insert(META_YAML.to_string(), self.config.to_yaml_string());
+        meta.insert(
+            META_NAMES.to_string(),
+            serde_json::to_string(&self.names).map_err(|e| Error::invalid("yolo save", e.to_string()))?,
+        );
+        meta.insert(META_FUSED.to_string(), self.fused.to_string());
+        io::save(path, &self.state_dict(), Some(meta))
+    }
+
+    /// Rebuilds a network from a safetensors file written by `save_safetensors`.
+    pub fn load_safetensors(path: &Path) -> Result<YoloModel> {
+        let origin = path.display().to_string();
+        let loaded = io::load_with_metadata(path)?;
+        let meta = |key: &str| {
+            loaded.metadata.get(key).ok_or_else(|| {
+                Error::invalid(
+                    "yolo load",
+                    format!("{origin}: the metadata has no `{key}`; this file was not saved as a YOLO model"),
+                )
+            })
+        };
+        let config = YoloConfig::from_yaml_str(meta(META_YAML)?, &origin, None, None)?;
+        let names: Vec<String> = serde_json::from_str(meta(META_NAMES)?)
+            .map_err(|e| Error::invalid("yolo load", format!("{origin}: `{META_NAMES}`: {e}")))?;
+        let fused = loaded.metadata.get(META_FUSED).map(|v| v == "true").unwrap_or(false);
+        let mut model = YoloModel::build(&config, names, fused, &mut Generator::new(0))?;
+        model.load_weights(&loaded.tensors, &origin)?;
+        model.eval();
+        Ok(model)
+    }
+}
+
+fn preview(names: &[&String]) -> String {
+    let shown: Vec<&str> = names.iter().take(8).map(|s| s.as_str()).collect();
+    if names.len() > shown.len() {
+        format!("{}, ...", shown.join(", "))
+    } else {
+        shown.join(", ")
+    }
+}
+
+/// Folds `P.bn.*` into `P.conv.weight` and a new `P.conv.bias`:
+/// w' = w * g / sqrt(v + eps), b' = beta - m * g / sqrt(v + eps).
+pub fn fold_batch_norms(state: &BTreeMap<String, Tensor>) -> Result<BTreeMap<String, Tensor>> {
+    let mut out = BTreeMap::new();
+    let get = |k: &str| {
+        state
+            .get(k)
+            .ok_or_else(|| Error::invalid("yolo fuse", format!("no `{k}` beside a batch norm")))
+    };
+    for (name, t) in state {
+        if name.contains(".bn.") {
+            continue;
+        }
+        if let Some(prefix) = name.strip_suffix(".conv.weight") {
+            let bn = format!("{prefix}.bn");
+            if state.contains_key(&format!("{bn}.weight")) {
+                let gamma = get(&format!("{bn}.weight"))?.to_dtype(crate::DType::F32)?;
+                let beta = get(&format!("{bn}.bias"))?.to_dtype(crate::DType::F32)?;
+                let mean = get(&format!("{bn}.running_mean"))?.to_dtype(crate::DType::F32)?;
+                let var = get(&format!("{bn}.running_var"))?.to_dtype(crate::DType::F32)?;
+                let scale = gamma.mul(&var.add_scalar(BN_EPS)?.rsqrt()?)?;
+                let o = scale.shape()[0];
+                let w = t
+                    .to_dtype(crate::DType::F32)?
+                    .mul(&scale.reshape_to(&[o, 1, 1, 1])?)?;
+                let b = beta.sub(&mean.mul(&scale)?)?;
+                out.insert(name.clone(), w.detach());
+                out.insert(format!("{prefix}.conv.bias"), b.detach());
+                continue;
+            }
+        }
+        out.insert(name.clone(), t.clone());
+    }
+    Ok(out)
+}
