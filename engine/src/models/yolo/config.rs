@@ -62,9 +62,15 @@ impl YoloConfig {
 
     /// Reads a model YAML file. The scale comes from a letter after the family name
     /// (`yolo11n.yaml` is `yolo11.yaml` at scale n), when that file exists instead.
+    /// A name that is not a file (`yolo11n.yaml`) resolves to the built-in definitions.
     pub fn from_file(path: &std::path::Path, nc: Option<usize>) -> Result<YoloConfig> {
         let origin = path.display().to_string();
         let (path, scale) = resolve_scaled_path(path);
+        if !path.is_file() {
+            if let Some(builtin) = super::definitions::builtin(&origin, nc) {
+                return builtin;
+            }
+        }
         let text = std::fs::read_to_string(&path)
             .map_err(|e| bad(&path.display().to_string(), e))?;
         Self::from_yaml_str(&text, &origin, scale.as_deref(), nc)

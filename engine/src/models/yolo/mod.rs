@@ -6,6 +6,7 @@ mod blocks;
 mod build;
 pub mod config;
 mod conv;
+pub mod definitions;
 mod head;
 mod network;
 #[cfg(test)]

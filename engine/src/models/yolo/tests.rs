@@ -156,3 +156,23 @@ fn yolo_weight_load_lists_missing_unexpected_and_misshaped_together() {
         assert!(e.contains(part), "{part} not in {e}");
     }
 }
+
+#[test]
+fn builtin_definitions_resolve_by_scaled_name() {
+    let c = YoloConfig::from_file(std::path::Path::new("yolo11s.yaml"), Some(4)).unwrap();
+    assert_eq!((c.scale.as_deref(), c.width, c.nc), (Some("s"), 0.5, 4));
+    let c = YoloConfig::from_file(std::path::Path::new("yolov8m.yaml"), None).unwrap();
+    assert_eq!((c.scale.as_deref(), c.depth, c.max_channels), (Some("m"), 0.67, 768));
+    let e = YoloConfig::from_file(std::path::Path::new("yolo99n.yaml"), None).unwrap_err();
+    assert!(e.to_string().contains("yolo99n.yaml"), "{e}");
+}
+
+#[test]
+fn recognise_finds_the_family_and_scale_of_a_fused_state_dict() {
+    for name in ["yolo11n", "yolov8s"] {
+        let cfg = definitions::builtin(name, Some(5)).unwrap().unwrap();
+        let m = YoloModel::build(&cfg, vec![], true, &mut Generator::new(0)).unwrap();
+        let found = definitions::recognise(&m.state_dict(), 5).unwrap();
+        assert_eq!(found.source["yaml_file"].as_str(), Some(format!("{name}.yaml").as_str()));
+    }
+}
