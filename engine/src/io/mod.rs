@@ -1,6 +1,7 @@
-//! Weight formats: safetensors read and write.
+//! Weight formats: safetensors read and write; PyTorch `.pt` and ONNX models read.
 
 pub mod safetensors;
+pub mod torch;
 
 pub use self::safetensors::{
     load, load_bytes, load_bytes_with_metadata, load_with_metadata, save, save_bytes, Loaded,
