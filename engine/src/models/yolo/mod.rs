@@ -8,6 +8,7 @@ pub mod config;
 mod conv;
 pub mod definitions;
 mod head;
+mod load;
 mod network;
 #[cfg(test)]
 mod tests;
