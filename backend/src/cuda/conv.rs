@@ -5,6 +5,7 @@
 
 use super::compile::CONV;
 use super::copy::{cast, copy_view};
+use super::cudnn::{self, Pass};
 use super::elementwise::binary;
 use super::launch::{args, grid_for, type_suffix};
 use super::matmul::{matmul, matmul_into_dtype};
@@ -146,6 +147,27 @@ fn grouped_grad(dy: &CudaStorage, l: &Layout, n0: usize, nc: usize) -> Result<Cu
     cast(dy, &l.narrowed(0, n0, nc).permuted(&[1, 0, 2]), dy.dtype())
 }
 
+/// The pass through cuDNN when it is there and takes this call; `None` means: use im2col.
+/// A cuDNN error is reported once per process and the call falls back.
+fn through_cudnn(
+    pass: Pass,
+    (a, la): (&CudaStorage, &Layout),
+    (b, lb): (&CudaStorage, &Layout),
+    g: &Conv2dGeometry,
+) -> Option<CudaStorage> {
+    if !cudnn::enabled() {
+        return None;
+    }
+    match cudnn::run(pass, (a, la.offset()), (b, lb.offset()), g) {
+        Ok(out) => Some(out),
+        Err(e) => {
+            static SAID: std::sync::Once = std::sync::Once::new();
+            SAID.call_once(|| eprintln!("note: cuDNN failed ({e}); this convolution uses im2col"));
+            None
+        }
+    }
+}
+
 /// y [N, O, Ho, Wo] = conv2d(x [N, C, H, W], w [O, C/groups, kh, kw]); x and w of one dtype.
 pub fn conv2d(
     x: &CudaStorage,
@@ -156,6 +178,9 @@ pub fn conv2d(
 ) -> Result<CudaStorage> {
     let (mut kx, mut kw) = (None, None);
     let ((x, lx), (w, lw)) = (packed(x, lx, &mut kx)?, packed(w, lw, &mut kw)?);
+    if let Some(y) = through_cudnn(Pass::Forward, (x, &lx), (w, &lw), g) {
+        return Ok(y);
+    }
     let p = g.plane_out();
     let y = CudaStorage::alloc(x.cuda_device(), g.n * g.o * p, x.dtype())?;
     let ly = Layout::contiguous(&[g.n, g.o, p]);
@@ -182,6 +207,9 @@ pub fn conv2d_input_grad(
 ) -> Result<CudaStorage> {
     let (mut kd, mut kw) = (None, None);
     let ((dy, ldy), (w, lw)) = (packed(dy, ldy, &mut kd)?, packed(w, lw, &mut kw)?);
+    if let Some(dx) = through_cudnn(Pass::InputGrad, (dy, &ldy), (w, &lw), g) {
+        return Ok(dx);
+    }
     let p = g.plane_out();
     let ldy = Layout::new(vec![g.n, g.o, p], vec![g.o * p, p, 1], ldy.offset());
     let dx = CudaStorage::alloc(dy.cuda_device(), g.n * g.c * g.h * g.w, dy.dtype())?;
@@ -210,6 +238,9 @@ pub fn conv2d_weight_grad(
 ) -> Result<CudaStorage> {
     let (mut kx, mut kd) = (None, None);
     let ((x, lx), (dy, ldy)) = (packed(x, lx, &mut kx)?, packed(dy, ldy, &mut kd)?);
+    if let Some(dw) = through_cudnn(Pass::WeightGrad, (x, &lx), (dy, &ldy), g) {
+        return Ok(dw);
+    }
     let p = g.plane_out();
     let ldy = Layout::new(vec![g.n, g.o, p], vec![g.o * p, p, 1], ldy.offset());
     let chunks = image_chunks(g);

@@ -6,6 +6,7 @@ pub mod attention;
 pub mod compile;
 pub mod conv;
 pub mod copy;
+pub mod cudnn;
 mod device;
 pub mod elementwise;
 pub mod index;

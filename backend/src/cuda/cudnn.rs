@@ -1,0 +1,458 @@
+//! Convolutions through cuDNN, loaded at run time. The algorithm for each shape is chosen by
+//! measurement (`cudnnFind*`, as PyTorch's `cudnn.benchmark` does) the first time the shape is
+//! seen, and cached. Any cuDNN failure is an `Err` (never a panic), and the caller falls back
+//! to the im2col path; a machine without cuDNN says so once and uses that path throughout.
+//!
+//! Activations are NCHW and weights OIHW, contiguous. FP32 accumulates in FP32 on FMA kernels
+//! unless TF32 is allowed on the device; BF16/F16 run on tensor cores with FP32 accumulation.
+
+use super::{CudaDevice, CudaStorage};
+use crate::spec::Conv2dGeometry;
+use crate::{DType, Error, Result};
+use cudarc::cudnn::sys;
+use std::collections::HashMap;
+use std::ffi::c_void;
+use std::sync::{Mutex, OnceLock};
+
+/// cuDNN 9 or newer: the legacy convolution API with the 9.x symbol set cudarc binds.
+const MIN_VERSION: usize = 90000;
+
+/// Largest workspace an algorithm may ask for; faster algorithms needing more are skipped.
+const MAX_WORKSPACE: usize = 1 << 30;
+
+static LIBRARY: OnceLock<std::result::Result<usize, String>> = OnceLock::new();
+
+/// cuDNN's version, or why it cannot be used. Probed once, with the file names cudarc tries,
+/// before cudarc is asked for a symbol (it panics on a missing library).
+pub fn availability() -> std::result::Result<usize, String> {
+    LIBRARY
+        .get_or_init(|| {
+            if std::env::var("RB_DISABLE_CUDNN").as_deref() == Ok("1") {
+                return Err("RB_DISABLE_CUDNN=1".into());
+            }
+            let candidates = cudarc::get_lib_name_candidates("cudnn");
+            // SAFETY: loading a CUDA library runs its initializers, which have no preconditions.
+            let found = candidates
+                .iter()
+                .any(|name| unsafe { libloading::Library::new(name) }.is_ok());
+            if !found {
+                return Err("libcudnn.so.9 was not found on LD_LIBRARY_PATH".into());
+            }
+            // SAFETY: the library loaded above; cudnnGetVersion takes no arguments.
+            let version = unsafe { sys::cudnnGetVersion() };
+            if version < MIN_VERSION {
+                return Err(format!("cuDNN {version} is older than 9.0"));
+            }
+            Ok(version)
+        })
+        .clone()
+}
+
+/// Whether convolutions go through cuDNN; the first call without it says why, once.
+pub fn enabled() -> bool {
+    static SAID: std::sync::Once = std::sync::Once::new();
+    match availability() {
+        Ok(_) => true,
+        Err(why) => {
+            SAID.call_once(|| {
+                eprintln!("note: cuDNN is not used ({why}); convolutions run on im2col + cuBLAS")
+            });
+            false
+        }
+    }
+}
+
+fn check(what: &str, status: sys::cudnnStatus_t) -> Result<()> {
+    if status == sys::cudnnStatus_t::CUDNN_STATUS_SUCCESS {
+        Ok(())
+    } else {
+        Err(Error::Cuda(format!("{what}: {status:?}")))
+    }
+}
+
+/// One cuDNN handle per device, bound to the device's stream.
+struct Handle(sys::cudnnHandle_t);
+// SAFETY: used only under the device's single-stream discipline (see CudaDevice).
+unsafe impl Send for Handle {}
+
+static HANDLES: Mutex<Vec<(usize, Handle)>> = Mutex::new(Vec::new());
+
+fn handle(dev: &CudaDevice) -> Result<sys::cudnnHandle_t> {
+    dev.bind()?;
+    let mut handles = HANDLES.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some((_, h)) = handles.iter().find(|(o, _)| *o == dev.ordinal()) {
+        return Ok(h.0);
+    }
+    let mut h = std::ptr::null_mut();
+    // SAFETY: the device's context is current; the handle lives for the process.
+    unsafe {
+        check("cudnnCreate", sys::cudnnCreate(&mut h))?;
+        check("cudnnSetStream", sys::cudnnSetStream(h, dev.stream() as _))?;
+    }
+    handles.push((dev.ordinal(), Handle(h)));
+    Ok(h)
+}
+
+/// The three convolution products.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Pass {
+    Forward,
+    InputGrad,
+    WeightGrad,
+}
+
+/// The algorithm of one pass.
+#[derive(Clone, Copy, Debug)]
+enum Algo {
+    Forward(sys::cudnnConvolutionFwdAlgo_t),
+    InputGrad(sys::cudnnConvolutionBwdDataAlgo_t),
+    WeightGrad(sys::cudnnConvolutionBwdFilterAlgo_t),
+}
+
+/// The measured choice for one shape: algorithm, math type, workspace bytes.
+#[derive(Clone, Copy, Debug)]
+struct Choice {
+    algo: Algo,
+    math: sys::cudnnMathType_t,
+    workspace: usize,
+}
+
+type Key = (usize, Pass, DType, bool, [usize; 14]);
+static CHOICES: Mutex<Option<HashMap<Key, Choice>>> = Mutex::new(None);
+
+fn data_type(dtype: DType) -> Result<sys::cudnnDataType_t> {
+    Ok(match dtype {
+        DType::F32 => sys::cudnnDataType_t::CUDNN_DATA_FLOAT,
+        DType::F64 => sys::cudnnDataType_t::CUDNN_DATA_DOUBLE,
+        DType::F16 => sys::cudnnDataType_t::CUDNN_DATA_HALF,
+        DType::BF16 => sys::cudnnDataType_t::CUDNN_DATA_BFLOAT16,
+        other => return Err(Error::Cuda(format!("cuDNN convolution: no {other:?}"))),
+    })
+}
+
+/// The descriptors of one call, destroyed on drop.
+struct Descriptors {
+    x: sys::cudnnTensorDescriptor_t,
+    y: sys::cudnnTensorDescriptor_t,
+    w: sys::cudnnFilterDescriptor_t,
+    conv: sys::cudnnConvolutionDescriptor_t,
+}
+
+impl Drop for Descriptors {
+    fn drop(&mut self) {
+        // SAFETY: each was created by `Descriptors::new` and is destroyed once.
+        unsafe {
+            sys::cudnnDestroyTensorDescriptor(self.x);
+            sys::cudnnDestroyTensorDescriptor(self.y);
+            sys::cudnnDestroyFilterDescriptor(self.w);
+            sys::cudnnDestroyConvolutionDescriptor(self.conv);
+        }
+    }
+}
+
+impl Descriptors {
+    fn new(g: &Conv2dGeometry, dtype: DType) -> Result<Self> {
+        let dt = data_type(dtype)?;
+        // F64 must accumulate in F64; everything else in F32.
+        let compute = if dtype == DType::F64 {
+            sys::cudnnDataType_t::CUDNN_DATA_DOUBLE
+        } else {
+            sys::cudnnDataType_t::CUDNN_DATA_FLOAT
+        };
+        let i = |v: usize| v as i32;
+        let mut d = Descriptors {
+            x: std::ptr::null_mut(),
+            y: std::ptr::null_mut(),
+            w: std::ptr::null_mut(),
+            conv: std::ptr::null_mut(),
+        };
+        let nchw = sys::cudnnTensorFormat_t::CUDNN_TENSOR_NCHW;
+        // SAFETY: plain descriptor setup on host memory; every status is checked, and `d`'s
+        // Drop destroys whatever was created (cuDNN accepts destroying null descriptors).
+        unsafe {
+            check(
+                "cudnnCreateTensorDescriptor",
+                sys::cudnnCreateTensorDescriptor(&mut d.x),
+            )?;
+            check(
+                "cudnnCreateTensorDescriptor",
+                sys::cudnnCreateTensorDescriptor(&mut d.y),
+            )?;
+            check(
+                "cudnnCreateFilterDescriptor",
+                sys::cudnnCreateFilterDescriptor(&mut d.w),
+            )?;
+            check(
+                "cudnnCreateConvolutionDescriptor",
+                sys::cudnnCreateConvolutionDescriptor(&mut d.conv),
+            )?;
+            check(
+                "cudnnSetTensor4dDescriptor(x)",
+                sys::cudnnSetTensor4dDescriptor(d.x, nchw, dt, i(g.n), i(g.c), i(g.h), i(g.w)),
+            )?;
+            check(
+                "cudnnSetTensor4dDescriptor(y)",
+                sys::cudnnSetTensor4dDescriptor(d.y, nchw, dt, i(g.n), i(g.o), i(g.ho), i(g.wo)),
+            )?;
+            check(
+                "cudnnSetFilter4dDescriptor",
+                sys::cudnnSetFilter4dDescriptor(d.w, dt, nchw, i(g.o), i(g.cg()), i(g.kh), i(g.kw)),
+            )?;
+            check(
+                "cudnnSetConvolution2dDescriptor",
+                sys::cudnnSetConvolution2dDescriptor(
+                    d.conv,
+                    i(g.padding.0),
+                    i(g.padding.1),
+                    i(g.stride.0),
+                    i(g.stride.1),
+                    i(g.dilation.0),
+                    i(g.dilation.1),
+                    sys::cudnnConvolutionMode_t::CUDNN_CROSS_CORRELATION,
+                    compute,
+                ),
+            )?;
+            check(
+                "cudnnSetConvolutionGroupCount",
+                sys::cudnnSetConvolutionGroupCount(d.conv, i(g.groups)),
+            )?;
+        }
+        Ok(d)
+    }
+
+    fn set_math(&self, math: sys::cudnnMathType_t) -> Result<()> {
+        // SAFETY: a live descriptor.
+        unsafe {
+            check(
+                "cudnnSetConvolutionMathType",
+                sys::cudnnSetConvolutionMathType(self.conv, math),
+            )
+        }
+    }
+}
+
+/// The math types a pass may run with: FP32 stays off TF32 unless the device allows it.
+fn allowed_math(dtype: DType, tf32: bool) -> fn(sys::cudnnMathType_t) -> bool {
+    use sys::cudnnMathType_t::*;
+    match dtype {
+        DType::F32 | DType::F64 if !tf32 => |m| m == CUDNN_FMA_MATH,
+        _ => |_| true,
+    }
+}
+
+fn requested_math(dtype: DType, tf32: bool) -> sys::cudnnMathType_t {
+    use sys::cudnnMathType_t::*;
+    match dtype {
+        DType::F32 | DType::F64 if !tf32 => CUDNN_FMA_MATH,
+        DType::F32 | DType::F64 => CUDNN_DEFAULT_MATH,
+        _ => CUDNN_TENSOR_OP_MATH,
+    }
+}
+
+/// Measures every algorithm of `pass` for this shape once, keeps the fastest that succeeds
+/// within the workspace budget and the allowed math.
+fn choose(
+    dev: &CudaDevice,
+    h: sys::cudnnHandle_t,
+    d: &Descriptors,
+    pass: Pass,
+    g: &Conv2dGeometry,
+    dtype: DType,
+) -> Result<Choice> {
+    let tf32 = dev.allow_tf32();
+    let key: Key = (
+        dev.ordinal(),
+        pass,
+        dtype,
+        tf32,
+        [
+            g.n,
+            g.c,
+            g.h,
+            g.w,
+            g.o,
+            g.kh,
+            g.kw,
+            g.stride.0,
+            g.stride.1,
+            g.padding.0,
+            g.padding.1,
+            g.dilation.0,
+            g.dilation.1,
+            g.groups,
+        ],
+    );
+    if let Some(c) = CHOICES
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .get_or_insert_with(HashMap::new)
+        .get(&key)
+    {
+        return Ok(*c);
+    }
+    d.set_math(requested_math(dtype, tf32))?;
+    let allowed = allowed_math(dtype, tf32);
+    const N: usize = 16;
+    let mut found = 0i32;
+    let status_ok = sys::cudnnStatus_t::CUDNN_STATUS_SUCCESS;
+    // SAFETY: descriptors are live; the perf arrays hold N entries; cuDNN allocates its own
+    // scratch buffers for the measurement and synchronizes before returning.
+    let best = unsafe {
+        match pass {
+            Pass::Forward => {
+                let mut perf: [sys::cudnnConvolutionFwdAlgoPerf_t; N] = std::mem::zeroed();
+                check(
+                    "cudnnFindConvolutionForwardAlgorithm",
+                    sys::cudnnFindConvolutionForwardAlgorithm(
+                        h,
+                        d.x,
+                        d.w,
+                        d.conv,
+                        d.y,
+                        N as i32,
+                        &mut found,
+                        perf.as_mut_ptr(),
+                    ),
+                )?;
+                perf[..found.max(0) as usize]
+                    .iter()
+                    .find(|p| {
+                        p.status == status_ok && p.memory <= MAX_WORKSPACE && allowed(p.mathType)
+                    })
+                    .map(|p| Choice {
+                        algo: Algo::Forward(p.algo),
+                        math: p.mathType,
+                        workspace: p.memory,
+                    })
+            }
+            Pass::InputGrad => {
+                let mut perf: [sys::cudnnConvolutionBwdDataAlgoPerf_t; N] = std::mem::zeroed();
+                check(
+                    "cudnnFindConvolutionBackwardDataAlgorithm",
+                    sys::cudnnFindConvolutionBackwardDataAlgorithm(
+                        h,
+                        d.w,
+                        d.y,
+                        d.conv,
+                        d.x,
+                        N as i32,
+                        &mut found,
+                        perf.as_mut_ptr(),
+                    ),
+                )?;
+                perf[..found.max(0) as usize]
+                    .iter()
+                    .find(|p| {
+                        p.status == status_ok && p.memory <= MAX_WORKSPACE && allowed(p.mathType)
+                    })
+                    .map(|p| Choice {
+                        algo: Algo::InputGrad(p.algo),
+                        math: p.mathType,
+                        workspace: p.memory,
+                    })
+            }
+            Pass::WeightGrad => {
+                let mut perf: [sys::cudnnConvolutionBwdFilterAlgoPerf_t; N] = std::mem::zeroed();
+                check(
+                    "cudnnFindConvolutionBackwardFilterAlgorithm",
+                    sys::cudnnFindConvolutionBackwardFilterAlgorithm(
+                        h,
+                        d.x,
+                        d.y,
+                        d.conv,
+                        d.w,
+                        N as i32,
+                        &mut found,
+                        perf.as_mut_ptr(),
+                    ),
+                )?;
+                perf[..found.max(0) as usize]
+                    .iter()
+                    .find(|p| {
+                        p.status == status_ok && p.memory <= MAX_WORKSPACE && allowed(p.mathType)
+                    })
+                    .map(|p| Choice {
+                        algo: Algo::WeightGrad(p.algo),
+                        math: p.mathType,
+                        workspace: p.memory,
+                    })
+            }
+        }
+    };
+    let choice = best.ok_or_else(|| {
+        Error::Cuda(format!(
+            "cuDNN has no usable {pass:?} algorithm for {g:?} in {dtype:?}"
+        ))
+    })?;
+    CHOICES
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .get_or_insert_with(HashMap::new)
+        .insert(key, choice);
+    Ok(choice)
+}
+
+/// Runs one pass. `a` and `b` are the pass's inputs (x and w; dy and w; x and dy), each a
+/// contiguous tensor at an element offset in its storage; the output is allocated here.
+pub fn run(
+    pass: Pass,
+    (a, a_offset): (&CudaStorage, usize),
+    (b, b_offset): (&CudaStorage, usize),
+    g: &Conv2dGeometry,
+) -> Result<CudaStorage> {
+    let dev = a.cuda_device();
+    let dtype = a.dtype();
+    let h = handle(dev)?;
+    let d = Descriptors::new(g, dtype)?;
+    let choice = choose(dev, h, &d, pass, g, dtype)?;
+    d.set_math(choice.math)?;
+    let out_len = match pass {
+        Pass::Forward => g.n * g.o * g.ho * g.wo,
+        Pass::InputGrad => g.n * g.c * g.h * g.w,
+        Pass::WeightGrad => g.o * g.cg() * g.kh * g.kw,
+    };
+    let out = CudaStorage::alloc(dev, out_len, dtype)?;
+    if out_len == 0 {
+        return Ok(out);
+    }
+    let workspace = CudaStorage::alloc(dev, choice.workspace.max(1), DType::U8)?;
+    let (ws, ws_len) = (workspace.ptr() as *mut c_void, choice.workspace);
+    let o = out.ptr() as *mut c_void;
+    let (pa, pb) = (
+        a.ptr_at(a_offset) as *const c_void,
+        b.ptr_at(b_offset) as *const c_void,
+    );
+    // alpha/beta are doubles for F64 compute, floats otherwise.
+    let (one_f, zero_f, one_d, zero_d) = (1f32, 0f32, 1f64, 0f64);
+    let (alpha, beta): (*const c_void, *const c_void) = if dtype == DType::F64 {
+        (&one_d as *const f64 as _, &zero_d as *const f64 as _)
+    } else {
+        (&one_f as *const f32 as _, &zero_f as *const f32 as _)
+    };
+    // SAFETY: every buffer lives on this device and holds its descriptor's elements; the
+    // algorithm and workspace come from `choose` for these descriptors; the call is queued on
+    // the device's stream, which orders it before any later use or free of these buffers.
+    unsafe {
+        match choice.algo {
+            Algo::Forward(algo) => check(
+                "cudnnConvolutionForward",
+                sys::cudnnConvolutionForward(
+                    h, alpha, d.x, pa, d.w, pb, d.conv, algo, ws, ws_len, beta, d.y, o,
+                ),
+            )?,
+            Algo::InputGrad(algo) => check(
+                "cudnnConvolutionBackwardData",
+                sys::cudnnConvolutionBackwardData(
+                    h, alpha, d.w, pb, d.y, pa, d.conv, algo, ws, ws_len, beta, d.x, o,
+                ),
+            )?,
+            Algo::WeightGrad(algo) => check(
+                "cudnnConvolutionBackwardFilter",
+                sys::cudnnConvolutionBackwardFilter(
+                    h, alpha, d.x, pa, d.y, pb, d.conv, algo, ws, ws_len, beta, d.w, o,
+                ),
+            )?,
+        }
+    }
+    Ok(out)
+}
