@@ -4,9 +4,13 @@
 
 pub mod config;
 pub mod labels;
+pub mod loader;
+pub mod shapes;
 
 #[cfg(test)]
 mod tests;
 
 pub use config::DataConfig;
 pub use labels::{ImageEntry, LabelCounts, YoloBox, YoloDataset};
+pub use loader::{ValLoader, ValLoaderOptions, YoloBatch};
+pub use shapes::{generate_shapes, ShapeKind, ShapesOptions};

@@ -259,3 +259,117 @@ fn images_under_10_pixels_are_dropped() {
     let ds = YoloDataset::from_paths(&[d.join("images")], vec!["x".into()]).unwrap();
     assert_dropped(&ds, "<10 pixels");
 }
+
+// ----- the synthetic shapes generator -----
+
+fn small_shapes(seed: u64) -> super::ShapesOptions {
+    super::ShapesOptions { train: 3, val: 8, imgsz: 96, seed, ..Default::default() }
+}
+
+#[test]
+fn generated_dataset_reads_back_with_the_same_boxes() {
+    let dir = tempfile::tempdir().unwrap();
+    let opts = small_shapes(7);
+    let yaml = super::generate_shapes(dir.path(), &opts).unwrap();
+    let config = DataConfig::load(&yaml).unwrap();
+    assert_eq!(config.names, ["circle", "square", "triangle", "cross", "diamond", "ring"]);
+    let ds = YoloDataset::load(&config, "val").unwrap();
+    assert_eq!(ds.images.len(), 8);
+    assert!(ds.warnings.is_empty(), "{:?}", ds.warnings);
+    for (i, entry) in ds.images.iter().enumerate() {
+        let (img, boxes) = super::shapes::sample(&opts, 2, i);
+        assert_eq!(entry.size, (img.width() as usize, img.height() as usize));
+        assert_eq!(entry.size.0.max(entry.size.1), 96);
+        assert!((1..=6).contains(&boxes.len()));
+        assert_eq!(entry.labels.len(), boxes.len(), "image {i}");
+        for (got, (class, xywh)) in entry.labels.iter().zip(&boxes) {
+            assert_eq!(got.class, *class);
+            for (g, w) in got.xywh.iter().zip(xywh) {
+                assert!((*g as f64 - w).abs() < 1e-6, "image {i}: {:?} vs {xywh:?}", got.xywh);
+            }
+        }
+    }
+    assert_eq!(YoloDataset::load(&config, "train").unwrap().images.len(), 3);
+}
+
+#[test]
+fn generated_dataset_is_deterministic_for_a_seed() {
+    let (a, b, c) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    super::generate_shapes(a.path(), &small_shapes(3)).unwrap();
+    super::generate_shapes(b.path(), &small_shapes(3)).unwrap();
+    super::generate_shapes(c.path(), &small_shapes(4)).unwrap();
+    let read = |d: &Path, f: &str| std::fs::read(d.join(f)).unwrap();
+    for f in ["images/val/val_00005.jpg", "labels/val/val_00005.txt", "labels/train/train_00002.txt"] {
+        assert_eq!(read(a.path(), f), read(b.path(), f), "{f}");
+    }
+    assert_ne!(read(a.path(), "images/val/val_00005.jpg"), read(c.path(), "images/val/val_00005.jpg"));
+}
+
+// ----- the validation loader -----
+
+fn shapes_val(n: usize, imgsz: usize) -> (tempfile::TempDir, std::sync::Arc<YoloDataset>) {
+    let dir = tempfile::tempdir().unwrap();
+    let opts = super::ShapesOptions { train: 0, val: n, imgsz, seed: 11, ..Default::default() };
+    let yaml = super::generate_shapes(dir.path(), &opts).unwrap();
+    let ds = YoloDataset::load(&DataConfig::load(&yaml).unwrap(), "val").unwrap();
+    (dir, std::sync::Arc::new(ds))
+}
+
+#[test]
+fn rect_loader_yields_every_image_once_in_aspect_ratio_order() {
+    let (_dir, ds) = shapes_val(11, 64);
+    let opts = super::ValLoaderOptions { batch_size: 4, imgsz: 64, workers: 3, ..Default::default() };
+    let loader = super::ValLoader::new(ds.clone(), &opts).unwrap();
+    assert_eq!(loader.len(), 3);
+    let sizes: Vec<_> = ds.images.iter().map(|e| e.size).collect();
+    let order = crate::vision::rect_order(&sizes);
+    let sorted: Vec<_> = order.iter().map(|&i| sizes[i]).collect();
+    let shapes = crate::vision::rect_batch_shapes(&sorted, 4, 64, 32, 0.5);
+    let mut seen = Vec::new();
+    for (b, batch) in loader.enumerate() {
+        let batch = batch.unwrap();
+        let n = batch.indices.len();
+        assert_eq!(batch.images.dims(), &[n, 3, shapes[b].0, shapes[b].1]);
+        for (k, &i) in batch.indices.iter().enumerate() {
+            assert_eq!(batch.labels[k], ds.images[i].labels);
+            assert_eq!(batch.orig_hw[k], (ds.images[i].size.1, ds.images[i].size.0));
+        }
+        seen.extend(batch.indices);
+    }
+    assert_eq!(seen, order);
+}
+
+#[test]
+fn square_loader_keeps_file_order_and_matches_preprocess_val() {
+    let (_dir, ds) = shapes_val(5, 64);
+    let opts = super::ValLoaderOptions { batch_size: 2, imgsz: 64, rect: false, workers: 2, ..Default::default() };
+    let batches: Vec<_> = super::ValLoader::new(ds.clone(), &opts).unwrap().map(|b| b.unwrap()).collect();
+    let seen: Vec<usize> = batches.iter().flat_map(|b| b.indices.clone()).collect();
+    assert_eq!(seen, [0, 1, 2, 3, 4]);
+    let last = &batches[2];
+    assert_eq!(last.images.dims(), &[1, 3, 64, 64]);
+    let img = crate::vision::image::read_rgb(&ds.images[4].path).unwrap();
+    let (want, rp) = crate::vision::preprocess_val(&img, 64, None);
+    assert_eq!(last.ratio_pad[0], rp);
+    let got = last.images.to_vec::<u8>().unwrap();
+    let (x, y) = (40, 33);
+    let px = want.get_pixel(x, y).0;
+    let plane = 64 * 64;
+    let at = (y * 64 + x) as usize;
+    assert_eq!([got[at], got[plane + at], got[2 * plane + at]], px, "NCHW, RGB planes");
+}
+
+#[test]
+fn loader_reports_an_unreadable_image_by_name_and_stops_cleanly() {
+    let (dir, ds) = shapes_val(6, 64);
+    std::fs::write(&ds.images[3].path, b"\xFF\xD8 truncated").unwrap();
+    let opts = super::ValLoaderOptions { batch_size: 2, imgsz: 64, rect: false, workers: 2, ..Default::default() };
+    let results: Vec<_> = super::ValLoader::new(ds.clone(), &opts).unwrap().collect();
+    let err = results[1].as_ref().unwrap_err().to_string();
+    assert!(err.contains("val_00003.jpg"), "{err}");
+    // dropping a loader part-way joins its workers
+    let mut loader = super::ValLoader::new(ds, &opts).unwrap();
+    assert!(loader.next().unwrap().is_ok());
+    drop(loader);
+    drop(dir);
+}
