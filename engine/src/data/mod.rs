@@ -10,6 +10,7 @@ pub mod npy;
 pub mod scaling;
 pub mod spirals;
 pub mod token_file;
+pub mod yolo;
 mod untrusted;
 
 pub use batches::{Batches, DataLoader};

@@ -1,0 +1,240 @@
+//! The validation loader: decodes and letterboxes images on worker threads ahead of the
+//! consumer and hands out batches in ultralytics' order.
+//!
+//! With `rect` (what `model.val()` uses) images are ordered by aspect ratio and each batch
+//! gets its own canvas (`vision::rect`); otherwise they keep file order and every canvas is
+//! `imgsz` x `imgsz`. Workers take images in that order from a shared counter and send them
+//! through a bounded channel, so at most `prefetch` batches' worth of decoded images wait; the
+//! consumer puts them back in order. Dropping the loader stops and joins the workers.
+//!
+//! Batches are U8 NCHW RGB, `[B, 3, H, W]`: the layout YOLO models take, so the consumer only
+//! converts the dtype (`/ 255`) and moves it to the device; the transpose from HWC is done
+//! on the workers, in parallel, rather than on the consumer's thread.
+//!
+//! Labels stay normalised to the original image (ultralytics normalises them to the canvas and
+//! maps them back with `scale_boxes`; the two agree to float rounding).
+
+use super::labels::{YoloBox, YoloDataset};
+use crate::vision::image::read_rgb;
+use crate::vision::{preprocess_val, rect_batch_shapes, rect_order, RatioPad, RgbImage};
+use crate::{Error, Result, Tensor};
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::mpsc::{sync_channel, Receiver};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+
+/// How to batch and preprocess.
+#[derive(Clone, Debug)]
+pub struct ValLoaderOptions {
+    pub batch_size: usize,
+    pub imgsz: usize,
+    /// The model's largest stride (rect canvases are multiples of it).
+    pub stride: usize,
+    /// Rectangular batches, ordered by aspect ratio (ultralytics' `rect=True`).
+    pub rect: bool,
+    /// Worker threads (0: one per core, at most 8).
+    pub workers: usize,
+    /// Batches decoded ahead of the consumer.
+    pub prefetch: usize,
+}
+
+impl Default for ValLoaderOptions {
+    fn default() -> Self {
+        ValLoaderOptions { batch_size: 16, imgsz: 640, stride: 32, rect: true, workers: 0, prefetch: 2 }
+    }
+}
+
+/// One batch.
+#[derive(Clone, Debug)]
+pub struct YoloBatch {
+    /// U8 `[B, 3, H, W]`, RGB, on the host.
+    pub images: Tensor,
+    /// Each image's index in `YoloDataset::images`.
+    pub indices: Vec<usize>,
+    pub paths: Vec<PathBuf>,
+    /// Original (height, width) of each image.
+    pub orig_hw: Vec<(usize, usize)>,
+    /// How to map each image's predictions back (`vision::scale_boxes`).
+    pub ratio_pad: Vec<RatioPad>,
+    /// Each image's labels, normalised to the original image.
+    pub labels: Vec<Vec<YoloBox>>,
+}
+
+/// One image's place in the order and its canvas.
+#[derive(Clone)]
+struct Job {
+    index: usize,
+    path: PathBuf,
+    canvas_hw: (usize, usize),
+}
+
+type Done = (usize, Result<(Vec<u8>, RatioPad)>);
+
+/// The loader: an iterator over `Result<YoloBatch>`.
+pub struct ValLoader {
+    dataset: Arc<YoloDataset>,
+    jobs: Arc<Vec<Job>>,
+    batch_size: usize,
+    next_position: usize,
+    pending: BTreeMap<usize, Result<(Vec<u8>, RatioPad)>>,
+    receiver: Option<Receiver<Done>>,
+    stop: Arc<AtomicBool>,
+    workers: Vec<JoinHandle<()>>,
+}
+
+impl ValLoader {
+    pub fn new(dataset: Arc<YoloDataset>, opts: &ValLoaderOptions) -> Result<ValLoader> {
+        if opts.batch_size == 0 || opts.imgsz == 0 || opts.stride == 0 {
+            return Err(Error::invalid("yolo val loader", "batch_size, imgsz and stride must be positive"));
+        }
+        let jobs = Arc::new(plan(&dataset, opts));
+        let workers = match opts.workers {
+            0 => std::thread::available_parallelism().map_or(4, |n| n.get()).min(8),
+            n => n,
+        };
+        let (sender, receiver) = sync_channel::<Done>(opts.batch_size * opts.prefetch.max(1));
+        let next = Arc::new(AtomicUsize::new(0));
+        let stop = Arc::new(AtomicBool::new(false));
+        let imgsz = opts.imgsz;
+        let handles = (0..workers.min(jobs.len()).max(1))
+            .map(|_| {
+                let (jobs, next, stop, sender) = (jobs.clone(), next.clone(), stop.clone(), sender.clone());
+                std::thread::spawn(move || loop {
+                    let position = next.fetch_add(1, Ordering::Relaxed);
+                    let Some(job) = jobs.get(position) else { return };
+                    if stop.load(Ordering::Relaxed) {
+                        return;
+                    }
+                    let result = read_rgb(&job.path).map(|img| {
+                        let (out, rp) = preprocess_val(&img, imgsz, Some(job.canvas_hw));
+                        (hwc_to_chw(&out), rp)
+                    });
+                    if sender.send((position, result)).is_err() {
+                        return;
+                    }
+                })
+            })
+            .collect();
+        Ok(ValLoader {
+            dataset,
+            jobs,
+            batch_size: opts.batch_size,
+            next_position: 0,
+            pending: BTreeMap::new(),
+            receiver: Some(receiver),
+            stop,
+            workers: handles,
+        })
+    }
+
+    /// The number of batches.
+    pub fn len(&self) -> usize {
+        self.jobs.len().div_ceil(self.batch_size)
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.jobs.is_empty()
+    }
+
+    /// The image at `position` of the order, waiting for the workers as needed.
+    fn take(&mut self, position: usize) -> Result<(Vec<u8>, RatioPad)> {
+        loop {
+            if let Some(done) = self.pending.remove(&position) {
+                return done;
+            }
+            let receiver = self.receiver.as_ref().ok_or_else(|| Error::invalid("yolo val loader", "stopped"))?;
+            match receiver.recv() {
+                Ok((p, result)) => {
+                    self.pending.insert(p, result);
+                }
+                Err(_) => return Err(Error::invalid("yolo val loader", "a worker thread ended early")),
+            }
+        }
+    }
+}
+
+impl Iterator for ValLoader {
+    type Item = Result<YoloBatch>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        let start = self.next_position;
+        if start >= self.jobs.len() {
+            return None;
+        }
+        let end = (start + self.batch_size).min(self.jobs.len());
+        self.next_position = end;
+        let (h, w) = self.jobs[start].canvas_hw;
+        let mut pixels = Vec::with_capacity((end - start) * 3 * h * w);
+        let (mut indices, mut paths, mut ratio_pad, mut labels) = (vec![], vec![], vec![], vec![]);
+        for position in start..end {
+            let (chw, rp) = match self.take(position) {
+                Ok(done) => done,
+                Err(e) => return Some(Err(e)),
+            };
+            let job = &self.jobs[position];
+            let entry = &self.dataset.images[job.index];
+            if chw.len() != 3 * h * w {
+                let msg = format!("{}: preprocessed to the wrong size for its {h}x{w} batch", entry.path.display());
+                return Some(Err(Error::invalid("yolo val loader", msg)));
+            }
+            pixels.extend_from_slice(&chw);
+            indices.push(job.index);
+            paths.push(entry.path.clone());
+            ratio_pad.push(rp);
+            labels.push(entry.labels.clone());
+        }
+        let images = match Tensor::from_vec(pixels, &[end - start, 3, h, w]) {
+            Ok(t) => t,
+            Err(e) => return Some(Err(e)),
+        };
+        let orig_hw = ratio_pad.iter().map(|rp: &RatioPad| rp.orig_hw).collect();
+        Some(Ok(YoloBatch { images, indices, paths, orig_hw, ratio_pad, labels }))
+    }
+}
+
+impl Drop for ValLoader {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        // Dropping the receiver fails the workers' pending sends, so none blocks forever.
+        self.receiver = None;
+        for handle in self.workers.drain(..) {
+            let _ = handle.join();
+        }
+    }
+}
+
+/// The order images are served in, each with its canvas.
+fn plan(dataset: &YoloDataset, opts: &ValLoaderOptions) -> Vec<Job> {
+    let images = &dataset.images;
+    if !opts.rect {
+        let canvas = (opts.imgsz, opts.imgsz);
+        return images.iter().enumerate().map(|(index, e)| Job { index, path: e.path.clone(), canvas_hw: canvas }).collect();
+    }
+    let sizes: Vec<(usize, usize)> = images.iter().map(|e| e.size).collect();
+    let order = rect_order(&sizes);
+    let sorted: Vec<(usize, usize)> = order.iter().map(|&i| sizes[i]).collect();
+    let shapes = rect_batch_shapes(&sorted, opts.batch_size, opts.imgsz, opts.stride, 0.5);
+    order
+        .iter()
+        .enumerate()
+        .map(|(position, &index)| Job {
+            index,
+            path: images[index].path.clone(),
+            canvas_hw: shapes[position / opts.batch_size],
+        })
+        .collect()
+}
+
+/// Interleaved RGB rows to planar channels.
+fn hwc_to_chw(img: &RgbImage) -> Vec<u8> {
+    let plane = img.width() as usize * img.height() as usize;
+    let mut out = vec![0u8; 3 * plane];
+    for (i, px) in img.as_raw().chunks_exact(3).enumerate() {
+        out[i] = px[0];
+        out[plane + i] = px[1];
+        out[2 * plane + i] = px[2];
+    }
+    out
+}

@@ -1,0 +1,16 @@
+//! ultralytics-format detection datasets: the dataset YAML, image and label files with
+//! ultralytics' checks, a validation loader that decodes and letterboxes ahead of the consumer,
+//! and a generator of synthetic shape datasets.
+
+pub mod config;
+pub mod labels;
+pub mod loader;
+pub mod shapes;
+
+#[cfg(test)]
+mod tests;
+
+pub use config::DataConfig;
+pub use labels::{ImageEntry, LabelCounts, YoloBox, YoloDataset};
+pub use loader::{ValLoader, ValLoaderOptions, YoloBatch};
+pub use shapes::{generate_shapes, ShapeKind, ShapesOptions};

@@ -1,0 +1,19 @@
+//! Images for vision models: decoding to U8 HWC RGB tensors, OpenCV-exact bilinear resize,
+//! ultralytics' letterbox and rect batches, and drawing boxes with labels.
+
+pub mod draw;
+mod exif;
+pub mod image;
+pub mod letterbox;
+pub mod rect;
+pub mod resize;
+
+pub use self::image::{decode_image, image_size, read_image, save_image};
+/// The host image type the vision functions share (8-bit RGB, row-major, interleaved).
+pub use ::image::RgbImage;
+pub use letterbox::{preprocess_val, scale_boxes, Letterbox, RatioPad};
+pub use rect::{rect_batch_shapes, rect_order};
+pub use resize::resize_linear;
+
+#[cfg(test)]
+mod tests;
