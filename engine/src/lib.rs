@@ -21,6 +21,7 @@ pub mod optim;
 pub mod random;
 mod tensor;
 pub mod text;
+pub mod vision;
 
 pub use autograd::{is_grad_enabled, no_grad, NoGradGuard};
 pub use device::Device;
