@@ -2,4 +2,5 @@
 //! and detection metrics, following ultralytics' definitions so numbers can be compared.
 
 pub mod boxes;
+pub mod metrics;
 pub mod nms;
