@@ -3,10 +3,14 @@
 //! matrix.
 
 pub mod ap;
+pub mod confusion;
+pub mod det_metrics;
 pub mod matching;
 pub mod numeric;
 
 pub use ap::{ap_per_class, ap_per_class_in_order, compute_ap, ApPerClass, DetectionStats};
+pub use confusion::{ConfusionMatrix, DetectionsRef, CONFUSION_IOU};
+pub use det_metrics::{DetMetrics, ImageStats};
 pub use matching::{
     iou_thresholds, match_predictions, target_boxes_in_pixels, true_positives, NIOU,
 };
