@@ -4,3 +4,4 @@
 pub mod boxes;
 pub mod metrics;
 pub mod nms;
+pub mod report;
