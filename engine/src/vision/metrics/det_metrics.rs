@@ -6,7 +6,7 @@
 //! `[classes, 10]` AP array, as `all_ap.mean()` does. Fitness is ultralytics 8.4.190's
 //! `0·P + 0·R + 0·mAP50 + 1·mAP50-95` with NaN read as 0.
 
-use super::ap::{ap_per_class, ApPerClass, DetectionStats};
+use super::ap::{self, ApPerClass, DetectionStats};
 use super::matching::NIOU;
 use super::numeric::{mean, sum};
 
@@ -57,9 +57,17 @@ impl DetMetrics {
         self.stats.target_cls.extend(image.target_cls);
     }
 
-    /// Computes the results from everything accumulated so far.
+    /// Computes the results from everything accumulated so far (predictions of equal
+    /// confidence in accumulation order; see `ap.rs`).
     pub fn process(&mut self) {
-        self.results = ap_per_class(&self.stats);
+        let order = ap::stable_order(&self.stats.conf);
+        self.process_in_order(&order);
+    }
+
+    /// `process` visiting predictions in `order` (descending confidence), e.g. the order
+    /// NumPy's `argsort(-conf)` chose.
+    pub fn process_in_order(&mut self, order: &[usize]) {
+        self.results = ap::ap_per_class_in_order(&self.stats, order);
         self.nt_per_class = bincount(&self.stats.target_cls, self.names.len());
         self.nt_per_image = bincount(&self.target_img, self.names.len());
     }
