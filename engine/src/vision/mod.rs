@@ -1,11 +1,17 @@
-//! Images for vision models: decoding to U8 HWC RGB tensors, OpenCV-exact bilinear resize,
-//! ultralytics' letterbox and rect batches, and drawing boxes with labels.
+//! Computer vision for detection models: decoding images to U8 HWC RGB tensors, OpenCV-exact
+//! bilinear resize, ultralytics' letterbox and rect batches, drawing boxes with labels, box
+//! arithmetic, non-maximum suppression and detection metrics, following ultralytics'
+//! definitions so numbers can be compared.
 
+pub mod boxes;
 pub mod draw;
 mod exif;
 pub mod image;
 pub mod letterbox;
+pub mod metrics;
+pub mod nms;
 pub mod rect;
+pub mod report;
 pub mod resize;
 
 pub use self::image::{decode_image, image_size, read_image, save_image};
