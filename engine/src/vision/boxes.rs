@@ -58,15 +58,7 @@ pub fn clip_box(b: Box4, height: f32, width: f32) -> Box4 {
     ]
 }
 
-/// How a letterboxed image maps to the original: per-axis gains (new / old) and the padding
-/// added on the left and top. This is ultralytics' `ratio_pad = ((gain_h, gain_w), (pad_w, pad_h))`.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub struct RatioPad {
-    pub gain_h: f64,
-    pub gain_w: f64,
-    pub pad_w: f64,
-    pub pad_h: f64,
-}
+pub use super::letterbox::RatioPad;
 
 impl RatioPad {
     /// The letterbox geometry ultralytics infers when no `ratio_pad` is given: one gain for
@@ -79,22 +71,24 @@ impl RatioPad {
         let new_h = round_half_even(h0 * gain).max(1.0);
         let new_w = round_half_even(w0 * gain).max(1.0);
         RatioPad {
-            gain_h: new_h / h0,
-            gain_w: new_w / w0,
-            pad_w: round_half_even((w1 - new_w) / 2.0 - 0.1),
-            pad_h: round_half_even((h1 - new_h) / 2.0 - 0.1),
+            gain_hw: (new_h / h0, new_w / w0),
+            pad_xy: (
+                round_half_even((w1 - new_w) / 2.0 - 0.1),
+                round_half_even((h1 - new_h) / 2.0 - 0.1),
+            ),
+            orig_hw: original,
         }
     }
 }
 
 /// Maps corner boxes from the letterboxed image back to the original image (ultralytics'
 /// `scale_boxes` with `padding=True`, `xywh=False`): subtract the padding, divide by the gain,
-/// clip to the original `(height, width)`. The gains and pads are Python floats applied to an
+/// clip to the original `(height, width)` that `ratio_pad` carries. The gains and pads are Python floats applied to an
 /// f32 tensor, so they are rounded to f32 before the arithmetic.
-pub fn scale_boxes(boxes: &mut [Box4], ratio_pad: &RatioPad, original: (usize, usize)) {
-    let (pad_w, pad_h) = (ratio_pad.pad_w as f32, ratio_pad.pad_h as f32);
-    let (gain_w, gain_h) = (ratio_pad.gain_w as f32, ratio_pad.gain_h as f32);
-    let (h, w) = (original.0 as f32, original.1 as f32);
+pub fn scale_boxes(boxes: &mut [Box4], ratio_pad: &RatioPad) {
+    let (pad_w, pad_h) = (ratio_pad.pad_xy.0 as f32, ratio_pad.pad_xy.1 as f32);
+    let (gain_h, gain_w) = (ratio_pad.gain_hw.0 as f32, ratio_pad.gain_hw.1 as f32);
+    let (h, w) = (ratio_pad.orig_hw.0 as f32, ratio_pad.orig_hw.1 as f32);
     for b in boxes.iter_mut() {
         let scaled = [
             (b[0] - pad_w) / gain_w,
@@ -174,25 +168,23 @@ mod tests {
     fn ratio_pad_from_shapes_matches_the_letterbox_geometry() {
         // A 480x640 image letterboxed to 640x640: gain 1, 80 pixels of padding top and bottom.
         let rp = RatioPad::from_shapes((640, 640), (480, 640));
-        assert_eq!(rp.gain_h, 1.0);
-        assert_eq!(rp.gain_w, 1.0);
-        assert_eq!((rp.pad_w, rp.pad_h), (0.0, 80.0));
+        assert_eq!(rp.gain_hw, (1.0, 1.0));
+        assert_eq!(rp.pad_xy, (0.0, 80.0));
         // 333x500 to 640: gain 1.28, new side 426.24 -> 426, pad (640-426)/2 - 0.1 = 106.9 -> 107.
         let rp = RatioPad::from_shapes((640, 640), (333, 500));
-        assert_eq!(rp.gain_h, 426.0 / 333.0);
-        assert_eq!(rp.pad_h, 107.0);
+        assert_eq!(rp.gain_hw.0, 426.0 / 333.0);
+        assert_eq!(rp.pad_xy.1, 107.0);
     }
 
     #[test]
     fn scale_boxes_removes_padding_divides_by_gain_and_clips() {
         let rp = RatioPad {
-            gain_h: 0.5,
-            gain_w: 0.5,
-            pad_w: 0.0,
-            pad_h: 80.0,
+            gain_hw: (0.5, 0.5),
+            pad_xy: (0.0, 80.0),
+            orig_hw: (960, 1280),
         };
         let mut b = [[10.0, 90.0, 20.0, 100.0], [-4.0, 70.0, 700.0, 600.0]];
-        scale_boxes(&mut b, &rp, (960, 1280));
+        scale_boxes(&mut b, &rp);
         assert_eq!(b[0], [20.0, 20.0, 40.0, 40.0]);
         assert_eq!(b[1], [0.0, 0.0, 1280.0, 960.0]);
     }

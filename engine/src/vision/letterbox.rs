@@ -8,7 +8,7 @@
 //!    (Python's half-to-even `round`), then the padding split as `round(d / 2 - 0.1)` before and
 //!    `round(d / 2 + 0.1)` after, filled with grey 114.
 //! 3. The validator maps predictions back with `ratio_pad = ((gain_h, gain_w), (pad_left,
-//!    pad_top))`, both gains being step 1's ratio times step 2's ([`scale_boxes`]).
+//!    pad_top))`, both gains being step 1's ratio times step 2's ([`super::boxes::scale_boxes`]).
 //!
 //! Rect batches (`set_rectangle`, which `model.val()` turns on) are in `super::rect` .
 
@@ -121,16 +121,3 @@ pub fn preprocess_val(
     (out, ratio_pad)
 }
 
-/// `ops.scale_boxes` with a `ratio_pad`: xyxy boxes on the preprocessed image back onto the
-/// original, clipped to it.
-pub fn scale_boxes(boxes: &mut [[f32; 4]], rp: &RatioPad) {
-    let (gh, gw) = (rp.gain_hw.0 as f32, rp.gain_hw.1 as f32);
-    let (px, py) = (rp.pad_xy.0 as f32, rp.pad_xy.1 as f32);
-    let (h, w) = (rp.orig_hw.0 as f32, rp.orig_hw.1 as f32);
-    for b in boxes {
-        b[0] = ((b[0] - px) / gw).clamp(0.0, w);
-        b[1] = ((b[1] - py) / gh).clamp(0.0, h);
-        b[2] = ((b[2] - px) / gw).clamp(0.0, w);
-        b[3] = ((b[3] - py) / gh).clamp(0.0, h);
-    }
-}

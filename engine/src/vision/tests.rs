@@ -1,7 +1,8 @@
 //! Tests of decoding, the OpenCV-exact resize (against fixtures from real cv2), the letterbox
 //! and rect-batch geometry (against numbers worked out from ultralytics' formulas).
 
-use super::letterbox::{load_size, preprocess_val, scale_boxes, Letterbox, PAD_VALUE};
+use super::boxes::scale_boxes;
+use super::letterbox::{load_size, preprocess_val, Letterbox, PAD_VALUE};
 use super::{image as img, rect_batch_shapes, rect_order, resize::resize_linear_raw};
 use crate::data::npy::read_npy;
 use crate::{DType, Error, Tensor};
