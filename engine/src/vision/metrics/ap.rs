@@ -53,14 +53,18 @@ pub struct ApPerClass {
 
 /// `ap_per_class` with a stable descending sort by confidence.
 pub fn ap_per_class(stats: &DetectionStats) -> ApPerClass {
-    let conf = &stats.conf;
+    ap_per_class_in_order(stats, &stable_order(&stats.conf))
+}
+
+/// Indices by descending confidence, ties in index order.
+pub fn stable_order(conf: &[f32]) -> Vec<usize> {
     let mut order: Vec<usize> = (0..conf.len()).collect();
     order.sort_by(|&a, &b| {
         conf[b]
             .partial_cmp(&conf[a])
             .unwrap_or(std::cmp::Ordering::Equal)
     });
-    ap_per_class_in_order(stats, &order)
+    order
 }
 
 /// `ap_per_class` visiting predictions in `order` (descending confidence). Indices out of
