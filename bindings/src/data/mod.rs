@@ -2,6 +2,7 @@
 //! batches. The token-file functions live in `token_files`.
 
 mod token_files;
+mod yolo;
 
 use crate::error::{guard, RhaiResult};
 use crate::help::Api;
@@ -136,6 +137,7 @@ pub fn register(engine: &mut Engine) {
             |s: &mut Standardizer, d: Dataset| guard(|| s.transform_dataset(&d)),
         );
         token_files::register(&mut api);
+        yolo::register(&mut api);
     }
     engine.register_static_module("data", module.into());
 }

@@ -10,8 +10,10 @@ pub mod definitions;
 mod head;
 mod load;
 mod network;
+pub mod predict;
 #[cfg(test)]
 mod tests;
+pub mod val;
 mod weights;
 
 pub use build::SUPPORTED;

@@ -1,0 +1,95 @@
+//! The `yolo::` namespace: YOLOv8/YOLO11 detectors loaded from ultralytics weights or built
+//! from a model YAML, validated on an ultralytics dataset, and run on images.
+
+mod model;
+
+pub use model::Yolo;
+
+use crate::error::guard;
+use crate::help::Api;
+use rhai::{Array, Dynamic, Engine, Module, INT};
+use rusting_brain::nn::Module as _;
+use std::path::Path;
+
+/// A tiny dataset `data` (data.yaml path) and a 1/16-width YOLO11 `model` with its 6 classes.
+macro_rules! with_yolo {
+    ($example:expr) => {
+        concat!(
+            "let data = data::yolo_shapes(\"shapes\", #{ train: 2, val: 2, imgsz: 64 }); ",
+            "let model = yolo::model(\"yolo11n.yaml\", #{ classes: 6 }); ",
+            $example
+        )
+    };
+}
+
+pub fn register(engine: &mut Engine) {
+    engine.register_type_with_name::<Yolo>("Yolo");
+    let mut module = Module::new();
+    {
+        let mut api = Api::new(&mut module, Some("yolo"));
+        api.func(
+            "load",
+            "yolo::load(path) -> Yolo",
+            "Opens YOLO weights: an ultralytics .pt checkpoint (read without Python), our .safetensors, an ultralytics ONNX export, or a model YAML (yolo11n.yaml, yolov8s.yaml, ... are built in) for a fresh network.",
+            "let model = yolo::load(\"yolov8n.yaml\");",
+            model::load,
+        );
+        api.func(
+            "model",
+            "yolo::model(yaml, #{ classes, seed }) -> Yolo",
+            "A freshly initialised detector from a model YAML and scale (yolo11n.yaml); classes is a count or an array of names.",
+            "let model = yolo::model(\"yolo11n.yaml\", #{ classes: [\"cat\", \"dog\"] });",
+            model::fresh,
+        );
+        api.method(
+            "val",
+            "model.val(#{ data, imgsz, batch, conf, iou, half, rect, split, workers, verbose }) -> map",
+            "Validates on an ultralytics dataset as `yolo val` does; prints the per-class table and speed, returns #{ map50, map, precision, recall, per_class, speed, images_per_second, table, warnings }.",
+            with_yolo!("let r = model.val(#{ data: data, imgsz: 64, batch: 2, verbose: false }); print(r.map50);"),
+            model::val,
+        );
+        api.method(
+            "predict",
+            "model.predict(image, #{ conf, iou, imgsz, half }) -> array",
+            "Detects objects in an image (a path or a U8 [H, W, 3] tensor): an array of #{ box: [x1, y1, x2, y2], class, name, confidence } in the image's pixels.",
+            with_yolo!("let dets = model.predict(\"shapes/images/val/0.jpg\", #{ imgsz: 64, conf: 0.0 });"),
+            model::predict,
+        );
+        api.method(
+            "fuse",
+            "model.fuse() -> Yolo",
+            "The inference form: batch norms folded into the convolutions; same predictions, fewer operations.",
+            with_yolo!("let fast = model.fuse();"),
+            |m: &mut Yolo| guard(|| m.lock().fuse()).and_then(Yolo::new),
+        );
+        api.method(
+            "save",
+            "model.save(path)",
+            "Writes the weights to safetensors, with the model YAML and class names in its metadata (yolo::load reads it back).",
+            with_yolo!("model.save(\"shapes.safetensors\"); let again = yolo::load(\"shapes.safetensors\");"),
+            |m: &mut Yolo, path: &str| guard(|| m.lock().save_safetensors(Path::new(path))),
+        );
+        api.method(
+            "names",
+            "model.names() -> array",
+            "The class names, by class id.",
+            with_yolo!("print(model.names());"),
+            |m: &mut Yolo| -> Array { m.lock().names.iter().map(|n| Dynamic::from(n.clone())).collect() },
+        );
+        api.method(
+            "summary",
+            "model.summary() -> string",
+            "One line per layer (from, module, parameters) and the totals.",
+            with_yolo!("print(model.summary());"),
+            |m: &mut Yolo| m.lock().summary(),
+        );
+        api.method(
+            "num_parameters",
+            "model.num_parameters() -> int",
+            "The number of trainable parameters.",
+            with_yolo!("print(model.num_parameters());"),
+            |m: &mut Yolo| m.lock().num_parameters() as INT,
+        );
+    }
+    engine.register_static_module("yolo", module.into());
+}

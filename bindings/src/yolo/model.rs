@@ -1,0 +1,178 @@
+//! The YOLO detector as a Rhai value, and the conversions of its results into script maps.
+
+use crate::error::{guard, runtime_error, RhaiResult};
+use crate::options::Options;
+use rhai::{Array, Dynamic, Map, FLOAT, INT};
+use rusting_brain::data::yolo::DataConfig;
+use rusting_brain::models::yolo::predict::{Detection, PredictOptions};
+use rusting_brain::models::yolo::val::{validate, ValOptions, ValReport};
+use rusting_brain::models::yolo::{YoloConfig, YoloModel};
+use rusting_brain::nn::Module;
+use rusting_brain::vision::RgbImage;
+use rusting_brain::{Generator, Tensor};
+use std::path::Path;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+#[derive(Clone)]
+pub struct Yolo(Arc<Mutex<YoloModel>>);
+
+impl Yolo {
+    pub fn new(model: YoloModel) -> RhaiResult<Self> {
+        let device = crate::tensor::default_device();
+        guard(|| model.to_device(device))?;
+        Ok(Yolo(Arc::new(Mutex::new(model))))
+    }
+
+    pub fn lock(&self) -> MutexGuard<'_, YoloModel> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// `yolo::load(path)`: `.pt`, `.safetensors`, `.onnx` or a model YAML.
+pub fn load(path: &str) -> RhaiResult<Yolo> {
+    Yolo::new(guard(|| YoloModel::load(Path::new(path)))?)
+}
+
+/// `yolo::model(yaml, #{ classes, seed })`: a fresh network; `classes` is a count or names.
+pub fn fresh(yaml: &str, opts: Map) -> RhaiResult<Yolo> {
+    let o = Options::new("yolo::model", opts, &["classes", "seed"])?;
+    let names: Vec<String> = match o.get("classes") {
+        None => Vec::new(),
+        Some(v) if v.is_int() => {
+            let n = crate::convert::usize_of(v.as_int().unwrap_or(0), "yolo::model classes")?;
+            (0..n).map(|i| format!("class{i}")).collect()
+        }
+        Some(v) if v.is_array() => v
+            .clone()
+            .into_array()
+            .unwrap_or_default()
+            .into_iter()
+            .map(|n| n.into_string().map_err(|_| runtime_error("yolo::model: classes must be a count or an array of names")))
+            .collect::<RhaiResult<_>>()?,
+        Some(_) => return Err(runtime_error("yolo::model: classes must be a count or an array of names")),
+    };
+    let nc = (!names.is_empty()).then_some(names.len());
+    let seed = o.int("seed", 0)? as u64;
+    let model = guard(|| {
+        let cfg = YoloConfig::from_file(Path::new(yaml), nc)?;
+        let mut m = YoloModel::build(&cfg, names, false, &mut Generator::new(seed))?;
+        m.eval();
+        Ok(m)
+    })?;
+    Yolo::new(model)
+}
+
+pub fn val(m: &mut Yolo, opts: Map) -> RhaiResult<Map> {
+    let o = Options::new(
+        "model.val",
+        opts,
+        &["data", "imgsz", "batch", "conf", "iou", "half", "rect", "split", "workers", "verbose", "max_det"],
+    )?;
+    let data = o
+        .string("data")?
+        .ok_or_else(|| runtime_error("model.val: `data` (the dataset's data.yaml) is required"))?;
+    let d = ValOptions::default();
+    let vo = ValOptions {
+        imgsz: o.usize("imgsz", d.imgsz)?,
+        batch: o.usize("batch", d.batch)?,
+        conf: o.float("conf", d.conf)?,
+        iou: o.float("iou", d.iou)?,
+        max_det: o.usize("max_det", d.max_det)?,
+        half: o.bool("half", d.half)?,
+        rect: o.bool("rect", d.rect)?,
+        split: o.string("split")?.unwrap_or(d.split),
+        workers: o.usize("workers", d.workers)?,
+    };
+    let verbose = o.bool("verbose", true)?;
+    let device = crate::tensor::default_device();
+    let model = m.lock();
+    let report = guard(|| {
+        let config = DataConfig::load(&data)?;
+        validate(&model, &config, &vo, device, |_, _| {})
+    })?;
+    if verbose {
+        for w in &report.warnings {
+            eprintln!("WARNING {w}");
+        }
+        println!("{}", report.table);
+        println!("{}", rusting_brain::vision::report::speed_line(&report.speed));
+    }
+    Ok(report_map(&report))
+}
+
+fn report_map(r: &ValReport) -> Map {
+    let [mp, mr, map50, map] = r.metrics.mean_results();
+    let mut out = Map::new();
+    out.insert("precision".into(), Dynamic::from_float(mp));
+    out.insert("recall".into(), Dynamic::from_float(mr));
+    out.insert("map50".into(), Dynamic::from_float(map50));
+    out.insert("map".into(), Dynamic::from_float(map));
+    out.insert("images".into(), Dynamic::from_int(r.metrics.seen as INT));
+    let res = &r.metrics.results;
+    let per_class: Array = res
+        .classes
+        .iter()
+        .enumerate()
+        .map(|(i, &c)| {
+            let mut row = Map::new();
+            row.insert("class".into(), Dynamic::from_int(c as INT));
+            let name = r.metrics.names.get(c).cloned().unwrap_or_default();
+            row.insert("name".into(), name.into());
+            row.insert("images".into(), Dynamic::from_int(r.metrics.nt_per_image.get(c).copied().unwrap_or(0) as INT));
+            row.insert("instances".into(), Dynamic::from_int(r.metrics.nt_per_class.get(c).copied().unwrap_or(0) as INT));
+            row.insert("p".into(), Dynamic::from_float(res.p[i]));
+            row.insert("r".into(), Dynamic::from_float(res.r[i]));
+            row.insert("map50".into(), Dynamic::from_float(res.ap[i][0]));
+            row.insert("map".into(), Dynamic::from_float(res.ap[i].iter().sum::<f64>() / res.ap[i].len() as f64));
+            Dynamic::from_map(row)
+        })
+        .collect();
+    out.insert("per_class".into(), per_class.into());
+    let mut speed = Map::new();
+    speed.insert("preprocess".into(), Dynamic::from_float(r.speed.preprocess));
+    speed.insert("inference".into(), Dynamic::from_float(r.speed.inference));
+    speed.insert("postprocess".into(), Dynamic::from_float(r.speed.postprocess));
+    out.insert("speed".into(), speed.into());
+    out.insert("images_per_second".into(), Dynamic::from_float(r.images_per_second));
+    out.insert("table".into(), r.table.clone().into());
+    let warnings: Array = r.warnings.iter().map(|w| Dynamic::from(w.clone())).collect();
+    out.insert("warnings".into(), warnings.into());
+    out
+}
+
+/// The image a script passes: a path, or a U8 [H, W, 3] tensor.
+fn image_of(v: &Dynamic) -> RhaiResult<RgbImage> {
+    if let Some(path) = v.clone().try_cast::<rhai::ImmutableString>() {
+        return guard(|| rusting_brain::vision::image::read_rgb(path.as_str()));
+    }
+    if let Some(t) = v.clone().try_cast::<Tensor>() {
+        return guard(|| rusting_brain::vision::image::tensor_to_rgb(&t));
+    }
+    Err(runtime_error("model.predict: the image must be a path or a U8 [H, W, 3] tensor"))
+}
+
+pub fn predict(m: &mut Yolo, image: Dynamic, opts: Map) -> RhaiResult<Array> {
+    let o = Options::new("model.predict", opts, &["conf", "iou", "imgsz", "max_det", "half"])?;
+    let d = PredictOptions::default();
+    let po = PredictOptions {
+        conf: o.float("conf", d.conf)?,
+        iou: o.float("iou", d.iou)?,
+        imgsz: o.usize("imgsz", d.imgsz)?,
+        max_det: o.usize("max_det", d.max_det)?,
+        half: o.bool("half", d.half)?,
+    };
+    let img = image_of(&image)?;
+    let device = crate::tensor::default_device();
+    let dets = guard(|| m.lock().predict(&img, &po, device))?;
+    Ok(dets.iter().map(detection_map).collect())
+}
+
+fn detection_map(d: &Detection) -> Dynamic {
+    let mut row = Map::new();
+    let b: Array = d.xyxy.iter().map(|v| Dynamic::from_float(*v as FLOAT)).collect();
+    row.insert("box".into(), b.into());
+    row.insert("class".into(), Dynamic::from_int(d.class as INT));
+    row.insert("name".into(), d.name.clone().into());
+    row.insert("confidence".into(), Dynamic::from_float(d.confidence as FLOAT));
+    Dynamic::from_map(row)
+}

@@ -1,0 +1,211 @@
+//! Validation as ultralytics' `model.val()` runs it: rect batches decoded and letterboxed on
+//! worker threads, the model on the device, NMS (conf 0.001, IoU 0.7, multi-label, 300 per
+//! image), predictions matched against the labels (both in letterboxed pixels) at IoU
+//! 0.50:0.95, and AP per class with ultralytics' interpolation. The speed split (pre-process,
+//! inference, post-process per image) is measured the way ultralytics' is.
+
+use super::network::YoloModel;
+use crate::data::yolo::{DataConfig, ValLoader, ValLoaderOptions, YoloDataset};
+use crate::vision::metrics::confusion::DetectionsRef;
+use crate::vision::metrics::det_metrics::ImageStats;
+use crate::data::yolo::YoloBox;
+use crate::vision::boxes::{xywh_to_xyxy, Box4};
+use crate::vision::metrics::matching::true_positives;
+use crate::vision::metrics::{ConfusionMatrix, DetMetrics, CONFUSION_IOU};
+use crate::vision::nms::{non_max_suppression, NmsOptions};
+use crate::vision::report::{self, Speed};
+use crate::vision::RatioPad;
+use crate::{no_grad, DType, Device, Error, Result};
+use std::sync::Arc;
+use std::time::Instant;
+
+/// `model.val(...)` settings, with ultralytics' defaults.
+#[derive(Clone, Debug)]
+pub struct ValOptions {
+    pub imgsz: usize,
+    pub batch: usize,
+    pub conf: f64,
+    pub iou: f64,
+    pub max_det: usize,
+    /// F16 inference (the model and the images), as `half=True`.
+    pub half: bool,
+    pub rect: bool,
+    pub split: String,
+    /// Decoding threads (0: one per core, at most 8).
+    pub workers: usize,
+}
+
+impl Default for ValOptions {
+    fn default() -> Self {
+        ValOptions {
+            imgsz: 640,
+            batch: 32,
+            conf: 0.001,
+            iou: 0.7,
+            max_det: 300,
+            half: false,
+            rect: true,
+            split: "val".into(),
+            workers: 0,
+        }
+    }
+}
+
+/// What a validation run found.
+pub struct ValReport {
+    pub metrics: DetMetrics,
+    pub confusion: ConfusionMatrix,
+    /// Milliseconds per image.
+    pub speed: Speed,
+    /// Images per second over the whole run (loading excluded).
+    pub images_per_second: f64,
+    /// The table ultralytics prints (header, `all`, one row per class).
+    pub table: String,
+    /// Images dropped or labels repaired while reading the dataset, one line each.
+    pub warnings: Vec<String>,
+}
+
+impl ValReport {
+    /// (mAP50, mAP50-95).
+    pub fn maps(&self) -> (f64, f64) {
+        let [_, _, map50, map] = self.metrics.mean_results();
+        (map50, map)
+    }
+}
+
+/// Labels (normalised to the original image) as corner boxes in the letterboxed canvas.
+fn targets_on_canvas(labels: &[YoloBox], rp: &RatioPad) -> Vec<Box4> {
+    let sx = (rp.orig_hw.1 as f64 * rp.gain_hw.1) as f32;
+    let sy = (rp.orig_hw.0 as f64 * rp.gain_hw.0) as f32;
+    let (px, py) = (rp.pad_xy.0 as f32, rp.pad_xy.1 as f32);
+    labels
+        .iter()
+        .map(|l| {
+            let c = xywh_to_xyxy(l.xywh);
+            [c[0] * sx + px, c[1] * sy + py, c[2] * sx + px, c[3] * sy + py]
+        })
+        .collect()
+}
+
+fn synchronize(device: Device) -> Result<()> {
+    match device {
+        Device::Cpu => Ok(()),
+        Device::Cuda(i) => crate::backend::cuda::device(i)?.synchronize(),
+    }
+}
+
+/// Validates `model` (already on `device`) on the `split` of the dataset `data`.
+/// `progress(done, total)` is called after each batch.
+pub fn validate(
+    model: &YoloModel,
+    data: &DataConfig,
+    opts: &ValOptions,
+    device: Device,
+    mut progress: impl FnMut(usize, usize),
+) -> Result<ValReport> {
+    if opts.batch == 0 || opts.imgsz == 0 {
+        return Err(Error::invalid("yolo val", "batch and imgsz must be positive"));
+    }
+    let dataset = Arc::new(YoloDataset::load(data, &opts.split)?);
+    if dataset.images.is_empty() {
+        return Err(Error::invalid(
+            "yolo val",
+            format!("no usable images in the `{}` split of {}", opts.split, data.file.display()),
+        ));
+    }
+    let stride = model.max_stride();
+    // ultralytics rounds imgsz up to a multiple of the stride (check_imgsz).
+    let imgsz = opts.imgsz.div_ceil(stride) * stride;
+    let loader = ValLoader::new(
+        dataset.clone(),
+        &ValLoaderOptions {
+            batch_size: opts.batch,
+            imgsz,
+            stride,
+            rect: opts.rect,
+            workers: opts.workers,
+            prefetch: 2,
+        },
+    )?;
+    let total = loader.len();
+    let nms = NmsOptions {
+        conf_thres: opts.conf,
+        iou_thres: opts.iou,
+        max_det: opts.max_det,
+        ..NmsOptions::validation()
+    };
+    let dtype = if opts.half { DType::F16 } else { DType::F32 };
+    let names = model.names.clone();
+    let mut metrics = DetMetrics::new(names.clone());
+    let mut confusion = ConfusionMatrix::new(names.len());
+    let (mut pre, mut inf, mut post) = (0f64, 0f64, 0f64);
+    let started = Instant::now();
+    let mut wait = Instant::now();
+    for (done, batch) in loader.enumerate() {
+        let batch = batch?;
+        // Pre-process: waiting for the decoded batch, the copy to the device and the scaling.
+        let x = batch.images.to(device, dtype)?.div_scalar(255.0)?;
+        synchronize(device)?;
+        let t1 = Instant::now();
+        let pred = no_grad(|| {
+            if opts.half {
+                crate::amp::autocast(Some(DType::F16), || model.forward(&x))
+            } else {
+                model.forward(&x)
+            }
+        })?;
+        synchronize(device)?;
+        let t2 = Instant::now();
+        let kept = non_max_suppression(&pred, &nms)?;
+        for (i, det) in kept.iter().enumerate() {
+            // As ultralytics 8.4 does, predictions and targets meet in the letterboxed image's
+            // pixels (the labels follow the image through resize and padding).
+            let boxes = &det.boxes;
+            let labels = &batch.labels[i];
+            let target_cls: Vec<usize> = labels.iter().map(|l| l.class).collect();
+            let targets = targets_on_canvas(labels, &batch.ratio_pad[i]);
+            let tp = true_positives(boxes, &det.classes, &targets, &target_cls);
+            confusion.process_batch(
+                DetectionsRef {
+                    boxes,
+                    conf: &det.scores,
+                    classes: &det.classes,
+                },
+                &targets,
+                &target_cls,
+                0.25,
+                CONFUSION_IOU,
+            )?;
+            metrics.update(ImageStats {
+                tp,
+                conf: det.scores.clone(),
+                pred_cls: det.classes.clone(),
+                target_cls,
+            });
+        }
+        let t3 = Instant::now();
+        pre += (t1 - wait).as_secs_f64();
+        inf += (t2 - t1).as_secs_f64();
+        post += (t3 - t2).as_secs_f64();
+        wait = Instant::now();
+        progress(done + 1, total);
+    }
+    let elapsed = started.elapsed().as_secs_f64();
+    metrics.process();
+    let seen = metrics.seen.max(1) as f64;
+    let speed = Speed {
+        preprocess: pre * 1e3 / seen,
+        inference: inf * 1e3 / seen,
+        loss: 0.0,
+        postprocess: post * 1e3 / seen,
+    };
+    let table = format!("{}\n{}", report::header(), report::results_table(&metrics, true));
+    Ok(ValReport {
+        images_per_second: metrics.seen as f64 / elapsed.max(1e-9),
+        metrics,
+        confusion,
+        speed,
+        table,
+        warnings: dataset.warnings.clone(),
+    })
+}
