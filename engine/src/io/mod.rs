@@ -1,5 +1,6 @@
 //! Weight formats: safetensors read and write; PyTorch `.pt` and ONNX models read.
 
+pub mod onnx;
 pub mod safetensors;
 pub mod torch;
 

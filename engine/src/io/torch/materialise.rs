@@ -1,15 +1,16 @@
 //! Turns the pickle's object graph into an owned [`Value`] tree, loading tensors on the way.
 //!
 //! Objects that the graph shares appear once per reference in the tree (tensors share their
-//! data). Two limits keep a hostile file from exhausting memory or the stack: a nesting depth,
-//! which also catches reference cycles, and a total count of values produced, which stops a small
-//! graph of repeated shared references from expanding exponentially.
+//! data); a reference back to an enclosing object becomes [`Value::Recursive`]. Two limits keep
+//! a hostile file from exhausting memory or the stack: a nesting depth, and a total count of
+//! values produced, which stops a small graph of repeated shared references from expanding
+//! exponentially.
 
 use super::pickle::{Id, Node, Vm};
 use super::storage::{load_tensor, torch_error};
 use super::value::Value;
 use crate::{Result, Tensor};
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 /// Deepest nesting accepted; real checkpoints nest a few dozen levels.
 const MAX_DEPTH: usize = 500;
@@ -41,6 +42,8 @@ pub(super) struct Materialiser<'v, 's> {
     /// Dict keys from the root to the current value, for naming tensors in errors.
     path: Vec<String>,
     tensors: HashMap<Id, Tensor>,
+    /// Container nodes being expanded, from the root down: meeting one again is a cycle.
+    open: HashSet<Id>,
 }
 
 impl<'v, 's> Materialiser<'v, 's> {
@@ -51,6 +54,7 @@ impl<'v, 's> Materialiser<'v, 's> {
             budget: MIN_VALUE_BUDGET.max(vm.arena.len().saturating_mul(4)),
             path: Vec::new(),
             tensors: HashMap::new(),
+            open: HashSet::new(),
         }
     }
 
@@ -60,10 +64,19 @@ impl<'v, 's> Materialiser<'v, 's> {
 
     fn value_at(&mut self, id: Id, depth: usize) -> Result<Value> {
         if depth > MAX_DEPTH {
-            return Err(self.vm.error(format!(
-                "objects nest deeper than {MAX_DEPTH} levels (or refer to themselves)"
-            )));
+            return Err(self
+                .vm
+                .error(format!("objects nest deeper than {MAX_DEPTH} levels")));
         }
+        if !self.open.insert(id) {
+            return Ok(Value::Recursive);
+        }
+        let value = self.expand(id, depth);
+        self.open.remove(&id);
+        value
+    }
+
+    fn expand(&mut self, id: Id, depth: usize) -> Result<Value> {
         self.budget = self.budget.checked_sub(1).ok_or_else(|| {
             self.vm
                 .error("the object graph expands to too many values (shared references)")

@@ -534,7 +534,7 @@ pub(super) type Step<T> = std::result::Result<T, String>;
 
 /// Key/value pairs from a flat list (SETITEMS, DICT).
 fn pairs(items: Vec<Id>) -> Step<Vec<(Id, Id)>> {
-    if items.len() % 2 != 0 {
+    if !items.len().is_multiple_of(2) {
         return Err("odd number of items for a dict".into());
     }
     Ok(items.chunks_exact(2).map(|c| (c[0], c[1])).collect())

@@ -143,14 +143,14 @@ fn module_classes_build_inert_objects() {
 }
 
 #[test]
-fn memo_shares_containers_filled_after_memoizing() {
-    // x = []; memoized empty, then filled; a second reference via BINGET must see the items.
-    let v = unpickle(b"\x80\x02](]q\x00K\x01ah\x00e.").unwrap();
-    let outer = v.as_list().unwrap();
-    assert_eq!(outer.len(), 2);
-    for inner in outer {
-        assert_eq!(inner.as_list().map(|l| l.len()), Some(1));
-    }
+fn memo_shares_containers_mutated_after_a_reference() {
+    // a = []; b = [a]; then a.append(1): b, taken from the memo, must show a's new item.
+    // EMPTY_LIST q0, EMPTY_LIST q1, BINGET 0, APPEND, POP, K1, APPEND, POP, BINGET 1, STOP.
+    let v = unpickle(b"\x80\x02]q\x00]q\x01h\x00a0K\x01a0h\x01.").unwrap();
+    let b = v.as_list().unwrap();
+    let a = b[0].as_list().unwrap();
+    assert_eq!(a.len(), 1);
+    assert_eq!(a[0].as_i64(), Some(1));
 }
 
 #[test]
@@ -181,9 +181,21 @@ fn truncated_pickles_never_panic() {
 }
 
 #[test]
-fn self_reference_is_an_error() {
+fn self_reference_becomes_a_marker() {
     // l = []; l.append(l)
-    let e = err(b"\x80\x02]q\x00h\x00a.");
+    let v = unpickle(b"\x80\x02]q\x00h\x00a.").unwrap();
+    let items = v.as_list().unwrap();
+    assert!(matches!(items, [Value::Recursive]), "{items:?}");
+}
+
+#[test]
+fn deep_nesting_is_an_error() {
+    // 2000 lists, each appended into the one below it.
+    let mut p = b"\x80\x02".to_vec();
+    p.extend(std::iter::repeat_n(b']', 2000));
+    p.extend(std::iter::repeat_n(b'a', 1999));
+    p.push(b'.');
+    let e = err(&p);
     assert!(e.contains("nest deeper"), "{e}");
 }
 

@@ -32,6 +32,9 @@ pub enum Value {
         args: Vec<Value>,
         state: Box<Value>,
     },
+    /// A reference back to an object that encloses it (a cycle in the pickled graph), which a
+    /// tree of values cannot hold; it is left unexpanded.
+    Recursive,
 }
 
 impl Value {
@@ -138,6 +141,7 @@ impl Value {
             Value::Tensor(_) => "tensor",
             Value::Global(_) => "global",
             Value::Object { .. } => "object",
+            Value::Recursive => "recursive reference",
         }
     }
 }
