@@ -27,6 +27,7 @@ impl YoloModel {
         match ext.as_str() {
             "pt" | "pth" => Self::load_pt(path),
             "safetensors" => Self::load_safetensors(path),
+            "onnx" => Self::load_onnx(path),
             "yaml" | "yml" => {
                 let cfg = YoloConfig::from_file(path, None)?;
                 let mut m = YoloModel::build(&cfg, Vec::new(), false, &mut Generator::new(0))?;
@@ -62,6 +63,41 @@ impl YoloModel {
         // A checkpoint saved after `fuse()` has biases on its convolutions and no batch norms.
         let fused = !state.keys().any(|k| k.contains(".bn."));
         let mut model = YoloModel::build(&config, names, fused, &mut Generator::new(0))?;
+        model.load_weights(&state, &origin)?;
+        model.eval();
+        Ok(model)
+    }
+}
+
+impl YoloModel {
+    /// An ultralytics ONNX export: the initializers of the fused, exported network (named
+    /// `model.<layer>...`) mapped onto our fused network. The class names come from the
+    /// export's metadata; the family (YOLOv8 or YOLO11) and scale from the weights' shapes.
+    pub fn load_onnx(path: &Path) -> Result<YoloModel> {
+        let onnx = crate::io::onnx::read_onnx(path)?;
+        let names = match onnx.metadata_value("names") {
+            Some(text) => {
+                let v = crate::io::onnx::parse_python_literal(text)?;
+                class_names(&v).map_err(|m| load_err(path, format!("metadata `names`: {m}")))?
+            }
+            None => Vec::new(),
+        };
+        // Only the network's own weights; the exporter's constants (`onnx::Split_138`, shape
+        // arithmetic under `/model.22/...`) are graph plumbing.
+        let state: BTreeMap<String, Tensor> = onnx
+            .initializers
+            .into_iter()
+            .filter(|(n, _)| n.starts_with("model."))
+            .collect();
+        let nc = match (names.len(), state.iter().find(|(k, _)| k.ends_with(".cv3.0.2.weight"))) {
+            (n, _) if n > 0 => n,
+            (_, Some((_, w))) => w.shape()[0],
+            _ => return Err(load_err(path, "no class names in the metadata and no detection head to count classes from")),
+        };
+        let config = super::definitions::recognise(&state, nc)
+            .map_err(|e| load_err(path, e))?;
+        let origin = path.display().to_string();
+        let mut model = YoloModel::build(&config, names, true, &mut Generator::new(0))?;
         model.load_weights(&state, &origin)?;
         model.eval();
         Ok(model)

@@ -176,3 +176,32 @@ fn recognise_finds_the_family_and_scale_of_a_fused_state_dict() {
         assert_eq!(found.source["yaml_file"].as_str(), Some(format!("{name}.yaml").as_str()));
     }
 }
+
+#[test]
+fn validation_runs_end_to_end_on_a_generated_dataset() {
+    use crate::data::yolo::{generate_shapes, DataConfig, ShapesOptions};
+    let dir = tempfile::tempdir().unwrap();
+    let opts = ShapesOptions {
+        train: 1,
+        val: 3,
+        imgsz: 64,
+        ..ShapesOptions::default()
+    };
+    let yaml = generate_shapes(dir.path(), &opts).unwrap();
+    let data = DataConfig::load(&yaml).unwrap();
+    let cfg = YoloConfig::from_yaml_str(MINI11, "mini", None, Some(data.names.len())).unwrap();
+    let mut m = YoloModel::build(&cfg, data.names.clone(), false, &mut Generator::new(0)).unwrap();
+    m.eval();
+    let vo = val::ValOptions {
+        imgsz: 64,
+        batch: 2,
+        ..val::ValOptions::default()
+    };
+    let mut calls = Vec::new();
+    let r = val::validate(&m, &data, &vo, Device::Cpu, |d, t| calls.push((d, t))).unwrap();
+    assert_eq!(r.metrics.seen, 3);
+    assert_eq!(calls, [(1, 2), (2, 2)]);
+    assert!(r.table.contains("all"), "{}", r.table);
+    let (map50, map) = r.maps();
+    assert!((0.0..=1.0).contains(&map50) && map <= map50, "{map50} {map}");
+}
