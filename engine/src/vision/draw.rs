@@ -12,10 +12,26 @@ use image::{Rgb, RgbImage};
 
 /// ultralytics' 20-colour palette (`utils.plotting.Colors`), RGB.
 pub const PALETTE: [[u8; 3]; 20] = [
-    [0x04, 0x2A, 0xFF], [0x0B, 0xDB, 0xEB], [0xF3, 0xF3, 0xF3], [0x00, 0xDF, 0xB7], [0x11, 0x1F, 0x68],
-    [0xFF, 0x6F, 0xDD], [0xFF, 0x44, 0x4F], [0xCC, 0xED, 0x00], [0x00, 0xF3, 0x44], [0xBD, 0x00, 0xFF],
-    [0x00, 0xB4, 0xFF], [0xDD, 0x00, 0xBA], [0x00, 0xFF, 0xFF], [0x26, 0xC0, 0x00], [0x01, 0xFF, 0xB3],
-    [0x7D, 0x24, 0xFF], [0x7B, 0x00, 0x68], [0xFF, 0x1B, 0x6C], [0xFC, 0x6D, 0x2F], [0xA2, 0xFF, 0x0B],
+    [0x04, 0x2A, 0xFF],
+    [0x0B, 0xDB, 0xEB],
+    [0xF3, 0xF3, 0xF3],
+    [0x00, 0xDF, 0xB7],
+    [0x11, 0x1F, 0x68],
+    [0xFF, 0x6F, 0xDD],
+    [0xFF, 0x44, 0x4F],
+    [0xCC, 0xED, 0x00],
+    [0x00, 0xF3, 0x44],
+    [0xBD, 0x00, 0xFF],
+    [0x00, 0xB4, 0xFF],
+    [0xDD, 0x00, 0xBA],
+    [0x00, 0xFF, 0xFF],
+    [0x26, 0xC0, 0x00],
+    [0x01, 0xFF, 0xB3],
+    [0x7D, 0x24, 0xFF],
+    [0x7B, 0x00, 0x68],
+    [0xFF, 0x1B, 0x6C],
+    [0xFC, 0x6D, 0x2F],
+    [0xA2, 0xFF, 0x0B],
 ];
 
 /// The palette colour of class `class` (cycling through the 20).
@@ -63,11 +79,24 @@ pub fn draw_boxes_rgb(img: &mut RgbImage, boxes: &[DrawBox]) {
 }
 
 /// The label tab and its text at the box's top-left corner `p`.
-fn draw_label(img: &mut RgbImage, font: &FontRef, lw: i64, p: (i64, i64), text: &str, color: [u8; 3]) {
+fn draw_label(
+    img: &mut RgbImage,
+    font: &FontRef,
+    lw: i64,
+    p: (i64, i64),
+    text: &str,
+    color: [u8; 3],
+) {
     let scale = PxScale::from((lw as f32 * 7.0).max(12.0));
     let scaled = font.as_scaled(scale);
-    let text_w: f32 = text.chars().map(|c| scaled.h_advance(scaled.glyph_id(c))).sum();
-    let (tw, th) = (text_w.ceil() as i64 + 2 * lw, (scaled.ascent() - scaled.descent()).ceil() as i64 + 2);
+    let text_w: f32 = text
+        .chars()
+        .map(|c| scaled.h_advance(scaled.glyph_id(c)))
+        .sum();
+    let (tw, th) = (
+        text_w.ceil() as i64 + 2 * lw,
+        (scaled.ascent() - scaled.descent()).ceil() as i64 + 2,
+    );
     let outside = p.1 >= th;
     let left = p.0.min(img.width() as i64 - tw).max(0);
     let top = if outside { p.1 - th } else { p.1.max(0) };
@@ -78,11 +107,17 @@ fn draw_label(img: &mut RgbImage, font: &FontRef, lw: i64, p: (i64, i64), text: 
     for c in text.chars() {
         let glyph = scaled.scaled_glyph(c);
         let advance = scaled.h_advance(glyph.id);
-        let positioned = ab_glyph::Glyph { position: ab_glyph::point(x, baseline), ..glyph };
+        let positioned = ab_glyph::Glyph {
+            position: ab_glyph::point(x, baseline),
+            ..glyph
+        };
         if let Some(outline) = font.outline_glyph(positioned) {
             let bounds = outline.px_bounds();
             outline.draw(|gx, gy, coverage| {
-                let (px, py) = (bounds.min.x as i64 + gx as i64, bounds.min.y as i64 + gy as i64);
+                let (px, py) = (
+                    bounds.min.x as i64 + gx as i64,
+                    bounds.min.y as i64 + gy as i64,
+                );
                 blend(img, px, py, ink, coverage);
             });
         }
@@ -93,7 +128,11 @@ fn draw_label(img: &mut RgbImage, font: &FontRef, lw: i64, p: (i64, i64), text: 
 /// White text, or dark text on light colours (by luma).
 fn text_color(bg: [u8; 3]) -> [u8; 3] {
     let luma = 0.299 * bg[0] as f32 + 0.587 * bg[1] as f32 + 0.114 * bg[2] as f32;
-    if luma > 160.0 { [17, 31, 104] } else { [255, 255, 255] }
+    if luma > 160.0 {
+        [17, 31, 104]
+    } else {
+        [255, 255, 255]
+    }
 }
 
 /// Fills [x0, x1) x [y0, y1), clipped to the image.
@@ -112,7 +151,7 @@ fn blend(img: &mut RgbImage, x: i64, y: i64, color: [u8; 3], alpha: f32) {
     }
     let p = img.get_pixel_mut(x as u32, y as u32);
     let a = alpha.clamp(0.0, 1.0);
-    for c in 0..3 {
-        p.0[c] = (p.0[c] as f32 * (1.0 - a) + color[c] as f32 * a).round() as u8;
+    for (v, c) in p.0.iter_mut().zip(color) {
+        *v = (*v as f32 * (1.0 - a) + c as f32 * a).round() as u8;
     }
 }

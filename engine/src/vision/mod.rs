@@ -9,9 +9,9 @@ pub mod rect;
 pub mod resize;
 
 pub use self::image::{decode_image, image_size, read_image, save_image};
-pub use draw::{class_color, draw_boxes, DrawBox};
 /// The host image type the vision functions share (8-bit RGB, row-major, interleaved).
 pub use ::image::RgbImage;
+pub use draw::{class_color, draw_boxes, DrawBox};
 pub use letterbox::{preprocess_val, scale_boxes, Letterbox, RatioPad};
 pub use rect::{rect_batch_shapes, rect_order};
 pub use resize::resize_linear;

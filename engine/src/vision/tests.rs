@@ -189,7 +189,11 @@ fn pixel(t: &Tensor, x: usize, y: usize) -> [u8; 3] {
 #[test]
 fn draw_boxes_outlines_the_box_and_leaves_the_inside() {
     let color = super::class_color(0);
-    let boxes = [super::DrawBox { xyxy: [50.0, 60.0, 150.0, 140.0], label: String::new(), color }];
+    let boxes = [super::DrawBox {
+        xyxy: [50.0, 60.0, 150.0, 140.0],
+        label: String::new(),
+        color,
+    }];
     let out = super::draw_boxes(&grey(200, 200), &boxes).unwrap();
     // line width max(round((200 + 200 + 3) / 2 * 0.003), 2) = 2
     assert_eq!(pixel(&out, 100, 60), color);
@@ -204,7 +208,11 @@ fn draw_boxes_outlines_the_box_and_leaves_the_inside() {
 #[test]
 fn draw_boxes_puts_a_label_tab_with_text_above_the_box() {
     let color = [0x04, 0x2A, 0xFF];
-    let boxes = [super::DrawBox { xyxy: [20.0, 60.0, 150.0, 140.0], label: "bus 0.87".into(), color }];
+    let boxes = [super::DrawBox {
+        xyxy: [20.0, 60.0, 150.0, 140.0],
+        label: "bus 0.87".into(),
+        color,
+    }];
     let out = super::draw_boxes(&grey(200, 200), &boxes).unwrap();
     let (mut tab, mut ink) = (0, 0);
     for y in 30..60 {
@@ -223,10 +231,22 @@ fn draw_boxes_puts_a_label_tab_with_text_above_the_box() {
 #[test]
 fn draw_boxes_clips_boxes_outside_the_image() {
     let boxes = [
-        super::DrawBox { xyxy: [-50.0, -20.0, 500.0, 30.0], label: "x".into(), color: [255, 0, 0] },
-        super::DrawBox { xyxy: [f32::NAN, 0.0, 1.0, 1.0], label: "nan".into(), color: [0, 255, 0] },
+        super::DrawBox {
+            xyxy: [-50.0, -20.0, 500.0, 30.0],
+            label: "x".into(),
+            color: [255, 0, 0],
+        },
+        super::DrawBox {
+            xyxy: [f32::NAN, 0.0, 1.0, 1.0],
+            label: "nan".into(),
+            color: [0, 255, 0],
+        },
     ];
     let out = super::draw_boxes(&grey(64, 48), &boxes).unwrap();
     assert_eq!(out.dims(), &[48, 64, 3]);
-    assert!(super::draw_boxes(&Tensor::zeros(&[4, 4], DType::U8, crate::Device::Cpu).unwrap(), &boxes).is_err());
+    assert!(super::draw_boxes(
+        &Tensor::zeros(&[4, 4], DType::U8, crate::Device::Cpu).unwrap(),
+        &boxes
+    )
+    .is_err());
 }
