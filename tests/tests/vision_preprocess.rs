@@ -86,3 +86,46 @@ fn bus_preprocessing_matches_cv2() {
 fn zidane_preprocessing_matches_cv2() {
     check("zidane");
 }
+
+/// Boxes drawn on a real photo survive a JPEG round trip (and the file can be looked at:
+/// set RB_KEEP_DRAWN=path to keep it).
+#[test]
+fn draw_boxes_on_bus_and_save() {
+    use rusting_brain::vision::{class_color, draw_boxes, read_image, save_image, DrawBox};
+    let Some(path) = asset("vision_preprocess", "ultralytics/assets/bus.jpg") else {
+        return;
+    };
+    let img = read_image(&path).unwrap();
+    let boxes = [
+        DrawBox {
+            xyxy: [50.0, 400.0, 245.0, 905.0],
+            label: "person 0.87".into(),
+            color: class_color(0),
+        },
+        DrawBox {
+            xyxy: [20.0, 230.0, 805.0, 750.0],
+            label: "bus 0.94".into(),
+            color: class_color(5),
+        },
+    ];
+    let drawn = draw_boxes(&img, &boxes).unwrap();
+    let out = std::env::var_os("RB_KEEP_DRAWN")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            std::env::temp_dir().join(format!("rb_drawn_{}.jpg", std::process::id()))
+        });
+    save_image(&drawn, &out).unwrap();
+    let back = read_image(&out).unwrap();
+    assert_eq!(back.dims(), &[1080, 810, 3]);
+    let v = back.to_vec::<u8>().unwrap();
+    let at = (402 * 810 + 150) * 3; // on the person box's top edge (line width 3)
+    let want = class_color(0);
+    assert!(
+        (0..3).all(|c| v[at + c].abs_diff(want[c]) < 40),
+        "{:?}",
+        &v[at..at + 3]
+    );
+    if std::env::var_os("RB_KEEP_DRAWN").is_none() {
+        std::fs::remove_file(&out).unwrap();
+    }
+}

@@ -10,8 +10,8 @@ pub mod npy;
 pub mod scaling;
 pub mod spirals;
 pub mod token_file;
-pub mod yolo;
 mod untrusted;
+pub mod yolo;
 
 pub use batches::{Batches, DataLoader};
 pub use csv::{CsvOptions, TargetKind};

@@ -18,6 +18,7 @@ pub use self::image::{decode_image, image_size, read_image, save_image};
 /// The host image type the vision functions share (8-bit RGB, row-major, interleaved).
 pub use ::image::RgbImage;
 pub use boxes::scale_boxes;
+pub use draw::{class_color, draw_boxes, DrawBox};
 pub use letterbox::{preprocess_val, Letterbox, RatioPad};
 pub use rect::{rect_batch_shapes, rect_order};
 pub use resize::resize_linear;

@@ -173,3 +173,81 @@ fn rect_order_sorts_by_aspect_ratio_stably() {
     let sizes = [(100, 200), (200, 100), (100, 100), (300, 100), (50, 50)];
     assert_eq!(rect_order(&sizes), [3, 1, 2, 4, 0]);
 }
+
+// ----- drawing -----
+
+fn grey(w: usize, h: usize) -> Tensor {
+    Tensor::from_vec(vec![40u8; w * h * 3], &[h, w, 3]).unwrap()
+}
+
+fn pixel(t: &Tensor, x: usize, y: usize) -> [u8; 3] {
+    let w = t.dims()[1];
+    let v = t.to_vec::<u8>().unwrap();
+    let i = (y * w + x) * 3;
+    [v[i], v[i + 1], v[i + 2]]
+}
+
+#[test]
+fn draw_boxes_outlines_the_box_and_leaves_the_inside() {
+    let color = super::class_color(0);
+    let boxes = [super::DrawBox {
+        xyxy: [50.0, 60.0, 150.0, 140.0],
+        label: String::new(),
+        color,
+    }];
+    let out = super::draw_boxes(&grey(200, 200), &boxes).unwrap();
+    // line width max(round((200 + 200 + 3) / 2 * 0.003), 2) = 2
+    assert_eq!(pixel(&out, 100, 60), color);
+    assert_eq!(pixel(&out, 100, 61), color);
+    assert_eq!(pixel(&out, 100, 62), [40; 3]);
+    assert_eq!(pixel(&out, 50, 100), color);
+    assert_eq!(pixel(&out, 149, 100), color);
+    assert_eq!(pixel(&out, 100, 100), [40; 3]);
+    assert_eq!(pixel(&out, 100, 30), [40; 3], "no label, no tab");
+}
+
+#[test]
+fn draw_boxes_puts_a_label_tab_with_text_above_the_box() {
+    let color = [0x04, 0x2A, 0xFF];
+    let boxes = [super::DrawBox {
+        xyxy: [20.0, 60.0, 150.0, 140.0],
+        label: "bus 0.87".into(),
+        color,
+    }];
+    let out = super::draw_boxes(&grey(200, 200), &boxes).unwrap();
+    let (mut tab, mut ink) = (0, 0);
+    for y in 30..60 {
+        for x in 20..150 {
+            match pixel(&out, x, y) {
+                p if p == color => tab += 1,
+                [40, 40, 40] => {}
+                _ => ink += 1,
+            }
+        }
+    }
+    assert!(tab > 500, "tab pixels {tab}");
+    assert!(ink > 50, "text pixels {ink}");
+}
+
+#[test]
+fn draw_boxes_clips_boxes_outside_the_image() {
+    let boxes = [
+        super::DrawBox {
+            xyxy: [-50.0, -20.0, 500.0, 30.0],
+            label: "x".into(),
+            color: [255, 0, 0],
+        },
+        super::DrawBox {
+            xyxy: [f32::NAN, 0.0, 1.0, 1.0],
+            label: "nan".into(),
+            color: [0, 255, 0],
+        },
+    ];
+    let out = super::draw_boxes(&grey(64, 48), &boxes).unwrap();
+    assert_eq!(out.dims(), &[48, 64, 3]);
+    assert!(super::draw_boxes(
+        &Tensor::zeros(&[4, 4], DType::U8, crate::Device::Cpu).unwrap(),
+        &boxes
+    )
+    .is_err());
+}

@@ -40,15 +40,20 @@ impl DataConfig {
     /// Parses YAML text as if read from `file` (which anchors relative paths).
     pub fn parse(text: &str, file: &Path) -> Result<DataConfig> {
         let err = |msg: String| Error::format("data yaml", format!("{}: {msg}", file.display()));
-        let docs = YamlLoader::load_from_str(text).map_err(|e| err(format!("not valid YAML: {e}")))?;
+        let docs =
+            YamlLoader::load_from_str(text).map_err(|e| err(format!("not valid YAML: {e}")))?;
         let doc = docs.into_iter().next().unwrap_or(Yaml::Null);
-        let map = doc.as_hash().ok_or_else(|| err("expected a mapping at the top level".into()))?;
+        let map = doc
+            .as_hash()
+            .ok_or_else(|| err("expected a mapping at the top level".into()))?;
         let get = |key: &str| map.get(&Yaml::String(key.into())).filter(|v| !v.is_null());
         let has = |key: &str| map.contains_key(&Yaml::String(key.into()));
 
         for key in ["train", "val"] {
-            if !has(key) && !(key == "val" && has("validation")) {
-                return Err(err(format!("the '{key}' key is missing ('train' and 'val' are required)")));
+            if !(has(key) || (key == "val" && has("validation"))) {
+                return Err(err(format!(
+                    "the '{key}' key is missing ('train' and 'val' are required)"
+                )));
             }
         }
         let names = parse_names(get("names"), get("nc"), has("nc")).map_err(err)?;
@@ -59,7 +64,11 @@ impl DataConfig {
             Some(Yaml::String(p)) => PathBuf::from(p),
             Some(_) => return Err(err("'path' must be a string".into())),
         };
-        let root = if root.is_relative() && !root.exists() { yaml_dir.join(root) } else { root };
+        let root = if root.is_relative() && !root.exists() {
+            yaml_dir.join(root)
+        } else {
+            root
+        };
         let root = resolve(&root);
 
         let split = |key: &str| -> Result<Vec<PathBuf>> {
@@ -82,7 +91,11 @@ impl DataConfig {
                 Some(_) => Err(err(format!("'{key}' must be a string or a list"))),
             }
         };
-        let val = if has("val") { split("val")? } else { split("validation")? };
+        let val = if has("val") {
+            split("val")?
+        } else {
+            split("validation")?
+        };
         Ok(DataConfig {
             file: file.to_path_buf(),
             train: split("train")?,
@@ -99,7 +112,12 @@ impl DataConfig {
             "train" => &self.train,
             "val" => &self.val,
             "test" => &self.test,
-            _ => return Err(Error::invalid("data yaml", format!("unknown split '{name}' (train, val or test)"))),
+            _ => {
+                return Err(Error::invalid(
+                    "data yaml",
+                    format!("unknown split '{name}' (train, val or test)"),
+                ))
+            }
         };
         if paths.is_empty() {
             return Err(Error::format(
@@ -112,7 +130,11 @@ impl DataConfig {
 }
 
 /// `names` (list or map) and `nc`, as `check_det_dataset` and `check_class_names` validate them.
-fn parse_names(names: Option<&Yaml>, nc: Option<&Yaml>, has_nc: bool) -> std::result::Result<Vec<String>, String> {
+fn parse_names(
+    names: Option<&Yaml>,
+    nc: Option<&Yaml>,
+    has_nc: bool,
+) -> std::result::Result<Vec<String>, String> {
     let nc = match (nc, has_nc) {
         (None, false) => None,
         (Some(Yaml::Integer(n)), _) if *n >= 0 => Some(*n as usize),
@@ -125,7 +147,11 @@ fn parse_names(names: Option<&Yaml>, nc: Option<&Yaml>, has_nc: bool) -> std::re
     let names: Vec<String> = match names {
         None => match nc {
             Some(n) => (0..n).map(|i| format!("class_{i}")).collect(),
-            None => return Err("the 'names' key is missing (either 'names' or 'nc' is required)".into()),
+            None => {
+                return Err(
+                    "the 'names' key is missing (either 'names' or 'nc' is required)".into(),
+                )
+            }
         },
         Some(Yaml::Array(items)) => items.iter().map(|v| scalar_text(Some(v))).collect(),
         Some(Yaml::Hash(map)) => {
@@ -148,7 +174,9 @@ fn parse_names(names: Option<&Yaml>, nc: Option<&Yaml>, has_nc: bool) -> std::re
                     }
                 }
             }
-            out.into_iter().collect::<Option<Vec<_>>>().ok_or("'names' has a repeated class index")?
+            out.into_iter()
+                .collect::<Option<Vec<_>>>()
+                .ok_or("'names' has a repeated class index")?
         }
         Some(_) => return Err("'names' must be a list or a mapping".into()),
     };
@@ -157,7 +185,10 @@ fn parse_names(names: Option<&Yaml>, nc: Option<&Yaml>, has_nc: bool) -> std::re
     }
     if let Some(n) = nc {
         if n != names.len() {
-            return Err(format!("'names' length {} and 'nc: {n}' must match", names.len()));
+            return Err(format!(
+                "'names' length {} and 'nc: {n}' must match",
+                names.len()
+            ));
         }
     }
     Ok(names)

@@ -18,14 +18,16 @@
 //! warning; the rows then come out sorted, as `np.unique` leaves them).
 
 use super::config::DataConfig;
+use super::label_rows::{check_rows, dedupe, read_rows};
 use crate::vision::image::image_size;
 use crate::{Error, Result};
 use rayon::prelude::*;
 use std::path::{Path, PathBuf};
 
 /// Image suffixes ultralytics accepts (`IMG_FORMATS`).
-pub const IMG_FORMATS: [&str; 13] =
-    ["avif", "bmp", "dng", "heic", "heif", "jp2", "jpeg", "jpg", "mpo", "png", "tif", "tiff", "webp"];
+pub const IMG_FORMATS: [&str; 13] = [
+    "avif", "bmp", "dng", "heic", "heif", "jp2", "jpeg", "jpg", "mpo", "png", "tif", "tiff", "webp",
+];
 
 /// One object: class index and normalised centre x, centre y, width, height.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -71,8 +73,10 @@ impl YoloDataset {
     /// The images and labels found from folders, image files or `.txt` lists.
     pub fn from_paths(paths: &[PathBuf], names: Vec<String>) -> Result<YoloDataset> {
         let files = image_files(paths)?;
-        let checked: Vec<Checked> =
-            files.par_iter().map(|f| verify_image_label(f, &label_path(f), names.len())).collect();
+        let checked: Vec<Checked> = files
+            .par_iter()
+            .map(|f| verify_image_label(f, &label_path(f), names.len()))
+            .collect();
         let mut images = Vec::new();
         let mut warnings = Vec::new();
         let mut counts = LabelCounts::default();
@@ -90,21 +94,39 @@ impl YoloDataset {
         if images.is_empty() {
             return Err(Error::format(
                 "yolo dataset",
-                format!("no valid images in {}: {}", show(paths), warnings.join("; ")),
+                format!(
+                    "no valid images in {}: {}",
+                    show(paths),
+                    warnings.join("; ")
+                ),
             ));
         }
-        Ok(YoloDataset { images, names, warnings, counts })
+        Ok(YoloDataset {
+            images,
+            names,
+            warnings,
+            counts,
+        })
     }
 
     /// ultralytics' scan line: "N images, M backgrounds, K corrupt".
     pub fn summary(&self) -> String {
         let c = &self.counts;
-        format!("{} images, {} backgrounds, {} corrupt", c.found, c.missing + c.empty, c.corrupt)
+        format!(
+            "{} images, {} backgrounds, {} corrupt",
+            c.found,
+            c.missing + c.empty,
+            c.corrupt
+        )
     }
 }
 
 fn show(paths: &[PathBuf]) -> String {
-    paths.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", ")
+    paths
+        .iter()
+        .map(|p| p.display().to_string())
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// `get_img_files`: the sorted image paths under folders, in `.txt` lists, or given directly.
@@ -115,10 +137,15 @@ pub fn image_files(paths: &[PathBuf]) -> Result<Vec<PathBuf>> {
             walk(p, &mut found, 0);
         } else if p.is_file() {
             let bytes = std::fs::read(p).map_err(|e| Error::io(p, e))?;
-            let text = String::from_utf8(bytes)
-                .map_err(|_| Error::format("yolo dataset", format!("{}: not UTF-8 text", p.display())))?;
+            let text = String::from_utf8(bytes).map_err(|_| {
+                Error::format("yolo dataset", format!("{}: not UTF-8 text", p.display()))
+            })?;
             let text = text.strip_prefix('\u{feff}').unwrap_or(&text);
-            let parent = format!("{}{}", p.parent().unwrap_or(Path::new("")).display(), std::path::MAIN_SEPARATOR);
+            let parent = format!(
+                "{}{}",
+                p.parent().unwrap_or(Path::new("")).display(),
+                std::path::MAIN_SEPARATOR
+            );
             for line in text.trim().lines() {
                 found.push(match line.strip_prefix("./") {
                     Some(rest) => format!("{parent}{rest}"),
@@ -126,7 +153,10 @@ pub fn image_files(paths: &[PathBuf]) -> Result<Vec<PathBuf>> {
                 });
             }
         } else {
-            return Err(Error::format("yolo dataset", format!("{} does not exist", p.display())));
+            return Err(Error::format(
+                "yolo dataset",
+                format!("{} does not exist", p.display()),
+            ));
         }
     }
     let mut images: Vec<String> = found.into_iter().filter(|f| has_image_suffix(f)).collect();
@@ -134,7 +164,11 @@ pub fn image_files(paths: &[PathBuf]) -> Result<Vec<PathBuf>> {
     if images.is_empty() {
         return Err(Error::format(
             "yolo dataset",
-            format!("no images found in {} (image suffixes: {})", show(paths), IMG_FORMATS.join(", ")),
+            format!(
+                "no images found in {} (image suffixes: {})",
+                show(paths),
+                IMG_FORMATS.join(", ")
+            ),
         ));
     }
     Ok(images.into_iter().map(PathBuf::from).collect())
@@ -142,13 +176,16 @@ pub fn image_files(paths: &[PathBuf]) -> Result<Vec<PathBuf>> {
 
 /// The text after the last `.` of the whole path, lower-cased, is an image format.
 fn has_image_suffix(path: &str) -> bool {
-    path.rsplit_once('.').is_some_and(|(_, ext)| IMG_FORMATS.contains(&ext.to_ascii_lowercase().as_str()))
+    path.rsplit_once('.')
+        .is_some_and(|(_, ext)| IMG_FORMATS.contains(&ext.to_ascii_lowercase().as_str()))
 }
 
 /// `glob(dir/**/*.*, recursive=True)`: files and folders whose name has a dot, hidden names
 /// skipped. Depth is bounded so a symlink loop cannot recurse forever.
 fn walk(dir: &Path, out: &mut Vec<String>, depth: usize) {
-    let Ok(entries) = std::fs::read_dir(dir) else { return };
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
     for entry in entries.flatten() {
         let name = entry.file_name();
         let name = name.to_string_lossy();
@@ -174,7 +211,9 @@ pub fn label_path(image: &Path) -> PathBuf {
         Some(i) => format!("{}{sep}labels{sep}{}", &s[..i], &s[i + images.len()..]),
         None => s.into_owned(),
     };
-    let stem = swapped.rsplit_once('.').map_or(swapped.as_str(), |(stem, _)| stem);
+    let stem = swapped
+        .rsplit_once('.')
+        .map_or(swapped.as_str(), |(stem, _)| stem);
     PathBuf::from(format!("{stem}.txt"))
 }
 
@@ -190,28 +229,67 @@ pub(crate) struct Checked {
 pub(crate) fn verify_image_label(image: &Path, label_file: &Path, num_classes: usize) -> Checked {
     let corrupt = |found, reason: String| Checked {
         entry: None,
-        counts: LabelCounts { found, corrupt: 1, ..Default::default() },
-        warning: Some(format!("{}: ignoring corrupt image/label: {reason}", image.display())),
+        counts: LabelCounts {
+            found,
+            corrupt: 1,
+            ..Default::default()
+        },
+        warning: Some(format!(
+            "{}: ignoring corrupt image/label: {reason}",
+            image.display()
+        )),
     };
     let size = match check_image(image) {
         Ok(s) => s,
         Err(reason) => return corrupt(0, reason),
     };
     if !label_file.is_file() {
-        let entry = ImageEntry { path: image.into(), label_path: label_file.into(), labels: Vec::new(), size };
-        let counts = LabelCounts { missing: 1, ..Default::default() };
-        return Checked { entry: Some(entry), counts, warning: None };
+        let entry = ImageEntry {
+            path: image.into(),
+            label_path: label_file.into(),
+            labels: Vec::new(),
+            size,
+        };
+        let counts = LabelCounts {
+            missing: 1,
+            ..Default::default()
+        };
+        return Checked {
+            entry: Some(entry),
+            counts,
+            warning: None,
+        };
     }
     let rows = match read_rows(label_file).and_then(|rows| check_rows(rows, num_classes)) {
         Ok(rows) => rows,
         Err(reason) => return corrupt(1, reason),
     };
     let (rows, removed) = dedupe(rows);
-    let warning = (removed > 0).then(|| format!("{}: {removed} duplicate labels removed", image.display()));
-    let counts = LabelCounts { found: 1, empty: rows.is_empty() as usize, ..Default::default() };
-    let labels = rows.iter().map(|r| YoloBox { class: r.values[0] as usize, xywh: [r.values[1], r.values[2], r.values[3], r.values[4]] }).collect();
-    let entry = ImageEntry { path: image.into(), label_path: label_file.into(), labels, size };
-    Checked { entry: Some(entry), counts, warning }
+    let warning =
+        (removed > 0).then(|| format!("{}: {removed} duplicate labels removed", image.display()));
+    let counts = LabelCounts {
+        found: 1,
+        empty: rows.is_empty() as usize,
+        ..Default::default()
+    };
+    let labels = rows
+        .iter()
+        .map(|r| YoloBox {
+            class: r.values[0] as usize,
+            xywh: [r.values[1], r.values[2], r.values[3], r.values[4]],
+        })
+        .collect();
+    let entry = ImageEntry {
+        path: image.into(),
+        label_path: label_file.into(),
+        labels,
+        size,
+    };
+    Checked {
+        entry: Some(entry),
+        counts,
+        warning,
+    }
 }
 
 /// `check_image`: a JPEG or PNG whose header gives at least 10x10 pixels.
@@ -223,7 +301,11 @@ fn check_image(image: &Path) -> std::result::Result<(usize, usize), String> {
         let n = f.read(&mut head).map_err(|e| e.to_string())?;
         match ::image::guess_format(&head[..n]) {
             Ok(::image::ImageFormat::Jpeg | ::image::ImageFormat::Png) => {}
-            Ok(other) => return Err(format!("image format {other:?} is not supported (only JPEG and PNG)")),
+            Ok(other) => {
+                return Err(format!(
+                    "image format {other:?} is not supported (only JPEG and PNG)"
+                ))
+            }
             Err(_) => return Err("not a recognised image format".into()),
         }
     }
@@ -232,117 +314,4 @@ fn check_image(image: &Path) -> std::result::Result<(usize, usize), String> {
         return Err(format!("image size ({h}, {w}) <10 pixels"));
     }
     Ok((w, h))
-}
-
-/// One label row as parsed: the 5 box values, and for polygons the class and points (the
-/// key ultralytics deduplicates polygon rows by).
-struct Row {
-    values: [f32; 5],
-    polygon: Option<Vec<f32>>,
-}
-
-/// The label file's rows, polygons converted to boxes.
-fn read_rows(label_file: &Path) -> std::result::Result<Vec<Row>, String> {
-    let bytes = std::fs::read(label_file).map_err(|e| e.to_string())?;
-    let text = String::from_utf8(bytes).map_err(|_| format!("{} is not UTF-8 text", label_file.display()))?;
-    let text = text.strip_prefix('\u{feff}').unwrap_or(&text);
-    let lines: Vec<Vec<&str>> =
-        text.trim().lines().filter(|l| !l.trim().is_empty()).map(|l| l.split_whitespace().collect()).collect();
-    let number = |s: &str| s.parse::<f64>().map(|v| v as f32).map_err(|_| format!("could not convert string to float: '{s}'"));
-    if lines.iter().any(|l| l.len() > 6) {
-        if lines.iter().any(|l| l.len() == 5) {
-            return Err("labels mix segment and detection rows".into());
-        }
-        return lines
-            .iter()
-            .map(|l| {
-                let values = l.iter().map(|s| number(s)).collect::<std::result::Result<Vec<f32>, _>>()?;
-                let points = &values[1..];
-                if points.is_empty() || points.len() % 2 != 0 {
-                    return Err(format!("polygon of {} coordinates (needs x y pairs)", points.len()));
-                }
-                let xs = points.iter().step_by(2);
-                let ys = points.iter().skip(1).step_by(2);
-                let (x1, x2) = xs.fold((f32::INFINITY, f32::NEG_INFINITY), |(a, b), &x| (a.min(x), b.max(x)));
-                let (y1, y2) = ys.fold((f32::INFINITY, f32::NEG_INFINITY), |(a, b), &y| (a.min(y), b.max(y)));
-                let b = [values[0], (x1 + x2) / 2.0, (y1 + y2) / 2.0, x2 - x1, y2 - y1];
-                Ok(Row { values: b, polygon: Some(values) })
-            })
-            .collect();
-    }
-    lines
-        .iter()
-        .map(|l| {
-            if l.len() != 5 {
-                return Err(format!("labels require 5 columns, {} columns detected", l.len()));
-            }
-            let mut values = [0f32; 5];
-            for (v, s) in values.iter_mut().zip(l) {
-                *v = number(s)?;
-            }
-            Ok(Row { values, polygon: None })
-        })
-        .collect()
-}
-
-/// The value checks of `verify_image_label`, in its order (NaN fails them all).
-fn check_rows(rows: Vec<Row>, num_classes: usize) -> std::result::Result<Vec<Row>, String> {
-    if rows.is_empty() {
-        return Ok(rows);
-    }
-    let coords = || rows.iter().flat_map(|r| r.values[1..].iter().copied());
-    let bad_max: Vec<f32> = coords().filter(|v| !(*v <= 1.01)).collect();
-    if !bad_max.is_empty() {
-        return Err(format!("non-normalized or out of bounds coordinates {bad_max:?}"));
-    }
-    let all = || rows.iter().flat_map(|r| r.values.iter().copied());
-    let min = all().fold(f32::INFINITY, |m, v| if v.is_nan() || m.is_nan() { f32::NAN } else { m.min(v) });
-    let min_wh = rows.iter().flat_map(|r| r.values[3..5].iter().copied()).fold(f32::INFINITY, f32::min);
-    if !(min >= 0.0 || (min >= -0.01 && min_wh >= 0.0)) {
-        let negative: Vec<f32> = all().filter(|v| !(*v >= 0.0)).collect();
-        return Err(format!("negative label values {negative:?}"));
-    }
-    let fractional: Vec<f32> = rows.iter().map(|r| r.values[0]).filter(|c| c.fract() != 0.0).collect();
-    if !fractional.is_empty() {
-        return Err(format!("non-integer class labels {fractional:?}"));
-    }
-    let max_class = rows.iter().map(|r| r.values[0]).fold(0.0f32, f32::max);
-    if max_class >= num_classes as f32 {
-        return Err(format!(
-            "Label class {} exceeds dataset class count {num_classes}. Possible class labels are 0-{}",
-            max_class as i64,
-            num_classes as i64 - 1
-        ));
-    }
-    Ok(rows)
-}
-
-/// Removes duplicate rows as `np.unique(..., return_index=True)` does: when any row repeats,
-/// the first of each is kept and the result is sorted (box rows by value, polygon rows by the
-/// bytes of class and points). Rows are left in file order when none repeats.
-fn dedupe(rows: Vec<Row>) -> (Vec<Row>, usize) {
-    let n = rows.len();
-    let mut order: Vec<usize> = (0..n).collect();
-    let polygon = rows.iter().any(|r| r.polygon.is_some());
-    let key = |r: &Row| -> Vec<u8> {
-        let class = r.values[0].to_le_bytes().into_iter();
-        let pts = r.polygon.as_deref().unwrap_or(&[]).iter().skip(1).flat_map(|v| v.to_le_bytes());
-        class.chain(pts).collect()
-    };
-    if polygon {
-        let keys: Vec<Vec<u8>> = rows.iter().map(key).collect();
-        order.sort_by(|&a, &b| keys[a].cmp(&keys[b]));
-        order.dedup_by(|b, a| keys[*a] == keys[*b]);
-    } else {
-        let cmp = |a: &Row, b: &Row| a.values.iter().zip(&b.values).map(|(x, y)| x.total_cmp(y)).find(|o| o.is_ne());
-        let same = |a: &Row, b: &Row| a.values.iter().zip(&b.values).all(|(x, y)| x == y);
-        order.sort_by(|&a, &b| cmp(&rows[a], &rows[b]).unwrap_or(std::cmp::Ordering::Equal));
-        order.dedup_by(|b, a| same(&rows[*a], &rows[*b]));
-    }
-    let removed = n - order.len();
-    if removed == 0 {
-        return (rows, 0);
-    }
-    let mut slots: Vec<Option<Row>> = rows.into_iter().map(Some).collect();
-    (order.iter().filter_map(|&i| slots[i].take()).collect(), removed)
 }

@@ -42,7 +42,14 @@ pub struct ValLoaderOptions {
 
 impl Default for ValLoaderOptions {
     fn default() -> Self {
-        ValLoaderOptions { batch_size: 16, imgsz: 640, stride: 32, rect: true, workers: 0, prefetch: 2 }
+        ValLoaderOptions {
+            batch_size: 16,
+            imgsz: 640,
+            stride: 32,
+            rect: true,
+            workers: 0,
+            prefetch: 2,
+        }
     }
 }
 
@@ -87,11 +94,16 @@ pub struct ValLoader {
 impl ValLoader {
     pub fn new(dataset: Arc<YoloDataset>, opts: &ValLoaderOptions) -> Result<ValLoader> {
         if opts.batch_size == 0 || opts.imgsz == 0 || opts.stride == 0 {
-            return Err(Error::invalid("yolo val loader", "batch_size, imgsz and stride must be positive"));
+            return Err(Error::invalid(
+                "yolo val loader",
+                "batch_size, imgsz and stride must be positive",
+            ));
         }
         let jobs = Arc::new(plan(&dataset, opts));
         let workers = match opts.workers {
-            0 => std::thread::available_parallelism().map_or(4, |n| n.get()).min(8),
+            0 => std::thread::available_parallelism()
+                .map_or(4, |n| n.get())
+                .min(8),
             n => n,
         };
         let (sender, receiver) = sync_channel::<Done>(opts.batch_size * opts.prefetch.max(1));
@@ -100,10 +112,13 @@ impl ValLoader {
         let imgsz = opts.imgsz;
         let handles = (0..workers.min(jobs.len()).max(1))
             .map(|_| {
-                let (jobs, next, stop, sender) = (jobs.clone(), next.clone(), stop.clone(), sender.clone());
+                let (jobs, next, stop, sender) =
+                    (jobs.clone(), next.clone(), stop.clone(), sender.clone());
                 std::thread::spawn(move || loop {
                     let position = next.fetch_add(1, Ordering::Relaxed);
-                    let Some(job) = jobs.get(position) else { return };
+                    let Some(job) = jobs.get(position) else {
+                        return;
+                    };
                     if stop.load(Ordering::Relaxed) {
                         return;
                     }
@@ -144,12 +159,20 @@ impl ValLoader {
             if let Some(done) = self.pending.remove(&position) {
                 return done;
             }
-            let receiver = self.receiver.as_ref().ok_or_else(|| Error::invalid("yolo val loader", "stopped"))?;
+            let receiver = self
+                .receiver
+                .as_ref()
+                .ok_or_else(|| Error::invalid("yolo val loader", "stopped"))?;
             match receiver.recv() {
                 Ok((p, result)) => {
                     self.pending.insert(p, result);
                 }
-                Err(_) => return Err(Error::invalid("yolo val loader", "a worker thread ended early")),
+                Err(_) => {
+                    return Err(Error::invalid(
+                        "yolo val loader",
+                        "a worker thread ended early",
+                    ))
+                }
             }
         }
     }
@@ -176,7 +199,10 @@ impl Iterator for ValLoader {
             let job = &self.jobs[position];
             let entry = &self.dataset.images[job.index];
             if chw.len() != 3 * h * w {
-                let msg = format!("{}: preprocessed to the wrong size for its {h}x{w} batch", entry.path.display());
+                let msg = format!(
+                    "{}: preprocessed to the wrong size for its {h}x{w} batch",
+                    entry.path.display()
+                );
                 return Some(Err(Error::invalid("yolo val loader", msg)));
             }
             pixels.extend_from_slice(&chw);
@@ -190,7 +216,14 @@ impl Iterator for ValLoader {
             Err(e) => return Some(Err(e)),
         };
         let orig_hw = ratio_pad.iter().map(|rp: &RatioPad| rp.orig_hw).collect();
-        Some(Ok(YoloBatch { images, indices, paths, orig_hw, ratio_pad, labels }))
+        Some(Ok(YoloBatch {
+            images,
+            indices,
+            paths,
+            orig_hw,
+            ratio_pad,
+            labels,
+        }))
     }
 }
 
@@ -210,7 +243,15 @@ fn plan(dataset: &YoloDataset, opts: &ValLoaderOptions) -> Vec<Job> {
     let images = &dataset.images;
     if !opts.rect {
         let canvas = (opts.imgsz, opts.imgsz);
-        return images.iter().enumerate().map(|(index, e)| Job { index, path: e.path.clone(), canvas_hw: canvas }).collect();
+        return images
+            .iter()
+            .enumerate()
+            .map(|(index, e)| Job {
+                index,
+                path: e.path.clone(),
+                canvas_hw: canvas,
+            })
+            .collect();
     }
     let sizes: Vec<(usize, usize)> = images.iter().map(|e| e.size).collect();
     let order = rect_order(&sizes);

@@ -3,6 +3,7 @@
 //! and a generator of synthetic shape datasets.
 
 pub mod config;
+mod label_rows;
 pub mod labels;
 pub mod loader;
 pub mod shapes;

@@ -54,7 +54,9 @@ impl ShapeKind {
             ShapeKind::Square => u.abs() <= 1.0 && v.abs() <= 1.0,
             // apex at the top, base at the bottom
             ShapeKind::Triangle => v <= 1.0 && u.abs() <= (v + 1.0) / 2.0,
-            ShapeKind::Cross => (u.abs() <= 1.0 && v.abs() <= 0.3) || (u.abs() <= 0.3 && v.abs() <= 1.0),
+            ShapeKind::Cross => {
+                (u.abs() <= 1.0 && v.abs() <= 0.3) || (u.abs() <= 0.3 && v.abs() <= 1.0)
+            }
             ShapeKind::Diamond => u.abs() + v.abs() <= 1.0,
             ShapeKind::Ring => (0.45..=1.0).contains(&(u * u + v * v).sqrt()),
         }
@@ -75,7 +77,13 @@ pub struct ShapesOptions {
 
 impl Default for ShapesOptions {
     fn default() -> Self {
-        ShapesOptions { train: 256, val: 64, imgsz: 320, seed: 0, classes: ShapeKind::ALL.to_vec() }
+        ShapesOptions {
+            train: 256,
+            val: 64,
+            imgsz: 320,
+            seed: 0,
+            classes: ShapeKind::ALL.to_vec(),
+        }
     }
 }
 
@@ -83,10 +91,16 @@ impl Default for ShapesOptions {
 pub fn generate_shapes(dir: impl AsRef<Path>, opts: &ShapesOptions) -> Result<std::path::PathBuf> {
     let dir = dir.as_ref();
     if opts.classes.is_empty() {
-        return Err(Error::invalid("generate_shapes", "at least one class is needed"));
+        return Err(Error::invalid(
+            "generate_shapes",
+            "at least one class is needed",
+        ));
     }
     if opts.imgsz < 32 {
-        return Err(Error::invalid("generate_shapes", format!("imgsz {} is below 32", opts.imgsz)));
+        return Err(Error::invalid(
+            "generate_shapes",
+            format!("imgsz {} is below 32", opts.imgsz),
+        ));
     }
     for (split, count, split_id) in [("train", opts.train, 1u64), ("val", opts.val, 2u64)] {
         let images = dir.join("images").join(split);
@@ -105,13 +119,23 @@ pub fn generate_shapes(dir: impl AsRef<Path>, opts: &ShapesOptions) -> Result<st
                 .map_err(|e| Error::format("jpeg", format!("{}: {e}", img_path.display())))?;
             let text: String = boxes
                 .iter()
-                .map(|b| format!("{} {:.6} {:.6} {:.6} {:.6}\n", b.0, b.1[0], b.1[1], b.1[2], b.1[3]))
+                .map(|b| {
+                    format!(
+                        "{} {:.6} {:.6} {:.6} {:.6}\n",
+                        b.0, b.1[0], b.1[1], b.1[2], b.1[3]
+                    )
+                })
                 .collect();
             let label_path = labels.join(format!("{stem}.txt"));
             std::fs::write(&label_path, text).map_err(|e| Error::io(&label_path, e))
         })?;
     }
-    let names: String = opts.classes.iter().enumerate().map(|(i, c)| format!("  {i}: {}\n", c.name())).collect();
+    let names: String = opts
+        .classes
+        .iter()
+        .enumerate()
+        .map(|(i, c)| format!("  {i}: {}\n", c.name()))
+        .collect();
     let yaml = format!(
         "# Synthetic shapes (rusting_brain generate_shapes, seed {})\ntrain: images/train\nval: images/val\nnames:\n{names}",
         opts.seed
@@ -122,15 +146,24 @@ pub fn generate_shapes(dir: impl AsRef<Path>, opts: &ShapesOptions) -> Result<st
 }
 
 /// Image `i` of a split (1 train, 2 val) and its labels: (class, normalised [cx, cy, w, h]).
-pub(crate) fn sample(opts: &ShapesOptions, split_id: u64, i: usize) -> (RgbImage, Vec<(usize, [f64; 4])>) {
-    let mut rng = SplitMix64::new(opts.seed ^ (split_id << 56) ^ (i as u64).wrapping_mul(0x9E37_79B9));
+pub(crate) fn sample(
+    opts: &ShapesOptions,
+    split_id: u64,
+    i: usize,
+) -> (RgbImage, Vec<(usize, [f64; 4])>) {
+    let mut rng =
+        SplitMix64::new(opts.seed ^ (split_id << 56) ^ (i as u64).wrapping_mul(0x9E37_79B9));
     draw_sample(&mut rng, opts)
 }
 
 fn draw_sample(rng: &mut SplitMix64, opts: &ShapesOptions) -> (RgbImage, Vec<(usize, [f64; 4])>) {
     let long = opts.imgsz;
     let short = (long as f64 * rng.range(0.6, 1.0)).round() as usize;
-    let (w, h) = if rng.next_f64() < 0.5 { (long, short) } else { (short, long) };
+    let (w, h) = if rng.next_f64() < 0.5 {
+        (long, short)
+    } else {
+        (short, long)
+    };
     let mut img = background(rng, w, h);
     let mut placed: Vec<[usize; 4]> = Vec::new();
     let mut labels = Vec::new();
@@ -145,8 +178,16 @@ fn draw_sample(rng: &mut SplitMix64, opts: &ShapesOptions) -> (RgbImage, Vec<(us
             let cy = rng.range(hh + 1.0, h as f64 - hh - 1.0);
             let kind_index = (rng.next_u64() % opts.classes.len() as u64) as usize;
             let kind = opts.classes[kind_index];
-            let bbox = [(cx - hw).floor() as usize, (cy - hh).floor() as usize, (cx + hw).ceil() as usize, (cy + hh).ceil() as usize];
-            if placed.iter().any(|p| overlap_fraction(p, &bbox) > 1.0 / 3.0) {
+            let bbox = [
+                (cx - hw).floor() as usize,
+                (cy - hh).floor() as usize,
+                (cx + hw).ceil() as usize,
+                (cy + hh).ceil() as usize,
+            ];
+            if placed
+                .iter()
+                .any(|p| overlap_fraction(p, &bbox) > 1.0 / 3.0)
+            {
                 continue;
             }
             let colour = contrasting_colour(rng, &img, &bbox);
@@ -154,7 +195,15 @@ fn draw_sample(rng: &mut SplitMix64, opts: &ShapesOptions) -> (RgbImage, Vec<(us
                 placed.push(extent);
                 let [x0, y0, x1, y1] = extent.map(|v| v as f64);
                 let (wf, hf) = (w as f64, h as f64);
-                labels.push((kind_index, [(x0 + x1) / 2.0 / wf, (y0 + y1) / 2.0 / hf, (x1 - x0) / wf, (y1 - y0) / hf]));
+                labels.push((
+                    kind_index,
+                    [
+                        (x0 + x1) / 2.0 / wf,
+                        (y0 + y1) / 2.0 / hf,
+                        (x1 - x0) / wf,
+                        (y1 - y0) / hf,
+                    ],
+                ));
             }
             break;
         }
@@ -164,18 +213,36 @@ fn draw_sample(rng: &mut SplitMix64, opts: &ShapesOptions) -> (RgbImage, Vec<(us
 
 /// The fraction of `earlier`'s area that `new` covers.
 fn overlap_fraction(earlier: &[usize; 4], new: &[usize; 4]) -> f64 {
-    let iw = earlier[2].min(new[2]).saturating_sub(earlier[0].max(new[0]));
-    let ih = earlier[3].min(new[3]).saturating_sub(earlier[1].max(new[1]));
+    let iw = earlier[2]
+        .min(new[2])
+        .saturating_sub(earlier[0].max(new[0]));
+    let ih = earlier[3]
+        .min(new[3])
+        .saturating_sub(earlier[1].max(new[1]));
     let area = ((earlier[2] - earlier[0]) * (earlier[3] - earlier[1])).max(1);
     (iw * ih) as f64 / area as f64
 }
 
 /// Fills the shape's pixels (tested at pixel centres) and returns its exact pixel extent
 /// [x0, y0, x1, y1) (None if no pixel was inside).
-fn fill_shape(img: &mut RgbImage, kind: ShapeKind, cx: f64, cy: f64, hw: f64, hh: f64, colour: [u8; 3]) -> Option<[usize; 4]> {
+fn fill_shape(
+    img: &mut RgbImage,
+    kind: ShapeKind,
+    cx: f64,
+    cy: f64,
+    hw: f64,
+    hh: f64,
+    colour: [u8; 3],
+) -> Option<[usize; 4]> {
     let (w, h) = (img.width() as usize, img.height() as usize);
-    let (x_lo, x_hi) = (((cx - hw).floor().max(0.0)) as usize, ((cx + hw).ceil() as usize).min(w));
-    let (y_lo, y_hi) = (((cy - hh).floor().max(0.0)) as usize, ((cy + hh).ceil() as usize).min(h));
+    let (x_lo, x_hi) = (
+        ((cx - hw).floor().max(0.0)) as usize,
+        ((cx + hw).ceil() as usize).min(w),
+    );
+    let (y_lo, y_hi) = (
+        ((cy - hh).floor().max(0.0)) as usize,
+        ((cy + hh).ceil() as usize).min(h),
+    );
     let mut extent: Option<[usize; 4]> = None;
     for y in y_lo..y_hi {
         for x in x_lo..x_hi {
@@ -206,7 +273,11 @@ fn contrasting_colour(rng: &mut SplitMix64, img: &RgbImage, b: &[usize; 4]) -> [
     let mean = mean.map(|m| m / n.max(1.0));
     let mut best = [0u8; 3];
     for _ in 0..16 {
-        let c = [rng.next_u64() as u8, rng.next_u64() as u8, rng.next_u64() as u8];
+        let c = [
+            rng.next_u64() as u8,
+            rng.next_u64() as u8,
+            rng.next_u64() as u8,
+        ];
         if (0..3).map(|i| (c[i] as f64 - mean[i]).abs()).sum::<f64>() >= 120.0 {
             return c;
         }
@@ -217,8 +288,18 @@ fn contrasting_colour(rng: &mut SplitMix64, img: &RgbImage, b: &[usize; 4]) -> [
 
 /// Noise, a gradient, or stripes between two random colours, with pixel noise on top.
 fn background(rng: &mut SplitMix64, w: usize, h: usize) -> RgbImage {
-    let a = [rng.next_u64() as u8, rng.next_u64() as u8, rng.next_u64() as u8].map(|v| v as f64);
-    let b = [rng.next_u64() as u8, rng.next_u64() as u8, rng.next_u64() as u8].map(|v| v as f64);
+    let a = [
+        rng.next_u64() as u8,
+        rng.next_u64() as u8,
+        rng.next_u64() as u8,
+    ]
+    .map(|v| v as f64);
+    let b = [
+        rng.next_u64() as u8,
+        rng.next_u64() as u8,
+        rng.next_u64() as u8,
+    ]
+    .map(|v| v as f64);
     let style = rng.next_u64() % 3;
     let angle = rng.range(0.0, std::f64::consts::PI);
     let (dx, dy) = (angle.cos(), angle.sin());

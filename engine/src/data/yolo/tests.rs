@@ -11,7 +11,9 @@ fn write(path: &Path, text: &str) {
 
 fn write_image(path: &Path, w: u32, h: u32) {
     std::fs::create_dir_all(path.parent().unwrap()).unwrap();
-    image::RgbImage::from_pixel(w, h, image::Rgb([90, 120, 30])).save(path).unwrap();
+    image::RgbImage::from_pixel(w, h, image::Rgb([90, 120, 30]))
+        .save(path)
+        .unwrap();
 }
 
 // ----- data.yaml -----
@@ -30,21 +32,29 @@ fn names_as_list() {
 #[test]
 fn names_as_map_with_int_or_string_keys() {
     let dir = tempfile::tempdir().unwrap();
-    let c = parse("train: a\nval: b\nnames:\n  1: dog\n  '0': cat\n", dir.path()).unwrap();
+    let c = parse(
+        "train: a\nval: b\nnames:\n  1: dog\n  '0': cat\n",
+        dir.path(),
+    )
+    .unwrap();
     assert_eq!(c.names, ["cat", "dog"]);
 }
 
 #[test]
 fn names_map_with_a_gap_is_an_error() {
     let dir = tempfile::tempdir().unwrap();
-    let err = parse("train: a\nval: b\nnames: {0: cat, 2: dog}\n", dir.path()).unwrap_err().to_string();
+    let err = parse("train: a\nval: b\nnames: {0: cat, 2: dog}\n", dir.path())
+        .unwrap_err()
+        .to_string();
     assert!(err.contains("class indices 0-1"), "{err}");
 }
 
 #[test]
 fn missing_val_key_names_the_key_and_file() {
     let dir = tempfile::tempdir().unwrap();
-    let err = parse("train: a\nnames: [x]\n", dir.path()).unwrap_err().to_string();
+    let err = parse("train: a\nnames: [x]\n", dir.path())
+        .unwrap_err()
+        .to_string();
     assert!(err.contains("'val'") && err.contains("data.yaml"), "{err}");
 }
 
@@ -58,8 +68,13 @@ fn validation_key_stands_in_for_val() {
 #[test]
 fn missing_names_and_nc_is_an_error() {
     let dir = tempfile::tempdir().unwrap();
-    let err = parse("train: a\nval: b\n", dir.path()).unwrap_err().to_string();
-    assert!(err.contains("'names'") && err.contains("data.yaml"), "{err}");
+    let err = parse("train: a\nval: b\n", dir.path())
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("'names'") && err.contains("data.yaml"),
+        "{err}"
+    );
 }
 
 #[test]
@@ -67,7 +82,9 @@ fn nc_alone_gives_class_names_and_must_agree_with_names() {
     let dir = tempfile::tempdir().unwrap();
     let c = parse("train: a\nval: b\nnc: 2.0\n", dir.path()).unwrap();
     assert_eq!(c.names, ["class_0", "class_1"]);
-    let err = parse("train: a\nval: b\nnc: 3\nnames: [a, b]\n", dir.path()).unwrap_err().to_string();
+    let err = parse("train: a\nval: b\nnc: 3\nnames: [a, b]\n", dir.path())
+        .unwrap_err()
+        .to_string();
     assert!(err.contains("must match"), "{err}");
     assert!(parse("train: a\nval: b\nnc: 1.5\n", dir.path()).is_err());
 }
@@ -77,15 +94,27 @@ fn splits_resolve_against_path_or_the_yaml_folder() {
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path().canonicalize().unwrap();
     // no `path`: the YAML's folder; a list of splits
-    let c = parse("train: [images/t1, images/t2]\nval: images/v\nnames: [x]\n", &root).unwrap();
+    let c = parse(
+        "train: [images/t1, images/t2]\nval: images/v\nnames: [x]\n",
+        &root,
+    )
+    .unwrap();
     assert_eq!(c.root, root);
     assert_eq!(c.train, [root.join("images/t1"), root.join("images/t2")]);
     // a relative `path` that does not exist from the current directory: the YAML's folder
-    let c = parse("path: ds_nowhere_xyz\ntrain: a\nval: b\nnames: [x]\n", &root).unwrap();
+    let c = parse(
+        "path: ds_nowhere_xyz\ntrain: a\nval: b\nnames: [x]\n",
+        &root,
+    )
+    .unwrap();
     assert_eq!(c.val, [root.join("ds_nowhere_xyz/b")]);
     // `../x` that does not exist is retried as `x`
     std::fs::create_dir_all(root.join("ds/images/val")).unwrap();
-    let c = parse("path: ds\ntrain: a\nval: ../images/val\nnames: [x]\n", &root).unwrap();
+    let c = parse(
+        "path: ds\ntrain: a\nval: ../images/val\nnames: [x]\n",
+        &root,
+    )
+    .unwrap();
     assert_eq!(c.val, [root.join("ds/images/val")]);
     assert!(c.test.is_empty());
     assert!(c.split("test").is_err());
@@ -97,29 +126,52 @@ fn splits_resolve_against_path_or_the_yaml_folder() {
 fn label_path_replaces_the_last_images_folder_and_extension() {
     let p = label_path(Path::new("/d/images/x/images/a.b.JPG"));
     assert_eq!(p, PathBuf::from("/d/images/x/labels/a.b.txt"));
-    assert_eq!(label_path(Path::new("/d/imgs/a.png")), PathBuf::from("/d/imgs/a.txt"));
+    assert_eq!(
+        label_path(Path::new("/d/imgs/a.png")),
+        PathBuf::from("/d/imgs/a.txt")
+    );
 }
 
 #[test]
 fn folders_are_searched_recursively_for_image_suffixes() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
-    for f in ["b.jpg", "sub/a.PNG", "notes.txt", ".hidden.jpg", "sub/c.webp", "noext"] {
+    for f in [
+        "b.jpg",
+        "sub/a.PNG",
+        "notes.txt",
+        ".hidden.jpg",
+        "sub/c.webp",
+        "noext",
+    ] {
         write(&d.join(f), "");
     }
     let files = image_files(&[d.to_path_buf()]).unwrap();
-    assert_eq!(files, [d.join("b.jpg"), d.join("sub/a.PNG"), d.join("sub/c.webp")]);
+    assert_eq!(
+        files,
+        [d.join("b.jpg"), d.join("sub/a.PNG"), d.join("sub/c.webp")]
+    );
 }
 
 #[test]
 fn txt_lists_resolve_dot_slash_against_their_folder() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
-    write(&d.join("list.txt"), "\u{feff}./images/b.jpg\n./images/a.jpg\n/abs/c.png\n\n");
+    write(
+        &d.join("list.txt"),
+        "\u{feff}./images/b.jpg\n./images/a.jpg\n/abs/c.png\n\n",
+    );
     let files = image_files(&[d.join("list.txt")]).unwrap();
     let sep = std::path::MAIN_SEPARATOR;
     let base = format!("{}{sep}", d.display());
-    assert_eq!(files, [PathBuf::from("/abs/c.png"), format!("{base}images/a.jpg").into(), format!("{base}images/b.jpg").into()]);
+    assert_eq!(
+        files,
+        [
+            PathBuf::from("/abs/c.png"),
+            format!("{base}images/a.jpg").into(),
+            format!("{base}images/b.jpg").into()
+        ]
+    );
 }
 
 #[test]
@@ -139,7 +191,11 @@ fn one(label: Option<&str>) -> YoloDataset {
     if let Some(text) = label {
         write(&d.join("labels/val/a.txt"), text);
     }
-    YoloDataset::from_paths(&[d.join("images/val")], vec!["a".into(), "b".into(), "c".into()]).unwrap()
+    YoloDataset::from_paths(
+        &[d.join("images/val")],
+        vec!["a".into(), "b".into(), "c".into()],
+    )
+    .unwrap()
 }
 
 /// A two-image dataset where `a.jpg` gets `label` and `b.jpg` a good label, so dropping `a`
@@ -151,7 +207,11 @@ fn with_bad(label: &str) -> YoloDataset {
     write_image(&d.join("images/val/b.jpg"), 32, 24);
     write(&d.join("labels/val/a.txt"), label);
     write(&d.join("labels/val/b.txt"), "0 0.5 0.5 0.2 0.2\n");
-    YoloDataset::from_paths(&[d.join("images/val")], vec!["a".into(), "b".into(), "c".into()]).unwrap()
+    YoloDataset::from_paths(
+        &[d.join("images/val")],
+        vec!["a".into(), "b".into(), "c".into()],
+    )
+    .unwrap()
 }
 
 fn assert_dropped(ds: &YoloDataset, reason: &str) {
@@ -166,7 +226,13 @@ fn assert_dropped(ds: &YoloDataset, reason: &str) {
 fn good_labels_are_read() {
     let ds = one(Some("1 0.5 0.4 0.2 0.1\n  \n2 0.1 0.1 0.05 0.05"));
     assert_eq!(ds.images[0].size, (32, 24));
-    assert_eq!(ds.images[0].labels[0], YoloBox { class: 1, xywh: [0.5, 0.4, 0.2, 0.1] });
+    assert_eq!(
+        ds.images[0].labels[0],
+        YoloBox {
+            class: 1,
+            xywh: [0.5, 0.4, 0.2, 0.1]
+        }
+    );
     assert_eq!(ds.images[0].labels.len(), 2);
     assert!(ds.warnings.is_empty());
 }
@@ -189,15 +255,28 @@ fn empty_label_file_is_a_background_image() {
 
 #[test]
 fn duplicate_rows_are_removed_with_a_warning() {
-    let ds = one(Some("2 0.5 0.5 0.2 0.2\n0 0.1 0.1 0.1 0.1\n2 0.5 0.5 0.2 0.2\n"));
+    let ds = one(Some(
+        "2 0.5 0.5 0.2 0.2\n0 0.1 0.1 0.1 0.1\n2 0.5 0.5 0.2 0.2\n",
+    ));
     let classes: Vec<usize> = ds.images[0].labels.iter().map(|b| b.class).collect();
-    assert_eq!(classes, [0, 2], "deduplicated and sorted as np.unique leaves them");
-    assert!(ds.warnings[0].contains("1 duplicate labels removed"), "{:?}", ds.warnings);
+    assert_eq!(
+        classes,
+        [0, 2],
+        "deduplicated and sorted as np.unique leaves them"
+    );
+    assert!(
+        ds.warnings[0].contains("1 duplicate labels removed"),
+        "{:?}",
+        ds.warnings
+    );
 }
 
 #[test]
 fn class_out_of_range_drops_the_image() {
-    assert_dropped(&with_bad("3 0.5 0.5 0.1 0.1\n"), "exceeds dataset class count 3");
+    assert_dropped(
+        &with_bad("3 0.5 0.5 0.1 0.1\n"),
+        "exceeds dataset class count 3",
+    );
 }
 
 #[test]
@@ -208,7 +287,11 @@ fn non_integer_class_drops_the_image() {
 #[test]
 fn coordinate_above_1_01_drops_the_image() {
     assert_dropped(&with_bad("0 1.02 0.5 0.1 0.1\n"), "out of bounds");
-    assert_eq!(one(Some("0 1.005 0.5 0.1 0.1")).images[0].labels.len(), 1, "1% tolerance");
+    assert_eq!(
+        one(Some("0 1.005 0.5 0.1 0.1")).images[0].labels.len(),
+        1,
+        "1% tolerance"
+    );
 }
 
 #[test]
@@ -222,7 +305,10 @@ fn negative_values_drop_the_image_beyond_the_tolerance() {
 #[test]
 fn wrong_field_count_drops_the_image() {
     assert_dropped(&with_bad("0 0.5 0.5 0.1\n"), "labels require 5 columns, 4");
-    assert_dropped(&with_bad("0 0.5 0.5 0.1 0.1 0.9\n"), "labels require 5 columns, 6");
+    assert_dropped(
+        &with_bad("0 0.5 0.5 0.1 0.1 0.9\n"),
+        "labels require 5 columns, 6",
+    );
 }
 
 #[test]
@@ -236,8 +322,15 @@ fn polygon_rows_become_boxes() {
     let b = ds.images[0].labels[0];
     assert_eq!(b.class, 1);
     let want = [0.3, 0.4, 0.4, 0.4];
-    assert!(b.xywh.iter().zip(want).all(|(a, w)| (a - w).abs() < 1e-6), "{:?}", b.xywh);
-    assert_dropped(&with_bad("0 0.1 0.2 0.5 0.2 0.5 0.6\n0 0.5 0.5 0.1 0.1\n"), "mix segment");
+    assert!(
+        b.xywh.iter().zip(want).all(|(a, w)| (a - w).abs() < 1e-6),
+        "{:?}",
+        b.xywh
+    );
+    assert_dropped(
+        &with_bad("0 0.1 0.2 0.5 0.2 0.5 0.6\n0 0.5 0.5 0.1 0.1\n"),
+        "mix segment",
+    );
 }
 
 #[test]
@@ -245,7 +338,10 @@ fn corrupt_image_is_dropped_with_a_warning() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
     write_image(&d.join("images/b.jpg"), 32, 24);
-    write(&d.join("images/a.jpg"), "\u{ff}\u{d8} definitely not a jpeg");
+    write(
+        &d.join("images/a.jpg"),
+        "\u{ff}\u{d8} definitely not a jpeg",
+    );
     let ds = YoloDataset::from_paths(&[d.join("images")], vec!["x".into()]).unwrap();
     assert_dropped(&ds, "corrupt image/label");
 }
@@ -263,7 +359,13 @@ fn images_under_10_pixels_are_dropped() {
 // ----- the synthetic shapes generator -----
 
 fn small_shapes(seed: u64) -> super::ShapesOptions {
-    super::ShapesOptions { train: 3, val: 8, imgsz: 96, seed, ..Default::default() }
+    super::ShapesOptions {
+        train: 3,
+        val: 8,
+        imgsz: 96,
+        seed,
+        ..Default::default()
+    }
 }
 
 #[test]
@@ -272,7 +374,10 @@ fn generated_dataset_reads_back_with_the_same_boxes() {
     let opts = small_shapes(7);
     let yaml = super::generate_shapes(dir.path(), &opts).unwrap();
     let config = DataConfig::load(&yaml).unwrap();
-    assert_eq!(config.names, ["circle", "square", "triangle", "cross", "diamond", "ring"]);
+    assert_eq!(
+        config.names,
+        ["circle", "square", "triangle", "cross", "diamond", "ring"]
+    );
     let ds = YoloDataset::load(&config, "val").unwrap();
     assert_eq!(ds.images.len(), 8);
     assert!(ds.warnings.is_empty(), "{:?}", ds.warnings);
@@ -285,7 +390,11 @@ fn generated_dataset_reads_back_with_the_same_boxes() {
         for (got, (class, xywh)) in entry.labels.iter().zip(&boxes) {
             assert_eq!(got.class, *class);
             for (g, w) in got.xywh.iter().zip(xywh) {
-                assert!((*g as f64 - w).abs() < 1e-6, "image {i}: {:?} vs {xywh:?}", got.xywh);
+                assert!(
+                    (*g as f64 - w).abs() < 1e-6,
+                    "image {i}: {:?} vs {xywh:?}",
+                    got.xywh
+                );
             }
         }
     }
@@ -294,22 +403,39 @@ fn generated_dataset_reads_back_with_the_same_boxes() {
 
 #[test]
 fn generated_dataset_is_deterministic_for_a_seed() {
-    let (a, b, c) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let (a, b, c) = (
+        tempfile::tempdir().unwrap(),
+        tempfile::tempdir().unwrap(),
+        tempfile::tempdir().unwrap(),
+    );
     super::generate_shapes(a.path(), &small_shapes(3)).unwrap();
     super::generate_shapes(b.path(), &small_shapes(3)).unwrap();
     super::generate_shapes(c.path(), &small_shapes(4)).unwrap();
     let read = |d: &Path, f: &str| std::fs::read(d.join(f)).unwrap();
-    for f in ["images/val/val_00005.jpg", "labels/val/val_00005.txt", "labels/train/train_00002.txt"] {
+    for f in [
+        "images/val/val_00005.jpg",
+        "labels/val/val_00005.txt",
+        "labels/train/train_00002.txt",
+    ] {
         assert_eq!(read(a.path(), f), read(b.path(), f), "{f}");
     }
-    assert_ne!(read(a.path(), "images/val/val_00005.jpg"), read(c.path(), "images/val/val_00005.jpg"));
+    assert_ne!(
+        read(a.path(), "images/val/val_00005.jpg"),
+        read(c.path(), "images/val/val_00005.jpg")
+    );
 }
 
 // ----- the validation loader -----
 
 fn shapes_val(n: usize, imgsz: usize) -> (tempfile::TempDir, std::sync::Arc<YoloDataset>) {
     let dir = tempfile::tempdir().unwrap();
-    let opts = super::ShapesOptions { train: 0, val: n, imgsz, seed: 11, ..Default::default() };
+    let opts = super::ShapesOptions {
+        train: 0,
+        val: n,
+        imgsz,
+        seed: 11,
+        ..Default::default()
+    };
     let yaml = super::generate_shapes(dir.path(), &opts).unwrap();
     let ds = YoloDataset::load(&DataConfig::load(&yaml).unwrap(), "val").unwrap();
     (dir, std::sync::Arc::new(ds))
@@ -318,7 +444,12 @@ fn shapes_val(n: usize, imgsz: usize) -> (tempfile::TempDir, std::sync::Arc<Yolo
 #[test]
 fn rect_loader_yields_every_image_once_in_aspect_ratio_order() {
     let (_dir, ds) = shapes_val(11, 64);
-    let opts = super::ValLoaderOptions { batch_size: 4, imgsz: 64, workers: 3, ..Default::default() };
+    let opts = super::ValLoaderOptions {
+        batch_size: 4,
+        imgsz: 64,
+        workers: 3,
+        ..Default::default()
+    };
     let loader = super::ValLoader::new(ds.clone(), &opts).unwrap();
     assert_eq!(loader.len(), 3);
     let sizes: Vec<_> = ds.images.iter().map(|e| e.size).collect();
@@ -342,8 +473,17 @@ fn rect_loader_yields_every_image_once_in_aspect_ratio_order() {
 #[test]
 fn square_loader_keeps_file_order_and_matches_preprocess_val() {
     let (_dir, ds) = shapes_val(5, 64);
-    let opts = super::ValLoaderOptions { batch_size: 2, imgsz: 64, rect: false, workers: 2, ..Default::default() };
-    let batches: Vec<_> = super::ValLoader::new(ds.clone(), &opts).unwrap().map(|b| b.unwrap()).collect();
+    let opts = super::ValLoaderOptions {
+        batch_size: 2,
+        imgsz: 64,
+        rect: false,
+        workers: 2,
+        ..Default::default()
+    };
+    let batches: Vec<_> = super::ValLoader::new(ds.clone(), &opts)
+        .unwrap()
+        .map(|b| b.unwrap())
+        .collect();
     let seen: Vec<usize> = batches.iter().flat_map(|b| b.indices.clone()).collect();
     assert_eq!(seen, [0, 1, 2, 3, 4]);
     let last = &batches[2];
@@ -356,14 +496,24 @@ fn square_loader_keeps_file_order_and_matches_preprocess_val() {
     let px = want.get_pixel(x, y).0;
     let plane = 64 * 64;
     let at = (y * 64 + x) as usize;
-    assert_eq!([got[at], got[plane + at], got[2 * plane + at]], px, "NCHW, RGB planes");
+    assert_eq!(
+        [got[at], got[plane + at], got[2 * plane + at]],
+        px,
+        "NCHW, RGB planes"
+    );
 }
 
 #[test]
 fn loader_reports_an_unreadable_image_by_name_and_stops_cleanly() {
     let (dir, ds) = shapes_val(6, 64);
     std::fs::write(&ds.images[3].path, b"\xFF\xD8 truncated").unwrap();
-    let opts = super::ValLoaderOptions { batch_size: 2, imgsz: 64, rect: false, workers: 2, ..Default::default() };
+    let opts = super::ValLoaderOptions {
+        batch_size: 2,
+        imgsz: 64,
+        rect: false,
+        workers: 2,
+        ..Default::default()
+    };
     let results: Vec<_> = super::ValLoader::new(ds.clone(), &opts).unwrap().collect();
     let err = results[1].as_ref().unwrap_err().to_string();
     assert!(err.contains("val_00003.jpg"), "{err}");

@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# One call on the GPU machine for the YOLO work: ultralytics' reference numbers and fixtures
+# (tests/fixtures/yolo/make_*.py, from carried wheels), then our validator on the same data,
+# CUDA and CPU, in the same call so the speeds compare.
+#   carry [".devpack", ".whl", ".assets"]; command: bash benches/yolo_device.sh
+# .devpack/pack.tar.xz holds .device/bin/brain (and test binaries); .assets holds the fetched
+# nudenet ONNX and ultralytics images (scripts/fetch_test_assets.sh with RB_ASSETS=.assets).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+out=${OUT:-/tmp/rb-out}; mkdir -p "$out"
+tar -xJf .devpack/pack.tar.xz
+export LD_LIBRARY_PATH=/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+  && export PYTHONPATH=/tmp/site || exit 1
+brain=.device/bin/brain
+shapes=/tmp/shapes
+log() { echo "=== $(date +%T) $*"; }
+log dataset; $brain run scripts/make_shapes.rhai dir=$shapes train=${TRAIN:-400} val=${VAL:-100} imgsz=320 seed=0
+log fixtures
+python3 tests/fixtures/yolo/make_yolo_fixtures.py $shapes "$out/yolo" .assets/nudenet/320n.onnx .assets/ultralytics/assets 2>&1 \
+  | grep -vE "^\s+[0-9]+/[0-9]+ .*it/s|Class .*Images|^\s*$" | tail -${FIXTURE_LOG_LINES:-150}
+python3 tests/fixtures/yolo/make_nms_fixture.py "$out/post" 2>&1 | tail -3
+python3 tests/fixtures/yolo/make_metrics_fixture.py "$out/post" 2>&1 | tail -3
+best="$out/yolo/train_n/weights/best.pt"
+for b in 1 32; do
+  log "ours cuda batch $b"; $brain run scripts/yolo_val.rhai weights=$best data=$shapes/data.yaml imgsz=320 batch=$b --device cuda 2>&1 | tail -12
+done
+log "ours cuda 640 batch 32"; $brain run scripts/yolo_val.rhai weights=$best data=$shapes/data.yaml imgsz=640 batch=32 --device cuda 2>&1 | tail -12
+log "ours cuda 640 batch 32 half"; $brain run scripts/yolo_val.rhai weights=$best data=$shapes/data.yaml imgsz=640 batch=32 half=true --device cuda 2>&1 | tail -4
+log "ours cpu batch 32"; $brain run scripts/yolo_val.rhai weights=$best data=$shapes/data.yaml imgsz=320 batch=32 2>&1 | tail -12
+for t in .device/tests/*; do log "$t"; RB_REQUIRE_CUDA=1 timeout 300 "$t" --test-threads=4 2>&1 | grep -E "^test result|FAILED|panicked" | head -20; done
+log done
