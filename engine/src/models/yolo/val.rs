@@ -57,7 +57,7 @@ pub struct ValReport {
     pub confusion: ConfusionMatrix,
     /// Milliseconds per image.
     pub speed: Speed,
-    /// Images per second over the whole run (loading excluded).
+    /// Images per second end to end (decoding, model, NMS, metrics), warm-up excluded.
     pub images_per_second: f64,
     /// The table ultralytics prints (header, `all`, one row per class).
     pub table: String,
@@ -113,6 +113,14 @@ pub fn validate(
             format!("no usable images in the `{}` split of {}", opts.split, data.file.display()),
         ));
     }
+    // ultralytics validates the fused network (its AutoBackend fuses on load).
+    let fused_copy;
+    let model = if model.fused {
+        model
+    } else {
+        fused_copy = model.fuse()?;
+        &fused_copy
+    };
     let stride = model.max_stride();
     // ultralytics rounds imgsz up to a multiple of the stride (check_imgsz).
     let imgsz = opts.imgsz.div_ceil(stride) * stride;
@@ -140,20 +148,35 @@ pub fn validate(
     let mut confusion = ConfusionMatrix::new(names.len());
     let (mut pre, mut inf, mut post) = (0f64, 0f64, 0f64);
     let started = Instant::now();
-    let mut wait = Instant::now();
+    let run = |x: &crate::Tensor| {
+        no_grad(|| {
+            if opts.half {
+                crate::amp::autocast(Some(DType::F16), || model.forward(x))
+            } else {
+                model.forward(x)
+            }
+        })
+    };
+    let mut warm = false;
+    let mut warmup_secs = 0.0;
     for (done, batch) in loader.enumerate() {
         let batch = batch?;
-        // Pre-process: waiting for the decoded batch, the copy to the device and the scaling.
+        // Pre-process, as ultralytics times it: the copy to the device and the scaling (the
+        // loader decodes and letterboxes ahead, on its own threads).
+        let t0 = Instant::now();
         let x = batch.images.to(device, dtype)?.div_scalar(255.0)?;
         synchronize(device)?;
+        if !warm {
+            // A warm-up pass (kernel compilation, cuDNN's algorithm search) outside the
+            // timings, as ultralytics' `warmup`.
+            let tw = Instant::now();
+            run(&x)?;
+            synchronize(device)?;
+            warmup_secs = tw.elapsed().as_secs_f64();
+            warm = true;
+        }
         let t1 = Instant::now();
-        let pred = no_grad(|| {
-            if opts.half {
-                crate::amp::autocast(Some(DType::F16), || model.forward(&x))
-            } else {
-                model.forward(&x)
-            }
-        })?;
+        let pred = run(&x)?;
         synchronize(device)?;
         let t2 = Instant::now();
         let kept = non_max_suppression(&pred, &nms)?;
@@ -184,13 +207,13 @@ pub fn validate(
             });
         }
         let t3 = Instant::now();
-        pre += (t1 - wait).as_secs_f64();
+        pre += (t1 - t0).as_secs_f64();
         inf += (t2 - t1).as_secs_f64();
         post += (t3 - t2).as_secs_f64();
-        wait = Instant::now();
         progress(done + 1, total);
     }
-    let elapsed = started.elapsed().as_secs_f64();
+    // End to end (decoding included), without the warm-up pass.
+    let elapsed = started.elapsed().as_secs_f64() - warmup_secs;
     metrics.process();
     let seen = metrics.seen.max(1) as f64;
     let speed = Speed {
