@@ -28,5 +28,24 @@ done
 log "ours cuda 640 batch 32"; $brain run scripts/yolo_val.rhai weights=$best data=$shapes/data.yaml imgsz=640 batch=32 --device cuda 2>&1 | tail -12
 log "ours cuda 640 batch 32 half"; $brain run scripts/yolo_val.rhai weights=$best data=$shapes/data.yaml imgsz=640 batch=32 half=true --device cuda 2>&1 | tail -4
 log "ours cpu batch 32"; $brain run scripts/yolo_val.rhai weights=$best data=$shapes/data.yaml imgsz=320 batch=32 2>&1 | tail -12
-for t in .device/tests/*; do log "$t"; RB_REQUIRE_CUDA=1 timeout 300 "$t" --test-threads=4 2>&1 | grep -E "^test result|FAILED|panicked" | head -20; done
+for t in .device/tests/*; do
+  case "$t" in *yolo_parity*) continue;; esac
+  log "$t"; RB_REQUIRE_CUDA=1 timeout 300 "$t" --test-threads=4 2>&1 | grep -E "^test result|FAILED|panicked" | head -20
+done
+if [ -x .device/tests/yolo_parity ]; then
+  for dev in cpu cuda; do
+    log "yolo_parity on $dev"
+    RB_YOLO_FIXTURES="$out/yolo" RB_YOLO_SHAPES=$shapes RB_ASSETS=.assets RB_REQUIRE_ASSETS=1 RB_YOLO_DEVICE=$dev \
+      timeout 300 .device/tests/yolo_parity --test-threads=1 --nocapture 2>&1 | grep -vE "^\s*$|running [0-9]+ test" | tail -40
+  done
+fi
+# The small fixtures the repository keeps (tests/fixtures/yolo/parity), and the reference JSONs.
+keep=/tmp/keep; rm -rf $keep; mkdir -p $keep/parity
+cp -r "$out"/yolo/raw_tiny_160 "$out"/yolo/nudenet_*_320 $keep/parity/ 2>/dev/null
+cp "$out"/yolo/train_tiny/weights/best.pt $keep/parity/tiny_best.pt 2>/dev/null
+cp "$out"/yolo/val_*.json "$out"/yolo/raw_n_320/meta.json "$out"/yolo/raw_n_640/meta.json $keep/ 2>/dev/null
+cp "$out"/post/*.json $keep/ 2>/dev/null
+tar -czf "$out/keep.tar.gz" -C $keep . && ls -la "$out/keep.tar.gz"
+# Only the archive comes back: the tool returns a limited number of files.
+find "$out" -mindepth 1 -maxdepth 1 ! -name keep.tar.gz -exec rm -rf {} +
 log done

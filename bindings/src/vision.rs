@@ -1,0 +1,99 @@
+//! The `vision::` namespace: images as U8 [H, W, 3] RGB tensors on the host, the letterbox
+//! YOLO models take, and boxes drawn with their labels.
+
+use crate::error::{guard, runtime_error, RhaiResult};
+use crate::help::Api;
+use crate::options::Options;
+use rhai::{Array, Dynamic, Engine, Map, Module};
+use rusting_brain::models::yolo::predict::predict_letterbox;
+use rusting_brain::vision::image::{rgb_to_tensor, tensor_to_rgb};
+use rusting_brain::vision::{class_color, draw_boxes, DrawBox};
+use rusting_brain::Tensor;
+
+/// One detection map (`model.predict`'s rows, or any map with `box` and optional `name`,
+/// `class`, `confidence`) as a box to draw.
+fn draw_box(d: &Dynamic, i: usize) -> RhaiResult<DrawBox> {
+    let m = d
+        .clone()
+        .try_cast::<Map>()
+        .ok_or_else(|| runtime_error(format!("vision::draw_boxes: item {i} must be a map with `box`")))?;
+    let b = m
+        .get("box")
+        .and_then(|b| b.clone().into_array().ok())
+        .ok_or_else(|| runtime_error(format!("vision::draw_boxes: item {i} has no `box` [x1, y1, x2, y2]")))?;
+    let v: Vec<f32> = b
+        .iter()
+        .map(|x| crate::convert::number(x, "vision::draw_boxes box").map(|f| f as f32))
+        .collect::<RhaiResult<_>>()?;
+    if v.len() != 4 {
+        return Err(runtime_error(format!("vision::draw_boxes: item {i}'s box needs 4 numbers, got {}", v.len())));
+    }
+    let class = m.get("class").and_then(|c| c.as_int().ok()).unwrap_or(0).max(0) as usize;
+    let name = m.get("name").map(|n| n.to_string()).unwrap_or_else(|| class.to_string());
+    let label = match m.get("confidence").and_then(|c| c.as_float().ok()) {
+        Some(c) => format!("{name} {c:.2}"),
+        None => name,
+    };
+    Ok(DrawBox {
+        xyxy: [v[0], v[1], v[2], v[3]],
+        label,
+        color: class_color(class),
+    })
+}
+
+fn draw(image: Tensor, dets: Array) -> RhaiResult<Tensor> {
+    let boxes = dets
+        .iter()
+        .enumerate()
+        .map(|(i, d)| draw_box(d, i))
+        .collect::<RhaiResult<Vec<_>>>()?;
+    guard(|| draw_boxes(&image, &boxes))
+}
+
+fn letterbox(image: Tensor, opts: Map) -> RhaiResult<Tensor> {
+    let o = Options::new("vision::letterbox", opts, &["imgsz", "stride"])?;
+    let (imgsz, stride) = (o.usize("imgsz", 640)?, o.usize("stride", 32)?);
+    if imgsz == 0 || stride == 0 {
+        return Err(runtime_error("vision::letterbox: imgsz and stride must be positive"));
+    }
+    guard(|| {
+        let img = tensor_to_rgb(&image)?;
+        rgb_to_tensor(predict_letterbox(&img, imgsz, stride).0)
+    })
+}
+
+pub fn register(engine: &mut Engine) {
+    let mut module = Module::new();
+    {
+        let mut api = Api::new(&mut module, Some("vision"));
+        api.func(
+            "read_image",
+            "vision::read_image(path) -> Tensor",
+            "Decodes a JPEG or PNG (EXIF orientation applied) into a U8 [H, W, 3] RGB tensor on the host.",
+            "vision::save_image(zeros([4, 6, 3], \"u8\"), \"black.png\"); let img = vision::read_image(\"black.png\");",
+            |p: &str| guard(|| rusting_brain::vision::read_image(p)),
+        );
+        api.func(
+            "save_image",
+            "vision::save_image(image, path)",
+            "Writes a U8 [H, W, 3] image as PNG or JPEG, by the path's extension.",
+            "vision::save_image(zeros([4, 6, 3], \"u8\"), \"black.png\");",
+            |t: Tensor, p: &str| guard(|| rusting_brain::vision::save_image(&t, p)),
+        );
+        api.func(
+            "letterbox",
+            "vision::letterbox(image, #{ imgsz, stride }) -> Tensor",
+            "Scales the long side to imgsz and pads with grey 114 to the next multiple of stride, as ultralytics' predictor does.",
+            "let img = vision::letterbox(zeros([100, 200, 3], \"u8\"), #{ imgsz: 64 }); print(img.shape);",
+            letterbox,
+        );
+        api.func(
+            "draw_boxes",
+            "vision::draw_boxes(image, detections) -> Tensor",
+            "A copy of the image with each detection's box and label drawn (maps with box, and optionally name, class, confidence; model.predict's rows fit).",
+            "let img = vision::draw_boxes(zeros([64, 64, 3], \"u8\"), [#{ box: [8, 8, 40, 40], name: \"cat\", confidence: 0.9 }]);",
+            draw,
+        );
+    }
+    engine.register_static_module("vision", module.into());
+}
