@@ -207,21 +207,40 @@ impl Block for C2f {
     training_flag!();
 }
 
-/// SPPF: one 1x1 convolution, three chained 5x5 max pools (stride 1), a concat and a 1x1.
+/// SPPF: one 1x1 convolution, `n` chained k x k max pools (stride 1), a concat, a 1x1, and a
+/// residual when asked and shapes allow.
 pub struct Sppf {
     cv1: ConvBn,
     cv2: ConvBn,
     k: usize,
+    n: usize,
+    add: bool,
     training: bool,
 }
 
+/// How an SPPF is built. YOLOv8/YOLO11 rows (`[c2, k]`) activate the first convolution;
+/// ultralytics' newer rows that also give `n` leave it linear.
+#[derive(Clone, Copy, Debug)]
+pub struct SppfSpec {
+    pub c1: usize,
+    pub c2: usize,
+    pub k: usize,
+    pub n: usize,
+    pub shortcut: bool,
+    pub cv1_act: bool,
+}
+
 impl Sppf {
-    pub fn new(c1: usize, c2: usize, k: usize, fused: bool, gen: &mut Generator) -> Result<Self> {
-        let c_ = c1 / 2;
+    pub fn new(spec: SppfSpec, fused: bool, gen: &mut Generator) -> Result<Self> {
+        let c_ = spec.c1 / 2;
+        let cv1 = ConvSpec::new(spec.c1, c_, 1, 1);
+        let cv1 = if spec.cv1_act { cv1 } else { cv1.linear() };
         Ok(Sppf {
-            cv1: ConvBn::new(ConvSpec::new(c1, c_, 1, 1).linear(), fused, gen)?,
-            cv2: ConvBn::new(ConvSpec::new(c_ * 4, c2, 1, 1), fused, gen)?,
-            k,
+            cv1: ConvBn::new(cv1, fused, gen)?,
+            cv2: ConvBn::new(ConvSpec::new(c_ * (spec.n + 1), spec.c2, 1, 1), fused, gen)?,
+            k: spec.k,
+            n: spec.n,
+            add: spec.shortcut && spec.c1 == spec.c2,
             training: true,
         })
     }
@@ -230,11 +249,16 @@ impl Sppf {
 impl Block for Sppf {
     fn run(&self, x: &Tensor) -> Result<Tensor> {
         let mut ys = vec![self.cv1.forward(x)?];
-        for _ in 0..3 {
+        for _ in 0..self.n {
             let p = ys[ys.len() - 1].max_pool2d((self.k, self.k), (1, 1), (self.k / 2, self.k / 2))?;
             ys.push(p);
         }
-        self.cv2.forward(&Tensor::cat(&ys, 1)?)
+        let y = self.cv2.forward(&Tensor::cat(&ys, 1)?)?;
+        if self.add {
+            y.add(x)
+        } else {
+            Ok(y)
+        }
     }
     fn children(&self) -> Vec<(String, &dyn Module)> {
         vec![("cv1".into(), &self.cv1), ("cv2".into(), &self.cv2)]

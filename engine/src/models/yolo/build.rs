@@ -3,7 +3,7 @@
 //! multiple of 8), C3k blocks inside C3k2 for the m/l/x scales, and YOLOv8's head when the
 //! definition has no C3k2.
 
-use super::blocks::{C2Psa, C2f, C2fInner, Sppf};
+use super::blocks::{C2Psa, C2f, C2fInner, Sppf, SppfSpec};
 use super::config::{depth_gain, make_divisible, LayerSpec, YoloConfig};
 use super::conv::{ConvBn, ConvSpec};
 use super::head::Detect;
@@ -156,7 +156,17 @@ impl YoloModel {
                     single("")?;
                     let c2 = width(a.int(0, None).map_err(err)?).map_err(err)?;
                     let k = positive(a.int(1, Some(5)).map_err(err)?, "kernel").map_err(err)?;
-                    let m = Sppf::new(c1, c2, k, fused, gen)?;
+                    let n = positive(a.int(2, Some(3)).map_err(err)?, "pool count").map_err(err)?;
+                    let sppf = SppfSpec {
+                        c1,
+                        c2,
+                        k,
+                        n,
+                        shortcut: a.boolean(3, false).map_err(err)?,
+                        // parse_model activates cv1 for rows of at most [c2, k] (YOLOv8, YOLO11).
+                        cv1_act: spec.args.len() <= 2,
+                    };
+                    let m = Sppf::new(sppf, fused, gen)?;
                     (LayerKind::Module(Box::new(m)), c2, stride_of(from[0]))
                 }
                 "C2PSA" => {

@@ -105,7 +105,12 @@ impl YoloConfig {
                 .ok_or_else(|| bad(origin, "`reg_max` must be a positive integer"))?
                 as usize,
         };
-        let own_scale = doc["scale"].as_str().map(str::to_string);
+        // ultralytics stores `scale: ''` when it could not guess one, and then takes the first.
+        let own_scale = doc["scale"]
+            .as_str()
+            .filter(|s| !s.is_empty())
+            .map(str::to_string);
+        let scale = scale.filter(|s| !s.is_empty());
         let (scale, depth, width, max_channels) = match &doc["scales"] {
             Yaml::Hash(rows) => {
                 let letter = scale
