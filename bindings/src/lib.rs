@@ -16,6 +16,7 @@ pub mod plot;
 pub mod progress;
 pub mod tensor;
 pub mod text;
+pub mod vision;
 pub mod yolo;
 
 use rhai::{Engine, Module};
@@ -53,6 +54,7 @@ pub fn new_engine() -> Engine {
     plot::register(&mut engine);
     progress::register(&mut engine);
     text::register(&mut engine);
+    vision::register(&mut engine);
     yolo::register(&mut engine);
     register_help(&mut engine);
     engine
