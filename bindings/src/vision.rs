@@ -70,28 +70,28 @@ pub fn register(engine: &mut Engine) {
             "read_image",
             "vision::read_image(path) -> Tensor",
             "Decodes a JPEG or PNG (EXIF orientation applied) into a U8 [H, W, 3] RGB tensor on the host.",
-            "vision::save_image(zeros([4, 6, 3], \"u8\"), \"black.png\"); let img = vision::read_image(\"black.png\");",
+            "vision::save_image(zeros([4, 6, 3], #{ dtype: \"u8\" }), \"black.png\"); let img = vision::read_image(\"black.png\");",
             |p: &str| guard(|| rusting_brain::vision::read_image(p)),
         );
         api.func(
             "save_image",
             "vision::save_image(image, path)",
             "Writes a U8 [H, W, 3] image as PNG or JPEG, by the path's extension.",
-            "vision::save_image(zeros([4, 6, 3], \"u8\"), \"black.png\");",
+            "vision::save_image(zeros([4, 6, 3], #{ dtype: \"u8\" }), \"black.png\");",
             |t: Tensor, p: &str| guard(|| rusting_brain::vision::save_image(&t, p)),
         );
         api.func(
             "letterbox",
             "vision::letterbox(image, #{ imgsz, stride }) -> Tensor",
             "Scales the long side to imgsz and pads with grey 114 to the next multiple of stride, as ultralytics' predictor does.",
-            "let img = vision::letterbox(zeros([100, 200, 3], \"u8\"), #{ imgsz: 64 }); print(img.shape);",
+            "let img = vision::letterbox(zeros([100, 200, 3], #{ dtype: \"u8\" }), #{ imgsz: 64 }); print(img.shape);",
             letterbox,
         );
         api.func(
             "draw_boxes",
             "vision::draw_boxes(image, detections) -> Tensor",
             "A copy of the image with each detection's box and label drawn (maps with box, and optionally name, class, confidence; model.predict's rows fit).",
-            "let img = vision::draw_boxes(zeros([64, 64, 3], \"u8\"), [#{ box: [8, 8, 40, 40], name: \"cat\", confidence: 0.9 }]);",
+            "let img = vision::draw_boxes(zeros([64, 64, 3], #{ dtype: \"u8\" }), [#{ box: [8, 8, 40, 40], name: \"cat\", confidence: 0.9 }]);",
             draw,
         );
     }

@@ -52,7 +52,7 @@ pub fn register(engine: &mut Engine) {
             "predict",
             "model.predict(image, #{ conf, iou, imgsz, half }) -> array",
             "Detects objects in an image (a path or a U8 [H, W, 3] tensor): an array of #{ box: [x1, y1, x2, y2], class, name, confidence } in the image's pixels.",
-            with_yolo!("let dets = model.predict(\"shapes/images/val/0.jpg\", #{ imgsz: 64, conf: 0.0 });"),
+            with_yolo!("let dets = model.predict(\"shapes/images/val/val_00000.jpg\", #{ imgsz: 64, conf: 0.0 });"),
             model::predict,
         );
         api.method(
