@@ -32,6 +32,17 @@ fn every_script_runs_on_tiny_settings() {
         .map(|p| p.file_name().unwrap().to_string_lossy().into_owned())
         .collect();
     names.sort();
+    // make_shapes.rhai runs before the YOLO scripts and writes the dataset they read; the
+    // weights are the committed 1/16-width YOLO11 that ultralytics trained on such a dataset.
+    let weights = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../tests/fixtures/yolo/parity/tiny_best.pt");
+    let weights = format!("weights={}", weights.display());
+    let data = format!("data={}", dir.path().join("shapes/data.yaml").display());
+    let source = format!(
+        "source={}",
+        dir.path().join("shapes/images/val/val_00000.jpg").display()
+    );
+    let shapes = format!("dir={}", dir.path().join("shapes").display());
     for name in &names {
         let out = run_script(
             &dir,
@@ -42,6 +53,14 @@ fn every_script_runs_on_tiny_settings() {
                 "hidden=8",
                 "size=tiny",
                 "max_new_tokens=8",
+                "train=2",
+                "val=3",
+                "imgsz=64",
+                "batch=2",
+                &shapes,
+                &weights,
+                &data,
+                &source,
             ],
         );
         assert!(

@@ -65,6 +65,10 @@ pub fn image_size(path: impl AsRef<Path>) -> Result<(usize, usize)> {
 pub fn save_image(t: &Tensor, path: impl AsRef<Path>) -> Result<()> {
     let path = path.as_ref();
     let img = tensor_to_rgb(t)?;
+    // Like the other writers (plots, checkpoints), a missing output folder is created.
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
+    }
     let ext = path
         .extension()
         .and_then(|e| e.to_str())
