@@ -66,9 +66,10 @@ impl YoloModel {
         } else {
             fold_batch_norms(&self.state_dict())?
         };
+        // On the device first: the state dict lives there, and a copy never crosses devices.
+        fused.to_device(device)?;
         fused.load_weights(&state, "the unfused network")?;
         fused.eval();
-        fused.to_device(device)?;
         Ok(fused)
     }
 
