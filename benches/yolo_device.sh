@@ -17,10 +17,13 @@ shapes=/tmp/shapes
 log() { echo "=== $(date +%T) $*"; }
 log dataset; $brain run scripts/make_shapes.rhai dir=$shapes train=${TRAIN:-400} val=${VAL:-100} imgsz=320 seed=0
 log fixtures
-python3 tests/fixtures/yolo/make_yolo_fixtures.py $shapes "$out/yolo" .assets/nudenet/320n.onnx .assets/ultralytics/assets 2>&1 \
+nudenet_args=".assets/nudenet/320n.onnx .assets/ultralytics/assets"; [ "${ONLY_N:-0}" = 1 ] && nudenet_args=""
+python3 tests/fixtures/yolo/make_yolo_fixtures.py $shapes "$out/yolo" $nudenet_args 2>&1 \
   | grep -vE "^\s+[0-9]+/[0-9]+ .*it/s|Class .*Images|^\s*$" | tail -${FIXTURE_LOG_LINES:-150}
-python3 tests/fixtures/yolo/make_nms_fixture.py "$out/post" 2>&1 | tail -3
-python3 tests/fixtures/yolo/make_metrics_fixture.py "$out/post" 2>&1 | tail -3
+if [ "${ONLY_N:-0}" != 1 ]; then
+  python3 tests/fixtures/yolo/make_nms_fixture.py "$out/post" 2>&1 | tail -3
+  python3 tests/fixtures/yolo/make_metrics_fixture.py "$out/post" 2>&1 | tail -3
+fi
 best="$out/yolo/train_n/weights/best.pt"
 for b in 1 32; do
   log "ours cuda batch $b"; $brain run scripts/yolo_val.rhai weights=$best data=$shapes/data.yaml imgsz=320 batch=$b --device cuda 2>&1 | tail -12
