@@ -13,23 +13,38 @@ use rusting_brain::Tensor;
 /// One detection map (`model.predict`'s rows, or any map with `box` and optional `name`,
 /// `class`, `confidence`) as a box to draw.
 fn draw_box(d: &Dynamic, i: usize) -> RhaiResult<DrawBox> {
-    let m = d
-        .clone()
-        .try_cast::<Map>()
-        .ok_or_else(|| runtime_error(format!("vision::draw_boxes: item {i} must be a map with `box`")))?;
+    let m = d.clone().try_cast::<Map>().ok_or_else(|| {
+        runtime_error(format!(
+            "vision::draw_boxes: item {i} must be a map with `box`"
+        ))
+    })?;
     let b = m
         .get("box")
         .and_then(|b| b.clone().into_array().ok())
-        .ok_or_else(|| runtime_error(format!("vision::draw_boxes: item {i} has no `box` [x1, y1, x2, y2]")))?;
+        .ok_or_else(|| {
+            runtime_error(format!(
+                "vision::draw_boxes: item {i} has no `box` [x1, y1, x2, y2]"
+            ))
+        })?;
     let v: Vec<f32> = b
         .iter()
         .map(|x| crate::convert::number(x, "vision::draw_boxes box").map(|f| f as f32))
         .collect::<RhaiResult<_>>()?;
     if v.len() != 4 {
-        return Err(runtime_error(format!("vision::draw_boxes: item {i}'s box needs 4 numbers, got {}", v.len())));
+        return Err(runtime_error(format!(
+            "vision::draw_boxes: item {i}'s box needs 4 numbers, got {}",
+            v.len()
+        )));
     }
-    let class = m.get("class").and_then(|c| c.as_int().ok()).unwrap_or(0).max(0) as usize;
-    let name = m.get("name").map(|n| n.to_string()).unwrap_or_else(|| class.to_string());
+    let class = m
+        .get("class")
+        .and_then(|c| c.as_int().ok())
+        .unwrap_or(0)
+        .max(0) as usize;
+    let name = m
+        .get("name")
+        .map(|n| n.to_string())
+        .unwrap_or_else(|| class.to_string());
     let label = match m.get("confidence").and_then(|c| c.as_float().ok()) {
         Some(c) => format!("{name} {c:.2}"),
         None => name,
@@ -54,7 +69,9 @@ fn letterbox(image: Tensor, opts: Map) -> RhaiResult<Tensor> {
     let o = Options::new("vision::letterbox", opts, &["imgsz", "stride"])?;
     let (imgsz, stride) = (o.usize("imgsz", 640)?, o.usize("stride", 32)?);
     if imgsz == 0 || stride == 0 {
-        return Err(runtime_error("vision::letterbox: imgsz and stride must be positive"));
+        return Err(runtime_error(
+            "vision::letterbox: imgsz and stride must be positive",
+        ));
     }
     guard(|| {
         let img = tensor_to_rgb(&image)?;

@@ -15,7 +15,10 @@ fn count(path: &std::path::Path, scale: &str) -> usize {
 
 #[test]
 fn yolo11_parameter_counts_match_ultralytics_summary() {
-    let Some(yaml) = asset("yolo11_parameter_counts", "ultralytics/cfg/models/11/yolo11.yaml") else {
+    let Some(yaml) = asset(
+        "yolo11_parameter_counts",
+        "ultralytics/cfg/models/11/yolo11.yaml",
+    ) else {
         return;
     };
     // ultralytics' summaries count the frozen DFL weights (16) among parameters, not gradients;
@@ -26,7 +29,10 @@ fn yolo11_parameter_counts_match_ultralytics_summary() {
 
 #[test]
 fn yolov8_parameter_counts_match_ultralytics_summary() {
-    let Some(yaml) = asset("yolov8_parameter_counts", "ultralytics/cfg/models/v8/yolov8.yaml") else {
+    let Some(yaml) = asset(
+        "yolov8_parameter_counts",
+        "ultralytics/cfg/models/v8/yolov8.yaml",
+    ) else {
         return;
     };
     assert_eq!(count(&yaml, "n"), 3_157_184);
@@ -47,6 +53,9 @@ fn builtin_definitions_have_the_layers_of_ultralytics_yamls() {
         let theirs = YoloConfig::from_yaml_str(&text, rel, Some(scale), None).unwrap();
         let ours = YoloConfig::from_file(std::path::Path::new(name), None).unwrap();
         assert_eq!(ours.layers, theirs.layers, "{name}");
-        assert_eq!((ours.depth, ours.width, ours.max_channels), (theirs.depth, theirs.width, theirs.max_channels));
+        assert_eq!(
+            (ours.depth, ours.width, ours.max_channels),
+            (theirs.depth, theirs.width, theirs.max_channels)
+        );
     }
 }

@@ -12,7 +12,11 @@ fn summary(path: &str) -> RhaiResult<Map> {
         let config = DataConfig::load(path)?;
         let mut out = Map::new();
         out.insert("file".into(), config.file.display().to_string().into());
-        let names: Array = config.names.iter().map(|n| Dynamic::from(n.clone())).collect();
+        let names: Array = config
+            .names
+            .iter()
+            .map(|n| Dynamic::from(n.clone()))
+            .collect();
         out.insert("names".into(), names.into());
         let mut warnings = Array::new();
         for split in ["train", "val"] {
@@ -31,7 +35,11 @@ fn summary(path: &str) -> RhaiResult<Map> {
 }
 
 fn shapes(dir: &str, opts: Map) -> RhaiResult<String> {
-    let o = Options::new("data::yolo_shapes", opts, &["train", "val", "imgsz", "seed"])?;
+    let o = Options::new(
+        "data::yolo_shapes",
+        opts,
+        &["train", "val", "imgsz", "seed"],
+    )?;
     let d = ShapesOptions::default();
     let so = ShapesOptions {
         train: o.usize("train", d.train)?,

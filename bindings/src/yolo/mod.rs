@@ -74,7 +74,13 @@ pub fn register(engine: &mut Engine) {
             "model.names() -> array",
             "The class names, by class id.",
             with_yolo!("print(model.names());"),
-            |m: &mut Yolo| -> Array { m.lock().names.iter().map(|n| Dynamic::from(n.clone())).collect() },
+            |m: &mut Yolo| -> Array {
+                m.lock()
+                    .names
+                    .iter()
+                    .map(|n| Dynamic::from(n.clone()))
+                    .collect()
+            },
         );
         api.method(
             "summary",

@@ -47,9 +47,17 @@ pub fn fresh(yaml: &str, opts: Map) -> RhaiResult<Yolo> {
             .into_array()
             .unwrap_or_default()
             .into_iter()
-            .map(|n| n.into_string().map_err(|_| runtime_error("yolo::model: classes must be a count or an array of names")))
+            .map(|n| {
+                n.into_string().map_err(|_| {
+                    runtime_error("yolo::model: classes must be a count or an array of names")
+                })
+            })
             .collect::<RhaiResult<_>>()?,
-        Some(_) => return Err(runtime_error("yolo::model: classes must be a count or an array of names")),
+        Some(_) => {
+            return Err(runtime_error(
+                "yolo::model: classes must be a count or an array of names",
+            ))
+        }
     };
     let nc = (!names.is_empty()).then_some(names.len());
     let seed = o.int("seed", 0)? as u64;
@@ -66,7 +74,10 @@ pub fn val(m: &mut Yolo, opts: Map) -> RhaiResult<Map> {
     let o = Options::new(
         "model.val",
         opts,
-        &["data", "imgsz", "batch", "conf", "iou", "half", "rect", "split", "workers", "verbose", "max_det"],
+        &[
+            "data", "imgsz", "batch", "conf", "iou", "half", "rect", "split", "workers", "verbose",
+            "max_det",
+        ],
     )?;
     let data = o
         .string("data")?
@@ -95,7 +106,10 @@ pub fn val(m: &mut Yolo, opts: Map) -> RhaiResult<Map> {
             eprintln!("WARNING {w}");
         }
         println!("{}", report.table);
-        println!("{}", rusting_brain::vision::report::speed_line(&report.speed));
+        println!(
+            "{}",
+            rusting_brain::vision::report::speed_line(&report.speed)
+        );
     }
     Ok(report_map(&report))
 }
@@ -118,12 +132,21 @@ fn report_map(r: &ValReport) -> Map {
             row.insert("class".into(), Dynamic::from_int(c as INT));
             let name = r.metrics.names.get(c).cloned().unwrap_or_default();
             row.insert("name".into(), name.into());
-            row.insert("images".into(), Dynamic::from_int(r.metrics.nt_per_image.get(c).copied().unwrap_or(0) as INT));
-            row.insert("instances".into(), Dynamic::from_int(r.metrics.nt_per_class.get(c).copied().unwrap_or(0) as INT));
+            row.insert(
+                "images".into(),
+                Dynamic::from_int(r.metrics.nt_per_image.get(c).copied().unwrap_or(0) as INT),
+            );
+            row.insert(
+                "instances".into(),
+                Dynamic::from_int(r.metrics.nt_per_class.get(c).copied().unwrap_or(0) as INT),
+            );
             row.insert("p".into(), Dynamic::from_float(res.p[i]));
             row.insert("r".into(), Dynamic::from_float(res.r[i]));
             row.insert("map50".into(), Dynamic::from_float(res.ap[i][0]));
-            row.insert("map".into(), Dynamic::from_float(res.ap[i].iter().sum::<f64>() / res.ap[i].len() as f64));
+            row.insert(
+                "map".into(),
+                Dynamic::from_float(res.ap[i].iter().sum::<f64>() / res.ap[i].len() as f64),
+            );
             Dynamic::from_map(row)
         })
         .collect();
@@ -131,11 +154,21 @@ fn report_map(r: &ValReport) -> Map {
     let mut speed = Map::new();
     speed.insert("preprocess".into(), Dynamic::from_float(r.speed.preprocess));
     speed.insert("inference".into(), Dynamic::from_float(r.speed.inference));
-    speed.insert("postprocess".into(), Dynamic::from_float(r.speed.postprocess));
+    speed.insert(
+        "postprocess".into(),
+        Dynamic::from_float(r.speed.postprocess),
+    );
     out.insert("speed".into(), speed.into());
-    out.insert("images_per_second".into(), Dynamic::from_float(r.images_per_second));
+    out.insert(
+        "images_per_second".into(),
+        Dynamic::from_float(r.images_per_second),
+    );
     out.insert("table".into(), r.table.clone().into());
-    let warnings: Array = r.warnings.iter().map(|w| Dynamic::from(w.clone())).collect();
+    let warnings: Array = r
+        .warnings
+        .iter()
+        .map(|w| Dynamic::from(w.clone()))
+        .collect();
     out.insert("warnings".into(), warnings.into());
     out
 }
@@ -148,11 +181,17 @@ fn image_of(v: &Dynamic) -> RhaiResult<RgbImage> {
     if let Some(t) = v.clone().try_cast::<Tensor>() {
         return guard(|| rusting_brain::vision::image::tensor_to_rgb(&t));
     }
-    Err(runtime_error("model.predict: the image must be a path or a U8 [H, W, 3] tensor"))
+    Err(runtime_error(
+        "model.predict: the image must be a path or a U8 [H, W, 3] tensor",
+    ))
 }
 
 pub fn predict(m: &mut Yolo, image: Dynamic, opts: Map) -> RhaiResult<Array> {
-    let o = Options::new("model.predict", opts, &["conf", "iou", "imgsz", "max_det", "half"])?;
+    let o = Options::new(
+        "model.predict",
+        opts,
+        &["conf", "iou", "imgsz", "max_det", "half"],
+    )?;
     let d = PredictOptions::default();
     let po = PredictOptions {
         conf: o.float("conf", d.conf)?,
@@ -169,10 +208,17 @@ pub fn predict(m: &mut Yolo, image: Dynamic, opts: Map) -> RhaiResult<Array> {
 
 fn detection_map(d: &Detection) -> Dynamic {
     let mut row = Map::new();
-    let b: Array = d.xyxy.iter().map(|v| Dynamic::from_float(*v as FLOAT)).collect();
+    let b: Array = d
+        .xyxy
+        .iter()
+        .map(|v| Dynamic::from_float(*v as FLOAT))
+        .collect();
     row.insert("box".into(), b.into());
     row.insert("class".into(), Dynamic::from_int(d.class as INT));
     row.insert("name".into(), d.name.clone().into());
-    row.insert("confidence".into(), Dynamic::from_float(d.confidence as FLOAT));
+    row.insert(
+        "confidence".into(),
+        Dynamic::from_float(d.confidence as FLOAT),
+    );
     Dynamic::from_map(row)
 }

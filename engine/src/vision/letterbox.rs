@@ -120,4 +120,3 @@ pub fn preprocess_val(
     };
     (out, ratio_pad)
 }
-

@@ -103,7 +103,8 @@ impl Block for C3 {
         for b in &self.m {
             a = b.forward(&a)?;
         }
-        self.cv3.forward(&Tensor::cat(&[a, self.cv2.forward(x)?], 1)?)
+        self.cv3
+            .forward(&Tensor::cat(&[a, self.cv2.forward(x)?], 1)?)
     }
     fn children(&self) -> Vec<(String, &dyn Module)> {
         let mut c: Vec<(String, &dyn Module)> = vec![
@@ -250,7 +251,8 @@ impl Block for Sppf {
     fn run(&self, x: &Tensor) -> Result<Tensor> {
         let mut ys = vec![self.cv1.forward(x)?];
         for _ in 0..self.n {
-            let p = ys[ys.len() - 1].max_pool2d((self.k, self.k), (1, 1), (self.k / 2, self.k / 2))?;
+            let p =
+                ys[ys.len() - 1].max_pool2d((self.k, self.k), (1, 1), (self.k / 2, self.k / 2))?;
             ys.push(p);
         }
         let y = self.cv2.forward(&Tensor::cat(&ys, 1)?)?;
@@ -292,7 +294,11 @@ impl Attention {
             key_dim,
             qkv: ConvBn::new(ConvSpec::new(dim, h, 1, 1).linear(), fused, gen)?,
             proj: ConvBn::new(ConvSpec::new(dim, dim, 1, 1).linear(), fused, gen)?,
-            pe: ConvBn::new(ConvSpec::new(dim, dim, 3, 1).groups(dim).linear(), fused, gen)?,
+            pe: ConvBn::new(
+                ConvSpec::new(dim, dim, 3, 1).groups(dim).linear(),
+                fused,
+                gen,
+            )?,
             training: true,
         })
     }
@@ -311,7 +317,11 @@ impl Block for Attention {
         let k = qkv.narrow(2, kd, kd)?;
         let v = qkv.narrow(2, 2 * kd, hd)?;
         let scale = (kd as f64).powf(-0.5);
-        let attn = q.mul_scalar(scale)?.transpose(-2, -1)?.matmul(&k)?.softmax(-1)?;
+        let attn = q
+            .mul_scalar(scale)?
+            .transpose(-2, -1)?
+            .matmul(&k)?
+            .softmax(-1)?;
         let out = v.matmul(&attn.transpose(-2, -1)?)?.reshape_to(&s)?;
         let pos = self.pe.forward(&v.contiguous()?.reshape_to(&s)?)?;
         self.proj.forward(&out.add(&pos)?)

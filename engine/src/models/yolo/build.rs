@@ -54,7 +54,9 @@ impl Args<'_> {
         match self.args.get(i) {
             None | Some(Yaml::Null) => Ok(default),
             Some(Yaml::Integer(v)) => Ok(*v as f64),
-            Some(Yaml::Real(r)) => r.parse().map_err(|_| format!("argument {i}: bad number {r}")),
+            Some(Yaml::Real(r)) => r
+                .parse()
+                .map_err(|_| format!("argument {i}: bad number {r}")),
             Some(v) => Err(format!("argument {i} must be a number, got {v:?}")),
         }
     }
@@ -97,7 +99,13 @@ impl YoloModel {
                     }
                 })
                 .collect::<Result<_>>()?;
-            let ch_of = |j: isize| if j < 0 { input_channels } else { ch[j as usize] };
+            let ch_of = |j: isize| {
+                if j < 0 {
+                    input_channels
+                } else {
+                    ch[j as usize]
+                }
+            };
             let stride_of = |j: isize| if j < 0 { 1.0 } else { stride[j as usize] };
             let c1 = ch_of(from[0]);
             let n = depth_gain(spec.repeats, config.depth);
@@ -125,10 +133,16 @@ impl YoloModel {
                     let k = positive(a.int(1, Some(1)).map_err(err)?, "kernel").map_err(err)?;
                     let s = positive(a.int(2, Some(1)).map_err(err)?, "stride").map_err(err)?;
                     if spec.args.len() > 3 {
-                        return Err(err("padding, groups and dilation arguments are not supported".into()));
+                        return Err(err(
+                            "padding, groups and dilation arguments are not supported".into(),
+                        ));
                     }
                     let m = ConvBn::new(ConvSpec::new(c1, c2, k, s), fused, gen)?;
-                    (LayerKind::Module(Box::new(m)), c2, stride_of(from[0]) * s as f64)
+                    (
+                        LayerKind::Module(Box::new(m)),
+                        c2,
+                        stride_of(from[0]) * s as f64,
+                    )
                 }
                 "C2f" | "C3k2" => {
                     single("repeat")?;
@@ -141,7 +155,9 @@ impl YoloModel {
                         let c3k = a.boolean(1, false).map_err(err)? || scale_is_large;
                         let e = a.real(2, 0.5).map_err(err)?;
                         if a.boolean(3, false).map_err(err)? {
-                            return Err(err("C3k2 with attention (YOLO12) is not supported".into()));
+                            return Err(
+                                err("C3k2 with attention (YOLO12) is not supported".into()),
+                            );
                         }
                         let inner = if c3k {
                             C2fInner::C3k
@@ -173,22 +189,37 @@ impl YoloModel {
                     single("repeat")?;
                     let c2 = width(a.int(0, None).map_err(err)?).map_err(err)?;
                     if c2 != c1 {
-                        return Err(err(format!("needs as many output channels as input ({c1}), got {c2}")));
+                        return Err(err(format!(
+                            "needs as many output channels as input ({c1}), got {c2}"
+                        )));
                     }
                     let m = C2Psa::new(c1, n, fused, gen)?;
                     (LayerKind::Module(Box::new(m)), c2, stride_of(from[0]))
                 }
                 "nn.Upsample" => {
                     single("")?;
-                    let factor = positive(a.int(1, None).map_err(err)?, "scale factor").map_err(err)?;
-                    if spec.args.get(2).and_then(|m| m.as_str()).unwrap_or("nearest") != "nearest" {
+                    let factor =
+                        positive(a.int(1, None).map_err(err)?, "scale factor").map_err(err)?;
+                    if spec
+                        .args
+                        .get(2)
+                        .and_then(|m| m.as_str())
+                        .unwrap_or("nearest")
+                        != "nearest"
+                    {
                         return Err(err("only nearest upsampling is supported".into()));
                     }
-                    (LayerKind::Upsample(factor), c1, stride_of(from[0]) / factor as f64)
+                    (
+                        LayerKind::Upsample(factor),
+                        c1,
+                        stride_of(from[0]) / factor as f64,
+                    )
                 }
                 "Concat" => {
                     if a.int(0, Some(1)).map_err(err)? != 1 {
-                        return Err(err("only concatenation over channels (dim 1) is supported".into()));
+                        return Err(err(
+                            "only concatenation over channels (dim 1) is supported".into()
+                        ));
                     }
                     let s = stride_of(from[0]);
                     if from.iter().any(|&j| stride_of(j) != s) {
@@ -201,7 +232,8 @@ impl YoloModel {
                     if i + 1 != config.layers.len() {
                         return Err(err("Detect must be the last layer".into()));
                     }
-                    let nc = positive(a.int(0, Some(config.nc as i64)).map_err(err)?, "nc").map_err(err)?;
+                    let nc = positive(a.int(0, Some(config.nc as i64)).map_err(err)?, "nc")
+                        .map_err(err)?;
                     let chs: Vec<usize> = from.iter().map(|&j| ch_of(j)).collect();
                     let strides: Vec<f64> = from.iter().map(|&j| stride_of(j)).collect();
                     let d = Detect::new(nc, config.reg_max, &chs, strides, !uses_c3k2, fused, gen)?;
@@ -223,7 +255,10 @@ impl YoloModel {
             });
         }
         if !matches!(layers.last().map(|l| &l.kind), Some(LayerKind::Detect(_))) {
-            return Err(Error::invalid("yolo model", "the model must end in a Detect layer"));
+            return Err(Error::invalid(
+                "yolo model",
+                "the model must end in a Detect layer",
+            ));
         }
         let nc = config.nc;
         if !names.is_empty() && names.len() != nc {

@@ -71,8 +71,8 @@ impl YoloConfig {
                 return builtin;
             }
         }
-        let text = std::fs::read_to_string(&path)
-            .map_err(|e| bad(&path.display().to_string(), e))?;
+        let text =
+            std::fs::read_to_string(&path).map_err(|e| bad(&path.display().to_string(), e))?;
         Self::from_yaml_str(&text, &origin, scale.as_deref(), nc)
     }
 
@@ -116,11 +116,19 @@ impl YoloConfig {
                 let letter = scale
                     .map(str::to_string)
                     .or(own_scale)
-                    .or_else(|| rows.keys().next().and_then(|k| k.as_str()).map(str::to_string))
+                    .or_else(|| {
+                        rows.keys()
+                            .next()
+                            .and_then(|k| k.as_str())
+                            .map(str::to_string)
+                    })
                     .ok_or_else(|| bad(origin, "`scales` is empty"))?;
                 let row = rows.get(&Yaml::String(letter.clone())).ok_or_else(|| {
                     let known: Vec<&str> = rows.keys().filter_map(|k| k.as_str()).collect();
-                    bad(origin, format!("no scale `{letter}` in `scales` (has {known:?})"))
+                    bad(
+                        origin,
+                        format!("no scale `{letter}` in `scales` (has {known:?})"),
+                    )
                 })?;
                 let v: Vec<f64> = row
                     .as_vec()
@@ -196,7 +204,10 @@ fn parse_row(row: &Yaml) -> std::result::Result<LayerSpec, String> {
         .as_i64()
         .filter(|n| *n >= 1)
         .ok_or("`repeats` must be a positive integer")? as usize;
-    let module = cols[2].as_str().ok_or("`module` must be a name")?.to_string();
+    let module = cols[2]
+        .as_str()
+        .ok_or("`module` must be a name")?
+        .to_string();
     let args = cols[3].as_vec().cloned().ok_or("`args` must be a list")?;
     Ok(LayerSpec {
         from,

@@ -77,7 +77,13 @@ impl ConvBn {
     }
 
     /// Depth-wise `DWConv(c1, c2, k)`: groups = gcd(c1, c2).
-    pub fn depthwise(c1: usize, c2: usize, k: usize, fused: bool, gen: &mut Generator) -> Result<Self> {
+    pub fn depthwise(
+        c1: usize,
+        c2: usize,
+        k: usize,
+        fused: bool,
+        gen: &mut Generator,
+    ) -> Result<Self> {
         Self::new(ConvSpec::new(c1, c2, k, 1).groups(gcd(c1, c2)), fused, gen)
     }
 }

@@ -15,26 +15,34 @@ pub const BUILTIN: &[(&str, &str)] = &[
 /// `yolo11n.yaml`, `yolo11n`, `yolov8s.yaml` or a family name (`yolo11.yaml`, first scale)
 /// -> the built-in definition at that scale.
 pub fn builtin(name: &str, nc: Option<usize>) -> Option<Result<YoloConfig>> {
-    let stem = name.strip_suffix(".yaml").or(name.strip_suffix(".yml")).unwrap_or(name);
+    let stem = name
+        .strip_suffix(".yaml")
+        .or(name.strip_suffix(".yml"))
+        .unwrap_or(name);
     let stem = stem.rsplit(['/', '\\']).next().unwrap_or(stem);
     for (file, text) in BUILTIN {
         let family = file.trim_end_matches(".yaml");
         let scale = if stem == family {
             None
-        } else if let Some(letter) = stem.strip_prefix(family).filter(|l| l.len() == 1 && "nsmlx".contains(*l)) {
+        } else if let Some(letter) = stem
+            .strip_prefix(family)
+            .filter(|l| l.len() == 1 && "nsmlx".contains(*l))
+        {
             Some(letter)
         } else {
             continue;
         };
-        return Some(YoloConfig::from_yaml_str(text, file, scale, nc).map(|mut c| {
-            if let yaml_rust2::Yaml::Hash(h) = &mut c.source {
-                h.insert(
-                    yaml_rust2::Yaml::String("yaml_file".into()),
-                    yaml_rust2::Yaml::String(format!("{family}{}.yaml", scale.unwrap_or(""))),
-                );
-            }
-            c
-        }));
+        return Some(
+            YoloConfig::from_yaml_str(text, file, scale, nc).map(|mut c| {
+                if let yaml_rust2::Yaml::Hash(h) = &mut c.source {
+                    h.insert(
+                        yaml_rust2::Yaml::String("yaml_file".into()),
+                        yaml_rust2::Yaml::String(format!("{family}{}.yaml", scale.unwrap_or(""))),
+                    );
+                }
+                c
+            }),
+        );
     }
     None
 }

@@ -86,7 +86,8 @@ impl Detect {
         let c3 = ch[0].max(nc.min(100));
         let mut levels = Vec::new();
         for &x in ch {
-            let conv = |a, b, k, gen: &mut Generator| ConvBn::new(ConvSpec::new(a, b, k, 1), fused, gen);
+            let conv =
+                |a, b, k, gen: &mut Generator| ConvBn::new(ConvSpec::new(a, b, k, 1), fused, gen);
             let last = |a, b, gen: &mut Generator| {
                 Conv2d::new(a, b, (1, 1), Conv2dOptions::default(), true, gen)
             };
@@ -145,11 +146,11 @@ impl Detect {
         let s = boxes.shape();
         let (b, a) = (s[0], s[2]);
         let probs = boxes.reshape_to(&[b, 4, self.reg_max, a])?.softmax(2)?;
-        let bins = self
-            .dfl
-            .0
-            .to(boxes.device(), probs.dtype())?
-            .reshape_to(&[1, 1, self.reg_max, 1])?;
+        let bins =
+            self.dfl
+                .0
+                .to(boxes.device(), probs.dtype())?
+                .reshape_to(&[1, 1, self.reg_max, 1])?;
         probs.mul(&bins)?.sum_dims(&[2], false)
     }
 
@@ -183,7 +184,11 @@ impl Detect {
             }
         }
         let total: usize = sizes.iter().map(|(h, w)| h * w).sum();
-        let (mut xs, mut ys, mut st) = (Vec::with_capacity(total), Vec::with_capacity(total), Vec::with_capacity(total));
+        let (mut xs, mut ys, mut st) = (
+            Vec::with_capacity(total),
+            Vec::with_capacity(total),
+            Vec::with_capacity(total),
+        );
         for (&(h, w), &stride) in sizes.iter().zip(&self.strides) {
             for y in 0..h {
                 for x in 0..w {
@@ -196,7 +201,13 @@ impl Detect {
         xs.extend(ys);
         let anchors = Tensor::from_vec(xs, &[1, 2, total])?.to(device, dtype)?;
         let strides = Tensor::from_vec(st, &[1, 1, total])?.to(device, dtype)?;
-        *cache = Some((sizes.to_vec(), device, dtype, anchors.clone(), strides.clone()));
+        *cache = Some((
+            sizes.to_vec(),
+            device,
+            dtype,
+            anchors.clone(),
+            strides.clone(),
+        ));
         Ok((anchors, strides))
     }
 

@@ -47,7 +47,10 @@ impl YoloModel {
         let ckpt = torch::load_pt(path)?;
         let present = |k: &str| ckpt.get(k).filter(|v| !matches!(v, Value::None));
         let module = present("ema").or_else(|| present("model")).ok_or_else(|| {
-            load_err(path, "the checkpoint has neither `ema` nor `model`; is it an ultralytics checkpoint?")
+            load_err(
+                path,
+                "the checkpoint has neither `ema` nor `model`; is it an ultralytics checkpoint?",
+            )
         })?;
         let yaml = module
             .get("yaml")
@@ -59,7 +62,8 @@ impl YoloModel {
             Some(v) => class_names(v).map_err(|m| load_err(path, format!("`names`: {m}")))?,
             None => Vec::new(),
         };
-        let state: BTreeMap<String, Tensor> = torch::module_state_dict(module)?.into_iter().collect();
+        let state: BTreeMap<String, Tensor> =
+            torch::module_state_dict(module)?.into_iter().collect();
         // A checkpoint saved after `fuse()` has biases on its convolutions and no batch norms.
         let fused = !state.keys().any(|k| k.contains(".bn."));
         let mut model = YoloModel::build(&config, names, fused, &mut Generator::new(0))?;
@@ -89,13 +93,19 @@ impl YoloModel {
             .into_iter()
             .filter(|(n, _)| n.starts_with("model."))
             .collect();
-        let nc = match (names.len(), state.iter().find(|(k, _)| k.ends_with(".cv3.0.2.weight"))) {
-            (n, _) if n > 0 => n,
-            (_, Some((_, w))) => w.shape()[0],
-            _ => return Err(load_err(path, "no class names in the metadata and no detection head to count classes from")),
-        };
-        let config = super::definitions::recognise(&state, nc)
-            .map_err(|e| load_err(path, e))?;
+        let nc =
+            match (
+                names.len(),
+                state.iter().find(|(k, _)| k.ends_with(".cv3.0.2.weight")),
+            ) {
+                (n, _) if n > 0 => n,
+                (_, Some((_, w))) => w.shape()[0],
+                _ => return Err(load_err(
+                    path,
+                    "no class names in the metadata and no detection head to count classes from",
+                )),
+            };
+        let config = super::definitions::recognise(&state, nc).map_err(|e| load_err(path, e))?;
         let origin = path.display().to_string();
         let mut model = YoloModel::build(&config, names, true, &mut Generator::new(0))?;
         model.load_weights(&state, &origin)?;
@@ -112,9 +122,12 @@ pub fn to_yaml(v: &Value) -> std::result::Result<Yaml, String> {
         Value::Int(i) => Yaml::Integer(*i),
         Value::Float(f) => Yaml::Real(format!("{f:?}")),
         Value::Str(s) => Yaml::String(s.clone()),
-        Value::List(items) | Value::Tuple(items) => {
-            Yaml::Array(items.iter().map(to_yaml).collect::<std::result::Result<_, _>>()?)
-        }
+        Value::List(items) | Value::Tuple(items) => Yaml::Array(
+            items
+                .iter()
+                .map(to_yaml)
+                .collect::<std::result::Result<_, _>>()?,
+        ),
         Value::Dict(items) => {
             let mut h = yaml_rust2::yaml::Hash::new();
             for (k, v) in items {
@@ -122,7 +135,12 @@ pub fn to_yaml(v: &Value) -> std::result::Result<Yaml, String> {
             }
             Yaml::Hash(h)
         }
-        other => return Err(format!("a {} cannot appear in a model definition", other.kind())),
+        other => {
+            return Err(format!(
+                "a {} cannot appear in a model definition",
+                other.kind()
+            ))
+        }
     })
 }
 
@@ -131,7 +149,11 @@ pub fn class_names(v: &Value) -> std::result::Result<Vec<String>, String> {
     match v {
         Value::List(items) | Value::Tuple(items) => items
             .iter()
-            .map(|n| n.as_str().map(str::to_string).ok_or("names must be strings".to_string()))
+            .map(|n| {
+                n.as_str()
+                    .map(str::to_string)
+                    .ok_or("names must be strings".to_string())
+            })
             .collect(),
         Value::Dict(items) => {
             let mut pairs = items

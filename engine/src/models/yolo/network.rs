@@ -118,7 +118,10 @@ impl YoloModel {
 
     /// One line per layer: index, from, type, parameter count.
     pub fn summary(&self) -> String {
-        let mut out = format!("{:>3}{:>20}  {:<12}{:>10}\n", "", "from", "module", "params");
+        let mut out = format!(
+            "{:>3}{:>20}  {:<12}{:>10}\n",
+            "", "from", "module", "params"
+        );
         for (i, l) in self.layers.iter().enumerate() {
             let params: usize = match &l.kind {
                 LayerKind::Module(m) => m.num_parameters(),
@@ -126,7 +129,11 @@ impl YoloModel {
                 _ => 0,
             };
             let from: Vec<String> = l.from.iter().map(|f| f.to_string()).collect();
-            out += &format!("{i:>3}{:>20}  {:<12}{params:>10}\n", from.join(","), l.type_name);
+            out += &format!(
+                "{i:>3}{:>20}  {:<12}{params:>10}\n",
+                from.join(","),
+                l.type_name
+            );
         }
         out += &format!(
             "{} layers, {} parameters{}\n",

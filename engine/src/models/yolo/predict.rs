@@ -61,7 +61,12 @@ pub fn predict_letterbox(img: &RgbImage, imgsz: usize, stride: usize) -> (RgbIma
 
 impl YoloModel {
     /// Detects objects in `img`, running the model on `device` (where the model lives).
-    pub fn predict(&self, img: &RgbImage, opts: &PredictOptions, device: Device) -> Result<Vec<Detection>> {
+    pub fn predict(
+        &self,
+        img: &RgbImage,
+        opts: &PredictOptions,
+        device: Device,
+    ) -> Result<Vec<Detection>> {
         if opts.imgsz == 0 {
             return Err(Error::invalid("yolo predict", "imgsz must be positive"));
         }
@@ -97,7 +102,11 @@ impl YoloModel {
             .map(|((xyxy, class), confidence)| Detection {
                 xyxy,
                 class,
-                name: self.names.get(class).cloned().unwrap_or_else(|| class.to_string()),
+                name: self
+                    .names
+                    .get(class)
+                    .cloned()
+                    .unwrap_or_else(|| class.to_string()),
                 confidence,
             })
             .collect())

@@ -120,7 +120,10 @@ fn fused_yolo_gives_the_same_predictions_as_the_unfused_one_in_eval() {
     for (a, b) in [(a.boxes, b.boxes), (a.scores, b.scores)] {
         let (a, b) = (a.to_vec_f32().unwrap(), b.to_vec_f32().unwrap());
         let scale = a.iter().fold(0f32, |s, v| s.max(v.abs()));
-        let diff = a.iter().zip(&b).fold(0f32, |s, (x, y)| s.max((x - y).abs()));
+        let diff = a
+            .iter()
+            .zip(&b)
+            .fold(0f32, |s, (x, y)| s.max((x - y).abs()));
         assert!(diff / scale < 1e-5, "max |diff| {diff} of {scale}");
     }
 }
@@ -149,10 +152,21 @@ fn yolo_weight_load_lists_missing_unexpected_and_misshaped_together() {
     let m = mini(false);
     let mut state = m.state_dict();
     state.remove("model.0.conv.weight");
-    state.insert("model.99.extra".into(), Tensor::zeros(&[1], DType::F32, Device::Cpu).unwrap());
-    state.insert("model.1.bn.weight".into(), Tensor::zeros(&[5], DType::F32, Device::Cpu).unwrap());
+    state.insert(
+        "model.99.extra".into(),
+        Tensor::zeros(&[1], DType::F32, Device::Cpu).unwrap(),
+    );
+    state.insert(
+        "model.1.bn.weight".into(),
+        Tensor::zeros(&[5], DType::F32, Device::Cpu).unwrap(),
+    );
     let e = m.load_weights(&state, "w.pt").unwrap_err().to_string();
-    for part in ["w.pt", "missing 1: model.0.conv.weight", "unexpected 1: model.99.extra", "model.1.bn.weight is [5]"] {
+    for part in [
+        "w.pt",
+        "missing 1: model.0.conv.weight",
+        "unexpected 1: model.99.extra",
+        "model.1.bn.weight is [5]",
+    ] {
         assert!(e.contains(part), "{part} not in {e}");
     }
 }
@@ -162,7 +176,10 @@ fn builtin_definitions_resolve_by_scaled_name() {
     let c = YoloConfig::from_file(std::path::Path::new("yolo11s.yaml"), Some(4)).unwrap();
     assert_eq!((c.scale.as_deref(), c.width, c.nc), (Some("s"), 0.5, 4));
     let c = YoloConfig::from_file(std::path::Path::new("yolov8m.yaml"), None).unwrap();
-    assert_eq!((c.scale.as_deref(), c.depth, c.max_channels), (Some("m"), 0.67, 768));
+    assert_eq!(
+        (c.scale.as_deref(), c.depth, c.max_channels),
+        (Some("m"), 0.67, 768)
+    );
     let e = YoloConfig::from_file(std::path::Path::new("yolo99n.yaml"), None).unwrap_err();
     assert!(e.to_string().contains("yolo99n.yaml"), "{e}");
 }
@@ -173,7 +190,10 @@ fn recognise_finds_the_family_and_scale_of_a_fused_state_dict() {
         let cfg = definitions::builtin(name, Some(5)).unwrap().unwrap();
         let m = YoloModel::build(&cfg, vec![], true, &mut Generator::new(0)).unwrap();
         let found = definitions::recognise(&m.state_dict(), 5).unwrap();
-        assert_eq!(found.source["yaml_file"].as_str(), Some(format!("{name}.yaml").as_str()));
+        assert_eq!(
+            found.source["yaml_file"].as_str(),
+            Some(format!("{name}.yaml").as_str())
+        );
     }
 }
 
@@ -203,5 +223,8 @@ fn validation_runs_end_to_end_on_a_generated_dataset() {
     assert_eq!(calls, [(1, 2), (2, 2)]);
     assert!(r.table.contains("all"), "{}", r.table);
     let (map50, map) = r.maps();
-    assert!((0.0..=1.0).contains(&map50) && map <= map50, "{map50} {map}");
+    assert!(
+        (0.0..=1.0).contains(&map50) && map <= map50,
+        "{map50} {map}"
+    );
 }

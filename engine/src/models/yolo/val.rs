@@ -5,11 +5,11 @@
 //! inference, post-process per image) is measured the way ultralytics' is.
 
 use super::network::YoloModel;
+use crate::data::yolo::YoloBox;
 use crate::data::yolo::{DataConfig, ValLoader, ValLoaderOptions, YoloDataset};
+use crate::vision::boxes::{xywh_to_xyxy, Box4};
 use crate::vision::metrics::confusion::DetectionsRef;
 use crate::vision::metrics::det_metrics::ImageStats;
-use crate::data::yolo::YoloBox;
-use crate::vision::boxes::{xywh_to_xyxy, Box4};
 use crate::vision::metrics::matching::true_positives;
 use crate::vision::metrics::{ConfusionMatrix, DetMetrics, CONFUSION_IOU};
 use crate::vision::nms::{non_max_suppression, NmsOptions};
@@ -82,7 +82,12 @@ fn targets_on_canvas(labels: &[YoloBox], rp: &RatioPad) -> Vec<Box4> {
         .iter()
         .map(|l| {
             let c = xywh_to_xyxy(l.xywh);
-            [c[0] * sx + px, c[1] * sy + py, c[2] * sx + px, c[3] * sy + py]
+            [
+                c[0] * sx + px,
+                c[1] * sy + py,
+                c[2] * sx + px,
+                c[3] * sy + py,
+            ]
         })
         .collect()
 }
@@ -104,13 +109,20 @@ pub fn validate(
     mut progress: impl FnMut(usize, usize),
 ) -> Result<ValReport> {
     if opts.batch == 0 || opts.imgsz == 0 {
-        return Err(Error::invalid("yolo val", "batch and imgsz must be positive"));
+        return Err(Error::invalid(
+            "yolo val",
+            "batch and imgsz must be positive",
+        ));
     }
     let dataset = Arc::new(YoloDataset::load(data, &opts.split)?);
     if dataset.images.is_empty() {
         return Err(Error::invalid(
             "yolo val",
-            format!("no usable images in the `{}` split of {}", opts.split, data.file.display()),
+            format!(
+                "no usable images in the `{}` split of {}",
+                opts.split,
+                data.file.display()
+            ),
         ));
     }
     // ultralytics validates the fused network (its AutoBackend fuses on load).
@@ -222,7 +234,11 @@ pub fn validate(
         loss: 0.0,
         postprocess: post * 1e3 / seen,
     };
-    let table = format!("{}\n{}", report::header(), report::results_table(&metrics, true));
+    let table = format!(
+        "{}\n{}",
+        report::header(),
+        report::results_table(&metrics, true)
+    );
     Ok(ValReport {
         images_per_second: metrics.seen as f64 / elapsed.max(1e-9),
         metrics,

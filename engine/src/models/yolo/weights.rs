@@ -28,18 +28,31 @@ impl YoloModel {
             problems.push(format!("missing {}: {}", missing.len(), preview(&missing)));
         }
         if !unexpected.is_empty() {
-            problems.push(format!("unexpected {}: {}", unexpected.len(), preview(&unexpected)));
+            problems.push(format!(
+                "unexpected {}: {}",
+                unexpected.len(),
+                preview(&unexpected)
+            ));
         }
         let misshaped: Vec<String> = own
             .iter()
             .filter_map(|(k, t)| {
                 let s = state.get(k)?;
-                (s.shape() != t.shape())
-                    .then(|| format!("{k} is {:?} in the file, {:?} in the model", s.shape(), t.shape()))
+                (s.shape() != t.shape()).then(|| {
+                    format!(
+                        "{k} is {:?} in the file, {:?} in the model",
+                        s.shape(),
+                        t.shape()
+                    )
+                })
             })
             .collect();
         if !misshaped.is_empty() {
-            problems.push(format!("mis-shaped {}: {}", misshaped.len(), misshaped.join("; ")));
+            problems.push(format!(
+                "mis-shaped {}: {}",
+                misshaped.len(),
+                misshaped.join("; ")
+            ));
         }
         if !problems.is_empty() {
             return Err(Error::invalid(
@@ -60,7 +73,12 @@ impl YoloModel {
     /// network is in eval mode on the same device.
     pub fn fuse(&self) -> Result<YoloModel> {
         let device = self.device();
-        let mut fused = YoloModel::build(&self.config, self.names.clone(), true, &mut Generator::new(0))?;
+        let mut fused = YoloModel::build(
+            &self.config,
+            self.names.clone(),
+            true,
+            &mut Generator::new(0),
+        )?;
         let state = if self.fused {
             self.state_dict()
         } else {
@@ -84,7 +102,12 @@ impl YoloModel {
     pub fn describe(&self) -> String {
         let family = self.config.source["yaml_file"]
             .as_str()
-            .and_then(|f| Path::new(f).file_stem().and_then(|s| s.to_str()).map(str::to_string))
+            .and_then(|f| {
+                Path::new(f)
+                    .file_stem()
+                    .and_then(|s| s.to_str())
+                    .map(str::to_string)
+            })
             .unwrap_or_else(|| "YOLO".into());
         match &self.config.scale {
             Some(s) => format!("{family} (scale {s}, {} classes)", self.nc()),
@@ -98,7 +121,8 @@ impl YoloModel {
         meta.insert(META_YAML.to_string(), self.config.to_yaml_string());
         meta.insert(
             META_NAMES.to_string(),
-            serde_json::to_string(&self.names).map_err(|e| Error::invalid("yolo save", e.to_string()))?,
+            serde_json::to_string(&self.names)
+                .map_err(|e| Error::invalid("yolo save", e.to_string()))?,
         );
         meta.insert(META_FUSED.to_string(), self.fused.to_string());
         io::save(path, &self.state_dict(), Some(meta))
@@ -119,7 +143,11 @@ impl YoloModel {
         let config = YoloConfig::from_yaml_str(meta(META_YAML)?, &origin, None, None)?;
         let names: Vec<String> = serde_json::from_str(meta(META_NAMES)?)
             .map_err(|e| Error::invalid("yolo load", format!("{origin}: `{META_NAMES}`: {e}")))?;
-        let fused = loaded.metadata.get(META_FUSED).map(|v| v == "true").unwrap_or(false);
+        let fused = loaded
+            .metadata
+            .get(META_FUSED)
+            .map(|v| v == "true")
+            .unwrap_or(false);
         let mut model = YoloModel::build(&config, names, fused, &mut Generator::new(0))?;
         model.load_weights(&loaded.tensors, &origin)?;
         model.eval();
