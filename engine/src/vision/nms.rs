@@ -284,7 +284,8 @@ fn candidate_rows(image: &[f32], head: HeadLayout, conf_cmp: f32, multi_label: b
     }
     let mut rows = Vec::new();
     for (anchor, &m) in best.iter().enumerate() {
-        if !(m > conf_cmp) {
+        // NaN scores are never candidates (`m > conf` is false for them, as in torch).
+        if m.partial_cmp(&conf_cmp) != Some(std::cmp::Ordering::Greater) {
             continue;
         }
         let bbox = head.box_xyxy(image, anchor);

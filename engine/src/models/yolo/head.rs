@@ -48,6 +48,9 @@ impl Module for Constant {
     }
 }
 
+/// Level sizes, device and dtype, with the anchor points and strides made for them.
+type AnchorCache = (Vec<(usize, usize)>, Device, DType, Tensor, Tensor);
+
 /// The raw head outputs before decoding, as ultralytics' `forward_head` returns them.
 pub struct HeadOutput {
     /// [B, 4 * reg_max, A]: distance bins of every anchor, levels concatenated.
@@ -68,7 +71,7 @@ pub struct Detect {
     /// `dfl.conv.weight` [1, reg_max, 1, 1]: the bin values (0, 1, ..., reg_max - 1).
     dfl: Constant,
     /// Anchor points [1, 2, A] and strides [1, 1, A] for the last seen sizes and device.
-    anchors: Mutex<Option<(Vec<(usize, usize)>, Device, DType, Tensor, Tensor)>>,
+    anchors: Mutex<Option<AnchorCache>>,
     training: bool,
 }
 

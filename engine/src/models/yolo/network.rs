@@ -61,7 +61,12 @@ impl YoloModel {
     pub fn forward_head(&self, x: &Tensor) -> Result<HeadOutput> {
         let s = x.shape();
         let stride = self.max_stride();
-        if s.len() != 4 || s[1] != 3 || s[2] % stride != 0 || s[3] % stride != 0 || s[2] == 0 {
+        if s.len() != 4
+            || s[1] != 3
+            || !s[2].is_multiple_of(stride)
+            || !s[3].is_multiple_of(stride)
+            || s[2] == 0
+        {
             return Err(Error::invalid(
                 "yolo",
                 format!("needs images [B, 3, H, W] with H and W multiples of {stride}, got {s:?}"),

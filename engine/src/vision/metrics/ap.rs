@@ -125,9 +125,9 @@ pub fn ap_per_class_in_order(stats: &DetectionStats, order: &[usize]) -> ApPerCl
         0
     };
     let i = out.best_index;
-    for ci in 0..nc {
+    for (ci, &count) in counts.iter().enumerate().take(nc) {
         let (p, r) = (out.p_curve[ci][i], out.r_curve[ci][i]);
-        let tp = (r * counts[ci] as f64).round_ties_even();
+        let tp = (r * count as f64).round_ties_even();
         out.p.push(p);
         out.r.push(r);
         out.f1.push(out.f1_curve[ci][i]);

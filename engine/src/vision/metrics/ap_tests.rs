@@ -66,8 +66,8 @@ fn ap_per_class_matches_ultralytics_on_a_mixed_case() {
         [0.0; NIOU],
     ];
     for (c, want) in want_ap.iter().enumerate() {
-        for k in 0..NIOU {
-            assert_close(r.ap[c][k], want[k], &format!("ap[{c}][{k}]"));
+        for (k, &w) in want.iter().enumerate() {
+            assert_close(r.ap[c][k], w, &format!("ap[{c}][{k}]"));
         }
     }
     let want_p = [0.7723199375305124, 0.7487606644561805, 0.0];

@@ -58,8 +58,8 @@ pub fn match_predictions(
             // The best unclaimed target at this threshold (NumPy's argmax: first maximum).
             let mut best = 0;
             let mut best_iou = f32::NEG_INFINITY;
-            for t in 0..n_true {
-                let v = if claimed[t][k] { 0.0 } else { masked(t, p) };
+            for (t, taken) in claimed.iter().enumerate().take(n_true) {
+                let v = if taken[k] { 0.0 } else { masked(t, p) };
                 if v > best_iou {
                     (best, best_iou) = (t, v);
                 }
