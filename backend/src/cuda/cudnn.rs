@@ -295,88 +295,50 @@ fn choose(
     const N: usize = 16;
     let mut found = 0i32;
     let status_ok = sys::cudnnStatus_t::CUDNN_STATUS_SUCCESS;
+    // The three Find calls differ only in their perf struct, descriptor order and algorithm
+    // variant; the choice rule is one.
+    macro_rules! measure {
+        ($perf:ty, $find:ident, $name:literal, ($a:expr, $b:expr, $c:expr, $o:expr), $variant:ident) => {{
+            let mut perf: [$perf; N] = std::mem::zeroed();
+            check(
+                $name,
+                sys::$find(h, $a, $b, $c, $o, N as i32, &mut found, perf.as_mut_ptr()),
+            )?;
+            perf[..found.max(0) as usize]
+                .iter()
+                .find(|p| p.status == status_ok && p.memory <= MAX_WORKSPACE && allowed(p.mathType))
+                .map(|p| Choice {
+                    algo: Algo::$variant(p.algo),
+                    math: p.mathType,
+                    workspace: p.memory,
+                })
+        }};
+    }
     // SAFETY: descriptors are live; the perf arrays hold N entries; cuDNN allocates its own
     // scratch buffers for the measurement and synchronizes before returning.
     let best = unsafe {
         match pass {
-            Pass::Forward => {
-                let mut perf: [sys::cudnnConvolutionFwdAlgoPerf_t; N] = std::mem::zeroed();
-                check(
-                    "cudnnFindConvolutionForwardAlgorithm",
-                    sys::cudnnFindConvolutionForwardAlgorithm(
-                        h,
-                        d.x,
-                        d.w,
-                        d.conv,
-                        d.y,
-                        N as i32,
-                        &mut found,
-                        perf.as_mut_ptr(),
-                    ),
-                )?;
-                perf[..found.max(0) as usize]
-                    .iter()
-                    .find(|p| {
-                        p.status == status_ok && p.memory <= MAX_WORKSPACE && allowed(p.mathType)
-                    })
-                    .map(|p| Choice {
-                        algo: Algo::Forward(p.algo),
-                        math: p.mathType,
-                        workspace: p.memory,
-                    })
-            }
-            Pass::InputGrad => {
-                let mut perf: [sys::cudnnConvolutionBwdDataAlgoPerf_t; N] = std::mem::zeroed();
-                check(
-                    "cudnnFindConvolutionBackwardDataAlgorithm",
-                    sys::cudnnFindConvolutionBackwardDataAlgorithm(
-                        h,
-                        d.w,
-                        d.y,
-                        d.conv,
-                        d.x,
-                        N as i32,
-                        &mut found,
-                        perf.as_mut_ptr(),
-                    ),
-                )?;
-                perf[..found.max(0) as usize]
-                    .iter()
-                    .find(|p| {
-                        p.status == status_ok && p.memory <= MAX_WORKSPACE && allowed(p.mathType)
-                    })
-                    .map(|p| Choice {
-                        algo: Algo::InputGrad(p.algo),
-                        math: p.mathType,
-                        workspace: p.memory,
-                    })
-            }
-            Pass::WeightGrad => {
-                let mut perf: [sys::cudnnConvolutionBwdFilterAlgoPerf_t; N] = std::mem::zeroed();
-                check(
-                    "cudnnFindConvolutionBackwardFilterAlgorithm",
-                    sys::cudnnFindConvolutionBackwardFilterAlgorithm(
-                        h,
-                        d.x,
-                        d.y,
-                        d.conv,
-                        d.w,
-                        N as i32,
-                        &mut found,
-                        perf.as_mut_ptr(),
-                    ),
-                )?;
-                perf[..found.max(0) as usize]
-                    .iter()
-                    .find(|p| {
-                        p.status == status_ok && p.memory <= MAX_WORKSPACE && allowed(p.mathType)
-                    })
-                    .map(|p| Choice {
-                        algo: Algo::WeightGrad(p.algo),
-                        math: p.mathType,
-                        workspace: p.memory,
-                    })
-            }
+            Pass::Forward => measure!(
+                sys::cudnnConvolutionFwdAlgoPerf_t,
+                cudnnFindConvolutionForwardAlgorithm,
+                "cudnnFindConvolutionForwardAlgorithm",
+                (d.x, d.w, d.conv, d.y),
+                Forward
+            ),
+            Pass::InputGrad => measure!(
+                sys::cudnnConvolutionBwdDataAlgoPerf_t,
+                cudnnFindConvolutionBackwardDataAlgorithm,
+                "cudnnFindConvolutionBackwardDataAlgorithm",
+                (d.w, d.y, d.conv, d.x),
+                InputGrad
+            ),
+            Pass::WeightGrad => measure!(
+                sys::cudnnConvolutionBwdFilterAlgoPerf_t,
+                cudnnFindConvolutionBackwardFilterAlgorithm,
+                "cudnnFindConvolutionBackwardFilterAlgorithm",
+                (d.x, d.y, d.conv, d.w),
+                WeightGrad
+            ),
         }
     };
     let choice = best.ok_or_else(|| {
