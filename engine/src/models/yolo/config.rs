@@ -200,6 +200,9 @@ fn parse_row(row: &Yaml) -> std::result::Result<LayerSpec, String> {
             .collect::<std::result::Result<_, _>>()?,
         _ => return Err("`from` must be an integer or a list of integers".into()),
     };
+    if from.is_empty() {
+        return Err("`from` names no layer".into());
+    }
     let repeats = cols[1]
         .as_i64()
         .filter(|n| *n >= 1)
@@ -304,6 +307,11 @@ head:
             .unwrap_err()
             .to_string();
         assert!(e.contains("no scale `q`"), "{e}");
+        let empty = TINY.replace("[[1, 2], 1, Detect", "[[], 1, Detect");
+        let e = YoloConfig::from_yaml_str(&empty, "m.yaml", None, None)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("layer 3") && e.contains("names no layer"), "{e}");
         let broken = TINY.replace("[-1, 2, C3k2", "[-1, 0, C3k2");
         let e = YoloConfig::from_yaml_str(&broken, "m.yaml", None, None)
             .unwrap_err()
