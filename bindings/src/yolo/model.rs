@@ -76,7 +76,7 @@ pub fn val(m: &mut Yolo, opts: Map) -> RhaiResult<Map> {
         opts,
         &[
             "data", "imgsz", "batch", "conf", "iou", "half", "rect", "split", "workers", "verbose",
-            "max_det",
+            "max_det", "plots", "save_dir",
         ],
     )?;
     let data = o
@@ -95,6 +95,8 @@ pub fn val(m: &mut Yolo, opts: Map) -> RhaiResult<Map> {
         workers: o.usize("workers", d.workers)?,
     };
     let verbose = o.bool("verbose", true)?;
+    let plots = o.bool("plots", false)?;
+    let save_dir = o.string("save_dir")?.unwrap_or_else(|| "out/val".into());
     let device = crate::tensor::default_device();
     let model = m.lock();
     let report = guard(|| {
@@ -111,7 +113,69 @@ pub fn val(m: &mut Yolo, opts: Map) -> RhaiResult<Map> {
             rusting_brain::vision::report::speed_line(&report.speed)
         );
     }
-    Ok(report_map(&report))
+    let mut out = report_map(&report);
+    if plots {
+        let written = write_plots(&report, Path::new(&save_dir))?;
+        let paths: Array = written.into_iter().map(Dynamic::from).collect();
+        out.insert("plots".into(), paths.into());
+    }
+    Ok(out)
+}
+
+/// ultralytics' `PR_curve.png` and `F1_curve.png`: one line per class and the mean.
+fn write_plots(r: &ValReport, dir: &Path) -> RhaiResult<Vec<String>> {
+    use crate::plot::{line_xy, PlotOptions};
+    let res = &r.metrics.results;
+    let name = |i: usize| {
+        let c = res.classes[i];
+        r.metrics
+            .names
+            .get(c)
+            .cloned()
+            .unwrap_or_else(|| c.to_string())
+    };
+    let with_mean = |curves: &[Vec<f64>], label: String| {
+        let mut series: Vec<(String, Vec<f64>)> = curves
+            .iter()
+            .enumerate()
+            .map(|(i, c)| (name(i), c.clone()))
+            .collect();
+        if let Some(first) = curves.first() {
+            let mean = (0..first.len())
+                .map(|k| curves.iter().map(|c| c[k]).sum::<f64>() / curves.len() as f64)
+                .collect();
+            series.push((label, mean));
+        }
+        series
+    };
+    let plot_err = |e: crate::plot::PlotError| runtime_error(format!("model.val plots: {e}"));
+    let (recall, precision) = res.pr_curves(1000);
+    let [_, _, map50, _] = r.metrics.mean_results();
+    let pr = line_xy(
+        &recall,
+        &with_mean(&precision, format!("all classes {map50:.3} mAP@0.5")),
+        &PlotOptions {
+            title: Some("Precision-Recall Curve".into()),
+            xlabel: Some("Recall".into()),
+            ylabel: Some("Precision".into()),
+            path: dir.join("PR_curve.png"),
+            ..PlotOptions::default()
+        },
+    )
+    .map_err(plot_err)?;
+    let f1 = line_xy(
+        &res.x,
+        &with_mean(&res.f1_curve, "all classes".into()),
+        &PlotOptions {
+            title: Some("F1-Confidence Curve".into()),
+            xlabel: Some("Confidence".into()),
+            ylabel: Some("F1".into()),
+            path: dir.join("F1_curve.png"),
+            ..PlotOptions::default()
+        },
+    )
+    .map_err(plot_err)?;
+    Ok(vec![pr.display().to_string(), f1.display().to_string()])
 }
 
 fn report_map(r: &ValReport) -> Map {

@@ -229,3 +229,24 @@ fn class_mean(rows: &[Vec<f64>]) -> Vec<f64> {
 #[cfg(test)]
 #[path = "ap_tests.rs"]
 mod tests;
+
+impl ApPerClass {
+    /// Precision against recall per class, resampled at `points` recalls in [0, 1] (the
+    /// data of ultralytics' PR curve): each class's curve runs over the confidence thresholds,
+    /// so recall rises as confidence falls.
+    pub fn pr_curves(&self, points: usize) -> (Vec<f64>, Vec<Vec<f64>>) {
+        let grid = super::numeric::linspace(0.0, 1.0, points.max(2));
+        let curves = self
+            .p_curve
+            .iter()
+            .zip(&self.r_curve)
+            .map(|(p, r)| {
+                let (mut rs, mut ps): (Vec<f64>, Vec<f64>) = (r.clone(), p.clone());
+                rs.reverse();
+                ps.reverse();
+                super::numeric::interp_many(&grid, &rs, &ps, 1.0, 0.0)
+            })
+            .collect();
+        (grid, curves)
+    }
+}

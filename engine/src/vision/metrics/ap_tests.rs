@@ -118,3 +118,32 @@ fn no_targets_give_empty_results() {
     let r = ap_per_class(&stats);
     assert!(r.classes.is_empty() && r.ap.is_empty() && r.p.is_empty());
 }
+
+#[test]
+fn pr_curves_start_at_precision_one_and_follow_a_perfect_detector() {
+    // One class, two targets, two true detections: precision 1 at every recall up to 1.
+    let stats = DetectionStats {
+        tp: vec![tp_row("1111111111"), tp_row("1111111111")],
+        conf: vec![0.9, 0.6],
+        pred_cls: vec![0, 0],
+        target_cls: vec![0, 0],
+    };
+    let r = ap_per_class(&stats);
+    let (grid, curves) = r.pr_curves(11);
+    assert_eq!(grid.len(), 11);
+    assert_eq!(curves.len(), 1);
+    assert!(
+        curves[0].iter().all(|p| (p - 1.0).abs() < 1e-9),
+        "{:?}",
+        curves[0]
+    );
+    // The mixed case: a class that is found starts at precision 1 (the curve's convention); a
+    // class never found stays at 0; every value is a precision.
+    let r = ap_per_class(&mixed_case());
+    let (_, curves) = r.pr_curves(101);
+    for (c, curve) in curves.iter().enumerate() {
+        let found = r.r_curve[c].iter().any(|&v| v > 0.0);
+        assert_eq!(curve[0], if found { 1.0 } else { 0.0 }, "class index {c}");
+        assert!(curve.iter().all(|p| (0.0..=1.0).contains(p)));
+    }
+}
