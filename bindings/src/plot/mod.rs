@@ -7,6 +7,7 @@
 
 mod canvas;
 mod error;
+mod heatmap;
 mod hist;
 mod line;
 mod options;
@@ -19,6 +20,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
 pub use error::PlotError;
+pub use heatmap::heatmap;
 pub use hist::{hist, DEFAULT_BINS};
 pub use line::{line, line_xy};
 pub use options::PlotOptions;

@@ -122,9 +122,11 @@ pub fn val(m: &mut Yolo, opts: Map) -> RhaiResult<Map> {
     Ok(out)
 }
 
-/// ultralytics' `PR_curve.png` and `F1_curve.png`: one line per class and the mean.
+/// ultralytics' `PR_curve.png` and `F1_curve.png` (one line per class and the mean) and
+/// `confusion_matrix_normalized.png` (columns: true class, rows: predicted; the last of each
+/// is background; each column divided by its sum).
 fn write_plots(r: &ValReport, dir: &Path) -> RhaiResult<Vec<String>> {
-    use crate::plot::{line_xy, PlotOptions};
+    use crate::plot::{heatmap, line_xy, PlotOptions};
     let res = &r.metrics.results;
     let name = |i: usize| {
         let c = res.classes[i];
@@ -175,7 +177,37 @@ fn write_plots(r: &ValReport, dir: &Path) -> RhaiResult<Vec<String>> {
         },
     )
     .map_err(plot_err)?;
-    Ok(vec![pr.display().to_string(), f1.display().to_string()])
+    let m = &r.confusion.matrix;
+    let column_sums: Vec<f64> = (0..m.first().map_or(0, |row| row.len()))
+        .map(|c| m.iter().map(|row| row[c]).sum())
+        .collect();
+    let normalized: Vec<Vec<f64>> = m
+        .iter()
+        .map(|row| {
+            row.iter()
+                .zip(&column_sums)
+                .map(|(v, s)| if *s > 0.0 { v / s } else { 0.0 })
+                .collect()
+        })
+        .collect();
+    let cm = heatmap(
+        &normalized,
+        &PlotOptions {
+            title: Some("Confusion Matrix Normalized".into()),
+            xlabel: Some("True (class index; last = background)".into()),
+            ylabel: Some("Predicted (class index; last = background)".into()),
+            path: dir.join("confusion_matrix_normalized.png"),
+            width: 800,
+            height: 800,
+            ..PlotOptions::default()
+        },
+    )
+    .map_err(plot_err)?;
+    Ok(vec![
+        pr.display().to_string(),
+        f1.display().to_string(),
+        cm.display().to_string(),
+    ])
 }
 
 fn report_map(r: &ValReport) -> Map {
