@@ -236,13 +236,12 @@ fn report_map(r: &ValReport) -> Map {
                 "instances".into(),
                 Dynamic::from_int(r.metrics.nt_per_class.get(c).copied().unwrap_or(0) as INT),
             );
-            row.insert("p".into(), Dynamic::from_float(res.p[i]));
-            row.insert("r".into(), Dynamic::from_float(res.r[i]));
-            row.insert("map50".into(), Dynamic::from_float(res.ap[i][0]));
-            row.insert(
-                "map".into(),
-                Dynamic::from_float(res.ap[i].iter().sum::<f64>() / res.ap[i].len() as f64),
-            );
+            // The same per-class figures the printed table shows.
+            let [p, recall, map50, map] = r.metrics.class_result(i).unwrap_or([0.0; 4]);
+            row.insert("p".into(), Dynamic::from_float(p));
+            row.insert("r".into(), Dynamic::from_float(recall));
+            row.insert("map50".into(), Dynamic::from_float(map50));
+            row.insert("map".into(), Dynamic::from_float(map));
             Dynamic::from_map(row)
         })
         .collect();

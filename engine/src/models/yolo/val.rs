@@ -5,16 +5,14 @@
 //! inference, post-process per image) is measured the way ultralytics' is.
 
 use super::network::YoloModel;
-use crate::data::yolo::YoloBox;
 use crate::data::yolo::{DataConfig, ValLoader, ValLoaderOptions, YoloDataset};
-use crate::vision::boxes::{xywh_to_xyxy, Box4};
+use crate::vision::boxes::Box4;
 use crate::vision::metrics::confusion::DetectionsRef;
 use crate::vision::metrics::det_metrics::ImageStats;
-use crate::vision::metrics::matching::true_positives;
+use crate::vision::metrics::matching::{target_boxes_on_canvas, true_positives};
 use crate::vision::metrics::{ConfusionMatrix, DetMetrics, CONFUSION_IOU};
 use crate::vision::nms::{non_max_suppression, NmsOptions};
 use crate::vision::report::{self, Speed};
-use crate::vision::RatioPad;
 use crate::{no_grad, DType, Device, Error, Result};
 use std::sync::Arc;
 use std::time::Instant;
@@ -71,25 +69,6 @@ impl ValReport {
         let [_, _, map50, map] = self.metrics.mean_results();
         (map50, map)
     }
-}
-
-/// Labels (normalised to the original image) as corner boxes in the letterboxed canvas.
-fn targets_on_canvas(labels: &[YoloBox], rp: &RatioPad) -> Vec<Box4> {
-    let sx = (rp.orig_hw.1 as f64 * rp.gain_hw.1) as f32;
-    let sy = (rp.orig_hw.0 as f64 * rp.gain_hw.0) as f32;
-    let (px, py) = (rp.pad_xy.0 as f32, rp.pad_xy.1 as f32);
-    labels
-        .iter()
-        .map(|l| {
-            let c = xywh_to_xyxy(l.xywh);
-            [
-                c[0] * sx + px,
-                c[1] * sy + py,
-                c[2] * sx + px,
-                c[3] * sy + py,
-            ]
-        })
-        .collect()
 }
 
 fn synchronize(device: Device) -> Result<()> {
@@ -198,7 +177,8 @@ pub fn validate(
             let boxes = &det.boxes;
             let labels = &batch.labels[i];
             let target_cls: Vec<usize> = labels.iter().map(|l| l.class).collect();
-            let targets = targets_on_canvas(labels, &batch.ratio_pad[i]);
+            let target_xywh: Vec<Box4> = labels.iter().map(|l| l.xywh).collect();
+            let targets = target_boxes_on_canvas(&target_xywh, &batch.ratio_pad[i]);
             let tp = true_positives(boxes, &det.classes, &targets, &target_cls);
             confusion.process_batch(
                 DetectionsRef {

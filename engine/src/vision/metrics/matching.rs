@@ -9,6 +9,7 @@
 //! threshold only. IoUs are ultralytics' `box_iou` in f32, compared with f32 thresholds.
 
 use crate::vision::boxes::{box_iou, xywh_to_xyxy, Box4};
+use crate::vision::RatioPad;
 
 /// The number of IoU thresholds of mAP50-95.
 pub const NIOU: usize = 10;
@@ -86,15 +87,23 @@ pub fn true_positives(
     match_predictions(pred_classes, true_classes, &iou, &iou_thresholds())
 }
 
-/// Dataset labels (normalized `[cx, cy, w, h]`) as corner boxes in the letterboxed image of
-/// `(height, width)` pixels: converted first, then scaled, in f32 (`_prepare_batch`).
-pub fn target_boxes_in_pixels(normalized_xywh: &[Box4], image_hw: (usize, usize)) -> Vec<Box4> {
-    let (h, w) = (image_hw.0 as f32, image_hw.1 as f32);
+/// Dataset labels (normalized `[cx, cy, w, h]` of the original image) as corner boxes in the
+/// letterboxed image's pixels, where the validator matches them (`_prepare_batch`): converted
+/// first, then scaled by the resize and shifted by the padding, in f32.
+pub fn target_boxes_on_canvas(normalized_xywh: &[Box4], rp: &RatioPad) -> Vec<Box4> {
+    let sx = (rp.orig_hw.1 as f64 * rp.gain_hw.1) as f32;
+    let sy = (rp.orig_hw.0 as f64 * rp.gain_hw.0) as f32;
+    let (px, py) = (rp.pad_xy.0 as f32, rp.pad_xy.1 as f32);
     normalized_xywh
         .iter()
         .map(|&b| {
             let c = xywh_to_xyxy(b);
-            [c[0] * w, c[1] * h, c[2] * w, c[3] * h]
+            [
+                c[0] * sx + px,
+                c[1] * sy + py,
+                c[2] * sx + px,
+                c[3] * sy + py,
+            ]
         })
         .collect()
 }
@@ -158,7 +167,20 @@ mod tests {
 
     #[test]
     fn target_boxes_scale_to_pixels_after_conversion() {
-        let b = target_boxes_in_pixels(&[[0.5, 0.5, 0.5, 0.25]], (480, 640));
+        let same = RatioPad {
+            gain_hw: (1.0, 1.0),
+            pad_xy: (0.0, 0.0),
+            orig_hw: (480, 640),
+        };
+        let b = target_boxes_on_canvas(&[[0.5, 0.5, 0.5, 0.25]], &same);
         assert_eq!(b[0], [160.0, 180.0, 480.0, 300.0]);
+        // Halved and padded: 16 pixels on the left, 8 on top.
+        let letterboxed = RatioPad {
+            gain_hw: (0.5, 0.5),
+            pad_xy: (16.0, 8.0),
+            orig_hw: (480, 640),
+        };
+        let b = target_boxes_on_canvas(&[[0.5, 0.5, 0.5, 0.25]], &letterboxed);
+        assert_eq!(b[0], [96.0, 98.0, 256.0, 158.0]);
     }
 }

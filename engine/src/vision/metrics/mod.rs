@@ -12,5 +12,5 @@ pub use ap::{ap_per_class, ap_per_class_in_order, compute_ap, ApPerClass, Detect
 pub use confusion::{ConfusionMatrix, DetectionsRef, CONFUSION_IOU};
 pub use det_metrics::{DetMetrics, ImageStats};
 pub use matching::{
-    iou_thresholds, match_predictions, target_boxes_in_pixels, true_positives, NIOU,
+    iou_thresholds, match_predictions, target_boxes_on_canvas, true_positives, NIOU,
 };
