@@ -106,6 +106,40 @@ __device__ void unary_backward_impl(const T* x, const T* y, const T* g, T* dx, i
     extern "C" __global__ void unary_backward_##name(const T* x, const T* y, const T* g, T* dx, i64 n, int op, double p0, double p1, int vec) { unary_backward_impl<T>(x, y, g, dx, n, op, p0, p1, vec); }
 RB_FOR_FLOAT_TYPES(RB_UNARY_BACKWARD)
 
+// y = f(x + b[channel]) over the flat run of x, where element i sits in channel
+// (i / inner) % channels: inner is H*W for NCHW images and 1 for channels-last ones. A layer's
+// bias and activation in one pass (op -1 is no activation). `vec`: x and y are 16-byte
+// aligned, and either inner is a multiple of the group (one channel per group) or inner is 1
+// and channels is a multiple of the group (a group holds consecutive channels).
+template <class T>
+__device__ void bias_unary_impl(const T* x, const T* bias, T* y, i64 n, i64 inner, i64 channels, int op, double p0, double p1, int vec) {
+    typedef typename Compute<T>::type C;
+    const C a = (C)p0, b = (C)p1;
+    if (vec) {
+        constexpr int V = 16 / sizeof(T);
+        RB_GRID_LOOP(g, n / V) {
+            uint4 raw = ((const uint4*)x)[g];
+            T* e = (T*)&raw;
+            const i64 first = g * V;
+            if (inner == 1) {
+                const i64 c0 = first % channels;
+#pragma unroll
+                for (int k = 0; k < V; ++k) e[k] = from_c<T>(unary_op<C>(op, to_c(e[k]) + to_c(bias[c0 + k]), a, b));
+            } else {
+                const C bc = to_c(bias[(first / inner) % channels]);
+#pragma unroll
+                for (int k = 0; k < V; ++k) e[k] = from_c<T>(unary_op<C>(op, to_c(e[k]) + bc, a, b));
+            }
+            ((uint4*)y)[g] = raw;
+        }
+        return;
+    }
+    RB_GRID_LOOP(i, n) { y[i] = from_c<T>(unary_op<C>(op, to_c(x[i]) + to_c(bias[(i / inner) % channels]), a, b)); }
+}
+#define RB_BIAS_UNARY(name, T) \
+    extern "C" __global__ void bias_unary_##name(const T* x, const T* bias, T* y, i64 n, i64 inner, i64 channels, int op, double p0, double p1, int vec) { bias_unary_impl<T>(x, bias, y, n, inner, channels, op, p0, p1, vec); }
+RB_FOR_FLOAT_TYPES(RB_BIAS_UNARY)
+
 template <class C> __device__ __forceinline__ C binary_op(int op, C a, C b) {
     switch (op) { RB_BINARY_CASES }
     return a;

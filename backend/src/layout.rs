@@ -90,6 +90,35 @@ impl Layout {
         Layout::new(self.shape.clone(), strides, 0)
     }
 
+    /// True when the elements fill `offset..offset + numel` without gaps in some dim order (a
+    /// contiguous tensor, or a permutation of one such as channels-last images). Elementwise
+    /// kernels then walk the storage flat and the result keeps the same layout.
+    pub fn is_dense(&self) -> bool {
+        let dense = self.dense_like();
+        self.shape
+            .iter()
+            .zip(self.strides.iter().zip(dense.strides()))
+            .all(|(&d, (&s, &want))| d == 1 || s == want)
+    }
+
+    /// Channels-last images: [N, C, H, W] laid out as [N, H, W, C], densely, from `offset`.
+    pub fn is_channels_last(&self) -> bool {
+        self.rank() == 4 && self.is_dense() && *self == Self::channels_last(&self.shape).at(self.offset)
+    }
+
+    /// The dense channels-last layout of images of `shape` [N, C, H, W].
+    pub fn channels_last(shape: &[usize]) -> Layout {
+        Layout::contiguous(&[shape[0], shape[2], shape[3], shape[1]]).permuted(&[0, 3, 1, 2])
+    }
+
+    /// This layout from another storage offset.
+    pub fn at(&self, offset: usize) -> Layout {
+        Layout {
+            offset,
+            ..self.clone()
+        }
+    }
+
     pub fn new(shape: Vec<usize>, strides: Vec<usize>, offset: usize) -> Self {
         Layout {
             shape,
@@ -309,6 +338,20 @@ mod tests {
             .broadcast_to("t", &[2, 3, 4])
             .unwrap();
         assert_eq!(expanded.dense_like().strides(), &[12, 4, 1]);
+    }
+
+    #[test]
+    fn dense_layouts_are_permutations_of_contiguous_ones() {
+        let nhwc = Layout::channels_last(&[2, 3, 4, 5]);
+        assert_eq!(nhwc.strides(), &[60, 1, 15, 3]);
+        assert!(nhwc.is_dense() && nhwc.is_channels_last());
+        assert!(Layout::contiguous(&[2, 3, 4, 5]).is_dense());
+        assert!(!Layout::contiguous(&[2, 3, 4, 5]).is_channels_last());
+        // A channel slice of channels-last images has gaps.
+        assert!(!nhwc.narrowed(1, 1, 2).is_dense());
+        // A broadcast view repeats elements.
+        let expanded = Layout::contiguous(&[3, 1]).broadcast_to("t", &[3, 4]).unwrap();
+        assert!(!expanded.is_dense());
     }
 
     #[test]

@@ -5,7 +5,7 @@
 
 use super::compile::CONV;
 use super::copy::{cast, copy_view};
-use super::cudnn::{self, Pass};
+use super::cudnn::{self, Format, Pass};
 use super::elementwise::binary;
 use super::launch::{args, grid_for, type_suffix};
 use super::matmul::{matmul, matmul_into_dtype};
@@ -151,6 +151,7 @@ fn grouped_grad(dy: &CudaStorage, l: &Layout, n0: usize, nc: usize) -> Result<Cu
 /// A cuDNN error is reported once per process and the call falls back.
 fn through_cudnn(
     pass: Pass,
+    format: Format,
     (a, la): (&CudaStorage, &Layout),
     (b, lb): (&CudaStorage, &Layout),
     g: &Conv2dGeometry,
@@ -158,7 +159,7 @@ fn through_cudnn(
     if !cudnn::enabled() {
         return None;
     }
-    match cudnn::run(pass, (a, la.offset()), (b, lb.offset()), g) {
+    match cudnn::run(pass, format, (a, la.offset()), (b, lb.offset()), g) {
         Ok(out) => Some(out),
         Err(e) => {
             static SAID: std::sync::Once = std::sync::Once::new();
@@ -178,7 +179,7 @@ pub fn conv2d(
 ) -> Result<CudaStorage> {
     let (mut kx, mut kw) = (None, None);
     let ((x, lx), (w, lw)) = (packed(x, lx, &mut kx)?, packed(w, lw, &mut kw)?);
-    if let Some(y) = through_cudnn(Pass::Forward, (x, &lx), (w, &lw), g) {
+    if let Some(y) = through_cudnn(Pass::Forward, Format::Nchw, (x, &lx), (w, &lw), g) {
         return Ok(y);
     }
     let p = g.plane_out();
@@ -196,6 +197,48 @@ pub fn conv2d(
     Ok(y)
 }
 
+/// Whether convolutions in a half type should run channels-last: cuDNN is there (its NHWC
+/// tensor-core kernels are the fast ones) and `RB_DISABLE_CHANNELS_LAST` is not 1.
+pub fn channels_last_preferred() -> bool {
+    static OFF: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    let off = *OFF.get_or_init(|| std::env::var("RB_DISABLE_CHANNELS_LAST").as_deref() == Ok("1"));
+    !off && cudnn::enabled()
+}
+
+/// y = conv2d(x, w) channels-last: x [N, C, H, W] laid out NHWC (`Layout::is_channels_last`),
+/// w contiguous [O, kh, kw, C/groups]; y is NHWC too (storage [N, Ho, Wo, O]). Without cuDNN,
+/// or when it refuses the call, the NCHW path runs between transposes.
+pub fn conv2d_channels_last(
+    x: &CudaStorage,
+    lx: &Layout,
+    w: &CudaStorage,
+    lw: &Layout,
+    g: &Conv2dGeometry,
+) -> Result<CudaStorage> {
+    let krsc = [g.o, g.kh, g.kw, g.cg()];
+    if !lx.is_channels_last() || !lw.is_contiguous() || lw.shape() != krsc {
+        return Err(crate::Error::invalid(
+            "conv2d",
+            format!(
+                "channels-last takes NHWC images and [O, kh, kw, C/groups] weights {krsc:?}; got {lx:?} and {:?}",
+                lw.shape()
+            ),
+        ));
+    }
+    if let Some(y) = through_cudnn(Pass::Forward, Format::Nhwc, (x, lx), (w, lw), g) {
+        return Ok(y);
+    }
+    let dtype = x.dtype();
+    let x_nchw = cast(x, lx, dtype)?;
+    let w_oihw = cast(w, &lw.permuted(&[0, 3, 1, 2]), dtype)?;
+    let (lxn, lwn) = (
+        Layout::contiguous(&[g.n, g.c, g.h, g.w]),
+        Layout::contiguous(&[g.o, g.cg(), g.kh, g.kw]),
+    );
+    let y = conv2d(&x_nchw, &lxn, &w_oihw, &lwn, g)?;
+    cast(&y, &Layout::contiguous(&[g.n, g.o, g.ho, g.wo]).permuted(&[0, 2, 3, 1]), dtype)
+}
+
 /// dL/dx [N, C, H, W] from dy [N, O, Ho, Wo] and w: weight^T times the grouped gradient gives
 /// column gradients, which col2im sums back into pixels.
 pub fn conv2d_input_grad(
@@ -207,7 +250,7 @@ pub fn conv2d_input_grad(
 ) -> Result<CudaStorage> {
     let (mut kd, mut kw) = (None, None);
     let ((dy, ldy), (w, lw)) = (packed(dy, ldy, &mut kd)?, packed(w, lw, &mut kw)?);
-    if let Some(dx) = through_cudnn(Pass::InputGrad, (dy, &ldy), (w, &lw), g) {
+    if let Some(dx) = through_cudnn(Pass::InputGrad, Format::Nchw, (dy, &ldy), (w, &lw), g) {
         return Ok(dx);
     }
     let p = g.plane_out();
@@ -238,7 +281,7 @@ pub fn conv2d_weight_grad(
 ) -> Result<CudaStorage> {
     let (mut kx, mut kd) = (None, None);
     let ((x, lx), (dy, ldy)) = (packed(x, lx, &mut kx)?, packed(dy, ldy, &mut kd)?);
-    if let Some(dw) = through_cudnn(Pass::WeightGrad, (x, &lx), (dy, &ldy), g) {
+    if let Some(dw) = through_cudnn(Pass::WeightGrad, Format::Nchw, (x, &lx), (dy, &ldy), g) {
         return Ok(dw);
     }
     let p = g.plane_out();

@@ -3,7 +3,7 @@
 //! seen, and cached. Any cuDNN failure is an `Err` (never a panic), and the caller falls back
 //! to the im2col path; a machine without cuDNN says so once and uses that path throughout.
 //!
-//! Activations are NCHW and weights OIHW, contiguous. FP32 accumulates in FP32 on FMA kernels
+//! Images are NCHW with OIHW weights, or channels-last (NHWC with O·kh·kw·C weights), dense. FP32 accumulates in FP32 on FMA kernels
 //! unless TF32 is allowed on the device; BF16/F16 run on tensor cores with FP32 accumulation.
 
 use super::{CudaDevice, CudaStorage};
@@ -12,7 +12,9 @@ use crate::{DType, Error, Result};
 use cudarc::cudnn::sys;
 use std::collections::HashMap;
 use std::ffi::c_void;
-use std::sync::{Mutex, OnceLock};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Instant;
 
 /// cuDNN 9 or newer: the legacy convolution API with the 9.x symbol set cudarc binds.
 const MIN_VERSION: usize = 90000;
@@ -117,8 +119,39 @@ struct Choice {
     workspace: usize,
 }
 
-type Key = (usize, Pass, DType, bool, [usize; 14]);
-static CHOICES: Mutex<Option<HashMap<Key, Choice>>> = Mutex::new(None);
+/// Time spent measuring algorithms, so a benchmark can leave the search out as PyTorch's
+/// `cudnn.benchmark` warm-up is left out.
+static SEARCH_NANOS: AtomicU64 = AtomicU64::new(0);
+
+/// Seconds spent so far in cuDNN's algorithm search (every shape's first call), process-wide.
+pub fn search_seconds() -> f64 {
+    SEARCH_NANOS.load(Ordering::Relaxed) as f64 * 1e-9
+}
+
+/// How images and weights are laid out in memory.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Format {
+    /// Images NCHW, weights OIHW (row-major).
+    Nchw,
+    /// Images NHWC, weights O·kh·kw·C (channels-last): the tensor-core kernels' own layout,
+    /// with no transposes around them.
+    Nhwc,
+}
+
+type Key = (usize, Pass, DType, bool, Format, [usize; 14]);
+
+/// A shape's descriptors with its measured choice, made once per shape and reused: setting up
+/// four descriptors on every call costs more host time than a small convolution takes.
+struct Plan {
+    d: Descriptors,
+    choice: Choice,
+}
+// SAFETY: the descriptors are host objects that cuDNN only reads during a call; calls are
+// serialized by the device's single-stream discipline (see CudaDevice).
+unsafe impl Send for Plan {}
+unsafe impl Sync for Plan {}
+
+static PLANS: Mutex<Option<HashMap<Key, Arc<Plan>>>> = Mutex::new(None);
 
 fn data_type(dtype: DType) -> Result<sys::cudnnDataType_t> {
     Ok(match dtype {
@@ -151,7 +184,7 @@ impl Drop for Descriptors {
 }
 
 impl Descriptors {
-    fn new(g: &Conv2dGeometry, dtype: DType) -> Result<Self> {
+    fn new(g: &Conv2dGeometry, dtype: DType, format: Format) -> Result<Self> {
         let dt = data_type(dtype)?;
         // F64 must accumulate in F64; everything else in F32.
         let compute = if dtype == DType::F64 {
@@ -166,7 +199,10 @@ impl Descriptors {
             w: std::ptr::null_mut(),
             conv: std::ptr::null_mut(),
         };
-        let nchw = sys::cudnnTensorFormat_t::CUDNN_TENSOR_NCHW;
+        let layout = match format {
+            Format::Nchw => sys::cudnnTensorFormat_t::CUDNN_TENSOR_NCHW,
+            Format::Nhwc => sys::cudnnTensorFormat_t::CUDNN_TENSOR_NHWC,
+        };
         // SAFETY: plain descriptor setup on host memory; every status is checked, and `d`'s
         // Drop destroys whatever was created (cuDNN accepts destroying null descriptors).
         unsafe {
@@ -188,15 +224,15 @@ impl Descriptors {
             )?;
             check(
                 "cudnnSetTensor4dDescriptor(x)",
-                sys::cudnnSetTensor4dDescriptor(d.x, nchw, dt, i(g.n), i(g.c), i(g.h), i(g.w)),
+                sys::cudnnSetTensor4dDescriptor(d.x, layout, dt, i(g.n), i(g.c), i(g.h), i(g.w)),
             )?;
             check(
                 "cudnnSetTensor4dDescriptor(y)",
-                sys::cudnnSetTensor4dDescriptor(d.y, nchw, dt, i(g.n), i(g.o), i(g.ho), i(g.wo)),
+                sys::cudnnSetTensor4dDescriptor(d.y, layout, dt, i(g.n), i(g.o), i(g.ho), i(g.wo)),
             )?;
             check(
                 "cudnnSetFilter4dDescriptor",
-                sys::cudnnSetFilter4dDescriptor(d.w, dt, nchw, i(g.o), i(g.cg()), i(g.kh), i(g.kw)),
+                sys::cudnnSetFilter4dDescriptor(d.w, dt, layout, i(g.o), i(g.cg()), i(g.kh), i(g.kw)),
             )?;
             check(
                 "cudnnSetConvolution2dDescriptor",
@@ -249,22 +285,23 @@ fn requested_math(dtype: DType, tf32: bool) -> sys::cudnnMathType_t {
     }
 }
 
-/// Measures every algorithm of `pass` for this shape once, keeps the fastest that succeeds
-/// within the workspace budget and the allowed math.
-fn choose(
+/// The plan for this shape: made the first time by measuring every algorithm of `pass` and
+/// keeping the fastest that succeeds within the workspace budget and the allowed math.
+fn plan(
     dev: &CudaDevice,
     h: sys::cudnnHandle_t,
-    d: &Descriptors,
     pass: Pass,
     g: &Conv2dGeometry,
     dtype: DType,
-) -> Result<Choice> {
+    format: Format,
+) -> Result<Arc<Plan>> {
     let tf32 = dev.allow_tf32();
     let key: Key = (
         dev.ordinal(),
         pass,
         dtype,
         tf32,
+        format,
         [
             g.n,
             g.c,
@@ -282,14 +319,16 @@ fn choose(
             g.groups,
         ],
     );
-    if let Some(c) = CHOICES
+    if let Some(p) = PLANS
         .lock()
         .unwrap_or_else(|e| e.into_inner())
         .get_or_insert_with(HashMap::new)
         .get(&key)
     {
-        return Ok(*c);
+        return Ok(p.clone());
     }
+    let d = Descriptors::new(g, dtype, format)?;
+    let started = Instant::now();
     d.set_math(requested_math(dtype, tf32))?;
     let allowed = allowed_math(dtype, tf32);
     const N: usize = 16;
@@ -341,23 +380,28 @@ fn choose(
             ),
         }
     };
+    SEARCH_NANOS.fetch_add(started.elapsed().as_nanos() as u64, Ordering::Relaxed);
     let choice = best.ok_or_else(|| {
         Error::Cuda(format!(
             "cuDNN has no usable {pass:?} algorithm for {g:?} in {dtype:?}"
         ))
     })?;
-    CHOICES
+    d.set_math(choice.math)?;
+    let plan = Arc::new(Plan { d, choice });
+    PLANS
         .lock()
         .unwrap_or_else(|e| e.into_inner())
         .get_or_insert_with(HashMap::new)
-        .insert(key, choice);
-    Ok(choice)
+        .insert(key, plan.clone());
+    Ok(plan)
 }
 
 /// Runs one pass. `a` and `b` are the pass's inputs (x and w; dy and w; x and dy), each a
-/// contiguous tensor at an element offset in its storage; the output is allocated here.
+/// dense tensor in `format` at an element offset in its storage; the output is allocated here,
+/// in `format` too.
 pub fn run(
     pass: Pass,
+    format: Format,
     (a, a_offset): (&CudaStorage, usize),
     (b, b_offset): (&CudaStorage, usize),
     g: &Conv2dGeometry,
@@ -365,9 +409,8 @@ pub fn run(
     let dev = a.cuda_device();
     let dtype = a.dtype();
     let h = handle(dev)?;
-    let d = Descriptors::new(g, dtype)?;
-    let choice = choose(dev, h, &d, pass, g, dtype)?;
-    d.set_math(choice.math)?;
+    let plan = plan(dev, h, pass, g, dtype, format)?;
+    let (d, choice) = (&plan.d, plan.choice);
     let out_len = match pass {
         Pass::Forward => g.n * g.o * g.ho * g.wo,
         Pass::InputGrad => g.n * g.c * g.h * g.w,

@@ -115,6 +115,56 @@ pub fn unary(s: &CudaStorage, l: &Layout, op: UnaryOp) -> Result<CudaStorage> {
     Ok(out)
 }
 
+/// `f(x + bias[c])` over the flat run of x (contiguous from its offset), where element i
+/// sits in channel `(i / inner) % channels` (inner: H*W for NCHW images, 1 for channels-last),
+/// with a contiguous bias [channels] of x's float dtype: a layer's bias add and activation in
+/// one pass. `act` None adds the bias only.
+pub fn bias_unary(
+    (x, lx): (&CudaStorage, &Layout),
+    (b, lb): (&CudaStorage, &Layout),
+    inner: usize,
+    act: Option<UnaryOp>,
+) -> Result<CudaStorage> {
+    let channels = lb.numel();
+    let n = lx.numel();
+    if !lx.is_contiguous() || !lb.is_contiguous() || channels == 0 || inner == 0 {
+        return Err(crate::Error::invalid(
+            "bias_unary",
+            "takes contiguous x and bias, with channels and inner sizes above 0",
+        ));
+    }
+    let dev = x.cuda_device();
+    let out = CudaStorage::alloc(dev, n, x.dtype())?;
+    if n == 0 {
+        return Ok(out);
+    }
+    let f = dev.function(&ELEMENTWISE, &format!("bias_unary_{}", type_suffix(x.dtype())))?;
+    let (xp, bp, y) = (x.ptr_at(lx.offset()), b.ptr_at(lb.offset()), out.ptr());
+    let per_group = 16 / x.dtype().size_in_bytes();
+    let grouped = inner.is_multiple_of(per_group)
+        || (inner == 1 && channels.is_multiple_of(per_group));
+    let vec = aligned16(xp) && aligned16(y) && grouped && n.is_multiple_of(per_group);
+    let (code, [p0, p1]) = match act {
+        Some(op) => (op.code() as i32, op.params()),
+        None => (-1, [0.0, 0.0]),
+    };
+    let per_thread = if vec { per_group } else { 1 };
+    let grid = grid_for(n.div_ceil(per_thread), BLOCK, dev.sm_count());
+    let (n, inner, channels, vec) = (n as i64, inner as i64, channels as i64, vec as i32);
+    // SAFETY: x holds n contiguous elements from its offset and bias `channels`; y is a fresh
+    // allocation of n elements; the kernel indexes the bias modulo `channels`.
+    unsafe {
+        dev.launch(
+            f,
+            (grid, 1, 1),
+            BLOCK,
+            0,
+            &mut args![xp, bp, y, n, inner, channels, code, p0, p1, vec],
+        )?
+    };
+    Ok(out)
+}
+
 /// g * f'(x, y) over contiguous x, y = f(x) and g of one float dtype (`n` elements from each
 /// layout's offset): the backward of every unary op.
 pub fn unary_backward(

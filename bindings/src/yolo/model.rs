@@ -258,6 +258,10 @@ fn report_map(r: &ValReport) -> Map {
         "images_per_second".into(),
         Dynamic::from_float(r.images_per_second),
     );
+    out.insert(
+        "algorithm_search_seconds".into(),
+        Dynamic::from_float(r.algorithm_search_seconds),
+    );
     out.insert("table".into(), r.table.clone().into());
     let warnings: Array = r
         .warnings

@@ -3,6 +3,7 @@
 
 use super::init::{fan_in_and_fan_out, kaiming_uniform_, uniform_, FanMode};
 use super::module::{new_parameter, weight_and_bias, Module};
+use crate::backend::spec::UnaryOp;
 use crate::{Conv2dOptions, Error, Generator, Result, Tensor};
 
 pub struct Conv2d {
@@ -45,6 +46,13 @@ impl Conv2d {
             options,
             training: true,
         })
+    }
+}
+
+impl Conv2d {
+    /// The convolution followed by `act`, with the bias and the activation in one pass.
+    pub fn forward_act(&self, x: &Tensor, act: Option<UnaryOp>) -> Result<Tensor> {
+        x.conv2d_act(&self.weight, self.bias.as_ref(), self.options, act)
     }
 }
 

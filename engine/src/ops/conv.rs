@@ -1,14 +1,16 @@
 //! conv2d (stride, padding, dilation, groups) through im2col + gemm, with both backward products:
 //! shape rules here, one kernel per backend (backend/{cpu,cuda}/conv.rs).
 
-use super::dispatch::dispatch;
+use super::dispatch::{cuda_kernel, dispatch};
 use super::{backward_fn, grad_if};
-use crate::autograd::SavedTensor;
+use crate::autograd::{is_grad_enabled, no_grad, SavedTensor};
 use crate::backend::cpu::conv as cpu;
 use crate::backend::cpu::floats::on_floats;
 use crate::backend::cuda::conv as cuda;
-use crate::backend::spec::Conv2dGeometry;
-use crate::{Error, Result, Tensor};
+use crate::amp::matmul_operand_dtype;
+use crate::backend::spec::{Conv2dGeometry, UnaryOp};
+use crate::backend::Storage;
+use crate::{DType, Device, Error, Layout, Result, Tensor};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Conv2dOptions {
@@ -93,9 +95,35 @@ impl Tensor {
         bias: Option<&Tensor>,
         opts: Conv2dOptions,
     ) -> Result<Tensor> {
+        self.conv2d_act(weight, bias, opts, None)
+    }
+
+    /// `conv2d` followed by an activation: the bias and the activation run as one `bias_act`
+    /// pass over the output. Under autocast on CUDA the product runs in the low dtype, as
+    /// matrix products do, and so do the bias and the activation.
+    pub fn conv2d_act(
+        &self,
+        weight: &Tensor,
+        bias: Option<&Tensor>,
+        opts: Conv2dOptions,
+        act: Option<UnaryOp>,
+    ) -> Result<Tensor> {
         self.check_same_device("conv2d", weight)?;
         let g = geometry(self.shape(), weight.shape(), &opts)?;
         let dtype = self.dtype().promote(weight.dtype()).float_result();
+        let dtype = matmul_operand_dtype(self.device(), dtype).unwrap_or(dtype);
+        let recording = is_grad_enabled()
+            && (self.requires_grad()
+                || weight.requires_grad()
+                || bias.is_some_and(|b| b.requires_grad()));
+        if !recording
+            && matches!(self.device(), Device::Cuda(_))
+            && matches!(dtype, DType::F16 | DType::BF16)
+            && cuda::channels_last_preferred()
+        {
+            let out = conv2d_channels_last(self, weight, &g, dtype)?;
+            return with_bias_act(out, bias, act, g.o);
+        }
         let (x, w) = (self.to_dtype(dtype)?, weight.to_dtype(dtype)?);
         let out_shape = [g.n, g.o, g.ho, g.wo];
         let out = dispatch(
@@ -155,18 +183,59 @@ impl Tensor {
                 ])
             })
         });
-        match bias {
-            None => Ok(out),
-            Some(b) => {
-                if b.shape() != [g.o] {
-                    return Err(Error::ShapeMismatch {
-                        op: "conv2d bias",
-                        lhs: vec![g.o],
-                        rhs: b.shape().to_vec(),
-                    });
-                }
-                out.add(&b.reshape_to(&[1, g.o, 1, 1])?)
+        with_bias_act(out, bias, act, g.o)
+    }
+}
+
+/// A convolution's output with its bias [O] and activation applied in one pass.
+fn with_bias_act(
+    out: Tensor,
+    bias: Option<&Tensor>,
+    act: Option<UnaryOp>,
+    o: usize,
+) -> Result<Tensor> {
+    match (bias, act) {
+        (None, None) => Ok(out),
+        (None, Some(op)) => out.unary(op),
+        (Some(b), act) => {
+            if b.shape() != [o] {
+                return Err(Error::ShapeMismatch {
+                    op: "conv2d bias",
+                    lhs: vec![o],
+                    rhs: b.shape().to_vec(),
+                });
             }
+            out.bias_act(b, act)
         }
     }
+}
+
+/// Inference in a half type on CUDA runs channels-last, the layout of cuDNN's tensor-core
+/// kernels: the images are transposed to NHWC unless they already are (the previous layer's
+/// output is), the weights to [O, kh, kw, C/groups], and the result stays NHWC, so a network of
+/// convolutions transposes only its input. Training keeps the NCHW path and its backward.
+fn conv2d_channels_last(
+    x: &Tensor,
+    w: &Tensor,
+    g: &Conv2dGeometry,
+    dtype: DType,
+) -> Result<Tensor> {
+    no_grad(|| {
+        let x = x.to_dtype(dtype)?;
+        let x = if x.layout().is_channels_last() {
+            x
+        } else {
+            x.permute(&[0, 2, 3, 1])?
+                .contiguous()?
+                .permute(&[0, 3, 1, 2])?
+        };
+        let w = w.permute(&[0, 2, 3, 1])?.to_dtype(dtype)?.contiguous()?;
+        let y = cuda_kernel("conv2d", [&x, &w], |[(xs, lx), (ws, lw)]| {
+            cuda::conv2d_channels_last(xs, lx, ws, lw, g)
+        })?;
+        Tensor::from_storage_in(
+            Storage::Cuda(y),
+            Layout::channels_last(&[g.n, g.o, g.ho, g.wo]),
+        )
+    })
 }

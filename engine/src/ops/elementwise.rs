@@ -1,17 +1,32 @@
 //! Elementwise ops: unary math, broadcasting binary arithmetic, comparisons and `where`.
 
-use super::dispatch::dispatch;
+use super::dispatch::{cuda_kernel, dispatch};
 use super::{backward_fn, grad_if};
 use crate::autograd::SavedTensor;
 use crate::backend::cpu::elementwise as cpu;
 use crate::backend::cuda::elementwise as cuda;
 use crate::backend::spec::{BinaryOp, CmpOp, UnaryOp};
 use crate::layout::broadcast_shapes;
-use crate::{DType, Error, Result, Tensor};
+use crate::{DType, Device, Error, Layout, Result, Tensor};
+
+/// A CUDA tensor laid out densely in another dim order than row-major (channels-last images)
+/// seen as the flat run of its elements: elementwise kernels walk that run and the result keeps
+/// the layout, where packing it into row-major order first would cost a copy each way.
+fn flat_on_cuda(t: &Tensor) -> Option<Layout> {
+    let l = t.layout();
+    (matches!(t.device(), Device::Cuda(_)) && l.is_dense() && !l.is_contiguous())
+        .then(|| Layout::new(vec![l.numel()], vec![1], l.offset()))
+}
 
 impl Tensor {
     /// Applies a unary op to what `unary_input` gave, without recording it.
     fn unary_raw(&self, op: UnaryOp) -> Result<Tensor> {
+        if let Some(flat) = flat_on_cuda(self) {
+            let storage = cuda_kernel(op.name(), [self], |[(s, _)]| {
+                Ok(cuda::unary(s, &flat, op)?.into())
+            })?;
+            return Tensor::from_storage_in(storage, self.layout().dense_like());
+        }
         let storage = dispatch(
             op.name(),
             [self],
@@ -141,6 +156,14 @@ impl Tensor {
             a.layout().broadcast_to(op.name(), shape)?,
             b.layout().broadcast_to(op.name(), shape)?,
         );
+        if let (Some(fa), Some(fb)) = (flat_on_cuda(a), flat_on_cuda(b)) {
+            if la.strides() == lb.strides() && la.shape() == lb.shape() {
+                let storage = cuda_kernel(op.name(), [a, b], |[(sa, _), (sb, _)]| {
+                    Ok(cuda::binary(sa, &fa, sb, &fb, op)?.into())
+                })?;
+                return Tensor::from_storage_in(storage, la.dense_like());
+            }
+        }
         let storage = dispatch(
             op.name(),
             [a, b],

@@ -84,10 +84,10 @@ impl Tensor {
         }
         let mut shape = first.shape().to_vec();
         shape[d] = parts.iter().map(|t| t.shape()[d]).sum();
-        let storage = cat_storage(&parts, &shape, d)?;
+        let (storage, layout) = cat_storage(&parts, &shape, d)?;
         let sizes: Vec<usize> = parts.iter().map(|t| t.shape()[d]).collect();
         let refs: Vec<&Tensor> = parts.iter().collect();
-        Tensor::from_op(storage, &shape, &refs, move || {
+        Ok(Tensor::from_storage_in(storage, layout)?.recorded(&refs, move || {
             backward_fn("cat", move |g, needs| {
                 let mut start = 0;
                 let mut out = Vec::with_capacity(sizes.len());
@@ -99,7 +99,7 @@ impl Tensor {
                 }
                 Ok(out)
             })
-        })
+        }))
     }
 
     /// Stacks equal-shaped tensors along a new dim.
@@ -243,9 +243,34 @@ fn check_index_shape(op: &'static str, shape: &[usize], idx: &[usize], dim: usiz
 }
 
 /// The storage of `parts` joined along `d` into `shape` (all on one device, one dtype).
-fn cat_storage(parts: &[Tensor], shape: &[usize], d: usize) -> Result<Storage> {
+/// The dims of a dense layout from outermost to innermost.
+fn dim_order(l: &Layout) -> Vec<usize> {
+    let strides = l.dense_like().strides().to_vec();
+    let mut order: Vec<usize> = (0..l.rank()).collect();
+    order.sort_by_key(|&i| std::cmp::Reverse(strides[i]));
+    order
+}
+
+/// The result of `cat` and its layout. On CUDA, parts laid out densely in one dim order other
+/// than row-major (channels-last images) give a result in that order, so the next kernels read
+/// it without a transpose; everything else gives a row-major result.
+fn cat_storage(parts: &[Tensor], shape: &[usize], d: usize) -> Result<(Storage, Layout)> {
     let refs: Vec<&Tensor> = parts.iter().collect();
-    dispatch_all(
+    let row_major = Layout::contiguous(shape);
+    let first = parts[0].layout();
+    let order = dim_order(first);
+    let permuted = first.is_dense()
+        && !first.is_contiguous()
+        && parts
+            .iter()
+            .all(|p| p.layout().is_dense() && dim_order(p.layout()) == order);
+    let cuda_layout = if permuted {
+        Layout::new(shape.to_vec(), first.strides().to_vec(), 0).dense_like()
+    } else {
+        row_major.clone()
+    };
+    let mut layout = row_major;
+    let storage = dispatch_all(
         "cat",
         &refs,
         |views| Ok(cpu::cat(views, d).into()),
@@ -255,14 +280,15 @@ fn cat_storage(parts: &[Tensor], shape: &[usize], d: usize) -> Result<Storage> {
             };
             let out =
                 CudaStorage::alloc(first.cuda_device(), shape.iter().product(), first.dtype())?;
-            let full = Layout::contiguous(shape);
             let mut start = 0;
             for &(s, l) in views {
                 let len = l.shape()[d];
-                cuda::copy::copy_view(s, l, &out, &full.narrowed(d, start, len))?;
+                cuda::copy::copy_view(s, l, &out, &cuda_layout.narrowed(d, start, len))?;
                 start += len;
             }
+            layout = cuda_layout.clone();
             Ok(out.into())
         },
-    )
+    )?;
+    Ok((storage, layout))
 }

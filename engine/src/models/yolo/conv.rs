@@ -4,6 +4,7 @@
 //! `conv.bias`).
 
 use super::block::Block;
+use crate::backend::spec::UnaryOp;
 use crate::nn::{BatchNorm2d, Conv2d, Module};
 use crate::{Conv2dOptions, Generator, Result, Tensor};
 
@@ -98,14 +99,18 @@ fn gcd(a: usize, b: usize) -> usize {
 
 impl Block for ConvBn {
     fn run(&self, x: &Tensor) -> Result<Tensor> {
-        let mut y = self.conv.forward(x)?;
-        if let Some(bn) = &self.bn {
-            y = bn.forward(&y)?;
+        let act = self.act.then_some(UnaryOp::Silu);
+        match &self.bn {
+            // Fused: the folded bias and SiLU in one pass after the convolution.
+            None => self.conv.forward_act(x, act),
+            Some(bn) => {
+                let y = bn.forward(&self.conv.forward(x)?)?;
+                match act {
+                    Some(op) => y.unary(op),
+                    None => Ok(y),
+                }
+            }
         }
-        if self.act {
-            y = y.silu()?;
-        }
-        Ok(y)
     }
 
     fn children(&self) -> Vec<(String, &dyn Module)> {

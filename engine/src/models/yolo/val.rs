@@ -5,6 +5,7 @@
 //! inference, post-process per image) is measured the way ultralytics' is.
 
 use super::network::YoloModel;
+use crate::backend::cuda::cudnn::search_seconds as cudnn_search_seconds;
 use crate::data::yolo::{DataConfig, ValLoader, ValLoaderOptions, YoloDataset};
 use crate::vision::boxes::Box4;
 use crate::vision::metrics::confusion::DetectionsRef;
@@ -55,8 +56,12 @@ pub struct ValReport {
     pub confusion: ConfusionMatrix,
     /// Milliseconds per image.
     pub speed: Speed,
-    /// Images per second end to end (decoding, model, NMS, metrics), warm-up excluded.
+    /// Images per second end to end (decoding, model, NMS, metrics), warm-up and cuDNN's
+    /// algorithm search excluded.
     pub images_per_second: f64,
+    /// Seconds cuDNN spent choosing algorithms for shapes first seen after the warm-up (a
+    /// smaller last batch), left out of the timings.
+    pub algorithm_search_seconds: f64,
     /// The table ultralytics prints (header, `all`, one row per class).
     pub table: String,
     /// Images dropped or labels repaired while reading the dataset, one line each.
@@ -150,26 +155,31 @@ pub fn validate(
     };
     let mut warm = false;
     let mut warmup_secs = 0.0;
+    let mut search_secs = 0.0;
     for (done, batch) in loader.enumerate() {
         let batch = batch?;
         // Pre-process, as ultralytics times it: the copy to the device and the scaling (the
         // loader decodes and letterboxes ahead, on its own threads).
-        let t0 = Instant::now();
-        let x = batch.images.to(device, dtype)?.div_scalar(255.0)?;
-        synchronize(device)?;
+        let prepare = || batch.images.to(device, dtype)?.div_scalar(255.0);
         if !warm {
-            // A warm-up pass (kernel compilation, cuDNN's algorithm search) outside the
-            // timings, as ultralytics' `warmup`.
+            // A warm-up pass over the first batch (kernel compilation and loading, cuDNN's
+            // algorithm search) outside the timings, as ultralytics' `warmup`.
             let tw = Instant::now();
-            run(&x)?;
+            run(&prepare()?)?;
             synchronize(device)?;
             warmup_secs = tw.elapsed().as_secs_f64();
             warm = true;
         }
+        let t0 = Instant::now();
+        let x = prepare()?;
+        synchronize(device)?;
+        let searched_before = cudnn_search_seconds();
         let t1 = Instant::now();
         let pred = run(&x)?;
         synchronize(device)?;
         let t2 = Instant::now();
+        let searched = cudnn_search_seconds() - searched_before;
+        search_secs += searched;
         let kept = non_max_suppression(&pred, &nms)?;
         for (i, det) in kept.iter().enumerate() {
             // As ultralytics 8.4 does, predictions and targets meet in the letterboxed image's
@@ -200,12 +210,12 @@ pub fn validate(
         }
         let t3 = Instant::now();
         pre += (t1 - t0).as_secs_f64();
-        inf += (t2 - t1).as_secs_f64();
+        inf += (t2 - t1).as_secs_f64() - searched;
         post += (t3 - t2).as_secs_f64();
         progress(done + 1, total);
     }
-    // End to end (decoding included), without the warm-up pass.
-    let elapsed = started.elapsed().as_secs_f64() - warmup_secs;
+    // End to end (decoding included), without the warm-up pass and the algorithm search.
+    let elapsed = started.elapsed().as_secs_f64() - warmup_secs - search_secs;
     metrics.process();
     let seen = metrics.seen.max(1) as f64;
     let speed = Speed {
@@ -221,6 +231,7 @@ pub fn validate(
     );
     Ok(ValReport {
         images_per_second: metrics.seen as f64 / elapsed.max(1e-9),
+        algorithm_search_seconds: search_secs,
         metrics,
         confusion,
         speed,

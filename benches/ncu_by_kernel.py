@@ -1,0 +1,27 @@
+"""Sums ncu's per-kernel durations (`ncu --csv --page raw --metrics gpu__time_duration.sum`)
+by kernel name: where one profiled step's GPU time goes.
+
+python3 benches/ncu_by_kernel.py ncu.csv [rows]
+"""
+import collections
+import csv
+import re
+import sys
+
+rows = [r for r in csv.reader(open(sys.argv[1])) if r]
+head = next(i for i, r in enumerate(rows) if "Kernel Name" in r)
+cols = rows[head]
+name_col, time_col = cols.index("Kernel Name"), cols.index("gpu__time_duration.sum")
+by = collections.defaultdict(lambda: [0, 0.0])
+for r in rows[head + 2:]:
+    try:
+        ns = float(r[time_col].replace(",", ""))
+    except (ValueError, IndexError):
+        continue
+    name = re.sub(r"\(.*", "", r[name_col])[:80]
+    by[name][0] += 1
+    by[name][1] += ns
+total = sum(v[1] for v in by.values())
+print(f"kernels: {sum(v[0] for v in by.values())}, total {total / 1e6:.2f} ms")
+for name, (n, ns) in sorted(by.items(), key=lambda x: -x[1][1])[: int(sys.argv[2]) if len(sys.argv) > 2 else 40]:
+    print(f"{ns / 1e6:8.3f} ms {100 * ns / total:5.1f}% {n:4d}x  {name}")
