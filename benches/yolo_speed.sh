@@ -3,7 +3,8 @@
 # imgsz 640, batch 32, half, over 2,000 generated images; the forward alone beside PyTorch's
 # (benches/yolo_bench.rs, yolo_torch_bench.py); ncu's per-kernel times of one of our forwards.
 #   carry [".devpack", ".whl", ".assets"]; command: bash benches/yolo_speed.sh
-# .devpack/pack.tar.xz holds .device/bin/{brain,yolo_bench}; .whl the ultralytics and
+# .devpack/pack.tar.xz holds .device/bin/{brain,yolo_bench} (and test binaries under
+# .device/tests, run first with CUDA required); .whl the ultralytics and
 # ultralytics-thop wheels. Trained weights are reused from .assets/yolo/shapes_yolo11{n,s}.pt
 # when carried; otherwise they are trained here and returned under $OUT in parts to keep.
 set -uo pipefail
@@ -16,6 +17,13 @@ python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --tar
 brain=.device/bin/brain bench=.device/bin/yolo_bench
 log() { echo "=== $(date +%T) $*"; }
 nvidia-smi --query-gpu=name,clocks.sm,temperature.gpu --format=csv,noheader
+# Tests compiled here find their fixtures under this machine's build path: link it to the tree.
+[ -e /work/main ] || { mkdir -p /work && ln -s "$PWD" /work/main; }
+for t in .device/tests/*; do
+  [ -x "$t" ] || continue
+  log "$t"; RB_REQUIRE_CUDA=1 timeout 300 "$t" --test-threads=4 --nocapture 2>&1 \
+    | grep -E "^test result|FAILED|panicked|relative error|failed" | head -20
+done
 log datasets
 $brain run scripts/make_shapes.rhai dir=/tmp/shapes train=400 val=100 imgsz=320 seed=0 | tail -1
 $brain run scripts/make_shapes.rhai dir=/tmp/speed train=1 val=${SPEED_VAL:-2000} imgsz=640 seed=1 | tail -1
@@ -43,8 +51,11 @@ PY
   log "ours yolo11$scale"
   $brain run scripts/yolo_val.rhai weights=$w data=/tmp/speed/data.yaml imgsz=640 batch=32 half=true --device cuda 2>&1 \
     | grep -E "all |Speed|images/s|search"
+  [ "$scale" = n ] && RB_CHANNELS_LAST=1 $brain run scripts/yolo_val.rhai weights=$w data=/tmp/speed/data.yaml imgsz=640 \
+    batch=32 half=true --device cuda 2>&1 | grep -E "all |Speed|images/s" | sed 's/^/NHWC: /'
   log "forward alone, ours then torch"
   $bench forward --scale $scale --batch 32 --imgsz 640 --iters 30
+  RB_CHANNELS_LAST=1 $bench forward --scale $scale --batch 32 --imgsz 640 --iters 30 | sed 's/^/NHWC: /' 
   [ "$scale" = n ] && $bench forward --scale n --batch 1 --imgsz 640 --iters 100
   python3 benches/yolo_torch_bench.py $scale 32 640 30 2>&1 | grep '"name"'
 done

@@ -1,8 +1,8 @@
-//! CUDA inference in a half type runs convolutions channels-last (NHWC images, [O, kh, kw, C]
-//! weights) and keeps the layout through the ops that follow: the fused bias + activation,
-//! elementwise ops on the flat run of a dense tensor, and `cat`. Each result here is checked
-//! against the CPU's F32 composition of the same ops, within F16's rounding. Skips without a
-//! GPU (RB_REQUIRE_CUDA=1 makes that a failure).
+//! CUDA inference in a half type, with `RB_CHANNELS_LAST=1`, runs convolutions channels-last
+//! (NHWC images, [O, kh, kw, C] weights) and keeps the layout through the ops that follow: the
+//! fused bias + activation, elementwise ops on the flat run of a dense tensor, and `cat`. Each
+//! result here is checked against the CPU's F32 composition of the same ops, within F16's
+//! rounding. Skips without a GPU (RB_REQUIRE_CUDA=1 makes that a failure).
 
 use rusting_brain::backend::cuda::device_for_test;
 use rusting_brain::backend::spec::UnaryOp;
@@ -10,6 +10,12 @@ use rusting_brain::{no_grad, Conv2dOptions, DType, Device, Generator, Tensor};
 
 fn randn(shape: &[usize], seed: u64) -> Tensor {
     Tensor::randn(shape, DType::F32, Some(&mut Generator::new(seed))).unwrap()
+}
+
+/// The CUDA device with channels-last opted into (read once per process, before any conv).
+fn channels_last_device(test: &str) -> Option<Device> {
+    std::env::set_var("RB_CHANNELS_LAST", "1");
+    device_for_test(test)
 }
 
 fn half_on(t: &Tensor, d: Device) -> Tensor {
@@ -37,7 +43,7 @@ fn opts(stride: usize, padding: usize, groups: usize) -> Conv2dOptions {
 
 #[test]
 fn half_convolutions_run_channels_last_and_match_the_cpu() {
-    let Some(d) = device_for_test("half_convolutions_run_channels_last_and_match_the_cpu") else {
+    let Some(d) = channels_last_device("half_convolutions_run_channels_last_and_match_the_cpu") else {
         return;
     };
     // (c, o, k, stride, groups): YOLO's kinds of convolution.
@@ -68,7 +74,7 @@ fn half_convolutions_run_channels_last_and_match_the_cpu() {
 
 #[test]
 fn channels_last_flows_through_residuals_and_concatenation() {
-    let Some(d) = device_for_test("channels_last_flows_through_residuals_and_concatenation") else {
+    let Some(d) = channels_last_device("channels_last_flows_through_residuals_and_concatenation") else {
         return;
     };
     let x = randn(&[2, 8, 12, 12], 1);
@@ -91,7 +97,7 @@ fn channels_last_flows_through_residuals_and_concatenation() {
 
 #[test]
 fn bias_act_matches_the_cpu_on_row_major_and_channels_last_images() {
-    let Some(d) = device_for_test("bias_act_matches_the_cpu_on_row_major_and_channels_last_images")
+    let Some(d) = channels_last_device("bias_act_matches_the_cpu_on_row_major_and_channels_last_images")
     else {
         return;
     };
@@ -121,7 +127,7 @@ fn bias_act_matches_the_cpu_on_row_major_and_channels_last_images() {
 
 #[test]
 fn a_half_yolo_forward_on_cuda_matches_the_f32_cpu_forward() {
-    let Some(d) = device_for_test("a_half_yolo_forward_on_cuda_matches_the_f32_cpu_forward") else {
+    let Some(d) = channels_last_device("a_half_yolo_forward_on_cuda_matches_the_f32_cpu_forward") else {
         return;
     };
     use rusting_brain::models::yolo::YoloModel;

@@ -197,12 +197,13 @@ pub fn conv2d(
     Ok(y)
 }
 
-/// Whether convolutions in a half type should run channels-last: cuDNN is there (its NHWC
-/// tensor-core kernels are the fast ones) and `RB_DISABLE_CHANNELS_LAST` is not 1.
+/// Whether inference convolutions in a half type run channels-last: opted into with
+/// `RB_CHANNELS_LAST=1`, and only with cuDNN (its NHWC tensor-core kernels are the point).
+/// Off by default until upsample, max pool and channel splits keep the layout too: today they
+/// fall back to NCHW copies, which cost more than the convolutions gain (docs/baseline.md).
 pub fn channels_last_preferred() -> bool {
-    static OFF: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    let off = *OFF.get_or_init(|| std::env::var("RB_DISABLE_CHANNELS_LAST").as_deref() == Ok("1"));
-    !off && cudnn::enabled()
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var("RB_CHANNELS_LAST").as_deref() == Ok("1")) && cudnn::enabled()
 }
 
 /// y = conv2d(x, w) channels-last: x [N, C, H, W] laid out NHWC (`Layout::is_channels_last`),

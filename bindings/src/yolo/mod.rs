@@ -44,7 +44,7 @@ pub fn register(engine: &mut Engine) {
         api.method(
             "val",
             "model.val(#{ data, imgsz, batch, conf, iou, half, rect, split, workers, verbose, plots, save_dir }) -> map",
-            "Validates on an ultralytics dataset as `yolo val` does; prints the per-class table and speed, returns #{ map50, map, precision, recall, per_class, speed, images_per_second, algorithm_search_seconds, table, warnings } (the speed figures leave out the warm-up batch and cuDNN's algorithm search for shapes first seen later); with plots: true it also writes PR_curve.png, F1_curve.png and confusion_matrix_normalized.png under save_dir (default out/val) and lists them in r.plots.",
+            "Validates on an ultralytics dataset as `yolo val` does; prints the per-class table and speed, returns #{ map50, map, precision, recall, per_class, speed, images_per_second, algorithm_search_seconds, table, warnings } (the speed figures leave out the warm-up batch and cuDNN's algorithm search for shapes first seen later); with plots: true it also writes PR_curve.png, F1_curve.png and confusion_matrix_normalized.png under save_dir (default out/val) and lists them in r.plots; with save_json: true it writes COCO-style predictions.json there (ultralytics' records: image_id, file_name, category_id, bbox [x, y, w, h] in original pixels, score) and returns its path as r.predictions_json.",
             with_yolo!("let r = model.val(#{ data: data, imgsz: 64, batch: 2, verbose: false, plots: true, save_dir: \"val_plots\" }); print(r.map50);"),
             model::val,
         );

@@ -76,7 +76,7 @@ pub fn val(m: &mut Yolo, opts: Map) -> RhaiResult<Map> {
         opts,
         &[
             "data", "imgsz", "batch", "conf", "iou", "half", "rect", "split", "workers", "verbose",
-            "max_det", "plots", "save_dir",
+            "max_det", "plots", "save_dir", "save_json",
         ],
     )?;
     let data = o
@@ -93,6 +93,7 @@ pub fn val(m: &mut Yolo, opts: Map) -> RhaiResult<Map> {
         rect: o.bool("rect", d.rect)?,
         split: o.string("split")?.unwrap_or(d.split),
         workers: o.usize("workers", d.workers)?,
+        save_json: o.bool("save_json", d.save_json)?,
     };
     let verbose = o.bool("verbose", true)?;
     let plots = o.bool("plots", false)?;
@@ -118,6 +119,25 @@ pub fn val(m: &mut Yolo, opts: Map) -> RhaiResult<Map> {
         let written = write_plots(&report, Path::new(&save_dir))?;
         let paths: Array = written.into_iter().map(Dynamic::from).collect();
         out.insert("plots".into(), paths.into());
+    }
+    if vo.save_json {
+        let dir = Path::new(&save_dir);
+        let path = dir.join("predictions.json");
+        guard(|| {
+            std::fs::create_dir_all(dir).map_err(|e| rusting_brain::Error::io(dir, e))?;
+            rusting_brain::vision::coco_json::write(&path, &report.predictions)
+        })?;
+        if verbose {
+            println!(
+                "Saving {} ({} predictions)",
+                path.display(),
+                report.predictions.len()
+            );
+        }
+        out.insert(
+            "predictions_json".into(),
+            path.display().to_string().into(),
+        );
     }
     Ok(out)
 }

@@ -4,6 +4,7 @@
 //! definitions so numbers can be compared.
 
 pub mod boxes;
+pub mod coco_json;
 pub mod draw;
 mod exif;
 pub mod image;

@@ -215,11 +215,19 @@ fn validation_runs_end_to_end_on_a_generated_dataset() {
     let vo = val::ValOptions {
         imgsz: 64,
         batch: 2,
+        save_json: true,
         ..val::ValOptions::default()
     };
     let mut calls = Vec::new();
     let r = val::validate(&m, &data, &vo, Device::Cpu, |d, t| calls.push((d, t))).unwrap();
     assert_eq!(r.metrics.seen, 3);
+    // save_json: one record per kept box, on the original 64-pixel images.
+    assert_eq!(r.predictions.len(), r.metrics.stats.conf.len());
+    for p in &r.predictions {
+        assert!(p["image_id"].as_str().unwrap().starts_with("val_"), "{p}");
+        let b: Vec<f64> = p["bbox"].as_array().unwrap().iter().map(|v| v.as_f64().unwrap()).collect();
+        assert!(b[0] >= 0.0 && b[1] >= 0.0 && b[0] + b[2] <= 64.001 && b[1] + b[3] <= 64.001, "{p}");
+    }
     assert_eq!(calls, [(1, 2), (2, 2)]);
     assert!(r.table.contains("all"), "{}", r.table);
     let (map50, map) = r.maps();

@@ -7,7 +7,8 @@
 use super::network::YoloModel;
 use crate::backend::cuda::cudnn::search_seconds as cudnn_search_seconds;
 use crate::data::yolo::{DataConfig, ValLoader, ValLoaderOptions, YoloDataset};
-use crate::vision::boxes::Box4;
+use crate::vision::boxes::{scale_boxes, Box4};
+use crate::vision::coco_json;
 use crate::vision::metrics::confusion::DetectionsRef;
 use crate::vision::metrics::det_metrics::ImageStats;
 use crate::vision::metrics::matching::{target_boxes_on_canvas, true_positives};
@@ -32,6 +33,9 @@ pub struct ValOptions {
     pub split: String,
     /// Decoding threads (0: one per core, at most 8).
     pub workers: usize,
+    /// Keep COCO-style records of every kept box (`ValReport::predictions`), as ultralytics'
+    /// `save_json`.
+    pub save_json: bool,
 }
 
 impl Default for ValOptions {
@@ -46,6 +50,7 @@ impl Default for ValOptions {
             rect: true,
             split: "val".into(),
             workers: 0,
+            save_json: false,
         }
     }
 }
@@ -66,6 +71,9 @@ pub struct ValReport {
     pub table: String,
     /// Images dropped or labels repaired while reading the dataset, one line each.
     pub warnings: Vec<String>,
+    /// With `save_json`, one COCO-style record per kept box, in original image pixels
+    /// (`vision::coco_json`); empty otherwise.
+    pub predictions: Vec<serde_json::Value>,
 }
 
 impl ValReport {
@@ -140,6 +148,11 @@ pub fn validate(
     };
     let dtype = if opts.half { DType::F16 } else { DType::F32 };
     let names = model.names.clone();
+    let class_map = match data.split(&opts.split)?.first() {
+        Some(list) => coco_json::class_map(list, names.len()),
+        None => (1..=names.len()).collect(),
+    };
+    let mut predictions = Vec::new();
     let mut metrics = DetMetrics::new(names.clone());
     let mut confusion = ConfusionMatrix::new(names.len());
     let (mut pre, mut inf, mut post) = (0f64, 0f64, 0f64);
@@ -190,6 +203,17 @@ pub fn validate(
             let target_xywh: Vec<Box4> = labels.iter().map(|l| l.xywh).collect();
             let targets = target_boxes_on_canvas(&target_xywh, &batch.ratio_pad[i]);
             let tp = true_positives(boxes, &det.classes, &targets, &target_cls);
+            if opts.save_json {
+                let mut original = boxes.clone();
+                scale_boxes(&mut original, &batch.ratio_pad[i]);
+                predictions.extend(coco_json::image_records(
+                    &batch.paths[i],
+                    &original,
+                    &det.scores,
+                    &det.classes,
+                    &class_map,
+                )?);
+            }
             confusion.process_batch(
                 DetectionsRef {
                     boxes,
@@ -237,5 +261,6 @@ pub fn validate(
         speed,
         table,
         warnings: dataset.warnings.clone(),
+        predictions,
     })
 }
