@@ -63,9 +63,10 @@ impl Module for BatchNorm2d {
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
         let c = self.num_features();
         if x.rank() != 4 || x.shape()[1] != c {
-            return Err(Error::invalid(
-                "BatchNorm2d",
-                format!("needs input [N, {c}, H, W], got {:?}", x.shape()),
+            return Err(Error::layer_input(
+                format!("BatchNorm2d({c})"),
+                format!("input [N, {c}, H, W]"),
+                format!("{:?}", x.shape()),
             ));
         }
         let xf = match x.dtype() {

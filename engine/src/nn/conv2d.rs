@@ -51,6 +51,17 @@ impl Conv2d {
 impl Module for Conv2d {
     /// x [N, C, H, W] -> [N, O, Ho, Wo].
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        // Said from the layer's side; the op's own checks cover a weight of another rank.
+        if let [out_channels, per_group, kh, kw] = *self.weight.shape() {
+            let in_channels = per_group * self.options.groups;
+            if x.rank() != 4 || x.shape()[1] != in_channels {
+                return Err(Error::layer_input(
+                    format!("Conv2d({in_channels}→{out_channels}, kernel {kh}×{kw})"),
+                    format!("input [N, {in_channels}, H, W]"),
+                    format!("{:?}", x.shape()),
+                ));
+            }
+        }
         x.conv2d(&self.weight, self.bias.as_ref(), self.options)
     }
 

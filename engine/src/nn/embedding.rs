@@ -37,11 +37,12 @@ impl Module for Embedding {
     /// ids [...] (integers) -> [..., dim].
     fn forward(&self, ids: &Tensor) -> Result<Tensor> {
         if ids.dtype().is_float() {
-            return Err(Error::UnsupportedDType {
-                op: "Embedding",
-                dtype: ids.dtype(),
-                detail: ": ids must be integers".into(),
-            });
+            let dims: Vec<String> = self.weight.shape().iter().map(|d| d.to_string()).collect();
+            return Err(Error::layer_input(
+                format!("Embedding({})", dims.join(", ")),
+                "integer ids",
+                format!("{} ids {:?}", ids.dtype(), ids.shape()),
+            ));
         }
         let rows = self.weight.index_select(0, &ids.flatten()?)?;
         let mut shape = ids.shape().to_vec();
