@@ -36,6 +36,8 @@ impl Output {
     }
 }
 
+const ON_THE_CPU: &str = "(--device cpu runs on the CPU; --device auto, the default, takes the GPU when there is one)";
+
 /// Resolves `--device`. `auto` (the default) takes the GPU when it is usable, else the CPU. A
 /// GPU asked for by name that cannot be used is an error with the probe's reason: a run the
 /// user meant for the GPU never goes quietly to the CPU. An unknown device name is an error.
@@ -55,11 +57,9 @@ pub fn choose_device(requested: Option<&str>) -> Result<(Device, String), String
                 Device::Cuda(n) => match cuda::availability() {
                     Ok(count) if n < count => Ok((d, format!("device: {d}"))),
                     Ok(count) => Err(format!(
-                        "device {d} is not usable: there are {count} CUDA device(s); use --device cpu or --device auto"
+                        "device {d} is not usable: there are {count} CUDA device(s)\n{ON_THE_CPU}"
                     )),
-                    Err(why) => Err(format!(
-                        "device {d} is not usable: {why}; use --device cpu or --device auto"
-                    )),
+                    Err(why) => Err(format!("device {d} is not usable: {why}\n{ON_THE_CPU}")),
                 },
             }
         }

@@ -104,8 +104,9 @@ fn vet_script_args(script: &std::path::Path, cli: &cli::Cli) -> Result<Option<St
     let Ok(src) = std::fs::read_to_string(script) else {
         return Ok(None);
     };
-    // Parsing needs no bindings: a bare engine reads the same syntax.
-    let engine = rhai::Engine::new();
+    // Parsing needs no bindings: a bare engine with the same limits reads the same scripts.
+    let mut engine = rhai::Engine::new();
+    rusting_brain_rhai::set_limits(&mut engine);
     if engine.compile(&src).is_err() {
         return Ok(None);
     }

@@ -66,7 +66,11 @@ fn collect_file(
     let mut problem = None;
     ast.walk(&mut |path: &[ASTNode]| {
         match path.last() {
-            Some(ASTNode::Expr(Expr::FnCall(call, pos))) if !call.is_qualified() => {
+            // A call is an expression, or a statement of its own (`arg("x", 1);`).
+            Some(ASTNode::Expr(Expr::FnCall(call, pos)))
+            | Some(ASTNode::Stmt(Stmt::FnCall(call, pos)))
+                if !call.is_qualified() =>
+            {
                 match call.name.as_str() {
                     "arg" => match declaration(&call.args, src) {
                         Some(d) => {
@@ -89,7 +93,7 @@ fn collect_file(
                     _ => {}
                 }
             }
-            Some(ASTNode::Expr(e @ Expr::Variable(..))) if e.get_variable_name(true) == Some("ARGS") => {
+            Some(ASTNode::Expr(Expr::Variable(v, ..))) if v.1 == "ARGS" && v.2.is_empty() => {
                 found.reads_raw = true;
             }
             Some(ASTNode::Stmt(Stmt::Import(x, _))) => {

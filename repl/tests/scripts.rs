@@ -11,12 +11,17 @@ fn scripts_dir() -> PathBuf {
 
 /// Runs one script with `args` in `dir` (its working directory and `out=`).
 fn run_script(dir: &tempfile::TempDir, name: &str, args: &[&str]) -> std::process::Output {
+    let out = format!("out={}", dir.path().display());
+    run_script_with(dir, name, &[args, &[out.as_str()]].concat())
+}
+
+/// Runs one script with exactly `args` in `dir`, on the CPU.
+fn run_script_with(dir: &tempfile::TempDir, name: &str, args: &[&str]) -> std::process::Output {
     brain(dir)
         .arg("run")
         .arg(scripts_dir().join(name))
         .args(args)
         .args(["--device", "cpu"])
-        .arg(format!("out={}", dir.path().display()))
         .output()
         .unwrap()
 }
@@ -43,20 +48,21 @@ fn every_script_runs_on_tiny_settings() {
         dir.path().join("shapes/images/val/val_00000.jpg").display()
     );
     let shapes = format!("dir={}", dir.path().join("shapes").display());
+    let out = format!("out={}", dir.path().display());
     // Each script gets the arguments it declares (an unknown one is refused), at tiny sizes.
     let tiny = |name: &str| -> Vec<&str> {
         match name {
             "make_shapes.rhai" => vec![&shapes, "train=2", "val=3", "imgsz=64"],
-            "mlp_spirals.rhai" => vec!["steps=20", "n=40", "hidden=8"],
-            "quickstart.rhai" | "train_lm.rhai" => vec!["steps=20", "size=tiny"],
-            "sample.rhai" => vec!["max_new_tokens=8"],
-            "yolo_predict.rhai" => vec![&weights, &source, "imgsz=64"],
+            "mlp_spirals.rhai" => vec!["steps=20", "n=40", "hidden=8", &out],
+            "quickstart.rhai" | "train_lm.rhai" => vec!["steps=20", "size=tiny", &out],
+            "sample.rhai" => vec!["max_new_tokens=8", &out],
+            "yolo_predict.rhai" => vec![&weights, &source, "imgsz=64", &out],
             "yolo_val.rhai" => vec![&weights, &data, "imgsz=64", "batch=2"],
             other => panic!("{other}: add its tiny settings to this test"),
         }
     };
     for name in &names {
-        let out = run_script(&dir, name, &tiny(name));
+        let out = run_script_with(&dir, name, &tiny(name));
         assert!(
             out.status.success(),
             "{name} failed:\n{}",
@@ -246,10 +252,10 @@ fn help_after_a_script_lists_its_arguments_with_defaults() {
     assert!(out.status.success(), "{}", text(&out.stderr));
     let stdout = text(&out.stdout);
     for line in [
-        "  steps=400           training steps (full batch)",
-        "  n=200               points per class",
-        "  out=\"out\"",
-        "  precision=\"f32\"     f32, or bf16",
+        "  steps=400        training steps (full batch)\n",
+        "  n=200            points per class\n",
+        "  out=\"out\"        folder for loss.png\n",
+        "  precision=\"f32\"  f32, or bf16",
     ] {
         assert!(stdout.contains(line), "{line:?} missing from\n{stdout}");
     }
