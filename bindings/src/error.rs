@@ -38,23 +38,24 @@ pub fn set_into_module<A: 'static, const N: usize, const X: bool, R, const F: bo
     registration.set_into_module_raw(module, FUNC::param_types(), positioned);
 }
 
-type NativeFn = dyn Fn(Option<NativeCallContext>, &mut [&mut Dynamic]) -> RhaiResult<Dynamic>
-    + Send
-    + Sync;
+type NativeFn =
+    dyn Fn(Option<NativeCallContext>, &mut [&mut Dynamic]) -> RhaiResult<Dynamic> + Send + Sync;
 
 /// Wraps a native function so that it always receives a call context, and stamps the context's
 /// position on an error that has none.
 fn with_call_position(f: RhaiFunc) -> RhaiFunc {
     let wrap = |inner: Arc<NativeFn>| -> Arc<NativeFn> {
-        Arc::new(move |ctx: Option<NativeCallContext>, args: &mut [&mut Dynamic]| {
-            let pos = ctx.as_ref().map_or(Position::NONE, |c| c.call_position());
-            inner(ctx, args).map_err(|mut e| {
-                if e.position().is_none() {
-                    e.set_position(pos);
-                }
-                e
-            })
-        })
+        Arc::new(
+            move |ctx: Option<NativeCallContext>, args: &mut [&mut Dynamic]| {
+                let pos = ctx.as_ref().map_or(Position::NONE, |c| c.call_position());
+                inner(ctx, args).map_err(|mut e| {
+                    if e.position().is_none() {
+                        e.set_position(pos);
+                    }
+                    e
+                })
+            },
+        )
     };
     match f {
         RhaiFunc::Pure {

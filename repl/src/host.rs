@@ -36,7 +36,8 @@ impl Output {
     }
 }
 
-const ON_THE_CPU: &str = "(--device cpu runs on the CPU; --device auto, the default, takes the GPU when there is one)";
+const ON_THE_CPU: &str =
+    "(--device cpu runs on the CPU; --device auto, the default, takes the GPU when there is one)";
 
 /// Resolves `--device`. `auto` (the default) takes the GPU when it is usable, else the CPU. A
 /// GPU asked for by name that cannot be used is an error with the probe's reason: a run the
@@ -49,9 +50,8 @@ pub fn choose_device(requested: Option<&str>) -> Result<(Device, String), String
             _ => Ok((Device::Cpu, "device: cpu (no usable GPU)".into())),
         },
         Some(name) => {
-            let d = Device::parse(name).ok_or_else(|| {
-                format!("unknown device `{name}`: use auto, cpu, cuda or cuda:N")
-            })?;
+            let d = Device::parse(name)
+                .ok_or_else(|| format!("unknown device `{name}`: use auto, cpu, cuda or cuda:N"))?;
             match d {
                 Device::Cpu => Ok((d, "device: cpu".into())),
                 Device::Cuda(n) => match cuda::availability() {

@@ -145,8 +145,11 @@ impl Repl {
                 match pos.line() {
                     Some(_) => eprintln!(
                         "{}",
-                        render_error("<repl>", pending, pos, &msg)
-                            .replacen("<repl>:", "error at ", 1)
+                        render_error("<repl>", pending, pos, &msg).replacen(
+                            "<repl>:",
+                            "error at ",
+                            1
+                        )
                     ),
                     None => eprintln!("error: {msg}"),
                 }

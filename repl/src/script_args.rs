@@ -352,12 +352,16 @@ mod tests {
     #[test]
     fn a_computed_argument_name_is_an_error_at_the_call() {
         let err = collect_src("let k = \"steps\";\nlet s = arg(k, 1);\n").unwrap_err();
-        assert!(err.starts_with("s.rhai:2:9: arg's name must be a string literal"), "{err}");
+        assert!(
+            err.starts_with("s.rhai:2:9: arg's name must be a string literal"),
+            "{err}"
+        );
     }
 
     #[test]
     fn unknown_arguments_are_refused_with_the_known_ones_listed() {
-        let args = collect_src("let a = arg(\"steps\", 1); let b = arg(\"corpus\", \"\");").unwrap();
+        let args =
+            collect_src("let a = arg(\"steps\", 1); let b = arg(\"corpus\", \"\");").unwrap();
         let given = |s: &[&str]| s.iter().map(|x| x.to_string()).collect::<Vec<_>>();
         let script = Path::new("t.rhai");
         assert!(check(script, &given(&["steps=3", "--corpus", "x"]), &args).is_ok());
@@ -384,6 +388,9 @@ mod tests {
         let args = collect_src(src).unwrap();
         let text = help(Path::new("t.rhai"), src, &args);
         assert!(text.contains("Trains a thing.\n  more\n"), "{text}");
-        assert!(text.contains("  steps=10   how long\n  out=\"out\"\n"), "{text}");
+        assert!(
+            text.contains("  steps=10   how long\n  out=\"out\"\n"),
+            "{text}"
+        );
     }
 }

@@ -81,19 +81,46 @@ fn assert_points_at(stderr: &str, entry: &str, col: usize, message: &str) {
         "no `error at 1:{col}: {message}` in\n{stderr}"
     );
     let caret = format!("    {entry}\n    {}^", " ".repeat(col - 1));
-    assert!(stderr.contains(&caret), "no caret under column {col} of `{entry}` in\n{stderr}");
+    assert!(
+        stderr.contains(&caret),
+        "no caret under column {col} of `{entry}` in\n{stderr}"
+    );
 }
 
 #[test]
 fn errors_from_every_namespace_and_from_methods_point_at_the_call() {
     let cases: [(&str, usize, &str); 7] = [
-        ("let ds = data::csv(\"bad.csv\", \"label\");", 16, "csv: bad.csv: row 1"),
-        ("let t = io::load(\"missing.safetensors\");", 13, "io error on missing.safetensors"),
+        (
+            "let ds = data::csv(\"bad.csv\", \"label\");",
+            16,
+            "csv: bad.csv: row 1",
+        ),
+        (
+            "let t = io::load(\"missing.safetensors\");",
+            13,
+            "io error on missing.safetensors",
+        ),
         ("let o = optim::sgd([1, 2], #{});", 16, "optim::sgd"),
-        ("let l = nn::cross_entropy(ones([3, 4]), ones([5]));", 13, "cross_entropy"),
-        ("let m = lm::load(\"missing.safetensors\");", 13, "io error on missing.safetensors"),
-        ("let y = nn::linear(64, 64).forward(ones([64, 4]));", 28, "Linear(64→64) expects input [..., 64], got [64, 4]"),
-        ("let z = ones([2, 3]).matmul(ones([2, 3]));", 22, "matmul: shape mismatch"),
+        (
+            "let l = nn::cross_entropy(ones([3, 4]), ones([5]));",
+            13,
+            "cross_entropy",
+        ),
+        (
+            "let m = lm::load(\"missing.safetensors\");",
+            13,
+            "io error on missing.safetensors",
+        ),
+        (
+            "let y = nn::linear(64, 64).forward(ones([64, 4]));",
+            28,
+            "Linear(64→64) expects input [..., 64], got [64, 4]",
+        ),
+        (
+            "let z = ones([2, 3]).matmul(ones([2, 3]));",
+            22,
+            "matmul: shape mismatch",
+        ),
     ];
     let mut input = "io::write_text(\"bad.csv\", \"x,label\\n1,a,extra\\n\");\n".to_string();
     for (entry, _, _) in &cases {

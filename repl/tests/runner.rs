@@ -98,7 +98,10 @@ fn an_explicit_cuda_device_without_a_gpu_fails_with_the_probes_reason() {
         .args(["--device", "cuda"])
         .output()
         .unwrap();
-    assert!(!out.status.success(), "a run meant for the GPU must not go to the CPU");
+    assert!(
+        !out.status.success(),
+        "a run meant for the GPU must not go to the CPU"
+    );
     assert_eq!(text(&out.stdout), "", "the script did not run");
     let reason = rusting_brain::backend::cuda::availability().unwrap_err();
     let err = text(&out.stderr);
@@ -139,7 +142,8 @@ fn an_error_in_a_namespaced_function_names_file_line_and_column() {
     let stderr = text(&out.stderr);
     assert!(stderr.contains("ns.rhai:3:16: cross_entropy: "), "{stderr}");
     assert!(
-        stderr.contains("    let loss = nn::cross_entropy(logits, ones([5]));\n                   ^"),
+        stderr
+            .contains("    let loss = nn::cross_entropy(logits, ones([5]));\n                   ^"),
         "{stderr}"
     );
 }
@@ -255,5 +259,9 @@ fn a_notebook_passes_its_arguments_to_the_script() {
         .arg("paht=other.csv")
         .output()
         .unwrap();
-    assert_eq!(out.status.code(), Some(2), "a misspelled argument is refused");
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "a misspelled argument is refused"
+    );
 }

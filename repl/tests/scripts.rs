@@ -176,9 +176,27 @@ fn cuda_spirals_script_follows_the_cpu_run_in_f32_and_bf16() {
 
 /// A few kilobytes of varied English sentences, enough for a tiny tokenizer and model.
 fn story(seed: usize) -> String {
-    let subjects = ["The cat", "A dog", "My friend", "The old sailor", "Her brother"];
-    let verbs = ["walked to", "looked at", "painted", "dreamed of", "sang about"];
-    let objects = ["the harbor", "a green door", "the quiet hill", "an open book", "the rain"];
+    let subjects = [
+        "The cat",
+        "A dog",
+        "My friend",
+        "The old sailor",
+        "Her brother",
+    ];
+    let verbs = [
+        "walked to",
+        "looked at",
+        "painted",
+        "dreamed of",
+        "sang about",
+    ];
+    let objects = [
+        "the harbor",
+        "a green door",
+        "the quiet hill",
+        "an open book",
+        "the rain",
+    ];
     (0..120)
         .map(|i| {
             let k = i * 7 + seed;
@@ -234,10 +252,7 @@ fn an_unknown_script_argument_is_refused_with_the_known_ones_listed() {
         stderr.contains("it takes corpus, size, steps, samples, prompt, out, vocab"),
         "{stderr}"
     );
-    assert!(
-        !dir.path().join("tokenizer.json").exists(),
-        "nothing ran"
-    );
+    assert!(!dir.path().join("tokenizer.json").exists(), "nothing ran");
 }
 
 #[test]
@@ -259,5 +274,8 @@ fn help_after_a_script_lists_its_arguments_with_defaults() {
     ] {
         assert!(stdout.contains(line), "{line:?} missing from\n{stdout}");
     }
-    assert!(!dir.path().join("loss.png").exists(), "the script did not run");
+    assert!(
+        !dir.path().join("loss.png").exists(),
+        "the script did not run"
+    );
 }

@@ -18,13 +18,16 @@ impl Dataset {
         let label_path = labels.as_ref();
         let labels = read_idx(label_path)?;
         if labels.dtype().is_float() {
-            return Err(super::in_file(label_path, Error::format(
-                "idx",
-                format!(
-                    "labels must be integers, the label file holds {}",
-                    labels.dtype()
+            return Err(super::in_file(
+                label_path,
+                Error::format(
+                    "idx",
+                    format!(
+                        "labels must be integers, the label file holds {}",
+                        labels.dtype()
+                    ),
                 ),
-            )));
+            ));
         }
         let pixels = if images.dtype() == DType::U8 {
             images.to_dtype(DType::F32)?.div_scalar(255.0)?

@@ -133,6 +133,16 @@ impl Module for BatchNorm2d {
 mod tests {
     use super::*;
 
+    #[test]
+    fn batch_norm_rejects_other_channels_saying_what_it_expects() {
+        let bn = BatchNorm2d::new(3).unwrap();
+        let err = bn.forward(&batch()).err().unwrap().to_string();
+        assert_eq!(
+            err,
+            "BatchNorm2d(3) expects input [N, 3, H, W], got [2, 2, 1, 2]"
+        );
+    }
+
     /// x [2, 2, 1, 2]: channel 0 holds 1, 2, 3, 6; channel 1 holds 0, 0, 4, 4.
     fn batch() -> Tensor {
         Tensor::from_vec(vec![1f32, 2., 0., 0., 3., 6., 4., 4.], &[2, 2, 1, 2]).unwrap()

@@ -84,6 +84,25 @@ mod tests {
     use crate::{DType, Device};
 
     #[test]
+    fn conv2d_rejects_an_input_with_other_channels_saying_what_it_expects() {
+        let conv = Conv2d::new(
+            3,
+            16,
+            (3, 3),
+            Conv2dOptions::default(),
+            false,
+            &mut Generator::new(0),
+        )
+        .unwrap();
+        let x = Tensor::zeros(&[1, 4, 8, 8], DType::F32, Device::Cpu).unwrap();
+        let err = conv.forward(&x).err().unwrap().to_string();
+        assert_eq!(
+            err,
+            "Conv2d(3→16, kernel 3×3) expects input [N, 3, H, W], got [1, 4, 8, 8]"
+        );
+    }
+
+    #[test]
     fn conv2d_module_has_grouped_weight_shape_and_output_geometry() {
         let opts = Conv2dOptions {
             stride: (2, 2),

@@ -68,6 +68,14 @@ mod tests {
     use super::*;
 
     #[test]
+    fn embedding_rejects_float_ids_saying_what_it_expects() {
+        let e = Embedding::new(10, 4, &mut Generator::new(0)).unwrap();
+        let ids = Tensor::from_vec(vec![1f32, 2.], &[2]).unwrap();
+        let err = e.forward(&ids).err().unwrap().to_string();
+        assert_eq!(err, "Embedding(10, 4) expects integer ids, got f32 ids [2]");
+    }
+
+    #[test]
     fn embedding_looks_up_rows_for_ids_of_any_shape() {
         let w = Tensor::from_vec(vec![0f32, 1., 10., 11., 20., 21.], &[3, 2]).unwrap();
         let e = Embedding::from_tensor(w).unwrap();

@@ -176,4 +176,15 @@ mod tests {
             "{yb:?}"
         );
     }
+
+    #[test]
+    fn norms_reject_other_trailing_dims_saying_what_they_expect() {
+        let x = Tensor::zeros(&[2, 32], DType::F32, crate::Device::Cpu).unwrap();
+        let ln = LayerNorm::new(&[64], 1e-5, true).unwrap();
+        let err = ln.forward(&x).err().unwrap().to_string();
+        assert_eq!(err, "LayerNorm([64]) expects input [..., 64], got [2, 32]");
+        let rms = RmsNorm::new(64, 1e-6).unwrap();
+        let err = rms.forward(&x).err().unwrap().to_string();
+        assert_eq!(err, "RMSNorm(64) expects input [..., 64], got [2, 32]");
+    }
 }

@@ -17,7 +17,10 @@ pub fn expand(pattern: &Path) -> Result<Vec<PathBuf>> {
     let absolute = text.starts_with('/');
     let components: Vec<&str> = text.split('/').filter(|c| !c.is_empty()).collect();
     // The folders before the first wildcard are where the search starts.
-    let literal = components.iter().take_while(|c| !c.contains(['*', '?'])).count();
+    let literal = components
+        .iter()
+        .take_while(|c| !c.contains(['*', '?']))
+        .count();
     let mut base = PathBuf::from(if absolute { "/" } else { "." });
     for c in &components[..literal] {
         base.push(c);
@@ -135,7 +138,10 @@ mod tests {
             .map(|p| p.strip_prefix(root.path()).unwrap().display().to_string())
             .collect();
         assert_eq!(rel, ["5.txt", "a/1.txt", "a/b/2.txt"]);
-        let err = expand(&root.path().join("*.pdf")).err().unwrap().to_string();
+        let err = expand(&root.path().join("*.pdf"))
+            .err()
+            .unwrap()
+            .to_string();
         assert!(err.contains("no file matches the pattern"), "{err}");
     }
 }
