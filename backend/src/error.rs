@@ -11,6 +11,15 @@ pub enum Error {
         rhs: Vec<usize>,
     },
 
+    /// A layer given an input it cannot take, said from the layer's side: `layer` describes it
+    /// (`Linear(64→64)`), `expected` what it takes (`input [..., 64]`), `got` what came.
+    #[error("{layer} expects {expected}, got {got}")]
+    LayerInput {
+        layer: String,
+        expected: String,
+        got: String,
+    },
+
     #[error("{op}: cannot broadcast {lhs:?} with {rhs:?}")]
     BroadcastMismatch {
         op: &'static str,
@@ -126,6 +135,18 @@ impl Error {
         Error::Format {
             format,
             msg: msg.into(),
+        }
+    }
+
+    pub fn layer_input(
+        layer: impl Into<String>,
+        expected: impl Into<String>,
+        got: impl Into<String>,
+    ) -> Self {
+        Error::LayerInput {
+            layer: layer.into(),
+            expected: expected.into(),
+            got: got.into(),
         }
     }
 

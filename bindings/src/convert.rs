@@ -144,6 +144,23 @@ pub fn nested(arr: &Array) -> RhaiResult<(Vec<f64>, Vec<usize>, DType)> {
 }
 
 /// A tensor as nested arrays of INT, FLOAT or bool (tolist).
+/// The value of a one-element tensor as the script type of its dtype, so an integer count can
+/// size a layer (`nn::mlp([n, ...])`) and a bool can be tested: integer dtypes are read as i64
+/// (exact, where a float would round above 2^53).
+pub fn item(t: &Tensor) -> rusting_brain::Result<Dynamic> {
+    if t.numel() != 1 {
+        return Err(rusting_brain::Error::invalid(
+            "item",
+            format!("needs a one-element tensor, got shape {:?}", t.shape()),
+        ));
+    }
+    Ok(match t.dtype() {
+        DType::Bool => Dynamic::from_bool(t.item()? != 0.0),
+        d if d.is_float() => Dynamic::from_float(t.item()?),
+        _ => Dynamic::from_int(t.to_vec::<i64>()?[0]),
+    })
+}
+
 pub fn to_nested(t: &Tensor) -> rusting_brain::Result<Dynamic> {
     let values = t.to_vec_f64()?;
     let leaf = |v: f64| -> Dynamic {

@@ -1,8 +1,12 @@
-//! The boundary between the engine and Rhai: engine errors become Rhai runtime errors (Rhai adds
-//! the script position), and a panic never crosses into the script engine.
+//! The boundary between the engine and Rhai: engine errors become Rhai runtime errors that carry
+//! the position of the script's call, and a panic never crosses into the script engine.
 
-use rhai::{EvalAltResult, Position};
+use rhai::{
+    Dynamic, EvalAltResult, FuncRegistration, Module, NativeCallContext, Position, RhaiFunc,
+    RhaiNativeFunc, Variant,
+};
 use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::Arc;
 
 pub type RhaiResult<T> = Result<T, Box<EvalAltResult>>;
 
@@ -11,6 +15,73 @@ pub fn runtime_error(msg: impl Into<String>) -> Box<EvalAltResult> {
         msg.into().into(),
         Position::NONE,
     ))
+}
+
+/// Registers `f` into `module` so that an error it returns carries the position of the call.
+///
+/// Rhai fills in the call's position for global functions and methods, but not for functions
+/// called through a namespace (`data::csv(..)`, `nn::cross_entropy(..)`): their errors would
+/// reach the REPL and `brain run` without a line and column. Every binding is registered through
+/// here (`help::Api` and the plot module), so every error points at its call, whatever the
+/// function does; `guard` and `runtime_error` stay position-free.
+pub fn set_into_module<A: 'static, const N: usize, const X: bool, R, const F: bool, FUNC>(
+    registration: FuncRegistration,
+    module: &mut Module,
+    f: FUNC,
+) where
+    R: Variant + Clone,
+    FUNC: RhaiNativeFunc<A, N, X, R, F> + Send + Sync + 'static,
+{
+    // The same purity rule as `FuncRegistration::set_into_module` for functions that are not
+    // property or index setters (bindings register those on the engine, not through here).
+    let positioned = with_call_position(f.into_rhai_function(true, false));
+    registration.set_into_module_raw(module, FUNC::param_types(), positioned);
+}
+
+type NativeFn =
+    dyn Fn(Option<NativeCallContext>, &mut [&mut Dynamic]) -> RhaiResult<Dynamic> + Send + Sync;
+
+/// Wraps a native function so that it always receives a call context, and stamps the context's
+/// position on an error that has none.
+fn with_call_position(f: RhaiFunc) -> RhaiFunc {
+    let wrap = |inner: Arc<NativeFn>| -> Arc<NativeFn> {
+        Arc::new(
+            move |ctx: Option<NativeCallContext>, args: &mut [&mut Dynamic]| {
+                let pos = ctx.as_ref().map_or(Position::NONE, |c| c.call_position());
+                inner(ctx, args).map_err(|mut e| {
+                    if e.position().is_none() {
+                        e.set_position(pos);
+                    }
+                    e
+                })
+            },
+        )
+    };
+    match f {
+        RhaiFunc::Pure {
+            func,
+            is_pure,
+            is_volatile,
+            ..
+        } => RhaiFunc::Pure {
+            func: wrap(func),
+            has_context: true,
+            is_pure,
+            is_volatile,
+        },
+        RhaiFunc::Method {
+            func,
+            is_pure,
+            is_volatile,
+            ..
+        } => RhaiFunc::Method {
+            func: wrap(func),
+            has_context: true,
+            is_pure,
+            is_volatile,
+        },
+        other => other,
+    }
 }
 
 /// Runs an engine call, mapping its error and turning a panic into an error that says it is a bug.

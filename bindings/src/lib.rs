@@ -22,8 +22,9 @@ pub mod yolo;
 use rhai::{Engine, Module};
 
 /// Limits that keep a runaway script from exhausting the host. Loops may run as long as the
-/// user wants (Ctrl-C stops them); recursion and expression depth are bounded.
-fn set_limits(engine: &mut Engine) {
+/// user wants (Ctrl-C stops them); recursion and expression depth are bounded. Public so that an
+/// engine that only parses (the host's look at a script's arguments) accepts the same scripts.
+pub fn set_limits(engine: &mut Engine) {
     engine.set_max_call_levels(256);
     engine.set_max_expr_depths(256, 256);
     engine.set_max_operations(0);

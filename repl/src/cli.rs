@@ -23,20 +23,24 @@ pub enum Mode {
 #[derive(Debug, PartialEq)]
 pub struct Cli {
     pub mode: Mode,
-    /// `--device` as given; `None` picks the GPU when one is usable, else the CPU.
+    /// `--device` as given; `None` is `auto`: the GPU when one is usable, else the CPU.
     pub device: Option<String>,
     /// Arguments after the script name, handed to the script as `ARGS`.
     pub script_args: Vec<String>,
+    /// `--help` (or `-h`) after a script: list the script's arguments instead of running it.
+    pub script_help: bool,
 }
 
 pub const USAGE: &str = "usage:
   brain                                  start the REPL
-  brain run FILE.rhai [ARGS...]          run a script (ARGS are visible to it as ARGS)
+  brain run FILE.rhai [name=value ...]   run a script with its arguments (also visible to it as ARGS)
+  brain run FILE.rhai --help             list the script's arguments and their defaults
   brain notebook FILE.rhai -o REPORT.md  run a script cell by cell (cells split at `// %%`) into a Markdown report
-           [--keep-going]                continue after a failing cell
+           [--keep-going] [name=value ...]  continue after a failing cell; the script's arguments
   brain check FILE.rhai                  parse a script without running it
 options:
-  --device cpu|cuda|cuda:N               where tensors live (default: the GPU when usable, else the CPU)
+  --device auto|cpu|cuda|cuda:N          where tensors live; auto (the default): the GPU when usable,
+                                         else the CPU; an explicit cuda that is not usable is an error
   -h, --help | -V, --version";
 
 pub fn parse(args: &[String]) -> Result<Cli, String> {
@@ -49,7 +53,7 @@ pub fn parse(args: &[String]) -> Result<Cli, String> {
         if a == "--device" {
             device = Some(
                 args.get(i + 1)
-                    .ok_or("--device needs a value: cpu, cuda or cuda:N")?
+                    .ok_or("--device needs a value: auto, cpu, cuda or cuda:N")?
                     .clone(),
             );
             i += 2;
@@ -77,6 +81,8 @@ pub fn parse(args: &[String]) -> Result<Cli, String> {
             let mut script = None;
             let mut output = None;
             let mut keep_going = false;
+            // The notebook's own options may stand anywhere; the rest is the script's.
+            let mut script_args = Vec::new();
             while let Some(a) = it.next() {
                 match a.as_str() {
                     "-o" | "--output" => {
@@ -84,26 +90,33 @@ pub fn parse(args: &[String]) -> Result<Cli, String> {
                     }
                     "--keep-going" => keep_going = true,
                     _ if script.is_none() => script = Some(PathBuf::from(a)),
-                    other => {
-                        return Err(format!("unexpected argument `{other}` for brain notebook"))
-                    }
+                    _ => script_args.push(a),
                 }
             }
             let script = script.ok_or("brain notebook needs a script file")?;
             let output = output.unwrap_or_else(|| script.with_extension("md"));
-            Mode::Notebook {
+            let mode = Mode::Notebook {
                 script,
                 output,
                 keep_going,
-            }
+            };
+            return Ok(with_script_args(mode, device, script_args));
         }
         Some(other) => return Err(format!("unknown command `{other}`")),
     };
-    Ok(Cli {
+    Ok(with_script_args(mode, device, it.collect()))
+}
+
+/// Takes `--help` out of a script's arguments: it asks for the script's argument list.
+fn with_script_args(mode: Mode, device: Option<String>, mut script_args: Vec<String>) -> Cli {
+    let before = script_args.len();
+    script_args.retain(|a| a != "--help" && a != "-h");
+    Cli {
         mode,
         device,
-        script_args: it.collect(),
-    })
+        script_help: script_args.len() != before,
+        script_args,
+    }
 }
 
 #[cfg(test)]
@@ -138,6 +151,28 @@ mod tests {
                 keep_going: true
             }
         );
+    }
+
+    #[test]
+    fn a_notebook_takes_script_arguments_around_its_own_options() {
+        let cli = parse(&args("notebook a.rhai path=x.csv -o r.md steps=3")).unwrap();
+        assert_eq!(
+            cli.mode,
+            Mode::Notebook {
+                script: "a.rhai".into(),
+                output: "r.md".into(),
+                keep_going: false
+            }
+        );
+        assert_eq!(cli.script_args, vec!["path=x.csv", "steps=3"]);
+    }
+
+    #[test]
+    fn help_after_a_script_asks_for_its_arguments() {
+        let cli = parse(&args("run train.rhai --help")).unwrap();
+        assert!(cli.script_help);
+        assert!(cli.script_args.is_empty());
+        assert_eq!(parse(&args("--help")).unwrap().mode, Mode::Help);
     }
 
     #[test]

@@ -36,34 +36,33 @@ impl Output {
     }
 }
 
-/// Resolves `--device`. Without one, the GPU when it is usable, else the CPU. A GPU that was
-/// asked for but cannot be used falls back to the CPU with a warning that says what was
-/// looked for; an unknown device name is an error.
+const ON_THE_CPU: &str =
+    "(--device cpu runs on the CPU; --device auto, the default, takes the GPU when there is one)";
+
+/// Resolves `--device`. `auto` (the default) takes the GPU when it is usable, else the CPU. A
+/// GPU asked for by name that cannot be used is an error with the probe's reason: a run the
+/// user meant for the GPU never goes quietly to the CPU. An unknown device name is an error.
 pub fn choose_device(requested: Option<&str>) -> Result<(Device, String), String> {
     use rusting_brain::backend::cuda;
     match requested {
+        None | Some("auto") => match cuda::availability() {
+            Ok(count) if count > 0 => Ok((Device::Cuda(0), "device: cuda:0".into())),
+            _ => Ok((Device::Cpu, "device: cpu (no usable GPU)".into())),
+        },
         Some(name) => {
             let d = Device::parse(name)
-                .ok_or_else(|| format!("unknown device `{name}`: use cpu, cuda or cuda:N"))?;
+                .ok_or_else(|| format!("unknown device `{name}`: use auto, cpu, cuda or cuda:N"))?;
             match d {
                 Device::Cpu => Ok((d, "device: cpu".into())),
                 Device::Cuda(n) => match cuda::availability() {
                     Ok(count) if n < count => Ok((d, format!("device: {d}"))),
-                    Ok(count) => Ok((
-                        Device::Cpu,
-                        format!("warning: device {d} is not usable: there are {count} CUDA device(s); running on the CPU instead"),
+                    Ok(count) => Err(format!(
+                        "device {d} is not usable: there are {count} CUDA device(s)\n{ON_THE_CPU}"
                     )),
-                    Err(why) => Ok((
-                        Device::Cpu,
-                        format!("warning: device {d} is not usable: {why}; running on the CPU instead"),
-                    )),
+                    Err(why) => Err(format!("device {d} is not usable: {why}\n{ON_THE_CPU}")),
                 },
             }
         }
-        None => match cuda::availability() {
-            Ok(_) => Ok((Device::Cuda(0), "device: cuda:0".into())),
-            Err(_) => Ok((Device::Cpu, "device: cpu (no usable GPU)".into())),
-        },
     }
 }
 
@@ -83,7 +82,8 @@ fn lookup_arg(args: &[String], name: &str) -> Option<String> {
     None
 }
 
-/// Converts an argument string to the type of the default.
+/// Converts an argument string to the type of the default. A default of `()` (no default)
+/// takes the value's own type: an integer, a number, true/false, else a string.
 fn typed_arg(
     name: &str,
     text: &str,
@@ -104,6 +104,13 @@ fn typed_arg(
         text.parse::<bool>()
             .map(Dynamic::from_bool)
             .map_err(|_| bad("true or false"))
+    } else if default.is_unit() {
+        Ok(text
+            .parse::<rhai::INT>()
+            .map(Dynamic::from_int)
+            .or_else(|_| text.parse::<rhai::FLOAT>().map(Dynamic::from_float))
+            .or_else(|_| text.parse::<bool>().map(Dynamic::from_bool))
+            .unwrap_or_else(|_| Dynamic::from(text.to_string())))
     } else {
         Ok(Dynamic::from(text.to_string()))
     }
@@ -128,18 +135,21 @@ pub fn build_engine(output: &Output, device: Device, script_args: &[String]) -> 
     })));
     let args: Arc<Vec<String>> = Arc::new(script_args.to_vec());
     let a = args.clone();
-    engine.register_fn(
-        "arg",
-        move |name: &str, default: Dynamic| match lookup_arg(&a, name) {
-            Some(text) => typed_arg(name, &text, &default),
-            None => Ok(default),
-        },
-    );
+    let read_arg = move |name: &str, default: Dynamic| match lookup_arg(&a, name) {
+        Some(text) => typed_arg(name, &text, &default),
+        None => Ok(default),
+    };
+    let read = read_arg.clone();
+    engine.register_fn("arg", read);
+    // The third argument is the line `brain run script.rhai --help` shows (see script_args).
+    engine.register_fn("arg", move |name: &str, default: Dynamic, _doc: &str| {
+        read_arg(name, default)
+    });
     rusting_brain_rhai::help::record_entry(
         "arg",
-        "arg(name, default) -> value",
-        "A script argument given as name=value or --name value, converted to the default's type.",
-        "let steps = arg(\"steps\", 200);",
+        "arg(name, default[, doc]) -> value",
+        "A script argument given as name=value or --name value, converted to the default's type (a default of () keeps the value's own type). Declares the argument: `brain run` refuses names no arg() call reads, and --help lists them with their defaults and docs. The name must be a string literal.",
+        "let steps = arg(\"steps\", 200, \"training steps\");",
     );
     engine.register_fn("device", move || device.to_string());
     // The REPL's stand-in; `brain run` replaces it with the script's folder.
@@ -196,14 +206,12 @@ mod tests {
     }
 
     #[test]
-    fn an_unusable_gpu_falls_back_to_the_cpu_with_a_warning() {
-        let (d, note) = choose_device(Some("cuda:9")).unwrap();
-        assert_eq!(d, Device::Cpu);
-        assert!(
-            note.contains("cuda:9 is not usable") && note.contains("running on the CPU"),
-            "{note}"
-        );
+    fn an_explicit_gpu_that_is_not_usable_is_an_error_and_auto_never_is() {
+        let err = choose_device(Some("cuda:9")).unwrap_err();
+        assert!(err.contains("device cuda:9 is not usable"), "{err}");
         assert!(choose_device(Some("tpu")).is_err());
         assert_eq!(choose_device(Some("cpu")).unwrap().0, Device::Cpu);
+        assert!(choose_device(Some("auto")).is_ok());
+        assert!(choose_device(None).is_ok());
     }
 }

@@ -6,6 +6,7 @@ mod host;
 mod notebook;
 mod repl;
 mod runner;
+mod script_args;
 mod session;
 
 use cli::Mode;
@@ -31,6 +32,20 @@ fn main() -> ExitCode {
             return ExitCode::SUCCESS;
         }
         _ => {}
+    }
+    // A script's arguments are checked (or listed, for --help) before a device starts.
+    if let Mode::Run { script } | Mode::Notebook { script, .. } = &cli.mode {
+        match vet_script_args(script, &cli) {
+            Ok(Some(help)) => {
+                print!("{help}");
+                return ExitCode::SUCCESS;
+            }
+            Ok(None) => {}
+            Err(e) => {
+                eprintln!("error: {e}");
+                return ExitCode::from(2);
+            }
+        }
     }
     let (device, note) = match host::choose_device(cli.device.as_deref()) {
         Ok(d) => d,
@@ -80,6 +95,27 @@ fn main() -> ExitCode {
         }
         Mode::Help | Mode::Version => unreachable!("handled above"),
     }
+}
+
+/// The script's help text when `--help` asked for it; an error for an argument it does not
+/// declare (see `script_args`). A script that cannot be read or parsed passes here and fails
+/// where it runs, with its usual report.
+fn vet_script_args(script: &std::path::Path, cli: &cli::Cli) -> Result<Option<String>, String> {
+    let Ok(src) = std::fs::read_to_string(script) else {
+        return Ok(None);
+    };
+    // Parsing needs no bindings: a bare engine with the same limits reads the same scripts.
+    let mut engine = rhai::Engine::new();
+    rusting_brain_rhai::set_limits(&mut engine);
+    if engine.compile(&src).is_err() {
+        return Ok(None);
+    }
+    let declared = script_args::collect(&engine, script, &src)?;
+    if cli.script_help {
+        return Ok(Some(script_args::help(script, &src, &declared)));
+    }
+    script_args::check(script, &cli.script_args, &declared)?;
+    Ok(None)
 }
 
 fn finish(r: Result<(), String>) -> ExitCode {

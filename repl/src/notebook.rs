@@ -106,7 +106,7 @@ pub fn run(
         }
         writeln!(
             md,
-            "## Cell {}\n\n```rust\n{}\n```\n",
+            "## Cell {}\n\n```rhai\n{}\n```\n",
             k + 1,
             cell.source.trim_end()
         )

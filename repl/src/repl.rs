@@ -142,10 +142,17 @@ impl Repl {
             Ok(_) => {}
             Err(e) => {
                 let (msg, pos) = error_parts(&e);
-                eprintln!(
-                    "{}",
-                    render_error("<repl>", pending, pos, &msg).replacen("<repl>:", "error at ", 1)
-                );
+                match pos.line() {
+                    Some(_) => eprintln!(
+                        "{}",
+                        render_error("<repl>", pending, pos, &msg).replacen(
+                            "<repl>:",
+                            "error at ",
+                            1
+                        )
+                    ),
+                    None => eprintln!("error: {msg}"),
+                }
             }
         }
         if self.timing {

@@ -72,3 +72,76 @@ fn help_names_a_function_signature_and_example() {
         "{stdout}"
     );
 }
+
+/// Asserts that an entry's error names line 1 and column `col`, says `message`, and draws the
+/// entry with a caret under that column.
+fn assert_points_at(stderr: &str, entry: &str, col: usize, message: &str) {
+    assert!(
+        stderr.contains(&format!("error at 1:{col}: {message}")),
+        "no `error at 1:{col}: {message}` in\n{stderr}"
+    );
+    let caret = format!("    {entry}\n    {}^", " ".repeat(col - 1));
+    assert!(
+        stderr.contains(&caret),
+        "no caret under column {col} of `{entry}` in\n{stderr}"
+    );
+}
+
+#[test]
+fn errors_from_every_namespace_and_from_methods_point_at_the_call() {
+    let cases: [(&str, usize, &str); 7] = [
+        (
+            "let ds = data::csv(\"bad.csv\", \"label\");",
+            16,
+            "csv: bad.csv: row 1",
+        ),
+        (
+            "let t = io::load(\"missing.safetensors\");",
+            13,
+            "io error on missing.safetensors",
+        ),
+        ("let o = optim::sgd([1, 2], #{});", 16, "optim::sgd"),
+        (
+            "let l = nn::cross_entropy(ones([3, 4]), ones([5]));",
+            13,
+            "cross_entropy",
+        ),
+        (
+            "let m = lm::load(\"missing.safetensors\");",
+            13,
+            "io error on missing.safetensors",
+        ),
+        (
+            "let y = nn::linear(64, 64).forward(ones([64, 4]));",
+            28,
+            "Linear(64→64) expects input [..., 64], got [64, 4]",
+        ),
+        (
+            "let z = ones([2, 3]).matmul(ones([2, 3]));",
+            22,
+            "matmul: shape mismatch",
+        ),
+    ];
+    let mut input = "io::write_text(\"bad.csv\", \"x,label\\n1,a,extra\\n\");\n".to_string();
+    for (entry, _, _) in &cases {
+        input.push_str(entry);
+        input.push('\n');
+    }
+    let stderr = text(&repl_session(&input).stderr);
+    for (entry, col, message) in cases {
+        assert_points_at(&stderr, entry, col, message);
+    }
+}
+
+#[test]
+fn item_gives_an_int_for_integer_tensors_and_a_bool_for_bool_tensors() {
+    let out = repl_session(
+        "type_of(tensor([1, 2]).sum().item())\ntype_of(tensor([1.5]).item())\ntensor([3]).gt(tensor([2])).item()\nnn::mlp([tensor([4]).sum().item(), 3, 2], #{}).parameters().len()\n",
+    );
+    assert_eq!(
+        text(&out.stdout),
+        "i64\nf64\ntrue\n4\n",
+        "stderr: {}",
+        text(&out.stderr)
+    );
+}

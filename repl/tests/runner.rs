@@ -85,21 +85,66 @@ fn check_parses_without_running() {
 }
 
 #[test]
-fn an_explicit_gpu_that_is_not_usable_falls_back_to_the_cpu_with_a_warning() {
+fn an_explicit_cuda_device_without_a_gpu_fails_with_the_probes_reason() {
+    if rusting_brain::backend::cuda::availability().is_ok() {
+        eprintln!("SKIPPED: this machine has CUDA");
+        return;
+    }
     let dir = tempfile::tempdir().unwrap();
     let p = script(&dir, "x.rhai", "print(zeros([2]).device);\n");
     let out = brain(&dir)
         .arg("run")
         .arg(&p)
-        .args(["--device", "cuda:9"])
+        .args(["--device", "cuda"])
+        .output()
+        .unwrap();
+    assert!(
+        !out.status.success(),
+        "a run meant for the GPU must not go to the CPU"
+    );
+    assert_eq!(text(&out.stdout), "", "the script did not run");
+    let reason = rusting_brain::backend::cuda::availability().unwrap_err();
+    let err = text(&out.stderr);
+    assert!(
+        err.contains("device cuda:0 is not usable") && err.contains(&reason),
+        "{err}"
+    );
+}
+
+#[test]
+fn device_auto_runs_where_it_can() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = script(&dir, "x.rhai", "print(zeros([2]).device);\n");
+    let out = brain(&dir)
+        .arg("run")
+        .arg(&p)
+        .args(["--device", "auto"])
         .output()
         .unwrap();
     assert!(out.status.success(), "{}", text(&out.stderr));
-    assert_eq!(text(&out.stdout).trim(), "cpu");
-    let err = text(&out.stderr);
+    let expected = match rusting_brain::backend::cuda::availability() {
+        Ok(_) => "cuda:0",
+        Err(_) => "cpu",
+    };
+    assert_eq!(text(&out.stdout).trim(), expected);
+}
+
+#[test]
+fn an_error_in_a_namespaced_function_names_file_line_and_column() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = script(
+        &dir,
+        "ns.rhai",
+        "let x = 1;\nlet logits = ones([3, 4]);\nlet loss = nn::cross_entropy(logits, ones([5]));\n",
+    );
+    let out = brain(&dir).arg("run").arg(&p).output().unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = text(&out.stderr);
+    assert!(stderr.contains("ns.rhai:3:16: cross_entropy: "), "{stderr}");
     assert!(
-        err.contains("cuda:9 is not usable") && err.contains("running on the CPU"),
-        "{err}"
+        stderr
+            .contains("    let loss = nn::cross_entropy(logits, ones([5]));\n                   ^"),
+        "{stderr}"
     );
 }
 
@@ -146,7 +191,7 @@ fn a_notebook_report_holds_each_cells_code_output_and_error() {
     );
     let md = std::fs::read_to_string(&report).unwrap();
     assert!(md.contains("# Demo"), "{md}");
-    assert!(md.contains("```rust\nprint(x * 21);\n```"), "{md}");
+    assert!(md.contains("```rhai\nprint(x * 21);\n```"), "{md}");
     assert!(md.contains("```text\n42\n```"), "{md}");
     assert!(
         md.contains("nb.rhai:8:3"),
@@ -184,4 +229,39 @@ fn a_notebook_embeds_the_plots_a_cell_writes_as_image_files() {
         .info()
         .clone();
     assert_eq!((info.width, info.height), (800, 500));
+}
+
+#[test]
+fn a_notebook_passes_its_arguments_to_the_script() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = script(
+        &dir,
+        "nb.rhai",
+        "let path = arg(\"path\", \"default.csv\");\n// %%\nprint(`reading ${path}`);\n",
+    );
+    let report = dir.path().join("r.md");
+    let out = brain(&dir)
+        .arg("notebook")
+        .arg(&p)
+        .arg("-o")
+        .arg(&report)
+        .arg("path=other.csv")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let md = std::fs::read_to_string(&report).unwrap();
+    assert!(md.contains("```text\nreading other.csv\n```"), "{md}");
+    let out = brain(&dir)
+        .arg("notebook")
+        .arg(&p)
+        .arg("-o")
+        .arg(&report)
+        .arg("paht=other.csv")
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "a misspelled argument is refused"
+    );
 }

@@ -11,12 +11,17 @@ fn scripts_dir() -> PathBuf {
 
 /// Runs one script with `args` in `dir` (its working directory and `out=`).
 fn run_script(dir: &tempfile::TempDir, name: &str, args: &[&str]) -> std::process::Output {
+    let out = format!("out={}", dir.path().display());
+    run_script_with(dir, name, &[args, &[out.as_str()]].concat())
+}
+
+/// Runs one script with exactly `args` in `dir`, on the CPU.
+fn run_script_with(dir: &tempfile::TempDir, name: &str, args: &[&str]) -> std::process::Output {
     brain(dir)
         .arg("run")
         .arg(scripts_dir().join(name))
         .args(args)
         .args(["--device", "cpu"])
-        .arg(format!("out={}", dir.path().display()))
         .output()
         .unwrap()
 }
@@ -43,26 +48,21 @@ fn every_script_runs_on_tiny_settings() {
         dir.path().join("shapes/images/val/val_00000.jpg").display()
     );
     let shapes = format!("dir={}", dir.path().join("shapes").display());
+    let out = format!("out={}", dir.path().display());
+    // Each script gets the arguments it declares (an unknown one is refused), at tiny sizes.
+    let tiny = |name: &str| -> Vec<&str> {
+        match name {
+            "make_shapes.rhai" => vec![&shapes, "train=2", "val=3", "imgsz=64"],
+            "mlp_spirals.rhai" => vec!["steps=20", "n=40", "hidden=8", &out],
+            "quickstart.rhai" | "train_lm.rhai" => vec!["steps=20", "size=tiny", &out],
+            "sample.rhai" => vec!["max_new_tokens=8", &out],
+            "yolo_predict.rhai" => vec![&weights, &source, "imgsz=64", &out],
+            "yolo_val.rhai" => vec![&weights, &data, "imgsz=64", "batch=2"],
+            other => panic!("{other}: add its tiny settings to this test"),
+        }
+    };
     for name in &names {
-        let out = run_script(
-            &dir,
-            name,
-            &[
-                "steps=20",
-                "n=40",
-                "hidden=8",
-                "size=tiny",
-                "max_new_tokens=8",
-                "train=2",
-                "val=3",
-                "imgsz=64",
-                "batch=2",
-                &shapes,
-                &weights,
-                &data,
-                &source,
-            ],
-        );
+        let out = run_script_with(&dir, name, &tiny(name));
         assert!(
             out.status.success(),
             "{name} failed:\n{}",
@@ -171,5 +171,111 @@ fn cuda_spirals_script_follows_the_cpu_run_in_f32_and_bf16() {
     assert!(
         (bf16 - cpu).abs() <= 3e-2 * cpu.abs().max(1e-2),
         "cpu {cpu} vs cuda bf16 {bf16}"
+    );
+}
+
+/// A few kilobytes of varied English sentences, enough for a tiny tokenizer and model.
+fn story(seed: usize) -> String {
+    let subjects = [
+        "The cat",
+        "A dog",
+        "My friend",
+        "The old sailor",
+        "Her brother",
+    ];
+    let verbs = [
+        "walked to",
+        "looked at",
+        "painted",
+        "dreamed of",
+        "sang about",
+    ];
+    let objects = [
+        "the harbor",
+        "a green door",
+        "the quiet hill",
+        "an open book",
+        "the rain",
+    ];
+    (0..120)
+        .map(|i| {
+            let k = i * 7 + seed;
+            format!(
+                "{} {} {}.\n",
+                subjects[k % 5],
+                verbs[(k / 5) % 5],
+                objects[(k / 3) % 5]
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn train_lm_trains_on_a_folder_of_text_given_as_corpus() {
+    let dir = tempfile::tempdir().unwrap();
+    let corpus = dir.path().join("books");
+    std::fs::create_dir_all(corpus.join("part2")).unwrap();
+    std::fs::write(corpus.join("a.txt"), story(0)).unwrap();
+    std::fs::write(corpus.join("part2/b.txt"), story(1)).unwrap();
+    // Any extension counts when the content is text; a binary file is skipped.
+    std::fs::write(corpus.join("notes.log"), story(2)).unwrap();
+    std::fs::write(corpus.join("cover.txt"), b"\x89PNG\r\n\x1a\n\0\0\0\rIHDR").unwrap();
+    let out = run_script(
+        &dir,
+        "train_lm.rhai",
+        &[
+            &format!("corpus={}", corpus.display()),
+            "steps=12",
+            "size=tiny",
+            "samples=1",
+            "prompt=The cat",
+        ],
+    );
+    let stdout = text(&out.stdout);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(
+        stdout.contains(&format!("corpus: {}: 3 files", corpus.display())),
+        "{stdout}"
+    );
+    assert!(stdout.contains("sample at step 12: The cat"), "{stdout}");
+    assert!(dir.path().join("lm_loss.png").exists());
+}
+
+#[test]
+fn an_unknown_script_argument_is_refused_with_the_known_ones_listed() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = run_script(&dir, "train_lm.rhai", &["corpus=books", "data=books"]);
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = text(&out.stderr);
+    assert!(stderr.contains("unknown argument `data`"), "{stderr}");
+    assert!(
+        stderr.contains("it takes corpus, size, steps, samples, prompt, out, vocab"),
+        "{stderr}"
+    );
+    assert!(!dir.path().join("tokenizer.json").exists(), "nothing ran");
+}
+
+#[test]
+fn help_after_a_script_lists_its_arguments_with_defaults() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = brain(&dir)
+        .arg("run")
+        .arg(scripts_dir().join("mlp_spirals.rhai"))
+        .arg("--help")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let stdout = text(&out.stdout);
+    for line in [
+        "  steps=400        training steps (full batch)\n",
+        "  n=200            points per class\n",
+        "  out=\"out\"        folder for loss.png\n",
+        "  precision=\"f32\"  f32, or bf16",
+    ] {
+        assert!(stdout.contains(line), "{line:?} missing from\n{stdout}");
+    }
+    assert!(
+        !dir.path().join("loss.png").exists(),
+        "the script did not run"
     );
 }

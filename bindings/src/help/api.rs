@@ -84,7 +84,7 @@ impl<'a> Api<'a> {
         if global {
             reg = reg.in_global_namespace();
         }
-        reg.set_into_module(self.module, f);
+        crate::error::set_into_module(reg, self.module, f);
         record(HelpEntry {
             name: qualified,
             signature: signature.to_string(),

@@ -36,44 +36,60 @@ pub fn register(engine: &mut Engine) {
                     /// Options: title, xlabel, ylabel, path (\"plot.png\"), width (800), \
                     height (500), smooth (moving-average weight 0..1), log_y, xs.\n\
                     /// Example: `plot::line(losses, #{ title: \"loss\", path: \"loss.png\" })`";
-    FuncRegistration::new("line")
-        .with_comments([line_doc])
-        .with_params_info(["ys: Array | Map | Tensor", "String"])
-        .set_into_module(&mut module, |ys: Dynamic| line(ys, Map::new()));
-    FuncRegistration::new("line")
-        .with_comments([line_doc])
-        .with_params_info(["ys: Array | Map | Tensor", "opts: Map", "String"])
-        .set_into_module(&mut module, line);
+    crate::error::set_into_module(
+        FuncRegistration::new("line")
+            .with_comments([line_doc])
+            .with_params_info(["ys: Array | Map | Tensor", "String"]),
+        &mut module,
+        |ys: Dynamic| line(ys, Map::new()),
+    );
+    crate::error::set_into_module(
+        FuncRegistration::new("line")
+            .with_comments([line_doc])
+            .with_params_info(["ys: Array | Map | Tensor", "opts: Map", "String"]),
+        &mut module,
+        line,
+    );
     let scatter_doc = "/// Draws a scatter chart of the points (xs[i], ys[i]) and returns the PNG path.\n\
                        /// Options: title, xlabel, ylabel, path, width, height, log_y, \
                        labels (one class per point: colors and a legend).\n\
                        /// Example: `plot::scatter(xs, ys, #{ labels: classes, path: \"points.png\" })`";
-    FuncRegistration::new("scatter")
-        .with_comments([scatter_doc])
-        .with_params_info(["xs: Array | Tensor", "ys: Array | Tensor", "String"])
-        .set_into_module(&mut module, |xs: Dynamic, ys: Dynamic| {
-            scatter(xs, ys, Map::new())
-        });
-    FuncRegistration::new("scatter")
-        .with_comments([scatter_doc])
-        .with_params_info([
-            "xs: Array | Tensor",
-            "ys: Array | Tensor",
-            "opts: Map",
-            "String",
-        ])
-        .set_into_module(&mut module, scatter);
+    crate::error::set_into_module(
+        FuncRegistration::new("scatter")
+            .with_comments([scatter_doc])
+            .with_params_info(["xs: Array | Tensor", "ys: Array | Tensor", "String"]),
+        &mut module,
+        |xs: Dynamic, ys: Dynamic| scatter(xs, ys, Map::new()),
+    );
+    crate::error::set_into_module(
+        FuncRegistration::new("scatter")
+            .with_comments([scatter_doc])
+            .with_params_info([
+                "xs: Array | Tensor",
+                "ys: Array | Tensor",
+                "opts: Map",
+                "String",
+            ]),
+        &mut module,
+        scatter,
+    );
     let hist_doc = "/// Draws a histogram of the values and returns the PNG path.\n\
                     /// Options: title, xlabel, ylabel, path, width, height, log_y, bins (30).\n\
                     /// Example: `plot::hist(weights, #{ bins: 50, path: \"weights.png\" })`";
-    FuncRegistration::new("hist")
-        .with_comments([hist_doc])
-        .with_params_info(["values: Array | Tensor", "String"])
-        .set_into_module(&mut module, |values: Dynamic| hist(values, Map::new()));
-    FuncRegistration::new("hist")
-        .with_comments([hist_doc])
-        .with_params_info(["values: Array | Tensor", "opts: Map", "String"])
-        .set_into_module(&mut module, hist);
+    crate::error::set_into_module(
+        FuncRegistration::new("hist")
+            .with_comments([hist_doc])
+            .with_params_info(["values: Array | Tensor", "String"]),
+        &mut module,
+        |values: Dynamic| hist(values, Map::new()),
+    );
+    crate::error::set_into_module(
+        FuncRegistration::new("hist")
+            .with_comments([hist_doc])
+            .with_params_info(["values: Array | Tensor", "opts: Map", "String"]),
+        &mut module,
+        hist,
+    );
     engine.register_static_module("plot", module.into());
 }
 

@@ -1,10 +1,11 @@
-//! The text files a script names: strings or arrays of paths, directories walked by extension.
+//! The text files a script names: strings or arrays of paths and globs, directories walked by
+//! extension or, with `extensions: "*"`, by content (every file that is text).
 //! `text::train_bpe`, `text::files` and `data::token_file` read their inputs this way.
 
 use crate::error::{guard, runtime_error, RhaiResult};
 use crate::options::Options;
 use rhai::{Array, Dynamic};
-use rusting_brain::text::collect_files;
+use rusting_brain::text::{collect, FileFilter};
 use std::path::PathBuf;
 
 /// Extensions a directory contributes when a script names none.
@@ -21,24 +22,42 @@ pub(crate) fn strings(v: &Dynamic, what: &str) -> RhaiResult<Vec<String>> {
         .collect()
 }
 
-pub(crate) fn extensions(o: &Options) -> RhaiResult<Vec<String>> {
+/// The `extensions` option: a list of extensions, or `"*"` for every file whose content is
+/// text (binary files skipped).
+pub(crate) fn extensions(o: &Options) -> RhaiResult<FileFilter> {
     match o.get("extensions") {
-        Some(v) => strings(v, "extensions"),
-        None => Ok(DEFAULT_EXTENSIONS.iter().map(|s| s.to_string()).collect()),
+        Some(v) => {
+            let list = strings(v, "extensions")?;
+            if list.len() == 1 && list[0] == "*" {
+                Ok(FileFilter::Text)
+            } else {
+                Ok(FileFilter::Extensions(list))
+            }
+        }
+        None => Ok(FileFilter::Extensions(
+            DEFAULT_EXTENSIONS.iter().map(|s| s.to_string()).collect(),
+        )),
     }
 }
 
 /// Files named in `paths` (strings or an array of them), directories walked.
-pub(crate) fn files_of(paths: &Dynamic, exts: &[String], what: &str) -> RhaiResult<Vec<PathBuf>> {
+pub(crate) fn files_of(
+    paths: &Dynamic,
+    filter: &FileFilter,
+    what: &str,
+) -> RhaiResult<Vec<PathBuf>> {
     let paths: Vec<PathBuf> = strings(paths, what)?
         .into_iter()
         .map(PathBuf::from)
         .collect();
-    let files = guard(|| collect_files(&paths, exts))?;
+    let files = guard(|| collect(&paths, filter))?;
     if files.is_empty() {
+        let kind = match filter {
+            FileFilter::Extensions(exts) => format!("files with extension {}", exts.join("/")),
+            FileFilter::Text => "text files".to_string(),
+        };
         return Err(runtime_error(format!(
-            "{what}: no files with extension {} under {}",
-            exts.join("/"),
+            "{what}: no {kind} under {}",
             paths
                 .iter()
                 .map(|p| p.display().to_string())

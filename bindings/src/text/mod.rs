@@ -9,7 +9,7 @@ use crate::error::{guard, runtime_error, RhaiResult};
 use crate::help::{self, with_tokenizer, Api};
 use crate::options::Options;
 use rhai::{Array, Dynamic, Engine, Map, Module, INT};
-use rusting_brain::text::{collect_files, SplitPattern, Tokenizer, TrainOptions};
+use rusting_brain::text::{collect, SplitPattern, Tokenizer, TrainOptions};
 use rusting_brain::Tensor;
 use std::path::PathBuf;
 
@@ -122,13 +122,13 @@ pub fn register(engine: &mut Engine) {
         api.func(
             "files",
             "text::files(paths, #{ extensions }) -> array",
-            "The files under paths: named files as given, directories walked recursively in sorted order, filtered by extension (default txt, md, jsonl).",
+            "The files under paths: named files as given, directories walked recursively in sorted order, globs (*, ?, **) expanded; filtered by extension (default txt, md, jsonl), or with extensions: \"*\" every file whose first 8 KiB are UTF-8 text without NUL bytes.",
             "io::write_text(\"docs/a.md\", \"# Notes\"); io::write_text(\"src/main.rs\", \"fn main() {}\"); let srcs = text::files([\"docs\", \"src\"], #{ extensions: [\"md\", \"rs\"] });",
             |paths: Dynamic, opts: Map| -> RhaiResult<Array> {
                 let o = Options::new("text::files", opts, &["extensions"])?;
                 let p: Vec<PathBuf> = strings(&paths, "text::files")?.into_iter().map(PathBuf::from).collect();
-                let exts = extensions(&o)?;
-                let found = guard(|| collect_files(&p, &exts))?;
+                let filter = extensions(&o)?;
+                let found = guard(|| collect(&p, &filter))?;
                 Ok(found.into_iter().map(|f| Dynamic::from(f.display().to_string())).collect())
             },
         );

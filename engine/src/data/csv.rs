@@ -56,7 +56,7 @@ impl Dataset {
 
 pub fn read_csv(path: impl AsRef<Path>, options: &CsvOptions) -> Result<Dataset> {
     let bytes = std::fs::read(path.as_ref()).map_err(|e| Error::io(path.as_ref(), e))?;
-    parse_csv(&bytes, options)
+    parse_csv(&bytes, options).map_err(|e| super::in_file(path.as_ref(), e))
 }
 
 /// Parses CSV text; errors name the data row (1-based, after the header), its line in the
@@ -461,5 +461,17 @@ mod tests {
         std::fs::remove_file(&path).unwrap();
         assert_eq!(d.len(), 1);
         assert!(Dataset::from_csv(&path, "label").is_err());
+    }
+
+    #[test]
+    fn a_bad_csv_file_is_named_in_the_error() {
+        let path = std::env::temp_dir().join(format!("rb_csv_bad_{}.csv", std::process::id()));
+        std::fs::write(&path, "x,label\n1,a,extra\n").unwrap();
+        let err = Dataset::from_csv(&path, "label").err().unwrap().to_string();
+        std::fs::remove_file(&path).unwrap();
+        assert!(
+            err.starts_with(&format!("csv: {}: row 1", path.display())),
+            "{err}"
+        );
     }
 }

@@ -15,13 +15,17 @@ impl Dataset {
     /// ids. u8 pixels are scaled to [0, 1] by dividing by 255, the usual input range for MNIST.
     pub fn from_idx(images: impl AsRef<Path>, labels: impl AsRef<Path>) -> Result<Dataset> {
         let images = read_idx(images)?;
-        let labels = read_idx(labels)?;
+        let label_path = labels.as_ref();
+        let labels = read_idx(label_path)?;
         if labels.dtype().is_float() {
-            return Err(Error::format(
-                "idx",
-                format!(
-                    "labels must be integers, the label file holds {}",
-                    labels.dtype()
+            return Err(super::in_file(
+                label_path,
+                Error::format(
+                    "idx",
+                    format!(
+                        "labels must be integers, the label file holds {}",
+                        labels.dtype()
+                    ),
                 ),
             ));
         }
@@ -36,7 +40,7 @@ impl Dataset {
 
 pub fn read_idx(path: impl AsRef<Path>) -> Result<Tensor> {
     let bytes = std::fs::read(path.as_ref()).map_err(|e| Error::io(path.as_ref(), e))?;
-    parse_idx(&bytes)
+    parse_idx(&bytes).map_err(|e| super::in_file(path.as_ref(), e))
 }
 
 /// Parses the bytes of an IDX file. u8 stays u8, f32 and f64 keep their dtype, and the signed

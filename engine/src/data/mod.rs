@@ -13,6 +13,25 @@ pub mod token_file;
 mod untrusted;
 pub mod yolo;
 
+use crate::Error;
+use std::path::Path;
+
+/// Names the file in a reader's error (`csv: data/iris.csv: row 3 ...`): the parsers work on
+/// bytes and cannot know it. Io errors already carry their path; others pass through.
+pub(crate) fn in_file(path: &Path, e: Error) -> Error {
+    match e {
+        Error::Format { format, msg } => Error::Format {
+            format,
+            msg: format!("{}: {msg}", path.display()),
+        },
+        Error::InvalidArgument { op, msg } => Error::InvalidArgument {
+            op,
+            msg: format!("{}: {msg}", path.display()),
+        },
+        other => other,
+    }
+}
+
 pub use batches::{Batches, DataLoader};
 pub use csv::{CsvOptions, TargetKind};
 pub use dataset::Dataset;

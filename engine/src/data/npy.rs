@@ -24,7 +24,7 @@ impl Dataset {
 
 pub fn read_npy(path: impl AsRef<Path>) -> Result<Tensor> {
     let bytes = std::fs::read(path.as_ref()).map_err(|e| Error::io(path.as_ref(), e))?;
-    parse_npy(&bytes)
+    parse_npy(&bytes).map_err(|e| super::in_file(path.as_ref(), e))
 }
 
 /// Parses the bytes of a `.npy` file. NumPy types without a tensor dtype of their own widen

@@ -63,9 +63,10 @@ impl Module for BatchNorm2d {
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
         let c = self.num_features();
         if x.rank() != 4 || x.shape()[1] != c {
-            return Err(Error::invalid(
-                "BatchNorm2d",
-                format!("needs input [N, {c}, H, W], got {:?}", x.shape()),
+            return Err(Error::layer_input(
+                format!("BatchNorm2d({c})"),
+                format!("input [N, {c}, H, W]"),
+                format!("{:?}", x.shape()),
             ));
         }
         let xf = match x.dtype() {
@@ -131,6 +132,16 @@ impl Module for BatchNorm2d {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn batch_norm_rejects_other_channels_saying_what_it_expects() {
+        let bn = BatchNorm2d::new(3).unwrap();
+        let err = bn.forward(&batch()).err().unwrap().to_string();
+        assert_eq!(
+            err,
+            "BatchNorm2d(3) expects input [N, 3, H, W], got [2, 2, 1, 2]"
+        );
+    }
 
     /// x [2, 2, 1, 2]: channel 0 holds 1, 2, 3, 6; channel 1 holds 0, 0, 4, 4.
     fn batch() -> Tensor {

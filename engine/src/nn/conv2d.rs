@@ -59,6 +59,17 @@ impl Conv2d {
 impl Module for Conv2d {
     /// x [N, C, H, W] -> [N, O, Ho, Wo].
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        // Said from the layer's side; the op's own checks cover a weight of another rank.
+        if let [out_channels, per_group, kh, kw] = *self.weight.shape() {
+            let in_channels = per_group * self.options.groups;
+            if x.rank() != 4 || x.shape()[1] != in_channels {
+                return Err(Error::layer_input(
+                    format!("Conv2d({in_channels}→{out_channels}, kernel {kh}×{kw})"),
+                    format!("input [N, {in_channels}, H, W]"),
+                    format!("{:?}", x.shape()),
+                ));
+            }
+        }
         x.conv2d(&self.weight, self.bias.as_ref(), self.options)
     }
 
@@ -79,6 +90,25 @@ impl Module for Conv2d {
 mod tests {
     use super::*;
     use crate::{DType, Device};
+
+    #[test]
+    fn conv2d_rejects_an_input_with_other_channels_saying_what_it_expects() {
+        let conv = Conv2d::new(
+            3,
+            16,
+            (3, 3),
+            Conv2dOptions::default(),
+            false,
+            &mut Generator::new(0),
+        )
+        .unwrap();
+        let x = Tensor::zeros(&[1, 4, 8, 8], DType::F32, Device::Cpu).unwrap();
+        let err = conv.forward(&x).err().unwrap().to_string();
+        assert_eq!(
+            err,
+            "Conv2d(3→16, kernel 3×3) expects input [N, 3, H, W], got [1, 4, 8, 8]"
+        );
+    }
 
     #[test]
     fn conv2d_module_has_grouped_weight_shape_and_output_geometry() {

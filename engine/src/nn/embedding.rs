@@ -37,11 +37,12 @@ impl Module for Embedding {
     /// ids [...] (integers) -> [..., dim].
     fn forward(&self, ids: &Tensor) -> Result<Tensor> {
         if ids.dtype().is_float() {
-            return Err(Error::UnsupportedDType {
-                op: "Embedding",
-                dtype: ids.dtype(),
-                detail: ": ids must be integers".into(),
-            });
+            let dims: Vec<String> = self.weight.shape().iter().map(|d| d.to_string()).collect();
+            return Err(Error::layer_input(
+                format!("Embedding({})", dims.join(", ")),
+                "integer ids",
+                format!("{} ids {:?}", ids.dtype(), ids.shape()),
+            ));
         }
         let rows = self.weight.index_select(0, &ids.flatten()?)?;
         let mut shape = ids.shape().to_vec();
@@ -65,6 +66,14 @@ impl Module for Embedding {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn embedding_rejects_float_ids_saying_what_it_expects() {
+        let e = Embedding::new(10, 4, &mut Generator::new(0)).unwrap();
+        let ids = Tensor::from_vec(vec![1f32, 2.], &[2]).unwrap();
+        let err = e.forward(&ids).err().unwrap().to_string();
+        assert_eq!(err, "Embedding(10, 4) expects integer ids, got f32 ids [2]");
+    }
 
     #[test]
     fn embedding_looks_up_rows_for_ids_of_any_shape() {

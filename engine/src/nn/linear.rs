@@ -73,11 +73,11 @@ impl Module for Linear {
     /// x [..., in] -> [..., out].
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
         if x.rank() == 0 || x.shape()[x.rank() - 1] != self.in_features() {
-            return Err(Error::ShapeMismatch {
-                op: "Linear",
-                lhs: x.shape().to_vec(),
-                rhs: self.weight.shape().to_vec(),
-            });
+            return Err(Error::layer_input(
+                format!("Linear({}→{})", self.in_features(), self.out_features()),
+                super::module::trailing_dims(&[self.in_features()]),
+                format!("{:?}", x.shape()),
+            ));
         }
         // Leading dims flattened into rows: one GEMM, and in backward the weight's gradient is
         // one GEMM over all rows instead of a batch of products summed afterwards.
@@ -138,9 +138,10 @@ mod tests {
     }
 
     #[test]
-    fn linear_rejects_a_wrong_input_width() {
+    fn linear_rejects_a_wrong_input_width_saying_which_width_it_expects() {
         let lin = Linear::new(3, 2, false, &mut Generator::new(0)).unwrap();
         let x = Tensor::from_vec(vec![1f32; 4], &[1, 4]).unwrap();
-        assert!(matches!(lin.forward(&x), Err(Error::ShapeMismatch { .. })));
+        let err = lin.forward(&x).err().unwrap().to_string();
+        assert_eq!(err, "Linear(3→2) expects input [..., 3], got [1, 4]");
     }
 }

@@ -143,6 +143,12 @@ fn load_state_dict_impl(
     Ok(report)
 }
 
+/// How a layer that reads the last dims names its input in an error: `input [..., 64]`.
+pub(crate) fn trailing_dims(shape: &[usize]) -> String {
+    let dims: Vec<String> = shape.iter().map(|d| d.to_string()).collect();
+    format!("input [..., {}]", dims.join(", "))
+}
+
 /// The `weight` and `bias` entries of a layer that may lack either, in PyTorch's order.
 pub fn weight_and_bias(weight: Option<&Tensor>, bias: Option<&Tensor>) -> Vec<(String, Tensor)> {
     [("weight", weight), ("bias", bias)]

@@ -3,18 +3,19 @@
 //! FP32), the result in the input dtype, each parameter's gradient in its own dtype.
 
 use super::init::{ones_, zeros_};
-use super::module::{new_parameter, weight_and_bias, Module};
+use super::module::{new_parameter, trailing_dims, weight_and_bias, Module};
 use crate::{Error, Result, Tensor};
 
-/// The last `shape.len()` dims of `x` must equal `shape`.
-fn check_trailing(op: &'static str, x: &Tensor, shape: &[usize]) -> Result<()> {
+/// The last `shape.len()` dims of `x` must equal `shape`; `layer` describes the norm in the
+/// error (`LayerNorm([64])`).
+fn check_trailing(layer: impl FnOnce() -> String, x: &Tensor, shape: &[usize]) -> Result<()> {
     let r = x.rank();
     if r < shape.len() || &x.shape()[r - shape.len()..] != shape {
-        return Err(Error::ShapeMismatch {
-            op,
-            lhs: x.shape().to_vec(),
-            rhs: shape.to_vec(),
-        });
+        return Err(Error::layer_input(
+            layer(),
+            trailing_dims(shape),
+            format!("{:?}", x.shape()),
+        ));
     }
     Ok(())
 }
@@ -51,7 +52,8 @@ impl LayerNorm {
 
 impl Module for LayerNorm {
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        check_trailing("LayerNorm", x, &self.normalized_shape)?;
+        let layer = || format!("LayerNorm({:?})", self.normalized_shape);
+        check_trailing(layer, x, &self.normalized_shape)?;
         if self.weight.is_some() || self.bias.is_some() {
             return x.layer_norm(self.weight.as_ref(), self.bias.as_ref(), self.eps);
         }
@@ -112,7 +114,8 @@ impl RmsNorm {
 
 impl Module for RmsNorm {
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        check_trailing("RMSNorm", x, self.weight.shape())?;
+        let layer = || format!("RMSNorm({})", self.weight.shape()[0]);
+        check_trailing(layer, x, self.weight.shape())?;
         x.rms_norm(Some(&self.weight), self.eps)
     }
 
@@ -172,5 +175,16 @@ mod tests {
             (yb[0] - 3.0 / r).abs() < 4e-3 && (yb[1] - 4.0 / r).abs() < 4e-3,
             "{yb:?}"
         );
+    }
+
+    #[test]
+    fn norms_reject_other_trailing_dims_saying_what_they_expect() {
+        let x = Tensor::zeros(&[2, 32], DType::F32, crate::Device::Cpu).unwrap();
+        let ln = LayerNorm::new(&[64], 1e-5, true).unwrap();
+        let err = ln.forward(&x).err().unwrap().to_string();
+        assert_eq!(err, "LayerNorm([64]) expects input [..., 64], got [2, 32]");
+        let rms = RmsNorm::new(64, 1e-6).unwrap();
+        let err = rms.forward(&x).err().unwrap().to_string();
+        assert_eq!(err, "RMSNorm(64) expects input [..., 64], got [2, 32]");
     }
 }

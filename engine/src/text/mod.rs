@@ -13,6 +13,7 @@ pub mod byte_level;
 pub mod chunks;
 mod decode;
 pub mod files;
+mod glob;
 mod hf_json;
 pub mod jsonl;
 pub mod pretokenize;
@@ -24,7 +25,7 @@ mod tests;
 
 pub use added::AddedToken;
 pub use decode::StreamDecoder;
-pub use files::collect_files;
+pub use files::{collect, collect_files, looks_like_text, FileFilter};
 pub use pretokenize::{SplitPattern, GPT2_PATTERN, LLAMA3_PATTERN};
 pub use tokenizer::{Template, Tokenizer};
 pub use train::{train_bpe, train_bpe_files, TrainOptions};

@@ -4,16 +4,16 @@
 use crate::convert;
 use crate::error::{guard, runtime_error};
 use crate::help::Api;
-use rhai::{FLOAT, INT};
+use rhai::INT;
 use rusting_brain::Tensor;
 
 pub fn register(api: &mut Api) {
     api.func(
         "item",
-        "t.item() -> float",
-        "The value of a one-element tensor.",
+        "t.item() -> float | int | bool",
+        "The value of a one-element tensor: a float for float dtypes, an int for integer dtypes, a bool for bool.",
         "let loss = randn([4]).mean(); loss.item()",
-        |t: &mut Tensor| guard(|| t.item()).map(|v| v as FLOAT),
+        |t: &mut Tensor| guard(|| convert::item(t)),
     );
     api.func(
         "tolist",
