@@ -57,7 +57,7 @@ fn every_script_runs_on_tiny_settings() {
             "quickstart.rhai" | "train_lm.rhai" => vec!["steps=20", "size=tiny", &out],
             "sample.rhai" => vec!["max_new_tokens=8", &out],
             "yolo_predict.rhai" => vec![&weights, &source, "imgsz=64", &out],
-            "yolo_val.rhai" => vec![&weights, &data, "imgsz=64", "batch=2"],
+            "yolo_val.rhai" => vec![&weights, &data, "imgsz=64", "batch=2", "save_json=true", &out],
             other => panic!("{other}: add its tiny settings to this test"),
         }
     };
@@ -70,6 +70,14 @@ fn every_script_runs_on_tiny_settings() {
         );
     }
     assert!(names.len() >= 4, "found only {names:?}");
+    // yolo_val.rhai's save_json=true: ultralytics' COCO-style records.
+    let json = std::fs::read_to_string(dir.path().join("val/predictions.json")).unwrap();
+    let records: serde_json::Value = serde_json::from_str(&json).unwrap();
+    for r in records.as_array().unwrap() {
+        for key in ["image_id", "file_name", "category_id", "bbox", "score"] {
+            assert!(r.get(key).is_some(), "{key} missing in {r}");
+        }
+    }
 }
 
 #[test]
