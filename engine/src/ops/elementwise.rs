@@ -1,5 +1,6 @@
 //! Elementwise ops: unary math, broadcasting binary arithmetic, comparisons and `where`.
 
+use crate::tensor::memory::check_alloc;
 use super::dispatch::dispatch;
 use super::{backward_fn, grad_if};
 use crate::autograd::SavedTensor;
@@ -137,6 +138,7 @@ impl Tensor {
     }
 
     fn binary_raw(a: &Tensor, b: &Tensor, shape: &[usize], op: BinaryOp) -> Result<Tensor> {
+        check_alloc(op.name(), shape, a.dtype(), a.device())?;
         let (la, lb) = (
             a.layout().broadcast_to(op.name(), shape)?,
             b.layout().broadcast_to(op.name(), shape)?,
@@ -333,6 +335,7 @@ impl Tensor {
         let (b, _) = Tensor::colocated("where", &b, &a)?;
         let shape = broadcast_shapes("where", cond.shape(), &ab_shape)?;
         let c = cond.to_dtype(DType::Bool)?;
+        check_alloc("where", &shape, a.dtype(), a.device())?;
         let (lc, la, lb) = (
             c.layout().broadcast_to("where", &shape)?,
             a.layout().broadcast_to("where", &shape)?,

@@ -1,5 +1,6 @@
 //! Matrix products with PyTorch's rules: 1-D operands gain and lose a dim, batch dims broadcast.
 
+use crate::tensor::memory::check_alloc;
 use super::dispatch::dispatch;
 use super::{backward_fn, grad_if};
 use crate::autograd::SavedTensor;
@@ -82,6 +83,7 @@ impl Tensor {
             b.layout().broadcast_to("matmul", &full(k, n))?,
         );
         let out_dtype = out_dtype.unwrap_or(dtype);
+        check_alloc("matmul", &full(m, n), out_dtype, a.device())?;
         let storage = dispatch(
             "matmul",
             [&a, &b],

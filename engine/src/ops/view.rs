@@ -1,6 +1,7 @@
 //! Views (reshape, permute, narrow, expand, squeeze) share storage and only change the layout;
 //! `contiguous`, `to_dtype` and `to_device` copy. Each records the backward that undoes it.
 
+use crate::tensor::memory::check_alloc;
 use super::dispatch::dispatch;
 use super::{backward_fn, grad_if};
 use crate::backend::cpu::elementwise;
@@ -58,6 +59,8 @@ impl Tensor {
         if self.is_contiguous() {
             return Ok(self.clone());
         }
+        // An expanded view may stand for far more elements than its storage holds.
+        check_alloc("contiguous", self.shape(), self.dtype(), self.device())?;
         let storage = dispatch(
             "contiguous",
             [self],

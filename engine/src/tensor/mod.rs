@@ -4,6 +4,7 @@
 mod create;
 mod display;
 mod inplace;
+pub(crate) mod memory;
 
 use crate::autograd::{is_grad_enabled, Backward, Node};
 use crate::backend::{CpuStorage, Storage, StorageCell};
