@@ -5,7 +5,7 @@
 //! elements, big-endian, in row-major order. The dimensions must account for exactly the bytes
 //! that follow before anything is decoded.
 
-use super::untrusted::{checked_numel, decode, Cursor};
+use super::untrusted::{checked_numel, decode, in_file, Cursor};
 use super::Dataset;
 use crate::{DType, Error, Result, Tensor};
 use std::path::Path;
@@ -14,13 +14,15 @@ impl Dataset {
     /// Images `[N, rows, cols]` flattened to `[N, rows * cols]` f32 and labels `[N]` as class
     /// ids. u8 pixels are scaled to [0, 1] by dividing by 255, the usual input range for MNIST.
     pub fn from_idx(images: impl AsRef<Path>, labels: impl AsRef<Path>) -> Result<Dataset> {
+        let labels_path = labels.as_ref();
         let images = read_idx(images)?;
-        let labels = read_idx(labels)?;
+        let labels = read_idx(labels_path)?;
         if labels.dtype().is_float() {
             return Err(Error::format(
                 "idx",
                 format!(
-                    "labels must be integers, the label file holds {}",
+                    "{}: labels must be integers, the label file holds {}",
+                    labels_path.display(),
                     labels.dtype()
                 ),
             ));
@@ -34,9 +36,11 @@ impl Dataset {
     }
 }
 
+/// Reads an IDX file; a format error names the file.
 pub fn read_idx(path: impl AsRef<Path>) -> Result<Tensor> {
-    let bytes = std::fs::read(path.as_ref()).map_err(|e| Error::io(path.as_ref(), e))?;
-    parse_idx(&bytes)
+    let path = path.as_ref();
+    let bytes = std::fs::read(path).map_err(|e| Error::io(path, e))?;
+    parse_idx(&bytes).map_err(|e| in_file(path, e))
 }
 
 /// Parses the bytes of an IDX file. u8 stays u8, f32 and f64 keep their dtype, and the signed
@@ -225,5 +229,16 @@ mod tests {
         assert_eq!(d.features().shape(), &[2, 2]);
         assert_eq!(d.features().to_vec::<f32>().unwrap(), [0.0, 1.0, 0.2, 0.4]);
         assert_eq!(d.targets().to_vec::<i64>().unwrap(), [7, 3]);
+    }
+
+    #[test]
+    fn a_format_error_names_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("labels.idx");
+        let mut truncated = header(0x08, &[5]);
+        truncated.extend([1, 2]);
+        std::fs::write(&path, truncated).unwrap();
+        let msg = read_idx(&path).unwrap_err().to_string();
+        assert!(msg.starts_with(&format!("idx: {}: ", path.display())), "{msg}");
     }
 }

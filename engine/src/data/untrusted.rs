@@ -7,6 +7,19 @@
 //! than the file's own size, and no slice index can run past the end.
 
 use crate::{Error, Result};
+use std::path::Path;
+
+/// A format error of the file at `path`, its message prefixed with the path, so a dataset read
+/// from two files says which one is bad. Other errors pass through.
+pub(crate) fn in_file(path: &Path, e: Error) -> Error {
+    match e {
+        Error::Format { format, msg } => Error::Format {
+            format,
+            msg: format!("{}: {msg}", path.display()),
+        },
+        e => e,
+    }
+}
 
 /// A read position over a byte slice; every read checks the remaining length first.
 pub(crate) struct Cursor<'a> {
