@@ -78,10 +78,8 @@ pub enum Error {
     /// A buffer that does not fit: refused before allocating (host) or by the device's pool.
     /// `shape` is empty and `op` is `alloc` where the allocator alone knows of the request.
     #[error(
-        "{op}: out of memory on {device}: {}{requested} bytes ({}) asked for, {available} bytes ({}) available",
-        what_for(shape, dtype),
-        crate::memory::human_bytes(*requested),
-        crate::memory::human_bytes(*available)
+        "{op}: out of memory on {device}: {}",
+        oom_detail(shape, dtype, *requested, *available)
     )]
     OutOfMemory {
         op: &'static str,
@@ -122,13 +120,20 @@ pub enum Error {
 
 pub type Result<T> = std::result::Result<T, Error>;
 
-/// `shape [2, 3] of f32 needs ` for an out-of-memory message, empty when the shape is unknown.
-fn what_for(shape: &[usize], dtype: &Option<DType>) -> String {
-    match (shape.is_empty(), dtype) {
-        (true, _) => String::new(),
-        (false, Some(d)) => format!("shape {shape:?} of {d} needs "),
-        (false, None) => format!("shape {shape:?} needs "),
-    }
+/// `shape [2, 3] of f32 needs 24 bytes (24 B); 8 bytes (8 B) are available`, or without a
+/// shape `24 bytes (24 B) asked for; ...` when only the allocator knew of the request.
+fn oom_detail(shape: &[usize], dtype: &Option<DType>, requested: usize, available: usize) -> String {
+    use crate::memory::human_bytes;
+    let asked = format!("{requested} bytes ({})", human_bytes(requested));
+    let what = match (shape.is_empty(), dtype) {
+        (true, _) => format!("{asked} asked for"),
+        (false, Some(d)) => format!("shape {shape:?} of {d} needs {asked}"),
+        (false, None) => format!("shape {shape:?} needs {asked}"),
+    };
+    format!(
+        "{what}; {available} bytes ({}) are available",
+        human_bytes(available)
+    )
 }
 
 /// The op name of an `OutOfMemory` raised by an allocator that does not know the op.

@@ -81,7 +81,7 @@ fn safetensors() -> Vec<u8> {
         ("mask", Tensor::from_vec(vec![true, false, true], &[3]).unwrap()),
     ];
     let meta = HashMap::from([("format".to_string(), "pt".to_string())]);
-    rusting_brain::io::save_bytes(&tensors, Some(meta)).unwrap()
+    canonical_safetensors(&rusting_brain::io::save_bytes(&tensors, Some(meta)).unwrap())
 }
 
 /// A CSV with a quoted header, CRLF lines and a label column with doubled quotes.
@@ -133,7 +133,20 @@ fn checkpoint() -> Vec<u8> {
     checkpoint::save(&path, &model, Some(&opt as &dyn Optimizer), &train).unwrap();
     let bytes = std::fs::read(&path).unwrap();
     std::fs::remove_dir_all(&dir).ok();
-    bytes
+    canonical_safetensors(&bytes)
+}
+
+/// The same file with its header's keys in sorted order: the metadata is a `HashMap`, whose
+/// order (and so every byte offset after it) would change from run to run, and with it which
+/// bytes a seeded corruption hits.
+fn canonical_safetensors(bytes: &[u8]) -> Vec<u8> {
+    let n = u64::from_le_bytes(bytes[..8].try_into().unwrap()) as usize;
+    let header: serde_json::Value = serde_json::from_slice(&bytes[8..8 + n]).unwrap();
+    let header = serde_json::to_vec(&header).unwrap();
+    let mut out = (header.len() as u64).to_le_bytes().to_vec();
+    out.extend_from_slice(&header);
+    out.extend_from_slice(&bytes[8 + n..]);
+    out
 }
 
 fn token_file() -> Vec<u8> {
