@@ -122,7 +122,12 @@ pub type Result<T> = std::result::Result<T, Error>;
 
 /// `shape [2, 3] of f32 needs 24 bytes (24 B); 8 bytes (8 B) are available`, or without a
 /// shape `24 bytes (24 B) asked for; ...` when only the allocator knew of the request.
-fn oom_detail(shape: &[usize], dtype: &Option<DType>, requested: usize, available: usize) -> String {
+fn oom_detail(
+    shape: &[usize],
+    dtype: &Option<DType>,
+    requested: usize,
+    available: usize,
+) -> String {
     use crate::memory::human_bytes;
     let asked = format!("{requested} bytes ({})", human_bytes(requested));
     let what = match (shape.is_empty(), dtype) {

@@ -456,7 +456,10 @@ fn sums_over_nothing_are_zero_and_means_are_nan_as_in_pytorch() {
     let means = empty.mean_dims(&[0], true).unwrap();
     assert_eq!(means.shape(), &[1, 3]);
     assert!(means.to_vec::<f32>().unwrap().iter().all(|m| m.is_nan()));
-    let ints = Tensor::from_vec(Vec::<i64>::new(), &[0]).unwrap().sum().unwrap();
+    let ints = Tensor::from_vec(Vec::<i64>::new(), &[0])
+        .unwrap()
+        .sum()
+        .unwrap();
     assert_eq!((ints.dtype(), ints.item().unwrap()), (DType::I64, 0.0));
 }
 

@@ -89,5 +89,9 @@ fn a_tensor_too_large_for_memory_is_an_error_and_the_session_keeps_its_variables
     ] {
         assert!(stderr.contains(needle), "{needle:?} not in {stderr}");
     }
-    assert!(text(&out.stdout).contains("tensor(2."), "{}", text(&out.stdout));
+    assert!(
+        text(&out.stdout).contains("tensor(2."),
+        "{}",
+        text(&out.stdout)
+    );
 }

@@ -31,8 +31,8 @@ impl Rng {
 
 /// The seed of case `index` of `reader`: a hash of the name, so readers draw different cases.
 pub fn case_seed(reader: &str, index: usize) -> u64 {
-    let name = reader
-        .bytes()
-        .fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ b as u64).wrapping_mul(0x100_0000_01b3));
+    let name = reader.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+        (h ^ b as u64).wrapping_mul(0x100_0000_01b3)
+    });
     name ^ (index as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15)
 }

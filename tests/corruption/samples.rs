@@ -3,16 +3,16 @@
 //! stay quick, and reaches the reader's deeper paths (several dtypes, an optimizer state,
 //! metadata, a multi-layer model).
 
+use rusting_brain::data::TokenFile;
 use rusting_brain::data::{idx, npy};
 use rusting_brain::io::onnx::proto::{
     self, AttributeProto, GraphProto, ModelProto, NodeProto, OperatorSetIdProto,
     StringStringEntryProto, TensorProto, ValueInfoProto,
 };
+use rusting_brain::models::transformer_lm::TransformerLm;
 use rusting_brain::models::transformer_lm::{checkpoint, train_step, LmConfig, TrainState};
 use rusting_brain::nn::Module;
 use rusting_brain::optim::{AdamW, AdamWConfig, Optimizer};
-use rusting_brain::data::TokenFile;
-use rusting_brain::models::transformer_lm::TransformerLm;
 use rusting_brain::{DType, Generator, Tensor};
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -75,10 +75,16 @@ fn values(shape: &[usize], seed: u64) -> Tensor {
 fn safetensors() -> Vec<u8> {
     let tensors = vec![
         ("weight", values(&[3, 4], 1)),
-        ("ids", Tensor::from_vec(vec![3i64, -1, 7, 0, 2], &[5]).unwrap()),
+        (
+            "ids",
+            Tensor::from_vec(vec![3i64, -1, 7, 0, 2], &[5]).unwrap(),
+        ),
         ("half", values(&[2, 2, 2], 2).to_dtype(DType::BF16).unwrap()),
         ("bytes", Tensor::from_vec((0..7u8).collect(), &[7]).unwrap()),
-        ("mask", Tensor::from_vec(vec![true, false, true], &[3]).unwrap()),
+        (
+            "mask",
+            Tensor::from_vec(vec![true, false, true], &[3]).unwrap(),
+        ),
     ];
     let meta = HashMap::from([("format".to_string(), "pt".to_string())]);
     canonical_safetensors(&rusting_brain::io::save_bytes(&tensors, Some(meta)).unwrap())
@@ -199,7 +205,9 @@ fn onnx() -> Vec<u8> {
         name: "conv.weight".into(),
         data_type: proto::data_type::FLOAT,
         dims: vec![4, 3, 3, 3],
-        raw_data: (0..108).flat_map(|i| (i as f32 * 0.01).to_le_bytes()).collect(),
+        raw_data: (0..108)
+            .flat_map(|i| (i as f32 * 0.01).to_le_bytes())
+            .collect(),
         ..Default::default()
     };
     let bias = TensorProto {

@@ -41,14 +41,20 @@ fn edit_json_number(text: &[u8], prefer: &[&str], rng: &mut Rng) -> Option<(Vec<
         .filter(|p| prefer.iter().any(|q| p.starts_with(q)))
         .cloned()
         .collect();
-    let pool = if preferred.is_empty() { paths } else { preferred };
+    let pool = if preferred.is_empty() {
+        paths
+    } else {
+        preferred
+    };
     if pool.is_empty() {
         return None;
     }
     let path = rng.pick(&pool).clone();
     let number = *rng.pick(HOSTILE_NUMBERS);
     *doc.pointer_mut(&path)? = Value::String(MARKER.into());
-    let out = serde_json::to_string(&doc).ok()?.replace(MARKER_JSON, number);
+    let out = serde_json::to_string(&doc)
+        .ok()?
+        .replace(MARKER_JSON, number);
     Some((out.into_bytes(), format!("JSON {path} set to {number}")))
 }
 
@@ -87,13 +93,19 @@ pub fn safetensors_header(valid: &[u8], rng: &mut Rng) -> Option<(Vec<u8>, Strin
 pub fn checkpoint_header(valid: &[u8], rng: &mut Rng) -> Option<(Vec<u8>, String)> {
     let (header, data) = split_safetensors(valid)?;
     let mut doc: Value = serde_json::from_slice(header).ok()?;
-    let inner = doc.pointer("/__metadata__/rusting_brain")?.as_str()?.to_string();
+    let inner = doc
+        .pointer("/__metadata__/rusting_brain")?
+        .as_str()?
+        .to_string();
     let prefer: &[&str] = if rng.below(4) == 0 { &[] } else { &["/config"] };
     let (inner, what) = edit_json_number(inner.as_bytes(), prefer, rng)?;
     *doc.pointer_mut("/__metadata__/rusting_brain")? =
         Value::String(String::from_utf8(inner).ok()?);
     let header = serde_json::to_vec(&doc).ok()?;
-    Some((join_safetensors(&header, data), format!("checkpoint header {what}")))
+    Some((
+        join_safetensors(&header, data),
+        format!("checkpoint header {what}"),
+    ))
 }
 
 /// NPY: the shape tuple replaced by hostile dims, the header length and padding kept right.
@@ -234,8 +246,8 @@ pub fn pt_pickle(valid: &[u8], rng: &mut Rng) -> Option<(Vec<u8>, String)> {
         }
     };
     let mut out = zip::ZipWriter::new(std::io::Cursor::new(Vec::new()));
-    let stored = zip::write::SimpleFileOptions::default()
-        .compression_method(zip::CompressionMethod::Stored);
+    let stored =
+        zip::write::SimpleFileOptions::default().compression_method(zip::CompressionMethod::Stored);
     for (name, bytes) in &entries {
         out.start_file(name.as_str(), stored).ok()?;
         out.write_all(bytes).ok()?;
@@ -281,7 +293,10 @@ pub fn onnx_model(valid: &[u8], rng: &mut Rng) -> Option<(Vec<u8>, String)> {
             let a = node.attribute.first_mut()?;
             a.ints = vec![i64::MAX; 1 + rng.below(4)];
             a.r#type = *rng.pick(&[2, 7, 99]);
-            format!("attribute {} set to {:?} (type {})", a.name, a.ints, a.r#type)
+            format!(
+                "attribute {} set to {:?} (type {})",
+                a.name, a.ints, a.r#type
+            )
         }
     };
     Some((model.encode_to_vec(), what))

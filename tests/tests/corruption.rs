@@ -55,7 +55,11 @@ fn run(binary: &Path, dir: &Path, reader: &Reader, sample: &Sample, bytes: &[u8]
 fn keep_failure(reader: &Reader, index: usize, bytes: &[u8]) -> PathBuf {
     let dir = std::env::temp_dir().join("rb-corruption-failures");
     std::fs::create_dir_all(&dir).ok();
-    let path = dir.join(format!("{}-{index}-{}", reader.name.replace(' ', "_"), reader.file_name));
+    let path = dir.join(format!(
+        "{}-{index}-{}",
+        reader.name.replace(' ', "_"),
+        reader.file_name
+    ));
     std::fs::write(&path, bytes).ok();
     path
 }
@@ -69,7 +73,10 @@ fn every_reader_fails_cleanly_on_corrupt_files() {
     let only = std::env::var("RB_CORRUPTION_READERS").ok();
     let readers: Vec<&Reader> = READERS
         .iter()
-        .filter(|r| only.as_ref().is_none_or(|o| o.split(',').any(|n| n.trim() == r.name)))
+        .filter(|r| {
+            only.as_ref()
+                .is_none_or(|o| o.split(',').any(|n| n.trim() == r.name))
+        })
         .collect();
     let binary = std::env::current_exe().unwrap();
     let samples: Vec<Sample> = readers.iter().map(|r| sample(r.name)).collect();
@@ -78,7 +85,12 @@ fn every_reader_fails_cleanly_on_corrupt_files() {
     let dir = WorkDir::new("valid");
     for (r, s) in readers.iter().zip(&samples) {
         let outcome = run(&binary, &dir.0, r, s, &s.valid);
-        assert_eq!(outcome, Outcome::Loaded, "{}: the valid file does not load", r.name);
+        assert_eq!(
+            outcome,
+            Outcome::Loaded,
+            "{}: the valid file does not load",
+            r.name
+        );
     }
 
     let jobs: Vec<(usize, usize)> = (0..readers.len())

@@ -501,7 +501,10 @@ mod tests {
         assert!(clean.note("iris.csv").is_none());
         // A regression target counts too.
         let (_, target) = super::parse(b"x,y\n1,-inf\n", &CsvOptions::regression("y")).unwrap();
-        assert!(target.note("t.csv").unwrap().starts_with("t.csv:2:2: 1 value is"));
+        assert!(target
+            .note("t.csv")
+            .unwrap()
+            .starts_with("t.csv:2:2: 1 value is"));
     }
 
     #[test]

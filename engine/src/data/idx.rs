@@ -239,6 +239,9 @@ mod tests {
         truncated.extend([1, 2]);
         std::fs::write(&path, truncated).unwrap();
         let msg = read_idx(&path).unwrap_err().to_string();
-        assert!(msg.starts_with(&format!("idx: {}: ", path.display())), "{msg}");
+        assert!(
+            msg.starts_with(&format!("idx: {}: ", path.display())),
+            "{msg}"
+        );
     }
 }

@@ -622,6 +622,9 @@ mod tests {
         let path = dir.path().join("features.npy");
         std::fs::write(&path, b"\x93NUMPY\x01\x00").unwrap();
         let msg = read_npy(&path).unwrap_err().to_string();
-        assert!(msg.starts_with(&format!("npy: {}: ", path.display())), "{msg}");
+        assert!(
+            msg.starts_with(&format!("npy: {}: ", path.display())),
+            "{msg}"
+        );
     }
 }

@@ -11,9 +11,9 @@ mod header;
 #[cfg(test)]
 mod tests;
 
+use super::temp_file::TempFile;
 use crate::backend::{CpuStorage, Storage};
 use crate::{no_grad, Device, Error, Result, Tensor};
-use super::temp_file::TempFile;
 use header::{engine_dtype, file_dtype};
 use safetensors::{Dtype, SafeTensors, View};
 use std::borrow::Cow;

@@ -31,11 +31,7 @@ impl TempFile {
     pub fn beside(target: &Path) -> TempFile {
         static COUNTER: AtomicU64 = AtomicU64::new(0);
         let n = COUNTER.fetch_add(1, Ordering::Relaxed);
-        let path = target.with_file_name(format!(
-            "{}{}-{n}",
-            prefix(target),
-            std::process::id()
-        ));
+        let path = target.with_file_name(format!("{}{}-{n}", prefix(target), std::process::id()));
         let mut set = live();
         remove_stale(target, set.get_or_insert_with(HashSet::new));
         set.get_or_insert_with(HashSet::new).insert(path.clone());
@@ -138,9 +134,10 @@ mod tests {
         // A dead writer (pid 0 is never a user process), an orphan of this process, and a
         // live writer's temp (this process, held), plus another target's temp.
         let dead = dir.path().join(".model.safetensors.tmp-0-3");
-        let orphan = dir
-            .path()
-            .join(format!(".model.safetensors.tmp-{}-999999", std::process::id()));
+        let orphan = dir.path().join(format!(
+            ".model.safetensors.tmp-{}-999999",
+            std::process::id()
+        ));
         let other = dir.path().join(".other.safetensors.tmp-0-1");
         for p in [&dead, &orphan, &other] {
             std::fs::write(p, b"partial").unwrap();
@@ -151,7 +148,10 @@ mod tests {
             temps_of(&target),
             [held.path().file_name().unwrap().to_string_lossy()]
         );
-        assert!(other.exists(), "another target's temp is not ours to remove");
+        assert!(
+            other.exists(),
+            "another target's temp is not ours to remove"
+        );
         // A second save while the first is still writing keeps the first one's temp.
         let second = TempFile::beside(&target);
         assert!(held.path().exists());

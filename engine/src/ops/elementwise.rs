@@ -1,6 +1,5 @@
 //! Elementwise ops: unary math, broadcasting binary arithmetic, comparisons and `where`.
 
-use crate::tensor::memory::check_alloc;
 use super::dispatch::dispatch;
 use super::{backward_fn, grad_if};
 use crate::autograd::SavedTensor;
@@ -8,6 +7,7 @@ use crate::backend::cpu::elementwise as cpu;
 use crate::backend::cuda::elementwise as cuda;
 use crate::backend::spec::{BinaryOp, CmpOp, UnaryOp};
 use crate::layout::broadcast_shapes;
+use crate::tensor::memory::check_alloc;
 use crate::{DType, Error, Result, Tensor};
 
 impl Tensor {

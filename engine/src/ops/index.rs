@@ -1,13 +1,13 @@
 //! cat, stack, index_select, gather and scatter_add. Index tensors hold integers; every index is
 //! checked against its dimension, so a bad index is an error rather than a wild read.
 
-use crate::tensor::memory::check_alloc;
 use super::dispatch::{dispatch, dispatch_all, CpuOperand};
 use super::{backward_fn, grad_if};
 use crate::autograd::SavedTensor;
 use crate::backend::cpu::index as cpu;
 use crate::backend::{cuda, CpuStorage, CudaStorage, Storage};
 use crate::layout::resolve_dim;
+use crate::tensor::memory::check_alloc;
 use crate::{Device, Error, Layout, Result, Tensor};
 
 /// Index tensors hold integers (Bool and floats are refused before any kernel runs).

@@ -1,12 +1,12 @@
 //! Matrix products with PyTorch's rules: 1-D operands gain and lose a dim, batch dims broadcast.
 
-use crate::tensor::memory::check_alloc;
 use super::dispatch::dispatch;
 use super::{backward_fn, grad_if};
 use crate::autograd::SavedTensor;
 use crate::backend::cpu::matmul as cpu;
 use crate::backend::cuda::matmul as cuda;
 use crate::layout::broadcast_shapes;
+use crate::tensor::memory::check_alloc;
 use crate::{DType, Error, Result, Tensor};
 
 impl Tensor {

@@ -1,12 +1,12 @@
 //! Views (reshape, permute, narrow, expand, squeeze) share storage and only change the layout;
 //! `contiguous`, `to_dtype` and `to_device` copy. Each records the backward that undoes it.
 
-use crate::tensor::memory::check_alloc;
 use super::dispatch::dispatch;
 use super::{backward_fn, grad_if};
 use crate::backend::cpu::elementwise;
 use crate::backend::{cuda, CudaStorage, Storage};
 use crate::layout::resolve_dim;
+use crate::tensor::memory::check_alloc;
 use crate::{DType, Device, Error, Layout, Result, Tensor};
 
 /// Resolves a shape that may hold one -1 against `numel`.

@@ -181,7 +181,13 @@ fn listed(mut problems: Vec<String>) -> String {
 /// trusting any size: at most one entry per tensor.
 fn layer_count(map: &BTreeMap<String, Tensor>) -> usize {
     map.keys()
-        .filter_map(|k| k.strip_prefix("model.layers.")?.split('.').next()?.parse::<usize>().ok())
+        .filter_map(|k| {
+            k.strip_prefix("model.layers.")?
+                .split('.')
+                .next()?
+                .parse::<usize>()
+                .ok()
+        })
         .map(|i| i.saturating_add(1))
         .max()
         .unwrap_or(0)

@@ -115,9 +115,7 @@ impl Rotary {
         }
         let (cos, sin) = self.tables(x.device(), end)?;
         let (cos, sin) = match positions {
-            Positions::From(offset) => {
-                (cos.narrow(0, *offset, seq)?, sin.narrow(0, *offset, seq)?)
-            }
+            Positions::From(offset) => (cos.narrow(0, *offset, seq)?, sin.narrow(0, *offset, seq)?),
             Positions::PerRow { ids, .. } => {
                 let (b, t) = (ids.shape()[0], ids.shape()[1]);
                 let flat = ids.flatten()?;

@@ -156,11 +156,14 @@ fn a_config_larger_than_its_weights_is_refused_before_anything_is_allocated() {
     let state = TransformerLm::new(tiny(2), &mut Generator::new(0))
         .unwrap()
         .state_dict();
-    let load = |c: LmConfig| {
-        match TransformerLm::from_tensors(c, &state, DType::F32, crate::Device::Cpu) {
-            Err(e) => e.to_string(),
-            Ok(_) => panic!("a config that does not match its weights loaded"),
-        }
+    let load = |c: LmConfig| match TransformerLm::from_tensors(
+        c,
+        &state,
+        DType::F32,
+        crate::Device::Cpu,
+    ) {
+        Err(e) => e.to_string(),
+        Ok(_) => panic!("a config that does not match its weights loaded"),
     };
     let mut wide = tiny(2);
     (wide.d_model, wide.n_heads, wide.n_kv_heads) = (1 << 17, 1 << 13, 1 << 12);
@@ -196,8 +199,14 @@ fn missing_tensors_are_reported_without_allocating_stand_ins() {
         Err(e) => e.to_string(),
         Ok(_) => panic!("a model without weights loaded"),
     };
-    assert!(msg.contains("model.embed_tokens.weight is missing"), "{msg}");
-    assert!(msg.contains("model.layers.1.mlp.down_proj.weight is missing"), "{msg}");
+    assert!(
+        msg.contains("model.embed_tokens.weight is missing"),
+        "{msg}"
+    );
+    assert!(
+        msg.contains("model.layers.1.mlp.down_proj.weight is missing"),
+        "{msg}"
+    );
 }
 
 #[test]
