@@ -2,3 +2,4 @@
 
 pub mod alloc_meter;
 pub mod assets;
+pub mod corruption;

@@ -84,13 +84,19 @@ pub enum Error {
     #[error("{op}: in-place write into a leaf tensor that requires grad; wrap it in no_grad or detach it first")]
     InPlaceOnLeaf { op: &'static str },
 
+    /// A buffer that does not fit: refused before allocating (host) or by the device's pool.
+    /// `shape` is empty and `op` is `alloc` where the allocator alone knows of the request.
     #[error(
-        "{device}: out of memory: {requested} bytes requested, {free} bytes free on the device"
+        "{op}: out of memory on {device}: {}",
+        oom_detail(shape, dtype, *requested, *available)
     )]
     OutOfMemory {
+        op: &'static str,
+        shape: Vec<usize>,
+        dtype: Option<DType>,
         device: Device,
         requested: usize,
-        free: usize,
+        available: usize,
     },
 
     #[error("{op}: not implemented on {device} yet; move the tensor to the CPU with .to(\"cpu\") for this op")]
@@ -123,6 +129,30 @@ pub enum Error {
 
 pub type Result<T> = std::result::Result<T, Error>;
 
+/// `shape [2, 3] of f32 needs 24 bytes (24 B); 8 bytes (8 B) are available`, or without a
+/// shape `24 bytes (24 B) asked for; ...` when only the allocator knew of the request.
+fn oom_detail(
+    shape: &[usize],
+    dtype: &Option<DType>,
+    requested: usize,
+    available: usize,
+) -> String {
+    use crate::memory::human_bytes;
+    let asked = format!("{requested} bytes ({})", human_bytes(requested));
+    let what = match (shape.is_empty(), dtype) {
+        (true, _) => format!("{asked} asked for"),
+        (false, Some(d)) => format!("shape {shape:?} of {d} needs {asked}"),
+        (false, None) => format!("shape {shape:?} needs {asked}"),
+    };
+    format!(
+        "{what}; {available} bytes ({}) are available",
+        human_bytes(available)
+    )
+}
+
+/// The op name of an `OutOfMemory` raised by an allocator that does not know the op.
+pub const ALLOC_OP: &str = "alloc";
+
 impl Error {
     pub fn invalid(op: &'static str, msg: impl Into<String>) -> Self {
         Error::InvalidArgument {
@@ -147,6 +177,29 @@ impl Error {
             layer: layer.into(),
             expected: expected.into(),
             got: got.into(),
+        }
+    }
+
+    /// Names the op (and the shape, when known) of an out-of-memory error raised below it;
+    /// every other error passes through.
+    pub fn in_op(self, op: &'static str, shape: &[usize], dtype: Option<DType>) -> Self {
+        match self {
+            Error::OutOfMemory {
+                op: o,
+                shape: s,
+                dtype: d,
+                device,
+                requested,
+                available,
+            } if o == ALLOC_OP => Error::OutOfMemory {
+                op,
+                shape: if s.is_empty() { shape.to_vec() } else { s },
+                dtype: d.or(dtype),
+                device,
+                requested,
+                available,
+            },
+            e => e,
         }
     }
 

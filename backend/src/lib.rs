@@ -14,6 +14,7 @@ pub mod device;
 pub mod dtype;
 pub mod error;
 pub mod layout;
+pub mod memory;
 pub mod messages;
 pub mod spec;
 mod storage;

@@ -1,7 +1,7 @@
 //! Forward values of the ops against direct computations, and their errors on bad input.
 
 use rusting_brain::{
-    cross_entropy, Conv2dOptions, CrossEntropyOptions, DType, Error, Generator, Tensor,
+    cross_entropy, Conv2dOptions, CrossEntropyOptions, DType, Device, Error, Generator, Tensor,
 };
 
 fn t(values: &[f64], shape: &[usize]) -> Tensor {
@@ -442,4 +442,42 @@ fn softmax_of_a_narrowed_view_uses_the_view_not_the_storage() {
         y.iter().zip(want).all(|(a, b)| (a - b).abs() < 1e-6),
         "{y:?}"
     );
+}
+
+#[test]
+fn sums_over_nothing_are_zero_and_means_are_nan_as_in_pytorch() {
+    let empty = Tensor::zeros(&[0, 3], DType::F32, Device::Cpu).unwrap();
+    assert_eq!(empty.sum().unwrap().item().unwrap(), 0.0);
+    assert!(empty.mean().unwrap().item().unwrap().is_nan());
+    // Over the empty dim every kept position sums nothing; over the other, nothing is kept.
+    let cols = empty.sum_dims(&[0], false).unwrap();
+    assert_eq!(cols.to_vec::<f32>().unwrap(), vec![0.0; 3]);
+    assert_eq!(empty.sum_dims(&[1], true).unwrap().shape(), &[0, 1]);
+    let means = empty.mean_dims(&[0], true).unwrap();
+    assert_eq!(means.shape(), &[1, 3]);
+    assert!(means.to_vec::<f32>().unwrap().iter().all(|m| m.is_nan()));
+    let ints = Tensor::from_vec(Vec::<i64>::new(), &[0])
+        .unwrap()
+        .sum()
+        .unwrap();
+    assert_eq!((ints.dtype(), ints.item().unwrap()), (DType::I64, 0.0));
+}
+
+#[test]
+fn a_tensor_larger_than_memory_is_an_error_naming_op_shape_and_bytes() {
+    let e = Tensor::zeros(&[100_000, 100_000, 100_000], DType::F32, Device::Cpu).unwrap_err();
+    let msg = e.to_string();
+    assert!(msg.starts_with("zeros: out of memory"), "{msg}");
+    assert!(msg.contains("[100000, 100000, 100000]"), "{msg}");
+    assert!(msg.contains("4000000000000000 bytes"), "{msg}");
+    // Sizes that only grow inside an op: a broadcast and an expanded view made contiguous.
+    let col = Tensor::zeros(&[1_000_000, 1], DType::F32, Device::Cpu).unwrap();
+    let row = Tensor::zeros(&[1, 1_000_000], DType::F32, Device::Cpu).unwrap();
+    let msg = col.add(&row).unwrap_err().to_string();
+    assert!(msg.starts_with("add: out of memory"), "{msg}");
+    let msg = col.matmul(&row).unwrap_err().to_string();
+    assert!(msg.starts_with("matmul: out of memory"), "{msg}");
+    let wide = col.expand(&[1_000_000, 1_000_000]).unwrap();
+    let msg = wide.contiguous().unwrap_err().to_string();
+    assert!(msg.starts_with("contiguous: out of memory"), "{msg}");
 }

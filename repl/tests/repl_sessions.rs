@@ -145,3 +145,26 @@ fn item_gives_an_int_for_integer_tensors_and_a_bool_for_bool_tensors() {
         text(&out.stderr)
     );
 }
+
+#[test]
+fn a_tensor_too_large_for_memory_is_an_error_and_the_session_keeps_its_variables() {
+    let out = repl_session(
+        "let keep = ones([2]);\nzeros([100000, 100000, 100000])\nzeros([1000000, 1000000])\n\
+         let wide = ones([1000000, 1]) + ones([1, 1000000]);\nprint(keep.sum());\n",
+    );
+    let stderr = text(&out.stderr);
+    assert!(out.status.success(), "the session ended: {stderr}");
+    for needle in [
+        "zeros: out of memory",
+        "shape [100000, 100000, 100000] of f32 needs 4000000000000000 bytes",
+        "shape [1000000, 1000000] of f32 needs 4000000000000 bytes",
+        "add: out of memory",
+    ] {
+        assert!(stderr.contains(needle), "{needle:?} not in {stderr}");
+    }
+    assert!(
+        text(&out.stdout).contains("tensor(2."),
+        "{}",
+        text(&out.stdout)
+    );
+}

@@ -87,10 +87,17 @@ fn reduce_t<T: WithDType + IntoCpuStorage>(
     op: ReduceOp,
 ) -> CpuStorage {
     let (data, inner) = rows_last(v, l, dims);
-    let outer = data.len().checked_div(inner).unwrap_or(0);
+    // Counted from the kept dims, not from the data: reducing an empty dim leaves every kept
+    // position with a sum over nothing.
+    let outer: usize = (0..l.rank())
+        .filter(|d| !dims.contains(d))
+        .map(|d| l.shape()[d])
+        .product();
     match op {
         ReduceOp::Sum => {
-            let sums = if outer == 1 {
+            let sums = if inner == 0 {
+                vec![0.0; outer]
+            } else if outer == 1 {
                 vec![sum_span(&data)]
             } else {
                 for_rows(&data, inner, sum_span)

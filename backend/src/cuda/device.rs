@@ -233,11 +233,14 @@ impl CudaDevice {
                 };
                 retry.map_err(|_| {
                     let free = result::mem_get_info().map(|(f, _)| f).unwrap_or(0);
-                    Error::OutOfMemory {
-                        device: Device::Cuda(self.ordinal),
-                        requested: bytes,
+                    crate::memory::out_of_memory(
+                        crate::error::ALLOC_OP,
+                        &[],
+                        None,
+                        Device::Cuda(self.ordinal),
+                        bytes,
                         free,
-                    }
+                    )
                 })
             }
             Err(e) => Err(Error::Cuda(format!(

@@ -38,11 +38,11 @@ fn from_array(values: Array, opts: Map) -> RhaiResult<Tensor> {
     finish(t, &opts)
 }
 
-fn filled(value: f64, dims: Array, opts: Map, what: &str) -> RhaiResult<Tensor> {
+fn filled(value: f64, dims: Array, opts: Map, what: &'static str) -> RhaiResult<Tensor> {
     let opts = Options::new(what, opts, TENSOR_OPTIONS)?;
     let s = shape(&dims, what)?;
     finish(
-        guard(|| Tensor::full(value, &s, DType::F32, rusting_brain::Device::Cpu))?,
+        guard(|| Tensor::full_for(what, value, &s, DType::F32, rusting_brain::Device::Cpu))?,
         &opts,
     )
 }

@@ -4,6 +4,11 @@
 //! delimiter, line breaks and doubled quotes; lines end in LF or CRLF; blank lines are skipped.
 //! Memory stays proportional to the input: values are pushed as they are parsed (never
 //! pre-sized from anything the file says), labels are interned, and one record is held at a time.
+//!
+//! Numbers that are not finite (`NaN`, `inf`, or `1e999`, beyond f32) are kept as read, as
+//! pandas keeps them, but never silently: the read warns once with their count and where the
+//! first one is (`file:line:column`), since one NaN feature turns every loss of a training run
+//! into NaN.
 
 use super::Dataset;
 use crate::{Error, Result, Tensor};
@@ -55,13 +60,58 @@ impl Dataset {
 }
 
 pub fn read_csv(path: impl AsRef<Path>, options: &CsvOptions) -> Result<Dataset> {
-    let bytes = std::fs::read(path.as_ref()).map_err(|e| Error::io(path.as_ref(), e))?;
-    parse_csv(&bytes, options).map_err(|e| super::in_file(path.as_ref(), e))
+    let path = path.as_ref();
+    let bytes = std::fs::read(path).map_err(|e| Error::io(path, e))?;
+    let (dataset, non_finite) = parse(&bytes, options).map_err(|e| super::in_file(path, e))?;
+    if let Some(note) = non_finite.note(&path.display().to_string()) {
+        crate::messages::warn(&note);
+    }
+    Ok(dataset)
 }
 
 /// Parses CSV text; errors name the data row (1-based, after the header), its line in the
-/// file and the column.
+/// file and the column. Non-finite numbers are warned about as in `read_csv`.
 pub fn parse_csv(bytes: &[u8], options: &CsvOptions) -> Result<Dataset> {
+    let (dataset, non_finite) = parse(bytes, options)?;
+    if let Some(note) = non_finite.note("csv") {
+        crate::messages::warn(&note);
+    }
+    Ok(dataset)
+}
+
+/// The numbers of a read that are not finite: how many, and the first one's line, column
+/// (1-based) and column name.
+#[derive(Debug, Default)]
+struct NonFinite {
+    count: usize,
+    first: Option<(usize, usize, String, String)>,
+}
+
+impl NonFinite {
+    fn see(&mut self, value: f32, cell: &str, line: usize, col: usize, name: &str) {
+        if value.is_finite() {
+            return;
+        }
+        self.count += 1;
+        if self.first.is_none() {
+            let shown: String = cell.trim().chars().take(40).collect();
+            self.first = Some((line, col + 1, name.to_string(), shown));
+        }
+    }
+
+    /// The warning for a read of `source`, or `None` when every number was finite.
+    fn note(&self, source: &str) -> Option<String> {
+        let (line, col, name, text) = self.first.as_ref()?;
+        let n = self.count;
+        Some(format!(
+            "{source}:{line}:{col}: {n} value{} not finite (NaN, inf, or beyond f32), the first \
+             {text:?} in column {name:?}; kept as read, so drop or fill them before training",
+            if n == 1 { " is" } else { "s are" }
+        ))
+    }
+}
+
+fn parse(bytes: &[u8], options: &CsvOptions) -> Result<(Dataset, NonFinite)> {
     let d = options.delimiter;
     if !d.is_ascii() || matches!(d, b'"' | b'\r' | b'\n') {
         return Err(Error::invalid(
@@ -92,6 +142,7 @@ pub fn parse_csv(bytes: &[u8], options: &CsvOptions) -> Result<Dataset> {
 
     let mut features: Vec<f32> = Vec::new();
     let mut targets = Targets::new(options.target);
+    let mut non_finite = NonFinite::default();
     let mut row = 0usize;
     while let Some(line) = records.next_into(&mut fields)? {
         row += 1;
@@ -108,9 +159,13 @@ pub fn parse_csv(bytes: &[u8], options: &CsvOptions) -> Result<Dataset> {
         for (j, field) in fields.iter().enumerate() {
             let cell = text(field, row, j)?;
             if j == label_col {
-                targets.push(cell, row, line, &header[j])?;
+                if let Some(v) = targets.push(cell, row, line, &header[j])? {
+                    non_finite.see(v, cell, line, j, &header[j]);
+                }
             } else {
-                features.push(number(cell, row, line, &header[j])?);
+                let v = number(cell, row, line, &header[j])?;
+                non_finite.see(v, cell, line, j, &header[j]);
+                features.push(v);
             }
         }
     }
@@ -124,10 +179,11 @@ pub fn parse_csv(bytes: &[u8], options: &CsvOptions) -> Result<Dataset> {
     let features = Tensor::from_vec(features, &[row, width])?;
     let (targets, class_names) = targets.finish(row)?;
     let dataset = Dataset::new(features, targets)?.with_feature_names(feature_names)?;
-    match class_names {
-        Some(names) => dataset.with_class_names(names),
-        None => Ok(dataset),
-    }
+    let dataset = match class_names {
+        Some(names) => dataset.with_class_names(names)?,
+        None => dataset,
+    };
+    Ok((dataset, non_finite))
 }
 
 fn find_label(header: &[String], label: &str) -> Result<usize> {
@@ -166,15 +222,20 @@ impl Targets {
         }
     }
 
-    fn push(&mut self, cell: &str, row: usize, line: usize, column: &str) -> Result<()> {
+    /// Adds one label; returns the number read for a regression target.
+    fn push(&mut self, cell: &str, row: usize, line: usize, column: &str) -> Result<Option<f32>> {
         match self {
             Targets::Class { ids, seen } => {
                 let next = seen.len() as u32;
                 ids.push(*seen.entry(cell.trim().to_string()).or_insert(next));
+                Ok(None)
             }
-            Targets::Regression(values) => values.push(number(cell, row, line, column)?),
+            Targets::Regression(values) => {
+                let v = number(cell, row, line, column)?;
+                values.push(v);
+                Ok(Some(v))
+            }
         }
-        Ok(())
     }
 
     fn finish(self, rows: usize) -> Result<(Tensor, Option<Vec<String>>)> {
@@ -422,6 +483,28 @@ mod tests {
             empty.contains("row 1") && empty.contains("empty"),
             "{empty}"
         );
+    }
+
+    #[test]
+    fn non_finite_numbers_are_kept_and_counted_with_the_first_position() {
+        let text = b"x,y,species\n1,2,a\n3,NaN,b\ninf,1e999,a\n4,5,b\n";
+        let opts = CsvOptions::classification("species");
+        let (d, non_finite) = super::parse(text, &opts).unwrap();
+        assert!(d.features().to_vec::<f32>().unwrap()[3].is_nan());
+        let note = non_finite.note("iris.csv").unwrap();
+        assert!(
+            note.starts_with("iris.csv:3:2: 3 values are not finite"),
+            "{note}"
+        );
+        assert!(note.contains("\"NaN\" in column \"y\""), "{note}");
+        let (_, clean) = super::parse(b"x,species\n1,a\n", &opts).unwrap();
+        assert!(clean.note("iris.csv").is_none());
+        // A regression target counts too.
+        let (_, target) = super::parse(b"x,y\n1,-inf\n", &CsvOptions::regression("y")).unwrap();
+        assert!(target
+            .note("t.csv")
+            .unwrap()
+            .starts_with("t.csv:2:2: 1 value is"));
     }
 
     #[test]

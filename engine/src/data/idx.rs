@@ -5,6 +5,7 @@
 //! elements, big-endian, in row-major order. The dimensions must account for exactly the bytes
 //! that follow before anything is decoded.
 
+use super::in_file;
 use super::untrusted::{checked_numel, decode, Cursor};
 use super::Dataset;
 use crate::{DType, Error, Result, Tensor};
@@ -14,12 +15,12 @@ impl Dataset {
     /// Images `[N, rows, cols]` flattened to `[N, rows * cols]` f32 and labels `[N]` as class
     /// ids. u8 pixels are scaled to [0, 1] by dividing by 255, the usual input range for MNIST.
     pub fn from_idx(images: impl AsRef<Path>, labels: impl AsRef<Path>) -> Result<Dataset> {
+        let labels_path = labels.as_ref();
         let images = read_idx(images)?;
-        let label_path = labels.as_ref();
-        let labels = read_idx(label_path)?;
+        let labels = read_idx(labels_path)?;
         if labels.dtype().is_float() {
-            return Err(super::in_file(
-                label_path,
+            return Err(in_file(
+                labels_path,
                 Error::format(
                     "idx",
                     format!(
@@ -38,9 +39,11 @@ impl Dataset {
     }
 }
 
+/// Reads an IDX file; a format error names the file.
 pub fn read_idx(path: impl AsRef<Path>) -> Result<Tensor> {
-    let bytes = std::fs::read(path.as_ref()).map_err(|e| Error::io(path.as_ref(), e))?;
-    parse_idx(&bytes).map_err(|e| super::in_file(path.as_ref(), e))
+    let path = path.as_ref();
+    let bytes = std::fs::read(path).map_err(|e| Error::io(path, e))?;
+    parse_idx(&bytes).map_err(|e| in_file(path, e))
 }
 
 /// Parses the bytes of an IDX file. u8 stays u8, f32 and f64 keep their dtype, and the signed
@@ -229,5 +232,19 @@ mod tests {
         assert_eq!(d.features().shape(), &[2, 2]);
         assert_eq!(d.features().to_vec::<f32>().unwrap(), [0.0, 1.0, 0.2, 0.4]);
         assert_eq!(d.targets().to_vec::<i64>().unwrap(), [7, 3]);
+    }
+
+    #[test]
+    fn a_format_error_names_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("labels.idx");
+        let mut truncated = header(0x08, &[5]);
+        truncated.extend([1, 2]);
+        std::fs::write(&path, truncated).unwrap();
+        let msg = read_idx(&path).unwrap_err().to_string();
+        assert!(
+            msg.starts_with(&format!("idx: {}: ", path.display())),
+            "{msg}"
+        );
     }
 }

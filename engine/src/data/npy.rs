@@ -6,6 +6,7 @@
 //! header is parsed by hand rather than evaluated, and its shape and dtype must account for
 //! exactly the bytes that follow before anything is decoded.
 
+use super::in_file;
 use super::untrusted::{checked_numel, decode, Cursor};
 use super::Dataset;
 use crate::{DType, Device, Error, Result, Tensor};
@@ -22,9 +23,11 @@ impl Dataset {
     }
 }
 
+/// Reads an `.npy` file; a format error names the file.
 pub fn read_npy(path: impl AsRef<Path>) -> Result<Tensor> {
-    let bytes = std::fs::read(path.as_ref()).map_err(|e| Error::io(path.as_ref(), e))?;
-    parse_npy(&bytes).map_err(|e| super::in_file(path.as_ref(), e))
+    let path = path.as_ref();
+    let bytes = std::fs::read(path).map_err(|e| Error::io(path, e))?;
+    parse_npy(&bytes).map_err(|e| in_file(path, e))
 }
 
 /// Parses the bytes of a `.npy` file. NumPy types without a tensor dtype of their own widen
@@ -612,5 +615,17 @@ mod tests {
         assert_eq!(d.features().shape(), &[2, 2]);
         assert_eq!(d.features().dtype(), DType::F32);
         assert_eq!(d.targets().to_vec::<i64>().unwrap(), [1, 0]);
+    }
+
+    #[test]
+    fn a_format_error_names_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("features.npy");
+        std::fs::write(&path, b"\x93NUMPY\x01\x00").unwrap();
+        let msg = read_npy(&path).unwrap_err().to_string();
+        assert!(
+            msg.starts_with(&format!("npy: {}: ", path.display())),
+            "{msg}"
+        );
     }
 }

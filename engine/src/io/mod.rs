@@ -2,6 +2,7 @@
 
 pub mod onnx;
 pub mod safetensors;
+pub mod temp_file;
 pub mod torch;
 
 pub use self::safetensors::{

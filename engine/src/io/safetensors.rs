@@ -3,20 +3,22 @@
 //! Files are untrusted: `header::validate` checks the framing, every offset and every size
 //! before the crate parses the header, so a corrupt file gives an error, never a panic, and the
 //! only large allocation is the tensors' data, which the file's length bounds. Writes go to a
-//! sibling temporary file that is synced and then renamed, so a crash leaves the old file or the
-//! new one, never half of one.
+//! sibling temporary file (`TempFile`) that is synced and then renamed, so a crash leaves the
+//! old file or the new one, never half of one (and the next save removes the crashed one's
+//! temp).
 
 mod header;
 #[cfg(test)]
 mod tests;
 
+use super::temp_file::TempFile;
 use crate::backend::{CpuStorage, Storage};
 use crate::{no_grad, Device, Error, Result, Tensor};
 use header::{engine_dtype, file_dtype};
 use safetensors::{Dtype, SafeTensors, View};
 use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 /// A loaded file: its tensors by name and its `__metadata__` string map (empty when absent).
 #[derive(Clone)]
@@ -124,15 +126,10 @@ pub fn save<T: NamedTensors + ?Sized>(
 ) -> Result<()> {
     let path = path.as_ref();
     let views = prepare(tensors)?;
-    let tmp = temp_sibling(path);
-    let written = safetensors::serialize_to_file(views, metadata, &tmp)
-        .map_err(crate_error)
-        .and_then(|()| sync_file(&tmp))
-        .and_then(|()| std::fs::rename(&tmp, path).map_err(|e| Error::io(path, e)));
-    if written.is_err() {
-        let _ = std::fs::remove_file(&tmp);
-    }
-    written?;
+    let tmp = TempFile::beside(path);
+    safetensors::serialize_to_file(views, metadata, tmp.path()).map_err(crate_error)?;
+    sync_file(tmp.path())?;
+    tmp.persist(path)?;
     // Persist the rename itself; not every platform lets a directory be opened, so best effort.
     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
         if let Ok(d) = std::fs::File::open(dir) {
@@ -210,18 +207,6 @@ fn le_bytes(s: &CpuStorage, r: std::ops::Range<usize>) -> Vec<u8> {
         CpuStorage::F32(v) => bytemuck::cast_slice(&v[r]).to_vec(),
         CpuStorage::F64(v) => bytemuck::cast_slice(&v[r]).to_vec(),
     }
-}
-
-/// A name next to `path` that no other writer in this process or another one picks.
-fn temp_sibling(path: &Path) -> PathBuf {
-    use std::sync::atomic::{AtomicU64, Ordering};
-    static COUNTER: AtomicU64 = AtomicU64::new(0);
-    let n = COUNTER.fetch_add(1, Ordering::Relaxed);
-    let file = path
-        .file_name()
-        .map(|f| f.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    path.with_file_name(format!(".{file}.tmp-{}-{n}", std::process::id()))
 }
 
 fn sync_file(path: &Path) -> Result<()> {

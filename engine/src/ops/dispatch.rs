@@ -149,7 +149,8 @@ fn run<R>(
                     _ => Err(moved()),
                 })
                 .collect::<Result<_>>()?;
-            cuda(views)
+            // The pool's out-of-memory error knows the bytes, not the op asking for them.
+            cuda(views).map_err(|e| e.in_op(op, &[], None))
         }
     }
 }

@@ -7,6 +7,7 @@ use crate::backend::cpu::elementwise as cpu;
 use crate::backend::cuda::elementwise as cuda;
 use crate::backend::spec::{BinaryOp, CmpOp, UnaryOp};
 use crate::layout::broadcast_shapes;
+use crate::tensor::memory::check_alloc;
 use crate::{DType, Device, Error, Layout, Result, Tensor};
 
 /// A CUDA tensor laid out densely in another dim order than row-major (channels-last images)
@@ -152,6 +153,7 @@ impl Tensor {
     }
 
     fn binary_raw(a: &Tensor, b: &Tensor, shape: &[usize], op: BinaryOp) -> Result<Tensor> {
+        check_alloc(op.name(), shape, a.dtype(), a.device())?;
         let (la, lb) = (
             a.layout().broadcast_to(op.name(), shape)?,
             b.layout().broadcast_to(op.name(), shape)?,
@@ -356,6 +358,7 @@ impl Tensor {
         let (b, _) = Tensor::colocated("where", &b, &a)?;
         let shape = broadcast_shapes("where", cond.shape(), &ab_shape)?;
         let c = cond.to_dtype(DType::Bool)?;
+        check_alloc("where", &shape, a.dtype(), a.device())?;
         let (lc, la, lb) = (
             c.layout().broadcast_to("where", &shape)?,
             a.layout().broadcast_to("where", &shape)?,

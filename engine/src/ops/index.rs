@@ -7,6 +7,7 @@ use crate::autograd::SavedTensor;
 use crate::backend::cpu::index as cpu;
 use crate::backend::{cuda, CpuStorage, CudaStorage, Storage};
 use crate::layout::resolve_dim;
+use crate::tensor::memory::check_alloc;
 use crate::{Device, Error, Layout, Result, Tensor};
 
 /// Index tensors hold integers (Bool and floats are refused before any kernel runs).
@@ -84,6 +85,7 @@ impl Tensor {
         }
         let mut shape = first.shape().to_vec();
         shape[d] = parts.iter().map(|t| t.shape()[d]).sum();
+        check_alloc("cat", &shape, dtype, first.device())?;
         let (storage, layout) = cat_storage(&parts, &shape, d)?;
         let sizes: Vec<usize> = parts.iter().map(|t| t.shape()[d]).collect();
         let refs: Vec<&Tensor> = parts.iter().collect();
@@ -136,6 +138,9 @@ impl Tensor {
         check_index_dtype("index_select", indices)?;
         self.check_same_device("index_select", indices)?;
         let size = self.shape()[d];
+        let mut shape = self.shape().to_vec();
+        shape[d] = indices.numel();
+        check_alloc("index_select", &shape, self.dtype(), self.device())?;
         let storage = dispatch(
             "index_select",
             [self, indices],
@@ -145,8 +150,6 @@ impl Tensor {
             },
             |[(x, lx), (i, li)]| Ok(cuda::index::index_select(x, lx, d, i, li)?.into()),
         )?;
-        let mut shape = self.shape().to_vec();
-        shape[d] = indices.numel();
         let in_shape = self.shape().to_vec();
         Tensor::from_op(storage, &shape, &[self], || {
             let indices = SavedTensor::new("index_select", indices);

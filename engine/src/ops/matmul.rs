@@ -6,6 +6,7 @@ use crate::autograd::SavedTensor;
 use crate::backend::cpu::matmul as cpu;
 use crate::backend::cuda::matmul as cuda;
 use crate::layout::broadcast_shapes;
+use crate::tensor::memory::check_alloc;
 use crate::{DType, Error, Result, Tensor};
 
 impl Tensor {
@@ -82,6 +83,7 @@ impl Tensor {
             b.layout().broadcast_to("matmul", &full(k, n))?,
         );
         let out_dtype = out_dtype.unwrap_or(dtype);
+        check_alloc("matmul", &full(m, n), out_dtype, a.device())?;
         let storage = dispatch(
             "matmul",
             [&a, &b],

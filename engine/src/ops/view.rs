@@ -6,6 +6,7 @@ use super::{backward_fn, grad_if};
 use crate::backend::cpu::elementwise;
 use crate::backend::{cuda, CudaStorage, Storage};
 use crate::layout::resolve_dim;
+use crate::tensor::memory::check_alloc;
 use crate::{DType, Device, Error, Layout, Result, Tensor};
 
 /// Resolves a shape that may hold one -1 against `numel`.
@@ -58,6 +59,8 @@ impl Tensor {
         if self.is_contiguous() {
             return Ok(self.clone());
         }
+        // An expanded view may stand for far more elements than its storage holds.
+        check_alloc("contiguous", self.shape(), self.dtype(), self.device())?;
         let storage = dispatch(
             "contiguous",
             [self],

@@ -1,5 +1,6 @@
 //! Constructors and read-back: from Rust data, filled, ranges and seeded random draws.
 
+use super::memory::check_alloc;
 use super::Tensor;
 use crate::backend::{CpuStorage, IntoCpuStorage, Storage};
 use crate::random::{with_default, Generator};
@@ -53,23 +54,37 @@ impl Tensor {
     }
 
     pub fn full(value: f64, shape: &[usize], dtype: DType, device: Device) -> Result<Tensor> {
-        let n = checked_numel("full", shape)?;
+        Self::full_for("full", value, shape, dtype, device)
+    }
+
+    /// `full` whose errors (a shape too large for the device) name `op`, the caller's name
+    /// for it (`zeros`, `ones`).
+    pub fn full_for(
+        op: &'static str,
+        value: f64,
+        shape: &[usize],
+        dtype: DType,
+        device: Device,
+    ) -> Result<Tensor> {
+        let n = checked_numel(op, shape)?;
+        check_alloc(op, shape, dtype, device)?;
         match device {
             Device::Cpu => Tensor::from_cpu(CpuStorage::full(value, n, dtype), shape),
             Device::Cuda(i) => {
                 let dev = crate::backend::cuda::device(i)?;
-                let s = crate::backend::cuda::copy::full(&dev, n, dtype, value)?;
+                let s = crate::backend::cuda::copy::full(&dev, n, dtype, value)
+                    .map_err(|e| e.in_op(op, shape, Some(dtype)))?;
                 Tensor::from_storage(Storage::Cuda(s), shape)
             }
         }
     }
 
     pub fn zeros(shape: &[usize], dtype: DType, device: Device) -> Result<Tensor> {
-        Self::full(0.0, shape, dtype, device)
+        Self::full_for("zeros", 0.0, shape, dtype, device)
     }
 
     pub fn ones(shape: &[usize], dtype: DType, device: Device) -> Result<Tensor> {
-        Self::full(1.0, shape, dtype, device)
+        Self::full_for("ones", 1.0, shape, dtype, device)
     }
 
     pub fn full_like(t: &Tensor, value: f64) -> Result<Tensor> {
@@ -99,12 +114,14 @@ impl Tensor {
                 format!("{n} elements is too many"),
             ));
         }
+        check_alloc("arange", &[n as usize], DType::F64, Device::Cpu)?;
         let values: Vec<f64> = (0..n as usize).map(|i| start + i as f64 * step).collect();
         Self::from_f64s(&values, &[values.len()], dtype)
     }
 
     /// `steps` evenly spaced values from start to end inclusive.
     pub fn linspace(start: f64, end: f64, steps: usize, dtype: DType) -> Result<Tensor> {
+        check_alloc("linspace", &[steps], DType::F64, Device::Cpu)?;
         let values: Vec<f64> = match steps {
             0 => vec![],
             1 => vec![start],
@@ -122,6 +139,8 @@ impl Tensor {
         draw: impl FnOnce(&mut Generator, usize) -> Vec<f64>,
     ) -> Result<Tensor> {
         let n = checked_numel("random", shape)?;
+        // The draw is made in f64 and then converted: the f64 values are the larger buffer.
+        check_alloc("random", shape, DType::F64, Device::Cpu)?;
         let values = match gen {
             Some(g) => draw(g, n),
             None => with_default(|g| draw(g, n)),
@@ -195,6 +214,7 @@ impl Tensor {
         dist: crate::backend::cuda::random::Distribution,
     ) -> Result<Tensor> {
         let n = checked_numel("random", shape)?;
+        check_alloc("random", shape, dtype, Device::Cuda(ordinal))?;
         let dev = crate::backend::cuda::device(ordinal)?;
         // The generator moves only once the device is known to be there, as a failed CPU
         // draw would leave it.
@@ -202,7 +222,8 @@ impl Tensor {
             Some(g) => (g.seed(), g.advance(dist.words(n))),
             None => with_default(|g| (g.seed(), g.advance(dist.words(n)))),
         };
-        let s = crate::backend::cuda::random::draw(&dev, n, dtype, dist, seed, start)?;
+        let s = crate::backend::cuda::random::draw(&dev, n, dtype, dist, seed, start)
+            .map_err(|e| e.in_op("random", shape, Some(dtype)))?;
         Tensor::from_storage(Storage::Cuda(s), shape)
     }
 
@@ -220,6 +241,7 @@ impl Tensor {
             ));
         }
         let n = checked_numel("randint", shape)?;
+        check_alloc("randint", shape, DType::I64, Device::Cpu)?;
         let values = match gen {
             Some(g) => g.integers(low, high, n),
             None => with_default(|g| g.integers(low, high, n)),

@@ -4,6 +4,7 @@
 mod create;
 mod display;
 mod inplace;
+pub(crate) mod memory;
 
 use crate::autograd::{is_grad_enabled, Backward, Node};
 use crate::backend::{CpuStorage, Storage, StorageCell};
@@ -28,6 +29,18 @@ pub(crate) struct TensorInner {
 impl Tensor {
     /// A new leaf over fresh storage with a contiguous layout of `shape`.
     pub fn from_storage(storage: Storage, shape: &[usize]) -> Result<Tensor> {
+        // The strides multiply every dim but zeros, so `[0, 2^40, 2^40]` holds nothing yet
+        // cannot be laid out; such shapes come from files, and are refused here for all readers.
+        let span = shape
+            .iter()
+            .try_fold(1usize, |a, &d| a.checked_mul(d.max(1)))
+            .filter(|&s| s <= isize::MAX as usize);
+        if span.is_none() {
+            return Err(Error::invalid(
+                "from_storage",
+                format!("shape {shape:?} is too large to address"),
+            ));
+        }
         let numel: usize = shape.iter().product();
         if storage.len() != numel {
             return Err(Error::invalid(

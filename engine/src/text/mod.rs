@@ -37,12 +37,9 @@ use std::path::Path;
 /// never sees a half-written file and a crash leaves the old one intact.
 pub(crate) fn write_atomically(path: &Path, bytes: &[u8]) -> Result<()> {
     create_parent(path)?;
-    let tmp = temporary_sibling(path);
-    std::fs::write(&tmp, bytes).map_err(|e| Error::io(&tmp, e))?;
-    std::fs::rename(&tmp, path).map_err(|e| {
-        std::fs::remove_file(&tmp).ok();
-        Error::io(path, e)
-    })
+    let tmp = crate::io::temp_file::TempFile::beside(path);
+    std::fs::write(tmp.path(), bytes).map_err(|e| Error::io(tmp.path(), e))?;
+    tmp.persist(path)
 }
 
 /// Makes the folder `path` goes in, so `out/tokenizer.json` works on a fresh checkout.
@@ -51,13 +48,4 @@ pub(crate) fn create_parent(path: &Path) -> Result<()> {
         Some(dir) => std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e)),
         None => Ok(()),
     }
-}
-
-/// `dir/.name.tmp.<pid>` beside `path`.
-pub(crate) fn temporary_sibling(path: &Path) -> std::path::PathBuf {
-    let name = path
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_else(|| "out".into());
-    path.with_file_name(format!(".{name}.tmp.{}", std::process::id()))
 }

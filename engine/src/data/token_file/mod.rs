@@ -13,7 +13,9 @@
 //! | 32..   | the ids, 4 bytes each                  |
 //!
 //! The file is never loaded whole: each window is a positioned read (`pread`), and every id
-//! read is checked against the vocab size. Training windows are drawn from (seed, step) alone,
+//! read is checked against the vocab size. The header's vocab size is a claim: it is bounded
+//! (`MAX_VOCAB`) when the file is opened, and nothing is sized by it; per-id tables such as
+//! the unigram counts grow with the ids actually read. Training windows are drawn from (seed, step) alone,
 //! so a resumed run sees exactly the windows the uninterrupted run would have.
 
 #[cfg(test)]
@@ -28,6 +30,9 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 const FORMAT: &str = "token file";
+/// The largest vocab size a header may declare: far above any tokenizer's (about 1M for the
+/// widest), far below what a corrupt header can say (2^32 - 1).
+pub const MAX_VOCAB: usize = 1 << 24;
 pub(crate) const MAGIC: &[u8; 8] = b"RBTOKENS";
 pub(crate) const VERSION: u32 = 1;
 pub(crate) const HEADER_BYTES: u64 = 32;
@@ -92,6 +97,11 @@ impl TokenFile {
         let count = u64::from_le_bytes(header[16..24].try_into().unwrap_or_default());
         if vocab_size == 0 {
             return Err(bad("vocab size 0 in the header".into()));
+        }
+        if vocab_size as usize > MAX_VOCAB {
+            return Err(bad(format!(
+                "vocab size {vocab_size} in the header is above the limit {MAX_VOCAB}; the header is corrupt"
+            )));
         }
         let expected = count
             .checked_mul(4)
@@ -309,16 +319,28 @@ impl TokenSpan {
         })
     }
 
-    /// How often each id occurs in the span (a vector of vocab-size counts), read in blocks.
+    /// How often each id occurs in the span, read in blocks: entry `i` counts id `i`, up to
+    /// the largest id present (ids above it, up to the vocab size, occur zero times). Sized by
+    /// the ids read, never by the header.
     pub fn unigram_counts(&self) -> Result<Vec<u64>> {
-        let mut counts = vec![0u64; self.vocab_size()];
+        let mut counts: Vec<u64> = Vec::new();
         let block = 1 << 20;
         let mut at = 0;
         while at < self.len {
             crate::cancel::check()?;
             let n = (self.len - at).min(block) as usize;
             for id in self.read(at, n)? {
-                counts[id as usize] += 1;
+                let id = id as usize;
+                if id >= counts.len() {
+                    counts.try_reserve(id + 1 - counts.len()).map_err(|_| {
+                        Error::invalid(
+                            "unigram_counts",
+                            format!("no memory for the counts of {} ids", id + 1),
+                        )
+                    })?;
+                    counts.resize(id + 1, 0);
+                }
+                counts[id] += 1;
             }
             at += n as u64;
         }
@@ -352,22 +374,16 @@ pub fn unigram_cross_entropy(train: &TokenSpan, eval: &TokenSpan) -> Result<f64>
         crate::bail!("unigram_cross_entropy", "the evaluation span is empty");
     }
     let counts = train.unigram_counts()?;
-    let denom = (train.len() + counts.len() as u64) as f64;
-    let log_p: Vec<f64> = counts
-        .iter()
-        .map(|&c| ((c + 1) as f64 / denom).ln())
-        .collect();
+    let denom = (train.len() + train.vocab_size() as u64) as f64;
     let mut total = 0.0;
     let mut at = 0;
     while at < eval.len() {
         crate::cancel::check()?;
         let n = (eval.len() - at).min(1 << 20) as usize;
         for id in eval.read(at, n)? {
-            // An id the training side's vocabulary lacks counts as unseen.
-            total -= log_p
-                .get(id as usize)
-                .copied()
-                .unwrap_or((1.0 / denom).ln());
+            // An id the training side never saw (or its vocabulary lacks) counts as unseen.
+            let seen = counts.get(id as usize).copied().unwrap_or(0);
+            total -= ((seen + 1) as f64 / denom).ln();
         }
         at += n as u64;
     }

@@ -227,3 +227,28 @@ fn unigram_baselines_match_hand_computed_values() {
     let want = -(3.0f64 / 8.0).ln();
     assert!((unigram_cross_entropy(&train, &eval).unwrap() - want).abs() < 1e-12);
 }
+
+#[test]
+fn a_header_vocab_beyond_the_limit_is_refused_and_counts_follow_the_ids_read() {
+    let t = Temp::new("vocab_claim");
+    TokenFile::write_ids(&t.0, &[0, 2, 1, 2], 3).unwrap();
+    let mut bytes = std::fs::read(&t.0).unwrap();
+    for claim in [u32::MAX, 1 << 28] {
+        bytes[12..16].copy_from_slice(&claim.to_le_bytes());
+        std::fs::write(&t.0, &bytes).unwrap();
+        let err = TokenFile::open(&t.0).unwrap_err().to_string();
+        assert!(
+            err.contains(&format!("vocab size {claim}")) && err.contains("limit"),
+            "{err}"
+        );
+    }
+    // At the limit it opens, and the counts are as long as the largest id present, not as
+    // the header's vocab.
+    bytes[12..16].copy_from_slice(&(MAX_VOCAB as u32).to_le_bytes());
+    std::fs::write(&t.0, &bytes).unwrap();
+    let f = TokenFile::open(&t.0).unwrap();
+    assert_eq!(f.unigram_counts().unwrap(), vec![1, 1, 2]);
+    let h = -(0.25f64 * 0.25f64.ln() * 2.0 + 0.5 * 0.5f64.ln());
+    assert!((f.unigram_entropy().unwrap() - h).abs() < 1e-12);
+    assert!(TokenFile::write_ids(&t.0, &[0], MAX_VOCAB + 1).is_err());
+}

@@ -5,6 +5,7 @@
 //! follows every document. The output appears atomically when everything is written.
 
 use super::{TokenFile, HEADER_BYTES, MAGIC, VERSION};
+use crate::io::temp_file::TempFile;
 use crate::text::Tokenizer;
 use crate::{Error, Result};
 use rayon::prelude::*;
@@ -33,14 +34,14 @@ impl Default for TokenFileOptions {
 }
 
 /// Appends ids to a new token file; `finish` writes the header and moves it into place.
-/// Dropped unfinished, it removes its temporary file.
+/// Dropped unfinished, it removes its temporary file (`TempFile`; fields drop in order, so the
+/// file is closed first).
 pub struct TokenWriter {
     out: BufWriter<File>,
-    tmp: PathBuf,
+    tmp: TempFile,
     path: PathBuf,
     count: u64,
     vocab_size: u32,
-    finished: bool,
 }
 
 impl TokenWriter {
@@ -48,23 +49,25 @@ impl TokenWriter {
         let path = path.as_ref().to_path_buf();
         let vocab_size = u32::try_from(vocab_size)
             .ok()
-            .filter(|&v| v > 0)
+            .filter(|&v| v > 0 && v as usize <= super::MAX_VOCAB)
             .ok_or_else(|| {
                 Error::invalid(
                     "token file",
-                    format!("vocab size {vocab_size} must be between 1 and 2^32 - 1"),
+                    format!(
+                        "vocab size {vocab_size} must be between 1 and {}",
+                        super::MAX_VOCAB
+                    ),
                 )
             })?;
         crate::text::create_parent(&path)?;
-        let tmp = crate::text::temporary_sibling(&path);
-        let file = File::create(&tmp).map_err(|e| Error::io(&tmp, e))?;
+        let tmp = TempFile::beside(&path);
+        let file = File::create(tmp.path()).map_err(|e| Error::io(tmp.path(), e))?;
         let mut writer = TokenWriter {
             out: BufWriter::with_capacity(1 << 20, file),
             tmp,
             path,
             count: 0,
             vocab_size,
-            finished: false,
         };
         // A placeholder; `finish` writes the real header once the count is known.
         writer.write_bytes(&[0u8; HEADER_BYTES as usize])?;
@@ -99,28 +102,22 @@ impl TokenWriter {
         header.extend_from_slice(&self.vocab_size.to_le_bytes());
         header.extend_from_slice(&self.count.to_le_bytes());
         header.extend_from_slice(&[0u8; 8]);
-        let io = |e| Error::io(&self.tmp, e);
+        let io = |e| Error::io(self.tmp.path(), e);
         self.out.seek(SeekFrom::Start(0)).map_err(io)?;
         self.out.write_all(&header).map_err(io)?;
         self.out.flush().map_err(io)?;
         self.out.get_ref().sync_all().map_err(io)?;
-        std::fs::rename(&self.tmp, &self.path).map_err(|e| Error::io(&self.path, e))?;
-        self.finished = true;
-        TokenFile::open(&self.path)
+        // The file is closed before the temp is renamed into place.
+        let TokenWriter { out, tmp, path, .. } = self;
+        drop(out);
+        tmp.persist(&path)?;
+        TokenFile::open(&path)
     }
 
     fn write_bytes(&mut self, bytes: &[u8]) -> Result<()> {
         self.out
             .write_all(bytes)
-            .map_err(|e| Error::io(&self.tmp, e))
-    }
-}
-
-impl Drop for TokenWriter {
-    fn drop(&mut self) {
-        if !self.finished {
-            std::fs::remove_file(&self.tmp).ok();
-        }
+            .map_err(|e| Error::io(self.tmp.path(), e))
     }
 }
 

@@ -191,3 +191,11 @@ fn malformed_literals_give_errors() {
     let deep = "[".repeat(10_000);
     assert!(parse_python_literal(&deep).is_err());
 }
+
+#[test]
+fn an_empty_tensor_with_unaddressable_dims_is_an_error() {
+    // Found by the corruption harness: zero elements, but strides past the address space.
+    let t = tensor(dt::FLOAT, &[0, 1 << 40, 1 << 40]);
+    let e = decode_tensor(&t).unwrap_err().to_string();
+    assert!(e.contains("too large to address"), "{e}");
+}

@@ -1,5 +1,6 @@
 use super::*;
 use crate::DType;
+use std::path::PathBuf;
 
 /// A fresh path in the temp dir; the file is removed when the guard drops.
 struct TempPath(PathBuf);
@@ -104,7 +105,12 @@ fn metadata_round_trips() {
 fn saving_over_an_existing_file_replaces_it_and_leaves_no_temp_file() {
     let path = TempPath::new("replace");
     save(&path.0, &vec![("a", sample(DType::U8))], None).unwrap();
+    // What a save killed mid-write leaves (pid 0 is no user process): the next save removes it.
+    let stem = path.0.file_name().unwrap().to_string_lossy().into_owned();
+    let killed = path.0.with_file_name(format!(".{stem}.tmp-0-7"));
+    std::fs::write(&killed, b"half a file").unwrap();
     save(&path.0, &vec![("b", sample(DType::I64))], None).unwrap();
+    assert!(!killed.exists(), "the killed save's temp is still there");
     let back = load(&path.0).unwrap();
     assert_eq!(back.keys().collect::<Vec<_>>(), vec!["b"]);
     let dir = path.0.parent().unwrap();

@@ -36,6 +36,15 @@ pub struct LmConfig {
     pub init_std: f64,
 }
 
+/// Ceilings of `validate`, each well above the largest released model (Llama 3 405B: width
+/// 16384, 126 layers, FFN 53248, vocab 128256; the widest vocabularies are about 1M).
+const MAX_VOCAB: usize = 1 << 24;
+const MAX_WIDTH: usize = 1 << 18;
+const MAX_FFN: usize = 1 << 20;
+const MAX_LAYERS: usize = 1 << 12;
+/// Positions only bound the caches and rotary tables a run asks for, which are sized by use.
+const MAX_POSITIONS: usize = 1 << 30;
+
 fn default_rope_theta() -> f64 {
     10000.0
 }
@@ -74,20 +83,24 @@ impl LmConfig {
         self.n_heads / self.n_kv_heads
     }
 
-    /// Every size the model needs, checked at once so the error lists what is wrong.
+    /// Every size the model needs, checked at once so the error lists what is wrong. Each
+    /// size also has a ceiling far above any published model, so a corrupt `config.json`
+    /// (`hidden_size` = 2^53) is refused before it sizes anything.
     pub fn validate(&self) -> Result<()> {
         let mut problems = Vec::new();
-        for (name, v) in [
-            ("vocab_size", self.vocab_size),
-            ("d_model", self.d_model),
-            ("layers", self.n_layers),
-            ("heads", self.n_heads),
-            ("kv_heads", self.n_kv_heads),
-            ("ffn_hidden", self.ffn_hidden),
-            ("max_seq_len", self.max_seq_len),
+        for (name, v, max) in [
+            ("vocab_size", self.vocab_size, MAX_VOCAB),
+            ("d_model", self.d_model, MAX_WIDTH),
+            ("layers", self.n_layers, MAX_LAYERS),
+            ("heads", self.n_heads, MAX_WIDTH),
+            ("kv_heads", self.n_kv_heads, MAX_WIDTH),
+            ("ffn_hidden", self.ffn_hidden, MAX_FFN),
+            ("max_seq_len", self.max_seq_len, MAX_POSITIONS),
         ] {
             if v == 0 {
                 problems.push(format!("{name} must be positive"));
+            } else if v > max {
+                problems.push(format!("{name} {v} is above the limit {max}"));
             }
         }
         if self.n_heads > 0 && !self.d_model.is_multiple_of(self.n_heads) {
@@ -212,6 +225,20 @@ mod tests {
             msg.contains("heads 8 is not a multiple of kv_heads 3"),
             "{msg}"
         );
+    }
+
+    #[test]
+    fn sizes_far_beyond_any_model_are_refused() {
+        let mut json = LmConfig::new(10, 8, 1, 2).to_hf_json();
+        json["hidden_size"] = (1u64 << 53).into();
+        json["num_hidden_layers"] = (1u64 << 53).into();
+        json["max_position_embeddings"] = (1u64 << 40).into();
+        let msg = LmConfig::from_json(&json.to_string())
+            .unwrap_err()
+            .to_string();
+        assert!(msg.contains("d_model 9007199254740992 is above"), "{msg}");
+        assert!(msg.contains("layers 9007199254740992 is above"), "{msg}");
+        assert!(msg.contains("max_seq_len 1099511627776 is above"), "{msg}");
     }
 
     #[test]

@@ -31,6 +31,15 @@ impl KvCache {
             ));
         }
         let shape = [batch, config.n_kv_heads, capacity, config.head_dim()];
+        // Each buffer alone may fit where all of them together do not.
+        let all = [
+            2 * config.n_layers,
+            batch,
+            config.n_kv_heads,
+            capacity,
+            config.head_dim(),
+        ];
+        crate::tensor::memory::check_alloc("KvCache", &all, dtype, device)?;
         let layers = (0..config.n_layers)
             .map(|_| {
                 Ok((

@@ -5,7 +5,7 @@
 use super::attention::{Step, Visibility};
 use super::block::Block;
 use super::kv_cache::KvCache;
-use super::params::ParamSource;
+use super::params::{check_config_against, ParamSource};
 use super::rope::{Positions, Rotary};
 use super::LmConfig;
 use crate::nn::{prefixed, Embedding, Linear, Module, RmsNorm};
@@ -74,6 +74,7 @@ impl TransformerLm {
         device: Device,
     ) -> Result<Self> {
         check_setup(&config, dtype)?;
+        check_config_against(&config, tensors)?;
         Self::build(config, ParamSource::tensors(tensors, dtype, device))
     }
 
@@ -193,7 +194,10 @@ impl TransformerLm {
                     .flat_map(|&p| (offset..offset + t).map(move |i| i.saturating_sub(p) as i64))
                     .collect();
                 per_row = Tensor::from_vec(pos, &[b, t])?.to_device(self.device())?;
-                Positions::PerRow(&per_row)
+                Positions::PerRow {
+                    ids: &per_row,
+                    end: offset + t,
+                }
             } else {
                 Positions::From(offset)
             };
@@ -204,7 +208,7 @@ impl TransformerLm {
                 let step = Step {
                     positions: match &positions {
                         Positions::From(o) => Positions::From(*o),
-                        Positions::PerRow(p) => Positions::PerRow(p),
+                        Positions::PerRow { ids, end } => Positions::PerRow { ids, end: *end },
                     },
                     visibility: match &bias {
                         Some(bias) => Visibility::Bias(bias),

@@ -1,6 +1,12 @@
 //! Where a model's weights come from while it is built: fresh random init, or a map of named
 //! tensors (a checkpoint). Building through one source keeps the names in one place and lets
 //! a load report every missing, mis-shaped and unexpected tensor at once.
+//!
+//! A config is only a claim about the weights beside it. Before a load builds anything,
+//! `check_config_against` compares the sizes that decide what is allocated (vocab, width,
+//! layer count, FFN width, key/value width) with the tensors' own shapes; a missing or
+//! mis-shaped tensor then gets a placeholder that allocates nothing (one zero seen through a
+//! broadcast view) until `finish` reports them all.
 
 use super::LmConfig;
 use crate::nn::init::normal_;
@@ -88,11 +94,11 @@ impl<'a> ParamSource<'a> {
                             "{name} has shape {:?}, the config needs {shape:?}",
                             t.shape()
                         ));
-                        Tensor::zeros(shape, *dtype, *device)?
+                        placeholder(shape, *dtype, *device)?
                     }
                     None => {
                         problems.push(format!("{name} is missing"));
-                        Tensor::zeros(shape, *dtype, *device)?
+                        placeholder(shape, *dtype, *device)?
                     }
                 }
             }
@@ -147,7 +153,92 @@ impl<'a> ParamSource<'a> {
         if problems.is_empty() {
             Ok(())
         } else {
-            Err(Error::StateDict(problems.join("; ")))
+            Err(Error::StateDict(listed(problems)))
         }
+    }
+}
+
+/// Stands in for a tensor a load lacks, so the build can go on to find every other problem:
+/// a single zero broadcast to `shape`, whatever the shape claims.
+fn placeholder(shape: &[usize], dtype: DType, device: Device) -> Result<Tensor> {
+    Tensor::zeros(&[], dtype, device)?.expand(shape)
+}
+
+/// Problems joined by "; ", the first `MAX_LISTED` of them and a count of the rest (a model
+/// of a hundred layers can lack a thousand tensors).
+fn listed(mut problems: Vec<String>) -> String {
+    const MAX_LISTED: usize = 24;
+    let more = problems.len().saturating_sub(MAX_LISTED);
+    problems.truncate(MAX_LISTED);
+    let mut text = problems.join("; ");
+    if more > 0 {
+        text.push_str(&format!("; and {more} more"));
+    }
+    text
+}
+
+/// The layer indices `model.layers.{i}.` that `map` holds tensors for, counted without
+/// trusting any size: at most one entry per tensor.
+fn layer_count(map: &BTreeMap<String, Tensor>) -> usize {
+    map.keys()
+        .filter_map(|k| {
+            k.strip_prefix("model.layers.")?
+                .split('.')
+                .next()?
+                .parse::<usize>()
+                .ok()
+        })
+        .map(|i| i.saturating_add(1))
+        .max()
+        .unwrap_or(0)
+}
+
+/// The config's sizes against the weights', before a load allocates anything: the layer count
+/// must be the one the tensors have, and every size-bearing tensor that is there must have
+/// the shape the config gives it. Tensors that are absent are reported later by `finish`.
+pub(super) fn check_config_against(c: &LmConfig, map: &BTreeMap<String, Tensor>) -> Result<()> {
+    let mut problems = Vec::new();
+    let layers = layer_count(map);
+    if c.n_layers != layers {
+        problems.push(format!(
+            "the config has {} layers (num_hidden_layers), the weights {layers}",
+            c.n_layers
+        ));
+    }
+    let kv_width = c.n_kv_heads * c.head_dim();
+    let mut expect = |name: &str, what: &str, shape: [usize; 2]| {
+        if let Some(t) = map.get(name).filter(|t| t.shape() != shape) {
+            problems.push(format!(
+                "{what}: the config needs {name} of shape {shape:?}, the weights have {:?}",
+                t.shape()
+            ));
+        }
+    };
+    let (v, d) = (c.vocab_size, c.d_model);
+    expect(
+        "model.embed_tokens.weight",
+        "vocab_size and hidden_size",
+        [v, d],
+    );
+    if !c.tied_embeddings {
+        expect("lm_head.weight", "vocab_size and hidden_size", [v, d]);
+    }
+    expect(
+        "model.layers.0.mlp.gate_proj.weight",
+        "intermediate_size",
+        [c.ffn_hidden, d],
+    );
+    expect(
+        "model.layers.0.self_attn.k_proj.weight",
+        "num_key_value_heads",
+        [kv_width, d],
+    );
+    if problems.is_empty() {
+        Ok(())
+    } else {
+        Err(Error::StateDict(format!(
+            "the model config does not match the weights: {}",
+            problems.join("; ")
+        )))
     }
 }

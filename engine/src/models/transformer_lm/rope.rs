@@ -6,20 +6,34 @@
 use crate::{Device, Result, Tensor};
 use std::sync::Mutex;
 
-/// The cos and sin tables [max_seq_len, head_dim], made once per device on first use.
+/// The cos and sin tables [rows, head_dim]. They cover the positions used so far (rounded up
+/// to a power of two, at most `max_seq_len`), not `max_seq_len` itself, which a config may set
+/// to millions; they are made on first use per device and grown when a later call reaches
+/// further.
 pub struct Rotary {
     head_dim: usize,
     max_seq_len: usize,
     theta: f64,
-    tables: Mutex<Option<(Device, Tensor, Tensor)>>,
+    tables: Mutex<Option<Tables>>,
 }
+
+struct Tables {
+    device: Device,
+    rows: usize,
+    cos: Tensor,
+    sin: Tensor,
+}
+
+/// The fewest rows a table is made with, so short prompts do not regrow it every step.
+const MIN_ROWS: usize = 256;
 
 /// Which positions the rows of a [batch, heads, seq, head_dim] input sit at.
 pub enum Positions<'a> {
     /// Every sequence at offset, offset + 1, ...
     From(usize),
-    /// Per batch row and step: ids [batch, seq] (I64), for left-padded batches.
-    PerRow(&'a Tensor),
+    /// Per batch row and step: ids [batch, seq] (I64), for left-padded batches, every one
+    /// below `end`.
+    PerRow { ids: &'a Tensor, end: usize },
 }
 
 impl Rotary {
@@ -34,14 +48,14 @@ impl Rotary {
 
     /// cos and sin of every (position, dim) as F32, computed the way `transformers` does: the
     /// inverse frequencies in F32, then position * inv_freq in F32.
-    fn host_tables(&self) -> (Vec<f32>, Vec<f32>) {
+    fn host_tables(&self, rows: usize) -> (Vec<f32>, Vec<f32>) {
         let half = self.head_dim / 2;
         let inv_freq: Vec<f32> = (0..half)
             .map(|i| (1.0 / self.theta.powf((2 * i) as f64 / self.head_dim as f64)) as f32)
             .collect();
-        let n = self.max_seq_len * self.head_dim;
+        let n = rows * self.head_dim;
         let (mut cos, mut sin) = (Vec::with_capacity(n), Vec::with_capacity(n));
-        for pos in 0..self.max_seq_len {
+        for pos in 0..rows {
             for j in 0..self.head_dim {
                 let angle = pos as f32 * inv_freq[j % half];
                 cos.push(angle.cos());
@@ -51,40 +65,58 @@ impl Rotary {
         (cos, sin)
     }
 
-    fn tables(&self, device: Device) -> Result<(Tensor, Tensor)> {
+    /// Tables on `device` covering at least positions `0..end` (`end <= max_seq_len`).
+    fn tables(&self, device: Device, end: usize) -> Result<(Tensor, Tensor)> {
         let mut slot = self.tables.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some((d, c, s)) = slot.as_ref() {
-            if *d == device {
-                return Ok((c.clone(), s.clone()));
+        if let Some(t) = slot.as_ref() {
+            if t.device == device && t.rows >= end {
+                return Ok((t.cos.clone(), t.sin.clone()));
             }
         }
-        let (c, s) = self.host_tables();
-        let shape = [self.max_seq_len, self.head_dim];
-        let c = Tensor::from_vec(c, &shape)?.to_device(device)?;
-        let s = Tensor::from_vec(s, &shape)?.to_device(device)?;
-        *slot = Some((device, c.clone(), s.clone()));
-        Ok((c, s))
+        let rows = end
+            .max(MIN_ROWS)
+            .checked_next_power_of_two()
+            .unwrap_or(usize::MAX)
+            .min(self.max_seq_len);
+        let (c, s) = self.host_tables(rows);
+        let shape = [rows, self.head_dim];
+        let cos = Tensor::from_vec(c, &shape)?.to_device(device)?;
+        let sin = Tensor::from_vec(s, &shape)?.to_device(device)?;
+        *slot = Some(Tables {
+            device,
+            rows,
+            cos: cos.clone(),
+            sin: sin.clone(),
+        });
+        Ok((cos, sin))
+    }
+
+    /// How many table rows the tables hold now (0 before first use).
+    pub fn rows(&self) -> usize {
+        let slot = self.tables.lock().unwrap_or_else(|e| e.into_inner());
+        slot.as_ref().map_or(0, |t| t.rows)
     }
 
     /// cos and sin (F32) broadcastable against x [batch, heads, seq, head_dim].
     fn angles(&self, x: &Tensor, positions: &Positions) -> Result<(Tensor, Tensor)> {
         let seq = x.shape()[2];
-        let (cos, sin) = self.tables(x.device())?;
+        let (start, end) = match positions {
+            Positions::From(offset) => (*offset, offset.saturating_add(seq)),
+            Positions::PerRow { end, .. } => (0, *end),
+        };
+        if end > self.max_seq_len {
+            return Err(crate::Error::invalid(
+                "rotary embedding",
+                format!(
+                    "positions {start}..{end} exceed max_seq_len {}",
+                    self.max_seq_len
+                ),
+            ));
+        }
+        let (cos, sin) = self.tables(x.device(), end)?;
         let (cos, sin) = match positions {
-            Positions::From(offset) => {
-                if offset + seq > self.max_seq_len {
-                    return Err(crate::Error::invalid(
-                        "rotary embedding",
-                        format!(
-                            "positions {offset}..{} exceed max_seq_len {}",
-                            offset + seq,
-                            self.max_seq_len
-                        ),
-                    ));
-                }
-                (cos.narrow(0, *offset, seq)?, sin.narrow(0, *offset, seq)?)
-            }
-            Positions::PerRow(ids) => {
+            Positions::From(offset) => (cos.narrow(0, *offset, seq)?, sin.narrow(0, *offset, seq)?),
+            Positions::PerRow { ids, .. } => {
                 let (b, t) = (ids.shape()[0], ids.shape()[1]);
                 let flat = ids.flatten()?;
                 let shape = [b, 1, t, self.head_dim];
@@ -143,8 +175,24 @@ mod tests {
         let shared = rope.apply(&x, &Positions::From(2)).unwrap();
         let ids =
             Tensor::from_vec((0..10).map(|i| 2 + i % 5).collect::<Vec<i64>>(), &[2, 5]).unwrap();
-        let per_row = rope.apply(&x, &Positions::PerRow(&ids)).unwrap();
+        let per_row = rope
+            .apply(&x, &Positions::PerRow { ids: &ids, end: 7 })
+            .unwrap();
         assert_eq!(shared.to_vec_f32().unwrap(), per_row.to_vec_f32().unwrap());
+    }
+
+    #[test]
+    fn tables_cover_the_positions_used_not_max_seq_len() {
+        let rope = Rotary::new(4, 1 << 30, 10000.0);
+        let x = Tensor::zeros(&[1, 1, 3, 4], DType::F32, Device::Cpu).unwrap();
+        rope.apply(&x, &Positions::From(0)).unwrap();
+        assert_eq!(rope.rows(), MIN_ROWS);
+        // A later position grows them, to the next power of two; the values stay the same.
+        let near = rope.apply(&x, &Positions::From(250)).unwrap();
+        rope.apply(&x, &Positions::From(1000)).unwrap();
+        assert_eq!(rope.rows(), 1024);
+        let again = rope.apply(&x, &Positions::From(250)).unwrap();
+        assert_eq!(near.to_vec_f32().unwrap(), again.to_vec_f32().unwrap());
     }
 
     #[test]

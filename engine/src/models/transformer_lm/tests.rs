@@ -152,6 +152,64 @@ fn loading_reports_every_missing_and_misshaped_tensor() {
 }
 
 #[test]
+fn a_config_larger_than_its_weights_is_refused_before_anything_is_allocated() {
+    let state = TransformerLm::new(tiny(2), &mut Generator::new(0))
+        .unwrap()
+        .state_dict();
+    let load = |c: LmConfig| match TransformerLm::from_tensors(
+        c,
+        &state,
+        DType::F32,
+        crate::Device::Cpu,
+    ) {
+        Err(e) => e.to_string(),
+        Ok(_) => panic!("a config that does not match its weights loaded"),
+    };
+    let mut wide = tiny(2);
+    (wide.d_model, wide.n_heads, wide.n_kv_heads) = (1 << 17, 1 << 13, 1 << 12);
+    let msg = load(wide);
+    assert!(msg.contains("vocab_size and hidden_size"), "{msg}");
+    let mut deep = tiny(2);
+    deep.n_layers = 4000;
+    let msg = load(deep);
+    assert!(msg.contains("the config has 4000 layers"), "{msg}");
+    let mut ffn = tiny(2);
+    ffn.ffn_hidden = 1 << 20;
+    assert!(load(ffn).contains("intermediate_size"));
+}
+
+#[test]
+fn missing_tensors_are_reported_without_allocating_stand_ins() {
+    let mut c = tiny(2);
+    // A terabyte of embedding: a stand-in of this shape could not be allocated at all.
+    (c.vocab_size, c.d_model) = (1 << 24, 1 << 14);
+    (c.n_heads, c.n_kv_heads, c.ffn_hidden) = (128, 128, 64);
+    // Only the layer count is right: every weight but the norms is absent, so nothing but
+    // the config bounds the shapes.
+    let mut state = std::collections::BTreeMap::new();
+    for i in 0..c.n_layers {
+        for norm in ["input_layernorm", "post_attention_layernorm"] {
+            state.insert(
+                format!("model.layers.{i}.{norm}.weight"),
+                Tensor::ones(&[c.d_model], DType::F32, crate::Device::Cpu).unwrap(),
+            );
+        }
+    }
+    let msg = match TransformerLm::from_tensors(c, &state, DType::F32, crate::Device::Cpu) {
+        Err(e) => e.to_string(),
+        Ok(_) => panic!("a model without weights loaded"),
+    };
+    assert!(
+        msg.contains("model.embed_tokens.weight is missing"),
+        "{msg}"
+    );
+    assert!(
+        msg.contains("model.layers.1.mlp.down_proj.weight is missing"),
+        "{msg}"
+    );
+}
+
+#[test]
 fn a_few_steps_of_training_lower_the_loss() {
     use crate::optim::{AdamW, AdamWConfig, Optimizer};
     let m = TransformerLm::new(tiny(2), &mut Generator::new(5)).unwrap();
