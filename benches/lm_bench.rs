@@ -9,6 +9,9 @@
 //! cargo build --release -p rb_benches --bin lm_bench && target/release/lm_bench [train|decode|all]
 //! Prints one JSON object per line. Without a usable GPU it prints {"error": ...} and exits 2.
 
+#[path = "common.rs"]
+mod common;
+
 use rusting_brain::backend::cuda;
 use rusting_brain::models::transformer_lm::generate::{
     generate, Flow, GenerateOptions, SamplingOptions,
@@ -264,19 +267,7 @@ fn breakdown(dev: &cuda::CudaDevice, d: Device) -> Result<serde_json::Value> {
 
 fn main() {
     let what = std::env::args().nth(1).unwrap_or_else(|| "all".into());
-    let dev = match cuda::availability()
-        .map_err(|e| e.to_string())
-        .and_then(|_| cuda::device(0).map_err(|e| e.to_string()))
-    {
-        Ok(dev) => dev,
-        Err(why) => {
-            println!(
-                "{}",
-                json!({"bench": "lm", "error": format!("no usable CUDA device: {why}")})
-            );
-            std::process::exit(2);
-        }
-    };
+    let dev = common::cuda_or_exit("lm");
     let d = Device::Cuda(0);
     let report = |r: Result<serde_json::Value>| match r {
         Ok(v) => println!("{v}"),

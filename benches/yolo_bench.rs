@@ -8,10 +8,13 @@
 //! target/release/yolo_bench forward --scale n --batch 32 --imgsz 640 --iters 50
 //! Prints one JSON object per line. Without a usable GPU it prints {"error": ...} and exits 2.
 
+#[path = "common.rs"]
+mod common;
+
+use rusting_brain::amp::autocast;
 use rusting_brain::backend::cuda;
 use rusting_brain::models::yolo::YoloModel;
 use rusting_brain::nn::Module;
-use rusting_brain::amp::autocast;
 use rusting_brain::{no_grad, DType, Device, Generator, Result, Tensor};
 use serde_json::json;
 use std::path::Path;
@@ -40,7 +43,11 @@ fn setup(d: Device) -> Result<(YoloModel, Tensor, DType)> {
     let model = YoloModel::load(Path::new(&format!("yolo11{scale}.yaml")))?;
     model.to_device(d)?;
     let model = model.fuse()?;
-    let dtype = if flag("--f32") { DType::F32 } else { DType::F16 };
+    let dtype = if flag("--f32") {
+        DType::F32
+    } else {
+        DType::F16
+    };
     let (b, s) = (num("--batch", 32), num("--imgsz", 640));
     let x = Tensor::rand(&[b, 3, s, s], DType::F32, Some(&mut Generator::new(0)))?.to(d, dtype)?;
     Ok((model, x, dtype))
@@ -91,19 +98,7 @@ fn profile(dev: &cuda::CudaDevice, d: Device) -> Result<serde_json::Value> {
 
 fn main() {
     let what = std::env::args().nth(1).unwrap_or_else(|| "forward".into());
-    let dev = match cuda::availability()
-        .map_err(|e| e.to_string())
-        .and_then(|_| cuda::device(0).map_err(|e| e.to_string()))
-    {
-        Ok(dev) => dev,
-        Err(why) => {
-            println!(
-                "{}",
-                json!({"bench": "yolo", "error": format!("no usable CUDA device: {why}")})
-            );
-            std::process::exit(2);
-        }
-    };
+    let dev = common::cuda_or_exit("yolo");
     let d = Device::Cuda(0);
     let r = match what.as_str() {
         "profile" => profile(&dev, d),

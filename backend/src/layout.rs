@@ -103,7 +103,9 @@ impl Layout {
 
     /// Channels-last images: [N, C, H, W] laid out as [N, H, W, C], densely, from `offset`.
     pub fn is_channels_last(&self) -> bool {
-        self.rank() == 4 && self.is_dense() && *self == Self::channels_last(&self.shape).at(self.offset)
+        self.rank() == 4
+            && self.is_dense()
+            && *self == Self::channels_last(&self.shape).at(self.offset)
     }
 
     /// The dense channels-last layout of images of `shape` [N, C, H, W].
@@ -350,7 +352,9 @@ mod tests {
         // A channel slice of channels-last images has gaps.
         assert!(!nhwc.narrowed(1, 1, 2).is_dense());
         // A broadcast view repeats elements.
-        let expanded = Layout::contiguous(&[3, 1]).broadcast_to("t", &[3, 4]).unwrap();
+        let expanded = Layout::contiguous(&[3, 1])
+            .broadcast_to("t", &[3, 4])
+            .unwrap();
         assert!(!expanded.is_dense());
     }
 

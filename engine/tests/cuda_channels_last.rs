@@ -28,7 +28,10 @@ fn relative_error(got: &Tensor, want: &Tensor) -> f64 {
     let g: Vec<f32> = got.to(Device::Cpu, DType::F32).unwrap().to_vec().unwrap();
     let w: Vec<f32> = want.to_vec().unwrap();
     let scale = w.iter().fold(0f32, |m, v| m.max(v.abs())).max(1e-6);
-    let worst = g.iter().zip(&w).fold(0f32, |m, (a, b)| m.max((a - b).abs()));
+    let worst = g
+        .iter()
+        .zip(&w)
+        .fold(0f32, |m, (a, b)| m.max((a - b).abs()));
     (worst / scale) as f64
 }
 
@@ -43,7 +46,8 @@ fn opts(stride: usize, padding: usize, groups: usize) -> Conv2dOptions {
 
 #[test]
 fn half_convolutions_run_channels_last_and_match_the_cpu() {
-    let Some(d) = channels_last_device("half_convolutions_run_channels_last_and_match_the_cpu") else {
+    let Some(d) = channels_last_device("half_convolutions_run_channels_last_and_match_the_cpu")
+    else {
         return;
     };
     // (c, o, k, stride, groups): YOLO's kinds of convolution.
@@ -63,10 +67,19 @@ fn half_convolutions_run_channels_last_and_match_the_cpu() {
         let o = opts(s, k / 2, g);
         let want = x.conv2d(&w, Some(&b), o).unwrap().silu().unwrap();
         let got = no_grad(|| {
-            half_on(&x, d).conv2d_act(&half_on(&w, d), Some(&half_on(&b, d)), o, Some(UnaryOp::Silu))
+            half_on(&x, d).conv2d_act(
+                &half_on(&w, d),
+                Some(&half_on(&b, d)),
+                o,
+                Some(UnaryOp::Silu),
+            )
         })
         .unwrap();
-        assert!(got.layout().is_channels_last(), "case {i}: {:?}", got.layout());
+        assert!(
+            got.layout().is_channels_last(),
+            "case {i}: {:?}",
+            got.layout()
+        );
         let err = relative_error(&got, &want);
         assert!(err < 1e-2, "case {i}: relative error {err}");
     }
@@ -74,7 +87,8 @@ fn half_convolutions_run_channels_last_and_match_the_cpu() {
 
 #[test]
 fn channels_last_flows_through_residuals_and_concatenation() {
-    let Some(d) = channels_last_device("channels_last_flows_through_residuals_and_concatenation") else {
+    let Some(d) = channels_last_device("channels_last_flows_through_residuals_and_concatenation")
+    else {
         return;
     };
     let x = randn(&[2, 8, 12, 12], 1);
@@ -97,12 +111,16 @@ fn channels_last_flows_through_residuals_and_concatenation() {
 
 #[test]
 fn bias_act_matches_the_cpu_on_row_major_and_channels_last_images() {
-    let Some(d) = channels_last_device("bias_act_matches_the_cpu_on_row_major_and_channels_last_images")
+    let Some(d) =
+        channels_last_device("bias_act_matches_the_cpu_on_row_major_and_channels_last_images")
     else {
         return;
     };
     // 7x7 planes do not fill 16-byte groups; 8x8 do; 3 channels leave channels-last ungrouped.
-    for (i, shape) in [[2, 3, 7, 7], [2, 16, 8, 8], [1, 3, 8, 8]].iter().enumerate() {
+    for (i, shape) in [[2, 3, 7, 7], [2, 16, 8, 8], [1, 3, 8, 8]]
+        .iter()
+        .enumerate()
+    {
         let x = randn(shape, 40 + i as u64);
         let b = randn(&[shape[1]], 50 + i as u64);
         let want = x
@@ -113,21 +131,30 @@ fn bias_act_matches_the_cpu_on_row_major_and_channels_last_images() {
         for channels_last in [false, true] {
             let xd = half_on(&x, d);
             let xd = if channels_last {
-                xd.permute(&[0, 2, 3, 1]).unwrap().contiguous().unwrap().permute(&[0, 3, 1, 2]).unwrap()
+                xd.permute(&[0, 2, 3, 1])
+                    .unwrap()
+                    .contiguous()
+                    .unwrap()
+                    .permute(&[0, 3, 1, 2])
+                    .unwrap()
             } else {
                 xd
             };
             let got = no_grad(|| xd.bias_act(&half_on(&b, d), Some(UnaryOp::Silu))).unwrap();
             assert_eq!(got.layout().is_channels_last(), channels_last, "case {i}");
             let err = relative_error(&got, &want);
-            assert!(err < 1e-2, "case {i} channels_last {channels_last}: relative error {err}");
+            assert!(
+                err < 1e-2,
+                "case {i} channels_last {channels_last}: relative error {err}"
+            );
         }
     }
 }
 
 #[test]
 fn a_half_yolo_forward_on_cuda_matches_the_f32_cpu_forward() {
-    let Some(d) = channels_last_device("a_half_yolo_forward_on_cuda_matches_the_f32_cpu_forward") else {
+    let Some(d) = channels_last_device("a_half_yolo_forward_on_cuda_matches_the_f32_cpu_forward")
+    else {
         return;
     };
     use rusting_brain::models::yolo::YoloModel;

@@ -57,7 +57,14 @@ fn every_script_runs_on_tiny_settings() {
             "quickstart.rhai" | "train_lm.rhai" => vec!["steps=20", "size=tiny", &out],
             "sample.rhai" => vec!["max_new_tokens=8", &out],
             "yolo_predict.rhai" => vec![&weights, &source, "imgsz=64", &out],
-            "yolo_val.rhai" => vec![&weights, &data, "imgsz=64", "batch=2", "save_json=true", &out],
+            "yolo_val.rhai" => vec![
+                &weights,
+                &data,
+                "imgsz=64",
+                "batch=2",
+                "save_json=true",
+                &out,
+            ],
             other => panic!("{other}: add its tiny settings to this test"),
         }
     };

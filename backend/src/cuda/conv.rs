@@ -237,7 +237,11 @@ pub fn conv2d_channels_last(
         Layout::contiguous(&[g.o, g.cg(), g.kh, g.kw]),
     );
     let y = conv2d(&x_nchw, &lxn, &w_oihw, &lwn, g)?;
-    cast(&y, &Layout::contiguous(&[g.n, g.o, g.ho, g.wo]).permuted(&[0, 2, 3, 1]), dtype)
+    cast(
+        &y,
+        &Layout::contiguous(&[g.n, g.o, g.ho, g.wo]).permuted(&[0, 2, 3, 1]),
+        dtype,
+    )
 }
 
 /// dL/dx [N, C, H, W] from dy [N, O, Ho, Wo] and w: weight^T times the grouped gradient gives

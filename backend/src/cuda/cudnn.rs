@@ -234,7 +234,15 @@ impl Descriptors {
             )?;
             check(
                 "cudnnSetFilter4dDescriptor",
-                sys::cudnnSetFilter4dDescriptor(d.w, dt, layout, i(g.o), i(g.cg()), i(g.kh), i(g.kw)),
+                sys::cudnnSetFilter4dDescriptor(
+                    d.w,
+                    dt,
+                    layout,
+                    i(g.o),
+                    i(g.cg()),
+                    i(g.kh),
+                    i(g.kw),
+                ),
             )?;
             check(
                 "cudnnSetConvolution2dDescriptor",
@@ -345,14 +353,18 @@ fn plan(
                 $name,
                 sys::$find(h, $a, $b, $c, $o, N as i32, &mut found, perf.as_mut_ptr()),
             )?;
-            Ok::<_, Error>(perf[..found.max(0) as usize]
-                .iter()
-                .find(|p| p.status == status_ok && p.memory <= MAX_WORKSPACE && allowed(p.mathType))
-                .map(|p| Choice {
-                    algo: Algo::$variant(p.algo),
-                    math: p.mathType,
-                    workspace: p.memory,
-                }))
+            Ok::<_, Error>(
+                perf[..found.max(0) as usize]
+                    .iter()
+                    .find(|p| {
+                        p.status == status_ok && p.memory <= MAX_WORKSPACE && allowed(p.mathType)
+                    })
+                    .map(|p| Choice {
+                        algo: Algo::$variant(p.algo),
+                        math: p.mathType,
+                        workspace: p.memory,
+                    }),
+            )
         }};
     }
     // SAFETY: descriptors are live; the perf arrays hold N entries; cuDNN allocates its own

@@ -138,11 +138,14 @@ pub fn bias_unary(
     if n == 0 {
         return Ok(out);
     }
-    let f = dev.function(&ELEMENTWISE, &format!("bias_unary_{}", type_suffix(x.dtype())))?;
+    let f = dev.function(
+        &ELEMENTWISE,
+        &format!("bias_unary_{}", type_suffix(x.dtype())),
+    )?;
     let (xp, bp, y) = (x.ptr_at(lx.offset()), b.ptr_at(lb.offset()), out.ptr());
     let per_group = 16 / x.dtype().size_in_bytes();
-    let grouped = inner.is_multiple_of(per_group)
-        || (inner == 1 && channels.is_multiple_of(per_group));
+    let grouped =
+        inner.is_multiple_of(per_group) || (inner == 1 && channels.is_multiple_of(per_group));
     let vec = aligned16(xp) && aligned16(y) && grouped && n.is_multiple_of(per_group);
     let (code, [p0, p1]) = match act {
         Some(op) => (op.code() as i32, op.params()),

@@ -75,8 +75,20 @@ pub fn val(m: &mut Yolo, opts: Map) -> RhaiResult<Map> {
         "model.val",
         opts,
         &[
-            "data", "imgsz", "batch", "conf", "iou", "half", "rect", "split", "workers", "verbose",
-            "max_det", "plots", "save_dir", "save_json",
+            "data",
+            "imgsz",
+            "batch",
+            "conf",
+            "iou",
+            "half",
+            "rect",
+            "split",
+            "workers",
+            "verbose",
+            "max_det",
+            "plots",
+            "save_dir",
+            "save_json",
         ],
     )?;
     let data = o
@@ -134,10 +146,7 @@ pub fn val(m: &mut Yolo, opts: Map) -> RhaiResult<Map> {
                 report.predictions.len()
             );
         }
-        out.insert(
-            "predictions_json".into(),
-            path.display().to_string().into(),
-        );
+        out.insert("predictions_json".into(), path.display().to_string().into());
     }
     Ok(out)
 }

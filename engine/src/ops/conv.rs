@@ -3,11 +3,11 @@
 
 use super::dispatch::{cuda_kernel, dispatch};
 use super::{backward_fn, grad_if};
+use crate::amp::matmul_operand_dtype;
 use crate::autograd::{is_grad_enabled, no_grad, SavedTensor};
 use crate::backend::cpu::conv as cpu;
 use crate::backend::cpu::floats::on_floats;
 use crate::backend::cuda::conv as cuda;
-use crate::amp::matmul_operand_dtype;
 use crate::backend::spec::{Conv2dGeometry, UnaryOp};
 use crate::backend::Storage;
 use crate::{DType, Device, Error, Layout, Result, Tensor};

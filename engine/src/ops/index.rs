@@ -89,19 +89,21 @@ impl Tensor {
         let (storage, layout) = cat_storage(&parts, &shape, d)?;
         let sizes: Vec<usize> = parts.iter().map(|t| t.shape()[d]).collect();
         let refs: Vec<&Tensor> = parts.iter().collect();
-        Ok(Tensor::from_storage_in(storage, layout)?.recorded(&refs, move || {
-            backward_fn("cat", move |g, needs| {
-                let mut start = 0;
-                let mut out = Vec::with_capacity(sizes.len());
-                for (&len, &need) in sizes.iter().zip(needs) {
-                    out.push(grad_if(need, || {
-                        g.narrow(d as isize, start, len)?.contiguous()
-                    })?);
-                    start += len;
-                }
-                Ok(out)
-            })
-        }))
+        Ok(
+            Tensor::from_storage_in(storage, layout)?.recorded(&refs, move || {
+                backward_fn("cat", move |g, needs| {
+                    let mut start = 0;
+                    let mut out = Vec::with_capacity(sizes.len());
+                    for (&len, &need) in sizes.iter().zip(needs) {
+                        out.push(grad_if(need, || {
+                            g.narrow(d as isize, start, len)?.contiguous()
+                        })?);
+                        start += len;
+                    }
+                    Ok(out)
+                })
+            }),
+        )
     }
 
     /// Stacks equal-shaped tensors along a new dim.

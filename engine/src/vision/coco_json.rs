@@ -67,7 +67,10 @@ pub fn image_records(
             let category = *class_map.get(class).ok_or_else(|| {
                 Error::invalid(
                     "coco json",
-                    format!("class {class} has no category id ({} classes)", class_map.len()),
+                    format!(
+                        "class {class} has no category id ({} classes)",
+                        class_map.len()
+                    ),
                 )
             })?;
             let (w, h) = (b[2] - b[0], b[3] - b[1]);
@@ -87,8 +90,8 @@ pub fn image_records(
 
 /// Writes the records as one JSON array.
 pub fn write(path: &Path, records: &[Value]) -> Result<()> {
-    let text = serde_json::to_string(records)
-        .map_err(|e| Error::invalid("coco json", e.to_string()))?;
+    let text =
+        serde_json::to_string(records).map_err(|e| Error::invalid("coco json", e.to_string()))?;
     std::fs::write(path, text).map_err(|e| Error::io(path, e))
 }
 

@@ -225,8 +225,16 @@ fn validation_runs_end_to_end_on_a_generated_dataset() {
     assert_eq!(r.predictions.len(), r.metrics.stats.conf.len());
     for p in &r.predictions {
         assert!(p["image_id"].as_str().unwrap().starts_with("val_"), "{p}");
-        let b: Vec<f64> = p["bbox"].as_array().unwrap().iter().map(|v| v.as_f64().unwrap()).collect();
-        assert!(b[0] >= 0.0 && b[1] >= 0.0 && b[0] + b[2] <= 64.001 && b[1] + b[3] <= 64.001, "{p}");
+        let b: Vec<f64> = p["bbox"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_f64().unwrap())
+            .collect();
+        assert!(
+            b[0] >= 0.0 && b[1] >= 0.0 && b[0] + b[2] <= 64.001 && b[1] + b[3] <= 64.001,
+            "{p}"
+        );
     }
     assert_eq!(calls, [(1, 2), (2, 2)]);
     assert!(r.table.contains("all"), "{}", r.table);

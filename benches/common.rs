@@ -1,0 +1,22 @@
+//! What every GPU benchmark binary shares: the device, or a JSON line saying why there is none.
+
+use rusting_brain::backend::cuda::{self, CudaDevice};
+use serde_json::json;
+use std::sync::Arc;
+
+/// CUDA device 0; without a usable one, prints `{"bench": name, "error": ...}` and exits 2.
+pub fn cuda_or_exit(bench: &str) -> Arc<CudaDevice> {
+    match cuda::availability()
+        .map_err(|e| e.to_string())
+        .and_then(|_| cuda::device(0).map_err(|e| e.to_string()))
+    {
+        Ok(dev) => dev,
+        Err(why) => {
+            println!(
+                "{}",
+                json!({"bench": bench, "error": format!("no usable CUDA device: {why}")})
+            );
+            std::process::exit(2);
+        }
+    }
+}
