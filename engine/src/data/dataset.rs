@@ -191,7 +191,8 @@ impl Dataset {
         self.subset(&gen.permutation(self.len()))
     }
 
-    /// A seeded random split into `(train, test)`, with `round(fraction * len)` rows in train.
+    /// A seeded random split into `(train, test)`, with `floor(fraction * len)` rows in train,
+    /// as scikit-learn's `train_test_split(train_size=fraction)` counts them.
     pub fn split(&self, fraction: f64, gen: &mut Generator) -> Result<(Dataset, Dataset)> {
         let order = gen.permutation(self.len());
         let n_train = train_count("split", fraction, self.len())?;
@@ -201,9 +202,11 @@ impl Dataset {
         ))
     }
 
-    /// A seeded split that keeps each class's proportion: `round(fraction * count)` rows of
-    /// every class go to train. Rows stay in a random order, not grouped by class, so batches
-    /// drawn in order still mix classes.
+    /// A seeded split that keeps each class's proportion, sized as scikit-learn's stratified
+    /// `train_test_split`: `floor(fraction * len)` rows go to train (iris' 150 at 0.75 gives
+    /// 112/38), each class gets the floor of its share of them, and the rows left over go to the
+    /// classes with the largest remainders (ties in a seeded random order). Rows stay in a
+    /// random order, not grouped by class, so batches drawn in order still mix classes.
     pub fn stratified_split(
         &self,
         fraction: f64,
@@ -222,10 +225,11 @@ impl Dataset {
         for &c in &classes {
             *per_class.entry(c).or_default() += 1;
         }
-        let mut quota: BTreeMap<i64, usize> = per_class
-            .iter()
-            .map(|(&c, &n)| Ok((c, train_count("stratified_split", fraction, n)?)))
-            .collect::<Result<_>>()?;
+        let mut quota = class_quotas(
+            &per_class,
+            train_count("stratified_split", fraction, self.len())?,
+            gen,
+        );
         let (mut train, mut test) = (Vec::new(), Vec::new());
         for i in order {
             match quota.get_mut(&classes[i]) {
@@ -240,6 +244,42 @@ impl Dataset {
     }
 }
 
+/// How many of `n_train` rows each class gets: the floor of its share, then one more for the
+/// classes with the largest remainders until `n_train` is reached (scikit-learn's
+/// `_approximate_mode`), ties broken in a seeded random order.
+fn class_quotas(
+    per_class: &BTreeMap<i64, usize>,
+    n_train: usize,
+    gen: &mut Generator,
+) -> BTreeMap<i64, usize> {
+    let total: usize = per_class.values().sum();
+    if total == 0 {
+        return BTreeMap::new();
+    }
+    // Shares as exact fractions of `total`: floor and remainder in integers.
+    let mut quota: BTreeMap<i64, usize> = BTreeMap::new();
+    let mut remainders: Vec<(usize, usize, i64)> = Vec::new();
+    let tie_order = gen.permutation(per_class.len());
+    for (k, (&c, &n)) in per_class.iter().enumerate() {
+        let share = n_train * n;
+        quota.insert(c, share / total);
+        remainders.push((share % total, tie_order[k], c));
+    }
+    let mut left = n_train - quota.values().sum::<usize>();
+    remainders.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
+    for (_, _, c) in remainders {
+        if left == 0 {
+            break;
+        }
+        let (q, n) = (quota[&c], per_class[&c]);
+        if q < n {
+            quota.insert(c, q + 1);
+            left -= 1;
+        }
+    }
+    quota
+}
+
 /// The train share of `n` rows, after checking that `fraction` is a proportion.
 fn train_count(op: &'static str, fraction: f64, n: usize) -> Result<usize> {
     if !(0.0..=1.0).contains(&fraction) {
@@ -248,7 +288,7 @@ fn train_count(op: &'static str, fraction: f64, n: usize) -> Result<usize> {
             format!("the train fraction must lie in [0, 1], got {fraction}"),
         ));
     }
-    Ok(((fraction * n as f64).round() as usize).min(n))
+    Ok(((fraction * n as f64).floor() as usize).min(n))
 }
 
 #[cfg(test)]
@@ -366,6 +406,20 @@ mod tests {
         let t = train.targets().to_vec::<i64>().unwrap();
         assert_ne!(t[..8], [1; 8]);
         assert_ne!(t[24..], [1; 8]);
+    }
+
+    #[test]
+    fn stratified_split_sizes_iris_as_scikit_learn_does() {
+        // 150 rows, 50 per class, train fraction 0.75: 112 train and 38 test, 37 or 38 a class.
+        let d = toy(150, 3);
+        let (train, test) = d.stratified_split(0.75, &mut Generator::new(0)).unwrap();
+        assert_eq!((train.len(), test.len()), (112, 38));
+        let mut per_class = [0; 3];
+        for c in train.targets().to_vec::<i64>().unwrap() {
+            per_class[c as usize] += 1;
+        }
+        per_class.sort();
+        assert_eq!(per_class, [37, 37, 38]);
     }
 
     #[test]
