@@ -31,21 +31,7 @@ done
 log "ours cuda 640 batch 32"; $brain run scripts/yolo_val.rhai weights=$best data=$shapes/data.yaml imgsz=640 batch=32 --device cuda 2>&1 | tail -12
 log "ours cuda 640 batch 32 half"; $brain run scripts/yolo_val.rhai weights=$best data=$shapes/data.yaml imgsz=640 batch=32 half=true --device cuda 2>&1 | tail -4
 log "ours cpu batch 32"; $brain run scripts/yolo_val.rhai weights=$best data=$shapes/data.yaml imgsz=320 batch=32 --device cpu 2>&1 | tail -4
-# Speed: a val set of 2,000 generated 640-pixel images, batch 32, half precision, both sides.
-speed=/tmp/speed
-log "speed dataset"; $brain run scripts/make_shapes.rhai dir=$speed train=1 val=${SPEED_VAL:-2000} imgsz=640 seed=1 | tail -1
-log "ultralytics speed"; python3 - "$best" $speed/data.yaml ${SPEED_VAL:-2000} <<'PY' 2>&1 | grep -E "all |Speed|images/s"
-import sys, time
-from ultralytics import YOLO
-m = YOLO(sys.argv[1])
-m.val(data=sys.argv[2], imgsz=640, batch=32, half=True, plots=False, verbose=False)  # warm-up run
-t = time.perf_counter()
-r = m.val(data=sys.argv[2], imgsz=640, batch=32, half=True, plots=False, verbose=False)
-dt = time.perf_counter() - t
-n = int(sys.argv[3])
-print(f"ultralytics end to end: {n / dt:.1f} images/s ({dt:.2f} s, model load and warm-up included)")
-PY
-log "ours speed"; $brain run scripts/yolo_val.rhai weights=$best data=$speed/data.yaml imgsz=640 batch=32 half=true --device cuda 2>&1 | grep -E "all |Speed|images/s"
+# Speed runs beside ultralytics are benches/yolo_speed.sh.
 for t in .device/tests/*; do
   case "$t" in *yolo_parity*) continue;; esac
   log "$t"; RB_REQUIRE_CUDA=1 timeout 300 "$t" --test-threads=4 2>&1 | grep -E "^test result|FAILED|panicked" | head -20

@@ -353,23 +353,19 @@ fn plan(
                 $name,
                 sys::$find(h, $a, $b, $c, $o, N as i32, &mut found, perf.as_mut_ptr()),
             )?;
-            Ok::<_, Error>(
-                perf[..found.max(0) as usize]
-                    .iter()
-                    .find(|p| {
-                        p.status == status_ok && p.memory <= MAX_WORKSPACE && allowed(p.mathType)
-                    })
-                    .map(|p| Choice {
-                        algo: Algo::$variant(p.algo),
-                        math: p.mathType,
-                        workspace: p.memory,
-                    }),
-            )
+            perf[..found.max(0) as usize]
+                .iter()
+                .find(|p| p.status == status_ok && p.memory <= MAX_WORKSPACE && allowed(p.mathType))
+                .map(|p| Choice {
+                    algo: Algo::$variant(p.algo),
+                    math: p.mathType,
+                    workspace: p.memory,
+                })
         }};
     }
     // SAFETY: descriptors are live; the perf arrays hold N entries; cuDNN allocates its own
     // scratch buffers for the measurement and synchronizes before returning.
-    let mut find = || unsafe {
+    let best = unsafe {
         match pass {
             Pass::Forward => measure!(
                 sys::cudnnConvolutionFwdAlgoPerf_t,
@@ -394,11 +390,6 @@ fn plan(
             ),
         }
     };
-    // Measured twice, the second time kept: with CUDA's lazy module loading the first launch
-    // of each kernel also loads it, which made the first measurement favour kernels already
-    // loaded (CUDA-core ones) over the tensor-core kernels that are faster once loaded.
-    find()?;
-    let best = find()?;
     SEARCH_NANOS.fetch_add(started.elapsed().as_nanos() as u64, Ordering::Relaxed);
     let choice = best.ok_or_else(|| {
         Error::Cuda(format!(
