@@ -6,12 +6,29 @@
 //!
 //! The CPU is left alone: it computes half types through f32 anyway, and CPU results stay the
 //! exact reference for parity tests.
+//!
+//! Outside autograd, the casts of parameters (leaves that require grad) are cached while the
+//! autocast setting lasts, as PyTorch's autocast caches them: inference would otherwise cast
+//! every weight again on every forward (175 small copies per YOLO11n batch).
 
-use crate::{DType, Device, Error, Result, Tensor};
-use std::cell::Cell;
+use crate::{is_grad_enabled, DType, Device, Error, Result, Tensor};
+use std::cell::{Cell, RefCell};
+use std::collections::HashMap;
 
 thread_local! {
     static AUTOCAST: Cell<Option<DType>> = const { Cell::new(None) };
+    static CAST_CACHE: RefCell<HashMap<CastKey, CachedCast>> = RefCell::new(HashMap::new());
+}
+
+/// A parameter's storage (by address), its view's offset, the target dtype and whether the
+/// copy is a convolution weight in channels-last order.
+type CastKey = (usize, usize, DType, bool);
+
+struct CachedCast {
+    /// Held so the storage's address cannot be reused by another tensor while cached.
+    source: Tensor,
+    version: u64,
+    cast: Tensor,
 }
 
 /// Sets the operand dtype for matrix products on CUDA (`None` turns mixed precision off).
@@ -23,6 +40,9 @@ pub fn set_autocast(dtype: Option<DType>) -> Result<()> {
                 format!("mixed precision takes bf16 or f16, not {d}"),
             ));
         }
+    }
+    if autocast_dtype() != dtype {
+        CAST_CACHE.with(|c| c.borrow_mut().clear());
     }
     AUTOCAST.with(|c| c.set(dtype));
     Ok(())
@@ -37,6 +57,9 @@ pub fn autocast<R>(dtype: Option<DType>, f: impl FnOnce() -> Result<R>) -> Resul
     let prev = autocast_dtype();
     set_autocast(dtype)?;
     let out = f();
+    if prev != dtype {
+        CAST_CACHE.with(|c| c.borrow_mut().clear());
+    }
     AUTOCAST.with(|c| c.set(prev));
     out
 }
@@ -49,6 +72,65 @@ pub(crate) fn matmul_operand_dtype(device: Device, dtype: DType) -> Option<DType
     }
 }
 
+/// `t` cast to `dtype` for a product under autocast. A parameter's cast is made once per
+/// autocast setting and storage version when no graph is being recorded; anything else (an
+/// activation, or any tensor while recording) is cast afresh.
+pub(crate) fn operand(t: &Tensor, dtype: DType) -> Result<Tensor> {
+    cached_operand(t, dtype, false, || t.to_dtype(dtype))
+}
+
+/// A convolution weight [O, C, kh, kw] cast to `dtype` and laid out [O, kh, kw, C] (dense),
+/// as cuDNN's channels-last kernels read it; cached as `operand` is.
+pub(crate) fn channels_last_weight(w: &Tensor, dtype: DType) -> Result<Tensor> {
+    cached_operand(w, dtype, true, || {
+        w.permute(&[0, 2, 3, 1])?.to_dtype(dtype)?.contiguous()
+    })
+}
+
+fn cached_operand(
+    t: &Tensor,
+    dtype: DType,
+    channels_last: bool,
+    make: impl FnOnce() -> Result<Tensor>,
+) -> Result<Tensor> {
+    let cacheable = autocast_dtype().is_some()
+        && (t.dtype() != dtype || channels_last)
+        && t.is_leaf()
+        && t.requires_grad()
+        && !is_grad_enabled();
+    if !cacheable {
+        return make();
+    }
+    let key = (
+        std::sync::Arc::as_ptr(t.storage_cell()) as usize,
+        t.layout().offset(),
+        dtype,
+        channels_last,
+    );
+    let version = t.storage_version();
+    let hit = CAST_CACHE.with(|c| {
+        c.borrow()
+            .get(&key)
+            .filter(|e| e.version == version && e.source.layout() == t.layout())
+            .map(|e| e.cast.clone())
+    });
+    if let Some(cast) = hit {
+        return Ok(cast);
+    }
+    let cast = make()?;
+    CAST_CACHE.with(|c| {
+        c.borrow_mut().insert(
+            key,
+            CachedCast {
+                source: t.clone(),
+                version,
+                cast: cast.clone(),
+            },
+        )
+    });
+    Ok(cast)
+}
+
 /// `t` as the matrix products under the current autocast will read it. A layer whose input
 /// feeds several products (q, k and v; gate and up) casts it once here, so the products do not
 /// each cast it again, and their input gradients meet in one place before the cast back.
@@ -56,5 +138,74 @@ pub fn for_products(t: &Tensor) -> Result<Tensor> {
     match matmul_operand_dtype(t.device(), t.dtype()) {
         Some(low) => t.to_dtype(low),
         None => Ok(t.clone()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::no_grad;
+    use std::sync::Arc;
+
+    fn same_storage(a: &Tensor, b: &Tensor) -> bool {
+        Arc::ptr_eq(a.storage_cell(), b.storage_cell())
+    }
+
+    fn parameter() -> Tensor {
+        Tensor::from_vec(vec![1f32, 2.0, 3.0, 4.0], &[2, 2])
+            .unwrap()
+            .requires_grad_()
+            .unwrap()
+    }
+
+    #[test]
+    fn a_parameter_is_cast_once_per_autocast_scope_outside_autograd() {
+        let w = parameter();
+        let (a, b) = autocast(Some(DType::F16), || {
+            no_grad(|| Ok((operand(&w, DType::F16)?, operand(&w, DType::F16)?)))
+        })
+        .unwrap();
+        assert_eq!(a.dtype(), DType::F16);
+        assert!(same_storage(&a, &b));
+        let c = autocast(Some(DType::F16), || no_grad(|| operand(&w, DType::F16))).unwrap();
+        assert!(
+            !same_storage(&a, &c),
+            "the cache ends with its autocast scope"
+        );
+    }
+
+    #[test]
+    fn an_updated_parameter_is_cast_again() {
+        let w = parameter();
+        autocast(Some(DType::F16), || {
+            no_grad(|| {
+                let a = operand(&w, DType::F16)?;
+                w.add_scalar_(1.0)?;
+                let b = operand(&w, DType::F16)?;
+                assert!(!same_storage(&a, &b));
+                assert_eq!(b.to_vec::<f32>()?, vec![2.0, 3.0, 4.0, 5.0]);
+                Ok(())
+            })
+        })
+        .unwrap();
+    }
+
+    #[test]
+    fn casts_are_not_cached_while_recording_or_for_activations() {
+        let w = parameter();
+        let x = Tensor::from_vec(vec![1f32, 2.0], &[2]).unwrap();
+        autocast(Some(DType::F16), || {
+            let (a, b) = (operand(&w, DType::F16)?, operand(&w, DType::F16)?);
+            assert!(
+                !same_storage(&a, &b),
+                "recording: each cast is its own graph node"
+            );
+            no_grad(|| {
+                let (c, d) = (operand(&x, DType::F16)?, operand(&x, DType::F16)?);
+                assert!(!same_storage(&c, &d), "not a parameter");
+                Ok(())
+            })
+        })
+        .unwrap();
     }
 }

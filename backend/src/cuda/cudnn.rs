@@ -6,6 +6,7 @@
 //! Images are NCHW with OIHW weights, or channels-last (NHWC with O·kh·kw·C weights), dense. FP32 accumulates in FP32 on FMA kernels
 //! unless TF32 is allowed on the device; BF16/F16 run on tensor cores with FP32 accumulation.
 
+use super::cudnn_graph::{self, Buffers, GraphPlan};
 use super::{CudaDevice, CudaStorage};
 use crate::spec::Conv2dGeometry;
 use crate::{DType, Error, Result};
@@ -138,13 +139,22 @@ pub enum Format {
     Nhwc,
 }
 
-type Key = (usize, Pass, DType, bool, Format, [usize; 14]);
+/// (device, pass, dtype, TF32 allowed, graph API, format, geometry)
+type Key = (usize, Pass, DType, bool, bool, Format, [usize; 14]);
 
 /// A shape's descriptors with its measured choice, made once per shape and reused: setting up
 /// four descriptors on every call costs more host time than a small convolution takes.
 struct Plan {
-    d: Descriptors,
-    choice: Choice,
+    kernel: Kernel,
+    geometry: Conv2dGeometry,
+}
+
+/// Which API runs the shape: the graph API for half types (its engines include the fast
+/// sm90 kernels), the legacy calls for F32/F64 (with their math-type control) and for
+/// buffers off the 16-byte alignment the graph plans are built for.
+enum Kernel {
+    Legacy { d: Descriptors, choice: Choice },
+    Graph(GraphPlan),
 }
 // SAFETY: the descriptors are host objects that cuDNN only reads during a call; calls are
 // serialized by the device's single-stream discipline (see CudaDevice).
@@ -295,15 +305,65 @@ fn requested_math(dtype: DType, tf32: bool) -> sys::cudnnMathType_t {
     }
 }
 
+/// Whether half-precision convolutions use the graph API (`RB_CUDNN_LEGACY=1` keeps them on
+/// the legacy calls, to compare the two).
+fn graph_api_enabled() -> bool {
+    static ON: OnceLock<bool> = OnceLock::new();
+    *ON.get_or_init(|| std::env::var("RB_CUDNN_LEGACY").as_deref() != Ok("1"))
+}
+
+/// One cached plan, for benchmarks and reports: which algorithm cuDNN's measurement chose.
+#[derive(Clone, Debug)]
+pub struct PlanSummary {
+    pub pass: Pass,
+    pub dtype: DType,
+    pub format: Format,
+    pub geometry: Conv2dGeometry,
+    /// The algorithm and math type, as cuDNN names them.
+    pub algorithm: String,
+    pub workspace: usize,
+}
+
+/// Every plan made so far in this process.
+pub fn plans() -> Vec<PlanSummary> {
+    let plans = PLANS.lock().unwrap_or_else(|e| e.into_inner());
+    let Some(map) = plans.as_ref() else {
+        return Vec::new();
+    };
+    map.iter()
+        .map(|(key, p)| PlanSummary {
+            pass: key.1,
+            dtype: key.2,
+            format: key.5,
+            geometry: p.geometry,
+            algorithm: match &p.kernel {
+                Kernel::Legacy { choice, .. } => match choice.algo {
+                    Algo::Forward(a) => format!("{a:?} {:?}", choice.math),
+                    Algo::InputGrad(a) => format!("{a:?} {:?}", choice.math),
+                    Algo::WeightGrad(a) => format!("{a:?} {:?}", choice.math),
+                },
+                Kernel::Graph(g) => format!("graph engine {}", g.engine),
+            },
+            workspace: match &p.kernel {
+                Kernel::Legacy { choice, .. } => choice.workspace,
+                Kernel::Graph(g) => g.workspace,
+            },
+        })
+        .collect()
+}
+
 /// The plan for this shape: made the first time by measuring every algorithm of `pass` and
 /// keeping the fastest that succeeds within the workspace budget and the allowed math.
+#[allow(clippy::too_many_arguments)]
 fn plan(
-    dev: &CudaDevice,
+    dev: &Arc<CudaDevice>,
     h: sys::cudnnHandle_t,
     pass: Pass,
     g: &Conv2dGeometry,
     dtype: DType,
     format: Format,
+    graph: bool,
+    buffers: &Buffers,
 ) -> Result<Arc<Plan>> {
     let tf32 = dev.allow_tf32();
     let key: Key = (
@@ -311,6 +371,7 @@ fn plan(
         pass,
         dtype,
         tf32,
+        graph,
         format,
         [
             g.n,
@@ -337,8 +398,70 @@ fn plan(
     {
         return Ok(p.clone());
     }
-    let d = Descriptors::new(g, dtype, format)?;
     let started = Instant::now();
+    let kernel = if graph {
+        // Timing the candidates needs scratch memory; the largest asked for is kept until the
+        // choice is made.
+        let mut scratch: Option<CudaStorage> = None;
+        let made = GraphPlan::measure(
+            dev,
+            h,
+            pass,
+            g,
+            dtype,
+            format,
+            buffers,
+            MAX_WORKSPACE,
+            |size| {
+                if scratch.as_ref().is_none_or(|s| s.len() < size.max(1)) {
+                    scratch = Some(CudaStorage::alloc(dev, size.max(1), DType::U8)?);
+                }
+                Ok(scratch
+                    .as_ref()
+                    .map_or(std::ptr::null_mut(), |s| s.ptr() as *mut c_void))
+            },
+        );
+        match made {
+            Ok(made) => {
+                SEARCH_NANOS.fetch_add(started.elapsed().as_nanos() as u64, Ordering::Relaxed);
+                Kernel::Graph(made)
+            }
+            // A shape the graph API cannot plan still runs, on the legacy calls.
+            Err(e) => {
+                static SAID: std::sync::Once = std::sync::Once::new();
+                SAID.call_once(|| {
+                    eprintln!("note: cuDNN graph API: {e}; using the legacy calls for such shapes")
+                });
+                legacy_kernel(h, pass, g, dtype, format, tf32, started)?
+            }
+        }
+    } else {
+        legacy_kernel(h, pass, g, dtype, format, tf32, started)?
+    };
+    let plan = Arc::new(Plan {
+        kernel,
+        geometry: *g,
+    });
+    PLANS
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .get_or_insert_with(HashMap::new)
+        .insert(key, plan.clone());
+    Ok(plan)
+}
+
+/// The legacy path's choice for a shape: every algorithm of `pass` measured by cuDNN's Find,
+/// keeping the fastest that succeeds within the workspace budget and the allowed math.
+fn legacy_kernel(
+    h: sys::cudnnHandle_t,
+    pass: Pass,
+    g: &Conv2dGeometry,
+    dtype: DType,
+    format: Format,
+    tf32: bool,
+    started: Instant,
+) -> Result<Kernel> {
+    let d = Descriptors::new(g, dtype, format)?;
     d.set_math(requested_math(dtype, tf32))?;
     let allowed = allowed_math(dtype, tf32);
     const N: usize = 16;
@@ -397,13 +520,7 @@ fn plan(
         ))
     })?;
     d.set_math(choice.math)?;
-    let plan = Arc::new(Plan { d, choice });
-    PLANS
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .get_or_insert_with(HashMap::new)
-        .insert(key, plan.clone());
-    Ok(plan)
+    Ok(Kernel::Legacy { d, choice })
 }
 
 /// Runs one pass. `a` and `b` are the pass's inputs (x and w; dy and w; x and dy), each a
@@ -422,8 +539,6 @@ pub fn run(
     // from two threads at once (test harnesses and scripts may share a device across threads).
     let _one_at_a_time = CALLS.lock().unwrap_or_else(|e| e.into_inner());
     let h = handle(dev)?;
-    let plan = plan(dev, h, pass, g, dtype, format)?;
-    let (d, choice) = (&plan.d, plan.choice);
     let out_len = match pass {
         Pass::Forward => g.n * g.o * g.ho * g.wo,
         Pass::InputGrad => g.n * g.c * g.h * g.w,
@@ -433,13 +548,28 @@ pub fn run(
     if out_len == 0 {
         return Ok(out);
     }
+    let buffers = Buffers {
+        a: a.ptr_at(a_offset) as *const c_void,
+        b: b.ptr_at(b_offset) as *const c_void,
+        out: out.ptr() as *mut c_void,
+    };
+    let aligned = [buffers.a as usize, buffers.b as usize, buffers.out as usize]
+        .iter()
+        .all(|p| p % cudnn_graph::ALIGNMENT == 0);
+    let graph = matches!(dtype, DType::F16 | DType::BF16) && aligned && graph_api_enabled();
+    let plan = plan(dev, h, pass, g, dtype, format, graph, &buffers)?;
+    let (d, choice) = match &plan.kernel {
+        Kernel::Legacy { d, choice } => (d, *choice),
+        Kernel::Graph(gp) => {
+            let workspace = CudaStorage::alloc(dev, gp.workspace.max(1), DType::U8)?;
+            gp.run(h, pass, &buffers, workspace.ptr() as *mut c_void)?;
+            return Ok(out);
+        }
+    };
     let workspace = CudaStorage::alloc(dev, choice.workspace.max(1), DType::U8)?;
     let (ws, ws_len) = (workspace.ptr() as *mut c_void, choice.workspace);
-    let o = out.ptr() as *mut c_void;
-    let (pa, pb) = (
-        a.ptr_at(a_offset) as *const c_void,
-        b.ptr_at(b_offset) as *const c_void,
-    );
+    let o = buffers.out;
+    let (pa, pb) = (buffers.a, buffers.b);
     // alpha/beta are doubles for F64 compute, floats otherwise.
     let (one_f, zero_f, one_d, zero_d) = (1f32, 0f32, 1f64, 0f64);
     let (alpha, beta): (*const c_void, *const c_void) = if dtype == DType::F64 {

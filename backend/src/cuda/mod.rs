@@ -7,6 +7,7 @@ pub mod compile;
 pub mod conv;
 pub mod copy;
 pub mod cudnn;
+mod cudnn_graph;
 mod device;
 pub mod elementwise;
 pub mod index;

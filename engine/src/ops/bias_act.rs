@@ -30,7 +30,7 @@ impl Tensor {
                 ),
             ));
         }
-        let bias = bias.to_dtype(self.dtype())?;
+        let bias = crate::amp::operand(bias, self.dtype())?;
         let recording = is_grad_enabled() && (self.requires_grad() || bias.requires_grad());
         if recording || self.device() == Device::Cpu {
             let mut bias_shape = vec![1; s.len()];

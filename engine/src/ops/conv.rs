@@ -3,7 +3,7 @@
 
 use super::dispatch::{cuda_kernel, dispatch};
 use super::{backward_fn, grad_if};
-use crate::amp::matmul_operand_dtype;
+use crate::amp::{channels_last_weight, matmul_operand_dtype, operand};
 use crate::autograd::{is_grad_enabled, no_grad, SavedTensor};
 use crate::backend::cpu::conv as cpu;
 use crate::backend::cpu::floats::on_floats;
@@ -124,7 +124,7 @@ impl Tensor {
             let out = conv2d_channels_last(self, weight, &g, dtype)?;
             return with_bias_act(out, bias, act, g.o);
         }
-        let (x, w) = (self.to_dtype(dtype)?, weight.to_dtype(dtype)?);
+        let (x, w) = (operand(self, dtype)?, operand(weight, dtype)?);
         let out_shape = [g.n, g.o, g.ho, g.wo];
         let out = dispatch(
             "conv2d",
@@ -229,7 +229,7 @@ fn conv2d_channels_last(
                 .contiguous()?
                 .permute(&[0, 3, 1, 2])?
         };
-        let w = w.permute(&[0, 2, 3, 1])?.to_dtype(dtype)?.contiguous()?;
+        let w = channels_last_weight(w, dtype)?;
         let y = cuda_kernel("conv2d", [&x, &w], |[(xs, lx), (ws, lw)]| {
             cuda::conv2d_channels_last(xs, lx, ws, lw, g)
         })?;

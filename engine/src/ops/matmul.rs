@@ -60,7 +60,10 @@ impl Tensor {
                 detail: ": matmul needs float operands".into(),
             });
         }
-        let (a, b) = (self.to_dtype(dtype)?, other.to_dtype(dtype)?);
+        let (a, b) = (
+            crate::amp::operand(self, dtype)?,
+            crate::amp::operand(other, dtype)?,
+        );
         let (ra, rb) = (a.rank(), b.rank());
         let (m, k, k2, n) = (
             a.shape()[ra - 2],

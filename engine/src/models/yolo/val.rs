@@ -157,87 +157,85 @@ pub fn validate(
     let mut confusion = ConfusionMatrix::new(names.len());
     let (mut pre, mut inf, mut post) = (0f64, 0f64, 0f64);
     let started = Instant::now();
-    let run = |x: &crate::Tensor| {
-        no_grad(|| {
-            if opts.half {
-                crate::amp::autocast(Some(DType::F16), || model.forward(x))
-            } else {
-                model.forward(x)
-            }
-        })
-    };
+    let run = |x: &crate::Tensor| no_grad(|| model.forward(x));
     let mut warm = false;
     let mut warmup_secs = 0.0;
     let mut search_secs = 0.0;
-    for (done, batch) in loader.enumerate() {
-        let batch = batch?;
-        // Pre-process, as ultralytics times it: the copy to the device and the scaling (the
-        // loader decodes and letterboxes ahead, on its own threads).
-        let prepare = || batch.images.to(device, dtype)?.div_scalar(255.0);
-        if !warm {
-            // A warm-up pass over the first batch (kernel compilation and loading, cuDNN's
-            // algorithm search) outside the timings, as ultralytics' `warmup`.
-            let tw = Instant::now();
-            run(&prepare()?)?;
-            synchronize(device)?;
-            warmup_secs = tw.elapsed().as_secs_f64();
-            warm = true;
-        }
-        let t0 = Instant::now();
-        let x = prepare()?;
-        synchronize(device)?;
-        let searched_before = cudnn_search_seconds();
-        let t1 = Instant::now();
-        let pred = run(&x)?;
-        synchronize(device)?;
-        let t2 = Instant::now();
-        let searched = cudnn_search_seconds() - searched_before;
-        search_secs += searched;
-        let kept = non_max_suppression(&pred, &nms)?;
-        for (i, det) in kept.iter().enumerate() {
-            // As ultralytics 8.4 does, predictions and targets meet in the letterboxed image's
-            // pixels (the labels follow the image through resize and padding).
-            let boxes = &det.boxes;
-            let labels = &batch.labels[i];
-            let target_cls: Vec<usize> = labels.iter().map(|l| l.class).collect();
-            let target_xywh: Vec<Box4> = labels.iter().map(|l| l.xywh).collect();
-            let targets = target_boxes_on_canvas(&target_xywh, &batch.ratio_pad[i]);
-            let tp = true_positives(boxes, &det.classes, &targets, &target_cls);
-            if opts.save_json {
-                let mut original = boxes.clone();
-                scale_boxes(&mut original, &batch.ratio_pad[i]);
-                predictions.extend(coco_json::image_records(
-                    &batch.paths[i],
-                    &original,
-                    &det.scores,
-                    &det.classes,
-                    &class_map,
-                )?);
+    // One autocast scope over the whole run, so each weight is cast to F16 once (as
+    // ultralytics' `model.half()`), not on every batch.
+    let autocast_dtype = opts.half.then_some(DType::F16);
+    crate::amp::autocast(autocast_dtype, || -> Result<()> {
+        for (done, batch) in loader.enumerate() {
+            let batch = batch?;
+            // Pre-process, as ultralytics times it: the copy to the device and the scaling (the
+            // loader decodes and letterboxes ahead, on its own threads).
+            let prepare = || batch.images.to(device, dtype)?.div_scalar(255.0);
+            if !warm {
+                // A warm-up pass over the first batch (kernel compilation and loading, cuDNN's
+                // algorithm search) outside the timings, as ultralytics' `warmup`.
+                let tw = Instant::now();
+                run(&prepare()?)?;
+                synchronize(device)?;
+                warmup_secs = tw.elapsed().as_secs_f64();
+                warm = true;
             }
-            confusion.process_batch(
-                DetectionsRef {
-                    boxes,
-                    conf: &det.scores,
-                    classes: &det.classes,
-                },
-                &targets,
-                &target_cls,
-                0.25,
-                CONFUSION_IOU,
-            )?;
-            metrics.update(ImageStats {
-                tp,
-                conf: det.scores.clone(),
-                pred_cls: det.classes.clone(),
-                target_cls,
-            });
+            let t0 = Instant::now();
+            let x = prepare()?;
+            synchronize(device)?;
+            let searched_before = cudnn_search_seconds();
+            let t1 = Instant::now();
+            let pred = run(&x)?;
+            synchronize(device)?;
+            let t2 = Instant::now();
+            let searched = cudnn_search_seconds() - searched_before;
+            search_secs += searched;
+            let kept = non_max_suppression(&pred, &nms)?;
+            for (i, det) in kept.iter().enumerate() {
+                // As ultralytics 8.4 does, predictions and targets meet in the letterboxed image's
+                // pixels (the labels follow the image through resize and padding).
+                let boxes = &det.boxes;
+                let labels = &batch.labels[i];
+                let target_cls: Vec<usize> = labels.iter().map(|l| l.class).collect();
+                let target_xywh: Vec<Box4> = labels.iter().map(|l| l.xywh).collect();
+                let targets = target_boxes_on_canvas(&target_xywh, &batch.ratio_pad[i]);
+                let tp = true_positives(boxes, &det.classes, &targets, &target_cls);
+                if opts.save_json {
+                    let mut original = boxes.clone();
+                    scale_boxes(&mut original, &batch.ratio_pad[i]);
+                    predictions.extend(coco_json::image_records(
+                        &batch.paths[i],
+                        &original,
+                        &det.scores,
+                        &det.classes,
+                        &class_map,
+                    )?);
+                }
+                confusion.process_batch(
+                    DetectionsRef {
+                        boxes,
+                        conf: &det.scores,
+                        classes: &det.classes,
+                    },
+                    &targets,
+                    &target_cls,
+                    0.25,
+                    CONFUSION_IOU,
+                )?;
+                metrics.update(ImageStats {
+                    tp,
+                    conf: det.scores.clone(),
+                    pred_cls: det.classes.clone(),
+                    target_cls,
+                });
+            }
+            let t3 = Instant::now();
+            pre += (t1 - t0).as_secs_f64();
+            inf += (t2 - t1).as_secs_f64() - searched;
+            post += (t3 - t2).as_secs_f64();
+            progress(done + 1, total);
         }
-        let t3 = Instant::now();
-        pre += (t1 - t0).as_secs_f64();
-        inf += (t2 - t1).as_secs_f64() - searched;
-        post += (t3 - t2).as_secs_f64();
-        progress(done + 1, total);
-    }
+        Ok(())
+    })?;
     // End to end (decoding included), without the warm-up pass and the algorithm search.
     let elapsed = started.elapsed().as_secs_f64() - warmup_secs - search_secs;
     metrics.process();
