@@ -420,16 +420,21 @@ fn plot_functions_carry_a_doc_comment_with_an_example() {
 fn heatmap_shades_the_largest_cell_darkest_at_its_row_and_column() {
     let dir = tempfile::tempdir().unwrap();
     let opts = options_in(dir.path(), "heat.png");
-    // The largest value is row 0, column 1: the lower right cell (row 0 is at y 0..1).
-    let path = heatmap(&[vec![0.0, 5.0], vec![1.0, 0.0]], &opts).unwrap();
+    // The largest value is row 0, column 1: the upper right cell, as a matrix is printed.
+    let path = heatmap(
+        &[vec![0.0, 5.0], vec![1.0, 0.0]],
+        &AxisNames::default(),
+        &opts,
+    )
+    .unwrap();
     let img = Image::read(&path);
     let darkest = RGBColor(8, 48, 107);
     // Well inside each quarter of the plot area, away from the cell borders.
-    assert!(img.count(darkest, (0.65, 0.85), (0.62, 0.8)) > 1000);
+    assert!(img.count(darkest, (0.65, 0.85), (0.15, 0.35)) > 1000);
     for (x, y) in [
         ((0.2, 0.4), (0.62, 0.8)),
         ((0.2, 0.4), (0.15, 0.35)),
-        ((0.65, 0.85), (0.15, 0.35)),
+        ((0.65, 0.85), (0.62, 0.8)),
     ] {
         assert_eq!(img.count(darkest, x, y), 0, "{x:?} {y:?}");
     }
@@ -440,8 +445,25 @@ fn heatmap_rejects_ragged_rows_naming_the_row() {
     let dir = tempfile::tempdir().unwrap();
     let e = heatmap(
         &[vec![1.0, 2.0], vec![3.0]],
+        &AxisNames::default(),
         &options_in(dir.path(), "h.png"),
     )
     .unwrap_err();
     assert!(e.to_string().contains("row 1 has 1"), "{e}");
+}
+
+#[test]
+fn heatmap_rejects_names_that_do_not_match_the_matrix() {
+    let dir = tempfile::tempdir().unwrap();
+    let names = AxisNames {
+        rows: vec!["cat".into(), "dog".into(), "bird".into()],
+        columns: Vec::new(),
+    };
+    let e = heatmap(
+        &[vec![1.0, 2.0], vec![3.0, 4.0]],
+        &names,
+        &options_in(dir.path(), "h.png"),
+    )
+    .unwrap_err();
+    assert!(e.to_string().contains("3 row names for 2 rows"), "{e}");
 }
