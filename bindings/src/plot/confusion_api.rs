@@ -62,6 +62,13 @@ fn confusion_matrix(cm: Dynamic, path: &str, opts: Map) -> ScriptResult<String> 
             _ => normalize = normalize_of(value)?,
         }
     }
+    if !names.is_empty() && names.len() != shape[0] {
+        return Err(script_error(format!(
+            "{NAME}: {} class names for a matrix of {} classes",
+            names.len(),
+            shape[0]
+        )));
+    }
     let cm = match normalize {
         Some(how) => crate::error::guard(|| normalize_confusion(&cm, how))?,
         None => cm,

@@ -467,3 +467,51 @@ fn heatmap_rejects_names_that_do_not_match_the_matrix() {
     .unwrap_err();
     assert!(e.to_string().contains("3 row names for 2 rows"), "{e}");
 }
+
+/// Runs `plot::confusion_matrix(cm, path, opts)` on a [2, 2] matrix; returns the image or
+/// the error.
+fn confusion_plot(values: [i64; 4], dir: &Path, opts: &str) -> Result<Image, String> {
+    let mut scope = rhai::Scope::new();
+    scope.push("cm", Tensor::from_vec(values.to_vec(), &[2, 2]).unwrap());
+    let path = dir.join("cm.png");
+    let script = format!(
+        r#"plot::confusion_matrix(cm, "{}", {opts})"#,
+        path.display()
+    );
+    engine()
+        .eval_with_scope::<String>(&mut scope, &script)
+        .map(|_| Image::read(&path))
+        .map_err(|e| e.to_string())
+}
+
+#[test]
+fn confusion_matrix_plot_normalizes_each_true_class_row_when_asked() {
+    let dir = tempfile::tempdir().unwrap();
+    let darkest = RGBColor(8, 48, 107);
+    // Row 0 holds 1 sample, row 1 nine: only normalized is the top-left cell as dark as the
+    // bottom-right one.
+    let upper_left = ((0.2, 0.45), (0.15, 0.4));
+    let counts = confusion_plot([1, 0, 0, 9], dir.path(), "#{}").unwrap();
+    assert_eq!(counts.count(darkest, upper_left.0, upper_left.1), 0);
+    let rows = confusion_plot([1, 0, 0, 9], dir.path(), "#{ normalize: true }").unwrap();
+    assert!(rows.count(darkest, upper_left.0, upper_left.1) > 1000);
+}
+
+#[test]
+fn confusion_matrix_plot_rejects_bad_options_and_shapes_clearly() {
+    let dir = tempfile::tempdir().unwrap();
+    let error = |opts: &str| {
+        confusion_plot([1, 0, 0, 1], dir.path(), opts)
+            .err()
+            .unwrap()
+    };
+    let e = error(r#"#{ normalize: "rows" }"#);
+    assert!(
+        e.contains("normalize must be") && e.contains("\"pred\""),
+        "{e}"
+    );
+    let e = error(r#"#{ classes: ["a", "b", "c"] }"#);
+    assert!(e.contains("3 class names for a matrix of 2 classes"), "{e}");
+    let e = script_error(&engine(), r#"plot::confusion_matrix([1, 2], "cm.png")"#);
+    assert!(e.contains("cm must be a tensor"), "{e}");
+}

@@ -57,7 +57,7 @@ pub(crate) fn ordered_along(
     // Rows along the last dim: `dim` swapped with it.
     let moved = x.detach().transpose(d as isize, -1)?;
     let keys = HostKeys::read(&moved)?;
-    let rows = if n == 0 { 0 } else { keys.len() / n };
+    let rows = keys.len().checked_div(n).unwrap_or(0);
     let mut indices = Vec::with_capacity(rows * k);
     for r in 0..rows {
         indices.extend(
