@@ -9,6 +9,7 @@ pub mod error;
 pub mod help;
 pub mod io;
 pub mod lm;
+pub mod metrics;
 pub mod nn;
 pub mod optim;
 pub mod options;
@@ -52,6 +53,7 @@ pub fn new_engine() -> Engine {
     device::register(&mut engine);
     io::register(&mut engine);
     lm::register(&mut engine);
+    metrics::register(&mut engine);
     plot::register(&mut engine);
     progress::register(&mut engine);
     text::register(&mut engine);

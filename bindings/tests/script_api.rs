@@ -168,3 +168,36 @@ fn layers_compose_into_a_sequential_that_shares_their_parameters() {
     assert_eq!(r[1].as_int().unwrap(), 6);
     assert!(r[2].as_bool().unwrap());
 }
+
+#[test]
+fn sort_and_topk_return_a_map_of_values_and_indices() {
+    assert_eq!(
+        values("tensor([3.0, 1.0, 2.0]).sort(-1, true).values"),
+        [3.0, 2.0, 1.0]
+    );
+    assert_eq!(
+        values("tensor([3.0, 1.0, 2.0]).topk(2).indices"),
+        [0.0, 2.0]
+    );
+    assert_eq!(
+        values("tensor([2, 2, 0]).unique_counts().counts"),
+        [1.0, 2.0]
+    );
+}
+
+#[test]
+fn classification_metrics_take_logits_or_ids_from_a_script() {
+    let acc =
+        eval("metrics::accuracy(tensor([[2.0, 0.0], [0.0, 1.0], [3.0, 1.0]]), tensor([0, 1, 1]))")
+            .unwrap()
+            .as_float()
+            .unwrap();
+    assert!((acc - 2.0 / 3.0).abs() < 1e-12);
+    let f1 = eval("metrics::precision_recall_f1(tensor([0, 1, 1]), tensor([0, 1, 0])).f1")
+        .unwrap()
+        .into_typed_array::<f64>()
+        .unwrap();
+    assert_eq!(f1, [2.0 / 3.0, 2.0 / 3.0]);
+    let e = eval("metrics::confusion_matrix(tensor([0, 5]), tensor([0, 1]), 3)").unwrap_err();
+    assert!(e.contains("prediction 1 is class 5"), "{e}");
+}

@@ -14,6 +14,7 @@ pub mod cancel;
 pub mod data;
 pub mod gradcheck;
 pub mod io;
+pub mod metrics;
 pub mod models;
 pub mod nn;
 pub mod ops;

@@ -42,6 +42,12 @@ pub(crate) trait Body {
 
     /// Whether the series carry labels worth a legend box.
     fn has_legend(&self) -> bool;
+
+    /// Names of the whole-number positions 0, 1, ... of the x and y axes, shown instead of
+    /// numeric ticks (a heatmap's classes).
+    fn tick_names(&self) -> Option<(&[String], &[String])> {
+        None
+    }
 }
 
 /// Draws `body` over the given data ranges and writes the PNG at `opts.path`.
@@ -102,11 +108,20 @@ where
     DB: DrawingBackend + 'a,
     Y: Ranged<ValueType = f64> + ValueFormatter<f64>,
 {
+    let names = body.tick_names();
+    let x_names = names.map(|(x, _)| x);
+    let y_names = names.map(|(_, y)| y);
+    let x_format = |v: &f64| x_names.map_or_else(|| tick_label(*v), |n| name_at(n, *v));
+    let y_format = |v: &f64| y_names.map_or_else(|| tick_label(*v), |n| name_at(n, *v));
     let mut mesh = chart.configure_mesh();
     mesh.light_line_style(RGBColor(235, 235, 235))
         .label_style(("sans-serif", 14))
-        .x_label_formatter(&|v| tick_label(*v))
-        .y_label_formatter(&|v| tick_label(*v));
+        .x_label_formatter(&x_format)
+        .y_label_formatter(&y_format);
+    if let Some((x, y)) = names {
+        // Room for a tick at every whole number, and no finer: half steps would need more.
+        mesh.x_labels(x.len() + 2).y_labels(y.len() + 2);
+    }
     if opts.log_y {
         // plotters' log axis puts a tick at every integer multiple; thin them out.
         mesh.y_labels(8).y_max_light_lines(1);
@@ -146,6 +161,15 @@ pub(crate) fn tick_label(v: f64) -> String {
     }
     let decimals = (3 - magnitude.log10().floor() as i32).max(0) as usize;
     trim_zeros(&format!("{v:.decimals$}")).to_string()
+}
+
+/// The name of a whole-number tick, and nothing between them or beyond the names.
+fn name_at(names: &[String], v: f64) -> String {
+    let i = v.round();
+    if (v - i).abs() > 1e-6 || i < 0.0 {
+        return String::new();
+    }
+    names.get(i as usize).cloned().unwrap_or_default()
 }
 
 fn trim_zeros(text: &str) -> &str {

@@ -6,6 +6,7 @@
 //! cell made.
 
 mod canvas;
+mod confusion_api;
 mod error;
 mod heatmap;
 mod hist;
@@ -20,7 +21,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
 pub use error::PlotError;
-pub use heatmap::heatmap;
+pub use heatmap::{heatmap, AxisNames};
 pub use hist::{hist, DEFAULT_BINS};
 pub use line::{line, line_xy};
 pub use options::PlotOptions;

@@ -14,14 +14,15 @@ use rusting_brain::Tensor;
 
 use super::{PlotError, PlotOptions};
 
-type ScriptResult<T> = Result<T, Box<EvalAltResult>>;
+pub(super) type ScriptResult<T> = Result<T, Box<EvalAltResult>>;
 
 /// Options every chart takes.
 const COMMON_KEYS: [&str; 7] = [
     "title", "xlabel", "ylabel", "path", "width", "height", "log_y",
 ];
 
-/// Registers the static module `plot` (`plot::line`, `plot::scatter`, `plot::hist`).
+/// Registers the static module `plot` (`plot::line`, `plot::scatter`, `plot::hist`,
+/// `plot::confusion_matrix`).
 pub fn register(engine: &mut Engine) {
     for (name, signature, doc, example) in [
         ("plot::line", "plot::line(ys | #{ name: ys }, #{ title, xlabel, ylabel, path, width, height, smooth, log_y, xs }) -> path", "A PNG line chart of one list or several named lists (with a legend).", "let losses = [3.2, 2.5, 2.1, 1.9]; plot::line(losses, #{ title: \"loss\", smooth: 0.9, path: \"loss.png\" })"),
@@ -90,6 +91,7 @@ pub fn register(engine: &mut Engine) {
         &mut module,
         hist,
     );
+    super::confusion_api::register(&mut module);
     engine.register_static_module("plot", module.into());
 }
 
@@ -182,7 +184,7 @@ fn number(value: &Dynamic) -> Option<f64> {
 }
 
 /// Class labels: strings, or anything else shown as text (e.g. INT class ids).
-fn labels_from_dynamic(value: &Dynamic) -> ScriptResult<Vec<String>> {
+pub(super) fn labels_from_dynamic(value: &Dynamic) -> ScriptResult<Vec<String>> {
     if let Some(tensor) = value.read_lock::<Tensor>() {
         let values = tensor
             .to_vec_f64()
@@ -200,7 +202,7 @@ fn labels_from_dynamic(value: &Dynamic) -> ScriptResult<Vec<String>> {
 
 /// Splits `opts` into the common options and the function's own keys (`extra`);
 /// any other key is an error listing the valid ones.
-fn parse_options<'m>(
+pub(super) fn parse_options<'m>(
     name: &str,
     opts: &'m Map,
     extra: &[&str],
@@ -244,19 +246,19 @@ fn parse_options<'m>(
     Ok((options, own))
 }
 
-fn finish(name: &str, written: Result<PathBuf, PlotError>) -> ScriptResult<String> {
+pub(super) fn finish(name: &str, written: Result<PathBuf, PlotError>) -> ScriptResult<String> {
     written
         .map(|path| path.display().to_string())
         .map_err(|e| script_error(format!("{name}: {e}")))
 }
 
-fn prefixed(name: &str, mut error: Box<EvalAltResult>) -> Box<EvalAltResult> {
+pub(super) fn prefixed(name: &str, mut error: Box<EvalAltResult>) -> Box<EvalAltResult> {
     if let EvalAltResult::ErrorRuntime(message, _) = &mut *error {
         *message = format!("{name}: {message}").into();
     }
     error
 }
 
-fn script_error(message: String) -> Box<EvalAltResult> {
+pub(super) fn script_error(message: String) -> Box<EvalAltResult> {
     Box::new(EvalAltResult::ErrorRuntime(message.into(), Position::NONE))
 }

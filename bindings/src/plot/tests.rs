@@ -420,16 +420,21 @@ fn plot_functions_carry_a_doc_comment_with_an_example() {
 fn heatmap_shades_the_largest_cell_darkest_at_its_row_and_column() {
     let dir = tempfile::tempdir().unwrap();
     let opts = options_in(dir.path(), "heat.png");
-    // The largest value is row 0, column 1: the lower right cell (row 0 is at y 0..1).
-    let path = heatmap(&[vec![0.0, 5.0], vec![1.0, 0.0]], &opts).unwrap();
+    // The largest value is row 0, column 1: the upper right cell, as a matrix is printed.
+    let path = heatmap(
+        &[vec![0.0, 5.0], vec![1.0, 0.0]],
+        &AxisNames::default(),
+        &opts,
+    )
+    .unwrap();
     let img = Image::read(&path);
     let darkest = RGBColor(8, 48, 107);
     // Well inside each quarter of the plot area, away from the cell borders.
-    assert!(img.count(darkest, (0.65, 0.85), (0.62, 0.8)) > 1000);
+    assert!(img.count(darkest, (0.65, 0.85), (0.15, 0.35)) > 1000);
     for (x, y) in [
         ((0.2, 0.4), (0.62, 0.8)),
         ((0.2, 0.4), (0.15, 0.35)),
-        ((0.65, 0.85), (0.15, 0.35)),
+        ((0.65, 0.85), (0.62, 0.8)),
     ] {
         assert_eq!(img.count(darkest, x, y), 0, "{x:?} {y:?}");
     }
@@ -440,8 +445,73 @@ fn heatmap_rejects_ragged_rows_naming_the_row() {
     let dir = tempfile::tempdir().unwrap();
     let e = heatmap(
         &[vec![1.0, 2.0], vec![3.0]],
+        &AxisNames::default(),
         &options_in(dir.path(), "h.png"),
     )
     .unwrap_err();
     assert!(e.to_string().contains("row 1 has 1"), "{e}");
+}
+
+#[test]
+fn heatmap_rejects_names_that_do_not_match_the_matrix() {
+    let dir = tempfile::tempdir().unwrap();
+    let names = AxisNames {
+        rows: vec!["cat".into(), "dog".into(), "bird".into()],
+        columns: Vec::new(),
+    };
+    let e = heatmap(
+        &[vec![1.0, 2.0], vec![3.0, 4.0]],
+        &names,
+        &options_in(dir.path(), "h.png"),
+    )
+    .unwrap_err();
+    assert!(e.to_string().contains("3 row names for 2 rows"), "{e}");
+}
+
+/// Runs `plot::confusion_matrix(cm, path, opts)` on a [2, 2] matrix; returns the image or
+/// the error.
+fn confusion_plot(values: [i64; 4], dir: &Path, opts: &str) -> Result<Image, String> {
+    let mut scope = rhai::Scope::new();
+    scope.push("cm", Tensor::from_vec(values.to_vec(), &[2, 2]).unwrap());
+    let path = dir.join("cm.png");
+    let script = format!(
+        r#"plot::confusion_matrix(cm, "{}", {opts})"#,
+        path.display()
+    );
+    engine()
+        .eval_with_scope::<String>(&mut scope, &script)
+        .map(|_| Image::read(&path))
+        .map_err(|e| e.to_string())
+}
+
+#[test]
+fn confusion_matrix_plot_normalizes_each_true_class_row_when_asked() {
+    let dir = tempfile::tempdir().unwrap();
+    let darkest = RGBColor(8, 48, 107);
+    // Row 0 holds 1 sample, row 1 nine: only normalized is the top-left cell as dark as the
+    // bottom-right one.
+    let upper_left = ((0.2, 0.45), (0.15, 0.4));
+    let counts = confusion_plot([1, 0, 0, 9], dir.path(), "#{}").unwrap();
+    assert_eq!(counts.count(darkest, upper_left.0, upper_left.1), 0);
+    let rows = confusion_plot([1, 0, 0, 9], dir.path(), "#{ normalize: true }").unwrap();
+    assert!(rows.count(darkest, upper_left.0, upper_left.1) > 1000);
+}
+
+#[test]
+fn confusion_matrix_plot_rejects_bad_options_and_shapes_clearly() {
+    let dir = tempfile::tempdir().unwrap();
+    let error = |opts: &str| {
+        confusion_plot([1, 0, 0, 1], dir.path(), opts)
+            .err()
+            .unwrap()
+    };
+    let e = error(r#"#{ normalize: "rows" }"#);
+    assert!(
+        e.contains("normalize must be") && e.contains("\"pred\""),
+        "{e}"
+    );
+    let e = error(r#"#{ classes: ["a", "b", "c"] }"#);
+    assert!(e.contains("3 class names for a matrix of 2 classes"), "{e}");
+    let e = script_error(&engine(), r#"plot::confusion_matrix([1, 2], "cm.png")"#);
+    assert!(e.contains("cm must be a tensor"), "{e}");
 }

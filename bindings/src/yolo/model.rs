@@ -151,40 +151,41 @@ pub fn val(m: &mut Yolo, opts: Map) -> RhaiResult<Map> {
     Ok(out)
 }
 
-/// ultralytics' `PR_curve.png` and `F1_curve.png` (one line per class and the mean) and
+/// ultralytics' `PR_curve.png` and `F1_curve.png` (one line per class and the class mean) and
 /// `confusion_matrix_normalized.png` (columns: true class, rows: predicted; the last of each
-/// is background; each column divided by its sum).
+/// is background; each column divided by its sum). The engine computes every number
+/// (`ApPerClass::pr_chart`, `f1_chart`, `ConfusionMatrix::normalized`); this only draws.
 fn write_plots(r: &ValReport, dir: &Path) -> RhaiResult<Vec<String>> {
-    use crate::plot::{heatmap, line_xy, PlotOptions};
+    use crate::plot::{heatmap, line_xy, AxisNames, PlotOptions};
+    use rusting_brain::vision::metrics::CurveChart;
     let res = &r.metrics.results;
-    let name = |i: usize| {
-        let c = res.classes[i];
+    let class_name = |c: usize| {
         r.metrics
             .names
             .get(c)
             .cloned()
             .unwrap_or_else(|| c.to_string())
     };
-    let with_mean = |curves: &[Vec<f64>], label: String| {
-        let mut series: Vec<(String, Vec<f64>)> = curves
+    // One labelled line per class, then the mean under `mean_label`.
+    let series = |chart: &CurveChart, label: &dyn Fn(usize) -> String, mean_label: String| {
+        let mut lines: Vec<(String, Vec<f64>)> = chart
+            .per_class
             .iter()
             .enumerate()
-            .map(|(i, c)| (name(i), c.clone()))
+            .map(|(i, line)| (label(i), line.clone()))
             .collect();
-        if let Some(first) = curves.first() {
-            let mean = (0..first.len())
-                .map(|k| curves.iter().map(|c| c[k]).sum::<f64>() / curves.len() as f64)
-                .collect();
-            series.push((label, mean));
+        if !chart.mean.is_empty() {
+            lines.push((mean_label, chart.mean.clone()));
         }
-        series
+        lines
     };
     let plot_err = |e: crate::plot::PlotError| runtime_error(format!("model.val plots: {e}"));
-    let (recall, precision) = res.pr_curves(1000);
     let [_, _, map50, _] = r.metrics.mean_results();
+    let pr_chart = res.pr_chart(1000);
+    let ap50 = |i: usize| format!("{} {:.3}", class_name(res.classes[i]), res.ap[i][0]);
     let pr = line_xy(
-        &recall,
-        &with_mean(&precision, format!("all classes {map50:.3} mAP@0.5")),
+        &pr_chart.x,
+        &series(&pr_chart, &ap50, format!("all classes {map50:.3} mAP@0.5")),
         &PlotOptions {
             title: Some("Precision-Recall Curve".into()),
             xlabel: Some("Recall".into()),
@@ -194,9 +195,15 @@ fn write_plots(r: &ValReport, dir: &Path) -> RhaiResult<Vec<String>> {
         },
     )
     .map_err(plot_err)?;
+    let f1_chart = res.f1_chart();
+    let (best_conf, best_f1) = f1_chart.peak.unwrap_or((0.0, 0.0));
     let f1 = line_xy(
-        &res.x,
-        &with_mean(&res.f1_curve, "all classes".into()),
+        &f1_chart.x,
+        &series(
+            &f1_chart,
+            &|i| class_name(res.classes[i]),
+            format!("all classes {best_f1:.2} at {best_conf:.3}"),
+        ),
         &PlotOptions {
             title: Some("F1-Confidence Curve".into()),
             xlabel: Some("Confidence".into()),
@@ -206,25 +213,18 @@ fn write_plots(r: &ValReport, dir: &Path) -> RhaiResult<Vec<String>> {
         },
     )
     .map_err(plot_err)?;
-    let m = &r.confusion.matrix;
-    let column_sums: Vec<f64> = (0..m.first().map_or(0, |row| row.len()))
-        .map(|c| m.iter().map(|row| row[c]).sum())
-        .collect();
-    let normalized: Vec<Vec<f64>> = m
-        .iter()
-        .map(|row| {
-            row.iter()
-                .zip(&column_sums)
-                .map(|(v, s)| if *s > 0.0 { v / s } else { 0.0 })
-                .collect()
-        })
-        .collect();
+    let mut classes: Vec<String> = (0..r.confusion.nc).map(class_name).collect();
+    classes.push("background".into());
     let cm = heatmap(
-        &normalized,
+        &r.confusion.normalized(),
+        &AxisNames {
+            rows: classes.clone(),
+            columns: classes,
+        },
         &PlotOptions {
             title: Some("Confusion Matrix Normalized".into()),
-            xlabel: Some("True (class index; last = background)".into()),
-            ylabel: Some("Predicted (class index; last = background)".into()),
+            xlabel: Some("True".into()),
+            ylabel: Some("Predicted".into()),
             path: dir.join("confusion_matrix_normalized.png"),
             width: 800,
             height: 800,

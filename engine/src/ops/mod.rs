@@ -3,9 +3,11 @@
 
 pub mod attention;
 pub mod bias_act;
+pub mod bincount;
 pub mod conv;
 pub mod dispatch;
 pub mod elementwise;
+pub(crate) mod host_keys;
 pub mod index;
 pub mod linear_loss;
 pub mod loss;
@@ -15,8 +17,11 @@ pub mod pool;
 pub mod reduce;
 pub mod rope;
 pub mod softmax;
+pub mod sort;
 pub mod swiglu;
 pub mod table;
+pub mod topk;
+pub mod unique;
 pub mod view;
 
 use crate::autograd::Backward;

@@ -26,6 +26,7 @@ pub struct OpInfo {
 
 const FLOAT: &[DType] = &DType::FLOATS;
 const ALL: &[DType] = &DType::ALL;
+const INTS: &[DType] = &[DType::U8, DType::U32, DType::I64];
 const INT_AND_FLOAT: &[DType] = &[
     DType::U8,
     DType::U32,
@@ -120,6 +121,12 @@ ops! {
     "index_select": Primitive, true, ALL;
     "gather": Primitive, true, ALL;
     "scatter_add": Primitive, true, INT_AND_FLOAT;
+    // sorting and counting (ordered on the host, values gathered on the device)
+    "sort": Composite, true, ALL;
+    "argsort": Composite, false, ALL;
+    "topk": Composite, true, INT_AND_FLOAT;
+    "unique": Composite, false, ALL;
+    "bincount": Primitive, false, INTS;
     // linear algebra, convolution, pooling
     "matmul": Primitive, true, FLOAT;
     "conv2d": Primitive, true, FLOAT;

@@ -16,12 +16,14 @@ macro_rules! unary_methods {
 mod autograd;
 mod cast;
 mod compare;
+mod count;
 mod index;
 mod inspect;
 mod join_split;
 mod math;
 mod reduce;
 mod shape;
+mod sort;
 
 pub fn register(api: &mut Api) {
     math::register(api);
@@ -30,6 +32,8 @@ pub fn register(api: &mut Api) {
     shape::register(api);
     join_split::register(api);
     index::register(api);
+    sort::register(api);
+    count::register(api);
     cast::register(api);
     inspect::register(api);
     autograd::register(api);

@@ -120,7 +120,7 @@ pub fn ap_per_class_in_order(stats: &DetectionStats, order: &[usize]) -> ApPerCl
         })
         .collect();
     out.best_index = if nc > 0 {
-        argmax(&smooth(&class_mean(&out.f1_curve), 0.1))
+        argmax(&smooth(&class_mean(&out.f1_curve, CURVE_POINTS), 0.1))
     } else {
         0
     };
@@ -214,9 +214,10 @@ fn unique_counts(classes: &[usize]) -> (Vec<usize>, Vec<usize>) {
     (unique, counts)
 }
 
-/// `f1_curve.mean(0)`: NumPy adds the rows one after another, then divides.
-fn class_mean(rows: &[Vec<f64>]) -> Vec<f64> {
-    let mut acc = vec![0.0; CURVE_POINTS];
+/// `curves.mean(0)` over rows of `len` points: NumPy adds the rows one after another, then
+/// divides (NaN without rows).
+pub(super) fn class_mean(rows: &[Vec<f64>], len: usize) -> Vec<f64> {
+    let mut acc = vec![0.0; len];
     for row in rows {
         for (a, v) in acc.iter_mut().zip(row) {
             *a += v;

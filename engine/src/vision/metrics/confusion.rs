@@ -135,6 +135,12 @@ impl ConfusionMatrix {
             })
             .unzip()
     }
+
+    /// Each column (true class) divided by its sum, as ultralytics' normalized plot shows it;
+    /// a column without samples stays zero.
+    pub fn normalized(&self) -> Vec<Vec<f64>> {
+        crate::metrics::normalize_matrix(&self.matrix, crate::metrics::Normalize::Columns)
+    }
 }
 
 #[cfg(test)]
@@ -213,5 +219,14 @@ mod tests {
         assert!(cm
             .process_batch(dets(&[A], &[0.9], &[3]), &[], &[], 0.25, 0.45)
             .is_err());
+    }
+
+    #[test]
+    fn normalized_divides_each_true_class_column_by_its_sum() {
+        let mut cm = ConfusionMatrix::new(1);
+        cm.matrix = vec![vec![3.0, 1.0], vec![1.0, 0.0]];
+        assert_eq!(cm.normalized(), [vec![0.75, 1.0], vec![0.25, 0.0]]);
+        cm.matrix = vec![vec![0.0, 0.0], vec![0.0, 2.0]];
+        assert_eq!(cm.normalized(), [vec![0.0, 0.0], vec![0.0, 1.0]]);
     }
 }

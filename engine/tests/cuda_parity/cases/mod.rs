@@ -15,6 +15,7 @@ mod matmul;
 mod norms;
 mod reduce;
 mod softmax;
+mod sorting;
 mod views;
 
 use crate::harness::Case;
@@ -41,7 +42,7 @@ pub enum Family {
 pub type Entry = (&'static str, fn() -> Vec<Case>);
 
 /// Every family with its table.
-const FAMILIES: [(Family, &[Entry]); 13] = [
+const FAMILIES: [(Family, &[Entry]); 14] = [
     (Family::Creation, creation::OPS),
     (Family::Elementwise, elementwise::OPS),
     (Family::Binary, binary::OPS),
@@ -52,6 +53,7 @@ const FAMILIES: [(Family, &[Entry]); 13] = [
     (Family::Softmax, softmax::OPS),
     (Family::Views, views::OPS),
     (Family::Index, index::OPS),
+    (Family::Index, sorting::OPS),
     (Family::Matmul, matmul::OPS),
     (Family::ConvPool, conv_pool::OPS),
     (Family::Losses, losses::OPS),
