@@ -33,8 +33,9 @@ fn forward_backward(
     device: Device,
     autocast: Option<DType>,
 ) -> (Tensor, Tensor, Tensor) {
-    let x = x.to_device(device).unwrap().requires_grad_().unwrap();
-    let w = w.to_device(device).unwrap().requires_grad_().unwrap();
+    // Fresh leaves on each call, so gradients do not accumulate across devices.
+    let x = x.detach().to_device(device).unwrap().requires_grad_().unwrap();
+    let w = w.detach().to_device(device).unwrap().requires_grad_().unwrap();
     let r = r.to_device(device).unwrap();
     let y = amp::autocast(autocast, || x.conv2d(&w, None, opts)).unwrap();
     let loss = y
