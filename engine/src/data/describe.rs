@@ -2,6 +2,7 @@
 //! line, e.g. `Dataset(150 rows, 4 features [sepal_length, ...], 3 classes [setosa, ...],
 //! features f32, targets i64)`.
 
+use super::yolo::YoloDataset;
 use super::{Dataset, TokenFile, TokenSpan};
 use crate::nn::with_commas;
 use std::fmt;
@@ -74,6 +75,20 @@ impl fmt::Display for TokenFile {
             self.path().display(),
             with_commas(self.len() as usize),
             with_commas(self.vocab_size())
+        )
+    }
+}
+
+impl fmt::Display for YoloDataset {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let boxes: usize = self.images.iter().map(|i| i.labels.len()).sum();
+        write!(
+            f,
+            "YoloDataset({} images, {} boxes, {} classes {})",
+            with_commas(self.images.len()),
+            with_commas(boxes),
+            self.names.len(),
+            name_list(&self.names)
         )
     }
 }
