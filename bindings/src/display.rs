@@ -2,6 +2,7 @@
 //! `to_string` and `to_debug` registered here. The text itself is the engine's (`nn::describe`,
 //! the data types' `Display`); this file only connects each type to it.
 
+use crate::data::ImageDataset;
 use crate::help::{with_tokens, Api};
 use crate::lm::Lm;
 use crate::nn::Model;
@@ -65,6 +66,13 @@ pub fn register(engine: &mut Engine) {
             "Rows, features (with their names), classes (with their names) and dtypes on one line.",
             "let ds = data::spirals(20, #{ seed: 1 }); print(ds)",
             |d: &mut Dataset| d.to_string(),
+        );
+        both(
+            &mut api,
+            "ds",
+            "The images, boxes and classes of a detection split.",
+            "let path = data::yolo_shapes(\"shapes\", #{ train: 2, val: 2, imgsz: 64 }); print(data::yolo_images(path, \"val\"))",
+            |d: &mut ImageDataset| d.to_string(),
         );
         both(
             &mut api,
