@@ -255,7 +255,7 @@ mod tests {
         let half = &lines[4];
         assert!(half.starts_with("train  50/100 (50%)  "), "{half}");
         assert!(
-            half.contains(" it/s  ETA ") && half.ends_with("  loss 0.123"),
+            half.contains(" it/s  ETA ") && half.ends_with("  loss 0.1235"),
             "{half}"
         );
         let last = &lines[9];

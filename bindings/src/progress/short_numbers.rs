@@ -3,7 +3,7 @@
 //! interpolates every digit of the f64.
 
 /// `x` with 4 significant digits, as C's and Python's `%.4g`: fixed notation for exponents
-/// from -5 to 3, scientific otherwise, trailing zeros dropped.
+/// from -4 to 3, scientific otherwise, trailing zeros dropped.
 pub fn sig4(x: f64) -> String {
     if !x.is_finite() || x == 0.0 {
         return x.to_string();
@@ -14,7 +14,7 @@ pub fn sig4(x: f64) -> String {
         return sci;
     };
     let exp: i32 = exp.parse().unwrap_or(0);
-    if (-5..4).contains(&exp) {
+    if (-4..4).contains(&exp) {
         trim_zeros(format!("{x:.*}", (3 - exp) as usize))
     } else {
         format!("{}e{exp}", trim_zeros(mantissa.to_string()))
