@@ -27,7 +27,8 @@ pub fn method_eval(engine: &mut Engine) {
     // `on_parse_token` is marked deprecated only as a warning that the API is volatile.
     #[allow(deprecated)]
     engine.on_parse_token(|token, _pos, _state| {
-        let after_dot = AFTER_DOT.with(|c| c.replace(matches!(token, Token::Period | Token::Elvis)));
+        let after_dot =
+            AFTER_DOT.with(|c| c.replace(matches!(token, Token::Period | Token::Elvis)));
         match token {
             Token::Reserved(word) if after_dot && word.as_str() == "eval" => {
                 Token::Identifier(Box::new(EVAL_METHOD.into()))
@@ -50,7 +51,12 @@ mod tests {
 
     #[test]
     fn a_method_named_eval_calls_eval_mode() {
-        assert_eq!(engine().eval::<rhai::INT>("let x = 3; x.eval(); x").unwrap(), -3);
+        assert_eq!(
+            engine()
+                .eval::<rhai::INT>("let x = 3; x.eval(); x")
+                .unwrap(),
+            -3
+        );
         assert_eq!(
             engine()
                 .eval::<rhai::INT>("let x = 3;\nx\n  .eval();\nx")

@@ -10,7 +10,9 @@ fn eval(src: &str) -> Result<Dynamic, String> {
 }
 
 fn text(src: &str) -> String {
-    eval(src).unwrap_or_else(|e| panic!("{src}: {e}")).to_string()
+    eval(src)
+        .unwrap_or_else(|e| panic!("{src}: {e}"))
+        .to_string()
 }
 
 #[test]
@@ -88,7 +90,10 @@ fn an_image_loader_gives_images_in_0_1_and_box_rows() {
          }}
          [ds.len(), ds.num_classes, out.len(), out[0], out[2]]",
     ));
-    assert_eq!(r, "[5, 6, 3, [[2, 3, 64, 64], true, 6, 2], [[1, 3, 64, 64], true, 6, 1]]");
+    assert_eq!(
+        r,
+        "[5, 6, 3, [[2, 3, 64, 64], true, 6, 2], [[1, 3, 64, 64], true, 6, 1]]"
+    );
 }
 
 #[test]

@@ -202,7 +202,10 @@ mod tests {
         let model = complete("m.");
         assert!(model.contains(&"forward".to_string()), "{model:?}");
         assert!(model.contains(&"eval_mode".to_string()), "{model:?}");
-        assert!(!model.contains(&"generate".to_string()), "an LM's: {model:?}");
+        assert!(
+            !model.contains(&"generate".to_string()),
+            "an LM's: {model:?}"
+        );
         // An unknown receiver still gets every method.
         assert!(complete("y.res").contains(&"restore".to_string()));
     }

@@ -144,7 +144,9 @@ impl Session {
             // One-line texts that start with the type (`Dataset(150 rows, ...)`) say more than
             // the type; a model's tree does not fit on a line.
             return match self.script_text(v) {
-                Some(text) if !text.contains('\n') && text.starts_with(&ty) => shorten(&text, WIDTH),
+                Some(text) if !text.contains('\n') && text.starts_with(&ty) => {
+                    shorten(&text, WIDTH)
+                }
                 _ => ty,
             };
         }

@@ -283,7 +283,8 @@ fn help_of_a_namespace_lists_each_of_its_functions_with_its_description() {
 
 #[test]
 fn model_eval_works_as_in_pytorch() {
-    let out = repl_session("let m = nn::dropout(0.5);\nm.eval();\nm.training\nm.train();\nm.training\n");
+    let out =
+        repl_session("let m = nn::dropout(0.5);\nm.eval();\nm.training\nm.train();\nm.training\n");
     assert_eq!(
         text(&out.stdout),
         "false\ntrue\n",

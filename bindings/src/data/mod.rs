@@ -48,7 +48,10 @@ fn register_getters(engine: &mut Engine) {
     });
     engine.register_get("classes", classes);
     engine.register_get("feature_names", |d: &mut Dataset| -> Array {
-        d.feature_names().iter().map(|n| Dynamic::from(n.clone())).collect()
+        d.feature_names()
+            .iter()
+            .map(|n| Dynamic::from(n.clone()))
+            .collect()
     });
     for (name, signature, doc, example) in [
         ("num_features", "ds.num_features -> int", "The number of feature columns.", "let ds = data::spirals(20, #{ seed: 1 }); print(ds.num_features)"),

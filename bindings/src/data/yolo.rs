@@ -50,7 +50,15 @@ fn image_loader(ds: &mut ImageDataset, opts: Map) -> RhaiResult<Loader> {
     let o = Options::new(
         "loader",
         opts,
-        &["batch_size", "imgsz", "shuffle", "seed", "drop_last", "rect", "workers"],
+        &[
+            "batch_size",
+            "imgsz",
+            "shuffle",
+            "seed",
+            "drop_last",
+            "rect",
+            "workers",
+        ],
     )?;
     let d = ValLoaderOptions::default();
     let options = ValLoaderOptions {
@@ -85,7 +93,11 @@ fn image_loader(ds: &mut ImageDataset, opts: Map) -> RhaiResult<Loader> {
 /// Boxes normalised to each original image, as `[n, 6]` rows of (image in batch, class, cx,
 /// cy, w, h) normalised to the letterboxed canvas `(h, w)` the image was placed on, the layout
 /// of ultralytics' training batches.
-pub fn canvas_labels(labels: &[Vec<YoloBox>], placement: &[RatioPad], canvas_hw: (usize, usize)) -> Vec<f32> {
+pub fn canvas_labels(
+    labels: &[Vec<YoloBox>],
+    placement: &[RatioPad],
+    canvas_hw: (usize, usize),
+) -> Vec<f32> {
     let (ch, cw) = (canvas_hw.0 as f64, canvas_hw.1 as f64);
     let mut rows = Vec::new();
     for (k, (boxes, rp)) in labels.iter().zip(placement).enumerate() {

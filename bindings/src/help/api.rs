@@ -90,7 +90,11 @@ impl<'a> Api<'a> {
         let receiver_types = FUNC::param_names()
             .first()
             .filter(|_| is_method)
-            .map(|t| t.trim_start_matches("&mut ").trim_start_matches('&').to_string())
+            .map(|t| {
+                t.trim_start_matches("&mut ")
+                    .trim_start_matches('&')
+                    .to_string()
+            })
             .into_iter()
             .collect();
         record(HelpEntry {

@@ -113,7 +113,11 @@ mod tests {
                     .to_vec(),
             )
             .unwrap()
-            .with_class_names(["setosa", "versicolor", "virginica"].map(String::from).to_vec())
+            .with_class_names(
+                ["setosa", "versicolor", "virginica"]
+                    .map(String::from)
+                    .to_vec(),
+            )
             .unwrap();
         assert_eq!(
             named.to_string(),
@@ -131,7 +135,10 @@ mod tests {
         let x = Tensor::from_vec(vec![0f32; 2 * 10], &[2, 10]).unwrap();
         let y = Tensor::from_vec(vec![0.5f32, 1.5], &[2]).unwrap();
         let names = (0..10).map(|i| format!("f{i}")).collect();
-        let ds = Dataset::new(x, y).unwrap().with_feature_names(names).unwrap();
+        let ds = Dataset::new(x, y)
+            .unwrap()
+            .with_feature_names(names)
+            .unwrap();
         assert_eq!(
             ds.to_string(),
             "Dataset(2 rows, 10 features [f0, f1, f2, f3, f4, f5, f6, f7, ... 2 more], \

@@ -65,7 +65,10 @@ impl Module for Embedding {
 
     fn summary(&self) -> Summary {
         let s = self.weight.shape();
-        Summary::leaf(format!("Embedding({}, {})", s[0], s[1]), self.num_parameters())
+        Summary::leaf(
+            format!("Embedding({}, {})", s[0], s[1]),
+            self.num_parameters(),
+        )
     }
 }
 

@@ -90,6 +90,9 @@ impl Module for Sequential {
     }
 
     fn summary(&self) -> Summary {
-        Summary::indexed("Sequential", self.layers.iter().map(|l| l.summary()).collect())
+        Summary::indexed(
+            "Sequential",
+            self.layers.iter().map(|l| l.summary()).collect(),
+        )
     }
 }

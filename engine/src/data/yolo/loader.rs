@@ -248,26 +248,25 @@ impl Drop for ValLoader {
 
 /// The order images are served in, each with its canvas.
 fn plan(dataset: &YoloDataset, opts: &ValLoaderOptions) -> Result<Vec<Job>> {
-    let mut jobs = match &opts.order {
-        None if opts.rect => rect_plan(dataset, opts),
-        None => square_plan(dataset, 0..dataset.images.len(), opts.imgsz),
-        Some(_) if opts.rect => {
-            return Err(Error::invalid(
+    let mut jobs =
+        match &opts.order {
+            None if opts.rect => rect_plan(dataset, opts),
+            None => square_plan(dataset, 0..dataset.images.len(), opts.imgsz),
+            Some(_) if opts.rect => return Err(Error::invalid(
                 "yolo loader",
                 "a given order (a shuffle) needs rect off: rect batches follow the aspect ratios",
-            ))
-        }
-        Some(order) => {
-            let n = dataset.images.len();
-            if let Some(bad) = order.iter().find(|&&i| i >= n) {
-                return Err(Error::invalid(
-                    "yolo loader",
-                    format!("image index {bad} in the order is past the {n} images"),
-                ));
+            )),
+            Some(order) => {
+                let n = dataset.images.len();
+                if let Some(bad) = order.iter().find(|&&i| i >= n) {
+                    return Err(Error::invalid(
+                        "yolo loader",
+                        format!("image index {bad} in the order is past the {n} images"),
+                    ));
+                }
+                square_plan(dataset, order.iter().copied(), opts.imgsz)
             }
-            square_plan(dataset, order.iter().copied(), opts.imgsz)
-        }
-    };
+        };
     if opts.drop_last {
         jobs.truncate(jobs.len() / opts.batch_size * opts.batch_size);
     }

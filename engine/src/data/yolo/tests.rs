@@ -544,7 +544,10 @@ fn a_given_order_is_served_as_is_and_drop_last_leaves_out_the_short_batch() {
         order: Some(vec![5]),
         ..opts.clone()
     };
-    let err = super::ValLoader::new(ds.clone(), &bad).err().unwrap().to_string();
+    let err = super::ValLoader::new(ds.clone(), &bad)
+        .err()
+        .unwrap()
+        .to_string();
     assert!(err.contains("image index 5"), "{err}");
     let with_rect = super::ValLoaderOptions { rect: true, ..opts };
     assert!(super::ValLoader::new(ds, &with_rect).is_err());

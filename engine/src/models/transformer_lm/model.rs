@@ -319,7 +319,13 @@ impl Module for TransformerLm {
         let c = &self.config;
         let detail = format!(
             "vocab={}, d_model={}, layers={}, heads={}, kv_heads={}, ffn={}, max_seq_len={}",
-            c.vocab_size, c.d_model, c.n_layers, c.n_heads, c.n_kv_heads, c.ffn_hidden, c.max_seq_len
+            c.vocab_size,
+            c.d_model,
+            c.n_layers,
+            c.n_heads,
+            c.n_kv_heads,
+            c.ffn_hidden,
+            c.max_seq_len
         );
         let blocks = self.layers.iter().map(Block::summary).collect();
         let head = match &self.lm_head {
