@@ -5,16 +5,19 @@
 pub mod convert;
 pub mod data;
 pub mod device;
+pub mod display;
 pub mod error;
 pub mod help;
 pub mod io;
 pub mod lm;
 pub mod metrics;
+pub mod modes;
 pub mod nn;
 pub mod optim;
 pub mod options;
 pub mod plot;
 pub mod progress;
+pub mod syntax;
 pub mod tensor;
 pub mod text;
 pub mod vision;
@@ -34,11 +37,18 @@ pub fn set_limits(engine: &mut Engine) {
     engine.set_max_map_size(1 << 20);
 }
 
+/// What every engine that reads our scripts shares, including one that only parses: the limits
+/// and `model.eval()` (see `syntax`).
+pub fn set_language(engine: &mut Engine) {
+    set_limits(engine);
+    syntax::method_eval(engine);
+}
+
 /// A script engine with everything registered. Ctrl-C (the engine's cancel flag) stops a running
 /// script between operations; long engine loops check the same flag.
 pub fn new_engine() -> Engine {
     let mut engine = Engine::new();
-    set_limits(&mut engine);
+    set_language(&mut engine);
     engine.on_progress(|_| {
         if rusting_brain::cancel::is_requested() {
             Some("cancelled".into())
@@ -59,6 +69,8 @@ pub fn new_engine() -> Engine {
     text::register(&mut engine);
     vision::register(&mut engine);
     yolo::register(&mut engine);
+    display::register(&mut engine);
+    modes::register(&mut engine);
     register_help(&mut engine);
     engine
 }

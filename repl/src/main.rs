@@ -104,9 +104,10 @@ fn vet_script_args(script: &std::path::Path, cli: &cli::Cli) -> Result<Option<St
     let Ok(src) = std::fs::read_to_string(script) else {
         return Ok(None);
     };
-    // Parsing needs no bindings: a bare engine with the same limits reads the same scripts.
+    // Parsing needs no bindings: a bare engine with the same limits and syntax reads the same
+    // scripts.
     let mut engine = rhai::Engine::new();
-    rusting_brain_rhai::set_limits(&mut engine);
+    rusting_brain_rhai::set_language(&mut engine);
     if engine.compile(&src).is_err() {
         return Ok(None);
     }

@@ -2,7 +2,7 @@
 //! writes a Markdown report with each cell's code, printed output, time, error and plots.
 
 use crate::host::Output;
-use crate::session::{display, error_parts, render_error, Session};
+use crate::session::{error_parts, render_error, Session};
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -118,7 +118,7 @@ pub fn run(
         let mut printed = output.take_capture();
         let failed = match &result {
             Ok(v) if !v.is_unit() => {
-                printed.push_str(&display(v));
+                printed.push_str(&session.display(v));
                 printed.push('\n');
                 false
             }

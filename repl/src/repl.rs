@@ -3,10 +3,10 @@
 //! When stdin is not a terminal it reads entries the same way, so sessions can be tested.
 
 use crate::complete::BrainHelper;
-use crate::session::{display, error_parts, render_error, EntryError, Session};
+use crate::session::{error_parts, render_error, EntryError, Session, Variable};
 use rustyline::error::ReadlineError;
 use rustyline::history::DefaultHistory;
-use rustyline::Editor;
+use rustyline::{CompletionType, Config, Editor};
 use std::io::{BufRead, IsTerminal};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
@@ -15,7 +15,7 @@ use std::time::Instant;
 pub struct Repl {
     session: Session,
     timing: bool,
-    variables: Arc<Mutex<Vec<String>>>,
+    variables: Arc<Mutex<Vec<Variable>>>,
 }
 
 /// What the loop should do after an entry.
@@ -52,7 +52,11 @@ impl Repl {
     }
 
     fn interactive(&mut self) {
-        let mut editor: Editor<BrainHelper, DefaultHistory> = match Editor::new() {
+        // List mode shows every candidate at once rather than cycling through them.
+        let config = Config::builder()
+            .completion_type(CompletionType::List)
+            .build();
+        let mut editor: Editor<BrainHelper, DefaultHistory> = match Editor::with_config(config) {
             Ok(e) => e,
             Err(e) => {
                 eprintln!("cannot start the line editor ({e}); reading plain lines");
@@ -138,7 +142,7 @@ impl Repl {
             return None;
         }
         match result {
-            Ok(v) if !v.is_unit() => println!("{}", display(&v)),
+            Ok(v) if !v.is_unit() => println!("{}", self.session.display(&v)),
             Ok(_) => {}
             Err(e) => {
                 let (msg, pos) = error_parts(&e);
@@ -158,12 +162,7 @@ impl Repl {
         if self.timing {
             println!("({:.3} s)", started.elapsed().as_secs_f64());
         }
-        *self.variables.lock().unwrap_or_else(|e| e.into_inner()) = self
-            .session
-            .variables()
-            .into_iter()
-            .map(|(n, _)| n)
-            .collect();
+        *self.variables.lock().unwrap_or_else(|e| e.into_inner()) = self.session.variable_types();
         Some(Flow::Continue)
     }
 

@@ -12,6 +12,15 @@ pub struct Session {
     pub accepted: Vec<String>,
 }
 
+/// A variable in the session's scope and its type, as `Dynamic::type_name` gives it (the Rust
+/// path of a registered type) and as scripts name it (`Tensor`, `Model`, `i64`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Variable {
+    pub name: String,
+    pub rust_type: String,
+    pub script_type: String,
+}
+
 /// Why an entry did not produce a value.
 pub enum EntryError {
     /// The source does not parse yet but may once more lines arrive.
@@ -83,9 +92,90 @@ impl Session {
     pub fn variables(&self) -> Vec<(String, String)> {
         self.scope
             .iter_raw()
-            .map(|(name, _constant, value)| (name.to_string(), describe(value)))
+            .map(|(name, _constant, value)| (name.to_string(), self.describe(value)))
             .collect()
     }
+
+    /// The variables in scope with their types, for completion.
+    pub fn variable_types(&self) -> Vec<Variable> {
+        self.scope
+            .iter_raw()
+            .map(|(name, _constant, value)| Variable {
+                name: name.to_string(),
+                rust_type: value.type_name().to_string(),
+                script_type: self.type_name(value),
+            })
+            .collect()
+    }
+
+    /// A value's type as scripts name it: the name registered for it (`Model`, not
+    /// `rusting_brain_rhai::nn::modules::Model`), or Rhai's own (`i64`, `string`, `array`).
+    pub fn type_name(&self, v: &Dynamic) -> String {
+        self.engine.map_type_name(v.type_name()).to_string()
+    }
+
+    /// Whether `v` is one of the types the bindings registered (a model, a dataset).
+    fn is_registered_type(&self, v: &Dynamic) -> bool {
+        self.engine.map_type_name(v.type_name()) != v.type_name()
+    }
+
+    /// The text of the `to_string` registered for `v`'s type, as `print` shows it.
+    fn script_text(&self, v: &Dynamic) -> Option<String> {
+        let mut scope = Scope::new();
+        scope.push("value", v.clone());
+        self.engine
+            .eval_with_scope::<String>(&mut scope, "value.to_string()")
+            .ok()
+    }
+
+    /// A one-line description of a value for `:vars`: `Tensor [3, 4] f32`, `Model`,
+    /// `Dataset(150 rows, ...)`, `i64 = 1`.
+    pub fn describe(&self, v: &Dynamic) -> String {
+        const WIDTH: usize = 80;
+        if let Some(t) = v.read_lock::<Tensor>() {
+            let device = match t.device() {
+                rusting_brain::Device::Cpu => String::new(),
+                d => format!(" {d}"),
+            };
+            return format!("Tensor {:?} {}{device}", t.shape(), t.dtype());
+        }
+        let ty = self.type_name(v);
+        if self.is_registered_type(v) {
+            // One-line texts that start with the type (`Dataset(150 rows, ...)`) say more than
+            // the type; a model's tree does not fit on a line.
+            return match self.script_text(v) {
+                Some(text) if !text.contains('\n') && text.starts_with(&ty) => {
+                    shorten(&text, WIDTH)
+                }
+                _ => ty,
+            };
+        }
+        format!("{ty} = {}", shorten(&v.to_string(), 60))
+    }
+
+    /// How the REPL and notebooks show a value: tensors print like PyTorch, registered types
+    /// (models, datasets) with the `to_string` that `print` uses, strings as they are (so
+    /// `help("matmul")` reads as text).
+    pub fn display(&self, v: &Dynamic) -> String {
+        if let Some(t) = v.read_lock::<Tensor>() {
+            return t.to_string();
+        }
+        if self.is_registered_type(v) {
+            if let Some(text) = self.script_text(v) {
+                return text;
+            }
+        }
+        v.to_string()
+    }
+}
+
+/// `text` cut to `width` characters, with `...` when cut.
+fn shorten(text: &str, width: usize) -> String {
+    if text.chars().count() <= width {
+        return text.to_string();
+    }
+    let cut: String = text.chars().take(width).collect();
+    format!("{cut}...")
 }
 
 fn is_incomplete(e: &ParseError, src: &str) -> bool {
@@ -103,35 +193,6 @@ fn at_end(pos: Position, src: &str) -> bool {
     let lines: Vec<&str> = src.trim_end().lines().collect();
     let last_len = lines.last().map_or(0, |l| l.trim_end().chars().count());
     line > lines.len() || (line == lines.len() && pos.position().is_none_or(|col| col > last_len))
-}
-
-/// A one-line description of a value for `:vars`.
-pub fn describe(v: &Dynamic) -> String {
-    if let Some(t) = v.read_lock::<Tensor>() {
-        return format!(
-            "Tensor shape={:?} dtype={} device={}",
-            t.shape(),
-            t.dtype(),
-            t.device()
-        );
-    }
-    let text = v.to_string();
-    let short: String = text.chars().take(60).collect();
-    format!(
-        "{} = {}{}",
-        v.type_name(),
-        short,
-        if text.chars().count() > 60 { "..." } else { "" }
-    )
-}
-
-/// How the REPL and notebooks show a value: tensors print like PyTorch, strings as they are
-/// (so `help("matmul")` reads as text).
-pub fn display(v: &Dynamic) -> String {
-    if let Some(t) = v.read_lock::<Tensor>() {
-        return t.to_string();
-    }
-    v.to_string()
 }
 
 /// An error with the source line and a caret under its position, as `brain run` prints it.

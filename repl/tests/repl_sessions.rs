@@ -168,3 +168,127 @@ fn a_tensor_too_large_for_memory_is_an_error_and_the_session_keeps_its_variables
         text(&out.stdout)
     );
 }
+
+#[test]
+fn a_model_prints_as_its_layer_tree_with_parameter_counts() {
+    let out = repl_session("let m = nn::mlp([4, 64, 3]);\nprint(m);\nm\n");
+    let tree = "Mlp(\n  (layers): Sequential(\n    (0): Linear(in=4, out=64, bias=true)  320 params\n    \
+                (1): ReLU\n    (2): Linear(in=64, out=3, bias=true)  195 params\n  )\n)\nTotal: 515 parameters\n";
+    assert_eq!(
+        text(&out.stdout),
+        format!("{tree}{tree}"),
+        "print and the echo show the same tree; stderr: {}",
+        text(&out.stderr)
+    );
+}
+
+#[test]
+fn vars_shows_script_type_names_and_tensor_shapes() {
+    let out = repl_session(
+        "let x = ones([3, 4]);\nlet m = nn::linear(2, 2);\nlet ds = data::spirals(5, #{});\nlet a = 1;\n:vars\n",
+    );
+    let stdout = text(&out.stdout);
+    for line in [
+        "x: Tensor [3, 4] f32\n",
+        "m: Model\n",
+        "ds: Dataset(10 rows, 2 features, 2 classes, features f32, targets i64)\n",
+        "a: i64 = 1\n",
+    ] {
+        assert!(stdout.contains(line), "{line:?} not in\n{stdout}");
+    }
+    assert!(!stdout.contains("rusting_brain"), "a Rust path: {stdout}");
+}
+
+#[test]
+fn a_for_loop_over_a_loader_counts_its_batches() {
+    let out = repl_session(
+        "let ds = data::spirals(25, #{});\n\
+         let n = 0; for b in ds.loader(#{ batch_size: 16 }) { n += 1; } print(n);\n\
+         let n = 0; for b in ds.loader(#{ batch_size: 16, drop_last: true }) { n += 1; } print(n);\n\
+         for batch in ds.loader(#{ batch_size: 16, shuffle: true, seed: 1 }) { print(batch.x.shape); print(batch.y.shape); break; }\n",
+    );
+    assert_eq!(
+        text(&out.stdout),
+        "4\n3\n[16, 2]\n[16]\n",
+        "stderr: {}",
+        text(&out.stderr)
+    );
+}
+
+/// The peak resident memory of a process, from /proc (Linux).
+fn peak_rss_bytes(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let line = status.lines().find(|l| l.starts_with("VmHWM:")).unwrap();
+    let kib: u64 = line.split_whitespace().nth(1).unwrap().parse().unwrap();
+    kib * 1024
+}
+
+#[test]
+fn a_loader_makes_batches_as_the_loop_asks_so_breaking_early_is_cheap() {
+    use std::io::{BufRead, BufReader, Write};
+    use std::time::Duration;
+    // Two million rows in batches of one: an epoch built up front is two million index
+    // selects (minutes) before the loop starts; a lazy loader makes one batch.
+    let dir = tempfile::tempdir().unwrap();
+    let mut child = common::brain(&dir)
+        .args(["--device", "cpu"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    stdin
+        .write_all(
+            b"let ds = data::spirals(1000000, #{});\n\
+              let n = 0; for b in ds.loader(#{ batch_size: 1 }) { n += 1; break; }\n\
+              print(`batches made: ${n}`);\n",
+        )
+        .unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let (send, receive) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let first = BufReader::new(stdout).lines().next();
+        let _ = send.send(first);
+    });
+    let first = receive.recv_timeout(Duration::from_secs(60));
+    // The session is still open (stdin is), so its peak memory can be read.
+    let peak = peak_rss_bytes(child.id());
+    let _ = child.kill();
+    drop(stdin);
+    let _ = child.wait();
+    let first = first.expect("no answer within 60 s: the epoch was built before the loop ran");
+    assert_eq!(first.unwrap().unwrap(), "batches made: 1");
+    assert!(peak < 400 << 20, "the session peaked at {} MiB", peak >> 20);
+}
+
+#[test]
+fn help_of_a_namespace_lists_each_of_its_functions_with_its_description() {
+    let out = repl_session("help(\"nn::\")\n");
+    let stdout = text(&out.stdout);
+    for line in [
+        "nn::mlp(sizes) -> Model — An MLP with ReLU and seed 0.",
+        "nn::linear(in, out) -> Model — A Linear layer with a bias, seed 0.",
+        "nn::sequential([layers]) -> Model — ",
+        "nn::cross_entropy(",
+        "nn::dropout(p) -> Model — ",
+    ] {
+        assert!(stdout.contains(line), "{line:?} not in\n{stdout}");
+    }
+    assert!(
+        stdout.lines().all(|l| l.starts_with("nn::")),
+        "only nn:: functions: {stdout}"
+    );
+}
+
+#[test]
+fn model_eval_works_as_in_pytorch() {
+    let out =
+        repl_session("let m = nn::dropout(0.5);\nm.eval();\nm.training\nm.train();\nm.training\n");
+    assert_eq!(
+        text(&out.stdout),
+        "false\ntrue\n",
+        "stderr: {}",
+        text(&out.stderr)
+    );
+}

@@ -197,6 +197,7 @@ fn val_loader_batch_matches_ultralytics_val_batch() {
             rect: true,
             workers: 2,
             prefetch: 1,
+            ..Default::default()
         };
         let batch = ValLoader::new(dataset.clone(), &opts)
             .unwrap()

@@ -1,14 +1,18 @@
 //! The `data::` namespace: datasets (synthetic spirals, CSV, NPY, IDX), splits, scaling and
 //! batches. The token-file functions live in `token_files`.
 
+pub mod loader;
 mod token_files;
 mod yolo;
+
+pub use loader::{Batch, Loader};
+pub use yolo::ImageDataset;
 
 use crate::error::{guard, RhaiResult};
 use crate::help::Api;
 use crate::options::Options;
 use rhai::{Array, Dynamic, Engine, Map, Module, FLOAT, INT};
-use rusting_brain::data::{DataLoader, Dataset, Standardizer};
+use rusting_brain::data::{Dataset, Standardizer};
 use rusting_brain::Generator;
 
 fn spirals(n: INT, opts: Map) -> RhaiResult<Dataset> {
@@ -26,43 +30,46 @@ fn pair(a: Dataset, b: Dataset) -> Array {
     vec![Dynamic::from(a), Dynamic::from(b)]
 }
 
-fn batches(ds: Dataset, opts: Map) -> RhaiResult<Array> {
-    let o = Options::new(
-        "batches",
-        opts,
-        &["batch_size", "shuffle", "seed", "drop_last"],
-    )?;
-    let (bs, shuffle, seed, drop_last) = (
-        o.usize("batch_size", 32)?,
-        o.bool("shuffle", false)?,
-        o.int("seed", 0)?,
-        o.bool("drop_last", false)?,
-    );
-    guard(|| {
-        let mut loader = DataLoader::new(ds, bs)?.drop_last(drop_last);
-        if shuffle {
-            loader = loader.shuffled(Generator::new(seed as u64));
-        }
-        loader
-            .epoch()
-            .map(|b| {
-                // Datasets stay on the host; batches go to the script's device.
-                b.and_then(|(x, y)| {
-                    let d = crate::tensor::default_device();
-                    Ok(Dynamic::from_array(vec![
-                        Dynamic::from(x.to_device(d)?),
-                        Dynamic::from(y.to_device(d)?),
-                    ]))
-                })
-            })
+/// `ds.classes`: the class names, or the ids as strings ("0", "1", ...) when unnamed; empty
+/// for regression targets.
+fn classes(d: &mut Dataset) -> RhaiResult<Array> {
+    if let Some(names) = d.class_names() {
+        return Ok(names.iter().map(|n| Dynamic::from(n.clone())).collect());
+    }
+    let n = guard(|| d.num_classes())?.unwrap_or(0);
+    Ok((0..n).map(|i| Dynamic::from(i.to_string())).collect())
+}
+
+/// Getters that describe a dataset, with their help.
+fn register_getters(engine: &mut Engine) {
+    engine.register_get("num_features", |d: &mut Dataset| d.num_features() as INT);
+    engine.register_get("num_classes", |d: &mut Dataset| -> RhaiResult<Dynamic> {
+        Ok(guard(|| d.num_classes())?.map_or(Dynamic::UNIT, |n| Dynamic::from_int(n as INT)))
+    });
+    engine.register_get("classes", classes);
+    engine.register_get("feature_names", |d: &mut Dataset| -> Array {
+        d.feature_names()
+            .iter()
+            .map(|n| Dynamic::from(n.clone()))
             .collect()
-    })
+    });
+    for (name, signature, doc, example) in [
+        ("num_features", "ds.num_features -> int", "The number of feature columns.", "let ds = data::spirals(20, #{ seed: 1 }); print(ds.num_features)"),
+        ("num_classes", "ds.num_classes -> int or ()", "The number of classes (named, or the largest id plus one); () for regression targets. A detection dataset's class count.", "let ds = data::spirals(20, #{ seed: 1 }); print(ds.num_classes)"),
+        ("classes", "ds.classes -> array", "The class names (the ids as strings when unnamed).", "let ds = data::spirals(20, #{ seed: 1 }); print(ds.classes)"),
+        ("feature_names", "ds.feature_names -> array", "The feature columns' names (x0, x1, ... unless the file named them).", "let ds = data::spirals(20, #{ seed: 1 }); print(ds.feature_names)"),
+    ] {
+        crate::help::getter(name, signature, doc, example);
+    }
 }
 
 pub fn register(engine: &mut Engine) {
     engine.register_type_with_name::<Dataset>("Dataset");
     engine.register_type_with_name::<Standardizer>("Standardizer");
     token_files::register_types(engine);
+    loader::register_types(engine);
+    yolo::register_types(engine);
+    register_getters(engine);
     // Datasets stay on the host; what a script reads goes to its device (`--device`).
     engine.register_get("features", |d: &mut Dataset| {
         guard(|| d.features().to_device(crate::tensor::default_device()))
@@ -121,7 +128,15 @@ pub fn register(engine: &mut Engine) {
                     .map(|(a, b)| pair(a, b))
             },
         );
-        api.method("batches", "ds.batches(#{ batch_size, shuffle, seed, drop_last }) -> array", "One epoch of [features, targets] batches.", "let train = data::spirals(20, #{ seed: 1 }); let epoch = 3; for b in train.batches(#{ batch_size: 16, shuffle: true, seed: epoch }) { let x = b[0]; let y = b[1]; }", batches);
+        api.method("batches", "ds.batches(#{ batch_size, shuffle, seed, drop_last }) -> array", "One epoch of [features, targets] batches, built at once (ds.loader makes them as the loop asks).", "let train = data::spirals(20, #{ seed: 1 }); let epoch = 3; for b in train.batches(#{ batch_size: 16, shuffle: true, seed: epoch }) { let x = b[0]; let y = b[1]; }", loader::batches);
+        api.method("loader", "ds.loader(#{ batch_size, shuffle, seed, drop_last }) -> Loader", "Lazy batches for a `for` loop: each batch (batch.x features, batch.y targets, on the script's device) is made when the loop asks for it; iterating the loader again is the next epoch (a new order when shuffled). Ctrl-C stops it.", "let train = data::spirals(50, #{ seed: 1 }); let loader = train.loader(#{ batch_size: 16, shuffle: true, seed: 1 }); for epoch in 0..2 { for batch in loader { let n = batch.x.shape[0]; } }", loader::rows);
+        api.method(
+            "len",
+            "loader.len() -> int",
+            "Batches per epoch.",
+            "let l = data::spirals(50, #{ seed: 1 }).loader(#{ batch_size: 16 }); print(l.len())",
+            loader::len,
+        );
         api.func(
             "standardizer",
             "data::standardizer(ds) -> Standardizer",

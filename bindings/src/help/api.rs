@@ -85,6 +85,18 @@ impl<'a> Api<'a> {
             reg = reg.in_global_namespace();
         }
         crate::error::set_into_module(reg, self.module, f);
+        // A method's receiver type, for completion after `x.` (see `receivers`).
+        let is_method = super::signature::parse(signature).is_ok_and(|s| s.receiver.is_some());
+        let receiver_types = FUNC::param_names()
+            .first()
+            .filter(|_| is_method)
+            .map(|t| {
+                t.trim_start_matches("&mut ")
+                    .trim_start_matches('&')
+                    .to_string()
+            })
+            .into_iter()
+            .collect();
         record(HelpEntry {
             name: qualified,
             signature: signature.to_string(),
@@ -93,6 +105,7 @@ impl<'a> Api<'a> {
             // N counts the parameters as Rhai does (a method's receiver first), without the
             // NativeCallContext.
             arities: vec![N],
+            receiver_types,
         });
     }
 }

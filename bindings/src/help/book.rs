@@ -16,6 +16,10 @@ pub struct HelpEntry {
     /// entry documents; empty for an entry recorded by hand, which `help::check` matches
     /// against Rhai's metadata instead.
     pub arities: Vec<usize>,
+    /// For a method registered through `Api`, the Rust type names of the receivers of the
+    /// overloads it documents (`rusting_brain::tensor::Tensor`), as `Dynamic::type_name` names
+    /// a value of that type; empty when not recorded (see `receivers`).
+    pub receiver_types: Vec<String>,
 }
 
 impl HelpEntry {
@@ -38,6 +42,11 @@ pub fn record(entry: HelpEntry) {
                     known.arities.push(arity);
                 }
             }
+            for ty in entry.receiver_types {
+                if !known.receiver_types.contains(&ty) {
+                    known.receiver_types.push(ty);
+                }
+            }
         }
         None => list.push(entry),
     }
@@ -52,6 +61,7 @@ pub fn record_entry(name: &str, signature: &str, doc: &str, example: &str) {
         doc: doc.into(),
         example: example.into(),
         arities: Vec::new(),
+        receiver_types: Vec::new(),
     });
 }
 
@@ -63,6 +73,7 @@ pub fn getter(name: &str, signature: &str, doc: &str, example: &str) {
         doc: doc.into(),
         example: example.into(),
         arities: vec![1],
+        receiver_types: Vec::new(),
     });
 }
 
@@ -93,7 +104,23 @@ pub fn names() -> Vec<String> {
         .collect()
 }
 
+/// Every function of a namespace (`nn::` or `nn`), one line each: signature and doc.
+fn namespace_listing(name: &str) -> Option<String> {
+    let prefix = format!("{}::", name.trim_end_matches("::"));
+    let lines: Vec<String> = entries()
+        .into_iter()
+        .filter(|e| e.name.starts_with(&prefix))
+        .map(|e| format!("{} — {}", e.signature, e.doc))
+        .collect();
+    (!lines.is_empty()).then(|| lines.join("\n"))
+}
+
 pub fn render(name: &str) -> String {
+    if name.ends_with("::") || (!name.contains("::") && lookup(name).is_empty()) {
+        if let Some(listing) = namespace_listing(name) {
+            return listing;
+        }
+    }
     let entries = lookup(name);
     if entries.is_empty() {
         let close: Vec<String> = names()
@@ -127,7 +154,7 @@ pub fn overview() -> String {
         .map(|s| s.as_str())
         .collect();
     format!(
-        "RustingBrain: tensors, autograd and training from Rhai.\n\nnamespaces: {}\nfunctions and methods: {}\n\nhelp(\"name\") shows one function, e.g. help(\"matmul\") or help(\"nn::linear\").",
+        "RustingBrain: tensors, autograd and training from Rhai.\n\nnamespaces: {}\nfunctions and methods: {}\n\nhelp(\"name\") shows one function, e.g. help(\"matmul\") or help(\"nn::linear\"); help(\"nn::\") lists a namespace.",
         namespaces.iter().map(|n| format!("{n}::")).collect::<Vec<_>>().join(" "),
         globals.join(", ")
     )

@@ -8,6 +8,7 @@ mod api;
 mod book;
 pub mod check;
 mod example_setup;
+pub mod receivers;
 pub mod signature;
 
 pub use api::Api;

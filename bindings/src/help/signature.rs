@@ -14,6 +14,8 @@ pub struct Signature {
     pub kind: Kind,
     /// The name as a script writes it: `matmul`, `nn::linear`, `+`, `shape`; `[]` for indexing.
     pub name: String,
+    /// The word before the `.` of a method or property (`t` in `t.matmul(b)`).
+    pub receiver: Option<String>,
     /// Parameters without the optional ones, the receiver included.
     pub min_params: usize,
     /// Parameters with every optional one.
@@ -57,6 +59,7 @@ pub fn parse(signature: &str) -> Result<Signature, String> {
         return Ok(Signature {
             kind: Kind::Index,
             name: "[]".into(),
+            receiver: None,
             min_params: 2,
             max_params: 2,
         });
@@ -72,6 +75,7 @@ pub fn parse(signature: &str) -> Result<Signature, String> {
                 Ok(Signature {
                     kind: Kind::Property,
                     name: property.into(),
+                    receiver: Some(receiver.into()),
                     min_params: 1,
                     max_params: 1,
                 })
@@ -118,12 +122,13 @@ fn parse_call(head: &str, open: usize) -> Result<Signature, String> {
         ));
     }
     let (required, optional) = count_parameters(&head[open + 1..close])?;
-    let receiver = usize::from(receiver.is_some());
+    let count = usize::from(receiver.is_some());
     Ok(Signature {
         kind: Kind::Call,
         name: name.into(),
-        min_params: receiver + required,
-        max_params: receiver + required + optional,
+        receiver: receiver.map(String::from),
+        min_params: count + required,
+        max_params: count + required + optional,
     })
 }
 
@@ -252,6 +257,7 @@ fn operator(op: &str, params: usize) -> Signature {
     Signature {
         kind: Kind::Operator,
         name: op.into(),
+        receiver: None,
         min_params: params,
         max_params: params,
     }

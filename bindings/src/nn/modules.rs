@@ -82,6 +82,9 @@ impl Module for Model {
     fn is_training(&self) -> bool {
         self.lock().is_training()
     }
+    fn summary(&self) -> rusting_brain::nn::Summary {
+        self.lock().summary()
+    }
 }
 
 fn boxed<M: Module + 'static>(r: rusting_brain::Result<M>) -> RhaiResult<Model> {
@@ -345,27 +348,6 @@ pub fn register(api: &mut Api) {
         "The number of trainable scalars.",
         "let model = nn::linear(4, 2); print(model.num_parameters())",
         |m: &mut Model| m.lock().num_parameters() as INT,
-    );
-    api.method(
-        "train",
-        "model.train()",
-        "Training mode (dropout on, batch norm updates its statistics).",
-        "let model = nn::dropout(0.1); model.train();",
-        |m: &mut Model| m.lock().train(true),
-    );
-    api.method(
-        "eval_mode",
-        "model.eval_mode()",
-        "Evaluation mode, PyTorch's model.eval() (`eval` is a reserved word in Rhai).",
-        "let model = nn::dropout(0.1); model.eval_mode();",
-        |m: &mut Model| m.lock().train(false),
-    );
-    api.method(
-        "train",
-        "model.train(on)",
-        "Training mode on or off.",
-        "let model = nn::dropout(0.1); model.train(false);",
-        |m: &mut Model, on: bool| m.lock().train(on),
     );
     api.method(
         "zero_grad",

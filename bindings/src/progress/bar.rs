@@ -99,13 +99,14 @@ impl Progress {
         }
     }
 
-    /// Shown after the counts, e.g. "loss 0.123".
+    /// Shown after the counts, e.g. "loss 0.123"; long decimals keep 4 significant digits.
     pub fn set_message(&self, text: &str) {
+        let text = super::short_numbers::shorten(text);
         let mut s = self.lock();
-        s.counts.message = text.to_string();
         if let Sink::Terminal(bar) = &s.sink {
-            bar.set_message(text.to_string());
+            bar.set_message(text.clone());
         }
+        s.counts.message = text;
     }
 
     /// Marks `n` more steps done.
@@ -240,7 +241,7 @@ mod tests {
     fn plain_lines_come_every_tenth_with_rate_eta_and_message() {
         let out = Captured::default();
         let bar = Progress::with_writer(100, "train", Box::new(out.clone()));
-        bar.set_message("loss 0.123");
+        bar.set_message("loss 0.12345678");
         for _ in 0..100 {
             bar.inc(1);
         }
@@ -254,7 +255,7 @@ mod tests {
         let half = &lines[4];
         assert!(half.starts_with("train  50/100 (50%)  "), "{half}");
         assert!(
-            half.contains(" it/s  ETA ") && half.ends_with("  loss 0.123"),
+            half.contains(" it/s  ETA ") && half.ends_with("  loss 0.1235"),
             "{half}"
         );
         let last = &lines[9];

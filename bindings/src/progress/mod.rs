@@ -19,6 +19,7 @@ mod bar;
 #[cfg(test)]
 mod captured;
 mod iter;
+mod short_numbers;
 
 pub use bar::Progress;
 pub use iter::{print_line, ProgressIter, ScriptProgress};

@@ -66,9 +66,11 @@ impl DataLoader {
         }
     }
 
-    /// One pass over the data. The row order is drawn now, so the generator advances once per
-    /// epoch whether or not the caller consumes every batch.
-    pub fn epoch(&mut self) -> Batches<'_> {
+    /// One pass over the data, made batch by batch as it is consumed (nothing of the epoch is
+    /// built up front but the row order). The order is drawn now, so the generator advances once
+    /// per epoch whether or not the caller consumes every batch. The pass holds its own handle
+    /// on the dataset, so it may outlive the loader.
+    pub fn epoch(&mut self) -> Batches {
         let n = self.dataset.len();
         let order = match &mut self.shuffle {
             Some(g) => g.permutation(n),
@@ -76,7 +78,7 @@ impl DataLoader {
         };
         let end = self.num_batches() * self.batch_size;
         Batches {
-            dataset: &self.dataset,
+            dataset: self.dataset.clone(),
             order,
             next: 0,
             end: end.min(n),
@@ -86,8 +88,8 @@ impl DataLoader {
 }
 
 /// The batches of one epoch: `(features [B, F], targets [B])` per step.
-pub struct Batches<'a> {
-    dataset: &'a Dataset,
+pub struct Batches {
+    dataset: Dataset,
     order: Vec<usize>,
     next: usize,
     /// One past the last row served (shorter than `order` under drop_last).
@@ -95,7 +97,7 @@ pub struct Batches<'a> {
     batch_size: usize,
 }
 
-impl Iterator for Batches<'_> {
+impl Iterator for Batches {
     type Item = Result<(Tensor, Tensor)>;
 
     fn next(&mut self) -> Option<Self::Item> {
@@ -130,7 +132,7 @@ impl Iterator for Batches<'_> {
     }
 }
 
-impl ExactSizeIterator for Batches<'_> {}
+impl ExactSizeIterator for Batches {}
 
 #[cfg(test)]
 mod tests {

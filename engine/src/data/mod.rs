@@ -5,6 +5,7 @@
 pub mod batches;
 pub mod csv;
 pub mod dataset;
+mod describe;
 pub mod idx;
 pub mod npy;
 pub mod scaling;

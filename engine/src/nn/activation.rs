@@ -1,6 +1,7 @@
 //! Activations as modules, so they can sit in a `Sequential` between layers.
 
 use super::module::Module;
+use super::summary::Summary;
 use crate::{Result, Tensor};
 
 /// The activation an `Mlp` puts between its layers.
@@ -69,6 +70,9 @@ macro_rules! activation_module {
             }
             fn is_training(&self) -> bool {
                 self.training
+            }
+            fn summary(&self) -> Summary {
+                Summary::leaf(stringify!($name), 0)
             }
         }
     };

@@ -6,6 +6,7 @@
 
 use super::init::{ones_, zeros_};
 use super::module::{new_parameter, weight_and_bias, Module};
+use super::summary::Summary;
 use crate::{no_grad, DType, Device, Error, Result, Tensor};
 
 pub struct BatchNorm2d {
@@ -126,6 +127,17 @@ impl Module for BatchNorm2d {
 
     fn is_training(&self) -> bool {
         self.training
+    }
+
+    fn summary(&self) -> Summary {
+        let momentum = self.momentum.map_or("none".to_string(), |m| m.to_string());
+        let line = format!(
+            "BatchNorm2d({}, eps={:e}, momentum={momentum}, affine={})",
+            self.running_mean.numel(),
+            self.eps,
+            self.weight.is_some()
+        );
+        Summary::leaf(line, self.num_parameters())
     }
 }
 

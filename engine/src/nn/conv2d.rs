@@ -3,6 +3,7 @@
 
 use super::init::{fan_in_and_fan_out, kaiming_uniform_, uniform_, FanMode};
 use super::module::{new_parameter, weight_and_bias, Module};
+use super::summary::Summary;
 use crate::backend::spec::UnaryOp;
 use crate::{Conv2dOptions, Error, Generator, Result, Tensor};
 
@@ -83,6 +84,28 @@ impl Module for Conv2d {
 
     fn is_training(&self) -> bool {
         self.training
+    }
+
+    fn summary(&self) -> Summary {
+        let w = self.weight.shape();
+        let o = &self.options;
+        let mut line = format!(
+            "Conv2d({}, {}, kernel=({}, {}), stride={:?}, padding={:?}",
+            w[1] * o.groups,
+            w[0],
+            w[2],
+            w[3],
+            o.stride,
+            o.padding
+        );
+        if o.dilation != (1, 1) {
+            line += &format!(", dilation={:?}", o.dilation);
+        }
+        if o.groups != 1 {
+            line += &format!(", groups={}", o.groups);
+        }
+        line += &format!(", bias={})", self.bias.is_some());
+        Summary::leaf(line, self.num_parameters())
     }
 }
 

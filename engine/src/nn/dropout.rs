@@ -4,6 +4,7 @@
 //! with, and its state (seed, offset) can be saved with a checkpoint.
 
 use super::module::Module;
+use super::summary::Summary;
 use crate::{DType, Error, Generator, Result, Tensor};
 use std::sync::Mutex;
 
@@ -78,6 +79,10 @@ impl Module for Dropout {
 
     fn is_training(&self) -> bool {
         self.training
+    }
+
+    fn summary(&self) -> Summary {
+        Summary::leaf(format!("Dropout(p={})", self.p), 0)
     }
 }
 

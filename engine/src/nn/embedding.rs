@@ -2,6 +2,7 @@
 
 use super::init::normal_;
 use super::module::{new_parameter, Module};
+use super::summary::Summary;
 use crate::{Error, Generator, Result, Tensor};
 
 pub struct Embedding {
@@ -60,6 +61,14 @@ impl Module for Embedding {
 
     fn is_training(&self) -> bool {
         self.training
+    }
+
+    fn summary(&self) -> Summary {
+        let s = self.weight.shape();
+        Summary::leaf(
+            format!("Embedding({}, {})", s[0], s[1]),
+            self.num_parameters(),
+        )
     }
 }
 

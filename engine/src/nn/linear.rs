@@ -2,6 +2,7 @@
 
 use super::init::{kaiming_uniform_, uniform_, FanMode};
 use super::module::{new_parameter, weight_and_bias, Module};
+use super::summary::Summary;
 use crate::{Error, Generator, Result, Tensor};
 
 pub struct Linear {
@@ -107,6 +108,16 @@ impl Module for Linear {
 
     fn is_training(&self) -> bool {
         self.training
+    }
+
+    fn summary(&self) -> Summary {
+        let line = format!(
+            "Linear(in={}, out={}, bias={})",
+            self.in_features(),
+            self.out_features(),
+            self.bias.is_some()
+        );
+        Summary::leaf(line, self.num_parameters())
     }
 }
 

@@ -6,6 +6,7 @@ use super::activation::Activation;
 use super::linear::Linear;
 use super::module::{prefixed, Module};
 use super::sequential::Sequential;
+use super::summary::Summary;
 use crate::{Error, Generator, Result, Tensor};
 
 pub struct Mlp {
@@ -51,6 +52,10 @@ impl Module for Mlp {
 
     fn is_training(&self) -> bool {
         self.layers.is_training()
+    }
+
+    fn summary(&self) -> Summary {
+        Summary::node("Mlp", vec![("layers".into(), self.layers.summary())])
     }
 }
 

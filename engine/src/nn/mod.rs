@@ -13,6 +13,7 @@ mod mlp;
 mod module;
 mod norm;
 mod sequential;
+mod summary;
 
 pub use activation::{Activation, ReLU, SiLU, Tanh, GELU};
 pub use batch_norm::BatchNorm2d;
@@ -24,3 +25,4 @@ pub use mlp::Mlp;
 pub use module::{duplicate_names, prefixed, LoadReport, Module};
 pub use norm::{LayerNorm, RmsNorm};
 pub use sequential::Sequential;
+pub use summary::{describe, with_commas, Summary};

@@ -2,6 +2,7 @@
 //! published checkpoints (`layers.0.weight`, `bn.running_mean`), and loading writes into the
 //! existing tensors so optimizers that hold those handles keep working.
 
+use super::summary::Summary;
 use crate::{no_grad, Error, Result, Tensor};
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -22,6 +23,13 @@ pub trait Module: Send + Sync {
     fn train(&mut self, on: bool);
 
     fn is_training(&self) -> bool;
+
+    /// What `print(model)` shows for this layer: its configuration, the parameters it holds
+    /// and its children (`nn::describe` adds the total). A layer without its own summary shows
+    /// as `Module` with its parameter count.
+    fn summary(&self) -> Summary {
+        Summary::leaf("Module", self.num_parameters())
+    }
 
     /// Shorthand for `train(false)`.
     fn eval(&mut self) {

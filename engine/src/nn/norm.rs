@@ -4,6 +4,7 @@
 
 use super::init::{ones_, zeros_};
 use super::module::{new_parameter, trailing_dims, weight_and_bias, Module};
+use super::summary::Summary;
 use crate::{Error, Result, Tensor};
 
 /// The last `shape.len()` dims of `x` must equal `shape`; `layer` describes the norm in the
@@ -77,6 +78,16 @@ impl Module for LayerNorm {
     fn is_training(&self) -> bool {
         self.training
     }
+
+    fn summary(&self) -> Summary {
+        let line = format!(
+            "LayerNorm({:?}, eps={:e}, affine={})",
+            self.normalized_shape,
+            self.eps,
+            self.weight.is_some()
+        );
+        Summary::leaf(line, self.num_parameters())
+    }
 }
 
 /// x / sqrt(mean(x^2) + eps) * weight over the last dim, as LLaMA's RMSNorm. The product with
@@ -129,6 +140,11 @@ impl Module for RmsNorm {
 
     fn is_training(&self) -> bool {
         self.training
+    }
+
+    fn summary(&self) -> Summary {
+        let line = format!("RMSNorm({}, eps={:e})", self.weight.shape()[0], self.eps);
+        Summary::leaf(line, self.num_parameters())
     }
 }
 

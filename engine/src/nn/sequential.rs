@@ -2,6 +2,7 @@
 //! its parameter names match PyTorch checkpoints (`0.weight`, `2.bias`).
 
 use super::module::{prefixed, Module};
+use super::summary::Summary;
 use crate::{Result, Tensor};
 
 pub struct Sequential {
@@ -86,5 +87,12 @@ impl Module for Sequential {
 
     fn is_training(&self) -> bool {
         self.training
+    }
+
+    fn summary(&self) -> Summary {
+        Summary::indexed(
+            "Sequential",
+            self.layers.iter().map(|l| l.summary()).collect(),
+        )
     }
 }

@@ -2,8 +2,8 @@
 //! consumer and hands out batches in ultralytics' order.
 //!
 //! With `rect` (what `model.val()` uses) images are ordered by aspect ratio and each batch
-//! gets its own canvas (`vision::rect`); otherwise they keep file order and every canvas is
-//! `imgsz` x `imgsz`. Workers take images in that order from a shared counter and send them
+//! gets its own canvas (`vision::rect`); otherwise they keep file order (or the order given,
+//! a shuffled training epoch) and every canvas is `imgsz` x `imgsz`. Workers take images in that order from a shared counter and send them
 //! through a bounded channel, so at most `prefetch` batches' worth of decoded images wait; the
 //! consumer puts them back in order. Dropping the loader stops and joins the workers.
 //!
@@ -38,6 +38,12 @@ pub struct ValLoaderOptions {
     pub workers: usize,
     /// Batches decoded ahead of the consumer.
     pub prefetch: usize,
+    /// Serve the images in this order (indices into the dataset, e.g. a shuffled epoch) on
+    /// `imgsz` x `imgsz` canvases; needs `rect` off. `None`: file order, or aspect-ratio order
+    /// with `rect`.
+    pub order: Option<Vec<usize>>,
+    /// Leaves out a final batch smaller than `batch_size`.
+    pub drop_last: bool,
 }
 
 impl Default for ValLoaderOptions {
@@ -49,6 +55,8 @@ impl Default for ValLoaderOptions {
             rect: true,
             workers: 0,
             prefetch: 2,
+            order: None,
+            drop_last: false,
         }
     }
 }
@@ -99,7 +107,7 @@ impl ValLoader {
                 "batch_size, imgsz and stride must be positive",
             ));
         }
-        let jobs = Arc::new(plan(&dataset, opts));
+        let jobs = Arc::new(plan(&dataset, opts)?);
         let workers = match opts.workers {
             0 => std::thread::available_parallelism()
                 .map_or(4, |n| n.get())
@@ -239,20 +247,50 @@ impl Drop for ValLoader {
 }
 
 /// The order images are served in, each with its canvas.
-fn plan(dataset: &YoloDataset, opts: &ValLoaderOptions) -> Vec<Job> {
-    let images = &dataset.images;
-    if !opts.rect {
-        let canvas = (opts.imgsz, opts.imgsz);
-        return images
-            .iter()
-            .enumerate()
-            .map(|(index, e)| Job {
-                index,
-                path: e.path.clone(),
-                canvas_hw: canvas,
-            })
-            .collect();
+fn plan(dataset: &YoloDataset, opts: &ValLoaderOptions) -> Result<Vec<Job>> {
+    let mut jobs =
+        match &opts.order {
+            None if opts.rect => rect_plan(dataset, opts),
+            None => square_plan(dataset, 0..dataset.images.len(), opts.imgsz),
+            Some(_) if opts.rect => return Err(Error::invalid(
+                "yolo loader",
+                "a given order (a shuffle) needs rect off: rect batches follow the aspect ratios",
+            )),
+            Some(order) => {
+                let n = dataset.images.len();
+                if let Some(bad) = order.iter().find(|&&i| i >= n) {
+                    return Err(Error::invalid(
+                        "yolo loader",
+                        format!("image index {bad} in the order is past the {n} images"),
+                    ));
+                }
+                square_plan(dataset, order.iter().copied(), opts.imgsz)
+            }
+        };
+    if opts.drop_last {
+        jobs.truncate(jobs.len() / opts.batch_size * opts.batch_size);
     }
+    Ok(jobs)
+}
+
+/// Images in `order`, each on an `imgsz` x `imgsz` canvas.
+fn square_plan(
+    dataset: &YoloDataset,
+    order: impl Iterator<Item = usize>,
+    imgsz: usize,
+) -> Vec<Job> {
+    order
+        .map(|index| Job {
+            index,
+            path: dataset.images[index].path.clone(),
+            canvas_hw: (imgsz, imgsz),
+        })
+        .collect()
+}
+
+/// Images by aspect ratio, each batch on the canvas its shapes need (ultralytics' rect).
+fn rect_plan(dataset: &YoloDataset, opts: &ValLoaderOptions) -> Vec<Job> {
+    let images = &dataset.images;
     let sizes: Vec<(usize, usize)> = images.iter().map(|e| e.size).collect();
     let order = rect_order(&sizes);
     let sorted: Vec<(usize, usize)> = order.iter().map(|&i| sizes[i]).collect();

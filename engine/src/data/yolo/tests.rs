@@ -523,3 +523,32 @@ fn loader_reports_an_unreadable_image_by_name_and_stops_cleanly() {
     drop(loader);
     drop(dir);
 }
+
+#[test]
+fn a_given_order_is_served_as_is_and_drop_last_leaves_out_the_short_batch() {
+    let (_dir, ds) = shapes_val(5, 64);
+    let opts = super::ValLoaderOptions {
+        batch_size: 2,
+        imgsz: 64,
+        rect: false,
+        workers: 2,
+        order: Some(vec![4, 0, 3, 1, 2]),
+        drop_last: true,
+        ..Default::default()
+    };
+    let loader = super::ValLoader::new(ds.clone(), &opts).unwrap();
+    assert_eq!(loader.len(), 2);
+    let seen: Vec<usize> = loader.flat_map(|b| b.unwrap().indices).collect();
+    assert_eq!(seen, [4, 0, 3, 1]);
+    let bad = super::ValLoaderOptions {
+        order: Some(vec![5]),
+        ..opts.clone()
+    };
+    let err = super::ValLoader::new(ds.clone(), &bad)
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(err.contains("image index 5"), "{err}");
+    let with_rect = super::ValLoaderOptions { rect: true, ..opts };
+    assert!(super::ValLoader::new(ds, &with_rect).is_err());
+}

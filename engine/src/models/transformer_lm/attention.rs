@@ -12,7 +12,7 @@ use super::mask::MaskSpec;
 use super::params::ParamSource;
 use super::rope::{Positions, Rotary};
 use super::LmConfig;
-use crate::nn::{prefixed, Linear, Module};
+use crate::nn::{prefixed, Linear, Module, Summary};
 use crate::{AttentionOptions, Result, Tensor};
 
 pub struct Attention {
@@ -120,6 +120,25 @@ impl Attention {
                 Vec::new()
             },
         }
+    }
+
+    /// The printed form: the heads and the four projections.
+    pub fn summary(&self) -> Summary {
+        let detail = format!(
+            "heads={}, kv_heads={}, head_dim={}, causal={}",
+            self.n_heads, self.n_kv_heads, self.head_dim, self.causal
+        );
+        let proj = |name: &str, l: &Linear| (name.to_string(), l.summary());
+        Summary::node(
+            "Attention",
+            vec![
+                proj("q_proj", &self.q_proj),
+                proj("k_proj", &self.k_proj),
+                proj("v_proj", &self.v_proj),
+                proj("o_proj", &self.o_proj),
+            ],
+        )
+        .with_detail(detail)
     }
 
     pub fn named_parameters(&self) -> Vec<(String, Tensor)> {

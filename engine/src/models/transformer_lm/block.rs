@@ -6,7 +6,7 @@ use super::params::ParamSource;
 use super::rope::Rotary;
 use super::LmConfig;
 use crate::amp::for_products;
-use crate::nn::{prefixed, Module, RmsNorm};
+use crate::nn::{prefixed, Module, RmsNorm, Summary};
 use crate::{Result, Tensor};
 
 pub struct Block {
@@ -34,6 +34,22 @@ impl Block {
         let h = x.add(&self.self_attn.forward(&normed, rope, step)?)?;
         let normed = for_products(&self.post_attention_layernorm.forward(&h)?)?;
         h.add(&self.mlp.forward(&normed)?)
+    }
+
+    /// The printed form, in Hugging Face's child names.
+    pub fn summary(&self) -> Summary {
+        Summary::node(
+            "Block",
+            vec![
+                ("input_layernorm".into(), self.input_layernorm.summary()),
+                ("self_attn".into(), self.self_attn.summary()),
+                (
+                    "post_attention_layernorm".into(),
+                    self.post_attention_layernorm.summary(),
+                ),
+                ("mlp".into(), self.mlp.summary()),
+            ],
+        )
     }
 
     pub fn named_parameters(&self) -> Vec<(String, Tensor)> {

@@ -3,7 +3,7 @@
 
 use super::params::ParamSource;
 use super::LmConfig;
-use crate::nn::{prefixed, Linear, Module};
+use crate::nn::{prefixed, Linear, Module, Summary};
 use crate::{Result, Tensor};
 
 pub struct SwiGlu {
@@ -28,6 +28,20 @@ impl SwiGlu {
             .forward(x)?
             .swiglu(&self.up_proj.forward(x)?)?;
         self.down_proj.forward(&gated)
+    }
+
+    /// The printed form: the three projections.
+    pub fn summary(&self) -> Summary {
+        let children = [
+            ("gate_proj", &self.gate_proj),
+            ("up_proj", &self.up_proj),
+            ("down_proj", &self.down_proj),
+        ];
+        let children = children
+            .into_iter()
+            .map(|(n, l)| (n.to_string(), l.summary()))
+            .collect();
+        Summary::node("SwiGlu", children)
     }
 
     pub fn named_parameters(&self) -> Vec<(String, Tensor)> {

@@ -8,7 +8,7 @@ use super::kv_cache::KvCache;
 use super::params::{check_config_against, ParamSource};
 use super::rope::{Positions, Rotary};
 use super::LmConfig;
-use crate::nn::{prefixed, Embedding, Linear, Module, RmsNorm};
+use crate::nn::{prefixed, Embedding, Linear, Module, RmsNorm, Summary};
 use crate::ops::linear_loss::linear_cross_entropy;
 use crate::ops::loss::CrossEntropyOptions;
 use crate::{DType, Device, Error, Generator, Result, Tensor};
@@ -312,5 +312,35 @@ impl Module for TransformerLm {
 
     fn is_training(&self) -> bool {
         self.training
+    }
+
+    /// The tree in Hugging Face's names; the decoder layers fold into `(0-N): N x Block`.
+    fn summary(&self) -> Summary {
+        let c = &self.config;
+        let detail = format!(
+            "vocab={}, d_model={}, layers={}, heads={}, kv_heads={}, ffn={}, max_seq_len={}",
+            c.vocab_size,
+            c.d_model,
+            c.n_layers,
+            c.n_heads,
+            c.n_kv_heads,
+            c.ffn_hidden,
+            c.max_seq_len
+        );
+        let blocks = self.layers.iter().map(Block::summary).collect();
+        let head = match &self.lm_head {
+            Some(head) => head.summary(),
+            None => Summary::leaf("tied to embed_tokens", 0),
+        };
+        Summary::node(
+            "TransformerLm",
+            vec![
+                ("embed_tokens".into(), self.embed_tokens.summary()),
+                ("layers".into(), Summary::indexed("ModuleList", blocks)),
+                ("norm".into(), self.norm.summary()),
+                ("lm_head".into(), head),
+            ],
+        )
+        .with_detail(detail)
     }
 }

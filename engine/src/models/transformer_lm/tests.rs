@@ -254,3 +254,35 @@ fn integer_parameters_are_refused_by_every_constructor() {
         .to_string();
     assert!(err.contains("float dtype"), "{err}");
 }
+
+#[test]
+fn the_printed_model_folds_its_identical_decoder_layers() {
+    let m = TransformerLm::new(tiny(2), &mut Generator::new(0)).unwrap();
+    let expected = "\
+TransformerLm(
+  vocab=37, d_model=16, layers=2, heads=4, kv_heads=2, ffn=24, max_seq_len=32
+  (embed_tokens): Embedding(37, 16)  592 params
+  (layers): ModuleList(
+    (0-1): 2 x Block(
+      (input_layernorm): RMSNorm(16, eps=1e-5)  16 params
+      (self_attn): Attention(
+        heads=4, kv_heads=2, head_dim=4, causal=true
+        (q_proj): Linear(in=16, out=16, bias=false)  256 params
+        (k_proj): Linear(in=16, out=8, bias=false)  128 params
+        (v_proj): Linear(in=16, out=8, bias=false)  128 params
+        (o_proj): Linear(in=16, out=16, bias=false)  256 params
+      )
+      (post_attention_layernorm): RMSNorm(16, eps=1e-5)  16 params
+      (mlp): SwiGlu(
+        (gate_proj): Linear(in=16, out=24, bias=false)  384 params
+        (up_proj): Linear(in=16, out=24, bias=false)  384 params
+        (down_proj): Linear(in=24, out=16, bias=false)  384 params
+      )
+    )
+  )
+  (norm): RMSNorm(16, eps=1e-5)  16 params
+  (lm_head): tied to embed_tokens
+)
+Total: 4,512 parameters";
+    assert_eq!(crate::nn::describe(&m), expected);
+}

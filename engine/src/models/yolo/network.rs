@@ -4,7 +4,7 @@
 
 use super::config::YoloConfig;
 use super::head::{Detect, HeadOutput};
-use crate::nn::{prefixed, Module};
+use crate::nn::{prefixed, Module, Summary};
 use crate::{Error, Result, Tensor};
 
 pub(super) enum LayerKind {
@@ -191,5 +191,22 @@ impl Module for YoloModel {
 
     fn is_training(&self) -> bool {
         self.training
+    }
+
+    /// One line: the scale, the layer count and the classes (the first eight named).
+    fn summary(&self) -> Summary {
+        let scale = self.config.scale.as_deref().unwrap_or("-");
+        let mut names = self.names.iter().take(8).cloned().collect::<Vec<_>>();
+        if self.names.len() > 8 {
+            names.push("...".into());
+        }
+        let line = format!(
+            "Yolo(scale={scale}, {} layers, {} classes [{}], fused={})",
+            self.layers.len(),
+            self.nc(),
+            names.join(", "),
+            self.fused
+        );
+        Summary::leaf(line, self.num_parameters())
     }
 }

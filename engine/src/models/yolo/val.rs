@@ -137,6 +137,7 @@ pub fn validate(
             rect: opts.rect,
             workers: opts.workers,
             prefetch: 2,
+            ..Default::default()
         },
     )?;
     let total = loader.len();
