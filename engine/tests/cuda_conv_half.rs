@@ -34,8 +34,18 @@ fn forward_backward(
     autocast: Option<DType>,
 ) -> (Tensor, Tensor, Tensor) {
     // Fresh leaves on each call, so gradients do not accumulate across devices.
-    let x = x.detach().to_device(device).unwrap().requires_grad_().unwrap();
-    let w = w.detach().to_device(device).unwrap().requires_grad_().unwrap();
+    let x = x
+        .detach()
+        .to_device(device)
+        .unwrap()
+        .requires_grad_()
+        .unwrap();
+    let w = w
+        .detach()
+        .to_device(device)
+        .unwrap()
+        .requires_grad_()
+        .unwrap();
     let r = r.to_device(device).unwrap();
     let y = amp::autocast(autocast, || x.conv2d(&w, None, opts)).unwrap();
     let loss = y

@@ -65,7 +65,7 @@ pub fn enabled() -> bool {
     }
 }
 
-fn check(what: &str, status: sys::cudnnStatus_t) -> Result<()> {
+pub(super) fn check(what: &str, status: sys::cudnnStatus_t) -> Result<()> {
     if status == sys::cudnnStatus_t::CUDNN_STATUS_SUCCESS {
         Ok(())
     } else {

@@ -11,7 +11,7 @@
 //! Every descriptor is created, set and finalized here, with each status checked; the plan
 //! keeps the descriptors it was built from alive for as long as it is cached.
 
-use super::cudnn::{Format, Pass};
+use super::cudnn::{check, Format, Pass};
 use super::CudaDevice;
 use crate::spec::Conv2dGeometry;
 use crate::{DType, Error, Result};
@@ -33,14 +33,6 @@ pub(super) const ALIGNMENT: usize = 16;
 
 /// How many of the heuristics' candidates are timed.
 const CANDIDATES: usize = 4;
-
-fn check(what: &str, status: sys::cudnnStatus_t) -> Result<()> {
-    if status == sys::cudnnStatus_t::CUDNN_STATUS_SUCCESS {
-        Ok(())
-    } else {
-        Err(Error::Cuda(format!("{what}: {status:?}")))
-    }
-}
 
 /// One backend descriptor, destroyed on drop.
 struct Desc(sys::cudnnBackendDescriptor_t);
