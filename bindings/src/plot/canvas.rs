@@ -50,6 +50,17 @@ pub(crate) trait Body {
     }
 }
 
+/// Pixels left of the plot for the y tick labels and the axis name: wide enough for the
+/// longest class name, so a name like "versicolor" does not run into the axis name.
+fn y_label_area(opts: &PlotOptions, body: &impl Body) -> u32 {
+    let ticks = body
+        .tick_names()
+        .and_then(|(_, ys)| ys.iter().map(|s| s.chars().count()).max())
+        .map_or(40, |chars| 16 + 8 * chars as u32)
+        .max(40);
+    ticks + if opts.ylabel.is_some() { 32 } else { 16 }
+}
+
 /// Draws `body` over the given data ranges and writes the PNG at `opts.path`.
 pub(crate) fn render(
     opts: &PlotOptions,
@@ -75,7 +86,7 @@ pub(crate) fn render(
     builder
         .margin(16)
         .x_label_area_size(if opts.xlabel.is_some() { 48 } else { 32 })
-        .y_label_area_size(if opts.ylabel.is_some() { 72 } else { 56 });
+        .y_label_area_size(y_label_area(opts, body));
     if let Some(title) = &opts.title {
         builder.caption(title, ("sans-serif", 24));
     }
@@ -223,5 +234,45 @@ fn register_embedded_font() -> Result<(), PlotError> {
         Err(PlotError::Invalid(
             "the embedded font failed to load".into(),
         ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A body with named y ticks and nothing to draw.
+    struct Named(Vec<String>, Vec<String>);
+
+    impl Body for Named {
+        fn draw<DB, Y>(&self, _chart: &mut Chart<'_, DB, Y>) -> Result<(), String>
+        where
+            DB: DrawingBackend,
+            Y: Ranged<ValueType = f64>,
+        {
+            Ok(())
+        }
+        fn has_legend(&self) -> bool {
+            false
+        }
+        fn tick_names(&self) -> Option<(&[String], &[String])> {
+            Some((&self.0, &self.1))
+        }
+    }
+
+    #[test]
+    fn the_y_label_area_widens_for_long_class_names() {
+        let opts = PlotOptions {
+            ylabel: Some("True".into()),
+            ..PlotOptions::default()
+        };
+        let names = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        let short = y_label_area(&opts, &Named(vec![], names(&["a", "b"])));
+        let long = y_label_area(&opts, &Named(vec![], names(&["a", "versicolor"])));
+        assert_eq!(short, 72, "numeric-width default with an axis name");
+        assert!(
+            long >= 8 * 10 + 32,
+            "room for 10 characters and the axis name: {long}"
+        );
     }
 }
