@@ -156,6 +156,16 @@ enum Kernel {
     Legacy { d: Descriptors, choice: Choice },
     Graph(GraphPlan),
 }
+
+impl Plan {
+    /// Bytes of scratch memory a call needs.
+    fn workspace(&self) -> usize {
+        match &self.kernel {
+            Kernel::Legacy { choice, .. } => choice.workspace,
+            Kernel::Graph(g) => g.workspace,
+        }
+    }
+}
 // SAFETY: the descriptors are host objects that cuDNN only reads during a call; calls are
 // serialized by the device's single-stream discipline (see CudaDevice).
 unsafe impl Send for Plan {}
@@ -344,10 +354,7 @@ pub fn plans() -> Vec<PlanSummary> {
                 },
                 Kernel::Graph(g) => format!("graph engine {}", g.engine),
             },
-            workspace: match &p.kernel {
-                Kernel::Legacy { choice, .. } => choice.workspace,
-                Kernel::Graph(g) => g.workspace,
-            },
+            workspace: p.workspace(),
         })
         .collect()
 }
@@ -558,16 +565,16 @@ pub fn run(
         .all(|p| p % cudnn_graph::ALIGNMENT == 0);
     let graph = matches!(dtype, DType::F16 | DType::BF16) && aligned && graph_api_enabled();
     let plan = plan(dev, h, pass, g, dtype, format, graph, &buffers)?;
+    let ws_len = plan.workspace();
+    let workspace = CudaStorage::alloc(dev, ws_len.max(1), DType::U8)?;
+    let ws = workspace.ptr() as *mut c_void;
     let (d, choice) = match &plan.kernel {
         Kernel::Legacy { d, choice } => (d, *choice),
         Kernel::Graph(gp) => {
-            let workspace = CudaStorage::alloc(dev, gp.workspace.max(1), DType::U8)?;
-            gp.run(h, pass, &buffers, workspace.ptr() as *mut c_void)?;
+            gp.run(h, pass, &buffers, ws)?;
             return Ok(out);
         }
     };
-    let workspace = CudaStorage::alloc(dev, choice.workspace.max(1), DType::U8)?;
-    let (ws, ws_len) = (workspace.ptr() as *mut c_void, choice.workspace);
     let o = buffers.out;
     let (pa, pb) = (buffers.a, buffers.b);
     // alpha/beta are doubles for F64 compute, floats otherwise.

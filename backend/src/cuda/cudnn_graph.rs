@@ -87,20 +87,34 @@ impl Desc {
         Ok(self)
     }
 
-    fn get_i64(&self, name: A) -> Result<i64> {
-        let (mut v, mut n) = (0i64, 0i64);
-        // SAFETY: one INT64 element is written into `v`.
+    /// Reads attribute `name` (of cuDNN's type `ty`) into `out`; returns how many elements it
+    /// has (with an empty `out`, only the count is asked for).
+    fn get<V>(&self, name: A, ty: T, out: &mut [V]) -> Result<usize> {
+        let mut n = 0i64;
+        let ptr = if out.is_empty() {
+            std::ptr::null_mut()
+        } else {
+            out.as_mut_ptr() as *mut c_void
+        };
+        // SAFETY: cuDNN writes at most `out.len()` elements of the type `ty` names into `out`
+        // (descriptor-typed elements must be created descriptors, which it fills).
         check(&format!("cudnnBackendGetAttribute({name:?})"), unsafe {
-            sys::cudnnBackendGetAttribute(
-                self.0,
-                name,
-                T::CUDNN_TYPE_INT64,
-                1,
-                &mut n,
-                &mut v as *mut i64 as *mut c_void,
-            )
+            sys::cudnnBackendGetAttribute(self.0, name, ty, out.len() as i64, &mut n, ptr)
         })?;
-        Ok(v)
+        Ok(usize::try_from(n).unwrap_or(0))
+    }
+
+    fn get_i64(&self, name: A) -> Result<i64> {
+        let mut v = [0i64];
+        self.get(name, T::CUDNN_TYPE_INT64, &mut v)?;
+        Ok(v[0])
+    }
+
+    /// The descriptor of kind `kind` held in attribute `name`.
+    fn get_desc(&self, name: A, kind: D) -> Result<Desc> {
+        let d = Desc::new(kind)?;
+        self.get(name, T::CUDNN_TYPE_BACKEND_DESCRIPTOR, &mut [d.0])?;
+        Ok(d)
     }
 }
 
@@ -247,36 +261,16 @@ fn engine_configs(graph: &Desc, mode: sys::cudnnBackendHeurMode_t) -> Result<Vec
             &[mode],
         )?;
     let heur = heur.finalize("cudnnBackendFinalize(heuristics)")?;
-    let mut count = 0i64;
-    // SAFETY: a count query writes only `count`.
-    check("cudnnBackendGetAttribute(heuristic results)", unsafe {
-        sys::cudnnBackendGetAttribute(
-            heur.0,
-            A::CUDNN_ATTR_ENGINEHEUR_RESULTS,
-            T::CUDNN_TYPE_BACKEND_DESCRIPTOR,
-            0,
-            &mut count,
-            std::ptr::null_mut(),
-        )
-    })?;
-    let configs = (0..count.clamp(0, 64))
+    let results = A::CUDNN_ATTR_ENGINEHEUR_RESULTS;
+    let descriptors = T::CUDNN_TYPE_BACKEND_DESCRIPTOR;
+    let count = heur.get::<sys::cudnnBackendDescriptor_t>(results, descriptors, &mut [])?;
+    let configs = (0..count.min(64))
         .map(|_| Desc::new(D::CUDNN_BACKEND_ENGINECFG_DESCRIPTOR))
         .collect::<Result<Vec<_>>>()?;
     let mut raw: Vec<sys::cudnnBackendDescriptor_t> = configs.iter().map(|c| c.0).collect();
-    let mut got = 0i64;
-    // SAFETY: `raw` holds `raw.len()` created ENGINECFG descriptors for cuDNN to fill.
-    check("cudnnBackendGetAttribute(heuristic results)", unsafe {
-        sys::cudnnBackendGetAttribute(
-            heur.0,
-            A::CUDNN_ATTR_ENGINEHEUR_RESULTS,
-            T::CUDNN_TYPE_BACKEND_DESCRIPTOR,
-            raw.len() as i64,
-            &mut got,
-            raw.as_mut_ptr() as *mut c_void,
-        )
-    })?;
+    let got = heur.get(results, descriptors, &mut raw)?;
     let mut configs = configs;
-    configs.truncate(got.clamp(0, raw.len() as i64) as usize);
+    configs.truncate(got.min(raw.len()));
     Ok(configs
         .into_iter()
         .filter(|c| !compiles_at_runtime(c))
@@ -286,20 +280,10 @@ fn engine_configs(graph: &Desc, mode: sys::cudnnBackendHeurMode_t) -> Result<Vec
 
 /// The engine an engine configuration runs.
 fn config_engine(cfg: &Desc) -> Result<Desc> {
-    let engine = Desc::new(D::CUDNN_BACKEND_ENGINE_DESCRIPTOR)?;
-    let mut n = 0i64;
-    // SAFETY: one created ENGINE descriptor for cuDNN to fill.
-    check("cudnnBackendGetAttribute(engine)", unsafe {
-        sys::cudnnBackendGetAttribute(
-            cfg.0,
-            A::CUDNN_ATTR_ENGINECFG_ENGINE,
-            T::CUDNN_TYPE_BACKEND_DESCRIPTOR,
-            1,
-            &mut n,
-            &engine.0 as *const _ as *mut c_void,
-        )
-    })?;
-    Ok(engine)
+    cfg.get_desc(
+        A::CUDNN_ATTR_ENGINECFG_ENGINE,
+        D::CUDNN_BACKEND_ENGINE_DESCRIPTOR,
+    )
 }
 
 /// Whether the configuration's engine compiles its kernel when the plan is made (or its notes
@@ -307,19 +291,14 @@ fn config_engine(cfg: &Desc) -> Result<Desc> {
 fn compiles_at_runtime(cfg: &Desc) -> bool {
     let notes = || -> Result<Vec<u32>> {
         let engine = config_engine(cfg)?;
-        let (mut notes, mut n) = ([0u32; 8], 0i64);
-        // SAFETY: up to 8 behaviour notes (u32 enum values) are written into `notes`.
-        check("cudnnBackendGetAttribute(behavior notes)", unsafe {
-            sys::cudnnBackendGetAttribute(
-                engine.0,
-                A::CUDNN_ATTR_ENGINE_BEHAVIOR_NOTE,
-                T::CUDNN_TYPE_BEHAVIOR_NOTE,
-                notes.len() as i64,
-                &mut n,
-                notes.as_mut_ptr() as *mut c_void,
-            )
-        })?;
-        Ok(notes[..n.clamp(0, 8) as usize].to_vec())
+        // Behaviour notes are u32 enum values.
+        let mut notes = [0u32; 8];
+        let n = engine.get(
+            A::CUDNN_ATTR_ENGINE_BEHAVIOR_NOTE,
+            T::CUDNN_TYPE_BEHAVIOR_NOTE,
+            &mut notes,
+        )?;
+        Ok(notes[..n.min(notes.len())].to_vec())
     };
     let runtime = sys::cudnnBackendBehaviorNote_t::CUDNN_BEHAVIOR_NOTE_RUNTIME_COMPILATION as u32;
     notes().map_or(true, |n| n.contains(&runtime))
@@ -493,18 +472,9 @@ impl GraphPlan {
 
 /// The global index of the engine a plan runs.
 fn plan_engine(plan: &Desc) -> Result<i64> {
-    let cfg = Desc::new(D::CUDNN_BACKEND_ENGINECFG_DESCRIPTOR)?;
-    let mut n = 0i64;
-    // SAFETY: one created ENGINECFG descriptor for cuDNN to fill.
-    check("cudnnBackendGetAttribute(plan engine config)", unsafe {
-        sys::cudnnBackendGetAttribute(
-            plan.0,
-            A::CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG,
-            T::CUDNN_TYPE_BACKEND_DESCRIPTOR,
-            1,
-            &mut n,
-            &cfg.0 as *const _ as *mut c_void,
-        )
-    })?;
+    let cfg = plan.get_desc(
+        A::CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG,
+        D::CUDNN_BACKEND_ENGINECFG_DESCRIPTOR,
+    )?;
     config_engine(&cfg)?.get_i64(A::CUDNN_ATTR_ENGINE_GLOBAL_INDEX)
 }
