@@ -8,6 +8,10 @@ use rusting_brain::backend::cuda::device_for_test;
 use rusting_brain::backend::spec::UnaryOp;
 use rusting_brain::{no_grad, Conv2dOptions, DType, Device, Generator, Tensor};
 
+#[path = "support/relative_error.rs"]
+mod relative_error;
+use relative_error::relative_error;
+
 fn randn(shape: &[usize], seed: u64) -> Tensor {
     Tensor::randn(shape, DType::F32, Some(&mut Generator::new(seed))).unwrap()
 }
@@ -20,19 +24,6 @@ fn channels_last_device(test: &str) -> Option<Device> {
 
 fn half_on(t: &Tensor, d: Device) -> Tensor {
     t.to(d, DType::F16).unwrap()
-}
-
-/// max|got - want| / max|want| over two tensors of one shape.
-fn relative_error(got: &Tensor, want: &Tensor) -> f64 {
-    assert_eq!(got.shape(), want.shape());
-    let g: Vec<f32> = got.to(Device::Cpu, DType::F32).unwrap().to_vec().unwrap();
-    let w: Vec<f32> = want.to_vec().unwrap();
-    let scale = w.iter().fold(0f32, |m, v| m.max(v.abs())).max(1e-6);
-    let worst = g
-        .iter()
-        .zip(&w)
-        .fold(0f32, |m, (a, b)| m.max((a - b).abs()));
-    (worst / scale) as f64
 }
 
 fn opts(stride: usize, padding: usize, groups: usize) -> Conv2dOptions {

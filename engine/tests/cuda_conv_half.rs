@@ -7,21 +7,12 @@
 use rusting_brain::backend::cuda::{cudnn, device_for_test};
 use rusting_brain::{amp, Conv2dOptions, DType, Device, Generator, Tensor};
 
+#[path = "support/relative_error.rs"]
+mod relative_error;
+use relative_error::relative_error;
+
 fn randn(shape: &[usize], seed: u64) -> Tensor {
     Tensor::randn(shape, DType::F32, Some(&mut Generator::new(seed))).unwrap()
-}
-
-/// max|got - want| / max|want| over two tensors of one shape.
-fn relative_error(got: &Tensor, want: &Tensor) -> f64 {
-    assert_eq!(got.shape(), want.shape());
-    let g: Vec<f32> = got.to(Device::Cpu, DType::F32).unwrap().to_vec().unwrap();
-    let w: Vec<f32> = want.to(Device::Cpu, DType::F32).unwrap().to_vec().unwrap();
-    let scale = w.iter().fold(0f32, |m, v| m.max(v.abs())).max(1e-6);
-    let worst = g
-        .iter()
-        .zip(&w)
-        .fold(0f32, |m, (a, b)| m.max((a - b).abs()));
-    (worst / scale) as f64
 }
 
 /// (output, input grad, weight grad) of sum(conv2d(x, w) * r) on `device` under `autocast`.
