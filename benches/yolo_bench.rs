@@ -153,11 +153,13 @@ fn time_conv(
     let dy = random_bf16(d, g.n * g.o * g.ho * g.wo, 3)?;
     let (xs, ws, dys) = (x.storage(), w.storage(), dy.storage());
     let (x, w, dy) = (on_cuda(&xs), on_cuda(&ws), on_cuda(&dys));
-    let run = |pass, a: &CudaStorage, b: &CudaStorage| cudnn::run(pass, format, (a, 0), (b, 0), g);
+    let run = |pass, a: &CudaStorage, b: &CudaStorage| {
+        cuda::conv::run_pass(pass, format, (a, 0), (b, 0), g)
+    };
     let fwd = time_ms(dev, iters, || run(cudnn::Pass::Forward, x, w))?;
     let dgrad = time_ms(dev, iters, || run(cudnn::Pass::InputGrad, dy, w))?;
     let wgrad = time_ms(dev, iters, || run(cudnn::Pass::WeightGrad, x, dy))?;
-    let algos: Vec<String> = cudnn::plans()
+    let algos: Vec<String> = cuda::conv::plans()
         .into_iter()
         .filter(|p| p.geometry == *g && p.format == format && p.dtype == DType::BF16)
         .map(|p| format!("{:?}: {}", p.pass, p.algorithm))
@@ -172,7 +174,7 @@ fn convs(dev: &cuda::CudaDevice, d: Device) -> Result<serde_json::Value> {
     with_autocast(&x, || forward(&model, &x))?;
     dev.synchronize()?;
     let mut shapes: Vec<(Conv2dGeometry, usize)> = Vec::new();
-    for p in cudnn::plans() {
+    for p in cuda::conv::plans() {
         if p.pass != cudnn::Pass::Forward {
             continue;
         }

@@ -53,6 +53,7 @@ kernel_file!(LOSS, "loss.cu");
 kernel_file!(RANDOM, "random.cu");
 kernel_file!(INDEX, "index.cu");
 kernel_file!(CONV, "conv.cu");
+kernel_file!(DEPTHWISE, "depthwise.cu");
 kernel_file!(POOL, "pool.cu");
 kernel_file!(OPTIM, "optim.cu");
 kernel_file!(ATTENTION, "attention.cu");
@@ -67,6 +68,7 @@ pub const ALL_FILES: &[&KernelFile] = &[
     &SOFTMAX,
     &INDEX,
     &CONV,
+    &DEPTHWISE,
     &POOL,
     &OPTIM,
     &NORM,

@@ -1,4 +1,5 @@
-//! conv2d and its two backward products through im2col (kernels/conv.cu) and cuBLAS: per
+//! conv2d and its two backward products. The fast paths come first (`run_pass`: our depthwise
+//! kernels, then cuDNN); without them, im2col (kernels/conv.cu) and cuBLAS: per
 //! chunk of images, the columns [groups, Cg*kh*kw, images*Ho*Wo] meet the weight
 //! [groups, O/groups, Cg*kh*kw] in one product batched over groups; col2im, the adjoint of
 //! im2col, sums column gradients back into pixels.
@@ -6,6 +7,7 @@
 use super::compile::CONV;
 use super::copy::{cast, copy_view};
 use super::cudnn::{self, Format, Pass};
+use super::depthwise;
 use super::elementwise::binary;
 use super::launch::{args, grid_for, type_suffix};
 use super::matmul::{matmul, matmul_into_dtype};
@@ -147,23 +149,51 @@ fn grouped_grad(dy: &CudaStorage, l: &Layout, n0: usize, nc: usize) -> Result<Cu
     cast(dy, &l.narrowed(0, n0, nc).permuted(&[1, 0, 2]), dy.dtype())
 }
 
-/// The pass through cuDNN when it is there and takes this call; `None` means: use im2col.
-/// A cuDNN error is reported once per process and the call falls back.
-fn through_cudnn(
+/// One pass on the fast path for its shape: our depthwise kernels for 3×3 depthwise
+/// convolutions, cuDNN for the rest. Operands and result as `cudnn::run` takes and gives them.
+pub fn run_pass(
+    pass: Pass,
+    format: Format,
+    a: (&CudaStorage, usize),
+    b: (&CudaStorage, usize),
+    g: &Conv2dGeometry,
+) -> Result<CudaStorage> {
+    if depthwise::takes(g) {
+        depthwise::run(pass, format, a, b, g)
+    } else {
+        cudnn::run(pass, format, a, b, g)
+    }
+}
+
+/// What the fast paths ran so far in this process: cuDNN's plans and the depthwise kernels'
+/// shapes, for benchmarks and reports.
+pub fn plans() -> Vec<cudnn::PlanSummary> {
+    let mut all = cudnn::plans();
+    all.extend(depthwise::plans());
+    all
+}
+
+/// The pass on its fast path (`run_pass`) when there is one; `None` means: use im2col. An
+/// error there is reported once per process and the call falls back.
+fn through_fast_path(
     pass: Pass,
     format: Format,
     (a, la): (&CudaStorage, &Layout),
     (b, lb): (&CudaStorage, &Layout),
     g: &Conv2dGeometry,
 ) -> Option<CudaStorage> {
-    if !cudnn::enabled() {
+    if !depthwise::takes(g) && !cudnn::enabled() {
         return None;
     }
-    match cudnn::run(pass, format, (a, la.offset()), (b, lb.offset()), g) {
+    match run_pass(pass, format, (a, la.offset()), (b, lb.offset()), g) {
         Ok(out) => Some(out),
         Err(e) => {
             static SAID: std::sync::Once = std::sync::Once::new();
-            SAID.call_once(|| eprintln!("note: cuDNN failed ({e}); this convolution uses im2col"));
+            SAID.call_once(|| {
+                eprintln!(
+                    "note: a fast convolution path failed ({e}); this convolution uses im2col"
+                )
+            });
             None
         }
     }
@@ -179,7 +209,7 @@ pub fn conv2d(
 ) -> Result<CudaStorage> {
     let (mut kx, mut kw) = (None, None);
     let ((x, lx), (w, lw)) = (packed(x, lx, &mut kx)?, packed(w, lw, &mut kw)?);
-    if let Some(y) = through_cudnn(Pass::Forward, Format::Nchw, (x, &lx), (w, &lw), g) {
+    if let Some(y) = through_fast_path(Pass::Forward, Format::Nchw, (x, &lx), (w, &lw), g) {
         return Ok(y);
     }
     let p = g.plane_out();
@@ -226,7 +256,7 @@ pub fn conv2d_channels_last(
             ),
         ));
     }
-    if let Some(y) = through_cudnn(Pass::Forward, Format::Nhwc, (x, lx), (w, lw), g) {
+    if let Some(y) = through_fast_path(Pass::Forward, Format::Nhwc, (x, lx), (w, lw), g) {
         return Ok(y);
     }
     let dtype = x.dtype();
@@ -255,7 +285,7 @@ pub fn conv2d_input_grad(
 ) -> Result<CudaStorage> {
     let (mut kd, mut kw) = (None, None);
     let ((dy, ldy), (w, lw)) = (packed(dy, ldy, &mut kd)?, packed(w, lw, &mut kw)?);
-    if let Some(dx) = through_cudnn(Pass::InputGrad, Format::Nchw, (dy, &ldy), (w, &lw), g) {
+    if let Some(dx) = through_fast_path(Pass::InputGrad, Format::Nchw, (dy, &ldy), (w, &lw), g) {
         return Ok(dx);
     }
     let p = g.plane_out();
@@ -286,7 +316,7 @@ pub fn conv2d_weight_grad(
 ) -> Result<CudaStorage> {
     let (mut kx, mut kd) = (None, None);
     let ((x, lx), (dy, ldy)) = (packed(x, lx, &mut kx)?, packed(dy, ldy, &mut kd)?);
-    if let Some(dw) = through_cudnn(Pass::WeightGrad, Format::Nchw, (x, &lx), (dy, &ldy), g) {
+    if let Some(dw) = through_fast_path(Pass::WeightGrad, Format::Nchw, (x, &lx), (dy, &ldy), g) {
         return Ok(dw);
     }
     let p = g.plane_out();

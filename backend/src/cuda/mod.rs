@@ -8,6 +8,7 @@ pub mod conv;
 pub mod copy;
 pub mod cudnn;
 mod cudnn_graph;
+pub mod depthwise;
 mod device;
 pub mod elementwise;
 pub mod index;
