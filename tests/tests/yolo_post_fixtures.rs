@@ -6,6 +6,7 @@
 //! the confusion matrix must be equal; AP and the summary within 1e-6; the printed table
 //! lines equal.
 
+use rusting_brain::backend::cuda::device_for_test;
 use rusting_brain::vision::boxes::Box4;
 use rusting_brain::vision::metrics::{
     ap_per_class_in_order, iou_thresholds, true_positives, ConfusionMatrix, DetMetrics,
@@ -13,7 +14,7 @@ use rusting_brain::vision::metrics::{
 };
 use rusting_brain::vision::nms::{non_max_suppression, NmsOptions};
 use rusting_brain::vision::report::results_table;
-use rusting_brain::Tensor;
+use rusting_brain::{Device, Tensor};
 use serde_json::Value;
 use std::path::PathBuf;
 
@@ -67,11 +68,26 @@ fn assert_close(got: f64, want: f64, what: &str) {
 
 #[test]
 fn nms_keeps_the_rows_ultralytics_keeps() {
-    let Some(doc) = fixture("nms_keeps_the_rows_ultralytics_keeps", "nms_fixture.json") else {
+    nms_keeps_the_rows_ultralytics_keeps_on("nms_keeps_the_rows_ultralytics_keeps", Device::Cpu);
+}
+
+#[test]
+fn nms_on_cuda_keeps_the_rows_ultralytics_keeps() {
+    let test = "nms_on_cuda_keeps_the_rows_ultralytics_keeps";
+    if let Some(d) = device_for_test(test) {
+        nms_keeps_the_rows_ultralytics_keeps_on(test, d);
+    }
+}
+
+fn nms_keeps_the_rows_ultralytics_keeps_on(test: &str, device: Device) {
+    let Some(doc) = fixture(test, "nms_fixture.json") else {
         return;
     };
     let shape = usizes(&doc["shape"]);
-    let pred = Tensor::from_vec(f32s_from_bits(&doc["pred_bits"]), &shape).unwrap();
+    let pred = Tensor::from_vec(f32s_from_bits(&doc["pred_bits"]), &shape)
+        .unwrap()
+        .to_device(device)
+        .unwrap();
     for case in doc["cases"].as_array().unwrap() {
         let name = case["name"].as_str().unwrap();
         if name == "capped" {

@@ -54,6 +54,7 @@ kernel_file!(RANDOM, "random.cu");
 kernel_file!(INDEX, "index.cu");
 kernel_file!(CONV, "conv.cu");
 kernel_file!(DEPTHWISE, "depthwise.cu");
+kernel_file!(NMS, "nms.cu");
 kernel_file!(POOL, "pool.cu");
 kernel_file!(OPTIM, "optim.cu");
 kernel_file!(ATTENTION, "attention.cu");
@@ -69,6 +70,7 @@ pub const ALL_FILES: &[&KernelFile] = &[
     &INDEX,
     &CONV,
     &DEPTHWISE,
+    &NMS,
     &POOL,
     &OPTIM,
     &NORM,

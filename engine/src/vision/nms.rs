@@ -21,11 +21,14 @@
 //! compared with `conf_thres` rounded to that type (as PyTorch compares a tensor with a Python
 //! scalar) and then widened to f32. ultralytics' per-batch time limit is not reproduced.
 //!
-//! The work is behind `non_max_suppression(&Tensor, &NmsOptions)` so that a device kernel can
-//! take the same inputs; the CPU path runs images in parallel with rayon.
+//! A head output on CUDA is suppressed there, the whole batch in three launches
+//! (backend/src/cuda/nms.rs), and only the kept rows come back; its rows equal this file's
+//! exactly. On the CPU, images run in parallel with rayon.
 
 use super::boxes::{xywh_to_xyxy, Box4};
-use crate::{bail, DType, Result, Tensor};
+use crate::backend::cuda::nms as cuda;
+use crate::ops::dispatch::cuda_kernel;
+use crate::{bail, DType, Device, Result, Tensor};
 use half::{bf16, f16};
 use rayon::prelude::*;
 use std::cmp::Ordering;
@@ -148,8 +151,8 @@ impl Detections {
     }
 }
 
-/// NMS of a head output `[batch, 4 + nc (+ extras), anchors]` (F32, F16 or BF16, any device:
-/// it is read back to the host). One `Detections` per image.
+/// NMS of a head output `[batch, 4 + nc (+ extras), anchors]` (F32, F16 or BF16): on the
+/// tensor's device when that is CUDA, else on the host. One `Detections` per image.
 pub fn non_max_suppression(pred: &Tensor, opts: &NmsOptions) -> Result<Vec<Detections>> {
     opts.check()?;
     let &[batch, channels, anchors] = pred.dims() else {
@@ -169,8 +172,52 @@ pub fn non_max_suppression(pred: &Tensor, opts: &NmsOptions) -> Result<Vec<Detec
         ),
     };
     let head = HeadLayout::new(channels, anchors, opts.nc)?;
+    if matches!(pred.device(), Device::Cuda(_)) && opts.max_nms <= cuda::MAX_NMS_ROWS {
+        return nms_cuda(pred, [batch, channels, anchors], head, conf_cmp, opts);
+    }
     let data = pred.to_vec::<f32>()?;
     Ok(nms_cpu(&data, batch, head, conf_cmp, opts))
+}
+
+/// The device path: the backend returns each kept row as its index `anchor * nc + class` with
+/// its box and score.
+fn nms_cuda(
+    pred: &Tensor,
+    dims: [usize; 3],
+    head: HeadLayout,
+    conf_cmp: f32,
+    opts: &NmsOptions,
+) -> Result<Vec<Detections>> {
+    let params = cuda::NmsParams {
+        conf: conf_cmp,
+        iou: opts.iou_thres,
+        nc: head.nc,
+        multi_label: opts.multi_label && head.nc > 1,
+        max_nms: opts.max_nms,
+        max_det: opts.max_det,
+        offset: if opts.agnostic { 0.0 } else { opts.max_wh },
+        keep_class: (0..head.nc)
+            .map(|c| opts.classes.as_ref().is_none_or(|keep| keep.contains(&c)))
+            .collect(),
+    };
+    let pred = pred.contiguous()?;
+    let kept = cuda_kernel("non_max_suppression", [&pred], |[(s, l)]| {
+        cuda::non_max_suppression(s, l.offset(), dims, &params)
+    })?;
+    Ok(kept
+        .into_iter()
+        .map(|rows| {
+            let mut out = Detections::default();
+            for (row, v) in rows {
+                let row = row as usize;
+                out.boxes.push([v[0], v[1], v[2], v[3]]);
+                out.scores.push(v[4]);
+                out.classes.push(row % head.nc);
+                out.anchors.push(row / head.nc);
+            }
+            out
+        })
+        .collect())
 }
 
 /// Where the boxes and class scores sit in one image's `[channels, anchors]` block.
