@@ -20,9 +20,13 @@ fn randn(shape: &[usize], seed: u64, dtype: DType) -> Tensor {
         .unwrap()
 }
 
-/// (n, c, h, w, stride, padding, dilation)
-const CASES: [(usize, usize, usize, usize, usize, usize, usize); 5] = [
+/// (n, c, h, w, stride, padding, dilation). Stride 1 without dilation (cases 0, 1, 2 and 4)
+/// takes the strip kernels, with rows that end mid-strip and every padding they allow; the
+/// others take the per-element kernels.
+const CASES: [(usize, usize, usize, usize, usize, usize, usize); 7] = [
     (2, 8, 10, 10, 1, 1, 1),
+    (2, 24, 5, 19, 1, 2, 1),
+    (1, 40, 17, 21, 1, 1, 1),
     (3, 40, 9, 13, 2, 1, 1),
     (1, 5, 7, 6, 1, 0, 1),
     (2, 33, 12, 11, 1, 2, 2),
@@ -40,8 +44,19 @@ fn options(s: usize, p: usize, d: usize, groups: usize) -> Conv2dOptions {
 
 /// (y, dx, dw) of sum(conv2d(x, w) * r) on `device`.
 fn passes(x: &Tensor, w: &Tensor, r: &Tensor, o: Conv2dOptions, device: Device) -> [Tensor; 3] {
-    let x = x.to_device(device).unwrap().requires_grad_().unwrap();
-    let w = w.to_device(device).unwrap().requires_grad_().unwrap();
+    // Fresh leaves on each call, so gradients do not accumulate across devices.
+    let x = x
+        .detach()
+        .to_device(device)
+        .unwrap()
+        .requires_grad_()
+        .unwrap();
+    let w = w
+        .detach()
+        .to_device(device)
+        .unwrap()
+        .requires_grad_()
+        .unwrap();
     let y = x.conv2d(&w, None, o).unwrap();
     let r = r.to_device(device).unwrap();
     y.mul(&r).unwrap().sum().unwrap().backward().unwrap();

@@ -97,6 +97,15 @@ fn geom(g: &Conv2dGeometry) -> DwGeom {
     }
 }
 
+/// Outputs a thread computes in a row on the stride-1 kernels (`DW_STRIP` in the .cu file).
+const STRIP: usize = 8;
+
+/// Whether the stride-1 strip kernels take the shape: stride 1, no dilation, and padding within
+/// the filter, so that the input gradient is the mirrored filter's forward pass.
+fn strips(g: &Conv2dGeometry) -> bool {
+    g.stride == (1, 1) && g.dilation == (1, 1) && g.padding.0 <= 2 && g.padding.1 <= 2
+}
+
 fn layout_name(format: Format) -> &'static str {
     match format {
         Format::Nchw => "nchw",
@@ -120,12 +129,18 @@ pub fn run(
     let (pa, pb) = (a.ptr_at(a_offset), b.ptr_at(b_offset));
     let dg = geom(g);
     let suffix = format!("{}_3x3_{}", layout_name(format), type_suffix(dtype));
-    let (kernel, total) = match pass {
-        Pass::Forward => ("dw_fwd", g.n * g.c * g.ho * g.wo),
-        Pass::InputGrad => ("dw_dgrad", g.n * g.c * g.h * g.w),
-        Pass::WeightGrad => return weight_grad(format, pa, pb, dtype, dev, g),
+    let (kernel, total) = match (pass, strips(g)) {
+        (Pass::Forward, false) => ("dw_fwd", g.n * g.c * g.ho * g.wo),
+        (Pass::Forward, true) => ("dw_fwd1", g.n * g.c * g.ho * g.wo.div_ceil(STRIP)),
+        (Pass::InputGrad, false) => ("dw_dgrad", g.n * g.c * g.h * g.w),
+        (Pass::InputGrad, true) => ("dw_dgrad1", g.n * g.c * g.h * g.w.div_ceil(STRIP)),
+        (Pass::WeightGrad, _) => return weight_grad(format, pa, pb, dtype, dev, g),
     };
-    let out = CudaStorage::alloc(dev, total, dtype)?;
+    let len = match pass {
+        Pass::Forward => g.n * g.c * g.ho * g.wo,
+        _ => g.n * g.c * g.h * g.w,
+    };
+    let out = CudaStorage::alloc(dev, len, dtype)?;
     if total == 0 {
         return Ok(out);
     }
@@ -133,13 +148,14 @@ pub fn run(
     let grid = grid_for(total, BLOCK, dev.sm_count());
     let y = out.ptr();
     // SAFETY: a and b hold the pass's operands contiguously from their offsets (the caller's
-    // shapes), and `out` holds `total` elements.
+    // shapes), and `out` holds the result's `len` elements; `total` counts threads' items.
     unsafe { dev.launch(f, (grid, 1, 1), BLOCK, 0, &mut args![pa, pb, y, dg])? };
     Ok(out)
 }
 
 /// dw in two kernels: per-block partial sums over fixed runs of pixels (one image per block
-/// NCHW; `per` pixels NHWC), in the accumulation type, then their sum in order.
+/// NCHW; `per` pixels, or strips of them, NHWC), in the accumulation type, then their sum in
+/// order.
 fn weight_grad(
     format: Format,
     x: u64,
@@ -158,11 +174,17 @@ fn weight_grad(
     } else {
         DType::F32
     };
-    let pixels = g.n * g.ho * g.wo;
+    let strip = strips(g);
+    // What the NHWC blocks divide among themselves: output pixels, or strips of them.
+    let pixels = if strip {
+        g.n * g.ho * g.wo.div_ceil(STRIP)
+    } else {
+        g.n * g.ho * g.wo
+    };
     let (grid, per) = match format {
         Format::Nchw => ((g.c as u32, g.n as u32, 1), 0),
         Format::Nhwc => {
-            // About eight blocks per SM in all, each with at least 256 pixels.
+            // About eight blocks per SM in all, each with at least 256 items.
             let tiles = g.c.div_ceil(32);
             let want = (dev.sm_count() as usize * 8).div_ceil(tiles);
             let per = pixels.div_ceil(want.max(1)).max(256);
@@ -174,7 +196,8 @@ fn weight_grad(
     let chunks = grid.1 as usize;
     let parts = CudaStorage::alloc(dev, chunks * taps, acc)?;
     let name = format!(
-        "dw_wgrad_{}_3x3_{}",
+        "dw_wgrad{}_{}_3x3_{}",
+        if strip { "1" } else { "" },
         layout_name(format),
         type_suffix(dtype)
     );
