@@ -109,61 +109,6 @@ __device__ __forceinline__ void dw_wgrad_pixel(const T* __restrict__ x, const T*
     }
 }
 
-// NCHW weight gradient, first stage: block (c, n) sums its plane's pixels into
-// parts[(n * C + c) * K + tap]. 256 threads stride over the plane; taps reduce over the block.
-template <class T, int KH, int KW>
-__device__ void dw_wgrad_nchw(const T* __restrict__ x, const T* __restrict__ dy,
-                              typename Acc<T>::type* __restrict__ parts, DwGeom g) {
-    typedef typename Acc<T>::type A;
-    __shared__ A scratch[32];
-    const int c = blockIdx.x, n = blockIdx.y, plane = g.ho * g.wo;
-    A acc[KH * KW];
-#pragma unroll
-    for (int k = 0; k < KH * KW; ++k) acc[k] = (A)0;
-    for (int p = threadIdx.x; p < plane; p += blockDim.x)
-        dw_wgrad_pixel<T, A, KH, KW, false>(x, dy, g, n, c, p / g.wo, p % g.wo, acc);
-#pragma unroll
-    for (int k = 0; k < KH * KW; ++k) {
-        const A s = block_sum(acc[k], scratch);
-        if (threadIdx.x == 0) parts[((i64)n * g.c + c) * (KH * KW) + k] = s;
-    }
-}
-
-// NHWC weight gradient, first stage: a block of 256 threads, 32 channels × 8 pixel lanes (a
-// warp is one lane: it reads 32 neighbouring channels of one pixel), sums pixels [chunk*per, (chunk+1)*per) of
-// the n*ho*wo output pixels into parts[(chunk * C + c) * K + tap].
-template <class T, int KH, int KW>
-__device__ void dw_wgrad_nhwc(const T* __restrict__ x, const T* __restrict__ dy,
-                              typename Acc<T>::type* __restrict__ parts, DwGeom g, int per) {
-    typedef typename Acc<T>::type A;
-    __shared__ A lanes[8][33];
-    const int lane = threadIdx.x & 31, row = threadIdx.x >> 5;
-    const int c = blockIdx.x * 32 + lane, chunk = blockIdx.y;
-    const int pixels = g.n * g.ho * g.wo;
-    const int first = chunk * per, last = min(first + per, pixels);
-    A acc[KH * KW];
-#pragma unroll
-    for (int k = 0; k < KH * KW; ++k) acc[k] = (A)0;
-    if (c < g.c) {
-        for (int q = first + row; q < last; q += 8) {
-            const int ox = q % g.wo, t = q / g.wo;
-            dw_wgrad_pixel<T, A, KH, KW, true>(x, dy, g, t / g.ho, c, t % g.ho, ox, acc);
-        }
-    }
-#pragma unroll
-    for (int k = 0; k < KH * KW; ++k) {
-        lanes[row][lane] = acc[k];
-        __syncthreads();
-        if (row == 0 && c < g.c) {
-            A s = (A)0;
-#pragma unroll
-            for (int l = 0; l < 8; ++l) s += lanes[l][lane];
-            parts[((i64)chunk * g.c + c) * (KH * KW) + k] = s;
-        }
-        __syncthreads();
-    }
-}
-
 // ----- stride 1, dilation 1: strips -----
 // The common case (every depthwise convolution of YOLO and MobileNet's stride-1 blocks) runs on
 // strips of DW_STRIP consecutive outputs of one row per thread: each input row a strip needs is
@@ -263,19 +208,33 @@ __device__ __forceinline__ void dw_wgrad_strip(const T* __restrict__ x, const T*
     }
 }
 
-// The first stage of the stride-1 weight gradient, NCHW: block (c, n) sums its plane's strips.
-template <class T, int KH, int KW>
-__device__ void dw_wgrad_strips_nchw(const T* __restrict__ x, const T* __restrict__ dy,
-                                     typename Acc<T>::type* __restrict__ parts, DwGeom g) {
+// One output item of the weight gradient's first stage: a pixel, or with STRIPS a strip of
+// DW_STRIP pixels of one row (`per_row` strips a row); `q` counts items row by row.
+template <class T, class A, int KH, int KW, bool NHWC, bool STRIPS>
+__device__ __forceinline__ void dw_wgrad_item(const T* __restrict__ x, const T* __restrict__ dy,
+                                              const DwGeom& g, int n, int c, int q, int per_row,
+                                              A* acc) {
+    const int oy = q / per_row, at = q % per_row;
+    if (STRIPS)
+        dw_wgrad_strip<T, A, KH, KW, NHWC>(x, dy, g, n, c, oy, at * DW_STRIP, acc);
+    else
+        dw_wgrad_pixel<T, A, KH, KW, NHWC>(x, dy, g, n, c, oy, at, acc);
+}
+
+// The weight gradient's first stage, NCHW: block (c, n) sums its plane's items into
+// parts[(n * C + c) * K + tap]; 256 threads stride over the plane, taps reduce over the block.
+template <class T, int KH, int KW, bool STRIPS>
+__device__ void dw_wgrad_nchw(const T* __restrict__ x, const T* __restrict__ dy,
+                              typename Acc<T>::type* __restrict__ parts, DwGeom g) {
     typedef typename Acc<T>::type A;
     __shared__ A scratch[32];
     const int c = blockIdx.x, n = blockIdx.y;
-    const int strips = (g.wo + DW_STRIP - 1) / DW_STRIP;
+    const int per_row = STRIPS ? (g.wo + DW_STRIP - 1) / DW_STRIP : g.wo;
     A acc[KH * KW];
 #pragma unroll
     for (int k = 0; k < KH * KW; ++k) acc[k] = (A)0;
-    for (int q = threadIdx.x; q < g.ho * strips; q += blockDim.x)
-        dw_wgrad_strip<T, A, KH, KW, false>(x, dy, g, n, c, q / strips, (q % strips) * DW_STRIP, acc);
+    for (int q = threadIdx.x; q < g.ho * per_row; q += blockDim.x)
+        dw_wgrad_item<T, A, KH, KW, false, STRIPS>(x, dy, g, n, c, q, per_row, acc);
 #pragma unroll
     for (int k = 0; k < KH * KW; ++k) {
         const A s = block_sum(acc[k], scratch);
@@ -283,25 +242,27 @@ __device__ void dw_wgrad_strips_nchw(const T* __restrict__ x, const T* __restric
     }
 }
 
-// NHWC: 32 channels × 8 lanes of strips per block, strips [chunk*per, (chunk+1)*per) of the
-// n*ho*strips strips.
-template <class T, int KH, int KW>
-__device__ void dw_wgrad_strips_nhwc(const T* __restrict__ x, const T* __restrict__ dy,
-                                     typename Acc<T>::type* __restrict__ parts, DwGeom g, int per) {
+// NHWC: a block of 256 threads, 32 channels × 8 lanes (a warp is one lane, so it reads 32
+// neighbouring channels of one pixel), sums items [chunk*per, (chunk+1)*per) of the n*ho rows'
+// items into parts[(chunk * C + c) * K + tap].
+template <class T, int KH, int KW, bool STRIPS>
+__device__ void dw_wgrad_nhwc(const T* __restrict__ x, const T* __restrict__ dy,
+                              typename Acc<T>::type* __restrict__ parts, DwGeom g, int per) {
     typedef typename Acc<T>::type A;
     __shared__ A lanes[8][33];
     const int lane = threadIdx.x & 31, row = threadIdx.x >> 5;
     const int c = blockIdx.x * 32 + lane, chunk = blockIdx.y;
-    const int strips = (g.wo + DW_STRIP - 1) / DW_STRIP;
-    const int count = g.n * g.ho * strips;
-    const int first = chunk * per, last = min(first + per, count);
+    const int per_row = STRIPS ? (g.wo + DW_STRIP - 1) / DW_STRIP : g.wo;
+    const int items_per_image = g.ho * per_row;
+    const int first = chunk * per, last = min(first + per, g.n * items_per_image);
     A acc[KH * KW];
 #pragma unroll
     for (int k = 0; k < KH * KW; ++k) acc[k] = (A)0;
     if (c < g.c) {
         for (int q = first + row; q < last; q += 8) {
-            const int s = q % strips, t = q / strips;
-            dw_wgrad_strip<T, A, KH, KW, true>(x, dy, g, t / g.ho, c, t % g.ho, s * DW_STRIP, acc);
+            const int n = q / items_per_image;
+            dw_wgrad_item<T, A, KH, KW, true, STRIPS>(x, dy, g, n, c, q - n * items_per_image,
+                                                      per_row, acc);
         }
     }
 #pragma unroll
@@ -349,25 +310,21 @@ __device__ void dw_wgrad_sum_impl(const typename Acc<T>::type* __restrict__ part
         dw_input_grad<T, KH, KW, NHWC>(dy, w, dx, g);                                                \
     }
 
+#define RB_DW_WGRAD(name, T, KH, KW, tag, STRIPS)                                                    \
+    extern "C" __global__ void dw_wgrad##tag##_nchw_##KH##x##KW##_##name(                            \
+        const T* x, const T* dy, typename Acc<T>::type* parts, DwGeom g, int per) {                  \
+        dw_wgrad_nchw<T, KH, KW, STRIPS>(x, dy, parts, g);                                           \
+    }                                                                                                \
+    extern "C" __global__ void dw_wgrad##tag##_nhwc_##KH##x##KW##_##name(                            \
+        const T* x, const T* dy, typename Acc<T>::type* parts, DwGeom g, int per) {                  \
+        dw_wgrad_nhwc<T, KH, KW, STRIPS>(x, dy, parts, g, per);                                      \
+    }
+
 #define RB_DW_SIZE(name, T, KH, KW)                                                                  \
     RB_DW_LAYOUT(name, T, KH, KW, nchw, false)                                                       \
     RB_DW_LAYOUT(name, T, KH, KW, nhwc, true)                                                        \
-    extern "C" __global__ void dw_wgrad_nchw_##KH##x##KW##_##name(                                   \
-        const T* x, const T* dy, typename Acc<T>::type* parts, DwGeom g, int per) {                  \
-        dw_wgrad_nchw<T, KH, KW>(x, dy, parts, g);                                                   \
-    }                                                                                                \
-    extern "C" __global__ void dw_wgrad_nhwc_##KH##x##KW##_##name(                                   \
-        const T* x, const T* dy, typename Acc<T>::type* parts, DwGeom g, int per) {                  \
-        dw_wgrad_nhwc<T, KH, KW>(x, dy, parts, g, per);                                              \
-    }                                                                                                \
-    extern "C" __global__ void dw_wgrad1_nchw_##KH##x##KW##_##name(                                  \
-        const T* x, const T* dy, typename Acc<T>::type* parts, DwGeom g, int per) {                  \
-        dw_wgrad_strips_nchw<T, KH, KW>(x, dy, parts, g);                                            \
-    }                                                                                                \
-    extern "C" __global__ void dw_wgrad1_nhwc_##KH##x##KW##_##name(                                  \
-        const T* x, const T* dy, typename Acc<T>::type* parts, DwGeom g, int per) {                  \
-        dw_wgrad_strips_nhwc<T, KH, KW>(x, dy, parts, g, per);                                       \
-    }
+    RB_DW_WGRAD(name, T, KH, KW, , false)                                                            \
+    RB_DW_WGRAD(name, T, KH, KW, 1, true)
 
 #define RB_DW(name, T)                                                                               \
     RB_DW_SIZE(name, T, 3, 3)                                                                        \

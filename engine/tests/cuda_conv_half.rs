@@ -5,49 +5,18 @@
 //! without a GPU (RB_REQUIRE_CUDA=1 makes that a failure).
 
 use rusting_brain::backend::cuda::{cudnn, device_for_test};
-use rusting_brain::{amp, Conv2dOptions, DType, Device, Generator, Tensor};
+use rusting_brain::{Conv2dOptions, DType, Device, Generator, Tensor};
 
 #[path = "support/relative_error.rs"]
 mod relative_error;
 use relative_error::relative_error;
 
+#[path = "support/conv_passes.rs"]
+mod conv_passes;
+use conv_passes::conv_passes;
+
 fn randn(shape: &[usize], seed: u64) -> Tensor {
     Tensor::randn(shape, DType::F32, Some(&mut Generator::new(seed))).unwrap()
-}
-
-/// (output, input grad, weight grad) of sum(conv2d(x, w) * r) on `device` under `autocast`.
-fn forward_backward(
-    x: &Tensor,
-    w: &Tensor,
-    r: &Tensor,
-    opts: Conv2dOptions,
-    device: Device,
-    autocast: Option<DType>,
-) -> (Tensor, Tensor, Tensor) {
-    // Fresh leaves on each call, so gradients do not accumulate across devices.
-    let x = x
-        .detach()
-        .to_device(device)
-        .unwrap()
-        .requires_grad_()
-        .unwrap();
-    let w = w
-        .detach()
-        .to_device(device)
-        .unwrap()
-        .requires_grad_()
-        .unwrap();
-    let r = r.to_device(device).unwrap();
-    let y = amp::autocast(autocast, || x.conv2d(&w, None, opts)).unwrap();
-    let loss = y
-        .to_dtype(DType::F32)
-        .unwrap()
-        .mul(&r)
-        .unwrap()
-        .sum()
-        .unwrap();
-    loss.backward().unwrap();
-    (y, x.grad().unwrap(), w.grad().unwrap())
 }
 
 #[test]
@@ -77,16 +46,16 @@ fn half_convolutions_and_their_gradients_match_the_cpu() {
             .unwrap();
         let ho = (h + 2 * p - k) / s + 1;
         let r = randn(&[n, o, ho, ho], 30 + i as u64);
-        let want = forward_backward(&x, &w, &r, opts, Device::Cpu, None);
+        let want = conv_passes(&x, &w, &r, opts, Device::Cpu, None);
         for dtype in [DType::BF16, DType::F16] {
-            let got = forward_backward(&x, &w, &r, opts, d, Some(dtype));
-            assert_eq!(got.0.dtype(), dtype);
+            let got = conv_passes(&x, &w, &r, opts, d, Some(dtype));
+            assert_eq!(got[0].dtype(), dtype);
             // Products of K terms in the half type's precision, accumulated in F32.
             let tol = if dtype == DType::BF16 { 2e-2 } else { 4e-3 };
             for (what, g, w) in [
-                ("output", &got.0, &want.0),
-                ("input grad", &got.1, &want.1),
-                ("weight grad", &got.2, &want.2),
+                ("output", &got[0], &want[0]),
+                ("input grad", &got[1], &want[1]),
+                ("weight grad", &got[2], &want[2]),
             ] {
                 let err = relative_error(g, w);
                 if err > tol {

@@ -13,6 +13,10 @@ use rusting_brain::{Conv2dOptions, DType, Device, Generator, Tensor};
 mod relative_error;
 use relative_error::relative_error;
 
+#[path = "support/conv_passes.rs"]
+mod conv_passes;
+use conv_passes::conv_passes;
+
 fn randn(shape: &[usize], seed: u64, dtype: DType) -> Tensor {
     Tensor::randn(shape, DType::F32, Some(&mut Generator::new(seed)))
         .unwrap()
@@ -42,27 +46,6 @@ fn options(s: usize, p: usize, d: usize, groups: usize) -> Conv2dOptions {
     }
 }
 
-/// (y, dx, dw) of sum(conv2d(x, w) * r) on `device`.
-fn passes(x: &Tensor, w: &Tensor, r: &Tensor, o: Conv2dOptions, device: Device) -> [Tensor; 3] {
-    // Fresh leaves on each call, so gradients do not accumulate across devices.
-    let x = x
-        .detach()
-        .to_device(device)
-        .unwrap()
-        .requires_grad_()
-        .unwrap();
-    let w = w
-        .detach()
-        .to_device(device)
-        .unwrap()
-        .requires_grad_()
-        .unwrap();
-    let y = x.conv2d(&w, None, o).unwrap();
-    let r = r.to_device(device).unwrap();
-    y.mul(&r).unwrap().sum().unwrap().backward().unwrap();
-    [y, x.grad().unwrap(), w.grad().unwrap()]
-}
-
 #[test]
 fn depthwise_passes_run_on_our_kernels_and_match_the_cpu() {
     let Some(d) = device_for_test("depthwise_passes_run_on_our_kernels_and_match_the_cpu") else {
@@ -78,8 +61,8 @@ fn depthwise_passes_run_on_our_kernels_and_match_the_cpu() {
             let x = randn(&[n, c, h, w], seed, dtype);
             let k = randn(&[c, 1, 3, 3], seed + 1, dtype);
             let r = randn(&[n, c, ho, wo], seed + 2, dtype);
-            let want = passes(&x, &k, &r, o, Device::Cpu);
-            let got = passes(&x, &k, &r, o, d);
+            let want = conv_passes(&x, &k, &r, o, Device::Cpu, None);
+            let got = conv_passes(&x, &k, &r, o, d, None);
             for (what, g, w) in ["output", "input grad", "weight grad"]
                 .iter()
                 .zip(&got)
