@@ -56,6 +56,7 @@ fn every_script_runs_on_tiny_settings() {
             "mlp_spirals.rhai" => vec!["steps=20", "n=40", "hidden=8", &out],
             "quickstart.rhai" | "train_lm.rhai" => vec!["steps=20", "size=tiny", &out],
             "sample.rhai" => vec!["max_new_tokens=8", &out],
+            "tabular.rhai" => vec!["epochs=2", "hidden=4", &out],
             "yolo_predict.rhai" => vec![&weights, &source, "imgsz=64", &out],
             "yolo_val.rhai" => vec![
                 &weights,
