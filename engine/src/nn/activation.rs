@@ -14,6 +14,28 @@ pub enum Activation {
 }
 
 impl Activation {
+    /// The activation as ONNX operators of opset 13+: SiLU as x·sigmoid(x), GELU (the exact,
+    /// erf form) as x·(1 + erf(x/√2))/2.
+    pub fn to_onnx(self, g: &mut crate::io::onnx::export::OnnxGraph, x: &str) -> Result<String> {
+        Ok(match self {
+            Activation::Relu => g.node("Relu", &[x], &[]),
+            Activation::Tanh => g.node("Tanh", &[x], &[]),
+            Activation::Silu => {
+                let s = g.node("Sigmoid", &[x], &[]);
+                g.node("Mul", &[x, &s], &[])
+            }
+            Activation::Gelu => {
+                let sqrt2 = g.scalar("sqrt2", std::f32::consts::SQRT_2)?;
+                let (one, half) = (g.scalar("one", 1.0)?, g.scalar("half", 0.5)?);
+                let scaled = g.node("Div", &[x, &sqrt2], &[]);
+                let erf = g.node("Erf", &[&scaled], &[]);
+                let cdf = g.node("Add", &[&erf, &one], &[]);
+                let xc = g.node("Mul", &[x, &cdf], &[]);
+                g.node("Mul", &[&xc, &half], &[])
+            }
+        })
+    }
+
     pub fn apply(self, x: &Tensor) -> Result<Tensor> {
         match self {
             Activation::Relu => x.relu(),
@@ -73,6 +95,14 @@ macro_rules! activation_module {
             }
             fn summary(&self) -> Summary {
                 Summary::leaf(stringify!($name), 0)
+            }
+            fn to_onnx(
+                &self,
+                g: &mut crate::io::onnx::export::OnnxGraph,
+                _prefix: &str,
+                x: &str,
+            ) -> Result<String> {
+                $kind.to_onnx(g, x)
             }
         }
     };

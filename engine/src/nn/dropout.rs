@@ -73,6 +73,16 @@ impl Module for Dropout {
         Vec::new()
     }
 
+    /// Inference: dropout passes its input through.
+    fn to_onnx(
+        &self,
+        _g: &mut crate::io::onnx::export::OnnxGraph,
+        _prefix: &str,
+        x: &str,
+    ) -> Result<String> {
+        Ok(x.into())
+    }
+
     fn train(&mut self, on: bool) {
         self.training = on;
     }

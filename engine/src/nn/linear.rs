@@ -119,6 +119,27 @@ impl Module for Linear {
         );
         Summary::leaf(line, self.num_parameters())
     }
+
+    /// x W^T (+ b) as MatMul with the transposed weight, so inputs of any rank work.
+    fn to_onnx(
+        &self,
+        g: &mut crate::io::onnx::export::OnnxGraph,
+        prefix: &str,
+        x: &str,
+    ) -> Result<String> {
+        let wt = g.initializer(
+            &format!("{prefix}weight_t"),
+            &self.weight.t()?.contiguous()?,
+        )?;
+        let y = g.node("MatMul", &[x, &wt], &[]);
+        match &self.bias {
+            Some(b) => {
+                let b = g.initializer(&format!("{prefix}bias"), b)?;
+                Ok(g.node("Add", &[&y, &b], &[]))
+            }
+            None => Ok(y),
+        }
+    }
 }
 
 #[cfg(test)]

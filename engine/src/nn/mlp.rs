@@ -54,6 +54,15 @@ impl Module for Mlp {
         self.layers.is_training()
     }
 
+    fn to_onnx(
+        &self,
+        g: &mut crate::io::onnx::export::OnnxGraph,
+        prefix: &str,
+        x: &str,
+    ) -> Result<String> {
+        self.layers.to_onnx(g, &format!("{prefix}layers."), x)
+    }
+
     fn summary(&self) -> Summary {
         Summary::node("Mlp", vec![("layers".into(), self.layers.summary())])
     }

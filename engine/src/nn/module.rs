@@ -31,6 +31,22 @@ pub trait Module: Send + Sync {
         Summary::leaf("Module", self.num_parameters())
     }
 
+    /// Lowers this layer into the ONNX graph `g`, reading value `x`; returns the value it
+    /// computes. `prefix` is the layer's dotted name (`layers.0.`), which names its weights as
+    /// `state_dict` does. The lowering is the eval-mode forward. A layer without one says so.
+    fn to_onnx(
+        &self,
+        g: &mut crate::io::onnx::export::OnnxGraph,
+        prefix: &str,
+        x: &str,
+    ) -> Result<String> {
+        let _ = (g, x);
+        Err(Error::invalid(
+            "export_onnx",
+            format!("{prefix}{} has no ONNX mapping", self.summary().line),
+        ))
+    }
+
     /// Shorthand for `train(false)`.
     fn eval(&mut self) {
         self.train(false)

@@ -89,6 +89,19 @@ impl Module for Sequential {
         self.training
     }
 
+    fn to_onnx(
+        &self,
+        g: &mut crate::io::onnx::export::OnnxGraph,
+        prefix: &str,
+        x: &str,
+    ) -> Result<String> {
+        let mut h = x.to_string();
+        for (i, layer) in self.layers.iter().enumerate() {
+            h = layer.to_onnx(g, &format!("{prefix}{i}."), &h)?;
+        }
+        Ok(h)
+    }
+
     fn summary(&self) -> Summary {
         Summary::indexed(
             "Sequential",

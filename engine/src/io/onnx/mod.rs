@@ -6,6 +6,7 @@
 //! no code generation is needed. Corrupt bytes give prost's decode error; tensors are checked
 //! against their dims ([`tensor`]).
 
+pub mod export;
 mod literal;
 pub mod proto;
 mod tensor;
