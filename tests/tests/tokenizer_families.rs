@@ -144,7 +144,7 @@ fn assert_matches_hugging_face(name: &str) {
     let bad = mismatches(&tok, &e);
     assert!(
         bad.is_empty(),
-        "{name}: {} of {} cases differ from Hugging Face; the first:\n{}",
+        "{name}: {} checks over {} texts differ from Hugging Face; the first:\n{}",
         bad.len(),
         e.ids.len(),
         bad[..bad.len().min(8)].join("\n")
