@@ -46,6 +46,8 @@ pub enum Segment<'a> {
 #[derive(Clone, Debug, Default)]
 pub struct AddedVocab {
     pub tokens: Vec<AddedToken>,
+    /// The normalized content of each `normalized` token that the normalizer changes.
+    normalized_content: HashMap<usize, String>,
     by_id: HashMap<u32, usize>,
     by_content: HashMap<String, usize>,
     raw: Matcher,
@@ -62,6 +64,7 @@ impl AddedVocab {
     pub fn with_normalizer(tokens: Vec<AddedToken>, normalizer: &Normalizer) -> Result<Self> {
         let (mut raw, mut normalized) = (Matcher::default(), Matcher::default());
         let (mut by_id, mut by_content) = (HashMap::new(), HashMap::new());
+        let mut normalized_content = HashMap::new();
         for (i, t) in tokens.iter().enumerate() {
             if t.content.is_empty() {
                 return Err(Error::invalid(
@@ -70,7 +73,11 @@ impl AddedVocab {
                 ));
             }
             if t.normalized {
-                normalized.add(normalizer.normalize(&t.content)?.as_bytes(), i);
+                let content = normalizer.normalize(&t.content)?;
+                normalized.add(content.as_bytes(), i);
+                if content != t.content {
+                    normalized_content.insert(i, content.into_owned());
+                }
             } else {
                 raw.add(t.content.as_bytes(), i);
             }
@@ -79,6 +86,7 @@ impl AddedVocab {
         }
         Ok(AddedVocab {
             tokens,
+            normalized_content,
             by_id,
             by_content,
             raw,
@@ -88,6 +96,18 @@ impl AddedVocab {
 
     pub fn by_id(&self, id: u32) -> Option<&AddedToken> {
         self.by_id.get(&id).map(|&i| &self.tokens[i])
+    }
+
+    /// The string that decoding starts from for added token `id`: its content, or for a
+    /// `normalized` token its normalized content (LLaMA-2's Prepend makes "</s>" "▁</s>"), as
+    /// Hugging Face does. Such a string is not a special token's content, so decoding with
+    /// `skip_special` keeps it there too.
+    pub fn decoding_string(&self, id: u32) -> Option<&str> {
+        let &i = self.by_id.get(&id)?;
+        Some(match self.normalized_content.get(&i) {
+            Some(normalized) => normalized,
+            None => &self.tokens[i].content,
+        })
     }
 
     pub fn by_content(&self, content: &str) -> Option<&AddedToken> {

@@ -158,10 +158,11 @@ impl Tokenizer {
         self.parts().decoder.decode(tokens)
     }
 
-    /// The string of one id: an added token's content or the vocabulary's spelling.
+    /// The string of one id that decoding starts from: an added token's content (normalized
+    /// for a `normalized` one) or the vocabulary's spelling.
     fn token_str(&self, id: u32) -> Result<&str> {
-        if let Some(t) = self.parts().added.by_id(id) {
-            return Ok(&t.content);
+        if let Some(t) = self.parts().added.decoding_string(id) {
+            return Ok(t);
         }
         self.parts()
             .model
@@ -189,7 +190,10 @@ impl Tokenizer {
     /// The token string of `id` as the vocabulary spells it (GPT-2's byte-level alphabet, or
     /// "▁" for a space in a SentencePiece-style vocabulary), or an added token's content.
     pub fn id_to_token(&self, id: u32) -> Option<String> {
-        self.token_str(id).ok().map(str::to_string)
+        if let Some(t) = self.parts().added.by_id(id) {
+            return Some(t.content.clone());
+        }
+        self.parts().model.id_to_token.get(id as usize).cloned().flatten()
     }
 
     /// The id of an added token's content or a vocabulary token string.
