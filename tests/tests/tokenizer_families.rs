@@ -54,7 +54,12 @@ fn text_map(v: &Value) -> HashMap<usize, String> {
     v.as_object()
         .expect("a map")
         .iter()
-        .map(|(k, t)| (k.parse().expect("an index"), t.as_str().expect("text").to_string()))
+        .map(|(k, t)| {
+            (
+                k.parse().expect("an index"),
+                t.as_str().expect("text").to_string(),
+            )
+        })
         .collect()
 }
 
@@ -91,7 +96,10 @@ fn load(test: &str, e: &Expected) -> Option<Tokenizer> {
     for (key, value) in &e.edits {
         doc[key] = value.clone();
     }
-    Some(Tokenizer::from_json_str(&doc.to_string(), test).unwrap_or_else(|err| panic!("{test}: {err}")))
+    Some(
+        Tokenizer::from_json_str(&doc.to_string(), test)
+            .unwrap_or_else(|err| panic!("{test}: {err}")),
+    )
 }
 
 fn stream(tok: &Tokenizer, ids: &[u32], skip_special: bool) -> String {
@@ -115,21 +123,45 @@ fn mismatches(tok: &Tokenizer, e: &Expected) -> Vec<String> {
         check("ids", &got == want, format!("got {got:?}, want {want:?}"));
         let full: Vec<u32> = [&e.prefix[..], want, &e.suffix[..]].concat();
         let got = tok.encode_with_template(text).unwrap();
-        check("ids with special tokens", got == full, format!("got {got:?}, want {full:?}"));
+        check(
+            "ids with special tokens",
+            got == full,
+            format!("got {got:?}, want {full:?}"),
+        );
         let decoded = e.decoded.get(&i).unwrap_or(text);
         let got = tok.decode(want, false).unwrap();
-        check("decode", &got == decoded, format!("got {got:?}, want {decoded:?}"));
+        check(
+            "decode",
+            &got == decoded,
+            format!("got {got:?}, want {decoded:?}"),
+        );
         let got = stream(tok, want, false);
-        check("stream decode", &got == decoded, format!("got {got:?}, want {decoded:?}"));
+        check(
+            "stream decode",
+            &got == decoded,
+            format!("got {got:?}, want {decoded:?}"),
+        );
         let skip = e.decoded_template_skip.get(&i).unwrap_or(decoded);
         let got = tok.decode(&full, true).unwrap();
-        check("decode skipping specials", &got == skip, format!("got {got:?}, want {skip:?}"));
+        check(
+            "decode skipping specials",
+            &got == skip,
+            format!("got {got:?}, want {skip:?}"),
+        );
         let got = stream(tok, &full, true);
-        check("stream decode skipping specials", &got == skip, format!("got {got:?}, want {skip:?}"));
+        check(
+            "stream decode skipping specials",
+            &got == skip,
+            format!("got {got:?}, want {skip:?}"),
+        );
         if i < e.tricky {
             let kept = e.decoded_template.get(&i).unwrap_or(decoded);
             let got = tok.decode(&full, false).unwrap();
-            check("decode with specials", &got == kept, format!("got {got:?}, want {kept:?}"));
+            check(
+                "decode with specials",
+                &got == kept,
+                format!("got {got:?}, want {kept:?}"),
+            );
         }
     }
     bad
@@ -140,7 +172,10 @@ fn assert_matches_hugging_face(name: &str) {
     let Some(tok) = load(name, &e) else {
         return;
     };
-    assert_eq!(e.ids.len(), e.tricky + if e.edits.is_empty() { 300 } else { 100 });
+    assert_eq!(
+        e.ids.len(),
+        e.tricky + if e.edits.is_empty() { 300 } else { 100 }
+    );
     let bad = mismatches(&tok, &e);
     assert!(
         bad.is_empty(),
@@ -229,7 +264,16 @@ fn nfkd_regex_replace_and_prepend_match_hugging_face() {
 /// `save` writes every stage back: the saved file encodes and decodes as the original.
 #[test]
 fn saved_tokenizers_load_back_with_the_same_ids_and_text() {
-    for name in ["llama2", "qwen3", "gemma3", "mistral_metaspace", "metaspace_always", "starcoder2_digits", "split_behaviors", "nfkd_replace"] {
+    for name in [
+        "llama2",
+        "qwen3",
+        "gemma3",
+        "mistral_metaspace",
+        "metaspace_always",
+        "starcoder2_digits",
+        "split_behaviors",
+        "nfkd_replace",
+    ] {
         let e = expected(name);
         let Some(tok) = load("saved_tokenizers_load_back_with_the_same_ids_and_text", &e) else {
             return;
@@ -238,8 +282,16 @@ fn saved_tokenizers_load_back_with_the_same_ids_and_text() {
         for (i, want) in e.ids.iter().enumerate() {
             let text = &e.texts[i];
             assert_eq!(&back.encode(text).unwrap(), want, "{name}: {text:?}");
-            assert_eq!(back.encode_with_template(text).unwrap(), tok.encode_with_template(text).unwrap(), "{name}: {text:?}");
-            assert_eq!(back.decode(want, false).unwrap(), tok.decode(want, false).unwrap(), "{name}: {text:?}");
+            assert_eq!(
+                back.encode_with_template(text).unwrap(),
+                tok.encode_with_template(text).unwrap(),
+                "{name}: {text:?}"
+            );
+            assert_eq!(
+                back.decode(want, false).unwrap(),
+                tok.decode(want, false).unwrap(),
+                "{name}: {text:?}"
+            );
         }
     }
 }

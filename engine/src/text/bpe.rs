@@ -489,9 +489,13 @@ mod tests {
     #[test]
     fn a_merge_naming_an_unknown_token_is_an_error() {
         let vocab: HashMap<String, u32> = [("a".to_string(), 0), ("b".to_string(), 1)].into();
-        let err = BpeModel::new(vocab, vec![("a".into(), "b".into())], &BpeOptions::default())
-            .unwrap_err()
-            .to_string();
+        let err = BpeModel::new(
+            vocab,
+            vec![("a".into(), "b".into())],
+            &BpeOptions::default(),
+        )
+        .unwrap_err()
+        .to_string();
         assert!(
             err.contains("model.merges[0]") && err.contains("\"ab\""),
             "{err}"

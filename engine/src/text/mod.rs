@@ -31,7 +31,7 @@ mod tests;
 pub use added::AddedToken;
 pub use decode::StreamDecoder;
 pub use files::{collect, collect_files, looks_like_text, FileFilter};
-pub use pattern::PatternSource;
+pub use pattern::{Pattern, PatternSource};
 pub use pretokenize::{SplitPattern, GPT2_PATTERN, LLAMA3_PATTERN};
 pub use tokenizer::{Template, Tokenizer};
 pub use train::{train_bpe, train_bpe_files, TrainOptions};

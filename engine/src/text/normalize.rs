@@ -61,7 +61,10 @@ pub enum NormalizeStep {
     /// Puts the string in front of a non-empty text.
     Prepend(String),
     /// Replaces every match of the pattern with the content.
-    Replace { pattern: Pattern, content: String },
+    Replace {
+        pattern: Pattern,
+        content: String,
+    },
 }
 
 /// The stages in order; none means the text is left as it is.

@@ -34,10 +34,7 @@ impl Pattern {
     pub fn new(source: PatternSource) -> Result<Self> {
         let regex = match &source {
             PatternSource::Regex(p) => Some(Regex::new(p).map_err(|e| {
-                Error::invalid(
-                    "tokenizer",
-                    format!("cannot compile pattern {p:?}: {e}"),
-                )
+                Error::invalid("tokenizer", format!("cannot compile pattern {p:?}: {e}"))
             })?),
             PatternSource::Literal(_) => None,
         };

@@ -115,7 +115,10 @@ impl Alphabet {
     fn push_fallback(&self, c: char, out: &mut Vec<u32>) -> bool {
         let mut buf = [0; 4];
         let bytes = c.encode_utf8(&mut buf).as_bytes();
-        if bytes.iter().any(|&b| self.fallback_ids[b as usize].is_none()) {
+        if bytes
+            .iter()
+            .any(|&b| self.fallback_ids[b as usize].is_none())
+        {
             return false;
         }
         out.extend(bytes.iter().filter_map(|&b| self.fallback_ids[b as usize]));

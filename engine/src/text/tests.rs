@@ -272,7 +272,10 @@ fn unsupported_normalizer_pre_tokenizer_and_decoder_are_errors_naming_the_field(
     let mut v = tiny_json();
     v["decoder"] = serde_json::json!({"type": "WordPiece"});
     let err = load_value(&v).unwrap_err().to_string();
-    assert!(err.contains("decoder") && err.contains("WordPiece"), "{err}");
+    assert!(
+        err.contains("decoder") && err.contains("WordPiece"),
+        "{err}"
+    );
     let mut v = tiny_json();
     v["pre_tokenizer"] = serde_json::json!({"type": "Whitespace"});
     let err = load_value(&v).unwrap_err().to_string();

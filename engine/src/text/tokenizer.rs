@@ -106,7 +106,13 @@ impl Tokenizer {
         if !(with_added && self.parts().added.has_normalized()) {
             return self.encode_pieces(&normalized, at_input_start, out);
         }
-        for (i, segment) in self.parts().added.split_normalized(&normalized).into_iter().enumerate() {
+        for (i, segment) in self
+            .parts()
+            .added
+            .split_normalized(&normalized)
+            .into_iter()
+            .enumerate()
+        {
             match segment {
                 Segment::Added(id) => out.push(id),
                 Segment::Text(t) => self.encode_pieces(t, at_input_start && i == 0, out)?,
@@ -118,7 +124,9 @@ impl Tokenizer {
     fn encode_pieces(&self, text: &str, at_input_start: bool, out: &mut Vec<u32>) -> Result<()> {
         self.parts()
             .pre
-            .for_each_piece(text, at_input_start, &mut |piece| self.encode_piece(piece, out))
+            .for_each_piece(text, at_input_start, &mut |piece| {
+                self.encode_piece(piece, out)
+            })
     }
 
     fn encode_piece(&self, piece: &str, out: &mut Vec<u32>) -> Result<()> {
@@ -150,7 +158,13 @@ impl Tokenizer {
         for &id in ids {
             let token = self.token_str(id)?;
             // Judged by content, as Hugging Face does.
-            if skip_special && self.parts().added.by_content(token).is_some_and(|t| t.special) {
+            if skip_special
+                && self
+                    .parts()
+                    .added
+                    .by_content(token)
+                    .is_some_and(|t| t.special)
+            {
                 continue;
             }
             tokens.push(Cow::Borrowed(token));
@@ -183,7 +197,13 @@ impl Tokenizer {
     /// The number of ids a model's embedding must hold: highest id + 1 over the vocabulary
     /// and the added tokens.
     pub fn vocab_size(&self) -> usize {
-        let added = self.parts().added.tokens.iter().map(|t| t.id as usize + 1).max();
+        let added = self
+            .parts()
+            .added
+            .tokens
+            .iter()
+            .map(|t| t.id as usize + 1)
+            .max();
         self.parts().model.id_count().max(added.unwrap_or(0))
     }
 
@@ -193,7 +213,12 @@ impl Tokenizer {
         if let Some(t) = self.parts().added.by_id(id) {
             return Some(t.content.clone());
         }
-        self.parts().model.id_to_token.get(id as usize).cloned().flatten()
+        self.parts()
+            .model
+            .id_to_token
+            .get(id as usize)
+            .cloned()
+            .flatten()
     }
 
     /// The id of an added token's content or a vocabulary token string.

@@ -221,15 +221,24 @@ mod tests {
     #[test]
     fn byte_fallback_tokens_spell_their_utf8_character() {
         let steps = vec![DecodeStep::ByteFallback, DecodeStep::Fuse];
-        assert_eq!(run(steps.clone(), &["a", "<0xE2>", "<0x96>", "<0x81>", "b"]), "a▁b");
+        assert_eq!(
+            run(steps.clone(), &["a", "<0xE2>", "<0x96>", "<0x81>", "b"]),
+            "a▁b"
+        );
         // Bytes that are not UTF-8 give one U+FFFD each.
-        assert_eq!(run(steps.clone(), &["<0xE2>", "<0x96>", "x"]), "\u{FFFD}\u{FFFD}x");
+        assert_eq!(
+            run(steps.clone(), &["<0xE2>", "<0x96>", "x"]),
+            "\u{FFFD}\u{FFFD}x"
+        );
         assert_eq!(run(steps, &["<0x4>", "<0x41"]), "<0x4><0x41");
     }
 
     #[test]
     fn llama2_decoder_turns_markers_into_spaces_and_strips_the_first() {
-        assert_eq!(run(llama2(), &["▁Hello", "▁world", "<0x21>"]), "Hello world!");
+        assert_eq!(
+            run(llama2(), &["▁Hello", "▁world", "<0x21>"]),
+            "Hello world!"
+        );
         assert_eq!(run(llama2(), &["▁▁x"]), " x");
         // Strip comes after Fuse: only the text's first space goes.
         assert_eq!(run(llama2(), &["<s>", "▁Hi"]), "<s> Hi");
@@ -254,7 +263,13 @@ mod tests {
             prepend_scheme,
             split: true,
         };
-        assert_eq!(run(vec![metaspace(PrependScheme::Always)], &["▁Hi▁x", "▁you"]), "Hix you");
-        assert_eq!(run(vec![metaspace(PrependScheme::Never)], &["▁Hi", "▁you"]), " Hi you");
+        assert_eq!(
+            run(vec![metaspace(PrependScheme::Always)], &["▁Hi▁x", "▁you"]),
+            "Hix you"
+        );
+        assert_eq!(
+            run(vec![metaspace(PrependScheme::Never)], &["▁Hi", "▁you"]),
+            " Hi you"
+        );
     }
 }

@@ -148,8 +148,9 @@ impl Reader<'_> {
         let scheme_field = format!("{field}.prepend_scheme");
         let mut prepend_scheme = match v.get("prepend_scheme") {
             None | Some(Value::Null) => PrependScheme::Always,
-            Some(Value::String(s)) => PrependScheme::parse(s)
-                .map_err(|e| self.err(&scheme_field, e.to_string()))?,
+            Some(Value::String(s)) => {
+                PrependScheme::parse(s).map_err(|e| self.err(&scheme_field, e.to_string()))?
+            }
             Some(_) => return Err(self.err(&scheme_field, "expected a string")),
         };
         if !self.bool_field(v, field, "add_prefix_space", true)? {

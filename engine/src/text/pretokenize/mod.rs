@@ -63,7 +63,9 @@ impl SplitPattern {
 pub enum Step {
     Split(SplitRule),
     /// Numeric characters each alone (`individual_digits`) or in runs.
-    Digits { individual: bool },
+    Digits {
+        individual: bool,
+    },
     Metaspace(Metaspace),
     /// Prepends a space to a piece that lacks one (if asked), splits it with the GPT-2 pattern
     /// (if asked); the byte-level mapping itself happens in the BPE model.

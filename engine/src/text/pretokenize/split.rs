@@ -234,7 +234,8 @@ mod tests {
     }
 
     fn split(pattern: &str, behavior: SplitBehavior, invert: bool, text: &str) -> Vec<String> {
-        let rule = SplitRule::new(PatternSource::Literal(pattern.into()), behavior, invert).unwrap();
+        let rule =
+            SplitRule::new(PatternSource::Literal(pattern.into()), behavior, invert).unwrap();
         pieces(text, |t, each| rule.for_each(t, each))
     }
 
@@ -242,13 +243,28 @@ mod tests {
     fn each_behavior_places_the_matches_as_tokenizers_does() {
         use SplitBehavior::*;
         let text = "-a--b-";
-        assert_eq!(split("-", Isolated, false, text), ["-", "a", "-", "-", "b", "-"]);
+        assert_eq!(
+            split("-", Isolated, false, text),
+            ["-", "a", "-", "-", "b", "-"]
+        );
         assert_eq!(split("-", Removed, false, text), ["a", "b"]);
-        assert_eq!(split("-", MergedWithPrevious, false, text), ["-", "a-", "-", "b-"]);
-        assert_eq!(split("-", MergedWithNext, false, text), ["-a", "-", "-b", "-"]);
-        assert_eq!(split("-", Contiguous, false, text), ["-", "a", "--", "b", "-"]);
+        assert_eq!(
+            split("-", MergedWithPrevious, false, text),
+            ["-", "a-", "-", "b-"]
+        );
+        assert_eq!(
+            split("-", MergedWithNext, false, text),
+            ["-a", "-", "-b", "-"]
+        );
+        assert_eq!(
+            split("-", Contiguous, false, text),
+            ["-", "a", "--", "b", "-"]
+        );
         // Inverted, the letters are the matches (and each "-" is a gap of its own).
-        assert_eq!(split("-", MergedWithPrevious, true, "a--b"), ["a", "-", "-b"]);
+        assert_eq!(
+            split("-", MergedWithPrevious, true, "a--b"),
+            ["a", "-", "-b"]
+        );
     }
 
     #[test]
