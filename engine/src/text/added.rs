@@ -2,7 +2,9 @@
 //! pre-tokenization and map straight to their ids. Matching is leftmost-longest, as in Hugging
 //! Face: at the first position where any added token matches, the longest one wins.
 
+use super::normalize::Normalizer;
 use crate::{Error, Result};
+use std::collections::HashMap;
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct AddedToken {
@@ -38,45 +40,100 @@ pub enum Segment<'a> {
     Added(u32),
 }
 
+/// The added tokens, and two matchers as in Hugging Face: tokens with `normalized: false` are
+/// found in the text as given, before normalization; those with `normalized: true` are found
+/// afterwards, in each normalized run, by their normalized content.
 #[derive(Clone, Debug, Default)]
 pub struct AddedVocab {
     pub tokens: Vec<AddedToken>,
-    /// For each first byte, indices into `tokens`, longest content first.
-    by_first_byte: Vec<Vec<usize>>,
+    /// The normalized content of each `normalized` token that the normalizer changes.
+    normalized_content: HashMap<usize, String>,
+    by_id: HashMap<u32, usize>,
+    by_content: HashMap<String, usize>,
+    raw: Matcher,
+    normalized: Matcher,
 }
 
 impl AddedVocab {
+    /// Added tokens for a tokenizer without a normalizer.
     pub fn new(tokens: Vec<AddedToken>) -> Result<Self> {
-        let mut by_first_byte = vec![Vec::new(); 256];
+        Self::with_normalizer(tokens, &Normalizer::default())
+    }
+
+    /// Added tokens whose `normalized` ones are matched by their content after `normalizer`.
+    pub fn with_normalizer(tokens: Vec<AddedToken>, normalizer: &Normalizer) -> Result<Self> {
+        let (mut raw, mut normalized) = (Matcher::default(), Matcher::default());
+        let (mut by_id, mut by_content) = (HashMap::new(), HashMap::new());
+        let mut normalized_content = HashMap::new();
         for (i, t) in tokens.iter().enumerate() {
-            let Some(&first) = t.content.as_bytes().first() else {
+            if t.content.is_empty() {
                 return Err(Error::invalid(
                     "tokenizer",
                     format!("added_tokens: token id {} has empty content", t.id),
                 ));
-            };
-            by_first_byte[first as usize].push(i);
-        }
-        for list in &mut by_first_byte {
-            list.sort_by_key(|&i| std::cmp::Reverse(tokens[i].content.len()));
+            }
+            if t.normalized {
+                let content = normalizer.normalize(&t.content)?;
+                normalized.add(content.as_bytes(), i);
+                if content != t.content {
+                    normalized_content.insert(i, content.into_owned());
+                }
+            } else {
+                raw.add(t.content.as_bytes(), i);
+            }
+            by_id.entry(t.id).or_insert(i);
+            by_content.entry(t.content.clone()).or_insert(i);
         }
         Ok(AddedVocab {
             tokens,
-            by_first_byte,
+            normalized_content,
+            by_id,
+            by_content,
+            raw,
+            normalized,
         })
     }
 
     pub fn by_id(&self, id: u32) -> Option<&AddedToken> {
-        self.tokens.iter().find(|t| t.id == id)
+        self.by_id.get(&id).map(|&i| &self.tokens[i])
+    }
+
+    /// The string that decoding starts from for added token `id`: its content, or for a
+    /// `normalized` token its normalized content (LLaMA-2's Prepend makes "</s>" "▁</s>"), as
+    /// Hugging Face does. Such a string is not a special token's content, so decoding with
+    /// `skip_special` keeps it there too.
+    pub fn decoding_string(&self, id: u32) -> Option<&str> {
+        let &i = self.by_id.get(&id)?;
+        Some(match self.normalized_content.get(&i) {
+            Some(normalized) => normalized,
+            None => &self.tokens[i].content,
+        })
     }
 
     pub fn by_content(&self, content: &str) -> Option<&AddedToken> {
-        self.tokens.iter().find(|t| t.content == content)
+        self.by_content.get(content).map(|&i| &self.tokens[i])
     }
 
-    /// Cuts `text` into text runs and added tokens, in order. Text runs are never empty.
+    /// Whether some added tokens are matched after normalization.
+    pub fn has_normalized(&self) -> bool {
+        !self.normalized.is_empty()
+    }
+
+    /// Cuts `text` (as given) into text runs and the added tokens matched before
+    /// normalization, in order. Text runs are never empty.
     pub fn split<'a>(&self, text: &'a str) -> Vec<Segment<'a>> {
-        if self.tokens.is_empty() {
+        self.split_with(&self.raw, text)
+    }
+
+    /// Cuts a normalized text run at the added tokens matched after normalization.
+    pub fn split_normalized<'a>(&self, text: &'a str) -> Vec<Segment<'a>> {
+        self.split_with(&self.normalized, text)
+    }
+
+    /// Leftmost-longest matching: at the first position where any token matches, the longest
+    /// one wins.
+    fn split_with<'a>(&self, matcher: &Matcher, text: &'a str) -> Vec<Segment<'a>> {
+        if matcher.is_empty() {
             return if text.is_empty() {
                 vec![]
             } else {
@@ -88,13 +145,13 @@ impl AddedVocab {
         // `emitted`: end of what is already in `out`; `pos`: where the search goes on.
         let (mut emitted, mut pos) = (0usize, 0usize);
         while pos < bytes.len() {
-            let Some(token) = self.longest_at(bytes, pos) else {
+            let Some((token, len)) = matcher.longest_at(bytes, pos) else {
                 pos += 1;
                 continue;
             };
             let t = &self.tokens[token];
             let mut start = pos;
-            let mut end = pos + t.content.len();
+            let mut end = pos + len;
             if t.lstrip {
                 let kept = text[emitted..start].trim_end();
                 start = emitted + kept.len();
@@ -114,14 +171,45 @@ impl AddedVocab {
         }
         out
     }
+}
 
-    /// The longest added token whose content starts at byte `pos`. Contents are valid UTF-8,
-    /// so a match can only start on a character boundary.
-    fn longest_at(&self, bytes: &[u8], pos: usize) -> Option<usize> {
-        self.by_first_byte[bytes[pos] as usize]
-            .iter()
-            .copied()
-            .find(|&i| bytes[pos..].starts_with(self.tokens[i].content.as_bytes()))
+/// Token contents by their bytes, with the lengths that occur for each first byte, longest
+/// first: a position is tried once per distinct length, however many tokens share a first
+/// byte (Gemma-3 has 6,000 that start with "<").
+#[derive(Clone, Debug, Default)]
+struct Matcher {
+    by_bytes: HashMap<Vec<u8>, usize>,
+    lengths_by_first_byte: Vec<Vec<usize>>,
+}
+
+impl Matcher {
+    fn add(&mut self, content: &[u8], token: usize) {
+        let Some(&first) = content.first() else {
+            return;
+        };
+        if self.lengths_by_first_byte.is_empty() {
+            self.lengths_by_first_byte = vec![Vec::new(); 256];
+        }
+        // A content listed twice keeps its first token.
+        self.by_bytes.entry(content.to_vec()).or_insert(token);
+        let lengths = &mut self.lengths_by_first_byte[first as usize];
+        if let Err(at) = lengths.binary_search_by(|l| content.len().cmp(l)) {
+            lengths.insert(at, content.len());
+        }
+    }
+
+    fn is_empty(&self) -> bool {
+        self.by_bytes.is_empty()
+    }
+
+    /// The longest token whose content starts at byte `pos`, and its length. Contents are
+    /// valid UTF-8, so a match can only start on a character boundary.
+    fn longest_at(&self, bytes: &[u8], pos: usize) -> Option<(usize, usize)> {
+        let lengths = self.lengths_by_first_byte.get(bytes[pos] as usize)?;
+        lengths.iter().find_map(|&len| {
+            let candidate = bytes.get(pos..pos + len)?;
+            self.by_bytes.get(candidate).map(|&t| (t, len))
+        })
     }
 }
 

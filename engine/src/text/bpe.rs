@@ -8,6 +8,7 @@
 //! O(1) plus two heap pushes, and a piece of n bytes costs O(n log n), never O(n^2).
 
 use super::byte_level;
+use super::symbols::{Alphabet, AlphabetKind};
 use crate::{Error, Result};
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
@@ -57,13 +58,22 @@ pub struct BpeModel {
     pub(crate) merge_map: PairMap<MergeRule>,
     /// The id each rank's merge makes.
     rank_new_id: Vec<u32>,
-    /// The id of each single byte's token, `None` if the vocabulary lacks it.
-    byte_ids: [Option<u32>; 256],
+    /// How a piece becomes its first symbols (bytes or characters), and the unknown token.
+    pub(crate) alphabet: Alphabet,
     /// Hugging Face's `ignore_merges`: a piece that is itself a token is not merged.
     pub(crate) ignore_merges: bool,
-    /// Token ids by their raw bytes, filled only when `ignore_merges` needs it.
+    /// Token ids by the text they stand for, filled only when `ignore_merges` needs it.
     whole_pieces: HashMap<Vec<u8>, u32>,
-    pub(crate) unk_id: Option<u32>,
+}
+
+/// The settings of a BPE model beside its vocabulary and merges.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct BpeOptions<'a> {
+    pub alphabet: AlphabetKind,
+    pub ignore_merges: bool,
+    pub unk_token: Option<&'a str>,
+    /// A run of unknown characters becomes one unknown token.
+    pub fuse_unk: bool,
 }
 
 impl BpeModel {
@@ -73,8 +83,7 @@ impl BpeModel {
     pub fn new(
         vocab: HashMap<String, u32>,
         merges: Vec<(String, String)>,
-        ignore_merges: bool,
-        unk_token: Option<&str>,
+        options: &BpeOptions,
     ) -> Result<Self> {
         let size = vocab.values().map(|&id| id as usize + 1).max().unwrap_or(0);
         let mut id_to_token: Vec<Option<String>> = vec![None; size];
@@ -86,28 +95,22 @@ impl BpeModel {
             }
             id_to_token[id as usize] = Some(token.clone());
         }
-        let mut byte_ids = [None; 256];
-        for (b, slot) in byte_ids.iter_mut().enumerate() {
-            *slot = vocab
-                .get(byte_level::byte_to_char(b as u8).encode_utf8(&mut [0; 4]) as &str)
-                .copied();
-        }
-        let unk_id = match unk_token {
+        let unk_id = match options.unk_token {
             None => None,
             Some(t) => Some(*vocab.get(t).ok_or_else(|| {
                 bad_model(format!("model.unk_token {t:?} is not in model.vocab"))
             })?),
         };
+        let alphabet = Alphabet::new(&vocab, options.alphabet, unk_id, options.fuse_unk);
         let mut model = BpeModel {
             id_to_token,
             token_to_id: vocab,
             merges: Vec::with_capacity(merges.len()),
             merge_map: PairMap::default(),
             rank_new_id: Vec::with_capacity(merges.len()),
-            byte_ids,
-            ignore_merges,
+            alphabet,
+            ignore_merges: options.ignore_merges,
             whole_pieces: HashMap::new(),
-            unk_id,
         };
         let mut ranked = Vec::with_capacity(merges.len());
         for (line, (a, b)) in merges.iter().enumerate() {
@@ -138,9 +141,13 @@ impl BpeModel {
                     .insert(pair_key(left, right), MergeRule { rank, new_id });
             }
         }
-        if ignore_merges {
+        if options.ignore_merges {
             for (token, &id) in &model.token_to_id {
-                if let Some(bytes) = byte_level::decode_chars(token) {
+                let text = match options.alphabet {
+                    AlphabetKind::ByteLevel => byte_level::decode_chars(token),
+                    AlphabetKind::Chars { .. } => Some(token.as_bytes().to_vec()),
+                };
+                if let Some(bytes) = text {
                     model.whole_pieces.insert(bytes, id);
                 }
             }
@@ -153,33 +160,26 @@ impl BpeModel {
         self.id_to_token.len()
     }
 
-    /// Appends the ids of one pre-tokenized piece (raw bytes) to `out`.
-    pub fn encode_piece(&self, piece: &[u8], out: &mut Vec<u32>) -> Result<()> {
+    pub fn unk_id(&self) -> Option<u32> {
+        self.alphabet.unk_id
+    }
+
+    /// Appends the ids of one pre-tokenized piece to `out`.
+    pub fn encode_piece(&self, piece: &str, out: &mut Vec<u32>) -> Result<()> {
         if piece.is_empty() {
             return Ok(());
         }
         if self.ignore_merges {
-            if let Some(&id) = self.whole_pieces.get(piece) {
+            if let Some(&id) = self.whole_pieces.get(piece.as_bytes()) {
                 out.push(id);
                 return Ok(());
             }
         }
         let mut symbols = Vec::with_capacity(piece.len());
-        for &b in piece {
-            match self.byte_ids[b as usize].or(self.unk_id) {
-                Some(id) => symbols.push(id),
-                None => {
-                    return Err(Error::invalid(
-                        "encode",
-                        format!(
-                            "byte 0x{b:02X} ({:?} in the byte-level alphabet) has no token in this vocabulary and it has no unk_token",
-                            byte_level::byte_to_char(b)
-                        ),
-                    ))
-                }
-            }
+        self.alphabet.symbols(piece, &mut symbols)?;
+        if !symbols.is_empty() {
+            self.merge_symbols(symbols, out);
         }
-        self.merge_symbols(symbols, out);
         Ok(())
     }
 
@@ -392,12 +392,12 @@ mod tests {
             .iter()
             .map(|(a, b)| (a.to_string(), b.to_string()))
             .collect();
-        BpeModel::new(vocab, merges, false, None).unwrap()
+        BpeModel::new(vocab, merges, &BpeOptions::default()).unwrap()
     }
 
     fn tokens(m: &BpeModel, text: &str) -> Vec<String> {
         let mut ids = Vec::new();
-        m.encode_piece(text.as_bytes(), &mut ids).unwrap();
+        m.encode_piece(text, &mut ids).unwrap();
         ids.iter()
             .map(|&i| m.id_to_token[i as usize].clone().unwrap())
             .collect()
@@ -429,10 +429,10 @@ mod tests {
 
     /// Both merge paths, forced on the same symbols.
     fn both_paths(m: &BpeModel, bytes: &[u8]) -> (Vec<u32>, Vec<u32>) {
-        let ids: Vec<u32> = bytes
-            .iter()
-            .map(|&b| m.byte_ids[b as usize].unwrap())
-            .collect();
+        let mut ids = Vec::new();
+        m.alphabet
+            .symbols(std::str::from_utf8(bytes).unwrap(), &mut ids)
+            .unwrap();
         let run = |by_heap: bool| {
             let mut symbols = link(&ids);
             if by_heap {
@@ -475,7 +475,7 @@ mod tests {
                 ..Default::default()
             };
             let tok = crate::text::train_bpe(corpus, &o).unwrap();
-            let m = &tok.inner().model;
+            let m = &tok.parts().model;
             for len in [2, 3, 17, 300, 3000] {
                 for _ in 0..10 {
                     let piece = random_piece(&mut state, alphabet, len);
@@ -489,9 +489,13 @@ mod tests {
     #[test]
     fn a_merge_naming_an_unknown_token_is_an_error() {
         let vocab: HashMap<String, u32> = [("a".to_string(), 0), ("b".to_string(), 1)].into();
-        let err = BpeModel::new(vocab, vec![("a".into(), "b".into())], false, None)
-            .unwrap_err()
-            .to_string();
+        let err = BpeModel::new(
+            vocab,
+            vec![("a".into(), "b".into())],
+            &BpeOptions::default(),
+        )
+        .unwrap_err()
+        .to_string();
         assert!(
             err.contains("model.merges[0]") && err.contains("\"ab\""),
             "{err}"
@@ -502,7 +506,7 @@ mod tests {
     fn a_byte_without_a_token_is_an_error() {
         let m = tiny(&[]);
         let err = m
-            .encode_piece(b"az", &mut Vec::new())
+            .encode_piece("az", &mut Vec::new())
             .unwrap_err()
             .to_string();
         assert!(err.contains("0x7A"), "{err}");
@@ -516,9 +520,13 @@ mod tests {
             vocab.insert(t.to_string(), i as u32);
         }
         let merges = vec![("b".to_string(), "c".to_string())];
-        let plain = BpeModel::new(vocab.clone(), merges.clone(), false, None).unwrap();
+        let plain = BpeModel::new(vocab.clone(), merges.clone(), &BpeOptions::default()).unwrap();
         assert_eq!(tokens(&plain, "abc"), ["a", "bc"]);
-        let whole = BpeModel::new(vocab, merges, true, None).unwrap();
+        let options = BpeOptions {
+            ignore_merges: true,
+            ..BpeOptions::default()
+        };
+        let whole = BpeModel::new(vocab, merges, &options).unwrap();
         assert_eq!(tokens(&whole, "abc"), ["abc"]);
     }
 }

@@ -1,6 +1,8 @@
-//! Text: byte-level BPE tokenizers that read and write Hugging Face `tokenizer.json` (GPT-2
-//! and LLaMA-3 style pre-tokenizers, added and special tokens), a trainer, and streaming
-//! decode for generation.
+//! Text: BPE tokenizers that read and write Hugging Face `tokenizer.json`, a trainer, and
+//! streaming decode for generation. Byte-level files (GPT-2, LLaMA-3, Qwen, DeepSeek) and
+//! SentencePiece-style ones with byte fallback (LLaMA-2, Mistral, Gemma) load, with their
+//! normalizers (`normalize`), pre-tokenizers (`pretokenize`), added and special tokens
+//! (`added`), model (`bpe`, `symbols`) and decoders (`decode`).
 //!
 //! - `Tokenizer::load(path)` / `save(path)`: the Hugging Face file format.
 //! - `encode(text)` / `decode(ids, skip_special)`: ids are `u32`.
@@ -16,7 +18,10 @@ pub mod files;
 mod glob;
 mod hf_json;
 pub mod jsonl;
+mod normalize;
+mod pattern;
 pub mod pretokenize;
+mod symbols;
 mod tokenizer;
 mod train;
 
@@ -26,6 +31,7 @@ mod tests;
 pub use added::AddedToken;
 pub use decode::StreamDecoder;
 pub use files::{collect, collect_files, looks_like_text, FileFilter};
+pub use pattern::{Pattern, PatternSource};
 pub use pretokenize::{SplitPattern, GPT2_PATTERN, LLAMA3_PATTERN};
 pub use tokenizer::{Template, Tokenizer};
 pub use train::{train_bpe, train_bpe_files, TrainOptions};

@@ -260,11 +260,22 @@ fn unsupported_model_type_is_an_error_naming_the_field() {
 }
 
 #[test]
-fn unsupported_normalizer_and_pre_tokenizer_are_errors_naming_the_field() {
+fn unsupported_normalizer_pre_tokenizer_and_decoder_are_errors_naming_the_field() {
     let mut v = tiny_json();
-    v["normalizer"] = serde_json::json!({"type": "NFKC"});
+    v["normalizer"] = serde_json::json!({"type": "Sequence", "normalizers": [
+        {"type": "NFC"}, {"type": "BertNormalizer"}]});
     let err = load_value(&v).unwrap_err().to_string();
-    assert!(err.contains("normalizer") && err.contains("NFKC"), "{err}");
+    assert!(
+        err.contains("normalizer.normalizers[1]") && err.contains("BertNormalizer"),
+        "{err}"
+    );
+    let mut v = tiny_json();
+    v["decoder"] = serde_json::json!({"type": "WordPiece"});
+    let err = load_value(&v).unwrap_err().to_string();
+    assert!(
+        err.contains("decoder") && err.contains("WordPiece"),
+        "{err}"
+    );
     let mut v = tiny_json();
     v["pre_tokenizer"] = serde_json::json!({"type": "Whitespace"});
     let err = load_value(&v).unwrap_err().to_string();

@@ -1,12 +1,16 @@
-//! `Tokenizer`: a byte-level BPE with added tokens, as a Hugging Face `tokenizer.json`
-//! describes it. Encoding cuts out added tokens, pre-tokenizes the rest, and merges each piece;
-//! decoding maps ids back to bytes. A cheap-to-clone handle, so scripts can copy it freely.
+//! `Tokenizer`: a BPE with added tokens, as a Hugging Face `tokenizer.json` describes it.
+//! Encoding follows Hugging Face's pipeline: cut out the added tokens matched on the raw text,
+//! normalize each run between them, cut out the added tokens matched on normalized text,
+//! pre-tokenize, and merge each piece. Decoding runs the token strings through the decoder.
+//! A cheap-to-clone handle, so scripts can copy it freely.
 
 use super::added::{AddedToken, AddedVocab, Segment};
 use super::bpe::BpeModel;
-use super::byte_level;
+use super::decode::Decoder;
+use super::normalize::Normalizer;
 use super::pretokenize::PreTokenizer;
 use crate::{Error, Result};
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
@@ -27,37 +31,34 @@ pub struct Template {
 #[derive(Clone)]
 pub struct Tokenizer(Arc<Inner>);
 
-pub(crate) struct Inner {
-    pub model: BpeModel,
-    pub pre: PreTokenizer,
+/// The stages of a tokenizer, in the order text goes through them.
+pub(crate) struct Parts {
     pub added: AddedVocab,
+    pub normalizer: Normalizer,
+    pub pre: PreTokenizer,
+    pub model: BpeModel,
     pub template: Template,
     /// The `post_processor` object as read (or as written for a trained tokenizer), written
     /// back unchanged by `save`.
     pub post_processor_json: serde_json::Value,
+    pub decoder: Decoder,
+}
+
+struct Inner {
+    parts: Parts,
     cache: Mutex<HashMap<Vec<u8>, Vec<u32>>>,
 }
 
 impl Tokenizer {
-    pub(crate) fn from_parts(
-        model: BpeModel,
-        pre: PreTokenizer,
-        added: AddedVocab,
-        template: Template,
-        post_processor_json: serde_json::Value,
-    ) -> Self {
+    pub(crate) fn from_parts(parts: Parts) -> Self {
         Tokenizer(Arc::new(Inner {
-            model,
-            pre,
-            added,
-            template,
-            post_processor_json,
+            parts,
             cache: Mutex::new(HashMap::new()),
         }))
     }
 
-    pub(crate) fn inner(&self) -> &Inner {
-        &self.0
+    pub(crate) fn parts(&self) -> &Parts {
+        &self.0.parts
     }
 
     /// The ids of `text`: added tokens as their ids, everything else through the
@@ -65,10 +66,11 @@ impl Tokenizer {
     /// `add_special_tokens=False`).
     pub fn encode(&self, text: &str) -> Result<Vec<u32>> {
         let mut out = Vec::with_capacity(text.len() / 3 + 1);
-        for segment in self.0.added.split(text) {
+        for (i, segment) in self.parts().added.split(text).into_iter().enumerate() {
             match segment {
                 Segment::Added(id) => out.push(id),
-                Segment::Text(t) => self.encode_ordinary_into(t, &mut out)?,
+                // Only a first run starts at the input's start (Metaspace's `first` scheme).
+                Segment::Text(t) => self.encode_run(t, i == 0, true, &mut out)?,
             }
         }
         Ok(out)
@@ -77,7 +79,7 @@ impl Tokenizer {
     /// `encode` with the post-processor's template around it (a BOS token for LLaMA-3), as
     /// Hugging Face's default `encode` does.
     pub fn encode_with_template(&self, text: &str) -> Result<Vec<u32>> {
-        let t = &self.0.template;
+        let t = &self.parts().template;
         let mut out = t.prefix.clone();
         out.extend(self.encode(text)?);
         out.extend_from_slice(&t.suffix);
@@ -87,67 +89,100 @@ impl Tokenizer {
     /// Encodes `text` as ordinary text: added-token strings in it are not recognized.
     pub fn encode_ordinary(&self, text: &str) -> Result<Vec<u32>> {
         let mut out = Vec::new();
-        self.encode_ordinary_into(text, &mut out)?;
+        self.encode_run(text, true, false, &mut out)?;
         Ok(out)
     }
 
-    fn encode_ordinary_into(&self, text: &str, out: &mut Vec<u32>) -> Result<()> {
-        self.0
-            .pre
-            .for_each_piece(text, &mut |piece| self.encode_piece(piece.as_bytes(), out))
+    /// Normalizes a run of text between added tokens, cuts out the added tokens matched on
+    /// normalized text (if `with_added`), and encodes the rest.
+    fn encode_run(
+        &self,
+        text: &str,
+        at_input_start: bool,
+        with_added: bool,
+        out: &mut Vec<u32>,
+    ) -> Result<()> {
+        let normalized = self.parts().normalizer.normalize(text)?;
+        if !(with_added && self.parts().added.has_normalized()) {
+            return self.encode_pieces(&normalized, at_input_start, out);
+        }
+        for (i, segment) in self
+            .parts()
+            .added
+            .split_normalized(&normalized)
+            .into_iter()
+            .enumerate()
+        {
+            match segment {
+                Segment::Added(id) => out.push(id),
+                Segment::Text(t) => self.encode_pieces(t, at_input_start && i == 0, out)?,
+            }
+        }
+        Ok(())
     }
 
-    fn encode_piece(&self, piece: &[u8], out: &mut Vec<u32>) -> Result<()> {
+    fn encode_pieces(&self, text: &str, at_input_start: bool, out: &mut Vec<u32>) -> Result<()> {
+        self.parts()
+            .pre
+            .for_each_piece(text, at_input_start, &mut |piece| {
+                self.encode_piece(piece, out)
+            })
+    }
+
+    fn encode_piece(&self, piece: &str, out: &mut Vec<u32>) -> Result<()> {
         if piece.len() > CACHE_MAX_PIECE {
-            return self.0.model.encode_piece(piece, out);
+            return self.parts().model.encode_piece(piece, out);
         }
         // `try_lock`: a thread that finds the cache busy just computes, never waits.
         if let Ok(cache) = self.0.cache.try_lock() {
-            if let Some(ids) = cache.get(piece) {
+            if let Some(ids) = cache.get(piece.as_bytes()) {
                 out.extend_from_slice(ids);
                 return Ok(());
             }
         }
         let start = out.len();
-        self.0.model.encode_piece(piece, out)?;
+        self.parts().model.encode_piece(piece, out)?;
         if let Ok(mut cache) = self.0.cache.try_lock() {
             if cache.len() >= CACHE_MAX_ENTRIES {
                 cache.clear();
             }
-            cache.insert(piece.to_vec(), out[start..].to_vec());
+            cache.insert(piece.as_bytes().to_vec(), out[start..].to_vec());
         }
         Ok(())
     }
 
-    /// The text of `ids`. Byte sequences that are not valid UTF-8 (a character cut between
-    /// ids) become U+FFFD. With `skip_special`, special added tokens are left out.
+    /// The text of `ids`, through the decoder. With `skip_special`, special added tokens are
+    /// left out. An id that is neither in the vocabulary nor an added token is an error.
     pub fn decode(&self, ids: &[u32], skip_special: bool) -> Result<String> {
-        Ok(String::from_utf8_lossy(&self.decode_bytes(ids, skip_special)?).into_owned())
-    }
-
-    /// The raw bytes of `ids`, for callers that assemble UTF-8 themselves.
-    pub fn decode_bytes(&self, ids: &[u32], skip_special: bool) -> Result<Vec<u8>> {
-        let mut out = Vec::new();
+        let mut tokens = Vec::with_capacity(ids.len());
         for &id in ids {
-            if skip_special && self.0.added.by_id(id).is_some_and(|t| t.special) {
+            let token = self.token_str(id)?;
+            // Judged by content, as Hugging Face does.
+            if skip_special
+                && self
+                    .parts()
+                    .added
+                    .by_content(token)
+                    .is_some_and(|t| t.special)
+            {
                 continue;
             }
-            out.extend(self.token_bytes(id)?);
+            tokens.push(Cow::Borrowed(token));
         }
-        Ok(out)
+        self.parts().decoder.decode(tokens)
     }
 
-    /// The bytes one id stands for: an added token's content, or a vocabulary token's bytes.
-    pub fn token_bytes(&self, id: u32) -> Result<Vec<u8>> {
-        if let Some(t) = self.0.added.by_id(id) {
-            return Ok(t.content.as_bytes().to_vec());
+    /// The string of one id that decoding starts from: an added token's content (normalized
+    /// for a `normalized` one) or the vocabulary's spelling.
+    fn token_str(&self, id: u32) -> Result<&str> {
+        if let Some(t) = self.parts().added.decoding_string(id) {
+            return Ok(t);
         }
-        let token = self
-            .0
+        self.parts()
             .model
             .id_to_token
             .get(id as usize)
-            .and_then(|t| t.as_ref())
+            .and_then(|t| t.as_deref())
             .ok_or_else(|| {
                 Error::invalid(
                     "decode",
@@ -156,54 +191,55 @@ impl Tokenizer {
                         self.vocab_size()
                     ),
                 )
-            })?;
-        // A token outside the byte-level alphabet (rare, hand-added vocab entries) decodes to
-        // its own UTF-8, character by character.
-        let mut bytes = Vec::with_capacity(token.len());
-        for c in token.chars() {
-            match byte_level::char_to_byte(c) {
-                Some(b) => bytes.push(b),
-                None => bytes.extend_from_slice(c.encode_utf8(&mut [0; 4]).as_bytes()),
-            }
-        }
-        Ok(bytes)
+            })
     }
 
     /// The number of ids a model's embedding must hold: highest id + 1 over the vocabulary
     /// and the added tokens.
     pub fn vocab_size(&self) -> usize {
-        let added = self.0.added.tokens.iter().map(|t| t.id as usize + 1).max();
-        self.0.model.id_count().max(added.unwrap_or(0))
+        let added = self
+            .parts()
+            .added
+            .tokens
+            .iter()
+            .map(|t| t.id as usize + 1)
+            .max();
+        self.parts().model.id_count().max(added.unwrap_or(0))
     }
 
-    /// The token string of `id` as the vocabulary spells it (byte-level alphabet), or an added
-    /// token's content.
+    /// The token string of `id` as the vocabulary spells it (GPT-2's byte-level alphabet, or
+    /// "▁" for a space in a SentencePiece-style vocabulary), or an added token's content.
     pub fn id_to_token(&self, id: u32) -> Option<String> {
-        if let Some(t) = self.0.added.by_id(id) {
+        if let Some(t) = self.parts().added.by_id(id) {
             return Some(t.content.clone());
         }
-        self.0.model.id_to_token.get(id as usize).cloned().flatten()
+        self.parts()
+            .model
+            .id_to_token
+            .get(id as usize)
+            .cloned()
+            .flatten()
     }
 
     /// The id of an added token's content or a vocabulary token string.
     pub fn token_to_id(&self, token: &str) -> Option<u32> {
-        if let Some(t) = self.0.added.by_content(token) {
+        if let Some(t) = self.parts().added.by_content(token) {
             return Some(t.id);
         }
-        self.0.model.token_to_id.get(token).copied()
+        self.parts().model.token_to_id.get(token).copied()
     }
 
     pub fn added_tokens(&self) -> &[AddedToken] {
-        &self.0.added.tokens
+        &self.parts().added.tokens
     }
 
     /// The id of the special added token `name`, or an error that lists the special tokens.
     pub fn special_id(&self, name: &str) -> Result<u32> {
-        match self.0.added.by_content(name) {
+        match self.parts().added.by_content(name) {
             Some(t) => Ok(t.id),
             None => {
                 let names: Vec<&str> = self
-                    .0
+                    .parts()
                     .added
                     .tokens
                     .iter()
@@ -229,25 +265,25 @@ impl Tokenizer {
     pub fn eos_id(&self) -> Option<u32> {
         ["<|endoftext|>", "<|end_of_text|>", "</s>", "<eos>"]
             .iter()
-            .find_map(|n| self.0.added.by_content(n).map(|t| t.id))
+            .find_map(|n| self.parts().added.by_content(n).map(|t| t.id))
     }
 
     pub fn template(&self) -> &Template {
-        &self.0.template
+        &self.parts().template
     }
 
     pub fn pre_tokenizer(&self) -> &PreTokenizer {
-        &self.0.pre
+        &self.parts().pre
     }
 
     /// The merges in rank order, as token strings.
     pub fn merges(&self) -> Vec<(String, String)> {
         let name = |id: u32| {
-            self.0.model.id_to_token[id as usize]
+            self.parts().model.id_to_token[id as usize]
                 .clone()
                 .unwrap_or_default()
         };
-        self.0
+        self.parts()
             .model
             .merges
             .iter()
@@ -262,8 +298,8 @@ impl std::fmt::Debug for Tokenizer {
             f,
             "Tokenizer(vocab {}, {} merges, {} added tokens)",
             self.vocab_size(),
-            self.0.model.merges.len(),
-            self.0.added.tokens.len()
+            self.parts().model.merges.len(),
+            self.parts().added.tokens.len()
         )
     }
 }

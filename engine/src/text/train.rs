@@ -12,11 +12,13 @@
 //! first and never learned from.
 
 use super::added::{AddedToken, AddedVocab, Segment};
-use super::bpe::{pair_key, BpeModel, PairMap};
+use super::bpe::{pair_key, BpeModel, BpeOptions, PairMap};
 use super::byte_level;
+use super::decode::Decoder;
 use super::hf_json::byte_level_post_processor;
+use super::normalize::Normalizer;
 use super::pretokenize::{PreTokenizer, SplitPattern};
-use super::tokenizer::{Template, Tokenizer};
+use super::tokenizer::{Parts, Template, Tokenizer};
 use crate::{Error, Result};
 use std::cmp::Ordering;
 use std::collections::{BinaryHeap, HashMap};
@@ -101,7 +103,7 @@ impl WordCounter {
         let words = &mut self.words;
         for segment in self.specials.split(text) {
             if let Segment::Text(t) = segment {
-                self.pre.for_each_piece(t, &mut |piece| {
+                self.pre.for_each_piece(t, true, &mut |piece| {
                     match words.get_mut(piece.as_bytes()) {
                         Some(c) => *c += 1,
                         None => {
@@ -324,7 +326,7 @@ fn build_tokenizer(
         .iter()
         .map(|&(a, b)| (names[a as usize].clone(), names[b as usize].clone()))
         .collect();
-    let model = BpeModel::new(vocab, merge_names, false, None)?;
+    let model = BpeModel::new(vocab, merge_names, &BpeOptions::default())?;
     let added = AddedVocab::new(
         specials
             .iter()
@@ -332,11 +334,13 @@ fn build_tokenizer(
             .map(|(i, s)| AddedToken::special(i as u32, s))
             .collect(),
     )?;
-    Ok(Tokenizer::from_parts(
-        model,
-        options.pattern.pre_tokenizer()?,
+    Ok(Tokenizer::from_parts(Parts {
         added,
-        Template::default(),
-        byte_level_post_processor(),
-    ))
+        normalizer: Normalizer::default(),
+        pre: options.pattern.pre_tokenizer()?,
+        model,
+        template: Template::default(),
+        post_processor_json: byte_level_post_processor(),
+        decoder: Decoder::byte_level(),
+    }))
 }

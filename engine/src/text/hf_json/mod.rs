@@ -1,8 +1,10 @@
-//! Reading and writing Hugging Face `tokenizer.json` for byte-level BPE. Every field that
-//! would change the ids is either implemented or refused with an error naming it; nothing
-//! unsupported is silently ignored. Fields that only shape offsets (`trim_offsets`) are.
+//! Reading and writing Hugging Face `tokenizer.json` for BPE models (byte-level, and
+//! SentencePiece-style with byte fallback). Every field that would change the ids or the
+//! decoded text is either implemented or refused with an error naming it; nothing unsupported
+//! is silently ignored. Fields that only shape offsets (`trim_offsets`) are.
 
 mod read;
+mod stages;
 mod write;
 
 pub(crate) use write::byte_level_post_processor;
@@ -20,7 +22,7 @@ fn field_error(path: &str, field: &str, msg: impl std::fmt::Display) -> Error {
 }
 
 impl Tokenizer {
-    /// Loads a Hugging Face `tokenizer.json` with a byte-level BPE model.
+    /// Loads a Hugging Face `tokenizer.json` with a BPE model.
     pub fn load(path: impl AsRef<Path>) -> Result<Tokenizer> {
         let path = path.as_ref();
         let text = std::fs::read_to_string(path).map_err(|e| Error::io(path, e))?;

@@ -1,11 +1,12 @@
 //! Reading `tokenizer.json`: each section checked, every unsupported setting an error that
-//! names its field.
+//! names its field. The normalizer, pre-tokenizer and decoder stages are read in `stages`.
 
 use super::{field_error, FORMAT};
 use crate::text::added::{AddedToken, AddedVocab};
-use crate::text::bpe::BpeModel;
-use crate::text::pretokenize::{PatternSource, PreTokenizer, SplitBehavior, SplitRule, Step};
-use crate::text::tokenizer::{Template, Tokenizer};
+use crate::text::bpe::{BpeModel, BpeOptions};
+use crate::text::normalize::Normalizer;
+use crate::text::symbols::AlphabetKind;
+use crate::text::tokenizer::{Parts, Template, Tokenizer};
 use crate::{Error, Result};
 use serde_json::{Map, Value};
 use std::collections::HashMap;
@@ -16,7 +17,7 @@ pub(super) struct Reader<'a> {
 }
 
 impl Reader<'_> {
-    fn err(&self, field: &str, msg: impl std::fmt::Display) -> Error {
+    pub(super) fn err(&self, field: &str, msg: impl std::fmt::Display) -> Error {
         field_error(self.name, field, msg)
     }
 
@@ -26,24 +27,11 @@ impl Reader<'_> {
                 return Err(self.err(field, "is set; truncation and padding are not supported here (they would change the ids), so set it to null"));
             }
         }
-        self.normalizer()?;
-        let added = self.added_tokens()?;
-        let steps = match self.root.get("pre_tokenizer") {
-            None | Some(Value::Null) => {
-                return Err(self.err(
-                    "pre_tokenizer",
-                    "is missing; a byte-level BPE needs a ByteLevel pre-tokenizer",
-                ))
-            }
-            Some(v) => {
-                let mut steps = Vec::new();
-                self.pre_tokenizer(v, "pre_tokenizer", &mut steps)?;
-                steps
-            }
-        };
-        let pre = PreTokenizer::new(steps).map_err(|e| self.err("pre_tokenizer", e.to_string()))?;
-        self.decoder()?;
-        let model = self.model()?;
+        let normalizer = self.normalizer()?;
+        let added = self.added_tokens(&normalizer)?;
+        let pre = self.pre_tokenizer()?;
+        let decoder = self.decoder()?;
+        let model = self.model(pre.is_byte_level())?;
         // An id is only a claim: a huge one would make every per-id table huge. Ids must be
         // about as dense as the entries that are actually in the file.
         let limit = 2 * (model.token_to_id.len() + added.tokens.len()) + 4096;
@@ -62,34 +50,19 @@ impl Reader<'_> {
                 ),
             ));
         }
-        let (template, post_json) = self.post_processor(&added)?;
-        Ok(Tokenizer::from_parts(
-            model, pre, added, template, post_json,
-        ))
+        let (template, post_processor_json) = self.post_processor(&added)?;
+        Ok(Tokenizer::from_parts(Parts {
+            added,
+            normalizer,
+            pre,
+            model,
+            template,
+            post_processor_json,
+            decoder,
+        }))
     }
 
-    fn normalizer(&self) -> Result<()> {
-        match self.root.get("normalizer") {
-            None | Some(Value::Null) => Ok(()),
-            Some(v)
-                if type_of(v) == Some("Sequence")
-                    && v.get("normalizers")
-                        .and_then(Value::as_array)
-                        .is_some_and(|a| a.is_empty()) =>
-            {
-                Ok(())
-            }
-            Some(v) => Err(self.err(
-                "normalizer",
-                format!(
-                    "type {} is not supported; only a null normalizer is",
-                    type_name(v)
-                ),
-            )),
-        }
-    }
-
-    fn added_tokens(&self) -> Result<AddedVocab> {
+    fn added_tokens(&self, normalizer: &Normalizer) -> Result<AddedVocab> {
         let list = match self.root.get("added_tokens") {
             None | Some(Value::Null) => return AddedVocab::new(vec![]),
             Some(Value::Array(a)) => a,
@@ -132,93 +105,20 @@ impl Reader<'_> {
                 normalized: flag("normalized", false)?,
             });
         }
-        AddedVocab::new(tokens)
-    }
-
-    fn pre_tokenizer(&self, v: &Value, field: &str, out: &mut Vec<Step>) -> Result<()> {
-        match type_of(v) {
-            Some("ByteLevel") => {
-                out.push(Step::ByteLevel {
-                    add_prefix_space: self.bool_field(v, field, "add_prefix_space", true)?,
-                    use_regex: self.bool_field(v, field, "use_regex", true)?,
-                });
-                Ok(())
-            }
-            Some("Split") => {
-                if self.bool_field(v, field, "invert", false)? {
-                    return Err(self.err(&format!("{field}.invert"), "true is not supported"));
-                }
-                let pattern = v.get("pattern");
-                let source = match (
-                    pattern.and_then(|p| p.get("Regex")).and_then(Value::as_str),
-                    pattern
-                        .and_then(|p| p.get("String"))
-                        .and_then(Value::as_str),
-                ) {
-                    (Some(r), _) => PatternSource::Regex(r.to_string()),
-                    (None, Some(s)) => PatternSource::Literal(s.to_string()),
-                    _ => {
-                        return Err(self.err(
-                            &format!("{field}.pattern"),
-                            "expected {\"Regex\": ...} or {\"String\": ...}",
-                        ))
-                    }
-                };
-                let behavior = match v.get("behavior").and_then(Value::as_str) {
-                    Some("Isolated") => SplitBehavior::Isolated,
-                    Some("Removed") => SplitBehavior::Removed,
-                    other => {
-                        return Err(self.err(
-                            &format!("{field}.behavior"),
-                            format!(
-                                "{other:?} is not supported; expected \"Isolated\" or \"Removed\""
-                            ),
-                        ))
-                    }
-                };
-                out.push(Step::Split(SplitRule::new(source, behavior).map_err(
-                    |e| self.err(&format!("{field}.pattern"), e.to_string()),
-                )?));
-                Ok(())
-            }
-            Some("Sequence") => {
-                for (i, p) in self.sequence(v, field, "pretokenizers")?.iter().enumerate() {
-                    self.pre_tokenizer(p, &format!("{field}.pretokenizers[{i}]"), out)?;
-                }
-                Ok(())
-            }
-            _ => Err(self.err(
-                field,
-                format!(
-                    "type {} is not supported; expected ByteLevel, Split or a Sequence of them",
-                    type_name(v)
-                ),
-            )),
-        }
+        AddedVocab::with_normalizer(tokens, normalizer)
+            .map_err(|e| self.err("added_tokens", e.to_string()))
     }
 
     /// The stages of a `Sequence` object at `field`, listed under `key`.
-    fn sequence<'v>(&self, v: &'v Value, field: &str, key: &str) -> Result<&'v Vec<Value>> {
+    pub(super) fn sequence<'v>(
+        &self,
+        v: &'v Value,
+        field: &str,
+        key: &str,
+    ) -> Result<&'v Vec<Value>> {
         v.get(key)
             .and_then(Value::as_array)
             .ok_or_else(|| self.err(field, format!("a Sequence needs a \"{key}\" array")))
-    }
-
-    fn decoder(&self) -> Result<()> {
-        match self.root.get("decoder") {
-            Some(v) if type_of(v) == Some("ByteLevel") => Ok(()),
-            Some(v) => Err(self.err(
-                "decoder",
-                format!(
-                    "type {} is not supported; a byte-level BPE needs a ByteLevel decoder",
-                    type_name(v)
-                ),
-            )),
-            None => Err(self.err(
-                "decoder",
-                "is missing; a byte-level BPE needs a ByteLevel decoder",
-            )),
-        }
     }
 
     /// The template's ids and the object to write back. Supported: null, ByteLevel (adds
@@ -304,10 +204,11 @@ impl Reader<'_> {
         Ok(())
     }
 
-    fn model(&self) -> Result<BpeModel> {
-        let m = self
-            .root
-            .get("model")
+    /// The BPE model; `byte_level`: the pre-tokenizer ends in `ByteLevel`, so symbols are
+    /// bytes, else characters.
+    fn model(&self, byte_level: bool) -> Result<BpeModel> {
+        let model = self.root.get("model");
+        let m = model
             .and_then(Value::as_object)
             .ok_or_else(|| self.err("model", "is missing or not an object"))?;
         match m.get("type").and_then(Value::as_str) {
@@ -335,19 +236,29 @@ impl Reader<'_> {
                 if !s.is_empty() {
                     return Err(self.err(
                         &format!("model.{key}"),
-                        format!("{s:?} is not supported in a byte-level BPE"),
+                        format!("{s:?} is not supported (only empty or null is)"),
                     ));
                 }
             }
         }
-        if m.get("byte_fallback").and_then(Value::as_bool) == Some(true) {
-            return Err(self.err("model.byte_fallback", "true is not supported (it belongs to SentencePiece-style models, not byte-level ones)"));
+        let flag = |key: &str| match model {
+            Some(v) => self.bool_field(v, "model", key, false),
+            None => Ok(false),
+        };
+        let byte_fallback = flag("byte_fallback")?;
+        if byte_fallback && byte_level {
+            return Err(self.err("model.byte_fallback", "true is not supported with a ByteLevel pre-tokenizer (byte fallback belongs to SentencePiece-style vocabularies, where a byte-level one already has every byte)"));
         }
-        let ignore_merges = m
-            .get("ignore_merges")
-            .and_then(Value::as_bool)
-            .unwrap_or(false);
-        let unk = m.get("unk_token").and_then(Value::as_str);
+        let options = BpeOptions {
+            alphabet: if byte_level {
+                AlphabetKind::ByteLevel
+            } else {
+                AlphabetKind::Chars { byte_fallback }
+            },
+            ignore_merges: flag("ignore_merges")?,
+            unk_token: m.get("unk_token").and_then(Value::as_str),
+            fuse_unk: flag("fuse_unk")?,
+        };
         let vocab_obj = m
             .get("vocab")
             .and_then(Value::as_object)
@@ -388,7 +299,7 @@ impl Reader<'_> {
                 )
             })?);
         }
-        BpeModel::new(vocab, merges, ignore_merges, unk).map_err(|e| match e {
+        BpeModel::new(vocab, merges, &options).map_err(|e| match e {
             Error::InvalidArgument { msg, .. } => {
                 Error::format(FORMAT, format!("{}: {msg}", self.name))
             }
@@ -396,7 +307,13 @@ impl Reader<'_> {
         })
     }
 
-    fn bool_field(&self, v: &Value, field: &str, key: &str, default: bool) -> Result<bool> {
+    pub(super) fn bool_field(
+        &self,
+        v: &Value,
+        field: &str,
+        key: &str,
+        default: bool,
+    ) -> Result<bool> {
         match v.get(key) {
             None | Some(Value::Null) => Ok(default),
             Some(Value::Bool(b)) => Ok(*b),
@@ -405,10 +322,10 @@ impl Reader<'_> {
     }
 }
 
-fn type_of(v: &Value) -> Option<&str> {
+pub(super) fn type_of(v: &Value) -> Option<&str> {
     v.get("type").and_then(Value::as_str)
 }
 
-fn type_name(v: &Value) -> String {
+pub(super) fn type_name(v: &Value) -> String {
     type_of(v).map_or_else(|| "(missing)".to_string(), |t| format!("{t:?}"))
 }

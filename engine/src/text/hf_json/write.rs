@@ -1,7 +1,11 @@
 //! Writing `tokenizer.json` as Hugging Face does: its field order, the vocabulary in id
 //! order, merges as `[left, right]` pairs one per line.
 
-use crate::text::pretokenize::{PatternSource, PreTokenizer, Step};
+use crate::text::decode::{DecodeStep, Decoder};
+use crate::text::normalize::{NormalizeStep, Normalizer};
+use crate::text::pattern::{Pattern, PatternSource};
+use crate::text::pretokenize::{Metaspace, PreTokenizer, Step};
+use crate::text::symbols::AlphabetKind;
 use crate::text::tokenizer::Tokenizer;
 use crate::Result;
 use serde_json::{json, Value};
@@ -18,7 +22,7 @@ impl Tokenizer {
     /// The `tokenizer.json` text: Hugging Face's field order, the vocabulary in id order and
     /// the merges as `[left, right]` pairs, one per line.
     pub fn to_json_string(&self) -> String {
-        let inner = self.inner();
+        let inner = self.parts();
         let model = &inner.model;
         let added: Vec<Value> = inner
             .added
@@ -32,7 +36,10 @@ impl Tokenizer {
         let mut s = String::new();
         s.push_str("{\n  \"version\": \"1.0\",\n  \"truncation\": null,\n  \"padding\": null,\n");
         s.push_str(&format!("  \"added_tokens\": {},\n", lines(&added, "    ")));
-        s.push_str("  \"normalizer\": null,\n");
+        s.push_str(&format!(
+            "  \"normalizer\": {},\n",
+            normalizer_json(&inner.normalizer)
+        ));
         s.push_str(&format!(
             "  \"pre_tokenizer\": {},\n",
             pre_tokenizer_json(&inner.pre)
@@ -43,14 +50,21 @@ impl Tokenizer {
         ));
         s.push_str(&format!(
             "  \"decoder\": {},\n",
-            json!({"type": "ByteLevel", "add_prefix_space": true, "trim_offsets": true, "use_regex": true})
+            decoder_json(&inner.decoder)
         ));
         let unk = model
-            .unk_id
+            .unk_id()
             .and_then(|id| model.id_to_token[id as usize].clone());
+        let byte_fallback = matches!(
+            model.alphabet.kind,
+            AlphabetKind::Chars {
+                byte_fallback: true
+            }
+        );
         s.push_str(&format!(
-            "  \"model\": {{\n    \"type\": \"BPE\",\n    \"dropout\": null,\n    \"unk_token\": {},\n    \"continuing_subword_prefix\": null,\n    \"end_of_word_suffix\": null,\n    \"fuse_unk\": false,\n    \"byte_fallback\": false,\n    \"ignore_merges\": {},\n",
+            "  \"model\": {{\n    \"type\": \"BPE\",\n    \"dropout\": null,\n    \"unk_token\": {},\n    \"continuing_subword_prefix\": null,\n    \"end_of_word_suffix\": null,\n    \"fuse_unk\": {},\n    \"byte_fallback\": {byte_fallback},\n    \"ignore_merges\": {},\n",
             json!(unk),
+            model.alphabet.fuse_unk,
             model.ignore_merges
         ));
         let vocab: Vec<String> = model
@@ -85,6 +99,39 @@ fn lines(items: &[Value], indent: &str) -> String {
     format!("[\n{}\n  ]", body.join(",\n"))
 }
 
+/// A single stage as itself, several as a `Sequence` under `key`, none as null.
+fn one_or_sequence(mut stages: Vec<Value>, key: &str) -> Value {
+    match stages.len() {
+        0 => Value::Null,
+        1 => stages.remove(0),
+        _ => json!({"type": "Sequence", key: stages}),
+    }
+}
+
+fn pattern_json(p: &Pattern) -> Value {
+    match &p.source {
+        PatternSource::Regex(r) => json!({ "Regex": r }),
+        PatternSource::Literal(s) => json!({ "String": s }),
+    }
+}
+
+fn metaspace_json(m: &Metaspace) -> Value {
+    json!({"type": "Metaspace", "replacement": m.replacement.to_string(),
+           "prepend_scheme": m.prepend_scheme.hf_name(), "split": m.split})
+}
+
+fn normalizer_json(n: &Normalizer) -> Value {
+    let stage = |step: &NormalizeStep| match step {
+        NormalizeStep::Unicode(form) => json!({"type": form.hf_name()}),
+        NormalizeStep::Lowercase => json!({"type": "Lowercase"}),
+        NormalizeStep::Prepend(p) => json!({"type": "Prepend", "prepend": p}),
+        NormalizeStep::Replace { pattern, content } => {
+            json!({"type": "Replace", "pattern": pattern_json(pattern), "content": content})
+        }
+    };
+    one_or_sequence(n.steps.iter().map(stage).collect(), "normalizers")
+}
+
 /// The `pre_tokenizer` object for these stages, as Hugging Face writes it.
 fn pre_tokenizer_json(pre: &PreTokenizer) -> Value {
     let stage = |step: &Step| match step {
@@ -94,19 +141,47 @@ fn pre_tokenizer_json(pre: &PreTokenizer) -> Value {
         } => json!({"type": "ByteLevel", "add_prefix_space": add_prefix_space,
                     "trim_offsets": true, "use_regex": use_regex}),
         Step::Split(rule) => {
-            let pattern = match &rule.source {
-                PatternSource::Regex(p) => json!({ "Regex": p }),
-                PatternSource::Literal(p) => json!({ "String": p }),
-            };
-            json!({"type": "Split", "pattern": pattern, "behavior": rule.behavior.hf_name(),
-                   "invert": false})
+            json!({"type": "Split", "pattern": pattern_json(&rule.pattern),
+                   "behavior": rule.behavior.hf_name(), "invert": rule.invert})
         }
+        Step::Digits { individual } => json!({"type": "Digits", "individual_digits": individual}),
+        Step::Metaspace(m) => metaspace_json(m),
     };
-    match pre.steps.as_slice() {
-        [one] => stage(one),
-        many => {
-            json!({"type": "Sequence", "pretokenizers": many.iter().map(stage).collect::<Vec<_>>()})
+    one_or_sequence(pre.steps.iter().map(stage).collect(), "pretokenizers")
+}
+
+fn decoder_json(d: &Decoder) -> Value {
+    let Some(steps) = &d.steps else {
+        return Value::Null;
+    };
+    let stage = |step: &DecodeStep| match step {
+        DecodeStep::ByteLevel => {
+            json!({"type": "ByteLevel", "add_prefix_space": true, "trim_offsets": true, "use_regex": true})
         }
+        DecodeStep::Replace { pattern, content } => {
+            json!({"type": "Replace", "pattern": pattern_json(pattern), "content": content})
+        }
+        DecodeStep::ByteFallback => json!({"type": "ByteFallback"}),
+        DecodeStep::Fuse => json!({"type": "Fuse"}),
+        DecodeStep::Strip {
+            content,
+            start,
+            stop,
+        } => json!({"type": "Strip", "content": content.to_string(), "start": start, "stop": stop}),
+        DecodeStep::Metaspace {
+            replacement,
+            prepend_scheme,
+            split,
+        } => metaspace_json(&Metaspace {
+            replacement: *replacement,
+            prepend_scheme: *prepend_scheme,
+            split: *split,
+        }),
+    };
+    match steps.as_slice() {
+        // An empty Sequence joins without spaces, unlike no decoder: keep it a Sequence.
+        [] => json!({"type": "Sequence", "decoders": []}),
+        _ => one_or_sequence(steps.iter().map(stage).collect(), "decoders"),
     }
 }
 
