@@ -120,6 +120,10 @@ impl Module for Linear {
         Summary::leaf(line, self.num_parameters())
     }
 
+    fn input_shape(&self) -> Option<Vec<usize>> {
+        Some(vec![self.weight.shape()[1]])
+    }
+
     /// x W^T (+ b) as MatMul with the transposed weight, so inputs of any rank work.
     fn to_onnx(
         &self,

@@ -54,6 +54,10 @@ impl Module for Mlp {
         self.layers.is_training()
     }
 
+    fn input_shape(&self) -> Option<Vec<usize>> {
+        self.layers.input_shape()
+    }
+
     fn to_onnx(
         &self,
         g: &mut crate::io::onnx::export::OnnxGraph,

@@ -47,6 +47,12 @@ pub trait Module: Send + Sync {
         ))
     }
 
+    /// The shape of one input sample (no batch dimension) when the layer fixes it, as a Linear
+    /// does; what an export uses when no shape is given.
+    fn input_shape(&self) -> Option<Vec<usize>> {
+        None
+    }
+
     /// Shorthand for `train(false)`.
     fn eval(&mut self) {
         self.train(false)

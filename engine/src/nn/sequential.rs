@@ -89,6 +89,10 @@ impl Module for Sequential {
         self.training
     }
 
+    fn input_shape(&self) -> Option<Vec<usize>> {
+        self.layers.first()?.input_shape()
+    }
+
     fn to_onnx(
         &self,
         g: &mut crate::io::onnx::export::OnnxGraph,
