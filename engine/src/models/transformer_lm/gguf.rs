@@ -59,3 +59,50 @@ pub fn load_gguf(path: impl AsRef<Path>, dtype: DType, device: Device) -> Result
         info,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::io::gguf::GgufFile;
+    use crate::nn::Module;
+    use std::path::PathBuf;
+
+    fn fixture(name: &str) -> PathBuf {
+        PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .join("../tests/fixtures/gguf")
+            .join(name)
+    }
+
+    #[test]
+    fn tiny_llama_loads_with_its_untied_head_and_the_source_weights() {
+        let loaded = load_gguf(fixture("tiny_llama.gguf"), DType::F32, Device::Cpu).unwrap();
+        let m = &loaded.model;
+        assert!(!m.config.tied_embeddings && m.lm_head.is_some());
+        assert_eq!((m.config.n_heads, m.config.n_kv_heads), (4, 2));
+        let mut expected = GgufFile::open(fixture("tiny_llama_expected.gguf")).unwrap();
+        let state = m.state_dict();
+        assert_eq!(state.len(), expected.tensors.len());
+        for (name, t) in state {
+            let e = expected.tensor(&name).unwrap().to_vec::<f32>().unwrap();
+            assert_eq!(t.to_vec::<f32>().unwrap(), e, "{name}");
+        }
+        assert_eq!(loaded.info.name.as_deref(), Some("tiny llama"));
+        assert_eq!(loaded.info.tensor_types.get("Q4_0"), Some(&2));
+        assert!(loaded.tokenizer.is_some());
+    }
+
+    #[test]
+    fn a_bf16_load_casts_every_weight() {
+        let loaded = load_gguf(fixture("tiny_llama.gguf"), DType::BF16, Device::Cpu).unwrap();
+        assert!(loaded.model.state_dict().values().all(|t| t.dtype() == DType::BF16));
+    }
+
+    #[test]
+    fn a_file_of_another_architecture_is_refused_by_name() {
+        let msg = load_gguf(fixture("quants.gguf"), DType::F32, Device::Cpu)
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(msg.contains("quants.gguf") && msg.contains("architecture \"test\""), "{msg}");
+    }
+}
