@@ -91,7 +91,7 @@ pub fn hyperparameters<R: Read + Seek>(f: &GgufFile<R>) -> Result<LlamaHyper> {
         None => n_heads,
     };
     if let Some(rot) = m.opt_u64(&key("rope.dimension_count"))? {
-        if n_heads == 0 || rot as usize * n_heads != d_model {
+        if rot.checked_mul(n_heads as u64) != Some(d_model as u64) {
             return Err(err(format!(
                 "metadata key {:?}: rotary width {rot} is not the head width \
                  ({d_model} / {n_heads} heads); partial rotary embeddings are not supported",
@@ -203,6 +203,9 @@ pub fn unpermute_rows(
         ));
     }
     let hd = rows / heads;
+    if values.is_empty() {
+        return Ok(());
+    }
     let mut head = vec![0f32; hd * cols];
     for block in values.chunks_exact_mut(hd * cols) {
         head.copy_from_slice(block);

@@ -63,6 +63,9 @@ fn unpermute_restores_the_rows_llama_cpp_interleaved() {
     unpermute_rows(&mut two_cols, &[8, 2], 2).unwrap();
     assert_eq!(two_cols[2..4], [1.0, -1.0]);
     assert!(unpermute_rows(&mut v, &[8, 1], 3).is_err());
+    // An empty weight (a dim of 0 in a corrupt file) is left alone.
+    assert!(unpermute_rows(&mut [], &[8, 0], 2).is_ok());
+    assert!(unpermute_rows(&mut [], &[0, 8], 2).is_ok());
 }
 
 #[test]
