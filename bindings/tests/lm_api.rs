@@ -133,7 +133,16 @@ fn load_gguf_gives_a_model_that_generates_with_the_files_tokenizer() {
     let shown: Vec<String> = out.iter().map(|v| v.to_string()).collect();
     assert_eq!(
         shown,
-        ["string", "2", "1", "false", "tiny llama", "4", "2", "[86, 260, 223, 19, 20]"]
+        [
+            "string",
+            "2",
+            "1",
+            "false",
+            "tiny llama",
+            "4",
+            "2",
+            "[86, 260, 223, 19, 20]"
+        ]
     );
     let err = eval(r#"lm::load_gguf("no/such.gguf")"#).unwrap_err();
     assert!(err.contains("no/such.gguf"), "{err}");

@@ -105,7 +105,18 @@ fn fields(b: &[u8]) -> Option<Vec<Field>> {
     Some(w.fields)
 }
 
-const WORDS: &[u64] = &[0, 1, 2, 3, 31, 1 << 16, 1 << 31, u32::MAX as u64, 1 << 40, u64::MAX];
+const WORDS: &[u64] = &[
+    0,
+    1,
+    2,
+    3,
+    31,
+    1 << 16,
+    1 << 31,
+    u32::MAX as u64,
+    1 << 40,
+    u64::MAX,
+];
 const FLOATS: &[f32] = &[0.0, -1.0, f32::NAN, f32::INFINITY, f32::MIN_POSITIVE, 1e38];
 
 /// One listed field of a GGUF file set to a hostile value.

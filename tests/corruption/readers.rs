@@ -180,7 +180,9 @@ fn read_gguf(p: &Path) -> Result<()> {
     let loaded = load_gguf(p, DType::F32, Device::Cpu)?;
     run_model(&loaded.model)?;
     if let Some(t) = loaded.tokenizer {
-        let ids = t.tokenizer.encode("<|im_start|>Hello, corrupt world! 123<|im_end|>")?;
+        let ids = t
+            .tokenizer
+            .encode("<|im_start|>Hello, corrupt world! 123<|im_end|>")?;
         t.tokenizer.decode(&ids, false)?;
     }
     Ok(())

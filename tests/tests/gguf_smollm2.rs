@@ -26,11 +26,19 @@ fn fixture() -> Value {
 }
 
 fn ids(v: &Value) -> Vec<u32> {
-    v.as_array().unwrap().iter().map(|x| x.as_u64().unwrap() as u32).collect()
+    v.as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_u64().unwrap() as u32)
+        .collect()
 }
 
 fn floats(v: &Value) -> Vec<f64> {
-    v.as_array().unwrap().iter().map(|x| x.as_f64().unwrap()).collect()
+    v.as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_f64().unwrap())
+        .collect()
 }
 
 /// The model, loaded once for all tests of this file (the load time is printed).
@@ -70,14 +78,24 @@ fn smollm2_prompt_ids_equal_the_reference() {
     let prompt = f["prompt"].as_str().unwrap();
     assert_eq!(tok.tokenizer.encode(prompt).unwrap(), ids(&f["prompt_ids"]));
     assert_eq!(tok.pre, "smollm");
-    assert_eq!((tok.bos_id, tok.eos_id, tok.add_bos), (Some(1), Some(2), false));
-    assert!(tok.chat_template.as_deref().unwrap().contains("<|im_start|>"));
+    assert_eq!(
+        (tok.bos_id, tok.eos_id, tok.add_bos),
+        (Some(1), Some(2), false)
+    );
+    assert!(tok
+        .chat_template
+        .as_deref()
+        .unwrap()
+        .contains("<|im_start|>"));
 }
 
 fn last_logits(m: &GgufModel, prompt: &[u32]) -> Vec<f32> {
     let ids: Vec<i64> = prompt.iter().map(|&i| i as i64).collect();
     let x = Tensor::from_vec(ids, &[1, prompt.len()]).unwrap();
-    let logits = no_grad(|| m.model.forward(&x)).unwrap().to_vec::<f32>().unwrap();
+    let logits = no_grad(|| m.model.forward(&x))
+        .unwrap()
+        .to_vec::<f32>()
+        .unwrap();
     let v = m.model.config.vocab_size;
     logits[logits.len() - v..].to_vec()
 }
@@ -96,7 +114,12 @@ fn smollm2_last_position_logits_match_the_reference_within_1e_3() {
         .map(|i| i as usize)
         .zip(floats(&r["top_values"]))
         .collect();
-    pairs.extend(floats(&r["strided_values"]).into_iter().enumerate().map(|(k, v)| (k * stride, v)));
+    pairs.extend(
+        floats(&r["strided_values"])
+            .into_iter()
+            .enumerate()
+            .map(|(k, v)| (k * stride, v)),
+    );
     assert_eq!(pairs.len(), 100 + 49152 / stride);
     let max_diff = pairs
         .iter()
@@ -105,7 +128,9 @@ fn smollm2_last_position_logits_match_the_reference_within_1e_3() {
     let rel = max_diff / r["max_abs"].as_f64().unwrap();
     println!("last-position logits: max |diff| {max_diff:.3e}, relative to max |logit| {rel:.3e}");
     assert!(rel < 1e-3, "relative error {rel:.3e}");
-    let argmax = (0..ours.len()).max_by(|&a, &b| ours[a].total_cmp(&ours[b])).unwrap();
+    let argmax = (0..ours.len())
+        .max_by(|&a, &b| ours[a].total_cmp(&ours[b]))
+        .unwrap();
     assert_eq!(argmax as u32, ids(&r["top_ids"])[0]);
 }
 
@@ -121,9 +146,18 @@ fn smollm2_greedy_32_tokens_equal_the_reference() {
         stop_tokens: Vec::new(),
     };
     let started = Instant::now();
-    let out = generate(&m.model, &[ids(&f["prompt_ids"])], &opts, &mut |_, _| Ok(Flow::Continue)).unwrap();
+    let out = generate(&m.model, &[ids(&f["prompt_ids"])], &opts, &mut |_, _| {
+        Ok(Flow::Continue)
+    })
+    .unwrap();
     println!("32 greedy tokens: {:.2} s", started.elapsed().as_secs_f64());
-    let text = m.tokenizer.as_ref().unwrap().tokenizer.decode(&out[0], false).unwrap();
+    let text = m
+        .tokenizer
+        .as_ref()
+        .unwrap()
+        .tokenizer
+        .decode(&out[0], false)
+        .unwrap();
     println!("{text:?}");
     assert_eq!(out[0], ids(&f["greedy_ids"]));
 }

@@ -18,7 +18,10 @@ pub fn load_gguf(path: &str) -> RhaiResult<Map> {
     let mut out = Map::new();
     out.insert("model".into(), Dynamic::from(Lm::new(loaded.model)));
     let info = &loaded.info;
-    out.insert("name".into(), info.name.clone().map_or(Dynamic::UNIT, Dynamic::from));
+    out.insert(
+        "name".into(),
+        info.name.clone().map_or(Dynamic::UNIT, Dynamic::from),
+    );
     let types: Map = info
         .tensor_types
         .iter()

@@ -88,7 +88,8 @@ impl<R: Read> Cursor<R> {
     pub fn string(&mut self, what: &str) -> Result<String> {
         let n = self.u64(what)?;
         let bytes = self.bytes(n, what)?;
-        String::from_utf8(bytes).map_err(|e| self.error(what, format!("a string is not UTF-8: {e}")))
+        String::from_utf8(bytes)
+            .map_err(|e| self.error(what, format!("a string is not UTF-8: {e}")))
     }
 
     pub fn into_inner(self) -> R {

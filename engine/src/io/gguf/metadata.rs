@@ -255,7 +255,10 @@ impl Metadata {
     fn wrong(&self, key: &str, v: &Value, expected: &str) -> crate::Error {
         format_error(
             &self.file,
-            format!("metadata key {key:?}: expected {expected}, found {}", v.type_name()),
+            format!(
+                "metadata key {key:?}: expected {expected}, found {}",
+                v.type_name()
+            ),
         )
     }
 
@@ -266,7 +269,10 @@ impl Metadata {
     /// An unsigned integer at `key`, if the key is there.
     pub fn opt_u64(&self, key: &str) -> Result<Option<u64>> {
         self.get(key)
-            .map(|v| v.as_u64().ok_or_else(|| self.wrong(key, v, "an integer >= 0")))
+            .map(|v| {
+                v.as_u64()
+                    .ok_or_else(|| self.wrong(key, v, "an integer >= 0"))
+            })
             .transpose()
     }
 

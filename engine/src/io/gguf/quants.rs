@@ -63,7 +63,10 @@ pub fn dequantize(t: GgmlType, bytes: &[u8]) -> Result<Vec<f32>> {
             let names: Vec<&str> = SUPPORTED.iter().map(|t| t.name).collect();
             return Err(Error::invalid(
                 "gguf dequantize",
-                format!("type {t} is not supported (supported: {})", names.join(", ")),
+                format!(
+                    "type {t} is not supported (supported: {})",
+                    names.join(", ")
+                ),
             ));
         }
     };
@@ -71,7 +74,10 @@ pub fn dequantize(t: GgmlType, bytes: &[u8]) -> Result<Vec<f32>> {
     if !bytes.len().is_multiple_of(ts) {
         return Err(Error::invalid(
             "gguf dequantize",
-            format!("{} bytes are not whole {t} blocks of {ts} bytes", bytes.len()),
+            format!(
+                "{} bytes are not whole {t} blocks of {ts} bytes",
+                bytes.len()
+            ),
         ));
     }
     let mut out = vec![0f32; bytes.len() / ts * bs];
@@ -175,7 +181,11 @@ fn q4_k_block(b: &[u8], out: &mut [f32]) {
     let (d, dmin) = (half(b, 0), half(b, 2));
     let scales = &b[4..16];
     let qs = &b[16..16 + QK_K as usize / 2];
-    for (chunk, (out, q)) in out.chunks_exact_mut(64).zip(qs.chunks_exact(32)).enumerate() {
+    for (chunk, (out, q)) in out
+        .chunks_exact_mut(64)
+        .zip(qs.chunks_exact(32))
+        .enumerate()
+    {
         let (sc1, m1) = k_scale_min(2 * chunk, scales);
         let (sc2, m2) = k_scale_min(2 * chunk + 1, scales);
         let (d1, min1) = (d * sc1 as f32, dmin * m1 as f32);
@@ -193,7 +203,11 @@ fn q5_k_block(b: &[u8], out: &mut [f32]) {
     let scales = &b[4..16];
     let qh = &b[16..48];
     let qs = &b[48..48 + QK_K as usize / 2];
-    for (chunk, (out, q)) in out.chunks_exact_mut(64).zip(qs.chunks_exact(32)).enumerate() {
+    for (chunk, (out, q)) in out
+        .chunks_exact_mut(64)
+        .zip(qs.chunks_exact(32))
+        .enumerate()
+    {
         let (sc1, m1) = k_scale_min(2 * chunk, scales);
         let (sc2, m2) = k_scale_min(2 * chunk + 1, scales);
         let (d1, min1) = (d * sc1 as f32, dmin * m1 as f32);

@@ -110,7 +110,10 @@ impl<R: Read + Seek> GgufFile<R> {
             if by_name.insert(t.name.clone(), i).is_some() {
                 return Err(c.error(&format!("tensor {:?}", t.name), "listed twice"));
             }
-            if t.offset.checked_add(t.n_bytes).is_none_or(|end| end > data_len) {
+            if t.offset
+                .checked_add(t.n_bytes)
+                .is_none_or(|end| end > data_len)
+            {
                 return Err(c.error(
                     &format!("tensor {:?}", t.name),
                     format!(
@@ -155,7 +158,13 @@ impl<R: Read + Seek> GgufFile<R> {
         let mut buf = vec![0u8; info.n_bytes as usize];
         let file = &self.file;
         let fail = |e: std::io::Error| {
-            format_error(file, format!("tensor {name:?}: reading {} bytes at offset {at}: {e}", info.n_bytes))
+            format_error(
+                file,
+                format!(
+                    "tensor {name:?}: reading {} bytes at offset {at}: {e}",
+                    info.n_bytes
+                ),
+            )
         };
         self.source.seek(SeekFrom::Start(at)).map_err(fail)?;
         self.source.read_exact(&mut buf).map_err(fail)?;
@@ -193,23 +202,35 @@ impl<R: Read + Seek> GgufFile<R> {
 fn read_preamble<R: Read>(c: &mut Cursor<R>) -> Result<u32> {
     let magic = c.array::<4>("magic")?;
     if &magic != MAGIC {
-        return Err(c.error("magic", format!("not a GGUF file (starts with {magic:02x?}, expected \"GGUF\")")));
+        return Err(c.error(
+            "magic",
+            format!("not a GGUF file (starts with {magic:02x?}, expected \"GGUF\")"),
+        ));
     }
     let version = c.u32("version")?;
     match version {
         2 | 3 => Ok(version),
-        1 => Err(c.error("version", "GGUF version 1 (32-bit counts) is not supported; convert the file to version 3")),
+        1 => Err(c.error(
+            "version",
+            "GGUF version 1 (32-bit counts) is not supported; convert the file to version 3",
+        )),
         v if matches!(v.swap_bytes(), 2 | 3) => Err(c.error(
             "version",
             "a big-endian GGUF file; only little-endian files are supported",
         )),
-        v => Err(c.error("version", format!("unknown GGUF version {v} (supported: 2, 3)"))),
+        v => Err(c.error(
+            "version",
+            format!("unknown GGUF version {v} (supported: 2, 3)"),
+        )),
     }
 }
 
 /// Fails unless `count` items of at least `min_bytes` each fit in what is left of the file.
 fn check_count<R: Read>(c: &Cursor<R>, count: u64, min_bytes: u64, what: &str) -> Result<()> {
-    if count.checked_mul(min_bytes).is_none_or(|n| n > c.remaining()) {
+    if count
+        .checked_mul(min_bytes)
+        .is_none_or(|n| n > c.remaining())
+    {
         return Err(c.error(
             what,
             format!(
@@ -227,7 +248,10 @@ fn read_metadata<R: Read>(c: &mut Cursor<R>, n_kv: u64) -> Result<Metadata> {
         let key = c.string(&format!("metadata entry {i}: key"))?;
         let what = format!("metadata key {key:?}");
         if key.len() > MAX_KEY_LEN {
-            return Err(c.error(&what, format!("a key of {} bytes (the limit is {MAX_KEY_LEN})", key.len())));
+            return Err(c.error(
+                &what,
+                format!("a key of {} bytes (the limit is {MAX_KEY_LEN})", key.len()),
+            ));
         }
         let code = c.u32(&what)?;
         let ty = ValueType::from_code(code)
@@ -243,7 +267,12 @@ fn read_metadata<R: Read>(c: &mut Cursor<R>, n_kv: u64) -> Result<Metadata> {
     })
 }
 
-fn read_value<R: Read>(c: &mut Cursor<R>, ty: ValueType, what: &str, depth: usize) -> Result<Value> {
+fn read_value<R: Read>(
+    c: &mut Cursor<R>,
+    ty: ValueType,
+    what: &str,
+    depth: usize,
+) -> Result<Value> {
     Ok(match ty {
         ValueType::U8 => Value::U8(c.u8(what)?),
         ValueType::I8 => Value::I8(c.u8(what)? as i8),
@@ -285,7 +314,10 @@ fn numbers<R: Read, T, const N: usize>(
 
 fn read_array<R: Read>(c: &mut Cursor<R>, what: &str, depth: usize) -> Result<Array> {
     if depth >= MAX_NESTING {
-        return Err(c.error(what, format!("arrays nested deeper than {MAX_NESTING} levels")));
+        return Err(c.error(
+            what,
+            format!("arrays nested deeper than {MAX_NESTING} levels"),
+        ));
     }
     let code = c.u32(what)?;
     let ty = ValueType::from_code(code)
@@ -304,9 +336,7 @@ fn read_array<R: Read>(c: &mut Cursor<R>, what: &str, depth: usize) -> Result<Ar
         ValueType::I64 => Array::I64(numbers(c, n, what, i64::from_le_bytes)?),
         ValueType::F64 => Array::F64(numbers(c, n, what, f64::from_le_bytes)?),
         ValueType::Bool => Array::Bool((0..n).map(|_| read_bool(c, what)).collect::<Result<_>>()?),
-        ValueType::String => {
-            Array::String((0..n).map(|_| c.string(what)).collect::<Result<_>>()?)
-        }
+        ValueType::String => Array::String((0..n).map(|_| c.string(what)).collect::<Result<_>>()?),
         ValueType::Array => Array::Array(
             (0..n)
                 .map(|_| read_array(c, what, depth + 1))
@@ -332,15 +362,23 @@ fn read_tensor_info<R: Read>(c: &mut Cursor<R>, index: u64, alignment: u64) -> R
     let what = format!("tensor {name:?}");
     let rank = c.u32(&what)?;
     if rank == 0 || rank > MAX_DIMS {
-        return Err(c.error(&what, format!("rank {rank} (ggml tensors have 1 to {MAX_DIMS} dims)")));
+        return Err(c.error(
+            &what,
+            format!("rank {rank} (ggml tensors have 1 to {MAX_DIMS} dims)"),
+        ));
     }
-    let dims = (0..rank).map(|_| c.u64(&what)).collect::<Result<Vec<_>>>()?;
+    let dims = (0..rank)
+        .map(|_| c.u64(&what))
+        .collect::<Result<Vec<_>>>()?;
     let code = c.u32(&what)?;
     let ggml_type = GgmlType::from_code(code)
         .ok_or_else(|| c.error(&what, format!("unknown tensor type {code}")))?;
     let offset = c.u64(&what)?;
     if !offset.is_multiple_of(alignment) {
-        return Err(c.error(&what, format!("data offset {offset} is not a multiple of the alignment {alignment}")));
+        return Err(c.error(
+            &what,
+            format!("data offset {offset} is not a multiple of the alignment {alignment}"),
+        ));
     }
     let n_bytes = tensor_bytes(&dims, ggml_type).map_err(|msg| c.error(&what, msg))?;
     Ok(TensorInfo {

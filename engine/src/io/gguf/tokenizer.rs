@@ -46,12 +46,8 @@ pub struct GgufTokenizer {
 /// llama.cpp skips the merges for pieces that are whole tokens (`ignore_merges`), and whether
 /// it adds BOS when the file does not say.
 fn pre_tokenizer(name: &str) -> Option<(Value, bool, bool)> {
-    let byte_level = |use_regex: bool| {
-        json!({"type": "ByteLevel", "add_prefix_space": false, "trim_offsets": true, "use_regex": use_regex})
-    };
-    let split = |pattern: &str| {
-        json!({"type": "Split", "pattern": {"Regex": pattern}, "behavior": "Isolated", "invert": false})
-    };
+    let byte_level = |use_regex: bool| json!({"type": "ByteLevel", "add_prefix_space": false, "trim_offsets": true, "use_regex": use_regex});
+    let split = |pattern: &str| json!({"type": "Split", "pattern": {"Regex": pattern}, "behavior": "Isolated", "invert": false});
     let sequence = |steps: Vec<Value>| json!({"type": "Sequence", "pretokenizers": steps});
     Some(match name {
         "gpt-2" => (byte_level(true), false, false),
@@ -95,28 +91,44 @@ pub fn read_tokenizer(meta: &Metadata) -> Result<Option<GgufTokenizer>> {
     let types = meta.opt_i64s("tokenizer.ggml.token_type")?;
     if let Some(t) = &types {
         if t.len() != tokens.len() {
-            return Err(err("tokenizer.ggml.token_type", format!("has {} entries for {} tokens", t.len(), tokens.len())));
+            return Err(err(
+                "tokenizer.ggml.token_type",
+                format!("has {} entries for {} tokens", t.len(), tokens.len()),
+            ));
         }
     }
-    let merges = meta
-        .opt_strings("tokenizer.ggml.merges")?
-        .ok_or_else(|| err("tokenizer.ggml.merges", "is missing (a byte-level BPE needs its merges)".into()))?;
+    let merges = meta.opt_strings("tokenizer.ggml.merges")?.ok_or_else(|| {
+        err(
+            "tokenizer.ggml.merges",
+            "is missing (a byte-level BPE needs its merges)".into(),
+        )
+    })?;
     let pre = meta.opt_str("tokenizer.ggml.pre")?.unwrap_or("default");
     let (pre_json, ignore_merges, default_add_bos) = pre_tokenizer(pre).ok_or_else(|| {
-        err("tokenizer.ggml.pre", format!("pre-tokenizer {pre:?} is not supported (supported: {KNOWN_PRE})"))
+        err(
+            "tokenizer.ggml.pre",
+            format!("pre-tokenizer {pre:?} is not supported (supported: {KNOWN_PRE})"),
+        )
     })?;
     let id = |key: &str| -> Result<Option<u32>> {
         let full = format!("tokenizer.ggml.{key}");
         match meta.opt_u64(&full)? {
             None => Ok(None),
             Some(i) if (i as usize) < tokens.len() => Ok(Some(i as u32)),
-            Some(i) => Err(err(&full, format!("id {i} is not below the {} tokens", tokens.len()))),
+            Some(i) => Err(err(
+                &full,
+                format!("id {i} is not below the {} tokens", tokens.len()),
+            )),
         }
     };
     let (bos_id, eos_id) = (id("bos_token_id")?, id("eos_token_id")?);
     let (unk_id, pad_id) = (id("unknown_token_id")?, id("padding_token_id")?);
-    let add_bos = meta.opt_bool("tokenizer.ggml.add_bos_token")?.unwrap_or(default_add_bos);
-    let add_eos = meta.opt_bool("tokenizer.ggml.add_eos_token")?.unwrap_or(false);
+    let add_bos = meta
+        .opt_bool("tokenizer.ggml.add_bos_token")?
+        .unwrap_or(default_add_bos);
+    let add_eos = meta
+        .opt_bool("tokenizer.ggml.add_eos_token")?
+        .unwrap_or(false);
     let template = |flag: bool, id: Option<u32>, key: &str| -> Result<Option<u32>> {
         match (flag, id) {
             (false, _) => Ok(None),
@@ -129,12 +141,21 @@ pub fn read_tokenizer(meta: &Metadata) -> Result<Option<GgufTokenizer>> {
 
     let mut root = Map::new();
     root.insert("version".into(), "1.0".into());
-    root.insert("added_tokens".into(), added_tokens(tokens, types.as_deref()));
+    root.insert(
+        "added_tokens".into(),
+        added_tokens(tokens, types.as_deref()),
+    );
     root.insert("normalizer".into(), Value::Null);
     root.insert("pre_tokenizer".into(), pre_json);
-    root.insert("post_processor".into(), post_processor(tokens, prefix, suffix));
+    root.insert(
+        "post_processor".into(),
+        post_processor(tokens, prefix, suffix),
+    );
     root.insert("decoder".into(), json!({"type": "ByteLevel", "add_prefix_space": true, "trim_offsets": true, "use_regex": true}));
-    root.insert("model".into(), bpe_model(tokens, merges, ignore_merges).map_err(|m| err("tokenizer.ggml.merges", m))?);
+    root.insert(
+        "model".into(),
+        bpe_model(tokens, merges, ignore_merges).map_err(|m| err("tokenizer.ggml.merges", m))?,
+    );
     let text = Value::Object(root).to_string();
     let tokenizer = Tokenizer::from_json_str(&text, &format!("{file} (GGUF tokenizer)"))?;
     Ok(Some(GgufTokenizer {
@@ -181,7 +202,10 @@ fn post_processor(tokens: &[String], bos: Option<u32>, eos: Option<u32>) -> Valu
     let mut special = |id: u32, single: &mut Vec<Value>| {
         let name = &tokens[id as usize];
         single.push(json!({"SpecialToken": {"id": name, "type_id": 0}}));
-        specials.insert(name.clone(), json!({"id": name, "ids": [id], "tokens": [name]}));
+        specials.insert(
+            name.clone(),
+            json!({"id": name, "ids": [id], "tokens": [name]}),
+        );
     };
     if let Some(id) = bos {
         special(id, &mut single);

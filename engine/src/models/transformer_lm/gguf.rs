@@ -42,7 +42,9 @@ pub fn load_gguf(path: impl AsRef<Path>, dtype: DType, device: Device) -> Result
     let tokenizer = read_tokenizer(&file.metadata)?;
     let mut tensor_types = BTreeMap::new();
     for t in &file.tensors {
-        *tensor_types.entry(t.ggml_type.name.to_string()).or_insert(0) += 1;
+        *tensor_types
+            .entry(t.ggml_type.name.to_string())
+            .or_insert(0) += 1;
     }
     let info = GgufInfo {
         file: file.name().to_string(),
@@ -94,7 +96,11 @@ mod tests {
     #[test]
     fn a_bf16_load_casts_every_weight() {
         let loaded = load_gguf(fixture("tiny_llama.gguf"), DType::BF16, Device::Cpu).unwrap();
-        assert!(loaded.model.state_dict().values().all(|t| t.dtype() == DType::BF16));
+        assert!(loaded
+            .model
+            .state_dict()
+            .values()
+            .all(|t| t.dtype() == DType::BF16));
     }
 
     #[test]
@@ -103,6 +109,9 @@ mod tests {
             .err()
             .unwrap()
             .to_string();
-        assert!(msg.contains("quants.gguf") && msg.contains("architecture \"test\""), "{msg}");
+        assert!(
+            msg.contains("quants.gguf") && msg.contains("architecture \"test\""),
+            "{msg}"
+        );
     }
 }

@@ -76,7 +76,9 @@ fn every_metadata_value_type_is_read() {
 #[test]
 fn versions_two_and_three_read_alike() {
     for version in [2, 3] {
-        let mut b = Builder::new().u32_kv("k", 1).f32_tensor("t", &[2], &[1.0, 2.0]);
+        let mut b = Builder::new()
+            .u32_kv("k", 1)
+            .f32_tensor("t", &[2], &[1.0, 2.0]);
         b.version = version;
         let mut f = open(&b).unwrap();
         assert_eq!(f.version, version);
@@ -86,7 +88,10 @@ fn versions_two_and_three_read_alike() {
 
 #[test]
 fn data_starts_at_the_default_alignment_of_32() {
-    let b = Builder::new().str_kv("general.name", "x").f32_tensor("a", &[3], &[1.0, 2.0, 3.0]).f32_tensor("b", &[1], &[4.0]);
+    let b = Builder::new()
+        .str_kv("general.name", "x")
+        .f32_tensor("a", &[3], &[1.0, 2.0, 3.0])
+        .f32_tensor("b", &[1], &[4.0]);
     let bytes = b.bytes();
     let mut f = open(&b).unwrap();
     assert_eq!(f.alignment, 32);
@@ -100,7 +105,9 @@ fn data_starts_at_the_default_alignment_of_32() {
 fn general_alignment_moves_the_data_and_the_offsets() {
     let mut b = Builder::new().u32_kv("general.alignment", 64);
     b.alignment = 64;
-    let b = b.f32_tensor("a", &[1], &[1.0]).f32_tensor("b", &[2], &[5.0, 6.0]);
+    let b = b
+        .f32_tensor("a", &[1], &[1.0])
+        .f32_tensor("b", &[2], &[5.0, 6.0]);
     let mut f = open(&b).unwrap();
     assert_eq!(f.alignment, 64);
     assert_eq!(f.data_start % 64, 0);
@@ -121,7 +128,10 @@ fn shapes_are_ggml_dims_reversed() {
 #[test]
 fn an_alignment_that_is_not_a_power_of_two_is_refused_by_key() {
     let msg = error(Builder::new().u32_kv("general.alignment", 48).bytes());
-    assert!(msg.contains("general.alignment") && msg.contains("48"), "{msg}");
+    assert!(
+        msg.contains("general.alignment") && msg.contains("48"),
+        "{msg}"
+    );
 }
 
 #[test]
@@ -130,7 +140,10 @@ fn a_misaligned_tensor_offset_is_refused_by_name() {
     let at = b.infos[0].len() - 8;
     b.infos[0][at..].copy_from_slice(&4u64.to_le_bytes());
     let msg = error(b.bytes());
-    assert!(msg.contains("\"w\"") && msg.contains("not a multiple of the alignment 32"), "{msg}");
+    assert!(
+        msg.contains("\"w\"") && msg.contains("not a multiple of the alignment 32"),
+        "{msg}"
+    );
 }
 
 #[test]
@@ -154,7 +167,11 @@ fn bad_magic_version_one_and_big_endian_files_are_named() {
 fn every_truncation_is_an_error_naming_the_file() {
     let b = Builder::new()
         .str_kv("general.architecture", "llama")
-        .kv("tokens", 9, &array(8, 2, &[string("a"), string("b")].concat()))
+        .kv(
+            "tokens",
+            9,
+            &array(8, 2, &[string("a"), string("b")].concat()),
+        )
         .f32_tensor("w", &[4], &[1.0, 2.0, 3.0, 4.0]);
     let bytes = b.bytes();
     for len in 0..bytes.len() {
@@ -179,17 +196,29 @@ fn counts_beyond_the_file_are_refused_before_allocating() {
     let msg = error(Builder::new().kv("s", 8, &long_string).bytes());
     assert!(msg.contains("\"s\"") && msg.contains("truncated"), "{msg}");
     let msg = error(Builder::new().kv("a", 9, &array(6, huge, &[])).bytes());
-    assert!(msg.contains("\"a\"") && msg.contains("entries need"), "{msg}");
+    assert!(
+        msg.contains("\"a\"") && msg.contains("entries need"),
+        "{msg}"
+    );
 }
 
 #[test]
 fn unknown_value_and_tensor_types_are_named() {
     let msg = error(Builder::new().kv("weird", 13, &[0; 8]).bytes());
-    assert!(msg.contains("\"weird\"") && msg.contains("unknown value type 13"), "{msg}");
+    assert!(
+        msg.contains("\"weird\"") && msg.contains("unknown value type 13"),
+        "{msg}"
+    );
     let msg = error(Builder::new().kv("arr", 9, &array(77, 0, &[])).bytes());
-    assert!(msg.contains("\"arr\"") && msg.contains("unknown array element type 77"), "{msg}");
+    assert!(
+        msg.contains("\"arr\"") && msg.contains("unknown array element type 77"),
+        "{msg}"
+    );
     let msg = error(Builder::new().tensor("w", &[32], 4, &[0; 18]).bytes());
-    assert!(msg.contains("\"w\"") && msg.contains("unknown tensor type 4"), "{msg}");
+    assert!(
+        msg.contains("\"w\"") && msg.contains("unknown tensor type 4"),
+        "{msg}"
+    );
 }
 
 #[test]
@@ -197,7 +226,10 @@ fn a_known_type_without_dequantization_is_refused_when_read() {
     let b = Builder::new().tensor("w", &[256], 10, &[0; 84]);
     let mut f = open(&b).unwrap();
     let msg = f.tensor("w").unwrap_err().to_string();
-    assert!(msg.contains("\"w\"") && msg.contains("Q2_K is not supported"), "{msg}");
+    assert!(
+        msg.contains("\"w\"") && msg.contains("Q2_K is not supported"),
+        "{msg}"
+    );
 }
 
 #[test]
@@ -206,40 +238,71 @@ fn tensor_data_past_the_end_is_refused_by_name() {
     let mut bytes = b.bytes();
     bytes.truncate(bytes.len() - 1);
     let msg = error(bytes);
-    assert!(msg.contains("\"w\"") && msg.contains("past the end"), "{msg}");
-    let msg = error(Builder::new().tensor("big", &[1 << 40, 1 << 30], 0, &[]).bytes());
+    assert!(
+        msg.contains("\"w\"") && msg.contains("past the end"),
+        "{msg}"
+    );
+    let msg = error(
+        Builder::new()
+            .tensor("big", &[1 << 40, 1 << 30], 0, &[])
+            .bytes(),
+    );
     assert!(msg.contains("\"big\""), "{msg}");
 }
 
 #[test]
 fn rows_must_be_whole_blocks() {
     let msg = error(Builder::new().tensor("q", &[40], 8, &[0; 34]).bytes());
-    assert!(msg.contains("\"q\"") && msg.contains("not a multiple of the Q8_0 block size 32"), "{msg}");
+    assert!(
+        msg.contains("\"q\"") && msg.contains("not a multiple of the Q8_0 block size 32"),
+        "{msg}"
+    );
 }
 
 #[test]
 fn duplicates_bad_bools_bad_ranks_and_deep_nesting_are_refused() {
     let msg = error(Builder::new().u32_kv("k", 1).u32_kv("k", 2).bytes());
-    assert!(msg.contains("\"k\"") && msg.contains("listed twice"), "{msg}");
-    let msg = error(Builder::new().f32_tensor("t", &[1], &[0.0]).f32_tensor("t", &[1], &[0.0]).bytes());
-    assert!(msg.contains("\"t\"") && msg.contains("listed twice"), "{msg}");
+    assert!(
+        msg.contains("\"k\"") && msg.contains("listed twice"),
+        "{msg}"
+    );
+    let msg = error(
+        Builder::new()
+            .f32_tensor("t", &[1], &[0.0])
+            .f32_tensor("t", &[1], &[0.0])
+            .bytes(),
+    );
+    assert!(
+        msg.contains("\"t\"") && msg.contains("listed twice"),
+        "{msg}"
+    );
     let msg = error(Builder::new().kv("b", 7, &[2]).bytes());
     assert!(msg.contains("\"b\"") && msg.contains("0 or 1"), "{msg}");
-    let msg = error(Builder::new().tensor("r", &[1, 1, 1, 1, 1], 0, &[0; 4]).bytes());
+    let msg = error(
+        Builder::new()
+            .tensor("r", &[1, 1, 1, 1, 1], 0, &[0; 4])
+            .bytes(),
+    );
     assert!(msg.contains("\"r\"") && msg.contains("rank 5"), "{msg}");
     let mut nested = array(4, 0, &[]);
     for _ in 0..20 {
         nested = array(9, 1, &nested);
     }
     let msg = error(Builder::new().kv("deep", 9, &nested).bytes());
-    assert!(msg.contains("\"deep\"") && msg.contains("nested deeper"), "{msg}");
+    assert!(
+        msg.contains("\"deep\"") && msg.contains("nested deeper"),
+        "{msg}"
+    );
 }
 
 #[test]
 fn wrong_metadata_types_are_named_by_key() {
     let f = open(&Builder::new().str_kv("n", "x").u32_kv("s", 3)).unwrap();
     let msg = f.metadata.u64("n").unwrap_err().to_string();
-    assert!(msg.contains("\"n\"") && msg.contains("found string"), "{msg}");
+    assert!(
+        msg.contains("\"n\"") && msg.contains("found string"),
+        "{msg}"
+    );
     let msg = f.metadata.str("s").unwrap_err().to_string();
     assert!(msg.contains("\"s\"") && msg.contains("found u32"), "{msg}");
     let msg = f.metadata.str("absent").unwrap_err().to_string();

@@ -18,12 +18,18 @@ fn tiny_fixture_ids_equal_the_tokenizers_library_with_llama_cpps_smollm_split() 
         assert_eq!(&tok.tokenizer.encode(text).unwrap(), ids, "{text:?}");
         assert_eq!(&tok.tokenizer.decode(ids, false).unwrap(), text);
     }
-    assert_eq!((tok.bos_id, tok.eos_id, tok.unk_id, tok.pad_id), (Some(1), Some(2), Some(0), Some(2)));
+    assert_eq!(
+        (tok.bos_id, tok.eos_id, tok.unk_id, tok.pad_id),
+        (Some(1), Some(2), Some(0), Some(2))
+    );
     assert!(!tok.add_bos && !tok.add_eos);
     assert_eq!(tok.pre, "smollm");
     assert!(tok.chat_template.unwrap().contains("<|im_start|>"));
     // Control tokens are special (skipped by decode), user-defined ones are not.
-    assert_eq!(tok.tokenizer.decode(&[1, 90, 267], true).unwrap(), "x<think>");
+    assert_eq!(
+        tok.tokenizer.decode(&[1, 90, 267], true).unwrap(),
+        "x<think>"
+    );
 }
 
 fn with_tokenizer(model: &str, pre: Option<&str>) -> Builder {
@@ -55,7 +61,13 @@ fn tokenizer_error(b: &Builder) -> String {
 
 #[test]
 fn known_pre_tokenizer_names_map_and_llama3_adds_bos_by_default() {
-    for (pre, bos) in [("gpt-2", false), ("smollm", false), ("llama-bpe", true), ("llama3", true), ("qwen2", false)] {
+    for (pre, bos) in [
+        ("gpt-2", false),
+        ("smollm", false),
+        ("llama-bpe", true),
+        ("llama3", true),
+        ("qwen2", false),
+    ] {
         let f = GgufFile::from_bytes(with_tokenizer("gpt2", Some(pre)).bytes(), "t.gguf").unwrap();
         let tok = read_tokenizer(&f.metadata).unwrap().unwrap();
         assert_eq!(tok.add_bos, bos, "{pre}");
@@ -68,11 +80,17 @@ fn known_pre_tokenizer_names_map_and_llama3_adds_bos_by_default() {
 #[test]
 fn unknown_pre_tokenizers_and_sentencepiece_vocabularies_are_refused_by_name() {
     let msg = tokenizer_error(&with_tokenizer("gpt2", Some("falcon")));
-    assert!(msg.contains("tokenizer.ggml.pre") && msg.contains("\"falcon\""), "{msg}");
+    assert!(
+        msg.contains("tokenizer.ggml.pre") && msg.contains("\"falcon\""),
+        "{msg}"
+    );
     let msg = tokenizer_error(&with_tokenizer("gpt2", None));
     assert!(msg.contains("\"default\" is not supported"), "{msg}");
     let msg = tokenizer_error(&with_tokenizer("llama", Some("default")));
-    assert!(msg.contains("tokenizer.ggml.model") && msg.contains("SentencePiece"), "{msg}");
+    assert!(
+        msg.contains("tokenizer.ggml.model") && msg.contains("SentencePiece"),
+        "{msg}"
+    );
 }
 
 #[test]
@@ -85,5 +103,8 @@ fn a_file_without_tokenizer_metadata_has_no_tokenizer() {
 fn special_ids_beyond_the_vocabulary_are_refused_by_key() {
     let b = with_tokenizer("gpt2", Some("gpt-2")).u32_kv("tokenizer.ggml.eos_token_id", 3);
     let msg = tokenizer_error(&b);
-    assert!(msg.contains("tokenizer.ggml.eos_token_id") && msg.contains("id 3"), "{msg}");
+    assert!(
+        msg.contains("tokenizer.ggml.eos_token_id") && msg.contains("id 3"),
+        "{msg}"
+    );
 }
