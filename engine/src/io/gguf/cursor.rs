@@ -50,6 +50,23 @@ impl<R: Read> Cursor<R> {
         Ok(())
     }
 
+    /// Fails unless `count` items of at least `min_bytes` each fit in what is left of the file.
+    pub fn check_count(&self, count: u64, min_bytes: u64, what: &str) -> Result<()> {
+        if count
+            .checked_mul(min_bytes)
+            .is_none_or(|n| n > self.remaining())
+        {
+            return Err(self.error(
+                what,
+                format!(
+                    "{count} entries need at least {min_bytes} bytes each, the file has {} left",
+                    self.remaining()
+                ),
+            ));
+        }
+        Ok(())
+    }
+
     pub fn bytes(&mut self, n: u64, what: &str) -> Result<Vec<u8>> {
         self.need(n, what)?;
         let mut buf = vec![0u8; n as usize];

@@ -11,6 +11,7 @@ pub mod ggml_type;
 pub mod llama;
 pub mod metadata;
 pub mod quants;
+mod read_metadata;
 mod reader;
 #[cfg(test)]
 mod tests;
