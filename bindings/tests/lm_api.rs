@@ -115,3 +115,35 @@ fn typos_and_bad_inputs_get_errors_that_name_them() {
     let e = eval("lm::load(\"/nonexistent/ck.safetensors\")").unwrap_err();
     assert!(e.contains("/nonexistent/ck.safetensors"), "{e}");
 }
+
+#[test]
+fn load_gguf_gives_a_model_that_generates_with_the_files_tokenizer() {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../tests/fixtures/gguf/tiny_llama.gguf");
+    let out = eval(&format!(
+        r#"let g = lm::load_gguf("{}");
+        let text = g.model.generate(g.tokenizer, "the cat", #{{ max_new_tokens: 4, stop: [g.eos_id] }});
+        [type_of(text), g.eos_id, g.bos_id, g.add_bos, g.name, g.tensor_types.Q8_0, g.model.config().layers,
+         g.tokenizer.encode("the 12")]"#,
+        path.display()
+    ))
+    .unwrap()
+    .into_array()
+    .unwrap();
+    let shown: Vec<String> = out.iter().map(|v| v.to_string()).collect();
+    assert_eq!(
+        shown,
+        [
+            "string",
+            "2",
+            "1",
+            "false",
+            "tiny llama",
+            "4",
+            "2",
+            "[86, 260, 223, 19, 20]"
+        ]
+    );
+    let err = eval(r#"lm::load_gguf("no/such.gguf")"#).unwrap_err();
+    assert!(err.contains("no/such.gguf"), "{err}");
+}

@@ -10,11 +10,12 @@
 //!
 //! - `readers`: what each reader does with a file, and the valid file it starts from.
 //! - `mutate`: the seeded corruptions (bit flips, truncation, size fields, hostile numbers,
-//!   deletions, duplications, and per-format well-framed edits from `semantic`).
+//!   deletions, duplications, and per-format well-framed edits from `semantic` and `gguf`).
 //! - `child`: running one case in a child and classifying how it ended.
 //! - `tally`: the per-reader counts and the table `docs/baseline.md` keeps.
 
 pub mod child;
+pub mod gguf;
 pub mod mutate;
 pub mod readers;
 pub mod rng;

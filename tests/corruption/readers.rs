@@ -2,6 +2,7 @@
 //! with a loaded file (a model is also run, since some sizes are only used then: the rotary
 //! tables, the cache), where its binary header lies, and its well-framed corruption.
 
+use super::gguf::gguf_field;
 use super::mutate::Semantic;
 use super::semantic;
 use rusting_brain::data::{csv, idx, npy, unigram_cross_entropy, CsvOptions, TokenFile};
@@ -10,7 +11,7 @@ use rusting_brain::io::torch::{load_pt, module_state_dict, state_dict};
 use rusting_brain::models::transformer_lm::generate::{
     generate, Flow, GenerateOptions, SamplingOptions,
 };
-use rusting_brain::models::transformer_lm::{checkpoint, TransformerLm};
+use rusting_brain::models::transformer_lm::{checkpoint, load_gguf, TransformerLm};
 use rusting_brain::nn::Module;
 use rusting_brain::optim::{AdamW, AdamWConfig};
 use rusting_brain::text::Tokenizer;
@@ -98,6 +99,13 @@ pub const READERS: &[Reader] = &[
         semantic: Some(semantic::onnx_model),
         read: read_model_onnx,
     },
+    Reader {
+        name: "gguf",
+        file_name: "model.gguf",
+        header_span: 24,
+        semantic: Some(gguf_field),
+        read: read_gguf,
+    },
 ];
 
 pub fn by_name(name: &str) -> Option<&'static Reader> {
@@ -163,6 +171,19 @@ fn read_model_onnx(p: &Path) -> Result<()> {
     for (_, value) in &m.metadata {
         // Metadata that is not a literal is kept as text by callers; only a panic matters.
         let _ = parse_python_literal(value);
+    }
+    Ok(())
+}
+
+/// A GGUF model: loaded (every tensor dequantized), run, and its tokenizer used both ways.
+fn read_gguf(p: &Path) -> Result<()> {
+    let loaded = load_gguf(p, DType::F32, Device::Cpu)?;
+    run_model(&loaded.model)?;
+    if let Some(t) = loaded.tokenizer {
+        let ids = t
+            .tokenizer
+            .encode("<|im_start|>Hello, corrupt world! 123<|im_end|>")?;
+        t.tokenizer.decode(&ids, false)?;
     }
     Ok(())
 }

@@ -64,6 +64,7 @@ pub fn sample(reader: &str) -> Sample {
         "token file" => Sample::alone(token_file()),
         "pt" => Sample::alone(fixture("torch/tiny_checkpoint.pt")),
         "onnx" => Sample::alone(onnx()),
+        "gguf" => Sample::alone(fixture("gguf/tiny_llama.gguf")),
         other => panic!("no sample for reader {other:?}"),
     }
 }

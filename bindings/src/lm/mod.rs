@@ -1,8 +1,9 @@
 //! The `lm::` namespace: transformer language models, their training step and evaluation,
-//! generation and checkpoints.
+//! generation, checkpoints and llama.cpp GGUF files.
 
 mod checkpoint;
 mod generate;
+mod gguf;
 mod model;
 mod text;
 
@@ -56,6 +57,13 @@ pub fn register(engine: &mut Engine) {
             "Loads a Hugging Face LLaMA directory (config.json + model.safetensors).",
             with_lm!("model.save_pretrained(\"tiny-llama\"); let model = lm::load_pretrained(\"tiny-llama\");"),
             |d: &str| checkpoint::load_pretrained(d),
+        );
+        api.func(
+            "load_gguf",
+            "lm::load_gguf(path) -> #{ model, tokenizer, eos_id, bos_id, add_bos, chat_template, name, tensor_types }",
+            "Loads a llama.cpp GGUF file of the llama architecture (quantized weights are dequantized to F32) with the byte-level BPE tokenizer it carries; eos_id is the token to stop at.",
+            "try { let g = lm::load_gguf(\"SmolLM2-135M-Instruct.Q4_1.gguf\"); let chat = \"<|im_start|>user\\nHi!<|im_end|>\\n<|im_start|>assistant\\n\"; print(g.model.generate(g.tokenizer, chat, #{ max_new_tokens: 20, stop: [g.eos_id] })); } catch (err) { print(`no GGUF file here: ${err}`); }",
+            |p: &str| gguf::load_gguf(p),
         );
         api.method(
             "forward",

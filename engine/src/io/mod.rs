@@ -1,5 +1,6 @@
-//! Weight formats: safetensors read and write; PyTorch `.pt` and ONNX models read.
+//! Weight formats: safetensors read and write; PyTorch `.pt`, ONNX and GGUF models read.
 
+pub mod gguf;
 pub mod onnx;
 pub mod safetensors;
 pub mod temp_file;

@@ -1,7 +1,7 @@
 //! The LLaMA family: a decoder-only transformer language model (config, rotary embeddings,
 //! grouped-query attention with a KV cache, SwiGLU feed-forward), its generation loop
-//! (`generate`), its training step and evaluation (`train`), and checkpoints that resume
-//! exactly (`checkpoint`).
+//! (`generate`), its training step and evaluation (`train`), checkpoints that resume exactly
+//! (`checkpoint`), and llama.cpp GGUF files (`gguf`).
 
 mod attention;
 mod block;
@@ -9,6 +9,7 @@ pub mod checkpoint;
 mod config;
 mod feed_forward;
 pub mod generate;
+mod gguf;
 mod kv_cache;
 mod mask;
 mod model;
@@ -25,6 +26,7 @@ pub use block::Block;
 pub use checkpoint::{Checkpoint, TrainState};
 pub use config::{swiglu_hidden, LmConfig};
 pub use feed_forward::SwiGlu;
+pub use gguf::{load_gguf, GgufInfo, GgufModel};
 pub use kv_cache::KvCache;
 pub use model::{Precision, TransformerLm};
 pub use rope::{Positions, Rotary};

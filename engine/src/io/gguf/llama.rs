@@ -1,0 +1,221 @@
+//! The `llama` architecture of a GGUF file in Hugging Face's terms: its hyperparameters as a
+//! `LlamaConfig` `config.json` object and its tensors under `LlamaForCausalLM`'s names, so
+//! any loader of Hugging Face LLaMA weights can take them.
+//!
+//! llama.cpp's converter permutes the rows of the query and key projections (its rotary
+//! embedding rotates adjacent pairs, Hugging Face's rotates the two halves of each head); the
+//! permutation is undone here, so the weights equal the original model's.
+
+use super::format_error;
+use super::reader::GgufFile;
+use crate::{no_grad, DType, Result, Tensor};
+use serde_json::{json, Value};
+use std::collections::BTreeMap;
+use std::io::{Read, Seek};
+
+const ARCH: &str = "llama";
+
+/// The size-bearing hyperparameters of a llama GGUF.
+#[derive(Clone, Debug, PartialEq)]
+pub struct LlamaHyper {
+    pub vocab_size: usize,
+    pub d_model: usize,
+    pub n_layers: usize,
+    pub n_heads: usize,
+    pub n_kv_heads: usize,
+    pub ffn_hidden: usize,
+    pub rope_theta: f64,
+    pub context_length: usize,
+    pub norm_eps: f64,
+    /// No `output.weight`: the head reuses the token embedding.
+    pub tied: bool,
+}
+
+impl LlamaHyper {
+    /// `config.json` as `transformers` writes it for `LlamaForCausalLM`.
+    pub fn hf_config(&self) -> Value {
+        json!({
+            "model_type": "llama",
+            "architectures": ["LlamaForCausalLM"],
+            "vocab_size": self.vocab_size,
+            "hidden_size": self.d_model,
+            "num_hidden_layers": self.n_layers,
+            "num_attention_heads": self.n_heads,
+            "num_key_value_heads": self.n_kv_heads,
+            "intermediate_size": self.ffn_hidden,
+            "rope_theta": self.rope_theta,
+            "max_position_embeddings": self.context_length,
+            "rms_norm_eps": self.norm_eps,
+            "tie_word_embeddings": self.tied,
+            "hidden_act": "silu",
+            "attention_bias": false,
+            "mlp_bias": false,
+        })
+    }
+}
+
+/// Reads the hyperparameters; an architecture other than `llama`, rotary scaling, experts, or
+/// a rotary width other than the head width is refused by key.
+pub fn hyperparameters<R: Read + Seek>(f: &GgufFile<R>) -> Result<LlamaHyper> {
+    let m = &f.metadata;
+    let err = |msg: String| format_error(f.name(), msg);
+    let arch = m.str("general.architecture")?;
+    if arch != ARCH {
+        return Err(err(format!(
+            "architecture {arch:?} is not supported (only \"llama\")"
+        )));
+    }
+    let key = |k: &str| format!("{ARCH}.{k}");
+    let size = |k: &str| -> Result<usize> { Ok(m.u64(&key(k))? as usize) };
+    if m.opt_u64(&key("expert_count"))?.is_some_and(|n| n > 0) {
+        return Err(err(format!(
+            "metadata key {:?}: mixture-of-experts layers are not supported",
+            key("expert_count")
+        )));
+    }
+    if let Some(kind) = m.opt_str(&key("rope.scaling.type"))? {
+        if kind != "none" {
+            return Err(err(format!(
+                "metadata key {:?}: rotary scaling {kind:?} is not supported",
+                key("rope.scaling.type")
+            )));
+        }
+    }
+    let embed = f
+        .tensor_info("token_embd.weight")
+        .ok_or_else(|| err("tensor \"token_embd.weight\" is missing".into()))?;
+    let d_model = size("embedding_length")?;
+    let n_heads = size("attention.head_count")?;
+    let n_kv_heads = match m.opt_u64(&key("attention.head_count_kv"))? {
+        Some(n) => n as usize,
+        None => n_heads,
+    };
+    if let Some(rot) = m.opt_u64(&key("rope.dimension_count"))? {
+        if rot.checked_mul(n_heads as u64) != Some(d_model as u64) {
+            return Err(err(format!(
+                "metadata key {:?}: rotary width {rot} is not the head width \
+                 ({d_model} / {n_heads} heads); partial rotary embeddings are not supported",
+                key("rope.dimension_count")
+            )));
+        }
+    }
+    // The embedding's rows are the model's vocabulary, whatever the tokenizer lists.
+    let vocab_size = match embed.shape().as_slice() {
+        [v, _] => *v,
+        other => {
+            return Err(err(format!(
+                "tensor \"token_embd.weight\" has shape {other:?}, expected [vocab, width]"
+            )))
+        }
+    };
+    Ok(LlamaHyper {
+        vocab_size,
+        d_model,
+        n_layers: size("block_count")?,
+        n_heads,
+        n_kv_heads,
+        ffn_hidden: size("feed_forward_length")?,
+        rope_theta: m.opt_f64(&key("rope.freq_base"))?.unwrap_or(10000.0),
+        context_length: size("context_length")?,
+        norm_eps: m
+            .opt_f64(&key("attention.layer_norm_rms_epsilon"))?
+            .unwrap_or(1e-5),
+        tied: f.tensor_info("output.weight").is_none(),
+    })
+}
+
+/// Hugging Face's name for a llama GGUF tensor, and the head count whose row permutation to
+/// undo (queries: all heads; keys: the key/value heads).
+fn hf_name(name: &str, h: &LlamaHyper) -> Option<(String, Option<usize>)> {
+    let fixed = match name {
+        "token_embd.weight" => Some("model.embed_tokens.weight"),
+        "output_norm.weight" => Some("model.norm.weight"),
+        "output.weight" => Some("lm_head.weight"),
+        _ => None,
+    };
+    if let Some(n) = fixed {
+        return Some((n.to_string(), None));
+    }
+    let rest = name.strip_prefix("blk.")?;
+    let (layer, part) = rest.split_once('.')?;
+    let layer: usize = layer.parse().ok()?;
+    let (hf, heads) = match part {
+        "attn_q.weight" => ("self_attn.q_proj.weight", Some(h.n_heads)),
+        "attn_k.weight" => ("self_attn.k_proj.weight", Some(h.n_kv_heads)),
+        "attn_v.weight" => ("self_attn.v_proj.weight", None),
+        "attn_output.weight" => ("self_attn.o_proj.weight", None),
+        "ffn_gate.weight" => ("mlp.gate_proj.weight", None),
+        "ffn_up.weight" => ("mlp.up_proj.weight", None),
+        "ffn_down.weight" => ("mlp.down_proj.weight", None),
+        "attn_norm.weight" => ("input_layernorm.weight", None),
+        "ffn_norm.weight" => ("post_attention_layernorm.weight", None),
+        _ => return None,
+    };
+    Some((format!("model.layers.{layer}.{hf}"), heads))
+}
+
+/// Every tensor of the file under its Hugging Face name, dequantized and cast to `dtype` on the
+/// CPU, one at a time. A tensor without a mapping (`rope_freqs.weight` of Llama 3.1's scaled
+/// rotary embedding, say) is an error naming it, since dropping it would change the model.
+pub fn hf_tensors<R: Read + Seek>(
+    f: &mut GgufFile<R>,
+    h: &LlamaHyper,
+    dtype: DType,
+) -> Result<BTreeMap<String, Tensor>> {
+    let names: Vec<String> = f.tensors.iter().map(|t| t.name.clone()).collect();
+    let mut out = BTreeMap::new();
+    for name in names {
+        let (hf, heads) = hf_name(&name, h).ok_or_else(|| {
+            format_error(
+                f.name(),
+                format!("tensor {name:?} has no counterpart in a LLaMA model; it is not supported"),
+            )
+        })?;
+        let (mut values, shape) = f.f32_values(&name)?;
+        if let Some(heads) = heads {
+            unpermute_rows(&mut values, &shape, heads)
+                .map_err(|msg| format_error(f.name(), format!("tensor {name:?}: {msg}")))?;
+        }
+        let t = Tensor::from_vec(values, &shape)?;
+        let t = if dtype == DType::F32 {
+            t
+        } else {
+            no_grad(|| t.to_dtype(dtype))?
+        };
+        out.insert(hf, t);
+    }
+    Ok(out)
+}
+
+/// Undoes llama.cpp's query/key row permutation in place. Within each head of `hd` rows, the
+/// converter moved row `p * hd/2 + i` (half p, index i) to row `2i + p`; this moves it back.
+pub fn unpermute_rows(
+    values: &mut [f32],
+    shape: &[usize],
+    heads: usize,
+) -> std::result::Result<(), String> {
+    let [rows, cols] = *shape else {
+        return Err(format!("expected a 2-d weight, got shape {shape:?}"));
+    };
+    if heads == 0 || !rows.is_multiple_of(heads) || !(rows / heads).is_multiple_of(2) {
+        return Err(format!(
+            "{rows} rows do not split into {heads} heads of an even width"
+        ));
+    }
+    let hd = rows / heads;
+    if values.is_empty() {
+        return Ok(());
+    }
+    let mut head = vec![0f32; hd * cols];
+    for block in values.chunks_exact_mut(hd * cols) {
+        head.copy_from_slice(block);
+        for i in 0..hd / 2 {
+            for p in 0..2 {
+                let from = (2 * i + p) * cols;
+                let to = (p * hd / 2 + i) * cols;
+                block[to..to + cols].copy_from_slice(&head[from..from + cols]);
+            }
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,32 @@
+//! GGUF, llama.cpp's model file: the reader (`GgufFile`: header, metadata, tensor infos, each
+//! tensor's data on demand), dequantization of ggml's block formats to f32 (`quants`), the
+//! tokenizer a file carries (`tokenizer`), and the `llama` architecture in Hugging Face's
+//! names (`llama`). `models::transformer_lm::load_gguf` puts them together.
+//!
+//! Files are untrusted: a truncated or corrupt file, an unknown value or tensor type, or a size
+//! that the file's length cannot hold is an error naming the file and the key or tensor.
+
+mod cursor;
+pub mod ggml_type;
+pub mod llama;
+pub mod metadata;
+pub mod quants;
+mod read_metadata;
+mod reader;
+#[cfg(test)]
+mod tests;
+pub mod tokenizer;
+
+pub use ggml_type::GgmlType;
+pub use metadata::{Array, Metadata, Value, ValueType};
+pub use reader::{GgufFile, TensorInfo};
+pub use tokenizer::{read_tokenizer, GgufTokenizer};
+
+use crate::Error;
+
+const FORMAT: &str = "GGUF";
+
+/// An error about the file `file`.
+fn format_error(file: &str, msg: impl std::fmt::Display) -> Error {
+    Error::format(FORMAT, format!("{file}: {msg}"))
+}

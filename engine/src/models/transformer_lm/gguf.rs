@@ -1,0 +1,117 @@
+//! A llama.cpp GGUF file (`llama` architecture) as a `TransformerLm`, with the tokenizer it
+//! carries. The file's hyperparameters become the Hugging Face config and its tensors the
+//! Hugging Face names (`io::gguf::llama`), so the model is built and checked by the same
+//! `from_tensors` as a `transformers` checkpoint. Quantized weights are dequantized on load
+//! (to f32, then `dtype`); the model computes in `dtype`, not in the quantized format.
+
+use super::{LmConfig, TransformerLm};
+use crate::io::gguf::{llama, read_tokenizer, GgufFile, GgufTokenizer};
+use crate::{DType, Device, Result};
+use std::collections::BTreeMap;
+use std::path::Path;
+
+/// What the file says about itself, beside the weights.
+#[derive(Clone, Debug)]
+pub struct GgufInfo {
+    /// The file's path, as errors give it.
+    pub file: String,
+    /// The GGUF format version (2 or 3).
+    pub version: u32,
+    pub architecture: String,
+    /// `general.name`.
+    pub name: Option<String>,
+    /// How many tensors of each ggml type the file stores (`Q4_1`: 210, `F32`: 61, ...).
+    pub tensor_types: BTreeMap<String, usize>,
+}
+
+/// A loaded GGUF model.
+pub struct GgufModel {
+    pub model: TransformerLm,
+    /// `None` when the file carries no tokenizer.
+    pub tokenizer: Option<GgufTokenizer>,
+    pub info: GgufInfo,
+}
+
+/// Loads the llama-architecture GGUF at `path` in `dtype` on `device` (the argument order of
+/// `checkpoint::load_pretrained`). The hyperparameters and the tokenizer are checked before any
+/// tensor is read; tensors are dequantized one at a time.
+pub fn load_gguf(path: impl AsRef<Path>, dtype: DType, device: Device) -> Result<GgufModel> {
+    let mut file = GgufFile::open(path)?;
+    let hyper = llama::hyperparameters(&file)?;
+    let config = LmConfig::from_json(&hyper.hf_config().to_string())?;
+    let tokenizer = read_tokenizer(&file.metadata)?;
+    let mut tensor_types = BTreeMap::new();
+    for t in &file.tensors {
+        *tensor_types
+            .entry(t.ggml_type.name.to_string())
+            .or_insert(0) += 1;
+    }
+    let info = GgufInfo {
+        file: file.name().to_string(),
+        version: file.version,
+        architecture: file.metadata.str("general.architecture")?.to_string(),
+        name: file.metadata.opt_str("general.name")?.map(str::to_string),
+        tensor_types,
+    };
+    let weights = llama::hf_tensors(&mut file, &hyper, dtype)?;
+    let model = TransformerLm::from_tensors(config, &weights, dtype, device)?;
+    Ok(GgufModel {
+        model,
+        tokenizer,
+        info,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::io::gguf::GgufFile;
+    use crate::nn::Module;
+    use std::path::PathBuf;
+
+    fn fixture(name: &str) -> PathBuf {
+        PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .join("../tests/fixtures/gguf")
+            .join(name)
+    }
+
+    #[test]
+    fn tiny_llama_loads_with_its_untied_head_and_the_source_weights() {
+        let loaded = load_gguf(fixture("tiny_llama.gguf"), DType::F32, Device::Cpu).unwrap();
+        let m = &loaded.model;
+        assert!(!m.config.tied_embeddings && m.lm_head.is_some());
+        assert_eq!((m.config.n_heads, m.config.n_kv_heads), (4, 2));
+        let mut expected = GgufFile::open(fixture("tiny_llama_expected.gguf")).unwrap();
+        let state = m.state_dict();
+        assert_eq!(state.len(), expected.tensors.len());
+        for (name, t) in state {
+            let e = expected.tensor(&name).unwrap().to_vec::<f32>().unwrap();
+            assert_eq!(t.to_vec::<f32>().unwrap(), e, "{name}");
+        }
+        assert_eq!(loaded.info.name.as_deref(), Some("tiny llama"));
+        assert_eq!(loaded.info.tensor_types.get("Q4_0"), Some(&2));
+        assert!(loaded.tokenizer.is_some());
+    }
+
+    #[test]
+    fn a_bf16_load_casts_every_weight() {
+        let loaded = load_gguf(fixture("tiny_llama.gguf"), DType::BF16, Device::Cpu).unwrap();
+        assert!(loaded
+            .model
+            .state_dict()
+            .values()
+            .all(|t| t.dtype() == DType::BF16));
+    }
+
+    #[test]
+    fn a_file_of_another_architecture_is_refused_by_name() {
+        let msg = load_gguf(fixture("quants.gguf"), DType::F32, Device::Cpu)
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(
+            msg.contains("quants.gguf") && msg.contains("architecture \"test\""),
+            "{msg}"
+        );
+    }
+}
