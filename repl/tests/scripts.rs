@@ -91,7 +91,9 @@ fn every_script_runs_on_tiny_settings() {
 #[test]
 fn the_quickstart_language_model_ends_half_a_nat_below_the_unigram_baseline() {
     let dir = tempfile::tempdir().unwrap();
-    let out = run_script(&dir, "quickstart.rhai", &["steps=100"]);
+    // 150 steps: at 100 the margin depended on the repository's text (0.57 nats before this
+    // stop's docs and source were added, 0.46 after); at 150 it is 0.9.
+    let out = run_script(&dir, "quickstart.rhai", &["steps=150"]);
     let stdout = text(&out.stdout);
     assert!(out.status.success(), "{}", text(&out.stderr));
     let number = |prefix: &str| -> f64 {
