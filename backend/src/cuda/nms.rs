@@ -6,7 +6,7 @@
 use super::compile::NMS;
 use super::launch::{args, type_suffix};
 use super::CudaStorage;
-use crate::cpu::CpuStorage;
+use crate::CpuStorage;
 use crate::{DType, Error, Result};
 
 /// Mirrors `struct NmsGeom` in kernels/nms.cu.
