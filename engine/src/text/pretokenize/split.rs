@@ -76,20 +76,9 @@ impl SplitRule {
 
     /// Calls `each(start, end)` with every piece of `text` in order.
     pub(super) fn for_each(&self, text: &str, each: &mut PieceFn) -> Result<()> {
-        let mut cut = Cutter::new(self.behavior, each);
-        let mut last = 0;
-        self.pattern.for_each_match(text, &mut |start, end| {
-            if start > last {
-                cut.event(last, start, self.invert)?;
-            }
-            cut.event(start, end, !self.invert)?;
-            last = end;
-            Ok(())
-        })?;
-        if last < text.len() {
-            cut.event(last, text.len(), self.invert)?;
-        }
-        cut.finish()
+        cut_around(text, self.behavior, self.invert, each, &mut |m| {
+            self.pattern.for_each_match(text, m)
+        })
     }
 }
 
@@ -101,36 +90,46 @@ pub(super) fn split_digits(text: &str, individual: bool, each: &mut PieceFn) -> 
     } else {
         SplitBehavior::Contiguous
     };
-    let mut cut = Cutter::new(behavior, each);
-    let mut last = 0;
-    for (i, c) in text.char_indices() {
-        if c.is_numeric() {
-            if i > last {
-                cut.event(last, i, false)?;
-            }
-            last = i + c.len_utf8();
-            cut.event(i, last, true)?;
+    cut_around(text, behavior, false, each, &mut |m| {
+        for (i, c) in text.char_indices().filter(|(_, c)| c.is_numeric()) {
+            m(i, i + c.len_utf8())?;
         }
-    }
-    if last < text.len() {
-        cut.event(last, text.len(), false)?;
-    }
-    cut.finish()
+        Ok(())
+    })
 }
 
 /// Splits before every `c`, each `c` starting the piece after it (Metaspace's split).
 pub(super) fn split_before(text: &str, c: char, each: &mut PieceFn) -> Result<()> {
-    let mut cut = Cutter::new(SplitBehavior::MergedWithNext, each);
-    let mut last = 0;
-    for (i, _) in text.match_indices(c) {
-        if i > last {
-            cut.event(last, i, false)?;
+    cut_around(text, SplitBehavior::MergedWithNext, false, each, &mut |m| {
+        for (i, _) in text.match_indices(c) {
+            m(i, i + c.len_utf8())?;
         }
-        last = i + c.len_utf8();
-        cut.event(i, last, true)?;
-    }
+        Ok(())
+    })
+}
+
+/// The one loop behind every split: `matches` reports the matches of `text` in order; they and
+/// the gaps between them become events (a match is `!invert`), which `behavior` turns into the
+/// pieces handed to `each`.
+fn cut_around(
+    text: &str,
+    behavior: SplitBehavior,
+    invert: bool,
+    each: &mut PieceFn,
+    matches: &mut dyn FnMut(&mut PieceFn) -> Result<()>,
+) -> Result<()> {
+    let mut cut = Cutter::new(behavior, each);
+    let mut last = 0;
+    matches(&mut |start, end| {
+        if start > last {
+            cut.event(last, start, invert)?;
+        }
+        cut.event(start, end, !invert)?;
+        last = end;
+        Ok(())
+    })?;
     if last < text.len() {
-        cut.event(last, text.len(), false)?;
+        cut.event(last, text.len(), invert)?;
     }
     cut.finish()
 }
