@@ -13,6 +13,7 @@ pub mod lm;
 pub mod metrics;
 pub mod modes;
 pub mod nn;
+pub mod onnx;
 pub mod optim;
 pub mod options;
 pub mod plot;

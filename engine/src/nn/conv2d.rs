@@ -107,6 +107,37 @@ impl Module for Conv2d {
         line += &format!(", bias={})", self.bias.is_some());
         Summary::leaf(line, self.num_parameters())
     }
+
+    /// One Conv node with the layer's stride, padding, dilation and groups.
+    fn to_onnx(
+        &self,
+        g: &mut crate::io::onnx::export::OnnxGraph,
+        prefix: &str,
+        x: &str,
+    ) -> Result<String> {
+        use crate::io::onnx::export::Attr;
+        let o = &self.options;
+        let w = g.initializer(&format!("{prefix}weight"), &self.weight)?;
+        let mut inputs = vec![x.to_string(), w];
+        if let Some(b) = &self.bias {
+            inputs.push(g.initializer(&format!("{prefix}bias"), b)?);
+        }
+        let inputs: Vec<&str> = inputs.iter().map(String::as_str).collect();
+        let shape = self.weight.shape();
+        let pair = |(a, b): (usize, usize)| vec![a as i64, b as i64];
+        let (ph, pw) = (o.padding.0 as i64, o.padding.1 as i64);
+        let attrs = [
+            (
+                "kernel_shape",
+                Attr::Ints(vec![shape[2] as i64, shape[3] as i64]),
+            ),
+            ("strides", Attr::Ints(pair(o.stride))),
+            ("pads", Attr::Ints(vec![ph, pw, ph, pw])),
+            ("dilations", Attr::Ints(pair(o.dilation))),
+            ("group", Attr::Int(o.groups as i64)),
+        ];
+        Ok(g.node("Conv", &inputs, &attrs))
+    }
 }
 
 #[cfg(test)]

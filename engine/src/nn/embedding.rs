@@ -70,6 +70,17 @@ impl Module for Embedding {
             self.num_parameters(),
         )
     }
+
+    /// A Gather of the weight's rows; `ids` must be an I64 value of the graph.
+    fn to_onnx(
+        &self,
+        g: &mut crate::io::onnx::export::OnnxGraph,
+        prefix: &str,
+        ids: &str,
+    ) -> Result<String> {
+        let w = g.initializer(&format!("{prefix}weight"), &self.weight)?;
+        Ok(g.node("Gather", &[&w, ids], &[]))
+    }
 }
 
 #[cfg(test)]

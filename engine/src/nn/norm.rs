@@ -146,6 +146,23 @@ impl Module for RmsNorm {
         let line = format!("RMSNorm({}, eps={:e})", self.weight.shape()[0], self.eps);
         Summary::leaf(line, self.num_parameters())
     }
+
+    /// x / sqrt(mean(x²) + eps) · weight in primitive operators (opset 13+ has no RMSNorm).
+    fn to_onnx(
+        &self,
+        g: &mut crate::io::onnx::export::OnnxGraph,
+        prefix: &str,
+        x: &str,
+    ) -> Result<String> {
+        let w = g.initializer(&format!("{prefix}weight"), &self.weight)?;
+        let eps = g.scalar("eps", self.eps as f32)?;
+        let squares = g.node("Mul", &[x, x], &[]);
+        let mean = g.mean_last_axis(&squares)?;
+        let shifted = g.node("Add", &[&mean, &eps], &[]);
+        let rms = g.node("Sqrt", &[&shifted], &[]);
+        let normed = g.node("Div", &[x, &rms], &[]);
+        Ok(g.node("Mul", &[&normed, &w], &[]))
+    }
 }
 
 #[cfg(test)]

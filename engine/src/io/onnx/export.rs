@@ -5,7 +5,8 @@
 
 use super::proto::{
     attribute_type as at, data_type, AttributeProto, Dimension, GraphProto, ModelProto, NodeProto,
-    OperatorSetIdProto, TensorProto, TensorShapeProto, TypeProto, TypeProtoTensor, ValueInfoProto,
+    OperatorSetIdProto, StringStringEntryProto, TensorProto, TensorShapeProto, TypeProto,
+    TypeProtoTensor, ValueInfoProto,
 };
 use crate::{DType, Device, Error, Result, Tensor};
 use prost::Message;
@@ -24,12 +25,13 @@ pub enum Attr {
     Int(i64),
     Float(f32),
     Ints(Vec<i64>),
+    Str(&'static str),
 }
 
-/// A graph under construction: nodes in order, initializers, inputs and outputs. Value names
-/// come from `fresh`, so lowering code never collides with itself.
-#[derive(Default)]
+/// A graph under construction for one operator set: nodes in order, initializers, inputs and
+/// outputs. Value names come from `fresh`, so lowering code never collides with itself.
 pub struct OnnxGraph {
+    opset: i64,
     nodes: Vec<NodeProto>,
     initializers: Vec<TensorProto>,
     inputs: Vec<ValueInfoProto>,
@@ -37,8 +39,17 @@ pub struct OnnxGraph {
     counter: usize,
 }
 
-/// The F32 value info `name` with `dims`.
-fn value_info(name: &str, dims: &[Dim]) -> ValueInfoProto {
+/// The ONNX element type of graph inputs and outputs of `dtype`: token ids are I64, everything
+/// else is F32 (initializers and values are written in F32 whatever the model's dtype).
+fn elem_type(dtype: DType) -> i32 {
+    match dtype.is_float() {
+        true => data_type::FLOAT,
+        false => data_type::INT64,
+    }
+}
+
+/// The value info `name` of `dtype` with `dims`.
+fn value_info(name: &str, dims: &[Dim], dtype: DType) -> ValueInfoProto {
     let dim = dims
         .iter()
         .map(|d| match d {
@@ -56,7 +67,7 @@ fn value_info(name: &str, dims: &[Dim]) -> ValueInfoProto {
         name: name.into(),
         r#type: Some(TypeProto {
             tensor_type: Some(TypeProtoTensor {
-                elem_type: data_type::FLOAT,
+                elem_type: elem_type(dtype),
                 shape: Some(TensorShapeProto { dim }),
             }),
         }),
@@ -64,8 +75,21 @@ fn value_info(name: &str, dims: &[Dim]) -> ValueInfoProto {
 }
 
 impl OnnxGraph {
-    pub fn new() -> Self {
-        Self::default()
+    /// An empty graph for the default operator set `opset`; lowering code asks `opset()` where
+    /// an operator's signature changed between versions.
+    pub fn new(opset: i64) -> Self {
+        OnnxGraph {
+            opset,
+            nodes: Vec::new(),
+            initializers: Vec::new(),
+            inputs: Vec::new(),
+            outputs: Vec::new(),
+            counter: 0,
+        }
+    }
+
+    pub fn opset(&self) -> i64 {
+        self.opset
     }
 
     /// A value name not used before, starting with `hint`.
@@ -74,13 +98,13 @@ impl OnnxGraph {
         format!("{hint}_{}", self.counter)
     }
 
-    /// Declares a graph input.
-    pub fn input(&mut self, name: &str, dims: &[Dim]) -> String {
-        self.inputs.push(value_info(name, dims));
+    /// Declares a graph input of `dtype` (F32 for floats, I64 for integers).
+    pub fn input(&mut self, name: &str, dims: &[Dim], dtype: DType) -> String {
+        self.inputs.push(value_info(name, dims, dtype));
         name.into()
     }
 
-    /// Declares `value` a graph output under `name` (through an Identity when they differ).
+    /// Declares F32 `value` a graph output under `name` (through an Identity when they differ).
     pub fn output(&mut self, value: &str, name: &str, dims: &[Dim]) {
         if value != name {
             self.nodes.push(NodeProto {
@@ -91,13 +115,16 @@ impl OnnxGraph {
                 ..Default::default()
             });
         }
-        self.outputs.push(value_info(name, dims));
+        self.outputs.push(value_info(name, dims, DType::F32));
     }
 
-    /// A constant tensor named `name`, stored as F32 (a weight, or a shape as I64 when `t` is
-    /// I64). Returns the name to use as a node input.
+    /// A constant tensor named `name`, stored as F32 (a weight in any float dtype, or a shape
+    /// as I64 when `t` is I64). Returns the name to use as a node input.
     pub fn initializer(&mut self, name: &str, t: &Tensor) -> Result<String> {
-        let t = t.detach().to_device(Device::Cpu)?;
+        let mut t = t.detach().to_device(Device::Cpu)?;
+        if t.dtype().is_float() && t.dtype() != DType::F32 {
+            t = t.to_dtype(DType::F32)?;
+        }
         let (data_type, raw_data) = match t.dtype() {
             DType::I64 => (
                 data_type::INT64,
@@ -130,6 +157,24 @@ impl OnnxGraph {
         self.initializer(&name, &Tensor::from_vec(vec![v], &[])?)
     }
 
+    /// A 1-D I64 constant (axes, shapes, slice bounds), under a fresh name starting with `hint`.
+    pub fn ints(&mut self, hint: &str, values: &[i64]) -> Result<String> {
+        let name = self.fresh(hint);
+        self.initializer(&name, &Tensor::from_vec(values.to_vec(), &[values.len()])?)
+    }
+
+    /// The mean over the last axis, kept as a dimension of one: ReduceMean takes its axes as an
+    /// attribute up to opset 17 and as an input from 18.
+    pub fn mean_last_axis(&mut self, x: &str) -> Result<String> {
+        let keep = ("keepdims", Attr::Int(1));
+        Ok(if self.opset >= 18 {
+            let axes = self.ints("axes", &[-1])?;
+            self.node("ReduceMean", &[x, &axes], &[keep])
+        } else {
+            self.node("ReduceMean", &[x], &[keep, ("axes", Attr::Ints(vec![-1]))])
+        })
+    }
+
     /// Appends node `op` on `inputs` with `attrs`; returns its (single, fresh) output.
     pub fn node(&mut self, op: &str, inputs: &[&str], attrs: &[(&str, Attr)]) -> String {
         let out = self.fresh(&op.to_lowercase());
@@ -144,6 +189,7 @@ impl OnnxGraph {
                     Attr::Int(v) => (p.r#type, p.i) = (at::INT, *v),
                     Attr::Float(v) => (p.r#type, p.f) = (at::FLOAT, *v),
                     Attr::Ints(v) => (p.r#type, p.ints) = (at::INTS, v.clone()),
+                    Attr::Str(v) => (p.r#type, p.s) = (at::STRING, v.as_bytes().to_vec()),
                 }
                 p
             })
@@ -159,8 +205,9 @@ impl OnnxGraph {
         out
     }
 
-    /// The model around the graph, for the default operator set `opset`.
-    pub fn into_model(self, opset: i64, graph_name: &str) -> ModelProto {
+    /// The model around the graph.
+    pub fn into_model(self, graph_name: &str) -> ModelProto {
+        let opset = self.opset;
         ModelProto {
             // IR version 8 goes with opsets up to 18 (onnx/docs/Versioning.md).
             ir_version: if opset <= 18 { 8 } else { 9 },
@@ -200,6 +247,73 @@ impl Default for ExportOptions {
     }
 }
 
+impl ExportOptions {
+    /// The operator set, checked against the range the lowerings are written for.
+    pub fn checked_opset(&self) -> Result<i64> {
+        if !(13..=21).contains(&self.opset) {
+            return Err(Error::invalid(
+                "export_onnx",
+                format!("opset {} is not supported (13 to 21)", self.opset),
+            ));
+        }
+        Ok(self.opset)
+    }
+
+    /// Graph dimensions for `shape`: the first is the named `batch` under `dynamic_batch`.
+    pub fn dims(&self, shape: &[usize]) -> Vec<Dim> {
+        shape
+            .iter()
+            .enumerate()
+            .map(|(i, &n)| match i {
+                0 if self.dynamic_batch => Dim::Named("batch".into()),
+                _ => Dim::Fixed(n),
+            })
+            .collect()
+    }
+}
+
+/// A protobuf message cannot exceed 2 GiB, so weights beyond this total go to a side file.
+const INLINE_WEIGHT_LIMIT: usize = 1 << 30;
+
+/// Writes the model of graph `g` to `path`. When its weights pass 1 GiB they are stored
+/// beside it in `<file>.data` as ONNX external data (offsets aligned to 64 bytes), which
+/// onnxruntime and `onnx.load` read from the model's folder.
+pub fn write_model(g: OnnxGraph, path: impl AsRef<Path>) -> Result<()> {
+    let path = path.as_ref();
+    let mut model = g.into_model("main");
+    let graph = model.graph.as_mut().expect("into_model sets the graph");
+    let total: usize = graph.initializer.iter().map(|t| t.raw_data.len()).sum();
+    if total > INLINE_WEIGHT_LIMIT {
+        let file_name = format!(
+            "{}.data",
+            path.file_name()
+                .map_or("model.onnx".into(), |n| n.to_string_lossy())
+        );
+        let mut data = Vec::with_capacity(total);
+        for t in graph
+            .initializer
+            .iter_mut()
+            .filter(|t| t.raw_data.len() > 1024)
+        {
+            data.resize(data.len().next_multiple_of(64), 0);
+            let entry = |key: &str, value: String| StringStringEntryProto {
+                key: key.into(),
+                value,
+            };
+            t.external_data = vec![
+                entry("location", file_name.clone()),
+                entry("offset", data.len().to_string()),
+                entry("length", t.raw_data.len().to_string()),
+            ];
+            t.data_location = 1;
+            data.append(&mut t.raw_data);
+        }
+        let data_path = path.with_file_name(&file_name);
+        std::fs::write(&data_path, data).map_err(|e| Error::io(&data_path, e))?;
+    }
+    std::fs::write(path, model.encode_to_vec()).map_err(|e| Error::io(path, e))
+}
+
 /// Writes `module` as an ONNX model whose input `input` has `input_shape` (batch first) and whose
 /// output is `output`; the module must be in eval mode's behaviour (dropout is left out).
 pub fn export_module(
@@ -208,30 +322,14 @@ pub fn export_module(
     path: impl AsRef<Path>,
     opts: &ExportOptions,
 ) -> Result<()> {
-    if !(13..=21).contains(&opts.opset) {
-        return Err(Error::invalid(
-            "export_onnx",
-            format!("opset {} is not supported (13 to 21)", opts.opset),
-        ));
-    }
+    let mut g = OnnxGraph::new(opts.checked_opset()?);
     if input_shape.is_empty() {
         return Err(Error::invalid(
             "export_onnx",
             "the input shape needs at least the batch dimension",
         ));
     }
-    let dims = |shape: &[usize]| -> Vec<Dim> {
-        shape
-            .iter()
-            .enumerate()
-            .map(|(i, &n)| match i {
-                0 if opts.dynamic_batch => Dim::Named("batch".into()),
-                _ => Dim::Fixed(n),
-            })
-            .collect()
-    };
-    let mut g = OnnxGraph::new();
-    let x = g.input("input", &dims(input_shape));
+    let x = g.input("input", &opts.dims(input_shape), DType::F32);
     let y = module.to_onnx(&mut g, "", &x)?;
     // The output's shape, from running the module once on zeros of the input's shape.
     let probe = Tensor::zeros(input_shape, DType::F32, Device::Cpu)?;
@@ -241,8 +339,6 @@ pub fn export_module(
         .map(|p| p.device())
         .unwrap_or(Device::Cpu);
     let out = crate::no_grad(|| module.forward(&probe.to_device(module_device)?))?;
-    g.output(&y, "output", &dims(out.dims()));
-    let bytes = g.into_model(opts.opset, "main").encode_to_vec();
-    let path = path.as_ref();
-    std::fs::write(path, bytes).map_err(|e| Error::io(path, e))
+    g.output(&y, "output", &opts.dims(out.dims()));
+    write_model(g, path)
 }

@@ -13,6 +13,7 @@ mod gguf;
 mod kv_cache;
 mod mask;
 mod model;
+mod onnx;
 mod params;
 mod rope;
 #[cfg(test)]

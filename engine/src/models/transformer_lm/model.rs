@@ -116,6 +116,11 @@ impl TransformerLm {
         self.embed_tokens.weight.dtype()
     }
 
+    /// The rotary tables' source (the ONNX export writes them out).
+    pub(super) fn rotary(&self) -> &Rotary {
+        &self.rope
+    }
+
     pub fn precision(&self) -> Precision {
         self.precision
     }

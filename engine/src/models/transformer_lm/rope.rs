@@ -48,7 +48,7 @@ impl Rotary {
 
     /// cos and sin of every (position, dim) as F32, computed the way `transformers` does: the
     /// inverse frequencies in F32, then position * inv_freq in F32.
-    fn host_tables(&self, rows: usize) -> (Vec<f32>, Vec<f32>) {
+    pub(super) fn host_tables(&self, rows: usize) -> (Vec<f32>, Vec<f32>) {
         let half = self.head_dim / 2;
         let inv_freq: Vec<f32> = (0..half)
             .map(|i| (1.0 / self.theta.powf((2 * i) as f64 / self.head_dim as f64)) as f32)

@@ -2,6 +2,7 @@
 //! `Module` methods (parameter names, buffers, train mode) follow from that list, so names come
 //! out as ultralytics writes them (`cv1.conv.weight`, `m.0.cv2.bn.running_mean`).
 
+use crate::io::onnx::export::{Attr, OnnxGraph};
 use crate::nn::{prefixed, Module};
 use crate::{Result, Tensor};
 
@@ -12,6 +13,8 @@ pub trait Block: Send + Sync {
     fn children_mut(&mut self) -> Vec<&mut dyn Module>;
     fn training(&self) -> bool;
     fn set_training(&mut self, on: bool);
+    /// The eval-mode forward as ONNX operators reading value `x` (see `Module::to_onnx`).
+    fn lower(&self, g: &mut OnnxGraph, prefix: &str, x: &str) -> Result<String>;
 }
 
 impl<B: Block> Module for B {
@@ -43,6 +46,35 @@ impl<B: Block> Module for B {
     fn is_training(&self) -> bool {
         self.training()
     }
+
+    fn to_onnx(&self, g: &mut OnnxGraph, prefix: &str, x: &str) -> Result<String> {
+        self.lower(g, prefix, x)
+    }
+}
+
+/// Lowers the named `child` of a block (its dotted name joins `prefix`).
+pub fn lower_child(
+    g: &mut OnnxGraph,
+    prefix: &str,
+    name: &str,
+    child: &dyn Module,
+    x: &str,
+) -> Result<String> {
+    child.to_onnx(g, &format!("{prefix}{name}."), x)
+}
+
+/// Channels [start, start + len) of NCHW value `x`.
+pub fn channel_slice(g: &mut OnnxGraph, x: &str, start: usize, len: usize) -> Result<String> {
+    let from = g.ints("start", &[start as i64])?;
+    let to = g.ints("end", &[(start + len) as i64])?;
+    let axis = g.ints("axis", &[1])?;
+    Ok(g.node("Slice", &[x, &from, &to, &axis], &[]))
+}
+
+/// Values joined along the channels.
+pub fn channel_concat(g: &mut OnnxGraph, xs: &[String]) -> String {
+    let xs: Vec<&str> = xs.iter().map(String::as_str).collect();
+    g.node("Concat", &xs, &[("axis", Attr::Int(1))])
 }
 
 /// `name.0`, `name.1`, ... for a list of children (a ModuleList or nn.Sequential).

@@ -2,8 +2,9 @@
 //! (a C2f whose inner blocks may be C3k), C3k, SPPF, and the position-sensitive attention of
 //! C2PSA. Field names are ultralytics' attribute names, so parameter names match checkpoints.
 
-use super::block::{indexed, indexed_mut, Block};
+use super::block::{channel_concat, channel_slice, indexed, indexed_mut, lower_child, Block};
 use super::conv::{ConvBn, ConvSpec};
+use crate::io::onnx::export::{Attr, OnnxGraph};
 use crate::nn::Module;
 use crate::{Generator, Result, Tensor};
 
@@ -63,6 +64,14 @@ impl Block for Bottleneck {
     fn children_mut(&mut self) -> Vec<&mut dyn Module> {
         vec![&mut self.cv1, &mut self.cv2]
     }
+    fn lower(&self, g: &mut OnnxGraph, prefix: &str, x: &str) -> Result<String> {
+        let y = lower_child(g, prefix, "cv1", &self.cv1, x)?;
+        let y = lower_child(g, prefix, "cv2", &self.cv2, &y)?;
+        Ok(match self.add {
+            true => g.node("Add", &[x, &y], &[]),
+            false => y,
+        })
+    }
     training_flag!();
 }
 
@@ -119,6 +128,15 @@ impl Block for C3 {
         let mut c: Vec<&mut dyn Module> = vec![&mut self.cv1, &mut self.cv2, &mut self.cv3];
         c.extend(indexed_mut(&mut self.m));
         c
+    }
+    fn lower(&self, g: &mut OnnxGraph, prefix: &str, x: &str) -> Result<String> {
+        let mut a = lower_child(g, prefix, "cv1", &self.cv1, x)?;
+        for (i, b) in self.m.iter().enumerate() {
+            a = lower_child(g, prefix, &format!("m.{i}"), b, &a)?;
+        }
+        let b = lower_child(g, prefix, "cv2", &self.cv2, x)?;
+        let joined = channel_concat(g, &[a, b]);
+        lower_child(g, prefix, "cv3", &self.cv3, &joined)
     }
     training_flag!();
 }
@@ -205,6 +223,19 @@ impl Block for C2f {
         c.extend(self.m.iter_mut().map(|b| b.as_mut() as &mut dyn Module));
         c
     }
+    fn lower(&self, g: &mut OnnxGraph, prefix: &str, x: &str) -> Result<String> {
+        let a = lower_child(g, prefix, "cv1", &self.cv1, x)?;
+        let mut ys = vec![
+            channel_slice(g, &a, 0, self.c)?,
+            channel_slice(g, &a, self.c, self.c)?,
+        ];
+        for (i, b) in self.m.iter().enumerate() {
+            let next = lower_child(g, prefix, &format!("m.{i}"), b.as_ref(), &ys[ys.len() - 1])?;
+            ys.push(next);
+        }
+        let joined = channel_concat(g, &ys);
+        lower_child(g, prefix, "cv2", &self.cv2, &joined)
+    }
     training_flag!();
 }
 
@@ -267,6 +298,25 @@ impl Block for Sppf {
     }
     fn children_mut(&mut self) -> Vec<&mut dyn Module> {
         vec![&mut self.cv1, &mut self.cv2]
+    }
+    fn lower(&self, g: &mut OnnxGraph, prefix: &str, x: &str) -> Result<String> {
+        let mut ys = vec![lower_child(g, prefix, "cv1", &self.cv1, x)?];
+        let (k, p) = (self.k as i64, (self.k / 2) as i64);
+        for _ in 0..self.n {
+            let attrs = [
+                ("kernel_shape", Attr::Ints(vec![k, k])),
+                ("strides", Attr::Ints(vec![1, 1])),
+                ("pads", Attr::Ints(vec![p, p, p, p])),
+            ];
+            let pooled = g.node("MaxPool", &[&ys[ys.len() - 1]], &attrs);
+            ys.push(pooled);
+        }
+        let joined = channel_concat(g, &ys);
+        let y = lower_child(g, prefix, "cv2", &self.cv2, &joined)?;
+        Ok(match self.add {
+            true => g.node("Add", &[&y, x], &[]),
+            false => y,
+        })
     }
     training_flag!();
 }
@@ -336,6 +386,43 @@ impl Block for Attention {
     fn children_mut(&mut self) -> Vec<&mut dyn Module> {
         vec![&mut self.qkv, &mut self.proj, &mut self.pe]
     }
+    fn lower(&self, g: &mut OnnxGraph, prefix: &str, x: &str) -> Result<String> {
+        let (kd, hd, nh) = (self.key_dim, self.head_dim, self.num_heads);
+        let qkv = lower_child(g, prefix, "qkv", &self.qkv, x)?;
+        // [B, heads, 2·kd + hd, pixels]; the batch stays dynamic (0 copies it).
+        let shape = g.ints("shape", &[0, nh as i64, (2 * kd + hd) as i64, -1])?;
+        let qkv = g.node("Reshape", &[&qkv, &shape], &[]);
+        let mut part = |start: usize, len: usize| -> Result<String> {
+            let (from, to) = (
+                g.ints("start", &[start as i64])?,
+                g.ints("end", &[(start + len) as i64])?,
+            );
+            let axis = g.ints("axis", &[2])?;
+            Ok(g.node("Slice", &[&qkv, &from, &to, &axis], &[]))
+        };
+        let (q, k, v) = (part(0, kd)?, part(kd, kd)?, part(2 * kd, hd)?);
+        let scale = g.scalar("scale", (kd as f32).powf(-0.5))?;
+        let q = g.node("Mul", &[&q, &scale], &[]);
+        let qt = g.node(
+            "Transpose",
+            &[&q],
+            &[("perm", Attr::Ints(vec![0, 1, 3, 2]))],
+        );
+        let scores = g.node("MatMul", &[&qt, &k], &[]);
+        let attn = g.node("Softmax", &[&scores], &[("axis", Attr::Int(-1))]);
+        let attn_t = g.node(
+            "Transpose",
+            &[&attn],
+            &[("perm", Attr::Ints(vec![0, 1, 3, 2]))],
+        );
+        let out = g.node("MatMul", &[&v, &attn_t], &[]);
+        let image = g.node("Shape", &[x], &[]);
+        let out = g.node("Reshape", &[&out, &image], &[]);
+        let v_image = g.node("Reshape", &[&v, &image], &[]);
+        let pos = lower_child(g, prefix, "pe", &self.pe, &v_image)?;
+        let sum = g.node("Add", &[&out, &pos], &[]);
+        lower_child(g, prefix, "proj", &self.proj, &sum)
+    }
     training_flag!();
 }
 
@@ -374,6 +461,13 @@ impl Block for PsaBlock {
         let mut c: Vec<&mut dyn Module> = vec![&mut self.attn];
         c.extend(indexed_mut(&mut self.ffn));
         c
+    }
+    fn lower(&self, g: &mut OnnxGraph, prefix: &str, x: &str) -> Result<String> {
+        let a = lower_child(g, prefix, "attn", &self.attn, x)?;
+        let x = g.node("Add", &[x, &a], &[]);
+        let f = lower_child(g, prefix, "ffn.0", &self.ffn[0], &x)?;
+        let f = lower_child(g, prefix, "ffn.1", &self.ffn[1], &f)?;
+        Ok(g.node("Add", &[&x, &f], &[]))
     }
     training_flag!();
 }
@@ -422,6 +516,16 @@ impl Block for C2Psa {
         let mut c: Vec<&mut dyn Module> = vec![&mut self.cv1, &mut self.cv2];
         c.extend(indexed_mut(&mut self.m));
         c
+    }
+    fn lower(&self, g: &mut OnnxGraph, prefix: &str, x: &str) -> Result<String> {
+        let y = lower_child(g, prefix, "cv1", &self.cv1, x)?;
+        let a = channel_slice(g, &y, 0, self.c)?;
+        let mut b = channel_slice(g, &y, self.c, self.c)?;
+        for (i, m) in self.m.iter().enumerate() {
+            b = lower_child(g, prefix, &format!("m.{i}"), m, &b)?;
+        }
+        let joined = channel_concat(g, &[a, b]);
+        lower_child(g, prefix, "cv2", &self.cv2, &joined)
     }
     training_flag!();
 }

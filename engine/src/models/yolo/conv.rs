@@ -3,9 +3,10 @@
 //! names are ultralytics' in both forms (`conv.weight`, `bn.*`; fused: `conv.weight`,
 //! `conv.bias`).
 
-use super::block::Block;
+use super::block::{lower_child, Block};
 use crate::backend::spec::UnaryOp;
-use crate::nn::{BatchNorm2d, Conv2d, Module};
+use crate::io::onnx::export::OnnxGraph;
+use crate::nn::{Activation, BatchNorm2d, Conv2d, Module};
 use crate::{Conv2dOptions, Generator, Result, Tensor};
 
 /// ultralytics' batch-norm settings (`initialize_weights`).
@@ -135,5 +136,16 @@ impl Block for ConvBn {
 
     fn set_training(&mut self, on: bool) {
         self.training = on;
+    }
+
+    fn lower(&self, g: &mut OnnxGraph, prefix: &str, x: &str) -> Result<String> {
+        let mut y = lower_child(g, prefix, "conv", &self.conv, x)?;
+        if let Some(bn) = &self.bn {
+            y = lower_child(g, prefix, "bn", bn, &y)?;
+        }
+        match self.act {
+            true => Activation::Silu.to_onnx(g, &y),
+            false => Ok(y),
+        }
     }
 }

@@ -5,8 +5,9 @@
 //! YOLOv8 (`legacy`) builds its class branch from two 3x3 convolutions; YOLO11 from a
 //! depth-wise 3x3 plus a 1x1, twice.
 
-use super::block::Block;
+use super::block::{lower_child, Block};
 use super::conv::{ConvBn, ConvSpec};
+use crate::io::onnx::export::{Attr, OnnxGraph};
 use crate::nn::{Conv2d, Module};
 use crate::{Conv2dOptions, DType, Device, Generator, Result, Tensor};
 use std::sync::Mutex;
@@ -268,5 +269,87 @@ impl Block for Detect {
 
     fn set_training(&mut self, on: bool) {
         self.training = on;
+    }
+
+    fn lower(&self, _g: &mut OnnxGraph, _prefix: &str, _x: &str) -> Result<String> {
+        Err(crate::Error::invalid(
+            "export_onnx",
+            "the detection head takes one feature map per level: lower it with lower_head()",
+        ))
+    }
+}
+
+impl Detect {
+    /// The head and its decoding as ONNX, from one feature-map value per level whose sizes
+    /// are `level_sizes` (fixed at export: the anchors are constants of the graph). Gives
+    /// [B, 4 + nc, A] as `decode` does.
+    pub fn lower_head(
+        &self,
+        g: &mut OnnxGraph,
+        prefix: &str,
+        feats: &[String],
+        level_sizes: &[(usize, usize)],
+    ) -> Result<String> {
+        let (mut boxes, mut scores) = (Vec::new(), Vec::new());
+        for (i, (level, x)) in self.levels.iter().zip(feats).enumerate() {
+            // The same child names as `children` gives.
+            let mut bx = x.clone();
+            for (j, c) in level.box_convs.iter().enumerate() {
+                bx = lower_child(g, prefix, &format!("cv2.{i}.{j}"), c, &bx)?;
+            }
+            bx = lower_child(g, prefix, &format!("cv2.{i}.2"), &level.box_out, &bx)?;
+            let mut cls = x.clone();
+            for (j, c) in level.class_convs.iter().enumerate() {
+                let name = match self.legacy {
+                    true => format!("cv3.{i}.{j}"),
+                    false => format!("cv3.{i}.{}.{}", j / 2, j % 2),
+                };
+                cls = lower_child(g, prefix, &name, c, &cls)?;
+            }
+            cls = lower_child(g, prefix, &format!("cv3.{i}.2"), &level.class_out, &cls)?;
+            let flat = |g: &mut OnnxGraph, v: &str, c: usize| -> Result<String> {
+                let shape = g.ints("shape", &[0, c as i64, -1])?;
+                Ok(g.node("Reshape", &[v, &shape], &[]))
+            };
+            boxes.push(flat(g, &bx, 4 * self.reg_max)?);
+            scores.push(flat(g, &cls, self.nc)?);
+        }
+        let cat2 = |g: &mut OnnxGraph, xs: &[String]| {
+            let xs: Vec<&str> = xs.iter().map(String::as_str).collect();
+            g.node("Concat", &xs, &[("axis", Attr::Int(2))])
+        };
+        let (boxes, scores) = (cat2(g, &boxes), cat2(g, &scores));
+        // DFL: softmax over each side's bins, weighted by the bin values, summed.
+        let shape = g.ints("shape", &[0, 4, self.reg_max as i64, -1])?;
+        let bins = g.node("Reshape", &[&boxes, &shape], &[]);
+        let probs = g.node("Softmax", &[&bins], &[("axis", Attr::Int(2))]);
+        let values = self.dfl.0.reshape_to(&[1, 1, self.reg_max, 1])?;
+        let values = g.initializer(&format!("{prefix}dfl.conv.weight"), &values)?;
+        let weighted = g.node("Mul", &[&probs, &values], &[]);
+        let axis = g.ints("axis", &[2])?;
+        let dist = g.node(
+            "ReduceSum",
+            &[&weighted, &axis],
+            &[("keepdims", Attr::Int(0))],
+        );
+        let (anchors, strides) = self.anchors_for(level_sizes, Device::Cpu, DType::F32)?;
+        let anchors = g.initializer(&format!("{prefix}anchors"), &anchors)?;
+        let strides = g.initializer(&format!("{prefix}strides"), &strides)?;
+        let side = |g: &mut OnnxGraph, start: i64| -> Result<String> {
+            let (from, to) = (g.ints("start", &[start])?, g.ints("end", &[start + 2])?);
+            let axis = g.ints("axis", &[1])?;
+            Ok(g.node("Slice", &[&dist, &from, &to, &axis], &[]))
+        };
+        let (lt, rb) = (side(g, 0)?, side(g, 2)?);
+        let x1y1 = g.node("Sub", &[&anchors, &lt], &[]);
+        let x2y2 = g.node("Add", &[&anchors, &rb], &[]);
+        let sum = g.node("Add", &[&x1y1, &x2y2], &[]);
+        let half = g.scalar("half", 0.5)?;
+        let centre = g.node("Mul", &[&sum, &half], &[]);
+        let size = g.node("Sub", &[&x2y2, &x1y1], &[]);
+        let grid = g.node("Concat", &[&centre, &size], &[("axis", Attr::Int(1))]);
+        let pixels = g.node("Mul", &[&grid, &strides], &[]);
+        let probs = g.node("Sigmoid", &[&scores], &[]);
+        Ok(g.node("Concat", &[&pixels, &probs], &[("axis", Attr::Int(1))]))
     }
 }

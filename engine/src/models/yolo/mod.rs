@@ -10,6 +10,7 @@ pub mod definitions;
 mod head;
 mod load;
 mod network;
+mod onnx;
 pub mod predict;
 #[cfg(test)]
 mod tests;

@@ -1,0 +1,228 @@
+//! ONNX export of a `TransformerLm`: token ids [batch, sequence] (I64) in, logits [batch,
+//! sequence, vocab] (F32) out, for any window up to `max_seq_len`. There is no KV cache in the
+//! graph: a runtime that decodes feeds the whole window each step.
+//!
+//! Everything is opset-13 primitives, computed as the eval-mode forward computes it:
+//! - the rotary tables are initializers of `max_seq_len` rows, sliced to the window's length;
+//! - the causal mask comes from a Range over the window (0 where a key is visible, -inf after),
+//!   so it costs no initializer of max_seq_len² values;
+//! - grouped key/value heads are repeated with Expand, as Hugging Face's `repeat_kv` does;
+//! - a tied head multiplies by the transposed embedding, so the weight is stored once.
+
+use super::attention::Attention;
+use super::block::Block;
+use super::feed_forward::SwiGlu;
+use super::TransformerLm;
+use crate::io::onnx::export::{write_model, Attr, Dim, ExportOptions, OnnxGraph};
+use crate::nn::{Activation, Module};
+use crate::{DType, Result, Tensor};
+use std::path::Path;
+
+/// Values every layer reads: the window's rotary tables and the causal mask.
+struct Window {
+    cos: String,
+    sin: String,
+    mask: Option<String>,
+}
+
+impl TransformerLm {
+    /// Writes the model as ONNX: input `input_ids`, output `logits`. The sequence dimension is
+    /// always named (`sequence`); the batch is named under `opts.dynamic_batch`, else 1.
+    pub fn export_onnx(&self, path: impl AsRef<Path>, opts: &ExportOptions) -> Result<()> {
+        let c = &self.config;
+        let mut g = OnnxGraph::new(opts.checked_opset()?);
+        let batch = match opts.dynamic_batch {
+            true => Dim::Named("batch".into()),
+            false => Dim::Fixed(1),
+        };
+        let seq = Dim::Named("sequence".into());
+        let ids = g.input("input_ids", &[batch.clone(), seq.clone()], DType::I64);
+        let window = self.window(&mut g, &ids)?;
+        let mut x = self
+            .embed_tokens
+            .to_onnx(&mut g, "model.embed_tokens.", &ids)?;
+        for (i, layer) in self.layers.iter().enumerate() {
+            x = layer.to_onnx(&mut g, &format!("model.layers.{i}."), &x, &window, c)?;
+        }
+        let x = self.norm.to_onnx(&mut g, "model.norm.", &x)?;
+        let logits = match &self.lm_head {
+            Some(head) => head.to_onnx(&mut g, "lm_head.", &x)?,
+            None => {
+                // The Gather above registered the embedding under this name.
+                let w = "model.embed_tokens.weight";
+                let wt = g.node("Transpose", &[w], &[("perm", Attr::Ints(vec![1, 0]))]);
+                g.node("MatMul", &[&x, &wt], &[])
+            }
+        };
+        g.output(&logits, "logits", &[batch, seq, Dim::Fixed(c.vocab_size)]);
+        write_model(g, path)
+    }
+
+    /// The rotary tables and the mask for the window of `ids` [batch, sequence].
+    fn window(&self, g: &mut OnnxGraph, ids: &str) -> Result<Window> {
+        let c = &self.config;
+        let rows = c.max_seq_len;
+        let (cos, sin) = self.rotary().host_tables(rows);
+        let hd = c.head_dim();
+        let cos = g.initializer("rope.cos", &Tensor::from_vec(cos, &[rows, hd])?)?;
+        let sin = g.initializer("rope.sin", &Tensor::from_vec(sin, &[rows, hd])?)?;
+        // The window's length as a 1-D [T] and a scalar T.
+        let shape = g.node("Shape", &[ids], &[]);
+        let one = g.ints("one", &[1])?;
+        let len = g.node("Gather", &[&shape, &one], &[]);
+        let (zero, axis0) = (g.ints("zero", &[0])?, g.ints("axis0", &[0])?);
+        let mut rows_of = |table: &str| g.node("Slice", &[table, &zero, &len, &axis0], &[]);
+        let (cos, sin) = (rows_of(&cos), rows_of(&sin));
+        let mask = match c.bidirectional {
+            true => None,
+            false => Some(causal_mask(g, &len)?),
+        };
+        Ok(Window { cos, sin, mask })
+    }
+}
+
+/// [T, T] additive mask: 0 where key j ≤ query i, -inf after.
+fn causal_mask(g: &mut OnnxGraph, len: &str) -> Result<String> {
+    let axis0 = g.ints("axis0", &[0])?;
+    let t = g.node("Squeeze", &[len, &axis0], &[]);
+    let start_name = g.fresh("start");
+    let start = g.initializer(&start_name, &Tensor::from_vec(vec![0i64], &[])?)?;
+    let step_name = g.fresh("step");
+    let step = g.initializer(&step_name, &Tensor::from_vec(vec![1i64], &[])?)?;
+    let positions = g.node("Range", &[&start, &t, &step], &[]);
+    let axis1 = g.ints("axis1", &[1])?;
+    let queries = g.node("Unsqueeze", &[&positions, &axis1], &[]);
+    let keys = g.node("Unsqueeze", &[&positions, &axis0], &[]);
+    let hidden = g.node("Greater", &[&keys, &queries], &[]);
+    let (neg_inf, zero) = (
+        g.scalar("neg_inf", f32::NEG_INFINITY)?,
+        g.scalar("zero", 0.0)?,
+    );
+    Ok(g.node("Where", &[&hidden, &neg_inf, &zero], &[]))
+}
+
+impl Block {
+    fn to_onnx(
+        &self,
+        g: &mut OnnxGraph,
+        prefix: &str,
+        x: &str,
+        w: &Window,
+        c: &super::LmConfig,
+    ) -> Result<String> {
+        let normed = self
+            .input_layernorm
+            .to_onnx(g, &format!("{prefix}input_layernorm."), x)?;
+        let attn = self
+            .self_attn
+            .to_onnx(g, &format!("{prefix}self_attn."), &normed, w, c)?;
+        let h = g.node("Add", &[x, &attn], &[]);
+        let normed = self.post_attention_layernorm.to_onnx(
+            g,
+            &format!("{prefix}post_attention_layernorm."),
+            &h,
+        )?;
+        let mlp = self.mlp.to_onnx(g, &format!("{prefix}mlp."), &normed)?;
+        Ok(g.node("Add", &[&h, &mlp], &[]))
+    }
+}
+
+impl Attention {
+    fn to_onnx(
+        &self,
+        g: &mut OnnxGraph,
+        prefix: &str,
+        x: &str,
+        w: &Window,
+        c: &super::LmConfig,
+    ) -> Result<String> {
+        let (h, kv, hd) = (c.n_heads, c.n_kv_heads, c.head_dim());
+        let heads = |g: &mut OnnxGraph, name: &str, n: usize| -> Result<String> {
+            let proj = match name {
+                "q_proj" => &self.q_proj,
+                "k_proj" => &self.k_proj,
+                _ => &self.v_proj,
+            };
+            let y = proj.to_onnx(g, &format!("{prefix}{name}."), x)?;
+            let shape = g.ints("shape", &[0, 0, n as i64, hd as i64])?;
+            let split = g.node("Reshape", &[&y, &shape], &[]);
+            Ok(g.node(
+                "Transpose",
+                &[&split],
+                &[("perm", Attr::Ints(vec![0, 2, 1, 3]))],
+            ))
+        };
+        let q = heads(g, "q_proj", h)?;
+        let k = heads(g, "k_proj", kv)?;
+        let v = heads(g, "v_proj", kv)?;
+        let q = rotate(g, &q, w, hd)?;
+        let k = rotate(g, &k, w, hd)?;
+        let k = repeat_kv(g, &k, h, kv, hd)?;
+        let v = repeat_kv(g, &v, h, kv, hd)?;
+        let kt = g.node(
+            "Transpose",
+            &[&k],
+            &[("perm", Attr::Ints(vec![0, 1, 3, 2]))],
+        );
+        let scores = g.node("MatMul", &[&q, &kt], &[]);
+        let scale = g.scalar("scale", 1.0 / (hd as f32).sqrt())?;
+        let mut scores = g.node("Mul", &[&scores, &scale], &[]);
+        if let Some(mask) = &w.mask {
+            scores = g.node("Add", &[&scores, mask], &[]);
+        }
+        let probs = g.node("Softmax", &[&scores], &[("axis", Attr::Int(-1))]);
+        let out = g.node("MatMul", &[&probs, &v], &[]);
+        let out = g.node(
+            "Transpose",
+            &[&out],
+            &[("perm", Attr::Ints(vec![0, 2, 1, 3]))],
+        );
+        let shape = g.ints("shape", &[0, 0, (h * hd) as i64])?;
+        let merged = g.node("Reshape", &[&out, &shape], &[]);
+        self.o_proj.to_onnx(g, &format!("{prefix}o_proj."), &merged)
+    }
+}
+
+/// x·cos + rotate_half(x)·sin over heads [B, H, T, hd], rotate_half(x) = (-x₂, x₁).
+fn rotate(g: &mut OnnxGraph, x: &str, w: &Window, hd: usize) -> Result<String> {
+    let half = (hd / 2) as i64;
+    let last = g.ints("axis", &[-1])?;
+    let (start, mid, end) = (
+        g.ints("start", &[0])?,
+        g.ints("mid", &[half])?,
+        g.ints("end", &[hd as i64])?,
+    );
+    let first = g.node("Slice", &[x, &start, &mid, &last], &[]);
+    let second = g.node("Slice", &[x, &mid, &end, &last], &[]);
+    let negated = g.node("Neg", &[&second], &[]);
+    let rotated = g.node("Concat", &[&negated, &first], &[("axis", Attr::Int(-1))]);
+    let a = g.node("Mul", &[x, &w.cos], &[]);
+    let b = g.node("Mul", &[&rotated, &w.sin], &[]);
+    Ok(g.node("Add", &[&a, &b], &[]))
+}
+
+/// [B, kv, T, hd] -> [B, h, T, hd], each key/value head repeated for its group of queries.
+fn repeat_kv(g: &mut OnnxGraph, x: &str, h: usize, kv: usize, hd: usize) -> Result<String> {
+    if h == kv {
+        return Ok(x.into());
+    }
+    let axis = g.ints("axis", &[2])?;
+    let grouped = g.node("Unsqueeze", &[x, &axis], &[]);
+    let reps = g.ints("reps", &[1, 1, (h / kv) as i64, 1, 1])?;
+    let expanded = g.node("Expand", &[&grouped, &reps], &[]);
+    let shape = g.ints("shape", &[0, h as i64, -1, hd as i64])?;
+    Ok(g.node("Reshape", &[&expanded, &shape], &[]))
+}
+
+impl SwiGlu {
+    fn to_onnx(&self, g: &mut OnnxGraph, prefix: &str, x: &str) -> Result<String> {
+        let gate = self
+            .gate_proj
+            .to_onnx(g, &format!("{prefix}gate_proj."), x)?;
+        let up = self.up_proj.to_onnx(g, &format!("{prefix}up_proj."), x)?;
+        let act = Activation::Silu.to_onnx(g, &gate)?;
+        let gated = g.node("Mul", &[&act, &up], &[]);
+        self.down_proj
+            .to_onnx(g, &format!("{prefix}down_proj."), &gated)
+    }
+}
