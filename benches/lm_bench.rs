@@ -1,8 +1,10 @@
 //! Language-model benchmarks on the GPU, beside `torch_lm_bench.py` (run both in one call):
-//! - train: tokens/s and peak memory of full training steps (BF16 mixed precision, fused
-//!   cross-entropy, fused AdamW) for the 124M LLaMA shape exactly as the PyTorch script builds
-//!   it: d 768, 12 layers, 12 heads (12 kv heads), SwiGLU 2048, no biases, tied embeddings,
-//!   vocab 50304, batch 16 x 1024. Timed like the script: 5 warm-up steps, then 20.
+//! - train: tokens/s, MFU and peak memory of full training steps (BF16 mixed precision, fused
+//!   cross-entropy, fused AdamW), shaped exactly as `benches/torch_lm_bench.py` builds them:
+//!   `--shape 124m` (the default: d 768, 12 layers, 12 heads, SwiGLU 2048, no biases, tied
+//!   embeddings, vocab 50304, batch 16 x 1024) or `--shape 1.1b` (d 2048, 22 layers, 32 heads
+//!   over 4 kv heads, ffn 5632, vocab 32000, untied, batch 8 x 2048), or the single flags.
+//!   Timed like the script: 5 warm-up steps, then 20.
 //! - decode: greedy tokens/s of a 1.1B LLaMA shape (d 2048, 22 layers, 32 heads, 4 kv heads,
 //!   ffn 5632, vocab 32000) in BF16, a 128-token prompt then 256 new tokens, batch 1 and 16.
 //!
@@ -25,13 +27,38 @@ use std::time::Instant;
 
 const GIB: f64 = (1u64 << 30) as f64;
 
-fn arg(name: &str, default: usize) -> usize {
+/// The value after flag `name` on the command line.
+fn flag(name: &str) -> Option<String> {
     let args: Vec<String> = std::env::args().collect();
-    args.iter()
-        .position(|a| a == name)
-        .and_then(|i| args.get(i + 1))
+    let i = args.iter().position(|a| a == name)?;
+    args.get(i + 1).cloned()
+}
+
+/// A numeric flag; under `--shape`, the named shape's value unless the flag is given.
+fn arg(name: &str, default: usize) -> usize {
+    let shaped = match flag("--shape").as_deref() {
+        Some("1.1b") => match name {
+            "--batch" => Some(8),
+            "--seq" => Some(2048),
+            "--vocab" => Some(32000),
+            "--d" => Some(2048),
+            "--layers" => Some(22),
+            "--heads" => Some(32),
+            "--kv-heads" => Some(4),
+            "--ffn" => Some(5632),
+            _ => None,
+        },
+        _ => None,
+    };
+    flag(name)
         .and_then(|v| v.parse().ok())
+        .or(shaped)
         .unwrap_or(default)
+}
+
+/// The head is untied under `--untied` or `--shape 1.1b` (TinyLlama's layout).
+fn untied() -> bool {
+    std::env::args().any(|a| a == "--untied") || flag("--shape").as_deref() == Some("1.1b")
 }
 
 /// The bench model, its optimizer and the one batch every step trains on.
@@ -48,6 +75,8 @@ fn setup(d: Device) -> Result<Setup> {
     );
     c.n_heads = arg("--heads", 12);
     c.n_kv_heads = arg("--kv-heads", c.n_heads);
+    c.ffn_hidden = arg("--ffn", c.ffn_hidden);
+    c.tied_embeddings = !untied();
     c.max_seq_len = seq;
     let model = TransformerLm::new_on(c.clone(), &mut Generator::new(0), DType::F32, d)?;
     let opt = AdamW::new(
@@ -89,12 +118,13 @@ fn train(dev: &cuda::CudaDevice, d: Device) -> Result<serde_json::Value> {
     );
     let flops = 6.0 * n * tk + 12.0 * l * dm * seq as f64 * tk;
     Ok(json!({
-        "name": "rusting_brain llama train, bf16 mixed",
+        "name": format!("rusting_brain llama {} train, bf16 mixed", flag("--shape").unwrap_or_else(|| format!("{}x{}", c.d_model, c.n_layers))),
         "params_m": (n / 1e5).round() / 10.0,
         "batch": batch, "seq": seq,
         "step_ms": (dt * 1e5).round() / 100.0,
         "tokens_per_s": (tk / dt).round(),
         "mfu_pct_of_989tf": (flops / dt / 989e12 * 1000.0).round() / 10.0,
+        "mfu_pct_of_790tf": (flops / dt / 790e12 * 1000.0).round() / 10.0,
         "loss": (loss * 1000.0).round() / 1000.0,
         "peak_mem_gib": (dev.peak_memory()? as f64 / GIB * 10.0).round() / 10.0,
         "phases_ms": phases,
