@@ -173,3 +173,45 @@ fn every_text_and_token_function_has_help() {
         );
     }
 }
+
+#[test]
+fn encode_adds_the_template_tokens_only_when_asked() {
+    // A published-style file whose post-processor puts <|endoftext|> (id 0) before the text.
+    let fixture = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../tests/fixtures/tokenizer/hf_gpt2.tokenizer.json"
+    );
+    let mut v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(fixture).unwrap()).unwrap();
+    v["post_processor"] = serde_json::json!({"type": "TemplateProcessing",
+        "single": [{"SpecialToken": {"id": "<|endoftext|>", "type_id": 0}},
+                   {"Sequence": {"id": "A", "type_id": 0}}],
+        "pair": [], "special_tokens": {"<|endoftext|>":
+            {"id": "<|endoftext|>", "ids": [0], "tokens": ["<|endoftext|>"]}}});
+    let dir = std::env::temp_dir().join(format!("rb_text_api_template_{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("tokenizer.json");
+    std::fs::write(&path, v.to_string()).unwrap();
+    let src = format!(
+        "let tok = text::load_tokenizer({:?}); \
+         [tok.encode(\"the cat\"), tok.encode(\"the cat\", #{{ add_special_tokens: true }}), \
+          tok.encode(\"the cat\", #{{ add_special_tokens: false }})]",
+        path.display().to_string()
+    );
+    let out = eval(&src).unwrap().into_array().unwrap();
+    let ids = |d: &Dynamic| -> Vec<i64> {
+        d.clone()
+            .into_array()
+            .unwrap()
+            .into_iter()
+            .map(|x| x.as_int().unwrap())
+            .collect()
+    };
+    let (plain, templated, off) = (ids(&out[0]), ids(&out[1]), ids(&out[2]));
+    assert_eq!(templated[0], 0);
+    assert_eq!(templated[1..], plain[..]);
+    assert_eq!(off, plain);
+    let typo = eval(&src.replace("add_special_tokens: true", "add_special: true")).unwrap_err();
+    assert!(typo.contains("add_special_tokens"), "{typo}");
+    std::fs::remove_dir_all(&dir).ok();
+}

@@ -141,6 +141,20 @@ pub fn register(engine: &mut Engine) {
         );
         api.method("encode", "tok.encode(text) -> array", "The token ids of a string (added tokens such as <|endoftext|> included, no template tokens).", with_tokenizer!("let ids = tok.encode(\"Hello world\");"), |t: &mut Tokenizer, s: &str| guard(|| t.encode(s)).map(|ids| id_array(&ids)));
         api.method(
+            "encode",
+            "tok.encode(text, #{ add_special_tokens }) -> array",
+            "The token ids of a string; with add_special_tokens: true, inside the tokenizer.json post-processor's template (the BOS token of LLaMA-3, for example), as Hugging Face's encode does by default.",
+            with_tokenizer!("let ids = tok.encode(\"Hello world\", #{ add_special_tokens: true });"),
+            |t: &mut Tokenizer, s: &str, opts: Map| -> RhaiResult<Array> {
+                let o = Options::new("encode", opts, &["add_special_tokens"])?;
+                let ids = match o.bool("add_special_tokens", false)? {
+                    true => guard(|| t.encode_with_template(s))?,
+                    false => guard(|| t.encode(s))?,
+                };
+                Ok(id_array(&ids))
+            },
+        );
+        api.method(
             "encode_tensor",
             "tok.encode_tensor(text) -> Tensor",
             "The token ids of a string as an i64 tensor [n] on the default device.",
