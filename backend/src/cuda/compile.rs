@@ -55,6 +55,7 @@ kernel_file!(INDEX, "index.cu");
 kernel_file!(CONV, "conv.cu");
 kernel_file!(DEPTHWISE, "depthwise.cu");
 kernel_file!(NMS, "nms.cu");
+kernel_file!(QUANT_MATMUL, "quant_matmul.cu");
 kernel_file!(POOL, "pool.cu");
 kernel_file!(OPTIM, "optim.cu");
 kernel_file!(ATTENTION, "attention.cu");
@@ -71,6 +72,7 @@ pub const ALL_FILES: &[&KernelFile] = &[
     &CONV,
     &DEPTHWISE,
     &NMS,
+    &QUANT_MATMUL,
     &POOL,
     &OPTIM,
     &NORM,

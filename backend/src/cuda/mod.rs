@@ -20,6 +20,7 @@ pub mod norm;
 pub mod optim;
 pub mod pool;
 mod probe;
+pub mod quant_matmul;
 pub mod random;
 pub mod reduce;
 pub mod rope;

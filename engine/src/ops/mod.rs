@@ -14,6 +14,7 @@ pub mod loss;
 pub mod matmul;
 pub mod norm;
 pub mod pool;
+pub mod quant_matmul;
 pub mod reduce;
 pub mod rope;
 pub mod softmax;

@@ -1,0 +1,144 @@
+//! Products with a weight kept in one of ggml's block formats (a GGUF file's Q8_0, Q4_1 or
+//! Q4_K bytes, unchanged), so a quantized model stays quantized in device memory and a decode
+//! step reads a quarter to a half of BF16's bytes.
+//!
+//! On CUDA, up to eight activation rows go through a dequantizing GEMV that reads every weight
+//! byte once; more rows dequantize the weight to the activations' dtype and multiply on
+//! cuBLAS. On the CPU the weight is dequantized (bit-equal to ggml's reference) and multiplied.
+//! There is no gradient for the weight: quantized weights are frozen.
+
+use super::dispatch::cuda_kernel;
+use crate::backend::cuda::quant_matmul::{self as cuda, BlockFormat};
+use crate::backend::Storage;
+use crate::io::gguf::ggml_type::{self as ty, GgmlType};
+use crate::io::gguf::quants;
+use crate::{DType, Device, Error, Result, Tensor};
+
+/// A weight [rows, cols] as raw ggml blocks (a U8 tensor on the CPU or a device).
+#[derive(Clone)]
+pub struct QuantizedMatrix {
+    bytes: Tensor,
+    format: BlockFormat,
+    rows: usize,
+    cols: usize,
+}
+
+/// Activation rows up to which the GEMV beats dequantizing and a GEMM.
+const GEMV_MAX_ROWS: usize = 8;
+
+fn ggml_type(format: BlockFormat) -> GgmlType {
+    match format {
+        BlockFormat::Q8_0 => ty::Q8_0,
+        BlockFormat::Q4_1 => ty::Q4_1,
+        BlockFormat::Q4_K => ty::Q4_K,
+    }
+}
+
+impl QuantizedMatrix {
+    /// The format a GGUF tensor type keeps on the device, if the kernels read it.
+    pub fn format_of(t: GgmlType) -> Option<BlockFormat> {
+        [BlockFormat::Q8_0, BlockFormat::Q4_1, BlockFormat::Q4_K]
+            .into_iter()
+            .find(|&f| ggml_type(f) == t)
+    }
+
+    /// `bytes` as a [rows, cols] matrix of `format` blocks, rows of whole blocks.
+    pub fn new(bytes: Vec<u8>, format: BlockFormat, [rows, cols]: [usize; 2]) -> Result<Self> {
+        let want = format.matrix_bytes(rows, cols)?;
+        if bytes.len() != want {
+            return Err(Error::invalid(
+                "QuantizedMatrix",
+                format!(
+                    "a {rows}×{cols} {} matrix takes {want} bytes, got {}",
+                    format.name(),
+                    bytes.len()
+                ),
+            ));
+        }
+        let n = bytes.len();
+        Ok(QuantizedMatrix {
+            bytes: Tensor::from_vec(bytes, &[n])?,
+            format,
+            rows,
+            cols,
+        })
+    }
+
+    pub fn to_device(&self, device: Device) -> Result<Self> {
+        Ok(QuantizedMatrix {
+            bytes: self.bytes.to_device(device)?,
+            ..self.clone()
+        })
+    }
+
+    pub fn device(&self) -> Device {
+        self.bytes.device()
+    }
+
+    pub fn format(&self) -> BlockFormat {
+        self.format
+    }
+
+    /// [rows, cols].
+    pub fn shape(&self) -> [usize; 2] {
+        [self.rows, self.cols]
+    }
+
+    /// The bytes the blocks take (what one product reads).
+    pub fn size_in_bytes(&self) -> usize {
+        self.bytes.numel()
+    }
+
+    /// The dense [rows, cols] matrix in `dtype` (F32 or BF16 on CUDA; any float on the CPU).
+    pub fn dequantize(&self, dtype: DType) -> Result<Tensor> {
+        let shape = [self.rows, self.cols];
+        match self.device() {
+            Device::Cpu => {
+                let bytes = self.bytes.to_vec::<u8>()?;
+                let values = quants::dequantize(ggml_type(self.format), &bytes)?;
+                Tensor::from_vec(values, &shape)?.to_dtype(dtype)
+            }
+            Device::Cuda(_) => {
+                let s = cuda_kernel("dequantize", [&self.bytes], |[(w, _)]| {
+                    cuda::dequantize(w, self.format, shape, dtype)
+                })?;
+                Tensor::from_storage(Storage::Cuda(s), &shape)
+            }
+        }
+    }
+
+    /// x [..., cols] · Wᵀ -> [..., rows], in x's dtype (F32 or BF16 on CUDA).
+    pub fn matmul_t(&self, x: &Tensor) -> Result<Tensor> {
+        let k = self.cols;
+        if x.shape().last() != Some(&k) {
+            return Err(Error::invalid(
+                "quantized matmul",
+                format!(
+                    "a [{}, {k}] weight multiplies [..., {k}] inputs, got {:?}",
+                    self.rows,
+                    x.shape()
+                ),
+            ));
+        }
+        let m = x.numel() / k;
+        let mut out_shape = x.shape().to_vec();
+        if let Some(last) = out_shape.last_mut() {
+            *last = self.rows;
+        }
+        let dense = |x: &Tensor| -> Result<Tensor> {
+            x.reshape_to(&[m, k])?
+                .matmul(&self.dequantize(x.dtype())?.t()?)?
+                .reshape_to(&out_shape)
+        };
+        match x.device() {
+            Device::Cuda(_) if m <= GEMV_MAX_ROWS => {
+                let x = x.contiguous()?;
+                let s = cuda_kernel("quantized matmul", [&self.bytes, &x], |[(w, _), (xs, l)]| {
+                    cuda::quant_gemv(w, self.format, [self.rows, k], xs, l.offset(), m)
+                })?;
+                Tensor::from_storage(Storage::Cuda(s), &out_shape)
+            }
+            _ => dense(x),
+        }
+    }
+}
