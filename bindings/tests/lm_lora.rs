@@ -41,10 +41,21 @@ fn lora_trains_only_the_adapters_and_an_adapter_dir_round_trips() {
         d = dir.path().display()
     );
     let out = run(&src).unwrap().cast::<rhai::Array>();
-    assert_eq!(out[0].as_int().unwrap(), 2 * 3 * 2, "A and B per target per layer");
+    assert_eq!(
+        out[0].as_int().unwrap(),
+        2 * 3 * 2,
+        "A and B per target per layer"
+    );
     assert!(out[1].as_bool().unwrap(), "training must lower the loss");
-    assert!(out[2].as_bool().unwrap(), "the trained adapters must change the logits");
-    assert_eq!(out[3].as_float().unwrap(), 0.0, "reloaded adapters give the same logits");
+    assert!(
+        out[2].as_bool().unwrap(),
+        "the trained adapters must change the logits"
+    );
+    assert_eq!(
+        out[3].as_float().unwrap(),
+        0.0,
+        "reloaded adapters give the same logits"
+    );
     assert!(out[4].as_float().unwrap() < 1e-4, "merged: {}", out[4]);
     assert!(out[5].as_bool().unwrap(), "no adapters after merging");
     assert!(dir.path().join("adapter_config.json").exists());
@@ -60,7 +71,10 @@ fn bad_lora_settings_and_a_missing_adapter_get_errors_that_name_them() {
     let e = run("lm::lora(model, #{ rnak: 4 })").unwrap_err();
     assert!(e.contains("unknown option rnak"), "{e}");
     let e = run("lm::load_adapter(model, \"/nonexistent/adapter\")").unwrap_err();
-    assert!(e.contains("/nonexistent/adapter/adapter_config.json"), "{e}");
+    assert!(
+        e.contains("/nonexistent/adapter/adapter_config.json"),
+        "{e}"
+    );
     let e = run("model.merge_lora()").unwrap_err();
     assert!(e.contains("no LoRA adapters"), "{e}");
 }

@@ -14,7 +14,12 @@ use std::path::Path;
 const COMMAND: &str = "python3 tests/fixtures/peft/make_peft_fixture.py tests/fixtures/peft";
 
 fn write_inputs(root: &Path) {
-    save_pretrained(&tiny_base(), root.join("base"), &PretrainedOptions::default()).unwrap();
+    save_pretrained(
+        &tiny_base(),
+        root.join("base"),
+        &PretrainedOptions::default(),
+    )
+    .unwrap();
     peft::save_adapter(&tiny_adapted(), root.join("adapter"), None).unwrap();
 }
 
@@ -50,8 +55,14 @@ fn the_fixture_adapter_moves_the_logits_well_past_the_tolerance() {
     peft::load_adapter(&mut model, root.join("adapter")).unwrap();
     let adapted = logits(&model, &ids).to_vec_f32().unwrap();
     let max_ref = base.iter().fold(0f32, |m, v| m.max(v.abs()));
-    let moved = base.iter().zip(&adapted).fold(0f32, |m, (a, b)| m.max((a - b).abs()));
-    assert!(moved / max_ref > 1e-2, "the adapter moves the logits by {moved} of {max_ref}");
+    let moved = base
+        .iter()
+        .zip(&adapted)
+        .fold(0f32, |m, (a, b)| m.max((a - b).abs()));
+    assert!(
+        moved / max_ref > 1e-2,
+        "the adapter moves the logits by {moved} of {max_ref}"
+    );
 }
 
 #[test]
@@ -72,7 +83,10 @@ fn adapted_and_merged_logits_match_peft() {
     assert!(err < 1e-4, "adapted logits: relative error {err}");
     // The adapter must matter, or the comparison above says nothing about it.
     let effect = expected["adapter_effect"].as_f64().unwrap();
-    assert!(effect > 1e-2, "the adapter changes the logits by only {effect}");
+    assert!(
+        effect > 1e-2,
+        "the adapter changes the logits by only {effect}"
+    );
 
     model.merge_lora().unwrap();
     let err = relative_error(&logits(&model, &ids), &expected, "merged_logits");

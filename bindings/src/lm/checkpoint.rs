@@ -9,8 +9,8 @@ use crate::options::Options;
 use rhai::{Dynamic, Map, INT};
 use rusting_brain::models::transformer_lm::checkpoint::{self, Checkpoint};
 use rusting_brain::models::transformer_lm::pretrained::{self, PretrainedOptions};
-use rusting_brain::text::Tokenizer;
 use rusting_brain::models::transformer_lm::TrainState;
+use rusting_brain::text::Tokenizer;
 use rusting_brain::DType;
 use std::sync::Arc;
 

@@ -96,7 +96,11 @@ pub fn register(engine: &mut Engine) {
             with_lm!("print(model.num_parameters())"),
             |m: &mut Lm| {
                 let model = m.lock();
-                model.trainable_parameters().iter().map(|t| t.numel()).sum::<usize>() as INT
+                model
+                    .trainable_parameters()
+                    .iter()
+                    .map(|t| t.numel())
+                    .sum::<usize>() as INT
             },
         );
         api.method(

@@ -88,8 +88,13 @@ impl Linear {
             ));
         }
         let placement = (self.weight.dtype(), self.weight.device());
-        let adapter =
-            LoraAdapter::new(self.in_features(), self.out_features(), spec, placement, gen)?;
+        let adapter = LoraAdapter::new(
+            self.in_features(),
+            self.out_features(),
+            spec,
+            placement,
+            gen,
+        )?;
         for (_, t) in weight_and_bias(Some(&self.weight), self.bias.as_ref()) {
             t.set_grad(None);
             t.set_requires_grad(false)?;

@@ -147,8 +147,10 @@ mod tests {
         lin.add_lora(spec(1), &mut Generator::new(0)).unwrap();
         let lora = lin.lora().unwrap();
         no_grad(|| {
-            lora.a.copy_(&Tensor::from_vec(vec![1f32, 2.], &[1, 2]).unwrap())?;
-            lora.b.copy_(&Tensor::from_vec(vec![0.5f32, -1.], &[2, 1]).unwrap())
+            lora.a
+                .copy_(&Tensor::from_vec(vec![1f32, 2.], &[1, 2]).unwrap())?;
+            lora.b
+                .copy_(&Tensor::from_vec(vec![0.5f32, -1.], &[2, 1]).unwrap())
         })
         .unwrap();
         let x = Tensor::from_vec(vec![1f32, 1., 2., 0.], &[1, 2, 2]).unwrap();
@@ -171,6 +173,9 @@ mod tests {
         assert!(err.to_string().contains("rank must be at least 1"), "{err}");
         lin.add_lora(spec(2), &mut Generator::new(0)).unwrap();
         let err = lin.add_lora(spec(2), &mut Generator::new(0)).unwrap_err();
-        assert!(err.to_string().contains("already has a LoRA adapter"), "{err}");
+        assert!(
+            err.to_string().contains("already has a LoRA adapter"),
+            "{err}"
+        );
     }
 }

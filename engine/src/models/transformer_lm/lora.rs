@@ -138,7 +138,10 @@ impl TransformerLm {
     /// again, as a model made by `new` does. Without adapters this is an error.
     pub fn merge_lora(&mut self) -> Result<()> {
         if self.lora.is_none() {
-            return Err(Error::invalid("merge_lora", "the model has no LoRA adapters"));
+            return Err(Error::invalid(
+                "merge_lora",
+                "the model has no LoRA adapters",
+            ));
         }
         for (_, _, linear) in self.projections_mut() {
             linear.merge_lora()?;

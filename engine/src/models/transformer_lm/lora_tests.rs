@@ -41,13 +41,18 @@ fn logits(m: &TransformerLm) -> Vec<f32> {
 }
 
 fn bits(t: &Tensor) -> Vec<u32> {
-    t.to_vec_f32().unwrap().iter().map(|v| v.to_bits()).collect()
+    t.to_vec_f32()
+        .unwrap()
+        .iter()
+        .map(|v| v.to_bits())
+        .collect()
 }
 
 /// A model with adapters on three projections, trained for a few AdamW steps.
 fn trained(seed: u64) -> TransformerLm {
     let mut m = TransformerLm::new(config(), &mut Generator::new(seed)).unwrap();
-    m.add_lora(lora(&["q_proj", "v_proj", "down_proj"])).unwrap();
+    m.add_lora(lora(&["q_proj", "v_proj", "down_proj"]))
+        .unwrap();
     let cfg = AdamWConfig {
         lr: 1e-2,
         ..Default::default()
@@ -77,7 +82,10 @@ fn lora_training_changes_the_adapters_and_leaves_every_base_weight_bit_equal() {
         .collect();
     // 2 layers x 3 targets x (A, B).
     assert_eq!(trainable.len(), 12, "{trainable:?}");
-    assert!(trainable.iter().all(|n| is_adapter_name(n)), "{trainable:?}");
+    assert!(
+        trainable.iter().all(|n| is_adapter_name(n)),
+        "{trainable:?}"
+    );
     let before = base.state_dict();
     for (name, t) in m.named_parameters() {
         match before.get(&name) {
@@ -128,7 +136,10 @@ fn add_lora_names_each_bad_setting() {
     ] {
         assert!(msg.contains(needle), "{needle:?} not in {msg}");
     }
-    assert!(m.lora_config().is_none(), "a refused config changes nothing");
+    assert!(
+        m.lora_config().is_none(),
+        "a refused config changes nothing"
+    );
     assert!(m.parameters().iter().all(|t| t.requires_grad()));
     m.add_lora(lora(&["o_proj"])).unwrap();
     let msg = m.add_lora(lora(&["o_proj"])).unwrap_err().to_string();

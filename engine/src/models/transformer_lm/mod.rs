@@ -19,11 +19,11 @@ mod mask;
 mod model;
 mod params;
 pub mod peft;
+#[cfg(test)]
+mod peft_tests;
 pub mod pretrained;
 #[cfg(test)]
 mod pretrained_tests;
-#[cfg(test)]
-mod peft_tests;
 mod rope;
 #[cfg(test)]
 mod tests;

@@ -116,9 +116,8 @@ pub fn load_adapter(model: &mut TransformerLm, dir: impl AsRef<Path>) -> Result<
             expected.insert(format!("{PEFT_PREFIX}{name}.lora_B.weight"), vec![o, r]);
         }
     }
-    check_tensors(&expected, &file).map_err(|msg| {
-        Error::StateDict(format!("{}: {msg}", weights_path.display()))
-    })?;
+    check_tensors(&expected, &file)
+        .map_err(|msg| Error::StateDict(format!("{}: {msg}", weights_path.display())))?;
     model.add_lora(config.clone())?;
     let state: BTreeMap<String, Tensor> = file
         .into_iter()
@@ -190,7 +189,11 @@ fn lora_config_from_peft(text: &str) -> std::result::Result<LoraConfig, String> 
     refuse("bias", &|v| v == "none", "only \"none\"");
     refuse("fan_in_fan_out", &is_false, "weights are [out, in]");
     refuse("use_dora", &is_false, "no DoRA");
-    refuse("modules_to_save", &|v| v.as_array().is_some_and(|a| a.is_empty()), "adapters only");
+    refuse(
+        "modules_to_save",
+        &|v| v.as_array().is_some_and(|a| a.is_empty()),
+        "adapters only",
+    );
     refuse("layers_to_transform", &|_| false, "every layer is adapted");
     refuse("rank_pattern", &empty, "one rank for all");
     refuse("alpha_pattern", &empty, "one alpha for all");
@@ -213,7 +216,11 @@ fn lora_config_from_peft(text: &str) -> std::result::Result<LoraConfig, String> 
     let targets = match field("target_modules") {
         Some(Value::Array(items)) => items
             .iter()
-            .map(|t| t.as_str().map(str::to_string).ok_or(format!("target {t} is not a name")))
+            .map(|t| {
+                t.as_str()
+                    .map(str::to_string)
+                    .ok_or(format!("target {t} is not a name"))
+            })
             .collect::<std::result::Result<Vec<_>, _>>()?,
         Some(Value::String(s)) => {
             return Err(format!(
@@ -228,7 +235,9 @@ fn lora_config_from_peft(text: &str) -> std::result::Result<LoraConfig, String> 
         alpha: number("lora_alpha", 8.0)?,
         dropout: number("lora_dropout", 0.0)?,
         targets,
-        use_rslora: field("use_rslora").and_then(Value::as_bool).unwrap_or(false),
+        use_rslora: field("use_rslora")
+            .and_then(Value::as_bool)
+            .unwrap_or(false),
         seed: 0,
     };
     config.validate().map_err(|e| e.to_string())?;

@@ -34,7 +34,9 @@ fn adapted() -> TransformerLm {
     .unwrap();
     for (i, (name, t)) in m.named_parameters().into_iter().enumerate() {
         if name.contains("lora_B") {
-            let v: Vec<f32> = (0..t.numel()).map(|k| ((k + i) % 7) as f32 * 0.05 - 0.15).collect();
+            let v: Vec<f32> = (0..t.numel())
+                .map(|k| ((k + i) % 7) as f32 * 0.05 - 0.15)
+                .collect();
             no_grad(|| t.copy_(&Tensor::from_vec(v, t.shape()).unwrap())).unwrap();
         }
     }
@@ -88,7 +90,10 @@ fn adapter_files_use_peft_names_and_config_fields() {
     assert_eq!(v["r"], 2);
     assert_eq!(v["lora_alpha"], 6.0);
     assert_eq!(v["lora_dropout"], 0.1);
-    assert_eq!(v["target_modules"], serde_json::json!(["q_proj", "gate_proj"]));
+    assert_eq!(
+        v["target_modules"],
+        serde_json::json!(["q_proj", "gate_proj"])
+    );
     assert_eq!(v["bias"], "none");
     assert_eq!(v["base_model_name_or_path"], "tiny-base");
 }
@@ -130,7 +135,10 @@ fn an_adapter_of_another_rank_or_width_is_refused_naming_the_tensors() {
     c.ffn_hidden = 32;
     let mut wide = TransformerLm::new(c, &mut Generator::new(0)).unwrap();
     let msg = load_adapter(&mut wide, dir.path()).unwrap_err().to_string();
-    assert!(msg.contains("mlp.gate_proj.lora_B.weight has shape [24, 2], the model needs [32, 2]"), "{msg}");
+    assert!(
+        msg.contains("mlp.gate_proj.lora_B.weight has shape [24, 2], the model needs [32, 2]"),
+        "{msg}"
+    );
 }
 
 #[test]
@@ -158,6 +166,8 @@ fn a_second_adapter_on_an_adapted_model_is_refused() {
     let mut m = saved(dir.path());
     let msg = load_adapter(&mut m, dir.path()).unwrap_err().to_string();
     assert!(msg.contains("already has LoRA adapters"), "{msg}");
-    let msg = save_adapter(&base(), dir.path(), None).unwrap_err().to_string();
+    let msg = save_adapter(&base(), dir.path(), None)
+        .unwrap_err()
+        .to_string();
     assert!(msg.contains("no LoRA adapters"), "{msg}");
 }

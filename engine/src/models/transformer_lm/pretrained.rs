@@ -215,7 +215,9 @@ pub fn load_weights(dir: &Path) -> Result<BTreeMap<String, Tensor>> {
             .ok_or_else(|| bad(format!("weight_map[{name:?}] is not a file name")))?;
         // Shards sit beside the index: a path elsewhere is refused, not followed.
         if file.contains(['/', '\\']) || file == ".." || file.is_empty() {
-            return Err(bad(format!("shard name {file:?} is not a file in the directory")));
+            return Err(bad(format!(
+                "shard name {file:?} is not a file in the directory"
+            )));
         }
         by_file.entry(file).or_default().insert(name.as_str());
     }

@@ -45,7 +45,9 @@ fn a_sharded_save_writes_three_shards_and_an_index_and_loads_back_equal() {
     let dir = tempfile::tempdir().unwrap();
     let m = sharded(dir.path());
     for i in 1..=3 {
-        let f = dir.path().join(format!("model-0000{i}-of-00003.safetensors"));
+        let f = dir
+            .path()
+            .join(format!("model-0000{i}-of-00003.safetensors"));
         assert!(f.exists(), "{} missing", f.display());
     }
     assert!(!dir.path().join(WEIGHTS).exists());
@@ -53,7 +55,10 @@ fn a_sharded_save_writes_three_shards_and_an_index_and_loads_back_equal() {
     assert_eq!(index["metadata"]["total_size"], 20800);
     let map = index["weight_map"].as_object().unwrap();
     assert_eq!(map.len(), m.named_parameters().len());
-    assert_eq!(map["model.embed_tokens.weight"], "model-00001-of-00003.safetensors");
+    assert_eq!(
+        map["model.embed_tokens.weight"],
+        "model-00001-of-00003.safetensors"
+    );
     assert_eq!(map["lm_head.weight"], "model-00003-of-00003.safetensors");
     let back = load_pretrained(dir.path(), DType::F32, Device::Cpu).unwrap();
     assert_eq!(logits(&back), logits(&m));
@@ -87,7 +92,11 @@ fn bos_and_eos_ids_go_to_the_config_and_the_generation_config() {
     save_pretrained(&model(), dir.path(), &opts).unwrap();
     for file in ["config.json", "generation_config.json"] {
         let v = read_json(&dir.path().join(file));
-        assert_eq!((v["bos_token_id"].clone(), v["eos_token_id"].clone()), (1.into(), 2.into()), "{file}");
+        assert_eq!(
+            (v["bos_token_id"].clone(), v["eos_token_id"].clone()),
+            (1.into(), 2.into()),
+            "{file}"
+        );
     }
 }
 
