@@ -263,7 +263,7 @@ pub fn parse_size(text: &str) -> Result<u64> {
     };
     let value = number.parse::<f64>().map(|n| n * unit_bytes);
     match value {
-        Ok(v) if v.is_finite() && v >= 1.0 && v < 1e18 => Ok(v as u64),
+        Ok(v) if (1.0..1e18).contains(&v) => Ok(v as u64),
         _ => Err(Error::invalid(
             "max_shard_size",
             format!("{text:?} is not a size (bytes, or a number with KB, MB, GB, KiB, MiB, GiB)"),
