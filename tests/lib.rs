@@ -3,3 +3,4 @@
 pub mod alloc_meter;
 pub mod assets;
 pub mod corruption;
+pub mod lm_fixtures;

@@ -5,7 +5,7 @@
 //! to the error transformers itself shows in BF16 on the same fixture (see below).
 
 use rusting_brain::io::safetensors;
-use rusting_brain::models::transformer_lm::checkpoint::load_pretrained;
+use rusting_brain::models::transformer_lm::pretrained::load_pretrained;
 use rusting_brain::models::transformer_lm::{Precision, TransformerLm};
 use rusting_brain::nn::Module;
 use rusting_brain::{backend::cuda, no_grad, DType, Device, Tensor};

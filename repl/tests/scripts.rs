@@ -49,9 +49,25 @@ fn every_script_runs_on_tiny_settings() {
     );
     let shapes = format!("dir={}", dir.path().join("shapes").display());
     let out = format!("out={}", dir.path().display());
+    let tiny_gguf =
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/gguf/tiny_llama.gguf");
+    let tiny_gguf = format!("gguf={}", tiny_gguf.display());
+    std::fs::create_dir_all(dir.path().join("finetune_text")).unwrap();
+    std::fs::write(dir.path().join("finetune_text/a.txt"), story(3)).unwrap();
+    let finetune_text = format!("text={}", dir.path().join("finetune_text").display());
     // Each script gets the arguments it declares (an unknown one is refused), at tiny sizes.
     let tiny = |name: &str| -> Vec<&str> {
         match name {
+            "finetune_lora.rhai" => vec![
+                &tiny_gguf,
+                &finetune_text,
+                "steps=3",
+                "rank=2",
+                "seq=16",
+                "batch=2",
+                "max_new_tokens=4",
+                &out,
+            ],
             "make_shapes.rhai" => vec![&shapes, "train=2", "val=3", "imgsz=64"],
             "mlp_spirals.rhai" => vec!["steps=20", "n=40", "hidden=8", &out],
             "quickstart.rhai" | "train_lm.rhai" => vec!["steps=20", "size=tiny", &out],
@@ -226,6 +242,44 @@ fn story(seed: usize) -> String {
             )
         })
         .collect()
+}
+
+#[test]
+fn finetune_lora_saves_a_peft_adapter_and_samples_before_and_after() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("story.txt"), story(4)).unwrap();
+    let gguf =
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/gguf/tiny_llama.gguf");
+    let out = run_script(
+        &dir,
+        "finetune_lora.rhai",
+        &[
+            &format!("gguf={}", gguf.display()),
+            &format!("text={}", dir.path().join("story.txt").display()),
+            "steps=6",
+            "rank=4",
+            "targets=q_proj,v_proj,down_proj",
+            "seq=16",
+            "max_new_tokens=3",
+            "prompt=The cat",
+        ],
+    );
+    let stdout = text(&out.stdout);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    // 2 layers x (q_proj 32->32, v_proj 32->16, down_proj 64->32) at rank 4.
+    let per_layer = 4 * (32 + 32) + 4 * (32 + 16) + 4 * (64 + 32);
+    assert!(
+        stdout.contains(&format!("{} trainable parameters", 2 * per_layer)),
+        "{stdout}"
+    );
+    assert!(stdout.contains("before: The cat"), "{stdout}");
+    assert!(stdout.contains("after: The cat"), "{stdout}");
+    let config = std::fs::read_to_string(dir.path().join("adapter/adapter_config.json")).unwrap();
+    assert!(config.contains("\"r\": 4"), "{config}");
+    assert!(dir
+        .path()
+        .join("adapter/adapter_model.safetensors")
+        .exists());
 }
 
 #[test]

@@ -11,7 +11,7 @@ use rusting_brain::io::torch::{load_pt, module_state_dict, state_dict};
 use rusting_brain::models::transformer_lm::generate::{
     generate, Flow, GenerateOptions, SamplingOptions,
 };
-use rusting_brain::models::transformer_lm::{checkpoint, load_gguf, TransformerLm};
+use rusting_brain::models::transformer_lm::{checkpoint, load_gguf, pretrained, TransformerLm};
 use rusting_brain::nn::Module;
 use rusting_brain::optim::{AdamW, AdamWConfig};
 use rusting_brain::text::Tokenizer;
@@ -142,7 +142,7 @@ fn read_checkpoint(p: &Path) -> Result<()> {
 
 fn read_pretrained(p: &Path) -> Result<()> {
     let dir = p.parent().unwrap_or(Path::new("."));
-    let model = checkpoint::load_pretrained(dir, DType::F32, Device::Cpu)?;
+    let model = pretrained::load_pretrained(dir, DType::F32, Device::Cpu)?;
     run_model(&model)
 }
 

@@ -8,7 +8,9 @@ use crate::optim::Optim;
 use crate::options::Options;
 use rhai::{Dynamic, Map, INT};
 use rusting_brain::models::transformer_lm::checkpoint::{self, Checkpoint};
+use rusting_brain::models::transformer_lm::pretrained::{self, PretrainedOptions};
 use rusting_brain::models::transformer_lm::TrainState;
+use rusting_brain::text::Tokenizer;
 use rusting_brain::DType;
 use std::sync::Arc;
 
@@ -85,28 +87,50 @@ pub fn config(c: &mut ScriptCheckpoint) -> Map {
     super::model::config_map(&c.0.config)
 }
 
-/// Writes `config.json` and `model.safetensors` (weights only) as `transformers` lays them out.
-pub fn save_pretrained(m: &mut Lm, dir: &str) -> RhaiResult<String> {
-    std::fs::create_dir_all(dir).map_err(|e| runtime_error(format!("cannot create {dir}: {e}")))?;
-    let model = m.lock();
-    let config = checkpoint::config_json(&model.config);
-    let path = std::path::Path::new(dir).join("config.json");
-    std::fs::write(&path, config)
-        .map_err(|e| runtime_error(format!("cannot write {}: {e}", path.display())))?;
-    use rusting_brain::nn::Module;
-    let weights = model.state_dict();
-    let meta = std::collections::HashMap::from([("format".to_string(), "pt".to_string())]);
-    guard(|| {
-        rusting_brain::io::safetensors::save(
-            std::path::Path::new(dir).join("model.safetensors"),
-            &weights,
-            Some(meta),
-        )
-    })?;
+/// Writes the model as `transformers` lays it out (`config.json`, `generation_config.json`,
+/// the weights, sharded above `max_shard_size`, and `tokenizer.json` when one is given).
+pub fn save_pretrained(m: &mut Lm, dir: &str, opts: Map) -> RhaiResult<String> {
+    let o = Options::new(
+        "save_pretrained",
+        opts,
+        &["tokenizer", "max_shard_size", "bos_id", "eos_id"],
+    )?;
+    let tokenizer = match o.get("tokenizer") {
+        Some(v) => Some(v.clone().try_cast::<Tokenizer>().ok_or_else(|| {
+            runtime_error(format!(
+                "save_pretrained option tokenizer: expected a Tokenizer, got {}",
+                v.type_name()
+            ))
+        })?),
+        None => None,
+    };
+    let max_shard_size = match o.get("max_shard_size") {
+        None => pretrained::DEFAULT_MAX_SHARD_SIZE,
+        Some(v) if v.is_string() => {
+            let text = o.string("max_shard_size")?.unwrap_or_default();
+            guard(|| pretrained::parse_size(&text))?
+        }
+        Some(_) => o.usize("max_shard_size", 0)? as u64,
+    };
+    let id = |key: &str| -> RhaiResult<Option<u32>> {
+        match o.get(key) {
+            None => Ok(None),
+            Some(_) => u32::try_from(o.int(key, 0)?).map(Some).map_err(|_| {
+                runtime_error(format!("save_pretrained option {key}: not a token id"))
+            }),
+        }
+    };
+    let options = PretrainedOptions {
+        max_shard_size,
+        tokenizer: tokenizer.as_ref(),
+        bos_id: id("bos_id")?,
+        eos_id: id("eos_id")?,
+    };
+    guard(|| pretrained::save_pretrained(&m.lock(), dir, &options))?;
     Ok(dir.to_string())
 }
 
 pub fn load_pretrained(dir: &str) -> RhaiResult<Lm> {
     let device = crate::tensor::default_device();
-    guard(|| checkpoint::load_pretrained(dir, DType::F32, device)).map(Lm::new)
+    guard(|| pretrained::load_pretrained(dir, DType::F32, device)).map(Lm::new)
 }

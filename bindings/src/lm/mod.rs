@@ -4,6 +4,7 @@
 mod checkpoint;
 mod generate;
 mod gguf;
+mod lora;
 mod model;
 mod text;
 
@@ -54,7 +55,7 @@ pub fn register(engine: &mut Engine) {
         api.func(
             "load_pretrained",
             "lm::load_pretrained(dir) -> LanguageModel",
-            "Loads a Hugging Face LLaMA directory (config.json + model.safetensors).",
+            "Loads a Hugging Face LLaMA directory (config.json + model.safetensors, or shards listed in model.safetensors.index.json).",
             with_lm!("model.save_pretrained(\"tiny-llama\"); let model = lm::load_pretrained(\"tiny-llama\");"),
             |d: &str| checkpoint::load_pretrained(d),
         );
@@ -84,16 +85,23 @@ pub fn register(engine: &mut Engine) {
         api.method(
             "parameters",
             "model.parameters() -> array",
-            "The trainable tensors, for an optimizer.",
+            "The trainable tensors, for an optimizer (only the LoRA adapters after lm::lora).",
             with_lm!("let opt = optim::adamw(model.parameters(), #{ lr: 1e-3 });"),
             |m: &mut Lm| model::parameters(m),
         );
         api.method(
             "num_parameters",
             "model.num_parameters() -> int",
-            "How many numbers the model trains.",
+            "How many numbers the model trains (only the adapters' after lm::lora).",
             with_lm!("print(model.num_parameters())"),
-            |m: &mut Lm| m.lock().num_parameters() as INT,
+            |m: &mut Lm| {
+                let model = m.lock();
+                model
+                    .trainable_parameters()
+                    .iter()
+                    .map(|t| t.numel())
+                    .sum::<usize>() as INT
+            },
         );
         api.method(
             "config",
@@ -140,9 +148,58 @@ pub fn register(engine: &mut Engine) {
         api.method(
             "save_pretrained",
             "model.save_pretrained(dir) -> dir",
-            "Writes config.json and model.safetensors as Hugging Face transformers loads them (its save_pretrained; `export` is a reserved word in Rhai).",
+            "Writes config.json, generation_config.json and model.safetensors as Hugging Face transformers loads them (its save_pretrained; `export` is a reserved word in Rhai).",
             with_lm!("model.save_pretrained(\"out/hf\");"),
+            |m: &mut Lm, dir: &str| checkpoint::save_pretrained(m, dir, Map::new()),
+        );
+        api.method(
+            "save_pretrained",
+            "model.save_pretrained(dir, #{ tokenizer, max_shard_size, bos_id, eos_id }) -> dir",
+            "Like save_pretrained(dir), with tokenizer.json written beside the weights (its end-of-text token is the eos id unless eos_id is given) and the weights split into model-00001-of-0000N.safetensors shards with model.safetensors.index.json above max_shard_size (bytes or \"5GB\", \"200MiB\"; default 5GB).",
+            with_tokenizer_and_lm!("model.save_pretrained(\"out/hf\", #{ tokenizer: tok, max_shard_size: \"10KB\" }); let back = lm::load_pretrained(\"out/hf\");"),
             checkpoint::save_pretrained,
+        );
+        api.func(
+            "lora",
+            "lm::lora(model, #{ rank, alpha, dropout, targets, rslora, seed }) -> LanguageModel",
+            "Adds LoRA adapters (PEFT's init: A kaiming-uniform, B zero) to the named projections of every layer (targets from q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj; default q_proj and v_proj; rank 8, alpha 8) and freezes every other weight, so model.parameters() is then the adapters. Changes the model in place and returns it.",
+            with_lm!("lm::lora(model, #{ rank: 4, alpha: 8, targets: [\"q_proj\", \"v_proj\"] }); let opt = optim::adamw(model.parameters(), #{ lr: 1e-3 }); print(model.num_parameters());"),
+            lora::lora,
+        );
+        api.method(
+            "merge_lora",
+            "model.merge_lora()",
+            "Folds the LoRA adapters into the weights (W += B A alpha/rank) and removes them; every weight trains again.",
+            with_lm!("lm::lora(model, #{ rank: 2 }); model.merge_lora();"),
+            lora::merge_lora,
+        );
+        api.method(
+            "lora_config",
+            "model.lora_config() -> #{ rank, alpha, dropout, targets, rslora } | ()",
+            "The adapters' settings, or () when the model has none.",
+            with_lm!("lm::lora(model, #{ rank: 2 }); print(model.lora_config().rank);"),
+            lora::lora_config,
+        );
+        api.method(
+            "save_adapter",
+            "model.save_adapter(dir) -> dir",
+            "Writes the LoRA adapters as PEFT does (adapter_config.json, adapter_model.safetensors), for PeftModel.from_pretrained or lm::load_adapter.",
+            with_lm!("lm::lora(model, #{ rank: 2 }); model.save_adapter(\"out/adapter\");"),
+            |m: &mut Lm, dir: &str| lora::save_adapter(m, dir, Map::new()),
+        );
+        api.method(
+            "save_adapter",
+            "model.save_adapter(dir, #{ base_model }) -> dir",
+            "Like save_adapter(dir), recording base_model (a path or hub name) as base_model_name_or_path.",
+            with_lm!("model.save_pretrained(\"out/base\"); lm::lora(model, #{ rank: 2 }); model.save_adapter(\"out/adapter\", #{ base_model: \"out/base\" });"),
+            lora::save_adapter,
+        );
+        api.func(
+            "load_adapter",
+            "lm::load_adapter(model, dir) -> LanguageModel",
+            "Adds the LoRA adapters of a PEFT adapter directory to a model without adapters (in place; returns it). Unsupported PEFT options, unknown targets and mis-shaped tensors are errors that name them.",
+            with_lm!("lm::lora(model, #{ rank: 2 }); model.save_adapter(\"out/adapter\"); model.merge_lora(); let base = lm::transformer(#{ vocab: 64, d_model: 16, layers: 1, heads: 2, max_seq_len: 32 }); lm::load_adapter(base, \"out/adapter\");"),
+            lora::load_adapter,
         );
         api.method(
             "export_onnx",

@@ -152,9 +152,10 @@ pub fn ids_to_array(ids: &[u32]) -> Array {
     ids.iter().map(|&t| Dynamic::from_int(t as INT)).collect()
 }
 
+/// The parameters an optimizer should train: all of them, or only the LoRA adapters.
 pub fn parameters(m: &Lm) -> Array {
     m.lock()
-        .parameters()
+        .trainable_parameters()
         .into_iter()
         .map(Dynamic::from)
         .collect()

@@ -1,13 +1,16 @@
 //! Linear: y = x W^T + b, with W shaped [out, in] as in PyTorch so checkpoints load unchanged.
+//! It may carry a LoRA adapter (`add_lora`), whose low-rank term its forward adds.
 
 use super::init::{kaiming_uniform_, uniform_, FanMode};
+use super::lora::{LoraAdapter, LoraSpec};
 use super::module::{new_parameter, weight_and_bias, Module};
 use super::summary::Summary;
-use crate::{Error, Generator, Result, Tensor};
+use crate::{no_grad, Error, Generator, Result, Tensor};
 
 pub struct Linear {
     pub weight: Tensor,
     pub bias: Option<Tensor>,
+    lora: Option<LoraAdapter>,
     training: bool,
 }
 
@@ -33,6 +36,7 @@ impl Linear {
         Ok(Linear {
             weight,
             bias,
+            lora: None,
             training: true,
         })
     }
@@ -57,6 +61,7 @@ impl Linear {
         Ok(Linear {
             weight,
             bias,
+            lora: None,
             training: true,
         })
     }
@@ -67,6 +72,54 @@ impl Linear {
 
     pub fn out_features(&self) -> usize {
         self.weight.shape()[0]
+    }
+
+    /// Freezes the weight and bias and adds a fresh LoRA adapter in the weight's dtype and
+    /// device.
+    pub fn add_lora(&mut self, spec: LoraSpec, gen: &mut Generator) -> Result<()> {
+        if self.lora.is_some() {
+            return Err(Error::invalid(
+                "lora",
+                format!(
+                    "Linear({}→{}) already has a LoRA adapter",
+                    self.in_features(),
+                    self.out_features()
+                ),
+            ));
+        }
+        let placement = (self.weight.dtype(), self.weight.device());
+        let adapter = LoraAdapter::new(
+            self.in_features(),
+            self.out_features(),
+            spec,
+            placement,
+            gen,
+        )?;
+        for (_, t) in weight_and_bias(Some(&self.weight), self.bias.as_ref()) {
+            t.set_grad(None);
+            t.set_requires_grad(false)?;
+        }
+        self.lora = Some(adapter);
+        Ok(())
+    }
+
+    pub fn lora(&self) -> Option<&LoraAdapter> {
+        self.lora.as_ref()
+    }
+
+    /// Folds the adapter into the weight (W += B A * scale, in place) and drops it; returns
+    /// whether there was one. The weight stays frozen: the caller decides what trains next.
+    pub fn merge_lora(&mut self) -> Result<bool> {
+        let Some(lora) = &self.lora else {
+            return Ok(false);
+        };
+        let delta = lora.merged_weight_delta()?;
+        no_grad(|| {
+            let merged = self.weight.add(&delta.to_dtype(self.weight.dtype())?)?;
+            self.weight.copy_(&merged)
+        })?;
+        self.lora = None;
+        Ok(true)
     }
 }
 
@@ -82,15 +135,20 @@ impl Module for Linear {
         }
         // Leading dims flattened into rows: one GEMM, and in backward the weight's gradient is
         // one GEMM over all rows instead of a batch of products summed afterwards.
+        let product = |rows: &Tensor| -> Result<Tensor> {
+            let y = rows.matmul(&self.weight.t()?)?;
+            match &self.lora {
+                Some(lora) => y.add(&lora.delta(rows, self.training)?),
+                None => Ok(y),
+            }
+        };
         let y = if x.rank() > 2 {
             let rows = x.numel() / self.in_features();
             let mut shape = x.shape().to_vec();
             shape[x.rank() - 1] = self.out_features();
-            x.reshape_to(&[rows, self.in_features()])?
-                .matmul(&self.weight.t()?)?
-                .reshape_to(&shape)?
+            product(&x.reshape_to(&[rows, self.in_features()])?)?.reshape_to(&shape)?
         } else {
-            x.matmul(&self.weight.t()?)?
+            product(x)?
         };
         match &self.bias {
             Some(b) => y.add(b),
@@ -98,8 +156,13 @@ impl Module for Linear {
         }
     }
 
+    /// The weight and bias, then the adapter's factors (`lora_A.weight`, `lora_B.weight`).
     fn named_parameters(&self) -> Vec<(String, Tensor)> {
-        weight_and_bias(Some(&self.weight), self.bias.as_ref())
+        let mut out = weight_and_bias(Some(&self.weight), self.bias.as_ref());
+        if let Some(lora) = &self.lora {
+            out.extend(lora.named_parameters());
+        }
+        out
     }
 
     fn train(&mut self, on: bool) {
@@ -111,12 +174,16 @@ impl Module for Linear {
     }
 
     fn summary(&self) -> Summary {
-        let line = format!(
-            "Linear(in={}, out={}, bias={})",
+        let mut line = format!(
+            "Linear(in={}, out={}, bias={}",
             self.in_features(),
             self.out_features(),
             self.bias.is_some()
         );
+        if let Some(lora) = &self.lora {
+            line.push_str(&format!(", lora_rank={}", lora.spec().rank));
+        }
+        line.push(')');
         Summary::leaf(line, self.num_parameters())
     }
 
@@ -131,6 +198,12 @@ impl Module for Linear {
         prefix: &str,
         x: &str,
     ) -> Result<String> {
+        if self.lora.is_some() {
+            return Err(Error::invalid(
+                "export_onnx",
+                format!("{prefix} has a LoRA adapter: merge it into the weight first (merge_lora)"),
+            ));
+        }
         let wt = g.initializer(
             &format!("{prefix}weight_t"),
             &self.weight.t()?.contiguous()?,

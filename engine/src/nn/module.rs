@@ -65,6 +65,15 @@ pub trait Module: Send + Sync {
             .collect()
     }
 
+    /// The parameters that require grad: what an optimizer takes. Parameters frozen by a LoRA
+    /// adapter (or by hand) are left out.
+    fn trainable_parameters(&self) -> Vec<Tensor> {
+        self.parameters()
+            .into_iter()
+            .filter(|t| t.requires_grad())
+            .collect()
+    }
+
     fn num_parameters(&self) -> usize {
         self.parameters().iter().map(|t| t.numel()).sum()
     }
@@ -106,7 +115,7 @@ pub trait Module: Send + Sync {
         state: &BTreeMap<String, Tensor>,
         strict: bool,
     ) -> Result<LoadReport> {
-        load_state_dict_impl(self.state_dict(), state, strict)
+        load_named(self.state_dict(), state, strict)
     }
 }
 
@@ -119,7 +128,8 @@ pub struct LoadReport {
     pub unexpected: Vec<String>,
 }
 
-fn load_state_dict_impl(
+/// Copies `state` into the tensors `own` names, all or nothing, as `load_state_dict` does.
+pub(crate) fn load_named(
     own: BTreeMap<String, Tensor>,
     state: &BTreeMap<String, Tensor>,
     strict: bool,

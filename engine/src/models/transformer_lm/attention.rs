@@ -128,28 +128,37 @@ impl Attention {
             "heads={}, kv_heads={}, head_dim={}, causal={}",
             self.n_heads, self.n_kv_heads, self.head_dim, self.causal
         );
-        let proj = |name: &str, l: &Linear| (name.to_string(), l.summary());
-        Summary::node(
-            "Attention",
-            vec![
-                proj("q_proj", &self.q_proj),
-                proj("k_proj", &self.k_proj),
-                proj("v_proj", &self.v_proj),
-                proj("o_proj", &self.o_proj),
-            ],
-        )
-        .with_detail(detail)
+        let children = self
+            .projections()
+            .into_iter()
+            .map(|(n, l)| (n.to_string(), l.summary()))
+            .collect();
+        Summary::node("Attention", children).with_detail(detail)
     }
 
     pub fn named_parameters(&self) -> Vec<(String, Tensor)> {
+        self.projections()
+            .into_iter()
+            .flat_map(|(n, l)| prefixed(n, l.named_parameters()))
+            .collect()
+    }
+
+    /// The four projections under their Hugging Face names.
+    pub fn projections(&self) -> [(&'static str, &Linear); 4] {
         [
             ("q_proj", &self.q_proj),
             ("k_proj", &self.k_proj),
             ("v_proj", &self.v_proj),
             ("o_proj", &self.o_proj),
         ]
-        .into_iter()
-        .flat_map(|(n, l)| prefixed(n, l.named_parameters()))
-        .collect()
+    }
+
+    pub fn projections_mut(&mut self) -> [(&'static str, &mut Linear); 4] {
+        [
+            ("q_proj", &mut self.q_proj),
+            ("k_proj", &mut self.k_proj),
+            ("v_proj", &mut self.v_proj),
+            ("o_proj", &mut self.o_proj),
+        ]
     }
 }

@@ -5,7 +5,7 @@
 //! reader; `transformers` needs only the config, which `config_json` gives as its
 //! `config.json`.
 
-use super::{LmConfig, TransformerLm};
+use super::{LmConfig, LoraConfig, TransformerLm};
 use crate::io::safetensors;
 use crate::nn::Module;
 use crate::optim::{Optimizer, OptimizerState, Schedule};
@@ -45,6 +45,9 @@ struct Header {
     config: Value,
     train: TrainState,
     optimizer: Option<OptimizerHeader>,
+    /// The adapters' config when the weights include LoRA adapters.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    lora: Option<LoraConfig>,
 }
 
 /// A loaded checkpoint.
@@ -53,6 +56,8 @@ pub struct Checkpoint {
     /// Weights in Hugging Face's names, on the CPU, in the dtype they were saved in.
     pub weights: BTreeMap<String, Tensor>,
     pub train: TrainState,
+    /// Set when the weights include LoRA adapters: `model()` adds them back.
+    pub lora: Option<LoraConfig>,
     optimizer: Option<(OptimizerState, Option<Schedule>, Option<f64>)>,
 }
 
@@ -87,6 +92,7 @@ pub fn save(
         config: model.config.to_hf_json(),
         train: train.clone(),
         optimizer,
+        lora: model.lora_config().cloned(),
     };
     let json = serde_json::to_string(&header)
         .map_err(|e| Error::format("checkpoint", format!("header: {e}")))?;
@@ -135,14 +141,22 @@ pub fn load(path: impl AsRef<Path>) -> Result<Checkpoint> {
         config,
         weights,
         train: header.train,
+        lora: header.lora,
         optimizer,
     })
 }
 
 impl Checkpoint {
-    /// The model, with its weights cast to `dtype` on `device`.
+    /// The model, with its weights cast to `dtype` on `device` (and its LoRA adapters, if it
+    /// was saved with them).
     pub fn model(&self, dtype: DType, device: Device) -> Result<TransformerLm> {
-        TransformerLm::from_tensors(self.config.clone(), &self.weights, dtype, device)
+        TransformerLm::from_tensors_with_lora(
+            self.config.clone(),
+            &self.weights,
+            self.lora.as_ref(),
+            dtype,
+            device,
+        )
     }
 
     pub fn has_optimizer(&self) -> bool {
@@ -165,19 +179,4 @@ impl Checkpoint {
 /// The config as `transformers`' `config.json`, for exporting the weights.
 pub fn config_json(config: &LmConfig) -> String {
     serde_json::to_string_pretty(&config.to_hf_json()).unwrap_or_default()
-}
-
-/// A model saved by `transformers` (`save_pretrained`): `config.json` and `model.safetensors`
-/// in `dir`, loaded in `dtype` on `device`.
-pub fn load_pretrained(
-    dir: impl AsRef<Path>,
-    dtype: DType,
-    device: Device,
-) -> Result<TransformerLm> {
-    let dir = dir.as_ref();
-    let config_path = dir.join("config.json");
-    let text = std::fs::read_to_string(&config_path).map_err(|e| Error::io(&config_path, e))?;
-    let config = LmConfig::from_json(&text)?;
-    let weights = safetensors::load(dir.join("model.safetensors"))?;
-    TransformerLm::from_tensors(config, &weights, dtype, device)
 }

@@ -32,12 +32,8 @@ impl SwiGlu {
 
     /// The printed form: the three projections.
     pub fn summary(&self) -> Summary {
-        let children = [
-            ("gate_proj", &self.gate_proj),
-            ("up_proj", &self.up_proj),
-            ("down_proj", &self.down_proj),
-        ];
-        let children = children
+        let children = self
+            .projections()
             .into_iter()
             .map(|(n, l)| (n.to_string(), l.summary()))
             .collect();
@@ -45,13 +41,26 @@ impl SwiGlu {
     }
 
     pub fn named_parameters(&self) -> Vec<(String, Tensor)> {
+        self.projections()
+            .into_iter()
+            .flat_map(|(n, l)| prefixed(n, l.named_parameters()))
+            .collect()
+    }
+
+    /// The three projections under their Hugging Face names.
+    pub fn projections(&self) -> [(&'static str, &Linear); 3] {
         [
             ("gate_proj", &self.gate_proj),
             ("up_proj", &self.up_proj),
             ("down_proj", &self.down_proj),
         ]
-        .into_iter()
-        .flat_map(|(n, l)| prefixed(n, l.named_parameters()))
-        .collect()
+    }
+
+    pub fn projections_mut(&mut self) -> [(&'static str, &mut Linear); 3] {
+        [
+            ("gate_proj", &mut self.gate_proj),
+            ("up_proj", &mut self.up_proj),
+            ("down_proj", &mut self.down_proj),
+        ]
     }
 }

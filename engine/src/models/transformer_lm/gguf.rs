@@ -33,7 +33,7 @@ pub struct GgufModel {
 }
 
 /// Loads the llama-architecture GGUF at `path` in `dtype` on `device` (the argument order of
-/// `checkpoint::load_pretrained`). The hyperparameters and the tokenizer are checked before any
+/// `pretrained::load_pretrained`). The hyperparameters and the tokenizer are checked before any
 /// tensor is read; tensors are dequantized one at a time.
 pub fn load_gguf(path: impl AsRef<Path>, dtype: DType, device: Device) -> Result<GgufModel> {
     let mut file = GgufFile::open(path)?;

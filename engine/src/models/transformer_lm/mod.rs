@@ -1,7 +1,8 @@
 //! The LLaMA family: a decoder-only transformer language model (config, rotary embeddings,
 //! grouped-query attention with a KV cache, SwiGLU feed-forward), its generation loop
 //! (`generate`), its training step and evaluation (`train`), checkpoints that resume exactly
-//! (`checkpoint`), and llama.cpp GGUF files (`gguf`).
+//! (`checkpoint`), Hugging Face's `save_pretrained` directories (`pretrained`), llama.cpp GGUF files (`gguf`), and LoRA fine-tuning (`lora`) with PEFT's
+//! adapter files (`peft`).
 
 mod attention;
 mod block;
@@ -11,10 +12,19 @@ mod feed_forward;
 pub mod generate;
 mod gguf;
 mod kv_cache;
+mod lora;
+#[cfg(test)]
+mod lora_tests;
 mod mask;
 mod model;
 mod onnx;
 mod params;
+pub mod peft;
+#[cfg(test)]
+mod peft_tests;
+pub mod pretrained;
+#[cfg(test)]
+mod pretrained_tests;
 mod rope;
 #[cfg(test)]
 mod tests;
@@ -29,6 +39,7 @@ pub use config::{swiglu_hidden, LmConfig};
 pub use feed_forward::SwiGlu;
 pub use gguf::{load_gguf, GgufInfo, GgufModel};
 pub use kv_cache::KvCache;
+pub use lora::{is_adapter_name, LoraConfig, LORA_TARGETS};
 pub use model::{Precision, TransformerLm};
 pub use rope::{Positions, Rotary};
 pub use train::{evaluate, train_step, Evaluation};

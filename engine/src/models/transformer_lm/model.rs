@@ -5,6 +5,7 @@
 use super::attention::{Step, Visibility};
 use super::block::Block;
 use super::kv_cache::KvCache;
+use super::lora::LoraConfig;
 use super::params::{check_config_against, ParamSource};
 use super::rope::{Positions, Rotary};
 use super::LmConfig;
@@ -32,6 +33,8 @@ pub struct TransformerLm {
     pub lm_head: Option<Linear>,
     rope: Rotary,
     precision: Precision,
+    /// The adapters' config while the projections carry LoRA adapters (`add_lora`).
+    pub(super) lora: Option<LoraConfig>,
     training: bool,
 }
 
@@ -96,16 +99,52 @@ impl TransformerLm {
             norm,
             lm_head,
             precision: Precision::Auto,
+            lora: None,
             training: true,
         })
     }
 
-    /// A copy with every parameter cast to `dtype` (BF16 weights for inference).
+    /// A copy with every parameter cast to `dtype` (BF16 weights for inference), adapters
+    /// included.
     pub fn with_dtype(&self, dtype: DType) -> Result<Self> {
         let state = self.state_dict();
-        let mut m = Self::from_tensors(self.config.clone(), &state, dtype, self.device())?;
+        let mut m = Self::from_tensors_with_lora(
+            self.config.clone(),
+            &state,
+            self.lora.as_ref(),
+            dtype,
+            self.device(),
+        )?;
         m.precision = self.precision;
         Ok(m)
+    }
+
+    /// Every projection of every layer: its full name (`model.layers.0.self_attn.q_proj`), its
+    /// module name (`q_proj`) and the layer. The head is not among them.
+    pub fn projections(&self) -> Vec<(String, &'static str, &Linear)> {
+        let mut out = Vec::new();
+        for (i, layer) in self.layers.iter().enumerate() {
+            for (name, l) in layer.self_attn.projections() {
+                out.push((format!("model.layers.{i}.self_attn.{name}"), name, l));
+            }
+            for (name, l) in layer.mlp.projections() {
+                out.push((format!("model.layers.{i}.mlp.{name}"), name, l));
+            }
+        }
+        out
+    }
+
+    pub fn projections_mut(&mut self) -> Vec<(String, &'static str, &mut Linear)> {
+        let mut out = Vec::new();
+        for (i, layer) in self.layers.iter_mut().enumerate() {
+            for (name, l) in layer.self_attn.projections_mut() {
+                out.push((format!("model.layers.{i}.self_attn.{name}"), name, l));
+            }
+            for (name, l) in layer.mlp.projections_mut() {
+                out.push((format!("model.layers.{i}.mlp.{name}"), name, l));
+            }
+        }
+        out
     }
 
     pub fn device(&self) -> Device {
@@ -311,8 +350,12 @@ impl Module for TransformerLm {
         out
     }
 
+    /// Reaches the projections, whose LoRA adapters apply dropout only in train mode.
     fn train(&mut self, on: bool) {
         self.training = on;
+        for (_, _, l) in self.projections_mut() {
+            l.train(on);
+        }
     }
 
     fn is_training(&self) -> bool {
