@@ -5,7 +5,7 @@
 
 use rb_integration_tests::assets::asset;
 use rusting_brain::io::onnx::export::{export_module, ExportOptions};
-use rusting_brain::models::transformer_lm::{LmConfig, TransformerLm};
+use rusting_brain::models::transformer_lm::{LmConfig, LoraConfig, TransformerLm};
 use rusting_brain::models::yolo::{definitions, YoloModel};
 use rusting_brain::nn::{Activation, Dropout, Linear, Mlp, Module, Sequential, Tanh};
 use rusting_brain::{no_grad, DType, Generator, Tensor};
@@ -312,4 +312,35 @@ fn a_yolo_export_at_a_size_off_the_stride_is_an_error_naming_it() {
         err.contains("multiples of 32") && err.contains("100x64"),
         "{err}"
     );
+}
+
+#[test]
+fn onnxruntime_reproduces_a_language_model_with_lora_adapters_exported_merged() {
+    let Some(py) =
+        onnxruntime("onnxruntime_reproduces_a_language_model_with_lora_adapters_exported_merged")
+    else {
+        return;
+    };
+    let mut model = tiny_lm(false, false, 11);
+    model
+        .add_lora(LoraConfig {
+            targets: vec!["q_proj".into(), "v_proj".into(), "down_proj".into()],
+            ..Default::default()
+        })
+        .unwrap();
+    // Fresh adapters add nothing (B = 0): give every B values, so the export must carry them.
+    for (i, (name, t)) in model.named_parameters().into_iter().enumerate() {
+        if name.ends_with("lora_B.weight") {
+            let v = Tensor::randn(t.dims(), DType::F32, Some(&mut Generator::new(i as u64)));
+            no_grad(|| t.copy_(&v?.mul_scalar(0.3)?)).unwrap();
+        }
+    }
+    let ids = token_ids(2, 10, 5);
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("lora.onnx");
+    model.export_onnx(&path, &ExportOptions::default()).unwrap();
+    let want = no_grad(|| model.forward(&ids)).unwrap();
+    let got = run_onnxruntime(&py, &path, &ids);
+    let err = relative_error(&got, &want);
+    assert!(err <= 1e-4, "{err:.2e} relative");
 }

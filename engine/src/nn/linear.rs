@@ -191,23 +191,19 @@ impl Module for Linear {
         Some(vec![self.weight.shape()[1]])
     }
 
-    /// x W^T (+ b) as MatMul with the transposed weight, so inputs of any rank work.
+    /// x W^T (+ b) as MatMul with the transposed weight, so inputs of any rank work. A LoRA
+    /// adapter is exported merged (W + B A · scale), the eval-mode forward's value.
     fn to_onnx(
         &self,
         g: &mut crate::io::onnx::export::OnnxGraph,
         prefix: &str,
         x: &str,
     ) -> Result<String> {
-        if self.lora.is_some() {
-            return Err(Error::invalid(
-                "export_onnx",
-                format!("{prefix} has a LoRA adapter: merge it into the weight first (merge_lora)"),
-            ));
-        }
-        let wt = g.initializer(
-            &format!("{prefix}weight_t"),
-            &self.weight.t()?.contiguous()?,
-        )?;
+        let weight = match &self.lora {
+            Some(lora) => no_grad(|| self.weight.add(&lora.merged_weight_delta()?))?,
+            None => self.weight.clone(),
+        };
+        let wt = g.initializer(&format!("{prefix}weight_t"), &weight.t()?.contiguous()?)?;
         let y = g.node("MatMul", &[x, &wt], &[]);
         match &self.bias {
             Some(b) => {
