@@ -8,18 +8,23 @@
 //! - decode: greedy tokens/s of a 1.1B LLaMA shape (d 2048, 22 layers, 32 heads, 4 kv heads,
 //!   ffn 5632, vocab 32000) in BF16, a 128-token prompt then 256 new tokens, batch 1 and 16.
 //!
-//! cargo build --release -p rb_benches --bin lm_bench && target/release/lm_bench [train|decode|all]
+//! - quant: the weight products of one batch-1 decode token alone, BF16 on cuBLAS beside the
+//!   GGUF-block GEMV (Q8_0, Q4_K, Q4_1), as time and as a fraction of the bandwidth.
+//!
+//! cargo build --release -p rb_benches --bin lm_bench && target/release/lm_bench [train|decode|quant|all]
 //! Prints one JSON object per line. Without a usable GPU it prints {"error": ...} and exits 2.
 
 #[path = "common.rs"]
 mod common;
 
 use rusting_brain::backend::cuda;
+use rusting_brain::backend::cuda::quant_matmul::BlockFormat;
 use rusting_brain::models::transformer_lm::generate::{
     generate, Flow, GenerateOptions, SamplingOptions,
 };
 use rusting_brain::models::transformer_lm::{train_step, LmConfig, TransformerLm};
 use rusting_brain::nn::Module;
+use rusting_brain::ops::quant_matmul::QuantizedMatrix;
 use rusting_brain::optim::{AdamW, AdamWConfig};
 use rusting_brain::{DType, Device, Generator, Result, Tensor};
 use serde_json::json;
@@ -210,6 +215,90 @@ fn decode(dev: &cuda::CudaDevice, d: Device, batch: usize) -> Result<serde_json:
     }))
 }
 
+/// The products of one decode token of the 1.1B LLaMA shape, [rows, cols] each: per layer q,
+/// k, v, o, gate, up and down, then the head.
+fn decode_products() -> Vec<[usize; 2]> {
+    let layer = [
+        [2048, 2048],
+        [256, 2048],
+        [256, 2048],
+        [2048, 2048],
+        [5632, 2048],
+        [5632, 2048],
+        [2048, 5632],
+    ];
+    let mut all: Vec<[usize; 2]> = (0..22).flat_map(|_| layer).collect();
+    all.push([32000, 2048]);
+    all
+}
+
+/// The weight products of one batch-1 decode token alone (every matrix its own memory, so
+/// nothing is served from L2), in BF16 on cuBLAS and from GGUF blocks on our GEMV: time per
+/// token, and the bytes read over that time against the H200's 4.3 TB/s copy bandwidth.
+fn quant(dev: &cuda::CudaDevice, d: Device) -> Result<serde_json::Value> {
+    let products = decode_products();
+    let mut state = 0x9e3779b97f4a7c15u64;
+    let mut random_bytes = |n: usize| -> Vec<u8> {
+        (0..n)
+            .map(|_| {
+                state ^= state << 13;
+                state ^= state >> 7;
+                state ^= state << 17;
+                (state >> 24) as u8
+            })
+            .collect()
+    };
+    let mut rows = Vec::new();
+    let x = |k: usize| Tensor::randn(&[1, k], DType::BF16, Some(&mut Generator::new(k as u64)));
+    let xs: Vec<Tensor> = [2048, 5632]
+        .into_iter()
+        .map(|k| x(k)?.to_device(d))
+        .collect::<Result<_>>()?;
+    let input = |k: usize| if k == 2048 { &xs[0] } else { &xs[1] };
+    let mut report = |name: &str, bytes: usize, ms: f64| {
+        let gbps = bytes as f64 / (ms * 1e-3) / 1e9;
+        rows.push(json!({
+            "weights": name, "gb_read": (bytes as f64 / 1e8).round() / 10.0,
+            "us_per_token": (ms * 1e4).round() / 10.0,
+            "gb_per_s": gbps.round(), "pct_of_4300": (gbps / 4300.0 * 1000.0).round() / 10.0,
+        }));
+    };
+    {
+        let dense: Vec<Tensor> = products
+            .iter()
+            .map(|&[n, k]| Tensor::zeros(&[n, k], DType::BF16, d))
+            .collect::<Result<_>>()?;
+        let bytes = dense.iter().map(|w| w.numel() * 2).sum();
+        let ms = timed(dev, || {
+            for w in &dense {
+                input(w.shape()[1]).matmul(&w.t()?)?;
+            }
+            Ok(())
+        })?;
+        report("BF16 (cuBLAS)", bytes, ms);
+    }
+    for format in [BlockFormat::Q8_0, BlockFormat::Q4_K, BlockFormat::Q4_1] {
+        let mats: Vec<QuantizedMatrix> = products
+            .iter()
+            .map(|&[n, k]| {
+                let bytes = random_bytes(format.matrix_bytes(n, k)?);
+                QuantizedMatrix::new(bytes, format, [n, k])?.to_device(d)
+            })
+            .collect::<Result<_>>()?;
+        let bytes = mats.iter().map(|m| m.size_in_bytes()).sum();
+        let ms = timed(dev, || {
+            for w in &mats {
+                w.matmul_t(input(w.shape()[1]))?;
+            }
+            Ok(())
+        })?;
+        report(format.name(), bytes, ms);
+    }
+    Ok(
+        json!({"name": "decode-token weight products alone, 1.1B LLaMA shape, batch 1", "rows": rows}),
+    )
+}
+
 /// Median milliseconds of `f` with the device synchronized around each call.
 fn timed(dev: &cuda::CudaDevice, mut f: impl FnMut() -> Result<()>) -> Result<f64> {
     let mut v = Vec::new();
@@ -308,6 +397,9 @@ fn main() {
     }
     if what == "profile" {
         report(profile(&dev, d));
+    }
+    if what == "quant" {
+        report(quant(&dev, d));
     }
     if what == "breakdown" {
         report(breakdown(&dev, d));
