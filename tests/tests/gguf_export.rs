@@ -2,7 +2,9 @@
 //! `gguf` package through `tests/fixtures/gguf/read_with_gguf.py`, which compares every tensor
 //! with an F32 export of the same model (bit-equal for F16/BF16/F32 and for the quantizers the
 //! package ports bit-exactly: Q8_0, Q4_0, Q5_0; within the format's error for Q4_K) and returns
-//! the metadata it read. The Python is `RB_GGUF_PYTHON`; unset, the tests print SKIPPED.
+//! the metadata it read. The Python is `RB_GGUF_PYTHON`; unset, the tests print SKIPPED. With
+//! `RB_GGML_LIB` naming a llama.cpp build's `libggml-base.so`, Q4_K bytes are also compared
+//! with ggml's own quantizer (`ggml_quantize_chunk`).
 
 use rusting_brain::models::transformer_lm::{
     export_gguf, GgufDType, GgufExportOptions, LmConfig, TransformerLm,
@@ -104,6 +106,10 @@ fn every_dtype_reads_back_in_the_gguf_package_as_written() {
         if dtype == GgufDType::Q4_K {
             // ffn_down's rows are 320 wide: not whole 256-blocks.
             assert_eq!(ty("blk.0.ffn_down.weight"), "Q5_0");
+            // With a llama.cpp build at hand, the bytes equal ggml's own Q4_K quantizer's.
+            if std::env::var_os("RB_GGML_LIB").is_some() {
+                assert_eq!(tensors["blk.0.attn_q.weight"]["bit_equal_ggml"], true);
+            }
         }
         if matches!(
             dtype,

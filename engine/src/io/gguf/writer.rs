@@ -57,7 +57,7 @@ impl GgufWriter {
 
     /// A power-of-two alignment other than 32 (for tests of readers).
     pub fn set_alignment(&mut self, alignment: u64) -> Result<()> {
-        if !alignment.is_power_of_two() || alignment % 8 != 0 {
+        if !alignment.is_power_of_two() || !alignment.is_multiple_of(8) {
             return Err(Error::invalid(
                 OP,
                 format!("alignment {alignment} is not a power of two and a multiple of 8"),
