@@ -89,7 +89,12 @@ fn nll(m: &TransformerLm, windows: &[Vec<u32>]) -> (f64, usize) {
         for (pos, target) in w.iter().enumerate().skip(1) {
             let row = &logits[(pos - 1) * v..pos * v];
             let max = row.iter().fold(f32::NEG_INFINITY, |a, &b| a.max(b)) as f64;
-            let lse = max + row.iter().map(|&z| (z as f64 - max).exp()).sum::<f64>().ln();
+            let lse = max
+                + row
+                    .iter()
+                    .map(|&z| (z as f64 - max).exp())
+                    .sum::<f64>()
+                    .ln();
             total += lse - row[*target as usize] as f64;
             count += 1;
         }
@@ -128,13 +133,16 @@ fn write_reference_for_llama_cpp() {
     let (ids, margins) = greedy(&m16, &prompt, 64);
 
     // Validation text: the repository's README, in windows of the model's context.
-    let readme = std::fs::read_to_string(
-        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../README.md"),
-    )
-    .unwrap();
+    let readme =
+        std::fs::read_to_string(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../README.md"))
+            .unwrap();
     let all = tok.encode(&readme).unwrap();
     let ctx = m32.config.max_seq_len;
-    let windows: Vec<Vec<u32>> = all.chunks_exact(ctx).take(16).map(<[u32]>::to_vec).collect();
+    let windows: Vec<Vec<u32>> = all
+        .chunks_exact(ctx)
+        .take(16)
+        .map(<[u32]>::to_vec)
+        .collect();
     let (nll32, count) = nll(&m32, &windows);
     let (nll16, _) = nll(&m16, &windows);
     let out = json!({
@@ -143,7 +151,11 @@ fn write_reference_for_llama_cpp() {
         "ppl_f32": nll32.exp(), "ppl_f16": nll16.exp(),
         "files": {"f16": "model_f16.gguf", "q8_0": "model_q8_0.gguf"},
     });
-    std::fs::write(dir.join("ours.json"), serde_json::to_string_pretty(&out).unwrap()).unwrap();
+    std::fs::write(
+        dir.join("ours.json"),
+        serde_json::to_string_pretty(&out).unwrap(),
+    )
+    .unwrap();
     println!(
         "wrote {}: ppl f32 {:.4}, f16 {:.4} over {count} tokens",
         dir.join("ours.json").display(),
