@@ -147,3 +147,34 @@ fn load_gguf_gives_a_model_that_generates_with_the_files_tokenizer() {
     let err = eval(r#"lm::load_gguf("no/such.gguf")"#).unwrap_err();
     assert!(err.contains("no/such.gguf"), "{err}");
 }
+
+#[test]
+fn export_gguf_writes_a_file_that_load_gguf_reads_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("m.gguf").display().to_string();
+    let out = run(&format!(
+        r#"let model = lm::transformer(#{{ vocab: 40, d_model: 64, layers: 1, heads: 2, ffn: 128, max_seq_len: 32, seed: 1 }});
+        let r = model.export_gguf("{path}", #{{ dtype: "q8_0", name: "tiny" }});
+        let g = lm::load_gguf(r.path);
+        [r.tensor_types.Q8_0, r.tensor_types.F32, g.name, g.model.config().d_model, (g.model.forward(x) - model.forward(x)).abs().max().item()]"#
+    ))
+    .unwrap();
+    let v = out.into_array().unwrap();
+    // 1 layer x 7 matrices + the embedding (tied: no head) in Q8_0; 3 norms in F32.
+    assert_eq!(v[0].as_int().unwrap(), 8);
+    assert_eq!(v[1].as_int().unwrap(), 3);
+    assert_eq!(v[2].clone().into_string().unwrap(), "tiny");
+    assert_eq!(v[3].as_int().unwrap(), 64);
+    assert!(v[4].as_float().unwrap() < 0.05, "{}", v[4]);
+}
+
+#[test]
+fn export_gguf_names_an_unknown_dtype_and_a_wrong_tokenizer() {
+    let msg = run(r#"model.export_gguf("out/x.gguf", #{ dtype: "q3_k" })"#).unwrap_err();
+    assert!(msg.contains("q3_k") && msg.contains("q4_k"), "{msg}");
+    let msg = run(r#"model.export_gguf("out/x.gguf", #{ tokenizer: 3 })"#).unwrap_err();
+    assert!(
+        msg.contains("tokenizer") && msg.contains("Tokenizer"),
+        "{msg}"
+    );
+}

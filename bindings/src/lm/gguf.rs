@@ -1,10 +1,15 @@
 //! `lm::load_gguf(path)`: a llama.cpp GGUF file as a map of the model, its tokenizer and the
 //! special ids a script needs to prompt it (the end-of-turn id to stop at, the chat template).
+//! `model.export_gguf(path, #{ dtype, tokenizer, name })`: the other way.
 
 use super::model::Lm;
-use crate::error::{guard, RhaiResult};
-use rhai::{Dynamic, Map, INT};
-use rusting_brain::models::transformer_lm::load_gguf as load;
+use crate::error::{guard, runtime_error, RhaiResult};
+use crate::options::Options;
+use rhai::{Array, Dynamic, Map, INT};
+use rusting_brain::models::transformer_lm::{
+    export_gguf as export, load_gguf as load, GgufDType, GgufExportOptions,
+};
+use rusting_brain::text::Tokenizer;
 use rusting_brain::DType;
 
 fn id(v: Option<u32>) -> Dynamic {
@@ -40,5 +45,46 @@ pub fn load_gguf(path: &str) -> RhaiResult<Map> {
         "chat_template".into(),
         tok.chat_template.map_or(Dynamic::UNIT, Dynamic::from),
     );
+    Ok(out)
+}
+
+/// Writes the model (and a tokenizer) as a llama.cpp GGUF file; returns the path, the tensor
+/// count of each stored type and the weights that fell back to another type.
+pub fn export_gguf(m: &mut Lm, path: &str, opts: Map) -> RhaiResult<Map> {
+    let o = Options::new("export_gguf", opts, &["dtype", "tokenizer", "name"])?;
+    let dtype = match o.string("dtype")? {
+        Some(name) => guard(|| GgufDType::parse(&name))?,
+        None => GgufDType::F16,
+    };
+    let tokenizer = match o.get("tokenizer") {
+        None => None,
+        Some(v) if v.is_unit() => None,
+        Some(v) => Some(v.clone().try_cast::<Tokenizer>().ok_or_else(|| {
+            runtime_error(format!(
+                "export_gguf option tokenizer: expected a Tokenizer, got {}",
+                v.type_name()
+            ))
+        })?),
+    };
+    let options = GgufExportOptions {
+        dtype,
+        name: o.string("name")?,
+    };
+    let model = m.lock();
+    let report = guard(|| export(&model, tokenizer.as_ref(), path, &options))?;
+    let mut out = Map::new();
+    out.insert("path".into(), Dynamic::from(path.to_string()));
+    let types: Map = report
+        .tensor_types
+        .iter()
+        .map(|(k, &n)| (k.into(), Dynamic::from_int(n as INT)))
+        .collect();
+    out.insert("tensor_types".into(), types.into());
+    let fallbacks: Array = report
+        .fallbacks
+        .into_iter()
+        .map(|(name, t)| Dynamic::from(format!("{name}: {t}")))
+        .collect();
+    out.insert("fallbacks".into(), fallbacks.into());
     Ok(out)
 }

@@ -67,6 +67,13 @@ pub fn register(engine: &mut Engine) {
             |p: &str| gguf::load_gguf(p),
         );
         api.method(
+            "export_gguf",
+            "model.export_gguf(path, #{ dtype, tokenizer, name }) -> #{ path, tensor_types, fallbacks }",
+            "Writes the model as a llama.cpp GGUF file (llama architecture) with an optional byte-level BPE tokenizer. dtype: \"f16\" (default), \"bf16\", \"f32\", \"q8_0\", \"q4_0\" or \"q4_k\"; norms stay F32, and rows that are not whole blocks fall back as llama-quantize does (Q4_K to Q5_0, then F16).",
+            with_tokenizer_and_lm!("let r = model.export_gguf(\"out/lm.gguf\", #{ dtype: \"q8_0\", tokenizer: tok }); print(r.tensor_types);"),
+            gguf::export_gguf,
+        );
+        api.method(
             "forward",
             "model.forward(ids) -> Tensor",
             "Logits [batch, seq, vocab] for integer ids [batch, seq].",

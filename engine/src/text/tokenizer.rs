@@ -276,6 +276,19 @@ impl Tokenizer {
         &self.parts().pre
     }
 
+    /// Whether the model spells tokens in GPT-2's byte-level alphabet (without byte fallback
+    /// or an unknown token), as llama.cpp's `gpt2` tokenizer model does.
+    pub(crate) fn is_byte_level_bpe(&self) -> bool {
+        let model = &self.parts().model;
+        matches!(model.alphabet.kind, super::symbols::AlphabetKind::ByteLevel)
+            && model.unk_id().is_none()
+    }
+
+    /// Hugging Face's `ignore_merges`: a piece that is a token is taken whole.
+    pub(crate) fn ignores_merges(&self) -> bool {
+        self.parts().model.ignore_merges
+    }
+
     /// The merges in rank order, as token strings.
     pub fn merges(&self) -> Vec<(String, String)> {
         let name = |id: u32| {

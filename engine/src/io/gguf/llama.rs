@@ -124,34 +124,76 @@ pub fn hyperparameters<R: Read + Seek>(f: &GgufFile<R>) -> Result<LlamaHyper> {
     })
 }
 
+/// Which head count a tensor's rows are permuted by: queries (all heads) or keys (key/value
+/// heads).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Permuted {
+    Queries,
+    Keys,
+}
+
+/// A layer's tensors: the GGUF name after `blk.N.`, Hugging Face's after `model.layers.N.`.
+const LAYER_NAMES: &[(&str, &str, Option<Permuted>)] = &[
+    (
+        "attn_q.weight",
+        "self_attn.q_proj.weight",
+        Some(Permuted::Queries),
+    ),
+    (
+        "attn_k.weight",
+        "self_attn.k_proj.weight",
+        Some(Permuted::Keys),
+    ),
+    ("attn_v.weight", "self_attn.v_proj.weight", None),
+    ("attn_output.weight", "self_attn.o_proj.weight", None),
+    ("ffn_gate.weight", "mlp.gate_proj.weight", None),
+    ("ffn_up.weight", "mlp.up_proj.weight", None),
+    ("ffn_down.weight", "mlp.down_proj.weight", None),
+    ("attn_norm.weight", "input_layernorm.weight", None),
+    ("ffn_norm.weight", "post_attention_layernorm.weight", None),
+];
+
+/// The tensors outside the layers.
+const TOP_NAMES: &[(&str, &str)] = &[
+    ("token_embd.weight", "model.embed_tokens.weight"),
+    ("output_norm.weight", "model.norm.weight"),
+    ("output.weight", "lm_head.weight"),
+];
+
+impl Permuted {
+    pub fn heads(self, n_heads: usize, n_kv_heads: usize) -> usize {
+        match self {
+            Permuted::Queries => n_heads,
+            Permuted::Keys => n_kv_heads,
+        }
+    }
+}
+
 /// Hugging Face's name for a llama GGUF tensor, and the head count whose row permutation to
 /// undo (queries: all heads; keys: the key/value heads).
 fn hf_name(name: &str, h: &LlamaHyper) -> Option<(String, Option<usize>)> {
-    let fixed = match name {
-        "token_embd.weight" => Some("model.embed_tokens.weight"),
-        "output_norm.weight" => Some("model.norm.weight"),
-        "output.weight" => Some("lm_head.weight"),
-        _ => None,
-    };
-    if let Some(n) = fixed {
-        return Some((n.to_string(), None));
+    if let Some((_, hf)) = TOP_NAMES.iter().find(|(g, _)| *g == name) {
+        return Some((hf.to_string(), None));
     }
     let rest = name.strip_prefix("blk.")?;
     let (layer, part) = rest.split_once('.')?;
     let layer: usize = layer.parse().ok()?;
-    let (hf, heads) = match part {
-        "attn_q.weight" => ("self_attn.q_proj.weight", Some(h.n_heads)),
-        "attn_k.weight" => ("self_attn.k_proj.weight", Some(h.n_kv_heads)),
-        "attn_v.weight" => ("self_attn.v_proj.weight", None),
-        "attn_output.weight" => ("self_attn.o_proj.weight", None),
-        "ffn_gate.weight" => ("mlp.gate_proj.weight", None),
-        "ffn_up.weight" => ("mlp.up_proj.weight", None),
-        "ffn_down.weight" => ("mlp.down_proj.weight", None),
-        "attn_norm.weight" => ("input_layernorm.weight", None),
-        "ffn_norm.weight" => ("post_attention_layernorm.weight", None),
-        _ => return None,
-    };
+    let (_, hf, permuted) = LAYER_NAMES.iter().find(|(g, _, _)| *g == part)?;
+    let heads = permuted.map(|p| p.heads(h.n_heads, h.n_kv_heads));
     Some((format!("model.layers.{layer}.{hf}"), heads))
+}
+
+/// The GGUF name of a Hugging Face LLaMA tensor, and whether its rows are to be permuted
+/// (`permute_rows`) as llama.cpp's converter does; `None` for a name with no counterpart.
+pub fn gguf_name(hf: &str) -> Option<(String, Option<Permuted>)> {
+    if let Some((g, _)) = TOP_NAMES.iter().find(|(_, h)| *h == hf) {
+        return Some((g.to_string(), None));
+    }
+    let rest = hf.strip_prefix("model.layers.")?;
+    let (layer, part) = rest.split_once('.')?;
+    let layer: usize = layer.parse().ok()?;
+    let (g, _, permuted) = LAYER_NAMES.iter().find(|(_, h, _)| *h == part)?;
+    Some((format!("blk.{layer}.{g}"), *permuted))
 }
 
 /// Every tensor of the file under its Hugging Face name, dequantized and cast to `dtype` on the
@@ -213,6 +255,40 @@ pub fn unpermute_rows(
             for p in 0..2 {
                 let from = (2 * i + p) * cols;
                 let to = (p * hd / 2 + i) * cols;
+                block[to..to + cols].copy_from_slice(&head[from..from + cols]);
+            }
+        }
+    }
+    Ok(())
+}
+
+/// llama.cpp's query/key row permutation, the inverse of `unpermute_rows`: within each head of
+/// `hd` rows, row `p * hd/2 + i` (half p, index i) goes to row `2i + p`, so the adjacent-pair
+/// rotary embedding of llama.cpp sees the pairs Hugging Face's half-split one rotates.
+pub fn permute_rows(
+    values: &mut [f32],
+    shape: &[usize],
+    heads: usize,
+) -> std::result::Result<(), String> {
+    let [rows, cols] = *shape else {
+        return Err(format!("expected a 2-d weight, got shape {shape:?}"));
+    };
+    if heads == 0 || !rows.is_multiple_of(heads) || !(rows / heads).is_multiple_of(2) {
+        return Err(format!(
+            "{rows} rows do not split into {heads} heads of an even width"
+        ));
+    }
+    let hd = rows / heads;
+    if values.is_empty() {
+        return Ok(());
+    }
+    let mut head = vec![0f32; hd * cols];
+    for block in values.chunks_exact_mut(hd * cols) {
+        head.copy_from_slice(block);
+        for i in 0..hd / 2 {
+            for p in 0..2 {
+                let from = (p * hd / 2 + i) * cols;
+                let to = (2 * i + p) * cols;
                 block[to..to + cols].copy_from_slice(&head[from..from + cols]);
             }
         }

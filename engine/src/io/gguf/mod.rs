@@ -3,6 +3,10 @@
 //! tokenizer a file carries (`tokenizer`), and the `llama` architecture in Hugging Face's
 //! names (`llama`). `models::transformer_lm::load_gguf` puts them together.
 //!
+//! The other way: `GgufWriter` writes a file (version 3, any metadata, tensors in F32, F16,
+//! BF16 or quantized by `quantize` to Q8_0, Q4_0, Q5_0 and Q4_K as ggml's reference quantizers
+//! do); `models::transformer_lm::export_gguf` writes a model with it.
+//!
 //! Files are untrusted: a truncated or corrupt file, an unknown value or tensor type, or a size
 //! that the file's length cannot hold is an error naming the file and the key or tensor.
 
@@ -10,17 +14,21 @@ mod cursor;
 pub mod ggml_type;
 pub mod llama;
 pub mod metadata;
+pub mod quantize;
 pub mod quants;
 mod read_metadata;
 mod reader;
 #[cfg(test)]
 mod tests;
 pub mod tokenizer;
+pub mod write_tokenizer;
+mod writer;
 
 pub use ggml_type::GgmlType;
 pub use metadata::{Array, Metadata, Value, ValueType};
 pub use reader::{GgufFile, TensorInfo};
 pub use tokenizer::{read_tokenizer, GgufTokenizer};
+pub use writer::GgufWriter;
 
 use crate::Error;
 

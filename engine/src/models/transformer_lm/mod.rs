@@ -11,6 +11,9 @@ mod config;
 mod feed_forward;
 pub mod generate;
 mod gguf;
+mod gguf_export;
+#[cfg(test)]
+mod gguf_export_tests;
 mod kv_cache;
 mod lora;
 #[cfg(test)]
@@ -38,6 +41,7 @@ pub use checkpoint::{Checkpoint, TrainState};
 pub use config::{swiglu_hidden, LmConfig};
 pub use feed_forward::SwiGlu;
 pub use gguf::{load_gguf, GgufInfo, GgufModel};
+pub use gguf_export::{export_gguf, storage_type, GgufDType, GgufExport, GgufExportOptions};
 pub use kv_cache::KvCache;
 pub use lora::{is_adapter_name, LoraConfig, LORA_TARGETS};
 pub use model::{Precision, TransformerLm};

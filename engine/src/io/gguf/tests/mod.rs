@@ -6,6 +6,7 @@ mod builder;
 mod fixtures;
 mod reader;
 mod tokenizer;
+mod writer;
 
 use std::path::PathBuf;
 

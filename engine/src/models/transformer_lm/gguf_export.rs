@@ -1,0 +1,249 @@
+//! A `TransformerLm` written as a llama.cpp GGUF file of the `llama` architecture, the inverse
+//! of `load_gguf`: the `llama.*` hyperparameters, each weight under its GGUF name (queries and
+//! keys with llama.cpp's row permutation applied, `output.weight` left out when the head is
+//! tied to the embedding), and optionally the tokenizer (`io::gguf::write_tokenizer`).
+//!
+//! Storage types follow llama.cpp's tools: 1-d tensors (the norms) stay F32 whatever is asked,
+//! as `convert_hf_to_gguf.py` keeps them; a 2-d weight whose rows are not whole blocks of the
+//! asked type falls back as `llama-quantize` does: Q4_K to Q5_0, and any type whose block still
+//! does not divide the rows to F16. Every 2-d weight gets the asked type (llama.cpp's
+//! `--pure`), not the Q4_K_M mix that keeps some tensors in Q6_K.
+
+use super::TransformerLm;
+use crate::io::gguf::ggml_type::{self as ty, GgmlType};
+use crate::io::gguf::llama::{gguf_name, permute_rows};
+use crate::io::gguf::write_tokenizer::tokenizer_metadata;
+use crate::io::gguf::{GgufWriter, Value};
+use crate::nn::Module;
+use crate::text::Tokenizer;
+use crate::{DType, Device, Error, Result};
+use std::collections::BTreeMap;
+use std::path::Path;
+
+const OP: &str = "gguf export";
+
+/// The type the 2-d weights are stored in (ggml's names).
+#[allow(non_camel_case_types)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum GgufDType {
+    F32,
+    F16,
+    BF16,
+    Q8_0,
+    Q4_0,
+    Q4_K,
+}
+
+impl GgufDType {
+    pub const NAMES: &'static str = "\"f32\", \"f16\", \"bf16\", \"q8_0\", \"q4_0\", \"q4_k\"";
+
+    pub fn parse(name: &str) -> Result<Self> {
+        Ok(match name.to_ascii_lowercase().as_str() {
+            "f32" => GgufDType::F32,
+            "f16" => GgufDType::F16,
+            "bf16" => GgufDType::BF16,
+            "q8_0" => GgufDType::Q8_0,
+            "q4_0" => GgufDType::Q4_0,
+            "q4_k" => GgufDType::Q4_K,
+            _ => {
+                return Err(Error::invalid(
+                    OP,
+                    format!(
+                        "unknown GGUF dtype {name:?} (expected one of {})",
+                        Self::NAMES
+                    ),
+                ))
+            }
+        })
+    }
+
+    fn ggml(self) -> GgmlType {
+        match self {
+            GgufDType::F32 => ty::F32,
+            GgufDType::F16 => ty::F16,
+            GgufDType::BF16 => ty::BF16,
+            GgufDType::Q8_0 => ty::Q8_0,
+            GgufDType::Q4_0 => ty::Q4_0,
+            GgufDType::Q4_K => ty::Q4_K,
+        }
+    }
+
+    /// llama.cpp's `general.file_type` (`enum llama_ftype`; Q4_K as `MOSTLY_Q4_K_S`, all of
+    /// its weights being Q4_K).
+    fn file_type(self) -> u32 {
+        match self {
+            GgufDType::F32 => 0,
+            GgufDType::F16 => 1,
+            GgufDType::Q4_0 => 2,
+            GgufDType::Q8_0 => 7,
+            GgufDType::Q4_K => 14,
+            GgufDType::BF16 => 32,
+        }
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct GgufExportOptions {
+    pub dtype: GgufDType,
+    /// `general.name`.
+    pub name: Option<String>,
+}
+
+impl Default for GgufExportOptions {
+    fn default() -> Self {
+        GgufExportOptions {
+            dtype: GgufDType::F16,
+            name: None,
+        }
+    }
+}
+
+/// What was written.
+#[derive(Clone, Debug, Default)]
+pub struct GgufExport {
+    /// Tensors of each ggml type (`F32`: 9, `Q4_K`: 14, ...).
+    pub tensor_types: BTreeMap<String, usize>,
+    /// 2-d weights stored in another type than asked: (GGUF name, the type used).
+    pub fallbacks: Vec<(String, String)>,
+}
+
+/// The type a tensor of row-major `shape` is stored in when `asked` is wanted.
+pub fn storage_type(asked: GgufDType, shape: &[usize]) -> GgmlType {
+    if shape.len() < 2 {
+        return ty::F32;
+    }
+    let cols = shape.last().copied().unwrap_or(0) as u64;
+    let mut t = asked.ggml();
+    if t == ty::Q4_K && !cols.is_multiple_of(t.block_size) {
+        t = ty::Q5_0;
+    }
+    if !cols.is_multiple_of(t.block_size) {
+        t = ty::F16;
+    }
+    t
+}
+
+/// The `llama.*` and `general.*` keys of `model`.
+fn hyperparameters(
+    model: &TransformerLm,
+    options: &GgufExportOptions,
+) -> Result<Vec<(String, Value)>> {
+    let c = &model.config;
+    if c.bidirectional {
+        return Err(Error::invalid(
+            OP,
+            "a bidirectional model has no llama.cpp architecture (llama is causal)",
+        ));
+    }
+    let head_dim = c.head_dim();
+    if !head_dim.is_multiple_of(2) {
+        return Err(Error::invalid(
+            OP,
+            format!("head width {head_dim} is odd; rotary embeddings need an even width"),
+        ));
+    }
+    let u32_of = |what: &str, v: usize| {
+        u32::try_from(v).map_err(|_| Error::invalid(OP, format!("{what} {v} does not fit a u32")))
+    };
+    let u = |k: &str, v: usize| -> Result<(String, Value)> {
+        Ok((format!("llama.{k}"), Value::U32(u32_of(k, v)?)))
+    };
+    let f = |k: &str, v: f64| (format!("llama.{k}"), Value::F32(v as f32));
+    let s = |k: &str, v: &str| (k.to_string(), Value::String(v.to_string()));
+    Ok(vec![
+        s("general.architecture", "llama"),
+        s(
+            "general.name",
+            options
+                .name
+                .as_deref()
+                .unwrap_or("RustingBrain TransformerLm"),
+        ),
+        (
+            "general.file_type".into(),
+            Value::U32(options.dtype.file_type()),
+        ),
+        ("general.quantization_version".into(), Value::U32(2)),
+        u("context_length", c.max_seq_len)?,
+        u("embedding_length", c.d_model)?,
+        u("block_count", c.n_layers)?,
+        u("feed_forward_length", c.ffn_hidden)?,
+        u("attention.head_count", c.n_heads)?,
+        u("attention.head_count_kv", c.n_kv_heads)?,
+        u("rope.dimension_count", head_dim)?,
+        f("rope.freq_base", c.rope_theta),
+        f("attention.layer_norm_rms_epsilon", c.norm_eps),
+        u("vocab_size", c.vocab_size)?,
+    ])
+}
+
+/// Writes `model` (and `tokenizer`, if given) to the GGUF file `path`.
+pub fn export_gguf(
+    model: &TransformerLm,
+    tokenizer: Option<&Tokenizer>,
+    path: impl AsRef<Path>,
+    options: &GgufExportOptions,
+) -> Result<GgufExport> {
+    let path = path.as_ref();
+    let c = &model.config;
+    let mut w = GgufWriter::new();
+    for (k, v) in hyperparameters(model, options)? {
+        w.add(&k, v)?;
+    }
+    if let Some(tok) = tokenizer {
+        for (k, v) in tokenizer_metadata(tok, c.vocab_size)? {
+            w.add(&k, v)?;
+        }
+    }
+    let mut report = GgufExport::default();
+    let state = model.state_dict();
+    // llama.cpp expects the embedding first and the layers in order; BTreeMap order would put
+    // blk.10 before blk.2, which readers accept but people reading a dump do not expect.
+    let mut named: Vec<(String, String, _)> = Vec::new();
+    for (hf, t) in &state {
+        if c.tied_embeddings && hf == "lm_head.weight" {
+            continue;
+        }
+        let (name, permuted) = gguf_name(hf).ok_or_else(|| {
+            Error::invalid(
+                OP,
+                format!("weight {hf:?} has no counterpart in llama.cpp's llama architecture"),
+            )
+        })?;
+        named.push((name, hf.clone(), (t.clone(), permuted)));
+    }
+    named.sort_by_key(|(name, _, _)| sort_key(name));
+    for (name, hf, (t, permuted)) in named {
+        let shape = t.dims().to_vec();
+        let mut values =
+            crate::no_grad(|| t.to_dtype(DType::F32)?.to_device(Device::Cpu))?.to_vec::<f32>()?;
+        if let Some(p) = permuted {
+            permute_rows(&mut values, &shape, p.heads(c.n_heads, c.n_kv_heads))
+                .map_err(|m| Error::invalid(OP, format!("weight {hf:?}: {m}")))?;
+        }
+        let t = storage_type(options.dtype, &shape);
+        if shape.len() >= 2 && t != options.dtype.ggml() {
+            report.fallbacks.push((name.clone(), t.name.to_string()));
+        }
+        *report.tensor_types.entry(t.name.to_string()).or_insert(0) += 1;
+        w.add_tensor(&name, &shape, &values, t)?;
+    }
+    w.write(path)?;
+    Ok(report)
+}
+
+/// The order llama.cpp's converter writes: the embedding, the layers by number, the final norm
+/// and the head.
+fn sort_key(name: &str) -> (usize, String) {
+    if name == "token_embd.weight" {
+        return (0, String::new());
+    }
+    match name
+        .strip_prefix("blk.")
+        .and_then(|r| r.split_once('.'))
+        .and_then(|(n, rest)| Some((n.parse::<usize>().ok()?, rest)))
+    {
+        Some((layer, rest)) => (layer + 1, rest.to_string()),
+        None => (usize::MAX, name.to_string()),
+    }
+}
