@@ -236,30 +236,9 @@ pub fn unpermute_rows(
     shape: &[usize],
     heads: usize,
 ) -> std::result::Result<(), String> {
-    let [rows, cols] = *shape else {
-        return Err(format!("expected a 2-d weight, got shape {shape:?}"));
-    };
-    if heads == 0 || !rows.is_multiple_of(heads) || !(rows / heads).is_multiple_of(2) {
-        return Err(format!(
-            "{rows} rows do not split into {heads} heads of an even width"
-        ));
-    }
-    let hd = rows / heads;
-    if values.is_empty() {
-        return Ok(());
-    }
-    let mut head = vec![0f32; hd * cols];
-    for block in values.chunks_exact_mut(hd * cols) {
-        head.copy_from_slice(block);
-        for i in 0..hd / 2 {
-            for p in 0..2 {
-                let from = (2 * i + p) * cols;
-                let to = (p * hd / 2 + i) * cols;
-                block[to..to + cols].copy_from_slice(&head[from..from + cols]);
-            }
-        }
-    }
-    Ok(())
+    reorder_head_rows(values, shape, heads, |i, p, hd| {
+        ((2 * i + p), (p * hd / 2 + i))
+    })
 }
 
 /// llama.cpp's query/key row permutation, the inverse of `unpermute_rows`: within each head of
@@ -269,6 +248,19 @@ pub fn permute_rows(
     values: &mut [f32],
     shape: &[usize],
     heads: usize,
+) -> std::result::Result<(), String> {
+    reorder_head_rows(values, shape, heads, |i, p, hd| {
+        ((p * hd / 2 + i), (2 * i + p))
+    })
+}
+
+/// Moves rows within each head of a [rows, cols] weight: `from_to(i, p, hd)` gives, for index
+/// i of half p, the row read and the row written.
+fn reorder_head_rows(
+    values: &mut [f32],
+    shape: &[usize],
+    heads: usize,
+    from_to: impl Fn(usize, usize, usize) -> (usize, usize),
 ) -> std::result::Result<(), String> {
     let [rows, cols] = *shape else {
         return Err(format!("expected a 2-d weight, got shape {shape:?}"));
@@ -287,8 +279,8 @@ pub fn permute_rows(
         head.copy_from_slice(block);
         for i in 0..hd / 2 {
             for p in 0..2 {
-                let from = (p * hd / 2 + i) * cols;
-                let to = (2 * i + p) * cols;
+                let (from, to) = from_to(i, p, hd);
+                let (from, to) = (from * cols, to * cols);
                 block[to..to + cols].copy_from_slice(&head[from..from + cols]);
             }
         }
