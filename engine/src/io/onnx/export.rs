@@ -163,6 +163,20 @@ impl OnnxGraph {
         self.initializer(&name, &Tensor::from_vec(values.to_vec(), &[values.len()])?)
     }
 
+    /// Elements [start, end) of `x` along `axis` (a Slice with constant bounds).
+    pub fn slice(&mut self, x: &str, axis: i64, start: usize, end: usize) -> Result<String> {
+        let from = self.ints("start", &[start as i64])?;
+        let to = self.ints("end", &[end as i64])?;
+        let axis = self.ints("axis", &[axis])?;
+        Ok(self.node("Slice", &[x, &from, &to, &axis], &[]))
+    }
+
+    /// Values joined along `axis`.
+    pub fn concat<S: AsRef<str>>(&mut self, xs: &[S], axis: i64) -> String {
+        let xs: Vec<&str> = xs.iter().map(AsRef::as_ref).collect();
+        self.node("Concat", &xs, &[("axis", Attr::Int(axis))])
+    }
+
     /// The mean over the last axis, kept as a dimension of one: ReduceMean takes its axes as an
     /// attribute up to opset 17 and as an input from 18.
     pub fn mean_last_axis(&mut self, x: &str) -> Result<String> {

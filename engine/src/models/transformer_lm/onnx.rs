@@ -185,17 +185,10 @@ impl Attention {
 
 /// x·cos + rotate_half(x)·sin over heads [B, H, T, hd], rotate_half(x) = (-x₂, x₁).
 fn rotate(g: &mut OnnxGraph, x: &str, w: &Window, hd: usize) -> Result<String> {
-    let half = (hd / 2) as i64;
-    let last = g.ints("axis", &[-1])?;
-    let (start, mid, end) = (
-        g.ints("start", &[0])?,
-        g.ints("mid", &[half])?,
-        g.ints("end", &[hd as i64])?,
-    );
-    let first = g.node("Slice", &[x, &start, &mid, &last], &[]);
-    let second = g.node("Slice", &[x, &mid, &end, &last], &[]);
+    let first = g.slice(x, -1, 0, hd / 2)?;
+    let second = g.slice(x, -1, hd / 2, hd)?;
     let negated = g.node("Neg", &[&second], &[]);
-    let rotated = g.node("Concat", &[&negated, &first], &[("axis", Attr::Int(-1))]);
+    let rotated = g.concat(&[negated, first], -1);
     let a = g.node("Mul", &[x, &w.cos], &[]);
     let b = g.node("Mul", &[&rotated, &w.sin], &[]);
     Ok(g.node("Add", &[&a, &b], &[]))

@@ -2,7 +2,7 @@
 //! `Module` methods (parameter names, buffers, train mode) follow from that list, so names come
 //! out as ultralytics writes them (`cv1.conv.weight`, `m.0.cv2.bn.running_mean`).
 
-use crate::io::onnx::export::{Attr, OnnxGraph};
+use crate::io::onnx::export::OnnxGraph;
 use crate::nn::{prefixed, Module};
 use crate::{Result, Tensor};
 
@@ -61,20 +61,6 @@ pub fn lower_child(
     x: &str,
 ) -> Result<String> {
     child.to_onnx(g, &format!("{prefix}{name}."), x)
-}
-
-/// Channels [start, start + len) of NCHW value `x`.
-pub fn channel_slice(g: &mut OnnxGraph, x: &str, start: usize, len: usize) -> Result<String> {
-    let from = g.ints("start", &[start as i64])?;
-    let to = g.ints("end", &[(start + len) as i64])?;
-    let axis = g.ints("axis", &[1])?;
-    Ok(g.node("Slice", &[x, &from, &to, &axis], &[]))
-}
-
-/// Values joined along the channels.
-pub fn channel_concat(g: &mut OnnxGraph, xs: &[String]) -> String {
-    let xs: Vec<&str> = xs.iter().map(String::as_str).collect();
-    g.node("Concat", &xs, &[("axis", Attr::Int(1))])
 }
 
 /// `name.0`, `name.1`, ... for a list of children (a ModuleList or nn.Sequential).

@@ -2,7 +2,7 @@
 //! (a C2f whose inner blocks may be C3k), C3k, SPPF, and the position-sensitive attention of
 //! C2PSA. Field names are ultralytics' attribute names, so parameter names match checkpoints.
 
-use super::block::{channel_concat, channel_slice, indexed, indexed_mut, lower_child, Block};
+use super::block::{indexed, indexed_mut, lower_child, Block};
 use super::conv::{ConvBn, ConvSpec};
 use crate::io::onnx::export::{Attr, OnnxGraph};
 use crate::nn::Module;
@@ -135,7 +135,7 @@ impl Block for C3 {
             a = lower_child(g, prefix, &format!("m.{i}"), b, &a)?;
         }
         let b = lower_child(g, prefix, "cv2", &self.cv2, x)?;
-        let joined = channel_concat(g, &[a, b]);
+        let joined = g.concat(&[a, b], 1);
         lower_child(g, prefix, "cv3", &self.cv3, &joined)
     }
     training_flag!();
@@ -226,14 +226,14 @@ impl Block for C2f {
     fn lower(&self, g: &mut OnnxGraph, prefix: &str, x: &str) -> Result<String> {
         let a = lower_child(g, prefix, "cv1", &self.cv1, x)?;
         let mut ys = vec![
-            channel_slice(g, &a, 0, self.c)?,
-            channel_slice(g, &a, self.c, self.c)?,
+            g.slice(&a, 1, 0, self.c)?,
+            g.slice(&a, 1, self.c, 2 * self.c)?,
         ];
         for (i, b) in self.m.iter().enumerate() {
             let next = lower_child(g, prefix, &format!("m.{i}"), b.as_ref(), &ys[ys.len() - 1])?;
             ys.push(next);
         }
-        let joined = channel_concat(g, &ys);
+        let joined = g.concat(&ys, 1);
         lower_child(g, prefix, "cv2", &self.cv2, &joined)
     }
     training_flag!();
@@ -311,7 +311,7 @@ impl Block for Sppf {
             let pooled = g.node("MaxPool", &[&ys[ys.len() - 1]], &attrs);
             ys.push(pooled);
         }
-        let joined = channel_concat(g, &ys);
+        let joined = g.concat(&ys, 1);
         let y = lower_child(g, prefix, "cv2", &self.cv2, &joined)?;
         Ok(match self.add {
             true => g.node("Add", &[&y, x], &[]),
@@ -392,15 +392,9 @@ impl Block for Attention {
         // [B, heads, 2·kd + hd, pixels]; the batch stays dynamic (0 copies it).
         let shape = g.ints("shape", &[0, nh as i64, (2 * kd + hd) as i64, -1])?;
         let qkv = g.node("Reshape", &[&qkv, &shape], &[]);
-        let mut part = |start: usize, len: usize| -> Result<String> {
-            let (from, to) = (
-                g.ints("start", &[start as i64])?,
-                g.ints("end", &[(start + len) as i64])?,
-            );
-            let axis = g.ints("axis", &[2])?;
-            Ok(g.node("Slice", &[&qkv, &from, &to, &axis], &[]))
-        };
-        let (q, k, v) = (part(0, kd)?, part(kd, kd)?, part(2 * kd, hd)?);
+        let q = g.slice(&qkv, 2, 0, kd)?;
+        let k = g.slice(&qkv, 2, kd, 2 * kd)?;
+        let v = g.slice(&qkv, 2, 2 * kd, 2 * kd + hd)?;
         let scale = g.scalar("scale", (kd as f32).powf(-0.5))?;
         let q = g.node("Mul", &[&q, &scale], &[]);
         let qt = g.node(
@@ -519,12 +513,12 @@ impl Block for C2Psa {
     }
     fn lower(&self, g: &mut OnnxGraph, prefix: &str, x: &str) -> Result<String> {
         let y = lower_child(g, prefix, "cv1", &self.cv1, x)?;
-        let a = channel_slice(g, &y, 0, self.c)?;
-        let mut b = channel_slice(g, &y, self.c, self.c)?;
+        let a = g.slice(&y, 1, 0, self.c)?;
+        let mut b = g.slice(&y, 1, self.c, 2 * self.c)?;
         for (i, m) in self.m.iter().enumerate() {
             b = lower_child(g, prefix, &format!("m.{i}"), m, &b)?;
         }
-        let joined = channel_concat(g, &[a, b]);
+        let joined = g.concat(&[a, b], 1);
         lower_child(g, prefix, "cv2", &self.cv2, &joined)
     }
     training_flag!();

@@ -314,11 +314,7 @@ impl Detect {
             boxes.push(flat(g, &bx, 4 * self.reg_max)?);
             scores.push(flat(g, &cls, self.nc)?);
         }
-        let cat2 = |g: &mut OnnxGraph, xs: &[String]| {
-            let xs: Vec<&str> = xs.iter().map(String::as_str).collect();
-            g.node("Concat", &xs, &[("axis", Attr::Int(2))])
-        };
-        let (boxes, scores) = (cat2(g, &boxes), cat2(g, &scores));
+        let (boxes, scores) = (g.concat(&boxes, 2), g.concat(&scores, 2));
         // DFL: softmax over each side's bins, weighted by the bin values, summed.
         let shape = g.ints("shape", &[0, 4, self.reg_max as i64, -1])?;
         let bins = g.node("Reshape", &[&boxes, &shape], &[]);
@@ -335,21 +331,16 @@ impl Detect {
         let (anchors, strides) = self.anchors_for(level_sizes, Device::Cpu, DType::F32)?;
         let anchors = g.initializer(&format!("{prefix}anchors"), &anchors)?;
         let strides = g.initializer(&format!("{prefix}strides"), &strides)?;
-        let side = |g: &mut OnnxGraph, start: i64| -> Result<String> {
-            let (from, to) = (g.ints("start", &[start])?, g.ints("end", &[start + 2])?);
-            let axis = g.ints("axis", &[1])?;
-            Ok(g.node("Slice", &[&dist, &from, &to, &axis], &[]))
-        };
-        let (lt, rb) = (side(g, 0)?, side(g, 2)?);
+        let (lt, rb) = (g.slice(&dist, 1, 0, 2)?, g.slice(&dist, 1, 2, 4)?);
         let x1y1 = g.node("Sub", &[&anchors, &lt], &[]);
         let x2y2 = g.node("Add", &[&anchors, &rb], &[]);
         let sum = g.node("Add", &[&x1y1, &x2y2], &[]);
         let half = g.scalar("half", 0.5)?;
         let centre = g.node("Mul", &[&sum, &half], &[]);
         let size = g.node("Sub", &[&x2y2, &x1y1], &[]);
-        let grid = g.node("Concat", &[&centre, &size], &[("axis", Attr::Int(1))]);
+        let grid = g.concat(&[centre, size], 1);
         let pixels = g.node("Mul", &[&grid, &strides], &[]);
         let probs = g.node("Sigmoid", &[&scores], &[]);
-        Ok(g.node("Concat", &[&pixels, &probs], &[("axis", Attr::Int(1))]))
+        Ok(g.concat(&[pixels, probs], 1))
     }
 }

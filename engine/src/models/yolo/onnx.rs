@@ -47,10 +47,7 @@ impl YoloModel {
             let y = match &layer.kind {
                 LayerKind::Module(m) => m.to_onnx(&mut g, &prefix, &inputs[0])?,
                 LayerKind::Upsample(s) => upsample(&mut g, &inputs[0], *s)?,
-                LayerKind::Concat => {
-                    let xs: Vec<&str> = inputs.iter().map(String::as_str).collect();
-                    g.node("Concat", &xs, &[("axis", Attr::Int(1))])
-                }
+                LayerKind::Concat => g.concat(&inputs, 1),
                 LayerKind::Detect(d) => {
                     let out = d.lower_head(&mut g, &prefix, &inputs, &level_sizes)?;
                     let dims = opts.dims(&[1, 4 + d.nc, anchors]);
