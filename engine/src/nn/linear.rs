@@ -1,14 +1,27 @@
 //! Linear: y = x W^T + b, with W shaped [out, in] as in PyTorch so checkpoints load unchanged.
 //! It may carry a LoRA adapter (`add_lora`), whose low-rank term its forward adds.
+//!
+//! W is a parameter, or a frozen block-quantized matrix (a GGUF file's Q8_0/Q4_K blocks kept
+//! as they are, or a QLoRA base): the same forward multiplies by either, so a model's layers
+//! do not know which they hold. A quantized weight is not a parameter: it trains no gradient,
+//! but gradients flow through it to the input, which is what an adapter on top needs.
 
 use super::init::{kaiming_uniform_, uniform_, FanMode};
 use super::lora::{LoraAdapter, LoraSpec};
 use super::module::{new_parameter, weight_and_bias, Module};
 use super::summary::Summary;
-use crate::{no_grad, Error, Generator, Result, Tensor};
+use crate::ops::quant_matmul::{BlockFormat, QuantizedMatrix};
+use crate::{no_grad, DType, Error, Generator, Result, Tensor};
+
+/// What a `Linear` multiplies by, [out, in].
+#[derive(Clone)]
+pub enum LinearWeight {
+    Dense(Tensor),
+    Quantized(QuantizedMatrix),
+}
 
 pub struct Linear {
-    pub weight: Tensor,
+    weight: LinearWeight,
     pub bias: Option<Tensor>,
     lora: Option<LoraAdapter>,
     training: bool,
@@ -34,7 +47,7 @@ impl Linear {
             .then(|| new_parameter(&[out_features], |t| uniform_(t, -bound, bound, gen)))
             .transpose()?;
         Ok(Linear {
-            weight,
+            weight: LinearWeight::Dense(weight),
             bias,
             lora: None,
             training: true,
@@ -59,19 +72,92 @@ impl Linear {
             }
         }
         Ok(Linear {
-            weight,
+            weight: LinearWeight::Dense(weight),
             bias,
             lora: None,
             training: true,
         })
     }
 
+    /// A layer over a frozen quantized weight [out, in], with an optional bias [out].
+    pub fn from_quantized(weight: QuantizedMatrix, bias: Option<Tensor>) -> Result<Self> {
+        let mut lin =
+            Linear::from_tensors(Tensor::zeros(&[1, 1], DType::F32, weight.device())?, None)?;
+        lin.weight = LinearWeight::Quantized(weight);
+        if let Some(b) = &bias {
+            if b.shape() != [lin.out_features()] {
+                return Err(Error::ShapeMismatch {
+                    op: "Linear bias",
+                    lhs: vec![lin.out_features()],
+                    rhs: b.shape().to_vec(),
+                });
+            }
+        }
+        lin.bias = bias;
+        Ok(lin)
+    }
+
+    fn weight_shape(&self) -> [usize; 2] {
+        match &self.weight {
+            LinearWeight::Dense(w) => [w.shape()[0], w.shape()[1]],
+            LinearWeight::Quantized(q) => q.shape(),
+        }
+    }
+
     pub fn in_features(&self) -> usize {
-        self.weight.shape()[1]
+        self.weight_shape()[1]
     }
 
     pub fn out_features(&self) -> usize {
-        self.weight.shape()[0]
+        self.weight_shape()[0]
+    }
+
+    pub fn weight(&self) -> &LinearWeight {
+        &self.weight
+    }
+
+    /// The weight parameter; `None` when the weight is quantized.
+    pub fn dense_weight(&self) -> Option<&Tensor> {
+        match &self.weight {
+            LinearWeight::Dense(w) => Some(w),
+            LinearWeight::Quantized(_) => None,
+        }
+    }
+
+    /// The quantized weight; `None` when the weight is a parameter.
+    pub fn quantized_weight(&self) -> Option<&QuantizedMatrix> {
+        match &self.weight {
+            LinearWeight::Dense(_) => None,
+            LinearWeight::Quantized(q) => Some(q),
+        }
+    }
+
+    /// W's values as a dense tensor: the parameter itself, or the quantized matrix
+    /// dequantized to `dtype` (a frozen copy).
+    pub fn weight_values(&self, dtype: DType) -> Result<Tensor> {
+        match &self.weight {
+            LinearWeight::Dense(w) => Ok(w.clone()),
+            LinearWeight::Quantized(q) => q.dequantize(dtype),
+        }
+    }
+
+    /// Replaces a dense weight by its quantization in `format`, on the weight's device (the
+    /// blocks are made on the host). The layer's output changes by the format's rounding; the
+    /// bias and any adapter stay as they are.
+    pub fn quantize(&mut self, format: BlockFormat) -> Result<()> {
+        let LinearWeight::Dense(w) = &self.weight else {
+            return Err(Error::invalid(
+                "quantize",
+                format!(
+                    "Linear({}→{}) is already quantized",
+                    self.in_features(),
+                    self.out_features()
+                ),
+            ));
+        };
+        let q = QuantizedMatrix::quantize(w, format)?;
+        self.weight = LinearWeight::Quantized(q);
+        Ok(())
     }
 
     /// Freezes the weight and bias and adds a fresh LoRA adapter in the weight's dtype and
@@ -87,7 +173,12 @@ impl Linear {
                 ),
             ));
         }
-        let placement = (self.weight.dtype(), self.weight.device());
+        let placement = match &self.weight {
+            LinearWeight::Dense(w) => (w.dtype(), w.device()),
+            // Adapters over a quantized base train in BF16 on a GPU, F32 on the CPU (QLoRA's
+            // compute dtype).
+            LinearWeight::Quantized(q) => (q.compute_dtype(), q.device()),
+        };
         let adapter = LoraAdapter::new(
             self.in_features(),
             self.out_features(),
@@ -95,7 +186,7 @@ impl Linear {
             placement,
             gen,
         )?;
-        for (_, t) in weight_and_bias(Some(&self.weight), self.bias.as_ref()) {
+        for (_, t) in weight_and_bias(self.dense_weight(), self.bias.as_ref()) {
             t.set_grad(None);
             t.set_requires_grad(false)?;
         }
@@ -113,10 +204,17 @@ impl Linear {
         let Some(lora) = &self.lora else {
             return Ok(false);
         };
+        let LinearWeight::Dense(w) = &self.weight else {
+            return Err(Error::invalid(
+                "merge_lora",
+                "the base weight is quantized; an adapter cannot be folded into its blocks \
+                 (save the adapter instead, or load the base unquantized)",
+            ));
+        };
         let delta = lora.merged_weight_delta()?;
         no_grad(|| {
-            let merged = self.weight.add(&delta.to_dtype(self.weight.dtype())?)?;
-            self.weight.copy_(&merged)
+            let merged = w.add(&delta.to_dtype(w.dtype())?)?;
+            w.copy_(&merged)
         })?;
         self.lora = None;
         Ok(true)
@@ -136,7 +234,10 @@ impl Module for Linear {
         // Leading dims flattened into rows: one GEMM, and in backward the weight's gradient is
         // one GEMM over all rows instead of a batch of products summed afterwards.
         let product = |rows: &Tensor| -> Result<Tensor> {
-            let y = rows.matmul(&self.weight.t()?)?;
+            let y = match &self.weight {
+                LinearWeight::Dense(w) => rows.matmul(&w.t()?)?,
+                LinearWeight::Quantized(q) => q.matmul_t(rows)?,
+            };
             match &self.lora {
                 Some(lora) => y.add(&lora.delta(rows, self.training)?),
                 None => Ok(y),
@@ -158,11 +259,19 @@ impl Module for Linear {
 
     /// The weight and bias, then the adapter's factors (`lora_A.weight`, `lora_B.weight`).
     fn named_parameters(&self) -> Vec<(String, Tensor)> {
-        let mut out = weight_and_bias(Some(&self.weight), self.bias.as_ref());
+        let mut out = weight_and_bias(self.dense_weight(), self.bias.as_ref());
         if let Some(lora) = &self.lora {
             out.extend(lora.named_parameters());
         }
         out
+    }
+
+    /// A quantized weight's blocks (U8), so moving or checkpointing the layer carries them.
+    fn named_buffers(&self) -> Vec<(String, Tensor)> {
+        match &self.weight {
+            LinearWeight::Dense(_) => Vec::new(),
+            LinearWeight::Quantized(q) => vec![("weight_blocks".to_string(), q.blocks().clone())],
+        }
     }
 
     fn train(&mut self, on: bool) {
@@ -180,6 +289,9 @@ impl Module for Linear {
             self.out_features(),
             self.bias.is_some()
         );
+        if let LinearWeight::Quantized(q) = &self.weight {
+            line.push_str(&format!(", weight={}", q.format().name()));
+        }
         if let Some(lora) = &self.lora {
             line.push_str(&format!(", lora_rank={}", lora.spec().rank));
         }
@@ -188,7 +300,7 @@ impl Module for Linear {
     }
 
     fn input_shape(&self) -> Option<Vec<usize>> {
-        Some(vec![self.weight.shape()[1]])
+        Some(vec![self.in_features()])
     }
 
     /// x W^T (+ b) as MatMul with the transposed weight, so inputs of any rank work. A LoRA
@@ -199,9 +311,10 @@ impl Module for Linear {
         prefix: &str,
         x: &str,
     ) -> Result<String> {
+        let weight = self.weight_values(DType::F32)?;
         let weight = match &self.lora {
-            Some(lora) => no_grad(|| self.weight.add(&lora.merged_weight_delta()?))?,
-            None => self.weight.clone(),
+            Some(lora) => no_grad(|| weight.add(&lora.merged_weight_delta()?))?,
+            None => weight,
         };
         let wt = g.initializer(&format!("{prefix}weight_t"), &weight.t()?.contiguous()?)?;
         let y = g.node("MatMul", &[x, &wt], &[]);

@@ -158,7 +158,10 @@ mod tests {
         let y = lin.forward(&x).unwrap();
         assert_eq!(y.shape(), [1, 2, 2]);
         assert_eq!(y.to_vec_f32().unwrap(), [4., -5., 4., -4.]);
-        assert!(!lin.weight.requires_grad(), "the base weight is frozen");
+        assert!(
+            !lin.dense_weight().unwrap().requires_grad(),
+            "the base weight is frozen"
+        );
 
         let before = y.to_vec_f32().unwrap();
         lin.merge_lora().unwrap();

@@ -5,13 +5,17 @@
 //! On CUDA, up to eight activation rows go through a dequantizing GEMV that reads every weight
 //! byte once; more rows dequantize the weight to the activations' dtype and multiply on
 //! cuBLAS. On the CPU the weight is dequantized (bit-equal to ggml's reference) and multiplied.
-//! There is no gradient for the weight: quantized weights are frozen.
+//! There is no gradient for the weight: quantized weights are frozen. The input gets one,
+//! dy · W with W dequantized, so an adapter over a quantized base trains (QLoRA).
 
+use super::backward_fn;
 use super::dispatch::cuda_kernel;
-use crate::backend::cuda::quant_matmul::{self as cuda, BlockFormat};
+use crate::autograd::no_grad;
+use crate::backend::cuda::quant_matmul as cuda;
+pub use crate::backend::cuda::quant_matmul::BlockFormat;
 use crate::backend::Storage;
 use crate::io::gguf::ggml_type::{self as ty, GgmlType};
-use crate::io::gguf::quants;
+use crate::io::gguf::{quantize, quants};
 use crate::{DType, Device, Error, Result, Tensor};
 
 /// A weight [rows, cols] as raw ggml blocks (a U8 tensor on the CPU or a device).
@@ -21,7 +25,12 @@ pub struct QuantizedMatrix {
     format: BlockFormat,
     rows: usize,
     cols: usize,
+    /// The dtype the layer computes in (the dense weight's, or the model's load dtype), which
+    /// an adapter over this weight takes.
+    dtype: DType,
 }
+
+const OP: &str = "quantized matmul";
 
 /// Activation rows up to which the GEMV beats dequantizing and a GEMM.
 const GEMV_MAX_ROWS: usize = 8;
@@ -61,9 +70,36 @@ impl QuantizedMatrix {
             format,
             rows,
             cols,
+            dtype: DType::F32,
         })
     }
 
+    /// A dense [rows, cols] weight quantized to `format` on the host (ggml's reference
+    /// quantizer), placed on the weight's device and computing in its dtype.
+    pub fn quantize(w: &Tensor, format: BlockFormat) -> Result<Self> {
+        let [rows, cols] = *w.shape() else {
+            return Err(Error::invalid(
+                "quantize",
+                format!("a weight [out, in] is quantized, got shape {:?}", w.shape()),
+            ));
+        };
+        let values = no_grad(|| w.to_dtype(DType::F32)?.to_vec::<f32>())?;
+        let bytes = quantize::quantize(ggml_type(format), &values)
+            .and_then(|b| Self::new(b, format, [rows, cols]))?;
+        bytes.with_dtype(w.dtype()).to_device(w.device())
+    }
+
+    /// The same blocks, computing in `dtype`.
+    pub fn with_dtype(self, dtype: DType) -> Self {
+        QuantizedMatrix { dtype, ..self }
+    }
+
+    /// The dtype the layer computes in.
+    pub fn compute_dtype(&self) -> DType {
+        self.dtype
+    }
+
+    /// The blocks on `device` (weights stay where they are when already there).
     pub fn to_device(&self, device: Device) -> Result<Self> {
         Ok(QuantizedMatrix {
             bytes: self.bytes.to_device(device)?,
@@ -73,6 +109,11 @@ impl QuantizedMatrix {
 
     pub fn device(&self) -> Device {
         self.bytes.device()
+    }
+
+    /// The blocks, a U8 tensor of `size_in_bytes()` (shared, not copied).
+    pub fn blocks(&self) -> &Tensor {
+        &self.bytes
     }
 
     pub fn format(&self) -> BlockFormat {
@@ -112,7 +153,7 @@ impl QuantizedMatrix {
         let k = self.cols;
         if x.shape().last() != Some(&k) {
             return Err(Error::invalid(
-                "quantized matmul",
+                OP,
                 format!(
                     "a [{}, {k}] weight multiplies [..., {k}] inputs, got {:?}",
                     self.rows,
@@ -121,6 +162,7 @@ impl QuantizedMatrix {
             ));
         }
         let m = x.numel() / k;
+        let in_shape = x.shape().to_vec();
         let mut out_shape = x.shape().to_vec();
         if let Some(last) = out_shape.last_mut() {
             *last = self.rows;
@@ -132,12 +174,22 @@ impl QuantizedMatrix {
         };
         match x.device() {
             Device::Cuda(_) if m <= GEMV_MAX_ROWS => {
-                let x = x.contiguous()?;
-                let s = cuda_kernel("quantized matmul", [&self.bytes, &x], |[(w, _), (xs, l)]| {
+                let xc = no_grad(|| x.contiguous())?;
+                let s = cuda_kernel(OP, [&self.bytes, &xc], |[(w, _), (xs, l)]| {
                     cuda::quant_gemv(w, self.format, [self.rows, k], xs, l.offset(), m)
                 })?;
-                Tensor::from_storage(Storage::Cuda(s), &out_shape)
+                let weight = self.clone();
+                Tensor::from_op(Storage::Cuda(s), &out_shape, &[x], move || {
+                    backward_fn(OP, move |dy, _| {
+                        // dx = dy · W: the weight dequantized for this product only.
+                        let w = weight.dequantize(dy.dtype())?;
+                        let rows = dy.reshape_to(&[m, weight.rows])?.matmul(&w)?;
+                        Ok(vec![Some(rows.reshape_to(&in_shape)?)])
+                    })
+                })
             }
+            // The dequantized weight is a constant, so autograd takes the product's gradient
+            // to x as for any matmul.
             _ => dense(x),
         }
     }

@@ -7,7 +7,8 @@
 //! permutation is undone here, so the weights equal the original model's.
 
 use super::format_error;
-use super::reader::GgufFile;
+use super::ggml_type::GgmlType;
+use super::reader::{GgufFile, TensorInfo};
 use crate::{no_grad, DType, Result, Tensor};
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
@@ -196,27 +197,61 @@ pub fn gguf_name(hf: &str) -> Option<(String, Option<Permuted>)> {
     Some((format!("blk.{layer}.{g}"), *permuted))
 }
 
-/// Every tensor of the file under its Hugging Face name, dequantized and cast to `dtype` on the
-/// CPU, one at a time. A tensor without a mapping (`rope_freqs.weight` of Llama 3.1's scaled
-/// rotary embedding, say) is an error naming it, since dropping it would change the model.
+/// A tensor of the file under its Hugging Face name: dequantized, or its blocks as stored.
+pub enum HfWeight {
+    Dense(Tensor),
+    /// A [rows, cols] matrix in `ggml_type`'s blocks, rows already in Hugging Face's order.
+    Blocks {
+        bytes: Vec<u8>,
+        ggml_type: GgmlType,
+        shape: [usize; 2],
+    },
+}
+
+/// Every tensor of the file under its Hugging Face name, one at a time: the blocks of those
+/// for which `keep_blocks(hf_name, type)` holds, the rest dequantized and cast to `dtype` on
+/// the CPU. A tensor without a mapping (`rope_freqs.weight` of Llama 3.1's scaled rotary
+/// embedding, say) is an error naming it, since dropping it would change the model.
 pub fn hf_tensors<R: Read + Seek>(
     f: &mut GgufFile<R>,
     h: &LlamaHyper,
     dtype: DType,
-) -> Result<BTreeMap<String, Tensor>> {
-    let names: Vec<String> = f.tensors.iter().map(|t| t.name.clone()).collect();
+    keep_blocks: impl Fn(&str, GgmlType) -> bool,
+) -> Result<BTreeMap<String, HfWeight>> {
+    let infos: Vec<TensorInfo> = f.tensors.clone();
     let mut out = BTreeMap::new();
-    for name in names {
-        let (hf, heads) = hf_name(&name, h).ok_or_else(|| {
+    for info in infos {
+        let name = &info.name;
+        let (hf, heads) = hf_name(name, h).ok_or_else(|| {
             format_error(
                 f.name(),
                 format!("tensor {name:?} has no counterpart in a LLaMA model; it is not supported"),
             )
         })?;
-        let (mut values, shape) = f.f32_values(&name)?;
+        let shape = info.shape();
+        let file = f.name().to_string();
+        let bad_rows = |msg: String| format_error(&file, format!("tensor {name:?}: {msg}"));
+        if let (true, &[rows, cols]) = (keep_blocks(&hf, info.ggml_type), shape.as_slice()) {
+            let mut bytes = f.raw(name)?;
+            if let Some(heads) = heads {
+                // Whole rows move, so the blocks move unchanged.
+                let row_bytes = bytes.len() / rows.max(1);
+                unpermute_rows(&mut bytes, &[rows, row_bytes], heads).map_err(bad_rows)?;
+            }
+            let ggml_type = info.ggml_type;
+            out.insert(
+                hf,
+                HfWeight::Blocks {
+                    bytes,
+                    ggml_type,
+                    shape: [rows, cols],
+                },
+            );
+            continue;
+        }
+        let (mut values, shape) = f.f32_values(name)?;
         if let Some(heads) = heads {
-            unpermute_rows(&mut values, &shape, heads)
-                .map_err(|msg| format_error(f.name(), format!("tensor {name:?}: {msg}")))?;
+            unpermute_rows(&mut values, &shape, heads).map_err(bad_rows)?;
         }
         let t = Tensor::from_vec(values, &shape)?;
         let t = if dtype == DType::F32 {
@@ -224,15 +259,15 @@ pub fn hf_tensors<R: Read + Seek>(
         } else {
             no_grad(|| t.to_dtype(dtype))?
         };
-        out.insert(hf, t);
+        out.insert(hf, HfWeight::Dense(t));
     }
     Ok(out)
 }
 
 /// Undoes llama.cpp's query/key row permutation in place. Within each head of `hd` rows, the
 /// converter moved row `p * hd/2 + i` (half p, index i) to row `2i + p`; this moves it back.
-pub fn unpermute_rows(
-    values: &mut [f32],
+pub fn unpermute_rows<T: Copy + Default>(
+    values: &mut [T],
     shape: &[usize],
     heads: usize,
 ) -> std::result::Result<(), String> {
@@ -244,8 +279,8 @@ pub fn unpermute_rows(
 /// llama.cpp's query/key row permutation, the inverse of `unpermute_rows`: within each head of
 /// `hd` rows, row `p * hd/2 + i` (half p, index i) goes to row `2i + p`, so the adjacent-pair
 /// rotary embedding of llama.cpp sees the pairs Hugging Face's half-split one rotates.
-pub fn permute_rows(
-    values: &mut [f32],
+pub fn permute_rows<T: Copy + Default>(
+    values: &mut [T],
     shape: &[usize],
     heads: usize,
 ) -> std::result::Result<(), String> {
@@ -256,8 +291,8 @@ pub fn permute_rows(
 
 /// Moves rows within each head of a [rows, cols] weight: `from_to(i, p, hd)` gives, for index
 /// i of half p, the row read and the row written.
-fn reorder_head_rows(
-    values: &mut [f32],
+fn reorder_head_rows<T: Copy + Default>(
+    values: &mut [T],
     shape: &[usize],
     heads: usize,
     from_to: impl Fn(usize, usize, usize) -> (usize, usize),
@@ -274,7 +309,7 @@ fn reorder_head_rows(
     if values.is_empty() {
         return Ok(());
     }
-    let mut head = vec![0f32; hd * cols];
+    let mut head = vec![T::default(); hd * cols];
     for block in values.chunks_exact_mut(hd * cols) {
         head.copy_from_slice(block);
         for i in 0..hd / 2 {

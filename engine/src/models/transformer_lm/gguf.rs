@@ -1,12 +1,17 @@
 //! A llama.cpp GGUF file (`llama` architecture) as a `TransformerLm`, with the tokenizer it
 //! carries. The file's hyperparameters become the Hugging Face config and its tensors the
 //! Hugging Face names (`io::gguf::llama`), so the model is built and checked by the same
-//! `from_tensors` as a `transformers` checkpoint. Quantized weights are dequantized on load
-//! (to f32, then `dtype`); the model computes in `dtype`, not in the quantized format.
+//! `from_tensors` as a `transformers` checkpoint.
+//!
+//! On a GPU, projection weights in a block format the kernels read (Q8_0, Q4_1, Q4_K) stay
+//! in it: a decode step then reads a quarter to a half of BF16's bytes. Everything else (and
+//! everything on the CPU, unless asked) is dequantized on load, to f32 and then `dtype`.
 
 use super::{LmConfig, TransformerLm};
+use crate::io::gguf::llama::HfWeight;
 use crate::io::gguf::{llama, read_tokenizer, GgufFile, GgufTokenizer};
-use crate::{DType, Device, Result};
+use crate::ops::quant_matmul::QuantizedMatrix;
+use crate::{DType, Device, Error, Result};
 use std::collections::BTreeMap;
 use std::path::Path;
 
@@ -33,9 +38,20 @@ pub struct GgufModel {
 }
 
 /// Loads the llama-architecture GGUF at `path` in `dtype` on `device` (the argument order of
-/// `pretrained::load_pretrained`). The hyperparameters and the tokenizer are checked before any
-/// tensor is read; tensors are dequantized one at a time.
+/// `pretrained::load_pretrained`), keeping block-quantized projections quantized on a GPU.
 pub fn load_gguf(path: impl AsRef<Path>, dtype: DType, device: Device) -> Result<GgufModel> {
+    load_gguf_with(path, dtype, device, matches!(device, Device::Cuda(_)))
+}
+
+/// `load_gguf`, saying whether projection weights in a format the kernels read stay in it
+/// (`keep_quantized`) or are dequantized. The hyperparameters and the tokenizer are checked
+/// before any tensor is read; tensors are read one at a time.
+pub fn load_gguf_with(
+    path: impl AsRef<Path>,
+    dtype: DType,
+    device: Device,
+    keep_quantized: bool,
+) -> Result<GgufModel> {
     let mut file = GgufFile::open(path)?;
     let hyper = llama::hyperparameters(&file)?;
     let config = LmConfig::from_json(&hyper.hf_config().to_string())?;
@@ -53,8 +69,30 @@ pub fn load_gguf(path: impl AsRef<Path>, dtype: DType, device: Device) -> Result
         name: file.metadata.opt_str("general.name")?.map(str::to_string),
         tensor_types,
     };
-    let weights = llama::hf_tensors(&mut file, &hyper, dtype)?;
-    let model = TransformerLm::from_tensors(config, &weights, dtype, device)?;
+    let keep = |hf: &str, t| {
+        keep_quantized
+            && hf != "model.embed_tokens.weight"
+            && QuantizedMatrix::format_of(t).is_some()
+    };
+    let (mut dense, mut quantized) = (BTreeMap::new(), BTreeMap::new());
+    for (name, w) in llama::hf_tensors(&mut file, &hyper, dtype, keep)? {
+        match w {
+            HfWeight::Dense(t) => {
+                dense.insert(name, t);
+            }
+            HfWeight::Blocks {
+                bytes,
+                ggml_type,
+                shape,
+            } => {
+                let format = QuantizedMatrix::format_of(ggml_type).ok_or_else(|| {
+                    Error::invalid("load_gguf", format!("{name}: {ggml_type} has no kernels"))
+                })?;
+                quantized.insert(name, QuantizedMatrix::new(bytes, format, shape)?);
+            }
+        }
+    }
+    let model = TransformerLm::from_weights(config, &dense, &quantized, dtype, device)?;
     Ok(GgufModel {
         model,
         tokenizer,
@@ -91,6 +129,33 @@ mod tests {
         assert_eq!(loaded.info.name.as_deref(), Some("tiny llama"));
         assert_eq!(loaded.info.tensor_types.get("Q4_0"), Some(&2));
         assert!(loaded.tokenizer.is_some());
+    }
+
+    #[test]
+    fn projections_kept_in_their_blocks_give_the_dequantized_models_logits() {
+        let dense = load_gguf_with(fixture("tiny_llama.gguf"), DType::F32, Device::Cpu, false);
+        let kept = load_gguf_with(fixture("tiny_llama.gguf"), DType::F32, Device::Cpu, true);
+        let (dense, kept) = (dense.unwrap().model, kept.unwrap().model);
+        let names: Vec<String> = kept
+            .quantized_layers()
+            .into_iter()
+            .map(|(n, _)| n)
+            .collect();
+        // Q4_1 keys (rows permuted by llama.cpp's converter), Q8_0 down projections and head;
+        // Q4_0/Q5_x have no kernels and the embedding is a gather, so they are dequantized.
+        assert_eq!(
+            names,
+            [
+                "model.layers.0.self_attn.k_proj",
+                "model.layers.0.mlp.down_proj",
+                "model.layers.1.self_attn.k_proj",
+                "model.layers.1.mlp.down_proj",
+                "lm_head"
+            ]
+        );
+        let ids = crate::Tensor::from_vec(vec![3i64, 17, 250, 9, 0, 41], &[1, 6]).unwrap();
+        let logits = |m: &TransformerLm| crate::no_grad(|| m.forward(&ids))?.to_vec::<f32>();
+        assert_eq!(logits(&kept).unwrap(), logits(&dense).unwrap());
     }
 
     #[test]

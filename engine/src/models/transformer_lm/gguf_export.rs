@@ -14,9 +14,8 @@ use crate::io::gguf::ggml_type::{self as ty, GgmlType};
 use crate::io::gguf::llama::{gguf_name, permute_rows};
 use crate::io::gguf::write_tokenizer::tokenizer_metadata;
 use crate::io::gguf::{GgufWriter, Value};
-use crate::nn::Module;
 use crate::text::Tokenizer;
-use crate::{DType, Device, Error, Result};
+use crate::{DType, Device, Error, Result, Tensor};
 use std::collections::BTreeMap;
 use std::path::Path;
 
@@ -196,7 +195,7 @@ pub fn export_gguf(
         }
     }
     let mut report = GgufExport::default();
-    let state = model.state_dict();
+    let state: BTreeMap<String, Tensor> = model.dense_state()?.into_iter().collect();
     // llama.cpp expects the embedding first and the layers in order; BTreeMap order would put
     // blk.10 before blk.2, which readers accept but people reading a dump do not expect.
     let mut named: Vec<(String, String, _)> = Vec::new();

@@ -28,6 +28,9 @@ mod peft_tests;
 pub mod pretrained;
 #[cfg(test)]
 mod pretrained_tests;
+mod quantize;
+#[cfg(test)]
+mod quantize_tests;
 mod rope;
 #[cfg(test)]
 mod tests;

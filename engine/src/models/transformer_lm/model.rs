@@ -12,7 +12,8 @@ use super::LmConfig;
 use crate::nn::{prefixed, Embedding, Linear, Module, RmsNorm, Summary};
 use crate::ops::linear_loss::linear_cross_entropy;
 use crate::ops::loss::CrossEntropyOptions;
-use crate::{DType, Device, Error, Generator, Result, Tensor};
+use crate::ops::quant_matmul::QuantizedMatrix;
+use crate::{no_grad, DType, Device, Error, Generator, Result, Tensor};
 use std::collections::BTreeMap;
 
 /// The dtype matrix products run in: `Auto` is BF16 mixed precision on CUDA and F32 on the CPU.
@@ -76,9 +77,33 @@ impl TransformerLm {
         dtype: DType,
         device: Device,
     ) -> Result<Self> {
+        Self::from_weights(config, tensors, &BTreeMap::new(), dtype, device)
+    }
+
+    /// `from_tensors` with some projection weights kept in block formats (a GGUF file's):
+    /// those layers compute from the blocks, the rest from `tensors` in `dtype`.
+    pub fn from_weights(
+        config: LmConfig,
+        tensors: &BTreeMap<String, Tensor>,
+        quantized: &BTreeMap<String, QuantizedMatrix>,
+        dtype: DType,
+        device: Device,
+    ) -> Result<Self> {
         check_setup(&config, dtype)?;
-        check_config_against(&config, tensors)?;
-        Self::build(config, ParamSource::tensors(tensors, dtype, device))
+        let shapes: BTreeMap<String, Vec<usize>> = tensors
+            .iter()
+            .map(|(n, t)| (n.clone(), t.shape().to_vec()))
+            .chain(
+                quantized
+                    .iter()
+                    .map(|(n, q)| (n.clone(), q.shape().to_vec())),
+            )
+            .collect();
+        check_config_against(&config, &shapes)?;
+        Self::build(
+            config,
+            ParamSource::tensors(tensors, quantized, dtype, device),
+        )
     }
 
     fn build(config: LmConfig, mut params: ParamSource) -> Result<Self> {
@@ -107,6 +132,16 @@ impl TransformerLm {
     /// A copy with every parameter cast to `dtype` (BF16 weights for inference), adapters
     /// included.
     pub fn with_dtype(&self, dtype: DType) -> Result<Self> {
+        if let Some((name, format)) = self.quantized_layers().first() {
+            return Err(Error::invalid(
+                "TransformerLm",
+                format!(
+                    "{name} holds {} blocks, which keep their own precision; a quantized \
+                     model cannot be cast",
+                    format.name()
+                ),
+            ));
+        }
         let state = self.state_dict();
         let mut m = Self::from_tensors_with_lora(
             self.config.clone(),
@@ -274,7 +309,17 @@ impl TransformerLm {
     /// runs in BF16 but the logits come out in F32: rounding them to BF16 would cost more
     /// accuracy than any other op of the model.
     pub fn project(&self, hidden: &Tensor) -> Result<Tensor> {
-        let weight = self.head_weight();
+        if let Some(head) = self
+            .lm_head
+            .as_ref()
+            .filter(|h| h.quantized_weight().is_some())
+        {
+            // The quantized product reads F32 activations as cheaply as BF16 ones (the weight
+            // dominates), and gives F32 logits.
+            let x = no_grad(|| hidden.to_dtype(DType::F32))?;
+            return head.forward(&x);
+        }
+        let weight = self.head_weight()?;
         crate::amp::autocast(self.autocast_dtype(), || {
             let out = self.dtype().promote(hidden.dtype());
             // Rows flattened: the weight's gradient is one GEMM, not a batch summed after.
@@ -290,11 +335,12 @@ impl TransformerLm {
         })
     }
 
-    /// The output projection's weight [vocab, d_model]: the head's, or the embedding when tied.
-    fn head_weight(&self) -> &Tensor {
+    /// The output projection's weight [vocab, d_model]: the head's (dequantized when it is
+    /// quantized), or the embedding when tied.
+    fn head_weight(&self) -> Result<Tensor> {
         match &self.lm_head {
-            Some(head) => &head.weight,
-            None => &self.embed_tokens.weight,
+            Some(head) => head.weight_values(self.dtype()),
+            None => Ok(self.embed_tokens.weight.clone()),
         }
     }
 
@@ -314,7 +360,7 @@ impl TransformerLm {
         crate::amp::autocast(self.autocast_dtype(), || {
             linear_cross_entropy(
                 &hidden,
-                self.head_weight(),
+                &self.head_weight()?,
                 &targets,
                 CrossEntropyOptions::default(),
             )
@@ -348,6 +394,10 @@ impl Module for TransformerLm {
             out.extend(prefixed("lm_head", head.named_parameters()));
         }
         out
+    }
+
+    fn named_buffers(&self) -> Vec<(String, Tensor)> {
+        self.quantized_buffers()
     }
 
     /// Reaches the projections, whose LoRA adapters apply dropout only in train mode.

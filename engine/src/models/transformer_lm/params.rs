@@ -11,6 +11,7 @@
 use super::LmConfig;
 use crate::nn::init::normal_;
 use crate::nn::{Embedding, Linear, RmsNorm};
+use crate::ops::quant_matmul::QuantizedMatrix;
 use crate::{no_grad, DType, Device, Error, Generator, Result, Tensor};
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -24,6 +25,8 @@ pub enum ParamSource<'a> {
     },
     Tensors {
         map: &'a BTreeMap<String, Tensor>,
+        /// Projection weights kept in block formats, by the same names.
+        quantized: &'a BTreeMap<String, QuantizedMatrix>,
         dtype: DType,
         device: Device,
         used: BTreeSet<String>,
@@ -49,9 +52,15 @@ impl<'a> ParamSource<'a> {
         }
     }
 
-    pub fn tensors(map: &'a BTreeMap<String, Tensor>, dtype: DType, device: Device) -> Self {
+    pub fn tensors(
+        map: &'a BTreeMap<String, Tensor>,
+        quantized: &'a BTreeMap<String, QuantizedMatrix>,
+        dtype: DType,
+        device: Device,
+    ) -> Self {
         ParamSource::Tensors {
             map,
+            quantized,
             dtype,
             device,
             used: BTreeSet::new(),
@@ -82,6 +91,7 @@ impl<'a> ParamSource<'a> {
                 dtype,
                 device,
                 used,
+                quantized: _,
                 problems,
             } => {
                 used.insert(name.to_string());
@@ -107,8 +117,31 @@ impl<'a> ParamSource<'a> {
         Ok(t)
     }
 
-    /// A bias-free projection `{name}.weight` [out, in].
+    /// A bias-free projection `{name}.weight` [out, in]: quantized when the source holds it so.
     pub fn linear(&mut self, name: &str, inp: usize, out: usize) -> Result<Linear> {
+        let key = format!("{name}.weight");
+        if let ParamSource::Tensors {
+            quantized,
+            dtype,
+            device,
+            used,
+            problems,
+            ..
+        } = self
+        {
+            if let Some(q) = quantized.get(&key) {
+                used.insert(key.clone());
+                if q.shape() == [out, inp] {
+                    let q = q.to_device(*device)?.with_dtype(*dtype);
+                    return Linear::from_quantized(q, None);
+                }
+                problems.push(format!(
+                    "{key} has shape {:?}, the config needs {:?}",
+                    q.shape(),
+                    [out, inp]
+                ));
+            }
+        }
         Linear::from_tensors(
             self.tensor(&format!("{name}.weight"), &[out, inp], Fill::Normal)?,
             None,
@@ -135,6 +168,7 @@ impl<'a> ParamSource<'a> {
     pub fn finish(self) -> Result<()> {
         let ParamSource::Tensors {
             map,
+            quantized,
             used,
             mut problems,
             ..
@@ -144,6 +178,7 @@ impl<'a> ParamSource<'a> {
         };
         let unexpected: Vec<&str> = map
             .keys()
+            .chain(quantized.keys())
             .filter(|k| !used.contains(*k))
             .map(|k| k.as_str())
             .collect();
@@ -179,7 +214,7 @@ fn listed(mut problems: Vec<String>) -> String {
 
 /// The layer indices `model.layers.{i}.` that `map` holds tensors for, counted without
 /// trusting any size: at most one entry per tensor.
-fn layer_count(map: &BTreeMap<String, Tensor>) -> usize {
+fn layer_count(map: &BTreeMap<String, Vec<usize>>) -> usize {
     map.keys()
         .filter_map(|k| {
             k.strip_prefix("model.layers.")?
@@ -196,7 +231,7 @@ fn layer_count(map: &BTreeMap<String, Tensor>) -> usize {
 /// The config's sizes against the weights', before a load allocates anything: the layer count
 /// must be the one the tensors have, and every size-bearing tensor that is there must have
 /// the shape the config gives it. Tensors that are absent are reported later by `finish`.
-pub(super) fn check_config_against(c: &LmConfig, map: &BTreeMap<String, Tensor>) -> Result<()> {
+pub(super) fn check_config_against(c: &LmConfig, map: &BTreeMap<String, Vec<usize>>) -> Result<()> {
     let mut problems = Vec::new();
     let layers = layer_count(map);
     if c.n_layers != layers {
@@ -207,10 +242,9 @@ pub(super) fn check_config_against(c: &LmConfig, map: &BTreeMap<String, Tensor>)
     }
     let kv_width = c.n_kv_heads * c.head_dim();
     let mut expect = |name: &str, what: &str, shape: [usize; 2]| {
-        if let Some(t) = map.get(name).filter(|t| t.shape() != shape) {
+        if let Some(t) = map.get(name).filter(|t| t.as_slice() != shape) {
             problems.push(format!(
-                "{what}: the config needs {name} of shape {shape:?}, the weights have {:?}",
-                t.shape()
+                "{what}: the config needs {name} of shape {shape:?}, the weights have {t:?}"
             ));
         }
     };

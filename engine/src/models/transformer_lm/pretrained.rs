@@ -11,7 +11,6 @@
 
 use super::{LmConfig, TransformerLm};
 use crate::io::safetensors;
-use crate::nn::Module;
 use crate::text::Tokenizer;
 use crate::{DType, Device, Error, Result, Tensor};
 use serde_json::{json, Value};
@@ -89,11 +88,8 @@ pub fn save_pretrained(
     if let Some(tok) = opts.tokenizer {
         tok.save(dir.join("tokenizer.json"))?;
     }
-    let named: Vec<(String, Tensor)> = model
-        .named_parameters()
-        .into_iter()
-        .map(|(n, t)| (n, t.detach()))
-        .collect();
+    // Quantized weights are written dequantized: transformers reads dense tensors.
+    let named = model.dense_state()?;
     let shards = shard(&named, opts.max_shard_size);
     let files = shard_file_names(shards.len());
     remove_stale_weights(dir, &files)?;
