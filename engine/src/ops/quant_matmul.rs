@@ -149,6 +149,10 @@ impl QuantizedMatrix {
     }
 
     /// x [..., cols] · Wᵀ -> [..., rows], in x's dtype (F32 or BF16 on CUDA).
+    ///
+    /// One graph node whatever the path, whose backward dequantizes the weight again for
+    /// dx = dy · W: nothing dense outlives the product, so a QLoRA step holds the blocks and
+    /// not a dense copy of every layer between forward and backward.
     pub fn matmul_t(&self, x: &Tensor) -> Result<Tensor> {
         let k = self.cols;
         if x.shape().last() != Some(&k) {
@@ -161,36 +165,69 @@ impl QuantizedMatrix {
                 ),
             ));
         }
-        let m = x.numel() / k;
         let in_shape = x.shape().to_vec();
+        let m = x.numel() / k;
+        let y = no_grad(|| self.product(x, m))?;
+        let weight = self.clone();
+        Ok(y.recorded(&[x], move || {
+            backward_fn(OP, move |dy, _| {
+                let w = weight.dequantize(dy.dtype())?;
+                let rows = dy.reshape_to(&[m, weight.rows])?.matmul(&w)?;
+                Ok(vec![Some(rows.reshape_to(&in_shape)?)])
+            })
+        }))
+    }
+
+    /// The product for m rows of x, without recording: the GEMV for a few rows on CUDA, else
+    /// the weight dequantized to x's dtype and a GEMM.
+    fn product(&self, x: &Tensor, m: usize) -> Result<Tensor> {
+        let k = self.cols;
         let mut out_shape = x.shape().to_vec();
         if let Some(last) = out_shape.last_mut() {
             *last = self.rows;
         }
-        let dense = |x: &Tensor| -> Result<Tensor> {
-            x.reshape_to(&[m, k])?
-                .matmul(&self.dequantize(x.dtype())?.t()?)?
-                .reshape_to(&out_shape)
-        };
         match x.device() {
             Device::Cuda(_) if m <= GEMV_MAX_ROWS => {
-                let xc = no_grad(|| x.contiguous())?;
-                let s = cuda_kernel(OP, [&self.bytes, &xc], |[(w, _), (xs, l)]| {
+                let x = x.contiguous()?;
+                let s = cuda_kernel(OP, [&self.bytes, &x], |[(w, _), (xs, l)]| {
                     cuda::quant_gemv(w, self.format, [self.rows, k], xs, l.offset(), m)
                 })?;
-                let weight = self.clone();
-                Tensor::from_op(Storage::Cuda(s), &out_shape, &[x], move || {
-                    backward_fn(OP, move |dy, _| {
-                        // dx = dy · W: the weight dequantized for this product only.
-                        let w = weight.dequantize(dy.dtype())?;
-                        let rows = dy.reshape_to(&[m, weight.rows])?.matmul(&w)?;
-                        Ok(vec![Some(rows.reshape_to(&in_shape)?)])
-                    })
-                })
+                Tensor::from_storage(Storage::Cuda(s), &out_shape)
             }
-            // The dequantized weight is a constant, so autograd takes the product's gradient
-            // to x as for any matmul.
-            _ => dense(x),
+            _ => x
+                .reshape_to(&[m, k])?
+                .matmul(&self.dequantize(x.dtype())?.t()?)?
+                .reshape_to(&out_shape),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_inputs_gradient_is_dy_times_the_dequantized_weight() {
+        let values: Vec<f32> = (0..4 * 32)
+            .map(|i| ((i * 37 % 23) as f32 - 11.0) / 7.0)
+            .collect();
+        let w = Tensor::from_vec(values, &[4, 32]).unwrap();
+        let q = QuantizedMatrix::quantize(&w, BlockFormat::Q8_0).unwrap();
+        let x = Tensor::from_vec((0..64).map(|i| i as f32 / 64.0).collect(), &[2, 32]).unwrap();
+        x.set_requires_grad(true).unwrap();
+        let dy = Tensor::from_vec(vec![1f32, -2., 0.5, 3., -1., 0., 2., 1.], &[2, 4]).unwrap();
+        q.matmul_t(&x)
+            .unwrap()
+            .mul(&dy)
+            .unwrap()
+            .sum()
+            .unwrap()
+            .backward()
+            .unwrap();
+        let want = dy.matmul(&q.dequantize(DType::F32).unwrap()).unwrap();
+        assert_eq!(
+            x.grad().unwrap().to_vec::<f32>().unwrap(),
+            want.to_vec::<f32>().unwrap()
+        );
     }
 }
