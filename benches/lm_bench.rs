@@ -26,7 +26,7 @@ use rusting_brain::models::transformer_lm::{train_step, LmConfig, TransformerLm}
 use rusting_brain::nn::Module;
 use rusting_brain::ops::quant_matmul::QuantizedMatrix;
 use rusting_brain::optim::{AdamW, AdamWConfig};
-use rusting_brain::{DType, Device, Generator, Result, Tensor};
+use rusting_brain::{DType, Device, Error, Generator, Result, Tensor};
 use serde_json::json;
 use std::time::Instant;
 
@@ -185,7 +185,20 @@ fn decode(dev: &cuda::CudaDevice, d: Device, batch: usize) -> Result<serde_json:
     c.n_kv_heads = 4;
     c.ffn_hidden = 5632;
     c.max_seq_len = 2048;
-    let model = TransformerLm::new_on(c, &mut Generator::new(0), DType::BF16, d)?;
+    let mut model = TransformerLm::new_on(c, &mut Generator::new(0), DType::BF16, d)?;
+    // `--quant q8_0|q4_k|q4_1`: every projection and the head in that format (the embedding
+    // stays BF16), as `load_gguf` keeps a quantized file's weights.
+    let weights = match flag("--quant") {
+        Some(name) => {
+            let format = [BlockFormat::Q8_0, BlockFormat::Q4_K, BlockFormat::Q4_1]
+                .into_iter()
+                .find(|f| f.name().eq_ignore_ascii_case(&name))
+                .ok_or_else(|| Error::invalid("lm_bench", format!("unknown --quant {name}")))?;
+            model.quantize(format)?;
+            format.name()
+        }
+        None => "bf16",
+    };
     let mut gen = Generator::new(2);
     let prompt: Vec<u32> = gen
         .integers(0, 32000, 128)
@@ -209,7 +222,7 @@ fn decode(dev: &cuda::CudaDevice, d: Device, batch: usize) -> Result<serde_json:
     run(8)?;
     let dt = run(256)?;
     Ok(json!({
-        "name": format!("rusting_brain greedy decode, 1.1B LLaMA shape, bf16, batch {batch}"),
+        "name": format!("rusting_brain greedy decode, 1.1B LLaMA shape, {weights} weights, batch {batch}"),
         "tokens_per_s": ((batch * 256) as f64 / dt).round(),
         "ms_per_step": (dt / 256.0 * 1e5).round() / 100.0,
     }))
@@ -401,7 +414,11 @@ fn main() {
         report(breakdown(&dev, d));
     }
     if what == "decode" || what == "all" {
-        for batch in [1, 16] {
+        let batches = match flag("--batch") {
+            Some(b) => vec![b.parse().unwrap_or(1)],
+            None => vec![1, 16],
+        };
+        for batch in batches {
             report(decode(&dev, d, batch));
         }
     }

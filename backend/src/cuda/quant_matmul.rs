@@ -1,6 +1,11 @@
 //! Products with weights kept in ggml's block formats on the device (kernels/quant_matmul.cu):
 //! a dequantizing GEMV for up to eight activation rows, which reads every weight byte once, and
 //! a dequantization to F32/BF16 for larger batches, whose product then runs on cuBLAS.
+//!
+//! The kernels read Q8_0 and Q4_1 *split*: every block's header in one array, then every
+//! row's codes, 16-byte aligned, so each warp load is wide and contiguous (ggml's 34- and
+//! 20-byte blocks are only 2-byte aligned). `split` and `unsplit` move the bytes between the
+//! file's layout and this one; Q4_K's 144-byte blocks are aligned already and stay as stored.
 
 use super::compile::QUANT_MATMUL;
 use super::launch::{args, type_suffix};
@@ -59,6 +64,87 @@ impl BlockFormat {
         }
         Ok(n * (k / self.block_values()) * self.block_bytes())
     }
+
+    /// The header bytes that `split` moves to the front of each block, if any.
+    fn split_header(self) -> Option<usize> {
+        match self {
+            BlockFormat::Q8_0 => Some(2),
+            BlockFormat::Q4_1 => Some(4),
+            BlockFormat::Q4_K => None,
+        }
+    }
+
+    /// The bytes of an [n, k] matrix as the kernels store it (`split`).
+    pub fn stored_bytes(self, n: usize, k: usize) -> Result<usize> {
+        let file = self.matrix_bytes(n, k)?;
+        let headers = n * (k / self.block_values()) * self.split_header().unwrap_or(0);
+        Ok(match self.split_header() {
+            Some(_) => codes_offset(headers) + file - headers,
+            None => file,
+        })
+    }
+}
+
+/// Where the codes start after `headers` bytes of headers (kernels/quant_matmul.cu's
+/// `codes_offset`).
+fn codes_offset(headers: usize) -> usize {
+    headers.div_ceil(16) * 16
+}
+
+/// An [n, k] matrix of the file's blocks in the kernels' layout: the headers of every block in
+/// order, zeros up to a multiple of 16 bytes, then the codes of every block in order.
+pub fn split(format: BlockFormat, file: &[u8], [n, k]: [usize; 2]) -> Result<Vec<u8>> {
+    let want = format.matrix_bytes(n, k)?;
+    if file.len() != want {
+        return Err(Error::invalid(
+            "quantized matmul",
+            format!(
+                "a {n}×{k} {} matrix takes {want} bytes, got {}",
+                format.name(),
+                file.len()
+            ),
+        ));
+    }
+    let Some(h) = format.split_header() else {
+        return Ok(file.to_vec());
+    };
+    let blocks = file.len() / format.block_bytes();
+    let mut out = vec![0u8; format.stored_bytes(n, k)?];
+    let (headers, codes) = out.split_at_mut(codes_offset(blocks * h));
+    let c = format.block_bytes() - h;
+    for (i, block) in file.chunks_exact(format.block_bytes()).enumerate() {
+        headers[i * h..(i + 1) * h].copy_from_slice(&block[..h]);
+        codes[i * c..(i + 1) * c].copy_from_slice(&block[h..]);
+    }
+    Ok(out)
+}
+
+/// `split`'s inverse: the file's blocks of an [n, k] matrix stored split.
+pub fn unsplit(format: BlockFormat, stored: &[u8], [n, k]: [usize; 2]) -> Result<Vec<u8>> {
+    let want = format.stored_bytes(n, k)?;
+    if stored.len() != want {
+        return Err(Error::invalid(
+            "quantized matmul",
+            format!(
+                "a stored {n}×{k} {} matrix takes {want} bytes, got {}",
+                format.name(),
+                stored.len()
+            ),
+        ));
+    }
+    let Some(h) = format.split_header() else {
+        return Ok(stored.to_vec());
+    };
+    let bb = format.block_bytes();
+    let blocks = format.matrix_bytes(n, k)? / bb;
+    let (headers, codes) = stored.split_at(codes_offset(blocks * h));
+    let c = bb - h;
+    let mut out = vec![0u8; blocks * bb];
+    for (i, block) in out.chunks_exact_mut(bb).enumerate() {
+        block[..h].copy_from_slice(&headers[i * h..(i + 1) * h]);
+        block[h..].copy_from_slice(&codes[i * c..(i + 1) * c]);
+    }
+    Ok(out)
 }
 
 /// Output rows of one GEMV block (kernels/quant_matmul.cu's WARPS).
@@ -70,10 +156,10 @@ fn check(w: &CudaStorage, format: BlockFormat, n: usize, k: usize, dtype: DType)
     if w.dtype() != DType::U8 {
         return fail(format!("weights are raw U8 blocks, got {:?}", w.dtype()));
     }
-    let bytes = format.matrix_bytes(n, k)?;
+    let bytes = format.stored_bytes(n, k)?;
     if w.len() != bytes {
         return fail(format!(
-            "a {n}×{k} {} matrix takes {bytes} bytes, the storage holds {}",
+            "a stored {n}×{k} {} matrix takes {bytes} bytes, the storage holds {}",
             format.name(),
             w.len()
         ));
@@ -105,6 +191,12 @@ pub fn quant_gemv(
         return Err(Error::invalid(
             "quantized matmul",
             format!("{m}×{k} activations do not fit the input"),
+        ));
+    }
+    if !(x_offset * dtype.size_in_bytes()).is_multiple_of(16) {
+        return Err(Error::invalid(
+            "quantized matmul",
+            format!("the kernels read activations as 16-byte vectors; element {x_offset} of a {dtype:?} input is not 16-byte aligned"),
         ));
     }
     let dev = x.cuda_device();
@@ -163,4 +255,24 @@ pub fn dequantize(
     // SAFETY: one thread per 32-value unit of the n × k matrix (checked against the bytes).
     unsafe { dev.launch(f, (grid, 1, 1), block, 0, &mut args![wp, op, n32, k32])? };
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn split_puts_the_headers_ahead_of_aligned_codes_and_unsplit_restores_the_file() {
+        // Four Q8_0 blocks of 34 bytes, each byte its own position.
+        let file: Vec<u8> = (0..4 * 34).map(|i| i as u8).collect();
+        let stored = split(BlockFormat::Q8_0, &file, [2, 64]).unwrap();
+        assert_eq!(stored.len(), 16 + 4 * 32);
+        assert_eq!(stored[..8], [0, 1, 34, 35, 68, 69, 102, 103]);
+        assert_eq!(stored[8..16], [0; 8], "padding to 16 bytes");
+        assert_eq!(stored[16..48], file[2..34]);
+        assert_eq!(stored[48..80], file[36..68]);
+        assert_eq!(unsplit(BlockFormat::Q8_0, &stored, [2, 64]).unwrap(), file);
+        let q4k: Vec<u8> = (0..144).map(|i| i as u8).collect();
+        assert_eq!(split(BlockFormat::Q4_K, &q4k, [1, 256]).unwrap(), q4k);
+    }
 }

@@ -18,7 +18,8 @@ use crate::io::gguf::ggml_type::{self as ty, GgmlType};
 use crate::io::gguf::{quantize, quants};
 use crate::{DType, Device, Error, Result, Tensor};
 
-/// A weight [rows, cols] as raw ggml blocks (a U8 tensor on the CPU or a device).
+/// A weight [rows, cols] as ggml blocks (a U8 tensor on the CPU or a device), in the layout
+/// the kernels read (`cuda::split`: the file's bits, headers and codes apart).
 #[derive(Clone)]
 pub struct QuantizedMatrix {
     bytes: Tensor,
@@ -51,19 +52,10 @@ impl QuantizedMatrix {
             .find(|&f| ggml_type(f) == t)
     }
 
-    /// `bytes` as a [rows, cols] matrix of `format` blocks, rows of whole blocks.
+    /// `bytes` (as a GGUF file stores them) as a [rows, cols] matrix of `format` blocks, rows
+    /// of whole blocks.
     pub fn new(bytes: Vec<u8>, format: BlockFormat, [rows, cols]: [usize; 2]) -> Result<Self> {
-        let want = format.matrix_bytes(rows, cols)?;
-        if bytes.len() != want {
-            return Err(Error::invalid(
-                "QuantizedMatrix",
-                format!(
-                    "a {rows}×{cols} {} matrix takes {want} bytes, got {}",
-                    format.name(),
-                    bytes.len()
-                ),
-            ));
-        }
+        let bytes = cuda::split(format, &bytes, [rows, cols])?;
         let n = bytes.len();
         Ok(QuantizedMatrix {
             bytes: Tensor::from_vec(bytes, &[n])?,
@@ -125,7 +117,7 @@ impl QuantizedMatrix {
         [self.rows, self.cols]
     }
 
-    /// The bytes the blocks take (what one product reads).
+    /// The bytes the blocks take (what one product reads), alignment padding included.
     pub fn size_in_bytes(&self) -> usize {
         self.bytes.numel()
     }
@@ -135,7 +127,7 @@ impl QuantizedMatrix {
         let shape = [self.rows, self.cols];
         match self.device() {
             Device::Cpu => {
-                let bytes = self.bytes.to_vec::<u8>()?;
+                let bytes = cuda::unsplit(self.format, &self.bytes.to_vec::<u8>()?, shape)?;
                 let values = quants::dequantize(ggml_type(self.format), &bytes)?;
                 Tensor::from_vec(values, &shape)?.to_dtype(dtype)
             }
@@ -188,7 +180,11 @@ impl QuantizedMatrix {
         }
         match x.device() {
             Device::Cuda(_) if m <= GEMV_MAX_ROWS => {
-                let x = x.contiguous()?;
+                let mut x = x.contiguous()?;
+                // The kernel reads 16-byte vectors: a view from an odd element is copied.
+                if !(x.layout().offset() * x.dtype().size_in_bytes()).is_multiple_of(16) {
+                    x = x.contiguous_copy()?;
+                }
                 let s = cuda_kernel(OP, [&self.bytes, &x], |[(w, _), (xs, l)]| {
                     cuda::quant_gemv(w, self.format, [self.rows, k], xs, l.offset(), m)
                 })?;
