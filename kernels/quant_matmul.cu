@@ -235,6 +235,173 @@ GEMV_TYPES(Q8_0, gemv_q8_0)
 GEMV_TYPES(Q4_1, gemv_q4_1)
 GEMV_TYPES(Q4_K, gemv_q4_k)
 
+// ---- BF16 activations: integer products ----
+//
+// Converting each 4-bit code to a float costs more than reading it (conversions issue at an
+// eighth of the FMA rate), which held Q4_K and Q4_1 to a third of the bandwidth. For BF16
+// activations, as a mixed-precision decode step has, the activations are first quantized to
+// int8 in blocks of 32 (scale absmax / 127, as llama.cpp's q8_1), which rounds them about as
+// much as BF16 already did, and the codes multiply four at a time with __dp4a. The float
+// kernels above remain the F32 path.
+//
+// Scratch for M rows of k activations: int8 codes [M, k], then f32 scales [M, k/32], then
+// f32 sums of every 16 activations as quantized [M, k/16].
+extern "C" __global__ void quantize_activations(const __nv_bfloat16* __restrict__ x,
+                                                u8* __restrict__ scratch, int m, int k) {
+    int lane = threadIdx.x % 32;
+    u64 b = ((u64)blockIdx.x * blockDim.x + threadIdx.x) / 32;
+    u64 blocks = (u64)m * k / 32;
+    if (b >= blocks) return;
+    float v = __bfloat162float(x[b * 32 + lane]);
+    float amax = fabsf(v);
+#pragma unroll
+    for (int off = 16; off > 0; off /= 2) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, off));
+    float d = amax / 127.f;
+    int q = d == 0.f ? 0 : __float2int_rn(v / d);
+    signed char* codes = reinterpret_cast<signed char*>(scratch);
+    float* scales = reinterpret_cast<float*>(scratch + (u64)m * k);
+    float* sums = scales + blocks;
+    codes[b * 32 + lane] = (signed char)q;
+    int half_sum = q;
+#pragma unroll
+    for (int off = 8; off > 0; off /= 2) half_sum += __shfl_xor_sync(0xffffffffu, half_sum, off);
+    if (lane == 0) scales[b] = d;
+    if (lane % 16 == 0) sums[2 * b + lane / 16] = d * (float)half_sum;
+}
+
+// The scratch's parts for row r of m.
+struct QuantizedRows {
+    const u8* codes;
+    const float* scales;
+    const float* sums;
+    __device__ QuantizedRows(const u8* scratch, int m, int k, int r) {
+        u64 blocks = (u64)m * k / 32;
+        codes = scratch + (u64)r * k;
+        scales = reinterpret_cast<const float*>(scratch + (u64)m * k) + (u64)r * (k / 32);
+        sums = reinterpret_cast<const float*>(scratch + (u64)m * k) + blocks + (u64)r * (k / 16);
+    }
+};
+
+__device__ __forceinline__ int dot_words(uint4 a, uint4 b) {
+    int s = __dp4a((int)a.x, (int)b.x, 0);
+    s = __dp4a((int)a.y, (int)b.y, s);
+    s = __dp4a((int)a.z, (int)b.z, s);
+    return __dp4a((int)a.w, (int)b.w, s);
+}
+
+__device__ __forceinline__ void split_nibbles(uint4 q, uint4& lo, uint4& hi) {
+    lo = make_uint4(q.x & 0x0F0F0F0Fu, q.y & 0x0F0F0F0Fu, q.z & 0x0F0F0F0Fu, q.w & 0x0F0F0F0Fu);
+    hi = make_uint4((q.x >> 4) & 0x0F0F0F0Fu, (q.y >> 4) & 0x0F0F0F0Fu, (q.z >> 4) & 0x0F0F0F0Fu,
+                    (q.w >> 4) & 0x0F0F0F0Fu);
+}
+
+__device__ __forceinline__ uint4 codes16(const u8* p) { return __ldg(reinterpret_cast<const uint4*>(p)); }
+
+template <int M>
+__device__ void gemv_q8_0_int(const u8* __restrict__ w, const u8* __restrict__ xs,
+                              __nv_bfloat16* __restrict__ y, int n, int k, int m,
+                              int r0) {
+    int lane = threadIdx.x % 32;
+    int row = blockIdx.x * WARPS + threadIdx.x / 32;
+    if (row >= n) return;
+    int nb = k / 32;
+    const __half* scales = reinterpret_cast<const __half*>(w) + (u64)row * nb;
+    const u8* codes = w + codes_offset((u64)n * nb * 2) + (u64)row * k;
+    float acc[M];
+#pragma unroll
+    for (int r = 0; r < M; ++r) acc[r] = 0.f;
+#pragma unroll 2
+    for (int i = lane * 16; i < k; i += 32 * 16) {
+        uint4 q = codes16(codes + i);
+        float d = __half2float(scales[i / 32]);
+#pragma unroll
+        for (int r = 0; r < M; ++r) {
+            QuantizedRows x(xs, m, k, r0 + r);
+            acc[r] += d * x.scales[i / 32] * (float)dot_words(q, codes16(x.codes + i));
+        }
+    }
+    reduce_store<M>(acc, y, n, row);
+}
+
+template <int M>
+__device__ void gemv_q4_1_int(const u8* __restrict__ w, const u8* __restrict__ xs,
+                              __nv_bfloat16* __restrict__ y, int n, int k, int m,
+                              int r0) {
+    int lane = threadIdx.x % 32;
+    int row = blockIdx.x * WARPS + threadIdx.x / 32;
+    if (row >= n) return;
+    int nb = k / 32;
+    const __half2* heads = reinterpret_cast<const __half2*>(w) + (u64)row * nb;
+    const u8* codes = w + codes_offset((u64)n * nb * 4) + (u64)row * (k / 2);
+    float acc[M];
+#pragma unroll
+    for (int r = 0; r < M; ++r) acc[r] = 0.f;
+#pragma unroll 2
+    for (int b = lane; b < nb; b += 32) {
+        uint4 lo, hi;
+        split_nibbles(codes16(codes + (u64)b * 16), lo, hi);
+        float2 dm = __half22float2(heads[b]);
+#pragma unroll
+        for (int r = 0; r < M; ++r) {
+            QuantizedRows x(xs, m, k, r0 + r);
+            int s = dot_words(lo, codes16(x.codes + b * 32)) + dot_words(hi, codes16(x.codes + b * 32 + 16));
+            acc[r] += dm.x * x.scales[b] * (float)s + dm.y * (x.sums[2 * b] + x.sums[2 * b + 1]);
+        }
+    }
+    reduce_store<M>(acc, y, n, row);
+}
+
+template <int M>
+__device__ void gemv_q4_k_int(const u8* __restrict__ w, const u8* __restrict__ xs,
+                              __nv_bfloat16* __restrict__ y, int n, int k, int m,
+                              int r0) {
+    int lane = threadIdx.x % 32;
+    int row = blockIdx.x * WARPS + threadIdx.x / 32;
+    if (row >= n) return;
+    int nb = k / 256;
+    const u8* wrow = w + (u64)row * nb * 144;
+    int c = (lane % 8) / 2, h = lane % 2;
+    float acc[M];
+#pragma unroll
+    for (int r = 0; r < M; ++r) acc[r] = 0.f;
+#pragma unroll 2
+    for (int sb = lane / 8; sb < nb; sb += 4) {
+        const u8* blk = wrow + (u64)sb * 144;
+        uint4 head = codes16(blk);
+        uint4 lo, hi;
+        split_nibbles(codes16(blk + 16 + 32 * c + 16 * h), lo, hi);
+        const u8* hb = reinterpret_cast<const u8*>(&head);
+        float d = __half2float(__ushort_as_half((unsigned short)(head.x & 0xFFFF)));
+        float dmin = __half2float(__ushort_as_half((unsigned short)(head.x >> 16)));
+        float sc0, mn0, sc1, mn1;
+        q4_k_scale_min(hb + 4, 2 * c, sc0, mn0);
+        q4_k_scale_min(hb + 4, 2 * c + 1, sc1, mn1);
+        int at = sb * 256 + 64 * c + 16 * h;  // the first activation of the low nibbles
+#pragma unroll
+        for (int r = 0; r < M; ++r) {
+            QuantizedRows x(xs, m, k, r0 + r);
+            float s0 = (float)dot_words(lo, codes16(x.codes + at)) * x.scales[at / 32];
+            float s1 = (float)dot_words(hi, codes16(x.codes + at + 32)) * x.scales[at / 32 + 1];
+            acc[r] += d * (sc0 * s0 + sc1 * s1) - dmin * (mn0 * x.sums[at / 16] + mn1 * x.sums[at / 16 + 2]);
+        }
+    }
+    reduce_store<M>(acc, y, n, row);
+}
+
+#define GEMV_INT(FMT, KERNEL, M)                                                            \
+    extern "C" __global__ void __launch_bounds__(WARPS * 32) quant_gemv_int_##FMT##_m##M(   \
+        const u8* w, const u8* xs, __nv_bfloat16* y, int n, int k, int m, int r0) {         \
+        KERNEL<M>(w, xs, y, n, k, m, r0);                                                   \
+    }
+#define GEMV_INT_ROWS(FMT, KERNEL) \
+    GEMV_INT(FMT, KERNEL, 1)       \
+    GEMV_INT(FMT, KERNEL, 2)       \
+    GEMV_INT(FMT, KERNEL, 4)       \
+    GEMV_INT(FMT, KERNEL, 8)
+GEMV_INT_ROWS(Q8_0, gemv_q8_0_int)
+GEMV_INT_ROWS(Q4_1, gemv_q4_1_int)
+GEMV_INT_ROWS(Q4_K, gemv_q4_k_int)
+
 // W [n, k] dequantized to T (for larger batches: the product then runs on cuBLAS). One thread
 // per 32 values (a Q8_0 or Q4_1 block, a Q4_K sub-block), rows of whole units.
 template <typename T>

@@ -176,7 +176,8 @@ fn check(w: &CudaStorage, format: BlockFormat, n: usize, k: usize, dtype: DType)
 /// y [m, n] = x [m, k] · Wᵀ for W [n, k] stored as `format` blocks in `w`, and x contiguous
 /// from element `x_offset` of `x` (F32 or BF16; y has its dtype). Every weight byte is read
 /// once per group of up to eight rows, so this is the decode path; larger m should
-/// dequantize once and use a GEMM.
+/// dequantize once and use a GEMM. F32 activations multiply exactly in float; BF16 ones are
+/// first rounded to int8 in blocks of 32 (as llama.cpp does) for integer dot products.
 pub fn quant_gemv(
     w: &CudaStorage,
     format: BlockFormat,
@@ -202,7 +203,29 @@ pub fn quant_gemv(
     let dev = x.cuda_device();
     let y = CudaStorage::alloc(dev, m * n, dtype)?;
     let grid = n.div_ceil(ROWS_PER_BLOCK) as u32;
-    let (n32, k32) = (n as i32, k as i32);
+    let (n32, k32, m32) = (n as i32, k as i32, m as i32);
+    // BF16 activations take the integer kernels: quantized to int8 once for all rows here.
+    let scratch = match dtype {
+        DType::BF16 => {
+            let s = CudaStorage::alloc(dev, m * k + m * k / 32 * 4 + m * k / 16 * 4, DType::U8)?;
+            let f = dev.function(&QUANT_MATMUL, "quantize_activations")?;
+            let warps = m * k / 32;
+            let (xp, sp) = (x.ptr_at(x_offset), s.ptr());
+            // SAFETY: one lane per activation of m × k (checked to fit x); the scratch holds
+            // m × k codes, m × k / 32 scales and m × k / 16 sums.
+            unsafe {
+                dev.launch(
+                    f,
+                    (warps.div_ceil(8) as u32, 1, 1),
+                    256,
+                    0,
+                    &mut args![xp, sp, m32, k32],
+                )?
+            };
+            Some(s)
+        }
+        _ => None,
+    };
     let mut row = 0;
     while row < m {
         // The largest compiled row count that fits what is left: 8, 4, 2 or 1.
@@ -210,25 +233,44 @@ pub fn quant_gemv(
             .into_iter()
             .find(|&r| r <= m - row)
             .unwrap_or(1);
-        let name = format!(
-            "quant_gemv_{}_m{rows}_{}",
-            format.name(),
-            type_suffix(dtype)
-        );
-        let f = dev.function(&QUANT_MATMUL, &name)?;
-        let (wp, xp, yp) = (w.ptr(), x.ptr_at(x_offset + row * k), y.ptr_at(row * n));
-        // SAFETY: `w` holds n rows of k / block_values blocks (checked), `x` rows row..row+rows
-        // of k values from x_offset (checked) and `y` m × n outputs; each warp writes only its
-        // own output row of the `rows` rows.
-        unsafe {
-            dev.launch(
-                f,
-                (grid, 1, 1),
-                (ROWS_PER_BLOCK * 32) as u32,
-                0,
-                &mut args![wp, xp, yp, n32, k32],
-            )?
-        };
+        let yp = y.ptr_at(row * n);
+        // SAFETY: `w` holds n rows of k / block_values blocks (checked), `x` (or its int8
+        // scratch) rows row..row+rows of k values from x_offset (checked) and `y` m × n
+        // outputs; each warp writes only its own output row of the `rows` rows.
+        match &scratch {
+            Some(s) => {
+                let name = format!("quant_gemv_int_{}_m{rows}", format.name());
+                let f = dev.function(&QUANT_MATMUL, &name)?;
+                let (wp, sp, r0) = (w.ptr(), s.ptr(), row as i32);
+                unsafe {
+                    dev.launch(
+                        f,
+                        (grid, 1, 1),
+                        (ROWS_PER_BLOCK * 32) as u32,
+                        0,
+                        &mut args![wp, sp, yp, n32, k32, m32, r0],
+                    )?
+                };
+            }
+            None => {
+                let name = format!(
+                    "quant_gemv_{}_m{rows}_{}",
+                    format.name(),
+                    type_suffix(dtype)
+                );
+                let f = dev.function(&QUANT_MATMUL, &name)?;
+                let (wp, xp) = (w.ptr(), x.ptr_at(x_offset + row * k));
+                unsafe {
+                    dev.launch(
+                        f,
+                        (grid, 1, 1),
+                        (ROWS_PER_BLOCK * 32) as u32,
+                        0,
+                        &mut args![wp, xp, yp, n32, k32],
+                    )?
+                };
+            }
+        }
         row += rows;
     }
     Ok(y)
