@@ -163,14 +163,22 @@ __device__ void gemv_q4_1(const u8* __restrict__ w, const T* __restrict__ x, T* 
     reduce_store<M>(acc, y, n, row);
 }
 
-// Q4_K's sub-block scale and min j (0..7) from the 12 packed bytes s (6 bits each).
-__device__ __forceinline__ void q4_k_scale_min(const u8* s, int j, float& sc, float& mn) {
+// Byte i (0..11) of a Q4_K super-block's packed scales, which are bytes 4..15 of its header
+// (words y, z and w). Selected from registers: indexing the header as bytes would put it in
+// local memory.
+__device__ __forceinline__ u32 scale_byte(uint4 head, int i) {
+    u32 word = i < 4 ? head.y : (i < 8 ? head.z : head.w);
+    return (word >> (8 * (i % 4))) & 0xFF;
+}
+
+// Q4_K's sub-block scale and min j (0..7) from the 12 packed bytes (6 bits each).
+__device__ __forceinline__ void q4_k_scale_min(uint4 head, int j, float& sc, float& mn) {
     if (j < 4) {
-        sc = (float)(s[j] & 63);
-        mn = (float)(s[j + 4] & 63);
+        sc = (float)(scale_byte(head, j) & 63);
+        mn = (float)(scale_byte(head, j + 4) & 63);
     } else {
-        sc = (float)((s[j + 4] & 0x0F) | ((s[j - 4] >> 6) << 4));
-        mn = (float)((s[j + 4] >> 4) | ((s[j] >> 6) << 4));
+        sc = (float)((scale_byte(head, j + 4) & 0x0F) | ((scale_byte(head, j - 4) >> 6) << 4));
+        mn = (float)((scale_byte(head, j + 4) >> 4) | ((scale_byte(head, j) >> 6) << 4));
     }
 }
 
@@ -195,12 +203,11 @@ __device__ void gemv_q4_k(const u8* __restrict__ w, const T* __restrict__ x, T* 
         const u8* blk = wrow + (u64)sb * 144;
         uint4 head = __ldg(reinterpret_cast<const uint4*>(blk));
         uint4 q = __ldg(reinterpret_cast<const uint4*>(blk + 16 + 32 * c + 16 * h));
-        const u8* hb = reinterpret_cast<const u8*>(&head);
         float d = __half2float(__ushort_as_half((unsigned short)(head.x & 0xFFFF)));
         float dmin = __half2float(__ushort_as_half((unsigned short)(head.x >> 16)));
         float sc0, mn0, sc1, mn1;
-        q4_k_scale_min(hb + 4, 2 * c, sc0, mn0);
-        q4_k_scale_min(hb + 4, 2 * c + 1, sc1, mn1);
+        q4_k_scale_min(head, 2 * c, sc0, mn0);
+        q4_k_scale_min(head, 2 * c + 1, sc1, mn1);
         float lo[16], hi[16];
         nibbles(q, lo, hi);
 #pragma unroll
@@ -370,12 +377,11 @@ __device__ void gemv_q4_k_int(const u8* __restrict__ w, const u8* __restrict__ x
         uint4 head = codes16(blk);
         uint4 lo, hi;
         split_nibbles(codes16(blk + 16 + 32 * c + 16 * h), lo, hi);
-        const u8* hb = reinterpret_cast<const u8*>(&head);
         float d = __half2float(__ushort_as_half((unsigned short)(head.x & 0xFFFF)));
         float dmin = __half2float(__ushort_as_half((unsigned short)(head.x >> 16)));
         float sc0, mn0, sc1, mn1;
-        q4_k_scale_min(hb + 4, 2 * c, sc0, mn0);
-        q4_k_scale_min(hb + 4, 2 * c + 1, sc1, mn1);
+        q4_k_scale_min(head, 2 * c, sc0, mn0);
+        q4_k_scale_min(head, 2 * c + 1, sc1, mn1);
         int at = sb * 256 + 64 * c + 16 * h;  // the first activation of the low nibbles
 #pragma unroll
         for (int r = 0; r < M; ++r) {
@@ -460,7 +466,7 @@ __device__ void dequantize_q4_k(const u8* __restrict__ w, T* __restrict__ out, i
     float d = __half2float(*reinterpret_cast<const __half*>(blk));
     float dmin = __half2float(*reinterpret_cast<const __half*>(blk + 2));
     float sc, mn;
-    q4_k_scale_min(blk + 4, j, sc, mn);
+    q4_k_scale_min(*reinterpret_cast<const uint4*>(blk), j, sc, mn);
     const uint4* q = reinterpret_cast<const uint4*>(blk + 16 + (j / 2) * 32);
     float lo[16], hi[16], v[32];
     int shift_high = j % 2;
