@@ -17,10 +17,12 @@ static A: Meter = Meter;
 
 #[test]
 fn a_qlora_step_never_holds_the_base_dense() {
-    // 4 layers of width 256 (FFN 768): 13.6 MB of F32 projections, the largest 0.79 MB;
-    // 8 tokens of activations are a few KB.
-    let mut c = LmConfig::new(64, 256, 4, 4);
-    c.ffn_hidden = 768;
+    // 4 layers of width 512 (FFN 1536): 54.5 MB of F32 projections, the largest 3.1 MB.
+    // With 8 tokens the activations and the graph take about 0.8 MB a layer; a product
+    // dequantizes its weight (and its matmul makes a transposed copy): two of the largest
+    // matrices at once. Every layer held dense would add the whole 54.5 MB.
+    let mut c = LmConfig::new(64, 512, 4, 4);
+    c.ffn_hidden = 1536;
     c.max_seq_len = 8;
     c.tied_embeddings = false;
     let mut m = TransformerLm::new(c, &mut Generator::new(0)).unwrap();
@@ -46,7 +48,7 @@ fn a_qlora_step_never_holds_the_base_dense() {
     train_step(&m, &mut opt, &batch).unwrap();
     let (_, peak) = peak_during(|| train_step(&m, &mut opt, &batch).unwrap());
     assert!(
-        peak < dense_bytes / 4,
+        peak < dense_bytes / 3,
         "a step peaked at {peak} bytes; every projection dense is {dense_bytes}"
     );
 }

@@ -111,8 +111,8 @@ fn quantize_block(block: &[f32], packed: &mut [u8]) -> f32 {
     absmax
 }
 
-/// The mean in f64, rounded once to f32 (torch's float mean agrees on every fixture matrix;
-/// its summation order could differ from this by an ulp on others).
+/// The mean in f64, rounded once to f32. bitsandbytes takes torch's f32 `mean()`, whose
+/// summation order depends on the device and the vector width; the two can differ by an ulp.
 fn mean(values: &[f32]) -> f32 {
     if values.is_empty() {
         return 0.0;
