@@ -10,12 +10,16 @@
 //!
 //! - quant: the weight products of one batch-1 decode token alone, BF16 on cuBLAS beside the
 //!   GGUF-block GEMV (Q8_0, Q4_K, Q4_1), as time and as a fraction of the bandwidth.
+//! - finetune: full fine-tuning, LoRA and QLoRA (NF4 or Q8_0 base) at the `train` shape:
+//!   tokens/s, base-weight bytes and peak memory (`lm_finetune.rs`; `--base`, `--lora-rank`).
 //!
-//! cargo build --release -p rb_benches --bin lm_bench && target/release/lm_bench [train|decode|quant|all]
+//! cargo build --release -p rb_benches --bin lm_bench && target/release/lm_bench [train|decode|quant|finetune|all]
 //! Prints one JSON object per line. Without a usable GPU it prints {"error": ...} and exits 2.
 
 #[path = "common.rs"]
 mod common;
+#[path = "lm_finetune.rs"]
+mod finetune;
 
 use rusting_brain::backend::cuda;
 use rusting_brain::backend::cuda::quant_matmul::BlockFormat;
@@ -69,9 +73,8 @@ fn untied() -> bool {
 /// The bench model, its optimizer and the one batch every step trains on.
 type Setup = (TransformerLm, AdamW, [(Tensor, Tensor); 1]);
 
-/// The bench model (124M LLaMA shape unless the flags say otherwise), its AdamW and one batch.
-fn setup(d: Device) -> Result<Setup> {
-    let (batch, seq) = (arg("--batch", 16), arg("--seq", 1024));
+/// The bench model's shape: 124M LLaMA unless `--shape` or the flags say otherwise.
+fn bench_config() -> LmConfig {
     let mut c = LmConfig::new(
         arg("--vocab", 50304),
         arg("--d", 768),
@@ -82,7 +85,14 @@ fn setup(d: Device) -> Result<Setup> {
     c.n_kv_heads = arg("--kv-heads", c.n_heads);
     c.ffn_hidden = arg("--ffn", c.ffn_hidden);
     c.tied_embeddings = !untied();
-    c.max_seq_len = seq;
+    c.max_seq_len = arg("--seq", 1024);
+    c
+}
+
+/// The bench model, its AdamW and one batch.
+fn setup(d: Device) -> Result<Setup> {
+    let (batch, seq) = (arg("--batch", 16), arg("--seq", 1024));
+    let c = bench_config();
     let model = TransformerLm::new_on(c.clone(), &mut Generator::new(0), DType::F32, d)?;
     let opt = AdamW::new(
         model.parameters(),
@@ -412,6 +422,14 @@ fn main() {
     }
     if what == "breakdown" {
         report(breakdown(&dev, d));
+    }
+    if what == "finetune" {
+        match finetune::runs() {
+            Ok(runs) => runs
+                .iter()
+                .for_each(|run| report(finetune::finetune(&dev, d, run))),
+            Err(e) => report(Err(e)),
+        }
     }
     if what == "decode" || what == "all" {
         let batches = match flag("--batch") {

@@ -34,6 +34,8 @@ fn random_blocks(format: BlockFormat, n: usize, k: usize, seed: u64) -> Vec<u8> 
                 block[0..2].copy_from_slice(&d);
                 block[2..4].copy_from_slice(&m);
             }
+            // NF4 matrices are not a run of fixed blocks; engine/tests/cuda_nf4.rs covers them.
+            BlockFormat::Nf4 => unreachable!("random_blocks makes ggml blocks"),
         }
     }
     bytes

@@ -56,6 +56,7 @@ kernel_file!(CONV, "conv.cu");
 kernel_file!(DEPTHWISE, "depthwise.cu");
 kernel_file!(NMS, "nms.cu");
 kernel_file!(QUANT_MATMUL, "quant_matmul.cu");
+kernel_file!(NF4, "nf4.cu", super::nf4::tables);
 kernel_file!(POOL, "pool.cu");
 kernel_file!(OPTIM, "optim.cu");
 kernel_file!(ATTENTION, "attention.cu");
@@ -73,6 +74,7 @@ pub const ALL_FILES: &[&KernelFile] = &[
     &DEPTHWISE,
     &NMS,
     &QUANT_MATMUL,
+    &NF4,
     &POOL,
     &OPTIM,
     &NORM,

@@ -15,6 +15,7 @@ pub mod index;
 pub(crate) mod launch;
 pub mod loss;
 pub mod matmul;
+pub mod nf4;
 pub mod nms;
 pub mod norm;
 pub mod optim;

@@ -22,6 +22,11 @@ pub enum BlockFormat {
     Q4_1,
     /// 256 values: f16 scale and min, eight 6-bit sub-block scales and mins, 128 bytes of nibbles.
     Q4_K,
+    /// bitsandbytes' NF4 with double quantization (a QLoRA base): 64 values a block, four-bit
+    /// indices into the NF4 table, absmaxes stored as 8-bit codes over f32 group scales and an
+    /// offset. Not a ggml format; its bytes are laid out per matrix (`spec::nf4::Nf4Layout`)
+    /// and its kernels are backend/src/cuda/nf4.rs.
+    Nf4,
 }
 
 impl BlockFormat {
@@ -30,15 +35,18 @@ impl BlockFormat {
         match self {
             BlockFormat::Q8_0 | BlockFormat::Q4_1 => 32,
             BlockFormat::Q4_K => 256,
+            BlockFormat::Nf4 => crate::spec::nf4::NF4_BLOCK,
         }
     }
 
-    /// The bytes one block takes.
+    /// The bytes one block takes (NF4: its 32 bytes of indices and its absmax code; the matrix
+    /// adds 4 bytes per 256 blocks and 4 for the offset).
     pub fn block_bytes(self) -> usize {
         match self {
             BlockFormat::Q8_0 => 34,
             BlockFormat::Q4_1 => 20,
             BlockFormat::Q4_K => 144,
+            BlockFormat::Nf4 => 33,
         }
     }
 
@@ -47,11 +55,15 @@ impl BlockFormat {
             BlockFormat::Q8_0 => "Q8_0",
             BlockFormat::Q4_1 => "Q4_1",
             BlockFormat::Q4_K => "Q4_K",
+            BlockFormat::Nf4 => "NF4",
         }
     }
 
     /// The bytes of an [n, k] matrix, checking that rows are whole blocks.
     pub fn matrix_bytes(self, n: usize, k: usize) -> Result<usize> {
+        if self == BlockFormat::Nf4 {
+            return Ok(crate::spec::nf4::Nf4Layout::new(n, k)?.total_bytes());
+        }
         if k == 0 || !k.is_multiple_of(self.block_values()) {
             return Err(Error::invalid(
                 "quantized matmul",
@@ -70,7 +82,7 @@ impl BlockFormat {
         match self {
             BlockFormat::Q8_0 => Some(2),
             BlockFormat::Q4_1 => Some(4),
-            BlockFormat::Q4_K => None,
+            BlockFormat::Q4_K | BlockFormat::Nf4 => None,
         }
     }
 

@@ -7,6 +7,7 @@ pub mod attention;
 pub mod binary;
 pub mod conv;
 pub mod loss;
+pub mod nf4;
 pub mod norm;
 pub mod optim;
 pub mod pool;

@@ -6,6 +6,7 @@ mod generate;
 mod gguf;
 mod lora;
 mod model;
+mod quantize;
 mod text;
 
 pub use checkpoint::ScriptCheckpoint;
@@ -165,6 +166,20 @@ pub fn register(engine: &mut Engine) {
             "Like save_pretrained(dir), with tokenizer.json written beside the weights (its end-of-text token is the eos id unless eos_id is given) and the weights split into model-00001-of-0000N.safetensors shards with model.safetensors.index.json above max_shard_size (bytes or \"5GB\", \"200MiB\"; default 5GB).",
             with_tokenizer_and_lm!("model.save_pretrained(\"out/hf\", #{ tokenizer: tok, max_shard_size: \"10KB\" }); let back = lm::load_pretrained(\"out/hf\");"),
             checkpoint::save_pretrained,
+        );
+        api.method(
+            "quantize",
+            "model.quantize(\"nf4\" | \"q8_0\" | \"q4_k\" | \"q4_1\")",
+            "Keeps every projection (and an untied head) quantized in place: NF4 with double-quantized scales as bitsandbytes stores a QLoRA base (rows of whole 64-value blocks; about 4.1 bits a weight), or llama.cpp's Q8_0 (32), Q4_K (256) or Q4_1 (32) blocks. Quantized weights are frozen and stop being parameters; products dequantize them on the fly (forward and backward), so lm::lora afterwards is QLoRA. Refused, changing nothing, when a width does not hold whole blocks.",
+            "let model = lm::transformer(#{ vocab: 64, d_model: 64, layers: 1, heads: 2, ffn: 128, max_seq_len: 32, tied: false }); model.quantize(\"nf4\"); lm::lora(model, #{ rank: 4, alpha: 8 }); let opt = optim::adamw(model.parameters(), #{ lr: 1e-3 });",
+            quantize::quantize,
+        );
+        api.method(
+            "quantized_layers",
+            "model.quantized_layers() -> map",
+            "#{ layer name: format } of the quantized layers (\"nf4\", \"q8_0\", ...; empty when none is).",
+            "let model = lm::transformer(#{ vocab: 64, d_model: 64, layers: 1, heads: 2, ffn: 128, max_seq_len: 32 }); model.quantize(\"q8_0\"); print(model.quantized_layers()[\"model.layers.0.self_attn.q_proj\"]);",
+            quantize::quantized_layers,
         );
         api.func(
             "lora",

@@ -93,8 +93,11 @@ fn chunked(
         ignore: opts.ignore_index.unwrap_or(i64::MIN),
         smoothing: opts.label_smoothing,
     };
-    // Evaluation (no grad mode, or nothing to train) takes only the loss.
+    // Evaluation (no grad mode, or nothing to train) takes only the loss. A frozen weight (a
+    // LoRA or QLoRA base's head) needs no gradient: its [classes, d] F32 sum would be the
+    // largest buffer of the step after the weight itself.
     let grads = is_grad_enabled() && (hidden.requires_grad() || weight.requires_grad());
+    let weight_grad = grads && weight.requires_grad();
     let chunks = (rows * classes * 4).div_ceil(CHUNK_BYTES).max(1);
     let chunk = rows.div_ceil(chunks).max(1);
     let (loss, count, dh, dw) = no_grad(|| -> Result<_> {
@@ -138,7 +141,9 @@ fn chunked(
             };
             if let Some(g) = g {
                 dh.push(g.matmul(&w)?);
-                dw = Some(add(dw, g.t()?.matmul_out(&hc, DType::F32)?)?);
+                if weight_grad {
+                    dw = Some(add(dw, g.t()?.matmul_out(&hc, DType::F32)?)?);
+                }
             }
             loss = Some(add(loss, sum)?);
             count = Some(add(count, valid)?);
@@ -156,7 +161,7 @@ fn chunked(
     let out = if mean { loss.div(&count)? } else { loss };
     let (hidden_shape, hidden_dtype, weight_dtype) =
         (hidden.shape().to_vec(), hidden.dtype(), weight.dtype());
-    let (Some(dh), Some(dw)) = (dh, dw) else {
+    let Some(dh) = dh else {
         return Ok(out);
     };
     Ok(out.recorded(&[hidden, weight], move || {
@@ -170,9 +175,9 @@ fn chunked(
                 ),
                 false => None,
             };
-            let dw = match needs[1] {
-                true => Some(dw.mul(&scale)?.to_dtype(weight_dtype)?),
-                false => None,
+            let dw = match (needs[1], &dw) {
+                (true, Some(dw)) => Some(dw.mul(&scale)?.to_dtype(weight_dtype)?),
+                _ => None,
             };
             Ok(vec![dh, dw])
         })

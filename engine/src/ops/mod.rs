@@ -12,6 +12,7 @@ pub mod index;
 pub mod linear_loss;
 pub mod loss;
 pub mod matmul;
+pub mod nf4;
 pub mod norm;
 pub mod pool;
 pub mod quant_matmul;

@@ -7,10 +7,16 @@
 //! cuBLAS. On the CPU the weight is dequantized (bit-equal to ggml's reference) and multiplied.
 //! There is no gradient for the weight: quantized weights are frozen. The input gets one,
 //! dy · W with W dequantized, so an adapter over a quantized base trains (QLoRA).
+//!
+//! Besides ggml's formats, a matrix may be bitsandbytes' NF4 with double quantization
+//! (`BlockFormat::Nf4`, the QLoRA paper's base; host code in `ops/nf4.rs`, kernels in
+//! `backend/src/cuda/nf4.rs`), which takes the same two paths through its own kernels.
 
 use super::backward_fn;
 use super::dispatch::cuda_kernel;
+use super::nf4;
 use crate::autograd::no_grad;
+use crate::backend::cuda::nf4 as cuda_nf4;
 use crate::backend::cuda::quant_matmul as cuda;
 pub use crate::backend::cuda::quant_matmul::BlockFormat;
 use crate::backend::Storage;
@@ -36,11 +42,13 @@ const OP: &str = "quantized matmul";
 /// Activation rows up to which the GEMV beats dequantizing and a GEMM.
 const GEMV_MAX_ROWS: usize = 8;
 
-fn ggml_type(format: BlockFormat) -> GgmlType {
+/// The ggml type of a ggml block format (NF4 is not one).
+fn ggml_type(format: BlockFormat) -> Option<GgmlType> {
     match format {
-        BlockFormat::Q8_0 => ty::Q8_0,
-        BlockFormat::Q4_1 => ty::Q4_1,
-        BlockFormat::Q4_K => ty::Q4_K,
+        BlockFormat::Q8_0 => Some(ty::Q8_0),
+        BlockFormat::Q4_1 => Some(ty::Q4_1),
+        BlockFormat::Q4_K => Some(ty::Q4_K),
+        BlockFormat::Nf4 => None,
     }
 }
 
@@ -49,7 +57,7 @@ impl QuantizedMatrix {
     pub fn format_of(t: GgmlType) -> Option<BlockFormat> {
         [BlockFormat::Q8_0, BlockFormat::Q4_1, BlockFormat::Q4_K]
             .into_iter()
-            .find(|&f| ggml_type(f) == t)
+            .find(|&f| ggml_type(f) == Some(t))
     }
 
     /// `bytes` (as a GGUF file stores them) as a [rows, cols] matrix of `format` blocks, rows
@@ -67,7 +75,8 @@ impl QuantizedMatrix {
     }
 
     /// A dense [rows, cols] weight quantized to `format` on the host (ggml's reference
-    /// quantizer), placed on the weight's device and computing in its dtype.
+    /// quantizer, or bitsandbytes' rules for NF4), placed on the weight's device and computing
+    /// in its dtype.
     pub fn quantize(w: &Tensor, format: BlockFormat) -> Result<Self> {
         let [rows, cols] = *w.shape() else {
             return Err(Error::invalid(
@@ -76,8 +85,11 @@ impl QuantizedMatrix {
             ));
         };
         let values = no_grad(|| w.to_dtype(DType::F32)?.to_vec::<f32>())?;
-        let bytes = quantize::quantize(ggml_type(format), &values)
-            .and_then(|b| Self::new(b, format, [rows, cols]))?;
+        let bytes = match ggml_type(format) {
+            Some(t) => quantize::quantize(t, &values),
+            None => nf4::quantize(&values, [rows, cols]),
+        }
+        .and_then(|b| Self::new(b, format, [rows, cols]))?;
         bytes.with_dtype(w.dtype()).to_device(w.device())
     }
 
@@ -128,12 +140,16 @@ impl QuantizedMatrix {
         match self.device() {
             Device::Cpu => {
                 let bytes = cuda::unsplit(self.format, &self.bytes.to_vec::<u8>()?, shape)?;
-                let values = quants::dequantize(ggml_type(self.format), &bytes)?;
+                let values = match ggml_type(self.format) {
+                    Some(t) => quants::dequantize(t, &bytes)?,
+                    None => nf4::dequantize(&bytes, shape)?,
+                };
                 Tensor::from_vec(values, &shape)?.to_dtype(dtype)
             }
             Device::Cuda(_) => {
-                let s = cuda_kernel("dequantize", [&self.bytes], |[(w, _)]| {
-                    cuda::dequantize(w, self.format, shape, dtype)
+                let s = cuda_kernel("dequantize", [&self.bytes], |[(w, _)]| match self.format {
+                    BlockFormat::Nf4 => cuda_nf4::dequantize(w, shape, dtype),
+                    _ => cuda::dequantize(w, self.format, shape, dtype),
                 })?;
                 Tensor::from_storage(Storage::Cuda(s), &shape)
             }
@@ -186,7 +202,10 @@ impl QuantizedMatrix {
                     x = x.contiguous_copy()?;
                 }
                 let s = cuda_kernel(OP, [&self.bytes, &x], |[(w, _), (xs, l)]| {
-                    cuda::quant_gemv(w, self.format, [self.rows, k], xs, l.offset(), m)
+                    match self.format {
+                        BlockFormat::Nf4 => cuda_nf4::gemv(w, [self.rows, k], xs, l.offset(), m),
+                        _ => cuda::quant_gemv(w, self.format, [self.rows, k], xs, l.offset(), m),
+                    }
                 })?;
                 Tensor::from_storage(Storage::Cuda(s), &out_shape)
             }

@@ -336,10 +336,11 @@ impl TransformerLm {
     }
 
     /// The output projection's weight [vocab, d_model]: the head's (dequantized when it is
-    /// quantized), or the embedding when tied.
+    /// quantized, straight to the products' dtype: an F32 copy would be cast at once), or the
+    /// embedding when tied.
     fn head_weight(&self) -> Result<Tensor> {
         match &self.lm_head {
-            Some(head) => head.weight_values(self.dtype()),
+            Some(head) => head.weight_values(self.autocast_dtype().unwrap_or(self.dtype())),
             None => Ok(self.embed_tokens.weight.clone()),
         }
     }
