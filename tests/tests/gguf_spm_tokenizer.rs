@@ -13,7 +13,7 @@ use rb_integration_tests::assets::asset;
 use rusting_brain::io::gguf::{read_tokenizer, GgufFile, GgufTokenizer};
 use rusting_brain::text::StreamDecoder;
 use serde_json::Value;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 const LLAMA_SPM: &str = "ggml-vocab-llama-spm.gguf";
 const PHI3: &str = "ggml-vocab-phi-3.gguf";
@@ -26,7 +26,7 @@ fn vocab(test: &str, name: &str) -> Option<(GgufTokenizer, PathBuf)> {
 
 /// llama.cpp's test cases: inputs separated by a line `__ggml_vocab_test__`, read as its
 /// test-tokenizer-0 reads them, and one line of ids per input.
-fn llama_cpp_cases(path: &PathBuf) -> Vec<(String, Vec<u32>)> {
+fn llama_cpp_cases(path: &Path) -> Vec<(String, Vec<u32>)> {
     const SEP: &str = "\n__ggml_vocab_test__\n";
     let inp = std::fs::read_to_string(path.with_extension("gguf.inp")).unwrap();
     let out = std::fs::read_to_string(path.with_extension("gguf.out")).unwrap();

@@ -8,6 +8,9 @@ use super::bpe::BpeModel;
 use super::spm::SpmModel;
 use crate::Result;
 
+// One per tokenizer, behind its `Arc`: the variants' sizes (their 256-entry byte tables) cost
+// nothing worth a box on every lookup.
+#[allow(clippy::large_enum_variant)]
 #[derive(Clone, Debug)]
 pub(crate) enum Model {
     Bpe(BpeModel),

@@ -12,15 +12,21 @@
 //! Every token takes part in merging, whatever its type (control tokens and byte tokens
 //! included), because llama.cpp looks pairs up in its whole token map.
 
+use super::bpe::PairHasher;
 use crate::{Error, Result};
 use std::cmp::Ordering;
 use std::collections::{BinaryHeap, HashMap};
+use std::hash::BuildHasherDefault;
+
+/// Token strings to ids, under a cheap hash: every candidate pair is looked up, and the keys
+/// come from the vocabulary, so SipHash's protection buys nothing.
+type TokenMap = HashMap<String, u32, BuildHasherDefault<PairHasher>>;
 
 #[derive(Clone, Debug)]
 pub struct SpmModel {
     /// Token strings by id ("▁" marks a space).
     pub(crate) id_to_token: Vec<String>,
-    pub(crate) token_to_id: HashMap<String, u32>,
+    pub(crate) token_to_id: TokenMap,
     /// Each token's score; NaN refused and -0.0 stored as 0.0, so `total_cmp` orders them as
     /// C's `<` does.
     scores: Vec<f32>,
@@ -91,7 +97,7 @@ impl SpmModel {
         if u32::try_from(tokens.len()).is_err() {
             return Err(SpmVocabError::TooManyTokens(tokens.len()));
         }
-        let mut token_to_id = HashMap::with_capacity(tokens.len());
+        let mut token_to_id = TokenMap::with_capacity_and_hasher(tokens.len(), Default::default());
         for (id, token) in tokens.iter().enumerate() {
             if let Some(first) = token_to_id.insert(token.clone(), id as u32) {
                 return Err(SpmVocabError::RepeatedToken {
