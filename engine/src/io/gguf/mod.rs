@@ -13,6 +13,7 @@
 
 mod cursor;
 pub mod ggml_type;
+mod gpt2_tokenizer;
 pub mod llama;
 pub mod metadata;
 pub mod quantize;
