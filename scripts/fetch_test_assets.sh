@@ -53,7 +53,9 @@ fetch_sdist() {
     sdist=$(ls "$SDISTS"/"${name//-/_}"-"$version".tar.gz 2>/dev/null | head -1 || true)
     if [ -z "$sdist" ]; then
         mkdir -p "$SDISTS"
-        python3 -m pip download --quiet --no-deps --no-binary :all: -d "$SDISTS" "$spec"
+        # --no-binary for this package only: with :all:, pip would also build the build
+        # environment's cmake and ninja from source just to read the package's metadata.
+        python3 -m pip download --quiet --no-deps --no-binary "$name" -d "$SDISTS" "$spec"
         sdist=$(ls "$SDISTS"/"${name//-/_}"-"$version".tar.gz | head -1)
     fi
     local top
