@@ -129,7 +129,10 @@ fn with_bos(tok: &GgufTokenizer, mut ids: Vec<u32>) -> Vec<u32> {
 #[test]
 fn fixture_strings_encode_to_llama_cpps_ids_with_and_without_special_tokens() {
     for name in [LLAMA_SPM, PHI3] {
-        let Some((tok, _)) = vocab("fixture_strings_encode_to_llama_cpps_ids", name) else {
+        let Some((tok, _)) = vocab(
+            "fixture_strings_encode_to_llama_cpps_ids_with_and_without_special_tokens",
+            name,
+        ) else {
             return;
         };
         assert!(tok.add_bos && !tok.add_eos, "{name}");
@@ -149,7 +152,10 @@ fn fixture_strings_encode_to_llama_cpps_ids_with_and_without_special_tokens() {
 #[test]
 fn decoding_the_fixture_ids_gives_llama_cpps_detokenized_text() {
     for name in [LLAMA_SPM, PHI3] {
-        let Some((tok, _)) = vocab("decoding_the_fixture_ids_gives_llama_cpps_text", name) else {
+        let Some((tok, _)) = vocab(
+            "decoding_the_fixture_ids_gives_llama_cpps_detokenized_text",
+            name,
+        ) else {
             return;
         };
         let mut round_trips = 0;
@@ -173,7 +179,10 @@ fn decoding_the_fixture_ids_gives_llama_cpps_detokenized_text() {
 #[test]
 fn streaming_decode_of_the_fixture_ids_equals_the_whole_decode() {
     for name in [LLAMA_SPM, PHI3] {
-        let Some((tok, _)) = vocab("streaming_decode_of_the_fixture_ids", name) else {
+        let Some((tok, _)) = vocab(
+            "streaming_decode_of_the_fixture_ids_equals_the_whole_decode",
+            name,
+        ) else {
             return;
         };
         for case in fixture_cases(name) {
