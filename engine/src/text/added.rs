@@ -52,6 +52,9 @@ pub struct AddedVocab {
     by_content: HashMap<String, usize>,
     raw: Matcher,
     normalized: Matcher,
+    /// `lstrip`/`rstrip` swallow only ASCII whitespace (C's `isspace`, as llama.cpp strips),
+    /// not every Unicode space as Hugging Face does.
+    ascii_strip: bool,
 }
 
 impl AddedVocab {
@@ -91,7 +94,24 @@ impl AddedVocab {
             by_content,
             raw,
             normalized,
+            ascii_strip: false,
         })
+    }
+
+    /// The same tokens, with `lstrip`/`rstrip` swallowing only ASCII whitespace, as llama.cpp
+    /// does.
+    pub fn with_ascii_strip(mut self) -> Self {
+        self.ascii_strip = true;
+        self
+    }
+
+    fn is_strippable(&self, c: char) -> bool {
+        if self.ascii_strip {
+            // C's isspace: space, \t, \n, \v, \f, \r.
+            matches!(c, ' ' | '\t' | '\n' | '\x0B' | '\x0C' | '\r')
+        } else {
+            c.is_whitespace()
+        }
     }
 
     pub fn by_id(&self, id: u32) -> Option<&AddedToken> {
@@ -153,11 +173,14 @@ impl AddedVocab {
             let mut start = pos;
             let mut end = pos + len;
             if t.lstrip {
-                let kept = text[emitted..start].trim_end();
+                let kept = text[emitted..start].trim_end_matches(|c| self.is_strippable(c));
                 start = emitted + kept.len();
             }
             if t.rstrip {
-                end = text.len() - text[end..].trim_start().len();
+                end = text.len()
+                    - text[end..]
+                        .trim_start_matches(|c| self.is_strippable(c))
+                        .len();
             }
             if start > emitted {
                 out.push(Segment::Text(&text[emitted..start]));
@@ -257,6 +280,22 @@ mod tests {
         assert_eq!(
             v.split("a  <mask> b"),
             [Segment::Text("a"), Segment::Added(5), Segment::Text("b")]
+        );
+    }
+
+    #[test]
+    fn ascii_strip_leaves_other_unicode_spaces() {
+        let mut t = AddedToken::special(5, "<mask>");
+        t.rstrip = true;
+        let unicode = AddedVocab::new(vec![t.clone()]).unwrap();
+        assert_eq!(
+            unicode.split("<mask>\u{3000} b"),
+            [Segment::Added(5), Segment::Text("b")]
+        );
+        let ascii = AddedVocab::new(vec![t]).unwrap().with_ascii_strip();
+        assert_eq!(
+            ascii.split("<mask>\t\u{3000} b"),
+            [Segment::Added(5), Segment::Text("\u{3000} b")]
         );
     }
 }

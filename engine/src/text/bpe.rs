@@ -475,7 +475,7 @@ mod tests {
                 ..Default::default()
             };
             let tok = crate::text::train_bpe(corpus, &o).unwrap();
-            let m = &tok.parts().model;
+            let m = tok.parts().model.bpe().unwrap();
             for len in [2, 3, 17, 300, 3000] {
                 for _ in 0..10 {
                     let piece = random_piece(&mut state, alphabet, len);

@@ -2,7 +2,9 @@
 //! streaming decode for generation. Byte-level files (GPT-2, LLaMA-3, Qwen, DeepSeek) and
 //! SentencePiece-style ones with byte fallback (LLaMA-2, Mistral, Gemma) load, with their
 //! normalizers (`normalize`), pre-tokenizers (`pretokenize`), added and special tokens
-//! (`added`), model (`bpe`, `symbols`) and decoders (`decode`).
+//! (`added`), model (`bpe`, `symbols`) and decoders (`decode`). The model may instead be a
+//! SentencePiece vocabulary with scores, merged as llama.cpp does (`spm`, assembled by
+//! `sentencepiece`), for GGUF files whose tokenizer model is `llama`.
 //!
 //! - `Tokenizer::load(path)` / `save(path)`: the Hugging Face file format.
 //! - `encode(text)` / `decode(ids, skip_special)`: ids are `u32`.
@@ -18,9 +20,12 @@ pub mod files;
 mod glob;
 mod hf_json;
 pub mod jsonl;
+mod model;
 mod normalize;
 mod pattern;
 pub mod pretokenize;
+mod sentencepiece;
+mod spm;
 mod symbols;
 mod tokenizer;
 mod train;
@@ -33,6 +38,8 @@ pub use decode::StreamDecoder;
 pub use files::{collect, collect_files, looks_like_text, FileFilter};
 pub use pattern::{Pattern, PatternSource};
 pub use pretokenize::{SplitPattern, GPT2_PATTERN, LLAMA3_PATTERN};
+pub use sentencepiece::SentencePieceOptions;
+pub use spm::{SpmModel, SpmVocabError};
 pub use tokenizer::{Template, Tokenizer};
 pub use train::{train_bpe, train_bpe_files, TrainOptions};
 

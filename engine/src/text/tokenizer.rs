@@ -1,12 +1,13 @@
-//! `Tokenizer`: a BPE with added tokens, as a Hugging Face `tokenizer.json` describes it.
-//! Encoding follows Hugging Face's pipeline: cut out the added tokens matched on the raw text,
+//! `Tokenizer`: a BPE with added tokens, as a Hugging Face `tokenizer.json` describes it, or a
+//! SentencePiece vocabulary with scores, as llama.cpp runs it (`sentencepiece`). Both go through
+//! the same stages. Encoding follows Hugging Face's pipeline: cut out the added tokens matched on the raw text,
 //! normalize each run between them, cut out the added tokens matched on normalized text,
 //! pre-tokenize, and merge each piece. Decoding runs the token strings through the decoder.
 //! A cheap-to-clone handle, so scripts can copy it freely.
 
 use super::added::{AddedToken, AddedVocab, Segment};
-use super::bpe::BpeModel;
 use super::decode::Decoder;
+use super::model::Model;
 use super::normalize::Normalizer;
 use super::pretokenize::PreTokenizer;
 use crate::{Error, Result};
@@ -36,7 +37,7 @@ pub(crate) struct Parts {
     pub added: AddedVocab,
     pub normalizer: Normalizer,
     pub pre: PreTokenizer,
-    pub model: BpeModel,
+    pub model: Model,
     pub template: Template,
     /// The `post_processor` object as read (or as written for a trained tokenizer), written
     /// back unchanged by `save`.
@@ -178,20 +179,15 @@ impl Tokenizer {
         if let Some(t) = self.parts().added.decoding_string(id) {
             return Ok(t);
         }
-        self.parts()
-            .model
-            .id_to_token
-            .get(id as usize)
-            .and_then(|t| t.as_deref())
-            .ok_or_else(|| {
-                Error::invalid(
-                    "decode",
-                    format!(
-                        "id {id} is not in the vocabulary (vocab size {})",
-                        self.vocab_size()
-                    ),
-                )
-            })
+        self.parts().model.token(id).ok_or_else(|| {
+            Error::invalid(
+                "decode",
+                format!(
+                    "id {id} is not in the vocabulary (vocab size {})",
+                    self.vocab_size()
+                ),
+            )
+        })
     }
 
     /// The number of ids a model's embedding must hold: highest id + 1 over the vocabulary
@@ -213,12 +209,7 @@ impl Tokenizer {
         if let Some(t) = self.parts().added.by_id(id) {
             return Some(t.content.clone());
         }
-        self.parts()
-            .model
-            .id_to_token
-            .get(id as usize)
-            .cloned()
-            .flatten()
+        self.parts().model.token(id).map(str::to_string)
     }
 
     /// The id of an added token's content or a vocabulary token string.
@@ -226,7 +217,7 @@ impl Tokenizer {
         if let Some(t) = self.parts().added.by_content(token) {
             return Some(t.id);
         }
-        self.parts().model.token_to_id.get(token).copied()
+        self.parts().model.token_id(token)
     }
 
     pub fn added_tokens(&self) -> &[AddedToken] {
@@ -276,28 +267,33 @@ impl Tokenizer {
         &self.parts().pre
     }
 
-    /// Whether the model spells tokens in GPT-2's byte-level alphabet (without byte fallback
-    /// or an unknown token), as llama.cpp's `gpt2` tokenizer model does.
+    /// Whether the model is a BPE that spells tokens in GPT-2's byte-level alphabet (without
+    /// byte fallback or an unknown token), as llama.cpp's `gpt2` tokenizer model does.
     pub(crate) fn is_byte_level_bpe(&self) -> bool {
-        let model = &self.parts().model;
-        matches!(model.alphabet.kind, super::symbols::AlphabetKind::ByteLevel)
-            && model.unk_id().is_none()
+        self.parts().model.bpe().is_some_and(|model| {
+            matches!(model.alphabet.kind, super::symbols::AlphabetKind::ByteLevel)
+                && model.unk_id().is_none()
+        })
+    }
+
+    /// Whether the model is a SentencePiece vocabulary with scores rather than a BPE.
+    pub fn is_sentencepiece(&self) -> bool {
+        matches!(self.parts().model, Model::Spm(_))
     }
 
     /// Hugging Face's `ignore_merges`: a piece that is a token is taken whole.
     pub(crate) fn ignores_merges(&self) -> bool {
-        self.parts().model.ignore_merges
+        self.parts().model.bpe().is_some_and(|m| m.ignore_merges)
     }
 
-    /// The merges in rank order, as token strings.
+    /// The merges in rank order, as token strings; none for a SentencePiece vocabulary, which
+    /// merges by score.
     pub fn merges(&self) -> Vec<(String, String)> {
-        let name = |id: u32| {
-            self.parts().model.id_to_token[id as usize]
-                .clone()
-                .unwrap_or_default()
+        let Some(model) = self.parts().model.bpe() else {
+            return Vec::new();
         };
-        self.parts()
-            .model
+        let name = |id: u32| model.id_to_token[id as usize].clone().unwrap_or_default();
+        model
             .merges
             .iter()
             .map(|&(a, b)| (name(a), name(b)))
@@ -307,11 +303,14 @@ impl Tokenizer {
 
 impl std::fmt::Debug for Tokenizer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let model = match &self.parts().model {
+            Model::Bpe(m) => format!("{} merges", m.merges.len()),
+            Model::Spm(_) => "SentencePiece scores".to_string(),
+        };
         write!(
             f,
-            "Tokenizer(vocab {}, {} merges, {} added tokens)",
+            "Tokenizer(vocab {}, {model}, {} added tokens)",
             self.vocab_size(),
-            self.parts().model.merges.len(),
             self.parts().added.tokens.len()
         )
     }

@@ -16,6 +16,7 @@ use super::bpe::{pair_key, BpeModel, BpeOptions, PairMap};
 use super::byte_level;
 use super::decode::Decoder;
 use super::hf_json::byte_level_post_processor;
+use super::model::Model;
 use super::normalize::Normalizer;
 use super::pretokenize::{PreTokenizer, SplitPattern};
 use super::tokenizer::{Parts, Template, Tokenizer};
@@ -338,7 +339,7 @@ fn build_tokenizer(
         added,
         normalizer: Normalizer::default(),
         pre: options.pattern.pre_tokenizer()?,
-        model,
+        model: Model::Bpe(model),
         template: Template::default(),
         post_processor_json: byte_level_post_processor(),
         decoder: Decoder::byte_level(),

@@ -159,6 +159,44 @@ mod tests {
     }
 
     #[test]
+    fn a_file_whose_tokenizer_is_llamas_sentencepiece_loads_with_it() {
+        use crate::io::gguf::{Array, GgufWriter, Value};
+        // tiny_llama.gguf's weights and hyperparameters with a `llama` tokenizer instead.
+        let mut source = GgufFile::open(fixture("tiny_llama.gguf")).unwrap();
+        let mut w = GgufWriter::new();
+        for key in source.metadata.keys() {
+            if !key.starts_with("tokenizer.") && key != "general.alignment" {
+                w.add(key, source.metadata.get(key).unwrap().clone())
+                    .unwrap();
+            }
+        }
+        for info in source.tensors.clone() {
+            let bytes = source.raw(&info.name).unwrap();
+            w.add_raw_tensor(&info.name, &info.shape(), info.ggml_type, bytes)
+                .unwrap();
+        }
+        let tokens = ["<unk>", "<s>", "</s>", "▁", "h", "i", "hi", "▁hi"];
+        let tokens = tokens.iter().map(|t| t.to_string()).collect();
+        let scores = vec![0.0, 0.0, 0.0, -1.0, -1.0, -1.0, -2.0, -3.0];
+        w.add("tokenizer.ggml.model", Value::String("llama".into()))
+            .unwrap();
+        w.add("tokenizer.ggml.tokens", Value::Array(Array::String(tokens)))
+            .unwrap();
+        w.add("tokenizer.ggml.scores", Value::Array(Array::F32(scores)))
+            .unwrap();
+        let path = std::env::temp_dir().join(format!("rb_gguf_spm_{}.gguf", std::process::id()));
+        w.write(&path).unwrap();
+        let loaded = load_gguf(&path, DType::F32, Device::Cpu);
+        std::fs::remove_file(&path).unwrap();
+        let tok = loaded.unwrap().tokenizer.unwrap();
+        assert_eq!(tok.model, "llama");
+        assert_eq!(
+            tok.tokenizer.encode_with_template("hi hi").unwrap(),
+            [1, 7, 7]
+        );
+    }
+
+    #[test]
     fn a_bf16_load_casts_every_weight() {
         let loaded = load_gguf(fixture("tiny_llama.gguf"), DType::BF16, Device::Cpu).unwrap();
         assert!(loaded

@@ -4,6 +4,7 @@
 use super::{field_error, FORMAT};
 use crate::text::added::{AddedToken, AddedVocab};
 use crate::text::bpe::{BpeModel, BpeOptions};
+use crate::text::model::Model;
 use crate::text::normalize::Normalizer;
 use crate::text::symbols::AlphabetKind;
 use crate::text::tokenizer::{Parts, Template, Tokenizer};
@@ -35,6 +36,7 @@ impl Reader<'_> {
         // An id is only a claim: a huge one would make every per-id table huge. Ids must be
         // about as dense as the entries that are actually in the file.
         let limit = 2 * (model.token_to_id.len() + added.tokens.len()) + 4096;
+        let model = Model::Bpe(model);
         let highest_added = added
             .tokens
             .iter()

@@ -7,7 +7,7 @@ use crate::text::pattern::{Pattern, PatternSource};
 use crate::text::pretokenize::{Metaspace, PreTokenizer, Step};
 use crate::text::symbols::AlphabetKind;
 use crate::text::tokenizer::Tokenizer;
-use crate::Result;
+use crate::{Error, Result};
 use serde_json::{json, Value};
 use std::path::Path;
 
@@ -16,14 +16,22 @@ impl Tokenizer {
     /// file renamed over the target).
     pub fn save(&self, path: impl AsRef<Path>) -> Result<()> {
         let path = path.as_ref();
-        crate::text::write_atomically(path, self.to_json_string().as_bytes())
+        crate::text::write_atomically(path, self.to_json_string()?.as_bytes())
     }
 
     /// The `tokenizer.json` text: Hugging Face's field order, the vocabulary in id order and
-    /// the merges as `[left, right]` pairs, one per line.
-    pub fn to_json_string(&self) -> String {
+    /// the merges as `[left, right]` pairs, one per line. A SentencePiece vocabulary with
+    /// scores has no such file (Hugging Face's BPE needs merges): an error.
+    pub fn to_json_string(&self) -> Result<String> {
         let inner = self.parts();
-        let model = &inner.model;
+        let Some(model) = inner.model.bpe() else {
+            return Err(Error::invalid(
+                "tokenizer save",
+                "this is a SentencePiece vocabulary with scores (llama.cpp's \"llama\" tokenizer \
+                 model), which merges by score; a tokenizer.json BPE needs a merge list, so it \
+                 cannot be written as one",
+            ));
+        };
         let added: Vec<Value> = inner
             .added
             .tokens
@@ -87,7 +95,7 @@ impl Tokenizer {
             "    \"merges\": [\n      {}\n    ]\n  }}\n}}\n",
             merges.join(",\n      ")
         ));
-        s
+        Ok(s)
     }
 }
 

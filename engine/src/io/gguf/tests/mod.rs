@@ -5,6 +5,7 @@
 mod builder;
 mod fixtures;
 mod reader;
+mod spm_tokenizer;
 mod tokenizer;
 mod writer;
 

@@ -78,7 +78,7 @@ fn known_pre_tokenizer_names_map_and_llama3_adds_bos_by_default() {
 }
 
 #[test]
-fn unknown_pre_tokenizers_and_sentencepiece_vocabularies_are_refused_by_name() {
+fn unknown_pre_tokenizers_and_tokenizer_models_are_refused_by_name() {
     let msg = tokenizer_error(&with_tokenizer("gpt2", Some("falcon")));
     assert!(
         msg.contains("tokenizer.ggml.pre") && msg.contains("\"falcon\""),
@@ -86,9 +86,9 @@ fn unknown_pre_tokenizers_and_sentencepiece_vocabularies_are_refused_by_name() {
     );
     let msg = tokenizer_error(&with_tokenizer("gpt2", None));
     assert!(msg.contains("\"default\" is not supported"), "{msg}");
-    let msg = tokenizer_error(&with_tokenizer("llama", Some("default")));
+    let msg = tokenizer_error(&with_tokenizer("bert", None));
     assert!(
-        msg.contains("tokenizer.ggml.model") && msg.contains("SentencePiece"),
+        msg.contains("tokenizer.ggml.model") && msg.contains("\"bert\" is not supported"),
         "{msg}"
     );
 }
