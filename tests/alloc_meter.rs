@@ -59,3 +59,12 @@ pub fn peak_during<R>(f: impl FnOnce() -> R) -> (R, usize) {
     let peak = PEAK.with(|p| p.get());
     (r, peak.saturating_sub(start))
 }
+
+/// Runs `f` and returns its result with the bytes this thread still holds after the call,
+/// above what it held before (what the result keeps alive).
+pub fn held_after<R>(f: impl FnOnce() -> R) -> (R, usize) {
+    let start = CURRENT.with(|c| c.get());
+    let r = f();
+    let now = CURRENT.with(|c| c.get());
+    (r, now.saturating_sub(start))
+}

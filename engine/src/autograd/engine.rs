@@ -2,6 +2,7 @@
 //! runs each node's backward once all its consumers have contributed their gradients.
 
 use super::grad_mode::NoGradGuard;
+use super::node::Edge;
 use crate::{Error, Result, Tensor};
 use std::collections::{HashMap, HashSet};
 
@@ -33,16 +34,19 @@ impl Tensor {
             }
         };
         let _guard = NoGradGuard::new();
-        let order = topological_order(self);
+        let root = Edge::to(self);
         let mut grads: HashMap<usize, Tensor> = HashMap::new();
-        grads.insert(self.id(), grad);
-        for t in order {
-            let Some(g) = grads.remove(&t.id()) else {
+        grads.insert(root.key(), grad);
+        for edge in topological_order(root) {
+            let Some(g) = grads.remove(&edge.key()) else {
                 continue;
             };
-            let Some(node) = t.grad_fn() else {
-                t.accumulate_grad(&g)?;
-                continue;
+            let node = match &edge {
+                Edge::Leaf(t) => {
+                    t.accumulate_grad(&g)?;
+                    continue;
+                }
+                Edge::Op { node, .. } => node,
             };
             let input_grads = {
                 let mut slot = node.backward.lock().unwrap_or_else(|e| e.into_inner());
@@ -81,38 +85,38 @@ impl Tensor {
                 } else {
                     ig
                 };
-                let merged = match grads.remove(&input.id()) {
+                let merged = match grads.remove(&input.key()) {
                     Some(prev) => prev.add(&ig)?,
                     None => ig,
                 };
-                grads.insert(input.id(), merged);
+                grads.insert(input.key(), merged);
             }
         }
         Ok(())
     }
 }
 
-/// Tensors reachable from `root` through grad_fn edges, each after all of its consumers.
-fn topological_order(root: &Tensor) -> Vec<Tensor> {
-    let mut post: Vec<Tensor> = Vec::new();
+/// Edges reachable from `root`, each after all of its consumers.
+fn topological_order(root: Edge) -> Vec<Edge> {
+    let mut post: Vec<Edge> = Vec::new();
     let mut visited: HashSet<usize> = HashSet::new();
-    // (tensor, children pushed?) frames of an explicit DFS stack.
-    let mut stack: Vec<(Tensor, bool)> = vec![(root.clone(), false)];
-    while let Some((t, expanded)) = stack.pop() {
+    // (edge, children pushed?) frames of an explicit DFS stack.
+    let mut stack: Vec<(Edge, bool)> = vec![(root, false)];
+    while let Some((e, expanded)) = stack.pop() {
         if expanded {
-            post.push(t);
+            post.push(e);
             continue;
         }
-        if !visited.insert(t.id()) {
+        if !visited.insert(e.key()) {
             continue;
         }
-        let inputs: Vec<Tensor> = t
-            .grad_fn()
-            .map(|n| n.inputs.iter().flatten().cloned().collect())
-            .unwrap_or_default();
-        stack.push((t, true));
+        let inputs: Vec<Edge> = match &e {
+            Edge::Op { node, .. } => node.inputs.iter().flatten().map(Edge::clone_ref).collect(),
+            Edge::Leaf(_) => Vec::new(),
+        };
+        stack.push((e, true));
         for i in inputs {
-            if !visited.contains(&i.id()) {
+            if !visited.contains(&i.key()) {
                 stack.push((i, false));
             }
         }

@@ -6,4 +6,5 @@ mod grad_mode;
 mod node;
 
 pub use grad_mode::{is_grad_enabled, no_grad, NoGradGuard};
+pub(crate) use node::Edge;
 pub use node::{Backward, Node, SavedTensor};

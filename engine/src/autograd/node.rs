@@ -1,7 +1,7 @@
 //! A graph node: the op's backward closure with what it saved, and the inputs that need grads.
 
-use crate::{Error, Result, Tensor};
-use std::sync::Mutex;
+use crate::{DType, Error, Result, Tensor};
+use std::sync::{Arc, Mutex};
 
 /// One op's backward. It runs with grad recording off and returns one gradient per input
 /// (`None` where `needs[i]` is false or the input gets no gradient).
@@ -13,7 +13,7 @@ pub trait Backward: Send + Sync {
 pub struct Node {
     pub(crate) name: &'static str,
     /// One entry per op input; `None` for inputs that do not require grad.
-    pub(crate) inputs: Vec<Option<Tensor>>,
+    pub(crate) inputs: Vec<Option<Edge>>,
     /// Taken (and so freed, with everything it saved) by a backward that does not retain the graph.
     pub(crate) backward: Mutex<Option<Box<dyn Backward>>>,
 }
@@ -21,6 +21,69 @@ pub struct Node {
 impl Node {
     pub fn name(&self) -> &'static str {
         self.name
+    }
+}
+
+/// Where an input's gradient goes. An op's output is reached through its node alone: holding
+/// the tensor would keep its data alive until backward even when no backward reads it (a
+/// product's output that is only added to something, say), which is what the ops' saved
+/// tensors decide.
+pub(crate) enum Edge {
+    /// A leaf that requires grad: its gradient accumulates into it.
+    Leaf(Tensor),
+    /// The output of an op, with what a gradient for it is checked against.
+    Op {
+        node: Arc<Node>,
+        shape: Vec<usize>,
+        dtype: DType,
+    },
+}
+
+impl Edge {
+    /// The edge into `t`'s gradient: its node, or `t` itself for a leaf.
+    pub(crate) fn to(t: &Tensor) -> Edge {
+        match t.grad_fn() {
+            Some(node) => Edge::Op {
+                node: node.clone(),
+                shape: t.shape().to_vec(),
+                dtype: t.dtype(),
+            },
+            None => Edge::Leaf(t.clone()),
+        }
+    }
+
+    /// Another handle to the same place (the node or leaf is shared, not copied).
+    pub(crate) fn clone_ref(&self) -> Edge {
+        match self {
+            Edge::Leaf(t) => Edge::Leaf(t.clone()),
+            Edge::Op { node, shape, dtype } => Edge::Op {
+                node: node.clone(),
+                shape: shape.clone(),
+                dtype: *dtype,
+            },
+        }
+    }
+
+    /// A key unique among the live graph's edges: the leaf's or the node's address.
+    pub(crate) fn key(&self) -> usize {
+        match self {
+            Edge::Leaf(t) => t.id(),
+            Edge::Op { node, .. } => Arc::as_ptr(node) as usize,
+        }
+    }
+
+    pub(crate) fn shape(&self) -> &[usize] {
+        match self {
+            Edge::Leaf(t) => t.shape(),
+            Edge::Op { shape, .. } => shape,
+        }
+    }
+
+    pub(crate) fn dtype(&self) -> DType {
+        match self {
+            Edge::Leaf(t) => t.dtype(),
+            Edge::Op { dtype, .. } => *dtype,
+        }
     }
 }
 

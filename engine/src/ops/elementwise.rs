@@ -181,17 +181,18 @@ impl Tensor {
             .then_some(DType::F32);
         let (a, b, shape) = self.promoted_pair(other, op.name(), force)?;
         let out = Self::binary_raw(&a, &b, &shape, op)?;
-        let needs_saved = matches!(
-            op,
-            BinaryOp::Mul | BinaryOp::Div | BinaryOp::Maximum | BinaryOp::Minimum
-        );
         Ok(out.recorded(&[&a, &b], || {
-            let saved = needs_saved.then(|| {
-                (
-                    SavedTensor::new(op.name(), &a),
-                    SavedTensor::new(op.name(), &b),
-                )
-            });
+            // Only what the wanted gradients read is kept: x * scale under a frozen scale
+            // keeps the scale, not x (a LoRA branch's [rows, out] product, per layer).
+            let (a_trains, b_trains) = (a.requires_grad(), b.requires_grad());
+            let (keep_a, keep_b) = match op {
+                BinaryOp::Add | BinaryOp::Sub => (false, false),
+                BinaryOp::Mul => (b_trains, a_trains),
+                BinaryOp::Div => (b_trains, true),
+                _ => (true, true),
+            };
+            let save = |keep: bool, t: &Tensor| keep.then(|| SavedTensor::new(op.name(), t));
+            let saved = (save(keep_a, &a), save(keep_b, &b));
             let (sa, sb) = (a.shape().to_vec(), b.shape().to_vec());
             backward_fn(op.name(), move |g, needs| {
                 let (ga, gb) = match op {
@@ -204,19 +205,33 @@ impl Tensor {
                         grad_if(needs[1], || g.neg())?,
                     ),
                     _ => {
-                        let (a, b) = saved.as_ref().expect("saved for this op");
-                        let (a, b) = (a.get()?, b.get()?);
+                        // `needs[i]` implies input i required grad when recorded, so what
+                        // its gradient reads was kept.
+                        let kept = |t: &Option<SavedTensor>| -> Result<Tensor> {
+                            match t {
+                                Some(t) => Ok(t.get()?.clone()),
+                                None => Err(Error::invalid(
+                                    op.name(),
+                                    "an operand its gradient reads was not kept",
+                                )),
+                            }
+                        };
+                        let (a, b) = (&saved.0, &saved.1);
                         match op {
                             BinaryOp::Mul => (
-                                grad_if(needs[0], || g.mul(b))?,
-                                grad_if(needs[1], || g.mul(a))?,
+                                grad_if(needs[0], || g.mul(&kept(b)?))?,
+                                grad_if(needs[1], || g.mul(&kept(a)?))?,
                             ),
                             BinaryOp::Div => (
-                                grad_if(needs[0], || g.div(b))?,
-                                grad_if(needs[1], || g.mul(a)?.div(&b.mul(b)?)?.neg())?,
+                                grad_if(needs[0], || g.div(&kept(b)?))?,
+                                grad_if(needs[1], || {
+                                    let (a, b) = (kept(a)?, kept(b)?);
+                                    g.mul(&a)?.div(&b.mul(&b)?)?.neg()
+                                })?,
                             ),
                             _ => {
                                 // Ties split the gradient evenly, as in PyTorch.
+                                let (a, b) = (&kept(a)?, &kept(b)?);
                                 let wins = if op == BinaryOp::Maximum {
                                     a.gt(b)?
                                 } else {

@@ -6,7 +6,7 @@ mod display;
 mod inplace;
 pub(crate) mod memory;
 
-use crate::autograd::{is_grad_enabled, Backward, Node};
+use crate::autograd::{is_grad_enabled, Backward, Edge, Node};
 use crate::backend::{CpuStorage, Storage, StorageCell};
 use crate::{DType, Device, Error, Layout, Result};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -131,7 +131,7 @@ impl Tensor {
             name: backward.name(),
             inputs: inputs
                 .iter()
-                .map(|t| t.requires_grad().then(|| (*t).clone()))
+                .map(|t| t.requires_grad().then(|| Edge::to(t)))
                 .collect(),
             backward: Mutex::new(Some(Box::new(backward))),
         };
@@ -321,10 +321,8 @@ impl Drop for TensorInner {
                 .unwrap_or_else(|e| e.into_inner())
                 .take();
             for input in node.inputs.drain(..).flatten() {
-                if let Some(mut inner) = Arc::into_inner(input.0) {
-                    if let Some(n) = inner.grad_fn.take() {
-                        stack.push(n);
-                    }
+                if let Edge::Op { node, .. } = input {
+                    stack.push(node);
                 }
             }
         }
