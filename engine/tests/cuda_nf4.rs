@@ -8,7 +8,9 @@ mod relative_error;
 
 use relative_error::relative_error;
 use rusting_brain::backend::cuda::{self, device_for_test};
-use rusting_brain::models::transformer_lm::{train_step, LmConfig, LoraConfig, TransformerLm};
+use rusting_brain::models::transformer_lm::{
+    train_step, LmConfig, LoraConfig, TransformerLm, LORA_TARGETS,
+};
 use rusting_brain::nn::Module;
 use rusting_brain::ops::quant_matmul::{BlockFormat, QuantizedMatrix};
 use rusting_brain::optim::{AdamW, AdamWConfig};
@@ -100,17 +102,7 @@ fn qlora_model(device: Device) -> TransformerLm {
         rank: 4,
         alpha: 8.0,
         dropout: 0.0,
-        targets: [
-            "q_proj",
-            "k_proj",
-            "v_proj",
-            "o_proj",
-            "gate_proj",
-            "up_proj",
-            "down_proj",
-        ]
-        .map(String::from)
-        .to_vec(),
+        targets: LORA_TARGETS.map(String::from).to_vec(),
         use_rslora: false,
         seed: 5,
     })

@@ -89,11 +89,9 @@ impl BlockFormat {
     /// The bytes of an [n, k] matrix as the kernels store it (`split`).
     pub fn stored_bytes(self, n: usize, k: usize) -> Result<usize> {
         let file = self.matrix_bytes(n, k)?;
+        // Without a split there are no headers to move, and this is the file's size.
         let headers = n * (k / self.block_values()) * self.split_header().unwrap_or(0);
-        Ok(match self.split_header() {
-            Some(_) => codes_offset(headers) + file - headers,
-            None => file,
-        })
+        Ok(codes_offset(headers) + file - headers)
     }
 }
 

@@ -68,17 +68,22 @@ fn a_width_that_does_not_hold_whole_blocks_is_refused_and_nothing_changes() {
     assert!(again.contains("already quantized"), "{again}");
 }
 
-#[test]
-fn adapters_over_a_quantized_base_train_through_it() {
-    let mut m = TransformerLm::new(config(), &mut Generator::new(3)).unwrap();
-    m.quantize(BlockFormat::Q8_0).unwrap();
+/// `config` with its projections quantized to `format` and rank-4 adapters on q_proj and
+/// down_proj, trained five AdamW steps: the model, and its loss before and after.
+fn adapters_trained_over(
+    config: LmConfig,
+    format: BlockFormat,
+    seed: u64,
+) -> (TransformerLm, f32, f32) {
+    let mut m = TransformerLm::new(config, &mut Generator::new(seed)).unwrap();
+    m.quantize(format).unwrap();
     m.add_lora(LoraConfig {
         rank: 4,
         alpha: 8.0,
         dropout: 0.0,
         targets: vec!["q_proj".into(), "down_proj".into()],
         use_rslora: false,
-        seed: 3,
+        seed,
     })
     .unwrap();
     let seq: Vec<i64> = (0..25).map(|i| (i * 7) % 40).collect();
@@ -94,6 +99,12 @@ fn adapters_over_a_quantized_base_train_through_it() {
         train_step(&m, &mut opt, &[(x.clone(), y.clone())]).unwrap();
     }
     let last = no_grad(|| m.loss(&x, &y)).unwrap().to_vec_f32().unwrap()[0];
+    (m, first, last)
+}
+
+#[test]
+fn adapters_over_a_quantized_base_train_through_it() {
+    let (m, first, last) = adapters_trained_over(config(), BlockFormat::Q8_0, 3);
     // Only the q_proj adapters (ahead of every down_proj) see a gradient that went through
     // quantized layers; they must have moved.
     let a = &m
@@ -160,29 +171,6 @@ fn nf4_projections_compute_with_their_dequantized_values_and_stay_near_the_dense
 
 #[test]
 fn adapters_over_an_nf4_base_train_through_it() {
-    let mut m = TransformerLm::new(nf4_config(), &mut Generator::new(6)).unwrap();
-    m.quantize(BlockFormat::Nf4).unwrap();
-    m.add_lora(LoraConfig {
-        rank: 4,
-        alpha: 8.0,
-        dropout: 0.0,
-        targets: vec!["q_proj".into(), "down_proj".into()],
-        use_rslora: false,
-        seed: 6,
-    })
-    .unwrap();
-    let seq: Vec<i64> = (0..25).map(|i| (i * 7) % 40).collect();
-    let x = Tensor::from_vec(seq[..24].to_vec(), &[2, 12]).unwrap();
-    let y = Tensor::from_vec(seq[1..].to_vec(), &[2, 12]).unwrap();
-    let cfg = AdamWConfig {
-        lr: 1e-2,
-        ..Default::default()
-    };
-    let mut opt = AdamW::new(m.trainable_parameters(), cfg).unwrap();
-    let first = no_grad(|| m.loss(&x, &y)).unwrap().to_vec_f32().unwrap()[0];
-    for _ in 0..5 {
-        train_step(&m, &mut opt, &[(x.clone(), y.clone())]).unwrap();
-    }
-    let last = no_grad(|| m.loss(&x, &y)).unwrap().to_vec_f32().unwrap()[0];
+    let (_, first, last) = adapters_trained_over(nf4_config(), BlockFormat::Nf4, 6);
     assert!(last < first, "loss {first} -> {last}");
 }
