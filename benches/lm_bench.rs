@@ -220,7 +220,7 @@ fn decode(dev: &cuda::CudaDevice, d: Device, batch: usize) -> Result<serde_json:
         let opts = GenerateOptions {
             max_new_tokens: n,
             sampling: SamplingOptions::greedy(),
-            stop_tokens: vec![],
+            ..Default::default()
         };
         dev.synchronize()?;
         let t = Instant::now();

@@ -1,5 +1,5 @@
 // Indexing: index_select and gather read through an index, index_add and scatter_add add
-// through one. The host never reads the indices (that would synchronize every op): each kernel
+// through one, index_copy_ writes through one. The host never reads the indices (that would synchronize every op): each kernel
 // checks its index against the indexed dim and, when it is out of range, sets the device error
 // word (reported at the next host read) and skips the element.
 //
@@ -80,6 +80,29 @@ RB_INDEX_READ(1, u8)
 RB_INDEX_READ(2, unsigned short)
 RB_INDEX_READ(4, u32)
 RB_INDEX_READ(8, u64)
+
+// index_copy_: writes src[.., j, ..] at y[.., idx[j], ..] in place (the mirror of a read),
+// element by size like the reads. A decode step writes its keys and values into the cache at a
+// position held in device memory this way, so a captured step needs no host-side offset.
+template <class T>
+__device__ void index_write_impl(T* y, IndexGeom g, const void* idx, Strided is, int kind, const T* src,
+                                 Strided ss, i64 n, u32* err, u32 code) {
+    RB_GRID_LOOP(i, n) {
+        i64 along;
+        i64 base = target_base(g, i, &along);
+        i64 v = checked_index(g, idx, is, kind, 0, i, along, err, code);
+        if (v >= 0) y[base + v * g.stride[g.dim]] = src[strided_offset(ss, i)];
+    }
+}
+#define RB_INDEX_WRITE(bytes, T)                                                                          \
+    extern "C" __global__ void index_write_##bytes(T* y, IndexGeom g, const void* idx, Strided is, int kind, \
+                                                   const T* src, Strided ss, i64 n, u32* err, u32 code) {   \
+        index_write_impl<T>(y, g, idx, is, kind, src, ss, n, err, code);                                    \
+    }
+RB_INDEX_WRITE(1, u8)
+RB_INDEX_WRITE(2, unsigned short)
+RB_INDEX_WRITE(4, u32)
+RB_INDEX_WRITE(8, u64)
 
 // Adds go into an accumulator of the source's Acc type (f32 for the 16- and 32-bit floats, f64,
 // i64 for integers): the host casts the base to it first and back afterwards, so half types

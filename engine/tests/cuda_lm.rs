@@ -72,7 +72,7 @@ fn cuda_lm_forward_loss_and_decode_follow_the_cpu() {
     let opts = GenerateOptions {
         max_new_tokens: 16,
         sampling: SamplingOptions::greedy(),
-        stop_tokens: vec![],
+        ..Default::default()
     };
     let prompts = vec![vec![5, 6, 7], vec![9, 1, 250, 4, 4]];
     let none = &mut |_: usize, _: u32| Ok(Flow::Continue);

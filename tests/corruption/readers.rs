@@ -124,7 +124,7 @@ fn run_model(model: &TransformerLm) -> Result<()> {
     let opts = GenerateOptions {
         max_new_tokens: 3,
         sampling: SamplingOptions::greedy(),
-        stop_tokens: Vec::new(),
+        ..Default::default()
     };
     generate(model, &[vec![1, 2]], &opts, &mut |_, _| Ok(Flow::Continue))?;
     Ok(())

@@ -163,7 +163,7 @@ fn smollm2_greedy_32_tokens_equal_both_references() {
     let opts = GenerateOptions {
         max_new_tokens: 32,
         sampling: SamplingOptions::greedy(),
-        stop_tokens: Vec::new(),
+        ..Default::default()
     };
     let started = Instant::now();
     let out = generate(&m.model, &[ids(&f["prompt_ids"])], &opts, &mut |_, _| {

@@ -60,6 +60,7 @@ kernel_file!(NF4, "nf4.cu", super::nf4::tables);
 kernel_file!(POOL, "pool.cu");
 kernel_file!(OPTIM, "optim.cu");
 kernel_file!(ATTENTION, "attention.cu");
+kernel_file!(DECODE_ATTENTION, "decode_attention.cu");
 kernel_file!(ROPE, "rope.cu");
 kernel_file!(SWIGLU, "swiglu.cu");
 
@@ -81,6 +82,7 @@ pub const ALL_FILES: &[&KernelFile] = &[
     &LOSS,
     &RANDOM,
     &ATTENTION,
+    &DECODE_ATTENTION,
     &ROPE,
     &SWIGLU,
 ];

@@ -8,7 +8,7 @@ use crate::{Device, Error, Result};
 use cudarc::cublas::{result as blas, sys as blas_sys};
 use cudarc::driver::{result, sys};
 use std::cell::Cell;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::ffi::{c_void, CString};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
@@ -33,6 +33,20 @@ pub struct CudaDevice {
     modules: Mutex<HashMap<&'static str, sys::CUmodule>>,
     functions: Mutex<HashMap<String, sys::CUfunction>>,
     tf32: AtomicBool,
+    /// Set while the stream is being captured into a CUDA graph (`graph.rs`); `capture` then
+    /// holds what the allocator must know. The flag keeps the common path free of the lock.
+    capturing: AtomicBool,
+    capture: Mutex<Option<Capture>>,
+}
+
+/// What the allocator tracks during a capture. Blocks allocated in it become the graph's own
+/// (fixed addresses at every replay) and may be freed in it. A block from before the capture
+/// that is dropped during it cannot be freed by the graph: its free waits until the capture
+/// ends.
+#[derive(Default)]
+pub(crate) struct Capture {
+    pub made: HashSet<sys::CUdeviceptr>,
+    pub deferred_frees: Vec<sys::CUdeviceptr>,
 }
 
 // SAFETY: the raw handles are owned by this struct for the process lifetime; the driver API is
@@ -143,6 +157,8 @@ impl CudaDevice {
                 modules: Mutex::new(HashMap::new()),
                 functions: Mutex::new(HashMap::new()),
                 tf32: AtomicBool::new(false),
+                capturing: AtomicBool::new(false),
+                capture: Mutex::new(None),
             };
             let workspace = device.alloc(BLAS_WORKSPACE)?;
             blas_sys::cublasSetWorkspace_v2(blas, workspace as *mut c_void, BLAS_WORKSPACE)
@@ -223,7 +239,17 @@ impl CudaDevice {
         // SAFETY: pool and stream belong to this device's context, which is current.
         let first = unsafe { result::mem_pool::alloc_async(self.pool, bytes, self.stream) };
         match first {
-            Ok(p) => Ok(p),
+            Ok(p) => {
+                if self.capturing.load(Ordering::Acquire) {
+                    if let Some(c) = self.capture_state().as_mut() {
+                        c.made.insert(p);
+                    }
+                }
+                Ok(p)
+            }
+            Err(_) if self.capturing.load(Ordering::Acquire) => Err(Error::Cuda(format!(
+                "allocating {bytes} bytes inside a CUDA graph capture failed (out of memory?)"
+            ))),
             Err(e) if e.0 == sys::CUresult::CUDA_ERROR_OUT_OF_MEMORY => {
                 // SAFETY: as above; trimming only releases blocks nobody holds.
                 let retry = unsafe {
@@ -254,6 +280,14 @@ impl CudaDevice {
         if ptr == 0 || self.bind().is_err() {
             return;
         }
+        if self.capturing.load(Ordering::Acquire) {
+            if let Some(c) = self.capture_state().as_mut() {
+                if !c.made.remove(&ptr) {
+                    c.deferred_frees.push(ptr);
+                    return;
+                }
+            }
+        }
         // SAFETY: `ptr` came from `alloc` on this stream and is freed once (by its owner's Drop).
         if let Err(e) = unsafe { result::free_async(ptr, self.stream) } {
             crate::messages::warn(&format!(
@@ -263,9 +297,49 @@ impl CudaDevice {
         }
     }
 
+    fn capture_state(&self) -> std::sync::MutexGuard<'_, Option<Capture>> {
+        self.capture.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// An error naming `what` while the stream is being captured: host copies and waits
+    /// cannot be part of a graph.
+    fn refuse_in_capture(&self, what: &str) -> Result<()> {
+        if self.capturing.load(Ordering::Acquire) {
+            return Err(Error::Cuda(format!(
+                "{what} cannot be captured into a CUDA graph; the captured work must stay on the device"
+            )));
+        }
+        Ok(())
+    }
+
+    /// Starts tracking allocations for a capture (`graph.rs` begins the stream capture).
+    pub(crate) fn start_capture_tracking(&self) -> Result<()> {
+        let mut state = self.capture_state();
+        if state.is_some() {
+            return Err(Error::Cuda(
+                "a CUDA graph capture is already in progress on this device".into(),
+            ));
+        }
+        *state = Some(Capture::default());
+        self.capturing.store(true, Ordering::Release);
+        Ok(())
+    }
+
+    /// Stops tracking and frees the blocks whose owners were dropped during the capture.
+    /// Returns what the capture allocated and did not free.
+    pub(crate) fn finish_capture_tracking(&self) -> HashSet<sys::CUdeviceptr> {
+        self.capturing.store(false, Ordering::Release);
+        let state = self.capture_state().take().unwrap_or_default();
+        for ptr in state.deferred_frees {
+            self.free(ptr);
+        }
+        state.made
+    }
+
     /// Waits for the stream, then reports an out-of-range index any kernel met since the last
     /// sync.
     pub fn synchronize(&self) -> Result<()> {
+        self.refuse_in_capture("waiting for the device")?;
         self.bind()?;
         // SAFETY: the stream is valid for the life of the device.
         unsafe { result::stream::synchronize(self.stream) }
@@ -351,6 +425,8 @@ impl CudaDevice {
         if bytes.is_empty() {
             return Ok(());
         }
+        // A captured copy would replay from a host buffer that is gone by then.
+        self.refuse_in_capture("a host-to-device copy")?;
         self.bind()?;
         // SAFETY: `dst` holds at least `bytes.len()` bytes; pageable copies are staged before
         // the call returns, so `bytes` may be dropped right after.
@@ -363,6 +439,7 @@ impl CudaDevice {
         if bytes.is_empty() {
             return self.synchronize();
         }
+        self.refuse_in_capture("a device-to-host copy")?;
         self.bind()?;
         // SAFETY: `src` holds at least `bytes.len()` bytes.
         unsafe { result::memcpy_dtoh_async(bytes, src, self.stream) }

@@ -16,6 +16,7 @@ const MAX_RANK: usize = 8;
 const FLAG_INDEX_SELECT: u32 = 1;
 const FLAG_GATHER: u32 = 2;
 const FLAG_SCATTER_ADD: u32 = 3;
+const FLAG_INDEX_COPY: u32 = 6;
 
 /// Mirrors `struct IndexGeom` in kernels/index.cu: the iteration shape, and the target's
 /// strides and offset, with the indexed dim and its size.
@@ -119,6 +120,55 @@ fn read(
         )?
     };
     Ok(out)
+}
+
+/// index_copy_: writes `src[.., j, ..]` into `y[.., idx[j], ..]` along `dim`, in place. `y` is
+/// any view (not a broadcast one: the op checks), `idx` a 0-d or 1-D integer view whose length
+/// is src's size along `dim`, `src` any view of y's dtype.
+pub fn index_copy(
+    y: &mut CudaStorage,
+    ly: &Layout,
+    dim: usize,
+    idx: &CudaStorage,
+    li: &Layout,
+    src: &CudaStorage,
+    ls: &Layout,
+) -> Result<()> {
+    const OP: &str = "index_copy_";
+    let n = ls.numel();
+    if n == 0 {
+        return Ok(());
+    }
+    let dev = y.cuda_device().clone();
+    let g = IndexGeom::new(
+        OP,
+        ls.shape(),
+        dim,
+        ly.shape()[dim],
+        ly.strides(),
+        ly.offset(),
+    )?;
+    let (is, ss, kind) = (
+        Strided::of(OP, li)?,
+        Strided::of(OP, ls)?,
+        index_kind(OP, idx.dtype())?,
+    );
+    let f = dev.function(&INDEX, &format!("index_write_{}", y.dtype().size_in_bytes()))?;
+    let (py, pi, ps) = (y.ptr(), idx.ptr(), src.ptr());
+    let (n, err, code) = (n as i64, dev.error_word(), FLAG_INDEX_COPY);
+    let grid = grid_for(n as usize, BLOCK, dev.sm_count());
+    // SAFETY: every target offset lies in y's view once its index is checked against the dim's
+    // size; the index and source views lie in their allocations.
+    unsafe {
+        dev.launch(
+            f,
+            (grid, 1, 1),
+            BLOCK,
+            0,
+            &mut args![py, g, pi, is, kind, ps, ss, n, err, code],
+        )?
+    };
+    Ok(())
 }
 
 /// The dtype adds accumulate in: F32 for the 16- and 32-bit floats (half types round once, at

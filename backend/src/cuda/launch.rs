@@ -103,6 +103,7 @@ pub(crate) fn flag_op_name(word: u32) -> &'static str {
         3 => "scatter_add",
         4 => "embedding",
         5 => "cross_entropy",
+        6 => "index_copy_",
         _ => "a CUDA kernel",
     }
 }

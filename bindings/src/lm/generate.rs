@@ -20,6 +20,7 @@ const KEYS: &[&str] = &[
     "frequency_penalty",
     "seed",
     "stop",
+    "cuda_graph",
 ];
 
 pub fn options(what: &str, opts: Map) -> RhaiResult<GenerateOptions> {
@@ -59,6 +60,7 @@ pub fn options(what: &str, opts: Map) -> RhaiResult<GenerateOptions> {
         max_new_tokens: o.usize("max_new_tokens", 64)?,
         sampling,
         stop_tokens,
+        cuda_graph: o.bool("cuda_graph", true)?,
     })
 }
 

@@ -41,7 +41,7 @@ impl Tensor {
         v: &Tensor,
         opts: AttentionOptions,
     ) -> Result<Tensor> {
-        let spec = check(self, k, v, opts)?;
+        let spec = check(OP, self, k, v, opts)?;
         // Mixed precision: like the matrix products it replaces, attention runs in the low dtype.
         let low = crate::amp::matmul_operand_dtype(self.device(), self.dtype());
         let cast = |t: &Tensor| match low {
@@ -59,12 +59,18 @@ impl Tensor {
 }
 
 /// Shapes, dtypes and devices; the problem as the kernels see it.
-fn check(q: &Tensor, k: &Tensor, v: &Tensor, opts: AttentionOptions) -> Result<AttentionSpec> {
+pub(super) fn check(
+    op: &'static str,
+    q: &Tensor,
+    k: &Tensor,
+    v: &Tensor,
+    opts: AttentionOptions,
+) -> Result<AttentionSpec> {
     for t in [q, k, v] {
-        t.check_float(OP)?;
+        t.check_float(op)?;
         if t.rank() != 4 {
             return Err(Error::invalid(
-                OP,
+                op,
                 format!(
                     "q, k and v are [batch, heads, tokens, head_dim]; got a tensor of shape {:?}",
                     t.shape()
@@ -72,11 +78,11 @@ fn check(q: &Tensor, k: &Tensor, v: &Tensor, opts: AttentionOptions) -> Result<A
             ));
         }
     }
-    q.check_same_device(OP, k)?;
-    q.check_same_device(OP, v)?;
+    q.check_same_device(op, k)?;
+    q.check_same_device(op, v)?;
     if k.dtype() != q.dtype() || v.dtype() != q.dtype() {
         return Err(Error::invalid(
-            OP,
+            op,
             format!(
                 "q, k and v need one dtype; got {}, {} and {}",
                 q.dtype(),
@@ -88,13 +94,13 @@ fn check(q: &Tensor, k: &Tensor, v: &Tensor, opts: AttentionOptions) -> Result<A
     let (qs, ks, vs) = (q.shape(), k.shape(), v.shape());
     if ks != vs || ks[0] != qs[0] || ks[3] != qs[3] {
         return Err(Error::invalid(
-            OP,
+            op,
             format!("q {qs:?} needs k and v of shape [{}, kv_heads, keys, {}]; got k {ks:?} and v {vs:?}", qs[0], qs[3]),
         ));
     }
     if ks[1] == 0 || !qs[1].is_multiple_of(ks[1]) {
         return Err(Error::invalid(
-            OP,
+            op,
             format!(
                 "{} query heads cannot share {} key/value heads evenly",
                 qs[1], ks[1]
@@ -103,7 +109,7 @@ fn check(q: &Tensor, k: &Tensor, v: &Tensor, opts: AttentionOptions) -> Result<A
     }
     if opts.causal && ks[2] < qs[2] {
         return Err(Error::invalid(
-            OP,
+            op,
             format!(
                 "causal attention needs at least as many keys as queries; got {} keys for {} queries",
                 ks[2], qs[2]
@@ -113,7 +119,7 @@ fn check(q: &Tensor, k: &Tensor, v: &Tensor, opts: AttentionOptions) -> Result<A
     let scale = opts.scale.unwrap_or(1.0 / (qs[3] as f64).sqrt());
     if !scale.is_finite() {
         return Err(Error::invalid(
-            OP,
+            op,
             format!("scale must be finite, got {scale}"),
         ));
     }

@@ -1,4 +1,4 @@
-//! cat, stack, index_select, gather and scatter_add. Index tensors hold integers; every index is
+//! cat, stack, index_select, gather, scatter_add and index_copy_. Index tensors hold integers; every index is
 //! checked against its dimension, so a bad index is an error rather than a wild read.
 
 use super::dispatch::{dispatch, dispatch_all, CpuOperand};
@@ -230,6 +230,87 @@ impl Tensor {
                 ])
             })
         })
+    }
+}
+
+/// In place: `self[.., index[j], ..] = src[.., j, ..]` along `dim` (torch's index_copy_).
+/// `index` is 0-d or 1-D with one entry per slice of `src` along `dim`; `src` has self's shape
+/// elsewhere and is cast to self's dtype. On CUDA the kernel reads the index itself, so a
+/// position kept in device memory (a KV cache's write cursor) needs no host read.
+impl Tensor {
+    pub fn index_copy_(&self, dim: isize, index: &Tensor, src: &Tensor) -> Result<()> {
+        const OP: &str = "index_copy_";
+        self.check_inplace(OP)?;
+        let d = resolve_dim(OP, dim, self.rank())?;
+        check_index_dtype(OP, index)?;
+        self.check_same_device(OP, index)?;
+        self.check_same_device(OP, src)?;
+        let count = index.numel();
+        let mut want = self.shape().to_vec();
+        want[d] = count;
+        if index.rank() > 1 || src.shape() != want.as_slice() {
+            return Err(Error::invalid(
+                OP,
+                format!(
+                    "writing {count} slice(s) (index of shape {:?}) along dim {d} of a tensor of shape {:?} needs a source of shape {want:?}, got {:?}",
+                    index.shape(),
+                    self.shape(),
+                    src.shape()
+                ),
+            ));
+        }
+        if self.layout().strides().iter().zip(self.shape()).any(|(&s, &n)| s == 0 && n > 1) {
+            return Err(Error::invalid(
+                OP,
+                "cannot write into a broadcast view; write into a contiguous copy",
+            ));
+        }
+        // The write lock must not wait on a read of the same storage: an aliasing operand is
+        // copied first.
+        let own = |t: &Tensor| -> Result<Tensor> {
+            if std::sync::Arc::ptr_eq(self.storage_cell(), t.storage_cell()) {
+                t.contiguous_copy()
+            } else {
+                Ok(t.clone())
+            }
+        };
+        let (src, index) = crate::autograd::no_grad(|| {
+            Ok::<_, Error>((own(&src.to_dtype(self.dtype())?)?, own(index)?))
+        })?;
+        let index = &index;
+        match self.device() {
+            Device::Cpu => {
+                let size = self.shape()[d];
+                let guard = index.storage();
+                let rows = match &*guard {
+                    Storage::Cpu(s) => checked_indices(OP, (s, index.layout()), size)?,
+                    Storage::Cuda(_) => unreachable!("devices were checked equal"),
+                };
+                drop(guard);
+                let _no_grad = crate::autograd::NoGradGuard::new();
+                for (j, &row) in rows.iter().enumerate() {
+                    self.narrow(d as isize, row, 1)?
+                        .copy_(&src.narrow(d as isize, j, 1)?)?;
+                }
+                Ok(())
+            }
+            Device::Cuda(_) => {
+                let (idx, s) = (index.storage(), src.storage());
+                let mut dst = self.storage_cell().write();
+                match (&mut *dst, &*idx, &*s) {
+                    (Storage::Cuda(y), Storage::Cuda(i), Storage::Cuda(x)) => cuda::index::index_copy(
+                        y,
+                        self.layout(),
+                        d,
+                        i,
+                        index.layout(),
+                        x,
+                        src.layout(),
+                    ),
+                    _ => unreachable!("devices were checked equal"),
+                }
+            }
+        }
     }
 }
 

@@ -5,6 +5,7 @@ pub mod attention;
 pub mod bias_act;
 pub mod bincount;
 pub mod conv;
+pub mod decode_attention;
 pub mod dispatch;
 pub mod elementwise;
 pub(crate) mod host_keys;

@@ -9,7 +9,7 @@ use crate::ops::dispatch::dispatch;
 use crate::{cpu_dispatch2, Error, Result};
 
 impl Tensor {
-    fn check_inplace(&self, op: &'static str) -> Result<()> {
+    pub(crate) fn check_inplace(&self, op: &'static str) -> Result<()> {
         if is_grad_enabled() && self.requires_grad() {
             return Err(Error::InPlaceOnLeaf { op });
         }

@@ -27,6 +27,7 @@ pub struct Attention {
 }
 
 /// Which keys the new queries see.
+#[derive(Clone, Copy)]
 pub enum Visibility<'a> {
     /// Every key (a bidirectional model, or one causal step after the cache).
     All,
@@ -35,6 +36,10 @@ pub enum Visibility<'a> {
     /// Added to the scores: 0 where a key is visible, -inf where it is hidden (padded batches;
     /// see `MaskSpec`).
     Bias(&'a Tensor),
+    /// One decode step against the whole cache: row b sees keys first[b] ..= last, bounds in
+    /// device memory (I64 [batch] and [1]). The step's keys and values go in at the cache's
+    /// cursor.
+    Window { first: &'a Tensor, last: &'a Tensor },
 }
 
 /// Where a forward call sits: positions of the new tokens, what they see, and the cache to
@@ -79,11 +84,16 @@ impl Attention {
         let q = rope.apply(&self.heads(&self.q_proj.forward(x)?, h)?, &step.positions)?;
         let k = rope.apply(&self.heads(&self.k_proj.forward(x)?, kv)?, &step.positions)?;
         let v = self.heads(&self.v_proj.forward(x)?, kv)?;
-        let (k, v) = match step.cache {
-            Some((cache, layer)) => cache.append(layer, &k, &v.to_dtype(k.dtype())?)?,
-            None => (k, v),
+        let v = v.to_dtype(k.dtype())?;
+        let (k, v) = match (step.cache, step.visibility) {
+            (Some((cache, layer)), Visibility::Window { .. }) => {
+                cache.write_at_cursor(layer, &k, &v)?
+            }
+            (Some((cache, layer)), _) => cache.append(layer, &k, &v)?,
+            (None, _) => (k, v),
         };
         let out = match step.visibility {
+            Visibility::Window { first, last } => q.decode_attention(&k, &v, first, last, None)?,
             Visibility::All | Visibility::Causal => {
                 let opts = AttentionOptions {
                     causal: matches!(step.visibility, Visibility::Causal),

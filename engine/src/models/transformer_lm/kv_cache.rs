@@ -1,6 +1,11 @@
 //! Keys and values of the tokens seen so far, one pair of preallocated buffers per layer
 //! [batch, kv_heads, capacity, head_dim], written in place so a decode step costs no copy of
 //! the history.
+//!
+//! Two ways in. A prompt (`append`) writes at the host's count of filled positions. A decode
+//! step (`write_at_cursor`) writes at the cursor, the device's copy of that count, and sees the
+//! window `first_keys[b] ..= cursor`; the host refreshes the cursor before each step
+//! (`sync_cursor`), so one captured CUDA graph serves every position.
 
 use super::LmConfig;
 use crate::{no_grad, DType, Device, Error, Result, Tensor};
@@ -11,6 +16,10 @@ pub struct KvCache {
     capacity: usize,
     /// Left padding per batch row (sequences of different lengths share one batch).
     pads: Vec<usize>,
+    /// `len` on the device, I64 [1].
+    cursor: Tensor,
+    /// `pads` on the device, I64 [batch]: each row's first real key.
+    first_keys: Tensor,
 }
 
 impl KvCache {
@@ -53,6 +62,8 @@ impl KvCache {
             len: 0,
             capacity,
             pads: vec![0; batch],
+            cursor: Tensor::zeros(&[1], DType::I64, device)?,
+            first_keys: Tensor::zeros(&[batch], DType::I64, device)?,
         })
     }
 
@@ -73,8 +84,46 @@ impl KvCache {
         &self.pads
     }
 
-    pub fn set_pads(&mut self, pads: Vec<usize>) {
+    /// Sets each row's left padding; the device copy is written in place, so a graph that
+    /// captured it stays valid.
+    pub fn set_pads(&mut self, pads: Vec<usize>) -> Result<()> {
+        if pads.len() != self.pads.len() {
+            return Err(Error::invalid(
+                "KvCache",
+                format!(
+                    "the cache holds {} sequences, got {} paddings",
+                    self.pads.len(),
+                    pads.len()
+                ),
+            ));
+        }
+        let host: Vec<i64> = pads.iter().map(|&p| p as i64).collect();
+        let device = self.first_keys.device();
+        no_grad(|| {
+            self.first_keys
+                .copy_(&Tensor::from_vec(host, &[pads.len()])?.to_device(device)?)
+        })?;
         self.pads = pads;
+        Ok(())
+    }
+
+    /// The device's copy of `len` (I64 [1]), where `write_at_cursor` writes.
+    pub fn cursor(&self) -> &Tensor {
+        &self.cursor
+    }
+
+    /// Each row's first real key on the device (I64 [batch]).
+    pub fn first_keys(&self) -> &Tensor {
+        &self.first_keys
+    }
+
+    /// Copies `len` to the device cursor (a host-to-device copy: not inside a captured step).
+    pub fn sync_cursor(&self) -> Result<()> {
+        let device = self.cursor.device();
+        no_grad(|| {
+            self.cursor
+                .copy_(&Tensor::from_vec(vec![self.len as i64], &[1])?.to_device(device)?)
+        })
     }
 
     /// Room for `steps` more positions, or an error naming the capacity.
@@ -105,6 +154,19 @@ impl KvCache {
             ck.narrow(2, 0, self.len + seq)?,
             cv.narrow(2, 0, self.len + seq)?,
         ))
+    }
+
+    /// Writes layer `layer`'s keys and values [batch, kv_heads, 1, head_dim] at the cursor and
+    /// returns the whole buffers [batch, kv_heads, capacity, hd]; what is visible is the
+    /// caller's window (`first_keys ..= cursor`). The host checks the room (`check_room`)
+    /// before the step.
+    pub fn write_at_cursor(&self, layer: usize, k: &Tensor, v: &Tensor) -> Result<(Tensor, Tensor)> {
+        let (ck, cv) = &self.layers[layer];
+        no_grad(|| -> Result<()> {
+            ck.index_copy_(2, &self.cursor, k)?;
+            cv.index_copy_(2, &self.cursor, v)
+        })?;
+        Ok((ck.clone(), cv.clone()))
     }
 
     /// Marks `steps` positions as written (after every layer appended them).

@@ -285,10 +285,7 @@ impl TransformerLm {
             let mut x = self.embed_tokens.forward(&ids)?;
             for (i, layer) in self.layers.iter().enumerate() {
                 let step = Step {
-                    positions: match &positions {
-                        Positions::From(o) => Positions::From(*o),
-                        Positions::PerRow { ids, end } => Positions::PerRow { ids, end: *end },
-                    },
+                    positions,
                     visibility: match &bias {
                         Some(bias) => Visibility::Bias(bias),
                         None if causal && t > 1 => Visibility::Causal,
@@ -300,6 +297,50 @@ impl TransformerLm {
             }
             if let Some(c) = cache {
                 c.advance(t);
+            }
+            self.norm.forward(&x)
+        })
+    }
+
+    /// The final normed hidden states [B, 1, d_model] of one new token per row (ids [B, 1] on
+    /// the model's device), written into the cache at its device cursor. Nothing here reads a
+    /// position on the host, so the step can be captured once in a CUDA graph and replayed at
+    /// every position (after `KvCache::sync_cursor`). The caller checks the room first.
+    pub fn decode_hidden(&self, ids: &Tensor, cache: &KvCache) -> Result<Tensor> {
+        self.check_ids(ids)?;
+        let b = ids.shape()[0];
+        if ids.shape()[1] != 1 || cache.pads().len() != b || ids.device() != self.device() {
+            return Err(Error::invalid(
+                "decode step",
+                format!(
+                    "takes ids [{}, 1] on {:?} for the cache's sequences, got {:?} on {:?}",
+                    cache.pads().len(),
+                    self.device(),
+                    ids.shape(),
+                    ids.device()
+                ),
+            ));
+        }
+        crate::amp::autocast(self.autocast_dtype(), || {
+            // Row b's position is the cursor less its padding, on the device.
+            let rows = cache.cursor().sub(cache.first_keys())?.reshape_to(&[b, 1])?;
+            let (cos, sin) = self.rope.gather(self.device(), &rows, cache.capacity())?;
+            let positions = Positions::Angles {
+                cos: &cos,
+                sin: &sin,
+            };
+            let visibility = Visibility::Window {
+                first: cache.first_keys(),
+                last: cache.cursor(),
+            };
+            let mut x = self.embed_tokens.forward(ids)?;
+            for (i, layer) in self.layers.iter().enumerate() {
+                let step = Step {
+                    positions,
+                    visibility,
+                    cache: Some((cache, i)),
+                };
+                x = layer.forward(&x, &self.rope, &step)?;
             }
             self.norm.forward(&x)
         })

@@ -28,12 +28,16 @@ struct Tables {
 const MIN_ROWS: usize = 256;
 
 /// Which positions the rows of a [batch, heads, seq, head_dim] input sit at.
+#[derive(Clone, Copy)]
 pub enum Positions<'a> {
     /// Every sequence at offset, offset + 1, ...
     From(usize),
     /// Per batch row and step: ids [batch, seq] (I64), for left-padded batches, every one
     /// below `end`.
     PerRow { ids: &'a Tensor, end: usize },
+    /// cos and sin [batch, 1, seq, head_dim] already gathered (`Rotary::gather`), so the
+    /// layers of one step share them.
+    Angles { cos: &'a Tensor, sin: &'a Tensor },
 }
 
 impl Rotary {
@@ -102,8 +106,29 @@ impl Rotary {
         let seq = x.shape()[2];
         let (start, end) = match positions {
             Positions::From(offset) => (*offset, offset.saturating_add(seq)),
-            Positions::PerRow { end, .. } => (0, *end),
+            Positions::PerRow { ids, end } => return self.gather(x.device(), ids, *end),
+            Positions::Angles { cos, sin } => return Ok(((*cos).clone(), (*sin).clone())),
         };
+        self.check_end(start, end)?;
+        let (cos, sin) = self.tables(x.device(), end)?;
+        Ok((cos.narrow(0, start, seq)?, sin.narrow(0, start, seq)?))
+    }
+
+    /// cos and sin [batch, 1, seq, head_dim] at ids [batch, seq] (I64 on `device`, every one
+    /// below `end`), read through the ids on the device: the host never sees the positions.
+    pub fn gather(&self, device: Device, ids: &Tensor, end: usize) -> Result<(Tensor, Tensor)> {
+        self.check_end(0, end)?;
+        let (cos, sin) = self.tables(device, end)?;
+        let (b, t) = (ids.shape()[0], ids.shape()[1]);
+        let flat = ids.flatten()?;
+        let shape = [b, 1, t, self.head_dim];
+        Ok((
+            cos.index_select(0, &flat)?.reshape_to(&shape)?,
+            sin.index_select(0, &flat)?.reshape_to(&shape)?,
+        ))
+    }
+
+    fn check_end(&self, start: usize, end: usize) -> Result<()> {
         if end > self.max_seq_len {
             return Err(crate::Error::invalid(
                 "rotary embedding",
@@ -113,20 +138,7 @@ impl Rotary {
                 ),
             ));
         }
-        let (cos, sin) = self.tables(x.device(), end)?;
-        let (cos, sin) = match positions {
-            Positions::From(offset) => (cos.narrow(0, *offset, seq)?, sin.narrow(0, *offset, seq)?),
-            Positions::PerRow { ids, .. } => {
-                let (b, t) = (ids.shape()[0], ids.shape()[1]);
-                let flat = ids.flatten()?;
-                let shape = [b, 1, t, self.head_dim];
-                (
-                    cos.index_select(0, &flat)?.reshape_to(&shape)?,
-                    sin.index_select(0, &flat)?.reshape_to(&shape)?,
-                )
-            }
-        };
-        Ok((cos, sin))
+        Ok(())
     }
 
     /// x * cos + rotate_half(x) * sin, where rotate_half([a, b]) = [-b, a] over the last dim.

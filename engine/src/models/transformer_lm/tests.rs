@@ -103,7 +103,7 @@ fn a_left_padded_row_decodes_like_the_sequence_alone() {
     let m = TransformerLm::new(tiny(2), &mut Generator::new(3)).unwrap();
     let alone = no_grad(|| m.forward(&ids(&[4, 8, 15], 1))).unwrap();
     let mut cache = m.new_cache(2, 8).unwrap();
-    cache.set_pads(vec![2, 0]);
+    cache.set_pads(vec![2, 0]).unwrap();
     // Row 0 is [pad, pad, 4, 8, 15] padded; row 1 is a full-length other sequence.
     let batch = ids(&[0, 0, 4, 8, 15, 3, 1, 4, 1, 5], 2);
     let out = no_grad(|| m.project(&m.hidden(&batch, Some(&mut cache))?)).unwrap();

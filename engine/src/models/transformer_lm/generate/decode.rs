@@ -2,6 +2,7 @@
 //! then one cached step per new token for the whole batch.
 
 use super::sampler::{Sampler, SamplingOptions};
+use super::step::{DecodeStep, StepOutput};
 use crate::models::transformer_lm::TransformerLm;
 use crate::nn::Module;
 use crate::{no_grad, DType, Device, Error, Result, Tensor};
@@ -12,6 +13,9 @@ pub struct GenerateOptions {
     pub sampling: SamplingOptions,
     /// A sequence ends at any of these; the stop token itself is not emitted.
     pub stop_tokens: Vec<u32>,
+    /// On CUDA, capture the decode step once as a CUDA graph and replay it per token (the
+    /// same kernels, so the same tokens, without a launch per op).
+    pub cuda_graph: bool,
 }
 
 impl Default for GenerateOptions {
@@ -20,6 +24,7 @@ impl Default for GenerateOptions {
             max_new_tokens: 64,
             sampling: SamplingOptions::default(),
             stop_tokens: Vec::new(),
+            cuda_graph: true,
         }
     }
 }
@@ -95,22 +100,22 @@ fn generate_inner(
     }
     let pads: Vec<usize> = prompts.iter().map(|p| longest - p.len()).collect();
     let mut cache = model.new_cache(b, longest + opts.max_new_tokens)?;
-    cache.set_pads(pads.clone());
+    cache.set_pads(pads.clone())?;
     let padded: Vec<i64> = prompts
         .iter()
         .zip(&pads)
         .flat_map(|(p, &pad)| std::iter::repeat_n(0, pad).chain(p.iter().map(|&t| t as i64)))
         .collect();
-    let mut ids = Tensor::from_vec(padded, &[b, longest])?;
+    crate::cancel::check()?;
+    let hidden = model.hidden(&Tensor::from_vec(padded, &[b, longest])?, Some(&mut cache))?;
+    let logits = model
+        .project(&hidden.narrow(1, longest - 1, 1)?)?
+        .reshape_to(&[b, model.config.vocab_size])?;
+    let mut picks = pick(&mut sampler, &logits, prompts, &out)?;
+    let greedy = sampler.options().is_plain_greedy();
+    let mut step = DecodeStep::new(model, b, greedy, opts.cuda_graph)?;
     let mut done = vec![false; b];
-    for step in 0..opts.max_new_tokens {
-        crate::cancel::check()?;
-        let hidden = model.hidden(&ids, Some(&mut cache))?;
-        let last = hidden.narrow(1, hidden.shape()[1] - 1, 1)?;
-        let logits = model
-            .project(&last)?
-            .reshape_to(&[b, model.config.vocab_size])?;
-        let picks = pick(&mut sampler, &logits, prompts, &out)?;
+    for n in 0..opts.max_new_tokens {
         for (row, &tok) in picks.iter().enumerate() {
             if done[row] {
                 continue;
@@ -124,12 +129,15 @@ fn generate_inner(
                 done[row] = true;
             }
         }
-        if done.iter().all(|&d| d) || step + 1 == opts.max_new_tokens {
+        if done.iter().all(|&d| d) || n + 1 == opts.max_new_tokens {
             break;
         }
+        crate::cancel::check()?;
         // Finished rows still take a step (the batch moves together); their picks are dropped.
-        let next: Vec<i64> = picks.iter().map(|&t| t as i64).collect();
-        ids = Tensor::from_vec(next, &[b, 1])?;
+        picks = match step.run(&mut cache, &picks)? {
+            StepOutput::Picks(p) => p,
+            StepOutput::Logits(l) => sample(&mut sampler, &l, prompts, &out),
+        };
     }
     Ok(out)
 }
@@ -149,16 +157,26 @@ fn pick(
             .to_vec()?;
         return Ok(ids.into_iter().map(|i| i as u32).collect());
     }
-    let v = logits.shape()[1];
     let host = logits
         .to_dtype(DType::F32)?
         .to_device(Device::Cpu)?
         .to_vec_f32()?;
-    Ok(host
+    Ok(sample(sampler, &host, prompts, generated))
+}
+
+/// The sampler's pick for each row of host logits [batch, vocab].
+fn sample(
+    sampler: &mut Sampler,
+    logits: &[f32],
+    prompts: &[Vec<u32>],
+    generated: &[Vec<u32>],
+) -> Vec<u32> {
+    let v = logits.len() / prompts.len().max(1);
+    logits
         .chunks(v)
         .enumerate()
         .map(|(row, l)| sampler.pick(&mut l.to_vec(), &prompts[row], &generated[row]))
-        .collect())
+        .collect()
 }
 
 /// log p(ids[i] | ids[..i]) for i = 1..len: how likely the model finds each token of a text.
@@ -212,7 +230,7 @@ mod tests {
         GenerateOptions {
             max_new_tokens: n,
             sampling: SamplingOptions::greedy(),
-            stop_tokens: vec![],
+            ..Default::default()
         }
     }
 
@@ -293,7 +311,7 @@ mod tests {
                 seed,
                 ..Default::default()
             },
-            stop_tokens: vec![],
+            ..Default::default()
         };
         let run = |s| generate(&m, &[vec![1, 2]], &opts(s), &mut no_callback()).unwrap();
         assert_eq!(run(11), run(11));

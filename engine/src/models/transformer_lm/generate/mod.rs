@@ -3,6 +3,7 @@
 
 mod decode;
 mod sampler;
+mod step;
 
 pub use decode::{generate, log_probabilities, Flow, GenerateOptions};
 pub use sampler::{argmax, Sampler, SamplingOptions};

@@ -1,0 +1,134 @@
+//! One decode step for the whole batch, after the prompt: a token per row in, the greedy picks
+//! or the logits out. On CUDA the step is captured once as a CUDA graph and then replayed at
+//! every position, so a token costs one launch instead of a few hundred. The step's inputs and
+//! outputs live in buffers made once here, and its position in the cache's device cursor
+//! (`KvCache::sync_cursor`), so the replays need no new kernel arguments.
+//!
+//! The first step runs op by op: it compiles the kernels and sizes the tables that the
+//! capture then finds ready (a capture cannot copy from the host). A capture that fails
+//! (an op that needs the host) is reported once and the steps run op by op: the same kernels,
+//! so the same tokens.
+
+use crate::backend::cuda::graph::CudaGraph;
+use crate::models::transformer_lm::{KvCache, TransformerLm};
+use crate::{no_grad, DType, Device, Result, Tensor};
+
+/// What a step gives back to the host.
+pub(super) enum StepOutput {
+    /// The most likely token per row (picked on the device).
+    Picks(Vec<u32>),
+    /// The logits [batch, vocab] in F32, for the host's sampler.
+    Logits(Vec<f32>),
+}
+
+enum Graph {
+    /// Op by op: on the CPU, with graphs turned off, or after a failed capture.
+    Off,
+    /// The next step runs op by op, then the one after is captured.
+    WarmingUp,
+    Ready,
+    Captured(CudaGraph),
+}
+
+pub(super) struct DecodeStep<'m> {
+    model: &'m TransformerLm,
+    /// This step's tokens [batch, 1] (I64, on the model's device).
+    ids: Tensor,
+    /// The picks [batch] (I64) or the logits [batch, vocab] (F32).
+    out: Tensor,
+    greedy: bool,
+    graph: Graph,
+}
+
+impl<'m> DecodeStep<'m> {
+    pub fn new(model: &'m TransformerLm, batch: usize, greedy: bool, use_graph: bool) -> Result<Self> {
+        let device = model.device();
+        let out = if greedy {
+            Tensor::zeros(&[batch], DType::I64, device)?
+        } else {
+            Tensor::zeros(&[batch, model.config.vocab_size], DType::F32, device)?
+        };
+        let graph = match device {
+            Device::Cuda(_) if use_graph => Graph::WarmingUp,
+            _ => Graph::Off,
+        };
+        Ok(DecodeStep {
+            model,
+            ids: Tensor::zeros(&[batch, 1], DType::I64, device)?,
+            out,
+            greedy,
+            graph,
+        })
+    }
+
+    /// Feeds `tokens` (one per row) at the cache's next position and advances it.
+    pub fn run(&mut self, cache: &mut KvCache, tokens: &[u32]) -> Result<StepOutput> {
+        cache.check_room(1)?;
+        let host: Vec<i64> = tokens.iter().map(|&t| t as i64).collect();
+        let n = host.len();
+        let device = self.model.device();
+        no_grad(|| self.ids.copy_(&Tensor::from_vec(host, &[n, 1])?.to_device(device)?))?;
+        cache.sync_cursor()?;
+        let (model, ids, out, greedy) = (self.model, &self.ids, &self.out, self.greedy);
+        let compute = || no_grad(|| compute(model, ids, out, greedy, cache));
+        self.graph = match std::mem::replace(&mut self.graph, Graph::Off) {
+            Graph::Off => {
+                compute()?;
+                Graph::Off
+            }
+            Graph::WarmingUp => {
+                compute()?;
+                Graph::Ready
+            }
+            Graph::Ready => {
+                let Device::Cuda(i) = device else {
+                    unreachable!("graphs are only set up on CUDA")
+                };
+                match CudaGraph::capture(&crate::backend::cuda::device(i)?, compute) {
+                    Ok(g) => {
+                        g.replay()?;
+                        Graph::Captured(g)
+                    }
+                    Err(e) => {
+                        crate::messages::warn(&format!(
+                            "generate: the decode step could not be captured as a CUDA graph ({e}); running it op by op"
+                        ));
+                        compute()?;
+                        Graph::Off
+                    }
+                }
+            }
+            Graph::Captured(g) => {
+                g.replay()?;
+                Graph::Captured(g)
+            }
+        };
+        cache.advance(1);
+        let host = self.out.to_device(Device::Cpu)?;
+        Ok(if self.greedy {
+            StepOutput::Picks(host.to_vec::<i64>()?.into_iter().map(|t| t as u32).collect())
+        } else {
+            StepOutput::Logits(host.to_vec_f32()?)
+        })
+    }
+}
+
+/// The step itself: every buffer it makes is freed before it returns, so it can be captured.
+fn compute(
+    model: &TransformerLm,
+    ids: &Tensor,
+    out: &Tensor,
+    greedy: bool,
+    cache: &KvCache,
+) -> Result<()> {
+    let b = ids.shape()[0];
+    let hidden = model.decode_hidden(ids, cache)?;
+    let logits = model
+        .project(&hidden)?
+        .reshape_to(&[b, model.config.vocab_size])?;
+    if greedy {
+        out.copy_(&logits.argmax(Some(-1), false)?)
+    } else {
+        out.copy_(&logits)
+    }
+}
