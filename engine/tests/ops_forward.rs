@@ -481,3 +481,22 @@ fn a_tensor_larger_than_memory_is_an_error_naming_op_shape_and_bytes() {
     let msg = wide.contiguous().unwrap_err().to_string();
     assert!(msg.starts_with("contiguous: out of memory"), "{msg}");
 }
+
+#[test]
+fn index_copy_writes_slices_in_place_and_refuses_a_misshaped_source() {
+    let x = Tensor::zeros(&[3, 2], DType::F32, Device::Cpu).unwrap();
+    let idx = Tensor::from_vec(vec![2i64, 0], &[2]).unwrap();
+    x.index_copy_(0, &idx, &t(&[1.0, 2.0, 3.0, 4.0], &[2, 2]))
+        .unwrap();
+    assert_eq!(
+        x.to_vec::<f32>().unwrap(),
+        vec![3.0, 4.0, 0.0, 0.0, 1.0, 2.0]
+    );
+    let wrong = x.index_copy_(0, &idx, &t(&[1.0, 2.0], &[1, 2]));
+    assert!(wrong.unwrap_err().to_string().contains("source of shape [2, 2]"));
+    let bad = Tensor::from_vec(vec![3i64], &[1]).unwrap();
+    assert!(matches!(
+        x.index_copy_(0, &bad, &t(&[1.0, 2.0], &[1, 2])),
+        Err(Error::IndexOutOfRange { index: 3, .. })
+    ));
+}

@@ -147,3 +147,53 @@ fn composed(
         .reshape_to(&[b, h, 1, hd])?
         .mul(&keep)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{AttentionOptions, Generator};
+
+    fn i64s(v: Vec<i64>) -> Tensor {
+        let n = v.len();
+        Tensor::from_vec(v, &[n]).unwrap()
+    }
+
+    #[test]
+    fn a_window_is_attention_over_the_keys_inside_it() {
+        let mut g = Generator::new(1);
+        let q = Tensor::randn(&[2, 4, 1, 8], DType::F32, Some(&mut g)).unwrap();
+        let k = Tensor::randn(&[2, 2, 12, 8], DType::F32, Some(&mut g)).unwrap();
+        let v = Tensor::randn(&[2, 2, 12, 8], DType::F32, Some(&mut g)).unwrap();
+        let out = q
+            .decode_attention(&k, &v, &i64s(vec![0, 3]), &i64s(vec![6]), None)
+            .unwrap();
+        for (row, lo) in [(0, 0), (1, 3)] {
+            let pick = |t: &Tensor| t.narrow(0, row, 1).unwrap().narrow(2, lo, 7 - lo).unwrap();
+            let want = q
+                .narrow(0, row, 1)
+                .unwrap()
+                .scaled_dot_product_attention(&pick(&k), &pick(&v), AttentionOptions::default())
+                .unwrap();
+            let got = out.narrow(0, row, 1).unwrap();
+            let err = want
+                .to_vec_f32()
+                .unwrap()
+                .iter()
+                .zip(got.to_vec_f32().unwrap())
+                .map(|(a, b)| (a - b).abs())
+                .fold(0f32, f32::max);
+            assert!(err < 1e-6, "row {row}: off by {err}");
+        }
+    }
+
+    #[test]
+    fn more_than_one_query_or_a_misshaped_window_is_refused() {
+        let q = Tensor::zeros(&[1, 2, 2, 8], DType::F32, Device::Cpu).unwrap();
+        let kv = Tensor::zeros(&[1, 2, 5, 8], DType::F32, Device::Cpu).unwrap();
+        let e = q.decode_attention(&kv, &kv, &i64s(vec![0]), &i64s(vec![1]), None);
+        assert!(e.unwrap_err().to_string().contains("one query"));
+        let q = q.narrow(2, 0, 1).unwrap();
+        let e = q.decode_attention(&kv, &kv, &i64s(vec![0, 0]), &i64s(vec![1]), None);
+        assert!(e.unwrap_err().to_string().contains("first must be I64"));
+    }
+}
