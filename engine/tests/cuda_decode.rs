@@ -1,6 +1,7 @@
 //! The captured decode step on the GPU: decode_attention against the CPU's masked product,
 //! index_copy_ against the CPU, a CUDA graph that refuses a host copy and leaves the device
-//! usable, and generation with the graph giving the tokens of the step run op by op.
+//! usable, a capture while another thread works on the device, and generation with the graph
+//! giving the tokens of the step run op by op.
 
 use rusting_brain::backend::cuda::{self, graph::CudaGraph};
 use rusting_brain::models::transformer_lm::generate::{
@@ -20,7 +21,10 @@ fn host(t: &Tensor) -> Vec<f32> {
 }
 
 fn worst(a: &[f32], b: &[f32]) -> f32 {
-    a.iter().zip(b).map(|(p, q)| (p - q).abs()).fold(0f32, f32::max)
+    a.iter()
+        .zip(b)
+        .map(|(p, q)| (p - q).abs())
+        .fold(0f32, f32::max)
 }
 
 fn ids(v: Vec<i64>) -> Tensor {
@@ -52,8 +56,9 @@ fn decode_attention_follows_the_cpu_over_windows_groups_and_dtypes() {
             let want = no_grad(|| q.decode_attention(&k, &v, &first, &last, None)).unwrap();
             for dtype in [DType::F32, DType::BF16] {
                 let on = |t: &Tensor| t.to_dtype(dtype).unwrap().to_device(d).unwrap();
+                let window = |t: &Tensor| t.to_device(d).unwrap();
                 let got = no_grad(|| {
-                    on(&q).decode_attention(&on(&k), &on(&v), &on(&first), &on(&last), None)
+                    on(&q).decode_attention(&on(&k), &on(&v), &window(&first), &window(&last), None)
                 });
                 let got = host(&got.unwrap());
                 let tol = if dtype == DType::F32 { 1e-4 } else { 3e-2 };
@@ -78,8 +83,9 @@ fn an_empty_window_gives_zeros_on_both_devices() {
     let (first, last) = (ids(vec![70]), ids(vec![69]));
     let cpu = no_grad(|| q.decode_attention(&kv, &kv, &first, &last, None)).unwrap();
     let on = |t: &Tensor| t.to_device(d).unwrap();
-    let gpu = no_grad(|| on(&q).decode_attention(&on(&kv), &on(&kv), &on(&first), &on(&last), None))
-        .unwrap();
+    let gpu =
+        no_grad(|| on(&q).decode_attention(&on(&kv), &on(&kv), &on(&first), &on(&last), None))
+            .unwrap();
     assert!(host(&cpu).iter().all(|&x| x == 0.0));
     assert!(host(&gpu).iter().all(|&x| x == 0.0));
 }
@@ -104,11 +110,8 @@ fn index_copy_writes_the_slices_the_device_index_names() {
         .unwrap();
     assert_eq!(host(&cpu), host(&gpu));
     assert_ne!(host(&cpu), host(&base));
-    // An index past the dim is an error at the next host read, naming the op.
-    let bad = ids(vec![10, 0]).to_device(d).unwrap();
-    gpu.index_copy_(2, &bad, &src.to_device(d).unwrap()).unwrap();
-    let err = gpu.to_device(Device::Cpu).unwrap_err().to_string();
-    assert!(err.contains("index_copy_"), "{err}");
+    // (An index past the dim sets the device's error word, which any thread's next sync
+    // reports; tests in this binary share the device, so that case is not run here.)
 }
 
 #[test]
@@ -144,7 +147,12 @@ fn model(d: Device) -> TransformerLm {
     TransformerLm::from_tensors(c, &cpu.state_dict(), DType::BF16, d).unwrap()
 }
 
-fn run(m: &TransformerLm, prompts: &[Vec<u32>], sampling: SamplingOptions, graph: bool) -> Vec<Vec<u32>> {
+fn run(
+    m: &TransformerLm,
+    prompts: &[Vec<u32>],
+    sampling: SamplingOptions,
+    graph: bool,
+) -> Vec<Vec<u32>> {
     let opts = GenerateOptions {
         max_new_tokens: 40,
         sampling,
@@ -174,4 +182,34 @@ fn the_captured_decode_step_gives_the_tokens_of_the_step_run_op_by_op() {
     let a = run(&m, &prompts, sampled(7), true);
     assert_eq!(a, run(&m, &prompts, sampled(7), true));
     assert_eq!(a, run(&m, &prompts, sampled(7), false));
+}
+
+#[test]
+fn a_capture_records_only_its_own_thread_while_another_keeps_working() {
+    let Some(d) = cuda::device_for_test("a_capture_records_only_its_own_thread") else {
+        return;
+    };
+    let Device::Cuda(i) = d else { unreachable!() };
+    let dev = cuda::device(i).unwrap();
+    let busy = std::thread::spawn(move || {
+        let x = Tensor::ones(&[256, 256], DType::F32, d).unwrap();
+        let mut sum = 0.0;
+        for _ in 0..200 {
+            sum = x.matmul(&x).unwrap().sum().unwrap().item().unwrap();
+        }
+        sum
+    });
+    let x = Tensor::ones(&[64], DType::F32, d).unwrap();
+    let out = Tensor::zeros(&[64], DType::F32, d).unwrap();
+    let mut graphs = Vec::new();
+    for _ in 0..20 {
+        graphs.push(
+            CudaGraph::capture(&dev, || out.copy_(&x.mul_scalar(2.0)?.add_scalar(1.0)?)).unwrap(),
+        );
+    }
+    for g in &graphs {
+        g.replay().unwrap();
+    }
+    assert_eq!(host(&out), vec![3.0; 64]);
+    assert_eq!(busy.join().unwrap(), 256.0 * 256.0 * 256.0);
 }

@@ -493,7 +493,10 @@ fn index_copy_writes_slices_in_place_and_refuses_a_misshaped_source() {
         vec![3.0, 4.0, 0.0, 0.0, 1.0, 2.0]
     );
     let wrong = x.index_copy_(0, &idx, &t(&[1.0, 2.0], &[1, 2]));
-    assert!(wrong.unwrap_err().to_string().contains("source of shape [2, 2]"));
+    assert!(wrong
+        .unwrap_err()
+        .to_string()
+        .contains("source of shape [2, 2]"));
     let bad = Tensor::from_vec(vec![3i64], &[1]).unwrap();
     assert!(matches!(
         x.index_copy_(0, &bad, &t(&[1.0, 2.0], &[1, 2])),

@@ -81,6 +81,8 @@ unsafe impl Send for Handle {}
 static HANDLES: Mutex<Vec<(usize, Handle)>> = Mutex::new(Vec::new());
 
 fn handle(dev: &CudaDevice) -> Result<sys::cudnnHandle_t> {
+    // The handle is bound to the device's stream, not a capture's.
+    dev.refuse_in_capture("a cuDNN call")?;
     dev.bind()?;
     let mut handles = HANDLES.lock().unwrap_or_else(|e| e.into_inner());
     if let Some((_, h)) = handles.iter().find(|(o, _)| *o == dev.ordinal()) {

@@ -48,7 +48,13 @@ pub fn decode_attention(
             detail: ": the decode kernels take F32, BF16 and F16".into(),
         });
     }
-    let (b, h, kvh, tk, hd) = (spec.batch, spec.heads, spec.kv_heads, spec.tk, spec.head_dim);
+    let (b, h, kvh, tk, hd) = (
+        spec.batch,
+        spec.heads,
+        spec.kv_heads,
+        spec.tk,
+        spec.head_dim,
+    );
     let out = CudaStorage::alloc(dev, b * h * hd, dtype)?;
     if b * h * hd == 0 {
         return Ok(out);
@@ -77,7 +83,22 @@ pub fn decode_attention(
             (chunks as u32, (h / hb) as u32, b as u32),
             THREADS,
             shared,
-            &mut args![pq, pk, pv, pf, pl, last_stride, pp, ps, hi, kvi, hbi, tki, hdi, scale2],
+            &mut args![
+                pq,
+                pk,
+                pv,
+                pf,
+                pl,
+                last_stride,
+                pp,
+                ps,
+                hi,
+                kvi,
+                hbi,
+                tki,
+                hdi,
+                scale2
+            ],
         )?;
         let block = (hd as u32).div_ceil(32).clamp(1, 8) * 32;
         dev.launch(

@@ -7,7 +7,7 @@ use super::probe::probe;
 use crate::{Device, Error, Result};
 use cudarc::cublas::{result as blas, sys as blas_sys};
 use cudarc::driver::{result, sys};
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
 use std::collections::{HashMap, HashSet};
 use std::ffi::{c_void, CString};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -33,20 +33,28 @@ pub struct CudaDevice {
     modules: Mutex<HashMap<&'static str, sys::CUmodule>>,
     functions: Mutex<HashMap<String, sys::CUfunction>>,
     tf32: AtomicBool,
-    /// Set while the stream is being captured into a CUDA graph (`graph.rs`); `capture` then
-    /// holds what the allocator must know. The flag keeps the common path free of the lock.
-    capturing: AtomicBool,
-    capture: Mutex<Option<Capture>>,
+    /// The stream and cuBLAS handle a CUDA graph capture records on (`graph.rs`), made on the
+    /// first capture. The lock is held for a whole capture: one at a time per device.
+    capture_lane: Mutex<Option<CaptureLane>>,
 }
 
-/// What the allocator tracks during a capture. Blocks allocated in it become the graph's own
+/// A second stream, with its own cuBLAS handle, for captures: the thread that captures queues
+/// its work there, so work that other threads queue meanwhile on the device's stream runs as
+/// usual instead of landing in the graph.
+pub(crate) struct CaptureLane {
+    pub stream: sys::CUstream,
+    pub blas: blas_sys::cublasHandle_t,
+}
+
+/// The capture the current thread is recording. Blocks it allocates become the graph's own
 /// (fixed addresses at every replay) and may be freed in it. A block from before the capture
 /// that is dropped during it cannot be freed by the graph: its free waits until the capture
 /// ends.
-#[derive(Default)]
-pub(crate) struct Capture {
-    pub made: HashSet<sys::CUdeviceptr>,
-    pub deferred_frees: Vec<sys::CUdeviceptr>,
+struct ThreadCapture {
+    ordinal: usize,
+    lane: (sys::CUstream, blas_sys::cublasHandle_t),
+    made: HashSet<sys::CUdeviceptr>,
+    deferred_frees: Vec<sys::CUdeviceptr>,
 }
 
 // SAFETY: the raw handles are owned by this struct for the process lifetime; the driver API is
@@ -58,6 +66,7 @@ unsafe impl Sync for CudaDevice {}
 
 thread_local! {
     static CURRENT_CTX: Cell<usize> = const { Cell::new(0) };
+    static CAPTURE: RefCell<Option<ThreadCapture>> = const { RefCell::new(None) };
 }
 
 fn driver_err(what: &str) -> impl Fn(result::DriverError) -> Error + '_ {
@@ -157,8 +166,7 @@ impl CudaDevice {
                 modules: Mutex::new(HashMap::new()),
                 functions: Mutex::new(HashMap::new()),
                 tf32: AtomicBool::new(false),
-                capturing: AtomicBool::new(false),
-                capture: Mutex::new(None),
+                capture_lane: Mutex::new(None),
             };
             let workspace = device.alloc(BLAS_WORKSPACE)?;
             blas_sys::cublasSetWorkspace_v2(blas, workspace as *mut c_void, BLAS_WORKSPACE)
@@ -197,12 +205,30 @@ impl CudaDevice {
         self.sm_count
     }
 
+    /// The stream this thread's work goes to: the capture lane's while it captures, else the
+    /// device's.
     pub(crate) fn stream(&self) -> sys::CUstream {
+        self.capturing_here().map_or(self.stream, |l| l.0)
+    }
+
+    /// The device's own stream, where graphs replay.
+    pub(crate) fn main_stream(&self) -> sys::CUstream {
         self.stream
     }
 
+    /// The cuBLAS handle bound to `stream()`.
     pub(crate) fn blas(&self) -> blas_sys::cublasHandle_t {
-        self.blas
+        self.capturing_here().map_or(self.blas, |l| l.1)
+    }
+
+    /// The lane of the capture this thread records on this device, if any.
+    fn capturing_here(&self) -> Option<(sys::CUstream, blas_sys::cublasHandle_t)> {
+        CAPTURE.with(|c| {
+            c.borrow()
+                .as_ref()
+                .filter(|t| t.ordinal == self.ordinal)
+                .map(|t| t.lane)
+        })
     }
 
     pub(crate) fn error_word(&self) -> sys::CUdeviceptr {
@@ -237,17 +263,16 @@ impl CudaDevice {
         }
         self.bind()?;
         // SAFETY: pool and stream belong to this device's context, which is current.
-        let first = unsafe { result::mem_pool::alloc_async(self.pool, bytes, self.stream) };
+        let capturing = self.capturing_here().is_some();
+        let first = unsafe { result::mem_pool::alloc_async(self.pool, bytes, self.stream()) };
         match first {
             Ok(p) => {
-                if self.capturing.load(Ordering::Acquire) {
-                    if let Some(c) = self.capture_state().as_mut() {
-                        c.made.insert(p);
-                    }
+                if capturing {
+                    CAPTURE.with(|c| c.borrow_mut().as_mut().map(|t| t.made.insert(p)));
                 }
                 Ok(p)
             }
-            Err(_) if self.capturing.load(Ordering::Acquire) => Err(Error::Cuda(format!(
+            Err(_) if capturing => Err(Error::Cuda(format!(
                 "allocating {bytes} bytes inside a CUDA graph capture failed (out of memory?)"
             ))),
             Err(e) if e.0 == sys::CUresult::CUDA_ERROR_OUT_OF_MEMORY => {
@@ -280,16 +305,22 @@ impl CudaDevice {
         if ptr == 0 || self.bind().is_err() {
             return;
         }
-        if self.capturing.load(Ordering::Acquire) {
-            if let Some(c) = self.capture_state().as_mut() {
-                if !c.made.remove(&ptr) {
-                    c.deferred_frees.push(ptr);
-                    return;
+        if self.capturing_here().is_some() {
+            let deferred = CAPTURE.with(|c| {
+                let mut c = c.borrow_mut();
+                let t = c.as_mut()?;
+                if t.made.remove(&ptr) {
+                    return None;
                 }
+                t.deferred_frees.push(ptr);
+                Some(())
+            });
+            if deferred.is_some() {
+                return;
             }
         }
         // SAFETY: `ptr` came from `alloc` on this stream and is freed once (by its owner's Drop).
-        if let Err(e) = unsafe { result::free_async(ptr, self.stream) } {
+        if let Err(e) = unsafe { result::free_async(ptr, self.stream()) } {
             crate::messages::warn(&format!(
                 "cuda:{}: cuMemFreeAsync failed: {e:?}",
                 self.ordinal
@@ -297,14 +328,10 @@ impl CudaDevice {
         }
     }
 
-    fn capture_state(&self) -> std::sync::MutexGuard<'_, Option<Capture>> {
-        self.capture.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// An error naming `what` while the stream is being captured: host copies and waits
-    /// cannot be part of a graph.
-    fn refuse_in_capture(&self, what: &str) -> Result<()> {
-        if self.capturing.load(Ordering::Acquire) {
+    /// An error naming `what` while this thread captures on this device: host copies and
+    /// waits cannot be part of a graph.
+    pub(crate) fn refuse_in_capture(&self, what: &str) -> Result<()> {
+        if self.capturing_here().is_some() {
             return Err(Error::Cuda(format!(
                 "{what} cannot be captured into a CUDA graph; the captured work must stay on the device"
             )));
@@ -312,28 +339,57 @@ impl CudaDevice {
         Ok(())
     }
 
-    /// Starts tracking allocations for a capture (`graph.rs` begins the stream capture).
-    pub(crate) fn start_capture_tracking(&self) -> Result<()> {
-        let mut state = self.capture_state();
-        if state.is_some() {
-            return Err(Error::Cuda(
-                "a CUDA graph capture is already in progress on this device".into(),
-            ));
+    /// The capture lane, locked for one capture (made on first use). A second capture on the
+    /// device while one runs is an error rather than a wait.
+    pub(crate) fn capture_lane(&self) -> Result<std::sync::MutexGuard<'_, Option<CaptureLane>>> {
+        self.bind()?;
+        let mut lane = self.capture_lane.try_lock().map_err(|_| {
+            Error::Cuda("a CUDA graph capture is already in progress on this device".into())
+        })?;
+        if lane.is_none() {
+            let stream = result::stream::create(result::stream::StreamKind::NonBlocking)
+                .map_err(driver_err("cuStreamCreate"))?;
+            // SAFETY: a new handle bound to the new stream, with its own workspace, kept for the
+            // life of the process like the device's.
+            let blas = unsafe {
+                let h = blas::create_handle()
+                    .map_err(|e| Error::Cuda(format!("cublasCreate: {e:?}")))?;
+                blas::set_stream(h, stream as _)
+                    .map_err(|e| Error::Cuda(format!("cublasSetStream: {e:?}")))?;
+                let workspace = self.alloc(BLAS_WORKSPACE)?;
+                blas_sys::cublasSetWorkspace_v2(h, workspace as *mut c_void, BLAS_WORKSPACE)
+                    .result()
+                    .map_err(|e| Error::Cuda(format!("cublasSetWorkspace: {e:?}")))?;
+                h
+            };
+            *lane = Some(CaptureLane { stream, blas });
         }
-        *state = Some(Capture::default());
-        self.capturing.store(true, Ordering::Release);
-        Ok(())
+        Ok(lane)
     }
 
-    /// Stops tracking and frees the blocks whose owners were dropped during the capture.
-    /// Returns what the capture allocated and did not free.
+    /// From now on this thread's work on this device goes to `lane` and its allocations are
+    /// tracked (`graph.rs` begins the stream capture right after).
+    pub(crate) fn start_capture_tracking(&self, lane: &CaptureLane) {
+        CAPTURE.with(|c| {
+            *c.borrow_mut() = Some(ThreadCapture {
+                ordinal: self.ordinal,
+                lane: (lane.stream, lane.blas),
+                made: HashSet::new(),
+                deferred_frees: Vec::new(),
+            })
+        });
+    }
+
+    /// Stops tracking, frees the blocks whose owners were dropped during the capture, and
+    /// returns what the capture allocated and did not free.
     pub(crate) fn finish_capture_tracking(&self) -> HashSet<sys::CUdeviceptr> {
-        self.capturing.store(false, Ordering::Release);
-        let state = self.capture_state().take().unwrap_or_default();
-        for ptr in state.deferred_frees {
+        let Some(t) = CAPTURE.with(|c| c.borrow_mut().take()) else {
+            return HashSet::new();
+        };
+        for ptr in t.deferred_frees {
             self.free(ptr);
         }
-        state.made
+        t.made
     }
 
     /// Waits for the stream, then reports an out-of-range index any kernel met since the last
@@ -416,7 +472,7 @@ impl CudaDevice {
         params: &mut [*mut c_void],
     ) -> Result<()> {
         self.bind()?;
-        result::launch_kernel(f, grid, (block, 1, 1), shared_bytes, self.stream, params)
+        result::launch_kernel(f, grid, (block, 1, 1), shared_bytes, self.stream(), params)
             .map_err(driver_err("cuLaunchKernel"))
     }
 
@@ -459,7 +515,7 @@ impl CudaDevice {
         }
         self.bind()?;
         // SAFETY: both ranges are live allocations of at least `bytes`.
-        unsafe { result::memcpy_dtod_async(dst, src, bytes, self.stream) }
+        unsafe { result::memcpy_dtod_async(dst, src, bytes, self.stream()) }
             .map_err(driver_err("cuMemcpyDtoD"))
     }
 

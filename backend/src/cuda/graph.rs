@@ -2,6 +2,10 @@
 //! A decode step of a language model is a few hundred small kernels whose launch costs exceed
 //! their run time; replaying them as a graph removes the host from the step.
 //!
+//! The capturing thread records on its own stream (the device's capture lane), so other
+//! threads using the device meanwhile are neither captured nor blocked; replays run on the
+//! device's stream, in order with everything else.
+//!
 //! What a captured closure may do: launch kernels, call cuBLAS, allocate and free device
 //! memory (the allocations become the graph's own, at the same addresses in every replay).
 //! What it may not: copy from or to the host, or wait for the device. The device refuses those
@@ -28,15 +32,20 @@ unsafe impl Send for CudaGraph {}
 unsafe impl Sync for CudaGraph {}
 
 fn check(what: &str, r: sys::CUresult) -> Result<()> {
-    r.result().map_err(|e| Error::Cuda(format!("{what}: {e:?}")))
+    r.result()
+        .map_err(|e| Error::Cuda(format!("{what}: {e:?}")))
 }
 
 impl CudaGraph {
     /// Records what `work` queues on `device`'s stream, without running it.
     pub fn capture(device: &Arc<CudaDevice>, work: impl FnOnce() -> Result<()>) -> Result<Self> {
-        device.bind()?;
-        device.start_capture_tracking()?;
-        let stream = device.stream();
+        let lane_guard = device.capture_lane()?;
+        let lane = lane_guard.as_ref().expect("capture_lane makes the lane");
+        let stream = lane.stream;
+        // The capture lane starts after the work already queued on the device's stream (a
+        // plain wait, before the capture begins, so it is not part of the graph).
+        order_after(device.main_stream(), stream)?;
+        device.start_capture_tracking(lane);
         // SAFETY: the stream belongs to the bound context. Thread-local mode: calls that are
         // unsafe during a capture fail on this thread instead of corrupting it silently.
         let begun = unsafe {
@@ -93,8 +102,28 @@ impl CudaGraph {
         self.device.bind()?;
         // SAFETY: the executable graph belongs to this device's context and stream.
         check("cuGraphLaunch", unsafe {
-            sys::cuGraphLaunch(self.exec, self.device.stream())
+            sys::cuGraphLaunch(self.exec, self.device.main_stream())
         })
+    }
+}
+
+/// Makes `later` wait for what is queued on `earlier` so far.
+fn order_after(earlier: sys::CUstream, later: sys::CUstream) -> Result<()> {
+    let mut event: sys::CUevent = std::ptr::null_mut();
+    // SAFETY: a fresh event recorded on one stream and waited on by the other, both of the
+    // bound context; destroying it after the wait is queued is allowed.
+    unsafe {
+        check(
+            "cuEventCreate",
+            sys::cuEventCreate(
+                &mut event,
+                sys::CUevent_flags::CU_EVENT_DISABLE_TIMING as u32,
+            ),
+        )?;
+        let r = check("cuEventRecord", sys::cuEventRecord(event, earlier))
+            .and_then(|_| check("cuStreamWaitEvent", sys::cuStreamWaitEvent(later, event, 0)));
+        sys::cuEventDestroy_v2(event);
+        r
     }
 }
 
@@ -106,7 +135,7 @@ impl Drop for CudaGraph {
         // SAFETY: both handles are owned here and destroyed once; the stream is drained first
         // so no replay still runs on the graph's memory.
         unsafe {
-            let _ = sys::cuStreamSynchronize(self.device.stream());
+            let _ = sys::cuStreamSynchronize(self.device.main_stream());
             sys::cuGraphExecDestroy(self.exec);
             sys::cuGraphDestroy(self.graph);
         }

@@ -153,7 +153,10 @@ pub fn index_copy(
         Strided::of(OP, ls)?,
         index_kind(OP, idx.dtype())?,
     );
-    let f = dev.function(&INDEX, &format!("index_write_{}", y.dtype().size_in_bytes()))?;
+    let f = dev.function(
+        &INDEX,
+        &format!("index_write_{}", y.dtype().size_in_bytes()),
+    )?;
     let (py, pi, ps) = (y.ptr(), idx.ptr(), src.ptr());
     let (n, err, code) = (n as i64, dev.error_word(), FLAG_INDEX_COPY);
     let grid = grid_for(n as usize, BLOCK, dev.sm_count());

@@ -37,7 +37,10 @@ impl Tensor {
         if spec.tq != 1 {
             return Err(Error::invalid(
                 OP,
-                format!("takes one query per row and head, got {} (use scaled_dot_product_attention)", spec.tq),
+                format!(
+                    "takes one query per row and head, got {} (use scaled_dot_product_attention)",
+                    spec.tq
+                ),
             ));
         }
         let b = spec.batch;
@@ -72,21 +75,17 @@ impl Tensor {
                 Device::Cuda(_) if cuda::supports(&spec) => {
                     let (first, last) = (first.contiguous()?, last.contiguous()?);
                     let last_stride = (last.numel() > 1) as usize;
-                    let out = cuda_kernel(
-                        OP,
-                        [&q, &k, &v, &first, &last],
-                        |[q, k, v, f, l]| {
-                            cuda::decode_attention(
-                                at(q),
-                                at(k),
-                                at(v),
-                                at(f),
-                                at(l),
-                                last_stride,
-                                &spec,
-                            )
-                        },
-                    )?;
+                    let out = cuda_kernel(OP, [&q, &k, &v, &first, &last], |[q, k, v, f, l]| {
+                        cuda::decode_attention(
+                            at(q),
+                            at(k),
+                            at(v),
+                            at(f),
+                            at(l),
+                            last_stride,
+                            &spec,
+                        )
+                    })?;
                     Tensor::from_storage(Storage::Cuda(out), q.shape())
                 }
                 _ => composed(&q, &k, &v, first, last, spec.scale),

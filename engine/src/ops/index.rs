@@ -259,7 +259,13 @@ impl Tensor {
                 ),
             ));
         }
-        if self.layout().strides().iter().zip(self.shape()).any(|(&s, &n)| s == 0 && n > 1) {
+        if self
+            .layout()
+            .strides()
+            .iter()
+            .zip(self.shape())
+            .any(|(&s, &n)| s == 0 && n > 1)
+        {
             return Err(Error::invalid(
                 OP,
                 "cannot write into a broadcast view; write into a contiguous copy",
@@ -298,15 +304,17 @@ impl Tensor {
                 let (idx, s) = (index.storage(), src.storage());
                 let mut dst = self.storage_cell().write();
                 match (&mut *dst, &*idx, &*s) {
-                    (Storage::Cuda(y), Storage::Cuda(i), Storage::Cuda(x)) => cuda::index::index_copy(
-                        y,
-                        self.layout(),
-                        d,
-                        i,
-                        index.layout(),
-                        x,
-                        src.layout(),
-                    ),
+                    (Storage::Cuda(y), Storage::Cuda(i), Storage::Cuda(x)) => {
+                        cuda::index::index_copy(
+                            y,
+                            self.layout(),
+                            d,
+                            i,
+                            index.layout(),
+                            x,
+                            src.layout(),
+                        )
+                    }
                     _ => unreachable!("devices were checked equal"),
                 }
             }

@@ -160,7 +160,12 @@ impl KvCache {
     /// returns the whole buffers [batch, kv_heads, capacity, hd]; what is visible is the
     /// caller's window (`first_keys ..= cursor`). The host checks the room (`check_room`)
     /// before the step.
-    pub fn write_at_cursor(&self, layer: usize, k: &Tensor, v: &Tensor) -> Result<(Tensor, Tensor)> {
+    pub fn write_at_cursor(
+        &self,
+        layer: usize,
+        k: &Tensor,
+        v: &Tensor,
+    ) -> Result<(Tensor, Tensor)> {
         let (ck, cv) = &self.layers[layer];
         no_grad(|| -> Result<()> {
             ck.index_copy_(2, &self.cursor, k)?;

@@ -323,7 +323,10 @@ impl TransformerLm {
         }
         crate::amp::autocast(self.autocast_dtype(), || {
             // Row b's position is the cursor less its padding, on the device.
-            let rows = cache.cursor().sub(cache.first_keys())?.reshape_to(&[b, 1])?;
+            let rows = cache
+                .cursor()
+                .sub(cache.first_keys())?
+                .reshape_to(&[b, 1])?;
             let (cos, sin) = self.rope.gather(self.device(), &rows, cache.capacity())?;
             let positions = Positions::Angles {
                 cos: &cos,

@@ -41,7 +41,12 @@ pub(super) struct DecodeStep<'m> {
 }
 
 impl<'m> DecodeStep<'m> {
-    pub fn new(model: &'m TransformerLm, batch: usize, greedy: bool, use_graph: bool) -> Result<Self> {
+    pub fn new(
+        model: &'m TransformerLm,
+        batch: usize,
+        greedy: bool,
+        use_graph: bool,
+    ) -> Result<Self> {
         let device = model.device();
         let out = if greedy {
             Tensor::zeros(&[batch], DType::I64, device)?
@@ -67,7 +72,10 @@ impl<'m> DecodeStep<'m> {
         let host: Vec<i64> = tokens.iter().map(|&t| t as i64).collect();
         let n = host.len();
         let device = self.model.device();
-        no_grad(|| self.ids.copy_(&Tensor::from_vec(host, &[n, 1])?.to_device(device)?))?;
+        no_grad(|| {
+            self.ids
+                .copy_(&Tensor::from_vec(host, &[n, 1])?.to_device(device)?)
+        })?;
         cache.sync_cursor()?;
         let (model, ids, out, greedy) = (self.model, &self.ids, &self.out, self.greedy);
         let compute = || no_grad(|| compute(model, ids, out, greedy, cache));
@@ -106,7 +114,12 @@ impl<'m> DecodeStep<'m> {
         cache.advance(1);
         let host = self.out.to_device(Device::Cpu)?;
         Ok(if self.greedy {
-            StepOutput::Picks(host.to_vec::<i64>()?.into_iter().map(|t| t as u32).collect())
+            StepOutput::Picks(
+                host.to_vec::<i64>()?
+                    .into_iter()
+                    .map(|t| t as u32)
+                    .collect(),
+            )
         } else {
             StepOutput::Logits(host.to_vec_f32()?)
         })
