@@ -46,3 +46,64 @@ __device__ void rope_impl(const T* x, RopeView xv, const float* cs, RopeView cv,
         rope_impl<T>(x, xv, cs, cv, sn, sv, y, yv, n1, n2, half, inverse, pairs);                              \
     }
 RB_FOR_FLOAT_TYPES(RB_ROPE)
+
+// One decode step's rotary embedding and key/value cache write in one pass: q rotated into a
+// fresh [batch, heads, dim] buffer, k rotated and v copied into the caches [batch, kv_heads,
+// capacity, dim] at the position `cursor` points to (device memory, so a captured step replays
+// at every position). q, k and v are [batch, n, dim] views with a contiguous last dim; the
+// tables are F32 rows [batch, dim].
+struct HeadsView {
+    i64 sb, sh;
+};
+
+template <class T>
+__device__ void rope_cache_write_impl(const T* q, HeadsView qv, const T* k, HeadsView kv_, const T* v,
+                                      HeadsView vv, const float* cs, const float* sn, i64 table_sb, T* q_out,
+                                      T* k_cache, T* v_cache, const i64* cursor, int heads, int kv_heads,
+                                      int capacity, int half, i64 pairs, u32* err, u32 code) {
+    typedef typename Acc<T>::type C;
+    const i64 pos = *cursor;
+    if (pos < 0 || pos >= capacity) {
+        if (blockIdx.x == 0 && threadIdx.x == 0) atomicExch(err, code);
+        return;
+    }
+    const u32 slots = (u32)(heads + 2 * kv_heads), dim = 2 * (u32)half;
+    RB_GRID_LOOP(p, pairs) {
+        const u32 pu = (u32)p, hu = (u32)half;
+        const u32 row = pu / hu, j = pu - row * hu;
+        const u32 b = row / slots, s = row - b * slots;
+        if (s >= (u32)(heads + kv_heads)) {
+            const u32 g = s - heads - kv_heads;
+            const T* src = v + b * vv.sb + g * vv.sh;
+            T* dst = v_cache + (((i64)b * kv_heads + g) * capacity + pos) * dim;
+            dst[j] = src[j];
+            dst[j + half] = src[j + half];
+            continue;
+        }
+        const float* c = cs + b * table_sb;
+        const float* sn_ = sn + b * table_sb;
+        const T* src;
+        T* dst;
+        if (s < (u32)heads) {
+            src = q + b * qv.sb + s * qv.sh;
+            dst = q_out + ((i64)b * heads + s) * dim;
+        } else {
+            const u32 g = s - heads;
+            src = k + b * kv_.sb + g * kv_.sh;
+            dst = k_cache + (((i64)b * kv_heads + g) * capacity + pos) * dim;
+        }
+        const C a = to_acc(src[j]), bb = to_acc(src[j + half]);
+        dst[j] = from_acc<T>(a * (C)c[j] - bb * (C)sn_[j]);
+        dst[j + half] = from_acc<T>(bb * (C)c[j + half] + a * (C)sn_[j + half]);
+    }
+}
+
+#define RB_ROPE_CACHE(name, T)                                                                                   \
+    extern "C" __global__ void rope_cache_write_##name(                                                          \
+        const T* q, HeadsView qv, const T* k, HeadsView kv_, const T* v, HeadsView vv, const float* cs,           \
+        const float* sn, i64 table_sb, T* q_out, T* k_cache, T* v_cache, const i64* cursor, int heads,           \
+        int kv_heads, int capacity, int half, i64 pairs, u32* err, u32 code) {                                   \
+        rope_cache_write_impl<T>(q, qv, k, kv_, v, vv, cs, sn, table_sb, q_out, k_cache, v_cache, cursor, heads, \
+                                 kv_heads, capacity, half, pairs, err, code);                                    \
+    }
+RB_FOR_FLOAT_TYPES(RB_ROPE_CACHE)

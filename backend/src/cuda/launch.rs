@@ -104,6 +104,7 @@ pub(crate) fn flag_op_name(word: u32) -> &'static str {
         4 => "embedding",
         5 => "cross_entropy",
         6 => "index_copy_",
+        7 => "the rotary cache write (its cursor is outside the cache)",
         _ => "a CUDA kernel",
     }
 }

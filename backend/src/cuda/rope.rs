@@ -81,3 +81,94 @@ pub fn rope(
     };
     Ok(y)
 }
+
+/// A [batch, n, dim] view with a contiguous last dim: its storage, first element and the
+/// batch and head strides; mirrors `HeadsView` for the strides.
+#[derive(Clone, Copy)]
+pub struct Heads<'a> {
+    pub storage: &'a CudaStorage,
+    pub offset: usize,
+    pub strides: [usize; 2],
+}
+
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct HeadsView {
+    sb: i64,
+    sh: i64,
+}
+
+impl Heads<'_> {
+    fn raw(&self) -> (u64, HeadsView) {
+        let [sb, sh] = self.strides.map(|s| s as i64);
+        (self.storage.ptr_at(self.offset), HeadsView { sb, sh })
+    }
+}
+
+/// The caches one decode step writes: [batch, kv_heads, capacity, dim] contiguous buffers and
+/// the I64 cursor (storage and element offset) saying at which position.
+pub struct CacheSlot<'a> {
+    pub k: &'a mut CudaStorage,
+    pub v: &'a mut CudaStorage,
+    pub capacity: usize,
+    pub cursor: (&'a CudaStorage, usize),
+}
+
+/// Error-word code for a cursor outside the caches; `launch::flag_op_name` names it.
+const FLAG_CACHE_CURSOR: u32 = 7;
+
+/// rope(q) into a fresh [batch, heads, dim] buffer, and rope(k) and v into the caches at the
+/// cursor, in one kernel. `tables` are the F32 cos and sin rows [batch, dim] (storage, offset)
+/// with batch stride `table_stride`.
+pub fn rope_cache_write(
+    q: Heads,
+    k: Heads,
+    v: Heads,
+    tables: [(&CudaStorage, usize); 2],
+    table_stride: usize,
+    cache: CacheSlot,
+    [batch, heads, kv_heads, dim]: [usize; 4],
+) -> Result<CudaStorage> {
+    let dev = q.storage.cuda_device();
+    let dtype = q.storage.dtype();
+    let q_out = CudaStorage::alloc(dev, batch * heads * dim, dtype)?;
+    let pairs = batch * (heads + 2 * kv_heads) * (dim / 2);
+    if pairs == 0 {
+        return Ok(q_out);
+    }
+    if pairs >= i32::MAX as usize || cache.capacity >= i32::MAX as usize {
+        return Err(Error::invalid(
+            "rotary cache write",
+            format!("{pairs} element pairs exceed the kernel's 32-bit indexing"),
+        ));
+    }
+    let f = dev.function(&ROPE, &format!("rope_cache_write_{}", type_suffix(dtype)))?;
+    let ((qp, qv), (kp, kv), (vp, vv)) = (q.raw(), k.raw(), v.raw());
+    let (cp, sp) = (tables[0].0.ptr_at(tables[0].1), tables[1].0.ptr_at(tables[1].1));
+    let (tsb, po) = (table_stride as i64, q_out.ptr());
+    let (kc, vc) = (cache.k.ptr(), cache.v.ptr());
+    let cur = cache.cursor.0.ptr_at(cache.cursor.1);
+    let (h, g, cap, half, p) = (
+        heads as i32,
+        kv_heads as i32,
+        cache.capacity as i32,
+        (dim / 2) as i32,
+        pairs as i64,
+    );
+    let (err, code) = (dev.error_word(), FLAG_CACHE_CURSOR);
+    let block = 256;
+    let grid = grid_for(pairs, block, dev.sm_count());
+    // SAFETY: q, k and v address [batch, n, dim] elements inside their storages, the tables
+    // [batch, dim] F32 values, the caches batch*kv_heads*capacity*dim elements; the kernel
+    // checks the cursor against the capacity before any write.
+    unsafe {
+        dev.launch(
+            f,
+            (grid, 1, 1),
+            block,
+            0,
+            &mut args![qp, qv, kp, kv, vp, vv, cp, sp, tsb, po, kc, vc, cur, h, g, cap, half, p, err, code],
+        )?
+    };
+    Ok(q_out)
+}

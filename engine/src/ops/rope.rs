@@ -53,6 +53,111 @@ impl Tensor {
     }
 }
 
+/// One decode step's rotary embedding and cache write: returns rope(q) for q [batch, heads, 1,
+/// dim], and writes rope(k) and v ([batch, kv_heads, 1, dim]) into the caches [batch, kv_heads,
+/// capacity, dim] at position `cursor` (I64 [1], read on the device) along dim 2. cos and sin
+/// are [batch, 1, 1, dim]. On CUDA it is one kernel; elsewhere, or when a gradient is needed,
+/// the composition of `rotary_embedding` and `index_copy_`.
+#[allow(clippy::too_many_arguments)]
+pub fn rotary_into_cache(
+    q: &Tensor,
+    k: &Tensor,
+    v: &Tensor,
+    cos: &Tensor,
+    sin: &Tensor,
+    k_cache: &Tensor,
+    v_cache: &Tensor,
+    cursor: &Tensor,
+) -> Result<Tensor> {
+    const OP: &str = "rotary cache write";
+    let (b, h, dim) = (q.shape()[0], q.shape()[1], q.shape()[3]);
+    let kvh = k.shape()[1];
+    let fits = |t: &Tensor, heads: usize| {
+        t.shape() == [b, heads, 1, dim] && t.layout().strides()[3] == 1 && t.dtype() == q.dtype()
+    };
+    let table = |t: &Tensor| {
+        t.dtype() == DType::F32 && t.shape() == [b, 1, 1, dim] && t.layout().strides()[3] == 1
+    };
+    let cache_ok = |c: &Tensor| {
+        c.dtype() == q.dtype()
+            && c.rank() == 4
+            && c.shape()[..2] == [b, kvh]
+            && c.shape()[3] == dim
+            && c.layout().is_contiguous()
+            && c.layout().offset() == 0
+    };
+    let kernel = matches!(q.device(), crate::Device::Cuda(_))
+        && !(is_grad_enabled() && [q, k, v].iter().any(|t| t.requires_grad()))
+        && q.rank() == 4
+        && dim % 2 == 0
+        && fits(q, h)
+        && fits(k, kvh)
+        && fits(v, kvh)
+        && table(cos)
+        && table(sin)
+        && cache_ok(k_cache)
+        && cache_ok(v_cache)
+        && cursor.dtype() == DType::I64
+        && cursor.numel() == 1
+        && [k, v, cos, sin, k_cache, v_cache, cursor]
+            .iter()
+            .all(|t| t.device() == q.device());
+    if !kernel {
+        let q_rot = q.rotary_embedding(cos, sin)?;
+        no_grad(|| -> Result<()> {
+            k_cache.index_copy_(2, cursor, &k.rotary_embedding(cos, sin)?)?;
+            v_cache.index_copy_(2, cursor, v)
+        })?;
+        return Ok(q_rot);
+    }
+    k_cache.check_inplace(OP)?;
+    v_cache.check_inplace(OP)?;
+    let heads = |t: &Tensor| (t.layout().offset(), [t.layout().strides()[0], t.layout().strides()[1]]);
+    let out = {
+        let (qs, ks, vs) = (q.storage(), k.storage(), v.storage());
+        let (cs, ss, cur) = (cos.storage(), sin.storage(), cursor.storage());
+        let mut kc = k_cache.storage_cell().write();
+        let mut vc = v_cache.storage_cell().write();
+        match (&*qs, &*ks, &*vs, &*cs, &*ss, &*cur, &mut *kc, &mut *vc) {
+            (
+                Storage::Cuda(qs),
+                Storage::Cuda(ks),
+                Storage::Cuda(vs),
+                Storage::Cuda(cs),
+                Storage::Cuda(ss),
+                Storage::Cuda(cur),
+                Storage::Cuda(kc),
+                Storage::Cuda(vc),
+            ) => {
+                let view = |s, t: &Tensor| {
+                    let (offset, strides) = heads(t);
+                    cuda::Heads {
+                        storage: s,
+                        offset,
+                        strides,
+                    }
+                };
+                cuda::rope_cache_write(
+                    view(qs, q),
+                    view(ks, k),
+                    view(vs, v),
+                    [(cs, cos.layout().offset()), (ss, sin.layout().offset())],
+                    cos.layout().strides()[0],
+                    cuda::CacheSlot {
+                        k: kc,
+                        v: vc,
+                        capacity: k_cache.shape()[2],
+                        cursor: (cur, cursor.layout().offset()),
+                    },
+                    [b, h, kvh, dim],
+                )?
+            }
+            _ => unreachable!("devices were checked equal"),
+        }
+    };
+    Tensor::from_storage(Storage::Cuda(out), &[b, h, 1, dim])
+}
+
 /// A layout as [n0, n1, n2, dim] (leading 1s added) with its first three strides.
 fn as_4d(l: &Layout) -> ([usize; 4], [usize; 3]) {
     let r = l.rank();

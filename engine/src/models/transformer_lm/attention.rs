@@ -81,16 +81,26 @@ impl Attention {
     pub fn forward(&self, x: &Tensor, rope: &Rotary, step: &Step) -> Result<Tensor> {
         let (b, t) = (x.shape()[0], x.shape()[1]);
         let (h, kv, hd) = (self.n_heads, self.n_kv_heads, self.head_dim);
-        let q = rope.apply(&self.heads(&self.q_proj.forward(x)?, h)?, &step.positions)?;
-        let k = rope.apply(&self.heads(&self.k_proj.forward(x)?, kv)?, &step.positions)?;
-        let v = self.heads(&self.v_proj.forward(x)?, kv)?;
-        let v = v.to_dtype(k.dtype())?;
-        let (k, v) = match (step.cache, step.visibility) {
-            (Some((cache, layer)), Visibility::Window { .. }) => {
-                cache.write_at_cursor(layer, &k, &v)?
+        let q = self.heads(&self.q_proj.forward(x)?, h)?;
+        let k = self.heads(&self.k_proj.forward(x)?, kv)?;
+        let v = self.heads(&self.v_proj.forward(x)?, kv)?.to_dtype(k.dtype())?;
+        let (q, k, v) = match (step.cache, step.visibility, step.positions) {
+            // A decode step: rotation and the cache write in one op, at the device cursor.
+            (Some((cache, layer)), Visibility::Window { .. }, Positions::Angles { cos, sin }) => {
+                let [q, k, v] = cache.rotate_and_write(layer, [&q, &k, &v], cos, sin)?;
+                (q, k, v)
             }
-            (Some((cache, layer)), _) => cache.append(layer, &k, &v)?,
-            (None, _) => (k, v),
+            (cache, _, positions) => {
+                let q = rope.apply(&q, &positions)?;
+                let k = rope.apply(&k, &positions)?;
+                match cache {
+                    Some((cache, layer)) => {
+                        let (k, v) = cache.append(layer, &k, &v)?;
+                        (q, k, v)
+                    }
+                    None => (q, k, v),
+                }
+            }
         };
         let out = match step.visibility {
             Visibility::Window { first, last } => q.decode_attention(&k, &v, first, last, None)?,

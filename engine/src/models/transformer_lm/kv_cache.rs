@@ -3,7 +3,7 @@
 //! the history.
 //!
 //! Two ways in. A prompt (`append`) writes at the host's count of filled positions. A decode
-//! step (`write_at_cursor`) writes at the cursor, the device's copy of that count, and sees the
+//! step (`rotate_and_write`) writes at the cursor, the device's copy of that count, and sees the
 //! window `first_keys[b] ..= cursor`; the host refreshes the cursor before each step
 //! (`sync_cursor`), so one captured CUDA graph serves every position.
 
@@ -156,22 +156,22 @@ impl KvCache {
         ))
     }
 
-    /// Writes layer `layer`'s keys and values [batch, kv_heads, 1, head_dim] at the cursor and
-    /// returns the whole buffers [batch, kv_heads, capacity, hd]; what is visible is the
-    /// caller's window (`first_keys ..= cursor`). The host checks the room (`check_room`)
-    /// before the step.
-    pub fn write_at_cursor(
+    /// One decode step of layer `layer`: rotates q and k by the step's angles (cos, sin
+    /// [batch, 1, 1, head_dim]), writes the rotated keys and the values [batch, kv_heads, 1,
+    /// head_dim] at the cursor (one kernel on CUDA), and returns the rotated queries with the
+    /// whole buffers [batch, kv_heads, capacity, hd]; what is visible is the caller's window
+    /// (`first_keys ..= cursor`). The host checks the room (`check_room`) before the step.
+    pub fn rotate_and_write(
         &self,
         layer: usize,
-        k: &Tensor,
-        v: &Tensor,
-    ) -> Result<(Tensor, Tensor)> {
+        qkv: [&Tensor; 3],
+        cos: &Tensor,
+        sin: &Tensor,
+    ) -> Result<[Tensor; 3]> {
         let (ck, cv) = &self.layers[layer];
-        no_grad(|| -> Result<()> {
-            ck.index_copy_(2, &self.cursor, k)?;
-            cv.index_copy_(2, &self.cursor, v)
-        })?;
-        Ok((ck.clone(), cv.clone()))
+        let [q, k, v] = qkv;
+        let q = crate::ops::rope::rotary_into_cache(q, k, v, cos, sin, ck, cv, &self.cursor)?;
+        Ok([q, ck.clone(), cv.clone()])
     }
 
     /// Marks `steps` positions as written (after every layer appended them).
