@@ -13,12 +13,8 @@
 //! Every bit of the 12 packed bytes is one of the sixteen 6-bit values, so the records hold
 //! exactly the same information and `unsplit_block` restores the file's bytes.
 
-/// The bytes of a Q4_K super-block.
-pub const BLOCK_BYTES: usize = 144;
-/// The header bytes of a stored super-block.
+/// The header bytes of a stored super-block (its 128 code bytes follow all the headers).
 pub const HEADER_BYTES: usize = 16;
-/// The code bytes of a super-block.
-pub const CODE_BYTES: usize = 128;
 
 /// Sub-block j's (scale, min) from ggml's 12 packed bytes (`get_scale_min_k4`).
 fn file_scale_min(packed: &[u8], j: usize) -> (u8, u8) {
@@ -90,6 +86,10 @@ pub fn unsplit_block(header: &[u8], codes: &[u8], block: &mut [u8]) {
 mod tests {
     use super::*;
 
+    /// The bytes of a Q4_K super-block, and of its codes.
+    const BLOCK_BYTES: usize = 144;
+    const CODE_BYTES: usize = 128;
+
     /// A super-block of pseudo-random bytes (every bit pattern of the scales is a valid
     /// block, so random bytes are real-looking blocks).
     fn random_block(seed: u64) -> Vec<u8> {
@@ -118,7 +118,11 @@ mod tests {
             assert_eq!(header[..4], block[..4], "d and dmin stay");
             let recs = records(&header);
             for (j, &rec) in recs.iter().enumerate() {
-                assert_eq!(rec, file_scale_min(&block[4..16], j), "seed {seed} record {j}");
+                assert_eq!(
+                    rec,
+                    file_scale_min(&block[4..16], j),
+                    "seed {seed} record {j}"
+                );
                 // ggml: value l of sub-block j is chunk j / 2's byte l, low nibble for even j.
                 let chunk = &block[16 + 32 * (j / 2)..16 + 32 * (j / 2) + 32];
                 let file_value = |l: usize| {
@@ -129,9 +133,9 @@ mod tests {
                     }
                 };
                 let sub = &codes[16 * j..16 * j + 16];
-                for i in 0..16 {
-                    assert_eq!(sub[i] & 0x0F, file_value(i), "seed {seed} sub {j} value {i}");
-                    assert_eq!(sub[i] >> 4, file_value(i + 16));
+                for (i, &byte) in sub.iter().enumerate() {
+                    assert_eq!(byte & 0x0F, file_value(i), "seed {seed} sub {j} value {i}");
+                    assert_eq!(byte >> 4, file_value(i + 16));
                 }
             }
         }
@@ -148,7 +152,10 @@ mod tests {
         bits[..12].copy_from_slice(&header[4..]);
         let bits = u128::from_le_bytes(bits);
         for (j, &(sc, mn)) in pairs.iter().enumerate() {
-            assert_eq!((bits >> (12 * j)) & 0xFFF, u128::from(sc) | u128::from(mn) << 6);
+            assert_eq!(
+                (bits >> (12 * j)) & 0xFFF,
+                u128::from(sc) | u128::from(mn) << 6
+            );
         }
     }
 

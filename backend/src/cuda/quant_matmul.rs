@@ -174,13 +174,24 @@ pub fn unsplit(format: BlockFormat, stored: &[u8], [n, k]: [usize; 2]) -> Result
 /// Output rows of one GEMV block (kernels/quant_matmul.cu's WARPS, a row per warp).
 const ROWS_PER_BLOCK: usize = 8;
 
-/// Output rows of one block of the BF16-activation kernel for `m` activation rows: Q4_1 and
-/// Q4_K take INT4_WARPS warps of `int4_rows_per_warp(M)` rows (kernels/quant_matmul.cu). The
-/// kernels loop over row groups, so this sizes the grid and nothing else depends on it.
-fn int_rows_per_block(format: BlockFormat, m: usize) -> usize {
+/// Warps of one block of the BF16-activation Q4_1 and Q4_K kernel (its INT4_WARPS).
+const INT4_WARPS: usize = 4;
+
+/// (Blocks, threads a block) of the BF16-activation kernel for n outputs and `m` activation
+/// rows. Q4_1 and Q4_K warps take `Int4Rows<M>::R` rows each, 4 up to two activation rows and
+/// 2 beyond (kernels/quant_matmul.cu), and loop over row groups, so the grid only sizes the
+/// work; Q8_0 warps take a row each.
+fn int_launch(format: BlockFormat, n: usize, m: usize) -> (u32, u32) {
     match format {
-        BlockFormat::Q4_1 | BlockFormat::Q4_K => 4 * if m <= 2 { 4 } else { 2 },
-        _ => ROWS_PER_BLOCK,
+        BlockFormat::Q4_1 | BlockFormat::Q4_K => {
+            let rows_per_warp = if m <= 2 { 4 } else { 2 };
+            let blocks = n.div_ceil(INT4_WARPS * rows_per_warp);
+            (blocks as u32, (INT4_WARPS * 32) as u32)
+        }
+        _ => (
+            n.div_ceil(ROWS_PER_BLOCK) as u32,
+            (ROWS_PER_BLOCK * 32) as u32,
+        ),
     }
 }
 
@@ -270,22 +281,18 @@ pub fn quant_gemv(
         let yp = y.ptr_at(row * n);
         // SAFETY: `w` holds n rows of k / block_values blocks (checked), `x` (or its int8
         // scratch) rows row..row+rows of k values from x_offset (checked) and `y` m × n
-        // outputs; each warp writes only its own output row of the `rows` rows.
+        // outputs; each output row of the `rows` rows is written by one warp only.
         match &scratch {
             Some(s) => {
                 let name = format!("quant_gemv_int_{}_m{rows}", format.name());
                 let f = dev.function(&QUANT_MATMUL, &name)?;
                 let (wp, sp, r0) = (w.ptr(), s.ptr(), row as i32);
-                let per_block = int_rows_per_block(format, rows);
-                let warps = match format {
-                    BlockFormat::Q4_1 | BlockFormat::Q4_K => 4,
-                    _ => ROWS_PER_BLOCK,
-                };
+                let (blocks, threads) = int_launch(format, n, rows);
                 unsafe {
                     dev.launch(
                         f,
-                        (n.div_ceil(per_block) as u32, 1, 1),
-                        (warps * 32) as u32,
+                        (blocks, 1, 1),
+                        threads,
                         0,
                         &mut args![wp, sp, yp, n32, k32, m32, r0],
                     )?
@@ -398,7 +405,11 @@ mod tests {
             let file = random_bytes(format.matrix_bytes(n, k).unwrap(), n as u64 * 31 + k as u64);
             let stored = split(format, &file, [n, k]).unwrap();
             assert_eq!(stored.len(), format.stored_bytes(n, k).unwrap());
-            assert_eq!(unsplit(format, &stored, [n, k]).unwrap(), file, "{format:?} {n}×{k}");
+            assert_eq!(
+                unsplit(format, &stored, [n, k]).unwrap(),
+                file,
+                "{format:?} {n}×{k}"
+            );
         }
     }
 }
