@@ -8,15 +8,17 @@
 // bandwidth, limited by L1 traffic. So on upload (backend/src/cuda/quant_matmul.rs, `split`)
 // those two formats are stored split: every block's header (Q8_0's f16 scale, Q4_1's f16
 // scale and min) in one array, then the codes of every row, contiguous and 16-byte aligned.
-// The bits are ggml's, only their places change. Q4_K's 144-byte super-blocks are already
-// 16-byte aligned and stay as the file has them.
+// The bits are ggml's, only their places change. Q4_K is split too, and rearranged so that
+// each 32-value sub-block's 16 code bytes are ordered as Q4_1's and its 6-bit scale and min
+// are one 12-bit record (backend/src/cuda/q4_k_layout.rs): a lane then reads one sub-block
+// per 16 bytes with one scale and one min, as for Q4_1.
 //
-// One warp owns one output row for all M activation rows (each weight is read once whatever
-// M is). Its lanes read 16 code bytes each per step, adjacent lanes adjacent bytes, so a warp
-// load is 512 contiguous bytes; each lane scales its partial dot product once per block:
+// Each weight is read once whatever M (the activation rows) is. Lanes read 16 code bytes
+// each per step, adjacent lanes adjacent bytes, so a warp load is 512 contiguous bytes; each
+// lane scales its partial dot product once per block (or 32-value sub-block):
 //   Q8_0: d * sum(q x)
 //   Q4_1: d * sum(q x) + m * sum(x)
-//   Q4_K: (d * sc) * sum(q x) - (dmin * mn) * sum(x)   (per 32-value sub-block)
+//   Q4_K: (d * sc) * sum(q x) - (dmin * mn) * sum(x)
 // The activations (a few KB, reused by every row) are read through L1 as 16-byte vectors.
 //
 // Layouts of the file's blocks: see engine/src/io/gguf/quants.rs.
@@ -163,61 +165,67 @@ __device__ void gemv_q4_1(const u8* __restrict__ w, const T* __restrict__ x, T* 
     reduce_store<M>(acc, y, n, row);
 }
 
-// Byte i (0..11) of a Q4_K super-block's packed scales, which are bytes 4..15 of its header
-// (words y, z and w). Selected from registers: indexing the header as bytes would put it in
-// local memory.
-__device__ __forceinline__ u32 scale_byte(uint4 head, int i) {
-    u32 word = i < 4 ? head.y : (i < 8 ? head.z : head.w);
-    return (word >> (8 * (i % 4))) & 0xFF;
-}
+// Q4_K as stored (split): n * k/256 headers of 16 bytes, then n rows of k/2 code bytes, 16
+// per sub-block in Q4_1's order. A header is f16 d and dmin, then sub-block j's record
+// (scale | min << 6) at bit 12 j of words y, z and w.
+__device__ __forceinline__ u64 q4_k_codes(int n, int k) { return (u64)n * (k / 256) * 16; }
 
-// Q4_K's sub-block scale and min j (0..7) from the 12 packed bytes (6 bits each).
-__device__ __forceinline__ void q4_k_scale_min(uint4 head, int j, float& sc, float& mn) {
-    if (j < 4) {
-        sc = (float)(scale_byte(head, j) & 63);
-        mn = (float)(scale_byte(head, j + 4) & 63);
-    } else {
-        sc = (float)((scale_byte(head, j + 4) & 0x0F) | ((scale_byte(head, j - 4) >> 6) << 4));
-        mn = (float)((scale_byte(head, j + 4) >> 4) | ((scale_byte(head, j) >> 6) << 4));
+// The shifts that bring record j to bit 0 (one funnel shift per header word: every record
+// lies in y:z, z:w or w). Clamped shifts of 32 pass the high word through unchanged.
+struct Q4kRecordShifts {
+    u32 yz, zw, w;
+    __device__ explicit Q4kRecordShifts(int j) {
+        int bit = 12 * j;
+        yz = bit < 32 ? bit : 32;
+        zw = bit < 32 ? 0 : (bit < 64 ? bit - 32 : 32);
+        w = bit < 64 ? 0 : bit - 64;
     }
+};
+
+__device__ __forceinline__ void q4_k_scale_min(uint4 head, Q4kRecordShifts at, int& sc, int& mn) {
+    u32 r = __funnelshift_rc(head.y, head.z, at.yz);
+    r = __funnelshift_rc(r, head.w, at.zw);
+    r >>= at.w;
+    sc = (int)(r & 63);
+    mn = (int)((r >> 6) & 63);
 }
 
-// Q4_K as stored: 144-byte super-blocks of 256 values (f16 d, f16 dmin, 12 bytes of 6-bit
-// scales and mins, 128 bytes of codes). Code chunk c (32 bytes) holds sub-block 2c in its low
-// nibbles and 2c + 1 in its high ones. Eight lanes share a super-block, lane j taking bytes
-// 16j..16j+15 of its codes: half h = j % 2 of chunk c = j / 2.
+// Q4_K's d and dmin.
+__device__ __forceinline__ float2 q4_k_d_dmin(uint4 head) {
+    return __half22float2(*reinterpret_cast<const __half2*>(&head.x));
+}
+
+// One warp per row, a lane per sub-block (its record is lane % 8: a super-block has eight).
 template <int M, typename T>
 __device__ void gemv_q4_k(const u8* __restrict__ w, const T* __restrict__ x, T* __restrict__ y,
                           int n, int k) {
     int lane = threadIdx.x % 32;
     int row = blockIdx.x * WARPS + threadIdx.x / 32;
     if (row >= n) return;
-    int nb = k / 256;
-    const u8* wrow = w + (u64)row * nb * 144;
-    int c = (lane % 8) / 2, h = lane % 2;
+    int nsub = k / 32;
+    const uint4* heads = reinterpret_cast<const uint4*>(w) + (u64)row * (nsub / 8);
+    const u8* codes = w + q4_k_codes(n, k) + (u64)row * (k / 2);
+    Q4kRecordShifts at(lane % 8);
     float acc[M];
 #pragma unroll
     for (int r = 0; r < M; ++r) acc[r] = 0.f;
 #pragma unroll 2
-    for (int sb = lane / 8; sb < nb; sb += 4) {
-        const u8* blk = wrow + (u64)sb * 144;
-        uint4 head = __ldg(reinterpret_cast<const uint4*>(blk));
-        uint4 q = __ldg(reinterpret_cast<const uint4*>(blk + 16 + 32 * c + 16 * h));
-        float d = __half2float(__ushort_as_half((unsigned short)(head.x & 0xFFFF)));
-        float dmin = __half2float(__ushort_as_half((unsigned short)(head.x >> 16)));
-        float sc0, mn0, sc1, mn1;
-        q4_k_scale_min(head, 2 * c, sc0, mn0);
-        q4_k_scale_min(head, 2 * c + 1, sc1, mn1);
+    for (int s = lane; s < nsub; s += 32) {
+        uint4 head = __ldg(heads + s / 8);
+        uint4 q = __ldg(reinterpret_cast<const uint4*>(codes + (u64)s * 16));
+        float2 dm = q4_k_d_dmin(head);
+        int sc, mn;
+        q4_k_scale_min(head, at, sc, mn);
+        float ds = dm.x * (float)sc, ms = dm.y * (float)mn;
         float lo[16], hi[16];
         nibbles(q, lo, hi);
 #pragma unroll
         for (int r = 0; r < M; ++r) {
             float x0[16], x1[16];
-            const T* xr = x + (u64)r * k + sb * 256 + 64 * c + 16 * h;
+            const T* xr = x + (u64)r * k + s * 32;
             load_x16(xr, x0);
-            load_x16(xr + 32, x1);
-            acc[r] += d * (sc0 * dot16(lo, x0) + sc1 * dot16(hi, x1)) -
-                      dmin * (mn0 * sum16(x0) + mn1 * sum16(x1));
+            load_x16(xr + 16, x1);
+            acc[r] += ds * (dot16(lo, x0) + dot16(hi, x1)) - ms * (sum16(x0) + sum16(x1));
         }
     }
     reduce_store<M>(acc, y, n, row);
@@ -251,8 +259,8 @@ GEMV_TYPES(Q4_K, gemv_q4_k)
 // much as BF16 already did, and the codes multiply four at a time with __dp4a. The float
 // kernels above remain the F32 path.
 //
-// Scratch for M rows of k activations: int8 codes [M, k], then f32 scales [M, k/32], then
-// f32 sums of every 16 activations as quantized [M, k/16].
+// Scratch for M rows of k activations: int8 codes [M, k], then per 32 activations
+// [M, k/32] the pair (scale, sum of the 32 activations as quantized).
 extern "C" __global__ void quantize_activations(const __nv_bfloat16* __restrict__ x,
                                                 u8* __restrict__ scratch, int m, int k) {
     int lane = threadIdx.x % 32;
@@ -266,26 +274,21 @@ extern "C" __global__ void quantize_activations(const __nv_bfloat16* __restrict_
     float d = amax / 127.f;
     int q = d == 0.f ? 0 : __float2int_rn(v / d);
     signed char* codes = reinterpret_cast<signed char*>(scratch);
-    float* scales = reinterpret_cast<float*>(scratch + (u64)m * k);
-    float* sums = scales + blocks;
+    float2* scale_sum = reinterpret_cast<float2*>(scratch + (u64)m * k);
     codes[b * 32 + lane] = (signed char)q;
-    int half_sum = q;
+    int sum = q;
 #pragma unroll
-    for (int off = 8; off > 0; off /= 2) half_sum += __shfl_xor_sync(0xffffffffu, half_sum, off);
-    if (lane == 0) scales[b] = d;
-    if (lane % 16 == 0) sums[2 * b + lane / 16] = d * (float)half_sum;
+    for (int off = 16; off > 0; off /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, off);
+    if (lane == 0) scale_sum[b] = make_float2(d, d * (float)sum);
 }
 
 // The scratch's parts for row r of m.
 struct QuantizedRows {
     const u8* codes;
-    const float* scales;
-    const float* sums;
+    const float2* scale_sum;
     __device__ QuantizedRows(const u8* scratch, int m, int k, int r) {
-        u64 blocks = (u64)m * k / 32;
         codes = scratch + (u64)r * k;
-        scales = reinterpret_cast<const float*>(scratch + (u64)m * k) + (u64)r * (k / 32);
-        sums = reinterpret_cast<const float*>(scratch + (u64)m * k) + blocks + (u64)r * (k / 16);
+        scale_sum = reinterpret_cast<const float2*>(scratch + (u64)m * k) + (u64)r * (k / 32);
     }
 };
 
@@ -294,12 +297,6 @@ __device__ __forceinline__ int dot_words(uint4 a, uint4 b) {
     s = __dp4a((int)a.y, (int)b.y, s);
     s = __dp4a((int)a.z, (int)b.z, s);
     return __dp4a((int)a.w, (int)b.w, s);
-}
-
-__device__ __forceinline__ void split_nibbles(uint4 q, uint4& lo, uint4& hi) {
-    lo = make_uint4(q.x & 0x0F0F0F0Fu, q.y & 0x0F0F0F0Fu, q.z & 0x0F0F0F0Fu, q.w & 0x0F0F0F0Fu);
-    hi = make_uint4((q.x >> 4) & 0x0F0F0F0Fu, (q.y >> 4) & 0x0F0F0F0Fu, (q.z >> 4) & 0x0F0F0F0Fu,
-                    (q.w >> 4) & 0x0F0F0F0Fu);
 }
 
 __device__ __forceinline__ uint4 codes16(const u8* p) { return __ldg(reinterpret_cast<const uint4*>(p)); }
@@ -324,74 +321,262 @@ __device__ void gemv_q8_0_int(const u8* __restrict__ w, const u8* __restrict__ x
 #pragma unroll
         for (int r = 0; r < M; ++r) {
             QuantizedRows x(xs, m, k, r0 + r);
-            acc[r] += d * x.scales[i / 32] * (float)dot_words(q, codes16(x.codes + i));
+            acc[r] += d * x.scale_sum[i / 32].x * (float)dot_words(q, codes16(x.codes + i));
         }
     }
     reduce_store<M>(acc, y, n, row);
 }
 
+// ---- Q4_1 and Q4_K with int8 activations ----
+//
+// Both store a 32-value sub-block as 16 code bytes (value i in byte i's low nibble, value
+// i + 16 in its high one) with a scale and a min, so one kernel serves both. Rows are short
+// (a k = 2048 row is 1 KB of codes: two steps of a warp), so what a row costs besides its
+// bytes (addresses, the warp reduction, the store) and what the activations cost are shared:
+// a warp takes R rows at once, its lanes holding the same sub-blocks of each, and reads each
+// activation vector once for the R rows. Loads of all R rows are issued before any use.
+//
+// Per 16 code bytes a lane splits the nibbles with two masks (the high ones stay 16 times
+// their value, as unsigned bytes, which dp4a.u32.s32 multiplies exactly) and adds 16 * the
+// low products and the high ones: 16 * sum(q x). The 1/16 goes into the activation scale.
+
+#define INT4_WARPS 4
+
+// Rows per warp: all loads of R rows are in flight at once; beyond two activation rows the
+// activations' registers and loads grow with M, so fewer weight rows share them.
 template <int M>
-__device__ void gemv_q4_1_int(const u8* __restrict__ w, const u8* __restrict__ xs,
-                              __nv_bfloat16* __restrict__ y, int n, int k, int m,
-                              int r0) {
-    int lane = threadIdx.x % 32;
-    int row = blockIdx.x * WARPS + threadIdx.x / 32;
-    if (row >= n) return;
-    int nb = k / 32;
-    const __half2* heads = reinterpret_cast<const __half2*>(w) + (u64)row * nb;
-    const u8* codes = w + codes_offset((u64)n * nb * 4) + (u64)row * (k / 2);
-    float acc[M];
-#pragma unroll
-    for (int r = 0; r < M; ++r) acc[r] = 0.f;
-#pragma unroll 2
-    for (int b = lane; b < nb; b += 32) {
-        uint4 lo, hi;
-        split_nibbles(codes16(codes + (u64)b * 16), lo, hi);
-        float2 dm = __half22float2(heads[b]);
-#pragma unroll
-        for (int r = 0; r < M; ++r) {
-            QuantizedRows x(xs, m, k, r0 + r);
-            int s = dot_words(lo, codes16(x.codes + b * 32)) + dot_words(hi, codes16(x.codes + b * 32 + 16));
-            acc[r] += dm.x * x.scales[b] * (float)s + dm.y * (x.sums[2 * b] + x.sums[2 * b + 1]);
-        }
-    }
-    reduce_store<M>(acc, y, n, row);
+struct Int4Rows {
+    static constexpr int R = M <= 2 ? 4 : 2;
+};
+
+__device__ __forceinline__ int dp4a_u8_s8(u32 a, u32 b, int c) {
+    int d;
+    asm("dp4a.u32.s32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
+    return d;
 }
 
-template <int M>
-__device__ void gemv_q4_k_int(const u8* __restrict__ w, const u8* __restrict__ xs,
-                              __nv_bfloat16* __restrict__ y, int n, int k, int m,
-                              int r0) {
-    int lane = threadIdx.x % 32;
-    int row = blockIdx.x * WARPS + threadIdx.x / 32;
-    if (row >= n) return;
-    int nb = k / 256;
-    const u8* wrow = w + (u64)row * nb * 144;
-    int c = (lane % 8) / 2, h = lane % 2;
-    float acc[M];
+// 16 * sum over the sub-block of code * activation, from the masked nibbles and the
+// sub-block's 32 activation codes (xlo: values 0..15, xhi: 16..31).
+__device__ __forceinline__ int dot_nibbles16(uint4 lo, uint4 hi, uint4 xlo, uint4 xhi) {
+    int a = dp4a_u8_s8(lo.x, xlo.x, 0);
+    a = dp4a_u8_s8(lo.y, xlo.y, a);
+    a = dp4a_u8_s8(lo.z, xlo.z, a);
+    a = dp4a_u8_s8(lo.w, xlo.w, a);
+    int b = dp4a_u8_s8(hi.x, xhi.x, 0);
+    b = dp4a_u8_s8(hi.y, xhi.y, b);
+    b = dp4a_u8_s8(hi.z, xhi.z, b);
+    b = dp4a_u8_s8(hi.w, xhi.w, b);
+    return a * 16 + b;
+}
+
+// One sub-block of one weight row, ready to meet activations: the masked nibbles, the
+// integer multiplier of the dot product (Q4_K's 6-bit scale; 1 for Q4_1), the float one (d)
+// and the one of the activations' sum (Q4_1's m, Q4_K's -dmin * mn).
+struct SubBlock {
+    uint4 lo, hi;
+    int isc;
+    float d, bias;
+};
+
+__device__ __forceinline__ void mask_nibbles(uint4 q, SubBlock& b) {
+    b.lo = make_uint4(q.x & 0x0F0F0F0Fu, q.y & 0x0F0F0F0Fu, q.z & 0x0F0F0F0Fu, q.w & 0x0F0F0F0Fu);
+    b.hi = make_uint4(q.x & 0xF0F0F0F0u, q.y & 0xF0F0F0F0u, q.z & 0xF0F0F0F0u, q.w & 0xF0F0F0F0u);
+}
+
+// Q4_1 split: n * k/32 (f16 d, f16 m) headers, then the rows' codes. `row_bytes` and
+// `head_row_bytes` step from row to row; `head_offset(s)` finds sub-block s's header in a row.
+struct Q4_1Weights {
+    static constexpr bool SCALED = false;
+    const u8* heads;
+    const u8* codes;
+    u32 row_bytes, head_row_bytes;
+    __device__ Q4_1Weights(const u8* w, int n, int k) {
+        heads = w;
+        codes = w + codes_offset((u64)n * (k / 32) * 4);
+        row_bytes = k / 2;
+        head_row_bytes = k / 8;
+    }
+    __device__ __forceinline__ u32 head_offset(u32 s) const { return 4 * s; }
+    struct Raw {
+        uint4 q;
+        u32 head;
+    };
+    __device__ __forceinline__ Raw load(const u8* code, const u8* head) const {
+        return {__ldg(reinterpret_cast<const uint4*>(code)), __ldg(reinterpret_cast<const u32*>(head))};
+    }
+    __device__ __forceinline__ SubBlock decode(Raw raw) const {
+        SubBlock b;
+        mask_nibbles(raw.q, b);
+        float2 dm = __half22float2(*reinterpret_cast<const __half2*>(&raw.head));
+        b.isc = 1;
+        b.d = dm.x;
+        b.bias = dm.y;
+        return b;
+    }
+};
+
+// Q4_K split (q4_k_codes): a lane's sub-blocks are all record lane % 8 of their super-block.
+struct Q4_KWeights {
+    static constexpr bool SCALED = true;
+    const u8* heads;
+    const u8* codes;
+    u32 row_bytes, head_row_bytes;
+    Q4kRecordShifts at;
+    __device__ Q4_KWeights(const u8* w, int n, int k) : at(threadIdx.x % 8) {
+        heads = w;
+        codes = w + q4_k_codes(n, k);
+        row_bytes = k / 2;
+        head_row_bytes = k / 16;
+    }
+    __device__ __forceinline__ u32 head_offset(u32 s) const { return (s / 8) * 16; }
+    struct Raw {
+        uint4 q;
+        uint4 head;
+    };
+    __device__ __forceinline__ Raw load(const u8* code, const u8* head) const {
+        return {__ldg(reinterpret_cast<const uint4*>(code)), __ldg(reinterpret_cast<const uint4*>(head))};
+    }
+    __device__ __forceinline__ SubBlock decode(Raw raw) const {
+        SubBlock b;
+        mask_nibbles(raw.q, b);
+        float2 dm = q4_k_d_dmin(raw.head);
+        int mn;
+        q4_k_scale_min(raw.head, at, b.isc, mn);
+        b.d = dm.x;
+        b.bias = -dm.y * (float)mn;
+        return b;
+    }
+};
+
+// One warp's share of the product: row groups of R consecutive rows, each in steps of 32
+// sub-blocks (a lane each). A group running past row n - 1 is moved back to end there (or,
+// with fewer than R rows in all, repeats the last row); rows that another group owns are
+// computed again and not stored. Lanes past the row's end read its last sub-block again and
+// add nothing. Addresses: one 64-bit base per item, plus each row's offset (fixed).
+template <int M, typename Weights>
+struct Int4Gemv {
+    static constexpr int R = Int4Rows<M>::R;
+    using Raw = typename Weights::Raw;
+    Weights wt;
+    const u8* xcodes;      // activation row 0 of this launch's rows
+    const float2* xscale;  // its (scale, sum) pairs
+    __nv_bfloat16* y;
+    int n, k, nsub, lane;
+    const u8* code_row[R];  // row i of the matrix, whose offset by a group's first row
+    const u8* head_row[R];  // finds row i of the group
+    float acc[R][M];
+
+    __device__ Int4Gemv(const u8* w, const u8* xs, __nv_bfloat16* y_, int n_, int k_, int m, int r0)
+        : wt(w, n_, k_), y(y_), n(n_), k(k_), nsub(k_ / 32), lane(threadIdx.x % 32) {
+        xcodes = xs + (u64)r0 * k;
+        xscale = reinterpret_cast<const float2*>(xs + (u64)m * k) + (u64)r0 * nsub;
 #pragma unroll
-    for (int r = 0; r < M; ++r) acc[r] = 0.f;
-#pragma unroll 2
-    for (int sb = lane / 8; sb < nb; sb += 4) {
-        const u8* blk = wrow + (u64)sb * 144;
-        uint4 head = codes16(blk);
-        uint4 lo, hi;
-        split_nibbles(codes16(blk + 16 + 32 * c + 16 * h), lo, hi);
-        float d = __half2float(__ushort_as_half((unsigned short)(head.x & 0xFFFF)));
-        float dmin = __half2float(__ushort_as_half((unsigned short)(head.x >> 16)));
-        float sc0, mn0, sc1, mn1;
-        q4_k_scale_min(head, 2 * c, sc0, mn0);
-        q4_k_scale_min(head, 2 * c + 1, sc1, mn1);
-        int at = sb * 256 + 64 * c + 16 * h;  // the first activation of the low nibbles
+        for (int i = 0; i < R; ++i) {
+            u64 row = (u64)min(i, n - 1);
+            code_row[i] = wt.codes + row * wt.row_bytes;
+            head_row[i] = wt.heads + row * wt.head_row_bytes;
+        }
+        clear();
+    }
+
+    // The first row the group starting at `first` reads.
+    __device__ __forceinline__ int start(int first) const { return max(min(first, n - R), 0); }
+
+    __device__ __forceinline__ void clear() {
+#pragma unroll
+        for (int i = 0; i < R; ++i)
+#pragma unroll
+            for (int r = 0; r < M; ++r) acc[i][r] = 0.f;
+    }
+
+    __device__ __forceinline__ void load(Raw raw[R], int first, int step) const {
+        u32 s = (u32)min(step * 32 + lane, nsub - 1);
+        u64 row = (u64)start(first);
+        u64 code = row * wt.row_bytes + 16 * s;
+        u64 head = row * wt.head_row_bytes + wt.head_offset(s);
+#pragma unroll
+        for (int i = 0; i < R; ++i) raw[i] = wt.load(code_row[i] + code, head_row[i] + head);
+    }
+
+    __device__ __forceinline__ void compute(const Raw raw[R], int step) {
+        int s = step * 32 + lane;
+        if (s >= nsub) return;
+        SubBlock b[R];
+#pragma unroll
+        for (int i = 0; i < R; ++i) b[i] = wt.decode(raw[i]);
 #pragma unroll
         for (int r = 0; r < M; ++r) {
-            QuantizedRows x(xs, m, k, r0 + r);
-            float s0 = (float)dot_words(lo, codes16(x.codes + at)) * x.scales[at / 32];
-            float s1 = (float)dot_words(hi, codes16(x.codes + at + 32)) * x.scales[at / 32 + 1];
-            acc[r] += d * (sc0 * s0 + sc1 * s1) - dmin * (mn0 * x.sums[at / 16] + mn1 * x.sums[at / 16 + 2]);
+            const u8* xc = xcodes + (u64)r * k + s * 32;
+            uint4 xlo = codes16(xc), xhi = codes16(xc + 16);
+            float2 ss = __ldg(xscale + (u64)r * nsub + s);
+            float xs16 = ss.x * 0.0625f;
+#pragma unroll
+            for (int i = 0; i < R; ++i) {
+                int t = dot_nibbles16(b[i].lo, b[i].hi, xlo, xhi);
+                if (Weights::SCALED) t *= b[i].isc;
+                acc[i][r] = fmaf(b[i].d * xs16, (float)t, fmaf(b[i].bias, ss.y, acc[i][r]));
+            }
         }
     }
-    reduce_store<M>(acc, y, n, row);
+
+    // The group's sums, reduced over the warp and stored; then zeros for the next group.
+    __device__ __forceinline__ void finish(int first) {
+        int row0 = start(first);
+#pragma unroll
+        for (int i = 0; i < R; ++i) {
+            int row = row0 + i;
+#pragma unroll
+            for (int r = 0; r < M; ++r) {
+                float v = acc[i][r];
+#pragma unroll
+                for (int off = 16; off > 0; off /= 2) v += __shfl_xor_sync(0xffffffffu, v, off);
+                if (lane == 0 && row >= first && row < n) y[(u64)r * n + row] = __float2bfloat16(v);
+            }
+        }
+        clear();
+    }
+};
+
+// A warp walks its items (row group, step) in order, warp w of the grid taking row groups w,
+// w + all warps, ... Each item's loads are issued, in their own branch, before the previous
+// item is computed: ptxas otherwise sinks each row's loads to just before its use, leaving
+// one row's bytes in flight per warp, and so the loads also overlap the row-end reductions.
+// Two register sets alternate (a and b), so nothing is copied between items.
+template <int M, typename Weights>
+__device__ void gemv_int4(const u8* __restrict__ w, const u8* __restrict__ xs,
+                          __nv_bfloat16* __restrict__ y, int n, int k, int m, int r0) {
+    using G = Int4Gemv<M, Weights>;
+    constexpr int R = G::R;
+    const int steps = (k / 32 + 31) / 32;
+    const int stride = gridDim.x * INT4_WARPS * R;
+    int first = (blockIdx.x * INT4_WARPS + threadIdx.x / 32) * R, step = 0;
+    if (first >= n) return;
+    G g(w, xs, y, n, k, m, r0);
+    typename G::Raw a[R], b[R];
+    g.load(a, first, step);
+    // The item after (first, step); false past the warp's last.
+    auto advance = [&](int& f, int& st) {
+        if (++st == steps) {
+            st = 0;
+            f += stride;
+        }
+        return f < n;
+    };
+    while (true) {
+        int f = first, st = step;
+        bool more = advance(f, st);
+        if (more) g.load(b, f, st);
+        g.compute(a, step);
+        if (st == 0) g.finish(first);
+        if (!more) break;
+        first = f, step = st;
+        more = advance(f, st);
+        if (more) g.load(a, f, st);
+        g.compute(b, step);
+        if (st == 0) g.finish(first);
+        if (!more) break;
+        first = f, step = st;
+    }
 }
 
 #define GEMV_INT(FMT, KERNEL, M)                                                            \
@@ -399,14 +584,24 @@ __device__ void gemv_q4_k_int(const u8* __restrict__ w, const u8* __restrict__ x
         const u8* w, const u8* xs, __nv_bfloat16* y, int n, int k, int m, int r0) {         \
         KERNEL<M>(w, xs, y, n, k, m, r0);                                                   \
     }
+#define GEMV_INT4(FMT, WEIGHTS, M)                                                               \
+    extern "C" __global__ void __launch_bounds__(INT4_WARPS * 32) quant_gemv_int_##FMT##_m##M(   \
+        const u8* w, const u8* xs, __nv_bfloat16* y, int n, int k, int m, int r0) {              \
+        gemv_int4<M, WEIGHTS>(w, xs, y, n, k, m, r0);                                            \
+    }
 #define GEMV_INT_ROWS(FMT, KERNEL) \
     GEMV_INT(FMT, KERNEL, 1)       \
     GEMV_INT(FMT, KERNEL, 2)       \
     GEMV_INT(FMT, KERNEL, 4)       \
     GEMV_INT(FMT, KERNEL, 8)
+#define GEMV_INT4_ROWS(FMT, WEIGHTS) \
+    GEMV_INT4(FMT, WEIGHTS, 1)       \
+    GEMV_INT4(FMT, WEIGHTS, 2)       \
+    GEMV_INT4(FMT, WEIGHTS, 4)       \
+    GEMV_INT4(FMT, WEIGHTS, 8)
 GEMV_INT_ROWS(Q8_0, gemv_q8_0_int)
-GEMV_INT_ROWS(Q4_1, gemv_q4_1_int)
-GEMV_INT_ROWS(Q4_K, gemv_q4_k_int)
+GEMV_INT4_ROWS(Q4_1, Q4_1Weights)
+GEMV_INT4_ROWS(Q4_K, Q4_KWeights)
 
 // W [n, k] dequantized to T (for larger batches: the product then runs on cuBLAS). One thread
 // per 32 values (a Q8_0 or Q4_1 block, a Q4_K sub-block), rows of whole units.
@@ -459,26 +654,19 @@ __device__ void dequantize_q4_1(const u8* __restrict__ w, T* __restrict__ out, i
 template <typename T>
 __device__ void dequantize_q4_k(const u8* __restrict__ w, T* __restrict__ out, int n, int k) {
     u64 row;
-    int u;
-    if (!unit_index(n, k, row, u)) return;
-    const u8* blk = w + row * (k / 256) * 144 + (u64)(u / 8) * 144;
-    int j = u % 8;
-    float d = __half2float(*reinterpret_cast<const __half*>(blk));
-    float dmin = __half2float(*reinterpret_cast<const __half*>(blk + 2));
-    float sc, mn;
-    q4_k_scale_min(*reinterpret_cast<const uint4*>(blk), j, sc, mn);
-    const uint4* q = reinterpret_cast<const uint4*>(blk + 16 + (j / 2) * 32);
-    float lo[16], hi[16], v[32];
-    int shift_high = j % 2;
+    int s;
+    if (!unit_index(n, k, row, s)) return;
+    int nsub = k / 32;
+    uint4 head = reinterpret_cast<const uint4*>(w)[(row * nsub + s) / 8];
+    float2 dm = q4_k_d_dmin(head);
+    int sc, mn;
+    q4_k_scale_min(head, Q4kRecordShifts(s % 8), sc, mn);
+    uint4 q = *reinterpret_cast<const uint4*>(w + q4_k_codes(n, k) + (row * nsub + s) * 16);
+    float v[32];
+    nibbles(q, v, v + 16);
 #pragma unroll
-    for (int half = 0; half < 2; ++half) {
-        nibbles(q[half], lo, hi);
-#pragma unroll
-        for (int i = 0; i < 16; ++i) v[16 * half + i] = shift_high ? hi[i] : lo[i];
-    }
-#pragma unroll
-    for (int i = 0; i < 32; ++i) v[i] = d * sc * v[i] - dmin * mn;
-    store32(out + row * k + (u64)u * 32, v);
+    for (int i = 0; i < 32; ++i) v[i] = dm.x * (float)sc * v[i] - dm.y * (float)mn;
+    store32(out + row * k + (u64)s * 32, v);
 }
 
 #define DEQUANT(FMT, KERNEL, T, SUFFIX)                                                          \

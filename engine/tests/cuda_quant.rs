@@ -1,7 +1,7 @@
 //! Products with GGUF block weights on the device (ops/quant_matmul.rs) against the CPU, which
 //! dequantizes bit-equal to ggml's reference and multiplies: the GEMV for 1 to 8 activation
 //! rows (odd counts run as several launches) and the dequantize-then-GEMM path beyond, in F32
-//! and BF16, for Q8_0, Q4_1 and Q4_K.
+//! and BF16, for Q8_0, Q4_1 and Q4_K, at widths that leave a warp's last step partial.
 
 #[path = "support/relative_error.rs"]
 mod relative_error;
@@ -48,41 +48,48 @@ fn quantized_products_on_cuda_equal_the_cpu_dequantized_product() {
     else {
         return;
     };
-    for (fi, format) in [BlockFormat::Q8_0, BlockFormat::Q4_1, BlockFormat::Q4_K]
-        .into_iter()
-        .enumerate()
-    {
-        // 37 rows: a partial block of 8 output rows; k of 3 Q4_K super-blocks.
-        let (n, k) = (37, 768);
-        let w =
-            QuantizedMatrix::new(random_blocks(format, n, k, fi as u64), format, [n, k]).unwrap();
-        let wd = w.to_device(cuda).unwrap();
-        // The dequantized matrix itself.
-        let dense = w.dequantize(DType::F32).unwrap();
-        let err = relative_error(&wd.dequantize(DType::F32).unwrap(), &dense);
-        assert!(err < 1e-6, "{format:?} dequantize: {err:.2e}");
-        for m in [1, 2, 3, 5, 8, 13] {
-            let x =
-                Tensor::randn(&[m, k], DType::F32, Some(&mut Generator::new(m as u64))).unwrap();
-            let want = x
-                .to_dtype(DType::F64)
-                .unwrap()
-                .matmul(&dense.to_dtype(DType::F64).unwrap().t().unwrap())
-                .unwrap();
-            for (dtype, tol) in [(DType::F32, 1e-5), (DType::BF16, 2e-2)] {
-                let xd = x.to(cuda, dtype).unwrap();
-                let got = wd.matmul_t(&xd).unwrap();
-                assert_eq!((got.dims(), got.dtype()), (&[m, n][..], dtype));
-                let err = relative_error(&got, &want);
-                assert!(err < tol, "{format:?} m {m} {dtype:?}: {err:.2e}");
+    // 37 rows: partial groups of output rows (8 a block for Q8_0, 4 a warp for Q4_1 and Q4_K),
+    // k of 3 Q4_K super-blocks (24 sub-blocks: lanes 24..31 idle). 3 rows: fewer than a warp's
+    // 4, so a group repeats its last row; k = 5632 (ffn_down's width): 176 sub-blocks, five
+    // full steps of a warp and one of 16 lanes.
+    for (n, k) in [(37, 768), (3, 5632)] {
+        for (fi, format) in [BlockFormat::Q8_0, BlockFormat::Q4_1, BlockFormat::Q4_K]
+            .into_iter()
+            .enumerate()
+        {
+            let blocks = random_blocks(format, n, k, (fi + k) as u64);
+            let w = QuantizedMatrix::new(blocks, format, [n, k]).unwrap();
+            let wd = w.to_device(cuda).unwrap();
+            // The dequantized matrix itself.
+            let dense = w.dequantize(DType::F32).unwrap();
+            let err = relative_error(&wd.dequantize(DType::F32).unwrap(), &dense);
+            assert!(err < 1e-6, "{format:?} {n}×{k} dequantize: {err:.2e}");
+            for m in [1, 2, 3, 5, 8, 13] {
+                let x = Tensor::randn(&[m, k], DType::F32, Some(&mut Generator::new(m as u64)))
+                    .unwrap();
+                let want = x
+                    .to_dtype(DType::F64)
+                    .unwrap()
+                    .matmul(&dense.to_dtype(DType::F64).unwrap().t().unwrap())
+                    .unwrap();
+                for (dtype, tol) in [(DType::F32, 1e-5), (DType::BF16, 2e-2)] {
+                    let xd = x.to(cuda, dtype).unwrap();
+                    let got = wd.matmul_t(&xd).unwrap();
+                    assert_eq!((got.dims(), got.dtype()), (&[m, n][..], dtype));
+                    let err = relative_error(&got, &want);
+                    assert!(err < tol, "{format:?} {n}×{k} m {m} {dtype:?}: {err:.2e}");
+                }
             }
+            // A leading batch dimension, and the CPU path itself.
+            let x = Tensor::randn(&[2, 3, k], DType::F32, Some(&mut Generator::new(9))).unwrap();
+            let got = wd.matmul_t(&x.to_device(cuda).unwrap()).unwrap();
+            let cpu = w.matmul_t(&x).unwrap();
+            assert_eq!(got.dims(), [2, 3, n]);
+            assert!(
+                relative_error(&got, &cpu) < 1e-5,
+                "{format:?} {n}×{k} [2, 3, k]"
+            );
         }
-        // A leading batch dimension, and the CPU path itself.
-        let x = Tensor::randn(&[2, 3, k], DType::F32, Some(&mut Generator::new(9))).unwrap();
-        let got = wd.matmul_t(&x.to_device(cuda).unwrap()).unwrap();
-        let cpu = w.matmul_t(&x).unwrap();
-        assert_eq!(got.dims(), [2, 3, n]);
-        assert!(relative_error(&got, &cpu) < 1e-5, "{format:?} [2, 3, k]");
     }
 }
 

@@ -23,6 +23,7 @@ pub mod norm;
 pub mod optim;
 pub mod pool;
 mod probe;
+mod q4_k_layout;
 pub mod quant_matmul;
 pub mod random;
 pub mod reduce;

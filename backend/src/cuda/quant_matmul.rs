@@ -2,13 +2,15 @@
 //! a dequantizing GEMV for up to eight activation rows, which reads every weight byte once, and
 //! a dequantization to F32/BF16 for larger batches, whose product then runs on cuBLAS.
 //!
-//! The kernels read Q8_0 and Q4_1 *split*: every block's header in one array, then every
+//! The kernels read ggml's blocks *split*: every block's header in one array, then every
 //! row's codes, 16-byte aligned, so each warp load is wide and contiguous (ggml's 34- and
-//! 20-byte blocks are only 2-byte aligned). `split` and `unsplit` move the bytes between the
-//! file's layout and this one; Q4_K's 144-byte blocks are aligned already and stay as stored.
+//! 20-byte blocks are only 2-byte aligned). Q4_K's headers and codes are also rearranged
+//! (`q4_k_layout`) so that a lane's 16 code bytes are one sub-block's, as Q4_1's are. `split`
+//! and `unsplit` move the bytes between the file's layout and this one, exactly.
 
 use super::compile::QUANT_MATMUL;
 use super::launch::{args, type_suffix};
+use super::q4_k_layout;
 use super::CudaStorage;
 use crate::{DType, Error, Result};
 
@@ -77,12 +79,14 @@ impl BlockFormat {
         Ok(n * (k / self.block_values()) * self.block_bytes())
     }
 
-    /// The header bytes that `split` moves to the front of each block, if any.
+    /// The header bytes that `split` moves to the front of each block, if any (Q4_K's
+    /// 16-byte headers are rewritten, not just moved: `q4_k_layout`).
     fn split_header(self) -> Option<usize> {
         match self {
             BlockFormat::Q8_0 => Some(2),
             BlockFormat::Q4_1 => Some(4),
-            BlockFormat::Q4_K | BlockFormat::Nf4 => None,
+            BlockFormat::Q4_K => Some(q4_k_layout::HEADER_BYTES),
+            BlockFormat::Nf4 => None,
         }
     }
 
@@ -122,9 +126,14 @@ pub fn split(format: BlockFormat, file: &[u8], [n, k]: [usize; 2]) -> Result<Vec
     let mut out = vec![0u8; format.stored_bytes(n, k)?];
     let (headers, codes) = out.split_at_mut(codes_offset(blocks * h));
     let c = format.block_bytes() - h;
-    for (i, block) in file.chunks_exact(format.block_bytes()).enumerate() {
-        headers[i * h..(i + 1) * h].copy_from_slice(&block[..h]);
-        codes[i * c..(i + 1) * c].copy_from_slice(&block[h..]);
+    let parts = headers.chunks_exact_mut(h).zip(codes.chunks_exact_mut(c));
+    for (block, (header, code)) in file.chunks_exact(format.block_bytes()).zip(parts) {
+        if format == BlockFormat::Q4_K {
+            q4_k_layout::split_block(block, header, code);
+        } else {
+            header.copy_from_slice(&block[..h]);
+            code.copy_from_slice(&block[h..]);
+        }
     }
     Ok(out)
 }
@@ -150,15 +159,41 @@ pub fn unsplit(format: BlockFormat, stored: &[u8], [n, k]: [usize; 2]) -> Result
     let (headers, codes) = stored.split_at(codes_offset(blocks * h));
     let c = bb - h;
     let mut out = vec![0u8; blocks * bb];
-    for (i, block) in out.chunks_exact_mut(bb).enumerate() {
-        block[..h].copy_from_slice(&headers[i * h..(i + 1) * h]);
-        block[h..].copy_from_slice(&codes[i * c..(i + 1) * c]);
+    let parts = headers.chunks_exact(h).zip(codes.chunks_exact(c));
+    for (block, (header, code)) in out.chunks_exact_mut(bb).zip(parts) {
+        if format == BlockFormat::Q4_K {
+            q4_k_layout::unsplit_block(header, code, block);
+        } else {
+            block[..h].copy_from_slice(header);
+            block[h..].copy_from_slice(code);
+        }
     }
     Ok(out)
 }
 
-/// Output rows of one GEMV block (kernels/quant_matmul.cu's WARPS).
+/// Output rows of one GEMV block (kernels/quant_matmul.cu's WARPS, a row per warp).
 const ROWS_PER_BLOCK: usize = 8;
+
+/// Warps of one block of the BF16-activation Q4_1 and Q4_K kernel (its INT4_WARPS).
+const INT4_WARPS: usize = 4;
+
+/// (Blocks, threads a block) of the BF16-activation kernel for n outputs and `m` activation
+/// rows. Q4_1 and Q4_K warps take `Int4Rows<M>::R` rows each, 4 up to two activation rows and
+/// 2 beyond (kernels/quant_matmul.cu), and loop over row groups, so the grid only sizes the
+/// work; Q8_0 warps take a row each.
+fn int_launch(format: BlockFormat, n: usize, m: usize) -> (u32, u32) {
+    match format {
+        BlockFormat::Q4_1 | BlockFormat::Q4_K => {
+            let rows_per_warp = if m <= 2 { 4 } else { 2 };
+            let blocks = n.div_ceil(INT4_WARPS * rows_per_warp);
+            (blocks as u32, (INT4_WARPS * 32) as u32)
+        }
+        _ => (
+            n.div_ceil(ROWS_PER_BLOCK) as u32,
+            (ROWS_PER_BLOCK * 32) as u32,
+        ),
+    }
+}
 
 /// Checks the weight bytes and the activation dtype shared by both entry points.
 fn check(w: &CudaStorage, format: BlockFormat, n: usize, k: usize, dtype: DType) -> Result<()> {
@@ -217,12 +252,12 @@ pub fn quant_gemv(
     // BF16 activations take the integer kernels: quantized to int8 once for all rows here.
     let scratch = match dtype {
         DType::BF16 => {
-            let s = CudaStorage::alloc(dev, m * k + m * k / 32 * 4 + m * k / 16 * 4, DType::U8)?;
+            let s = CudaStorage::alloc(dev, m * k + m * k / 32 * 8, DType::U8)?;
             let f = dev.function(&QUANT_MATMUL, "quantize_activations")?;
             let warps = m * k / 32;
             let (xp, sp) = (x.ptr_at(x_offset), s.ptr());
             // SAFETY: one lane per activation of m × k (checked to fit x); the scratch holds
-            // m × k codes, m × k / 32 scales and m × k / 16 sums.
+            // m × k codes and m × k / 32 (scale, sum) pairs.
             unsafe {
                 dev.launch(
                     f,
@@ -246,17 +281,18 @@ pub fn quant_gemv(
         let yp = y.ptr_at(row * n);
         // SAFETY: `w` holds n rows of k / block_values blocks (checked), `x` (or its int8
         // scratch) rows row..row+rows of k values from x_offset (checked) and `y` m × n
-        // outputs; each warp writes only its own output row of the `rows` rows.
+        // outputs; each output row of the `rows` rows is written by one warp only.
         match &scratch {
             Some(s) => {
                 let name = format!("quant_gemv_int_{}_m{rows}", format.name());
                 let f = dev.function(&QUANT_MATMUL, &name)?;
                 let (wp, sp, r0) = (w.ptr(), s.ptr(), row as i32);
+                let (blocks, threads) = int_launch(format, n, rows);
                 unsafe {
                     dev.launch(
                         f,
-                        (grid, 1, 1),
-                        (ROWS_PER_BLOCK * 32) as u32,
+                        (blocks, 1, 1),
+                        threads,
                         0,
                         &mut args![wp, sp, yp, n32, k32, m32, r0],
                     )?
@@ -324,7 +360,56 @@ mod tests {
         assert_eq!(stored[16..48], file[2..34]);
         assert_eq!(stored[48..80], file[36..68]);
         assert_eq!(unsplit(BlockFormat::Q8_0, &stored, [2, 64]).unwrap(), file);
-        let q4k: Vec<u8> = (0..144).map(|i| i as u8).collect();
-        assert_eq!(split(BlockFormat::Q4_K, &q4k, [1, 256]).unwrap(), q4k);
+    }
+
+    /// Pseudo-random bytes (any bytes are valid Q4_1 and Q4_K blocks: headers are halves and
+    /// 6-bit fields, codes are nibbles).
+    fn random_bytes(len: usize, seed: u64) -> Vec<u8> {
+        let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+        (0..len)
+            .map(|_| {
+                s ^= s << 13;
+                s ^= s >> 7;
+                s ^= s << 17;
+                (s >> 24) as u8
+            })
+            .collect()
+    }
+
+    #[test]
+    fn q4_k_stored_is_the_files_size_headers_first_then_each_blocks_codes() {
+        // 3 rows of 5 super-blocks: rows are not a multiple of 512 values.
+        let (n, k) = (3, 1280);
+        let file = random_bytes(BlockFormat::Q4_K.matrix_bytes(n, k).unwrap(), 7);
+        let stored = split(BlockFormat::Q4_K, &file, [n, k]).unwrap();
+        assert_eq!(stored.len(), file.len());
+        assert_eq!(BlockFormat::Q4_K.stored_bytes(n, k).unwrap(), file.len());
+        let blocks = n * k / 256;
+        let (headers, codes) = stored.split_at(16 * blocks);
+        for (b, block) in file.chunks_exact(144).enumerate() {
+            let (mut h, mut c) = ([0u8; 16], [0u8; 128]);
+            q4_k_layout::split_block(block, &mut h, &mut c);
+            assert_eq!(headers[16 * b..16 * b + 16], h, "block {b}'s header");
+            assert_eq!(codes[128 * b..128 * b + 128], c, "block {b}'s codes");
+        }
+    }
+
+    #[test]
+    fn unsplit_restores_q4_k_and_q4_1_matrices_byte_for_byte() {
+        for (format, n, k) in [
+            (BlockFormat::Q4_K, 5, 768),
+            (BlockFormat::Q4_K, 2, 5632),
+            (BlockFormat::Q4_1, 3, 96),
+            (BlockFormat::Q8_0, 1, 32),
+        ] {
+            let file = random_bytes(format.matrix_bytes(n, k).unwrap(), n as u64 * 31 + k as u64);
+            let stored = split(format, &file, [n, k]).unwrap();
+            assert_eq!(stored.len(), format.stored_bytes(n, k).unwrap());
+            assert_eq!(
+                unsplit(format, &stored, [n, k]).unwrap(),
+                file,
+                "{format:?} {n}×{k}"
+            );
+        }
     }
 }
