@@ -8,6 +8,7 @@ pub mod conv;
 pub mod copy;
 pub mod cudnn;
 pub mod decode_attention;
+pub mod decode_gemv;
 mod cudnn_graph;
 pub mod depthwise;
 mod device;
