@@ -51,7 +51,11 @@ fn case(r: usize, k: usize, ns: &[usize], dtype: DType, seed: u64) -> Case {
     Case {
         x: randn(&[r, 1, k], 1.0, dtype, seed),
         up: randn(&[r, 1, k], 1.0, dtype, seed + 1),
-        norm: randn(&[k], 0.2, DType::F32, seed + 2).add_scalar(1.0).unwrap().to_dtype(dtype).unwrap(),
+        norm: randn(&[k], 0.2, DType::F32, seed + 2)
+            .add_scalar(1.0)
+            .unwrap()
+            .to_dtype(dtype)
+            .unwrap(),
         weights: ns
             .iter()
             .enumerate()
@@ -76,7 +80,10 @@ fn assert_close(got: &Tensor, want: &Tensor, what: &str) {
         "{what}"
     );
     let err = relative_error(got, want);
-    assert!(err < tolerance(want.dtype()), "{what}: relative error {err:.2e}");
+    assert!(
+        err < tolerance(want.dtype()),
+        "{what}: relative error {err:.2e}"
+    );
 }
 
 /// The three ops on one case, on the GPU against the CPU.
@@ -97,10 +104,9 @@ fn check_case(c: &Case, r: usize, k: usize, dtype: DType, d: Device) {
     // All weights in one launch of rms_norm_linears.
     let refs = |ws: &[Tensor]| -> Vec<Tensor> { ws.to_vec() };
     let (cw, gw) = (refs(&c.weights), refs(&weights));
-    let want = c
-        .x
-        .rms_norm_linears(&c.norm, 1e-5, &cw.iter().collect::<Vec<_>>())
-        .unwrap();
+    let want =
+        c.x.rms_norm_linears(&c.norm, 1e-5, &cw.iter().collect::<Vec<_>>())
+            .unwrap();
     let got = x
         .rms_norm_linears(&norm, 1e-5, &gw.iter().collect::<Vec<_>>())
         .unwrap();
@@ -115,7 +121,8 @@ fn check_case(c: &Case, r: usize, k: usize, dtype: DType, d: Device) {
             } else {
                 (None, None)
             };
-            let name = |op: &str| format!("{} n {} residual {with_residual}", what(op), w.shape()[0]);
+            let name =
+                |op: &str| format!("{} n {} residual {with_residual}", what(op), w.shape()[0]);
             let want = c.x.linear_residual(cw, cres).unwrap();
             let got = x.linear_residual(w, res).unwrap();
             assert_close(&got, &want, &name("linear_residual"));
@@ -176,8 +183,7 @@ fn mixed_precision_multiplies_in_bf16_and_adds_the_f32_residual() {
     // to BF16 with the weight, product in BF16, added to the F32 residual.
     let normed = bf(&c.x.rms_norm(Some(&c.norm), 1e-5).unwrap());
     let want_norm = normed.matmul(&bf(&c.weights[0]).t().unwrap()).unwrap();
-    let want_res = c
-        .residuals[0]
+    let want_res = c.residuals[0]
         .add(&bf(&c.x).matmul(&bf(&c.weights[0]).t().unwrap()).unwrap())
         .unwrap();
     let (x, norm, w, h) = (
@@ -206,14 +212,21 @@ fn with_a_gradient_needed_the_ops_compose_and_gradients_flow() {
     };
     let c = case(2, 256, &[64], DType::F32, 50);
     let grads = |dev: Device| -> (Tensor, Tensor) {
-        let w = c.weights[0].to_device(dev).unwrap().requires_grad_().unwrap();
+        let w = c.weights[0]
+            .to_device(dev)
+            .unwrap()
+            .requires_grad_()
+            .unwrap();
         let (g, u, h) = (
             c.x.to_device(dev).unwrap(),
             c.up.to_device(dev).unwrap(),
             c.residuals[0].to_device(dev).unwrap(),
         );
         if dev != Device::Cpu {
-            assert!(!runs_fused_kernel(&g, &w).unwrap(), "a weight needs its gradient");
+            assert!(
+                !runs_fused_kernel(&g, &w).unwrap(),
+                "a weight needs its gradient"
+            );
         }
         let y = g.swiglu_linear(&u, &w, Some(&h)).unwrap();
         y.sum().unwrap().backward().unwrap();
@@ -245,12 +258,13 @@ fn a_captured_fused_product_replays_on_new_inputs() {
         // launch geometry is cached.
         x.swiglu_linear(&up, &w, Some(&h)).unwrap();
         let graph =
-            CudaGraph::capture(&dev, || out.copy_(&x.swiglu_linear(&up, &w, Some(&h))?))
-                .unwrap();
+            CudaGraph::capture(&dev, || out.copy_(&x.swiglu_linear(&up, &w, Some(&h))?)).unwrap();
         let fresh = randn(&[3, 1, 2048], 1.0, DType::BF16, 61);
         x.copy_(&fresh.to_device(d).unwrap()).unwrap();
         graph.replay().unwrap();
-        let want = fresh.swiglu_linear(&c.up, &c.weights[0], Some(&c.residuals[0])).unwrap();
+        let want = fresh
+            .swiglu_linear(&c.up, &c.weights[0], Some(&c.residuals[0]))
+            .unwrap();
         assert_close(&out, &want, "replayed on the new gate");
     });
 }

@@ -267,7 +267,7 @@ fn plan(
     if is_grad_enabled() && all.any(|t| t.requires_grad()) {
         return Ok(None);
     }
-    let rows = if k == 0 { 0 } else { x.numel() / k };
+    let rows = x.numel().checked_div(k).unwrap_or(0);
     let dtype = product_dtype(x.device(), activation, weights[0].dtype());
     let dev = crate::backend::cuda::device(ordinal)?;
     let one_dtype = weights
@@ -329,7 +329,12 @@ impl Plan {
             dispatch_all(
                 op,
                 &operands,
-                |_| Err(Error::UnsupportedDevice { op, device: Device::Cpu }),
+                |_| {
+                    Err(Error::UnsupportedDevice {
+                        op,
+                        device: Device::Cpu,
+                    })
+                },
                 |views| {
                     let at = |i: usize| -> At { at(views[i]) };
                     let prologue = match input {

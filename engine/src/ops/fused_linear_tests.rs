@@ -76,10 +76,7 @@ fn linear_residual_is_the_linear_plus_the_residual() {
     // A single row without a batch dim.
     let x1 = randn(&[32], DType::F32, 12);
     let w1 = w.to_dtype(DType::F32).unwrap();
-    assert_identical(
-        &x1.linear_residual(&w1, None).unwrap(),
-        &linear(&w1, &x1),
-    );
+    assert_identical(&x1.linear_residual(&w1, None).unwrap(), &linear(&w1, &x1));
 }
 
 #[test]
@@ -150,11 +147,17 @@ fn no_weights_or_mismatched_gate_and_up_are_errors() {
     let x = Tensor::zeros(&[2, 16], DType::F32, Device::Cpu).unwrap();
     let g = Tensor::ones(&[16], DType::F32, Device::Cpu).unwrap();
     let e = error_of(x.rms_norm_linears(&g, 1e-6, &[]));
-    assert!(e.contains(NORM_OP) && e.contains("at least one weight"), "{e}");
+    assert!(
+        e.contains(NORM_OP) && e.contains("at least one weight"),
+        "{e}"
+    );
     let w = Tensor::zeros(&[8, 16], DType::F32, Device::Cpu).unwrap();
     let up = Tensor::zeros(&[2, 16], DType::BF16, Device::Cpu).unwrap();
     let e = error_of(x.swiglu_linear(&up, &w, None));
-    assert!(e.contains(SWIGLU_OP) && e.contains("one shape and dtype"), "{e}");
+    assert!(
+        e.contains(SWIGLU_OP) && e.contains("one shape and dtype"),
+        "{e}"
+    );
 }
 
 #[test]
