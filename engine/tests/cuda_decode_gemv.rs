@@ -268,3 +268,88 @@ fn a_captured_fused_product_replays_on_new_inputs() {
         assert_close(&out, &want, "replayed on the new gate");
     });
 }
+
+/// One layer's products of TinyLlama (d 2048, ffn 5632, 4 KV heads of 64) as the fused ops
+/// run them: a name, the op, k and the weights' rows.
+#[derive(Clone, Copy)]
+enum Layer {
+    Qkv,
+    O,
+    GateUp,
+    Down,
+}
+
+impl Layer {
+    fn shape(self) -> (&'static str, usize, &'static [usize]) {
+        match self {
+            Layer::Qkv => ("rms_norm_linears q,k,v", 2048, &[2048, 256, 256]),
+            Layer::O => ("linear_residual o", 2048, &[2048]),
+            Layer::GateUp => ("rms_norm_linears gate,up", 2048, &[5632, 5632]),
+            Layer::Down => ("swiglu_linear down", 5632, &[2048]),
+        }
+    }
+}
+
+/// Replays a graph of the op over 8 copies of its weights (more bytes than L2 holds, so every
+/// weight comes from DRAM) and prints the time per op and the weight bandwidth. A measurement,
+/// not a check: `cargo test -p rusting_brain --test cuda_decode_gemv -- --ignored --nocapture`.
+#[test]
+#[ignore = "a measurement; run with --ignored --nocapture"]
+fn weight_bandwidth_of_the_fused_products() {
+    let Some(d) = cuda::device_for_test("weight_bandwidth_of_the_fused_products") else {
+        return;
+    };
+    let Device::Cuda(i) = d else { unreachable!() };
+    let dev = cuda::device(i).unwrap();
+    let copies = 8;
+    no_grad(|| {
+        for layer in [Layer::Qkv, Layer::O, Layer::GateUp, Layer::Down] {
+            let (name, k, ns) = layer.shape();
+            let c = case(16, k, ns, DType::BF16, 70);
+            let weights: Vec<Vec<Tensor>> = (0..copies).map(|_| on(&c.weights, d)).collect();
+            for rows in [1, 2, 4, 8, 16] {
+                let cut = |t: &Tensor| t.narrow(0, 0, rows).unwrap().to_device(d).unwrap();
+                let (x, up, norm, h) = (
+                    cut(&c.x),
+                    cut(&c.up),
+                    c.norm.to_device(d).unwrap(),
+                    cut(&c.residuals[0]),
+                );
+                let run = || -> rusting_brain::Result<()> {
+                    for ws in &weights {
+                        match layer {
+                            Layer::Qkv | Layer::GateUp => {
+                                x.rms_norm_linears(&norm, 1e-5, &ws.iter().collect::<Vec<_>>())?;
+                            }
+                            Layer::O => {
+                                x.linear_residual(&ws[0], Some(&h))?;
+                            }
+                            Layer::Down => {
+                                x.swiglu_linear(&up, &ws[0], Some(&h))?;
+                            }
+                        }
+                    }
+                    Ok(())
+                };
+                run().unwrap();
+                let graph = CudaGraph::capture(&dev, run).unwrap();
+                graph.replay().unwrap();
+                dev.synchronize().unwrap();
+                let reps = 50;
+                let started = std::time::Instant::now();
+                for _ in 0..reps {
+                    graph.replay().unwrap();
+                }
+                dev.synchronize().unwrap();
+                let per_op = started.elapsed().as_secs_f64() / (reps * copies) as f64;
+                let bytes = ns.iter().sum::<usize>() * k * 2;
+                let tbs = bytes as f64 / per_op / 1e12;
+                println!(
+                    "{name:26} rows {rows:2}: {:6.2} us, {tbs:5.2} TB/s ({:3.0}% of 4.3)",
+                    per_op * 1e6,
+                    tbs / 4.3 * 100.0
+                );
+            }
+        }
+    });
+}
