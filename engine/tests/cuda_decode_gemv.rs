@@ -172,6 +172,35 @@ fn more_weights_than_one_launch_takes_run_as_several() {
 }
 
 #[test]
+fn strided_inputs_are_copied_and_take_the_kernel() {
+    let Some(d) = cuda::device_for_test("strided_inputs_are_copied") else {
+        return;
+    };
+    no_grad(|| {
+        let (r, k, n) = (3, 256, 64);
+        // x as a transposed view: [r, k] with strides [1, r].
+        let xt = randn(&[k, r], 1.0, DType::BF16, 80);
+        let w = randn(&[n, k], 0.0625, DType::BF16, 81);
+        let h = randn(&[n, r], 1.0, DType::BF16, 82);
+        let want = xt
+            .t()
+            .unwrap()
+            .linear_residual(&w, Some(&h.t().unwrap()))
+            .unwrap();
+        let (xt, w, h) = (
+            xt.to_device(d).unwrap(),
+            w.to_device(d).unwrap(),
+            h.to_device(d).unwrap(),
+        );
+        let x = xt.t().unwrap();
+        assert!(!x.is_contiguous());
+        assert!(runs_fused_kernel(&x, &w).unwrap());
+        let got = x.linear_residual(&w, Some(&h.t().unwrap())).unwrap();
+        assert_close(&got, &want, "a transposed input and residual");
+    });
+}
+
+#[test]
 fn mixed_precision_multiplies_in_bf16_and_adds_the_f32_residual() {
     let Some(d) = cuda::device_for_test("mixed_precision_multiplies_in_bf16") else {
         return;

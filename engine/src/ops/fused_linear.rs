@@ -71,8 +71,7 @@ impl Tensor {
         let dev = self.device();
         let normed = product_dtype(dev, self.dtype(), self.dtype());
         if let Some(plan) = plan(self, k, normed, &[self, norm_weight], weights, None)? {
-            let prologue = KernelInput::Norm(self, norm_weight, eps);
-            return plan.run(NORM_OP, prologue, None);
+            return plan.run(NORM_OP, Kind::Norm(eps));
         }
         let normed = amp::for_products(&self.rms_norm(Some(norm_weight), eps)?)?;
         weights.iter().map(|w| linear(&normed, w)).collect()
@@ -104,8 +103,7 @@ impl Tensor {
         check_weights(SWIGLU_OP, self, k, &[weight])?;
         check_residual(SWIGLU_OP, self, weight, residual)?;
         if let Some(plan) = plan(self, k, self.dtype(), &[self, up], &[weight], residual)? {
-            let prologue = KernelInput::Swiglu(self, up);
-            return plan.run(SWIGLU_OP, prologue, residual).map(single);
+            return plan.run(SWIGLU_OP, Kind::Swiglu).map(single);
         }
         let y = linear(&self.swiglu(up)?, weight)?;
         add_residual(residual, y)
@@ -117,8 +115,7 @@ impl Tensor {
         check_weights(LINEAR_OP, self, k, &[weight])?;
         check_residual(LINEAR_OP, self, weight, residual)?;
         if let Some(plan) = plan(self, k, self.dtype(), &[self], &[weight], residual)? {
-            let prologue = KernelInput::Plain(self);
-            return plan.run(LINEAR_OP, prologue, residual).map(single);
+            return plan.run(LINEAR_OP, Kind::Plain).map(single);
         }
         add_residual(residual, linear(self, weight)?)
     }
@@ -231,18 +228,23 @@ fn output_shape(x: &Tensor, n: usize) -> Vec<usize> {
     shape
 }
 
-/// The prologue's inputs, as tensors.
-enum KernelInput<'a> {
-    Norm(&'a Tensor, &'a Tensor, f64),
-    Swiglu(&'a Tensor, &'a Tensor),
-    Plain(&'a Tensor),
+/// What the kernel computes before the products; its inputs are the plan's `staged` tensors
+/// (x and the norm weight, gate and up, or x).
+#[derive(Clone, Copy)]
+enum Kind {
+    Norm(f64),
+    Swiglu,
+    Plain,
 }
 
-/// A kernel launch decided on: the weights in the product's dtype and the output shapes.
+/// A kernel launch decided on: the prologue's inputs and the residual (contiguous), the
+/// weights in the product's dtype, and the output shapes.
 struct Plan {
     rows: usize,
     k: usize,
+    staged: Vec<Tensor>,
     weights: Vec<Tensor>,
+    residual: Option<Tensor>,
     shapes: Vec<Vec<usize>>,
     dtype: DType,
 }
@@ -251,7 +253,9 @@ struct Plan {
 /// gradient needed, more than 16 rows, a dtype or layout the kernels do not take, or rows
 /// beyond shared memory. `activation` is the dtype of the tensor the composition multiplies
 /// (the normed or gated input); `staged` are the prologue's inputs (x, or gate and up, and
-/// the norm weight), read 16 bytes at a time.
+/// the norm weight), read 16 bytes at a time. Strided inputs and residuals (a few rows) are
+/// copied contiguous; weights must be contiguous already (a copy would cost more than the
+/// composition).
 fn plan(
     x: &Tensor,
     k: usize,
@@ -273,24 +277,32 @@ fn plan(
     let one_dtype = weights
         .iter()
         .all(|w| product_dtype(x.device(), activation, w.dtype()) == dtype);
-    let taken = |t: &Tensor| {
-        matches!(t.dtype(), DType::F32 | DType::BF16 | DType::F16) && t.is_contiguous()
-    };
-    let aligned = |t: &Tensor| (t.layout().offset() * t.dtype().size_in_bytes()).is_multiple_of(16);
+    let taken = |t: &Tensor| matches!(t.dtype(), DType::F32 | DType::BF16 | DType::F16);
     let fits = one_dtype
         && !(dtype == DType::F32 && dev.allow_tf32())
-        && staged.iter().all(|t| taken(t) && aligned(t))
-        && residual.is_none_or(taken)
+        && staged.iter().chain(residual.iter()).all(|t| taken(t))
+        && weights.iter().all(|w| w.is_contiguous())
         && cuda::supports(&dev, rows, k, dtype)?;
     if !fits {
         return Ok(None);
     }
+    let aligned = |t: &Tensor| (t.layout().offset() * t.dtype().size_in_bytes()).is_multiple_of(16);
+    let contiguous = |t: &Tensor| no_grad(|| t.contiguous());
+    let staged = staged
+        .iter()
+        .map(|t| contiguous(t))
+        .collect::<Result<Vec<_>>>()?;
+    let residual = residual.map(contiguous).transpose()?;
     // Outside autograd a parameter's cast is cached for the autocast scope, as matmul's is.
     let weights = weights
         .iter()
         .map(|w| amp::operand(w, dtype))
         .collect::<Result<Vec<_>>>()?;
-    if !weights.iter().all(|w| w.is_contiguous() && aligned(w)) {
+    if !staged
+        .iter()
+        .chain(&weights)
+        .all(|t| t.is_contiguous() && aligned(t))
+    {
         return Ok(None);
     }
     let shapes = weights
@@ -300,7 +312,9 @@ fn plan(
     Ok(Some(Plan {
         rows,
         k,
+        staged,
         weights,
+        residual,
         shapes,
         dtype,
     }))
@@ -309,54 +323,49 @@ fn plan(
 impl Plan {
     /// Launches the kernel: one output per weight, of the product's dtype, or of the residual
     /// add's (the residual's and the product's promoted) with a residual.
-    fn run(
-        self,
-        op: &'static str,
-        input: KernelInput,
-        residual: Option<&Tensor>,
-    ) -> Result<Vec<Tensor>> {
-        let out_dtype = residual.map_or(self.dtype, |r| r.dtype().promote(self.dtype));
-        let mut operands: Vec<&Tensor> = match &input {
-            KernelInput::Norm(x, w, _) => vec![x, w],
-            KernelInput::Swiglu(g, u) => vec![g, u],
-            KernelInput::Plain(x) => vec![x],
-        };
-        let inputs = operands.len();
-        operands.extend(self.weights.iter());
-        operands.extend(residual);
-        let (rows, k, nw) = (self.rows, self.k, self.weights.len());
-        let storages = no_grad(|| {
-            dispatch_all(
-                op,
-                &operands,
-                |_| {
-                    Err(Error::UnsupportedDevice {
-                        op,
-                        device: Device::Cpu,
-                    })
-                },
-                |views| {
-                    let at = |i: usize| -> At { at(views[i]) };
-                    let prologue = match input {
-                        KernelInput::Norm(_, _, eps) => Prologue::RmsNorm {
-                            x: at(0),
-                            weight: at(1),
-                            eps,
-                        },
-                        KernelInput::Swiglu(..) => Prologue::Swiglu {
-                            gate: at(0),
-                            up: at(1),
-                        },
-                        KernelInput::Plain(_) => Prologue::Plain { x: at(0) },
-                    };
-                    let weights: Vec<(At, usize)> = (0..nw)
-                        .map(|i| (at(inputs + i), self.weights[i].shape()[0]))
-                        .collect();
-                    let residual = residual.map(|_| at(inputs + nw));
-                    cuda::decode_gemv(&prologue, rows, k, &weights, residual, out_dtype)
-                },
-            )
-        })?;
+    fn run(self, op: &'static str, kind: Kind) -> Result<Vec<Tensor>> {
+        let out_dtype = self
+            .residual
+            .as_ref()
+            .map_or(self.dtype, |r| r.dtype().promote(self.dtype));
+        let (ns, nw) = (self.staged.len(), self.weights.len());
+        let operands: Vec<&Tensor> = self
+            .staged
+            .iter()
+            .chain(&self.weights)
+            .chain(&self.residual)
+            .collect();
+        let (rows, k) = (self.rows, self.k);
+        let storages = dispatch_all(
+            op,
+            &operands,
+            |_| {
+                Err(Error::UnsupportedDevice {
+                    op,
+                    device: Device::Cpu,
+                })
+            },
+            |views| {
+                let at = |i: usize| -> At { at(views[i]) };
+                let prologue = match kind {
+                    Kind::Norm(eps) => Prologue::RmsNorm {
+                        x: at(0),
+                        weight: at(1),
+                        eps,
+                    },
+                    Kind::Swiglu => Prologue::Swiglu {
+                        gate: at(0),
+                        up: at(1),
+                    },
+                    Kind::Plain => Prologue::Plain { x: at(0) },
+                };
+                let weights: Vec<(At, usize)> = (0..nw)
+                    .map(|i| (at(ns + i), self.weights[i].shape()[0]))
+                    .collect();
+                let residual = self.residual.as_ref().map(|_| at(ns + nw));
+                cuda::decode_gemv(&prologue, rows, k, &weights, residual, out_dtype)
+            },
+        )?;
         storages
             .into_iter()
             .zip(&self.shapes)
