@@ -63,6 +63,7 @@ kernel_file!(ATTENTION, "attention.cu");
 kernel_file!(DECODE_ATTENTION, "decode_attention.cu");
 kernel_file!(ROPE, "rope.cu");
 kernel_file!(SWIGLU, "swiglu.cu");
+kernel_file!(DECODE_GEMV, "decode_gemv.cu");
 
 /// Every kernel file, for the test that compiles them all.
 pub const ALL_FILES: &[&KernelFile] = &[
@@ -85,6 +86,7 @@ pub const ALL_FILES: &[&KernelFile] = &[
     &DECODE_ATTENTION,
     &ROPE,
     &SWIGLU,
+    &DECODE_GEMV,
 ];
 
 fn cuda_home() -> PathBuf {

@@ -114,7 +114,7 @@ pub fn decode_attention(
 
 /// Whether the kernels take this problem (even head dims up to 256, any grouping).
 pub fn supports(spec: &AttentionSpec) -> bool {
-    spec.head_dim % 2 == 0
+    spec.head_dim.is_multiple_of(2)
         && spec.head_dim <= 256
         && spec.tq == 1
         && spec.kv_heads > 0

@@ -9,6 +9,7 @@ pub mod copy;
 pub mod cudnn;
 mod cudnn_graph;
 pub mod decode_attention;
+pub mod decode_gemv;
 pub mod depthwise;
 mod device;
 pub mod elementwise;

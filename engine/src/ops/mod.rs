@@ -8,6 +8,7 @@ pub mod conv;
 pub mod decode_attention;
 pub mod dispatch;
 pub mod elementwise;
+pub mod fused_linear;
 pub(crate) mod host_keys;
 pub mod index;
 pub mod linear_loss;

@@ -1,0 +1,329 @@
+//! Fused decode products (kernels/decode_gemv.cu): a prologue on a few activation rows (an
+//! RMS norm, SwiGLU's gating, or none) and their products with one or more weights, plus an
+//! optional residual, in one launch. Engine side: engine/src/ops/fused_linear.rs.
+//!
+//! Every block stages the prologue's output for all rows in shared memory, so the grid is at
+//! most the blocks resident at once (each loops over tiles of output rows): the launch sizes
+//! itself from the occupancy calculator, which needs no host synchronization and no copy, so
+//! it can be captured in a CUDA graph.
+
+use super::compile::DECODE_GEMV;
+use super::launch::{args, type_suffix};
+use super::{CudaDevice, CudaStorage};
+use crate::{DType, Error, Result};
+use cudarc::driver::{result, sys};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+const OP: &str = "decode_gemv";
+/// The most activation rows one launch takes.
+pub const MAX_ROWS: usize = 16;
+/// Mirrors GEMV_THREADS, GEMV_WARPS and GEMV_TARGETS.
+const THREADS: u32 = 256;
+const WARPS: usize = 8;
+const TARGETS: usize = 4;
+/// Dynamic shared memory a launch may use without opting in.
+const DEFAULT_SHARED: usize = 48 << 10;
+
+/// A contiguous operand: its storage and the element offset where it starts.
+pub type At<'a> = (&'a CudaStorage, usize);
+
+/// What the kernels compute from the inputs before the products, for `rows` rows of `k`.
+pub enum Prologue<'a> {
+    /// rms_norm(x) * weight, rounded to x's dtype (weight: k elements).
+    RmsNorm { x: At<'a>, weight: At<'a>, eps: f64 },
+    /// silu(gate) * up, rounded to gate's dtype (gate and up: one dtype).
+    Swiglu { gate: At<'a>, up: At<'a> },
+    /// x as it is.
+    Plain { x: At<'a> },
+}
+
+impl Prologue<'_> {
+    fn name(&self) -> &'static str {
+        match self {
+            Prologue::RmsNorm { .. } => "norm",
+            Prologue::Swiglu { .. } => "swiglu",
+            Prologue::Plain { .. } => "cast",
+        }
+    }
+}
+
+/// The weights of one launch; mirrors `struct GemvTargets` in the kernel file.
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct Targets {
+    w: [u64; TARGETS],
+    y: [u64; TARGETS],
+    end: [i64; TARGETS],
+    count: i32,
+}
+
+/// The compiled row count a launch of `rows` rows runs, and its output rows per tile (the
+/// kernel file's RB_DECODE_GEMV_ROWS).
+fn compiled_rows(rows: usize) -> (usize, usize) {
+    match rows {
+        1 => (1, 8),
+        2 => (2, 8),
+        3..=4 => (4, 8),
+        5..=8 => (8, 4),
+        _ => (16, 4),
+    }
+}
+
+/// Dynamic shared memory of a launch: the staged rows, the cross-warp sums and the norms.
+fn shared_bytes(rows: usize, k: usize, dtype: DType) -> usize {
+    let (rt, rb) = compiled_rows(rows);
+    rows * k * dtype.size_in_bytes() + (WARPS * rb * rt + rt) * 4
+}
+
+/// The kernels' code for the dtype of an operand other than the weights.
+fn dtype_code(dtype: DType) -> Result<i32> {
+    match dtype {
+        DType::F32 => Ok(0),
+        DType::BF16 => Ok(1),
+        DType::F16 => Ok(2),
+        other => Err(Error::UnsupportedDType {
+            op: OP,
+            dtype: other,
+            detail: ": the decode products take F32, BF16 and F16".into(),
+        }),
+    }
+}
+
+/// The largest dynamic shared memory a block may opt into on `dev`, cached per device.
+fn shared_limit(dev: &CudaDevice) -> Result<usize> {
+    static LIMITS: Mutex<Vec<(usize, usize)>> = Mutex::new(Vec::new());
+    let mut limits = LIMITS.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(&(_, l)) = limits.iter().find(|(o, _)| *o == dev.ordinal()) {
+        return Ok(l);
+    }
+    dev.bind()?;
+    let attr = sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN;
+    // SAFETY: queries an attribute of a device the driver reported.
+    let limit = unsafe {
+        result::device::get(dev.ordinal() as i32)
+            .and_then(|d| result::device::get_attribute(d, attr))
+    }
+    .map_err(|e| Error::Cuda(format!("{OP}: cuDeviceGetAttribute: {e:?}")))?;
+    let limit = (limit.max(0) as usize).max(DEFAULT_SHARED);
+    limits.push((dev.ordinal(), limit));
+    Ok(limit)
+}
+
+/// Whether one launch takes `rows` rows of `k` values with weights of `dtype` on `dev`: the
+/// row count, the dtype, k a multiple of 8, and the staged rows within shared memory.
+pub fn supports(dev: &CudaDevice, rows: usize, k: usize, dtype: DType) -> Result<bool> {
+    Ok((1..=MAX_ROWS).contains(&rows)
+        && matches!(dtype, DType::F32 | DType::BF16 | DType::F16)
+        && k > 0
+        && k.is_multiple_of(8)
+        && rows * k <= i32::MAX as usize
+        && shared_bytes(rows, k, dtype) <= shared_limit(dev)?)
+}
+
+/// Blocks of `f` resident on one multiprocessor with `shared` bytes each, after letting `f`
+/// use up to the device's limit of dynamic shared memory. Cached per function and size.
+fn blocks_per_sm(dev: &Arc<CudaDevice>, f: sys::CUfunction, shared: usize) -> Result<u32> {
+    type Key = (usize, usize);
+    static CACHE: Mutex<Option<HashMap<Key, u32>>> = Mutex::new(None);
+    let key = (f as usize, shared);
+    let mut cache = CACHE.lock().unwrap_or_else(|e| e.into_inner());
+    let cache = cache.get_or_insert_with(HashMap::new);
+    if let Some(&n) = cache.get(&key) {
+        return Ok(n);
+    }
+    let limit = shared_limit(dev)?;
+    dev.bind()?;
+    let attr = sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES;
+    // SAFETY: `f` is loaded in this device's context, which is current; the limit is the
+    // device's own.
+    let n = unsafe {
+        result::function::set_function_attribute(f, attr, limit as i32).and_then(|_| {
+            result::occupancy::max_active_block_per_multiprocessor(f, THREADS as i32, shared)
+        })
+    }
+    .map_err(|e| Error::Cuda(format!("{OP}: occupancy of {shared} shared bytes: {e:?}")))?;
+    let n = n.max(1) as u32;
+    cache.insert(key, n);
+    Ok(n)
+}
+
+fn invalid(msg: String) -> Error {
+    Error::invalid(OP, msg)
+}
+
+/// Checks that `len` elements from the operand's offset lie in its storage and, when
+/// `aligned`, that they start on a 16-byte boundary (the kernels load 16 bytes at a time).
+fn check_span(name: &str, (s, offset): At, len: usize, aligned: bool) -> Result<u64> {
+    if offset + len > s.len() {
+        return Err(invalid(format!(
+            "{name}: {len} elements from offset {offset} overrun a storage of {}",
+            s.len()
+        )));
+    }
+    let ptr = s.ptr_at(offset);
+    if aligned && !ptr.is_multiple_of(16) {
+        return Err(invalid(format!(
+            "{name} must start on a 16-byte boundary (element {offset} of its storage does not)"
+        )));
+    }
+    Ok(ptr)
+}
+
+/// The pointers and dtype codes the kernel takes for the prologue's inputs: in0, in1, in_dt,
+/// aux_dt, eps.
+fn prologue_args(p: &Prologue, rows: usize, k: usize) -> Result<(u64, u64, i32, i32, f32)> {
+    match *p {
+        Prologue::RmsNorm { x, weight, eps } => Ok((
+            check_span("x", x, rows * k, true)?,
+            check_span("the norm weight", weight, k, true)?,
+            dtype_code(x.0.dtype())?,
+            dtype_code(weight.0.dtype())?,
+            eps as f32,
+        )),
+        Prologue::Swiglu { gate, up } => {
+            if gate.0.dtype() != up.0.dtype() {
+                return Err(invalid(format!(
+                    "gate and up need one dtype, got {:?} and {:?}",
+                    gate.0.dtype(),
+                    up.0.dtype()
+                )));
+            }
+            Ok((
+                check_span("gate", gate, rows * k, true)?,
+                check_span("up", up, rows * k, true)?,
+                dtype_code(gate.0.dtype())?,
+                0,
+                0.0,
+            ))
+        }
+        Prologue::Plain { x } => Ok((
+            check_span("x", x, rows * k, true)?,
+            0,
+            dtype_code(x.0.dtype())?,
+            0,
+            0.0,
+        )),
+    }
+}
+
+/// y_i [rows, n_i] = P(in) [rows, k] · W_iᵀ (+ residual [rows, n_0]) for the weights
+/// `weights` = (W_i [n_i, k] contiguous, n_i), all of one dtype (the product's), with outputs
+/// of `out_dtype` (the weights' dtype, or the residual add's). A residual takes one weight.
+pub fn decode_gemv(
+    prologue: &Prologue,
+    rows: usize,
+    k: usize,
+    weights: &[(At, usize)],
+    residual: Option<At>,
+    out_dtype: DType,
+) -> Result<Vec<CudaStorage>> {
+    let Some(&((first, _), _)) = weights.first() else {
+        return Err(invalid("needs at least one weight".into()));
+    };
+    let (dev, wdtype) = (first.cuda_device(), first.dtype());
+    if !supports(dev, rows, k, wdtype)? {
+        return Err(invalid(format!(
+            "{rows} rows of {k} with {wdtype:?} weights are outside the kernels (1..={MAX_ROWS} rows, k a multiple of 8, F32/BF16/F16, {} bytes of staged rows at most)",
+            shared_limit(dev)?
+        )));
+    }
+    if residual.is_some() && weights.len() != 1 {
+        return Err(invalid("a residual takes exactly one weight".into()));
+    }
+    let (in0, in1, in_dt, aux_dt, eps) = prologue_args(prologue, rows, k)?;
+    let out_dt = dtype_code(out_dtype)?;
+    let (res, res_dt) = match residual {
+        Some(r) => (
+            check_span("the residual", r, rows * weights[0].1, false)?,
+            dtype_code(r.0.dtype())?,
+        ),
+        None => (0, 0),
+    };
+    let mut w_ptrs = Vec::with_capacity(weights.len());
+    for (i, &(w, n)) in weights.iter().enumerate() {
+        if w.0.dtype() != wdtype {
+            return Err(invalid(format!(
+                "the weights need one dtype, got {wdtype:?} and {:?}",
+                w.0.dtype()
+            )));
+        }
+        w_ptrs.push(check_span(&format!("weight {i}"), w, n * k, true)?);
+    }
+    let outs = weights
+        .iter()
+        .map(|&(_, n)| CudaStorage::alloc(dev, rows * n, out_dtype))
+        .collect::<Result<Vec<_>>>()?;
+    let (rt, rb) = compiled_rows(rows);
+    let name = format!(
+        "decode_gemv_{}_{}_r{rt}",
+        prologue.name(),
+        type_suffix(wdtype)
+    );
+    let f = dev.function(&DECODE_GEMV, &name)?;
+    let shared = shared_bytes(rows, k, wdtype);
+    let resident = dev.sm_count() * blocks_per_sm(dev, f, shared)?;
+    let (rows32, k32) = (rows as i32, k as i32);
+    // More weights than one launch takes run as several launches, each with its prologue.
+    for first in (0..weights.len()).step_by(TARGETS) {
+        let chunk = first..(first + TARGETS).min(weights.len());
+        let mut t = Targets {
+            w: [0; TARGETS],
+            y: [0; TARGETS],
+            end: [0; TARGETS],
+            count: chunk.len() as i32,
+        };
+        let mut total = 0usize;
+        for (slot, i) in chunk.enumerate() {
+            total += weights[i].1;
+            t.w[slot] = w_ptrs[i];
+            t.y[slot] = outs[i].ptr();
+            t.end[slot] = total as i64;
+        }
+        let tiles = total.div_ceil(rb);
+        if tiles == 0 {
+            continue;
+        }
+        let grid = tiles.min(resident as usize) as u32;
+        // SAFETY: every span was checked against its storage (inputs rows × k, the norm weight
+        // k, weights n_i × k, the residual rows × n_0) and the 16-byte alignment the kernel's
+        // vector loads need; the outputs are fresh buffers of rows × n_i; `shared` is what the
+        // kernel carves for `rows` rows and was allowed on `f` by `blocks_per_sm`.
+        unsafe {
+            dev.launch(
+                f,
+                (grid, 1, 1),
+                THREADS,
+                shared as u32,
+                &mut args![t, in0, in1, in_dt, aux_dt, res, res_dt, out_dt, rows32, k32, eps],
+            )?
+        };
+    }
+    Ok(outs)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shared_memory_holds_the_rows_in_the_weights_dtype_and_the_sums() {
+        // 16 rows of 5632 BF16 values (TinyLlama's down projection) stay under H100/H200's
+        // 227 KB; F32 ones do not.
+        assert_eq!(
+            shared_bytes(16, 5632, DType::BF16),
+            16 * 5632 * 2 + (8 * 4 * 16 + 16) * 4
+        );
+        assert!(shared_bytes(16, 5632, DType::BF16) <= 227 << 10);
+        assert!(shared_bytes(16, 5632, DType::F32) > 227 << 10);
+        assert_eq!(compiled_rows(3), (4, 8));
+        assert_eq!(compiled_rows(9), (16, 4));
+    }
+
+    #[test]
+    fn the_targets_struct_has_the_kernels_layout() {
+        // Three arrays of four 8-byte words and an int, padded to 8 bytes.
+        assert_eq!(std::mem::size_of::<Targets>(), 104);
+        assert_eq!(std::mem::align_of::<Targets>(), 8);
+    }
+}

@@ -1,0 +1,384 @@
+//! Fused products for decoding: the norm, gating and residual add around a layer's linear
+//! maps, as one op each, so a decode step launches about a third of the kernels.
+//!
+//! - `rms_norm_linears`: rms_norm(x) then a product with each of several weights (q, k, v;
+//!   gate, up), which share the normed input.
+//! - `swiglu_linear`: silu(gate) * up times a weight (down), plus the residual.
+//! - `linear_residual`: x times a weight (o), plus the residual.
+//!
+//! Weights are [n, k] as `Linear` holds them (y = x Wᵀ). On CUDA, for at most 16 rows
+//! (backend/cuda/decode_gemv.rs) and when no gradient is needed, each op is one GEMV launch
+//! that reads every weight once; otherwise it is the composition of the ops the model runs
+//! (which records autograd as usual). Both choose the same dtypes (`product_dtype`), and the
+//! kernel rounds where the composition materializes a tensor, so the two differ only in the
+//! order of float sums: the norm's sum of squares and the dot products (F32 accumulators in
+//! both). Numerically the kernel path equals the composition on CUDA: the norm and the
+//! gating computed in F32 and rounded to the input's dtype, then to the product's dtype; the
+//! product rounded to its dtype; the residual added in F32 and rounded to the add's dtype.
+//! An F32 product while TF32 is allowed stays on cuBLAS, whose TF32 rounding the kernel
+//! does not copy.
+
+use super::dispatch::{dispatch_all, CudaOperand};
+use crate::amp;
+use crate::autograd::{is_grad_enabled, no_grad};
+use crate::backend::cuda::decode_gemv::{self as cuda, At, Prologue};
+use crate::backend::Storage;
+use crate::{DType, Device, Error, Result, Tensor};
+
+const NORM_OP: &str = "rms_norm_linears";
+const SWIGLU_OP: &str = "swiglu_linear";
+const LINEAR_OP: &str = "linear_residual";
+
+/// The dtype a product of an activation and a weight of these dtypes runs (and outputs) in on
+/// `device`, as `matmul` chooses it: the promoted dtype, or autocast's low dtype in place of
+/// F32/F64 on CUDA. With `weight` equal to `activation` it is what `amp::for_products` casts
+/// an input to. The kernel path and the composition both take their dtypes from here.
+pub fn product_dtype(device: Device, activation: DType, weight: DType) -> DType {
+    let d = activation.promote(weight);
+    amp::matmul_operand_dtype(device, d).unwrap_or(d)
+}
+
+impl Tensor {
+    /// rms_norm(self, norm_weight, eps), cast for the products as a layer casts it, times
+    /// each Wᵢᵀ: self [.., k], each weight [nᵢ, k]; returns [.., nᵢ] for each weight.
+    pub fn rms_norm_linears(
+        &self,
+        norm_weight: &Tensor,
+        eps: f64,
+        weights: &[&Tensor],
+    ) -> Result<Vec<Tensor>> {
+        let k = features(NORM_OP, self)?;
+        check_weights(NORM_OP, self, k, weights)?;
+        check_float(NORM_OP, &[norm_weight])?;
+        self.check_same_device(NORM_OP, norm_weight)?;
+        if norm_weight.shape() != [k] {
+            return Err(Error::invalid(
+                NORM_OP,
+                format!(
+                    "the norm weight {:?} must be [{k}] for x {:?}",
+                    norm_weight.shape(),
+                    self.shape()
+                ),
+            ));
+        }
+        if !(eps.is_finite() && eps >= 0.0) {
+            return Err(Error::invalid(
+                NORM_OP,
+                format!("eps must be finite and >= 0, got {eps}"),
+            ));
+        }
+        // The normed input is materialized in x's dtype, then cast for the products.
+        let dev = self.device();
+        let normed = product_dtype(dev, self.dtype(), self.dtype());
+        if let Some(plan) = plan(self, k, normed, &[self, norm_weight], weights, None)? {
+            return plan.run(NORM_OP, Kind::Norm(eps));
+        }
+        let normed = amp::for_products(&self.rms_norm(Some(norm_weight), eps)?)?;
+        weights.iter().map(|w| linear(&normed, w)).collect()
+    }
+
+    /// silu(self) * up (SwiGLU's gating, self being the gate) times Wᵀ, plus `residual`:
+    /// self and up [.., k], weight [n, k], residual [.., n]; returns [.., n].
+    pub fn swiglu_linear(
+        &self,
+        up: &Tensor,
+        weight: &Tensor,
+        residual: Option<&Tensor>,
+    ) -> Result<Tensor> {
+        let k = features(SWIGLU_OP, self)?;
+        check_float(SWIGLU_OP, &[up])?;
+        self.check_same_device(SWIGLU_OP, up)?;
+        if self.shape() != up.shape() || self.dtype() != up.dtype() {
+            return Err(Error::invalid(
+                SWIGLU_OP,
+                format!(
+                    "gate and up need one shape and dtype; got {} {:?} and {} {:?}",
+                    self.dtype(),
+                    self.shape(),
+                    up.dtype(),
+                    up.shape()
+                ),
+            ));
+        }
+        check_weights(SWIGLU_OP, self, k, &[weight])?;
+        check_residual(SWIGLU_OP, self, weight, residual)?;
+        if let Some(plan) = plan(self, k, self.dtype(), &[self, up], &[weight], residual)? {
+            return plan.run(SWIGLU_OP, Kind::Swiglu).map(single);
+        }
+        let y = linear(&self.swiglu(up)?, weight)?;
+        add_residual(residual, y)
+    }
+
+    /// self Wᵀ plus `residual`: self [.., k], weight [n, k], residual [.., n]; returns [.., n].
+    pub fn linear_residual(&self, weight: &Tensor, residual: Option<&Tensor>) -> Result<Tensor> {
+        let k = features(LINEAR_OP, self)?;
+        check_weights(LINEAR_OP, self, k, &[weight])?;
+        check_residual(LINEAR_OP, self, weight, residual)?;
+        if let Some(plan) = plan(self, k, self.dtype(), &[self], &[weight], residual)? {
+            return plan.run(LINEAR_OP, Kind::Plain).map(single);
+        }
+        add_residual(residual, linear(self, weight)?)
+    }
+}
+
+/// Whether `x.linear_residual(weight, None)` (and the other two ops on an input of x's shape
+/// and dtype) runs the fused CUDA kernel rather than the composition, under the current grad
+/// mode and autocast. For tests and benchmarks: the result of either path is the same op.
+pub fn runs_fused_kernel(x: &Tensor, weight: &Tensor) -> Result<bool> {
+    let k = features(LINEAR_OP, x)?;
+    check_weights(LINEAR_OP, x, k, &[weight])?;
+    Ok(plan(x, k, x.dtype(), &[x], &[weight], None)?.is_some())
+}
+
+/// y = x Wᵀ as `Linear::forward` computes it: leading dims flattened into rows beyond rank 2.
+fn linear(x: &Tensor, w: &Tensor) -> Result<Tensor> {
+    let (n, k) = (w.shape()[0], w.shape()[1]);
+    if x.rank() > 2 {
+        let mut shape = x.shape().to_vec();
+        shape[x.rank() - 1] = n;
+        x.reshape_to(&[x.numel() / k, k])?
+            .matmul(&w.t()?)?
+            .reshape_to(&shape)
+    } else {
+        x.matmul(&w.t()?)
+    }
+}
+
+/// residual + y, as a block adds a layer's output to its stream.
+fn add_residual(residual: Option<&Tensor>, y: Tensor) -> Result<Tensor> {
+    match residual {
+        Some(r) => r.add(&y),
+        None => Ok(y),
+    }
+}
+
+fn single(mut v: Vec<Tensor>) -> Tensor {
+    v.swap_remove(0)
+}
+
+/// x's feature count k (its last dim), after checking x is a float tensor of rank >= 1.
+fn features(op: &'static str, x: &Tensor) -> Result<usize> {
+    check_float(op, &[x])?;
+    match x.shape().last() {
+        Some(&k) => Ok(k),
+        None => Err(Error::invalid(
+            op,
+            "needs an input with at least one dim, got a scalar",
+        )),
+    }
+}
+
+fn check_float(op: &'static str, ts: &[&Tensor]) -> Result<()> {
+    ts.iter().try_for_each(|t| t.check_float(op))
+}
+
+/// Each weight [n, k] of a float dtype, on x's device, and at least one.
+fn check_weights(op: &'static str, x: &Tensor, k: usize, weights: &[&Tensor]) -> Result<()> {
+    if weights.is_empty() {
+        return Err(Error::invalid(op, "needs at least one weight"));
+    }
+    for (i, w) in weights.iter().enumerate() {
+        w.check_float(op)?;
+        x.check_same_device(op, w)?;
+        if w.rank() != 2 || w.shape()[1] != k {
+            return Err(Error::invalid(
+                op,
+                format!(
+                    "weight {i} is {:?}, but [n, {k}] multiplies an input {:?}",
+                    w.shape(),
+                    x.shape()
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// The residual, if any: a float tensor on x's device with the output's shape [.., n].
+fn check_residual(
+    op: &'static str,
+    x: &Tensor,
+    weight: &Tensor,
+    residual: Option<&Tensor>,
+) -> Result<()> {
+    let Some(r) = residual else { return Ok(()) };
+    r.check_float(op)?;
+    x.check_same_device(op, r)?;
+    let out = output_shape(x, weight.shape()[0]);
+    if r.shape() != out {
+        return Err(Error::invalid(
+            op,
+            format!(
+                "the residual {:?} must have the output's shape {out:?} (input {:?}, weight {:?})",
+                r.shape(),
+                x.shape(),
+                weight.shape()
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// x's shape with the last dim replaced by n.
+fn output_shape(x: &Tensor, n: usize) -> Vec<usize> {
+    let mut shape = x.shape().to_vec();
+    if let Some(last) = shape.last_mut() {
+        *last = n;
+    }
+    shape
+}
+
+/// What the kernel computes before the products; its inputs are the plan's `staged` tensors
+/// (x and the norm weight, gate and up, or x).
+#[derive(Clone, Copy)]
+enum Kind {
+    Norm(f64),
+    Swiglu,
+    Plain,
+}
+
+/// A kernel launch decided on: the prologue's inputs and the residual (contiguous), the
+/// weights in the product's dtype, and the output shapes.
+struct Plan {
+    rows: usize,
+    k: usize,
+    staged: Vec<Tensor>,
+    weights: Vec<Tensor>,
+    residual: Option<Tensor>,
+    shapes: Vec<Vec<usize>>,
+    dtype: DType,
+}
+
+/// The kernel launch for these operands, or `None` where the composition runs: not CUDA, a
+/// gradient needed, more than 16 rows, a dtype or layout the kernels do not take, or rows
+/// beyond shared memory. `activation` is the dtype of the tensor the composition multiplies
+/// (the normed or gated input); `staged` are the prologue's inputs (x, or gate and up, and
+/// the norm weight), read 16 bytes at a time. Strided inputs and residuals (a few rows) are
+/// copied contiguous; weights must be contiguous already (a copy would cost more than the
+/// composition).
+fn plan(
+    x: &Tensor,
+    k: usize,
+    activation: DType,
+    staged: &[&Tensor],
+    weights: &[&Tensor],
+    residual: Option<&Tensor>,
+) -> Result<Option<Plan>> {
+    let Device::Cuda(ordinal) = x.device() else {
+        return Ok(None);
+    };
+    let mut all = staged.iter().chain(weights).chain(residual.iter());
+    if is_grad_enabled() && all.any(|t| t.requires_grad()) {
+        return Ok(None);
+    }
+    let rows = x.numel().checked_div(k).unwrap_or(0);
+    let dtype = product_dtype(x.device(), activation, weights[0].dtype());
+    let dev = crate::backend::cuda::device(ordinal)?;
+    let one_dtype = weights
+        .iter()
+        .all(|w| product_dtype(x.device(), activation, w.dtype()) == dtype);
+    let taken = |t: &Tensor| matches!(t.dtype(), DType::F32 | DType::BF16 | DType::F16);
+    let fits = one_dtype
+        && !(dtype == DType::F32 && dev.allow_tf32())
+        && staged.iter().chain(residual.iter()).all(|t| taken(t))
+        && weights.iter().all(|w| w.is_contiguous())
+        && cuda::supports(&dev, rows, k, dtype)?;
+    if !fits {
+        return Ok(None);
+    }
+    let aligned = |t: &Tensor| (t.layout().offset() * t.dtype().size_in_bytes()).is_multiple_of(16);
+    let contiguous = |t: &Tensor| no_grad(|| t.contiguous());
+    let staged = staged
+        .iter()
+        .map(|t| contiguous(t))
+        .collect::<Result<Vec<_>>>()?;
+    let residual = residual.map(contiguous).transpose()?;
+    // Outside autograd a parameter's cast is cached for the autocast scope, as matmul's is.
+    let weights = weights
+        .iter()
+        .map(|w| amp::operand(w, dtype))
+        .collect::<Result<Vec<_>>>()?;
+    if !staged
+        .iter()
+        .chain(&weights)
+        .all(|t| t.is_contiguous() && aligned(t))
+    {
+        return Ok(None);
+    }
+    let shapes = weights
+        .iter()
+        .map(|w| output_shape(x, w.shape()[0]))
+        .collect();
+    Ok(Some(Plan {
+        rows,
+        k,
+        staged,
+        weights,
+        residual,
+        shapes,
+        dtype,
+    }))
+}
+
+impl Plan {
+    /// Launches the kernel: one output per weight, of the product's dtype, or of the residual
+    /// add's (the residual's and the product's promoted) with a residual.
+    fn run(self, op: &'static str, kind: Kind) -> Result<Vec<Tensor>> {
+        let out_dtype = self
+            .residual
+            .as_ref()
+            .map_or(self.dtype, |r| r.dtype().promote(self.dtype));
+        let (ns, nw) = (self.staged.len(), self.weights.len());
+        let operands: Vec<&Tensor> = self
+            .staged
+            .iter()
+            .chain(&self.weights)
+            .chain(&self.residual)
+            .collect();
+        let (rows, k) = (self.rows, self.k);
+        let storages = dispatch_all(
+            op,
+            &operands,
+            |_| {
+                Err(Error::UnsupportedDevice {
+                    op,
+                    device: Device::Cpu,
+                })
+            },
+            |views| {
+                let at = |i: usize| -> At { at(views[i]) };
+                let prologue = match kind {
+                    Kind::Norm(eps) => Prologue::RmsNorm {
+                        x: at(0),
+                        weight: at(1),
+                        eps,
+                    },
+                    Kind::Swiglu => Prologue::Swiglu {
+                        gate: at(0),
+                        up: at(1),
+                    },
+                    Kind::Plain => Prologue::Plain { x: at(0) },
+                };
+                let weights: Vec<(At, usize)> = (0..nw)
+                    .map(|i| (at(ns + i), self.weights[i].shape()[0]))
+                    .collect();
+                let residual = self.residual.as_ref().map(|_| at(ns + nw));
+                cuda::decode_gemv(&prologue, rows, k, &weights, residual, out_dtype)
+            },
+        )?;
+        storages
+            .into_iter()
+            .zip(&self.shapes)
+            .map(|(s, shape)| Tensor::from_storage(Storage::Cuda(s), shape))
+            .collect()
+    }
+}
+
+/// A contiguous operand as the kernel takes it: its storage and first element.
+fn at<'a>((s, l): CudaOperand<'a>) -> At<'a> {
+    (s, l.offset())
+}
+
+#[cfg(test)]
+#[path = "fused_linear_tests.rs"]
+mod tests;

@@ -1,0 +1,384 @@
+//! The fused decode products on the GPU (ops/fused_linear.rs, kernels/decode_gemv.cu) against
+//! the same ops on the CPU, where they are the composition: 1 to 16 rows, TinyLlama's shapes
+//! (k 2048 with n 256, 2048 and 5632; k 5632 with n 2048), BF16 and F32 weights, with and
+//! without a residual; mixed precision; a gradient needed (the composition, gradients
+//! flowing); and a capture in a CUDA graph.
+
+#[path = "support/relative_error.rs"]
+mod relative_error;
+
+use relative_error::relative_error;
+use rusting_brain::amp::autocast;
+use rusting_brain::backend::cuda::{self, graph::CudaGraph};
+use rusting_brain::ops::fused_linear::runs_fused_kernel;
+use rusting_brain::{no_grad, DType, Device, Generator, Tensor};
+
+fn randn(shape: &[usize], scale: f64, dtype: DType, seed: u64) -> Tensor {
+    Tensor::randn(shape, DType::F32, Some(&mut Generator::new(seed)))
+        .unwrap()
+        .mul_scalar(scale)
+        .unwrap()
+        .to_dtype(dtype)
+        .unwrap()
+}
+
+/// Relative to the output's largest value: BF16 outputs are rounded to 8 bits, and the
+/// kernel and the CPU may round a sum on either side of a tie.
+fn tolerance(dtype: DType) -> f64 {
+    match dtype {
+        DType::F32 => 1e-4,
+        _ => 1.6e-2,
+    }
+}
+
+/// Whether the kernel (not the composition) takes r rows of k with weights of `dtype`: the
+/// staged rows must fit the 227 KB of shared memory an H100/H200 block may use.
+fn kernel_expected(r: usize, k: usize, dtype: DType) -> bool {
+    r * k * dtype.size_in_bytes() + 2304 <= 227 << 10
+}
+
+/// The inputs of one case, on the CPU.
+struct Case {
+    x: Tensor,
+    up: Tensor,
+    norm: Tensor,
+    weights: Vec<Tensor>,
+    residuals: Vec<Tensor>,
+}
+
+fn case(r: usize, k: usize, ns: &[usize], dtype: DType, seed: u64) -> Case {
+    let scale = 1.0 / (k as f64).sqrt();
+    Case {
+        x: randn(&[r, 1, k], 1.0, dtype, seed),
+        up: randn(&[r, 1, k], 1.0, dtype, seed + 1),
+        norm: randn(&[k], 0.2, DType::F32, seed + 2)
+            .add_scalar(1.0)
+            .unwrap()
+            .to_dtype(dtype)
+            .unwrap(),
+        weights: ns
+            .iter()
+            .enumerate()
+            .map(|(i, &n)| randn(&[n, k], scale, dtype, seed + 10 + i as u64))
+            .collect(),
+        residuals: ns
+            .iter()
+            .enumerate()
+            .map(|(i, &n)| randn(&[r, 1, n], 1.0, dtype, seed + 20 + i as u64))
+            .collect(),
+    }
+}
+
+fn on(ts: &[Tensor], d: Device) -> Vec<Tensor> {
+    ts.iter().map(|t| t.to_device(d).unwrap()).collect()
+}
+
+fn assert_close(got: &Tensor, want: &Tensor, what: &str) {
+    assert_eq!(
+        (got.dtype(), got.shape()),
+        (want.dtype(), want.shape()),
+        "{what}"
+    );
+    let err = relative_error(got, want);
+    assert!(
+        err < tolerance(want.dtype()),
+        "{what}: relative error {err:.2e}"
+    );
+}
+
+/// The three ops on one case, on the GPU against the CPU.
+fn check_case(c: &Case, r: usize, k: usize, dtype: DType, d: Device) {
+    let what = |op: &str| format!("{op} rows {r} k {k} {dtype:?}");
+    let (x, up, norm) = (
+        c.x.to_device(d).unwrap(),
+        c.up.to_device(d).unwrap(),
+        c.norm.to_device(d).unwrap(),
+    );
+    let (weights, residuals) = (on(&c.weights, d), on(&c.residuals, d));
+    assert_eq!(
+        runs_fused_kernel(&x, &weights[0]).unwrap(),
+        kernel_expected(r, k, dtype),
+        "{}",
+        what("routing")
+    );
+    // All weights in one launch of rms_norm_linears.
+    let refs = |ws: &[Tensor]| -> Vec<Tensor> { ws.to_vec() };
+    let (cw, gw) = (refs(&c.weights), refs(&weights));
+    let want =
+        c.x.rms_norm_linears(&c.norm, 1e-5, &cw.iter().collect::<Vec<_>>())
+            .unwrap();
+    let got = x
+        .rms_norm_linears(&norm, 1e-5, &gw.iter().collect::<Vec<_>>())
+        .unwrap();
+    for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+        assert_close(g, w, &format!("{} weight {i}", what("rms_norm_linears")));
+    }
+    // One weight at a time, with and without its residual.
+    for (i, (w, cw)) in weights.iter().zip(&c.weights).enumerate() {
+        for with_residual in [false, true] {
+            let (res, cres) = if with_residual {
+                (Some(&residuals[i]), Some(&c.residuals[i]))
+            } else {
+                (None, None)
+            };
+            let name =
+                |op: &str| format!("{} n {} residual {with_residual}", what(op), w.shape()[0]);
+            let want = c.x.linear_residual(cw, cres).unwrap();
+            let got = x.linear_residual(w, res).unwrap();
+            assert_close(&got, &want, &name("linear_residual"));
+            let want = c.x.swiglu_linear(&c.up, cw, cres).unwrap();
+            let got = x.swiglu_linear(&up, w, res).unwrap();
+            assert_close(&got, &want, &name("swiglu_linear"));
+        }
+    }
+}
+
+#[test]
+fn fused_products_on_cuda_match_the_composition_on_the_cpu() {
+    let Some(d) = cuda::device_for_test("fused_products_on_cuda_match_the_composition") else {
+        return;
+    };
+    no_grad(|| {
+        for dtype in [DType::BF16, DType::F32] {
+            for r in [1, 2, 3, 8, 16] {
+                // 37 rows: tiles straddle two weights and the last tile is partial.
+                let c = case(r, 2048, &[256, 37, 2048, 5632], dtype, r as u64);
+                check_case(&c, r, 2048, dtype, d);
+                let c = case(r, 5632, &[2048], dtype, 100 + r as u64);
+                check_case(&c, r, 5632, dtype, d);
+            }
+        }
+    });
+}
+
+#[test]
+fn more_weights_than_one_launch_takes_run_as_several() {
+    let Some(d) = cuda::device_for_test("more_weights_than_one_launch_takes") else {
+        return;
+    };
+    no_grad(|| {
+        let c = case(2, 64, &[8, 16, 24, 40, 8, 64], DType::BF16, 7);
+        let cw: Vec<&Tensor> = c.weights.iter().collect();
+        let gpu = on(&c.weights, d);
+        let gw: Vec<&Tensor> = gpu.iter().collect();
+        let want = c.x.rms_norm_linears(&c.norm, 1e-6, &cw).unwrap();
+        let (x, norm) = (c.x.to_device(d).unwrap(), c.norm.to_device(d).unwrap());
+        let got = x.rms_norm_linears(&norm, 1e-6, &gw).unwrap();
+        assert_eq!(got.len(), 6);
+        for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+            assert_close(g, w, &format!("weight {i}"));
+        }
+    });
+}
+
+#[test]
+fn strided_inputs_are_copied_and_take_the_kernel() {
+    let Some(d) = cuda::device_for_test("strided_inputs_are_copied") else {
+        return;
+    };
+    no_grad(|| {
+        let (r, k, n) = (3, 256, 64);
+        // x as a transposed view: [r, k] with strides [1, r].
+        let xt = randn(&[k, r], 1.0, DType::BF16, 80);
+        let w = randn(&[n, k], 0.0625, DType::BF16, 81);
+        let h = randn(&[n, r], 1.0, DType::BF16, 82);
+        let want = xt
+            .t()
+            .unwrap()
+            .linear_residual(&w, Some(&h.t().unwrap()))
+            .unwrap();
+        let (xt, w, h) = (
+            xt.to_device(d).unwrap(),
+            w.to_device(d).unwrap(),
+            h.to_device(d).unwrap(),
+        );
+        let x = xt.t().unwrap();
+        assert!(!x.is_contiguous());
+        assert!(runs_fused_kernel(&x, &w).unwrap());
+        let got = x.linear_residual(&w, Some(&h.t().unwrap())).unwrap();
+        assert_close(&got, &want, "a transposed input and residual");
+    });
+}
+
+#[test]
+fn mixed_precision_multiplies_in_bf16_and_adds_the_f32_residual() {
+    let Some(d) = cuda::device_for_test("mixed_precision_multiplies_in_bf16") else {
+        return;
+    };
+    let (r, k, n) = (4, 2048, 512);
+    let c = case(r, k, &[n], DType::F32, 40);
+    let bf = |t: &Tensor| t.to_dtype(DType::BF16).unwrap();
+    // The composition as autocast runs it on CUDA, written out on the CPU: normed in F32, cast
+    // to BF16 with the weight, product in BF16, added to the F32 residual.
+    let normed = bf(&c.x.rms_norm(Some(&c.norm), 1e-5).unwrap());
+    let want_norm = normed.matmul(&bf(&c.weights[0]).t().unwrap()).unwrap();
+    let want_res = c.residuals[0]
+        .add(&bf(&c.x).matmul(&bf(&c.weights[0]).t().unwrap()).unwrap())
+        .unwrap();
+    let (x, norm, w, h) = (
+        c.x.to_device(d).unwrap(),
+        c.norm.to_device(d).unwrap(),
+        c.weights[0].to_device(d).unwrap(),
+        c.residuals[0].to_device(d).unwrap(),
+    );
+    autocast(Some(DType::BF16), || {
+        no_grad(|| {
+            assert!(runs_fused_kernel(&x, &w)?, "F32 weights multiply as BF16");
+            let got = x.rms_norm_linears(&norm, 1e-5, &[&w])?;
+            assert_close(&got[0], &want_norm, "rms_norm_linears under autocast");
+            let got = x.linear_residual(&w, Some(&h))?;
+            assert_close(&got, &want_res, "linear_residual under autocast");
+            Ok(())
+        })
+    })
+    .unwrap();
+}
+
+#[test]
+fn with_a_gradient_needed_the_ops_compose_and_gradients_flow() {
+    let Some(d) = cuda::device_for_test("with_a_gradient_needed_the_ops_compose") else {
+        return;
+    };
+    let c = case(2, 256, &[64], DType::F32, 50);
+    let grads = |dev: Device| -> (Tensor, Tensor) {
+        let w = c.weights[0]
+            .to_device(dev)
+            .unwrap()
+            .requires_grad_()
+            .unwrap();
+        let (g, u, h) = (
+            c.x.to_device(dev).unwrap(),
+            c.up.to_device(dev).unwrap(),
+            c.residuals[0].to_device(dev).unwrap(),
+        );
+        if dev != Device::Cpu {
+            assert!(
+                !runs_fused_kernel(&g, &w).unwrap(),
+                "a weight needs its gradient"
+            );
+        }
+        let y = g.swiglu_linear(&u, &w, Some(&h)).unwrap();
+        y.sum().unwrap().backward().unwrap();
+        (y, w.grad().expect("the weight's gradient"))
+    };
+    let (want_y, want_dw) = grads(Device::Cpu);
+    let (got_y, got_dw) = grads(d);
+    assert_close(&got_y, &want_y, "output");
+    assert_close(&got_dw, &want_dw, "weight gradient");
+}
+
+#[test]
+fn a_captured_fused_product_replays_on_new_inputs() {
+    let Some(d) = cuda::device_for_test("a_captured_fused_product_replays") else {
+        return;
+    };
+    let Device::Cuda(i) = d else { unreachable!() };
+    let dev = cuda::device(i).unwrap();
+    no_grad(|| {
+        let c = case(3, 2048, &[256], DType::BF16, 60);
+        let (x, up, w, h) = (
+            c.x.to_device(d).unwrap(),
+            c.up.to_device(d).unwrap(),
+            c.weights[0].to_device(d).unwrap(),
+            c.residuals[0].to_device(d).unwrap(),
+        );
+        let out = Tensor::zeros(&[3, 1, 256], DType::BF16, d).unwrap();
+        // Once outside the capture, as a decode step's warm-up runs: kernels load and the
+        // launch geometry is cached.
+        x.swiglu_linear(&up, &w, Some(&h)).unwrap();
+        let graph =
+            CudaGraph::capture(&dev, || out.copy_(&x.swiglu_linear(&up, &w, Some(&h))?)).unwrap();
+        let fresh = randn(&[3, 1, 2048], 1.0, DType::BF16, 61);
+        x.copy_(&fresh.to_device(d).unwrap()).unwrap();
+        graph.replay().unwrap();
+        let want = fresh
+            .swiglu_linear(&c.up, &c.weights[0], Some(&c.residuals[0]))
+            .unwrap();
+        assert_close(&out, &want, "replayed on the new gate");
+    });
+}
+
+/// One layer's products of TinyLlama (d 2048, ffn 5632, 4 KV heads of 64) as the fused ops
+/// run them: a name, the op, k and the weights' rows.
+#[derive(Clone, Copy)]
+enum Layer {
+    Qkv,
+    O,
+    GateUp,
+    Down,
+}
+
+impl Layer {
+    fn shape(self) -> (&'static str, usize, &'static [usize]) {
+        match self {
+            Layer::Qkv => ("rms_norm_linears q,k,v", 2048, &[2048, 256, 256]),
+            Layer::O => ("linear_residual o", 2048, &[2048]),
+            Layer::GateUp => ("rms_norm_linears gate,up", 2048, &[5632, 5632]),
+            Layer::Down => ("swiglu_linear down", 5632, &[2048]),
+        }
+    }
+}
+
+/// Replays a graph of the op over 8 copies of its weights (more bytes than L2 holds, so every
+/// weight comes from DRAM) and prints the time per op and the weight bandwidth. A measurement,
+/// not a check: `cargo test -p rusting_brain --test cuda_decode_gemv -- --ignored --nocapture`.
+#[test]
+#[ignore = "a measurement; run with --ignored --nocapture"]
+fn weight_bandwidth_of_the_fused_products() {
+    let Some(d) = cuda::device_for_test("weight_bandwidth_of_the_fused_products") else {
+        return;
+    };
+    let Device::Cuda(i) = d else { unreachable!() };
+    let dev = cuda::device(i).unwrap();
+    let copies = 8;
+    no_grad(|| {
+        for layer in [Layer::Qkv, Layer::O, Layer::GateUp, Layer::Down] {
+            let (name, k, ns) = layer.shape();
+            let c = case(16, k, ns, DType::BF16, 70);
+            let weights: Vec<Vec<Tensor>> = (0..copies).map(|_| on(&c.weights, d)).collect();
+            for rows in [1, 2, 4, 8, 16] {
+                let cut = |t: &Tensor| t.narrow(0, 0, rows).unwrap().to_device(d).unwrap();
+                let (x, up, norm, h) = (
+                    cut(&c.x),
+                    cut(&c.up),
+                    c.norm.to_device(d).unwrap(),
+                    cut(&c.residuals[0]),
+                );
+                let run = || -> rusting_brain::Result<()> {
+                    for ws in &weights {
+                        match layer {
+                            Layer::Qkv | Layer::GateUp => {
+                                x.rms_norm_linears(&norm, 1e-5, &ws.iter().collect::<Vec<_>>())?;
+                            }
+                            Layer::O => {
+                                x.linear_residual(&ws[0], Some(&h))?;
+                            }
+                            Layer::Down => {
+                                x.swiglu_linear(&up, &ws[0], Some(&h))?;
+                            }
+                        }
+                    }
+                    Ok(())
+                };
+                run().unwrap();
+                let graph = CudaGraph::capture(&dev, run).unwrap();
+                graph.replay().unwrap();
+                dev.synchronize().unwrap();
+                let reps = 50;
+                let started = std::time::Instant::now();
+                for _ in 0..reps {
+                    graph.replay().unwrap();
+                }
+                dev.synchronize().unwrap();
+                let per_op = started.elapsed().as_secs_f64() / (reps * copies) as f64;
+                let bytes = ns.iter().sum::<usize>() * k * 2;
+                let tbs = bytes as f64 / per_op / 1e12;
+                println!(
+                    "{name:26} rows {rows:2}: {:6.2} us, {tbs:5.2} TB/s ({:3.0}% of 4.3)",
+                    per_op * 1e6,
+                    tbs / 4.3 * 100.0
+                );
+            }
+        }
+    });
+}
