@@ -144,7 +144,10 @@ pub fn rope_cache_write(
     }
     let f = dev.function(&ROPE, &format!("rope_cache_write_{}", type_suffix(dtype)))?;
     let ((qp, qv), (kp, kv), (vp, vv)) = (q.raw(), k.raw(), v.raw());
-    let (cp, sp) = (tables[0].0.ptr_at(tables[0].1), tables[1].0.ptr_at(tables[1].1));
+    let (cp, sp) = (
+        tables[0].0.ptr_at(tables[0].1),
+        tables[1].0.ptr_at(tables[1].1),
+    );
     let (tsb, po) = (table_stride as i64, q_out.ptr());
     let (kc, vc) = (cache.k.ptr(), cache.v.ptr());
     let cur = cache.cursor.0.ptr_at(cache.cursor.1);
@@ -167,7 +170,9 @@ pub fn rope_cache_write(
             (grid, 1, 1),
             block,
             0,
-            &mut args![qp, qv, kp, kv, vp, vv, cp, sp, tsb, po, kc, vc, cur, h, g, cap, half, p, err, code],
+            &mut args![
+                qp, qv, kp, kv, vp, vv, cp, sp, tsb, po, kc, vc, cur, h, g, cap, half, p, err, code
+            ],
         )?
     };
     Ok(q_out)

@@ -124,6 +124,15 @@ impl Linear {
         }
     }
 
+    /// The weight when this layer is only `x W^T`: dense, without bias or adapter. The fused
+    /// products (`rms_norm_linears`, `swiglu_linear`, `linear_residual`) take such layers.
+    pub fn plain_weight(&self) -> Option<&Tensor> {
+        match (&self.weight, &self.bias, &self.lora) {
+            (LinearWeight::Dense(w), None, None) => Some(w),
+            _ => None,
+        }
+    }
+
     /// The quantized weight; `None` when the weight is a parameter.
     pub fn quantized_weight(&self) -> Option<&QuantizedMatrix> {
         match &self.weight {

@@ -112,7 +112,12 @@ pub fn rotary_into_cache(
     }
     k_cache.check_inplace(OP)?;
     v_cache.check_inplace(OP)?;
-    let heads = |t: &Tensor| (t.layout().offset(), [t.layout().strides()[0], t.layout().strides()[1]]);
+    let heads = |t: &Tensor| {
+        (
+            t.layout().offset(),
+            [t.layout().strides()[0], t.layout().strides()[1]],
+        )
+    };
     let out = {
         let (qs, ks, vs) = (q.storage(), k.storage(), v.storage());
         let (cs, ss, cur) = (cos.storage(), sin.storage(), cursor.storage());

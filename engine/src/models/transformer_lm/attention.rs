@@ -12,7 +12,8 @@ use super::mask::MaskSpec;
 use super::params::ParamSource;
 use super::rope::{Positions, Rotary};
 use super::LmConfig;
-use crate::nn::{prefixed, Linear, Module, Summary};
+use crate::amp::for_products;
+use crate::nn::{prefixed, Linear, Module, RmsNorm, Summary};
 use crate::{AttentionOptions, Result, Tensor};
 
 pub struct Attention {
@@ -77,13 +78,54 @@ impl Attention {
         x.reshape_to(&[b, t, heads, self.head_dim])?.transpose(1, 2)
     }
 
-    /// x [B, T, d_model] -> [B, T, d_model].
-    pub fn forward(&self, x: &Tensor, rope: &Rotary, step: &Step) -> Result<Tensor> {
-        let (b, t) = (x.shape()[0], x.shape()[1]);
+    /// x + attention(norm(x)) for x [B, T, d_model], the normed input cast once for the
+    /// products. With plain dense weights the norm and the q/k/v products are one fused op, and
+    /// the output product takes the residual (`linear_residual`).
+    pub fn forward_residual(
+        &self,
+        x: &Tensor,
+        norm: &RmsNorm,
+        rope: &Rotary,
+        step: &Step,
+    ) -> Result<Tensor> {
+        let qkv = [&self.q_proj, &self.k_proj, &self.v_proj].map(Linear::plain_weight);
+        let [q, k, v] = match qkv {
+            [Some(wq), Some(wk), Some(wv)] => {
+                let out = x.rms_norm_linears(&norm.weight, norm.eps, &[wq, wk, wv])?;
+                <[Tensor; 3]>::try_from(out)
+                    .unwrap_or_else(|_| unreachable!("three weights give three products"))
+            }
+            _ => {
+                let normed = for_products(&norm.forward(x)?)?;
+                [
+                    self.q_proj.forward(&normed)?,
+                    self.k_proj.forward(&normed)?,
+                    self.v_proj.forward(&normed)?,
+                ]
+            }
+        };
+        let out = self.attend(&q, &k, &v, rope, step)?;
+        match self.o_proj.plain_weight() {
+            Some(wo) => out.linear_residual(wo, Some(x)),
+            None => x.add(&self.o_proj.forward(&out)?),
+        }
+    }
+
+    /// The heads' attention of the projections q, k, v [B, T, heads * hd] before the output
+    /// product: [B, T, n_heads * hd].
+    fn attend(
+        &self,
+        q: &Tensor,
+        k: &Tensor,
+        v: &Tensor,
+        rope: &Rotary,
+        step: &Step,
+    ) -> Result<Tensor> {
+        let (b, t) = (q.shape()[0], q.shape()[1]);
         let (h, kv, hd) = (self.n_heads, self.n_kv_heads, self.head_dim);
-        let q = self.heads(&self.q_proj.forward(x)?, h)?;
-        let k = self.heads(&self.k_proj.forward(x)?, kv)?;
-        let v = self.heads(&self.v_proj.forward(x)?, kv)?.to_dtype(k.dtype())?;
+        let q = self.heads(q, h)?;
+        let k = self.heads(k, kv)?;
+        let v = self.heads(v, kv)?.to_dtype(k.dtype())?;
         let (q, k, v) = match (step.cache, step.visibility, step.positions) {
             // A decode step: rotation and the cache write in one op, at the device cursor.
             (Some((cache, layer)), Visibility::Window { .. }, Positions::Angles { cos, sin }) => {
@@ -122,8 +164,7 @@ impl Attention {
                 scores.softmax(-1)?.matmul(&v)?.reshape_to(&[b, h, t, hd])?
             }
         };
-        let out = out.transpose(1, 2)?;
-        self.o_proj.forward(&out.reshape_to(&[b, t, h * hd])?)
+        out.transpose(1, 2)?.reshape_to(&[b, t, h * hd])
     }
 
     /// The mask this call needs, if any.

@@ -5,7 +5,6 @@ use super::feed_forward::SwiGlu;
 use super::params::ParamSource;
 use super::rope::Rotary;
 use super::LmConfig;
-use crate::amp::for_products;
 use crate::nn::{prefixed, Module, RmsNorm, Summary};
 use crate::{Result, Tensor};
 
@@ -28,12 +27,16 @@ impl Block {
     }
 
     /// The residual stream stays in the parameters' dtype; under mixed precision each normed
-    /// input is cast once for the products that share it.
+    /// input is cast once for the products that share it. Each half (attention, feed-forward)
+    /// takes its norm and adds its residual itself, so with plain dense weights the norm, the
+    /// products and the residual fuse (`rms_norm_linears`, `linear_residual`,
+    /// `swiglu_linear`): one kernel each in a decode step.
     pub fn forward(&self, x: &Tensor, rope: &Rotary, step: &Step) -> Result<Tensor> {
-        let normed = for_products(&self.input_layernorm.forward(x)?)?;
-        let h = x.add(&self.self_attn.forward(&normed, rope, step)?)?;
-        let normed = for_products(&self.post_attention_layernorm.forward(&h)?)?;
-        h.add(&self.mlp.forward(&normed)?)
+        let h = self
+            .self_attn
+            .forward_residual(x, &self.input_layernorm, rope, step)?;
+        self.mlp
+            .forward_residual(&h, &self.post_attention_layernorm)
     }
 
     /// The printed form, in Hugging Face's child names.

@@ -3,7 +3,8 @@
 
 use super::params::ParamSource;
 use super::LmConfig;
-use crate::nn::{prefixed, Linear, Module, Summary};
+use crate::amp::for_products;
+use crate::nn::{prefixed, Linear, Module, RmsNorm, Summary};
 use crate::{Result, Tensor};
 
 pub struct SwiGlu {
@@ -28,6 +29,18 @@ impl SwiGlu {
             .forward(x)?
             .swiglu(&self.up_proj.forward(x)?)?;
         self.down_proj.forward(&gated)
+    }
+
+    /// x + forward(norm(x)), the normed input cast once for the products. With plain dense
+    /// weights this is two fused products (norm with gate and up; SwiGLU with down and the
+    /// residual); otherwise each projection's own forward.
+    pub fn forward_residual(&self, x: &Tensor, norm: &RmsNorm) -> Result<Tensor> {
+        let plain = [&self.gate_proj, &self.up_proj, &self.down_proj].map(Linear::plain_weight);
+        if let [Some(gate), Some(up), Some(down)] = plain {
+            let gu = x.rms_norm_linears(&norm.weight, norm.eps, &[gate, up])?;
+            return gu[0].swiglu_linear(&gu[1], down, Some(x));
+        }
+        x.add(&self.forward(&for_products(&norm.forward(x)?)?)?)
     }
 
     /// The printed form: the three projections.
