@@ -379,14 +379,14 @@ fn breakdown(dev: &cuda::CudaDevice, d: Device) -> Result<serde_json::Value> {
         rusting_brain::amp::autocast(bf16, || {
             block
                 .self_attn
-                .forward(&block.input_layernorm.forward(&x)?, &rope, &step())
+                .forward_residual(&x, &block.input_layernorm, &rope, &step())
         })
     };
     let mlp = || {
         rusting_brain::amp::autocast(bf16, || {
             block
                 .mlp
-                .forward(&block.post_attention_layernorm.forward(&x)?)
+                .forward_residual(&x, &block.post_attention_layernorm)
         })
     };
     let head = || -> Result<Tensor> {
