@@ -15,6 +15,32 @@
 #define THREADS 128
 // Query heads a block scores at once (a divisor of the group, chosen by the host).
 #define MAX_HEADS 16
+// The most chunks the merge takes (a cache of MERGE_CHUNKS * CHUNK positions).
+#define MERGE_CHUNKS 2048
+
+// Block-wide max and sum that every thread receives (blocks of whole warps, at most 32).
+__device__ __forceinline__ float block_max_all(float v) {
+    __shared__ float part[32];
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    __syncthreads();
+    if ((threadIdx.x & 31) == 0) part[threadIdx.x >> 5] = v;
+    __syncthreads();
+    float r = part[0];
+    for (int w = 1; w < (int)(blockDim.x >> 5); ++w) r = fmaxf(r, part[w]);
+    return r;
+}
+__device__ __forceinline__ float block_sum_all(float v) {
+    __shared__ float part[32];
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    __syncthreads();
+    if ((threadIdx.x & 31) == 0) part[threadIdx.x >> 5] = v;
+    __syncthreads();
+    float r = 0.f;
+    for (int w = 0; w < (int)(blockDim.x >> 5); ++w) r += part[w];
+    return r;
+}
 
 template <class T>
 __device__ void decode_attention_chunk(const T* __restrict__ q, const T* __restrict__ k,
@@ -63,6 +89,8 @@ __device__ void decode_attention_chunk(const T* __restrict__ q, const T* __restr
         for (int h = 0; h < MAX_HEADS; ++h) acc[h] = 0.f;
         if (visible) {
             const T* kr = k + (kv_base + j) * head_dim;
+            // Unrolled so the loads of a row are in flight together, not one per iteration.
+#pragma unroll 8
             for (int d = d0; d < d1; ++d) {
                 float kd = to_f(kr[d]);
 #pragma unroll
@@ -106,9 +134,17 @@ __device__ void decode_attention_chunk(const T* __restrict__ q, const T* __restr
         const int h = i / head_dim, d = i % head_dim;
         const float* p = ps + h * CHUNK;
         const T* vc = v + (kv_base + (u64)chunk * CHUNK) * head_dim + d;
-        float acc = 0.f;
-        for (int t = t0; t < t1; ++t) acc += p[t] * to_f(vc[(u64)t * head_dim]);
-        partial[(stat_base + (u64)h * chunks) * head_dim + d] = acc;
+        // Four independent sums, each unrolled: the value loads of several keys overlap
+        // instead of each waiting for the last.
+        float acc[4] = {0.f, 0.f, 0.f, 0.f};
+        int t = t0;
+#pragma unroll 2
+        for (; t + 4 <= t1; t += 4) {
+#pragma unroll
+            for (int u = 0; u < 4; ++u) acc[u] += p[t + u] * to_f(vc[(u64)(t + u) * head_dim]);
+        }
+        for (; t < t1; ++t) acc[0] += p[t] * to_f(vc[(u64)t * head_dim]);
+        partial[(stat_base + (u64)h * chunks) * head_dim + d] = (acc[0] + acc[1]) + (acc[2] + acc[3]);
     }
     for (int h = tid; h < heads_per_block; h += THREADS) {
         stats[(stat_base + (u64)h * chunks) * 2] = ms[2 * h];
@@ -118,26 +154,39 @@ __device__ void decode_attention_chunk(const T* __restrict__ q, const T* __restr
 
 // One block per (head, row), a thread per head dim: the chunks weighed by exp2(max - overall
 // max), divided by the weighed sums. A row with no visible key gets zeros.
+
 template <class T>
 __device__ void decode_attention_merge(const float* __restrict__ partial,
                                        const float* __restrict__ stats, T* __restrict__ out,
                                        int heads, int chunks, int head_dim) {
+    // Each chunk's weight exp2(max - overall max), computed once per block into shared memory
+    // (all chunks' stats loaded in parallel), then one pass per head dim over the partials.
+    __shared__ float weight[MERGE_CHUNKS];
+    __shared__ float norm;
     const int h = blockIdx.x, b = blockIdx.y;
     const u64 base = ((u64)b * heads + h) * chunks;
     float m = -INFINITY;
-    for (int c = 0; c < chunks; ++c) m = fmaxf(m, stats[(base + c) * 2]);
+    for (int c = threadIdx.x; c < chunks; c += blockDim.x) m = fmaxf(m, stats[(base + c) * 2]);
+    m = block_max_all(m);
+    float den = 0.f;
+    for (int c = threadIdx.x; c < chunks; c += blockDim.x) {
+        float mc = stats[(base + c) * 2];
+        float w = (m == -INFINITY || mc == -INFINITY) ? 0.f : exp2f(mc - m);
+        weight[c] = w;
+        den += w * stats[(base + c) * 2 + 1];
+    }
+    den = block_sum_all(den);
+    if (threadIdx.x == 0) norm = den > 0.f ? 1.f / den : 0.f;
+    __syncthreads();
     for (int d = threadIdx.x; d < head_dim; d += blockDim.x) {
-        float num = 0.f, den = 0.f;
-        if (m != -INFINITY) {
-            for (int c = 0; c < chunks; ++c) {
-                float mc = stats[(base + c) * 2];
-                if (mc == -INFINITY) continue;
-                float w = exp2f(mc - m);
-                num += w * partial[(base + c) * head_dim + d];
-                den += w * stats[(base + c) * 2 + 1];
-            }
+        float num[4] = {0.f, 0.f, 0.f, 0.f};
+        int c = 0;
+        for (; c + 4 <= chunks; c += 4) {
+#pragma unroll
+            for (int u = 0; u < 4; ++u) num[u] += weight[c + u] * partial[(base + c + u) * head_dim + d];
         }
-        out[((u64)b * heads + h) * head_dim + d] = from_f<T>(den > 0.f ? num / den : 0.f);
+        for (; c < chunks; ++c) num[0] += weight[c] * partial[(base + c) * head_dim + d];
+        out[((u64)b * heads + h) * head_dim + d] = from_f<T>(((num[0] + num[1]) + (num[2] + num[3])) * norm);
     }
 }
 

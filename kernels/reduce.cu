@@ -48,25 +48,66 @@ template <class A> __device__ __forceinline__ bool better(int seek_max, A v, i64
     return seek_max ? v > best : v < best;
 }
 
+// The best of (value, index) pairs across a warp.
+template <class A>
+__device__ __forceinline__ void warp_best(int seek_max, A& best, i64& bj) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+        A ov = __shfl_xor_sync(0xffffffffu, best, o);
+        i64 oj = __shfl_xor_sync(0xffffffffu, bj, o);
+        if (better(seek_max, ov, oj, best, bj)) { best = ov; bj = oj; }
+    }
+}
+
+// This thread's best over row[lane], row[lane + lanes], ...
+template <class T, class A>
+__device__ __forceinline__ void scan_best(const T* row, i64 k, int lane, int lanes, int seek_max, A& best, i64& bj) {
+    best = to_acc(row[0]);
+    bj = 0;
+    for (i64 j = lane; j < k; j += lanes) {
+        A v = to_acc(row[j]);
+        if (better(seek_max, v, j, best, bj)) { best = v; bj = j; }
+    }
+}
+
+// A warp per row when rows are many; a block per row when they are few and long (a decode
+// step's argmax over the vocabulary: one warp alone would walk 32k logits serially).
 template <class T>
-__device__ void extreme_impl(const T* x, T* y_val, i64* y_idx, i64 rows, i64 k, int seek_max) {
+__device__ void extreme_impl(const T* x, T* y_val, i64* y_idx, i64 rows, i64 k, int seek_max, int block_per_row) {
     typedef typename Acc<T>::type A;
     int lane = threadIdx.x & 31;
+    if (block_per_row) {
+        __shared__ A vals[32];
+        __shared__ i64 idxs[32];
+        int warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
+        for (i64 r = blockIdx.x; r < rows; r += gridDim.x) {
+            const T* row = x + r * k;
+            A best;
+            i64 bj;
+            scan_best<T, A>(row, k, threadIdx.x, blockDim.x, seek_max, best, bj);
+            warp_best(seek_max, best, bj);
+            if (lane == 0) { vals[warp] = best; idxs[warp] = bj; }
+            __syncthreads();
+            if (warp == 0) {
+                best = lane < nwarps ? vals[lane] : vals[0];
+                bj = lane < nwarps ? idxs[lane] : idxs[0];
+                warp_best(seek_max, best, bj);
+                if (lane == 0) {
+                    if (y_val) y_val[r] = row[bj];
+                    else y_idx[r] = bj;
+                }
+            }
+            __syncthreads();
+        }
+        return;
+    }
     i64 warps = (i64)gridDim.x * (blockDim.x >> 5);
     for (i64 r = (i64)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5); r < rows; r += warps) {
         const T* row = x + r * k;
-        A best = to_acc(row[0]);
-        i64 bj = 0;
-        for (i64 j = lane; j < k; j += 32) {
-            A v = to_acc(row[j]);
-            if (better(seek_max, v, j, best, bj)) { best = v; bj = j; }
-        }
-#pragma unroll
-        for (int o = 16; o > 0; o >>= 1) {
-            A ov = __shfl_xor_sync(0xffffffffu, best, o);
-            i64 oj = __shfl_xor_sync(0xffffffffu, bj, o);
-            if (better(seek_max, ov, oj, best, bj)) { best = ov; bj = oj; }
-        }
+        A best;
+        i64 bj;
+        scan_best<T, A>(row, k, lane, 32, seek_max, best, bj);
+        warp_best(seek_max, best, bj);
         if (lane == 0) {
             if (y_val) y_val[r] = row[bj];
             else y_idx[r] = bj;
@@ -74,5 +115,5 @@ __device__ void extreme_impl(const T* x, T* y_val, i64* y_idx, i64 rows, i64 k, 
     }
 }
 #define RB_EXTREME(name, T) \
-    extern "C" __global__ void extreme_##name(const T* x, T* yv, i64* yi, i64 rows, i64 k, int seek_max) { extreme_impl<T>(x, yv, yi, rows, k, seek_max); }
+    extern "C" __global__ void extreme_##name(const T* x, T* yv, i64* yi, i64 rows, i64 k, int seek_max, int bpr) { extreme_impl<T>(x, yv, yi, rows, k, seek_max, bpr); }
 RB_FOR_NUMERIC_TYPES(RB_EXTREME)

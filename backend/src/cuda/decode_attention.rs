@@ -13,6 +13,8 @@ const CHUNK: usize = 64;
 const THREADS: u32 = 128;
 /// The most query heads one block scores; mirrors MAX_HEADS.
 const MAX_HEADS: usize = 16;
+/// The most chunks the merge takes; mirrors MERGE_CHUNKS.
+const MERGE_CHUNKS: usize = 2048;
 
 /// The query heads a block scores together: the largest divisor of the group that fits.
 fn heads_per_block(group: usize) -> usize {
@@ -119,7 +121,7 @@ pub fn supports(spec: &AttentionSpec) -> bool {
         && spec.tq == 1
         && spec.kv_heads > 0
         && spec.heads.is_multiple_of(spec.kv_heads)
-        && spec.tk < i32::MAX as usize
+        && spec.tk <= MERGE_CHUNKS * CHUNK
 }
 
 #[cfg(test)]

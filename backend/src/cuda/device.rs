@@ -339,13 +339,16 @@ impl CudaDevice {
         Ok(())
     }
 
-    /// The capture lane, locked for one capture (made on first use). A second capture on the
-    /// device while one runs is an error rather than a wait.
+    /// The capture lane, locked for one capture (made on first use): a second capture on the
+    /// device waits for the first to end.
     pub(crate) fn capture_lane(&self) -> Result<std::sync::MutexGuard<'_, Option<CaptureLane>>> {
         self.bind()?;
-        let mut lane = self.capture_lane.try_lock().map_err(|_| {
-            Error::Cuda("a CUDA graph capture is already in progress on this device".into())
-        })?;
+        if self.capturing_here().is_some() {
+            return Err(Error::Cuda(
+                "a CUDA graph capture cannot start inside another capture".into(),
+            ));
+        }
+        let mut lane = self.capture_lane.lock().unwrap_or_else(|e| e.into_inner());
         if lane.is_none() {
             let stream = result::stream::create(result::stream::StreamKind::NonBlocking)
                 .map_err(driver_err("cuStreamCreate"))?;

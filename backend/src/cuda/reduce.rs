@@ -51,16 +51,16 @@ pub fn reduce(s: &CudaStorage, l: &Layout, dims: &[usize], op: ReduceOp) -> Resu
     let warps_per_block = 8u32;
     let warp_grid =
         (rows.div_ceil(warps_per_block as usize)).min(dev.sm_count() as usize * 32) as u32;
+    // Few long rows: a block per row; many rows: a warp per row.
+    let block_per_row = (rows < 2 * dev.sm_count() as usize && k > 1024) as i32;
+    let (grid, block) = if block_per_row == 1 {
+        (rows as u32, 1024)
+    } else {
+        (warp_grid, 32 * warps_per_block)
+    };
     match op {
         ReduceOp::Sum => {
             let f = dev.function(&REDUCE, &format!("sum_{sfx}"))?;
-            // Few long rows: a block per row; many rows: a warp per row.
-            let block_per_row = (rows < 2 * dev.sm_count() as usize && k > 1024) as i32;
-            let (grid, block) = if block_per_row == 1 {
-                (rows as u32, 1024)
-            } else {
-                (warp_grid, 32 * warps_per_block)
-            };
             // SAFETY: x holds rows*k contiguous elements, y holds rows.
             unsafe {
                 dev.launch(
@@ -84,10 +84,10 @@ pub fn reduce(s: &CudaStorage, l: &Layout, dims: &[usize], op: ReduceOp) -> Resu
             unsafe {
                 dev.launch(
                     f,
-                    (warp_grid, 1, 1),
-                    32 * warps_per_block,
+                    (grid, 1, 1),
+                    block,
                     0,
-                    &mut args![x, yv, yi, rows_i, k_i, seek_max],
+                    &mut args![x, yv, yi, rows_i, k_i, seek_max, block_per_row],
                 )?
             };
         }

@@ -33,6 +33,12 @@ const LINEAR_OP: &str = "linear_residual";
 /// `device`, as `matmul` chooses it: the promoted dtype, or autocast's low dtype in place of
 /// F32/F64 on CUDA. With `weight` equal to `activation` it is what `amp::for_products` casts
 /// an input to. The kernel path and the composition both take their dtypes from here.
+/// The most activation rows the fused kernel takes. Measured on the H200 (1.1B decode shapes,
+/// docs/baseline.md): at 1 and 2 rows one fused kernel beats the norm, cast and cuBLAS products
+/// it replaces; from 4 rows its bandwidth falls (19-29% at 4, 8-18% at 16) below cuBLAS's, so
+/// larger batches compose.
+pub const FUSED_MAX_ROWS: usize = 2;
+
 pub fn product_dtype(device: Device, activation: DType, weight: DType) -> DType {
     let d = activation.promote(weight);
     amp::matmul_operand_dtype(device, d).unwrap_or(d)
@@ -272,6 +278,9 @@ fn plan(
         return Ok(None);
     }
     let rows = x.numel().checked_div(k).unwrap_or(0);
+    if rows > FUSED_MAX_ROWS {
+        return Ok(None);
+    }
     let dtype = product_dtype(x.device(), activation, weights[0].dtype());
     let dev = crate::backend::cuda::device(ordinal)?;
     let one_dtype = weights
