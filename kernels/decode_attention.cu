@@ -60,6 +60,9 @@ __device__ void decode_attention_chunk(const T* __restrict__ q, const T* __restr
     float* qs = smem;                                  // [heads_per_block, head_dim]
     float* ps = smem + heads_per_block * head_dim;     // [heads_per_block, CHUNK]
     float* ms = ps + heads_per_block * CHUNK;          // [heads_per_block, 2]
+    // The chunk's key and value rows [CHUNK, head_dim], after the floats rounded up to 16 bytes.
+    T* ks = reinterpret_cast<T*>(smem + ((heads_per_block * (head_dim + CHUNK + 2) + 3) & ~3));
+    T* vs = ks + CHUNK * head_dim;
     const u64 stat_base = ((u64)b * heads + h0) * chunks + chunk;
     if (lo >= hi) {
         // Nothing visible here: an empty partial the merge weighs zero.
@@ -75,10 +78,34 @@ __device__ void decode_attention_chunk(const T* __restrict__ q, const T* __restr
     }
     for (int i = tid; i < heads_per_block * head_dim; i += THREADS)
         qs[i] = to_f(q[((u64)b * heads + h0) * head_dim + i]) * scale2;
+    // Stage the chunk's keys and values: one contiguous run each, read 16 bytes a thread at a
+    // time, so the whole tile is in flight at once (read from global memory one key at a time,
+    // the chunk took ~35 us of latency).
+    const u64 kv_base = ((u64)b * kv_heads + kv) * capacity;
+    {
+        const int rows = min(CHUNK, capacity - chunk * CHUNK);
+        const u64 first = (kv_base + (u64)chunk * CHUNK) * head_dim;
+        const int n = rows * head_dim, per = 16 / (int)sizeof(T);
+        const bool aligned = ((reinterpret_cast<u64>(k + first) | reinterpret_cast<u64>(v + first)) & 15) == 0;
+        if ((head_dim % per) == 0 && aligned) {
+            const uint4* kg = reinterpret_cast<const uint4*>(k + first);
+            const uint4* vg = reinterpret_cast<const uint4*>(v + first);
+            uint4* kd = reinterpret_cast<uint4*>(ks);
+            uint4* vd = reinterpret_cast<uint4*>(vs);
+            for (int i = tid; i < n / per; i += THREADS) {
+                kd[i] = __ldg(kg + i);
+                vd[i] = __ldg(vg + i);
+            }
+        } else {
+            for (int i = tid; i < n; i += THREADS) {
+                ks[i] = k[first + i];
+                vs[i] = v[first + i];
+            }
+        }
+    }
     __syncthreads();
 
     // Scores: two threads per key, each over half the head dims, joined by one shuffle.
-    const u64 kv_base = ((u64)b * kv_heads + kv) * capacity;
     {
         const int t = tid >> 1, half = tid & 1;
         const i64 j = (i64)chunk * CHUNK + t;
@@ -88,8 +115,7 @@ __device__ void decode_attention_chunk(const T* __restrict__ q, const T* __restr
 #pragma unroll
         for (int h = 0; h < MAX_HEADS; ++h) acc[h] = 0.f;
         if (visible) {
-            const T* kr = k + (kv_base + j) * head_dim;
-            // Unrolled so the loads of a row are in flight together, not one per iteration.
+            const T* kr = ks + t * head_dim;
 #pragma unroll 8
             for (int d = d0; d < d1; ++d) {
                 float kd = to_f(kr[d]);
@@ -133,9 +159,7 @@ __device__ void decode_attention_chunk(const T* __restrict__ q, const T* __restr
     for (int i = tid; i < heads_per_block * head_dim; i += THREADS) {
         const int h = i / head_dim, d = i % head_dim;
         const float* p = ps + h * CHUNK;
-        const T* vc = v + (kv_base + (u64)chunk * CHUNK) * head_dim + d;
-        // Four independent sums, each unrolled: the value loads of several keys overlap
-        // instead of each waiting for the last.
+        const T* vc = vs + d;
         float acc[4] = {0.f, 0.f, 0.f, 0.f};
         int t = t0;
 #pragma unroll 2

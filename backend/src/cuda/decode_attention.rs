@@ -68,7 +68,7 @@ pub fn decode_attention(
     let sfx = type_suffix(dtype);
     let chunk_fn = dev.function(&DECODE_ATTENTION, &format!("decode_attention_chunk_{sfx}"))?;
     let merge_fn = dev.function(&DECODE_ATTENTION, &format!("decode_attention_merge_{sfx}"))?;
-    let shared = ((hb * hd + hb * CHUNK + 2 * hb) * 4) as u32;
+    let shared = shared_bytes(hb, hd, dtype) as u32;
     let at = |(s, offset): At| s.ptr_at(offset);
     let (pq, pk, pv, pf, pl) = (at(q), at(k), at(v), at(first), at(last));
     let (pp, ps, po) = (partial.ptr(), stats.ptr(), out.ptr());
@@ -114,10 +114,21 @@ pub fn decode_attention(
     Ok(out)
 }
 
-/// Whether the kernels take this problem (even head dims up to 256, any grouping).
-pub fn supports(spec: &AttentionSpec) -> bool {
-    spec.head_dim.is_multiple_of(2)
-        && spec.head_dim <= 256
+/// Shared memory of a chunk block: the queries, scores and stats as floats (rounded up to 16
+/// bytes), then the chunk's key and value rows in the cache's dtype.
+fn shared_bytes(hb: usize, hd: usize, dtype: DType) -> usize {
+    (hb * (hd + CHUNK + 2)).next_multiple_of(4) * 4 + 2 * CHUNK * hd * dtype.size_in_bytes()
+}
+
+/// Whether the kernels take this problem: even head dims whose chunk tiles fit the 48 KB of
+/// shared memory a block has without opting in (BF16 up to 128, F32 up to 64), any grouping.
+pub fn supports(spec: &AttentionSpec, dtype: DType) -> bool {
+    let hb = spec
+        .heads
+        .checked_div(spec.kv_heads)
+        .map_or(1, heads_per_block);
+    shared_bytes(hb, spec.head_dim, dtype) <= 48 << 10
+        && spec.head_dim.is_multiple_of(2)
         && spec.tq == 1
         && spec.kv_heads > 0
         && spec.heads.is_multiple_of(spec.kv_heads)

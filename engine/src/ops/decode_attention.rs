@@ -72,7 +72,7 @@ impl Tensor {
             };
             let (q, k, v) = (cast(self)?, cast(k)?, cast(v)?);
             match q.device() {
-                Device::Cuda(_) if cuda::supports(&spec) => {
+                Device::Cuda(_) if cuda::supports(&spec, q.dtype()) => {
                     let (first, last) = (first.contiguous()?, last.contiguous()?);
                     let last_stride = (last.numel() > 1) as usize;
                     let out = cuda_kernel(OP, [&q, &k, &v, &first, &last], |[q, k, v, f, l]| {
