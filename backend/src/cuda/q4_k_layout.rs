@@ -93,15 +93,7 @@ mod tests {
     /// A super-block of pseudo-random bytes (every bit pattern of the scales is a valid
     /// block, so random bytes are real-looking blocks).
     fn random_block(seed: u64) -> Vec<u8> {
-        let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-        (0..BLOCK_BYTES)
-            .map(|_| {
-                s ^= s << 13;
-                s ^= s >> 7;
-                s ^= s << 17;
-                (s >> 24) as u8
-            })
-            .collect()
+        crate::cuda::quant_matmul::tests::random_bytes(BLOCK_BYTES, seed)
     }
 
     fn split(block: &[u8]) -> ([u8; HEADER_BYTES], [u8; CODE_BYTES]) {

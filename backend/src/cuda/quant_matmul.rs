@@ -346,7 +346,7 @@ pub fn dequantize(
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     #[test]
@@ -364,7 +364,7 @@ mod tests {
 
     /// Pseudo-random bytes (any bytes are valid Q4_1 and Q4_K blocks: headers are halves and
     /// 6-bit fields, codes are nibbles).
-    fn random_bytes(len: usize, seed: u64) -> Vec<u8> {
+    pub(crate) fn random_bytes(len: usize, seed: u64) -> Vec<u8> {
         let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
         (0..len)
             .map(|_| {

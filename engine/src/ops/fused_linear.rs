@@ -93,19 +93,7 @@ impl Tensor {
     ) -> Result<Tensor> {
         let k = features(SWIGLU_OP, self)?;
         check_float(SWIGLU_OP, &[up])?;
-        self.check_same_device(SWIGLU_OP, up)?;
-        if self.shape() != up.shape() || self.dtype() != up.dtype() {
-            return Err(Error::invalid(
-                SWIGLU_OP,
-                format!(
-                    "gate and up need one shape and dtype; got {} {:?} and {} {:?}",
-                    self.dtype(),
-                    self.shape(),
-                    up.dtype(),
-                    up.shape()
-                ),
-            ));
-        }
+        super::swiglu::check_gate_up(SWIGLU_OP, self, up)?;
         check_weights(SWIGLU_OP, self, k, &[weight])?;
         check_residual(SWIGLU_OP, self, weight, residual)?;
         if let Some(plan) = plan(self, k, self.dtype(), &[self, up], &[weight], residual)? {

@@ -17,24 +17,30 @@ impl Tensor {
     /// silu(self) * up for a gate and an up projection of one shape and dtype.
     pub fn swiglu(&self, up: &Tensor) -> Result<Tensor> {
         self.check_float(OP)?;
-        self.check_same_device(OP, up)?;
-        if self.shape() != up.shape() || self.dtype() != up.dtype() {
-            return Err(Error::invalid(
-                OP,
-                format!(
-                    "gate and up need one shape and dtype; got {} {:?} and {} {:?}",
-                    self.dtype(),
-                    self.shape(),
-                    up.dtype(),
-                    up.shape()
-                ),
-            ));
-        }
+        check_gate_up(OP, self, up)?;
         match self.device() {
             Device::Cuda(_) => fused(self, up),
             Device::Cpu => self.silu()?.mul(up),
         }
     }
+}
+
+/// A gate and an up projection on one device, of one shape and dtype; `op` names the caller.
+pub(crate) fn check_gate_up(op: &'static str, gate: &Tensor, up: &Tensor) -> Result<()> {
+    gate.check_same_device(op, up)?;
+    if gate.shape() != up.shape() || gate.dtype() != up.dtype() {
+        return Err(Error::invalid(
+            op,
+            format!(
+                "gate and up need one shape and dtype; got {} {:?} and {} {:?}",
+                gate.dtype(),
+                gate.shape(),
+                up.dtype(),
+                up.shape()
+            ),
+        ));
+    }
+    Ok(())
 }
 
 fn fused(gate: &Tensor, up: &Tensor) -> Result<Tensor> {
