@@ -177,6 +177,38 @@ template <> struct Word16<f64> {
     }
 };
 
+// ----- tensor cores -----
+// c += a * b for one m16n8k16 tile (FP32 accumulators; sm_80 and later), and the packing of
+// two floats into the 16-bit pair a fragment register holds. Used by attention and the decode
+// products.
+template <class T> struct Mma;
+template <> struct Mma<bf16> {
+    static __device__ __forceinline__ void run(float* c, const u32* a, u32 b0, u32 b1) {
+        asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+                     : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+    }
+    static __device__ __forceinline__ u32 pack(float lo, float hi) {
+        __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+        return *(u32*)&v;
+    }
+    static __device__ __forceinline__ float2 unpack(u32 v) {
+        return __bfloat1622float2(*(__nv_bfloat162*)&v);
+    }
+};
+template <> struct Mma<f16> {
+    static __device__ __forceinline__ void run(float* c, const u32* a, u32 b0, u32 b1) {
+        asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+                     : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+    }
+    static __device__ __forceinline__ u32 pack(float lo, float hi) {
+        __half2 v = __floats2half2_rn(lo, hi);
+        return *(u32*)&v;
+    }
+    static __device__ __forceinline__ float2 unpack(u32 v) { return __half22float2(*(__half2*)&v); }
+};
+
 // ----- reductions -----
 template <class T> __device__ __forceinline__ T warp_sum(T v) {
 #pragma unroll

@@ -92,9 +92,25 @@ __device__ void decode_attention_chunk(const T* __restrict__ q, const T* __restr
             const uint4* vg = reinterpret_cast<const uint4*>(v + first);
             uint4* kd = reinterpret_cast<uint4*>(ks);
             uint4* vd = reinterpret_cast<uint4*>(vs);
-            for (int i = tid; i < n / per; i += THREADS) {
-                kd[i] = __ldg(kg + i);
-                vd[i] = __ldg(vg + i);
+            // Four words of each a thread before it stores any, so one latency covers them.
+            for (int i0 = tid; i0 < n / per; i0 += 4 * THREADS) {
+                uint4 kw[4], vw[4];
+#pragma unroll
+                for (int u = 0; u < 4; ++u) {
+                    const int i = i0 + u * THREADS;
+                    if (i < n / per) {
+                        kw[u] = __ldg(kg + i);
+                        vw[u] = __ldg(vg + i);
+                    }
+                }
+#pragma unroll
+                for (int u = 0; u < 4; ++u) {
+                    const int i = i0 + u * THREADS;
+                    if (i < n / per) {
+                        kd[i] = kw[u];
+                        vd[i] = vw[u];
+                    }
+                }
             }
         } else {
             for (int i = tid; i < n; i += THREADS) {
@@ -202,14 +218,16 @@ __device__ void decode_attention_merge(const float* __restrict__ partial,
     den = block_sum_all(den);
     if (threadIdx.x == 0) norm = den > 0.f ? 1.f / den : 0.f;
     __syncthreads();
+    // Only chunks with keys in the window weigh anything: a short window in a long cache reads
+    // a few partials, not all of them.
     for (int d = threadIdx.x; d < head_dim; d += blockDim.x) {
         float num[4] = {0.f, 0.f, 0.f, 0.f};
-        int c = 0;
-        for (; c + 4 <= chunks; c += 4) {
+        for (int c = 0; c < chunks; c += 4) {
 #pragma unroll
-            for (int u = 0; u < 4; ++u) num[u] += weight[c + u] * partial[(base + c + u) * head_dim + d];
+            for (int u = 0; u < 4; ++u)
+                if (c + u < chunks && weight[c + u] != 0.f)
+                    num[u] += weight[c + u] * partial[(base + c + u) * head_dim + d];
         }
-        for (; c < chunks; ++c) num[0] += weight[c] * partial[(base + c) * head_dim + d];
         out[((u64)b * heads + h) * head_dim + d] = from_f<T>(((num[0] + num[1]) + (num[2] + num[3])) * norm);
     }
 }

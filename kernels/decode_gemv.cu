@@ -158,6 +158,134 @@ __device__ __forceinline__ u64 gemv_pick(const u64 (&a)[GEMV_TARGETS], int tt) {
     return p;
 }
 
+// P(in) of the 8 values at element c * 8 of row r, from their inputs v (x or gate): the norm
+// (rstd: the row's 1 / rms) or the gating, rounded to in_dt; the cast leaves v as it is.
+template <int PRO>
+__device__ __forceinline__ void gemv_prologue8(float v[8], const void* in1, int in_dt, int aux_dt, int r, int c, int k,
+                                               float rstd) {
+    if (PRO == GEMV_NORM) {
+        float w[8];
+        gemv_load8(in1, aux_dt, (i64)c * 8, w);
+        // (x - 0) * rstd * w, the order of kernels/norm.cu.
+#pragma unroll
+        for (int i = 0; i < 8; ++i) v[i] = gemv_round(in_dt, v[i] * rstd * w[i]);
+    } else if (PRO == GEMV_SWIGLU) {
+        float u[8];
+        gemv_load8(in1, in_dt, (i64)r * k + (i64)c * 8, u);
+        // a * sigmoid(a) * u, the expression of kernels/swiglu.cu.
+#pragma unroll
+        for (int i = 0; i < 8; ++i) v[i] = gemv_round(in_dt, v[i] * (1.f / (1.f + expf(-v[i]))) * u[i]);
+    }
+}
+
+// 1 / sqrt(mean of squares + eps) as kernels/norm.cu computes it, from the sum of squares q.
+__device__ __forceinline__ float gemv_rstd(float q, int k, float eps) { return 1.f / sqrtf(q / (float)k + eps); }
+
+// Elements a thread's staging loop loads before it stores any (in groups of 8).
+#define STAGE_UNROLL 4
+
+// The prologue: P(in) for every row, rounded to in_dt then W, into shared memory at xs (row r
+// at xs + r * stride). rstd holds a float per row (the norm's). Ends with a block barrier.
+// Each thread issues STAGE_UNROLL loads before it uses one: staging 16 rows one load at a time
+// cost a memory latency per 8 values.
+template <class W, int PRO>
+__device__ __forceinline__ void gemv_stage(const void* in0, const void* in1, int in_dt, int aux_dt, int rows, int k,
+                                           float eps, W* xs, int stride, float* rstd) {
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int groups = k / 8, total = rows * groups;
+    if (PRO == GEMV_NORM) {
+        for (int r = warp; r < rows; r += GEMV_WARPS) {
+            float q = 0.f;
+            for (int c0 = lane; c0 < groups; c0 += 32 * STAGE_UNROLL) {
+                float v[STAGE_UNROLL][8];
+#pragma unroll
+                for (int u = 0; u < STAGE_UNROLL; ++u)
+                    if (c0 + u * 32 < groups) gemv_load8(in0, in_dt, (i64)r * k + (i64)(c0 + u * 32) * 8, v[u]);
+#pragma unroll
+                for (int u = 0; u < STAGE_UNROLL; ++u)
+                    if (c0 + u * 32 < groups)
+#pragma unroll
+                        for (int i = 0; i < 8; ++i) q += v[u][i] * v[u][i];
+            }
+            q = warp_sum(q);
+            if (lane == 0) rstd[r] = gemv_rstd(q, k, eps);
+        }
+        __syncthreads();
+    }
+    for (int g0 = threadIdx.x; g0 < total; g0 += GEMV_THREADS * STAGE_UNROLL) {
+        float v[STAGE_UNROLL][8];
+#pragma unroll
+        for (int u = 0; u < STAGE_UNROLL; ++u)
+            if (g0 + u * GEMV_THREADS < total) gemv_load8(in0, in_dt, (i64)(g0 + u * GEMV_THREADS) * 8, v[u]);
+#pragma unroll
+        for (int u = 0; u < STAGE_UNROLL; ++u) {
+            const int g = g0 + u * GEMV_THREADS;
+            if (g < total) {
+                const int r = g / groups, c = g - r * groups;
+                gemv_prologue8<PRO>(v[u], in1, in_dt, aux_dt, r, c, k, PRO == GEMV_NORM ? rstd[r] : 1.f);
+                gemv_store8<W>(xs + (i64)r * stride + (i64)c * 8, v[u]);
+            }
+        }
+    }
+    __syncthreads();
+}
+
+// The prologue alone, for launches of many rows: block r writes P(in) of row r, rounded to in_dt
+// then W, to out [rows, k]; the products then stage it as it is (the cast prologue). Computed
+// once here instead of in every block of the product, where 16 rows of gating cost more than
+// the weights' reads.
+template <class W, int PRO>
+__device__ void gemv_prologue_rows(const void* in0, const void* in1, int in_dt, int aux_dt, int k, float eps, W* out) {
+    __shared__ float scratch[32];
+    const int r = blockIdx.x, groups = k / 8;
+    float rstd = 1.f;
+    if (PRO == GEMV_NORM) {
+        float q = 0.f;
+        for (int c = threadIdx.x; c < groups; c += blockDim.x) {
+            float v[8];
+            gemv_load8(in0, in_dt, (i64)r * k + (i64)c * 8, v);
+#pragma unroll
+            for (int i = 0; i < 8; ++i) q += v[i] * v[i];
+        }
+        rstd = gemv_rstd(block_sum(q, scratch), k, eps);
+    }
+    for (int c = threadIdx.x; c < groups; c += blockDim.x) {
+        float v[8];
+        gemv_load8(in0, in_dt, (i64)r * k + (i64)c * 8, v);
+        gemv_prologue8<PRO>(v, in1, in_dt, aux_dt, r, c, k, rstd);
+        gemv_store8<W>(out + (i64)r * k + (i64)c * 8, v);
+    }
+}
+
+// Rows of every target together.
+__device__ __forceinline__ i64 gemv_total_rows(const GemvTargets& t) {
+    i64 total = t.end[0];
+#pragma unroll
+    for (int s = 1; s < GEMV_TARGETS; ++s)
+        if (s < t.count) total = t.end[s];
+    return total;
+}
+
+// The first byte of global row g (g < total) of the weights: `bytes` per row.
+__device__ __forceinline__ const char* gemv_row(const GemvTargets& t, i64 g, i64 bytes) {
+    i64 start, n;
+    const int tt = gemv_target(t, g, start, n);
+    return reinterpret_cast<const char*>(gemv_pick(t.w, tt)) + (g - start) * bytes;
+}
+
+// Stores activation row r's sum s for global row g: the product as the matmul outputs it (W),
+// then the residual's add, in out_dt.
+template <class W>
+__device__ __forceinline__ void gemv_finish(const GemvTargets& t, i64 g, int r, float s, const void* res, int res_dt,
+                                            int out_dt) {
+    i64 start, n;
+    const int tt = gemv_target(t, g, start, n);
+    const i64 at = (i64)r * n + (g - start);
+    float y = to_f(from_f<W>(s));
+    if (res) y = gemv_load1(res, res_dt, at) + y;
+    gemv_store1(reinterpret_cast<void*>(gemv_pick(t.y, tt)), out_dt, at, y);
+}
+
 // W: the weights' (and the staged activations') type. RT: the compiled row count (rows <= RT
 // run). RB: output rows per tile. UNROLL: k steps a warp keeps in flight.
 // in0: x (norm, cast) or gate (swiglu), [rows, k] of in_dt. in1: the norm weight [k] of aux_dt
@@ -173,51 +301,10 @@ __device__ void decode_gemv_impl(const GemvTargets& t, const void* in0, const vo
     float* red = reinterpret_cast<float*>(xs + (i64)rows * k); // [GEMV_WARPS][V]
     float* rstd = red + GEMV_WARPS * V;                       // [RT]
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    const int groups = k / 8;
-
-    // ----- prologue: P(in) for every row, rounded to in_dt then W, into shared memory -----
-    if (PRO == GEMV_NORM) {
-        for (int r = warp; r < rows; r += GEMV_WARPS) {
-            float q = 0.f;
-            for (int c = lane; c < groups; c += 32) {
-                float v[8];
-                gemv_load8(in0, in_dt, (i64)r * k + (i64)c * 8, v);
-#pragma unroll
-                for (int i = 0; i < 8; ++i) q += v[i] * v[i];
-            }
-            q = warp_sum(q);
-            // As kernels/norm.cu: 1 / sqrt(mean of squares + eps), in float.
-            if (lane == 0) rstd[r] = 1.f / sqrtf(q / (float)k + eps);
-        }
-        __syncthreads();
-    }
-    for (int g = threadIdx.x; g < rows * groups; g += GEMV_THREADS) {
-        const int r = g / groups, c = g - r * groups;
-        float v[8];
-        gemv_load8(in0, in_dt, (i64)g * 8, v);
-        if (PRO == GEMV_NORM) {
-            float w[8];
-            gemv_load8(in1, aux_dt, (i64)c * 8, w);
-            const float s = rstd[r];
-            // (x - 0) * rstd * w, the order of kernels/norm.cu.
-#pragma unroll
-            for (int i = 0; i < 8; ++i) v[i] = gemv_round(in_dt, v[i] * s * w[i]);
-        } else if (PRO == GEMV_SWIGLU) {
-            float u[8];
-            gemv_load8(in1, in_dt, (i64)g * 8, u);
-            // a * sigmoid(a) * u, the expression of kernels/swiglu.cu.
-#pragma unroll
-            for (int i = 0; i < 8; ++i) v[i] = gemv_round(in_dt, v[i] * (1.f / (1.f + expf(-v[i]))) * u[i]);
-        }
-        gemv_store8<W>(xs + (i64)g * 8, v);
-    }
-    __syncthreads();
+    gemv_stage<W, PRO>(in0, in1, in_dt, aux_dt, rows, k, eps, xs, k, rstd);
 
     // ----- tiles of RB output rows -----
-    i64 total_rows = t.end[0];
-#pragma unroll
-    for (int s = 1; s < GEMV_TARGETS; ++s)
-        if (s < t.count) total_rows = t.end[s];
+    const i64 total_rows = gemv_total_rows(t);
     const int words = k / EPW; // 16-byte words in a row
     const uint4* xw = reinterpret_cast<const uint4*>(xs);
     for (i64 tile = blockIdx.x; tile * RB < total_rows; tile += gridDim.x) {
@@ -225,10 +312,7 @@ __device__ void decode_gemv_impl(const GemvTargets& t, const void* in0, const vo
 #pragma unroll
         for (int j = 0; j < RB; ++j) {
             // Rows past the end read the last row again (an L2 hit) and are not stored.
-            const i64 g = min(tile * RB + j, total_rows - 1);
-            i64 start, n;
-            const int tt = gemv_target(t, g, start, n);
-            wp[j] = reinterpret_cast<const uint4*>(gemv_pick(t.w, tt)) + (g - start) * words;
+            wp[j] = reinterpret_cast<const uint4*>(gemv_row(t, min(tile * RB + j, total_rows - 1), (i64)words * 16));
         }
         float acc[RB][RT];
 #pragma unroll
@@ -292,13 +376,7 @@ __device__ void decode_gemv_impl(const GemvTargets& t, const void* in0, const vo
                 float s = 0.f;
 #pragma unroll
                 for (int w = 0; w < GEMV_WARPS; ++w) s += red[w * V + o];
-                i64 start, n;
-                const int tt = gemv_target(t, g, start, n);
-                const i64 at = (i64)r * n + (g - start);
-                // The product as the matmul outputs it (W), then the residual's add.
-                float y = to_f(from_f<W>(s));
-                if (res) y = gemv_load1(res, res_dt, at) + y;
-                gemv_store1(reinterpret_cast<void*>(gemv_pick(t.y, tt)), out_dt, at, y);
+                gemv_finish<W>(t, g, r, s, res, res_dt, out_dt);
             }
         }
         // `red` is rewritten by the next tile.
@@ -327,3 +405,141 @@ __device__ void decode_gemv_impl(const GemvTargets& t, const void* in0, const vo
 RB_DECODE_GEMV_TYPES(norm, GEMV_NORM)
 RB_DECODE_GEMV_TYPES(swiglu, GEMV_SWIGLU)
 RB_DECODE_GEMV_TYPES(cast, GEMV_CAST)
+
+// ----- the tensor-core form: BF16/F16 weights, k a multiple of 32 -----
+// The same products through mma.sync m16n8k16: A is 16 weight rows, B the staged activation
+// rows (8 per n-tile; rows past `rows` are zeros), C their sums in FP32. A dot product does not
+// care in which order k is visited, so the fragments' k slots are assigned to fit 16-byte
+// loads: lane (g = lane / 4, q = lane % 4) loads the 8 values at k = 32c + 8q .. 32c + 8q + 7
+// of weight rows g and g + 8 and of activation row g. Words 0-1 of each load feed the first
+// mma of chunk c (PTX's a0..a7 at rows g, g + 8 and k slots 2q, 2q + 1, 2q + 8, 2q + 9; b0..b3
+// at the same slots), words 2-3 the second. A and B take the same assignment, so every product
+// pairs matching k.
+// A warp's load is 16 rows x 64 bytes (two whole sectors each); every weight byte is read once
+// for all activation rows, and with the multiplies on the tensor cores the loop is bound by its
+// loads alone, at 1 row or 16.
+// Tiles are 16 output rows. The 8 warps of a block split k by chunks (warp w takes chunks
+// w, w + 8, ...) and sum through shared memory in a fixed order, so a run repeats bit for bit.
+// A lane issues MMA_BATCH chunks' loads (2 x 16 bytes each) before it multiplies any.
+
+#define MMA_BATCH 8
+
+// Staged row stride in elements: rows 64 bytes apart modulo 128, so the two activation rows
+// one quarter-warp reads fall in different banks. Mirrors `mma_stride` in decode_gemv.rs.
+__device__ __forceinline__ int gemv_mma_stride(int k) { return k % 64 == 0 ? k + 32 : k; }
+
+// Asks L2 for the 16 weight rows of `tile` (clamped to the last row), one bulk prefetch per
+// row: the rows stream from memory while the block stages its inputs or works on the tile
+// before, and the loop's loads then meet L2. Prefetches go through the copy engine of the SM
+// (sm_90's cp.async.bulk), so they hold no registers.
+__device__ __forceinline__ void gemv_prefetch_tile(const GemvTargets& t, i64 tile, i64 total_rows, i64 row_bytes) {
+#if __CUDA_ARCH__ >= 900
+    if (threadIdx.x < 16 && tile * 16 < total_rows) {
+        const char* p = gemv_row(t, min(tile * 16 + threadIdx.x, total_rows - 1), row_bytes);
+        asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p), "r"((u32)row_bytes) : "memory");
+    }
+#endif
+}
+
+template <class W, int NT, int PRO>
+__device__ void decode_gemv_mma_impl(const GemvTargets& t, const void* in0, const void* in1, int in_dt, int aux_dt,
+                                     const void* res, int res_dt, int out_dt, int rows, int k, float eps) {
+    extern __shared__ uint4 gemv_smem[];
+    const int stride = gemv_mma_stride(k);
+    W* xs = reinterpret_cast<W*>(gemv_smem);
+    float* red = reinterpret_cast<float*>(xs + (i64)rows * stride); // [GEMV_WARPS][NT][16 x 8]
+    float* rstd = red + GEMV_WARPS * NT * 128;                      // [rows]
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int g = lane >> 2, q = lane & 3;
+    const i64 total_rows = gemv_total_rows(t);
+    const int chunks = k / 32;
+    const i64 row_bytes = (i64)k * sizeof(W);
+    gemv_prefetch_tile(t, blockIdx.x, total_rows, row_bytes);
+    gemv_stage<W, PRO>(in0, in1, in_dt, aux_dt, rows, k, eps, xs, stride, rstd);
+
+    for (i64 tile = blockIdx.x; tile * 16 < total_rows; tile += gridDim.x) {
+        gemv_prefetch_tile(t, tile + gridDim.x, total_rows, row_bytes);
+        // Rows past the end read the last row again (an L2 hit) and are not stored.
+        const char* w_lo = gemv_row(t, min(tile * 16 + g, total_rows - 1), row_bytes) + q * 16;
+        const char* w_hi = gemv_row(t, min(tile * 16 + g + 8, total_rows - 1), row_bytes) + q * 16;
+        float acc[NT][4];
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+            for (int i = 0; i < 4; ++i) acc[nt][i] = 0.f;
+        for (int c0 = warp; c0 < chunks; c0 += GEMV_WARPS * MMA_BATCH) {
+            uint4 lo[MMA_BATCH], hi[MMA_BATCH];
+#pragma unroll
+            for (int b = 0; b < MMA_BATCH; ++b) {
+                const int c = c0 + b * GEMV_WARPS;
+                if (c < chunks) {
+                    lo[b] = __ldg(reinterpret_cast<const uint4*>(w_lo + (i64)c * 64));
+                    hi[b] = __ldg(reinterpret_cast<const uint4*>(w_hi + (i64)c * 64));
+                }
+            }
+#pragma unroll
+            for (int b = 0; b < MMA_BATCH; ++b) {
+                const int c = c0 + b * GEMV_WARPS; // the same for every lane of the warp
+                if (c < chunks) {
+                    const u32 a0[4] = {lo[b].x, hi[b].x, lo[b].y, hi[b].y};
+                    const u32 a1[4] = {lo[b].z, hi[b].z, lo[b].w, hi[b].w};
+#pragma unroll
+                    for (int nt = 0; nt < NT; ++nt) {
+                        const int r = nt * 8 + g;
+                        uint4 x = make_uint4(0u, 0u, 0u, 0u);
+                        if (r < rows) x = *reinterpret_cast<const uint4*>(xs + (i64)r * stride + c * 32 + q * 8);
+                        Mma<W>::run(acc[nt], a0, x.x, x.y);
+                        Mma<W>::run(acc[nt], a1, x.z, x.w);
+                    }
+                }
+            }
+        }
+        // C: acc[nt][0..1] at weight row g and activation rows nt * 8 + 2q, + 1; [2..3] at g + 8.
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt) {
+            float* mine = red + (warp * NT + nt) * 128;
+            mine[g * 8 + 2 * q] = acc[nt][0];
+            mine[g * 8 + 2 * q + 1] = acc[nt][1];
+            mine[(g + 8) * 8 + 2 * q] = acc[nt][2];
+            mine[(g + 8) * 8 + 2 * q + 1] = acc[nt][3];
+        }
+        __syncthreads();
+        for (int o = threadIdx.x; o < NT * 128; o += GEMV_THREADS) {
+            const int nt = o / 128, at = o % 128, m = at / 8, r = nt * 8 + at % 8;
+            const i64 gr = tile * 16 + m;
+            if (r < rows && gr < total_rows) {
+                float s = 0.f;
+#pragma unroll
+                for (int w = 0; w < GEMV_WARPS; ++w) s += red[(w * NT + nt) * 128 + at];
+                gemv_finish<W>(t, gr, r, s, res, res_dt, out_dt);
+            }
+        }
+        // `red` is rewritten by the next tile.
+        __syncthreads();
+    }
+}
+
+#define RB_DECODE_GEMV_MMA(pro, PRO, name, W, NT)                                                                    \
+    extern "C" __global__ void __launch_bounds__(GEMV_THREADS) decode_gemv_mma_##pro##_##name##_n##NT(               \
+        GemvTargets t, const void* in0, const void* in1, int in_dt, int aux_dt, const void* res, int res_dt,          \
+        int out_dt, int rows, int k, float eps) {                                                                     \
+        decode_gemv_mma_impl<W, NT, PRO>(t, in0, in1, in_dt, aux_dt, res, res_dt, out_dt, rows, k, eps);             \
+    }
+#define RB_DECODE_GEMV_MMA_TYPES(pro, PRO)          \
+    RB_DECODE_GEMV_MMA(pro, PRO, bf16, bf16, 1)     \
+    RB_DECODE_GEMV_MMA(pro, PRO, bf16, bf16, 2)     \
+    RB_DECODE_GEMV_MMA(pro, PRO, f16, f16, 1)       \
+    RB_DECODE_GEMV_MMA(pro, PRO, f16, f16, 2)
+RB_DECODE_GEMV_MMA_TYPES(norm, GEMV_NORM)
+RB_DECODE_GEMV_MMA_TYPES(swiglu, GEMV_SWIGLU)
+RB_DECODE_GEMV_MMA_TYPES(cast, GEMV_CAST)
+
+#define RB_DECODE_GEMV_PROLOGUE(pro, PRO, name, W)                                                                  \
+    extern "C" __global__ void __launch_bounds__(GEMV_THREADS) decode_gemv_prologue_##pro##_##name(                \
+        const void* in0, const void* in1, int in_dt, int aux_dt, int k, float eps, W* out) {                        \
+        gemv_prologue_rows<W, PRO>(in0, in1, in_dt, aux_dt, k, eps, out);                                           \
+    }
+RB_DECODE_GEMV_PROLOGUE(norm, GEMV_NORM, bf16, bf16)
+RB_DECODE_GEMV_PROLOGUE(norm, GEMV_NORM, f16, f16)
+RB_DECODE_GEMV_PROLOGUE(swiglu, GEMV_SWIGLU, bf16, bf16)
+RB_DECODE_GEMV_PROLOGUE(swiglu, GEMV_SWIGLU, f16, f16)

@@ -2,6 +2,10 @@
 //! RMS norm, SwiGLU's gating, or none) and their products with one or more weights, plus an
 //! optional residual, in one launch. Engine side: engine/src/ops/fused_linear.rs.
 //!
+//! Two forms: BF16/F16 weights with k a multiple of 32 take the tensor-core kernels (mma on
+//! tiles of 16 output rows, for 1 to 16 activation rows alike); other weights take the CUDA-core
+//! kernels, which only pay below 3 rows (`fused_max_rows`).
+//!
 //! Every block stages the prologue's output for all rows in shared memory, so the grid is at
 //! most the blocks resident at once (each loops over tiles of output rows): the launch sizes
 //! itself from the occupancy calculator, which needs no host synchronization and no copy, so
@@ -58,6 +62,35 @@ struct Targets {
     count: i32,
 }
 
+/// Whether products with weights of `dtype` and k columns take the tensor-core kernels.
+fn tensor_cores(k: usize, dtype: DType) -> bool {
+    matches!(dtype, DType::BF16 | DType::F16) && k.is_multiple_of(32)
+}
+
+/// The most activation rows for which one fused launch beats the composition (norm or gating,
+/// then cuBLAS products, then the add). Measured on the H200 with the 1.1B decode shapes
+/// (docs/baseline.md): the tensor-core kernels read the weights at the same rate for 1 to 16
+/// rows; the CUDA-core ones fall below cuBLAS from 4 rows (19-29% of the bandwidth at 4, 8-18%
+/// at 16), since their multiplies grow with the rows.
+pub fn fused_max_rows(k: usize, dtype: DType) -> usize {
+    if tensor_cores(k, dtype) {
+        MAX_ROWS
+    } else {
+        2
+    }
+}
+
+/// The tensor-core kernels' staged row stride in elements (kernels/decode_gemv.cu's
+/// `gemv_mma_stride`): rows 64 bytes apart modulo 128 bytes, so the two rows a quarter-warp
+/// reads fall in different banks.
+fn mma_stride(k: usize) -> usize {
+    if k.is_multiple_of(64) {
+        k + 32
+    } else {
+        k
+    }
+}
+
 /// The compiled row count a launch of `rows` rows runs, and its output rows per tile (the
 /// kernel file's RB_DECODE_GEMV_ROWS).
 fn compiled_rows(rows: usize) -> (usize, usize) {
@@ -70,8 +103,21 @@ fn compiled_rows(rows: usize) -> (usize, usize) {
     }
 }
 
+/// Above this many rows, the tensor-core launches compute the norm or gating in a kernel of its
+/// own instead of in every block (where, for 16 rows of 5632, it cost more than the products).
+const PROLOGUE_IN_BLOCK_ROWS: usize = 2;
+
+/// n-tiles (8 activation rows each) of the tensor-core kernel for `rows` rows.
+fn mma_tiles(rows: usize) -> usize {
+    rows.div_ceil(8)
+}
+
 /// Dynamic shared memory of a launch: the staged rows, the cross-warp sums and the norms.
 fn shared_bytes(rows: usize, k: usize, dtype: DType) -> usize {
+    if tensor_cores(k, dtype) {
+        let sums = WARPS * mma_tiles(rows) * 16 * 8;
+        return rows * mma_stride(k) * dtype.size_in_bytes() + (sums + MAX_ROWS) * 4;
+    }
     let (rt, rb) = compiled_rows(rows);
     rows * k * dtype.size_in_bytes() + (WARPS * rb * rt + rt) * 4
 }
@@ -232,6 +278,33 @@ pub fn decode_gemv(
         return Err(invalid("a residual takes exactly one weight".into()));
     }
     let (in0, in1, in_dt, aux_dt, eps) = prologue_args(prologue, rows, k)?;
+    if tensor_cores(k, wdtype)
+        && rows > PROLOGUE_IN_BLOCK_ROWS
+        && !matches!(prologue, Prologue::Plain { .. })
+    {
+        // The norm or gating once for all blocks, then the products of its output as it is.
+        let staged = CudaStorage::alloc(dev, rows * k, wdtype)?;
+        let name = format!(
+            "decode_gemv_prologue_{}_{}",
+            prologue.name(),
+            type_suffix(wdtype)
+        );
+        let f = dev.function(&DECODE_GEMV, &name)?;
+        let (k32, out) = (k as i32, staged.ptr());
+        // SAFETY: the inputs' spans were checked above (rows × k, and k or rows × k for in1);
+        // `staged` holds rows × k of the weights' dtype, one block per row.
+        unsafe {
+            dev.launch(
+                f,
+                (rows as u32, 1, 1),
+                THREADS,
+                0,
+                &mut args![in0, in1, in_dt, aux_dt, k32, eps, out],
+            )?
+        };
+        let plain = Prologue::Plain { x: (&staged, 0) };
+        return decode_gemv(&plain, rows, k, weights, residual, out_dtype);
+    }
     let out_dt = dtype_code(out_dtype)?;
     let (res, res_dt) = match residual {
         Some(r) => (
@@ -254,12 +327,24 @@ pub fn decode_gemv(
         .iter()
         .map(|&(_, n)| CudaStorage::alloc(dev, rows * n, out_dtype))
         .collect::<Result<Vec<_>>>()?;
-    let (rt, rb) = compiled_rows(rows);
-    let name = format!(
-        "decode_gemv_{}_{}_r{rt}",
-        prologue.name(),
-        type_suffix(wdtype)
-    );
+    // Output rows per tile, and the kernel.
+    let (rb, name) = if tensor_cores(k, wdtype) {
+        let name = format!(
+            "decode_gemv_mma_{}_{}_n{}",
+            prologue.name(),
+            type_suffix(wdtype),
+            mma_tiles(rows)
+        );
+        (16, name)
+    } else {
+        let (rt, rb) = compiled_rows(rows);
+        let name = format!(
+            "decode_gemv_{}_{}_r{rt}",
+            prologue.name(),
+            type_suffix(wdtype)
+        );
+        (rb, name)
+    };
     let f = dev.function(&DECODE_GEMV, &name)?;
     let shared = shared_bytes(rows, k, wdtype);
     let resident = dev.sm_count() * blocks_per_sm(dev, f, shared)?;
@@ -310,14 +395,29 @@ mod tests {
     fn shared_memory_holds_the_rows_in_the_weights_dtype_and_the_sums() {
         // 16 rows of 5632 BF16 values (TinyLlama's down projection) stay under H100/H200's
         // 227 KB; F32 ones do not.
+        // BF16 with k a multiple of 32 is the tensor-core form: padded rows, 2 n-tiles of sums.
         assert_eq!(
             shared_bytes(16, 5632, DType::BF16),
-            16 * 5632 * 2 + (8 * 4 * 16 + 16) * 4
+            16 * 5664 * 2 + (8 * 2 * 128 + 16) * 4
         );
         assert!(shared_bytes(16, 5632, DType::BF16) <= 227 << 10);
         assert!(shared_bytes(16, 5632, DType::F32) > 227 << 10);
+        assert_eq!(
+            shared_bytes(4, 40, DType::BF16),
+            4 * 40 * 2 + (8 * 8 * 4 + 4) * 4
+        );
         assert_eq!(compiled_rows(3), (4, 8));
         assert_eq!(compiled_rows(9), (16, 4));
+    }
+
+    #[test]
+    fn tensor_cores_take_16_rows_and_the_cuda_cores_2() {
+        assert_eq!(fused_max_rows(2048, DType::BF16), 16);
+        assert_eq!(fused_max_rows(5632, DType::F16), 16);
+        assert_eq!(fused_max_rows(2048, DType::F32), 2);
+        assert_eq!(fused_max_rows(40, DType::BF16), 2);
+        // 64-byte padding only where the rows would otherwise share banks.
+        assert_eq!((mma_stride(2048), mma_stride(96)), (2080, 96));
     }
 
     #[test]

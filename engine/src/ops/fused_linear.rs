@@ -6,8 +6,8 @@
 //! - `swiglu_linear`: silu(gate) * up times a weight (down), plus the residual.
 //! - `linear_residual`: x times a weight (o), plus the residual.
 //!
-//! Weights are [n, k] as `Linear` holds them (y = x Wᵀ). On CUDA, for at most 16 rows
-//! (backend/cuda/decode_gemv.rs) and when no gradient is needed, each op is one GEMV launch
+//! Weights are [n, k] as `Linear` holds them (y = x Wᵀ). On CUDA, for at most
+//! `fused_max_rows` rows (backend/cuda/decode_gemv.rs) and when no gradient is needed, each op is one GEMV launch
 //! that reads every weight once; otherwise it is the composition of the ops the model runs
 //! (which records autograd as usual). Both choose the same dtypes (`product_dtype`), and the
 //! kernel rounds where the composition materializes a tensor, so the two differ only in the
@@ -29,16 +29,24 @@ const NORM_OP: &str = "rms_norm_linears";
 const SWIGLU_OP: &str = "swiglu_linear";
 const LINEAR_OP: &str = "linear_residual";
 
+/// The most activation rows for which the fused kernel replaces the composition, with weights
+/// of `dtype` (the product's) and k columns: 16 on the tensor cores (BF16/F16), 2 otherwise.
+/// Larger batches compose, where cuBLAS's GEMMs are at the bandwidth.
+pub use crate::backend::cuda::decode_gemv::fused_max_rows;
+
+/// `fused_max_rows`, unless `RB_DECODE_FUSED_ROWS` sets another limit (read once; for
+/// measuring the kernels against the composition at a batch, as docs/baseline.md does).
+fn rows_limit(k: usize, dtype: DType) -> usize {
+    static OVERRIDE: std::sync::OnceLock<Option<usize>> = std::sync::OnceLock::new();
+    OVERRIDE
+        .get_or_init(|| std::env::var("RB_DECODE_FUSED_ROWS").ok()?.parse().ok())
+        .unwrap_or_else(|| fused_max_rows(k, dtype))
+}
+
 /// The dtype a product of an activation and a weight of these dtypes runs (and outputs) in on
 /// `device`, as `matmul` chooses it: the promoted dtype, or autocast's low dtype in place of
 /// F32/F64 on CUDA. With `weight` equal to `activation` it is what `amp::for_products` casts
 /// an input to. The kernel path and the composition both take their dtypes from here.
-/// The most activation rows the fused kernel takes. Measured on the H200 (1.1B decode shapes,
-/// docs/baseline.md): at 1 and 2 rows one fused kernel beats the norm, cast and cuBLAS products
-/// it replaces; from 4 rows its bandwidth falls (19-29% at 4, 8-18% at 16) below cuBLAS's, so
-/// larger batches compose.
-pub const FUSED_MAX_ROWS: usize = 2;
-
 pub fn product_dtype(device: Device, activation: DType, weight: DType) -> DType {
     let d = activation.promote(weight);
     amp::matmul_operand_dtype(device, d).unwrap_or(d)
@@ -266,10 +274,10 @@ fn plan(
         return Ok(None);
     }
     let rows = x.numel().checked_div(k).unwrap_or(0);
-    if rows > FUSED_MAX_ROWS {
+    let dtype = product_dtype(x.device(), activation, weights[0].dtype());
+    if rows > rows_limit(k, dtype) {
         return Ok(None);
     }
-    let dtype = product_dtype(x.device(), activation, weights[0].dtype());
     let dev = crate::backend::cuda::device(ordinal)?;
     let one_dtype = weights
         .iter()
