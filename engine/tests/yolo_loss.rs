@@ -222,6 +222,30 @@ fn f32_loss_gradients_and_assignment_match_ultralytics() {
 }
 
 #[test]
+fn bf16_maps_are_computed_in_f32_and_get_bf16_gradients() {
+    let c = case("b");
+    let (out, _) = c.run(DType::BF16, Device::Cpu);
+    assert_eq!(out.loss.dtype(), DType::F32);
+    // The maps rounded to BF16 move the loss by well under a percent.
+    let err = worst_relative(&f64s(&out.loss), &f64s(c.get("loss")));
+    assert!(err < 1e-2, "{err:e}");
+    let maps: Vec<Tensor> = c
+        .maps
+        .iter()
+        .map(|m| m.to_dtype(DType::BF16).unwrap().requires_grad_().unwrap())
+        .collect();
+    c.loss_fn()
+        .forward(&maps, &c.targets)
+        .unwrap()
+        .total
+        .backward()
+        .unwrap();
+    assert!(maps
+        .iter()
+        .all(|m| m.grad().unwrap().dtype() == DType::BF16));
+}
+
+#[test]
 fn a_batch_without_labels_has_only_the_class_term() {
     let mut c = case("a");
     c.targets = DetectionTargets::new(c.maps[0].shape()[0]);
