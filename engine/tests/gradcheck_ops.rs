@@ -58,6 +58,7 @@ fn gradcheck_case(name: &str) -> Option<Case> {
         "rsqrt" => case(vec![positive(&[4, 3], 6)], |x| x[0].rsqrt()),
         "sin" => unary(|x| x.sin()),
         "cos" => unary(|x| x.cos()),
+        "atan" => unary(|x| x.atan()),
         "tanh" => unary(|x| x.tanh()),
         "sigmoid" => unary(|x| x.sigmoid()),
         "relu" => unary(|x| x.relu()),

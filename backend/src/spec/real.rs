@@ -19,6 +19,7 @@ pub trait Real:
     fn sqrt(self) -> Self;
     fn sin(self) -> Self;
     fn cos(self) -> Self;
+    fn atan(self) -> Self;
     fn tanh(self) -> Self;
     fn erf(self) -> Self;
     fn abs(self) -> Self;
@@ -69,6 +70,10 @@ macro_rules! real {
             #[inline]
             fn cos(self) -> Self {
                 <$t>::cos(self)
+            }
+            #[inline]
+            fn atan(self) -> Self {
+                <$t>::atan(self)
             }
             #[inline]
             fn tanh(self) -> Self {

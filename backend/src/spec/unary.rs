@@ -186,6 +186,12 @@ unary_ops! {
         derivative: |x, _y| -x.sin(),
         cuda: "cos(x)", "-sin(x)",
     }
+    /// The arctangent, in (-pi/2, pi/2) (CIoU's aspect-ratio term).
+    Atan = "atan" {
+        value: |x| x.atan(),
+        derivative: |x, _y| R::c(1.0) / (R::c(1.0) + x * x),
+        cuda: "atan(x)", "(C)1 / ((C)1 + x * x)",
+    }
     Tanh = "tanh" {
         value: |x| x.tanh(),
         derivative: |_x, y| R::c(1.0) - y * y,
@@ -354,6 +360,7 @@ mod tests {
             UnaryOp::Rsqrt,
             UnaryOp::Sin,
             UnaryOp::Cos,
+            UnaryOp::Atan,
             UnaryOp::Tanh,
             UnaryOp::Sigmoid,
             UnaryOp::Gelu,

@@ -86,6 +86,10 @@ impl Tensor {
     pub fn cos(&self) -> Result<Tensor> {
         self.unary(UnaryOp::Cos)
     }
+    /// The arctangent, in (-pi/2, pi/2).
+    pub fn atan(&self) -> Result<Tensor> {
+        self.unary(UnaryOp::Atan)
+    }
     pub fn tanh(&self) -> Result<Tensor> {
         self.unary(UnaryOp::Tanh)
     }

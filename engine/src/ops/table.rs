@@ -62,6 +62,7 @@ ops! {
     "rsqrt": Primitive, true, FLOAT;
     "sin": Primitive, true, FLOAT;
     "cos": Primitive, true, FLOAT;
+    "atan": Primitive, true, FLOAT;
     "tanh": Primitive, true, FLOAT;
     "sigmoid": Primitive, true, FLOAT;
     "relu": Primitive, true, INT_AND_FLOAT;

@@ -17,6 +17,7 @@ pub fn register(api: &mut Api) {
         "rsqrt" => rsqrt, "Elementwise 1/sqrt(x).";
         "sin" => sin, "Elementwise sine.";
         "cos" => cos, "Elementwise cosine.";
+        "atan" => atan, "Elementwise arctangent, in (-pi/2, pi/2).";
         "tanh" => tanh, "Elementwise tanh.";
         "sigmoid" => sigmoid, "Elementwise logistic sigmoid.";
         "relu" => relu, "Elementwise max(x, 0).";

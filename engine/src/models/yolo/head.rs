@@ -187,23 +187,9 @@ impl Detect {
                 return Ok((a.clone(), st.clone()));
             }
         }
-        let total: usize = sizes.iter().map(|(h, w)| h * w).sum();
-        let (mut xs, mut ys, mut st) = (
-            Vec::with_capacity(total),
-            Vec::with_capacity(total),
-            Vec::with_capacity(total),
-        );
-        for (&(h, w), &stride) in sizes.iter().zip(&self.strides) {
-            for y in 0..h {
-                for x in 0..w {
-                    xs.push(x as f32 + 0.5);
-                    ys.push(y as f32 + 0.5);
-                    st.push(stride as f32);
-                }
-            }
-        }
-        xs.extend(ys);
-        let anchors = Tensor::from_vec(xs, &[1, 2, total])?.to(device, dtype)?;
+        let (xys, st) = anchor_grid(sizes, &self.strides);
+        let total = st.len();
+        let anchors = Tensor::from_vec(xys, &[1, 2, total])?.to(device, dtype)?;
         let strides = Tensor::from_vec(st, &[1, 1, total])?.to(device, dtype)?;
         *cache = Some((
             sizes.to_vec(),
@@ -218,6 +204,29 @@ impl Detect {
     pub fn no(&self) -> usize {
         self.nc + 4 * self.reg_max
     }
+}
+
+/// Every anchor's centre (x + 0.5, y + 0.5) in grid units, levels in order and rows within a
+/// level, as the A x values followed by the A y values; and each anchor's stride. As
+/// ultralytics' `make_anchors` with its offset of 0.5.
+pub(crate) fn anchor_grid(sizes: &[(usize, usize)], strides: &[f64]) -> (Vec<f32>, Vec<f32>) {
+    let total: usize = sizes.iter().map(|(h, w)| h * w).sum();
+    let (mut xs, mut ys, mut st) = (
+        Vec::with_capacity(2 * total),
+        Vec::with_capacity(total),
+        Vec::with_capacity(total),
+    );
+    for (&(h, w), &stride) in sizes.iter().zip(strides) {
+        for y in 0..h {
+            for x in 0..w {
+                xs.push(x as f32 + 0.5);
+                ys.push(y as f32 + 0.5);
+                st.push(stride as f32);
+            }
+        }
+    }
+    xs.extend(ys);
+    (xs, st)
 }
 
 impl Block for Detect {

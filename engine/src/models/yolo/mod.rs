@@ -1,5 +1,6 @@
 //! The YOLO detection family (YOLOv8 and YOLO11): the network built from ultralytics' model
-//! YAML with ultralytics' parameter names, its blocks and detection head.
+//! YAML with ultralytics' parameter names, its blocks and detection head, and its training
+//! loss.
 
 mod block;
 mod blocks;
@@ -9,6 +10,7 @@ mod conv;
 pub mod definitions;
 mod head;
 mod load;
+pub mod loss;
 mod network;
 mod onnx;
 pub mod predict;

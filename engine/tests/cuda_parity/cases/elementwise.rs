@@ -17,6 +17,7 @@ pub const OPS: &[super::Entry] = &[
     ("rsqrt", || unary(POSITIVE, |x| x.rsqrt())),
     ("sin", || unary(NORMAL, |x| x.sin())),
     ("cos", || unary(NORMAL, |x| x.cos())),
+    ("atan", || unary(Dist::Uniform(-6.0, 6.0), |x| x.atan())),
     ("tanh", || unary(NORMAL, |x| x.tanh())),
     ("sigmoid", || unary(NORMAL, |x| x.sigmoid())),
     ("relu", || unary(NORMAL, |x| x.relu())),
