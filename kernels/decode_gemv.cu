@@ -406,39 +406,35 @@ RB_DECODE_GEMV_TYPES(norm, GEMV_NORM)
 RB_DECODE_GEMV_TYPES(swiglu, GEMV_SWIGLU)
 RB_DECODE_GEMV_TYPES(cast, GEMV_CAST)
 
-// ----- the tensor-core form: BF16/F16 weights, k a multiple of 32 -----
+// ----- the tensor-core form: BF16/F16 weights, k a multiple of 64 -----
 // The same products through mma.sync m16n8k16: A is 16 weight rows, B the staged activation
 // rows (8 per n-tile; rows past `rows` are zeros), C their sums in FP32. A dot product does not
-// care in which order k is visited, so the fragments' k slots are assigned to fit 16-byte
-// loads: lane (g = lane / 4, q = lane % 4) loads the 8 values at k = 32c + 8q .. 32c + 8q + 7
-// of weight rows g and g + 8 and of activation row g. Words 0-1 of each load feed the first
-// mma of chunk c (PTX's a0..a7 at rows g, g + 8 and k slots 2q, 2q + 1, 2q + 8, 2q + 9; b0..b3
-// at the same slots), words 2-3 the second. A and B take the same assignment, so every product
-// pairs matching k.
-// A warp's load is 16 rows x 64 bytes (two whole sectors each); every weight byte is read once
-// for all activation rows, and with the multiplies on the tensor cores the loop is bound by its
-// loads alone, at 1 row or 16.
+// care in which order k is visited, so the fragments' k slots are assigned to fit wide loads:
+// for chunk c (64 values of k), lane (g = lane / 4, q = lane % 4) loads the 16 values at
+// k = 64c + 16q .. 64c + 16q + 15 of weight rows g and g + 8 (two 16-byte words each) and of
+// activation row g. Each word feeds two mma: its 32-bit words 0-1 are PTX's a0..a7 (rows g,
+// g + 8; k slots 2q, 2q + 1, 2q + 8, 2q + 9) and b0..b3 (the same slots) of one, words 2-3 of
+// the next. A and B take the same assignment, so every product pairs matching k.
+// A warp's load is 16 rows x 128 bytes, whole cache lines; every weight byte is read once for
+// all activation rows, and with the multiplies on the tensor cores the loop is bound by its
+// loads, at 1 row or 16.
 // Tiles are 16 output rows. The 8 warps of a block split k by chunks (warp w takes chunks
 // w, w + 8, ...) and sum through shared memory in a fixed order, so a run repeats bit for bit.
-// A lane issues MMA_BATCH chunks' loads (2 x 16 bytes each) before it multiplies any.
+// A lane issues MMA_BATCH chunks' loads (4 x 16 bytes each) before it multiplies any.
 
-#define MMA_BATCH 8
+#define MMA_BATCH 4
 
-// Staged row stride in elements: rows 64 bytes apart modulo 128, so the two activation rows
-// one quarter-warp reads fall in different banks. Mirrors `mma_stride` in decode_gemv.rs.
-__device__ __forceinline__ int gemv_mma_stride(int k) { return k % 64 == 0 ? k + 32 : k; }
+// Staged row stride in elements: rows 16 bytes apart modulo 128, so the two activation rows one
+// quarter-warp reads fall in different banks. Mirrors `mma_stride` in decode_gemv.rs.
+__device__ __forceinline__ int gemv_mma_stride(int k) { return k + 8; }
 
-// Asks L2 for the 16 weight rows of `tile` (clamped to the last row), one bulk prefetch per
-// row: the rows stream from memory while the block stages its inputs or works on the tile
-// before, and the loop's loads then meet L2. Prefetches go through the copy engine of the SM
-// (sm_90's cp.async.bulk), so they hold no registers.
-__device__ __forceinline__ void gemv_prefetch_tile(const GemvTargets& t, i64 tile, i64 total_rows, i64 row_bytes) {
-#if __CUDA_ARCH__ >= 900
-    if (threadIdx.x < 16 && tile * 16 < total_rows) {
-        const char* p = gemv_row(t, min(tile * 16 + threadIdx.x, total_rows - 1), row_bytes);
-        asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p), "r"((u32)row_bytes) : "memory");
-    }
-#endif
+// The two mma of one 16-byte word of each of rows g, g + 8 (lo, hi) and of the activations (x).
+template <class W>
+__device__ __forceinline__ void gemv_mma_word(float (&acc)[4], const uint4& lo, const uint4& hi, const uint4& x) {
+    const u32 a0[4] = {lo.x, hi.x, lo.y, hi.y};
+    const u32 a1[4] = {lo.z, hi.z, lo.w, hi.w};
+    Mma<W>::run(acc, a0, x.x, x.y);
+    Mma<W>::run(acc, a1, x.z, x.w);
 }
 
 template <class W, int NT, int PRO>
@@ -452,44 +448,47 @@ __device__ void decode_gemv_mma_impl(const GemvTargets& t, const void* in0, cons
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int g = lane >> 2, q = lane & 3;
     const i64 total_rows = gemv_total_rows(t);
-    const int chunks = k / 32;
+    const int chunks = k / 64;
     const i64 row_bytes = (i64)k * sizeof(W);
-    gemv_prefetch_tile(t, blockIdx.x, total_rows, row_bytes);
     gemv_stage<W, PRO>(in0, in1, in_dt, aux_dt, rows, k, eps, xs, stride, rstd);
 
     for (i64 tile = blockIdx.x; tile * 16 < total_rows; tile += gridDim.x) {
-        gemv_prefetch_tile(t, tile + gridDim.x, total_rows, row_bytes);
         // Rows past the end read the last row again (an L2 hit) and are not stored.
-        const char* w_lo = gemv_row(t, min(tile * 16 + g, total_rows - 1), row_bytes) + q * 16;
-        const char* w_hi = gemv_row(t, min(tile * 16 + g + 8, total_rows - 1), row_bytes) + q * 16;
+        const uint4* w_lo = reinterpret_cast<const uint4*>(gemv_row(t, min(tile * 16 + g, total_rows - 1), row_bytes)) + q * 2;
+        const uint4* w_hi = reinterpret_cast<const uint4*>(gemv_row(t, min(tile * 16 + g + 8, total_rows - 1), row_bytes)) + q * 2;
         float acc[NT][4];
 #pragma unroll
         for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
             for (int i = 0; i < 4; ++i) acc[nt][i] = 0.f;
         for (int c0 = warp; c0 < chunks; c0 += GEMV_WARPS * MMA_BATCH) {
-            uint4 lo[MMA_BATCH], hi[MMA_BATCH];
+            uint4 lo[MMA_BATCH][2], hi[MMA_BATCH][2];
 #pragma unroll
             for (int b = 0; b < MMA_BATCH; ++b) {
                 const int c = c0 + b * GEMV_WARPS;
                 if (c < chunks) {
-                    lo[b] = __ldg(reinterpret_cast<const uint4*>(w_lo + (i64)c * 64));
-                    hi[b] = __ldg(reinterpret_cast<const uint4*>(w_hi + (i64)c * 64));
+#pragma unroll
+                    for (int w = 0; w < 2; ++w) {
+                        lo[b][w] = __ldg(w_lo + (i64)c * 8 + w);
+                        hi[b][w] = __ldg(w_hi + (i64)c * 8 + w);
+                    }
                 }
             }
 #pragma unroll
             for (int b = 0; b < MMA_BATCH; ++b) {
                 const int c = c0 + b * GEMV_WARPS; // the same for every lane of the warp
                 if (c < chunks) {
-                    const u32 a0[4] = {lo[b].x, hi[b].x, lo[b].y, hi[b].y};
-                    const u32 a1[4] = {lo[b].z, hi[b].z, lo[b].w, hi[b].w};
 #pragma unroll
                     for (int nt = 0; nt < NT; ++nt) {
                         const int r = nt * 8 + g;
-                        uint4 x = make_uint4(0u, 0u, 0u, 0u);
-                        if (r < rows) x = *reinterpret_cast<const uint4*>(xs + (i64)r * stride + c * 32 + q * 8);
-                        Mma<W>::run(acc[nt], a0, x.x, x.y);
-                        Mma<W>::run(acc[nt], a1, x.z, x.w);
+                        uint4 x[2] = {make_uint4(0u, 0u, 0u, 0u), make_uint4(0u, 0u, 0u, 0u)};
+                        if (r < rows) {
+                            const uint4* xr = reinterpret_cast<const uint4*>(xs + (i64)r * stride + c * 64 + q * 16);
+                            x[0] = xr[0];
+                            x[1] = xr[1];
+                        }
+                        gemv_mma_word<W>(acc[nt], lo[b][0], hi[b][0], x[0]);
+                        gemv_mma_word<W>(acc[nt], lo[b][1], hi[b][1], x[1]);
                     }
                 }
             }

@@ -32,10 +32,10 @@ fn tolerance(dtype: DType) -> f64 {
 }
 
 /// Whether the kernel (not the composition) takes r rows of k with weights of `dtype`: the
-/// staged rows (padded by 64 bytes on the tensor cores) must fit the 227 KB of shared memory
+/// staged rows (padded by 16 bytes on the tensor cores) must fit the 227 KB of shared memory
 /// an H100/H200 block may use.
 fn kernel_expected(r: usize, k: usize, dtype: DType) -> bool {
-    r <= fused_max_rows(k, dtype) && r * (k + 32) * dtype.size_in_bytes() + 8256 <= 227 << 10
+    r <= fused_max_rows(k, dtype) && r * (k + 8) * dtype.size_in_bytes() + 8256 <= 227 << 10
 }
 
 /// The inputs of one case, on the CPU.

@@ -64,31 +64,28 @@ struct Targets {
 
 /// Whether products with weights of `dtype` and k columns take the tensor-core kernels.
 fn tensor_cores(k: usize, dtype: DType) -> bool {
-    matches!(dtype, DType::BF16 | DType::F16) && k.is_multiple_of(32)
+    matches!(dtype, DType::BF16 | DType::F16) && k.is_multiple_of(64)
 }
 
 /// The most activation rows for which one fused launch beats the composition (norm or gating,
 /// then cuBLAS products, then the add). Measured on the H200 with the 1.1B decode shapes
-/// (docs/baseline.md): the tensor-core kernels read the weights at the same rate for 1 to 16
-/// rows; the CUDA-core ones fall below cuBLAS from 4 rows (19-29% of the bandwidth at 4, 8-18%
-/// at 16), since their multiplies grow with the rows.
+/// (docs/baseline.md, `RB_DECODE_FUSED_ROWS`): the tensor-core kernels are ahead at 4 rows
+/// (2,312 tokens/s against 2,185) and behind at 16 (6,598 against 7,812), where every block
+/// stages all 16 rows; the CUDA-core ones fall below cuBLAS from 4 rows (19-29% of the
+/// bandwidth at 4, 8-18% at 16), since their multiplies grow with the rows.
 pub fn fused_max_rows(k: usize, dtype: DType) -> usize {
     if tensor_cores(k, dtype) {
-        MAX_ROWS
+        4
     } else {
         2
     }
 }
 
 /// The tensor-core kernels' staged row stride in elements (kernels/decode_gemv.cu's
-/// `gemv_mma_stride`): rows 64 bytes apart modulo 128 bytes, so the two rows a quarter-warp
+/// `gemv_mma_stride`): rows 16 bytes apart modulo 128 bytes, so the two rows a quarter-warp
 /// reads fall in different banks.
 fn mma_stride(k: usize) -> usize {
-    if k.is_multiple_of(64) {
-        k + 32
-    } else {
-        k
-    }
+    k + 8
 }
 
 /// The compiled row count a launch of `rows` rows runs, and its output rows per tile (the
@@ -398,7 +395,7 @@ mod tests {
         // BF16 with k a multiple of 32 is the tensor-core form: padded rows, 2 n-tiles of sums.
         assert_eq!(
             shared_bytes(16, 5632, DType::BF16),
-            16 * 5664 * 2 + (8 * 2 * 128 + 16) * 4
+            16 * 5640 * 2 + (8 * 2 * 128 + 16) * 4
         );
         assert!(shared_bytes(16, 5632, DType::BF16) <= 227 << 10);
         assert!(shared_bytes(16, 5632, DType::F32) > 227 << 10);
@@ -411,13 +408,13 @@ mod tests {
     }
 
     #[test]
-    fn tensor_cores_take_16_rows_and_the_cuda_cores_2() {
-        assert_eq!(fused_max_rows(2048, DType::BF16), 16);
-        assert_eq!(fused_max_rows(5632, DType::F16), 16);
+    fn tensor_cores_take_4_rows_and_the_cuda_cores_2() {
+        assert_eq!(fused_max_rows(2048, DType::BF16), 4);
+        assert_eq!(fused_max_rows(5632, DType::F16), 4);
         assert_eq!(fused_max_rows(2048, DType::F32), 2);
         assert_eq!(fused_max_rows(40, DType::BF16), 2);
-        // 64-byte padding only where the rows would otherwise share banks.
-        assert_eq!((mma_stride(2048), mma_stride(96)), (2080, 96));
+        assert_eq!(fused_max_rows(96, DType::BF16), 2);
+        assert_eq!(mma_stride(2048), 2056);
     }
 
     #[test]

@@ -30,7 +30,7 @@ const SWIGLU_OP: &str = "swiglu_linear";
 const LINEAR_OP: &str = "linear_residual";
 
 /// The most activation rows for which the fused kernel replaces the composition, with weights
-/// of `dtype` (the product's) and k columns: 16 on the tensor cores (BF16/F16), 2 otherwise.
+/// of `dtype` (the product's) and k columns: 4 on the tensor cores (BF16/F16), 2 otherwise.
 /// Larger batches compose, where cuBLAS's GEMMs are at the bandwidth.
 pub use crate::backend::cuda::decode_gemv::fused_max_rows;
 
