@@ -214,13 +214,18 @@ fn fused_rows(flat: &Tensor, t: &Tensor, spec: CrossEntropySpec) -> Result<(Tens
     Ok((loss, valid))
 }
 
-/// Binary cross-entropy on logits, in the stable form max(x, 0) - x*y + log(1 + exp(-|x|)).
+/// Binary cross-entropy on logits: softplus(x) - x*y, written on each side of 0 so that no
+/// large terms cancel: x - x*y + softplus(-x) for x >= 0, softplus(x) - x*y below. Both sides
+/// are smooth with derivative sigmoid(x) - y, so the gradient is exact everywhere, 0 included
+/// (max(x, 0) + log(1 + exp(-|x|)) has kinks there that gave -y instead of 0.5 - y).
 pub fn bce_with_logits(logits: &Tensor, targets: &Tensor, reduction: Reduction) -> Result<Tensor> {
     logits.check_float("bce_with_logits")?;
     check_same_shape("bce_with_logits", logits, targets)?;
-    let y = targets.to_dtype(logits.dtype())?;
-    let softplus = logits.abs()?.neg()?.exp()?.affine(1.0, 1.0)?.log()?;
-    let per = logits.relu()?.sub(&logits.mul(&y)?)?.add(&softplus)?;
+    let x = logits;
+    let xy = x.mul(&targets.to_dtype(x.dtype())?)?;
+    let positive = x.sub(&xy)?.add(&x.neg()?.softplus()?)?;
+    let negative = x.softplus()?.sub(&xy)?;
+    let per = Tensor::where_cond(&x.ge_scalar(0.0)?, &positive, &negative)?;
     reduction.apply(per)
 }
 
@@ -262,6 +267,43 @@ mod tests {
             .zip(&b)
             .map(|(x, y)| (x - y).abs())
             .fold(0.0, f64::max)
+    }
+
+    #[test]
+    fn bce_with_logits_is_exact_at_zero_and_for_confident_logits() {
+        let x = Tensor::from_vec(vec![0.0f64, 0.0, 15.0, -15.0, 40.0, -40.0], &[6])
+            .unwrap()
+            .requires_grad_()
+            .unwrap();
+        let y = Tensor::from_vec(vec![0.0f64, 1.0, 1.0, 0.0, 0.0, 1.0], &[6]).unwrap();
+        let loss = bce_with_logits(&x, &y, Reduction::None).unwrap();
+        let sum = loss.sum().unwrap();
+        sum.backward().unwrap();
+        let (l, g) = (
+            loss.to_vec_f64().unwrap(),
+            x.grad().unwrap().to_vec_f64().unwrap(),
+        );
+        let tiny = (-15f64).exp().ln_1p();
+        let want = [
+            std::f64::consts::LN_2,
+            std::f64::consts::LN_2,
+            tiny,
+            tiny,
+            40.0,
+            40.0,
+        ];
+        for (i, (got, want)) in l.iter().zip(want).enumerate() {
+            assert!(
+                (got - want).abs() <= 1e-15 * want.max(1.0),
+                "loss {i}: {got} vs {want}"
+            );
+        }
+        // d/dx = sigmoid(x) - y: 0.5 - y at 0.
+        let sig = |v: f64| 1.0 / (1.0 + (-v).exp());
+        let want = [0.5, -0.5, sig(15.0) - 1.0, sig(-15.0), 1.0, -1.0];
+        for (i, (got, want)) in g.iter().zip(want).enumerate() {
+            assert!((got - want).abs() < 1e-12, "gradient {i}: {got} vs {want}");
+        }
     }
 
     #[test]
