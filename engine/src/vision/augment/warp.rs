@@ -1,0 +1,183 @@
+//! Bilinear affine warp of 8-bit RGB images with OpenCV's `warpAffine(INTER_LINEAR,
+//! BORDER_CONSTANT)` arithmetic, as opencv-python 4.11+ (and 5.0) computes it.
+//!
+//! ultralytics warps every training image with `cv2.warpAffine(img, M[:2], dsize, borderValue=114)`.
+//! OpenCV inverts the forward matrix in f64 (its own closed form, kept here), rounds the inverse to
+//! f32, and maps each destination pixel centre `(x, y)` to the source point
+//! `sx = fma(m0, x, y * m1 + m2)`, `sy = fma(m3, x, y * m4 + m5)` (integer pixel centres, no
+//! half-pixel shift). With `ix = floor(sx)` and `ax = sx - ix` (likewise for y) the four
+//! neighbours blend in f32 as `v0 = fma(ax, p01 - p00, p00)`, `v1 = fma(ax, p11 - p10, p10)`,
+//! `v = fma(ay, v1 - v0, v0)`, rounded half to even and saturated. A neighbour outside the
+//! source takes the border value; a destination pixel whose whole 2x2 footprint is outside is
+//! the border value itself. Since 4.11 this is OpenCV's float path (older versions used 5-bit
+//! fixed-point weights and differ by a level here and there); checked bit for bit against
+//! opencv-python 5.0 on random images and matrices (tests/fixtures/yolo/augment/).
+
+use image::RgbImage;
+
+/// Warps `src` by the forward affine map `forward = [a, b, c, d, e, f]` (destination x =
+/// a*x + b*y + c, destination y = d*x + e*y + f, in pixels) into a `dst_w` x `dst_h` image,
+/// filling what no source pixel covers with `border` on every channel.
+pub fn warp_affine(
+    src: &RgbImage,
+    forward: &[f64; 6],
+    dst_w: usize,
+    dst_h: usize,
+    border: u8,
+) -> RgbImage {
+    let inverse = invert_affine(forward).map(|v| v as f32);
+    let (sw, sh) = (src.width() as usize, src.height() as usize);
+    let mut out = vec![border; dst_w * dst_h * 3];
+    if sw > 0 && sh > 0 {
+        let job = WarpJob {
+            src: src.as_raw(),
+            sw,
+            sh,
+            m: inverse,
+            dst_w,
+            border: border as f32,
+        };
+        job.run(&mut out);
+    }
+    RgbImage::from_raw(dst_w as u32, dst_h as u32, out).unwrap_or_default()
+}
+
+/// OpenCV's inverse of a 2x3 affine matrix (`warpAffine` without `WARP_INVERSE_MAP`): a
+/// singular matrix gives zeros, as there.
+pub fn invert_affine(m: &[f64; 6]) -> [f64; 6] {
+    let det = m[0] * m[4] - m[1] * m[3];
+    let d = if det != 0.0 { 1.0 / det } else { 0.0 };
+    let (a11, a22) = (m[4] * d, m[0] * d);
+    let (a12, a21) = (m[1] * -d, m[3] * -d);
+    let b1 = -a11 * m[2] - a12 * m[5];
+    let b2 = -a21 * m[2] - a22 * m[5];
+    [a11, a12, b1, a21, a22, b2]
+}
+
+struct WarpJob<'a> {
+    src: &'a [u8],
+    sw: usize,
+    sh: usize,
+    /// The destination-to-source map, rounded to f32 as OpenCV keeps it.
+    m: [f32; 6],
+    dst_w: usize,
+    border: f32,
+}
+
+impl WarpJob<'_> {
+    fn run(&self, out: &mut [u8]) {
+        #[cfg(target_arch = "x86_64")]
+        {
+            if std::arch::is_x86_feature_detected!("fma") {
+                // SAFETY: the CPU supports FMA (checked just above), the only feature
+                // `run_fma` is compiled for.
+                unsafe { self.run_fma(out) };
+                return;
+            }
+        }
+        // Without hardware FMA, `mul_add` still fuses (in software), so results are the same.
+        self.run_rows(out);
+    }
+
+    /// The same loop compiled with hardware FMA, so `mul_add` is one instruction.
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "fma")]
+    unsafe fn run_fma(&self, out: &mut [u8]) {
+        self.run_rows(out);
+    }
+
+    #[inline(always)]
+    fn run_rows(&self, out: &mut [u8]) {
+        let row_len = self.dst_w * 3;
+        if row_len == 0 {
+            return;
+        }
+        for (y, row) in out.chunks_exact_mut(row_len).enumerate() {
+            let yf = y as f32;
+            // OpenCV rounds the row's offset to f32 before the per-pixel fma.
+            let row_x = yf * self.m[1] + self.m[2];
+            let row_y = yf * self.m[4] + self.m[5];
+            for (x, px) in row.chunks_exact_mut(3).enumerate() {
+                let xf = x as f32;
+                let sx = self.m[0].mul_add(xf, row_x);
+                let sy = self.m[3].mul_add(xf, row_y);
+                self.sample(sx, sy, px);
+            }
+        }
+    }
+
+    /// The bilinear value at source point (sx, sy) into `px` (left as the border when the whole
+    /// footprint is outside).
+    #[inline(always)]
+    fn sample(&self, sx: f32, sy: f32, px: &mut [u8]) {
+        let (fx, fy) = (sx.floor(), sy.floor());
+        let (ax, ay) = (sx - fx, sy - fy);
+        let (ix, iy) = (fx as i64, fy as i64);
+        let (w, h) = (self.sw as i64, self.sh as i64);
+        if ix < -1 || ix >= w || iy < -1 || iy >= h {
+            return;
+        }
+        let inside = ix >= 0 && ix < w - 1 && iy >= 0 && iy < h - 1;
+        for (c, out) in px.iter_mut().enumerate() {
+            let p = |dx: i64, dy: i64| -> f32 {
+                let (xx, yy) = (ix + dx, iy + dy);
+                if inside || (xx >= 0 && xx < w && yy >= 0 && yy < h) {
+                    self.src[(yy as usize * self.sw + xx as usize) * 3 + c] as f32
+                } else {
+                    self.border
+                }
+            };
+            let (p00, p01, p10, p11) = (p(0, 0), p(1, 0), p(0, 1), p(1, 1));
+            let v0 = ax.mul_add(p01 - p00, p00);
+            let v1 = ax.mul_add(p11 - p10, p10);
+            let v = ay.mul_add(v1 - v0, v0);
+            *out = v.round_ties_even().clamp(0.0, 255.0) as u8;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use image::Rgb;
+
+    #[test]
+    fn inverse_undoes_the_forward_map() {
+        let m = [1.3, 0.2, -7.0, -0.1, 0.7, 11.5];
+        let inv = invert_affine(&m);
+        let (x, y) = (3.0, -4.0);
+        let (u, v) = (m[0] * x + m[1] * y + m[2], m[3] * x + m[4] * y + m[5]);
+        let back = (inv[0] * u + inv[1] * v + inv[2], inv[3] * u + inv[4] * v + inv[5]);
+        assert!((back.0 - x).abs() < 1e-12 && (back.1 - y).abs() < 1e-12);
+    }
+
+    #[test]
+    fn identity_warp_copies_and_pads_with_the_border() {
+        let src = RgbImage::from_fn(5, 4, |x, y| Rgb([x as u8 * 40, y as u8 * 50, 7]));
+        let out = warp_affine(&src, &[1.0, 0.0, 0.0, 0.0, 1.0, 0.0], 7, 6, 114);
+        for y in 0..6 {
+            for x in 0..7 {
+                // The last column and row sit exactly on source pixels (the outside neighbour
+                // has weight 0); everything past them is the border.
+                let want = if x < 5 && y < 4 {
+                    *src.get_pixel(x, y)
+                } else {
+                    Rgb([114; 3])
+                };
+                assert_eq!(*out.get_pixel(x, y), want, "({x}, {y})");
+            }
+        }
+    }
+
+    #[test]
+    fn half_pixel_shift_averages_neighbours_and_the_border() {
+        // Destination x maps to source x - 0.5: a blend of two columns, and of column 0 with
+        // the border at x = 0.
+        let src = RgbImage::from_fn(3, 1, |x, _| Rgb([[10, 20, 31][x as usize]; 3]));
+        let out = warp_affine(&src, &[1.0, 0.0, 0.5, 0.0, 1.0, 0.0], 4, 1, 114);
+        let row: Vec<u8> = (0..4).map(|x| out.get_pixel(x, 0)[0]).collect();
+        // (114 + 10) / 2 = 62, (10 + 20) / 2 = 15, (20 + 31) / 2 = 25.5 -> 26 (half to even),
+        // (31 + 114) / 2 = 72.5 -> 72.
+        assert_eq!(row, [62, 15, 26, 72]);
+    }
+}
