@@ -11,6 +11,8 @@ pub mod train_loader;
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod train_loader_tests;
 
 pub use config::DataConfig;
 pub use labels::{ImageEntry, LabelCounts, YoloBox, YoloDataset};

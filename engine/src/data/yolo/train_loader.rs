@@ -140,6 +140,10 @@ impl TrainLoader {
         })
     }
 
+    pub fn dataset(&self) -> &Arc<YoloDataset> {
+        &self.dataset
+    }
+
     pub fn options(&self) -> &TrainLoaderOptions {
         &self.opts
     }
