@@ -132,7 +132,6 @@ impl ValLoader {
     pub fn is_empty(&self) -> bool {
         self.jobs.is_empty()
     }
-
 }
 
 impl Iterator for ValLoader {

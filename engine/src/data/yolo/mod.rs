@@ -3,6 +3,7 @@
 //! a training loader that augments ahead of it, and a generator of synthetic shape datasets.
 
 pub mod config;
+mod image_cache;
 mod label_rows;
 pub mod labels;
 pub mod loader;
@@ -15,7 +16,8 @@ mod tests;
 mod train_loader_tests;
 
 pub use config::DataConfig;
+pub use image_cache::load_train_image;
 pub use labels::{ImageEntry, LabelCounts, YoloBox, YoloDataset};
 pub use loader::{ValLoader, ValLoaderOptions, YoloBatch};
 pub use shapes::{generate_shapes, ShapeKind, ShapesOptions};
-pub use train_loader::{load_train_image, TrainBatch, TrainEpoch, TrainLoader, TrainLoaderOptions};
+pub use train_loader::{TrainBatch, TrainEpoch, TrainLoader, TrainLoaderOptions};

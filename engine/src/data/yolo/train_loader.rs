@@ -11,24 +11,27 @@
 //!
 //! Batches are collated as ultralytics' `collate_fn`: U8 NCHW RGB images, and one row per box
 //! with its image's place in the batch (`batch_idx`), its class and its normalised centre-size
-//! box. Two differences from ultralytics, both about which images join a mosaic: ultralytics
-//! picks the three others from a buffer of recently loaded images (which depends on its worker
-//! processes' timing); here they are drawn from the whole dataset, as ultralytics does with
-//! `cache="ram"`. Its optional Albumentations step (only when that package is installed) is
-//! not done.
+//! box.
+//!
+//! A mosaic's three other images: ultralytics draws them from a buffer of the images its
+//! worker loaded last (up to `min(n, 8 * batch, 1000)`), whose contents depend on its worker
+//! processes' timing. Here they are drawn from that many images served last in the epoch's
+//! order (reaching into the previous epoch at the start), which depends on nothing but the
+//! seed; those images are still in memory (`image_cache`), so a mosaic costs about one decode.
+//! With `cache` on, every image stays in memory and the others are drawn from the whole
+//! dataset, as ultralytics does with `cache="ram"`. ultralytics' optional Albumentations step
+//! (only when that package is installed) is not done.
 
-use super::labels::{ImageEntry, YoloDataset};
+use super::image_cache::ImageCache;
+use super::labels::YoloDataset;
 use super::loader::hwc_to_chw;
-use crate::data::ordered_pool::OrderedPool;
+use crate::data::ordered_pool::{default_workers, OrderedPool};
 use crate::vision::augment::{
-    augment, sample_generator, shuffle_generator, AugmentConfig, AugmentedSample, SampleDraws,
-    TrainImage,
+    augment, sample_generator, shuffle_generator, AugmentConfig, AugmentedSample, Partners,
+    SampleDraws, TrainImage,
 };
-use crate::vision::image::read_rgb;
-use crate::vision::letterbox::load_size;
-use crate::vision::resize::resize_linear;
 use crate::{Error, Result, Tensor};
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 
 /// How to batch and augment.
 #[derive(Clone, Debug)]
@@ -48,8 +51,10 @@ pub struct TrainLoaderOptions {
     pub epochs: usize,
     /// Epochs at the end without mosaic (0: never closed).
     pub close_mosaic: usize,
-    /// Keeps every loaded (resized) image in memory after its first use (ultralytics'
-    /// `cache="ram"`): faster from the second epoch, `imgsz`² x 3 bytes or less per image.
+    /// Keeps every loaded (resized) image in memory after its first use, and draws mosaic
+    /// partners from the whole dataset (ultralytics' `cache="ram"`): faster from the second
+    /// epoch, at `imgsz`² x 3 bytes or less per image. Off, only the images of the mosaic
+    /// window stay in memory.
     pub cache: bool,
     pub augment: AugmentConfig,
 }
@@ -106,11 +111,14 @@ impl TrainBatch {
     }
 }
 
-/// The loader. Cheap to share: epochs are started from it one at a time or side by side.
+/// The loader. Epochs are started from it one at a time (or side by side).
 pub struct TrainLoader {
     dataset: Arc<YoloDataset>,
     opts: TrainLoaderOptions,
     batch_size: usize,
+    /// How many of the images served last a mosaic draws its others from (ultralytics'
+    /// buffer length); `None`: any image (with `cache`, as ultralytics with `cache="ram"`).
+    window: Option<usize>,
     cache: Arc<ImageCache>,
 }
 
@@ -123,20 +131,30 @@ impl TrainLoader {
                 "batch_size must be positive",
             ));
         }
-        if dataset.images.is_empty() {
-            return Err(Error::invalid("yolo train loader", "the dataset has no images"));
+        let n = dataset.images.len();
+        if n == 0 {
+            return Err(Error::invalid(
+                "yolo train loader",
+                "the dataset has no images",
+            ));
         }
-        let batch_size = opts.batch_size.min(dataset.images.len());
-        let cache = Arc::new(ImageCache::new(
-            dataset.images.len(),
-            opts.cache,
-            opts.augment.imgsz,
-        ));
+        let batch_size = opts.batch_size.min(n);
+        let imgsz = opts.augment.imgsz;
+        let (window, cache) = if opts.cache {
+            (None, ImageCache::all(n, imgsz))
+        } else {
+            // ultralytics' `max_buffer_length`; the cache also holds what the workers have in
+            // flight, so most of the window is still decoded when a mosaic asks for it.
+            let window = n.min(opts.batch_size * 8).min(1000);
+            let in_flight = batch_size * (opts.prefetch + 2) + 4 * default_workers(opts.workers);
+            (Some(window), ImageCache::recent(window + in_flight, imgsz))
+        };
         Ok(TrainLoader {
             dataset,
             opts,
             batch_size,
-            cache,
+            window,
+            cache: Arc::new(cache),
         })
     }
 
@@ -185,41 +203,33 @@ impl TrainLoader {
 
     /// The draws of image `index` in epoch `epoch`.
     pub fn draws(&self, epoch: usize, index: usize) -> Result<SampleDraws> {
-        SampleDraws::draw(
-            &self.opts.augment,
-            self.mosaic_enabled(epoch),
-            self.dataset.images.len(),
-            &mut sample_generator(self.opts.seed, epoch as u64, index as u64),
-        )
+        let job = self.epoch_job(epoch);
+        job.draws(job.position_of(index)?)
     }
 
     /// Image `index` as epoch `epoch` augments it (what the batches hold, one at a time).
     pub fn sample(&self, epoch: usize, index: usize) -> Result<AugmentedSample> {
-        make_sample(&self.dataset, &self.cache, &self.opts.augment, self.draws(epoch, index)?, index)
+        let job = self.epoch_job(epoch);
+        job.sample(job.position_of(index)?)
     }
 
     /// Starts epoch `epoch`'s workers and returns its batches.
     pub fn epoch(&self, epoch: usize) -> TrainEpoch {
-        let order = Arc::new(self.epoch_order(epoch));
-        let (dataset, cache, order_w) = (self.dataset.clone(), self.cache.clone(), order.clone());
-        let config = self.opts.augment.clone();
-        let mosaic = self.mosaic_enabled(epoch);
-        let seed = self.opts.seed;
+        let job = Arc::new(self.epoch_job(epoch));
+        let worker_job = job.clone();
         let pool = OrderedPool::new(
             "yolo train loader",
-            order.len(),
+            job.order.len(),
             self.opts.workers,
             self.batch_size * self.opts.prefetch.max(1),
             move |position| {
-                let index = order_w[position];
-                let mut rng = sample_generator(seed, epoch as u64, index as u64);
-                SampleDraws::draw(&config, mosaic, dataset.images.len(), &mut rng)
-                    .and_then(|draws| make_sample(&dataset, &cache, &config, draws, index))
+                worker_job
+                    .sample(position)
                     .map(|s| (hwc_to_chw(&s.image), s.classes, s.boxes))
             },
         );
         TrainEpoch {
-            order,
+            job,
             batch_size: self.batch_size,
             imgsz: self.opts.augment.imgsz,
             epoch,
@@ -227,12 +237,100 @@ impl TrainLoader {
             pool,
         }
     }
+
+    fn epoch_job(&self, epoch: usize) -> EpochJob {
+        let order = self.epoch_order(epoch);
+        // The images served last before this epoch: the end of the previous one.
+        let previous_tail = match (epoch, self.window) {
+            (1.., Some(w)) => {
+                let prev = self.epoch_order(epoch - 1);
+                prev[prev.len().saturating_sub(w.saturating_sub(1))..].to_vec()
+            }
+            _ => Vec::new(),
+        };
+        EpochJob {
+            dataset: self.dataset.clone(),
+            cache: self.cache.clone(),
+            config: self.opts.augment.clone(),
+            seed: self.opts.seed,
+            epoch,
+            mosaic: self.mosaic_enabled(epoch),
+            window: self.window,
+            order,
+            previous_tail,
+        }
+    }
+}
+
+/// Everything a worker needs to make any sample of one epoch.
+struct EpochJob {
+    dataset: Arc<YoloDataset>,
+    cache: Arc<ImageCache>,
+    config: AugmentConfig,
+    seed: u64,
+    epoch: usize,
+    mosaic: bool,
+    window: Option<usize>,
+    order: Vec<usize>,
+    previous_tail: Vec<usize>,
+}
+
+impl EpochJob {
+    fn position_of(&self, index: usize) -> Result<usize> {
+        self.order.iter().position(|&i| i == index).ok_or_else(|| {
+            Error::invalid(
+                "yolo train loader",
+                format!(
+                    "image {index} is not served in epoch {} (past the dataset, or left out by drop_last)",
+                    self.epoch
+                ),
+            )
+        })
+    }
+
+    /// The draws of the sample at `position`, its mosaic partners among the `window` images
+    /// served last (itself included), reaching back into the previous epoch at the start.
+    fn draws(&self, position: usize) -> Result<SampleDraws> {
+        let index = self.order[position];
+        let mut rng = sample_generator(self.seed, self.epoch as u64, index as u64);
+        let n = self.dataset.images.len();
+        match self.window {
+            None => SampleDraws::draw(&self.config, self.mosaic, Partners::Any(n), &mut rng),
+            Some(w) => {
+                let own = &self.order[(position + 1).saturating_sub(w)..=position];
+                let earlier = w - own.len();
+                let tail = &self.previous_tail[self.previous_tail.len().saturating_sub(earlier)..];
+                let candidates: Vec<usize> = tail.iter().chain(own).copied().collect();
+                SampleDraws::draw(
+                    &self.config,
+                    self.mosaic,
+                    Partners::Among(&candidates),
+                    &mut rng,
+                )
+            }
+        }
+    }
+
+    fn sample(&self, position: usize) -> Result<AugmentedSample> {
+        let draws = self.draws(position)?;
+        let own = self.cache.get(&self.dataset, self.order[position])?;
+        let others = match &draws.mosaic {
+            Some(m) => m
+                .others
+                .iter()
+                .map(|&i| self.cache.get(&self.dataset, i))
+                .collect::<Result<Vec<_>>>()?,
+            None => Vec::new(),
+        };
+        let others: Vec<&TrainImage> = others.iter().map(|t| t.as_ref()).collect();
+        augment(&own, &others, &draws, self.config.imgsz)
+    }
 }
 
 /// One epoch's batches, in order; an iterator over `Result<TrainBatch>`. Dropping it stops its
 /// workers.
 pub struct TrainEpoch {
-    order: Arc<Vec<usize>>,
+    job: Arc<EpochJob>,
     batch_size: usize,
     imgsz: usize,
     epoch: usize,
@@ -246,7 +344,7 @@ type Prepared = (Vec<u8>, Vec<usize>, Vec<[f32; 4]>);
 impl TrainEpoch {
     /// Batches left in this epoch.
     pub fn remaining(&self) -> usize {
-        (self.order.len() - self.next_position).div_ceil(self.batch_size)
+        (self.job.order.len() - self.next_position).div_ceil(self.batch_size)
     }
 
     fn collate(&mut self, start: usize, end: usize) -> Result<TrainBatch> {
@@ -272,7 +370,7 @@ impl TrainEpoch {
             batch_idx: Tensor::from_vec(batch_idx, &[n])?,
             cls: Tensor::from_vec(cls, &[n, 1])?,
             bboxes: Tensor::from_vec(bboxes, &[n, 4])?,
-            indices: self.order[start..end].to_vec(),
+            indices: self.job.order[start..end].to_vec(),
             epoch: self.epoch,
         })
     }
@@ -283,84 +381,12 @@ impl Iterator for TrainEpoch {
 
     fn next(&mut self) -> Option<Self::Item> {
         let start = self.next_position;
-        if start >= self.order.len() {
+        let len = self.job.order.len();
+        if start >= len {
             return None;
         }
-        let end = (start + self.batch_size).min(self.order.len());
+        let end = (start + self.batch_size).min(len);
         self.next_position = end;
         Some(self.collate(start, end))
-    }
-}
-
-/// Loads what `draws` needs and augments image `index`.
-fn make_sample(
-    dataset: &YoloDataset,
-    cache: &ImageCache,
-    config: &AugmentConfig,
-    draws: SampleDraws,
-    index: usize,
-) -> Result<AugmentedSample> {
-    let own = cache.get(dataset, index)?;
-    let others = match &draws.mosaic {
-        Some(m) => m
-            .others
-            .iter()
-            .map(|&i| cache.get(dataset, i))
-            .collect::<Result<Vec<_>>>()?,
-        None => Vec::new(),
-    };
-    let others: Vec<&TrainImage> = others.iter().map(|t| t.as_ref()).collect();
-    augment(&own, &others, &draws, config.imgsz)
-}
-
-/// ultralytics' `load_image` for training: the image decoded and resized so its long side is
-/// `imgsz`, with its labels.
-pub fn load_train_image(entry: &ImageEntry, imgsz: usize) -> Result<TrainImage> {
-    let img = read_rgb(&entry.path)?;
-    let (w0, h0) = (img.width() as usize, img.height() as usize);
-    let (w, h) = load_size(w0, h0, imgsz);
-    let image = if (w, h) == (w0, h0) {
-        img
-    } else {
-        resize_linear(&img, w, h)
-    };
-    Ok(TrainImage {
-        image,
-        classes: entry.labels.iter().map(|b| b.class).collect(),
-        boxes: entry.labels.iter().map(|b| b.xywh).collect(),
-    })
-}
-
-/// Loaded images, kept after first use when caching is on.
-struct ImageCache {
-    slots: Option<Vec<OnceLock<Arc<TrainImage>>>>,
-    imgsz: usize,
-}
-
-impl ImageCache {
-    fn new(len: usize, enabled: bool, imgsz: usize) -> ImageCache {
-        ImageCache {
-            slots: enabled.then(|| (0..len).map(|_| OnceLock::new()).collect()),
-            imgsz,
-        }
-    }
-
-    fn get(&self, dataset: &YoloDataset, index: usize) -> Result<Arc<TrainImage>> {
-        let entry = dataset.images.get(index).ok_or_else(|| {
-            Error::invalid(
-                "yolo train loader",
-                format!("image {index} is past the {} images", dataset.images.len()),
-            )
-        })?;
-        let Some(slots) = &self.slots else {
-            return Ok(Arc::new(load_train_image(entry, self.imgsz)?));
-        };
-        let slot = &slots[index];
-        if let Some(img) = slot.get() {
-            return Ok(img.clone());
-        }
-        // Two workers may load the same image at once; both results are identical.
-        let img = Arc::new(load_train_image(entry, self.imgsz)?);
-        Ok(slot.get_or_init(|| img).clone())
     }
 }

@@ -82,7 +82,10 @@ fn a_sample_does_not_depend_on_the_batch_it_lands_in() {
     let plane = 64 * 64;
     let chw = &images[2 * 3 * plane..3 * 3 * plane];
     for (i, px) in alone.image.as_raw().chunks_exact(3).enumerate() {
-        assert_eq!([chw[i], chw[plane + i], chw[2 * plane + i]], [px[0], px[1], px[2]]);
+        assert_eq!(
+            [chw[i], chw[plane + i], chw[2 * plane + i]],
+            [px[0], px[1], px[2]]
+        );
     }
 }
 
@@ -185,20 +188,70 @@ fn batch_size_is_capped_at_the_dataset_size() {
 }
 
 #[test]
-fn caching_images_changes_nothing() {
-    let (_dir, ds) = shapes(5);
-    let plain = epoch(&TrainLoader::new(ds.clone(), options(2, 2)).unwrap(), 0);
-    let cached_loader = TrainLoader::new(
-        ds,
-        TrainLoaderOptions {
-            cache: true,
+fn images_held_in_memory_change_no_sample() {
+    // The second pass through an epoch finds its images already decoded.
+    for cache in [false, true] {
+        let (_dir, ds) = shapes(5);
+        let opts = TrainLoaderOptions {
+            cache,
             ..options(2, 2)
-        },
-    )
-    .unwrap();
-    assert_eq!(epoch(&cached_loader, 0), plain);
-    // The second pass reads the cache.
-    assert_eq!(epoch(&cached_loader, 0), plain);
+        };
+        let loader = TrainLoader::new(ds, opts).unwrap();
+        let first = epoch(&loader, 0);
+        assert_eq!(epoch(&loader, 0), first, "cache {cache}");
+    }
+}
+
+#[test]
+fn mosaic_partners_are_images_served_just_before() {
+    let (_dir, ds) = shapes(40);
+    // Batch 2: a window of 16 images.
+    let loader = TrainLoader::new(ds, options(2, 1)).unwrap();
+    for e in 0..2 {
+        let order = loader.epoch_order(e);
+        let previous = if e == 0 {
+            vec![]
+        } else {
+            loader.epoch_order(e - 1)
+        };
+        for (p, &index) in order.iter().enumerate() {
+            let recent: Vec<usize> = previous.iter().chain(&order[..=p]).copied().collect();
+            let window = &recent[recent.len().saturating_sub(16)..];
+            let others = loader.draws(e, index).unwrap().mosaic.unwrap().others;
+            assert!(
+                others.iter().all(|o| window.contains(o)),
+                "epoch {e} position {p}"
+            );
+        }
+    }
+    // The very first sample can only be a mosaic of itself, as in ultralytics.
+    let first = loader.epoch_order(0)[0];
+    assert_eq!(
+        loader.draws(0, first).unwrap().mosaic.unwrap().others,
+        [first; 3]
+    );
+}
+
+#[test]
+fn with_cache_mosaic_partners_come_from_the_whole_dataset() {
+    let (_dir, ds) = shapes(40);
+    let opts = TrainLoaderOptions {
+        cache: true,
+        ..options(2, 1)
+    };
+    let loader = TrainLoader::new(ds, opts).unwrap();
+    let order = loader.epoch_order(0);
+    let later: usize = order[..4]
+        .iter()
+        .map(|&i| {
+            let others = loader.draws(0, i).unwrap().mosaic.unwrap().others;
+            others.iter().filter(|o| !order[..4].contains(o)).count()
+        })
+        .sum();
+    assert!(
+        later > 0,
+        "the first samples only drew images served before them"
+    );
 }
 
 #[test]

@@ -46,7 +46,13 @@ impl Default for CandidateRule {
 
 /// The forward affine matrix for an input of `src_w` x `src_h` and an output of `out_w` x
 /// `out_h`.
-pub fn affine_matrix(draw: &AffineDraw, src_w: usize, src_h: usize, out_w: usize, out_h: usize) -> Mat3 {
+pub fn affine_matrix(
+    draw: &AffineDraw,
+    src_w: usize,
+    src_h: usize,
+    out_w: usize,
+    out_h: usize,
+) -> Mat3 {
     let mut c = identity();
     c[0][2] = (-(src_w as f64) / 2.0) as f32;
     c[1][2] = (-(src_h as f64) / 2.0) as f32;
@@ -157,9 +163,17 @@ mod tests {
         };
         let m = affine_matrix(&draw, 128, 100, 64, 64);
         // The input centre (64, 50) lands at (0.6 * 64, 0.45 * 64); one pixel right moves 0.75.
-        let at = |x: f32, y: f32| (x * m[0][0] + y * m[0][1] + m[0][2], x * m[1][0] + y * m[1][1] + m[1][2]);
+        let at = |x: f32, y: f32| {
+            (
+                x * m[0][0] + y * m[0][1] + m[0][2],
+                x * m[1][0] + y * m[1][1] + m[1][2],
+            )
+        };
         let (x, y) = at(64.0, 50.0);
-        assert!((x - 38.4).abs() < 1e-5 && (y - 28.8).abs() < 1e-5, "({x}, {y})");
+        assert!(
+            (x - 38.4).abs() < 1e-5 && (y - 28.8).abs() < 1e-5,
+            "({x}, {y})"
+        );
         assert!((at(65.0, 50.0).0 - x - 0.75).abs() < 1e-5);
         assert_eq!(m[2], [0.0, 0.0, 1.0]);
     }

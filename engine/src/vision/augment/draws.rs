@@ -45,6 +45,31 @@ impl AffineDraw {
     };
 }
 
+/// Where a mosaic's three other images are drawn from.
+#[derive(Clone, Copy, Debug)]
+pub enum Partners<'a> {
+    /// Any of the dataset's `n` images (ultralytics with `cache="ram"`).
+    Any(usize),
+    /// These dataset indices, e.g. the images loaded last (ultralytics' buffer otherwise).
+    Among(&'a [usize]),
+}
+
+impl Partners<'_> {
+    fn len(&self) -> usize {
+        match self {
+            Partners::Any(n) => *n,
+            Partners::Among(c) => c.len(),
+        }
+    }
+
+    fn get(&self, k: usize) -> usize {
+        match self {
+            Partners::Any(_) => k,
+            Partners::Among(c) => c[k],
+        }
+    }
+}
+
 /// All draws of one sample.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct SampleDraws {
@@ -58,17 +83,17 @@ pub struct SampleDraws {
 }
 
 impl SampleDraws {
-    /// Draws one sample's choices for a dataset of `dataset_len` images. `mosaic_enabled`
-    /// false (mosaic closed) skips the mosaic whatever `config.mosaic` says.
+    /// Draws one sample's choices, the mosaic's other images among `partners`.
+    /// `mosaic_enabled` false (mosaic closed) skips the mosaic whatever `config.mosaic` says.
     pub fn draw(
         config: &AugmentConfig,
         mosaic_enabled: bool,
-        dataset_len: usize,
+        partners: Partners,
         rng: &mut Generator,
     ) -> Result<SampleDraws> {
         config.validate()?;
         let mut uniform = |lo: f64, hi: f64| lo + (hi - lo) * rng.uniform(1)[0];
-        let use_mosaic = mosaic_enabled && dataset_len > 0 && uniform(0.0, 1.0) < config.mosaic;
+        let use_mosaic = mosaic_enabled && partners.len() > 0 && uniform(0.0, 1.0) < config.mosaic;
         let mosaic = if use_mosaic {
             let s = config.imgsz;
             // ultralytics' border is -s // 2 (floor), so the range is [ceil(s/2), 2s - ceil(s/2)).
@@ -77,7 +102,7 @@ impl SampleDraws {
             let pick = |u: f64, n: usize| ((u * n as f64) as usize).min(n - 1);
             let xc = lo + pick(uniform(0.0, 1.0), hi - lo);
             let yc = lo + pick(uniform(0.0, 1.0), hi - lo);
-            let others = [0; 3].map(|_| pick(uniform(0.0, 1.0), dataset_len));
+            let others = [0; 3].map(|_| partners.get(pick(uniform(0.0, 1.0), partners.len())));
             Some(MosaicDraw {
                 center: (xc, yc),
                 others,
@@ -145,7 +170,13 @@ mod tests {
             ..Default::default()
         };
         for index in 0..500 {
-            let d = SampleDraws::draw(&cfg, true, 7, &mut sample_generator(3, 1, index)).unwrap();
+            let d = SampleDraws::draw(
+                &cfg,
+                true,
+                Partners::Any(7),
+                &mut sample_generator(3, 1, index),
+            )
+            .unwrap();
             let m = d.mosaic.expect("mosaic probability 1");
             // s = 65: border -33, centre in [33, 97).
             assert!((33..97).contains(&m.center.0) && (33..97).contains(&m.center.1));
@@ -162,9 +193,36 @@ mod tests {
     }
 
     #[test]
+    fn partners_come_from_the_candidates() {
+        let cfg = AugmentConfig::default();
+        let candidates = [40, 7, 13];
+        for index in 0..200 {
+            let d = SampleDraws::draw(
+                &cfg,
+                true,
+                Partners::Among(&candidates),
+                &mut sample_generator(1, 0, index),
+            )
+            .unwrap();
+            assert!(d
+                .mosaic
+                .unwrap()
+                .others
+                .iter()
+                .all(|o| candidates.contains(o)));
+        }
+    }
+
+    #[test]
     fn closed_mosaic_draws_no_mosaic() {
         let cfg = AugmentConfig::default();
-        let d = SampleDraws::draw(&cfg, false, 10, &mut sample_generator(0, 0, 0)).unwrap();
+        let d = SampleDraws::draw(
+            &cfg,
+            false,
+            Partners::Any(10),
+            &mut sample_generator(0, 0, 0),
+        )
+        .unwrap();
         assert_eq!(d.mosaic, None);
     }
 
@@ -174,7 +232,7 @@ mod tests {
             SampleDraws::draw(
                 &AugmentConfig::default(),
                 true,
-                100,
+                Partners::Any(100),
                 &mut sample_generator(s, e, i),
             )
             .unwrap()
@@ -190,9 +248,14 @@ mod tests {
         let cfg = AugmentConfig::default();
         let flips = (0..2000)
             .filter(|&i| {
-                SampleDraws::draw(&cfg, true, 10, &mut sample_generator(9, 0, i))
-                    .unwrap()
-                    .flip_lr
+                SampleDraws::draw(
+                    &cfg,
+                    true,
+                    Partners::Any(10),
+                    &mut sample_generator(9, 0, i),
+                )
+                .unwrap()
+                .flip_lr
             })
             .count();
         assert!((900..1100).contains(&flips), "{flips} flips of 2000");

@@ -22,7 +22,9 @@ pub mod warp;
 
 pub use affine::{box_candidates, random_affine, CandidateRule};
 pub use config::AugmentConfig;
-pub use draws::{sample_generator, shuffle_generator, AffineDraw, MosaicDraw, SampleDraws};
+pub use draws::{
+    sample_generator, shuffle_generator, AffineDraw, MosaicDraw, Partners, SampleDraws,
+};
 pub use hsv::{apply_hsv, HsvLut};
 pub use mosaic::mosaic4;
 pub use pipeline::augment;

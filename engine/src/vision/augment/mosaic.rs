@@ -168,7 +168,10 @@ mod tests {
         // Top left ends at (49, 69), top right starts at (50, 20), bottom left ends at (49, 79)
         // (cropped to 50 wide), bottom right covers (50..80, 70..100).
         assert_eq!((at(49, 69), at(10, 40), at(9, 40)), (1, 1, 114));
-        assert_eq!((at(50, 69), at(69, 20), at(70, 20), at(50, 19)), (2, 2, 114, 114));
+        assert_eq!(
+            (at(50, 69), at(69, 20), at(70, 20), at(50, 19)),
+            (2, 2, 114, 114)
+        );
         assert_eq!((at(0, 70), at(49, 79), at(0, 80)), (3, 3, 114));
         assert_eq!((at(50, 70), at(79, 99), at(80, 99)), (4, 4, 114));
     }

@@ -36,7 +36,11 @@ fn png(name: &str) -> RgbImage {
 }
 
 fn f64s(v: &Value) -> Vec<f64> {
-    v.as_array().unwrap().iter().map(|x| x.as_f64().unwrap()).collect()
+    v.as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_f64().unwrap())
+        .collect()
 }
 
 fn boxes(v: &Value) -> Vec<Box4> {
@@ -95,7 +99,10 @@ fn loaded_images(imgsz: usize) -> Vec<TrainImage> {
         .map(|e| format!("images/{}", e.path.file_name().unwrap().to_string_lossy()))
         .collect();
     assert_eq!(got, want, "dataset order differs from ultralytics'");
-    ds.images.iter().map(|e| load_train_image(e, imgsz).unwrap()).collect()
+    ds.images
+        .iter()
+        .map(|e| load_train_image(e, imgsz).unwrap())
+        .collect()
 }
 
 fn fnv1a64(bytes: &[u8]) -> u64 {
@@ -107,7 +114,12 @@ fn fnv1a64(bytes: &[u8]) -> u64 {
 /// Mean and max absolute difference of two same-sized images, in levels.
 fn pixel_diff(a: &RgbImage, b: &RgbImage) -> (f64, u8) {
     assert_eq!(a.dimensions(), b.dimensions());
-    let diffs: Vec<u8> = a.as_raw().iter().zip(b.as_raw()).map(|(x, y)| x.abs_diff(*y)).collect();
+    let diffs: Vec<u8> = a
+        .as_raw()
+        .iter()
+        .zip(b.as_raw())
+        .map(|(x, y)| x.abs_diff(*y))
+        .collect();
     let mean = diffs.iter().map(|&d| d as f64).sum::<f64>() / diffs.len() as f64;
     (mean, diffs.into_iter().max().unwrap_or(0))
 }
@@ -116,7 +128,11 @@ fn max_box_diff(a: &[Box4], b: &[Box4], scale: f64) -> f64 {
     assert_eq!(a.len(), b.len(), "box counts differ: {a:?} vs {b:?}");
     a.iter()
         .zip(b)
-        .flat_map(|(x, y)| x.iter().zip(y).map(|(p, q)| (*p as f64 - *q as f64).abs() * scale))
+        .flat_map(|(x, y)| {
+            x.iter()
+                .zip(y)
+                .map(|(p, q)| (*p as f64 - *q as f64).abs() * scale)
+        })
         .fold(0.0, f64::max)
 }
 
@@ -180,8 +196,18 @@ fn mosaic_matches_ultralytics() {
     for s in samples.iter().filter(|s| s.get("mosaic_center").is_some()) {
         let got = placed(s, &images, imgsz);
         let want_hash: u64 = s["mosaic_fnv1a"].as_str().unwrap().parse().unwrap();
-        assert_eq!(fnv1a64(got.image.as_raw()), want_hash, "sample {}: canvas", s["k"]);
-        assert_eq!(got.classes, classes(&s["mosaic_classes"]), "sample {}", s["k"]);
+        assert_eq!(
+            fnv1a64(got.image.as_raw()),
+            want_hash,
+            "sample {}: canvas",
+            s["k"]
+        );
+        assert_eq!(
+            got.classes,
+            classes(&s["mosaic_classes"]),
+            "sample {}",
+            s["k"]
+        );
         let d = max_box_diff(&got.boxes, &boxes(&s["mosaic_boxes"]), 1.0);
         assert!(d <= BOX_TOL_PX, "sample {}: boxes differ by {d} px", s["k"]);
         checked += 1;
@@ -197,10 +223,19 @@ fn affine_matrix_matches_ultralytics() {
         let input = placed(s, &images, imgsz);
         let (w, h) = (input.image.width() as usize, input.image.height() as usize);
         let m = affine_matrix(&draws(s).affine, w, h, imgsz, imgsz);
-        let want: Vec<f64> = s["matrix"].as_array().unwrap().iter().flat_map(f64s).collect();
+        let want: Vec<f64> = s["matrix"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .flat_map(f64s)
+            .collect();
         let got: Vec<f64> = m.iter().flatten().map(|&v| v as f64).collect();
         for (g, w) in got.iter().zip(&want) {
-            assert!((g - w).abs() <= 1e-6 * w.abs().max(1.0), "sample {}: {got:?} vs {want:?}", s["k"]);
+            assert!(
+                (g - w).abs() <= 1e-6 * w.abs().max(1.0),
+                "sample {}: {got:?} vs {want:?}",
+                s["k"]
+            );
         }
     }
 }
@@ -213,9 +248,15 @@ fn affine_matches_ultralytics() {
     for s in &samples {
         let got = random_affine(&placed(s, &images, imgsz), &draws(s).affine, imgsz, imgsz);
         let (mean, max) = pixel_diff(&got.image, &png(s["affine_image"].as_str().unwrap()));
-        assert_eq!(got.classes, classes(&s["affine_classes"]), "sample {}", s["k"]);
+        assert_eq!(
+            got.classes,
+            classes(&s["affine_classes"]),
+            "sample {}",
+            s["k"]
+        );
         let d = max_box_diff(&got.boxes, &boxes(&s["affine_boxes"]), 1.0);
-        (worst_mean, worst_max, worst_box) = (worst_mean.max(mean), worst_max.max(max), worst_box.max(d));
+        (worst_mean, worst_max, worst_box) =
+            (worst_mean.max(mean), worst_max.max(max), worst_box.max(d));
     }
     println!("affine: worst mean |d| {worst_mean:.4}, max {worst_max}, boxes {worst_box:.2e} px");
     assert!(worst_max <= PIXEL_TOL, "pixels differ by up to {worst_max}");
@@ -237,9 +278,17 @@ fn hsv_and_flips_match_ultralytics() {
         };
         let out = finish(labeled, d.flip_ud, d.flip_lr);
         let (mean, max) = pixel_diff(&out.image, &png(s["final_image"].as_str().unwrap()));
-        assert!(max <= PIXEL_TOL, "sample {}: mean {mean}, max {max}", s["k"]);
+        assert!(
+            max <= PIXEL_TOL,
+            "sample {}: mean {mean}, max {max}",
+            s["k"]
+        );
         let bd = max_box_diff(&out.boxes, &boxes(&s["final_boxes"]), 64.0);
-        assert!(bd <= BOX_TOL_PX, "sample {}: boxes differ by {bd} px", s["k"]);
+        assert!(
+            bd <= BOX_TOL_PX,
+            "sample {}: boxes differ by {bd} px",
+            s["k"]
+        );
     }
 }
 
@@ -251,18 +300,30 @@ fn pipeline_matches_ultralytics() {
     for s in &samples {
         let d = draws(s);
         let index = s["index"].as_u64().unwrap() as usize;
-        let others: Vec<&TrainImage> = d.mosaic.map_or(vec![], |m| m.others.map(|i| &images[i]).to_vec());
+        let others: Vec<&TrainImage> = d
+            .mosaic
+            .map_or(vec![], |m| m.others.map(|i| &images[i]).to_vec());
         let out = augment(&images[index], &others, &d, imgsz).unwrap();
         let (mean, max) = pixel_diff(&out.image, &png(s["final_image"].as_str().unwrap()));
-        assert_eq!(out.classes, classes(&s["final_classes"]), "sample {}", s["k"]);
+        assert_eq!(
+            out.classes,
+            classes(&s["final_classes"]),
+            "sample {}",
+            s["k"]
+        );
         let bd = max_box_diff(&out.boxes, &boxes(&s["final_boxes"]), imgsz as f64);
-        (worst_mean, worst_max, worst_box) = (worst_mean.max(mean), worst_max.max(max), worst_box.max(bd));
+        (worst_mean, worst_max, worst_box) =
+            (worst_mean.max(mean), worst_max.max(max), worst_box.max(bd));
     }
     println!("pipeline: worst mean |d| {worst_mean:.4}, max {worst_max}, boxes {worst_box:.2e} px");
     assert!(worst_max <= PIXEL_TOL, "pixels differ by up to {worst_max}");
     assert!(worst_box <= BOX_TOL_PX, "boxes differ by {worst_box} px");
     // The fixture covers the closed-mosaic path, rotation and shear, and flips.
-    assert!(samples.iter().any(|s| s["closed_mosaic"].as_bool().unwrap()));
-    assert!(samples.iter().any(|s| s["affine"]["degrees"].as_f64().unwrap() != 0.0));
+    assert!(samples
+        .iter()
+        .any(|s| s["closed_mosaic"].as_bool().unwrap()));
+    assert!(samples
+        .iter()
+        .any(|s| s["affine"]["degrees"].as_f64().unwrap() != 0.0));
     assert!(samples.iter().any(|s| s["flip_lr"].as_bool().unwrap()));
 }

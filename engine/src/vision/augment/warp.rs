@@ -147,7 +147,10 @@ mod tests {
         let inv = invert_affine(&m);
         let (x, y) = (3.0, -4.0);
         let (u, v) = (m[0] * x + m[1] * y + m[2], m[3] * x + m[4] * y + m[5]);
-        let back = (inv[0] * u + inv[1] * v + inv[2], inv[3] * u + inv[4] * v + inv[5]);
+        let back = (
+            inv[0] * u + inv[1] * v + inv[2],
+            inv[3] * u + inv[4] * v + inv[5],
+        );
         assert!((back.0 - x).abs() < 1e-12 && (back.1 - y).abs() < 1e-12);
     }
 
