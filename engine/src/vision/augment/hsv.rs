@@ -67,32 +67,45 @@ pub fn apply_hsv(img: &mut RgbImage, gains: [f64; 3]) {
     let tables = HsvTables::get();
     #[cfg(target_arch = "x86_64")]
     {
-        if std::arch::is_x86_feature_detected!("fma") {
-            // SAFETY: the CPU supports FMA (checked just above), the only feature
-            // `apply_lut_fma` is compiled for.
-            unsafe { apply_lut_fma(img, &lut, tables) };
+        if super::simd::has_avx2_fma() {
+            // SAFETY: the CPU supports AVX2 and FMA (checked just above), the features
+            // `apply_lut_avx2_fma` is compiled for.
+            unsafe { apply_lut_avx2_fma(img, &lut, tables) };
             return;
         }
     }
     apply_lut(img, &lut, tables);
 }
 
+/// `apply_lut` compiled for AVX2 and FMA, where its float half vectorises.
 #[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "fma")]
-unsafe fn apply_lut_fma(img: &mut RgbImage, lut: &HsvLut, tables: &HsvTables) {
+#[target_feature(enable = "avx2,fma")]
+unsafe fn apply_lut_avx2_fma(img: &mut RgbImage, lut: &HsvLut, tables: &HsvTables) {
     apply_lut(img, lut, tables);
 }
 
+/// Pixels per pass: the integer half (table lookups) runs over a chunk, then the float half
+/// over the same chunk in a branch-free loop the compiler can vectorise.
+const CHUNK: usize = 64;
+
 #[inline(always)]
 fn apply_lut(img: &mut RgbImage, lut: &HsvLut, tables: &HsvTables) {
-    for px in img.as_mut().chunks_exact_mut(3) {
-        let [h, s, v] = tables.rgb_to_hsv([px[0], px[1], px[2]]);
-        let rgb = hsv_to_rgb([
-            lut.hue[h as usize],
-            lut.sat[s as usize],
-            lut.val[v as usize],
-        ]);
-        px.copy_from_slice(&rgb);
+    let (mut h, mut s, mut v) = ([0f32; CHUNK], [0f32; CHUNK], [0f32; CHUNK]);
+    let (mut r, mut g, mut b) = ([0u8; CHUNK], [0u8; CHUNK], [0u8; CHUNK]);
+    for chunk in img.as_mut().chunks_mut(CHUNK * 3) {
+        let n = chunk.len() / 3;
+        for (i, px) in chunk.chunks_exact(3).enumerate() {
+            let [hh, ss, vv] = tables.rgb_to_hsv([px[0], px[1], px[2]]);
+            h[i] = lut.hue[hh as usize] as f32;
+            s[i] = lut.sat[ss as usize] as f32;
+            v[i] = lut.val[vv as usize] as f32;
+        }
+        for i in 0..n {
+            [r[i], g[i], b[i]] = hsv_to_rgb_f32(h[i], s[i], v[i]);
+        }
+        for (i, px) in chunk.chunks_exact_mut(3).enumerate() {
+            px.copy_from_slice(&[r[i], g[i], b[i]]);
+        }
     }
 }
 
@@ -102,34 +115,38 @@ pub fn rgb_to_hsv(rgb: [u8; 3]) -> [u8; 3] {
 }
 
 /// `cv2.cvtColor(COLOR_HSV2RGB)` of one pixel (hue 180 and above wraps around, as in OpenCV).
-#[inline(always)]
 pub fn hsv_to_rgb(hsv: [u8; 3]) -> [u8; 3] {
-    let hscale = 6.0f32 / 180.0;
-    let inv255 = 1.0f32 / 255.0;
-    let h = hsv[0] as f32 * hscale;
-    let s = hsv[1] as f32 * inv255;
-    let v = hsv[2] as f32 * inv255;
+    hsv_to_rgb_f32(hsv[0] as f32, hsv[1] as f32, hsv[2] as f32)
+}
+
+/// [`hsv_to_rgb`] of 8-bit values given as floats, without branches.
+#[inline(always)]
+fn hsv_to_rgb_f32(h: f32, s: f32, v: f32) -> [u8; 3] {
+    let h = h * (6.0f32 / 180.0);
+    let s = s * (1.0f32 / 255.0);
+    let v = v * (1.0f32 / 255.0);
     let pre_sector = h.trunc();
     let f = h - pre_sector;
     let sector = pre_sector - (pre_sector * (1.0f32 / 6.0)).trunc() * 6.0;
-    let tab = [
-        v,
-        v * (1.0 - s),
-        v * (-s).mul_add(f, 1.0),
-        v * (-s).mul_add(1.0 - f, 1.0),
-    ];
-    // Which candidate each of (r, g, b) takes in sectors 0..6 (OpenCV's `sector_data`, whose
-    // rows are (b, g, r)).
-    const PICK: [[usize; 3]; 6] = [
-        [0, 3, 1],
-        [2, 0, 1],
-        [1, 0, 3],
-        [1, 2, 0],
-        [3, 1, 0],
-        [0, 1, 2],
-    ];
-    let pick = PICK[(sector as usize).min(5)];
-    pick.map(|i| (tab[i] * 255.0).trunc().clamp(0.0, 255.0) as u8)
+    let t0 = v;
+    let t1 = v * (1.0 - s);
+    let t2 = v * (-s).mul_add(f, 1.0);
+    let t3 = v * (-s).mul_add(1.0 - f, 1.0);
+    // OpenCV's `sector_data`: which candidate red, green and blue take in sectors 0..6.
+    let pick = |by_sector: [f32; 6]| -> f32 {
+        let mut out = by_sector[5];
+        for k in (0..5).rev() {
+            if sector == k as f32 {
+                out = by_sector[k];
+            }
+        }
+        out
+    };
+    let r = pick([t0, t2, t1, t1, t3, t0]);
+    let g = pick([t3, t0, t0, t2, t1, t1]);
+    let b = pick([t1, t1, t3, t0, t0, t2]);
+    // Truncation toward zero; the products lie in [0, 255].
+    [r, g, b].map(|c| (c * 255.0) as i32 as u8)
 }
 
 /// OpenCV's division tables for the forward conversion.
@@ -159,12 +176,13 @@ impl HsvTables {
     }
 
     #[inline(always)]
-    fn rgb_to_hsv(&self, [r, g, b]: [u8; 3]) -> [u8; 3] {
-        let (r, g, b) = (r as i32, g as i32, b as i32);
-        let v = r.max(g).max(b);
-        let diff = v - r.min(g).min(b);
+    fn rgb_to_hsv(&self, [r8, g8, b8]: [u8; 3]) -> [u8; 3] {
+        // Indexing the tables with bytes needs no bounds checks, so the loop stays branch-free.
+        let (v8, min8) = (r8.max(g8).max(b8), r8.min(g8).min(b8));
+        let diff8 = v8 - min8;
+        let (r, g, b, v, diff) = (r8 as i32, g8 as i32, b8 as i32, v8 as i32, diff8 as i32);
         let half = 1 << (HSV_SHIFT - 1);
-        let s = (diff * self.sdiv[v as usize] + half) >> HSV_SHIFT;
+        let s = (diff * self.sdiv[v8 as usize] + half) >> HSV_SHIFT;
         let numerator = if v == r {
             g - b
         } else if v == g {
@@ -172,11 +190,9 @@ impl HsvTables {
         } else {
             r - g + 4 * diff
         };
-        let mut h = (numerator * self.hdiv[diff as usize] + half) >> HSV_SHIFT;
-        if h < 0 {
-            h += 180;
-        }
-        [h as u8, s as u8, v as u8]
+        let h = (numerator * self.hdiv[diff8 as usize] + half) >> HSV_SHIFT;
+        let h = if h < 0 { h + 180 } else { h };
+        [h as u8, s as u8, v8]
     }
 }
 

@@ -18,6 +18,7 @@ pub mod hsv;
 pub mod mosaic;
 pub mod pipeline;
 pub mod sample;
+mod simd;
 pub mod warp;
 
 pub use affine::{box_candidates, random_affine, CandidateRule};

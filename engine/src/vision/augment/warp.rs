@@ -35,7 +35,7 @@ pub fn warp_affine(
             sh,
             m: inverse,
             dst_w,
-            border: border as f32,
+            border,
         };
         job.run(&mut out);
     }
@@ -61,17 +61,17 @@ struct WarpJob<'a> {
     /// The destination-to-source map, rounded to f32 as OpenCV keeps it.
     m: [f32; 6],
     dst_w: usize,
-    border: f32,
+    border: u8,
 }
 
 impl WarpJob<'_> {
     fn run(&self, out: &mut [u8]) {
         #[cfg(target_arch = "x86_64")]
         {
-            if std::arch::is_x86_feature_detected!("fma") {
-                // SAFETY: the CPU supports FMA (checked just above), the only feature
-                // `run_fma` is compiled for.
-                unsafe { self.run_fma(out) };
+            if super::simd::has_avx2_fma() {
+                // SAFETY: the CPU supports AVX2 and FMA (checked just above), the features
+                // `run_avx2_fma` is compiled for.
+                unsafe { self.run_avx2_fma(out) };
                 return;
             }
         }
@@ -79,61 +79,119 @@ impl WarpJob<'_> {
         self.run_rows(out);
     }
 
-    /// The same loop compiled with hardware FMA, so `mul_add` is one instruction.
+    /// The same loop compiled for AVX2 and FMA: `mul_add`, `floor` and rounding become single
+    /// instructions instead of library calls.
     #[cfg(target_arch = "x86_64")]
-    #[target_feature(enable = "fma")]
-    unsafe fn run_fma(&self, out: &mut [u8]) {
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn run_avx2_fma(&self, out: &mut [u8]) {
         self.run_rows(out);
     }
 
+    /// Row by row, in chunks: the source coordinates and the blends run in branch-free loops
+    /// the compiler vectorises; only the neighbour loads between them are scalar.
     #[inline(always)]
     fn run_rows(&self, out: &mut [u8]) {
         let row_len = self.dst_w * 3;
         if row_len == 0 {
             return;
         }
+        let m = self.m;
+        let (mut ax, mut ay) = ([0f32; CHUNK], [0f32; CHUNK]);
+        let (mut ix, mut iy) = ([0i32; CHUNK], [0i32; CHUNK]);
+        let mut corners = Corners::default();
+        let mut blended = [[0u8; CHUNK]; 3];
         for (y, row) in out.chunks_exact_mut(row_len).enumerate() {
             let yf = y as f32;
             // OpenCV rounds the row's offset to f32 before the per-pixel fma.
-            let row_x = yf * self.m[1] + self.m[2];
-            let row_y = yf * self.m[4] + self.m[5];
-            for (x, px) in row.chunks_exact_mut(3).enumerate() {
-                let xf = x as f32;
-                let sx = self.m[0].mul_add(xf, row_x);
-                let sy = self.m[3].mul_add(xf, row_y);
-                self.sample(sx, sy, px);
+            let row_x = yf * m[1] + m[2];
+            let row_y = yf * m[4] + m[5];
+            for (k, chunk) in row.chunks_mut(CHUNK * 3).enumerate() {
+                let n = chunk.len() / 3;
+                for i in 0..n {
+                    let xf = (k * CHUNK + i) as f32;
+                    let sx = m[0].mul_add(xf, row_x);
+                    let sy = m[3].mul_add(xf, row_y);
+                    let (fx, fy) = (sx.floor(), sy.floor());
+                    (ax[i], ay[i]) = (sx - fx, sy - fy);
+                    (ix[i], iy[i]) = (fx as i32, fy as i32);
+                }
+                for i in 0..n {
+                    self.load_corners(ix[i] as i64, iy[i] as i64, i, &mut corners);
+                }
+                for (c, out) in blended.iter_mut().enumerate() {
+                    let [p00, p01, p10, p11] = &corners.0[c];
+                    for i in 0..n {
+                        let p = [p00[i], p01[i], p10[i], p11[i]].map(f32::from);
+                        out[i] = blend(p, ax[i], ay[i]);
+                    }
+                }
+                for (i, px) in chunk.chunks_exact_mut(3).enumerate() {
+                    px.copy_from_slice(&[blended[0][i], blended[1][i], blended[2][i]]);
+                }
             }
         }
     }
 
-    /// The bilinear value at source point (sx, sy) into `px` (left as the border when the whole
-    /// footprint is outside).
+    /// The four neighbours of source pixel (ix, iy) (it, its right, below, below right), each
+    /// channel, into slot `i`; a neighbour outside the source is the border value.
     #[inline(always)]
-    fn sample(&self, sx: f32, sy: f32, px: &mut [u8]) {
-        let (fx, fy) = (sx.floor(), sy.floor());
-        let (ax, ay) = (sx - fx, sy - fy);
-        let (ix, iy) = (fx as i64, fy as i64);
+    fn load_corners(&self, ix: i64, iy: i64, i: usize, corners: &mut Corners) {
         let (w, h) = (self.sw as i64, self.sh as i64);
-        if ix < -1 || ix >= w || iy < -1 || iy >= h {
+        if ix >= 0 && ix < w - 1 && iy >= 0 && iy < h - 1 {
+            // The whole 2x2 footprint is inside: two 6-byte reads.
+            let top = (iy as usize * self.sw + ix as usize) * 3;
+            let bottom = top + self.sw * 3;
+            let (r0, r1) = (&self.src[top..top + 6], &self.src[bottom..bottom + 6]);
+            for (c, [p00, p01, p10, p11]) in corners.0.iter_mut().enumerate() {
+                p00[i] = r0[c];
+                p01[i] = r0[c + 3];
+                p10[i] = r1[c];
+                p11[i] = r1[c + 3];
+            }
             return;
         }
-        let inside = ix >= 0 && ix < w - 1 && iy >= 0 && iy < h - 1;
-        for (c, out) in px.iter_mut().enumerate() {
-            let p = |dx: i64, dy: i64| -> f32 {
+        for (c, planes) in corners.0.iter_mut().enumerate() {
+            for (plane, (dx, dy)) in planes.iter_mut().zip([(0, 0), (1, 0), (0, 1), (1, 1)]) {
                 let (xx, yy) = (ix + dx, iy + dy);
-                if inside || (xx >= 0 && xx < w && yy >= 0 && yy < h) {
-                    self.src[(yy as usize * self.sw + xx as usize) * 3 + c] as f32
+                plane[i] = if xx >= 0 && xx < w && yy >= 0 && yy < h {
+                    self.src[(yy as usize * self.sw + xx as usize) * 3 + c]
                 } else {
+                    // A footprint wholly outside blends four borders: the border itself.
                     self.border
-                }
-            };
-            let (p00, p01, p10, p11) = (p(0, 0), p(1, 0), p(0, 1), p(1, 1));
-            let v0 = ax.mul_add(p01 - p00, p00);
-            let v1 = ax.mul_add(p11 - p10, p10);
-            let v = ay.mul_add(v1 - v0, v0);
-            *out = v.round_ties_even().clamp(0.0, 255.0) as u8;
+                };
+            }
         }
     }
+}
+
+/// Destination pixels per pass of the vectorised loops.
+const CHUNK: usize = 64;
+
+/// Per channel, the four neighbours (p00, p01, p10, p11) of each pixel of a chunk.
+struct Corners([[[u8; CHUNK]; 4]; 3]);
+
+impl Default for Corners {
+    fn default() -> Self {
+        Corners([[[0; CHUNK]; 4]; 3])
+    }
+}
+
+/// OpenCV's bilinear blend of `[p00, p01, p10, p11]` at fractions (ax, ay), rounded half to
+/// even and saturated.
+#[inline(always)]
+fn blend([p00, p01, p10, p11]: [f32; 4], ax: f32, ay: f32) -> u8 {
+    let v0 = ax.mul_add(p01 - p00, p00);
+    let v1 = ax.mul_add(p11 - p10, p10);
+    let v = ay.mul_add(v1 - v0, v0);
+    round_to_u8(v)
+}
+
+/// `v` in [-0.5, 255.5) rounded half to even, as `cvRound` does, without branches: adding
+/// 2^23 leaves the rounded integer in the low mantissa bits (the FPU rounds to nearest even).
+/// A blend of bytes never leaves that range.
+#[inline(always)]
+pub(crate) fn round_to_u8(v: f32) -> u8 {
+    (v + 8_388_608.0).to_bits() as u8
 }
 
 #[cfg(test)]
