@@ -9,6 +9,7 @@ use crate::vision::image::read_rgb;
 use crate::vision::letterbox::load_size;
 use crate::vision::resize::resize_linear;
 use crate::{Error, Result};
+use std::collections::hash_map::Entry;
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex, OnceLock};
 
@@ -96,12 +97,13 @@ impl ImageCache {
                 // Decoded without the lock held, so other workers keep going meanwhile.
                 let img = Arc::new(load_train_image(entry, self.imgsz)?);
                 let mut held = lock(held);
-                if !held.images.contains_key(&index) {
-                    held.images.insert(index, img.clone());
-                    held.order.push_back(index);
-                    while held.order.len() > *capacity {
-                        if let Some(old) = held.order.pop_front() {
-                            held.images.remove(&old);
+                let Recent { images, order } = &mut *held;
+                if let Entry::Vacant(slot) = images.entry(index) {
+                    slot.insert(img.clone());
+                    order.push_back(index);
+                    while order.len() > *capacity {
+                        if let Some(old) = order.pop_front() {
+                            images.remove(&old);
                         }
                     }
                 }

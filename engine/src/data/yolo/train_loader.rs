@@ -174,7 +174,7 @@ impl TrainLoader {
     /// Batches in each epoch.
     pub fn batches_per_epoch(&self) -> usize {
         let n = self.dataset.images.len();
-        if self.opts.drop_last && n % self.batch_size != 0 && n > self.batch_size {
+        if self.opts.drop_last && !n.is_multiple_of(self.batch_size) && n > self.batch_size {
             n / self.batch_size
         } else {
             n.div_ceil(self.batch_size)

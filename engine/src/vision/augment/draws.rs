@@ -146,7 +146,7 @@ pub fn shuffle_generator(seed: u64, epoch: u64) -> Generator {
 }
 
 const STREAM_SAMPLE: u64 = 0x5341_4d50_4c45; // "SAMPLE"
-const STREAM_SHUFFLE: u64 = 0x5348_5546_464c_45; // "SHUFFLE"
+const STREAM_SHUFFLE: u64 = 0x0053_4855_4646_4C45; // "SHUFFLE"
 
 /// One 64-bit key from several words (splitmix64 over each in turn), so nearby inputs give
 /// unrelated Philox keys.
