@@ -142,7 +142,8 @@ mod tests {
     #[test]
     fn taking_past_the_end_or_twice_is_an_error() {
         let mut pool = OrderedPool::new("test pool", 2, 2, 1, |i| i);
-        assert!(pool.take(2).is_err());
+        let past = pool.take(2).err().unwrap().to_string();
+        assert!(past.contains("past the 2 jobs"), "{past}");
         assert_eq!(pool.take(0).unwrap(), 0);
         assert_eq!(pool.take(1).unwrap(), 1);
         assert!(pool.take(0).is_err());
