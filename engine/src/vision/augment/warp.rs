@@ -76,30 +76,37 @@ impl WarpJob<'_> {
             }
         }
         // Without hardware FMA, `mul_add` still fuses (in software), so results are the same.
-        self.run_rows(out);
+        self.run_rows(out, blend_inside);
     }
 
-    /// The same loop compiled for AVX2 and FMA: `mul_add`, `floor` and rounding become single
-    /// instructions instead of library calls.
+    /// The same loop compiled for AVX2 and FMA (`mul_add`, `floor` and rounding are single
+    /// instructions), with the three channels of a pixel blended in one SSE register.
     #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "avx2,fma")]
-    unsafe fn run_avx2_fma(&self, out: &mut [u8]) {
-        self.run_rows(out);
+    fn run_avx2_fma(&self, out: &mut [u8]) {
+        self.run_rows(out, |top, bottom, ax, ay, px| {
+            if top.len() >= 7 && bottom.len() >= 7 {
+                // The closure has this function's features, so the AVX2 kernel inlines;
+                // both slices hold the 7 bytes its 4-byte loads read.
+                x86::blend_inside(top, bottom, ax, ay, px)
+            } else {
+                blend_inside(top, bottom, ax, ay, px)
+            }
+        });
     }
 
-    /// Row by row, in chunks: the source coordinates and the blends run in branch-free loops
-    /// the compiler vectorises; only the neighbour loads between them are scalar.
+    /// Row by row, in chunks: the source coordinates in a branch-free loop the compiler
+    /// vectorises, then each pixel, through `inside` when its 2x2 footprint is in the source.
     #[inline(always)]
-    fn run_rows(&self, out: &mut [u8]) {
+    fn run_rows(&self, out: &mut [u8], inside: impl Fn(&[u8], &[u8], f32, f32, &mut [u8])) {
         let row_len = self.dst_w * 3;
         if row_len == 0 {
             return;
         }
         let m = self.m;
+        let (w, h) = (self.sw as i64, self.sh as i64);
         let (mut ax, mut ay) = ([0f32; CHUNK], [0f32; CHUNK]);
         let (mut ix, mut iy) = ([0i32; CHUNK], [0i32; CHUNK]);
-        let mut corners = Corners::default();
-        let mut blended = [[0u8; CHUNK]; 3];
         for (y, row) in out.chunks_exact_mut(row_len).enumerate() {
             let yf = y as f32;
             // OpenCV rounds the row's offset to f32 before the per-pixel fma.
@@ -115,64 +122,85 @@ impl WarpJob<'_> {
                     (ax[i], ay[i]) = (sx - fx, sy - fy);
                     (ix[i], iy[i]) = (fx as i32, fy as i32);
                 }
-                for i in 0..n {
-                    self.load_corners(ix[i] as i64, iy[i] as i64, i, &mut corners);
-                }
-                for (c, out) in blended.iter_mut().enumerate() {
-                    let [p00, p01, p10, p11] = &corners.0[c];
-                    for i in 0..n {
-                        let p = [p00[i], p01[i], p10[i], p11[i]].map(f32::from);
-                        out[i] = blend(p, ax[i], ay[i]);
-                    }
-                }
                 for (i, px) in chunk.chunks_exact_mut(3).enumerate() {
-                    px.copy_from_slice(&[blended[0][i], blended[1][i], blended[2][i]]);
+                    let (x0, y0) = (ix[i] as i64, iy[i] as i64);
+                    if x0 >= 0 && x0 < w - 1 && y0 >= 0 && y0 < h - 1 {
+                        let top = (y0 as usize * self.sw + x0 as usize) * 3;
+                        let bottom = top + self.sw * 3;
+                        inside(&self.src[top..], &self.src[bottom..], ax[i], ay[i], px);
+                    } else {
+                        self.blend_edge(x0, y0, ax[i], ay[i], px);
+                    }
                 }
             }
         }
     }
 
-    /// The four neighbours of source pixel (ix, iy) (it, its right, below, below right), each
-    /// channel, into slot `i`; a neighbour outside the source is the border value.
+    /// A pixel whose footprint is partly or wholly outside the source: the missing neighbours
+    /// take the border value (so a footprint wholly outside gives the border itself).
     #[inline(always)]
-    fn load_corners(&self, ix: i64, iy: i64, i: usize, corners: &mut Corners) {
+    fn blend_edge(&self, ix: i64, iy: i64, ax: f32, ay: f32, px: &mut [u8]) {
         let (w, h) = (self.sw as i64, self.sh as i64);
-        if ix >= 0 && ix < w - 1 && iy >= 0 && iy < h - 1 {
-            // The whole 2x2 footprint is inside: two 6-byte reads.
-            let top = (iy as usize * self.sw + ix as usize) * 3;
-            let bottom = top + self.sw * 3;
-            let (r0, r1) = (&self.src[top..top + 6], &self.src[bottom..bottom + 6]);
-            for (c, [p00, p01, p10, p11]) in corners.0.iter_mut().enumerate() {
-                p00[i] = r0[c];
-                p01[i] = r0[c + 3];
-                p10[i] = r1[c];
-                p11[i] = r1[c + 3];
-            }
-            return;
-        }
-        for (c, planes) in corners.0.iter_mut().enumerate() {
-            for (plane, (dx, dy)) in planes.iter_mut().zip([(0, 0), (1, 0), (0, 1), (1, 1)]) {
+        for (c, out) in px.iter_mut().enumerate() {
+            let p = |dx: i64, dy: i64| -> f32 {
                 let (xx, yy) = (ix + dx, iy + dy);
-                plane[i] = if xx >= 0 && xx < w && yy >= 0 && yy < h {
-                    self.src[(yy as usize * self.sw + xx as usize) * 3 + c]
+                if xx >= 0 && xx < w && yy >= 0 && yy < h {
+                    self.src[(yy as usize * self.sw + xx as usize) * 3 + c] as f32
                 } else {
-                    // A footprint wholly outside blends four borders: the border itself.
-                    self.border
-                };
-            }
+                    self.border as f32
+                }
+            };
+            *out = blend([p(0, 0), p(1, 0), p(0, 1), p(1, 1)], ax, ay);
         }
     }
 }
 
-/// Destination pixels per pass of the vectorised loops.
+/// Destination pixels per pass of the coordinate loop.
 const CHUNK: usize = 64;
 
-/// Per channel, the four neighbours (p00, p01, p10, p11) of each pixel of a chunk.
-struct Corners([[[u8; CHUNK]; 4]; 3]);
+/// The three channels of a pixel whose footprint starts at `top[0]` and `bottom[0]` (each the
+/// pixel and its right neighbour, 6 bytes).
+#[inline(always)]
+fn blend_inside(top: &[u8], bottom: &[u8], ax: f32, ay: f32, px: &mut [u8]) {
+    for c in 0..3 {
+        let p = [top[c], top[c + 3], bottom[c], bottom[c + 3]].map(f32::from);
+        px[c] = blend(p, ax, ay);
+    }
+}
 
-impl Default for Corners {
-    fn default() -> Self {
-        Corners([[[0; CHUNK]; 4]; 3])
+/// The pixel blend in one SSE register (lanes r, g, b and a spare), the same operations as
+/// [`blend`] lane by lane.
+#[cfg(target_arch = "x86_64")]
+mod x86 {
+    use std::arch::x86_64::*;
+
+    /// Four bytes from `bytes` widened to f32 lanes.
+    #[inline]
+    #[target_feature(enable = "avx2,fma")]
+    fn lanes(bytes: &[u8]) -> __m128 {
+        let word = u32::from_le_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]);
+        _mm_cvtepi32_ps(_mm_cvtepu8_epi32(_mm_cvtsi32_si128(word as i32)))
+    }
+
+    /// `top` and `bottom` hold at least 7 bytes (the 4-byte loads at offset 3 read one past
+    /// the pixel pair).
+    #[inline]
+    #[target_feature(enable = "avx2,fma")]
+    pub(super) fn blend_inside(top: &[u8], bottom: &[u8], ax: f32, ay: f32, px: &mut [u8]) {
+        let (p00, p01) = (lanes(top), lanes(&top[3..]));
+        let (p10, p11) = (lanes(bottom), lanes(&bottom[3..]));
+        let (ax, ay) = (_mm_set1_ps(ax), _mm_set1_ps(ay));
+        let v0 = _mm_fmadd_ps(ax, _mm_sub_ps(p01, p00), p00);
+        let v1 = _mm_fmadd_ps(ax, _mm_sub_ps(p11, p10), p10);
+        let v = _mm_fmadd_ps(ay, _mm_sub_ps(v1, v0), v0);
+        // `round_to_u8` per lane: the low byte of each lane after adding 2^23.
+        let bits = _mm_castps_si128(_mm_add_ps(v, _mm_set1_ps(8_388_608.0)));
+        let bytes = _mm_shuffle_epi8(
+            bits,
+            _mm_setr_epi8(0, 4, 8, 12, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1),
+        );
+        let rgb = (_mm_cvtsi128_si32(bytes) as u32).to_le_bytes();
+        px[..3].copy_from_slice(&rgb[..3]);
     }
 }
 
