@@ -90,9 +90,22 @@ const CHUNK: usize = 64;
 
 #[inline(always)]
 fn apply_lut(img: &mut RgbImage, lut: &HsvLut, tables: &HsvTables) {
+    // A grey pixel (r = g = b) has hue 0 and saturation 0, so its result depends on its value
+    // alone: a table, used for chunks that are all grey (the 114 padding of a mosaic).
+    let grey: [u8; 256] =
+        std::array::from_fn(|x| hsv_to_rgb([lut.hue[0], lut.sat[0], lut.val[x]])[0]);
     let (mut h, mut s, mut v) = ([0f32; CHUNK], [0f32; CHUNK], [0f32; CHUNK]);
     let (mut r, mut g, mut b) = ([0u8; CHUNK], [0u8; CHUNK], [0u8; CHUNK]);
     for chunk in img.as_mut().chunks_mut(CHUNK * 3) {
+        if chunk
+            .chunks_exact(3)
+            .all(|px| px[0] == px[1] && px[1] == px[2])
+        {
+            for c in chunk.iter_mut() {
+                *c = grey[*c as usize];
+            }
+            continue;
+        }
         let n = chunk.len() / 3;
         for (i, px) in chunk.chunks_exact(3).enumerate() {
             let [hh, ss, vv] = tables.rgb_to_hsv([px[0], px[1], px[2]]);
