@@ -8,6 +8,7 @@ pub mod dataset;
 mod describe;
 pub mod idx;
 pub mod npy;
+pub mod ordered_pool;
 pub mod scaling;
 pub mod spirals;
 pub mod token_file;

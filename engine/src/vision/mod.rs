@@ -1,8 +1,9 @@
 //! Computer vision for detection models: decoding images to U8 HWC RGB tensors, OpenCV-exact
-//! bilinear resize, ultralytics' letterbox and rect batches, drawing boxes with labels, box
-//! arithmetic, non-maximum suppression and detection metrics, following ultralytics'
-//! definitions so numbers can be compared.
+//! bilinear resize, ultralytics' letterbox and rect batches, training augmentation (mosaic,
+//! affine, HSV, flips), drawing boxes with labels, box arithmetic, non-maximum suppression and
+//! detection metrics, following ultralytics' definitions so numbers can be compared.
 
+pub mod augment;
 pub mod boxes;
 pub mod coco_json;
 pub mod draw;

@@ -3,9 +3,9 @@
 //!
 //! With `rect` (what `model.val()` uses) images are ordered by aspect ratio and each batch
 //! gets its own canvas (`vision::rect`); otherwise they keep file order (or the order given,
-//! a shuffled training epoch) and every canvas is `imgsz` x `imgsz`. Workers take images in that order from a shared counter and send them
-//! through a bounded channel, so at most `prefetch` batches' worth of decoded images wait; the
-//! consumer puts them back in order. Dropping the loader stops and joins the workers.
+//! a shuffled training epoch) and every canvas is `imgsz` x `imgsz`. Worker threads decode
+//! ahead of the consumer through `data::ordered_pool`, at most `prefetch` batches' worth;
+//! dropping the loader stops and joins them.
 //!
 //! Batches are U8 NCHW RGB, `[B, 3, H, W]`: the layout YOLO models take, so the consumer only
 //! converts the dtype (`/ 255`) and moves it to the device; the transpose from HWC is done
@@ -15,15 +15,12 @@
 //! maps them back with `scale_boxes`; the two agree to float rounding).
 
 use super::labels::{YoloBox, YoloDataset};
+use crate::data::ordered_pool::OrderedPool;
 use crate::vision::image::read_rgb;
 use crate::vision::{preprocess_val, rect_batch_shapes, rect_order, RatioPad, RgbImage};
 use crate::{Error, Result, Tensor};
-use std::collections::BTreeMap;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::mpsc::{sync_channel, Receiver};
 use std::sync::Arc;
-use std::thread::JoinHandle;
 
 /// How to batch and preprocess.
 #[derive(Clone, Debug)]
@@ -85,18 +82,13 @@ struct Job {
     canvas_hw: (usize, usize),
 }
 
-type Done = (usize, Result<(Vec<u8>, RatioPad)>);
-
 /// The loader: an iterator over `Result<YoloBatch>`.
 pub struct ValLoader {
     dataset: Arc<YoloDataset>,
     jobs: Arc<Vec<Job>>,
     batch_size: usize,
     next_position: usize,
-    pending: BTreeMap<usize, Result<(Vec<u8>, RatioPad)>>,
-    receiver: Option<Receiver<Done>>,
-    stop: Arc<AtomicBool>,
-    workers: Vec<JoinHandle<()>>,
+    pool: OrderedPool<Result<(Vec<u8>, RatioPad)>>,
 }
 
 impl ValLoader {
@@ -108,47 +100,27 @@ impl ValLoader {
             ));
         }
         let jobs = Arc::new(plan(&dataset, opts)?);
-        let workers = match opts.workers {
-            0 => std::thread::available_parallelism()
-                .map_or(4, |n| n.get())
-                .min(8),
-            n => n,
-        };
-        let (sender, receiver) = sync_channel::<Done>(opts.batch_size * opts.prefetch.max(1));
-        let next = Arc::new(AtomicUsize::new(0));
-        let stop = Arc::new(AtomicBool::new(false));
         let imgsz = opts.imgsz;
-        let handles = (0..workers.min(jobs.len()).max(1))
-            .map(|_| {
-                let (jobs, next, stop, sender) =
-                    (jobs.clone(), next.clone(), stop.clone(), sender.clone());
-                std::thread::spawn(move || loop {
-                    let position = next.fetch_add(1, Ordering::Relaxed);
-                    let Some(job) = jobs.get(position) else {
-                        return;
-                    };
-                    if stop.load(Ordering::Relaxed) {
-                        return;
-                    }
-                    let result = read_rgb(&job.path).map(|img| {
-                        let (out, rp) = preprocess_val(&img, imgsz, Some(job.canvas_hw));
-                        (hwc_to_chw(&out), rp)
-                    });
-                    if sender.send((position, result)).is_err() {
-                        return;
-                    }
+        let worker_jobs = jobs.clone();
+        let pool = OrderedPool::new(
+            "yolo val loader",
+            jobs.len(),
+            opts.workers,
+            opts.batch_size * opts.prefetch.max(1),
+            move |position| {
+                let job = &worker_jobs[position];
+                read_rgb(&job.path).map(|img| {
+                    let (out, rp) = preprocess_val(&img, imgsz, Some(job.canvas_hw));
+                    (hwc_to_chw(&out), rp)
                 })
-            })
-            .collect();
+            },
+        );
         Ok(ValLoader {
             dataset,
             jobs,
             batch_size: opts.batch_size,
             next_position: 0,
-            pending: BTreeMap::new(),
-            receiver: Some(receiver),
-            stop,
-            workers: handles,
+            pool,
         })
     }
 
@@ -159,30 +131,6 @@ impl ValLoader {
 
     pub fn is_empty(&self) -> bool {
         self.jobs.is_empty()
-    }
-
-    /// The image at `position` of the order, waiting for the workers as needed.
-    fn take(&mut self, position: usize) -> Result<(Vec<u8>, RatioPad)> {
-        loop {
-            if let Some(done) = self.pending.remove(&position) {
-                return done;
-            }
-            let receiver = self
-                .receiver
-                .as_ref()
-                .ok_or_else(|| Error::invalid("yolo val loader", "stopped"))?;
-            match receiver.recv() {
-                Ok((p, result)) => {
-                    self.pending.insert(p, result);
-                }
-                Err(_) => {
-                    return Err(Error::invalid(
-                        "yolo val loader",
-                        "a worker thread ended early",
-                    ))
-                }
-            }
-        }
     }
 }
 
@@ -200,7 +148,7 @@ impl Iterator for ValLoader {
         let mut pixels = Vec::with_capacity((end - start) * 3 * h * w);
         let (mut indices, mut paths, mut ratio_pad, mut labels) = (vec![], vec![], vec![], vec![]);
         for position in start..end {
-            let (chw, rp) = match self.take(position) {
+            let (chw, rp) = match self.pool.take(position).and_then(|done| done) {
                 Ok(done) => done,
                 Err(e) => return Some(Err(e)),
             };
@@ -232,17 +180,6 @@ impl Iterator for ValLoader {
             ratio_pad,
             labels,
         }))
-    }
-}
-
-impl Drop for ValLoader {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
-        // Dropping the receiver fails the workers' pending sends, so none blocks forever.
-        self.receiver = None;
-        for handle in self.workers.drain(..) {
-            let _ = handle.join();
-        }
     }
 }
 
@@ -307,7 +244,7 @@ fn rect_plan(dataset: &YoloDataset, opts: &ValLoaderOptions) -> Vec<Job> {
 }
 
 /// Interleaved RGB rows to planar channels.
-fn hwc_to_chw(img: &RgbImage) -> Vec<u8> {
+pub(crate) fn hwc_to_chw(img: &RgbImage) -> Vec<u8> {
     let plane = img.width() as usize * img.height() as usize;
     let mut out = vec![0u8; 3 * plane];
     for (i, px) in img.as_raw().chunks_exact(3).enumerate() {
