@@ -49,8 +49,46 @@ impl Module for Constant {
     }
 }
 
-/// Level sizes, device and dtype, with the anchor points and strides made for them.
-type AnchorCache = (Vec<(usize, usize)>, Device, DType, Tensor, Tensor);
+/// The anchor points (`anchor_grid`) as tensors for the last seen level sizes, device and
+/// dtype, made once and then shared: the head's decoding and the loss both read them.
+#[derive(Default)]
+pub(crate) struct AnchorCache {
+    last: Mutex<Option<AnchorTensors>>,
+}
+
+/// Level sizes, device and dtype, with the centres [2, A] and strides [A] made for them.
+type AnchorTensors = (Vec<(usize, usize)>, Device, DType, Tensor, Tensor);
+
+impl AnchorCache {
+    /// Anchor centres [2, A] (the A x values, then the A y values, in grid units) and each
+    /// anchor's stride [A], for these level sizes and strides on `device` in `dtype`.
+    pub(crate) fn get(
+        &self,
+        sizes: &[(usize, usize)],
+        strides: &[f64],
+        device: Device,
+        dtype: DType,
+    ) -> Result<(Tensor, Tensor)> {
+        let mut last = self.last.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((s, d, t, a, st)) = last.as_ref() {
+            if s == sizes && *d == device && *t == dtype {
+                return Ok((a.clone(), st.clone()));
+            }
+        }
+        let (xys, st) = anchor_grid(sizes, strides);
+        let total = st.len();
+        let anchors = Tensor::from_vec(xys, &[2, total])?.to(device, dtype)?;
+        let strides = Tensor::from_vec(st, &[total])?.to(device, dtype)?;
+        *last = Some((
+            sizes.to_vec(),
+            device,
+            dtype,
+            anchors.clone(),
+            strides.clone(),
+        ));
+        Ok((anchors, strides))
+    }
+}
 
 /// The raw head outputs before decoding, as ultralytics' `forward_head` returns them.
 pub struct HeadOutput {
@@ -71,8 +109,7 @@ pub struct Detect {
     levels: Vec<Level>,
     /// `dfl.conv.weight` [1, reg_max, 1, 1]: the bin values (0, 1, ..., reg_max - 1).
     dfl: Constant,
-    /// Anchor points [1, 2, A] and strides [1, 1, A] for the last seen sizes and device.
-    anchors: Mutex<Option<AnchorCache>>,
+    anchors: AnchorCache,
     training: bool,
 }
 
@@ -120,7 +157,7 @@ impl Detect {
             legacy,
             levels,
             dfl: Constant(Tensor::from_vec(bins, &[1, reg_max, 1, 1])?),
-            anchors: Mutex::new(None),
+            anchors: AnchorCache::default(),
             training: true,
         })
     }
@@ -174,31 +211,20 @@ impl Detect {
         Tensor::cat(&[boxes, probs], 1)
     }
 
-    /// Anchor centres (x + 0.5, y + 0.5) per level in grid units, and each anchor's stride.
+    /// Anchor centres [1, 2, A] (x + 0.5, y + 0.5 per level, in grid units) and strides
+    /// [1, 1, A].
     fn anchors_for(
         &self,
         sizes: &[(usize, usize)],
         device: Device,
         dtype: DType,
     ) -> Result<(Tensor, Tensor)> {
-        let mut cache = self.anchors.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some((s, d, t, a, st)) = cache.as_ref() {
-            if s == sizes && *d == device && *t == dtype {
-                return Ok((a.clone(), st.clone()));
-            }
-        }
-        let (xys, st) = anchor_grid(sizes, &self.strides);
-        let total = st.len();
-        let anchors = Tensor::from_vec(xys, &[1, 2, total])?.to(device, dtype)?;
-        let strides = Tensor::from_vec(st, &[1, 1, total])?.to(device, dtype)?;
-        *cache = Some((
-            sizes.to_vec(),
-            device,
-            dtype,
-            anchors.clone(),
-            strides.clone(),
-        ));
-        Ok((anchors, strides))
+        let (anchors, strides) = self.anchors.get(sizes, &self.strides, device, dtype)?;
+        let total = strides.numel();
+        Ok((
+            anchors.reshape_to(&[1, 2, total])?,
+            strides.reshape_to(&[1, 1, total])?,
+        ))
     }
 
     pub fn no(&self) -> usize {

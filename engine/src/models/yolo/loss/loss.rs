@@ -11,10 +11,9 @@ use super::assigner::{Assignment, TaskAlignedAssigner};
 use super::dfl::dfl_loss;
 use super::iou::{bbox_ciou, CIOU_EPS};
 use super::targets::DetectionTargets;
-use crate::models::yolo::head::anchor_grid;
+use crate::models::yolo::head::AnchorCache;
 use crate::models::yolo::{Detect, HeadOutput};
 use crate::{bail, bce_with_logits, no_grad, DType, Device, Reduction, Result, Tensor};
-use std::sync::Mutex;
 
 const OP: &str = "DetectionLoss";
 
@@ -53,9 +52,6 @@ pub struct LossOutput {
     pub assignment: Assignment,
 }
 
-/// Anchor points `[A, 2]` and strides `[A, 1]` for some level sizes, device and dtype.
-type AnchorCache = (Vec<(usize, usize)>, Device, DType, Tensor, Tensor);
-
 /// ultralytics' `v8DetectionLoss` for a head of `nc` classes, `reg_max` distance bins per side
 /// and these strides.
 ///
@@ -75,7 +71,7 @@ pub struct DetectionLoss {
     strides: Vec<f64>,
     gains: LossGains,
     assigner: TaskAlignedAssigner,
-    anchors: Mutex<Option<AnchorCache>>,
+    anchors: AnchorCache,
 }
 
 impl DetectionLoss {
@@ -103,7 +99,7 @@ impl DetectionLoss {
             strides: strides.to_vec(),
             gains,
             assigner: TaskAlignedAssigner::new(nc, strides),
-            anchors: Mutex::new(None),
+            anchors: AnchorCache::default(),
         })
     }
 
@@ -297,27 +293,9 @@ impl DetectionLoss {
         device: Device,
         dtype: DType,
     ) -> Result<(Tensor, Tensor)> {
-        let mut cache = self.anchors.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some((s, d, t, a, st)) = cache.as_ref() {
-            if s == sizes && *d == device && *t == dtype {
-                return Ok((a.clone(), st.clone()));
-            }
-        }
-        let (xys, st) = anchor_grid(sizes, &self.strides);
-        let total = st.len();
-        let anchors = Tensor::from_vec(xys, &[2, total])?
-            .t()?
-            .contiguous()?
-            .to(device, dtype)?;
-        let strides = Tensor::from_vec(st, &[total, 1])?.to(device, dtype)?;
-        *cache = Some((
-            sizes.to_vec(),
-            device,
-            dtype,
-            anchors.clone(),
-            strides.clone(),
-        ));
-        Ok((anchors, strides))
+        let (anchors, strides) = self.anchors.get(sizes, &self.strides, device, dtype)?;
+        let total = strides.numel();
+        Ok((anchors.t()?.contiguous()?, strides.reshape_to(&[total, 1])?))
     }
 }
 
