@@ -1,9 +1,10 @@
 //! Ultralytics checkpoints written by `YoloModel::save_ultralytics_pt`: read back by our own
 //! `.pt` loader (weights bit-equal after the FP16 cast), and loaded, run and validated by
 //! ultralytics 8.4.190 itself through `tests/fixtures/yolo/pt_writer/check_with_ultralytics.py`.
-//! The Python is `RB_ULTRALYTICS_PYTHON`, else `/work/venv-ul/bin/python` when it exists; without
-//! one the ultralytics test prints SKIPPED, and fails under `RB_REQUIRE_ASSETS=1`.
+//! The Python is found by `rb_integration_tests::ultralytics_python` (`RB_ULTRALYTICS_PYTHON`);
+//! without one those tests print SKIPPED, and fail under `RB_REQUIRE_ASSETS=1`.
 
+use rb_integration_tests::ultralytics_python::ultralytics_python;
 use rusting_brain::models::yolo::{definitions, PtMeta, YoloConfig, YoloModel};
 use rusting_brain::nn::Module;
 use rusting_brain::{no_grad, DType, Generator, Tensor};
@@ -205,29 +206,6 @@ fn fused_networks_are_refused_with_a_reason() {
 
 // ----- ultralytics itself -----
 
-/// The Python with ultralytics, or `None` after printing SKIPPED.
-fn ultralytics_python(test: &str) -> Option<String> {
-    let py = std::env::var("RB_ULTRALYTICS_PYTHON").ok().or_else(|| {
-        let default = "/work/venv-ul/bin/python";
-        Path::new(default).exists().then(|| default.to_string())
-    });
-    let usable = py.as_ref().is_some_and(|py| {
-        Command::new(py)
-            .args(["-c", "import ultralytics, torch"])
-            .output()
-            .is_ok_and(|o| o.status.success())
-    });
-    if usable {
-        return py;
-    }
-    let why = "no Python with ultralytics (set RB_ULTRALYTICS_PYTHON)";
-    if std::env::var("RB_REQUIRE_ASSETS").as_deref() == Ok("1") {
-        panic!("{test}: {why} and RB_REQUIRE_ASSETS=1");
-    }
-    eprintln!("SKIPPED {test}: {why}");
-    None
-}
-
 fn write_f32(path: &Path, t: &Tensor) {
     let bytes: Vec<u8> = t
         .to_vec::<f32>()
@@ -332,6 +310,7 @@ fn ultralytics_loads_runs_and_validates_a_saved_yolo11() {
     assert_eq!(s["class"], "DetectionModel");
     assert_eq!(s["structure_diffs"].as_array().map(Vec::len), Some(0));
     assert_eq!(s["predict_images"], 2);
+    assert_eq!(s["mmap_load"], true);
     assert!(s["val_map50_95"].as_f64().is_some());
 }
 

@@ -27,6 +27,8 @@ mod storage;
 #[cfg(test)]
 mod tests;
 mod value;
+#[cfg(test)]
+mod writer_tests;
 
 pub use archive::{load_pt, load_pt_bytes};
 pub use module_object::ModuleObject;
