@@ -315,6 +315,17 @@ fn ultralytics_loads_runs_and_validates_a_saved_yolo11() {
 }
 
 #[test]
+fn ultralytics_loads_and_runs_a_saved_yolo11n() {
+    let test = "ultralytics_loads_and_runs_a_saved_yolo11n";
+    let Some(py) = ultralytics_python(test) else {
+        return;
+    };
+    let s = check_with_ultralytics(&py, &builtin("yolo11n.yaml", 80), 96, false);
+    assert_eq!(s["structure_diffs"].as_array().map(Vec::len), Some(0));
+    assert_eq!(s["output_shape"], serde_json::json!([2, 84, 189]));
+}
+
+#[test]
 fn ultralytics_loads_and_runs_a_saved_yolov8() {
     let test = "ultralytics_loads_and_runs_a_saved_yolov8";
     let Some(py) = ultralytics_python(test) else {
