@@ -4,3 +4,4 @@ pub mod alloc_meter;
 pub mod assets;
 pub mod corruption;
 pub mod lm_fixtures;
+pub mod ultralytics_python;

@@ -69,6 +69,15 @@ pub fn register(engine: &mut Engine) {
             with_yolo!("model.save(\"shapes.safetensors\"); let again = yolo::load(\"shapes.safetensors\");"),
             |m: &mut Yolo, path: &str| guard(|| m.lock().save_safetensors(Path::new(path))),
         );
+        let (sig, doc, example) = (
+            "model.save_pt(path[, #{ epoch, best_fitness, imgsz, data }]) -> path",
+            "Writes an ultralytics checkpoint (FP16 weights, the model YAML and class names, as ultralytics' final best.pt) that ultralytics.YOLO(path) loads, predicts and validates with, and yolo::load reads back. imgsz and data are recorded as its training arguments; epoch defaults to -1 (final weights). The network must be unfused.",
+            with_yolo!("model.save_pt(\"out/shapes.pt\", #{ imgsz: 64 }); let again = yolo::load(\"out/shapes.pt\");"),
+        );
+        api.method("save_pt", sig, doc, example, |m: &mut Yolo, path: &str| {
+            model::save_pt(m, path, Map::new())
+        });
+        api.method("save_pt", sig, doc, example, model::save_pt);
         api.method(
             "export_onnx",
             "model.export_onnx(path, #{ imgsz, opset, dynamic_batch }) -> path",

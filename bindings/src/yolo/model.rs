@@ -6,7 +6,7 @@ use rhai::{Array, Dynamic, Map, FLOAT, INT};
 use rusting_brain::data::yolo::DataConfig;
 use rusting_brain::models::yolo::predict::{Detection, PredictOptions};
 use rusting_brain::models::yolo::val::{validate, ValOptions, ValReport};
-use rusting_brain::models::yolo::{YoloConfig, YoloModel};
+use rusting_brain::models::yolo::{PtMeta, YoloConfig, YoloModel};
 use rusting_brain::nn::Module;
 use rusting_brain::vision::RgbImage;
 use rusting_brain::{Generator, Tensor};
@@ -31,6 +31,25 @@ impl Yolo {
 /// `yolo::load(path)`: `.pt`, `.safetensors`, `.onnx` or a model YAML.
 pub fn load(path: &str) -> RhaiResult<Yolo> {
     Yolo::new(guard(|| YoloModel::load(Path::new(path)))?)
+}
+
+/// `model.save_pt(path, #{ epoch, best_fitness, imgsz, data })`: an ultralytics checkpoint.
+pub fn save_pt(m: &mut Yolo, path: &str, opts: Map) -> RhaiResult<String> {
+    let o = Options::new("save_pt", opts, &["epoch", "best_fitness", "imgsz", "data"])?;
+    let mut meta = PtMeta {
+        epoch: o.int("epoch", -1)?,
+        best_fitness: o.opt_float("best_fitness")?,
+        ..PtMeta::default()
+    };
+    if o.get("imgsz").is_some() {
+        meta.train_args
+            .insert("imgsz".into(), o.usize("imgsz", 640)?.into());
+    }
+    if let Some(data) = o.string("data")? {
+        meta.train_args.insert("data".into(), data.into());
+    }
+    guard(|| m.lock().save_ultralytics_pt(Path::new(path), &meta))?;
+    Ok(path.to_string())
 }
 
 /// `yolo::model(yaml, #{ classes, seed })`: a fresh network; `classes` is a count or names.

@@ -7,6 +7,9 @@
 //!   info, the object, the list of storage keys), then each storage in key-list order as an
 //!   8-byte little-endian element count followed by its bytes.
 //!
+//! Writing ([`save_pt`]) is the reverse: a [`PyObject`] tree (Python data, tensors, and class
+//! instances such as [`ModuleObject`]s) pickled at protocol 2 into the zip format.
+//!
 //! The pickle runs on a restricted machine ([`pickle`]) that only builds data: globals must be on
 //! the allow-list ([`globals`]), tensors come from storages that are bounds-checked, and class
 //! instances (`nn.Module`s, ultralytics objects) become inert [`Value::Object`]s.
@@ -14,14 +17,22 @@
 mod archive;
 mod globals;
 mod materialise;
+mod module_object;
 mod pickle;
+mod pickle_writer;
 mod reduce;
+mod save;
 mod state_dict;
 mod storage;
 #[cfg(test)]
 mod tests;
 mod value;
+#[cfg(test)]
+mod writer_tests;
 
 pub use archive::{load_pt, load_pt_bytes};
+pub use module_object::ModuleObject;
+pub use pickle_writer::PyObject;
+pub use save::{save_pt, save_pt_bytes};
 pub use state_dict::{module_state_dict, state_dict};
 pub use value::Value;

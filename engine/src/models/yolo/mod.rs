@@ -16,6 +16,7 @@ mod onnx;
 pub mod predict;
 #[cfg(test)]
 mod tests;
+mod ultralytics_pt;
 pub mod val;
 mod weights;
 
@@ -23,4 +24,5 @@ pub use build::SUPPORTED;
 pub use config::YoloConfig;
 pub use head::{Detect, HeadOutput};
 pub use network::YoloModel;
+pub use ultralytics_pt::{PtMeta, ULTRALYTICS_VERSION};
 pub use weights::fold_batch_norms;
