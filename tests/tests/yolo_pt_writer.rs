@@ -2,7 +2,7 @@
 //! `.pt` loader (weights bit-equal after the FP16 cast), and loaded, run and validated by
 //! ultralytics 8.4.190 itself through `tests/fixtures/yolo/pt_writer/check_with_ultralytics.py`.
 //! The Python is found by `rb_integration_tests::ultralytics_python` (`RB_ULTRALYTICS_PYTHON`);
-//! without one those tests print SKIPPED, and fail under `RB_REQUIRE_ASSETS=1`.
+//! without one those tests print SKIPPED (and fail when `RB_ULTRALYTICS_PYTHON` names an unusable one).
 
 use rb_integration_tests::ultralytics_python::ultralytics_python;
 use rusting_brain::models::yolo::{definitions, PtMeta, YoloConfig, YoloModel};
