@@ -16,6 +16,7 @@ mod onnx;
 pub mod predict;
 #[cfg(test)]
 mod tests;
+pub mod train;
 pub mod val;
 mod weights;
 
