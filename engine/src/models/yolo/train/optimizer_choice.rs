@@ -16,8 +16,8 @@
 use super::param_groups::ParamGroups;
 use super::results_csv::python_round;
 use super::schedule::IterationSettings;
-use crate::optim::{AdamW, AdamWConfig, Optimizer, Sgd, SgdConfig, StepOutcome};
-use crate::{Error, Result};
+use crate::optim::{clip_grad_norm, AdamW, AdamWConfig, Optimizer, Sgd, SgdConfig, StepOutcome};
+use crate::{Error, Result, Tensor};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum OptimizerKind {
@@ -106,6 +106,15 @@ pub fn choose_optimizer(inputs: &ChoiceInputs) -> Result<OptimizerChoice> {
             ),
         )),
     }
+}
+
+/// What `GroupOptimizers::clip_and_step` did.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum GroupStep {
+    /// Every group stepped; `grad_norm` is the global norm before clipping.
+    Applied { grad_norm: f64 },
+    /// The norm was not finite: nothing stepped and the gradients were cleared.
+    Skipped { norm: f64 },
 }
 
 /// The three groups' optimizers, in ultralytics' order (pg0 decayed weights, pg1 norm
@@ -211,10 +220,32 @@ impl GroupOptimizers {
         self.groups().map(|o| o.lr())
     }
 
-    /// Steps every group. Clip the gradients over all groups first (ultralytics clips the
-    /// global norm to 10): each optimizer alone would only see its own group.
+    /// Steps every group as they stand (no clipping across groups; `clip_and_step` is
+    /// ultralytics' step).
     pub fn step(&mut self) -> Result<Vec<StepOutcome>> {
         self.groups_mut().into_iter().map(|o| o.step()).collect()
+    }
+
+    /// ultralytics' `optimizer_step` without the AMP scaler: clips the global gradient norm
+    /// over all three groups to `max_norm` (ultralytics uses 10), then steps every group. A
+    /// non-finite norm steps none of them and clears the gradients, as the grad scaler skips
+    /// the whole optimizer (a group checking only its own gradients would step alone). It
+    /// reads the norm on the host: one wait per optimizer step on CUDA.
+    pub fn clip_and_step(&mut self, max_norm: f64) -> Result<GroupStep> {
+        let params: Vec<Tensor> = self
+            .groups()
+            .iter()
+            .flat_map(|o| o.core().tensors())
+            .collect();
+        let norm = clip_grad_norm(&params, max_norm)?;
+        if !norm.is_finite() {
+            self.zero_grad();
+            return Ok(GroupStep::Skipped { norm });
+        }
+        for o in self.groups_mut() {
+            o.step()?;
+        }
+        Ok(GroupStep::Applied { grad_norm: norm })
     }
 
     pub fn zero_grad(&mut self) {
@@ -227,7 +258,7 @@ impl GroupOptimizers {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{DType, Device, Tensor};
+    use crate::{DType, Device};
 
     fn inputs(optimizer: &str, dataset_size: usize, epochs: usize, nc: usize) -> ChoiceInputs {
         ChoiceInputs {
@@ -323,5 +354,54 @@ mod tests {
             .collect();
         assert!((v[0] - 0.91).abs() < 1e-6, "{v:?}");
         assert_eq!((v[1], v[2]), (1.0, 1.0));
+    }
+
+    fn sgd_with_grads(grads: [[f32; 2]; 3]) -> (GroupOptimizers, Vec<Tensor>) {
+        let groups = ParamGroups {
+            weights: vec![param("w", 1.0)],
+            norm_weights: vec![param("bn.weight", 1.0)],
+            biases: vec![param("bias", 1.0)],
+        };
+        let tensors: Vec<Tensor> = [&groups.weights, &groups.norm_weights, &groups.biases]
+            .iter()
+            .map(|g| g[0].1.clone())
+            .collect();
+        let choice = OptimizerChoice {
+            kind: OptimizerKind::Sgd,
+            lr0: 0.1,
+            momentum: 0.9,
+            warmup_bias_lr: 0.0,
+        };
+        let opt = GroupOptimizers::new(&choice, groups, 0.0).unwrap();
+        for (t, g) in tensors.iter().zip(grads) {
+            t.set_grad(Some(Tensor::from_slice(&g, &[2]).unwrap()));
+        }
+        (opt, tensors)
+    }
+
+    #[test]
+    fn clip_and_step_clips_the_norm_over_all_groups() {
+        // Gradients (30, 40) in pg0, (0, 0) elsewhere: global norm 50, clipped by
+        // 10 / (50 + 1e-6) to about (6, 8). First Nesterov SGD step: g + 0.9 g = 1.9 g, so
+        // p = 1 - 0.1 * 1.9 * (6, 8) = (-0.14, -0.52).
+        let (mut opt, t) = sgd_with_grads([[30.0, 40.0], [0.0, 0.0], [0.0, 0.0]]);
+        let out = opt.clip_and_step(10.0).unwrap();
+        assert_eq!(out, GroupStep::Applied { grad_norm: 50.0 });
+        let w = t[0].to_vec::<f32>().unwrap();
+        assert!(
+            (w[0] + 0.14).abs() < 1e-5 && (w[1] + 0.52).abs() < 1e-5,
+            "{w:?}"
+        );
+    }
+
+    #[test]
+    fn a_non_finite_norm_in_one_group_steps_no_group() {
+        let (mut opt, t) = sgd_with_grads([[1.0, 1.0], [1.0, 1.0], [f32::NAN, 0.0]]);
+        let out = opt.clip_and_step(10.0).unwrap();
+        assert!(matches!(out, GroupStep::Skipped { .. }), "{out:?}");
+        for p in &t {
+            assert_eq!(p.to_vec::<f32>().unwrap(), vec![1.0, 1.0]);
+            assert!(p.grad().is_none());
+        }
     }
 }
