@@ -16,6 +16,7 @@ mod onnx;
 pub mod predict;
 #[cfg(test)]
 mod tests;
+pub mod train;
 mod ultralytics_pt;
 pub mod val;
 mod weights;
