@@ -319,17 +319,23 @@ mod tests {
         (name.to_string(), t)
     }
 
-    #[test]
-    fn only_the_weight_group_decays_and_sgd_momentum_follows_the_schedule() {
+    /// Groups of one [2] parameter of ones each, and those tensors in group order.
+    fn one_parameter_per_group() -> (ParamGroups, Vec<Tensor>) {
         let groups = ParamGroups {
             weights: vec![param("w", 1.0)],
             norm_weights: vec![param("bn.weight", 1.0)],
             biases: vec![param("bias", 1.0)],
         };
-        let tensors: Vec<Tensor> = [&groups.weights, &groups.norm_weights, &groups.biases]
+        let tensors = [&groups.weights, &groups.norm_weights, &groups.biases]
             .iter()
             .map(|g| g[0].1.clone())
             .collect();
+        (groups, tensors)
+    }
+
+    #[test]
+    fn only_the_weight_group_decays_and_sgd_momentum_follows_the_schedule() {
+        let (groups, tensors) = one_parameter_per_group();
         let choice = choose_optimizer(&inputs("SGD", 100, 1, 80)).unwrap();
         let mut opt = GroupOptimizers::new(&choice, groups, 0.5).unwrap();
         opt.apply(&IterationSettings {
@@ -357,15 +363,7 @@ mod tests {
     }
 
     fn sgd_with_grads(grads: [[f32; 2]; 3]) -> (GroupOptimizers, Vec<Tensor>) {
-        let groups = ParamGroups {
-            weights: vec![param("w", 1.0)],
-            norm_weights: vec![param("bn.weight", 1.0)],
-            biases: vec![param("bias", 1.0)],
-        };
-        let tensors: Vec<Tensor> = [&groups.weights, &groups.norm_weights, &groups.biases]
-            .iter()
-            .map(|g| g[0].1.clone())
-            .collect();
+        let (groups, tensors) = one_parameter_per_group();
         let choice = OptimizerChoice {
             kind: OptimizerKind::Sgd,
             lr0: 0.1,
