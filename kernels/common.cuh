@@ -177,6 +177,21 @@ template <> struct Word16<f64> {
     }
 };
 
+// Eight elements of a 16- or 32-bit float type as floats, moved as one or two 16-byte words
+// (the pointer 16-byte aligned). For kernels that stream contiguous buffers of mixed types.
+template <class T> struct Eight {
+    static constexpr int WORDS = (int)(8 * sizeof(T) / 16);
+    static constexpr int PER_WORD = (int)(16 / sizeof(T));
+    static __device__ __forceinline__ void load(const T* p, float* o) {
+#pragma unroll
+        for (int w = 0; w < WORDS; ++w) Word16<T>::unpack(reinterpret_cast<const uint4*>(p)[w], o + w * PER_WORD);
+    }
+    static __device__ __forceinline__ void store(T* p, const float* v) {
+#pragma unroll
+        for (int w = 0; w < WORDS; ++w) reinterpret_cast<uint4*>(p)[w] = Word16<T>::pack(v + w * PER_WORD);
+    }
+};
+
 // ----- tensor cores -----
 // c += a * b for one m16n8k16 tile (FP32 accumulators; sm_80 and later), and the packing of
 // two floats into the 16-bit pair a fragment register holds. Used by attention and the decode

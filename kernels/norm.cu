@@ -33,6 +33,26 @@ template <class T> struct Io<T, 1> {
     static __device__ __forceinline__ void store(T* p, const C* v) { *p = from_acc<T>(v[0]); }
 };
 
+// Four elements of a 16-bit type: one 8-byte word. An F32 row moves four elements a load, so
+// its BF16/F16 output (the forward cast for the products) or gradient (the backward's input
+// from them) moves four at a time beside it.
+template <class T> struct Io4Of16Bit {
+    typedef uint2 Raw;
+    typedef float C;
+    static __device__ __forceinline__ Raw load(const T* p) { return *reinterpret_cast<const uint2*>(p); }
+    static __device__ __forceinline__ void unpack(const Raw& r, C* o) {
+        o[0] = to_acc(from_bits16<T>((unsigned short)(r.x & 0xffffu)));
+        o[1] = to_acc(from_bits16<T>((unsigned short)(r.x >> 16)));
+        o[2] = to_acc(from_bits16<T>((unsigned short)(r.y & 0xffffu)));
+        o[3] = to_acc(from_bits16<T>((unsigned short)(r.y >> 16)));
+    }
+    static __device__ __forceinline__ void store(T* p, const C* v) {
+        *reinterpret_cast<uint2*>(p) = make_uint2(Word16<T>::lane(v[0], v[1]), Word16<T>::lane(v[2], v[3]));
+    }
+};
+template <> struct Io<bf16, 4> : Io4Of16Bit<bf16> {};
+template <> struct Io<f16, 4> : Io4Of16Bit<f16> {};
+
 // N values of the compute type (weights, partial sums): 16-byte accesses when N > 1 (the host
 // guarantees the alignment then), one element otherwise.
 template <class C, int N> __device__ __forceinline__ void acc_load(const C* p, C* o) {
@@ -75,8 +95,8 @@ template <class T> __device__ __forceinline__ void block_sum2(T& a, T& b, T* scr
 
 // Forward, one row per block (grid-stride over rows). Thread t holds loads t, t + blockDim, ...
 // (NV of them) of the row; the block covers the row: blockDim * NV * VEC >= cols.
-template <class T, int VEC, int NV>
-__device__ void norm_fwd_reg_impl(const T* x, const typename Acc<T>::type* w, const typename Acc<T>::type* b, T* y,
+template <class T, class O, int VEC, int NV>
+__device__ void norm_fwd_reg_impl(const T* x, const typename Acc<T>::type* w, const typename Acc<T>::type* b, O* y,
                                   typename Acc<T>::type* mean_out, typename Acc<T>::type* rstd_out, i64 rows,
                                   i64 cols, double eps, int rms) {
     typedef typename Acc<T>::type C;
@@ -85,7 +105,7 @@ __device__ void norm_fwd_reg_impl(const T* x, const typename Acc<T>::type* w, co
     const int nvec = (int)(cols / VEC);
     for (i64 r = blockIdx.x; r < rows; r += gridDim.x) {
         const T* xr = x + r * cols;
-        T* yr = y + r * cols;
+        O* yr = y + r * cols;
         typename IO::Raw raw[NV];
 #pragma unroll
         for (int k = 0; k < NV; ++k) {
@@ -141,18 +161,19 @@ __device__ void norm_fwd_reg_impl(const T* x, const typename Acc<T>::type* w, co
                     if (b) o = o + bv[i];
                     e[i] = o;
                 }
-                IO::store(yr + (i64)v * VEC, e);
+                Io<O, VEC>::store(yr + (i64)v * VEC, e);
             }
         }
     }
 }
-#define RB_NORM_FWD_REG(name, T, tag, VEC, NV)                                                              \
+#define RB_NORM_FWD_REG_TO(name, T, oname, O, tag, VEC, NV)                                                 \
     extern "C" __global__ void __launch_bounds__(512)                                                      \
-        norm_fwd_##tag##NV##_##name(const T* x, const Acc<T>::type* w, const Acc<T>::type* b, T* y,          \
-                                    Acc<T>::type* mean, Acc<T>::type* rstd, i64 rows, i64 cols, double eps, \
-                                    int rms) {                                                              \
-        norm_fwd_reg_impl<T, VEC, NV>(x, w, b, y, mean, rstd, rows, cols, eps, rms);                        \
+        norm_fwd_##tag##NV##_##name##oname(const T* x, const Acc<T>::type* w, const Acc<T>::type* b, O* y,   \
+                                           Acc<T>::type* mean, Acc<T>::type* rstd, i64 rows, i64 cols,      \
+                                           double eps, int rms) {                                           \
+        norm_fwd_reg_impl<T, O, VEC, NV>(x, w, b, y, mean, rstd, rows, cols, eps, rms);                     \
     }
+#define RB_NORM_FWD_REG(name, T, tag, VEC, NV) RB_NORM_FWD_REG_TO(name, T, , T, tag, VEC, NV)
 #define RB_NORM_FWD_REGS(name, T)                            \
     RB_NORM_FWD_REG(name, T, s, 1, 1)                        \
     RB_NORM_FWD_REG(name, T, s, 1, 2)                        \
@@ -163,6 +184,19 @@ __device__ void norm_fwd_reg_impl(const T* x, const typename Acc<T>::type* w, co
     RB_NORM_FWD_REG(name, T, v, (int)(16 / sizeof(T)), 4)   \
     RB_NORM_FWD_REG(name, T, v, (int)(16 / sizeof(T)), 8)
 RB_FOR_FLOAT_TYPES(RB_NORM_FWD_REGS)
+// F32 rows written as BF16/F16: the norm and the cast for the products in one pass
+// (norm_fwd_v4_f32_to_bf16, ...).
+#define RB_NORM_FWD_REGS_TO(oname, O)                        \
+    RB_NORM_FWD_REG_TO(f32, f32, _to_##oname, O, s, 1, 1)    \
+    RB_NORM_FWD_REG_TO(f32, f32, _to_##oname, O, s, 1, 2)    \
+    RB_NORM_FWD_REG_TO(f32, f32, _to_##oname, O, s, 1, 4)    \
+    RB_NORM_FWD_REG_TO(f32, f32, _to_##oname, O, s, 1, 8)    \
+    RB_NORM_FWD_REG_TO(f32, f32, _to_##oname, O, v, 4, 1)    \
+    RB_NORM_FWD_REG_TO(f32, f32, _to_##oname, O, v, 4, 2)    \
+    RB_NORM_FWD_REG_TO(f32, f32, _to_##oname, O, v, 4, 4)    \
+    RB_NORM_FWD_REG_TO(f32, f32, _to_##oname, O, v, 4, 8)
+RB_NORM_FWD_REGS_TO(bf16, bf16)
+RB_NORM_FWD_REGS_TO(f16, f16)
 
 // Backward over the chunk of rows [blockIdx.x * rpc, ...), one row at a time, same layout as
 // the forward. dx per row (when dx is non-null), with xhat = (x - mean) * rstd and gw = g * w:
@@ -171,13 +205,14 @@ RB_FOR_FLOAT_TYPES(RB_NORM_FWD_REGS)
 // and, when pw / pb are non-null, the chunk's column sums of g * xhat and g (rows in order)
 // into row blockIdx.x of the [chunks, cols] partial buffers. LN selects LayerNorm at compile
 // time, so RMSNorm keeps no bias accumulators.
-template <class T, int VEC, int NV, bool LN>
-__device__ void norm_bwd_reg_impl(const T* x, const T* g, const typename Acc<T>::type* w,
+template <class T, class G, int VEC, int NV, bool LN>
+__device__ void norm_bwd_reg_impl(const T* x, const G* g, const typename Acc<T>::type* w,
                                   const typename Acc<T>::type* mean, const typename Acc<T>::type* rstd, T* dx,
                                   typename Acc<T>::type* pw, typename Acc<T>::type* pb, i64 rows, i64 cols,
                                   i64 rpc) {
     typedef typename Acc<T>::type C;
     typedef Io<T, VEC> IO;
+    typedef Io<G, VEC> IOG;
     __shared__ C scratch[64];
     const int nvec = (int)(cols / VEC);
     const bool sums = pw || (LN && pb);
@@ -193,14 +228,15 @@ __device__ void norm_bwd_reg_impl(const T* x, const T* g, const typename Acc<T>:
     i64 r1 = r0 + rpc < rows ? r0 + rpc : rows;
     for (i64 r = r0; r < r1; ++r) {
         const T* xr = x + r * cols;
-        const T* gr = g + r * cols;
-        typename IO::Raw rx[NV], rg[NV];
+        const G* gr = g + r * cols;
+        typename IO::Raw rx[NV];
+        typename IOG::Raw rg[NV];
 #pragma unroll
         for (int k = 0; k < NV; ++k) {
             int v = threadIdx.x + k * blockDim.x;
             if (v < nvec) {
                 rx[k] = IO::load(xr + (i64)v * VEC);
-                rg[k] = IO::load(gr + (i64)v * VEC);
+                rg[k] = IOG::load(gr + (i64)v * VEC);
             }
         }
         C mu = LN ? mean[r] : (C)0;
@@ -213,7 +249,7 @@ __device__ void norm_bwd_reg_impl(const T* x, const T* g, const typename Acc<T>:
                 if (v < nvec) {
                     C e[VEC], gv[VEC], wv[VEC];
                     IO::unpack(rx[k], e);
-                    IO::unpack(rg[k], gv);
+                    IOG::unpack(rg[k], gv);
                     if (w) acc_load<C, VEC>(w + (i64)v * VEC, wv);
 #pragma unroll
                     for (int i = 0; i < VEC; ++i) {
@@ -239,7 +275,7 @@ __device__ void norm_bwd_reg_impl(const T* x, const T* g, const typename Acc<T>:
                 if (v < nvec) {
                     C e[VEC], gv[VEC], wv[VEC];
                     IO::unpack(rx[k], e);
-                    IO::unpack(rg[k], gv);
+                    IOG::unpack(rg[k], gv);
                     if (w) acc_load<C, VEC>(w + (i64)v * VEC, wv);
 #pragma unroll
                     for (int i = 0; i < VEC; ++i) {
@@ -257,7 +293,7 @@ __device__ void norm_bwd_reg_impl(const T* x, const T* g, const typename Acc<T>:
                 if (threadIdx.x + k * blockDim.x < nvec) {
                     C e[VEC], gv[VEC];
                     IO::unpack(rx[k], e);
-                    IO::unpack(rg[k], gv);
+                    IOG::unpack(rg[k], gv);
 #pragma unroll
                     for (int i = 0; i < VEC; ++i) {
                         aw[k][i] += gv[i] * ((e[i] - mu) * rs);
@@ -278,12 +314,13 @@ __device__ void norm_bwd_reg_impl(const T* x, const T* g, const typename Acc<T>:
         }
     }
 }
-#define RB_NORM_BWD_REG(name, T, kind, LN, tag, VEC, NV)                                                      \
-    extern "C" __global__ void __launch_bounds__(512) norm_bwd_##kind##_##tag##NV##_##name(                  \
-        const T* x, const T* g, const Acc<T>::type* w, const Acc<T>::type* mean, const Acc<T>::type* rstd, T* dx, \
+#define RB_NORM_BWD_REG_G(name, T, gname, G, kind, LN, tag, VEC, NV)                                        \
+    extern "C" __global__ void __launch_bounds__(512) norm_bwd_##kind##_##tag##NV##_##name##gname(           \
+        const T* x, const G* g, const Acc<T>::type* w, const Acc<T>::type* mean, const Acc<T>::type* rstd, T* dx, \
         Acc<T>::type* pw, Acc<T>::type* pb, i64 rows, i64 cols, i64 rpc) {                                  \
-        norm_bwd_reg_impl<T, VEC, NV, LN>(x, g, w, mean, rstd, dx, pw, pb, rows, cols, rpc);                \
+        norm_bwd_reg_impl<T, G, VEC, NV, LN>(x, g, w, mean, rstd, dx, pw, pb, rows, cols, rpc);             \
     }
+#define RB_NORM_BWD_REG(name, T, kind, LN, tag, VEC, NV) RB_NORM_BWD_REG_G(name, T, , T, kind, LN, tag, VEC, NV)
 #define RB_NORM_BWD_REGS_OF(name, T, kind, LN)                              \
     RB_NORM_BWD_REG(name, T, kind, LN, s, 1, 1)                             \
     RB_NORM_BWD_REG(name, T, kind, LN, s, 1, 2)                             \
@@ -293,6 +330,18 @@ __device__ void norm_bwd_reg_impl(const T* x, const T* g, const typename Acc<T>:
     RB_NORM_BWD_REG(name, T, kind, LN, v, (int)(16 / sizeof(T)), 4)
 #define RB_NORM_BWD_REGS(name, T) RB_NORM_BWD_REGS_OF(name, T, rms, false) RB_NORM_BWD_REGS_OF(name, T, ln, true)
 RB_FOR_FLOAT_TYPES(RB_NORM_BWD_REGS)
+// F32 rows whose output gradient arrives in BF16/F16 from the products: the backward reads it
+// as it is instead of after a cast (norm_bwd_rms_v4_f32_g_bf16, ...).
+#define RB_NORM_BWD_REGS_G_OF(gname, G, kind, LN)                          \
+    RB_NORM_BWD_REG_G(f32, f32, _g_##gname, G, kind, LN, s, 1, 1)          \
+    RB_NORM_BWD_REG_G(f32, f32, _g_##gname, G, kind, LN, s, 1, 2)          \
+    RB_NORM_BWD_REG_G(f32, f32, _g_##gname, G, kind, LN, s, 1, 4)          \
+    RB_NORM_BWD_REG_G(f32, f32, _g_##gname, G, kind, LN, v, 4, 1)          \
+    RB_NORM_BWD_REG_G(f32, f32, _g_##gname, G, kind, LN, v, 4, 2)          \
+    RB_NORM_BWD_REG_G(f32, f32, _g_##gname, G, kind, LN, v, 4, 4)
+#define RB_NORM_BWD_REGS_G(gname, G) RB_NORM_BWD_REGS_G_OF(gname, G, rms, false) RB_NORM_BWD_REGS_G_OF(gname, G, ln, true)
+RB_NORM_BWD_REGS_G(bf16, bf16)
+RB_NORM_BWD_REGS_G(f16, f16)
 
 // ----- loop kernels, for rows too long to keep in registers -----
 

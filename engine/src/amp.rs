@@ -135,10 +135,14 @@ fn cached_operand(
 /// feeds several products (q, k and v; gate and up) casts it once here, so the products do not
 /// each cast it again, and their input gradients meet in one place before the cast back.
 pub fn for_products(t: &Tensor) -> Result<Tensor> {
-    match matmul_operand_dtype(t.device(), t.dtype()) {
-        Some(low) => t.to_dtype(low),
-        None => Ok(t.clone()),
-    }
+    t.to_dtype(products_dtype(t))
+}
+
+/// The dtype `for_products` gives `t`: autocast's low dtype for an F32/F64 tensor on CUDA
+/// under autocast, its own otherwise. For an op that writes its output for the products
+/// directly (`rms_norm_as`).
+pub fn products_dtype(t: &Tensor) -> DType {
+    matmul_operand_dtype(t.device(), t.dtype()).unwrap_or(t.dtype())
 }
 
 #[cfg(test)]

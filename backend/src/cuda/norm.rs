@@ -41,11 +41,13 @@ pub struct NormGrads {
     pub dbias: Option<CudaStorage>,
 }
 
-/// Device addresses of the backward's inputs: `x` and `g` (x's dtype) hold rows*cols
-/// elements, `w` cols elements of the compute dtype; `mean` and `rstd` come from the forward.
+/// Device addresses of the backward's inputs: `x` and `g` hold rows*cols elements, `w` cols
+/// elements of the compute dtype; `mean` and `rstd` come from the forward. `g` has dtype
+/// `g_dtype`: x's, or one that `converts_in_kernel` (the backward converts others itself).
 pub struct BackwardInputs<'a> {
     pub x: u64,
     pub g: u64,
+    pub g_dtype: DType,
     pub w: Option<u64>,
     pub mean: &'a CudaStorage,
     pub rstd: &'a CudaStorage,
@@ -133,28 +135,57 @@ fn blocks_per_sm(dev: &Arc<CudaDevice>, f: sys::CUfunction, threads: u32) -> Res
     Ok(n.max(1) as usize)
 }
 
+/// Whether rows of `x` dtype have register kernels that read or write `other` (an output, or an
+/// output gradient) as it is: F32 rows beside BF16/F16. The norms ahead of a mixed-precision
+/// product then skip a cast each way.
+pub fn converts_in_kernel(x: DType, other: DType) -> bool {
+    x == DType::F32 && matches!(other, DType::BF16 | DType::F16)
+}
+
 /// `x` (its storage, with the view's offset) holds `rows * cols` contiguous elements; `w` and
-/// `b` point at `cols` elements of the compute dtype.
+/// `b` point at `cols` elements of the compute dtype. The output has dtype `out`: x's, or
+/// another float written by the kernel itself where `converts_in_kernel` (otherwise cast after).
 pub fn norm_forward(
     x: &CudaStorage,
     x_offset: usize,
     w: Option<u64>,
     b: Option<u64>,
     spec: NormSpec,
+    out: DType,
 ) -> Result<NormForward> {
     let dev = x.cuda_device();
     let (dtype, cdt) = (x.dtype(), compute(x.dtype()));
-    let y = CudaStorage::alloc(dev, spec.rows * spec.cols, dtype)?;
+    let in_kernel = out == dtype || converts_in_kernel(dtype, out);
+    let y = CudaStorage::alloc(
+        dev,
+        spec.rows * spec.cols,
+        if in_kernel { out } else { dtype },
+    )?;
     let mean = CudaStorage::alloc(dev, spec.rows, cdt)?;
     let rstd = CudaStorage::alloc(dev, spec.rows, cdt)?;
     if spec.rows == 0 || spec.cols == 0 {
+        let y = cast_to(y, spec, out)?;
         return Ok(NormForward { y, mean, rstd });
     }
     let (px, pw, pb, py) = (x.ptr_at(x_offset), w.unwrap_or(0), b.unwrap_or(0), y.ptr());
     let sfx = type_suffix(dtype);
-    let (f, grid, block) = match RowPlan::new(spec.cols, dtype, &[px, pw, pb, py], 8) {
+    let to = if out == dtype {
+        String::new()
+    } else {
+        format!("_to_{}", type_suffix(out))
+    };
+    let plan = RowPlan::new(spec.cols, dtype, &[px, pw, pb, py], 8);
+    if plan.is_none() && y.dtype() != dtype {
+        // The loop kernels write x's dtype only.
+        let y = norm_forward(x, x_offset, w, b, spec, dtype)?;
+        return Ok(NormForward {
+            y: cast_to(y.y, spec, out)?,
+            ..y
+        });
+    }
+    let (f, grid, block) = match plan {
         Some(plan) => {
-            let f = dev.function(&NORM, &format!("norm_fwd_{}_{sfx}", plan.tag()))?;
+            let f = dev.function(&NORM, &format!("norm_fwd_{}_{sfx}{to}", plan.tag()))?;
             (f, spec.rows.min(MAX_ROW_BLOCKS) as u32, plan.threads)
         }
         None => {
@@ -184,7 +215,23 @@ pub fn norm_forward(
             &mut args![px, pw, pb, py, pm, pr, rows, cols, eps, rms],
         )?
     };
-    Ok(NormForward { y, mean, rstd })
+    Ok(NormForward {
+        y: cast_to(y, spec, out)?,
+        mean,
+        rstd,
+    })
+}
+
+/// `y` (rows * cols contiguous elements) in dtype `out`: itself, or a converted copy.
+fn cast_to(y: CudaStorage, spec: NormSpec, out: DType) -> Result<CudaStorage> {
+    if y.dtype() == out {
+        return Ok(y);
+    }
+    super::copy::cast(
+        &y,
+        &crate::Layout::contiguous(&[spec.rows * spec.cols]),
+        out,
+    )
 }
 
 /// `x` is only used for its device and dtype; the data come through `inp`. `needs` = [dx,
@@ -218,8 +265,22 @@ pub fn norm_backward(
         return Ok(NormGrads { dx, dweight, dbias });
     }
     let pdx = dx.as_ref().map_or(0u64, |s| s.ptr());
-    let ptrs = [inp.x, inp.g, inp.w.unwrap_or(0), pdx];
-    let partials = match RowPlan::new(spec.cols, dtype, &ptrs, MAX_BWD_LOADS) {
+    let plan = |inp: &BackwardInputs| {
+        let ptrs = [inp.x, inp.g, inp.w.unwrap_or(0), pdx];
+        RowPlan::new(spec.cols, dtype, &ptrs, MAX_BWD_LOADS)
+    };
+    // A gradient of another dtype is read as it is by the register kernels that take it, and
+    // converted to x's dtype first everywhere else.
+    let converted;
+    let mut inp = inp;
+    if inp.g_dtype != dtype && !(plan(&inp).is_some() && converts_in_kernel(dtype, inp.g_dtype)) {
+        let n = spec.rows * spec.cols;
+        converted = CudaStorage::alloc(dev, n, dtype)?;
+        super::copy::cast_from_address((inp.g, inp.g_dtype), &converted, n)?;
+        inp.g = converted.ptr();
+        inp.g_dtype = dtype;
+    }
+    let partials = match plan(&inp) {
         Some(plan) => backward_registers(&inp, dev, dtype, spec, plan, pdx, [need_w, need_b])?,
         None => backward_loops(&inp, dev, dtype, spec, pdx, [need_w, need_b])?,
     };
@@ -274,7 +335,12 @@ fn backward_registers(
     need: [bool; 2],
 ) -> Result<Option<Partials>> {
     let kind = if spec.rms { "rms" } else { "ln" };
-    let name = format!("norm_bwd_{kind}_{}_{}", plan.tag(), type_suffix(dtype));
+    let g = if inp.g_dtype == dtype {
+        String::new()
+    } else {
+        format!("_g_{}", type_suffix(inp.g_dtype))
+    };
+    let name = format!("norm_bwd_{kind}_{}_{}{g}", plan.tag(), type_suffix(dtype));
     let f = dev.function(&NORM, &name)?;
     let resident = dev.sm_count() as usize * blocks_per_sm(dev, f, plan.threads)?;
     let rows_per_chunk = spec.rows.div_ceil(resident.clamp(1, spec.rows));

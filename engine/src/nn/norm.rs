@@ -107,6 +107,14 @@ impl RmsNorm {
         })
     }
 
+    /// forward(x) as the products under the current autocast read it: the values of
+    /// `amp::for_products(&forward(x))`, normed and cast in one op (`rms_norm_as`).
+    pub fn forward_for_products(&self, x: &Tensor) -> Result<Tensor> {
+        let layer = || format!("RMSNorm({})", self.weight.shape()[0]);
+        check_trailing(layer, x, self.weight.shape())?;
+        x.rms_norm_as(Some(&self.weight), self.eps, crate::amp::products_dtype(x))
+    }
+
     /// Wraps an existing weight [dim].
     pub fn from_tensor(weight: Tensor, eps: f64) -> Result<Self> {
         if weight.rank() != 1 {

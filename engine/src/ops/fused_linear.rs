@@ -87,7 +87,7 @@ impl Tensor {
         if let Some(plan) = plan(self, k, normed, &[self, norm_weight], weights, None)? {
             return plan.run(NORM_OP, Kind::Norm(eps));
         }
-        let normed = amp::for_products(&self.rms_norm(Some(norm_weight), eps)?)?;
+        let normed = self.rms_norm_as(Some(norm_weight), eps, amp::products_dtype(self))?;
         weights.iter().map(|w| linear(&normed, w)).collect()
     }
 

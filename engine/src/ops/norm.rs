@@ -10,7 +10,7 @@ use crate::backend::cpu::norm::{self as cpu, Part};
 use crate::backend::cuda::norm as cuda;
 use crate::backend::spec::NormSpec;
 use crate::backend::Storage;
-use crate::{DType, Error, Result, Tensor};
+use crate::{DType, Device, Error, Result, Tensor};
 
 impl Tensor {
     /// (x - mean) / sqrt(var + eps) * weight + bias, with the biased variance, over the trailing
@@ -22,13 +22,27 @@ impl Tensor {
         bias: Option<&Tensor>,
         eps: f64,
     ) -> Result<Tensor> {
-        norm(self, weight, bias, eps, false)
+        norm(self, weight, bias, eps, false, self.dtype())
     }
 
     /// x / sqrt(mean(x^2) + eps) * weight over the trailing dims of the weight's shape (the last
     /// dim without a weight), as torch.nn.functional.rms_norm.
     pub fn rms_norm(&self, weight: Option<&Tensor>, eps: f64) -> Result<Tensor> {
-        norm(self, weight, None, eps, true)
+        norm(self, weight, None, eps, true, self.dtype())
+    }
+
+    /// `rms_norm(weight, eps)` written in `dtype`: the values of `rms_norm(..)?.to_dtype(dtype)`
+    /// as one node. On CUDA, F32 rows written as BF16/F16 (the cast a mixed-precision layer
+    /// makes before its products) take one pass, and the backward reads the gradient the
+    /// products return in that dtype, so neither direction runs a separate cast.
+    pub fn rms_norm_as(&self, weight: Option<&Tensor>, eps: f64, dtype: DType) -> Result<Tensor> {
+        if !dtype.is_float() {
+            return Err(Error::invalid(
+                "rms_norm",
+                format!("the output dtype must be a float, got {dtype:?}"),
+            ));
+        }
+        norm(self, weight, None, eps, true, dtype)
     }
 }
 
@@ -96,11 +110,13 @@ struct Forward {
     rstd: Tensor,
 }
 
+/// The forward, with y in dtype `out` (converted by the CUDA kernel itself where it can).
 fn run_forward(
     x: &Tensor,
     w: Option<&Tensor>,
     b: Option<&Tensor>,
     spec: NormSpec,
+    out: DType,
 ) -> Result<Forward> {
     let (y, mean, rstd): (Storage, Storage, Storage) = dispatch_optional(
         op_name(spec.rms),
@@ -113,12 +129,13 @@ fn run_forward(
         |[x, w, b]| {
             let ptr = |(s, l): CudaOperand<'_>| s.ptr_at(l.offset());
             let (xs, xl) = x.ok_or_else(missing_input)?;
-            let out = cuda::norm_forward(xs, xl.offset(), w.map(ptr), b.map(ptr), spec)?;
+            let out = cuda::norm_forward(xs, xl.offset(), w.map(ptr), b.map(ptr), spec, out)?;
             Ok((out.y.into(), out.mean.into(), out.rstd.into()))
         },
     )?;
+    let y = Tensor::from_storage(y, x.shape())?;
     Ok(Forward {
-        y: Tensor::from_storage(y, x.shape())?,
+        y: no_grad(|| y.to_dtype(out))?,
         mean: Tensor::from_storage(mean, &[spec.rows])?,
         rstd: Tensor::from_storage(rstd, &[spec.rows])?,
     })
@@ -168,6 +185,7 @@ fn run_backward(
             let inputs = cuda::BackwardInputs {
                 x: ptr(x),
                 g: ptr(g),
+                g_dtype: g.0.dtype(),
                 w: w.map(ptr),
                 mean,
                 rstd,
@@ -188,6 +206,7 @@ fn norm(
     bias: Option<&Tensor>,
     eps: f64,
     rms: bool,
+    out: DType,
 ) -> Result<Tensor> {
     let op = op_name(rms);
     x.check_float(op)?;
@@ -208,7 +227,7 @@ fn norm(
     inputs.extend(bias);
     if x.numel() == 0 {
         // Nothing to normalize; gradients of the parameters are zeros.
-        let out = Tensor::zeros(x.shape(), x.dtype(), x.device())?;
+        let out = Tensor::zeros(x.shape(), out, x.device())?;
         let saved: Vec<Tensor> = inputs.iter().map(|t| t.detach()).collect();
         return Ok(out.recorded(&inputs, move || {
             backward_fn(op, move |_, needs| {
@@ -233,7 +252,7 @@ fn norm(
         };
         Ok((x.contiguous()?, param(weight)?, param(bias)?))
     })?;
-    let fwd = run_forward(&xc, wc.as_ref(), bc.as_ref(), spec)?;
+    let fwd = run_forward(&xc, wc.as_ref(), bc.as_ref(), spec, out)?;
     let (has_w, has_b) = (weight.is_some(), bias.is_some());
     let param_dtypes = (weight.map(|t| t.dtype()), bias.map(|t| t.dtype()));
     Ok(fwd.y.recorded(&inputs, move || {
@@ -243,7 +262,15 @@ fn norm(
         backward_fn(op, move |g, needs| {
             let x = saved_x.get()?;
             let w = saved_w.as_ref().map(|s| s.get()).transpose()?;
-            let gc = g.to_dtype(x.dtype())?.contiguous()?;
+            // CUDA's kernels read a BF16/F16 gradient of F32 rows as it is.
+            let read_as_is = matches!(g.device(), Device::Cuda(_))
+                && cuda::converts_in_kernel(x.dtype(), g.dtype());
+            let gc = if read_as_is {
+                g.clone()
+            } else {
+                g.to_dtype(x.dtype())?
+            }
+            .contiguous()?;
             let need_w = has_w && needs[1];
             let need_b = has_b && needs[1 + has_w as usize];
             let (dx, dw, db) =
@@ -429,5 +456,38 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn rms_norm_as_gives_the_norm_cast_and_its_gradient() {
+        let x = randn(&[6, 16], 21, DType::F32).requires_grad_().unwrap();
+        let w = randn(&[16], 22, DType::F32).requires_grad_().unwrap();
+        let probe = randn(&[6, 16], 23, DType::BF16);
+        let y = x.rms_norm_as(Some(&w), 1e-5, DType::BF16).unwrap();
+        let expected = no_grad(|| x.rms_norm(Some(&w), 1e-5)?.to_dtype(DType::BF16)).unwrap();
+        assert_eq!(y.dtype(), DType::BF16);
+        assert_eq!(max_diff(&y, &expected), 0.0);
+        y.mul(&probe).unwrap().sum().unwrap().backward().unwrap();
+        let (gx, gw) = (x.grad().unwrap(), w.grad().unwrap());
+        let (x2, w2) = (
+            x.detach().requires_grad_().unwrap(),
+            w.detach().requires_grad_().unwrap(),
+        );
+        let y2 = x2
+            .rms_norm(Some(&w2), 1e-5)
+            .unwrap()
+            .to_dtype(DType::BF16)
+            .unwrap();
+        y2.mul(&probe).unwrap().sum().unwrap().backward().unwrap();
+        assert_eq!(gx.dtype(), DType::F32);
+        assert_eq!(max_diff(&gx, &x2.grad().unwrap()), 0.0);
+        assert_eq!(max_diff(&gw, &w2.grad().unwrap()), 0.0);
+    }
+
+    #[test]
+    fn rms_norm_as_an_integer_dtype_is_an_error() {
+        let x = randn(&[2, 4], 24, DType::F32);
+        let err = x.rms_norm_as(None, 1e-5, DType::I64).unwrap_err();
+        assert!(err.to_string().contains("must be a float"), "{err}");
     }
 }

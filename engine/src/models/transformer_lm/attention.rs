@@ -12,7 +12,6 @@ use super::mask::MaskSpec;
 use super::params::ParamSource;
 use super::rope::{Positions, Rotary};
 use super::LmConfig;
-use crate::amp::for_products;
 use crate::nn::{prefixed, Linear, Module, RmsNorm, Summary};
 use crate::{AttentionOptions, Result, Tensor};
 
@@ -96,7 +95,7 @@ impl Attention {
                     .unwrap_or_else(|_| unreachable!("three weights give three products"))
             }
             _ => {
-                let normed = for_products(&norm.forward(x)?)?;
+                let normed = norm.forward_for_products(x)?;
                 [
                     self.q_proj.forward(&normed)?,
                     self.k_proj.forward(&normed)?,

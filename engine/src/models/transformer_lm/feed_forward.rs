@@ -3,7 +3,6 @@
 
 use super::params::ParamSource;
 use super::LmConfig;
-use crate::amp::for_products;
 use crate::nn::{prefixed, Linear, Module, RmsNorm, Summary};
 use crate::{Result, Tensor};
 
@@ -40,7 +39,7 @@ impl SwiGlu {
             let gu = x.rms_norm_linears(&norm.weight, norm.eps, &[gate, up])?;
             return gu[0].swiglu_linear(&gu[1], down, Some(x));
         }
-        x.add(&self.forward(&for_products(&norm.forward(x)?)?)?)
+        x.add(&self.forward(&norm.forward_for_products(x)?)?)
     }
 
     /// The printed form: the three projections.

@@ -1,0 +1,123 @@
+//! Casts between the 16- and 32-bit floats on CUDA equal the CPU's bit for bit, on both of the
+//! copy kernels: the 16-byte one (contiguous, aligned) and the strided one (an odd offset).
+
+use rusting_brain::{backend::cuda, DType, Tensor};
+
+/// Values that test rounding, overflow, subnormals, signed zero, infinities and NaN, cycled
+/// to `n` elements and scaled so neighbouring elements differ.
+fn values(n: usize) -> Vec<f64> {
+    let special = [
+        0.0,
+        -0.0,
+        1.0,
+        -1.5,
+        1.0 / 3.0,
+        65504.0,
+        65520.0,
+        3.0e38,
+        -3.4e38,
+        1.0e-40,
+        6.0e-8,
+        f64::INFINITY,
+        f64::NEG_INFINITY,
+        f64::NAN,
+        1.00390625,
+        1.001953125,
+    ];
+    (0..n)
+        .map(|i| special[i % special.len()] * (1.0 + (i / special.len()) as f64 * 0.0078125))
+        .collect()
+}
+
+/// Each element as an F32 bit pattern, NaNs folded to one pattern (payloads may differ).
+fn bits(t: &Tensor) -> Vec<u32> {
+    let v = t.to_dtype(DType::F32).unwrap().to_vec_f32().unwrap();
+    v.iter()
+        .map(|x| if x.is_nan() { u32::MAX } else { x.to_bits() })
+        .collect()
+}
+
+#[test]
+fn casts_between_float_types_equal_the_cpu_bit_for_bit() {
+    let Some(dev) = cuda::device_for_test("casts_between_float_types_equal_the_cpu") else {
+        return;
+    };
+    let pairs = [
+        (DType::F32, DType::BF16),
+        (DType::F32, DType::F16),
+        (DType::BF16, DType::F32),
+        (DType::F16, DType::F32),
+        (DType::BF16, DType::F16),
+        (DType::F16, DType::BF16),
+    ];
+    for (from, to) in pairs {
+        for n in [1, 7, 8, 9, 31, 64, 1003, 4096 + 5] {
+            let src = Tensor::from_f64s(&values(n + 1), &[n + 1], from).unwrap();
+            let gpu = src.to_device(dev).unwrap();
+            // Offset 0 (aligned: the 16-byte kernel) and 1 (misaligned: the strided one).
+            for start in [0, 1] {
+                let cpu = src.narrow(0, start, n).unwrap().to_dtype(to).unwrap();
+                let got = gpu.narrow(0, start, n).unwrap().to_dtype(to).unwrap();
+                assert_eq!(got.dtype(), to);
+                assert_eq!(
+                    bits(&got),
+                    bits(&cpu),
+                    "{from:?} -> {to:?}, {n} elements from offset {start}"
+                );
+            }
+        }
+    }
+}
+
+/// The graph a layer records for its normed product input, as values and gradients: F32 rows
+/// [rows, cols] through `norm`, then a product-like use `y * probe`, backward from its sum.
+fn normed_and_grads(
+    x: &Tensor,
+    w: &Tensor,
+    probe: &Tensor,
+    norm: impl Fn(&Tensor, &Tensor) -> Tensor,
+) -> (Vec<u32>, Vec<u32>, Vec<u32>) {
+    let leaf = |t: &Tensor| t.detach().requires_grad_().unwrap();
+    let (x, w) = (leaf(x), leaf(w));
+    let y = norm(&x, &w);
+    assert_eq!(y.dtype(), probe.dtype());
+    y.mul(probe).unwrap().sum().unwrap().backward().unwrap();
+    let grad = |t: &Tensor| bits(&t.grad().unwrap());
+    (bits(&y), grad(&x), grad(&w))
+}
+
+#[test]
+fn rms_norm_as_equals_the_norm_then_the_cast_bit_for_bit() {
+    let Some(dev) = cuda::device_for_test("rms_norm_as_equals_the_norm_then_the_cast") else {
+        return;
+    };
+    // 768 columns take the 16-byte register kernels, 770 the scalar ones, 20000 the loop
+    // kernels (more than a block's registers hold).
+    for (rows, cols) in [(37, 768), (5, 770), (3, 20000)] {
+        for dtype in [DType::BF16, DType::F16] {
+            let x = Tensor::randn(&[rows, cols], DType::F32, None).unwrap();
+            let w = Tensor::randn(&[cols], DType::F32, None).unwrap();
+            let probe = Tensor::randn(&[rows, cols], DType::F32, None).unwrap();
+            let (x, w) = (x.to_device(dev).unwrap(), w.to_device(dev).unwrap());
+            let probe = probe.to_device(dev).unwrap().to_dtype(dtype).unwrap();
+            let fused = normed_and_grads(&x, &w, &probe, |x, w| {
+                x.rms_norm_as(Some(w), 1e-5, dtype).unwrap()
+            });
+            let composed = normed_and_grads(&x, &w, &probe, |x, w| {
+                x.rms_norm(Some(w), 1e-5).unwrap().to_dtype(dtype).unwrap()
+            });
+            assert!(
+                fused.0 == composed.0,
+                "values, [{rows}, {cols}] as {dtype:?}"
+            );
+            assert!(
+                fused.1 == composed.1,
+                "x's gradient, [{rows}, {cols}] as {dtype:?}"
+            );
+            assert!(
+                fused.2 == composed.2,
+                "w's gradient, [{rows}, {cols}] as {dtype:?}"
+            );
+        }
+    }
+}
