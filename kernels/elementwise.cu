@@ -176,6 +176,26 @@ __device__ void binary_impl(const T* a, Strided as, const T* b, Strided bs, T* y
     extern "C" __global__ void binary_##name(const T* a, Strided as, const T* b, Strided bs, T* y, i64 n, int op, int vec) { binary_impl<T>(a, as, b, bs, y, n, op, vec); }
 RB_FOR_NUMERIC_TYPES(RB_BINARY)
 
+// F32 + BF16/F16 -> F32 over contiguous, 16-byte aligned operands, eight elements a thread:
+// what promoting the low operand to F32 and adding computes, without the promoted copy (a
+// mixed-precision layer's output added to its F32 residual stream).
+template <class L>
+__device__ void add_f32_low_impl(const f32* a, const L* b, f32* y, i64 n) {
+    const i64 groups = n / 8;
+    RB_GRID_LOOP(g, groups) {
+        float va[8], vb[8];
+        Eight<f32>::load(a + g * 8, va);
+        Eight<L>::load(b + g * 8, vb);
+#pragma unroll
+        for (int k = 0; k < 8; ++k) va[k] = va[k] + vb[k];
+        Eight<f32>::store(y + g * 8, va);
+    }
+    for (i64 i = groups * 8 + (i64)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (i64)blockDim.x * gridDim.x)
+        y[i] = a[i] + to_f(b[i]);
+}
+extern "C" __global__ void add_f32_bf16(const f32* a, const bf16* b, f32* y, i64 n) { add_f32_low_impl(a, b, y, n); }
+extern "C" __global__ void add_f32_f16(const f32* a, const f16* b, f32* y, i64 n) { add_f32_low_impl(a, b, y, n); }
+
 template <class A> __device__ __forceinline__ bool compare_op(int op, A a, A b) {
     switch (op) { RB_COMPARE_CASES }
     return false;

@@ -121,3 +121,44 @@ fn rms_norm_as_equals_the_norm_then_the_cast_bit_for_bit() {
         }
     }
 }
+
+#[test]
+fn adding_a_bf16_tensor_to_an_f32_one_equals_promoting_it_first() {
+    let Some(dev) = cuda::device_for_test("adding_a_bf16_tensor_to_an_f32_one") else {
+        return;
+    };
+    for low in [DType::BF16, DType::F16] {
+        // 4096 + 3 elements: the 16-byte groups and a tail; offset 1: the promoting path.
+        for start in [0, 1] {
+            let n = 4096 + 3;
+            let wide = Tensor::randn(&[n + 1], DType::F32, None).unwrap();
+            let narrow = Tensor::randn(&[n + 1], DType::F32, None).unwrap();
+            let wide = wide.to_device(dev).unwrap().narrow(0, start, n).unwrap();
+            let narrow = narrow.to_device(dev).unwrap().to_dtype(low).unwrap();
+            let narrow = narrow.narrow(0, start, n).unwrap();
+            let leaf = |t: &Tensor| t.detach().requires_grad_().unwrap();
+            let (w, l) = (leaf(&wide), leaf(&narrow));
+            let expected = wide.add(&narrow.to_dtype(DType::F32).unwrap()).unwrap();
+            for sum in [w.add(&l).unwrap(), l.add(&w).unwrap()] {
+                assert_eq!(sum.dtype(), DType::F32);
+                assert_eq!(bits(&sum), bits(&expected), "{low:?} from offset {start}");
+            }
+            let probe = Tensor::randn(&[n], DType::F32, None)
+                .unwrap()
+                .to_device(dev)
+                .unwrap();
+            w.add(&l)
+                .unwrap()
+                .mul(&probe)
+                .unwrap()
+                .sum()
+                .unwrap()
+                .backward()
+                .unwrap();
+            assert_eq!(bits(&w.grad().unwrap()), bits(&probe));
+            let lg = l.grad().unwrap();
+            assert_eq!(lg.dtype(), low);
+            assert_eq!(bits(&lg), bits(&probe.to_dtype(low).unwrap()));
+        }
+    }
+}

@@ -68,6 +68,48 @@ fn numeric_suffix(dtype: DType) -> &'static str {
     })
 }
 
+/// a + b for an F32 operand and a BF16/F16 one (either order), both contiguous views of
+/// `n` elements from 16-byte aligned addresses, as F32; `None` for any other operands (the
+/// caller promotes and runs `binary`). Addition commutes exactly, so one kernel serves both
+/// orders.
+pub fn add_mixed(
+    a: &CudaStorage,
+    la: &Layout,
+    b: &CudaStorage,
+    lb: &Layout,
+) -> Result<Option<CudaStorage>> {
+    let low = |d: DType| matches!(d, DType::BF16 | DType::F16);
+    let (wide, lw, narrow, ln) = match (a.dtype(), b.dtype()) {
+        (DType::F32, d) if low(d) => (a, la, b, lb),
+        (d, DType::F32) if low(d) => (b, lb, a, la),
+        _ => return Ok(None),
+    };
+    let (pw, pn) = (wide.ptr_at(lw.offset()), narrow.ptr_at(ln.offset()));
+    let fits = lw.is_contiguous()
+        && ln.is_contiguous()
+        && lw.shape() == ln.shape()
+        && aligned16(pw)
+        && aligned16(pn);
+    if !fits {
+        return Ok(None);
+    }
+    let n = lw.numel();
+    let dev = a.cuda_device();
+    let out = CudaStorage::alloc(dev, n, DType::F32)?;
+    if n == 0 {
+        return Ok(Some(out));
+    }
+    let f = dev.function(
+        &ELEMENTWISE,
+        &format!("add_f32_{}", type_suffix(narrow.dtype())),
+    )?;
+    let (y, n) = (out.ptr(), n as i64);
+    let grid = grid_for((n as usize).div_ceil(8), BLOCK, dev.sm_count());
+    // SAFETY: both operands hold n contiguous elements from these aligned addresses; y holds n.
+    unsafe { dev.launch(f, (grid, 1, 1), BLOCK, 0, &mut args![pw, pn, y, n])? };
+    Ok(Some(out))
+}
+
 fn aligned16(ptr: u64) -> bool {
     ptr.is_multiple_of(16)
 }

@@ -179,7 +179,40 @@ impl Tensor {
         Tensor::from_storage(storage, shape)
     }
 
+    /// self + other for an F32 and a BF16/F16 CUDA tensor of one shape, both contiguous, as
+    /// promoting the low one and adding gives it, without the promoted copy; `None` for other
+    /// operands. Each input's gradient is the output's, which backward casts to its dtype.
+    fn add_mixed_on_cuda(&self, other: &Tensor) -> Result<Option<Tensor>> {
+        let on_cuda = |t: &Tensor| matches!(t.device(), Device::Cuda(_));
+        if !(on_cuda(self) && self.device() == other.device() && self.shape() == other.shape()) {
+            return Ok(None);
+        }
+        if self.dtype() == other.dtype() || self.dtype().promote(other.dtype()) != DType::F32 {
+            return Ok(None);
+        }
+        let storage = cuda_kernel("add", [self, other], |[(sa, la), (sb, lb)]| {
+            cuda::add_mixed(sa, la, sb, lb)
+        })?;
+        let Some(storage) = storage else {
+            return Ok(None);
+        };
+        let out = Tensor::from_storage(storage.into(), self.shape())?;
+        Ok(Some(out.recorded(&[self, other], || {
+            backward_fn("add", move |g, needs| {
+                Ok(vec![
+                    grad_if(needs[0], || Ok(g.clone()))?,
+                    grad_if(needs[1], || Ok(g.clone()))?,
+                ])
+            })
+        })))
+    }
+
     pub(crate) fn binary(&self, other: &Tensor, op: BinaryOp) -> Result<Tensor> {
+        if op == BinaryOp::Add {
+            if let Some(sum) = self.add_mixed_on_cuda(other)? {
+                return Ok(sum);
+            }
+        }
         // True division of integers gives floats, as in PyTorch.
         let force = (op == BinaryOp::Div && !self.dtype().promote(other.dtype()).is_float())
             .then_some(DType::F32);
