@@ -153,3 +153,32 @@ fn gradients_flow_through_mixed_precision_casts_in_the_inputs_dtype() {
     assert_eq!(g.dtype(), DType::F32);
     assert_eq!(g.to_vec::<f32>().unwrap(), vec![2.0, 2.0]);
 }
+
+#[test]
+fn split_pieces_are_one_node_whose_gradient_joins_theirs_with_zeros_for_unused_pieces() {
+    let x = leaf(&[1.0, 2.0, 3.0, 4.0, 5.0, 6.0], &[1, 6]);
+    let pieces = x.split_with_sizes(&[1, 3, 2], -1).unwrap();
+    assert_eq!(pieces.len(), 3);
+    assert_eq!(pieces[1].shape(), [1, 3]);
+    assert_eq!(pieces[1].to_vec::<f64>().unwrap(), [2.0, 3.0, 4.0]);
+    // One node shared by the pieces; the middle piece unused by the loss.
+    let (a, c) = (&pieces[0], &pieces[2]);
+    assert!(std::sync::Arc::ptr_eq(
+        a.grad_fn().unwrap(),
+        c.grad_fn().unwrap()
+    ));
+    let loss = a.mul_scalar(10.0).unwrap().sum().unwrap();
+    let loss = loss.add(&c.mul(c).unwrap().sum().unwrap()).unwrap();
+    // Use one piece twice: its two contributions add in its own slot.
+    let loss = loss.add(&c.sum().unwrap()).unwrap();
+    loss.backward().unwrap();
+    let g: Vec<f64> = x.grad().unwrap().to_vec().unwrap();
+    assert_eq!(g, [10.0, 0.0, 0.0, 0.0, 2.0 * 5.0 + 1.0, 2.0 * 6.0 + 1.0]);
+}
+
+#[test]
+fn split_sizes_that_do_not_add_up_are_an_error() {
+    let x = leaf(&[1.0, 2.0, 3.0], &[3]);
+    let err = x.split_with_sizes(&[1, 1], 0).unwrap_err().to_string();
+    assert!(err.contains("do not add up to 3"), "{err}");
+}

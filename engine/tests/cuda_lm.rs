@@ -128,3 +128,33 @@ fn cuda_lm_training_in_mixed_precision_lowers_the_loss() {
     }
     assert!(last < 0.3 * first, "loss {first} -> {last}");
 }
+
+/// Parameter gradients of the loss on CUDA in F32 follow the CPU's: the training graph (one
+/// q/k/v product and one gate/up product split into views, the packed SwiGLU gradient joined
+/// without a copy) gives each parameter its own gradient.
+#[test]
+fn cuda_lm_parameter_gradients_follow_the_cpu() {
+    let Some(d) = cuda::device_for_test("cuda_lm_parameter_gradients_follow_the_cpu") else {
+        return;
+    };
+    let cpu = TransformerLm::new(config(), &mut Generator::new(4)).unwrap();
+    let mut gpu = pair(&cpu, d);
+    gpu.set_precision(Precision::Full);
+    let (x, y) = (tokens(24, 5), tokens(24, 6));
+    cpu.loss(&x, &y).unwrap().backward().unwrap();
+    gpu.loss(&x, &y).unwrap().backward().unwrap();
+    let gpu_params = gpu.named_parameters();
+    for ((name, p), (_, q)) in cpu.named_parameters().iter().zip(&gpu_params) {
+        let (a, b) = (host(&p.grad().unwrap()), host(&q.grad().unwrap()));
+        let scale = a.iter().fold(1e-6f32, |m, v| m.max(v.abs()));
+        let worst = a
+            .iter()
+            .zip(&b)
+            .map(|(u, v)| (u - v).abs())
+            .fold(0f32, f32::max);
+        assert!(
+            worst < 2e-3 * scale,
+            "{name}: gradients differ by {worst} (scale {scale})"
+        );
+    }
+}

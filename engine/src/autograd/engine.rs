@@ -35,15 +35,18 @@ impl Tensor {
         };
         let _guard = NoGradGuard::new();
         let root = Edge::to(self);
-        let mut grads: HashMap<usize, Tensor> = HashMap::new();
-        grads.insert(root.key(), grad);
+        // Per node (or leaf), one gradient slot per output, summed as consumers contribute.
+        let mut grads: HashMap<usize, Vec<Option<Tensor>>> = HashMap::new();
+        merge(&mut grads, &root, grad)?;
         for edge in topological_order(root) {
-            let Some(g) = grads.remove(&edge.key()) else {
+            let Some(slots) = grads.remove(&edge.key()) else {
                 continue;
             };
             let node = match &edge {
                 Edge::Leaf(t) => {
-                    t.accumulate_grad(&g)?;
+                    if let Some(g) = &slots[0] {
+                        t.accumulate_grad(g)?;
+                    }
                     continue;
                 }
                 Edge::Op { node, .. } => node,
@@ -54,7 +57,7 @@ impl Tensor {
                     return Err(Error::GraphFreed { op: node.name });
                 };
                 let needs: Vec<bool> = node.inputs.iter().map(|i| i.is_some()).collect();
-                let out = bw.backward(&g, &needs)?;
+                let out = bw.backward_outputs(&slots, &needs)?;
                 if !retain_graph {
                     *slot = None;
                 }
@@ -85,15 +88,24 @@ impl Tensor {
                 } else {
                     ig
                 };
-                let merged = match grads.remove(&input.key()) {
-                    Some(prev) => prev.add(&ig)?,
-                    None => ig,
-                };
-                grads.insert(input.key(), merged);
+                merge(&mut grads, input, ig)?;
             }
         }
         Ok(())
     }
+}
+
+/// Adds `g` into the slot of `edge`'s output.
+fn merge(grads: &mut HashMap<usize, Vec<Option<Tensor>>>, edge: &Edge, g: Tensor) -> Result<()> {
+    let slots = grads
+        .entry(edge.key())
+        .or_insert_with(|| vec![None; edge.slots()]);
+    let slot = &mut slots[edge.output()];
+    *slot = Some(match slot.take() {
+        Some(prev) => prev.add(&g)?,
+        None => g,
+    });
+    Ok(())
 }
 
 /// Edges reachable from `root`, each after all of its consumers.

@@ -8,10 +8,30 @@ use std::sync::{Arc, Mutex};
 pub trait Backward: Send + Sync {
     fn name(&self) -> &'static str;
     fn backward(&self, grad: &Tensor, needs: &[bool]) -> Result<Vec<Option<Tensor>>>;
+
+    /// The backward of an op with several outputs (`Tensor::recorded_outputs`): one gradient
+    /// per output, `None` for an output nothing downstream used. One-output ops keep the
+    /// default, which hands their gradient to `backward`.
+    fn backward_outputs(
+        &self,
+        grads: &[Option<Tensor>],
+        needs: &[bool],
+    ) -> Result<Vec<Option<Tensor>>> {
+        match grads {
+            [Some(g)] => self.backward(g, needs),
+            _ => Err(Error::Backward(format!(
+                "`{}` has one output but received {} gradients",
+                self.name(),
+                grads.len()
+            ))),
+        }
+    }
 }
 
 pub struct Node {
     pub(crate) name: &'static str,
+    /// How many tensors the op returned; each carries its index into this node.
+    pub(crate) outputs: usize,
     /// One entry per op input; `None` for inputs that do not require grad.
     pub(crate) inputs: Vec<Option<Edge>>,
     /// Taken (and so freed, with everything it saved) by a backward that does not retain the graph.
@@ -31,9 +51,10 @@ impl Node {
 pub(crate) enum Edge {
     /// A leaf that requires grad: its gradient accumulates into it.
     Leaf(Tensor),
-    /// The output of an op, with what a gradient for it is checked against.
+    /// Output `output` of an op, with what a gradient for it is checked against.
     Op {
         node: Arc<Node>,
+        output: usize,
         shape: Vec<usize>,
         dtype: DType,
     },
@@ -45,6 +66,7 @@ impl Edge {
         match t.grad_fn() {
             Some(node) => Edge::Op {
                 node: node.clone(),
+                output: t.output_index(),
                 shape: t.shape().to_vec(),
                 dtype: t.dtype(),
             },
@@ -56,15 +78,38 @@ impl Edge {
     pub(crate) fn clone_ref(&self) -> Edge {
         match self {
             Edge::Leaf(t) => Edge::Leaf(t.clone()),
-            Edge::Op { node, shape, dtype } => Edge::Op {
+            Edge::Op {
+                node,
+                output,
+                shape,
+                dtype,
+            } => Edge::Op {
                 node: node.clone(),
+                output: *output,
                 shape: shape.clone(),
                 dtype: *dtype,
             },
         }
     }
 
-    /// A key unique among the live graph's edges: the leaf's or the node's address.
+    /// Which of its node's outputs the edge reaches (0 for a leaf).
+    pub(crate) fn output(&self) -> usize {
+        match self {
+            Edge::Leaf(_) => 0,
+            Edge::Op { output, .. } => *output,
+        }
+    }
+
+    /// How many gradients the edge's place collects: its node's outputs, or 1 for a leaf.
+    pub(crate) fn slots(&self) -> usize {
+        match self {
+            Edge::Leaf(_) => 1,
+            Edge::Op { node, .. } => node.outputs,
+        }
+    }
+
+    /// A key unique among the live graph's edges: the leaf's or the node's address (shared by
+    /// a node's outputs, whose gradients meet in one slot each).
     pub(crate) fn key(&self) -> usize {
         match self {
             Edge::Leaf(t) => t.id(),

@@ -88,6 +88,16 @@ impl Tensor {
             return plan.run(NORM_OP, Kind::Norm(eps));
         }
         let normed = self.rms_norm_as(Some(norm_weight), eps, amp::products_dtype(self))?;
+        // Training: one product with the weights side by side (q/k/v, or gate/up), split into
+        // views. cuBLAS runs one wide GEMM instead of several narrow ones each way, and the
+        // input's gradient is one product rather than a sum of several. Without gradients
+        // the separate products skip the weights' concatenation.
+        let training = is_grad_enabled() && weights.iter().any(|w| w.requires_grad());
+        if training && weights.len() > 1 {
+            let fused = Tensor::cat(&weights.iter().map(|&w| w.clone()).collect::<Vec<_>>(), 0)?;
+            let sizes: Vec<usize> = weights.iter().map(|w| w.shape()[0]).collect();
+            return linear(&normed, &fused)?.split_with_sizes(&sizes, -1);
+        }
         weights.iter().map(|w| linear(&normed, w)).collect()
     }
 

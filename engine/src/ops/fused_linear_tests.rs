@@ -182,3 +182,55 @@ fn the_cpu_runs_the_composition() {
     let w = Tensor::zeros(&[8, 16], DType::BF16, Device::Cpu).unwrap();
     assert!(!runs_fused_kernel(&x, &w).unwrap());
 }
+
+#[test]
+fn rms_norm_linears_while_training_gives_the_separate_products_and_gradients() {
+    let leaf = |shape: &[usize], seed| randn(shape, DType::F64, seed).requires_grad_().unwrap();
+    let (x, g) = (leaf(&[2, 3, 16], 13), leaf(&[16], 14));
+    let (wq, wk, wv) = (leaf(&[8, 16], 15), leaf(&[4, 16], 16), leaf(&[4, 16], 17));
+    let probes: Vec<Tensor> = [8, 4, 4]
+        .iter()
+        .zip(18..)
+        .map(|(&n, seed)| randn(&[2, 3, n], DType::F64, seed))
+        .collect();
+    // The fused form (one product, split) and the reference (three products), each backward
+    // from the same weighted sum of its outputs.
+    let fused = x.rms_norm_linears(&g, 1e-5, &[&wq, &wk, &wv]).unwrap();
+    let normed = x.rms_norm(Some(&g), 1e-5).unwrap();
+    let separate: Vec<Tensor> = [&wq, &wk, &wv].iter().map(|w| linear(w, &normed)).collect();
+    let weigh = |outs: &[Tensor]| {
+        outs.iter()
+            .zip(&probes)
+            .map(|(o, p)| o.mul(p).unwrap().sum().unwrap())
+            .reduce(|a, b| a.add(&b).unwrap())
+            .unwrap()
+    };
+    for (f, s) in fused.iter().zip(&separate) {
+        assert!(
+            f.sub(s)
+                .unwrap()
+                .abs()
+                .unwrap()
+                .max()
+                .unwrap()
+                .item()
+                .unwrap()
+                < 1e-12
+        );
+    }
+    let params = [&x, &g, &wq, &wk, &wv];
+    weigh(&fused).backward().unwrap();
+    let fused_grads: Vec<Tensor> = params.iter().map(|p| p.grad().unwrap()).collect();
+    params.iter().for_each(|p| p.set_grad(None));
+    weigh(&separate).backward().unwrap();
+    for (i, (p, fg)) in params.iter().zip(&fused_grads).enumerate() {
+        let diff = fg
+            .sub(&p.grad().unwrap())
+            .unwrap()
+            .abs()
+            .unwrap()
+            .max()
+            .unwrap();
+        assert!(diff.item().unwrap() < 1e-12, "parameter {i}");
+    }
+}

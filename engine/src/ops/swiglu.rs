@@ -8,8 +8,9 @@ use super::backward_fn;
 use super::dispatch::cuda_kernel;
 use crate::autograd::{no_grad, SavedTensor};
 use crate::backend::cuda::swiglu as cuda;
-use crate::backend::{CudaStorage, Storage};
+use crate::backend::Storage;
 use crate::{Device, Error, Result, Tensor};
+use std::sync::Arc;
 
 const OP: &str = "swiglu";
 
@@ -43,11 +44,54 @@ pub(crate) fn check_gate_up(op: &'static str, gate: &Tensor, up: &Tensor) -> Res
     Ok(())
 }
 
+/// `t` as rows of its last dim: (rows, cols, row stride) when the last dim is dense and the
+/// leading dims step evenly over whole rows (a contiguous tensor, or one half of a fused
+/// gate/up product's rows).
+fn as_rows(t: &Tensor) -> Option<(usize, usize, usize)> {
+    let (shape, strides) = (t.shape(), t.layout().strides());
+    let r = shape.len();
+    let cols = *shape.last()?;
+    if cols > 1 && strides[r - 1] != 1 {
+        return None;
+    }
+    let lead: Vec<(usize, usize)> = shape[..r - 1]
+        .iter()
+        .zip(&strides[..r - 1])
+        .filter(|(&n, _)| n != 1)
+        .map(|(&n, &s)| (n, s))
+        .collect();
+    let Some(&(_, ld)) = lead.last() else {
+        return Some((1, cols, cols));
+    };
+    let even = lead.windows(2).all(|w| w[0].1 == w[1].1 * w[1].0);
+    (even && ld >= cols).then(|| (lead.iter().map(|&(n, _)| n).product(), cols, ld))
+}
+
 fn fused(gate: &Tensor, up: &Tensor) -> Result<Tensor> {
-    let (g, u) = no_grad(|| Ok::<_, Error>((gate.contiguous()?, up.contiguous()?)))?;
+    // Halves of one fused product's rows are read in place; anything else is made contiguous.
+    let rows = as_rows(gate).filter(|r| as_rows(up) == Some(*r));
+    let (g, u, cols, ld) = match rows {
+        Some((_, cols, ld)) => (gate.detach(), up.detach(), cols, ld),
+        None => {
+            let (g, u) = no_grad(|| Ok::<_, Error>((gate.contiguous()?, up.contiguous()?)))?;
+            let cols = g.shape().last().copied().unwrap_or(1);
+            (g, u, cols, cols)
+        }
+    };
+    // Gate and up side by side in one buffer: their gradients go side by side too, which the
+    // split that made them joins without a copy.
+    let packed = ld == 2 * cols
+        && Arc::ptr_eq(g.storage_cell(), u.storage_cell())
+        && u.layout().offset() == g.layout().offset() + cols;
     let n = g.numel();
     let y = cuda_kernel(OP, [&g, &u], |[(gs, gl), (us, ul)]| {
-        cuda::forward((gs, gl.offset()), (us, ul.offset()), n)
+        let gu = cuda::GateUp {
+            gate: (gs, gl.offset()),
+            up: (us, ul.offset()),
+            cols,
+            ld,
+        };
+        cuda::forward(&gu, n)
     })?;
     let shape = g.shape().to_vec();
     Tensor::from_op(Storage::Cuda(y), gate.shape(), &[gate, up], move || {
@@ -55,14 +99,31 @@ fn fused(gate: &Tensor, up: &Tensor) -> Result<Tensor> {
         backward_fn(OP, move |dy, needs| {
             let (g, u) = (sg.get()?, su.get()?);
             let dy = no_grad(|| dy.to_dtype(g.dtype())?.contiguous())?;
-            let (dg, du) = cuda_kernel(OP, [g, u, &dy], |[(gs, gl), (us, ul), (ds, dl)]| {
-                cuda::backward((gs, gl.offset()), (us, ul.offset()), (ds, dl.offset()), n)
+            let grads = cuda_kernel(OP, [g, u, &dy], |[(gs, gl), (us, ul), (ds, dl)]| {
+                let gu = cuda::GateUp {
+                    gate: (gs, gl.offset()),
+                    up: (us, ul.offset()),
+                    cols,
+                    ld,
+                };
+                cuda::backward(&gu, (ds, dl.offset()), n, packed)
             })?;
-            let wrap = |s: CudaStorage, need: bool| -> Result<Option<Tensor>> {
-                need.then(|| Tensor::from_storage(Storage::Cuda(s), &shape))
-                    .transpose()
+            let (dg, du) = match grads {
+                cuda::GateUpGrads::Separate(dg, du) => (
+                    Tensor::from_storage(Storage::Cuda(dg), &shape)?,
+                    Tensor::from_storage(Storage::Cuda(du), &shape)?,
+                ),
+                cuda::GateUpGrads::Packed(buf) => {
+                    let mut whole = shape.clone();
+                    if let Some(last) = whole.last_mut() {
+                        *last = 2 * cols;
+                    }
+                    let both = Tensor::from_storage(Storage::Cuda(buf), &whole)?;
+                    let d = shape.len() as isize - 1;
+                    (both.narrow(d, 0, cols)?, both.narrow(d, cols, cols)?)
+                }
             };
-            Ok(vec![wrap(dg, needs[0])?, wrap(du, needs[1])?])
+            Ok(vec![needs[0].then_some(dg), needs[1].then_some(du)])
         })
     })
 }

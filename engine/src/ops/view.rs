@@ -3,11 +3,13 @@
 
 use super::dispatch::dispatch;
 use super::{backward_fn, grad_if};
+use crate::autograd::Backward;
 use crate::backend::cpu::elementwise;
 use crate::backend::{cuda, CudaStorage, Storage};
 use crate::layout::resolve_dim;
 use crate::tensor::memory::check_alloc;
 use crate::{DType, Device, Error, Layout, Result, Tensor};
+use std::sync::Arc;
 
 /// Resolves a shape that may hold one -1 against `numel`.
 pub fn infer_shape(op: &'static str, numel: usize, shape: &[isize]) -> Result<Vec<usize>> {
@@ -100,6 +102,49 @@ impl Tensor {
                 Ok(vec![Some(g.reshape_to(&in_shape)?)])
             })
         }))
+    }
+
+    /// Dim `dim` split into dims of `sizes` (whose product must be its size), always as a
+    /// view: a projection's [B, T, heads * hd] columns seen as [B, T, heads, hd] stay in place
+    /// even when they are one part of a fused q/k/v product's rows, where `reshape_to` would
+    /// copy a non-contiguous input.
+    pub(crate) fn unflatten(&self, dim: isize, sizes: &[usize]) -> Result<Tensor> {
+        let d = resolve_dim("unflatten", dim, self.rank())?;
+        if sizes.iter().product::<usize>() != self.shape()[d] {
+            return Err(Error::invalid(
+                "unflatten",
+                format!(
+                    "sizes {sizes:?} do not multiply to {} (dim {d})",
+                    self.shape()[d]
+                ),
+            ));
+        }
+        let l = self.layout();
+        let mut shape = l.shape()[..d].to_vec();
+        let mut strides = l.strides()[..d].to_vec();
+        let mut step = l.strides()[d];
+        let mut inner: Vec<usize> = sizes
+            .iter()
+            .rev()
+            .map(|&n| {
+                let s = step;
+                step *= n;
+                s
+            })
+            .collect();
+        inner.reverse();
+        shape.extend_from_slice(sizes);
+        strides.extend(inner);
+        shape.extend_from_slice(&l.shape()[d + 1..]);
+        strides.extend_from_slice(&l.strides()[d + 1..]);
+        let in_shape = self.shape().to_vec();
+        Ok(
+            self.view_op(Layout::new(shape, strides, l.offset()), move || {
+                backward_fn("unflatten", move |g, _| {
+                    Ok(vec![Some(g.reshape_to(&in_shape)?)])
+                })
+            }),
+        )
     }
 
     pub fn flatten(&self) -> Result<Tensor> {
@@ -282,10 +327,46 @@ impl Tensor {
             return Err(Error::invalid("split", "split size must be positive"));
         }
         let n = self.shape()[d];
-        (0..n)
-            .step_by(size)
-            .map(|s| self.narrow(d as isize, s, size.min(n - s)))
-            .collect()
+        let sizes: Vec<usize> = (0..n).step_by(size).map(|s| size.min(n - s)).collect();
+        self.split_with_sizes(&sizes, dim)
+    }
+
+    /// Views of consecutive pieces along `dim` with these sizes, which must add up to the dim
+    /// (as torch.split with a list). The pieces are one node: backward joins their gradients
+    /// (zeros for a piece nothing used) into one tensor, so a fused q/k/v product's gradient
+    /// is one concatenation, not three padded copies added together.
+    pub fn split_with_sizes(&self, sizes: &[usize], dim: isize) -> Result<Vec<Tensor>> {
+        let d = resolve_dim("split", dim, self.rank())?;
+        let total = sizes.iter().try_fold(0usize, |a, &s| a.checked_add(s));
+        if total != Some(self.shape()[d]) {
+            return Err(Error::invalid(
+                "split",
+                format!(
+                    "sizes {sizes:?} do not add up to {} (dim {d} of {:?})",
+                    self.shape()[d],
+                    self.shape()
+                ),
+            ));
+        }
+        let mut start = 0;
+        let pieces: Vec<Tensor> = sizes
+            .iter()
+            .map(|&len| {
+                let piece = self.detached_view(self.layout().narrowed(d, start, len));
+                start += len;
+                piece
+            })
+            .collect();
+        let shapes: Vec<Vec<usize>> = pieces.iter().map(|p| p.shape().to_vec()).collect();
+        let (dtype, device) = (self.dtype(), self.device());
+        Ok(Tensor::recorded_outputs(pieces, &[self], move || {
+            SplitBackward {
+                dim: d,
+                shapes,
+                dtype,
+                device,
+            }
+        }))
     }
 
     /// Splits along `dim` into `chunks` nearly equal pieces, as torch.chunk.
@@ -364,5 +445,125 @@ impl Tensor {
     /// Layout of a contiguous tensor of this shape.
     pub fn contiguous_layout(&self) -> Layout {
         Layout::contiguous(self.shape())
+    }
+}
+
+/// The backward of `split_with_sizes`: the pieces' gradients side by side along `dim`.
+struct SplitBackward {
+    dim: usize,
+    shapes: Vec<Vec<usize>>,
+    dtype: DType,
+    device: Device,
+}
+
+impl SplitBackward {
+    /// The joined gradient as a view, when the pieces' gradients already lie side by side
+    /// along `dim` in one storage (the halves of a packed SwiGLU gradient).
+    fn side_by_side(&self, grads: &[Option<Tensor>]) -> Option<Tensor> {
+        let parts: Vec<&Tensor> = grads.iter().map(Option::as_ref).collect::<Option<_>>()?;
+        let first = parts.first()?;
+        let l0 = first.layout();
+        let mut shape = l0.shape().to_vec();
+        shape[self.dim] = parts.iter().map(|p| p.shape()[self.dim]).sum();
+        let whole = Layout::new(shape, l0.strides().to_vec(), l0.offset());
+        let mut start = 0;
+        for p in &parts {
+            let len = p.shape()[self.dim];
+            let same_storage = Arc::ptr_eq(p.storage_cell(), first.storage_cell());
+            if !same_storage || *p.layout() != whole.narrowed(self.dim, start, len) {
+                return None;
+            }
+            start += len;
+        }
+        let fits = whole.storage_extent() <= first.storage_cell().read().len();
+        fits.then(|| first.detached_view(whole))
+    }
+}
+
+impl Backward for SplitBackward {
+    fn name(&self) -> &'static str {
+        "split"
+    }
+
+    fn backward(&self, g: &Tensor, needs: &[bool]) -> Result<Vec<Option<Tensor>>> {
+        self.backward_outputs(&[Some(g.clone())], needs)
+    }
+
+    fn backward_outputs(
+        &self,
+        grads: &[Option<Tensor>],
+        needs: &[bool],
+    ) -> Result<Vec<Option<Tensor>>> {
+        if grads.len() != self.shapes.len() {
+            return Err(Error::Backward(format!(
+                "split made {} pieces but received {} gradients",
+                self.shapes.len(),
+                grads.len()
+            )));
+        }
+        if !needs[0] {
+            return Ok(vec![None]);
+        }
+        if let Some(whole) = self.side_by_side(grads) {
+            return Ok(vec![Some(whole)]);
+        }
+        let parts = grads
+            .iter()
+            .zip(&self.shapes)
+            .map(|(g, shape)| match g {
+                Some(g) => Ok(g.clone()),
+                None => Tensor::zeros(shape, self.dtype, self.device),
+            })
+            .collect::<Result<Vec<_>>>()?;
+        Ok(vec![Some(Tensor::cat(&parts, self.dim as isize)?)])
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::{DType, Tensor};
+
+    #[test]
+    fn unflatten_of_a_strided_piece_is_a_view_with_the_reshaped_values_and_gradient() {
+        let x = Tensor::from_f64s(
+            &(0..24).map(f64::from).collect::<Vec<_>>(),
+            &[2, 12],
+            DType::F64,
+        )
+        .unwrap()
+        .requires_grad_()
+        .unwrap();
+        // Columns 4..10 of each row: not contiguous, so `reshape_to` would copy.
+        let piece = x.narrow(1, 4, 6).unwrap();
+        let heads = piece.unflatten(-1, &[3, 2]).unwrap();
+        assert!(heads.shares_storage(&x));
+        assert_eq!(heads.shape(), [2, 3, 2]);
+        let want = piece.contiguous().unwrap().reshape_to(&[2, 3, 2]).unwrap();
+        assert_eq!(
+            heads.to_vec::<f64>().unwrap(),
+            want.to_vec::<f64>().unwrap()
+        );
+        let probe = Tensor::from_f64s(
+            &(0..12).map(f64::from).collect::<Vec<_>>(),
+            &[2, 3, 2],
+            DType::F64,
+        )
+        .unwrap();
+        heads
+            .mul(&probe)
+            .unwrap()
+            .sum()
+            .unwrap()
+            .backward()
+            .unwrap();
+        let g: Vec<f64> = x.grad().unwrap().to_vec().unwrap();
+        let mut expected = vec![0.0; 24];
+        for r in 0..2 {
+            for c in 0..6 {
+                expected[r * 12 + 4 + c] = (r * 6 + c) as f64;
+            }
+        }
+        assert_eq!(g, expected);
+        assert!(piece.unflatten(-1, &[4, 2]).is_err());
     }
 }

@@ -22,6 +22,8 @@ pub(crate) struct TensorInner {
     layout: Layout,
     dtype: DType,
     grad_fn: Option<Arc<Node>>,
+    /// Which of `grad_fn`'s outputs this is (0 unless the op returned several).
+    output_index: usize,
     requires_grad: AtomicBool,
     grad: Mutex<Option<Tensor>>,
 }
@@ -81,6 +83,7 @@ impl Tensor {
             layout,
             dtype,
             grad_fn: None,
+            output_index: 0,
             requires_grad: AtomicBool::new(false),
             grad: Mutex::new(None),
         }))
@@ -109,6 +112,12 @@ impl Tensor {
         out.recorded(&[self], make_backward)
     }
 
+    /// A view of `self`'s storage with another layout and no graph history (an op that
+    /// records several views as one node, `split_with_sizes`, records them itself).
+    pub(crate) fn detached_view(&self, layout: Layout) -> Tensor {
+        Self::leaf(self.0.storage.clone(), layout)
+    }
+
     pub(crate) fn recorded<B: Backward + 'static>(
         self,
         inputs: &[&Tensor],
@@ -127,14 +136,44 @@ impl Tensor {
             return self;
         }
         let backward = make_backward(&self);
-        let node = Node {
+        let node = Arc::new(Self::node(inputs, 1, backward));
+        self.with_node(node, 0)
+    }
+
+    /// The results of one op that returns several tensors, recorded as one node: its backward
+    /// (`Backward::backward_outputs`) gets every output's gradient at once. A split into q, k
+    /// and v sums nothing then, where a node per output would each pad its gradient to the
+    /// whole input and add the three.
+    pub(crate) fn recorded_outputs<B: Backward + 'static>(
+        outputs: Vec<Tensor>,
+        inputs: &[&Tensor],
+        make_backward: impl FnOnce() -> B,
+    ) -> Vec<Tensor> {
+        if !is_grad_enabled() || !inputs.iter().any(|t| t.requires_grad()) {
+            return outputs;
+        }
+        let node = Arc::new(Self::node(inputs, outputs.len(), make_backward()));
+        outputs
+            .into_iter()
+            .enumerate()
+            .map(|(i, t)| t.with_node(node.clone(), i))
+            .collect()
+    }
+
+    fn node<B: Backward + 'static>(inputs: &[&Tensor], outputs: usize, backward: B) -> Node {
+        Node {
             name: backward.name(),
+            outputs,
             inputs: inputs
                 .iter()
                 .map(|t| t.requires_grad().then(|| Edge::to(t)))
                 .collect(),
             backward: Mutex::new(Some(Box::new(backward))),
-        };
+        }
+    }
+
+    /// This tensor as output `index` of `node`.
+    fn with_node(self, node: Arc<Node>, index: usize) -> Tensor {
         // The handle may be shared (an op can return a clone of what it saved); then the
         // recorded result is a new handle over the same storage and layout.
         let mut inner = match Arc::try_unwrap(self.0) {
@@ -144,9 +183,15 @@ impl Tensor {
                 Arc::into_inner(fresh.0).expect("a handle made here has one owner")
             }
         };
-        inner.grad_fn = Some(Arc::new(node));
+        inner.grad_fn = Some(node);
+        inner.output_index = index;
         inner.requires_grad = AtomicBool::new(true);
         Tensor(Arc::new(inner))
+    }
+
+    /// Which output of its op this tensor is (0 for a leaf or a one-output op).
+    pub(crate) fn output_index(&self) -> usize {
+        self.0.output_index
     }
 
     // ----- accessors -----

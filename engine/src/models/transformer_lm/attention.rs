@@ -71,10 +71,9 @@ impl Attention {
         self.causal
     }
 
-    /// [B, T, heads * hd] -> [B, heads, T, hd].
+    /// [B, T, heads * hd] -> [B, heads, T, hd], a view.
     fn heads(&self, x: &Tensor, heads: usize) -> Result<Tensor> {
-        let (b, t) = (x.shape()[0], x.shape()[1]);
-        x.reshape_to(&[b, t, heads, self.head_dim])?.transpose(1, 2)
+        x.unflatten(-1, &[heads, self.head_dim])?.transpose(1, 2)
     }
 
     /// x + attention(norm(x)) for x [B, T, d_model], the normed input cast once for the
