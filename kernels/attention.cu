@@ -8,9 +8,10 @@
 // checks both). Grouped-query attention: query head h reads key/value head h / (heads / kv_heads).
 // Causal: query i sees keys j <= i + (tk - tq), the last query seeing every key.
 //
-// Forward: a block owns 64 queries of one (batch, head); 4 warps own 16 rows each and walk the
-// keys in tiles of 64 with an online softmax in the base-2 domain. It also writes each row's
-// log-sum-exp (base 2, of the scaled scores) for the backward.
+// Forward: a block owns 128 queries of one (batch, head) at head dim 64 (64 at head dim 128);
+// each warp owns 16 rows and walks the keys, tile by double-buffered tile, with an online softmax
+// in the base-2 domain (see `FwdTile`). It also writes each row's log-sum-exp (base 2, of the
+// scaled scores) for the backward.
 // Backward, without atomics (deterministic): `attn_bwd_dot` computes D_i = sum_d dO_id * O_id;
 // `attn_bwd_kv` owns 64 keys of one kv head and walks every query tile of every query head in
 // its group, accumulating dK and dV in registers; `attn_bwd_q` owns 64 queries and walks their
@@ -68,8 +69,26 @@ template <int D> __device__ __forceinline__ int swz(int row, int chunk) {
     return row * D + ((chunk ^ (row & 7)) << 3);
 }
 
-// Rows [0, valid) of a tile from `g` (row stride `st`); rows past `valid` are zero-filled.
-// `safe` is any readable address, used as the source of the zero-filled chunks.
+// Rows [0, valid) of a ROWS-row tile from `g` (row stride `st`), copied by THREADS threads;
+// rows past `valid` are zero-filled. `safe` is any readable address, used as the source of the
+// zero-filled chunks.
+template <int D, int ROWS, int THREADS, class T>
+__device__ __forceinline__ void load_rows(T* sm, const T* g, i64 st, int valid, const T* safe) {
+    // Thread t copies chunk t % CH of rows t / CH + n * STEP: one running source pointer, and a
+    // destination that moves by whole multiples of 8 rows, so its swizzle never changes.
+    constexpr int CH = D / 8, STEP = THREADS / CH;
+    static_assert(THREADS % CH == 0 && ROWS % STEP == 0 && STEP % 8 == 0, "whole swizzle periods a pass");
+    const int r0 = threadIdx.x / CH, c = threadIdx.x % CH;
+    const T* src = g + r0 * st + c * 8;
+    T* dst = sm + swz<D>(r0, c);
+#pragma unroll
+    for (int n = 0; n < ROWS / STEP; ++n) {
+        const bool ok = r0 + n * STEP < valid;
+        cp_async16(dst + n * STEP * D, ok ? src : safe, ok);
+        src += STEP * st;
+    }
+}
+// Rows [0, valid) of a 64-row tile, copied by the 128 threads of a backward block.
 template <int D, class T>
 __device__ __forceinline__ void load_tile(T* sm, const T* g, i64 st, int valid, const T* safe) {
     constexpr int CH = D / 8;
@@ -105,12 +124,18 @@ template <int N> __device__ __forceinline__ void zero_frags(float (*c)[4]) {
     for (int i = 0; i < N; ++i) c[i][0] = c[i][1] = c[i][2] = c[i][3] = 0.f;
 }
 
-// C[16 x 64] += A[16 x D] * B^T where B is a [64][D] tile in shared memory.
-template <int D, class T> __device__ __forceinline__ void mma_abt(float (*c)[4], const u32 (*a)[4], const T* sm) {
+// C[16 x N] += A[16 x D] * B^T where B is an [N][D] tile in shared memory.
+// m16n8k16 fragments (g = lane / 4, t4 = lane % 4): A holds a[0] = (row g, cols 2t4, 2t4+1),
+// a[1] = (row g+8, same cols), a[2] = (row g, cols 8+2t4, 9+2t4), a[3] = (row g+8, those);
+// B (k x n, "col") holds b0 = (k 2t4, 2t4+1; n g), b1 = (k 8+2t4, 9+2t4; n g); C holds
+// c[0], c[1] = (row g, cols 2t4, 2t4+1) and c[2], c[3] = (row g+8, same cols). B^T rows of the
+// [N][D] tile are B's columns, so ldmatrix without .trans gives b0, b1 directly (load_b).
+template <int D, int N = ATT_TILE, class T>
+__device__ __forceinline__ void mma_abt(float (*c)[4], const u32 (*a)[4], const T* sm) {
 #pragma unroll
     for (int kk = 0; kk < D / 16; ++kk) {
 #pragma unroll
-        for (int np = 0; np < ATT_TILE / 16; ++np) {
+        for (int np = 0; np < N / 16; ++np) {
             u32 b[4];
             load_b<D>(b, sm, np * 16, kk);
             Mma<T>::run(c[2 * np], a[kk], b[0], b[1]);
@@ -119,11 +144,15 @@ template <int D, class T> __device__ __forceinline__ void mma_abt(float (*c)[4],
     }
 }
 
-// C[16 x D] += P[16 x 64] * B where P is held as accumulator fragments (rounded to T here) and
-// B is a [64][D] tile in shared memory.
-template <int D, class T> __device__ __forceinline__ void mma_pb(float (*c)[4], const float (*p)[4], const T* sm) {
+// C[16 x D] += P[16 x N] * B where P is held as accumulator fragments (rounded to T here) and
+// B is an [N][D] tile in shared memory. P's accumulator tiles 2kq and 2kq+1 cover its columns
+// 16kq .. 16kq+15, and their fragments are exactly the A fragments of that k-step: a[0] =
+// (row g, cols 2t4, 2t4+1) = p[2kq][0..1], a[1] = (row g+8) = p[2kq][2..3], a[2] = (row g,
+// cols 8+2t4 ..) = p[2kq+1][0..1], a[3] = p[2kq+1][2..3]; no shuffles are needed.
+template <int D, int N = ATT_TILE, class T>
+__device__ __forceinline__ void mma_pb(float (*c)[4], const float (*p)[4], const T* sm) {
 #pragma unroll
-    for (int kq = 0; kq < ATT_TILE / 16; ++kq) {
+    for (int kq = 0; kq < N / 16; ++kq) {
         u32 a[4] = {Mma<T>::pack(p[2 * kq][0], p[2 * kq][1]), Mma<T>::pack(p[2 * kq][2], p[2 * kq][3]),
                     Mma<T>::pack(p[2 * kq + 1][0], p[2 * kq + 1][1]), Mma<T>::pack(p[2 * kq + 1][2], p[2 * kq + 1][3])};
 #pragma unroll
@@ -167,76 +196,108 @@ __device__ __forceinline__ int key_end(const AttnShape& s, int q0) {
 
 // ----- forward -----
 
+// The forward's tiles per head dim: WARPS warps of 16 query rows each (a block owns 16 * WARPS
+// queries) walk the keys KEYS at a time. Shared memory is two stages of one K and one V tile
+// (2 * 2 * KEYS * D elements: 32 KB for both head dims), and the block's Q tile (16 * WARPS * D
+// elements, the size of one stage) is staged through stage 1 before the walk starts. Head dim
+// 128 keeps 64 queries: its accumulators and Q fragments alone take 96 registers a thread.
+// The launcher mirrors these numbers (`forward_block` in backend/src/cuda/attention.rs).
+template <int D> struct FwdTile;
+template <> struct FwdTile<64> { static constexpr int WARPS = 8, KEYS = 64, BLOCKS_PER_SM = 2; };
+template <> struct FwdTile<128> { static constexpr int WARPS = 4, KEYS = 32, BLOCKS_PER_SM = 3; };
+
+// A block owns 16 * WARPS queries of one (batch, head). Key tile j + 1 is copied (cp.async) into
+// one stage while tile j is computed from the other, with one barrier a tile. Tiles wholly in a
+// warp's causal future are skipped by that warp; masks are applied only on tiles that cross a
+// warp's diagonal or the end of the keys.
 template <class T, int D>
 __device__ void attn_fwd(const T* q, AttnView qv, const T* k, AttnView kv, const T* v, AttnView vv, T* o,
                          AttnView ov, float* lse, AttnShape s) {
-    __shared__ __align__(128) T sq[ATT_TILE * D];
-    __shared__ __align__(128) T sk[ATT_TILE * D];
-    __shared__ __align__(128) T sv[ATT_TILE * D];
-    const int nqb = (s.tq + ATT_TILE - 1) / ATT_TILE;
-    const int q0 = (nqb - 1 - (int)blockIdx.x) * ATT_TILE; // the longest (causal) blocks first
+    constexpr int WARPS = FwdTile<D>::WARPS, BQ = 16 * WARPS, BK = FwdTile<D>::KEYS, NT = 32 * WARPS;
+    constexpr int KV = BK * D; // elements of one K or V tile
+    static_assert(BQ * D == 2 * KV, "the Q tile fills exactly one stage");
+    __shared__ __align__(128) T smem[2][2 * KV]; // stage: K tile, then V tile
+    const int nqb = (s.tq + BQ - 1) / BQ;
+    const int q0 = (nqb - 1 - (int)blockIdx.x) * BQ; // the longest (causal) blocks first
     const int h = blockIdx.y, b = blockIdx.z, hk = h / (s.heads / s.kv_heads);
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t4 = lane & 3;
     const T* qb = q + b * qv.sb + h * qv.sh;
     const T* kb = k + b * kv.sb + hk * kv.sh;
     const T* vb = v + b * vv.sb + hk * vv.sh;
-    const int kend = key_end(s, q0);
-    const int nkb = kend > 0 ? (kend + ATT_TILE - 1) / ATT_TILE : 0;
+    const int off = s.tk - s.tq;
+    // Keys the block needs: [0, kend), the last query of the block seeing keys <= q0 + BQ - 1 + off.
+    const int kend = s.causal ? min(s.tk, q0 + BQ + off) : s.tk;
+    const int nkb = kend > 0 ? (kend + BK - 1) / BK : 0;
 
-    load_tile<D>(sq, qb + q0 * qv.st, qv.st, s.tq - q0, q);
+    // Starts the copies of key tile j into stage `st` as one commit group.
+    auto issue = [&](int j, int st) {
+        const int k0 = j * BK;
+        load_rows<D, BK, NT>(smem[st], kb + k0 * kv.st, kv.st, s.tk - k0, k);
+        load_rows<D, BK, NT>(smem[st] + KV, vb + k0 * vv.st, vv.st, s.tk - k0, v);
+        cp_async_commit();
+    };
+    load_rows<D, BQ, NT>(smem[1], qb + q0 * qv.st, qv.st, s.tq - q0, q);
     cp_async_commit();
-    if (nkb > 0) load_tile<D>(sk, kb, kv.st, s.tk, k);
-    cp_async_commit();
-    if (nkb > 0) load_tile<D>(sv, vb, vv.st, s.tk, v);
-    cp_async_commit();
-    cp_async_wait<2>();
+    if (nkb > 0) {
+        issue(0, 0);
+        cp_async_wait<1>(); // Q has landed; tile 0 may still be in flight
+    } else {
+        cp_async_wait<0>();
+    }
     __syncthreads();
+    // This warp's 16 query rows as A fragments, k-step kk covering dims 16kk .. 16kk + 15.
     u32 qf[D / 16][4];
 #pragma unroll
-    for (int kk = 0; kk < D / 16; ++kk) load_a<D>(qf[kk], sq, warp * 16, kk);
+    for (int kk = 0; kk < D / 16; ++kk) load_a<D>(qf[kk], smem[1], warp * 16, kk);
+    __syncthreads(); // every warp holds its Q before stage 1 is refilled with tile 1
 
     float acc[D / 8][4];
     zero_frags<D / 8>(acc);
+    // Row statistics of rows g and g + 8 of this warp (accumulator halves 0 and 1): the running
+    // max m (base-2 domain, scaled) and this thread's partial sum l of its columns.
     float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
-    const int row0 = q0 + warp * 16 + g;
-    const int off = s.tk - s.tq;
+    const int wq0 = q0 + warp * 16; // this warp's first query
+    const int row0 = wq0 + g;
 
     for (int j = 0; j < nkb; ++j) {
-        const int k0 = j * ATT_TILE;
-        cp_async_wait<1>();
-        __syncthreads();
-        float sc[ATT_TILE / 8][4];
-        zero_frags<ATT_TILE / 8>(sc);
-        mma_abt<D>(sc, qf, sk);
-        __syncthreads();
-        if (j + 1 < nkb) load_tile<D>(sk, kb + (k0 + ATT_TILE) * kv.st, kv.st, s.tk - k0 - ATT_TILE, k);
-        cp_async_commit();
+        const int k0 = j * BK, st = j & 1;
+        cp_async_wait<0>(); // tile j (the only group in flight) has landed for this thread
+        __syncthreads();    // ... and for every thread; every warp is done with stage st ^ 1
+        if (j + 1 < nkb) issue(j + 1, st ^ 1);
+        // Warp-uniform skips: rows past the queries, or keys all after this warp's last query
+        // (then also for every later tile).
+        if (wq0 >= s.tq || (s.causal && k0 > wq0 + 15 + off)) continue;
 
-        const bool edge = k0 + ATT_TILE > s.tk || (s.causal && k0 + ATT_TILE - 1 > q0 + warp * 16 + off);
+        float sc[BK / 8][4];
+        zero_frags<BK / 8>(sc);
+        mma_abt<D, BK>(sc, qf, smem[st]);
+
+        // Some key of the tile is past the end, or past the diagonal of this warp's first row.
+        const bool edge = k0 + BK > s.tk || (s.causal && k0 + BK - 1 > wq0 + off);
 #pragma unroll
         for (int half = 0; half < 2; ++half) {
+            // The last key this row sees, relative to this thread's first column k0 + 2t4.
             const int row = row0 + half * 8;
+            const int last = (s.causal ? min(row + off, s.tk - 1) : s.tk - 1) - k0 - 2 * t4;
             float mx = m[half];
 #pragma unroll
-            for (int n = 0; n < ATT_TILE / 8; ++n) {
+            for (int n = 0; n < BK / 8; ++n) {
 #pragma unroll
                 for (int e = 0; e < 2; ++e) {
+                    // sc[n][2 half + e] is (row, key k0 + 8n + 2t4 + e).
                     float x = sc[n][2 * half + e] * s.scale_log2;
-                    if (edge) {
-                        int key = k0 + n * 8 + 2 * t4 + e;
-                        if (key >= s.tk || (s.causal && key > row + off)) x = -INFINITY;
-                    }
+                    if (edge && n * 8 + e > last) x = -INFINITY;
                     sc[n][2 * half + e] = x;
                     mx = fmaxf(mx, x);
                 }
             }
-            mx = quad_max(mx);
+            mx = quad_max(mx); // the four lanes of a quad share the row
             const float base = mx == -INFINITY ? 0.f : mx;
             const float corr = fast_exp2(m[half] - base);
             m[half] = mx;
             float sum = 0.f;
 #pragma unroll
-            for (int n = 0; n < ATT_TILE / 8; ++n) {
+            for (int n = 0; n < BK / 8; ++n) {
 #pragma unroll
                 for (int e = 0; e < 2; ++e) {
                     float p = fast_exp2(sc[n][2 * half + e] - base);
@@ -251,15 +312,8 @@ __device__ void attn_fwd(const T* q, AttnView qv, const T* k, AttnView kv, const
                 acc[dn][2 * half + 1] *= corr;
             }
         }
-
-        cp_async_wait<1>();
-        __syncthreads();
-        mma_pb<D>(acc, sc, sv);
-        __syncthreads();
-        if (j + 1 < nkb) load_tile<D>(sv, vb + (k0 + ATT_TILE) * vv.st, vv.st, s.tk - k0 - ATT_TILE, v);
-        cp_async_commit();
+        mma_pb<D, BK>(acc, sc, smem[st] + KV);
     }
-    cp_async_wait<0>();
 
     float inv[2];
 #pragma unroll
@@ -483,7 +537,7 @@ __device__ void attn_bwd_q(const T* q, AttnView qv, const T* k, AttnView kv, con
 }
 
 #define RB_ATTENTION(name, T, D)                                                                                     \
-    extern "C" __global__ void __launch_bounds__(ATT_THREADS) attn_fwd_##name##_##D(                                 \
+    extern "C" __global__ void __launch_bounds__(FwdTile<D>::WARPS * 32, FwdTile<D>::BLOCKS_PER_SM) attn_fwd_##name##_##D(\
         const T* q, AttnView qv, const T* k, AttnView kv, const T* v, AttnView vv, T* o, AttnView ov, float* lse,    \
         AttnShape s) {                                                                                               \
         attn_fwd<T, D>(q, qv, k, kv, v, vv, o, ov, lse, s);                                                          \

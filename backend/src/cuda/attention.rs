@@ -10,8 +10,18 @@ use crate::spec::AttentionSpec;
 use crate::{DType, Error, Result};
 use std::sync::Arc;
 
+/// Queries (and keys) a backward block owns, and its threads.
 const TILE: usize = 64;
 const THREADS: u32 = 128;
+
+/// The forward's block per head dim: (queries, threads), 16 query rows a warp. Mirrors
+/// `FwdTile` in kernels/attention.cu.
+fn forward_block(head_dim: usize) -> (usize, u32) {
+    match head_dim {
+        64 => (128, 256),
+        _ => (64, 128),
+    }
+}
 
 /// Strides of a [batch, heads, tokens, head_dim] view, in elements; mirrors `AttnView`.
 #[repr(C)]
@@ -162,14 +172,19 @@ pub fn forward(
         lse.ptr(),
         spec.shape(),
     );
-    let grid = (query_blocks(spec), spec.heads as u32, spec.batch as u32);
+    let (queries, threads) = forward_block(spec.head_dim);
+    let grid = (
+        spec.tq.div_ceil(queries) as u32,
+        spec.heads as u32,
+        spec.batch as u32,
+    );
     // SAFETY: every view addresses [batch, heads, tokens, head_dim] inside its storage (checked
     // by the caller), o and lse are fresh allocations of exactly the sizes the kernel writes.
     unsafe {
         dev.launch(
             f,
             grid,
-            THREADS,
+            threads,
             0,
             &mut args![qp, qv, kp, kv, vp, vv, op, ovv, lp, s],
         )?
