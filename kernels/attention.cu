@@ -50,6 +50,12 @@ __device__ __forceinline__ void cp_async16(void* dst, const void* src, bool vali
     int n = valid ? 16 : 0;
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(src), "r"(n));
 }
+// 4 bytes global -> shared (through L1); `valid` false writes zeros.
+__device__ __forceinline__ void cp_async4(void* dst, const void* src, bool valid) {
+    u32 s = (u32)__cvta_generic_to_shared(dst);
+    int n = valid ? 4 : 0;
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(s), "l"(src), "r"(n));
+}
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 template <int N> __device__ __forceinline__ void cp_async_wait() {
     asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
@@ -418,22 +424,22 @@ __device__ void attn_bwd_kv(const T* q, AttnView qv, const T* k, AttnView kv, co
     const int nqt = (s.tq + QT - 1) / QT;
     const int per_head = max(nqt - first, 0), steps = group * per_head;
 
-    // Starts the loads of step `it` (query head, query tile) into stage `st`: Q and dO by
-    // cp.async (one commit group), the rows' lse and D by plain loads (visible after the barrier
-    // that precedes their use).
+    // Starts the copies of step `it` (query head, query tile) into stage `st`: Q, dO and the
+    // rows' lse and D, all by cp.async in one commit group (no warp waits on a load here). Rows
+    // past the queries are zero-filled, lse and D too: harmless, since with zero Q and dO rows
+    // their P = 1 meets dO = 0 in dV, and dS = P (dP - D) = 1 (0 - 0) = 0 in dK.
     auto issue = [&](int it, int st) {
         const int h = hk * group + it / per_head, q0 = (first + it % per_head) * QT;
         load_rows<D, QT, NT>(smem[st], q + b * qv.sb + h * qv.sh + q0 * qv.st, qv.st, s.tq - q0, q);
         load_rows<D, QT, NT>(smem[st] + TILE, dout + b * dov.sb + h * dov.sh + q0 * dov.st, dov.st, s.tq - q0,
                              dout);
-        cp_async_commit();
         if (threadIdx.x < QT) {
             const int i = q0 + threadIdx.x;
             const i64 row = ((i64)b * s.heads + h) * s.tq + i;
-            // Rows past the queries: lse = inf makes their P exactly 0.
-            slse[st][threadIdx.x] = i < s.tq ? lse[row] : INFINITY;
-            sdd[st][threadIdx.x] = i < s.tq ? dd[row] : 0.f;
+            cp_async4(&slse[st][threadIdx.x], i < s.tq ? lse + row : lse, i < s.tq);
+            cp_async4(&sdd[st][threadIdx.x], i < s.tq ? dd + row : dd, i < s.tq);
         }
+        cp_async_commit();
     };
     if (steps > 0) issue(0, 0);
 
