@@ -92,6 +92,7 @@ __device__ __forceinline__ void load_rows(T* sm, const T* g, i64 st, int valid, 
         src += STEP * st;
     }
 }
+
 // A-operand fragments (16 rows from `row0`, k-step kk) of a swizzled tile.
 template <int D, class T> __device__ __forceinline__ void load_a(u32* a, const T* sm, int row0, int kk) {
     int lane = threadIdx.x & 31;
@@ -466,7 +467,8 @@ __device__ void attn_bwd_kv(const T* q, AttnView qv, const T* k, AttnView kv, co
             mma_abt<D, QC>(dpt, vf, sdo + c0 * D);
             // Some key of the warp is past the diagonal of the chunk's first query.
             const bool edge = s.causal && kw0 + 15 > qc0 + off;
-            // Key kw0 + g + 8 half is masked for queries qc0 + 8n + 2t4 + e with 8n + e < lim.
+            // Key kw0 + g + 8 half is masked for queries qc0 + 8n + 2t4 + (e & 1) with
+            // 8n + (e & 1) < lim0 + 8 half (past its diagonal: key > query + off).
             const int lim0 = kw0 + g - off - qc0 - 2 * t4;
 #pragma unroll
             for (int n = 0; n < QC / 8; ++n) {
