@@ -8,16 +8,15 @@
 // checks both). Grouped-query attention: query head h reads key/value head h / (heads / kv_heads).
 // Causal: query i sees keys j <= i + (tk - tq), the last query seeing every key.
 //
-// Forward: a block owns 64 queries of one (batch, head); 4 warps own 16 rows each and walk the
-// keys in tiles of 64 with an online softmax in the base-2 domain. It also writes each row's
-// log-sum-exp (base 2, of the scaled scores) for the backward.
+// Forward: a block owns 128 queries of one (batch, head) at head dim 64 (64 at head dim 128);
+// each warp owns 16 rows and walks the keys, tile by double-buffered tile, with an online softmax
+// in the base-2 domain (see `FwdTile`). It also writes each row's log-sum-exp (base 2, of the
+// scaled scores) for the backward.
 // Backward, without atomics (deterministic): `attn_bwd_dot` computes D_i = sum_d dO_id * O_id;
-// `attn_bwd_kv` owns 64 keys of one kv head and walks every query tile of every query head in
-// its group, accumulating dK and dV in registers; `attn_bwd_q` owns 64 queries and walks their
-// key tiles for dQ. The two recompute the probabilities from the saved log-sum-exp.
-
-#define ATT_TILE 64
-#define ATT_THREADS 128
+// `attn_bwd_kv` owns 128 keys (64 at head dim 128) of one kv head and walks every query tile of
+// every query head in its group, accumulating dK and dV in registers; `attn_bwd_q` owns 128
+// queries (64) and walks their key tiles for dQ (see `BwdTile`). The two recompute the
+// probabilities from the saved log-sum-exp.
 
 struct AttnView {
     i64 sb, sh, st;
@@ -51,6 +50,12 @@ __device__ __forceinline__ void cp_async16(void* dst, const void* src, bool vali
     int n = valid ? 16 : 0;
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(src), "r"(n));
 }
+// 4 bytes global -> shared (through L1); `valid` false writes zeros.
+__device__ __forceinline__ void cp_async4(void* dst, const void* src, bool valid) {
+    u32 s = (u32)__cvta_generic_to_shared(dst);
+    int n = valid ? 4 : 0;
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(s), "l"(src), "r"(n));
+}
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 template <int N> __device__ __forceinline__ void cp_async_wait() {
     asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
@@ -62,21 +67,29 @@ __device__ __forceinline__ float fast_exp2(float x) {
     return y;
 }
 
-// A tile is 64 rows of D elements; its 16-byte chunks are XOR-swizzled by row so that the eight
+// A tile is rows of D elements; its 16-byte chunks are XOR-swizzled by row so that the eight
 // rows an ldmatrix reads at one column land in eight different bank groups.
 template <int D> __device__ __forceinline__ int swz(int row, int chunk) {
     return row * D + ((chunk ^ (row & 7)) << 3);
 }
 
-// Rows [0, valid) of a tile from `g` (row stride `st`); rows past `valid` are zero-filled.
-// `safe` is any readable address, used as the source of the zero-filled chunks.
-template <int D, class T>
-__device__ __forceinline__ void load_tile(T* sm, const T* g, i64 st, int valid, const T* safe) {
-    constexpr int CH = D / 8;
-    for (int i = threadIdx.x; i < ATT_TILE * CH; i += ATT_THREADS) {
-        int r = i / CH, c = i % CH;
-        bool ok = r < valid;
-        cp_async16(sm + swz<D>(r, c), ok ? g + r * st + c * 8 : safe, ok);
+// Rows [0, valid) of a ROWS-row tile from `g` (row stride `st`), copied by THREADS threads;
+// rows past `valid` are zero-filled. `safe` is any readable address, used as the source of the
+// zero-filled chunks.
+template <int D, int ROWS, int THREADS, class T>
+__device__ __forceinline__ void load_rows(T* sm, const T* g, i64 st, int valid, const T* safe) {
+    // Thread t copies chunk t % CH of rows t / CH + n * STEP: one running source pointer, and a
+    // destination that moves by whole multiples of 8 rows, so its swizzle never changes.
+    constexpr int CH = D / 8, STEP = THREADS / CH;
+    static_assert(THREADS % CH == 0 && ROWS % STEP == 0 && STEP % 8 == 0, "whole swizzle periods a pass");
+    const int r0 = threadIdx.x / CH, c = threadIdx.x % CH;
+    const T* src = g + r0 * st + c * 8;
+    T* dst = sm + swz<D>(r0, c);
+#pragma unroll
+    for (int n = 0; n < ROWS / STEP; ++n) {
+        const bool ok = r0 + n * STEP < valid;
+        cp_async16(dst + n * STEP * D, ok ? src : safe, ok);
+        src += STEP * st;
     }
 }
 
@@ -105,12 +118,18 @@ template <int N> __device__ __forceinline__ void zero_frags(float (*c)[4]) {
     for (int i = 0; i < N; ++i) c[i][0] = c[i][1] = c[i][2] = c[i][3] = 0.f;
 }
 
-// C[16 x 64] += A[16 x D] * B^T where B is a [64][D] tile in shared memory.
-template <int D, class T> __device__ __forceinline__ void mma_abt(float (*c)[4], const u32 (*a)[4], const T* sm) {
+// C[16 x N] += A[16 x D] * B^T where B is an [N][D] tile in shared memory.
+// m16n8k16 fragments (g = lane / 4, t4 = lane % 4): A holds a[0] = (row g, cols 2t4, 2t4+1),
+// a[1] = (row g+8, same cols), a[2] = (row g, cols 8+2t4, 9+2t4), a[3] = (row g+8, those);
+// B (k x n, "col") holds b0 = (k 2t4, 2t4+1; n g), b1 = (k 8+2t4, 9+2t4; n g); C holds
+// c[0], c[1] = (row g, cols 2t4, 2t4+1) and c[2], c[3] = (row g+8, same cols). B^T rows of the
+// [N][D] tile are B's columns, so ldmatrix without .trans gives b0, b1 directly (load_b).
+template <int D, int N, class T>
+__device__ __forceinline__ void mma_abt(float (*c)[4], const u32 (*a)[4], const T* sm) {
 #pragma unroll
     for (int kk = 0; kk < D / 16; ++kk) {
 #pragma unroll
-        for (int np = 0; np < ATT_TILE / 16; ++np) {
+        for (int np = 0; np < N / 16; ++np) {
             u32 b[4];
             load_b<D>(b, sm, np * 16, kk);
             Mma<T>::run(c[2 * np], a[kk], b[0], b[1]);
@@ -119,11 +138,33 @@ template <int D, class T> __device__ __forceinline__ void mma_abt(float (*c)[4],
     }
 }
 
-// C[16 x D] += P[16 x 64] * B where P is held as accumulator fragments (rounded to T here) and
-// B is a [64][D] tile in shared memory.
-template <int D, class T> __device__ __forceinline__ void mma_pb(float (*c)[4], const float (*p)[4], const T* sm) {
+// As `mma_abt`, with A read from rows row0 .. row0 + 15 of a swizzled [rows][D] tile in shared
+// memory at each k-step, for operands too costly to keep in registers.
+template <int D, int N, class T>
+__device__ __forceinline__ void mma_abt_sa(float (*c)[4], const T* sa, int row0, const T* sm) {
 #pragma unroll
-    for (int kq = 0; kq < ATT_TILE / 16; ++kq) {
+    for (int kk = 0; kk < D / 16; ++kk) {
+        u32 a[4];
+        load_a<D>(a, sa, row0, kk);
+#pragma unroll
+        for (int np = 0; np < N / 16; ++np) {
+            u32 b[4];
+            load_b<D>(b, sm, np * 16, kk);
+            Mma<T>::run(c[2 * np], a, b[0], b[1]);
+            Mma<T>::run(c[2 * np + 1], a, b[2], b[3]);
+        }
+    }
+}
+
+// C[16 x D] += P[16 x N] * B where P is held as accumulator fragments (rounded to T here) and
+// B is an [N][D] tile in shared memory. P's accumulator tiles 2kq and 2kq+1 cover its columns
+// 16kq .. 16kq+15, and their fragments are exactly the A fragments of that k-step: a[0] =
+// (row g, cols 2t4, 2t4+1) = p[2kq][0..1], a[1] = (row g+8) = p[2kq][2..3], a[2] = (row g,
+// cols 8+2t4 ..) = p[2kq+1][0..1], a[3] = p[2kq+1][2..3]; no shuffles are needed.
+template <int D, int N, class T>
+__device__ __forceinline__ void mma_pb(float (*c)[4], const float (*p)[4], const T* sm) {
+#pragma unroll
+    for (int kq = 0; kq < N / 16; ++kq) {
         u32 a[4] = {Mma<T>::pack(p[2 * kq][0], p[2 * kq][1]), Mma<T>::pack(p[2 * kq][2], p[2 * kq][3]),
                     Mma<T>::pack(p[2 * kq + 1][0], p[2 * kq + 1][1]), Mma<T>::pack(p[2 * kq + 1][2], p[2 * kq + 1][3])};
 #pragma unroll
@@ -160,83 +201,110 @@ __device__ __forceinline__ float quad_sum(float x) {
     return x + __shfl_xor_sync(0xffffffff, x, 2);
 }
 
-// Keys a block of queries [q0, q0 + 64) needs: [0, end).
-__device__ __forceinline__ int key_end(const AttnShape& s, int q0) {
-    return s.causal ? min(s.tk, q0 + ATT_TILE + s.tk - s.tq) : s.tk;
-}
-
 // ----- forward -----
 
+// The forward's tiles per head dim: WARPS warps of 16 query rows each (a block owns 16 * WARPS
+// queries) walk the keys KEYS at a time. Shared memory is two stages of one K and one V tile
+// (2 * 2 * KEYS * D elements: 32 KB for both head dims), and the block's Q tile (16 * WARPS * D
+// elements, the size of one stage) is staged through stage 1 before the walk starts. Head dim
+// 128 keeps 64 queries: its accumulators and Q fragments alone take 96 registers a thread.
+// The launcher mirrors these numbers (`forward_block` in backend/src/cuda/attention.rs).
+template <int D> struct FwdTile;
+template <> struct FwdTile<64> { static constexpr int WARPS = 8, KEYS = 64, BLOCKS_PER_SM = 2; };
+template <> struct FwdTile<128> { static constexpr int WARPS = 4, KEYS = 32, BLOCKS_PER_SM = 3; };
+
+// A block owns 16 * WARPS queries of one (batch, head). Key tile j + 1 is copied (cp.async) into
+// one stage while tile j is computed from the other, with one barrier a tile. Tiles wholly in a
+// warp's causal future are skipped by that warp; masks are applied only on tiles that cross a
+// warp's diagonal or the end of the keys.
 template <class T, int D>
 __device__ void attn_fwd(const T* q, AttnView qv, const T* k, AttnView kv, const T* v, AttnView vv, T* o,
                          AttnView ov, float* lse, AttnShape s) {
-    __shared__ __align__(128) T sq[ATT_TILE * D];
-    __shared__ __align__(128) T sk[ATT_TILE * D];
-    __shared__ __align__(128) T sv[ATT_TILE * D];
-    const int nqb = (s.tq + ATT_TILE - 1) / ATT_TILE;
-    const int q0 = (nqb - 1 - (int)blockIdx.x) * ATT_TILE; // the longest (causal) blocks first
+    constexpr int WARPS = FwdTile<D>::WARPS, BQ = 16 * WARPS, BK = FwdTile<D>::KEYS, NT = 32 * WARPS;
+    constexpr int KV = BK * D; // elements of one K or V tile
+    static_assert(BQ * D == 2 * KV, "the Q tile fills exactly one stage");
+    __shared__ __align__(128) T smem[2][2 * KV]; // stage: K tile, then V tile
+    const int nqb = (s.tq + BQ - 1) / BQ;
+    const int q0 = (nqb - 1 - (int)blockIdx.x) * BQ; // the longest (causal) blocks first
     const int h = blockIdx.y, b = blockIdx.z, hk = h / (s.heads / s.kv_heads);
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t4 = lane & 3;
     const T* qb = q + b * qv.sb + h * qv.sh;
     const T* kb = k + b * kv.sb + hk * kv.sh;
     const T* vb = v + b * vv.sb + hk * vv.sh;
-    const int kend = key_end(s, q0);
-    const int nkb = kend > 0 ? (kend + ATT_TILE - 1) / ATT_TILE : 0;
+    const int off = s.tk - s.tq;
+    // Keys the block needs: [0, kend), the last query of the block seeing keys <= q0 + BQ - 1 + off.
+    const int kend = s.causal ? min(s.tk, q0 + BQ + off) : s.tk;
+    const int nkb = kend > 0 ? (kend + BK - 1) / BK : 0;
 
-    load_tile<D>(sq, qb + q0 * qv.st, qv.st, s.tq - q0, q);
+    // Starts the copies of key tile j into stage `st` as one commit group.
+    auto issue = [&](int j, int st) {
+        const int k0 = j * BK;
+        load_rows<D, BK, NT>(smem[st], kb + k0 * kv.st, kv.st, s.tk - k0, k);
+        load_rows<D, BK, NT>(smem[st] + KV, vb + k0 * vv.st, vv.st, s.tk - k0, v);
+        cp_async_commit();
+    };
+    load_rows<D, BQ, NT>(smem[1], qb + q0 * qv.st, qv.st, s.tq - q0, q);
     cp_async_commit();
-    if (nkb > 0) load_tile<D>(sk, kb, kv.st, s.tk, k);
-    cp_async_commit();
-    if (nkb > 0) load_tile<D>(sv, vb, vv.st, s.tk, v);
-    cp_async_commit();
-    cp_async_wait<2>();
+    if (nkb > 0) {
+        issue(0, 0);
+        cp_async_wait<1>(); // Q has landed; tile 0 may still be in flight
+    } else {
+        cp_async_wait<0>();
+    }
     __syncthreads();
+    // This warp's 16 query rows as A fragments, k-step kk covering dims 16kk .. 16kk + 15.
     u32 qf[D / 16][4];
 #pragma unroll
-    for (int kk = 0; kk < D / 16; ++kk) load_a<D>(qf[kk], sq, warp * 16, kk);
+    for (int kk = 0; kk < D / 16; ++kk) load_a<D>(qf[kk], smem[1], warp * 16, kk);
+    __syncthreads(); // every warp holds its Q before stage 1 is refilled with tile 1
 
     float acc[D / 8][4];
     zero_frags<D / 8>(acc);
+    // Row statistics of rows g and g + 8 of this warp (accumulator halves 0 and 1): the running
+    // max m (base-2 domain, scaled) and this thread's partial sum l of its columns.
     float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
-    const int row0 = q0 + warp * 16 + g;
-    const int off = s.tk - s.tq;
+    const int wq0 = q0 + warp * 16; // this warp's first query
+    const int row0 = wq0 + g;
 
     for (int j = 0; j < nkb; ++j) {
-        const int k0 = j * ATT_TILE;
-        cp_async_wait<1>();
-        __syncthreads();
-        float sc[ATT_TILE / 8][4];
-        zero_frags<ATT_TILE / 8>(sc);
-        mma_abt<D>(sc, qf, sk);
-        __syncthreads();
-        if (j + 1 < nkb) load_tile<D>(sk, kb + (k0 + ATT_TILE) * kv.st, kv.st, s.tk - k0 - ATT_TILE, k);
-        cp_async_commit();
+        const int k0 = j * BK, st = j & 1;
+        cp_async_wait<0>(); // tile j (the only group in flight) has landed for this thread
+        __syncthreads();    // ... and for every thread; every warp is done with stage st ^ 1
+        if (j + 1 < nkb) issue(j + 1, st ^ 1);
+        // Warp-uniform skips: rows past the queries, or keys all after this warp's last query
+        // (then also for every later tile).
+        if (wq0 >= s.tq || (s.causal && k0 > wq0 + 15 + off)) continue;
 
-        const bool edge = k0 + ATT_TILE > s.tk || (s.causal && k0 + ATT_TILE - 1 > q0 + warp * 16 + off);
+        float sc[BK / 8][4];
+        zero_frags<BK / 8>(sc);
+        mma_abt<D, BK>(sc, qf, smem[st]);
+
+        // Some key of the tile is past the end, or past the diagonal of this warp's first row.
+        const bool edge = k0 + BK > s.tk || (s.causal && k0 + BK - 1 > wq0 + off);
 #pragma unroll
         for (int half = 0; half < 2; ++half) {
+            // The last key this row sees, relative to this thread's first column k0 + 2t4.
             const int row = row0 + half * 8;
+            const int last = (s.causal ? min(row + off, s.tk - 1) : s.tk - 1) - k0 - 2 * t4;
             float mx = m[half];
 #pragma unroll
-            for (int n = 0; n < ATT_TILE / 8; ++n) {
+            for (int n = 0; n < BK / 8; ++n) {
 #pragma unroll
                 for (int e = 0; e < 2; ++e) {
+                    // sc[n][2 half + e] is (row, key k0 + 8n + 2t4 + e).
                     float x = sc[n][2 * half + e] * s.scale_log2;
-                    if (edge) {
-                        int key = k0 + n * 8 + 2 * t4 + e;
-                        if (key >= s.tk || (s.causal && key > row + off)) x = -INFINITY;
-                    }
+                    if (edge && n * 8 + e > last) x = -INFINITY;
                     sc[n][2 * half + e] = x;
                     mx = fmaxf(mx, x);
                 }
             }
-            mx = quad_max(mx);
+            mx = quad_max(mx); // the four lanes of a quad share the row
             const float base = mx == -INFINITY ? 0.f : mx;
             const float corr = fast_exp2(m[half] - base);
             m[half] = mx;
             float sum = 0.f;
 #pragma unroll
-            for (int n = 0; n < ATT_TILE / 8; ++n) {
+            for (int n = 0; n < BK / 8; ++n) {
 #pragma unroll
                 for (int e = 0; e < 2; ++e) {
                     float p = fast_exp2(sc[n][2 * half + e] - base);
@@ -251,15 +319,8 @@ __device__ void attn_fwd(const T* q, AttnView qv, const T* k, AttnView kv, const
                 acc[dn][2 * half + 1] *= corr;
             }
         }
-
-        cp_async_wait<1>();
-        __syncthreads();
-        mma_pb<D>(acc, sc, sv);
-        __syncthreads();
-        if (j + 1 < nkb) load_tile<D>(sv, vb + (k0 + ATT_TILE) * vv.st, vv.st, s.tk - k0 - ATT_TILE, v);
-        cp_async_commit();
+        mma_pb<D, BK>(acc, sc, smem[st] + KV);
     }
-    cp_async_wait<0>();
 
     float inv[2];
 #pragma unroll
@@ -301,131 +362,173 @@ __device__ void attn_bwd_dot(const T* o, AttnView ov, const T* dout, AttnView dv
     if (r < rows && c == 0) dd[r] = acc;
 }
 
-// Tiles the backward kernels keep in flight: two (the next loads while this one computes) where
-// they fit in the 48 KB of static shared memory.
-template <int D> struct BwdBuffers { static constexpr int N = D == 64 ? 2 : 1; };
+// The backward's tiles per head dim. `attn_bwd_kv`: KV_WARPS warps of 16 keys each (a block
+// owns 16 * KV_WARPS keys) walk the query tiles QT at a time, QC queries a product (QC bounds the
+// score fragments a thread holds beside its K, V, dK and dV fragments: 214 registers at head dim
+// 64 with QC 32, one 8-warp block a multiprocessor). Shared memory: two stages of a Q and a dO
+// tile (32 KB), through which the block's K and V are staged first. `attn_bwd_q`: Q_WARPS warps
+// of 16 queries walk the keys BK at a time; its dO tile stays in shared memory beside two stages
+// of a K and a V tile (Q staged through them first), which keeps it at 128 registers at head dim
+// 64: two 8-warp blocks a multiprocessor. BLOCKS_PER_SM are the launch bounds' minimum blocks.
+// The launcher mirrors the block sizes (`backward_blocks` in backend/src/cuda/attention.rs).
+template <int D> struct BwdTile;
+template <> struct BwdTile<64> {
+    static constexpr int KV_WARPS = 8, QT = 64, QC = 32, KV_BLOCKS_PER_SM = 1;
+    static constexpr int Q_WARPS = 8, BK = 32, Q_BLOCKS_PER_SM = 2;
+};
+template <> struct BwdTile<128> {
+    static constexpr int KV_WARPS = 4, QT = 32, QC = 16, KV_BLOCKS_PER_SM = 1;
+    static constexpr int Q_WARPS = 4, BK = 32, Q_BLOCKS_PER_SM = 1;
+};
 
-// dK and dV for 64 keys of one kv head, summed over the query heads of its group.
+// dK and dV for 16 * KV_WARPS keys of one kv head, summed over the query heads of its group.
+// Each warp holds its 16 keys' K and V rows as A fragments and accumulates its dK, dV rows:
+// per query chunk, S^T = K Q^T and dP^T = V dO^T (rows keys, columns queries), P^T = exp2(S^T *
+// scale_log2 - lse), dV += P^T dO, dS^T = P^T (dP^T - D), dK += dS^T Q. P^T and dS^T are already
+// in the A layout of the next product (see `mma_pb`). Query tile it + 1 (over every head of the
+// group) is copied into one stage while tile it is computed from the other.
 template <class T, int D>
 __device__ void attn_bwd_kv(const T* q, AttnView qv, const T* k, AttnView kv, const T* v, AttnView vv, const T* dout,
                             AttnView dov, const float* lse, const float* dd, T* dk, AttnView dkv, T* dvv_, AttnView dvv,
                             AttnShape s) {
-    constexpr int NB = BwdBuffers<D>::N;
-    __shared__ __align__(128) T sq[NB][ATT_TILE * D];
-    __shared__ __align__(128) T sdo[NB][ATT_TILE * D];
-    __shared__ float slse[NB][ATT_TILE], sdd[NB][ATT_TILE];
-    const int k0 = blockIdx.x * ATT_TILE, hk = blockIdx.y, b = blockIdx.z;
+    constexpr int WARPS = BwdTile<D>::KV_WARPS, BKV = 16 * WARPS, NT = 32 * WARPS;
+    constexpr int QT = BwdTile<D>::QT, QC = BwdTile<D>::QC, TILE = QT * D;
+    static_assert(BKV * D == 2 * TILE, "the block's K (or V) tile fills exactly one stage");
+    static_assert(QT % QC == 0 && QC % 16 == 0 && QT <= NT, "whole chunks; one thread a row for lse");
+    __shared__ __align__(128) T smem[2][2 * TILE]; // stage: Q tile, then dO tile
+    __shared__ float slse[2][QT], sdd[2][QT];
+    const int k0 = blockIdx.x * BKV, hk = blockIdx.y, b = blockIdx.z;
     const int group = s.heads / s.kv_heads;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t4 = lane & 3;
     const int off = s.tk - s.tq;
 
-    // This warp's 16 keys and values as A fragments, staged through the query tiles' memory.
-    load_tile<D>(sq[0], k + b * kv.sb + hk * kv.sh + k0 * kv.st, kv.st, s.tk - k0, k);
-    load_tile<D>(sdo[0], v + b * vv.sb + hk * vv.sh + k0 * vv.st, vv.st, s.tk - k0, v);
+    // This warp's 16 keys and values as A fragments: K staged through stage 0, V through 1.
+    load_rows<D, BKV, NT>(smem[0], k + b * kv.sb + hk * kv.sh + k0 * kv.st, kv.st, s.tk - k0, k);
+    load_rows<D, BKV, NT>(smem[1], v + b * vv.sb + hk * vv.sh + k0 * vv.st, vv.st, s.tk - k0, v);
     cp_async_commit();
     cp_async_wait<0>();
     __syncthreads();
     u32 kf[D / 16][4], vf[D / 16][4];
 #pragma unroll
     for (int kk = 0; kk < D / 16; ++kk) {
-        load_a<D>(kf[kk], sq[0], warp * 16, kk);
-        load_a<D>(vf[kk], sdo[0], warp * 16, kk);
+        load_a<D>(kf[kk], smem[0], warp * 16, kk);
+        load_a<D>(vf[kk], smem[1], warp * 16, kk);
     }
-    __syncthreads();
+    __syncthreads(); // every warp holds its K and V before the stages are refilled
 
     float dka[D / 8][4], dva[D / 8][4];
     zero_frags<D / 8>(dka);
     zero_frags<D / 8>(dva);
-    const int key0 = k0 + warp * 16 + g;
-    const int first = s.causal ? max(0, k0 - off) / ATT_TILE : 0;
-    const int nqb = (s.tq + ATT_TILE - 1) / ATT_TILE;
-    const int per_head = nqb - first, steps = group * per_head;
+    const int kw0 = k0 + warp * 16; // this warp's first key
+    // Query tiles before `first` see none of the block's keys (query i sees keys <= i + off).
+    const int first = s.causal ? max(0, k0 - off) / QT : 0;
+    const int nqt = (s.tq + QT - 1) / QT;
+    const int per_head = max(nqt - first, 0), steps = group * per_head;
 
-    // Starts the loads of step `it` (query head, query tile) into buffer `buf`.
-    auto issue = [&](int it, int buf) {
-        const int h = hk * group + it / per_head, q0 = (first + it % per_head) * ATT_TILE;
-        load_tile<D>(sq[buf], q + b * qv.sb + h * qv.sh + q0 * qv.st, qv.st, s.tq - q0, q);
-        load_tile<D>(sdo[buf], dout + b * dov.sb + h * dov.sh + q0 * dov.st, dov.st, s.tq - q0, dout);
-        cp_async_commit();
-        if (threadIdx.x < ATT_TILE) {
+    // Starts the copies of step `it` (query head, query tile) into stage `st`: Q, dO and the
+    // rows' lse and D, all by cp.async in one commit group (no warp waits on a load here). Rows
+    // past the queries are zero-filled, lse and D too: harmless, since with zero Q and dO rows
+    // their P = 1 meets dO = 0 in dV, and dS = P (dP - D) = 1 (0 - 0) = 0 in dK.
+    auto issue = [&](int it, int st) {
+        const int h = hk * group + it / per_head, q0 = (first + it % per_head) * QT;
+        load_rows<D, QT, NT>(smem[st], q + b * qv.sb + h * qv.sh + q0 * qv.st, qv.st, s.tq - q0, q);
+        load_rows<D, QT, NT>(smem[st] + TILE, dout + b * dov.sb + h * dov.sh + q0 * dov.st, dov.st, s.tq - q0,
+                             dout);
+        if (threadIdx.x < QT) {
             const int i = q0 + threadIdx.x;
             const i64 row = ((i64)b * s.heads + h) * s.tq + i;
-            slse[buf][threadIdx.x] = i < s.tq ? lse[row] : INFINITY;
-            sdd[buf][threadIdx.x] = i < s.tq ? dd[row] : 0.f;
+            cp_async4(&slse[st][threadIdx.x], i < s.tq ? lse + row : lse, i < s.tq);
+            cp_async4(&sdd[st][threadIdx.x], i < s.tq ? dd + row : dd, i < s.tq);
         }
+        cp_async_commit();
     };
     if (steps > 0) issue(0, 0);
 
     for (int it = 0; it < steps; ++it) {
-        const int buf = NB == 2 ? it & 1 : 0;
-        const int q0 = (first + it % per_head) * ATT_TILE;
-        if (NB == 2 && it + 1 < steps) {
-            issue(it + 1, buf ^ 1);
-            cp_async_wait<1>();
-        } else {
-            cp_async_wait<0>();
-        }
-        __syncthreads();
+        const int st = it & 1;
+        const int q0 = (first + it % per_head) * QT;
+        cp_async_wait<0>(); // step it (the only group in flight) has landed for this thread
+        __syncthreads();    // ... and for every thread; every warp is done with stage st ^ 1
+        if (it + 1 < steps) issue(it + 1, st ^ 1);
+        const T* sq = smem[st];
+        const T* sdo = smem[st] + TILE;
 
-        // P^T = exp2(K Q^T * scale - lse): rows are keys, columns queries.
-        float pt[ATT_TILE / 8][4], dpt[ATT_TILE / 8][4];
-        zero_frags<ATT_TILE / 8>(pt);
-        zero_frags<ATT_TILE / 8>(dpt);
-        mma_abt<D>(pt, kf, sq[buf]);
-        mma_abt<D>(dpt, vf, sdo[buf]);
-        const bool edge = s.causal && k0 + ATT_TILE - 1 > q0 + off;
+#pragma unroll 1
+        for (int c0 = 0; c0 < QT; c0 += QC) {
+            const int qc0 = q0 + c0; // the chunk's first query
+            // Warp-uniform skip: the chunk's last query sees none of this warp's keys.
+            if (s.causal && kw0 > qc0 + QC - 1 + off) continue;
+            // P^T and dP^T of the chunk: pt[n][e] is (key kw0 + g + 8 (e >> 1), query
+            // qc0 + 8n + 2t4 + (e & 1)).
+            float pt[QC / 8][4], dpt[QC / 8][4];
+            zero_frags<QC / 8>(pt);
+            zero_frags<QC / 8>(dpt);
+            mma_abt<D, QC>(pt, kf, sq + c0 * D);
+            mma_abt<D, QC>(dpt, vf, sdo + c0 * D);
+            // Some key of the warp is past the diagonal of the chunk's first query.
+            const bool edge = s.causal && kw0 + 15 > qc0 + off;
+            // Key kw0 + g + 8 half is masked for queries qc0 + 8n + 2t4 + (e & 1) with
+            // 8n + (e & 1) < lim0 + 8 half (past its diagonal: key > query + off).
+            const int lim0 = kw0 + g - off - qc0 - 2 * t4;
 #pragma unroll
-        for (int n = 0; n < ATT_TILE / 8; ++n) {
+            for (int n = 0; n < QC / 8; ++n) {
 #pragma unroll
-            for (int e = 0; e < 4; ++e) {
-                const int col = n * 8 + 2 * t4 + (e & 1);
-                float p = fast_exp2(pt[n][e] * s.scale_log2 - slse[buf][col]);
-                if (edge && key0 + (e >> 1) * 8 > q0 + col + off) p = 0.f;
-                pt[n][e] = p;
+                for (int e = 0; e < 4; ++e) {
+                    const int col = c0 + n * 8 + 2 * t4 + (e & 1);
+                    float p = fast_exp2(pt[n][e] * s.scale_log2 - slse[st][col]);
+                    if (edge && n * 8 + (e & 1) < lim0 + (e >> 1) * 8) p = 0.f;
+                    pt[n][e] = p;
+                }
             }
+            mma_pb<D, QC>(dva, pt, sdo + c0 * D);
+#pragma unroll
+            for (int n = 0; n < QC / 8; ++n)
+#pragma unroll
+                for (int e = 0; e < 4; ++e) pt[n][e] *= dpt[n][e] - sdd[st][c0 + n * 8 + 2 * t4 + (e & 1)];
+            mma_pb<D, QC>(dka, pt, sq + c0 * D);
         }
-        mma_pb<D>(dva, pt, sdo[buf]);
-#pragma unroll
-        for (int n = 0; n < ATT_TILE / 8; ++n)
-#pragma unroll
-            for (int e = 0; e < 4; ++e) pt[n][e] *= dpt[n][e] - sdd[buf][n * 8 + 2 * t4 + (e & 1)];
-        mma_pb<D>(dka, pt, sq[buf]);
-        __syncthreads();
-        if (NB == 1 && it + 1 < steps) issue(it + 1, 0);
     }
+    const int key0 = kw0 + g;
     store_rows<D>(dk + b * dkv.sb + hk * dkv.sh, dkv.st, key0, s.tk, dka, s.scale, s.scale);
     store_rows<D>(dvv_ + b * dvv.sb + hk * dvv.sh, dvv.st, key0, s.tk, dva, 1.f, 1.f);
 }
 
-// dQ for 64 queries of one head.
+// dQ for 16 * Q_WARPS queries of one head. Each warp holds its 16 rows' Q as A fragments (dO
+// stays in shared memory, read as A at each tile: registers for two blocks a multiprocessor),
+// and per key tile: S = Q K^T, dP = dO V^T, dS = P (dP - D), dQ += dS K. Key tile j + 1 is
+// copied into one stage while tile j is computed from the other; tiles wholly in a warp's causal
+// future are skipped by that warp, and masks apply only on tiles crossing a warp's diagonal or
+// the end of the keys.
 template <class T, int D>
 __device__ void attn_bwd_q(const T* q, AttnView qv, const T* k, AttnView kv, const T* v, AttnView vv, const T* dout,
                            AttnView dov, const float* lse, const float* dd, T* dq, AttnView dqv, AttnShape s) {
-    constexpr int NB = BwdBuffers<D>::N;
-    __shared__ __align__(128) T sk[NB][ATT_TILE * D];
-    __shared__ __align__(128) T sv[NB][ATT_TILE * D];
-    const int nqb = (s.tq + ATT_TILE - 1) / ATT_TILE;
-    const int q0 = (nqb - 1 - (int)blockIdx.x) * ATT_TILE;
+    constexpr int WARPS = BwdTile<D>::Q_WARPS, BQ = 16 * WARPS, NT = 32 * WARPS;
+    constexpr int BK = BwdTile<D>::BK, KV = BK * D, STAGE = 2 * KV;
+    static_assert(BQ * D <= 2 * STAGE, "the block's Q tile fits in the two stages");
+    // dO of the block's queries, then two stages of a K and a V tile (which first hold Q).
+    __shared__ __align__(128) T smem[BQ * D + 2 * STAGE];
+    T* const sdo = smem;
+    T* const stages = smem + BQ * D;
+    const int nqb = (s.tq + BQ - 1) / BQ;
+    const int q0 = (nqb - 1 - (int)blockIdx.x) * BQ; // the longest (causal) blocks first
     const int h = blockIdx.y, b = blockIdx.z, hk = h / (s.heads / s.kv_heads);
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t4 = lane & 3;
     const int off = s.tk - s.tq;
     const T* kb = k + b * kv.sb + hk * kv.sh;
     const T* vb = v + b * vv.sb + hk * vv.sh;
 
-    load_tile<D>(sk[0], q + b * qv.sb + h * qv.sh + q0 * qv.st, qv.st, s.tq - q0, q);
-    load_tile<D>(sv[0], dout + b * dov.sb + h * dov.sh + q0 * dov.st, dov.st, s.tq - q0, dout);
+    load_rows<D, BQ, NT>(stages, q + b * qv.sb + h * qv.sh + q0 * qv.st, qv.st, s.tq - q0, q);
+    load_rows<D, BQ, NT>(sdo, dout + b * dov.sb + h * dov.sh + q0 * dov.st, dov.st, s.tq - q0, dout);
     cp_async_commit();
     cp_async_wait<0>();
     __syncthreads();
-    u32 qf[D / 16][4], df[D / 16][4];
+    u32 qf[D / 16][4];
 #pragma unroll
-    for (int kk = 0; kk < D / 16; ++kk) {
-        load_a<D>(qf[kk], sk[0], warp * 16, kk);
-        load_a<D>(df[kk], sv[0], warp * 16, kk);
-    }
-    __syncthreads();
+    for (int kk = 0; kk < D / 16; ++kk) load_a<D>(qf[kk], stages, warp * 16, kk);
+    __syncthreads(); // every warp holds its Q before the stages are refilled
 
-    const int row0 = q0 + warp * 16 + g;
+    const int wq0 = q0 + warp * 16; // this warp's first query
+    const int row0 = wq0 + g;
     const i64 row_base = ((i64)b * s.heads + h) * s.tq;
     float lr[2], dr[2];
 #pragma unroll
@@ -436,54 +539,57 @@ __device__ void attn_bwd_q(const T* q, AttnView qv, const T* k, AttnView kv, con
     }
     float dqa[D / 8][4];
     zero_frags<D / 8>(dqa);
-    const int kend = key_end(s, q0);
-    const int nkb = kend > 0 ? (kend + ATT_TILE - 1) / ATT_TILE : 0;
+    const int kend = s.causal ? min(s.tk, q0 + BQ + off) : s.tk;
+    const int nkb = kend > 0 ? (kend + BK - 1) / BK : 0;
 
-    auto issue = [&](int j, int buf) {
-        const int k0 = j * ATT_TILE;
-        load_tile<D>(sk[buf], kb + k0 * kv.st, kv.st, s.tk - k0, k);
-        load_tile<D>(sv[buf], vb + k0 * vv.st, vv.st, s.tk - k0, v);
+    auto issue = [&](int j, int st) {
+        const int k0 = j * BK;
+        load_rows<D, BK, NT>(stages + st * STAGE, kb + k0 * kv.st, kv.st, s.tk - k0, k);
+        load_rows<D, BK, NT>(stages + st * STAGE + KV, vb + k0 * vv.st, vv.st, s.tk - k0, v);
         cp_async_commit();
     };
     if (nkb > 0) issue(0, 0);
 
     for (int j = 0; j < nkb; ++j) {
-        const int k0 = j * ATT_TILE, buf = NB == 2 ? j & 1 : 0;
-        if (NB == 2 && j + 1 < nkb) {
-            issue(j + 1, buf ^ 1);
-            cp_async_wait<1>();
-        } else {
-            cp_async_wait<0>();
-        }
-        __syncthreads();
-        float p[ATT_TILE / 8][4], dp[ATT_TILE / 8][4];
-        zero_frags<ATT_TILE / 8>(p);
-        zero_frags<ATT_TILE / 8>(dp);
-        mma_abt<D>(p, qf, sk[buf]);
-        mma_abt<D>(dp, df, sv[buf]);
-        const bool edge = k0 + ATT_TILE > s.tk || (s.causal && k0 + ATT_TILE - 1 > q0 + warp * 16 + off);
+        const int k0 = j * BK, st = j & 1;
+        cp_async_wait<0>(); // tile j (the only group in flight) has landed for this thread
+        __syncthreads();    // ... and for every thread; every warp is done with stage st ^ 1
+        if (j + 1 < nkb) issue(j + 1, st ^ 1);
+        // Warp-uniform skips: rows past the queries, or keys all after this warp's last query.
+        if (wq0 >= s.tq || (s.causal && k0 > wq0 + 15 + off)) continue;
+        const T* sk = stages + st * STAGE;
+        const T* sv = sk + KV;
+
+        // p[n][e] is (query row0 + 8 (e >> 1), key k0 + 8n + 2t4 + (e & 1)).
+        float p[BK / 8][4], dp[BK / 8][4];
+        zero_frags<BK / 8>(p);
+        zero_frags<BK / 8>(dp);
+        mma_abt<D, BK>(p, qf, sk);
+        mma_abt_sa<D, BK>(dp, sdo, warp * 16, sv);
+        // Some key of the tile is past the end, or past the diagonal of this warp's first row.
+        const bool edge = k0 + BK > s.tk || (s.causal && k0 + BK - 1 > wq0 + off);
+        // The last key each half's row sees, relative to this thread's first column k0 + 2t4.
+        int last[2];
 #pragma unroll
-        for (int n = 0; n < ATT_TILE / 8; ++n) {
+        for (int half = 0; half < 2; ++half)
+            last[half] = (s.causal ? min(row0 + half * 8 + off, s.tk - 1) : s.tk - 1) - k0 - 2 * t4;
+#pragma unroll
+        for (int n = 0; n < BK / 8; ++n) {
 #pragma unroll
             for (int e = 0; e < 4; ++e) {
                 const int half = e >> 1;
                 float pv = fast_exp2(p[n][e] * s.scale_log2 - lr[half]);
-                if (edge) {
-                    const int key = k0 + n * 8 + 2 * t4 + (e & 1);
-                    if (key >= s.tk || (s.causal && key > row0 + half * 8 + off)) pv = 0.f;
-                }
+                if (edge && n * 8 + (e & 1) > last[half]) pv = 0.f;
                 p[n][e] = pv * (dp[n][e] - dr[half]);
             }
         }
-        mma_pb<D>(dqa, p, sk[buf]);
-        __syncthreads();
-        if (NB == 1 && j + 1 < nkb) issue(j + 1, 0);
+        mma_pb<D, BK>(dqa, p, sk);
     }
     store_rows<D>(dq + b * dqv.sb + h * dqv.sh, dqv.st, row0, s.tq, dqa, s.scale, s.scale);
 }
 
 #define RB_ATTENTION(name, T, D)                                                                                     \
-    extern "C" __global__ void __launch_bounds__(ATT_THREADS) attn_fwd_##name##_##D(                                 \
+    extern "C" __global__ void __launch_bounds__(FwdTile<D>::WARPS * 32, FwdTile<D>::BLOCKS_PER_SM) attn_fwd_##name##_##D(\
         const T* q, AttnView qv, const T* k, AttnView kv, const T* v, AttnView vv, T* o, AttnView ov, float* lse,    \
         AttnShape s) {                                                                                               \
         attn_fwd<T, D>(q, qv, k, kv, v, vv, o, ov, lse, s);                                                          \
@@ -492,12 +598,14 @@ __device__ void attn_bwd_q(const T* q, AttnView qv, const T* k, AttnView kv, con
                                                          float* dd, AttnShape s) {                                   \
         attn_bwd_dot<T, D>(o, ov, dout, dv, dd, s);                                                                  \
     }                                                                                                                \
-    extern "C" __global__ void __launch_bounds__(ATT_THREADS) attn_bwd_kv_##name##_##D(                              \
+    extern "C" __global__ void __launch_bounds__(BwdTile<D>::KV_WARPS * 32, BwdTile<D>::KV_BLOCKS_PER_SM)           \
+        attn_bwd_kv_##name##_##D(                                                                                    \
         const T* q, AttnView qv, const T* k, AttnView kv, const T* v, AttnView vv, const T* dout, AttnView dov,      \
         const float* lse, const float* dd, T* dk, AttnView dkv, T* dv, AttnView dvv, AttnShape s) {                  \
         attn_bwd_kv<T, D>(q, qv, k, kv, v, vv, dout, dov, lse, dd, dk, dkv, dv, dvv, s);                             \
     }                                                                                                                \
-    extern "C" __global__ void __launch_bounds__(ATT_THREADS) attn_bwd_q_##name##_##D(                               \
+    extern "C" __global__ void __launch_bounds__(BwdTile<D>::Q_WARPS * 32, BwdTile<D>::Q_BLOCKS_PER_SM)             \
+        attn_bwd_q_##name##_##D(                                                                                     \
         const T* q, AttnView qv, const T* k, AttnView kv, const T* v, AttnView vv, const T* dout, AttnView dov,      \
         const float* lse, const float* dd, T* dq, AttnView dqv, AttnShape s) {                                       \
         attn_bwd_q<T, D>(q, qv, k, kv, v, vv, dout, dov, lse, dd, dq, dqv, s);                                       \

@@ -10,8 +10,23 @@ use crate::spec::AttentionSpec;
 use crate::{DType, Error, Result};
 use std::sync::Arc;
 
-const TILE: usize = 64;
-const THREADS: u32 = 128;
+/// The forward's block per head dim: (queries, threads), 16 query rows a warp. Mirrors
+/// `FwdTile` in kernels/attention.cu.
+fn forward_block(head_dim: usize) -> (usize, u32) {
+    match head_dim {
+        64 => (128, 256),
+        _ => (64, 128),
+    }
+}
+
+/// The backward's blocks per head dim: (keys, threads) of `attn_bwd_kv` and (queries, threads)
+/// of `attn_bwd_q`, 16 rows a warp. Mirrors `BwdTile` in kernels/attention.cu.
+fn backward_blocks(head_dim: usize) -> ((usize, u32), (usize, u32)) {
+    match head_dim {
+        64 => ((128, 256), (128, 256)),
+        _ => ((64, 128), (64, 128)),
+    }
+}
 
 /// Strides of a [batch, heads, tokens, head_dim] view, in elements; mirrors `AttnView`.
 #[repr(C)]
@@ -129,10 +144,6 @@ fn kernel(
     dev.function(&ATTENTION, &format!("attn_{stage}_{name}_{d}"))
 }
 
-fn query_blocks(spec: &AttentionSpec) -> u32 {
-    spec.tq.div_ceil(TILE) as u32
-}
-
 /// The forward: o (token-major [batch, tq, heads, head_dim]) and the rows' base-2 log-sum-exp
 /// of the scaled scores ([batch, heads, tq], F32), which the backward needs.
 pub fn forward(
@@ -162,14 +173,19 @@ pub fn forward(
         lse.ptr(),
         spec.shape(),
     );
-    let grid = (query_blocks(spec), spec.heads as u32, spec.batch as u32);
+    let (queries, threads) = forward_block(spec.head_dim);
+    let grid = (
+        spec.tq.div_ceil(queries) as u32,
+        spec.heads as u32,
+        spec.batch as u32,
+    );
     // SAFETY: every view addresses [batch, heads, tokens, head_dim] inside its storage (checked
     // by the caller), o and lse are fresh allocations of exactly the sizes the kernel writes.
     unsafe {
         dev.launch(
             f,
             grid,
-            THREADS,
+            threads,
             0,
             &mut args![qp, qv, kp, kv, vp, vv, op, ovv, lp, s],
         )?
@@ -235,9 +251,10 @@ pub fn backward(
 
     let (dkp, dvp) = (dk.ptr(), dv.ptr());
     let dkv = spec.token_major(spec.tk, spec.kv_heads);
+    let ((keys, kv_threads), (queries, q_threads)) = backward_blocks(d);
     let f = kernel(dev, "bwd_kv", dtype, d)?;
     let grid = (
-        spec.tk.div_ceil(TILE) as u32,
+        spec.tk.div_ceil(keys) as u32,
         spec.kv_heads as u32,
         spec.batch as u32,
     );
@@ -246,7 +263,7 @@ pub fn backward(
         dev.launch(
             f,
             grid,
-            THREADS,
+            kv_threads,
             0,
             &mut args![qp, qv, kp, kv, vp, vv, gp, gv, lp, ddp, dkp, dkv, dvp, dkv, s],
         )?
@@ -254,13 +271,17 @@ pub fn backward(
 
     let (dqp, dqv) = (dq.ptr(), spec.token_major(spec.tq, spec.heads));
     let f = kernel(dev, "bwd_q", dtype, d)?;
-    let grid = (query_blocks(spec), spec.heads as u32, spec.batch as u32);
+    let grid = (
+        spec.tq.div_ceil(queries) as u32,
+        spec.heads as u32,
+        spec.batch as u32,
+    );
     // SAFETY: as above; dq is a fresh token-major buffer.
     unsafe {
         dev.launch(
             f,
             grid,
-            THREADS,
+            q_threads,
             0,
             &mut args![qp, qv, kp, kv, vp, vv, gp, gv, lp, ddp, dqp, dqv, s],
         )?

@@ -10,7 +10,7 @@ pub const OPS: &[super::Entry] = &[
 ];
 
 /// Attention in the shapes the fused CUDA kernels take (head dims 64 and 128; query and key
-/// counts off the 64-row tiles; grouped heads; causal with more keys than queries; a
+/// counts off the 64- and 128-row tiles; grouped heads; causal with more keys than queries; a
 /// token-major view as a projection leaves it) and one they leave to the composition (head dim
 /// 32). The CPU reference always runs the composition, a chain of five half-precision ops
 /// (scale, product, mask, softmax, product) whose own rounding reaches 110% of the single-op
@@ -28,6 +28,11 @@ fn attention_cases() -> Vec<Case> {
         ([1, 2, 33, 128], 2, 100, false),
         ([1, 2, 40, 64], 1, 130, true),
         ([1, 2, 20, 32], 2, 20, true),
+        // several 128-query forward blocks (head dim 64), the last one partial, and causal
+        // tiles that cross some warps' diagonals and lie wholly after others'
+        ([1, 4, 300, 64], 2, 300, true),
+        // 64-query forward blocks with 32-key tiles (head dim 128), causal with more keys
+        ([1, 2, 150, 128], 1, 201, true),
     ] {
         let [b, _, tq, d] = q;
         cases.push(
