@@ -13,8 +13,26 @@ export LD_LIBRARY_PATH=/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
 for round in $(seq "${ROUNDS:-1}"); do
   for shape in ${SHAPES:-124m 1.1b}; do
     echo "=== $(date +%T) round $round, $shape"
+    # A binary built before a change (packed as lm_bench_before) runs beside it, alternating.
+    if [ -x .device/bin/lm_bench_before ]; then
+      echo "--- before"
+      timeout ${OURS_LIMIT:-180} .device/bin/lm_bench_before train --shape "$shape" 2>&1 | tail -2
+      echo "--- after"
+    fi
     timeout ${OURS_LIMIT:-180} .device/bin/lm_bench train --shape "$shape" 2>&1 | tail -2
     timeout ${TORCH_LIMIT:-240} python3 benches/torch_lm_bench.py --shape "$shape" 2>&1 | tail -1
     [ -n "${SKIP_COMPILE:-}" ] || timeout ${COMPILE_LIMIT:-420} python3 benches/torch_lm_bench.py --shape "$shape" --compile 2>&1 | tail -1
   done
 done
+# PROFILE=1: one step of ours under ncu, kernels grouped (benches/ncu_by_kernel.py), for the
+# kernel table in docs/baseline.md.
+if [ -n "${PROFILE:-}" ]; then
+  echo "=== $(date +%T) ncu, one step of lm_bench profile"
+  for bin in lm_bench_before lm_bench; do
+    [ -x .device/bin/$bin ] || continue
+    echo "--- $bin"
+    timeout ${PROFILE_LIMIT:-240} ncu --profile-from-start off --clock-control none --csv --page raw \
+      --metrics gpu__time_duration.sum .device/bin/$bin profile > "$out/$bin.profile.csv" 2>/dev/null
+    python3 benches/ncu_by_kernel.py "$out/$bin.profile.csv" 40
+  done
+fi

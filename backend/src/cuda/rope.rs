@@ -52,12 +52,19 @@ pub fn rope(
             format!("{pairs} element pairs exceed the kernel's 32-bit indexing"),
         ));
     }
-    let f = dev.function(&ROPE, &format!("rope_{}", type_suffix(x.storage.dtype())))?;
     let yv = View {
         storage: &y,
         offset: 0,
         strides: out.0,
     };
+    let dtype = x.storage.dtype();
+    let width = 16 / dtype.size_in_bytes();
+    let vec = dtype != crate::DType::F64
+        && (dim / 2).is_multiple_of(width)
+        && [&x, &yv].iter().all(|v| words(v, width))
+        && [&cos, &sin].iter().all(|v| words(v, 4));
+    let name = if vec { "rope_vec" } else { "rope" };
+    let f = dev.function(&ROPE, &format!("{name}_{}", type_suffix(dtype)))?;
     let ((xp, xv), (cp, cv), (sp, sv), (yp, yvv)) = (x.raw(), cos.raw(), sin.raw(), yv.raw());
     let (n1, n2, half, inv, p) = (
         n1 as i32,
@@ -67,7 +74,7 @@ pub fn rope(
         pairs as i64,
     );
     let block = 256;
-    let grid = grid_for(pairs, block, dev.sm_count());
+    let grid = grid_for(pairs / if vec { width } else { 1 }, block, dev.sm_count());
     // SAFETY: every view addresses [n0, n1, n2, dim] elements inside its storage (the caller
     // builds them from tensor layouts); y has out.1 elements covering out.0's reach.
     unsafe {
@@ -80,6 +87,13 @@ pub fn rope(
         )?
     };
     Ok(y)
+}
+
+/// Whether a view's rows start on 16-byte words of `width` elements: its first element and
+/// every stride aligned (the vector kernel then reads each row's halves as whole words).
+fn words(v: &View, width: usize) -> bool {
+    v.storage.ptr_at(v.offset).is_multiple_of(16)
+        && v.strides.iter().all(|s| s.is_multiple_of(width))
 }
 
 /// A [batch, n, dim] view with a contiguous last dim: its storage, first element and the
