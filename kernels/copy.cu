@@ -11,6 +11,15 @@ extern "C" __global__ void copy_2(const unsigned short* x, Strided xs, unsigned 
 extern "C" __global__ void copy_4(const u32* x, Strided xs, u32* y, Strided ys, i64 n) { copy_impl(x, xs, y, ys, n); }
 extern "C" __global__ void copy_8(const u64* x, Strided xs, u64* y, Strided ys, i64 n) { copy_impl(x, xs, y, ys, n); }
 
+// Same element type, rows of `words` 16-byte words at a stride on each side (`Layout::as_rows`):
+// one part of each row of a wider matrix, as a concatenation along the last dim writes it.
+extern "C" __global__ void copy_rows16(const uint4* x, i64 x_ld, uint4* y, i64 y_ld, i64 rows, i64 words) {
+    RB_GRID_LOOP(i, rows * words) {
+        const i64 r = i / words, c = i - r * words;
+        y[r * y_ld + c] = x[r * x_ld + c];
+    }
+}
+
 // Conversions go through double with saturation, exactly as the CPU backend's `as` casts do;
 // a cast to bool tests for non-zero.
 template <class S, class D, bool TO_BOOL>

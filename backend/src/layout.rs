@@ -182,6 +182,28 @@ impl Layout {
             + 1
     }
 
+    /// The view as rows of its last dim: (rows, cols, row stride) when the last dim is dense
+    /// and the leading dims step evenly over whole rows, non-overlapping (a contiguous view,
+    /// one part of each row of a wider matrix, or rows at a stride); None otherwise.
+    pub fn as_rows(&self) -> Option<(usize, usize, usize)> {
+        let r = self.rank();
+        let cols = *self.shape.last()?;
+        if cols > 1 && self.strides[r - 1] != 1 {
+            return None;
+        }
+        let lead: Vec<(usize, usize)> = self.shape[..r - 1]
+            .iter()
+            .zip(&self.strides[..r - 1])
+            .filter(|(&n, _)| n != 1)
+            .map(|(&n, &s)| (n, s))
+            .collect();
+        let Some(&(_, ld)) = lead.last() else {
+            return Some((1, cols, cols));
+        };
+        let even = lead.windows(2).all(|w| w[0].1 == w[1].1 * w[1].0);
+        (even && ld >= cols).then(|| (lead.iter().map(|&(n, _)| n).product(), cols, ld))
+    }
+
     /// A reshape that keeps the storage, possible when the layout is contiguous.
     pub fn reshaped(&self, shape: &[usize]) -> Option<Layout> {
         self.is_contiguous().then(|| Layout {

@@ -76,7 +76,19 @@ pub(crate) fn matmul_operand_dtype(device: Device, dtype: DType) -> Option<DType
 /// autocast setting and storage version when no graph is being recorded; anything else (an
 /// activation, or any tensor while recording) is cast afresh.
 pub(crate) fn operand(t: &Tensor, dtype: DType) -> Result<Tensor> {
-    cached_operand(t, dtype, false, || t.to_dtype(dtype))
+    cached_operand(t, dtype, false, || cast_in_memory_order(t, dtype))
+}
+
+/// `t` in `dtype`, laid out in `t`'s own memory order. A transposed matrix (the Wᵀ of x Wᵀ) is
+/// cast as W and transposed back: the cast streams W's storage instead of gathering it
+/// column by column into a transposed copy, the product reads it with cuBLAS's transpose
+/// flag, and the gradient returns to W in W's order (`matmul`'s backward keeps it).
+fn cast_in_memory_order(t: &Tensor, dtype: DType) -> Result<Tensor> {
+    let transposed = t.rank() >= 2 && !t.is_contiguous() && t.t()?.is_contiguous();
+    if transposed && t.dtype() != dtype {
+        return t.t()?.to_dtype(dtype)?.t();
+    }
+    t.to_dtype(dtype)
 }
 
 /// A convolution weight [O, C, kh, kw] cast to `dtype` and laid out [O, kh, kw, C] (dense),

@@ -24,6 +24,24 @@ pub fn copy_view(src: &CudaStorage, sl: &Layout, dst: &CudaStorage, dl: &Layout)
     if xs.is_contiguous() && ys.is_contiguous() && vector_cast(src.dtype(), dst.dtype(), from, to) {
         return cast_vec(dev, (from, src.dtype()), (to, dst.dtype()), n);
     }
+    if src.dtype() == dst.dtype() {
+        if let Some(words) = row_words(src.dtype(), (from, sl), (to, dl)) {
+            let f = dev.function(&COPY, "copy_rows16")?;
+            let (x_ld, y_ld, rows, words) = words;
+            let grid = grid_for((rows * words) as usize, BLOCK, dev.sm_count());
+            // SAFETY: both views hold `rows` rows of `words` aligned 16-byte words at these
+            // strides inside their allocations (their layouts are checked when built).
+            return unsafe {
+                dev.launch(
+                    f,
+                    (grid, 1, 1),
+                    BLOCK,
+                    0,
+                    &mut args![from, x_ld, to, y_ld, rows, words],
+                )
+            };
+        }
+    }
     let name = if src.dtype() == dst.dtype() {
         format!("copy_{}", src.dtype().size_in_bytes())
     } else {
@@ -38,6 +56,27 @@ pub fn copy_view(src: &CudaStorage, sl: &Layout, dst: &CudaStorage, dl: &Layout)
     let grid = grid_for(n as usize, BLOCK, dev.sm_count());
     // SAFETY: both views lie inside their allocations (layouts are checked when built).
     unsafe { dev.launch(f, (grid, 1, 1), BLOCK, 0, &mut args![x, xs, y, ys, n]) }
+}
+
+/// (source row stride, destination row stride, rows, words per row), in 16-byte words, when
+/// both views are the same rows (`Layout::as_rows`) of whole aligned words: the strided kernel
+/// then moves a word per thread instead of an element with an index division per dim.
+fn row_words(
+    dtype: DType,
+    (from, sl): (u64, &Layout),
+    (to, dl): (u64, &Layout),
+) -> Option<(i64, i64, i64, i64)> {
+    let (rows, cols, s_ld) = sl.as_rows()?;
+    let (rows2, cols2, d_ld) = dl.as_rows()?;
+    let size = dtype.size_in_bytes();
+    let words = |n: usize| {
+        (n * size)
+            .is_multiple_of(16)
+            .then_some((n * size / 16) as i64)
+    };
+    let fits = rows == rows2 && cols == cols2 && from.is_multiple_of(16) && to.is_multiple_of(16);
+    fits.then_some(())?;
+    Some((words(s_ld)?, words(d_ld)?, rows as i64, words(cols)?))
 }
 
 /// Whether a contiguous cast between these dtypes at these addresses takes the 16-byte kernel:

@@ -115,7 +115,20 @@ impl Tensor {
                 let g = &g.to_dtype(a.dtype())?;
                 Ok(vec![
                     grad_if(needs[0], || g.matmul(&b.t()?)?.sum_to_shape(a.shape()))?,
-                    grad_if(needs[1], || a.t()?.matmul(g)?.sum_to_shape(b.shape()))?,
+                    grad_if(needs[1], || {
+                        // The Wᵀ of x Wᵀ (a transposed contiguous matrix) gets its gradient
+                        // as (gᵀ a)ᵀ, in W's memory order, so W's gradient needs no
+                        // transposing copy; as PyTorch's mm backward does.
+                        let w_order = a.rank() == 2
+                            && b.rank() == 2
+                            && !b.is_contiguous()
+                            && b.t()?.is_contiguous();
+                        if w_order {
+                            g.t()?.matmul(a)?.t()
+                        } else {
+                            a.t()?.matmul(g)?.sum_to_shape(b.shape())
+                        }
+                    })?,
                 ])
             })
         }))

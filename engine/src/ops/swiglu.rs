@@ -44,32 +44,12 @@ pub(crate) fn check_gate_up(op: &'static str, gate: &Tensor, up: &Tensor) -> Res
     Ok(())
 }
 
-/// `t` as rows of its last dim: (rows, cols, row stride) when the last dim is dense and the
-/// leading dims step evenly over whole rows (a contiguous tensor, or one half of a fused
-/// gate/up product's rows).
-fn as_rows(t: &Tensor) -> Option<(usize, usize, usize)> {
-    let (shape, strides) = (t.shape(), t.layout().strides());
-    let r = shape.len();
-    let cols = *shape.last()?;
-    if cols > 1 && strides[r - 1] != 1 {
-        return None;
-    }
-    let lead: Vec<(usize, usize)> = shape[..r - 1]
-        .iter()
-        .zip(&strides[..r - 1])
-        .filter(|(&n, _)| n != 1)
-        .map(|(&n, &s)| (n, s))
-        .collect();
-    let Some(&(_, ld)) = lead.last() else {
-        return Some((1, cols, cols));
-    };
-    let even = lead.windows(2).all(|w| w[0].1 == w[1].1 * w[1].0);
-    (even && ld >= cols).then(|| (lead.iter().map(|&(n, _)| n).product(), cols, ld))
-}
-
 fn fused(gate: &Tensor, up: &Tensor) -> Result<Tensor> {
     // Halves of one fused product's rows are read in place; anything else is made contiguous.
-    let rows = as_rows(gate).filter(|r| as_rows(up) == Some(*r));
+    let rows = gate
+        .layout()
+        .as_rows()
+        .filter(|r| up.layout().as_rows() == Some(*r));
     let (g, u, cols, ld) = match rows {
         Some((_, cols, ld)) => (gate.detach(), up.detach(), cols, ld),
         None => {

@@ -14,7 +14,11 @@ pub const OPS: &[super::Entry] = &[
 /// token-major view as a projection leaves it) and one they leave to the composition (head dim
 /// 32). The CPU reference always runs the composition, a chain of five half-precision ops
 /// (scale, product, mask, softmax, product) whose own rounding reaches 110% of the single-op
-/// allowance on these cases: hence the 2x half-precision slack.
+/// allowance on these cases: hence the 2x half-precision slack. The 300-query case takes 3x:
+/// in its early causal rows (two or three visible keys) dQ is P·(dP − D) with D = rowsum(dO ∘ O)
+/// from the output rounded to BF16 (as FlashAttention-2 computes it), a difference that cancels
+/// to a few percent of D, so D's rounding (|D| · 2^-9) reaches 120% of the 2x allowance on one
+/// element in BF16 while F16 (three more bits) stays inside it.
 fn attention_cases() -> Vec<Case> {
     use rusting_brain::AttentionOptions;
     let opts = |causal| AttentionOptions {
@@ -22,17 +26,17 @@ fn attention_cases() -> Vec<Case> {
         scale: None,
     };
     let mut cases = Vec::new();
-    // (q shape, kv heads, keys, causal)
-    for (q, kv, tk, causal) in [
-        ([2, 4, 70, 64], 2, 70, true),
-        ([1, 2, 33, 128], 2, 100, false),
-        ([1, 2, 40, 64], 1, 130, true),
-        ([1, 2, 20, 32], 2, 20, true),
+    // (q shape, kv heads, keys, causal, half-precision slack)
+    for (q, kv, tk, causal, slack) in [
+        ([2, 4, 70, 64], 2, 70, true, 2.0),
+        ([1, 2, 33, 128], 2, 100, false, 2.0),
+        ([1, 2, 40, 64], 1, 130, true, 2.0),
+        ([1, 2, 20, 32], 2, 20, true, 2.0),
         // several 128-query forward blocks (head dim 64), the last one partial, and causal
         // tiles that cross some warps' diagonals and lie wholly after others'
-        ([1, 4, 300, 64], 2, 300, true),
+        ([1, 4, 300, 64], 2, 300, true, 3.0),
         // 64-query forward blocks with 32-key tiles (head dim 128), causal with more keys
-        ([1, 2, 150, 128], 1, 201, true),
+        ([1, 2, 150, 128], 1, 201, true, 2.0),
     ] {
         let [b, _, tq, d] = q;
         cases.push(
@@ -43,7 +47,7 @@ fn attention_cases() -> Vec<Case> {
                 move |x| one(x[0].scaled_dot_product_attention(&x[1], &x[2], opts(causal))),
             )
             .grad_k(tk.max(tq) * d)
-            .half_slack(2.0),
+            .half_slack(slack),
         );
     }
     cases.push(

@@ -1,5 +1,6 @@
-//! Casts between the 16- and 32-bit floats on CUDA equal the CPU's bit for bit, on both of the
-//! copy kernels: the 16-byte one (contiguous, aligned) and the strided one (an odd offset).
+//! Copies and casts on CUDA equal the CPU's bit for bit: casts between the 16- and 32-bit floats
+//! on both copy kernels (the 16-byte one, contiguous and aligned; the strided one, at an odd
+//! offset), row copies into part of a wider matrix, the norm that casts, and the mixed add.
 
 use rusting_brain::{backend::cuda, DType, Tensor};
 
@@ -160,5 +161,27 @@ fn adding_a_bf16_tensor_to_an_f32_one_equals_promoting_it_first() {
             assert_eq!(lg.dtype(), low);
             assert_eq!(bits(&lg), bits(&probe.to_dtype(low).unwrap()));
         }
+    }
+}
+
+#[test]
+fn concatenating_along_the_last_dim_equals_the_cpu() {
+    let Some(dev) = cuda::device_for_test("concatenating_along_the_last_dim") else {
+        return;
+    };
+    // Widths of whole 16-byte words (the row kernel) and not (the strided kernel).
+    for (dtype, widths) in [(DType::BF16, [64, 16, 24]), (DType::F32, [8, 12, 4]), (DType::BF16, [5, 3, 8])] {
+        let parts: Vec<Tensor> = widths
+            .iter()
+            .map(|&w| Tensor::randn(&[3, 37, w], DType::F32, None).unwrap().to_dtype(dtype).unwrap())
+            .collect();
+        let on_gpu: Vec<Tensor> = parts.iter().map(|p| p.to_device(dev).unwrap()).collect();
+        let want = Tensor::cat(&parts, -1).unwrap();
+        let got = Tensor::cat(&on_gpu, -1).unwrap();
+        assert_eq!(bits(&got), bits(&want), "{dtype:?} widths {widths:?}");
+        // The other way: one piece of each row copied out contiguous.
+        let piece = got.narrow(2, widths[0], widths[1]).unwrap().contiguous().unwrap();
+        let want_piece = want.narrow(2, widths[0], widths[1]).unwrap().contiguous().unwrap();
+        assert_eq!(bits(&piece), bits(&want_piece), "{dtype:?} piece of widths {widths:?}");
     }
 }
