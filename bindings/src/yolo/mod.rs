@@ -219,6 +219,13 @@ fn register_training(api: &mut Api) {
         train::save_dir,
     );
     api.method(
+        "settings",
+        "t.settings() -> map",
+        "The run's settings (data, epochs, batch, imgsz, optimizer, lr0, close_mosaic, workers, seed, amp, save_dir); a resumed run's come from its checkpoint.",
+        with_trainer!("print(t.settings().data);"),
+        train::settings_map,
+    );
+    api.method(
         "model",
         "t.model() -> Yolo",
         "The detector being trained (shared with the trainer: it changes as training goes on).",

@@ -212,6 +212,29 @@ pub fn save_dir(t: &mut YoloTrain) -> String {
     t.lock().settings().save_dir.display().to_string()
 }
 
+/// The run's settings that a script reuses (a resumed run's come from its checkpoint).
+pub fn settings_map(t: &mut YoloTrain) -> Map {
+    let trainer = t.lock();
+    let s = trainer.settings();
+    let mut m = Map::new();
+    m.insert("data".into(), s.data.display().to_string().into());
+    m.insert("save_dir".into(), s.save_dir.display().to_string().into());
+    m.insert("optimizer".into(), s.optimizer.clone().into());
+    for (key, v) in [
+        ("epochs", s.epochs),
+        ("batch", s.batch),
+        ("imgsz", s.imgsz),
+        ("close_mosaic", s.close_mosaic),
+        ("workers", s.workers),
+    ] {
+        m.insert(key.into(), Dynamic::from_int(v as INT));
+    }
+    m.insert("seed".into(), Dynamic::from_int(s.seed as INT));
+    m.insert("amp".into(), Dynamic::from_bool(s.amp));
+    m.insert("lr0".into(), Dynamic::from_float(s.lr0));
+    m
+}
+
 /// The model being trained (shared: it changes as training goes on).
 pub fn model(t: &mut YoloTrain) -> Yolo {
     Yolo::from_shared(t.lock().model().clone())
