@@ -427,7 +427,7 @@ fn yolo_train_fine_tunes_from_the_best_checkpoint() {
     let data = format!("data={}", tiny_shapes(&dir, 2).display());
     let model = format!("model={}", tiny_yolo_yaml(dir.path()).display());
     let run = dir.path().join("run");
-    yolo_train(&dir, &[&model, &data, "epochs=1", &format!("out={}", run.display())]);
+    let first = yolo_train(&dir, &[&model, &data, "epochs=1", &format!("out={}", run.display())]);
     let weights = format!("weights={}", run.join("best.pt").display());
     let tuned = dir.path().join("tuned");
     let out = yolo_train(
@@ -436,4 +436,7 @@ fn yolo_train_fine_tunes_from_the_best_checkpoint() {
     );
     assert!(out.contains("epoch 1/1"), "{out}");
     assert!(tuned.join("best.pt").exists() && tuned.join("results.csv").exists());
+    // It trained the tiny network of best.pt, not a default model.
+    let parameters = |s: &str| s.lines().find(|l| l.starts_with("training ")).map(|l| l.split(' ').nth(1).unwrap().to_string());
+    assert_eq!(parameters(&out), parameters(&first), "{out}");
 }
