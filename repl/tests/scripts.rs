@@ -383,7 +383,12 @@ fn tiny_shapes(dir: &tempfile::TempDir, train: usize) -> PathBuf {
     let out = run_script_with(
         dir,
         "make_shapes.rhai",
-        &[&format!("dir={}", shapes.display()), &train, "val=2", "imgsz=64"],
+        &[
+            &format!("dir={}", shapes.display()),
+            &train,
+            "val=2",
+            "imgsz=64",
+        ],
     );
     assert!(out.status.success(), "{}", text(&out.stderr));
     shapes.join("data.yaml")
@@ -410,12 +415,22 @@ fn yolo_train_resumes_a_stopped_run_at_its_next_epoch() {
     let last = format!("resume={}", run.join("last.safetensors").display());
     let second = yolo_train(&dir, &[&last, &out]);
     assert!(second.contains("from epoch 2 of 2"), "{second}");
-    assert!(second.contains("epoch 2/2") && !second.contains("epoch 1/2"), "{second}");
+    assert!(
+        second.contains("epoch 2/2") && !second.contains("epoch 1/2"),
+        "{second}"
+    );
     let csv = std::fs::read_to_string(run.join("results.csv")).unwrap();
-    let epochs: Vec<&str> = csv.lines().skip(1).map(|l| l.split(',').next().unwrap()).collect();
+    let epochs: Vec<&str> = csv
+        .lines()
+        .skip(1)
+        .map(|l| l.split(',').next().unwrap())
+        .collect();
     assert_eq!(epochs, ["1", "2"], "{csv}");
     // The final validation table of best.pt.
-    assert!(second.lines().any(|l| l.trim_start().starts_with("all")), "{second}");
+    assert!(
+        second.lines().any(|l| l.trim_start().starts_with("all")),
+        "{second}"
+    );
     for file in ["results.png", "best.pt", "last.pt", "best.safetensors"] {
         assert!(run.join(file).exists(), "{file} was not written");
     }
@@ -427,16 +442,28 @@ fn yolo_train_fine_tunes_from_the_best_checkpoint() {
     let data = format!("data={}", tiny_shapes(&dir, 2).display());
     let model = format!("model={}", tiny_yolo_yaml(dir.path()).display());
     let run = dir.path().join("run");
-    let first = yolo_train(&dir, &[&model, &data, "epochs=1", &format!("out={}", run.display())]);
+    let first = yolo_train(
+        &dir,
+        &[&model, &data, "epochs=1", &format!("out={}", run.display())],
+    );
     let weights = format!("weights={}", run.join("best.pt").display());
     let tuned = dir.path().join("tuned");
     let out = yolo_train(
         &dir,
-        &[&weights, &data, "epochs=1", &format!("out={}", tuned.display())],
+        &[
+            &weights,
+            &data,
+            "epochs=1",
+            &format!("out={}", tuned.display()),
+        ],
     );
     assert!(out.contains("epoch 1/1"), "{out}");
     assert!(tuned.join("best.pt").exists() && tuned.join("results.csv").exists());
     // It trained the tiny network of best.pt, not a default model.
-    let parameters = |s: &str| s.lines().find(|l| l.starts_with("training ")).map(|l| l.split(' ').nth(1).unwrap().to_string());
+    let parameters = |s: &str| {
+        s.lines()
+            .find(|l| l.starts_with("training "))
+            .map(|l| l.split(' ').nth(1).unwrap().to_string())
+    };
     assert_eq!(parameters(&out), parameters(&first), "{out}");
 }

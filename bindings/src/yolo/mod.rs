@@ -154,7 +154,13 @@ fn register_training(api: &mut Api) {
         "yolo::trainer(model | \"yolo11n.yaml\" | \"best.pt\", #{ data, epochs, batch, imgsz, optimizer, lr0, lrf, momentum, weight_decay, warmup_epochs, warmup_momentum, warmup_bias_lr, close_mosaic, nbs, seed, workers, amp, mosaic, save_dir }) -> YoloTrainer",
         "A training run as ultralytics 8.4.190 trains (optimizer auto|SGD|AdamW, warmup, linear decay, nominal batch 64, clipping at 10, EMA, mosaic closed for the last close_mosaic epochs, BF16 autocast on CUDA when amp); a model (trained in place), a model YAML (built with the dataset's classes) or weights to fine-tune. Writes results.csv, last/best .safetensors (resumable) and .pt (ultralytics) under save_dir (default runs/train).",
     );
-    api.func("trainer", sig, doc, with_trainer!("print(t.epochs());"), train::with_model);
+    api.func(
+        "trainer",
+        sig,
+        doc,
+        with_trainer!("print(t.epochs());"),
+        train::with_model,
+    );
     api.func(
         "trainer",
         sig,

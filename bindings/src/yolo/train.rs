@@ -92,10 +92,7 @@ pub fn with_path(path: &str, opts: Map) -> RhaiResult<YoloTrain> {
     let s = settings(opts)?;
     let device = crate::tensor::default_device();
     let p = Path::new(path);
-    let is_yaml = matches!(
-        p.extension().and_then(|e| e.to_str()),
-        Some("yaml" | "yml")
-    );
+    let is_yaml = matches!(p.extension().and_then(|e| e.to_str()), Some("yaml" | "yml"));
     guard(|| {
         if is_yaml {
             YoloTrainer::from_yaml(p, s, device)

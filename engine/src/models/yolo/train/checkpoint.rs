@@ -79,7 +79,8 @@ impl YoloTrainer {
                 .get(key)
                 .ok_or_else(|| bad(path, format!("the metadata has no `{key}`")))
         };
-        let config = YoloConfig::from_yaml_str(meta(META_YAML)?, &path.display().to_string(), None, None)?;
+        let config =
+            YoloConfig::from_yaml_str(meta(META_YAML)?, &path.display().to_string(), None, None)?;
         let names: Vec<String> = serde_json::from_str(meta(META_NAMES)?)
             .map_err(|e| bad(path, format!("`{META_NAMES}`: {e}")))?;
         let model = YoloModel::build(&config, names, false, &mut Generator::new(0))?;
@@ -203,7 +204,11 @@ impl YoloTrainer {
             ("metrics/mAP50-95(B)".to_string(), v.map),
             ("fitness".to_string(), v.fitness),
         ];
-        let names: &[&str] = if is_best { &["last", "best"] } else { &["last"] };
+        let names: &[&str] = if is_best {
+            &["last", "best"]
+        } else {
+            &["last"]
+        };
         for which in names {
             self.save_checkpoint(which, self.epoch, self.last_step, true)?;
             self.save_pt(which, &metrics)?;
@@ -339,7 +344,10 @@ fn read_header(path: &Path, metadata: &HashMap<String, String>) -> Result<TrainH
     if header.version > VERSION {
         return Err(bad(
             path,
-            format!("written by a newer version ({} > {VERSION})", header.version),
+            format!(
+                "written by a newer version ({} > {VERSION})",
+                header.version
+            ),
         ));
     }
     Ok(header)

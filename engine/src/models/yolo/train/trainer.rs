@@ -257,11 +257,7 @@ fn training_set(data: &DataConfig) -> Result<YoloDataset> {
         messages::warn(w);
     }
     if dataset.images.iter().all(|e| e.labels.is_empty()) {
-        let paths: Vec<String> = data
-            .train
-            .iter()
-            .map(|p| p.display().to_string())
-            .collect();
+        let paths: Vec<String> = data.train.iter().map(|p| p.display().to_string()).collect();
         return Err(Error::invalid(
             "yolo train",
             format!(

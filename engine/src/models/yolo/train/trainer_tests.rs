@@ -52,7 +52,12 @@ fn settings(data: PathBuf, save_dir: PathBuf, epochs: usize) -> TrainSettings {
 fn snapshot(state: &BTreeMap<String, Tensor>) -> BTreeMap<String, Vec<f64>> {
     state
         .iter()
-        .map(|(k, t)| (k.clone(), t.to_dtype(crate::DType::F64).unwrap().to_vec().unwrap()))
+        .map(|(k, t)| {
+            (
+                k.clone(),
+                t.to_dtype(crate::DType::F64).unwrap().to_vec().unwrap(),
+            )
+        })
         .collect()
 }
 
@@ -77,7 +82,8 @@ fn an_epoch_trains_validates_and_writes_results_and_checkpoints() {
     let dir = tempfile::tempdir().unwrap();
     let data = shapes(dir.path());
     let run = dir.path().join("run");
-    let mut t = YoloTrainer::new(tiny_model(), settings(data, run.clone(), 2), Device::Cpu).unwrap();
+    let mut t =
+        YoloTrainer::new(tiny_model(), settings(data, run.clone(), 2), Device::Cpu).unwrap();
     let before = model_state(&t);
     let mut seen = Vec::new();
     let r = t.epoch(&mut |p| seen.push(*p)).unwrap();
@@ -133,11 +139,17 @@ fn resume_continues_at_the_next_epoch_as_an_uninterrupted_run() {
     assert_eq!(resumed.history().len(), 2);
     let r = resumed.epoch(&mut |_| {}).unwrap();
     assert_eq!(r.epoch, 2);
-    assert_eq!(differing(&model_state(&resumed), &model_state(&whole)), [""; 0]);
+    assert_eq!(
+        differing(&model_state(&resumed), &model_state(&whole)),
+        [""; 0]
+    );
     let ema = |t: &YoloTrainer| snapshot(t.ema().state());
     assert_eq!(differing(&ema(&resumed), &ema(&whole)), [""; 0]);
     assert_eq!(resumed.ema().updates, whole.ema().updates);
-    assert_eq!(resumed.history()[2].train_losses, whole.history()[2].train_losses);
+    assert_eq!(
+        resumed.history()[2].train_losses,
+        whole.history()[2].train_losses
+    );
 }
 
 #[test]
@@ -145,7 +157,11 @@ fn a_checkpoint_of_another_model_or_no_checkpoint_at_all_is_a_clear_error() {
     let dir = tempfile::tempdir().unwrap();
     let data = shapes(dir.path());
     let weights = dir.path().join("weights.safetensors");
-    tiny_model().lock().unwrap().save_safetensors(&weights).unwrap();
+    tiny_model()
+        .lock()
+        .unwrap()
+        .save_safetensors(&weights)
+        .unwrap();
     let err = YoloTrainer::resume(&weights, Device::Cpu)
         .err()
         .unwrap()
@@ -157,18 +173,28 @@ fn a_checkpoint_of_another_model_or_no_checkpoint_at_all_is_a_clear_error() {
 
     // A checkpoint of the tiny model does not load into a YOLO11n run.
     let run = dir.path().join("run");
-    let mut t = YoloTrainer::new(tiny_model(), settings(data.clone(), run.clone(), 1), Device::Cpu)
-        .unwrap();
+    let mut t = YoloTrainer::new(
+        tiny_model(),
+        settings(data.clone(), run.clone(), 1),
+        Device::Cpu,
+    )
+    .unwrap();
     t.epoch(&mut |_| {}).unwrap();
     let yaml = Path::new("yolo11n.yaml");
-    let mut other =
-        YoloTrainer::from_yaml(yaml, settings(data, dir.path().join("other"), 1), Device::Cpu)
-            .unwrap();
+    let mut other = YoloTrainer::from_yaml(
+        yaml,
+        settings(data, dir.path().join("other"), 1),
+        Device::Cpu,
+    )
+    .unwrap();
     let err = other
         .load_checkpoint(&run.join("last.safetensors"))
         .unwrap_err()
         .to_string();
-    assert!(err.contains("does not fit") && err.contains("mis-shaped"), "{err}");
+    assert!(
+        err.contains("does not fit") && err.contains("mis-shaped"),
+        "{err}"
+    );
 }
 
 #[test]
@@ -179,11 +205,18 @@ fn a_dataset_without_any_labels_is_an_error_naming_it() {
     for e in std::fs::read_dir(&labels).unwrap() {
         std::fs::write(e.unwrap().path(), "").unwrap();
     }
-    let err = YoloTrainer::new(tiny_model(), settings(data, dir.path().join("run"), 1), Device::Cpu)
-        .err()
-        .unwrap();
+    let err = YoloTrainer::new(
+        tiny_model(),
+        settings(data, dir.path().join("run"), 1),
+        Device::Cpu,
+    )
+    .err()
+    .unwrap();
     let msg = err.to_string();
-    assert!(msg.contains("no labels found") && msg.contains("data.yaml"), "{msg}");
+    assert!(
+        msg.contains("no labels found") && msg.contains("data.yaml"),
+        "{msg}"
+    );
     assert!(!matches!(err, Error::Cancelled));
 }
 
@@ -201,7 +234,10 @@ fn a_model_with_other_classes_than_the_dataset_is_refused() {
     .err()
     .unwrap()
     .to_string();
-    assert!(err.contains("3 classes") && err.contains("names 6"), "{err}");
+    assert!(
+        err.contains("3 classes") && err.contains("names 6"),
+        "{err}"
+    );
 }
 
 #[test]
@@ -221,8 +257,12 @@ fn a_non_finite_loss_skips_the_batch_and_keeps_the_weights() {
         crate::no_grad(|| b.copy_(&nan)).unwrap();
         b
     };
-    let mut t =
-        YoloTrainer::new(model, settings(data, dir.path().join("run"), 2), Device::Cpu).unwrap();
+    let mut t = YoloTrainer::new(
+        model,
+        settings(data, dir.path().join("run"), 2),
+        Device::Cpu,
+    )
+    .unwrap();
     // The parameters (the batch norms' running statistics still move, as in ultralytics).
     let params = |t: &YoloTrainer| {
         let m = t.model().lock().unwrap();
