@@ -159,6 +159,9 @@ fn report_map(r: &EpochReport) -> Map {
         ("map50", v.map50),
         ("map", v.map),
         ("fitness", v.fitness),
+        ("val_box", v.losses[0]),
+        ("val_cls", v.losses[1]),
+        ("val_dfl", v.losses[2]),
         ("time", r.time),
     ] {
         m.insert(key.into(), Dynamic::from_float(value));
@@ -189,6 +192,9 @@ pub fn history(t: &mut YoloTrain) -> Map {
     m.insert("recall".into(), column(&|r| r.metrics[1]));
     m.insert("map50".into(), column(&|r| r.metrics[2]));
     m.insert("map".into(), column(&|r| r.metrics[3]));
+    m.insert("val_box".into(), column(&|r| r.val_losses[0]));
+    m.insert("val_cls".into(), column(&|r| r.val_losses[1]));
+    m.insert("val_dfl".into(), column(&|r| r.val_losses[2]));
     m
 }
 

@@ -1,12 +1,13 @@
 //! One epoch of `YoloTrainer`, in the order of ultralytics' `_do_train`: per batch the
 //! warmup settings, the forward and loss (in autocast), backward, and every `accumulate`
 //! iterations a clipped optimizer step and an EMA update; after the last batch the EMA is
-//! validated, results.csv gets its row and `last` (and on a new best fitness, `best`) are saved.
+//! validated (metrics and losses), results.csv gets its row and `last` (and on a new best fitness, `best`) are saved.
 
 use super::optimizer_choice::GroupStep;
 use super::results_csv::{append_row, EpochRow};
 use super::schedule::steps_at;
 use super::trainer::{lock, YoloTrainer, MAX_GRAD_NORM};
+use super::val_loss::{validation_losses, ValLossInputs};
 use crate::data::yolo::TrainBatch;
 use crate::messages;
 use crate::models::yolo::loss::DetectionTargets;
@@ -43,6 +44,8 @@ pub struct EpochValidation {
     pub fitness: f64,
     /// ultralytics' per-class table.
     pub table: String,
+    /// Mean box, cls and dfl loss items over the validation batches.
+    pub losses: [f64; 3],
 }
 
 /// One finished epoch.
@@ -120,9 +123,7 @@ impl YoloTrainer {
                 validation.map50,
                 validation.map,
             ],
-            // Validation losses are not computed (the validator runs the fused network, which
-            // has no training head): written as 0.
-            val_losses: [0.0; 3],
+            val_losses: validation.losses,
             lrs,
         };
         append_row(&self.results_csv(), &row)?;
@@ -266,6 +267,17 @@ impl YoloTrainer {
             ..ValOptions::default()
         };
         let report = validate(&ema, &self.data, &opts, self.device, |_, _| {})?;
+        let losses = validation_losses(
+            &ema,
+            &self.loss,
+            &ValLossInputs {
+                data: &self.data,
+                imgsz: self.imgsz,
+                batch: opts.batch,
+                workers: self.settings.workers,
+                device: self.device,
+            },
+        )?;
         let [precision, recall, map50, map] = report.metrics.mean_results();
         Ok(EpochValidation {
             precision,
@@ -274,6 +286,7 @@ impl YoloTrainer {
             map,
             fitness: report.metrics.fitness(),
             table: report.table,
+            losses,
         })
     }
 }

@@ -14,6 +14,7 @@ pub mod settings;
 mod trainer;
 #[cfg(test)]
 mod trainer_tests;
+mod val_loss;
 
 pub use epoch::{BatchProgress, EpochReport, EpochValidation};
 pub use settings::TrainSettings;

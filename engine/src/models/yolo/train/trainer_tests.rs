@@ -100,13 +100,26 @@ fn an_epoch_trains_validates_and_writes_results_and_checkpoints() {
     assert_ne!(model_state(&t), before, "the weights did not change");
     assert!(t.ema().updates >= 1);
     assert!((0.0..=1.0).contains(&r.validation.map));
+    let val = r.validation.losses;
+    assert!(val.iter().all(|l| l.is_finite() && *l > 0.0), "{val:?}");
     assert!(r.is_best && t.best_fitness() == Some(r.validation.fitness));
     for file in ["last.safetensors", "best.safetensors", "last.pt", "best.pt"] {
         assert!(run.join(file).exists(), "{file} missing");
     }
     let csv = std::fs::read_to_string(run.join("results.csv")).unwrap();
     assert_eq!(csv.lines().count(), 2, "{csv}");
-    assert!(csv.lines().nth(1).unwrap().starts_with("1,"));
+    let row: Vec<f64> = csv
+        .lines()
+        .nth(1)
+        .unwrap()
+        .split(',')
+        .map(|v| v.parse().unwrap())
+        .collect();
+    assert_eq!(row[0], 1.0);
+    // val/box_loss, val/cls_loss, val/dfl_loss.
+    for (written, loss) in row[9..12].iter().zip(val) {
+        assert!((written - loss).abs() < 1e-5, "{row:?} {val:?}");
+    }
     // The checkpoint loads as a model (the EMA's weights, as ultralytics takes them).
     let ema = YoloModel::load(&run.join("last.safetensors")).unwrap();
     assert_eq!(snapshot(&ema.state_dict()), snapshot(t.ema().state()));
