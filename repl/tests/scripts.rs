@@ -467,3 +467,28 @@ fn yolo_train_fine_tunes_from_the_best_checkpoint() {
     };
     assert_eq!(parameters(&out), parameters(&first), "{out}");
 }
+
+#[test]
+fn yolo_train_drops_an_image_with_a_class_beyond_the_names_and_warns_naming_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let yaml = tiny_shapes(&dir, 3);
+    let bad = dir.path().join("shapes/labels/train/train_00001.txt");
+    std::fs::write(&bad, "9 0.5 0.5 0.2 0.2\n").unwrap();
+    let model = format!("model={}", tiny_yolo_yaml(dir.path()).display());
+    let data = format!("data={}", yaml.display());
+    let out = format!("out={}", dir.path().join("run").display());
+    let run = run_script_with(
+        &dir,
+        "yolo_train.rhai",
+        &[&model, &data, "epochs=1", "batch=2", "imgsz=64", "workers=1", &out],
+    );
+    assert!(run.status.success(), "{}", text(&run.stderr));
+    let all = format!("{}{}", text(&run.stdout), text(&run.stderr));
+    let warning = all
+        .lines()
+        .find(|l| l.contains("train_00001"))
+        .unwrap_or_else(|| panic!("no warning names the image:\n{all}"));
+    assert!(warning.contains("exceeds dataset class count 6"), "{warning}");
+    // The other two images trained: one batch of 2.
+    assert!(all.contains("1/1"), "{all}");
+}
