@@ -480,7 +480,15 @@ fn yolo_train_drops_an_image_with_a_class_beyond_the_names_and_warns_naming_it()
     let run = run_script_with(
         &dir,
         "yolo_train.rhai",
-        &[&model, &data, "epochs=1", "batch=2", "imgsz=64", "workers=1", &out],
+        &[
+            &model,
+            &data,
+            "epochs=1",
+            "batch=2",
+            "imgsz=64",
+            "workers=1",
+            &out,
+        ],
     );
     assert!(run.status.success(), "{}", text(&run.stderr));
     let all = format!("{}{}", text(&run.stdout), text(&run.stderr));
@@ -488,7 +496,10 @@ fn yolo_train_drops_an_image_with_a_class_beyond_the_names_and_warns_naming_it()
         .lines()
         .find(|l| l.contains("train_00001"))
         .unwrap_or_else(|| panic!("no warning names the image:\n{all}"));
-    assert!(warning.contains("exceeds dataset class count 6"), "{warning}");
+    assert!(
+        warning.contains("exceeds dataset class count 6"),
+        "{warning}"
+    );
     // The other two images trained: one batch of 2.
     assert!(all.contains("1/1"), "{all}");
 }

@@ -217,11 +217,12 @@ impl YoloTrainer {
     }
 
     /// `last` after a cancel during `epoch`: the weights as they are, marked to train that
-    /// epoch again (its partial gradients are dropped).
+    /// epoch again (its partial gradients are dropped). The trainer itself is left the same
+    /// way, so a later `epoch` call trains that epoch again with its usual step cadence.
     pub(super) fn save_cancelled(&mut self, epoch: usize) -> Result<()> {
         self.optimizer.zero_grad();
-        let before_epoch = (epoch * self.schedule.batches_per_epoch).checked_sub(1);
-        self.save_checkpoint("last", epoch, before_epoch, false)?;
+        self.last_step = (epoch * self.schedule.batches_per_epoch).checked_sub(1);
+        self.save_checkpoint("last", epoch, self.last_step, false)?;
         self.save_pt("last", &[])
     }
 

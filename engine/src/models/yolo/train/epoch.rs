@@ -84,8 +84,8 @@ struct EpochTotals {
 
 impl YoloTrainer {
     /// Trains the next epoch and validates the EMA; `progress` is called after every batch.
-    /// A cancel request (Ctrl-C) stops it between batches, saves `last` and returns
-    /// `Error::Cancelled`.
+    /// A cancel request (Ctrl-C) stops it between batches (or validation batches), saves
+    /// `last`, marked to train this epoch again, and returns `Error::Cancelled`.
     pub fn epoch(&mut self, progress: &mut dyn FnMut(&BatchProgress)) -> Result<EpochReport> {
         if self.is_finished() {
             return Err(Error::invalid(
@@ -97,16 +97,23 @@ impl YoloTrainer {
                 ),
             ));
         }
-        let started = Instant::now();
         let epoch = self.epoch;
-        let totals = match self.train_batches(epoch, progress) {
-            Ok(t) => t,
+        match self.train_and_validate(epoch, progress) {
             Err(Error::Cancelled) => {
                 self.save_cancelled(epoch)?;
-                return Err(Error::Cancelled);
+                Err(Error::Cancelled)
             }
-            Err(e) => return Err(e),
-        };
+            other => other,
+        }
+    }
+
+    fn train_and_validate(
+        &mut self,
+        epoch: usize,
+        progress: &mut dyn FnMut(&BatchProgress),
+    ) -> Result<EpochReport> {
+        let started = Instant::now();
+        let totals = self.train_batches(epoch, progress)?;
         let lrs = self.optimizer.lrs();
         let n = totals.counted.max(1) as f64;
         let losses = totals.losses.map(|l| l / n);
