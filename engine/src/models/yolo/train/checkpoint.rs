@@ -144,7 +144,8 @@ impl YoloTrainer {
                     .ok_or_else(|| bad(path, format!("unexpected optimizer tensor {name}")))?;
                 groups[g].insert(key.to_string(), t);
             } else {
-                weights.insert(name, t);
+                // A copy never crosses devices: the file's tensors go where the model is.
+                weights.insert(name, t.to_device(self.device)?);
             }
         }
         let origin = path.display().to_string();

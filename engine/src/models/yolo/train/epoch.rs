@@ -236,7 +236,11 @@ impl YoloTrainer {
         })?;
         // One read of three numbers per batch: the progress bar shows them, and a
         // non-finite loss must not reach the accumulated gradients.
-        let items = out.items.to_dtype(DType::F64)?.to_vec::<f64>()?;
+        let items = out
+            .items
+            .to_device(Device::Cpu)?
+            .to_dtype(DType::F64)?
+            .to_vec::<f64>()?;
         let items = [items[0], items[1], items[2]];
         if items.iter().any(|v| !v.is_finite()) {
             return Ok(None);

@@ -64,7 +64,10 @@ pub(super) fn validation_losses(
         Ok::<(), Error>(())
     })?;
     let sum = sum.ok_or_else(|| Error::invalid("yolo val loss", "no validation batches"))?;
-    let v = sum.to_dtype(DType::F64)?.to_vec::<f64>()?;
+    let v = sum
+        .to_device(Device::Cpu)?
+        .to_dtype(DType::F64)?
+        .to_vec::<f64>()?;
     let n = batches as f64;
     Ok([v[0] / n, v[1] / n, v[2] / n])
 }
