@@ -110,3 +110,60 @@ impl TrainSettings {
         args
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn with_data() -> TrainSettings {
+        TrainSettings {
+            data: "shapes/data.yaml".into(),
+            ..TrainSettings::default()
+        }
+    }
+
+    #[test]
+    fn defaults_are_ultralytics_and_need_only_data() {
+        assert!(TrainSettings::default().validate().is_err());
+        let s = with_data();
+        s.validate().unwrap();
+        assert_eq!(
+            (s.epochs, s.batch, s.imgsz, s.nbs, s.close_mosaic),
+            (100, 16, 640, 64, 10)
+        );
+        assert_eq!(
+            (s.lr0, s.lrf, s.momentum, s.weight_decay),
+            (0.01, 0.01, 0.937, 0.0005)
+        );
+    }
+
+    #[test]
+    fn impossible_settings_are_refused_naming_the_setting() {
+        let zero = TrainSettings {
+            epochs: 0,
+            ..with_data()
+        };
+        assert!(zero
+            .validate()
+            .unwrap_err()
+            .to_string()
+            .contains("`epochs`"));
+        let negative = TrainSettings {
+            lr0: -1.0,
+            ..with_data()
+        };
+        assert!(negative
+            .validate()
+            .unwrap_err()
+            .to_string()
+            .contains("`lr0`"));
+    }
+
+    #[test]
+    fn train_args_carry_the_settings_and_the_task() {
+        let args = with_data().train_args();
+        assert_eq!(args["task"], "detect");
+        assert_eq!(args["imgsz"], 640);
+        assert_eq!(args["data"], "shapes/data.yaml");
+    }
+}
