@@ -66,7 +66,7 @@ pub struct EpochReport {
     /// for a non-finite gradient norm.
     pub skipped: usize,
     pub validation: EpochValidation,
-    /// Whether this epoch's fitness is the best so far (and `best` was saved).
+    /// Whether this epoch's fitness is at least the best so far (and `best` was saved).
     pub is_best: bool,
     /// Seconds since the run began (earlier sessions of a resumed run included).
     pub time: f64,
@@ -135,7 +135,9 @@ impl YoloTrainer {
         };
         append_row(&self.results_csv(), &row)?;
         self.history.push(row);
-        let is_best = self.best_fitness.is_none_or(|b| b < validation.fitness);
+        // ultralytics raises best_fitness on a strictly better epoch but writes best whenever
+        // the epoch's fitness equals it, so a tie also saves best (the newer weights).
+        let is_best = self.best_fitness.is_none_or(|b| b <= validation.fitness);
         if is_best {
             self.best_fitness = Some(validation.fitness);
         }
