@@ -130,6 +130,16 @@ fn an_epoch_trains_validates_and_writes_results_and_checkpoints() {
 
 #[test]
 fn resume_continues_at_the_next_epoch_as_an_uninterrupted_run() {
+    // auto picks AdamW for a run this short.
+    resume_matches_an_uninterrupted_run("auto");
+}
+
+#[test]
+fn resume_restores_sgd_momentum_as_well() {
+    resume_matches_an_uninterrupted_run("SGD");
+}
+
+fn resume_matches_an_uninterrupted_run(optimizer: &str) {
     let dir = tempfile::tempdir().unwrap();
     let data = shapes(dir.path());
     let run = dir.path().join("run");
@@ -137,6 +147,7 @@ fn resume_continues_at_the_next_epoch_as_an_uninterrupted_run() {
     // at iterations 0, 2 and 5: epoch 1 ends with a gradient pending into epoch 2.
     let s = TrainSettings {
         nbs: 12,
+        optimizer: optimizer.into(),
         ..settings(data, run.clone(), 3)
     };
     let mut whole = YoloTrainer::new(tiny_model(), s, Device::Cpu).unwrap();
