@@ -26,6 +26,19 @@ fn run_script_with(dir: &tempfile::TempDir, name: &str, args: &[&str]) -> std::p
         .unwrap()
 }
 
+/// A YOLO11 definition at width 1/16 (8 to 64 channels) in `dir`, so training on the CPU
+/// takes seconds.
+fn tiny_yolo_yaml(dir: &std::path::Path) -> PathBuf {
+    let builtin = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../engine/src/models/yolo/definitions/yolo11.yaml");
+    let text = std::fs::read_to_string(builtin)
+        .unwrap()
+        .replace("n: [0.50, 0.25, 1024]", "n: [0.50, 0.0625, 1024]");
+    let path = dir.join("tiny_yolo11.yaml");
+    std::fs::write(&path, format!("scale: n\n{text}")).unwrap();
+    path
+}
+
 #[test]
 fn every_script_runs_on_tiny_settings() {
     // One output folder for all, in name order: sample.rhai reads what quickstart.rhai saved.
@@ -49,6 +62,8 @@ fn every_script_runs_on_tiny_settings() {
     );
     let shapes = format!("dir={}", dir.path().join("shapes").display());
     let out = format!("out={}", dir.path().display());
+    let tiny_model = format!("model={}", tiny_yolo_yaml(dir.path()).display());
+    let train_out = format!("out={}", dir.path().join("train").display());
     let tiny_gguf =
         PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/gguf/tiny_llama.gguf");
     let tiny_gguf = format!("gguf={}", tiny_gguf.display());
@@ -74,6 +89,15 @@ fn every_script_runs_on_tiny_settings() {
             "sample.rhai" => vec!["max_new_tokens=8", &out],
             "tabular.rhai" => vec!["epochs=2", "hidden=4", &out],
             "yolo_predict.rhai" => vec![&weights, &source, "imgsz=64", &out],
+            "yolo_train.rhai" => vec![
+                &tiny_model,
+                &data,
+                "epochs=2",
+                "batch=2",
+                "imgsz=64",
+                "workers=1",
+                &train_out,
+            ],
             "yolo_val.rhai" => vec![
                 &weights,
                 &data,
@@ -350,4 +374,132 @@ fn help_after_a_script_lists_its_arguments_with_defaults() {
         !dir.path().join("loss.png").exists(),
         "the script did not run"
     );
+}
+
+/// A shapes dataset (`train` and 2 validation images of 64 pixels) in `dir`; its data.yaml.
+fn tiny_shapes(dir: &tempfile::TempDir, train: usize) -> PathBuf {
+    let shapes = dir.path().join("shapes");
+    let train = format!("train={train}");
+    let out = run_script_with(
+        dir,
+        "make_shapes.rhai",
+        &[
+            &format!("dir={}", shapes.display()),
+            &train,
+            "val=2",
+            "imgsz=64",
+        ],
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    shapes.join("data.yaml")
+}
+
+/// Runs yolo_train.rhai on the tiny model with `args`; its stdout.
+fn yolo_train(dir: &tempfile::TempDir, args: &[&str]) -> String {
+    let base = ["batch=2", "imgsz=64", "workers=1"];
+    let out = run_script_with(dir, "yolo_train.rhai", &[&base[..], args].concat());
+    assert!(out.status.success(), "{args:?}: {}", text(&out.stderr));
+    text(&out.stdout)
+}
+
+#[test]
+fn yolo_train_resumes_a_stopped_run_at_its_next_epoch() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = format!("data={}", tiny_shapes(&dir, 4).display());
+    let model = format!("model={}", tiny_yolo_yaml(dir.path()).display());
+    let run = dir.path().join("run");
+    let out = format!("out={}", run.display());
+    let first = yolo_train(&dir, &[&model, &data, "epochs=2", "stop_after=1", &out]);
+    assert!(first.contains("epoch 1/2"), "{first}");
+    assert!(!first.contains("epoch 2/2"), "{first}");
+    let last = format!("resume={}", run.join("last.safetensors").display());
+    let second = yolo_train(&dir, &[&last, &out]);
+    assert!(second.contains("from epoch 2 of 2"), "{second}");
+    assert!(
+        second.contains("epoch 2/2") && !second.contains("epoch 1/2"),
+        "{second}"
+    );
+    let csv = std::fs::read_to_string(run.join("results.csv")).unwrap();
+    let epochs: Vec<&str> = csv
+        .lines()
+        .skip(1)
+        .map(|l| l.split(',').next().unwrap())
+        .collect();
+    assert_eq!(epochs, ["1", "2"], "{csv}");
+    // The final validation table of best.pt.
+    assert!(
+        second.lines().any(|l| l.trim_start().starts_with("all")),
+        "{second}"
+    );
+    for file in ["results.png", "best.pt", "last.pt", "best.safetensors"] {
+        assert!(run.join(file).exists(), "{file} was not written");
+    }
+}
+
+#[test]
+fn yolo_train_fine_tunes_from_the_best_checkpoint() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = format!("data={}", tiny_shapes(&dir, 2).display());
+    let model = format!("model={}", tiny_yolo_yaml(dir.path()).display());
+    let run = dir.path().join("run");
+    let first = yolo_train(
+        &dir,
+        &[&model, &data, "epochs=1", &format!("out={}", run.display())],
+    );
+    let weights = format!("weights={}", run.join("best.pt").display());
+    let tuned = dir.path().join("tuned");
+    let out = yolo_train(
+        &dir,
+        &[
+            &weights,
+            &data,
+            "epochs=1",
+            &format!("out={}", tuned.display()),
+        ],
+    );
+    assert!(out.contains("epoch 1/1"), "{out}");
+    assert!(tuned.join("best.pt").exists() && tuned.join("results.csv").exists());
+    // It trained the tiny network of best.pt, not a default model.
+    let parameters = |s: &str| {
+        s.lines()
+            .find(|l| l.starts_with("training "))
+            .map(|l| l.split(' ').nth(1).unwrap().to_string())
+    };
+    assert_eq!(parameters(&out), parameters(&first), "{out}");
+}
+
+#[test]
+fn yolo_train_drops_an_image_with_a_class_beyond_the_names_and_warns_naming_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let yaml = tiny_shapes(&dir, 3);
+    let bad = dir.path().join("shapes/labels/train/train_00001.txt");
+    std::fs::write(&bad, "9 0.5 0.5 0.2 0.2\n").unwrap();
+    let model = format!("model={}", tiny_yolo_yaml(dir.path()).display());
+    let data = format!("data={}", yaml.display());
+    let out = format!("out={}", dir.path().join("run").display());
+    let run = run_script_with(
+        &dir,
+        "yolo_train.rhai",
+        &[
+            &model,
+            &data,
+            "epochs=1",
+            "batch=2",
+            "imgsz=64",
+            "workers=1",
+            &out,
+        ],
+    );
+    assert!(run.status.success(), "{}", text(&run.stderr));
+    let all = format!("{}{}", text(&run.stdout), text(&run.stderr));
+    let warning = all
+        .lines()
+        .find(|l| l.contains("train_00001"))
+        .unwrap_or_else(|| panic!("no warning names the image:\n{all}"));
+    assert!(
+        warning.contains("exceeds dataset class count 6"),
+        "{warning}"
+    );
+    // The other two images trained: one batch of 2.
+    assert!(all.contains("1/1"), "{all}");
 }

@@ -1,9 +1,11 @@
 //! The `yolo::` namespace: YOLOv8/YOLO11 detectors loaded from ultralytics weights or built
-//! from a model YAML, validated on an ultralytics dataset, and run on images.
+//! from a model YAML, validated on an ultralytics dataset, run on images, and trained.
 
 mod model;
+mod train;
 
 pub use model::Yolo;
+pub use train::YoloTrain;
 
 use crate::error::{guard, runtime_error, RhaiResult};
 use crate::help::Api;
@@ -22,8 +24,19 @@ macro_rules! with_yolo {
     };
 }
 
+/// `with_yolo!` and a one-epoch run `t` of it (batch 2, imgsz 64, saving under `run`).
+macro_rules! with_trainer {
+    ($example:expr) => {
+        with_yolo!(concat!(
+            "let t = yolo::trainer(model, #{ data: data, epochs: 1, batch: 2, imgsz: 64, save_dir: \"run\" }); ",
+            $example
+        ))
+    };
+}
+
 pub fn register(engine: &mut Engine) {
     engine.register_type_with_name::<Yolo>("Yolo");
+    engine.register_type_with_name::<YoloTrain>("YoloTrainer");
     let mut module = Module::new();
     {
         let mut api = Api::new(&mut module, Some("yolo"));
@@ -130,6 +143,106 @@ pub fn register(engine: &mut Engine) {
             with_yolo!("print(model.num_parameters());"),
             |m: &mut Yolo| m.lock().num_parameters() as INT,
         );
+        register_training(&mut api);
     }
     engine.register_static_module("yolo", module.into());
+}
+
+/// `yolo::trainer`, `yolo::resume` and the trainer's methods.
+fn register_training(api: &mut Api) {
+    let (sig, doc) = (
+        "yolo::trainer(model | \"yolo11n.yaml\" | \"best.pt\", #{ data, epochs, batch, imgsz, optimizer, lr0, lrf, momentum, weight_decay, warmup_epochs, warmup_momentum, warmup_bias_lr, close_mosaic, nbs, seed, workers, amp, mosaic, save_dir }) -> YoloTrainer",
+        "A training run as ultralytics 8.4.190 trains (optimizer auto|SGD|AdamW, warmup, linear decay, nominal batch 64, clipping at 10, EMA, mosaic closed for the last close_mosaic epochs, BF16 autocast on CUDA when amp); a model (trained in place), a model YAML (built with the dataset's classes) or weights to fine-tune. Writes results.csv, last/best .safetensors (resumable) and .pt (ultralytics) under save_dir (default runs/train).",
+    );
+    api.func(
+        "trainer",
+        sig,
+        doc,
+        with_trainer!("print(t.epochs());"),
+        train::with_model,
+    );
+    api.func(
+        "trainer",
+        sig,
+        doc,
+        "let data = data::yolo_shapes(\"shapes\", #{ train: 2, val: 2, imgsz: 64 }); let t = yolo::trainer(\"yolo11n.yaml\", #{ data: data, epochs: 1, batch: 2, imgsz: 64, save_dir: \"run\" });",
+        train::with_path,
+    );
+    api.func(
+        "resume",
+        "yolo::resume(path) -> YoloTrainer",
+        "Continues a run from its last.safetensors at the next epoch, with the optimizer, EMA, schedule and data order it had.",
+        with_trainer!("t.epoch(); let again = yolo::resume(\"run/last.safetensors\"); print(again.is_finished());"),
+        train::resume,
+    );
+    api.method(
+        "resume",
+        "t.resume(path)",
+        "Loads a checkpoint of this same run (model and settings) into the trainer; the next epoch continues from it.",
+        with_trainer!("t.epoch(); t.resume(\"run/last.safetensors\");"),
+        train::load_checkpoint,
+    );
+    api.method(
+        "epoch",
+        "t.epoch() -> map",
+        "Trains one epoch with a progress bar (box, cls, dfl losses, instances, size), validates the EMA, appends results.csv and saves last (and best); returns #{ epoch, epochs, box, cls, dfl, instances, images, lr, steps, skipped, precision, recall, map50, map, fitness, val_box, val_cls, val_dfl, is_best, time, table }. Ctrl-C stops it, saves last and leaves the session usable.",
+        with_trainer!("let r = t.epoch(); print(`mAP50-95 ${r.map}`);"),
+        train::epoch,
+    );
+    api.method(
+        "history",
+        "t.history() -> map",
+        "The finished epochs' results by column (epoch, box, cls, dfl, precision, recall, map50, map, val_box, val_cls, val_dfl), for plots.",
+        with_trainer!("t.epoch(); print(t.history().box);"),
+        train::history,
+    );
+    api.method(
+        "is_finished",
+        "t.is_finished() -> bool",
+        "Whether every epoch of the run is done.",
+        with_trainer!("while !t.is_finished() { t.epoch(); }"),
+        train::is_finished,
+    );
+    api.method(
+        "next_epoch",
+        "t.next_epoch() -> int",
+        "The epoch the next t.epoch() trains, from 1.",
+        with_trainer!("print(t.next_epoch());"),
+        train::next_epoch,
+    );
+    api.method(
+        "epochs",
+        "t.epochs() -> int",
+        "The run's length in epochs.",
+        with_trainer!("print(t.epochs());"),
+        train::epochs,
+    );
+    api.method(
+        "save_dir",
+        "t.save_dir() -> string",
+        "Where results.csv and the last/best checkpoints go.",
+        with_trainer!("print(t.save_dir());"),
+        train::save_dir,
+    );
+    api.method(
+        "settings",
+        "t.settings() -> map",
+        "The run's settings (data, epochs, batch, imgsz, optimizer, lr0, close_mosaic, workers, seed, amp, save_dir); a resumed run's come from its checkpoint.",
+        with_trainer!("print(t.settings().data);"),
+        train::settings_map,
+    );
+    api.method(
+        "model",
+        "t.model() -> Yolo",
+        "The detector being trained (shared with the trainer: it changes as training goes on).",
+        with_trainer!("print(t.model().num_parameters());"),
+        train::model,
+    );
+    api.method(
+        "ema_model",
+        "t.ema_model() -> Yolo",
+        "A copy of the EMA weights as a detector: what each epoch validates and saves.",
+        with_trainer!("let ema = t.ema_model();"),
+        train::ema_model,
+    );
 }

@@ -23,6 +23,16 @@ impl Yolo {
         Ok(Yolo(Arc::new(Mutex::new(model))))
     }
 
+    /// A handle on a model that already lives where it should (a trainer's).
+    pub fn from_shared(model: Arc<Mutex<YoloModel>>) -> Self {
+        Yolo(model)
+    }
+
+    /// The shared model itself, for an engine object that works on it in place.
+    pub fn shared(&self) -> Arc<Mutex<YoloModel>> {
+        self.0.clone()
+    }
+
     pub fn lock(&self) -> MutexGuard<'_, YoloModel> {
         self.0.lock().unwrap_or_else(|e| e.into_inner())
     }

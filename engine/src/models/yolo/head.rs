@@ -113,6 +113,23 @@ pub struct Detect {
     training: bool,
 }
 
+/// ultralytics' `Detect.bias_init`, run when a model is built: box outputs start at 2.0 and
+/// class logits at `log(5 / nc / (640 / stride)^2)` (about 0.01 objects per anchor over 80
+/// classes at 640), so a fresh model's class loss starts small instead of at ln 2 per anchor.
+fn bias_init(levels: &[Level], nc: usize, strides: &[f64]) -> Result<()> {
+    crate::no_grad(|| {
+        for (level, &stride) in levels.iter().zip(strides) {
+            if let Some(b) = &level.box_out.bias {
+                b.fill_(2.0)?;
+            }
+            if let Some(b) = &level.class_out.bias {
+                b.fill_((5.0 / nc as f64 / (640.0 / stride).powi(2)).ln())?;
+            }
+        }
+        Ok(())
+    })
+}
+
 impl Detect {
     pub fn new(
         nc: usize,
@@ -149,6 +166,7 @@ impl Detect {
                 class_out: last(c3, nc, gen)?,
             });
         }
+        bias_init(&levels, nc, &strides)?;
         let bins: Vec<f32> = (0..reg_max).map(|i| i as f32).collect();
         Ok(Detect {
             nc,

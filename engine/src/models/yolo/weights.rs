@@ -6,6 +6,7 @@
 use super::config::YoloConfig;
 use super::conv::BN_EPS;
 use super::network::YoloModel;
+use super::train::checkpoint::{EMA_PREFIX, META_TRAIN};
 use crate::nn::Module;
 use crate::{io, Device, Error, Generator, Result, Tensor};
 use std::collections::{BTreeMap, HashMap};
@@ -128,7 +129,8 @@ impl YoloModel {
         io::save(path, &self.state_dict(), Some(meta))
     }
 
-    /// Rebuilds a network from a safetensors file written by `save_safetensors`.
+    /// Rebuilds a network from a safetensors file written by `save_safetensors`, or from a
+    /// training checkpoint (`last.safetensors`, its EMA weights).
     pub fn load_safetensors(path: &Path) -> Result<YoloModel> {
         let origin = path.display().to_string();
         let loaded = io::load_with_metadata(path)?;
@@ -149,7 +151,18 @@ impl YoloModel {
             .map(|v| v == "true")
             .unwrap_or(false);
         let mut model = YoloModel::build(&config, names, fused, &mut Generator::new(0))?;
-        model.load_weights(&loaded.tensors, &origin)?;
+        // A training checkpoint also holds the optimizer and the EMA: like ultralytics, take
+        // the EMA's weights.
+        let weights = if loaded.metadata.contains_key(META_TRAIN) {
+            loaded
+                .tensors
+                .iter()
+                .filter_map(|(k, t)| Some((k.strip_prefix(EMA_PREFIX)?.to_string(), t.clone())))
+                .collect()
+        } else {
+            loaded.tensors
+        };
+        model.load_weights(&weights, &origin)?;
         model.eval();
         Ok(model)
     }

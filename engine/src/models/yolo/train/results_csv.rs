@@ -28,7 +28,7 @@ pub const DETECT_COLUMNS: [&str; 15] = [
 ];
 
 /// One epoch's values.
-#[derive(Clone, Copy, Debug, PartialEq)]
+#[derive(Clone, Copy, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct EpochRow {
     /// The epoch's index from 0 (written from 1, as ultralytics does).
     pub epoch: usize,

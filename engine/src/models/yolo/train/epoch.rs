@@ -1,0 +1,316 @@
+//! One epoch of `YoloTrainer`, in the order of ultralytics' `_do_train`: per batch the
+//! warmup settings, the forward and loss (in autocast), backward, and every `accumulate`
+//! iterations a clipped optimizer step and an EMA update; after the last batch the EMA is
+//! validated (metrics and losses), results.csv gets its row and `last` (and on a new best fitness, `best`) are saved.
+
+use super::optimizer_choice::GroupStep;
+use super::results_csv::{append_row, EpochRow};
+use super::schedule::steps_at;
+use super::trainer::{lock, YoloTrainer, MAX_GRAD_NORM};
+use super::val_loss::{validation_losses, ValLossInputs};
+use crate::data::yolo::TrainBatch;
+use crate::messages;
+use crate::models::yolo::loss::DetectionTargets;
+use crate::models::yolo::val::{validate, ValOptions};
+use crate::nn::Module;
+use crate::{DType, Device, Error, Result};
+use std::time::Instant;
+
+/// Where an epoch stands after a batch, for a progress bar (ultralytics prints the same:
+/// epoch, the running mean losses, the batch's instances and the image size).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct BatchProgress {
+    /// The epoch, from 0.
+    pub epoch: usize,
+    pub epochs: usize,
+    /// Batches done in this epoch.
+    pub batch: usize,
+    pub batches: usize,
+    /// Mean box, cls and dfl losses of the epoch so far.
+    pub losses: [f64; 3],
+    /// Boxes in this batch.
+    pub instances: usize,
+    pub imgsz: usize,
+}
+
+/// What validating the EMA after an epoch gave.
+#[derive(Clone, Debug, PartialEq)]
+pub struct EpochValidation {
+    pub precision: f64,
+    pub recall: f64,
+    pub map50: f64,
+    pub map: f64,
+    /// ultralytics 8.4.190's fitness: mAP50-95.
+    pub fitness: f64,
+    /// ultralytics' per-class table.
+    pub table: String,
+    /// Mean box, cls and dfl loss items over the validation batches.
+    pub losses: [f64; 3],
+}
+
+/// One finished epoch.
+#[derive(Clone, Debug, PartialEq)]
+pub struct EpochReport {
+    /// The epoch, from 0.
+    pub epoch: usize,
+    pub epochs: usize,
+    /// Mean box, cls and dfl losses over the epoch (batches with a non-finite loss left out).
+    pub losses: [f64; 3],
+    /// Boxes seen in the epoch.
+    pub instances: usize,
+    pub images: usize,
+    /// The groups' rates at the end of the epoch (pg0, pg1, pg2).
+    pub lrs: [f64; 3],
+    pub optimizer_steps: usize,
+    /// Batches whose loss was not finite (not backpropagated) plus optimizer steps skipped
+    /// for a non-finite gradient norm.
+    pub skipped: usize,
+    pub validation: EpochValidation,
+    /// Whether this epoch's fitness is at least the best so far (and `best` was saved).
+    pub is_best: bool,
+    /// Seconds since the run began (earlier sessions of a resumed run included).
+    pub time: f64,
+}
+
+/// Running sums of one epoch.
+struct EpochTotals {
+    losses: [f64; 3],
+    counted: usize,
+    instances: usize,
+    images: usize,
+    steps: usize,
+    skipped: usize,
+}
+
+impl YoloTrainer {
+    /// Trains the next epoch and validates the EMA; `progress` is called after every batch.
+    /// A cancel request (Ctrl-C) stops it between batches (or validation batches), saves
+    /// `last`, marked to train this epoch again, and returns `Error::Cancelled`.
+    pub fn epoch(&mut self, progress: &mut dyn FnMut(&BatchProgress)) -> Result<EpochReport> {
+        if self.is_finished() {
+            return Err(Error::invalid(
+                "yolo train",
+                format!(
+                    "the run is finished ({} epochs); make a new trainer (or fine-tune from \
+                     best) to train more",
+                    self.settings.epochs
+                ),
+            ));
+        }
+        let epoch = self.epoch;
+        match self.train_and_validate(epoch, progress) {
+            Err(Error::Cancelled) => {
+                self.save_cancelled(epoch)?;
+                Err(Error::Cancelled)
+            }
+            other => other,
+        }
+    }
+
+    fn train_and_validate(
+        &mut self,
+        epoch: usize,
+        progress: &mut dyn FnMut(&BatchProgress),
+    ) -> Result<EpochReport> {
+        let started = Instant::now();
+        let totals = self.train_batches(epoch, progress)?;
+        let lrs = self.optimizer.lrs();
+        let n = totals.counted.max(1) as f64;
+        let losses = totals.losses.map(|l| l / n);
+        let validation = self.validate_ema()?;
+        let time = self.time_before + started.elapsed().as_secs_f64();
+        self.time_before = time;
+        let row = EpochRow {
+            epoch,
+            time,
+            train_losses: losses,
+            metrics: [
+                validation.precision,
+                validation.recall,
+                validation.map50,
+                validation.map,
+            ],
+            val_losses: validation.losses,
+            lrs,
+        };
+        append_row(&self.results_csv(), &row)?;
+        self.history.push(row);
+        // ultralytics raises best_fitness on a strictly better epoch but writes best whenever
+        // the epoch's fitness equals it, so a tie also saves best (the newer weights).
+        let is_best = self.best_fitness.is_none_or(|b| b <= validation.fitness);
+        if is_best {
+            self.best_fitness = Some(validation.fitness);
+        }
+        self.epoch += 1;
+        self.save_epoch(is_best, &validation)?;
+        Ok(EpochReport {
+            epoch,
+            epochs: self.settings.epochs,
+            losses,
+            instances: totals.instances,
+            images: totals.images,
+            lrs,
+            optimizer_steps: totals.steps,
+            skipped: totals.skipped,
+            validation,
+            is_best,
+            time,
+        })
+    }
+
+    fn train_batches(
+        &mut self,
+        epoch: usize,
+        progress: &mut dyn FnMut(&BatchProgress),
+    ) -> Result<EpochTotals> {
+        let nb = self.schedule.batches_per_epoch;
+        let mut totals = EpochTotals {
+            losses: [0.0; 3],
+            counted: 0,
+            instances: 0,
+            images: 0,
+            steps: 0,
+            skipped: 0,
+        };
+        lock(&self.model).train(true);
+        let batches = self.loader.epoch(epoch);
+        let result = (|| {
+            for (i, batch) in batches.enumerate() {
+                crate::cancel::check()?;
+                let batch = batch?;
+                let ni = i + nb * epoch;
+                let settings = self.schedule.at(ni);
+                self.optimizer.apply(&settings)?;
+                let instances = batch.batch_idx.dims()[0];
+                match self.forward_backward(&batch)? {
+                    Some(items) => {
+                        for (t, v) in totals.losses.iter_mut().zip(items) {
+                            *t += v;
+                        }
+                        totals.counted += 1;
+                    }
+                    None => {
+                        totals.skipped += 1;
+                        messages::warn(&format!(
+                            "yolo train: epoch {} batch {}: the loss is not finite; this batch is \
+                             skipped (no backward) and the weights are kept",
+                            epoch + 1,
+                            i + 1
+                        ));
+                    }
+                }
+                if steps_at(ni, self.last_step, settings.accumulate) {
+                    self.optimizer_step(epoch, &mut totals)?;
+                    self.last_step = Some(ni);
+                }
+                totals.instances += instances;
+                totals.images += batch.indices.len();
+                let n = totals.counted.max(1) as f64;
+                progress(&BatchProgress {
+                    epoch,
+                    epochs: self.settings.epochs,
+                    batch: i + 1,
+                    batches: nb,
+                    losses: totals.losses.map(|l| l / n),
+                    instances,
+                    imgsz: self.imgsz,
+                });
+            }
+            Ok(totals)
+        })();
+        lock(&self.model).eval();
+        result
+    }
+
+    /// The loss of one batch and its backward; the three loss items (box, cls, dfl), or `None`
+    /// when the loss is not finite (then nothing is backpropagated).
+    fn forward_backward(&self, batch: &TrainBatch) -> Result<Option<[f64; 3]>> {
+        let model = lock(&self.model);
+        let images = batch
+            .images
+            .to(self.device, DType::F32)?
+            .div_scalar(255.0)?;
+        let targets = batch_targets(batch)?;
+        let amp = (self.settings.amp && self.device != Device::Cpu).then_some(DType::BF16);
+        let out = crate::amp::autocast(amp, || {
+            let head = model.forward_head(&images)?;
+            self.loss.forward_head(&head, &targets)
+        })?;
+        // One read of three numbers per batch: the progress bar shows them, and a
+        // non-finite loss must not reach the accumulated gradients.
+        let items = out
+            .items
+            .to_device(Device::Cpu)?
+            .to_dtype(DType::F64)?
+            .to_vec::<f64>()?;
+        let items = [items[0], items[1], items[2]];
+        if items.iter().any(|v| !v.is_finite()) {
+            return Ok(None);
+        }
+        out.total.backward()?;
+        Ok(Some(items))
+    }
+
+    /// ultralytics' `optimizer_step`: clip at 10 over all groups, step, clear the gradients,
+    /// update the EMA (as ultralytics does even when the step was skipped).
+    fn optimizer_step(&mut self, epoch: usize, totals: &mut EpochTotals) -> Result<()> {
+        match self.optimizer.clip_and_step(MAX_GRAD_NORM)? {
+            GroupStep::Applied { .. } => totals.steps += 1,
+            GroupStep::Skipped { norm } => {
+                totals.skipped += 1;
+                messages::warn(&format!(
+                    "yolo train: epoch {}: the gradient norm is {norm}; the optimizer step is \
+                     skipped and the weights are kept",
+                    epoch + 1
+                ));
+            }
+        }
+        self.optimizer.zero_grad();
+        let model = lock(&self.model);
+        self.ema.update(&*model)
+    }
+
+    /// Validates the EMA weights on the dataset's `val` split at the training size.
+    fn validate_ema(&self) -> Result<EpochValidation> {
+        let ema = self.ema_model()?;
+        let opts = ValOptions {
+            imgsz: self.imgsz,
+            batch: self.loader.batch_size() * 2,
+            workers: self.settings.workers,
+            ..ValOptions::default()
+        };
+        let report = validate(&ema, &self.data, &opts, self.device, |_, _| {})?;
+        let losses = validation_losses(
+            &ema,
+            &self.loss,
+            &ValLossInputs {
+                data: &self.data,
+                imgsz: self.imgsz,
+                batch: opts.batch,
+                workers: self.settings.workers,
+                device: self.device,
+            },
+        )?;
+        let [precision, recall, map50, map] = report.metrics.mean_results();
+        Ok(EpochValidation {
+            precision,
+            recall,
+            map50,
+            map,
+            fitness: report.metrics.fitness(),
+            table: report.table,
+            losses,
+        })
+    }
+}
+
+/// The batch's labels as the loss takes them.
+fn batch_targets(batch: &TrainBatch) -> Result<DetectionTargets> {
+    let rows = batch.targets()?;
+    let n = rows.dims()[0];
+    let values = rows.to_vec::<f32>()?;
+    let rows: Vec<[f64; 6]> = (0..n)
+        .map(|i| std::array::from_fn(|j| values[i * 6 + j] as f64))
+        .collect();
+    DetectionTargets::from_rows(batch.indices.len(), &rows)
+}
