@@ -170,18 +170,39 @@ fn concatenating_along_the_last_dim_equals_the_cpu() {
         return;
     };
     // Widths of whole 16-byte words (the row kernel) and not (the strided kernel).
-    for (dtype, widths) in [(DType::BF16, [64, 16, 24]), (DType::F32, [8, 12, 4]), (DType::BF16, [5, 3, 8])] {
+    for (dtype, widths) in [
+        (DType::BF16, [64, 16, 24]),
+        (DType::F32, [8, 12, 4]),
+        (DType::BF16, [5, 3, 8]),
+    ] {
         let parts: Vec<Tensor> = widths
             .iter()
-            .map(|&w| Tensor::randn(&[3, 37, w], DType::F32, None).unwrap().to_dtype(dtype).unwrap())
+            .map(|&w| {
+                Tensor::randn(&[3, 37, w], DType::F32, None)
+                    .unwrap()
+                    .to_dtype(dtype)
+                    .unwrap()
+            })
             .collect();
         let on_gpu: Vec<Tensor> = parts.iter().map(|p| p.to_device(dev).unwrap()).collect();
         let want = Tensor::cat(&parts, -1).unwrap();
         let got = Tensor::cat(&on_gpu, -1).unwrap();
         assert_eq!(bits(&got), bits(&want), "{dtype:?} widths {widths:?}");
         // The other way: one piece of each row copied out contiguous.
-        let piece = got.narrow(2, widths[0], widths[1]).unwrap().contiguous().unwrap();
-        let want_piece = want.narrow(2, widths[0], widths[1]).unwrap().contiguous().unwrap();
-        assert_eq!(bits(&piece), bits(&want_piece), "{dtype:?} piece of widths {widths:?}");
+        let piece = got
+            .narrow(2, widths[0], widths[1])
+            .unwrap()
+            .contiguous()
+            .unwrap();
+        let want_piece = want
+            .narrow(2, widths[0], widths[1])
+            .unwrap()
+            .contiguous()
+            .unwrap();
+        assert_eq!(
+            bits(&piece),
+            bits(&want_piece),
+            "{dtype:?} piece of widths {widths:?}"
+        );
     }
 }
