@@ -10,6 +10,18 @@ struct RopeView {
     i64 s0, s1, s2;
 };
 
+// Where pair j of row `row` (rows counting [n0, n1, n2] in order) sits in x, the tables and y.
+struct RopeAt {
+    i64 x, c, s, y;
+};
+__device__ __forceinline__ RopeAt rope_at(u32 row, u32 j, int n1, int n2, const RopeView& xv, const RopeView& cv,
+                                          const RopeView& sv, const RopeView& yv) {
+    const u32 i2 = row % (u32)n2, r = row / (u32)n2;
+    const u32 i1 = r % (u32)n1, i0 = r / (u32)n1;
+    const auto at = [&](const RopeView& v) { return i0 * v.s0 + i1 * v.s1 + i2 * v.s2 + j; };
+    return RopeAt{at(xv), at(cv), at(sv), at(yv)};
+}
+
 template <class T>
 __device__ void rope_impl(const T* x, RopeView xv, const float* cs, RopeView cv, const float* sn, RopeView sv, T* y,
                           RopeView yv, int n1, int n2, int half, int inverse, i64 pairs) {
@@ -18,12 +30,8 @@ __device__ void rope_impl(const T* x, RopeView xv, const float* cs, RopeView cv,
         // 32-bit index arithmetic: the host keeps pairs below 2^31.
         const u32 pu = (u32)p, hu = (u32)half;
         const u32 row = pu / hu, j = pu - row * hu;
-        const u32 i2 = row % (u32)n2, r = row / (u32)n2;
-        const u32 i1 = r % (u32)n1, i0 = r / (u32)n1;
-        const i64 xo = i0 * xv.s0 + i1 * xv.s1 + i2 * xv.s2 + j;
-        const i64 co = i0 * cv.s0 + i1 * cv.s1 + i2 * cv.s2 + j;
-        const i64 so = i0 * sv.s0 + i1 * sv.s1 + i2 * sv.s2 + j;
-        const i64 yo = i0 * yv.s0 + i1 * yv.s1 + i2 * yv.s2 + j;
+        const RopeAt at = rope_at(row, j, n1, n2, xv, cv, sv, yv);
+        const i64 xo = at.x, co = at.c, so = at.s, yo = at.y;
         const C a = to_acc(x[xo]), b = to_acc(x[xo + half]);
         const C c1 = cs[co], c2 = cs[co + half], s1 = sn[so], s2 = sn[so + half];
         C lo, hi;
@@ -52,12 +60,8 @@ __device__ void rope_vec_impl(const T* x, RopeView xv, const float* cs, RopeView
     RB_GRID_LOOP(g, pairs / V) {
         const u32 gu = (u32)g;
         const u32 row = gu / per_row, j = (gu - row * per_row) * V;
-        const u32 i2 = row % (u32)n2, r = row / (u32)n2;
-        const u32 i1 = r % (u32)n1, i0 = r / (u32)n1;
-        const i64 xo = i0 * xv.s0 + i1 * xv.s1 + i2 * xv.s2 + j;
-        const i64 co = i0 * cv.s0 + i1 * cv.s1 + i2 * cv.s2 + j;
-        const i64 so = i0 * sv.s0 + i1 * sv.s1 + i2 * sv.s2 + j;
-        const i64 yo = i0 * yv.s0 + i1 * yv.s1 + i2 * yv.s2 + j;
+        const RopeAt at = rope_at(row, j, n1, n2, xv, cv, sv, yv);
+        const i64 xo = at.x, co = at.c, so = at.s, yo = at.y;
         C a[V], b[V];
         Word16<T>::unpack(*(const uint4*)(x + xo), a);
         Word16<T>::unpack(*(const uint4*)(x + xo + half), b);

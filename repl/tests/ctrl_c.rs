@@ -13,14 +13,7 @@ fn ctrl_c_stops_an_endless_loop_and_the_session_keeps_its_variables() {
     p.exp_string(">> ").unwrap();
     p.send_line("loop { }").unwrap();
     std::thread::sleep(std::time::Duration::from_millis(300));
-    let sent = std::time::Instant::now();
-    p.send_control('c').unwrap();
-    p.exp_string("interrupted").unwrap();
-    let took = sent.elapsed();
-    assert!(
-        took < std::time::Duration::from_secs(3),
-        "Ctrl-C took {took:?}"
-    );
+    interrupt_within_3_seconds(&mut p);
     p.exp_string(">> ").unwrap();
     p.send_line("print(kept + 1);").unwrap();
     p.exp_string("42").unwrap();
@@ -45,14 +38,7 @@ fn ctrl_c_stops_a_yolo_epoch_saves_last_and_the_session_goes_on() {
     p.exp_string(">> ").unwrap();
     p.send_line("t.epoch();").unwrap();
     std::thread::sleep(std::time::Duration::from_millis(2000));
-    let sent = std::time::Instant::now();
-    p.send_control('c').unwrap();
-    p.exp_string("interrupted").unwrap();
-    let took = sent.elapsed();
-    assert!(
-        took < std::time::Duration::from_secs(3),
-        "Ctrl-C took {took:?}"
-    );
+    interrupt_within_3_seconds(&mut p);
     p.exp_string(">> ").unwrap();
     // `last` was saved, marked to train epoch 1 again; the trainer still answers.
     p.send_line("print(`resume at ${yolo::resume(\"run/last.safetensors\").next_epoch()}`);")
@@ -62,4 +48,16 @@ fn ctrl_c_stops_a_yolo_epoch_saves_last_and_the_session_goes_on() {
     p.exp_string("next 1").unwrap();
     p.send_control('d').unwrap();
     p.exp_eof().unwrap();
+}
+
+/// Sends Ctrl-C and checks the session reports the interruption within 3 seconds.
+fn interrupt_within_3_seconds(p: &mut rexpect::session::PtySession) {
+    let sent = std::time::Instant::now();
+    p.send_control('c').unwrap();
+    p.exp_string("interrupted").unwrap();
+    let took = sent.elapsed();
+    assert!(
+        took < std::time::Duration::from_secs(3),
+        "Ctrl-C took {took:?}"
+    );
 }
