@@ -185,7 +185,7 @@ fn register_training(api: &mut Api) {
     api.method(
         "epoch",
         "t.epoch() -> map",
-        "Trains one epoch with a progress bar (box, cls, dfl losses, instances, size), validates the EMA, appends results.csv and saves last (and best); returns #{ epoch, epochs, box, cls, dfl, instances, images, lr, steps, skipped, precision, recall, map50, map, fitness, val_box, val_cls, val_dfl, is_best, time, table }. Ctrl-C stops it, saves last and leaves the session usable.",
+        "Trains one epoch with a progress bar (box, cls, dfl losses, instances, size), validates the EMA, appends results.csv and saves last (and best); returns #{ epoch, epochs, box, cls, dfl, instances, images, lr, steps, skipped, precision, recall, map50, map, fitness, val_box, val_cls, val_dfl, is_best, time, train_seconds, images_per_second, table }. Ctrl-C stops it, saves last and leaves the session usable.",
         with_trainer!("let r = t.epoch(); print(`mAP50-95 ${r.map}`);"),
         train::epoch,
     );

@@ -168,6 +168,9 @@ fn report_map(r: &EpochReport) -> Map {
     }
     m.insert("instances".into(), Dynamic::from_int(r.instances as INT));
     m.insert("images".into(), Dynamic::from_int(r.images as INT));
+    m.insert("train_seconds".into(), Dynamic::from_float(r.train_seconds));
+    let rate = r.images as f64 / r.train_seconds.max(1e-9);
+    m.insert("images_per_second".into(), Dynamic::from_float(rate));
     m.insert("steps".into(), Dynamic::from_int(r.optimizer_steps as INT));
     m.insert("skipped".into(), Dynamic::from_int(r.skipped as INT));
     m.insert("lr".into(), floats(r.lrs));

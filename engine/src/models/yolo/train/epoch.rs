@@ -70,6 +70,9 @@ pub struct EpochReport {
     pub is_best: bool,
     /// Seconds since the run began (earlier sessions of a resumed run included).
     pub time: f64,
+    /// Seconds this epoch's training batches took (data loading, steps; not validation): the
+    /// training throughput is `images / train_seconds`.
+    pub train_seconds: f64,
 }
 
 /// Running sums of one epoch.
@@ -114,6 +117,7 @@ impl YoloTrainer {
     ) -> Result<EpochReport> {
         let started = Instant::now();
         let totals = self.train_batches(epoch, progress)?;
+        let train_seconds = started.elapsed().as_secs_f64();
         let lrs = self.optimizer.lrs();
         let n = totals.counted.max(1) as f64;
         let losses = totals.losses.map(|l| l / n);
@@ -155,6 +159,7 @@ impl YoloTrainer {
             validation,
             is_best,
             time,
+            train_seconds,
         })
     }
 
