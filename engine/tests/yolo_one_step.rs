@@ -163,6 +163,7 @@ fn one_training_step_matches_ultralytics_loss_gradients_and_running_stats() {
     let want_loss = f64s(&fx["loss"]);
     for (k, (g, w)) in loss.iter().zip(&want_loss).enumerate() {
         let err = relative(*g, *w, w.abs());
+        println!("loss term {k}: {g} vs ultralytics {w} (relative {err:e})");
         assert!(
             err <= GRAD_TOL,
             "loss term {k}: {g} vs ultralytics {w} (relative {err:e})"
@@ -171,7 +172,7 @@ fn one_training_step_matches_ultralytics_loss_gradients_and_running_stats() {
 
     let params: BTreeMap<String, Tensor> = model.named_parameters().into_iter().collect();
     let grads = fx["grads"].as_object().unwrap();
-    let mut worst = (0.0, String::new());
+    let (mut worst, mut worst_f32) = ((0.0, String::new()), (0.0, String::new()));
     let mut failures = Vec::new();
     let (mut worst_norm, mut worst_norm_f64) = (0f64, 0f64);
     let model_norm = grads
@@ -206,20 +207,31 @@ fn one_training_step_matches_ultralytics_loss_gradients_and_running_stats() {
         }
         worst_norm = worst_norm.max(err);
         worst_norm_f64 = worst_norm_f64.max(relative(norm, f64_norm, f64_norm));
-        // An entry is measured against the larger of itself and the tensor's RMS, so an entry
-        // near zero (where cancellation leaves no relative digits) is judged at the tensor's scale.
-        let rms = want_norm / (g.len() as f64).sqrt();
-        for (i, w) in want["idx"].as_array().unwrap().iter().zip(f64s(&want["val"])) {
-            let i = usize_of(i);
-            let err = relative(g[i], w, w.abs().max(rms));
+        // Single entries carry F32 rounding on both sides, amplified where a BatchNorm's
+        // backward subtracts two nearly equal sums (stride 32 sees 8 values per channel here):
+        // ultralytics' own F32 entries stray up to 1.7e-3 from its F64 step. So an entry is
+        // held to 2e-3 of ultralytics' F64 step (the same computation without rounding), and
+        // its distance from ultralytics' F32 step is reported. An entry is measured against
+        // the larger of itself and the tensor's RMS, so one near zero is judged at the
+        // tensor's scale.
+        let rms = f64_norm / (g.len() as f64).sqrt();
+        let idx = want["idx"].as_array().unwrap().iter().map(usize_of);
+        let pairs = f64s(&want["f64_val"]).into_iter().zip(f64s(&want["val"]));
+        for (i, (w64, w32)) in idx.zip(pairs) {
+            let err = relative(g[i], w64, w64.abs().max(rms));
             if err > GRAD_TOL {
                 failures.push(format!(
-                    "`{name}`[{i}]: gradient {:e} vs ultralytics {w:e} (relative {err:e})",
+                    "`{name}`[{i}]: gradient {:e} vs ultralytics' F64 step {w64:e} (relative \
+                     {err:e}; its F32 step {w32:e})",
                     g[i]
                 ));
             }
             if err > worst.0 {
                 worst = (err, format!("{name}[{i}]"));
+            }
+            let err32 = relative(g[i], w32, w32.abs().max(rms));
+            if err32 > worst_f32.0 {
+                worst_f32 = (err32, format!("{name}[{i}]"));
             }
         }
     }
@@ -227,8 +239,9 @@ fn one_training_step_matches_ultralytics_loss_gradients_and_running_stats() {
     assert_eq!(grads.len(), params.len(), "every parameter is compared");
     println!(
         "gradient norms: worst relative {worst_norm:e} from ultralytics' F32 step, \
-         {worst_norm_f64:e} from its F64 step; worst entry {:e} at {}",
-        worst.0, worst.1
+         {worst_norm_f64:e} from its F64 step; worst entry {:e} from the F64 step at {}, \
+         {:e} from the F32 step at {}",
+        worst.0, worst.1, worst_f32.0, worst_f32.1
     );
 
     // Per BatchNorm: a few fixed channels of each statistic, and the mean over its channels.
