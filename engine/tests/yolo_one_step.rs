@@ -20,6 +20,9 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 const GRAD_TOL: f64 = 2e-3;
+/// The loss terms after a whole F32 forward: ours and ultralytics' F32 each stray about 1e-5
+/// from ultralytics' F64 step, in opposite directions here.
+const LOSS_TOL: f64 = 1e-4;
 const RUNNING_STATS_TOL: f64 = 1e-5;
 /// A gradient that is zero in float64 may hold F32 rounding noise up to this fraction of the
 /// whole model's gradient norm (ultralytics' own F32 step leaves about 1.6e-10 of it).
@@ -74,7 +77,12 @@ fn initial_model(fx: &Value) -> YoloModel {
 /// and column, with each box filled by a colour of its class and channel.
 fn images(fx: &Value) -> Tensor {
     let (b, s) = (usize_of(&fx["batch"]), usize_of(&fx["imgsz"]));
-    let boxes: Vec<Vec<f64>> = fx["boxes_px"].as_array().unwrap().iter().map(f64s).collect();
+    let boxes: Vec<Vec<f64>> = fx["boxes_px"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(f64s)
+        .collect();
     let mut px = vec![0f32; b * 3 * s * s];
     for i in 0..b {
         for c in 0..3 {
@@ -165,7 +173,7 @@ fn one_training_step_matches_ultralytics_loss_gradients_and_running_stats() {
         let err = relative(*g, *w, w.abs());
         println!("loss term {k}: {g} vs ultralytics {w} (relative {err:e})");
         assert!(
-            err <= GRAD_TOL,
+            err <= LOSS_TOL,
             "loss term {k}: {g} vs ultralytics {w} (relative {err:e})"
         );
     }
@@ -184,7 +192,10 @@ fn one_training_step_matches_ultralytics_loss_gradients_and_running_stats() {
         let p = params
             .get(name)
             .unwrap_or_else(|| panic!("no parameter `{name}`"));
-        let g = values(&p.grad().unwrap_or_else(|| panic!("`{name}` has no gradient")));
+        let g = values(
+            &p.grad()
+                .unwrap_or_else(|| panic!("`{name}` has no gradient")),
+        );
         let norm = g.iter().map(|v| v * v).sum::<f64>().sqrt();
         let want_norm = want["norm"].as_f64().unwrap();
         let f64_norm = want["f64_norm"].as_f64().unwrap();
@@ -235,7 +246,12 @@ fn one_training_step_matches_ultralytics_loss_gradients_and_running_stats() {
             }
         }
     }
-    assert!(failures.is_empty(), "{}", failures.join("\n"));
+    assert!(
+        failures.is_empty(),
+        "{} gradient mismatches, the first:\n{}",
+        failures.len(),
+        failures[..failures.len().min(20)].join("\n")
+    );
     assert_eq!(grads.len(), params.len(), "every parameter is compared");
     println!(
         "gradient norms: worst relative {worst_norm:e} from ultralytics' F32 step, \
@@ -252,8 +268,13 @@ fn one_training_step_matches_ultralytics_loss_gradients_and_running_stats() {
             let got = values(&state[&format!("{prefix}.{stat}")]);
             let mean = got.iter().sum::<f64>() / got.len() as f64;
             let want_mean = want[format!("{stat}_mean")].as_f64().unwrap();
-            let mut pairs = vec![(mean, want_mean, "mean".to_string())];
-            for (i, w) in want["idx"].as_array().unwrap().iter().zip(f64s(&want[stat])) {
+            let mut pairs = vec![(mean, want_mean, " (mean over channels)".to_string())];
+            for (i, w) in want["idx"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .zip(f64s(&want[stat]))
+            {
                 let i = usize_of(i);
                 pairs.push((got[i], w, format!("[{i}]")));
             }
