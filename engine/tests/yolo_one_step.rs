@@ -1,15 +1,19 @@
 //! One training step of YOLO11n against ultralytics 8.4.190 (issue 12, "Parity"): the same
-//! initial weights, the same batch, augmentation off, F32 on both sides. The loss terms, every
-//! parameter's gradient (its L2 norm and a few fixed entries) within 2e-3 relative, and every
-//! BatchNorm's running statistics after the forward within 1e-5.
+//! initial weights, the same batch, augmentation off, F32 on both sides. Checked: the loss
+//! terms (within 1e-4), every parameter's gradient norm against ultralytics' F32 step and a few
+//! fixed entries per parameter against ultralytics' F64 step of the same computation (within
+//! 2e-3 relative; why F64 for entries is said where they are compared), and every BatchNorm's
+//! running statistics after the forward (a few channels and the mean over channels, within
+//! 1e-5).
 //!
 //! The weights are not committed: this test builds them from a fixed seed and writes them
 //! through our ultralytics `.pt` writer (FP16, so both sides start from the same rounded
 //! values), then reads them back. tests/fixtures/yolo/one_step/make_fixture.py ran ultralytics
-//! on such a file (`RB_ONE_STEP_WRITE_PT=/tmp/w.pt cargo test --test yolo_one_step` writes it)
-//! and stored the summaries in one_step.json, with a checksum of the weights that this test
-//! checks first, so a change in how we initialise shows as that and not as a gradient mismatch.
-//! The batch is two 64x64 images drawn by a formula both sides compute, with three boxes.
+//! on such a file (`RB_ONE_STEP_WRITE_PT=/tmp/one_step.pt cargo test -p rusting_brain --test
+//! yolo_one_step initial_weights` writes it) and stored the summaries in one_step.json, with
+//! the sum and sum of squares of the weights, which the first test checks, so a change in how
+//! we initialise shows as that and not as a gradient mismatch. The batch is two 64x64 images
+//! drawn by a formula both sides compute, with four boxes.
 
 use rusting_brain::models::yolo::loss::{DetectionLoss, DetectionTargets, LossGains};
 use rusting_brain::models::yolo::{definitions, PtMeta, YoloModel};
@@ -61,10 +65,7 @@ fn initial_model(fx: &Value) -> YoloModel {
     let mut gen = Generator::new(fx["seed"].as_u64().unwrap());
     let built = YoloModel::build(&config, names, false, &mut gen).unwrap();
     let dir = tempfile::tempdir().unwrap();
-    let path = match std::env::var_os("RB_ONE_STEP_WRITE_PT") {
-        Some(p) => PathBuf::from(p),
-        None => dir.path().join("initial.pt"),
-    };
+    let path = dir.path().join("initial.pt");
     built
         .save_ultralytics_pt(&path, &PtMeta::default())
         .unwrap();
@@ -147,6 +148,12 @@ fn relative(got: f64, want: f64, scale: f64) -> f64 {
 fn initial_weights_are_the_ones_ultralytics_ran() {
     let fx = fixture();
     let model = initial_model(&fx);
+    // The weights make_fixture.py reads: this test alone writes them, when asked.
+    if let Some(path) = std::env::var_os("RB_ONE_STEP_WRITE_PT") {
+        model
+            .save_ultralytics_pt(&PathBuf::from(path), &PtMeta::default())
+            .unwrap();
+    }
     let (mut sum, mut squares) = (0.0, 0.0);
     for (_, p) in model.named_parameters() {
         for v in values(&p) {
