@@ -131,10 +131,12 @@ fn targets(fx: &Value) -> DetectionTargets {
 }
 
 /// The model after one forward and backward, and the loss terms (times the batch size).
-fn one_step(fx: &Value) -> (YoloModel, Vec<f64>) {
+fn one_step(fx: &Value, device: Device) -> (YoloModel, Vec<f64>) {
     let model = initial_model(fx);
+    model.to_device(device).unwrap();
     let loss = DetectionLoss::for_head(model.detect(), LossGains::default()).unwrap();
-    let head = model.forward_head(&images(fx)).unwrap();
+    let x = images(fx).to_device(device).unwrap();
+    let head = model.forward_head(&x).unwrap();
     let out = loss.forward_head(&head, &targets(fx)).unwrap();
     out.total.backward().unwrap();
     (model, values(&out.loss))
@@ -174,7 +176,27 @@ fn initial_weights_are_the_ones_ultralytics_ran() {
 #[test]
 fn one_training_step_matches_ultralytics_loss_gradients_and_running_stats() {
     let fx = fixture();
-    let (model, loss) = one_step(&fx);
+    let (model, loss) = one_step(&fx, Device::Cpu);
+    check_against_ultralytics(&fx, &model, &loss);
+}
+
+/// The same step on CUDA in F32 (TF32 off, the device's default) against the same fixture.
+#[test]
+fn cuda_one_training_step_matches_ultralytics() {
+    let Some(dev) =
+        rusting_brain::backend::cuda::device_for_test("cuda_one_training_step_matches_ultralytics")
+    else {
+        return;
+    };
+    let fx = fixture();
+    let (model, loss) = one_step(&fx, dev);
+    assert_eq!(model.device(), dev);
+    check_against_ultralytics(&fx, &model, &loss);
+}
+
+/// Loss terms, gradients and running statistics of a model after `one_step` against the
+/// fixture.
+fn check_against_ultralytics(fx: &Value, model: &YoloModel, loss: &[f64]) {
     let want_loss = f64s(&fx["loss"]);
     for (k, (g, w)) in loss.iter().zip(&want_loss).enumerate() {
         let err = relative(*g, *w, w.abs());
