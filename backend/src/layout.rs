@@ -213,6 +213,18 @@ impl Layout {
         })
     }
 
+    /// A contiguous matrix (or batch of them) seen with its last two dims swapped: the Wᵀ of
+    /// x Wᵀ, which casts and gradients keep in W's memory order.
+    pub fn is_transposed_contiguous(&self) -> bool {
+        let r = self.rank();
+        if r < 2 || self.is_contiguous() {
+            return false;
+        }
+        let mut perm: Vec<usize> = (0..r).collect();
+        perm.swap(r - 2, r - 1);
+        self.permuted(&perm).is_contiguous()
+    }
+
     pub fn permuted(&self, perm: &[usize]) -> Layout {
         Layout {
             shape: perm.iter().map(|&p| self.shape[p]).collect(),

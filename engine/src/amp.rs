@@ -84,8 +84,7 @@ pub(crate) fn operand(t: &Tensor, dtype: DType) -> Result<Tensor> {
 /// column by column into a transposed copy, the product reads it with cuBLAS's transpose
 /// flag, and the gradient returns to W in W's order (`matmul`'s backward keeps it).
 fn cast_in_memory_order(t: &Tensor, dtype: DType) -> Result<Tensor> {
-    let transposed = t.rank() >= 2 && !t.is_contiguous() && t.t()?.is_contiguous();
-    if transposed && t.dtype() != dtype {
+    if t.layout().is_transposed_contiguous() && t.dtype() != dtype {
         return t.t()?.to_dtype(dtype)?.t();
     }
     t.to_dtype(dtype)

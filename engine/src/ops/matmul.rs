@@ -119,10 +119,8 @@ impl Tensor {
                         // The Wᵀ of x Wᵀ (a transposed contiguous matrix) gets its gradient
                         // as (gᵀ a)ᵀ, in W's memory order, so W's gradient needs no
                         // transposing copy; as PyTorch's mm backward does.
-                        let w_order = a.rank() == 2
-                            && b.rank() == 2
-                            && !b.is_contiguous()
-                            && b.t()?.is_contiguous();
+                        let w_order =
+                            a.rank() == 2 && b.rank() == 2 && b.layout().is_transposed_contiguous();
                         if w_order {
                             g.t()?.matmul(a)?.t()
                         } else {
