@@ -5,7 +5,7 @@ use rusting_brain::gradcheck::{gradcheck, GradcheckOptions};
 use rusting_brain::ops::table::OPS;
 use rusting_brain::{
     bce_with_logits, cross_entropy, huber_loss, mse_loss, Conv2dOptions, CrossEntropyOptions,
-    DType, Generator, Reduction, Result, Tensor,
+    DType, Device, Generator, Reduction, Result, Tensor,
 };
 
 type OpFn = Box<dyn Fn(&[Tensor]) -> Result<Tensor>>;
@@ -221,6 +221,26 @@ fn gradcheck_case(name: &str) -> Option<Case> {
                 // Over two trailing dims with weight and bias, and over the last dim without.
                 let affine = x[0].layer_norm(Some(&x[1]), Some(&x[2]), 1e-5)?;
                 affine.add(&x[0].layer_norm(None, None, 1e-5)?.mul(&x[0])?)
+            },
+        ),
+        "batch_norm" => case(
+            vec![randn(&[3, 2, 2, 3], 63), randn(&[2], 64), randn(&[2], 65)],
+            |x| {
+                // Training (through the batch statistics, the running ones fresh each call so
+                // the finite differences see the same op), and eval with fixed statistics.
+                let c = x[0].shape()[1];
+                let (rm, rv) = (
+                    Tensor::zeros(&[c], DType::F64, Device::Cpu)?,
+                    Tensor::ones(&[c], DType::F64, Device::Cpu)?,
+                );
+                let train =
+                    x[0].batch_norm(Some((&rm, &rv)), Some(&x[1]), Some(&x[2]), true, 0.1, 1e-5)?;
+                let (m, v) = (
+                    Tensor::from_vec(vec![0.3f64, -0.2], &[2])?,
+                    Tensor::from_vec(vec![0.8f64, 1.7], &[2])?,
+                );
+                let eval = x[0].batch_norm(Some((&m, &v)), Some(&x[1]), None, false, 0.1, 1e-5)?;
+                train.add(&eval.mul(&x[0])?)
             },
         ),
         "rms_norm" => case(vec![randn(&[4, 5], 61), randn(&[5], 62)], |x| {

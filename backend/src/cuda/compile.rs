@@ -49,6 +49,7 @@ kernel_file!(ELEMENTWISE, "elementwise.cu", super::elementwise::op_cases);
 kernel_file!(REDUCE, "reduce.cu");
 kernel_file!(SOFTMAX, "softmax.cu");
 kernel_file!(NORM, "norm.cu");
+kernel_file!(BATCH_NORM, "batch_norm.cu");
 kernel_file!(LOSS, "loss.cu");
 kernel_file!(RANDOM, "random.cu");
 kernel_file!(INDEX, "index.cu");
@@ -80,6 +81,7 @@ pub const ALL_FILES: &[&KernelFile] = &[
     &POOL,
     &OPTIM,
     &NORM,
+    &BATCH_NORM,
     &LOSS,
     &RANDOM,
     &ATTENTION,

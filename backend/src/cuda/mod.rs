@@ -3,6 +3,7 @@
 //! returns `DeviceUnavailable` instead of touching cudarc.
 
 pub mod attention;
+pub mod batch_norm;
 pub mod compile;
 pub mod conv;
 pub mod copy;

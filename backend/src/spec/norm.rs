@@ -1,4 +1,4 @@
-//! LayerNorm and RMSNorm as the kernels see them.
+//! LayerNorm, RMSNorm and BatchNorm as the kernels see them.
 
 /// One norm call: `rows` contiguous rows of `cols` elements.
 #[derive(Clone, Copy, Debug)]
@@ -8,4 +8,25 @@ pub struct NormSpec {
     pub eps: f64,
     /// RMSNorm (no mean subtracted, no bias) rather than LayerNorm.
     pub rms: bool,
+}
+
+/// One batch-norm call: a contiguous [outer, channels, inner] tensor (NCHW: outer = N, inner =
+/// H * W), normalized per channel over its outer * inner values.
+#[derive(Clone, Copy, Debug)]
+pub struct BatchNormSpec {
+    pub outer: usize,
+    pub channels: usize,
+    pub inner: usize,
+    pub eps: f64,
+}
+
+impl BatchNormSpec {
+    /// Values per channel.
+    pub fn count(&self) -> usize {
+        self.outer * self.inner
+    }
+
+    pub fn numel(&self) -> usize {
+        self.outer * self.channels * self.inner
+    }
 }

@@ -85,6 +85,26 @@ fn layer_norm(x: Tensor, w: rhai::Dynamic, b: rhai::Dynamic, opts: Map) -> RhaiR
     guard(|| x.layer_norm(w.as_ref(), b.as_ref(), eps))
 }
 
+/// torch.nn.functional.batch_norm: running statistics, weight and bias may each be ().
+fn batch_norm(x: Tensor, stats: [rhai::Dynamic; 4], opts: Map) -> RhaiResult<Tensor> {
+    const WHAT: &str = "nn::batch_norm";
+    let o = Options::new(WHAT, opts, &["training", "momentum", "eps"])?;
+    let training = o.bool("training", false)?;
+    let (momentum, eps) = (o.float("momentum", 0.1)?, o.float("eps", 1e-5)?);
+    let [rm, rv, w, b] = stats.map(|v| optional_tensor(v, WHAT));
+    let (rm, rv, w, b) = (rm?, rv?, w?, b?);
+    let running = match (&rm, &rv) {
+        (Some(m), Some(v)) => Some((m, v)),
+        (None, None) => None,
+        _ => {
+            return Err(crate::error::runtime_error(format!(
+                "{WHAT}: give both running_mean and running_var, or neither"
+            )))
+        }
+    };
+    guard(|| x.batch_norm(running, w.as_ref(), b.as_ref(), training, momentum, eps))
+}
+
 fn rms_norm(x: Tensor, w: rhai::Dynamic, opts: Map) -> RhaiResult<Tensor> {
     let o = Options::new("nn::rms_norm", opts, &["eps"])?;
     let eps = o.float("eps", 1e-6)?;
@@ -180,6 +200,24 @@ pub fn register(api: &mut Api) {
         "LayerNorm with options; weight and bias may be ().",
         "let x = randn([2, 4]); nn::layer_norm(x, (), (), #{ eps: 1e-6 })",
         layer_norm,
+    );
+    api.func(
+        "batch_norm",
+        "nn::batch_norm(x, running_mean, running_var, weight, bias[, #{ training, momentum, eps }]) -> Tensor",
+        "BatchNorm over the channels (dim 1) of [N, C, ...]. training (default false) normalizes with the batch's statistics and updates the running ones in place (momentum 0.1); eval uses the running ones. Any of the four [C] tensors may be (); eps defaults to 1e-5.",
+        "let x = randn([4, 3, 5, 5]); let m = zeros([3]); let v = ones([3]); nn::batch_norm(x, m, v, (), (), #{ training: true })",
+        |x: Tensor, rm: rhai::Dynamic, rv: rhai::Dynamic, w: rhai::Dynamic, b: rhai::Dynamic| {
+            batch_norm(x, [rm, rv, w, b], Map::new())
+        },
+    );
+    api.func(
+        "batch_norm",
+        "nn::batch_norm(x, running_mean, running_var, weight, bias, #{ training, momentum, eps }) -> Tensor",
+        "BatchNorm with options.",
+        "let x = randn([4, 3]); nn::batch_norm(x, (), (), (), (), #{ training: true, eps: 1e-3 })",
+        |x: Tensor, rm: rhai::Dynamic, rv: rhai::Dynamic, w: rhai::Dynamic, b: rhai::Dynamic, o: Map| {
+            batch_norm(x, [rm, rv, w, b], o)
+        },
     );
     api.func(
         "rms_norm",

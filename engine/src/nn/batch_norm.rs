@@ -41,22 +41,13 @@ impl BatchNorm2d {
         self.running_mean.shape()[0]
     }
 
-    /// Folds this batch's statistics into the running buffers (outside the graph).
-    fn update_running_stats(&self, mean: &Tensor, biased_var: &Tensor, count: usize) -> Result<()> {
-        no_grad(|| {
-            self.num_batches_tracked.add_scalar_(1.0)?;
-            let m = match self.momentum {
-                Some(m) => m,
-                None => 1.0 / self.num_batches_tracked.item()?,
-            };
-            let c = self.num_features();
-            let unbiased = biased_var.mul_scalar(count as f64 / (count as f64 - 1.0))?;
-            for (running, batch) in [(&self.running_mean, mean), (&self.running_var, &unbiased)] {
-                let batch = batch.reshape_to(&[c])?.to_dtype(running.dtype())?;
-                running.copy_(&running.mul_scalar(1.0 - m)?.add(&batch.mul_scalar(m)?)?)?;
-            }
-            Ok(())
-        })
+    /// The weight of this batch in the running statistics: `momentum`, or 1 / batches so far
+    /// (this one included) for a cumulative average.
+    fn update_factor(&self) -> Result<f64> {
+        match self.momentum {
+            Some(m) => Ok(m),
+            None => Ok(1.0 / (self.num_batches_tracked.item()? + 1.0)),
+        }
     }
 }
 
@@ -70,40 +61,25 @@ impl Module for BatchNorm2d {
                 format!("{:?}", x.shape()),
             ));
         }
-        let xf = match x.dtype() {
-            DType::F32 | DType::F64 => x.clone(),
-            _ => x.to_dtype(DType::F32)?,
-        };
-        let per_channel = [1, c, 1, 1];
-        let (mean, var) = if self.training {
-            let count = x.numel() / c;
-            if count < 2 {
-                return Err(Error::invalid(
-                    "BatchNorm2d",
-                    format!(
-                        "train mode needs more than one value per channel, got input {:?}",
-                        x.shape()
-                    ),
-                ));
-            }
-            let mean = xf.mean_dims(&[0, 2, 3], true)?;
-            let var = xf.var_dims(&[0, 2, 3], false, true)?;
-            self.update_running_stats(&mean.detach(), &var.detach(), count)?;
-            (mean, var)
+        let running = (&self.running_mean, &self.running_var);
+        let momentum = if self.training {
+            self.update_factor()?
         } else {
-            (
-                self.running_mean.reshape_to(&per_channel)?,
-                self.running_var.reshape_to(&per_channel)?,
-            )
+            0.0
         };
-        let mut y = xf.sub(&mean)?.mul(&var.add_scalar(self.eps)?.rsqrt()?)?;
-        if let Some(w) = &self.weight {
-            y = y.mul(&w.reshape_to(&per_channel)?)?;
+        let y = x.batch_norm(
+            Some(running),
+            self.weight.as_ref(),
+            self.bias.as_ref(),
+            self.training,
+            momentum,
+            self.eps,
+        )?;
+        if self.training {
+            // Counted after the step succeeded, as the running statistics were updated.
+            no_grad(|| self.num_batches_tracked.add_scalar_(1.0))?;
         }
-        if let Some(b) = &self.bias {
-            y = y.add(&b.reshape_to(&per_channel)?)?;
-        }
-        y.to_dtype(x.dtype())
+        Ok(y)
     }
 
     fn named_parameters(&self) -> Vec<(String, Tensor)> {

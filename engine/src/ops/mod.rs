@@ -2,6 +2,7 @@
 //! dispatch) with their backward written beside them in terms of tensor ops.
 
 pub mod attention;
+pub mod batch_norm;
 pub mod bias_act;
 pub mod bincount;
 pub mod conv;

@@ -105,6 +105,7 @@ ops! {
     // normalization
     "layer_norm": Primitive, true, FLOAT;
     "rms_norm": Primitive, true, FLOAT;
+    "batch_norm": Primitive, true, FLOAT;
     // views and copies
     "reshape": View, true, ALL;
     "permute": View, true, ALL;

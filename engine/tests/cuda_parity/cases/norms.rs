@@ -1,4 +1,4 @@
-//! layer_norm and rms_norm.
+//! layer_norm, rms_norm and batch_norm.
 
 use super::{one, SIZES};
 use crate::harness::{normal, value, Case, Dist};
@@ -7,6 +7,7 @@ use rusting_brain::{Result, Tensor};
 pub const OPS: &[super::Entry] = &[
     ("layer_norm", || norm_cases(true)),
     ("rms_norm", || norm_cases(false)),
+    ("batch_norm", batch_norm_cases),
 ];
 
 /// layer_norm (with a bias) or rms_norm over the last dim, with and without a weight, of a
@@ -66,6 +67,78 @@ fn norm_cases(layer: bool) -> Vec<Case> {
         ],
         99,
         move |x| one(apply(layer, &x[0], Some(&x[1]), None)),
+    ));
+    cases
+}
+
+/// batch_norm in training (the batch's statistics; fresh running statistics each call) with and
+/// without the affine parameters, over NCHW planes whose size takes the 16-byte kernels (8x8)
+/// and the one-element ones (3x5), over [N, C], and in eval with fixed running statistics.
+fn batch_norm_cases() -> Vec<Case> {
+    fn train(x: &[Tensor], affine: bool) -> Result<Vec<Tensor>> {
+        let c = x[0].shape()[1];
+        let (dt, dev) = (rusting_brain::DType::F32, x[0].device());
+        let rm = Tensor::zeros(&[c], dt, dev)?;
+        let rv = Tensor::ones(&[c], dt, dev)?;
+        let (w, b) = if affine {
+            (x.get(1), x.get(2))
+        } else {
+            (None, None)
+        };
+        let y = x[0].batch_norm(Some((&rm, &rv)), w, b, true, 0.1, 1e-5)?;
+        // The running statistics are outputs too (compared, not differentiated).
+        Ok(vec![y, rm, rv])
+    }
+    let mut cases = Vec::new();
+    for shape in [[4usize, 3, 8, 8], [2, 5, 3, 5], [6, 4, 1, 1]] {
+        let (c, count) = (shape[1], shape[0] * shape[2] * shape[3]);
+        cases.push(Case::new(
+            format!("{shape:?} training with weight and bias"),
+            vec![
+                normal(&shape),
+                value(&[c], Dist::Uniform(0.5, 1.5)),
+                normal(&[c]),
+            ],
+            count,
+            |x| train(x, true),
+        ));
+        cases.push(Case::new(
+            format!("{shape:?} training without parameters"),
+            vec![normal(&shape)],
+            count,
+            |x| train(x, false),
+        ));
+    }
+    cases.push(Case::new(
+        "[5, 7] training with weight and bias",
+        vec![
+            normal(&[5, 7]),
+            value(&[7], Dist::Uniform(0.5, 1.5)),
+            normal(&[7]),
+        ],
+        5,
+        |x| train(x, true),
+    ));
+    cases.push(Case::new(
+        "[3, 4, 6, 6] eval with weight and bias",
+        vec![
+            normal(&[3, 4, 6, 6]),
+            normal(&[4]),
+            value(&[4], Dist::Uniform(0.5, 1.5)),
+            value(&[4], Dist::Uniform(0.5, 1.5)),
+            normal(&[4]),
+        ],
+        1,
+        |x| {
+            one(x[0].batch_norm(
+                Some((&x[1], &x[2])),
+                Some(&x[3]),
+                Some(&x[4]),
+                false,
+                0.1,
+                1e-5,
+            ))
+        },
     ));
     cases
 }
