@@ -210,6 +210,28 @@ extern "C" __global__ void __launch_bounds__(OPT_BLOCK) grad_scale(const __grid_
     });
 }
 
+// x = lerp(x, end, weight) for many tensors, as torch._foreach_lerp_ (src = end, dst = x): the
+// form nearer the end that is picked keeps the result exact at weights 0 and 1. For a model's
+// moving average (EMA) in one launch instead of a few per tensor.
+extern "C" __global__ void __launch_bounds__(OPT_BLOCK) foreach_lerp(const __grid_constant__ NormTable t, double weight) {
+    int b = blockIdx.x;
+    int k = opt_find(t.block_start, t.n, b);
+    i64 start = (i64)(b - t.block_start[k]) * OPT_NORM_CHUNK;
+    i64 end = min(t.numel[k], start + OPT_NORM_CHUNK);
+    opt_with_type(t.dtype[k], [&](auto tag) {
+        typedef typename decltype(tag)::type T;
+        typedef typename Acc<T>::type A;
+        const T* e = (const T*)t.src[k];
+        T* x = (T*)t.dst[k];
+        const A w = (A)weight;
+        for (i64 i = start + threadIdx.x; i < end; i += blockDim.x) {
+            A xv = to_acc(x[i]), ev = to_acc(e[i]);
+            A d = ev - xv;
+            x[i] = from_acc<T>(w < (A)0.5 ? xv + w * d : ev - d * ((A)1 - w));
+        }
+    });
+}
+
 // ----- fused updates -----
 
 __device__ double opt_progress(i64 step, i64 start, i64 len) {

@@ -169,6 +169,12 @@ fn report_map(r: &EpochReport) -> Map {
     m.insert("instances".into(), Dynamic::from_int(r.instances as INT));
     m.insert("images".into(), Dynamic::from_int(r.images as INT));
     m.insert("train_seconds".into(), Dynamic::from_float(r.train_seconds));
+    let phases: Map = rusting_brain::models::yolo::train::PHASES
+        .iter()
+        .zip(r.phase_seconds)
+        .map(|(name, secs)| ((*name).into(), Dynamic::from_float(secs)))
+        .collect();
+    m.insert("phase_seconds".into(), phases.into());
     let rate = r.images as f64 / r.train_seconds.max(1e-9);
     m.insert("images_per_second".into(), Dynamic::from_float(rate));
     m.insert("steps".into(), Dynamic::from_int(r.optimizer_steps as INT));

@@ -136,14 +136,14 @@ fn slice_in(storage: &Storage, t: &Tensor) -> Result<DevSlice> {
     }
 }
 
-fn device_slice(t: &Tensor) -> Result<DevSlice> {
+pub(super) fn device_slice(t: &Tensor) -> Result<DevSlice> {
     slice_in(&t.storage(), t)
 }
 
 /// Like `device_slice` for a tensor the kernels will write: takes the write lock for a moment,
 /// which bumps the storage version, so a backward that saved this tensor fails instead of
 /// reading the new values.
-fn written_slice(t: &Tensor) -> Result<DevSlice> {
+pub(super) fn written_slice(t: &Tensor) -> Result<DevSlice> {
     slice_in(&t.storage_cell().write(), t)
 }
 

@@ -6,6 +6,7 @@
 mod adamw;
 mod clip;
 mod fused;
+mod lerp;
 mod lion;
 mod optimizer;
 pub mod schedule;
@@ -20,6 +21,7 @@ pub use adamw::{AdamW, AdamWConfig};
 pub use clip::{
     clip_grad_norm, clip_grad_norm_tensor, global_grad_norm, global_grad_norm_tensor, scale_grads,
 };
+pub use lerp::lerp_all_;
 pub use lion::{Lion, LionConfig};
 pub use optimizer::{
     numbered, state_dtype, Optimizer, OptimizerCore, Param, ParamState, StepOutcome,

@@ -1,5 +1,6 @@
 //! The global L2 norm of many gradients, and scaling them by a clip factor worked out from that
-//! norm on the device (`grad_sq_norm`, `grad_norm_finish` and `grad_scale` in optim.cu).
+//! norm on the device (`grad_sq_norm`, `grad_norm_finish` and `grad_scale` in optim.cu); and
+//! `lerp_all`, the moving average of many tensors (`foreach_lerp`), on the same tables.
 
 use super::plan::{plan, set_block_starts};
 use super::{dtype_code, DevSlice, BLOCK};
@@ -97,6 +98,51 @@ pub unsafe fn grad_norm(
     Ok(out)
 }
 
+/// `x = lerp(x, end, weight)` for each pair (end, x address) of the same size and dtype, as
+/// torch._foreach_lerp_, in as few launches as the tables allow.
+///
+/// # Safety
+/// Every `end` must address live device memory of its size and dtype on `dev`, and each `x`
+/// as many elements of that dtype, not overlapping any `end`.
+pub unsafe fn lerp_all(
+    dev: &Arc<CudaDevice>,
+    pairs: &[(DevSlice, u64)],
+    weight: f64,
+) -> Result<()> {
+    table_launch(dev, "foreach_lerp", "lerp", pairs, |f, blocks, t| {
+        dev.launch(f, (blocks, 1, 1), BLOCK, 0, &mut args![t, weight])
+    })
+}
+
+/// Launches `kernel` over (source, destination) pairs, a table of at most NORM_MAX tensors a
+/// launch; `launch` gets the function, the block count and the table.
+///
+/// # Safety
+/// The pairs must satisfy what `kernel` reads and writes (see its callers).
+unsafe fn table_launch(
+    dev: &Arc<CudaDevice>,
+    kernel: &str,
+    op: &'static str,
+    pairs: &[(DevSlice, u64)],
+    launch: impl Fn(cudarc::driver::sys::CUfunction, u32, NormTable) -> Result<()>,
+) -> Result<()> {
+    let pairs: Vec<&(DevSlice, u64)> = pairs.iter().filter(|(g, _)| g.numel > 0).collect();
+    let numels: Vec<usize> = pairs.iter().map(|(g, _)| g.numel).collect();
+    let f = dev.function(&OPTIM, kernel)?;
+    for (range, starts) in plan(&numels, NORM_MAX, NORM_CHUNK)? {
+        let mut t = NormTable::new(range.len());
+        for (j, (g, dst)) in pairs[range].iter().enumerate() {
+            t.src[j] = g.ptr;
+            t.dst[j] = *dst;
+            t.numel[j] = g.numel as i64;
+            t.dtype[j] = dtype_code(op, g.dtype)?;
+        }
+        let blocks = set_block_starts(&mut t.block_start, &starts) as u32;
+        launch(f, blocks, t)?;
+    }
+    Ok(())
+}
+
 /// Writes `src * clip factor` into each `dst`, where the factor is `max_norm / (norm + 1e-6)`
 /// when the device `norm` is finite and above `max_norm`, else 1 (as `clip_grad_norm` on the
 /// CPU). In a fused update, no clipping is a `max_norm` of infinity.
@@ -110,20 +156,12 @@ pub unsafe fn scale_by_norm(
     norm: u64,
     max_norm: f64,
 ) -> Result<()> {
-    let pairs: Vec<&(DevSlice, u64)> = pairs.iter().filter(|(g, _)| g.numel > 0).collect();
-    let numels: Vec<usize> = pairs.iter().map(|(g, _)| g.numel).collect();
-    let f = dev.function(&OPTIM, "grad_scale")?;
-    for (range, starts) in plan(&numels, NORM_MAX, NORM_CHUNK)? {
-        let mut t = NormTable::new(range.len());
-        for (j, (g, dst)) in pairs[range].iter().enumerate() {
-            t.src[j] = g.ptr;
-            t.dst[j] = *dst;
-            t.numel[j] = g.numel as i64;
-            t.dtype[j] = dtype_code("clip_grad_norm", g.dtype)?;
-        }
-        let blocks = set_block_starts(&mut t.block_start, &starts) as u32;
-        // SAFETY: the caller's contract.
-        dev.launch(f, (blocks, 1, 1), BLOCK, 0, &mut args![t, norm, max_norm])?;
-    }
-    Ok(())
+    // SAFETY: the caller's contract.
+    table_launch(
+        dev,
+        "grad_scale",
+        "clip_grad_norm",
+        pairs,
+        |f, blocks, t| dev.launch(f, (blocks, 1, 1), BLOCK, 0, &mut args![t, norm, max_norm]),
+    )
 }

@@ -20,7 +20,7 @@ mod readback;
 mod update;
 
 pub use clip::NORM_MAX;
-pub use clip::{grad_norm, scale_by_norm};
+pub use clip::{grad_norm, lerp_all, scale_by_norm};
 pub use readback::Snapshot;
 pub use update::fused_update;
 pub use update::{UpdateItem, UPDATE_MAX};

@@ -59,25 +59,25 @@ impl ModelEma {
         }
         self.updates += 1;
         let weight = 1.0 - self.decay_at(self.updates);
-        crate::no_grad(|| {
-            for ((name, ema), model_t) in self.state.iter().zip(current.values()) {
-                if !ema.dtype().is_float() {
-                    continue;
-                }
-                if ema.shape() != model_t.shape() {
-                    return Err(Error::invalid(
-                        "model EMA",
-                        format!(
-                            "{name} is {:?} in the model but {:?} in the EMA",
-                            model_t.shape(),
-                            ema.shape()
-                        ),
-                    ));
-                }
-                lerp_(ema, &model_t.to_dtype(ema.dtype())?, weight)?;
+        let (mut xs, mut ends) = (Vec::new(), Vec::new());
+        for ((name, ema), model_t) in self.state.iter().zip(current.values()) {
+            if !ema.dtype().is_float() {
+                continue;
             }
-            Ok(())
-        })
+            if ema.shape() != model_t.shape() {
+                return Err(Error::invalid(
+                    "model EMA",
+                    format!(
+                        "{name} is {:?} in the model but {:?} in the EMA",
+                        model_t.shape(),
+                        ema.shape()
+                    ),
+                ));
+            }
+            xs.push(ema.clone());
+            ends.push(model_t.detach());
+        }
+        crate::no_grad(|| crate::optim::lerp_all_(&xs, &ends, weight))
     }
 
     /// The averaged state, by name (a model's `load_state_dict` takes it).
@@ -122,17 +122,6 @@ impl ModelEma {
 
 fn detached_copy(t: &Tensor) -> Result<Tensor> {
     crate::no_grad(|| t.detach().contiguous_copy())
-}
-
-/// torch's `lerp_(end, weight)`, in its two forms (the one nearer the end that is chosen keeps
-/// the result exact at weights 0 and 1).
-fn lerp_(x: &Tensor, end: &Tensor, weight: f64) -> Result<()> {
-    let diff = end.sub(x)?;
-    if weight < 0.5 {
-        x.add_(&diff.mul_scalar(weight)?)
-    } else {
-        x.copy_(&end.sub(&diff.mul_scalar(1.0 - weight)?)?)
-    }
 }
 
 #[cfg(test)]

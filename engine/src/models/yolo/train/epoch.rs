@@ -73,7 +73,25 @@ pub struct EpochReport {
     /// Seconds this epoch's training batches took (data loading, steps; not validation): the
     /// training throughput is `images / train_seconds`.
     pub train_seconds: f64,
+    /// Where the host spent `train_seconds`, phase by phase (`PHASES`). The device runs
+    /// behind the host, so a phase that waits for it (the loss read, the clipped step) also
+    /// holds the device time of the work queued before it.
+    pub phase_seconds: [f64; PHASES.len()],
 }
+
+/// The host phases of a training batch, as `EpochReport::phase_seconds` counts them: waiting
+/// for the loader, queuing the forward and loss, reading the loss items (a wait for the
+/// device), queuing the backward, the clipped optimizer step, the EMA update, and the rest
+/// (the progress callback, schedule settings).
+pub const PHASES: [&str; 7] = [
+    "loading",
+    "forward",
+    "loss_read",
+    "backward",
+    "optimizer",
+    "ema",
+    "other",
+];
 
 /// Running sums of one epoch.
 struct EpochTotals {
@@ -83,6 +101,18 @@ struct EpochTotals {
     images: usize,
     steps: usize,
     skipped: usize,
+    phases: [f64; PHASES.len()],
+}
+
+/// Adds the time since the last mark to a phase.
+struct PhaseClock(Instant);
+
+impl PhaseClock {
+    fn mark(&mut self, phases: &mut [f64; PHASES.len()], phase: usize) {
+        let now = Instant::now();
+        phases[phase] += (now - self.0).as_secs_f64();
+        self.0 = now;
+    }
 }
 
 impl YoloTrainer {
@@ -160,6 +190,7 @@ impl YoloTrainer {
             is_best,
             time,
             train_seconds,
+            phase_seconds: totals.phases,
         })
     }
 
@@ -176,18 +207,22 @@ impl YoloTrainer {
             images: 0,
             steps: 0,
             skipped: 0,
+            phases: [0.0; PHASES.len()],
         };
         lock(&self.model).train(true);
         let batches = self.loader.epoch(epoch);
+        let mut clock = PhaseClock(Instant::now());
         let result = (|| {
             for (i, batch) in batches.enumerate() {
+                clock.mark(&mut totals.phases, 6);
                 crate::cancel::check()?;
                 let batch = batch?;
+                clock.mark(&mut totals.phases, 0);
                 let ni = i + nb * epoch;
                 let settings = self.schedule.at(ni);
                 self.optimizer.apply(&settings)?;
                 let instances = batch.batch_idx.dims()[0];
-                match self.forward_backward(&batch)? {
+                match self.forward_backward(&batch, &mut clock, &mut totals.phases)? {
                     Some(items) => {
                         for (t, v) in totals.losses.iter_mut().zip(items) {
                             *t += v;
@@ -204,8 +239,9 @@ impl YoloTrainer {
                         ));
                     }
                 }
+                clock.mark(&mut totals.phases, 6);
                 if steps_at(ni, self.last_step, settings.accumulate) {
-                    self.optimizer_step(epoch, &mut totals)?;
+                    self.optimizer_step(epoch, &mut totals, &mut clock)?;
                     self.last_step = Some(ni);
                 }
                 totals.instances += instances;
@@ -221,6 +257,7 @@ impl YoloTrainer {
                     imgsz: self.imgsz,
                 });
             }
+            clock.mark(&mut totals.phases, 6);
             Ok(totals)
         })();
         lock(&self.model).eval();
@@ -229,7 +266,12 @@ impl YoloTrainer {
 
     /// The loss of one batch and its backward; the three loss items (box, cls, dfl), or `None`
     /// when the loss is not finite (then nothing is backpropagated).
-    fn forward_backward(&self, batch: &TrainBatch) -> Result<Option<[f64; 3]>> {
+    fn forward_backward(
+        &self,
+        batch: &TrainBatch,
+        clock: &mut PhaseClock,
+        phases: &mut [f64; PHASES.len()],
+    ) -> Result<Option<[f64; 3]>> {
         let model = lock(&self.model);
         let images = batch
             .images
@@ -241,6 +283,7 @@ impl YoloTrainer {
             let head = model.forward_head(&images)?;
             self.loss.forward_head(&head, &targets)
         })?;
+        clock.mark(phases, 1);
         // One read of three numbers per batch: the progress bar shows them, and a
         // non-finite loss must not reach the accumulated gradients.
         let items = out
@@ -249,16 +292,23 @@ impl YoloTrainer {
             .to_dtype(DType::F64)?
             .to_vec::<f64>()?;
         let items = [items[0], items[1], items[2]];
+        clock.mark(phases, 2);
         if items.iter().any(|v| !v.is_finite()) {
             return Ok(None);
         }
         out.total.backward()?;
+        clock.mark(phases, 3);
         Ok(Some(items))
     }
 
     /// ultralytics' `optimizer_step`: clip at 10 over all groups, step, clear the gradients,
     /// update the EMA (as ultralytics does even when the step was skipped).
-    fn optimizer_step(&mut self, epoch: usize, totals: &mut EpochTotals) -> Result<()> {
+    fn optimizer_step(
+        &mut self,
+        epoch: usize,
+        totals: &mut EpochTotals,
+        clock: &mut PhaseClock,
+    ) -> Result<()> {
         match self.optimizer.clip_and_step(MAX_GRAD_NORM)? {
             GroupStep::Applied { .. } => totals.steps += 1,
             GroupStep::Skipped { norm } => {
@@ -271,8 +321,11 @@ impl YoloTrainer {
             }
         }
         self.optimizer.zero_grad();
+        clock.mark(&mut totals.phases, 4);
         let model = lock(&self.model);
-        self.ema.update(&*model)
+        self.ema.update(&*model)?;
+        clock.mark(&mut totals.phases, 5);
+        Ok(())
     }
 
     /// Validates the EMA weights on the dataset's `val` split at the training size.

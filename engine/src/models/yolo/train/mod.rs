@@ -16,6 +16,6 @@ mod trainer;
 mod trainer_tests;
 mod val_loss;
 
-pub use epoch::{BatchProgress, EpochReport, EpochValidation};
+pub use epoch::{BatchProgress, EpochReport, EpochValidation, PHASES};
 pub use settings::TrainSettings;
 pub use trainer::{YoloTrainer, MAX_GRAD_NORM};
