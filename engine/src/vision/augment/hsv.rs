@@ -74,22 +74,51 @@ pub fn apply_hsv(img: &mut RgbImage, gains: [f64; 3]) {
             return;
         }
     }
-    apply_lut(img, &lut, tables);
+    apply_lut(img, &lut, |chunk, h, s, v| {
+        chunk_to_hsv(chunk, &lut, tables, h, s, v)
+    });
 }
 
-/// `apply_lut` compiled for AVX2 and FMA, where its float half vectorises.
+/// `apply_lut` compiled for AVX2 and FMA: the integer half through 8-lane gathers, the float
+/// half vectorised by the compiler.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
 unsafe fn apply_lut_avx2_fma(img: &mut RgbImage, lut: &HsvLut, tables: &HsvTables) {
-    apply_lut(img, lut, tables);
+    let wide = x86::WideLut::new(lut);
+    // The closure has this function's features, so the AVX2 kernel is safe to call and inlines.
+    apply_lut(img, lut, |chunk, h, s, v| {
+        x86::chunk_to_hsv(chunk, tables, &wide, h, s, v)
+    });
 }
 
 /// Pixels per pass: the integer half (table lookups) runs over a chunk, then the float half
 /// over the same chunk in a branch-free loop the compiler can vectorise.
 const CHUNK: usize = 64;
 
+/// The integer half pixel by pixel: one chunk's pixels to their looked-up hue, saturation and
+/// value, as floats.
+fn chunk_to_hsv(
+    chunk: &[u8],
+    lut: &HsvLut,
+    tables: &HsvTables,
+    h: &mut [f32; CHUNK],
+    s: &mut [f32; CHUNK],
+    v: &mut [f32; CHUNK],
+) {
+    for (i, px) in chunk.chunks_exact(3).enumerate() {
+        let [hh, ss, vv] = tables.rgb_to_hsv([px[0], px[1], px[2]]);
+        h[i] = lut.hue[hh as usize] as f32;
+        s[i] = lut.sat[ss as usize] as f32;
+        v[i] = lut.val[vv as usize] as f32;
+    }
+}
+
 #[inline(always)]
-fn apply_lut(img: &mut RgbImage, lut: &HsvLut, tables: &HsvTables) {
+fn apply_lut(
+    img: &mut RgbImage,
+    lut: &HsvLut,
+    to_hsv: impl Fn(&[u8], &mut [f32; CHUNK], &mut [f32; CHUNK], &mut [f32; CHUNK]),
+) {
     // A grey pixel (r = g = b) has hue 0 and saturation 0, so its result depends on its value
     // alone: a table, used for chunks that are all grey (the 114 padding of a mosaic).
     let grey: [u8; 256] =
@@ -107,17 +136,114 @@ fn apply_lut(img: &mut RgbImage, lut: &HsvLut, tables: &HsvTables) {
             continue;
         }
         let n = chunk.len() / 3;
-        for (i, px) in chunk.chunks_exact(3).enumerate() {
-            let [hh, ss, vv] = tables.rgb_to_hsv([px[0], px[1], px[2]]);
-            h[i] = lut.hue[hh as usize] as f32;
-            s[i] = lut.sat[ss as usize] as f32;
-            v[i] = lut.val[vv as usize] as f32;
-        }
+        to_hsv(chunk, &mut h, &mut s, &mut v);
         for i in 0..n {
             [r[i], g[i], b[i]] = hsv_to_rgb_f32(h[i], s[i], v[i]);
         }
         for (i, px) in chunk.chunks_exact_mut(3).enumerate() {
             px.copy_from_slice(&[r[i], g[i], b[i]]);
+        }
+    }
+}
+
+/// The integer half (`RGB2HSV_b` and the tables) eight pixels at a time.
+#[cfg(target_arch = "x86_64")]
+mod x86 {
+    use super::{HsvLut, HsvTables, CHUNK, HSV_SHIFT};
+    use std::arch::x86_64::*;
+
+    /// The three tables widened to i32, for gathers.
+    pub(super) struct WideLut {
+        hue: [i32; 256],
+        sat: [i32; 256],
+        val: [i32; 256],
+    }
+
+    impl WideLut {
+        pub(super) fn new(lut: &HsvLut) -> WideLut {
+            WideLut {
+                hue: lut.hue.map(i32::from),
+                sat: lut.sat.map(i32::from),
+                val: lut.val.map(i32::from),
+            }
+        }
+    }
+
+    /// Table `t` (256 entries) at `index & 255`, lane by lane.
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    fn lookup(t: &[i32; 256], index: __m256i) -> __m256i {
+        let index = _mm256_and_si256(index, _mm256_set1_epi32(255));
+        // SAFETY: every lane of `index` is in 0..256, inside the 256-entry table.
+        unsafe { _mm256_i32gather_epi32::<4>(t.as_ptr(), index) }
+    }
+
+    /// Eight bytes from `bytes[at..]` widened to i32 lanes.
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    fn widen(bytes: &[u8; CHUNK], at: usize) -> __m256i {
+        let mut word = [0u8; 8];
+        word.copy_from_slice(&bytes[at..at + 8]);
+        _mm256_cvtepu8_epi32(_mm_set1_epi64x(i64::from_le_bytes(word)))
+    }
+
+    /// Eight i32 lanes into `dst` as floats.
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    fn store(lanes: __m256i, dst: &mut [f32]) {
+        let mut f = [0f32; 8];
+        // SAFETY: `f` holds the eight floats stored.
+        unsafe { _mm256_storeu_ps(f.as_mut_ptr(), _mm256_cvtepi32_ps(lanes)) };
+        dst.copy_from_slice(&f);
+    }
+
+    /// [`super::chunk_to_hsv`] with the same integer operations in eight lanes (the tables'
+    /// `as u8` indexing is the `& 255` in [`lookup`]).
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    pub(super) fn chunk_to_hsv(
+        chunk: &[u8],
+        tables: &HsvTables,
+        lut: &WideLut,
+        h: &mut [f32; CHUNK],
+        s: &mut [f32; CHUNK],
+        v: &mut [f32; CHUNK],
+    ) {
+        let (mut r8, mut g8, mut b8) = ([0u8; CHUNK], [0u8; CHUNK], [0u8; CHUNK]);
+        for (i, px) in chunk.chunks_exact(3).enumerate().take(CHUNK) {
+            (r8[i], g8[i], b8[i]) = (px[0], px[1], px[2]);
+        }
+        let half = _mm256_set1_epi32(1 << (HSV_SHIFT - 1));
+        let n = chunk.len() / 3;
+        // Lanes past `n` hold zeros or stale pixels; their results are never read.
+        for at in (0..n.min(CHUNK)).step_by(8) {
+            let (r, g, b) = (widen(&r8, at), widen(&g8, at), widen(&b8, at));
+            let max = _mm256_max_epi32(_mm256_max_epi32(r, g), b);
+            let min = _mm256_min_epi32(_mm256_min_epi32(r, g), b);
+            let diff = _mm256_sub_epi32(max, min);
+            let sdiv = lookup(&tables.sdiv, max);
+            let sat = _mm256_srai_epi32::<HSV_SHIFT>(_mm256_add_epi32(
+                _mm256_mullo_epi32(diff, sdiv),
+                half,
+            ));
+            // The hue numerator by which channel is the max, red first, then green.
+            let from_r = _mm256_sub_epi32(g, b);
+            let from_g = _mm256_add_epi32(_mm256_sub_epi32(b, r), _mm256_slli_epi32::<1>(diff));
+            let from_b = _mm256_add_epi32(_mm256_sub_epi32(r, g), _mm256_slli_epi32::<2>(diff));
+            let is_r = _mm256_cmpeq_epi32(max, r);
+            let is_g = _mm256_cmpeq_epi32(max, g);
+            let numerator =
+                _mm256_blendv_epi8(_mm256_blendv_epi8(from_b, from_g, is_g), from_r, is_r);
+            let hdiv = lookup(&tables.hdiv, diff);
+            let hue = _mm256_srai_epi32::<HSV_SHIFT>(_mm256_add_epi32(
+                _mm256_mullo_epi32(numerator, hdiv),
+                half,
+            ));
+            let negative = _mm256_cmpgt_epi32(_mm256_setzero_si256(), hue);
+            let hue = _mm256_add_epi32(hue, _mm256_and_si256(negative, _mm256_set1_epi32(180)));
+            store(lookup(&lut.hue, hue), &mut h[at..at + 8]);
+            store(lookup(&lut.sat, sat), &mut s[at..at + 8]);
+            store(lookup(&lut.val, max), &mut v[at..at + 8]);
         }
     }
 }
@@ -234,6 +360,35 @@ mod tests {
         let neg = HsvLut::new([-0.01, 0.0, 0.0]);
         // -1.8: 0 -> 178.2 -> 178 (floor modulo, not C's fmod).
         assert_eq!(neg.hue[0], 178);
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn simd_integer_half_equals_the_scalar_one_on_every_colour() {
+        if !crate::vision::augment::simd::has_avx2_fma() {
+            return;
+        }
+        let tables = HsvTables::get();
+        for gains in [[0.013, -0.6, 0.35], [-0.015, 0.7, -0.4]] {
+            let lut = HsvLut::new(gains);
+            let wide = x86::WideLut::new(&lut);
+            let mut want = ([0f32; CHUNK], [0f32; CHUNK], [0f32; CHUNK]);
+            let mut got = want;
+            // Every colour once, in chunks of 64 pixels, and a short last chunk of 5.
+            let all: Vec<u8> = (0..1u32 << 24).flat_map(|c| [c as u8, (c >> 8) as u8, (c >> 16) as u8]).collect();
+            for chunk in all.chunks(CHUNK * 3).chain([&all[..15]]) {
+                chunk_to_hsv(chunk, &lut, tables, &mut want.0, &mut want.1, &mut want.2);
+                // SAFETY: the CPU has AVX2 (checked above).
+                unsafe { x86::chunk_to_hsv(chunk, tables, &wide, &mut got.0, &mut got.1, &mut got.2) };
+                let n = chunk.len() / 3;
+                assert_eq!(
+                    (&got.0[..n], &got.1[..n], &got.2[..n]),
+                    (&want.0[..n], &want.1[..n], &want.2[..n]),
+                    "chunk starting at {:?}",
+                    &chunk[..3]
+                );
+            }
+        }
     }
 
     #[test]
