@@ -284,8 +284,15 @@ fn hsv_to_rgb_f32(h: f32, s: f32, v: f32) -> [u8; 3] {
     let r = pick([t0, t2, t1, t1, t3, t0]);
     let g = pick([t3, t0, t0, t2, t1, t1]);
     let b = pick([t1, t1, t3, t0, t0, t2]);
-    // Truncation toward zero; the products lie in [0, 255].
-    [r, g, b].map(|c| (c * 255.0) as i32 as u8)
+    [r, g, b].map(|c| trunc_to_u8(c * 255.0))
+}
+
+/// `v as i32 as u8` for `v` in [0, 256) (the products above, which lie in [0, 255]), without
+/// the saturating cast's branches, so the loop vectorises: the truncated value plus 2^23
+/// leaves the integer in the low mantissa bits.
+#[inline(always)]
+fn trunc_to_u8(v: f32) -> u8 {
+    (v.trunc() + 8_388_608.0).to_bits() as u8
 }
 
 /// OpenCV's division tables for the forward conversion.
@@ -375,11 +382,15 @@ mod tests {
             let mut want = ([0f32; CHUNK], [0f32; CHUNK], [0f32; CHUNK]);
             let mut got = want;
             // Every colour once, in chunks of 64 pixels, and a short last chunk of 5.
-            let all: Vec<u8> = (0..1u32 << 24).flat_map(|c| [c as u8, (c >> 8) as u8, (c >> 16) as u8]).collect();
+            let all: Vec<u8> = (0..1u32 << 24)
+                .flat_map(|c| [c as u8, (c >> 8) as u8, (c >> 16) as u8])
+                .collect();
             for chunk in all.chunks(CHUNK * 3).chain([&all[..15]]) {
                 chunk_to_hsv(chunk, &lut, tables, &mut want.0, &mut want.1, &mut want.2);
                 // SAFETY: the CPU has AVX2 (checked above).
-                unsafe { x86::chunk_to_hsv(chunk, tables, &wide, &mut got.0, &mut got.1, &mut got.2) };
+                unsafe {
+                    x86::chunk_to_hsv(chunk, tables, &wide, &mut got.0, &mut got.1, &mut got.2)
+                };
                 let n = chunk.len() / 3;
                 assert_eq!(
                     (&got.0[..n], &got.1[..n], &got.2[..n]),
@@ -389,6 +400,20 @@ mod tests {
                 );
             }
         }
+    }
+
+    #[test]
+    fn trunc_to_u8_matches_the_saturating_cast_on_0_to_256() {
+        let step = |v: f32, by: i32| f32::from_bits((v.to_bits() as i32 + by) as u32);
+        for i in 0..256 {
+            let k = i as f32;
+            let mut values = vec![k, k + 0.5, k + 0.999, step(k, 1), step(k + 1.0, -1)];
+            values.extend((0..64).map(|j| k + j as f32 / 64.0));
+            for v in values.into_iter().filter(|v| (0.0..256.0).contains(v)) {
+                assert_eq!(trunc_to_u8(v), v as i32 as u8, "{v}");
+            }
+        }
+        assert_eq!(trunc_to_u8(-0.0), 0);
     }
 
     #[test]

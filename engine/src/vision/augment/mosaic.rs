@@ -280,12 +280,21 @@ mod tests {
     fn canvas_rows_read_what_the_rendered_canvas_holds() {
         let noisy = |w: u32, h: u32, seed: u32| TrainImage {
             image: RgbImage::from_fn(w, h, |x, y| {
-                Rgb([(x * 7 + y * 13 + seed) as u8, (x * y + seed) as u8, (x ^ y) as u8])
+                Rgb([
+                    (x * 7 + y * 13 + seed) as u8,
+                    (x * y + seed) as u8,
+                    (x ^ y) as u8,
+                ])
             }),
             classes: vec![],
             boxes: vec![],
         };
-        let tiles = [noisy(40, 30, 1), noisy(20, 50, 2), noisy(64, 10, 3), noisy(30, 64, 4)];
+        let tiles = [
+            noisy(40, 30, 1),
+            noisy(20, 50, 2),
+            noisy(64, 10, 3),
+            noisy(30, 64, 4),
+        ];
         for center in [(50, 70), (0, 0), (128, 128), (3, 120), (64, 64)] {
             let draw = MosaicDraw {
                 center,
@@ -299,7 +308,11 @@ mod tests {
                     let mut row = vec![0; (x1 - x0) * 3];
                     canvas.read_row(y, x0, x1, &mut row);
                     let at = (y * 128 + x0) * 3;
-                    assert_eq!(row, whole.as_raw()[at..at + row.len()], "{center:?} row {y}");
+                    assert_eq!(
+                        row,
+                        whole.as_raw()[at..at + row.len()],
+                        "{center:?} row {y}"
+                    );
                 }
             }
         }

@@ -154,7 +154,8 @@ impl<S: WarpSource> Job<'_, S> {
         let mut line = vec![0u8; self.cols.row_len()];
         let mut line_f = vec![0f32; self.cols.row_len()];
         // Rows outside the source are all border: one key (-1) for all of them.
-        let mut slots: [(Option<i64>, Vec<f32>); 2] = [(None, vec![0.0; row_out]), (None, vec![0.0; row_out])];
+        let mut slots: [(Option<i64>, Vec<f32>); 2] =
+            [(None, vec![0.0; row_out]), (None, vec![0.0; row_out])];
         let key = |r: i64| if r >= 0 && r < self.sh as i64 { r } else { -1 };
         for (y, dst) in out.chunks_exact_mut(row_out).enumerate() {
             let (iy, ay) = row_tap(self.m, y);
@@ -168,7 +169,12 @@ impl<S: WarpSource> Job<'_, S> {
                 for (f, &b) in line_f.iter_mut().zip(&line) {
                     *f = b as f32;
                 }
-                horizontal(&line_f, &self.cols.index, &self.cols.weight, &mut slots[slot].1);
+                horizontal(
+                    &line_f,
+                    &self.cols.index,
+                    &self.cols.weight,
+                    &mut slots[slot].1,
+                );
                 slots[slot].0 = Some(want);
             }
             let find = |k: i64| &slots[usize::from(slots[0].0 != Some(k))].1;
@@ -238,7 +244,12 @@ mod x86 {
                 _mm256_storeu_ps(out.as_mut_ptr().add(k), v);
             }
         }
-        super::horizontal(line, &index[whole..n], &weight[whole..n], &mut out[whole..n]);
+        super::horizontal(
+            line,
+            &index[whole..n],
+            &weight[whole..n],
+            &mut out[whole..n],
+        );
     }
 }
 
@@ -276,7 +287,14 @@ mod tests {
                 } else {
                     let sx = (0.2 + 2.0 * u[0]) * if u[3] < 0.3 { -1.0 } else { 1.0 };
                     let sy = (0.2 + 2.0 * u[1]) * if u[3] > 0.7 { -1.0 } else { 1.0 };
-                    [sx, -0.0, 400.0 * u[2] - 200.0, 0.0, sy, 300.0 * u[3] - 150.0]
+                    [
+                        sx,
+                        -0.0,
+                        400.0 * u[2] - 200.0,
+                        0.0,
+                        sy,
+                        300.0 * u[3] - 150.0,
+                    ]
                 }
             })
             .collect()
