@@ -64,30 +64,30 @@ pub fn apply_hsv(img: &mut RgbImage, gains: [f64; 3]) {
         return;
     }
     let lut = HsvLut::new(gains);
-    let tables = HsvTables::get();
     #[cfg(target_arch = "x86_64")]
     {
         if super::simd::has_avx2_fma() {
             // SAFETY: the CPU supports AVX2 and FMA (checked just above), the features
             // `apply_lut_avx2_fma` is compiled for.
-            unsafe { apply_lut_avx2_fma(img, &lut, tables) };
+            unsafe { apply_lut_avx2_fma(img, &lut) };
             return;
         }
     }
+    let tables = HsvTables::get();
     apply_lut(img, &lut, |chunk, h, s, v| {
         chunk_to_hsv(chunk, &lut, tables, h, s, v)
     });
 }
 
-/// `apply_lut` compiled for AVX2 and FMA: the integer half through 8-lane gathers, the float
+/// `apply_lut` compiled for AVX2 and FMA: the integer half eight pixels at a time, the float
 /// half vectorised by the compiler.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
-unsafe fn apply_lut_avx2_fma(img: &mut RgbImage, lut: &HsvLut, tables: &HsvTables) {
-    let wide = x86::WideLut::new(lut);
+unsafe fn apply_lut_avx2_fma(img: &mut RgbImage, lut: &HsvLut) {
+    let float_lut = x86::FloatLut::new(lut);
     // The closure has this function's features, so the AVX2 kernel is safe to call and inlines.
     apply_lut(img, lut, |chunk, h, s, v| {
-        x86::chunk_to_hsv(chunk, tables, &wide, h, s, v)
+        x86::chunk_to_hsv(chunk, &float_lut, h, s, v)
     });
 }
 
@@ -146,36 +146,44 @@ fn apply_lut(
     }
 }
 
-/// The integer half (`RGB2HSV_b` and the tables) eight pixels at a time.
+/// The integer half (`RGB2HSV_b` and the tables) eight pixels at a time. No gathers (slow on
+/// many x86 CPUs, and slower still with the Gather Data Sampling mitigation): the division
+/// tables are recomputed by f32 division, which gives every entry of both (the test on every
+/// colour covers every index), and the per-image lookups stay scalar.
 #[cfg(target_arch = "x86_64")]
 mod x86 {
-    use super::{HsvLut, HsvTables, CHUNK, HSV_SHIFT};
+    use super::{HsvLut, CHUNK, HSV_SHIFT};
     use std::arch::x86_64::*;
 
-    /// The three tables widened to i32, for gathers.
-    pub(super) struct WideLut {
-        hue: [i32; 256],
-        sat: [i32; 256],
-        val: [i32; 256],
+    /// The three tables as floats, what the float half takes.
+    pub(super) struct FloatLut {
+        hue: [f32; 256],
+        sat: [f32; 256],
+        val: [f32; 256],
     }
 
-    impl WideLut {
-        pub(super) fn new(lut: &HsvLut) -> WideLut {
-            WideLut {
-                hue: lut.hue.map(i32::from),
-                sat: lut.sat.map(i32::from),
-                val: lut.val.map(i32::from),
+    impl FloatLut {
+        pub(super) fn new(lut: &HsvLut) -> FloatLut {
+            FloatLut {
+                hue: lut.hue.map(f32::from),
+                sat: lut.sat.map(f32::from),
+                val: lut.val.map(f32::from),
             }
         }
     }
 
-    /// Table `t` (256 entries) at `index & 255`, lane by lane.
+    /// `round(numerator / x)`, half to even, and 0 where `x` is 0: OpenCV's `sdiv` (numerator
+    /// `255 << 12`) and `hdiv` (`(180 << 12) / 6`) tables at `x` in 0..256.
     #[inline]
     #[target_feature(enable = "avx2")]
-    fn lookup(t: &[i32; 256], index: __m256i) -> __m256i {
-        let index = _mm256_and_si256(index, _mm256_set1_epi32(255));
-        // SAFETY: every lane of `index` is in 0..256, inside the 256-entry table.
-        unsafe { _mm256_i32gather_epi32::<4>(t.as_ptr(), index) }
+    fn division_table(numerator: f32, x: __m256i) -> __m256i {
+        let q = _mm256_div_ps(_mm256_set1_ps(numerator), _mm256_cvtepi32_ps(x));
+        // The default rounding mode is to nearest, ties to even.
+        let nonzero = _mm256_xor_si256(
+            _mm256_cmpeq_epi32(x, _mm256_setzero_si256()),
+            _mm256_set1_epi32(-1),
+        );
+        _mm256_and_si256(_mm256_cvtps_epi32(q), nonzero)
     }
 
     /// Eight bytes from `bytes[at..]` widened to i32 lanes.
@@ -187,24 +195,22 @@ mod x86 {
         _mm256_cvtepu8_epi32(_mm_set1_epi64x(i64::from_le_bytes(word)))
     }
 
-    /// Eight i32 lanes into `dst` as floats.
+    /// Eight i32 lanes into `dst`.
     #[inline]
     #[target_feature(enable = "avx2")]
-    fn store(lanes: __m256i, dst: &mut [f32]) {
-        let mut f = [0f32; 8];
-        // SAFETY: `f` holds the eight floats stored.
-        unsafe { _mm256_storeu_ps(f.as_mut_ptr(), _mm256_cvtepi32_ps(lanes)) };
-        dst.copy_from_slice(&f);
+    fn store(lanes: __m256i, dst: &mut [i32]) {
+        let mut v = [0i32; 8];
+        // SAFETY: `v` holds the eight lanes stored.
+        unsafe { _mm256_storeu_si256(v.as_mut_ptr() as *mut __m256i, lanes) };
+        dst.copy_from_slice(&v);
     }
 
-    /// [`super::chunk_to_hsv`] with the same integer operations in eight lanes (the tables'
-    /// `as u8` indexing is the `& 255` in [`lookup`]).
+    /// [`super::chunk_to_hsv`] with the same integer operations in eight lanes.
     #[inline]
     #[target_feature(enable = "avx2")]
     pub(super) fn chunk_to_hsv(
         chunk: &[u8],
-        tables: &HsvTables,
-        lut: &WideLut,
+        lut: &FloatLut,
         h: &mut [f32; CHUNK],
         s: &mut [f32; CHUNK],
         v: &mut [f32; CHUNK],
@@ -214,14 +220,15 @@ mod x86 {
             (r8[i], g8[i], b8[i]) = (px[0], px[1], px[2]);
         }
         let half = _mm256_set1_epi32(1 << (HSV_SHIFT - 1));
-        let n = chunk.len() / 3;
+        let n = (chunk.len() / 3).min(CHUNK);
+        let (mut hi, mut si, mut vi) = ([0i32; CHUNK], [0i32; CHUNK], [0i32; CHUNK]);
         // Lanes past `n` hold zeros or stale pixels; their results are never read.
-        for at in (0..n.min(CHUNK)).step_by(8) {
+        for at in (0..n).step_by(8) {
             let (r, g, b) = (widen(&r8, at), widen(&g8, at), widen(&b8, at));
             let max = _mm256_max_epi32(_mm256_max_epi32(r, g), b);
             let min = _mm256_min_epi32(_mm256_min_epi32(r, g), b);
             let diff = _mm256_sub_epi32(max, min);
-            let sdiv = lookup(&tables.sdiv, max);
+            let sdiv = division_table((255 << HSV_SHIFT) as f32, max);
             let sat = _mm256_srai_epi32::<HSV_SHIFT>(_mm256_add_epi32(
                 _mm256_mullo_epi32(diff, sdiv),
                 half,
@@ -234,16 +241,22 @@ mod x86 {
             let is_g = _mm256_cmpeq_epi32(max, g);
             let numerator =
                 _mm256_blendv_epi8(_mm256_blendv_epi8(from_b, from_g, is_g), from_r, is_r);
-            let hdiv = lookup(&tables.hdiv, diff);
+            let hdiv = division_table((180 << HSV_SHIFT) as f32 / 6.0, diff);
             let hue = _mm256_srai_epi32::<HSV_SHIFT>(_mm256_add_epi32(
                 _mm256_mullo_epi32(numerator, hdiv),
                 half,
             ));
             let negative = _mm256_cmpgt_epi32(_mm256_setzero_si256(), hue);
             let hue = _mm256_add_epi32(hue, _mm256_and_si256(negative, _mm256_set1_epi32(180)));
-            store(lookup(&lut.hue, hue), &mut h[at..at + 8]);
-            store(lookup(&lut.sat, sat), &mut s[at..at + 8]);
-            store(lookup(&lut.val, max), &mut v[at..at + 8]);
+            store(hue, &mut hi[at..at + 8]);
+            store(sat, &mut si[at..at + 8]);
+            store(max, &mut vi[at..at + 8]);
+        }
+        // The per-image tables, indexed by the low byte as the scalar half's `as u8` does.
+        for i in 0..n {
+            h[i] = lut.hue[hi[i] as u8 as usize];
+            s[i] = lut.sat[si[i] as u8 as usize];
+            v[i] = lut.val[vi[i] as u8 as usize];
         }
     }
 }
@@ -378,7 +391,7 @@ mod tests {
         let tables = HsvTables::get();
         for gains in [[0.013, -0.6, 0.35], [-0.015, 0.7, -0.4]] {
             let lut = HsvLut::new(gains);
-            let wide = x86::WideLut::new(&lut);
+            let float_lut = x86::FloatLut::new(&lut);
             let mut want = ([0f32; CHUNK], [0f32; CHUNK], [0f32; CHUNK]);
             let mut got = want;
             // Every colour once, in chunks of 64 pixels, and a short last chunk of 5.
@@ -388,9 +401,7 @@ mod tests {
             for chunk in all.chunks(CHUNK * 3).chain([&all[..15]]) {
                 chunk_to_hsv(chunk, &lut, tables, &mut want.0, &mut want.1, &mut want.2);
                 // SAFETY: the CPU has AVX2 (checked above).
-                unsafe {
-                    x86::chunk_to_hsv(chunk, tables, &wide, &mut got.0, &mut got.1, &mut got.2)
-                };
+                unsafe { x86::chunk_to_hsv(chunk, &float_lut, &mut got.0, &mut got.1, &mut got.2) };
                 let n = chunk.len() / 3;
                 assert_eq!(
                     (&got.0[..n], &got.1[..n], &got.2[..n]),
