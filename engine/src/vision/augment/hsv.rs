@@ -15,6 +15,10 @@
 //!
 //! Checked against opencv-python 5.0 on every 8-bit colour (forward) and every (h < 180, s, v)
 //! (back): identical.
+//!
+//! Speed: chunks of one grey level take a table; otherwise, on x86 CPUs with AVX2, the integer
+//! half runs eight pixels at a time (tested equal to the scalar half on every colour) and the
+//! float half is a branch-free loop the compiler vectorises.
 
 use image::RgbImage;
 
