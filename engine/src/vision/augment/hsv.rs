@@ -78,9 +78,12 @@ pub fn apply_hsv(img: &mut RgbImage, gains: [f64; 3]) {
         }
     }
     let tables = HsvTables::get();
-    apply_lut(img, &lut, |chunk, h, s, v| {
-        chunk_to_hsv(chunk, &lut, tables, h, s, v)
-    });
+    apply_lut(
+        img,
+        &lut,
+        |chunk, h, s, v| chunk_to_hsv(chunk, &lut, tables, h, s, v),
+        interleave,
+    );
 }
 
 /// `apply_lut` compiled for AVX2 and FMA: the integer half eight pixels at a time, the float
@@ -90,9 +93,12 @@ pub fn apply_hsv(img: &mut RgbImage, gains: [f64; 3]) {
 unsafe fn apply_lut_avx2_fma(img: &mut RgbImage, lut: &HsvLut) {
     let float_lut = x86::FloatLut::new(lut);
     // The closure has this function's features, so the AVX2 kernel is safe to call and inlines.
-    apply_lut(img, lut, |chunk, h, s, v| {
-        x86::chunk_to_hsv(chunk, &float_lut, h, s, v)
-    });
+    apply_lut(
+        img,
+        lut,
+        |chunk, h, s, v| x86::chunk_to_hsv(chunk, &float_lut, h, s, v),
+        |r, g, b, chunk| x86::interleave(r, g, b, chunk),
+    );
 }
 
 /// Pixels per pass: the integer half (table lookups) runs over a chunk, then the float half
@@ -122,6 +128,7 @@ fn apply_lut(
     img: &mut RgbImage,
     lut: &HsvLut,
     to_hsv: impl Fn(&[u8], &mut [f32; CHUNK], &mut [f32; CHUNK], &mut [f32; CHUNK]),
+    interleave: impl Fn(&[u8; CHUNK], &[u8; CHUNK], &[u8; CHUNK], &mut [u8]),
 ) {
     // A grey pixel (r = g = b) has hue 0 and saturation 0, so its result depends on its value
     // alone: a table, used for chunks that are all grey (the 114 padding of a mosaic).
@@ -144,9 +151,14 @@ fn apply_lut(
         for i in 0..n {
             [r[i], g[i], b[i]] = hsv_to_rgb_f32(h[i], s[i], v[i]);
         }
-        for (i, px) in chunk.chunks_exact_mut(3).enumerate() {
-            px.copy_from_slice(&[r[i], g[i], b[i]]);
-        }
+        interleave(&r, &g, &b, chunk);
+    }
+}
+
+/// Planes of red, green and blue back into a chunk's interleaved pixels, pixel by pixel.
+fn interleave(r: &[u8; CHUNK], g: &[u8; CHUNK], b: &[u8; CHUNK], chunk: &mut [u8]) {
+    for (i, px) in chunk.chunks_exact_mut(3).enumerate() {
+        px.copy_from_slice(&[r[i], g[i], b[i]]);
     }
 }
 
@@ -209,6 +221,112 @@ mod x86 {
         dst.copy_from_slice(&v);
     }
 
+    /// `pshufb` masks that gather channel `c` of 16 pixels from register `k` of their 48 bytes
+    /// (`[c][k]`, -1 where a lane takes nothing from that register).
+    const SPLIT: [[[i8; 16]; 3]; 3] = {
+        let mut m = [[[-1i8; 16]; 3]; 3];
+        let mut pos = 0;
+        while pos < 48 {
+            m[pos % 3][pos / 16][pos / 3] = (pos % 16) as i8;
+            pos += 1;
+        }
+        m
+    };
+
+    /// `pshufb` masks that place channel `c` of 16 pixels into register `k` of their 48
+    /// interleaved bytes (`[k][c]`).
+    const MERGE: [[[i8; 16]; 3]; 3] = {
+        let mut m = [[[-1i8; 16]; 3]; 3];
+        let mut pos = 0;
+        while pos < 48 {
+            m[pos / 16][pos % 3][pos % 16] = (pos / 3) as i8;
+            pos += 1;
+        }
+        m
+    };
+
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    fn load(bytes: &[u8; 16]) -> __m128i {
+        // SAFETY: `bytes` holds the 16 bytes loaded.
+        unsafe { _mm_loadu_si128(bytes.as_ptr().cast()) }
+    }
+
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    fn mask(lanes: &[i8; 16]) -> __m128i {
+        // SAFETY: `lanes` holds the 16 bytes loaded.
+        unsafe { _mm_loadu_si128(lanes.as_ptr().cast()) }
+    }
+
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    fn store16(v: __m128i, bytes: &mut [u8; 16]) {
+        // SAFETY: `bytes` holds the 16 bytes stored.
+        unsafe { _mm_storeu_si128(bytes.as_mut_ptr().cast(), v) }
+    }
+
+    /// A chunk's pixels split into red, green and blue planes: 16 pixels per three shuffles
+    /// each for a whole chunk, pixel by pixel for a short last one.
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    fn deinterleave(chunk: &[u8], r: &mut [u8; CHUNK], g: &mut [u8; CHUNK], b: &mut [u8; CHUNK]) {
+        let (blocks, []) = chunk.as_chunks::<16>() else {
+            return split_pixels(chunk, r, g, b);
+        };
+        if blocks.len() != CHUNK * 3 / 16 {
+            return split_pixels(chunk, r, g, b);
+        }
+        let mut planes = [r, g, b].map(|p| p.as_chunks_mut::<16>().0);
+        for (group, regs) in blocks.chunks_exact(3).enumerate() {
+            let regs = [load(&regs[0]), load(&regs[1]), load(&regs[2])];
+            for (c, plane) in planes.iter_mut().enumerate() {
+                let [m0, m1, m2] = &SPLIT[c];
+                let v = _mm_or_si128(
+                    _mm_or_si128(
+                        _mm_shuffle_epi8(regs[0], mask(m0)),
+                        _mm_shuffle_epi8(regs[1], mask(m1)),
+                    ),
+                    _mm_shuffle_epi8(regs[2], mask(m2)),
+                );
+                store16(v, &mut plane[group]);
+            }
+        }
+    }
+
+    fn split_pixels(chunk: &[u8], r: &mut [u8; CHUNK], g: &mut [u8; CHUNK], b: &mut [u8; CHUNK]) {
+        for (i, px) in chunk.chunks_exact(3).enumerate().take(CHUNK) {
+            (r[i], g[i], b[i]) = (px[0], px[1], px[2]);
+        }
+    }
+
+    /// [`super::interleave`] with shuffles, 16 pixels at a time, for a whole chunk.
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    pub(super) fn interleave(r: &[u8; CHUNK], g: &[u8; CHUNK], b: &[u8; CHUNK], chunk: &mut [u8]) {
+        let (blocks, []) = chunk.as_chunks_mut::<16>() else {
+            return super::interleave(r, g, b, chunk);
+        };
+        if blocks.len() != CHUNK * 3 / 16 {
+            return super::interleave(r, g, b, chunk);
+        }
+        let sources = [r, g, b].map(|p| p.as_chunks::<16>().0);
+        for (group, regs) in blocks.chunks_exact_mut(3).enumerate() {
+            let planes = sources.map(|p| load(&p[group]));
+            for (k, reg) in regs.iter_mut().enumerate() {
+                let [m0, m1, m2] = &MERGE[k];
+                let v = _mm_or_si128(
+                    _mm_or_si128(
+                        _mm_shuffle_epi8(planes[0], mask(m0)),
+                        _mm_shuffle_epi8(planes[1], mask(m1)),
+                    ),
+                    _mm_shuffle_epi8(planes[2], mask(m2)),
+                );
+                store16(v, reg);
+            }
+        }
+    }
+
     /// [`super::chunk_to_hsv`] with the same integer operations in eight lanes.
     #[inline]
     #[target_feature(enable = "avx2")]
@@ -220,9 +338,7 @@ mod x86 {
         v: &mut [f32; CHUNK],
     ) {
         let (mut r8, mut g8, mut b8) = ([0u8; CHUNK], [0u8; CHUNK], [0u8; CHUNK]);
-        for (i, px) in chunk.chunks_exact(3).enumerate().take(CHUNK) {
-            (r8[i], g8[i], b8[i]) = (px[0], px[1], px[2]);
-        }
+        deinterleave(chunk, &mut r8, &mut g8, &mut b8);
         let half = _mm256_set1_epi32(1 << (HSV_SHIFT - 1));
         let n = (chunk.len() / 3).min(CHUNK);
         let (mut hi, mut si, mut vi) = ([0i32; CHUNK], [0i32; CHUNK], [0i32; CHUNK]);
@@ -429,6 +545,32 @@ mod tests {
             }
         }
         assert_eq!(trunc_to_u8(-0.0), 0);
+    }
+
+    #[test]
+    fn apply_hsv_equals_the_portable_path_pixel_for_pixel() {
+        // An odd size (a short last chunk) with a band of grey rows (whole grey chunks).
+        let bytes = crate::random::Generator::new(5).integers(0, 256, 203 * 157 * 3);
+        let mut img =
+            RgbImage::from_raw(203, 157, bytes.iter().map(|&b| b as u8).collect()).unwrap();
+        for y in 40..60 {
+            for x in 0..203 {
+                img.put_pixel(x, y, image::Rgb([114; 3]));
+            }
+        }
+        for gains in [[0.013, -0.6, 0.35], [-0.015, 0.7, -0.4]] {
+            let lut = HsvLut::new(gains);
+            let mut want = img.clone();
+            apply_lut(
+                &mut want,
+                &lut,
+                |chunk, h, s, v| chunk_to_hsv(chunk, &lut, HsvTables::get(), h, s, v),
+                interleave,
+            );
+            let mut got = img.clone();
+            apply_hsv(&mut got, gains);
+            assert!(got == want, "gains {gains:?}");
+        }
     }
 
     #[test]
