@@ -245,11 +245,14 @@ mod x86 {
         m
     };
 
+    /// The first 16 of `bytes`.
     #[inline]
     #[target_feature(enable = "avx2")]
-    fn load(bytes: &[u8; 16]) -> __m128i {
-        // SAFETY: `bytes` holds the 16 bytes loaded.
-        unsafe { _mm_loadu_si128(bytes.as_ptr().cast()) }
+    fn load(bytes: &[u8]) -> __m128i {
+        let mut lanes = [0u8; 16];
+        lanes.copy_from_slice(&bytes[..16]);
+        // SAFETY: `lanes` holds the 16 bytes loaded.
+        unsafe { _mm_loadu_si128(lanes.as_ptr().cast()) }
     }
 
     #[inline]
@@ -259,11 +262,28 @@ mod x86 {
         unsafe { _mm_loadu_si128(lanes.as_ptr().cast()) }
     }
 
+    /// `v` into the first 16 of `bytes`.
     #[inline]
     #[target_feature(enable = "avx2")]
-    fn store16(v: __m128i, bytes: &mut [u8; 16]) {
-        // SAFETY: `bytes` holds the 16 bytes stored.
-        unsafe { _mm_storeu_si128(bytes.as_mut_ptr().cast(), v) }
+    fn store16(v: __m128i, bytes: &mut [u8]) {
+        let mut lanes = [0u8; 16];
+        // SAFETY: `lanes` holds the 16 bytes stored.
+        unsafe { _mm_storeu_si128(lanes.as_mut_ptr().cast(), v) };
+        bytes[..16].copy_from_slice(&lanes);
+    }
+
+    /// `_mm_shuffle_epi8` of three registers by three masks, or-ed together.
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    fn shuffle3(regs: [__m128i; 3], masks: &[[i8; 16]; 3]) -> __m128i {
+        let [m0, m1, m2] = masks;
+        _mm_or_si128(
+            _mm_or_si128(
+                _mm_shuffle_epi8(regs[0], mask(m0)),
+                _mm_shuffle_epi8(regs[1], mask(m1)),
+            ),
+            _mm_shuffle_epi8(regs[2], mask(m2)),
+        )
     }
 
     /// A chunk's pixels split into red, green and blue planes: 16 pixels per three shuffles
@@ -271,32 +291,18 @@ mod x86 {
     #[inline]
     #[target_feature(enable = "avx2")]
     fn deinterleave(chunk: &[u8], r: &mut [u8; CHUNK], g: &mut [u8; CHUNK], b: &mut [u8; CHUNK]) {
-        let (blocks, []) = chunk.as_chunks::<16>() else {
-            return split_pixels(chunk, r, g, b);
-        };
-        if blocks.len() != CHUNK * 3 / 16 {
-            return split_pixels(chunk, r, g, b);
-        }
-        let mut planes = [r, g, b].map(|p| p.as_chunks_mut::<16>().0);
-        for (group, regs) in blocks.chunks_exact(3).enumerate() {
-            let regs = [load(&regs[0]), load(&regs[1]), load(&regs[2])];
-            for (c, plane) in planes.iter_mut().enumerate() {
-                let [m0, m1, m2] = &SPLIT[c];
-                let v = _mm_or_si128(
-                    _mm_or_si128(
-                        _mm_shuffle_epi8(regs[0], mask(m0)),
-                        _mm_shuffle_epi8(regs[1], mask(m1)),
-                    ),
-                    _mm_shuffle_epi8(regs[2], mask(m2)),
-                );
-                store16(v, &mut plane[group]);
+        if chunk.len() != CHUNK * 3 {
+            for (i, px) in chunk.chunks_exact(3).enumerate().take(CHUNK) {
+                (r[i], g[i], b[i]) = (px[0], px[1], px[2]);
             }
+            return;
         }
-    }
-
-    fn split_pixels(chunk: &[u8], r: &mut [u8; CHUNK], g: &mut [u8; CHUNK], b: &mut [u8; CHUNK]) {
-        for (i, px) in chunk.chunks_exact(3).enumerate().take(CHUNK) {
-            (r[i], g[i], b[i]) = (px[0], px[1], px[2]);
+        for (group, bytes) in chunk.chunks_exact(48).enumerate() {
+            let regs = [0, 16, 32].map(|at| load(&bytes[at..]));
+            let at = group * 16;
+            for (c, plane) in [&mut *r, &mut *g, &mut *b].into_iter().enumerate() {
+                store16(shuffle3(regs, &SPLIT[c]), &mut plane[at..]);
+            }
         }
     }
 
@@ -304,25 +310,14 @@ mod x86 {
     #[inline]
     #[target_feature(enable = "avx2")]
     pub(super) fn interleave(r: &[u8; CHUNK], g: &[u8; CHUNK], b: &[u8; CHUNK], chunk: &mut [u8]) {
-        let (blocks, []) = chunk.as_chunks_mut::<16>() else {
-            return super::interleave(r, g, b, chunk);
-        };
-        if blocks.len() != CHUNK * 3 / 16 {
+        if chunk.len() != CHUNK * 3 {
             return super::interleave(r, g, b, chunk);
         }
-        let sources = [r, g, b].map(|p| p.as_chunks::<16>().0);
-        for (group, regs) in blocks.chunks_exact_mut(3).enumerate() {
-            let planes = sources.map(|p| load(&p[group]));
-            for (k, reg) in regs.iter_mut().enumerate() {
-                let [m0, m1, m2] = &MERGE[k];
-                let v = _mm_or_si128(
-                    _mm_or_si128(
-                        _mm_shuffle_epi8(planes[0], mask(m0)),
-                        _mm_shuffle_epi8(planes[1], mask(m1)),
-                    ),
-                    _mm_shuffle_epi8(planes[2], mask(m2)),
-                );
-                store16(v, reg);
+        for (group, bytes) in chunk.chunks_exact_mut(48).enumerate() {
+            let at = group * 16;
+            let planes = [load(&r[at..]), load(&g[at..]), load(&b[at..])];
+            for (k, reg) in bytes.chunks_exact_mut(16).enumerate() {
+                store16(shuffle3(planes, &MERGE[k]), reg);
             }
         }
     }
