@@ -1,8 +1,9 @@
 //! The YOLO training loader alone (no model): images per second through decode, mosaic,
 //! affine, HSV, flip and collate, on a generated shapes dataset of 640-pixel JPEGs (or
 //! `--data path/to/data.yaml`), printed as JSON lines:
-//! - `stage`: single-thread milliseconds per image of each step (decode + resize, mosaic,
-//!   warp, HSV; the last two the best of three runs on cached data), from a few samples;
+//! - `stage`: single-thread milliseconds per image of each step (decode + resize, mosaic
+//!   layout and boxes, warp (which reads the mosaic's tiles in place), HSV; the last two the
+//!   best of three runs on cached data), from a few samples;
 //! - `epoch`: images/s of whole epochs with mosaic (recent-image cache), with mosaic closed,
 //!   and with every image held in memory (`cache`, second epoch: no decoding).
 //!
@@ -14,7 +15,7 @@ use rusting_brain::data::yolo::{
     YoloDataset,
 };
 use rusting_brain::vision::augment::{
-    apply_hsv, mosaic4, random_affine, AugmentConfig, MosaicDraw, SampleDraws,
+    apply_hsv, mosaic4_canvas, random_affine_from, AugmentConfig, MosaicDraw, SampleDraws,
 };
 use rusting_brain::vision::augment::{sample_generator, Partners};
 use serde_json::json;
@@ -127,7 +128,9 @@ fn stages(dataset: &YoloDataset, imgsz: usize) -> rusting_brain::Result<()> {
             others: [0; 3],
         };
         let t = Instant::now();
-        let placed = mosaic4([&tiles[0], &tiles[1], &tiles[2], &tiles[3]], imgsz, &m)?;
+        // The pipeline's mosaic: the layout and boxes; the warp reads the tiles in place.
+        let (canvas, classes, boxes) =
+            mosaic4_canvas([&tiles[0], &tiles[1], &tiles[2], &tiles[3]], imgsz, &m)?;
         mosaic += t.elapsed().as_secs_f64();
         // Steps on data already in cache: the best of three.
         let best = |f: &mut dyn FnMut()| {
@@ -139,8 +142,9 @@ fn stages(dataset: &YoloDataset, imgsz: usize) -> rusting_brain::Result<()> {
                 })
                 .fold(f64::INFINITY, f64::min)
         };
-        let mut warped = random_affine(&placed, &draws.affine, imgsz, imgsz);
-        warp += best(&mut || warped = random_affine(&placed, &draws.affine, imgsz, imgsz));
+        let affine = || random_affine_from(&canvas, &classes, &boxes, &draws.affine, imgsz, imgsz);
+        let mut warped = affine();
+        warp += best(&mut || warped = affine());
         let image = warped.image.clone();
         hsv += best(&mut || apply_hsv(&mut image.clone(), draws.hsv_gains));
     }

@@ -552,3 +552,16 @@ fn a_given_order_is_served_as_is_and_drop_last_leaves_out_the_short_batch() {
     let with_rect = super::ValLoaderOptions { rect: true, ..opts };
     assert!(super::ValLoader::new(ds, &with_rect).is_err());
 }
+
+#[test]
+fn hwc_to_chw_splits_pixels_into_planes() {
+    let img = image::RgbImage::from_fn(3, 2, |x, y| {
+        let i = (y * 3 + x) as u8;
+        image::Rgb([i, 10 + i, 20 + i])
+    });
+    let planes = super::loader::hwc_to_chw(&img);
+    let want: Vec<u8> = (0..3u8)
+        .flat_map(|c| (0..6u8).map(move |i| c * 10 + i))
+        .collect();
+    assert_eq!(planes, want);
+}

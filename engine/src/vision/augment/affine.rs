@@ -13,7 +13,8 @@
 use super::draws::AffineDraw;
 use super::mosaic::filter;
 use super::sample::{clip_boxes, Labeled};
-use super::warp::warp_affine;
+use super::warp::warp_affine_from;
+use super::warp_source::WarpSource;
 use crate::vision::boxes::Box4;
 use crate::vision::letterbox::PAD_VALUE;
 
@@ -76,7 +77,27 @@ pub fn affine_matrix(
 /// Warps `input` into `out_w` x `out_h` with `draw`, moving its boxes and keeping those
 /// `box_candidates` accepts.
 pub fn random_affine(input: &Labeled, draw: &AffineDraw, out_w: usize, out_h: usize) -> Labeled {
-    let (src_w, src_h) = (input.image.width() as usize, input.image.height() as usize);
+    random_affine_from(
+        &input.image,
+        &input.classes,
+        &input.boxes,
+        draw,
+        out_w,
+        out_h,
+    )
+}
+
+/// [`random_affine`] of any [`WarpSource`] (a mosaic's unbuilt canvas, say) with its classes
+/// and corner boxes.
+pub fn random_affine_from(
+    image: &impl WarpSource,
+    classes: &[usize],
+    boxes: &[Box4],
+    draw: &AffineDraw,
+    out_w: usize,
+    out_h: usize,
+) -> Labeled {
+    let (src_w, src_h) = image.size();
     let m = affine_matrix(draw, src_w, src_h, out_w, out_h);
     let forward = [0, 1].map(|i| m[i].map(f64::from));
     let forward = [
@@ -87,16 +108,16 @@ pub fn random_affine(input: &Labeled, draw: &AffineDraw, out_w: usize, out_h: us
         forward[1][1],
         forward[1][2],
     ];
-    let image = warp_affine(&input.image, &forward, out_w, out_h, PAD_VALUE);
-    let mut moved = transform_boxes(&input.boxes, &m);
+    let image = warp_affine_from(image, &forward, out_w, out_h, PAD_VALUE);
+    let mut moved = transform_boxes(boxes, &m);
     clip_boxes(&mut moved, out_w as f32, out_h as f32);
     // The boxes before the warp, scaled as the warp scaled them (`instances.scale`).
     let scale = draw.scale as f32;
-    let before: Vec<Box4> = input.boxes.iter().map(|b| b.map(|v| v * scale)).collect();
+    let before: Vec<Box4> = boxes.iter().map(|b| b.map(|v| v * scale)).collect();
     let keep = box_candidates(&before, &moved, &CandidateRule::default());
     Labeled {
         image,
-        classes: filter(&input.classes, &keep),
+        classes: filter(classes, &keep),
         boxes: filter(&moved, &keep),
     }
 }

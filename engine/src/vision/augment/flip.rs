@@ -13,12 +13,11 @@ pub fn flip_lr(img: &mut RgbImage) {
         return;
     }
     for row in img.as_mut().chunks_exact_mut(row_len) {
-        let n = row.len() / 3;
-        for i in 0..n / 2 {
-            let (a, b) = (i * 3, (n - 1 - i) * 3);
-            for c in 0..3 {
-                row.swap(a + c, b + c);
-            }
+        // The left half's pixels from the start, the right half's from the end (an odd middle
+        // pixel is left unpaired, where it stays).
+        let (left, right) = row.split_at_mut(row_len / 6 * 3);
+        for (a, b) in left.chunks_exact_mut(3).zip(right.rchunks_exact_mut(3)) {
+            a.swap_with_slice(b);
         }
     }
 }
@@ -59,10 +58,13 @@ mod tests {
 
     #[test]
     fn flip_lr_mirrors_every_row() {
-        let mut img = numbered(5, 3);
-        flip_lr(&mut img);
-        for (x, y, px) in img.enumerate_pixels() {
-            assert_eq!(*px, *numbered(5, 3).get_pixel(4 - x, y));
+        // Odd and even widths (an odd one has a middle pixel that stays).
+        for w in [5, 4, 1] {
+            let mut img = numbered(w, 3);
+            flip_lr(&mut img);
+            for (x, y, px) in img.enumerate_pixels() {
+                assert_eq!(*px, *numbered(w, 3).get_pixel(w - 1 - x, y), "width {w}");
+            }
         }
     }
 

@@ -20,17 +20,20 @@ pub mod pipeline;
 pub mod sample;
 mod simd;
 pub mod warp;
+mod warp_separable;
+pub mod warp_source;
 
-pub use affine::{box_candidates, random_affine, CandidateRule};
+pub use affine::{box_candidates, random_affine, random_affine_from, CandidateRule};
 pub use config::AugmentConfig;
 pub use draws::{
     sample_generator, shuffle_generator, AffineDraw, MosaicDraw, Partners, SampleDraws,
 };
 pub use hsv::{apply_hsv, HsvLut};
-pub use mosaic::mosaic4;
+pub use mosaic::{mosaic4, mosaic4_canvas, MosaicCanvas};
 pub use pipeline::augment;
 pub use sample::{AugmentedSample, Labeled, TrainImage};
-pub use warp::warp_affine;
+pub use warp::{warp_affine, warp_affine_from};
+pub use warp_source::WarpSource;
 
 #[cfg(test)]
 mod tests;

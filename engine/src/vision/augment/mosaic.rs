@@ -9,9 +9,12 @@
 
 use super::draws::MosaicDraw;
 use super::sample::{clip_boxes, Labeled, TrainImage};
+use super::warp_source::WarpSource;
+use crate::vision::boxes::Box4;
 use crate::vision::letterbox::PAD_VALUE;
 use crate::{Error, Result};
 use image::{Rgb, RgbImage};
+use std::borrow::Cow;
 
 /// Where one image goes: its source rectangle and its top-left corner in the canvas.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -79,6 +82,21 @@ pub fn layout(sizes: [(usize, usize); 4], imgsz: usize, center: (usize, usize)) 
 /// The mosaic of `tiles` (the sample's own image first, then `draw.others` in order) for
 /// training size `imgsz`: the `2 * imgsz` canvas and every tile's boxes in it, in corners.
 pub fn mosaic4(tiles: [&TrainImage; 4], imgsz: usize, draw: &MosaicDraw) -> Result<Labeled> {
+    let (canvas, classes, boxes) = mosaic4_canvas(tiles, imgsz, draw)?;
+    Ok(Labeled {
+        image: canvas.render(),
+        classes,
+        boxes,
+    })
+}
+
+/// [`mosaic4`] with the canvas left unbuilt: where each tile goes (a [`MosaicCanvas`], which a
+/// warp reads directly), and the classes and boxes in canvas corners.
+pub fn mosaic4_canvas<'a>(
+    tiles: [&'a TrainImage; 4],
+    imgsz: usize,
+    draw: &MosaicDraw,
+) -> Result<(MosaicCanvas<'a>, Vec<usize>, Vec<Box4>)> {
     let side = 2 * imgsz;
     let (xc, yc) = draw.center;
     if xc > side || yc > side {
@@ -94,11 +112,10 @@ pub fn mosaic4(tiles: [&TrainImage; 4], imgsz: usize, draw: &MosaicDraw) -> Resu
             format!("a {w}x{h} image is larger than imgsz {imgsz}: load it resized first"),
         ));
     }
-    let mut canvas = RgbImage::from_pixel(side as u32, side as u32, Rgb([PAD_VALUE; 3]));
+    let placements = layout(sizes, imgsz, draw.center);
     let mut classes = Vec::new();
     let mut boxes = Vec::new();
-    for (tile, place) in tiles.iter().zip(layout(sizes, imgsz, draw.center)) {
-        paste(&mut canvas, &tile.image, &place);
+    for (tile, place) in tiles.iter().zip(&placements) {
         let (pad_x, pad_y) = place.offset();
         classes.extend_from_slice(&tile.classes);
         boxes.extend(tile.pixel_boxes(pad_x as f32, pad_y as f32));
@@ -108,11 +125,58 @@ pub fn mosaic4(tiles: [&TrainImage; 4], imgsz: usize, draw: &MosaicDraw) -> Resu
         .iter()
         .map(|b| (b[2] - b[0]) * (b[3] - b[1]) > 0.0)
         .collect();
-    Ok(Labeled {
-        image: canvas,
-        classes: filter(&classes, &keep),
-        boxes: filter(&boxes, &keep),
-    })
+    let canvas = MosaicCanvas {
+        tiles: tiles.map(|t| &t.image),
+        placements,
+        side,
+    };
+    Ok((canvas, filter(&classes, &keep), filter(&boxes, &keep)))
+}
+
+/// A mosaic's canvas, unbuilt: grey 114 with each tile's source rectangle at its placement.
+#[derive(Clone, Copy, Debug)]
+pub struct MosaicCanvas<'a> {
+    pub tiles: [&'a RgbImage; 4],
+    pub placements: [Placement; 4],
+    /// The canvas is `side` x `side`.
+    pub side: usize,
+}
+
+impl MosaicCanvas<'_> {
+    /// The whole canvas as an image.
+    pub fn render(&self) -> RgbImage {
+        let mut canvas =
+            RgbImage::from_pixel(self.side as u32, self.side as u32, Rgb([PAD_VALUE; 3]));
+        for (tile, place) in self.tiles.iter().zip(&self.placements) {
+            paste(&mut canvas, tile, place);
+        }
+        canvas
+    }
+}
+
+impl WarpSource for MosaicCanvas<'_> {
+    fn size(&self) -> (usize, usize) {
+        (self.side, self.side)
+    }
+
+    fn read_row(&self, y: usize, x0: usize, x1: usize, out: &mut [u8]) {
+        out.fill(PAD_VALUE);
+        for (tile, place) in self.tiles.iter().zip(&self.placements) {
+            let [cx1, cy1, cx2, cy2] = place.canvas;
+            let (a, b) = (cx1.max(x0), cx2.min(x1));
+            if y < cy1 || y >= cy2 || a >= b {
+                continue;
+            }
+            let [sx1, sy1, ..] = place.source;
+            let start = ((sy1 + y - cy1) * tile.width() as usize + sx1 + a - cx1) * 3;
+            let n = (b - a) * 3;
+            out[(a - x0) * 3..(a - x0) * 3 + n].copy_from_slice(&tile.as_raw()[start..start + n]);
+        }
+    }
+
+    fn to_image(&self) -> Cow<'_, RgbImage> {
+        Cow::Owned(self.render())
+    }
 }
 
 /// Copies the placement's source rectangle of `img` into `canvas`, row by row.
@@ -210,6 +274,48 @@ mod tests {
         };
         let out = mosaic4([&tiles[0], &tiles[1], &tiles[2], &tiles[3]], 64, &draw).unwrap();
         assert!(out.boxes.is_empty() && out.classes.is_empty());
+    }
+
+    #[test]
+    fn canvas_rows_read_what_the_rendered_canvas_holds() {
+        let noisy = |w: u32, h: u32, seed: u32| TrainImage {
+            image: RgbImage::from_fn(w, h, |x, y| {
+                Rgb([
+                    (x * 7 + y * 13 + seed) as u8,
+                    (x * y + seed) as u8,
+                    (x ^ y) as u8,
+                ])
+            }),
+            classes: vec![],
+            boxes: vec![],
+        };
+        let tiles = [
+            noisy(40, 30, 1),
+            noisy(20, 50, 2),
+            noisy(64, 10, 3),
+            noisy(30, 64, 4),
+        ];
+        for center in [(50, 70), (0, 0), (128, 128), (3, 120), (64, 64)] {
+            let draw = MosaicDraw {
+                center,
+                others: [1, 2, 3],
+            };
+            let (canvas, ..) =
+                mosaic4_canvas([&tiles[0], &tiles[1], &tiles[2], &tiles[3]], 64, &draw).unwrap();
+            let whole = canvas.render();
+            for y in 0..128 {
+                for (x0, x1) in [(0, 128), (13, 77), (50, 51), (90, 90)] {
+                    let mut row = vec![0; (x1 - x0) * 3];
+                    canvas.read_row(y, x0, x1, &mut row);
+                    let at = (y * 128 + x0) * 3;
+                    assert_eq!(
+                        row,
+                        whole.as_raw()[at..at + row.len()],
+                        "{center:?} row {y}"
+                    );
+                }
+            }
+        }
     }
 
     #[test]

@@ -2,11 +2,11 @@
 //! the image alone), random affine into `imgsz` x `imgsz`, HSV, vertical then horizontal flip,
 //! and `Format` (centre-size boxes normalised to the image).
 
-use super::affine::random_affine;
+use super::affine::random_affine_from;
 use super::draws::SampleDraws;
 use super::flip::{flip_boxes_lr, flip_boxes_ud, flip_lr, flip_ud};
 use super::hsv::apply_hsv;
-use super::mosaic::mosaic4;
+use super::mosaic::mosaic4_canvas;
 use super::sample::{AugmentedSample, Labeled, TrainImage};
 use crate::vision::boxes::xyxy_to_xywh;
 use crate::{Error, Result};
@@ -19,7 +19,8 @@ pub fn augment(
     draws: &SampleDraws,
     imgsz: usize,
 ) -> Result<AugmentedSample> {
-    let placed = match &draws.mosaic {
+    // The mosaic's canvas is never built: the warp reads the tiles where they were placed.
+    let mut warped = match &draws.mosaic {
         Some(m) => {
             let [a, b, c] = others else {
                 return Err(Error::invalid(
@@ -27,11 +28,18 @@ pub fn augment(
                     format!("a mosaic needs 3 other images, got {}", others.len()),
                 ));
             };
-            mosaic4([own, a, b, c], imgsz, m)?
+            let (canvas, classes, boxes) = mosaic4_canvas([own, a, b, c], imgsz, m)?;
+            random_affine_from(&canvas, &classes, &boxes, &draws.affine, imgsz, imgsz)
         }
-        None => own.to_labeled(),
+        None => random_affine_from(
+            &own.image,
+            &own.classes,
+            &own.pixel_boxes(0.0, 0.0),
+            &draws.affine,
+            imgsz,
+            imgsz,
+        ),
     };
-    let mut warped = random_affine(&placed, &draws.affine, imgsz, imgsz);
     apply_hsv(&mut warped.image, draws.hsv_gains);
     Ok(finish(warped, draws.flip_ud, draws.flip_lr))
 }

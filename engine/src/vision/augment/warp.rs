@@ -13,6 +13,8 @@
 //! fixed-point weights and differ by a level here and there); checked bit for bit against
 //! opencv-python 5.0 on random images and matrices (tests/fixtures/yolo/augment/).
 
+use super::warp_separable::{is_separable, warp_separable};
+use super::warp_source::WarpSource;
 use image::RgbImage;
 
 /// Warps `src` by the forward affine map `forward = [a, b, c, d, e, f]` (destination x =
@@ -25,7 +27,36 @@ pub fn warp_affine(
     dst_h: usize,
     border: u8,
 ) -> RgbImage {
+    warp_affine_from(src, forward, dst_w, dst_h, border)
+}
+
+/// [`warp_affine`] of any [`WarpSource`]. A map without rotation or shear takes the separable
+/// path (the same pixels, reading only the source rows and columns it needs); any other
+/// reads the whole source image.
+pub fn warp_affine_from(
+    src: &impl WarpSource,
+    forward: &[f64; 6],
+    dst_w: usize,
+    dst_h: usize,
+    border: u8,
+) -> RgbImage {
     let inverse = invert_affine(forward).map(|v| v as f32);
+    let out = if is_separable(&inverse) {
+        warp_separable(src, &inverse, dst_w, dst_h, border)
+    } else {
+        warp_general(&src.to_image(), &inverse, dst_w, dst_h, border)
+    };
+    RgbImage::from_raw(dst_w as u32, dst_h as u32, out).unwrap_or_default()
+}
+
+/// The warp of any map by OpenCV's destination-to-source `inverse` (f32), pixel by pixel.
+pub(crate) fn warp_general(
+    src: &RgbImage,
+    inverse: &[f32; 6],
+    dst_w: usize,
+    dst_h: usize,
+    border: u8,
+) -> Vec<u8> {
     let (sw, sh) = (src.width() as usize, src.height() as usize);
     let mut out = vec![border; dst_w * dst_h * 3];
     if sw > 0 && sh > 0 {
@@ -33,13 +64,13 @@ pub fn warp_affine(
             src: src.as_raw(),
             sw,
             sh,
-            m: inverse,
+            m: *inverse,
             dst_w,
             border,
         };
         job.run(&mut out);
     }
-    RgbImage::from_raw(dst_w as u32, dst_h as u32, out).unwrap_or_default()
+    out
 }
 
 /// OpenCV's inverse of a 2x3 affine matrix (`warpAffine` without `WARP_INVERSE_MAP`): a
