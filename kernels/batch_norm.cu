@@ -14,12 +14,16 @@
 // - bn_stats_finalize_<T>: mean and rstd = 1 / sqrt(var + eps) with the biased variance, and,
 //   when given, the running statistics updated in place with the unbiased variance:
 //   running = (1 - momentum) * running + momentum * batch.
-// - bn_apply_<s|v>_<T>: y = x * (rstd * w) + (b - mean * rstd * w).
-// - bn_partials_grad_<s|v>_<T>: a = sum(g), b = sum(g * (x - mean)) per chunk.
+// - bn_apply_<s|v>_<T>: y = x * (rstd * w) + (b - mean * rstd * w), then SiLU when `act`.
+// - bn_partials_grad_<s|v>_<T>: a = sum(g), b = sum(g * (x - mean)) per chunk, with g the
+//   gradient at the norm's output: after `act`, the output gradient times SiLU's derivative
+//   at y, recomputed from x (so the forward saves x alone, not y).
 // - bn_grad_finalize_<C>: dweight = rstd * b, dbias = a, and the input gradient's coefficients
 //   dx = k0 * g + k1 * (x - mean) + k2; with batch statistics k1 and k2 carry the gradient
 //   through the mean and the variance, with running statistics they are 0.
-// - bn_grad_input_<s|v>_<T>: dx from those coefficients.
+// - bn_grad_input_<s|v>_<T>: dx from those coefficients (and the same g).
+//
+// `act` is 0 (none) or 1 (SiLU): a convolution's norm and activation in one pass each way.
 
 #define BN_THREADS 256
 
@@ -42,6 +46,20 @@ template <class T, int VEC> struct BnIo {
     }
 };
 
+// The affine map of channel c: y = x * scale + shift.
+template <class C>
+__device__ __forceinline__ void bn_affine(const C* mean, const C* rstd, const C* w, const C* b, i64 c,
+                                          C& scale, C& shift) {
+    scale = rstd[c] * (w ? w[c] : (C)1);
+    shift = (b ? b[c] : (C)0) - mean[c] * scale;
+}
+
+// The gradient at the norm's output from the one at the activation's: itself, or times SiLU's
+// derivative at y = x * scale + shift.
+template <class C> __device__ __forceinline__ C bn_grad_at_norm(C g, C x, C scale, C shift, int act) {
+    return act ? g * silu_derivative_c(x * scale + shift) : g;
+}
+
 // The element offset of step j (in units of VEC elements) of channel c: j runs over the
 // channel's outer * inner_v steps, plane by plane.
 __device__ __forceinline__ i64 bn_at(u32 j, u32 inner_v, i64 c, i64 channels, int vec) {
@@ -50,10 +68,20 @@ __device__ __forceinline__ i64 bn_at(u32 j, u32 inner_v, i64 c, i64 channels, in
     return (((i64)n * channels + c) * inner_v + s) * vec;
 }
 
+// Per-channel inputs of the backward's sums: the statistics and affine parameters the forward
+// used (w, b may be null), and the activation after the norm.
+template <class C> struct BnGradArgs {
+    const C* mean;
+    const C* rstd;
+    const C* w;
+    const C* b;
+    int act;
+};
+
 // One block: channel blockIdx.y, chunk blockIdx.x of `per_chunk` steps. MODE 0: statistics of
 // x shifted by its channel's first value; MODE 1: sums of g and g * (x - mean).
 template <class T, int VEC, int MODE>
-__device__ void bn_partials_impl(const T* x, const T* g, const typename Acc<T>::type* mean,
+__device__ void bn_partials_impl(const T* x, const T* g, BnGradArgs<typename Acc<T>::type> ga,
                                  typename Acc<T>::type* pa, typename Acc<T>::type* pb, i64 channels,
                                  u32 inner_v, u32 count_v, u32 per_chunk) {
     typedef typename Acc<T>::type C;
@@ -62,7 +90,9 @@ __device__ void bn_partials_impl(const T* x, const T* g, const typename Acc<T>::
     const i64 c = blockIdx.y;
     const u32 j0 = blockIdx.x * per_chunk;
     const u32 j1 = j0 + per_chunk < count_v ? j0 + per_chunk : count_v;
-    const C shift = MODE == 0 ? to_acc(x[c * inner_v * VEC]) : mean[c];
+    const C shift = MODE == 0 ? to_acc(x[c * inner_v * VEC]) : ga.mean[c];
+    C y_scale = (C)1, y_shift = (C)0;
+    if (MODE == 1 && ga.act) bn_affine(ga.mean, ga.rstd, ga.w, ga.b, c, y_scale, y_shift);
     C a = (C)0, b = (C)0;
 #pragma unroll 4
     for (u32 j = j0 + threadIdx.x; j < j1; j += BN_THREADS) {
@@ -81,8 +111,9 @@ __device__ void bn_partials_impl(const T* x, const T* g, const typename Acc<T>::
             IO::load(g + at, gv);
 #pragma unroll
             for (int i = 0; i < VEC; ++i) {
-                a += gv[i];
-                b += gv[i] * (xv[i] - shift);
+                const C gn = bn_grad_at_norm(gv[i], xv[i], y_scale, y_shift, ga.act);
+                a += gn;
+                b += gn * (xv[i] - shift);
             }
         }
     }
@@ -98,23 +129,23 @@ __device__ void bn_partials_impl(const T* x, const T* g, const typename Acc<T>::
     extern "C" __global__ void __launch_bounds__(BN_THREADS) bn_partials_stats_s_##name(                 \
         const T* x, Acc<T>::type* pa, Acc<T>::type* pb, i64 channels, u32 inner_v, u32 count_v,         \
         u32 per_chunk) {                                                                                 \
-        bn_partials_impl<T, 1, 0>(x, nullptr, nullptr, pa, pb, channels, inner_v, count_v, per_chunk);  \
+        bn_partials_impl<T, 1, 0>(x, nullptr, {}, pa, pb, channels, inner_v, count_v, per_chunk);       \
     }                                                                                                    \
     extern "C" __global__ void __launch_bounds__(BN_THREADS) bn_partials_stats_v_##name(                 \
         const T* x, Acc<T>::type* pa, Acc<T>::type* pb, i64 channels, u32 inner_v, u32 count_v,         \
         u32 per_chunk) {                                                                                 \
-        bn_partials_impl<T, (int)(16 / sizeof(T)), 0>(x, nullptr, nullptr, pa, pb, channels, inner_v,   \
+        bn_partials_impl<T, (int)(16 / sizeof(T)), 0>(x, nullptr, {}, pa, pb, channels, inner_v,        \
                                                       count_v, per_chunk);                               \
     }                                                                                                    \
     extern "C" __global__ void __launch_bounds__(BN_THREADS) bn_partials_grad_s_##name(                  \
-        const T* x, const T* g, const Acc<T>::type* mean, Acc<T>::type* pa, Acc<T>::type* pb,           \
+        const T* x, const T* g, BnGradArgs<Acc<T>::type> ga, Acc<T>::type* pa, Acc<T>::type* pb,         \
         i64 channels, u32 inner_v, u32 count_v, u32 per_chunk) {                                         \
-        bn_partials_impl<T, 1, 1>(x, g, mean, pa, pb, channels, inner_v, count_v, per_chunk);           \
+        bn_partials_impl<T, 1, 1>(x, g, ga, pa, pb, channels, inner_v, count_v, per_chunk);             \
     }                                                                                                    \
     extern "C" __global__ void __launch_bounds__(BN_THREADS) bn_partials_grad_v_##name(                  \
-        const T* x, const T* g, const Acc<T>::type* mean, Acc<T>::type* pa, Acc<T>::type* pb,           \
+        const T* x, const T* g, BnGradArgs<Acc<T>::type> ga, Acc<T>::type* pa, Acc<T>::type* pb,         \
         i64 channels, u32 inner_v, u32 count_v, u32 per_chunk) {                                         \
-        bn_partials_impl<T, (int)(16 / sizeof(T)), 1>(x, g, mean, pa, pb, channels, inner_v, count_v,   \
+        bn_partials_impl<T, (int)(16 / sizeof(T)), 1>(x, g, ga, pa, pb, channels, inner_v, count_v,     \
                                                       per_chunk);                                        \
     }
 RB_FOR_FLOAT_TYPES(RB_BN_PARTIALS)
@@ -169,35 +200,43 @@ template <class T, int VEC>
 __device__ void bn_apply_impl(const T* x, const typename Acc<T>::type* mean,
                               const typename Acc<T>::type* rstd, const typename Acc<T>::type* w,
                               const typename Acc<T>::type* b, T* y, i64 channels, u32 inner_v,
-                              i64 total_v, int narrow) {
+                              i64 total_v, int narrow, int act) {
     typedef typename Acc<T>::type C;
     typedef BnIo<T, VEC> IO;
     RB_GRID_LOOP(j, total_v) {
         const i64 c = bn_channel(j, inner_v, channels, narrow);
-        const C scale = rstd[c] * (w ? w[c] : (C)1);
-        const C shift = (b ? b[c] : (C)0) - mean[c] * scale;
+        C scale, shift;
+        bn_affine(mean, rstd, w, b, c, scale, shift);
         C v[VEC];
         IO::load(x + j * VEC, v);
 #pragma unroll
-        for (int i = 0; i < VEC; ++i) v[i] = v[i] * scale + shift;
+        for (int i = 0; i < VEC; ++i) {
+            const C yv = v[i] * scale + shift;
+            v[i] = act ? yv * sigmoid_c(yv) : yv;
+        }
         IO::store(y + j * VEC, v);
     }
 }
 
 template <class T, int VEC>
-__device__ void bn_grad_input_impl(const T* x, const T* g, const typename Acc<T>::type* mean,
+__device__ void bn_grad_input_impl(const T* x, const T* g, BnGradArgs<typename Acc<T>::type> ga,
                                    const typename Acc<T>::type* k, T* dx, i64 channels, u32 inner_v,
                                    i64 total_v, int narrow) {
     typedef typename Acc<T>::type C;
     typedef BnIo<T, VEC> IO;
     RB_GRID_LOOP(j, total_v) {
         const i64 c = bn_channel(j, inner_v, channels, narrow);
-        const C k0 = k[c], k1 = k[channels + c], k2 = k[2 * channels + c], m = mean[c];
+        const C k0 = k[c], k1 = k[channels + c], k2 = k[2 * channels + c], m = ga.mean[c];
+        C y_scale = (C)1, y_shift = (C)0;
+        if (ga.act) bn_affine(ga.mean, ga.rstd, ga.w, ga.b, c, y_scale, y_shift);
         C xv[VEC], gv[VEC];
         IO::load(x + j * VEC, xv);
         IO::load(g + j * VEC, gv);
 #pragma unroll
-        for (int i = 0; i < VEC; ++i) xv[i] = k0 * gv[i] + k1 * (xv[i] - m) + k2;
+        for (int i = 0; i < VEC; ++i) {
+            const C gn = bn_grad_at_norm(gv[i], xv[i], y_scale, y_shift, ga.act);
+            xv[i] = k0 * gn + k1 * (xv[i] - m) + k2;
+        }
         IO::store(dx + j * VEC, xv);
     }
 }
@@ -206,25 +245,25 @@ __device__ void bn_grad_input_impl(const T* x, const T* g, const typename Acc<T>
     extern "C" __global__ void bn_apply_s_##name(const T* x, const Acc<T>::type* mean,                   \
                                                  const Acc<T>::type* rstd, const Acc<T>::type* w,        \
                                                  const Acc<T>::type* b, T* y, i64 channels, u32 inner_v, \
-                                                 i64 total_v, int narrow) {                              \
-        bn_apply_impl<T, 1>(x, mean, rstd, w, b, y, channels, inner_v, total_v, narrow);                 \
+                                                 i64 total_v, int narrow, int act) {                     \
+        bn_apply_impl<T, 1>(x, mean, rstd, w, b, y, channels, inner_v, total_v, narrow, act);            \
     }                                                                                                    \
     extern "C" __global__ void bn_apply_v_##name(const T* x, const Acc<T>::type* mean,                   \
                                                  const Acc<T>::type* rstd, const Acc<T>::type* w,        \
                                                  const Acc<T>::type* b, T* y, i64 channels, u32 inner_v, \
-                                                 i64 total_v, int narrow) {                              \
+                                                 i64 total_v, int narrow, int act) {                     \
         bn_apply_impl<T, (int)(16 / sizeof(T))>(x, mean, rstd, w, b, y, channels, inner_v, total_v,     \
-                                                narrow);                                                 \
+                                                narrow, act);                                            \
     }                                                                                                    \
-    extern "C" __global__ void bn_grad_input_s_##name(const T* x, const T* g, const Acc<T>::type* mean,  \
+    extern "C" __global__ void bn_grad_input_s_##name(const T* x, const T* g, BnGradArgs<Acc<T>::type> ga, \
                                                       const Acc<T>::type* k, T* dx, i64 channels,        \
                                                       u32 inner_v, i64 total_v, int narrow) {            \
-        bn_grad_input_impl<T, 1>(x, g, mean, k, dx, channels, inner_v, total_v, narrow);                 \
+        bn_grad_input_impl<T, 1>(x, g, ga, k, dx, channels, inner_v, total_v, narrow);                   \
     }                                                                                                    \
-    extern "C" __global__ void bn_grad_input_v_##name(const T* x, const T* g, const Acc<T>::type* mean,  \
+    extern "C" __global__ void bn_grad_input_v_##name(const T* x, const T* g, BnGradArgs<Acc<T>::type> ga, \
                                                       const Acc<T>::type* k, T* dx, i64 channels,        \
                                                       u32 inner_v, i64 total_v, int narrow) {            \
-        bn_grad_input_impl<T, (int)(16 / sizeof(T))>(x, g, mean, k, dx, channels, inner_v, total_v,     \
+        bn_grad_input_impl<T, (int)(16 / sizeof(T))>(x, g, ga, k, dx, channels, inner_v, total_v,       \
                                                      narrow);                                            \
     }
 RB_FOR_FLOAT_TYPES(RB_BN_ELEMENTWISE)

@@ -224,6 +224,21 @@ template <> struct Mma<f16> {
     static __device__ __forceinline__ float2 unpack(u32 v) { return __half22float2(*(__half2*)&v); }
 };
 
+// ----- activations shared by the elementwise kernels and the fused ones -----
+__device__ __forceinline__ float rb_exp(float x) { return expf(x); }
+__device__ __forceinline__ double rb_exp(double x) { return exp(x); }
+
+// Two branches keep exp from overflowing for large |x|.
+template <class C> __device__ __forceinline__ C sigmoid_c(C x) {
+    if (x >= (C)0) return (C)1 / ((C)1 + rb_exp(-x));
+    C e = rb_exp(x);
+    return e / ((C)1 + e);
+}
+template <class C> __device__ __forceinline__ C silu_derivative_c(C x) {
+    C s = sigmoid_c(x);
+    return s * ((C)1 + x * ((C)1 - s));
+}
+
 // ----- reductions -----
 template <class T> __device__ __forceinline__ T warp_sum(T v) {
 #pragma unroll

@@ -6,14 +6,6 @@
 // RB_UNARY_VALUE_CASES, RB_UNARY_DERIVATIVE_CASES, RB_BINARY_CASES and RB_COMPARE_CASES to this
 // file, so the op codes exist in one place only.
 
-__device__ __forceinline__ float rb_exp(float x) { return expf(x); }
-__device__ __forceinline__ double rb_exp(double x) { return exp(x); }
-
-template <class C> __device__ __forceinline__ C sigmoid_c(C x) {
-    if (x >= (C)0) return (C)1 / ((C)1 + rb_exp(-x));
-    C e = rb_exp(x);
-    return e / ((C)1 + e);
-}
 template <class C> __device__ __forceinline__ C sign_c(C x) { return x > (C)0 ? (C)1 : (x < (C)0 ? (C)-1 : (C)0); }
 // log(1 + exp(x)), and x above torch's default threshold of 20.
 template <class C> __device__ __forceinline__ C softplus_c(C x) { return x > (C)20 ? x : log1p(rb_exp(x)); }
@@ -29,10 +21,6 @@ template <class C> __device__ __forceinline__ C gelu_tanh_derivative_c(C x) {
     C t = tanh(gelu_tanh_inner_c(x));
     C dinner = (C)0.7978845608028654 * ((C)1 + (C)(3.0 * 0.044715) * x * x);
     return (C)0.5 * ((C)1 + t) + (C)0.5 * x * ((C)1 - t * t) * dinner;
-}
-template <class C> __device__ __forceinline__ C silu_derivative_c(C x) {
-    C s = sigmoid_c(x);
-    return s * ((C)1 + x * ((C)1 - s));
 }
 template <class C> __device__ __forceinline__ C mish_derivative_c(C x) {
     C t = tanh(softplus_c(x));

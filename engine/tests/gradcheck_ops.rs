@@ -240,7 +240,14 @@ fn gradcheck_case(name: &str) -> Option<Case> {
                     Tensor::from_vec(vec![0.8f64, 1.7], &[2])?,
                 );
                 let eval = x[0].batch_norm(Some((&m, &v)), Some(&x[1]), None, false, 0.1, 1e-5)?;
-                train.add(&eval.mul(&x[0])?)
+                // With SiLU fused, training and eval.
+                let silu = x[0].batch_norm_silu(None, Some(&x[1]), Some(&x[2]), true, 0.1, 1e-5)?;
+                let silu_eval =
+                    x[0].batch_norm_silu(Some((&m, &v)), None, Some(&x[2]), false, 0.1, 1e-5)?;
+                train
+                    .add(&eval.mul(&x[0])?)?
+                    .add(&silu.mul(&x[0])?)?
+                    .add(&silu_eval)
             },
         ),
         "rms_norm" => case(vec![randn(&[4, 5], 61), randn(&[5], 62)], |x| {

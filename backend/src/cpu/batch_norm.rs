@@ -6,6 +6,7 @@
 use super::map::PARALLEL_MIN;
 use super::norm::{Conv, Part};
 use super::{CpuStorage, IntoCpuStorage};
+use crate::spec::unary::sigmoid;
 use crate::spec::{BatchNormSpec, Real};
 use crate::{DType, Error, Result, WithDType};
 use half::{bf16, f16};
@@ -202,7 +203,8 @@ pub struct Affine<'a> {
     pub b: Option<Part<'a>>,
 }
 
-/// y = x * (rstd * w) + (b - mean * rstd * w) per channel, in x's dtype.
+/// y = x * (rstd * w) + (b - mean * rstd * w) per channel (then SiLU when `spec.silu`), in x's
+/// dtype.
 pub fn apply(x: Part, affine: Affine, spec: BatchNormSpec) -> Result<CpuStorage> {
     with_float_types!(x.storage.dtype(), |cv: T, R| {
         let xs = x.slice_of::<T>(spec.numel(), OP)?;
@@ -221,7 +223,8 @@ pub fn apply(x: Part, affine: Affine, spec: BatchNormSpec) -> Result<CpuStorage>
             let scale = rstd[c] * ws.map_or(R::c(1.0), |w| w[c]);
             let shift = bs.map_or(R::c(0.0), |b| b[c]) - mean[c] * scale;
             for (o, &v) in out.iter_mut().zip(&xs[at..]) {
-                *o = (cv.from)((cv.to)(v) * scale + shift);
+                let y = (cv.to)(v) * scale + shift;
+                *o = (cv.from)(if spec.silu { y * sigmoid(y) } else { y });
             }
         });
         Ok(T::into_storage(y))
@@ -236,6 +239,8 @@ pub struct GradInputs<'a> {
     pub mean: Part<'a>,
     pub rstd: Part<'a>,
     pub w: Option<Part<'a>>,
+    /// The bias, read when `spec.silu` (the backward recomputes the norm's output).
+    pub b: Option<Part<'a>>,
 }
 
 /// The gradients of x (its dtype), the weight and the bias (compute dtype), each when `needs`
@@ -256,15 +261,31 @@ pub fn backward(
             .w
             .map(|p| p.slice_of::<R>(spec.channels, OP))
             .transpose()?;
+        let b = inp
+            .b
+            .map(|p| p.slice_of::<R>(spec.channels, OP))
+            .transpose()?;
+        // The gradient at the norm's output: g, or through SiLU at y = x * scale + shift.
+        let at_norm = |c: usize, gv: T, xv: T| -> R {
+            let gv = (cv.to)(gv);
+            if !spec.silu {
+                return gv;
+            }
+            let scale = rstd[c] * w.map_or(R::c(1.0), |w| w[c]);
+            let shift = b.map_or(R::c(0.0), |b| b[c]) - mean[c] * scale;
+            let y = (cv.to)(xv) * scale + shift;
+            let s = sigmoid(y);
+            gv * (s * (R::c(1.0) + y * (R::c(1.0) - s)))
+        };
         // Per channel: sum(g) and sum(g * (x - mean)), in f64.
         let sums: Vec<(f64, f64)> = per_channel(spec, |c| {
             channel(g, spec, c)
                 .zip(channel(x, spec, c))
                 .fold((0.0, 0.0), |(sg, sgx), (gv, xv)| {
-                    let gv = (cv.to)(gv);
+                    let gn = at_norm(c, gv, xv);
                     (
-                        sg + gv.to_f64(),
-                        sgx + (gv * ((cv.to)(xv) - mean[c])).to_f64(),
+                        sg + gn.to_f64(),
+                        sgx + (gn * ((cv.to)(xv) - mean[c])).to_f64(),
                     )
                 })
         });
@@ -288,7 +309,8 @@ pub fn backward(
             fill_planes(&mut dx, spec, |c, at, out| {
                 let [k0, k1, k2] = k[c];
                 for ((o, &gv), &xv) in out.iter_mut().zip(&g[at..]).zip(&x[at..]) {
-                    *o = (cv.from)(k0 * (cv.to)(gv) + k1 * ((cv.to)(xv) - mean[c]) + k2);
+                    let gn = at_norm(c, gv, xv);
+                    *o = (cv.from)(k0 * gn + k1 * ((cv.to)(xv) - mean[c]) + k2);
                 }
             });
             T::into_storage(dx)

@@ -48,7 +48,23 @@ pub struct GradInputs {
     pub mean: u64,
     pub rstd: u64,
     pub w: Option<u64>,
+    /// The bias, read when `spec.silu` (the backward recomputes the norm's output).
+    pub b: Option<u64>,
 }
+
+/// Mirrors `BnGradArgs` in batch_norm.cu: what the backward's kernels need per channel to
+/// recompute the norm's output for the activation's derivative.
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct GradArgs {
+    mean: u64,
+    rstd: u64,
+    w: u64,
+    b: u64,
+    act: i32,
+    _pad: i32,
+}
+const _: () = assert!(std::mem::size_of::<GradArgs>() == 40);
 
 pub struct Grads {
     pub dx: Option<CudaStorage>,
@@ -143,16 +159,25 @@ struct Partials {
     chunks: usize,
 }
 
-/// Runs `bn_partials_<kind>` over the tensor: `inputs` are the kernel's leading pointer
-/// arguments (x, or x, g and mean).
+/// The operands of `bn_partials_<kind>`: x alone (statistics), or x, g and the backward's
+/// per-channel arguments.
+enum PartialInputs {
+    Stats(u64),
+    Grad(u64, u64, GradArgs),
+}
+
+/// Runs `bn_partials_<kind>` over the tensor.
 fn partials(
     dev: &Arc<CudaDevice>,
-    kind: &str,
     dtype: DType,
     plan: Plan,
     spec: BatchNormSpec,
-    inputs: &[u64],
+    inputs: PartialInputs,
 ) -> Result<Partials> {
+    let kind = match inputs {
+        PartialInputs::Stats(_) => "stats",
+        PartialInputs::Grad(..) => "grad",
+    };
     let (chunks, per_chunk) = plan.chunks(spec.channels, dev.sm_count());
     let cdt = compute(dtype);
     let a = CudaStorage::alloc(dev, spec.channels * chunks, cdt)?;
@@ -166,22 +191,21 @@ fn partials(
     // dtype, the partials channels * chunks; chunks * per_chunk >= count_v, and the 16-byte
     // steps of the `v` kernels are aligned (Plan::new).
     unsafe {
-        match *inputs {
-            [x] => dev.launch(
+        match inputs {
+            PartialInputs::Stats(x) => dev.launch(
                 f,
                 grid,
                 THREADS,
                 0,
                 &mut args![x, pa, pb, channels, inner_v, count_v, per_chunk],
             )?,
-            [x, g, mean] => dev.launch(
+            PartialInputs::Grad(x, g, ga) => dev.launch(
                 f,
                 grid,
                 THREADS,
                 0,
-                &mut args![x, g, mean, pa, pb, channels, inner_v, count_v, per_chunk],
+                &mut args![x, g, ga, pa, pb, channels, inner_v, count_v, per_chunk],
             )?,
-            _ => return Err(Error::invalid("batch_norm", "bad partial-sum operands")),
         }
     };
     Ok(Partials { a, b, chunks })
@@ -199,7 +223,7 @@ pub fn stats(
     let (dtype, cdt) = (x.dtype(), compute(x.dtype()));
     let px = x.ptr_at(x_offset);
     let plan = Plan::new(spec, dtype, &[px])?;
-    let p = partials(dev, "stats", dtype, plan, spec, &[px])?;
+    let p = partials(dev, dtype, plan, spec, PartialInputs::Stats(px))?;
     let mean = CudaStorage::alloc(dev, spec.channels, cdt)?;
     let rstd = CudaStorage::alloc(dev, spec.channels, cdt)?;
     let f = dev.function(
@@ -238,7 +262,7 @@ pub struct Affine {
     pub b: Option<u64>,
 }
 
-/// y = (x - mean) * rstd * w + b per channel, in x's dtype.
+/// y = (x - mean) * rstd * w + b per channel (then SiLU when `spec.silu`), in x's dtype.
 pub fn apply(
     x: &CudaStorage,
     x_offset: usize,
@@ -259,11 +283,12 @@ pub fn apply(
     )?;
     let (pm, pr) = (affine.mean, affine.rstd);
     let (pw, pb) = (affine.w.unwrap_or(0), affine.b.unwrap_or(0));
-    let (channels, inner_v, total_v, narrow) = (
+    let (channels, inner_v, total_v, narrow, act) = (
         spec.channels as i64,
         plan.inner_v,
         plan.total_v,
         plan.narrow,
+        spec.silu as i32,
     );
     let grid = grid_for(plan.total_v as usize, BLOCK, dev.sm_count());
     // SAFETY: x and y hold spec.numel() values of `dtype`, the per-channel buffers `channels`
@@ -274,7 +299,7 @@ pub fn apply(
             (grid, 1, 1),
             BLOCK,
             0,
-            &mut args![px, pm, pr, pw, pb, py, channels, inner_v, total_v, narrow],
+            &mut args![px, pm, pr, pw, pb, py, channels, inner_v, total_v, narrow, act],
         )?
     };
     Ok(y)
@@ -301,9 +326,17 @@ pub fn backward(
     let plan = Plan::new(spec, dtype, &[inp.x, inp.g, pdx])?;
     // The sums are needed for the parameters, and for dx when it flows through the statistics.
     let summed = needs[1] || needs[2] || (needs[0] && batch_stats);
+    let ga = GradArgs {
+        mean: inp.mean,
+        rstd: inp.rstd,
+        w: inp.w.unwrap_or(0),
+        b: inp.b.unwrap_or(0),
+        act: spec.silu as i32,
+        _pad: 0,
+    };
     let p = if summed && spec.count() > 0 {
-        let inputs = [inp.x, inp.g, inp.mean];
-        Some(partials(dev, "grad", dtype, plan, spec, &inputs)?)
+        let inputs = PartialInputs::Grad(inp.x, inp.g, ga);
+        Some(partials(dev, dtype, plan, spec, inputs)?)
     } else {
         None
     };
@@ -336,18 +369,19 @@ pub fn backward(
                 &BATCH_NORM,
                 &format!("bn_grad_input_{}_{}", plan.tag(), type_suffix(dtype)),
             )?;
-            let (px, pg, pm, pk) = (inp.x, inp.g, inp.mean, k.ptr());
+            let (px, pg, pk) = (inp.x, inp.g, k.ptr());
             let (inner_v, total_v, narrow) = (plan.inner_v, plan.total_v, plan.narrow);
             let grid = grid_for(plan.total_v as usize, BLOCK, dev.sm_count());
-            // SAFETY: x, g and dx hold spec.numel() values of `dtype`; mean `channels` and k
-            // 3 * channels values of the compute dtype; the `v` kernel's steps are aligned.
+            // SAFETY: x, g and dx hold spec.numel() values of `dtype`; ga's buffers `channels`
+            // (w, b may be null) and k 3 * channels values of the compute dtype; the `v`
+            // kernel's steps are aligned.
             unsafe {
                 dev.launch(
                     f,
                     (grid, 1, 1),
                     BLOCK,
                     0,
-                    &mut args![px, pg, pm, pk, pdx, channels, inner_v, total_v, narrow],
+                    &mut args![px, pg, ga, pk, pdx, channels, inner_v, total_v, narrow],
                 )?
             };
         }

@@ -18,6 +18,9 @@ pub struct BatchNormSpec {
     pub channels: usize,
     pub inner: usize,
     pub eps: f64,
+    /// SiLU after the norm (a convolution block's activation), fused both ways: the output is
+    /// silu(y), and the backward recomputes y from x.
+    pub silu: bool,
 }
 
 impl BatchNormSpec {

@@ -88,8 +88,13 @@ fn layer_norm(x: Tensor, w: rhai::Dynamic, b: rhai::Dynamic, opts: Map) -> RhaiR
 /// torch.nn.functional.batch_norm: running statistics, weight and bias may each be ().
 fn batch_norm(x: Tensor, stats: [rhai::Dynamic; 4], opts: Map) -> RhaiResult<Tensor> {
     const WHAT: &str = "nn::batch_norm";
-    let o = Options::new(WHAT, opts, &["training", "momentum", "eps"])?;
+    let o = Options::new(WHAT, opts, &["training", "momentum", "eps", "silu"])?;
     let training = o.bool("training", false)?;
+    let norm = if o.bool("silu", false)? {
+        Tensor::batch_norm_silu
+    } else {
+        Tensor::batch_norm
+    };
     let (momentum, eps) = (o.float("momentum", 0.1)?, o.float("eps", 1e-5)?);
     let [rm, rv, w, b] = stats.map(|v| optional_tensor(v, WHAT));
     let (rm, rv, w, b) = (rm?, rv?, w?, b?);
@@ -102,7 +107,7 @@ fn batch_norm(x: Tensor, stats: [rhai::Dynamic; 4], opts: Map) -> RhaiResult<Ten
             )))
         }
     };
-    guard(|| x.batch_norm(running, w.as_ref(), b.as_ref(), training, momentum, eps))
+    guard(|| norm(&x, running, w.as_ref(), b.as_ref(), training, momentum, eps))
 }
 
 fn rms_norm(x: Tensor, w: rhai::Dynamic, opts: Map) -> RhaiResult<Tensor> {
@@ -212,8 +217,8 @@ pub fn register(api: &mut Api) {
     );
     api.func(
         "batch_norm",
-        "nn::batch_norm(x, running_mean, running_var, weight, bias, #{ training, momentum, eps }) -> Tensor",
-        "BatchNorm with options.",
+        "nn::batch_norm(x, running_mean, running_var, weight, bias, #{ training, momentum, eps, silu }) -> Tensor",
+        "BatchNorm with options; silu: true applies SiLU after it in the same pass (a convolution block's norm and activation).",
         "let x = randn([4, 3]); nn::batch_norm(x, (), (), (), (), #{ training: true, eps: 1e-3 })",
         |x: Tensor, rm: rhai::Dynamic, rv: rhai::Dynamic, w: rhai::Dynamic, b: rhai::Dynamic, o: Map| {
             batch_norm(x, [rm, rv, w, b], o)

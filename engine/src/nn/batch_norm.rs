@@ -7,6 +7,7 @@
 use super::init::{ones_, zeros_};
 use super::module::{new_parameter, weight_and_bias, Module};
 use super::summary::Summary;
+use crate::backend::spec::UnaryOp;
 use crate::{no_grad, DType, Device, Error, Result, Tensor};
 
 pub struct BatchNorm2d {
@@ -51,8 +52,18 @@ impl BatchNorm2d {
     }
 }
 
-impl Module for BatchNorm2d {
-    fn forward(&self, x: &Tensor) -> Result<Tensor> {
+impl BatchNorm2d {
+    /// The norm followed by `act`: SiLU fuses into the norm's kernels (one node, one pass each
+    /// way); any other activation runs after it.
+    pub fn forward_act(&self, x: &Tensor, act: Option<UnaryOp>) -> Result<Tensor> {
+        match act {
+            Some(UnaryOp::Silu) => self.normalize(x, true),
+            Some(op) => self.normalize(x, false)?.unary(op),
+            None => self.normalize(x, false),
+        }
+    }
+
+    fn normalize(&self, x: &Tensor, silu: bool) -> Result<Tensor> {
         let c = self.num_features();
         if x.rank() != 4 || x.shape()[1] != c {
             return Err(Error::layer_input(
@@ -67,7 +78,13 @@ impl Module for BatchNorm2d {
         } else {
             0.0
         };
-        let y = x.batch_norm(
+        let norm = if silu {
+            Tensor::batch_norm_silu
+        } else {
+            Tensor::batch_norm
+        };
+        let y = norm(
+            x,
             Some(running),
             self.weight.as_ref(),
             self.bias.as_ref(),
@@ -80,6 +97,12 @@ impl Module for BatchNorm2d {
             no_grad(|| self.num_batches_tracked.add_scalar_(1.0))?;
         }
         Ok(y)
+    }
+}
+
+impl Module for BatchNorm2d {
+    fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        self.normalize(x, false)
     }
 
     fn named_parameters(&self) -> Vec<(String, Tensor)> {

@@ -33,83 +33,138 @@ impl Tensor {
         momentum: f64,
         eps: f64,
     ) -> Result<Tensor> {
-        let spec = check(self, running, weight, bias, eps)?;
-        if !momentum.is_finite() {
-            return Err(Error::invalid(
-                OP,
-                format!("momentum must be finite, got {momentum}"),
-            ));
-        }
-        if training && spec.count() < 2 {
-            return Err(Error::invalid(
-                OP,
-                format!(
-                    "training needs more than one value per channel, got input {:?}",
-                    self.shape()
-                ),
-            ));
-        }
-        let cdt = cuda::compute(self.dtype());
-        let (x, w, b) = no_grad(|| -> Result<_> {
-            let param = |p: Option<&Tensor>| -> Result<Option<Tensor>> {
-                p.map(|t| t.to_dtype(cdt)?.contiguous()).transpose()
-            };
-            Ok((self.contiguous()?, param(weight)?, param(bias)?))
-        })?;
-        let (mean, rstd) = match (training, running) {
-            (true, running) => batch_stats(&x, spec, running, momentum)?,
-            (false, Some((rm, rv))) => no_grad(|| -> Result<_> {
-                let mean = rm.to_dtype(cdt)?.contiguous()?;
-                let rstd = rv.to_dtype(cdt)?.add_scalar(eps)?.rsqrt()?.contiguous()?;
-                Ok((mean, rstd))
-            })?,
-            (false, None) => {
-                return Err(Error::invalid(
-                    OP,
-                    "eval mode normalizes with the running statistics, and none were given",
-                ))
-            }
+        let mode = Mode {
+            training,
+            momentum,
+            silu: false,
         };
-        let y = apply(&x, &mean, &rstd, w.as_ref(), b.as_ref(), spec)?;
-        let mut inputs = vec![self];
-        inputs.extend(weight);
-        inputs.extend(bias);
-        let (has_w, has_b) = (weight.is_some(), bias.is_some());
-        let param_dtypes = (weight.map(|t| t.dtype()), bias.map(|t| t.dtype()));
-        let shape = self.shape().to_vec();
-        Ok(y.recorded(&inputs, move || {
-            let saved_x = SavedTensor::new(OP, &x);
-            let saved_w = w.as_ref().map(|w| SavedTensor::new(OP, w));
-            backward_fn(OP, move |g, needs| {
-                let x = saved_x.get()?;
-                let w = saved_w.as_ref().map(|s| s.get()).transpose()?;
-                let g = g.to_dtype(x.dtype())?.contiguous()?;
-                let need_w = has_w && needs[1];
-                let need_b = has_b && needs[1 + has_w as usize];
-                let [dx, dw, db] = run_backward(
-                    [x, &g, &mean, &rstd],
-                    w,
-                    spec,
-                    training,
-                    [needs[0], need_w, need_b],
-                )?;
-                let param_grad = |s: Option<Storage>, dtype: Option<DType>| match (s, dtype) {
-                    (Some(s), Some(d)) => Ok(Some(
-                        Tensor::from_storage(s, &[spec.channels])?.to_dtype(d)?,
-                    )),
-                    _ => Ok::<_, Error>(None),
-                };
-                let mut grads = vec![dx.map(|s| Tensor::from_storage(s, &shape)).transpose()?];
-                if has_w {
-                    grads.push(param_grad(dw, param_dtypes.0)?);
-                }
-                if has_b {
-                    grads.push(param_grad(db, param_dtypes.1)?);
-                }
-                Ok(grads)
-            })
-        }))
+        batch_norm(self, running, [weight, bias], mode, eps)
     }
+
+    /// `batch_norm(..)?.silu()` as one node: a convolution block's norm and activation in one
+    /// pass each way, and the backward recomputes the norm's output from x instead of keeping
+    /// it.
+    pub fn batch_norm_silu(
+        &self,
+        running: Option<(&Tensor, &Tensor)>,
+        weight: Option<&Tensor>,
+        bias: Option<&Tensor>,
+        training: bool,
+        momentum: f64,
+        eps: f64,
+    ) -> Result<Tensor> {
+        let mode = Mode {
+            training,
+            momentum,
+            silu: true,
+        };
+        batch_norm(self, running, [weight, bias], mode, eps)
+    }
+}
+
+/// How a batch_norm call normalizes: with the batch's statistics (updating the running ones by
+/// `momentum`) or the running ones, and whether SiLU follows.
+#[derive(Clone, Copy)]
+struct Mode {
+    training: bool,
+    momentum: f64,
+    silu: bool,
+}
+
+fn batch_norm(
+    input: &Tensor,
+    running: Option<(&Tensor, &Tensor)>,
+    [weight, bias]: [Option<&Tensor>; 2],
+    mode: Mode,
+    eps: f64,
+) -> Result<Tensor> {
+    let Mode {
+        training,
+        momentum,
+        silu,
+    } = mode;
+    let spec = BatchNormSpec {
+        silu,
+        ..check(input, running, weight, bias, eps)?
+    };
+    if !momentum.is_finite() {
+        return Err(Error::invalid(
+            OP,
+            format!("momentum must be finite, got {momentum}"),
+        ));
+    }
+    if training && spec.count() < 2 {
+        return Err(Error::invalid(
+            OP,
+            format!(
+                "training needs more than one value per channel, got input {:?}",
+                input.shape()
+            ),
+        ));
+    }
+    let cdt = cuda::compute(input.dtype());
+    let (x, w, b) = no_grad(|| -> Result<_> {
+        let param = |p: Option<&Tensor>| -> Result<Option<Tensor>> {
+            p.map(|t| t.to_dtype(cdt)?.contiguous()).transpose()
+        };
+        Ok((input.contiguous()?, param(weight)?, param(bias)?))
+    })?;
+    let (mean, rstd) = match (training, running) {
+        (true, running) => batch_stats(&x, spec, running, momentum)?,
+        (false, Some((rm, rv))) => no_grad(|| -> Result<_> {
+            let mean = rm.to_dtype(cdt)?.contiguous()?;
+            let rstd = rv.to_dtype(cdt)?.add_scalar(eps)?.rsqrt()?.contiguous()?;
+            Ok((mean, rstd))
+        })?,
+        (false, None) => {
+            return Err(Error::invalid(
+                OP,
+                "eval mode normalizes with the running statistics, and none were given",
+            ))
+        }
+    };
+    let y = apply(&x, &mean, &rstd, w.as_ref(), b.as_ref(), spec)?;
+    let mut inputs = vec![input];
+    inputs.extend(weight);
+    inputs.extend(bias);
+    let (has_w, has_b) = (weight.is_some(), bias.is_some());
+    let param_dtypes = (weight.map(|t| t.dtype()), bias.map(|t| t.dtype()));
+    let shape = input.shape().to_vec();
+    Ok(y.recorded(&inputs, move || {
+        let saved_x = SavedTensor::new(OP, &x);
+        let saved_w = w.as_ref().map(|w| SavedTensor::new(OP, w));
+        // The fused SiLU's derivative needs the norm's output, recomputed with the bias.
+        let saved_b = b.as_ref().filter(|_| silu).map(|b| SavedTensor::new(OP, b));
+        backward_fn(OP, move |g, needs| {
+            let x = saved_x.get()?;
+            let w = saved_w.as_ref().map(|s| s.get()).transpose()?;
+            let b = saved_b.as_ref().map(|s| s.get()).transpose()?;
+            let g = g.to_dtype(x.dtype())?.contiguous()?;
+            let need_w = has_w && needs[1];
+            let need_b = has_b && needs[1 + has_w as usize];
+            let [dx, dw, db] = run_backward(
+                [x, &g, &mean, &rstd],
+                [w, b],
+                spec,
+                training,
+                [needs[0], need_w, need_b],
+            )?;
+            let param_grad = |s: Option<Storage>, dtype: Option<DType>| match (s, dtype) {
+                (Some(s), Some(d)) => Ok(Some(
+                    Tensor::from_storage(s, &[spec.channels])?.to_dtype(d)?,
+                )),
+                _ => Ok::<_, Error>(None),
+            };
+            let mut grads = vec![dx.map(|s| Tensor::from_storage(s, &shape)).transpose()?];
+            if has_w {
+                grads.push(param_grad(dw, param_dtypes.0)?);
+            }
+            if has_b {
+                grads.push(param_grad(db, param_dtypes.1)?);
+            }
+            Ok(grads)
+        })
+    }))
 }
 
 /// The kernels' view of `x` after checking the operands against it.
@@ -161,6 +216,7 @@ fn check(
         channels,
         inner: x.shape()[2..].iter().product(),
         eps,
+        silu: false,
     })
 }
 
@@ -326,26 +382,27 @@ fn apply(
 /// [dx, dweight, dbias] as storages, each when `needs` says so.
 fn run_backward(
     [x, g, mean, rstd]: [&Tensor; 4],
-    w: Option<&Tensor>,
+    [w, b]: [Option<&Tensor>; 2],
     spec: BatchNormSpec,
     batch_stats: bool,
     needs: [bool; 3],
 ) -> Result<[Option<Storage>; 3]> {
     dispatch_optional(
         OP,
-        [Some(x), Some(g), Some(mean), Some(rstd), w],
-        |[x, g, mean, rstd, w]| {
+        [Some(x), Some(g), Some(mean), Some(rstd), w, b],
+        |[x, g, mean, rstd, w, b]| {
             let inp = cpu::GradInputs {
                 x: part(x.ok_or_else(missing)?),
                 g: part(g.ok_or_else(missing)?),
                 mean: part(mean.ok_or_else(missing)?),
                 rstd: part(rstd.ok_or_else(missing)?),
                 w: w.map(part),
+                b: b.map(part),
             };
             let out = cpu::backward(inp, spec, batch_stats, needs)?;
             Ok([out.dx, out.dweight, out.dbias].map(|s| s.map(Into::into)))
         },
-        |[x, g, mean, rstd, w]| {
+        |[x, g, mean, rstd, w, b]| {
             let x = x.ok_or_else(missing)?;
             let inp = cuda::GradInputs {
                 x: ptr(x),
@@ -353,6 +410,7 @@ fn run_backward(
                 mean: ptr(mean.ok_or_else(missing)?),
                 rstd: ptr(rstd.ok_or_else(missing)?),
                 w: w.map(ptr),
+                b: b.map(ptr),
             };
             let out = cuda::backward(inp, x.0, spec, batch_stats, needs)?;
             Ok([out.dx, out.dweight, out.dbias].map(|s| s.map(Into::into)))

@@ -69,7 +69,8 @@ fn training_updates_the_running_statistics_with_the_unbiased_variance() {
     let rv = Tensor::from_vec(vec![2f32, 0.5], &[2]).unwrap();
     x.batch_norm(Some((&rm, &rv)), None, None, true, 0.25, 1e-5)
         .unwrap();
-    let want_m = [0.75 * 1.0 + 0.25 * 3.0, 0.75 * -1.0 + 0.25 * 2.0];
+    // 0.75 * 1 + 0.25 * 3 and 0.75 * -1 + 0.25 * 2.
+    let want_m = [1.5, -0.25];
     let want_v = [
         0.75 * 2.0 + 0.25 * 14.0 / 3.0,
         0.75 * 0.5 + 0.25 * 16.0 / 3.0,
@@ -148,4 +149,44 @@ fn bad_input_is_an_error_naming_what_was_wrong() {
         err(randn(&[3], 10, DType::F32).batch_norm(None, None, None, true, 0.1, 1e-5))
             .contains("channels at dim 1")
     );
+}
+
+#[test]
+fn batch_norm_silu_equals_batch_norm_then_silu_with_gradients() {
+    let x = randn(&[2, 3, 4, 5], 11, DType::F64);
+    let w = randn(&[3], 12, DType::F64);
+    let b = randn(&[3], 13, DType::F64);
+    let g = randn(&[2, 3, 4, 5], 14, DType::F64);
+    let (rm, rv) = (
+        randn(&[3], 15, DType::F64),
+        randn(&[3], 16, DType::F64)
+            .abs()
+            .unwrap()
+            .add_scalar(0.5)
+            .unwrap(),
+    );
+    for training in [true, false] {
+        let run = |fused: bool| {
+            let leaves: Vec<Tensor> = [&x, &w, &b]
+                .iter()
+                .map(|t| t.detach().requires_grad_().unwrap())
+                .collect();
+            let (m, v) = (rm.contiguous_copy().unwrap(), rv.contiguous_copy().unwrap());
+            let (lx, lw, lb) = (&leaves[0], Some(&leaves[1]), Some(&leaves[2]));
+            let y = if fused {
+                lx.batch_norm_silu(Some((&m, &v)), lw, lb, training, 0.1, 1e-3)
+            } else {
+                lx.batch_norm(Some((&m, &v)), lw, lb, training, 0.1, 1e-3)
+                    .and_then(|y| y.unary(crate::backend::spec::UnaryOp::Silu))
+            }
+            .unwrap();
+            y.mul(&g).unwrap().sum().unwrap().backward().unwrap();
+            let mut out = vec![y.detach(), m, v];
+            out.extend(leaves.iter().map(|l| l.grad().unwrap()));
+            out
+        };
+        for (fused, composed) in run(true).iter().zip(&run(false)) {
+            close(fused, composed, 1e-12);
+        }
+    }
 }

@@ -104,13 +104,8 @@ impl Block for ConvBn {
         match &self.bn {
             // Fused: the folded bias and SiLU in one pass after the convolution.
             None => self.conv.forward_act(x, act),
-            Some(bn) => {
-                let y = bn.forward(&self.conv.forward(x)?)?;
-                match act {
-                    Some(op) => y.unary(op),
-                    None => Ok(y),
-                }
-            }
+            // Training form: the norm and SiLU as one fused node after the convolution.
+            Some(bn) => bn.forward_act(&self.conv.forward(x)?, act),
         }
     }
 

@@ -76,6 +76,18 @@ fn norm_cases(layer: bool) -> Vec<Case> {
 /// and the one-element ones (3x5), over [N, C], and in eval with fixed running statistics.
 fn batch_norm_cases() -> Vec<Case> {
     fn train(x: &[Tensor], affine: bool) -> Result<Vec<Tensor>> {
+        train_with(x, affine, Tensor::batch_norm)
+    }
+    type Norm = fn(
+        &Tensor,
+        Option<(&Tensor, &Tensor)>,
+        Option<&Tensor>,
+        Option<&Tensor>,
+        bool,
+        f64,
+        f64,
+    ) -> Result<Tensor>;
+    fn train_with(x: &[Tensor], affine: bool, norm: Norm) -> Result<Vec<Tensor>> {
         let c = x[0].shape()[1];
         let (dt, dev) = (rusting_brain::DType::F32, x[0].device());
         let rm = Tensor::zeros(&[c], dt, dev)?;
@@ -85,7 +97,7 @@ fn batch_norm_cases() -> Vec<Case> {
         } else {
             (None, None)
         };
-        let y = x[0].batch_norm(Some((&rm, &rv)), w, b, true, 0.1, 1e-5)?;
+        let y = norm(&x[0], Some((&rm, &rv)), w, b, true, 0.1, 1e-5)?;
         // The running statistics are outputs too (compared, not differentiated).
         Ok(vec![y, rm, rv])
     }
@@ -109,6 +121,26 @@ fn batch_norm_cases() -> Vec<Case> {
             |x| train(x, false),
         ));
     }
+    cases.push(Case::new(
+        "[4, 3, 8, 8] training with SiLU fused",
+        vec![
+            normal(&[4, 3, 8, 8]),
+            value(&[3], Dist::Uniform(0.5, 1.5)),
+            normal(&[3]),
+        ],
+        256,
+        |x| train_with(x, true, Tensor::batch_norm_silu),
+    ));
+    cases.push(Case::new(
+        "[2, 5, 3, 5] training with SiLU fused",
+        vec![
+            normal(&[2, 5, 3, 5]),
+            value(&[5], Dist::Uniform(0.5, 1.5)),
+            normal(&[5]),
+        ],
+        30,
+        |x| train_with(x, true, Tensor::batch_norm_silu),
+    ));
     cases.push(Case::new(
         "[5, 7] training with weight and bias",
         vec![
