@@ -2,6 +2,7 @@
 //! Every reader treats its bytes as untrusted: a corrupt file is an error, never a panic, and
 //! nothing is allocated beyond what the file's size can justify.
 
+pub mod background;
 pub mod batches;
 pub mod csv;
 pub mod dataset;

@@ -210,7 +210,12 @@ impl YoloTrainer {
             phases: [0.0; PHASES.len()],
         };
         lock(&self.model).train(true);
-        let batches = self.loader.epoch(epoch);
+        // Collated on a thread of their own, two batches ahead, so this one only runs steps.
+        let batches = crate::data::background::in_background(
+            self.loader.epoch(epoch),
+            2,
+            "yolo train loader",
+        )?;
         let mut clock = PhaseClock(Instant::now());
         let result = (|| {
             for (i, batch) in batches.enumerate() {
