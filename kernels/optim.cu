@@ -145,14 +145,21 @@ __device__ __forceinline__ float opt_sq_sum(const f32* x, i64 start, i64 end) {
     return s0 + s1 + opt_sq_sum<f32>(x, start + 4 * (i64)n4, end);
 }
 
+// The table entry block b works on, and its element range [start, end) there.
+__device__ __forceinline__ int opt_table_block(const NormTable& t, int b, i64& start, i64& end) {
+    int k = opt_find(t.block_start, t.n, b);
+    start = (i64)(b - t.block_start[k]) * OPT_NORM_CHUNK;
+    end = min(t.numel[k], start + OPT_NORM_CHUNK);
+    return k;
+}
+
 // One partial sum of squares per block, into partials[base + block]; a fixed order of
 // additions, so the norm is the same on every run.
 extern "C" __global__ void __launch_bounds__(OPT_BLOCK) grad_sq_norm(const __grid_constant__ NormTable t, float* partials, int base) {
     __shared__ float scratch[32];
     int b = blockIdx.x;
-    int k = opt_find(t.block_start, t.n, b);
-    i64 start = (i64)(b - t.block_start[k]) * OPT_NORM_CHUNK;
-    i64 end = min(t.numel[k], start + OPT_NORM_CHUNK);
+    i64 start, end;
+    int k = opt_table_block(t, b, start, end);
     float s = 0.f;
     opt_with_type(t.dtype[k], [&](auto tag) {
         typedef typename decltype(tag)::type T;
@@ -197,9 +204,8 @@ extern "C" __global__ void __launch_bounds__(OPT_BLOCK) grad_scale(const __grid_
     float nv = *norm;
     double c = isfinite(nv) ? opt_clip(max_norm, nv) : 1.0;
     int b = blockIdx.x;
-    int k = opt_find(t.block_start, t.n, b);
-    i64 start = (i64)(b - t.block_start[k]) * OPT_NORM_CHUNK;
-    i64 end = min(t.numel[k], start + OPT_NORM_CHUNK);
+    i64 start, end;
+    int k = opt_table_block(t, b, start, end);
     opt_with_type(t.dtype[k], [&](auto tag) {
         typedef typename decltype(tag)::type T;
         typedef typename Acc<T>::type A;
@@ -215,9 +221,8 @@ extern "C" __global__ void __launch_bounds__(OPT_BLOCK) grad_scale(const __grid_
 // moving average (EMA) in one launch instead of a few per tensor.
 extern "C" __global__ void __launch_bounds__(OPT_BLOCK) foreach_lerp(const __grid_constant__ NormTable t, double weight) {
     int b = blockIdx.x;
-    int k = opt_find(t.block_start, t.n, b);
-    i64 start = (i64)(b - t.block_start[k]) * OPT_NORM_CHUNK;
-    i64 end = min(t.numel[k], start + OPT_NORM_CHUNK);
+    i64 start, end;
+    int k = opt_table_block(t, b, start, end);
     opt_with_type(t.dtype[k], [&](auto tag) {
         typedef typename decltype(tag)::type T;
         typedef typename Acc<T>::type A;
