@@ -79,10 +79,10 @@ pub struct EpochReport {
     pub phase_seconds: [f64; PHASES.len()],
 }
 
-/// The host phases of a training batch, as `EpochReport::phase_seconds` counts them: waiting
-/// for the loader, queuing the forward and loss, reading the loss items (a wait for the
-/// device), queuing the backward, the clipped optimizer step, the EMA update, and the rest
-/// (the progress callback, schedule settings).
+/// The host phases of a training batch, as `EpochReport::phase_seconds` counts them (in
+/// `Phase`'s order): waiting for the loader's next batch, queuing the forward and loss
+/// (schedule settings included), reading the loss items (a wait for the device), queuing the
+/// backward, the clipped optimizer step, the EMA update, and the rest (the progress callback).
 pub const PHASES: [&str; 7] = [
     "loading",
     "forward",
@@ -104,14 +104,36 @@ struct EpochTotals {
     phases: [f64; PHASES.len()],
 }
 
-/// Adds the time since the last mark to a phase.
-struct PhaseClock(Instant);
+/// The entries of `PHASES`.
+#[derive(Clone, Copy)]
+enum Phase {
+    Loading,
+    Forward,
+    LossRead,
+    Backward,
+    Optimizer,
+    Ema,
+    Other,
+}
+
+/// Host seconds per phase: each mark adds the time since the last one to its phase.
+struct PhaseClock {
+    last: Instant,
+    seconds: [f64; PHASES.len()],
+}
 
 impl PhaseClock {
-    fn mark(&mut self, phases: &mut [f64; PHASES.len()], phase: usize) {
+    fn start() -> Self {
+        PhaseClock {
+            last: Instant::now(),
+            seconds: [0.0; PHASES.len()],
+        }
+    }
+
+    fn mark(&mut self, phase: Phase) {
         let now = Instant::now();
-        phases[phase] += (now - self.0).as_secs_f64();
-        self.0 = now;
+        self.seconds[phase as usize] += (now - self.last).as_secs_f64();
+        self.last = now;
     }
 }
 
@@ -209,6 +231,7 @@ impl YoloTrainer {
             skipped: 0,
             phases: [0.0; PHASES.len()],
         };
+        let mut clock = PhaseClock::start();
         lock(&self.model).train(true);
         // Collated on a thread of their own, two batches ahead, so this one only runs steps.
         let batches = crate::data::background::in_background(
@@ -216,18 +239,16 @@ impl YoloTrainer {
             2,
             "yolo train loader",
         )?;
-        let mut clock = PhaseClock(Instant::now());
         let result = (|| {
             for (i, batch) in batches.enumerate() {
-                clock.mark(&mut totals.phases, 6);
+                clock.mark(Phase::Loading);
                 crate::cancel::check()?;
                 let batch = batch?;
-                clock.mark(&mut totals.phases, 0);
                 let ni = i + nb * epoch;
                 let settings = self.schedule.at(ni);
                 self.optimizer.apply(&settings)?;
                 let instances = batch.batch_idx.dims()[0];
-                match self.forward_backward(&batch, &mut clock, &mut totals.phases)? {
+                match self.forward_backward(&batch, &mut clock)? {
                     Some(items) => {
                         for (t, v) in totals.losses.iter_mut().zip(items) {
                             *t += v;
@@ -244,7 +265,7 @@ impl YoloTrainer {
                         ));
                     }
                 }
-                clock.mark(&mut totals.phases, 6);
+                clock.mark(Phase::Other);
                 if steps_at(ni, self.last_step, settings.accumulate) {
                     self.optimizer_step(epoch, &mut totals, &mut clock)?;
                     self.last_step = Some(ni);
@@ -261,8 +282,11 @@ impl YoloTrainer {
                     instances,
                     imgsz: self.imgsz,
                 });
+                clock.mark(Phase::Other);
             }
-            clock.mark(&mut totals.phases, 6);
+            // The wait for the loader to say the epoch is over.
+            clock.mark(Phase::Loading);
+            totals.phases = clock.seconds;
             Ok(totals)
         })();
         lock(&self.model).eval();
@@ -275,7 +299,6 @@ impl YoloTrainer {
         &self,
         batch: &TrainBatch,
         clock: &mut PhaseClock,
-        phases: &mut [f64; PHASES.len()],
     ) -> Result<Option<[f64; 3]>> {
         let model = lock(&self.model);
         let images = batch
@@ -288,7 +311,7 @@ impl YoloTrainer {
             let head = model.forward_head(&images)?;
             self.loss.forward_head(&head, &targets)
         })?;
-        clock.mark(phases, 1);
+        clock.mark(Phase::Forward);
         // One read of three numbers per batch: the progress bar shows them, and a
         // non-finite loss must not reach the accumulated gradients.
         let items = out
@@ -297,12 +320,12 @@ impl YoloTrainer {
             .to_dtype(DType::F64)?
             .to_vec::<f64>()?;
         let items = [items[0], items[1], items[2]];
-        clock.mark(phases, 2);
+        clock.mark(Phase::LossRead);
         if items.iter().any(|v| !v.is_finite()) {
             return Ok(None);
         }
         out.total.backward()?;
-        clock.mark(phases, 3);
+        clock.mark(Phase::Backward);
         Ok(Some(items))
     }
 
@@ -326,10 +349,10 @@ impl YoloTrainer {
             }
         }
         self.optimizer.zero_grad();
-        clock.mark(&mut totals.phases, 4);
+        clock.mark(Phase::Optimizer);
         let model = lock(&self.model);
         self.ema.update(&*model)?;
-        clock.mark(&mut totals.phases, 5);
+        clock.mark(Phase::Ema);
         Ok(())
     }
 

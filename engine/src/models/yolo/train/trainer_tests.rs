@@ -129,6 +129,32 @@ fn an_epoch_trains_validates_and_writes_results_and_checkpoints() {
 }
 
 #[test]
+fn the_host_phases_account_for_the_training_time() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = shapes(dir.path());
+    let mut t = YoloTrainer::new(
+        tiny_model(),
+        settings(data, dir.path().join("run"), 1),
+        Device::Cpu,
+    )
+    .unwrap();
+    let r = t.epoch(&mut |_| {}).unwrap();
+    let total: f64 = r.phase_seconds.iter().sum();
+    // The phases cover the batches from the first wait for the loader to its end; only
+    // starting the loader lies outside them.
+    assert!(
+        total <= r.train_seconds && total >= 0.5 * r.train_seconds,
+        "{:?} of {}",
+        r.phase_seconds,
+        r.train_seconds
+    );
+    for phase in ["forward", "backward", "optimizer"] {
+        let i = PHASES.iter().position(|p| *p == phase).unwrap();
+        assert!(r.phase_seconds[i] > 0.0, "{phase}: {:?}", r.phase_seconds);
+    }
+}
+
+#[test]
 fn resume_continues_at_the_next_epoch_as_an_uninterrupted_run() {
     // auto picks AdamW for a run this short.
     resume_matches_an_uninterrupted_run("auto");
