@@ -88,6 +88,16 @@ impl DType {
         }
     }
 
+    /// The dtype kernels compute and keep statistics in for this one (`Real`'s f32 or f64):
+    /// F64 for F64, F32 for everything else, so BF16 and F16 accumulate in F32.
+    pub fn compute_dtype(self) -> DType {
+        if self == DType::F64 {
+            DType::F64
+        } else {
+            DType::F32
+        }
+    }
+
     /// The dtype a float-valued op (exp, mean, softmax) produces for this input.
     pub fn float_result(self) -> DType {
         if self.is_float() {
@@ -215,6 +225,12 @@ impl WithDType for f16 {
 #[cfg(test)]
 mod tests {
     use super::DType::*;
+
+    #[test]
+    fn half_types_compute_in_f32_and_f64_in_f64() {
+        let computed = [BF16, F16, F32, F64].map(|d| d.compute_dtype());
+        assert_eq!(computed, [F32, F32, F32, F64]);
+    }
 
     #[test]
     fn promotion_follows_pytorch() {

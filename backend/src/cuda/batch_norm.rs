@@ -72,15 +72,6 @@ pub struct Grads {
     pub dbias: Option<CudaStorage>,
 }
 
-/// The dtype of statistics and parameters for an input dtype.
-pub fn compute(dtype: DType) -> DType {
-    if dtype == DType::F64 {
-        DType::F64
-    } else {
-        DType::F32
-    }
-}
-
 /// How the kernels step through a tensor: `vec` elements a step (a 16-byte word when every
 /// buffer is aligned and inner is a multiple of the word, otherwise one).
 #[derive(Clone, Copy)]
@@ -179,7 +170,7 @@ fn partials(
         PartialInputs::Grad(..) => "grad",
     };
     let (chunks, per_chunk) = plan.chunks(spec.channels, dev.sm_count());
-    let cdt = compute(dtype);
+    let cdt = dtype.compute_dtype();
     let a = CudaStorage::alloc(dev, spec.channels * chunks, cdt)?;
     let b = CudaStorage::alloc(dev, spec.channels * chunks, cdt)?;
     let name = format!("bn_partials_{kind}_{}_{}", plan.tag(), type_suffix(dtype));
@@ -220,7 +211,7 @@ pub fn stats(
     running: Option<RunningStats>,
 ) -> Result<Stats> {
     let dev = x.cuda_device();
-    let (dtype, cdt) = (x.dtype(), compute(x.dtype()));
+    let (dtype, cdt) = (x.dtype(), x.dtype().compute_dtype());
     let px = x.ptr_at(x_offset);
     let plan = Plan::new(spec, dtype, &[px])?;
     let p = partials(dev, dtype, plan, spec, PartialInputs::Stats(px))?;
@@ -316,7 +307,7 @@ pub fn backward(
     needs: [bool; 3],
 ) -> Result<Grads> {
     let dev = x.cuda_device();
-    let (dtype, cdt) = (x.dtype(), compute(x.dtype()));
+    let (dtype, cdt) = (x.dtype(), x.dtype().compute_dtype());
     let alloc =
         |need: bool, n: usize, dt: DType| need.then(|| CudaStorage::alloc(dev, n, dt)).transpose();
     let dx = alloc(needs[0], spec.numel(), dtype)?;

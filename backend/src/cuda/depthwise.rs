@@ -169,11 +169,7 @@ fn weight_grad(
     if taps == 0 {
         return Ok(out);
     }
-    let acc = if dtype == DType::F64 {
-        DType::F64
-    } else {
-        DType::F32
-    };
+    let acc = dtype.compute_dtype();
     let strip = strips(g);
     // What the NHWC blocks divide among themselves: output pixels, or strips of them.
     let pixels = if strip {

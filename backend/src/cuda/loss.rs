@@ -15,14 +15,6 @@ pub struct CrossEntropyRows {
     pub valid: CudaStorage,
 }
 
-fn compute(dtype: DType) -> DType {
-    if dtype == DType::F64 {
-        DType::F64
-    } else {
-        DType::F32
-    }
-}
-
 /// `x` holds rows*cols logits from `x_offset`; `t` points at `rows` i64 targets.
 pub fn cross_entropy_forward(
     x: &CudaStorage,
@@ -31,7 +23,7 @@ pub fn cross_entropy_forward(
     spec: CrossEntropySpec,
 ) -> Result<CrossEntropyRows> {
     let dev = x.cuda_device();
-    let cdt = compute(x.dtype());
+    let cdt = x.dtype().compute_dtype();
     let loss = CudaStorage::alloc(dev, spec.rows, cdt)?;
     let lse = CudaStorage::alloc(dev, spec.rows, cdt)?;
     let valid = CudaStorage::alloc(dev, spec.rows, cdt)?;

@@ -53,15 +53,6 @@ pub struct BackwardInputs<'a> {
     pub rstd: &'a CudaStorage,
 }
 
-/// The dtype of statistics and parameters for an input dtype.
-fn compute(dtype: DType) -> DType {
-    if dtype == DType::F64 {
-        DType::F64
-    } else {
-        DType::F32
-    }
-}
-
 /// How a register kernel covers a row: `vec` elements per load (16 bytes, or 1 when a buffer
 /// is misaligned or the row length is not a multiple), `nv` loads held per thread, `threads`
 /// per block (a warp multiple; threads * nv * vec >= cols).
@@ -154,7 +145,7 @@ pub fn norm_forward(
     out: DType,
 ) -> Result<NormForward> {
     let dev = x.cuda_device();
-    let (dtype, cdt) = (x.dtype(), compute(x.dtype()));
+    let (dtype, cdt) = (x.dtype(), x.dtype().compute_dtype());
     let in_kernel = out == dtype || converts_in_kernel(dtype, out);
     let y = CudaStorage::alloc(
         dev,
@@ -243,7 +234,7 @@ pub fn norm_backward(
     needs: [bool; 3],
 ) -> Result<NormGrads> {
     let dev = x.cuda_device();
-    let (dtype, cdt) = (x.dtype(), compute(x.dtype()));
+    let (dtype, cdt) = (x.dtype(), x.dtype().compute_dtype());
     let (need_w, need_b) = (needs[1], needs[2] && !spec.rms);
     let dx = needs[0]
         .then(|| CudaStorage::alloc(dev, spec.rows * spec.cols, dtype))
@@ -346,7 +337,7 @@ fn backward_registers(
     let rows_per_chunk = spec.rows.div_ceil(resident.clamp(1, spec.rows));
     let chunks = spec.rows.div_ceil(rows_per_chunk);
     let partials = (need[0] || need[1])
-        .then(|| Partials::alloc(dev, compute(dtype), chunks, spec.cols, need))
+        .then(|| Partials::alloc(dev, dtype.compute_dtype(), chunks, spec.cols, need))
         .transpose()?;
     if pdx == 0 && partials.is_none() {
         return Ok(None);
@@ -413,7 +404,7 @@ fn backward_loops(
         .min(65_535);
     let rows_per_chunk = spec.rows.div_ceil(chunks);
     let chunks = spec.rows.div_ceil(rows_per_chunk);
-    let partials = Partials::alloc(dev, compute(dtype), chunks, spec.cols, need)?;
+    let partials = Partials::alloc(dev, dtype.compute_dtype(), chunks, spec.cols, need)?;
     let (ppw, ppb) = partials.ptrs();
     let f = dev.function(&NORM, &format!("norm_bwd_cols_{sfx}"))?;
     let (px, pg, rpc) = (inp.x, inp.g, rows_per_chunk as i64);

@@ -102,7 +102,7 @@ fn batch_norm(
             ),
         ));
     }
-    let cdt = cuda::compute(input.dtype());
+    let cdt = input.dtype().compute_dtype();
     let (x, w, b) = no_grad(|| -> Result<_> {
         let param = |p: Option<&Tensor>| -> Result<Option<Tensor>> {
             p.map(|t| t.to_dtype(cdt)?.contiguous()).transpose()
@@ -253,7 +253,7 @@ fn batch_stats(
     running: Option<(&Tensor, &Tensor)>,
     momentum: f64,
 ) -> Result<(Tensor, Tensor)> {
-    let cdt = cuda::compute(x.dtype());
+    let cdt = x.dtype().compute_dtype();
     let in_place = running.filter(|(rm, rv)| {
         updatable_in_place(rm, rv, x, cdt) && updatable_in_place(rv, rm, x, cdt)
     });

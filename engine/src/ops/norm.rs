@@ -54,15 +54,6 @@ fn op_name(rms: bool) -> &'static str {
     }
 }
 
-/// The compute dtype: statistics and parameters run in F64 for F64 inputs, F32 otherwise.
-fn compute_dtype(x: DType) -> DType {
-    if x == DType::F64 {
-        DType::F64
-    } else {
-        DType::F32
-    }
-}
-
 /// The normalized shape (from the parameters, or the last dim) after checking it against `x`.
 fn normalized_shape(
     op: &'static str,
@@ -245,7 +236,7 @@ fn norm(
         eps,
         rms,
     };
-    let cdt = compute_dtype(x.dtype());
+    let cdt = x.dtype().compute_dtype();
     let (xc, wc, bc) = no_grad(|| -> Result<_> {
         let param = |p: Option<&Tensor>| -> Result<Option<Tensor>> {
             p.map(|t| t.to_dtype(cdt)?.contiguous()).transpose()

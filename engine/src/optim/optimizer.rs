@@ -159,11 +159,7 @@ fn check_lr(lr: f64) -> Result<()> {
 /// The dtype optimizer state and update math use: f32 (f64 for f64 parameters), so bf16
 /// parameters still get f32 moments.
 pub fn state_dtype(param: &Tensor) -> DType {
-    if param.dtype() == DType::F64 {
-        DType::F64
-    } else {
-        DType::F32
-    }
+    param.dtype().compute_dtype()
 }
 
 pub trait Optimizer: Send {
