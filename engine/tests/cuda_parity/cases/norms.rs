@@ -104,16 +104,22 @@ fn batch_norm_cases() -> Vec<Case> {
     let mut cases = Vec::new();
     for shape in [[4usize, 3, 8, 8], [2, 5, 3, 5], [6, 4, 1, 1]] {
         let (c, count) = (shape[1], shape[0] * shape[2] * shape[3]);
-        cases.push(Case::new(
-            format!("{shape:?} training with weight and bias"),
-            vec![
-                normal(&shape),
-                value(&[c], Dist::Uniform(0.5, 1.5)),
-                normal(&[c]),
-            ],
-            count,
-            |x| train(x, true),
-        ));
+        let fused: [(&str, Norm); 2] = [
+            ("", Tensor::batch_norm),
+            (" and SiLU fused", Tensor::batch_norm_silu),
+        ];
+        for (label, norm) in fused {
+            cases.push(Case::new(
+                format!("{shape:?} training with weight and bias{label}"),
+                vec![
+                    normal(&shape),
+                    value(&[c], Dist::Uniform(0.5, 1.5)),
+                    normal(&[c]),
+                ],
+                count,
+                move |x| train_with(x, true, norm),
+            ));
+        }
         cases.push(Case::new(
             format!("{shape:?} training without parameters"),
             vec![normal(&shape)],
@@ -121,26 +127,6 @@ fn batch_norm_cases() -> Vec<Case> {
             |x| train(x, false),
         ));
     }
-    cases.push(Case::new(
-        "[4, 3, 8, 8] training with SiLU fused",
-        vec![
-            normal(&[4, 3, 8, 8]),
-            value(&[3], Dist::Uniform(0.5, 1.5)),
-            normal(&[3]),
-        ],
-        256,
-        |x| train_with(x, true, Tensor::batch_norm_silu),
-    ));
-    cases.push(Case::new(
-        "[2, 5, 3, 5] training with SiLU fused",
-        vec![
-            normal(&[2, 5, 3, 5]),
-            value(&[5], Dist::Uniform(0.5, 1.5)),
-            normal(&[5]),
-        ],
-        30,
-        |x| train_with(x, true, Tensor::batch_norm_silu),
-    ));
     cases.push(Case::new(
         "[5, 7] training with weight and bias",
         vec![
