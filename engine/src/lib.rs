@@ -36,4 +36,4 @@ pub use ops::loss::{
     bce_with_logits, cross_entropy, huber_loss, mse_loss, CrossEntropyOptions, Reduction,
 };
 pub use random::{manual_seed, Generator};
-pub use tensor::{Tensor, TensorData};
+pub use tensor::{HostReader, Tensor, TensorData};

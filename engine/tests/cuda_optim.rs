@@ -6,7 +6,7 @@ use rusting_brain::backend::cuda::device_for_test;
 use rusting_brain::messages::{set_sink, Level};
 use rusting_brain::optim::{
     clip_grad_norm, clip_grad_norm_tensor, global_grad_norm, AdamW, AdamWConfig, Lion, LionConfig,
-    Optimizer, OptimizerState, Schedule, Sgd, SgdConfig, StepOutcome,
+    NormScope, Optimizer, OptimizerState, Schedule, Sgd, SgdConfig, StepOutcome,
 };
 use rusting_brain::{DType, Device, Generator, Tensor};
 use std::sync::{Arc, Mutex};
@@ -686,5 +686,55 @@ fn cuda_lerp_all_follows_the_cpu_and_is_exact_at_the_ends() {
                 ),
             }
         }
+    }
+}
+
+/// Two optimizers (the first two parameters, the rest) stepping in one `NormScope`: clipped by
+/// the norm over all five gradients, and a non-finite gradient in one skips both, on the
+/// device as on the CPU.
+#[test]
+fn cuda_optimizers_sharing_a_norm_scope_clip_and_skip_together() {
+    let Some(dev) = device_for_test("cuda_optimizers_sharing_a_norm_scope_clip_and_skip_together")
+    else {
+        return;
+    };
+    let shapes = shapes();
+    let init = values(&shapes, 9, 1.0);
+    let (pc, pg) = (
+        params(&shapes, &init, Device::Cpu, DType::F32),
+        params(&shapes, &init, dev, DType::F32),
+    );
+    let split = |ps: &[Tensor]| [adamw(ps[..2].to_vec()), sgd_nesterov(ps[2..].to_vec())];
+    let (mut oc, mut og) = (split(&pc), split(&pg));
+    for step in 1..=4u64 {
+        // Norms well above the clip, and a NaN in the second group's gradients at step 3.
+        let mut grads = values(&shapes, 900 + step, 4.0);
+        if step == 3 {
+            grads[3][2] = f32::NAN;
+        }
+        set_grads(&pc, &grads, &[]);
+        set_grads(&pg, &grads, &[]);
+        let before: Vec<Vec<f32>> = pg.iter().map(|p| p.to_vec_f32().unwrap()).collect();
+        for (opts, ps) in [(&mut oc, &pc), (&mut og, &pg)] {
+            let scope = NormScope {
+                params: ps,
+                max_norm: Some(1.0),
+            };
+            for o in opts.iter_mut() {
+                o.step_in_scope(scope).unwrap();
+            }
+            for o in opts.iter_mut() {
+                o.zero_grad();
+            }
+        }
+        if step == 3 {
+            let after: Vec<Vec<f32>> = pg.iter().map(|p| p.to_vec_f32().unwrap()).collect();
+            assert_eq!(after, before, "the skipped step changed a parameter");
+        }
+        assert_params_close(&pg, &pc, 1e-5, &format!("step {step}"));
+    }
+    for (c, g) in oc.iter().zip(&og) {
+        assert_eq!((g.skipped_steps(), g.step_count()), (1, 3));
+        assert_eq!((c.skipped_steps(), c.step_count()), (1, 3));
     }
 }

@@ -28,6 +28,7 @@ mod probe;
 mod q4_k_layout;
 pub mod quant_matmul;
 pub mod random;
+pub mod readback;
 pub mod reduce;
 pub mod rope;
 pub mod softmax;

@@ -6,10 +6,11 @@
 //! (`step_count`, `skipped_steps`, `state_dict`) and otherwise picks up a snapshot queued at
 //! the end of each step once it has landed, to warn about skipped steps without waiting.
 
-use super::optimizer::{state_dtype, Optimizer, OptimizerCore, ParamState, StepOutcome};
+use super::optimizer::{state_dtype, NormScope, Optimizer, OptimizerCore, ParamState, StepOutcome};
 use crate::backend::cuda::optim::{
-    fused_update, grad_norm, scale_by_norm, DevSlice, Snapshot, UpdateItem, COUNTER_HEAD, SKIP_LOG,
+    fused_update, grad_norm, scale_by_norm, DevSlice, UpdateItem, COUNTER_HEAD, SKIP_LOG,
 };
+use crate::backend::cuda::readback::Readback;
 use crate::backend::cuda::{self, CudaDevice, CudaStorage};
 use crate::backend::spec::optim::{LrSource, UpdateRule};
 use crate::backend::Storage;
@@ -21,7 +22,7 @@ use std::sync::Arc;
 /// what the host has already reported.
 pub(super) struct DeviceSteps {
     counters: Tensor,
-    snapshot: Snapshot,
+    snapshot: Readback,
     /// Skipped steps already warned about.
     reported: u64,
     /// A read found skips that the host's counts do not reflect yet.
@@ -30,6 +31,8 @@ pub(super) struct DeviceSteps {
     /// `base_step` also falls back to `base_lr`.
     base_step: u64,
     base_lr: f64,
+    /// `OptimizerCore::warn_skips` when the buffer was made.
+    warn: bool,
 }
 
 impl DeviceSteps {
@@ -47,11 +50,12 @@ impl DeviceSteps {
             Tensor::from_vec(init, &[COUNTER_HEAD + n])?.to_device(Device::Cuda(dev.ordinal()))?;
         Ok(DeviceSteps {
             counters,
-            snapshot: Snapshot::new(dev, COUNTER_HEAD)?,
+            snapshot: Readback::new(dev, COUNTER_HEAD * 8)?,
             reported: core.skipped,
             needs_refresh: false,
             base_step: core.step,
             base_lr: core.lr,
+            warn: core.warn_skips,
         })
     }
 
@@ -71,8 +75,10 @@ impl DeviceSteps {
         if messages.is_empty() {
             return;
         }
-        for m in &messages {
-            crate::messages::warn(m);
+        if self.warn {
+            for m in &messages {
+                crate::messages::warn(m);
+            }
         }
         self.reported = head[1].max(0) as u64;
         self.needs_refresh = true;
@@ -115,6 +121,14 @@ fn skip_messages(head: &[i64], reported: u64) -> Vec<String> {
         ));
     }
     out
+}
+
+/// Native-endian i64 words of a readback.
+fn words(bytes: &[u8]) -> Vec<i64> {
+    bytes
+        .chunks_exact(8)
+        .map(|w| i64::from_ne_bytes(w.try_into().expect("chunks of 8")))
+        .collect()
 }
 
 /// The address and size of a contiguous CUDA tensor's elements.
@@ -299,11 +313,14 @@ fn steps_mut(core: &mut OptimizerCore) -> Result<&mut DeviceSteps> {
         .ok_or_else(|| Error::Cuda("the optimizer's device step counters are missing".into()))
 }
 
-/// One optimizer step with the fused kernels; every parameter is on CUDA device `ordinal`.
+/// One optimizer step with the fused kernels; every parameter, and every one of `scope`, is on
+/// CUDA device `ordinal`. The norm is taken over `scope.params` and opens this optimizer's
+/// step in its counters.
 pub(super) fn step<O: Optimizer + ?Sized>(
     opt: &mut O,
     rule: UpdateRule,
     ordinal: usize,
+    scope: NormScope,
 ) -> Result<StepOutcome> {
     let dev = cuda::device(ordinal)?;
     let fields = opt.state_fields().len();
@@ -320,7 +337,7 @@ pub(super) fn step<O: Optimizer + ?Sized>(
     let needs_refresh = {
         let ds = steps_mut(core)?;
         if let Some(head) = ds.snapshot.poll()? {
-            ds.report(&head);
+            ds.report(&words(&head));
         }
         ds.needs_refresh
     };
@@ -335,9 +352,14 @@ pub(super) fn step<O: Optimizer + ?Sized>(
         .iter()
         .map(|(_, g)| device_slice(g))
         .collect::<Result<Vec<_>>>()?;
-    // SAFETY: the slices address gradients that `grads` keeps alive; `counters` is this
+    let scope_grads = gradients(scope.params)?;
+    let scope_slices = scope_grads
+        .iter()
+        .map(|(_, g)| device_slice(g))
+        .collect::<Result<Vec<_>>>()?;
+    // SAFETY: the slices address gradients that `scope_grads` keeps alive; `counters` is this
     // optimizer's buffer, with a slot for every parameter.
-    let norm = unsafe { grad_norm(&dev, &slices, counters)? };
+    let norm = unsafe { grad_norm(&dev, &scope_slices, counters)? };
     let norm_ptr = norm.ptr();
     let grad_norm = norm_tensor(norm)?;
 
@@ -345,7 +367,7 @@ pub(super) fn step<O: Optimizer + ?Sized>(
         Some(s) => LrSource::Schedule(s.on_device()),
         None => LrSource::Fixed(core.lr),
     };
-    let max_norm = core.max_grad_norm;
+    let max_norm = scope.max_norm;
     let mut states = std::mem::take(&mut core.states);
     states.resize(tensors.len(), None);
     let queued = no_grad(|| -> Result<()> {
@@ -421,7 +443,7 @@ pub(super) fn step<O: Optimizer + ?Sized>(
     }
     let ds = steps_mut(core)?;
     // SAFETY: `counters` is this buffer, which holds at least COUNTER_HEAD i64s.
-    unsafe { ds.snapshot.start(counters)? };
+    unsafe { ds.snapshot.start(counters, COUNTER_HEAD * 8)? };
     Ok(StepOutcome::Queued {
         step: core.step,
         lr: core.lr,

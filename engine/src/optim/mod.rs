@@ -24,7 +24,7 @@ pub use clip::{
 pub use lerp::lerp_all_;
 pub use lion::{Lion, LionConfig};
 pub use optimizer::{
-    numbered, state_dtype, Optimizer, OptimizerCore, Param, ParamState, StepOutcome,
+    numbered, state_dtype, NormScope, Optimizer, OptimizerCore, Param, ParamState, StepOutcome,
 };
 pub use schedule::Schedule;
 pub use sgd::{Sgd, SgdConfig};

@@ -4,7 +4,7 @@
 //! save/load of its per-parameter state; one that also names its `fused_rule` runs as fused
 //! kernels when its parameters live on a CUDA device (fused.rs).
 
-use super::clip::{global_grad_norm, scale_grads};
+use super::clip::global_grad_norm;
 use super::fused::{self, DeviceSteps};
 use super::schedule::Schedule;
 use super::state::{param_key, OptimizerState, StateReader};
@@ -69,6 +69,20 @@ pub struct OptimizerCore {
     pub max_grad_norm: Option<f64>,
     /// When set, the learning rate of step t is `schedule.lr_at(t)`.
     pub schedule: Option<Schedule>,
+    /// Whether this optimizer warns about its skipped steps. An optimizer that shares its
+    /// norm with others (`NormScope`) skips exactly when they do, so one of them speaks for all.
+    pub warn_skips: bool,
+}
+
+/// The gradient norm a step clips to `max_norm` and skips on when it is not finite. A step's
+/// default scope is its own parameters and `max_grad_norm`; a wider one lets several
+/// optimizers clip by one global norm and skip together (ultralytics' three parameter groups
+/// under one `clip_grad_norm_`), which on CUDA stays on the device.
+#[derive(Clone, Copy)]
+pub struct NormScope<'a> {
+    /// Every parameter whose gradient counts in the norm (the optimizer's own among them).
+    pub params: &'a [Tensor],
+    pub max_norm: Option<f64>,
 }
 
 impl OptimizerCore {
@@ -102,6 +116,7 @@ impl OptimizerCore {
             device: Mutex::new(None),
             max_grad_norm: None,
             schedule: None,
+            warn_skips: true,
         })
     }
 
@@ -185,7 +200,23 @@ pub trait Optimizer: Send {
     }
 
     fn step(&mut self) -> Result<StepOutcome> {
-        step_impl(self)
+        let params = self.core().tensors();
+        let max_norm = self.core().max_grad_norm;
+        step_impl(
+            self,
+            NormScope {
+                params: &params,
+                max_norm,
+            },
+            true,
+        )
+    }
+
+    /// A step that clips by and skips on the norm over `scope.params` instead of its own
+    /// (`max_grad_norm` is not used). No gradient is rewritten, not even by a skip (clearing
+    /// them is the caller's), so every optimizer sharing the scope sees the same norm.
+    fn step_in_scope(&mut self, scope: NormScope) -> Result<StepOutcome> {
+        step_impl(self, scope, false)
     }
 
     /// Clears every parameter's gradient.
@@ -325,30 +356,44 @@ pub trait Optimizer: Send {
     }
 }
 
-/// The shared step: gradient norm, skip or clip, schedule, then each parameter's update. With
-/// every parameter on one CUDA device and a fused rule, all of that runs as fused kernels.
-fn step_impl<O: Optimizer + ?Sized>(opt: &mut O) -> Result<StepOutcome> {
+/// The shared step: gradient norm over the scope, skip or clip, schedule, then each
+/// parameter's update. With every parameter on one CUDA device and a fused rule, all of that
+/// runs as fused kernels.
+/// A skip clears the optimizer's own gradients when `clear_on_skip`.
+fn step_impl<O: Optimizer + ?Sized>(
+    opt: &mut O,
+    scope: NormScope,
+    clear_on_skip: bool,
+) -> Result<StepOutcome> {
     crate::cancel::check()?;
     let tensors = opt.core().tensors();
-    if let (Some(rule), Some(ordinal)) = (opt.fused_rule(), fused::cuda_ordinal(&tensors)) {
-        return fused::step(opt, rule, ordinal);
+    if let (Some(rule), Some(ordinal)) = (opt.fused_rule(), fused::cuda_ordinal(scope.params)) {
+        if fused::cuda_ordinal(&tensors) == Some(ordinal) {
+            return fused::step(opt, rule, ordinal, scope);
+        }
     }
-    let norm = global_grad_norm(&tensors)?;
+    let norm = global_grad_norm(scope.params)?;
     if !norm.is_finite() {
         let next = opt.core().step + 1;
         opt.core_mut().skipped += 1;
-        opt.zero_grad();
-        crate::messages::warn(&format!(
-            "optimizer step {next} skipped: the gradient norm is {norm}; parameters were not \
-             updated and gradients were cleared"
-        ));
+        if clear_on_skip {
+            opt.zero_grad();
+        }
+        if opt.core().warn_skips {
+            let grads = if clear_on_skip { "cleared" } else { "kept" };
+            crate::messages::warn(&format!(
+                "optimizer step {next} skipped: the gradient norm is {norm}; parameters were \
+                 not updated and gradients were {grads}"
+            ));
+        }
         return Ok(StepOutcome::Skipped { norm });
     }
-    if let Some(max) = opt.core().max_grad_norm {
-        if norm > max {
-            scale_grads(&tensors, max / (norm + 1e-6))?;
-        }
-    }
+    // The clip factor scales each gradient as it goes into the update, so the stored gradients
+    // (which other optimizers of the scope may still measure) stay as they are.
+    let clip = scope
+        .max_norm
+        .filter(|&max| norm > max)
+        .map(|max| max / (norm + 1e-6));
     let core = opt.core_mut();
     core.step += 1;
     if let Some(s) = &core.schedule {
@@ -374,7 +419,12 @@ fn step_impl<O: Optimizer + ?Sized>(opt: &mut O) -> Result<StepOutcome> {
             }
             let st = slot.as_mut().expect("created above");
             st.step += 1;
-            opt.update(p, &g.to_dtype(dtype)?, st, lr)?;
+            let g = g.to_dtype(dtype)?;
+            let g = match clip {
+                Some(factor) => g.mul_scalar(factor)?,
+                None => g,
+            };
+            opt.update(p, &g, st, lr)?;
         }
         Ok(())
     });

@@ -3,6 +3,7 @@
 
 mod create;
 mod display;
+mod host_reader;
 mod inplace;
 pub(crate) mod memory;
 
@@ -13,6 +14,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, RwLockReadGuard};
 
 pub use create::TensorData;
+pub use host_reader::HostReader;
 
 #[derive(Clone)]
 pub struct Tensor(Arc<TensorInner>);

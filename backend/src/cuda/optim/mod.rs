@@ -3,7 +3,7 @@
 //! launch. Tensor pointers and sizes travel by value in a kernel-parameter table (one table per
 //! launch, several launches for long parameter lists), so a step uploads nothing and waits for
 //! nothing. The host learns about skipped steps later, through an i64 counter buffer it reads
-//! when asked (or picks up from a `Snapshot` without waiting).
+//! when asked (or picks up from a `Readback` without waiting).
 //!
 //! The functions take raw device addresses because an optimizer step spans many tensors; the
 //! caller keeps the tensors alive until the call returns (frees are stream-ordered, so dropping
@@ -12,16 +12,13 @@
 //! - plan.rs: splitting a tensor list into launches whose tables fit the kernel parameters.
 //! - clip.rs: the global gradient norm and scaling gradients by it.
 //! - update.rs: the fused update of many parameters.
-//! - readback.rs: reading the counter buffer without waiting.
 
 mod clip;
 mod plan;
-mod readback;
 mod update;
 
 pub use clip::NORM_MAX;
 pub use clip::{grad_norm, lerp_all, scale_by_norm};
-pub use readback::Snapshot;
 pub use update::fused_update;
 pub use update::{UpdateItem, UPDATE_MAX};
 

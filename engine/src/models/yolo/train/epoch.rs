@@ -3,7 +3,6 @@
 //! iterations a clipped optimizer step and an EMA update; after the last batch the EMA is
 //! validated (metrics and losses), results.csv gets its row and `last` (and on a new best fitness, `best`) are saved.
 
-use super::optimizer_choice::GroupStep;
 use super::results_csv::{append_row, EpochRow};
 use super::schedule::steps_at;
 use super::trainer::{lock, YoloTrainer, MAX_GRAD_NORM};
@@ -13,7 +12,7 @@ use crate::messages;
 use crate::models::yolo::loss::DetectionTargets;
 use crate::models::yolo::val::{validate, ValOptions};
 use crate::nn::Module;
-use crate::{DType, Device, Error, Result};
+use crate::{DType, Device, Error, HostReader, Result};
 use std::time::Instant;
 
 /// Where an epoch stands after a batch, for a progress bar (ultralytics prints the same:
@@ -62,8 +61,8 @@ pub struct EpochReport {
     /// The groups' rates at the end of the epoch (pg0, pg1, pg2).
     pub lrs: [f64; 3],
     pub optimizer_steps: usize,
-    /// Batches whose loss was not finite (not backpropagated) plus optimizer steps skipped
-    /// for a non-finite gradient norm.
+    /// Optimizer steps skipped for a non-finite gradient norm (a batch whose loss is not
+    /// finite leaves non-finite gradients, so the step it goes into is skipped).
     pub skipped: usize,
     pub validation: EpochValidation,
     /// Whether this epoch's fitness is at least the best so far (and `best` was saved).
@@ -81,8 +80,9 @@ pub struct EpochReport {
 
 /// The host phases of a training batch, as `EpochReport::phase_seconds` counts them (in
 /// `Phase`'s order): waiting for the loader's next batch, queuing the forward and loss
-/// (schedule settings included), reading the loss items (a wait for the device), queuing the
-/// backward, the clipped optimizer step, the EMA update, and the rest (the progress callback).
+/// (schedule settings included), reading the loss items (a wait for the forward on the
+/// device), queuing the backward, the clipped optimizer step, the EMA update, and the rest
+/// (the progress callback).
 pub const PHASES: [&str; 7] = [
     "loading",
     "forward",
@@ -232,6 +232,9 @@ impl YoloTrainer {
             phases: [0.0; PHASES.len()],
         };
         let mut clock = PhaseClock::start();
+        let mut loss_reader = HostReader::new();
+        // The device counts skipped steps; reading its count waits, so once per epoch.
+        let skipped_before = self.optimizer.skipped_steps();
         lock(&self.model).train(true);
         // Collated on a thread of their own, two batches ahead, so this one only runs steps.
         let batches = crate::data::background::in_background(
@@ -248,26 +251,25 @@ impl YoloTrainer {
                 let settings = self.schedule.at(ni);
                 self.optimizer.apply(&settings)?;
                 let instances = batch.batch_idx.dims()[0];
-                match self.forward_backward(&batch, &mut clock)? {
-                    Some(items) => {
-                        for (t, v) in totals.losses.iter_mut().zip(items) {
-                            *t += v;
-                        }
-                        totals.counted += 1;
+                let items = self.forward_backward(&batch, &mut loss_reader, &mut clock)?;
+                if items.iter().all(|v| v.is_finite()) {
+                    for (t, v) in totals.losses.iter_mut().zip(items) {
+                        *t += v;
                     }
-                    None => {
-                        totals.skipped += 1;
-                        messages::warn(&format!(
-                            "yolo train: epoch {} batch {}: the loss is not finite; this batch is \
-                             skipped (no backward) and the weights are kept",
-                            epoch + 1,
-                            i + 1
-                        ));
-                    }
+                    totals.counted += 1;
+                } else {
+                    messages::warn(&format!(
+                        "yolo train: epoch {} batch {}: the loss is not finite ({items:?}); it \
+                         is left out of the mean, and the optimizer step it goes into is \
+                         skipped",
+                        epoch + 1,
+                        i + 1
+                    ));
                 }
                 clock.mark(Phase::Other);
                 if steps_at(ni, self.last_step, settings.accumulate) {
-                    self.optimizer_step(epoch, &mut totals, &mut clock)?;
+                    self.optimizer_step(&mut clock)?;
+                    totals.steps += 1;
                     self.last_step = Some(ni);
                 }
                 totals.instances += instances;
@@ -287,19 +289,25 @@ impl YoloTrainer {
             // The wait for the loader to say the epoch is over.
             clock.mark(Phase::Loading);
             totals.phases = clock.seconds;
+            let skipped = (self.optimizer.skipped_steps() - skipped_before) as usize;
+            totals.skipped = skipped;
+            totals.steps -= skipped.min(totals.steps);
             Ok(totals)
         })();
         lock(&self.model).eval();
         result
     }
 
-    /// The loss of one batch and its backward; the three loss items (box, cls, dfl), or `None`
-    /// when the loss is not finite (then nothing is backpropagated).
+    /// The loss of one batch and its backward; the three loss items (box, cls, dfl). The items
+    /// are read back behind the forward, after the backward is queued, so the wait for them
+    /// leaves the device the backward to run. A non-finite loss is backpropagated too (as
+    /// ultralytics does): its gradients make the optimizer skip the step.
     fn forward_backward(
         &self,
         batch: &TrainBatch,
+        loss_reader: &mut HostReader,
         clock: &mut PhaseClock,
-    ) -> Result<Option<[f64; 3]>> {
+    ) -> Result<[f64; 3]> {
         let model = lock(&self.model);
         let images = batch
             .images
@@ -311,43 +319,24 @@ impl YoloTrainer {
             let head = model.forward_head(&images)?;
             self.loss.forward_head(&head, &targets)
         })?;
+        loss_reader.start(&out.items)?;
         clock.mark(Phase::Forward);
-        // One read of three numbers per batch: the progress bar shows them, and a
-        // non-finite loss must not reach the accumulated gradients.
-        let items = out
-            .items
-            .to_device(Device::Cpu)?
-            .to_dtype(DType::F64)?
-            .to_vec::<f64>()?;
-        let items = [items[0], items[1], items[2]];
-        clock.mark(Phase::LossRead);
-        if items.iter().any(|v| !v.is_finite()) {
-            return Ok(None);
-        }
         out.total.backward()?;
         clock.mark(Phase::Backward);
-        Ok(Some(items))
+        let items = loss_reader
+            .take()?
+            .ok_or_else(|| Error::invalid("yolo train", "the loss items were not read"))?
+            .to_dtype(DType::F64)?
+            .to_vec::<f64>()?;
+        clock.mark(Phase::LossRead);
+        Ok([items[0], items[1], items[2]])
     }
 
-    /// ultralytics' `optimizer_step`: clip at 10 over all groups, step, clear the gradients,
-    /// update the EMA (as ultralytics does even when the step was skipped).
-    fn optimizer_step(
-        &mut self,
-        epoch: usize,
-        totals: &mut EpochTotals,
-        clock: &mut PhaseClock,
-    ) -> Result<()> {
-        match self.optimizer.clip_and_step(MAX_GRAD_NORM)? {
-            GroupStep::Applied { .. } => totals.steps += 1,
-            GroupStep::Skipped { norm } => {
-                totals.skipped += 1;
-                messages::warn(&format!(
-                    "yolo train: epoch {}: the gradient norm is {norm}; the optimizer step is \
-                     skipped and the weights are kept",
-                    epoch + 1
-                ));
-            }
-        }
+    /// ultralytics' `optimizer_step`: clip at 10 over all groups, step (on CUDA the clip and a
+    /// skip for a non-finite norm happen on the device, and pg0 warns about a skip once it is
+    /// read), clear the gradients, update the EMA (as ultralytics does even after a skip).
+    fn optimizer_step(&mut self, clock: &mut PhaseClock) -> Result<()> {
+        self.optimizer.clip_and_step(MAX_GRAD_NORM)?;
         self.optimizer.zero_grad();
         clock.mark(Phase::Optimizer);
         let model = lock(&self.model);

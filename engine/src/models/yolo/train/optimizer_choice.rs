@@ -16,7 +16,7 @@
 use super::param_groups::ParamGroups;
 use super::results_csv::python_round;
 use super::schedule::IterationSettings;
-use crate::optim::{clip_grad_norm, AdamW, AdamWConfig, Optimizer, Sgd, SgdConfig, StepOutcome};
+use crate::optim::{AdamW, AdamWConfig, NormScope, Optimizer, Sgd, SgdConfig, StepOutcome};
 use crate::{Error, Result, Tensor};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -113,6 +113,10 @@ pub fn choose_optimizer(inputs: &ChoiceInputs) -> Result<OptimizerChoice> {
 pub enum GroupStep {
     /// Every group stepped; `grad_norm` is the global norm before clipping.
     Applied { grad_norm: f64 },
+    /// Queued on the CUDA device, which clips and decides there whether the groups step (all
+    /// or none): nothing waited. A skip shows in `skipped_steps` (and is warned about once
+    /// read).
+    Queued,
     /// The norm was not finite: nothing stepped and the gradients were cleared.
     Skipped { norm: f64 },
 }
@@ -138,7 +142,7 @@ impl GroupOptimizers {
         } = groups;
         let decays = [weight_decay, 0.0, 0.0];
         let params = [weights, norm_weights, biases];
-        Ok(match choice.kind {
+        let groups = match choice.kind {
             OptimizerKind::Sgd => {
                 let [a, b, c] = params;
                 let sgd = |p, wd| {
@@ -176,7 +180,16 @@ impl GroupOptimizers {
                     adamw(c, decays[2])?,
                 ])
             }
-        })
+        };
+        Ok(groups.quiet_followers())
+    }
+
+    /// pg0 warns about skipped steps for all three (they skip together).
+    fn quiet_followers(mut self) -> Self {
+        for o in self.groups_mut().into_iter().skip(1) {
+            o.core_mut().warn_skips = false;
+        }
+        self
     }
 
     pub fn kind(&self) -> OptimizerKind {
@@ -226,26 +239,40 @@ impl GroupOptimizers {
         self.groups_mut().into_iter().map(|o| o.step()).collect()
     }
 
-    /// ultralytics' `optimizer_step` without the AMP scaler: clips the global gradient norm
-    /// over all three groups to `max_norm` (ultralytics uses 10), then steps every group. A
+    /// ultralytics' `optimizer_step` without the AMP scaler: one gradient norm over all three
+    /// groups, clipped to `max_norm` (ultralytics uses 10), and every group steps by it. A
     /// non-finite norm steps none of them and clears the gradients, as the grad scaler skips
-    /// the whole optimizer (a group checking only its own gradients would step alone). It
-    /// reads the norm on the host: one wait per optimizer step on CUDA.
+    /// the whole optimizer (a group checking only its own gradients would step alone). On CUDA
+    /// the norm, the clip and the skip stay on the device, so the host does not wait.
     pub fn clip_and_step(&mut self, max_norm: f64) -> Result<GroupStep> {
         let params: Vec<Tensor> = self
             .groups()
             .iter()
             .flat_map(|o| o.core().tensors())
             .collect();
-        let norm = clip_grad_norm(&params, max_norm)?;
-        if !norm.is_finite() {
-            self.zero_grad();
-            return Ok(GroupStep::Skipped { norm });
-        }
+        let scope = NormScope {
+            params: &params,
+            max_norm: Some(max_norm),
+        };
+        let mut first = None;
         for o in self.groups_mut() {
-            o.step()?;
+            let outcome = o.step_in_scope(scope)?;
+            first.get_or_insert(outcome);
         }
-        Ok(GroupStep::Applied { grad_norm: norm })
+        Ok(match first {
+            Some(StepOutcome::Applied { grad_norm, .. }) => GroupStep::Applied { grad_norm },
+            Some(StepOutcome::Skipped { norm }) => {
+                self.zero_grad();
+                GroupStep::Skipped { norm }
+            }
+            _ => GroupStep::Queued,
+        })
+    }
+
+    /// Optimizer steps skipped so far for a non-finite norm (the groups skip together, so
+    /// pg0's count). On CUDA this waits for the queued steps.
+    pub fn skipped_steps(&self) -> u64 {
+        self.groups()[0].skipped_steps()
     }
 
     pub fn zero_grad(&mut self) {
