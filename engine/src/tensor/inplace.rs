@@ -78,10 +78,20 @@ impl Tensor {
         self.update_("div_", |s| s.div(other))
     }
     pub fn mul_scalar_(&self, v: f64) -> Result<()> {
-        self.update_("mul_", |s| s.mul_scalar(v))
+        self.update_("mul_", |s| s.scalar_affine(v, 0.0))
     }
     pub fn add_scalar_(&self, v: f64) -> Result<()> {
-        self.update_("add_", |s| s.add_scalar(v))
+        self.update_("add_", |s| s.scalar_affine(1.0, v))
+    }
+
+    /// `x * mul + add` for the in-place scalar ops: one kernel, with no scalar tensor to make,
+    /// where the result keeps x's dtype; an integer tensor with a fractional scalar goes
+    /// through the promoting binary op, as PyTorch's in-place ops do.
+    fn scalar_affine(&self, mul: f64, add: f64) -> Result<Tensor> {
+        if self.dtype().is_float() || (mul.fract() == 0.0 && add.fract() == 0.0) {
+            return self.affine(mul, add);
+        }
+        self.mul_scalar(mul)?.add_scalar(add)
     }
     pub fn fill_(&self, v: f64) -> Result<()> {
         self.update_("fill_", |s| Tensor::full_like(s, v))
