@@ -59,24 +59,102 @@ pub fn copy_view(src: &CudaStorage, sl: &Layout, dst: &CudaStorage, dl: &Layout)
 }
 
 /// (source row stride, destination row stride, rows, words per row), in 16-byte words, when
-/// both views are the same rows (`Layout::as_rows`) of whole aligned words: the strided kernel
+/// both views are the same rows (`shared_rows`) of whole aligned words: the strided kernel
 /// then moves a word per thread instead of an element with an index division per dim.
 fn row_words(
     dtype: DType,
     (from, sl): (u64, &Layout),
     (to, dl): (u64, &Layout),
 ) -> Option<(i64, i64, i64, i64)> {
-    let (rows, cols, s_ld) = sl.as_rows()?;
-    let (rows2, cols2, d_ld) = dl.as_rows()?;
+    let (rows, cols, s_ld, d_ld) = shared_rows(sl, dl)?;
     let size = dtype.size_in_bytes();
     let words = |n: usize| {
         (n * size)
             .is_multiple_of(16)
             .then_some((n * size / 16) as i64)
     };
-    let fits = rows == rows2 && cols == cols2 && from.is_multiple_of(16) && to.is_multiple_of(16);
-    fits.then_some(())?;
+    (from.is_multiple_of(16) && to.is_multiple_of(16)).then_some(())?;
     Some((words(s_ld)?, words(d_ld)?, rows as i64, words(cols)?))
+}
+
+/// Two views as the same `rows` rows of `cols` contiguous elements, at row strides
+/// (`src_ld`, `dst_ld`): (rows, cols, src_ld, dst_ld). Trailing dims that are dense in both
+/// views join the row, so a slab of a channel concatenation ([N, C, H, W] inside
+/// [N, C_total, H, W]) is N rows of C*H*W, not N*C*H rows of W. Views of different shapes
+/// are compared as `Layout::as_rows` sees them.
+fn shared_rows(a: &Layout, b: &Layout) -> Option<(usize, usize, usize, usize)> {
+    if a.shape() != b.shape() {
+        let ((rows, cols, a_ld), (rows2, cols2, b_ld)) = (a.as_rows()?, b.as_rows()?);
+        return (rows == rows2 && cols == cols2).then_some((rows, cols, a_ld, b_ld));
+    }
+    // (size, stride in a, stride in b) of each dim that is not 1, innermost first.
+    let mut dims = a
+        .shape()
+        .iter()
+        .zip(a.strides().iter().zip(b.strides()))
+        .filter(|(&n, _)| n != 1)
+        .map(|(&n, (&sa, &sb))| (n, sa, sb))
+        .rev()
+        .peekable();
+    let Some(&(cols, 1, 1)) = dims.peek() else {
+        // Only size-1 dims (one element), or a last dim that is not contiguous in both.
+        return (a.numel() == 1).then_some((1, 1, 1, 1));
+    };
+    dims.next();
+    let mut cols = cols;
+    while let Some(&(n, sa, sb)) = dims.peek() {
+        if sa != cols || sb != cols {
+            break;
+        }
+        cols *= n;
+        dims.next();
+    }
+    // The rest must step evenly in both: one stride each for all leading dims together.
+    let lead: Vec<(usize, usize, usize)> = dims.collect();
+    let Some(&(_, a_ld, b_ld)) = lead.first() else {
+        return Some((1, cols, cols, cols));
+    };
+    let even = lead
+        .windows(2)
+        .all(|w| w[1].1 == w[0].1 * w[0].0 && w[1].2 == w[0].2 * w[0].0);
+    let rows = lead.iter().map(|&(n, _, _)| n).product();
+    (even && a_ld >= cols && b_ld >= cols).then_some((rows, cols, a_ld, b_ld))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::shared_rows;
+    use crate::Layout;
+
+    fn view(shape: &[usize], strides: &[usize], offset: usize) -> Layout {
+        Layout::new(shape.to_vec(), strides.to_vec(), offset)
+    }
+
+    #[test]
+    fn a_channel_slab_of_a_concatenation_is_one_row_per_image() {
+        // [2, 3, 4, 5] written into channels 3..6 of a [2, 8, 4, 5] buffer.
+        let src = Layout::contiguous(&[2, 3, 4, 5]);
+        let dst = view(&[2, 3, 4, 5], &[160, 20, 5, 1], 60);
+        assert_eq!(shared_rows(&src, &dst), Some((2, 60, 60, 160)));
+    }
+
+    #[test]
+    fn contiguous_views_are_one_row_and_transposes_are_no_rows() {
+        let a = Layout::contiguous(&[3, 4, 5]);
+        assert_eq!(shared_rows(&a, &a), Some((1, 60, 60, 60)));
+        let t = view(&[4, 3], &[1, 4], 0);
+        assert_eq!(shared_rows(&Layout::contiguous(&[4, 3]), &t), None);
+    }
+
+    #[test]
+    fn leading_dims_must_step_evenly_in_both_views() {
+        // Rows of 5 at strides 8 in both, over a [2, 3] grid of rows: even in a (8, 24), not in
+        // b (8, 32).
+        let a = view(&[2, 3, 5], &[24, 8, 1], 0);
+        let b = view(&[2, 3, 5], &[32, 8, 1], 0);
+        assert_eq!(shared_rows(&a, &a), Some((6, 5, 8, 8)));
+        assert_eq!(shared_rows(&a, &b), None);
+    }
 }
 
 /// Whether a contiguous cast between these dtypes at these addresses takes the 16-byte kernel:
