@@ -193,3 +193,61 @@ __device__ void softmax_bwd_vec_impl(const T* y, const T* g, T* dx, i64 rows, i6
 RB_SOFTMAX_VEC_ALL(bf16, bf16)
 RB_SOFTMAX_VEC_ALL(f16, f16)
 RB_SOFTMAX_VEC_ALL(f32, f32)
+
+// ----- short rows: a group of G lanes per row -----
+// Rows of at most 32 elements (the DFL's 16 bins over every anchor) would leave most of a
+// block idle with one block per row. Here G lanes (a power of two, G >= cols) hold a row, one
+// element a lane, and reduce it with shuffles inside the group; a warp holds 32 / G rows. The
+// row loop steps whole warps, so every lane of a warp takes the same trips and the shuffles
+// always see the full warp. NaN anywhere in a row makes the row NaN, as in the kernels above.
+
+template <class C> __device__ __forceinline__ C group_max(C m, int G) {
+    for (int o = G >> 1; o > 0; o >>= 1) {
+        C om = __shfl_xor_sync(0xffffffffu, m, o, G);
+        m = (om > m || om != om) ? om : m;
+    }
+    return m;
+}
+
+template <class C> __device__ __forceinline__ C group_sum(C s, int G) {
+    for (int o = G >> 1; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o, G);
+    return s;
+}
+
+template <class T>
+__device__ void softmax_fwd_short_impl(const T* x, T* y, i64 rows, int cols, int G, int log_out) {
+    typedef typename SmComp<T>::type C;
+    const int lane = threadIdx.x & 31, in_row = lane & (G - 1);
+    const i64 rows_per_warp = 32 / G;
+    const i64 warps = (i64)gridDim.x * (blockDim.x >> 5);
+    for (i64 w = (i64)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5); w * rows_per_warp < rows; w += warps) {
+        const i64 r = w * rows_per_warp + lane / G;
+        const bool in = r < rows && in_row < cols;
+        C v = in ? (C)to_d(x[r * cols + in_row]) : (C)-INFINITY;
+        C m = group_max(v, G);
+        C e = in ? exp(v - m) : (C)0;
+        C s = group_sum(e, G);
+        if (in) y[r * cols + in_row] = from_d<T>((double)(log_out ? v - m - log(s) : e / s));
+    }
+}
+
+template <class T>
+__device__ void softmax_bwd_short_impl(const T* y, const T* g, T* dx, i64 rows, int cols, int G, int log_out) {
+    typedef typename SmComp<T>::type C;
+    const int lane = threadIdx.x & 31, in_row = lane & (G - 1);
+    const i64 rows_per_warp = 32 / G;
+    const i64 warps = (i64)gridDim.x * (blockDim.x >> 5);
+    for (i64 w = (i64)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5); w * rows_per_warp < rows; w += warps) {
+        const i64 r = w * rows_per_warp + lane / G;
+        const bool in = r < rows && in_row < cols;
+        C gv = in ? (C)to_d(g[r * cols + in_row]) : (C)0;
+        C yv = in ? (C)to_d(y[r * cols + in_row]) : (C)0;
+        C acc = group_sum(log_out ? gv : gv * yv, G);
+        if (in) dx[r * cols + in_row] = from_d<T>((double)(log_out ? gv - exp(yv) * acc : yv * (gv - acc)));
+    }
+}
+
+#define RB_SOFTMAX_SHORT(name, T) \
+    extern "C" __global__ void softmax_fwd_short_##name(const T* x, T* y, i64 rows, int cols, int G, int log_out) { softmax_fwd_short_impl<T>(x, y, rows, cols, G, log_out); } \
+    extern "C" __global__ void softmax_bwd_short_##name(const T* y, const T* g, T* dx, i64 rows, int cols, int G, int log_out) { softmax_bwd_short_impl<T>(y, g, dx, rows, cols, G, log_out); }
+RB_FOR_FLOAT_TYPES(RB_SOFTMAX_SHORT)

@@ -1,4 +1,6 @@
-//! softmax and log_softmax over contiguous rows (kernels/softmax.cu).
+//! softmax and log_softmax over contiguous rows (kernels/softmax.cu): short rows (up to 32) a
+//! group of lanes each, aligned rows of whole 16-byte vectors in registers, any other row a
+//! block each.
 
 use super::compile::SOFTMAX;
 use super::launch::{args, type_suffix};
@@ -29,6 +31,21 @@ fn vector_plan(dtype: DType, ptrs: &[u64], cols: usize) -> Option<(u32, u32)> {
     None
 }
 
+/// Rows up to this long take the short-row kernels: a group of lanes per row.
+const SHORT_ROW: usize = 32;
+const SHORT_BLOCK: u32 = 256;
+
+/// (grid, lanes per row) of the short-row kernels for `rows` rows of `cols <= SHORT_ROW`.
+fn short_plan(rows: usize, cols: usize, sm_count: u32) -> (u32, i32) {
+    let group = cols.next_power_of_two();
+    let warps = rows.div_ceil(32 / group);
+    let grid = warps
+        .div_ceil((SHORT_BLOCK / 32) as usize)
+        .min(sm_count as usize * 16)
+        .max(1);
+    (grid as u32, group as i32)
+}
+
 fn geometry(rows: usize, cols: usize, sm_count: u32) -> (u32, u32) {
     let block = if cols >= 2048 {
         512
@@ -51,6 +68,28 @@ pub fn softmax(s: &CudaStorage, l: &Layout, cols: usize, log: bool) -> Result<Cu
     }
     let rows = n / cols;
     let sfx = type_suffix(s.dtype());
+    if cols <= SHORT_ROW {
+        let f = dev.function(&SOFTMAX, &format!("softmax_fwd_short_{sfx}"))?;
+        let (grid, group) = short_plan(rows, cols, dev.sm_count());
+        let (x, y, r, c, lg) = (
+            s.ptr_at(l.offset()),
+            out.ptr(),
+            rows as i64,
+            cols as i32,
+            log as i32,
+        );
+        // SAFETY: x and y hold rows*cols elements.
+        unsafe {
+            dev.launch(
+                f,
+                (grid, 1, 1),
+                SHORT_BLOCK,
+                0,
+                &mut args![x, y, r, c, group, lg],
+            )?
+        };
+        return Ok(out);
+    }
     if let Some((max_v, block)) = vector_plan(s.dtype(), &[s.ptr_at(l.offset())], cols) {
         let f = dev.function(&SOFTMAX, &format!("softmax_fwd_vec{max_v}_{sfx}"))?;
         let (x, y, r, c, lg) = (
@@ -113,6 +152,22 @@ pub fn softmax_backward(
     let rows = n / cols;
     let sfx = type_suffix(y.dtype());
     let (py, pg) = (y.ptr_at(ly.offset()), g.ptr_at(lg.offset()));
+    if cols <= SHORT_ROW {
+        let f = dev.function(&SOFTMAX, &format!("softmax_bwd_short_{sfx}"))?;
+        let (grid, group) = short_plan(rows, cols, dev.sm_count());
+        let (dx, r, c, lg) = (out.ptr(), rows as i64, cols as i32, log as i32);
+        // SAFETY: all three hold rows*cols elements.
+        unsafe {
+            dev.launch(
+                f,
+                (grid, 1, 1),
+                SHORT_BLOCK,
+                0,
+                &mut args![py, pg, dx, r, c, group, lg],
+            )?
+        };
+        return Ok(out);
+    }
     if let Some((max_v, block)) = vector_plan(y.dtype(), &[py, pg], cols) {
         let f = dev.function(&SOFTMAX, &format!("softmax_bwd_vec{max_v}_{sfx}"))?;
         let (dx, r, c, lg) = (out.ptr(), rows as i64, cols as i64, log as i32);

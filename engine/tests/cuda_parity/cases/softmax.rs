@@ -1,5 +1,5 @@
-//! softmax and log_softmax over the last dim, the first dim, a middle dim, wide logits and a
-//! transposed view.
+//! softmax and log_softmax over the last dim, the first dim, a middle dim, short rows, wide
+//! logits and a transposed view.
 
 use super::{one, SIZES};
 use crate::harness::{normal, value, Case, Dist};
@@ -26,6 +26,17 @@ fn softmax(f: impl Fn(&Tensor, isize) -> Result<Tensor> + Clone + 'static) -> Ve
             vec![normal(&[r, c])],
             r,
             move |x| one(g(&x[0], 0)),
+        ));
+    }
+    // The short-row kernels: a DFL's rows of 16 (two rows a warp, an odd count of rows) and
+    // rows of 32 and 2 (a warp per row, sixteen rows a warp).
+    for shape in [[2001, 16], [65, 32], [300, 2]] {
+        let g = f.clone();
+        cases.push(Case::new(
+            format!("{shape:?} over dim -1 (short rows)"),
+            vec![value(&shape, Dist::Uniform(-8.0, 8.0))],
+            shape[1],
+            move |x| one(g(&x[0], -1)),
         ));
     }
     let g = f.clone();
