@@ -2,6 +2,7 @@
 //! kernels loaded on it. Devices start lazily on first use, so `brain` starts fast and a machine
 //! without CUDA never touches the driver.
 
+use super::block_cache::{size_class, BlockCache};
 use super::compile::{self, KernelFile};
 use super::probe::probe;
 use crate::{Device, Error, Result};
@@ -36,6 +37,10 @@ pub struct CudaDevice {
     /// The stream and cuBLAS handle a CUDA graph capture records on (`graph.rs`), made on the
     /// first capture. The lock is held for a whole capture: one at a time per device.
     capture_lane: Mutex<Option<CaptureLane>>,
+    /// Freed blocks kept for reuse, and the bytes handed out (`peak_memory`).
+    blocks: Mutex<BlockCache>,
+    /// Whether freed blocks are kept (`RB_CUDA_BLOCK_CACHE=0` turns it off, to compare).
+    cache_blocks: bool,
 }
 
 /// A second stream, with its own cuBLAS handle, for captures: the thread that captures queues
@@ -54,7 +59,8 @@ struct ThreadCapture {
     ordinal: usize,
     lane: (sys::CUstream, blas_sys::cublasHandle_t),
     made: HashSet<sys::CUdeviceptr>,
-    deferred_frees: Vec<sys::CUdeviceptr>,
+    /// (block, bytes asked for) of each block whose free waits for the capture's end.
+    deferred_frees: Vec<(sys::CUdeviceptr, usize)>,
 }
 
 // SAFETY: the raw handles are owned by this struct for the process lifetime; the driver API is
@@ -167,6 +173,8 @@ impl CudaDevice {
                 functions: Mutex::new(HashMap::new()),
                 tf32: AtomicBool::new(false),
                 capture_lane: Mutex::new(None),
+                blocks: Mutex::new(BlockCache::default()),
+                cache_blocks: std::env::var("RB_CUDA_BLOCK_CACHE").as_deref() != Ok("0"),
             };
             let workspace = device.alloc(BLAS_WORKSPACE)?;
             blas_sys::cublasSetWorkspace_v2(blas, workspace as *mut c_void, BLAS_WORKSPACE)
@@ -255,32 +263,47 @@ impl CudaDevice {
         Ok(())
     }
 
-    /// `bytes` of device memory from the stream-ordered pool. Out of memory is reported with
-    /// the request and what the device has free, after the pool has returned its cached blocks.
+    /// `bytes` of device memory: a cached block of its size class, else one from the
+    /// stream-ordered pool. Out of memory is reported with the request and what the device
+    /// has free, after the cache and the pool have returned their blocks.
     pub(crate) fn alloc(&self, bytes: usize) -> Result<sys::CUdeviceptr> {
         if bytes == 0 {
             return Ok(0);
         }
+        let size = size_class(bytes);
+        let capturing = self.capturing_here().is_some();
+        // A block made during a capture must be the graph's own, so captures skip the cache.
+        if !capturing {
+            if let Some(p) = self.block_cache().take(size) {
+                return Ok(p);
+            }
+        }
         self.bind()?;
         // SAFETY: pool and stream belong to this device's context, which is current.
-        let capturing = self.capturing_here().is_some();
-        let first = unsafe { result::mem_pool::alloc_async(self.pool, bytes, self.stream()) };
-        match first {
+        let first = unsafe { result::mem_pool::alloc_async(self.pool, size, self.stream()) };
+        let ptr = match first {
             Ok(p) => {
                 if capturing {
                     CAPTURE.with(|c| c.borrow_mut().as_mut().map(|t| t.made.insert(p)));
                 }
-                Ok(p)
+                p
             }
-            Err(_) if capturing => Err(Error::Cuda(format!(
-                "allocating {bytes} bytes inside a CUDA graph capture failed (out of memory?)"
-            ))),
+            Err(_) if capturing => {
+                return Err(Error::Cuda(format!(
+                    "allocating {bytes} bytes inside a CUDA graph capture failed (out of memory?)"
+                )))
+            }
             Err(e) if e.0 == sys::CUresult::CUDA_ERROR_OUT_OF_MEMORY => {
-                // SAFETY: as above; trimming only releases blocks nobody holds.
+                let cached = self.block_cache().drain();
+                // SAFETY: as above; the cached blocks are nobody's, and trimming only releases
+                // blocks nobody holds.
                 let retry = unsafe {
+                    for p in cached {
+                        let _ = result::free_async(p, self.stream);
+                    }
                     let _ = result::stream::synchronize(self.stream);
                     let _ = result::mem_pool::trim_to(self.pool, 0);
-                    result::mem_pool::alloc_async(self.pool, bytes, self.stream)
+                    result::mem_pool::alloc_async(self.pool, size, self.stream)
                 };
                 retry.map_err(|_| {
                     let free = result::mem_get_info().map(|(f, _)| f).unwrap_or(0);
@@ -292,19 +315,29 @@ impl CudaDevice {
                         bytes,
                         free,
                     )
-                })
+                })?
             }
-            Err(e) => Err(Error::Cuda(format!(
-                "cuMemAllocFromPoolAsync({bytes} bytes): {e:?}"
-            ))),
-        }
+            Err(e) => {
+                return Err(Error::Cuda(format!(
+                    "cuMemAllocFromPoolAsync({bytes} bytes): {e:?}"
+                )))
+            }
+        };
+        self.block_cache().handed_out(size);
+        Ok(ptr)
     }
 
-    /// Returns a block to the pool, ordered after the work already queued on the stream.
-    pub(crate) fn free(&self, ptr: sys::CUdeviceptr) {
-        if ptr == 0 || self.bind().is_err() {
+    fn block_cache(&self) -> std::sync::MutexGuard<'_, BlockCache> {
+        self.blocks.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Returns a block of `bytes` (as it was asked for) for reuse: to the cache, or to the
+    /// pool ordered after the work already queued on the stream.
+    pub(crate) fn free(&self, ptr: sys::CUdeviceptr, bytes: usize) {
+        if ptr == 0 {
             return;
         }
+        let size = size_class(bytes);
         if self.capturing_here().is_some() {
             let deferred = CAPTURE.with(|c| {
                 let mut c = c.borrow_mut();
@@ -312,12 +345,21 @@ impl CudaDevice {
                 if t.made.remove(&ptr) {
                     return None;
                 }
-                t.deferred_frees.push(ptr);
+                t.deferred_frees.push((ptr, bytes));
                 Some(())
             });
             if deferred.is_some() {
                 return;
             }
+            // Made in this capture: the graph frees it at each replay.
+            self.block_cache().returned(size);
+        } else if self.cache_blocks && self.block_cache().give_back(ptr, size) {
+            return;
+        } else if !self.cache_blocks {
+            self.block_cache().returned(size);
+        }
+        if self.bind().is_err() {
+            return;
         }
         // SAFETY: `ptr` came from `alloc` on this stream and is freed once (by its owner's Drop).
         if let Err(e) = unsafe { result::free_async(ptr, self.stream()) } {
@@ -389,8 +431,8 @@ impl CudaDevice {
         let Some(t) = CAPTURE.with(|c| c.borrow_mut().take()) else {
             return HashSet::new();
         };
-        for ptr in t.deferred_frees {
-            self.free(ptr);
+        for (ptr, bytes) in t.deferred_frees {
+            self.free(ptr, bytes);
         }
         t.made
     }
@@ -522,36 +564,16 @@ impl CudaDevice {
             .map_err(driver_err("cuMemcpyDtoD"))
     }
 
-    /// The most bytes the pool has handed out at once since the device started, or since the
-    /// last `reset_peak_memory`.
+    /// The most bytes handed out at once (by size class, cached blocks not counted) since the
+    /// device started, or since the last `reset_peak_memory`.
     pub fn peak_memory(&self) -> Result<u64> {
-        self.bind()?;
-        let mut high: u64 = 0;
-        // SAFETY: the pool belongs to this device; the attribute is a u64.
-        unsafe {
-            result::mem_pool::get_attribute(
-                self.pool,
-                sys::CUmemPool_attribute::CU_MEMPOOL_ATTR_USED_MEM_HIGH,
-                &mut high as *mut u64 as *mut c_void,
-            )
-        }
-        .map_err(driver_err("cuMemPoolGetAttribute"))?;
-        Ok(high)
+        Ok(self.block_cache().peak())
     }
 
     /// Restarts `peak_memory` from what is in use now.
     pub fn reset_peak_memory(&self) -> Result<()> {
-        self.bind()?;
-        let mut zero: u64 = 0;
-        // SAFETY: as above; the driver only accepts 0 for the high-water marks.
-        unsafe {
-            result::mem_pool::set_attribute(
-                self.pool,
-                sys::CUmemPool_attribute::CU_MEMPOOL_ATTR_USED_MEM_HIGH,
-                &mut zero as *mut u64 as *mut c_void,
-            )
-        }
-        .map_err(driver_err("cuMemPoolSetAttribute"))
+        self.block_cache().reset_peak();
+        Ok(())
     }
 
     /// Starts (`true`) or stops the profiler's capture range, so `ncu --profile-from-start off`

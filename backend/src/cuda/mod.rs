@@ -4,6 +4,7 @@
 
 pub mod attention;
 pub mod batch_norm;
+mod block_cache;
 pub mod compile;
 pub mod conv;
 pub mod copy;

@@ -80,7 +80,8 @@ impl CudaStorage {
 
 impl Drop for CudaStorage {
     fn drop(&mut self) {
-        self.device.free(self.ptr);
+        self.device
+            .free(self.ptr, self.len * self.dtype.size_in_bytes());
     }
 }
 
