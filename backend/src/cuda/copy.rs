@@ -121,42 +121,6 @@ fn shared_rows(a: &Layout, b: &Layout) -> Option<(usize, usize, usize, usize)> {
     (even && a_ld >= cols && b_ld >= cols).then_some((rows, cols, a_ld, b_ld))
 }
 
-#[cfg(test)]
-mod tests {
-    use super::shared_rows;
-    use crate::Layout;
-
-    fn view(shape: &[usize], strides: &[usize], offset: usize) -> Layout {
-        Layout::new(shape.to_vec(), strides.to_vec(), offset)
-    }
-
-    #[test]
-    fn a_channel_slab_of_a_concatenation_is_one_row_per_image() {
-        // [2, 3, 4, 5] written into channels 3..6 of a [2, 8, 4, 5] buffer.
-        let src = Layout::contiguous(&[2, 3, 4, 5]);
-        let dst = view(&[2, 3, 4, 5], &[160, 20, 5, 1], 60);
-        assert_eq!(shared_rows(&src, &dst), Some((2, 60, 60, 160)));
-    }
-
-    #[test]
-    fn contiguous_views_are_one_row_and_transposes_are_no_rows() {
-        let a = Layout::contiguous(&[3, 4, 5]);
-        assert_eq!(shared_rows(&a, &a), Some((1, 60, 60, 60)));
-        let t = view(&[4, 3], &[1, 4], 0);
-        assert_eq!(shared_rows(&Layout::contiguous(&[4, 3]), &t), None);
-    }
-
-    #[test]
-    fn leading_dims_must_step_evenly_in_both_views() {
-        // Rows of 5 at strides 8 in both, over a [2, 3] grid of rows: even in a (8, 24), not in
-        // b (8, 32).
-        let a = view(&[2, 3, 5], &[24, 8, 1], 0);
-        let b = view(&[2, 3, 5], &[32, 8, 1], 0);
-        assert_eq!(shared_rows(&a, &a), Some((6, 5, 8, 8)));
-        assert_eq!(shared_rows(&a, &b), None);
-    }
-}
-
 /// Whether a contiguous cast between these dtypes at these addresses takes the 16-byte kernel:
 /// both 16- or 32-bit floats, both addresses 16-byte aligned. The strided kernel converts one
 /// element per thread through double, which left the casts of a mixed-precision step (the normed
@@ -239,4 +203,40 @@ pub fn full(
     let out = CudaStorage::alloc(device, n, dtype)?;
     fill(&out, &Layout::contiguous(&[n]), value)?;
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::shared_rows;
+    use crate::Layout;
+
+    fn view(shape: &[usize], strides: &[usize], offset: usize) -> Layout {
+        Layout::new(shape.to_vec(), strides.to_vec(), offset)
+    }
+
+    #[test]
+    fn a_channel_slab_of_a_concatenation_is_one_row_per_image() {
+        // [2, 3, 4, 5] written into channels 3..6 of a [2, 8, 4, 5] buffer.
+        let src = Layout::contiguous(&[2, 3, 4, 5]);
+        let dst = view(&[2, 3, 4, 5], &[160, 20, 5, 1], 60);
+        assert_eq!(shared_rows(&src, &dst), Some((2, 60, 60, 160)));
+    }
+
+    #[test]
+    fn contiguous_views_are_one_row_and_transposes_are_no_rows() {
+        let a = Layout::contiguous(&[3, 4, 5]);
+        assert_eq!(shared_rows(&a, &a), Some((1, 60, 60, 60)));
+        let t = view(&[4, 3], &[1, 4], 0);
+        assert_eq!(shared_rows(&Layout::contiguous(&[4, 3]), &t), None);
+    }
+
+    #[test]
+    fn leading_dims_must_step_evenly_in_both_views() {
+        // Rows of 5 at strides 8 in both, over a [2, 3] grid of rows: even in a (8, 24), not in
+        // b (8, 32).
+        let a = view(&[2, 3, 5], &[24, 8, 1], 0);
+        let b = view(&[2, 3, 5], &[32, 8, 1], 0);
+        assert_eq!(shared_rows(&a, &a), Some((6, 5, 8, 8)));
+        assert_eq!(shared_rows(&a, &b), None);
+    }
 }
