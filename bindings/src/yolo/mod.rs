@@ -196,6 +196,13 @@ fn register_training(api: &mut Api) {
         with_trainer!("t.epoch(); print(t.history().box);"),
         train::history,
     );
+    api.func(
+        "results",
+        "yolo::results(path) -> map",
+        "A results.csv (ours or ultralytics') read back: each column by its name in the header (epoch, time, train/box_loss, ..., metrics/mAP50-95(B), ..., lr/pg2) to an array of numbers, to compare or plot runs.",
+        with_trainer!("t.epoch(); let r = yolo::results(\"run/results.csv\"); print(r[\"metrics/mAP50-95(B)\"]);"),
+        train::results,
+    );
     api.method(
         "is_finished",
         "t.is_finished() -> bool",

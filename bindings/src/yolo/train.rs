@@ -207,6 +207,16 @@ pub fn history(t: &mut YoloTrain) -> Map {
     m
 }
 
+/// `yolo::results(path)`: a results.csv by column.
+pub fn results(path: &str) -> RhaiResult<Map> {
+    use rusting_brain::models::yolo::train::results_csv::read_columns;
+    let columns = guard(|| read_columns(Path::new(path)))?;
+    Ok(columns
+        .into_iter()
+        .map(|(name, values)| (name.into(), floats(values)))
+        .collect())
+}
+
 pub fn is_finished(t: &mut YoloTrain) -> bool {
     t.lock().is_finished()
 }

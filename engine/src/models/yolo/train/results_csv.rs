@@ -90,6 +90,38 @@ pub fn append_row(path: &Path, r: &EpochRow) -> Result<()> {
     file.write_all(text.as_bytes()).map_err(fail)
 }
 
+/// A results.csv read back by column, in the file's order: ours, or ultralytics' (same layout;
+/// older ultralytics versions padded the names with spaces, which are trimmed). Every value must
+/// be a number and every row as long as the header.
+pub fn read_columns(path: &Path) -> Result<Vec<(String, Vec<f64>)>> {
+    let bad = |what: String| Error::invalid("results.csv", format!("{}: {what}", path.display()));
+    let text = std::fs::read_to_string(path).map_err(|e| bad(e.to_string()))?;
+    let mut lines = text.lines().filter(|l| !l.trim().is_empty());
+    let header = lines.next().ok_or_else(|| bad("empty file, no header".into()))?;
+    let mut columns: Vec<(String, Vec<f64>)> = header
+        .split(',')
+        .map(|name| (name.trim().to_string(), Vec::new()))
+        .collect();
+    for (i, line) in lines.enumerate() {
+        let fields: Vec<&str> = line.split(',').collect();
+        if fields.len() != columns.len() {
+            let n = columns.len();
+            return Err(bad(format!(
+                "row {} has {} values, the header names {n}",
+                i + 1,
+                fields.len()
+            )));
+        }
+        for ((name, values), field) in columns.iter_mut().zip(fields) {
+            let v = field.trim().parse::<f64>().map_err(|_| {
+                bad(format!("row {}, column {name}: {field:?} is not a number", i + 1))
+            })?;
+            values.push(v);
+        }
+    }
+    Ok(columns)
+}
+
 /// Python's `round(x, digits)`: the exact binary value rounded to `digits` decimals (ties to
 /// even), which is what Rust's formatting does.
 pub fn python_round(x: f64, digits: usize) -> f64 {
@@ -164,5 +196,53 @@ mod tests {
         assert_eq!(lines.len(), 3);
         assert_eq!(lines[0], header());
         assert!(lines[2].starts_with("2,1,"), "{}", lines[2]);
+    }
+
+    #[test]
+    fn columns_read_back_what_append_wrote() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("results.csv");
+        let r = EpochRow {
+            epoch: 0,
+            time: 1.5,
+            train_losses: [1.0, 2.0, 3.0],
+            metrics: [0.5, 0.25, 0.125, 0.0625],
+            val_losses: [1.0; 3],
+            lrs: [0.01; 3],
+        };
+        append_row(&path, &r).unwrap();
+        append_row(&path, &EpochRow { epoch: 1, ..r }).unwrap();
+        let columns = read_columns(&path).unwrap();
+        let names: Vec<&str> = columns.iter().map(|(n, _)| n.as_str()).collect();
+        assert_eq!(names, DETECT_COLUMNS);
+        assert_eq!(columns[0].1, [1.0, 2.0]);
+        assert_eq!(columns[8].1, [0.0625, 0.0625]);
+    }
+
+    #[test]
+    fn padded_names_are_trimmed() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("results.csv");
+        std::fs::write(&path, "  epoch, metrics/mAP50-95(B)\n 1, 0.25\n").unwrap();
+        let columns = read_columns(&path).unwrap();
+        assert_eq!(columns[1], ("metrics/mAP50-95(B)".to_string(), vec![0.25]));
+    }
+
+    #[test]
+    fn a_short_row_is_an_error_naming_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("results.csv");
+        std::fs::write(&path, "epoch,time\n1,2\n2\n").unwrap();
+        let e = read_columns(&path).unwrap_err().to_string();
+        assert!(e.contains("row 2 has 1 values"), "{e}");
+    }
+
+    #[test]
+    fn a_value_that_is_not_a_number_is_an_error_naming_its_column() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("results.csv");
+        std::fs::write(&path, "epoch,time\n1,soon\n").unwrap();
+        let e = read_columns(&path).unwrap_err().to_string();
+        assert!(e.contains("row 1, column time"), "{e}");
     }
 }
