@@ -29,7 +29,7 @@ for model in ${MODELS:-yolo11n.yaml}; do
   echo "=== $(date +%T) $model"
   timeout "${LIMIT:-300}" .device/bin/brain run scripts/yolo_train.rhai model="$model" \
     data="$data/data.yaml" epochs="${EPOCHS:-3}" batch=32 imgsz=640 close_mosaic=0 workers=16 \
-    out="$out/run-${model%.yaml}" timings=true --device cuda 2>&1 | grep -E "^(epoch [0-9]+/[0-9]+  box|training|best|wrote|Error|error)|host seconds|panick"
+    out="/tmp/speed-runs/${model%.yaml}" timings=true --device cuda 2>&1 | grep -E "^(epoch [0-9]+/[0-9]+  box|training|best|wrote|Error|error)|host seconds|panick"
   [ "${ULTRALYTICS:-}" = 1 ] || continue
   # Its full output (progress bars, tables) stays in /tmp; only the epoch lines come here, and
   # the output's end when it fails.
