@@ -3,9 +3,9 @@ by kernel name: where one profiled step's GPU time goes.
 
 python3 benches/ncu_by_kernel.py ncu.csv [rows]
 
-With MARKER=name (a kernel launched once a step, e.g. grad_scale for a clipped optimizer
-step), only the kernels from one marker up to the next are summed: one whole period of a
-window that starts and ends mid-step.
+With MARKER=name (a kernel launched once a step, or once per parameter group of a step, e.g.
+grad_norm_finish), only the kernels of the longest stretch between two markers are summed: one
+whole period of a window that starts and ends mid-step.
 """
 import collections
 import csv
@@ -30,7 +30,10 @@ if marker:
     if len(at) < 2:
         sys.exit(f"fewer than two {marker} launches in the window ({len(at)})")
     print(f"{len(at)} {marker} launches; periods of {[b - a for a, b in zip(at, at[1:])]} kernels")
-    kernels = kernels[at[0]:at[1]]
+    # A step may launch the marker once per parameter group, a few kernels apart: the period
+    # is the longest stretch between two markers.
+    i = max(range(len(at) - 1), key=lambda k: at[k + 1] - at[k])
+    kernels = kernels[at[i]:at[i + 1]]
 by = collections.defaultdict(lambda: [0, 0.0])
 for name, ns in kernels:
     by[name][0] += 1

@@ -95,6 +95,8 @@ impl YoloTrainer {
     pub fn load_checkpoint(&mut self, path: &Path) -> Result<()> {
         let loaded = safetensors::load_with_metadata(path)?;
         let header = read_header(path, &loaded.metadata)?;
+        // Batches loaded ahead belong to the run as it was; the checkpoint decides what's next.
+        self.prefetched = None;
         self.restore(path, header, loaded.tensors)
     }
 

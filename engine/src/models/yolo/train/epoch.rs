@@ -7,6 +7,7 @@ use super::results_csv::{append_row, EpochRow};
 use super::schedule::steps_at;
 use super::trainer::{lock, YoloTrainer, MAX_GRAD_NORM};
 use super::val_loss::{validation_losses, ValLossInputs};
+use crate::data::background::{in_background, Background};
 use crate::data::yolo::TrainBatch;
 use crate::messages;
 use crate::models::yolo::loss::DetectionTargets;
@@ -170,6 +171,9 @@ impl YoloTrainer {
         let started = Instant::now();
         let totals = self.train_batches(epoch, progress)?;
         let train_seconds = started.elapsed().as_secs_f64();
+        if epoch + 1 < self.settings.epochs {
+            self.prefetched = Some((epoch + 1, self.start_loading(epoch + 1)?));
+        }
         let lrs = self.optimizer.lrs();
         let n = totals.counted.max(1) as f64;
         let losses = totals.losses.map(|l| l / n);
@@ -216,6 +220,12 @@ impl YoloTrainer {
         })
     }
 
+    /// Starts loading epoch `epoch`'s batches: the loader's workers augment, a thread of its
+    /// own collates two batches ahead, so the training loop's thread only runs steps.
+    fn start_loading(&self, epoch: usize) -> Result<Background<TrainBatch>> {
+        in_background(self.loader.epoch(epoch), 2, "yolo train loader")
+    }
+
     fn train_batches(
         &mut self,
         epoch: usize,
@@ -236,12 +246,11 @@ impl YoloTrainer {
         // The device counts skipped steps; reading its count waits, so once per epoch.
         let skipped_before = self.optimizer.skipped_steps();
         lock(&self.model).train(true);
-        // Collated on a thread of their own, two batches ahead, so this one only runs steps.
-        let batches = crate::data::background::in_background(
-            self.loader.epoch(epoch),
-            2,
-            "yolo train loader",
-        )?;
+        // Started at the end of the previous epoch, unless this is the first of the session.
+        let batches = match self.prefetched.take() {
+            Some((e, batches)) if e == epoch => batches,
+            _ => self.start_loading(epoch)?,
+        };
         let result = (|| {
             for (i, batch) in batches.enumerate() {
                 clock.mark(Phase::Loading);

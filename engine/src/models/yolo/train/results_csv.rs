@@ -97,7 +97,9 @@ pub fn read_columns(path: &Path) -> Result<Vec<(String, Vec<f64>)>> {
     let bad = |what: String| Error::invalid("results.csv", format!("{}: {what}", path.display()));
     let text = std::fs::read_to_string(path).map_err(|e| bad(e.to_string()))?;
     let mut lines = text.lines().filter(|l| !l.trim().is_empty());
-    let header = lines.next().ok_or_else(|| bad("empty file, no header".into()))?;
+    let header = lines
+        .next()
+        .ok_or_else(|| bad("empty file, no header".into()))?;
     let mut columns: Vec<(String, Vec<f64>)> = header
         .split(',')
         .map(|name| (name.trim().to_string(), Vec::new()))
@@ -114,7 +116,10 @@ pub fn read_columns(path: &Path) -> Result<Vec<(String, Vec<f64>)>> {
         }
         for ((name, values), field) in columns.iter_mut().zip(fields) {
             let v = field.trim().parse::<f64>().map_err(|_| {
-                bad(format!("row {}, column {name}: {field:?} is not a number", i + 1))
+                bad(format!(
+                    "row {}, column {name}: {field:?} is not a number",
+                    i + 1
+                ))
             })?;
             values.push(v);
         }

@@ -12,7 +12,8 @@ use super::param_groups::{scaled_weight_decay, ParamGroups};
 use super::results_csv::EpochRow;
 use super::schedule::{accumulate_for, ScheduleConfig, TrainSchedule};
 use super::settings::TrainSettings;
-use crate::data::yolo::{DataConfig, TrainLoader, TrainLoaderOptions, YoloDataset};
+use crate::data::background::Background;
+use crate::data::yolo::{DataConfig, TrainBatch, TrainLoader, TrainLoaderOptions, YoloDataset};
 use crate::messages;
 use crate::models::yolo::loss::{DetectionLoss, LossGains};
 use crate::models::yolo::{YoloConfig, YoloModel};
@@ -48,7 +49,13 @@ pub struct YoloTrainer {
     pub(super) history: Vec<EpochRow>,
     /// Training seconds of earlier sessions of this run (a resumed run adds on).
     pub(super) time_before: f64,
+    /// The next epoch's batches, started when the previous epoch's training ended so that
+    /// its first batches load during validation (ultralytics' persistent workers do the same).
+    pub(super) prefetched: Option<PrefetchedEpoch>,
 }
+
+/// An epoch's batches being loaded ahead: the epoch (from 0) and its batches.
+pub(super) type PrefetchedEpoch = (usize, Background<TrainBatch>);
 
 impl YoloTrainer {
     /// A run of `model` (unfused; it trains in place) on `settings.data`, on `device`. The
@@ -169,6 +176,7 @@ impl YoloTrainer {
             best_fitness: None,
             history: Vec::new(),
             time_before: 0.0,
+            prefetched: None,
         })
     }
 

@@ -184,6 +184,8 @@ fn resume_matches_an_uninterrupted_run(optimizer: &str) {
     let r = whole.epoch(&mut |_| {}).unwrap();
     assert_eq!(r.optimizer_steps, 1);
 
+    // `whole`'s third epoch trains on batches loaded ahead during the second's validation;
+    // the resumed run loads its own: the two must be the same batches.
     let mut resumed = YoloTrainer::resume(&after_two, Device::Cpu).unwrap();
     assert_eq!(resumed.next_epoch(), 2);
     assert_eq!(resumed.history().len(), 2);
