@@ -68,16 +68,11 @@ pub fn softmax(s: &CudaStorage, l: &Layout, cols: usize, log: bool) -> Result<Cu
     }
     let rows = n / cols;
     let sfx = type_suffix(s.dtype());
+    let (x, y, lg) = (s.ptr_at(l.offset()), out.ptr(), log as i32);
     if cols <= SHORT_ROW {
         let f = dev.function(&SOFTMAX, &format!("softmax_fwd_short_{sfx}"))?;
         let (grid, group) = short_plan(rows, cols, dev.sm_count());
-        let (x, y, r, c, lg) = (
-            s.ptr_at(l.offset()),
-            out.ptr(),
-            rows as i64,
-            cols as i32,
-            log as i32,
-        );
+        let (r, c) = (rows as i64, cols as i32);
         // SAFETY: x and y hold rows*cols elements.
         unsafe {
             dev.launch(
@@ -90,15 +85,9 @@ pub fn softmax(s: &CudaStorage, l: &Layout, cols: usize, log: bool) -> Result<Cu
         };
         return Ok(out);
     }
-    if let Some((max_v, block)) = vector_plan(s.dtype(), &[s.ptr_at(l.offset())], cols) {
+    let (r, c) = (rows as i64, cols as i64);
+    if let Some((max_v, block)) = vector_plan(s.dtype(), &[x], cols) {
         let f = dev.function(&SOFTMAX, &format!("softmax_fwd_vec{max_v}_{sfx}"))?;
-        let (x, y, r, c, lg) = (
-            s.ptr_at(l.offset()),
-            out.ptr(),
-            rows as i64,
-            cols as i64,
-            log as i32,
-        );
         let grid = rows.min(65535 * 16) as u32;
         // SAFETY: x and y hold rows*cols elements, 16-byte aligned rows (checked by the plan).
         unsafe { dev.launch(f, (grid, 1, 1), block, 0, &mut args![x, y, r, c, lg])? };
@@ -113,13 +102,6 @@ pub fn softmax(s: &CudaStorage, l: &Layout, cols: usize, log: bool) -> Result<Cu
         0
     };
     let (grid, block) = geometry(rows, cols, dev.sm_count());
-    let (x, y, r, c, lg) = (
-        s.ptr_at(l.offset()),
-        out.ptr(),
-        rows as i64,
-        cols as i64,
-        log as i32,
-    );
     // SAFETY: x and y hold rows*cols elements.
     unsafe {
         dev.launch(
