@@ -8,7 +8,8 @@
 # seeds 0, 1 and 2, EPOCHS=30 at IMGSZ=320, batch 32, the default close_mosaic (10), BF16 on
 # both sides (ours: its autocast; ultralytics: amp=bf16, its autocast(torch.bfloat16) without a
 # grad scaler), optimizer=auto on both (AdamW at these iterations). Each run's results.csv
-# lands in $OUT/acc/{ours,ultralytics}-seed{0,1,2}/; read them here with
+# lands in $OUT/acc/{ours,ultralytics}-seed{0,1,2}/ (a copy of the 2026-12-03 run is in
+# docs/measurements/yolo_accuracy); read them here with
 #   brain run benches/yolo_train_accuracy.rhai dir=<files_at>/acc
 # WORKERS loader threads per run (default 2: six runs share the machine's 16 cores).
 set -uo pipefail
@@ -30,7 +31,7 @@ init=/tmp/acc-init/yolo11n-init.pt; mkdir -p /tmp/acc-init
 echo "=== $(date +%T) six runs: $epochs epochs at $imgsz from $init"
 pids=()
 for seed in 0 1 2; do
-  run=$out/ours-seed$seed; mkdir -p "$run"
+  run=/tmp/acc-ours/seed$seed; mkdir -p "$run"
   timeout "${LIMIT:-480}" .device/bin/brain run scripts/yolo_train.rhai weights="$init" \
     data="$data/data.yaml" epochs="$epochs" batch=32 imgsz="$imgsz" workers="$workers" \
     seed="$seed" out="$run" --device cuda >"$run/train.log" 2>&1 &
@@ -43,11 +44,15 @@ for seed in 0 1 2; do
 done
 for pid in "${pids[@]}"; do wait "$pid" || echo "a run exited with $?"; done
 echo "=== $(date +%T) done"
+# Seven files come back (the device tool returns a limited number): the log and the six
+# results.csv; the runs' checkpoints, plots and full logs stay in /tmp there.
 for seed in 0 1 2; do
-  mkdir -p "$out/ultralytics-seed$seed"
-  cp "/tmp/acc-ul/seed$seed/results.csv" "$out/ultralytics-seed$seed/" 2>/dev/null
-  grep -E "^ultralytics " "/tmp/acc-ul-seed$seed.log" >"$out/ultralytics-seed$seed/train.log"
-  tail -n 5 "$out/ultralytics-seed$seed/train.log"; tail -n 3 "$out/ours-seed$seed/train.log"
-  [ -f "$out/ultralytics-seed$seed/results.csv" ] || tail -n 30 "/tmp/acc-ul-seed$seed.log"
+  mkdir -p "$out/ultralytics-seed$seed" "$out/ours-seed$seed"
+  cp "/tmp/acc-ul/seed$seed/results.csv" "$out/ultralytics-seed$seed/" \
+    || tail -n 30 "/tmp/acc-ul-seed$seed.log"
+  cp "/tmp/acc-ours/seed$seed/results.csv" "$out/ours-seed$seed/" \
+    || tail -n 30 "/tmp/acc-ours/seed$seed/train.log"
+  echo "--- seed $seed"
+  grep -E "^ultralytics epoch" "/tmp/acc-ul-seed$seed.log" | tail -n 3
+  grep -E "^epoch |^best" "/tmp/acc-ours/seed$seed/train.log" | tail -n 3
 done
-rm -f "$out"/ours-seed*/*.pt "$out"/ours-seed*/*.safetensors
