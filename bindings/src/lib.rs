@@ -6,6 +6,7 @@ pub mod convert;
 pub mod data;
 pub mod device;
 pub mod display;
+pub mod dist;
 pub mod error;
 pub mod help;
 pub mod io;
@@ -62,6 +63,7 @@ pub fn new_engine() -> Engine {
     optim::register(&mut engine);
     data::register(&mut engine);
     device::register(&mut engine);
+    dist::register(&mut engine);
     io::register(&mut engine);
     lm::register(&mut engine);
     metrics::register(&mut engine);

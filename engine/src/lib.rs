@@ -12,6 +12,7 @@ pub use rusting_brain_backend::{
 pub mod autograd;
 pub mod cancel;
 pub mod data;
+pub mod dist;
 pub mod gradcheck;
 pub mod io;
 pub mod metrics;

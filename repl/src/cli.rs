@@ -11,6 +11,11 @@ pub enum Mode {
     Check {
         script: PathBuf,
     },
+    /// One `brain run` of the script per GPU (`--gpus N`), as ranks of a data-parallel run.
+    Launch {
+        gpus: usize,
+        script: PathBuf,
+    },
     Notebook {
         script: PathBuf,
         output: PathBuf,
@@ -38,6 +43,9 @@ pub const USAGE: &str = "usage:
   brain notebook FILE.rhai -o REPORT.md  run a script cell by cell (cells split at `// %%`) into a Markdown report
            [--keep-going] [name=value ...]  continue after a failing cell; the script's arguments
   brain check FILE.rhai                  parse a script without running it
+  brain launch --gpus N FILE.rhai [name=value ...]
+                                         run the script once per GPU as the ranks of one
+                                         data-parallel run (dist::rank() tells each its own)
 options:
   --device auto|cpu|cuda|cuda:N          where tensors live; auto (the default): the GPU when usable,
                                          else the CPU; an explicit cuda that is not usable is an error
@@ -77,6 +85,37 @@ pub fn parse(args: &[String]) -> Result<Cli, String> {
         Some("check") => Mode::Check {
             script: it.next().ok_or("brain check needs a script file")?.into(),
         },
+        Some("launch") => {
+            let mut gpus = None;
+            let mut script = None;
+            // `--gpus` comes before the script; after it, everything is the script's.
+            while let Some(a) = it.next() {
+                let value = if a == "--gpus" {
+                    Some(it.next().ok_or("--gpus needs a number")?)
+                } else {
+                    a.strip_prefix("--gpus=").map(String::from)
+                };
+                match value {
+                    Some(v) => {
+                        gpus = Some(
+                            v.parse::<usize>()
+                                .ok()
+                                .filter(|&n| n >= 1)
+                                .ok_or(format!("--gpus {v}: expected a number of 1 or more"))?,
+                        )
+                    }
+                    None => {
+                        script = Some(PathBuf::from(a));
+                        break;
+                    }
+                }
+            }
+            let mode = Mode::Launch {
+                gpus: gpus.ok_or("brain launch needs --gpus N before the script")?,
+                script: script.ok_or("brain launch needs a script file")?,
+            };
+            return Ok(with_script_args(mode, device, it.collect()));
+        }
         Some("notebook") => {
             let mut script = None;
             let mut output = None;
@@ -122,6 +161,29 @@ fn with_script_args(mode: Mode, device: Option<String>, mut script_args: Vec<Str
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn launch_takes_gpus_then_the_script_and_its_arguments() {
+        let cli = parse(&args("launch --gpus 2 train.rhai size=base --device cuda")).unwrap();
+        assert_eq!(
+            cli.mode,
+            Mode::Launch {
+                gpus: 2,
+                script: "train.rhai".into()
+            }
+        );
+        assert_eq!(cli.device.as_deref(), Some("cuda"));
+        assert_eq!(cli.script_args, vec!["size=base"]);
+        assert!(parse(&args("launch train.rhai"))
+            .unwrap_err()
+            .contains("--gpus N"));
+        assert!(parse(&args("launch --gpus=0 t.rhai"))
+            .unwrap_err()
+            .contains("--gpus 0"));
+        assert!(parse(&args("launch --gpus two t.rhai"))
+            .unwrap_err()
+            .contains("--gpus two"));
+    }
 
     fn args(s: &str) -> Vec<String> {
         s.split_whitespace().map(String::from).collect()

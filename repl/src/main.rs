@@ -3,6 +3,7 @@
 mod cli;
 mod complete;
 mod host;
+mod launch;
 mod notebook;
 mod repl;
 mod runner;
@@ -34,7 +35,9 @@ fn main() -> ExitCode {
         _ => {}
     }
     // A script's arguments are checked (or listed, for --help) before a device starts.
-    if let Mode::Run { script } | Mode::Notebook { script, .. } = &cli.mode {
+    if let Mode::Run { script } | Mode::Notebook { script, .. } | Mode::Launch { script, .. } =
+        &cli.mode
+    {
         match vet_script_args(script, &cli) {
             Ok(Some(help)) => {
                 print!("{help}");
@@ -46,6 +49,10 @@ fn main() -> ExitCode {
                 return ExitCode::from(2);
             }
         }
+    }
+    // The launcher starts the ranks and watches them; it takes no device of its own.
+    if let Mode::Launch { gpus, script } = &cli.mode {
+        return launch::run(*gpus, script, &cli.script_args, cli.device.as_deref());
     }
     let (device, note) = match host::choose_device(cli.device.as_deref()) {
         Ok(d) => d,
@@ -93,7 +100,7 @@ fn main() -> ExitCode {
                 Err(e) => finish(Err(e)),
             }
         }
-        Mode::Help | Mode::Version => unreachable!("handled above"),
+        Mode::Help | Mode::Version | Mode::Launch { .. } => unreachable!("handled above"),
     }
 }
 

@@ -172,7 +172,12 @@ impl YoloTrainer {
         let totals = self.train_batches(epoch, progress)?;
         let train_seconds = started.elapsed().as_secs_f64();
         if epoch + 1 < self.settings.epochs {
-            self.prefetched = Some((epoch + 1, self.start_loading(epoch + 1)?));
+            // Loading ahead is only a head start: if it cannot begin (no thread), the next
+            // epoch starts its own and reports that, and this epoch still validates and saves.
+            self.prefetched = self
+                .start_loading(epoch + 1)
+                .ok()
+                .map(|batches| (epoch + 1, batches));
         }
         let lrs = self.optimizer.lrs();
         let n = totals.counted.max(1) as f64;

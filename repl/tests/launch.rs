@@ -1,0 +1,149 @@
+//! `brain launch`: the ranks of a data-parallel run as processes on the CPU (the launcher, the
+//! rendezvous and the failure handling are the same as on GPUs; NCCL is not involved here).
+
+mod common;
+use common::{brain, text};
+use std::time::{Duration, Instant};
+
+fn write_script(dir: &tempfile::TempDir, body: &str) -> std::path::PathBuf {
+    let path = dir.path().join("ranks.rhai");
+    std::fs::write(&path, body).unwrap();
+    path
+}
+
+#[test]
+fn every_rank_runs_the_script_and_knows_its_place() {
+    let dir = tempfile::tempdir().unwrap();
+    let script = write_script(
+        &dir,
+        "let tag = arg(\"tag\", \"x\", \"a word to print\");\n\
+         dist::barrier();\n\
+         print(`${tag} rank ${dist::rank()} of ${dist::world_size()} main ${dist::is_main()}`);\n\
+         dist::barrier();",
+    );
+    let out = brain(&dir)
+        .args(["launch", "--gpus", "2"])
+        .arg(&script)
+        .args(["tag=hello", "--device", "cpu"])
+        .output()
+        .unwrap();
+    let stdout = text(&out.stdout);
+    assert!(out.status.success(), "{stdout}\n{}", text(&out.stderr));
+    assert!(stdout.contains("hello rank 0 of 2 main true"), "{stdout}");
+    assert!(stdout.contains("hello rank 1 of 2 main false"), "{stdout}");
+}
+
+#[test]
+fn a_script_run_alone_is_rank_zero_of_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let script = write_script(
+        &dir,
+        "dist::barrier(); print(`rank ${dist::rank()} of ${dist::world_size()}`);",
+    );
+    let out = brain(&dir)
+        .arg("run")
+        .arg(&script)
+        .args(["--device", "cpu"])
+        .output()
+        .unwrap();
+    assert!(
+        text(&out.stdout).contains("rank 0 of 1"),
+        "{}",
+        text(&out.stderr)
+    );
+}
+
+#[test]
+fn a_failing_rank_stops_the_others_and_is_named() {
+    let dir = tempfile::tempdir().unwrap();
+    // Rank 1 fails; rank 0 waits at a barrier rank 1 never reaches.
+    let script = write_script(
+        &dir,
+        "if dist::rank() == 1 { throw \"rank one gives up\"; }\ndist::barrier();",
+    );
+    let start = Instant::now();
+    let out = brain(&dir)
+        .args(["launch", "--gpus", "2"])
+        .arg(&script)
+        .args(["--device", "cpu"])
+        .output()
+        .unwrap();
+    let stderr = text(&out.stderr);
+    assert!(!out.status.success());
+    assert!(stderr.contains("rank one gives up"), "{stderr}");
+    assert!(
+        stderr.contains("brain launch: rank 1 failed (exit code 1); stopped ranks [0]"),
+        "{stderr}"
+    );
+    assert!(start.elapsed() < Duration::from_secs(30));
+}
+
+/// The children of `pid` (Linux's /proc).
+#[cfg(target_os = "linux")]
+fn children(pid: u32) -> Vec<u32> {
+    std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children"))
+        .unwrap_or_default()
+        .split_whitespace()
+        .filter_map(|s| s.parse().ok())
+        .collect()
+}
+
+#[cfg(target_os = "linux")]
+fn rank_of(pid: u32) -> Option<usize> {
+    let env = std::fs::read(format!("/proc/{pid}/environ")).ok()?;
+    env.split(|&b| b == 0)
+        .filter_map(|kv| std::str::from_utf8(kv).ok())
+        .find_map(|kv| kv.strip_prefix("RB_RANK="))
+        .and_then(|r| r.parse().ok())
+}
+
+#[cfg(target_os = "linux")]
+#[test]
+fn a_rank_killed_mid_run_makes_the_launcher_exit_naming_it_and_leaves_no_process() {
+    let dir = tempfile::tempdir().unwrap();
+    // Ranks 0 and 1 wait at a barrier for rank 2, which ends without reaching it.
+    let script = write_script(&dir, "if dist::rank() != 2 { dist::barrier(); }");
+    let launcher = brain(&dir)
+        .args(["launch", "--gpus", "3"])
+        .arg(&script)
+        .args(["--device", "cpu"])
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Wait until ranks 0 and 1 are up (rank 2 may already be gone).
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let waiting = loop {
+        let ranks: Vec<(u32, usize)> = children(launcher.id())
+            .into_iter()
+            .filter_map(|pid| Some((pid, rank_of(pid)?)))
+            .filter(|&(_, r)| r < 2)
+            .collect();
+        if ranks.len() == 2 {
+            break ranks;
+        }
+        assert!(Instant::now() < deadline, "the ranks did not start");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let (victim, victim_rank) = waiting[0];
+    let survivor = waiting[1].0;
+    std::thread::sleep(Duration::from_millis(300));
+    let killed = std::process::Command::new("kill")
+        .args(["-9", &victim.to_string()])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    let killed_at = Instant::now();
+    let out = launcher.wait_with_output().unwrap();
+    assert!(killed_at.elapsed() < Duration::from_secs(30));
+    assert!(!out.status.success());
+    let stderr = text(&out.stderr);
+    assert!(
+        stderr.contains(&format!("rank {victim_rank} was killed by signal 9")),
+        "{stderr}"
+    );
+    // The survivor was stopped and reaped: no process of that id is left.
+    assert!(
+        !std::path::Path::new(&format!("/proc/{survivor}")).exists(),
+        "rank process {survivor} is still there"
+    );
+}
