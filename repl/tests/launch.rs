@@ -78,6 +78,44 @@ fn a_failing_rank_stops_the_others_and_is_named() {
     assert!(start.elapsed() < Duration::from_secs(30));
 }
 
+#[test]
+fn a_trainer_under_several_ranks_refuses_until_gradients_are_averaged() {
+    let dir = tempfile::tempdir().unwrap();
+    let script = write_script(
+        &dir,
+        "let model = lm::transformer(#{ vocab: 64, d_model: 16, layers: 1, heads: 2, max_seq_len: 32 });\n\
+         let opt = optim::adamw(model.parameters(), #{ lr: 1e-3 });\n\
+         let x = randint(0, 64, [2, 8]);\n\
+         model.train_step([x, x], opt);\n\
+         print(\"trained\");",
+    );
+    let out = brain(&dir)
+        .args(["launch", "--gpus", "2"])
+        .arg(&script)
+        .args(["--device", "cpu"])
+        .output()
+        .unwrap();
+    let stderr = text(&out.stderr);
+    assert!(!out.status.success());
+    assert!(!text(&out.stdout).contains("trained"));
+    assert!(
+        stderr.contains("does not average gradients across ranks yet"),
+        "{stderr}"
+    );
+    // The same script alone trains.
+    let out = brain(&dir)
+        .arg("run")
+        .arg(&script)
+        .args(["--device", "cpu"])
+        .output()
+        .unwrap();
+    assert!(
+        text(&out.stdout).contains("trained"),
+        "{}",
+        text(&out.stderr)
+    );
+}
+
 /// The children of `pid` (Linux's /proc).
 #[cfg(target_os = "linux")]
 fn children(pid: u32) -> Vec<u32> {

@@ -121,6 +121,27 @@ impl Dist {
     }
 }
 
+/// The trainers (`train_step`, the YOLO trainer) call this first. Under `brain launch` with
+/// more than one rank, they would train one model per rank on its own, because the gradients
+/// are not averaged across ranks yet. That result would be wrong without anything saying so,
+/// so it is an error until the all-reduce exists. Scripts that write their own loop are
+/// unaffected: for them, each rank on its own is what they wrote.
+pub fn refuse_unsynchronized_training(op: &'static str) -> Result<()> {
+    let d = current()?;
+    if d.world_size > 1 {
+        return Err(Error::invalid(
+            op,
+            format!(
+                "this is rank {} of {} under `brain launch`, but this build does not average \
+                 gradients across ranks yet, so each rank would train a model of its own; run \
+                 the script with `brain run`",
+                d.rank, d.world_size
+            ),
+        ));
+    }
+    Ok(())
+}
+
 /// This process's `Dist`, read from the environment once. An inconsistent environment is an
 /// error every time it is asked for, not a panic.
 pub fn current() -> Result<&'static Dist> {

@@ -14,6 +14,7 @@ pub fn train_step(
     opt: &mut dyn Optimizer,
     micro_batches: &[(Tensor, Tensor)],
 ) -> Result<(Tensor, StepOutcome)> {
+    crate::dist::refuse_unsynchronized_training("train_step")?;
     if micro_batches.is_empty() {
         return Err(Error::invalid("train_step", "no batches to train on"));
     }

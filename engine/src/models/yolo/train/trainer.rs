@@ -65,6 +65,7 @@ impl YoloTrainer {
         settings: TrainSettings,
         device: Device,
     ) -> Result<YoloTrainer> {
+        crate::dist::refuse_unsynchronized_training("yolo train")?;
         settings.validate()?;
         let data = DataConfig::load(&settings.data)?;
         let dataset = training_set(&data)?;
