@@ -3,9 +3,10 @@ by kernel name: where one profiled step's GPU time goes.
 
 python3 benches/ncu_by_kernel.py ncu.csv [rows]
 
-With MARKER=name (a kernel launched once a step, or once per parameter group of a step, e.g.
-grad_norm_finish), only the kernels of the longest stretch between two markers are summed: one
-whole period of a window that starts and ends mid-step.
+With MARKER=name (a kernel launched once a step, e.g. grad_norm_finish) only the kernels from
+one marker up to the next are summed: one whole period of a window that starts and ends
+mid-step. A marker launched several times a step (grad_norm_finish once per parameter group)
+takes MARKER_EVERY=k: the period then runs from a marker to the k-th after it.
 """
 import collections
 import csv
@@ -30,10 +31,12 @@ if marker:
     if len(at) < 2:
         sys.exit(f"fewer than two {marker} launches in the window ({len(at)})")
     print(f"{len(at)} {marker} launches; periods of {[b - a for a, b in zip(at, at[1:])]} kernels")
-    # A step may launch the marker once per parameter group, a few kernels apart: the period
-    # is the longest stretch between two markers.
-    i = max(range(len(at) - 1), key=lambda k: at[k + 1] - at[k])
-    kernels = kernels[at[i]:at[i + 1]]
+    # A step may launch the marker once per parameter group (MARKER_EVERY of them a
+    # period): any MARKER_EVERY consecutive stretches make one whole period.
+    every = int(os.environ.get("MARKER_EVERY", "1"))
+    if len(at) <= every:
+        sys.exit(f"fewer than {every + 1} {marker} launches in the window ({len(at)})")
+    kernels = kernels[at[0]:at[every]]
 by = collections.defaultdict(lambda: [0, 0.0])
 for name, ns in kernels:
     by[name][0] += 1

@@ -20,4 +20,4 @@ timeout "${LIMIT:-300}" ncu --clock-control none --csv --page raw --metrics gpu_
   epochs=1 batch=32 imgsz=640 close_mosaic=0 workers=16 out=/tmp/prof-run --device cuda \
   > "$out/yolo_train.ncu.csv" 2> /tmp/ncu.err
 tail -3 /tmp/ncu.err
-BY_COUNT=1 MARKER=grad_norm_finish python3 benches/ncu_by_kernel.py "$out/yolo_train.ncu.csv" 45
+BY_COUNT=1 MARKER=grad_norm_finish MARKER_EVERY=3 python3 benches/ncu_by_kernel.py "$out/yolo_train.ncu.csv" 45

@@ -1,6 +1,6 @@
 //! Behaviour of the dynamic graph: accumulation, freeing, long chains, in-place safety.
 
-use rusting_brain::{no_grad, DType, Error, Tensor};
+use rusting_brain::{no_grad, DType, Device, Error, Tensor};
 
 fn leaf(values: &[f64], shape: &[usize]) -> Tensor {
     Tensor::from_f64s(values, shape, DType::F64)
@@ -109,6 +109,22 @@ fn in_place_add_of_a_tensor_to_itself_and_to_an_overlapping_view_completes() {
         .copy_(&a.narrow(0, 0, 3).unwrap())
         .unwrap();
     assert_eq!(a.to_vec::<f32>().unwrap(), vec![2.0, 2.0, 4.0, 6.0]);
+}
+
+#[test]
+fn copy_from_a_packed_view_at_the_start_of_a_larger_storage_takes_only_the_view() {
+    // The source is read as it is (no materialized copy) and holds more than the view.
+    let big = Tensor::from_f64s(&[1.0, 2.0, 3.0, 4.0, 5.0, 6.0], &[6], DType::F32).unwrap();
+    let dst = Tensor::zeros(&[4], DType::F32, Device::Cpu).unwrap();
+    dst.copy_(&big.narrow(0, 0, 4).unwrap()).unwrap();
+    assert_eq!(dst.to_vec::<f32>().unwrap(), vec![1.0, 2.0, 3.0, 4.0]);
+    // Into a strided view as well.
+    let grid = Tensor::zeros(&[2, 2], DType::F32, Device::Cpu).unwrap();
+    grid.t()
+        .unwrap()
+        .copy_(&big.narrow(0, 0, 4).unwrap().reshape(&[2, 2]).unwrap())
+        .unwrap();
+    assert_eq!(grid.to_vec::<f32>().unwrap(), vec![1.0, 3.0, 2.0, 4.0]);
 }
 
 #[test]

@@ -41,6 +41,11 @@ pub struct CudaDevice {
     blocks: Mutex<BlockCache>,
     /// Whether freed blocks are kept (`RB_CUDA_BLOCK_CACHE=0` turns it off, to compare).
     cache_blocks: bool,
+    /// Blocks allocated inside a capture and not freed in it: addresses of a graph's
+    /// allocations, not of the pool. One freed later (a failed capture's leftovers, or a block
+    /// dropped by another thread) goes back through `cuMemFreeAsync`, never to the cache,
+    /// which would hand it out as ordinary memory.
+    graph_blocks: Mutex<HashSet<sys::CUdeviceptr>>,
 }
 
 /// A second stream, with its own cuBLAS handle, for captures: the thread that captures queues
@@ -175,6 +180,7 @@ impl CudaDevice {
                 capture_lane: Mutex::new(None),
                 blocks: Mutex::new(BlockCache::default()),
                 cache_blocks: std::env::var("RB_CUDA_BLOCK_CACHE").as_deref() != Ok("0"),
+                graph_blocks: Mutex::new(HashSet::new()),
             };
             let workspace = device.alloc(BLAS_WORKSPACE)?;
             blas_sys::cublasSetWorkspace_v2(blas, workspace as *mut c_void, BLAS_WORKSPACE)
@@ -285,6 +291,7 @@ impl CudaDevice {
             Ok(p) => {
                 if capturing {
                     CAPTURE.with(|c| c.borrow_mut().as_mut().map(|t| t.made.insert(p)));
+                    self.graph_blocks().insert(p);
                 }
                 p
             }
@@ -327,6 +334,10 @@ impl CudaDevice {
         Ok(ptr)
     }
 
+    fn graph_blocks(&self) -> std::sync::MutexGuard<'_, HashSet<sys::CUdeviceptr>> {
+        self.graph_blocks.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
     fn block_cache(&self) -> std::sync::MutexGuard<'_, BlockCache> {
         self.blocks.lock().unwrap_or_else(|e| e.into_inner())
     }
@@ -338,6 +349,7 @@ impl CudaDevice {
             return;
         }
         let size = size_class(bytes);
+        let graph_block = self.graph_blocks().remove(&ptr);
         if self.capturing_here().is_some() {
             let deferred = CAPTURE.with(|c| {
                 let mut c = c.borrow_mut();
@@ -353,9 +365,9 @@ impl CudaDevice {
             }
             // Made in this capture: the graph frees it at each replay.
             self.block_cache().returned(size);
-        } else if self.cache_blocks && self.block_cache().give_back(ptr, size) {
+        } else if !graph_block && self.cache_blocks && self.block_cache().give_back(ptr, size) {
             return;
-        } else if !self.cache_blocks {
+        } else if graph_block || !self.cache_blocks {
             self.block_cache().returned(size);
         }
         if self.bind().is_err() {

@@ -31,7 +31,7 @@ pub(super) struct DeviceSteps {
     /// `base_step` also falls back to `base_lr`.
     base_step: u64,
     base_lr: f64,
-    /// `OptimizerCore::warn_skips` when the buffer was made.
+    /// `OptimizerCore::warn_skips`, copied at each step (it may change between steps).
     warn: bool,
 }
 
@@ -334,8 +334,10 @@ pub(super) fn step<O: Optimizer + ?Sized>(
         let ds = DeviceSteps::new(&dev, core)?;
         *core.device.get_mut().unwrap_or_else(|e| e.into_inner()) = Some(ds);
     }
+    let warn = core.warn_skips;
     let needs_refresh = {
         let ds = steps_mut(core)?;
+        ds.warn = warn;
         if let Some(head) = ds.snapshot.poll()? {
             ds.report(&words(&head));
         }

@@ -251,3 +251,74 @@ fn updates_keep_parameter_identity_so_the_module_sees_them() {
     );
     assert_ne!(bits(&m), before);
 }
+
+/// Two SGD optimizers (lr 1) over one parameter each, sharing a norm scope of both.
+fn scoped_pair() -> (Tensor, Tensor, Sgd, Sgd) {
+    let zero = || {
+        Tensor::from_slice(&[0.0f32], &[1])
+            .unwrap()
+            .requires_grad_()
+            .unwrap()
+    };
+    let (p, q) = (zero(), zero());
+    let sgd = |t: &Tensor| {
+        let cfg = SgdConfig {
+            lr: 1.0,
+            ..Default::default()
+        };
+        Sgd::new(vec![t.clone()], cfg).unwrap()
+    };
+    let (a, b) = (sgd(&p), sgd(&q));
+    (p, q, a, b)
+}
+
+#[test]
+fn optimizers_sharing_a_norm_scope_clip_by_its_norm_and_keep_the_gradients() {
+    let (p, q, mut a, mut b) = scoped_pair();
+    p.set_grad(Some(Tensor::from_slice(&[3.0f32], &[1]).unwrap()));
+    q.set_grad(Some(Tensor::from_slice(&[4.0f32], &[1]).unwrap()));
+    let both = [p.clone(), q.clone()];
+    let scope = NormScope {
+        params: &both,
+        max_norm: Some(1.0),
+    };
+    // The scope's norm is 5, not each optimizer's own 3 or 4: both scale by 1/5.
+    for opt in [&mut a, &mut b] {
+        let outcome = opt.step_in_scope(scope).unwrap();
+        assert!(
+            matches!(outcome, StepOutcome::Applied { grad_norm, .. } if grad_norm == 5.0),
+            "{outcome:?}"
+        );
+    }
+    assert!((p.to_vec_f64().unwrap()[0] + 0.6).abs() < 1e-5);
+    assert!((q.to_vec_f64().unwrap()[0] + 0.8).abs() < 1e-5);
+    // The stored gradients are as they were, for the next optimizer of the scope to measure.
+    assert_eq!(p.grad().unwrap().to_vec_f64().unwrap(), [3.0]);
+    assert_eq!(q.grad().unwrap().to_vec_f64().unwrap(), [4.0]);
+}
+
+#[test]
+fn a_non_finite_norm_in_the_scope_skips_every_optimizer_of_it() {
+    let (p, q, mut a, mut b) = scoped_pair();
+    a.core_mut().warn_skips = false;
+    b.core_mut().warn_skips = false;
+    p.set_grad(Some(Tensor::from_slice(&[1.0f32], &[1]).unwrap()));
+    // Only q's gradient is NaN, yet p's optimizer skips too.
+    q.set_grad(Some(Tensor::from_slice(&[f32::NAN], &[1]).unwrap()));
+    let both = [p.clone(), q.clone()];
+    let scope = NormScope {
+        params: &both,
+        max_norm: Some(10.0),
+    };
+    for opt in [&mut a, &mut b] {
+        let outcome = opt.step_in_scope(scope).unwrap();
+        assert!(
+            matches!(outcome, StepOutcome::Skipped { .. }),
+            "{outcome:?}"
+        );
+    }
+    assert_eq!(p.to_vec_f64().unwrap(), [0.0]);
+    assert_eq!((a.skipped_steps(), b.skipped_steps()), (1, 1));
+    // Skipping in a scope leaves the gradients to the caller.
+    assert!(p.grad().is_some() && q.grad().is_some());
+}

@@ -55,7 +55,13 @@ impl HostReader {
         };
         // SAFETY: `src` addresses `bytes` bytes of `t`'s storage; frees are stream-ordered, so
         // dropping `t` after queuing the copy is safe.
-        unsafe { readback.start(src, bytes)? };
+        if !unsafe { readback.start(src, bytes)? } {
+            // An earlier copy is still marked in flight (its wait failed): taking the buffer
+            // now would return that copy's values as this one's.
+            return Err(Error::Cuda(
+                "a device read is still in flight from a read that failed".into(),
+            ));
+        }
         self.pending = Some(Pending::Cuda {
             shape: t.shape().to_vec(),
             dtype: t.dtype(),

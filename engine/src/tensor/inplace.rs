@@ -28,12 +28,24 @@ impl Tensor {
             return Err(Error::invalid("copy_", format!("cannot write into a broadcast view of shape {:?}: several elements share one memory location; write into a contiguous copy", self.shape())));
         }
         self.check_same_device("copy_", src)?;
-        // Materialize first: src may alias self, and the write lock must not wait on our own read.
-        let src = crate::autograd::no_grad(|| {
-            src.expand(self.shape())?
-                .to_dtype(self.dtype())?
-                .contiguous_copy()
-        })?;
+        // The copy below reads src as packed from its start. A src that already is that, in
+        // its own storage, is read as it is (an in-place op's fresh result); anything else is
+        // materialized first: it may alias self, and the write lock must not wait on our own
+        // read.
+        let packed_apart = src.is_contiguous()
+            && src.layout().offset() == 0
+            && src.dtype() == self.dtype()
+            && src.shape() == self.shape()
+            && !src.shares_storage(self);
+        let src = if packed_apart {
+            src.clone()
+        } else {
+            crate::autograd::no_grad(|| {
+                src.expand(self.shape())?
+                    .to_dtype(self.dtype())?
+                    .contiguous_copy()
+            })?
+        };
         let src_guard = src.storage();
         let mut dst_guard = self.storage_cell().write();
         match (&mut *dst_guard, &*src_guard) {
@@ -85,8 +97,9 @@ impl Tensor {
     }
 
     /// `x * mul + add` for the in-place scalar ops: one kernel, with no scalar tensor to make,
-    /// where the result keeps x's dtype; an integer tensor with a fractional scalar goes
-    /// through the promoting binary op, as PyTorch's in-place ops do.
+    /// where the result keeps x's dtype. An integer tensor with a fractional scalar goes
+    /// through the promoting binary op, and `copy_` then truncates the result back into the
+    /// integer tensor (PyTorch refuses that case instead).
     fn scalar_affine(&self, mul: f64, add: f64) -> Result<Tensor> {
         if self.dtype().is_float() || (mul.fract() == 0.0 && add.fract() == 0.0) {
             return self.affine(mul, add);
@@ -102,10 +115,13 @@ impl Tensor {
 }
 
 /// Writes contiguous `src` into the strided view `layout` of `dst`.
+/// Writes the first elements of `src`, packed, into the view `layout` of `dst`.
 fn write_view(dst: &mut CpuStorage, layout: &crate::Layout, src: &CpuStorage) {
     cpu_dispatch2!(dst, src, (d, s) => {
         if let Some(r) = layout.contiguous_range() {
-            d[r].copy_from_slice(&s[..]);
+            // src may hold more than the view (a packed view at the start of a larger storage).
+            let n = r.len();
+            d[r].copy_from_slice(&s[..n]);
         } else {
             let mut k = 0;
             layout.for_each_index(|i| {
