@@ -116,6 +116,34 @@ fn a_trainer_under_several_ranks_refuses_until_gradients_are_averaged() {
     );
 }
 
+#[test]
+fn each_rank_reads_its_own_shard_of_the_step_windows_by_default() {
+    let dir = tempfile::tempdir().unwrap();
+    // Each rank compares its default batch with its rows of the whole batch of both ranks.
+    let script = write_script(
+        &dir,
+        "let r = dist::rank();\n\
+         io::write_text(`corpus${r}.txt`, \"the cat sat on the mat. the dog sat on the log. a cat and a dog met on the mat.\");\n\
+         let tok = text::train_bpe(`corpus${r}.txt`, #{ vocab_size: 280 });\n\
+         let tokens = data::token_file(tok, `corpus${r}.txt`, `corpus${r}.tokens`, #{});\n\
+         let mine = tokens.batch(3, 2, 4, #{ seed: 5 })[0];\n\
+         let whole = tokens.batch(3, 4, 4, #{ seed: 5, shard: 0, shards: 1 })[0];\n\
+         let rows = whole.narrow(0, 2 * r, 2);\n\
+         if (mine - rows).abs().sum().item() != 0.0 { throw `rank ${r}: not its rows`; }\n\
+         print(`rank ${r} read its shard`);",
+    );
+    let out = brain(&dir)
+        .args(["launch", "--gpus", "2"])
+        .arg(&script)
+        .args(["--device", "cpu"])
+        .output()
+        .unwrap();
+    let stdout = text(&out.stdout);
+    assert!(out.status.success(), "{stdout}\n{}", text(&out.stderr));
+    assert!(stdout.contains("rank 0 read its shard"), "{stdout}");
+    assert!(stdout.contains("rank 1 read its shard"), "{stdout}");
+}
+
 /// The children of `pid` (Linux's /proc).
 #[cfg(target_os = "linux")]
 fn children(pid: u32) -> Vec<u32> {

@@ -7,7 +7,7 @@ use crate::help::{self, with_tokenizer, with_tokens, Api};
 use crate::options::Options;
 use crate::text::{extensions, files_of};
 use rhai::{Array, Dynamic, Engine, Map, FLOAT, INT};
-use rusting_brain::data::{unigram_cross_entropy, TokenFile, TokenFileOptions, TokenSpan};
+use rusting_brain::data::{unigram_cross_entropy, Shard, TokenFile, TokenFileOptions, TokenSpan};
 use rusting_brain::text::Tokenizer;
 use rusting_brain::Tensor;
 
@@ -72,15 +72,22 @@ fn pair(x: Tensor, y: Tensor) -> RhaiResult<Array> {
 }
 
 fn batch(span: &TokenSpan, step: INT, b: INT, seq_len: INT, opts: Map) -> RhaiResult<Array> {
-    let o = Options::new("batch", opts, &["seed"])?;
+    let o = Options::new("batch", opts, &["seed", "shard", "shards"])?;
     let seed = o.int("seed", 0)? as u64;
+    // Under `brain launch`, each rank reads its own part of the step's windows by default.
+    let dist = guard(rusting_brain::dist::current)?;
+    let (index, count) = (
+        o.usize("shard", dist.rank)?,
+        o.usize("shards", dist.world_size)?,
+    );
+    let shard = guard(|| Shard::new(index, count))?;
     let step = u64::try_from(step)
         .map_err(|_| runtime_error(format!("batch: step {step} is negative")))?;
     let (b, s) = (
         crate::convert::usize_of(b, "batch")?,
         crate::convert::usize_of(seq_len, "batch")?,
     );
-    let (x, y) = guard(|| span.batch(step, b, s, seed))?;
+    let (x, y) = guard(|| span.shard_batch(step, b, s, seed, shard))?;
     pair(x, y)
 }
 
@@ -152,17 +159,17 @@ pub fn register(api: &mut Api) {
         with_tokens!("let span = train; let parts = span.split(0.5);"),
         |t: &mut TokenSpan, f: FLOAT| split(t, f),
     );
-    let batch_doc = "Random training windows for step: [x, y] i64 tensors [batch, seq_len] on the default device, y = x shifted by one. The same (step, seed) always gives the same windows, so a resumed run sees the same data.";
+    let batch_doc = "Random training windows for step: [x, y] i64 tensors [batch, seq_len] on the default device, y = x shifted by one. The same (step, seed) always gives the same windows, so a resumed run sees the same data. Under `brain launch`, rank r reads shard r of world_size by default: its batch windows of the batch * world_size drawn for the step, so the ranks together see what one process would with that larger batch (shard and shards set it by hand).";
     api.method(
         "batch",
-        "span.batch(step, batch, seq_len, #{ seed }) -> [x, y]",
+        "span.batch(step, batch, seq_len, #{ seed, shard, shards }) -> [x, y]",
         batch_doc,
         with_tokens!("let model = lm::transformer(#{ vocab: tok.vocab_size, d_model: 16, layers: 1, heads: 2 }); let step = 0; let b = train.batch(step, 2, 8, #{ seed: 1 }); let loss = model.loss(b[0], b[1]);"),
         |t: &mut TokenSpan, step: INT, b: INT, s: INT, o: Map| batch(t, step, b, s, o),
     );
     api.method(
         "batch",
-        "tokens.batch(step, batch, seq_len, #{ seed }) -> [x, y]",
+        "tokens.batch(step, batch, seq_len, #{ seed, shard, shards }) -> [x, y]",
         batch_doc,
         with_tokens!("let b = tokens.batch(0, 2, 8, #{});"),
         |t: &mut TokenFile, step: INT, b: INT, s: INT, o: Map| batch(&t.span(), step, b, s, o),

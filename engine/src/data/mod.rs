@@ -39,4 +39,4 @@ pub use batches::{Batches, DataLoader};
 pub use csv::{CsvOptions, TargetKind};
 pub use dataset::Dataset;
 pub use scaling::{one_hot, Standardizer};
-pub use token_file::{unigram_cross_entropy, TokenFile, TokenFileOptions, TokenSpan};
+pub use token_file::{unigram_cross_entropy, Shard, TokenFile, TokenFileOptions, TokenSpan};

@@ -36,6 +36,32 @@ pub const MAX_VOCAB: usize = 1 << 24;
 pub(crate) const MAGIC: &[u8; 8] = b"RBTOKENS";
 pub(crate) const VERSION: u32 = 1;
 pub(crate) const HEADER_BYTES: u64 = 32;
+/// Which part of each step's training windows a rank reads, in a data-parallel run: shard
+/// `index` of `count` takes windows `[index * batch, (index + 1) * batch)` of the
+/// `count * batch` drawn for the step. The shards are disjoint, and together they are the
+/// batch one process would draw with `count * batch`, shard `i` being its micro-batch `i`,
+/// so a run on N GPUs sees the data of a run on one with N micro-batches.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Shard {
+    pub index: usize,
+    pub count: usize,
+}
+
+impl Shard {
+    /// The whole batch: one process.
+    pub const WHOLE: Shard = Shard { index: 0, count: 1 };
+
+    pub fn new(index: usize, count: usize) -> Result<Shard> {
+        if count == 0 || index >= count {
+            return Err(Error::invalid(
+                "batch",
+                format!("shard {index} of {count}: a shard is from 0 to its count - 1"),
+            ));
+        }
+        Ok(Shard { index, count })
+    }
+}
+
 /// Mixed into the seed so that data windows and weight initialization with the same seed
 /// draw different numbers.
 const WINDOW_STREAM: u64 = 0x746f_6b65_6e73_0001;
@@ -230,7 +256,20 @@ impl TokenSpan {
         seq_len: usize,
         seed: u64,
     ) -> Result<(Tensor, Tensor)> {
-        let starts = self.window_starts(step, batch, seq_len, seed)?;
+        self.shard_batch(step, batch, seq_len, seed, Shard::WHOLE)
+    }
+
+    /// A rank's part of a training batch: its `batch` windows of the `batch * shard.count`
+    /// drawn for (seed, step) (see [`Shard`]).
+    pub fn shard_batch(
+        &self,
+        step: u64,
+        batch: usize,
+        seq_len: usize,
+        seed: u64,
+        shard: Shard,
+    ) -> Result<(Tensor, Tensor)> {
+        let starts = self.shard_window_starts(step, batch, seq_len, seed, shard)?;
         let mut x = Vec::with_capacity(batch * seq_len);
         let mut y = Vec::with_capacity(batch * seq_len);
         for start in starts {
@@ -254,20 +293,40 @@ impl TokenSpan {
         seq_len: usize,
         seed: u64,
     ) -> Result<Vec<u64>> {
+        self.shard_window_starts(step, batch, seq_len, seed, Shard::WHOLE)
+    }
+
+    /// The start offsets of `shard`'s part of step `step`: draws are taken in order, so shard
+    /// 0 of any count starts as the whole batch does.
+    pub fn shard_window_starts(
+        &self,
+        step: u64,
+        batch: usize,
+        seq_len: usize,
+        seed: u64,
+        shard: Shard,
+    ) -> Result<Vec<u64>> {
         if batch == 0 || seq_len == 0 {
             crate::bail!(
                 "batch",
                 "batch size and sequence length must be positive, got {batch} and {seq_len}"
             );
         }
-        if batch > 1 << 24 {
-            crate::bail!("batch", "batch size {batch} is too large");
+        let total = batch.saturating_mul(shard.count);
+        if total > 1 << 24 {
+            crate::bail!(
+                "batch",
+                "batch size {batch} on each of {} ranks is too large",
+                shard.count
+            );
         }
         let starts = self.window_count_for(seq_len, "batch")?;
         let mut gen = Generator::from_state(seed ^ WINDOW_STREAM, step.wrapping_mul(1 << 32));
         Ok(gen
-            .integers(0, starts as i64, batch)
+            .integers(0, starts as i64, total)
             .into_iter()
+            .skip(shard.index * batch)
+            .take(batch)
             .map(|s| s as u64)
             .collect())
     }

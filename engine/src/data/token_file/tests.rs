@@ -77,6 +77,35 @@ fn windows_cover_the_whole_span_including_its_last_id() {
 }
 
 #[test]
+fn the_shards_of_a_step_are_the_micro_batches_of_the_whole_batch() {
+    let (_t, f) = counting_file("shards", 4000, 4000);
+    let whole = f.window_starts(5, 3 * 4, 16, 9).unwrap();
+    let mut joined = Vec::new();
+    for index in 0..3 {
+        let shard = Shard::new(index, 3).unwrap();
+        joined.extend(f.shard_window_starts(5, 4, 16, 9, shard).unwrap());
+    }
+    assert_eq!(joined, whole);
+    // Shard 0 starts as a single process's batch of the same size does.
+    assert_eq!(
+        f.shard_window_starts(5, 4, 16, 9, Shard::new(0, 3).unwrap())
+            .unwrap(),
+        f.window_starts(5, 4, 16, 9).unwrap()
+    );
+    let (x, _) = f
+        .shard_batch(5, 4, 16, 9, Shard::new(2, 3).unwrap())
+        .unwrap();
+    assert_eq!(rows(&x)[0], whole[8] as i64);
+}
+
+#[test]
+fn a_shard_outside_its_count_is_an_error() {
+    let e = Shard::new(2, 2).unwrap_err().to_string();
+    assert!(e.contains("shard 2 of 2"), "{e}");
+    assert!(Shard::new(0, 0).is_err());
+}
+
+#[test]
 fn eval_windows_are_consecutive_and_do_not_overlap() {
     let (_t, f) = counting_file("eval", 100, 100);
     let batches: Vec<(Tensor, Tensor)> = f
