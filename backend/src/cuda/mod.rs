@@ -20,6 +20,7 @@ pub mod index;
 pub(crate) mod launch;
 pub mod loss;
 pub mod matmul;
+pub mod nccl;
 pub mod nf4;
 pub mod nms;
 pub mod norm;

@@ -1,0 +1,157 @@
+//! NCCL, the collective library, for data-parallel runs: one communicator per process over
+//! the ranks of a run, and the in-place all-reduce the gradients take. NCCL is loaded at run
+//! time like the other CUDA libraries, and probed first, because cudarc panics on a missing
+//! library and a panic would end a REPL session.
+//!
+//! NVLink multicast (NVLS) stays off: `brain launch` sets `NCCL_NVLS_ENABLE=0`, and nothing
+//! here calls `cuMulticastCreate`.
+
+use super::optim::DevSlice;
+use super::CudaDevice;
+use crate::{DType, Error, Result};
+use cudarc::nccl::{result, sys};
+use std::sync::Arc;
+
+/// The bytes ranks exchange to join one communicator (`ncclUniqueId`).
+pub const UNIQUE_ID_BYTES: usize = 128;
+
+/// Whether NCCL can be loaded; the error names the files looked for.
+pub fn probe() -> std::result::Result<(), String> {
+    let candidates = cudarc::get_lib_name_candidates("nccl");
+    // SAFETY: loading NCCL runs its initializers, which have no preconditions.
+    let found = candidates
+        .iter()
+        .any(|name| unsafe { libloading::Library::new(name) }.is_ok());
+    if found {
+        return Ok(());
+    }
+    let mut shown: Vec<&str> = candidates
+        .iter()
+        .map(String::as_str)
+        .filter(|n| n.starts_with("libnccl.so"))
+        .collect();
+    shown.dedup();
+    Err(format!(
+        "libnccl was not found (looked for {}); data-parallel training on several GPUs needs \
+         NCCL: is its lib directory on LD_LIBRARY_PATH?",
+        shown.join(", ")
+    ))
+}
+
+fn nccl_error(what: &str, e: result::NcclError) -> Error {
+    Error::Cuda(format!("{what}: NCCL error {:?}", e.0))
+}
+
+/// A new unique id (rank 0 makes it and hands it to the others).
+pub fn unique_id() -> Result<[u8; UNIQUE_ID_BYTES]> {
+    probe().map_err(Error::Cuda)?;
+    let id = result::get_uniqueid().map_err(|e| nccl_error("ncclGetUniqueId", e))?;
+    Ok(id.internal.map(|c| c as u8))
+}
+
+/// This process's member of a communicator over `world_size` ranks, on `dev`'s stream.
+pub struct Communicator {
+    comm: sys::ncclComm_t,
+    dev: Arc<CudaDevice>,
+    pub rank: usize,
+    pub world_size: usize,
+}
+
+// SAFETY: the communicator is used through `&self` from one thread at a time (the engine's
+// single stream); NCCL communicators may move between threads.
+unsafe impl Send for Communicator {}
+unsafe impl Sync for Communicator {}
+
+impl Communicator {
+    /// Joins the communicator of `id` as `rank` of `world_size`: every rank calls this with the
+    /// same id, and it returns once all have (NCCL's `ncclCommInitRank`).
+    pub fn join(
+        dev: &Arc<CudaDevice>,
+        id: &[u8; UNIQUE_ID_BYTES],
+        rank: usize,
+        world_size: usize,
+    ) -> Result<Communicator> {
+        probe().map_err(Error::Cuda)?;
+        if world_size == 0 || rank >= world_size {
+            return Err(Error::invalid(
+                "nccl",
+                format!("rank {rank} does not fit a world of {world_size}"),
+            ));
+        }
+        let to_int =
+            |n: usize| i32::try_from(n).map_err(|_| Error::invalid("nccl", format!("{n} ranks")));
+        let unique = sys::ncclUniqueId {
+            internal: id.map(|b| b as std::ffi::c_char),
+        };
+        dev.bind()?;
+        let mut comm: sys::ncclComm_t = std::ptr::null_mut();
+        // SAFETY: the device's context is current; `comm` receives the new communicator.
+        unsafe {
+            result::comm_init_rank(&mut comm, to_int(world_size)?, unique, to_int(rank)?)
+                .map_err(|e| nccl_error("ncclCommInitRank", e))?;
+        }
+        Ok(Communicator {
+            comm,
+            dev: dev.clone(),
+            rank,
+            world_size,
+        })
+    }
+
+    /// Sums `x` over every rank, in place, queued on the device's stream after the work that
+    /// wrote it (the gradients of a bucket).
+    ///
+    /// # Safety
+    /// `x` must address live device memory of its size and dtype on this communicator's
+    /// device, and every rank must call this with the same size and dtype in the same order.
+    pub unsafe fn all_reduce_sum(&self, x: &DevSlice) -> Result<()> {
+        let dtype = match x.dtype {
+            DType::F32 => sys::ncclDataType_t::ncclFloat32,
+            DType::BF16 => sys::ncclDataType_t::ncclBfloat16,
+            DType::F16 => sys::ncclDataType_t::ncclFloat16,
+            DType::F64 => sys::ncclDataType_t::ncclFloat64,
+            other => {
+                return Err(Error::invalid(
+                    "all_reduce",
+                    format!("{other:?} gradients are not reduced (F32, BF16, F16, F64 are)"),
+                ))
+            }
+        };
+        self.dev.bind()?;
+        let p = x.ptr as *mut std::ffi::c_void;
+        result::all_reduce(
+            p,
+            p,
+            x.numel,
+            dtype,
+            sys::ncclRedOp_t::ncclSum,
+            self.comm,
+            self.dev.stream() as sys::cudaStream_t,
+        )
+        .map_err(|e| nccl_error("ncclAllReduce", e))?;
+        Ok(())
+    }
+}
+
+impl Drop for Communicator {
+    fn drop(&mut self) {
+        if self.dev.bind().is_ok() {
+            // SAFETY: the communicator was made by `join` and is destroyed once.
+            let _ = unsafe { result::comm_destroy(self.comm) };
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn without_nccl_the_error_names_the_library() {
+        // On a machine with NCCL this says nothing; without it, it must name libnccl.
+        if let Err(e) = probe() {
+            assert!(e.contains("libnccl.so"), "{e}");
+            assert!(unique_id().unwrap_err().to_string().contains("libnccl"));
+        }
+    }
+}
