@@ -14,9 +14,10 @@ mod store;
 
 pub use store::FileStore;
 
+use crate::backend::cuda::nccl::{self, Communicator};
 use crate::{Error, Result};
 use std::path::PathBuf;
-use std::sync::OnceLock;
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 /// The environment variables the launcher sets.
@@ -28,12 +29,23 @@ pub const DIR_VAR: &str = "RB_DIST_DIR";
 pub const TIMEOUT_VAR: &str = "RB_DIST_TIMEOUT";
 
 /// This process's place in a run.
-#[derive(Debug)]
 pub struct Dist {
     pub rank: usize,
     pub world_size: usize,
     /// The rendezvous; `None` for a run of one.
     store: Option<FileStore>,
+    /// The NCCL communicator, once made, with its device ordinal.
+    comm: Mutex<Option<(usize, Arc<Communicator>)>>,
+}
+
+impl std::fmt::Debug for Dist {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Dist")
+            .field("rank", &self.rank)
+            .field("world_size", &self.world_size)
+            .field("store", &self.store)
+            .finish()
+    }
 }
 
 impl Dist {
@@ -43,6 +55,7 @@ impl Dist {
             rank: 0,
             world_size: 1,
             store: None,
+            comm: Mutex::new(None),
         }
     }
 
@@ -99,6 +112,7 @@ impl Dist {
                 world_size,
                 timeout,
             )?),
+            comm: Mutex::new(None),
         })
     }
 
@@ -119,6 +133,58 @@ impl Dist {
     pub fn store(&self) -> Option<&FileStore> {
         self.store.as_ref()
     }
+
+    /// The NCCL communicator of this run on CUDA device `ordinal`, made on first use: rank 0
+    /// makes the unique id and publishes it in the rendezvous, and every rank joins with it.
+    /// A run of one joins a communicator of one, through the same calls.
+    pub fn communicator(&self, ordinal: usize) -> Result<Arc<Communicator>> {
+        let mut slot = self.comm.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((o, c)) = slot.as_ref() {
+            if *o == ordinal {
+                return Ok(c.clone());
+            }
+            return Err(Error::invalid(
+                "dist",
+                format!("this rank's communicator is on cuda:{o}, not cuda:{ordinal}"),
+            ));
+        }
+        let id = share_unique_id(self.store.as_ref(), self.rank, nccl::unique_id)?;
+        let dev = crate::backend::cuda::device(ordinal)?;
+        let comm = Arc::new(Communicator::join(&dev, &id, self.rank, self.world_size)?);
+        *slot = Some((ordinal, comm.clone()));
+        Ok(comm)
+    }
+}
+
+/// The store key of the NCCL unique id.
+const NCCL_ID_KEY: &str = "nccl_id";
+
+/// Rank 0's unique id (made by `make`) for every rank: rank 0 publishes it, the others wait for
+/// it. Without a store (a run of one) it is made here.
+fn share_unique_id(
+    store: Option<&FileStore>,
+    rank: usize,
+    make: impl FnOnce() -> Result<[u8; nccl::UNIQUE_ID_BYTES]>,
+) -> Result<[u8; nccl::UNIQUE_ID_BYTES]> {
+    let Some(store) = store else {
+        return make();
+    };
+    if rank == 0 {
+        let id = make()?;
+        store.set(NCCL_ID_KEY, &id)?;
+        return Ok(id);
+    }
+    let bytes = store.get(NCCL_ID_KEY)?;
+    bytes.as_slice().try_into().map_err(|_| {
+        Error::invalid(
+            "dist",
+            format!(
+                "the NCCL id in the rendezvous has {} bytes, not {}",
+                bytes.len(),
+                nccl::UNIQUE_ID_BYTES
+            ),
+        )
+    })
 }
 
 /// The trainers (`train_step`, the YOLO trainer) call this first. Under `brain launch` with
@@ -162,6 +228,28 @@ mod tests {
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect();
         move |name| map.get(name).cloned()
+    }
+
+    #[test]
+    fn rank_zero_makes_the_nccl_id_and_the_others_read_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let others: Vec<_> = (1..3)
+            .map(|rank| {
+                let dir = dir.path().to_path_buf();
+                std::thread::spawn(move || {
+                    let store = FileStore::new(dir, rank, 3, Duration::from_secs(10)).unwrap();
+                    share_unique_id(Some(&store), rank, || panic!("only rank 0 makes it")).unwrap()
+                })
+            })
+            .collect();
+        let store = FileStore::new(dir.path().into(), 0, 3, Duration::from_secs(10)).unwrap();
+        let id = share_unique_id(Some(&store), 0, || Ok([42u8; nccl::UNIQUE_ID_BYTES])).unwrap();
+        for t in others {
+            assert_eq!(t.join().unwrap(), id);
+        }
+        // Alone, the id is made here.
+        let alone = share_unique_id(None, 0, || Ok([1u8; nccl::UNIQUE_ID_BYTES])).unwrap();
+        assert_eq!(alone, [1u8; nccl::UNIQUE_ID_BYTES]);
     }
 
     #[test]
