@@ -5,6 +5,22 @@ mod common;
 use common::{brain, text};
 use std::time::{Duration, Instant};
 
+/// `brain launch --gpus N script args --device cpu`, run to its end.
+fn launch(
+    dir: &tempfile::TempDir,
+    gpus: usize,
+    script: &std::path::Path,
+    args: &[&str],
+) -> std::process::Output {
+    brain(dir)
+        .args(["launch", "--gpus", &gpus.to_string()])
+        .arg(script)
+        .args(args)
+        .args(["--device", "cpu"])
+        .output()
+        .unwrap()
+}
+
 fn write_script(dir: &tempfile::TempDir, body: &str) -> std::path::PathBuf {
     let path = dir.path().join("ranks.rhai");
     std::fs::write(&path, body).unwrap();
@@ -21,12 +37,7 @@ fn every_rank_runs_the_script_and_knows_its_place() {
          print(`${tag} rank ${dist::rank()} of ${dist::world_size()} main ${dist::is_main()}`);\n\
          dist::barrier();",
     );
-    let out = brain(&dir)
-        .args(["launch", "--gpus", "2"])
-        .arg(&script)
-        .args(["tag=hello", "--device", "cpu"])
-        .output()
-        .unwrap();
+    let out = launch(&dir, 2, &script, &["tag=hello"]);
     let stdout = text(&out.stdout);
     assert!(out.status.success(), "{stdout}\n{}", text(&out.stderr));
     assert!(stdout.contains("hello rank 0 of 2 main true"), "{stdout}");
@@ -62,12 +73,7 @@ fn a_failing_rank_stops_the_others_and_is_named() {
         "if dist::rank() == 1 { throw \"rank one gives up\"; }\ndist::barrier();",
     );
     let start = Instant::now();
-    let out = brain(&dir)
-        .args(["launch", "--gpus", "2"])
-        .arg(&script)
-        .args(["--device", "cpu"])
-        .output()
-        .unwrap();
+    let out = launch(&dir, 2, &script, &[]);
     let stderr = text(&out.stderr);
     assert!(!out.status.success());
     assert!(stderr.contains("rank one gives up"), "{stderr}");
@@ -89,12 +95,7 @@ fn a_trainer_under_several_ranks_refuses_until_gradients_are_averaged() {
          model.train_step([x, x], opt);\n\
          print(\"trained\");",
     );
-    let out = brain(&dir)
-        .args(["launch", "--gpus", "2"])
-        .arg(&script)
-        .args(["--device", "cpu"])
-        .output()
-        .unwrap();
+    let out = launch(&dir, 2, &script, &[]);
     let stderr = text(&out.stderr);
     assert!(!out.status.success());
     assert!(!text(&out.stdout).contains("trained"));
@@ -132,12 +133,7 @@ fn each_rank_reads_its_own_shard_of_the_step_windows_by_default() {
          if (mine - rows).abs().sum().item() != 0.0 { throw `rank ${r}: not its rows`; }\n\
          print(`rank ${r} read its shard`);",
     );
-    let out = brain(&dir)
-        .args(["launch", "--gpus", "2"])
-        .arg(&script)
-        .args(["--device", "cpu"])
-        .output()
-        .unwrap();
+    let out = launch(&dir, 2, &script, &[]);
     let stdout = text(&out.stdout);
     assert!(out.status.success(), "{stdout}\n{}", text(&out.stderr));
     assert!(stdout.contains("rank 0 read its shard"), "{stdout}");
