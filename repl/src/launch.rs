@@ -76,27 +76,21 @@ fn launch(
             let Some(child) = ranks[rank].as_mut() else {
                 continue;
             };
-            match child.try_wait() {
-                Ok(None) => running += 1,
-                Ok(Some(status)) if status.success() => ranks[rank] = None,
-                Ok(Some(status)) => {
-                    ranks[rank] = None;
-                    let stopped = stop(&mut ranks);
-                    return Err(format!(
-                        "rank {rank} {}{}",
-                        describe(status),
-                        stopped_note(&stopped)
-                    ));
+            let failure = match child.try_wait() {
+                Ok(None) => {
+                    running += 1;
+                    continue;
                 }
-                Err(e) => {
+                Ok(Some(status)) if status.success() => {
                     ranks[rank] = None;
-                    let stopped = stop(&mut ranks);
-                    return Err(format!(
-                        "cannot watch rank {rank}: {e}{}",
-                        stopped_note(&stopped)
-                    ));
+                    continue;
                 }
-            }
+                Ok(Some(status)) => format!("rank {rank} {}", describe(status)),
+                Err(e) => format!("cannot watch rank {rank}: {e}"),
+            };
+            ranks[rank] = None;
+            let stopped = stop(&mut ranks);
+            return Err(format!("{failure}{}", stopped_note(&stopped)));
         }
         if running == 0 {
             return Ok(());

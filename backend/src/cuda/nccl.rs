@@ -17,25 +17,11 @@ pub const UNIQUE_ID_BYTES: usize = 128;
 
 /// Whether NCCL can be loaded; the error names the files looked for.
 pub fn probe() -> std::result::Result<(), String> {
-    let candidates = cudarc::get_lib_name_candidates("nccl");
-    // SAFETY: loading NCCL runs its initializers, which have no preconditions.
-    let found = candidates
-        .iter()
-        .any(|name| unsafe { libloading::Library::new(name) }.is_ok());
-    if found {
-        return Ok(());
-    }
-    let mut shown: Vec<&str> = candidates
-        .iter()
-        .map(String::as_str)
-        .filter(|n| n.starts_with("libnccl.so"))
-        .collect();
-    shown.dedup();
-    Err(format!(
-        "libnccl was not found (looked for {}); data-parallel training on several GPUs needs \
-         NCCL: is its lib directory on LD_LIBRARY_PATH?",
-        shown.join(", ")
-    ))
+    super::probe::find_library(
+        "nccl",
+        "data-parallel training on several GPUs needs NCCL: is its lib directory on \
+         LD_LIBRARY_PATH?",
+    )
 }
 
 fn nccl_error(what: &str, e: result::NcclError) -> Error {

@@ -14,29 +14,12 @@ const LIBRARIES: [&str; 4] = ["cuda", "nvrtc", "cublas", "cublasLt"];
 /// looked for, so a user can fix `LD_LIBRARY_PATH` or the driver.
 pub(crate) fn probe() -> Result<(), String> {
     for lib in LIBRARIES {
-        let candidates = cudarc::get_lib_name_candidates(lib);
-        // SAFETY: loading a CUDA library runs its initializers, which have no preconditions.
-        let found = candidates
-            .iter()
-            .any(|name| unsafe { libloading::Library::new(name) }.is_ok());
-        if !found {
-            let prefix = format!("lib{lib}.so");
-            let mut shown: Vec<&str> = candidates
-                .iter()
-                .map(String::as_str)
-                .filter(|n| n.starts_with(&prefix))
-                .collect();
-            shown.dedup();
-            let hint = if lib == "cuda" {
-                "is the NVIDIA driver installed?"
-            } else {
-                "is the CUDA toolkit's lib64 on LD_LIBRARY_PATH?"
-            };
-            return Err(format!(
-                "lib{lib} was not found (looked for {}); {hint}",
-                shown.join(", ")
-            ));
-        }
+        let hint = if lib == "cuda" {
+            "is the NVIDIA driver installed?"
+        } else {
+            "is the CUDA toolkit's lib64 on LD_LIBRARY_PATH?"
+        };
+        find_library(lib, hint)?;
     }
     let mut version = 0;
     // SAFETY: libcuda loaded above; cuDriverGetVersion only writes the int it is given.
@@ -54,4 +37,28 @@ pub(crate) fn probe() -> Result<(), String> {
         ));
     }
     Ok(())
+}
+
+/// Whether cudarc's library `lib` (its short name: "cublas", "nccl") loads under one of the
+/// file names cudarc tries; the error lists the names looked for, then `hint`.
+pub(crate) fn find_library(lib: &str, hint: &str) -> Result<(), String> {
+    let candidates = cudarc::get_lib_name_candidates(lib);
+    // SAFETY: loading a CUDA library runs its initializers, which have no preconditions.
+    let found = candidates
+        .iter()
+        .any(|name| unsafe { libloading::Library::new(name) }.is_ok());
+    if found {
+        return Ok(());
+    }
+    let prefix = format!("lib{lib}.so");
+    let mut shown: Vec<&str> = candidates
+        .iter()
+        .map(String::as_str)
+        .filter(|n| n.starts_with(&prefix))
+        .collect();
+    shown.dedup();
+    Err(format!(
+        "lib{lib} was not found (looked for {}); {hint}",
+        shown.join(", ")
+    ))
 }

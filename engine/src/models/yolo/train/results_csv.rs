@@ -234,6 +234,18 @@ mod tests {
     }
 
     #[test]
+    fn an_empty_or_binary_file_is_an_error_naming_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("results.csv");
+        std::fs::write(&path, "").unwrap();
+        let e = read_columns(&path).unwrap_err().to_string();
+        assert!(e.contains("empty file, no header"), "{e}");
+        std::fs::write(&path, [0x65, 0x70, 0xff, 0xfe, 0x0a, 0x31]).unwrap();
+        let e = read_columns(&path).unwrap_err().to_string();
+        assert!(e.contains("results.csv"), "{e}");
+    }
+
+    #[test]
     fn a_short_row_is_an_error_naming_it() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("results.csv");
