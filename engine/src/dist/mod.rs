@@ -10,6 +10,7 @@
 //! here.
 
 pub mod buckets;
+mod reduce;
 mod store;
 
 pub use store::FileStore;

@@ -6,6 +6,7 @@
 mod adamw;
 mod clip;
 mod fused;
+pub(crate) use fused::written_slice;
 mod lerp;
 mod lion;
 mod optimizer;
