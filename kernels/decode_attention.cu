@@ -1,45 +1,46 @@
 // Attention of one new query per (row, head) against a key/value cache, split over the keys
 // (flash-decoding): a decode step has too few queries to fill the device, so the keys are cut
-// into chunks of CHUNK, each block scores one chunk for the query heads that share a key/value
-// head, and a second kernel merges the chunks' partial results by their log-sum-exp.
+// into chunks of CHUNK, and each block scores one chunk for the query heads that share a
+// key/value head. The last block of a (row, head group) to finish merges the chunks' partial
+// results by their log-sum-exp, in the same launch: a second kernel cost its launch and a
+// gap on the device, more than its work at short contexts.
 //
 // The visible keys of row b are first[b] ..= last[b * last_stride], read from device memory:
 // a decode step captured in a CUDA graph moves its cursor without new kernel arguments. The
-// grid covers the cache's capacity; chunks past the visible window exit at once.
+// grid covers the cache's capacity; chunks outside the visible window exit at once.
 //
 // q [batch, heads, head_dim], k and v [batch, kv_heads, capacity, head_dim], all contiguous.
 // partial [batch, heads, chunks, head_dim] f32 and stats [batch, heads, chunks, 2] (max, sum of
-// exp2(score - max)), scores in base 2 (the scale includes log2(e)).
+// exp2(score - max)), scores in base 2 (the scale includes log2(e)). counters [batch, head
+// groups] are zero before the launch and left zero after it.
 
 #define CHUNK 64
 #define THREADS 128
 // Query heads a block scores at once (a divisor of the group, chosen by the host).
 #define MAX_HEADS 16
-// The most chunks the merge takes (a cache of MERGE_CHUNKS * CHUNK positions).
-#define MERGE_CHUNKS 2048
 
-// Block-wide max and sum that every thread receives (blocks of whole warps, at most 32).
-__device__ __forceinline__ float block_max_all(float v) {
-    __shared__ float part[32];
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
-    __syncthreads();
-    if ((threadIdx.x & 31) == 0) part[threadIdx.x >> 5] = v;
-    __syncthreads();
-    float r = part[0];
-    for (int w = 1; w < (int)(blockDim.x >> 5); ++w) r = fmaxf(r, part[w]);
-    return r;
-}
-__device__ __forceinline__ float block_sum_all(float v) {
-    __shared__ float part[32];
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-    __syncthreads();
-    if ((threadIdx.x & 31) == 0) part[threadIdx.x >> 5] = v;
-    __syncthreads();
-    float r = 0.f;
-    for (int w = 0; w < (int)(blockDim.x >> 5); ++w) r += part[w];
-    return r;
+// The chunks c_first ..= c_last of heads row_head .. row_head + n_heads - 1 (row-major
+// (row, head) indices) merged: each weighed by exp2(its max - the overall max), divided by the
+// weighed sums, a thread per (head, dim). Partials come from other blocks: read past L1.
+template <class T>
+__device__ __forceinline__ void decode_attention_merge(const float* partial, const float* stats, T* out,
+                                                       u64 row_head, int n_heads, int chunks, int c_first,
+                                                       int c_last, int head_dim) {
+    for (int i = threadIdx.x; i < n_heads * head_dim; i += blockDim.x) {
+        const int h = i / head_dim, d = i % head_dim;
+        const u64 base = (row_head + h) * chunks;
+        float m = -INFINITY;
+        for (int c = c_first; c <= c_last; ++c) m = fmaxf(m, __ldcg(stats + (base + c) * 2));
+        float num = 0.f, den = 0.f;
+#pragma unroll 4
+        for (int c = c_first; c <= c_last; ++c) {
+            const float mc = __ldcg(stats + (base + c) * 2);
+            const float w = (m == -INFINITY || mc == -INFINITY) ? 0.f : exp2f(mc - m);
+            den += w * __ldcg(stats + (base + c) * 2 + 1);
+            num += w * __ldcg(partial + (base + c) * head_dim + d);
+        }
+        out[(row_head + h) * head_dim + d] = from_f<T>(num * (den > 0.f ? 1.f / den : 0.f));
+    }
 }
 
 template <class T>
@@ -47,8 +48,9 @@ __device__ void decode_attention_chunk(const T* __restrict__ q, const T* __restr
                                        const T* __restrict__ v, const i64* __restrict__ first,
                                        const i64* __restrict__ last, int last_stride,
                                        float* __restrict__ partial, float* __restrict__ stats,
-                                       int heads, int kv_heads, int heads_per_block, int capacity,
-                                       int head_dim, float scale2) {
+                                       u32* __restrict__ counters, T* __restrict__ out, int heads,
+                                       int kv_heads, int heads_per_block, int capacity, int head_dim,
+                                       float scale2) {
     extern __shared__ float smem[];
     const int chunk = blockIdx.x, chunks = gridDim.x, b = blockIdx.z;
     const int group = heads / kv_heads, blocks_per_kv = group / heads_per_block;
@@ -64,18 +66,17 @@ __device__ void decode_attention_chunk(const T* __restrict__ q, const T* __restr
     T* ks = reinterpret_cast<T*>(smem + ((heads_per_block * (head_dim + CHUNK + 2) + 3) & ~3));
     T* vs = ks + CHUNK * head_dim;
     const u64 stat_base = ((u64)b * heads + h0) * chunks + chunk;
-    if (lo >= hi) {
-        // Nothing visible here: an empty partial the merge weighs zero.
-        for (int i = tid; i < heads_per_block * head_dim; i += THREADS) {
-            int h = i / head_dim, d = i % head_dim;
-            partial[(stat_base + (u64)h * chunks) * head_dim + d] = 0.f;
-        }
-        for (int h = tid; h < heads_per_block; h += THREADS) {
-            stats[(stat_base + (u64)h * chunks) * 2] = -INFINITY;
-            stats[(stat_base + (u64)h * chunks) * 2 + 1] = 0.f;
-        }
+    // The chunks holding the window [wlo, whi): only those run, and the last of them merges.
+    const i64 wlo = first[b], whi = min(last[(i64)b * last_stride] + 1, (i64)capacity);
+    if (wlo >= whi) {
+        // No visible key: the row's output is zeros, written by the first chunk's block.
+        if (chunk == 0)
+            for (int i = tid; i < heads_per_block * head_dim; i += THREADS)
+                out[((u64)b * heads + h0) * head_dim + i] = from_f<T>(0.f);
         return;
     }
+    const int c_first = (int)(wlo / CHUNK), c_last = (int)((whi - 1) / CHUNK);
+    if (lo >= hi) return;
     for (int i = tid; i < heads_per_block * head_dim; i += THREADS)
         qs[i] = to_f(q[((u64)b * heads + h0) * head_dim + i]) * scale2;
     // Stage the chunk's keys and values: one contiguous run each, read 16 bytes a thread at a
@@ -190,60 +191,33 @@ __device__ void decode_attention_chunk(const T* __restrict__ q, const T* __restr
         stats[(stat_base + (u64)h * chunks) * 2] = ms[2 * h];
         stats[(stat_base + (u64)h * chunks) * 2 + 1] = ms[2 * h + 1];
     }
-}
 
-// One block per (head, row), a thread per head dim: the chunks weighed by exp2(max - overall
-// max), divided by the weighed sums. A row with no visible key gets zeros.
-
-template <class T>
-__device__ void decode_attention_merge(const float* __restrict__ partial,
-                                       const float* __restrict__ stats, T* __restrict__ out,
-                                       int heads, int chunks, int head_dim) {
-    // Each chunk's weight exp2(max - overall max), computed once per block into shared memory
-    // (all chunks' stats loaded in parallel), then one pass per head dim over the partials.
-    __shared__ float weight[MERGE_CHUNKS];
-    __shared__ float norm;
-    const int h = blockIdx.x, b = blockIdx.y;
-    const u64 base = ((u64)b * heads + h) * chunks;
-    float m = -INFINITY;
-    for (int c = threadIdx.x; c < chunks; c += blockDim.x) m = fmaxf(m, stats[(base + c) * 2]);
-    m = block_max_all(m);
-    float den = 0.f;
-    for (int c = threadIdx.x; c < chunks; c += blockDim.x) {
-        float mc = stats[(base + c) * 2];
-        float w = (m == -INFINITY || mc == -INFINITY) ? 0.f : exp2f(mc - m);
-        weight[c] = w;
-        den += w * stats[(base + c) * 2 + 1];
-    }
-    den = block_sum_all(den);
-    if (threadIdx.x == 0) norm = den > 0.f ? 1.f / den : 0.f;
+    // Count this chunk in; the block that completes the count merges (threadFenceReduction's
+    // pattern: every writer fences before the count, the merger after it and reads past L1).
+    __shared__ int merger;
+    __threadfence();
     __syncthreads();
-    // Only chunks with keys in the window weigh anything: a short window in a long cache reads
-    // a few partials, not all of them.
-    for (int d = threadIdx.x; d < head_dim; d += blockDim.x) {
-        float num[4] = {0.f, 0.f, 0.f, 0.f};
-        for (int c = 0; c < chunks; c += 4) {
-#pragma unroll
-            for (int u = 0; u < 4; ++u)
-                if (c + u < chunks && weight[c + u] != 0.f)
-                    num[u] += weight[c + u] * partial[(base + c + u) * head_dim + d];
-        }
-        out[((u64)b * heads + h) * head_dim + d] = from_f<T>(((num[0] + num[1]) + (num[2] + num[3])) * norm);
+    if (tid == 0) {
+        u32* counter = counters + (u64)b * gridDim.y + blockIdx.y;
+        const u32 arrived = atomicAdd(counter, 1u) + 1u;
+        merger = arrived == (u32)(c_last - c_first + 1);
+        // Every chunk has counted: leave the counter zero for the next launch.
+        if (merger) *counter = 0u;
     }
+    __syncthreads();
+    if (!merger) return;
+    __threadfence();
+    decode_attention_merge(partial, stats, out, (u64)b * heads + h0, heads_per_block, chunks, c_first, c_last,
+                           head_dim);
 }
 
 #define DECODE_ATTENTION(T)                                                                        \
-    extern "C" __global__ void __launch_bounds__(THREADS) decode_attention_chunk_##T(               \
+    extern "C" __global__ void __launch_bounds__(THREADS) decode_attention_##T(                     \
         const T* q, const T* k, const T* v, const i64* first, const i64* last, int last_stride,    \
-        float* partial, float* stats, int heads, int kv_heads, int heads_per_block, int capacity,  \
-        int head_dim, float scale2) {                                                              \
-        decode_attention_chunk<T>(q, k, v, first, last, last_stride, partial, stats, heads,        \
-                                  kv_heads, heads_per_block, capacity, head_dim, scale2);          \
-    }                                                                                              \
-    extern "C" __global__ void decode_attention_merge_##T(const float* partial, const float* stats, \
-                                                          T* out, int heads, int chunks,           \
-                                                          int head_dim) {                          \
-        decode_attention_merge<T>(partial, stats, out, heads, chunks, head_dim);                   \
+        float* partial, float* stats, u32* counters, T* out, int heads, int kv_heads,              \
+        int heads_per_block, int capacity, int head_dim, float scale2) {                           \
+        decode_attention_chunk<T>(q, k, v, first, last, last_stride, partial, stats, counters, out, \
+                                  heads, kv_heads, heads_per_block, capacity, head_dim, scale2);    \
     }
 DECODE_ATTENTION(f32)
 DECODE_ATTENTION(bf16)

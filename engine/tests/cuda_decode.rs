@@ -49,8 +49,10 @@ fn decode_attention_follows_the_cpu_over_windows_groups_and_dtypes() {
         let q = Tensor::randn(&[b, h, 1, hd], DType::F32, Some(&mut g)).unwrap();
         let k = Tensor::randn(&[b, kv, cap, hd], DType::F32, Some(&mut g)).unwrap();
         let v = Tensor::randn(&[b, kv, cap, hd], DType::F32, Some(&mut g)).unwrap();
-        // Row 0 sees from key 0, the others from a padding; the last key moves across chunks.
-        let first = ids((0..b as i64).map(|r| r * 5).collect());
+        // Row 0 sees from key 0, the others from a padding that may start in a later chunk
+        // or past the last key (an empty row beside full ones); the last key moves across
+        // chunks. Every launch must leave the merge counters zero for the next one.
+        let first = ids((0..b as i64).map(|r| (r * 70) % cap as i64).collect());
         for last in [cap as i64 - 1, (cap as i64) / 2, 0] {
             let last = ids(vec![last]);
             let want = no_grad(|| q.decode_attention(&k, &v, &first, &last, None)).unwrap();

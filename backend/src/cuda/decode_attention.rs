@@ -1,9 +1,10 @@
 //! One query per (row, head) against a key/value cache whose visible window is read from
 //! device memory (kernels/decode_attention.cu): the keys are split into chunks scored by
-//! separate blocks, then merged.
+//! separate blocks, and the last block of each (row, head group) merges them.
 
 use super::compile::DECODE_ATTENTION;
 use super::launch::{args, type_suffix};
+use super::device::COUNTERS;
 use super::CudaStorage;
 use crate::spec::AttentionSpec;
 use crate::{DType, Error, Result};
@@ -13,8 +14,6 @@ const CHUNK: usize = 64;
 const THREADS: u32 = 128;
 /// The most query heads one block scores; mirrors MAX_HEADS.
 const MAX_HEADS: usize = 16;
-/// The most chunks the merge takes; mirrors MERGE_CHUNKS.
-const MERGE_CHUNKS: usize = 2048;
 
 /// The query heads a block scores together: the largest divisor of the group that fits.
 fn heads_per_block(group: usize) -> usize {
@@ -66,22 +65,21 @@ pub fn decode_attention(
     let stats = CudaStorage::alloc(dev, b * h * chunks * 2, DType::F32)?;
     let hb = heads_per_block(h / kvh);
     let sfx = type_suffix(dtype);
-    let chunk_fn = dev.function(&DECODE_ATTENTION, &format!("decode_attention_chunk_{sfx}"))?;
-    let merge_fn = dev.function(&DECODE_ATTENTION, &format!("decode_attention_merge_{sfx}"))?;
+    let f = dev.function(&DECODE_ATTENTION, &format!("decode_attention_{sfx}"))?;
     let shared = shared_bytes(hb, hd, dtype) as u32;
     let at = |(s, offset): At| s.ptr_at(offset);
     let (pq, pk, pv, pf, pl) = (at(q), at(k), at(v), at(first), at(last));
-    let (pp, ps, po) = (partial.ptr(), stats.ptr(), out.ptr());
+    let (pp, ps, pc, po) = (partial.ptr(), stats.ptr(), dev.counters(), out.ptr());
     let last_stride = last_stride as i32;
     let (hi, kvi, hbi, tki, hdi) = (h as i32, kvh as i32, hb as i32, tk as i32, hd as i32);
     let scale2 = (spec.scale * std::f64::consts::LOG2_E) as f32;
-    let ci = chunks as i32;
     // SAFETY: q holds b*h*hd, k and v b*kvh*tk*hd elements of `dtype`, first b and last b or
     // 1 I64 values; partial and stats are sized for every (row, head, chunk); the grid covers
-    // exactly the chunks, head blocks and rows those sizes assume.
+    // exactly the chunks, head blocks and rows those sizes assume, and `supports` keeps the
+    // (row, head block) counters within the device's.
     unsafe {
         dev.launch(
-            chunk_fn,
+            f,
             (chunks as u32, (h / hb) as u32, b as u32),
             THREADS,
             shared,
@@ -94,6 +92,8 @@ pub fn decode_attention(
                 last_stride,
                 pp,
                 ps,
+                pc,
+                po,
                 hi,
                 kvi,
                 hbi,
@@ -101,16 +101,8 @@ pub fn decode_attention(
                 hdi,
                 scale2
             ],
-        )?;
-        let block = (hd as u32).div_ceil(32).clamp(1, 8) * 32;
-        dev.launch(
-            merge_fn,
-            (h as u32, b as u32, 1),
-            block,
-            0,
-            &mut args![pp, ps, po, hi, ci, hdi],
-        )?;
-    }
+        )
+    }?;
     Ok(out)
 }
 
@@ -132,7 +124,7 @@ pub fn supports(spec: &AttentionSpec, dtype: DType) -> bool {
         && spec.tq == 1
         && spec.kv_heads > 0
         && spec.heads.is_multiple_of(spec.kv_heads)
-        && spec.tk <= MERGE_CHUNKS * CHUNK
+        && spec.batch * (spec.heads / hb) <= COUNTERS
 }
 
 #[cfg(test)]

@@ -16,6 +16,9 @@ use std::sync::{Arc, Mutex, OnceLock};
 
 /// cuBLAS picks faster kernels on Hopper with a workspace of this size.
 const BLAS_WORKSPACE: usize = 32 << 20;
+/// Zeroed 32-bit counters every device keeps for kernels whose last block to finish does the
+/// final step (the decode attention's merge): such a kernel leaves its counters zero again.
+pub(crate) const COUNTERS: usize = 1 << 16;
 
 pub struct CudaDevice {
     ordinal: usize,
@@ -30,6 +33,8 @@ pub struct CudaDevice {
     /// bad index is an error without a host round trip per op. It lives in pinned host memory
     /// mapped into the device, so reading it after a sync costs no copy.
     error_word: sys::CUdeviceptr,
+    /// `COUNTERS` zeroed u32 (see the constant).
+    counters: sys::CUdeviceptr,
     error_host: *mut u32,
     modules: Mutex<HashMap<&'static str, sys::CUmodule>>,
     functions: Mutex<HashMap<String, sys::CUfunction>>,
@@ -173,6 +178,7 @@ impl CudaDevice {
                 capability,
                 sm_count,
                 error_word: 0,
+                counters: 0,
                 error_host: std::ptr::null_mut(),
                 modules: Mutex::new(HashMap::new()),
                 functions: Mutex::new(HashMap::new()),
@@ -186,6 +192,10 @@ impl CudaDevice {
             blas_sys::cublasSetWorkspace_v2(blas, workspace as *mut c_void, BLAS_WORKSPACE)
                 .result()
                 .map_err(|e| Error::Cuda(format!("cublasSetWorkspace: {e:?}")))?;
+            device.counters = device.alloc(COUNTERS * 4)?;
+            sys::cuMemsetD32Async(device.counters, 0, COUNTERS, stream)
+                .result()
+                .map_err(driver_err("cuMemsetD32"))?;
             let host = result::malloc_host(4, sys::CU_MEMHOSTALLOC_DEVICEMAP)
                 .map_err(driver_err("cuMemHostAlloc"))? as *mut u32;
             host.write_volatile(0);
@@ -247,6 +257,12 @@ impl CudaDevice {
 
     pub(crate) fn error_word(&self) -> sys::CUdeviceptr {
         self.error_word
+    }
+
+    /// The device's zeroed counters (`COUNTERS` of them). Kernels run one at a time on the
+    /// device's stream, and each leaves the counters it used zero, so they need no reset.
+    pub(crate) fn counters(&self) -> sys::CUdeviceptr {
+        self.counters
     }
 
     /// Whether F32 matmuls may use TF32 tensor cores (off by default, as in PyTorch).
