@@ -239,6 +239,22 @@ template <class C> __device__ __forceinline__ C silu_derivative_c(C x) {
     return s * ((C)1 + x * ((C)1 - s));
 }
 
+// ----- programmatic dependent launch (sm_90+; nothing before) -----
+// A kernel launched with `launch_dependent` may start while the kernel before it runs:
+// rb_grid_wait() returns once that kernel has finished and its writes are visible. Call it
+// before reading what an earlier kernel wrote and before writing anything. rb_grid_release()
+// lets the next dependent kernel start early (its own waits keep it correct).
+__device__ __forceinline__ void rb_grid_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void rb_grid_release() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;" :::);
+#endif
+}
+
 // ----- reductions -----
 template <class T> __device__ __forceinline__ T warp_sum(T v) {
 #pragma unroll

@@ -549,6 +549,47 @@ impl CudaDevice {
             .map_err(driver_err("cuLaunchKernel"))
     }
 
+    /// Launches `f` so that it may start before the kernel queued ahead of it has finished
+    /// (programmatic dependent launch, sm_90 and later; a plain launch before that). `f` must
+    /// call `rb_grid_wait()` (common.cuh) before it reads anything an earlier kernel wrote and
+    /// before it writes anything: only the work ahead of that call (loads of weights no kernel
+    /// writes) overlaps the kernel before. Graph captures keep the dependency as such.
+    ///
+    /// # Safety
+    /// As for `launch`, and `f` must wait as described.
+    pub(crate) unsafe fn launch_dependent(
+        &self,
+        f: sys::CUfunction,
+        grid: (u32, u32, u32),
+        block: u32,
+        shared_bytes: u32,
+        params: &mut [*mut c_void],
+    ) -> Result<()> {
+        if self.capability.0 < 9 {
+            return self.launch(f, grid, block, shared_bytes, params);
+        }
+        self.bind()?;
+        // SAFETY: a zeroed attribute is a valid value of the union; the id selects its field.
+        let mut attr: sys::CUlaunchAttribute = std::mem::zeroed();
+        attr.id = sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+        attr.value.programmaticStreamSerializationAllowed = 1;
+        let config = sys::CUlaunchConfig {
+            gridDimX: grid.0,
+            gridDimY: grid.1,
+            gridDimZ: grid.2,
+            blockDimX: block,
+            blockDimY: 1,
+            blockDimZ: 1,
+            sharedMemBytes: shared_bytes,
+            hStream: self.stream(),
+            attrs: &mut attr,
+            numAttrs: 1,
+        };
+        sys::cuLaunchKernelEx(&config, f, params.as_mut_ptr(), std::ptr::null_mut())
+            .result()
+            .map_err(driver_err("cuLaunchKernelEx"))
+    }
+
     /// Copies host bytes to a device allocation.
     pub(crate) fn upload(&self, dst: sys::CUdeviceptr, bytes: &[u8]) -> Result<()> {
         if bytes.is_empty() {
