@@ -51,3 +51,49 @@ fn a_strided_tensor_is_refused() {
     let err = Dist::single().all_reduce_sum_(&t.t().unwrap()).unwrap_err();
     assert!(err.to_string().contains("contiguous"), "{err}");
 }
+
+/// The gradients of a run of one go through NCCL bucket by bucket and come back unchanged: a
+/// gradient in a permuted (dense) layout, one large enough for a bucket of its own, and a
+/// parameter without a gradient, which a run of one passes over.
+#[test]
+fn a_run_of_one_reduces_its_gradients_in_buckets_and_keeps_them() {
+    let Some(dev) = cuda::device_for_test("a_run_of_one_reduces_its_gradients") else {
+        return;
+    };
+    let mut g = rusting_brain::Generator::new(5);
+    let big = 7 << 20; // 28 MB of F32: more than one bucket's 25 MB
+    let params: Vec<Tensor> = [vec![big], vec![64, 48], vec![10], vec![3]]
+        .iter()
+        .map(|shape| Tensor::zeros(shape, DType::F32, dev).unwrap())
+        .collect();
+    let grads: Vec<Option<Tensor>> = vec![
+        Some(Tensor::randn(&[big], DType::F32, Some(&mut g)).unwrap()),
+        // [64, 48] held as the transpose of a contiguous [48, 64].
+        Some(
+            Tensor::randn(&[48, 64], DType::F32, Some(&mut g))
+                .unwrap()
+                .t()
+                .unwrap(),
+        ),
+        None,
+        Some(Tensor::randn(&[3], DType::F32, Some(&mut g)).unwrap()),
+    ];
+    let before: Vec<Option<Vec<f64>>> = grads
+        .iter()
+        .map(|g| g.as_ref().map(|g| g.to_vec_f64().unwrap()))
+        .collect();
+    for (p, grad) in params.iter().zip(&grads) {
+        p.set_grad(grad.as_ref().map(|g| g.to_device(dev).unwrap()));
+    }
+    assert!(!params[1].grad().unwrap().is_contiguous());
+    let dist = Dist::single();
+    assert!(
+        !dist.reduces(),
+        "a plain run does not reduce in its trainers"
+    );
+    dist.all_reduce_grads(&params).unwrap();
+    for (i, (p, want)) in params.iter().zip(&before).enumerate() {
+        let got = p.grad().map(|g| g.to_vec_f64().unwrap());
+        assert_eq!(&got, want, "parameter {i}");
+    }
+}

@@ -84,37 +84,50 @@ fn a_failing_rank_stops_the_others_and_is_named() {
     assert!(start.elapsed() < Duration::from_secs(30));
 }
 
+/// A one-layer model's `train_step`, then "trained" and the loss.
+const TRAIN_SCRIPT: &str = "manual_seed(7);\n\
+     let model = lm::transformer(#{ vocab: 64, d_model: 16, layers: 1, heads: 2, max_seq_len: 32 });\n\
+     let opt = optim::adamw(model.parameters(), #{ lr: 1e-3 });\n\
+     let x = randint(0, 64, [2, 8]);\n\
+     let loss = model.train_step([x, x], opt);\n\
+     print(`trained ${loss.item()}`);";
+
 #[test]
-fn a_trainer_under_several_ranks_refuses_until_gradients_are_averaged() {
+fn train_step_on_several_cpu_ranks_is_refused_with_the_reason() {
     let dir = tempfile::tempdir().unwrap();
-    let script = write_script(
-        &dir,
-        "let model = lm::transformer(#{ vocab: 64, d_model: 16, layers: 1, heads: 2, max_seq_len: 32 });\n\
-         let opt = optim::adamw(model.parameters(), #{ lr: 1e-3 });\n\
-         let x = randint(0, 64, [2, 8]);\n\
-         model.train_step([x, x], opt);\n\
-         print(\"trained\");",
-    );
+    let script = write_script(&dir, TRAIN_SCRIPT);
     let out = launch(&dir, 2, &script, &[]);
     let stderr = text(&out.stderr);
     assert!(!out.status.success());
     assert!(!text(&out.stdout).contains("trained"));
     assert!(
-        stderr.contains("does not average gradients across ranks yet"),
+        stderr.contains("cannot be summed across ranks") && stderr.contains("--device cuda"),
         "{stderr}"
     );
-    // The same script alone trains.
+}
+
+#[test]
+fn train_step_under_a_launch_of_one_takes_the_reducing_path_and_trains() {
+    let dir = tempfile::tempdir().unwrap();
+    let script = write_script(&dir, TRAIN_SCRIPT);
+    let out = launch(&dir, 1, &script, &[]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let launched = text(&out.stdout);
+    // The same script alone gives the same loss: a reduction over one rank changes nothing.
     let out = brain(&dir)
         .arg("run")
         .arg(&script)
         .args(["--device", "cpu"])
         .output()
         .unwrap();
-    assert!(
-        text(&out.stdout).contains("trained"),
-        "{}",
-        text(&out.stderr)
-    );
+    let alone = text(&out.stdout);
+    let loss = |s: &str| {
+        s.lines()
+            .find(|l| l.contains("trained"))
+            .map(str::to_string)
+    };
+    assert!(loss(&alone).is_some(), "{alone}\n{}", text(&out.stderr));
+    assert_eq!(loss(&launched), loss(&alone));
 }
 
 #[test]

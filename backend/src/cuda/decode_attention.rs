@@ -3,8 +3,8 @@
 //! separate blocks, and the last block of each (row, head group) merges them.
 
 use super::compile::DECODE_ATTENTION;
-use super::launch::{args, type_suffix};
 use super::device::COUNTERS;
+use super::launch::{args, type_suffix};
 use super::CudaStorage;
 use crate::spec::AttentionSpec;
 use crate::{DType, Error, Result};

@@ -85,38 +85,65 @@ impl Communicator {
     }
 
     /// Sums `x` over every rank, in place, queued on the device's stream after the work that
-    /// wrote it (the gradients of a bucket).
+    /// wrote it.
     ///
     /// # Safety
     /// `x` must address live device memory of its size and dtype on this communicator's
     /// device, and every rank must call this with the same size and dtype in the same order.
     pub unsafe fn all_reduce_sum(&self, x: &DevSlice) -> Result<()> {
-        let dtype = match x.dtype {
-            DType::F32 => sys::ncclDataType_t::ncclFloat32,
-            DType::BF16 => sys::ncclDataType_t::ncclBfloat16,
-            DType::F16 => sys::ncclDataType_t::ncclFloat16,
-            DType::F64 => sys::ncclDataType_t::ncclFloat64,
-            other => {
-                return Err(Error::invalid(
-                    "all_reduce",
-                    format!("{other:?} gradients are not reduced (F32, BF16, F16, F64 are)"),
-                ))
-            }
-        };
-        self.dev.bind()?;
-        let p = x.ptr as *mut std::ffi::c_void;
-        result::all_reduce(
-            p,
-            p,
-            x.numel,
-            dtype,
-            sys::ncclRedOp_t::ncclSum,
-            self.comm,
-            self.dev.stream() as sys::cudaStream_t,
-        )
-        .map_err(|e| nccl_error("ncclAllReduce", e))?;
-        Ok(())
+        self.all_reduce_sum_group(std::slice::from_ref(x))
     }
+
+    /// Sums each of `xs` over every rank, in place, as one NCCL group (one launch for a
+    /// bucket of gradients, without copying them into one buffer first).
+    ///
+    /// # Safety
+    /// As for `all_reduce_sum`, for every slice.
+    pub unsafe fn all_reduce_sum_group(&self, xs: &[DevSlice]) -> Result<()> {
+        let types = xs
+            .iter()
+            .map(|x| nccl_dtype(x.dtype))
+            .collect::<Result<Vec<_>>>()?;
+        self.dev.bind()?;
+        result::group_start().map_err(|e| nccl_error("ncclGroupStart", e))?;
+        let mut queued = Ok(());
+        for (x, dtype) in xs.iter().zip(types) {
+            let p = x.ptr as *mut std::ffi::c_void;
+            queued = result::all_reduce(
+                p,
+                p,
+                x.numel,
+                dtype,
+                sys::ncclRedOp_t::ncclSum,
+                self.comm,
+                self.dev.stream() as sys::cudaStream_t,
+            )
+            .map(|_| ())
+            .map_err(|e| nccl_error("ncclAllReduce", e));
+            if queued.is_err() {
+                break;
+            }
+        }
+        // The group is closed whatever happened inside it.
+        let closed = result::group_end().map_err(|e| nccl_error("ncclGroupEnd", e));
+        queued.and(closed.map(|_| ()))
+    }
+}
+
+/// NCCL's code for a gradient dtype.
+fn nccl_dtype(dtype: DType) -> Result<sys::ncclDataType_t> {
+    Ok(match dtype {
+        DType::F32 => sys::ncclDataType_t::ncclFloat32,
+        DType::BF16 => sys::ncclDataType_t::ncclBfloat16,
+        DType::F16 => sys::ncclDataType_t::ncclFloat16,
+        DType::F64 => sys::ncclDataType_t::ncclFloat64,
+        other => {
+            return Err(Error::invalid(
+                "all_reduce",
+                format!("{other:?} gradients are not reduced (F32, BF16, F16, F64 are)"),
+            ))
+        }
+    })
 }
 
 impl Drop for Communicator {

@@ -188,18 +188,18 @@ fn share_unique_id(
     })
 }
 
-/// The trainers (`train_step`, the YOLO trainer) call this first. Under `brain launch` with
-/// more than one rank, they would train one model per rank on its own, because the gradients
-/// are not averaged across ranks yet. That result would be wrong without anything saying so,
-/// so it is an error until the all-reduce exists. Scripts that write their own loop are
-/// unaffected: for them, each rank on its own is what they wrote.
+/// The YOLO trainer calls this first. Under `brain launch` with more than one rank it would
+/// train one model per rank on its own, because it does not reduce its gradients across ranks
+/// yet (`train_step` does). That result would be wrong without anything saying so, so it is
+/// an error. Scripts that write their own loop are unaffected: for them, each rank on its own
+/// is what they wrote.
 pub fn refuse_unsynchronized_training(op: &'static str) -> Result<()> {
     let d = current()?;
     if d.world_size > 1 {
         return Err(Error::invalid(
             op,
             format!(
-                "this is rank {} of {} under `brain launch`, but this build does not average \
+                "this is rank {} of {} under `brain launch`, but this trainer does not average \
                  gradients across ranks yet, so each rank would train a model of its own; run \
                  the script with `brain run`",
                 d.rank, d.world_size

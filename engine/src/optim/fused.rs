@@ -157,7 +157,7 @@ pub(super) fn device_slice(t: &Tensor) -> Result<DevSlice> {
 /// Like `device_slice` for a tensor the kernels will write: takes the write lock for a moment,
 /// which bumps the storage version, so a backward that saved this tensor fails instead of
 /// reading the new values.
-pub(crate) fn written_slice(t: &Tensor) -> Result<DevSlice> {
+pub(super) fn written_slice(t: &Tensor) -> Result<DevSlice> {
     slice_in(&t.storage_cell().write(), t)
 }
 

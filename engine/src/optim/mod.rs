@@ -6,7 +6,6 @@
 mod adamw;
 mod clip;
 mod fused;
-pub(crate) use fused::written_slice;
 mod lerp;
 mod lion;
 mod optimizer;

@@ -9,16 +9,22 @@ use crate::{no_grad, Device, Error, Result, Tensor};
 /// them, each loss scaled by 1/n, so the step sees the mean gradient of the whole batch.
 /// Returns the mean loss as a detached scalar on the model's device (reading it is the
 /// caller's choice: on CUDA a read waits for the step).
+///
+/// Under `brain launch` the batch is every rank's micro-batches together: each loss is scaled
+/// by 1/(n * ranks), the gradients are summed across ranks (NCCL) before the step, and so is
+/// the returned loss. Every rank then steps the same gradients, so the norm every rank clips
+/// by, and whether a non-finite step is skipped, agree without further exchange.
 pub fn train_step(
     model: &TransformerLm,
     opt: &mut dyn Optimizer,
     micro_batches: &[(Tensor, Tensor)],
 ) -> Result<(Tensor, StepOutcome)> {
-    crate::dist::refuse_unsynchronized_training("train_step")?;
     if micro_batches.is_empty() {
         return Err(Error::invalid("train_step", "no batches to train on"));
     }
-    let scale = 1.0 / micro_batches.len() as f64;
+    let dist = crate::dist::current()?;
+    let ranks = if dist.reduces() { dist.world_size } else { 1 };
+    let scale = 1.0 / (micro_batches.len() * ranks) as f64;
     opt.zero_grad();
     let mut total: Option<Tensor> = None;
     for (x, y) in micro_batches {
@@ -30,10 +36,14 @@ pub fn train_step(
             None => part,
         });
     }
-    let outcome = opt.step()?;
-    opt.zero_grad();
     // Non-empty input makes total Some.
     let total = total.ok_or_else(|| Error::invalid("train_step", "no batches"))?;
+    if dist.reduces() {
+        dist.all_reduce_grads(&opt.core().tensors())?;
+        dist.all_reduce_sum_(&total)?;
+    }
+    let outcome = opt.step()?;
+    opt.zero_grad();
     Ok((total, outcome))
 }
 
