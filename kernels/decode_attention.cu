@@ -20,26 +20,63 @@
 #define MAX_HEADS 16
 
 // The chunks c_first ..= c_last of heads row_head .. row_head + n_heads - 1 (row-major
-// (row, head) indices) merged: each weighed by exp2(its max - the overall max), divided by the
-// weighed sums, a thread per (head, dim). Partials come from other blocks: read past L1.
+// (row, head) indices) merged by their log-sum-exp, in one pass (a running max rescales what
+// was summed), a thread per (head, dim). Partials come from other blocks: read past L1.
+// The merge runs in the one block left at the end, so it is pure latency: each thread carries
+// MERGE_OUTS outputs through the pass and loads MERGE_UNROLL chunks of each before it uses
+// any, so one pass over a short window costs about one round trip to L2.
+#define MERGE_OUTS 4
+#define MERGE_UNROLL 4
 template <class T>
 __device__ __forceinline__ void decode_attention_merge(const float* partial, const float* stats, T* out,
                                                        u64 row_head, int n_heads, int chunks, int c_first,
                                                        int c_last, int head_dim) {
-    for (int i = threadIdx.x; i < n_heads * head_dim; i += blockDim.x) {
-        const int h = i / head_dim, d = i % head_dim;
-        const u64 base = (row_head + h) * chunks;
-        float m = -INFINITY;
-        for (int c = c_first; c <= c_last; ++c) m = fmaxf(m, __ldcg(stats + (base + c) * 2));
-        float num = 0.f, den = 0.f;
-#pragma unroll 4
-        for (int c = c_first; c <= c_last; ++c) {
-            const float mc = __ldcg(stats + (base + c) * 2);
-            const float w = (m == -INFINITY || mc == -INFINITY) ? 0.f : exp2f(mc - m);
-            den += w * __ldcg(stats + (base + c) * 2 + 1);
-            num += w * __ldcg(partial + (base + c) * head_dim + d);
+    const int n = n_heads * head_dim;
+    for (int i0 = threadIdx.x; i0 < n; i0 += blockDim.x * MERGE_OUTS) {
+        u64 base[MERGE_OUTS];
+        int dim[MERGE_OUTS];
+        float m[MERGE_OUTS], num[MERGE_OUTS], den[MERGE_OUTS];
+#pragma unroll
+        for (int j = 0; j < MERGE_OUTS; ++j) {
+            const int i = min(i0 + j * (int)blockDim.x, n - 1);
+            base[j] = (row_head + i / head_dim) * chunks;
+            dim[j] = i % head_dim;
+            m[j] = -INFINITY;
+            num[j] = 0.f;
+            den[j] = 0.f;
         }
-        out[(row_head + h) * head_dim + d] = from_f<T>(num * (den > 0.f ? 1.f / den : 0.f));
+        for (int c0 = c_first; c0 <= c_last; c0 += MERGE_UNROLL) {
+            float mc[MERGE_UNROLL][MERGE_OUTS], lc[MERGE_UNROLL][MERGE_OUTS], pc[MERGE_UNROLL][MERGE_OUTS];
+#pragma unroll
+            for (int u = 0; u < MERGE_UNROLL; ++u) {
+                const int c = min(c0 + u, c_last);
+#pragma unroll
+                for (int j = 0; j < MERGE_OUTS; ++j) {
+                    mc[u][j] = __ldcg(stats + (base[j] + c) * 2);
+                    lc[u][j] = __ldcg(stats + (base[j] + c) * 2 + 1);
+                    pc[u][j] = __ldcg(partial + (base[j] + c) * head_dim + dim[j]);
+                }
+            }
+#pragma unroll
+            for (int u = 0; u < MERGE_UNROLL; ++u) {
+                if (c0 + u > c_last) break;
+#pragma unroll
+                for (int j = 0; j < MERGE_OUTS; ++j) {
+                    if (mc[u][j] == -INFINITY) continue;
+                    const float mn = fmaxf(m[j], mc[u][j]);
+                    const float old = m[j] == -INFINITY ? 0.f : exp2f(m[j] - mn);
+                    const float w = exp2f(mc[u][j] - mn);
+                    num[j] = num[j] * old + w * pc[u][j];
+                    den[j] = den[j] * old + w * lc[u][j];
+                    m[j] = mn;
+                }
+            }
+        }
+#pragma unroll
+        for (int j = 0; j < MERGE_OUTS; ++j) {
+            const int i = i0 + j * (int)blockDim.x;
+            if (i < n) out[row_head * head_dim + i] = from_f<T>(num[j] * (den[j] > 0.f ? 1.f / den[j] : 0.f));
+        }
     }
 }
 

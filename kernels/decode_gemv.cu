@@ -420,7 +420,9 @@ RB_DECODE_GEMV_TYPES(cast, GEMV_CAST)
 // loads, at 1 row or 16.
 // Tiles are 16 output rows. The 8 warps of a block split k by chunks (warp w takes chunks
 // w, w + 8, ...) and sum through shared memory in a fixed order, so a run repeats bit for bit.
-// A lane issues MMA_BATCH chunks' loads (4 x 16 bytes each) before it multiplies any.
+// A lane issues MMA_BATCH chunks' loads (4 x 16 bytes each) before it multiplies any, and the
+// first tile's before the prologue: launched dependently (programmatic dependent launch), a
+// kernel's first weights stream in while the kernel before it finishes.
 
 #define MMA_BATCH 4
 
@@ -450,30 +452,43 @@ __device__ void decode_gemv_mma_impl(const GemvTargets& t, const void* in0, cons
     const i64 total_rows = gemv_total_rows(t);
     const int chunks = k / 64;
     const i64 row_bytes = (i64)k * sizeof(W);
-    gemv_stage<W, PRO>(in0, in1, in_dt, aux_dt, rows, k, eps, xs, stride, rstd);
+    constexpr int STEP = GEMV_WARPS * MMA_BATCH; // chunks a warp moves on by per work item
 
-    for (i64 tile = blockIdx.x; tile * 16 < total_rows; tile += gridDim.x) {
+    // A warp's work items are (tile, its next MMA_BATCH chunks of k). The weights of the next
+    // item are loaded as soon as the current one is multiplied, so they are in flight during
+    // the sums at the end of a tile and the start of the next.
+    uint4 lo[MMA_BATCH][2], hi[MMA_BATCH][2];
+    auto load = [&](i64 tile, int c0) {
         // Rows past the end read the last row again (an L2 hit) and are not stored.
         const uint4* w_lo = reinterpret_cast<const uint4*>(gemv_row(t, min(tile * 16 + g, total_rows - 1), row_bytes)) + q * 2;
         const uint4* w_hi = reinterpret_cast<const uint4*>(gemv_row(t, min(tile * 16 + g + 8, total_rows - 1), row_bytes)) + q * 2;
+#pragma unroll
+        for (int b = 0; b < MMA_BATCH; ++b) {
+            const int c = c0 + b * GEMV_WARPS;
+            if (c < chunks) {
+#pragma unroll
+                for (int w = 0; w < 2; ++w) {
+                    lo[b][w] = __ldg(w_lo + (i64)c * 8 + w);
+                    hi[b][w] = __ldg(w_hi + (i64)c * 8 + w);
+                }
+            }
+        }
+    };
+    i64 tile = blockIdx.x;
+    if (tile * 16 < total_rows) load(tile, warp);
+    // The weights are no kernel's output (the host launches this kernel dependently only
+    // where that holds); the activations and every write wait for the kernel before.
+    rb_grid_release();
+    rb_grid_wait();
+    gemv_stage<W, PRO>(in0, in1, in_dt, aux_dt, rows, k, eps, xs, stride, rstd);
+
+    for (; tile * 16 < total_rows; tile += gridDim.x) {
         float acc[NT][4];
 #pragma unroll
         for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
             for (int i = 0; i < 4; ++i) acc[nt][i] = 0.f;
-        for (int c0 = warp; c0 < chunks; c0 += GEMV_WARPS * MMA_BATCH) {
-            uint4 lo[MMA_BATCH][2], hi[MMA_BATCH][2];
-#pragma unroll
-            for (int b = 0; b < MMA_BATCH; ++b) {
-                const int c = c0 + b * GEMV_WARPS;
-                if (c < chunks) {
-#pragma unroll
-                    for (int w = 0; w < 2; ++w) {
-                        lo[b][w] = __ldg(w_lo + (i64)c * 8 + w);
-                        hi[b][w] = __ldg(w_hi + (i64)c * 8 + w);
-                    }
-                }
-            }
+        for (int c0 = warp; c0 < chunks; c0 += STEP) {
 #pragma unroll
             for (int b = 0; b < MMA_BATCH; ++b) {
                 const int c = c0 + b * GEMV_WARPS; // the same for every lane of the warp
@@ -492,6 +507,14 @@ __device__ void decode_gemv_mma_impl(const GemvTargets& t, const void* in0, cons
                     }
                 }
             }
+            // The next work item: this tile's next chunks, or the next tile's first ones.
+            i64 next_tile = tile;
+            int next_c0 = c0 + STEP;
+            if (next_c0 >= chunks) {
+                next_tile = tile + gridDim.x;
+                next_c0 = warp;
+            }
+            if (next_tile * 16 < total_rows) load(next_tile, next_c0);
         }
         // C: acc[nt][0..1] at weight row g and activation rows nt * 8 + 2q, + 1; [2..3] at g + 8.
 #pragma unroll

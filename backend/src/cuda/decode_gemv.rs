@@ -10,14 +10,41 @@
 //! most the blocks resident at once (each loops over tiles of output rows): the launch sizes
 //! itself from the occupancy calculator, which needs no host synchronization and no copy, so
 //! it can be captured in a CUDA graph.
+//!
+//! Inside `with_fixed_weights` (a decode step) the tensor-core kernels are launched
+//! dependently: each starts loading its first weights while the kernel before it finishes.
 
 use super::compile::DECODE_GEMV;
 use super::launch::{args, type_suffix};
 use super::{CudaDevice, CudaStorage};
 use crate::{DType, Error, Result};
 use cudarc::driver::{result, sys};
+use std::cell::Cell;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
+
+thread_local! {
+    static FIXED_WEIGHTS: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Runs `work` with this thread's decode products launched dependently (programmatic
+/// dependent launch): each tensor-core product loads its first weights before it waits for the
+/// kernel queued ahead of it, which hides a launch and a memory latency per product. That is
+/// only correct where no kernel writes a product's weights, so the caller promises it: a
+/// decode step reads the weights and writes activations and its cache. `RB_DECODE_PDL=0`
+/// turns it off, to measure it.
+pub fn with_fixed_weights<R>(work: impl FnOnce() -> R) -> R {
+    struct Restore(bool);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            FIXED_WEIGHTS.set(self.0);
+        }
+    }
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    let on = *ON.get_or_init(|| std::env::var("RB_DECODE_PDL").as_deref() != Ok("0"));
+    let _restore = Restore(FIXED_WEIGHTS.replace(on));
+    work()
+}
 
 const OP: &str = "decode_gemv";
 /// The most activation rows one launch takes.
@@ -346,6 +373,7 @@ pub fn decode_gemv(
     let shared = shared_bytes(rows, k, wdtype);
     let resident = dev.sm_count() * blocks_per_sm(dev, f, shared)?;
     let (rows32, k32) = (rows as i32, k as i32);
+    let dependent = tensor_cores(k, wdtype) && FIXED_WEIGHTS.get();
     // More weights than one launch takes run as several launches, each with its prologue.
     for first in (0..weights.len()).step_by(TARGETS) {
         let chunk = first..(first + TARGETS).min(weights.len());
@@ -371,14 +399,15 @@ pub fn decode_gemv(
         // k, weights n_i × k, the residual rows × n_0) and the 16-byte alignment the kernel's
         // vector loads need; the outputs are fresh buffers of rows × n_i; `shared` is what the
         // kernel carves for `rows` rows and was allowed on `f` by `blocks_per_sm`.
+        let params = &mut args![t, in0, in1, in_dt, aux_dt, res, res_dt, out_dt, rows32, k32, eps];
+        // The tensor-core kernels wait for the kernel before them after their first weight
+        // loads (and before anything else), so they may start early where weights are fixed.
         unsafe {
-            dev.launch(
-                f,
-                (grid, 1, 1),
-                THREADS,
-                shared as u32,
-                &mut args![t, in0, in1, in_dt, aux_dt, res, res_dt, out_dt, rows32, k32, eps],
-            )?
+            if dependent {
+                dev.launch_dependent(f, (grid, 1, 1), THREADS, shared as u32, params)?
+            } else {
+                dev.launch(f, (grid, 1, 1), THREADS, shared as u32, params)?
+            }
         };
     }
     Ok(outs)

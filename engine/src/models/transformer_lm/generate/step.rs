@@ -78,7 +78,13 @@ impl<'m> DecodeStep<'m> {
         })?;
         cache.sync_cursor()?;
         let (model, ids, out, greedy) = (self.model, &self.ids, &self.out, self.greedy);
-        let compute = || no_grad(|| compute(model, ids, out, greedy, cache));
+        // The step reads the weights and never writes them: its decode products may start
+        // loading them while the kernel before each finishes.
+        let compute = || {
+            crate::backend::cuda::decode_gemv::with_fixed_weights(|| {
+                no_grad(|| compute(model, ids, out, greedy, cache))
+            })
+        };
         self.graph = match std::mem::replace(&mut self.graph, Graph::Off) {
             Graph::Off => {
                 compute()?;
