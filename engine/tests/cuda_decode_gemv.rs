@@ -384,3 +384,42 @@ fn weight_bandwidth_of_the_fused_products() {
         }
     });
 }
+
+/// Launched dependently (inside `with_fixed_weights`, as a decode step runs them), a product
+/// still reads its input only after the kernel that writes it has finished: each round writes
+/// a new input with a large kernel right before the product, and the outputs must equal those
+/// of plain launches bit for bit (an early read would see the previous round's input).
+#[test]
+fn a_dependent_launch_reads_the_input_the_kernel_before_it_wrote() {
+    let Some(d) = cuda::device_for_test("a_dependent_launch_reads_the_input") else {
+        return;
+    };
+    no_grad(|| {
+        let c = case(1, 2048, &[2048, 512, 512], DType::BF16, 70);
+        let norm = c.norm.to_device(d).unwrap();
+        let weights = on(&c.weights, d);
+        let w: Vec<&Tensor> = weights.iter().collect();
+        // The input is a row sum over 64 MB: the kernel right before each product runs long
+        // enough for an early start to read what the round before left.
+        let big = randn(&[2048, 16384], 1.0, DType::BF16, 71).to_device(d).unwrap();
+        let rounds = |dependent: bool| -> Vec<Vec<f64>> {
+            let round = |r: usize| {
+                let x = big
+                    .narrow(1, r * 1024, 8192)
+                    .unwrap()
+                    .mean_dims(&[-1], false)
+                    .unwrap()
+                    .reshape_to(&[1, 2048])
+                    .unwrap();
+                assert_eq!(x.dtype(), DType::BF16);
+                x.rms_norm_linears(&norm, 1e-5, &w).unwrap()[0].to_vec_f64().unwrap()
+            };
+            if dependent {
+                cuda::decode_gemv::with_fixed_weights(|| (0..8).map(round).collect())
+            } else {
+                (0..8).map(round).collect()
+            }
+        };
+        assert_eq!(rounds(true), rounds(false));
+    });
+}
