@@ -10,7 +10,14 @@ out=${OUT:-/tmp/rb-out}; mkdir -p "$out"
 exec > >(tee -a "$out/log.txt") 2>&1
 [ -d .device ] || tar -xJf .devpack/pack.tar.xz
 export LD_LIBRARY_PATH=/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
-ours() { echo "--- lm_bench decode $*"; timeout ${OURS_LIMIT:-120} .device/bin/lm_bench decode "$@" 2>&1 | grep -E '^\{|rror|panick' | tail -3; }
+# A run that fails or times out says so, with the end of what it printed.
+ours() {
+  echo "--- lm_bench decode $*"
+  timeout ${OURS_LIMIT:-120} .device/bin/lm_bench decode "$@" > /tmp/ours.log 2>&1
+  local rc=$?
+  grep -E '^\{' /tmp/ours.log | tail -1
+  [ $rc = 0 ] || { echo "exit status $rc"; tail -5 /tmp/ours.log; }
+}
 for ctx in ${CONTEXTS:-384 512 4096}; do
   for b in ${BATCHES:-1 16 64}; do
     ours --batch "$b" --context "$ctx"

@@ -401,7 +401,9 @@ fn a_dependent_launch_reads_the_input_the_kernel_before_it_wrote() {
         let w: Vec<&Tensor> = weights.iter().collect();
         // The input is a row sum over 64 MB: the kernel right before each product runs long
         // enough for an early start to read what the round before left.
-        let big = randn(&[2048, 16384], 1.0, DType::BF16, 71).to_device(d).unwrap();
+        let big = randn(&[2048, 16384], 1.0, DType::BF16, 71)
+            .to_device(d)
+            .unwrap();
         let rounds = |dependent: bool| -> Vec<Vec<f64>> {
             let round = |r: usize| {
                 let x = big
@@ -412,7 +414,9 @@ fn a_dependent_launch_reads_the_input_the_kernel_before_it_wrote() {
                     .reshape_to(&[1, 2048])
                     .unwrap();
                 assert_eq!(x.dtype(), DType::BF16);
-                x.rms_norm_linears(&norm, 1e-5, &w).unwrap()[0].to_vec_f64().unwrap()
+                x.rms_norm_linears(&norm, 1e-5, &w).unwrap()[0]
+                    .to_vec_f64()
+                    .unwrap()
             };
             if dependent {
                 cuda::decode_gemv::with_fixed_weights(|| (0..8).map(round).collect())

@@ -54,7 +54,7 @@ impl Dist {
     /// through NCCL too on CUDA (a communicator of one); on the CPU a run of one leaves `t` as
     /// it is, and more ranks are an error (NCCL reduces device memory only).
     pub fn all_reduce_sum_(&self, t: &Tensor) -> Result<()> {
-        self.all_reduce_group(&[t.clone()])
+        self.all_reduce_group(std::slice::from_ref(t))
     }
 
     /// Sums every tensor of `ts` over the ranks, in place, as one NCCL group. All on one device.
