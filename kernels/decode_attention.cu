@@ -89,10 +89,6 @@ __device__ void decode_attention_chunk(const T* __restrict__ q, const T* __restr
                                        int kv_heads, int heads_per_block, int capacity, int head_dim,
                                        float scale2) {
     extern __shared__ float smem[];
-    // Launched dependently in a decode step: q, the cache and the window all come from the
-    // kernels before.
-    rb_grid_release();
-    rb_grid_wait();
     const int chunk = blockIdx.x, chunks = gridDim.x, b = blockIdx.z;
     const int group = heads / kv_heads, blocks_per_kv = group / heads_per_block;
     const int kv = blockIdx.y / blocks_per_kv;

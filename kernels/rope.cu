@@ -122,9 +122,6 @@ __device__ void rope_cache_write_impl(const T* q, HeadsView qv, const T* k, Head
                                       T* k_cache, T* v_cache, const i64* cursor, int heads, int kv_heads,
                                       int capacity, int half, i64 pairs, u32* err, u32 code) {
     typedef typename Acc<T>::type C;
-    // Launched dependently in a decode step: everything here reads the kernel before's output.
-    rb_grid_release();
-    rb_grid_wait();
     const i64 pos = *cursor;
     if (pos < 0 || pos >= capacity) {
         if (blockIdx.x == 0 && threadIdx.x == 0) atomicExch(err, code);

@@ -76,11 +76,9 @@ pub fn decode_attention(
     // SAFETY: q holds b*h*hd, k and v b*kvh*tk*hd elements of `dtype`, first b and last b or
     // 1 I64 values; partial and stats are sized for every (row, head, chunk); the grid covers
     // exactly the chunks, head blocks and rows those sizes assume, and `supports` keeps the
-    // (row, head block) counters within the device's. The kernel waits for the kernel before
-    // it first thing, so it may launch dependently in a decode step.
+    // (row, head block) counters within the device's.
     unsafe {
-        dev.launch_dependent(
-            super::decode_gemv::in_decode_step(),
+        dev.launch(
             f,
             (chunks as u32, (h / hb) as u32, b as u32),
             THREADS,

@@ -27,22 +27,12 @@ thread_local! {
     static FIXED_WEIGHTS: Cell<bool> = const { Cell::new(false) };
 }
 
-/// Whether this thread is inside `with_fixed_weights`: the decode kernels that wait for the
-/// kernel before them then launch dependently.
-pub(crate) fn in_decode_step() -> bool {
-    FIXED_WEIGHTS.get()
-}
-
 /// Runs `work` with this thread's decode products launched dependently (programmatic
 /// dependent launch): each tensor-core product loads its first weights before it waits for the
 /// kernel queued ahead of it, which hides a launch and a memory latency per product. That is
 /// only correct where no kernel writes a product's weights, so the caller promises it: a
 /// decode step reads the weights and writes activations and its cache. `RB_DECODE_PDL=0`
 /// turns it off, to measure it.
-///
-/// The decode step's other kernels (the rotary cache write, the attention over the cache)
-/// wait for the kernel before them first thing, so inside this scope they launch dependently
-/// too, and a chain of such launches overlaps each launch with the kernel before.
 pub fn with_fixed_weights<R>(work: impl FnOnce() -> R) -> R {
     struct Restore(bool);
     impl Drop for Restore {
@@ -413,7 +403,11 @@ pub fn decode_gemv(
         // The tensor-core kernels wait for the kernel before them after their first weight
         // loads (and before anything else), so they may start early where weights are fixed.
         unsafe {
-            dev.launch_dependent(dependent, f, (grid, 1, 1), THREADS, shared as u32, params)?
+            if dependent {
+                dev.launch_dependent(f, (grid, 1, 1), THREADS, shared as u32, params)?
+            } else {
+                dev.launch(f, (grid, 1, 1), THREADS, shared as u32, params)?
+            }
         };
     }
     Ok(outs)

@@ -177,11 +177,9 @@ pub fn rope_cache_write(
     let grid = grid_for(pairs, block, dev.sm_count());
     // SAFETY: q, k and v address [batch, n, dim] elements inside their storages, the tables
     // [batch, dim] F32 values, the caches batch*kv_heads*capacity*dim elements; the kernel
-    // checks the cursor against the capacity before any write, and waits for the kernel
-    // before it first thing (so it may launch dependently in a decode step).
+    // checks the cursor against the capacity before any write.
     unsafe {
-        dev.launch_dependent(
-            super::decode_gemv::in_decode_step(),
+        dev.launch(
             f,
             (grid, 1, 1),
             block,
