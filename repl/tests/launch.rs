@@ -21,6 +21,16 @@ fn launch(
         .unwrap()
 }
 
+/// `brain run script --device cpu`: the same script without the launcher.
+fn run_alone(dir: &tempfile::TempDir, script: &std::path::Path) -> std::process::Output {
+    brain(dir)
+        .arg("run")
+        .arg(script)
+        .args(["--device", "cpu"])
+        .output()
+        .unwrap()
+}
+
 fn write_script(dir: &tempfile::TempDir, body: &str) -> std::path::PathBuf {
     let path = dir.path().join("ranks.rhai");
     std::fs::write(&path, body).unwrap();
@@ -51,12 +61,7 @@ fn a_script_run_alone_is_rank_zero_of_one() {
         &dir,
         "dist::barrier(); print(`rank ${dist::rank()} of ${dist::world_size()}`);",
     );
-    let out = brain(&dir)
-        .arg("run")
-        .arg(&script)
-        .args(["--device", "cpu"])
-        .output()
-        .unwrap();
+    let out = run_alone(&dir, &script);
     assert!(
         text(&out.stdout).contains("rank 0 of 1"),
         "{}",
@@ -114,12 +119,7 @@ fn train_step_under_a_launch_of_one_takes_the_reducing_path_and_trains() {
     assert!(out.status.success(), "{}", text(&out.stderr));
     let launched = text(&out.stdout);
     // The same script alone gives the same loss: a reduction over one rank changes nothing.
-    let out = brain(&dir)
-        .arg("run")
-        .arg(&script)
-        .args(["--device", "cpu"])
-        .output()
-        .unwrap();
+    let out = run_alone(&dir, &script);
     let alone = text(&out.stdout);
     let loss = |s: &str| {
         s.lines()

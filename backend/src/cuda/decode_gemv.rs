@@ -403,11 +403,7 @@ pub fn decode_gemv(
         // The tensor-core kernels wait for the kernel before them after their first weight
         // loads (and before anything else), so they may start early where weights are fixed.
         unsafe {
-            if dependent {
-                dev.launch_dependent(f, (grid, 1, 1), THREADS, shared as u32, params)?
-            } else {
-                dev.launch(f, (grid, 1, 1), THREADS, shared as u32, params)?
-            }
+            dev.launch_dependent(dependent, f, (grid, 1, 1), THREADS, shared as u32, params)?
         };
     }
     Ok(outs)

@@ -549,8 +549,9 @@ impl CudaDevice {
             .map_err(driver_err("cuLaunchKernel"))
     }
 
-    /// Launches `f` so that it may start before the kernel queued ahead of it has finished
-    /// (programmatic dependent launch, sm_90 and later; a plain launch before that). `f` must
+    /// Launches `f`, and where `dependent` is set, so that it may start before the kernel
+    /// queued ahead of it has finished (programmatic dependent launch, sm_90 and later; a plain
+    /// launch before that, or without `dependent`). A dependent `f` must
     /// call `rb_grid_wait()` (common.cuh) before it reads anything an earlier kernel wrote and
     /// before it writes anything: only the work ahead of that call (loads of weights no kernel
     /// writes) overlaps the kernel before. Graph captures keep the dependency as such.
@@ -559,13 +560,14 @@ impl CudaDevice {
     /// As for `launch`, and `f` must wait as described.
     pub(crate) unsafe fn launch_dependent(
         &self,
+        dependent: bool,
         f: sys::CUfunction,
         grid: (u32, u32, u32),
         block: u32,
         shared_bytes: u32,
         params: &mut [*mut c_void],
     ) -> Result<()> {
-        if self.capability.0 < 9 {
+        if !dependent || self.capability.0 < 9 {
             return self.launch(f, grid, block, shared_bytes, params);
         }
         self.bind()?;

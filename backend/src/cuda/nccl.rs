@@ -84,21 +84,14 @@ impl Communicator {
         })
     }
 
-    /// Sums `x` over every rank, in place, queued on the device's stream after the work that
-    /// wrote it.
-    ///
-    /// # Safety
-    /// `x` must address live device memory of its size and dtype on this communicator's
-    /// device, and every rank must call this with the same size and dtype in the same order.
-    pub unsafe fn all_reduce_sum(&self, x: &DevSlice) -> Result<()> {
-        self.all_reduce_sum_group(std::slice::from_ref(x))
-    }
-
     /// Sums each of `xs` over every rank, in place, as one NCCL group (one launch for a
-    /// bucket of gradients, without copying them into one buffer first).
+    /// bucket of gradients, without copying them into one buffer first), queued on the
+    /// device's stream after the work that wrote them.
     ///
     /// # Safety
-    /// As for `all_reduce_sum`, for every slice.
+    /// Each slice must address live device memory of its size and dtype on this
+    /// communicator's device, and every rank must call this with the same sizes and dtypes in
+    /// the same order.
     pub unsafe fn all_reduce_sum_group(&self, xs: &[DevSlice]) -> Result<()> {
         let types = xs
             .iter()
