@@ -44,23 +44,6 @@ __device__ __forceinline__ void ldsm_x4_trans(u32* r, const void* p) {
                  : "r"(a));
 }
 
-// 16 bytes global -> shared without passing through registers; `valid` false writes zeros.
-__device__ __forceinline__ void cp_async16(void* dst, const void* src, bool valid) {
-    u32 s = (u32)__cvta_generic_to_shared(dst);
-    int n = valid ? 16 : 0;
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(src), "r"(n));
-}
-// 4 bytes global -> shared (through L1); `valid` false writes zeros.
-__device__ __forceinline__ void cp_async4(void* dst, const void* src, bool valid) {
-    u32 s = (u32)__cvta_generic_to_shared(dst);
-    int n = valid ? 4 : 0;
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(s), "l"(src), "r"(n));
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-template <int N> __device__ __forceinline__ void cp_async_wait() {
-    asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
-}
-
 __device__ __forceinline__ float fast_exp2(float x) {
     float y;
     asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));

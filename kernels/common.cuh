@@ -239,6 +239,25 @@ template <class C> __device__ __forceinline__ C silu_derivative_c(C x) {
     return s * ((C)1 + x * ((C)1 - s));
 }
 
+// ----- asynchronous copies to shared memory (sm_80+) -----
+// 16 bytes global -> shared without passing through registers; `valid` false writes zeros.
+__device__ __forceinline__ void cp_async16(void* dst, const void* src, bool valid) {
+    u32 s = (u32)__cvta_generic_to_shared(dst);
+    int n = valid ? 16 : 0;
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(src), "r"(n));
+}
+// 4 bytes global -> shared (through L1); `valid` false writes zeros.
+__device__ __forceinline__ void cp_async4(void* dst, const void* src, bool valid) {
+    u32 s = (u32)__cvta_generic_to_shared(dst);
+    int n = valid ? 4 : 0;
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(s), "l"(src), "r"(n));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N> __device__ __forceinline__ void cp_async_wait() {
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+
+
 // ----- programmatic dependent launch (sm_90+; nothing before) -----
 // A kernel launched with `launch_dependent` may start while the kernel before it runs:
 // rb_grid_wait() returns once that kernel has finished and its writes are visible. Call it

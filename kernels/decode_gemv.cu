@@ -181,6 +181,14 @@ __device__ __forceinline__ void gemv_prologue8(float v[8], const void* in1, int 
 // 1 / sqrt(mean of squares + eps) as kernels/norm.cu computes it, from the sum of squares q.
 __device__ __forceinline__ float gemv_rstd(float q, int k, float eps) { return 1.f / sqrtf(q / (float)k + eps); }
 
+// The runtime dtype code of W.
+__device__ __forceinline__ constexpr int gemv_code_of(const f32*) { return GEMV_F32; }
+__device__ __forceinline__ constexpr int gemv_code_of(const bf16*) { return GEMV_BF16; }
+__device__ __forceinline__ constexpr int gemv_code_of(const f16*) { return GEMV_F16; }
+template <class W> __device__ __forceinline__ constexpr int gemv_code() {
+    return gemv_code_of(static_cast<const W*>(nullptr));
+}
+
 // Elements a thread's staging loop loads before it stores any (in groups of 8).
 #define STAGE_UNROLL 4
 
@@ -211,6 +219,43 @@ __device__ __forceinline__ void gemv_stage(const void* in0, const void* in1, int
             if (lane == 0) rstd[r] = gemv_rstd(q, k, eps);
         }
         __syncthreads();
+    }
+    if ((PRO == GEMV_CAST || PRO == GEMV_NORM) && in_dt == gemv_code<W>()) {
+        // Rows already in W (the residual stream, or the gating kernel's output for many rows)
+        // are copied without passing through registers, every word in flight at once; the
+        // norm then runs on the staged rows in place. Staged through registers four words at
+        // a time, 16 rows of 5632 took a dozen round trips to L2.
+        const W* x = static_cast<const W*>(in0);
+        for (int g = threadIdx.x; g < total; g += GEMV_THREADS) {
+            const int r = g / groups, c = g - r * groups;
+            cp_async16(xs + (i64)r * stride + (i64)c * 8, x + (i64)g * 8, true);
+        }
+        cp_async_commit();
+        cp_async_wait<0>();
+        __syncthreads();
+        if (PRO == GEMV_NORM) {
+            for (int r = warp; r < rows; r += GEMV_WARPS) {
+                float q = 0.f;
+                for (int c = lane; c < groups; c += 32) {
+                    float v[8];
+                    gemv_load8(xs + (i64)r * stride, gemv_code<W>(), (i64)c * 8, v);
+#pragma unroll
+                    for (int i = 0; i < 8; ++i) q += v[i] * v[i];
+                }
+                q = warp_sum(q);
+                if (lane == 0) rstd[r] = gemv_rstd(q, k, eps);
+            }
+            __syncthreads();
+            for (int g = threadIdx.x; g < total; g += GEMV_THREADS) {
+                const int r = g / groups, c = g - r * groups;
+                float v[8];
+                gemv_load8(xs + (i64)r * stride, gemv_code<W>(), (i64)c * 8, v);
+                gemv_prologue8<PRO>(v, in1, in_dt, aux_dt, r, c, k, rstd[r]);
+                gemv_store8<W>(xs + (i64)r * stride + (i64)c * 8, v);
+            }
+            __syncthreads();
+        }
+        return;
     }
     for (int g0 = threadIdx.x; g0 < total; g0 += GEMV_THREADS * STAGE_UNROLL) {
         float v[STAGE_UNROLL][8];

@@ -56,7 +56,7 @@ fn decode_attention_follows_the_cpu_over_windows_groups_and_dtypes() {
         for last in [cap as i64 - 1, (cap as i64) / 2, 0] {
             let last = ids(vec![last]);
             let want = no_grad(|| q.decode_attention(&k, &v, &first, &last, None)).unwrap();
-            for dtype in [DType::F32, DType::BF16] {
+            for dtype in [DType::F32, DType::BF16, DType::F16] {
                 let on = |t: &Tensor| t.to_dtype(dtype).unwrap().to_device(d).unwrap();
                 let window = |t: &Tensor| t.to_device(d).unwrap();
                 let got = no_grad(|| {

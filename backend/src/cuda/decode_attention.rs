@@ -11,6 +11,8 @@ use crate::{DType, Error, Result};
 
 /// Keys a block scores; mirrors CHUNK in the kernel file.
 const CHUNK: usize = 64;
+/// The scores' row stride in floats; mirrors PS.
+const PS: usize = CHUNK + 8;
 const THREADS: u32 = 128;
 /// The most query heads one block scores; mirrors MAX_HEADS.
 const MAX_HEADS: usize = 16;
@@ -64,11 +66,16 @@ pub fn decode_attention(
     let partial = CudaStorage::alloc(dev, b * h * chunks * hd, DType::F32)?;
     let stats = CudaStorage::alloc(dev, b * h * chunks * 2, DType::F32)?;
     let hb = heads_per_block(h / kvh);
-    let sfx = type_suffix(dtype);
-    let f = dev.function(&DECODE_ATTENTION, &format!("decode_attention_{sfx}"))?;
-    let shared = shared_bytes(hb, hd, dtype) as u32;
     let at = |(s, offset): At| s.ptr_at(offset);
     let (pq, pk, pv, pf, pl) = (at(q), at(k), at(v), at(first), at(last));
+    let mma = tensor_cores(dtype, hd) && (pq | pk | pv) % 16 == 0;
+    let name = format!(
+        "decode_attention_{}{}",
+        if mma { "mma_" } else { "" },
+        type_suffix(dtype)
+    );
+    let f = dev.function(&DECODE_ATTENTION, &name)?;
+    let shared = shared_bytes(hb, hd, dtype, mma) as u32;
     let (pp, ps, pc, po) = (partial.ptr(), stats.ptr(), dev.counters(), out.ptr());
     let last_stride = last_stride as i32;
     let (hi, kvi, hbi, tki, hdi) = (h as i32, kvh as i32, hb as i32, tk as i32, hd as i32);
@@ -106,10 +113,25 @@ pub fn decode_attention(
     Ok(out)
 }
 
-/// Shared memory of a chunk block: the queries, scores and stats as floats (rounded up to 16
-/// bytes), then the chunk's key and value rows in the cache's dtype.
-fn shared_bytes(hb: usize, hd: usize, dtype: DType) -> usize {
-    (hb * (hd + CHUNK + 2)).next_multiple_of(4) * 4 + 2 * CHUNK * hd * dtype.size_in_bytes()
+/// Whether a cache of `dtype` with `hd` head dims takes the tensor-core kernel (which also
+/// needs its operands 16-byte aligned): 16-bit values, and head dims the kernel's four warps
+/// split into n-tiles of 8.
+fn tensor_cores(dtype: DType, hd: usize) -> bool {
+    matches!(dtype, DType::BF16 | DType::F16) && hd.is_multiple_of(32) && hd <= 128
+}
+
+/// Shared memory of a chunk block (mirrors the kernel's layout): the queries (as floats, or in
+/// the cache's dtype for all 16 rows of the tensor-core tile with rows padded by 8), the
+/// scores and stats as floats (rounded up to 16 bytes), then the chunk's key and value rows in
+/// the cache's dtype (padded by 8 on the tensor-core path).
+fn shared_bytes(hb: usize, hd: usize, dtype: DType, mma: bool) -> usize {
+    let (rows, q_floats, stride) = if mma {
+        (16, 16 * (hd + 8) / 2, hd + 8)
+    } else {
+        (hb, hb * hd, hd)
+    };
+    (q_floats + rows * (PS + 2)).next_multiple_of(4) * 4
+        + 2 * CHUNK * stride * dtype.size_in_bytes()
 }
 
 /// Whether the kernels take this problem: even head dims whose chunk tiles fit the 48 KB of
@@ -119,7 +141,9 @@ pub fn supports(spec: &AttentionSpec, dtype: DType) -> bool {
         .heads
         .checked_div(spec.kv_heads)
         .map_or(1, heads_per_block);
-    shared_bytes(hb, spec.head_dim, dtype) <= 48 << 10
+    let mma = tensor_cores(dtype, spec.head_dim);
+    shared_bytes(hb, spec.head_dim, dtype, mma) <= 48 << 10
+        && shared_bytes(hb, spec.head_dim, dtype, false) <= 48 << 10
         && spec.head_dim.is_multiple_of(2)
         && spec.tq == 1
         && spec.kv_heads > 0
@@ -138,5 +162,17 @@ mod tests {
         assert_eq!(heads_per_block(32), 16);
         assert_eq!(heads_per_block(24), 12);
         assert_eq!(heads_per_block(17), 1);
+    }
+
+    #[test]
+    fn the_tensor_core_tiles_of_head_dim_128_fit_a_block_without_opting_in() {
+        assert!(tensor_cores(DType::BF16, 128) && !tensor_cores(DType::F32, 64));
+        assert!(
+            !tensor_cores(DType::F16, 80),
+            "80 dims are not whole n-tiles of four warps"
+        );
+        // 16 query rows of 136 BF16, 16 x 74 floats, 2 x 64 key/value rows of 136 BF16.
+        assert_eq!(shared_bytes(8, 128, DType::BF16, true), 4352 + 4736 + 34816);
+        assert!(shared_bytes(16, 128, DType::BF16, true) <= 48 << 10);
     }
 }

@@ -96,13 +96,14 @@ fn tensor_cores(k: usize, dtype: DType) -> bool {
 
 /// The most activation rows for which one fused launch beats the composition (norm or gating,
 /// then cuBLAS products, then the add). Measured on the H200 with the 1.1B decode shapes
-/// (docs/baseline.md, `RB_DECODE_FUSED_ROWS`): the tensor-core kernels are ahead at 4 rows
-/// (2,312 tokens/s against 2,185) and behind at 16 (6,598 against 7,812), where every block
-/// stages all 16 rows; the CUDA-core ones fall below cuBLAS from 4 rows (19-29% of the
-/// bandwidth at 4, 8-18% at 16), since their multiplies grow with the rows.
+/// (docs/baseline.md, `RB_DECODE_FUSED_ROWS`): the tensor-core kernels are ahead up to 16
+/// rows since every block copies its staged rows in asynchronously (8,588 tokens/s against
+/// 7,897 at batch 16; staged through registers, 16 rows had lost, 6,598 against 7,812); the
+/// CUDA-core ones fall below cuBLAS from 4 rows (19-29% of the bandwidth at 4, 8-18% at 16),
+/// since their multiplies grow with the rows.
 pub fn fused_max_rows(k: usize, dtype: DType) -> usize {
     if tensor_cores(k, dtype) {
-        4
+        MAX_ROWS
     } else {
         2
     }
@@ -127,9 +128,22 @@ fn compiled_rows(rows: usize) -> (usize, usize) {
     }
 }
 
-/// Above this many rows, the tensor-core launches compute the norm or gating in a kernel of its
-/// own instead of in every block (where, for 16 rows of 5632, it cost more than the products).
+/// Above this many rows, the tensor-core launches compute the gating (or a norm of an input in
+/// another dtype than the weights') in a kernel of its own instead of in every block, where
+/// for 16 rows of 5632 it cost more than the products. A norm of rows in the weights' dtype
+/// stays in the blocks at any count: they copy the rows in asynchronously and normalize them
+/// in shared memory, which costs less than a launch.
 const PROLOGUE_IN_BLOCK_ROWS: usize = 2;
+
+/// Whether a launch of `rows` rows computes `prologue` in a kernel of its own first.
+fn prologue_apart(prologue: &Prologue, rows: usize, wdtype: DType) -> bool {
+    rows > PROLOGUE_IN_BLOCK_ROWS
+        && match prologue {
+            Prologue::Swiglu { .. } => true,
+            Prologue::RmsNorm { x, .. } => x.0.dtype() != wdtype,
+            Prologue::Plain { .. } => false,
+        }
+}
 
 /// n-tiles (8 activation rows each) of the tensor-core kernel for `rows` rows.
 fn mma_tiles(rows: usize) -> usize {
@@ -302,10 +316,7 @@ pub fn decode_gemv(
         return Err(invalid("a residual takes exactly one weight".into()));
     }
     let (in0, in1, in_dt, aux_dt, eps) = prologue_args(prologue, rows, k)?;
-    if tensor_cores(k, wdtype)
-        && rows > PROLOGUE_IN_BLOCK_ROWS
-        && !matches!(prologue, Prologue::Plain { .. })
-    {
+    if tensor_cores(k, wdtype) && prologue_apart(prologue, rows, wdtype) {
         // The norm or gating once for all blocks, then the products of its output as it is.
         let staged = CudaStorage::alloc(dev, rows * k, wdtype)?;
         let name = format!(
@@ -433,9 +444,9 @@ mod tests {
     }
 
     #[test]
-    fn tensor_cores_take_4_rows_and_the_cuda_cores_2() {
-        assert_eq!(fused_max_rows(2048, DType::BF16), 4);
-        assert_eq!(fused_max_rows(5632, DType::F16), 4);
+    fn tensor_cores_take_16_rows_and_the_cuda_cores_2() {
+        assert_eq!(fused_max_rows(2048, DType::BF16), 16);
+        assert_eq!(fused_max_rows(5632, DType::F16), 16);
         assert_eq!(fused_max_rows(2048, DType::F32), 2);
         assert_eq!(fused_max_rows(40, DType::BF16), 2);
         assert_eq!(fused_max_rows(96, DType::BF16), 2);
