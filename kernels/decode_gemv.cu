@@ -158,6 +158,13 @@ __device__ __forceinline__ u64 gemv_pick(const u64 (&a)[GEMV_TARGETS], int tt) {
     return p;
 }
 
+// The norm of 8 values v of a row with 1 / rms rstd and norm weights w: (x - 0) * rstd * w,
+// the order of kernels/norm.cu, rounded to in_dt.
+__device__ __forceinline__ void gemv_norm8(float v[8], const float w[8], float rstd, int in_dt) {
+#pragma unroll
+    for (int i = 0; i < 8; ++i) v[i] = gemv_round(in_dt, v[i] * rstd * w[i]);
+}
+
 // P(in) of the 8 values at element c * 8 of row r, from their inputs v (x or gate): the norm
 // (rstd: the row's 1 / rms) or the gating, rounded to in_dt; the cast leaves v as it is.
 template <int PRO>
@@ -166,9 +173,7 @@ __device__ __forceinline__ void gemv_prologue8(float v[8], const void* in1, int 
     if (PRO == GEMV_NORM) {
         float w[8];
         gemv_load8(in1, aux_dt, (i64)c * 8, w);
-        // (x - 0) * rstd * w, the order of kernels/norm.cu.
-#pragma unroll
-        for (int i = 0; i < 8; ++i) v[i] = gemv_round(in_dt, v[i] * rstd * w[i]);
+        gemv_norm8(v, w, rstd, in_dt);
     } else if (PRO == GEMV_SWIGLU) {
         float u[8];
         gemv_load8(in1, in_dt, (i64)r * k + (i64)c * 8, u);
@@ -226,9 +231,11 @@ __device__ __forceinline__ void gemv_stage(const void* in0, const void* in1, int
         // norm then runs on the staged rows in place. Staged through registers four words at
         // a time, 16 rows of 5632 took a dozen round trips to L2.
         const W* x = static_cast<const W*>(in0);
+        constexpr int EPW = 16 / sizeof(W); // elements of a 16-byte word
         for (int g = threadIdx.x; g < total; g += GEMV_THREADS) {
             const int r = g / groups, c = g - r * groups;
-            cp_async16(xs + (i64)r * stride + (i64)c * 8, x + (i64)g * 8, true);
+#pragma unroll
+            for (int e = 0; e < 8; e += EPW) cp_async16(xs + (i64)r * stride + (i64)c * 8 + e, x + (i64)g * 8 + e, true);
         }
         cp_async_commit();
         cp_async_wait<0>();
@@ -246,12 +253,17 @@ __device__ __forceinline__ void gemv_stage(const void* in0, const void* in1, int
                 if (lane == 0) rstd[r] = gemv_rstd(q, k, eps);
             }
             __syncthreads();
-            for (int g = threadIdx.x; g < total; g += GEMV_THREADS) {
-                const int r = g / groups, c = g - r * groups;
-                float v[8];
-                gemv_load8(xs + (i64)r * stride, gemv_code<W>(), (i64)c * 8, v);
-                gemv_prologue8<PRO>(v, in1, in_dt, aux_dt, r, c, k, rstd[r]);
-                gemv_store8<W>(xs + (i64)r * stride + (i64)c * 8, v);
+            // A thread keeps its columns' norm weights across the rows: one load of them, not
+            // one per row (a load per row cost a round trip to L2 each at 16 rows).
+            for (int c = threadIdx.x; c < groups; c += GEMV_THREADS) {
+                float w[8];
+                gemv_load8(in1, aux_dt, (i64)c * 8, w);
+                for (int r = 0; r < rows; ++r) {
+                    float v[8];
+                    gemv_load8(xs + (i64)r * stride, gemv_code<W>(), (i64)c * 8, v);
+                    gemv_norm8(v, w, rstd[r], in_dt);
+                    gemv_store8<W>(xs + (i64)r * stride + (i64)c * 8, v);
+                }
             }
             __syncthreads();
         }
@@ -484,7 +496,13 @@ __device__ __forceinline__ void gemv_mma_word(float (&acc)[4], const uint4& lo, 
     Mma<W>::run(acc, a1, x.z, x.w);
 }
 
-template <class W, int NT, int PRO>
+// PAIR: the launch's two targets are SwiGLU's gate and up weights (n rows each), and it writes
+// silu(gate) * up [rows, n] to the first target's output instead of both products. A tile
+// then takes gate rows 8i .. 8i + 7 as its rows 0-7 and the same up rows as rows 8-15, so
+// the block that sums a gate output also holds its up output. The gating follows the
+// composition: both products rounded to W, then a * sigmoid(a) * u in float, rounded to the
+// output dtype (kernels/swiglu.cu's expression).
+template <class W, int NT, int PRO, bool PAIR>
 __device__ void decode_gemv_mma_impl(const GemvTargets& t, const void* in0, const void* in1, int in_dt, int aux_dt,
                                      const void* res, int res_dt, int out_dt, int rows, int k, float eps) {
     extern __shared__ uint4 gemv_smem[];
@@ -505,8 +523,11 @@ __device__ void decode_gemv_mma_impl(const GemvTargets& t, const void* in0, cons
     uint4 lo[MMA_BATCH][2], hi[MMA_BATCH][2];
     auto load = [&](i64 tile, int c0) {
         // Rows past the end read the last row again (an L2 hit) and are not stored.
-        const uint4* w_lo = reinterpret_cast<const uint4*>(gemv_row(t, min(tile * 16 + g, total_rows - 1), row_bytes)) + q * 2;
-        const uint4* w_hi = reinterpret_cast<const uint4*>(gemv_row(t, min(tile * 16 + g + 8, total_rows - 1), row_bytes)) + q * 2;
+        const i64 half = total_rows / 2;
+        const i64 r_lo = PAIR ? min(tile * 8 + g, half - 1) : min(tile * 16 + g, total_rows - 1);
+        const i64 r_hi = PAIR ? half + r_lo : min(tile * 16 + g + 8, total_rows - 1);
+        const uint4* w_lo = reinterpret_cast<const uint4*>(gemv_row(t, r_lo, row_bytes)) + q * 2;
+        const uint4* w_hi = reinterpret_cast<const uint4*>(gemv_row(t, r_hi, row_bytes)) + q * 2;
 #pragma unroll
         for (int b = 0; b < MMA_BATCH; ++b) {
             const int c = c0 + b * GEMV_WARPS;
@@ -571,14 +592,34 @@ __device__ void decode_gemv_mma_impl(const GemvTargets& t, const void* in0, cons
             mine[(g + 8) * 8 + 2 * q + 1] = acc[nt][3];
         }
         __syncthreads();
-        for (int o = threadIdx.x; o < NT * 128; o += GEMV_THREADS) {
-            const int nt = o / 128, at = o % 128, m = at / 8, r = nt * 8 + at % 8;
-            const i64 gr = tile * 16 + m;
-            if (r < rows && gr < total_rows) {
-                float s = 0.f;
+        if (PAIR) {
+            const i64 n = total_rows / 2;
+            for (int o = threadIdx.x; o < NT * 64; o += GEMV_THREADS) {
+                const int nt = o / 64, at = o % 64, m = at / 8, r = nt * 8 + at % 8;
+                const i64 gr = tile * 8 + m;
+                if (r < rows && gr < n) {
+                    float a = 0.f, u = 0.f;
 #pragma unroll
-                for (int w = 0; w < GEMV_WARPS; ++w) s += red[(w * NT + nt) * 128 + at];
-                gemv_finish<W>(t, gr, r, s, res, res_dt, out_dt);
+                    for (int w = 0; w < GEMV_WARPS; ++w) {
+                        a += red[(w * NT + nt) * 128 + at];
+                        u += red[(w * NT + nt) * 128 + at + 64];
+                    }
+                    a = to_f(from_f<W>(a));
+                    u = to_f(from_f<W>(u));
+                    gemv_store1(reinterpret_cast<void*>(t.y[0]), out_dt, (i64)r * n + gr,
+                                a * (1.f / (1.f + expf(-a))) * u);
+                }
+            }
+        } else {
+            for (int o = threadIdx.x; o < NT * 128; o += GEMV_THREADS) {
+                const int nt = o / 128, at = o % 128, m = at / 8, r = nt * 8 + at % 8;
+                const i64 gr = tile * 16 + m;
+                if (r < rows && gr < total_rows) {
+                    float s = 0.f;
+#pragma unroll
+                    for (int w = 0; w < GEMV_WARPS; ++w) s += red[(w * NT + nt) * 128 + at];
+                    gemv_finish<W>(t, gr, r, s, res, res_dt, out_dt);
+                }
             }
         }
         // `red` is rewritten by the next tile.
@@ -586,20 +627,23 @@ __device__ void decode_gemv_mma_impl(const GemvTargets& t, const void* in0, cons
     }
 }
 
-#define RB_DECODE_GEMV_MMA(pro, PRO, name, W, NT)                                                                    \
-    extern "C" __global__ void __launch_bounds__(GEMV_THREADS) decode_gemv_mma_##pro##_##name##_n##NT(               \
+#define RB_DECODE_GEMV_MMA(pro, PRO, name, W, NT, PAIR, sfx)                                                         \
+    extern "C" __global__ void __launch_bounds__(GEMV_THREADS) decode_gemv_mma_##pro##_##name##_n##NT##sfx(          \
         GemvTargets t, const void* in0, const void* in1, int in_dt, int aux_dt, const void* res, int res_dt,          \
         int out_dt, int rows, int k, float eps) {                                                                     \
-        decode_gemv_mma_impl<W, NT, PRO>(t, in0, in1, in_dt, aux_dt, res, res_dt, out_dt, rows, k, eps);             \
+        decode_gemv_mma_impl<W, NT, PRO, PAIR>(t, in0, in1, in_dt, aux_dt, res, res_dt, out_dt, rows, k, eps);       \
     }
-#define RB_DECODE_GEMV_MMA_TYPES(pro, PRO)          \
-    RB_DECODE_GEMV_MMA(pro, PRO, bf16, bf16, 1)     \
-    RB_DECODE_GEMV_MMA(pro, PRO, bf16, bf16, 2)     \
-    RB_DECODE_GEMV_MMA(pro, PRO, f16, f16, 1)       \
-    RB_DECODE_GEMV_MMA(pro, PRO, f16, f16, 2)
-RB_DECODE_GEMV_MMA_TYPES(norm, GEMV_NORM)
-RB_DECODE_GEMV_MMA_TYPES(swiglu, GEMV_SWIGLU)
-RB_DECODE_GEMV_MMA_TYPES(cast, GEMV_CAST)
+#define RB_DECODE_GEMV_MMA_TYPES(pro, PRO, PAIR, sfx)          \
+    RB_DECODE_GEMV_MMA(pro, PRO, bf16, bf16, 1, PAIR, sfx)     \
+    RB_DECODE_GEMV_MMA(pro, PRO, bf16, bf16, 2, PAIR, sfx)     \
+    RB_DECODE_GEMV_MMA(pro, PRO, f16, f16, 1, PAIR, sfx)       \
+    RB_DECODE_GEMV_MMA(pro, PRO, f16, f16, 2, PAIR, sfx)
+RB_DECODE_GEMV_MMA_TYPES(norm, GEMV_NORM, false, )
+RB_DECODE_GEMV_MMA_TYPES(swiglu, GEMV_SWIGLU, false, )
+RB_DECODE_GEMV_MMA_TYPES(cast, GEMV_CAST, false, )
+// SwiGLU's gate and up products gated in the epilogue, after a norm (or its output, staged).
+RB_DECODE_GEMV_MMA_TYPES(norm, GEMV_NORM, true, _pair)
+RB_DECODE_GEMV_MMA_TYPES(cast, GEMV_CAST, true, _pair)
 
 #define RB_DECODE_GEMV_PROLOGUE(pro, PRO, name, W)                                                                  \
     extern "C" __global__ void __launch_bounds__(GEMV_THREADS) decode_gemv_prologue_##pro##_##name(                \

@@ -153,6 +153,29 @@ fn fused_products_on_cuda_match_the_composition_on_the_cpu() {
 }
 
 #[test]
+fn gate_and_up_gated_in_the_epilogue_match_the_composition_on_the_cpu() {
+    let Some(d) = cuda::device_for_test("gate_and_up_gated_in_the_epilogue") else {
+        return;
+    };
+    no_grad(|| {
+        // TinyLlama's gate/up (5632 wide), and a width whose last tile is partial (8 + 4).
+        for (r, n) in [(1, 5632), (3, 12), (16, 5632)] {
+            let k = 2048;
+            let c = case(r, k, &[n, n], DType::BF16, 300 + r as u64);
+            let on = |t: &Tensor| t.to_device(d).unwrap();
+            let want =
+                c.x.rms_norm_swiglu(&c.norm, 1e-5, &c.weights[0], &c.weights[1])
+                    .unwrap();
+            let got = on(&c.x)
+                .rms_norm_swiglu(&on(&c.norm), 1e-5, &on(&c.weights[0]), &on(&c.weights[1]))
+                .unwrap();
+            assert!(runs_fused_kernel(&on(&c.x), &on(&c.weights[0])).unwrap());
+            assert_close(&got, &want, &format!("rms_norm_swiglu rows {r} n {n}"));
+        }
+    });
+}
+
+#[test]
 fn more_weights_than_one_launch_takes_run_as_several() {
     let Some(d) = cuda::device_for_test("more_weights_than_one_launch_takes") else {
         return;

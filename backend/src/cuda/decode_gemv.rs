@@ -291,15 +291,34 @@ fn prologue_args(p: &Prologue, rows: usize, k: usize) -> Result<(u64, u64, i32, 
     }
 }
 
-/// y_i [rows, n_i] = P(in) [rows, k] · W_iᵀ (+ residual [rows, n_0]) for the weights
-/// `weights` = (W_i [n_i, k] contiguous, n_i), all of one dtype (the product's), with outputs
-/// of `out_dtype` (the weights' dtype, or the residual add's). A residual takes one weight.
+/// What the kernels do with the products before they store them.
+#[derive(Clone, Copy)]
+pub enum Epilogue<'a> {
+    /// Store each product.
+    Products,
+    /// Add a residual [rows, n_0] to the one product.
+    Residual(At<'a>),
+    /// silu(y_0) * y_1 of two products of one width (SwiGLU's gate and up), stored as the one
+    /// output: the gated input of the down product, without either product in memory.
+    /// Tensor-core weights only (`pairs_gate_and_up`).
+    Swiglu,
+}
+
+/// Whether `Epilogue::Swiglu` takes products with weights of `dtype` and k columns.
+pub fn pairs_gate_and_up(k: usize, dtype: DType) -> bool {
+    tensor_cores(k, dtype)
+}
+
+/// y_i [rows, n_i] = P(in) [rows, k] · W_iᵀ, then the epilogue, for the weights `weights` =
+/// (W_i [n_i, k] contiguous, n_i), all of one dtype (the product's), with outputs of
+/// `out_dtype` (the weights' dtype, or the residual add's). A residual takes one weight, the
+/// SwiGLU epilogue two of one width.
 pub fn decode_gemv(
     prologue: &Prologue,
     rows: usize,
     k: usize,
     weights: &[(At, usize)],
-    residual: Option<At>,
+    epilogue: Epilogue,
     out_dtype: DType,
 ) -> Result<Vec<CudaStorage>> {
     let Some(&((first, _), _)) = weights.first() else {
@@ -312,9 +331,38 @@ pub fn decode_gemv(
             shared_limit(dev)?
         )));
     }
-    if residual.is_some() && weights.len() != 1 {
-        return Err(invalid("a residual takes exactly one weight".into()));
-    }
+    let residual = match epilogue {
+        Epilogue::Residual(_) if weights.len() != 1 => {
+            return Err(invalid(format!(
+                "a residual takes exactly one weight, got {}",
+                weights.len()
+            )))
+        }
+        Epilogue::Residual(r) => Some(r),
+        Epilogue::Products => None,
+        Epilogue::Swiglu => {
+            if matches!(prologue, Prologue::Swiglu { .. }) {
+                return Err(invalid(
+                    "the SwiGLU epilogue follows a norm or a plain input, not a gating".into(),
+                ));
+            }
+            if !pairs_gate_and_up(k, wdtype) {
+                return Err(invalid(format!(
+                    "the SwiGLU epilogue needs BF16/F16 weights with k a multiple of 64, got {wdtype:?} and k {k}"
+                )));
+            }
+            match weights {
+                [(_, a), (_, b)] if a == b => None,
+                _ => {
+                    return Err(invalid(format!(
+                        "the SwiGLU epilogue takes two weights of one width (gate, up), got {:?}",
+                        weights.iter().map(|w| w.1).collect::<Vec<_>>()
+                    )))
+                }
+            }
+        }
+    };
+    let pair = matches!(epilogue, Epilogue::Swiglu);
     let (in0, in1, in_dt, aux_dt, eps) = prologue_args(prologue, rows, k)?;
     if tensor_cores(k, wdtype) && prologue_apart(prologue, rows, wdtype) {
         // The norm or gating once for all blocks, then the products of its output as it is.
@@ -338,7 +386,7 @@ pub fn decode_gemv(
             )?
         };
         let plain = Prologue::Plain { x: (&staged, 0) };
-        return decode_gemv(&plain, rows, k, weights, residual, out_dtype);
+        return decode_gemv(&plain, rows, k, weights, epilogue, out_dtype);
     }
     let out_dt = dtype_code(out_dtype)?;
     let (res, res_dt) = match residual {
@@ -358,17 +406,18 @@ pub fn decode_gemv(
         }
         w_ptrs.push(check_span(&format!("weight {i}"), w, n * k, true)?);
     }
-    let outs = weights
+    let outs = weights[..if pair { 1 } else { weights.len() }]
         .iter()
         .map(|&(_, n)| CudaStorage::alloc(dev, rows * n, out_dtype))
         .collect::<Result<Vec<_>>>()?;
     // Output rows per tile, and the kernel.
     let (rb, name) = if tensor_cores(k, wdtype) {
         let name = format!(
-            "decode_gemv_mma_{}_{}_n{}",
+            "decode_gemv_mma_{}_{}_n{}{}",
             prologue.name(),
             type_suffix(wdtype),
-            mma_tiles(rows)
+            mma_tiles(rows),
+            if pair { "_pair" } else { "" }
         );
         (16, name)
     } else {
@@ -398,7 +447,7 @@ pub fn decode_gemv(
         for (slot, i) in chunk.enumerate() {
             total += weights[i].1;
             t.w[slot] = w_ptrs[i];
-            t.y[slot] = outs[i].ptr();
+            t.y[slot] = outs.get(i).map_or(0, CudaStorage::ptr);
             t.end[slot] = total as i64;
         }
         let tiles = total.div_ceil(rb);

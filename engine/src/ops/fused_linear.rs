@@ -21,11 +21,12 @@
 use super::dispatch::{dispatch_all, CudaOperand};
 use crate::amp;
 use crate::autograd::{is_grad_enabled, no_grad};
-use crate::backend::cuda::decode_gemv::{self as cuda, At, Prologue};
+use crate::backend::cuda::decode_gemv::{self as cuda, At, Epilogue, Prologue};
 use crate::backend::Storage;
 use crate::{DType, Device, Error, Result, Tensor};
 
 const NORM_OP: &str = "rms_norm_linears";
+const NORM_SWIGLU_OP: &str = "rms_norm_swiglu";
 const SWIGLU_OP: &str = "swiglu_linear";
 const LINEAR_OP: &str = "linear_residual";
 
@@ -61,31 +62,11 @@ impl Tensor {
         eps: f64,
         weights: &[&Tensor],
     ) -> Result<Vec<Tensor>> {
-        let k = features(NORM_OP, self)?;
-        check_weights(NORM_OP, self, k, weights)?;
-        check_float(NORM_OP, &[norm_weight])?;
-        self.check_same_device(NORM_OP, norm_weight)?;
-        if norm_weight.shape() != [k] {
-            return Err(Error::invalid(
-                NORM_OP,
-                format!(
-                    "the norm weight {:?} must be [{k}] for x {:?}",
-                    norm_weight.shape(),
-                    self.shape()
-                ),
-            ));
-        }
-        if !(eps.is_finite() && eps >= 0.0) {
-            return Err(Error::invalid(
-                NORM_OP,
-                format!("eps must be finite and >= 0, got {eps}"),
-            ));
-        }
+        let k = check_norm(NORM_OP, self, norm_weight, eps, weights)?;
         // The normed input is materialized in x's dtype, then cast for the products.
-        let dev = self.device();
-        let normed = product_dtype(dev, self.dtype(), self.dtype());
+        let normed = product_dtype(self.device(), self.dtype(), self.dtype());
         if let Some(plan) = plan(self, k, normed, &[self, norm_weight], weights, None)? {
-            return plan.run(NORM_OP, Kind::Norm(eps));
+            return plan.run(NORM_OP, Kind::Norm(eps), false);
         }
         let normed = self.rms_norm_as(Some(norm_weight), eps, amp::products_dtype(self))?;
         // Training: one product with the weights side by side (q/k/v, or gate/up), split into
@@ -99,6 +80,35 @@ impl Tensor {
             return linear(&normed, &fused)?.split_with_sizes(&sizes, -1);
         }
         weights.iter().map(|w| linear(&normed, w)).collect()
+    }
+
+    /// SwiGLU's gated input from a norm: silu(n Gᵀ) * (n Uᵀ) where n is rms_norm(self,
+    /// norm_weight, eps) cast for the products: self [.., k], gate and up [n, k]; returns
+    /// [.., n]. In a decode step both products and the gating are one kernel, which stores
+    /// only the gated values; otherwise `rms_norm_linears`, then `swiglu`.
+    pub fn rms_norm_swiglu(
+        &self,
+        norm_weight: &Tensor,
+        eps: f64,
+        gate: &Tensor,
+        up: &Tensor,
+    ) -> Result<Tensor> {
+        let k = check_norm(NORM_SWIGLU_OP, self, norm_weight, eps, &[gate, up])?;
+        if gate.shape() != up.shape() {
+            return Err(Error::ShapeMismatch {
+                op: NORM_SWIGLU_OP,
+                lhs: gate.shape().to_vec(),
+                rhs: up.shape().to_vec(),
+            });
+        }
+        let normed = product_dtype(self.device(), self.dtype(), self.dtype());
+        if let Some(plan) = plan(self, k, normed, &[self, norm_weight], &[gate, up], None)? {
+            if cuda::pairs_gate_and_up(k, plan.dtype) {
+                return plan.run(NORM_SWIGLU_OP, Kind::Norm(eps), true).map(single);
+            }
+        }
+        let gu = self.rms_norm_linears(norm_weight, eps, &[gate, up])?;
+        gu[0].swiglu(&gu[1])
     }
 
     /// silu(self) * up (SwiGLU's gating, self being the gate) times Wᵀ, plus `residual`:
@@ -115,7 +125,7 @@ impl Tensor {
         check_weights(SWIGLU_OP, self, k, &[weight])?;
         check_residual(SWIGLU_OP, self, weight, residual)?;
         if let Some(plan) = plan(self, k, self.dtype(), &[self, up], &[weight], residual)? {
-            return plan.run(SWIGLU_OP, Kind::Swiglu).map(single);
+            return plan.run(SWIGLU_OP, Kind::Swiglu, false).map(single);
         }
         let y = linear(&self.swiglu(up)?, weight)?;
         add_residual(residual, y)
@@ -127,7 +137,7 @@ impl Tensor {
         check_weights(LINEAR_OP, self, k, &[weight])?;
         check_residual(LINEAR_OP, self, weight, residual)?;
         if let Some(plan) = plan(self, k, self.dtype(), &[self], &[weight], residual)? {
-            return plan.run(LINEAR_OP, Kind::Plain).map(single);
+            return plan.run(LINEAR_OP, Kind::Plain, false).map(single);
         }
         add_residual(residual, linear(self, weight)?)
     }
@@ -178,6 +188,38 @@ fn features(op: &'static str, x: &Tensor) -> Result<usize> {
             "needs an input with at least one dim, got a scalar",
         )),
     }
+}
+
+/// The checks of the norm ops: x's features k (returned), the weights [.., k], the norm
+/// weight [k] on x's device, and eps.
+fn check_norm(
+    op: &'static str,
+    x: &Tensor,
+    norm_weight: &Tensor,
+    eps: f64,
+    weights: &[&Tensor],
+) -> Result<usize> {
+    let k = features(op, x)?;
+    check_weights(op, x, k, weights)?;
+    check_float(op, &[norm_weight])?;
+    x.check_same_device(op, norm_weight)?;
+    if norm_weight.shape() != [k] {
+        return Err(Error::invalid(
+            op,
+            format!(
+                "the norm weight {:?} must be [{k}] for x {:?}",
+                norm_weight.shape(),
+                x.shape()
+            ),
+        ));
+    }
+    if !(eps.is_finite() && eps >= 0.0) {
+        return Err(Error::invalid(
+            op,
+            format!("eps must be finite and >= 0, got {eps}"),
+        ));
+    }
+    Ok(k)
 }
 
 fn check_float(op: &'static str, ts: &[&Tensor]) -> Result<()> {
@@ -337,8 +379,9 @@ fn plan(
 
 impl Plan {
     /// Launches the kernel: one output per weight, of the product's dtype, or of the residual
-    /// add's (the residual's and the product's promoted) with a residual.
-    fn run(self, op: &'static str, kind: Kind) -> Result<Vec<Tensor>> {
+    /// add's (the residual's and the product's promoted) with a residual; with `gated`, the
+    /// one output silu(y_0) * y_1 of two weights.
+    fn run(self, op: &'static str, kind: Kind, gated: bool) -> Result<Vec<Tensor>> {
         let out_dtype = self
             .residual
             .as_ref()
@@ -377,8 +420,12 @@ impl Plan {
                 let weights: Vec<(At, usize)> = (0..nw)
                     .map(|i| (at(ns + i), self.weights[i].shape()[0]))
                     .collect();
-                let residual = self.residual.as_ref().map(|_| at(ns + nw));
-                cuda::decode_gemv(&prologue, rows, k, &weights, residual, out_dtype)
+                let epilogue = match &self.residual {
+                    Some(_) => Epilogue::Residual(at(ns + nw)),
+                    None if gated => Epilogue::Swiglu,
+                    None => Epilogue::Products,
+                };
+                cuda::decode_gemv(&prologue, rows, k, &weights, epilogue, out_dtype)
             },
         )?;
         storages

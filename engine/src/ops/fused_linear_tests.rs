@@ -52,6 +52,32 @@ fn rms_norm_linears_is_the_norm_then_each_linear() {
 }
 
 #[test]
+fn rms_norm_swiglu_is_the_norm_then_both_products_then_the_gating() {
+    for dtype in [DType::F32, DType::BF16] {
+        let x = randn(&[2, 3, 16], dtype, 11);
+        let g = randn(&[16], dtype, 12);
+        let (gate, up) = (randn(&[8, 16], dtype, 13), randn(&[8, 16], dtype, 14));
+        let got = x.rms_norm_swiglu(&g, 1e-5, &gate, &up).unwrap();
+        let gu = x.rms_norm_linears(&g, 1e-5, &[&gate, &up]).unwrap();
+        assert_identical(&got, &gu[0].swiglu(&gu[1]).unwrap());
+        assert_eq!(got.shape(), [2, 3, 8]);
+    }
+}
+
+#[test]
+fn gate_and_up_weights_of_different_widths_are_an_error() {
+    let x = Tensor::zeros(&[2, 16], DType::F32, Device::Cpu).unwrap();
+    let g = Tensor::ones(&[16], DType::F32, Device::Cpu).unwrap();
+    let gate = Tensor::zeros(&[8, 16], DType::F32, Device::Cpu).unwrap();
+    let up = Tensor::zeros(&[12, 16], DType::F32, Device::Cpu).unwrap();
+    let e = error_of(x.rms_norm_swiglu(&g, 1e-6, &gate, &up));
+    assert!(
+        e.contains(NORM_SWIGLU_OP) && e.contains("[8, 16]") && e.contains("[12, 16]"),
+        "{e}"
+    );
+}
+
+#[test]
 fn swiglu_linear_is_the_gating_then_the_linear_then_the_residual() {
     // A BF16 product added to an F32 residual stream, and one stream of one dtype.
     for (dtype, res_dtype) in [(DType::BF16, DType::F32), (DType::F32, DType::F32)] {

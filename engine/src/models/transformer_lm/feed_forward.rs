@@ -31,13 +31,13 @@ impl SwiGlu {
     }
 
     /// x + forward(norm(x)), the normed input cast once for the products. With plain dense
-    /// weights this is two fused products (norm with gate and up; SwiGLU with down and the
-    /// residual); otherwise each projection's own forward.
+    /// weights this is two fused products (norm with gate and up, gated in their epilogue;
+    /// down with the residual); otherwise each projection's own forward.
     pub fn forward_residual(&self, x: &Tensor, norm: &RmsNorm) -> Result<Tensor> {
         let plain = [&self.gate_proj, &self.up_proj, &self.down_proj].map(Linear::plain_weight);
         if let [Some(gate), Some(up), Some(down)] = plain {
-            let gu = x.rms_norm_linears(&norm.weight, norm.eps, &[gate, up])?;
-            return gu[0].swiglu_linear(&gu[1], down, Some(x));
+            let gated = x.rms_norm_swiglu(&norm.weight, norm.eps, gate, up)?;
+            return gated.linear_residual(down, Some(x));
         }
         x.add(&self.forward(&norm.forward_for_products(x)?)?)
     }
