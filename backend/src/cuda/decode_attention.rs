@@ -1,6 +1,7 @@
 //! One query per (row, head) against a key/value cache whose visible window is read from
 //! device memory (kernels/decode_attention.cu): the keys are split into chunks scored by
-//! separate blocks, and the last block of each (row, head group) merges them.
+//! separate blocks, and the last block of each (row, head group) merges them. BF16/F16 caches
+//! with head dims a multiple of 32 score and weigh a chunk on the tensor cores.
 
 use super::compile::DECODE_ATTENTION;
 use super::device::COUNTERS;
