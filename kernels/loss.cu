@@ -96,11 +96,10 @@ __device__ void ce_fwd_impl(const T* x, const i64* t, typename Acc<T>::type* los
 RB_FOR_FLOAT_TYPES(RB_CE_FWD)
 
 // One block per row (the row's target, logsumexp and gradient read once); `g` is the gradient
-// of each row's loss. The gradient may be written in a lower dtype TO than the logits (F32
-// logits of a BF16 product give the BF16 gradient that product's backward reads).
-template <class T, class TO>
+// of each row's loss.
+template <class T>
 __device__ void ce_bwd_impl(const T* x, const i64* t, const typename Acc<T>::type* lse,
-                            const typename Acc<T>::type* g, TO* dx, i64 rows, i64 cols, i64 ignore,
+                            const typename Acc<T>::type* g, T* dx, i64 rows, i64 cols, i64 ignore,
                             double smoothing) {
     typedef typename Acc<T>::type C;
     const C base = (C)smoothing / (C)cols, hit = (C)1 - (C)smoothing;
@@ -109,21 +108,163 @@ __device__ void ce_bwd_impl(const T* x, const i64* t, const typename Acc<T>::typ
         const bool counted = target != ignore && target >= 0 && target < cols;
         const C l = lse[r], gr = g[r];
         const T* xr = x + r * cols;
-        TO* dr = dx + r * cols;
+        T* dr = dx + r * cols;
         for (i64 j = threadIdx.x; j < cols; j += blockDim.x) {
             C d = (C)0;
             if (counted) d = gr * (exp(to_acc(xr[j]) - l) - base - (j == target ? hit : (C)0));
-            dr[j] = from_acc<TO>(d);
+            dr[j] = from_acc<T>(d);
         }
     }
 }
-#define RB_CE_BWD_TO(name, T, TO)                                                                        \
+#define RB_CE_BWD(name, T)                                                                               \
     extern "C" __global__ void ce_bwd_##name(const T* x, const i64* t, const Acc<T>::type* lse,          \
-                                             const Acc<T>::type* g, TO* dx, i64 rows, i64 cols, i64 ignore, \
+                                             const Acc<T>::type* g, T* dx, i64 rows, i64 cols, i64 ignore, \
                                              double smoothing) {                                          \
-        ce_bwd_impl<T, TO>(x, t, lse, g, dx, rows, cols, ignore, smoothing);                              \
+        ce_bwd_impl<T>(x, t, lse, g, dx, rows, cols, ignore, smoothing);                                  \
     }
-#define RB_CE_BWD(name, T) RB_CE_BWD_TO(name, T, T)
 RB_FOR_FLOAT_TYPES(RB_CE_BWD)
-RB_CE_BWD_TO(f32_bf16, f32, bf16)
-RB_CE_BWD_TO(f32_f16, f32, f16)
+
+// ----- F32 logits: the loss and its gradient from one kernel -----
+// The products of a language model's head write F32 logits chunk by chunk; this kernel takes
+// each chunk's loss and, when `dx` is given, its gradient for an upstream gradient of 1 per
+// counted row (the mean's scale is applied later). A block takes a row at a time:
+// - pass 1 streams the row in 16-byte words: the online logsumexp (exp2 of log2e-scaled
+//   logits), the sum for smoothing, and, from thread 0, the target's logit;
+// - pass 2 reads the row again and writes the gradient. The host launches one block per SM, so
+//   the rows in flight (132 rows of 50,304 logits: 27 MB) are still in L2, and pass 2 reads
+//   them as a last use (`__ldcs`) and streams the gradient out (`__stcs`) past L2.
+// The forward alone (dx null) is the cross_entropy op's forward for F32 logits.
+#define RB_LOG2E 1.4426950408889634f
+
+// exp(v - m) for one logit against the running max; a -inf logit adds nothing and a NaN
+// carries through.
+__device__ __forceinline__ float ce_term(float v, float m) {
+    return v == -INFINITY ? 0.f : exp2f((v - m) * RB_LOG2E);
+}
+
+__device__ __forceinline__ void ce_take4(float& m, float& s, float& sx, float4 v) {
+    sx += (v.x + v.y) + (v.z + v.w);
+    const float top = fmaxf(fmaxf(v.x, v.y), fmaxf(v.z, v.w));
+    if (top > m) {
+        s *= exp2f((m - top) * RB_LOG2E);
+        m = top;
+    }
+    s += (ce_term(v.x, m) + ce_term(v.y, m)) + (ce_term(v.z, m) + ce_term(v.w, m));
+}
+
+__device__ __forceinline__ void ce_take1(float& m, float& s, float& sx, float v) {
+    sx += v;
+    if (v > m) {
+        s *= exp2f((m - v) * RB_LOG2E);
+        m = v;
+    }
+    s += ce_term(v, m);
+}
+
+// The gradient of four logits at column j (j a multiple of 4 on the vector path).
+template <class TO> struct CeStore4;
+template <> struct CeStore4<f32> {
+    static __device__ __forceinline__ void put(f32* p, float4 d) { __stcs(reinterpret_cast<float4*>(p), d); }
+};
+template <class T> struct CeStore4Half {
+    static __device__ __forceinline__ void put(T* p, float4 d) {
+        const uint2 w = make_uint2(Word16<T>::lane(d.x, d.y), Word16<T>::lane(d.z, d.w));
+        __stcs(reinterpret_cast<uint2*>(p), w);
+    }
+};
+template <> struct CeStore4<bf16> : CeStore4Half<bf16> {};
+template <> struct CeStore4<f16> : CeStore4Half<f16> {};
+
+// The gradient of the four logits v at columns c..c+3 of row dr.
+template <class TO>
+__device__ __forceinline__ void ce_grad4(TO* dr, float4 v, i64 c, i64 target, float shift, float base, float hit) {
+    float4 d = make_float4(exp2f(fmaf(v.x, RB_LOG2E, -shift)) - base, exp2f(fmaf(v.y, RB_LOG2E, -shift)) - base,
+                           exp2f(fmaf(v.z, RB_LOG2E, -shift)) - base, exp2f(fmaf(v.w, RB_LOG2E, -shift)) - base);
+    if (target >= c && target < c + 4) {
+        const int k = (int)(target - c);
+        if (k == 0) d.x -= hit;
+        if (k == 1) d.y -= hit;
+        if (k == 2) d.z -= hit;
+        if (k == 3) d.w -= hit;
+    }
+    CeStore4<TO>::put(dr + c, d);
+}
+
+template <class TO>
+__device__ void ce_rows_impl(const float* x, const i64* t, float* loss, float* lse_out, float* valid, TO* dx,
+                             i64 rows, i64 cols, i64 ignore, double smoothing, u32* err) {
+    __shared__ float sm[32], ss[32];
+    const float base = (float)smoothing / (float)cols, hit = 1.f - (float)smoothing;
+    // 16-byte words when every row starts on one (and the gradient's 8- or 16-byte words with it).
+    const bool vec = (cols & 3) == 0 && (reinterpret_cast<unsigned long long>(x) & 15) == 0 &&
+                     (reinterpret_cast<unsigned long long>(dx) & (4 * sizeof(TO) - 1)) == 0;
+    const i64 words = vec ? cols >> 2 : 0;
+    const int step = blockDim.x;
+    for (i64 r = blockIdx.x; r < rows; r += gridDim.x) {
+        const i64 target = t[r];
+        const bool ignored = target == ignore;
+        const bool bad = !ignored && (target < 0 || target >= cols);
+        const float* xr = x + r * cols;
+        TO* dr = dx == nullptr ? nullptr : dx + r * cols;
+        // The branch depends only on the row, so the whole block takes it together.
+        if (ignored || bad) {
+            if (threadIdx.x == 0) {
+                if (bad) atomicExch(err, RB_CE_FLAG);
+                loss[r] = 0.f;
+                lse_out[r] = 0.f;
+                valid[r] = 0.f;
+            }
+            if (dr != nullptr)
+                for (i64 j = threadIdx.x; j < cols; j += step) dr[j] = from_acc<TO>(0.f);
+            continue;
+        }
+        float m = -INFINITY, s = 0.f, sx = 0.f;
+        const float4* x4 = reinterpret_cast<const float4*>(xr);
+        i64 j = threadIdx.x;
+        // Four words in flight a thread before any is used.
+        for (; j + 3 * step < words; j += 4 * step) {
+            float4 v[4];
+#pragma unroll
+            for (int u = 0; u < 4; ++u) v[u] = __ldg(x4 + j + u * step);
+#pragma unroll
+            for (int u = 0; u < 4; ++u) ce_take4(m, s, sx, v[u]);
+        }
+        for (; j < words; j += step) ce_take4(m, s, sx, __ldg(x4 + j));
+        for (i64 k = words * 4 + threadIdx.x; k < cols; k += step) ce_take1(m, s, sx, xr[k]);
+        block_lse(m, s, sm, ss);
+        sx = block_sum(sx, sm);
+        const float l = m + logf(s);
+        if (threadIdx.x == 0) {
+            float out = l - hit * xr[target];
+            // Only with smoothing: without it a -inf logit elsewhere must not turn the loss NaN.
+            if (smoothing > 0.0) out -= (float)smoothing * sx / (float)cols;
+            loss[r] = out;
+            lse_out[r] = l;
+            valid[r] = 1.f;
+        }
+        if (dr == nullptr) continue;
+        const float shift = l * RB_LOG2E;
+        // Four words loaded before any is stored (the stores could alias the loads for all
+        // the compiler knows, so it would not hoist them itself).
+        i64 w = threadIdx.x;
+        for (; w + 3 * step < words; w += 4 * step) {
+            float4 v[4];
+#pragma unroll
+            for (int u = 0; u < 4; ++u) v[u] = __ldcs(x4 + w + u * step);
+#pragma unroll
+            for (int u = 0; u < 4; ++u) ce_grad4(dr, v[u], (w + u * step) * 4, target, shift, base, hit);
+        }
+        for (; w < words; w += step) ce_grad4(dr, __ldcs(x4 + w), w * 4, target, shift, base, hit);
+        for (i64 k = words * 4 + threadIdx.x; k < cols; k += step)
+            dr[k] = from_acc<TO>(exp2f(fmaf(xr[k], RB_LOG2E, -shift)) - base - (k == target ? hit : 0.f));
+    }
+}
+#define RB_CE_ROWS(name, TO)                                                                                \
+    extern "C" __global__ void __launch_bounds__(1024) ce_rows_##name(const f32* x, const i64* t, f32* loss, f32* lse, f32* valid,  \
+                                              TO* dx, i64 rows, i64 cols, i64 ignore, double smoothing,     \
+                                              u32* err) {                                                   \
+        ce_rows_impl<TO>(x, t, loss, lse, valid, dx, rows, cols, ignore, smoothing, err);                   \
+    }
+RB_CE_ROWS(f32, f32)
+RB_CE_ROWS(f32_bf16, bf16)
+RB_CE_ROWS(f32_f16, f16)

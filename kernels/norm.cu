@@ -472,18 +472,22 @@ __device__ void norm_bwd_cols_impl(const T* x, const T* g, const typename Acc<T>
     }
 RB_FOR_FLOAT_TYPES(RB_NORM_BWD_COLS)
 
-// out[j] = sum over chunks k of partial[k, j], in a fixed order. Block of 256 threads = 32
-// columns x 8 chunk lanes (coalesced across columns); grid = column tiles. Lane t sums chunks
-// t, t + 8, ... in order, then lane sums are added in lane order.
+// out[y, j] = sum over the chunks k of split y (blockIdx.y of gridDim.y, consecutive ranges) of
+// partial[k, j], in a fixed order. Block of 256 threads = 32 columns x 8 chunk lanes (coalesced
+// across columns); grid = column tiles x splits. Lane t sums its split's chunks t, t + 8, ... in
+// order, then lane sums are added in lane order. Many chunks go through twice: once in splits
+// (so the device has more than a block per 32 columns), then the splits' sums in one.
 template <class C>
 __device__ void norm_col_sum_impl(const C* partial, C* out, i64 chunks, i64 cols) {
     __shared__ C s[NORM_COL_LANES][33];
     int lane = threadIdx.x & 31, ty = threadIdx.x >> 5;
     i64 col = (i64)blockIdx.x * 32 + lane;
+    const i64 per = (chunks + gridDim.y - 1) / gridDim.y;
+    const i64 k0 = (i64)blockIdx.y * per, k1 = k0 + per < chunks ? k0 + per : chunks;
     C a = (C)0;
     if (col < cols) {
 #pragma unroll 4
-        for (i64 k = ty; k < chunks; k += NORM_COL_LANES) a += partial[k * cols + col];
+        for (i64 k = k0 + ty; k < k1; k += NORM_COL_LANES) a += partial[k * cols + col];
     }
     s[ty][lane] = a;
     __syncthreads();
@@ -491,7 +495,7 @@ __device__ void norm_col_sum_impl(const C* partial, C* out, i64 chunks, i64 cols
         C t = (C)0;
 #pragma unroll
         for (int k = 0; k < NORM_COL_LANES; ++k) t += s[k][lane];
-        out[col] = t;
+        out[(i64)blockIdx.y * cols + col] = t;
     }
 }
 extern "C" __global__ void norm_col_sum_f32(const f32* p, f32* out, i64 chunks, i64 cols) { norm_col_sum_impl(p, out, chunks, cols); }

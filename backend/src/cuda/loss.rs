@@ -22,19 +22,20 @@ pub fn cross_entropy_forward(
     t: u64,
     spec: CrossEntropySpec,
 ) -> Result<CrossEntropyRows> {
+    if x.dtype() == DType::F32 {
+        return Ok(rows_kernel(x, x_offset, t, spec, None)?.0);
+    }
     let dev = x.cuda_device();
     let cdt = x.dtype().compute_dtype();
-    let loss = CudaStorage::alloc(dev, spec.rows, cdt)?;
-    let lse = CudaStorage::alloc(dev, spec.rows, cdt)?;
-    let valid = CudaStorage::alloc(dev, spec.rows, cdt)?;
+    let out = CrossEntropyRows::alloc(x, spec.rows, cdt)?;
     if spec.rows > 0 {
         let f = dev.function(&LOSS, &format!("ce_fwd_{}", type_suffix(x.dtype())))?;
         let (grid, block) = row_geometry(spec, dev.sm_count());
         let (px, pl, pe, pv, err) = (
             x.ptr_at(x_offset),
-            loss.ptr(),
-            lse.ptr(),
-            valid.ptr(),
+            out.loss.ptr(),
+            out.lse.ptr(),
+            out.valid.ptr(),
             dev.error_word(),
         );
         let (rows, cols, ignore, smoothing) = (
@@ -55,10 +56,123 @@ pub fn cross_entropy_forward(
             )?
         };
     }
-    Ok(CrossEntropyRows { loss, lse, valid })
+    Ok(out)
 }
 
-/// Both kernels give each row a block: (grid, block) for the row count and length.
+/// The loss rows of F32 logits and, in the same kernel, their gradient in `grad` (F32, BF16 or
+/// F16) for an upstream gradient of 1 on each counted row (0 on ignored rows): the head of a
+/// language model, whose chunk of logits is then read once from memory instead of twice.
+pub fn cross_entropy_with_gradient(
+    x: &CudaStorage,
+    x_offset: usize,
+    t: u64,
+    spec: CrossEntropySpec,
+    grad: DType,
+) -> Result<(CrossEntropyRows, CudaStorage)> {
+    let (rows, dx) = rows_kernel(x, x_offset, t, spec, Some(grad))?;
+    Ok((rows, dx.expect("a gradient was asked for")))
+}
+
+impl CrossEntropyRows {
+    fn alloc(x: &CudaStorage, rows: usize, dtype: DType) -> Result<Self> {
+        let dev = x.cuda_device();
+        Ok(Self {
+            loss: CudaStorage::alloc(dev, rows, dtype)?,
+            lse: CudaStorage::alloc(dev, rows, dtype)?,
+            valid: CudaStorage::alloc(dev, rows, dtype)?,
+        })
+    }
+}
+
+/// kernels/loss.cu `ce_rows_*`: F32 logits, the gradient written when `grad` names its dtype.
+fn rows_kernel(
+    x: &CudaStorage,
+    x_offset: usize,
+    t: u64,
+    spec: CrossEntropySpec,
+    grad: Option<DType>,
+) -> Result<(CrossEntropyRows, Option<CudaStorage>)> {
+    const OP: &str = "cross_entropy";
+    let dev = x.cuda_device();
+    if x.dtype() != DType::F32 {
+        return Err(crate::Error::invalid(
+            OP,
+            format!(
+                "the fused loss and gradient read F32 logits, not {}",
+                x.dtype()
+            ),
+        ));
+    }
+    let name = match grad {
+        None | Some(DType::F32) => "ce_rows_f32",
+        Some(DType::BF16) => "ce_rows_f32_bf16",
+        Some(DType::F16) => "ce_rows_f32_f16",
+        Some(other) => {
+            return Err(crate::Error::invalid(
+                OP,
+                format!("no gradient kernel from F32 logits to {other}"),
+            ))
+        }
+    };
+    let out = CrossEntropyRows::alloc(x, spec.rows, DType::F32)?;
+    let dx = grad
+        .map(|g| CudaStorage::alloc(dev, spec.rows * spec.cols, g))
+        .transpose()?;
+    if spec.rows == 0 {
+        return Ok((out, dx));
+    }
+    let f = dev.function(&LOSS, name)?;
+    // With a gradient, 1024 threads on each SM keep the rows between the passes in L2.
+    let (grid, block) = match grad {
+        Some(_) if spec.cols >= 4096 => {
+            let threads = gradient_block();
+            let blocks = dev.sm_count() as usize * (1024 / threads as usize);
+            (spec.rows.min(blocks) as u32, threads)
+        }
+        _ => row_geometry(spec, dev.sm_count()),
+    };
+    let (px, pl, pe, pv, err) = (
+        x.ptr_at(x_offset),
+        out.loss.ptr(),
+        out.lse.ptr(),
+        out.valid.ptr(),
+        dev.error_word(),
+    );
+    let pd = dx.as_ref().map_or(0, |d| d.ptr());
+    let (rows, cols, ignore, smoothing) = (
+        spec.rows as i64,
+        spec.cols as i64,
+        spec.ignore,
+        spec.smoothing,
+    );
+    // SAFETY: x holds rows*cols F32 logits, t rows i64s, the three row outputs rows F32s each,
+    // dx (when not null) rows*cols of the gradient's dtype; err is the device's error word.
+    unsafe {
+        dev.launch(
+            f,
+            (grid, 1, 1),
+            block,
+            0,
+            &mut args![px, t, pl, pe, pv, pd, rows, cols, ignore, smoothing, err],
+        )?
+    };
+    Ok((out, dx))
+}
+
+/// Threads a block of the loss-and-gradient kernel on long rows: 1024 (one block an SM), unless
+/// `RB_CE_THREADS` (256, 512 or 1024; read once, for measuring) sets another.
+fn gradient_block() -> u32 {
+    static THREADS: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
+    *THREADS.get_or_init(|| {
+        std::env::var("RB_CE_THREADS")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .filter(|t| [256, 512, 1024].contains(t))
+            .unwrap_or(1024)
+    })
+}
+
+/// The kernels give each row a block: (grid, block) for the row count and length.
 fn row_geometry(spec: CrossEntropySpec, sm_count: u32) -> (u32, u32) {
     let block = match spec.cols {
         c if c >= 4096 => 512,
@@ -69,9 +183,8 @@ fn row_geometry(spec: CrossEntropySpec, sm_count: u32) -> (u32, u32) {
     (spec.rows.min(sm_count as usize * 32) as u32, block)
 }
 
-/// The logits' gradient in `out` (their own dtype, or BF16/F16 from F32 logits). `g` is the
-/// gradient of each row's loss and `lse` the forward's logsumexp, both `rows` contiguous compute
-/// values.
+/// The logits' gradient in their own dtype. `g` is the gradient of each row's loss and `lse` the
+/// forward's logsumexp, both `rows` contiguous compute values.
 pub fn cross_entropy_backward(
     x: &CudaStorage,
     x_offset: usize,
@@ -79,22 +192,12 @@ pub fn cross_entropy_backward(
     lse: &CudaStorage,
     g: u64,
     spec: CrossEntropySpec,
-    out: DType,
 ) -> Result<CudaStorage> {
     let dev = x.cuda_device();
     let n = spec.rows * spec.cols;
-    let dx = CudaStorage::alloc(dev, n, out)?;
+    let dx = CudaStorage::alloc(dev, n, x.dtype())?;
     if n > 0 {
-        let name = match (x.dtype(), out) {
-            (a, b) if a == b => format!("ce_bwd_{}", type_suffix(a)),
-            (DType::F32, DType::BF16 | DType::F16) => format!("ce_bwd_f32_{}", type_suffix(out)),
-            (a, b) => {
-                return Err(crate::Error::invalid(
-                    "cross_entropy",
-                    format!("no gradient kernel from {a} logits to {b}"),
-                ))
-            }
-        };
+        let name = format!("ce_bwd_{}", type_suffix(x.dtype()));
         let f = dev.function(&LOSS, &name)?;
         let (grid, block) = row_geometry(spec, dev.sm_count());
         let (px, pe, pd) = (x.ptr_at(x_offset), lse.ptr(), dx.ptr());

@@ -423,7 +423,10 @@ fn backward_loops(
     Ok(Some(partials))
 }
 
-/// outs[i][j] = the fixed-order sum over chunks of the partials' column j.
+/// outs[i][j] = the fixed-order sum over chunks of the partials' column j. More chunks than
+/// `SPLIT_ABOVE` are summed in splits first, then the splits' sums: a tile of 32 columns is one
+/// block, so a narrow row (768 columns: 24 blocks) would otherwise leave most of the device
+/// idle while each block reads thousands of chunks one after another.
 fn column_sums(
     dev: &Arc<CudaDevice>,
     cdt: DType,
@@ -431,23 +434,34 @@ fn column_sums(
     outs: [&Option<CudaStorage>; 2],
     cols: usize,
 ) -> Result<()> {
+    const SPLIT_ABOVE: usize = 256;
+    const SPLITS: usize = 32;
     let sum = dev.function(&NORM, &format!("norm_col_sum_{}", type_suffix(cdt)))?;
-    let (n_chunks, n_cols) = (p.chunks as i64, cols as i64);
-    let grid = cols.div_ceil(32) as u32;
+    let tiles = cols.div_ceil(32) as u32;
+    let launch = |from: u64, to: u64, chunks: usize, splits: usize| {
+        let (n_chunks, n_cols) = (chunks as i64, cols as i64);
+        // SAFETY: `from` holds chunks*cols elements, `to` splits*cols, both of the compute
+        // dtype; the kernel needs exactly COLS_BLOCK threads and one block per 32 columns and
+        // split.
+        unsafe {
+            dev.launch(
+                sum,
+                (tiles, splits as u32, 1),
+                COLS_BLOCK,
+                0,
+                &mut args![from, to, n_chunks, n_cols],
+            )
+        }
+    };
     for (partial, out) in [(&p.w, outs[0]), (&p.b, outs[1])] {
         if let (Some(part), Some(o)) = (partial, out) {
-            let (pp, po) = (part.ptr(), o.ptr());
-            // SAFETY: part holds chunks*cols elements, o holds cols, both of the compute dtype;
-            // the kernel needs exactly COLS_BLOCK threads and one block per 32 columns.
-            unsafe {
-                dev.launch(
-                    sum,
-                    (grid, 1, 1),
-                    COLS_BLOCK,
-                    0,
-                    &mut args![pp, po, n_chunks, n_cols],
-                )?
-            };
+            if p.chunks > SPLIT_ABOVE {
+                let splits = CudaStorage::alloc(dev, SPLITS * cols, cdt)?;
+                launch(part.ptr(), splits.ptr(), p.chunks, SPLITS)?;
+                launch(splits.ptr(), o.ptr(), SPLITS, 1)?;
+            } else {
+                launch(part.ptr(), o.ptr(), p.chunks, 1)?;
+            }
         }
     }
     Ok(())

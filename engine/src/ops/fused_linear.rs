@@ -44,6 +44,16 @@ fn rows_limit(k: usize, dtype: DType) -> usize {
         .unwrap_or_else(|| fused_max_rows(k, dtype))
 }
 
+/// The most rows whose SwiGLU gating runs in the gate/up product's epilogue; more take the
+/// norm's products, then `swiglu`. Unlimited unless `RB_DECODE_PAIR_ROWS` sets a limit (read
+/// once; for measuring the epilogue against the composition, as docs/baseline.md does).
+fn pair_rows_limit() -> usize {
+    static OVERRIDE: std::sync::OnceLock<Option<usize>> = std::sync::OnceLock::new();
+    OVERRIDE
+        .get_or_init(|| std::env::var("RB_DECODE_PAIR_ROWS").ok()?.parse().ok())
+        .unwrap_or(usize::MAX)
+}
+
 /// The dtype a product of an activation and a weight of these dtypes runs (and outputs) in on
 /// `device`, as `matmul` chooses it: the promoted dtype, or autocast's low dtype in place of
 /// F32/F64 on CUDA. With `weight` equal to `activation` it is what `amp::for_products` casts
@@ -103,7 +113,7 @@ impl Tensor {
         }
         let normed = product_dtype(self.device(), self.dtype(), self.dtype());
         if let Some(plan) = plan(self, k, normed, &[self, norm_weight], &[gate, up], None)? {
-            if cuda::pairs_gate_and_up(k, plan.dtype) {
+            if cuda::pairs_gate_and_up(k, plan.dtype) && plan.rows <= pair_rows_limit() {
                 return plan.run(NORM_SWIGLU_OP, Kind::Norm(eps), true).map(single);
             }
         }

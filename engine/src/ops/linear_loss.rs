@@ -116,17 +116,15 @@ fn chunked(
             let logits = hc.matmul_out(&w.t()?, DType::F32)?.contiguous()?;
             let tp = cuda_kernel(OP, [&t], |[(ts, tl)]| Ok(ts.ptr_at(tl.offset())))?;
             let tp = tp + (r0 * 8) as u64;
-            let (rows_out, g) = cuda_kernel(OP, [&logits], |[(xs, xl)]| {
-                let rows_out = cuda::cross_entropy_forward(xs, xl.offset(), tp, spec(c))?;
-                // `valid` (1 for counted rows, 0 for ignored ones) is the upstream gradient of
-                // each row's loss: the mean's scale is applied in the backward.
-                let g = grads
-                    .then(|| {
-                        let (lse, valid) = (&rows_out.lse, rows_out.valid.ptr());
-                        cuda::cross_entropy_backward(xs, xl.offset(), tp, lse, valid, spec(c), low)
-                    })
-                    .transpose()?;
-                Ok((rows_out, g))
+            // With gradients, `valid` (1 for counted rows, 0 for ignored ones) is the upstream
+            // gradient of each row's loss: the mean's scale is applied in the backward.
+            let (rows_out, g) = cuda_kernel(OP, [&logits], |[(xs, xl)]| match grads {
+                true => cuda::cross_entropy_with_gradient(xs, xl.offset(), tp, spec(c), low)
+                    .map(|(rows, g)| (rows, Some(g))),
+                false => Ok((
+                    cuda::cross_entropy_forward(xs, xl.offset(), tp, spec(c))?,
+                    None,
+                )),
             })?;
             let (sum, valid, g) = (
                 Tensor::from_storage(Storage::Cuda(rows_out.loss), &[c])?.sum()?,

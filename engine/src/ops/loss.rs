@@ -203,8 +203,7 @@ fn fused_rows(flat: &Tensor, t: &Tensor, spec: CrossEntropySpec) -> Result<(Tens
                 },
                 |[(xs, xl), (ts, tl), (ls, _), (gs, gl)]| {
                     let (pt, pg) = (ts.ptr_at(tl.offset()), gs.ptr_at(gl.offset()));
-                    let dx =
-                        cuda::cross_entropy_backward(xs, xl.offset(), pt, ls, pg, spec, xs.dtype());
+                    let dx = cuda::cross_entropy_backward(xs, xl.offset(), pt, ls, pg, spec);
                     Ok(dx?.into())
                 },
             )?;

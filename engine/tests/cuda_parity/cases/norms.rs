@@ -44,6 +44,17 @@ fn norm_cases(layer: bool) -> Vec<Case> {
             move |x| one(apply(layer, &x[0], None, None)),
         ));
     }
+    // More row chunks than the column sums take at once: the weight's gradient is summed in
+    // splits, then the splits.
+    cases.push(
+        Case::new(
+            "[3000, 64] with weight",
+            vec![normal(&[3000, 64]), value(&[64], Dist::Uniform(0.5, 1.5))],
+            64,
+            move |x| one(apply(layer, &x[0], Some(&x[1]), None)),
+        )
+        .grad_k(3000),
+    );
     cases.push(Case::new(
         "[2, 3, 33] with weight",
         vec![normal(&[2, 3, 33]), value(&[33], Dist::Uniform(0.5, 1.5))],
