@@ -31,30 +31,8 @@ pub fn cross_entropy_forward(
     if spec.rows > 0 {
         let f = dev.function(&LOSS, &format!("ce_fwd_{}", type_suffix(x.dtype())))?;
         let (grid, block) = row_geometry(spec, dev.sm_count());
-        let (px, pl, pe, pv, err) = (
-            x.ptr_at(x_offset),
-            out.loss.ptr(),
-            out.lse.ptr(),
-            out.valid.ptr(),
-            dev.error_word(),
-        );
-        let (rows, cols, ignore, smoothing) = (
-            spec.rows as i64,
-            spec.cols as i64,
-            spec.ignore,
-            spec.smoothing,
-        );
-        // SAFETY: x holds rows*cols logits, t rows i64s, the outputs rows compute values each;
-        // err is the device's 4-byte error word.
-        unsafe {
-            dev.launch(
-                f,
-                (grid, 1, 1),
-                block,
-                0,
-                &mut args![px, t, pl, pe, pv, rows, cols, ignore, smoothing, err],
-            )?
-        };
+        // SAFETY: x holds rows*cols logits, t rows i64s, the outputs rows compute values each.
+        unsafe { out.launch(f, (grid, block), x, x_offset, t, spec, None)? };
     }
     Ok(out)
 }
@@ -74,6 +52,50 @@ pub fn cross_entropy_with_gradient(
 }
 
 impl CrossEntropyRows {
+    /// Launches a row kernel that writes these outputs: `ce_fwd_*`, or with `dx` (a gradient
+    /// pointer, 0 for none) `ce_rows_*`, whose signature has it after the row outputs.
+    ///
+    /// # Safety
+    /// `f` is one of those kernels; x holds rows*cols logits from `x_offset`, `t` points at rows
+    /// i64 targets, and a non-zero `dx` at rows*cols elements of the kernel's gradient dtype.
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn launch(
+        &self,
+        f: cudarc::driver::sys::CUfunction,
+        (grid, block): (u32, u32),
+        x: &CudaStorage,
+        x_offset: usize,
+        t: u64,
+        spec: CrossEntropySpec,
+        dx: Option<u64>,
+    ) -> Result<()> {
+        let dev = x.cuda_device();
+        let (px, pl, pe, pv, err) = (
+            x.ptr_at(x_offset),
+            self.loss.ptr(),
+            self.lse.ptr(),
+            self.valid.ptr(),
+            dev.error_word(),
+        );
+        let (rows, cols, ignore, smoothing) = (
+            spec.rows as i64,
+            spec.cols as i64,
+            spec.ignore,
+            spec.smoothing,
+        );
+        let grid = (grid, 1, 1);
+        match dx {
+            None => {
+                let mut a = args![px, t, pl, pe, pv, rows, cols, ignore, smoothing, err];
+                dev.launch(f, grid, block, 0, &mut a)
+            }
+            Some(pd) => {
+                let mut a = args![px, t, pl, pe, pv, pd, rows, cols, ignore, smoothing, err];
+                dev.launch(f, grid, block, 0, &mut a)
+            }
+        }
+    }
+
     fn alloc(x: &CudaStorage, rows: usize, dtype: DType) -> Result<Self> {
         let dev = x.cuda_device();
         Ok(Self {
@@ -131,31 +153,10 @@ fn rows_kernel(
         }
         _ => row_geometry(spec, dev.sm_count()),
     };
-    let (px, pl, pe, pv, err) = (
-        x.ptr_at(x_offset),
-        out.loss.ptr(),
-        out.lse.ptr(),
-        out.valid.ptr(),
-        dev.error_word(),
-    );
     let pd = dx.as_ref().map_or(0, |d| d.ptr());
-    let (rows, cols, ignore, smoothing) = (
-        spec.rows as i64,
-        spec.cols as i64,
-        spec.ignore,
-        spec.smoothing,
-    );
     // SAFETY: x holds rows*cols F32 logits, t rows i64s, the three row outputs rows F32s each,
-    // dx (when not null) rows*cols of the gradient's dtype; err is the device's error word.
-    unsafe {
-        dev.launch(
-            f,
-            (grid, 1, 1),
-            block,
-            0,
-            &mut args![px, t, pl, pe, pv, pd, rows, cols, ignore, smoothing, err],
-        )?
-    };
+    // dx (when not null) rows*cols of the gradient's dtype.
+    unsafe { out.launch(f, (grid, block), x, x_offset, t, spec, Some(pd))? };
     Ok((out, dx))
 }
 
