@@ -130,9 +130,12 @@ RB_FOR_FLOAT_TYPES(RB_CE_BWD)
 // counted row (the mean's scale is applied later). A block takes a row at a time:
 // - pass 1 streams the row in 16-byte words: the online logsumexp (exp2 of log2e-scaled
 //   logits), the sum for smoothing, and, from thread 0, the target's logit;
-// - pass 2 reads the row again and writes the gradient. The host launches one block per SM, so
-//   the rows in flight (132 rows of 50,304 logits: 27 MB) are still in L2, and pass 2 reads
-//   them as a last use (`__ldcs`) and streams the gradient out (`__stcs`) past L2.
+// - pass 2 writes the gradient, streamed past L2 (`__stcs`).
+// Pass 2 needs the row again. When the launch gives the block dynamic shared memory for the
+// whole row (201 KB for 50,304 logits fits one block an SM on Hopper), pass 1 keeps its words
+// there and pass 2 reads them back, so the row crosses memory once. Each thread reads back only
+// the words it wrote, so the passes need no barrier between them. Without the room, pass 2
+// reads the row again as a last use (`__ldcs`), from L2 if it is still there.
 // The forward alone (dx null) is the cross_entropy op's forward for F32 logits.
 #define RB_LOG2E 1.4426950408889634f
 
@@ -161,7 +164,13 @@ __device__ __forceinline__ void ce_take1(float& m, float& s, float& sx, float v)
     s += ce_term(v, m);
 }
 
-// The gradient of four logits at column j (j a multiple of 4 on the vector path).
+// The gradient of one logit v at column c: softmax - smoothing's share - the target's hit.
+// `shift` is the row's logsumexp times log2e.
+__device__ __forceinline__ float ce_grad(float v, i64 c, i64 target, float shift, float base, float hit) {
+    return exp2f(fmaf(v, RB_LOG2E, -shift)) - base - (c == target ? hit : 0.f);
+}
+
+// The gradient of four logits at column c (a multiple of 4), stored as one word.
 template <class TO> struct CeStore4;
 template <> struct CeStore4<f32> {
     static __device__ __forceinline__ void put(f32* p, float4 d) { __stcs(reinterpret_cast<float4*>(p), d); }
@@ -175,36 +184,53 @@ template <class T> struct CeStore4Half {
 template <> struct CeStore4<bf16> : CeStore4Half<bf16> {};
 template <> struct CeStore4<f16> : CeStore4Half<f16> {};
 
-// The gradient of the four logits v at columns c..c+3 of row dr.
 template <class TO>
 __device__ __forceinline__ void ce_grad4(TO* dr, float4 v, i64 c, i64 target, float shift, float base, float hit) {
-    float4 d = make_float4(exp2f(fmaf(v.x, RB_LOG2E, -shift)) - base, exp2f(fmaf(v.y, RB_LOG2E, -shift)) - base,
-                           exp2f(fmaf(v.z, RB_LOG2E, -shift)) - base, exp2f(fmaf(v.w, RB_LOG2E, -shift)) - base);
-    if (target >= c && target < c + 4) {
-        const int k = (int)(target - c);
-        if (k == 0) d.x -= hit;
-        if (k == 1) d.y -= hit;
-        if (k == 2) d.z -= hit;
-        if (k == 3) d.w -= hit;
-    }
+    const float4 d = make_float4(ce_grad(v.x, c, target, shift, base, hit), ce_grad(v.y, c + 1, target, shift, base, hit),
+                                 ce_grad(v.z, c + 2, target, shift, base, hit), ce_grad(v.w, c + 3, target, shift, base, hit));
     CeStore4<TO>::put(dr + c, d);
+}
+
+// Visits the words of a row this thread owns (threadIdx.x, then a block's stride apart), four
+// loaded before any is used so that four are in flight: `use(w, load(w))` for each word w.
+template <class Load, class Use> __device__ __forceinline__ void ce_words(i64 words, Load load, Use use) {
+    const int step = blockDim.x;
+    i64 w = threadIdx.x;
+    for (; w + 3 * step < words; w += 4 * step) {
+        float4 v[4];
+#pragma unroll
+        for (int u = 0; u < 4; ++u) v[u] = load(w + u * step);
+#pragma unroll
+        for (int u = 0; u < 4; ++u) use(w + u * step, v[u]);
+    }
+    for (; w < words; w += step) use(w, load(w));
+}
+
+__device__ __forceinline__ u32 dynamic_shared_bytes() {
+    u32 n;
+    asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(n));
+    return n;
 }
 
 template <class TO>
 __device__ void ce_rows_impl(const float* x, const i64* t, float* loss, float* lse_out, float* valid, TO* dx,
                              i64 rows, i64 cols, i64 ignore, double smoothing, u32* err) {
     __shared__ float sm[32], ss[32];
+    extern __shared__ float4 ce_row[];
     const float base = (float)smoothing / (float)cols, hit = 1.f - (float)smoothing;
-    // 16-byte words when every row starts on one (and the gradient's 8- or 16-byte words with it).
+    // 16-byte words when every row starts on one (and the gradient's 8- or 16-byte words with it);
+    // then cols is a multiple of 4 and there is no scalar tail.
     const bool vec = (cols & 3) == 0 && (reinterpret_cast<unsigned long long>(x) & 15) == 0 &&
                      (reinterpret_cast<unsigned long long>(dx) & (4 * sizeof(TO) - 1)) == 0;
     const i64 words = vec ? cols >> 2 : 0;
+    const bool staged = dx != nullptr && words > 0 && words * 16 <= (i64)dynamic_shared_bytes();
     const int step = blockDim.x;
     for (i64 r = blockIdx.x; r < rows; r += gridDim.x) {
         const i64 target = t[r];
         const bool ignored = target == ignore;
         const bool bad = !ignored && (target < 0 || target >= cols);
         const float* xr = x + r * cols;
+        const float4* x4 = reinterpret_cast<const float4*>(xr);
         TO* dr = dx == nullptr ? nullptr : dx + r * cols;
         // The branch depends only on the row, so the whole block takes it together.
         if (ignored || bad) {
@@ -219,17 +245,12 @@ __device__ void ce_rows_impl(const float* x, const i64* t, float* loss, float* l
             continue;
         }
         float m = -INFINITY, s = 0.f, sx = 0.f;
-        const float4* x4 = reinterpret_cast<const float4*>(xr);
-        i64 j = threadIdx.x;
-        // Four words in flight a thread before any is used.
-        for (; j + 3 * step < words; j += 4 * step) {
-            float4 v[4];
-#pragma unroll
-            for (int u = 0; u < 4; ++u) v[u] = __ldg(x4 + j + u * step);
-#pragma unroll
-            for (int u = 0; u < 4; ++u) ce_take4(m, s, sx, v[u]);
-        }
-        for (; j < words; j += step) ce_take4(m, s, sx, __ldg(x4 + j));
+        ce_words(
+            words, [&](i64 w) { return __ldg(x4 + w); },
+            [&](i64 w, float4 v) {
+                if (staged) ce_row[w] = v;
+                ce_take4(m, s, sx, v);
+            });
         for (i64 k = words * 4 + threadIdx.x; k < cols; k += step) ce_take1(m, s, sx, xr[k]);
         block_lse(m, s, sm, ss);
         sx = block_sum(sx, sm);
@@ -244,19 +265,11 @@ __device__ void ce_rows_impl(const float* x, const i64* t, float* loss, float* l
         }
         if (dr == nullptr) continue;
         const float shift = l * RB_LOG2E;
-        // Four words loaded before any is stored (the stores could alias the loads for all
-        // the compiler knows, so it would not hoist them itself).
-        i64 w = threadIdx.x;
-        for (; w + 3 * step < words; w += 4 * step) {
-            float4 v[4];
-#pragma unroll
-            for (int u = 0; u < 4; ++u) v[u] = __ldcs(x4 + w + u * step);
-#pragma unroll
-            for (int u = 0; u < 4; ++u) ce_grad4(dr, v[u], (w + u * step) * 4, target, shift, base, hit);
-        }
-        for (; w < words; w += step) ce_grad4(dr, __ldcs(x4 + w), w * 4, target, shift, base, hit);
+        ce_words(
+            words, [&](i64 w) { return staged ? ce_row[w] : __ldcs(x4 + w); },
+            [&](i64 w, float4 v) { ce_grad4(dr, v, w * 4, target, shift, base, hit); });
         for (i64 k = words * 4 + threadIdx.x; k < cols; k += step)
-            dr[k] = from_acc<TO>(exp2f(fmaf(xr[k], RB_LOG2E, -shift)) - base - (k == target ? hit : 0.f));
+            dr[k] = from_acc<TO>(ce_grad(xr[k], k, target, shift, base, hit));
     }
 }
 #define RB_CE_ROWS(name, TO)                                                                                \

@@ -23,14 +23,16 @@ template <class T, int VEC> struct Io {
     typedef typename Acc<T>::type C;
     static __device__ __forceinline__ Raw load(const T* p) { return *reinterpret_cast<const uint4*>(p); }
     static __device__ __forceinline__ void unpack(const Raw& r, C* o) { Word16<T>::unpack(r, o); }
-    static __device__ __forceinline__ void store(T* p, const C* v) { *reinterpret_cast<uint4*>(p) = Word16<T>::pack(v); }
+    static __device__ __forceinline__ Raw pack(const C* v) { return Word16<T>::pack(v); }
+    static __device__ __forceinline__ void store(T* p, const C* v) { *reinterpret_cast<uint4*>(p) = pack(v); }
 };
 template <class T> struct Io<T, 1> {
     typedef T Raw;
     typedef typename Acc<T>::type C;
     static __device__ __forceinline__ Raw load(const T* p) { return *p; }
     static __device__ __forceinline__ void unpack(const Raw& r, C* o) { o[0] = to_acc(r); }
-    static __device__ __forceinline__ void store(T* p, const C* v) { *p = from_acc<T>(v[0]); }
+    static __device__ __forceinline__ Raw pack(const C* v) { return from_acc<T>(v[0]); }
+    static __device__ __forceinline__ void store(T* p, const C* v) { *p = pack(v); }
 };
 
 // Four elements of a 16-bit type: one 8-byte word. An F32 row moves four elements a load, so
@@ -46,9 +48,10 @@ template <class T> struct Io4Of16Bit {
         o[2] = to_acc(from_bits16<T>((unsigned short)(r.y & 0xffffu)));
         o[3] = to_acc(from_bits16<T>((unsigned short)(r.y >> 16)));
     }
-    static __device__ __forceinline__ void store(T* p, const C* v) {
-        *reinterpret_cast<uint2*>(p) = make_uint2(Word16<T>::lane(v[0], v[1]), Word16<T>::lane(v[2], v[3]));
+    static __device__ __forceinline__ Raw pack(const C* v) {
+        return make_uint2(Word16<T>::lane(v[0], v[1]), Word16<T>::lane(v[2], v[3]));
     }
+    static __device__ __forceinline__ void store(T* p, const C* v) { *reinterpret_cast<uint2*>(p) = pack(v); }
 };
 template <> struct Io<bf16, 4> : Io4Of16Bit<bf16> {};
 template <> struct Io<f16, 4> : Io4Of16Bit<f16> {};
@@ -76,6 +79,11 @@ template <class C, int N> __device__ __forceinline__ void acc_store(C* p, const 
     }
 }
 
+// a + b rounded once, never contracted with the product that made a: the sum equals a
+// separate add of the stored values bit for bit.
+__device__ __forceinline__ float add_rn(float a, float b) { return __fadd_rn(a, b); }
+__device__ __forceinline__ double add_rn(double a, double b) { return __dadd_rn(a, b); }
+
 // Sums of two values over the block in one round; every thread gets both. `scratch` holds 64.
 template <class T> __device__ __forceinline__ void block_sum2(T& a, T& b, T* scratch) {
     int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = (blockDim.x + 31) >> 5;
@@ -95,12 +103,16 @@ template <class T> __device__ __forceinline__ void block_sum2(T& a, T& b, T* scr
 
 // Forward, one row per block (grid-stride over rows). Thread t holds loads t, t + blockDim, ...
 // (NV of them) of the row; the block covers the row: blockDim * NV * VEC >= cols.
+// With `res` (rows of the output's dtype: a layer's output for the residual stream), the row
+// normed is x + res, which is also written to `sum` in x's dtype: the residual add and the
+// next norm in one pass over the stream.
 template <class T, class O, int VEC, int NV>
-__device__ void norm_fwd_reg_impl(const T* x, const typename Acc<T>::type* w, const typename Acc<T>::type* b, O* y,
-                                  typename Acc<T>::type* mean_out, typename Acc<T>::type* rstd_out, i64 rows,
-                                  i64 cols, double eps, int rms) {
+__device__ void norm_fwd_reg_impl(const T* x, const O* res, const typename Acc<T>::type* w,
+                                  const typename Acc<T>::type* b, O* y, T* sum, typename Acc<T>::type* mean_out,
+                                  typename Acc<T>::type* rstd_out, i64 rows, i64 cols, double eps, int rms) {
     typedef typename Acc<T>::type C;
     typedef Io<T, VEC> IO;
+    typedef Io<O, VEC> IOR;
     __shared__ C scratch[32];
     const int nvec = (int)(cols / VEC);
     for (i64 r = blockIdx.x; r < rows; r += gridDim.x) {
@@ -111,6 +123,28 @@ __device__ void norm_fwd_reg_impl(const T* x, const typename Acc<T>::type* w, co
         for (int k = 0; k < NV; ++k) {
             int v = threadIdx.x + k * blockDim.x;
             if (v < nvec) raw[k] = IO::load(xr + (i64)v * VEC);
+        }
+        if (res) {
+            typename IOR::Raw ra[NV];
+#pragma unroll
+            for (int k = 0; k < NV; ++k) {
+                int v = threadIdx.x + k * blockDim.x;
+                if (v < nvec) ra[k] = IOR::load(res + r * cols + (i64)v * VEC);
+            }
+#pragma unroll
+            for (int k = 0; k < NV; ++k) {
+                int v = threadIdx.x + k * blockDim.x;
+                if (v < nvec) {
+                    C e[VEC], a[VEC];
+                    IO::unpack(raw[k], e);
+                    IOR::unpack(ra[k], a);
+#pragma unroll
+                    for (int i = 0; i < VEC; ++i) e[i] += a[i];
+                    // Rounded to x's dtype, as a separate add would leave the stream.
+                    raw[k] = IO::pack(e);
+                    IO::store(sum + r * cols + (i64)v * VEC, e);
+                }
+            }
         }
         C mean = (C)0;
         if (!rms) {
@@ -168,10 +202,10 @@ __device__ void norm_fwd_reg_impl(const T* x, const typename Acc<T>::type* w, co
 }
 #define RB_NORM_FWD_REG_TO(name, T, oname, O, tag, VEC, NV)                                                 \
     extern "C" __global__ void __launch_bounds__(512)                                                      \
-        norm_fwd_##tag##NV##_##name##oname(const T* x, const Acc<T>::type* w, const Acc<T>::type* b, O* y,   \
-                                           Acc<T>::type* mean, Acc<T>::type* rstd, i64 rows, i64 cols,      \
-                                           double eps, int rms) {                                           \
-        norm_fwd_reg_impl<T, O, VEC, NV>(x, w, b, y, mean, rstd, rows, cols, eps, rms);                     \
+        norm_fwd_##tag##NV##_##name##oname(const T* x, const O* res, const Acc<T>::type* w,                 \
+                                           const Acc<T>::type* b, O* y, T* sum, Acc<T>::type* mean,         \
+                                           Acc<T>::type* rstd, i64 rows, i64 cols, double eps, int rms) {   \
+        norm_fwd_reg_impl<T, O, VEC, NV>(x, res, w, b, y, sum, mean, rstd, rows, cols, eps, rms);           \
     }
 #define RB_NORM_FWD_REG(name, T, tag, VEC, NV) RB_NORM_FWD_REG_TO(name, T, , T, tag, VEC, NV)
 #define RB_NORM_FWD_REGS(name, T)                            \
@@ -205,11 +239,14 @@ RB_NORM_FWD_REGS_TO(f16, f16)
 // and, when pw / pb are non-null, the chunk's column sums of g * xhat and g (rows in order)
 // into row blockIdx.x of the [chunks, cols] partial buffers. LN selects LayerNorm at compile
 // time, so RMSNorm keeps no bias accumulators.
+// When the forward added a residual (x = stream + res), `dsum` (non-null) is the gradient
+// that reached x from its other uses and is added to dx, and `dres` (non-null) receives dx
+// again in the gradient's dtype: the residual's own gradient.
 template <class T, class G, int VEC, int NV, bool LN>
 __device__ void norm_bwd_reg_impl(const T* x, const G* g, const typename Acc<T>::type* w,
                                   const typename Acc<T>::type* mean, const typename Acc<T>::type* rstd, T* dx,
-                                  typename Acc<T>::type* pw, typename Acc<T>::type* pb, i64 rows, i64 cols,
-                                  i64 rpc) {
+                                  const T* dsum, G* dres, typename Acc<T>::type* pw, typename Acc<T>::type* pb,
+                                  i64 rows, i64 cols, i64 rpc) {
     typedef typename Acc<T>::type C;
     typedef Io<T, VEC> IO;
     typedef Io<G, VEC> IOG;
@@ -229,7 +266,7 @@ __device__ void norm_bwd_reg_impl(const T* x, const G* g, const typename Acc<T>:
     for (i64 r = r0; r < r1; ++r) {
         const T* xr = x + r * cols;
         const G* gr = g + r * cols;
-        typename IO::Raw rx[NV];
+        typename IO::Raw rx[NV], rd[NV];
         typename IOG::Raw rg[NV];
 #pragma unroll
         for (int k = 0; k < NV; ++k) {
@@ -237,6 +274,7 @@ __device__ void norm_bwd_reg_impl(const T* x, const G* g, const typename Acc<T>:
             if (v < nvec) {
                 rx[k] = IO::load(xr + (i64)v * VEC);
                 rg[k] = IOG::load(gr + (i64)v * VEC);
+                if (dsum) rd[k] = IO::load(dsum + r * cols + (i64)v * VEC);
             }
         }
         C mu = LN ? mean[r] : (C)0;
@@ -283,7 +321,14 @@ __device__ void norm_bwd_reg_impl(const T* x, const G* g, const typename Acc<T>:
                         C gw = w ? gv[i] * wv[i] : gv[i];
                         e[i] = rs * (gw - mg - xh * mgx);
                     }
+                    if (dsum) {
+                        C ds[VEC];
+                        IO::unpack(rd[k], ds);
+#pragma unroll
+                        for (int i = 0; i < VEC; ++i) e[i] = add_rn(e[i], ds[i]);
+                    }
                     IO::store(dr + (i64)v * VEC, e);
+                    if (dres) IOG::store(dres + r * cols + (i64)v * VEC, e);
                 }
             }
         }
@@ -317,8 +362,8 @@ __device__ void norm_bwd_reg_impl(const T* x, const G* g, const typename Acc<T>:
 #define RB_NORM_BWD_REG_G(name, T, gname, G, kind, LN, tag, VEC, NV)                                        \
     extern "C" __global__ void __launch_bounds__(512) norm_bwd_##kind##_##tag##NV##_##name##gname(           \
         const T* x, const G* g, const Acc<T>::type* w, const Acc<T>::type* mean, const Acc<T>::type* rstd, T* dx, \
-        Acc<T>::type* pw, Acc<T>::type* pb, i64 rows, i64 cols, i64 rpc) {                                  \
-        norm_bwd_reg_impl<T, G, VEC, NV, LN>(x, g, w, mean, rstd, dx, pw, pb, rows, cols, rpc);             \
+        const T* dsum, G* dres, Acc<T>::type* pw, Acc<T>::type* pb, i64 rows, i64 cols, i64 rpc) {          \
+        norm_bwd_reg_impl<T, G, VEC, NV, LN>(x, g, w, mean, rstd, dx, dsum, dres, pw, pb, rows, cols, rpc); \
     }
 #define RB_NORM_BWD_REG(name, T, kind, LN, tag, VEC, NV) RB_NORM_BWD_REG_G(name, T, , T, kind, LN, tag, VEC, NV)
 #define RB_NORM_BWD_REGS_OF(name, T, kind, LN)                              \

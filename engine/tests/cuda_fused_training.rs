@@ -1,5 +1,6 @@
 //! The fused training products' pieces on CUDA: SwiGLU reading the two halves of one gate/up
-//! product in place equals SwiGLU of contiguous copies bit for bit, forward and backward.
+//! product in place equals SwiGLU of contiguous copies bit for bit, forward and backward; the
+//! residual add fused into the next norm equals the two ops apart.
 
 use rusting_brain::{backend::cuda, DType, Tensor};
 
@@ -40,6 +41,68 @@ fn swiglu_of_the_halves_of_one_product_equals_swiglu_of_copies() {
                 bits(&joined),
                 "gradient, [{rows}, {f}] {dtype:?}"
             );
+        }
+    }
+}
+
+/// The residual add fused into the next norm (F32 stream, BF16 layer output, BF16 normed
+/// output, as a mixed-precision layer has them) equals the add and then the norm bit for bit:
+/// the values, and the gradients of the stream, the output and the norm weight, with the sum
+/// used downstream (its gradient summed in the kernel) and without.
+#[test]
+fn residual_add_fused_into_the_norm_equals_the_add_then_the_norm() {
+    let Some(dev) = cuda::device_for_test("residual_add_fused_into_the_norm") else {
+        return;
+    };
+    // 768 columns: 16-byte groups; 93: one element at a time.
+    for (rows, cols) in [(3 * 129, 768), (7, 93)] {
+        for sum_used in [true, false] {
+            let randn = |shape: &[usize], dtype| {
+                let t = Tensor::randn(shape, DType::F32, None).unwrap();
+                t.to_device(dev).unwrap().to_dtype(dtype).unwrap()
+            };
+            let stream = randn(&[rows, cols], DType::F32);
+            let output = randn(&[rows, cols], DType::BF16);
+            let weight = randn(&[cols], DType::F32).add_scalar(1.0).unwrap();
+            let probe_sum = randn(&[rows, cols], DType::F32);
+            let probe_normed = randn(&[rows, cols], DType::BF16);
+            let leaves =
+                || [&stream, &output, &weight].map(|t| t.detach().requires_grad_().unwrap());
+            let loss = |sum: &Tensor, normed: &Tensor| {
+                let n = normed
+                    .mul(&probe_normed)
+                    .unwrap()
+                    .to_dtype(DType::F32)
+                    .unwrap();
+                let mut l = n.sum().unwrap();
+                if sum_used {
+                    l = l.add(&sum.mul(&probe_sum).unwrap().sum().unwrap()).unwrap();
+                }
+                l.backward().unwrap();
+            };
+
+            let fused = leaves();
+            let (sum, normed) = fused[0]
+                .add_rms_norm_as(&fused[1], &fused[2], 1e-5, DType::BF16)
+                .unwrap();
+            loss(&sum, &normed);
+
+            let apart = leaves();
+            let want_sum = apart[0].add(&apart[1]).unwrap();
+            let want_normed = want_sum
+                .rms_norm_as(Some(&apart[2]), 1e-5, DType::BF16)
+                .unwrap();
+            loss(&want_sum, &want_normed);
+
+            let case = format!("[{rows}, {cols}], sum used: {sum_used}");
+            assert_eq!(normed.dtype(), DType::BF16, "{case}");
+            assert_eq!(bits(&sum), bits(&want_sum), "sum, {case}");
+            assert_eq!(bits(&normed), bits(&want_normed), "normed, {case}");
+            for (i, name) in ["stream", "output", "weight"].iter().enumerate() {
+                let (got, want) = (fused[i].grad().unwrap(), apart[i].grad().unwrap());
+                assert_eq!(got.dtype(), want.dtype(), "{name}'s gradient dtype, {case}");
+                assert_eq!(bits(&got), bits(&want), "{name}'s gradient, {case}");
+            }
         }
     }
 }

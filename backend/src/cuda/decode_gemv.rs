@@ -53,8 +53,6 @@ pub const MAX_ROWS: usize = 16;
 const THREADS: u32 = 256;
 const WARPS: usize = 8;
 const TARGETS: usize = 4;
-/// Dynamic shared memory a launch may use without opting in.
-const DEFAULT_SHARED: usize = 48 << 10;
 
 /// A contiguous operand: its storage and the element offset where it starts.
 pub type At<'a> = (&'a CudaStorage, usize);
@@ -174,26 +172,6 @@ fn dtype_code(dtype: DType) -> Result<i32> {
     }
 }
 
-/// The largest dynamic shared memory a block may opt into on `dev`, cached per device.
-fn shared_limit(dev: &CudaDevice) -> Result<usize> {
-    static LIMITS: Mutex<Vec<(usize, usize)>> = Mutex::new(Vec::new());
-    let mut limits = LIMITS.lock().unwrap_or_else(|e| e.into_inner());
-    if let Some(&(_, l)) = limits.iter().find(|(o, _)| *o == dev.ordinal()) {
-        return Ok(l);
-    }
-    dev.bind()?;
-    let attr = sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN;
-    // SAFETY: queries an attribute of a device the driver reported.
-    let limit = unsafe {
-        result::device::get(dev.ordinal() as i32)
-            .and_then(|d| result::device::get_attribute(d, attr))
-    }
-    .map_err(|e| Error::Cuda(format!("{OP}: cuDeviceGetAttribute: {e:?}")))?;
-    let limit = (limit.max(0) as usize).max(DEFAULT_SHARED);
-    limits.push((dev.ordinal(), limit));
-    Ok(limit)
-}
-
 /// Whether one launch takes `rows` rows of `k` values with weights of `dtype` on `dev`: the
 /// row count, the dtype, k a multiple of 8, and the staged rows within shared memory.
 pub fn supports(dev: &CudaDevice, rows: usize, k: usize, dtype: DType) -> Result<bool> {
@@ -202,7 +180,7 @@ pub fn supports(dev: &CudaDevice, rows: usize, k: usize, dtype: DType) -> Result
         && k > 0
         && k.is_multiple_of(8)
         && rows * k <= i32::MAX as usize
-        && shared_bytes(rows, k, dtype) <= shared_limit(dev)?)
+        && shared_bytes(rows, k, dtype) <= dev.shared_limit())
 }
 
 /// Blocks of `f` resident on one multiprocessor with `shared` bytes each, after letting `f`
@@ -216,15 +194,10 @@ fn blocks_per_sm(dev: &Arc<CudaDevice>, f: sys::CUfunction, shared: usize) -> Re
     if let Some(&n) = cache.get(&key) {
         return Ok(n);
     }
-    let limit = shared_limit(dev)?;
-    dev.bind()?;
-    let attr = sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES;
-    // SAFETY: `f` is loaded in this device's context, which is current; the limit is the
-    // device's own.
+    dev.allow_all_shared(f, 0)?;
+    // SAFETY: `f` is loaded in this device's context, which `allow_all_shared` made current.
     let n = unsafe {
-        result::function::set_function_attribute(f, attr, limit as i32).and_then(|_| {
-            result::occupancy::max_active_block_per_multiprocessor(f, THREADS as i32, shared)
-        })
+        result::occupancy::max_active_block_per_multiprocessor(f, THREADS as i32, shared)
     }
     .map_err(|e| Error::Cuda(format!("{OP}: occupancy of {shared} shared bytes: {e:?}")))?;
     let n = n.max(1) as u32;
@@ -328,7 +301,7 @@ pub fn decode_gemv(
     if !supports(dev, rows, k, wdtype)? {
         return Err(invalid(format!(
             "{rows} rows of {k} with {wdtype:?} weights are outside the kernels (1..={MAX_ROWS} rows, k a multiple of 8, F32/BF16/F16, {} bytes of staged rows at most)",
-            shared_limit(dev)?
+            dev.shared_limit()
         )));
     }
     let residual = match epilogue {

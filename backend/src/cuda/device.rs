@@ -16,6 +16,8 @@ use std::sync::{Arc, Mutex, OnceLock};
 
 /// cuBLAS picks faster kernels on Hopper with a workspace of this size.
 const BLAS_WORKSPACE: usize = 32 << 20;
+/// Dynamic shared memory a launch may use without opting in.
+pub const DEFAULT_SHARED: usize = 48 << 10;
 /// Zeroed 32-bit counters every device keeps for kernels whose last block to finish does the
 /// final step (the decode attention's merge): such a kernel leaves its counters zero again.
 pub(crate) const COUNTERS: usize = 1 << 16;
@@ -29,6 +31,8 @@ pub struct CudaDevice {
     name: String,
     capability: (i32, i32),
     sm_count: u32,
+    /// The most shared memory a block may opt into (static and dynamic together).
+    shared_optin: usize,
     /// A word that kernels set when they meet an out-of-range index; read at each sync, so a
     /// bad index is an error without a host round trip per op. It lives in pinned host memory
     /// mapped into the device, so reading it after a sync costs no copy.
@@ -150,6 +154,9 @@ impl CudaDevice {
                 attr(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR),
             );
             let sm_count = attr(CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT).max(1) as u32;
+            let shared_optin = (attr(CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN).max(0)
+                as usize)
+                .max(DEFAULT_SHARED);
             let name = result::device::get_name(dev).unwrap_or_else(|_| "CUDA device".into());
             let stream = result::stream::create(result::stream::StreamKind::NonBlocking)
                 .map_err(driver_err("cuStreamCreate"))?;
@@ -177,6 +184,7 @@ impl CudaDevice {
                 name,
                 capability,
                 sm_count,
+                shared_optin,
                 error_word: 0,
                 counters: 0,
                 error_host: std::ptr::null_mut(),
@@ -227,6 +235,23 @@ impl CudaDevice {
 
     pub fn sm_count(&self) -> u32 {
         self.sm_count
+    }
+
+    /// The most shared memory one block may use once its kernel opts in
+    /// (`allow_all_shared`); a launch may take 48 KB without opting in.
+    pub fn shared_limit(&self) -> usize {
+        self.shared_optin
+    }
+
+    /// Lets kernel `f` (loaded on this device) take up to `shared_limit` bytes of dynamic
+    /// shared memory beside `static_bytes` of its own.
+    pub(crate) fn allow_all_shared(&self, f: sys::CUfunction, static_bytes: usize) -> Result<()> {
+        self.bind()?;
+        let attr = sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES;
+        let bytes = self.shared_optin.saturating_sub(static_bytes) as i32;
+        // SAFETY: `f` is loaded in this device's context, which `bind` made current.
+        unsafe { result::function::set_function_attribute(f, attr, bytes) }
+            .map_err(|e| Error::Cuda(format!("cuFuncSetAttribute(shared {bytes}): {e:?}")))
     }
 
     /// The stream this thread's work goes to: the capture lane's while it captures, else the

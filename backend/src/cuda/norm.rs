@@ -33,17 +33,26 @@ pub struct NormForward {
     pub y: CudaStorage,
     pub mean: CudaStorage,
     pub rstd: CudaStorage,
+    /// x + addend in x's dtype, the row that was normed, when an addend was given.
+    pub sum: Option<CudaStorage>,
 }
 
 pub struct NormGrads {
     pub dx: Option<CudaStorage>,
     pub dweight: Option<CudaStorage>,
     pub dbias: Option<CudaStorage>,
+    /// dx again in the output gradient's dtype, when `BackwardInputs::addend_grad` asked.
+    pub daddend: Option<CudaStorage>,
 }
 
 /// Device addresses of the backward's inputs: `x` and `g` hold rows*cols elements, `w` cols
 /// elements of the compute dtype; `mean` and `rstd` come from the forward. `g` has dtype
 /// `g_dtype`: x's, or one that `converts_in_kernel` (the backward converts others itself).
+///
+/// After a forward with an addend (x the sum of a stream and a layer's output), `dsum` holds
+/// the gradient that reached the sum from its other uses (rows*cols of x's dtype), added to
+/// dx, and `addend_grad` asks for dx again in `g_dtype`, the addend's gradient. Both take the
+/// register kernels only (`adds_in_kernel`).
 pub struct BackwardInputs<'a> {
     pub x: u64,
     pub g: u64,
@@ -51,6 +60,8 @@ pub struct BackwardInputs<'a> {
     pub w: Option<u64>,
     pub mean: &'a CudaStorage,
     pub rstd: &'a CudaStorage,
+    pub dsum: Option<u64>,
+    pub addend_grad: bool,
 }
 
 /// How a register kernel covers a row: `vec` elements per load (16 bytes, or 1 when a buffer
@@ -133,12 +144,25 @@ pub fn converts_in_kernel(x: DType, other: DType) -> bool {
     x == DType::F32 && matches!(other, DType::BF16 | DType::F16)
 }
 
+/// Whether rows of `cols` elements of `dtype`, normed into `out`, can add an addend of dtype
+/// `out` in the norm's kernels, forward and backward, whatever the buffers' alignment: the
+/// register kernels must cover the row one element a load.
+pub fn adds_in_kernel(cols: usize, dtype: DType, out: DType) -> bool {
+    (out == dtype || converts_in_kernel(dtype, out))
+        && cols > 0
+        && cols <= MAX_REG_THREADS * MAX_BWD_LOADS
+}
+
 /// `x` (its storage, with the view's offset) holds `rows * cols` contiguous elements; `w` and
 /// `b` point at `cols` elements of the compute dtype. The output has dtype `out`: x's, or
 /// another float written by the kernel itself where `converts_in_kernel` (otherwise cast after).
+///
+/// With `addend` (rows*cols elements of dtype `out`, where `adds_in_kernel`), the rows normed
+/// are x + addend, returned as `sum` in x's dtype.
 pub fn norm_forward(
     x: &CudaStorage,
     x_offset: usize,
+    addend: Option<u64>,
     w: Option<u64>,
     b: Option<u64>,
     spec: NormSpec,
@@ -147,44 +171,44 @@ pub fn norm_forward(
     let dev = x.cuda_device();
     let (dtype, cdt) = (x.dtype(), x.dtype().compute_dtype());
     let in_kernel = out == dtype || converts_in_kernel(dtype, out);
-    let y = CudaStorage::alloc(
-        dev,
-        spec.rows * spec.cols,
-        if in_kernel { out } else { dtype },
-    )?;
+    let n = spec.rows * spec.cols;
+    let y = CudaStorage::alloc(dev, n, if in_kernel { out } else { dtype })?;
     let mean = CudaStorage::alloc(dev, spec.rows, cdt)?;
     let rstd = CudaStorage::alloc(dev, spec.rows, cdt)?;
+    let sum = addend
+        .map(|_| CudaStorage::alloc(dev, n, dtype))
+        .transpose()?;
     if spec.rows == 0 || spec.cols == 0 {
         let y = cast_to(y, spec, out)?;
-        return Ok(NormForward { y, mean, rstd });
+        return Ok(NormForward { y, mean, rstd, sum });
     }
     let (px, pw, pb, py) = (x.ptr_at(x_offset), w.unwrap_or(0), b.unwrap_or(0), y.ptr());
+    let (pa, ps) = (addend.unwrap_or(0), sum.as_ref().map_or(0, |s| s.ptr()));
     let sfx = type_suffix(dtype);
     let to = if out == dtype {
         String::new()
     } else {
         format!("_to_{}", type_suffix(out))
     };
-    let plan = RowPlan::new(spec.cols, dtype, &[px, pw, pb, py], 8);
+    let plan = RowPlan::new(spec.cols, dtype, &[px, pa, pw, pb, py, ps], 8);
+    if addend.is_some() && (plan.is_none() || !adds_in_kernel(spec.cols, dtype, out)) {
+        return Err(Error::invalid(
+            "rms_norm",
+            format!(
+                "the residual add takes rows of at most {} elements normed into x's dtype or from F32 into BF16/F16, not {} elements of {dtype} into {out}",
+                MAX_REG_THREADS * MAX_BWD_LOADS,
+                spec.cols
+            ),
+        ));
+    }
     if plan.is_none() && y.dtype() != dtype {
         // The loop kernels write x's dtype only.
-        let y = norm_forward(x, x_offset, w, b, spec, dtype)?;
+        let y = norm_forward(x, x_offset, None, w, b, spec, dtype)?;
         return Ok(NormForward {
             y: cast_to(y.y, spec, out)?,
             ..y
         });
     }
-    let (f, grid, block) = match plan {
-        Some(plan) => {
-            let f = dev.function(&NORM, &format!("norm_fwd_{}_{sfx}{to}", plan.tag()))?;
-            (f, spec.rows.min(MAX_ROW_BLOCKS) as u32, plan.threads)
-        }
-        None => {
-            let f = dev.function(&NORM, &format!("norm_fwd_{sfx}"))?;
-            let (grid, block) = row_geometry(spec.rows, spec.cols, dev.sm_count());
-            (f, grid, block)
-        }
-    };
     // RMSNorm has no mean: the buffer stays unwritten and its backward never reads it.
     let pm = if spec.rms { 0u64 } else { mean.ptr() };
     let (pr, rows, cols, eps, rms) = (
@@ -194,26 +218,48 @@ pub fn norm_forward(
         spec.eps,
         spec.rms as i32,
     );
-    // SAFETY: x and y hold rows*cols elements, w and b (when non-null) cols, mean and rstd
-    // rows, all of the types the kernel declares for this suffix; a register kernel's plan
-    // covers the row with its block and its 16-byte loads are aligned (RowPlan::new).
-    unsafe {
-        dev.launch(
-            f,
-            (grid, 1, 1),
-            block,
-            0,
-            &mut args![px, pw, pb, py, pm, pr, rows, cols, eps, rms],
-        )?
-    };
+    match plan {
+        Some(plan) => {
+            let f = dev.function(&NORM, &format!("norm_fwd_{}_{sfx}{to}", plan.tag()))?;
+            let grid = spec.rows.min(MAX_ROW_BLOCKS) as u32;
+            // SAFETY: x, y, sum and the addend (when non-null) hold rows*cols elements of the
+            // types the kernel declares for this suffix, w and b (when non-null) cols, mean and
+            // rstd rows; the plan covers the row with its block and its 16-byte loads are
+            // aligned (RowPlan::new).
+            unsafe {
+                dev.launch(
+                    f,
+                    (grid, 1, 1),
+                    plan.threads,
+                    0,
+                    &mut args![px, pa, pw, pb, py, ps, pm, pr, rows, cols, eps, rms],
+                )?
+            };
+        }
+        None => {
+            let f = dev.function(&NORM, &format!("norm_fwd_{sfx}"))?;
+            let (grid, block) = row_geometry(spec.rows, spec.cols, dev.sm_count());
+            // SAFETY: x and y hold rows*cols elements of x's dtype, w and b (when non-null)
+            // cols, mean and rstd rows.
+            unsafe {
+                dev.launch(
+                    f,
+                    (grid, 1, 1),
+                    block,
+                    0,
+                    &mut args![px, pw, pb, py, pm, pr, rows, cols, eps, rms],
+                )?
+            };
+        }
+    }
     Ok(NormForward {
         y: cast_to(y, spec, out)?,
         mean,
         rstd,
+        sum,
     })
 }
 
-/// `y` (rows * cols contiguous elements) in dtype `out`: itself, or a converted copy.
 fn cast_to(y: CudaStorage, spec: NormSpec, out: DType) -> Result<CudaStorage> {
     if y.dtype() == out {
         return Ok(y);
@@ -236,8 +282,15 @@ pub fn norm_backward(
     let dev = x.cuda_device();
     let (dtype, cdt) = (x.dtype(), x.dtype().compute_dtype());
     let (need_w, need_b) = (needs[1], needs[2] && !spec.rms);
-    let dx = needs[0]
-        .then(|| CudaStorage::alloc(dev, spec.rows * spec.cols, dtype))
+    let residual = inp.dsum.is_some() || inp.addend_grad;
+    let n = spec.rows * spec.cols;
+    // The addend's gradient is dx in another dtype, so the kernel computes dx for it too.
+    let dx = (needs[0] || inp.addend_grad)
+        .then(|| CudaStorage::alloc(dev, n, dtype))
+        .transpose()?;
+    let daddend = inp
+        .addend_grad
+        .then(|| CudaStorage::alloc(dev, n, inp.g_dtype))
         .transpose()?;
     let dweight = need_w
         .then(|| CudaStorage::alloc(dev, spec.cols, cdt))
@@ -246,39 +299,71 @@ pub fn norm_backward(
         .then(|| CudaStorage::alloc(dev, spec.cols, cdt))
         .transpose()?;
     if spec.cols == 0 {
-        return Ok(NormGrads { dx, dweight, dbias });
+        return Ok(NormGrads {
+            dx,
+            dweight,
+            dbias,
+            daddend,
+        });
     }
     if spec.rows == 0 {
         // No rows: the parameter gradients are sums of nothing.
         for s in dweight.iter().chain(dbias.iter()) {
             super::copy::fill(s, &crate::Layout::contiguous(&[spec.cols]), 0.0)?;
         }
-        return Ok(NormGrads { dx, dweight, dbias });
+        return Ok(NormGrads {
+            dx,
+            dweight,
+            dbias,
+            daddend,
+        });
     }
     let pdx = dx.as_ref().map_or(0u64, |s| s.ptr());
+    let (pds, pda) = (
+        inp.dsum.unwrap_or(0),
+        daddend.as_ref().map_or(0, |s| s.ptr()),
+    );
     let plan = |inp: &BackwardInputs| {
-        let ptrs = [inp.x, inp.g, inp.w.unwrap_or(0), pdx];
+        let ptrs = [inp.x, inp.g, inp.w.unwrap_or(0), pdx, pds, pda];
         RowPlan::new(spec.cols, dtype, &ptrs, MAX_BWD_LOADS)
     };
+    if residual && (plan(&inp).is_none() || !adds_in_kernel(spec.cols, dtype, inp.g_dtype)) {
+        return Err(Error::invalid(
+            "rms_norm",
+            format!(
+                "the residual's gradient takes rows of at most {} elements with a gradient in x's dtype or BF16/F16 for F32, not {} elements of {dtype} with {}",
+                MAX_REG_THREADS * MAX_BWD_LOADS,
+                spec.cols,
+                inp.g_dtype
+            ),
+        ));
+    }
     // A gradient of another dtype is read as it is by the register kernels that take it, and
     // converted to x's dtype first everywhere else.
     let converted;
     let mut inp = inp;
     if inp.g_dtype != dtype && !(plan(&inp).is_some() && converts_in_kernel(dtype, inp.g_dtype)) {
-        let n = spec.rows * spec.cols;
         converted = CudaStorage::alloc(dev, n, dtype)?;
         super::copy::cast_from_address((inp.g, inp.g_dtype), &converted, n)?;
         inp.g = converted.ptr();
         inp.g_dtype = dtype;
     }
     let partials = match plan(&inp) {
-        Some(plan) => backward_registers(&inp, dev, dtype, spec, plan, pdx, [need_w, need_b])?,
+        Some(plan) => {
+            let outs = [pdx, pda];
+            backward_registers(&inp, dev, dtype, spec, plan, outs, [need_w, need_b])?
+        }
         None => backward_loops(&inp, dev, dtype, spec, pdx, [need_w, need_b])?,
     };
     if let Some(p) = partials {
         column_sums(dev, cdt, &p, [&dweight, &dbias], spec.cols)?;
     }
-    Ok(NormGrads { dx, dweight, dbias })
+    Ok(NormGrads {
+        dx,
+        dweight,
+        dbias,
+        daddend,
+    })
 }
 
 /// Per-chunk column sums of the weight and bias gradients, [chunks, cols] each (None where
@@ -322,7 +407,7 @@ fn backward_registers(
     dtype: DType,
     spec: NormSpec,
     plan: RowPlan,
-    pdx: u64,
+    [pdx, pda]: [u64; 2],
     need: [bool; 2],
 ) -> Result<Option<Partials>> {
     let kind = if spec.rms { "rms" } else { "ln" };
@@ -343,22 +428,23 @@ fn backward_registers(
         return Ok(None);
     }
     let (ppw, ppb) = partials.as_ref().map_or((0, 0), Partials::ptrs);
-    let (px, pg, pw) = (inp.x, inp.g, inp.w.unwrap_or(0));
+    let (px, pg, pw, pds) = (inp.x, inp.g, inp.w.unwrap_or(0), inp.dsum.unwrap_or(0));
     // RMSNorm kernels never read the mean.
     let pm = if spec.rms { 0u64 } else { inp.mean.ptr() };
     let pr = inp.rstd.ptr();
     let (rows, cols, rpc) = (spec.rows as i64, spec.cols as i64, rows_per_chunk as i64);
-    // SAFETY: x, g and dx (when non-null) hold rows*cols elements of x's dtype; w (when
-    // non-null) cols, mean and rstd rows, the partials (when non-null) chunks*cols of the
-    // compute dtype. The plan covers a row with one block, and its 16-byte accesses are aligned
-    // (RowPlan::new); chunks*rows_per_chunk >= rows.
+    // SAFETY: x, dx and dsum (when non-null) hold rows*cols elements of x's dtype, g and the
+    // addend's gradient (when non-null) rows*cols of g's; w (when non-null) cols, mean and
+    // rstd rows, the partials (when non-null) chunks*cols of the compute dtype. The plan
+    // covers a row with one block, and its 16-byte accesses are aligned (RowPlan::new);
+    // chunks*rows_per_chunk >= rows.
     unsafe {
         dev.launch(
             f,
             (chunks as u32, 1, 1),
             plan.threads,
             0,
-            &mut args![px, pg, pw, pm, pr, pdx, ppw, ppb, rows, cols, rpc],
+            &mut args![px, pg, pw, pm, pr, pdx, pds, pda, ppw, ppb, rows, cols, rpc],
         )?
     };
     Ok(partials)

@@ -29,6 +29,7 @@ const NORM_OP: &str = "rms_norm_linears";
 const NORM_SWIGLU_OP: &str = "rms_norm_swiglu";
 const SWIGLU_OP: &str = "swiglu_linear";
 const LINEAR_OP: &str = "linear_residual";
+const LINEARS_OP: &str = "linears";
 
 /// The most activation rows for which the fused kernel replaces the composition, with weights
 /// of `dtype` (the product's) and k columns: 4 on the tensor cores (BF16/F16), 2 otherwise.
@@ -79,17 +80,25 @@ impl Tensor {
             return plan.run(NORM_OP, Kind::Norm(eps), false);
         }
         let normed = self.rms_norm_as(Some(norm_weight), eps, amp::products_dtype(self))?;
-        // Training: one product with the weights side by side (q/k/v, or gate/up), split into
-        // views. cuBLAS runs one wide GEMM instead of several narrow ones each way, and the
-        // input's gradient is one product rather than a sum of several. Without gradients
-        // the separate products skip the weights' concatenation.
+        normed.linears(weights)
+    }
+
+    /// self Wᵢᵀ for each weight [nᵢ, k], as a layer's products of one input (q/k/v, or
+    /// gate/up): returns [.., nᵢ] for each weight.
+    pub fn linears(&self, weights: &[&Tensor]) -> Result<Vec<Tensor>> {
+        let k = features(LINEARS_OP, self)?;
+        check_weights(LINEARS_OP, self, k, weights)?;
+        // Training: one product with the weights side by side, split into views. cuBLAS runs
+        // one wide GEMM instead of several narrow ones each way, and the input's gradient is
+        // one product rather than a sum of several. Without gradients the separate products
+        // skip the weights' concatenation.
         let training = is_grad_enabled() && weights.iter().any(|w| w.requires_grad());
         if training && weights.len() > 1 {
             let fused = Tensor::cat(&weights.iter().map(|&w| w.clone()).collect::<Vec<_>>(), 0)?;
             let sizes: Vec<usize> = weights.iter().map(|w| w.shape()[0]).collect();
-            return linear(&normed, &fused)?.split_with_sizes(&sizes, -1);
+            return linear(self, &fused)?.split_with_sizes(&sizes, -1);
         }
-        weights.iter().map(|w| linear(&normed, w)).collect()
+        weights.iter().map(|w| linear(self, w)).collect()
     }
 
     /// SwiGLU's gated input from a norm: silu(n Gᵀ) * (n Uᵀ) where n is rms_norm(self,

@@ -20,6 +20,7 @@ pub mod norm;
 pub mod pool;
 pub mod quant_matmul;
 pub mod reduce;
+pub mod residual_norm;
 pub mod rope;
 pub mod softmax;
 pub mod sort;

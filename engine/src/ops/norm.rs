@@ -120,7 +120,7 @@ fn run_forward(
         |[x, w, b]| {
             let ptr = |(s, l): CudaOperand<'_>| s.ptr_at(l.offset());
             let (xs, xl) = x.ok_or_else(missing_input)?;
-            let out = cuda::norm_forward(xs, xl.offset(), w.map(ptr), b.map(ptr), spec, out)?;
+            let out = cuda::norm_forward(xs, xl.offset(), None, w.map(ptr), b.map(ptr), spec, out)?;
             Ok((out.y.into(), out.mean.into(), out.rstd.into()))
         },
     )?;
@@ -180,6 +180,8 @@ fn run_backward(
                 w: w.map(ptr),
                 mean,
                 rstd,
+                dsum: None,
+                addend_grad: false,
             };
             let out = cuda::norm_backward(inputs, x.0, spec, needs)?;
             Ok((

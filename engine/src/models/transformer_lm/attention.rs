@@ -10,6 +10,7 @@
 use super::kv_cache::KvCache;
 use super::mask::MaskSpec;
 use super::params::ParamSource;
+use super::residual::Residual;
 use super::rope::{Positions, Rotary};
 use super::LmConfig;
 use crate::nn::{prefixed, Linear, Module, RmsNorm, Summary};
@@ -76,37 +77,41 @@ impl Attention {
         x.unflatten(-1, &[heads, self.head_dim])?.transpose(1, 2)
     }
 
-    /// x + attention(norm(x)) for x [B, T, d_model], the normed input cast once for the
-    /// products. With plain dense weights the norm and the q/k/v products are one fused op, and
-    /// the output product takes the residual (`linear_residual`).
+    /// The stream after attention: x + attention(norm(x)) for the stream x [B, T, d_model],
+    /// the normed input cast once for the products. With plain dense weights and nothing
+    /// pending, the norm and the q/k/v products are one fused op; a pending output is added
+    /// by the norm (`Residual`), and the output product leaves its own pending or adds it.
     pub fn forward_residual(
         &self,
-        x: &Tensor,
+        stream: Residual,
         norm: &RmsNorm,
         rope: &Rotary,
         step: &Step,
-    ) -> Result<Tensor> {
+    ) -> Result<Residual> {
         let qkv = [&self.q_proj, &self.k_proj, &self.v_proj].map(Linear::plain_weight);
-        let [q, k, v] = match qkv {
-            [Some(wq), Some(wk), Some(wv)] => {
+        let (x, products) = match qkv {
+            [Some(wq), Some(wk), Some(wv)] if !stream.is_pending() => {
+                let x = stream.into_sum();
                 let out = x.rms_norm_linears(&norm.weight, norm.eps, &[wq, wk, wv])?;
-                <[Tensor; 3]>::try_from(out)
-                    .unwrap_or_else(|_| unreachable!("three weights give three products"))
+                (x, out)
             }
             _ => {
-                let normed = norm.forward_for_products(x)?;
-                [
-                    self.q_proj.forward(&normed)?,
-                    self.k_proj.forward(&normed)?,
-                    self.v_proj.forward(&normed)?,
-                ]
+                let (x, normed) = stream.normed_for_products(norm)?;
+                let out = match qkv {
+                    [Some(wq), Some(wk), Some(wv)] => normed.linears(&[wq, wk, wv])?,
+                    _ => vec![
+                        self.q_proj.forward(&normed)?,
+                        self.k_proj.forward(&normed)?,
+                        self.v_proj.forward(&normed)?,
+                    ],
+                };
+                (x, out)
             }
         };
+        let [q, k, v] = <[Tensor; 3]>::try_from(products)
+            .unwrap_or_else(|_| unreachable!("three weights give three products"));
         let out = self.attend(&q, &k, &v, rope, step)?;
-        match self.o_proj.plain_weight() {
-            Some(wo) => out.linear_residual(wo, Some(x)),
-            None => x.add(&self.o_proj.forward(&out)?),
-        }
+        Residual::after(x, &out, &self.o_proj)
     }
 
     /// The heads' attention of the projections q, k, v [B, T, heads * hd] before the output

@@ -3,6 +3,7 @@
 use super::attention::{Attention, Step};
 use super::feed_forward::SwiGlu;
 use super::params::ParamSource;
+use super::residual::Residual;
 use super::rope::Rotary;
 use super::LmConfig;
 use crate::nn::{prefixed, Module, RmsNorm, Summary};
@@ -28,15 +29,15 @@ impl Block {
 
     /// The residual stream stays in the parameters' dtype; under mixed precision each normed
     /// input is cast once for the products that share it. Each half (attention, feed-forward)
-    /// takes its norm and adds its residual itself, so with plain dense weights the norm, the
-    /// products and the residual fuse (`rms_norm_linears`, `linear_residual`,
-    /// `swiglu_linear`): one kernel each in a decode step.
-    pub fn forward(&self, x: &Tensor, rope: &Rotary, step: &Step) -> Result<Tensor> {
+    /// takes its norm and adds its residual itself (`Residual`): with plain dense weights in a
+    /// decode step the norm, the products and the residual fuse (`rms_norm_linears`,
+    /// `linear_residual`, `rms_norm_swiglu`), one kernel each; elsewhere each half's output is
+    /// added by the next norm.
+    pub fn forward(&self, stream: Residual, rope: &Rotary, step: &Step) -> Result<Residual> {
         let h = self
             .self_attn
-            .forward_residual(x, &self.input_layernorm, rope, step)?;
-        self.mlp
-            .forward_residual(&h, &self.post_attention_layernorm)
+            .forward_residual(stream, &self.input_layernorm, rope, step)?;
+        self.mlp.forward_residual(h, &self.post_attention_layernorm)
     }
 
     /// The printed form, in Hugging Face's child names.

@@ -2,6 +2,7 @@
 //! will be a second kind of feed-forward behind the same `forward`.
 
 use super::params::ParamSource;
+use super::residual::Residual;
 use super::LmConfig;
 use crate::nn::{prefixed, Linear, Module, RmsNorm, Summary};
 use crate::{Result, Tensor};
@@ -30,16 +31,34 @@ impl SwiGlu {
         self.down_proj.forward(&gated)
     }
 
-    /// x + forward(norm(x)), the normed input cast once for the products. With plain dense
-    /// weights this is two fused products (norm with gate and up, gated in their epilogue;
-    /// down with the residual); otherwise each projection's own forward.
-    pub fn forward_residual(&self, x: &Tensor, norm: &RmsNorm) -> Result<Tensor> {
-        let plain = [&self.gate_proj, &self.up_proj, &self.down_proj].map(Linear::plain_weight);
-        if let [Some(gate), Some(up), Some(down)] = plain {
-            let gated = x.rms_norm_swiglu(&norm.weight, norm.eps, gate, up)?;
-            return gated.linear_residual(down, Some(x));
-        }
-        x.add(&self.forward(&norm.forward_for_products(x)?)?)
+    /// The stream after the feed-forward: x + forward(norm(x)), the normed input cast once
+    /// for the products. With plain dense weights and nothing pending, the norm, gate and up
+    /// are one fused op (gated in their epilogue in a decode step); a pending output is added
+    /// by the norm (`Residual`), and the down product leaves its own pending or adds it.
+    pub fn forward_residual(&self, stream: Residual, norm: &RmsNorm) -> Result<Residual> {
+        let gate_up = [&self.gate_proj, &self.up_proj].map(Linear::plain_weight);
+        let (x, gated) = match gate_up {
+            [Some(gate), Some(up)] if !stream.is_pending() => {
+                let x = stream.into_sum();
+                let gated = x.rms_norm_swiglu(&norm.weight, norm.eps, gate, up)?;
+                (x, gated)
+            }
+            _ => {
+                let (x, normed) = stream.normed_for_products(norm)?;
+                let gated = match gate_up {
+                    [Some(gate), Some(up)] => {
+                        let gu = normed.linears(&[gate, up])?;
+                        gu[0].swiglu(&gu[1])?
+                    }
+                    _ => self
+                        .gate_proj
+                        .forward(&normed)?
+                        .swiglu(&self.up_proj.forward(&normed)?)?,
+                };
+                (x, gated)
+            }
+        };
+        Residual::after(x, &gated, &self.down_proj)
     }
 
     /// The printed form: the three projections.

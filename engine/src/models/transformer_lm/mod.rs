@@ -31,6 +31,7 @@ mod pretrained_tests;
 mod quantize;
 #[cfg(test)]
 mod quantize_tests;
+mod residual;
 mod rope;
 #[cfg(test)]
 mod tests;

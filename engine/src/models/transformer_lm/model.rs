@@ -7,6 +7,7 @@ use super::block::Block;
 use super::kv_cache::KvCache;
 use super::lora::LoraConfig;
 use super::params::{check_config_against, ParamSource};
+use super::residual::Residual;
 use super::rope::{Positions, Rotary};
 use super::LmConfig;
 use crate::nn::{prefixed, Embedding, Linear, Module, RmsNorm, Summary};
@@ -282,7 +283,7 @@ impl TransformerLm {
             };
             let bias = self.padding_bias(t, offset, &pads)?;
             let causal = self.layers.first().is_some_and(|l| l.self_attn.is_causal());
-            let mut x = self.embed_tokens.forward(&ids)?;
+            let mut x = Residual::new(self.embed_tokens.forward(&ids)?);
             for (i, layer) in self.layers.iter().enumerate() {
                 let step = Step {
                     positions,
@@ -293,12 +294,12 @@ impl TransformerLm {
                     },
                     cache: cache.as_deref().map(|c| (c, i)),
                 };
-                x = layer.forward(&x, &self.rope, &step)?;
+                x = layer.forward(x, &self.rope, &step)?;
             }
             if let Some(c) = cache {
                 c.advance(t);
             }
-            self.norm.forward(&x)
+            x.finish(&self.norm)
         })
     }
 
@@ -336,16 +337,16 @@ impl TransformerLm {
                 first: cache.first_keys(),
                 last: cache.cursor(),
             };
-            let mut x = self.embed_tokens.forward(ids)?;
+            let mut x = Residual::new(self.embed_tokens.forward(ids)?);
             for (i, layer) in self.layers.iter().enumerate() {
                 let step = Step {
                     positions,
                     visibility,
                     cache: Some((cache, i)),
                 };
-                x = layer.forward(&x, &self.rope, &step)?;
+                x = layer.forward(x, &self.rope, &step)?;
             }
-            self.norm.forward(&x)
+            x.finish(&self.norm)
         })
     }
 
