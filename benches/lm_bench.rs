@@ -353,7 +353,7 @@ fn timed(dev: &cuda::CudaDevice, mut f: impl FnMut() -> Result<()>) -> Result<f6
 /// Forward and forward+backward times of the parts of one training step at the bench shape:
 /// where the step's time goes.
 fn breakdown(dev: &cuda::CudaDevice, d: Device) -> Result<serde_json::Value> {
-    use rusting_brain::models::transformer_lm::{Positions, Rotary};
+    use rusting_brain::models::transformer_lm::{Positions, Residual, Rotary};
     let (batch, seq) = (arg("--batch", 16), arg("--seq", 1024));
     let mut c = LmConfig::new(50304, 768, 1, 12);
     c.max_seq_len = seq;
@@ -379,14 +379,21 @@ fn breakdown(dev: &cuda::CudaDevice, d: Device) -> Result<serde_json::Value> {
         rusting_brain::amp::autocast(bf16, || {
             block
                 .self_attn
-                .forward_residual(&x, &block.input_layernorm, &rope, &step())
+                .forward_residual(
+                    Residual::new(x.clone()),
+                    &block.input_layernorm,
+                    &rope,
+                    &step(),
+                )
+                .and_then(Residual::into_tensor)
         })
     };
     let mlp = || {
         rusting_brain::amp::autocast(bf16, || {
             block
                 .mlp
-                .forward_residual(&x, &block.post_attention_layernorm)
+                .forward_residual(Residual::new(x.clone()), &block.post_attention_layernorm)
+                .and_then(Residual::into_tensor)
         })
     };
     let head = || -> Result<Tensor> {

@@ -15,6 +15,7 @@
 //! dependently: each starts loading its first weights while the kernel before it finishes.
 
 use super::compile::DECODE_GEMV;
+use super::device::COUNTERS;
 use super::launch::{args, type_suffix};
 use super::{CudaDevice, CudaStorage};
 use crate::{DType, Error, Result};
@@ -146,6 +147,26 @@ fn prologue_apart(prologue: &Prologue, rows: usize, wdtype: DType) -> bool {
 /// n-tiles (8 activation rows each) of the tensor-core kernel for `rows` rows.
 fn mma_tiles(rows: usize) -> usize {
     rows.div_ceil(8)
+}
+
+/// Fewest 64-value chunks of k a split of the tensor-core kernel takes, so that its warps
+/// still have loads to keep in flight.
+const MIN_SPLIT_CHUNKS: usize = 4;
+
+/// How many ways the tensor-core kernel splits k for `tiles` tiles of 16 output rows: enough
+/// work units (tile, split) to give each of the `resident` blocks one, with splits of at least
+/// MIN_SPLIT_CHUNKS chunks; 1 when the tiles alone fill the device or a tile's count would not
+/// fit the device's counters. `RB_DECODE_SPLIT_K=0` turns splitting off (read once, for
+/// measuring).
+fn k_splits(tiles: usize, resident: usize, k: usize) -> usize {
+    static OFF: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    if *OFF.get_or_init(|| std::env::var("RB_DECODE_SPLIT_K").as_deref() == Ok("0"))
+        || tiles == 0
+        || tiles > COUNTERS
+    {
+        return 1;
+    }
+    (resident / tiles).min(k / 64 / MIN_SPLIT_CHUNKS).max(1)
 }
 
 /// Dynamic shared memory of a launch: the staged rows, the cross-warp sums and the norms.
@@ -427,12 +448,36 @@ pub fn decode_gemv(
         if tiles == 0 {
             continue;
         }
-        let grid = tiles.min(resident as usize) as u32;
-        // SAFETY: every span was checked against its storage (inputs rows × k, the norm weight
-        // k, weights n_i × k, the residual rows × n_0) and the 16-byte alignment the kernel's
-        // vector loads need; the outputs are fresh buffers of rows × n_i; `shared` is what the
-        // kernel carves for `rows` rows and was allowed on `f` by `blocks_per_sm`.
-        let params = &mut args![t, in0, in1, in_dt, aux_dt, res, res_dt, out_dt, rows32, k32, eps];
+        if !tensor_cores(k, wdtype) {
+            let grid = tiles.min(resident as usize) as u32;
+            // SAFETY: every span was checked against its storage (inputs rows × k, the norm
+            // weight k, weights n_i × k, the residual rows × n_0) and the 16-byte alignment the
+            // kernel's vector loads need; the outputs are fresh buffers of rows × n_i; `shared`
+            // is what the kernel carves for `rows` rows and was allowed on `f` by
+            // `blocks_per_sm`.
+            let params =
+                &mut args![t, in0, in1, in_dt, aux_dt, res, res_dt, out_dt, rows32, k32, eps];
+            unsafe { dev.launch(f, (grid, 1, 1), THREADS, shared as u32, params)? };
+            continue;
+        }
+        let splits = k_splits(tiles, resident as usize, k);
+        let units = tiles * splits;
+        // Each unit's sums: 128 a tile's 8-row n-tile, when a tile is split.
+        let partials = (splits > 1)
+            .then(|| CudaStorage::alloc(dev, units * mma_tiles(rows) * 128, DType::F32))
+            .transpose()?;
+        let (pp, pc) = (
+            partials.as_ref().map_or(0, CudaStorage::ptr),
+            dev.counters(),
+        );
+        let grid = units.min(resident as usize) as u32;
+        let splits32 = splits as i32;
+        // SAFETY: as above; besides, `partials` holds every unit's sums when splits > 1, and
+        // the tiles' counters lie within the device's (`k_splits`), which every launch leaves
+        // zero.
+        let params = &mut args![
+            t, in0, in1, in_dt, aux_dt, res, res_dt, out_dt, rows32, k32, eps, splits32, pp, pc
+        ];
         // The tensor-core kernels wait for the kernel before them after their first weight
         // loads (and before anything else), so they may start early where weights are fixed.
         unsafe {
@@ -463,6 +508,19 @@ mod tests {
         );
         assert_eq!(compiled_rows(3), (4, 8));
         assert_eq!(compiled_rows(9), (16, 4));
+    }
+
+    #[test]
+    fn k_is_split_when_the_tiles_leave_resident_blocks_idle() {
+        // The 1.1B layer at one row on 132 SMs x 8 blocks: o and down have 128 tiles, q/k/v
+        // 160, gate/up paired 704.
+        assert_eq!(k_splits(128, 1056, 5632), 8);
+        assert_eq!(k_splits(128, 1056, 2048), 8);
+        assert_eq!(k_splits(160, 1056, 2048), 6);
+        assert_eq!(k_splits(704, 1056, 2048), 1);
+        // Two chunks of k cannot be split into splits of four.
+        assert_eq!(k_splits(4, 1056, 128), 1);
+        assert_eq!(k_splits(COUNTERS + 1, usize::MAX, 1 << 20), 1);
     }
 
     #[test]

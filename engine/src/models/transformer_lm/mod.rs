@@ -49,5 +49,6 @@ pub use gguf_export::{export_gguf, storage_type, GgufDType, GgufExport, GgufExpo
 pub use kv_cache::KvCache;
 pub use lora::{is_adapter_name, LoraConfig, LORA_TARGETS};
 pub use model::{Precision, TransformerLm};
+pub use residual::Residual;
 pub use rope::{Positions, Rotary};
 pub use train::{evaluate, train_step, Evaluation};

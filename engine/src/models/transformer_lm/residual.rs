@@ -37,6 +37,14 @@ impl Residual {
         self.sum
     }
 
+    /// The stream with its pending output added (for callers that take a half on its own).
+    pub fn into_tensor(self) -> Result<Tensor> {
+        match self.pending {
+            Some(output) => self.sum.add(&output),
+            None => Ok(self.sum),
+        }
+    }
+
     /// The stream `x` after a half whose output product reads `input`: x + input Wᵀ of
     /// `linear`, added in the product's epilogue when the fused decode kernel runs it, else
     /// pending.
