@@ -512,11 +512,11 @@ __device__ void decode_gemv_mma_impl(const GemvTargets& t, const void* in0, cons
                                      const void* res, int res_dt, int out_dt, int rows, int k, float eps,
                                      int splits, float* partials, u32* counters) {
     extern __shared__ uint4 gemv_smem[];
-    __shared__ int completes;
     const int stride = gemv_mma_stride(k);
     W* xs = reinterpret_cast<W*>(gemv_smem);
     float* red = reinterpret_cast<float*>(xs + (i64)rows * stride); // [GEMV_WARPS][NT][16 x 8]
     float* rstd = red + GEMV_WARPS * NT * 128;                      // [rows]
+    int* completes = reinterpret_cast<int*>(rstd + rows);           // whether a split completes its tile
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int g = lane >> 2, q = lane & 3;
     const i64 total_rows = gemv_total_rows(t);
@@ -623,12 +623,12 @@ __device__ void decode_gemv_mma_impl(const GemvTargets& t, const void* in0, cons
             __syncthreads();
             if (threadIdx.x == 0) {
                 u32* counter = counters + tile;
-                completes = atomicAdd(counter, 1u) + 1u == (u32)splits;
+                *completes = atomicAdd(counter, 1u) + 1u == (u32)splits;
                 // Every split has counted: leave the counter zero for the next launch.
-                if (completes) *counter = 0u;
+                if (*completes) *counter = 0u;
             }
             __syncthreads();
-            if (!completes) continue;
+            if (!*completes) continue;
             __threadfence();
             for (int o = threadIdx.x; o < NT * 128; o += GEMV_THREADS) {
                 float v = 0.f;

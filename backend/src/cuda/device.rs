@@ -237,21 +237,31 @@ impl CudaDevice {
         self.sm_count
     }
 
-    /// The most shared memory one block may use once its kernel opts in
+    /// The most shared memory, static and dynamic, one block may use once its kernel opts in
     /// (`allow_all_shared`); a launch may take 48 KB without opting in.
     pub fn shared_limit(&self) -> usize {
         self.shared_optin
     }
 
-    /// Lets kernel `f` (loaded on this device) take up to `shared_limit` bytes of dynamic
-    /// shared memory beside `static_bytes` of its own.
-    pub(crate) fn allow_all_shared(&self, f: sys::CUfunction, static_bytes: usize) -> Result<()> {
+    /// Lets kernel `f` (loaded on this device) take as much dynamic shared memory as the
+    /// device allows a block beside the kernel's own static shared memory, and returns that
+    /// many bytes.
+    pub(crate) fn allow_all_shared(&self, f: sys::CUfunction) -> Result<usize> {
         self.bind()?;
-        let attr = sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES;
-        let bytes = self.shared_optin.saturating_sub(static_bytes) as i32;
+        use sys::CUfunction_attribute::{
+            CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES as MAX_DYNAMIC,
+            CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES as STATIC,
+        };
         // SAFETY: `f` is loaded in this device's context, which `bind` made current.
-        unsafe { result::function::set_function_attribute(f, attr, bytes) }
-            .map_err(|e| Error::Cuda(format!("cuFuncSetAttribute(shared {bytes}): {e:?}")))
+        let static_bytes = unsafe { result::function::get_function_attribute(f, STATIC) }
+            .map_err(|e| Error::Cuda(format!("cuFuncGetAttribute(static shared): {e:?}")))?;
+        let bytes = self
+            .shared_optin
+            .saturating_sub(static_bytes.max(0) as usize);
+        // SAFETY: as above.
+        unsafe { result::function::set_function_attribute(f, MAX_DYNAMIC, bytes as i32) }
+            .map_err(|e| Error::Cuda(format!("cuFuncSetAttribute(shared {bytes}): {e:?}")))?;
+        Ok(bytes)
     }
 
     /// The stream this thread's work goes to: the capture lane's while it captures, else the

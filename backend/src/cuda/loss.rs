@@ -152,8 +152,7 @@ fn rows_kernel(
             let threads = gradient_block();
             let blocks = dev.sm_count() as usize * (1024 / threads as usize);
             let row = spec.cols * 4;
-            let shared = if stage_rows() && row + CE_STATIC_SHARED <= dev.shared_limit() {
-                dev.allow_all_shared(f, CE_STATIC_SHARED)?;
+            let shared = if stage_rows() && row <= dev.allow_all_shared(f)? {
                 row
             } else {
                 0
@@ -171,9 +170,6 @@ fn rows_kernel(
     unsafe { out.launch(f, (grid, block, shared), x, x_offset, t, spec, Some(pd))? };
     Ok((out, dx))
 }
-
-/// `ce_rows_*`'s own shared memory (two [32] F32 scratch arrays), beside a staged row.
-const CE_STATIC_SHARED: usize = 256;
 
 /// Whether the loss-and-gradient kernel keeps each row in shared memory between its passes:
 /// yes unless `RB_CE_STAGE=0` (read once, for measuring).
