@@ -480,11 +480,6 @@ RB_DECODE_GEMV_TYPES(cast, GEMV_CAST)
 // A lane issues MMA_BATCH chunks' loads (4 x 16 bytes each) before it multiplies any, and the
 // first tile's before the prologue: launched dependently (programmatic dependent launch), a
 // kernel's first weights stream in while the kernel before it finishes.
-// Split k: with fewer tiles than resident blocks (o and down of a 1.1B layer have 128), a
-// tile's chunks are split `splits` ways, a work unit being (tile, split) with a tile's splits
-// adjacent so that they run in one wave. Each unit stores its sums in `partials`; the unit
-// that completes the tile's count in `counters` (the last to finish) sums the splits in
-// order and runs the epilogue, so a run still repeats bit for bit.
 
 #define MMA_BATCH 4
 
@@ -509,32 +504,24 @@ __device__ __forceinline__ void gemv_mma_word(float (&acc)[4], const uint4& lo, 
 // output dtype (kernels/swiglu.cu's expression).
 template <class W, int NT, int PRO, bool PAIR>
 __device__ void decode_gemv_mma_impl(const GemvTargets& t, const void* in0, const void* in1, int in_dt, int aux_dt,
-                                     const void* res, int res_dt, int out_dt, int rows, int k, float eps,
-                                     int splits, float* partials, u32* counters) {
+                                     const void* res, int res_dt, int out_dt, int rows, int k, float eps) {
     extern __shared__ uint4 gemv_smem[];
     const int stride = gemv_mma_stride(k);
     W* xs = reinterpret_cast<W*>(gemv_smem);
     float* red = reinterpret_cast<float*>(xs + (i64)rows * stride); // [GEMV_WARPS][NT][16 x 8]
     float* rstd = red + GEMV_WARPS * NT * 128;                      // [rows]
-    int* completes = reinterpret_cast<int*>(rstd + rows);           // whether a split completes its tile
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int g = lane >> 2, q = lane & 3;
     const i64 total_rows = gemv_total_rows(t);
     const int chunks = k / 64;
     const i64 row_bytes = (i64)k * sizeof(W);
     constexpr int STEP = GEMV_WARPS * MMA_BATCH; // chunks a warp moves on by per work item
-    const i64 units = (total_rows + 15) / 16 * splits;
-    // Chunks [first, end) of k belong to split u % splits of unit u's tile.
-    auto first_chunk = [&](i64 u) { return (int)(u % splits * chunks / splits); };
-    auto end_chunk = [&](i64 u) { return (int)((u % splits + 1) * chunks / splits); };
 
-    // A warp's work items are (unit, its next MMA_BATCH chunks of k). The weights of the next
+    // A warp's work items are (tile, its next MMA_BATCH chunks of k). The weights of the next
     // item are loaded as soon as the current one is multiplied, so they are in flight during
-    // the sums at the end of a unit and the start of the next.
+    // the sums at the end of a tile and the start of the next.
     uint4 lo[MMA_BATCH][2], hi[MMA_BATCH][2];
-    auto load = [&](i64 unit, int c0) {
-        const i64 tile = unit / splits;
-        const int c_end = end_chunk(unit);
+    auto load = [&](i64 tile, int c0) {
         // Rows past the end read the last row again (an L2 hit) and are not stored.
         const i64 half = total_rows / 2;
         const i64 r_lo = PAIR ? min(tile * 8 + g, half - 1) : min(tile * 16 + g, total_rows - 1);
@@ -544,7 +531,7 @@ __device__ void decode_gemv_mma_impl(const GemvTargets& t, const void* in0, cons
 #pragma unroll
         for (int b = 0; b < MMA_BATCH; ++b) {
             const int c = c0 + b * GEMV_WARPS;
-            if (c < c_end) {
+            if (c < chunks) {
 #pragma unroll
                 for (int w = 0; w < 2; ++w) {
                     lo[b][w] = __ldg(w_lo + (i64)c * 8 + w);
@@ -553,27 +540,25 @@ __device__ void decode_gemv_mma_impl(const GemvTargets& t, const void* in0, cons
             }
         }
     };
-    i64 unit = blockIdx.x;
-    if (unit < units) load(unit, first_chunk(unit) + warp);
+    i64 tile = blockIdx.x;
+    if (tile * 16 < total_rows) load(tile, warp);
     // The weights are no kernel's output (the host launches this kernel dependently only
     // where that holds); the activations and every write wait for the kernel before.
     rb_grid_release();
     rb_grid_wait();
     gemv_stage<W, PRO>(in0, in1, in_dt, aux_dt, rows, k, eps, xs, stride, rstd);
 
-    for (; unit < units; unit += gridDim.x) {
-        const i64 tile = unit / splits;
-        const int c_end = end_chunk(unit);
+    for (; tile * 16 < total_rows; tile += gridDim.x) {
         float acc[NT][4];
 #pragma unroll
         for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
             for (int i = 0; i < 4; ++i) acc[nt][i] = 0.f;
-        for (int c0 = first_chunk(unit) + warp; c0 < c_end; c0 += STEP) {
+        for (int c0 = warp; c0 < chunks; c0 += STEP) {
 #pragma unroll
             for (int b = 0; b < MMA_BATCH; ++b) {
                 const int c = c0 + b * GEMV_WARPS; // the same for every lane of the warp
-                if (c < c_end) {
+                if (c < chunks) {
 #pragma unroll
                     for (int nt = 0; nt < NT; ++nt) {
                         const int r = nt * 8 + g;
@@ -588,14 +573,14 @@ __device__ void decode_gemv_mma_impl(const GemvTargets& t, const void* in0, cons
                     }
                 }
             }
-            // The next work item: this unit's next chunks, or the next unit's first ones.
-            i64 next_unit = unit;
+            // The next work item: this tile's next chunks, or the next tile's first ones.
+            i64 next_tile = tile;
             int next_c0 = c0 + STEP;
-            if (next_c0 >= c_end) {
-                next_unit = unit + gridDim.x;
-                next_c0 = next_unit < units ? first_chunk(next_unit) + warp : 0;
+            if (next_c0 >= chunks) {
+                next_tile = tile + gridDim.x;
+                next_c0 = warp;
             }
-            if (next_unit < units) load(next_unit, next_c0);
+            if (next_tile * 16 < total_rows) load(next_tile, next_c0);
         }
         // C: acc[nt][0..1] at weight row g and activation rows nt * 8 + 2q, + 1; [2..3] at g + 8.
 #pragma unroll
@@ -607,43 +592,18 @@ __device__ void decode_gemv_mma_impl(const GemvTargets& t, const void* in0, cons
             mine[(g + 8) * 8 + 2 * q + 1] = acc[nt][3];
         }
         __syncthreads();
-        // The unit's sums, warps in order, into warp 0's slice (each thread reads and writes
-        // only its own o); with splits, through `partials` to the tile's last unit.
-        for (int o = threadIdx.x; o < NT * 128; o += GEMV_THREADS) {
-            float v = 0.f;
-#pragma unroll
-            for (int w = 0; w < GEMV_WARPS; ++w) v += red[w * NT * 128 + o];
-            if (splits > 1) partials[unit * NT * 128 + o] = v;
-            else red[o] = v;
-        }
-        if (splits > 1) {
-            // threadFenceReduction's pattern: every writer fences before the count, the
-            // completing unit after it, and reads past L1.
-            __threadfence();
-            __syncthreads();
-            if (threadIdx.x == 0) {
-                u32* counter = counters + tile;
-                *completes = atomicAdd(counter, 1u) + 1u == (u32)splits;
-                // Every split has counted: leave the counter zero for the next launch.
-                if (*completes) *counter = 0u;
-            }
-            __syncthreads();
-            if (!*completes) continue;
-            __threadfence();
-            for (int o = threadIdx.x; o < NT * 128; o += GEMV_THREADS) {
-                float v = 0.f;
-                for (int sp = 0; sp < splits; ++sp) v += __ldcg(partials + (tile * splits + sp) * NT * 128 + o);
-                red[o] = v;
-            }
-        }
-        __syncthreads();
         if (PAIR) {
             const i64 n = total_rows / 2;
             for (int o = threadIdx.x; o < NT * 64; o += GEMV_THREADS) {
                 const int nt = o / 64, at = o % 64, m = at / 8, r = nt * 8 + at % 8;
                 const i64 gr = tile * 8 + m;
                 if (r < rows && gr < n) {
-                    float a = red[nt * 128 + at], u = red[nt * 128 + at + 64];
+                    float a = 0.f, u = 0.f;
+#pragma unroll
+                    for (int w = 0; w < GEMV_WARPS; ++w) {
+                        a += red[(w * NT + nt) * 128 + at];
+                        u += red[(w * NT + nt) * 128 + at + 64];
+                    }
                     a = to_f(from_f<W>(a));
                     u = to_f(from_f<W>(u));
                     gemv_store1(reinterpret_cast<void*>(t.y[0]), out_dt, (i64)r * n + gr,
@@ -654,7 +614,12 @@ __device__ void decode_gemv_mma_impl(const GemvTargets& t, const void* in0, cons
             for (int o = threadIdx.x; o < NT * 128; o += GEMV_THREADS) {
                 const int nt = o / 128, at = o % 128, m = at / 8, r = nt * 8 + at % 8;
                 const i64 gr = tile * 16 + m;
-                if (r < rows && gr < total_rows) gemv_finish<W>(t, gr, r, red[nt * 128 + at], res, res_dt, out_dt);
+                if (r < rows && gr < total_rows) {
+                    float s = 0.f;
+#pragma unroll
+                    for (int w = 0; w < GEMV_WARPS; ++w) s += red[(w * NT + nt) * 128 + at];
+                    gemv_finish<W>(t, gr, r, s, res, res_dt, out_dt);
+                }
             }
         }
         // `red` is rewritten by the next tile.
@@ -665,9 +630,8 @@ __device__ void decode_gemv_mma_impl(const GemvTargets& t, const void* in0, cons
 #define RB_DECODE_GEMV_MMA(pro, PRO, name, W, NT, PAIR, sfx)                                                         \
     extern "C" __global__ void __launch_bounds__(GEMV_THREADS) decode_gemv_mma_##pro##_##name##_n##NT##sfx(          \
         GemvTargets t, const void* in0, const void* in1, int in_dt, int aux_dt, const void* res, int res_dt,          \
-        int out_dt, int rows, int k, float eps, int splits, float* partials, u32* counters) {                          \
-        decode_gemv_mma_impl<W, NT, PRO, PAIR>(t, in0, in1, in_dt, aux_dt, res, res_dt, out_dt, rows, k, eps, splits, \
-                                               partials, counters);                                                   \
+        int out_dt, int rows, int k, float eps) {                                                                     \
+        decode_gemv_mma_impl<W, NT, PRO, PAIR>(t, in0, in1, in_dt, aux_dt, res, res_dt, out_dt, rows, k, eps);       \
     }
 #define RB_DECODE_GEMV_MMA_TYPES(pro, PRO, PAIR, sfx)          \
     RB_DECODE_GEMV_MMA(pro, PRO, bf16, bf16, 1, PAIR, sfx)     \

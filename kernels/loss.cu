@@ -130,12 +130,11 @@ RB_FOR_FLOAT_TYPES(RB_CE_BWD)
 // counted row (the mean's scale is applied later). A block takes a row at a time:
 // - pass 1 streams the row in 16-byte words: the online logsumexp (exp2 of log2e-scaled
 //   logits), the sum for smoothing, and, from thread 0, the target's logit;
-// - pass 2 writes the gradient, streamed past L2 (`__stcs`).
-// Pass 2 needs the row again. When the launch gives the block dynamic shared memory for the
-// whole row (201 KB for 50,304 logits fits one block an SM on Hopper), pass 1 keeps its words
-// there and pass 2 reads them back, so the row crosses memory once. Each thread reads back only
-// the words it wrote, so the passes need no barrier between them. Without the room, pass 2
-// reads the row again as a last use (`__ldcs`), from L2 if it is still there.
+// - pass 2 reads the row again and writes the gradient. The host launches one block per SM, so
+//   the rows in flight (132 rows of 50,304 logits: 27 MB) may still be in L2, and pass 2 reads
+//   them as a last use (`__ldcs`) and streams the gradient out (`__stcs`) past L2.
+// Holding the row in shared memory between the passes instead (201 KB, one block an SM) was
+// measured no faster on the H200 (docs/baseline.md, 2026-12-04, second session).
 // The forward alone (dx null) is the cross_entropy op's forward for F32 logits.
 #define RB_LOG2E 1.4426950408889634f
 
@@ -206,24 +205,16 @@ template <class Load, class Use> __device__ __forceinline__ void ce_words(i64 wo
     for (; w < words; w += step) use(w, load(w));
 }
 
-__device__ __forceinline__ u32 dynamic_shared_bytes() {
-    u32 n;
-    asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(n));
-    return n;
-}
-
 template <class TO>
 __device__ void ce_rows_impl(const float* x, const i64* t, float* loss, float* lse_out, float* valid, TO* dx,
                              i64 rows, i64 cols, i64 ignore, double smoothing, u32* err) {
     __shared__ float sm[32], ss[32];
-    extern __shared__ float4 ce_row[];
     const float base = (float)smoothing / (float)cols, hit = 1.f - (float)smoothing;
     // 16-byte words when every row starts on one (and the gradient's 8- or 16-byte words with it);
     // then cols is a multiple of 4 and there is no scalar tail.
     const bool vec = (cols & 3) == 0 && (reinterpret_cast<unsigned long long>(x) & 15) == 0 &&
                      (reinterpret_cast<unsigned long long>(dx) & (4 * sizeof(TO) - 1)) == 0;
     const i64 words = vec ? cols >> 2 : 0;
-    const bool staged = dx != nullptr && words > 0 && words * 16 <= (i64)dynamic_shared_bytes();
     const int step = blockDim.x;
     for (i64 r = blockIdx.x; r < rows; r += gridDim.x) {
         const i64 target = t[r];
@@ -246,11 +237,7 @@ __device__ void ce_rows_impl(const float* x, const i64* t, float* loss, float* l
         }
         float m = -INFINITY, s = 0.f, sx = 0.f;
         ce_words(
-            words, [&](i64 w) { return __ldg(x4 + w); },
-            [&](i64 w, float4 v) {
-                if (staged) ce_row[w] = v;
-                ce_take4(m, s, sx, v);
-            });
+            words, [&](i64 w) { return __ldg(x4 + w); }, [&](i64, float4 v) { ce_take4(m, s, sx, v); });
         for (i64 k = words * 4 + threadIdx.x; k < cols; k += step) ce_take1(m, s, sx, xr[k]);
         block_lse(m, s, sm, ss);
         sx = block_sum(sx, sm);
@@ -266,7 +253,7 @@ __device__ void ce_rows_impl(const float* x, const i64* t, float* loss, float* l
         if (dr == nullptr) continue;
         const float shift = l * RB_LOG2E;
         ce_words(
-            words, [&](i64 w) { return staged ? ce_row[w] : __ldcs(x4 + w); },
+            words, [&](i64 w) { return __ldcs(x4 + w); },
             [&](i64 w, float4 v) { ce_grad4(dr, v, w * 4, target, shift, base, hit); });
         for (i64 k = words * 4 + threadIdx.x; k < cols; k += step)
             dr[k] = from_acc<TO>(ce_grad(xr[k], k, target, shift, base, hit));

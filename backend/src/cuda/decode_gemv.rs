@@ -15,7 +15,6 @@
 //! dependently: each starts loading its first weights while the kernel before it finishes.
 
 use super::compile::DECODE_GEMV;
-use super::device::COUNTERS;
 use super::launch::{args, type_suffix};
 use super::{CudaDevice, CudaStorage};
 use crate::{DType, Error, Result};
@@ -149,32 +148,11 @@ fn mma_tiles(rows: usize) -> usize {
     rows.div_ceil(8)
 }
 
-/// Fewest 64-value chunks of k a split of the tensor-core kernel takes, so that its warps
-/// still have loads to keep in flight.
-const MIN_SPLIT_CHUNKS: usize = 4;
-
-/// How many ways the tensor-core kernel splits k for `tiles` tiles of 16 output rows: enough
-/// work units (tile, split) to give each of the `resident` blocks one, with splits of at least
-/// MIN_SPLIT_CHUNKS chunks; 1 when the tiles alone fill the device or a tile's count would not
-/// fit the device's counters. `RB_DECODE_SPLIT_K=0` turns splitting off (read once, for
-/// measuring).
-fn k_splits(tiles: usize, resident: usize, k: usize) -> usize {
-    static OFF: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    if *OFF.get_or_init(|| std::env::var("RB_DECODE_SPLIT_K").as_deref() == Ok("0"))
-        || tiles == 0
-        || tiles > COUNTERS
-    {
-        return 1;
-    }
-    (resident / tiles).min(k / 64 / MIN_SPLIT_CHUNKS).max(1)
-}
-
-/// Dynamic shared memory of a launch: the staged rows, the cross-warp sums and the norms (and
-/// on the tensor cores a flag for split k).
+/// Dynamic shared memory of a launch: the staged rows, the cross-warp sums and the norms.
 fn shared_bytes(rows: usize, k: usize, dtype: DType) -> usize {
     if tensor_cores(k, dtype) {
         let sums = WARPS * mma_tiles(rows) * 16 * 8;
-        return rows * mma_stride(k) * dtype.size_in_bytes() + (sums + MAX_ROWS + 1) * 4;
+        return rows * mma_stride(k) * dtype.size_in_bytes() + (sums + MAX_ROWS) * 4;
     }
     let (rt, rb) = compiled_rows(rows);
     rows * k * dtype.size_in_bytes() + (WARPS * rb * rt + rt) * 4
@@ -449,36 +427,12 @@ pub fn decode_gemv(
         if tiles == 0 {
             continue;
         }
-        if !tensor_cores(k, wdtype) {
-            let grid = tiles.min(resident as usize) as u32;
-            // SAFETY: every span was checked against its storage (inputs rows × k, the norm
-            // weight k, weights n_i × k, the residual rows × n_0) and the 16-byte alignment the
-            // kernel's vector loads need; the outputs are fresh buffers of rows × n_i; `shared`
-            // is what the kernel carves for `rows` rows and was allowed on `f` by
-            // `blocks_per_sm`.
-            let params =
-                &mut args![t, in0, in1, in_dt, aux_dt, res, res_dt, out_dt, rows32, k32, eps];
-            unsafe { dev.launch(f, (grid, 1, 1), THREADS, shared as u32, params)? };
-            continue;
-        }
-        let splits = k_splits(tiles, resident as usize, k);
-        let units = tiles * splits;
-        // Each unit's sums: 128 a tile's 8-row n-tile, when a tile is split.
-        let partials = (splits > 1)
-            .then(|| CudaStorage::alloc(dev, units * mma_tiles(rows) * 128, DType::F32))
-            .transpose()?;
-        let (pp, pc) = (
-            partials.as_ref().map_or(0, CudaStorage::ptr),
-            dev.counters(),
-        );
-        let grid = units.min(resident as usize) as u32;
-        let splits32 = splits as i32;
-        // SAFETY: as above; besides, `partials` holds every unit's sums when splits > 1, and
-        // the tiles' counters lie within the device's (`k_splits`), which every launch leaves
-        // zero.
-        let params = &mut args![
-            t, in0, in1, in_dt, aux_dt, res, res_dt, out_dt, rows32, k32, eps, splits32, pp, pc
-        ];
+        let grid = tiles.min(resident as usize) as u32;
+        // SAFETY: every span was checked against its storage (inputs rows × k, the norm weight
+        // k, weights n_i × k, the residual rows × n_0) and the 16-byte alignment the kernel's
+        // vector loads need; the outputs are fresh buffers of rows × n_i; `shared` is what the
+        // kernel carves for `rows` rows and was allowed on `f` by `blocks_per_sm`.
+        let params = &mut args![t, in0, in1, in_dt, aux_dt, res, res_dt, out_dt, rows32, k32, eps];
         // The tensor-core kernels wait for the kernel before them after their first weight
         // loads (and before anything else), so they may start early where weights are fixed.
         unsafe {
@@ -499,7 +453,7 @@ mod tests {
         // BF16 with k a multiple of 32 is the tensor-core form: padded rows, 2 n-tiles of sums.
         assert_eq!(
             shared_bytes(16, 5632, DType::BF16),
-            16 * 5640 * 2 + (8 * 2 * 128 + 16 + 1) * 4
+            16 * 5640 * 2 + (8 * 2 * 128 + 16) * 4
         );
         assert!(shared_bytes(16, 5632, DType::BF16) <= 227 << 10);
         assert!(shared_bytes(16, 5632, DType::F32) > 227 << 10);
@@ -509,19 +463,6 @@ mod tests {
         );
         assert_eq!(compiled_rows(3), (4, 8));
         assert_eq!(compiled_rows(9), (16, 4));
-    }
-
-    #[test]
-    fn k_is_split_when_the_tiles_leave_resident_blocks_idle() {
-        // The 1.1B layer at one row on 132 SMs x 8 blocks: o and down have 128 tiles, q/k/v
-        // 160, gate/up paired 704.
-        assert_eq!(k_splits(128, 1056, 5632), 8);
-        assert_eq!(k_splits(128, 1056, 2048), 8);
-        assert_eq!(k_splits(160, 1056, 2048), 6);
-        assert_eq!(k_splits(704, 1056, 2048), 1);
-        // Two chunks of k cannot be split into splits of four.
-        assert_eq!(k_splits(4, 1056, 128), 1);
-        assert_eq!(k_splits(COUNTERS + 1, usize::MAX, 1 << 20), 1);
     }
 
     #[test]

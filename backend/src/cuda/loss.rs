@@ -32,7 +32,7 @@ pub fn cross_entropy_forward(
         let f = dev.function(&LOSS, &format!("ce_fwd_{}", type_suffix(x.dtype())))?;
         let (grid, block) = row_geometry(spec, dev.sm_count());
         // SAFETY: x holds rows*cols logits, t rows i64s, the outputs rows compute values each.
-        unsafe { out.launch(f, (grid, block, 0), x, x_offset, t, spec, None)? };
+        unsafe { out.launch(f, (grid, block), x, x_offset, t, spec, None)? };
     }
     Ok(out)
 }
@@ -53,8 +53,7 @@ pub fn cross_entropy_with_gradient(
 
 impl CrossEntropyRows {
     /// Launches a row kernel that writes these outputs: `ce_fwd_*`, or with `dx` (a gradient
-    /// pointer, 0 for none) `ce_rows_*`, whose signature has it after the row outputs, with
-    /// `shared` bytes of dynamic shared memory.
+    /// pointer, 0 for none) `ce_rows_*`, whose signature has it after the row outputs.
     ///
     /// # Safety
     /// `f` is one of those kernels; x holds rows*cols logits from `x_offset`, `t` points at rows
@@ -63,7 +62,7 @@ impl CrossEntropyRows {
     unsafe fn launch(
         &self,
         f: cudarc::driver::sys::CUfunction,
-        (grid, block, shared): (u32, u32, u32),
+        (grid, block): (u32, u32),
         x: &CudaStorage,
         x_offset: usize,
         t: u64,
@@ -88,11 +87,11 @@ impl CrossEntropyRows {
         match dx {
             None => {
                 let mut a = args![px, t, pl, pe, pv, rows, cols, ignore, smoothing, err];
-                dev.launch(f, grid, block, shared, &mut a)
+                dev.launch(f, grid, block, 0, &mut a)
             }
             Some(pd) => {
                 let mut a = args![px, t, pl, pe, pv, pd, rows, cols, ignore, smoothing, err];
-                dev.launch(f, grid, block, shared, &mut a)
+                dev.launch(f, grid, block, 0, &mut a)
             }
         }
     }
@@ -145,37 +144,20 @@ fn rows_kernel(
         return Ok((out, dx));
     }
     let f = dev.function(&LOSS, name)?;
-    // With a gradient, 1024 threads on each SM, each block holding its row in shared memory
-    // between the passes when it fits (else the row is read again, from L2 at best).
-    let (grid, block, shared) = match grad {
+    // With a gradient, 1024 threads on each SM keep the rows between the passes in L2.
+    let (grid, block) = match grad {
         Some(_) if spec.cols >= 4096 => {
             let threads = gradient_block();
             let blocks = dev.sm_count() as usize * (1024 / threads as usize);
-            let row = spec.cols * 4;
-            let shared = if stage_rows() && row <= dev.allow_all_shared(f)? {
-                row
-            } else {
-                0
-            };
-            (spec.rows.min(blocks) as u32, threads, shared as u32)
+            (spec.rows.min(blocks) as u32, threads)
         }
-        _ => {
-            let (grid, block) = row_geometry(spec, dev.sm_count());
-            (grid, block, 0)
-        }
+        _ => row_geometry(spec, dev.sm_count()),
     };
     let pd = dx.as_ref().map_or(0, |d| d.ptr());
     // SAFETY: x holds rows*cols F32 logits, t rows i64s, the three row outputs rows F32s each,
-    // dx (when not null) rows*cols of the gradient's dtype; `shared` was allowed on `f`.
-    unsafe { out.launch(f, (grid, block, shared), x, x_offset, t, spec, Some(pd))? };
+    // dx (when not null) rows*cols of the gradient's dtype.
+    unsafe { out.launch(f, (grid, block), x, x_offset, t, spec, Some(pd))? };
     Ok((out, dx))
-}
-
-/// Whether the loss-and-gradient kernel keeps each row in shared memory between its passes:
-/// yes unless `RB_CE_STAGE=0` (read once, for measuring).
-fn stage_rows() -> bool {
-    static STAGE: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *STAGE.get_or_init(|| std::env::var("RB_CE_STAGE").as_deref() != Ok("0"))
 }
 
 /// Threads a block of the loss-and-gradient kernel on long rows: 1024 (one block an SM), unless
