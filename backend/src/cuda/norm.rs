@@ -260,6 +260,7 @@ pub fn norm_forward(
     })
 }
 
+/// `y` (rows * cols contiguous elements) in dtype `out`: itself, or a converted copy.
 fn cast_to(y: CudaStorage, spec: NormSpec, out: DType) -> Result<CudaStorage> {
     if y.dtype() == out {
         return Ok(y);

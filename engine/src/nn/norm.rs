@@ -115,17 +115,23 @@ impl RmsNorm {
         x.rms_norm_as(Some(&self.weight), self.eps, crate::amp::products_dtype(x))
     }
 
-    /// x + addend, and that sum normed into `dtype`: a residual add and the norm after it as
-    /// one op (`Tensor::add_rms_norm_as`).
+    /// x + addend (x alone without one), and that sum normed into `dtype`: a residual add and
+    /// the norm after it as one op (`Tensor::add_rms_norm_as`).
     pub fn add_forward_as(
         &self,
         x: &Tensor,
-        addend: &Tensor,
+        addend: Option<&Tensor>,
         dtype: crate::DType,
     ) -> Result<(Tensor, Tensor)> {
         let layer = || format!("RMSNorm({})", self.weight.shape()[0]);
         check_trailing(layer, x, self.weight.shape())?;
-        x.add_rms_norm_as(addend, &self.weight, self.eps, dtype)
+        match addend {
+            Some(a) => x.add_rms_norm_as(a, &self.weight, self.eps, dtype),
+            None => Ok((
+                x.clone(),
+                x.rms_norm_as(Some(&self.weight), self.eps, dtype)?,
+            )),
+        }
     }
 
     /// Wraps an existing weight [dim].

@@ -76,16 +76,6 @@ impl Residual {
     }
 
     fn add_and_norm(self, norm: &RmsNorm, dtype: DType) -> Result<(Tensor, Tensor)> {
-        match self.pending {
-            Some(output) => norm.add_forward_as(&self.sum, &output, dtype),
-            None => {
-                let normed = if dtype == self.sum.dtype() {
-                    norm.forward(&self.sum)?
-                } else {
-                    norm.forward_for_products(&self.sum)?
-                };
-                Ok((self.sum, normed))
-            }
-        }
+        norm.add_forward_as(&self.sum, self.pending.as_ref(), dtype)
     }
 }
