@@ -106,3 +106,70 @@ fn a_run_of_one_reduces_its_gradients_in_buckets_and_keeps_them() {
         assert_eq!(&got, want, "parameter {i}");
     }
 }
+
+/// A language model's backward with the gradients reduced during it: every bucket starts
+/// before the backward returns (on the communicator's stream, while the device's stream goes
+/// on), and once `finish` orders the device's stream after them the gradients are those of a
+/// plain backward, bit for bit, a run of one summing nothing.
+#[test]
+fn a_backward_starts_every_bucket_before_it_returns_and_keeps_the_gradients() {
+    use rusting_brain::dist::buckets;
+    use rusting_brain::models::transformer_lm::{LmConfig, TransformerLm};
+    use rusting_brain::nn::Module;
+    let Some(dev) = cuda::device_for_test("a_backward_starts_every_bucket_before_it_returns")
+    else {
+        return;
+    };
+    let mut config = LmConfig::new(300, 64, 2, 8);
+    config.n_kv_heads = 2;
+    config.ffn_hidden = 96;
+    config.max_seq_len = 64;
+    let model = TransformerLm::new_on(
+        config,
+        &mut rusting_brain::Generator::new(7),
+        DType::F32,
+        dev,
+    )
+    .unwrap();
+    let params: Vec<Tensor> = model
+        .named_parameters()
+        .into_iter()
+        .map(|(_, p)| p)
+        .collect();
+    let ids = Tensor::randint(
+        0,
+        300,
+        &[2, 33],
+        Some(&mut rusting_brain::Generator::new(8)),
+    )
+    .unwrap()
+    .to_device(dev)
+    .unwrap();
+    let window = |from| ids.narrow(1, from, 32).unwrap().contiguous().unwrap();
+    let (x, y) = (window(0), window(1));
+    let grads = |params: &[Tensor]| -> Vec<Vec<f64>> {
+        let out = params
+            .iter()
+            .map(|p| p.grad().unwrap().to_vec_f64().unwrap())
+            .collect();
+        params.iter().for_each(|p| p.set_grad(None));
+        out
+    };
+    model.loss(&x, &y).unwrap().backward().unwrap();
+    let want = grads(&params);
+
+    let bucket_bytes = 16 << 10;
+    let sizes: Vec<_> = params.iter().map(|p| (p.numel(), p.dtype())).collect();
+    let planned = buckets::plan(&sizes, bucket_bytes).len();
+    assert!(planned > 4, "{planned} buckets");
+    let dist = Dist::single();
+    let mut reducer = dist.grad_reducer(&params, bucket_bytes);
+    model
+        .loss(&x, &y)
+        .unwrap()
+        .backward_notifying(None, false, &mut |leaf| reducer.gradient_ready(leaf))
+        .unwrap();
+    assert_eq!(reducer.started(), planned, "started during the backward");
+    reducer.finish().unwrap();
+    assert!(grads(&params) == want, "the gradients changed");
+}

@@ -93,6 +93,33 @@ fn driver_err(what: &str) -> impl Fn(result::DriverError) -> Error + '_ {
     move |e| Error::Cuda(format!("{what}: {e:?}"))
 }
 
+/// Makes `later` wait for what is queued on `earlier` so far (two streams of the bound
+/// context): a capture lane after the device's stream, or a collective after the kernels that
+/// wrote its input.
+pub(crate) fn order_after(earlier: sys::CUstream, later: sys::CUstream) -> Result<()> {
+    let mut event: sys::CUevent = std::ptr::null_mut();
+    // SAFETY: a fresh event recorded on one stream and waited on by the other, both of the
+    // bound context; destroying it after the wait is queued is allowed.
+    unsafe {
+        sys::cuEventCreate(
+            &mut event,
+            sys::CUevent_flags::CU_EVENT_DISABLE_TIMING as u32,
+        )
+        .result()
+        .map_err(driver_err("cuEventCreate"))?;
+        let r = sys::cuEventRecord(event, earlier)
+            .result()
+            .map_err(driver_err("cuEventRecord"))
+            .and_then(|_| {
+                sys::cuStreamWaitEvent(later, event, 0)
+                    .result()
+                    .map_err(driver_err("cuStreamWaitEvent"))
+            });
+        sys::cuEventDestroy_v2(event);
+        r
+    }
+}
+
 static AVAILABLE: OnceLock<std::result::Result<usize, String>> = OnceLock::new();
 static DEVICES: Mutex<Vec<Option<Arc<CudaDevice>>>> = Mutex::new(Vec::new());
 

@@ -14,6 +14,7 @@
 //! in it: inputs and outputs live in buffers made before the capture, which the replays read
 //! and overwrite in place.
 
+use super::device::order_after;
 use super::CudaDevice;
 use crate::{Error, Result};
 use cudarc::driver::sys;
@@ -104,26 +105,6 @@ impl CudaGraph {
         check("cuGraphLaunch", unsafe {
             sys::cuGraphLaunch(self.exec, self.device.main_stream())
         })
-    }
-}
-
-/// Makes `later` wait for what is queued on `earlier` so far.
-fn order_after(earlier: sys::CUstream, later: sys::CUstream) -> Result<()> {
-    let mut event: sys::CUevent = std::ptr::null_mut();
-    // SAFETY: a fresh event recorded on one stream and waited on by the other, both of the
-    // bound context; destroying it after the wait is queued is allowed.
-    unsafe {
-        check(
-            "cuEventCreate",
-            sys::cuEventCreate(
-                &mut event,
-                sys::CUevent_flags::CU_EVENT_DISABLE_TIMING as u32,
-            ),
-        )?;
-        let r = check("cuEventRecord", sys::cuEventRecord(event, earlier))
-            .and_then(|_| check("cuStreamWaitEvent", sys::cuStreamWaitEvent(later, event, 0)));
-        sys::cuEventDestroy_v2(event);
-        r
     }
 }
 

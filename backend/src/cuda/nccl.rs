@@ -3,12 +3,19 @@
 //! time like the other CUDA libraries, and probed first, because cudarc panics on a missing
 //! library and a panic would end a REPL session.
 //!
+//! The collectives run on a stream of the communicator's own, each after the work queued on
+//! the device's stream before it, so a bucket of gradients is summed across ranks while the
+//! device's stream goes on with the backward; the device's stream waits for them only where
+//! it next needs the sums (`wait_for_started`).
+//!
 //! NVLink multicast (NVLS) stays off: `brain launch` sets `NCCL_NVLS_ENABLE=0`, and nothing
 //! here calls `cuMulticastCreate`.
 
+use super::device::order_after;
 use super::optim::DevSlice;
 use super::CudaDevice;
 use crate::{DType, Error, Result};
+use cudarc::driver::{result as driver, sys as driver_sys};
 use cudarc::nccl::{result, sys};
 use std::sync::Arc;
 
@@ -35,16 +42,18 @@ pub fn unique_id() -> Result<[u8; UNIQUE_ID_BYTES]> {
     Ok(id.internal.map(|c| c as u8))
 }
 
-/// This process's member of a communicator over `world_size` ranks, on `dev`'s stream.
+/// This process's member of a communicator over `world_size` ranks, on `dev`.
 pub struct Communicator {
     comm: sys::ncclComm_t,
     dev: Arc<CudaDevice>,
+    /// Where the collectives run, beside the device's stream.
+    stream: driver_sys::CUstream,
     pub rank: usize,
     pub world_size: usize,
 }
 
-// SAFETY: the communicator is used through `&self` from one thread at a time (the engine's
-// single stream); NCCL communicators may move between threads.
+// SAFETY: the communicator and its stream are used through `&self` from one thread at a time
+// (the engine's single stream); NCCL communicators may move between threads.
 unsafe impl Send for Communicator {}
 unsafe impl Sync for Communicator {}
 
@@ -70,34 +79,45 @@ impl Communicator {
             internal: id.map(|b| b as std::ffi::c_char),
         };
         dev.bind()?;
+        let stream = driver::stream::create(driver::stream::StreamKind::NonBlocking)
+            .map_err(|e| Error::Cuda(format!("cuStreamCreate: {e:?}")))?;
         let mut comm: sys::ncclComm_t = std::ptr::null_mut();
         // SAFETY: the device's context is current; `comm` receives the new communicator.
-        unsafe {
+        let joined = unsafe {
             result::comm_init_rank(&mut comm, to_int(world_size)?, unique, to_int(rank)?)
-                .map_err(|e| nccl_error("ncclCommInitRank", e))?;
+                .map_err(|e| nccl_error("ncclCommInitRank", e))
+        };
+        if let Err(e) = joined {
+            // SAFETY: the stream was made above and nothing was queued on it.
+            let _ = unsafe { driver::stream::destroy(stream) };
+            return Err(e);
         }
         Ok(Communicator {
             comm,
             dev: dev.clone(),
+            stream,
             rank,
             world_size,
         })
     }
 
-    /// Sums each of `xs` over every rank, in place, as one NCCL group (one launch for a
-    /// bucket of gradients, without copying them into one buffer first), queued on the
-    /// device's stream after the work that wrote them.
+    /// Starts summing each of `xs` over every rank, in place, as one NCCL group (one launch for
+    /// a bucket of gradients, without copying them into one buffer first). It runs on the
+    /// communicator's stream after the work queued on the device's stream so far (the kernels
+    /// that wrote `xs`); the device's stream does not wait for it until `wait_for_started`.
     ///
     /// # Safety
     /// Each slice must address live device memory of its size and dtype on this
-    /// communicator's device, and every rank must call this with the same sizes and dtypes in
-    /// the same order.
-    pub unsafe fn all_reduce_sum_group(&self, xs: &[DevSlice]) -> Result<()> {
+    /// communicator's device, which nothing queued on the device's stream reads or writes
+    /// before `wait_for_started`, and every rank must call this with the same sizes and dtypes
+    /// in the same order.
+    pub unsafe fn start_all_reduce_sum_group(&self, xs: &[DevSlice]) -> Result<()> {
         let types = xs
             .iter()
             .map(|x| nccl_dtype(x.dtype))
             .collect::<Result<Vec<_>>>()?;
         self.dev.bind()?;
+        order_after(self.dev.stream(), self.stream)?;
         result::group_start().map_err(|e| nccl_error("ncclGroupStart", e))?;
         let mut queued = Ok(());
         for (x, dtype) in xs.iter().zip(types) {
@@ -109,7 +129,7 @@ impl Communicator {
                 dtype,
                 sys::ncclRedOp_t::ncclSum,
                 self.comm,
-                self.dev.stream() as sys::cudaStream_t,
+                self.stream as sys::cudaStream_t,
             )
             .map(|_| ())
             .map_err(|e| nccl_error("ncclAllReduce", e));
@@ -120,6 +140,13 @@ impl Communicator {
         // The group is closed whatever happened inside it.
         let closed = result::group_end().map_err(|e| nccl_error("ncclGroupEnd", e));
         queued.and(closed.map(|_| ()))
+    }
+
+    /// Makes the work queued on the device's stream from now on wait for every collective
+    /// started so far.
+    pub fn wait_for_started(&self) -> Result<()> {
+        self.dev.bind()?;
+        order_after(self.stream, self.dev.stream())
     }
 }
 
@@ -142,8 +169,13 @@ fn nccl_dtype(dtype: DType) -> Result<sys::ncclDataType_t> {
 impl Drop for Communicator {
     fn drop(&mut self) {
         if self.dev.bind().is_ok() {
-            // SAFETY: the communicator was made by `join` and is destroyed once.
-            let _ = unsafe { result::comm_destroy(self.comm) };
+            // SAFETY: the communicator and its stream were made by `join` and are destroyed
+            // once, the stream after the collectives queued on it have finished.
+            unsafe {
+                let _ = driver::stream::synchronize(self.stream);
+                let _ = result::comm_destroy(self.comm);
+                let _ = driver::stream::destroy(self.stream);
+            }
         }
     }
 }

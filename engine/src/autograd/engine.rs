@@ -15,6 +15,20 @@ impl Tensor {
     /// Backpropagates `grad` (default: ones for a one-element tensor). With `retain_graph` the
     /// saved tensors stay, so backward can run through the same graph again.
     pub fn backward_with(&self, grad: Option<Tensor>, retain_graph: bool) -> Result<()> {
+        self.backward_notifying(grad, retain_graph, &mut |_| Ok(()))
+    }
+
+    /// `backward_with`, calling `on_leaf` with each leaf as soon as its gradient from this
+    /// backward is in: right after the last op that feeds it, so the rest of the backward is
+    /// still to be queued. A data-parallel trainer starts reducing a bucket of gradients there,
+    /// while the device works through the earlier layers (DDP's overlap). A leaf that gets no
+    /// gradient is not reported.
+    pub fn backward_notifying(
+        &self,
+        grad: Option<Tensor>,
+        retain_graph: bool,
+        on_leaf: &mut dyn FnMut(&Tensor) -> Result<()>,
+    ) -> Result<()> {
         if !self.requires_grad() {
             return Err(Error::Backward("the tensor does not require grad (no input had requires_grad set, or it was computed under no_grad)".into()));
         }
@@ -38,18 +52,32 @@ impl Tensor {
         // Per node (or leaf), one gradient slot per output, summed as consumers contribute.
         let mut grads: HashMap<usize, Vec<Option<Tensor>>> = HashMap::new();
         merge(&mut grads, &root, grad)?;
-        for edge in topological_order(root) {
-            let Some(slots) = grads.remove(&edge.key()) else {
-                continue;
+        let order = topological_order(root);
+        let last_use = last_consumers(&order);
+        // A leaf's gradient is complete once its last consumer has run; it is accumulated
+        // there, not at the leaf's own (late) place in the order. Only a root that is itself a
+        // leaf is reached in the loop with its slot still there.
+        let mut finish_leaf =
+            |grads: &mut HashMap<usize, Vec<Option<Tensor>>>, t: &Tensor| match grads
+                .remove(&t.id())
+                .and_then(|mut slots| slots[0].take())
+            {
+                Some(g) => {
+                    t.accumulate_grad(&g)?;
+                    on_leaf(t)
+                }
+                None => Ok(()),
             };
-            let node = match &edge {
+        for (at, edge) in order.iter().enumerate() {
+            let node = match edge {
                 Edge::Leaf(t) => {
-                    if let Some(g) = &slots[0] {
-                        t.accumulate_grad(g)?;
-                    }
+                    finish_leaf(&mut grads, t)?;
                     continue;
                 }
                 Edge::Op { node, .. } => node,
+            };
+            let Some(slots) = grads.remove(&edge.key()) else {
+                continue;
             };
             let input_grads = {
                 let mut slot = node.backward.lock().unwrap_or_else(|e| e.into_inner());
@@ -90,9 +118,31 @@ impl Tensor {
                 };
                 merge(&mut grads, input, ig)?;
             }
+            for input in node.inputs.iter().flatten() {
+                if let Edge::Leaf(t) = input {
+                    if last_use.get(&t.id()) == Some(&at) {
+                        finish_leaf(&mut grads, t)?;
+                    }
+                }
+            }
         }
         Ok(())
     }
+}
+
+/// For each leaf, the position in `order` of the last op that takes it as an input.
+fn last_consumers(order: &[Edge]) -> HashMap<usize, usize> {
+    let mut last = HashMap::new();
+    for (at, edge) in order.iter().enumerate() {
+        if let Edge::Op { node, .. } = edge {
+            for input in node.inputs.iter().flatten() {
+                if let Edge::Leaf(t) = input {
+                    last.insert(t.id(), at);
+                }
+            }
+        }
+    }
+    last
 }
 
 /// Adds `g` into the slot of `edge`'s output.
@@ -141,6 +191,8 @@ fn topological_order(root: Edge) -> Vec<Edge> {
 mod tests {
     use crate::autograd::Backward;
     use crate::{DType, Error, Result, Tensor};
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
 
     /// A recorded op whose backward is missing, as a new op's would be before it is written.
     struct Missing;
@@ -152,6 +204,58 @@ mod tests {
         fn backward(&self, _: &Tensor, _: &[bool]) -> Result<Vec<Option<Tensor>>> {
             Err(Error::NoBackward { op: self.name() })
         }
+    }
+
+    /// An identity op whose backward notes that it ran.
+    struct Probe(Arc<AtomicBool>);
+
+    impl Backward for Probe {
+        fn name(&self) -> &'static str {
+            "probe"
+        }
+        fn backward(&self, grad: &Tensor, _: &[bool]) -> Result<Vec<Option<Tensor>>> {
+            self.0.store(true, Ordering::SeqCst);
+            Ok(vec![Some(grad.clone())])
+        }
+    }
+
+    /// A leaf used only near the loss is reported, with its gradient in, before the backward
+    /// reaches the ops under it: a data-parallel trainer reduces it while those still run.
+    /// Each leaf is reported once, a leaf used twice after both uses.
+    #[test]
+    fn a_leaf_is_reported_once_right_after_its_last_consumer() {
+        let leaf = |v: f64| {
+            Tensor::from_f64s(&[v, v + 1.0], &[2], DType::F64)
+                .unwrap()
+                .requires_grad_()
+                .unwrap()
+        };
+        let (x, w1, w2) = (leaf(0.5), leaf(2.0), leaf(-1.0));
+        let ran = Arc::new(AtomicBool::new(false));
+        let h = x.mul(&w1).unwrap();
+        let h = h.detach().recorded(&[&h], || Probe(ran.clone()));
+        // h first: the walk's order puts w2 last among the leaves.
+        let loss = h.mul(&w2).unwrap().add(&x).unwrap().sum().unwrap();
+        let mut reported = Vec::new();
+        loss.backward_notifying(None, false, &mut |t| {
+            let name = [(&x, "x"), (&w1, "w1"), (&w2, "w2")]
+                .iter()
+                .find(|(p, _)| p.id() == t.id())
+                .map(|(_, n)| *n)
+                .unwrap();
+            assert!(t.grad().is_some(), "{name} is reported with its gradient");
+            reported.push((name, ran.load(Ordering::SeqCst)));
+            Ok(())
+        })
+        .unwrap();
+        reported.sort();
+        assert_eq!(
+            reported,
+            [("w1", true), ("w2", false), ("x", true)],
+            "(leaf, whether the op under w2 had run when it was reported)"
+        );
+        // x's gradient holds both of its uses: w1 * w2 from the product, 1 from the add.
+        assert_eq!(x.grad().unwrap().to_vec_f64().unwrap(), [-1.0, 1.0]);
     }
 
     #[test]

@@ -13,6 +13,7 @@ pub mod buckets;
 mod reduce;
 mod store;
 
+pub use reduce::GradReducer;
 pub use store::FileStore;
 
 use crate::backend::cuda::nccl::{self, Communicator};

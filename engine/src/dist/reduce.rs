@@ -6,10 +6,7 @@ use super::Dist;
 use crate::backend::cuda::optim::DevSlice;
 use crate::backend::Storage;
 use crate::{Device, Error, Result, Tensor};
-
-/// Gradient buckets of about this many bytes: few enough NCCL launches, and (once they go out
-/// during the backward) early enough to overlap it; PyTorch DDP's default.
-pub const BUCKET_BYTES: usize = 25 << 20;
+use std::collections::HashMap;
 
 /// The device range of a CUDA tensor whose elements fill it without gaps in some order (a
 /// contiguous tensor or a permutation of one, such as a weight's gradient kept in the
@@ -54,18 +51,69 @@ impl Dist {
     /// through NCCL too on CUDA (a communicator of one); on the CPU a run of one leaves `t` as
     /// it is, and more ranks are an error (NCCL reduces device memory only).
     pub fn all_reduce_sum_(&self, t: &Tensor) -> Result<()> {
-        self.all_reduce_group(std::slice::from_ref(t))
+        let ts = std::slice::from_ref(t);
+        self.start_group(ts)?;
+        self.wait_for_started(ts)
     }
 
-    /// Sums every tensor of `ts` over the ranks, in place, as one NCCL group. All on one device.
-    fn all_reduce_group(&self, ts: &[Tensor]) -> Result<()> {
-        let Some(first) = ts.first() else {
+    /// Sums the gradients of `params` over the ranks, in place, bucket by bucket (the
+    /// gradients already computed; a trainer that reduces during its backward uses
+    /// [`GradReducer`]). A parameter without a gradient is an error when there are several
+    /// ranks: another rank may have one, and the collectives would no longer pair up.
+    pub fn all_reduce_grads(&self, params: &[Tensor]) -> Result<()> {
+        self.grad_reducer(params, buckets::DEFAULT_BUCKET_BYTES)
+            .finish()
+    }
+
+    /// A reducer for the gradients of `params` that one backward is about to compute, in
+    /// buckets of about `bucket_bytes` ([`buckets::DEFAULT_BUCKET_BYTES`] unless a test wants more of them).
+    pub fn grad_reducer(&self, params: &[Tensor], bucket_bytes: usize) -> GradReducer<'_> {
+        let sizes: Vec<_> = params.iter().map(|p| (p.numel(), p.dtype())).collect();
+        let buckets = buckets::plan(&sizes, bucket_bytes);
+        GradReducer {
+            dist: self,
+            index: params
+                .iter()
+                .enumerate()
+                .map(|(i, p)| (p.id(), i))
+                .collect(),
+            params: params.to_vec(),
+            readiness: buckets::Readiness::new(&buckets, params.len()),
+            started: vec![false; buckets.len()],
+            buckets,
+        }
+    }
+
+    /// Starts summing every tensor of `ts` over the ranks, in place, as one NCCL group on the
+    /// communicator's stream. All on one device.
+    fn start_group(&self, ts: &[Tensor]) -> Result<()> {
+        let Some(ordinal) = self.reduced_on(ts)? else {
             return Ok(());
         };
-        let ordinal = match first.device() {
-            Device::Cpu if self.world_size == 1 => return Ok(()),
-            Device::Cpu => return Err(cpu_ranks()),
-            Device::Cuda(n) => n,
+        let slices = ts
+            .iter()
+            .map(|t| dense_slice("all_reduce", t))
+            .collect::<Result<Vec<_>>>()?;
+        let comm = self.communicator(ordinal)?;
+        // SAFETY: each slice is its tensor's own dense range on `ordinal`, the communicator's
+        // device; every rank reduces the same tensors in the same order, and the device's
+        // stream touches them again only after `wait_for_started`.
+        unsafe { comm.start_all_reduce_sum_group(&slices) }
+    }
+
+    /// Makes the device's stream (that of `ts`) wait for the sums started so far.
+    fn wait_for_started(&self, ts: &[Tensor]) -> Result<()> {
+        match self.reduced_on(ts)? {
+            Some(ordinal) => self.communicator(ordinal)?.wait_for_started(),
+            None => Ok(()),
+        }
+    }
+
+    /// The CUDA device `ts` are reduced on; `None` when there is nothing to do (no tensors, or
+    /// CPU tensors in a run of one).
+    fn reduced_on(&self, ts: &[Tensor]) -> Result<Option<usize>> {
+        let Some(first) = ts.first() else {
+            return Ok(None);
         };
         if let Some(t) = ts.iter().find(|t| t.device() != first.device()) {
             return Err(Error::invalid(
@@ -77,51 +125,152 @@ impl Dist {
                 ),
             ));
         }
-        let slices = ts
-            .iter()
-            .map(|t| dense_slice("all_reduce", t))
-            .collect::<Result<Vec<_>>>()?;
-        let comm = self.communicator(ordinal)?;
-        // SAFETY: each slice is its tensor's own dense range on `ordinal`, the communicator's
-        // device; every rank reduces the same tensors in the same order.
-        unsafe { comm.all_reduce_sum_group(&slices) }
+        match first.device() {
+            Device::Cpu if self.world_size == 1 => Ok(None),
+            Device::Cpu => Err(cpu_ranks()),
+            Device::Cuda(n) => Ok(Some(n)),
+        }
+    }
+}
+
+/// The all-reduce of one backward's gradients, bucket by bucket: the backward reports each
+/// parameter whose gradient is complete (`Tensor::backward_notifying`), and a bucket starts
+/// across the ranks as soon as all of its gradients are in, on the communicator's stream,
+/// while the device goes on with the earlier layers. `finish` starts what is left and makes
+/// the device's stream wait for the sums, before the optimizer reads them.
+pub struct GradReducer<'a> {
+    dist: &'a Dist,
+    params: Vec<Tensor>,
+    /// A parameter's index by its tensor's id.
+    index: HashMap<usize, usize>,
+    buckets: Vec<buckets::Bucket>,
+    readiness: buckets::Readiness,
+    started: Vec<bool>,
+}
+
+impl GradReducer<'_> {
+    /// Notes that `leaf`'s gradient is complete (a leaf that is not one of the parameters is
+    /// passed over), and starts its bucket if that was the last gradient it waited for.
+    pub fn gradient_ready(&mut self, leaf: &Tensor) -> Result<()> {
+        let Some(&p) = self.index.get(&leaf.id()) else {
+            return Ok(());
+        };
+        match self.readiness.mark(p) {
+            Some(b) => self.start(b),
+            None => Ok(()),
+        }
     }
 
-    /// Sums the gradients of `params` over the ranks, in place, in buckets of about
-    /// `BUCKET_BYTES` from the last parameter back (the order a backward finishes them), each
-    /// bucket one NCCL group. A parameter without a gradient is an error when there are
-    /// several ranks: another rank may have one, and the collectives would no longer pair up.
-    pub fn all_reduce_grads(&self, params: &[Tensor]) -> Result<()> {
-        let mut grads = Vec::with_capacity(params.len());
-        for (i, p) in params.iter().enumerate() {
-            let g = p.grad();
-            if g.is_none() && self.world_size > 1 {
+    /// How many buckets have started so far.
+    pub fn started(&self) -> usize {
+        self.started.iter().filter(|&&s| s).count()
+    }
+
+    /// Starts every bucket not started yet, in plan order (the same on every rank), and makes
+    /// the device's stream wait for all of them.
+    pub fn finish(mut self) -> Result<()> {
+        if self.dist.world_size > 1 {
+            if let Some((i, p)) = self
+                .params
+                .iter()
+                .enumerate()
+                .find(|(_, p)| p.grad().is_none())
+            {
                 return Err(Error::invalid(
                     "all_reduce",
                     format!(
                         "parameter {i} {:?} has no gradient on rank {}: every rank must reduce \
                          the same gradients",
                         p.shape(),
-                        self.rank
+                        self.dist.rank
                     ),
                 ));
             }
-            grads.push(g);
         }
-        // A missing gradient (a run of one) plans as empty, and no bucket holds an empty one.
-        let sizes: Vec<_> = grads
+        for b in 0..self.buckets.len() {
+            if !self.started[b] {
+                self.start(b)?;
+            }
+        }
+        let grads: Vec<Tensor> = self.params.iter().filter_map(Tensor::grad).collect();
+        self.dist.wait_for_started(&grads[..grads.len().min(1)])
+    }
+
+    /// Starts bucket `b`: its gradients, as one group (a missing one, in a run of one, is
+    /// left out).
+    fn start(&mut self, b: usize) -> Result<()> {
+        self.started[b] = true;
+        let members: Vec<Tensor> = self.buckets[b]
+            .params
             .iter()
-            .zip(params)
-            .map(|(g, p)| (g.as_ref().map_or(0, Tensor::numel), p.dtype()))
+            .filter_map(|&i| self.params[i].grad())
             .collect();
-        for bucket in buckets::plan(&sizes, BUCKET_BYTES) {
-            let members: Vec<Tensor> = bucket
-                .params
-                .iter()
-                .filter_map(|&i| grads[i].clone())
-                .collect();
-            self.all_reduce_group(&members)?;
-        }
-        Ok(())
+        self.dist.start_group(&members)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::DType;
+
+    /// A chain of layers y = tanh(w_i * y + b_i): the backward completes the last layer's
+    /// parameters first, and a bucket per parameter starts the moment its gradient is in, so
+    /// every bucket has started before the backward returns; the gradients are unchanged (a
+    /// run of one on the CPU sums nothing).
+    #[test]
+    fn every_bucket_starts_during_the_backward_that_completes_it() {
+        let mut g = crate::Generator::new(3);
+        let params: Vec<Tensor> = (0..6)
+            .map(|_| {
+                Tensor::randn(&[4], DType::F32, Some(&mut g))
+                    .unwrap()
+                    .requires_grad_()
+                    .unwrap()
+            })
+            .collect();
+        let x = Tensor::randn(&[4], DType::F32, Some(&mut g)).unwrap();
+        let forward = || {
+            let mut y = x.clone();
+            for layer in params.chunks(2) {
+                y = y
+                    .mul(&layer[0])
+                    .unwrap()
+                    .add(&layer[1])
+                    .unwrap()
+                    .tanh()
+                    .unwrap();
+            }
+            y.sum().unwrap()
+        };
+        forward().backward().unwrap();
+        let want: Vec<Vec<f64>> = params
+            .iter()
+            .map(|p| p.grad().unwrap().to_vec_f64().unwrap())
+            .collect();
+        params.iter().for_each(|p| p.set_grad(None));
+
+        let dist = Dist::single();
+        // One parameter a bucket: 16 bytes each.
+        let mut reducer = dist.grad_reducer(&params, 16);
+        let mut started = Vec::new();
+        forward()
+            .backward_notifying(None, false, &mut |leaf| {
+                reducer.gradient_ready(leaf)?;
+                started.push(reducer.started());
+                Ok(())
+            })
+            .unwrap();
+        assert_eq!(
+            started,
+            [1, 2, 3, 4, 5, 6],
+            "one more bucket with each gradient"
+        );
+        reducer.finish().unwrap();
+        let got: Vec<Vec<f64>> = params
+            .iter()
+            .map(|p| p.grad().unwrap().to_vec_f64().unwrap())
+            .collect();
+        assert_eq!(got, want);
     }
 }

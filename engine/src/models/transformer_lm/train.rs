@@ -2,6 +2,7 @@
 //! call while the parts (`loss`, `backward`, `step`) stay available to write by hand.
 
 use super::TransformerLm;
+use crate::dist::buckets::DEFAULT_BUCKET_BYTES;
 use crate::optim::{Optimizer, StepOutcome};
 use crate::{no_grad, Device, Error, Result, Tensor};
 
@@ -11,9 +12,11 @@ use crate::{no_grad, Device, Error, Result, Tensor};
 /// caller's choice: on CUDA a read waits for the step).
 ///
 /// Under `brain launch` the batch is every rank's micro-batches together: each loss is scaled
-/// by 1/(n * ranks), the gradients are summed across ranks (NCCL) before the step, and so is
-/// the returned loss. Every rank then steps the same gradients, so the norm every rank clips
-/// by, and whether a non-finite step is skipped, agree without further exchange.
+/// by 1/(n * ranks), the gradients are summed across ranks (NCCL) and so is the returned loss.
+/// The sums start during the last micro-batch's backward, a bucket as soon as its gradients
+/// are in, and overlap the rest of it; the earlier micro-batches only accumulate. Every rank
+/// then steps the same gradients, so the norm every rank clips by, and whether a non-finite
+/// step is skipped, agree without further exchange.
 pub fn train_step(
     model: &TransformerLm,
     opt: &mut dyn Optimizer,
@@ -27,9 +30,17 @@ pub fn train_step(
     let scale = 1.0 / (micro_batches.len() * ranks) as f64;
     opt.zero_grad();
     let mut total: Option<Tensor> = None;
-    for (x, y) in micro_batches {
+    let params = opt.core().tensors();
+    for (i, (x, y)) in micro_batches.iter().enumerate() {
         let loss = model.loss(x, y)?;
-        loss.mul_scalar(scale)?.backward()?;
+        let scaled = loss.mul_scalar(scale)?;
+        if dist.reduces() && i + 1 == micro_batches.len() {
+            let mut reducer = dist.grad_reducer(&params, DEFAULT_BUCKET_BYTES);
+            scaled.backward_notifying(None, false, &mut |leaf| reducer.gradient_ready(leaf))?;
+            reducer.finish()?;
+        } else {
+            scaled.backward()?;
+        }
         let part = loss.detach().mul_scalar(scale)?;
         total = Some(match total {
             Some(t) => t.add(&part)?,
@@ -39,7 +50,6 @@ pub fn train_step(
     // Non-empty input makes total Some.
     let total = total.ok_or_else(|| Error::invalid("train_step", "no batches"))?;
     if dist.reduces() {
-        dist.all_reduce_grads(&opt.core().tensors())?;
         dist.all_reduce_sum_(&total)?;
     }
     let outcome = opt.step()?;
