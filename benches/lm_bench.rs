@@ -29,7 +29,7 @@ use rusting_brain::models::transformer_lm::generate::{
 use rusting_brain::models::transformer_lm::{train_step, LmConfig, TransformerLm};
 use rusting_brain::nn::Module;
 use rusting_brain::ops::quant_matmul::QuantizedMatrix;
-use rusting_brain::optim::{AdamW, AdamWConfig};
+use rusting_brain::optim::{AdamW, AdamWConfig, Optimizer};
 use rusting_brain::{DType, Device, Error, Generator, Result, Tensor};
 use serde_json::json;
 use std::time::Instant;
@@ -44,6 +44,12 @@ fn flag(name: &str) -> Option<String> {
 }
 
 /// A numeric flag; under `--shape`, the named shape's value unless the flag is given.
+/// `--shard-state`: ZeRO-1 (`Optimizer::shard_state`); with the launcher's variables set
+/// (RB_RANK, RB_WORLD_SIZE, RB_DIST_DIR) `train_step` reduces through NCCL, a run of one too.
+fn sharded_state() -> bool {
+    std::env::args().any(|a| a == "--shard-state")
+}
+
 fn arg(name: &str, default: usize) -> usize {
     let shaped = match flag("--shape").as_deref() {
         Some("1.1b") => match name {
@@ -101,6 +107,10 @@ fn setup(d: Device) -> Result<Setup> {
             ..Default::default()
         },
     )?;
+    let mut opt = opt;
+    if sharded_state() {
+        opt.shard_state()?;
+    }
     let mut gen = Generator::new(1);
     let x = Tensor::randint(0, c.vocab_size as i64, &[batch, seq], Some(&mut gen))?.to_device(d)?;
     let y = Tensor::randint(0, c.vocab_size as i64, &[batch, seq], Some(&mut gen))?.to_device(d)?;
@@ -136,6 +146,7 @@ fn train(dev: &cuda::CudaDevice, d: Device) -> Result<serde_json::Value> {
         "name": format!("rusting_brain llama {} train, bf16 mixed", flag("--shape").unwrap_or_else(|| format!("{}x{}", c.d_model, c.n_layers))),
         "params_m": (n / 1e5).round() / 10.0,
         "batch": batch, "seq": seq,
+        "reduces": rusting_brain::dist::current()?.reduces(), "shard_state": sharded_state(),
         "step_ms": (dt * 1e5).round() / 100.0,
         "tokens_per_s": (tk / dt).round(),
         "mfu_pct_of_989tf": (flops / dt / 989e12 * 1000.0).round() / 10.0,

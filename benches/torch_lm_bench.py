@@ -6,11 +6,17 @@
 #   python3 benches/torch_lm_bench.py --shape 124m [--compile]
 #   python3 benches/torch_lm_bench.py --shape 1.1b [--compile]
 #   python3 benches/torch_lm_bench.py --batch 16 --seq 1024 --d 768 --layers 12 --heads 12 --kv-heads 4 --ffn 2048 --vocab 50304 --compile
+# Under torchrun it is PyTorch DDP, the reference for `brain launch` (issue 16): one process a
+# GPU, NCCL, DDP's 25 MB buckets overlapping the backward, each rank its own batch; rank 0
+# prints the tokens/s of all ranks together.
+#   torchrun --nproc_per_node 2 benches/torch_lm_bench.py --shape 124m [--compile]
 # Prints one JSON object per run.
-import argparse, json, time, torch, torch.nn as nn, torch.nn.functional as F
+import argparse, json, os, time, torch, torch.nn as nn, torch.nn.functional as F
 torch.backends.cuda.matmul.allow_tf32 = True
 torch.backends.cudnn.allow_tf32 = True
-dev = "cuda"
+WORLD = int(os.environ.get("WORLD_SIZE", "1"))
+RANK = int(os.environ.get("RANK", "0"))
+dev = f"cuda:{int(os.environ.get('LOCAL_RANK', '0'))}"
 
 # The named shapes: (batch, seq, vocab, d, layers, heads, kv_heads, ffn, tied).
 SHAPES = {
@@ -77,7 +83,11 @@ def bench(name, compile_, B, T, V, d, L, h, kv, ffn, tied, steps):
     m = Llama(V, d, L, h, kv, ffn, T, tied).to(dev)
     nparams = sum(p.numel() for p in m.parameters())
     opt = torch.optim.AdamW(m.parameters(), lr=3e-4, fused=True)
+    if WORLD > 1:
+        m = torch.nn.parallel.DistributedDataParallel(m, device_ids=[torch.device(dev).index])
     f = torch.compile(m) if compile_ else m
+    if WORLD > 1:
+        torch.manual_seed(1 + RANK)  # each rank its own batch
     x = torch.randint(0, V, (B, T), device=dev)
     y = torch.randint(0, V, (B, T), device=dev)
 
@@ -98,9 +108,11 @@ def bench(name, compile_, B, T, V, d, L, h, kv, ffn, tied, steps):
     torch.cuda.synchronize()
     dt = (time.time() - t) / steps
     flops = 6 * nparams * B * T + 12 * L * d * T * B * T  # as lm_bench counts: weights + attention
+    if RANK != 0:
+        return
     print(json.dumps({
-        "name": name, "params_m": round(nparams / 1e6, 1), "batch": B, "seq": T,
-        "step_ms": round(dt * 1e3, 2), "tokens_per_s": round(B * T / dt),
+        "name": name, "params_m": round(nparams / 1e6, 1), "batch": B, "seq": T, "gpus": WORLD,
+        "step_ms": round(dt * 1e3, 2), "tokens_per_s": round(WORLD * B * T / dt),
         "mfu_pct_of_989tf": round(flops / dt / 989e12 * 100, 1),
         "mfu_pct_of_790tf": round(flops / dt / 790e12 * 100, 1),
         "loss": round(l.item(), 3),
@@ -116,7 +128,11 @@ if __name__ == "__main__":
         ap.add_argument(f"--{flag}", type=int, default=default)
     ap.add_argument("--untied", action="store_true")
     a = ap.parse_args()
-    print(json.dumps({"torch": torch.__version__, "gpu": torch.cuda.get_device_name()}))
+    torch.cuda.set_device(dev)
+    if WORLD > 1:
+        torch.distributed.init_process_group("nccl")
+    if RANK == 0:
+        print(json.dumps({"torch": torch.__version__, "gpu": torch.cuda.get_device_name()}))
     if a.shape:
         B, T, V, d, L, h, kv, ffn, tied = SHAPES[a.shape]
     else:
@@ -125,5 +141,7 @@ if __name__ == "__main__":
         ffn = a.ffn or int(8 * d / 3 / 64 + 0.999) * 64
         tied = not a.untied
     label = a.shape or f"{d}x{L}"
-    bench(f"torch llama {label} {'compiled' if a.compile else 'eager'}", a.compile,
-          B, T, V, d, L, h, kv, ffn, tied, a.steps)
+    kind = ("ddp " if WORLD > 1 else "") + ("compiled" if a.compile else "eager")
+    bench(f"torch llama {label} {kind}", a.compile, B, T, V, d, L, h, kv, ffn, tied, a.steps)
+    if WORLD > 1:
+        torch.distributed.destroy_process_group()

@@ -27,6 +27,9 @@ fn finish(mut opt: Box<dyn Optimizer>, o: &Options) -> RhaiResult<Optim> {
     if let Some(m) = o.opt_float("max_grad_norm")? {
         guard(|| opt.set_max_grad_norm(Some(m)))?;
     }
+    if o.bool("shard_state", false)? {
+        guard(|| opt.shard_state())?;
+    }
     Ok(Optim(Arc::new(Mutex::new(opt))))
 }
 
@@ -41,6 +44,7 @@ fn adamw(p: Array, opts: Map) -> RhaiResult<Optim> {
             "weight_decay",
             "decay_1d_params",
             "max_grad_norm",
+            "shard_state",
         ],
     )?;
     let d = AdamWConfig::default();
@@ -67,6 +71,7 @@ fn sgd(p: Array, opts: Map) -> RhaiResult<Optim> {
             "nesterov",
             "weight_decay",
             "max_grad_norm",
+            "shard_state",
         ],
     )?;
     let d = SgdConfig::default();
@@ -92,6 +97,7 @@ fn lion(p: Array, opts: Map) -> RhaiResult<Optim> {
             "weight_decay",
             "decay_1d_params",
             "max_grad_norm",
+            "shard_state",
         ],
     )?;
     let d = LionConfig::default();
@@ -177,9 +183,9 @@ pub fn register(engine: &mut Engine) {
     let mut module = Module::new();
     {
         let mut api = Api::new(&mut module, Some("optim"));
-        api.func("adamw", "optim::adamw(params, #{ lr, betas, eps, weight_decay, decay_1d_params, max_grad_norm }) -> Optimizer", "AdamW with decoupled weight decay (not on 1-D params unless asked).", "let model = nn::linear(4, 2); let opt = optim::adamw(model.parameters(), #{ lr: 3e-4, weight_decay: 0.1 });", adamw);
-        api.func("sgd", "optim::sgd(params, #{ lr, momentum, dampening, nesterov, weight_decay, max_grad_norm }) -> Optimizer", "SGD with optional (Nesterov) momentum.", "let model = nn::linear(4, 2); let opt = optim::sgd(model.parameters(), #{ lr: 0.1, momentum: 0.9 });", sgd);
-        api.func("lion", "optim::lion(params, #{ lr, betas, weight_decay, decay_1d_params, max_grad_norm }) -> Optimizer", "Lion: sign of an interpolated momentum.", "let model = nn::linear(4, 2); let opt = optim::lion(model.parameters(), #{ lr: 1e-4 });", lion);
+        api.func("adamw", "optim::adamw(params, #{ lr, betas, eps, weight_decay, decay_1d_params, max_grad_norm, shard_state }) -> Optimizer", "AdamW with decoupled weight decay (not on 1-D params unless asked). shard_state: true is ZeRO-1 under `brain launch`: each rank keeps the state of its share of the parameters (about 1/world_size of the memory), updates those and broadcasts them; every rank must then save checkpoints together.", "let model = nn::linear(4, 2); let opt = optim::adamw(model.parameters(), #{ lr: 3e-4, weight_decay: 0.1 });", adamw);
+        api.func("sgd", "optim::sgd(params, #{ lr, momentum, dampening, nesterov, weight_decay, max_grad_norm, shard_state }) -> Optimizer", "SGD with optional (Nesterov) momentum.", "let model = nn::linear(4, 2); let opt = optim::sgd(model.parameters(), #{ lr: 0.1, momentum: 0.9 });", sgd);
+        api.func("lion", "optim::lion(params, #{ lr, betas, weight_decay, decay_1d_params, max_grad_norm, shard_state }) -> Optimizer", "Lion: sign of an interpolated momentum.", "let model = nn::linear(4, 2); let opt = optim::lion(model.parameters(), #{ lr: 1e-4 });", lion);
         api.func("clip_grad_norm", "optim::clip_grad_norm(params, max_norm) -> float", "Scales gradients so their global norm is at most max_norm; returns the norm before clipping.", "let model = nn::linear(4, 2); model.forward(randn([3, 4])).sum().backward(); let norm = optim::clip_grad_norm(model.parameters(), 1.0);", |p: Array, m: FLOAT| {
             let p = params(&p, "optim::clip_grad_norm")?;
             guard(|| rusting_brain::optim::clip_grad_norm(&p, m))

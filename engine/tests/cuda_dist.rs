@@ -173,3 +173,60 @@ fn a_backward_starts_every_bucket_before_it_returns_and_keeps_the_gradients() {
     reducer.finish().unwrap();
     assert!(grads(&params) == want, "the gradients changed");
 }
+
+/// ZeRO-1 in a run of one, on the device: the sharded AdamW step (fused kernels, then every
+/// parameter broadcast from its owner through NCCL) leaves the parameters and the state a
+/// plain step leaves, bit for bit.
+#[test]
+fn a_sharded_step_in_a_run_of_one_equals_the_plain_step() {
+    use rusting_brain::optim::{AdamW, AdamWConfig, Optimizer};
+    let Some(dev) = cuda::device_for_test("a_sharded_step_in_a_run_of_one_equals_the_plain_step")
+    else {
+        return;
+    };
+    // (parameter values, state tensors by name) after two steps.
+    type Run = (Vec<Vec<f64>>, Vec<(String, Vec<f64>)>);
+    let run = |shard: bool| -> Run {
+        let mut g = rusting_brain::Generator::new(11);
+        let params: Vec<Tensor> = [vec![64, 48], vec![48], vec![7, 3]]
+            .iter()
+            .map(|s| {
+                Tensor::randn(s, DType::F32, Some(&mut g))
+                    .unwrap()
+                    .to_device(dev)
+                    .unwrap()
+                    .requires_grad_()
+                    .unwrap()
+            })
+            .collect();
+        let mut opt = AdamW::new(params.clone(), AdamWConfig::default()).unwrap();
+        opt.set_max_grad_norm(Some(0.5)).unwrap();
+        if shard {
+            opt.shard_state().unwrap();
+            assert!(opt.core().shard().is_some());
+        }
+        for step in 0..2 {
+            let mut gg = rusting_brain::Generator::new(100 + step);
+            for p in &params {
+                let grad = Tensor::randn(p.shape(), DType::F32, Some(&mut gg)).unwrap();
+                p.set_grad(Some(grad.to_device(dev).unwrap()));
+            }
+            opt.step().unwrap();
+        }
+        let values = params.iter().map(|p| p.to_vec_f64().unwrap()).collect();
+        let state = opt
+            .state_dict()
+            .unwrap()
+            .tensors
+            .iter()
+            .map(|(k, t)| (k.clone(), t.to_vec_f64().unwrap()))
+            .collect();
+        (values, state)
+    };
+    let (plain, sharded) = (run(false), run(true));
+    assert!(plain.0 == sharded.0, "the parameters differ");
+    assert!(
+        !plain.1.is_empty() && plain.1 == sharded.1,
+        "the state differs"
+    );
+}

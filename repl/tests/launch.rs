@@ -12,21 +12,41 @@ fn launch(
     script: &std::path::Path,
     args: &[&str],
 ) -> std::process::Output {
+    launch_on(dir, gpus, script, args, "cpu")
+}
+
+fn launch_on(
+    dir: &tempfile::TempDir,
+    gpus: usize,
+    script: &std::path::Path,
+    args: &[&str],
+    device: &str,
+) -> std::process::Output {
     brain(dir)
         .args(["launch", "--gpus", &gpus.to_string()])
         .arg(script)
         .args(args)
-        .args(["--device", "cpu"])
+        .args(["--device", device])
         .output()
         .unwrap()
 }
 
 /// `brain run script --device cpu`: the same script without the launcher.
 fn run_alone(dir: &tempfile::TempDir, script: &std::path::Path) -> std::process::Output {
+    run_alone_on(dir, script, &[], "cpu")
+}
+
+fn run_alone_on(
+    dir: &tempfile::TempDir,
+    script: &std::path::Path,
+    args: &[&str],
+    device: &str,
+) -> std::process::Output {
     brain(dir)
         .arg("run")
         .arg(script)
-        .args(["--device", "cpu"])
+        .args(args)
+        .args(["--device", device])
         .output()
         .unwrap()
 }
@@ -128,6 +148,65 @@ fn train_step_under_a_launch_of_one_takes_the_reducing_path_and_trains() {
     };
     assert!(loss(&alone).is_some(), "{alone}\n{}", text(&out.stderr));
     assert_eq!(loss(&launched), loss(&alone));
+}
+
+/// Every rank saves; rank 0 alone writes (the file rank 1 names does not appear), and every
+/// rank returns from `save` once rank 0's file is there, so each loads it right after.
+#[test]
+fn a_checkpoint_is_written_by_rank_zero_and_every_rank_returns_once_it_is_there() {
+    let dir = tempfile::tempdir().unwrap();
+    let out_dir = dir.path().join("out");
+    let script = write_script(
+        &dir,
+        "let out = arg(\"out\", \"\", \"folder\");\n\
+         let m = lm::transformer(#{ vocab: 40, d_model: 16, layers: 1, heads: 2, max_seq_len: 8, seed: 1 });\n\
+         m.save(`${out}/by_rank_${dist::rank()}.safetensors`, #{});\n\
+         m.save(`${out}/shared.safetensors`, #{ step: 3 });\n\
+         print(`rank ${dist::rank()} loaded step ${lm::load(`${out}/shared.safetensors`).step()}`);",
+    );
+    let arg = format!("out={}", out_dir.display());
+    let out = launch(&dir, 2, &script, &[&arg]);
+    let stdout = text(&out.stdout);
+    assert!(out.status.success(), "{stdout}\n{}", text(&out.stderr));
+    assert!(stdout.contains("rank 0 loaded step 3"), "{stdout}");
+    assert!(stdout.contains("rank 1 loaded step 3"), "{stdout}");
+    assert!(out_dir.join("by_rank_0.safetensors").exists());
+    assert!(!out_dir.join("by_rank_1.safetensors").exists());
+}
+
+/// ZeRO-1 through the launcher on the GPU (skips without one): a launch of one with the
+/// optimizer state sharded reduces through NCCL and steps like a plain run, loss for loss.
+#[test]
+fn sharded_state_under_a_launch_of_one_trains_like_a_plain_run_on_the_gpu() {
+    if rusting_brain::backend::cuda::device_for_test("sharded_state_under_a_launch_of_one")
+        .is_none()
+    {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let script = write_script(
+        &dir,
+        "let shard = arg(\"shard\", false, \"ZeRO-1\");\n\
+         manual_seed(7);\n\
+         let model = lm::transformer(#{ vocab: 64, d_model: 16, layers: 1, heads: 2, max_seq_len: 32 });\n\
+         let opt = optim::adamw(model.parameters(), #{ lr: 1e-2, shard_state: shard });\n\
+         let x = randint(0, 64, [2, 8]);\n\
+         for i in 0..3 { let loss = model.train_step([x, x], opt); print(`step ${i} loss ${loss.item()}`); }",
+    );
+    let losses = |out: std::process::Output| {
+        let stdout = text(&out.stdout);
+        assert!(out.status.success(), "{stdout}\n{}", text(&out.stderr));
+        let lines: Vec<String> = stdout
+            .lines()
+            .filter(|l| l.contains("loss"))
+            .map(str::to_string)
+            .collect();
+        assert_eq!(lines.len(), 3, "{stdout}");
+        lines
+    };
+    let sharded = losses(launch_on(&dir, 1, &script, &["shard=true"], "cuda"));
+    let plain = losses(run_alone_on(&dir, &script, &[], "cuda"));
+    assert_eq!(sharded, plain);
 }
 
 #[test]

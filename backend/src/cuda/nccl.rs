@@ -42,6 +42,15 @@ pub fn unique_id() -> Result<[u8; UNIQUE_ID_BYTES]> {
     Ok(id.internal.map(|c| c as u8))
 }
 
+/// What one member of a group does with its slice, in place.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Collective {
+    /// Sums it over every rank (all-reduce).
+    Sum,
+    /// Every rank gets this rank's values.
+    BroadcastFrom(usize),
+}
+
 /// This process's member of a communicator over `world_size` ranks, on `dev`.
 pub struct Communicator {
     comm: sys::ncclComm_t,
@@ -101,38 +110,55 @@ impl Communicator {
         })
     }
 
-    /// Starts summing each of `xs` over every rank, in place, as one NCCL group (one launch for
-    /// a bucket of gradients, without copying them into one buffer first). It runs on the
+    /// Starts `items` as one NCCL group (one launch for a bucket of gradients, without copying
+    /// them into one buffer first), each collective in place on its slice. It runs on the
     /// communicator's stream after the work queued on the device's stream so far (the kernels
-    /// that wrote `xs`); the device's stream does not wait for it until `wait_for_started`.
+    /// that wrote the slices); the device's stream does not wait for it until
+    /// `wait_for_started`.
     ///
     /// # Safety
     /// Each slice must address live device memory of its size and dtype on this
     /// communicator's device, which nothing queued on the device's stream reads or writes
-    /// before `wait_for_started`, and every rank must call this with the same sizes and dtypes
-    /// in the same order.
-    pub unsafe fn start_all_reduce_sum_group(&self, xs: &[DevSlice]) -> Result<()> {
-        let types = xs
+    /// before `wait_for_started`, and every rank must call this with the same collectives,
+    /// sizes and dtypes in the same order.
+    pub unsafe fn start_group(&self, items: &[(DevSlice, Collective)]) -> Result<()> {
+        let types = items
             .iter()
-            .map(|x| nccl_dtype(x.dtype))
+            .map(|(x, _)| nccl_dtype(x.dtype))
             .collect::<Result<Vec<_>>>()?;
+        if let Some(root) = items.iter().find_map(|(_, c)| match c {
+            Collective::BroadcastFrom(r) if *r >= self.world_size => Some(*r),
+            _ => None,
+        }) {
+            return Err(Error::invalid(
+                "broadcast",
+                format!("from rank {root} in a world of {}", self.world_size),
+            ));
+        }
         self.dev.bind()?;
         order_after(self.dev.stream(), self.stream)?;
         result::group_start().map_err(|e| nccl_error("ncclGroupStart", e))?;
+        let stream = self.stream as sys::cudaStream_t;
         let mut queued = Ok(());
-        for (x, dtype) in xs.iter().zip(types) {
+        for ((x, collective), dtype) in items.iter().zip(types) {
             let p = x.ptr as *mut std::ffi::c_void;
-            queued = result::all_reduce(
-                p,
-                p,
-                x.numel,
-                dtype,
-                sys::ncclRedOp_t::ncclSum,
-                self.comm,
-                self.stream as sys::cudaStream_t,
-            )
-            .map(|_| ())
-            .map_err(|e| nccl_error("ncclAllReduce", e));
+            queued = match *collective {
+                Collective::Sum => result::all_reduce(
+                    p,
+                    p,
+                    x.numel,
+                    dtype,
+                    sys::ncclRedOp_t::ncclSum,
+                    self.comm,
+                    stream,
+                )
+                .map_err(|e| nccl_error("ncclAllReduce", e)),
+                Collective::BroadcastFrom(root) => {
+                    result::broadcast(p, p, x.numel, dtype, root as i32, self.comm, stream)
+                        .map_err(|e| nccl_error("ncclBroadcast", e))
+                }
+            }
+            .map(|_| ());
             if queued.is_err() {
                 break;
             }

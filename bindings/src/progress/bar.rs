@@ -41,9 +41,13 @@ enum Sink {
 }
 
 impl Progress {
-    /// A bar on stdout: drawn by indicatif on a terminal, plain lines otherwise.
+    /// A bar on stdout: drawn by indicatif on a terminal, plain lines otherwise. Under
+    /// `brain launch` only rank 0 shows it, so the ranks' bars do not interleave.
     pub fn new(total: u64, label: &str) -> Progress {
-        if std::io::stdout().is_terminal() {
+        let main = rusting_brain::dist::current().map_or(true, |d| d.is_main());
+        if !main {
+            Progress::with_writer(total, label, Box::new(std::io::sink()))
+        } else if std::io::stdout().is_terminal() {
             let bar = ProgressBar::with_draw_target(Some(total), ProgressDrawTarget::stdout());
             let template = "{prefix} {wide_bar} {pos}/{len} ({percent}%) {per_sec} ETA {eta} {msg}";
             if let Ok(style) = ProgressStyle::with_template(template) {

@@ -12,6 +12,7 @@
 pub mod buckets;
 mod reduce;
 mod store;
+pub mod zero;
 
 pub use reduce::GradReducer;
 pub use store::FileStore;

@@ -3,6 +3,7 @@
 
 use super::buckets;
 use super::Dist;
+use crate::backend::cuda::nccl::Collective;
 use crate::backend::cuda::optim::DevSlice;
 use crate::backend::Storage;
 use crate::{Device, Error, Result, Tensor};
@@ -87,22 +88,30 @@ impl Dist {
     /// Starts summing every tensor of `ts` over the ranks, in place, as one NCCL group on the
     /// communicator's stream. All on one device.
     fn start_group(&self, ts: &[Tensor]) -> Result<()> {
-        let Some(ordinal) = self.reduced_on(ts)? else {
+        let items: Vec<_> = ts.iter().map(|t| (t, Collective::Sum)).collect();
+        self.start_collectives(&items)
+    }
+
+    /// Starts one collective on each tensor, in place, as one NCCL group on the
+    /// communicator's stream. All on one device.
+    pub(super) fn start_collectives(&self, items: &[(&Tensor, Collective)]) -> Result<()> {
+        let ts: Vec<Tensor> = items.iter().map(|(t, _)| (*t).clone()).collect();
+        let Some(ordinal) = self.reduced_on(&ts)? else {
             return Ok(());
         };
-        let slices = ts
+        let slices = items
             .iter()
-            .map(|t| dense_slice("all_reduce", t))
+            .map(|(t, c)| Ok((dense_slice("all_reduce", t)?, *c)))
             .collect::<Result<Vec<_>>>()?;
         let comm = self.communicator(ordinal)?;
         // SAFETY: each slice is its tensor's own dense range on `ordinal`, the communicator's
-        // device; every rank reduces the same tensors in the same order, and the device's
+        // device; every rank starts the same collectives in the same order, and the device's
         // stream touches them again only after `wait_for_started`.
-        unsafe { comm.start_all_reduce_sum_group(&slices) }
+        unsafe { comm.start_group(&slices) }
     }
 
     /// Makes the device's stream (that of `ts`) wait for the sums started so far.
-    fn wait_for_started(&self, ts: &[Tensor]) -> Result<()> {
+    pub(super) fn wait_for_started(&self, ts: &[Tensor]) -> Result<()> {
         match self.reduced_on(ts)? {
             Some(ordinal) => self.communicator(ordinal)?.wait_for_started(),
             None => Ok(()),

@@ -349,7 +349,9 @@ pub(super) fn step<O: Optimizer + ?Sized>(
     let counters = steps_mut(core)?.ptr()?;
 
     let tensors = core.tensors();
-    let grads = gradients(&tensors)?;
+    let mut grads = gradients(&tensors)?;
+    // Sharded, this rank updates its own parameters; the norm still spans the scope.
+    grads.retain(|(i, _)| core.owns(*i));
     let slices = grads
         .iter()
         .map(|(_, g)| device_slice(g))

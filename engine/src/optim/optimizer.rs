@@ -10,6 +10,7 @@ use super::schedule::Schedule;
 use super::state::{param_key, OptimizerState, StateReader};
 use crate::backend::cuda::optim::COUNTER_HEAD;
 use crate::backend::spec::optim::UpdateRule;
+use crate::dist::zero::StateShard;
 use crate::{no_grad, DType, Error, Result, Tensor};
 use std::collections::BTreeSet;
 use std::sync::Mutex;
@@ -72,6 +73,8 @@ pub struct OptimizerCore {
     /// Whether this optimizer warns about its skipped steps. An optimizer that shares its
     /// norm with others (`NormScope`) skips exactly when they do, so one of them speaks for all.
     pub warn_skips: bool,
+    /// Under ZeRO-1 (`shard_state`), the parameters whose state this rank keeps and updates.
+    pub(super) shard: Option<StateShard>,
 }
 
 /// The gradient norm a step clips to `max_norm` and skips on when it is not finite. A step's
@@ -117,6 +120,7 @@ impl OptimizerCore {
             max_grad_norm: None,
             schedule: None,
             warn_skips: true,
+            shard: None,
         })
     }
 
@@ -126,6 +130,32 @@ impl OptimizerCore {
 
     pub fn tensors(&self) -> Vec<Tensor> {
         self.params.iter().map(|p| p.tensor.clone()).collect()
+    }
+
+    /// The ZeRO-1 shard, once `shard_state` has made one.
+    pub fn shard(&self) -> Option<&StateShard> {
+        self.shard.as_ref()
+    }
+
+    /// Whether this rank keeps and updates parameter `index` (every one, unless sharded).
+    pub fn owns(&self, index: usize) -> bool {
+        self.shard.as_ref().is_none_or(|s| s.owns(index))
+    }
+
+    /// Shards the state as `shard` says (`Optimizer::shard_state` takes this rank's shard of
+    /// the run), dropping the state of the parameters this rank does not own.
+    pub fn set_shard(&mut self, shard: StateShard) {
+        self.shard = Some(shard);
+        self.drop_unowned_states();
+    }
+
+    /// Drops the state of the parameters this rank does not own.
+    fn drop_unowned_states(&mut self) {
+        for (i, st) in self.states.iter_mut().enumerate() {
+            if !self.shard.as_ref().is_none_or(|s| s.owns(i)) {
+                *st = None;
+            }
+        }
     }
 
     /// The state of parameter `index`, if it has been updated. With parameters on CUDA its
@@ -150,6 +180,15 @@ impl OptimizerCore {
             }
         }
     }
+}
+
+/// Each parameter's step count on its owner, from counts that are 0 on every other rank: their
+/// sum over the ranks (on the device of `like`).
+fn gather_counts(counts: &[u64], like: &Tensor) -> Result<Vec<u64>> {
+    let values: Vec<f64> = counts.iter().map(|&c| c as f64).collect();
+    let t = Tensor::from_f64s(&values, &[values.len()], DType::F64)?.to_device(like.device())?;
+    crate::dist::current()?.all_reduce_sum_(&t)?;
+    Ok(t.to_vec_f64()?.into_iter().map(|c| c as u64).collect())
 }
 
 /// Unnamed parameters are named by position, as PyTorch's optimizer state is.
@@ -219,6 +258,24 @@ pub trait Optimizer: Send {
         step_impl(self, scope, false)
     }
 
+    /// ZeRO stage 1 under `brain launch`: from now on this rank keeps the state of its share
+    /// of the parameters only (`dist::zero`), updates those, and broadcasts them to the other
+    /// ranks after each step. The gradients must be summed across the ranks before each step,
+    /// as `train_step` does. `state_dict` then gathers every rank's share, so every rank must
+    /// call it (saving a checkpoint does). A run of one owns everything.
+    fn shard_state(&mut self) -> Result<()> {
+        let dist = crate::dist::current()?;
+        let sizes: Vec<usize> = self
+            .core()
+            .params
+            .iter()
+            .map(|p| p.tensor.numel())
+            .collect();
+        let shard = StateShard::new(dist.rank, dist.world_size, &sizes)?;
+        self.core_mut().set_shard(shard);
+        Ok(())
+    }
+
     /// Clears every parameter's gradient.
     fn zero_grad(&mut self) {
         for p in &self.core().params {
@@ -280,20 +337,52 @@ pub trait Optimizer: Send {
         let mut out = OptimizerState::new(self.kind());
         out.scalars.insert("step".into(), step as f64);
         out.scalars.insert("lr".into(), fused::lr_for(core, step));
-        for (i, (p, st)) in core.params.iter().zip(&core.states).enumerate() {
-            let Some(st) = st else { continue };
-            let param_step = match &exact {
-                Some(c) => c.get(COUNTER_HEAD + i).copied().unwrap_or(0).max(0) as u64,
-                None => st.step,
-            };
-            if param_step == 0 {
-                // Made by a step that the device skipped: the CPU would have no state yet.
+        // Each parameter's own step count; 0 for one without state here.
+        let mut steps: Vec<u64> = core
+            .states
+            .iter()
+            .enumerate()
+            .map(|(i, st)| match (st, &exact) {
+                (None, _) => 0,
+                (Some(_), Some(c)) => c.get(COUNTER_HEAD + i).copied().unwrap_or(0).max(0) as u64,
+                (Some(st), None) => st.step,
+            })
+            .collect();
+        steps.resize(core.params.len(), 0);
+        let shard = core
+            .shard()
+            .filter(|s| s.world_size > 1 && !core.params.is_empty());
+        if shard.is_some() {
+            // Every parameter's count from its owner (the others hold 0 for it).
+            steps = gather_counts(&steps, &core.params[0].tensor)?;
+        }
+        for (i, p) in core.params.iter().enumerate() {
+            if steps[i] == 0 {
+                // No state, or made by a step that the device skipped: the CPU would have none.
                 continue;
             }
             out.scalars
-                .insert(param_key(&p.name, "step"), param_step as f64);
-            for (field, t) in self.state_fields().iter().zip(&st.tensors) {
-                out.put_tensor(param_key(&p.name, field), t)?;
+                .insert(param_key(&p.name, "step"), steps[i] as f64);
+            let own = core.states.get(i).and_then(Option::as_ref);
+            for (f, field) in self.state_fields().iter().enumerate() {
+                let t = match (shard, own) {
+                    (Some(shard), own) => {
+                        // Every rank takes part; the owner's tensor goes to the others.
+                        let t = match own {
+                            Some(st) if shard.owns(i) => st.tensors[f].clone(),
+                            _ => Tensor::zeros(
+                                p.tensor.shape(),
+                                state_dtype(&p.tensor),
+                                p.tensor.device(),
+                            )?,
+                        };
+                        crate::dist::current()?.broadcast_(&t, shard.owner(i))?;
+                        t
+                    }
+                    (None, Some(st)) => st.tensors[f].clone(),
+                    (None, None) => continue,
+                };
+                out.put_tensor(param_key(&p.name, field), &t)?;
             }
         }
         Ok(out)
@@ -352,6 +441,7 @@ pub trait Optimizer: Send {
         core.step = step.unwrap_or_default() as u64;
         core.lr = lr.unwrap_or(core.lr);
         core.states = states;
+        core.drop_unowned_states();
         Ok(())
     }
 }
@@ -360,7 +450,21 @@ pub trait Optimizer: Send {
 /// parameter's update. With every parameter on one CUDA device and a fused rule, all of that
 /// runs as fused kernels.
 /// A skip clears the optimizer's own gradients when `clear_on_skip`.
+/// Sharded (ZeRO-1), each rank updates the parameters it owns and then every parameter takes
+/// its owner's values.
 fn step_impl<O: Optimizer + ?Sized>(
+    opt: &mut O,
+    scope: NormScope,
+    clear_on_skip: bool,
+) -> Result<StepOutcome> {
+    let outcome = update_impl(opt, scope, clear_on_skip)?;
+    if let Some(shard) = opt.core().shard() {
+        crate::dist::current()?.broadcast_from_owners(&opt.core().tensors(), shard)?;
+    }
+    Ok(outcome)
+}
+
+fn update_impl<O: Optimizer + ?Sized>(
     opt: &mut O,
     scope: NormScope,
     clear_on_skip: bool,
@@ -404,9 +508,12 @@ fn step_impl<O: Optimizer + ?Sized>(
     states.resize(tensors.len(), None);
     let fields = opt.state_fields().len();
     let result = no_grad(|| -> Result<()> {
-        for (p, slot) in tensors.iter().zip(states.iter_mut()) {
-            // Parameters without a gradient (unused this step) are left alone, as in PyTorch.
-            let Some(g) = p.grad() else { continue };
+        for (i, (p, slot)) in tensors.iter().zip(states.iter_mut()).enumerate() {
+            // Parameters without a gradient (unused this step) are left alone, as in PyTorch;
+            // so are those another rank owns.
+            let Some(g) = p.grad().filter(|_| opt.core().owns(i)) else {
+                continue;
+            };
             let dtype = state_dtype(p);
             if slot.is_none() {
                 let zeros = (0..fields)

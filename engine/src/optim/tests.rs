@@ -322,3 +322,45 @@ fn a_non_finite_norm_in_the_scope_skips_every_optimizer_of_it() {
     // Skipping in a scope leaves the gradients to the caller.
     assert!(p.grad().is_some() && q.grad().is_some());
 }
+
+/// ZeRO-1 as rank 1 of 2: the step clips by the norm over every parameter (each rank holds
+/// every summed gradient) but updates only this rank's own parameters, exactly as an unsharded
+/// step does, and keeps state for those alone; the others wait for their owner's broadcast. A
+/// loaded state keeps only this rank's share too.
+#[test]
+fn a_sharded_step_updates_and_keeps_state_for_its_own_parameters_only() {
+    let whole = model(1);
+    let mut opt = make("adamw", &whole);
+    train(&whole, opt.as_mut(), 0..1);
+
+    let initial = model(1);
+    let sharded = model(1);
+    let mut opt_s = make("adamw", &sharded);
+    let sizes: Vec<usize> = sharded.parameters().iter().map(Tensor::numel).collect();
+    let shard = crate::dist::zero::StateShard::new(1, 2, &sizes).unwrap();
+    opt_s.core_mut().set_shard(shard.clone());
+    train(&sharded, opt_s.as_mut(), 0..1);
+
+    let params = |m: &Mlp| -> Vec<Vec<f64>> {
+        m.parameters()
+            .iter()
+            .map(|p| p.to_vec_f64().unwrap())
+            .collect()
+    };
+    let (after, want, before) = (params(&sharded), params(&whole), params(&initial));
+    let owned: Vec<bool> = (0..sizes.len()).map(|i| shard.owns(i)).collect();
+    assert!(owned.contains(&true) && owned.contains(&false), "{owned:?}");
+    for (i, own) in owned.iter().enumerate() {
+        let expected = if *own { &want[i] } else { &before[i] };
+        assert_eq!(&after[i], expected, "parameter {i} (owned: {own})");
+        assert_eq!(opt_s.core().param_state(i).is_some(), *own, "state of {i}");
+    }
+    opt_s.load_state_dict(&opt.state_dict().unwrap()).unwrap();
+    for (i, own) in owned.iter().enumerate() {
+        assert_eq!(
+            opt_s.core().param_state(i).is_some(),
+            *own,
+            "loaded state of {i}"
+        );
+    }
+}

@@ -68,6 +68,28 @@ pub fn save(
     opt: Option<&dyn Optimizer>,
     train: &TrainState,
 ) -> Result<()> {
+    // Under `brain launch` every rank calls this and rank 0 writes, once every rank has taken
+    // part in gathering a sharded optimizer state; each returns once the file is there.
+    let dist = crate::dist::current()?;
+    let gathers = opt.is_some_and(|o| o.core().shard().is_some_and(|s| s.world_size > 1));
+    if !dist.is_main() {
+        if gathers {
+            opt.map(|o| o.state_dict()).transpose()?;
+        }
+        return dist.barrier();
+    }
+    let written = write(path.as_ref(), model, opt, train);
+    // The others wait at the barrier whatever happened here; the error is rank 0's to report.
+    dist.barrier()?;
+    written
+}
+
+fn write(
+    path: &Path,
+    model: &TransformerLm,
+    opt: Option<&dyn Optimizer>,
+    train: &TrainState,
+) -> Result<()> {
     let mut tensors: Vec<(String, Tensor)> = model.state_dict().into_iter().collect();
     let optimizer = match opt {
         Some(o) => {
