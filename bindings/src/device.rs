@@ -3,7 +3,7 @@
 
 use crate::error::{guard, runtime_error, RhaiResult};
 use crate::help::Api;
-use rhai::{Engine, Module};
+use rhai::{Engine, Module, FLOAT};
 use rusting_brain::backend::cuda;
 use rusting_brain::{amp, DType, Device};
 
@@ -63,6 +63,19 @@ pub fn register(engine: &mut Engine) {
                 match crate::tensor::default_device() {
                     Device::Cuda(n) => guard(|| cuda::device(n)?.synchronize()),
                     Device::Cpu => Ok(()),
+                }
+            },
+        );
+        api.func(
+            "peak_memory_gib",
+            "peak_memory_gib() -> float",
+            "The most memory the script's GPU has held at once so far, in GiB (tensors and caches of this process); 0.0 on the CPU.",
+            "print(`peak ${peak_memory_gib()} GiB`);",
+            || -> RhaiResult<FLOAT> {
+                match crate::tensor::default_device() {
+                    Device::Cuda(n) => guard(|| cuda::device(n)?.peak_memory())
+                        .map(|b| b as FLOAT / (1u64 << 30) as FLOAT),
+                    Device::Cpu => Ok(0.0),
                 }
             },
         );
