@@ -2,7 +2,7 @@
 //! runs each node's backward once all its consumers have contributed their gradients.
 
 use super::grad_mode::NoGradGuard;
-use super::node::Edge;
+use super::node::{Edge, Node};
 use crate::{Error, Result, Tensor};
 use std::collections::{HashMap, HashSet};
 
@@ -15,19 +15,30 @@ impl Tensor {
     /// Backpropagates `grad` (default: ones for a one-element tensor). With `retain_graph` the
     /// saved tensors stay, so backward can run through the same graph again.
     pub fn backward_with(&self, grad: Option<Tensor>, retain_graph: bool) -> Result<()> {
-        self.backward_notifying(grad, retain_graph, &mut |_| Ok(()))
+        self.run_backward(grad, retain_graph, None)
     }
 
     /// `backward_with`, calling `on_leaf` with each leaf as soon as its gradient from this
     /// backward is in: right after the last op that feeds it, so the rest of the backward is
     /// still to be queued. A data-parallel trainer starts reducing a bucket of gradients there,
     /// while the device works through the earlier layers (DDP's overlap). A leaf that gets no
-    /// gradient is not reported.
+    /// gradient is not reported. The gradient reported is dense and shares no memory with a
+    /// gradient still to flow (one that does, such as the two inputs of an add sharing one, is
+    /// copied first), so `on_leaf` may start changing it in place.
     pub fn backward_notifying(
         &self,
         grad: Option<Tensor>,
         retain_graph: bool,
         on_leaf: &mut dyn FnMut(&Tensor) -> Result<()>,
+    ) -> Result<()> {
+        self.run_backward(grad, retain_graph, Some(on_leaf))
+    }
+
+    fn run_backward(
+        &self,
+        grad: Option<Tensor>,
+        retain_graph: bool,
+        mut on_leaf: Option<&mut dyn FnMut(&Tensor) -> Result<()>>,
     ) -> Result<()> {
         if !self.requires_grad() {
             return Err(Error::Backward("the tensor does not require grad (no input had requires_grad set, or it was computed under no_grad)".into()));
@@ -57,17 +68,23 @@ impl Tensor {
         // A leaf's gradient is complete once its last consumer has run; it is accumulated
         // there, not at the leaf's own (late) place in the order. Only a root that is itself a
         // leaf is reached in the loop with its slot still there.
-        let mut finish_leaf =
-            |grads: &mut HashMap<usize, Vec<Option<Tensor>>>, t: &Tensor| match grads
-                .remove(&t.id())
-                .and_then(|mut slots| slots[0].take())
-            {
-                Some(g) => {
-                    t.accumulate_grad(&g)?;
-                    on_leaf(t)
-                }
-                None => Ok(()),
+        let mut finish_leaf = |grads: &mut HashMap<usize, Vec<Option<Tensor>>>, t: &Tensor| {
+            let Some(g) = grads.remove(&t.id()).and_then(|mut slots| slots[0].take()) else {
+                return Ok(());
             };
+            let Some(hook) = on_leaf.as_mut() else {
+                return t.accumulate_grad(&g);
+            };
+            let pending = grads.values().flatten().flatten();
+            let g = if g.layout().is_dense() && (!pending.into_iter().any(|p| p.shares_storage(&g)))
+            {
+                g
+            } else {
+                g.contiguous_copy()?
+            };
+            t.accumulate_grad(&g)?;
+            hook(t)
+        };
         for (at, edge) in order.iter().enumerate() {
             let node = match edge {
                 Edge::Leaf(t) => {
@@ -76,47 +93,8 @@ impl Tensor {
                 }
                 Edge::Op { node, .. } => node,
             };
-            let Some(slots) = grads.remove(&edge.key()) else {
-                continue;
-            };
-            let input_grads = {
-                let mut slot = node.backward.lock().unwrap_or_else(|e| e.into_inner());
-                let Some(bw) = slot.as_ref() else {
-                    return Err(Error::GraphFreed { op: node.name });
-                };
-                let needs: Vec<bool> = node.inputs.iter().map(|i| i.is_some()).collect();
-                let out = bw.backward_outputs(&slots, &needs)?;
-                if !retain_graph {
-                    *slot = None;
-                }
-                out
-            };
-            if input_grads.len() != node.inputs.len() {
-                return Err(Error::Backward(format!(
-                    "`{}` returned {} gradients for {} inputs",
-                    node.name,
-                    input_grads.len(),
-                    node.inputs.len()
-                )));
-            }
-            for (input, ig) in node.inputs.iter().zip(input_grads) {
-                let (Some(input), Some(ig)) = (input, ig) else {
-                    continue;
-                };
-                if ig.shape() != input.shape() {
-                    return Err(Error::Backward(format!(
-                        "`{}` produced a gradient of shape {:?} for an input of shape {:?}",
-                        node.name,
-                        ig.shape(),
-                        input.shape()
-                    )));
-                }
-                let ig = if ig.dtype() != input.dtype() {
-                    ig.to_dtype(input.dtype())?
-                } else {
-                    ig
-                };
-                merge(&mut grads, input, ig)?;
+            if let Some(slots) = grads.remove(&edge.key()) {
+                run_node(node, &slots, retain_graph, &mut grads)?;
             }
             for input in node.inputs.iter().flatten() {
                 if let Edge::Leaf(t) = input {
@@ -128,6 +106,56 @@ impl Tensor {
         }
         Ok(())
     }
+}
+
+/// Runs `node`'s backward on the gradients of its outputs and adds what it returns into its
+/// inputs' slots.
+fn run_node(
+    node: &Node,
+    slots: &[Option<Tensor>],
+    retain_graph: bool,
+    grads: &mut HashMap<usize, Vec<Option<Tensor>>>,
+) -> Result<()> {
+    let input_grads = {
+        let mut slot = node.backward.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(bw) = slot.as_ref() else {
+            return Err(Error::GraphFreed { op: node.name });
+        };
+        let needs: Vec<bool> = node.inputs.iter().map(|i| i.is_some()).collect();
+        let out = bw.backward_outputs(slots, &needs)?;
+        if !retain_graph {
+            *slot = None;
+        }
+        out
+    };
+    if input_grads.len() != node.inputs.len() {
+        return Err(Error::Backward(format!(
+            "`{}` returned {} gradients for {} inputs",
+            node.name,
+            input_grads.len(),
+            node.inputs.len()
+        )));
+    }
+    for (input, ig) in node.inputs.iter().zip(input_grads) {
+        let (Some(input), Some(ig)) = (input, ig) else {
+            continue;
+        };
+        if ig.shape() != input.shape() {
+            return Err(Error::Backward(format!(
+                "`{}` produced a gradient of shape {:?} for an input of shape {:?}",
+                node.name,
+                ig.shape(),
+                input.shape()
+            )));
+        }
+        let ig = if ig.dtype() != input.dtype() {
+            ig.to_dtype(input.dtype())?
+        } else {
+            ig
+        };
+        merge(grads, input, ig)?;
+    }
+    Ok(())
 }
 
 /// For each leaf, the position in `order` of the last op that takes it as an input.
@@ -256,6 +284,30 @@ mod tests {
         );
         // x's gradient holds both of its uses: w1 * w2 from the product, 1 from the add.
         assert_eq!(x.grad().unwrap().to_vec_f64().unwrap(), [-1.0, 1.0]);
+    }
+
+    /// In x * w + b the add hands one gradient to both of its inputs, so b's would share
+    /// memory with the one still flowing to the product. The reported gradient is a copy:
+    /// changing it in place (as a reduction across ranks does) leaves w's gradient alone.
+    #[test]
+    fn a_reported_gradient_shares_no_memory_with_one_still_to_flow() {
+        let leaf = |v: f64| {
+            Tensor::from_f64s(&[v, v + 1.0], &[2], DType::F64)
+                .unwrap()
+                .requires_grad_()
+                .unwrap()
+        };
+        let (x, w, b) = (leaf(3.0), leaf(1.0), leaf(0.0));
+        let loss = x.mul(&w).unwrap().add(&b).unwrap().sum().unwrap();
+        loss.backward_notifying(None, false, &mut |t| {
+            if t.id() == b.id() {
+                t.grad().unwrap().mul_scalar_(100.0)?;
+            }
+            Ok(())
+        })
+        .unwrap();
+        assert_eq!(b.grad().unwrap().to_vec_f64().unwrap(), [100.0, 100.0]);
+        assert_eq!(w.grad().unwrap().to_vec_f64().unwrap(), [3.0, 4.0]);
     }
 
     #[test]
