@@ -174,9 +174,10 @@ fn a_backward_starts_every_bucket_before_it_returns_and_keeps_the_gradients() {
     assert!(grads(&params) == want, "the gradients changed");
 }
 
-/// ZeRO-1 in a run of one, on the device: the sharded AdamW step (fused kernels, then every
-/// parameter broadcast from its owner through NCCL) leaves the parameters and the state a
-/// plain step leaves, bit for bit.
+/// ZeRO-1 in a run of one, on the device: the sharded AdamW step (fused kernels over the
+/// owned parameters, which alone are all of them; a process not under `brain launch`
+/// broadcasts nothing, and `repl/tests/launch.rs` runs the NCCL broadcast) leaves the
+/// parameters and the state a plain step leaves, bit for bit.
 #[test]
 fn a_sharded_step_in_a_run_of_one_equals_the_plain_step() {
     use rusting_brain::optim::{AdamW, AdamWConfig, Optimizer};

@@ -71,12 +71,12 @@ fn main() -> ExitCode {
         .push("ARGS", host::args_array(&cli.script_args));
     match cli.mode {
         Mode::Repl => {
-            eprintln!("{note}");
+            say(&note);
             repl::Repl::new(session).run();
             ExitCode::SUCCESS
         }
         Mode::Run { script } => {
-            eprintln!("{note}");
+            say(&note);
             finish(runner::run(&mut session, &script))
         }
         Mode::Check { script } => finish(
@@ -87,7 +87,7 @@ fn main() -> ExitCode {
             output: report,
             keep_going,
         } => {
-            eprintln!("{note}");
+            say(&note);
             match notebook::run(&mut session, &output, &script, &report, keep_going) {
                 Ok(true) => {
                     println!("wrote {}", report.display());
@@ -134,4 +134,11 @@ fn finish(r: Result<(), String>) -> ExitCode {
             ExitCode::from(1)
         }
     }
+}
+
+/// Writes `line` to stderr in one write: the ranks of `brain launch` share the terminal, and
+/// `eprintln!` may write the text and its newline apart, so two ranks' lines ran together.
+fn say(line: &str) {
+    use std::io::Write;
+    let _ = std::io::stderr().write_all(format!("{line}\n").as_bytes());
 }

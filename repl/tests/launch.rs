@@ -174,6 +174,40 @@ fn a_checkpoint_is_written_by_rank_zero_and_every_rank_returns_once_it_is_there(
     assert!(!out_dir.join("by_rank_1.safetensors").exists());
 }
 
+/// Rank 0 cannot write the file (a folder is in its place): every rank's `save` fails, rank
+/// 1's naming rank 0's error, instead of rank 1 going on as if the checkpoint were there.
+#[test]
+fn a_checkpoint_rank_zero_cannot_write_is_an_error_on_every_rank() {
+    let dir = tempfile::tempdir().unwrap();
+    let blocker = dir.path().join("a_folder.safetensors");
+    std::fs::create_dir(&blocker).unwrap();
+    let script = write_script(
+        &dir,
+        "let out = arg(\"out\", \"\", \"path\");\n\
+         let m = lm::transformer(#{ vocab: 40, d_model: 16, layers: 1, heads: 2, max_seq_len: 8, seed: 1 });\n\
+         try { m.save(out, #{}); print(`rank ${dist::rank()} saved`); }\n\
+         catch (e) { print(`rank ${dist::rank()} failed: ${e}`); }",
+    );
+    let arg = format!("out={}", blocker.display());
+    let out = launch(&dir, 2, &script, &[&arg]);
+    let stdout = text(&out.stdout);
+    assert!(out.status.success(), "{stdout}\n{}", text(&out.stderr));
+    assert!(!stdout.contains("saved"), "{stdout}");
+    assert!(stdout.contains("rank 0 failed"), "{stdout}");
+    assert!(
+        stdout.contains("rank 1 failed: ") && stdout.contains("rank 0 failed: "),
+        "{stdout}"
+    );
+    let rank1 = stdout
+        .lines()
+        .find(|l| l.starts_with("rank 1 failed"))
+        .unwrap();
+    assert!(
+        rank1.contains("rank 0 failed") && rank1.contains("a_folder"),
+        "rank 1 names rank 0's error: {rank1}"
+    );
+}
+
 /// ZeRO-1 through the launcher on the GPU (skips without one): a launch of one with the
 /// optimizer state sharded reduces through NCCL and steps like a plain run, loss for loss.
 #[test]

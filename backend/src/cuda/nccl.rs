@@ -61,8 +61,10 @@ pub struct Communicator {
     pub world_size: usize,
 }
 
-// SAFETY: the communicator and its stream are used through `&self` from one thread at a time
-// (the engine's single stream); NCCL communicators may move between threads.
+// SAFETY: the communicator and its own stream are used through `&self` from one thread at a
+// time (the trainer's; the engine queues its device work from that thread too, and the two
+// streams are ordered by events, not by the host); NCCL communicators and CUDA streams may
+// move between threads.
 unsafe impl Send for Communicator {}
 unsafe impl Sync for Communicator {}
 

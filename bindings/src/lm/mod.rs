@@ -152,7 +152,7 @@ pub fn register(engine: &mut Engine) {
             ),
             generate::log_probabilities,
         );
-        api.method("save", "model.save(path, #{ optimizer, step, data_seed, extra }) -> path", "Writes a checkpoint: weights (Hugging Face names), optimizer state and schedule, step, data position and extra script values, in one safetensors file with a JSON header.", with_lm!("let opt = optim::adamw(model.parameters(), #{}); let step = 10; model.save(\"out/lm.safetensors\", #{ optimizer: opt, step: step, data_seed: 1 });"), checkpoint::save);
+        api.method("save", "model.save(path, #{ optimizer, step, data_seed, extra }) -> path", "Writes a checkpoint: weights (Hugging Face names), optimizer state and schedule, step, data position and extra script values, in one safetensors file with a JSON header. Under `brain launch` every rank calls it: rank 0 writes (after every rank's share of a sharded optimizer state is gathered), and each returns once the file is there, or with rank 0's error.", with_lm!("let opt = optim::adamw(model.parameters(), #{}); let step = 10; model.save(\"out/lm.safetensors\", #{ optimizer: opt, step: step, data_seed: 1 });"), checkpoint::save);
         api.method(
             "save_pretrained",
             "model.save_pretrained(dir) -> dir",

@@ -6,6 +6,9 @@ use super::node::{Edge, Node};
 use crate::{Error, Result, Tensor};
 use std::collections::{HashMap, HashSet};
 
+/// What `backward_notifying` calls with each leaf whose gradient is complete.
+pub type LeafHook<'a> = dyn FnMut(&Tensor) -> Result<()> + 'a;
+
 impl Tensor {
     /// Backpropagates from a scalar (or one-element) tensor.
     pub fn backward(&self) -> Result<()> {
@@ -29,7 +32,7 @@ impl Tensor {
         &self,
         grad: Option<Tensor>,
         retain_graph: bool,
-        on_leaf: &mut dyn FnMut(&Tensor) -> Result<()>,
+        on_leaf: &mut LeafHook<'_>,
     ) -> Result<()> {
         self.run_backward(grad, retain_graph, Some(on_leaf))
     }
@@ -38,7 +41,7 @@ impl Tensor {
         &self,
         grad: Option<Tensor>,
         retain_graph: bool,
-        mut on_leaf: Option<&mut dyn FnMut(&Tensor) -> Result<()>>,
+        mut on_leaf: Option<&mut LeafHook<'_>>,
     ) -> Result<()> {
         if !self.requires_grad() {
             return Err(Error::Backward("the tensor does not require grad (no input had requires_grad set, or it was computed under no_grad)".into()));

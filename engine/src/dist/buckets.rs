@@ -92,8 +92,8 @@ impl Readiness {
         (self.waiting[b] == 0).then_some(b)
     }
 
-    /// The buckets not complete yet (parameters that got no gradient this step leave theirs
-    /// incomplete; the step reduces them at its end, as zeros).
+    /// The buckets not complete yet: some parameter of theirs has not been marked (it got no
+    /// gradient this step, or its backward has not reached it).
     pub fn incomplete(&self) -> Vec<usize> {
         (0..self.waiting.len())
             .filter(|&b| self.waiting[b] > 0)

@@ -20,6 +20,7 @@ pub use store::FileStore;
 use crate::backend::cuda::nccl::{self, Communicator};
 use crate::{Error, Result};
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
@@ -39,6 +40,8 @@ pub struct Dist {
     store: Option<FileStore>,
     /// The NCCL communicator, once made, with its device ordinal.
     comm: Mutex<Option<(usize, Arc<Communicator>)>>,
+    /// Calls of `on_main` so far; every rank counts the same sequence.
+    main_calls: AtomicU64,
 }
 
 impl std::fmt::Debug for Dist {
@@ -59,6 +62,7 @@ impl Dist {
             world_size: 1,
             store: None,
             comm: Mutex::new(None),
+            main_calls: AtomicU64::new(0),
         }
     }
 
@@ -116,12 +120,45 @@ impl Dist {
                 timeout,
             )?),
             comm: Mutex::new(None),
+            main_calls: AtomicU64::new(0),
         })
     }
 
     /// Rank 0 prints, plots and writes checkpoints.
     pub fn is_main(&self) -> bool {
         self.rank == 0
+    }
+
+    /// Runs `work` on rank 0 only (writing a checkpoint, say); every rank returns once it is
+    /// done, and a failure there is every rank's error, so no rank goes on as if the file were
+    /// written. Every rank calls it, in the same order; `before` is what this rank did first
+    /// as its part (a gather), reported instead when it failed, after the barrier all the same.
+    pub fn on_main(&self, before: Result<()>, work: impl FnOnce() -> Result<()>) -> Result<()> {
+        let Some(store) = &self.store else {
+            return before.and_then(|()| work());
+        };
+        let key = format!("main-{}", self.main_calls.fetch_add(1, Ordering::SeqCst));
+        if self.is_main() {
+            let done = before.and_then(|()| work());
+            let outcome = match &done {
+                Ok(()) => String::new(),
+                Err(e) => e.to_string(),
+            };
+            // Published before the barrier, so every rank finds it once past it.
+            let published = store.set(&key, outcome.as_bytes());
+            store.barrier()?;
+            return done.and(published);
+        }
+        store.barrier()?;
+        before?;
+        let outcome = store.get(&key)?;
+        if outcome.is_empty() {
+            return Ok(());
+        }
+        Err(Error::invalid(
+            "dist",
+            format!("rank 0 failed: {}", String::from_utf8_lossy(&outcome)),
+        ))
     }
 
     /// Waits until every rank has called `barrier` as many times as this one.
@@ -253,6 +290,41 @@ mod tests {
         // Alone, the id is made here.
         let alone = share_unique_id(None, 0, || Ok([1u8; nccl::UNIQUE_ID_BYTES])).unwrap();
         assert_eq!(alone, [1u8; nccl::UNIQUE_ID_BYTES]);
+    }
+
+    /// Rank 0's work fails: it gets its own error, and rank 1, which did nothing, returns
+    /// after it with that error named, instead of going on as if the work were done. The next
+    /// call starts clean.
+    #[test]
+    fn a_failure_on_rank_zero_is_every_rank_s_error() {
+        let dir = tempfile::tempdir().unwrap();
+        let dist = |rank: usize| {
+            let path = dir.path().to_str().unwrap().to_string();
+            Dist::from_vars(move |name| match name {
+                RANK_VAR => Some(rank.to_string()),
+                WORLD_SIZE_VAR => Some("2".into()),
+                DIR_VAR => Some(path.clone()),
+                _ => None,
+            })
+            .unwrap()
+        };
+        let other = dist(1);
+        let rank1 = std::thread::spawn(move || {
+            let first = other.on_main(Ok(()), || panic!("only rank 0 works"));
+            let second = other.on_main(Ok(()), || panic!("only rank 0 works"));
+            (first, second)
+        });
+        let main = dist(0);
+        let failed = main.on_main(Ok(()), || Err(Error::invalid("save", "disk full")));
+        assert!(failed.unwrap_err().to_string().contains("disk full"));
+        main.on_main(Ok(()), || Ok(())).unwrap();
+        let (first, second) = rank1.join().unwrap();
+        let err = first.unwrap_err().to_string();
+        assert!(
+            err.contains("rank 0 failed") && err.contains("disk full"),
+            "{err}"
+        );
+        second.unwrap();
     }
 
     #[test]

@@ -80,7 +80,9 @@ impl Dist {
                 .collect(),
             params: params.to_vec(),
             readiness: buckets::Readiness::new(&buckets, params.len()),
-            started: vec![false; buckets.len()],
+            complete: vec![false; buckets.len()],
+            next: 0,
+            finished: false,
             buckets,
         }
     }
@@ -147,6 +149,10 @@ impl Dist {
 /// across the ranks as soon as all of its gradients are in, on the communicator's stream,
 /// while the device goes on with the earlier layers. `finish` starts what is left and makes
 /// the device's stream wait for the sums, before the optimizer reads them.
+///
+/// Buckets start strictly in plan order, each once every bucket before it has: NCCL pairs
+/// collectives by the order each rank issues them, and a backward that completed two buckets
+/// in a different order on two ranks would otherwise sum one bucket with another.
 pub struct GradReducer<'a> {
     dist: &'a Dist,
     params: Vec<Tensor>,
@@ -154,29 +160,39 @@ pub struct GradReducer<'a> {
     index: HashMap<usize, usize>,
     buckets: Vec<buckets::Bucket>,
     readiness: buckets::Readiness,
-    started: Vec<bool>,
+    /// Buckets whose gradients are all in.
+    complete: Vec<bool>,
+    /// The first bucket not started; all before it have.
+    next: usize,
+    /// Whether the device's stream already waits for everything started.
+    finished: bool,
 }
 
 impl GradReducer<'_> {
     /// Notes that `leaf`'s gradient is complete (a leaf that is not one of the parameters is
-    /// passed over), and starts its bucket if that was the last gradient it waited for.
+    /// passed over); if that completes its bucket, starts it and every complete bucket after
+    /// it, up to the first one still waiting.
     pub fn gradient_ready(&mut self, leaf: &Tensor) -> Result<()> {
         let Some(&p) = self.index.get(&leaf.id()) else {
             return Ok(());
         };
-        match self.readiness.mark(p) {
-            Some(b) => self.start(b),
-            None => Ok(()),
+        if let Some(b) = self.readiness.mark(p) {
+            self.complete[b] = true;
+            while self.complete.get(self.next) == Some(&true) {
+                self.start_next()?;
+            }
         }
+        Ok(())
     }
 
     /// How many buckets have started so far.
     pub fn started(&self) -> usize {
-        self.started.iter().filter(|&&s| s).count()
+        self.next
     }
 
     /// Starts every bucket not started yet, in plan order (the same on every rank), and makes
-    /// the device's stream wait for all of them.
+    /// the device's stream wait for all of them. With several ranks, a parameter without a
+    /// gradient is an error, found before anything more starts.
     pub fn finish(mut self) -> Result<()> {
         if self.dist.world_size > 1 {
             if let Some((i, p)) = self
@@ -196,25 +212,41 @@ impl GradReducer<'_> {
                 ));
             }
         }
-        for b in 0..self.buckets.len() {
-            if !self.started[b] {
-                self.start(b)?;
-            }
+        while self.next < self.buckets.len() {
+            self.start_next()?;
         }
-        let grads: Vec<Tensor> = self.params.iter().filter_map(Tensor::grad).collect();
-        self.dist.wait_for_started(&grads[..grads.len().min(1)])
+        self.wait()
     }
 
-    /// Starts bucket `b`: its gradients, as one group (a missing one, in a run of one, is
-    /// left out).
-    fn start(&mut self, b: usize) -> Result<()> {
-        self.started[b] = true;
+    /// Starts the next bucket in plan order: its gradients, as one group (a missing one, in a
+    /// run of one, is left out).
+    fn start_next(&mut self) -> Result<()> {
+        let b = self.next;
+        self.next += 1;
         let members: Vec<Tensor> = self.buckets[b]
             .params
             .iter()
             .filter_map(|&i| self.params[i].grad())
             .collect();
         self.dist.start_group(&members)
+    }
+
+    /// Makes the device's stream wait for the buckets started so far.
+    fn wait(&mut self) -> Result<()> {
+        self.finished = true;
+        let grads: Vec<Tensor> = self.params.iter().filter_map(Tensor::grad).collect();
+        self.dist.wait_for_started(&grads[..grads.len().min(1)])
+    }
+}
+
+/// A reducer dropped before `finish` (its backward failed, or finish returned an error) still
+/// orders the device's stream after the sums it started: the gradients' memory must not be
+/// reused or freed under a collective still writing it.
+impl Drop for GradReducer<'_> {
+    fn drop(&mut self) {
+        if self.next > 0 && !self.finished {
+            let _ = self.wait();
+        }
     }
 }
 
@@ -281,5 +313,28 @@ mod tests {
             .map(|p| p.grad().unwrap().to_vec_f64().unwrap())
             .collect();
         assert_eq!(got, want);
+    }
+
+    /// Buckets are planned from the last parameter up; a gradient that completes a later
+    /// bucket first waits until every bucket before it has started, so the ranks issue their
+    /// collectives in one order whatever order their backwards finished them in.
+    #[test]
+    fn buckets_start_in_plan_order_whatever_order_they_complete_in() {
+        let params: Vec<Tensor> = (0..3)
+            .map(|_| {
+                let p = Tensor::zeros(&[4], DType::F32, Device::Cpu).unwrap();
+                p.set_grad(Some(Tensor::ones(&[4], DType::F32, Device::Cpu).unwrap()));
+                p
+            })
+            .collect();
+        let dist = Dist::single();
+        let mut reducer = dist.grad_reducer(&params, 16);
+        let mut started = Vec::new();
+        for p in [0, 2, 1] {
+            reducer.gradient_ready(&params[p]).unwrap();
+            started.push(reducer.started());
+        }
+        assert_eq!(started, [0, 1, 3]);
+        reducer.finish().unwrap();
     }
 }

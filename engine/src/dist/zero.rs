@@ -61,8 +61,12 @@ pub fn owners(sizes: &[usize], ranks: usize) -> Vec<usize> {
 
 impl Dist {
     /// Gives every rank each tensor's values from its owner in `shard` (the parameters after
-    /// a sharded step), in place, as one NCCL group; the device's stream waits for it.
+    /// a sharded step), in place, as one NCCL group; the device's stream waits for it. A
+    /// process `brain launch` did not start is alone and owns everything: nothing to do.
     pub fn broadcast_from_owners(&self, ts: &[Tensor], shard: &StateShard) -> Result<()> {
+        if !self.reduces() {
+            return Ok(());
+        }
         let items: Vec<_> = ts
             .iter()
             .enumerate()
@@ -73,7 +77,11 @@ impl Dist {
     }
 
     /// Gives every rank `t`'s values from rank `root`, in place; the device's stream waits.
+    /// Alone (not under `brain launch`), `t` already is rank 0's.
     pub fn broadcast_(&self, t: &Tensor, root: usize) -> Result<()> {
+        if !self.reduces() {
+            return Ok(());
+        }
         self.start_collectives(&[(t, Collective::BroadcastFrom(root))])?;
         self.wait_for_started(std::slice::from_ref(t))
     }

@@ -415,23 +415,27 @@ pub trait Optimizer: Send {
             })
             .collect();
         reader.finish()?;
+        // A sharded optimizer keeps only its own share: the rest never reaches the device.
+        let core = self.core();
         let states = states
             .into_iter()
-            .zip(&self.core().params)
-            .map(|(st, p)| {
-                st.map(|st| -> Result<ParamState> {
-                    let dtype = state_dtype(&p.tensor);
-                    let tensors = st
-                        .tensors
-                        .iter()
-                        .map(|t| t.to_device(p.tensor.device())?.to_dtype(dtype))
-                        .collect::<Result<_>>()?;
-                    Ok(ParamState {
-                        step: st.step,
-                        tensors,
+            .zip(&core.params)
+            .enumerate()
+            .map(|(i, (st, p))| {
+                st.filter(|_| core.owns(i))
+                    .map(|st| -> Result<ParamState> {
+                        let dtype = state_dtype(&p.tensor);
+                        let tensors = st
+                            .tensors
+                            .iter()
+                            .map(|t| t.to_device(p.tensor.device())?.to_dtype(dtype))
+                            .collect::<Result<_>>()?;
+                        Ok(ParamState {
+                            step: st.step,
+                            tensors,
+                        })
                     })
-                })
-                .transpose()
+                    .transpose()
             })
             .collect::<Result<Vec<_>>>()?;
         let core = self.core_mut();
@@ -441,7 +445,6 @@ pub trait Optimizer: Send {
         core.step = step.unwrap_or_default() as u64;
         core.lr = lr.unwrap_or(core.lr);
         core.states = states;
-        core.drop_unowned_states();
         Ok(())
     }
 }

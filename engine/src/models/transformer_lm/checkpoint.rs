@@ -69,19 +69,15 @@ pub fn save(
     train: &TrainState,
 ) -> Result<()> {
     // Under `brain launch` every rank calls this and rank 0 writes, once every rank has taken
-    // part in gathering a sharded optimizer state; each returns once the file is there.
+    // part in gathering a sharded optimizer state; each returns once the file is there, or
+    // with rank 0's error.
     let dist = crate::dist::current()?;
     let gathers = opt.is_some_and(|o| o.core().shard().is_some_and(|s| s.world_size > 1));
-    if !dist.is_main() {
-        if gathers {
-            opt.map(|o| o.state_dict()).transpose()?;
-        }
-        return dist.barrier();
-    }
-    let written = write(path.as_ref(), model, opt, train);
-    // The others wait at the barrier whatever happened here; the error is rank 0's to report.
-    dist.barrier()?;
-    written
+    let gathered = match opt {
+        Some(o) if gathers && !dist.is_main() => o.state_dict().map(drop),
+        _ => Ok(()),
+    };
+    dist.on_main(gathered, || write(path.as_ref(), model, opt, train))
 }
 
 fn write(
