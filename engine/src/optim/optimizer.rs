@@ -331,61 +331,14 @@ pub trait Optimizer: Send {
     /// `state.<param>.step` and `state.<param>.<field>`. With parameters on CUDA this first
     /// reads the device's step counts (waiting for the queued steps).
     fn state_dict(&self) -> Result<OptimizerState> {
-        let core = self.core();
-        let exact = fused::exact_counters(core)?;
-        let step = exact.as_ref().map_or(core.step, |c| c[0].max(0) as u64);
-        let mut out = OptimizerState::new(self.kind());
-        out.scalars.insert("step".into(), step as f64);
-        out.scalars.insert("lr".into(), fused::lr_for(core, step));
-        // Each parameter's own step count; 0 for one without state here.
-        let mut steps: Vec<u64> = core
-            .states
-            .iter()
-            .enumerate()
-            .map(|(i, st)| match (st, &exact) {
-                (None, _) => 0,
-                (Some(_), Some(c)) => c.get(COUNTER_HEAD + i).copied().unwrap_or(0).max(0) as u64,
-                (Some(st), None) => st.step,
-            })
-            .collect();
-        steps.resize(core.params.len(), 0);
-        let shard = core
-            .shard()
-            .filter(|s| s.world_size > 1 && !core.params.is_empty());
-        if shard.is_some() {
-            // Every parameter's count from its owner (the others hold 0 for it).
-            steps = gather_counts(&steps, &core.params[0].tensor)?;
-        }
-        for (i, p) in core.params.iter().enumerate() {
-            if steps[i] == 0 {
-                // No state, or made by a step that the device skipped: the CPU would have none.
-                continue;
-            }
-            out.scalars
-                .insert(param_key(&p.name, "step"), steps[i] as f64);
-            let own = core.states.get(i).and_then(Option::as_ref);
-            for (f, field) in self.state_fields().iter().enumerate() {
-                let t = match (shard, own) {
-                    (Some(shard), own) => {
-                        // Every rank takes part; the owner's tensor goes to the others.
-                        let t = match own {
-                            Some(st) if shard.owns(i) => st.tensors[f].clone(),
-                            _ => Tensor::zeros(
-                                p.tensor.shape(),
-                                state_dtype(&p.tensor),
-                                p.tensor.device(),
-                            )?,
-                        };
-                        crate::dist::current()?.broadcast_(&t, shard.owner(i))?;
-                        t
-                    }
-                    (None, Some(st)) => st.tensors[f].clone(),
-                    (None, None) => continue,
-                };
-                out.put_tensor(param_key(&p.name, field), &t)?;
-            }
-        }
-        Ok(out)
+        collect_state(self, true)
+    }
+
+    /// A sharded state's gather, on a rank that does not keep the result: under `brain
+    /// launch` every rank takes part in `state_dict`'s broadcasts, and the ranks that do not
+    /// write the checkpoint call this instead, so they copy nothing to the CPU.
+    fn join_state_gather(&self) -> Result<()> {
+        collect_state(self, false).map(drop)
     }
 
     /// Restores a `state_dict`, putting each state tensor on its parameter's device. On any
@@ -447,6 +400,68 @@ pub trait Optimizer: Send {
         core.states = states;
         Ok(())
     }
+}
+
+/// `state_dict`'s work; `keep: false` takes part in a sharded state's gather and keeps only
+/// the scalars.
+fn collect_state<O: Optimizer + ?Sized>(opt: &O, keep: bool) -> Result<OptimizerState> {
+    let core = opt.core();
+    let exact = fused::exact_counters(core)?;
+    let step = exact.as_ref().map_or(core.step, |c| c[0].max(0) as u64);
+    let mut out = OptimizerState::new(opt.kind());
+    out.scalars.insert("step".into(), step as f64);
+    out.scalars.insert("lr".into(), fused::lr_for(core, step));
+    // Each parameter's own step count; 0 for one without state here.
+    let mut steps: Vec<u64> = core
+        .states
+        .iter()
+        .enumerate()
+        .map(|(i, st)| match (st, &exact) {
+            (None, _) => 0,
+            (Some(_), Some(c)) => c.get(COUNTER_HEAD + i).copied().unwrap_or(0).max(0) as u64,
+            (Some(st), None) => st.step,
+        })
+        .collect();
+    steps.resize(core.params.len(), 0);
+    let shard = core
+        .shard()
+        .filter(|s| s.world_size > 1 && !core.params.is_empty());
+    if shard.is_some() {
+        // Every parameter's count from its owner (the others hold 0 for it).
+        steps = gather_counts(&steps, &core.params[0].tensor)?;
+    }
+    for (i, p) in core.params.iter().enumerate() {
+        if steps[i] == 0 {
+            // No state, or made by a step that the device skipped: the CPU would have none.
+            continue;
+        }
+        out.scalars
+            .insert(param_key(&p.name, "step"), steps[i] as f64);
+        let own = core.states.get(i).and_then(Option::as_ref);
+        for (f, field) in opt.state_fields().iter().enumerate() {
+            let t = match (shard, own) {
+                (Some(shard), own) => {
+                    // Every rank takes part; the owner's tensor goes to the others.
+                    let t = match own {
+                        Some(st) if shard.owns(i) => st.tensors[f].clone(),
+                        _ => Tensor::zeros(
+                            p.tensor.shape(),
+                            state_dtype(&p.tensor),
+                            p.tensor.device(),
+                        )?,
+                    };
+                    crate::dist::current()?.broadcast_(&t, shard.owner(i))?;
+                    t
+                }
+                (None, Some(st)) => st.tensors[f].clone(),
+                (None, None) => continue,
+            };
+            if keep {
+                out.put_tensor(param_key(&p.name, field), &t)?;
+            }
+        }
+    }
+    Ok(out)
 }
 
 /// The shared step: gradient norm over the scope, skip or clip, schedule, then each

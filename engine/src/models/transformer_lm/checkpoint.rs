@@ -74,7 +74,7 @@ pub fn save(
     let dist = crate::dist::current()?;
     let gathers = opt.is_some_and(|o| o.core().shard().is_some_and(|s| s.world_size > 1));
     let gathered = match opt {
-        Some(o) if gathers && !dist.is_main() => o.state_dict().map(drop),
+        Some(o) if gathers && !dist.is_main() => o.join_state_gather(),
         _ => Ok(()),
     };
     dist.on_main(gathered, || write(path.as_ref(), model, opt, train))
