@@ -78,9 +78,16 @@ impl Tensor {
             let Some(hook) = on_leaf.as_mut() else {
                 return t.accumulate_grad(&g);
             };
-            let pending = grads.values().flatten().flatten();
-            let g = if g.layout().is_dense() && (!pending.into_iter().any(|p| p.shares_storage(&g)))
-            {
+            // A leaf that already has a gradient gets a fresh sum; only a first one is the
+            // very tensor the backward made, which may be strided or shared.
+            let shared = || {
+                grads
+                    .values()
+                    .flatten()
+                    .flatten()
+                    .any(|p| p.shares_storage(&g))
+            };
+            let g = if t.grad().is_some() || (g.layout().is_dense() && !shared()) {
                 g
             } else {
                 g.contiguous_copy()?

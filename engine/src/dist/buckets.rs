@@ -1,8 +1,9 @@
 //! Gradient buckets for the data-parallel all-reduce. Backward produces the gradients roughly
 //! in the reverse order of the parameters, so buckets are filled from the last parameter
-//! backwards. Each bucket is all-reduced as soon as its last gradient is ready, on a stream of
-//! its own, while backward goes on with the earlier layers (PyTorch DDP's scheme, with its
-//! 25 MB default). One bucket holds one dtype, since a collective moves one dtype.
+//! backwards. A bucket's all-reduce starts once its last gradient is ready and every bucket
+//! before it has started (`dist::GradReducer`), on the communicator's stream, while backward
+//! goes on with the earlier layers (PyTorch DDP's scheme, with its 25 MB default). One bucket
+//! holds one dtype, since a collective moves one dtype.
 
 use crate::DType;
 
@@ -52,8 +53,8 @@ pub fn plan(grads: &[(usize, DType)], bucket_bytes: usize) -> Vec<Bucket> {
 }
 
 /// Which buckets are complete as gradients arrive: backward marks each parameter whose
-/// gradient is final, and learns when that completes its bucket, to launch its all-reduce
-/// then. `reset` starts the next step.
+/// gradient is final, and learns when that completes its bucket (the reducer starts it once
+/// the buckets before it have started). `reset` starts the next step.
 #[derive(Debug)]
 pub struct Readiness {
     /// The bucket of each parameter (`None`: not in any, an empty gradient).

@@ -100,15 +100,15 @@ impl Dist {
         })?;
         let timeout = match var(TIMEOUT_VAR) {
             None => Duration::from_secs(1800),
-            Some(s) => Duration::from_secs_f64(
-                s.trim()
-                    .parse::<f64>()
-                    .ok()
-                    .filter(|t| t.is_finite() && *t > 0.0)
-                    .ok_or_else(|| {
-                        Error::invalid("dist", format!("{TIMEOUT_VAR}={s:?} is not seconds"))
-                    })?,
-            ),
+            Some(s) => s
+                .trim()
+                .parse::<f64>()
+                .ok()
+                .filter(|t| *t > 0.0)
+                .and_then(|t| Duration::try_from_secs_f64(t).ok())
+                .ok_or_else(|| {
+                    Error::invalid("dist", format!("{TIMEOUT_VAR}={s:?} is not seconds"))
+                })?,
         };
         Ok(Dist {
             rank,
@@ -141,8 +141,8 @@ impl Dist {
         if self.is_main() {
             let done = before.and_then(|()| work());
             let outcome = match &done {
-                Ok(()) => String::new(),
-                Err(e) => e.to_string(),
+                Ok(()) => "ok".to_string(),
+                Err(e) => format!("err:{e}"),
             };
             // Published before the barrier, so every rank finds it once past it.
             let published = store.set(&key, outcome.as_bytes());
@@ -151,14 +151,22 @@ impl Dist {
         }
         store.barrier()?;
         before?;
-        let outcome = store.get(&key)?;
-        if outcome.is_empty() {
-            return Ok(());
+        // Rank 0 published before the barrier: what is not there now never will be.
+        let outcome = store.try_get(&key)?.ok_or_else(|| {
+            Error::invalid(
+                "dist",
+                "rank 0 could not publish whether its work succeeded",
+            )
+        })?;
+        let outcome = String::from_utf8_lossy(&outcome);
+        match outcome.strip_prefix("err:") {
+            None if outcome == "ok" => Ok(()),
+            Some(e) => Err(Error::invalid("dist", format!("rank 0 failed: {e}"))),
+            None => Err(Error::invalid(
+                "dist",
+                format!("rank 0's outcome {outcome:?} is neither ok nor an error"),
+            )),
         }
-        Err(Error::invalid(
-            "dist",
-            format!("rank 0 failed: {}", String::from_utf8_lossy(&outcome)),
-        ))
     }
 
     /// Waits until every rank has called `barrier` as many times as this one.
@@ -304,6 +312,8 @@ mod tests {
                 RANK_VAR => Some(rank.to_string()),
                 WORLD_SIZE_VAR => Some("2".into()),
                 DIR_VAR => Some(path.clone()),
+                // A regression fails the test in seconds instead of hanging it.
+                TIMEOUT_VAR => Some("10".into()),
                 _ => None,
             })
             .unwrap()
@@ -325,6 +335,36 @@ mod tests {
             "{err}"
         );
         second.unwrap();
+    }
+
+    /// Rank 0 passes the barrier without publishing an outcome (its store could not be
+    /// written): rank 1 says so at once instead of waiting for a value that cannot come.
+    #[test]
+    fn an_outcome_rank_zero_never_published_is_an_error_at_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().to_path_buf();
+        let rank0 = std::thread::spawn(move || {
+            FileStore::new(path, 0, 2, Duration::from_secs(10))
+                .unwrap()
+                .barrier()
+                .unwrap()
+        });
+        let path = dir.path().to_str().unwrap().to_string();
+        let rank1 = Dist::from_vars(move |name| match name {
+            RANK_VAR => Some("1".into()),
+            WORLD_SIZE_VAR => Some("2".into()),
+            DIR_VAR => Some(path.clone()),
+            TIMEOUT_VAR => Some("600".into()),
+            _ => None,
+        })
+        .unwrap();
+        let started = std::time::Instant::now();
+        let err = rank1
+            .on_main(Ok(()), || panic!("only rank 0 works"))
+            .unwrap_err();
+        rank0.join().unwrap();
+        assert!(err.to_string().contains("could not publish"), "{err}");
+        assert!(started.elapsed() < Duration::from_secs(30));
     }
 
     #[test]

@@ -59,8 +59,8 @@ impl Dist {
 
     /// Sums the gradients of `params` over the ranks, in place, bucket by bucket (the
     /// gradients already computed; a trainer that reduces during its backward uses
-    /// [`GradReducer`]). A parameter without a gradient is an error when there are several
-    /// ranks: another rank may have one, and the collectives would no longer pair up.
+    /// [`GradReducer`]). With several ranks a parameter without a gradient takes part with
+    /// zeros: another rank may have one, and the collectives must pair up.
     pub fn all_reduce_grads(&self, params: &[Tensor]) -> Result<()> {
         self.grad_reducer(params, buckets::DEFAULT_BUCKET_BYTES)
             .finish()
@@ -191,43 +191,35 @@ impl GradReducer<'_> {
     }
 
     /// Starts every bucket not started yet, in plan order (the same on every rank), and makes
-    /// the device's stream wait for all of them. With several ranks, a parameter without a
-    /// gradient is an error, found before anything more starts.
+    /// the device's stream wait for all of them.
     pub fn finish(mut self) -> Result<()> {
-        if self.dist.world_size > 1 {
-            if let Some((i, p)) = self
-                .params
-                .iter()
-                .enumerate()
-                .find(|(_, p)| p.grad().is_none())
-            {
-                return Err(Error::invalid(
-                    "all_reduce",
-                    format!(
-                        "parameter {i} {:?} has no gradient on rank {}: every rank must reduce \
-                         the same gradients",
-                        p.shape(),
-                        self.dist.rank
-                    ),
-                ));
-            }
-        }
         while self.next < self.buckets.len() {
             self.start_next()?;
         }
         self.wait()
     }
 
-    /// Starts the next bucket in plan order: its gradients, as one group (a missing one, in a
-    /// run of one, is left out).
+    /// Starts the next bucket in plan order: its gradients, as one group. A parameter this
+    /// backward gave no gradient is left out in a run of one; with several ranks it gets a
+    /// zero gradient that takes part, because another rank may have used it (its sum is then
+    /// every rank's gradient) and the collectives of every rank must pair up (PyTorch DDP's
+    /// unused parameters). A parameter no rank used thus steps on a zero gradient.
     fn start_next(&mut self) -> Result<()> {
         let b = self.next;
         self.next += 1;
-        let members: Vec<Tensor> = self.buckets[b]
-            .params
-            .iter()
-            .filter_map(|&i| self.params[i].grad())
-            .collect();
+        let mut members = Vec::with_capacity(self.buckets[b].params.len());
+        for &i in &self.buckets[b].params {
+            let p = &self.params[i];
+            match p.grad() {
+                Some(g) => members.push(g),
+                None if self.dist.world_size > 1 => {
+                    let zero = Tensor::zeros(p.shape(), p.dtype(), p.device())?;
+                    p.set_grad(Some(zero.clone()));
+                    members.push(zero);
+                }
+                None => {}
+            }
+        }
         self.dist.start_group(&members)
     }
 

@@ -55,6 +55,16 @@ impl FileStore {
         std::fs::read(&path).map_err(|e| io_error(&path, e))
     }
 
+    /// The value under `key` if a rank has set it, without waiting.
+    pub fn try_get(&self, key: &str) -> Result<Option<Vec<u8>>> {
+        let path = self.key_path(key)?;
+        match std::fs::read(&path) {
+            Ok(v) => Ok(Some(v)),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(io_error(&path, e)),
+        }
+    }
+
     /// Returns once every rank has called `barrier` as many times as this one has.
     pub fn barrier(&self) -> Result<()> {
         let n = self.barriers.fetch_add(1, Ordering::SeqCst) + 1;

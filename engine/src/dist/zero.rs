@@ -62,9 +62,10 @@ pub fn owners(sizes: &[usize], ranks: usize) -> Vec<usize> {
 impl Dist {
     /// Gives every rank each tensor's values from its owner in `shard` (the parameters after
     /// a sharded step), in place, as one NCCL group; the device's stream waits for it. A
-    /// process `brain launch` did not start is alone and owns everything: nothing to do.
+    /// process `brain launch` did not start, with a shard of one, owns everything: nothing to
+    /// do. (A shard made for more ranks still goes to NCCL, which refuses it on CUDA.)
     pub fn broadcast_from_owners(&self, ts: &[Tensor], shard: &StateShard) -> Result<()> {
-        if !self.reduces() {
+        if !self.reduces() && shard.world_size == 1 {
             return Ok(());
         }
         let items: Vec<_> = ts
@@ -77,9 +78,10 @@ impl Dist {
     }
 
     /// Gives every rank `t`'s values from rank `root`, in place; the device's stream waits.
-    /// Alone (not under `brain launch`), `t` already is rank 0's.
+    /// Alone (not under `brain launch`), `t` already is rank 0's; another root goes to NCCL,
+    /// which refuses it on CUDA.
     pub fn broadcast_(&self, t: &Tensor, root: usize) -> Result<()> {
-        if !self.reduces() {
+        if !self.reduces() && root == 0 {
             return Ok(());
         }
         self.start_collectives(&[(t, Collective::BroadcastFrom(root))])?;
