@@ -43,13 +43,13 @@ fn flag(name: &str) -> Option<String> {
     args.get(i + 1).cloned()
 }
 
-/// A numeric flag; under `--shape`, the named shape's value unless the flag is given.
 /// `--shard-state`: ZeRO-1 (`Optimizer::shard_state`); with the launcher's variables set
 /// (RB_RANK, RB_WORLD_SIZE, RB_DIST_DIR) `train_step` reduces through NCCL, a run of one too.
 fn sharded_state() -> bool {
     std::env::args().any(|a| a == "--shard-state")
 }
 
+/// A numeric flag; under `--shape`, the named shape's value unless the flag is given.
 fn arg(name: &str, default: usize) -> usize {
     let shaped = match flag("--shape").as_deref() {
         Some("1.1b") => match name {
@@ -100,14 +100,13 @@ fn setup(d: Device) -> Result<Setup> {
     let (batch, seq) = (arg("--batch", 16), arg("--seq", 1024));
     let c = bench_config();
     let model = TransformerLm::new_on(c.clone(), &mut Generator::new(0), DType::F32, d)?;
-    let opt = AdamW::new(
+    let mut opt = AdamW::new(
         model.parameters(),
         AdamWConfig {
             lr: 3e-4,
             ..Default::default()
         },
     )?;
-    let mut opt = opt;
     if sharded_state() {
         opt.shard_state()?;
     }

@@ -97,8 +97,13 @@ impl Readiness {
     /// gradient this step, or its backward has not reached it).
     pub fn incomplete(&self) -> Vec<usize> {
         (0..self.waiting.len())
-            .filter(|&b| self.waiting[b] > 0)
+            .filter(|&b| !self.is_complete(b))
             .collect()
+    }
+
+    /// Whether every gradient of bucket `b` has been marked.
+    pub fn is_complete(&self, b: usize) -> bool {
+        self.waiting[b] == 0
     }
 
     pub fn reset(&mut self) {

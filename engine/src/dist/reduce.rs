@@ -80,7 +80,6 @@ impl Dist {
                 .collect(),
             params: params.to_vec(),
             readiness: buckets::Readiness::new(&buckets, params.len()),
-            complete: vec![false; buckets.len()],
             next: 0,
             finished: false,
             buckets,
@@ -160,8 +159,6 @@ pub struct GradReducer<'a> {
     index: HashMap<usize, usize>,
     buckets: Vec<buckets::Bucket>,
     readiness: buckets::Readiness,
-    /// Buckets whose gradients are all in.
-    complete: Vec<bool>,
     /// The first bucket not started; all before it have.
     next: usize,
     /// Whether the device's stream already waits for everything started.
@@ -176,9 +173,8 @@ impl GradReducer<'_> {
         let Some(&p) = self.index.get(&leaf.id()) else {
             return Ok(());
         };
-        if let Some(b) = self.readiness.mark(p) {
-            self.complete[b] = true;
-            while self.complete.get(self.next) == Some(&true) {
+        if self.readiness.mark(p).is_some() {
+            while self.next < self.buckets.len() && self.readiness.is_complete(self.next) {
                 self.start_next()?;
             }
         }
@@ -226,8 +222,14 @@ impl GradReducer<'_> {
     /// Makes the device's stream wait for the buckets started so far.
     fn wait(&mut self) -> Result<()> {
         self.finished = true;
-        let grads: Vec<Tensor> = self.params.iter().filter_map(Tensor::grad).collect();
-        self.dist.wait_for_started(&grads[..grads.len().min(1)])
+        // The device of any gradient: they are all on the communicator's.
+        let any: Vec<Tensor> = self
+            .params
+            .iter()
+            .find_map(Tensor::grad)
+            .into_iter()
+            .collect();
+        self.dist.wait_for_started(&any)
     }
 }
 

@@ -151,9 +151,9 @@ impl OptimizerCore {
 
     /// Drops the state of the parameters this rank does not own.
     fn drop_unowned_states(&mut self) {
-        for (i, st) in self.states.iter_mut().enumerate() {
-            if !self.shard.as_ref().is_none_or(|s| s.owns(i)) {
-                *st = None;
+        for i in 0..self.states.len() {
+            if !self.owns(i) {
+                self.states[i] = None;
             }
         }
     }
