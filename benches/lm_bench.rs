@@ -133,7 +133,19 @@ fn train(dev: &cuda::CudaDevice, d: Device) -> Result<serde_json::Value> {
     dev.synchronize()?;
     let dt = t.elapsed().as_secs_f64() / steps as f64;
     let loss = loss.map(|l| l.item()).transpose()?.unwrap_or(f64::NAN);
-    let phases = phases(dev, &model, &batches[0])?;
+    let mut phases = phases(dev, &model, &batches[0])?;
+    // The host's time to queue one whole step from an idle device: when it nears step_ms, the
+    // device waits on the host and launches, not kernels, bound the step.
+    let mut enqueue = vec![];
+    for _ in 0..5 {
+        dev.synchronize()?;
+        let t = Instant::now();
+        train_step(&model, &mut opt, &batches)?;
+        enqueue.push(t.elapsed().as_secs_f64() * 1e3);
+    }
+    dev.synchronize()?;
+    enqueue.sort_by(|a, b| a.total_cmp(b));
+    phases["step_enqueue"] = json!((enqueue[2] * 100.0).round() / 100.0);
     let (n, l, dm, tk) = (
         params as f64,
         c.n_layers as f64,

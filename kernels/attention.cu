@@ -12,11 +12,16 @@
 // each warp owns 16 rows and walks the keys, tile by double-buffered tile, with an online softmax
 // in the base-2 domain (see `FwdTile`). It also writes each row's log-sum-exp (base 2, of the
 // scaled scores) for the backward.
-// Backward, without atomics (deterministic): `attn_bwd_dot` computes D_i = sum_d dO_id * O_id;
-// `attn_bwd_kv` owns 128 keys (64 at head dim 128) of one kv head and walks every query tile of
-// every query head in its group, accumulating dK and dV in registers; `attn_bwd_q` owns 128
-// queries (64) and walks their key tiles for dQ (see `BwdTile`). The two recompute the
-// probabilities from the saved log-sum-exp.
+// Backward: `attn_bwd_dot` computes D_i = sum_d dO_id * O_id; `attn_bwd_kv` owns 128 keys (64 at
+// head dim 128) of one kv head and walks every query tile of every query head in its group,
+// accumulating dK and dV in registers (see `BwdTile`). dQ comes one of two ways:
+// - fused (`attn_bwd_kvq`, FlashAttention-2's five products): the same walk also multiplies each
+//   chunk's dS by the block's keys and adds the partial dQ into an F32 buffer with atomics
+//   (zeroed by `attn_bwd_dot`), which `attn_bwd_dq` then scales and rounds. The order of those
+//   additions varies from run to run, so dQ may differ in its last bits between runs;
+// - split (`attn_bwd_q`, deterministic): a second kernel owns 128 queries (64) and walks their
+//   key tiles, recomputing the probabilities once more: eight products in all instead of five.
+// Both recompute the probabilities from the saved log-sum-exp.
 
 struct AttnView {
     i64 sb, sh, st;
@@ -54,6 +59,15 @@ __device__ __forceinline__ float fast_exp2(float x) {
 // rows an ldmatrix reads at one column land in eight different bank groups.
 template <int D> __device__ __forceinline__ int swz(int row, int chunk) {
     return row * D + ((chunk ^ (row & 7)) << 3);
+}
+
+// The same for tiles of COLS <= 64 elements a row (COLS / 8 chunks): the chunk is XORed with a
+// run of rows long enough that eight consecutive rows at one chunk still cover the eight bank
+// groups (equal to `swz` at 64 columns).
+template <int COLS> __device__ __forceinline__ int swz_narrow(int row, int chunk) {
+    constexpr int C = COLS / 8, SHIFT = C == 8 ? 0 : C == 4 ? 1 : C == 2 ? 2 : 3;
+    static_assert(COLS % 8 == 0 && COLS <= 64, "one to eight chunks a row");
+    return row * COLS + ((chunk ^ ((row >> SHIFT) & (C - 1))) << 3);
 }
 
 // Rows [0, valid) of a ROWS-row tile from `g` (row stride `st`), copied by THREADS threads;
@@ -319,9 +333,11 @@ __device__ void attn_fwd(const T* q, AttnView qv, const T* k, AttnView kv, const
 
 // ----- backward -----
 
-// dd[b, h, i] = sum_d dO[b, h, i, d] * O[b, h, i, d], D / 8 lanes a row, 16 bytes each.
+// dd[b, h, i] = sum_d dO[b, h, i, d] * O[b, h, i, d], D / 8 lanes a row, 16 bytes each. Where
+// the fused backward runs, this pass also zeroes its F32 dQ rows (`dqacc`, else null).
 template <class T, int D>
-__device__ void attn_bwd_dot(const T* o, AttnView ov, const T* dout, AttnView dv, float* dd, AttnShape s) {
+__device__ void attn_bwd_dot(const T* o, AttnView ov, const T* dout, AttnView dv, float* dd, float* dqacc,
+                             AttnShape s) {
     constexpr int LANES = D / 8;
     const i64 rows = (i64)s.batch * s.heads * s.tq;
     const i64 tid = (i64)blockIdx.x * blockDim.x + threadIdx.x;
@@ -339,6 +355,10 @@ __device__ void attn_bwd_dot(const T* o, AttnView ov, const T* dout, AttnView dv
             float2 p = Mma<T>::unpack(xa[e]), q = Mma<T>::unpack(ya[e]);
             acc += p.x * q.x + p.y * q.y;
         }
+        if (dqacc) {
+            float4* z = (float4*)(dqacc + r * D + c * 8);
+            z[0] = z[1] = make_float4(0.f, 0.f, 0.f, 0.f);
+        }
     }
 #pragma unroll
     for (int w = LANES / 2; w > 0; w /= 2) acc += __shfl_xor_sync(0xffffffff, acc, w);
@@ -348,12 +368,14 @@ __device__ void attn_bwd_dot(const T* o, AttnView ov, const T* dout, AttnView dv
 // The backward's tiles per head dim. `attn_bwd_kv`: KV_WARPS warps of 16 keys each (a block
 // owns 16 * KV_WARPS keys) walk the query tiles QT at a time, QC queries a product (QC bounds the
 // score fragments a thread holds beside its K, V, dK and dV fragments: 214 registers at head dim
-// 64 with QC 32, one 8-warp block a multiprocessor). Shared memory: two stages of a Q and a dO
-// tile (32 KB), through which the block's K and V are staged first. `attn_bwd_q`: Q_WARPS warps
-// of 16 queries walk the keys BK at a time; its dO tile stays in shared memory beside two stages
-// of a K and a V tile (Q staged through them first), which keeps it at 128 registers at head dim
-// 64: two 8-warp blocks a multiprocessor. BLOCKS_PER_SM are the launch bounds' minimum blocks.
-// The launcher mirrors the block sizes (`backward_blocks` in backend/src/cuda/attention.rs).
+// 64 with QC 32, one 8-warp block a multiprocessor). Shared memory (dynamic, `bwd_kv_shared` in
+// the launcher): two stages of a Q and a dO tile (32 KB), through which the block's V is staged
+// first; fused with dQ, also the block's K (16 KB at head dim 64) and one chunk's dS^T (BKV x QC).
+// `attn_bwd_q`: Q_WARPS warps of 16 queries walk the keys BK at a time; its dO tile stays in
+// shared memory beside two stages of a K and a V tile (Q staged through them first), which keeps
+// it at 128 registers at head dim 64: two 8-warp blocks a multiprocessor. BLOCKS_PER_SM are the
+// launch bounds' minimum blocks. The launcher mirrors the block sizes (`backward_blocks` in
+// backend/src/cuda/attention.rs).
 template <int D> struct BwdTile;
 template <> struct BwdTile<64> {
     static constexpr int KV_WARPS = 8, QT = 64, QC = 32, KV_BLOCKS_PER_SM = 1;
@@ -370,32 +392,46 @@ template <> struct BwdTile<128> {
 // scale_log2 - lse), dV += P^T dO, dS^T = P^T (dP^T - D), dK += dS^T Q. P^T and dS^T are already
 // in the A layout of the next product (see `mma_pb`). Query tile it + 1 (over every head of the
 // group) is copied into one stage while tile it is computed from the other.
-template <class T, int D>
+//
+// With DQ, every warp also leaves its rows of the chunk's dS^T in shared memory, and the block
+// then computes the chunk's partial dQ = dS K over all its keys (a QC x D product split among
+// the warps by output tiles, both operands read by ldmatrix.trans) and adds it into `dqacc`
+// ([batch, heads, tq, D] F32) with vector atomics: one addition per element a block and chunk.
+template <class T, int D, bool DQ>
 __device__ void attn_bwd_kv(const T* q, AttnView qv, const T* k, AttnView kv, const T* v, AttnView vv, const T* dout,
                             AttnView dov, const float* lse, const float* dd, T* dk, AttnView dkv, T* dvv_, AttnView dvv,
-                            AttnShape s) {
+                            float* dqacc, AttnShape s) {
     constexpr int WARPS = BwdTile<D>::KV_WARPS, BKV = 16 * WARPS, NT = 32 * WARPS;
     constexpr int QT = BwdTile<D>::QT, QC = BwdTile<D>::QC, TILE = QT * D;
     static_assert(BKV * D == 2 * TILE, "the block's K (or V) tile fills exactly one stage");
     static_assert(QT % QC == 0 && QC % 16 == 0 && QT <= NT, "whole chunks; one thread a row for lse");
-    __shared__ __align__(128) T smem[2][2 * TILE]; // stage: Q tile, then dO tile
+    // The dQ product's output tiles (16 queries x 8 dims) a warp owns, all in one 16-query row.
+    constexpr int DQ_TILES = (QC / 16) * (D / 8) / WARPS;
+    static_assert(DQ_TILES % 2 == 0 && (D / 8) % DQ_TILES == 0, "pairs of dQ tiles in one row");
+    // Stage st: the Q tile at st * 2 TILE, then the dO tile. Split, the 32 KB fit static shared
+    // memory; fused, the launcher sizes the dynamic shared memory (`bwd_kv_shared`).
+    extern __shared__ __align__(128) u8 bwd_kv_smem[];
+    __shared__ __align__(128) T split_smem[DQ ? 1 : 4 * TILE];
+    T* const stage0 = DQ ? (T*)bwd_kv_smem : split_smem;
+    T* const sk = DQ ? stage0 + 4 * TILE : stage0;    // the block's K (kept with DQ)
+    T* const sds = sk + BKV * D;                      // with DQ: the chunk's dS^T [BKV][QC]
     __shared__ float slse[2][QT], sdd[2][QT];
     const int k0 = blockIdx.x * BKV, hk = blockIdx.y, b = blockIdx.z;
     const int group = s.heads / s.kv_heads;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t4 = lane & 3;
     const int off = s.tk - s.tq;
 
-    // This warp's 16 keys and values as A fragments: K staged through stage 0, V through 1.
-    load_rows<D, BKV, NT>(smem[0], k + b * kv.sb + hk * kv.sh + k0 * kv.st, kv.st, s.tk - k0, k);
-    load_rows<D, BKV, NT>(smem[1], v + b * vv.sb + hk * vv.sh + k0 * vv.st, vv.st, s.tk - k0, v);
+    // This warp's 16 keys and values as A fragments: K staged in `sk`, V through stage 1.
+    load_rows<D, BKV, NT>(sk, k + b * kv.sb + hk * kv.sh + k0 * kv.st, kv.st, s.tk - k0, k);
+    load_rows<D, BKV, NT>(stage0 + 2 * TILE, v + b * vv.sb + hk * vv.sh + k0 * vv.st, vv.st, s.tk - k0, v);
     cp_async_commit();
     cp_async_wait<0>();
     __syncthreads();
     u32 kf[D / 16][4], vf[D / 16][4];
 #pragma unroll
     for (int kk = 0; kk < D / 16; ++kk) {
-        load_a<D>(kf[kk], smem[0], warp * 16, kk);
-        load_a<D>(vf[kk], smem[1], warp * 16, kk);
+        load_a<D>(kf[kk], sk, warp * 16, kk);
+        load_a<D>(vf[kk], stage0 + 2 * TILE, warp * 16, kk);
     }
     __syncthreads(); // every warp holds its K and V before the stages are refilled
 
@@ -411,12 +447,12 @@ __device__ void attn_bwd_kv(const T* q, AttnView qv, const T* k, AttnView kv, co
     // Starts the copies of step `it` (query head, query tile) into stage `st`: Q, dO and the
     // rows' lse and D, all by cp.async in one commit group (no warp waits on a load here). Rows
     // past the queries are zero-filled, lse and D too: harmless, since with zero Q and dO rows
-    // their P = 1 meets dO = 0 in dV, and dS = P (dP - D) = 1 (0 - 0) = 0 in dK.
+    // their P = 1 meets dO = 0 in dV, and dS = P (dP - D) = 1 (0 - 0) = 0 in dK and dQ.
     auto issue = [&](int it, int st) {
         const int h = hk * group + it / per_head, q0 = (first + it % per_head) * QT;
-        load_rows<D, QT, NT>(smem[st], q + b * qv.sb + h * qv.sh + q0 * qv.st, qv.st, s.tq - q0, q);
-        load_rows<D, QT, NT>(smem[st] + TILE, dout + b * dov.sb + h * dov.sh + q0 * dov.st, dov.st, s.tq - q0,
-                             dout);
+        T* const sq = stage0 + st * 2 * TILE;
+        load_rows<D, QT, NT>(sq, q + b * qv.sb + h * qv.sh + q0 * qv.st, qv.st, s.tq - q0, q);
+        load_rows<D, QT, NT>(sq + TILE, dout + b * dov.sb + h * dov.sh + q0 * dov.st, dov.st, s.tq - q0, dout);
         if (threadIdx.x < QT) {
             const int i = q0 + threadIdx.x;
             const i64 row = ((i64)b * s.heads + h) * s.tq + i;
@@ -433,47 +469,133 @@ __device__ void attn_bwd_kv(const T* q, AttnView qv, const T* k, AttnView kv, co
         cp_async_wait<0>(); // step it (the only group in flight) has landed for this thread
         __syncthreads();    // ... and for every thread; every warp is done with stage st ^ 1
         if (it + 1 < steps) issue(it + 1, st ^ 1);
-        const T* sq = smem[st];
-        const T* sdo = smem[st] + TILE;
+        const T* sq = stage0 + st * 2 * TILE;
+        const T* sdo = sq + TILE;
 
 #pragma unroll 1
         for (int c0 = 0; c0 < QT; c0 += QC) {
             const int qc0 = q0 + c0; // the chunk's first query
-            // Warp-uniform skip: the chunk's last query sees none of this warp's keys.
-            if (s.causal && kw0 > qc0 + QC - 1 + off) continue;
-            // P^T and dP^T of the chunk: pt[n][e] is (key kw0 + g + 8 (e >> 1), query
-            // qc0 + 8n + 2t4 + (e & 1)).
-            float pt[QC / 8][4], dpt[QC / 8][4];
-            zero_frags<QC / 8>(pt);
-            zero_frags<QC / 8>(dpt);
-            mma_abt<D, QC>(pt, kf, sq + c0 * D);
-            mma_abt<D, QC>(dpt, vf, sdo + c0 * D);
-            // Some key of the warp is past the diagonal of the chunk's first query.
-            const bool edge = s.causal && kw0 + 15 > qc0 + off;
-            // Key kw0 + g + 8 half is masked for queries qc0 + 8n + 2t4 + (e & 1) with
-            // 8n + (e & 1) < lim0 + 8 half (past its diagonal: key > query + off).
-            const int lim0 = kw0 + g - off - qc0 - 2 * t4;
+            // Block-uniform skip (with DQ; split, the warps' own skips below cover it): the
+            // chunk's last query sees none of the block's keys.
+            if (DQ && s.causal && k0 > qc0 + QC - 1 + off) continue;
+            // Warp-uniform: the chunk's last query sees none of this warp's keys. With DQ the
+            // warp still takes part in the block's product, with zero rows of dS^T.
+            const bool idle = s.causal && kw0 > qc0 + QC - 1 + off;
+            if (!DQ && idle) continue;
+            if constexpr (DQ) {
+                if (idle) {
 #pragma unroll
-            for (int n = 0; n < QC / 8; ++n) {
+                    for (int n = 0; n < QC / 8; ++n)
 #pragma unroll
-                for (int e = 0; e < 4; ++e) {
-                    const int col = c0 + n * 8 + 2 * t4 + (e & 1);
-                    float p = fast_exp2(pt[n][e] * s.scale_log2 - slse[st][col]);
-                    if (edge && n * 8 + (e & 1) < lim0 + (e >> 1) * 8) p = 0.f;
-                    pt[n][e] = p;
+                        for (int half = 0; half < 2; ++half)
+                            *(u32*)(sds + swz_narrow<QC>(warp * 16 + g + 8 * half, n) + 2 * t4) = 0u;
                 }
             }
-            mma_pb<D, QC>(dva, pt, sdo + c0 * D);
+            if (!idle) {
+                // P^T and dP^T of the chunk: pt[n][e] is (key kw0 + g + 8 (e >> 1), query
+                // qc0 + 8n + 2t4 + (e & 1)).
+                float pt[QC / 8][4], dpt[QC / 8][4];
+                zero_frags<QC / 8>(pt);
+                zero_frags<QC / 8>(dpt);
+                mma_abt<D, QC>(pt, kf, sq + c0 * D);
+                mma_abt<D, QC>(dpt, vf, sdo + c0 * D);
+                // Some key of the warp is past the diagonal of the chunk's first query.
+                const bool edge = s.causal && kw0 + 15 > qc0 + off;
+                // Key kw0 + g + 8 half is masked for queries qc0 + 8n + 2t4 + (e & 1) with
+                // 8n + (e & 1) < lim0 + 8 half (past its diagonal: key > query + off).
+                const int lim0 = kw0 + g - off - qc0 - 2 * t4;
 #pragma unroll
-            for (int n = 0; n < QC / 8; ++n)
+                for (int n = 0; n < QC / 8; ++n) {
 #pragma unroll
-                for (int e = 0; e < 4; ++e) pt[n][e] *= dpt[n][e] - sdd[st][c0 + n * 8 + 2 * t4 + (e & 1)];
-            mma_pb<D, QC>(dka, pt, sq + c0 * D);
+                    for (int e = 0; e < 4; ++e) {
+                        const int col = c0 + n * 8 + 2 * t4 + (e & 1);
+                        float p = fast_exp2(pt[n][e] * s.scale_log2 - slse[st][col]);
+                        if (edge && n * 8 + (e & 1) < lim0 + (e >> 1) * 8) p = 0.f;
+                        pt[n][e] = p;
+                    }
+                }
+                mma_pb<D, QC>(dva, pt, sdo + c0 * D);
+#pragma unroll
+                for (int n = 0; n < QC / 8; ++n)
+#pragma unroll
+                    for (int e = 0; e < 4; ++e) pt[n][e] *= dpt[n][e] - sdd[st][c0 + n * 8 + 2 * t4 + (e & 1)];
+                mma_pb<D, QC>(dka, pt, sq + c0 * D);
+                if constexpr (DQ) {
+                    // This warp's rows (keys) of dS^T, rounded as the dK product rounds them.
+#pragma unroll
+                    for (int n = 0; n < QC / 8; ++n)
+#pragma unroll
+                        for (int half = 0; half < 2; ++half)
+                            *(u32*)(sds + swz_narrow<QC>(warp * 16 + g + 8 * half, n) + 2 * t4) =
+                                Mma<T>::pack(pt[n][2 * half], pt[n][2 * half + 1]);
+                }
+            }
+            if constexpr (DQ) {
+                __syncthreads(); // the chunk's dS^T is whole
+                // This warp's dQ tiles: queries qc0 + 16 wm + [0, 16), dims wd0 + [0, 8 DQ_TILES).
+                constexpr int ROW_WARPS = (D / 8) / DQ_TILES;
+                const int wm = warp / ROW_WARPS, wd0 = (warp % ROW_WARPS) * DQ_TILES * 8;
+                float dqc[DQ_TILES][4];
+                zero_frags<DQ_TILES>(dqc);
+#pragma unroll
+                for (int ks = 0; ks < BKV / 16; ++ks) {
+                    // A = dS (queries x keys) from the [key][query] tile: ldmatrix.trans, its
+                    // four matrices (queries 0-7 | 8-15) x (keys 0-7 | 8-15) in fragment order.
+                    u32 a[4];
+                    ldsm_x4_trans(a, sds + swz_narrow<QC>(ks * 16 + (lane & 7) + ((lane >> 4) << 3),
+                                                          wm * 2 + ((lane >> 3) & 1)));
+#pragma unroll
+                    for (int j = 0; j < DQ_TILES / 2; ++j) {
+                        u32 bf[4];
+                        load_b_trans<D>(bf, sk, ks * 16, wd0 + 16 * j);
+                        Mma<T>::run(dqc[2 * j], a, bf[0], bf[1]);
+                        Mma<T>::run(dqc[2 * j + 1], a, bf[2], bf[3]);
+                    }
+                }
+                __syncthreads(); // every warp has read dS^T before the next chunk rewrites it
+                const int h = hk * group + it / per_head; // the step's query head
+                float* const base = dqacc + (((i64)b * s.heads + h) * s.tq) * D + wd0 + 2 * t4;
+#pragma unroll
+                for (int half = 0; half < 2; ++half) {
+                    const int row = qc0 + wm * 16 + g + 8 * half;
+                    if (row >= s.tq) continue;
+#pragma unroll
+                    for (int j = 0; j < DQ_TILES; ++j) {
+                        float* p = base + (i64)row * D + 8 * j;
+#if __CUDA_ARCH__ >= 900
+                        atomicAdd((float2*)p, make_float2(dqc[j][2 * half], dqc[j][2 * half + 1]));
+#else
+                        atomicAdd(p, dqc[j][2 * half]);
+                        atomicAdd(p + 1, dqc[j][2 * half + 1]);
+#endif
+                    }
+                }
+            }
         }
     }
     const int key0 = kw0 + g;
     store_rows<D>(dk + b * dkv.sb + hk * dkv.sh, dkv.st, key0, s.tk, dka, s.scale, s.scale);
     store_rows<D>(dvv_ + b * dvv.sb + hk * dvv.sh, dvv.st, key0, s.tk, dva, 1.f, 1.f);
+}
+
+// dq[b, i, h, :] = dqacc[b, h, i, :] * scale, rounded to T: the fused backward's last pass, one
+// thread per 8 elements.
+template <class T, int D>
+__device__ void attn_bwd_dq(const float* dqacc, T* dq, AttnView dqv, AttnShape s) {
+    constexpr int LANES = D / 8;
+    const i64 tid = (i64)blockIdx.x * blockDim.x + threadIdx.x;
+    const i64 r = tid / LANES;
+    const int c = tid % LANES;
+    if (r >= (i64)s.batch * s.heads * s.tq) return;
+    const i64 i = r % s.tq, h = (r / s.tq) % s.heads, b = r / ((i64)s.tq * s.heads);
+    const float4* src = (const float4*)(dqacc + r * D + c * 8);
+    const float4 x = src[0], y = src[1];
+    uint4 out;
+    out.x = Mma<T>::pack(x.x * s.scale, x.y * s.scale);
+    out.y = Mma<T>::pack(x.z * s.scale, x.w * s.scale);
+    out.z = Mma<T>::pack(y.x * s.scale, y.y * s.scale);
+    out.w = Mma<T>::pack(y.z * s.scale, y.w * s.scale);
+    *(uint4*)(dq + b * dqv.sb + h * dqv.sh + i * dqv.st + c * 8) = out;
 }
 
 // dQ for 16 * Q_WARPS queries of one head. Each warp holds its 16 rows' Q as A fragments (dO
@@ -578,14 +700,23 @@ __device__ void attn_bwd_q(const T* q, AttnView qv, const T* k, AttnView kv, con
         attn_fwd<T, D>(q, qv, k, kv, v, vv, o, ov, lse, s);                                                          \
     }                                                                                                                \
     extern "C" __global__ void attn_bwd_dot_##name##_##D(const T* o, AttnView ov, const T* dout, AttnView dv,        \
-                                                         float* dd, AttnShape s) {                                   \
-        attn_bwd_dot<T, D>(o, ov, dout, dv, dd, s);                                                                  \
+                                                         float* dd, float* dqacc, AttnShape s) {                     \
+        attn_bwd_dot<T, D>(o, ov, dout, dv, dd, dqacc, s);                                                           \
     }                                                                                                                \
     extern "C" __global__ void __launch_bounds__(BwdTile<D>::KV_WARPS * 32, BwdTile<D>::KV_BLOCKS_PER_SM)           \
         attn_bwd_kv_##name##_##D(                                                                                    \
         const T* q, AttnView qv, const T* k, AttnView kv, const T* v, AttnView vv, const T* dout, AttnView dov,      \
         const float* lse, const float* dd, T* dk, AttnView dkv, T* dv, AttnView dvv, AttnShape s) {                  \
-        attn_bwd_kv<T, D>(q, qv, k, kv, v, vv, dout, dov, lse, dd, dk, dkv, dv, dvv, s);                             \
+        attn_bwd_kv<T, D, false>(q, qv, k, kv, v, vv, dout, dov, lse, dd, dk, dkv, dv, dvv, nullptr, s);             \
+    }                                                                                                                \
+    extern "C" __global__ void __launch_bounds__(BwdTile<D>::KV_WARPS * 32, BwdTile<D>::KV_BLOCKS_PER_SM)           \
+        attn_bwd_kvq_##name##_##D(                                                                                   \
+        const T* q, AttnView qv, const T* k, AttnView kv, const T* v, AttnView vv, const T* dout, AttnView dov,      \
+        const float* lse, const float* dd, T* dk, AttnView dkv, T* dv, AttnView dvv, float* dqacc, AttnShape s) {    \
+        attn_bwd_kv<T, D, true>(q, qv, k, kv, v, vv, dout, dov, lse, dd, dk, dkv, dv, dvv, dqacc, s);                \
+    }                                                                                                                \
+    extern "C" __global__ void attn_bwd_dq_##name##_##D(const float* dqacc, T* dq, AttnView dqv, AttnShape s) {     \
+        attn_bwd_dq<T, D>(dqacc, dq, dqv, s);                                                                        \
     }                                                                                                                \
     extern "C" __global__ void __launch_bounds__(BwdTile<D>::Q_WARPS * 32, BwdTile<D>::Q_BLOCKS_PER_SM)             \
         attn_bwd_q_##name##_##D(                                                                                     \

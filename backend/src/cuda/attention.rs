@@ -28,6 +28,37 @@ fn backward_blocks(head_dim: usize) -> ((usize, u32), (usize, u32)) {
     }
 }
 
+/// Dynamic shared memory of the fused `attn_bwd_kvq`, in bytes: two stages of a Q and a dO tile,
+/// the block's K and one chunk's dS^T (2-byte elements). Mirrors `attn_bwd_kv` with DQ.
+fn bwd_kvq_shared(head_dim: usize) -> u32 {
+    // (query tile, query chunk, keys) of `BwdTile`.
+    let (tile, chunk, keys) = match head_dim {
+        64 => (64, 32, 128),
+        _ => (32, 16, 64),
+    };
+    ((4 * tile * head_dim + keys * head_dim + keys * chunk) * 2) as u32
+}
+
+/// How the backward computes dQ. `Fused` (FlashAttention-2's five products) adds each key
+/// block's share into an F32 buffer with atomics, so dQ's last bits may vary between runs;
+/// `Split` runs a second kernel per query block that recomputes the probabilities (eight
+/// products) and repeats bit for bit. `RB_ATTN_BWD=split` picks the split one.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DqPath {
+    Fused,
+    Split,
+}
+
+impl DqPath {
+    /// The default, or the one `RB_ATTN_BWD` (`fused` or `split`) names.
+    pub fn from_env() -> DqPath {
+        match std::env::var("RB_ATTN_BWD").as_deref() {
+            Ok("split") => DqPath::Split,
+            _ => DqPath::Fused,
+        }
+    }
+}
+
 /// Strides of a [batch, heads, tokens, head_dim] view, in elements; mirrors `AttnView`.
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
@@ -204,10 +235,19 @@ pub struct BackwardInputs<'a> {
 }
 
 /// dq (token-major [batch, tq, heads, head_dim]) and dk, dv (token-major
-/// [batch, tk, kv_heads, head_dim]).
+/// [batch, tk, kv_heads, head_dim]), by the path `RB_ATTN_BWD` picks.
 pub fn backward(
     x: &BackwardInputs,
     spec: &AttentionSpec,
+) -> Result<(CudaStorage, CudaStorage, CudaStorage)> {
+    backward_by(x, spec, DqPath::from_env())
+}
+
+/// As `backward`, by the given path.
+pub fn backward_by(
+    x: &BackwardInputs,
+    spec: &AttentionSpec,
+    path: DqPath,
 ) -> Result<(CudaStorage, CudaStorage, CudaStorage)> {
     let dev = x.q.storage.cuda_device();
     let dtype = x.q.storage.dtype();
@@ -236,28 +276,69 @@ pub fn backward(
         dd.ptr(),
     );
 
+    // The fused path's F32 dQ, [batch, heads, tq, head_dim], zeroed by `attn_bwd_dot`.
+    let dqacc = match path {
+        DqPath::Fused => Some(CudaStorage::alloc(dev, rows * d, DType::F32)?),
+        DqPath::Split => None,
+    };
+    let accp = dqacc.as_ref().map_or(0u64, |a| a.ptr());
     let lanes = rows * (d / 8);
     let f = kernel(dev, "bwd_dot", dtype, d)?;
-    // SAFETY: o and dout are [batch, heads, tq, head_dim] views; dd holds one F32 per row.
+    // SAFETY: o and dout are [batch, heads, tq, head_dim] views; dd holds one F32 per row and
+    // dqacc, where not null, head_dim per row.
     unsafe {
         dev.launch(
             f,
             (lanes.div_ceil(256) as u32, 1, 1),
             256,
             0,
-            &mut args![op, ov, gp, gv, ddp, s],
+            &mut args![op, ov, gp, gv, ddp, accp, s],
         )?
     };
 
     let (dkp, dvp) = (dk.ptr(), dv.ptr());
     let dkv = spec.token_major(spec.tk, spec.kv_heads);
     let ((keys, kv_threads), (queries, q_threads)) = backward_blocks(d);
-    let f = kernel(dev, "bwd_kv", dtype, d)?;
     let grid = (
         spec.tk.div_ceil(keys) as u32,
         spec.kv_heads as u32,
         spec.batch as u32,
     );
+    let (dqp, dqv) = (dq.ptr(), spec.token_major(spec.tq, spec.heads));
+    if path == DqPath::Fused {
+        let f = kernel(dev, "bwd_kvq", dtype, d)?;
+        let shared = bwd_kvq_shared(d);
+        if dev.allow_all_shared(f)? < shared as usize {
+            return Err(Error::Cuda(format!(
+                "the fused attention backward needs {shared} bytes of shared memory a block"
+            )));
+        }
+        // SAFETY: as the forward; dk and dv are fresh token-major buffers the kernel fills,
+        // dqacc the zeroed [batch, heads, tq, head_dim] F32 buffer it adds into.
+        unsafe {
+            dev.launch(
+                f,
+                grid,
+                kv_threads,
+                shared,
+                &mut args![qp, qv, kp, kv, vp, vv, gp, gv, lp, ddp, dkp, dkv, dvp, dkv, accp, s],
+            )?
+        };
+        let f = kernel(dev, "bwd_dq", dtype, d)?;
+        // SAFETY: dqacc holds head_dim F32 per row; dq is a fresh token-major buffer.
+        unsafe {
+            dev.launch(
+                f,
+                (lanes.div_ceil(256) as u32, 1, 1),
+                256,
+                0,
+                &mut args![accp, dqp, dqv, s],
+            )?
+        };
+        return Ok((dq, dk, dv));
+    }
+
+    let f = kernel(dev, "bwd_kv", dtype, d)?;
     // SAFETY: as the forward; dk and dv are fresh token-major buffers the kernel fills.
     unsafe {
         dev.launch(
@@ -269,7 +350,6 @@ pub fn backward(
         )?
     };
 
-    let (dqp, dqv) = (dq.ptr(), spec.token_major(spec.tq, spec.heads));
     let f = kernel(dev, "bwd_q", dtype, d)?;
     let grid = (
         spec.tq.div_ceil(queries) as u32,
