@@ -378,11 +378,11 @@ __device__ void attn_bwd_dot(const T* o, AttnView ov, const T* dout, AttnView dv
 // backend/src/cuda/attention.rs).
 template <int D> struct BwdTile;
 template <> struct BwdTile<64> {
-    static constexpr int KV_WARPS = 8, QT = 64, QC = 32, KV_BLOCKS_PER_SM = 1;
+    static constexpr int KV_WARPS = 8, QT = 64, QC = 32, KV_BLOCKS_PER_SM = 1, DQ_COLS = 64;
     static constexpr int Q_WARPS = 8, BK = 32, Q_BLOCKS_PER_SM = 2;
 };
 template <> struct BwdTile<128> {
-    static constexpr int KV_WARPS = 4, QT = 32, QC = 16, KV_BLOCKS_PER_SM = 1;
+    static constexpr int KV_WARPS = 4, QT = 32, QC = 16, KV_BLOCKS_PER_SM = 1, DQ_COLS = 16;
     static constexpr int Q_WARPS = 4, BK = 32, Q_BLOCKS_PER_SM = 1;
 };
 
@@ -393,10 +393,12 @@ template <> struct BwdTile<128> {
 // in the A layout of the next product (see `mma_pb`). Query tile it + 1 (over every head of the
 // group) is copied into one stage while tile it is computed from the other.
 //
-// With DQ, every warp also leaves its rows of the chunk's dS^T in shared memory, and the block
-// then computes the chunk's partial dQ = dS K over all its keys (a QC x D product split among
-// the warps by output tiles, both operands read by ldmatrix.trans) and adds it into `dqacc`
-// ([batch, heads, tq, D] F32) with vector atomics: one addition per element a block and chunk.
+// With DQ, every warp also leaves its rows of each chunk's dS^T in shared memory, and once
+// DQ_COLS queries of them are in (the whole tile at head dim 64: one barrier a tile; a chunk at
+// 128, where the registers are spent), the block computes their partial dQ = dS K over all its
+// keys (a DQ_COLS x D product split among the warps by output tiles, both operands read by
+// ldmatrix.trans) and adds it into `dqacc` ([batch, heads, tq, D] F32) with vector atomics: one
+// addition per element a block and step.
 template <class T, int D, bool DQ>
 __device__ void attn_bwd_kv(const T* q, AttnView qv, const T* k, AttnView kv, const T* v, AttnView vv, const T* dout,
                             AttnView dov, const float* lse, const float* dd, T* dk, AttnView dkv, T* dvv_, AttnView dvv,
@@ -406,15 +408,16 @@ __device__ void attn_bwd_kv(const T* q, AttnView qv, const T* k, AttnView kv, co
     static_assert(BKV * D == 2 * TILE, "the block's K (or V) tile fills exactly one stage");
     static_assert(QT % QC == 0 && QC % 16 == 0 && QT <= NT, "whole chunks; one thread a row for lse");
     // The dQ product's output tiles (16 queries x 8 dims) a warp owns, all in one 16-query row.
-    constexpr int DQ_TILES = (QC / 16) * (D / 8) / WARPS;
+    constexpr int DQ_COLS = BwdTile<D>::DQ_COLS, DQ_TILES = (DQ_COLS / 16) * (D / 8) / WARPS;
     static_assert(DQ_TILES % 2 == 0 && (D / 8) % DQ_TILES == 0, "pairs of dQ tiles in one row");
+    static_assert(QT % DQ_COLS == 0 && DQ_COLS % QC == 0, "whole chunks a dQ product");
     // Stage st: the Q tile at st * 2 TILE, then the dO tile. Split, the 32 KB fit static shared
     // memory; fused, the launcher sizes the dynamic shared memory (`bwd_kv_shared`).
     extern __shared__ __align__(128) u8 bwd_kv_smem[];
     __shared__ __align__(128) T split_smem[DQ ? 1 : 4 * TILE];
     T* const stage0 = DQ ? (T*)bwd_kv_smem : split_smem;
     T* const sk = DQ ? stage0 + 4 * TILE : stage0;    // the block's K (kept with DQ)
-    T* const sds = sk + BKV * D;                      // with DQ: the chunk's dS^T [BKV][QC]
+    T* const sds = sk + BKV * D;                      // with DQ: dS^T [BKV][DQ_COLS]
     __shared__ float slse[2][QT], sdd[2][QT];
     const int k0 = blockIdx.x * BKV, hk = blockIdx.y, b = blockIdx.z;
     const int group = s.heads / s.kv_heads;
@@ -475,12 +478,10 @@ __device__ void attn_bwd_kv(const T* q, AttnView qv, const T* k, AttnView kv, co
 #pragma unroll 1
         for (int c0 = 0; c0 < QT; c0 += QC) {
             const int qc0 = q0 + c0; // the chunk's first query
-            // Block-uniform skip (with DQ; split, the warps' own skips below cover it): the
-            // chunk's last query sees none of the block's keys.
-            if (DQ && s.causal && k0 > qc0 + QC - 1 + off) continue;
             // Warp-uniform: the chunk's last query sees none of this warp's keys. With DQ the
             // warp still takes part in the block's product, with zero rows of dS^T.
             const bool idle = s.causal && kw0 > qc0 + QC - 1 + off;
+            const int cc = (c0 % DQ_COLS) / 8; // the chunk's first 8-query group in dS^T
             if (!DQ && idle) continue;
             if constexpr (DQ) {
                 if (idle) {
@@ -488,7 +489,7 @@ __device__ void attn_bwd_kv(const T* q, AttnView qv, const T* k, AttnView kv, co
                     for (int n = 0; n < QC / 8; ++n)
 #pragma unroll
                         for (int half = 0; half < 2; ++half)
-                            *(u32*)(sds + swz_narrow<QC>(warp * 16 + g + 8 * half, n) + 2 * t4) = 0u;
+                            *(u32*)(sds + swz_narrow<DQ_COLS>(warp * 16 + g + 8 * half, cc + n) + 2 * t4) = 0u;
                 }
             }
             if (!idle) {
@@ -526,13 +527,15 @@ __device__ void attn_bwd_kv(const T* q, AttnView qv, const T* k, AttnView kv, co
                     for (int n = 0; n < QC / 8; ++n)
 #pragma unroll
                         for (int half = 0; half < 2; ++half)
-                            *(u32*)(sds + swz_narrow<QC>(warp * 16 + g + 8 * half, n) + 2 * t4) =
+                            *(u32*)(sds + swz_narrow<DQ_COLS>(warp * 16 + g + 8 * half, cc + n) + 2 * t4) =
                                 Mma<T>::pack(pt[n][2 * half], pt[n][2 * half + 1]);
                 }
             }
             if constexpr (DQ) {
-                __syncthreads(); // the chunk's dS^T is whole
-                // This warp's dQ tiles: queries qc0 + 16 wm + [0, 16), dims wd0 + [0, 8 DQ_TILES).
+                if ((c0 + QC) % DQ_COLS != 0) continue; // more chunks before the product
+                __syncthreads(); // dS^T of the DQ_COLS queries is whole
+                const int dq0 = q0 + c0 + QC - DQ_COLS; // the product's first query
+                // This warp's dQ tiles: queries dq0 + 16 wm + [0, 16), dims wd0 + [0, 8 DQ_TILES).
                 constexpr int ROW_WARPS = (D / 8) / DQ_TILES;
                 const int wm = warp / ROW_WARPS, wd0 = (warp % ROW_WARPS) * DQ_TILES * 8;
                 float dqc[DQ_TILES][4];
@@ -542,8 +545,8 @@ __device__ void attn_bwd_kv(const T* q, AttnView qv, const T* k, AttnView kv, co
                     // A = dS (queries x keys) from the [key][query] tile: ldmatrix.trans, its
                     // four matrices (queries 0-7 | 8-15) x (keys 0-7 | 8-15) in fragment order.
                     u32 a[4];
-                    ldsm_x4_trans(a, sds + swz_narrow<QC>(ks * 16 + (lane & 7) + ((lane >> 4) << 3),
-                                                          wm * 2 + ((lane >> 3) & 1)));
+                    ldsm_x4_trans(a, sds + swz_narrow<DQ_COLS>(ks * 16 + (lane & 7) + ((lane >> 4) << 3),
+                                                               wm * 2 + ((lane >> 3) & 1)));
 #pragma unroll
                     for (int j = 0; j < DQ_TILES / 2; ++j) {
                         u32 bf[4];
@@ -552,12 +555,14 @@ __device__ void attn_bwd_kv(const T* q, AttnView qv, const T* k, AttnView kv, co
                         Mma<T>::run(dqc[2 * j + 1], a, bf[2], bf[3]);
                     }
                 }
-                __syncthreads(); // every warp has read dS^T before the next chunk rewrites it
+                // Every warp has read dS^T before the next chunk rewrites it (a later step's
+                // chunks wait at the step's barrier).
+                if (DQ_COLS < QT) __syncthreads();
                 const int h = hk * group + it / per_head; // the step's query head
                 float* const base = dqacc + (((i64)b * s.heads + h) * s.tq) * D + wd0 + 2 * t4;
 #pragma unroll
                 for (int half = 0; half < 2; ++half) {
-                    const int row = qc0 + wm * 16 + g + 8 * half;
+                    const int row = dq0 + wm * 16 + g + 8 * half;
                     if (row >= s.tq) continue;
 #pragma unroll
                     for (int j = 0; j < DQ_TILES; ++j) {

@@ -124,11 +124,13 @@ __device__ void ce_bwd_impl(const T* x, const i64* t, const typename Acc<T>::typ
     }
 RB_FOR_FLOAT_TYPES(RB_CE_BWD)
 
-// ----- F32 logits: the loss and its gradient from one kernel -----
-// The products of a language model's head write F32 logits chunk by chunk; this kernel takes
+// ----- the loss and its gradient from one kernel -----
+// The products of a language model's head write logits (F32, or BF16/F16 as an autocast head
+// leaves them) chunk by chunk; this kernel takes
 // each chunk's loss and, when `dx` is given, its gradient for an upstream gradient of 1 per
 // counted row (the mean's scale is applied later). A block takes a row at a time:
-// - pass 1 streams the row in 16-byte words: the online logsumexp (exp2 of log2e-scaled
+// - pass 1 streams the row in words of four logits (16 bytes in F32, 8 in half precision),
+//   with F32 arithmetic throughout: the online logsumexp (exp2 of log2e-scaled
 //   logits), the sum for smoothing, and, from thread 0, the target's logit;
 // - pass 2 reads the row again and writes the gradient. The host launches one block per SM, so
 //   the rows in flight (132 rows of 50,304 logits: 27 MB) may still be in L2, and pass 2 reads
@@ -192,6 +194,25 @@ __device__ __forceinline__ void ce_grad4(TO* dr, float4 v, i64 c, i64 target, fl
 
 // Visits the words of a row this thread owns (threadIdx.x, then a block's stride apart), four
 // loaded before any is used so that four are in flight: `use(w, load(w))` for each word w.
+// Four logits from word w of a row, as F32; `last` marks the second pass's read as a last use.
+template <class TI> struct CeLoad4;
+template <> struct CeLoad4<f32> {
+    static __device__ __forceinline__ float4 get(const f32* r, i64 w, bool last) {
+        const float4* p = reinterpret_cast<const float4*>(r) + w;
+        return last ? __ldcs(p) : __ldg(p);
+    }
+};
+template <class T> struct CeLoad4Half {
+    static __device__ __forceinline__ float4 get(const T* r, i64 w, bool last) {
+        const uint2* p = reinterpret_cast<const uint2*>(r) + w;
+        const uint2 u = last ? __ldcs(p) : __ldg(p);
+        const float2 a = Mma<T>::unpack(u.x), b = Mma<T>::unpack(u.y);
+        return make_float4(a.x, a.y, b.x, b.y);
+    }
+};
+template <> struct CeLoad4<bf16> : CeLoad4Half<bf16> {};
+template <> struct CeLoad4<f16> : CeLoad4Half<f16> {};
+
 template <class Load, class Use> __device__ __forceinline__ void ce_words(i64 words, Load load, Use use) {
     const int step = blockDim.x;
     i64 w = threadIdx.x;
@@ -205,14 +226,14 @@ template <class Load, class Use> __device__ __forceinline__ void ce_words(i64 wo
     for (; w < words; w += step) use(w, load(w));
 }
 
-template <class TO>
-__device__ void ce_rows_impl(const float* x, const i64* t, float* loss, float* lse_out, float* valid, TO* dx,
+template <class TI, class TO>
+__device__ void ce_rows_impl(const TI* x, const i64* t, float* loss, float* lse_out, float* valid, TO* dx,
                              i64 rows, i64 cols, i64 ignore, double smoothing, u32* err) {
     __shared__ float sm[32], ss[32];
     const float base = (float)smoothing / (float)cols, hit = 1.f - (float)smoothing;
-    // 16-byte words when every row starts on one (and the gradient's 8- or 16-byte words with it);
-    // then cols is a multiple of 4 and there is no scalar tail.
-    const bool vec = (cols & 3) == 0 && (reinterpret_cast<unsigned long long>(x) & 15) == 0 &&
+    // Words of four when every row starts on one (and the gradient's words with it); then cols
+    // is a multiple of 4 and there is no scalar tail.
+    const bool vec = (cols & 3) == 0 && (reinterpret_cast<unsigned long long>(x) & (4 * sizeof(TI) - 1)) == 0 &&
                      (reinterpret_cast<unsigned long long>(dx) & (4 * sizeof(TO) - 1)) == 0;
     const i64 words = vec ? cols >> 2 : 0;
     const int step = blockDim.x;
@@ -220,8 +241,7 @@ __device__ void ce_rows_impl(const float* x, const i64* t, float* loss, float* l
         const i64 target = t[r];
         const bool ignored = target == ignore;
         const bool bad = !ignored && (target < 0 || target >= cols);
-        const float* xr = x + r * cols;
-        const float4* x4 = reinterpret_cast<const float4*>(xr);
+        const TI* xr = x + r * cols;
         TO* dr = dx == nullptr ? nullptr : dx + r * cols;
         // The branch depends only on the row, so the whole block takes it together.
         if (ignored || bad) {
@@ -237,13 +257,14 @@ __device__ void ce_rows_impl(const float* x, const i64* t, float* loss, float* l
         }
         float m = -INFINITY, s = 0.f, sx = 0.f;
         ce_words(
-            words, [&](i64 w) { return __ldg(x4 + w); }, [&](i64, float4 v) { ce_take4(m, s, sx, v); });
-        for (i64 k = words * 4 + threadIdx.x; k < cols; k += step) ce_take1(m, s, sx, xr[k]);
+            words, [&](i64 w) { return CeLoad4<TI>::get(xr, w, false); },
+            [&](i64, float4 v) { ce_take4(m, s, sx, v); });
+        for (i64 k = words * 4 + threadIdx.x; k < cols; k += step) ce_take1(m, s, sx, to_acc(xr[k]));
         block_lse(m, s, sm, ss);
         sx = block_sum(sx, sm);
         const float l = m + logf(s);
         if (threadIdx.x == 0) {
-            float out = l - hit * xr[target];
+            float out = l - hit * to_acc(xr[target]);
             // Only with smoothing: without it a -inf logit elsewhere must not turn the loss NaN.
             if (smoothing > 0.0) out -= (float)smoothing * sx / (float)cols;
             loss[r] = out;
@@ -253,18 +274,20 @@ __device__ void ce_rows_impl(const float* x, const i64* t, float* loss, float* l
         if (dr == nullptr) continue;
         const float shift = l * RB_LOG2E;
         ce_words(
-            words, [&](i64 w) { return __ldcs(x4 + w); },
+            words, [&](i64 w) { return CeLoad4<TI>::get(xr, w, true); },
             [&](i64 w, float4 v) { ce_grad4(dr, v, w * 4, target, shift, base, hit); });
         for (i64 k = words * 4 + threadIdx.x; k < cols; k += step)
-            dr[k] = from_acc<TO>(ce_grad(xr[k], k, target, shift, base, hit));
+            dr[k] = from_acc<TO>(ce_grad(to_acc(xr[k]), k, target, shift, base, hit));
     }
 }
-#define RB_CE_ROWS(name, TO)                                                                                \
-    extern "C" __global__ void __launch_bounds__(1024) ce_rows_##name(const f32* x, const i64* t, f32* loss, f32* lse, f32* valid,  \
+#define RB_CE_ROWS(name, TI, TO)                                                                            \
+    extern "C" __global__ void __launch_bounds__(1024) ce_rows_##name(const TI* x, const i64* t, f32* loss, f32* lse, f32* valid,  \
                                               TO* dx, i64 rows, i64 cols, i64 ignore, double smoothing,     \
                                               u32* err) {                                                   \
-        ce_rows_impl<TO>(x, t, loss, lse, valid, dx, rows, cols, ignore, smoothing, err);                   \
+        ce_rows_impl<TI, TO>(x, t, loss, lse, valid, dx, rows, cols, ignore, smoothing, err);               \
     }
-RB_CE_ROWS(f32, f32)
-RB_CE_ROWS(f32_bf16, bf16)
-RB_CE_ROWS(f32_f16, f16)
+RB_CE_ROWS(f32, f32, f32)
+RB_CE_ROWS(f32_bf16, f32, bf16)
+RB_CE_ROWS(f32_f16, f32, f16)
+RB_CE_ROWS(bf16_bf16, bf16, bf16)
+RB_CE_ROWS(f16_f16, f16, f16)

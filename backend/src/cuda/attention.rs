@@ -29,14 +29,14 @@ fn backward_blocks(head_dim: usize) -> ((usize, u32), (usize, u32)) {
 }
 
 /// Dynamic shared memory of the fused `attn_bwd_kvq`, in bytes: two stages of a Q and a dO tile,
-/// the block's K and one chunk's dS^T (2-byte elements). Mirrors `attn_bwd_kv` with DQ.
+/// the block's K and the dS^T of one dQ product (2-byte elements). Mirrors `attn_bwd_kv` with DQ.
 fn bwd_kvq_shared(head_dim: usize) -> u32 {
-    // (query tile, query chunk, keys) of `BwdTile`.
-    let (tile, chunk, keys) = match head_dim {
-        64 => (64, 32, 128),
+    // (query tile, queries a dQ product, keys) of `BwdTile`.
+    let (tile, dq_cols, keys) = match head_dim {
+        64 => (64, 64, 128),
         _ => (32, 16, 64),
     };
-    ((4 * tile * head_dim + keys * head_dim + keys * chunk) * 2) as u32
+    ((4 * tile * head_dim + keys * head_dim + keys * dq_cols) * 2) as u32
 }
 
 /// How the backward computes dQ. `Fused` (FlashAttention-2's five products) adds each key

@@ -37,9 +37,10 @@ pub fn cross_entropy_forward(
     Ok(out)
 }
 
-/// The loss rows of F32 logits and, in the same kernel, their gradient in `grad` (F32, BF16 or
-/// F16) for an upstream gradient of 1 on each counted row (0 on ignored rows): the head of a
-/// language model, whose chunk of logits is then read once from memory instead of twice.
+/// The loss rows of logits (F32, or BF16/F16) and, in the same kernel, their gradient in `grad`
+/// (any of the three from F32 logits, else the logits' dtype) for an upstream gradient of 1 on
+/// each counted row (0 on ignored rows): the head of a language model, whose chunk of logits
+/// is then read once from memory instead of twice.
 pub fn cross_entropy_with_gradient(
     x: &CudaStorage,
     x_offset: usize,
@@ -106,7 +107,8 @@ impl CrossEntropyRows {
     }
 }
 
-/// kernels/loss.cu `ce_rows_*`: F32 logits, the gradient written when `grad` names its dtype.
+/// kernels/loss.cu `ce_rows_*`: F32 logits (or BF16/F16 ones with a gradient of their dtype),
+/// the gradient written when `grad` names its dtype.
 fn rows_kernel(
     x: &CudaStorage,
     x_offset: usize,
@@ -116,23 +118,20 @@ fn rows_kernel(
 ) -> Result<(CrossEntropyRows, Option<CudaStorage>)> {
     const OP: &str = "cross_entropy";
     let dev = x.cuda_device();
-    if x.dtype() != DType::F32 {
-        return Err(crate::Error::invalid(
-            OP,
-            format!(
-                "the fused loss and gradient read F32 logits, not {}",
-                x.dtype()
-            ),
-        ));
-    }
-    let name = match grad {
-        None | Some(DType::F32) => "ce_rows_f32",
-        Some(DType::BF16) => "ce_rows_f32_bf16",
-        Some(DType::F16) => "ce_rows_f32_f16",
-        Some(other) => {
+    let name = match (x.dtype(), grad) {
+        (DType::F32, None | Some(DType::F32)) => "ce_rows_f32",
+        (DType::F32, Some(DType::BF16)) => "ce_rows_f32_bf16",
+        (DType::F32, Some(DType::F16)) => "ce_rows_f32_f16",
+        (DType::BF16, None | Some(DType::BF16)) => "ce_rows_bf16_bf16",
+        (DType::F16, None | Some(DType::F16)) => "ce_rows_f16_f16",
+        (logits, grad) => {
             return Err(crate::Error::invalid(
                 OP,
-                format!("no gradient kernel from F32 logits to {other}"),
+                format!(
+                    "the fused loss reads F32 logits (any gradient) or half-precision ones \
+                     (a gradient of their dtype), not {logits} logits with a {} gradient",
+                    grad.map_or("missing".to_string(), |g| g.to_string())
+                ),
             ))
         }
     };

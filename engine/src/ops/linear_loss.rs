@@ -2,10 +2,12 @@
 //! loss of a language model as one op.
 //!
 //! On CUDA in BF16/F16 (or under mixed precision) the rows go through in chunks of about 1 GiB
-//! of F32 logits: each chunk's logits, loss, BF16 gradient and its two products are computed
-//! in the forward, and the chunk is freed. The full [rows, classes] logits never exist, in F32
-//! or as a gradient, and the gradient is written once in the products' dtype instead of in F32
-//! and then cast. The backward only scales the saved gradients by the upstream one (the loss is
+//! of logits: each chunk's logits, loss, gradient and its two products are computed in the
+//! forward, and the chunk is freed. The logits are written in the products' dtype, as an
+//! autocast head leaves them (PyTorch's reference then takes the loss of those values in F32,
+//! and so does the kernel); the loss kernel reads them once for the loss and once for the
+//! gradient, which it writes in that dtype. The full [rows, classes] logits never exist, nor
+//! their gradient in F32. The backward only scales the saved gradients by the upstream one (the loss is
 //! linear in it). Everywhere else the op is `matmul_out` followed by `cross_entropy`.
 
 use super::backward_fn;
@@ -19,7 +21,7 @@ use crate::{DType, Device, Error, Result, Tensor};
 
 const OP: &str = "linear_cross_entropy";
 
-/// F32 logits per chunk, at most.
+/// Bytes of logits per chunk, at most.
 const CHUNK_BYTES: usize = 1 << 30;
 
 /// Cross-entropy of `hidden` [..., d] · `weight`^T ([classes, d]) against `targets` (class
@@ -98,7 +100,9 @@ fn chunked(
     // largest buffer of the step after the weight itself.
     let grads = is_grad_enabled() && (hidden.requires_grad() || weight.requires_grad());
     let weight_grad = grads && weight.requires_grad();
-    let chunks = (rows * classes * 4).div_ceil(CHUNK_BYTES).max(1);
+    let chunks = (rows * classes * low.size_in_bytes())
+        .div_ceil(CHUNK_BYTES)
+        .max(1);
     let chunk = rows.div_ceil(chunks).max(1);
     let (loss, count, dh, dw) = no_grad(|| -> Result<_> {
         let h = hidden.reshape_to(&[rows, d])?.to_dtype(low)?.contiguous()?;
@@ -113,7 +117,7 @@ fn chunked(
         for r0 in (0..rows).step_by(chunk) {
             let c = chunk.min(rows - r0);
             let hc = h.narrow(0, r0, c)?;
-            let logits = hc.matmul_out(&w.t()?, DType::F32)?.contiguous()?;
+            let logits = hc.matmul_out(&w.t()?, low)?.contiguous()?;
             let tp = cuda_kernel(OP, [&t], |[(ts, tl)]| Ok(ts.ptr_at(tl.offset())))?;
             let tp = tp + (r0 * 8) as u64;
             // With gradients, `valid` (1 for counted rows, 0 for ignored ones) is the upstream

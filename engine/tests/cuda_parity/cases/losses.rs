@@ -98,9 +98,9 @@ fn huber(a: &Tensor, b: &Tensor, r: Reduction) -> Result<Tensor> {
 }
 
 /// The head and loss as one op: rows with an ignored target, the mean and the sum, label
-/// smoothing. On CUDA in half precision it runs the chunked kernel path, whose loss and
-/// gradient come from one kernel: 33 and 4097 classes take its element-wise loops, 36 and 4100
-/// its 16-byte words, 300 rows of 4100 more rows than the grid has blocks, and rows of 60,000
+/// smoothing. On CUDA in half precision it runs the chunked kernel path, whose logits are in
+/// that precision and whose loss and gradient come from one kernel: 33 and 4097 classes take its
+/// element-wise loops, 36 and 4100 its words of four logits, 300 rows of 4100 more rows than the grid has blocks, and rows of 60,000
 /// logits more words a thread than the four it keeps in flight at 1,024 threads.
 fn linear_cross_entropy_cases() -> Vec<Case> {
     let mut cases = Vec::new();
