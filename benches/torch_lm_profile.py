@@ -2,6 +2,10 @@
 # model), grouped by kernel name, with the step's wall time beside the kernels' sum: what to
 # compare `ncu` on lm_bench's `profile` mode against.
 #   python3 benches/torch_lm_profile.py [--shape 124m|1.1b] [--compile]
+# With --ncu the profiled step runs between cudaProfilerStart and Stop instead, for
+#   ncu --profile-from-start off --clock-control none --csv --page raw \
+#       --metrics gpu__time_duration.sum python3 benches/torch_lm_profile.py --compile --ncu
+# so that its kernels are timed as `lm_bench profile`'s are (benches/ncu_by_kernel.py).
 import argparse, os, sys, time, torch
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import torch_lm_bench as ref
@@ -11,6 +15,7 @@ ap = argparse.ArgumentParser()
 ap.add_argument("--shape", default="124m", choices=sorted(ref.SHAPES))
 ap.add_argument("--compile", action="store_true")
 ap.add_argument("--rows", type=int, default=45)
+ap.add_argument("--ncu", action="store_true")
 a = ap.parse_args()
 B, T, V, d, L, h, kv, ffn, tied = ref.SHAPES[a.shape]
 torch.manual_seed(0)
@@ -37,6 +42,13 @@ for _ in range(10):
     step()
 torch.cuda.synchronize()
 wall = (time.time() - t) / 10 * 1e3
+if a.ncu:
+    torch.cuda.profiler.start()
+    step()
+    torch.cuda.synchronize()
+    torch.cuda.profiler.stop()
+    print(f"one step under ncu; the step took {wall:.2f} ms wall outside it")
+    sys.exit(0)
 with profile(activities=[ProfilerActivity.CUDA]) as p:
     step()
     torch.cuda.synchronize()

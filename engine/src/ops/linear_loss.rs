@@ -21,8 +21,15 @@ use crate::{DType, Device, Error, Result, Tensor};
 
 const OP: &str = "linear_cross_entropy";
 
-/// Bytes of logits per chunk, at most.
-const CHUNK_BYTES: usize = 1 << 30;
+/// Bytes of logits per chunk, at most: 1 GiB, or `RB_LOGITS_CHUNK_MIB` MiB (to measure the
+/// trade of memory for fewer, larger products).
+fn chunk_bytes() -> usize {
+    std::env::var("RB_LOGITS_CHUNK_MIB")
+        .ok()
+        .and_then(|v| v.parse::<usize>().ok())
+        .filter(|&m| m > 0)
+        .map_or(1 << 30, |m| m << 20)
+}
 
 /// Cross-entropy of `hidden` [..., d] · `weight`^T ([classes, d]) against `targets` (class
 /// ids shaped like hidden's leading dims), with cross_entropy's options.
@@ -101,7 +108,7 @@ fn chunked(
     let grads = is_grad_enabled() && (hidden.requires_grad() || weight.requires_grad());
     let weight_grad = grads && weight.requires_grad();
     let chunks = (rows * classes * low.size_in_bytes())
-        .div_ceil(CHUNK_BYTES)
+        .div_ceil(chunk_bytes())
         .max(1);
     let chunk = rows.div_ceil(chunks).max(1);
     let (loss, count, dh, dw) = no_grad(|| -> Result<_> {
