@@ -368,9 +368,11 @@ __device__ void attn_bwd_dot(const T* o, AttnView ov, const T* dout, AttnView dv
 // The backward's tiles per head dim. `attn_bwd_kv`: KV_WARPS warps of 16 keys each (a block
 // owns 16 * KV_WARPS keys) walk the query tiles QT at a time, QC queries a product (QC bounds the
 // score fragments a thread holds beside its K, V, dK and dV fragments: 214 registers at head dim
-// 64 with QC 32, one 8-warp block a multiprocessor). Shared memory (dynamic, `bwd_kv_shared` in
-// the launcher): two stages of a Q and a dO tile (32 KB), through which the block's V is staged
-// first; fused with dQ, also the block's K (16 KB at head dim 64) and one chunk's dS^T (BKV x QC).
+// 64 with QC 32, one 8-warp block a multiprocessor). Shared memory: two stages of a Q and a dO
+// tile (32 KB), through which the block's K and V are staged first; fused with dQ (dynamic
+// shared memory, `bwd_kvq_shared` in the launcher), also the block's K, kept (16 KB at head dim
+// 64), and the dS^T of one dQ product (BKV x DQ_COLS: both chunks of a tile at head dim 64, one
+// chunk at 128).
 // `attn_bwd_q`: Q_WARPS warps of 16 queries walk the keys BK at a time; its dO tile stays in
 // shared memory beside two stages of a K and a V tile (Q staged through them first), which keeps
 // it at 128 registers at head dim 64: two 8-warp blocks a multiprocessor. BLOCKS_PER_SM are the
@@ -412,7 +414,7 @@ __device__ void attn_bwd_kv(const T* q, AttnView qv, const T* k, AttnView kv, co
     static_assert(DQ_TILES % 2 == 0 && (D / 8) % DQ_TILES == 0, "pairs of dQ tiles in one row");
     static_assert(QT % DQ_COLS == 0 && DQ_COLS % QC == 0, "whole chunks a dQ product");
     // Stage st: the Q tile at st * 2 TILE, then the dO tile. Split, the 32 KB fit static shared
-    // memory; fused, the launcher sizes the dynamic shared memory (`bwd_kv_shared`).
+    // memory; fused, the launcher sizes the dynamic shared memory (`bwd_kvq_shared`).
     extern __shared__ __align__(128) u8 bwd_kv_smem[];
     __shared__ __align__(128) T split_smem[DQ ? 1 : 4 * TILE];
     T* const stage0 = DQ ? (T*)bwd_kv_smem : split_smem;
@@ -523,12 +525,17 @@ __device__ void attn_bwd_kv(const T* q, AttnView qv, const T* k, AttnView kv, co
                 mma_pb<D, QC>(dka, pt, sq + c0 * D);
                 if constexpr (DQ) {
                     // This warp's rows (keys) of dS^T, rounded as the dK product rounds them.
+                    // Keys past the end are zero rows of K, but unless causal nothing masks
+                    // their P: zero their dS here, since in F16 it can overflow (P = 2^-lse)
+                    // and inf * 0 would be NaN in the product.
 #pragma unroll
                     for (int n = 0; n < QC / 8; ++n)
 #pragma unroll
-                        for (int half = 0; half < 2; ++half)
+                        for (int half = 0; half < 2; ++half) {
+                            const bool key = kw0 + g + 8 * half < s.tk;
                             *(u32*)(sds + swz_narrow<DQ_COLS>(warp * 16 + g + 8 * half, cc + n) + 2 * t4) =
-                                Mma<T>::pack(pt[n][2 * half], pt[n][2 * half + 1]);
+                                key ? Mma<T>::pack(pt[n][2 * half], pt[n][2 * half + 1]) : 0u;
+                        }
                 }
             }
             if constexpr (DQ) {

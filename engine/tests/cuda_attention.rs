@@ -38,29 +38,41 @@ fn fused_dq_backward_agrees_with_the_split_one() {
     let Some(dev) = cuda::device_for_test("fused_dq_backward_agrees_with_the_split_one") else {
         return;
     };
-    // (batch, heads, kv heads, queries, keys, head dim, causal): partial tiles, grouped heads,
-    // more keys than queries, both head dims, causal and not.
+    // (batch, heads, kv heads, queries, keys, head dim, causal, saturated): partial tiles,
+    // grouped heads, more keys than queries and fewer (the first queries then see no key), both
+    // head dims, causal and not. Saturated: q near -3 and k near 1 in every dim, so every scaled
+    // score is about -24 and each row's log-sum-exp far below zero; then the zero-filled keys
+    // past the end of a key block, which nothing masks when not causal, have P = 2^-lse, far
+    // past F16's range.
     let cases = [
-        (2, 4, 2, 70, 70, 64, true),
-        (1, 2, 2, 33, 100, 128, false),
-        (1, 2, 1, 40, 130, 64, true),
-        (1, 4, 2, 300, 300, 64, true),
-        (1, 2, 1, 150, 201, 128, true),
-        (2, 2, 2, 257, 257, 64, false),
+        (2, 4, 2, 70, 70, 64, true, false),
+        (1, 2, 2, 33, 100, 128, false, false),
+        (1, 2, 1, 40, 130, 64, true, false),
+        (1, 4, 2, 300, 300, 64, true, false),
+        (1, 2, 1, 150, 201, 128, true, false),
+        (2, 2, 2, 257, 257, 64, false, false),
+        (1, 2, 2, 100, 70, 64, true, false),
+        (1, 2, 2, 40, 70, 64, false, true),
+        (1, 2, 1, 20, 50, 128, false, true),
     ];
     let mut gen = Generator::new(7);
-    for (b, h, kvh, tq, tk, d, causal) in cases {
+    for (b, h, kvh, tq, tk, d, causal, saturated) in cases {
         for dtype in [DType::BF16, DType::F16] {
-            let mut randn = |shape: &[usize]| {
+            let mut randn = |shape: &[usize], shift: f64, spread: f64| {
                 let t = Tensor::randn(shape, DType::F32, Some(&mut gen)).unwrap();
+                let t = t.mul_scalar(spread).unwrap().add_scalar(shift).unwrap();
                 t.to_device(dev).unwrap().to_dtype(dtype).unwrap()
             };
+            let (qk_spread, q_shift, k_shift) = match saturated {
+                true => (0.1, -3.0, 1.0),
+                false => (1.0, 0.0, 0.0),
+            };
             let (q, k, v) = (
-                randn(&[b, h, tq, d]),
-                randn(&[b, kvh, tk, d]),
-                randn(&[b, kvh, tk, d]),
+                randn(&[b, h, tq, d], q_shift, qk_spread),
+                randn(&[b, kvh, tk, d], k_shift, qk_spread),
+                randn(&[b, kvh, tk, d], 0.0, 1.0),
             );
-            let dout = randn(&[b, h, tq, d]);
+            let dout = randn(&[b, h, tq, d], 0.0, 1.0);
             let spec = AttentionSpec {
                 batch: b,
                 heads: h,
@@ -90,8 +102,10 @@ fn fused_dq_backward_agrees_with_the_split_one() {
             };
             let fused = attn::backward_by(&inputs, &spec, attn::DqPath::Fused).unwrap();
             let split = attn::backward_by(&inputs, &spec, attn::DqPath::Split).unwrap();
-            let what =
-                format!("q [{b}, {h}, {tq}, {d}] over {kvh} x {tk}, causal {causal}, {dtype:?}");
+            let what = format!(
+                "q [{b}, {h}, {tq}, {d}] over {kvh} x {tk}, causal {causal}, saturated \
+                 {saturated}, {dtype:?}"
+            );
             let kv_shape = [b, tk, kvh, d];
             let (fdq, fdk, fdv) = fused;
             let (sdq, sdk, sdv) = split;
@@ -110,6 +124,10 @@ fn fused_dq_backward_agrees_with_the_split_one() {
             } else {
                 2f32.powi(-10)
             };
+            assert!(
+                x.iter().chain(&y).all(|v| v.is_finite()),
+                "dq is not finite: {what}"
+            );
             for (i, (a, b)) in x.iter().zip(&y).enumerate() {
                 let tol = 2.0 * ulp * a.abs().max(b.abs()) + 1e-3 * scale;
                 assert!(
