@@ -484,14 +484,18 @@ __device__ void attn_bwd_kv(const T* q, AttnView qv, const T* k, AttnView kv, co
             // warp still takes part in the block's product, with zero rows of dS^T.
             const bool idle = s.causal && kw0 > qc0 + QC - 1 + off;
             const int cc = (c0 % DQ_COLS) / 8; // the chunk's first 8-query group in dS^T
+            // With DQ: this thread's word of dS^T at key row warp * 16 + g + 8 half and queries
+            // 8 (cc + n) + 2t4 and the next.
+            auto ds_word = [&](int n, int half) {
+                return (u32*)(sds + swz_narrow<DQ_COLS>(warp * 16 + g + 8 * half, cc + n) + 2 * t4);
+            };
             if (!DQ && idle) continue;
             if constexpr (DQ) {
                 if (idle) {
 #pragma unroll
                     for (int n = 0; n < QC / 8; ++n)
 #pragma unroll
-                        for (int half = 0; half < 2; ++half)
-                            *(u32*)(sds + swz_narrow<DQ_COLS>(warp * 16 + g + 8 * half, cc + n) + 2 * t4) = 0u;
+                        for (int half = 0; half < 2; ++half) *ds_word(n, half) = 0u;
                 }
             }
             if (!idle) {
@@ -533,8 +537,7 @@ __device__ void attn_bwd_kv(const T* q, AttnView qv, const T* k, AttnView kv, co
 #pragma unroll
                         for (int half = 0; half < 2; ++half) {
                             const bool key = kw0 + g + 8 * half < s.tk;
-                            *(u32*)(sds + swz_narrow<DQ_COLS>(warp * 16 + g + 8 * half, cc + n) + 2 * t4) =
-                                key ? Mma<T>::pack(pt[n][2 * half], pt[n][2 * half + 1]) : 0u;
+                            *ds_word(n, half) = key ? Mma<T>::pack(pt[n][2 * half], pt[n][2 * half + 1]) : 0u;
                         }
                 }
             }

@@ -126,12 +126,12 @@ RB_FOR_FLOAT_TYPES(RB_CE_BWD)
 
 // ----- the loss and its gradient from one kernel -----
 // The products of a language model's head write logits (F32, or BF16/F16 as an autocast head
-// leaves them) chunk by chunk; this kernel takes
-// each chunk's loss and, when `dx` is given, its gradient for an upstream gradient of 1 per
-// counted row (the mean's scale is applied later). A block takes a row at a time:
-// - pass 1 streams the row in words of four logits (16 bytes in F32, 8 in half precision),
-//   with F32 arithmetic throughout: the online logsumexp (exp2 of log2e-scaled
-//   logits), the sum for smoothing, and, from thread 0, the target's logit;
+// leaves them) chunk by chunk; this kernel takes each chunk's loss and, when `dx` is given, its
+// gradient for an upstream gradient of 1 per counted row (the mean's scale is applied later). A
+// block takes a row at a time:
+// - pass 1 streams the row in words of four logits (16 bytes in F32, 8 in half precision), with
+//   F32 arithmetic throughout: the online logsumexp (exp2 of log2e-scaled logits), the sum for
+//   smoothing, and, from thread 0, the target's logit;
 // - pass 2 reads the row again and writes the gradient. The host launches one block per SM, so
 //   the rows in flight (132 rows of 50,304 logits: 27 MB) may still be in L2, and pass 2 reads
 //   them as a last use (`__ldcs`) and streams the gradient out (`__stcs`) past L2.
@@ -192,8 +192,6 @@ __device__ __forceinline__ void ce_grad4(TO* dr, float4 v, i64 c, i64 target, fl
     CeStore4<TO>::put(dr + c, d);
 }
 
-// Visits the words of a row this thread owns (threadIdx.x, then a block's stride apart), four
-// loaded before any is used so that four are in flight: `use(w, load(w))` for each word w.
 // Four logits from word w of a row, as F32; `last` marks the second pass's read as a last use.
 template <class TI> struct CeLoad4;
 template <> struct CeLoad4<f32> {
@@ -213,6 +211,8 @@ template <class T> struct CeLoad4Half {
 template <> struct CeLoad4<bf16> : CeLoad4Half<bf16> {};
 template <> struct CeLoad4<f16> : CeLoad4Half<f16> {};
 
+// Visits the words of a row this thread owns (threadIdx.x, then a block's stride apart), four
+// loaded before any is used so that four are in flight: `use(w, load(w))` for each word w.
 template <class Load, class Use> __device__ __forceinline__ void ce_words(i64 words, Load load, Use use) {
     const int step = blockDim.x;
     i64 w = threadIdx.x;

@@ -282,14 +282,15 @@ pub fn backward_by(
         DqPath::Split => None,
     };
     let accp = dqacc.as_ref().map_or(0u64, |a| a.ptr());
-    let lanes = rows * (d / 8);
+    // `attn_bwd_dot` and `attn_bwd_dq`: a thread per 8 elements of a row.
+    let lanes_grid = ((rows * (d / 8)).div_ceil(256) as u32, 1, 1);
     let f = kernel(dev, "bwd_dot", dtype, d)?;
     // SAFETY: o and dout are [batch, heads, tq, head_dim] views; dd holds one F32 per row and
     // dqacc, where not null, head_dim per row.
     unsafe {
         dev.launch(
             f,
-            (lanes.div_ceil(256) as u32, 1, 1),
+            lanes_grid,
             256,
             0,
             &mut args![op, ov, gp, gv, ddp, accp, s],
@@ -326,15 +327,7 @@ pub fn backward_by(
         };
         let f = kernel(dev, "bwd_dq", dtype, d)?;
         // SAFETY: dqacc holds head_dim F32 per row; dq is a fresh token-major buffer.
-        unsafe {
-            dev.launch(
-                f,
-                (lanes.div_ceil(256) as u32, 1, 1),
-                256,
-                0,
-                &mut args![accp, dqp, dqv, s],
-            )?
-        };
+        unsafe { dev.launch(f, lanes_grid, 256, 0, &mut args![accp, dqp, dqv, s])? };
         return Ok((dq, dk, dv));
     }
 

@@ -42,6 +42,9 @@ pub struct CudaDevice {
     error_host: *mut u32,
     modules: Mutex<HashMap<&'static str, sys::CUmodule>>,
     functions: Mutex<HashMap<String, sys::CUfunction>>,
+    /// Kernels already let take all the dynamic shared memory (`allow_all_shared`), by
+    /// function, with the bytes they may take.
+    shared_opted_in: Mutex<HashMap<usize, usize>>,
     tf32: AtomicBool,
     /// The stream and cuBLAS handle a CUDA graph capture records on (`graph.rs`), made on the
     /// first capture. The lock is held for a whole capture: one at a time per device.
@@ -217,6 +220,7 @@ impl CudaDevice {
                 error_host: std::ptr::null_mut(),
                 modules: Mutex::new(HashMap::new()),
                 functions: Mutex::new(HashMap::new()),
+                shared_opted_in: Mutex::new(HashMap::new()),
                 tf32: AtomicBool::new(false),
                 capture_lane: Mutex::new(None),
                 blocks: Mutex::new(BlockCache::default()),
@@ -272,8 +276,15 @@ impl CudaDevice {
 
     /// Lets kernel `f` (loaded on this device) take as much dynamic shared memory as the
     /// device allows a block beside the kernel's own static shared memory, and returns that
-    /// many bytes.
+    /// many bytes. The driver is asked once per kernel; launches on a hot path call this freely.
     pub(crate) fn allow_all_shared(&self, f: sys::CUfunction) -> Result<usize> {
+        let mut opted = self
+            .shared_opted_in
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        if let Some(&bytes) = opted.get(&(f as usize)) {
+            return Ok(bytes);
+        }
         self.bind()?;
         use sys::CUfunction_attribute::{
             CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES as MAX_DYNAMIC,
@@ -288,6 +299,7 @@ impl CudaDevice {
         // SAFETY: as above.
         unsafe { result::function::set_function_attribute(f, MAX_DYNAMIC, bytes as i32) }
             .map_err(|e| Error::Cuda(format!("cuFuncSetAttribute(shared {bytes}): {e:?}")))?;
+        opted.insert(f as usize, bytes);
         Ok(bytes)
     }
 

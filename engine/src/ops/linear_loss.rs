@@ -7,8 +7,8 @@
 //! autocast head leaves them (PyTorch's reference then takes the loss of those values in F32,
 //! and so does the kernel); the loss kernel reads them once for the loss and once for the
 //! gradient, which it writes in that dtype. The full [rows, classes] logits never exist, nor
-//! their gradient in F32. The backward only scales the saved gradients by the upstream one (the loss is
-//! linear in it). Everywhere else the op is `matmul_out` followed by `cross_entropy`.
+//! their gradient in F32. The backward only scales the saved gradients by the upstream one (the
+//! loss is linear in it). Everywhere else the op is `matmul_out` followed by `cross_entropy`.
 
 use super::backward_fn;
 use super::dispatch::cuda_kernel;
