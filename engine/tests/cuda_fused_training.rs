@@ -106,3 +106,50 @@ fn residual_add_fused_into_the_norm_equals_the_add_then_the_norm() {
         }
     }
 }
+
+#[test]
+fn an_f32_weight_under_autocast_gets_its_gradient_from_the_fp32_accumulator() {
+    let Some(dev) = cuda::device_for_test("an_f32_weight_under_autocast_gets_its_gradient") else {
+        return;
+    };
+    // y = x Wᵀ with BF16 operands; the sum's gradient to W is column sums of x (rounded to
+    // BF16 as the product read it) over 1,000 rows. Written by the product in F32 they match
+    // the same sums on the CPU to float precision; rounded to BF16 first they would be off
+    // by up to 2^-9 relative.
+    let (rows, k, n) = (1000, 64, 48);
+    let x = Tensor::randn(&[rows, k], DType::F32, None).unwrap();
+    let w = Tensor::randn(&[n, k], DType::F32, None).unwrap();
+    let wd = w.to_device(dev).unwrap().requires_grad_().unwrap();
+    rusting_brain::amp::autocast(Some(DType::BF16), || {
+        let y = x.to_device(dev)?.matmul(&wd.t()?)?;
+        assert_eq!(y.dtype(), DType::BF16);
+        y.sum()?.backward()
+    })
+    .unwrap();
+    let grad = wd.grad().unwrap();
+    assert_eq!(grad.dtype(), DType::F32, "the weight's own dtype");
+    let got = grad
+        .to_device(rusting_brain::Device::Cpu)
+        .unwrap()
+        .to_vec_f32()
+        .unwrap();
+    let col_sums = x
+        .to_dtype(DType::BF16)
+        .unwrap()
+        .to_dtype(DType::F32)
+        .unwrap();
+    let col_sums = col_sums
+        .sum_dims(&[0], false)
+        .unwrap()
+        .to_vec_f32()
+        .unwrap();
+    for (i, g) in got.iter().enumerate() {
+        let want = col_sums[i % k];
+        assert!(
+            (g - want).abs() <= 1e-5 * want.abs().max(1.0),
+            "dW[{}, {}] = {g}, the FP32 sum is {want}",
+            i / k,
+            i % k
+        );
+    }
+}

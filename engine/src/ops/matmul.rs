@@ -7,7 +7,17 @@ use crate::backend::cpu::matmul as cpu;
 use crate::backend::cuda::matmul as cuda;
 use crate::layout::broadcast_shapes;
 use crate::tensor::memory::check_alloc;
-use crate::{DType, Error, Result, Tensor};
+use crate::{no_grad, DType, Error, Result, Tensor};
+
+/// x y written in `dtype` (a gradient in its operand's dtype): F32 straight from the FP32
+/// accumulator of half-precision operands, otherwise the product in the operands' dtype, cast.
+fn product_in(x: &Tensor, y: &Tensor, dtype: DType) -> Result<Tensor> {
+    let low = x.dtype();
+    if dtype == DType::F32 && matches!(low, DType::BF16 | DType::F16) {
+        return x.matmul_out(y, dtype);
+    }
+    x.matmul(y)?.to_dtype(dtype)
+}
 
 impl Tensor {
     pub fn matmul(&self, other: &Tensor) -> Result<Tensor> {
@@ -60,10 +70,17 @@ impl Tensor {
                 detail: ": matmul needs float operands".into(),
             });
         }
-        let (a, b) = (
-            crate::amp::operand(self, dtype)?,
-            crate::amp::operand(other, dtype)?,
-        );
+        // The operands as the product reads them (autocast's low-precision copies, or promoted).
+        // The casts are not recorded: the product is recorded against the operands themselves
+        // and its backward writes each gradient in its operand's own dtype. An F32 weight under
+        // autocast then gets its gradient straight from cuBLAS's FP32 accumulator, with no
+        // BF16 rounding and no cast pass back to F32.
+        let (a, b) = no_grad(|| -> Result<_> {
+            Ok((
+                crate::amp::operand(self, dtype)?,
+                crate::amp::operand(other, dtype)?,
+            ))
+        })?;
         let (ra, rb) = (a.rank(), b.rank());
         let (m, k, k2, n) = (
             a.shape()[ra - 2],
@@ -103,7 +120,8 @@ impl Tensor {
             |[(sa, _), (sb, _)]| Ok(cuda::matmul_into_dtype(sa, &la, sb, &lb, out_dtype)?.into()),
         )?;
         let out = Tensor::from_storage(storage, &full(m, n))?;
-        Ok(out.recorded(&[&a, &b], || {
+        let (a_dtype, b_dtype) = (self.dtype(), other.dtype());
+        Ok(out.recorded(&[self, other], || {
             let (sa, sb) = (
                 SavedTensor::new("matmul", &a),
                 SavedTensor::new("matmul", &b),
@@ -114,7 +132,9 @@ impl Tensor {
                 // gradient products in the operands' dtype too, as the forward ran.
                 let g = &g.to_dtype(a.dtype())?;
                 Ok(vec![
-                    grad_if(needs[0], || g.matmul(&b.t()?)?.sum_to_shape(a.shape()))?,
+                    grad_if(needs[0], || {
+                        product_in(g, &b.t()?, a_dtype)?.sum_to_shape(a.shape())
+                    })?,
                     grad_if(needs[1], || {
                         // The Wᵀ of x Wᵀ (a transposed contiguous matrix) gets its gradient
                         // as (gᵀ a)ᵀ, in W's memory order, so W's gradient needs no
@@ -122,9 +142,9 @@ impl Tensor {
                         let w_order =
                             a.rank() == 2 && b.rank() == 2 && b.layout().is_transposed_contiguous();
                         if w_order {
-                            g.t()?.matmul(a)?.t()
+                            product_in(&g.t()?, a, b_dtype)?.t()
                         } else {
-                            a.t()?.matmul(g)?.sum_to_shape(b.shape())
+                            product_in(&a.t()?, g, b_dtype)?.sum_to_shape(b.shape())
                         }
                     })?,
                 ])
