@@ -107,6 +107,82 @@ RB_ROPE_VEC(f32, f32)
     }
 RB_FOR_FLOAT_TYPES(RB_ROPE)
 
+// The gradient of one q/k/v projection whose q and k parts were rotated, in one pass: row
+// (b, t) of the output [batch * seq, nq + nk + nv] is [ rope^T(dq) | rope^T(dk) | dv ] at
+// (b, t). Training's projection is one product with the three weights side by side, so its
+// gradient is one buffer, written here directly instead of by two transposed rotations and
+// three copies into it. The gradients and the tables are [batch, seq, heads, head_dim] views
+// (strides of b, t and the head; the tables broadcast with zero strides). A thread writes one
+// 16-byte word (V elements, all in one half of a head: the host checks half % V == 0) with the
+// transposed rotation's arithmetic of `rope_vec_impl`:
+//   dx[j] = g[j] cos[j] + g[j + h] sin[j + h],  dx[j + h] = g[j + h] cos[j + h] - g[j] sin[j].
+template <class T>
+__device__ void rope_qkv_backward_impl(const T* dq, RopeView qv, const T* dk, RopeView kv_, const T* dv, RopeView vv,
+                                       const float* cs, RopeView cv, const float* sn, RopeView sv, T* out, int seq,
+                                       int nq, int nk, int nv, int head_dim, i64 words) {
+    constexpr int V = 16 / sizeof(T);
+    typedef typename Acc<T>::type C;
+    const u32 row_words = (u32)(nq + nk + nv) / V, half = (u32)head_dim / 2;
+    RB_GRID_LOOP(w, words) {
+        // 32-bit index arithmetic: the host keeps the words below 2^31.
+        const u32 wu = (u32)w, row = wu / row_words, c = (wu - row * row_words) * V;
+        const u32 b = row / (u32)seq, t = row - b * (u32)seq;
+        uint4* dst = (uint4*)(out + (i64)row * (nq + nk + nv) + c);
+        const T* g;
+        RopeView gv;
+        u32 col;
+        if (c >= (u32)(nq + nk)) {
+            col = c - nq - nk;
+            const u32 head = col / (u32)head_dim, j = col - head * (u32)head_dim;
+            *dst = *(const uint4*)(dv + b * vv.s0 + t * vv.s1 + head * vv.s2 + j);
+            continue;
+        }
+        if (c < (u32)nq) {
+            g = dq, gv = qv, col = c;
+        } else {
+            g = dk, gv = kv_, col = c - nq;
+        }
+        const u32 head = col / (u32)head_dim, j = col - head * (u32)head_dim;
+        const T* gr = g + b * gv.s0 + t * gv.s1 + head * gv.s2;
+        const float* cr = cs + b * cv.s0 + t * cv.s1 + head * cv.s2;
+        const float* sr = sn + b * sv.s0 + t * sv.s1 + head * sv.s2;
+        // This word and its partner a half away; the tables at this word and at the partner's.
+        const bool lo = j < half;
+        const u32 p = lo ? j + half : j - half;
+        C mine[V], other[V];
+        Word16<T>::unpack(*(const uint4*)(gr + j), mine);
+        Word16<T>::unpack(*(const uint4*)(gr + p), other);
+        float cj[V], sp[V];
+#pragma unroll
+        for (int q = 0; q < V / 4; ++q) {
+            Word16<f32>::unpack(*(const uint4*)(cr + j + 4 * q), cj + 4 * q);
+            Word16<f32>::unpack(*(const uint4*)(sr + p + 4 * q), sp + 4 * q);
+        }
+        C y[V];
+#pragma unroll
+        for (int e = 0; e < V; ++e) {
+            // The same products and order as rope_vec_impl's inverse (a the low half's value).
+            if (lo) {
+                y[e] = mine[e] * (C)cj[e] + other[e] * (C)sp[e];
+            } else {
+                y[e] = mine[e] * (C)cj[e] - other[e] * (C)sp[e];
+            }
+        }
+        *dst = Word16<T>::pack(y);
+    }
+}
+
+#define RB_ROPE_QKV_BACKWARD(name, T)                                                                            \
+    extern "C" __global__ void rope_qkv_backward_##name(const T* dq, RopeView qv, const T* dk, RopeView kv_,      \
+                                                        const T* dv, RopeView vv, const float* cs, RopeView cv,   \
+                                                        const float* sn, RopeView sv, T* out, int seq, int nq,    \
+                                                        int nk, int nv, int head_dim, i64 words) {                \
+        rope_qkv_backward_impl<T>(dq, qv, dk, kv_, dv, vv, cs, cv, sn, sv, out, seq, nq, nk, nv, head_dim, words); \
+    }
+RB_ROPE_QKV_BACKWARD(bf16, bf16)
+RB_ROPE_QKV_BACKWARD(f16, f16)
+RB_ROPE_QKV_BACKWARD(f32, f32)
+
 // One decode step's rotary embedding and key/value cache write in one pass: q rotated into a
 // fresh [batch, heads, dim] buffer, k rotated and v copied into the caches [batch, kv_heads,
 // capacity, dim] at the position `cursor` points to (device memory, so a captured step replays

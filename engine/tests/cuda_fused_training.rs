@@ -153,3 +153,88 @@ fn an_f32_weight_under_autocast_gets_its_gradient_from_the_fp32_accumulator() {
         );
     }
 }
+
+#[test]
+fn rotary_qkv_equals_the_split_rotated_part_by_part_forward_and_backward() {
+    let Some(dev) = cuda::device_for_test("rotary_qkv_equals_the_split_rotated_part_by_part")
+    else {
+        return;
+    };
+    // Grouped heads, three dtypes; head dim 12 in BF16 (halves of 6, not whole 16-byte words)
+    // takes the composed backward, the others the one-pass kernel. Positions: one table for
+    // every row, or a table per row.
+    let cases = [
+        (DType::BF16, 64, [4, 2, 2], false),
+        (DType::F16, 32, [2, 2, 2], true),
+        (DType::F32, 16, [3, 1, 1], false),
+        (DType::BF16, 12, [2, 1, 1], false),
+    ];
+    for (dtype, hd, heads, per_row) in cases {
+        let (b, t) = (2, 37);
+        let sizes = heads.map(|h| h * hd);
+        let n: usize = sizes.iter().sum();
+        let randn = |shape: &[usize]| {
+            let x = Tensor::randn(shape, DType::F32, None).unwrap();
+            x.to_device(dev).unwrap().to_dtype(dtype).unwrap()
+        };
+        let proj = randn(&[b, t, n]);
+        let table_shape: Vec<usize> = if per_row {
+            vec![b, 1, t, hd]
+        } else {
+            vec![t, hd]
+        };
+        let angles = Tensor::randn(&table_shape, DType::F32, None).unwrap();
+        let angles = angles.to_device(dev).unwrap();
+        let (cos, sin) = (angles.cos().unwrap(), angles.sin().unwrap());
+        let probes = heads.map(|h| randn(&[b, h, t, hd]));
+
+        let joined = proj.detach().requires_grad_().unwrap();
+        let got = joined.rotary_qkv(sizes, hd, &cos, &sin).unwrap();
+        let parts_in = proj.detach().requires_grad_().unwrap();
+        let parts = parts_in.split_with_sizes(&sizes, -1).unwrap();
+        let head_view = |p: &Tensor, h: usize| {
+            p.reshape_to(&[b, t, h, hd])
+                .unwrap()
+                .transpose(1, 2)
+                .unwrap()
+        };
+        let want = [
+            head_view(&parts[0], heads[0])
+                .rotary_embedding(&cos, &sin)
+                .unwrap(),
+            head_view(&parts[1], heads[1])
+                .rotary_embedding(&cos, &sin)
+                .unwrap(),
+            head_view(&parts[2], heads[2]),
+        ];
+        let loss = |outs: &[Tensor; 3]| {
+            let mut total: Option<Tensor> = None;
+            for (o, p) in outs.iter().zip(&probes) {
+                let s = o
+                    .mul(p)
+                    .unwrap()
+                    .to_dtype(DType::F32)
+                    .unwrap()
+                    .sum()
+                    .unwrap();
+                total = Some(match total {
+                    Some(acc) => acc.add(&s).unwrap(),
+                    None => s,
+                });
+            }
+            total.unwrap()
+        };
+        loss(&got).backward().unwrap();
+        loss(&want).backward().unwrap();
+        let case = format!("{dtype:?}, head dim {hd}, heads {heads:?}, per-row tables {per_row}");
+        for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+            assert_eq!(g.shape(), w.shape(), "output {i}: {case}");
+            assert_eq!(bits(g), bits(w), "output {i}'s values: {case}");
+        }
+        assert_eq!(
+            bits(&joined.grad().unwrap()),
+            bits(&parts_in.grad().unwrap()),
+            "the projection's gradient: {case}"
+        );
+    }
+}

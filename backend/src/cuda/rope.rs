@@ -89,6 +89,77 @@ pub fn rope(
     Ok(y)
 }
 
+/// Sizes of a projection [batch * seq, nq + nk + nv] of q, k and v heads of `head_dim`.
+#[derive(Clone, Copy, Debug)]
+pub struct QkvDims {
+    pub batch: usize,
+    pub seq: usize,
+    /// Columns of q, k and v.
+    pub sizes: [usize; 3],
+    pub head_dim: usize,
+}
+
+/// The gradient of a projection whose q and k parts were rotated: [batch * seq, nq + nk + nv]
+/// with rows [ rope^T(dq) | rope^T(dk) | dv ], one kernel. The gradients and the F32 tables are
+/// views in [batch, seq, head, head_dim] order (their strides of b, t and the head). `None`
+/// when the one pass cannot run: the halves of a head, or a view's rows, are not whole 16-byte
+/// words (the caller then composes the rotations and a concatenation).
+pub fn rope_qkv_backward(
+    grads: [View; 3],
+    cos: View,
+    sin: View,
+    dims: QkvDims,
+) -> Result<Option<CudaStorage>> {
+    let [dq, dk, dv] = grads;
+    let dtype = dq.storage.dtype();
+    let [nq, nk, nv] = dims.sizes;
+    let cols = nq + nk + nv;
+    let width = 16 / dtype.size_in_bytes();
+    let fits = dtype != crate::DType::F64
+        && dims.head_dim % 2 == 0
+        && (dims.head_dim / 2).is_multiple_of(width)
+        && [dk.storage, dv.storage].iter().all(|s| s.dtype() == dtype)
+        && [&dq, &dk, &dv].iter().all(|v| words(v, width))
+        && [&cos, &sin].iter().all(|v| words(v, 4));
+    if !fits {
+        return Ok(None);
+    }
+    let dev = dq.storage.cuda_device();
+    let out = CudaStorage::alloc(dev, dims.batch * dims.seq * cols, dtype)?;
+    let words_total = dims.batch * dims.seq * cols / width;
+    if words_total == 0 {
+        return Ok(Some(out));
+    }
+    if words_total >= i32::MAX as usize {
+        return Err(Error::invalid(
+            "rotary_qkv",
+            format!("{words_total} words exceed the kernel's 32-bit indexing"),
+        ));
+    }
+    let f = dev.function(&ROPE, &format!("rope_qkv_backward_{}", type_suffix(dtype)))?;
+    let ((qp, qv), (kp, kv), (vp, vv)) = (dq.raw(), dk.raw(), dv.raw());
+    let ((cp, cv), (sp, sv)) = (cos.raw(), sin.raw());
+    let int = |n: usize| n as i32;
+    let (seq, hd, w) = (int(dims.seq), int(dims.head_dim), words_total as i64);
+    let (nq, nk, nv) = (int(nq), int(nk), int(nv));
+    let yp = out.ptr();
+    let block = 256;
+    let grid = grid_for(words_total, block, dev.sm_count());
+    // SAFETY: each gradient view addresses [batch, seq, its heads, head_dim] elements inside its
+    // storage and each table view the same extent (the caller builds them from tensor
+    // layouts); out holds batch * seq * cols elements, the kernel's whole range.
+    unsafe {
+        dev.launch(
+            f,
+            (grid, 1, 1),
+            block,
+            0,
+            &mut args![qp, qv, kp, kv, vp, vv, cp, cv, sp, sv, yp, seq, nq, nk, nv, hd, w],
+        )?
+    };
+    Ok(Some(out))
+}
+
 /// Whether a view's rows start on 16-byte words of `width` elements: its first element and
 /// every stride aligned (the vector kernel then reads each row's halves as whole words).
 fn words(v: &View, width: usize) -> bool {

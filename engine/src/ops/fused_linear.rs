@@ -92,13 +92,21 @@ impl Tensor {
         // one wide GEMM instead of several narrow ones each way, and the input's gradient is
         // one product rather than a sum of several. Without gradients the separate products
         // skip the weights' concatenation.
-        let training = is_grad_enabled() && weights.iter().any(|w| w.requires_grad());
-        if training && weights.len() > 1 {
-            let fused = Tensor::cat(&weights.iter().map(|&w| w.clone()).collect::<Vec<_>>(), 0)?;
+        if trains(weights) && weights.len() > 1 {
             let sizes: Vec<usize> = weights.iter().map(|w| w.shape()[0]).collect();
-            return linear(self, &fused)?.split_with_sizes(&sizes, -1);
+            return self.linears_joined(weights)?.split_with_sizes(&sizes, -1);
         }
         weights.iter().map(|w| linear(self, w)).collect()
+    }
+
+    /// self [.., k] times the weights [nᵢ, k] side by side: [.., Σnᵢ], one product. What
+    /// `linears` splits while training; a caller that splits it itself (q/k/v with their
+    /// rotation, `rotary_qkv`) takes it whole.
+    pub fn linears_joined(&self, weights: &[&Tensor]) -> Result<Tensor> {
+        let k = features(LINEARS_OP, self)?;
+        check_weights(LINEARS_OP, self, k, weights)?;
+        let fused = Tensor::cat(&weights.iter().map(|&w| w.clone()).collect::<Vec<_>>(), 0)?;
+        linear(self, &fused)
     }
 
     /// SwiGLU's gated input from a norm: silu(n Gᵀ) * (n Uᵀ) where n is rms_norm(self,
@@ -160,6 +168,12 @@ impl Tensor {
         }
         add_residual(residual, linear(self, weight)?)
     }
+}
+
+/// Whether products with these weights record a gradient for them (training's form: the
+/// weights side by side in one product each way).
+pub fn trains(weights: &[&Tensor]) -> bool {
+    is_grad_enabled() && weights.iter().any(|w| w.requires_grad())
 }
 
 /// Whether `x.linear_residual(weight, None)` (and the other two ops on an input of x's shape

@@ -8,12 +8,13 @@
 
 use super::backward_fn;
 use super::dispatch::{cuda_kernel, CudaOperand};
-use crate::autograd::{is_grad_enabled, no_grad};
-use crate::backend::cuda::rope::{self as cuda, View};
+use crate::autograd::{is_grad_enabled, no_grad, Backward};
+use crate::backend::cuda::rope::{self as cuda, QkvDims, View};
 use crate::backend::Storage;
-use crate::{DType, Error, Layout, Result, Tensor};
+use crate::{DType, Device, Error, Layout, Result, Tensor};
 
 const OP: &str = "rotary_embedding";
+const QKV_OP: &str = "rotary_qkv";
 
 impl Tensor {
     /// Rotary position embedding of `self` [..., dim] (dim even) with `cos` and `sin` tables
@@ -50,6 +51,178 @@ impl Tensor {
         let dtype = self.dtype();
         self.mul(&cos_b.to_dtype(dtype)?)?
             .add(&rotated.mul(&sin_b.to_dtype(dtype)?)?)
+    }
+}
+
+impl Tensor {
+    /// The heads of q, k and v from one projection `self` [batch, seq, nq + nk + nv] (training's
+    /// product with the three weights side by side), q and k rotated by `cos` and `sin` as
+    /// `rotary_embedding` rotates them: returns [batch, heads, seq, head_dim] for each, v a view
+    /// of self. On CUDA the backward writes the projection's gradient as one buffer in one pass
+    /// (`rope_qkv_backward`); rotating the parts apart would leave three gradients for the
+    /// split to copy side by side. The tables broadcast against [batch, heads, seq, head_dim]
+    /// and, on that path, not over the heads.
+    pub fn rotary_qkv(
+        &self,
+        sizes: [usize; 3],
+        head_dim: usize,
+        cos: &Tensor,
+        sin: &Tensor,
+    ) -> Result<[Tensor; 3]> {
+        let cols: usize = sizes.iter().sum();
+        let whole_heads = head_dim > 0 && sizes.iter().all(|s| s % head_dim == 0);
+        if self.rank() != 3 || self.shape()[2] != cols || !whole_heads {
+            return Err(Error::invalid(
+                QKV_OP,
+                format!(
+                    "a projection [batch, seq, {cols}] of q, k, v sizes {sizes:?} in heads of \
+                     {head_dim} is needed; got {:?}",
+                    self.shape()
+                ),
+            ));
+        }
+        let heads = |t: &Tensor| {
+            t.unflatten(-1, &[t.shape()[2] / head_dim, head_dim])?
+                .transpose(1, 2)
+        };
+        let tables_need_grad = is_grad_enabled() && (cos.requires_grad() || sin.requires_grad());
+        let on_cuda = matches!(self.device(), Device::Cuda(_));
+        if !on_cuda || tables_need_grad || self.layout().strides()[2] != 1 {
+            let parts = self.split_with_sizes(&sizes, -1)?;
+            let [q, k, v] = [&parts[0], &parts[1], &parts[2]].map(heads);
+            return Ok([
+                q?.rotary_embedding(cos, sin)?,
+                k?.rotary_embedding(cos, sin)?,
+                v?,
+            ]);
+        }
+        let (q, k, v) = no_grad(|| -> Result<_> {
+            let parts = self.split_with_sizes(&sizes, -1)?;
+            Ok((heads(&parts[0])?, heads(&parts[1])?, heads(&parts[2])?))
+        })?;
+        let tables = |shape: &[usize]| -> Result<(Tensor, Tensor)> {
+            no_grad(|| {
+                let dense = |t: &Tensor| -> Result<Tensor> {
+                    let t = t.to_dtype(DType::F32)?.broadcast_to(shape)?;
+                    match t.layout().strides()[3] {
+                        1 => Ok(t),
+                        _ => t.contiguous(),
+                    }
+                };
+                Ok((dense(cos)?, dense(sin)?))
+            })
+        };
+        let (cos_q, sin_q) = tables(q.shape())?;
+        let (cos_k, sin_k) = tables(k.shape())?;
+        let q_rot = run(&q, &cos_q, &sin_q, false)?;
+        let k_rot = run(&k, &cos_k, &sin_k, false)?;
+        let backward = QkvBackward {
+            shapes: [q.shape().to_vec(), k.shape().to_vec(), v.shape().to_vec()],
+            tables: [cos_q, sin_q, cos_k, sin_k],
+            dims: QkvDims {
+                batch: self.shape()[0],
+                seq: self.shape()[1],
+                sizes,
+                head_dim,
+            },
+            dtype: self.dtype(),
+            device: self.device(),
+        };
+        let outs = Tensor::recorded_outputs(vec![q_rot, k_rot, v], &[self], move || backward);
+        <[Tensor; 3]>::try_from(outs).map_err(|_| Error::invalid(QKV_OP, "three outputs"))
+    }
+}
+
+/// rotary_qkv's backward: the projection's gradient from those of the three heads.
+struct QkvBackward {
+    shapes: [Vec<usize>; 3],
+    /// cos and sin broadcast to q's heads, then to k's.
+    tables: [Tensor; 4],
+    dims: QkvDims,
+    dtype: DType,
+    device: Device,
+}
+
+/// A [batch, heads, seq, dim] view's strides in [batch, seq, head] order, when its last dim is
+/// contiguous.
+fn token_major(t: &Tensor) -> Option<[usize; 3]> {
+    let s = t.layout().strides();
+    (s[3] == 1).then(|| [s[0], s[2], s[1]])
+}
+
+impl QkvBackward {
+    /// The one-pass kernel's gradient, or `None` when a view does not suit it.
+    fn fused(&self, grads: &[Tensor; 3]) -> Result<Option<Tensor>> {
+        let [cos, sin, cos_k, sin_k] = &self.tables;
+        // The kernel reads one table view for the rows of q and of k: the tables must not vary
+        // over the heads (they never do; a rotation is a position's).
+        let same_over_heads = [cos, sin, cos_k, sin_k]
+            .iter()
+            .all(|t| t.layout().strides()[1] == 0)
+            && token_major(cos) == token_major(cos_k)
+            && token_major(sin) == token_major(sin_k);
+        let views: Option<Vec<[usize; 3]>> =
+            grads.iter().chain([cos, sin]).map(token_major).collect();
+        let (Some(views), true) = (views, same_over_heads) else {
+            return Ok(None);
+        };
+        let [dq, dk, dv] = grads;
+        let dims = self.dims;
+        let out = cuda_kernel(QKV_OP, [dq, dk, dv, cos, sin], |ops| {
+            let view = |i: usize| View {
+                storage: ops[i].0,
+                offset: ops[i].1.offset(),
+                strides: views[i],
+            };
+            cuda::rope_qkv_backward([view(0), view(1), view(2)], view(3), view(4), dims)
+        })?;
+        let shape = [dims.batch, dims.seq, dims.sizes.iter().sum()];
+        out.map(|s| Tensor::from_storage(Storage::Cuda(s), &shape))
+            .transpose()
+    }
+}
+
+impl Backward for QkvBackward {
+    fn name(&self) -> &'static str {
+        QKV_OP
+    }
+
+    fn backward(&self, g: &Tensor, needs: &[bool]) -> Result<Vec<Option<Tensor>>> {
+        self.backward_outputs(&[Some(g.clone()), None, None], needs)
+    }
+
+    fn backward_outputs(
+        &self,
+        grads: &[Option<Tensor>],
+        needs: &[bool],
+    ) -> Result<Vec<Option<Tensor>>> {
+        if !needs.first().copied().unwrap_or(false) {
+            return Ok(vec![None]);
+        }
+        let mut full = Vec::with_capacity(3);
+        for (g, shape) in grads.iter().zip(&self.shapes) {
+            full.push(match g {
+                Some(g) => g.to_dtype(self.dtype)?,
+                None => Tensor::zeros(shape, self.dtype, self.device)?,
+            });
+        }
+        let grads: [Tensor; 3] = full
+            .try_into()
+            .map_err(|_| Error::Backward(format!("{QKV_OP} has three outputs")))?;
+        if let Some(dx) = self.fused(&grads)? {
+            return Ok(vec![Some(dx)]);
+        }
+        // The composition: each part's transposed rotation, then the parts side by side.
+        let [cos, sin, cos_k, sin_k] = &self.tables;
+        let [dq, dk, dv] = &grads;
+        let rows = |t: Tensor| {
+            let s = t.shape().to_vec();
+            t.transpose(1, 2)?.reshape_to(&[s[0], s[2], s[1] * s[3]])
+        };
+        let dq = rows(run(dq, cos, sin, true)?)?;
+        let dk = rows(run(dk, cos_k, sin_k, true)?)?;
+        let dv = rows(dv.clone())?;
+        Ok(vec![Some(Tensor::cat(&[dq, dk, dv], -1)?)])
     }
 }
 

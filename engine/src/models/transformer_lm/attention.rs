@@ -14,6 +14,7 @@ use super::residual::Residual;
 use super::rope::{Positions, Rotary};
 use super::LmConfig;
 use crate::nn::{prefixed, Linear, Module, RmsNorm, Summary};
+use crate::ops::fused_linear::trains;
 use crate::{AttentionOptions, Result, Tensor};
 
 pub struct Attention {
@@ -89,6 +90,21 @@ impl Attention {
         step: &Step,
     ) -> Result<Residual> {
         let qkv = [&self.q_proj, &self.k_proj, &self.v_proj].map(Linear::plain_weight);
+        if let [Some(wq), Some(wk), Some(wv)] = qkv {
+            if step.cache.is_none() && trains(&[wq, wk, wv]) {
+                // Training: one product of the three weights side by side, whose heads are
+                // split and q and k rotated by one op; its backward writes the product's
+                // gradient as one buffer.
+                let (x, normed) = stream.normed_for_products(norm)?;
+                let joined = normed.linears_joined(&[wq, wk, wv])?;
+                let (cos, sin) =
+                    rope.angles_for(joined.shape()[1], joined.device(), &step.positions)?;
+                let sizes = [wq, wk, wv].map(|w| w.shape()[0]);
+                let [q, k, v] = joined.rotary_qkv(sizes, self.head_dim, &cos, &sin)?;
+                let out = self.attention(&q, &k, &v, step)?;
+                return Residual::after(x, &out, &self.o_proj);
+            }
+        }
         let (x, products) = match qkv {
             [Some(wq), Some(wk), Some(wv)] if !stream.is_pending() => {
                 let x = stream.into_sum();
@@ -124,8 +140,7 @@ impl Attention {
         rope: &Rotary,
         step: &Step,
     ) -> Result<Tensor> {
-        let (b, t) = (q.shape()[0], q.shape()[1]);
-        let (h, kv, hd) = (self.n_heads, self.n_kv_heads, self.head_dim);
+        let (h, kv) = (self.n_heads, self.n_kv_heads);
         let q = self.heads(q, h)?;
         let k = self.heads(k, kv)?;
         let v = self.heads(v, kv)?.to_dtype(k.dtype())?;
@@ -147,14 +162,22 @@ impl Attention {
                 }
             }
         };
+        self.attention(&q, &k, &v, step)
+    }
+
+    /// Attention of the heads q [B, heads, T, hd], k and v [B, kv_heads, L, hd] (q and k
+    /// rotated, the cache extended): [B, T, heads * hd].
+    fn attention(&self, q: &Tensor, k: &Tensor, v: &Tensor, step: &Step) -> Result<Tensor> {
+        let (b, t) = (q.shape()[0], q.shape()[2]);
+        let (h, kv, hd) = (self.n_heads, self.n_kv_heads, self.head_dim);
         let out = match step.visibility {
-            Visibility::Window { first, last } => q.decode_attention(&k, &v, first, last, None)?,
+            Visibility::Window { first, last } => q.decode_attention(k, v, first, last, None)?,
             Visibility::All | Visibility::Causal => {
                 let opts = AttentionOptions {
                     causal: matches!(step.visibility, Visibility::Causal),
                     scale: None,
                 };
-                q.scaled_dot_product_attention(&k, &v, opts)?
+                q.scaled_dot_product_attention(k, v, opts)?
             }
             Visibility::Bias(bias) => {
                 let q = q.mul_scalar(1.0 / (hd as f64).sqrt())?.reshape_to(&[
@@ -164,7 +187,7 @@ impl Attention {
                     hd,
                 ])?;
                 let scores = q.matmul(&k.transpose(-1, -2)?)?.add(bias)?;
-                scores.softmax(-1)?.matmul(&v)?.reshape_to(&[b, h, t, hd])?
+                scores.softmax(-1)?.matmul(v)?.reshape_to(&[b, h, t, hd])?
             }
         };
         out.transpose(1, 2)?.reshape_to(&[b, t, h * hd])

@@ -103,14 +103,24 @@ impl Rotary {
 
     /// cos and sin (F32) broadcastable against x [batch, heads, seq, head_dim].
     fn angles(&self, x: &Tensor, positions: &Positions) -> Result<(Tensor, Tensor)> {
-        let seq = x.shape()[2];
+        self.angles_for(x.shape()[2], x.device(), positions)
+    }
+
+    /// cos and sin (F32) for `seq` new tokens at `positions` on `device`, broadcastable against
+    /// [batch, heads, seq, head_dim].
+    pub fn angles_for(
+        &self,
+        seq: usize,
+        device: Device,
+        positions: &Positions,
+    ) -> Result<(Tensor, Tensor)> {
         let (start, end) = match positions {
             Positions::From(offset) => (*offset, offset.saturating_add(seq)),
-            Positions::PerRow { ids, end } => return self.gather(x.device(), ids, *end),
+            Positions::PerRow { ids, end } => return self.gather(device, ids, *end),
             Positions::Angles { cos, sin } => return Ok(((*cos).clone(), (*sin).clone())),
         };
         self.check_end(start, end)?;
-        let (cos, sin) = self.tables(x.device(), end)?;
+        let (cos, sin) = self.tables(device, end)?;
         Ok((cos.narrow(0, start, seq)?, sin.narrow(0, start, seq)?))
     }
 
