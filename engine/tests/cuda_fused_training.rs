@@ -238,3 +238,55 @@ fn rotary_qkv_equals_the_split_rotated_part_by_part_forward_and_backward() {
         );
     }
 }
+
+#[test]
+fn linears_joined_under_autocast_equals_the_product_with_the_weights_concatenated() {
+    let Some(dev) = cuda::device_for_test("linears_joined_under_autocast_equals_the_product")
+    else {
+        return;
+    };
+    // q/k/v-like weights of unequal rows; the input in F32 (cast by the op) and in BF16 (as a
+    // norm leaves it for the products).
+    for x_dtype in [DType::F32, DType::BF16] {
+        let (b, t, k) = (3, 29, 64);
+        let randn = |shape: &[usize], dtype: DType| {
+            let x = Tensor::randn(shape, DType::F32, None).unwrap();
+            x.to_device(dev).unwrap().to_dtype(dtype).unwrap()
+        };
+        let x = randn(&[b, t, k], x_dtype);
+        let ws = [96, 32, 32].map(|n| randn(&[n, k], DType::F32));
+        let probe = randn(&[b, t, 160], DType::BF16);
+        let leaves = || {
+            let x = x.detach().requires_grad_().unwrap();
+            let ws = ws.clone().map(|w| w.detach().requires_grad_().unwrap());
+            (x, ws)
+        };
+        let ((x1, w1), (x2, w2)) = (leaves(), leaves());
+        let (got, want) = rusting_brain::amp::autocast(Some(DType::BF16), || {
+            let got = x1.linears_joined(&[&w1[0], &w1[1], &w1[2]])?;
+            let cat = Tensor::cat(&w2.clone(), 0)?;
+            let want = x2.matmul(&cat.t()?)?;
+            for y in [&got, &want] {
+                y.mul(&probe)?.to_dtype(DType::F32)?.sum()?.backward()?;
+            }
+            Ok((got, want))
+        })
+        .unwrap();
+        assert_eq!(got.dtype(), DType::BF16);
+        assert_eq!(bits(&got), bits(&want), "values, input {x_dtype:?}");
+        assert_eq!(
+            bits(&x1.grad().unwrap()),
+            bits(&x2.grad().unwrap()),
+            "the input's gradient, input {x_dtype:?}"
+        );
+        for i in 0..3 {
+            let (g1, g2) = (w1[i].grad().unwrap(), w2[i].grad().unwrap());
+            assert_eq!(g1.dtype(), DType::F32);
+            assert_eq!(
+                bits(&g1),
+                bits(&g2),
+                "weight {i}'s gradient, input {x_dtype:?}"
+            );
+        }
+    }
+}

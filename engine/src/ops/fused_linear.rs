@@ -19,8 +19,11 @@
 //! does not copy.
 
 use super::dispatch::{dispatch_all, CudaOperand};
+use super::index::cat_rows_as;
+use super::matmul::product_in;
+use super::{backward_fn, grad_if};
 use crate::amp;
-use crate::autograd::{is_grad_enabled, no_grad};
+use crate::autograd::{is_grad_enabled, no_grad, SavedTensor};
 use crate::backend::cuda::decode_gemv::{self as cuda, At, Epilogue, Prologue};
 use crate::backend::Storage;
 use crate::{DType, Device, Error, Result, Tensor};
@@ -102,11 +105,63 @@ impl Tensor {
     /// self [.., k] times the weights [nᵢ, k] side by side: [.., Σnᵢ], one product. What
     /// `linears` splits while training; a caller that splits it itself (q/k/v with their
     /// rotation, `rotary_qkv`) takes it whole.
+    ///
+    /// Under autocast the weights are cast into one low-precision operand side by side, each in
+    /// one pass (the cast autocast makes anyway), and the product is recorded against the
+    /// weights themselves: no F32 concatenation each way, and each weight's gradient is a
+    /// block of one F32 product.
     pub fn linears_joined(&self, weights: &[&Tensor]) -> Result<Tensor> {
         let k = features(LINEARS_OP, self)?;
         check_weights(LINEARS_OP, self, k, weights)?;
-        let fused = Tensor::cat(&weights.iter().map(|&w| w.clone()).collect::<Vec<_>>(), 0)?;
-        linear(self, &fused)
+        let w_dtype = weights[0].dtype();
+        let low = product_dtype(self.device(), self.dtype(), w_dtype);
+        if low == w_dtype || weights.iter().any(|w| w.dtype() != w_dtype) {
+            let fused = Tensor::cat(&weights.iter().map(|&w| w.clone()).collect::<Vec<_>>(), 0)?;
+            return linear(self, &fused);
+        }
+        let (x, w) = no_grad(|| -> Result<_> {
+            let rows = self.numel() / k.max(1);
+            let x = self.reshape_to(&[rows, k])?.to_dtype(low)?;
+            Ok((x, cat_rows_as(weights, low)?))
+        })?;
+        let y = no_grad(|| x.matmul(&w.t()?))?;
+        let mut shape = self.shape().to_vec();
+        shape[self.rank() - 1] = w.shape()[0];
+        let y = y.reshape_to(&shape)?;
+        let inputs: Vec<&Tensor> = std::iter::once(self)
+            .chain(weights.iter().copied())
+            .collect();
+        let rows: Vec<usize> = weights.iter().map(|w| w.shape()[0]).collect();
+        let (x_shape, x_dtype) = (self.shape().to_vec(), self.dtype());
+        Ok(y.recorded(&inputs, move || {
+            let (sx, sw) = (
+                SavedTensor::new(LINEARS_OP, &x),
+                SavedTensor::new(LINEARS_OP, &w),
+            );
+            backward_fn(LINEARS_OP, move |g, needs| {
+                let (x, w) = (sx.get()?, sw.get()?);
+                let g = g
+                    .reshape_to(&[x.shape()[0], w.shape()[0]])?
+                    .to_dtype(x.dtype())?;
+                let mut grads = Vec::with_capacity(needs.len());
+                grads.push(grad_if(needs[0], || {
+                    product_in(&g, &w, x_dtype)?.reshape_to(&x_shape)
+                })?);
+                if needs[1..].iter().any(|&n| n) {
+                    // One product for every weight's gradient, in the weights' dtype; each
+                    // weight takes its block of rows (a contiguous view).
+                    let dw = product_in(&g.t()?, &x, w_dtype)?;
+                    let mut start = 0;
+                    for (&n, &need) in rows.iter().zip(&needs[1..]) {
+                        grads.push(need.then(|| dw.narrow(0, start, n)).transpose()?);
+                        start += n;
+                    }
+                } else {
+                    grads.extend(rows.iter().map(|_| None));
+                }
+                Ok(grads)
+            })
+        }))
     }
 
     /// SwiGLU's gated input from a norm: silu(n Gᵀ) * (n Uᵀ) where n is rms_norm(self,

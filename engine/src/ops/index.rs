@@ -8,7 +8,7 @@ use crate::backend::cpu::index as cpu;
 use crate::backend::{cuda, CpuStorage, CudaStorage, Storage};
 use crate::layout::resolve_dim;
 use crate::tensor::memory::check_alloc;
-use crate::{Device, Error, Layout, Result, Tensor};
+use crate::{DType, Device, Error, Layout, Result, Tensor};
 
 /// Index tensors hold integers (Bool and floats are refused before any kernel runs).
 fn check_index_dtype(op: &'static str, idx: &Tensor) -> Result<()> {
@@ -86,7 +86,7 @@ impl Tensor {
         let mut shape = first.shape().to_vec();
         shape[d] = parts.iter().map(|t| t.shape()[d]).sum();
         check_alloc("cat", &shape, dtype, first.device())?;
-        let (storage, layout) = cat_storage(&parts, &shape, d)?;
+        let (storage, layout) = cat_storage(&parts, &shape, d, dtype)?;
         let sizes: Vec<usize> = parts.iter().map(|t| t.shape()[d]).collect();
         let refs: Vec<&Tensor> = parts.iter().collect();
         Ok(
@@ -348,7 +348,29 @@ fn dim_order(l: &Layout) -> Vec<usize> {
 /// The result of `cat` and its layout. On CUDA, parts laid out densely in one dim order other
 /// than row-major (channels-last images) give a result in that order, so the next kernels read
 /// it without a transpose; everything else gives a row-major result.
-fn cat_storage(parts: &[Tensor], shape: &[usize], d: usize) -> Result<(Storage, Layout)> {
+/// `tensors` side by side along dim 0 in `dtype`, each cast as it is copied (one pass over
+/// each, no intermediate copy); not recorded. Autocast's operand of several weights in one
+/// product (`linears_joined`).
+pub(crate) fn cat_rows_as(tensors: &[&Tensor], dtype: DType) -> Result<Tensor> {
+    let first = tensors
+        .first()
+        .ok_or_else(|| Error::invalid("cat", "needs at least one tensor"))?;
+    let mut shape = first.shape().to_vec();
+    shape[0] = tensors.iter().map(|t| t.shape()[0]).sum();
+    check_alloc("cat", &shape, dtype, first.device())?;
+    let parts: Vec<Tensor> = tensors.iter().map(|&t| t.clone()).collect();
+    let (storage, layout) = cat_storage(&parts, &shape, 0, dtype)?;
+    Tensor::from_storage_in(storage, layout)
+}
+
+/// The parts side by side along `d` in `dtype` (on CUDA each part is cast as it is copied; the
+/// CPU casts the joined result).
+fn cat_storage(
+    parts: &[Tensor],
+    shape: &[usize],
+    d: usize,
+    dtype: DType,
+) -> Result<(Storage, Layout)> {
     let refs: Vec<&Tensor> = parts.iter().collect();
     let row_major = Layout::contiguous(shape);
     let first = parts[0].layout();
@@ -367,13 +389,22 @@ fn cat_storage(parts: &[Tensor], shape: &[usize], d: usize) -> Result<(Storage, 
     let storage = dispatch_all(
         "cat",
         &refs,
-        |views| Ok(cpu::cat(views, d).into()),
+        |views| {
+            let joined = cpu::cat(views, d);
+            Ok(match joined.dtype() == dtype {
+                true => joined,
+                false => {
+                    let l = Layout::contiguous(shape);
+                    crate::backend::cpu::elementwise::cast(&joined, &l, dtype)
+                }
+            }
+            .into())
+        },
         |views| {
             let Some(&(first, _)) = views.first() else {
                 return Err(Error::invalid("cat", "needs at least one tensor"));
             };
-            let out =
-                CudaStorage::alloc(first.cuda_device(), shape.iter().product(), first.dtype())?;
+            let out = CudaStorage::alloc(first.cuda_device(), shape.iter().product(), dtype)?;
             let mut start = 0;
             for &(s, l) in views {
                 let len = l.shape()[d];

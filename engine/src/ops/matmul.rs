@@ -11,7 +11,7 @@ use crate::{no_grad, DType, Error, Result, Tensor};
 
 /// x y written in `dtype` (a gradient in its operand's dtype): F32 straight from the FP32
 /// accumulator of half-precision operands, otherwise the product in the operands' dtype, cast.
-fn product_in(x: &Tensor, y: &Tensor, dtype: DType) -> Result<Tensor> {
+pub(crate) fn product_in(x: &Tensor, y: &Tensor, dtype: DType) -> Result<Tensor> {
     let low = x.dtype();
     if dtype == DType::F32 && matches!(low, DType::BF16 | DType::F16) {
         return x.matmul_out(y, dtype);
