@@ -111,6 +111,67 @@ pub fn matmul_into_dtype(
         super::copy::fill(&out, &Layout::contiguous(&[batch * m * n]), 0.0)?;
         return Ok(out);
     }
+    gemm(a, la, b, lb, (&out, out_data), 0.0)?;
+    Ok(out)
+}
+
+/// out += a b for [m, k] by [k, n] operands of one dtype into an existing contiguous [m, n]
+/// `out` of their dtype or F32 (a sum over chunks of rows, such as a weight's gradient, added
+/// by the product's own epilogue instead of a pass of its own).
+pub fn matmul_accumulate(
+    a: &CudaStorage,
+    la: &Layout,
+    b: &CudaStorage,
+    lb: &Layout,
+    out: &CudaStorage,
+) -> Result<()> {
+    let fits = la.rank() == 2
+        && lb.rank() == 2
+        && la.shape()[1] == lb.shape()[0]
+        && out.len() == la.shape()[0] * lb.shape()[1]
+        && a.dtype() == b.dtype();
+    let out_data = match (a.dtype(), out.dtype()) {
+        (x, y) if x == y => None,
+        (DType::BF16 | DType::F16, DType::F32) => Some(Data::CUDA_R_32F),
+        _ => None,
+    };
+    if !fits || (out_data.is_none() && out.dtype() != a.dtype()) {
+        return Err(Error::invalid(
+            "matmul",
+            format!(
+                "cannot add {:?} x {:?} ({}) into {} {} elements",
+                la.shape(),
+                lb.shape(),
+                a.dtype(),
+                out.len(),
+                out.dtype()
+            ),
+        ));
+    }
+    if out.is_empty() || la.shape()[1] == 0 {
+        return Ok(());
+    }
+    gemm(a, la, b, lb, (out, out_data), 1.0)
+}
+
+/// C = a b + beta C into `out` (contiguous, `c_data` its cuBLAS type when it differs from the
+/// operands'), for the operands' broadcast batch; k > 0.
+fn gemm(
+    a: &CudaStorage,
+    la: &Layout,
+    b: &CudaStorage,
+    lb: &Layout,
+    (out, out_data): (&CudaStorage, Option<Data>),
+    beta_value: f64,
+) -> Result<()> {
+    let dev = a.cuda_device();
+    let r = la.rank();
+    let (m, k, n) = (
+        la.shape()[r - 2],
+        la.shape()[r - 1],
+        lb.shape()[lb.rank() - 1],
+    );
+    let batch: usize = la.shape()[..r - 2].iter().product();
     let (pa, pb);
     let (a, oa) = match operand(la) {
         Some(o) => (a, o),
@@ -147,7 +208,7 @@ pub fn matmul_into_dtype(
         }
     };
     let c_data = out_data.unwrap_or(data);
-    let (alpha32, beta32, alpha64, beta64) = (1.0f32, 0.0f32, 1.0f64, 0.0f64);
+    let (alpha32, beta32, alpha64, beta64) = (1.0f32, beta_value as f32, 1.0f64, beta_value);
     let (alpha, beta): (*const c_void, *const c_void) = if a.dtype() == DType::F64 {
         (&alpha64 as *const f64 as _, &beta64 as *const f64 as _)
     } else {
@@ -230,5 +291,5 @@ pub fn matmul_into_dtype(
             .map_err(failed)?;
         }
     }
-    Ok(out)
+    Ok(())
 }

@@ -13,6 +13,7 @@
 use super::backward_fn;
 use super::dispatch::cuda_kernel;
 use super::loss::{cross_entropy, CrossEntropyOptions, Reduction};
+use super::matmul::matmul_accumulate;
 use crate::autograd::{is_grad_enabled, no_grad};
 use crate::backend::cuda::loss as cuda;
 use crate::backend::spec::CrossEntropySpec;
@@ -151,7 +152,11 @@ fn chunked(
             if let Some(g) = g {
                 dh.push(g.matmul(&w)?);
                 if weight_grad {
-                    dw = Some(add(dw, g.t()?.matmul_out(&hc, DType::F32)?)?);
+                    match &dw {
+                        // Later chunks add into the first chunk's sum in the product itself.
+                        Some(sum) => matmul_accumulate(sum, &g.t()?, &hc)?,
+                        None => dw = Some(g.t()?.matmul_out(&hc, DType::F32)?),
+                    }
                 }
             }
             loss = Some(add(loss, sum)?);

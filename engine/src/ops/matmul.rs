@@ -5,6 +5,7 @@ use super::{backward_fn, grad_if};
 use crate::autograd::SavedTensor;
 use crate::backend::cpu::matmul as cpu;
 use crate::backend::cuda::matmul as cuda;
+use crate::backend::Storage;
 use crate::layout::broadcast_shapes;
 use crate::tensor::memory::check_alloc;
 use crate::{no_grad, DType, Error, Result, Tensor};
@@ -17,6 +18,31 @@ pub(crate) fn product_in(x: &Tensor, y: &Tensor, dtype: DType) -> Result<Tensor>
         return x.matmul_out(y, dtype);
     }
     x.matmul(y)?.to_dtype(dtype)
+}
+
+/// acc += x y for 2-D x and y of one dtype (not recorded): on CUDA the product adds itself into
+/// `acc` (contiguous, F32 or the operands' dtype) in its epilogue, where a separate add would
+/// read and write the sum once more; elsewhere a product and an add.
+pub(crate) fn matmul_accumulate(acc: &Tensor, x: &Tensor, y: &Tensor) -> Result<()> {
+    acc.check_same_device("matmul", x)?;
+    acc.check_same_device("matmul", y)?;
+    let in_epilogue = matches!(acc.device(), crate::Device::Cuda(_))
+        && acc.is_contiguous()
+        && acc.layout().offset() == 0
+        && x.dtype() == y.dtype()
+        && x.rank() == 2
+        && y.rank() == 2;
+    if !in_epilogue {
+        return no_grad(|| acc.add_(&x.matmul_out(y, acc.dtype())?));
+    }
+    let (xs, ys) = (x.storage(), y.storage());
+    let mut sum = acc.storage_cell().write();
+    match (&*xs, &*ys, &mut *sum) {
+        (Storage::Cuda(xs), Storage::Cuda(ys), Storage::Cuda(sum)) => {
+            cuda::matmul_accumulate(xs, x.layout(), ys, y.layout(), sum)
+        }
+        _ => unreachable!("devices were checked equal"),
+    }
 }
 
 impl Tensor {
