@@ -134,7 +134,8 @@ template <class C> __device__ __forceinline__ C binary_op(int op, C a, C b) {
 }
 
 // Broadcast operands arrive as views of the output's shape (stride 0 on broadcast dims).
-// `vec`: both operands and the output are contiguous and 16-byte aligned.
+// `vec` (the output is contiguous and 16-byte aligned): 1, both operands are contiguous and
+// aligned; 2, a is and b is one value broadcast to every element (a scale); 3, the reverse.
 template <class T>
 __device__ void binary_impl(const T* a, Strided as, const T* b, Strided bs, T* y, i64 n, int op, int vec) {
     typedef typename Compute<T>::type C;
@@ -144,13 +145,18 @@ __device__ void binary_impl(const T* a, Strided as, const T* b, Strided bs, T* y
         i64 groups = n / V;
         const uint4* av = (const uint4*)(a + as.offset);
         const uint4* bv = (const uint4*)(b + bs.offset);
+        const C one_a = vec == 3 ? to_c(a[as.offset]) : C(0), one_b = vec == 2 ? to_c(b[bs.offset]) : C(0);
         uint4* yv = (uint4*)y;
         RB_GRID_LOOP(g, groups) {
-            uint4 ra = av[g], rb = bv[g];
+            const uint4 zero = make_uint4(0u, 0u, 0u, 0u);
+            uint4 ra = vec == 3 ? zero : av[g], rb = vec == 2 ? zero : bv[g];
             T* ea = (T*)&ra;
             const T* eb = (const T*)&rb;
 #pragma unroll
-            for (int k = 0; k < V; ++k) ea[k] = from_c<T>(binary_op<C>(op, to_c(ea[k]), to_c(eb[k])));
+            for (int k = 0; k < V; ++k) {
+                const C x = vec == 3 ? one_a : to_c(ea[k]), w = vec == 2 ? one_b : to_c(eb[k]);
+                ea[k] = from_c<T>(binary_op<C>(op, x, w));
+            }
             yv[g] = ra;
         }
         done = groups * V;

@@ -135,7 +135,7 @@ pub fn unary(s: &CudaStorage, l: &Layout, op: UnaryOp) -> Result<CudaStorage> {
     let vec = (aligned16(x) && aligned16(y)) as i32;
     let (code, [p0, p1]) = (op.code() as i32, op.params());
     let n = n as i64;
-    let per_thread = if vec == 1 {
+    let per_thread = if vec != 0 {
         16 / s.dtype().size_in_bytes()
     } else {
         1
@@ -236,7 +236,7 @@ pub fn unary_backward(
     );
     let vec = [px, py, pg, pd].into_iter().all(aligned16) as i32;
     let (code, [p0, p1]) = (op.code() as i32, op.params());
-    let per_thread = if vec == 1 {
+    let per_thread = if vec != 0 {
         16 / g.dtype().size_in_bytes()
     } else {
         1
@@ -273,12 +273,20 @@ pub fn binary(
     }
     let f = dev.function(&ELEMENTWISE, &format!("binary_{sfx}"))?;
     let (as_, bs) = (Strided::of(op.name(), la)?, Strided::of(op.name(), lb)?);
-    let vec = (as_.is_contiguous()
-        && bs.is_contiguous()
-        && aligned16(a.ptr_at(la.offset()))
-        && aligned16(b.ptr_at(lb.offset()))) as i32;
+    // One value broadcast to every element (a scale) reads as one load, so the other operand
+    // still streams in 16-byte words.
+    let one = |l: &Layout| l.strides().iter().all(|&s| s == 0);
+    let words = |s: &Strided, st: &CudaStorage, l: &Layout| {
+        s.is_contiguous() && aligned16(st.ptr_at(l.offset()))
+    };
+    let vec = match (words(&as_, a, la), words(&bs, b, lb)) {
+        (true, true) => 1,
+        (true, false) if one(lb) => 2,
+        (false, true) if one(la) => 3,
+        _ => 0,
+    };
     let (pa, pb, y, n, code) = (a.ptr(), b.ptr(), out.ptr(), n as i64, op.code() as i32);
-    let per_thread = if vec == 1 {
+    let per_thread = if vec != 0 {
         16 / a.dtype().size_in_bytes()
     } else {
         1
