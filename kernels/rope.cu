@@ -22,6 +22,12 @@ __device__ __forceinline__ RopeAt rope_at(u32 row, u32 j, int n1, int n2, const 
     return RopeAt{at(xv), at(cv), at(sv), at(yv)};
 }
 
+// x c + y s and x c - y s as the vector and q/k/v kernels round them: the first product fused,
+// the second rounded on its own, whatever the compiler would contract, so that one rotation
+// computed by two kernels agrees bit for bit.
+__device__ __forceinline__ float rope_add(float x, float c, float y, float s) { return __fmaf_rn(x, c, __fmul_rn(y, s)); }
+__device__ __forceinline__ float rope_sub(float x, float c, float y, float s) { return __fmaf_rn(x, c, -__fmul_rn(y, s)); }
+
 template <class T>
 __device__ void rope_impl(const T* x, RopeView xv, const float* cs, RopeView cv, const float* sn, RopeView sv, T* y,
                           RopeView yv, int n1, int n2, int half, int inverse, i64 pairs) {
@@ -77,11 +83,11 @@ __device__ void rope_vec_impl(const T* x, RopeView xv, const float* cs, RopeView
 #pragma unroll
         for (int k = 0; k < V; ++k) {
             if (inverse) {
-                lo[k] = a[k] * (C)c1[k] + b[k] * (C)s2[k];
-                hi[k] = b[k] * (C)c2[k] - a[k] * (C)s1[k];
+                lo[k] = rope_add(a[k], c1[k], b[k], s2[k]);
+                hi[k] = rope_sub(b[k], c2[k], a[k], s1[k]);
             } else {
-                lo[k] = a[k] * (C)c1[k] - b[k] * (C)s1[k];
-                hi[k] = b[k] * (C)c2[k] + a[k] * (C)s2[k];
+                lo[k] = rope_sub(a[k], c1[k], b[k], s1[k]);
+                hi[k] = rope_add(b[k], c2[k], a[k], s2[k]);
             }
         }
         *(uint4*)(y + yo) = Word16<T>::pack(lo);
@@ -161,12 +167,9 @@ __device__ void rope_qkv_backward_impl(const T* dq, RopeView qv, const T* dk, Ro
         C y[V];
 #pragma unroll
         for (int e = 0; e < V; ++e) {
-            // The same products and order as rope_vec_impl's inverse (a the low half's value).
-            if (lo) {
-                y[e] = mine[e] * (C)cj[e] + other[e] * (C)sp[e];
-            } else {
-                y[e] = mine[e] * (C)cj[e] - other[e] * (C)sp[e];
-            }
+            // rope_vec_impl's inverse, operand for operand (mine is its a in the low half, b in
+            // the high one).
+            y[e] = lo ? rope_add(mine[e], cj[e], other[e], sp[e]) : rope_sub(mine[e], cj[e], other[e], sp[e]);
         }
         *dst = Word16<T>::pack(y);
     }

@@ -264,8 +264,10 @@ fn linears_joined_under_autocast_equals_the_product_with_the_weights_concatenate
         let ((x1, w1), (x2, w2)) = (leaves(), leaves());
         let (got, want) = rusting_brain::amp::autocast(Some(DType::BF16), || {
             let got = x1.linears_joined(&[&w1[0], &w1[1], &w1[2]])?;
+            // The rows flattened into one product, as `linear` runs it.
             let cat = Tensor::cat(&w2.clone(), 0)?;
-            let want = x2.matmul(&cat.t()?)?;
+            let rows = x2.reshape_to(&[b * t, k])?;
+            let want = rows.matmul(&cat.t()?)?.reshape_to(&[b, t, 160])?;
             for y in [&got, &want] {
                 y.mul(&probe)?.to_dtype(DType::F32)?.sum()?.backward()?;
             }
