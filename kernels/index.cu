@@ -81,6 +81,23 @@ RB_INDEX_READ(2, unsigned short)
 RB_INDEX_READ(4, u32)
 RB_INDEX_READ(8, u64)
 
+// index_select of whole rows along dim 0 (an embedding's lookup): x rows of `row_words` 16-byte
+// words, `stride_words` apart; the output [n, row] contiguous, a thread a word. The element
+// loop above forms every coordinate of every element and moves 4 bytes at a time.
+extern "C" __global__ void index_rows16(const uint4* x, i64 stride_words, i64 dim_size, const void* idx, Strided is,
+                                        int kind, uint4* y, i64 row_words, i64 words, u32* err, u32 code) {
+    RB_GRID_LOOP(w, words) {
+        const i64 r = w / row_words, c = w - r * row_words;
+        const i64 v = load_index(idx, kind, strided_offset(is, r));
+        if (v < 0 || v >= dim_size) {
+            atomicExch(err, code);
+            y[w] = make_uint4(0u, 0u, 0u, 0u); // a skipped row is zero, as in the element loop
+            continue;
+        }
+        y[w] = x[v * stride_words + c];
+    }
+}
+
 // index_copy_: writes src[.., j, ..] at y[.., idx[j], ..] in place (the mirror of a read),
 // element by size like the reads. A decode step writes its keys and values into the cache at a
 // position held in device memory this way, so a captured step needs no host-side offset.

@@ -254,6 +254,9 @@ pub fn index_select(
 ) -> Result<CudaStorage> {
     let mut shape = lx.shape().to_vec();
     shape[dim] = li.numel();
+    if let Some(out) = select_rows(x, lx, dim, idx, li)? {
+        return Ok(out);
+    }
     read(
         "index_select",
         FLAG_INDEX_SELECT,
@@ -265,6 +268,69 @@ pub fn index_select(
         &shape,
         false,
     )
+}
+
+/// index_select of whole rows (dim 0, every row contiguous and a whole number of aligned 16-byte
+/// words) in 16-byte words: an embedding's lookup. `None` for any other view.
+fn select_rows(
+    x: &CudaStorage,
+    lx: &Layout,
+    dim: usize,
+    idx: &CudaStorage,
+    li: &Layout,
+) -> Result<Option<CudaStorage>> {
+    const OP: &str = "index_select";
+    let size = x.dtype().size_in_bytes();
+    let row: usize = lx.shape()[1..].iter().product();
+    let rows_contiguous = Layout::contiguous(&lx.shape()[1..]).strides() == &lx.strides()[1..];
+    let fits = dim == 0
+        && lx.rank() >= 1
+        && rows_contiguous
+        && (row * size).is_multiple_of(16)
+        && (lx.strides()[0] * size).is_multiple_of(16)
+        && x.ptr_at(lx.offset()).is_multiple_of(16);
+    let (n, row_words) = (li.numel(), row * size / 16);
+    if !fits || n == 0 || row_words == 0 {
+        return Ok(None);
+    }
+    let dev = x.cuda_device();
+    let out = CudaStorage::alloc(dev, n * row, x.dtype())?;
+    let (is, kind) = (Strided::of(OP, li)?, index_kind(OP, idx.dtype())?);
+    let f = dev.function(&INDEX, "index_rows16")?;
+    let words = (n * row_words) as i64;
+    let (px, stride_words, dim_size) = (
+        x.ptr_at(lx.offset()),
+        (lx.strides()[0] * size / 16) as i64,
+        lx.shape()[0] as i64,
+    );
+    let (pi, py, rw) = (idx.ptr(), out.ptr(), row_words as i64);
+    let (err, code) = (dev.error_word(), FLAG_INDEX_SELECT);
+    let grid = grid_for(words as usize, BLOCK, dev.sm_count());
+    // SAFETY: row v of x (checked against dim_size in the kernel) spans row_words aligned words
+    // at v * stride_words inside x's view; the index view lies in its allocation; y holds n
+    // rows of row_words words.
+    unsafe {
+        dev.launch(
+            f,
+            (grid, 1, 1),
+            BLOCK,
+            0,
+            &mut args![
+                px,
+                stride_words,
+                dim_size,
+                pi,
+                is,
+                kind,
+                py,
+                rw,
+                words,
+                err,
+                code
+            ],
+        )?
+    };
+    Ok(Some(out))
 }
 
 /// torch.gather: an output of the index's shape.

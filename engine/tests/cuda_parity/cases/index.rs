@@ -42,6 +42,16 @@ fn index_select_cases() -> Vec<Case> {
         )
         .grad_k(14),
     );
+    // Rows of whole 16-byte words take the row kernel (`index_rows16`).
+    cases.push(
+        Case::new(
+            "[1000, 64] dim 0 (an embedding lookup of whole words), [14] indices",
+            vec![normal(&[1000, 64]), fixed(index(0, 1000, &[14], 691))],
+            1,
+            |x| one(x[0].index_select(0, &x[1])),
+        )
+        .grad_k(14),
+    );
     cases
 }
 
