@@ -116,7 +116,7 @@ pub fn rope_qkv_backward(
     let cols = nq + nk + nv;
     let width = 16 / dtype.size_in_bytes();
     let fits = dtype != crate::DType::F64
-        && dims.head_dim % 2 == 0
+        && dims.head_dim.is_multiple_of(2)
         && (dims.head_dim / 2).is_multiple_of(width)
         && [dk.storage, dv.storage].iter().all(|s| s.dtype() == dtype)
         && [&dq, &dk, &dv].iter().all(|v| words(v, width))

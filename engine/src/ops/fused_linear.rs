@@ -145,12 +145,12 @@ impl Tensor {
                     .to_dtype(x.dtype())?;
                 let mut grads = Vec::with_capacity(needs.len());
                 grads.push(grad_if(needs[0], || {
-                    product_in(&g, &w, x_dtype)?.reshape_to(&x_shape)
+                    product_in(&g, w, x_dtype)?.reshape_to(&x_shape)
                 })?);
                 if needs[1..].iter().any(|&n| n) {
                     // One product for every weight's gradient, in the weights' dtype; each
                     // weight takes its block of rows (a contiguous view).
-                    let dw = product_in(&g.t()?, &x, w_dtype)?;
+                    let dw = product_in(&g.t()?, x, w_dtype)?;
                     let mut start = 0;
                     for (&n, &need) in rows.iter().zip(&needs[1..]) {
                         grads.push(need.then(|| dw.narrow(0, start, n)).transpose()?);
