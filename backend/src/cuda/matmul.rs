@@ -86,23 +86,16 @@ pub fn matmul_into_dtype(
     out_dtype: DType,
 ) -> Result<CudaStorage> {
     let dev = a.cuda_device();
-    let out_data = match (a.dtype(), out_dtype) {
-        (x, y) if x == y => None,
-        (DType::BF16 | DType::F16, DType::F32) => Some(Data::CUDA_R_32F),
-        (x, y) => {
-            return Err(Error::invalid(
-                "matmul",
-                format!("{x} operands cannot write a {y} product on CUDA"),
-            ))
-        }
+    let Some(out_data) = output_type(a.dtype(), out_dtype) else {
+        return Err(Error::invalid(
+            "matmul",
+            format!(
+                "{} operands cannot write a {out_dtype} product on CUDA",
+                a.dtype()
+            ),
+        ));
     };
-    let r = la.rank();
-    let (m, k, n) = (
-        la.shape()[r - 2],
-        la.shape()[r - 1],
-        lb.shape()[lb.rank() - 1],
-    );
-    let batch: usize = la.shape()[..r - 2].iter().product();
+    let (batch, m, k, n) = product_dims(la, lb);
     let out = CudaStorage::alloc(dev, batch * m * n, out_dtype)?;
     if out.is_empty() {
         return Ok(out);
@@ -130,12 +123,8 @@ pub fn matmul_accumulate(
         && la.shape()[1] == lb.shape()[0]
         && out.len() == la.shape()[0] * lb.shape()[1]
         && a.dtype() == b.dtype();
-    let out_data = match (a.dtype(), out.dtype()) {
-        (x, y) if x == y => None,
-        (DType::BF16 | DType::F16, DType::F32) => Some(Data::CUDA_R_32F),
-        _ => None,
-    };
-    if !fits || (out_data.is_none() && out.dtype() != a.dtype()) {
+    let out_data = output_type(a.dtype(), out.dtype());
+    let (Some(out_data), true) = (out_data, fits) else {
         return Err(Error::invalid(
             "matmul",
             format!(
@@ -147,11 +136,34 @@ pub fn matmul_accumulate(
                 out.dtype()
             ),
         ));
-    }
+    };
     if out.is_empty() || la.shape()[1] == 0 {
         return Ok(());
     }
     gemm(a, la, b, lb, (out, out_data), 1.0)
+}
+
+/// The cuBLAS type of a product of `operands` written as `out`: `Some(None)` for the operands'
+/// own, `Some(Some(F32))` for the FP32 accumulator of half-precision operands, `None` when
+/// cuBLAS cannot write it.
+fn output_type(operands: DType, out: DType) -> Option<Option<Data>> {
+    match (operands, out) {
+        (x, y) if x == y => Some(None),
+        (DType::BF16 | DType::F16, DType::F32) => Some(Some(Data::CUDA_R_32F)),
+        _ => None,
+    }
+}
+
+/// (batch, m, k, n) of `a` [batch.., m, k] times `b` [.., k, n].
+fn product_dims(la: &Layout, lb: &Layout) -> (usize, usize, usize, usize) {
+    let r = la.rank();
+    let batch = la.shape()[..r - 2].iter().product();
+    (
+        batch,
+        la.shape()[r - 2],
+        la.shape()[r - 1],
+        lb.shape()[lb.rank() - 1],
+    )
 }
 
 /// C = a b + beta C into `out` (contiguous, `c_data` its cuBLAS type when it differs from the
@@ -165,13 +177,7 @@ fn gemm(
     beta_value: f64,
 ) -> Result<()> {
     let dev = a.cuda_device();
-    let r = la.rank();
-    let (m, k, n) = (
-        la.shape()[r - 2],
-        la.shape()[r - 1],
-        lb.shape()[lb.rank() - 1],
-    );
-    let batch: usize = la.shape()[..r - 2].iter().product();
+    let (batch, m, k, n) = product_dims(la, lb);
     let (pa, pb);
     let (a, oa) = match operand(la) {
         Some(o) => (a, o),
