@@ -1,8 +1,10 @@
 //! Mixed precision. While a low-precision dtype is set, matrix products (and convolutions) on a
 //! CUDA device cast their float operands to it, so they run on tensor cores with FP32
 //! accumulation in cuBLAS; everything else (norm statistics, softmax, losses, reductions, the
-//! FP32 master parameters, their gradients and the optimizer state) stays in its own dtype. The
-//! casts are ordinary recorded ops, so gradients flow back to the FP32 parameters in FP32.
+//! FP32 master parameters, their gradients and the optimizer state) stays in its own dtype. A
+//! matrix product records itself against its uncast operands and writes each gradient in its
+//! operand's dtype (an F32 weight's from cuBLAS's FP32 accumulator); the other casts are
+//! ordinary recorded ops. Either way gradients reach the FP32 parameters in FP32.
 //!
 //! The CPU is left alone: it computes half types through f32 anyway, and CPU results stay the
 //! exact reference for parity tests.
@@ -76,7 +78,13 @@ pub(crate) fn matmul_operand_dtype(device: Device, dtype: DType) -> Option<DType
 /// autocast setting and storage version when no graph is being recorded; anything else (an
 /// activation, or any tensor while recording) is cast afresh.
 pub(crate) fn operand(t: &Tensor, dtype: DType) -> Result<Tensor> {
-    cached_operand(t, dtype, false, || cast_in_memory_order(t, dtype))
+    operand_cached_if(t, dtype, !is_grad_enabled())
+}
+
+/// `operand`, for a caller that records its op itself (`matmul`, against the uncast operands)
+/// and so casts without recording: `cache` says whether its caller records nothing.
+pub(crate) fn operand_cached_if(t: &Tensor, dtype: DType, cache: bool) -> Result<Tensor> {
+    cached_operand(t, dtype, false, cache, || cast_in_memory_order(t, dtype))
 }
 
 /// `t` in `dtype`, laid out in `t`'s own memory order. A transposed matrix (the Wᵀ of x Wᵀ) is
@@ -93,7 +101,7 @@ fn cast_in_memory_order(t: &Tensor, dtype: DType) -> Result<Tensor> {
 /// A convolution weight [O, C, kh, kw] cast to `dtype` and laid out [O, kh, kw, C] (dense),
 /// as cuDNN's channels-last kernels read it; cached as `operand` is.
 pub(crate) fn channels_last_weight(w: &Tensor, dtype: DType) -> Result<Tensor> {
-    cached_operand(w, dtype, true, || {
+    cached_operand(w, dtype, true, !is_grad_enabled(), || {
         w.permute(&[0, 2, 3, 1])?.to_dtype(dtype)?.contiguous()
     })
 }
@@ -102,13 +110,14 @@ fn cached_operand(
     t: &Tensor,
     dtype: DType,
     channels_last: bool,
+    unrecorded: bool,
     make: impl FnOnce() -> Result<Tensor>,
 ) -> Result<Tensor> {
     let cacheable = autocast_dtype().is_some()
         && (t.dtype() != dtype || channels_last)
         && t.is_leaf()
         && t.requires_grad()
-        && !is_grad_enabled();
+        && unrecorded;
     if !cacheable {
         return make();
     }

@@ -280,12 +280,13 @@ fn select_rows(
     li: &Layout,
 ) -> Result<Option<CudaStorage>> {
     const OP: &str = "index_select";
+    if dim != 0 || lx.rank() == 0 {
+        return Ok(None);
+    }
     let size = x.dtype().size_in_bytes();
     let row: usize = lx.shape()[1..].iter().product();
     let rows_contiguous = Layout::contiguous(&lx.shape()[1..]).strides() == &lx.strides()[1..];
-    let fits = dim == 0
-        && lx.rank() >= 1
-        && rows_contiguous
+    let fits = rows_contiguous
         && (row * size).is_multiple_of(16)
         && (lx.strides()[0] * size).is_multiple_of(16)
         && x.ptr_at(lx.offset()).is_multiple_of(16);

@@ -120,7 +120,7 @@ impl Tensor {
             return linear(self, &fused);
         }
         let (x, w) = no_grad(|| -> Result<_> {
-            let rows = self.numel() / k.max(1);
+            let rows = self.shape()[..self.rank() - 1].iter().product();
             let x = self.reshape_to(&[rows, k])?.to_dtype(low)?;
             Ok((x, cat_rows_as(weights, low)?))
         })?;

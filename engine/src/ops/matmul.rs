@@ -26,12 +26,28 @@ pub(crate) fn product_in(x: &Tensor, y: &Tensor, dtype: DType) -> Result<Tensor>
 pub(crate) fn matmul_accumulate(acc: &Tensor, x: &Tensor, y: &Tensor) -> Result<()> {
     acc.check_same_device("matmul", x)?;
     acc.check_same_device("matmul", y)?;
+    acc.check_inplace("matmul")?;
+    let matrices = x.rank() == 2 && y.rank() == 2 && x.shape()[1] == y.shape()[0];
+    if !matrices || acc.shape() != [x.shape()[0], y.shape()[1]] {
+        return Err(Error::invalid(
+            "matmul",
+            format!(
+                "cannot add {:?} x {:?} into a sum of shape {:?}",
+                x.shape(),
+                y.shape(),
+                acc.shape()
+            ),
+        ));
+    }
+    // The epilogue writes acc's whole storage as [m, n]; a sum that shares storage with an
+    // operand (or is a view of a larger one) takes the product and the add apart.
     let in_epilogue = matches!(acc.device(), crate::Device::Cuda(_))
         && acc.is_contiguous()
         && acc.layout().offset() == 0
-        && x.dtype() == y.dtype()
-        && x.rank() == 2
-        && y.rank() == 2;
+        && acc.storage_cell().read().len() == acc.numel()
+        && !acc.shares_storage(x)
+        && !acc.shares_storage(y)
+        && x.dtype() == y.dtype();
     if !in_epilogue {
         return no_grad(|| acc.add_(&x.matmul_out(y, acc.dtype())?));
     }
@@ -101,10 +117,13 @@ impl Tensor {
         // and its backward writes each gradient in its operand's own dtype. An F32 weight under
         // autocast then gets its gradient straight from cuBLAS's FP32 accumulator, with no
         // BF16 rounding and no cast pass back to F32.
+        // A parameter's cast is cached only where the caller records nothing (inference), as
+        // before: while training it is made afresh, so no copy outlives the step.
+        let cache = !crate::is_grad_enabled();
         let (a, b) = no_grad(|| -> Result<_> {
             Ok((
-                crate::amp::operand(self, dtype)?,
-                crate::amp::operand(other, dtype)?,
+                crate::amp::operand_cached_if(self, dtype, cache)?,
+                crate::amp::operand_cached_if(other, dtype, cache)?,
             ))
         })?;
         let (ra, rb) = (a.rank(), b.rank());
@@ -176,5 +195,33 @@ impl Tensor {
                 ])
             })
         }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn t(v: &[f32], shape: &[usize]) -> Tensor {
+        Tensor::from_vec(v.to_vec(), shape).unwrap()
+    }
+
+    #[test]
+    fn matmul_accumulate_adds_the_product_into_the_sum() {
+        let acc = t(&[1.0, 2.0, 3.0, 4.0], &[2, 2]);
+        let x = t(&[1.0, 2.0, 3.0, 4.0, 5.0, 6.0], &[2, 3]);
+        let y = t(&[1.0, 0.0, 0.0, 1.0, 1.0, 1.0], &[3, 2]);
+        matmul_accumulate(&acc, &x, &y).unwrap();
+        assert_eq!(acc.to_vec::<f32>().unwrap(), vec![5.0, 7.0, 13.0, 15.0]);
+    }
+
+    #[test]
+    fn matmul_accumulate_refuses_a_sum_of_another_shape() {
+        // [6, 3] x [3, 4] has 24 elements, as [4, 6] does; it must still be [6, 4].
+        let acc = Tensor::zeros(&[4, 6], DType::F32, crate::Device::Cpu).unwrap();
+        let x = Tensor::zeros(&[6, 3], DType::F32, crate::Device::Cpu).unwrap();
+        let y = Tensor::zeros(&[3, 4], DType::F32, crate::Device::Cpu).unwrap();
+        let e = matmul_accumulate(&acc, &x, &y).unwrap_err().to_string();
+        assert!(e.contains("[6, 3] x [3, 4]") && e.contains("[4, 6]"), "{e}");
     }
 }

@@ -69,14 +69,21 @@ impl Tensor {
         cos: &Tensor,
         sin: &Tensor,
     ) -> Result<[Tensor; 3]> {
+        for t in [self, cos, sin] {
+            t.check_float(QKV_OP)?;
+            self.check_same_device(QKV_OP, t)?;
+        }
         let cols: usize = sizes.iter().sum();
-        let whole_heads = head_dim > 0 && sizes.iter().all(|s| s % head_dim == 0);
+        // Even heads: a rotation pairs each dim with the one half a head away.
+        let whole_heads = head_dim > 0
+            && head_dim.is_multiple_of(2)
+            && sizes.iter().all(|s| s.is_multiple_of(head_dim));
         if self.rank() != 3 || self.shape()[2] != cols || !whole_heads {
             return Err(Error::invalid(
                 QKV_OP,
                 format!(
                     "a projection [batch, seq, {cols}] of q, k, v sizes {sizes:?} in heads of \
-                     {head_dim} is needed; got {:?}",
+                     {head_dim} (an even size) is needed; got {:?}",
                     self.shape()
                 ),
             ));
@@ -421,6 +428,16 @@ mod tests {
         for (g, w) in got.iter().zip(want) {
             assert!((g - w).abs() < 1e-12, "{got:?} vs {want:?}");
         }
+    }
+
+    #[test]
+    fn rotary_qkv_needs_whole_even_heads() {
+        let x = Tensor::zeros(&[1, 2, 9], DType::F32, crate::Device::Cpu).unwrap();
+        let t = Tensor::zeros(&[2, 3], DType::F32, crate::Device::Cpu).unwrap();
+        let e = x.rotary_qkv([3, 3, 3], 3, &t, &t).unwrap_err().to_string();
+        assert!(e.contains("an even size") && e.contains("[1, 2, 9]"), "{e}");
+        let e = x.rotary_qkv([4, 4, 1], 4, &t, &t).unwrap_err().to_string();
+        assert!(e.contains("[4, 4, 1]"), "{e}");
     }
 
     #[test]
