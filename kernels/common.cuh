@@ -257,6 +257,64 @@ template <int N> __device__ __forceinline__ void cp_async_wait() {
     asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
 }
 
+// ----- bulk copies, transaction barriers and thread-block clusters (sm_90+) -----
+// A bulk copy moves a whole span global -> shared in one instruction (the copy engine walks
+// it, no thread computes addresses) and counts its bytes on an mbarrier in shared memory;
+// waiting on that barrier's phase waits for every byte announced with `mbar_expect_tx`.
+// With `.multicast::cluster`, one read of global memory lands at the same shared offset in
+// every block of the cluster named by the mask, and completes bytes on each one's barrier.
+// Only compiled where __CUDA_ARCH__ >= 900; callers keep another path for older devices.
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#define RB_HAS_BULK 1
+__device__ __forceinline__ u32 smem_addr(const void* p) { return (u32)__cvta_generic_to_shared(p); }
+// One arrival (the thread that announces the bytes) completes a phase.
+__device__ __forceinline__ void mbar_init(u64* bar) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;\n"
+                 "fence.mbarrier_init.release.cluster;" ::"r"(smem_addr(bar))
+                 : "memory");
+}
+__device__ __forceinline__ void mbar_expect_tx(u64* bar, u32 bytes) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_addr(bar)), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void mbar_wait(u64* bar, u32 phase) {
+    asm volatile("{\n .reg .pred done;\n RB_MBAR_WAIT_%=:\n"
+                 " mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+                 " @!done bra RB_MBAR_WAIT_%=;\n}" ::"r"(smem_addr(bar)),
+                 "r"(phase)
+                 : "memory");
+}
+// `bytes` (a multiple of 16; both addresses 16-byte aligned) from src to dst, counted on bar.
+__device__ __forceinline__ void bulk_copy(void* dst, const void* src, u32 bytes, u64* bar) {
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
+                     smem_addr(dst)),
+                 "l"(src), "r"(bytes), "r"(smem_addr(bar))
+                 : "memory");
+}
+// The same, to dst and bar of every block of the cluster whose rank bit is set in mask.
+__device__ __forceinline__ void bulk_copy_multicast(void* dst, const void* src, u32 bytes, u64* bar,
+                                                    unsigned short mask) {
+    asm volatile(
+        "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster [%0], [%1], %2, [%3], %4;" ::
+            "r"(smem_addr(dst)),
+        "l"(src), "r"(bytes), "r"(smem_addr(bar)), "h"(mask)
+        : "memory");
+}
+__device__ __forceinline__ u32 cluster_rank() {
+    u32 r;
+    asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
+    return r;
+}
+__device__ __forceinline__ u32 cluster_size() {
+    u32 n;
+    asm volatile("mov.u32 %0, %%cluster_nctarank;" : "=r"(n));
+    return n;
+}
+// Every thread of every block of the cluster arrives; `cluster_wait` returns once all have.
+// Arriving releases this block's shared-memory writes to the others; waiting acquires theirs.
+__device__ __forceinline__ void cluster_arrive() { asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory"); }
+__device__ __forceinline__ void cluster_wait() { asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory"); }
+#endif
+
 
 // ----- programmatic dependent launch (sm_90+; nothing before) -----
 // A kernel launched with `launch_dependent` may start while the kernel before it runs:

@@ -19,7 +19,9 @@
 // - Every block first writes P(in) for all rows, rounded to W, into shared memory
 //   (rows * k * sizeof(W) bytes: 180 KB for 16 rows of 5632 BF16 values). The host checks
 //   it fits, and launches at most as many blocks as are resident at once (each loops over
-//   tiles), so the prologue is paid once per resident block, not once per tile.
+//   tiles), so the prologue is paid once per resident block, not once per tile. Rows already
+//   in W are copied in as they are (`gemv_stages_as_is`); on sm_90 the tensor-core kernels do
+//   it with bulk copies shared across a thread-block cluster (`gemv_stage_bulk`).
 // - A tile is RB consecutive output rows (across the weights: the grid spans the rows of
 //   every W_t). All 8 warps of the block work on the tile, splitting k: lane l of warp w
 //   reads 16-byte words w*32 + l, w*32 + l + 256, ... of each of the RB weight rows (adjacent
@@ -197,6 +199,48 @@ template <class W> __device__ __forceinline__ constexpr int gemv_code() {
 // Elements a thread's staging loop loads before it stores any (in groups of 8).
 #define STAGE_UNROLL 4
 
+// The norm of rows already staged at xs in W (row r at xs + r * stride), in place: a warp a row
+// for the sum of squares into rstd, then each thread normalizes its column groups of every row.
+// Starts and ends with a block barrier.
+template <class W>
+__device__ __forceinline__ void gemv_norm_staged(const void* norm_w, int in_dt, int aux_dt, int rows, int k,
+                                                 float eps, W* xs, int stride, float* rstd) {
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int groups = k / 8;
+    __syncthreads();
+    for (int r = warp; r < rows; r += GEMV_WARPS) {
+        float q = 0.f;
+        for (int c = lane; c < groups; c += 32) {
+            float v[8];
+            gemv_load8(xs + (i64)r * stride, gemv_code<W>(), (i64)c * 8, v);
+#pragma unroll
+            for (int i = 0; i < 8; ++i) q += v[i] * v[i];
+        }
+        q = warp_sum(q);
+        if (lane == 0) rstd[r] = gemv_rstd(q, k, eps);
+    }
+    __syncthreads();
+    // A thread keeps its columns' norm weights across the rows: one load of them, not one per
+    // row (a load per row cost a round trip to L2 each at 16 rows).
+    for (int c = threadIdx.x; c < groups; c += GEMV_THREADS) {
+        float w[8];
+        gemv_load8(norm_w, aux_dt, (i64)c * 8, w);
+        for (int r = 0; r < rows; ++r) {
+            float v[8];
+            gemv_load8(xs + (i64)r * stride, gemv_code<W>(), (i64)c * 8, v);
+            gemv_norm8(v, w, rstd[r], in_dt);
+            gemv_store8<W>(xs + (i64)r * stride + (i64)c * 8, v);
+        }
+    }
+    __syncthreads();
+}
+
+// Whether the rows are staged as they are, then normalized in shared memory if at all: the
+// cast, or a norm of rows already in W (the residual stream, or a prologue kernel's output).
+template <class W, int PRO> __device__ __forceinline__ bool gemv_stages_as_is(int in_dt) {
+    return (PRO == GEMV_CAST || PRO == GEMV_NORM) && in_dt == gemv_code<W>();
+}
+
 // The prologue: P(in) for every row, rounded to in_dt then W, into shared memory at xs (row r
 // at xs + r * stride). rstd holds a float per row (the norm's). Ends with a block barrier.
 // Each thread issues STAGE_UNROLL loads before it uses one: staging 16 rows one load at a time
@@ -206,6 +250,23 @@ __device__ __forceinline__ void gemv_stage(const void* in0, const void* in1, int
                                            float eps, W* xs, int stride, float* rstd) {
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int groups = k / 8, total = rows * groups;
+    if (gemv_stages_as_is<W, PRO>(in_dt)) {
+        // Rows already in W are copied without passing through registers, every word in
+        // flight at once; the norm then runs on the staged rows in place. Staged through
+        // registers four words at a time, 16 rows of 5632 took a dozen round trips to L2.
+        const W* x = static_cast<const W*>(in0);
+        constexpr int EPW = 16 / sizeof(W); // elements of a 16-byte word
+        for (int g = threadIdx.x; g < total; g += GEMV_THREADS) {
+            const int r = g / groups, c = g - r * groups;
+#pragma unroll
+            for (int e = 0; e < 8; e += EPW) cp_async16(xs + (i64)r * stride + (i64)c * 8 + e, x + (i64)g * 8 + e, true);
+        }
+        cp_async_commit();
+        cp_async_wait<0>();
+        if (PRO == GEMV_NORM) gemv_norm_staged<W>(in1, in_dt, aux_dt, rows, k, eps, xs, stride, rstd);
+        else __syncthreads();
+        return;
+    }
     if (PRO == GEMV_NORM) {
         for (int r = warp; r < rows; r += GEMV_WARPS) {
             float q = 0.f;
@@ -224,50 +285,6 @@ __device__ __forceinline__ void gemv_stage(const void* in0, const void* in1, int
             if (lane == 0) rstd[r] = gemv_rstd(q, k, eps);
         }
         __syncthreads();
-    }
-    if ((PRO == GEMV_CAST || PRO == GEMV_NORM) && in_dt == gemv_code<W>()) {
-        // Rows already in W (the residual stream, or the gating kernel's output for many rows)
-        // are copied without passing through registers, every word in flight at once; the
-        // norm then runs on the staged rows in place. Staged through registers four words at
-        // a time, 16 rows of 5632 took a dozen round trips to L2.
-        const W* x = static_cast<const W*>(in0);
-        constexpr int EPW = 16 / sizeof(W); // elements of a 16-byte word
-        for (int g = threadIdx.x; g < total; g += GEMV_THREADS) {
-            const int r = g / groups, c = g - r * groups;
-#pragma unroll
-            for (int e = 0; e < 8; e += EPW) cp_async16(xs + (i64)r * stride + (i64)c * 8 + e, x + (i64)g * 8 + e, true);
-        }
-        cp_async_commit();
-        cp_async_wait<0>();
-        __syncthreads();
-        if (PRO == GEMV_NORM) {
-            for (int r = warp; r < rows; r += GEMV_WARPS) {
-                float q = 0.f;
-                for (int c = lane; c < groups; c += 32) {
-                    float v[8];
-                    gemv_load8(xs + (i64)r * stride, gemv_code<W>(), (i64)c * 8, v);
-#pragma unroll
-                    for (int i = 0; i < 8; ++i) q += v[i] * v[i];
-                }
-                q = warp_sum(q);
-                if (lane == 0) rstd[r] = gemv_rstd(q, k, eps);
-            }
-            __syncthreads();
-            // A thread keeps its columns' norm weights across the rows: one load of them, not
-            // one per row (a load per row cost a round trip to L2 each at 16 rows).
-            for (int c = threadIdx.x; c < groups; c += GEMV_THREADS) {
-                float w[8];
-                gemv_load8(in1, aux_dt, (i64)c * 8, w);
-                for (int r = 0; r < rows; ++r) {
-                    float v[8];
-                    gemv_load8(xs + (i64)r * stride, gemv_code<W>(), (i64)c * 8, v);
-                    gemv_norm8(v, w, rstd[r], in_dt);
-                    gemv_store8<W>(xs + (i64)r * stride + (i64)c * 8, v);
-                }
-            }
-            __syncthreads();
-        }
-        return;
     }
     for (int g0 = threadIdx.x; g0 < total; g0 += GEMV_THREADS * STAGE_UNROLL) {
         float v[STAGE_UNROLL][8];
@@ -496,6 +513,34 @@ __device__ __forceinline__ void gemv_mma_word(float (&acc)[4], const uint4& lo, 
     Mma<W>::run(acc, a1, x.z, x.w);
 }
 
+// Activation rows a launch takes at most (mirrors MAX_ROWS in decode_gemv.rs): the tensor-core
+// kernels keep a norm per row after their sums, then the staging barrier.
+#define GEMV_MAX_ROWS 16
+
+#ifdef RB_HAS_BULK
+// `gemv_stage` for rows staged as they are (`gemv_stages_as_is`), by bulk copies: thread 0
+// copies whole rows, one instruction a row. In a cluster of n blocks, block i reads rows i,
+// i + n, ... and multicasts them to every block of the cluster, so L2 serves each row once a
+// cluster instead of once a block: at 16 rows, 16 to 180 KB went to every one of up to 264
+// blocks, and the staging cost more than the weights' reads (docs/baseline.md). bar: an
+// initialized barrier in its first phase.
+template <class W, int PRO>
+__device__ __forceinline__ void gemv_stage_bulk(const void* in0, const void* in1, int in_dt, int aux_dt, int rows,
+                                                int k, float eps, W* xs, int stride, float* rstd, u64* bar) {
+    if (threadIdx.x == 0) {
+        const W* x = static_cast<const W*>(in0);
+        const u32 row_bytes = (u32)k * sizeof(W), n = cluster_size();
+        mbar_expect_tx(bar, row_bytes * (u32)rows);
+        for (u32 r = cluster_rank(); r < (u32)rows; r += n) {
+            if (n == 1) bulk_copy(xs + (i64)r * stride, x + (i64)r * k, row_bytes, bar);
+            else bulk_copy_multicast(xs + (i64)r * stride, x + (i64)r * k, row_bytes, bar, (unsigned short)((1u << n) - 1));
+        }
+    }
+    mbar_wait(bar, 0);
+    if (PRO == GEMV_NORM) gemv_norm_staged<W>(in1, in_dt, aux_dt, rows, k, eps, xs, stride, rstd);
+}
+#endif
+
 // PAIR: the launch's two targets are SwiGLU's gate and up weights (n rows each), and it writes
 // silu(gate) * up [rows, n] to the first target's output instead of both products. A tile
 // then takes gate rows 8i .. 8i + 7 as its rows 0-7 and the same up rows as rows 8-15, so
@@ -509,7 +554,7 @@ __device__ void decode_gemv_mma_impl(const GemvTargets& t, const void* in0, cons
     const int stride = gemv_mma_stride(k);
     W* xs = reinterpret_cast<W*>(gemv_smem);
     float* red = reinterpret_cast<float*>(xs + (i64)rows * stride); // [GEMV_WARPS][NT][16 x 8]
-    float* rstd = red + GEMV_WARPS * NT * 128;                      // [rows]
+    float* rstd = red + GEMV_WARPS * NT * 128;                      // [GEMV_MAX_ROWS]
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int g = lane >> 2, q = lane & 3;
     const i64 total_rows = gemv_total_rows(t);
@@ -540,13 +585,34 @@ __device__ void decode_gemv_mma_impl(const GemvTargets& t, const void* in0, cons
             }
         }
     };
+#ifdef RB_HAS_BULK
+    u64* bar = reinterpret_cast<u64*>(rstd + GEMV_MAX_ROWS);
+    const bool bulk = gemv_stages_as_is<W, PRO>(in_dt);
+    const bool cluster = bulk && cluster_size() > 1;
+    if (bulk) {
+        if (threadIdx.x == 0) mbar_init(bar);
+        // Every block's barrier is set before any block's copies count bytes on it.
+        if (cluster) {
+            cluster_arrive();
+            cluster_wait();
+        } else {
+            __syncthreads();
+        }
+    }
+#endif
     i64 tile = blockIdx.x;
     if (tile * 16 < total_rows) load(tile, warp);
     // The weights are no kernel's output (the host launches this kernel dependently only
     // where that holds); the activations and every write wait for the kernel before.
     rb_grid_release();
     rb_grid_wait();
-    gemv_stage<W, PRO>(in0, in1, in_dt, aux_dt, rows, k, eps, xs, stride, rstd);
+#ifdef RB_HAS_BULK
+    if (bulk) {
+        gemv_stage_bulk<W, PRO>(in0, in1, in_dt, aux_dt, rows, k, eps, xs, stride, rstd, bar);
+        if (cluster) cluster_arrive();
+    } else
+#endif
+        gemv_stage<W, PRO>(in0, in1, in_dt, aux_dt, rows, k, eps, xs, stride, rstd);
 
     for (; tile * 16 < total_rows; tile += gridDim.x) {
         float acc[NT][4];
@@ -625,6 +691,10 @@ __device__ void decode_gemv_mma_impl(const GemvTargets& t, const void* in0, cons
         // `red` is rewritten by the next tile.
         __syncthreads();
     }
+#ifdef RB_HAS_BULK
+    // No block leaves while a copy of its cluster may still be on the way to it.
+    if (cluster) cluster_wait();
+#endif
 }
 
 #define RB_DECODE_GEMV_MMA(pro, PRO, name, W, NT, PAIR, sfx)                                                         \

@@ -9,14 +9,15 @@
 //! Every block stages the prologue's output for all rows in shared memory, so the grid is at
 //! most the blocks resident at once (each loops over tiles of output rows): the launch sizes
 //! itself from the occupancy calculator, which needs no host synchronization and no copy, so
-//! it can be captured in a CUDA graph.
+//! it can be captured in a CUDA graph. On sm_90 the tensor-core kernels run in thread-block
+//! clusters whose blocks read the staged rows from L2 once between them (`cluster_blocks`).
 //!
 //! Inside `with_fixed_weights` (a decode step) the tensor-core kernels are launched
 //! dependently: each starts loading its first weights while the kernel before it finishes.
 
 use super::compile::DECODE_GEMV;
 use super::launch::{args, type_suffix};
-use super::{CudaDevice, CudaStorage};
+use super::{CudaDevice, CudaStorage, Launch};
 use crate::{DType, Error, Result};
 use cudarc::driver::{result, sys};
 use std::cell::Cell;
@@ -49,6 +50,22 @@ pub fn with_fixed_weights<R>(work: impl FnOnce() -> R) -> R {
 const OP: &str = "decode_gemv";
 /// The most activation rows one launch takes.
 pub const MAX_ROWS: usize = 16;
+/// Blocks of a thread-block cluster for the tensor-core kernels on sm_90 and later: the blocks
+/// of a cluster read the staged rows from L2 once between them (multicast bulk copies). At 16
+/// rows, one 1.1B layer's four products took 55.4 µs with a copy per block, 45.6 µs in clusters
+/// of 2 and 47.5 in clusters of 4 (4 lost on the down product, whose 189 KB of staged rows leave
+/// one block an SM and fewer whole clusters); at 1 row, 30.5 / 29.9 / 31.1 µs. `RB_DECODE_CLUSTER`
+/// sets it, to measure it (1: no clusters).
+fn cluster_blocks() -> u32 {
+    static N: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
+    *N.get_or_init(|| {
+        std::env::var("RB_DECODE_CLUSTER")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .filter(|&n: &u32| (1..=8).contains(&n) && n.is_power_of_two())
+            .unwrap_or(2)
+    })
+}
 /// Mirrors GEMV_THREADS, GEMV_WARPS and GEMV_TARGETS.
 const THREADS: u32 = 256;
 const WARPS: usize = 8;
@@ -126,21 +143,16 @@ fn compiled_rows(rows: usize) -> (usize, usize) {
     }
 }
 
-/// Above this many rows, the tensor-core launches compute the gating (or a norm of an input in
-/// another dtype than the weights') in a kernel of its own instead of in every block, where
-/// for 16 rows of 5632 it cost more than the products. A norm of rows in the weights' dtype
-/// stays in the blocks at any count: they copy the rows in asynchronously and normalize them
-/// in shared memory, which costs less than a launch.
+/// Above this many rows, the tensor-core launches compute the gating or the norm in a kernel of
+/// its own, once, instead of in every block. For 16 rows of 5632 the gating in every block cost
+/// more than the products. The norm in every block cost a 1.1B layer's products 45.6 µs at 16
+/// rows against 40.4 µs with the norm apart (clusters of 2); at 1 row the launch costs more
+/// than the norm (33.7 µs apart, 30.3 µs in the blocks).
 const PROLOGUE_IN_BLOCK_ROWS: usize = 2;
 
 /// Whether a launch of `rows` rows computes `prologue` in a kernel of its own first.
-fn prologue_apart(prologue: &Prologue, rows: usize, wdtype: DType) -> bool {
-    rows > PROLOGUE_IN_BLOCK_ROWS
-        && match prologue {
-            Prologue::Swiglu { .. } => true,
-            Prologue::RmsNorm { x, .. } => x.0.dtype() != wdtype,
-            Prologue::Plain { .. } => false,
-        }
+fn prologue_apart(prologue: &Prologue, rows: usize) -> bool {
+    rows > PROLOGUE_IN_BLOCK_ROWS && !matches!(prologue, Prologue::Plain { .. })
 }
 
 /// n-tiles (8 activation rows each) of the tensor-core kernel for `rows` rows.
@@ -148,11 +160,12 @@ fn mma_tiles(rows: usize) -> usize {
     rows.div_ceil(8)
 }
 
-/// Dynamic shared memory of a launch: the staged rows, the cross-warp sums and the norms.
+/// Dynamic shared memory of a launch: the staged rows, the cross-warp sums and the norms (and
+/// for the tensor-core kernels, the 8-byte barrier of their bulk copies, 16-byte aligned).
 fn shared_bytes(rows: usize, k: usize, dtype: DType) -> usize {
     if tensor_cores(k, dtype) {
         let sums = WARPS * mma_tiles(rows) * 16 * 8;
-        return rows * mma_stride(k) * dtype.size_in_bytes() + (sums + MAX_ROWS) * 4;
+        return rows * mma_stride(k) * dtype.size_in_bytes() + (sums + MAX_ROWS) * 4 + 16;
     }
     let (rt, rb) = compiled_rows(rows);
     rows * k * dtype.size_in_bytes() + (WARPS * rb * rt + rt) * 4
@@ -183,24 +196,35 @@ pub fn supports(dev: &CudaDevice, rows: usize, k: usize, dtype: DType) -> Result
         && shared_bytes(rows, k, dtype) <= dev.shared_limit())
 }
 
-/// Blocks of `f` resident on one multiprocessor with `shared` bytes each, after letting `f`
-/// use up to the device's limit of dynamic shared memory. Cached per function and size.
-fn blocks_per_sm(dev: &Arc<CudaDevice>, f: sys::CUfunction, shared: usize) -> Result<u32> {
-    type Key = (usize, usize);
+/// Blocks of `f` resident at once on the whole device with `shared` bytes each, launched as
+/// `how` says, after letting `f` use up to the device's limit of dynamic shared memory: a
+/// multiple of `how.cluster`, or 0 where no whole cluster fits. Cached per function, size and
+/// cluster.
+fn resident_blocks(
+    dev: &Arc<CudaDevice>,
+    f: sys::CUfunction,
+    shared: usize,
+    how: Launch,
+) -> Result<u32> {
+    type Key = (usize, usize, u32);
     static CACHE: Mutex<Option<HashMap<Key, u32>>> = Mutex::new(None);
-    let key = (f as usize, shared);
+    let key = (f as usize, shared, how.cluster);
     let mut cache = CACHE.lock().unwrap_or_else(|e| e.into_inner());
     let cache = cache.get_or_insert_with(HashMap::new);
     if let Some(&n) = cache.get(&key) {
         return Ok(n);
     }
     dev.allow_all_shared(f)?;
-    // SAFETY: `f` is loaded in this device's context, which `allow_all_shared` made current.
-    let n = unsafe {
-        result::occupancy::max_active_block_per_multiprocessor(f, THREADS as i32, shared)
-    }
-    .map_err(|e| Error::Cuda(format!("{OP}: occupancy of {shared} shared bytes: {e:?}")))?;
-    let n = n.max(1) as u32;
+    let n = if how.cluster > 1 {
+        how.cluster * dev.resident_clusters(how, f, THREADS, shared as u32)?
+    } else {
+        // SAFETY: `f` is loaded in this device's context, which `allow_all_shared` made current.
+        let per_sm = unsafe {
+            result::occupancy::max_active_block_per_multiprocessor(f, THREADS as i32, shared)
+        }
+        .map_err(|e| Error::Cuda(format!("{OP}: occupancy of {shared} shared bytes: {e:?}")))?;
+        dev.sm_count() * per_sm.max(1) as u32
+    };
     cache.insert(key, n);
     Ok(n)
 }
@@ -337,7 +361,7 @@ pub fn decode_gemv(
     };
     let pair = matches!(epilogue, Epilogue::Swiglu);
     let (in0, in1, in_dt, aux_dt, eps) = prologue_args(prologue, rows, k)?;
-    if tensor_cores(k, wdtype) && prologue_apart(prologue, rows, wdtype) {
+    if tensor_cores(k, wdtype) && prologue_apart(prologue, rows) {
         // The norm or gating once for all blocks, then the products of its output as it is.
         let staged = CudaStorage::alloc(dev, rows * k, wdtype)?;
         let name = format!(
@@ -404,9 +428,23 @@ pub fn decode_gemv(
     };
     let f = dev.function(&DECODE_GEMV, &name)?;
     let shared = shared_bytes(rows, k, wdtype);
-    let resident = dev.sm_count() * blocks_per_sm(dev, f, shared)?;
+    // The tensor-core kernels wait for the kernel before them after their first weight loads
+    // (and before anything else), so they may start early where weights are fixed; they run in
+    // clusters where whole clusters fit (the CUDA-core ones ignore clusters: none).
+    let mut how = Launch {
+        dependent: tensor_cores(k, wdtype) && FIXED_WEIGHTS.get(),
+        cluster: if tensor_cores(k, wdtype) && dev.capability().0 >= 9 {
+            cluster_blocks()
+        } else {
+            1
+        },
+    };
+    let mut resident = resident_blocks(dev, f, shared, how)?;
+    if resident == 0 {
+        how.cluster = 1;
+        resident = resident_blocks(dev, f, shared, how)?;
+    }
     let (rows32, k32) = (rows as i32, k as i32);
-    let dependent = tensor_cores(k, wdtype) && FIXED_WEIGHTS.get();
     // More weights than one launch takes run as several launches, each with its prologue.
     for first in (0..weights.len()).step_by(TARGETS) {
         let chunk = first..(first + TARGETS).min(weights.len());
@@ -427,17 +465,16 @@ pub fn decode_gemv(
         if tiles == 0 {
             continue;
         }
-        let grid = tiles.min(resident as usize) as u32;
+        // Blocks past the tiles still stage their share of a cluster's rows.
+        let grid = tiles
+            .next_multiple_of(how.cluster.max(1) as usize)
+            .min(resident as usize) as u32;
         // SAFETY: every span was checked against its storage (inputs rows × k, the norm weight
         // k, weights n_i × k, the residual rows × n_0) and the 16-byte alignment the kernel's
         // vector loads need; the outputs are fresh buffers of rows × n_i; `shared` is what the
         // kernel carves for `rows` rows and was allowed on `f` by `blocks_per_sm`.
         let params = &mut args![t, in0, in1, in_dt, aux_dt, res, res_dt, out_dt, rows32, k32, eps];
-        // The tensor-core kernels wait for the kernel before them after their first weight
-        // loads (and before anything else), so they may start early where weights are fixed.
-        unsafe {
-            dev.launch_dependent(dependent, f, (grid, 1, 1), THREADS, shared as u32, params)?
-        };
+        unsafe { dev.launch_with(how, f, (grid, 1, 1), THREADS, shared as u32, params)? };
     }
     Ok(outs)
 }
@@ -453,7 +490,7 @@ mod tests {
         // BF16 with k a multiple of 32 is the tensor-core form: padded rows, 2 n-tiles of sums.
         assert_eq!(
             shared_bytes(16, 5632, DType::BF16),
-            16 * 5640 * 2 + (8 * 2 * 128 + 16) * 4
+            16 * 5640 * 2 + (8 * 2 * 128 + 16) * 4 + 16
         );
         assert!(shared_bytes(16, 5632, DType::BF16) <= 227 << 10);
         assert!(shared_bytes(16, 5632, DType::F32) > 227 << 10);

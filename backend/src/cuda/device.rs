@@ -22,6 +22,15 @@ pub const DEFAULT_SHARED: usize = 48 << 10;
 /// final step (the decode attention's merge): such a kernel leaves its counters zero again.
 pub(crate) const COUNTERS: usize = 1 << 16;
 
+/// How `CudaDevice::launch_with` launches a kernel beyond grid, block and shared memory.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Launch {
+    /// Programmatic dependent launch: the kernel may start while the one before it runs.
+    pub dependent: bool,
+    /// Blocks a thread-block cluster holds (0 or 1: no clusters).
+    pub cluster: u32,
+}
+
 pub struct CudaDevice {
     ordinal: usize,
     ctx: sys::CUcontext,
@@ -623,32 +632,33 @@ impl CudaDevice {
             .map_err(driver_err("cuLaunchKernel"))
     }
 
-    /// Launches `f`, and where `dependent` is set, so that it may start before the kernel
-    /// queued ahead of it has finished (programmatic dependent launch, sm_90 and later; a plain
-    /// launch before that, or without `dependent`). A dependent `f` must
-    /// call `rb_grid_wait()` (common.cuh) before it reads anything an earlier kernel wrote and
-    /// before it writes anything: only the work ahead of that call (loads of weights no kernel
-    /// writes) overlaps the kernel before. Graph captures keep the dependency as such.
+    /// Launches `f` with the attributes of `how` (a plain launch where it asks for none, or on
+    /// a device before sm_90, which has neither attribute).
+    /// - `dependent`: `f` may start before the kernel queued ahead of it has finished
+    ///   (programmatic dependent launch). It must call `rb_grid_wait()` (common.cuh) before it
+    ///   reads anything an earlier kernel wrote and before it writes anything: only the work
+    ///   ahead of that call (loads of weights no kernel writes) overlaps the kernel before.
+    ///   Graph captures keep the dependency as such.
+    /// - `cluster`: blocks run in thread-block clusters of that many (grid.0 a multiple of it),
+    ///   co-scheduled so they can reach each other's shared memory.
     ///
     /// # Safety
     /// As for `launch`, and `f` must wait as described.
-    pub(crate) unsafe fn launch_dependent(
+    pub(crate) unsafe fn launch_with(
         &self,
-        dependent: bool,
+        how: Launch,
         f: sys::CUfunction,
         grid: (u32, u32, u32),
         block: u32,
         shared_bytes: u32,
         params: &mut [*mut c_void],
     ) -> Result<()> {
-        if !dependent || self.capability.0 < 9 {
+        let attrs = self.launch_attributes(how);
+        if attrs.is_empty() {
             return self.launch(f, grid, block, shared_bytes, params);
         }
         self.bind()?;
-        // SAFETY: a zeroed attribute is a valid value of the union; the id selects its field.
-        let mut attr: sys::CUlaunchAttribute = std::mem::zeroed();
-        attr.id = sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
-        attr.value.programmaticStreamSerializationAllowed = 1;
+        let mut attrs = attrs;
         let config = sys::CUlaunchConfig {
             gridDimX: grid.0,
             gridDimY: grid.1,
@@ -658,12 +668,72 @@ impl CudaDevice {
             blockDimZ: 1,
             sharedMemBytes: shared_bytes,
             hStream: self.stream(),
-            attrs: &mut attr,
-            numAttrs: 1,
+            attrs: attrs.as_mut_ptr(),
+            numAttrs: attrs.len() as u32,
         };
         sys::cuLaunchKernelEx(&config, f, params.as_mut_ptr(), std::ptr::null_mut())
             .result()
             .map_err(driver_err("cuLaunchKernelEx"))
+    }
+
+    /// The launch attributes `how` asks for that this device has.
+    fn launch_attributes(&self, how: Launch) -> Vec<sys::CUlaunchAttribute> {
+        let mut attrs = Vec::with_capacity(2);
+        if self.capability.0 < 9 {
+            return attrs;
+        }
+        if how.dependent {
+            // SAFETY: a zeroed attribute is a valid value of the union; the id selects its field.
+            let mut attr: sys::CUlaunchAttribute = unsafe { std::mem::zeroed() };
+            attr.id =
+                sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+            attr.value.programmaticStreamSerializationAllowed = 1;
+            attrs.push(attr);
+        }
+        if how.cluster > 1 {
+            // SAFETY: as above.
+            let mut attr: sys::CUlaunchAttribute = unsafe { std::mem::zeroed() };
+            attr.id = sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
+            attr.value.clusterDim.x = how.cluster;
+            attr.value.clusterDim.y = 1;
+            attr.value.clusterDim.z = 1;
+            attrs.push(attr);
+        }
+        attrs
+    }
+
+    /// Clusters of `how.cluster` blocks of `f` (`block` threads, `shared` bytes each) that are
+    /// resident at once on the whole device; 0 where the device has no clusters.
+    pub(crate) fn resident_clusters(
+        &self,
+        how: Launch,
+        f: sys::CUfunction,
+        block: u32,
+        shared: u32,
+    ) -> Result<u32> {
+        if self.capability.0 < 9 || how.cluster < 2 {
+            return Ok(0);
+        }
+        self.bind()?;
+        let mut attrs = self.launch_attributes(how);
+        let config = sys::CUlaunchConfig {
+            gridDimX: how.cluster * self.sm_count(),
+            gridDimY: 1,
+            gridDimZ: 1,
+            blockDimX: block,
+            blockDimY: 1,
+            blockDimZ: 1,
+            sharedMemBytes: shared,
+            hStream: self.stream(),
+            attrs: attrs.as_mut_ptr(),
+            numAttrs: attrs.len() as u32,
+        };
+        let mut n = 0i32;
+        // SAFETY: `config` and its attributes live across the call; `f` is this context's.
+        unsafe { sys::cuOccupancyMaxActiveClusters(&mut n, f, &config) }
+            .result()
+            .map_err(driver_err("cuOccupancyMaxActiveClusters"))?;
+        Ok(n.max(0) as u32)
     }
 
     /// Copies host bytes to a device allocation.

@@ -37,6 +37,7 @@ pub mod softmax;
 mod storage;
 pub mod swiglu;
 
+pub(crate) use device::Launch;
 pub use device::{availability, device, is_available, CudaDevice};
 pub use storage::CudaStorage;
 
