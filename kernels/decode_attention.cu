@@ -107,6 +107,10 @@ __device__ void decode_attention_chunk(const T* __restrict__ q, const T* __restr
                                        int kv_heads, int heads_per_block, int capacity, int head_dim,
                                        float scale2) {
     extern __shared__ float smem[];
+    // The output projection after this kernel is launched dependently in a decode step: let it
+    // start now, so its blocks load their weights while this kernel's latency runs (they wait
+    // for its end before reading anything it writes).
+    rb_grid_release();
     const int chunk = blockIdx.x, chunks = gridDim.x, b = blockIdx.z;
     const int group = heads / kv_heads, blocks_per_kv = group / heads_per_block;
     const int kv = blockIdx.y / blocks_per_kv;

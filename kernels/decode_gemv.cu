@@ -311,6 +311,8 @@ __device__ __forceinline__ void gemv_stage(const void* in0, const void* in1, int
 template <class W, int PRO>
 __device__ void gemv_prologue_rows(const void* in0, const void* in1, int in_dt, int aux_dt, int k, float eps, W* out) {
     __shared__ float scratch[32];
+    // The products after this kernel may start now and load their weights meanwhile.
+    rb_grid_release();
     const int r = blockIdx.x, groups = k / 8;
     float rstd = 1.f;
     if (PRO == GEMV_NORM) {
