@@ -549,9 +549,18 @@ __device__ __forceinline__ void gemv_stage_bulk(const void* in0, const void* in1
 // the block that sums a gate output also holds its up output. The gating follows the
 // composition: both products rounded to W, then a * sigmoid(a) * u in float, rounded to the
 // output dtype (kernels/swiglu.cu's expression).
-template <class W, int NT, int PRO, bool PAIR>
+// A warp's weights for one work item: BATCH chunks of 64 k of the tile's 16 rows.
+template <int BATCH> struct GemvWeights {
+    uint4 lo[BATCH][2], hi[BATCH][2];
+};
+
+// BATCH: chunks a warp loads per work item; BUFFERS: work items in flight (1: the next item's
+// loads are issued once the current one is multiplied; 2: the item after next is, so one
+// item's loads are always in flight while another's multiply).
+template <class W, int NT, int PRO, bool PAIR, int BATCH = MMA_BATCH, int BUFFERS = 1>
 __device__ void decode_gemv_mma_impl(const GemvTargets& t, const void* in0, const void* in1, int in_dt, int aux_dt,
                                      const void* res, int res_dt, int out_dt, int rows, int k, float eps) {
+    static_assert(BUFFERS == 1 || BUFFERS == 2, "one or two work items in flight");
     extern __shared__ uint4 gemv_smem[];
     const int stride = gemv_mma_stride(k);
     W* xs = reinterpret_cast<W*>(gemv_smem);
@@ -562,13 +571,13 @@ __device__ void decode_gemv_mma_impl(const GemvTargets& t, const void* in0, cons
     const i64 total_rows = gemv_total_rows(t);
     const int chunks = k / 64;
     const i64 row_bytes = (i64)k * sizeof(W);
-    constexpr int STEP = GEMV_WARPS * MMA_BATCH; // chunks a warp moves on by per work item
+    constexpr int STEP = GEMV_WARPS * BATCH; // chunks a warp moves on by per work item
 
-    // A warp's work items are (tile, its next MMA_BATCH chunks of k). The weights of the next
-    // item are loaded as soon as the current one is multiplied, so they are in flight during
-    // the sums at the end of a tile and the start of the next.
-    uint4 lo[MMA_BATCH][2], hi[MMA_BATCH][2];
-    auto load = [&](i64 tile, int c0) {
+    // A warp's work items are (tile, its next BATCH chunks of k), in order: a tile's chunks,
+    // then the next tile's. Loads run BUFFERS items ahead of the multiplies, so they are in
+    // flight during the sums at the end of a tile and the start of the next.
+    GemvWeights<BATCH> buf[BUFFERS];
+    auto load = [&](GemvWeights<BATCH>& w8, i64 tile, int c0) {
         // Rows past the end read the last row again (an L2 hit) and are not stored.
         const i64 half = total_rows / 2;
         const i64 r_lo = PAIR ? min(tile * 8 + g, half - 1) : min(tile * 16 + g, total_rows - 1);
@@ -576,13 +585,40 @@ __device__ void decode_gemv_mma_impl(const GemvTargets& t, const void* in0, cons
         const uint4* w_lo = reinterpret_cast<const uint4*>(gemv_row(t, r_lo, row_bytes)) + q * 2;
         const uint4* w_hi = reinterpret_cast<const uint4*>(gemv_row(t, r_hi, row_bytes)) + q * 2;
 #pragma unroll
-        for (int b = 0; b < MMA_BATCH; ++b) {
+        for (int b = 0; b < BATCH; ++b) {
             const int c = c0 + b * GEMV_WARPS;
             if (c < chunks) {
 #pragma unroll
                 for (int w = 0; w < 2; ++w) {
-                    lo[b][w] = __ldg(w_lo + (i64)c * 8 + w);
-                    hi[b][w] = __ldg(w_hi + (i64)c * 8 + w);
+                    w8.lo[b][w] = __ldg(w_lo + (i64)c * 8 + w);
+                    w8.hi[b][w] = __ldg(w_hi + (i64)c * 8 + w);
+                }
+            }
+        }
+    };
+    auto advance = [&](i64& tile, int& c0) {
+        c0 += STEP;
+        if (c0 >= chunks) {
+            c0 = warp;
+            tile += gridDim.x;
+        }
+    };
+    auto multiply = [&](const GemvWeights<BATCH>& w8, int c0, float (&acc)[NT][4]) {
+#pragma unroll
+        for (int b = 0; b < BATCH; ++b) {
+            const int c = c0 + b * GEMV_WARPS; // the same for every lane of the warp
+            if (c < chunks) {
+#pragma unroll
+                for (int nt = 0; nt < NT; ++nt) {
+                    const int r = nt * 8 + g;
+                    uint4 x[2] = {make_uint4(0u, 0u, 0u, 0u), make_uint4(0u, 0u, 0u, 0u)};
+                    if (r < rows) {
+                        const uint4* xr = reinterpret_cast<const uint4*>(xs + (i64)r * stride + c * 64 + q * 16);
+                        x[0] = xr[0];
+                        x[1] = xr[1];
+                    }
+                    gemv_mma_word<W>(acc[nt], w8.lo[b][0], w8.hi[b][0], x[0]);
+                    gemv_mma_word<W>(acc[nt], w8.lo[b][1], w8.hi[b][1], x[1]);
                 }
             }
         }
@@ -603,7 +639,15 @@ __device__ void decode_gemv_mma_impl(const GemvTargets& t, const void* in0, cons
     }
 #endif
     i64 tile = blockIdx.x;
-    if (tile * 16 < total_rows) load(tile, warp);
+    {
+        i64 ahead = tile;
+        int c0 = warp;
+#pragma unroll
+        for (int i = 0; i < BUFFERS; ++i) {
+            if (ahead * 16 < total_rows) load(buf[i], ahead, c0);
+            advance(ahead, c0);
+        }
+    }
     // The weights are no kernel's output (the host launches this kernel dependently only
     // where that holds); the activations and every write wait for the kernel before.
     rb_grid_release();
@@ -616,6 +660,7 @@ __device__ void decode_gemv_mma_impl(const GemvTargets& t, const void* in0, cons
 #endif
         gemv_stage<W, PRO>(in0, in1, in_dt, aux_dt, rows, k, eps, xs, stride, rstd);
 
+    int slot = 0; // the buffer holding the current item (always 0 with one buffer)
     for (; tile * 16 < total_rows; tile += gridDim.x) {
         float acc[NT][4];
 #pragma unroll
@@ -623,32 +668,21 @@ __device__ void decode_gemv_mma_impl(const GemvTargets& t, const void* in0, cons
 #pragma unroll
             for (int i = 0; i < 4; ++i) acc[nt][i] = 0.f;
         for (int c0 = warp; c0 < chunks; c0 += STEP) {
+            // The item BUFFERS ahead of this one goes into this one's buffer once it is used.
+            i64 ahead = tile;
+            int ahead_c0 = c0;
 #pragma unroll
-            for (int b = 0; b < MMA_BATCH; ++b) {
-                const int c = c0 + b * GEMV_WARPS; // the same for every lane of the warp
-                if (c < chunks) {
-#pragma unroll
-                    for (int nt = 0; nt < NT; ++nt) {
-                        const int r = nt * 8 + g;
-                        uint4 x[2] = {make_uint4(0u, 0u, 0u, 0u), make_uint4(0u, 0u, 0u, 0u)};
-                        if (r < rows) {
-                            const uint4* xr = reinterpret_cast<const uint4*>(xs + (i64)r * stride + c * 64 + q * 16);
-                            x[0] = xr[0];
-                            x[1] = xr[1];
-                        }
-                        gemv_mma_word<W>(acc[nt], lo[b][0], hi[b][0], x[0]);
-                        gemv_mma_word<W>(acc[nt], lo[b][1], hi[b][1], x[1]);
-                    }
-                }
+            for (int i = 0; i < BUFFERS; ++i) advance(ahead, ahead_c0);
+            const bool more = ahead * 16 < total_rows;
+            // Both branches name their buffer statically, so it stays in registers.
+            if (slot == 0) {
+                multiply(buf[0], c0, acc);
+                if (more) load(buf[0], ahead, ahead_c0);
+            } else {
+                multiply(buf[BUFFERS - 1], c0, acc);
+                if (more) load(buf[BUFFERS - 1], ahead, ahead_c0);
             }
-            // The next work item: this tile's next chunks, or the next tile's first ones.
-            i64 next_tile = tile;
-            int next_c0 = c0 + STEP;
-            if (next_c0 >= chunks) {
-                next_tile = tile + gridDim.x;
-                next_c0 = warp;
-            }
-            if (next_tile * 16 < total_rows) load(next_tile, next_c0);
+            if (BUFFERS == 2) slot ^= 1;
         }
         // C: acc[nt][0..1] at weight row g and activation rows nt * 8 + 2q, + 1; [2..3] at g + 8.
 #pragma unroll
@@ -699,23 +733,28 @@ __device__ void decode_gemv_mma_impl(const GemvTargets& t, const void* in0, cons
 #endif
 }
 
-#define RB_DECODE_GEMV_MMA(pro, PRO, name, W, NT, PAIR, sfx)                                                         \
+#define RB_DECODE_GEMV_MMA(pro, PRO, name, W, NT, PAIR, BUFFERS, sfx)                                               \
     extern "C" __global__ void __launch_bounds__(GEMV_THREADS) decode_gemv_mma_##pro##_##name##_n##NT##sfx(          \
         GemvTargets t, const void* in0, const void* in1, int in_dt, int aux_dt, const void* res, int res_dt,          \
         int out_dt, int rows, int k, float eps) {                                                                     \
-        decode_gemv_mma_impl<W, NT, PRO, PAIR>(t, in0, in1, in_dt, aux_dt, res, res_dt, out_dt, rows, k, eps);       \
+        decode_gemv_mma_impl<W, NT, PRO, PAIR, MMA_BATCH, BUFFERS>(t, in0, in1, in_dt, aux_dt, res, res_dt, out_dt,  \
+                                                                   rows, k, eps);                                     \
     }
-#define RB_DECODE_GEMV_MMA_TYPES(pro, PRO, PAIR, sfx)          \
-    RB_DECODE_GEMV_MMA(pro, PRO, bf16, bf16, 1, PAIR, sfx)     \
-    RB_DECODE_GEMV_MMA(pro, PRO, bf16, bf16, 2, PAIR, sfx)     \
-    RB_DECODE_GEMV_MMA(pro, PRO, f16, f16, 1, PAIR, sfx)       \
-    RB_DECODE_GEMV_MMA(pro, PRO, f16, f16, 2, PAIR, sfx)
-RB_DECODE_GEMV_MMA_TYPES(norm, GEMV_NORM, false, )
-RB_DECODE_GEMV_MMA_TYPES(swiglu, GEMV_SWIGLU, false, )
-RB_DECODE_GEMV_MMA_TYPES(cast, GEMV_CAST, false, )
+#define RB_DECODE_GEMV_MMA_TYPES(pro, PRO, PAIR, BUFFERS, sfx)          \
+    RB_DECODE_GEMV_MMA(pro, PRO, bf16, bf16, 1, PAIR, BUFFERS, sfx)     \
+    RB_DECODE_GEMV_MMA(pro, PRO, bf16, bf16, 2, PAIR, BUFFERS, sfx)     \
+    RB_DECODE_GEMV_MMA(pro, PRO, f16, f16, 1, PAIR, BUFFERS, sfx)       \
+    RB_DECODE_GEMV_MMA(pro, PRO, f16, f16, 2, PAIR, BUFFERS, sfx)
+RB_DECODE_GEMV_MMA_TYPES(norm, GEMV_NORM, false, 1, )
+RB_DECODE_GEMV_MMA_TYPES(swiglu, GEMV_SWIGLU, false, 1, )
+RB_DECODE_GEMV_MMA_TYPES(cast, GEMV_CAST, false, 1, )
+// Two work items in flight, for the long rows of a down product (`deep_rows` in
+// decode_gemv.rs): k 5632 took 7.7 µs instead of 8.8 at 1 row, 10.3 instead of 11.1 at 16;
+// k 2048, where a warp has one item a tile, lost (benches/gemv_micro.cu).
+RB_DECODE_GEMV_MMA_TYPES(cast, GEMV_CAST, false, 2, _deep)
 // SwiGLU's gate and up products gated in the epilogue, after a norm (or its output, staged).
-RB_DECODE_GEMV_MMA_TYPES(norm, GEMV_NORM, true, _pair)
-RB_DECODE_GEMV_MMA_TYPES(cast, GEMV_CAST, true, _pair)
+RB_DECODE_GEMV_MMA_TYPES(norm, GEMV_NORM, true, 1, _pair)
+RB_DECODE_GEMV_MMA_TYPES(cast, GEMV_CAST, true, 1, _pair)
 
 #define RB_DECODE_GEMV_PROLOGUE(pro, PRO, name, W)                                                                  \
     extern "C" __global__ void __launch_bounds__(GEMV_THREADS) decode_gemv_prologue_##pro##_##name(                \

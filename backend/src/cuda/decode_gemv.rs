@@ -50,14 +50,19 @@ pub fn with_fixed_weights<R>(work: impl FnOnce() -> R) -> R {
 const OP: &str = "decode_gemv";
 /// The most activation rows one launch takes.
 pub const MAX_ROWS: usize = 16;
-/// Blocks of a thread-block cluster for the tensor-core kernels on sm_90 and later: the blocks
-/// of a cluster read the staged rows from L2 once between them (multicast bulk copies). At 16
-/// rows, one 1.1B layer's four products took 55.4 µs with a copy per block, 45.6 µs in clusters
-/// of 2 and 47.5 in clusters of 4 (4 lost on the down product, whose 189 KB of staged rows leave
-/// one block an SM and fewer whole clusters); at 1 row, 30.5 / 29.9 / 31.1 µs. `RB_DECODE_CLUSTER`
-/// sets it, to measure it (1: no clusters).
-fn cluster_blocks() -> u32 {
+/// Blocks of a thread-block cluster for the tensor-core kernels on sm_90 and later, for `rows`
+/// rows: the blocks of a cluster read the staged rows from L2 once between them (multicast bulk
+/// copies). At 16 rows, one 1.1B layer's four products took 55.7 µs with a copy per block, 46.3
+/// µs in clusters of 2 and 48.2 in clusters of 4 (4 lost on the down product, whose 189 KB of
+/// staged rows leave one block an SM and fewer whole clusters); the whole decode step at batch
+/// 16 ran at 10,839 tokens/s without clusters, 11,134-11,249 with 2, 10,677 with 4. At 1 row
+/// there is little to share and the cluster's barriers cost: 912 tokens/s without, 844-860 in
+/// clusters of 2. `RB_DECODE_CLUSTER` sets the size above 2 rows, to measure it (1: none).
+fn cluster_blocks(rows: usize) -> u32 {
     static N: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
+    if rows <= 2 {
+        return 1;
+    }
     *N.get_or_init(|| {
         std::env::var("RB_DECODE_CLUSTER")
             .ok()
@@ -153,6 +158,15 @@ const PROLOGUE_IN_BLOCK_ROWS: usize = 2;
 /// Whether a launch of `rows` rows computes `prologue` in a kernel of its own first.
 fn prologue_apart(prologue: &Prologue, rows: usize) -> bool {
     rows > PROLOGUE_IN_BLOCK_ROWS && !matches!(prologue, Prologue::Plain { .. })
+}
+
+/// Whether the tensor-core kernel keeps two work items of weights in flight per warp instead of
+/// one (the `_deep` kernels: plain inputs only, which is what a down product takes): where k
+/// spans more than one item a warp (64 chunks of 64), the next item's loads then overlap the
+/// current one's multiplies. Measured on the 1.1B down product (k 5632): 7.7 µs instead of 8.8
+/// at 1 row, 10.3 instead of 11.1 at 16; at k 2048 two items in flight lost.
+fn deep_rows(prologue: &Prologue, k: usize) -> bool {
+    matches!(prologue, Prologue::Plain { .. }) && k >= 4096
 }
 
 /// n-tiles (8 activation rows each) of the tensor-core kernel for `rows` rows.
@@ -409,12 +423,18 @@ pub fn decode_gemv(
         .collect::<Result<Vec<_>>>()?;
     // Output rows per tile, and the kernel.
     let (rb, name) = if tensor_cores(k, wdtype) {
+        let variant = if pair {
+            "_pair"
+        } else if deep_rows(prologue, k) {
+            "_deep"
+        } else {
+            ""
+        };
         let name = format!(
-            "decode_gemv_mma_{}_{}_n{}{}",
+            "decode_gemv_mma_{}_{}_n{}{variant}",
             prologue.name(),
             type_suffix(wdtype),
             mma_tiles(rows),
-            if pair { "_pair" } else { "" }
         );
         (16, name)
     } else {
@@ -434,7 +454,7 @@ pub fn decode_gemv(
     let mut how = Launch {
         dependent: tensor_cores(k, wdtype) && FIXED_WEIGHTS.get(),
         cluster: if tensor_cores(k, wdtype) && dev.capability().0 >= 9 {
-            cluster_blocks()
+            cluster_blocks(rows)
         } else {
             1
         },
