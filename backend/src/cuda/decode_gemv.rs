@@ -492,7 +492,7 @@ pub fn decode_gemv(
         // SAFETY: every span was checked against its storage (inputs rows × k, the norm weight
         // k, weights n_i × k, the residual rows × n_0) and the 16-byte alignment the kernel's
         // vector loads need; the outputs are fresh buffers of rows × n_i; `shared` is what the
-        // kernel carves for `rows` rows and was allowed on `f` by `blocks_per_sm`.
+        // kernel carves for `rows` rows and was allowed on `f` by `resident_blocks`.
         let params = &mut args![t, in0, in1, in_dt, aux_dt, res, res_dt, out_dt, rows32, k32, eps];
         unsafe { dev.launch_with(how, f, (grid, 1, 1), THREADS, shared as u32, params)? };
     }
