@@ -543,17 +543,17 @@ __device__ __forceinline__ void gemv_stage_bulk(const void* in0, const void* in1
 }
 #endif
 
+// A warp's weights for one work item: BATCH chunks of 64 k of the tile's 16 rows.
+template <int BATCH> struct GemvWeights {
+    uint4 lo[BATCH][2], hi[BATCH][2];
+};
+
 // PAIR: the launch's two targets are SwiGLU's gate and up weights (n rows each), and it writes
 // silu(gate) * up [rows, n] to the first target's output instead of both products. A tile
 // then takes gate rows 8i .. 8i + 7 as its rows 0-7 and the same up rows as rows 8-15, so
 // the block that sums a gate output also holds its up output. The gating follows the
 // composition: both products rounded to W, then a * sigmoid(a) * u in float, rounded to the
 // output dtype (kernels/swiglu.cu's expression).
-// A warp's weights for one work item: BATCH chunks of 64 k of the tile's 16 rows.
-template <int BATCH> struct GemvWeights {
-    uint4 lo[BATCH][2], hi[BATCH][2];
-};
-
 // BATCH: chunks a warp loads per work item; BUFFERS: work items in flight (1: the next item's
 // loads are issued once the current one is multiplied; 2: the item after next is, so one
 // item's loads are always in flight while another's multiply).

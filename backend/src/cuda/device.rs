@@ -653,13 +653,26 @@ impl CudaDevice {
         shared_bytes: u32,
         params: &mut [*mut c_void],
     ) -> Result<()> {
-        let attrs = self.launch_attributes(how);
+        let mut attrs = self.launch_attributes(how);
         if attrs.is_empty() {
             return self.launch(f, grid, block, shared_bytes, params);
         }
         self.bind()?;
-        let mut attrs = attrs;
-        let config = sys::CUlaunchConfig {
+        let config = self.launch_config(grid, block, shared_bytes, &mut attrs);
+        sys::cuLaunchKernelEx(&config, f, params.as_mut_ptr(), std::ptr::null_mut())
+            .result()
+            .map_err(driver_err("cuLaunchKernelEx"))
+    }
+
+    /// A launch on this device's stream with `attrs`, which must outlive the config's use.
+    fn launch_config(
+        &self,
+        grid: (u32, u32, u32),
+        block: u32,
+        shared_bytes: u32,
+        attrs: &mut [sys::CUlaunchAttribute],
+    ) -> sys::CUlaunchConfig {
+        sys::CUlaunchConfig {
             gridDimX: grid.0,
             gridDimY: grid.1,
             gridDimZ: grid.2,
@@ -670,10 +683,7 @@ impl CudaDevice {
             hStream: self.stream(),
             attrs: attrs.as_mut_ptr(),
             numAttrs: attrs.len() as u32,
-        };
-        sys::cuLaunchKernelEx(&config, f, params.as_mut_ptr(), std::ptr::null_mut())
-            .result()
-            .map_err(driver_err("cuLaunchKernelEx"))
+        }
     }
 
     /// The launch attributes `how` asks for that this device has.
@@ -716,18 +726,8 @@ impl CudaDevice {
         }
         self.bind()?;
         let mut attrs = self.launch_attributes(how);
-        let config = sys::CUlaunchConfig {
-            gridDimX: how.cluster * self.sm_count(),
-            gridDimY: 1,
-            gridDimZ: 1,
-            blockDimX: block,
-            blockDimY: 1,
-            blockDimZ: 1,
-            sharedMemBytes: shared,
-            hStream: self.stream(),
-            attrs: attrs.as_mut_ptr(),
-            numAttrs: attrs.len() as u32,
-        };
+        let grid = (how.cluster * self.sm_count(), 1, 1);
+        let config = self.launch_config(grid, block, shared, &mut attrs);
         let mut n = 0i32;
         // SAFETY: `config` and its attributes live across the call; `f` is this context's.
         unsafe { sys::cuOccupancyMaxActiveClusters(&mut n, f, &config) }
