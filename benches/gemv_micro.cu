@@ -35,21 +35,22 @@ static int total_rows(const Product& p) { int t = 0; for (int i = 0; i < p.count
 typedef void (*Kernel)(GemvTargets, const void*, const void*, int, int, const void*, int, int, int, int, float);
 // The products of each work-item depth (decode_gemv_mma_impl's BATCH and BUFFERS), by norm
 // placement, n-tiles (rows 1-8, 9-16) and product; the norm apart stages its output as it is.
-#define MICRO_MMA(name, PRO, NT, PAIR, B, U)                                                                    \
+#define MICRO_MMA(name, PRO, NT, EPI, B, U)                                                                    \
     __global__ void __launch_bounds__(GEMV_THREADS) name(GemvTargets t, const void* in0, const void* in1,        \
                                                          int in_dt, int aux_dt, const void* res, int res_dt,    \
                                                          int out_dt, int rows, int k, float eps) {              \
-        decode_gemv_mma_impl<bf16, NT, PRO, PAIR, B, U>(t, in0, in1, in_dt, aux_dt, res, res_dt, out_dt, rows, k, eps); \
+        decode_gemv_mma_impl<bf16, NT, PRO, EPI, B, U>(t, in0, in1, in_dt, aux_dt, res, res_dt, out_dt, rows, k, eps, \
+                                                      GemvRotary{});                                            \
     }
 #define MICRO_SET(B, U)                                             \
-    MICRO_MMA(norm_n1_b##B##u##U, GEMV_NORM, 1, false, B, U)        \
-    MICRO_MMA(cast_n1_b##B##u##U, GEMV_CAST, 1, false, B, U)        \
-    MICRO_MMA(norm_pair_n1_b##B##u##U, GEMV_NORM, 1, true, B, U)    \
-    MICRO_MMA(cast_pair_n1_b##B##u##U, GEMV_CAST, 1, true, B, U)    \
-    MICRO_MMA(norm_n2_b##B##u##U, GEMV_NORM, 2, false, B, U)        \
-    MICRO_MMA(cast_n2_b##B##u##U, GEMV_CAST, 2, false, B, U)        \
-    MICRO_MMA(norm_pair_n2_b##B##u##U, GEMV_NORM, 2, true, B, U)    \
-    MICRO_MMA(cast_pair_n2_b##B##u##U, GEMV_CAST, 2, true, B, U)
+    MICRO_MMA(norm_n1_b##B##u##U, GEMV_NORM, 1, GEMV_EPI_STORE, B, U)        \
+    MICRO_MMA(cast_n1_b##B##u##U, GEMV_CAST, 1, GEMV_EPI_STORE, B, U)        \
+    MICRO_MMA(norm_pair_n1_b##B##u##U, GEMV_NORM, 1, GEMV_EPI_SWIGLU, B, U)    \
+    MICRO_MMA(cast_pair_n1_b##B##u##U, GEMV_CAST, 1, GEMV_EPI_SWIGLU, B, U)    \
+    MICRO_MMA(norm_n2_b##B##u##U, GEMV_NORM, 2, GEMV_EPI_STORE, B, U)        \
+    MICRO_MMA(cast_n2_b##B##u##U, GEMV_CAST, 2, GEMV_EPI_STORE, B, U)        \
+    MICRO_MMA(norm_pair_n2_b##B##u##U, GEMV_NORM, 2, GEMV_EPI_SWIGLU, B, U)    \
+    MICRO_MMA(cast_pair_n2_b##B##u##U, GEMV_CAST, 2, GEMV_EPI_SWIGLU, B, U)
 MICRO_SET(4, 1)
 MICRO_SET(2, 2)
 MICRO_SET(3, 2)

@@ -102,6 +102,14 @@ template <> struct Acc<u8> { typedef i64 type; };
 template <> struct Acc<u32> { typedef i64 type; };
 template <> struct Acc<i64> { typedef i64 type; };
 
+// x c + y s and x c - y s as every rotary kernel rounds them (kernels/rope.cu, the decode
+// products' rotary epilogue): the first product fused, the second rounded on its own, whatever
+// the compiler would contract, so that one rotation computed by two kernels agrees bit for bit.
+__device__ __forceinline__ float rope_add(float x, float c, float y, float s) { return __fmaf_rn(x, c, __fmul_rn(y, s)); }
+__device__ __forceinline__ float rope_sub(float x, float c, float y, float s) { return __fmaf_rn(x, c, -__fmul_rn(y, s)); }
+__device__ __forceinline__ double rope_add(double x, double c, double y, double s) { return __fma_rn(x, c, __dmul_rn(y, s)); }
+__device__ __forceinline__ double rope_sub(double x, double c, double y, double s) { return __fma_rn(x, c, -__dmul_rn(y, s)); }
+
 template <class T> __device__ __forceinline__ typename Acc<T>::type to_acc(T x) { return (typename Acc<T>::type)x; }
 template <> __device__ __forceinline__ float to_acc<bf16>(bf16 x) { return __bfloat162float(x); }
 template <> __device__ __forceinline__ float to_acc<f16>(f16 x) { return __half2float(x); }

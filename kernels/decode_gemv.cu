@@ -57,6 +57,22 @@ struct GemvTargets {
     int count;
 };
 
+// What the tensor-core kernels do with a tile's sums (mirrors `Epilogue` in decode_gemv.rs).
+#define GEMV_EPI_STORE 0   // store each product (plus the residual, if any)
+#define GEMV_EPI_SWIGLU 1  // silu(gate) * up of two targets of one width, one output
+#define GEMV_EPI_ROTARY 2  // q, k, v: q and k rotated, k and v written into the caches
+
+// The rotary epilogue's operands; mirrors `RotaryArgs` in decode_gemv.rs. The targets are q
+// [rows, heads * hd], k and v [rows, kv_heads * hd]; the tables F32 [rows, hd] with row
+// stride table_sb; the caches [rows, kv_heads, capacity, hd] of W; cursor an I64 position.
+// A cursor outside the caches sets the error word to `code` and writes no cache.
+struct GemvRotary {
+    u64 cos, sin;
+    i64 table_sb;
+    u64 k_cache, v_cache, cursor, err;
+    int capacity, head_dim, code;
+};
+
 // Eight elements from element i of p (16-byte aligned) in the runtime dtype dt, as float.
 __device__ __forceinline__ void gemv_load8(const void* p, int dt, i64 i, float v[8]) {
     if (dt == GEMV_F32) {
@@ -548,18 +564,103 @@ template <int BATCH> struct GemvWeights {
     uint4 lo[BATCH][2], hi[BATCH][2];
 };
 
-// PAIR: the launch's two targets are SwiGLU's gate and up weights (n rows each), and it writes
-// silu(gate) * up [rows, n] to the first target's output instead of both products. A tile
-// then takes gate rows 8i .. 8i + 7 as its rows 0-7 and the same up rows as rows 8-15, so
-// the block that sums a gate output also holds its up output. The gating follows the
-// composition: both products rounded to W, then a * sigmoid(a) * u in float, rounded to the
-// output dtype (kernels/swiglu.cu's expression).
+// The weight rows a tile takes as its mma rows g and g + 8 (g < 8), by epilogue:
+// - GEMV_EPI_STORE: 16 consecutive rows, past the end clamped to the last (an L2 hit, not
+//   stored);
+// - GEMV_EPI_SWIGLU: gate row 8i + g and the same up row (gate the first half of the rows), so
+//   the block that sums a gate output also holds its up output;
+// - GEMV_EPI_ROTARY: tiles over q's and k's rows (`rotated` of them) hold dims j0 .. j0 + 7 of
+//   one head and the same dims a half head on, the pairs a rotation mixes; v's tiles are 16
+//   consecutive rows.
+template <int EPI>
+__device__ __forceinline__ void gemv_tile_rows(i64 total, i64 rotated, int hd, i64 tile, int g, i64& lo, i64& hi) {
+    if (EPI == GEMV_EPI_SWIGLU) {
+        const i64 half = total / 2;
+        lo = min(tile * 8 + g, half - 1);
+        hi = half + lo;
+    } else if (EPI == GEMV_EPI_ROTARY && tile * 16 < rotated) {
+        const int per_head = hd / 16;
+        const i64 head = tile / per_head;
+        lo = head * hd + (tile - head * per_head) * 8 + g;
+        hi = lo + hd / 2;
+    } else {
+        lo = min(tile * 16 + g, total - 1);
+        hi = min(tile * 16 + g + 8, total - 1);
+    }
+}
+
+// The rotary epilogue of one tile (GEMV_EPI_ROTARY; the tile's sums over the warps are in red,
+// [warp][NT][16 x 8]). The products are rounded to W, as the q/k/v products the composition
+// materializes, then a q or k pair is rotated as kernels/rope.cu's rope_cache_write rotates it
+// (rope_sub / rope_add): q into the output [rows, heads * hd], k into the key cache at `pos`;
+// v goes into the value cache there as it is. in_cache: pos lies inside the caches.
+template <class W, int NT>
+__device__ __forceinline__ void gemv_rotary_store(const float* red, const GemvTargets& t, const GemvRotary& rot,
+                                                  i64 tile, int rows, int out_dt, i64 pos, bool in_cache) {
+    const int hd = rot.head_dim, half = hd / 2;
+    const i64 n_q = t.end[0], rotated = t.end[1], total = t.end[2];
+    const i64 kv_heads = (total - rotated) / hd;
+    // Element j of head h of row r of a cache.
+    auto cache_at = [&](u64 cache, int r, i64 h, i64 j) {
+        return reinterpret_cast<W*>(cache) + (((i64)r * kv_heads + h) * rot.capacity + pos) * hd + j;
+    };
+    if (tile * 16 < rotated) {
+        const int per_head = hd / 16;
+        const i64 head = tile / per_head, j0 = (tile - head * per_head) * 8;
+        for (int o = threadIdx.x; o < NT * 64; o += GEMV_THREADS) {
+            const int nt = o / 64, at = o % 64, m = at / 8, r = nt * 8 + at % 8;
+            if (r >= rows) continue;
+            float a = 0.f, b = 0.f;
+#pragma unroll
+            for (int w = 0; w < GEMV_WARPS; ++w) {
+                a += red[(w * NT + nt) * 128 + at];
+                b += red[(w * NT + nt) * 128 + at + 64];
+            }
+            a = to_f(from_f<W>(a));
+            b = to_f(from_f<W>(b));
+            const i64 j = j0 + m, lo = head * hd + j;
+            const float* c = reinterpret_cast<const float*>(rot.cos) + r * rot.table_sb;
+            const float* s = reinterpret_cast<const float*>(rot.sin) + r * rot.table_sb;
+            const float y_lo = rope_sub(a, c[j], b, s[j]);
+            const float y_hi = rope_add(b, c[j + half], a, s[j + half]);
+            if (lo < n_q) {
+                void* q = reinterpret_cast<void*>(t.y[0]);
+                gemv_store1(q, out_dt, (i64)r * n_q + lo, y_lo);
+                gemv_store1(q, out_dt, (i64)r * n_q + lo + half, y_hi);
+            } else if (in_cache) {
+                W* dst = cache_at(rot.k_cache, r, head - n_q / hd, j);
+                dst[0] = from_f<W>(y_lo);
+                dst[half] = from_f<W>(y_hi);
+            }
+        }
+    } else if (in_cache) {
+        for (int o = threadIdx.x; o < NT * 128; o += GEMV_THREADS) {
+            const int nt = o / 128, at = o % 128, m = at / 8, r = nt * 8 + at % 8;
+            const i64 gr = tile * 16 + m;
+            if (r < rows && gr < total) {
+                float s = 0.f;
+#pragma unroll
+                for (int w = 0; w < GEMV_WARPS; ++w) s += red[(w * NT + nt) * 128 + at];
+                const i64 h = (gr - rotated) / hd;
+                *cache_at(rot.v_cache, r, h, gr - rotated - h * hd) = from_f<W>(s);
+            }
+        }
+    }
+}
+
+// EPI: what the tile's sums become (GEMV_EPI_*; the tiles' rows follow, `gemv_tile_rows`).
+// With GEMV_EPI_SWIGLU the launch's two targets are SwiGLU's gate and up weights (n rows
+// each), and it writes silu(gate) * up [rows, n] to the first target's output instead of both
+// products. The gating follows the composition: both products rounded to W, then
+// a * sigmoid(a) * u in float, rounded to the output dtype (kernels/swiglu.cu's expression).
+// With GEMV_EPI_ROTARY the targets are q, k and v (`gemv_rotary_store`; rot its operands).
 // BATCH: chunks a warp loads per work item; BUFFERS: work items in flight (1: the next item's
 // loads are issued once the current one is multiplied; 2: the item after next is, so one
 // item's loads are always in flight while another's multiply).
-template <class W, int NT, int PRO, bool PAIR, int BATCH = MMA_BATCH, int BUFFERS = 1>
+template <class W, int NT, int PRO, int EPI, int BATCH = MMA_BATCH, int BUFFERS = 1>
 __device__ void decode_gemv_mma_impl(const GemvTargets& t, const void* in0, const void* in1, int in_dt, int aux_dt,
-                                     const void* res, int res_dt, int out_dt, int rows, int k, float eps) {
+                                     const void* res, int res_dt, int out_dt, int rows, int k, float eps,
+                                     const GemvRotary& rot) {
     static_assert(BUFFERS == 1 || BUFFERS == 2, "one or two work items in flight");
     extern __shared__ uint4 gemv_smem[];
     const int stride = gemv_mma_stride(k);
@@ -578,10 +679,8 @@ __device__ void decode_gemv_mma_impl(const GemvTargets& t, const void* in0, cons
     // flight during the sums at the end of a tile and the start of the next.
     GemvWeights<BATCH> buf[BUFFERS];
     auto load = [&](GemvWeights<BATCH>& w8, i64 tile, int c0) {
-        // Rows past the end read the last row again (an L2 hit) and are not stored.
-        const i64 half = total_rows / 2;
-        const i64 r_lo = PAIR ? min(tile * 8 + g, half - 1) : min(tile * 16 + g, total_rows - 1);
-        const i64 r_hi = PAIR ? half + r_lo : min(tile * 16 + g + 8, total_rows - 1);
+        i64 r_lo, r_hi;
+        gemv_tile_rows<EPI>(total_rows, EPI == GEMV_EPI_ROTARY ? t.end[1] : 0, rot.head_dim, tile, g, r_lo, r_hi);
         const uint4* w_lo = reinterpret_cast<const uint4*>(gemv_row(t, r_lo, row_bytes)) + q * 2;
         const uint4* w_hi = reinterpret_cast<const uint4*>(gemv_row(t, r_hi, row_bytes)) + q * 2;
 #pragma unroll
@@ -659,6 +758,14 @@ __device__ void decode_gemv_mma_impl(const GemvTargets& t, const void* in0, cons
     } else
 #endif
         gemv_stage<W, PRO>(in0, in1, in_dt, aux_dt, rows, k, eps, xs, stride, rstd);
+    // The cache position, written by an earlier kernel (read after the wait).
+    i64 pos = 0;
+    bool in_cache = false;
+    if (EPI == GEMV_EPI_ROTARY) {
+        pos = *reinterpret_cast<const i64*>(rot.cursor);
+        in_cache = pos >= 0 && pos < rot.capacity;
+        if (!in_cache && blockIdx.x == 0 && threadIdx.x == 0) atomicExch(reinterpret_cast<u32*>(rot.err), (u32)rot.code);
+    }
 
     int slot = 0; // the buffer holding the current item (always 0 with one buffer)
     for (; tile * 16 < total_rows; tile += gridDim.x) {
@@ -694,7 +801,9 @@ __device__ void decode_gemv_mma_impl(const GemvTargets& t, const void* in0, cons
             mine[(g + 8) * 8 + 2 * q + 1] = acc[nt][3];
         }
         __syncthreads();
-        if (PAIR) {
+        if (EPI == GEMV_EPI_ROTARY) {
+            gemv_rotary_store<W, NT>(red, t, rot, tile, rows, out_dt, pos, in_cache);
+        } else if (EPI == GEMV_EPI_SWIGLU) {
             const i64 n = total_rows / 2;
             for (int o = threadIdx.x; o < NT * 64; o += GEMV_THREADS) {
                 const int nt = o / 64, at = o % 64, m = at / 8, r = nt * 8 + at % 8;
@@ -733,28 +842,44 @@ __device__ void decode_gemv_mma_impl(const GemvTargets& t, const void* in0, cons
 #endif
 }
 
-#define RB_DECODE_GEMV_MMA(pro, PRO, name, W, NT, PAIR, BUFFERS, sfx)                                               \
+#define RB_DECODE_GEMV_MMA(pro, PRO, name, W, NT, EPI, BUFFERS, sfx)                                                \
     extern "C" __global__ void __launch_bounds__(GEMV_THREADS) decode_gemv_mma_##pro##_##name##_n##NT##sfx(          \
         GemvTargets t, const void* in0, const void* in1, int in_dt, int aux_dt, const void* res, int res_dt,          \
         int out_dt, int rows, int k, float eps) {                                                                     \
-        decode_gemv_mma_impl<W, NT, PRO, PAIR, MMA_BATCH, BUFFERS>(t, in0, in1, in_dt, aux_dt, res, res_dt, out_dt,  \
-                                                                   rows, k, eps);                                     \
+        decode_gemv_mma_impl<W, NT, PRO, EPI, MMA_BATCH, BUFFERS>(t, in0, in1, in_dt, aux_dt, res, res_dt, out_dt,   \
+                                                                  rows, k, eps, GemvRotary{});                        \
     }
-#define RB_DECODE_GEMV_MMA_TYPES(pro, PRO, PAIR, BUFFERS, sfx)          \
-    RB_DECODE_GEMV_MMA(pro, PRO, bf16, bf16, 1, PAIR, BUFFERS, sfx)     \
-    RB_DECODE_GEMV_MMA(pro, PRO, bf16, bf16, 2, PAIR, BUFFERS, sfx)     \
-    RB_DECODE_GEMV_MMA(pro, PRO, f16, f16, 1, PAIR, BUFFERS, sfx)       \
-    RB_DECODE_GEMV_MMA(pro, PRO, f16, f16, 2, PAIR, BUFFERS, sfx)
-RB_DECODE_GEMV_MMA_TYPES(norm, GEMV_NORM, false, 1, )
-RB_DECODE_GEMV_MMA_TYPES(swiglu, GEMV_SWIGLU, false, 1, )
-RB_DECODE_GEMV_MMA_TYPES(cast, GEMV_CAST, false, 1, )
+#define RB_DECODE_GEMV_MMA_TYPES(pro, PRO, EPI, BUFFERS, sfx)          \
+    RB_DECODE_GEMV_MMA(pro, PRO, bf16, bf16, 1, EPI, BUFFERS, sfx)     \
+    RB_DECODE_GEMV_MMA(pro, PRO, bf16, bf16, 2, EPI, BUFFERS, sfx)     \
+    RB_DECODE_GEMV_MMA(pro, PRO, f16, f16, 1, EPI, BUFFERS, sfx)       \
+    RB_DECODE_GEMV_MMA(pro, PRO, f16, f16, 2, EPI, BUFFERS, sfx)
+RB_DECODE_GEMV_MMA_TYPES(norm, GEMV_NORM, GEMV_EPI_STORE, 1, )
+RB_DECODE_GEMV_MMA_TYPES(swiglu, GEMV_SWIGLU, GEMV_EPI_STORE, 1, )
+RB_DECODE_GEMV_MMA_TYPES(cast, GEMV_CAST, GEMV_EPI_STORE, 1, )
 // Two work items in flight, for the long rows of a down product (`deep_rows` in
 // decode_gemv.rs): k 5632 took 7.7 µs instead of 8.8 at 1 row, 10.3 instead of 11.1 at 16;
 // k 2048, where a warp has one item a tile, lost (benches/gemv_micro.cu).
-RB_DECODE_GEMV_MMA_TYPES(cast, GEMV_CAST, false, 2, _deep)
+RB_DECODE_GEMV_MMA_TYPES(cast, GEMV_CAST, GEMV_EPI_STORE, 2, _deep)
 // SwiGLU's gate and up products gated in the epilogue, after a norm (or its output, staged).
-RB_DECODE_GEMV_MMA_TYPES(norm, GEMV_NORM, true, 1, _pair)
-RB_DECODE_GEMV_MMA_TYPES(cast, GEMV_CAST, true, 1, _pair)
+RB_DECODE_GEMV_MMA_TYPES(norm, GEMV_NORM, GEMV_EPI_SWIGLU, 1, _pair)
+RB_DECODE_GEMV_MMA_TYPES(cast, GEMV_CAST, GEMV_EPI_SWIGLU, 1, _pair)
+// A decode step's q/k/v products with the rotation and the cache write in the epilogue, after a
+// norm (or its output, staged): the launch that replaces the products, then rope_cache_write.
+#define RB_DECODE_GEMV_MMA_ROTARY(pro, PRO, name, W, NT)                                                            \
+    extern "C" __global__ void __launch_bounds__(GEMV_THREADS) decode_gemv_mma_##pro##_##name##_n##NT##_rotary(      \
+        GemvTargets t, const void* in0, const void* in1, int in_dt, int aux_dt, const void* res, int res_dt,          \
+        int out_dt, int rows, int k, float eps, GemvRotary rot) {                                                     \
+        decode_gemv_mma_impl<W, NT, PRO, GEMV_EPI_ROTARY>(t, in0, in1, in_dt, aux_dt, res, res_dt, out_dt, rows, k,   \
+                                                          eps, rot);                                                  \
+    }
+#define RB_DECODE_GEMV_MMA_ROTARY_TYPES(pro, PRO)                \
+    RB_DECODE_GEMV_MMA_ROTARY(pro, PRO, bf16, bf16, 1)           \
+    RB_DECODE_GEMV_MMA_ROTARY(pro, PRO, bf16, bf16, 2)           \
+    RB_DECODE_GEMV_MMA_ROTARY(pro, PRO, f16, f16, 1)             \
+    RB_DECODE_GEMV_MMA_ROTARY(pro, PRO, f16, f16, 2)
+RB_DECODE_GEMV_MMA_ROTARY_TYPES(norm, GEMV_NORM)
+RB_DECODE_GEMV_MMA_ROTARY_TYPES(cast, GEMV_CAST)
 
 #define RB_DECODE_GEMV_PROLOGUE(pro, PRO, name, W)                                                                  \
     extern "C" __global__ void __launch_bounds__(GEMV_THREADS) decode_gemv_prologue_##pro##_##name(                \

@@ -22,12 +22,6 @@ __device__ __forceinline__ RopeAt rope_at(u32 row, u32 j, int n1, int n2, const 
     return RopeAt{at(xv), at(cv), at(sv), at(yv)};
 }
 
-// x c + y s and x c - y s as the vector and q/k/v kernels round them: the first product fused,
-// the second rounded on its own, whatever the compiler would contract, so that one rotation
-// computed by two kernels agrees bit for bit.
-__device__ __forceinline__ float rope_add(float x, float c, float y, float s) { return __fmaf_rn(x, c, __fmul_rn(y, s)); }
-__device__ __forceinline__ float rope_sub(float x, float c, float y, float s) { return __fmaf_rn(x, c, -__fmul_rn(y, s)); }
-
 template <class T>
 __device__ void rope_impl(const T* x, RopeView xv, const float* cs, RopeView cv, const float* sn, RopeView sv, T* y,
                           RopeView yv, int n1, int n2, int half, int inverse, i64 pairs) {
@@ -232,8 +226,8 @@ __device__ void rope_cache_write_impl(const T* q, HeadsView qv, const T* k, Head
             dst = k_cache + (((i64)b * kv_heads + g) * capacity + pos) * dim;
         }
         const C a = to_acc(src[j]), bb = to_acc(src[j + half]);
-        dst[j] = from_acc<T>(a * (C)c[j] - bb * (C)sn_[j]);
-        dst[j + half] = from_acc<T>(bb * (C)c[j + half] + a * (C)sn_[j + half]);
+        dst[j] = from_acc<T>(rope_sub(a, (C)c[j], bb, (C)sn_[j]));
+        dst[j + half] = from_acc<T>(rope_add(bb, (C)c[j + half], a, (C)sn_[j + half]));
     }
 }
 

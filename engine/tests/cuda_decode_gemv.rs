@@ -2,7 +2,8 @@
 //! the same ops on the CPU, where they are the composition: 1 to 16 rows, TinyLlama's shapes
 //! (k 2048 with n 256, 2048 and 5632; k 5632 with n 2048), BF16 and F32 weights, with and
 //! without a residual; mixed precision; a gradient needed (the composition, gradients
-//! flowing); and a capture in a CUDA graph.
+//! flowing); a capture in a CUDA graph; and a decode step's q/k/v products with the rotation and
+//! the cache write in their epilogue, against the same ops composed on the GPU.
 
 #[path = "support/relative_error.rs"]
 mod relative_error;
@@ -10,7 +11,10 @@ mod relative_error;
 use relative_error::relative_error;
 use rusting_brain::amp::autocast;
 use rusting_brain::backend::cuda::{self, graph::CudaGraph};
-use rusting_brain::ops::fused_linear::{fused_max_rows, runs_fused_kernel};
+use rusting_brain::ops::fused_linear::{
+    fused_max_rows, qkv_into_cache_runs_kernel, runs_fused_kernel, RotaryCache,
+};
+use rusting_brain::ops::rope::rotary_into_cache;
 use rusting_brain::{no_grad, DType, Device, Generator, Tensor};
 
 fn randn(shape: &[usize], scale: f64, dtype: DType, seed: u64) -> Tensor {
@@ -448,5 +452,170 @@ fn a_dependent_launch_reads_the_input_the_kernel_before_it_wrote() {
             }
         };
         assert_eq!(rounds(true), rounds(false));
+    });
+}
+
+/// One decode step's q/k/v operands on the GPU: the stream x [rows, 1, k], the norm, the three
+/// weights, the angle tables [rows, 1, 1, hd] (any values: the kernel does not assume
+/// cos² + sin² = 1), the cursor at `pos`, and random caches [rows, kv, 8, hd], built twice so
+/// that each path writes its own.
+struct QkvStep {
+    x: Tensor,
+    norm: Tensor,
+    weights: Vec<Tensor>,
+    tables: [Tensor; 2],
+    cursor: Tensor,
+    caches: [[Tensor; 2]; 2],
+}
+
+fn qkv_step(rows: usize, k: usize, [heads, kv, hd]: [usize; 3], pos: i64, d: Device) -> QkvStep {
+    let c = case(
+        rows,
+        k,
+        &[heads * hd, kv * hd, kv * hd],
+        DType::BF16,
+        80 + rows as u64,
+    );
+    let table = |seed| {
+        randn(&[rows, 1, 1, hd], 1.0, DType::F32, seed)
+            .to_device(d)
+            .unwrap()
+    };
+    let cache = |seed| randn(&[rows, kv, 8, hd], 1.0, DType::BF16, seed);
+    let (ck, cv) = (cache(90), cache(91));
+    let twice = || [ck.to_device(d).unwrap(), cv.to_device(d).unwrap()];
+    QkvStep {
+        x: c.x.to_device(d).unwrap(),
+        norm: c.norm.to_device(d).unwrap(),
+        weights: on(&c.weights, d),
+        tables: [table(92), table(93)],
+        cursor: Tensor::from_vec(vec![pos], &[1])
+            .unwrap()
+            .to_device(d)
+            .unwrap(),
+        caches: [twice(), twice()],
+    }
+}
+
+impl QkvStep {
+    fn target(&self, i: usize) -> RotaryCache<'_> {
+        RotaryCache {
+            cos: &self.tables[0],
+            sin: &self.tables[1],
+            k_cache: &self.caches[i][0],
+            v_cache: &self.caches[i][1],
+            cursor: &self.cursor,
+        }
+    }
+
+    fn weights(&self) -> [&Tensor; 3] {
+        [&self.weights[0], &self.weights[1], &self.weights[2]]
+    }
+
+    /// q rotated by the fused op, writing caches[0].
+    fn fused(&self, hd: usize) -> Tensor {
+        let (target, w) = (self.target(0), self.weights());
+        assert!(
+            qkv_into_cache_runs_kernel(&self.x, &self.norm, w, hd, &target).unwrap(),
+            "the rotary epilogue should take {} rows",
+            self.x.shape()[0]
+        );
+        self.x
+            .rms_norm_qkv_into_cache(&self.norm, 1e-5, w, hd, target)
+            .unwrap()
+    }
+
+    /// q rotated by the ops the fused one replaces, writing caches[1]: the norm's products
+    /// (the fused decode kernel without the rotation), then rope_cache_write.
+    fn composed(&self, [heads, kv, hd]: [usize; 3]) -> Tensor {
+        let qkv = self
+            .x
+            .rms_norm_linears(&self.norm, 1e-5, &self.weights())
+            .unwrap();
+        let rows = self.x.shape()[0];
+        let split = |t: &Tensor, n| {
+            t.reshape_to(&[rows, 1, n, hd])
+                .unwrap()
+                .transpose(1, 2)
+                .unwrap()
+        };
+        let [t, c] = [self.target(1), self.target(1)];
+        rotary_into_cache(
+            &split(&qkv[0], heads),
+            &split(&qkv[1], kv),
+            &split(&qkv[2], kv),
+            t.cos,
+            t.sin,
+            c.k_cache,
+            c.v_cache,
+            t.cursor,
+        )
+        .unwrap()
+    }
+}
+
+/// The fused op's q and both caches equal the composition's bit for bit: the same sums (one
+/// row's products do not depend on its tile), rounded where the composition materializes them
+/// and rotated with the same roundings. 1-2 rows normalize in every block, 3-16 apart; heads of
+/// 64 and of 32 pair different dims in a tile; TinyLlama's q/k/v at one row.
+#[test]
+fn qkv_rotated_into_the_caches_in_the_epilogue_equal_the_composition() {
+    let Some(d) = cuda::device_for_test("qkv_rotated_into_the_caches_in_the_epilogue") else {
+        return;
+    };
+    no_grad(|| {
+        let shapes: [(usize, usize, [usize; 3]); 9] = [
+            (1, 256, [4, 2, 64]),
+            (2, 256, [4, 2, 64]),
+            (3, 256, [4, 2, 64]),
+            (16, 256, [4, 2, 64]),
+            (1, 256, [8, 4, 32]),
+            (5, 256, [8, 4, 32]),
+            (16, 256, [8, 4, 32]),
+            (1, 2048, [32, 4, 64]),
+            (16, 2048, [32, 4, 64]),
+        ];
+        for (rows, k, heads) in shapes {
+            let s = qkv_step(rows, k, heads, 5, d);
+            let what = format!("rows {rows} k {k} heads/kv/dim {heads:?}");
+            let (got, want) = (s.fused(heads[2]), s.composed(heads));
+            assert_eq!(got.shape(), [rows, heads[0], 1, heads[2]], "{what}");
+            assert_eq!(
+                got.to_vec_f64().unwrap(),
+                want.to_vec_f64().unwrap(),
+                "q, {what}"
+            );
+            for (i, name) in ["keys", "values"].iter().enumerate() {
+                assert_eq!(
+                    s.caches[0][i].to_vec_f64().unwrap(),
+                    s.caches[1][i].to_vec_f64().unwrap(),
+                    "{name}, {what}"
+                );
+            }
+        }
+    });
+}
+
+/// A cursor past the caches writes no cache and fails the next synchronization, naming the
+/// rotary cache write, as the separate rotary kernel does.
+#[test]
+fn a_cursor_outside_the_caches_writes_nothing_and_is_reported() {
+    let Some(d) = cuda::device_for_test("a_cursor_outside_the_caches") else {
+        return;
+    };
+    let Device::Cuda(i) = d else { unreachable!() };
+    let dev = cuda::device(i).unwrap();
+    no_grad(|| {
+        let heads = [4, 2, 64];
+        let s = qkv_step(1, 256, heads, 8, d);
+        let before = s.caches[0][0].to_vec_f64().unwrap();
+        s.fused(heads[2]);
+        let err = dev.synchronize().unwrap_err().to_string();
+        assert!(err.contains("rotary cache write"), "{err}");
+        assert_eq!(s.caches[0][0].to_vec_f64().unwrap(), before);
+        assert_eq!(
+            s.caches[0][1].to_vec_f64().unwrap(),
+            s.caches[1][1].to_vec_f64().unwrap()
+        );
     });
 }

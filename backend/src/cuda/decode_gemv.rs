@@ -17,6 +17,7 @@
 
 use super::compile::DECODE_GEMV;
 use super::launch::{args, type_suffix};
+use super::rope::{CacheSlot, FLAG_CACHE_CURSOR};
 use super::{CudaDevice, CudaStorage, Launch};
 use crate::{DType, Error, Result};
 use cudarc::driver::{result, sys};
@@ -303,7 +304,6 @@ fn prologue_args(p: &Prologue, rows: usize, k: usize) -> Result<(u64, u64, i32, 
 }
 
 /// What the kernels do with the products before they store them.
-#[derive(Clone, Copy)]
 pub enum Epilogue<'a> {
     /// Store each product.
     Products,
@@ -313,6 +313,128 @@ pub enum Epilogue<'a> {
     /// output: the gated input of the down product, without either product in memory.
     /// Tensor-core weights only (`pairs_gate_and_up`).
     Swiglu,
+    /// A decode step's q, k and v products (three weights: heads * hd, kv_heads * hd and
+    /// kv_heads * hd rows): q and k rotated, q stored as the one output [rows, heads * hd], k
+    /// and v written into the caches at the cursor. What `rope::rope_cache_write` does after
+    /// the products, without them in memory. Tensor-core weights only (`rotates`).
+    Rotary(RotaryWrite<'a>),
+}
+
+/// The rotary epilogue's operands: the F32 cos and sin rows [rows, head_dim] with row stride
+/// `table_stride`, and the caches [rows, kv_heads, capacity, head_dim] of the weights' dtype.
+pub struct RotaryWrite<'a> {
+    pub cos: At<'a>,
+    pub sin: At<'a>,
+    pub table_stride: usize,
+    pub head_dim: usize,
+    pub cache: CacheSlot<'a>,
+}
+
+/// Mirrors `struct GemvRotary` in the kernel file.
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct RotaryArgs {
+    cos: u64,
+    sin: u64,
+    table_sb: i64,
+    k_cache: u64,
+    v_cache: u64,
+    cursor: u64,
+    err: u64,
+    capacity: i32,
+    head_dim: i32,
+    code: i32,
+}
+
+/// Whether `Epilogue::Rotary` takes products with weights of `dtype`, k columns and heads of
+/// `head_dim`: the tensor-core kernels, whose 16-row tiles pair 8 dims of a head with the 8 a
+/// half head on, so head_dim a multiple of 16.
+pub fn rotates(k: usize, dtype: DType, head_dim: usize) -> bool {
+    tensor_cores(k, dtype) && head_dim > 0 && head_dim.is_multiple_of(16)
+}
+
+/// The checks of `Epilogue::Rotary` on `rows` rows of products with `weights` (rows of each)
+/// of `dtype`, writing `out_dtype`; the kernel's arguments.
+fn rotary_args(
+    r: &RotaryWrite,
+    rows: usize,
+    k: usize,
+    weights: &[usize],
+    dtype: DType,
+    out_dtype: DType,
+    dev: &CudaDevice,
+) -> Result<RotaryArgs> {
+    let hd = r.head_dim;
+    if !rotates(k, dtype, hd) {
+        return Err(invalid(format!(
+            "the rotary epilogue needs BF16/F16 weights with k a multiple of 64 and a head_dim a multiple of 16, got {dtype:?}, k {k} and head_dim {hd}"
+        )));
+    }
+    let [n_q, n_k, n_v] = weights else {
+        return Err(invalid(format!(
+            "the rotary epilogue takes three weights (q, k, v), got {}",
+            weights.len()
+        )));
+    };
+    if !n_q.is_multiple_of(hd) || n_k != n_v || !n_k.is_multiple_of(hd) || *n_k == 0 {
+        return Err(invalid(format!(
+            "q, k and v of {n_q}, {n_k} and {n_v} rows are not whole heads of {hd} with k and v alike"
+        )));
+    }
+    let cache = &r.cache;
+    for (name, c) in [("key", &*cache.k), ("value", &*cache.v)] {
+        if c.dtype() != dtype || c.len() < rows * n_k * cache.capacity {
+            return Err(invalid(format!(
+                "the {name} cache ({:?}, {} elements) must be {dtype:?} and hold {rows} rows of {} heads x {} positions x {hd}",
+                c.dtype(),
+                c.len(),
+                n_k / hd,
+                cache.capacity
+            )));
+        }
+    }
+    if out_dtype != dtype {
+        return Err(invalid(format!(
+            "the rotated q is stored in the weights' dtype {dtype:?}, not {out_dtype:?}"
+        )));
+    }
+    for (name, (t, _)) in [("cos", r.cos), ("sin", r.sin)] {
+        if t.dtype() != DType::F32 {
+            return Err(invalid(format!(
+                "the {name} table must be F32, got {:?}",
+                t.dtype()
+            )));
+        }
+    }
+    let span = (rows - 1) * r.table_stride + hd;
+    let (cos, sin) = (
+        check_span("the cos table", r.cos, span, false)?,
+        check_span("the sin table", r.sin, span, false)?,
+    );
+    if cache.cursor.0.dtype() != DType::I64 {
+        return Err(invalid(format!(
+            "the cache cursor must be I64, got {:?}",
+            cache.cursor.0.dtype()
+        )));
+    }
+    if rows * n_k * cache.capacity > i64::MAX as usize || cache.capacity > i32::MAX as usize {
+        return Err(invalid(format!(
+            "a cache of {} positions is too large",
+            cache.capacity
+        )));
+    }
+    Ok(RotaryArgs {
+        cos,
+        sin,
+        table_sb: r.table_stride as i64,
+        k_cache: cache.k.ptr(),
+        v_cache: cache.v.ptr(),
+        cursor: check_span("the cache cursor", cache.cursor, 1, false)?,
+        err: dev.error_word(),
+        capacity: cache.capacity as i32,
+        head_dim: hd as i32,
+        code: FLAG_CACHE_CURSOR as i32,
+    })
 }
 
 /// Whether `Epilogue::Swiglu` takes products with weights of `dtype` and k columns.
@@ -350,7 +472,7 @@ pub fn decode_gemv(
             )))
         }
         Epilogue::Residual(r) => Some(r),
-        Epilogue::Products => None,
+        Epilogue::Products | Epilogue::Rotary(_) => None,
         Epilogue::Swiglu => {
             if matches!(prologue, Prologue::Swiglu { .. }) {
                 return Err(invalid(
@@ -374,6 +496,11 @@ pub fn decode_gemv(
         }
     };
     let pair = matches!(epilogue, Epilogue::Swiglu);
+    let widths: Vec<usize> = weights.iter().map(|w| w.1).collect();
+    let rotary = match &epilogue {
+        Epilogue::Rotary(r) => Some(rotary_args(r, rows, k, &widths, wdtype, out_dtype, dev)?),
+        _ => None,
+    };
     let (in0, in1, in_dt, aux_dt, eps) = prologue_args(prologue, rows, k)?;
     if tensor_cores(k, wdtype) && prologue_apart(prologue, rows) {
         // The norm or gating once for all blocks, then the products of its output as it is.
@@ -417,7 +544,11 @@ pub fn decode_gemv(
         }
         w_ptrs.push(check_span(&format!("weight {i}"), w, n * k, true)?);
     }
-    let outs = weights[..if pair { 1 } else { weights.len() }]
+    let outs = weights[..if pair || rotary.is_some() {
+        1
+    } else {
+        weights.len()
+    }]
         .iter()
         .map(|&(_, n)| CudaStorage::alloc(dev, rows * n, out_dtype))
         .collect::<Result<Vec<_>>>()?;
@@ -425,6 +556,8 @@ pub fn decode_gemv(
     let (rb, name) = if tensor_cores(k, wdtype) {
         let variant = if pair {
             "_pair"
+        } else if rotary.is_some() {
+            "_rotary"
         } else if deep_rows(prologue, k) {
             "_deep"
         } else {
@@ -493,8 +626,22 @@ pub fn decode_gemv(
         // k, weights n_i × k, the residual rows × n_0) and the 16-byte alignment the kernel's
         // vector loads need; the outputs are fresh buffers of rows × n_i; `shared` is what the
         // kernel carves for `rows` rows and was allowed on `f` by `resident_blocks`.
-        let params = &mut args![t, in0, in1, in_dt, aux_dt, res, res_dt, out_dt, rows32, k32, eps];
-        unsafe { dev.launch_with(how, f, (grid, 1, 1), THREADS, shared as u32, params)? };
+        // The rotary kernels also take the tables, the caches (spans checked by `rotary_args`)
+        // and the cursor, which they check against the capacity before writing a cache.
+        let (grid, block, shared) = ((grid, 1, 1), THREADS, shared as u32);
+        match rotary {
+            Some(rot) => {
+                let params = &mut args![
+                    t, in0, in1, in_dt, aux_dt, res, res_dt, out_dt, rows32, k32, eps, rot
+                ];
+                unsafe { dev.launch_with(how, f, grid, block, shared, params)? }
+            }
+            None => {
+                let params =
+                    &mut args![t, in0, in1, in_dt, aux_dt, res, res_dt, out_dt, rows32, k32, eps];
+                unsafe { dev.launch_with(how, f, grid, block, shared, params)? }
+            }
+        };
     }
     Ok(outs)
 }

@@ -200,7 +200,7 @@ pub struct CacheSlot<'a> {
 }
 
 /// Error-word code for a cursor outside the caches; `launch::flag_op_name` names it.
-const FLAG_CACHE_CURSOR: u32 = 7;
+pub(crate) const FLAG_CACHE_CURSOR: u32 = 7;
 
 /// rope(q) into a fresh [batch, heads, dim] buffer, and rope(k) and v into the caches at the
 /// cursor, in one kernel. `tables` are the F32 cos and sin rows [batch, dim] (storage, offset)

@@ -5,6 +5,8 @@
 //!   gate, up), which share the normed input.
 //! - `swiglu_linear`: silu(gate) * up times a weight (down), plus the residual.
 //! - `linear_residual`: x times a weight (o), plus the residual.
+//! - `rms_norm_qkv_into_cache`: a decode step's q/k/v products after the norm, with q and k
+//!   rotated and k and v written into the key/value caches in the products' epilogue.
 //!
 //! Weights are [n, k] as `Linear` holds them (y = x Wᵀ). On CUDA, for at most
 //! `fused_max_rows` rows (backend/cuda/decode_gemv.rs) and when no gradient is needed, each op is one GEMV launch
@@ -24,7 +26,8 @@ use super::matmul::product_in;
 use super::{backward_fn, grad_if};
 use crate::amp;
 use crate::autograd::{is_grad_enabled, no_grad, SavedTensor};
-use crate::backend::cuda::decode_gemv::{self as cuda, At, Epilogue, Prologue};
+use crate::backend::cuda::decode_gemv::{self as cuda, At, Epilogue, Prologue, RotaryWrite};
+use crate::backend::cuda::rope::CacheSlot;
 use crate::backend::Storage;
 use crate::{DType, Device, Error, Result, Tensor};
 
@@ -33,6 +36,7 @@ const NORM_SWIGLU_OP: &str = "rms_norm_swiglu";
 const SWIGLU_OP: &str = "swiglu_linear";
 const LINEAR_OP: &str = "linear_residual";
 const LINEARS_OP: &str = "linears";
+const QKV_CACHE_OP: &str = "rms_norm_qkv_into_cache";
 
 /// The most activation rows for which the fused kernel replaces the composition, with weights
 /// of `dtype` (the product's) and k columns: 4 on the tensor cores (BF16/F16), 2 otherwise.
@@ -80,7 +84,7 @@ impl Tensor {
         // The normed input is materialized in x's dtype, then cast for the products.
         let normed = product_dtype(self.device(), self.dtype(), self.dtype());
         if let Some(plan) = plan(self, k, normed, &[self, norm_weight], weights, None)? {
-            return plan.run(NORM_OP, Kind::Norm(eps), false);
+            return plan.run(NORM_OP, Kind::Norm(eps), Finish::Store);
         }
         let normed = self.rms_norm_as(Some(norm_weight), eps, amp::products_dtype(self))?;
         normed.linears(weights)
@@ -186,7 +190,9 @@ impl Tensor {
         let normed = product_dtype(self.device(), self.dtype(), self.dtype());
         if let Some(plan) = plan(self, k, normed, &[self, norm_weight], &[gate, up], None)? {
             if cuda::pairs_gate_and_up(k, plan.dtype) && plan.rows <= pair_rows_limit() {
-                return plan.run(NORM_SWIGLU_OP, Kind::Norm(eps), true).map(single);
+                return plan
+                    .run(NORM_SWIGLU_OP, Kind::Norm(eps), Finish::Gated)
+                    .map(single);
             }
         }
         let gu = self.rms_norm_linears(norm_weight, eps, &[gate, up])?;
@@ -207,7 +213,7 @@ impl Tensor {
         check_weights(SWIGLU_OP, self, k, &[weight])?;
         check_residual(SWIGLU_OP, self, weight, residual)?;
         if let Some(plan) = plan(self, k, self.dtype(), &[self, up], &[weight], residual)? {
-            return plan.run(SWIGLU_OP, Kind::Swiglu, false).map(single);
+            return plan.run(SWIGLU_OP, Kind::Swiglu, Finish::Store).map(single);
         }
         let y = linear(&self.swiglu(up)?, weight)?;
         add_residual(residual, y)
@@ -219,10 +225,145 @@ impl Tensor {
         check_weights(LINEAR_OP, self, k, &[weight])?;
         check_residual(LINEAR_OP, self, weight, residual)?;
         if let Some(plan) = plan(self, k, self.dtype(), &[self], &[weight], residual)? {
-            return plan.run(LINEAR_OP, Kind::Plain, false).map(single);
+            return plan.run(LINEAR_OP, Kind::Plain, Finish::Store).map(single);
         }
         add_residual(residual, linear(self, weight)?)
     }
+
+    /// One decode step's queries, with its keys and values put into the caches:
+    /// rms_norm_linears(self, norm_weight, eps, [wq, wk, wv]), split into heads of `head_dim`,
+    /// q and k rotated by the F32 tables cos and sin [B, 1, 1, head_dim], and k and v written
+    /// at the cursor's position (`rope::rotary_into_cache`). self is [B, 1, d]; returns q
+    /// rotated, [B, heads, 1, head_dim]. On CUDA with tensor-core weights this is one kernel:
+    /// the products' epilogue rotates and writes, and neither k nor v is materialized.
+    pub fn rms_norm_qkv_into_cache(
+        &self,
+        norm_weight: &Tensor,
+        eps: f64,
+        [wq, wk, wv]: [&Tensor; 3],
+        head_dim: usize,
+        cache: RotaryCache,
+    ) -> Result<Tensor> {
+        check_norm(QKV_CACHE_OP, self, norm_weight, eps, &[wq, wk, wv])?;
+        let heads = check_qkv_heads(self, [wq, wk, wv], head_dim)?;
+        if let Some(plan) = qkv_cache_plan(self, norm_weight, [wq, wk, wv], head_dim, &cache)? {
+            let finish = Finish::Rotary { cache, head_dim };
+            return plan.run(QKV_CACHE_OP, Kind::Norm(eps), finish).map(single);
+        }
+        let qkv = self.rms_norm_linears(norm_weight, eps, &[wq, wk, wv])?;
+        let split = |t: &Tensor, n: usize| t.unflatten(-1, &[n, head_dim])?.transpose(1, 2);
+        let (q, k) = (split(&qkv[0], heads[0])?, split(&qkv[1], heads[1])?);
+        let v = split(&qkv[2], heads[1])?.to_dtype(k.dtype())?;
+        let RotaryCache {
+            cos,
+            sin,
+            k_cache,
+            v_cache,
+            cursor,
+        } = cache;
+        super::rope::rotary_into_cache(&q, &k, &v, cos, sin, k_cache, v_cache, cursor)
+    }
+}
+
+/// Whether `x.rms_norm_qkv_into_cache(norm_weight, eps, weights, head_dim, cache)` runs the
+/// one kernel (products, rotation and cache write) rather than the composition, under the
+/// current grad mode and autocast. For tests and benchmarks: either path is the same op.
+pub fn qkv_into_cache_runs_kernel(
+    x: &Tensor,
+    norm_weight: &Tensor,
+    weights: [&Tensor; 3],
+    head_dim: usize,
+    cache: &RotaryCache,
+) -> Result<bool> {
+    check_norm(QKV_CACHE_OP, x, norm_weight, 0.0, &weights)?;
+    check_qkv_heads(x, weights, head_dim)?;
+    Ok(qkv_cache_plan(x, norm_weight, weights, head_dim, cache)?.is_some())
+}
+
+/// The kernel launch of `rms_norm_qkv_into_cache`, or `None` where it composes (operands
+/// checked).
+fn qkv_cache_plan(
+    x: &Tensor,
+    norm_weight: &Tensor,
+    [wq, wk, wv]: [&Tensor; 3],
+    head_dim: usize,
+    cache: &RotaryCache,
+) -> Result<Option<Plan>> {
+    let k = wq.shape()[1];
+    let heads = [wq.shape()[0] / head_dim, wk.shape()[0] / head_dim];
+    let normed = product_dtype(x.device(), x.dtype(), x.dtype());
+    let plan = plan(x, k, normed, &[x, norm_weight], &[wq, wk, wv], None)?;
+    Ok(plan.filter(|p| cache.takes(p, heads, head_dim)))
+}
+
+/// Where `rms_norm_qkv_into_cache` rotates and writes: the F32 angle tables cos and sin
+/// [B, 1, 1, head_dim], the caches [B, kv_heads, capacity, head_dim], and the I64 cursor [1]
+/// naming the position the step writes.
+#[derive(Clone, Copy)]
+pub struct RotaryCache<'a> {
+    pub cos: &'a Tensor,
+    pub sin: &'a Tensor,
+    pub k_cache: &'a Tensor,
+    pub v_cache: &'a Tensor,
+    pub cursor: &'a Tensor,
+}
+
+impl RotaryCache<'_> {
+    /// Whether the kernel's epilogue takes these operands after `plan`'s products (heads: q's
+    /// and k's head counts): the layouts `rope::rotary_into_cache`'s kernel takes, caches of
+    /// the products' dtype, and heads the tensor-core tiles can pair.
+    fn takes(&self, plan: &Plan, heads: [usize; 2], head_dim: usize) -> bool {
+        let b = plan.rows;
+        let table = |t: &Tensor| {
+            t.dtype() == DType::F32
+                && t.shape() == [b, 1, 1, head_dim]
+                && t.layout().strides()[3] == 1
+        };
+        let cache = |c: &Tensor| {
+            c.dtype() == plan.dtype
+                && c.rank() == 4
+                && c.shape()[..2] == [b, heads[1]]
+                && c.shape()[3] == head_dim
+                && c.layout().is_contiguous()
+                && c.layout().offset() == 0
+        };
+        let device = plan.staged[0].device();
+        cuda::rotates(plan.k, plan.dtype, head_dim)
+            && plan.shapes[0] == [b, 1, heads[0] * head_dim]
+            && table(self.cos)
+            && table(self.sin)
+            && cache(self.k_cache)
+            && cache(self.v_cache)
+            && self.cursor.dtype() == DType::I64
+            && self.cursor.numel() == 1
+            && [self.cos, self.sin, self.k_cache, self.v_cache, self.cursor]
+                .iter()
+                .all(|t| t.device() == device)
+    }
+}
+
+/// q's and k's head counts for `rms_norm_qkv_into_cache`, after checking x is [B, 1, d] and
+/// the weights' rows are whole heads of `head_dim` (k and v alike).
+fn check_qkv_heads(x: &Tensor, [wq, wk, wv]: [&Tensor; 3], head_dim: usize) -> Result<[usize; 2]> {
+    if x.rank() != 3 || x.shape()[1] != 1 {
+        return Err(Error::invalid(
+            QKV_CACHE_OP,
+            format!(
+                "takes one decode step's stream [B, 1, d], got {:?}",
+                x.shape()
+            ),
+        ));
+    }
+    let (nq, nk, nv) = (wq.shape()[0], wk.shape()[0], wv.shape()[0]);
+    if head_dim == 0 || !nq.is_multiple_of(head_dim) || !nk.is_multiple_of(head_dim) || nk != nv {
+        return Err(Error::invalid(
+            QKV_CACHE_OP,
+            format!(
+                "q, k and v of {nq}, {nk} and {nv} rows are not whole heads of {head_dim} with k and v alike"
+            ),
+        ));
+    }
+    Ok([nq / head_dim, nk / head_dim])
 }
 
 /// Whether products with these weights record a gradient for them (training's form: the
@@ -379,6 +520,19 @@ enum Kind {
     Plain,
 }
 
+/// What the kernel does with the products (the residual, if any, comes with the plan).
+enum Finish<'a> {
+    /// One output per weight.
+    Store,
+    /// silu(y_0) * y_1 of two weights, one output.
+    Gated,
+    /// q rotated, one output [B, heads, 1, head_dim]; k rotated and v into the caches.
+    Rotary {
+        cache: RotaryCache<'a>,
+        head_dim: usize,
+    },
+}
+
 /// A kernel launch decided on: the prologue's inputs and the residual (contiguous), the
 /// weights in the product's dtype, and the output shapes.
 struct Plan {
@@ -467,20 +621,32 @@ fn plan(
 
 impl Plan {
     /// Launches the kernel: one output per weight, of the product's dtype, or of the residual
-    /// add's (the residual's and the product's promoted) with a residual; with `gated`, the
-    /// one output silu(y_0) * y_1 of two weights.
-    fn run(self, op: &'static str, kind: Kind, gated: bool) -> Result<Vec<Tensor>> {
+    /// add's (the residual's and the product's promoted) with a residual; or what `finish`
+    /// says.
+    fn run(self, op: &'static str, kind: Kind, finish: Finish) -> Result<Vec<Tensor>> {
         let out_dtype = self
             .residual
             .as_ref()
             .map_or(self.dtype, |r| r.dtype().promote(self.dtype));
         let (ns, nw) = (self.staged.len(), self.weights.len());
+        // The rotary epilogue also reads the tables and the cursor, and writes the caches
+        // (locked for writing below; `takes` checked their layouts).
+        let rotary = match &finish {
+            Finish::Rotary { cache, .. } => {
+                cache.k_cache.check_inplace(op)?;
+                cache.v_cache.check_inplace(op)?;
+                vec![cache.cos, cache.sin, cache.cursor]
+            }
+            _ => Vec::new(),
+        };
         let operands: Vec<&Tensor> = self
             .staged
             .iter()
             .chain(&self.weights)
             .chain(&self.residual)
+            .chain(rotary)
             .collect();
+        let nr = usize::from(self.residual.is_some());
         let (rows, k) = (self.rows, self.k);
         let storages = dispatch_all(
             op,
@@ -508,17 +674,56 @@ impl Plan {
                 let weights: Vec<(At, usize)> = (0..nw)
                     .map(|i| (at(ns + i), self.weights[i].shape()[0]))
                     .collect();
-                let epilogue = match &self.residual {
-                    Some(_) => Epilogue::Residual(at(ns + nw)),
-                    None if gated => Epilogue::Swiglu,
-                    None => Epilogue::Products,
+                let epilogue = match (&self.residual, &finish) {
+                    (Some(_), _) => Epilogue::Residual(at(ns + nw)),
+                    (None, Finish::Store) => Epilogue::Products,
+                    (None, Finish::Gated) => Epilogue::Swiglu,
+                    (None, Finish::Rotary { cache, head_dim }) => {
+                        let (mut kc, mut vc) = (
+                            cache.k_cache.storage_cell().write(),
+                            cache.v_cache.storage_cell().write(),
+                        );
+                        let (Storage::Cuda(kc), Storage::Cuda(vc)) = (&mut *kc, &mut *vc) else {
+                            unreachable!("devices were checked equal")
+                        };
+                        let table = ns + nw + nr;
+                        let rotary = RotaryWrite {
+                            cos: at(table),
+                            sin: at(table + 1),
+                            table_stride: cache.cos.layout().strides()[0],
+                            head_dim: *head_dim,
+                            cache: CacheSlot {
+                                k: kc,
+                                v: vc,
+                                capacity: cache.k_cache.shape()[2],
+                                cursor: at(table + 2),
+                            },
+                        };
+                        return cuda::decode_gemv(
+                            &prologue,
+                            rows,
+                            k,
+                            &weights,
+                            Epilogue::Rotary(rotary),
+                            out_dtype,
+                        );
+                    }
                 };
                 cuda::decode_gemv(&prologue, rows, k, &weights, epilogue, out_dtype)
             },
         )?;
+        let shapes = match finish {
+            Finish::Rotary { head_dim, .. } => {
+                let [b, _, n] = self.shapes[0][..] else {
+                    unreachable!("`takes` checked q's shape")
+                };
+                vec![vec![b, n / head_dim, 1, head_dim]]
+            }
+            _ => self.shapes,
+        };
         storages
             .into_iter()
-            .zip(&self.shapes)
+            .zip(&shapes)
             .map(|(s, shape)| Tensor::from_storage(Storage::Cuda(s), shape))
             .collect()
     }

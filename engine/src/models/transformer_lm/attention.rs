@@ -105,6 +105,29 @@ impl Attention {
                 return Residual::after(x, &out, &self.o_proj);
             }
         }
+        if let (
+            [Some(wq), Some(wk), Some(wv)],
+            Some((cache, layer)),
+            Visibility::Window { .. },
+            Positions::Angles { cos, sin },
+        ) = (qkv, step.cache, step.visibility, step.positions)
+        {
+            if !stream.is_pending() {
+                // A decode step: the norm, the products, the rotation and the cache write in
+                // one op (one kernel on CUDA).
+                let x = stream.into_sum();
+                let target = cache.rotary_target(layer, cos, sin);
+                let q = x.rms_norm_qkv_into_cache(
+                    &norm.weight,
+                    norm.eps,
+                    [wq, wk, wv],
+                    self.head_dim,
+                    target,
+                )?;
+                let out = self.attention(&q, target.k_cache, target.v_cache, step)?;
+                return Residual::after(x, &out, &self.o_proj);
+            }
+        }
         let (x, products) = match qkv {
             [Some(wq), Some(wk), Some(wv)] if !stream.is_pending() => {
                 let x = stream.into_sum();

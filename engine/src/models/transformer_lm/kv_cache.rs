@@ -8,6 +8,7 @@
 //! (`sync_cursor`), so one captured CUDA graph serves every position.
 
 use super::LmConfig;
+use crate::ops::fused_linear::RotaryCache;
 use crate::{no_grad, DType, Device, Error, Result, Tensor};
 
 pub struct KvCache {
@@ -168,10 +169,31 @@ impl KvCache {
         cos: &Tensor,
         sin: &Tensor,
     ) -> Result<[Tensor; 3]> {
-        let (ck, cv) = &self.layers[layer];
         let [q, k, v] = qkv;
-        let q = crate::ops::rope::rotary_into_cache(q, k, v, cos, sin, ck, cv, &self.cursor)?;
-        Ok([q, ck.clone(), cv.clone()])
+        let c = self.rotary_target(layer, cos, sin);
+        let q =
+            crate::ops::rope::rotary_into_cache(q, k, v, cos, sin, c.k_cache, c.v_cache, c.cursor)?;
+        Ok([q, c.k_cache.clone(), c.v_cache.clone()])
+    }
+
+    /// Where a decode step of layer `layer` rotated by the angles (cos, sin [batch, 1, 1,
+    /// head_dim]) writes: that layer's buffers [batch, kv_heads, capacity, hd] at the cursor.
+    /// For `Tensor::rms_norm_qkv_into_cache`, which writes them in the q/k/v products'
+    /// epilogue; the host checks the room (`check_room`) before the step.
+    pub fn rotary_target<'a>(
+        &'a self,
+        layer: usize,
+        cos: &'a Tensor,
+        sin: &'a Tensor,
+    ) -> RotaryCache<'a> {
+        let (k_cache, v_cache) = &self.layers[layer];
+        RotaryCache {
+            cos,
+            sin,
+            k_cache,
+            v_cache,
+            cursor: &self.cursor,
+        }
     }
 
     /// Marks `steps` positions as written (after every layer appended them).
