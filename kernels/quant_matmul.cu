@@ -25,9 +25,6 @@
 
 #define WARPS 8
 
-// Where the codes start in a split matrix: after the headers, rounded up to 16 bytes.
-__device__ __forceinline__ u64 codes_offset(u64 headers_bytes) { return (headers_bytes + 15) & ~15ull; }
-
 // Sixteen activations starting at x (16-byte aligned) as floats.
 __device__ __forceinline__ void load_x16(const float* x, float v[16]) {
     const float4* p = reinterpret_cast<const float4*>(x);
@@ -165,36 +162,6 @@ __device__ void gemv_q4_1(const u8* __restrict__ w, const T* __restrict__ x, T* 
     reduce_store<M>(acc, y, n, row);
 }
 
-// Q4_K as stored (split): n * k/256 headers of 16 bytes, then n rows of k/2 code bytes, 16
-// per sub-block in Q4_1's order. A header is f16 d and dmin, then sub-block j's record
-// (scale | min << 6) at bit 12 j of words y, z and w.
-__device__ __forceinline__ u64 q4_k_codes(int n, int k) { return (u64)n * (k / 256) * 16; }
-
-// The shifts that bring record j to bit 0 (one funnel shift per header word: every record
-// lies in y:z, z:w or w). Clamped shifts of 32 pass the high word through unchanged.
-struct Q4kRecordShifts {
-    u32 yz, zw, w;
-    __device__ explicit Q4kRecordShifts(int j) {
-        int bit = 12 * j;
-        yz = bit < 32 ? bit : 32;
-        zw = bit < 32 ? 0 : (bit < 64 ? bit - 32 : 32);
-        w = bit < 64 ? 0 : bit - 64;
-    }
-};
-
-__device__ __forceinline__ void q4_k_scale_min(uint4 head, Q4kRecordShifts at, int& sc, int& mn) {
-    u32 r = __funnelshift_rc(head.y, head.z, at.yz);
-    r = __funnelshift_rc(r, head.w, at.zw);
-    r >>= at.w;
-    sc = (int)(r & 63);
-    mn = (int)((r >> 6) & 63);
-}
-
-// Q4_K's d and dmin.
-__device__ __forceinline__ float2 q4_k_d_dmin(uint4 head) {
-    return __half22float2(*reinterpret_cast<const __half2*>(&head.x));
-}
-
 // One warp per row, a lane per sub-block (its record is lane % 8: a super-block has eight).
 template <int M, typename T>
 __device__ void gemv_q4_k(const u8* __restrict__ w, const T* __restrict__ x, T* __restrict__ y,
@@ -267,19 +234,11 @@ extern "C" __global__ void quantize_activations(const __nv_bfloat16* __restrict_
     u64 b = ((u64)blockIdx.x * blockDim.x + threadIdx.x) / 32;
     u64 blocks = (u64)m * k / 32;
     if (b >= blocks) return;
-    float v = __bfloat162float(x[b * 32 + lane]);
-    float amax = fabsf(v);
-#pragma unroll
-    for (int off = 16; off > 0; off /= 2) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, off));
-    float d = amax / 127.f;
-    int q = d == 0.f ? 0 : __float2int_rn(v / d);
+    const Int8Block q = quantize_block32(__bfloat162float(x[b * 32 + lane]));
     signed char* codes = reinterpret_cast<signed char*>(scratch);
     float2* scale_sum = reinterpret_cast<float2*>(scratch + (u64)m * k);
-    codes[b * 32 + lane] = (signed char)q;
-    int sum = q;
-#pragma unroll
-    for (int off = 16; off > 0; off /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, off);
-    if (lane == 0) scale_sum[b] = make_float2(d, d * (float)sum);
+    codes[b * 32 + lane] = (signed char)q.q;
+    if (lane == 0) scale_sum[b] = make_float2(q.d, q.dsum);
 }
 
 // The scratch's parts for row r of m.
@@ -328,255 +287,35 @@ __device__ void gemv_q8_0_int(const u8* __restrict__ w, const u8* __restrict__ x
 }
 
 // ---- Q4_1 and Q4_K with int8 activations ----
-//
-// Both store a 32-value sub-block as 16 code bytes (value i in byte i's low nibble, value
-// i + 16 in its high one) with a scale and a min, so one kernel serves both. Rows are short
-// (a k = 2048 row is 1 KB of codes: two steps of a warp), so what a row costs besides its
-// bytes (addresses, the warp reduction, the store) and what the activations cost are shared:
-// a warp takes R rows at once, its lanes holding the same sub-blocks of each, and reads each
-// activation vector once for the R rows. Loads of all R rows are issued before any use.
-//
-// Per 16 code bytes a lane splits the nibbles with two masks (the high ones stay 16 times
-// their value, as unsigned bytes, which dp4a.u32.s32 multiplies exactly) and adds 16 * the
-// low products and the high ones: 16 * sum(q x). The 1/16 goes into the activation scale.
+// The warp loop is quant_blocks.cuh's (Int4Gemv, int4_walk); each warp stores its rows'
+// sums. Warps take row groups w, w + all warps, ...
 
 #define INT4_WARPS 4
 
-// Rows per warp: all loads of R rows are in flight at once; beyond two activation rows the
-// activations' registers and loads grow with M, so fewer weight rows share them.
 template <int M>
-struct Int4Rows {
-    static constexpr int R = M <= 2 ? 4 : 2;
-};
-
-__device__ __forceinline__ int dp4a_u8_s8(u32 a, u32 b, int c) {
-    int d;
-    asm("dp4a.u32.s32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
-    return d;
-}
-
-// 16 * sum over the sub-block of code * activation, from the masked nibbles and the
-// sub-block's 32 activation codes (xlo: values 0..15, xhi: 16..31).
-__device__ __forceinline__ int dot_nibbles16(uint4 lo, uint4 hi, uint4 xlo, uint4 xhi) {
-    int a = dp4a_u8_s8(lo.x, xlo.x, 0);
-    a = dp4a_u8_s8(lo.y, xlo.y, a);
-    a = dp4a_u8_s8(lo.z, xlo.z, a);
-    a = dp4a_u8_s8(lo.w, xlo.w, a);
-    int b = dp4a_u8_s8(hi.x, xhi.x, 0);
-    b = dp4a_u8_s8(hi.y, xhi.y, b);
-    b = dp4a_u8_s8(hi.z, xhi.z, b);
-    b = dp4a_u8_s8(hi.w, xhi.w, b);
-    return a * 16 + b;
-}
-
-// One sub-block of one weight row, ready to meet activations: the masked nibbles, the
-// integer multiplier of the dot product (Q4_K's 6-bit scale; 1 for Q4_1), the float one (d)
-// and the one of the activations' sum (Q4_1's m, Q4_K's -dmin * mn).
-struct SubBlock {
-    uint4 lo, hi;
-    int isc;
-    float d, bias;
-};
-
-__device__ __forceinline__ void mask_nibbles(uint4 q, SubBlock& b) {
-    b.lo = make_uint4(q.x & 0x0F0F0F0Fu, q.y & 0x0F0F0F0Fu, q.z & 0x0F0F0F0Fu, q.w & 0x0F0F0F0Fu);
-    b.hi = make_uint4(q.x & 0xF0F0F0F0u, q.y & 0xF0F0F0F0u, q.z & 0xF0F0F0F0u, q.w & 0xF0F0F0F0u);
-}
-
-// Q4_1 split: n * k/32 (f16 d, f16 m) headers, then the rows' codes. `row_bytes` and
-// `head_row_bytes` step from row to row; `head_offset(s)` finds sub-block s's header in a row.
-struct Q4_1Weights {
-    static constexpr bool SCALED = false;
-    const u8* heads;
-    const u8* codes;
-    u32 row_bytes, head_row_bytes;
-    __device__ Q4_1Weights(const u8* w, int n, int k) {
-        heads = w;
-        codes = w + codes_offset((u64)n * (k / 32) * 4);
-        row_bytes = k / 2;
-        head_row_bytes = k / 8;
-    }
-    __device__ __forceinline__ u32 head_offset(u32 s) const { return 4 * s; }
-    struct Raw {
-        uint4 q;
-        u32 head;
-    };
-    __device__ __forceinline__ Raw load(const u8* code, const u8* head) const {
-        return {__ldg(reinterpret_cast<const uint4*>(code)), __ldg(reinterpret_cast<const u32*>(head))};
-    }
-    __device__ __forceinline__ SubBlock decode(Raw raw) const {
-        SubBlock b;
-        mask_nibbles(raw.q, b);
-        float2 dm = __half22float2(*reinterpret_cast<const __half2*>(&raw.head));
-        b.isc = 1;
-        b.d = dm.x;
-        b.bias = dm.y;
-        return b;
-    }
-};
-
-// Q4_K split (q4_k_codes): a lane's sub-blocks are all record lane % 8 of their super-block.
-struct Q4_KWeights {
-    static constexpr bool SCALED = true;
-    const u8* heads;
-    const u8* codes;
-    u32 row_bytes, head_row_bytes;
-    Q4kRecordShifts at;
-    __device__ Q4_KWeights(const u8* w, int n, int k) : at(threadIdx.x % 8) {
-        heads = w;
-        codes = w + q4_k_codes(n, k);
-        row_bytes = k / 2;
-        head_row_bytes = k / 16;
-    }
-    __device__ __forceinline__ u32 head_offset(u32 s) const { return (s / 8) * 16; }
-    struct Raw {
-        uint4 q;
-        uint4 head;
-    };
-    __device__ __forceinline__ Raw load(const u8* code, const u8* head) const {
-        return {__ldg(reinterpret_cast<const uint4*>(code)), __ldg(reinterpret_cast<const uint4*>(head))};
-    }
-    __device__ __forceinline__ SubBlock decode(Raw raw) const {
-        SubBlock b;
-        mask_nibbles(raw.q, b);
-        float2 dm = q4_k_d_dmin(raw.head);
-        int mn;
-        q4_k_scale_min(raw.head, at, b.isc, mn);
-        b.d = dm.x;
-        b.bias = -dm.y * (float)mn;
-        return b;
-    }
-};
-
-// One warp's share of the product: row groups of R consecutive rows, each in steps of 32
-// sub-blocks (a lane each). A group running past row n - 1 is moved back to end there (or,
-// with fewer than R rows in all, repeats the last row); rows that another group owns are
-// computed again and not stored. Lanes past the row's end read its last sub-block again and
-// add nothing. Addresses: one 64-bit base per item, plus each row's offset (fixed).
-template <int M, typename Weights>
-struct Int4Gemv {
-    static constexpr int R = Int4Rows<M>::R;
-    using Raw = typename Weights::Raw;
-    Weights wt;
-    const u8* xcodes;      // activation row 0 of this launch's rows
-    const float2* xscale;  // its (scale, sum) pairs
+struct Int4Store {
     __nv_bfloat16* y;
-    int n, k, nsub, lane;
-    const u8* code_row[R];  // row i of the matrix, whose offset by a group's first row
-    const u8* head_row[R];  // finds row i of the group
-    float acc[R][M];
-
-    __device__ Int4Gemv(const u8* w, const u8* xs, __nv_bfloat16* y_, int n_, int k_, int m, int r0)
-        : wt(w, n_, k_), y(y_), n(n_), k(k_), nsub(k_ / 32), lane(threadIdx.x % 32) {
-        xcodes = xs + (u64)r0 * k;
-        xscale = reinterpret_cast<const float2*>(xs + (u64)m * k) + (u64)r0 * nsub;
+    int n;
+    __device__ void operator()(const float (&acc)[Int4Rows<M>::R][M], int row0, int first) const {
 #pragma unroll
-        for (int i = 0; i < R; ++i) {
-            u64 row = (u64)min(i, n - 1);
-            code_row[i] = wt.codes + row * wt.row_bytes;
-            head_row[i] = wt.heads + row * wt.head_row_bytes;
+        for (int i = 0; i < Int4Rows<M>::R; ++i) {
+            const int row = row0 + i;
+#pragma unroll
+            for (int r = 0; r < M; ++r)
+                if (row >= first && row < n) y[(u64)r * n + row] = __float2bfloat16(acc[i][r]);
         }
-        clear();
-    }
-
-    // The first row the group starting at `first` reads.
-    __device__ __forceinline__ int start(int first) const { return max(min(first, n - R), 0); }
-
-    __device__ __forceinline__ void clear() {
-#pragma unroll
-        for (int i = 0; i < R; ++i)
-#pragma unroll
-            for (int r = 0; r < M; ++r) acc[i][r] = 0.f;
-    }
-
-    __device__ __forceinline__ void load(Raw raw[R], int first, int step) const {
-        u32 s = (u32)min(step * 32 + lane, nsub - 1);
-        u64 row = (u64)start(first);
-        u64 code = row * wt.row_bytes + 16 * s;
-        u64 head = row * wt.head_row_bytes + wt.head_offset(s);
-#pragma unroll
-        for (int i = 0; i < R; ++i) raw[i] = wt.load(code_row[i] + code, head_row[i] + head);
-    }
-
-    __device__ __forceinline__ void compute(const Raw raw[R], int step) {
-        int s = step * 32 + lane;
-        if (s >= nsub) return;
-        SubBlock b[R];
-#pragma unroll
-        for (int i = 0; i < R; ++i) b[i] = wt.decode(raw[i]);
-#pragma unroll
-        for (int r = 0; r < M; ++r) {
-            const u8* xc = xcodes + (u64)r * k + s * 32;
-            uint4 xlo = codes16(xc), xhi = codes16(xc + 16);
-            float2 ss = __ldg(xscale + (u64)r * nsub + s);
-            float xs16 = ss.x * 0.0625f;
-#pragma unroll
-            for (int i = 0; i < R; ++i) {
-                int t = dot_nibbles16(b[i].lo, b[i].hi, xlo, xhi);
-                if (Weights::SCALED) t *= b[i].isc;
-                acc[i][r] = fmaf(b[i].d * xs16, (float)t, fmaf(b[i].bias, ss.y, acc[i][r]));
-            }
-        }
-    }
-
-    // The group's sums, reduced over the warp and stored; then zeros for the next group.
-    __device__ __forceinline__ void finish(int first) {
-        int row0 = start(first);
-#pragma unroll
-        for (int i = 0; i < R; ++i) {
-            int row = row0 + i;
-#pragma unroll
-            for (int r = 0; r < M; ++r) {
-                float v = acc[i][r];
-#pragma unroll
-                for (int off = 16; off > 0; off /= 2) v += __shfl_xor_sync(0xffffffffu, v, off);
-                if (lane == 0 && row >= first && row < n) y[(u64)r * n + row] = __float2bfloat16(v);
-            }
-        }
-        clear();
     }
 };
 
-// A warp walks its items (row group, step) in order, warp w of the grid taking row groups w,
-// w + all warps, ... Each item's loads are issued, in their own branch, before the previous
-// item is computed: ptxas otherwise sinks each row's loads to just before its use, leaving
-// one row's bytes in flight per warp, and so the loads also overlap the row-end reductions.
-// Two register sets alternate (a and b), so nothing is copied between items.
 template <int M, typename Weights>
-__device__ void gemv_int4(const u8* __restrict__ w, const u8* __restrict__ xs,
-                          __nv_bfloat16* __restrict__ y, int n, int k, int m, int r0) {
+__device__ void gemv_int4(const u8* __restrict__ w, const u8* __restrict__ xs, __nv_bfloat16* __restrict__ y,
+                          int n, int k, int m, int r0) {
     using G = Int4Gemv<M, Weights>;
-    constexpr int R = G::R;
-    const int steps = (k / 32 + 31) / 32;
-    const int stride = gridDim.x * INT4_WARPS * R;
-    int first = (blockIdx.x * INT4_WARPS + threadIdx.x / 32) * R, step = 0;
-    if (first >= n) return;
-    G g(w, xs, y, n, k, m, r0);
-    typename G::Raw a[R], b[R];
-    g.load(a, first, step);
-    // The item after (first, step); false past the warp's last.
-    auto advance = [&](int& f, int& st) {
-        if (++st == steps) {
-            st = 0;
-            f += stride;
-        }
-        return f < n;
-    };
-    while (true) {
-        int f = first, st = step;
-        bool more = advance(f, st);
-        if (more) g.load(b, f, st);
-        g.compute(a, step);
-        if (st == 0) g.finish(first);
-        if (!more) break;
-        first = f, step = st;
-        more = advance(f, st);
-        if (more) g.load(a, f, st);
-        g.compute(b, step);
-        if (st == 0) g.finish(first);
-        if (!more) break;
-        first = f, step = st;
-    }
+    const u8* xcodes = xs + (u64)r0 * k;
+    const float2* xscale = reinterpret_cast<const float2*>(xs + (u64)m * k) + (u64)r0 * (k / 32);
+    G g(w, nullptr, n, k, xcodes, xscale, k);
+    Int4Store<M> store{y, n};
+    int4_walk(g, (blockIdx.x * INT4_WARPS + threadIdx.x / 32) * G::R, gridDim.x * INT4_WARPS * G::R, store);
 }
 
 #define GEMV_INT(FMT, KERNEL, M)                                                            \

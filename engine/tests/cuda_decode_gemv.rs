@@ -3,7 +3,8 @@
 //! (k 2048 with n 256, 2048 and 5632; k 5632 with n 2048), BF16 and F32 weights, with and
 //! without a residual; mixed precision; a gradient needed (the composition, gradients
 //! flowing); a capture in a CUDA graph; and a decode step's q/k/v products with the rotation and
-//! the cache write in their epilogue, against the same ops composed on the GPU.
+//! the cache write in their epilogue, against the same ops composed on the GPU; and the same ops
+//! with Q4_K and Q4_1 weights against their composition through the quantized GEMV.
 
 #[path = "support/relative_error.rs"]
 mod relative_error;
@@ -14,6 +15,7 @@ use rusting_brain::backend::cuda::{self, graph::CudaGraph};
 use rusting_brain::ops::fused_linear::{
     fused_max_rows, qkv_into_cache_runs_kernel, runs_fused_kernel, RotaryCache,
 };
+use rusting_brain::ops::quant_matmul::{BlockFormat, QuantizedMatrix};
 use rusting_brain::ops::rope::rotary_into_cache;
 use rusting_brain::{no_grad, DType, Device, Generator, Tensor};
 
@@ -617,5 +619,64 @@ fn a_cursor_outside_the_caches_writes_nothing_and_is_reported() {
             s.caches[0][1].to_vec_f64().unwrap(),
             s.caches[1][1].to_vec_f64().unwrap()
         );
+    });
+}
+
+/// With Q4_K and Q4_1 weights the four ops take the block-format kernels up to 8 rows (norm in
+/// every block at 1-2 rows, apart above) and agree with their composition on the same GPU:
+/// the norm or gating op, then the quantized GEMV of each weight, the gating and the add. Only
+/// the norm's sum of squares is summed in another order, so BF16 tolerances hold.
+#[test]
+fn block_quantized_weights_take_the_fused_products() {
+    let Some(d) = cuda::device_for_test("block_quantized_weights_take_the_fused_products") else {
+        return;
+    };
+    no_grad(|| {
+        for format in [BlockFormat::Q4_K, BlockFormat::Q4_1] {
+            for rows in [1, 2, 3, 8] {
+                let (k, ns) = (512, [256, 512, 512]);
+                let c = case(rows, k, &ns, DType::BF16, 100 + rows as u64);
+                let what = format!("{format:?} rows {rows}");
+                let qs: Vec<QuantizedMatrix> = c
+                    .weights
+                    .iter()
+                    .map(|w| {
+                        QuantizedMatrix::quantize(&w.to_dtype(DType::F32).unwrap(), format)
+                            .unwrap()
+                            .to_device(d)
+                            .unwrap()
+                    })
+                    .collect();
+                let (x, up, norm) = (
+                    c.x.to_device(d).unwrap(),
+                    c.up.to_device(d).unwrap(),
+                    c.norm.to_device(d).unwrap(),
+                );
+                let res = c.residuals[0].to_device(d).unwrap();
+                assert!(runs_fused_kernel(&x, &qs[0]).unwrap(), "routing, {what}");
+                let normed = x.rms_norm(Some(&norm), 1e-5).unwrap();
+                let q: Vec<&QuantizedMatrix> = qs.iter().collect();
+                let got = x.rms_norm_linears(&norm, 1e-5, &q).unwrap();
+                for (i, g) in got.iter().enumerate() {
+                    let want = qs[i].matmul_t(&normed).unwrap();
+                    assert_close(g, &want, &format!("rms_norm_linears weight {i}, {what}"));
+                }
+                let got = x.rms_norm_swiglu(&norm, 1e-5, &qs[1], &qs[2]).unwrap();
+                let want = qs[1]
+                    .matmul_t(&normed)
+                    .unwrap()
+                    .swiglu(&qs[2].matmul_t(&normed).unwrap())
+                    .unwrap();
+                assert_close(&got, &want, &format!("rms_norm_swiglu, {what}"));
+                let got = x.linear_residual(&qs[0], Some(&res)).unwrap();
+                let want = res.add(&qs[0].matmul_t(&x).unwrap()).unwrap();
+                assert_close(&got, &want, &format!("linear_residual, {what}"));
+                let got = x.swiglu_linear(&up, &qs[0], Some(&res)).unwrap();
+                let want = res
+                    .add(&qs[0].matmul_t(&x.swiglu(&up).unwrap()).unwrap())
+                    .unwrap();
+                assert_close(&got, &want, &format!("swiglu_linear, {what}"));
+            }
+        }
     });
 }

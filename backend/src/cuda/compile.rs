@@ -44,6 +44,11 @@ macro_rules! kernel_file {
 /// Shared helpers (dtype conversions, strided indexing), prepended to every file.
 const COMMON: &str = include_str!("../../../kernels/common.cuh");
 
+/// ggml's block formats as the kernels read them, for the two files that multiply by them.
+fn quant_blocks() -> String {
+    include_str!("../../../kernels/quant_blocks.cuh").to_string()
+}
+
 kernel_file!(COPY, "copy.cu");
 kernel_file!(ELEMENTWISE, "elementwise.cu", super::elementwise::op_cases);
 kernel_file!(REDUCE, "reduce.cu");
@@ -56,7 +61,7 @@ kernel_file!(INDEX, "index.cu");
 kernel_file!(CONV, "conv.cu");
 kernel_file!(DEPTHWISE, "depthwise.cu");
 kernel_file!(NMS, "nms.cu");
-kernel_file!(QUANT_MATMUL, "quant_matmul.cu");
+kernel_file!(QUANT_MATMUL, "quant_matmul.cu", quant_blocks);
 kernel_file!(NF4, "nf4.cu", super::nf4::tables);
 kernel_file!(POOL, "pool.cu");
 kernel_file!(OPTIM, "optim.cu");
@@ -64,7 +69,7 @@ kernel_file!(ATTENTION, "attention.cu");
 kernel_file!(DECODE_ATTENTION, "decode_attention.cu");
 kernel_file!(ROPE, "rope.cu");
 kernel_file!(SWIGLU, "swiglu.cu");
-kernel_file!(DECODE_GEMV, "decode_gemv.cu");
+kernel_file!(DECODE_GEMV, "decode_gemv.cu", quant_blocks);
 
 /// Every kernel file, for the test that compiles them all.
 pub const ALL_FILES: &[&KernelFile] = &[

@@ -14,9 +14,15 @@
 //!
 //! Inside `with_fixed_weights` (a decode step) the tensor-core kernels are launched
 //! dependently: each starts loading its first weights while the kernel before it finishes.
+//!
+//! Weights kept in a 4-bit block format (Q4_K, Q4_1: `Weights::Blocks`) take a third form: the
+//! same prologue staged in BF16, rounded to int8 in shared memory, and the int4 GEMV's warp loop
+//! (kernels/quant_blocks.cuh), for 1 to 8 rows: what `quant_matmul::quant_gemv` computes after
+//! the separate norm, gating or cast, in one launch.
 
 use super::compile::DECODE_GEMV;
 use super::launch::{args, type_suffix};
+use super::quant_matmul::BlockFormat;
 use super::rope::{CacheSlot, FLAG_CACHE_CURSOR};
 use super::{CudaDevice, CudaStorage, Launch};
 use crate::{DType, Error, Result};
@@ -79,6 +85,58 @@ const TARGETS: usize = 4;
 
 /// A contiguous operand: its storage and the element offset where it starts.
 pub type At<'a> = (&'a CudaStorage, usize);
+
+/// The weights of one launch, each (storage and offset, rows n_i), all of one kind.
+#[derive(Clone, Copy)]
+pub enum Weights<'a> {
+    /// Dense [n_i, k] matrices of one float dtype, which is the product's.
+    Dense(&'a [(At<'a>, usize)]),
+    /// Block-quantized matrices of one format (U8 storages, split as
+    /// `quant_matmul::split` stores them); the product is BF16.
+    Blocks(&'a [(At<'a>, usize)], BlockFormat),
+}
+
+impl<'a> Weights<'a> {
+    fn list(&self) -> &'a [(At<'a>, usize)] {
+        match *self {
+            Weights::Dense(w) | Weights::Blocks(w, _) => w,
+        }
+    }
+}
+
+/// The most activation rows of a launch with weights in `format` (the int4 kernels' largest
+/// compiled row count, as for `quant_gemv`).
+pub const BLOCK_MAX_ROWS: usize = 8;
+
+/// Whether the fused kernels take weights in `format` with k columns: the 4-bit formats
+/// with whole blocks (the int4 GEMV's).
+pub fn takes_blocks(format: BlockFormat, k: usize) -> bool {
+    match format {
+        BlockFormat::Q4_K => k > 0 && k.is_multiple_of(256),
+        BlockFormat::Q4_1 => k > 0 && k.is_multiple_of(32),
+        BlockFormat::Q8_0 | BlockFormat::Nf4 => false,
+    }
+}
+
+/// The compiled activation rows of the block kernels for `rows` rows.
+fn block_rows(rows: usize) -> usize {
+    rows.next_power_of_two()
+}
+
+/// Dynamic shared memory of a block-format launch: the staged BF16 rows, the int8 codes and
+/// (scale, scale * sum) pairs of the compiled rows, and the norms.
+fn block_shared_bytes(rows: usize, k: usize) -> usize {
+    let m = block_rows(rows);
+    rows * k * 2 + m * k + m * (k / 32) * 8 + MAX_ROWS * 4
+}
+
+/// Whether one block-format launch takes `rows` rows of k on `dev`.
+pub fn supports_blocks(dev: &CudaDevice, rows: usize, k: usize, format: BlockFormat) -> bool {
+    (1..=BLOCK_MAX_ROWS).contains(&rows)
+        && takes_blocks(format, k)
+        && rows * k <= i32::MAX as usize
+        && block_shared_bytes(rows, k) <= dev.shared_limit()
+}
 
 /// What the kernels compute from the inputs before the products, for `rows` rows of `k`.
 pub enum Prologue<'a> {
@@ -266,6 +324,150 @@ fn check_span(name: &str, (s, offset): At, len: usize, aligned: bool) -> Result<
     Ok(ptr)
 }
 
+/// The norm or gating of `rows` rows once, in a kernel of its own, rounded to `dtype` [rows, k]:
+/// what the products after it stage as it is (`prologue_apart`).
+fn prologue_alone(prologue: &Prologue, rows: usize, k: usize, dtype: DType) -> Result<CudaStorage> {
+    let (in0, in1, in_dt, aux_dt, eps) = prologue_args(prologue, rows, k)?;
+    let dev = match *prologue {
+        Prologue::RmsNorm { x, .. } | Prologue::Plain { x } => x.0.cuda_device(),
+        Prologue::Swiglu { gate, .. } => gate.0.cuda_device(),
+    };
+    let staged = CudaStorage::alloc(dev, rows * k, dtype)?;
+    let name = format!(
+        "decode_gemv_prologue_{}_{}",
+        prologue.name(),
+        type_suffix(dtype)
+    );
+    let f = dev.function(&DECODE_GEMV, &name)?;
+    let (k32, out) = (k as i32, staged.ptr());
+    // SAFETY: `prologue_args` checked the inputs' spans (rows × k, and k or rows × k for in1);
+    // `staged` holds rows × k of `dtype`, one block per row.
+    unsafe {
+        dev.launch(
+            f,
+            (rows as u32, 1, 1),
+            THREADS,
+            0,
+            &mut args![in0, in1, in_dt, aux_dt, k32, eps, out],
+        )?
+    };
+    Ok(staged)
+}
+
+/// The block-format form of `decode_gemv` (`Weights::Blocks`): a store, residual or SwiGLU
+/// epilogue, BF16 products.
+fn decode_gemv_blocks(
+    prologue: &Prologue,
+    rows: usize,
+    k: usize,
+    weights: &[(At, usize)],
+    format: BlockFormat,
+    epilogue: Epilogue,
+    out_dtype: DType,
+) -> Result<Vec<CudaStorage>> {
+    let dev = weights[0].0 .0.cuda_device();
+    if !supports_blocks(dev, rows, k, format) {
+        return Err(invalid(format!(
+            "{rows} rows of {k} with {} weights are outside the kernels (1..={BLOCK_MAX_ROWS} rows, Q4_K or Q4_1 with whole blocks, {} bytes of shared memory at most)",
+            format.name(),
+            dev.shared_limit()
+        )));
+    }
+    let (residual, pair) = match epilogue {
+        Epilogue::Products => (None, false),
+        Epilogue::Residual(r) if weights.len() == 1 => (Some(r), false),
+        Epilogue::Swiglu if matches!(weights, [(_, a), (_, b)] if a == b)
+            && !matches!(prologue, Prologue::Swiglu { .. }) =>
+        {
+            (None, true)
+        }
+        _ => {
+            return Err(invalid(format!(
+                "block-format weights take a store, a residual (one weight) or the SwiGLU epilogue (gate and up of one width, after a norm or a plain input); got {} weights",
+                weights.len()
+            )))
+        }
+    };
+    if prologue_apart(prologue, rows) {
+        let staged = prologue_alone(prologue, rows, k, DType::BF16)?;
+        let plain = Prologue::Plain { x: (&staged, 0) };
+        return decode_gemv_blocks(&plain, rows, k, weights, format, epilogue, out_dtype);
+    }
+    let (in0, in1, in_dt, aux_dt, eps) = prologue_args(prologue, rows, k)?;
+    let out_dt = dtype_code(out_dtype)?;
+    let (res, res_dt) = match residual {
+        Some(r) => (
+            check_span("the residual", r, rows * weights[0].1, false)?,
+            dtype_code(r.0.dtype())?,
+        ),
+        None => (0, 0),
+    };
+    if weights.len() > TARGETS {
+        return Err(invalid(format!(
+            "block-format weights take at most {TARGETS} weights a launch, got {}",
+            weights.len()
+        )));
+    }
+    let mut t = Targets {
+        w: [0; TARGETS],
+        y: [0; TARGETS],
+        end: [0; TARGETS],
+        count: weights.len() as i32,
+    };
+    let mut total = 0usize;
+    for (i, &(w, n)) in weights.iter().enumerate() {
+        if w.0.dtype() != DType::U8 {
+            return Err(invalid(format!(
+                "weight {i} holds {} blocks as U8, got {:?}",
+                format.name(),
+                w.0.dtype()
+            )));
+        }
+        t.w[i] = check_span(&format!("weight {i}"), w, format.stored_bytes(n, k)?, true)?;
+        total += n;
+        t.end[i] = total as i64;
+    }
+    let outs = weights[..if pair { 1 } else { weights.len() }]
+        .iter()
+        .map(|&(_, n)| CudaStorage::alloc(dev, rows * n, out_dtype))
+        .collect::<Result<Vec<_>>>()?;
+    for (slot, o) in outs.iter().enumerate() {
+        t.y[slot] = o.ptr();
+    }
+    let m = block_rows(rows);
+    let name = format!(
+        "decode_qgemv_{}_{}_m{m}{}",
+        prologue.name(),
+        format.name(),
+        if pair { "_pair" } else { "" }
+    );
+    let f = dev.function(&DECODE_GEMV, &name)?;
+    let shared = block_shared_bytes(rows, k);
+    // The kernel waits for the kernel before it first thing, so it may always start early.
+    let how = Launch {
+        dependent: FIXED_WEIGHTS.get(),
+        cluster: 1,
+    };
+    let resident = resident_blocks(dev, f, shared, how)?;
+    // Row groups of the int4 loop (kernels/quant_blocks.cuh's Int4Rows: 4 rows a warp up to 2
+    // activation rows, else 2; paired, half of them in each weight), a warp each.
+    let group = if m <= 2 { 4 } else { 2 };
+    let groups: usize = if pair {
+        weights[0].1.div_ceil(group / 2)
+    } else {
+        weights.iter().map(|&(_, n)| n.div_ceil(group)).sum()
+    };
+    let grid = groups.div_ceil(WARPS).clamp(1, resident.max(1) as usize) as u32;
+    let (rows32, k32) = (rows as i32, k as i32);
+    // SAFETY: the inputs' spans were checked (`prologue_args`, the residual rows × n_0), each
+    // weight holds the stored bytes of its n_i × k blocks, the outputs are fresh buffers of
+    // rows × n_i (or rows × n_0 gated), and `shared` is what the kernel carves for `rows` rows,
+    // allowed on `f` by `resident_blocks`.
+    let params = &mut args![t, in0, in1, in_dt, aux_dt, res, res_dt, out_dt, rows32, k32, eps];
+    unsafe { dev.launch_with(how, f, (grid, 1, 1), THREADS, shared as u32, params)? };
+    Ok(outs)
+}
+
 /// The pointers and dtype codes the kernel takes for the prologue's inputs: in0, in1, in_dt,
 /// aux_dt, eps.
 fn prologue_args(p: &Prologue, rows: usize, k: usize) -> Result<(u64, u64, i32, i32, f32)> {
@@ -443,21 +645,27 @@ pub fn pairs_gate_and_up(k: usize, dtype: DType) -> bool {
 }
 
 /// y_i [rows, n_i] = P(in) [rows, k] · W_iᵀ, then the epilogue, for the weights `weights` =
-/// (W_i [n_i, k] contiguous, n_i), all of one dtype (the product's), with outputs of
-/// `out_dtype` (the weights' dtype, or the residual add's). A residual takes one weight, the
-/// SwiGLU epilogue two of one width.
+/// (W_i [n_i, k] contiguous, n_i): dense ones of one dtype (the product's), or block-quantized
+/// ones of one format (a BF16 product), with outputs of `out_dtype` (the product's dtype, or
+/// the residual add's). A residual takes one weight, the SwiGLU epilogue two of one width.
 pub fn decode_gemv(
     prologue: &Prologue,
     rows: usize,
     k: usize,
-    weights: &[(At, usize)],
+    weights: Weights,
     epilogue: Epilogue,
     out_dtype: DType,
 ) -> Result<Vec<CudaStorage>> {
-    let Some(&((first, _), _)) = weights.first() else {
+    let all = weights.list();
+    let Some(&((first, _), _)) = all.first() else {
         return Err(invalid("needs at least one weight".into()));
     };
-    let (dev, wdtype) = (first.cuda_device(), first.dtype());
+    let dev = first.cuda_device();
+    if let Weights::Blocks(_, format) = weights {
+        return decode_gemv_blocks(prologue, rows, k, all, format, epilogue, out_dtype);
+    }
+    let weights = all;
+    let wdtype = first.dtype();
     if !supports(dev, rows, k, wdtype)? {
         return Err(invalid(format!(
             "{rows} rows of {k} with {wdtype:?} weights are outside the kernels (1..={MAX_ROWS} rows, k a multiple of 8, F32/BF16/F16, {} bytes of staged rows at most)",
@@ -503,28 +711,16 @@ pub fn decode_gemv(
     };
     let (in0, in1, in_dt, aux_dt, eps) = prologue_args(prologue, rows, k)?;
     if tensor_cores(k, wdtype) && prologue_apart(prologue, rows) {
-        // The norm or gating once for all blocks, then the products of its output as it is.
-        let staged = CudaStorage::alloc(dev, rows * k, wdtype)?;
-        let name = format!(
-            "decode_gemv_prologue_{}_{}",
-            prologue.name(),
-            type_suffix(wdtype)
-        );
-        let f = dev.function(&DECODE_GEMV, &name)?;
-        let (k32, out) = (k as i32, staged.ptr());
-        // SAFETY: the inputs' spans were checked above (rows × k, and k or rows × k for in1);
-        // `staged` holds rows × k of the weights' dtype, one block per row.
-        unsafe {
-            dev.launch(
-                f,
-                (rows as u32, 1, 1),
-                THREADS,
-                0,
-                &mut args![in0, in1, in_dt, aux_dt, k32, eps, out],
-            )?
-        };
+        let staged = prologue_alone(prologue, rows, k, wdtype)?;
         let plain = Prologue::Plain { x: (&staged, 0) };
-        return decode_gemv(&plain, rows, k, weights, epilogue, out_dtype);
+        return decode_gemv(
+            &plain,
+            rows,
+            k,
+            Weights::Dense(weights),
+            epilogue,
+            out_dtype,
+        );
     }
     let out_dt = dtype_code(out_dtype)?;
     let (res, res_dt) = match residual {

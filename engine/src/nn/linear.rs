@@ -10,6 +10,7 @@ use super::init::{kaiming_uniform_, uniform_, FanMode};
 use super::lora::{LoraAdapter, LoraSpec};
 use super::module::{new_parameter, weight_and_bias, Module};
 use super::summary::Summary;
+use crate::ops::product_weight::ProductWeight;
 use crate::ops::quant_matmul::{BlockFormat, QuantizedMatrix};
 use crate::{no_grad, DType, Error, Generator, Result, Tensor};
 
@@ -129,6 +130,16 @@ impl Linear {
     pub fn plain_weight(&self) -> Option<&Tensor> {
         match (&self.weight, &self.bias, &self.lora) {
             (LinearWeight::Dense(w), None, None) => Some(w),
+            _ => None,
+        }
+    }
+
+    /// The weight when this layer is only `x W^T`, dense or quantized (no bias, no adapter):
+    /// what the fused decode products take.
+    pub fn product_weight(&self) -> Option<ProductWeight<'_>> {
+        match (&self.weight, &self.bias, &self.lora) {
+            (LinearWeight::Dense(w), None, None) => Some(ProductWeight::Dense(w)),
+            (LinearWeight::Quantized(q), None, None) => Some(ProductWeight::Blocks(q)),
             _ => None,
         }
     }

@@ -8,7 +8,8 @@
 //! - `rms_norm_qkv_into_cache`: a decode step's q/k/v products after the norm, with q and k
 //!   rotated and k and v written into the key/value caches in the products' epilogue.
 //!
-//! Weights are [n, k] as `Linear` holds them (y = x Wᵀ). On CUDA, for at most
+//! Weights are [n, k] as `Linear` holds them (y = x Wᵀ): dense tensors, or block-quantized
+//! matrices (`ProductWeight`; Q4_K and Q4_1 take the kernel, as BF16 products). On CUDA, for at most
 //! `fused_max_rows` rows (backend/cuda/decode_gemv.rs) and when no gradient is needed, each op is one GEMV launch
 //! that reads every weight once; otherwise it is the composition of the ops the model runs
 //! (which records autograd as usual). Both choose the same dtypes (`product_dtype`), and the
@@ -23,10 +24,14 @@
 use super::dispatch::{dispatch_all, CudaOperand};
 use super::index::cat_rows_as;
 use super::matmul::product_in;
+use super::product_weight::{all_dense, ProductWeight};
 use super::{backward_fn, grad_if};
 use crate::amp;
 use crate::autograd::{is_grad_enabled, no_grad, SavedTensor};
-use crate::backend::cuda::decode_gemv::{self as cuda, At, Epilogue, Prologue, RotaryWrite};
+use crate::backend::cuda::decode_gemv::{
+    self as cuda, At, Epilogue, Prologue, RotaryWrite, Weights,
+};
+use crate::backend::cuda::quant_matmul::BlockFormat;
 use crate::backend::cuda::rope::CacheSlot;
 use crate::backend::Storage;
 use crate::{DType, Device, Error, Result, Tensor};
@@ -74,27 +79,31 @@ pub fn product_dtype(device: Device, activation: DType, weight: DType) -> DType 
 impl Tensor {
     /// rms_norm(self, norm_weight, eps), cast for the products as a layer casts it, times
     /// each Wᵢᵀ: self [.., k], each weight [nᵢ, k]; returns [.., nᵢ] for each weight.
-    pub fn rms_norm_linears(
+    pub fn rms_norm_linears<'w, W: Into<ProductWeight<'w>> + Copy>(
         &self,
         norm_weight: &Tensor,
         eps: f64,
-        weights: &[&Tensor],
+        weights: &[W],
     ) -> Result<Vec<Tensor>> {
-        let k = check_norm(NORM_OP, self, norm_weight, eps, weights)?;
+        let weights: Vec<ProductWeight> = weights.iter().map(|&w| w.into()).collect();
+        let k = check_norm(NORM_OP, self, norm_weight, eps, &weights)?;
         // The normed input is materialized in x's dtype, then cast for the products.
         let normed = product_dtype(self.device(), self.dtype(), self.dtype());
-        if let Some(plan) = plan(self, k, normed, &[self, norm_weight], weights, None)? {
+        if let Some(plan) = plan(self, k, normed, &[self, norm_weight], &weights, None)? {
             return plan.run(NORM_OP, Kind::Norm(eps), Finish::Store);
         }
         let normed = self.rms_norm_as(Some(norm_weight), eps, amp::products_dtype(self))?;
-        normed.linears(weights)
+        match all_dense(&weights) {
+            Some(dense) => normed.linears(&dense),
+            None => weights.iter().map(|w| w.product(&normed)).collect(),
+        }
     }
 
     /// self Wᵢᵀ for each weight [nᵢ, k], as a layer's products of one input (q/k/v, or
     /// gate/up): returns [.., nᵢ] for each weight.
     pub fn linears(&self, weights: &[&Tensor]) -> Result<Vec<Tensor>> {
         let k = features(LINEARS_OP, self)?;
-        check_weights(LINEARS_OP, self, k, weights)?;
+        check_weights(LINEARS_OP, self, k, &dense_weights(weights))?;
         // Training: one product with the weights side by side, split into views. cuBLAS runs
         // one wide GEMM instead of several narrow ones each way, and the input's gradient is
         // one product rather than a sum of several. Without gradients the separate products
@@ -103,7 +112,10 @@ impl Tensor {
             let sizes: Vec<usize> = weights.iter().map(|w| w.shape()[0]).collect();
             return self.linears_joined(weights)?.split_with_sizes(&sizes, -1);
         }
-        weights.iter().map(|w| linear(self, w)).collect()
+        weights
+            .iter()
+            .map(|&w| ProductWeight::Dense(w).product(self))
+            .collect()
     }
 
     /// self [.., k] times the weights [nᵢ, k] side by side: [.., Σnᵢ], one product. What
@@ -116,12 +128,12 @@ impl Tensor {
     /// block of one F32 product.
     pub fn linears_joined(&self, weights: &[&Tensor]) -> Result<Tensor> {
         let k = features(LINEARS_OP, self)?;
-        check_weights(LINEARS_OP, self, k, weights)?;
+        check_weights(LINEARS_OP, self, k, &dense_weights(weights))?;
         let w_dtype = weights[0].dtype();
         let low = product_dtype(self.device(), self.dtype(), w_dtype);
         if low == w_dtype || weights.iter().any(|w| w.dtype() != w_dtype) {
             let fused = Tensor::cat(&weights.iter().map(|&w| w.clone()).collect::<Vec<_>>(), 0)?;
-            return linear(self, &fused);
+            return ProductWeight::Dense(&fused).product(self);
         }
         let (x, w) = no_grad(|| -> Result<_> {
             let rows = self.shape()[..self.rank() - 1].iter().product();
@@ -172,24 +184,26 @@ impl Tensor {
     /// norm_weight, eps) cast for the products: self [.., k], gate and up [n, k]; returns
     /// [.., n]. In a decode step both products and the gating are one kernel, which stores
     /// only the gated values; otherwise `rms_norm_linears`, then `swiglu`.
-    pub fn rms_norm_swiglu(
+    pub fn rms_norm_swiglu<'w>(
         &self,
         norm_weight: &Tensor,
         eps: f64,
-        gate: &Tensor,
-        up: &Tensor,
+        gate: impl Into<ProductWeight<'w>>,
+        up: impl Into<ProductWeight<'w>>,
     ) -> Result<Tensor> {
+        let (gate, up) = (gate.into(), up.into());
         let k = check_norm(NORM_SWIGLU_OP, self, norm_weight, eps, &[gate, up])?;
         if gate.shape() != up.shape() {
             return Err(Error::ShapeMismatch {
                 op: NORM_SWIGLU_OP,
-                lhs: gate.shape().to_vec(),
-                rhs: up.shape().to_vec(),
+                lhs: gate.shape(),
+                rhs: up.shape(),
             });
         }
         let normed = product_dtype(self.device(), self.dtype(), self.dtype());
         if let Some(plan) = plan(self, k, normed, &[self, norm_weight], &[gate, up], None)? {
-            if cuda::pairs_gate_and_up(k, plan.dtype) && plan.rows <= pair_rows_limit() {
+            let pairs = plan.blocks.is_some() || cuda::pairs_gate_and_up(k, plan.dtype);
+            if pairs && plan.rows <= pair_rows_limit() {
                 return plan
                     .run(NORM_SWIGLU_OP, Kind::Norm(eps), Finish::Gated)
                     .map(single);
@@ -201,33 +215,39 @@ impl Tensor {
 
     /// silu(self) * up (SwiGLU's gating, self being the gate) times Wᵀ, plus `residual`:
     /// self and up [.., k], weight [n, k], residual [.., n]; returns [.., n].
-    pub fn swiglu_linear(
+    pub fn swiglu_linear<'w>(
         &self,
         up: &Tensor,
-        weight: &Tensor,
+        weight: impl Into<ProductWeight<'w>>,
         residual: Option<&Tensor>,
     ) -> Result<Tensor> {
+        let weight = weight.into();
         let k = features(SWIGLU_OP, self)?;
         check_float(SWIGLU_OP, &[up])?;
         super::swiglu::check_gate_up(SWIGLU_OP, self, up)?;
         check_weights(SWIGLU_OP, self, k, &[weight])?;
-        check_residual(SWIGLU_OP, self, weight, residual)?;
+        check_residual(SWIGLU_OP, self, &weight, residual)?;
         if let Some(plan) = plan(self, k, self.dtype(), &[self, up], &[weight], residual)? {
             return plan.run(SWIGLU_OP, Kind::Swiglu, Finish::Store).map(single);
         }
-        let y = linear(&self.swiglu(up)?, weight)?;
+        let y = weight.product(&self.swiglu(up)?)?;
         add_residual(residual, y)
     }
 
     /// self Wᵀ plus `residual`: self [.., k], weight [n, k], residual [.., n]; returns [.., n].
-    pub fn linear_residual(&self, weight: &Tensor, residual: Option<&Tensor>) -> Result<Tensor> {
+    pub fn linear_residual<'w>(
+        &self,
+        weight: impl Into<ProductWeight<'w>>,
+        residual: Option<&Tensor>,
+    ) -> Result<Tensor> {
+        let weight = weight.into();
         let k = features(LINEAR_OP, self)?;
         check_weights(LINEAR_OP, self, k, &[weight])?;
-        check_residual(LINEAR_OP, self, weight, residual)?;
+        check_residual(LINEAR_OP, self, &weight, residual)?;
         if let Some(plan) = plan(self, k, self.dtype(), &[self], &[weight], residual)? {
             return plan.run(LINEAR_OP, Kind::Plain, Finish::Store).map(single);
         }
-        add_residual(residual, linear(self, weight)?)
+        add_residual(residual, weight.product(self)?)
     }
 
     /// One decode step's queries, with its keys and values put into the caches:
@@ -244,7 +264,13 @@ impl Tensor {
         head_dim: usize,
         cache: RotaryCache,
     ) -> Result<Tensor> {
-        check_norm(QKV_CACHE_OP, self, norm_weight, eps, &[wq, wk, wv])?;
+        check_norm(
+            QKV_CACHE_OP,
+            self,
+            norm_weight,
+            eps,
+            &dense_weights(&[wq, wk, wv]),
+        )?;
         let heads = check_qkv_heads(self, [wq, wk, wv], head_dim)?;
         if let Some(plan) = qkv_cache_plan(self, norm_weight, [wq, wk, wv], head_dim, &cache)? {
             let finish = Finish::Rotary { cache, head_dim };
@@ -275,7 +301,7 @@ pub fn qkv_into_cache_runs_kernel(
     head_dim: usize,
     cache: &RotaryCache,
 ) -> Result<bool> {
-    check_norm(QKV_CACHE_OP, x, norm_weight, 0.0, &weights)?;
+    check_norm(QKV_CACHE_OP, x, norm_weight, 0.0, &dense_weights(&weights))?;
     check_qkv_heads(x, weights, head_dim)?;
     Ok(qkv_cache_plan(x, norm_weight, weights, head_dim, cache)?.is_some())
 }
@@ -292,7 +318,14 @@ fn qkv_cache_plan(
     let k = wq.shape()[1];
     let heads = [wq.shape()[0] / head_dim, wk.shape()[0] / head_dim];
     let normed = product_dtype(x.device(), x.dtype(), x.dtype());
-    let plan = plan(x, k, normed, &[x, norm_weight], &[wq, wk, wv], None)?;
+    let plan = plan(
+        x,
+        k,
+        normed,
+        &[x, norm_weight],
+        &dense_weights(&[wq, wk, wv]),
+        None,
+    )?;
     Ok(plan.filter(|p| cache.takes(p, heads, head_dim)))
 }
 
@@ -328,7 +361,8 @@ impl RotaryCache<'_> {
                 && c.layout().offset() == 0
         };
         let device = plan.staged[0].device();
-        cuda::rotates(plan.k, plan.dtype, head_dim)
+        plan.blocks.is_none()
+            && cuda::rotates(plan.k, plan.dtype, head_dim)
             && plan.shapes[0] == [b, 1, heads[0] * head_dim]
             && table(self.cos)
             && table(self.sin)
@@ -375,24 +409,15 @@ pub fn trains(weights: &[&Tensor]) -> bool {
 /// Whether `x.linear_residual(weight, None)` (and the other two ops on an input of x's shape
 /// and dtype) runs the fused CUDA kernel rather than the composition, under the current grad
 /// mode and autocast. For tests and benchmarks: the result of either path is the same op.
-pub fn runs_fused_kernel(x: &Tensor, weight: &Tensor) -> Result<bool> {
+pub fn runs_fused_kernel<'w>(x: &Tensor, weight: impl Into<ProductWeight<'w>>) -> Result<bool> {
+    let weight = weight.into();
     let k = features(LINEAR_OP, x)?;
     check_weights(LINEAR_OP, x, k, &[weight])?;
     Ok(plan(x, k, x.dtype(), &[x], &[weight], None)?.is_some())
 }
 
-/// y = x Wᵀ as `Linear::forward` computes it: leading dims flattened into rows beyond rank 2.
-fn linear(x: &Tensor, w: &Tensor) -> Result<Tensor> {
-    let (n, k) = (w.shape()[0], w.shape()[1]);
-    if x.rank() > 2 {
-        let mut shape = x.shape().to_vec();
-        shape[x.rank() - 1] = n;
-        x.reshape_to(&[x.numel() / k, k])?
-            .matmul(&w.t()?)?
-            .reshape_to(&shape)
-    } else {
-        x.matmul(&w.t()?)
-    }
+fn dense_weights<'a>(weights: &[&'a Tensor]) -> Vec<ProductWeight<'a>> {
+    weights.iter().map(|&w| ProductWeight::Dense(w)).collect()
 }
 
 /// residual + y, as a block adds a layer's output to its stream.
@@ -426,7 +451,7 @@ fn check_norm(
     x: &Tensor,
     norm_weight: &Tensor,
     eps: f64,
-    weights: &[&Tensor],
+    weights: &[ProductWeight],
 ) -> Result<usize> {
     let k = features(op, x)?;
     check_weights(op, x, k, weights)?;
@@ -455,33 +480,22 @@ fn check_float(op: &'static str, ts: &[&Tensor]) -> Result<()> {
     ts.iter().try_for_each(|t| t.check_float(op))
 }
 
-/// Each weight [n, k] of a float dtype, on x's device, and at least one.
-fn check_weights(op: &'static str, x: &Tensor, k: usize, weights: &[&Tensor]) -> Result<()> {
+/// Each weight [n, k] (of a float dtype if dense), on x's device, and at least one.
+fn check_weights(op: &'static str, x: &Tensor, k: usize, weights: &[ProductWeight]) -> Result<()> {
     if weights.is_empty() {
         return Err(Error::invalid(op, "needs at least one weight"));
     }
-    for (i, w) in weights.iter().enumerate() {
-        w.check_float(op)?;
-        x.check_same_device(op, w)?;
-        if w.rank() != 2 || w.shape()[1] != k {
-            return Err(Error::invalid(
-                op,
-                format!(
-                    "weight {i} is {:?}, but [n, {k}] multiplies an input {:?}",
-                    w.shape(),
-                    x.shape()
-                ),
-            ));
-        }
-    }
-    Ok(())
+    weights
+        .iter()
+        .enumerate()
+        .try_for_each(|(i, w)| w.check(op, x, k, i))
 }
 
 /// The residual, if any: a float tensor on x's device with the output's shape [.., n].
 fn check_residual(
     op: &'static str,
     x: &Tensor,
-    weight: &Tensor,
+    weight: &ProductWeight,
     residual: Option<&Tensor>,
 ) -> Result<()> {
     let Some(r) = residual else { return Ok(()) };
@@ -539,7 +553,12 @@ struct Plan {
     rows: usize,
     k: usize,
     staged: Vec<Tensor>,
+    /// Dense weights in the product's dtype, or the blocks (U8) of quantized ones.
     weights: Vec<Tensor>,
+    /// The weights' rows.
+    widths: Vec<usize>,
+    /// The quantized weights' format; `None` for dense ones.
+    blocks: Option<BlockFormat>,
     residual: Option<Tensor>,
     shapes: Vec<Vec<usize>>,
     dtype: DType,
@@ -557,17 +576,32 @@ fn plan(
     k: usize,
     activation: DType,
     staged: &[&Tensor],
-    weights: &[&Tensor],
+    weights: &[ProductWeight],
     residual: Option<&Tensor>,
 ) -> Result<Option<Plan>> {
     let Device::Cuda(ordinal) = x.device() else {
         return Ok(None);
     };
-    let mut all = staged.iter().chain(weights).chain(residual.iter());
+    let dense = all_dense(weights);
+    let mut all = staged
+        .iter()
+        .chain(dense.iter().flatten())
+        .chain(residual.iter());
     if is_grad_enabled() && all.any(|t| t.requires_grad()) {
         return Ok(None);
     }
     let rows = x.numel().checked_div(k).unwrap_or(0);
+    let widths: Vec<usize> = weights.iter().map(|w| w.shape()[0]).collect();
+    let shapes = widths.iter().map(|&n| output_shape(x, n)).collect();
+    let Some(weights) = dense else {
+        return plan_blocks(x, k, activation, staged, weights, residual, ordinal).map(|p| {
+            p.map(|p| Plan {
+                widths,
+                shapes,
+                ..p
+            })
+        });
+    };
     let dtype = product_dtype(x.device(), activation, weights[0].dtype());
     if rows > rows_limit(k, dtype) {
         return Ok(None);
@@ -604,18 +638,77 @@ fn plan(
     {
         return Ok(None);
     }
-    let shapes = weights
-        .iter()
-        .map(|w| output_shape(x, w.shape()[0]))
-        .collect();
     Ok(Some(Plan {
         rows,
         k,
         staged,
         weights,
+        widths,
+        blocks: None,
         residual,
         shapes,
         dtype,
+    }))
+}
+
+/// `plan` for block-quantized weights: all of one format the kernels take, multiplying a BF16
+/// activation (the composition's product then runs in BF16 through the int8 GEMV), at most
+/// `BLOCK_MAX_ROWS` rows. The plan's widths and shapes are the caller's to fill.
+fn plan_blocks(
+    x: &Tensor,
+    k: usize,
+    activation: DType,
+    staged: &[&Tensor],
+    weights: &[ProductWeight],
+    residual: Option<&Tensor>,
+    ordinal: usize,
+) -> Result<Option<Plan>> {
+    let blocks: Option<Vec<_>> = weights
+        .iter()
+        .map(|w| match w {
+            ProductWeight::Blocks(q) => Some(q),
+            ProductWeight::Dense(_) => None,
+        })
+        .collect();
+    let Some(blocks) = blocks else {
+        return Ok(None);
+    };
+    let format = blocks[0].format();
+    let rows = x.numel().checked_div(k).unwrap_or(0);
+    let dev = crate::backend::cuda::device(ordinal)?;
+    let taken = |t: &Tensor| matches!(t.dtype(), DType::F32 | DType::BF16 | DType::F16);
+    if activation != DType::BF16
+        || blocks.iter().any(|q| q.format() != format)
+        || !staged.iter().chain(residual.iter()).all(|t| taken(t))
+        || !cuda::supports_blocks(&dev, rows, k, format)
+    {
+        return Ok(None);
+    }
+    let contiguous = |t: &Tensor| no_grad(|| t.contiguous());
+    let aligned = |t: &Tensor| (t.layout().offset() * t.dtype().size_in_bytes()).is_multiple_of(16);
+    let staged = staged
+        .iter()
+        .map(|t| contiguous(t))
+        .collect::<Result<Vec<_>>>()?;
+    let residual = residual.map(contiguous).transpose()?;
+    let weights: Vec<Tensor> = blocks.iter().map(|q| q.blocks().clone()).collect();
+    if !staged
+        .iter()
+        .chain(&weights)
+        .all(|t| t.is_contiguous() && aligned(t))
+    {
+        return Ok(None);
+    }
+    Ok(Some(Plan {
+        rows,
+        k,
+        staged,
+        weights,
+        widths: Vec::new(),
+        blocks: Some(format),
+        residual,
+        shapes: Vec::new(),
+        dtype: DType::BF16,
     }))
 }
 
@@ -671,9 +764,12 @@ impl Plan {
                     },
                     Kind::Plain => Prologue::Plain { x: at(0) },
                 };
-                let weights: Vec<(At, usize)> = (0..nw)
-                    .map(|i| (at(ns + i), self.weights[i].shape()[0]))
-                    .collect();
+                let list: Vec<(At, usize)> =
+                    (0..nw).map(|i| (at(ns + i), self.widths[i])).collect();
+                let weights = match self.blocks {
+                    Some(format) => Weights::Blocks(&list, format),
+                    None => Weights::Dense(&list),
+                };
                 let epilogue = match (&self.residual, &finish) {
                     (Some(_), _) => Epilogue::Residual(at(ns + nw)),
                     (None, Finish::Store) => Epilogue::Products,
@@ -703,13 +799,13 @@ impl Plan {
                             &prologue,
                             rows,
                             k,
-                            &weights,
+                            weights,
                             Epilogue::Rotary(rotary),
                             out_dtype,
                         );
                     }
                 };
-                cuda::decode_gemv(&prologue, rows, k, &weights, epilogue, out_dtype)
+                cuda::decode_gemv(&prologue, rows, k, weights, epilogue, out_dtype)
             },
         )?;
         let shapes = match finish {

@@ -172,7 +172,7 @@ fn a_residual_of_another_shape_is_an_error() {
 fn no_weights_or_mismatched_gate_and_up_are_errors() {
     let x = Tensor::zeros(&[2, 16], DType::F32, Device::Cpu).unwrap();
     let g = Tensor::ones(&[16], DType::F32, Device::Cpu).unwrap();
-    let e = error_of(x.rms_norm_linears(&g, 1e-6, &[]));
+    let e = error_of(x.rms_norm_linears(&g, 1e-6, &[] as &[&Tensor]));
     assert!(
         e.contains(NORM_OP) && e.contains("at least one weight"),
         "{e}"

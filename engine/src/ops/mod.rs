@@ -18,6 +18,7 @@ pub mod matmul;
 pub mod nf4;
 pub mod norm;
 pub mod pool;
+pub mod product_weight;
 pub mod quant_matmul;
 pub mod reduce;
 pub mod residual_norm;

@@ -128,7 +128,8 @@ impl Attention {
                 return Residual::after(x, &out, &self.o_proj);
             }
         }
-        let (x, products) = match qkv {
+        let plain = [&self.q_proj, &self.k_proj, &self.v_proj].map(Linear::product_weight);
+        let (x, products) = match plain {
             [Some(wq), Some(wk), Some(wv)] if !stream.is_pending() => {
                 let x = stream.into_sum();
                 let out = x.rms_norm_linears(&norm.weight, norm.eps, &[wq, wk, wv])?;

@@ -32,12 +32,13 @@ impl SwiGlu {
     }
 
     /// The stream after the feed-forward: x + forward(norm(x)), the normed input cast once
-    /// for the products. With plain dense weights and nothing pending, the norm, gate and up
+    /// for the products. With plain weights (dense or quantized) and nothing pending, the norm, gate and up
     /// are one fused op (gated in their epilogue in a decode step); a pending output is added
     /// by the norm (`Residual`), and the down product leaves its own pending or adds it.
     pub fn forward_residual(&self, stream: Residual, norm: &RmsNorm) -> Result<Residual> {
         let gate_up = [&self.gate_proj, &self.up_proj].map(Linear::plain_weight);
-        let (x, gated) = match gate_up {
+        let products = [&self.gate_proj, &self.up_proj].map(Linear::product_weight);
+        let (x, gated) = match products {
             [Some(gate), Some(up)] if !stream.is_pending() => {
                 let x = stream.into_sum();
                 let gated = x.rms_norm_swiglu(&norm.weight, norm.eps, gate, up)?;

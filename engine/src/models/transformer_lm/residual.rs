@@ -49,7 +49,7 @@ impl Residual {
     /// `linear`, added in the product's epilogue when the fused decode kernel runs it, else
     /// pending.
     pub fn after(x: Tensor, input: &Tensor, linear: &Linear) -> Result<Residual> {
-        let output = match linear.plain_weight() {
+        let output = match linear.product_weight() {
             Some(w) if runs_fused_kernel(input, w)? => {
                 return Ok(Residual::new(input.linear_residual(w, Some(&x))?));
             }
