@@ -564,6 +564,25 @@ template <int BATCH> struct GemvWeights {
     uint4 lo[BATCH][2], hi[BATCH][2];
 };
 
+// The sums over the warps of a tile's paired rows m and m + 8 for one activation row (`at` =
+// m * 8 + the row's place in n-tile nt, m < 8), each rounded to W as the product that the
+// composition materializes.
+template <class W, int NT>
+__device__ __forceinline__ void gemv_pair_sums(const float* red, int nt, int at, float& lo, float& hi) {
+    lo = 0.f;
+    hi = 0.f;
+#pragma unroll
+    for (int w = 0; w < GEMV_WARPS; ++w) {
+        lo += red[(w * NT + nt) * 128 + at];
+        hi += red[(w * NT + nt) * 128 + at + 64];
+    }
+    lo = to_f(from_f<W>(lo));
+    hi = to_f(from_f<W>(hi));
+}
+
+// SwiGLU's gating of a gate product a and an up product u: kernels/swiglu.cu's expression.
+__device__ __forceinline__ float gemv_gate(float a, float u) { return a * (1.f / (1.f + expf(-a))) * u; }
+
 // The weight rows a tile takes as its mma rows g and g + 8 (g < 8), by epilogue:
 // - GEMV_EPI_STORE: 16 consecutive rows, past the end clamped to the last (an L2 hit, not
 //   stored);
@@ -610,14 +629,8 @@ __device__ __forceinline__ void gemv_rotary_store(const float* red, const GemvTa
         for (int o = threadIdx.x; o < NT * 64; o += GEMV_THREADS) {
             const int nt = o / 64, at = o % 64, m = at / 8, r = nt * 8 + at % 8;
             if (r >= rows) continue;
-            float a = 0.f, b = 0.f;
-#pragma unroll
-            for (int w = 0; w < GEMV_WARPS; ++w) {
-                a += red[(w * NT + nt) * 128 + at];
-                b += red[(w * NT + nt) * 128 + at + 64];
-            }
-            a = to_f(from_f<W>(a));
-            b = to_f(from_f<W>(b));
+            float a, b;
+            gemv_pair_sums<W, NT>(red, nt, at, a, b);
             const i64 j = j0 + m, lo = head * hd + j;
             const float* c = reinterpret_cast<const float*>(rot.cos) + r * rot.table_sb;
             const float* s = reinterpret_cast<const float*>(rot.sin) + r * rot.table_sb;
@@ -809,16 +822,9 @@ __device__ void decode_gemv_mma_impl(const GemvTargets& t, const void* in0, cons
                 const int nt = o / 64, at = o % 64, m = at / 8, r = nt * 8 + at % 8;
                 const i64 gr = tile * 8 + m;
                 if (r < rows && gr < n) {
-                    float a = 0.f, u = 0.f;
-#pragma unroll
-                    for (int w = 0; w < GEMV_WARPS; ++w) {
-                        a += red[(w * NT + nt) * 128 + at];
-                        u += red[(w * NT + nt) * 128 + at + 64];
-                    }
-                    a = to_f(from_f<W>(a));
-                    u = to_f(from_f<W>(u));
-                    gemv_store1(reinterpret_cast<void*>(t.y[0]), out_dt, (i64)r * n + gr,
-                                a * (1.f / (1.f + expf(-a))) * u);
+                    float a, u;
+                    gemv_pair_sums<W, NT>(red, nt, at, a, u);
+                    gemv_store1(reinterpret_cast<void*>(t.y[0]), out_dt, (i64)r * n + gr, gemv_gate(a, u));
                 }
             }
         } else {
@@ -938,7 +944,7 @@ template <int M> struct QgemvGate {
             for (int r = 0; r < M; ++r) {
                 if (r >= rows) continue;
                 const float a = to_f(from_f<bf16>(acc[i][r])), u = to_f(from_f<bf16>(acc[i + H][r]));
-                gemv_store1(y, out_dt, (i64)r * n + row, a * (1.f / (1.f + expf(-a))) * u);
+                gemv_store1(y, out_dt, (i64)r * n + row, gemv_gate(a, u));
             }
         }
     }

@@ -13,7 +13,7 @@ use relative_error::relative_error;
 use rusting_brain::amp::autocast;
 use rusting_brain::backend::cuda::{self, graph::CudaGraph};
 use rusting_brain::ops::fused_linear::{
-    fused_max_rows, qkv_into_cache_runs_kernel, runs_fused_kernel, RotaryCache,
+    fused_max_rows, qkv_into_cache_runs_kernel, runs_fused_kernel, set_block_products, RotaryCache,
 };
 use rusting_brain::ops::quant_matmul::{BlockFormat, QuantizedMatrix};
 use rusting_brain::ops::rope::rotary_into_cache;
@@ -631,6 +631,7 @@ fn block_quantized_weights_take_the_fused_products() {
     let Some(d) = cuda::device_for_test("block_quantized_weights_take_the_fused_products") else {
         return;
     };
+    set_block_products(true);
     no_grad(|| {
         for format in [BlockFormat::Q4_K, BlockFormat::Q4_1] {
             for rows in [1, 2, 3, 8] {

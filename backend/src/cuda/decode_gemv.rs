@@ -395,13 +395,7 @@ fn decode_gemv_blocks(
     }
     let (in0, in1, in_dt, aux_dt, eps) = prologue_args(prologue, rows, k)?;
     let out_dt = dtype_code(out_dtype)?;
-    let (res, res_dt) = match residual {
-        Some(r) => (
-            check_span("the residual", r, rows * weights[0].1, false)?,
-            dtype_code(r.0.dtype())?,
-        ),
-        None => (0, 0),
-    };
+    let (res, res_dt) = residual_args(residual, rows * weights[0].1)?;
     if weights.len() > TARGETS {
         return Err(invalid(format!(
             "block-format weights take at most {TARGETS} weights a launch, got {}",
@@ -466,6 +460,18 @@ fn decode_gemv_blocks(
     let params = &mut args![t, in0, in1, in_dt, aux_dt, res, res_dt, out_dt, rows32, k32, eps];
     unsafe { dev.launch_with(how, f, (grid, 1, 1), THREADS, shared as u32, params)? };
     Ok(outs)
+}
+
+/// The residual's pointer and dtype code (0 and 0 without one), after checking it holds
+/// `len` elements.
+fn residual_args(residual: Option<At>, len: usize) -> Result<(u64, i32)> {
+    match residual {
+        Some(r) => Ok((
+            check_span("the residual", r, len, false)?,
+            dtype_code(r.0.dtype())?,
+        )),
+        None => Ok((0, 0)),
+    }
 }
 
 /// The pointers and dtype codes the kernel takes for the prologue's inputs: in0, in1, in_dt,
@@ -723,13 +729,7 @@ pub fn decode_gemv(
         );
     }
     let out_dt = dtype_code(out_dtype)?;
-    let (res, res_dt) = match residual {
-        Some(r) => (
-            check_span("the residual", r, rows * weights[0].1, false)?,
-            dtype_code(r.0.dtype())?,
-        ),
-        None => (0, 0),
-    };
+    let (res, res_dt) = residual_args(residual, rows * weights[0].1)?;
     let mut w_ptrs = Vec::with_capacity(weights.len());
     for (i, &(w, n)) in weights.iter().enumerate() {
         if w.0.dtype() != wdtype {
@@ -873,6 +873,42 @@ mod tests {
         assert_eq!(fused_max_rows(40, DType::BF16), 2);
         assert_eq!(fused_max_rows(96, DType::BF16), 2);
         assert_eq!(mma_stride(2048), 2056);
+    }
+
+    #[test]
+    fn block_formats_take_whole_blocks_and_8_rows() {
+        assert!(takes_blocks(BlockFormat::Q4_K, 2048));
+        assert!(takes_blocks(BlockFormat::Q4_K, 5632));
+        assert!(
+            !takes_blocks(BlockFormat::Q4_K, 96),
+            "Q4_K blocks are 256 values"
+        );
+        assert!(takes_blocks(BlockFormat::Q4_1, 96));
+        assert!(
+            !takes_blocks(BlockFormat::Q8_0, 2048),
+            "Q8_0 has no int4 loop"
+        );
+        assert_eq!([1, 2, 3, 5, 8].map(block_rows), [1, 2, 4, 8, 8]);
+        // 3 rows of 5632: BF16 rows, then codes and (scale, sum) pairs for the 4 compiled rows.
+        assert_eq!(
+            block_shared_bytes(3, 5632),
+            3 * 5632 * 2 + 4 * 5632 + 4 * 176 * 8 + 16 * 4
+        );
+    }
+
+    #[test]
+    fn the_rotary_arguments_have_the_kernels_layout() {
+        // Seven 8-byte words and three ints, padded to 8 bytes.
+        assert_eq!(std::mem::size_of::<RotaryArgs>(), 72);
+        assert!(rotates(2048, DType::BF16, 64));
+        assert!(
+            !rotates(2048, DType::BF16, 24),
+            "tiles pair 8 dims with 8 a half head on"
+        );
+        assert!(
+            !rotates(2048, DType::F32, 64),
+            "the tensor-core kernels only"
+        );
     }
 
     #[test]

@@ -619,25 +619,14 @@ fn plan(
     if !fits {
         return Ok(None);
     }
-    let aligned = |t: &Tensor| (t.layout().offset() * t.dtype().size_in_bytes()).is_multiple_of(16);
-    let contiguous = |t: &Tensor| no_grad(|| t.contiguous());
-    let staged = staged
-        .iter()
-        .map(|t| contiguous(t))
-        .collect::<Result<Vec<_>>>()?;
-    let residual = residual.map(contiguous).transpose()?;
     // Outside autograd a parameter's cast is cached for the autocast scope, as matmul's is.
     let weights = weights
         .iter()
         .map(|w| amp::operand(w, dtype))
         .collect::<Result<Vec<_>>>()?;
-    if !staged
-        .iter()
-        .chain(&weights)
-        .all(|t| t.is_contiguous() && aligned(t))
-    {
+    let Some((staged, residual)) = laid_out(staged, residual, &weights)? else {
         return Ok(None);
-    }
+    };
     Ok(Some(Plan {
         rows,
         k,
@@ -649,6 +638,47 @@ fn plan(
         shapes,
         dtype,
     }))
+}
+
+/// The staged inputs and the residual made contiguous (a few rows: copied where strided),
+/// or `None` where they or the weights do not start on the 16 bytes the kernels load at once
+/// (weights are not copied: that would cost more than the composition).
+fn laid_out(
+    staged: &[&Tensor],
+    residual: Option<&Tensor>,
+    weights: &[Tensor],
+) -> Result<Option<(Vec<Tensor>, Option<Tensor>)>> {
+    let contiguous = |t: &Tensor| no_grad(|| t.contiguous());
+    let aligned = |t: &Tensor| (t.layout().offset() * t.dtype().size_in_bytes()).is_multiple_of(16);
+    let staged = staged
+        .iter()
+        .map(|t| contiguous(t))
+        .collect::<Result<Vec<_>>>()?;
+    let residual = residual.map(contiguous).transpose()?;
+    let fits = staged
+        .iter()
+        .chain(weights)
+        .all(|t| t.is_contiguous() && aligned(t));
+    Ok(fits.then_some((staged, residual)))
+}
+
+/// Whether block-quantized weights take the fused kernels (else their products compose through
+/// `QuantizedMatrix::matmul_t` as before). Off unless `RB_DECODE_BLOCKS=1` or
+/// `set_block_products(true)`: the kernels were written in a session that lost its GPU before
+/// they ran, so they stay opt-in until `cuda_decode_gemv`'s
+/// `block_quantized_weights_take_the_fused_products` (which turns them on) has passed on one.
+static BLOCK_PRODUCTS: std::sync::OnceLock<std::sync::atomic::AtomicBool> =
+    std::sync::OnceLock::new();
+
+fn block_products() -> &'static std::sync::atomic::AtomicBool {
+    BLOCK_PRODUCTS.get_or_init(|| {
+        std::sync::atomic::AtomicBool::new(std::env::var("RB_DECODE_BLOCKS").as_deref() == Ok("1"))
+    })
+}
+
+/// Turns the fused kernels for block-quantized weights on or off (see `RB_DECODE_BLOCKS`).
+pub fn set_block_products(on: bool) {
+    block_products().store(on, std::sync::atomic::Ordering::Relaxed);
 }
 
 /// `plan` for block-quantized weights: all of one format the kernels take, multiplying a BF16
@@ -673,6 +703,9 @@ fn plan_blocks(
     let Some(blocks) = blocks else {
         return Ok(None);
     };
+    if !block_products().load(std::sync::atomic::Ordering::Relaxed) {
+        return Ok(None);
+    }
     let format = blocks[0].format();
     let rows = x.numel().checked_div(k).unwrap_or(0);
     let dev = crate::backend::cuda::device(ordinal)?;
@@ -684,21 +717,10 @@ fn plan_blocks(
     {
         return Ok(None);
     }
-    let contiguous = |t: &Tensor| no_grad(|| t.contiguous());
-    let aligned = |t: &Tensor| (t.layout().offset() * t.dtype().size_in_bytes()).is_multiple_of(16);
-    let staged = staged
-        .iter()
-        .map(|t| contiguous(t))
-        .collect::<Result<Vec<_>>>()?;
-    let residual = residual.map(contiguous).transpose()?;
     let weights: Vec<Tensor> = blocks.iter().map(|q| q.blocks().clone()).collect();
-    if !staged
-        .iter()
-        .chain(&weights)
-        .all(|t| t.is_contiguous() && aligned(t))
-    {
+    let Some((staged, residual)) = laid_out(staged, residual, &weights)? else {
         return Ok(None);
-    }
+    };
     Ok(Some(Plan {
         rows,
         k,
