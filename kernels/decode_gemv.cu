@@ -908,7 +908,7 @@ RB_DECODE_GEMV_PROLOGUE(swiglu, GEMV_SWIGLU, f16, f16)
 // R - 1 are the up rows of its gate rows 0 .. R / 2 - 1). M: the compiled activation rows
 // (rows <= M; the codes of rows past `rows` are zeros).
 // Shared memory: BF16 rows [rows, k], int8 codes [M, k], (scale, scale * sum) [M, k / 32], the
-// norms [GEMV_MAX_ROWS]. Mirrors `quant_shared_bytes` in decode_gemv.rs.
+// norms [GEMV_MAX_ROWS]. Mirrors `block_shared_bytes` in decode_gemv.rs.
 
 // Stores a group's sums as products (rows of target `target`, which starts at global row
 // `start`), through gemv_finish.
@@ -979,6 +979,10 @@ __device__ void decode_qgemv_impl(const GemvTargets& t, const void* in0, const v
         int4_walk(g, gwarp * (G::R / 2), warps * (G::R / 2), gate);
         return;
     }
+    // The targets' groups follow one another across the warps (target s's first group goes to
+    // the warp after target s - 1's last), so the grid the host sizes for all of them gives
+    // each warp about one group.
+    int before = 0; // groups of the targets before s
     for (int s = 0; s < t.count; ++s) {
         // Target s's rows: a select over the unrolled index keeps the struct in parameter space.
         i64 start = 0, end = t.end[0];
@@ -991,7 +995,9 @@ __device__ void decode_qgemv_impl(const GemvTargets& t, const void* in0, const v
         const int n = (int)(end - start);
         G g(reinterpret_cast<const u8*>(gemv_pick(t.w, s)), nullptr, n, k, codes, scales, k);
         QgemvStore<M> store{t, start, n, rows, res_dt, out_dt, res};
-        int4_walk(g, gwarp * G::R, warps * G::R, store);
+        const int mine = ((gwarp - before % warps) % warps + warps) % warps;
+        int4_walk(g, mine * G::R, warps * G::R, store);
+        before += (n + G::R - 1) / G::R;
     }
 }
 

@@ -286,7 +286,7 @@ struct Int4Gemv {
 // row's bytes in flight per warp, and so the loads also overlap the row-end reductions. Two
 // register sets alternate (a and b), so nothing is copied between items.
 template <class G, class Store>
-__device__ void int4_walk(G& g, int first, int stride, Store& store) {
+__device__ __forceinline__ void int4_walk(G& g, int first, int stride, Store& store) {
     constexpr int R = G::R;
     const int steps = (g.nsub + 31) / 32;
     if (first >= g.n) return;

@@ -46,7 +46,11 @@ const COMMON: &str = include_str!("../../../kernels/common.cuh");
 
 /// ggml's block formats as the kernels read them, for the two files that multiply by them.
 fn quant_blocks() -> String {
-    include_str!("../../../kernels/quant_blocks.cuh").to_string()
+    // `#line` so NVRTC's log names the header's own lines.
+    format!(
+        "#line 1 \"quant_blocks.cuh\"\n{}",
+        include_str!("../../../kernels/quant_blocks.cuh")
+    )
 }
 
 kernel_file!(COPY, "copy.cu");

@@ -130,9 +130,16 @@ fn block_shared_bytes(rows: usize, k: usize) -> usize {
     rows * k * 2 + m * k + m * (k / 32) * 8 + MAX_ROWS * 4
 }
 
-/// Whether one block-format launch takes `rows` rows of k on `dev`.
-pub fn supports_blocks(dev: &CudaDevice, rows: usize, k: usize, format: BlockFormat) -> bool {
-    (1..=BLOCK_MAX_ROWS).contains(&rows)
+/// Whether one block-format launch takes `rows` rows of k and `weights` weights on `dev`.
+pub fn supports_blocks(
+    dev: &CudaDevice,
+    rows: usize,
+    k: usize,
+    weights: usize,
+    format: BlockFormat,
+) -> bool {
+    (1..=TARGETS).contains(&weights)
+        && (1..=BLOCK_MAX_ROWS).contains(&rows)
         && takes_blocks(format, k)
         && rows * k <= i32::MAX as usize
         && block_shared_bytes(rows, k) <= dev.shared_limit()
@@ -366,15 +373,21 @@ fn decode_gemv_blocks(
     out_dtype: DType,
 ) -> Result<Vec<CudaStorage>> {
     let dev = weights[0].0 .0.cuda_device();
-    if !supports_blocks(dev, rows, k, format) {
+    if !supports_blocks(dev, rows, k, weights.len(), format) {
         return Err(invalid(format!(
-            "{rows} rows of {k} with {} weights are outside the kernels (1..={BLOCK_MAX_ROWS} rows, Q4_K or Q4_1 with whole blocks, {} bytes of shared memory at most)",
+            "{rows} rows of {k} with {} {} weights are outside the kernels (1..={BLOCK_MAX_ROWS} rows, 1..={TARGETS} weights, Q4_K or Q4_1 with whole blocks, {} bytes of shared memory at most)",
+            weights.len(),
             format.name(),
             dev.shared_limit()
         )));
     }
     let (residual, pair) = match epilogue {
         Epilogue::Products => (None, false),
+        Epilogue::Rotary(_) => {
+            return Err(invalid(
+                "the rotary epilogue takes dense weights, not blocks".into(),
+            ))
+        }
         Epilogue::Residual(r) if weights.len() == 1 => (Some(r), false),
         Epilogue::Swiglu if matches!(weights, [(_, a), (_, b)] if a == b)
             && !matches!(prologue, Prologue::Swiglu { .. }) =>
@@ -396,12 +409,6 @@ fn decode_gemv_blocks(
     let (in0, in1, in_dt, aux_dt, eps) = prologue_args(prologue, rows, k)?;
     let out_dt = dtype_code(out_dtype)?;
     let (res, res_dt) = residual_args(residual, rows * weights[0].1)?;
-    if weights.len() > TARGETS {
-        return Err(invalid(format!(
-            "block-format weights take at most {TARGETS} weights a launch, got {}",
-            weights.len()
-        )));
-    }
     let mut t = Targets {
         w: [0; TARGETS],
         y: [0; TARGETS],

@@ -713,7 +713,7 @@ fn plan_blocks(
     if activation != DType::BF16
         || blocks.iter().any(|q| q.format() != format)
         || !staged.iter().chain(residual.iter()).all(|t| taken(t))
-        || !cuda::supports_blocks(&dev, rows, k, format)
+        || !cuda::supports_blocks(&dev, rows, k, blocks.len(), format)
     {
         return Ok(None);
     }
