@@ -13,7 +13,7 @@
 #include <cstring>
 #include <vector>
 #include "../kernels/common.cuh"
-#include "../kernels/quant_blocks.cuh"
+#include "../kernels/decode_gemv.cuh"
 #include "../kernels/decode_gemv.cu"
 #define CK(x) do { cudaError_t e = (x); if (e != cudaSuccess) { fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e)); exit(1);} } while (0)
 

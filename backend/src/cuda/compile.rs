@@ -44,13 +44,27 @@ macro_rules! kernel_file {
 /// Shared helpers (dtype conversions, strided indexing), prepended to every file.
 const COMMON: &str = include_str!("../../../kernels/common.cuh");
 
-/// ggml's block formats as the kernels read them, for the two files that multiply by them.
+/// A header as a file's generated text, after `#line` so NVRTC's log names its own lines.
+fn header(name: &str, text: &str) -> String {
+    format!("#line 1 \"{name}\"\n{text}\n")
+}
+
+const QUANT_BLOCKS: &str = include_str!("../../../kernels/quant_blocks.cuh");
+const DECODE_SHARED: &str = include_str!("../../../kernels/decode_gemv.cuh");
+
+/// ggml's block formats as the kernels read them.
 fn quant_blocks() -> String {
-    // `#line` so NVRTC's log names the header's own lines.
-    format!(
-        "#line 1 \"quant_blocks.cuh\"\n{}",
-        include_str!("../../../kernels/quant_blocks.cuh")
-    )
+    header("quant_blocks.cuh", QUANT_BLOCKS)
+}
+
+/// What the fused decode products share.
+fn decode_shared() -> String {
+    header("decode_gemv.cuh", DECODE_SHARED)
+}
+
+/// The block formats and what the decode products share.
+fn decode_blocks() -> String {
+    quant_blocks() + &decode_shared()
 }
 
 kernel_file!(COPY, "copy.cu");
@@ -73,7 +87,8 @@ kernel_file!(ATTENTION, "attention.cu");
 kernel_file!(DECODE_ATTENTION, "decode_attention.cu");
 kernel_file!(ROPE, "rope.cu");
 kernel_file!(SWIGLU, "swiglu.cu");
-kernel_file!(DECODE_GEMV, "decode_gemv.cu", quant_blocks);
+kernel_file!(DECODE_GEMV, "decode_gemv.cu", decode_shared);
+kernel_file!(DECODE_QGEMV, "decode_qgemv.cu", decode_blocks);
 
 /// Every kernel file, for the test that compiles them all.
 pub const ALL_FILES: &[&KernelFile] = &[
@@ -98,6 +113,7 @@ pub const ALL_FILES: &[&KernelFile] = &[
     &ROPE,
     &SWIGLU,
     &DECODE_GEMV,
+    &DECODE_QGEMV,
 ];
 
 fn cuda_home() -> PathBuf {

@@ -15,12 +15,13 @@
 //! Inside `with_fixed_weights` (a decode step) the tensor-core kernels are launched
 //! dependently: each starts loading its first weights while the kernel before it finishes.
 //!
-//! Weights kept in a 4-bit block format (Q4_K, Q4_1: `Weights::Blocks`) take a third form: the
+//! Weights kept in Q4_K blocks (`Weights::Blocks`) take a third form
+//! (kernels/decode_qgemv.cu): the
 //! same prologue staged in BF16, rounded to int8 in shared memory, and the int4 GEMV's warp loop
 //! (kernels/quant_blocks.cuh), for 1 to 8 rows: what `quant_matmul::quant_gemv` computes after
 //! the separate norm, gating or cast, in one launch.
 
-use super::compile::DECODE_GEMV;
+use super::compile::{DECODE_GEMV, DECODE_QGEMV};
 use super::launch::{args, type_suffix};
 use super::quant_matmul::BlockFormat;
 use super::rope::{CacheSlot, FLAG_CACHE_CURSOR};
@@ -108,14 +109,11 @@ impl<'a> Weights<'a> {
 /// compiled row count, as for `quant_gemv`).
 pub const BLOCK_MAX_ROWS: usize = 8;
 
-/// Whether the fused kernels take weights in `format` with k columns: the 4-bit formats
-/// with whole blocks (the int4 GEMV's).
+/// Whether the fused kernels take weights in `format` with k columns: Q4_K with whole blocks.
+/// Q4_1 could take the same loop, but each format's kernels cost about a minute of NVRTC and
+/// ptxas at the first decode step (kernels/decode_qgemv.cu); it composes.
 pub fn takes_blocks(format: BlockFormat, k: usize) -> bool {
-    match format {
-        BlockFormat::Q4_K => k > 0 && k.is_multiple_of(256),
-        BlockFormat::Q4_1 => k > 0 && k.is_multiple_of(32),
-        BlockFormat::Q8_0 | BlockFormat::Nf4 => false,
-    }
+    format == BlockFormat::Q4_K && k > 0 && k.is_multiple_of(256)
 }
 
 /// The compiled activation rows of the block kernels for `rows` rows.
@@ -375,7 +373,7 @@ fn decode_gemv_blocks(
     let dev = weights[0].0 .0.cuda_device();
     if !supports_blocks(dev, rows, k, weights.len(), format) {
         return Err(invalid(format!(
-            "{rows} rows of {k} with {} {} weights are outside the kernels (1..={BLOCK_MAX_ROWS} rows, 1..={TARGETS} weights, Q4_K or Q4_1 with whole blocks, {} bytes of shared memory at most)",
+            "{rows} rows of {k} with {} {} weights are outside the kernels (1..={BLOCK_MAX_ROWS} rows, 1..={TARGETS} weights, Q4_K with whole blocks, {} bytes of shared memory at most)",
             weights.len(),
             format.name(),
             dev.shared_limit()
@@ -442,7 +440,7 @@ fn decode_gemv_blocks(
         format.name(),
         if pair { "_pair" } else { "" }
     );
-    let f = dev.function(&DECODE_GEMV, &name)?;
+    let f = dev.function(&DECODE_QGEMV, &name)?;
     let shared = block_shared_bytes(rows, k);
     // The kernel waits for the kernel before it first thing, so it may always start early.
     let how = Launch {
@@ -890,7 +888,7 @@ mod tests {
             !takes_blocks(BlockFormat::Q4_K, 96),
             "Q4_K blocks are 256 values"
         );
-        assert!(takes_blocks(BlockFormat::Q4_1, 96));
+        assert!(!takes_blocks(BlockFormat::Q4_1, 96), "Q4_1 composes");
         assert!(
             !takes_blocks(BlockFormat::Q8_0, 2048),
             "Q8_0 has no int4 loop"

@@ -9,7 +9,7 @@
 //!   rotated and k and v written into the key/value caches in the products' epilogue.
 //!
 //! Weights are [n, k] as `Linear` holds them (y = x Wᵀ): dense tensors, or block-quantized
-//! matrices (`ProductWeight`; Q4_K and Q4_1 take the kernel, as BF16 products). On CUDA, for at most
+//! matrices (`ProductWeight`; Q4_K takes the kernel, as BF16 products). On CUDA, for at most
 //! `fused_max_rows` rows (backend/cuda/decode_gemv.rs) and when no gradient is needed, each op is one GEMV launch
 //! that reads every weight once; otherwise it is the composition of the ops the model runs
 //! (which records autograd as usual). Both choose the same dtypes (`product_dtype`), and the
