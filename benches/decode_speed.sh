@@ -4,6 +4,8 @@
 # (transformers eager, and with a static cache). Everything goes to $OUT/log.txt as it runs;
 # each run has its own time limit, so a call that runs out still reports.
 #   carry [".devpack"]; command: bash benches/decode_speed.sh
+# Quantized weights: QUANTS="q4_k q8_0" adds batch-1 runs; RB_DECODE_BLOCKS=1 sends Q4_K through
+# the fused block-format products (kernels/decode_qgemv.cu), off by default until verified.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${OUT:-/tmp/rb-out}; mkdir -p "$out"
