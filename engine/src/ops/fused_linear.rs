@@ -565,8 +565,8 @@ struct Plan {
 }
 
 /// The kernel launch for these operands, or `None` where the composition runs: not CUDA, a
-/// gradient needed, more than 16 rows, a dtype or layout the kernels do not take, or rows
-/// beyond shared memory. `activation` is the dtype of the tensor the composition multiplies
+/// gradient needed, a dtype or layout the kernels do not take, or what `dense_operands` or
+/// `block_operands` refuses (too many rows, rows beyond shared memory). `activation` is the dtype of the tensor the composition multiplies
 /// (the normed or gated input); `staged` are the prologue's inputs (x, or gate and up, and
 /// the norm weight), read 16 bytes at a time. Strided inputs and residuals (a few rows) are
 /// copied contiguous; weights must be contiguous already (a copy would cost more than the
@@ -591,31 +591,59 @@ fn plan(
         return Ok(None);
     }
     let rows = x.numel().checked_div(k).unwrap_or(0);
-    let widths: Vec<usize> = weights.iter().map(|w| w.shape()[0]).collect();
-    let shapes = widths.iter().map(|&n| output_shape(x, n)).collect();
-    let Some(weights) = dense else {
-        return plan_blocks(x, k, activation, staged, weights, residual, ordinal).map(|p| {
-            p.map(|p| Plan {
-                widths,
-                shapes,
-                ..p
-            })
-        });
-    };
-    let dtype = product_dtype(x.device(), activation, weights[0].dtype());
-    if rows > rows_limit(k, dtype) {
+    let dev = crate::backend::cuda::device(ordinal)?;
+    let taken = |t: &Tensor| matches!(t.dtype(), DType::F32 | DType::BF16 | DType::F16);
+    if !staged.iter().chain(residual.iter()).all(|t| taken(t)) {
         return Ok(None);
     }
-    let dev = crate::backend::cuda::device(ordinal)?;
+    let operands = match dense {
+        Some(dense) => {
+            dense_operands(x, k, activation, rows, &dense, &dev)?.map(|(w, dtype)| (w, dtype, None))
+        }
+        None => block_operands(k, activation, rows, weights, &dev)
+            .map(|(w, format)| (w, DType::BF16, Some(format))),
+    };
+    let Some((products, dtype, blocks)) = operands else {
+        return Ok(None);
+    };
+    let Some((staged, residual)) = laid_out(staged, residual, &products)? else {
+        return Ok(None);
+    };
+    let widths: Vec<usize> = weights.iter().map(|w| w.shape()[0]).collect();
+    let shapes = widths.iter().map(|&n| output_shape(x, n)).collect();
+    Ok(Some(Plan {
+        rows,
+        k,
+        staged,
+        weights: products,
+        widths,
+        blocks,
+        residual,
+        shapes,
+        dtype,
+    }))
+}
+
+/// The dense weights as the kernel takes them, in the product's dtype (returned), or `None`
+/// where they compose: too many rows, mixed dtypes, an F32 product while TF32 is allowed, a
+/// strided weight, or rows beyond shared memory.
+fn dense_operands(
+    x: &Tensor,
+    k: usize,
+    activation: DType,
+    rows: usize,
+    weights: &[&Tensor],
+    dev: &crate::backend::cuda::CudaDevice,
+) -> Result<Option<(Vec<Tensor>, DType)>> {
+    let dtype = product_dtype(x.device(), activation, weights[0].dtype());
     let one_dtype = weights
         .iter()
         .all(|w| product_dtype(x.device(), activation, w.dtype()) == dtype);
-    let taken = |t: &Tensor| matches!(t.dtype(), DType::F32 | DType::BF16 | DType::F16);
-    let fits = one_dtype
+    let fits = rows <= rows_limit(k, dtype)
+        && one_dtype
         && !(dtype == DType::F32 && dev.allow_tf32())
-        && staged.iter().chain(residual.iter()).all(|t| taken(t))
         && weights.iter().all(|w| w.is_contiguous())
-        && cuda::supports(&dev, rows, k, dtype)?;
+        && cuda::supports(dev, rows, k, dtype)?;
     if !fits {
         return Ok(None);
     }
@@ -624,20 +652,7 @@ fn plan(
         .iter()
         .map(|w| amp::operand(w, dtype))
         .collect::<Result<Vec<_>>>()?;
-    let Some((staged, residual)) = laid_out(staged, residual, &weights)? else {
-        return Ok(None);
-    };
-    Ok(Some(Plan {
-        rows,
-        k,
-        staged,
-        weights,
-        widths,
-        blocks: None,
-        residual,
-        shapes,
-        dtype,
-    }))
+    Ok(Some((weights, dtype)))
 }
 
 /// The staged inputs and the residual made contiguous (a few rows: copied where strided),
@@ -681,57 +696,30 @@ pub fn set_block_products(on: bool) {
     block_products().store(on, std::sync::atomic::Ordering::Relaxed);
 }
 
-/// `plan` for block-quantized weights: all of one format the kernels take, multiplying a BF16
-/// activation (the composition's product then runs in BF16 through the int8 GEMV), at most
-/// `BLOCK_MAX_ROWS` rows. The plan's widths and shapes are the caller's to fill.
-fn plan_blocks(
-    x: &Tensor,
+/// The blocks (U8) of block-quantized weights as the kernel takes them, and their format, or
+/// `None` where they compose: the kernels off (`RB_DECODE_BLOCKS`), a dense weight among them,
+/// mixed formats, an activation other than BF16 (the composition's product runs in the
+/// activation's dtype, BF16 through the int8 GEMV), or what `supports_blocks` refuses.
+fn block_operands(
     k: usize,
     activation: DType,
-    staged: &[&Tensor],
+    rows: usize,
     weights: &[ProductWeight],
-    residual: Option<&Tensor>,
-    ordinal: usize,
-) -> Result<Option<Plan>> {
-    let blocks: Option<Vec<_>> = weights
+    dev: &crate::backend::cuda::CudaDevice,
+) -> Option<(Vec<Tensor>, BlockFormat)> {
+    let blocks: Vec<_> = weights
         .iter()
         .map(|w| match w {
             ProductWeight::Blocks(q) => Some(q),
             ProductWeight::Dense(_) => None,
         })
-        .collect();
-    let Some(blocks) = blocks else {
-        return Ok(None);
-    };
-    if !block_products().load(std::sync::atomic::Ordering::Relaxed) {
-        return Ok(None);
-    }
+        .collect::<Option<_>>()?;
     let format = blocks[0].format();
-    let rows = x.numel().checked_div(k).unwrap_or(0);
-    let dev = crate::backend::cuda::device(ordinal)?;
-    let taken = |t: &Tensor| matches!(t.dtype(), DType::F32 | DType::BF16 | DType::F16);
-    if activation != DType::BF16
-        || blocks.iter().any(|q| q.format() != format)
-        || !staged.iter().chain(residual.iter()).all(|t| taken(t))
-        || !cuda::supports_blocks(&dev, rows, k, blocks.len(), format)
-    {
-        return Ok(None);
-    }
-    let weights: Vec<Tensor> = blocks.iter().map(|q| q.blocks().clone()).collect();
-    let Some((staged, residual)) = laid_out(staged, residual, &weights)? else {
-        return Ok(None);
-    };
-    Ok(Some(Plan {
-        rows,
-        k,
-        staged,
-        weights,
-        widths: Vec::new(),
-        blocks: Some(format),
-        residual,
-        shapes: Vec::new(),
-        dtype: DType::BF16,
-    }))
+    let fits = block_products().load(std::sync::atomic::Ordering::Relaxed)
+        && activation == DType::BF16
+        && blocks.iter().all(|q| q.format() == format)
+        && cuda::supports_blocks(dev, rows, k, blocks.len(), format);
+    fits.then(|| (blocks.iter().map(|q| q.blocks().clone()).collect(), format))
 }
 
 impl Plan {

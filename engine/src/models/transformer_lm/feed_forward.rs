@@ -32,9 +32,10 @@ impl SwiGlu {
     }
 
     /// The stream after the feed-forward: x + forward(norm(x)), the normed input cast once
-    /// for the products. With plain weights (dense or quantized) and nothing pending, the norm, gate and up
-    /// are one fused op (gated in their epilogue in a decode step); a pending output is added
-    /// by the norm (`Residual`), and the down product leaves its own pending or adds it.
+    /// for the products. With plain weights (dense or quantized) and nothing pending, the
+    /// norm, gate and up are one fused op (gated in their epilogue in a decode step); a pending
+    /// output is added by the norm (`Residual`), and the down product leaves its own pending or
+    /// adds it.
     pub fn forward_residual(&self, stream: Residual, norm: &RmsNorm) -> Result<Residual> {
         let gate_up = [&self.gate_proj, &self.up_proj].map(Linear::plain_weight);
         let products = [&self.gate_proj, &self.up_proj].map(Linear::product_weight);
