@@ -2,12 +2,15 @@
 //! mixed precision, the same greedy tokens from the cached decode loop, and training that
 //! lowers the loss.
 
+use rusting_brain::amp::autocast;
 use rusting_brain::models::transformer_lm::generate::{
     generate, Flow, GenerateOptions, SamplingOptions,
 };
 use rusting_brain::models::transformer_lm::Precision;
 use rusting_brain::models::transformer_lm::{train_step, LmConfig, TransformerLm};
 use rusting_brain::nn::Module;
+use rusting_brain::ops::linear_loss::linear_cross_entropy;
+use rusting_brain::ops::loss::CrossEntropyOptions;
 use rusting_brain::optim::{AdamW, AdamWConfig};
 use rusting_brain::{backend::cuda, no_grad, DType, Device, Generator, Tensor};
 
@@ -154,6 +157,74 @@ fn cuda_lm_parameter_gradients_follow_the_cpu() {
             .fold(0f32, f32::max);
         assert!(
             worst < 2e-3 * scale,
+            "{name}: gradients differ by {worst} (scale {scale})"
+        );
+    }
+}
+
+/// Under mixed precision the final norm writes the head's BF16 states itself, as each layer's
+/// norm writes its products' input, instead of F32 states that the head's product casts (and
+/// whose gradient it casts back). The loss and the gradients are those of the F32 states cast
+/// by the head: one rounding either way.
+#[test]
+fn cuda_lm_final_norm_in_bf16_gives_the_loss_of_the_cast_states() {
+    let Some(d) =
+        cuda::device_for_test("cuda_lm_final_norm_in_bf16_gives_the_loss_of_the_cast_states")
+    else {
+        return;
+    };
+    let model = TransformerLm::new_on(config(), &mut Generator::new(7), DType::F32, d).unwrap();
+    // 64 targets: the mean's scale, 1/64, rounds to nothing in BF16, so the states' gradient
+    // takes no rounding that the cast path's does not.
+    let (x, y) = (
+        tokens(32, 8).to_device(d).unwrap(),
+        tokens(32, 9).to_device(d).unwrap(),
+    );
+    let grads = |loss: Tensor| {
+        loss.backward().unwrap();
+        let out: Vec<Vec<f32>> = model
+            .named_parameters()
+            .iter()
+            .map(|(_, p)| host(&p.grad().unwrap()))
+            .collect();
+        for (_, p) in model.named_parameters() {
+            p.set_grad(None);
+        }
+        (host(&loss)[0], out)
+    };
+    let (fused, fused_grads) = grads(model.loss(&x, &y).unwrap());
+    let cast_by_head = autocast(Some(DType::BF16), || {
+        linear_cross_entropy(
+            &model.hidden(&x, None)?,
+            &model.embed_tokens.weight,
+            &y,
+            CrossEntropyOptions::default(),
+        )
+    })
+    .unwrap();
+    assert_eq!(
+        model.hidden(&x, None).unwrap().dtype(),
+        DType::F32,
+        "hidden keeps the stream's dtype"
+    );
+    let (cast, cast_grads) = grads(cast_by_head);
+    assert!(
+        (fused - cast).abs() <= 1e-6 * cast.abs(),
+        "loss {fused} with the norm writing BF16, {cast} with the head casting F32"
+    );
+    for ((name, _), (a, b)) in model
+        .named_parameters()
+        .iter()
+        .zip(fused_grads.iter().zip(&cast_grads))
+    {
+        let scale = b.iter().fold(1e-6f32, |m, v| m.max(v.abs()));
+        let worst = a
+            .iter()
+            .zip(b)
+            .map(|(u, v)| (u - v).abs())
+            .fold(0f32, f32::max);
+        assert!(
+            worst <= 1e-4 * scale,
             "{name}: gradients differ by {worst} (scale {scale})"
         );
     }

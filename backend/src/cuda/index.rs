@@ -208,39 +208,74 @@ fn accumulate(
         Some((b, lb)) => cast(b, lb, acc_dtype)?,
         None => full(dev, numel, acc_dtype, 0.0)?,
     };
-    let n = ls.numel();
-    if n > 0 {
-        let strides = contiguous_strides(shape);
-        let g = IndexGeom::new(op, ls.shape(), dim, shape[dim], &strides, 0)?;
-        let (is, ss) = (Strided::of(op, li)?, Strided::of(op, ls)?);
-        let kind = index_kind(op, idx.dtype())?;
-        // Bool is stored as bytes; its adds are u8 adds.
-        let sfx = type_suffix(if dtype == DType::Bool {
-            DType::U8
-        } else {
-            dtype
-        });
-        let f = dev.function(&INDEX, &format!("index_add_{sfx}"))?;
-        let (po, pi, ps, pe) = (acc.ptr(), idx.ptr(), src.ptr(), per_element as i32);
-        let (n, err) = (n as i64, dev.error_word());
-        let grid = grid_for(n as usize, BLOCK, dev.sm_count());
-        // SAFETY: the accumulator is contiguous of `shape` and every offset the kernel forms
-        // lies in it once its index is checked; the index and source views lie in their
-        // allocations.
-        unsafe {
-            dev.launch(
-                f,
-                (grid, 1, 1),
-                BLOCK,
-                0,
-                &mut args![po, g, pi, is, kind, pe, ps, ss, n, err, code],
-            )?
-        };
-    }
+    let target = Target {
+        ptr: acc.ptr(),
+        shape,
+    };
+    // SAFETY: `acc` is a fresh contiguous buffer of `shape` in the accumulator's dtype.
+    unsafe { add_at_indices(op, code, target, dim, idx, li, src, ls, per_element)? };
     if acc_dtype == dtype {
         Ok(acc)
     } else {
         cast(&acc, &Layout::contiguous(shape), dtype)
+    }
+}
+
+/// A contiguous buffer the adds go into, in the dtype they accumulate in.
+struct Target<'a> {
+    ptr: u64,
+    shape: &'a [usize],
+}
+
+/// Adds each element of `src` at its indexed position along `dim` of `target`.
+///
+/// # Safety
+/// `target` must address a live contiguous buffer of its shape in `accumulator(src.dtype())`,
+/// on `src`'s device.
+#[allow(clippy::too_many_arguments)]
+unsafe fn add_at_indices(
+    op: &'static str,
+    code: u32,
+    target: Target<'_>,
+    dim: usize,
+    idx: &CudaStorage,
+    li: &Layout,
+    src: &CudaStorage,
+    ls: &Layout,
+    per_element: bool,
+) -> Result<()> {
+    let n = ls.numel();
+    if n == 0 {
+        return Ok(());
+    }
+    let dev = src.cuda_device();
+    let dtype = src.dtype();
+    let shape = target.shape;
+    let strides = contiguous_strides(shape);
+    let g = IndexGeom::new(op, ls.shape(), dim, shape[dim], &strides, 0)?;
+    let (is, ss) = (Strided::of(op, li)?, Strided::of(op, ls)?);
+    let kind = index_kind(op, idx.dtype())?;
+    // Bool is stored as bytes; its adds are u8 adds.
+    let sfx = type_suffix(if dtype == DType::Bool {
+        DType::U8
+    } else {
+        dtype
+    });
+    let f = dev.function(&INDEX, &format!("index_add_{sfx}"))?;
+    let (po, pi, ps, pe) = (target.ptr, idx.ptr(), src.ptr(), per_element as i32);
+    let (n, err) = (n as i64, dev.error_word());
+    let grid = grid_for(n as usize, BLOCK, dev.sm_count());
+    // SAFETY: the target is contiguous of `shape` (the caller's promise) and every offset the
+    // kernel forms lies in it once its index is checked; the index and source views lie in
+    // their allocations.
+    unsafe {
+        dev.launch(
+            f,
+            (grid, 1, 1),
+            BLOCK,
+            0,
+            &mut args![po, g, pi, is, kind, pe, ps, ss, n, err, code],
+        )
     }
 }
 
@@ -367,6 +402,55 @@ pub fn index_add(
         ls,
         false,
     )
+}
+
+/// Whether `index_add_into` takes a target of `dtype`: one its adds accumulate in (F32, F64,
+/// I64); half types accumulate in F32 and round once, so they need `index_add`'s buffer.
+pub fn adds_in_place(dtype: DType) -> bool {
+    accumulator(dtype) == dtype
+}
+
+/// index_select's backward added onto `target` in place: `src[.., j, ..]` added at `idx[j]`
+/// along `dim`. `target` is a contiguous view that `adds_in_place`, and `src` has its dtype. A
+/// gradient that already holds another use's sum (a tied embedding's, from the head) takes the
+/// lookup's rows with no buffer of zeros and no add after.
+pub fn index_add_into(
+    target: &mut CudaStorage,
+    lt: &Layout,
+    dim: usize,
+    idx: &CudaStorage,
+    li: &Layout,
+    src: &CudaStorage,
+    ls: &Layout,
+) -> Result<()> {
+    const OP: &str = "index_select";
+    let fits = lt.is_contiguous()
+        && src.dtype() == target.dtype()
+        && adds_in_place(target.dtype())
+        && dim < lt.rank()
+        && ls.rank() == lt.rank()
+        && (0..lt.rank()).all(|d| d == dim || ls.shape()[d] == lt.shape()[d]);
+    if !fits {
+        return Err(Error::invalid(
+            OP,
+            format!(
+                "adding {} {:?} in place needs a contiguous {} target of the same shape off dim \
+                 {dim}, got {} {:?}",
+                src.dtype(),
+                ls.shape(),
+                accumulator(src.dtype()),
+                target.dtype(),
+                lt.shape()
+            ),
+        ));
+    }
+    let target = Target {
+        ptr: target.ptr_at(lt.offset()),
+        shape: lt.shape(),
+    };
+    // SAFETY: checked above: the view is contiguous in the accumulator's dtype, inside the
+    // storage borrowed mutably for the launch.
+    unsafe { add_at_indices(OP, FLAG_INDEX_SELECT, target, dim, idx, li, src, ls, false) }
 }
 
 /// A contiguous copy of `base` with `src` (the index's shape, the base's dtype) added at the

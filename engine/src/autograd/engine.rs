@@ -126,17 +126,31 @@ fn run_node(
     retain_graph: bool,
     grads: &mut HashMap<usize, Vec<Option<Tensor>>>,
 ) -> Result<()> {
+    let mut sums: Vec<Option<Tensor>> = vec![None; node.inputs.len()];
     let input_grads = {
         let mut slot = node.backward.lock().unwrap_or_else(|e| e.into_inner());
         let Some(bw) = slot.as_ref() else {
             return Err(Error::GraphFreed { op: node.name });
         };
         let needs: Vec<bool> = node.inputs.iter().map(|i| i.is_some()).collect();
-        let out = bw.backward_outputs(slots, &needs)?;
+        let out = if bw.adds_onto() {
+            for (sum, input) in sums.iter_mut().zip(&node.inputs) {
+                *sum = input.as_ref().and_then(|e| take_sole_sum(grads, e));
+            }
+            bw.backward_onto(slots, &needs, &mut sums)
+        } else {
+            bw.backward_outputs(slots, &needs)
+        };
+        // A sum the op did not take goes back, whatever the op returned.
+        for (sum, input) in sums.iter_mut().zip(&node.inputs) {
+            if let (Some(sum), Some(input)) = (sum.take(), input) {
+                merge(grads, input, sum)?;
+            }
+        }
         if !retain_graph {
             *slot = None;
         }
-        out
+        out?
     };
     if input_grads.len() != node.inputs.len() {
         return Err(Error::Backward(format!(
@@ -166,6 +180,17 @@ fn run_node(
         merge(grads, input, ig)?;
     }
     Ok(())
+}
+
+/// The gradient summed so far into `edge`'s slot, taken out for an op to add into in place,
+/// if nothing else holds its memory (another slot may share it: an add hands one gradient to
+/// both of its inputs).
+fn take_sole_sum(grads: &mut HashMap<usize, Vec<Option<Tensor>>>, edge: &Edge) -> Option<Tensor> {
+    let slot = grads.get_mut(&edge.key())?.get_mut(edge.output())?;
+    match slot {
+        Some(t) if t.is_sole_owner() => slot.take(),
+        _ => None,
+    }
 }
 
 /// For each leaf, the position in `order` of the last op that takes it as an input.
@@ -229,8 +254,8 @@ fn topological_order(root: Edge) -> Vec<Edge> {
 mod tests {
     use crate::autograd::Backward;
     use crate::{DType, Error, Result, Tensor};
-    use std::sync::atomic::{AtomicBool, Ordering};
-    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+    use std::sync::{Arc, Mutex};
 
     /// A recorded op whose backward is missing, as a new op's would be before it is written.
     struct Missing;
@@ -318,6 +343,90 @@ mod tests {
         .unwrap();
         assert_eq!(b.grad().unwrap().to_vec_f64().unwrap(), [100.0, 100.0]);
         assert_eq!(w.grad().unwrap().to_vec_f64().unwrap(), [3.0, 4.0]);
+    }
+
+    /// Stands for a tied head: takes the lookup's rows and the table, and hands the table a
+    /// fresh gradient of 0.5s, noting its storage; with `keep`, it also keeps a handle to that
+    /// gradient, as something else still reading it would.
+    struct TiedHead {
+        rows: usize,
+        storage: Arc<AtomicUsize>,
+        keep: Option<Arc<Mutex<Option<Tensor>>>>,
+    }
+
+    impl Backward for TiedHead {
+        fn name(&self) -> &'static str {
+            "tied_head"
+        }
+        fn backward(&self, _: &Tensor, _: &[bool]) -> Result<Vec<Option<Tensor>>> {
+            let d_rows = Tensor::from_f64s(&vec![1.0; self.rows * 2], &[self.rows, 2], DType::F64)?;
+            let d_table = Tensor::from_f64s(&[0.5; 8], &[4, 2], DType::F64)?;
+            self.storage.store(
+                Arc::as_ptr(d_table.storage_cell()) as usize,
+                Ordering::SeqCst,
+            );
+            if let Some(keep) = &self.keep {
+                *keep.lock().unwrap() = Some(d_table.clone());
+            }
+            Ok(vec![Some(d_rows), Some(d_table)])
+        }
+    }
+
+    /// A table [4, 2] looked up at ids, then used again by a "head" that runs first in the
+    /// backward; returns the table and where the head's gradient for it lived.
+    fn tied_lookup(ids: &[i64], keep: Option<Arc<Mutex<Option<Tensor>>>>) -> (Tensor, usize) {
+        let table = Tensor::from_f64s(&[0.0; 8], &[4, 2], DType::F64)
+            .unwrap()
+            .requires_grad_()
+            .unwrap();
+        let idx = Tensor::from_vec(ids.to_vec(), &[ids.len()]).unwrap();
+        let rows = table.index_select(0, &idx).unwrap();
+        let storage = Arc::new(AtomicUsize::new(0));
+        let loss = rows
+            .sum()
+            .unwrap()
+            .detach()
+            .recorded(&[&rows, &table], || TiedHead {
+                rows: ids.len(),
+                storage: storage.clone(),
+                keep,
+            });
+        loss.backward().unwrap();
+        let at = storage.load(Ordering::SeqCst);
+        (table, at)
+    }
+
+    /// The lookup's backward adds its rows into the gradient the head gave the table, in that
+    /// tensor's own memory: no zeros of the table's size and no add of two such tensors.
+    #[test]
+    fn a_lookup_adds_its_rows_onto_the_gradient_its_table_already_holds() {
+        let (table, head_storage) = tied_lookup(&[1, 3, 1], None);
+        let g = table.grad().unwrap();
+        assert_eq!(
+            g.to_vec_f64().unwrap(),
+            [0.5, 0.5, 2.5, 2.5, 0.5, 0.5, 1.5, 1.5],
+            "0.5 from the head, one per lookup of the row"
+        );
+        assert_eq!(
+            Arc::as_ptr(g.storage_cell()) as usize,
+            head_storage,
+            "the table's gradient is the head's, added into"
+        );
+    }
+
+    /// A gradient that something else still holds is not written: the sum is a new tensor.
+    #[test]
+    fn a_lookup_leaves_a_gradient_held_elsewhere_as_it_was() {
+        let kept = Arc::new(Mutex::new(None));
+        let (table, head_storage) = tied_lookup(&[1, 3, 1], Some(kept.clone()));
+        let g = table.grad().unwrap();
+        assert_eq!(
+            g.to_vec_f64().unwrap(),
+            [0.5, 0.5, 2.5, 2.5, 0.5, 0.5, 1.5, 1.5]
+        );
+        assert_ne!(Arc::as_ptr(g.storage_cell()) as usize, head_storage);
+        let head = kept.lock().unwrap().take().unwrap();
+        assert_eq!(head.to_vec_f64().unwrap(), [0.5; 8]);
     }
 
     #[test]

@@ -26,6 +26,27 @@ pub trait Backward: Send + Sync {
             ))),
         }
     }
+
+    /// Whether `backward_onto` adds into the sums its inputs' gradients already hold, so the
+    /// walk should hand them over. A lookup's backward (index_select's scatter of rows) is
+    /// one: a tied embedding's weight gets the head's gradient first, and the lookup's rows
+    /// go straight into it instead of into zeros that are then added to it.
+    fn adds_onto(&self) -> bool {
+        false
+    }
+
+    /// `backward_outputs` for an op that `adds_onto`. `sums[i]`, where present, is what input
+    /// i's gradient has summed so far from its other consumers, held by nothing else, so the
+    /// op may write into it. An op that takes `sums[i]` (leaving `None`) returns input i's
+    /// whole gradient, that sum included; a sum left in place is added to what it returns.
+    fn backward_onto(
+        &self,
+        grads: &[Option<Tensor>],
+        needs: &[bool],
+        _sums: &mut [Option<Tensor>],
+    ) -> Result<Vec<Option<Tensor>>> {
+        self.backward_outputs(grads, needs)
+    }
 }
 
 pub struct Node {

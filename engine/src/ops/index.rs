@@ -3,7 +3,7 @@
 
 use super::dispatch::{dispatch, dispatch_all, CpuOperand};
 use super::{backward_fn, grad_if};
-use crate::autograd::SavedTensor;
+use crate::autograd::{Backward, SavedTensor};
 use crate::backend::cpu::index as cpu;
 use crate::backend::{cuda, CpuStorage, CudaStorage, Storage};
 use crate::layout::resolve_dim;
@@ -57,6 +57,90 @@ fn index_add(shape: &[usize], d: usize, indices: &Tensor, src: &Tensor) -> Resul
         |[(i, li), (s, ls)]| Ok(cuda::index::index_add(shape, d, i, li, s, ls)?.into()),
     )?;
     Tensor::from_storage(storage, shape)
+}
+
+/// `onto` with `src` added at `indices` along `d`: index_select's backward onto a gradient that
+/// already holds another use's sum (`Backward::backward_onto`; `onto` is held by nothing else).
+/// The rows go into `onto` itself where the kernels accumulate in its dtype (F32, F64), else
+/// into zeros that are then added to it.
+fn index_add_onto(onto: Tensor, d: usize, indices: &Tensor, src: &Tensor) -> Result<Tensor> {
+    const OP: &str = "index_select";
+    let src = src.contiguous()?;
+    let in_place = onto.is_contiguous()
+        && onto.layout().offset() == 0
+        && onto.dtype() == src.dtype()
+        && (onto.device() == Device::Cpu || cuda::index::adds_in_place(onto.dtype()));
+    if !in_place {
+        return onto.add(&index_add(onto.shape(), d, indices, &src)?);
+    }
+    {
+        let (shape, target_layout) = (onto.shape(), onto.layout());
+        let (idx, rows) = (indices.storage(), src.storage());
+        let mut target = onto.storage_cell().write();
+        match (&mut *target, &*idx, &*rows) {
+            (Storage::Cpu(t), Storage::Cpu(i), Storage::Cpu(r)) => {
+                let idx = checked_indices(OP, (i, indices.layout()), shape[d])?;
+                *t = cpu::index_add(t, shape, d, &idx, r);
+            }
+            (Storage::Cuda(t), Storage::Cuda(i), Storage::Cuda(r)) => cuda::index::index_add_into(
+                t,
+                target_layout,
+                d,
+                i,
+                indices.layout(),
+                r,
+                src.layout(),
+            )?,
+            _ => {
+                return Err(Error::DeviceMismatch {
+                    op: OP,
+                    lhs: onto.device(),
+                    rhs: indices.device(),
+                })
+            }
+        }
+    }
+    Ok(onto)
+}
+
+/// index_select's backward: the output's gradient added at the indices, into zeros of the
+/// input's shape, or onto the sum the input's gradient already holds (an embedding tied to
+/// the head gets the head's first, and its lookup adds its rows into that).
+struct IndexSelectBackward {
+    in_shape: Vec<usize>,
+    dim: usize,
+    indices: SavedTensor,
+}
+
+impl Backward for IndexSelectBackward {
+    fn name(&self) -> &'static str {
+        "index_select"
+    }
+
+    fn backward(&self, grad: &Tensor, _needs: &[bool]) -> Result<Vec<Option<Tensor>>> {
+        let rows = index_add(&self.in_shape, self.dim, self.indices.get()?, grad)?;
+        Ok(vec![Some(rows)])
+    }
+
+    fn adds_onto(&self) -> bool {
+        true
+    }
+
+    fn backward_onto(
+        &self,
+        grads: &[Option<Tensor>],
+        needs: &[bool],
+        sums: &mut [Option<Tensor>],
+    ) -> Result<Vec<Option<Tensor>>> {
+        match (grads, sums) {
+            ([Some(grad)], [sum @ Some(_)]) => {
+                let onto = sum.take().expect("matched Some");
+                let total = index_add_onto(onto, self.dim, self.indices.get()?, grad)?;
+                Ok(vec![Some(total)])
+            }
+            _ => self.backward_outputs(grads, needs),
+        }
+    }
 }
 
 impl Tensor {
@@ -153,11 +237,10 @@ impl Tensor {
             |[(x, lx), (i, li)]| Ok(cuda::index::index_select(x, lx, d, i, li)?.into()),
         )?;
         let in_shape = self.shape().to_vec();
-        Tensor::from_op(storage, &shape, &[self], || {
-            let indices = SavedTensor::new("index_select", indices);
-            backward_fn("index_select", move |g, _| {
-                Ok(vec![Some(index_add(&in_shape, d, indices.get()?, g)?)])
-            })
+        Tensor::from_op(storage, &shape, &[self], || IndexSelectBackward {
+            in_shape,
+            dim: d,
+            indices: SavedTensor::new("index_select", indices),
         })
     }
 

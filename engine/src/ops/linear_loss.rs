@@ -181,12 +181,15 @@ fn chunked(
     Ok(out.recorded(&[hidden, weight], move || {
         backward_fn(OP, move |g, needs| {
             let scale = if mean { g.div(&count)? } else { g.clone() };
+            // Scaled in F32 (or F64) and rounded once to the states' dtype: BF16 states (the
+            // final norm writes them under mixed precision) get the product of the scale and
+            // the chunk's gradient, not of their roundings.
             let dh = match needs[0] {
-                true => Some(
-                    dh.to_dtype(hidden_dtype)?
-                        .mul(&scale.to_dtype(hidden_dtype)?)?
-                        .reshape_to(&hidden_shape)?,
-                ),
+                true => {
+                    let compute = hidden_dtype.compute_dtype();
+                    let scaled = dh.to_dtype(compute)?.mul(&scale.to_dtype(compute)?)?;
+                    Some(scaled.to_dtype(hidden_dtype)?.reshape_to(&hidden_shape)?)
+                }
                 false => None,
             };
             let dw = match (needs[1], &dw) {

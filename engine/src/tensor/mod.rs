@@ -241,6 +241,12 @@ impl Tensor {
         Arc::ptr_eq(&self.0.storage, &other.0.storage)
     }
 
+    /// Whether this handle is the only one to its data: no clone of it and no other view of
+    /// its storage, so writing into it in place changes nothing anyone else can read.
+    pub(crate) fn is_sole_owner(&self) -> bool {
+        Arc::strong_count(&self.0) == 1 && Arc::strong_count(&self.0.storage) == 1
+    }
+
     pub fn storage(&self) -> RwLockReadGuard<'_, Storage> {
         self.0.storage.read()
     }

@@ -244,9 +244,39 @@ impl TransformerLm {
         Ok(())
     }
 
-    /// The final normed hidden states [B, T, d_model] for ids [B, T]; with a cache, the ids
-    /// continue the cached sequences and their keys and values are appended.
+    /// The final normed hidden states [B, T, d_model] for ids [B, T], in the residual stream's
+    /// dtype; with a cache, the ids continue the cached sequences and their keys and values are
+    /// appended.
     pub fn hidden(&self, ids: &Tensor, cache: Option<&mut KvCache>) -> Result<Tensor> {
+        self.hidden_in(ids, cache, false)
+    }
+
+    /// `hidden` in the dtype the head's product reads (`head_reads_products`): under mixed
+    /// precision the final norm writes BF16 itself, as every layer's norm does, instead of F32
+    /// states that the head's product then casts (and whose gradient it casts back).
+    pub(crate) fn hidden_for_head(
+        &self,
+        ids: &Tensor,
+        cache: Option<&mut KvCache>,
+    ) -> Result<Tensor> {
+        self.hidden_in(ids, cache, self.head_reads_products())
+    }
+
+    /// Whether the head's product reads its input in the products' dtype: a dense head does; a
+    /// quantized one reads F32 (`project`).
+    fn head_reads_products(&self) -> bool {
+        !self
+            .lm_head
+            .as_ref()
+            .is_some_and(|h| h.quantized_weight().is_some())
+    }
+
+    fn hidden_in(
+        &self,
+        ids: &Tensor,
+        cache: Option<&mut KvCache>,
+        for_products: bool,
+    ) -> Result<Tensor> {
         self.check_ids(ids)?;
         let (b, t) = (ids.shape()[0], ids.shape()[1]);
         let ids = ids.to_device(self.device())?;
@@ -299,12 +329,13 @@ impl TransformerLm {
             if let Some(c) = cache {
                 c.advance(t);
             }
-            x.finish(&self.norm)
+            x.finish(&self.norm, for_products)
         })
     }
 
     /// The final normed hidden states [B, 1, d_model] of one new token per row (ids [B, 1] on
-    /// the model's device), written into the cache at its device cursor. Nothing here reads a
+    /// the model's device), in the dtype the head reads (`hidden_for_head`), written into the
+    /// cache at its device cursor. Nothing here reads a
     /// position on the host, so the step can be captured once in a CUDA graph and replayed at
     /// every position (after `KvCache::sync_cursor`). The caller checks the room first.
     pub fn decode_hidden(&self, ids: &Tensor, cache: &KvCache) -> Result<Tensor> {
@@ -346,7 +377,7 @@ impl TransformerLm {
                 };
                 x = layer.forward(x, &self.rope, &step)?;
             }
-            x.finish(&self.norm)
+            x.finish(&self.norm, self.head_reads_products())
         })
     }
 
@@ -401,7 +432,7 @@ impl TransformerLm {
                 rhs: targets.shape().to_vec(),
             });
         }
-        let hidden = self.hidden(ids, None)?;
+        let hidden = self.hidden_for_head(ids, None)?;
         let targets = targets.to_device(self.device())?;
         crate::amp::autocast(self.autocast_dtype(), || {
             linear_cross_entropy(
@@ -424,7 +455,7 @@ impl TransformerLm {
 impl Module for TransformerLm {
     /// ids [B, T] -> logits [B, T, vocab].
     fn forward(&self, ids: &Tensor) -> Result<Tensor> {
-        self.project(&self.hidden(ids, None)?)
+        self.project(&self.hidden_for_head(ids, None)?)
     }
 
     fn named_parameters(&self) -> Vec<(String, Tensor)> {

@@ -69,9 +69,13 @@ impl Residual {
         self.add_and_norm(norm, dtype)
     }
 
-    /// The last layer's stream, its pending output added, normed by the final `norm`.
-    pub fn finish(self, norm: &RmsNorm) -> Result<Tensor> {
-        let dtype = self.sum.dtype();
+    /// The last layer's stream, its pending output added, normed by the final `norm`: for the
+    /// head's products (`normed_for_products`'s dtype) or in the stream's own dtype.
+    pub fn finish(self, norm: &RmsNorm, for_products: bool) -> Result<Tensor> {
+        let dtype = match for_products {
+            true => products_dtype(&self.sum),
+            false => self.sum.dtype(),
+        };
         Ok(self.add_and_norm(norm, dtype)?.1)
     }
 

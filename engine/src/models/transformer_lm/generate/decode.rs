@@ -107,7 +107,8 @@ fn generate_inner(
         .flat_map(|(p, &pad)| std::iter::repeat_n(0, pad).chain(p.iter().map(|&t| t as i64)))
         .collect();
     crate::cancel::check()?;
-    let hidden = model.hidden(&Tensor::from_vec(padded, &[b, longest])?, Some(&mut cache))?;
+    let hidden =
+        model.hidden_for_head(&Tensor::from_vec(padded, &[b, longest])?, Some(&mut cache))?;
     let logits = model
         .project(&hidden.narrow(1, longest - 1, 1)?)?
         .reshape_to(&[b, model.config.vocab_size])?;
