@@ -4,7 +4,8 @@
 //!   `--shape 124m` (the default: d 768, 12 layers, 12 heads, SwiGLU 2048, no biases, tied
 //!   embeddings, vocab 50304, batch 16 x 1024) or `--shape 1.1b` (d 2048, 22 layers, 32 heads
 //!   over 4 kv heads, ffn 5632, vocab 32000, untied, batch 8 x 2048), or the single flags.
-//!   Timed like the script: 5 warm-up steps, then 20.
+//!   Timed like the script: 5 warm-up steps, then 20. `--graph` replays each step from a CUDA
+//!   graph (`TrainGraph`: captured at the second warm-up step).
 //! - decode: greedy tokens/s of a 1.1B LLaMA shape (d 2048, 22 layers, 32 heads, 4 kv heads,
 //!   ffn 5632, vocab 32000) in BF16, a 128-token prompt then 256 new tokens, batch 1 and 16.
 //!
@@ -26,7 +27,7 @@ use rusting_brain::backend::cuda::quant_matmul::BlockFormat;
 use rusting_brain::models::transformer_lm::generate::{
     generate, Flow, GenerateOptions, SamplingOptions,
 };
-use rusting_brain::models::transformer_lm::{train_step, LmConfig, TransformerLm};
+use rusting_brain::models::transformer_lm::{train_step, LmConfig, TrainGraph, TransformerLm};
 use rusting_brain::nn::Module;
 use rusting_brain::ops::quant_matmul::QuantizedMatrix;
 use rusting_brain::optim::{AdamW, AdamWConfig, Optimizer};
@@ -47,6 +48,35 @@ fn flag(name: &str) -> Option<String> {
 /// (RB_RANK, RB_WORLD_SIZE, RB_DIST_DIR) `train_step` reduces through NCCL, a run of one too.
 fn sharded_state() -> bool {
     std::env::args().any(|a| a == "--shard-state")
+}
+
+/// The training steps, through a CUDA graph under `--graph`.
+struct Steps(Option<TrainGraph>);
+
+impl Steps {
+    fn new() -> Steps {
+        Steps(
+            std::env::args()
+                .any(|a| a == "--graph")
+                .then(TrainGraph::new),
+        )
+    }
+
+    fn step(
+        &mut self,
+        model: &TransformerLm,
+        opt: &mut AdamW,
+        batches: &[(Tensor, Tensor)],
+    ) -> Result<Tensor> {
+        Ok(match &mut self.0 {
+            Some(graph) => graph.step(model, opt, batches)?.0,
+            None => train_step(model, opt, batches)?.0,
+        })
+    }
+
+    fn captured(&self) -> bool {
+        self.0.as_ref().is_some_and(TrainGraph::is_captured)
+    }
 }
 
 /// A numeric flag; under `--shape`, the named shape's value unless the flag is given.
@@ -121,14 +151,15 @@ fn train(dev: &cuda::CudaDevice, d: Device) -> Result<serde_json::Value> {
     let (model, mut opt, batches) = setup(d)?;
     let c = model.config.clone();
     let params = model.num_parameters();
+    let mut steps_run = Steps::new();
     for _ in 0..5 {
-        train_step(&model, &mut opt, &batches)?;
+        steps_run.step(&model, &mut opt, &batches)?;
     }
     dev.synchronize()?;
     let t = Instant::now();
     let mut loss = None;
     for _ in 0..steps {
-        loss = Some(train_step(&model, &mut opt, &batches)?.0);
+        loss = Some(steps_run.step(&model, &mut opt, &batches)?);
     }
     dev.synchronize()?;
     let dt = t.elapsed().as_secs_f64() / steps as f64;
@@ -140,7 +171,7 @@ fn train(dev: &cuda::CudaDevice, d: Device) -> Result<serde_json::Value> {
     for _ in 0..5 {
         dev.synchronize()?;
         let t = Instant::now();
-        train_step(&model, &mut opt, &batches)?;
+        steps_run.step(&model, &mut opt, &batches)?;
         enqueue.push(t.elapsed().as_secs_f64() * 1e3);
     }
     dev.synchronize()?;
@@ -158,6 +189,7 @@ fn train(dev: &cuda::CudaDevice, d: Device) -> Result<serde_json::Value> {
         "params_m": (n / 1e5).round() / 10.0,
         "batch": batch, "seq": seq,
         "reduces": rusting_brain::dist::current()?.reduces(), "shard_state": sharded_state(),
+        "cuda_graph": steps_run.captured(),
         "step_ms": (dt * 1e5).round() / 100.0,
         "tokens_per_s": (tk / dt).round(),
         "mfu_pct_of_989tf": (flops / dt / 989e12 * 1000.0).round() / 10.0,
@@ -172,12 +204,13 @@ fn train(dev: &cuda::CudaDevice, d: Device) -> Result<serde_json::Value> {
 /// `ncu --profile-from-start off` to time each kernel of exactly one step.
 fn profile(dev: &cuda::CudaDevice, d: Device) -> Result<serde_json::Value> {
     let (model, mut opt, batches) = setup(d)?;
+    let mut steps = Steps::new();
     for _ in 0..3 {
-        train_step(&model, &mut opt, &batches)?;
+        steps.step(&model, &mut opt, &batches)?;
     }
     dev.synchronize()?;
     dev.profiler_capture(true)?;
-    train_step(&model, &mut opt, &batches)?;
+    steps.step(&model, &mut opt, &batches)?;
     dev.synchronize()?;
     dev.profiler_capture(false)?;
     Ok(json!({"name": "one profiled training step"}))

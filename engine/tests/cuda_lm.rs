@@ -7,11 +7,13 @@ use rusting_brain::models::transformer_lm::generate::{
     generate, Flow, GenerateOptions, SamplingOptions,
 };
 use rusting_brain::models::transformer_lm::Precision;
-use rusting_brain::models::transformer_lm::{train_step, LmConfig, TransformerLm};
+use rusting_brain::models::transformer_lm::{
+    train_step, LmConfig, LoraConfig, TrainGraph, TransformerLm,
+};
 use rusting_brain::nn::Module;
 use rusting_brain::ops::linear_loss::linear_cross_entropy;
 use rusting_brain::ops::loss::CrossEntropyOptions;
-use rusting_brain::optim::{AdamW, AdamWConfig};
+use rusting_brain::optim::{AdamW, AdamWConfig, Optimizer, Schedule, StepOutcome};
 use rusting_brain::{backend::cuda, no_grad, DType, Device, Generator, Tensor};
 
 fn config() -> LmConfig {
@@ -228,4 +230,141 @@ fn cuda_lm_final_norm_in_bf16_gives_the_loss_of_the_cast_states() {
             "{name}: gradients differ by {worst} (scale {scale})"
         );
     }
+}
+
+/// A model and its AdamW under a warm-up-and-cosine schedule with clipping, on `d`.
+fn trainer(d: Device, seed: u64) -> (TransformerLm, AdamW) {
+    let model = TransformerLm::new_on(config(), &mut Generator::new(seed), DType::F32, d).unwrap();
+    let mut opt = AdamW::named(
+        model.named_parameters(),
+        AdamWConfig {
+            lr: 3e-3,
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    opt.set_schedule(Some(Schedule::WarmupCosine {
+        peak_lr: 3e-3,
+        min_lr: 3e-4,
+        warmup_steps: 2,
+        total_steps: 20,
+    }))
+    .unwrap();
+    opt.set_max_grad_norm(Some(0.5)).unwrap();
+    (model, opt)
+}
+
+/// Step `s`'s two micro-batches: other tokens at every step, so a replay that read stale
+/// inputs would show.
+fn step_batches(s: u64, d: Device) -> Vec<(Tensor, Tensor)> {
+    (0..2)
+        .map(|k| {
+            let at = |t: Tensor| t.to_device(d).unwrap();
+            (
+                at(tokens(32, 100 + 4 * s + k)),
+                at(tokens(32, 200 + 4 * s + k)),
+            )
+        })
+        .collect()
+}
+
+/// The largest difference between the two models' parameters, over the largest value.
+fn parameters_apart(a: &TransformerLm, b: &TransformerLm) -> f32 {
+    let (mut worst, mut scale) = (0f32, 1e-6f32);
+    for ((_, p), (_, q)) in a.named_parameters().iter().zip(&b.named_parameters()) {
+        for (u, v) in host(p).iter().zip(host(q)) {
+            worst = worst.max((u - v).abs());
+            scale = scale.max(u.abs());
+        }
+    }
+    worst / scale
+}
+
+/// Steps replayed from a CUDA graph train as the steps run op by op: the same losses, rates,
+/// step counts and parameters, with new batches at every step and a scheduled rate that the
+/// device works out. A changed rate (now fixed, a kernel argument) is captured again.
+#[test]
+fn cuda_lm_steps_replayed_from_a_graph_follow_the_steps_op_by_op() {
+    let Some(d) =
+        cuda::device_for_test("cuda_lm_steps_replayed_from_a_graph_follow_the_steps_op_by_op")
+    else {
+        return;
+    };
+    let ((plain, mut plain_opt), (replayed, mut replayed_opt)) = (trainer(d, 11), trainer(d, 11));
+    let mut graph = TrainGraph::new();
+    let compare =
+        |s: u64, plain_opt: &mut AdamW, replayed_opt: &mut AdamW, graph: &mut TrainGraph| {
+            let batches = step_batches(s, d);
+            let (want, want_outcome) = train_step(&plain, plain_opt, &batches).unwrap();
+            let (got, got_outcome) = graph.step(&replayed, replayed_opt, &batches).unwrap();
+            let (want, got) = (want.item().unwrap(), got.item().unwrap());
+            assert!(
+                (want - got).abs() <= 1e-3 * want.abs(),
+                "step {s}: loss {got} replayed, {want} op by op"
+            );
+            match (want_outcome, got_outcome) {
+                (
+                    StepOutcome::Queued {
+                        step: a,
+                        lr: la,
+                        grad_norm: na,
+                    },
+                    StepOutcome::Queued {
+                        step: b,
+                        lr: lb,
+                        grad_norm: nb,
+                    },
+                ) => {
+                    assert_eq!((a, la), (b, lb), "step {s}: (step, rate)");
+                    let (na, nb) = (na.item().unwrap(), nb.item().unwrap());
+                    assert!((na - nb).abs() <= 1e-3 * na, "step {s}: norm {nb} vs {na}");
+                }
+                other => panic!("step {s}: fused steps queue, got {other:?}"),
+            }
+        };
+    for s in 0..6 {
+        compare(s, &mut plain_opt, &mut replayed_opt, &mut graph);
+        assert_eq!(graph.is_captured(), s >= 1, "captured after step {s}");
+    }
+    assert_eq!(replayed_opt.step_count(), 6);
+    assert_eq!(replayed_opt.lr(), plain_opt.lr());
+    let apart = parameters_apart(&plain, &replayed);
+    assert!(apart < 1e-3, "parameters {apart} apart after six steps");
+
+    for opt in [&mut plain_opt, &mut replayed_opt] {
+        opt.set_schedule(None).unwrap();
+        opt.set_lr(1e-3).unwrap();
+    }
+    for s in 6..9 {
+        compare(s, &mut plain_opt, &mut replayed_opt, &mut graph);
+        assert_eq!(graph.is_captured(), s >= 7, "captured again after step {s}");
+    }
+    let apart = parameters_apart(&plain, &replayed);
+    assert!(apart < 1e-3, "parameters {apart} apart after nine steps");
+}
+
+/// A step that draws random numbers on the way (LoRA's dropout: the seed is a kernel
+/// argument, so replays would repeat the masks) is not captured; the steps run op by op.
+#[test]
+fn cuda_lm_a_step_with_dropout_is_not_captured() {
+    let Some(d) = cuda::device_for_test("cuda_lm_a_step_with_dropout_is_not_captured") else {
+        return;
+    };
+    let mut model =
+        TransformerLm::new_on(config(), &mut Generator::new(12), DType::F32, d).unwrap();
+    model
+        .add_lora(LoraConfig {
+            rank: 4,
+            dropout: 0.1,
+            ..Default::default()
+        })
+        .unwrap();
+    let mut opt = AdamW::new(model.trainable_parameters(), AdamWConfig::default()).unwrap();
+    let mut graph = TrainGraph::new();
+    for s in 0..4 {
+        let (loss, _) = graph.step(&model, &mut opt, &step_batches(s, d)).unwrap();
+        assert!(loss.item().unwrap().is_finite(), "step {s}");
+        assert!(!graph.is_captured(), "step {s} was captured");
+    }
+    assert_eq!(opt.step_count(), 4);
 }

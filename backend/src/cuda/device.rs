@@ -481,6 +481,31 @@ impl CudaDevice {
         }
     }
 
+    /// Whether this thread is recording a CUDA graph capture on this device: its launches are
+    /// recorded, not run, and host reads and waits are refused.
+    pub fn capturing(&self) -> bool {
+        self.capturing_here().is_some()
+    }
+
+    /// Returns the freed blocks kept for reuse to the driver, after the work queued so far (a
+    /// wait): the memory a CUDA graph's own allocations are about to take, where a warm-up step
+    /// left it cached (PyTorch's `empty_cache`).
+    pub fn release_cached_blocks(&self) -> Result<()> {
+        self.refuse_in_capture("releasing cached memory")?;
+        self.bind()?;
+        let cached = self.block_cache().drain();
+        // SAFETY: the cached blocks are nobody's; trimming only releases blocks nobody holds,
+        // after the stream has finished with the frees.
+        unsafe {
+            for p in cached {
+                result::free_async(p, self.stream).map_err(driver_err("cuMemFreeAsync"))?;
+            }
+            result::stream::synchronize(self.stream).map_err(driver_err("kernel execution"))?;
+            result::mem_pool::trim_to(self.pool, 0).map_err(driver_err("cuMemPoolTrimTo"))?;
+        }
+        Ok(())
+    }
+
     /// An error naming `what` while this thread captures on this device: host copies and
     /// waits cannot be part of a graph.
     pub(crate) fn refuse_in_capture(&self, what: &str) -> Result<()> {

@@ -45,6 +45,9 @@ pub fn draw(
         let wide = draw(dev, n, DType::F64, dist, seed, start)?;
         return cast(&wide, &Layout::contiguous(&[n]), dtype);
     }
+    // The seed and offset are kernel arguments from the host's generator: a replayed graph
+    // would draw the same numbers every time.
+    dev.refuse_in_capture("a random draw (its seed is fixed at capture)")?;
     let out = CudaStorage::alloc(dev, n, dtype)?;
     if n == 0 {
         return Ok(out);

@@ -313,26 +313,40 @@ fn steps_mut(core: &mut OptimizerCore) -> Result<&mut DeviceSteps> {
         .ok_or_else(|| Error::Cuda("the optimizer's device step counters are missing".into()))
 }
 
-/// One optimizer step with the fused kernels; every parameter, and every one of `scope`, is on
-/// CUDA device `ordinal`. The norm is taken over `scope.params` and opens this optimizer's
-/// step in its counters.
-pub(super) fn step<O: Optimizer + ?Sized>(
-    opt: &mut O,
-    rule: UpdateRule,
-    ordinal: usize,
-    scope: NormScope,
-) -> Result<StepOutcome> {
-    let dev = cuda::device(ordinal)?;
-    let fields = opt.state_fields().len();
-    let core = opt.core_mut();
+/// Every device address a fused step reads or writes besides its own temporaries: each
+/// parameter's, each state tensor's and the counter buffer's.
+pub(super) fn addresses(core: &OptimizerCore) -> Vec<u64> {
+    let params = core.params().iter().map(|p| p.tensor.data_address());
+    let states = core
+        .states
+        .iter()
+        .flatten()
+        .flat_map(|st| st.tensors.iter().map(Tensor::data_address));
+    let counters = core
+        .device
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .as_ref()
+        .map_or(0, |ds| ds.counters.data_address());
+    params.chain(states).chain([counters]).collect()
+}
+
+/// Before a step's kernels: makes the counter buffer on the first step, and otherwise picks up
+/// the snapshot of the counters that an earlier step queued, once it has landed, warning about
+/// the skips it shows and making the host's counts exact if it found any. Nothing here waits
+/// for the device, and while a CUDA graph is captured nothing here reads it.
+fn catch_up(core: &mut OptimizerCore, dev: &Arc<CudaDevice>) -> Result<()> {
     if core
         .device
         .get_mut()
         .unwrap_or_else(|e| e.into_inner())
         .is_none()
     {
-        let ds = DeviceSteps::new(&dev, core)?;
+        let ds = DeviceSteps::new(dev, core)?;
         *core.device.get_mut().unwrap_or_else(|e| e.into_inner()) = Some(ds);
+    }
+    if dev.capturing() {
+        return Ok(());
     }
     let warn = core.warn_skips;
     let needs_refresh = {
@@ -346,6 +360,63 @@ pub(super) fn step<O: Optimizer + ?Sized>(
     if needs_refresh {
         refresh(core)?;
     }
+    Ok(())
+}
+
+/// The host's side of a queued step, as if it applies (a read that finds it skipped corrects
+/// the counts): each updated parameter's step count, the step count and the scheduled rate.
+fn account(core: &mut OptimizerCore, updated: &[usize]) {
+    for &i in updated {
+        if let Some(st) = core.states.get_mut(i).and_then(|s| s.as_mut()) {
+            st.step += 1;
+        }
+    }
+    core.step += 1;
+    if let Some(s) = &core.schedule {
+        core.lr = s.lr_at(core.step);
+    }
+}
+
+/// After a step's kernels: queues a copy of the counters' head for a later step to poll.
+fn start_snapshot(core: &mut OptimizerCore) -> Result<()> {
+    let ds = steps_mut(core)?;
+    let counters = ds.ptr()?;
+    // SAFETY: `counters` is this buffer, which holds at least COUNTER_HEAD i64s.
+    unsafe { ds.snapshot.start(counters, COUNTER_HEAD * 8)? };
+    Ok(())
+}
+
+/// The host's side of one replay of a step captured in a CUDA graph: what `step` does around
+/// its kernels, with `replay` queuing them. `updated` is what the captured step recorded
+/// (`OptimizerCore::take_captured_update`). Returns the step's number and rate, as `step`'s
+/// `Queued` outcome gives them.
+pub fn replayed_step(
+    core: &mut OptimizerCore,
+    ordinal: usize,
+    updated: &[usize],
+    replay: impl FnOnce() -> Result<()>,
+) -> Result<(u64, f64)> {
+    let dev = cuda::device(ordinal)?;
+    catch_up(core, &dev)?;
+    replay()?;
+    account(core, updated);
+    start_snapshot(core)?;
+    Ok((core.step, core.lr))
+}
+
+/// One optimizer step with the fused kernels; every parameter, and every one of `scope`, is on
+/// CUDA device `ordinal`. The norm is taken over `scope.params` and opens this optimizer's
+/// step in its counters.
+pub(super) fn step<O: Optimizer + ?Sized>(
+    opt: &mut O,
+    rule: UpdateRule,
+    ordinal: usize,
+    scope: NormScope,
+) -> Result<StepOutcome> {
+    let dev = cuda::device(ordinal)?;
+    let fields = opt.state_fields().len();
+    let core = opt.core_mut();
+    catch_up(core, &dev)?;
     let counters = steps_mut(core)?.ptr()?;
 
     let tensors = core.tensors();
@@ -418,36 +489,21 @@ pub(super) fn step<O: Optimizer + ?Sized>(
         }
         Ok(())
     });
-    match &queued {
-        Ok(()) => {
-            // What the host expects; a read that finds this step skipped corrects it.
-            for (i, _) in &grads {
-                if let Some(st) = states[*i].as_mut() {
-                    st.step += 1;
-                }
-            }
-        }
-        Err(_) => {
-            // The norm kernel may have counted the step already: trust the device's counts.
-            if let Some(ds) = core
-                .device
-                .get_mut()
-                .unwrap_or_else(|e| e.into_inner())
-                .as_mut()
-            {
-                ds.needs_refresh = true;
-            }
-        }
-    }
     core.states = states;
-    queued?;
-    core.step += 1;
-    if let Some(s) = &core.schedule {
-        core.lr = s.lr_at(core.step);
+    if queued.is_err() {
+        // The norm kernel may have counted the step already: trust the device's counts.
+        steps_mut(core)?.needs_refresh = true;
     }
-    let ds = steps_mut(core)?;
-    // SAFETY: `counters` is this buffer, which holds at least COUNTER_HEAD i64s.
-    unsafe { ds.snapshot.start(counters, COUNTER_HEAD * 8)? };
+    queued?;
+    let updated: Vec<usize> = grads.iter().map(|(i, _)| *i).collect();
+    if dev.capturing() {
+        // Recorded, not run: the host's side runs at each replay (`replayed_step`), which
+        // needs to know whose counts the step advances. Nothing is read back in a capture.
+        core.captured_update = Some(updated);
+    } else {
+        account(core, &updated);
+        start_snapshot(core)?;
+    }
     Ok(StepOutcome::Queued {
         step: core.step,
         lr: core.lr,

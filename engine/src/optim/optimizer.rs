@@ -75,6 +75,9 @@ pub struct OptimizerCore {
     pub warn_skips: bool,
     /// Under ZeRO-1 (`shard_state`), the parameters whose state this rank keeps and updates.
     pub(super) shard: Option<StateShard>,
+    /// The parameters that a step recorded into a CUDA graph updated, kept for the host's side
+    /// of its replays (`take_captured_update`).
+    pub(super) captured_update: Option<Vec<usize>>,
 }
 
 /// The gradient norm a step clips to `max_norm` and skips on when it is not finite. A step's
@@ -121,11 +124,26 @@ impl OptimizerCore {
             schedule: None,
             warn_skips: true,
             shard: None,
+            captured_update: None,
         })
     }
 
     pub fn params(&self) -> &[Param] {
         &self.params
+    }
+
+    /// The device addresses a fused step reads and writes besides its temporaries: every
+    /// parameter's, state tensor's and the step counters'. A step captured in a CUDA graph
+    /// stays valid while they are the same (a load, say, replaces the state).
+    pub fn step_addresses(&self) -> Vec<u64> {
+        fused::addresses(self)
+    }
+
+    /// Which parameters the last step recorded into a CUDA graph updated (the fused step
+    /// notes them while it is captured), for `replayed_step`; `None` when no step was captured
+    /// since the last call.
+    pub fn take_captured_update(&mut self) -> Option<Vec<usize>> {
+        self.captured_update.take()
     }
 
     pub fn tensors(&self) -> Vec<Tensor> {

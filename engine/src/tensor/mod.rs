@@ -247,6 +247,15 @@ impl Tensor {
         Arc::strong_count(&self.0) == 1 && Arc::strong_count(&self.0.storage) == 1
     }
 
+    /// The device address of the first element (0 on the CPU): what a kernel captured into a
+    /// CUDA graph reads, so a replay is only valid while it stays the same.
+    pub fn data_address(&self) -> u64 {
+        match &*self.storage() {
+            Storage::Cuda(s) => s.ptr_at(self.layout().offset()),
+            Storage::Cpu(_) => 0,
+        }
+    }
+
     pub fn storage(&self) -> RwLockReadGuard<'_, Storage> {
         self.0.storage.read()
     }

@@ -1,6 +1,7 @@
 //! The LLaMA family: a decoder-only transformer language model (config, rotary embeddings,
 //! grouped-query attention with a KV cache, SwiGLU feed-forward), its generation loop
-//! (`generate`), its training step and evaluation (`train`), checkpoints that resume exactly
+//! (`generate`), its training step and evaluation (`train`, and `train_graph` to replay the step as a CUDA
+//! graph), checkpoints that resume exactly
 //! (`checkpoint`), Hugging Face's `save_pretrained` directories (`pretrained`), llama.cpp GGUF files (`gguf`), and LoRA fine-tuning (`lora`) with PEFT's
 //! adapter files (`peft`).
 
@@ -36,6 +37,7 @@ mod rope;
 #[cfg(test)]
 mod tests;
 mod train;
+mod train_graph;
 #[cfg(test)]
 mod train_tests;
 
@@ -52,3 +54,4 @@ pub use model::{Precision, TransformerLm};
 pub use residual::Residual;
 pub use rope::{Positions, Rotary};
 pub use train::{evaluate, train_step, Evaluation};
+pub use train_graph::TrainGraph;

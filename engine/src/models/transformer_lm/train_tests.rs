@@ -144,3 +144,27 @@ fn a_file_without_the_header_is_refused_with_a_reason() {
     let msg = checkpoint::load(&path).err().unwrap().to_string();
     assert!(msg.contains("not a RustingBrain checkpoint"), "{msg}");
 }
+
+/// Off CUDA a `TrainGraph` is `train_step`: the same losses, bit for bit, and nothing captured.
+#[test]
+fn a_train_graph_on_the_cpu_steps_as_train_step_does() {
+    let plain = TransformerLm::new(config(), &mut Generator::new(5)).unwrap();
+    let mut opt = optimizer(&plain);
+    let want = run(&plain, &mut opt, 0..4);
+
+    let through = TransformerLm::new(config(), &mut Generator::new(5)).unwrap();
+    let mut opt = optimizer(&through);
+    let mut graph = TrainGraph::new();
+    let got: Vec<f32> = (0..4)
+        .map(|s| {
+            let (loss, _) = graph.step(&through, &mut opt, &batches(s)).unwrap();
+            loss.item().unwrap() as f32
+        })
+        .collect();
+    assert_eq!(
+        want.iter().map(|l| l.to_bits()).collect::<Vec<_>>(),
+        got.iter().map(|l| l.to_bits()).collect::<Vec<_>>()
+    );
+    assert!(!graph.is_captured());
+    assert_eq!(opt.step_count(), 4);
+}

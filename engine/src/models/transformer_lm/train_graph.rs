@@ -1,0 +1,277 @@
+//! `train_step` recorded once as a CUDA graph and replayed at the steps after: one launch a step
+//! instead of about five hundred, so the device runs the kernels back to back instead of
+//! waiting between them for the launches.
+//!
+//! A replay repeats what the capture recorded, the kernels and their arguments, so:
+//! - the batches go through buffers made here, which each step's batches are copied into;
+//! - the loss and the gradient norm land in buffers made here, and each step returns copies;
+//! - the optimizer's host side (step counts, the scheduled rate, the read-back of its device
+//!   counters) runs around each replay (`optim::replayed_step`);
+//! - whatever else the step took from the host is in the capture's key: the optimizer's rule,
+//!   its rate (an argument when fixed; a schedule runs on the device), the clip norm, the
+//!   model's precision and mode, which parameters train, the batches' shapes, and the addresses
+//!   of the model's tensors (its rotary tables among them) and the optimizer's state. A step whose key differs runs op by op and
+//!   the one after it is captured again.
+//!
+//! The first step runs op by op: it compiles the kernels and makes the optimizer's state, which
+//! a capture cannot do (it may not keep memory it allocates, nor read the host). The second is
+//! captured and replayed, the rest replay. A step that cannot be captured (an op that reads the
+//! host or draws random numbers, such as LoRA's dropout) is reported once and the steps run op
+//! by op from then on. So do data-parallel runs (NCCL) and sharded optimizer state.
+
+use super::model::Precision;
+use super::train::train_step;
+use super::TransformerLm;
+use crate::backend::cuda::graph::CudaGraph;
+use crate::backend::spec::optim::UpdateRule;
+use crate::nn::Module;
+use crate::optim::{replayed_step, Optimizer, Schedule, StepOutcome};
+use crate::{no_grad, DType, Device, Error, Result, Tensor};
+
+/// What the captured kernels took from the host: a step with another key cannot replay them.
+#[derive(Clone, Debug, PartialEq)]
+struct CaptureKey {
+    rule: Option<UpdateRule>,
+    /// The rate when fixed (then it is a kernel argument); `None` under a schedule.
+    fixed_lr: Option<f64>,
+    schedule: Option<Schedule>,
+    max_grad_norm: Option<f64>,
+    precision: Precision,
+    training: bool,
+    trains: Vec<bool>,
+    /// The optimizer's (`OptimizerCore::step_addresses`) and the model's tensors'.
+    addresses: Vec<u64>,
+    /// The rotary tables' rows: they are made again, elsewhere, when a longer sequence (a
+    /// generation between steps) needs more.
+    rotary_rows: usize,
+    batches: Vec<[(Vec<usize>, DType); 2]>,
+}
+
+impl CaptureKey {
+    fn of(model: &TransformerLm, opt: &dyn Optimizer, batches: &[(Tensor, Tensor)]) -> Self {
+        let core = opt.core();
+        CaptureKey {
+            rule: opt.fused_rule(),
+            fixed_lr: core.schedule.is_none().then(|| opt.lr()),
+            schedule: core.schedule.clone(),
+            max_grad_norm: core.max_grad_norm,
+            precision: model.precision(),
+            training: model.is_training(),
+            trains: core.tensors().iter().map(Tensor::requires_grad).collect(),
+            addresses: core
+                .step_addresses()
+                .into_iter()
+                .chain(
+                    model
+                        .named_parameters()
+                        .iter()
+                        .map(|(_, t)| t.data_address()),
+                )
+                .chain(model.named_buffers().iter().map(|(_, t)| t.data_address()))
+                .collect(),
+            rotary_rows: model.rotary().rows(),
+            batches: batches
+                .iter()
+                .map(|(x, y)| {
+                    [
+                        (x.shape().to_vec(), x.dtype()),
+                        (y.shape().to_vec(), y.dtype()),
+                    ]
+                })
+                .collect(),
+        }
+    }
+}
+
+/// The buffers a captured step reads its batches from and writes its results into.
+struct Buffers {
+    batches: Vec<(Tensor, Tensor)>,
+    loss: Tensor,
+    grad_norm: Tensor,
+}
+
+impl Buffers {
+    fn new(batches: &[(Tensor, Tensor)], device: Device) -> Result<Buffers> {
+        let batches = no_grad(|| {
+            batches
+                .iter()
+                .map(|(x, y)| {
+                    let copy = |t: &Tensor| t.to_device(device)?.contiguous_copy();
+                    Ok((copy(x)?, copy(y)?))
+                })
+                .collect::<Result<Vec<_>>>()
+        })?;
+        Ok(Buffers {
+            batches,
+            loss: Tensor::zeros(&[], DType::F32, device)?,
+            grad_norm: Tensor::zeros(&[], DType::F32, device)?,
+        })
+    }
+
+    /// This step's batches into the buffers the graph reads.
+    fn fill(&self, batches: &[(Tensor, Tensor)]) -> Result<()> {
+        no_grad(|| {
+            for ((bx, by), (x, y)) in self.batches.iter().zip(batches) {
+                let device = bx.device();
+                bx.copy_(&x.to_device(device)?)?;
+                by.copy_(&y.to_device(device)?)?;
+            }
+            Ok(())
+        })
+    }
+}
+
+enum Phase {
+    /// The next step runs op by op, and the one after is captured.
+    WarmingUp,
+    Ready,
+    Captured {
+        graph: CudaGraph,
+        /// The parameters the captured optimizer step updates.
+        updated: Vec<usize>,
+    },
+    /// A capture failed: every step runs op by op.
+    Off,
+}
+
+/// `train_step` through a CUDA graph on one CUDA device (see the module's text); elsewhere
+/// each step is `train_step`. Keep one per model and optimizer pair and pass every step
+/// through it.
+pub struct TrainGraph {
+    phase: Phase,
+    key: Option<CaptureKey>,
+    buffers: Option<Buffers>,
+}
+
+impl Default for TrainGraph {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl TrainGraph {
+    pub fn new() -> Self {
+        TrainGraph {
+            phase: Phase::WarmingUp,
+            key: None,
+            buffers: None,
+        }
+    }
+
+    /// Whether the steps now replay a captured graph.
+    pub fn is_captured(&self) -> bool {
+        matches!(self.phase, Phase::Captured { .. })
+    }
+
+    /// One optimizer step over `micro_batches`, as `train_step` takes it and with the same
+    /// results. The loss and the outcome's gradient norm are fresh tensors on the device.
+    pub fn step(
+        &mut self,
+        model: &TransformerLm,
+        opt: &mut dyn Optimizer,
+        micro_batches: &[(Tensor, Tensor)],
+    ) -> Result<(Tensor, StepOutcome)> {
+        let ordinal = match model.device() {
+            Device::Cuda(i) if !matches!(self.phase, Phase::Off) => i,
+            _ => return train_step(model, opt, micro_batches),
+        };
+        if crate::dist::current()?.reduces() || opt.core().shard().is_some() {
+            return train_step(model, opt, micro_batches);
+        }
+        if self.key.as_ref() != Some(&CaptureKey::of(model, opt, micro_batches)) {
+            self.phase = Phase::WarmingUp;
+            self.buffers = None;
+        }
+        match std::mem::replace(&mut self.phase, Phase::WarmingUp) {
+            Phase::WarmingUp | Phase::Off => {
+                let out = train_step(model, opt, micro_batches)?;
+                // The key as this step leaves it: the optimizer's state exists from now on.
+                self.key = Some(CaptureKey::of(model, opt, micro_batches));
+                self.phase = Phase::Ready;
+                Ok(out)
+            }
+            Phase::Ready => match self.capture(model, opt, micro_batches, ordinal) {
+                Ok(()) => self.replay(opt, micro_batches, ordinal),
+                Err(e) => {
+                    crate::messages::warn(&format!(
+                        "train_step could not be captured as a CUDA graph ({e}); the steps run op by op"
+                    ));
+                    // A failed capture may leave gradients whose memory the graph never made.
+                    opt.zero_grad();
+                    opt.core_mut().take_captured_update();
+                    self.buffers = None;
+                    self.phase = Phase::Off;
+                    train_step(model, opt, micro_batches)
+                }
+            },
+            captured @ Phase::Captured { .. } => {
+                self.phase = captured;
+                self.replay(opt, micro_batches, ordinal)
+            }
+        }
+    }
+
+    /// Records one step into a graph, which `self.phase` then holds; nothing runs yet.
+    fn capture(
+        &mut self,
+        model: &TransformerLm,
+        opt: &mut dyn Optimizer,
+        micro_batches: &[(Tensor, Tensor)],
+        ordinal: usize,
+    ) -> Result<()> {
+        let dev = crate::backend::cuda::device(ordinal)?;
+        let buffers = Buffers::new(micro_batches, model.device())?;
+        // The warm-up step's memory sits in the allocator's cache; the graph's own allocations
+        // take the same room.
+        dev.release_cached_blocks()?;
+        let graph = CudaGraph::capture(&dev, || {
+            let (loss, outcome) = train_step(model, opt, &buffers.batches)?;
+            no_grad(|| {
+                buffers.loss.copy_(&loss)?;
+                match &outcome {
+                    StepOutcome::Queued { grad_norm, .. } => buffers.grad_norm.copy_(grad_norm),
+                    _ => Err(Error::invalid(
+                        "train_step",
+                        "only an optimizer with fused CUDA kernels steps inside a CUDA graph",
+                    )),
+                }
+            })
+        })?;
+        let updated = opt.core_mut().take_captured_update().ok_or_else(|| {
+            Error::invalid("train_step", "the captured step did not record its update")
+        })?;
+        self.buffers = Some(buffers);
+        self.phase = Phase::Captured { graph, updated };
+        Ok(())
+    }
+
+    /// Copies the batches in, replays the graph with the optimizer's host side around it, and
+    /// returns copies of the loss and the norm.
+    fn replay(
+        &mut self,
+        opt: &mut dyn Optimizer,
+        micro_batches: &[(Tensor, Tensor)],
+        ordinal: usize,
+    ) -> Result<(Tensor, StepOutcome)> {
+        let (Phase::Captured { graph, updated }, Some(buffers)) = (&self.phase, &self.buffers)
+        else {
+            return Err(Error::invalid("train_step", "no captured step to replay"));
+        };
+        buffers.fill(micro_batches)?;
+        let (step, lr) = replayed_step(opt.core_mut(), ordinal, updated, || graph.replay())?;
+        let (loss, grad_norm) = no_grad(|| {
+            Ok((
+                buffers.loss.contiguous_copy()?,
+                buffers.grad_norm.contiguous_copy()?,
+            ))
+        })?;
+        Ok((
+            loss,
+            StepOutcome::Queued {
+                step,
+                lr,
+                grad_norm,
+            },
+        ))
+    }
+}
