@@ -41,8 +41,8 @@ impl Tensor {
         let tables_need_grad = is_grad_enabled() && (cos.requires_grad() || sin.requires_grad());
         if matches!(self.device(), crate::Device::Cuda(_)) && self.rank() <= 4 && !tables_need_grad
         {
-            let f32_table = |t: &Tensor| no_grad(|| t.to_dtype(DType::F32)?.broadcast_to(&shape));
-            return fused(self, f32_table(cos)?, f32_table(sin)?);
+            let (cos, sin) = kernel_tables(cos, sin, &shape)?;
+            return fused(self, cos, sin);
         }
         let half = dim / 2;
         let first = self.narrow(-1, 0, half)?;
@@ -52,6 +52,21 @@ impl Tensor {
         self.mul(&cos_b.to_dtype(dtype)?)?
             .add(&rotated.mul(&sin_b.to_dtype(dtype)?)?)
     }
+}
+
+/// cos and sin as the rotation kernels read them: F32, broadcast to `shape` (constants: no
+/// gradient is recorded), each row's dims adjacent.
+fn kernel_tables(cos: &Tensor, sin: &Tensor, shape: &[usize]) -> Result<(Tensor, Tensor)> {
+    no_grad(|| {
+        let dense = |t: &Tensor| -> Result<Tensor> {
+            let t = t.to_dtype(DType::F32)?.broadcast_to(shape)?;
+            match t.layout().strides().last() {
+                Some(1) | None => Ok(t),
+                _ => t.contiguous(),
+            }
+        };
+        Ok((dense(cos)?, dense(sin)?))
+    })
 }
 
 impl Tensor {
@@ -107,20 +122,8 @@ impl Tensor {
             let parts = self.split_with_sizes(&sizes, -1)?;
             Ok((heads(&parts[0])?, heads(&parts[1])?, heads(&parts[2])?))
         })?;
-        let tables = |shape: &[usize]| -> Result<(Tensor, Tensor)> {
-            no_grad(|| {
-                let dense = |t: &Tensor| -> Result<Tensor> {
-                    let t = t.to_dtype(DType::F32)?.broadcast_to(shape)?;
-                    match t.layout().strides()[3] {
-                        1 => Ok(t),
-                        _ => t.contiguous(),
-                    }
-                };
-                Ok((dense(cos)?, dense(sin)?))
-            })
-        };
-        let (cos_q, sin_q) = tables(q.shape())?;
-        let (cos_k, sin_k) = tables(k.shape())?;
+        let (cos_q, sin_q) = kernel_tables(cos, sin, q.shape())?;
+        let (cos_k, sin_k) = kernel_tables(cos, sin, k.shape())?;
         let q_rot = run(&q, &cos_q, &sin_q, false)?;
         let k_rot = run(&k, &cos_k, &sin_k, false)?;
         let backward = QkvBackward {
