@@ -93,14 +93,7 @@ fn cuda_lm_training_in_mixed_precision_lowers_the_loss() {
         return;
     };
     let model = TransformerLm::new_on(config(), &mut Generator::new(3), DType::F32, d).unwrap();
-    let mut opt = AdamW::named(
-        model.named_parameters(),
-        AdamWConfig {
-            lr: 3e-3,
-            ..Default::default()
-        },
-    )
-    .unwrap();
+    let mut opt = adamw(&model);
     // A repeating pattern the model can learn: next = (token * 7 + 3) mod 300.
     let seq: Vec<i64> = (0..33)
         .scan(1i64, |t, _| {
@@ -232,17 +225,22 @@ fn cuda_lm_final_norm_in_bf16_gives_the_loss_of_the_cast_states() {
     }
 }
 
-/// A model and its AdamW under a warm-up-and-cosine schedule with clipping, on `d`.
-fn trainer(d: Device, seed: u64) -> (TransformerLm, AdamW) {
-    let model = TransformerLm::new_on(config(), &mut Generator::new(seed), DType::F32, d).unwrap();
-    let mut opt = AdamW::named(
+/// AdamW at a rate of 3e-3 over every parameter of `model`.
+fn adamw(model: &TransformerLm) -> AdamW {
+    AdamW::named(
         model.named_parameters(),
         AdamWConfig {
             lr: 3e-3,
             ..Default::default()
         },
     )
-    .unwrap();
+    .unwrap()
+}
+
+/// A model and its AdamW under a warm-up-and-cosine schedule with clipping, on `d`.
+fn trainer(d: Device, seed: u64) -> (TransformerLm, AdamW) {
+    let model = TransformerLm::new_on(config(), &mut Generator::new(seed), DType::F32, d).unwrap();
+    let mut opt = adamw(&model);
     opt.set_schedule(Some(Schedule::WarmupCosine {
         peak_lr: 3e-3,
         min_lr: 3e-4,
