@@ -2,7 +2,7 @@
 # One call on the GPU machine: `lm_bench train` beside benches/torch_lm_bench.py (eager and
 # torch.compile) for the 124M and 1.1B LLaMA shapes, runs alternating, ROUNDS of each (default
 # 1; the comparison takes 3 and the median; SKIP_EAGER / SKIP_COMPILE leave a reference
-# out). Everything goes to $OUT/log.txt as it runs;
+# out; GRAPH=1 adds our steps replayed from a CUDA graph). Everything goes to $OUT/log.txt as it runs;
 # each run has its own time limit, so a call that runs out still reports.
 #   carry [".devpack"]; command: bash benches/lm_speed.sh   (after device_check.sh unpacked it)
 set -uo pipefail
@@ -21,6 +21,11 @@ for round in $(seq "${ROUNDS:-1}"); do
       echo "--- after"
     fi
     timeout ${OURS_LIMIT:-180} .device/bin/lm_bench train --shape "$shape" 2>&1 | tail -2
+    # GRAPH=1: the same binary again with every step replayed from a CUDA graph (TrainGraph).
+    if [ -n "${GRAPH:-}" ]; then
+      echo "--- graph"
+      timeout ${OURS_LIMIT:-180} .device/bin/lm_bench train --shape "$shape" --graph 2>&1 | tail -2
+    fi
     [ -n "${SKIP_EAGER:-}" ] || timeout ${TORCH_LIMIT:-240} python3 benches/torch_lm_bench.py --shape "$shape" 2>&1 | tail -1
     [ -n "${SKIP_COMPILE:-}" ] || timeout ${COMPILE_LIMIT:-420} python3 benches/torch_lm_bench.py --shape "$shape" --compile 2>&1 | tail -1
   done
