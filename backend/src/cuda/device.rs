@@ -487,9 +487,9 @@ impl CudaDevice {
         self.capturing_here().is_some()
     }
 
-    /// Returns the freed blocks kept for reuse to the driver, after the work queued so far (a
-    /// wait): the memory a CUDA graph's own allocations are about to take, where a warm-up step
-    /// left it cached (PyTorch's `empty_cache`).
+    /// Returns the freed blocks kept for reuse, and destroyed graphs' memory, to the driver,
+    /// after the work queued so far (a wait): the memory a CUDA graph's own allocations are
+    /// about to take, where a warm-up step left it cached (PyTorch's `empty_cache`).
     pub fn release_cached_blocks(&self) -> Result<()> {
         self.refuse_in_capture("releasing cached memory")?;
         self.bind()?;
@@ -503,7 +503,18 @@ impl CudaDevice {
             result::stream::synchronize(self.stream).map_err(driver_err("kernel execution"))?;
             result::mem_pool::trim_to(self.pool, 0).map_err(driver_err("cuMemPoolTrimTo"))?;
         }
-        Ok(())
+        self.trim_graph_memory()
+    }
+
+    /// Returns the memory of destroyed CUDA graphs to the driver: a graph's allocations stay
+    /// reserved for the next graph otherwise, beside what the allocator holds.
+    pub(crate) fn trim_graph_memory(&self) -> Result<()> {
+        self.bind()?;
+        let dev = result::device::get(self.ordinal as i32).map_err(driver_err("cuDeviceGet"))?;
+        // SAFETY: a plain driver call on the bound context's device.
+        unsafe { sys::cuDeviceGraphMemTrim(dev) }
+            .result()
+            .map_err(driver_err("cuDeviceGraphMemTrim"))
     }
 
     /// An error naming `what` while this thread captures on this device: host copies and

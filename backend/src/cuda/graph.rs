@@ -59,7 +59,9 @@ impl CudaGraph {
             device.finish_capture_tracking();
             return Err(e);
         }
-        let worked = work();
+        // A panic in `work` still ends the capture and the tracking before it goes on, so the
+        // thread does not stay in capture mode with its work going to the lane.
+        let worked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(work));
         let mut graph: sys::CUgraph = std::ptr::null_mut();
         // SAFETY: ends the capture begun above on the same stream.
         let ended = check("cuStreamEndCapture", unsafe {
@@ -70,6 +72,14 @@ impl CudaGraph {
             if !g.is_null() {
                 // SAFETY: `g` came from cuStreamEndCapture and is destroyed once.
                 unsafe { sys::cuGraphDestroy(g) };
+            }
+        };
+        let worked = match worked {
+            Ok(w) => w,
+            Err(panic) => {
+                destroy(graph);
+                drop(lane_guard);
+                std::panic::resume_unwind(panic);
             }
         };
         if let Err(e) = worked.and(ended) {
@@ -120,5 +130,7 @@ impl Drop for CudaGraph {
             sys::cuGraphExecDestroy(self.exec);
             sys::cuGraphDestroy(self.graph);
         }
+        // The graph's allocations would stay reserved for another graph, beside the pool.
+        let _ = self.device.trim_graph_memory();
     }
 }

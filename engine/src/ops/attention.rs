@@ -18,6 +18,7 @@ use crate::backend::spec::AttentionSpec;
 use crate::backend::{CudaStorage, Storage};
 use crate::{DType, Device, Error, Result, Tensor};
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, OnceLock};
 
 const OP: &str = "scaled_dot_product_attention";
@@ -139,6 +140,13 @@ pub(super) fn check(
 /// shape every step.
 type MaskCache = Mutex<HashMap<(usize, usize, DType, Device), Tensor>>;
 static CAUSAL_MASKS: OnceLock<MaskCache> = OnceLock::new();
+/// How many times the mask cache has been emptied (its masks freed).
+static MASK_EVICTIONS: AtomicU64 = AtomicU64::new(0);
+
+/// Changes whenever cached causal masks are freed: a CUDA graph that read one must not replay.
+pub fn causal_mask_generation() -> u64 {
+    MASK_EVICTIONS.load(Ordering::Relaxed)
+}
 
 /// The additive causal mask [tq, tk] for the composition: 0 where key j <= i + (tk - tq),
 /// -inf elsewhere.
@@ -159,6 +167,7 @@ fn causal_bias(tq: usize, tk: usize, dtype: DType, device: Device) -> Result<Ten
     let mut cache = cache.lock().unwrap_or_else(|e| e.into_inner());
     if cache.len() >= 16 {
         cache.clear();
+        MASK_EVICTIONS.fetch_add(1, Ordering::Relaxed);
     }
     cache.insert(key, m.clone());
     Ok(m)

@@ -386,19 +386,31 @@ fn start_snapshot(core: &mut OptimizerCore) -> Result<()> {
     Ok(())
 }
 
-/// The host's side of one replay of a step captured in a CUDA graph: what `step` does around
-/// its kernels, with `replay` queuing them. `updated` is what the captured step recorded
-/// (`OptimizerCore::take_captured_update`). Returns the step's number and rate, as `step`'s
-/// `Queued` outcome gives them.
+/// Catches the host's step counts up with the device's before a step whose kernels a CUDA
+/// graph replays (`replayed_step`): a read that finds a skipped step may drop a state (one
+/// whose only step was skipped), which the replay must not find gone. The caller checks that
+/// the state it captured against is still there after this.
+pub fn settle_step_counts(core: &mut OptimizerCore, ordinal: usize) -> Result<()> {
+    catch_up(core, &cuda::device(ordinal)?)
+}
+
+/// The host's side of one replay of a step captured in a CUDA graph, after
+/// `settle_step_counts`: `replay` queues the kernels, then each updated parameter's storage
+/// version moves on (a cast cached against it, or a backward that saved it, must see the
+/// write, as `step`'s own writes bump it) and the counts advance as `step`'s do. `updated` is
+/// what the captured step recorded (`OptimizerCore::take_captured_update`). Returns the step's
+/// number and rate, as `step`'s `Queued` outcome gives them.
 pub fn replayed_step(
     core: &mut OptimizerCore,
-    ordinal: usize,
     updated: &[usize],
     replay: impl FnOnce() -> Result<()>,
 ) -> Result<(u64, f64)> {
-    let dev = cuda::device(ordinal)?;
-    catch_up(core, &dev)?;
     replay()?;
+    for &i in updated {
+        if let Some(p) = core.params().get(i) {
+            drop(p.tensor.storage_cell().write());
+        }
+    }
     account(core, updated);
     start_snapshot(core)?;
     Ok((core.step, core.lr))
@@ -450,7 +462,7 @@ pub(super) fn step<O: Optimizer + ?Sized>(
         let mut write_back = Vec::new();
         for ((i, _), gs) in grads.iter().zip(&slices) {
             let p = &tensors[*i];
-            let st = fit_state(&mut states[*i], p, fields)?;
+            let st = fit_state(&mut states[*i], p, fields, dev.capturing())?;
             let mut state = [0u64; 2];
             for (s, t) in state.iter_mut().zip(&st.tensors) {
                 *s = device_slice(t)?.ptr;
@@ -517,8 +529,26 @@ fn fit_state<'a>(
     slot: &'a mut Option<ParamState>,
     p: &Tensor,
     fields: usize,
+    capturing: bool,
 ) -> Result<&'a ParamState> {
     let dtype = state_dtype(p);
+    let fits = |t: &Tensor| {
+        t.device() == p.device()
+            && t.dtype() == dtype
+            && t.is_contiguous()
+            && t.shape() == p.shape()
+    };
+    // State made in a CUDA graph capture would live in memory only the graph has.
+    let made_here = slot
+        .as_ref()
+        .is_none_or(|st| !st.tensors.iter().all(|t| fits(t)));
+    if capturing && made_here {
+        return Err(Error::invalid(
+            "optimizer step",
+            "a parameter's state would be made inside a CUDA graph capture; step once op by op \
+             first",
+        ));
+    }
     let st = match slot {
         Some(st) => st,
         None => slot.insert(ParamState {
@@ -529,11 +559,7 @@ fn fit_state<'a>(
         }),
     };
     for t in st.tensors.iter_mut() {
-        if t.device() != p.device()
-            || t.dtype() != dtype
-            || !t.is_contiguous()
-            || t.shape() != p.shape()
-        {
+        if !fits(t) {
             if t.numel() != p.numel() {
                 return Err(Error::invalid(
                     "optimizer step",

@@ -21,7 +21,7 @@ pub use adamw::{AdamW, AdamWConfig};
 pub use clip::{
     clip_grad_norm, clip_grad_norm_tensor, global_grad_norm, global_grad_norm_tensor, scale_grads,
 };
-pub use fused::replayed_step;
+pub use fused::{replayed_step, settle_step_counts};
 pub use lerp::lerp_all_;
 pub use lion::{Lion, LionConfig};
 pub use optimizer::{

@@ -265,10 +265,9 @@ impl TransformerLm {
     /// Whether the head's product reads its input in the products' dtype: a dense head does; a
     /// quantized one reads F32 (`project`).
     fn head_reads_products(&self) -> bool {
-        !self
-            .lm_head
+        self.lm_head
             .as_ref()
-            .is_some_and(|h| h.quantized_weight().is_some())
+            .is_none_or(|h| h.quantized_weight().is_none())
     }
 
     fn hidden_in(

@@ -9,9 +9,10 @@
 //!   counters) runs around each replay (`optim::replayed_step`);
 //! - whatever else the step took from the host is in the capture's key: the optimizer's rule,
 //!   its rate (an argument when fixed; a schedule runs on the device), the clip norm, the
-//!   model's precision and mode, which parameters train, the batches' shapes, and the addresses
-//!   of the model's tensors (its rotary tables among them) and the optimizer's state. A step whose key differs runs op by op and
-//!   the one after it is captured again.
+//!   model's precision and mode, TF32, which parameters train, the batches' shapes, the
+//!   addresses of the model's tensors and of the optimizer's state, and whether the rotary
+//!   tables or the cached causal masks were made again (elsewhere). A step whose key differs
+//!   runs op by op and the one after it is captured again.
 //!
 //! The first step runs op by op: it compiles the kernels and makes the optimizer's state, which
 //! a capture cannot do (it may not keep memory it allocates, nor read the host). The second is
@@ -25,7 +26,8 @@ use super::TransformerLm;
 use crate::backend::cuda::graph::CudaGraph;
 use crate::backend::spec::optim::UpdateRule;
 use crate::nn::Module;
-use crate::optim::{replayed_step, Optimizer, Schedule, StepOutcome};
+use crate::ops::attention::causal_mask_generation;
+use crate::optim::{replayed_step, settle_step_counts, Optimizer, Schedule, StepOutcome};
 use crate::{no_grad, DType, Device, Error, Result, Tensor};
 
 /// What the captured kernels took from the host: a step with another key cannot replay them.
@@ -38,19 +40,28 @@ struct CaptureKey {
     max_grad_norm: Option<f64>,
     precision: Precision,
     training: bool,
+    tf32: bool,
     trains: Vec<bool>,
-    /// The optimizer's (`OptimizerCore::step_addresses`) and the model's tensors'.
+    /// The optimizer's (`OptimizerCore::step_addresses`) and the model's parameters'.
     addresses: Vec<u64>,
-    /// The rotary tables' rows: they are made again, elsewhere, when a longer sequence (a
-    /// generation between steps) needs more.
+    /// The rotary tables' rows: the tables are made again, elsewhere, when a longer sequence
+    /// (a generation between steps) needs more rows.
     rotary_rows: usize,
+    /// Changes when the cached causal masks (the attention's composition reads one) are freed.
+    causal_masks: u64,
     batches: Vec<[(Vec<usize>, DType); 2]>,
 }
 
 impl CaptureKey {
-    fn of(model: &TransformerLm, opt: &dyn Optimizer, batches: &[(Tensor, Tensor)]) -> Self {
+    fn of(
+        model: &TransformerLm,
+        opt: &dyn Optimizer,
+        batches: &[(Tensor, Tensor)],
+        tf32: bool,
+    ) -> Self {
         let core = opt.core();
         CaptureKey {
+            tf32,
             rule: opt.fused_rule(),
             fixed_lr: core.schedule.is_none().then(|| opt.lr()),
             schedule: core.schedule.clone(),
@@ -70,6 +81,7 @@ impl CaptureKey {
                 .chain(model.named_buffers().iter().map(|(_, t)| t.data_address()))
                 .collect(),
             rotary_rows: model.rotary().rows(),
+            causal_masks: causal_mask_generation(),
             batches: batches
                 .iter()
                 .map(|(x, y)| {
@@ -175,10 +187,15 @@ impl TrainGraph {
             Device::Cuda(i) if !matches!(self.phase, Phase::Off) => i,
             _ => return train_step(model, opt, micro_batches),
         };
-        if crate::dist::current()?.reduces() || opt.core().shard().is_some() {
+        let fused = opt.fused_rule().is_some() && opt.core().shard().is_none();
+        if !fused || crate::dist::current()?.reduces() {
             return train_step(model, opt, micro_batches);
         }
-        if self.key.as_ref() != Some(&CaptureKey::of(model, opt, micro_batches)) {
+        // Before the key: catching up may drop a state that a replay would write.
+        settle_step_counts(opt.core_mut(), ordinal)?;
+        let tf32 = crate::backend::cuda::device(ordinal)?.allow_tf32();
+        let key = |opt: &dyn Optimizer| CaptureKey::of(model, opt, micro_batches, tf32);
+        if self.key.as_ref() != Some(&key(opt)) {
             self.phase = Phase::WarmingUp;
             self.buffers = None;
         }
@@ -186,29 +203,36 @@ impl TrainGraph {
             Phase::WarmingUp | Phase::Off => {
                 let out = train_step(model, opt, micro_batches)?;
                 // The key as this step leaves it: the optimizer's state exists from now on.
-                self.key = Some(CaptureKey::of(model, opt, micro_batches));
+                self.key = Some(key(opt));
                 self.phase = Phase::Ready;
                 Ok(out)
             }
             Phase::Ready => match self.capture(model, opt, micro_batches, ordinal) {
-                Ok(()) => self.replay(opt, micro_batches, ordinal),
+                Ok(()) => self.replay(opt, micro_batches),
                 Err(e) => {
-                    crate::messages::warn(&format!(
-                        "train_step could not be captured as a CUDA graph ({e}); the steps run op by op"
-                    ));
-                    // A failed capture may leave gradients whose memory the graph never made.
-                    opt.zero_grad();
+                    self.turn_off(&format!("could not be captured ({e})"));
+                    // A failed capture may leave gradients in memory the graph never made.
+                    for (_, p) in model.named_parameters() {
+                        p.set_grad(None);
+                    }
                     opt.core_mut().take_captured_update();
-                    self.buffers = None;
-                    self.phase = Phase::Off;
                     train_step(model, opt, micro_batches)
                 }
             },
             captured @ Phase::Captured { .. } => {
                 self.phase = captured;
-                self.replay(opt, micro_batches, ordinal)
+                self.replay(opt, micro_batches)
             }
         }
+    }
+
+    /// Every later step runs op by op, after one warning saying why.
+    fn turn_off(&mut self, why: &str) {
+        crate::messages::warn(&format!(
+            "train_step as a CUDA graph {why}; the steps run op by op"
+        ));
+        self.phase = Phase::Off;
+        self.buffers = None;
     }
 
     /// Records one step into a graph, which `self.phase` then holds; nothing runs yet.
@@ -246,19 +270,30 @@ impl TrainGraph {
     }
 
     /// Copies the batches in, replays the graph with the optimizer's host side around it, and
-    /// returns copies of the loss and the norm.
+    /// returns copies of the loss and the norm. A replay the driver refuses (its memory, say)
+    /// turns the graph off.
     fn replay(
         &mut self,
         opt: &mut dyn Optimizer,
         micro_batches: &[(Tensor, Tensor)],
-        ordinal: usize,
     ) -> Result<(Tensor, StepOutcome)> {
+        crate::cancel::check()?;
         let (Phase::Captured { graph, updated }, Some(buffers)) = (&self.phase, &self.buffers)
         else {
             return Err(Error::invalid("train_step", "no captured step to replay"));
         };
         buffers.fill(micro_batches)?;
-        let (step, lr) = replayed_step(opt.core_mut(), ordinal, updated, || graph.replay())?;
+        let replayed = replayed_step(opt.core_mut(), updated, || graph.replay());
+        let (step, lr) = match replayed {
+            Ok(done) => done,
+            Err(e) => {
+                self.turn_off(&format!("failed to replay ({e})"));
+                return Err(e);
+            }
+        };
+        let Some(buffers) = &self.buffers else {
+            return Err(Error::invalid("train_step", "no captured step to replay"));
+        };
         let (loss, grad_norm) = no_grad(|| {
             Ok((
                 buffers.loss.contiguous_copy()?,
