@@ -539,9 +539,7 @@ fn fit_state<'a>(
             && t.shape() == p.shape()
     };
     // State made in a CUDA graph capture would live in memory only the graph has.
-    let made_here = slot
-        .as_ref()
-        .is_none_or(|st| !st.tensors.iter().all(|t| fits(t)));
+    let made_here = slot.as_ref().is_none_or(|st| !st.tensors.iter().all(&fits));
     if capturing && made_here {
         return Err(Error::invalid(
             "optimizer step",
