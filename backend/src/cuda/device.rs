@@ -67,6 +67,9 @@ pub struct CudaDevice {
     /// dropped by another thread) goes back through `cuMemFreeAsync`, never to the cache,
     /// which would hand it out as ordinary memory.
     graph_blocks: Mutex<HashSet<sys::CUdeviceptr>>,
+    /// Blocks of a capture that was given up (`CudaGraph::capture` failed): the graph never
+    /// ran, so there is no memory behind them, and their owners' frees only count the bytes.
+    dead_blocks: Mutex<HashSet<sys::CUdeviceptr>>,
 }
 
 /// A second stream, with its own cuBLAS handle, for captures: the thread that captures queues
@@ -235,6 +238,7 @@ impl CudaDevice {
                 blocks: Mutex::new(BlockCache::default()),
                 cache_blocks: std::env::var("RB_CUDA_BLOCK_CACHE").as_deref() != Ok("0"),
                 graph_blocks: Mutex::new(HashSet::new()),
+                dead_blocks: Mutex::new(HashSet::new()),
             };
             let workspace = device.alloc(BLAS_WORKSPACE)?;
             blas_sys::cublasSetWorkspace_v2(blas, workspace as *mut c_void, BLAS_WORKSPACE)
@@ -391,6 +395,11 @@ impl CudaDevice {
                 if capturing {
                     CAPTURE.with(|c| c.borrow_mut().as_mut().map(|t| t.made.insert(p)));
                     self.graph_blocks().insert(p);
+                    // An address a given-up capture had is this graph's now.
+                    self.dead_blocks
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .remove(&p);
                 }
                 p
             }
@@ -448,6 +457,15 @@ impl CudaDevice {
             return;
         }
         let size = size_class(bytes);
+        let dead = self
+            .dead_blocks
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&ptr);
+        if dead {
+            self.block_cache().returned(size);
+            return;
+        }
         let graph_block = self.graph_blocks().remove(&ptr);
         if self.capturing_here().is_some() {
             let deferred = CAPTURE.with(|c| {
@@ -506,9 +524,22 @@ impl CudaDevice {
         self.trim_graph_memory()
     }
 
+    /// Marks `blocks`, made by a capture that was given up, as having no memory behind them.
+    pub(crate) fn forget_graph_blocks(&self, blocks: &HashSet<sys::CUdeviceptr>) {
+        if blocks.is_empty() {
+            return;
+        }
+        let mut graph = self.graph_blocks();
+        let mut dead = self.dead_blocks.lock().unwrap_or_else(|e| e.into_inner());
+        for p in blocks {
+            graph.remove(p);
+            dead.insert(*p);
+        }
+    }
+
     /// Returns the memory of destroyed CUDA graphs to the driver: a graph's allocations stay
     /// reserved for the next graph otherwise, beside what the allocator holds.
-    pub(crate) fn trim_graph_memory(&self) -> Result<()> {
+    pub fn trim_graph_memory(&self) -> Result<()> {
         self.bind()?;
         let dev = result::device::get(self.ordinal as i32).map_err(driver_err("cuDeviceGet"))?;
         // SAFETY: a plain driver call on the bound context's device.

@@ -68,7 +68,10 @@ impl CudaGraph {
             sys::cuStreamEndCapture(stream, &mut graph)
         });
         let leftover = device.finish_capture_tracking();
+        // A graph that is given up never runs: the blocks it made and did not free exist in no
+        // memory, and whoever holds them frees them as accounting only.
         let destroy = |g: sys::CUgraph| {
+            device.forget_graph_blocks(&leftover);
             if !g.is_null() {
                 // SAFETY: `g` came from cuStreamEndCapture and is destroyed once.
                 unsafe { sys::cuGraphDestroy(g) };
@@ -130,7 +133,5 @@ impl Drop for CudaGraph {
             sys::cuGraphExecDestroy(self.exec);
             sys::cuGraphDestroy(self.graph);
         }
-        // The graph's allocations would stay reserved for another graph, beside the pool.
-        let _ = self.device.trim_graph_memory();
     }
 }

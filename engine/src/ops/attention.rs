@@ -143,9 +143,21 @@ static CAUSAL_MASKS: OnceLock<MaskCache> = OnceLock::new();
 /// How many times the mask cache has been emptied (its masks freed).
 static MASK_EVICTIONS: AtomicU64 = AtomicU64::new(0);
 
-/// Changes whenever cached causal masks are freed: a CUDA graph that read one must not replay.
+/// Changes whenever cached causal masks are freed.
 pub fn causal_mask_generation() -> u64 {
     MASK_EVICTIONS.load(Ordering::Relaxed)
+}
+
+/// Handles to every cached causal mask: a CUDA graph that read one holds them, so that no
+/// eviction (from any thread) frees a mask under its replays.
+pub fn cached_causal_masks() -> Vec<Tensor> {
+    CAUSAL_MASKS.get().map_or(Vec::new(), |c| {
+        c.lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .values()
+            .cloned()
+            .collect()
+    })
 }
 
 /// The additive causal mask [tq, tk] for the composition: 0 where key j <= i + (tk - tq),

@@ -389,9 +389,15 @@ fn start_snapshot(core: &mut OptimizerCore) -> Result<()> {
 /// Catches the host's step counts up with the device's before a step whose kernels a CUDA
 /// graph replays (`replayed_step`): a read that finds a skipped step may drop a state (one
 /// whose only step was skipped), which the replay must not find gone. The caller checks that
-/// the state it captured against is still there after this.
-pub fn settle_step_counts(core: &mut OptimizerCore, ordinal: usize) -> Result<()> {
-    catch_up(core, &cuda::device(ordinal)?)
+/// the state it captured against is still there after this. Returns false, touching nothing,
+/// when the optimizer's parameters are not all on CUDA device `ordinal` (its steps are not
+/// the fused kernels there).
+pub fn settle_step_counts(core: &mut OptimizerCore, ordinal: usize) -> Result<bool> {
+    if cuda_ordinal(&core.tensors()) != Some(ordinal) {
+        return Ok(false);
+    }
+    catch_up(core, &cuda::device(ordinal)?)?;
+    Ok(true)
 }
 
 /// The host's side of one replay of a step captured in a CUDA graph, after
@@ -412,7 +418,13 @@ pub fn replayed_step(
         }
     }
     account(core, updated);
-    start_snapshot(core)?;
+    // The step is queued and counted: a snapshot that cannot start only delays the warning
+    // about a skipped step, which a later step's snapshot or a read of the counts gives.
+    if let Err(e) = start_snapshot(core) {
+        crate::messages::warn(&format!(
+            "the optimizer's step counters could not be read back: {e}"
+        ));
+    }
     Ok((core.step, core.lr))
 }
 

@@ -95,6 +95,14 @@ impl Rotary {
         Ok((cos, sin))
     }
 
+    /// Handles to the tables made so far (none before first use): a CUDA graph that read them
+    /// holds them, so that a regrowth elsewhere does not free them under its replays.
+    pub fn held_tables(&self) -> Vec<Tensor> {
+        let slot = self.tables.lock().unwrap_or_else(|e| e.into_inner());
+        slot.as_ref()
+            .map_or(Vec::new(), |t| vec![t.cos.clone(), t.sin.clone()])
+    }
+
     /// How many table rows the tables hold now (0 before first use).
     pub fn rows(&self) -> usize {
         let slot = self.tables.lock().unwrap_or_else(|e| e.into_inner());

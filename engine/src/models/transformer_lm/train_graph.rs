@@ -9,10 +9,11 @@
 //!   counters) runs around each replay (`optim::replayed_step`);
 //! - whatever else the step took from the host is in the capture's key: the optimizer's rule,
 //!   its rate (an argument when fixed; a schedule runs on the device), the clip norm, the
-//!   model's precision and mode, TF32, which parameters train, the batches' shapes, the
-//!   addresses of the model's tensors and of the optimizer's state, and whether the rotary
-//!   tables or the cached causal masks were made again (elsewhere). A step whose key differs
-//!   runs op by op and the one after it is captured again.
+//!   model's precision and mode, the autocast setting, TF32, which parameters train, the
+//!   batches' shapes, the addresses of the model's tensors and of the optimizer's state, and
+//!   whether the rotary tables or the cached causal masks were made again (elsewhere; the
+//!   graph also holds the ones it read, so none is freed under a replay). A step whose key
+//!   differs runs op by op and the one after it is captured again.
 //!
 //! The first step runs op by op: it compiles the kernels and makes the optimizer's state, which
 //! a capture cannot do (it may not keep memory it allocates, nor read the host). The second is
@@ -26,7 +27,7 @@ use super::TransformerLm;
 use crate::backend::cuda::graph::CudaGraph;
 use crate::backend::spec::optim::UpdateRule;
 use crate::nn::Module;
-use crate::ops::attention::causal_mask_generation;
+use crate::ops::attention::{cached_causal_masks, causal_mask_generation};
 use crate::optim::{replayed_step, settle_step_counts, Optimizer, Schedule, StepOutcome};
 use crate::{no_grad, DType, Device, Error, Result, Tensor};
 
@@ -41,6 +42,9 @@ struct CaptureKey {
     precision: Precision,
     training: bool,
     tf32: bool,
+    /// The autocast setting around the step (the backward runs under it).
+    autocast: Option<DType>,
+    /// Which of the optimizer's parameters, then the model's, take gradients.
     trains: Vec<bool>,
     /// The optimizer's (`OptimizerCore::step_addresses`) and the model's parameters'.
     addresses: Vec<u64>,
@@ -68,7 +72,13 @@ impl CaptureKey {
             max_grad_norm: core.max_grad_norm,
             precision: model.precision(),
             training: model.is_training(),
-            trains: core.tensors().iter().map(Tensor::requires_grad).collect(),
+            autocast: crate::amp::autocast_dtype(),
+            trains: core
+                .tensors()
+                .iter()
+                .chain(model.named_parameters().iter().map(|(_, t)| t))
+                .map(Tensor::requires_grad)
+                .collect(),
             addresses: core
                 .step_addresses()
                 .into_iter()
@@ -141,6 +151,10 @@ enum Phase {
         graph: CudaGraph,
         /// The parameters the captured optimizer step updates.
         updated: Vec<usize>,
+        /// What the graph reads that a cache elsewhere owns (the rotary tables, the causal
+        /// masks): held, so that no eviction or regrowth frees it under a replay. (The key
+        /// notices them changing; this keeps a replay between the check and the launch right.)
+        _pinned: Vec<Tensor>,
     },
     /// A capture failed: every step runs op by op.
     Off,
@@ -183,6 +197,7 @@ impl TrainGraph {
         opt: &mut dyn Optimizer,
         micro_batches: &[(Tensor, Tensor)],
     ) -> Result<(Tensor, StepOutcome)> {
+        crate::cancel::check()?;
         let ordinal = match model.device() {
             Device::Cuda(i) if !matches!(self.phase, Phase::Off) => i,
             _ => return train_step(model, opt, micro_batches),
@@ -192,12 +207,13 @@ impl TrainGraph {
             return train_step(model, opt, micro_batches);
         }
         // Before the key: catching up may drop a state that a replay would write.
-        settle_step_counts(opt.core_mut(), ordinal)?;
+        if !settle_step_counts(opt.core_mut(), ordinal)? {
+            return train_step(model, opt, micro_batches);
+        }
         let tf32 = crate::backend::cuda::device(ordinal)?.allow_tf32();
         let key = |opt: &dyn Optimizer| CaptureKey::of(model, opt, micro_batches, tf32);
         if self.key.as_ref() != Some(&key(opt)) {
-            self.phase = Phase::WarmingUp;
-            self.buffers = None;
+            self.discard(ordinal);
         }
         match std::mem::replace(&mut self.phase, Phase::WarmingUp) {
             Phase::WarmingUp | Phase::Off => {
@@ -210,12 +226,18 @@ impl TrainGraph {
             Phase::Ready => match self.capture(model, opt, micro_batches, ordinal) {
                 Ok(()) => self.replay(opt, micro_batches),
                 Err(e) => {
-                    self.turn_off(&format!("could not be captured ({e})"));
                     // A failed capture may leave gradients in memory the graph never made.
+                    opt.zero_grad();
                     for (_, p) in model.named_parameters() {
                         p.set_grad(None);
                     }
                     opt.core_mut().take_captured_update();
+                    if matches!(e, Error::Cancelled) {
+                        // Not the step's fault: the next one is captured.
+                        self.phase = Phase::Ready;
+                        return Err(e);
+                    }
+                    self.turn_off(&format!("could not be captured ({e})"));
                     train_step(model, opt, micro_batches)
                 }
             },
@@ -235,6 +257,19 @@ impl TrainGraph {
         self.buffers = None;
     }
 
+    /// Drops the captured step, if any (the next step warms up again), and gives its memory
+    /// back: the graph's allocations would stay reserved beside what the warm-up step takes.
+    fn discard(&mut self, ordinal: usize) {
+        let had_graph = self.is_captured();
+        self.phase = Phase::WarmingUp;
+        self.buffers = None;
+        if had_graph {
+            if let Ok(dev) = crate::backend::cuda::device(ordinal) {
+                let _ = dev.trim_graph_memory();
+            }
+        }
+    }
+
     /// Records one step into a graph, which `self.phase` then holds; nothing runs yet.
     fn capture(
         &mut self,
@@ -245,6 +280,10 @@ impl TrainGraph {
     ) -> Result<()> {
         let dev = crate::backend::cuda::device(ordinal)?;
         let buffers = Buffers::new(micro_batches, model.device())?;
+        // Held from before the capture: what it reads of these is cached already (making one
+        // would copy from the host, which a capture refuses).
+        let mut pinned = model.rotary().held_tables();
+        pinned.extend(cached_causal_masks());
         // The warm-up step's memory sits in the allocator's cache; the graph's own allocations
         // take the same room.
         dev.release_cached_blocks()?;
@@ -265,7 +304,11 @@ impl TrainGraph {
             Error::invalid("train_step", "the captured step did not record its update")
         })?;
         self.buffers = Some(buffers);
-        self.phase = Phase::Captured { graph, updated };
+        self.phase = Phase::Captured {
+            graph,
+            updated,
+            _pinned: pinned,
+        };
         Ok(())
     }
 
@@ -278,7 +321,7 @@ impl TrainGraph {
         micro_batches: &[(Tensor, Tensor)],
     ) -> Result<(Tensor, StepOutcome)> {
         crate::cancel::check()?;
-        let (Phase::Captured { graph, updated }, Some(buffers)) = (&self.phase, &self.buffers)
+        let (Phase::Captured { graph, updated, .. }, Some(buffers)) = (&self.phase, &self.buffers)
         else {
             return Err(Error::invalid("train_step", "no captured step to replay"));
         };
