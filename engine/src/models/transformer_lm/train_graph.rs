@@ -353,3 +353,63 @@ impl TrainGraph {
         ))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::models::transformer_lm::LmConfig;
+    use crate::optim::AdamW;
+    use crate::{Generator, Tensor};
+
+    fn setup() -> (TransformerLm, AdamW, Vec<(Tensor, Tensor)>) {
+        let mut c = LmConfig::new(40, 16, 1, 2);
+        c.max_seq_len = 8;
+        let model = TransformerLm::new(c, &mut Generator::new(1)).unwrap();
+        let mut opt = AdamW::new(model.parameters(), Default::default()).unwrap();
+        opt.set_schedule(Some(Schedule::WarmupCosine {
+            peak_lr: 1e-3,
+            min_lr: 1e-4,
+            warmup_steps: 2,
+            total_steps: 10,
+        }))
+        .unwrap();
+        let ids = Tensor::from_vec((0..16i64).collect(), &[2, 8]).unwrap();
+        (model, opt, vec![(ids.clone(), ids)])
+    }
+
+    /// The key a warm-up step leaves is the key the next step finds, though the scheduled rate
+    /// moved: a key that drifted from step to step would warm up forever and never capture.
+    #[test]
+    fn the_key_holds_still_between_steps_under_a_schedule() {
+        let (model, mut opt, batches) = setup();
+        train_step(&model, &mut opt, &batches).unwrap();
+        let after = CaptureKey::of(&model, &opt, &batches, false);
+        let lr = opt.lr();
+        train_step(&model, &mut opt, &batches).unwrap();
+        assert_ne!(opt.lr(), lr, "the schedule moves the rate");
+        assert_eq!(CaptureKey::of(&model, &opt, &batches, false), after);
+    }
+
+    /// What the kernels take as arguments changes the key: a fixed rate, the clip norm, the
+    /// batches' shapes, a frozen parameter.
+    #[test]
+    fn the_key_changes_with_what_the_kernels_were_given() {
+        let (model, mut opt, batches) = setup();
+        let key =
+            |opt: &AdamW, batches: &[(Tensor, Tensor)]| CaptureKey::of(&model, opt, batches, false);
+        let before = key(&opt, &batches);
+        opt.set_schedule(None).unwrap();
+        let fixed = key(&opt, &batches);
+        assert_ne!(fixed, before);
+        opt.set_lr(5e-4).unwrap();
+        let rated = key(&opt, &batches);
+        assert_ne!(rated, fixed);
+        opt.set_max_grad_norm(Some(1.0)).unwrap();
+        let clipped = key(&opt, &batches);
+        assert_ne!(clipped, rated);
+        let short = Tensor::from_vec((0..8i64).collect(), &[1, 8]).unwrap();
+        assert_ne!(key(&opt, &[(short.clone(), short)]), clipped);
+        model.norm.weight.set_requires_grad(false).unwrap();
+        assert_ne!(key(&opt, &batches), clipped);
+    }
+}
