@@ -173,6 +173,18 @@ struct Targets {
     count: i32,
 }
 
+impl Targets {
+    /// A table for `count` targets, every address still zero.
+    fn new(count: usize) -> Targets {
+        Targets {
+            w: [0; TARGETS],
+            y: [0; TARGETS],
+            end: [0; TARGETS],
+            count: count as i32,
+        }
+    }
+}
+
 /// Whether products with weights of `dtype` and k columns take the tensor-core kernels.
 fn tensor_cores(k: usize, dtype: DType) -> bool {
     matches!(dtype, DType::BF16 | DType::F16) && k.is_multiple_of(64)
@@ -407,12 +419,7 @@ fn decode_gemv_blocks(
     let (in0, in1, in_dt, aux_dt, eps) = prologue_args(prologue, rows, k)?;
     let out_dt = dtype_code(out_dtype)?;
     let (res, res_dt) = residual_args(residual, rows * weights[0].1)?;
-    let mut t = Targets {
-        w: [0; TARGETS],
-        y: [0; TARGETS],
-        end: [0; TARGETS],
-        count: weights.len() as i32,
-    };
+    let mut t = Targets::new(weights.len());
     let mut total = 0usize;
     for (i, &(w, n)) in weights.iter().enumerate() {
         if w.0.dtype() != DType::U8 {
@@ -802,12 +809,7 @@ pub fn decode_gemv(
     // More weights than one launch takes run as several launches, each with its prologue.
     for first in (0..weights.len()).step_by(TARGETS) {
         let chunk = first..(first + TARGETS).min(weights.len());
-        let mut t = Targets {
-            w: [0; TARGETS],
-            y: [0; TARGETS],
-            end: [0; TARGETS],
-            count: chunk.len() as i32,
-        };
+        let mut t = Targets::new(chunk.len());
         let mut total = 0usize;
         for (slot, i) in chunk.enumerate() {
             total += weights[i].1;

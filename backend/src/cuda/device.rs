@@ -396,10 +396,7 @@ impl CudaDevice {
                     CAPTURE.with(|c| c.borrow_mut().as_mut().map(|t| t.made.insert(p)));
                     self.graph_blocks().insert(p);
                     // An address a given-up capture had is this graph's now.
-                    self.dead_blocks
-                        .lock()
-                        .unwrap_or_else(|e| e.into_inner())
-                        .remove(&p);
+                    self.dead_blocks().remove(&p);
                 }
                 p
             }
@@ -446,6 +443,10 @@ impl CudaDevice {
         self.graph_blocks.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    fn dead_blocks(&self) -> std::sync::MutexGuard<'_, HashSet<sys::CUdeviceptr>> {
+        self.dead_blocks.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
     fn block_cache(&self) -> std::sync::MutexGuard<'_, BlockCache> {
         self.blocks.lock().unwrap_or_else(|e| e.into_inner())
     }
@@ -457,12 +458,7 @@ impl CudaDevice {
             return;
         }
         let size = size_class(bytes);
-        let dead = self
-            .dead_blocks
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .remove(&ptr);
-        if dead {
+        if self.dead_blocks().remove(&ptr) {
             self.block_cache().returned(size);
             return;
         }
@@ -530,7 +526,7 @@ impl CudaDevice {
             return;
         }
         let mut graph = self.graph_blocks();
-        let mut dead = self.dead_blocks.lock().unwrap_or_else(|e| e.into_inner());
+        let mut dead = self.dead_blocks();
         for p in blocks {
             graph.remove(p);
             dead.insert(*p);
@@ -550,7 +546,7 @@ impl CudaDevice {
 
     /// An error naming `what` while this thread captures on this device: host copies and
     /// waits cannot be part of a graph.
-    pub(crate) fn refuse_in_capture(&self, what: &str) -> Result<()> {
+    pub fn refuse_in_capture(&self, what: &str) -> Result<()> {
         if self.capturing_here().is_some() {
             return Err(Error::Cuda(format!(
                 "{what} cannot be captured into a CUDA graph; the captured work must stay on the device"

@@ -13,6 +13,10 @@ use std::sync::Arc;
 
 const BLOCK: u32 = 256;
 
+/// What a capture refuses in a random draw: the seed and offset are kernel arguments from the
+/// host's generator, so a replayed graph would draw the same numbers every time.
+pub const RANDOM_IN_CAPTURE: &str = "a random draw (its seed is fixed at capture)";
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Distribution {
     /// [0, 1) from one word each.
@@ -45,9 +49,7 @@ pub fn draw(
         let wide = draw(dev, n, DType::F64, dist, seed, start)?;
         return cast(&wide, &Layout::contiguous(&[n]), dtype);
     }
-    // The seed and offset are kernel arguments from the host's generator: a replayed graph
-    // would draw the same numbers every time.
-    dev.refuse_in_capture("a random draw (its seed is fixed at capture)")?;
+    dev.refuse_in_capture(RANDOM_IN_CAPTURE)?;
     let out = CudaStorage::alloc(dev, n, dtype)?;
     if n == 0 {
         return Ok(out);

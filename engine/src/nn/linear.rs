@@ -125,17 +125,8 @@ impl Linear {
         }
     }
 
-    /// The weight when this layer is only `x W^T`: dense, without bias or adapter. The fused
-    /// products (`rms_norm_linears`, `swiglu_linear`, `linear_residual`) take such layers.
-    pub fn plain_weight(&self) -> Option<&Tensor> {
-        match (&self.weight, &self.bias, &self.lora) {
-            (LinearWeight::Dense(w), None, None) => Some(w),
-            _ => None,
-        }
-    }
-
     /// The weight when this layer is only `x W^T`, dense or quantized (no bias, no adapter):
-    /// what the fused decode products take.
+    /// what the fused products (`rms_norm_linears`, `swiglu_linear`, `linear_residual`) take.
     pub fn product_weight(&self) -> Option<ProductWeight<'_>> {
         match (&self.weight, &self.bias, &self.lora) {
             (LinearWeight::Dense(w), None, None) => Some(ProductWeight::Dense(w)),

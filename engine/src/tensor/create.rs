@@ -2,6 +2,7 @@
 
 use super::memory::check_alloc;
 use super::Tensor;
+use crate::backend::cuda::random::RANDOM_IN_CAPTURE;
 use crate::backend::{CpuStorage, IntoCpuStorage, Storage};
 use crate::random::{with_default, Generator};
 use crate::{cpu_dispatch, DType, Device, Error, Result, WithDType};
@@ -216,15 +217,9 @@ impl Tensor {
         let n = checked_numel("random", shape)?;
         check_alloc("random", shape, dtype, Device::Cuda(ordinal))?;
         let dev = crate::backend::cuda::device(ordinal)?;
-        if dev.capturing() {
-            // Refused before the generator moves, so a capture that fails here leaves the
-            // draws after it as they would have been.
-            return Err(Error::Cuda(
-                "a random draw cannot be captured into a CUDA graph: its seed would be fixed at \
-                 capture"
-                    .into(),
-            ));
-        }
+        // Refused (as `draw` refuses) before the generator moves, so a capture that fails here
+        // leaves the draws after it as they would have been.
+        dev.refuse_in_capture(RANDOM_IN_CAPTURE)?;
         // The generator moves only once the device is known to be there, as a failed CPU
         // draw would leave it.
         let (seed, start) = match gen {

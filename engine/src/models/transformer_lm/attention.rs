@@ -89,7 +89,8 @@ impl Attention {
         rope: &Rotary,
         step: &Step,
     ) -> Result<Residual> {
-        let qkv = [&self.q_proj, &self.k_proj, &self.v_proj].map(Linear::plain_weight);
+        let weights = [&self.q_proj, &self.k_proj, &self.v_proj].map(Linear::product_weight);
+        let qkv = weights.map(|w| w.and_then(|w| w.dense()));
         if let [Some(wq), Some(wk), Some(wv)] = qkv {
             if step.cache.is_none() && trains(&[wq, wk, wv]) {
                 // Training: one product of the three weights side by side, whose heads are
@@ -128,8 +129,7 @@ impl Attention {
                 return Residual::after(x, &out, &self.o_proj);
             }
         }
-        let plain = [&self.q_proj, &self.k_proj, &self.v_proj].map(Linear::product_weight);
-        let (x, products) = match plain {
+        let (x, products) = match weights {
             [Some(wq), Some(wk), Some(wv)] if !stream.is_pending() => {
                 let x = stream.into_sum();
                 let out = x.rms_norm_linears(&norm.weight, norm.eps, &[wq, wk, wv])?;

@@ -37,8 +37,8 @@ impl SwiGlu {
     /// output is added by the norm (`Residual`), and the down product leaves its own pending or
     /// adds it.
     pub fn forward_residual(&self, stream: Residual, norm: &RmsNorm) -> Result<Residual> {
-        let gate_up = [&self.gate_proj, &self.up_proj].map(Linear::plain_weight);
         let products = [&self.gate_proj, &self.up_proj].map(Linear::product_weight);
+        let gate_up = products.map(|w| w.and_then(|w| w.dense()));
         let (x, gated) = match products {
             [Some(gate), Some(up)] if !stream.is_pending() => {
                 let x = stream.into_sum();

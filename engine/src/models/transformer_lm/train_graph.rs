@@ -64,6 +64,7 @@ impl CaptureKey {
         tf32: bool,
     ) -> Self {
         let core = opt.core();
+        let params = model.named_parameters();
         CaptureKey {
             tf32,
             rule: opt.fused_rule(),
@@ -76,18 +77,13 @@ impl CaptureKey {
             trains: core
                 .tensors()
                 .iter()
-                .chain(model.named_parameters().iter().map(|(_, t)| t))
+                .chain(params.iter().map(|(_, t)| t))
                 .map(Tensor::requires_grad)
                 .collect(),
             addresses: core
                 .step_addresses()
                 .into_iter()
-                .chain(
-                    model
-                        .named_parameters()
-                        .iter()
-                        .map(|(_, t)| t.data_address()),
-                )
+                .chain(params.iter().map(|(_, t)| t.data_address()))
                 .chain(model.named_buffers().iter().map(|(_, t)| t.data_address()))
                 .collect(),
             rotary_rows: model.rotary().rows(),
@@ -148,7 +144,10 @@ enum Phase {
     WarmingUp,
     Ready,
     Captured {
+        /// Declared first, so it is dropped (after the stream drains) before the buffers it
+        /// reads.
         graph: CudaGraph,
+        buffers: Buffers,
         /// The parameters the captured optimizer step updates.
         updated: Vec<usize>,
         /// What the graph reads that a cache elsewhere owns (the rotary tables, the causal
@@ -166,7 +165,6 @@ enum Phase {
 pub struct TrainGraph {
     phase: Phase,
     key: Option<CaptureKey>,
-    buffers: Option<Buffers>,
 }
 
 impl Default for TrainGraph {
@@ -180,7 +178,6 @@ impl TrainGraph {
         TrainGraph {
             phase: Phase::WarmingUp,
             key: None,
-            buffers: None,
         }
     }
 
@@ -254,7 +251,6 @@ impl TrainGraph {
             "train_step as a CUDA graph {why}; the steps run op by op"
         ));
         self.phase = Phase::Off;
-        self.buffers = None;
     }
 
     /// Drops the captured step, if any (the next step warms up again), and gives its memory
@@ -262,7 +258,6 @@ impl TrainGraph {
     fn discard(&mut self, ordinal: usize) {
         let had_graph = self.is_captured();
         self.phase = Phase::WarmingUp;
-        self.buffers = None;
         if had_graph {
             if let Ok(dev) = crate::backend::cuda::device(ordinal) {
                 let _ = dev.trim_graph_memory();
@@ -303,9 +298,9 @@ impl TrainGraph {
         let updated = opt.core_mut().take_captured_update().ok_or_else(|| {
             Error::invalid("train_step", "the captured step did not record its update")
         })?;
-        self.buffers = Some(buffers);
         self.phase = Phase::Captured {
             graph,
+            buffers,
             updated,
             _pinned: pinned,
         };
@@ -321,21 +316,22 @@ impl TrainGraph {
         micro_batches: &[(Tensor, Tensor)],
     ) -> Result<(Tensor, StepOutcome)> {
         crate::cancel::check()?;
-        let (Phase::Captured { graph, updated, .. }, Some(buffers)) = (&self.phase, &self.buffers)
+        let Phase::Captured {
+            graph,
+            buffers,
+            updated,
+            ..
+        } = &self.phase
         else {
             return Err(Error::invalid("train_step", "no captured step to replay"));
         };
         buffers.fill(micro_batches)?;
-        let replayed = replayed_step(opt.core_mut(), updated, || graph.replay());
-        let (step, lr) = match replayed {
+        let (step, lr) = match replayed_step(opt.core_mut(), updated, || graph.replay()) {
             Ok(done) => done,
             Err(e) => {
                 self.turn_off(&format!("failed to replay ({e})"));
                 return Err(e);
             }
-        };
-        let Some(buffers) = &self.buffers else {
-            return Err(Error::invalid("train_step", "no captured step to replay"));
         };
         let (loss, grad_norm) = no_grad(|| {
             Ok((
