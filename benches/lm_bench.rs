@@ -408,7 +408,8 @@ fn timed(dev: &cuda::CudaDevice, mut f: impl FnMut() -> Result<()>) -> Result<f6
 /// Forward and forward+backward times of the parts of one training step at the bench shape:
 /// where the step's time goes.
 fn breakdown(dev: &cuda::CudaDevice, d: Device) -> Result<serde_json::Value> {
-    use rusting_brain::models::transformer_lm::{Positions, Residual, Rotary};
+    use rusting_brain::models::transformer_lm::{Positions, Rotary};
+    use rusting_brain::ops::pre_norm::{Angles, Stream};
     let (batch, seq) = (arg("--batch", 16), arg("--seq", 1024));
     let mut c = LmConfig::new(50304, 768, 1, 12);
     c.max_seq_len = seq;
@@ -425,8 +426,12 @@ fn breakdown(dev: &cuda::CudaDevice, d: Device) -> Result<serde_json::Value> {
     let ids =
         Tensor::randint(0, 50304, &[batch, seq], Some(&mut Generator::new(2)))?.to_device(d)?;
     let bf16 = Some(DType::BF16);
-    let step = || rusting_brain::models::transformer_lm::Step {
-        positions: Positions::From(0),
+    let (cos, sin) = rope.angles_for(seq, d, &Positions::From(0))?;
+    let step = rusting_brain::models::transformer_lm::Step {
+        angles: Angles {
+            cos: &cos,
+            sin: &sin,
+        },
         visibility: rusting_brain::models::transformer_lm::Visibility::Causal,
         cache: None,
     };
@@ -434,21 +439,16 @@ fn breakdown(dev: &cuda::CudaDevice, d: Device) -> Result<serde_json::Value> {
         rusting_brain::amp::autocast(bf16, || {
             block
                 .self_attn
-                .forward_residual(
-                    Residual::new(x.clone()),
-                    &block.input_layernorm,
-                    &rope,
-                    &step(),
-                )
-                .and_then(Residual::into_tensor)
+                .forward(Stream::new(x.clone()), &block.input_layernorm, &step)
+                .and_then(Stream::into_tensor)
         })
     };
     let mlp = || {
         rusting_brain::amp::autocast(bf16, || {
             block
                 .mlp
-                .forward_residual(Residual::new(x.clone()), &block.post_attention_layernorm)
-                .and_then(Residual::into_tensor)
+                .forward_residual(Stream::new(x.clone()), &block.post_attention_layernorm)
+                .and_then(Stream::into_tensor)
         })
     };
     let head = || -> Result<Tensor> {

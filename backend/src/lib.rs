@@ -21,7 +21,7 @@ mod storage;
 
 pub use cpu::{CpuStorage, IntoCpuStorage};
 pub use cuda::CudaStorage;
-pub use device::Device;
+pub use device::{Device, DeviceGraph};
 pub use dtype::{DType, WithDType};
 pub use error::{Error, Result};
 pub use layout::Layout;

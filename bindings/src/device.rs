@@ -4,7 +4,6 @@
 use crate::error::{guard, runtime_error, RhaiResult};
 use crate::help::Api;
 use rhai::{Engine, Module, FLOAT};
-use rusting_brain::backend::cuda;
 use rusting_brain::{amp, DType, Device};
 
 fn mixed_precision(dtype: &str) -> RhaiResult<()> {
@@ -19,10 +18,11 @@ fn mixed_precision(dtype: &str) -> RhaiResult<()> {
     guard(|| amp::set_autocast(d))
 }
 
-fn cuda_device() -> RhaiResult<std::sync::Arc<cuda::CudaDevice>> {
+/// The script's GPU: its default device, or CUDA device 0 while the default is the CPU.
+fn cuda_device() -> Device {
     match crate::tensor::default_device() {
-        Device::Cuda(n) => guard(|| cuda::device(n)),
-        Device::Cpu => guard(|| cuda::device(0)),
+        Device::Cpu => Device::Cuda(0),
+        gpu => gpu,
     }
 }
 
@@ -35,7 +35,7 @@ pub fn register(engine: &mut Engine) {
             "cuda_available() -> bool",
             "Whether a CUDA device can be used (the driver and libraries were found).",
             "if cuda_available() { print(\"GPU\") }",
-            cuda::is_available,
+            Device::cuda_is_available,
         );
         api.func(
             "mixed_precision",
@@ -49,22 +49,14 @@ pub fn register(engine: &mut Engine) {
             "allow_tf32(on)",
             "Lets F32 matrix products on the GPU use TF32 tensor cores (faster, about 1e-3 relative error).",
             "if cuda_available() { allow_tf32(true); }",
-            |on: bool| -> RhaiResult<()> {
-                cuda_device()?.set_allow_tf32(on);
-                Ok(())
-            },
+            |on: bool| -> RhaiResult<()> { guard(|| cuda_device().set_tf32_allowed(on)) },
         );
         api.func(
             "synchronize",
             "synchronize()",
             "Waits until the GPU has finished the queued work (for timing); a no-op on the CPU.",
             "synchronize();",
-            || -> RhaiResult<()> {
-                match crate::tensor::default_device() {
-                    Device::Cuda(n) => guard(|| cuda::device(n)?.synchronize()),
-                    Device::Cpu => Ok(()),
-                }
-            },
+            || -> RhaiResult<()> { guard(|| crate::tensor::default_device().synchronize()) },
         );
         api.func(
             "peak_memory_gib",
@@ -72,11 +64,8 @@ pub fn register(engine: &mut Engine) {
             "The most memory the script's GPU has held at once so far, in GiB (tensors and caches of this process); 0.0 on the CPU.",
             "print(`peak ${peak_memory_gib()} GiB`);",
             || -> RhaiResult<FLOAT> {
-                match crate::tensor::default_device() {
-                    Device::Cuda(n) => guard(|| cuda::device(n)?.peak_memory())
-                        .map(|b| b as FLOAT / (1u64 << 30) as FLOAT),
-                    Device::Cpu => Ok(0.0),
-                }
+                guard(|| crate::tensor::default_device().peak_memory())
+                    .map(|b| b as FLOAT / (1u64 << 30) as FLOAT)
             },
         );
     }

@@ -11,6 +11,7 @@ pub use rusting_brain_backend::{
 };
 pub mod autograd;
 pub mod cancel;
+pub mod capture;
 pub mod data;
 pub mod dist;
 pub mod gradcheck;
@@ -26,7 +27,7 @@ pub mod text;
 pub mod vision;
 
 pub use autograd::{is_grad_enabled, no_grad, NoGradGuard};
-pub use device::Device;
+pub use device::{Device, DeviceGraph};
 pub use dtype::{DType, WithDType};
 pub use error::{Error, Result};
 pub use layout::Layout;

@@ -43,9 +43,8 @@ const ON_THE_CPU: &str =
 /// GPU asked for by name that cannot be used is an error with the probe's reason: a run the
 /// user meant for the GPU never goes quietly to the CPU. An unknown device name is an error.
 pub fn choose_device(requested: Option<&str>) -> Result<(Device, String), String> {
-    use rusting_brain::backend::cuda;
     match requested {
-        None | Some("auto") => match cuda::availability() {
+        None | Some("auto") => match Device::cuda_count() {
             Ok(count) if count > 0 => Ok((Device::Cuda(0), "device: cuda:0".into())),
             _ => Ok((Device::Cpu, "device: cpu (no usable GPU)".into())),
         },
@@ -54,7 +53,7 @@ pub fn choose_device(requested: Option<&str>) -> Result<(Device, String), String
                 .ok_or_else(|| format!("unknown device `{name}`: use auto, cpu, cuda or cuda:N"))?;
             match d {
                 Device::Cpu => Ok((d, "device: cpu".into())),
-                Device::Cuda(n) => match cuda::availability() {
+                Device::Cuda(n) => match Device::cuda_count() {
                     Ok(count) if n < count => Ok((d, format!("device: {d}"))),
                     Ok(count) => Err(format!(
                         "device {d} is not usable: there are {count} CUDA device(s)\n{ON_THE_CPU}"

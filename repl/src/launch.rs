@@ -6,7 +6,6 @@
 //! naming that rank, so no rank waits forever for a peer that is gone. On Linux the ranks are
 //! also killed if the launcher itself dies.
 
-use rusting_brain::backend::cuda;
 use rusting_brain::dist::{DIR_VAR, RANK_VAR, WORLD_SIZE_VAR};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitCode, ExitStatus};
@@ -33,7 +32,7 @@ fn rank_device(device: Option<&str>, rank: usize) -> Result<String, String> {
     match device.unwrap_or("auto") {
         "cpu" => Ok("cpu".into()),
         "cuda" => Ok(format!("cuda:{rank}")),
-        "auto" if cuda::is_available() => Ok(format!("cuda:{rank}")),
+        "auto" if rusting_brain::Device::cuda_is_available() => Ok(format!("cuda:{rank}")),
         "auto" => Ok("cpu".into()),
         other => Err(format!(
             "--device {other}: each rank takes its own GPU (cuda:RANK); use --device cuda, \

@@ -86,7 +86,7 @@ fn check_parses_without_running() {
 
 #[test]
 fn an_explicit_cuda_device_without_a_gpu_fails_with_the_probes_reason() {
-    if rusting_brain::backend::cuda::availability().is_ok() {
+    if rusting_brain::Device::cuda_count().is_ok() {
         eprintln!("SKIPPED: this machine has CUDA");
         return;
     }
@@ -103,7 +103,7 @@ fn an_explicit_cuda_device_without_a_gpu_fails_with_the_probes_reason() {
         "a run meant for the GPU must not go to the CPU"
     );
     assert_eq!(text(&out.stdout), "", "the script did not run");
-    let reason = rusting_brain::backend::cuda::availability().unwrap_err();
+    let reason = rusting_brain::Device::cuda_count().unwrap_err();
     let err = text(&out.stderr);
     assert!(
         err.contains("device cuda:0 is not usable") && err.contains(&reason),
@@ -122,7 +122,7 @@ fn device_auto_runs_where_it_can() {
         .output()
         .unwrap();
     assert!(out.status.success(), "{}", text(&out.stderr));
-    let expected = match rusting_brain::backend::cuda::availability() {
+    let expected = match rusting_brain::Device::cuda_count() {
         Ok(_) => "cuda:0",
         Err(_) => "cpu",
     };
@@ -150,7 +150,7 @@ fn an_error_in_a_namespaced_function_names_file_line_and_column() {
 
 #[test]
 fn cuda_device_flag_puts_new_tensors_on_the_gpu() {
-    let Some(_) = rusting_brain::backend::cuda::device_for_test(
+    let Some(_) = rusting_brain::Device::cuda_for_test(
         "cuda_device_flag_puts_new_tensors_on_the_gpu",
     ) else {
         return;

@@ -212,7 +212,7 @@ fn final_loss(device: &str, precision: &str) -> f64 {
 
 #[test]
 fn cuda_spirals_script_follows_the_cpu_run_in_f32_and_bf16() {
-    if rusting_brain::backend::cuda::device_for_test(
+    if rusting_brain::Device::cuda_for_test(
         "cuda_spirals_script_follows_the_cpu_run_in_f32_and_bf16",
     )
     .is_none()

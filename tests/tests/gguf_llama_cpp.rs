@@ -11,7 +11,8 @@
 //!   perplexity over fixed windows of a validation text, for check_llama_cpp.py to compare.
 
 use rb_integration_tests::assets::asset;
-use rusting_brain::io::gguf::{read_tokenizer, GgufFile};
+use rusting_brain::io::gguf::GgufFile;
+use rusting_brain::text::gguf::read_tokenizer;
 use rusting_brain::models::transformer_lm::{
     checkpoint, export_gguf, GgufDType, GgufExportOptions, TransformerLm,
 };

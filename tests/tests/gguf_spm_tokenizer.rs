@@ -10,7 +10,8 @@
 //!   tokens, and streaming decode gives the same text piece by piece.
 
 use rb_integration_tests::assets::asset;
-use rusting_brain::io::gguf::{read_tokenizer, GgufFile, GgufTokenizer};
+use rusting_brain::io::gguf::GgufFile;
+use rusting_brain::text::gguf::{read_tokenizer, GgufTokenizer};
 use rusting_brain::text::StreamDecoder;
 use serde_json::Value;
 use std::path::{Path, PathBuf};

@@ -4,7 +4,8 @@
 //! without onnxruntime and onnx importable there, the tests print SKIPPED.
 
 use rb_integration_tests::assets::asset;
-use rusting_brain::io::onnx::export::{export_module, ExportOptions};
+use rusting_brain::io::onnx::export::ExportOptions;
+use rusting_brain::nn::export_module;
 use rusting_brain::models::transformer_lm::{LmConfig, LoraConfig, TransformerLm};
 use rusting_brain::models::yolo::{definitions, YoloModel};
 use rusting_brain::nn::{Activation, Dropout, Linear, Mlp, Module, Sequential, Tanh};

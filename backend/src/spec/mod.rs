@@ -6,8 +6,10 @@
 pub mod attention;
 pub mod binary;
 pub mod conv;
+pub mod ggml;
 pub mod loss;
 pub mod nf4;
+pub mod nms;
 pub mod norm;
 pub mod optim;
 pub mod pool;

@@ -73,3 +73,10 @@ impl DeviceSchedule {
     pub const WARMUP_COSINE: i32 = 1;
     pub const WARMUP_STABLE_DECAY: i32 = 2;
 }
+
+/// How many skipped steps a fused optimizer's counter buffer remembers (step number and norm)
+/// for the warning.
+pub const SKIP_LOG: usize = 16;
+/// Index of the first per-parameter step count in the counter buffer; before it are the
+/// applied-step count, the skipped-step count and the skip log.
+pub const COUNTER_HEAD: usize = 2 + 2 * SKIP_LOG;

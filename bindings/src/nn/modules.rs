@@ -6,7 +6,7 @@ use crate::error::{guard, runtime_error, RhaiResult};
 use crate::help::Api;
 use crate::options::Options;
 use rhai::{Array, Dynamic, Map, INT};
-use rusting_brain::io::onnx::export::export_module;
+use rusting_brain::nn::export_module;
 use rusting_brain::nn::{
     Activation, BatchNorm2d, Conv2d, Dropout, Embedding, LayerNorm, Linear, Mlp, Module, RmsNorm,
     Sequential,

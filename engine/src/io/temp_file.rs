@@ -15,6 +15,23 @@ use std::sync::Mutex;
 /// its temp to our cleanup).
 static LIVE: Mutex<Option<HashSet<PathBuf>>> = Mutex::new(None);
 
+/// Writes `bytes` to a temporary file beside `path` and renames it over `path`, so a reader
+/// never sees a half-written file and a crash leaves the old one intact.
+pub(crate) fn write_atomically(path: &Path, bytes: &[u8]) -> Result<()> {
+    create_parent(path)?;
+    let tmp = TempFile::beside(path);
+    std::fs::write(tmp.path(), bytes).map_err(|e| Error::io(tmp.path(), e))?;
+    tmp.persist(path)
+}
+
+/// Makes the folder `path` goes in, so `out/tokenizer.json` works on a fresh checkout.
+pub(crate) fn create_parent(path: &Path) -> Result<()> {
+    match path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        Some(dir) => std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e)),
+        None => Ok(()),
+    }
+}
+
 fn live() -> std::sync::MutexGuard<'static, Option<HashSet<PathBuf>>> {
     LIVE.lock().unwrap_or_else(|e| e.into_inner())
 }

@@ -10,6 +10,7 @@ use super::init::{kaiming_uniform_, uniform_, FanMode};
 use super::lora::{LoraAdapter, LoraSpec};
 use super::module::{new_parameter, weight_and_bias, Module};
 use super::summary::Summary;
+use crate::ops::pre_norm::{Project, Projection};
 use crate::ops::product_weight::ProductWeight;
 use crate::ops::quant_matmul::{BlockFormat, QuantizedMatrix};
 use crate::{no_grad, DType, Error, Generator, Result, Tensor};
@@ -132,6 +133,15 @@ impl Linear {
             (LinearWeight::Dense(w), None, None) => Some(ProductWeight::Dense(w)),
             (LinearWeight::Quantized(q), None, None) => Some(ProductWeight::Blocks(q)),
             _ => None,
+        }
+    }
+
+    /// This layer as the fused ops of a pre-norm layer take a projection
+    /// (`ops::pre_norm`): its plain weight where it has one, and itself for the rest.
+    pub fn projection(&self) -> Projection<'_> {
+        Projection {
+            weight: self.product_weight(),
+            module: self,
         }
     }
 
@@ -336,6 +346,12 @@ impl Module for Linear {
             }
             None => Ok(y),
         }
+    }
+}
+
+impl Project for Linear {
+    fn project(&self, x: &Tensor) -> Result<Tensor> {
+        self.forward(x)
     }
 }
 

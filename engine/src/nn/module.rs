@@ -2,6 +2,7 @@
 //! published checkpoints (`layers.0.weight`, `bn.running_mean`), and loading writes into the
 //! existing tensors so optimizers that hold those handles keep working.
 
+use super::name_report::NameReport;
 use super::summary::Summary;
 use crate::{no_grad, Error, Result, Tensor};
 use std::collections::{BTreeMap, BTreeSet};
@@ -97,6 +98,20 @@ pub trait Module: Send + Sync {
         }
     }
 
+    /// What a captured step's kernels take from this module (`capture::Key`): its mode, which
+    /// parameters train, and where its parameters and buffers live. A module whose forward
+    /// reads more from the host adds that too.
+    fn capture_key(&self, key: &mut crate::capture::Key) {
+        let params = self.named_parameters();
+        key.add("training", self.is_training())
+            .add(
+                "trains",
+                params.iter().map(|(_, t)| t.requires_grad()).collect::<Vec<_>>(),
+            )
+            .add_words(params.iter().map(|(_, t)| t.data_address()))
+            .add_words(self.named_buffers().iter().map(|(_, t)| t.data_address()));
+    }
+
     /// Parameters and buffers by name. Like PyTorch, the values are detached handles that share
     /// storage with the module: take a copy if the module will keep training before you save.
     fn state_dict(&self) -> BTreeMap<String, Tensor> {
@@ -134,44 +149,24 @@ pub(crate) fn load_named(
     state: &BTreeMap<String, Tensor>,
     strict: bool,
 ) -> Result<LoadReport> {
-    let report = LoadReport {
-        missing: own
-            .keys()
-            .filter(|k| !state.contains_key(*k))
-            .cloned()
-            .collect(),
-        unexpected: state
-            .keys()
-            .filter(|k| !own.contains_key(*k))
-            .cloned()
-            .collect(),
+    let shapes = |m: &BTreeMap<String, Tensor>| {
+        m.iter()
+            .map(|(n, t)| (n.clone(), t.shape().to_vec()))
+            .collect::<Vec<_>>()
     };
-    let misshaped: Vec<String> = own
-        .iter()
-        .filter_map(|(name, t)| {
-            let src = state.get(name)?;
-            (src.shape() != t.shape()).then(|| {
-                format!(
-                    "{name} (checkpoint {:?}, model {:?})",
-                    src.shape(),
-                    t.shape()
-                )
-            })
-        })
-        .collect();
-    let mut problems = Vec::new();
-    if strict && !report.missing.is_empty() {
-        problems.push(format!("missing: {}", report.missing.join(", ")));
+    let (own_shapes, state_shapes) = (shapes(&own), shapes(state));
+    let mut problems = NameReport::compare(
+        own_shapes.iter().map(|(n, s)| (n.as_str(), s.as_slice())),
+        state_shapes.iter().map(|(n, s)| (n.as_str(), s.as_slice())),
+    );
+    let report = LoadReport {
+        missing: problems.missing_names().to_vec(),
+        unexpected: problems.unexpected_names().to_vec(),
+    };
+    if !strict {
+        problems.tolerate_missing_and_unexpected();
     }
-    if strict && !report.unexpected.is_empty() {
-        problems.push(format!("unexpected: {}", report.unexpected.join(", ")));
-    }
-    if !misshaped.is_empty() {
-        problems.push(format!("mis-shaped: {}", misshaped.join(", ")));
-    }
-    if !problems.is_empty() {
-        return Err(Error::StateDict(problems.join("; ")));
-    }
+    problems.into_result("")?;
     no_grad(|| -> Result<()> {
         for (name, t) in &own {
             if let Some(src) = state.get(name) {
@@ -292,9 +287,9 @@ mod tests {
             other => panic!("expected a StateDict error, got {other:?}"),
         };
         for needle in [
-            "missing: layers.0.bias, layers.2.weight",
-            "unexpected: layers.9.weight",
-            "mis-shaped: layers.0.weight (checkpoint [5, 3], model [4, 3])",
+            "missing 2: layers.0.bias, layers.2.weight",
+            "unexpected 1: layers.9.weight",
+            "mis-shaped 1: layers.0.weight is [5, 3] in the file, [4, 3] in the model",
         ] {
             assert!(msg.contains(needle), "{needle:?} not in {msg:?}");
         }

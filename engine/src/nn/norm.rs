@@ -134,6 +134,11 @@ impl RmsNorm {
         }
     }
 
+    /// The weight and eps, as the fused ops of a pre-norm layer take them (`ops::pre_norm`).
+    pub fn parts(&self) -> (&Tensor, f64) {
+        (&self.weight, self.eps)
+    }
+
     /// Wraps an existing weight [dim].
     pub fn from_tensor(weight: Tensor, eps: f64) -> Result<Self> {
         if weight.rank() != 1 {

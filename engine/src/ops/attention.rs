@@ -18,7 +18,6 @@ use crate::backend::spec::AttentionSpec;
 use crate::backend::{CudaStorage, Storage};
 use crate::{DType, Device, Error, Result, Tensor};
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, OnceLock};
 
 const OP: &str = "scaled_dot_product_attention";
@@ -140,14 +139,6 @@ pub(super) fn check(
 /// shape every step.
 type MaskCache = Mutex<HashMap<(usize, usize, DType, Device), Tensor>>;
 static CAUSAL_MASKS: OnceLock<MaskCache> = OnceLock::new();
-/// How many times the mask cache has been emptied (its masks freed).
-static MASK_EVICTIONS: AtomicU64 = AtomicU64::new(0);
-
-/// Changes whenever cached causal masks are freed.
-pub fn causal_mask_generation() -> u64 {
-    MASK_EVICTIONS.load(Ordering::Relaxed)
-}
-
 /// Handles to every cached causal mask: a CUDA graph that read one holds them, so that no
 /// eviction (from any thread) frees a mask under its replays.
 pub fn cached_causal_masks() -> Vec<Tensor> {
@@ -179,7 +170,8 @@ fn causal_bias(tq: usize, tk: usize, dtype: DType, device: Device) -> Result<Ten
     let mut cache = cache.lock().unwrap_or_else(|e| e.into_inner());
     if cache.len() >= 16 {
         cache.clear();
-        MASK_EVICTIONS.fetch_add(1, Ordering::Relaxed);
+        // Freed masks: no recorded graph may replay against them.
+        crate::capture::bump_epoch();
     }
     cache.insert(key, m.clone());
     Ok(m)

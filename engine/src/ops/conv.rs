@@ -12,6 +12,12 @@ use crate::backend::spec::{Conv2dGeometry, UnaryOp};
 use crate::backend::Storage;
 use crate::{DType, Device, Error, Layout, Result, Tensor};
 
+/// Seconds spent so far choosing convolution algorithms (cuDNN's search for each new shape),
+/// which a timed loop leaves out of its figures; 0 where nothing was searched.
+pub fn algorithm_search_seconds() -> f64 {
+    crate::backend::cuda::cudnn::search_seconds()
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Conv2dOptions {
     pub stride: (usize, usize),

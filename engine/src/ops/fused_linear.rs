@@ -48,6 +48,13 @@ const QKV_CACHE_OP: &str = "rms_norm_qkv_into_cache";
 /// Larger batches compose, where cuBLAS's GEMMs are at the bandwidth.
 pub use crate::backend::cuda::decode_gemv::fused_max_rows;
 
+/// Runs `work` (a decode step) with the promise that nothing in it writes a product's
+/// weights, so each fused product may start loading its weights while the kernel before it
+/// finishes (dependent launch on CUDA; no effect elsewhere).
+pub fn with_fixed_weights<R>(work: impl FnOnce() -> R) -> R {
+    crate::backend::cuda::decode_gemv::with_fixed_weights(work)
+}
+
 /// `fused_max_rows`, unless `RB_DECODE_FUSED_ROWS` sets another limit (read once; for
 /// measuring the kernels against the composition at a batch, as docs/baseline.md does).
 fn rows_limit(k: usize, dtype: DType) -> usize {

@@ -5,6 +5,7 @@
 
 mod adamw;
 mod clip;
+mod device_steps;
 mod fused;
 mod lerp;
 mod lion;

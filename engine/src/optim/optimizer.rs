@@ -5,10 +5,11 @@
 //! kernels when its parameters live on a CUDA device (fused.rs).
 
 use super::clip::global_grad_norm;
-use super::fused::{self, DeviceSteps};
+use super::device_steps::DeviceSteps;
+use super::fused;
 use super::schedule::Schedule;
 use super::state::{param_key, OptimizerState, StateReader};
-use crate::backend::cuda::optim::COUNTER_HEAD;
+use crate::backend::spec::optim::COUNTER_HEAD;
 use crate::backend::spec::optim::UpdateRule;
 use crate::dist::zero::StateShard;
 use crate::{no_grad, DType, Error, Result, Tensor};
@@ -254,6 +255,22 @@ pub trait Optimizer: Send {
     /// `None` (the default) runs `update` tensor by tensor there too.
     fn fused_rule(&self) -> Option<UpdateRule> {
         None
+    }
+
+    /// What a captured step's kernels take from this optimizer's host side
+    /// (`capture::Key`): the rule, the rate when it is fixed (a kernel argument; a schedule
+    /// runs on the device), the clip norm, which parameters train and where the state lives.
+    fn capture_key(&self, key: &mut crate::capture::Key) {
+        let core = self.core();
+        key.add("rule", self.fused_rule())
+            .add("fixed_lr", core.schedule.is_none().then(|| self.lr()))
+            .add("schedule", &core.schedule)
+            .add("max_grad_norm", core.max_grad_norm)
+            .add(
+                "trains",
+                core.tensors().iter().map(Tensor::requires_grad).collect::<Vec<_>>(),
+            )
+            .add_words(core.step_addresses());
     }
 
     fn step(&mut self) -> Result<StepOutcome> {

@@ -3,7 +3,8 @@
 //! `StateReader`, which collects every missing, mis-shaped and unexpected entry and reports
 //! them in one error before anything is changed.
 
-use crate::{Device, Error, Result, Tensor};
+use crate::nn::NameReport;
+use crate::{Device, Result, Tensor};
 use std::collections::{BTreeMap, BTreeSet};
 
 #[derive(Clone, Debug, Default)]
@@ -48,14 +49,14 @@ pub fn param_key(param: &str, field: &str) -> String {
 pub struct StateReader<'a> {
     state: &'a OptimizerState,
     used: BTreeSet<String>,
-    problems: Vec<String>,
+    problems: NameReport,
 }
 
 impl<'a> StateReader<'a> {
     pub fn new(state: &'a OptimizerState, kind: &str) -> Self {
-        let mut problems = Vec::new();
+        let mut problems = NameReport::new();
         if state.kind != kind {
-            problems.push(format!("state was saved by `{}`, not `{kind}`", state.kind));
+            problems.problem(format!("state was saved by `{}`, not `{kind}`", state.kind));
         }
         StateReader {
             state,
@@ -72,7 +73,7 @@ impl<'a> StateReader<'a> {
         self.used.insert(key.to_string());
         let v = self.state.scalars.get(key).copied();
         if v.is_none() {
-            self.problems.push(format!("missing scalar {key}"));
+            self.problems.missing(key);
         }
         v
     }
@@ -81,20 +82,17 @@ impl<'a> StateReader<'a> {
     pub fn tensor(&mut self, key: &str, shape: &[usize]) -> Option<Tensor> {
         self.used.insert(key.to_string());
         let Some(t) = self.state.tensors.get(key) else {
-            self.problems.push(format!("missing tensor {key}"));
+            self.problems.missing(key);
             return None;
         };
         if t.shape() != shape {
-            self.problems.push(format!(
-                "mis-shaped {key} (state {:?}, parameter {shape:?})",
-                t.shape()
-            ));
+            self.problems.misshaped(key, t.shape(), shape);
             return None;
         }
         match t.contiguous_copy() {
             Ok(c) => Some(c),
             Err(e) => {
-                self.problems.push(format!("{key}: {e}"));
+                self.problems.problem(format!("{key}: {e}"));
                 None
             }
         }
@@ -112,24 +110,10 @@ impl<'a> StateReader<'a> {
     /// Ok when every read succeeded and every entry was read.
     pub fn finish(self) -> Result<()> {
         let mut problems = self.problems;
-        let unexpected: Vec<&str> = self
-            .state
-            .tensors
-            .keys()
-            .chain(self.state.scalars.keys())
-            .filter(|k| !self.used.contains(*k))
-            .map(|k| k.as_str())
-            .collect();
-        if !unexpected.is_empty() {
-            problems.push(format!("unexpected: {}", unexpected.join(", ")));
+        let entries = self.state.tensors.keys().chain(self.state.scalars.keys());
+        for key in entries.filter(|k| !self.used.contains(*k)) {
+            problems.unexpected(key);
         }
-        if problems.is_empty() {
-            Ok(())
-        } else {
-            Err(Error::StateDict(format!(
-                "optimizer state: {}",
-                problems.join("; ")
-            )))
-        }
+        problems.into_result("optimizer state")
     }
 }

@@ -4,8 +4,8 @@
 
 use super::Tensor;
 use crate::autograd::is_grad_enabled;
-use crate::backend::{cuda, CpuStorage, Storage};
-use crate::ops::dispatch::dispatch;
+use super::dispatch::{dispatch, dispatch_mut};
+use crate::backend::{cuda, CpuStorage};
 use crate::{cpu_dispatch2, Error, Result};
 
 impl Tensor {
@@ -46,17 +46,19 @@ impl Tensor {
                     .contiguous_copy()
             })?
         };
-        let src_guard = src.storage();
-        let mut dst_guard = self.storage_cell().write();
-        match (&mut *dst_guard, &*src_guard) {
-            (Storage::Cpu(dst), Storage::Cpu(s)) => write_view(dst, self.layout(), s),
-            (Storage::Cuda(dst), Storage::Cuda(s)) => {
-                let packed = crate::Layout::contiguous(self.shape());
-                cuda::copy::copy_view(s, &packed, dst, self.layout())?
-            }
-            _ => unreachable!("devices were checked equal"),
-        }
-        Ok(())
+        dispatch_mut(
+            "copy_",
+            self,
+            [&src],
+            |(dst, layout), [(s, _)]| {
+                write_view(dst, layout, s);
+                Ok(())
+            },
+            |(dst, layout), [(s, _)]| {
+                let packed = crate::Layout::contiguous(layout.shape());
+                cuda::copy::copy_view(s, &packed, dst, layout)
+            },
+        )
     }
 
     /// A fresh contiguous copy that never shares storage with self.

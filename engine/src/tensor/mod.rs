@@ -2,6 +2,7 @@
 //! bump, so scripts can copy tensors freely; views share storage.
 
 mod create;
+pub mod dispatch;
 mod display;
 mod host_reader;
 mod inplace;

@@ -17,6 +17,7 @@ pub mod byte_level;
 pub mod chunks;
 mod decode;
 pub mod files;
+pub mod gguf;
 mod glob;
 mod hf_json;
 pub mod jsonl;
@@ -43,22 +44,4 @@ pub use spm::{SpmModel, SpmVocabError};
 pub use tokenizer::{Template, Tokenizer};
 pub use train::{train_bpe, train_bpe_files, TrainOptions};
 
-use crate::{Error, Result};
-use std::path::Path;
-
-/// Writes `bytes` to a temporary file beside `path` and renames it over `path`, so a reader
-/// never sees a half-written file and a crash leaves the old one intact.
-pub(crate) fn write_atomically(path: &Path, bytes: &[u8]) -> Result<()> {
-    create_parent(path)?;
-    let tmp = crate::io::temp_file::TempFile::beside(path);
-    std::fs::write(tmp.path(), bytes).map_err(|e| Error::io(tmp.path(), e))?;
-    tmp.persist(path)
-}
-
-/// Makes the folder `path` goes in, so `out/tokenizer.json` works on a fresh checkout.
-pub(crate) fn create_parent(path: &Path) -> Result<()> {
-    match path.parent().filter(|d| !d.as_os_str().is_empty()) {
-        Some(dir) => std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e)),
-        None => Ok(()),
-    }
-}
+pub(crate) use crate::io::temp_file::write_atomically;

@@ -26,8 +26,8 @@
 //! exactly. On the CPU, images run in parallel with rayon.
 
 use super::boxes::{xywh_to_xyxy, Box4};
-use crate::backend::cuda::nms as cuda;
-use crate::ops::dispatch::cuda_kernel;
+use crate::backend::spec::nms::{NmsParams, MAX_NMS_ROWS};
+use crate::ops::nms::suppress_on_device;
 use crate::{bail, DType, Device, Result, Tensor};
 use half::{bf16, f16};
 use rayon::prelude::*;
@@ -172,8 +172,8 @@ pub fn non_max_suppression(pred: &Tensor, opts: &NmsOptions) -> Result<Vec<Detec
         ),
     };
     let head = HeadLayout::new(channels, anchors, opts.nc)?;
-    if matches!(pred.device(), Device::Cuda(_)) && opts.max_nms <= cuda::MAX_NMS_ROWS {
-        return nms_cuda(pred, [batch, channels, anchors], head, conf_cmp, opts);
+    if matches!(pred.device(), Device::Cuda(_)) && opts.max_nms <= MAX_NMS_ROWS {
+        return nms_cuda(pred, head, conf_cmp, opts);
     }
     let data = pred.to_vec::<f32>()?;
     Ok(nms_cpu(&data, batch, head, conf_cmp, opts))
@@ -183,12 +183,11 @@ pub fn non_max_suppression(pred: &Tensor, opts: &NmsOptions) -> Result<Vec<Detec
 /// its box and score.
 fn nms_cuda(
     pred: &Tensor,
-    dims: [usize; 3],
     head: HeadLayout,
     conf_cmp: f32,
     opts: &NmsOptions,
 ) -> Result<Vec<Detections>> {
-    let params = cuda::NmsParams {
+    let params = NmsParams {
         conf: conf_cmp,
         iou: opts.iou_thres,
         nc: head.nc,
@@ -200,10 +199,7 @@ fn nms_cuda(
             .map(|c| opts.classes.as_ref().is_none_or(|keep| keep.contains(&c)))
             .collect(),
     };
-    let pred = pred.contiguous()?;
-    let kept = cuda_kernel("non_max_suppression", [&pred], |[(s, l)]| {
-        cuda::non_max_suppression(s, l.offset(), dims, &params)
-    })?;
+    let kept = suppress_on_device(pred, &params)?;
     Ok(kept
         .into_iter()
         .map(|rows| {

@@ -26,11 +26,7 @@ use crate::{DType, Error, Result};
 
 /// Threads per block (`OPT_BLOCK`, the kernels' launch bounds).
 const BLOCK: u32 = 256;
-/// How many skipped steps the counter buffer remembers (step number and norm) for the warning.
-pub const SKIP_LOG: usize = 16;
-/// Index of the first per-parameter step count in the counter buffer; before it are the
-/// applied-step count, the skipped-step count and the skip log.
-pub const COUNTER_HEAD: usize = 2 + 2 * SKIP_LOG;
+pub use crate::spec::optim::{COUNTER_HEAD, SKIP_LOG};
 
 /// A contiguous run of `numel` elements of `dtype` at device address `ptr`.
 #[derive(Clone, Copy, Debug, PartialEq)]

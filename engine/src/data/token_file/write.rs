@@ -59,7 +59,7 @@ impl TokenWriter {
                     ),
                 )
             })?;
-        crate::text::create_parent(&path)?;
+        crate::io::temp_file::create_parent(&path)?;
         let tmp = TempFile::beside(&path);
         let file = File::create(tmp.path()).map_err(|e| Error::io(tmp.path(), e))?;
         let mut writer = TokenWriter {

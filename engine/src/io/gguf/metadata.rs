@@ -231,7 +231,7 @@ impl Array {
 /// The key/value pairs of a file, by key, with the file's name for errors.
 #[derive(Clone, Debug, Default)]
 pub struct Metadata {
-    pub(super) file: String,
+    pub(crate) file: String,
     pub(super) values: BTreeMap<String, Value>,
 }
 

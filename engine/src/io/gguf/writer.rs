@@ -180,7 +180,7 @@ impl GgufWriter {
     /// Writes the file to `path` (atomically: a temporary beside it, then a rename).
     pub fn write(&self, path: impl AsRef<Path>) -> Result<()> {
         let path = path.as_ref();
-        crate::text::create_parent(path)?;
+        crate::io::temp_file::create_parent(path)?;
         let tmp = TempFile::beside(path);
         let file = std::fs::File::create(tmp.path()).map_err(|e| Error::io(tmp.path(), e))?;
         let mut w = std::io::BufWriter::new(file);

@@ -33,7 +33,7 @@ const VERSION: &str = "3\n";
 /// Writes `obj` as a `torch.save` checkpoint at `path` (atomically: a temporary beside it,
 /// then a rename). Missing parent folders are created.
 pub fn save_pt(path: &Path, obj: &PyObject) -> Result<()> {
-    crate::text::create_parent(path)?;
+    crate::io::temp_file::create_parent(path)?;
     let tmp = TempFile::beside(path);
     let file = std::fs::File::create(tmp.path()).map_err(|e| Error::io(path, e))?;
     let mut w = std::io::BufWriter::new(file);

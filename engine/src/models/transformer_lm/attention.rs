@@ -1,4 +1,6 @@
-//! Grouped-query self-attention (LLaMA's `self_attn`). Unpadded batches go through
+//! Grouped-query self-attention (LLaMA's `self_attn`): q, k and v of the normed stream, q and
+//! k rotated, the cache extended (`ops::pre_norm` chooses the kernels for that), the heads'
+//! attention, and the output product added back. Unpadded batches go through
 //! `Tensor::scaled_dot_product_attention` (fused on CUDA in BF16/F16); left-padded batches,
 //! whose mask differs per row, run the unfused product, bias, softmax and product here.
 //!
@@ -7,14 +9,11 @@
 //! [B, KV, group * T, hd] and multiply the [B, KV, L, hd] keys directly, instead of repeating
 //! every key and value `group` times as the reference implementation does.
 
-use super::kv_cache::KvCache;
 use super::mask::MaskSpec;
 use super::params::ParamSource;
-use super::residual::Residual;
-use super::rope::{Positions, Rotary};
 use super::LmConfig;
 use crate::nn::{prefixed, Linear, Module, RmsNorm, Summary};
-use crate::ops::fused_linear::trains;
+use crate::ops::pre_norm::{Angles, CacheWrite, Heads, Stream};
 use crate::{AttentionOptions, Result, Tensor};
 
 pub struct Attention {
@@ -22,9 +21,7 @@ pub struct Attention {
     pub k_proj: Linear,
     pub v_proj: Linear,
     pub o_proj: Linear,
-    n_heads: usize,
-    n_kv_heads: usize,
-    head_dim: usize,
+    heads: Heads,
     causal: bool,
 }
 
@@ -44,12 +41,13 @@ pub enum Visibility<'a> {
     Window { first: &'a Tensor, last: &'a Tensor },
 }
 
-/// Where a forward call sits: positions of the new tokens, what they see, and the cache to
-/// extend.
+/// Where a layer's forward call sits: the new tokens' rotary angles, what they see, and where
+/// their keys and values go in the cache.
+#[derive(Clone, Copy)]
 pub struct Step<'a> {
-    pub positions: Positions<'a>,
+    pub angles: Angles<'a>,
     pub visibility: Visibility<'a>,
-    pub cache: Option<(&'a KvCache, usize)>,
+    pub cache: Option<CacheWrite<'a>>,
 }
 
 impl Attention {
@@ -62,9 +60,11 @@ impl Attention {
             k_proj: proj("k_proj", c.d_model, c.n_kv_heads * hd)?,
             v_proj: proj("v_proj", c.d_model, c.n_kv_heads * hd)?,
             o_proj: proj("o_proj", c.n_heads * hd, c.d_model)?,
-            n_heads: c.n_heads,
-            n_kv_heads: c.n_kv_heads,
-            head_dim: hd,
+            heads: Heads {
+                q: c.n_heads,
+                kv: c.n_kv_heads,
+                dim: hd,
+            },
             causal: !c.bidirectional,
         })
     }
@@ -73,127 +73,21 @@ impl Attention {
         self.causal
     }
 
-    /// [B, T, heads * hd] -> [B, heads, T, hd], a view.
-    fn heads(&self, x: &Tensor, heads: usize) -> Result<Tensor> {
-        x.unflatten(-1, &[heads, self.head_dim])?.transpose(1, 2)
-    }
-
-    /// The stream after attention: x + attention(norm(x)) for the stream x [B, T, d_model],
-    /// the normed input cast once for the products. With plain dense weights and nothing
-    /// pending, the norm and the q/k/v products are one fused op; a pending output is added
-    /// by the norm (`Residual`), and the output product leaves its own pending or adds it.
-    pub fn forward_residual(
-        &self,
-        stream: Residual,
-        norm: &RmsNorm,
-        rope: &Rotary,
-        step: &Step,
-    ) -> Result<Residual> {
-        let weights = [&self.q_proj, &self.k_proj, &self.v_proj].map(Linear::product_weight);
-        let qkv = weights.map(|w| w.and_then(|w| w.dense()));
-        if let [Some(wq), Some(wk), Some(wv)] = qkv {
-            if step.cache.is_none() && trains(&[wq, wk, wv]) {
-                // Training: one product of the three weights side by side, whose heads are
-                // split and q and k rotated by one op; its backward writes the product's
-                // gradient as one buffer.
-                let (x, normed) = stream.normed_for_products(norm)?;
-                let joined = normed.linears_joined(&[wq, wk, wv])?;
-                let (cos, sin) =
-                    rope.angles_for(joined.shape()[1], joined.device(), &step.positions)?;
-                let sizes = [wq, wk, wv].map(|w| w.shape()[0]);
-                let [q, k, v] = joined.rotary_qkv(sizes, self.head_dim, &cos, &sin)?;
-                let out = self.attention(&q, &k, &v, step)?;
-                return Residual::after(x, &out, &self.o_proj);
-            }
-        }
-        if let (
-            [Some(wq), Some(wk), Some(wv)],
-            Some((cache, layer)),
-            Visibility::Window { .. },
-            Positions::Angles { cos, sin },
-        ) = (qkv, step.cache, step.visibility, step.positions)
-        {
-            if !stream.is_pending() {
-                // A decode step: the norm, the products, the rotation and the cache write in
-                // one op (one kernel on CUDA).
-                let x = stream.into_sum();
-                let target = cache.rotary_target(layer, cos, sin);
-                let q = x.rms_norm_qkv_into_cache(
-                    &norm.weight,
-                    norm.eps,
-                    [wq, wk, wv],
-                    self.head_dim,
-                    target,
-                )?;
-                let out = self.attention(&q, target.k_cache, target.v_cache, step)?;
-                return Residual::after(x, &out, &self.o_proj);
-            }
-        }
-        let (x, products) = match weights {
-            [Some(wq), Some(wk), Some(wv)] if !stream.is_pending() => {
-                let x = stream.into_sum();
-                let out = x.rms_norm_linears(&norm.weight, norm.eps, &[wq, wk, wv])?;
-                (x, out)
-            }
-            _ => {
-                let (x, normed) = stream.normed_for_products(norm)?;
-                let out = match qkv {
-                    [Some(wq), Some(wk), Some(wv)] => normed.linears(&[wq, wk, wv])?,
-                    _ => vec![
-                        self.q_proj.forward(&normed)?,
-                        self.k_proj.forward(&normed)?,
-                        self.v_proj.forward(&normed)?,
-                    ],
-                };
-                (x, out)
-            }
-        };
-        let [q, k, v] = <[Tensor; 3]>::try_from(products)
-            .unwrap_or_else(|_| unreachable!("three weights give three products"));
-        let out = self.attend(&q, &k, &v, rope, step)?;
-        Residual::after(x, &out, &self.o_proj)
-    }
-
-    /// The heads' attention of the projections q, k, v [B, T, heads * hd] before the output
-    /// product: [B, T, n_heads * hd].
-    fn attend(
-        &self,
-        q: &Tensor,
-        k: &Tensor,
-        v: &Tensor,
-        rope: &Rotary,
-        step: &Step,
-    ) -> Result<Tensor> {
-        let (h, kv) = (self.n_heads, self.n_kv_heads);
-        let q = self.heads(q, h)?;
-        let k = self.heads(k, kv)?;
-        let v = self.heads(v, kv)?.to_dtype(k.dtype())?;
-        let (q, k, v) = match (step.cache, step.visibility, step.positions) {
-            // A decode step: rotation and the cache write in one op, at the device cursor.
-            (Some((cache, layer)), Visibility::Window { .. }, Positions::Angles { cos, sin }) => {
-                let [q, k, v] = cache.rotate_and_write(layer, [&q, &k, &v], cos, sin)?;
-                (q, k, v)
-            }
-            (cache, _, positions) => {
-                let q = rope.apply(&q, &positions)?;
-                let k = rope.apply(&k, &positions)?;
-                match cache {
-                    Some((cache, layer)) => {
-                        let (k, v) = cache.append(layer, &k, &v)?;
-                        (q, k, v)
-                    }
-                    None => (q, k, v),
-                }
-            }
-        };
-        self.attention(&q, &k, &v, step)
+    /// The stream after attention: x + o(attention(rope(q(n)), rope(k(n)), v(n))) of the
+    /// stream x normed by `norm` (n), the new keys and values written into the step's cache.
+    pub fn forward(&self, stream: Stream, norm: &RmsNorm, step: &Step) -> Result<Stream> {
+        let qkv = [&self.q_proj, &self.k_proj, &self.v_proj].map(Linear::projection);
+        let (x, [q, k, v]) =
+            stream.attention_inputs(norm.parts(), qkv, self.heads, step.angles, step.cache)?;
+        let out = self.attention(&q, &k, &v, step)?;
+        Stream::after(x, &out, self.o_proj.projection())
     }
 
     /// Attention of the heads q [B, heads, T, hd], k and v [B, kv_heads, L, hd] (q and k
     /// rotated, the cache extended): [B, T, heads * hd].
     fn attention(&self, q: &Tensor, k: &Tensor, v: &Tensor, step: &Step) -> Result<Tensor> {
         let (b, t) = (q.shape()[0], q.shape()[2]);
-        let (h, kv, hd) = (self.n_heads, self.n_kv_heads, self.head_dim);
+        let Heads { q: h, kv, dim: hd } = self.heads;
         let out = match step.visibility {
             Visibility::Window { first, last } => q.decode_attention(k, v, first, last, None)?,
             Visibility::All | Visibility::Causal => {
@@ -220,7 +114,7 @@ impl Attention {
     /// The mask this call needs, if any.
     pub fn mask_spec(&self, seq: usize, offset: usize, pads: &[usize]) -> MaskSpec {
         MaskSpec {
-            group: self.n_heads / self.n_kv_heads,
+            group: self.heads.q / self.heads.kv,
             seq,
             keys: offset + seq,
             offset,
@@ -237,7 +131,7 @@ impl Attention {
     pub fn summary(&self) -> Summary {
         let detail = format!(
             "heads={}, kv_heads={}, head_dim={}, causal={}",
-            self.n_heads, self.n_kv_heads, self.head_dim, self.causal
+            self.heads.q, self.heads.kv, self.heads.dim, self.causal
         );
         let children = self
             .projections()

@@ -1,42 +1,42 @@
-//! One decoder layer: pre-norm attention and pre-norm feed-forward, each added to the residual.
+//! One decoder layer: pre-norm attention and a pre-norm gated MLP, each added to the residual
+//! stream.
 
 use super::attention::{Attention, Step};
-use super::feed_forward::SwiGlu;
 use super::params::ParamSource;
-use super::residual::Residual;
-use super::rope::Rotary;
 use super::LmConfig;
-use crate::nn::{prefixed, Module, RmsNorm, Summary};
+use crate::nn::{prefixed, GatedMlp, Module, RmsNorm, Summary};
+use crate::ops::pre_norm::Stream;
 use crate::{Result, Tensor};
 
 pub struct Block {
     pub input_layernorm: RmsNorm,
     pub self_attn: Attention,
     pub post_attention_layernorm: RmsNorm,
-    pub mlp: SwiGlu,
+    pub mlp: GatedMlp,
 }
 
 impl Block {
     pub fn build(c: &LmConfig, prefix: &str, params: &mut ParamSource) -> Result<Self> {
+        let mut proj = |name: &str, i, o| params.linear(&format!("{prefix}.mlp.{name}"), i, o);
+        let mlp = GatedMlp::new(
+            proj("gate_proj", c.d_model, c.ffn_hidden)?,
+            proj("up_proj", c.d_model, c.ffn_hidden)?,
+            proj("down_proj", c.ffn_hidden, c.d_model)?,
+        );
         Ok(Block {
             input_layernorm: params.rms_norm(&format!("{prefix}.input_layernorm"), c)?,
             self_attn: Attention::build(c, &format!("{prefix}.self_attn"), params)?,
             post_attention_layernorm: params
                 .rms_norm(&format!("{prefix}.post_attention_layernorm"), c)?,
-            mlp: SwiGlu::build(c, &format!("{prefix}.mlp"), params)?,
+            mlp,
         })
     }
 
-    /// The residual stream stays in the parameters' dtype; under mixed precision each normed
-    /// input is cast once for the products that share it. Each half (attention, feed-forward)
-    /// takes its norm and adds its residual itself (`Residual`): with plain dense weights in a
-    /// decode step the norm, the products and the residual fuse (`rms_norm_linears`,
-    /// `linear_residual`, `rms_norm_swiglu`), one kernel each; elsewhere each half's output is
-    /// added by the next norm.
-    pub fn forward(&self, stream: Residual, rope: &Rotary, step: &Step) -> Result<Residual> {
-        let h = self
-            .self_attn
-            .forward_residual(stream, &self.input_layernorm, rope, step)?;
+    /// x + attention(norm(x)), then h + mlp(norm(h)). The stream stays in the parameters'
+    /// dtype; under mixed precision each normed input is cast once for the products that
+    /// share it.
+    pub fn forward(&self, stream: Stream, step: &Step) -> Result<Stream> {
+        let h = self.self_attn.forward(stream, &self.input_layernorm, step)?;
         self.mlp.forward_residual(h, &self.post_attention_layernorm)
     }
 

@@ -1,7 +1,7 @@
 //! A `TransformerLm` written as a llama.cpp GGUF file of the `llama` architecture, the inverse
 //! of `load_gguf`: the `llama.*` hyperparameters, each weight under its GGUF name (queries and
 //! keys with llama.cpp's row permutation applied, `output.weight` left out when the head is
-//! tied to the embedding), and optionally the tokenizer (`io::gguf::write_tokenizer`).
+//! tied to the embedding), and optionally the tokenizer (`text::gguf::write_tokenizer`).
 //!
 //! Storage types follow llama.cpp's tools: 1-d tensors (the norms) stay F32 whatever is asked,
 //! as `convert_hf_to_gguf.py` keeps them; a 2-d weight whose rows are not whole blocks of the
@@ -12,7 +12,7 @@
 use super::TransformerLm;
 use crate::io::gguf::ggml_type::{self as ty, GgmlType};
 use crate::io::gguf::llama::{gguf_name, permute_rows};
-use crate::io::gguf::write_tokenizer::tokenizer_metadata;
+use crate::text::gguf::write_tokenizer::tokenizer_metadata;
 use crate::io::gguf::{GgufWriter, Value};
 use crate::text::Tokenizer;
 use crate::{DType, Device, Error, Result, Tensor};

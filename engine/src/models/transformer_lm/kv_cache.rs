@@ -2,13 +2,14 @@
 //! [batch, kv_heads, capacity, head_dim], written in place so a decode step costs no copy of
 //! the history.
 //!
-//! Two ways in. A prompt (`append`) writes at the host's count of filled positions. A decode
-//! step (`rotate_and_write`) writes at the cursor, the device's copy of that count, and sees the
-//! window `first_keys[b] ..= cursor`; the host refreshes the cursor before each step
+//! Two ways in, both written by the layer's ops (`ops::pre_norm::CacheWrite`). A prompt
+//! (`appending`) writes at the host's count of filled positions. A decode step (`at_cursor`)
+//! writes at the cursor, the device's copy of that count, and sees the window
+//! `first_keys[b] ..= cursor`; the host refreshes the cursor before each step
 //! (`sync_cursor`), so one captured CUDA graph serves every position.
 
 use super::LmConfig;
-use crate::ops::fused_linear::RotaryCache;
+use crate::ops::pre_norm::CacheWrite;
 use crate::{no_grad, DType, Device, Error, Result, Tensor};
 
 pub struct KvCache {
@@ -141,57 +142,19 @@ impl KvCache {
         Ok(())
     }
 
-    /// Writes layer `layer`'s new keys and values [batch, kv_heads, seq, head_dim] after the
-    /// cached ones and returns views of everything cached, [batch, kv_heads, len + seq, hd].
-    pub fn append(&self, layer: usize, k: &Tensor, v: &Tensor) -> Result<(Tensor, Tensor)> {
-        let seq = k.shape()[2];
-        self.check_room(seq)?;
-        let (ck, cv) = &self.layers[layer];
-        no_grad(|| -> Result<()> {
-            ck.narrow(2, self.len, seq)?.copy_(k)?;
-            cv.narrow(2, self.len, seq)?.copy_(v)
-        })?;
-        Ok((
-            ck.narrow(2, 0, self.len + seq)?,
-            cv.narrow(2, 0, self.len + seq)?,
-        ))
+    /// Where a prompt's layer `layer` writes its keys and values: after the positions filled
+    /// so far (the host checks the room first, `check_room`).
+    pub fn appending(&self, layer: usize) -> CacheWrite<'_> {
+        let (k, v) = &self.layers[layer];
+        CacheWrite::Append { k, v, at: self.len }
     }
 
-    /// One decode step of layer `layer`: rotates q and k by the step's angles (cos, sin
-    /// [batch, 1, 1, head_dim]), writes the rotated keys and the values [batch, kv_heads, 1,
-    /// head_dim] at the cursor (one kernel on CUDA), and returns the rotated queries with the
-    /// whole buffers [batch, kv_heads, capacity, hd]; what is visible is the caller's window
-    /// (`first_keys ..= cursor`). The host checks the room (`check_room`) before the step.
-    pub fn rotate_and_write(
-        &self,
-        layer: usize,
-        qkv: [&Tensor; 3],
-        cos: &Tensor,
-        sin: &Tensor,
-    ) -> Result<[Tensor; 3]> {
-        let [q, k, v] = qkv;
-        let c = self.rotary_target(layer, cos, sin);
-        let q =
-            crate::ops::rope::rotary_into_cache(q, k, v, cos, sin, c.k_cache, c.v_cache, c.cursor)?;
-        Ok([q, c.k_cache.clone(), c.v_cache.clone()])
-    }
-
-    /// Where a decode step of layer `layer` rotated by the angles (cos, sin [batch, 1, 1,
-    /// head_dim]) writes: that layer's buffers [batch, kv_heads, capacity, hd] at the cursor.
-    /// For `Tensor::rms_norm_qkv_into_cache`, which writes them in the q/k/v products'
-    /// epilogue; the host checks the room (`check_room`) before the step.
-    pub fn rotary_target<'a>(
-        &'a self,
-        layer: usize,
-        cos: &'a Tensor,
-        sin: &'a Tensor,
-    ) -> RotaryCache<'a> {
-        let (k_cache, v_cache) = &self.layers[layer];
-        RotaryCache {
-            cos,
-            sin,
-            k_cache,
-            v_cache,
+    /// Where a decode step's layer `layer` writes its keys and values: at the device cursor.
+    pub fn at_cursor(&self, layer: usize) -> CacheWrite<'_> {
+        let (k, v) = &self.layers[layer];
+        CacheWrite::AtCursor {
+            k,
+            v,
             cursor: &self.cursor,
         }
     }

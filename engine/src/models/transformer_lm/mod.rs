@@ -1,5 +1,5 @@
 //! The LLaMA family: a decoder-only transformer language model (config, rotary embeddings,
-//! grouped-query attention with a KV cache, SwiGLU feed-forward), its generation loop
+//! grouped-query attention with a KV cache, the gated MLP of `nn`), its generation loop
 //! (`generate`), its training step and evaluation (`train`, and `train_graph` to replay the step as a CUDA
 //! graph), checkpoints that resume exactly
 //! (`checkpoint`), Hugging Face's `save_pretrained` directories (`pretrained`), llama.cpp GGUF files (`gguf`), and LoRA fine-tuning (`lora`) with PEFT's
@@ -9,7 +9,6 @@ mod attention;
 mod block;
 pub mod checkpoint;
 mod config;
-mod feed_forward;
 pub mod generate;
 mod gguf;
 mod gguf_export;
@@ -32,7 +31,6 @@ mod pretrained_tests;
 mod quantize;
 #[cfg(test)]
 mod quantize_tests;
-mod residual;
 mod rope;
 #[cfg(test)]
 mod tests;
@@ -45,13 +43,11 @@ pub use attention::{Attention, Step, Visibility};
 pub use block::Block;
 pub use checkpoint::{Checkpoint, TrainState};
 pub use config::{swiglu_hidden, LmConfig};
-pub use feed_forward::SwiGlu;
 pub use gguf::{load_gguf, GgufInfo, GgufModel};
 pub use gguf_export::{export_gguf, storage_type, GgufDType, GgufExport, GgufExportOptions};
 pub use kv_cache::KvCache;
 pub use lora::{is_adapter_name, LoraConfig, LORA_TARGETS};
 pub use model::{Precision, TransformerLm};
-pub use residual::Residual;
 pub use rope::{Positions, Rotary};
 pub use train::{evaluate, train_step, Evaluation};
 pub use train_graph::TrainGraph;

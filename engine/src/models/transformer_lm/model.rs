@@ -7,12 +7,12 @@ use super::block::Block;
 use super::kv_cache::KvCache;
 use super::lora::LoraConfig;
 use super::params::{check_config_against, ParamSource};
-use super::residual::Residual;
 use super::rope::{Positions, Rotary};
 use super::LmConfig;
 use crate::nn::{prefixed, Embedding, Linear, Module, RmsNorm, Summary};
 use crate::ops::linear_loss::linear_cross_entropy;
 use crate::ops::loss::CrossEntropyOptions;
+use crate::ops::pre_norm::{Angles, CacheWrite, Stream};
 use crate::ops::quant_matmul::QuantizedMatrix;
 use crate::{no_grad, DType, Device, Error, Generator, Result, Tensor};
 use std::collections::BTreeMap;
@@ -310,26 +310,49 @@ impl TransformerLm {
             } else {
                 Positions::From(offset)
             };
+            let (cos, sin) = self.rope.angles_for(t, self.device(), &positions)?;
             let bias = self.padding_bias(t, offset, &pads)?;
             let causal = self.layers.first().is_some_and(|l| l.self_attn.is_causal());
-            let mut x = Residual::new(self.embed_tokens.forward(&ids)?);
-            for (i, layer) in self.layers.iter().enumerate() {
-                let step = Step {
-                    positions,
-                    visibility: match &bias {
-                        Some(bias) => Visibility::Bias(bias),
-                        None if causal && t > 1 => Visibility::Causal,
-                        None => Visibility::All,
-                    },
-                    cache: cache.as_deref().map(|c| (c, i)),
-                };
-                x = layer.forward(x, &self.rope, &step)?;
-            }
+            let visibility = match &bias {
+                Some(bias) => Visibility::Bias(bias),
+                None if causal && t > 1 => Visibility::Causal,
+                None => Visibility::All,
+            };
+            let kv = cache.as_deref();
+            let angles = Angles {
+                cos: &cos,
+                sin: &sin,
+            };
+            let cache_for = |i| kv.map(|c| c.appending(i));
+            let out = self.decoder(&ids, angles, visibility, cache_for, for_products)?;
             if let Some(c) = cache {
                 c.advance(t);
             }
-            x.finish(&self.norm, for_products)
+            Ok(out)
         })
+    }
+
+    /// The decoder from token ids to the final norm's output: the embeddings, every layer,
+    /// the final norm (in the head's dtype under `for_products`). One loop for training, a
+    /// prompt and a decode step; `cache_for(i)` says where layer i writes its keys and values.
+    fn decoder<'c>(
+        &self,
+        ids: &Tensor,
+        angles: Angles,
+        visibility: Visibility,
+        cache_for: impl Fn(usize) -> Option<CacheWrite<'c>>,
+        for_products: bool,
+    ) -> Result<Tensor> {
+        let mut x = Stream::new(self.embed_tokens.forward(ids)?);
+        for (i, layer) in self.layers.iter().enumerate() {
+            let step = Step {
+                angles,
+                visibility,
+                cache: cache_for(i),
+            };
+            x = layer.forward(x, &step)?;
+        }
+        x.finish(self.norm.parts(), for_products)
     }
 
     /// The final normed hidden states [B, 1, d_model] of one new token per row (ids [B, 1] on
@@ -359,7 +382,7 @@ impl TransformerLm {
                 .sub(cache.first_keys())?
                 .reshape_to(&[b, 1])?;
             let (cos, sin) = self.rope.gather(self.device(), &rows, cache.capacity())?;
-            let positions = Positions::Angles {
+            let angles = Angles {
                 cos: &cos,
                 sin: &sin,
             };
@@ -367,16 +390,8 @@ impl TransformerLm {
                 first: cache.first_keys(),
                 last: cache.cursor(),
             };
-            let mut x = Residual::new(self.embed_tokens.forward(ids)?);
-            for (i, layer) in self.layers.iter().enumerate() {
-                let step = Step {
-                    positions,
-                    visibility,
-                    cache: Some((cache, i)),
-                };
-                x = layer.forward(x, &self.rope, &step)?;
-            }
-            x.finish(&self.norm, self.head_reads_products())
+            let cache_for = |i| Some(cache.at_cursor(i));
+            self.decoder(ids, angles, visibility, cache_for, self.head_reads_products())
         })
     }
 

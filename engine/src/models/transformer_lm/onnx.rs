@@ -11,10 +11,9 @@
 
 use super::attention::Attention;
 use super::block::Block;
-use super::feed_forward::SwiGlu;
 use super::TransformerLm;
 use crate::io::onnx::export::{write_model, Attr, Dim, ExportOptions, OnnxGraph};
-use crate::nn::{Activation, Module};
+use crate::nn::Module;
 use crate::{DType, Result, Tensor};
 use std::path::Path;
 
@@ -205,17 +204,4 @@ fn repeat_kv(g: &mut OnnxGraph, x: &str, h: usize, kv: usize, hd: usize) -> Resu
     let expanded = g.node("Expand", &[&grouped, &reps], &[]);
     let shape = g.ints("shape", &[0, h as i64, -1, hd as i64])?;
     Ok(g.node("Reshape", &[&expanded, &shape], &[]))
-}
-
-impl SwiGlu {
-    fn to_onnx(&self, g: &mut OnnxGraph, prefix: &str, x: &str) -> Result<String> {
-        let gate = self
-            .gate_proj
-            .to_onnx(g, &format!("{prefix}gate_proj."), x)?;
-        let up = self.up_proj.to_onnx(g, &format!("{prefix}up_proj."), x)?;
-        let act = Activation::Silu.to_onnx(g, &gate)?;
-        let gated = g.node("Mul", &[&act, &up], &[]);
-        self.down_proj
-            .to_onnx(g, &format!("{prefix}down_proj."), &gated)
-    }
 }

@@ -10,7 +10,7 @@
 
 use super::LmConfig;
 use crate::nn::init::normal_;
-use crate::nn::{Embedding, Linear, RmsNorm};
+use crate::nn::{Embedding, Linear, NameReport, RmsNorm};
 use crate::ops::quant_matmul::QuantizedMatrix;
 use crate::{no_grad, DType, Device, Error, Generator, Result, Tensor};
 use std::collections::{BTreeMap, BTreeSet};
@@ -30,7 +30,7 @@ pub enum ParamSource<'a> {
         dtype: DType,
         device: Device,
         used: BTreeSet<String>,
-        problems: Vec<String>,
+        problems: NameReport,
     },
 }
 
@@ -64,7 +64,7 @@ impl<'a> ParamSource<'a> {
             dtype,
             device,
             used: BTreeSet::new(),
-            problems: Vec::new(),
+            problems: NameReport::new(),
         }
     }
 
@@ -100,14 +100,11 @@ impl<'a> ParamSource<'a> {
                         no_grad(|| t.to(*device, *dtype)?.contiguous_copy())?
                     }
                     Some(t) => {
-                        problems.push(format!(
-                            "{name} has shape {:?}, the config needs {shape:?}",
-                            t.shape()
-                        ));
+                        problems.misshaped(name, t.shape(), shape);
                         placeholder(shape, *dtype, *device)?
                     }
                     None => {
-                        problems.push(format!("{name} is missing"));
+                        problems.missing(name);
                         placeholder(shape, *dtype, *device)?
                     }
                 }
@@ -135,11 +132,7 @@ impl<'a> ParamSource<'a> {
                     let q = q.to_device(*device)?.with_dtype(*dtype);
                     return Linear::from_quantized(q, None);
                 }
-                problems.push(format!(
-                    "{key} has shape {:?}, the config needs {:?}",
-                    q.shape(),
-                    [out, inp]
-                ));
+                problems.misshaped(&key, &q.shape(), &[out, inp]);
             }
         }
         Linear::from_tensors(
@@ -176,20 +169,12 @@ impl<'a> ParamSource<'a> {
         else {
             return Ok(());
         };
-        let unexpected: Vec<&str> = map
-            .keys()
-            .chain(quantized.keys())
-            .filter(|k| !used.contains(*k))
-            .map(|k| k.as_str())
-            .collect();
-        if !unexpected.is_empty() {
-            problems.push(format!("unexpected: {}", unexpected.join(", ")));
+        for name in map.keys().chain(quantized.keys()) {
+            if !used.contains(name) {
+                problems.unexpected(name);
+            }
         }
-        if problems.is_empty() {
-            Ok(())
-        } else {
-            Err(Error::StateDict(listed(problems)))
-        }
+        problems.into_result("")
     }
 }
 
@@ -197,19 +182,6 @@ impl<'a> ParamSource<'a> {
 /// a single zero broadcast to `shape`, whatever the shape claims.
 fn placeholder(shape: &[usize], dtype: DType, device: Device) -> Result<Tensor> {
     Tensor::zeros(&[], dtype, device)?.expand(shape)
-}
-
-/// Problems joined by "; ", the first `MAX_LISTED` of them and a count of the rest (a model
-/// of a hundred layers can lack a thousand tensors).
-fn listed(mut problems: Vec<String>) -> String {
-    const MAX_LISTED: usize = 24;
-    let more = problems.len().saturating_sub(MAX_LISTED);
-    problems.truncate(MAX_LISTED);
-    let mut text = problems.join("; ");
-    if more > 0 {
-        text.push_str(&format!("; and {more} more"));
-    }
-    text
 }
 
 /// The layer indices `model.layers.{i}.` that `map` holds tensors for, counted without

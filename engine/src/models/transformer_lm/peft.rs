@@ -13,7 +13,7 @@
 
 use super::{LoraConfig, TransformerLm, LORA_TARGETS};
 use crate::io::safetensors;
-use crate::nn::Module;
+use crate::nn::{Module, NameReport};
 use crate::{Error, Result, Tensor};
 use serde_json::{json, Value};
 use std::collections::{BTreeMap, HashMap};
@@ -116,8 +116,12 @@ pub fn load_adapter(model: &mut TransformerLm, dir: impl AsRef<Path>) -> Result<
             expected.insert(format!("{PEFT_PREFIX}{name}.lora_B.weight"), vec![o, r]);
         }
     }
-    check_tensors(&expected, &file)
-        .map_err(|msg| Error::StateDict(format!("{}: {msg}", weights_path.display())))?;
+    let found: Vec<(&str, &[usize])> = file.iter().map(|(n, t)| (n.as_str(), t.shape())).collect();
+    NameReport::compare(
+        expected.iter().map(|(n, s)| (n.as_str(), s.as_slice())),
+        found,
+    )
+    .into_result(&weights_path.display().to_string())?;
     model.add_lora(config.clone())?;
     let state: BTreeMap<String, Tensor> = file
         .into_iter()
@@ -130,43 +134,6 @@ pub fn load_adapter(model: &mut TransformerLm, dir: impl AsRef<Path>) -> Result<
         .collect();
     crate::nn::load_named(own, &state, true)?;
     Ok(config)
-}
-
-/// Missing, mis-shaped and unexpected adapter tensors, all listed.
-fn check_tensors(
-    expected: &BTreeMap<String, Vec<usize>>,
-    file: &BTreeMap<String, Tensor>,
-) -> std::result::Result<(), String> {
-    let mut problems = Vec::new();
-    let missing: Vec<&str> = expected
-        .keys()
-        .filter(|k| !file.contains_key(*k))
-        .map(|k| k.as_str())
-        .collect();
-    if !missing.is_empty() {
-        problems.push(format!("missing: {}", missing.join(", ")));
-    }
-    for (name, shape) in expected {
-        if let Some(t) = file.get(name).filter(|t| t.shape() != shape.as_slice()) {
-            problems.push(format!(
-                "{name} has shape {:?}, the model needs {shape:?}",
-                t.shape()
-            ));
-        }
-    }
-    let unexpected: Vec<&str> = file
-        .keys()
-        .filter(|k| !expected.contains_key(*k))
-        .map(|k| k.as_str())
-        .collect();
-    if !unexpected.is_empty() {
-        problems.push(format!("unexpected: {}", unexpected.join(", ")));
-    }
-    if problems.is_empty() {
-        Ok(())
-    } else {
-        Err(problems.join("; "))
-    }
 }
 
 /// Our config from PEFT's JSON, refusing what we would load wrong.

@@ -126,7 +126,7 @@ fn an_adapter_of_another_rank_or_width_is_refused_naming_the_tensors() {
     std::fs::write(&path, text.replace("\"r\": 2", "\"r\": 3")).unwrap();
     let msg = load_error(dir.path());
     assert!(
-        msg.contains("model.layers.0.self_attn.q_proj.lora_A.weight has shape [2, 16], the model needs [3, 16]"),
+        msg.contains("model.layers.0.self_attn.q_proj.lora_A.weight is [2, 16] in the file, [3, 16] in the model"),
         "{msg}"
     );
     // A base of another width: every factor is mis-shaped.
@@ -136,7 +136,7 @@ fn an_adapter_of_another_rank_or_width_is_refused_naming_the_tensors() {
     let mut wide = TransformerLm::new(c, &mut Generator::new(0)).unwrap();
     let msg = load_adapter(&mut wide, dir.path()).unwrap_err().to_string();
     assert!(
-        msg.contains("mlp.gate_proj.lora_B.weight has shape [24, 2], the model needs [32, 2]"),
+        msg.contains("mlp.gate_proj.lora_B.weight is [24, 2] in the file, [32, 2] in the model"),
         "{msg}"
     );
 }

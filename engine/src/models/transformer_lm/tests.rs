@@ -143,9 +143,9 @@ fn loading_reports_every_missing_and_misshaped_tensor() {
         Ok(_) => panic!("a broken state dict loaded"),
     };
     for needle in [
-        "model.norm.weight is missing",
-        "q_proj.weight has shape [3, 3]",
-        "unexpected: extra.weight",
+        "missing 1: model.norm.weight",
+        "q_proj.weight is [3, 3] in the file",
+        "unexpected 1: extra.weight",
     ] {
         assert!(msg.contains(needle), "{needle:?} not in {msg}");
     }
@@ -199,14 +199,9 @@ fn missing_tensors_are_reported_without_allocating_stand_ins() {
         Err(e) => e.to_string(),
         Ok(_) => panic!("a model without weights loaded"),
     };
-    assert!(
-        msg.contains("model.embed_tokens.weight is missing"),
-        "{msg}"
-    );
-    assert!(
-        msg.contains("model.layers.1.mlp.down_proj.weight is missing"),
-        "{msg}"
-    );
+    assert!(msg.contains("missing "), "{msg}");
+    assert!(msg.contains("model.embed_tokens.weight"), "{msg}");
+    assert!(msg.contains("model.layers.1.mlp.down_proj.weight"), "{msg}");
 }
 
 #[test]
@@ -273,7 +268,7 @@ TransformerLm(
         (o_proj): Linear(in=16, out=16, bias=false)  256 params
       )
       (post_attention_layernorm): RMSNorm(16, eps=1e-5)  16 params
-      (mlp): SwiGlu(
+      (mlp): GatedMlp(
         (gate_proj): Linear(in=16, out=24, bias=false)  384 params
         (up_proj): Linear(in=16, out=24, bias=false)  384 params
         (down_proj): Linear(in=24, out=16, bias=false)  384 params

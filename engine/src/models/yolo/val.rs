@@ -5,7 +5,7 @@
 //! inference, post-process per image) is measured the way ultralytics' is.
 
 use super::network::YoloModel;
-use crate::backend::cuda::cudnn::search_seconds as cudnn_search_seconds;
+use crate::ops::conv::algorithm_search_seconds;
 use crate::data::yolo::{DataConfig, ValLoader, ValLoaderOptions, YoloDataset};
 use crate::vision::boxes::{scale_boxes, Box4};
 use crate::vision::coco_json;
@@ -81,13 +81,6 @@ impl ValReport {
     pub fn maps(&self) -> (f64, f64) {
         let [_, _, map50, map] = self.metrics.mean_results();
         (map50, map)
-    }
-}
-
-fn synchronize(device: Device) -> Result<()> {
-    match device {
-        Device::Cpu => Ok(()),
-        Device::Cuda(i) => crate::backend::cuda::device(i)?.synchronize(),
     }
 }
 
@@ -176,19 +169,19 @@ pub fn validate(
                 // algorithm search) outside the timings, as ultralytics' `warmup`.
                 let tw = Instant::now();
                 run(&prepare()?)?;
-                synchronize(device)?;
+                device.synchronize()?;
                 warmup_secs = tw.elapsed().as_secs_f64();
                 warm = true;
             }
             let t0 = Instant::now();
             let x = prepare()?;
-            synchronize(device)?;
-            let searched_before = cudnn_search_seconds();
+            device.synchronize()?;
+            let searched_before = algorithm_search_seconds();
             let t1 = Instant::now();
             let pred = run(&x)?;
-            synchronize(device)?;
+            device.synchronize()?;
             let t2 = Instant::now();
-            let searched = cudnn_search_seconds() - searched_before;
+            let searched = algorithm_search_seconds() - searched_before;
             search_secs += searched;
             let kept = non_max_suppression(&pred, &nms)?;
             for (i, det) in kept.iter().enumerate() {

@@ -7,7 +7,7 @@ use super::config::YoloConfig;
 use super::conv::BN_EPS;
 use super::network::YoloModel;
 use super::train::checkpoint::{EMA_PREFIX, META_TRAIN};
-use crate::nn::Module;
+use crate::nn::{Module, NameReport};
 use crate::{io, Device, Error, Generator, Result, Tensor};
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
@@ -22,47 +22,17 @@ impl YoloModel {
     /// mis-shaped entries are all listed in one error, and nothing is written unless all fit.
     pub fn load_weights(&self, state: &BTreeMap<String, Tensor>, origin: &str) -> Result<()> {
         let own = self.state_dict();
-        let mut problems = Vec::new();
-        let missing: Vec<&String> = own.keys().filter(|k| !state.contains_key(*k)).collect();
-        let unexpected: Vec<&String> = state.keys().filter(|k| !own.contains_key(*k)).collect();
-        if !missing.is_empty() {
-            problems.push(format!("missing {}: {}", missing.len(), preview(&missing)));
-        }
-        if !unexpected.is_empty() {
-            problems.push(format!(
-                "unexpected {}: {}",
-                unexpected.len(),
-                preview(&unexpected)
-            ));
-        }
-        let misshaped: Vec<String> = own
-            .iter()
-            .filter_map(|(k, t)| {
-                let s = state.get(k)?;
-                (s.shape() != t.shape()).then(|| {
-                    format!(
-                        "{k} is {:?} in the file, {:?} in the model",
-                        s.shape(),
-                        t.shape()
-                    )
-                })
-            })
-            .collect();
-        if !misshaped.is_empty() {
-            problems.push(format!(
-                "mis-shaped {}: {}",
-                misshaped.len(),
-                misshaped.join("; ")
-            ));
-        }
-        if !problems.is_empty() {
+        let report = NameReport::compare(
+            own.iter().map(|(n, t)| (n.as_str(), t.shape())),
+            state.iter().map(|(n, t)| (n.as_str(), t.shape())),
+        );
+        if let Some(problems) = report.message() {
             return Err(Error::invalid(
                 "yolo weights",
                 format!(
-                    "{origin} does not fit this {} model ({}): {}",
+                    "{origin} does not fit this {} model ({}): {problems}",
                     self.describe(),
                     if self.fused { "fused" } else { "unfused" },
-                    problems.join("; ")
                 ),
             ));
         }
@@ -165,15 +135,6 @@ impl YoloModel {
         model.load_weights(&weights, &origin)?;
         model.eval();
         Ok(model)
-    }
-}
-
-fn preview(names: &[&String]) -> String {
-    let shown: Vec<&str> = names.iter().take(8).map(|s| s.as_str()).collect();
-    if names.len() > shown.len() {
-        format!("{}, ...", shown.join(", "))
-    } else {
-        shown.join(", ")
     }
 }
 

@@ -4,14 +4,14 @@
 //! outputs live in buffers made once here, and its position in the cache's device cursor
 //! (`KvCache::sync_cursor`), so the replays need no new kernel arguments.
 //!
-//! The first step runs op by op: it compiles the kernels and sizes the tables that the
-//! capture then finds ready (a capture cannot copy from the host). A capture that fails
-//! (an op that needs the host) is reported once and the steps run op by op: the same kernels,
-//! so the same tokens.
+//! The phases are `capture::Replay`'s, which the training step shares. The first step runs op
+//! by op: it compiles the kernels and sizes the tables that the capture then finds ready (a
+//! capture cannot copy from the host). A capture that fails (an op that needs the host) is
+//! reported once and the steps run op by op: the same kernels, so the same tokens.
 
-use crate::backend::cuda::graph::CudaGraph;
+use crate::capture::{self, Key, Replay};
 use crate::models::transformer_lm::{KvCache, TransformerLm};
-use crate::{no_grad, DType, Device, Result, Tensor};
+use crate::{no_grad, DType, Device, DeviceGraph, Result, Tensor};
 
 /// What a step gives back to the host.
 pub(super) enum StepOutput {
@@ -21,15 +21,6 @@ pub(super) enum StepOutput {
     Logits(Vec<f32>),
 }
 
-enum Graph {
-    /// Op by op: on the CPU, with graphs turned off, or after a failed capture.
-    Off,
-    /// The next step runs op by op, then the one after is captured.
-    WarmingUp,
-    Ready,
-    Captured(CudaGraph),
-}
-
 pub(super) struct DecodeStep<'m> {
     model: &'m TransformerLm,
     /// This step's tokens [batch, 1] (I64, on the model's device).
@@ -37,7 +28,7 @@ pub(super) struct DecodeStep<'m> {
     /// The picks [batch] (I64) or the logits [batch, vocab] (F32).
     out: Tensor,
     greedy: bool,
-    graph: Graph,
+    graph: Replay<()>,
 }
 
 impl<'m> DecodeStep<'m> {
@@ -53,9 +44,10 @@ impl<'m> DecodeStep<'m> {
         } else {
             Tensor::zeros(&[batch, model.config.vocab_size], DType::F32, device)?
         };
+        const WHAT: &str = "generate: the decode step";
         let graph = match device {
-            Device::Cuda(_) if use_graph => Graph::WarmingUp,
-            _ => Graph::Off,
+            Device::Cuda(_) if use_graph => Replay::new(WHAT),
+            _ => Replay::off(WHAT),
         };
         Ok(DecodeStep {
             model,
@@ -77,46 +69,14 @@ impl<'m> DecodeStep<'m> {
                 .copy_(&Tensor::from_vec(host, &[n, 1])?.to_device(device)?)
         })?;
         cache.sync_cursor()?;
-        let (model, ids, out, greedy) = (self.model, &self.ids, &self.out, self.greedy);
-        // The step reads the weights and never writes them: its decode products may start
-        // loading them while the kernel before each finishes.
-        let compute = || {
-            crate::backend::cuda::decode_gemv::with_fixed_weights(|| {
-                no_grad(|| compute(model, ids, out, greedy, cache))
-            })
+        let mut step = Compute {
+            model: self.model,
+            ids: &self.ids,
+            out: &self.out,
+            greedy: self.greedy,
+            cache: &*cache,
         };
-        self.graph = match std::mem::replace(&mut self.graph, Graph::Off) {
-            Graph::Off => {
-                compute()?;
-                Graph::Off
-            }
-            Graph::WarmingUp => {
-                compute()?;
-                Graph::Ready
-            }
-            Graph::Ready => {
-                let Device::Cuda(i) = device else {
-                    unreachable!("graphs are only set up on CUDA")
-                };
-                match CudaGraph::capture(&crate::backend::cuda::device(i)?, compute) {
-                    Ok(g) => {
-                        g.replay()?;
-                        Graph::Captured(g)
-                    }
-                    Err(e) => {
-                        crate::messages::warn(&format!(
-                            "generate: the decode step could not be captured as a CUDA graph ({e}); running it op by op"
-                        ));
-                        compute()?;
-                        Graph::Off
-                    }
-                }
-            }
-            Graph::Captured(g) => {
-                g.replay()?;
-                Graph::Captured(g)
-            }
-        };
+        self.graph.step(device, &mut step)?;
         cache.advance(1);
         let host = self.out.to_device(Device::Cpu)?;
         Ok(if self.greedy {
@@ -129,6 +89,48 @@ impl<'m> DecodeStep<'m> {
         } else {
             StepOutput::Logits(host.to_vec_f32()?)
         })
+    }
+}
+
+/// One decode step's operands, for `capture::Replay`: nothing of the host changes between
+/// steps (the tokens and the position are in device buffers), so the key is the host epoch's.
+struct Compute<'a> {
+    model: &'a TransformerLm,
+    ids: &'a Tensor,
+    out: &'a Tensor,
+    greedy: bool,
+    cache: &'a KvCache,
+}
+
+impl capture::Step for Compute<'_> {
+    type Recorded = ();
+    type Output = ();
+
+    fn key(&self) -> Key {
+        Key::new()
+    }
+
+    /// The step reads the weights and never writes them: its decode products may start
+    /// loading them while the kernel before each finishes.
+    fn run(&mut self) -> Result<()> {
+        let Compute {
+            model,
+            ids,
+            out,
+            greedy,
+            cache,
+        } = *self;
+        crate::ops::fused_linear::with_fixed_weights(|| {
+            no_grad(|| compute(model, ids, out, greedy, cache))
+        })
+    }
+
+    fn record(&mut self, device: Device) -> Result<(DeviceGraph, ())> {
+        Ok((device.capture(|| self.run())?, ()))
+    }
+
+    fn replay(&mut self, graph: &DeviceGraph, _: &()) -> Result<()> {
+        graph.replay()
     }
 }
 

@@ -1,9 +1,10 @@
 //! The tokenizer built from GGUF metadata: ids against the `tokenizers` library on the tiny
 //! fixture, the special ids and flags, and the errors for what is not supported.
 
-use super::builder::Builder;
-use super::fixture;
-use crate::io::gguf::{read_tokenizer, GgufFile};
+use crate::io::gguf::tests::builder::Builder;
+use crate::io::gguf::tests::fixture;
+use crate::io::gguf::GgufFile;
+use crate::text::gguf::read_tokenizer;
 use std::collections::BTreeMap;
 
 #[test]
@@ -35,14 +36,14 @@ fn tiny_fixture_ids_equal_the_tokenizers_library_with_llama_cpps_smollm_split() 
 fn with_tokenizer(model: &str, pre: Option<&str>) -> Builder {
     let tokens: Vec<u8> = ["a", "b", "ab"]
         .iter()
-        .flat_map(|t| super::builder::string(t))
+        .flat_map(|t| crate::io::gguf::tests::builder::string(t))
         .collect();
     let mut arr = 8u32.to_le_bytes().to_vec();
     arr.extend_from_slice(&3u64.to_le_bytes());
     arr.extend_from_slice(&tokens);
     let mut merges = 8u32.to_le_bytes().to_vec();
     merges.extend_from_slice(&1u64.to_le_bytes());
-    merges.extend_from_slice(&super::builder::string("a b"));
+    merges.extend_from_slice(&crate::io::gguf::tests::builder::string("a b"));
     let b = Builder::new()
         .str_kv("tokenizer.ggml.model", model)
         .kv("tokenizer.ggml.tokens", 9, &arr)

@@ -1,7 +1,8 @@
 //! The `llama` (SentencePiece) tokenizer built from GGUF metadata: llama.cpp's defaults, the
 //! keys it reads beside the tokens, and the errors for broken vocabularies, each naming its key.
 
-use crate::io::gguf::{read_tokenizer, Array, GgufFile, GgufTokenizer, GgufWriter, Value};
+use crate::io::gguf::{Array, GgufFile, GgufWriter, Value};
+use crate::text::gguf::{read_tokenizer, GgufTokenizer};
 
 /// Control tokens, the bytes of "é" (C3 A9), "▁" and letters with a few scored merges.
 const VOCAB: &[(&str, f32, i32)] = &[

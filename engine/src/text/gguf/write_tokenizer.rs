@@ -17,7 +17,7 @@
 //! refused only when the difference shows: when some token, encoded alone, does not come out as
 //! itself.
 
-use super::metadata::{Array, Value};
+use crate::io::gguf::metadata::{Array, Value};
 use crate::text::pretokenize::{SplitBehavior, Step};
 use crate::text::{PatternSource, Tokenizer, LLAMA3_PATTERN};
 use crate::{Error, Result};

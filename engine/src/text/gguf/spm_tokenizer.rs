@@ -3,7 +3,7 @@
 //! there) and `tokenizer.ggml.add_space_prefix` (true when absent), built as
 //! `Tokenizer::sentencepiece`. There are no merges: the scores decide what merges.
 
-use super::metadata::{Array, Metadata};
+use crate::io::gguf::metadata::{Array, Metadata};
 use super::tokenizer::key_error;
 use crate::text::{AddedToken, SentencePieceOptions, SpmModel, SpmVocabError, Template, Tokenizer};
 use crate::Result;

@@ -35,6 +35,11 @@
 //! Fused kernels whose CPU path is a composition of other ops (attention, rotary embedding,
 //! SwiGLU on CUDA) decide at the tensor level which path runs, and reach their CUDA kernel
 //! through `cuda_kernel`, the same mechanism with the CPU side answered by an error.
+//!
+//! An op that writes into an existing tensor (`copy_`, a cache write, an accumulation) goes
+//! through `dispatch_mut`: the same device check, the target's storage locked for writing (which
+//! bumps its version, so a backward that saved it fails instead of reading the new values) and
+//! the operands' for reading.
 
 use crate::backend::{CpuStorage, CudaStorage, Storage};
 use crate::{Device, Error, Layout, Result, Tensor};
@@ -108,6 +113,60 @@ pub fn cuda_kernel<const N: usize, R>(
         },
         cuda,
     )
+}
+
+/// A write target as a CPU kernel sees it.
+pub type CpuTarget<'a> = (&'a mut CpuStorage, &'a Layout);
+/// A write target as a CUDA kernel sees it.
+pub type CudaTarget<'a> = (&'a mut CudaStorage, &'a Layout);
+
+/// Runs the kernel that writes into `target` from `operands` (all on one device), with the
+/// target's storage locked for writing. An operand that shares the target's storage is an error
+/// (its read would wait on the write lock): materialize it first.
+pub fn dispatch_mut<const N: usize, R>(
+    op: &'static str,
+    target: &Tensor,
+    operands: [&Tensor; N],
+    cpu: impl FnOnce(CpuTarget<'_>, [CpuOperand<'_>; N]) -> Result<R>,
+    cuda: impl FnOnce(CudaTarget<'_>, [CudaOperand<'_>; N]) -> Result<R>,
+) -> Result<R> {
+    for t in operands {
+        target.check_same_device(op, t)?;
+        if t.shares_storage(target) {
+            return Err(Error::invalid(
+                op,
+                "an operand shares the target's storage; write from a copy",
+            ));
+        }
+    }
+    let guards: Vec<_> = operands.iter().map(|t| t.storage()).collect();
+    let mut dst = target.storage_cell().write();
+    let moved = || Error::invalid(op, "an operand moved to another device during the op");
+    match (&mut *dst, target.device()) {
+        (Storage::Cpu(dst), Device::Cpu) => {
+            let views = guards
+                .iter()
+                .zip(operands)
+                .map(|(g, t)| match &**g {
+                    Storage::Cpu(s) => Ok((s, t.layout())),
+                    _ => Err(moved()),
+                })
+                .collect::<Result<Vec<_>>>()?;
+            cpu((dst, target.layout()), array(op, views)?)
+        }
+        (Storage::Cuda(dst), Device::Cuda(_)) => {
+            let views = guards
+                .iter()
+                .zip(operands)
+                .map(|(g, t)| match &**g {
+                    Storage::Cuda(s) => Ok((s, t.layout())),
+                    _ => Err(moved()),
+                })
+                .collect::<Result<Vec<_>>>()?;
+            cuda((dst, target.layout()), array(op, views)?).map_err(|e| e.in_op(op, &[], None))
+        }
+        _ => Err(moved()),
+    }
 }
 
 /// Locks the operands' storages (after checking they share a device) and calls the kernel of

@@ -17,7 +17,7 @@
 //! - Q6_K (256): 128 bytes of low nibbles, 64 bytes of high 2-bit pairs, 16 x i8 scales (one per
 //!   16 values), f16 d; x = (d * scale) * (q - 32).
 
-use super::ggml_type::{self as ty, GgmlType, QK_K};
+use crate::spec::ggml::{self as ty, GgmlType, QK_K};
 use crate::{Error, Result};
 use half::{bf16, f16};
 use rayon::prelude::*;

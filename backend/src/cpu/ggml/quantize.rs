@@ -16,7 +16,7 @@
 //! The length must be a whole number of blocks; which type a tensor of a given shape gets is
 //! the exporter's choice (`storage_type`).
 
-use super::ggml_type::{self as ty, GgmlType, QK_K};
+use crate::spec::ggml::{self as ty, GgmlType, QK_K};
 use crate::{Error, Result};
 use half::{bf16, f16};
 use rayon::prelude::*;

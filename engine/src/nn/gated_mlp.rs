@@ -1,0 +1,95 @@
+//! The gated feed-forward of LLaMA-style decoders (Hugging Face's `mlp`):
+//! down(silu(gate(x)) * up(x)). As a pre-norm layer's second half (`forward_residual`) it takes
+//! the residual stream and its norm, and the ops below choose the fused kernels
+//! (`ops::pre_norm`).
+
+use super::module::{prefixed, Module};
+use super::{Activation, Linear, RmsNorm, Summary};
+use crate::io::onnx::export::OnnxGraph;
+use crate::ops::pre_norm::Stream;
+use crate::{Result, Tensor};
+
+pub struct GatedMlp {
+    pub gate_proj: Linear,
+    pub up_proj: Linear,
+    pub down_proj: Linear,
+}
+
+impl GatedMlp {
+    pub fn new(gate_proj: Linear, up_proj: Linear, down_proj: Linear) -> Self {
+        GatedMlp {
+            gate_proj,
+            up_proj,
+            down_proj,
+        }
+    }
+
+    /// The stream after this half of a layer: x + down(silu(gate(n)) * up(n)), n = norm(x).
+    pub fn forward_residual(&self, stream: Stream, norm: &RmsNorm) -> Result<Stream> {
+        let (gate, up) = (self.gate_proj.projection(), self.up_proj.projection());
+        let (x, gated) = stream.gated(norm.parts(), gate, up)?;
+        Stream::after(x, &gated, self.down_proj.projection())
+    }
+
+    /// The three projections under their Hugging Face names.
+    pub fn projections(&self) -> [(&'static str, &Linear); 3] {
+        [
+            ("gate_proj", &self.gate_proj),
+            ("up_proj", &self.up_proj),
+            ("down_proj", &self.down_proj),
+        ]
+    }
+
+    pub fn projections_mut(&mut self) -> [(&'static str, &mut Linear); 3] {
+        [
+            ("gate_proj", &mut self.gate_proj),
+            ("up_proj", &mut self.up_proj),
+            ("down_proj", &mut self.down_proj),
+        ]
+    }
+}
+
+impl Module for GatedMlp {
+    fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        let gated = self.gate_proj.forward(x)?.swiglu(&self.up_proj.forward(x)?)?;
+        self.down_proj.forward(&gated)
+    }
+
+    fn named_parameters(&self) -> Vec<(String, Tensor)> {
+        self.projections()
+            .into_iter()
+            .flat_map(|(n, l)| prefixed(n, l.named_parameters()))
+            .collect()
+    }
+
+    fn train(&mut self, on: bool) {
+        for (_, l) in self.projections_mut() {
+            l.train(on);
+        }
+    }
+
+    fn is_training(&self) -> bool {
+        self.gate_proj.is_training()
+    }
+
+    fn to_onnx(&self, g: &mut OnnxGraph, prefix: &str, x: &str) -> Result<String> {
+        let gate = self
+            .gate_proj
+            .to_onnx(g, &format!("{prefix}gate_proj."), x)?;
+        let up = self.up_proj.to_onnx(g, &format!("{prefix}up_proj."), x)?;
+        let act = Activation::Silu.to_onnx(g, &gate)?;
+        let gated = g.node("Mul", &[&act, &up], &[]);
+        self.down_proj
+            .to_onnx(g, &format!("{prefix}down_proj."), &gated)
+    }
+
+    /// The printed form: the three projections.
+    fn summary(&self) -> Summary {
+        let children = self
+            .projections()
+            .into_iter()
+            .map(|(n, l)| (n.to_string(), l.summary()))
+            .collect();
+        Summary::node("GatedMlp", children)
+    }
+}
