@@ -1,5 +1,5 @@
 //! Quantization of f32 values to ggml's block formats, the inverse of `quants`: F32, F16, BF16,
-//! Q8_0, Q4_0, Q5_0 and Q4_K. Each follows ggml's reference quantizer (`quantize_row_*_ref` in
+//! Q8_0, Q4_0, Q4_1, Q5_0 and Q4_K. Each follows ggml's reference quantizer (`quantize_row_*_ref` in
 //! `ggml-quants.c`, which llama.cpp's `llama-quantize` runs when no importance matrix is
 //! given) rule for rule, in f32 arithmetic, so a tensor quantizes to the same bytes:
 //!
@@ -7,6 +7,8 @@
 //! - Q8_0: d = absmax / 127, q = round(x / d) (halves away from zero), x = q * d.
 //! - Q4_0: m = the value of largest magnitude (its sign kept), d = m / -8,
 //!   q = min(15, trunc(x / d + 8.5)), x = (q - 8) * d. Q5_0 is the same with 16 and 31.
+//! - Q4_1: m = the block's min, d = (max - min) / 15, q = min(15, trunc((x - m) / d + 0.5)),
+//!   x = q * d + m.
 //! - Q4_K: a super-block of 256 values is 8 sub-blocks of 32. Each sub-block gets a scale and a
 //!   min from `make_qkx2_quants` (a weighted least-squares search over 21 candidate scales,
 //!   weights = rms of the sub-block + |x|); the 8 scales and 8 mins are then quantized to
@@ -28,6 +30,7 @@ pub const QUANTIZABLE: &[GgmlType] = &[
     ty::BF16,
     ty::Q8_0,
     ty::Q4_0,
+    ty::Q4_1,
     ty::Q5_0,
     ty::Q4_K,
 ];
@@ -43,6 +46,7 @@ pub fn quantize(t: GgmlType, values: &[f32]) -> Result<Vec<u8>> {
         30 => |x, out| out.copy_from_slice(&to_bf16(x[0]).to_le_bytes()),
         8 => q8_0_block,
         2 => q4_0_block,
+        3 => q4_1_block,
         6 => q5_0_block,
         12 => q4_k_block,
         _ => {
@@ -130,6 +134,22 @@ fn q4_0_block(x: &[f32], out: &mut [u8]) {
     put_half(out, 0, d);
     for j in 0..16 {
         out[2 + j] = q[j] | (q[j + 16] << 4);
+    }
+}
+
+/// ggml's `quantize_row_q4_1_ref`: the block's min and range, in f32, stored as halves.
+fn q4_1_block(x: &[f32], out: &mut [u8]) {
+    let (min, max) = x
+        .iter()
+        .fold((f32::MAX, -f32::MAX), |(lo, hi), &v| (lo.min(v), hi.max(v)));
+    let d = (max - min) / 15.0;
+    let id = if d != 0.0 { 1.0 / d } else { 0.0 };
+    put_half(out, 0, d);
+    put_half(out, 2, min);
+    for j in 0..16 {
+        // In [0.5, 15.5]: `as u8` truncates as C's `(int8_t)` does there.
+        let level = |v: f32| (((v - min) * id + 0.5) as u8).min(15);
+        out[4 + j] = level(x[j]) | (level(x[j + 16]) << 4);
     }
 }
 

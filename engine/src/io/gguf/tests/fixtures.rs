@@ -30,6 +30,23 @@ fn every_type_dequantizes_to_the_gguf_packages_values_bit_for_bit() {
     assert_eq!(checked.len(), 11);
 }
 
+/// Our quantizer writes the bytes the `gguf` package's quantizer wrote, for every type both
+/// write, from the same values.
+#[test]
+fn every_type_both_write_quantizes_to_the_gguf_packages_bytes() {
+    use crate::io::gguf::ggml_type as ty;
+    use crate::io::gguf::quantize::quantize;
+    let mut f = GgufFile::open(fixture("quants.gguf")).unwrap();
+    let (values, _) = f.f32_values("F32").unwrap();
+    for t in [ty::F16, ty::BF16, ty::Q8_0, ty::Q4_0, ty::Q4_1, ty::Q5_0] {
+        let ours = quantize(t, &values).unwrap();
+        let theirs = f.raw(t.name).unwrap();
+        assert_eq!(ours.len(), theirs.len(), "{t}");
+        let first_difference = ours.iter().zip(&theirs).position(|(a, b)| a != b);
+        assert_eq!(first_difference, None, "{t}: the first differing byte");
+    }
+}
+
 #[test]
 fn the_python_writers_metadata_and_alignment_read_back() {
     let mut f = GgufFile::open(fixture("quants.gguf")).unwrap();

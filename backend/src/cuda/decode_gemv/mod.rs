@@ -32,6 +32,16 @@ use std::cell::Cell;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
+mod blocks;
+mod geometry;
+mod rotary;
+
+use blocks::*;
+use geometry::*;
+pub use geometry::{fused_max_rows, supports, supports_blocks, takes_blocks, BLOCK_MAX_ROWS};
+pub use rotary::{rotates, RotaryWrite};
+use rotary::*;
+
 thread_local! {
     static FIXED_WEIGHTS: Cell<bool> = const { Cell::new(false) };
 }
@@ -58,31 +68,6 @@ pub fn with_fixed_weights<R>(work: impl FnOnce() -> R) -> R {
 const OP: &str = "decode_gemv";
 /// The most activation rows one launch takes.
 pub const MAX_ROWS: usize = 16;
-/// Blocks of a thread-block cluster for the tensor-core kernels on sm_90 and later, for `rows`
-/// rows: the blocks of a cluster read the staged rows from L2 once between them (multicast bulk
-/// copies). At 16 rows, one 1.1B layer's four products took 55.7 µs with a copy per block, 46.3
-/// µs in clusters of 2 and 48.2 in clusters of 4 (4 lost on the down product, whose 189 KB of
-/// staged rows leave one block an SM and fewer whole clusters); the whole decode step at batch
-/// 16 ran at 10,839 tokens/s without clusters, 11,134-11,249 with 2, 10,677 with 4. At 1 row
-/// there is little to share and the cluster's barriers cost: 912 tokens/s without, 844-860 in
-/// clusters of 2. `RB_DECODE_CLUSTER` sets the size above 2 rows, to measure it (1: none).
-fn cluster_blocks(rows: usize) -> u32 {
-    static N: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
-    if rows <= 2 {
-        return 1;
-    }
-    *N.get_or_init(|| {
-        std::env::var("RB_DECODE_CLUSTER")
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .filter(|&n: &u32| (1..=8).contains(&n) && n.is_power_of_two())
-            .unwrap_or(2)
-    })
-}
-/// Mirrors GEMV_THREADS, GEMV_WARPS and GEMV_TARGETS.
-const THREADS: u32 = 256;
-const WARPS: usize = 8;
-const TARGETS: usize = 4;
 
 /// A contiguous operand: its storage and the element offset where it starts.
 pub type At<'a> = (&'a CudaStorage, usize);
@@ -105,44 +90,6 @@ impl<'a> Weights<'a> {
     }
 }
 
-/// The most activation rows of a launch with weights in `format` (the int4 kernels' largest
-/// compiled row count, as for `quant_gemv`).
-pub const BLOCK_MAX_ROWS: usize = 8;
-
-/// Whether the fused kernels take weights in `format` with k columns: Q4_K with whole blocks.
-/// Q4_1 could take the same loop, but each format's kernels cost about a minute of NVRTC and
-/// ptxas at the first decode step (kernels/decode_qgemv.cu); it composes.
-pub fn takes_blocks(format: BlockFormat, k: usize) -> bool {
-    format == BlockFormat::Q4_K && k > 0 && k.is_multiple_of(256)
-}
-
-/// The compiled activation rows of the block kernels for `rows` rows.
-fn block_rows(rows: usize) -> usize {
-    rows.next_power_of_two()
-}
-
-/// Dynamic shared memory of a block-format launch: the staged BF16 rows, the int8 codes and
-/// (scale, scale * sum) pairs of the compiled rows, and the norms.
-fn block_shared_bytes(rows: usize, k: usize) -> usize {
-    let m = block_rows(rows);
-    rows * k * 2 + m * k + m * (k / 32) * 8 + MAX_ROWS * 4
-}
-
-/// Whether one block-format launch takes `rows` rows of k and `weights` weights on `dev`.
-pub fn supports_blocks(
-    dev: &CudaDevice,
-    rows: usize,
-    k: usize,
-    weights: usize,
-    format: BlockFormat,
-) -> bool {
-    (1..=TARGETS).contains(&weights)
-        && (1..=BLOCK_MAX_ROWS).contains(&rows)
-        && takes_blocks(format, k)
-        && rows * k <= i32::MAX as usize
-        && block_shared_bytes(rows, k) <= dev.shared_limit()
-}
-
 /// What the kernels compute from the inputs before the products, for `rows` rows of `k`.
 pub enum Prologue<'a> {
     /// rms_norm(x) * weight, rounded to x's dtype (weight: k elements).
@@ -161,162 +108,6 @@ impl Prologue<'_> {
             Prologue::Plain { .. } => "cast",
         }
     }
-}
-
-/// The weights of one launch; mirrors `struct GemvTargets` in the kernel file.
-#[repr(C)]
-#[derive(Clone, Copy)]
-struct Targets {
-    w: [u64; TARGETS],
-    y: [u64; TARGETS],
-    end: [i64; TARGETS],
-    count: i32,
-}
-
-impl Targets {
-    /// A table for `count` targets, every address still zero.
-    fn new(count: usize) -> Targets {
-        Targets {
-            w: [0; TARGETS],
-            y: [0; TARGETS],
-            end: [0; TARGETS],
-            count: count as i32,
-        }
-    }
-}
-
-/// Whether products with weights of `dtype` and k columns take the tensor-core kernels.
-fn tensor_cores(k: usize, dtype: DType) -> bool {
-    matches!(dtype, DType::BF16 | DType::F16) && k.is_multiple_of(64)
-}
-
-/// The most activation rows for which one fused launch beats the composition (norm or gating,
-/// then cuBLAS products, then the add). Measured on the H200 with the 1.1B decode shapes
-/// (docs/baseline.md, `RB_DECODE_FUSED_ROWS`): the tensor-core kernels are ahead up to 16
-/// rows since every block copies its staged rows in asynchronously (8,588 tokens/s against
-/// 7,897 at batch 16; staged through registers, 16 rows had lost, 6,598 against 7,812); the
-/// CUDA-core ones fall below cuBLAS from 4 rows (19-29% of the bandwidth at 4, 8-18% at 16),
-/// since their multiplies grow with the rows.
-pub fn fused_max_rows(k: usize, dtype: DType) -> usize {
-    if tensor_cores(k, dtype) {
-        MAX_ROWS
-    } else {
-        2
-    }
-}
-
-/// The tensor-core kernels' staged row stride in elements (kernels/decode_gemv.cu's
-/// `gemv_mma_stride`): rows 16 bytes apart modulo 128 bytes, so the two rows a quarter-warp
-/// reads fall in different banks.
-fn mma_stride(k: usize) -> usize {
-    k + 8
-}
-
-/// The compiled row count a launch of `rows` rows runs, and its output rows per tile (the
-/// kernel file's RB_DECODE_GEMV_ROWS).
-fn compiled_rows(rows: usize) -> (usize, usize) {
-    match rows {
-        1 => (1, 8),
-        2 => (2, 8),
-        3..=4 => (4, 8),
-        5..=8 => (8, 4),
-        _ => (16, 4),
-    }
-}
-
-/// Above this many rows, the tensor-core launches compute the gating or the norm in a kernel of
-/// its own, once, instead of in every block. For 16 rows of 5632 the gating in every block cost
-/// more than the products. The norm in every block cost a 1.1B layer's products 45.6 µs at 16
-/// rows against 40.4 µs with the norm apart (clusters of 2); at 1 row the launch costs more
-/// than the norm (33.7 µs apart, 30.3 µs in the blocks).
-const PROLOGUE_IN_BLOCK_ROWS: usize = 2;
-
-/// Whether a launch of `rows` rows computes `prologue` in a kernel of its own first.
-fn prologue_apart(prologue: &Prologue, rows: usize) -> bool {
-    rows > PROLOGUE_IN_BLOCK_ROWS && !matches!(prologue, Prologue::Plain { .. })
-}
-
-/// Whether the tensor-core kernel keeps two work items of weights in flight per warp instead of
-/// one (the `_deep` kernels: plain inputs only, which is what a down product takes): where k
-/// spans more than one item a warp (64 chunks of 64), the next item's loads then overlap the
-/// current one's multiplies. Measured on the 1.1B down product (k 5632): 7.7 µs instead of 8.8
-/// at 1 row, 10.3 instead of 11.1 at 16; at k 2048 two items in flight lost.
-fn deep_rows(prologue: &Prologue, k: usize) -> bool {
-    matches!(prologue, Prologue::Plain { .. }) && k >= 4096
-}
-
-/// n-tiles (8 activation rows each) of the tensor-core kernel for `rows` rows.
-fn mma_tiles(rows: usize) -> usize {
-    rows.div_ceil(8)
-}
-
-/// Dynamic shared memory of a launch: the staged rows, the cross-warp sums and the norms (and
-/// for the tensor-core kernels, the 8-byte barrier of their bulk copies, 16-byte aligned).
-fn shared_bytes(rows: usize, k: usize, dtype: DType) -> usize {
-    if tensor_cores(k, dtype) {
-        let sums = WARPS * mma_tiles(rows) * 16 * 8;
-        return rows * mma_stride(k) * dtype.size_in_bytes() + (sums + MAX_ROWS) * 4 + 16;
-    }
-    let (rt, rb) = compiled_rows(rows);
-    rows * k * dtype.size_in_bytes() + (WARPS * rb * rt + rt) * 4
-}
-
-/// The kernels' code for the dtype of an operand other than the weights.
-fn dtype_code(dtype: DType) -> Result<i32> {
-    match dtype {
-        DType::F32 => Ok(0),
-        DType::BF16 => Ok(1),
-        DType::F16 => Ok(2),
-        other => Err(Error::UnsupportedDType {
-            op: OP,
-            dtype: other,
-            detail: ": the decode products take F32, BF16 and F16".into(),
-        }),
-    }
-}
-
-/// Whether one launch takes `rows` rows of `k` values with weights of `dtype` on `dev`: the
-/// row count, the dtype, k a multiple of 8, and the staged rows within shared memory.
-pub fn supports(dev: &CudaDevice, rows: usize, k: usize, dtype: DType) -> Result<bool> {
-    Ok((1..=MAX_ROWS).contains(&rows)
-        && matches!(dtype, DType::F32 | DType::BF16 | DType::F16)
-        && k > 0
-        && k.is_multiple_of(8)
-        && rows * k <= i32::MAX as usize
-        && shared_bytes(rows, k, dtype) <= dev.shared_limit())
-}
-
-/// Blocks of `f` resident at once on the whole device with `shared` bytes each, launched as
-/// `how` says, after letting `f` use up to the device's limit of dynamic shared memory: a
-/// multiple of `how.cluster`, or 0 where no whole cluster fits. Cached per function, size and
-/// cluster.
-fn resident_blocks(
-    dev: &Arc<CudaDevice>,
-    f: sys::CUfunction,
-    shared: usize,
-    how: Launch,
-) -> Result<u32> {
-    type Key = (usize, usize, u32);
-    static CACHE: Mutex<Option<HashMap<Key, u32>>> = Mutex::new(None);
-    let key = (f as usize, shared, how.cluster);
-    let mut cache = CACHE.lock().unwrap_or_else(|e| e.into_inner());
-    let cache = cache.get_or_insert_with(HashMap::new);
-    if let Some(&n) = cache.get(&key) {
-        return Ok(n);
-    }
-    dev.allow_all_shared(f)?;
-    let n = if how.cluster > 1 {
-        how.cluster * dev.resident_clusters(how, f, THREADS, shared as u32)?
-    } else {
-        // SAFETY: `f` is loaded in this device's context, which `allow_all_shared` made current.
-        let per_sm = unsafe {
-            result::occupancy::max_active_block_per_multiprocessor(f, THREADS as i32, shared)
-        }
-        .map_err(|e| Error::Cuda(format!("{OP}: occupancy of {shared} shared bytes: {e:?}")))?;
-        dev.sm_count() * per_sm.max(1) as u32
-    };
-    cache.insert(key, n);
-    Ok(n)
 }
 
 fn invalid(msg: String) -> Error {
@@ -369,109 +160,6 @@ fn prologue_alone(prologue: &Prologue, rows: usize, k: usize, dtype: DType) -> R
         )?
     };
     Ok(staged)
-}
-
-/// The block-format form of `decode_gemv` (`Weights::Blocks`): a store, residual or SwiGLU
-/// epilogue, BF16 products.
-fn decode_gemv_blocks(
-    prologue: &Prologue,
-    rows: usize,
-    k: usize,
-    weights: &[(At, usize)],
-    format: BlockFormat,
-    epilogue: Epilogue,
-    out_dtype: DType,
-) -> Result<Vec<CudaStorage>> {
-    let dev = weights[0].0 .0.cuda_device();
-    if !supports_blocks(dev, rows, k, weights.len(), format) {
-        return Err(invalid(format!(
-            "{rows} rows of {k} with {} {} weights are outside the kernels (1..={BLOCK_MAX_ROWS} rows, 1..={TARGETS} weights, Q4_K with whole blocks, {} bytes of shared memory at most)",
-            weights.len(),
-            format.name(),
-            dev.shared_limit()
-        )));
-    }
-    let (residual, pair) = match epilogue {
-        Epilogue::Products => (None, false),
-        Epilogue::Rotary(_) => {
-            return Err(invalid(
-                "the rotary epilogue takes dense weights, not blocks".into(),
-            ))
-        }
-        Epilogue::Residual(r) if weights.len() == 1 => (Some(r), false),
-        Epilogue::Swiglu if matches!(weights, [(_, a), (_, b)] if a == b)
-            && !matches!(prologue, Prologue::Swiglu { .. }) =>
-        {
-            (None, true)
-        }
-        _ => {
-            return Err(invalid(format!(
-                "block-format weights take a store, a residual (one weight) or the SwiGLU epilogue (gate and up of one width, after a norm or a plain input); got {} weights",
-                weights.len()
-            )))
-        }
-    };
-    if prologue_apart(prologue, rows) {
-        let staged = prologue_alone(prologue, rows, k, DType::BF16)?;
-        let plain = Prologue::Plain { x: (&staged, 0) };
-        return decode_gemv_blocks(&plain, rows, k, weights, format, epilogue, out_dtype);
-    }
-    let (in0, in1, in_dt, aux_dt, eps) = prologue_args(prologue, rows, k)?;
-    let out_dt = dtype_code(out_dtype)?;
-    let (res, res_dt) = residual_args(residual, rows * weights[0].1)?;
-    let mut t = Targets::new(weights.len());
-    let mut total = 0usize;
-    for (i, &(w, n)) in weights.iter().enumerate() {
-        if w.0.dtype() != DType::U8 {
-            return Err(invalid(format!(
-                "weight {i} holds {} blocks as U8, got {:?}",
-                format.name(),
-                w.0.dtype()
-            )));
-        }
-        t.w[i] = check_span(&format!("weight {i}"), w, format.stored_bytes(n, k)?, true)?;
-        total += n;
-        t.end[i] = total as i64;
-    }
-    let outs = weights[..if pair { 1 } else { weights.len() }]
-        .iter()
-        .map(|&(_, n)| CudaStorage::alloc(dev, rows * n, out_dtype))
-        .collect::<Result<Vec<_>>>()?;
-    for (slot, o) in outs.iter().enumerate() {
-        t.y[slot] = o.ptr();
-    }
-    let m = block_rows(rows);
-    let name = format!(
-        "decode_qgemv_{}_{}_m{m}{}",
-        prologue.name(),
-        format.name(),
-        if pair { "_pair" } else { "" }
-    );
-    let f = dev.function(&DECODE_QGEMV, &name)?;
-    let shared = block_shared_bytes(rows, k);
-    // The kernel waits for the kernel before it first thing, so it may always start early.
-    let how = Launch {
-        dependent: FIXED_WEIGHTS.get(),
-        cluster: 1,
-    };
-    let resident = resident_blocks(dev, f, shared, how)?;
-    // Row groups of the int4 loop (kernels/quant_blocks.cuh's Int4Rows: 4 rows a warp up to 2
-    // activation rows, else 2; paired, half of them in each weight), a warp each.
-    let group = if m <= 2 { 4 } else { 2 };
-    let groups: usize = if pair {
-        weights[0].1.div_ceil(group / 2)
-    } else {
-        weights.iter().map(|&(_, n)| n.div_ceil(group)).sum()
-    };
-    let grid = groups.div_ceil(WARPS).clamp(1, resident.max(1) as usize) as u32;
-    let (rows32, k32) = (rows as i32, k as i32);
-    // SAFETY: the inputs' spans were checked (`prologue_args`, the residual rows × n_0), each
-    // weight holds the stored bytes of its n_i × k blocks, the outputs are fresh buffers of
-    // rows × n_i (or rows × n_0 gated), and `shared` is what the kernel carves for `rows` rows,
-    // allowed on `f` by `resident_blocks`.
-    let params = &mut args![t, in0, in1, in_dt, aux_dt, res, res_dt, out_dt, rows32, k32, eps];
-    unsafe { dev.launch_with(how, f, (grid, 1, 1), THREADS, shared as u32, params)? };
-    Ok(outs)
 }
 
 /// The residual's pointer and dtype code (0 and 0 without one), after checking it holds
@@ -538,123 +226,6 @@ pub enum Epilogue<'a> {
     /// and v written into the caches at the cursor. What `rope::rope_cache_write` does after
     /// the products, without them in memory. Tensor-core weights only (`rotates`).
     Rotary(RotaryWrite<'a>),
-}
-
-/// The rotary epilogue's operands: the F32 cos and sin rows [rows, head_dim] with row stride
-/// `table_stride`, and the caches [rows, kv_heads, capacity, head_dim] of the weights' dtype.
-pub struct RotaryWrite<'a> {
-    pub cos: At<'a>,
-    pub sin: At<'a>,
-    pub table_stride: usize,
-    pub head_dim: usize,
-    pub cache: CacheSlot<'a>,
-}
-
-/// Mirrors `struct GemvRotary` in the kernel file.
-#[repr(C)]
-#[derive(Clone, Copy)]
-struct RotaryArgs {
-    cos: u64,
-    sin: u64,
-    table_sb: i64,
-    k_cache: u64,
-    v_cache: u64,
-    cursor: u64,
-    err: u64,
-    capacity: i32,
-    head_dim: i32,
-    code: i32,
-}
-
-/// Whether `Epilogue::Rotary` takes products with weights of `dtype`, k columns and heads of
-/// `head_dim`: the tensor-core kernels, whose 16-row tiles pair 8 dims of a head with the 8 a
-/// half head on, so head_dim a multiple of 16.
-pub fn rotates(k: usize, dtype: DType, head_dim: usize) -> bool {
-    tensor_cores(k, dtype) && head_dim > 0 && head_dim.is_multiple_of(16)
-}
-
-/// The checks of `Epilogue::Rotary` on `rows` rows of products with `weights` (rows of each)
-/// of `dtype`, writing `out_dtype`; the kernel's arguments.
-fn rotary_args(
-    r: &RotaryWrite,
-    rows: usize,
-    k: usize,
-    weights: &[usize],
-    dtype: DType,
-    out_dtype: DType,
-    dev: &CudaDevice,
-) -> Result<RotaryArgs> {
-    let hd = r.head_dim;
-    if !rotates(k, dtype, hd) {
-        return Err(invalid(format!(
-            "the rotary epilogue needs BF16/F16 weights with k a multiple of 64 and a head_dim a multiple of 16, got {dtype:?}, k {k} and head_dim {hd}"
-        )));
-    }
-    let [n_q, n_k, n_v] = weights else {
-        return Err(invalid(format!(
-            "the rotary epilogue takes three weights (q, k, v), got {}",
-            weights.len()
-        )));
-    };
-    if !n_q.is_multiple_of(hd) || n_k != n_v || !n_k.is_multiple_of(hd) || *n_k == 0 {
-        return Err(invalid(format!(
-            "q, k and v of {n_q}, {n_k} and {n_v} rows are not whole heads of {hd} with k and v alike"
-        )));
-    }
-    let cache = &r.cache;
-    for (name, c) in [("key", &*cache.k), ("value", &*cache.v)] {
-        if c.dtype() != dtype || c.len() < rows * n_k * cache.capacity {
-            return Err(invalid(format!(
-                "the {name} cache ({:?}, {} elements) must be {dtype:?} and hold {rows} rows of {} heads x {} positions x {hd}",
-                c.dtype(),
-                c.len(),
-                n_k / hd,
-                cache.capacity
-            )));
-        }
-    }
-    if out_dtype != dtype {
-        return Err(invalid(format!(
-            "the rotated q is stored in the weights' dtype {dtype:?}, not {out_dtype:?}"
-        )));
-    }
-    for (name, (t, _)) in [("cos", r.cos), ("sin", r.sin)] {
-        if t.dtype() != DType::F32 {
-            return Err(invalid(format!(
-                "the {name} table must be F32, got {:?}",
-                t.dtype()
-            )));
-        }
-    }
-    let span = (rows - 1) * r.table_stride + hd;
-    let (cos, sin) = (
-        check_span("the cos table", r.cos, span, false)?,
-        check_span("the sin table", r.sin, span, false)?,
-    );
-    if cache.cursor.0.dtype() != DType::I64 {
-        return Err(invalid(format!(
-            "the cache cursor must be I64, got {:?}",
-            cache.cursor.0.dtype()
-        )));
-    }
-    if rows * n_k * cache.capacity > i64::MAX as usize || cache.capacity > i32::MAX as usize {
-        return Err(invalid(format!(
-            "a cache of {} positions is too large",
-            cache.capacity
-        )));
-    }
-    Ok(RotaryArgs {
-        cos,
-        sin,
-        table_sb: r.table_stride as i64,
-        k_cache: cache.k.ptr(),
-        v_cache: cache.v.ptr(),
-        cursor: check_span("the cache cursor", cache.cursor, 1, false)?,
-        err: dev.error_word(),
-        capacity: cache.capacity as i32,
-        head_dim: hd as i32,
-        code: FLAG_CACHE_CURSOR as i32,
-    })
 }
 
 /// Whether `Epilogue::Swiglu` takes products with weights of `dtype` and k columns.

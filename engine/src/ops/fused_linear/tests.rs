@@ -4,7 +4,7 @@
 
 use super::*;
 use crate::nn::{Linear, Module, RmsNorm};
-use crate::Generator;
+use crate::{DType, Device, Generator};
 
 fn randn(shape: &[usize], dtype: DType, seed: u64) -> Tensor {
     Tensor::randn(shape, DType::F32, Some(&mut Generator::new(seed)))
