@@ -123,7 +123,11 @@ impl<R> Replay<R> {
     }
 
     /// One step on `device`: op by op, recorded, or replayed (see the module's text).
-    pub fn step<S: Step<Recorded = R>>(&mut self, device: Device, step: &mut S) -> Result<S::Output> {
+    pub fn step<S: Step<Recorded = R>>(
+        &mut self,
+        device: Device,
+        step: &mut S,
+    ) -> Result<S::Output> {
         if self.is_off() {
             return step.run();
         }
@@ -187,5 +191,111 @@ impl<R> Replay<R> {
     fn turn_off(&mut self, why: &str) {
         crate::messages::warn(&format!("{} {why}; the steps run op by op", self.what));
         self.phase = Phase::Off;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A step that counts its runs and recordings; recording fails with `fail`.
+    struct Counting {
+        runs: usize,
+        records: usize,
+        abandoned: usize,
+        fail: fn() -> Error,
+        key: u64,
+    }
+
+    impl Step for Counting {
+        type Recorded = ();
+        type Output = usize;
+        fn key(&self) -> Key {
+            let mut k = Key::new();
+            k.add("key", self.key);
+            k
+        }
+        fn run(&mut self) -> Result<usize> {
+            self.runs += 1;
+            Ok(self.runs)
+        }
+        fn record(&mut self, _device: Device) -> Result<(DeviceGraph, ())> {
+            self.records += 1;
+            Err((self.fail)())
+        }
+        fn replay(&mut self, _graph: &DeviceGraph, _: &()) -> Result<usize> {
+            unreachable!("nothing was recorded")
+        }
+        fn abandon(&mut self) {
+            self.abandoned += 1;
+        }
+    }
+
+    fn counting(fail: fn() -> Error) -> Counting {
+        Counting {
+            runs: 0,
+            records: 0,
+            abandoned: 0,
+            fail,
+            key: 0,
+        }
+    }
+
+    #[test]
+    fn a_step_that_cannot_be_recorded_runs_op_by_op_from_then_on() {
+        let mut replay = Replay::<()>::new("test step");
+        let mut step = counting(|| Error::invalid("capture", "reads the host"));
+        for _ in 0..4 {
+            replay.step(Device::Cpu, &mut step).unwrap();
+        }
+        // Warm-up, a failed recording (run op by op instead), then op by op.
+        assert_eq!((step.runs, step.records, step.abandoned), (4, 1, 1));
+        assert!(replay.is_off() && !replay.is_captured());
+    }
+
+    #[test]
+    fn a_cancelled_recording_is_tried_again_at_the_next_step() {
+        let mut replay = Replay::<()>::new("test step");
+        let mut step = counting(|| Error::Cancelled);
+        replay.step(Device::Cpu, &mut step).unwrap();
+        assert!(matches!(
+            replay.step(Device::Cpu, &mut step),
+            Err(Error::Cancelled)
+        ));
+        assert!(!replay.is_off());
+        let _ = replay.step(Device::Cpu, &mut step);
+        assert_eq!(step.records, 2, "the next step records again");
+    }
+
+    #[test]
+    fn a_changed_key_sends_the_step_back_through_a_warm_up() {
+        let mut replay = Replay::<()>::new("test step");
+        let mut step = counting(|| Error::invalid("capture", "reads the host"));
+        replay.step(Device::Cpu, &mut step).unwrap();
+        step.key = 1;
+        replay.step(Device::Cpu, &mut step).unwrap();
+        assert_eq!(
+            step.records, 0,
+            "a changed key warms up again instead of recording"
+        );
+        replay.step(Device::Cpu, &mut step).unwrap();
+        assert_eq!(step.records, 1);
+    }
+
+    #[test]
+    fn the_epoch_is_part_of_every_key() {
+        let before = Key::new();
+        bump_epoch();
+        assert_ne!(Key::new(), before);
+    }
+
+    #[test]
+    fn a_step_that_never_captures_only_runs() {
+        let mut replay = Replay::<()>::off("test step");
+        let mut step = counting(|| Error::Cancelled);
+        for _ in 0..3 {
+            replay.step(Device::Cpu, &mut step).unwrap();
+        }
+        assert_eq!((step.runs, step.records), (3, 0));
     }
 }

@@ -23,6 +23,7 @@ const RANKS: &[(&str, u32)] = &[
     ("random", 0),
     ("cancel", 0),
     ("amp", 0),
+    ("capture", 0),
     // The ops and their backward passes.
     ("ops", 1),
     // Formats, metrics and collectives: no layers, no models.
@@ -154,7 +155,9 @@ fn upward_imports(module: &str, source: &str) -> Vec<String> {
         .into_iter()
         .filter(|target| target != module && !(module == "lib"))
         .filter_map(|target| match rank(&target) {
-            None => Some(format!("imports `crate::{target}`, which has no rank in RANKS")),
+            None => Some(format!(
+                "imports `crate::{target}`, which has no rank in RANKS"
+            )),
             Some(r) if r < own || (r == CORE && own == CORE) || target == "backend" => None,
             Some(r) => Some(format!(
                 "`{module}` (rank {own}) imports `crate::{target}` (rank {r})"
@@ -171,7 +174,11 @@ fn no_engine_module_imports_a_higher_layer() {
     assert!(files.len() > 200, "found only {} files", files.len());
     let mut found = Vec::new();
     for f in &files {
-        let relative = f.strip_prefix(&src).unwrap().to_string_lossy().replace('\\', "/");
+        let relative = f
+            .strip_prefix(&src)
+            .unwrap()
+            .to_string_lossy()
+            .replace('\\', "/");
         if is_test_code(&relative) {
             continue;
         }
@@ -203,7 +210,11 @@ fn only_the_kernel_layers_name_the_cuda_backend() {
     let found: Vec<String> = files
         .iter()
         .filter_map(|f| {
-            let relative = f.strip_prefix(&root).unwrap().to_string_lossy().replace('\\', "/");
+            let relative = f
+                .strip_prefix(&root)
+                .unwrap()
+                .to_string_lossy()
+                .replace('\\', "/");
             if KERNEL_LAYERS.iter().any(|k| relative.starts_with(k)) {
                 return None;
             }
@@ -225,7 +236,10 @@ fn an_upward_import_is_found_in_a_group_and_a_comment_is_not() {
     assert!(upward_imports("models", source).is_empty());
     // The core's modules may import each other, and root re-exports count as their module.
     assert!(upward_imports("tensor", "use crate::autograd::Node; crate::no_grad(f)").is_empty());
-    assert_eq!(upward_imports("tensor", "use crate::cross_entropy;").len(), 1);
+    assert_eq!(
+        upward_imports("tensor", "use crate::cross_entropy;").len(),
+        1
+    );
 }
 
 #[test]

@@ -212,9 +212,7 @@ fn a_checkpoint_rank_zero_cannot_write_is_an_error_on_every_rank() {
 /// optimizer state sharded reduces through NCCL and steps like a plain run, loss for loss.
 #[test]
 fn sharded_state_under_a_launch_of_one_trains_like_a_plain_run_on_the_gpu() {
-    if rusting_brain::Device::cuda_for_test("sharded_state_under_a_launch_of_one")
-        .is_none()
-    {
+    if rusting_brain::Device::cuda_for_test("sharded_state_under_a_launch_of_one").is_none() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();

@@ -150,9 +150,9 @@ fn an_error_in_a_namespaced_function_names_file_line_and_column() {
 
 #[test]
 fn cuda_device_flag_puts_new_tensors_on_the_gpu() {
-    let Some(_) = rusting_brain::Device::cuda_for_test(
-        "cuda_device_flag_puts_new_tensors_on_the_gpu",
-    ) else {
+    let Some(_) =
+        rusting_brain::Device::cuda_for_test("cuda_device_flag_puts_new_tensors_on_the_gpu")
+    else {
         return;
     };
     let dir = tempfile::tempdir().unwrap();

@@ -12,11 +12,11 @@
 
 use rb_integration_tests::assets::asset;
 use rusting_brain::io::gguf::GgufFile;
-use rusting_brain::text::gguf::read_tokenizer;
 use rusting_brain::models::transformer_lm::{
     checkpoint, export_gguf, GgufDType, GgufExportOptions, TransformerLm,
 };
 use rusting_brain::nn::Module;
+use rusting_brain::text::gguf::read_tokenizer;
 use rusting_brain::text::Tokenizer;
 use rusting_brain::{no_grad, DType, Device, Tensor};
 use serde_json::{json, Value};

@@ -5,9 +5,9 @@
 
 use rb_integration_tests::assets::asset;
 use rusting_brain::io::onnx::export::ExportOptions;
-use rusting_brain::nn::export_module;
 use rusting_brain::models::transformer_lm::{LmConfig, LoraConfig, TransformerLm};
 use rusting_brain::models::yolo::{definitions, YoloModel};
+use rusting_brain::nn::export_module;
 use rusting_brain::nn::{Activation, Dropout, Linear, Mlp, Module, Sequential, Tanh};
 use rusting_brain::{no_grad, DType, Generator, Tensor};
 use std::path::{Path, PathBuf};

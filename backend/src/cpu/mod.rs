@@ -2,11 +2,11 @@
 //! for F64); BF16 and F16 convert on load and store.
 
 mod alloc;
-pub mod ggml;
 pub mod batch_norm;
 pub mod conv;
 pub mod elementwise;
 pub mod floats;
+pub mod ggml;
 pub mod index;
 pub mod loss;
 pub mod map;

@@ -118,8 +118,7 @@ mod tests {
 
     #[test]
     fn cuda_dropout_mask_matches_the_cpu_mask() {
-        let Some(dev) =
-            crate::Device::cuda_for_test("cuda_dropout_mask_matches_the_cpu_mask")
+        let Some(dev) = crate::Device::cuda_for_test("cuda_dropout_mask_matches_the_cpu_mask")
         else {
             return;
         };

@@ -51,7 +51,10 @@ impl GatedMlp {
 
 impl Module for GatedMlp {
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        let gated = self.gate_proj.forward(x)?.swiglu(&self.up_proj.forward(x)?)?;
+        let gated = self
+            .gate_proj
+            .forward(x)?
+            .swiglu(&self.up_proj.forward(x)?)?;
         self.down_proj.forward(&gated)
     }
 

@@ -106,7 +106,10 @@ pub trait Module: Send + Sync {
         key.add("training", self.is_training())
             .add(
                 "trains",
-                params.iter().map(|(_, t)| t.requires_grad()).collect::<Vec<_>>(),
+                params
+                    .iter()
+                    .map(|(_, t)| t.requires_grad())
+                    .collect::<Vec<_>>(),
             )
             .add_words(params.iter().map(|(_, t)| t.data_address()))
             .add_words(self.named_buffers().iter().map(|(_, t)| t.data_address()));

@@ -57,8 +57,9 @@ impl NameReport {
 
     /// `name` has shape `found` in the file where the model needs `expected`.
     pub fn misshaped(&mut self, name: &str, found: &[usize], expected: &[usize]) {
-        self.misshaped
-            .push(format!("{name} is {found:?} in the file, {expected:?} in the model"));
+        self.misshaped.push(format!(
+            "{name} is {found:?} in the file, {expected:?} in the model"
+        ));
     }
 
     /// Any other problem with one entry (a dtype it cannot take, a failed copy).
@@ -151,9 +152,11 @@ mod tests {
 
     #[test]
     fn a_clean_load_is_ok_and_a_problem_names_the_load() {
-        assert!(NameReport::compare([("a", &[1usize][..])], [("a", &[1usize][..])])
-            .into_result("weights")
-            .is_ok());
+        assert!(
+            NameReport::compare([("a", &[1usize][..])], [("a", &[1usize][..])])
+                .into_result("weights")
+                .is_ok()
+        );
         let mut r = NameReport::new();
         r.problem("x: not a float");
         let e = r.into_result("optimizer state").unwrap_err().to_string();
@@ -173,7 +176,10 @@ mod tests {
 
     #[test]
     fn tolerating_keeps_the_mis_shaped_entries() {
-        let mut r = NameReport::compare([("a", &[1usize][..]), ("b", &[1][..])], [("a", &[2usize][..])]);
+        let mut r = NameReport::compare(
+            [("a", &[1usize][..]), ("b", &[1][..])],
+            [("a", &[2usize][..])],
+        );
         r.tolerate_missing_and_unexpected();
         assert_eq!(
             r.message().unwrap(),

@@ -10,10 +10,9 @@ use crate::{Result, Tensor};
 /// The kept rows of each image of `pred` [batch, channels, anchors] (F32, F16 or BF16, on a
 /// GPU), in descending score order; an error naming the op for a tensor on the CPU.
 pub fn suppress_on_device(pred: &Tensor, params: &NmsParams) -> Result<Vec<Vec<KeptRow>>> {
-    let dims: [usize; 3] = pred
-        .shape()
-        .try_into()
-        .map_err(|_| crate::Error::invalid("non_max_suppression", "expects [batch, channels, anchors]"))?;
+    let dims: [usize; 3] = pred.shape().try_into().map_err(|_| {
+        crate::Error::invalid("non_max_suppression", "expects [batch, channels, anchors]")
+    })?;
     let pred = pred.contiguous()?;
     cuda_kernel("non_max_suppression", [&pred], |[(s, l)]| {
         cuda::non_max_suppression(s, l.offset(), dims, params)

@@ -66,7 +66,11 @@ pub struct Angles<'a> {
 #[derive(Clone, Copy)]
 pub enum CacheWrite<'a> {
     /// After the `at` positions cached so far; attention then reads positions 0..at + seq.
-    Append { k: &'a Tensor, v: &'a Tensor, at: usize },
+    Append {
+        k: &'a Tensor,
+        v: &'a Tensor,
+        at: usize,
+    },
     /// One decode step at the I64 device cursor [1]; attention reads the whole buffers and
     /// the caller's window says which positions count.
     AtCursor {
@@ -161,9 +165,8 @@ impl Stream {
                 cursor,
             }) => {
                 let (cos, sin) = (angles.cos, angles.sin);
-                let q = super::rope::rotary_into_cache(
-                    &q, &k, &v, cos, sin, k_cache, v_cache, cursor,
-                )?;
+                let q =
+                    super::rope::rotary_into_cache(&q, &k, &v, cos, sin, k_cache, v_cache, cursor)?;
                 [q, k_cache.clone(), v_cache.clone()]
             }
             Some(CacheWrite::Append {
@@ -178,7 +181,11 @@ impl Stream {
                     k_cache.narrow(2, at, seq)?.copy_(&k)?;
                     v_cache.narrow(2, at, seq)?.copy_(&v)
                 })?;
-                [q, k_cache.narrow(2, 0, at + seq)?, v_cache.narrow(2, 0, at + seq)?]
+                [
+                    q,
+                    k_cache.narrow(2, 0, at + seq)?,
+                    v_cache.narrow(2, 0, at + seq)?,
+                ]
             }
             None => [
                 q.rotary_embedding(angles.cos, angles.sin)?,

@@ -16,12 +16,12 @@ use super::backward_fn;
 use super::dispatch::cuda_kernel;
 use super::nf4;
 use crate::autograd::no_grad;
+use crate::backend::cpu::ggml::{quantize, quants};
 use crate::backend::cuda::nf4 as cuda_nf4;
 use crate::backend::cuda::quant_matmul as cuda;
 pub use crate::backend::cuda::quant_matmul::BlockFormat;
-use crate::backend::Storage;
-use crate::backend::cpu::ggml::{quantize, quants};
 use crate::backend::spec::ggml::{self as ty, GgmlType};
+use crate::backend::Storage;
 use crate::{DType, Device, Error, Result, Tensor};
 
 /// A weight [rows, cols] as ggml blocks (a U8 tensor on the CPU or a device), in the layout

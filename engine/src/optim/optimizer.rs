@@ -9,8 +9,8 @@ use super::device_steps::DeviceSteps;
 use super::fused;
 use super::schedule::Schedule;
 use super::state::{param_key, OptimizerState, StateReader};
-use crate::backend::spec::optim::COUNTER_HEAD;
 use crate::backend::spec::optim::UpdateRule;
+use crate::backend::spec::optim::COUNTER_HEAD;
 use crate::dist::zero::StateShard;
 use crate::{no_grad, DType, Error, Result, Tensor};
 use std::collections::BTreeSet;
@@ -268,7 +268,10 @@ pub trait Optimizer: Send {
             .add("max_grad_norm", core.max_grad_norm)
             .add(
                 "trains",
-                core.tensors().iter().map(Tensor::requires_grad).collect::<Vec<_>>(),
+                core.tensors()
+                    .iter()
+                    .map(Tensor::requires_grad)
+                    .collect::<Vec<_>>(),
             )
             .add_words(core.step_addresses());
     }

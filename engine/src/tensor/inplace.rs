@@ -2,9 +2,9 @@
 //! no_grad (as an optimizer step does), and each write bumps the storage version so a backward
 //! that saved this storage fails instead of using the new values.
 
+use super::dispatch::{dispatch, dispatch_mut};
 use super::Tensor;
 use crate::autograd::is_grad_enabled;
-use super::dispatch::{dispatch, dispatch_mut};
 use crate::backend::{cuda, CpuStorage};
 use crate::{cpu_dispatch2, Error, Result};
 

@@ -39,8 +39,8 @@ mod rotary;
 use blocks::*;
 use geometry::*;
 pub use geometry::{fused_max_rows, supports, supports_blocks, takes_blocks, BLOCK_MAX_ROWS};
-pub use rotary::{rotates, RotaryWrite};
 use rotary::*;
+pub use rotary::{rotates, RotaryWrite};
 
 thread_local! {
     static FIXED_WEIGHTS: Cell<bool> = const { Cell::new(false) };

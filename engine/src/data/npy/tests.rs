@@ -131,8 +131,7 @@ fn a_shape_larger_than_the_data_is_refused_before_allocating() {
         err.contains("npy") && err.contains("4 bytes follow"),
         "{err}"
     );
-    let overflow =
-        "{'descr': '<f8', 'fortran_order': False, 'shape': (18446744073709551615, 3), }";
+    let overflow = "{'descr': '<f8', 'fortran_order': False, 'shape': (18446744073709551615, 3), }";
     assert!(parse_npy(&file(overflow, &d))
         .unwrap_err()
         .to_string()

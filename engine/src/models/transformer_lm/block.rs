@@ -16,7 +16,13 @@ pub struct Block {
 }
 
 impl Block {
+    /// Draws (or reads) the parameters in Hugging Face's order, so a seed gives the weights it
+    /// always gave.
     pub fn build(c: &LmConfig, prefix: &str, params: &mut ParamSource) -> Result<Self> {
+        let input_layernorm = params.rms_norm(&format!("{prefix}.input_layernorm"), c)?;
+        let self_attn = Attention::build(c, &format!("{prefix}.self_attn"), params)?;
+        let post_attention_layernorm =
+            params.rms_norm(&format!("{prefix}.post_attention_layernorm"), c)?;
         let mut proj = |name: &str, i, o| params.linear(&format!("{prefix}.mlp.{name}"), i, o);
         let mlp = GatedMlp::new(
             proj("gate_proj", c.d_model, c.ffn_hidden)?,
@@ -24,10 +30,9 @@ impl Block {
             proj("down_proj", c.ffn_hidden, c.d_model)?,
         );
         Ok(Block {
-            input_layernorm: params.rms_norm(&format!("{prefix}.input_layernorm"), c)?,
-            self_attn: Attention::build(c, &format!("{prefix}.self_attn"), params)?,
-            post_attention_layernorm: params
-                .rms_norm(&format!("{prefix}.post_attention_layernorm"), c)?,
+            input_layernorm,
+            self_attn,
+            post_attention_layernorm,
             mlp,
         })
     }
@@ -36,7 +41,9 @@ impl Block {
     /// dtype; under mixed precision each normed input is cast once for the products that
     /// share it.
     pub fn forward(&self, stream: Stream, step: &Step) -> Result<Stream> {
-        let h = self.self_attn.forward(stream, &self.input_layernorm, step)?;
+        let h = self
+            .self_attn
+            .forward(stream, &self.input_layernorm, step)?;
         self.mlp.forward_residual(h, &self.post_attention_layernorm)
     }
 

@@ -10,8 +10,8 @@
 use super::{LmConfig, TransformerLm};
 use crate::io::gguf::llama::HfWeight;
 use crate::io::gguf::{llama, GgufFile};
-use crate::text::gguf::{read_tokenizer, GgufTokenizer};
 use crate::ops::quant_matmul::QuantizedMatrix;
+use crate::text::gguf::{read_tokenizer, GgufTokenizer};
 use crate::{DType, Device, Error, Result};
 use std::collections::BTreeMap;
 use std::path::Path;

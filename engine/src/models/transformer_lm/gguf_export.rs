@@ -12,8 +12,8 @@
 use super::TransformerLm;
 use crate::io::gguf::ggml_type::{self as ty, GgmlType};
 use crate::io::gguf::llama::{gguf_name, permute_rows};
-use crate::text::gguf::write_tokenizer::tokenizer_metadata;
 use crate::io::gguf::{GgufWriter, Value};
+use crate::text::gguf::write_tokenizer::tokenizer_metadata;
 use crate::text::Tokenizer;
 use crate::{DType, Device, Error, Result, Tensor};
 use std::collections::BTreeMap;

@@ -391,7 +391,13 @@ impl TransformerLm {
                 last: cache.cursor(),
             };
             let cache_for = |i| Some(cache.at_cursor(i));
-            self.decoder(ids, angles, visibility, cache_for, self.head_reads_products())
+            self.decoder(
+                ids,
+                angles,
+                visibility,
+                cache_for,
+                self.head_reads_products(),
+            )
         })
     }
 

@@ -5,8 +5,8 @@
 //! inference, post-process per image) is measured the way ultralytics' is.
 
 use super::network::YoloModel;
-use crate::ops::conv::algorithm_search_seconds;
 use crate::data::yolo::{DataConfig, ValLoader, ValLoaderOptions, YoloDataset};
+use crate::ops::conv::algorithm_search_seconds;
 use crate::vision::boxes::{scale_boxes, Box4};
 use crate::vision::coco_json;
 use crate::vision::metrics::confusion::DetectionsRef;

@@ -7,7 +7,9 @@ use super::policy::{block_products, product_dtype, rows_limit};
 use super::{output_shape, RotaryCache};
 use crate::amp;
 use crate::autograd::{is_grad_enabled, no_grad};
-use crate::backend::cuda::decode_gemv::{self as cuda, At, Epilogue, Prologue, RotaryWrite, Weights};
+use crate::backend::cuda::decode_gemv::{
+    self as cuda, At, Epilogue, Prologue, RotaryWrite, Weights,
+};
 use crate::backend::cuda::quant_matmul::BlockFormat;
 use crate::backend::cuda::rope::CacheSlot;
 use crate::backend::Storage;

@@ -3,8 +3,8 @@
 //! there) and `tokenizer.ggml.add_space_prefix` (true when absent), built as
 //! `Tokenizer::sentencepiece`. There are no merges: the scores decide what merges.
 
-use crate::io::gguf::metadata::{Array, Metadata};
 use super::tokenizer::key_error;
+use crate::io::gguf::metadata::{Array, Metadata};
 use crate::text::{AddedToken, SentencePieceOptions, SpmModel, SpmVocabError, Template, Tokenizer};
 use crate::Result;
 

@@ -7,10 +7,10 @@
 //! are matched whole and are not), the special ids and whether llama.cpp puts BOS/EOS around a
 //! prompt, with llama.cpp's defaults for each model where the file does not say.
 
-use crate::io::gguf::format_error;
 use super::gpt2_tokenizer::{gpt2_tokenizer, pre_tokenizer, Gpt2Parts, KNOWN_PRE};
-use crate::io::gguf::metadata::Metadata;
 use super::token_types::{added_tokens, effective_types};
+use crate::io::gguf::format_error;
+use crate::io::gguf::metadata::Metadata;
 use crate::text::{Template, Tokenizer};
 use crate::{Error, Result};
 

@@ -158,7 +158,15 @@ fn quantized_bytes_dequantize_with_the_readers_block_layout() {
     // Every supported type: quantize then dequantize keeps the length and the sign pattern
     // of values far from zero.
     let x = weights(512, 5);
-    for t in [ty::F16, ty::BF16, ty::Q8_0, ty::Q4_0, ty::Q4_1, ty::Q5_0, ty::Q4_K] {
+    for t in [
+        ty::F16,
+        ty::BF16,
+        ty::Q8_0,
+        ty::Q4_0,
+        ty::Q4_1,
+        ty::Q5_0,
+        ty::Q4_K,
+    ] {
         let back = quants::dequantize(t, &quantize(t, &x).unwrap()).unwrap();
         assert_eq!(back.len(), x.len());
         for (a, b) in x.iter().zip(&back) {
