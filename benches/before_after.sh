@@ -3,7 +3,7 @@
 # same call (the machines are noisy; compare within one run). `benches/pack_cuda_suite.sh DIR`
 # packs the earlier build's binaries from DIR as brain_before, lm_bench_before and
 # yolo_bench_before. Each line printed is `<which> <json>`; everything goes to $OUT/speed.txt.
-#   carry [".devpack", ".kcache"]; command: bash benches/before_after.sh
+#   carry [".devpack"]; command: bash benches/before_after.sh
 # WHAT picks the runs (default "train decode yolo"); ROUNDS (default 2) alternating rounds.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -13,6 +13,7 @@ exec > >(tee -a "$out/speed.txt") 2>&1
 export LD_LIBRARY_PATH=/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
 export RB_KERNEL_CACHE="$PWD/.kcache"
 mkdir -p "$RB_KERNEL_CACHE"
+[ -f .devpack/kcache.tar.xz ] && tar -xJf .devpack/kcache.tar.xz -C "$RB_KERNEL_CACHE"
 nvidia-smi --query-gpu=name,clocks.sm,temperature.gpu --format=csv,noheader
 bin=.device/bin
 # One run: its JSON result line, or the end of what it printed when it failed.

@@ -19,14 +19,15 @@ declare -A crate_tests=(
   [rusting_brain_rhai]="lm_api lm_lora lm_qlora"
   [rb_integration_tests]="graph_memory hf_sharded_parity qlora_memory yolo_parity"
 )
-args=(-p rusting_brain_backend --lib)
+args=(--lib -p rusting_brain_backend)
 for crate in "${!crate_tests[@]}"; do
   args+=(-p "$crate")
   for t in ${crate_tests[$crate]}; do args+=(--test "$t"); done
 done
-args+=(-p rusting_brain --lib)
 rm -rf .devpack/stage && mkdir -p .devpack/stage/.device/tests .devpack/stage/.device/bin
-grep -qxF '/.devpack/' .git/info/exclude 2>/dev/null || echo '/.devpack/' >> .git/info/exclude
+exclude=$(git rev-parse --git-path info/exclude)
+mkdir -p "$(dirname "$exclude")"
+grep -qxF '/.devpack/' "$exclude" 2>/dev/null || echo '/.devpack/' >> "$exclude"
 cargo test --release --no-run --message-format=json "${args[@]}" \
   | python3 -c '
 import sys, json

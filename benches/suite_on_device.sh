@@ -4,7 +4,7 @@
 # log; then the NVRTC kernel cache goes back under $OUT, so the next call can carry it and skip
 # the minute of compiling a fresh machine pays.
 #   ../shared/tools/device-pack && XZ_OPT=-6 tar -cJf .devpack/pack.tar.xz .device
-#   carry [".devpack"] (and ".kcache" when a call brought one back: unpack kcache.tar.xz there)
+#   carry [".devpack"] (with .devpack/kcache.tar.xz when a call brought one back: cat the parts)
 #   command: bash benches/suite_on_device.sh [name-filter for the executables]
 # JOBS (default 4) executables at once; TEST_LIMIT (default 300) seconds each.
 set -uo pipefail
@@ -15,6 +15,9 @@ exec > >(tee -a "$out/log.txt") 2>&1
 export LD_LIBRARY_PATH=/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
 export RB_KERNEL_CACHE="$PWD/.kcache" RB_REQUIRE_CUDA=1 BRAIN_BIN="$PWD/.device/bin/brain"
 mkdir -p "$RB_KERNEL_CACHE"
+# A cache an earlier call brought back (benches/suite_on_device.sh writes it under $OUT):
+# compiled kernels are keyed by their source, so a stale one is only unused.
+[ -f .devpack/kcache.tar.xz ] && tar -xJf .devpack/kcache.tar.xz -C "$RB_KERNEL_CACHE"
 # Tests compiled elsewhere find their fixtures under the build machine's path: link it here.
 root=$(cat .device/build-root 2>/dev/null || echo /work/main)
 [ -e "$root" ] || { mkdir -p "$(dirname "$root")" && ln -s "$PWD" "$root"; }

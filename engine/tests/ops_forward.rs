@@ -69,6 +69,50 @@ fn batched_matmul_broadcasts_batch_dims() {
     );
 }
 
+/// Every rank case of torch.matmul: a 1-D operand gains a dim for the product and loses it
+/// after (1-D · 1-D is a 0-d dot product), a 2-D one multiplies each of the other's matrices,
+/// and batch dims broadcast. Each result is checked against the product of 2-D matrices.
+#[test]
+fn matmul_follows_torchs_rank_rules() {
+    let (m, k, n) = (3, 4, 2);
+    let cases: &[(&[usize], &[usize], &[usize])] = &[
+        (&[k], &[k], &[]),
+        (&[k], &[k, n], &[n]),
+        (&[m, k], &[k], &[m]),
+        (&[m, k], &[k, n], &[m, n]),
+        (&[k], &[5, k, n], &[5, n]),
+        (&[5, m, k], &[k], &[5, m]),
+        (&[5, m, k], &[k, n], &[5, m, n]),
+        (&[2, 1, m, k], &[5, k, n], &[2, 5, m, n]),
+    ];
+    for (i, &(sa, sb, want_shape)) in cases.iter().enumerate() {
+        let a = randn(sa, 10 + i as u64, DType::F64);
+        let b = randn(sb, 20 + i as u64, DType::F64);
+        let out = a
+            .matmul(&b)
+            .unwrap_or_else(|e| panic!("{sa:?} · {sb:?}: {e}"));
+        assert_eq!(out.shape(), want_shape, "{sa:?} · {sb:?}");
+        // The same product with both operands made at least 2-D, then the added dims dropped.
+        let a2 = if sa.len() == 1 {
+            a.unsqueeze(0).unwrap()
+        } else {
+            a.clone()
+        };
+        let b2 = if sb.len() == 1 {
+            b.unsqueeze(1).unwrap()
+        } else {
+            b.clone()
+        };
+        let want = a2.matmul(&b2).unwrap().to_vec_f64().unwrap();
+        close(&out.to_vec_f64().unwrap(), &want, 1e-12);
+    }
+    let err = randn(&[3], 1, DType::F64)
+        .matmul(&randn(&[4], 2, DType::F64))
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("[3]") && err.contains("[4]"), "{err}");
+}
+
 #[test]
 fn bf16_matmul_stays_within_bf16_rounding_of_f32() {
     let a = randn(&[16, 64], 5, DType::F32);

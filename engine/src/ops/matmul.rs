@@ -92,10 +92,13 @@ impl Tensor {
             });
         }
         if self.rank() == 1 {
+            // The row dim added here is the result's second to last, or its last when other is
+            // 1-D too (its own dim is gone): 1-D · 1-D is a 0-d dot product, as in PyTorch.
+            let row = if other.rank() == 1 { -1 } else { -2 };
             return self
                 .unsqueeze(0)?
                 .matmul_impl(other, out_dtype)?
-                .squeeze(-2);
+                .squeeze(row);
         }
         if other.rank() == 1 {
             return self
