@@ -8,9 +8,11 @@
 //! kernels took from the host is the capture's `Key`, and a step whose key differs goes back
 //! through a warm-up and is captured again. Each participant adds its own part of the key (the
 //! model its mode and its tensors' addresses, the optimizer its rule and rate, the caller the
-//! batches' shapes), so no list of fields grows here. Caches that a graph reads but does not
-//! own (rotary tables, causal masks) bump one host epoch when they free or regrow a tensor
-//! (`bump_epoch`); every key holds the epoch, and the graph holds what it read of them.
+//! batches' shapes), so no list of fields grows here. A cache that several loops share and a
+//! graph reads without owning (the causal masks) bumps one host epoch when it frees a tensor
+//! (`bump_epoch`); every key holds the epoch, and the graph holds what it read of it. A cache
+//! one model owns (its rotary tables) is that model's part of the key instead, so one model's
+//! regrowth does not send every other loop back through a warm-up.
 
 use crate::{Device, DeviceGraph, Error, Result};
 use std::fmt::Debug;

@@ -29,7 +29,7 @@ pub use linear::Linear;
 pub use lora::{LoraAdapter, LoraSpec};
 pub use mlp::Mlp;
 pub(crate) use module::load_named;
-pub use module::{duplicate_names, prefixed, LoadReport, Module};
+pub use module::{duplicate_names, parameters_key, prefixed, LoadReport, Module};
 pub use name_report::NameReport;
 pub use norm::{LayerNorm, RmsNorm};
 pub use onnx_export::export_module;

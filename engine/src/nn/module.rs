@@ -137,6 +137,22 @@ pub trait Module: Send + Sync {
     }
 }
 
+/// The part of a captured step's key every module has (`Module::capture_key`): its mode,
+/// which parameters train, and where its parameters and buffers live.
+pub fn parameters_key<M: Module + ?Sized>(module: &M, key: &mut crate::capture::Key) {
+    let params = module.named_parameters();
+    key.add("training", module.is_training())
+        .add(
+            "trains",
+            params
+                .iter()
+                .map(|(_, t)| t.requires_grad())
+                .collect::<Vec<_>>(),
+        )
+        .add_words(params.iter().map(|(_, t)| t.data_address()))
+        .add_words(module.named_buffers().iter().map(|(_, t)| t.data_address()));
+}
+
 /// What a non-strict load skipped.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct LoadReport {

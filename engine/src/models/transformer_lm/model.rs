@@ -478,6 +478,15 @@ impl Module for TransformerLm {
         self.project(&self.hidden_for_head(ids, None)?)
     }
 
+    /// The parameters' part, the precision, and the rotary tables' rows: the tables are made
+    /// again (elsewhere) when a longer sequence needs more rows, and a graph that read the old
+    /// ones must not replay.
+    fn capture_key(&self, key: &mut crate::capture::Key) {
+        crate::nn::parameters_key(self, key);
+        key.add("precision", self.precision)
+            .add("rotary_rows", self.rope.rows());
+    }
+
     fn named_parameters(&self) -> Vec<(String, Tensor)> {
         let mut out = prefixed("model.embed_tokens", self.embed_tokens.named_parameters());
         for (i, layer) in self.layers.iter().enumerate() {

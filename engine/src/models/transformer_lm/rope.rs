@@ -86,9 +86,6 @@ impl Rotary {
         let shape = [rows, self.head_dim];
         let cos = Tensor::from_vec(c, &shape)?.to_device(device)?;
         let sin = Tensor::from_vec(s, &shape)?.to_device(device)?;
-        // A graph recorded against the old tables must not replay (it holds them, but a key
-        // made now would not know they changed).
-        crate::capture::bump_epoch();
         *slot = Some(Tables {
             device,
             rows,

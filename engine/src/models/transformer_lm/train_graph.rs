@@ -11,11 +11,12 @@
 //!   counters) runs around each replay (`optim::replayed_step`);
 //! - whatever else the step took from the host is in the capture's key, each participant
 //!   adding its part: the model (`Module::capture_key`: mode, which parameters train, their
-//!   addresses; and its precision), the optimizer (`Optimizer::capture_key`: rule, fixed rate,
-//!   clip norm, state addresses), the autocast setting, TF32 and the batches' shapes. The
-//!   rotary tables and the cached causal masks bump the host epoch when they are made again
-//!   or freed (the graph also holds the ones it read, so none is freed under a replay). A step
-//!   whose key differs runs op by op and the one after it is captured again.
+//!   addresses, its precision and its rotary tables' rows), the optimizer
+//!   (`Optimizer::capture_key`: rule, fixed rate, clip norm, state addresses), the autocast
+//!   setting, TF32 and the batches' shapes. The cached causal masks, shared by every model,
+//!   bump the host epoch when they are freed. The graph also holds the tables and masks it
+//!   read, so none is freed under a replay. A step whose key differs runs op by op and the one
+//!   after it is captured again.
 //!
 //! A step that cannot be captured (an op that reads the host or draws random numbers, such as
 //! LoRA's dropout) is reported once and the steps run op by op from then on. So do
@@ -43,8 +44,7 @@ fn capture_key(
         .iter()
         .map(|(x, y)| [(x.shape(), x.dtype()), (y.shape(), y.dtype())])
         .collect();
-    key.add("precision", model.precision())
-        .add("tf32", tf32)
+    key.add("tf32", tf32)
         .add("autocast", crate::amp::autocast_dtype())
         .add("batches", shapes);
     key

@@ -92,8 +92,9 @@ impl<'m> DecodeStep<'m> {
     }
 }
 
-/// One decode step's operands, for `capture::Replay`: nothing of the host changes between
-/// steps (the tokens and the position are in device buffers), so the key is the host epoch's.
+/// One decode step's operands, for `capture::Replay`: the tokens and the position are in
+/// device buffers, so what the kernels take from the host changes only with the rotary
+/// tables (made again when a longer sequence needs more rows) and the host epoch.
 struct Compute<'a> {
     model: &'a TransformerLm,
     ids: &'a Tensor,
@@ -107,7 +108,9 @@ impl capture::Step for Compute<'_> {
     type Output = ();
 
     fn key(&self) -> Key {
-        Key::new()
+        let mut key = Key::new();
+        key.add("rotary_rows", self.model.rotary().rows());
+        key
     }
 
     /// The step reads the weights and never writes them: its decode products may start
