@@ -153,7 +153,7 @@ fn upward_imports(module: &str, source: &str) -> Vec<String> {
     };
     crate_imports(source)
         .into_iter()
-        .filter(|target| target != module && !(module == "lib"))
+        .filter(|target| target != module && module != "lib")
         .filter_map(|target| match rank(&target) {
             None => Some(format!(
                 "imports `crate::{target}`, which has no rank in RANKS"
