@@ -113,6 +113,21 @@ fn matmul_follows_torchs_rank_rules() {
     assert!(err.contains("[3]") && err.contains("[4]"), "{err}");
 }
 
+/// A cast to a wider dtype allocates a new buffer, checked first: an expanded view of one
+/// element cast to f64 would need 8 TB, and is an out-of-memory error naming the op and dtype.
+#[test]
+fn a_cast_too_large_for_memory_is_an_error() {
+    let view = Tensor::ones(&[1], DType::F32, rusting_brain::Device::Cpu)
+        .unwrap()
+        .expand(&[1_000_000, 1_000_000])
+        .unwrap();
+    let err = view.to_dtype(DType::F64).unwrap_err().to_string();
+    assert!(
+        err.contains("to_dtype") && err.contains("f64") && err.contains("out of memory"),
+        "{err}"
+    );
+}
+
 #[test]
 fn bf16_matmul_stays_within_bf16_rounding_of_f32() {
     let a = randn(&[16, 64], 5, DType::F32);

@@ -169,6 +169,31 @@ fn a_tensor_too_large_for_memory_is_an_error_and_the_session_keeps_its_variables
     );
 }
 
+/// Every dtype's allocation is checked before it is made: a tensor too large in f64 or i64 is an
+/// error naming its dtype, not an abort that ends the session.
+#[test]
+fn a_tensor_too_large_in_any_dtype_is_an_error_and_the_session_lives() {
+    let out = repl_session(
+        "let keep = ones([2]);\nzeros([100000, 100000, 100], #{ dtype: \"f64\" })\n\
+         zeros([1000000, 1000000], #{ dtype: \"i64\" })\n\
+         full([1000000, 1000000], 2.0, #{ dtype: \"f64\" })\nprint(keep.sum());\n",
+    );
+    let stderr = text(&out.stderr);
+    assert!(out.status.success(), "the session ended: {stderr}");
+    for needle in [
+        "shape [100000, 100000, 100] of f64 needs 8000000000000000 bytes",
+        "shape [1000000, 1000000] of i64 needs 8000000000000 bytes",
+        "full: out of memory",
+    ] {
+        assert!(stderr.contains(needle), "{needle:?} not in {stderr}");
+    }
+    assert!(
+        text(&out.stdout).contains("tensor(2."),
+        "{}",
+        text(&out.stdout)
+    );
+}
+
 #[test]
 fn a_model_prints_as_its_layer_tree_with_parameter_counts() {
     let out = repl_session("let m = nn::mlp([4, 64, 3]);\nprint(m);\nm\n");

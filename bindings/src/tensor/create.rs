@@ -38,11 +38,22 @@ fn from_array(values: Array, opts: Map) -> RhaiResult<Tensor> {
     finish(t, &opts)
 }
 
+/// zeros, ones, full: made in the asked dtype on the asked device at once, so the engine checks
+/// the allocation that is really made (an f32 tensor cast afterwards would check the wrong
+/// one, and build a buffer it throws away).
 fn filled(value: f64, dims: Array, opts: Map, what: &'static str) -> RhaiResult<Tensor> {
     let opts = Options::new(what, opts, TENSOR_OPTIONS)?;
     let s = shape(&dims, what)?;
+    let dtype = match opts.string("dtype")? {
+        Some(d) => convert::dtype(&d)?,
+        None => DType::F32,
+    };
+    let device = match opts.string("device")? {
+        Some(d) => convert::device(&d)?,
+        None => default_device(),
+    };
     finish(
-        guard(|| Tensor::full_for(what, value, &s, DType::F32, rusting_brain::Device::Cpu))?,
+        guard(|| Tensor::full_for(what, value, &s, dtype, device))?,
         &opts,
     )
 }

@@ -383,6 +383,9 @@ impl Tensor {
         if dtype == self.dtype() {
             return Ok(self.clone());
         }
+        // A wider dtype needs a larger buffer than the one that fit: checked like any other
+        // allocation whose size comes from input, so it is an error and not an abort.
+        crate::tensor::memory::check_alloc("to_dtype", self.shape(), dtype, self.device())?;
         let storage = dispatch(
             "to_dtype",
             [self],
