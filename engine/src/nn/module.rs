@@ -102,17 +102,7 @@ pub trait Module: Send + Sync {
     /// parameters train, and where its parameters and buffers live. A module whose forward
     /// reads more from the host adds that too.
     fn capture_key(&self, key: &mut crate::capture::Key) {
-        let params = self.named_parameters();
-        key.add("training", self.is_training())
-            .add(
-                "trains",
-                params
-                    .iter()
-                    .map(|(_, t)| t.requires_grad())
-                    .collect::<Vec<_>>(),
-            )
-            .add_words(params.iter().map(|(_, t)| t.data_address()))
-            .add_words(self.named_buffers().iter().map(|(_, t)| t.data_address()));
+        parameters_key(self, key);
     }
 
     /// Parameters and buffers by name. Like PyTorch, the values are detached handles that share

@@ -109,7 +109,7 @@ impl KvCache {
         Ok(())
     }
 
-    /// The device's copy of `len` (I64 [1]), where `write_at_cursor` writes.
+    /// The device's copy of `len` (I64 [1]), where a decode step writes (`at_cursor`).
     pub fn cursor(&self) -> &Tensor {
         &self.cursor
     }
