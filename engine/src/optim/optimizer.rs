@@ -262,17 +262,12 @@ pub trait Optimizer: Send {
     /// runs on the device), the clip norm, which parameters train and where the state lives.
     fn capture_key(&self, key: &mut crate::capture::Key) {
         let core = self.core();
+        let trains: Vec<bool> = core.tensors().iter().map(Tensor::requires_grad).collect();
         key.add("rule", self.fused_rule())
             .add("fixed_lr", core.schedule.is_none().then(|| self.lr()))
             .add("schedule", &core.schedule)
             .add("max_grad_norm", core.max_grad_norm)
-            .add(
-                "trains",
-                core.tensors()
-                    .iter()
-                    .map(Tensor::requires_grad)
-                    .collect::<Vec<_>>(),
-            )
+            .add("trains", trains)
             .add_words(core.step_addresses());
     }
 
