@@ -150,3 +150,134 @@ __device__ void index_add_impl(typename Acc<S>::type* out, IndexGeom g, const vo
         index_add_impl<S>(out, g, idx, is, kind, per_element, src, ss, n, err, code);                  \
     }
 RB_FOR_NUMERIC_TYPES(RB_INDEX_ADD)
+
+// ---------------------------------------------------------------------------------------------
+// index_add of floats in a fixed order. Float adds do not associate, so atomics would make the
+// gradient of an embedding (index_select's backward) differ from run to run wherever a row is
+// looked up more than once. Instead: sort the entries by target row, stably (an LSD radix sort
+// of 11-bit digits; one warp ranks a tile of entries with __match_any_sync), then let one
+// thread per target column walk each row's entries in ascending entry order and add their sum.
+// The result is the same on every run and does not depend on the grid.
+
+#define RB_SORT_BITS 11
+#define RB_SORT_BUCKETS (1 << RB_SORT_BITS)
+#define RB_SORT_TILE 1024
+
+// The checked target row of each entry (the sort's keys) and the entry's position (its
+// values). An out-of-range row is flagged and becomes `dim_size`, which sorts last and is
+// skipped.
+extern "C" __global__ void sorted_add_keys(const void* idx, Strided is, int kind, i64 m, i64 dim_size,
+                                           u32* keys, u32* vals, u32* err, u32 code) {
+    RB_GRID_LOOP(j, m) {
+        i64 v = load_index(idx, kind, strided_offset(is, j));
+        if (v < 0 || v >= dim_size) {
+            atomicExch(err, code);
+            v = dim_size;
+        }
+        keys[j] = (u32)v;
+        vals[j] = (u32)j;
+    }
+}
+
+// The digit of the entry at j for this pass, or RB_SORT_BUCKETS (matching no digit) past the end.
+__device__ __forceinline__ u32 sort_digit(const u32* keys, i64 j, i64 end, int shift) {
+    return j < end ? (keys[j] >> shift) & (RB_SORT_BUCKETS - 1) : RB_SORT_BUCKETS;
+}
+
+// One warp per tile: how many of the tile's entries have each digit, digit-major
+// (`hist[digit * tiles + tile]`), so one exclusive scan gives every tile's first slot per digit.
+extern "C" __global__ void sorted_add_hist(const u32* keys, i64 m, int shift, u32* hist, i64 tiles) {
+    __shared__ u32 count[RB_SORT_BUCKETS];
+    const int lane = threadIdx.x;
+    for (int d = lane; d < RB_SORT_BUCKETS; d += 32) count[d] = 0;
+    __syncwarp();
+    const i64 tile = blockIdx.x, start = tile * RB_SORT_TILE;
+    const i64 end = min(m, start + RB_SORT_TILE);
+    for (i64 base = start; base < end; base += 32) {
+        const u32 d = sort_digit(keys, base + lane, end, shift);
+        const unsigned peers = __match_any_sync(0xffffffffu, d);
+        if (d < RB_SORT_BUCKETS && lane == __ffs(peers) - 1) count[d] += __popc(peers);
+        __syncwarp();
+    }
+    for (int d = lane; d < RB_SORT_BUCKETS; d += 32) hist[(i64)d * tiles + tile] = count[d];
+}
+
+// An exclusive prefix sum of n counts in place, by one block of 1024 threads (each sums a run,
+// the block scans the runs' totals, each writes its run's prefixes).
+extern "C" __global__ void sorted_add_scan(u32* h, i64 n) {
+    __shared__ u32 sums[1024];
+    const int t = threadIdx.x;
+    const i64 per = (n + 1023) / 1024;
+    const i64 a = min(n, t * per), b = min(n, a + per);
+    u32 s = 0;
+    for (i64 i = a; i < b; ++i) s += h[i];
+    sums[t] = s;
+    __syncthreads();
+    for (int off = 1; off < 1024; off <<= 1) {
+        const u32 v = t >= off ? sums[t - off] : 0;
+        __syncthreads();
+        sums[t] += v;
+        __syncthreads();
+    }
+    u32 run = t ? sums[t - 1] : 0;
+    for (i64 i = a; i < b; ++i) {
+        const u32 c = h[i];
+        h[i] = run;
+        run += c;
+    }
+}
+
+// One warp per tile: each entry goes to its digit's next slot. Lanes of one digit take slots
+// in lane order and the tile is walked in order, so the pass is stable.
+extern "C" __global__ void sorted_add_scatter(const u32* keys, const u32* vals, i64 m, int shift,
+                                              const u32* first, i64 tiles, u32* keys_out, u32* vals_out) {
+    __shared__ u32 next[RB_SORT_BUCKETS];
+    const int lane = threadIdx.x;
+    const i64 tile = blockIdx.x, start = tile * RB_SORT_TILE;
+    for (int d = lane; d < RB_SORT_BUCKETS; d += 32) next[d] = first[(i64)d * tiles + tile];
+    __syncwarp();
+    const i64 end = min(m, start + RB_SORT_TILE);
+    for (i64 base = start; base < end; base += 32) {
+        const i64 j = base + lane;
+        const u32 d = sort_digit(keys, j, end, shift);
+        const unsigned peers = __match_any_sync(0xffffffffu, d);
+        if (d < RB_SORT_BUCKETS) {
+            const u32 slot = next[d] + __popc(peers & ((1u << lane) - 1));
+            keys_out[slot] = keys[j];
+            vals_out[slot] = vals[j];
+        }
+        __syncwarp();
+        if (d < RB_SORT_BUCKETS && lane == __ffs(peers) - 1) next[d] += __popc(peers);
+        __syncwarp();
+    }
+}
+
+// Block (s, y): if sorted entry s starts a run of one target row, threads y * blockDim.x + t
+// (the target's columns: outer x inner) add the run's source values in entry order onto that
+// row. Every (row, column) has one writer, so no atomics.
+template <class S>
+__device__ void sorted_add_rows_impl(typename Acc<S>::type* out, const u32* keys, const u32* vals, i64 m,
+                                     i64 dim_size, i64 inner, i64 cols, const S* src, Strided ss) {
+    const i64 s = blockIdx.x;
+    const u32 key = keys[s];
+    if (key >= dim_size || (s > 0 && keys[s - 1] == key)) return;
+    const i64 c = (i64)blockIdx.y * blockDim.x + threadIdx.x;
+    if (c >= cols) return;
+    i64 end = s + 1;
+    while (end < m && keys[end] == key) ++end;
+    const i64 o = c / inner, in = c - o * inner;
+    typename Acc<S>::type sum = 0;
+#pragma unroll 8
+    for (i64 e = s; e < end; ++e) sum += to_acc(src[strided_offset(ss, (o * m + vals[e]) * inner + in)]);
+    out[(o * dim_size + key) * inner + in] += sum;
+}
+#define RB_SORTED_ADD_ROWS(name, S)                                                                        \
+    extern "C" __global__ void sorted_add_rows_##name(Acc<S>::type* out, const u32* keys, const u32* vals, \
+                                                      i64 m, i64 dim_size, i64 inner, i64 cols,            \
+                                                      const S* src, Strided ss) {                          \
+        sorted_add_rows_impl<S>(out, keys, vals, m, dim_size, inner, cols, src, ss);                       \
+    }
+RB_SORTED_ADD_ROWS(bf16, bf16)
+RB_SORTED_ADD_ROWS(f16, f16)
+RB_SORTED_ADD_ROWS(f32, f32)
+RB_SORTED_ADD_ROWS(f64, f64)

@@ -5,6 +5,7 @@
 use super::compile::INDEX;
 use super::copy::{cast, full};
 use super::launch::{args, grid_for, type_suffix, Strided};
+use super::sorted_add;
 use super::CudaStorage;
 use crate::layout::contiguous_strides;
 use crate::{DType, Error, Layout, Result};
@@ -222,9 +223,9 @@ fn accumulate(
 }
 
 /// A contiguous buffer the adds go into, in the dtype they accumulate in.
-struct Target<'a> {
-    ptr: u64,
-    shape: &'a [usize],
+pub(super) struct Target<'a> {
+    pub(super) ptr: u64,
+    pub(super) shape: &'a [usize],
 }
 
 /// Adds each element of `src` at its indexed position along `dim` of `target`.
@@ -250,11 +251,16 @@ unsafe fn add_at_indices(
     }
     let dev = src.cuda_device();
     let dtype = src.dtype();
+    let kind = index_kind(op, idx.dtype())?;
+    let is = Strided::of(op, li)?;
+    if !per_element && sorted_add::takes(accumulator(dtype)) {
+        // SAFETY: the caller's promise about `target`, passed on.
+        return unsafe { sorted_add::add(op, code, target, dim, idx, is, kind, src, ls) };
+    }
     let shape = target.shape;
     let strides = contiguous_strides(shape);
     let g = IndexGeom::new(op, ls.shape(), dim, shape[dim], &strides, 0)?;
-    let (is, ss) = (Strided::of(op, li)?, Strided::of(op, ls)?);
-    let kind = index_kind(op, idx.dtype())?;
+    let ss = Strided::of(op, ls)?;
     // Bool is stored as bytes; its adds are u8 adds.
     let sfx = type_suffix(if dtype == DType::Bool {
         DType::U8

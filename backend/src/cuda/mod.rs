@@ -34,6 +34,7 @@ pub mod readback;
 pub mod reduce;
 pub mod rope;
 pub mod softmax;
+mod sorted_add;
 mod storage;
 pub mod swiglu;
 

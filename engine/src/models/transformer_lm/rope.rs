@@ -35,9 +35,6 @@ pub enum Positions<'a> {
     /// Per batch row and step: ids [batch, seq] (I64), for left-padded batches, every one
     /// below `end`.
     PerRow { ids: &'a Tensor, end: usize },
-    /// cos and sin [batch, 1, seq, head_dim] already gathered (`Rotary::gather`), so the
-    /// layers of one step share them.
-    Angles { cos: &'a Tensor, sin: &'a Tensor },
 }
 
 impl Rotary {
@@ -125,7 +122,6 @@ impl Rotary {
         let (start, end) = match positions {
             Positions::From(offset) => (*offset, offset.saturating_add(seq)),
             Positions::PerRow { ids, end } => return self.gather(device, ids, *end),
-            Positions::Angles { cos, sin } => return Ok(((*cos).clone(), (*sin).clone())),
         };
         self.check_end(start, end)?;
         let (cos, sin) = self.tables(device, end)?;
