@@ -11,6 +11,7 @@
 //! join to the same text.
 
 use rb_integration_tests::assets::asset;
+use rusting_brain::data::token_file::{TokenFile, TokenFileOptions};
 use rusting_brain::text::{StreamDecoder, Tokenizer};
 use serde_json::Value;
 use std::collections::HashMap;
@@ -294,4 +295,96 @@ fn saved_tokenizers_load_back_with_the_same_ids_and_text() {
             );
         }
     }
+}
+
+/// A text file of about `bytes` bytes: the fixture texts as lines, again and again, each pass
+/// with its own number, so chunk cuts land before many kinds of line start.
+fn corpus(e: &Expected, bytes: usize) -> String {
+    let mut text = String::new();
+    for pass in 0.. {
+        for (i, t) in e.texts.iter().enumerate() {
+            text.push_str(t);
+            text.push_str(if (i + pass) % 3 == 0 { ".\n" } else { "\n" });
+            if text.len() >= bytes {
+                return text;
+            }
+        }
+        text.push_str(&format!("Pass {pass} done\n"));
+    }
+    unreachable!()
+}
+
+/// The fixtures whose tokenizers restart at a line: a file is cut into chunks for them.
+/// Gemma-3's vocabulary joins newlines to other text and its pre-tokenizer does not split;
+/// the split behaviours and the regex replacement could match across the newline.
+const RESTART_AT_LINES: &[&str] = &[
+    "llama2",
+    "llama2_normalized_eos",
+    "llama3",
+    "qwen3",
+    "deepseek_v3",
+    "mistral_metaspace",
+    "metaspace_always",
+    "metaspace_never",
+    "starcoder2_digits",
+    "digits_contiguous",
+    "nfkc_lowercase",
+    "nfd",
+];
+
+/// A 3 MiB text file in a token file (cut into chunks where its tokenizer allows, each later
+/// chunk encoded as a continuation) holds exactly the ids of the whole text, for every family.
+#[test]
+fn token_files_of_big_texts_equal_the_whole_text_encoded() {
+    let dir = std::env::temp_dir().join(format!("rb_token_chunks_{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut restarting = Vec::new();
+    for name in [
+        "llama2",
+        "llama2_normalized_eos",
+        "llama3",
+        "qwen3",
+        "deepseek_v3",
+        "gemma3",
+        "mistral_metaspace",
+        "metaspace_always",
+        "metaspace_never",
+        "starcoder2_digits",
+        "digits_contiguous",
+        "split_behaviors",
+        "nfkc_lowercase",
+        "nfd",
+        "nfkd_replace",
+    ] {
+        let e = expected(name);
+        let Some(tok) = load("token_files_of_big_texts_equal_the_whole_text_encoded", &e) else {
+            return;
+        };
+        if rusting_brain::text::chunks::restarts_at_lines(&tok) {
+            restarting.push(name);
+        }
+        let text = corpus(&e, 3 << 20);
+        let path = dir.join(format!("{name}.txt"));
+        std::fs::write(&path, &text).unwrap();
+        let options = TokenFileOptions {
+            chunk_bytes: 64 << 10,
+            ..TokenFileOptions::default()
+        };
+        let out = dir.join(format!("{name}.tok"));
+        let file = TokenFile::write_from_texts(&tok, &[path], &out, &options).unwrap();
+        let written = file.read(0, file.len() as usize).unwrap();
+        let whole = tok.encode(&text).unwrap();
+        let first_difference = written.iter().zip(&whole).position(|(a, b)| a != b);
+        assert!(
+            written == whole,
+            "{name}: the token file differs from the whole text's {} ids (it has {}), first at {first_difference:?}",
+            whole.len(),
+            written.len()
+        );
+    }
+    std::fs::remove_dir_all(&dir).ok();
+    assert_eq!(
+        restarting, RESTART_AT_LINES,
+        "the tokenizers that restart at a line"
+    );
 }

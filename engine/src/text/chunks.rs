@@ -1,10 +1,18 @@
 //! Reading a text file in pieces without changing how it tokenizes. A file is cut only after a
 //! line that ends in one newline preceded by a non-space character, and only when the next
-//! line starts with a non-space character. Neither split pattern has a match that crosses
-//! such a boundary, and the one lookahead (`\s+(?!\S)`) sees the same outcome on a lone
-//! newline whether text or the end follows; so the chunks' pieces are exactly the whole
-//! file's pieces. (An added token whose content contains a newline could still be cut.)
+//! line starts with a non-space character. The pieces after the first are encoded as
+//! continuations (`Tokenizer::encode_continued`: nothing marks their start, as nothing would
+//! in the whole text), and a cut is made only for a tokenizer whose ids provably restart
+//! there (`restarts_at_lines`): no token spans the newline, either because no token of the
+//! vocabulary joins a newline to other text (so no merge or segmentation crosses it) or
+//! because the pre-tokenizer's split cuts right after it (the GPT-2 and LLaMA-3 patterns: no
+//! match crosses such a boundary, and the one lookahead, `\s+(?!\S)`, sees the same outcome on
+//! a lone newline whether text or the end follows). Any other tokenizer reads the file whole.
 
+use super::normalize::NormalizeStep;
+use super::pattern::PatternSource;
+use super::pretokenize::{PrependScheme, Start, Step};
+use super::Tokenizer;
 use crate::{Error, Result};
 use std::io::BufRead;
 use std::path::Path;
@@ -49,6 +57,83 @@ pub fn for_each_chunk(
         each(&chunk)?;
     }
     Ok(())
+}
+
+/// Whether `tok` encodes a text cut at `for_each_chunk`'s boundaries, the first piece with
+/// `encode` and the others with `encode_continued`, to exactly the ids of the whole text.
+pub fn restarts_at_lines(tok: &Tokenizer) -> bool {
+    let parts = tok.parts();
+    // An added token or a replacement could match across the newline.
+    let added_crosses = parts.added.tokens.iter().any(|t| t.content.contains('\n'));
+    let replace_crosses = parts.normalizer.steps.iter().any(|s| match s {
+        NormalizeStep::Replace { pattern, .. } => match &pattern.source {
+            PatternSource::Regex(_) => true,
+            PatternSource::Literal(l) => l.contains('\n'),
+        },
+        _ => false,
+    });
+    // A stage that marks a piece's start, after one that may have cut at the newline in the
+    // whole text: the continuation would lack the mark the whole text's piece gets.
+    let mut cut_before = false;
+    let mut marks_after_cut = false;
+    for step in &parts.pre.steps {
+        let marks = match step {
+            Step::Metaspace(m) => m.prepend_scheme == PrependScheme::Always,
+            Step::ByteLevel {
+                add_prefix_space, ..
+            } => *add_prefix_space,
+            _ => false,
+        };
+        marks_after_cut |= marks && cut_before;
+        cut_before |= !matches!(step, Step::Metaspace(m) if !m.split);
+    }
+    if added_crosses || replace_crosses || marks_after_cut {
+        return false;
+    }
+    no_token_joins_a_newline(tok) || splits_after_newlines(tok)
+}
+
+/// No token of the vocabulary holds a newline beside other text (byte-level spellings
+/// write the newline `Ċ`).
+fn no_token_joins_a_newline(tok: &Tokenizer) -> bool {
+    let model = &tok.parts().model;
+    let byte_level = tok.parts().pre.is_byte_level();
+    let is_newline =
+        |c: char| c == '\n' || (byte_level && c == super::byte_level::byte_to_char(b'\n'));
+    (0..model.id_count() as u32).all(|id| {
+        model
+            .token(id)
+            .is_none_or(|t| !(t.chars().any(is_newline) && t.chars().any(|c| !is_newline(c))))
+    })
+}
+
+/// The pre-tokenizer cuts right after the newline of each probe (lines of different kinds of
+/// characters, without spaces, so the pieces spell the text unchanged).
+fn splits_after_newlines(tok: &Tokenizer) -> bool {
+    [
+        "end.\nNext",
+        "a\nb",
+        "x1\n2y",
+        "\u{e9}\n\u{c9}",
+        "}\nfn",
+        ")\n(",
+        "\u{4e2d}\n\u{6587}",
+    ]
+    .iter()
+    .all(|probe| {
+        let cut = probe.find('\n').map(|i| i + 1);
+        let mut at = 0;
+        let mut found = false;
+        let spelled = tok
+            .parts()
+            .pre
+            .for_each_piece(probe, Start::Continued, &mut |piece| {
+                at += piece.len();
+                found |= Some(at) == cut;
+                Ok(())
+            });
+        spelled.is_ok() && found && at == probe.len()
+    })
 }
 
 fn safe_boundary(before: &str, after: &str) -> bool {

@@ -80,8 +80,17 @@ impl Normalizer {
 
     /// The normalized text; borrowed when no stage changed it.
     pub fn normalize<'a>(&self, text: &'a str) -> Result<Cow<'a, str>> {
+        self.normalize_from(text, false)
+    }
+
+    /// `normalize`, for a text that continues an earlier one (`continued`): the middle of a
+    /// run has no start to prepend to.
+    pub fn normalize_from<'a>(&self, text: &'a str, continued: bool) -> Result<Cow<'a, str>> {
         let mut current = Cow::Borrowed(text);
         for step in &self.steps {
+            if continued && matches!(step, NormalizeStep::Prepend(_)) {
+                continue;
+            }
             if let Cow::Owned(changed) = step.apply(&current)? {
                 current = Cow::Owned(changed);
             }

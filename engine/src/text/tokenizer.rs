@@ -9,7 +9,7 @@ use super::added::{AddedToken, AddedVocab, Segment};
 use super::decode::Decoder;
 use super::model::Model;
 use super::normalize::Normalizer;
-use super::pretokenize::PreTokenizer;
+use super::pretokenize::{PreTokenizer, Start};
 use crate::{Error, Result};
 use std::borrow::Cow;
 use std::collections::HashMap;
@@ -66,12 +66,28 @@ impl Tokenizer {
     /// pre-tokenizer and the merges. No template tokens (Hugging Face's
     /// `add_special_tokens=False`).
     pub fn encode(&self, text: &str) -> Result<Vec<u32>> {
+        self.encode_from(text, Start::Input)
+    }
+
+    /// The ids of `text` as the continuation of an earlier text of the same document (the next
+    /// chunk of a file cut where `restarts_at_lines` allows): its first run is not marked as a
+    /// start (no `Prepend`, no Metaspace marker, no prefix space), as it would not be in the
+    /// whole text.
+    pub fn encode_continued(&self, text: &str) -> Result<Vec<u32>> {
+        self.encode_from(text, Start::Continued)
+    }
+
+    /// `encode`, with the first run starting at `first`.
+    fn encode_from(&self, text: &str, first: Start) -> Result<Vec<u32>> {
         let mut out = Vec::with_capacity(text.len() / 3 + 1);
         for (i, segment) in self.parts().added.split(text).into_iter().enumerate() {
             match segment {
                 Segment::Added(id) => out.push(id),
-                // Only a first run starts at the input's start (Metaspace's `first` scheme).
-                Segment::Text(t) => self.encode_run(t, i == 0, true, &mut out)?,
+                // Only a first run starts where the text does (Metaspace's `first` scheme).
+                Segment::Text(t) => {
+                    let start = if i == 0 { first } else { Start::Piece };
+                    self.encode_run(t, start, true, &mut out)?
+                }
             }
         }
         Ok(out)
@@ -90,7 +106,7 @@ impl Tokenizer {
     /// Encodes `text` as ordinary text: added-token strings in it are not recognized.
     pub fn encode_ordinary(&self, text: &str) -> Result<Vec<u32>> {
         let mut out = Vec::new();
-        self.encode_run(text, true, false, &mut out)?;
+        self.encode_run(text, Start::Input, false, &mut out)?;
         Ok(out)
     }
 
@@ -99,13 +115,16 @@ impl Tokenizer {
     fn encode_run(
         &self,
         text: &str,
-        at_input_start: bool,
+        start: Start,
         with_added: bool,
         out: &mut Vec<u32>,
     ) -> Result<()> {
-        let normalized = self.parts().normalizer.normalize(text)?;
+        let normalized = self
+            .parts()
+            .normalizer
+            .normalize_from(text, start == Start::Continued)?;
         if !(with_added && self.parts().added.has_normalized()) {
-            return self.encode_pieces(&normalized, at_input_start, out);
+            return self.encode_pieces(&normalized, start, out);
         }
         for (i, segment) in self
             .parts()
@@ -116,18 +135,19 @@ impl Tokenizer {
         {
             match segment {
                 Segment::Added(id) => out.push(id),
-                Segment::Text(t) => self.encode_pieces(t, at_input_start && i == 0, out)?,
+                Segment::Text(t) => {
+                    let at = if i == 0 { start } else { Start::Piece };
+                    self.encode_pieces(t, at, out)?
+                }
             }
         }
         Ok(())
     }
 
-    fn encode_pieces(&self, text: &str, at_input_start: bool, out: &mut Vec<u32>) -> Result<()> {
+    fn encode_pieces(&self, text: &str, start: Start, out: &mut Vec<u32>) -> Result<()> {
         self.parts()
             .pre
-            .for_each_piece(text, at_input_start, &mut |piece| {
-                self.encode_piece(piece, out)
-            })
+            .for_each_piece(text, start, &mut |piece| self.encode_piece(piece, out))
     }
 
     fn encode_piece(&self, piece: &str, out: &mut Vec<u32>) -> Result<()> {

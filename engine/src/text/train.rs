@@ -18,7 +18,7 @@ use super::decode::Decoder;
 use super::hf_json::byte_level_post_processor;
 use super::model::Model;
 use super::normalize::Normalizer;
-use super::pretokenize::{PreTokenizer, SplitPattern};
+use super::pretokenize::{PreTokenizer, SplitPattern, Start};
 use super::tokenizer::{Parts, Template, Tokenizer};
 use crate::{Error, Result};
 use std::cmp::Ordering;
@@ -104,7 +104,7 @@ impl WordCounter {
         let words = &mut self.words;
         for segment in self.specials.split(text) {
             if let Segment::Text(t) = segment {
-                self.pre.for_each_piece(t, true, &mut |piece| {
+                self.pre.for_each_piece(t, Start::Input, &mut |piece| {
                     match words.get_mut(piece.as_bytes()) {
                         Some(c) => *c += 1,
                         None => {

@@ -22,6 +22,9 @@ pub struct TokenFileOptions {
     pub eos: Option<u32>,
     /// The JSONL field that holds a document's text.
     pub jsonl_field: String,
+    /// A text file is encoded in chunks of at least this many bytes (in parallel), where its
+    /// tokenizer allows a cut (`text::chunks`).
+    pub chunk_bytes: usize,
 }
 
 impl Default for TokenFileOptions {
@@ -29,6 +32,7 @@ impl Default for TokenFileOptions {
         TokenFileOptions {
             eos: None,
             jsonl_field: "text".into(),
+            chunk_bytes: crate::text::chunks::CHUNK_BYTES,
         }
     }
 }
@@ -167,12 +171,21 @@ impl TokenFile {
 }
 
 /// A write in progress: text read but not yet encoded, grouped for parallel encoding.
+/// Text to encode: a document, or a chunk of one.
+struct Piece {
+    text: String,
+    /// The piece continues the one before it (a later chunk of a text file).
+    continued: bool,
+    /// A document ends after it.
+    ends_document: bool,
+}
+
 struct Job<'a> {
     tok: &'a Tokenizer,
     options: &'a TokenFileOptions,
     writer: TokenWriter,
-    /// Pieces of text in order, each with whether a document ends after it.
-    pending: Vec<(String, bool)>,
+    /// Pieces of text in order.
+    pending: Vec<Piece>,
     pending_bytes: usize,
 }
 
@@ -211,9 +224,13 @@ impl<'a> Job<'a> {
         })
     }
 
-    fn add(&mut self, text: String, ends_document: bool) -> Result<()> {
+    fn add(&mut self, text: String, continued: bool, ends_document: bool) -> Result<()> {
         self.pending_bytes += text.len();
-        self.pending.push((text, ends_document));
+        self.pending.push(Piece {
+            text,
+            continued,
+            ends_document,
+        });
         if self.pending_bytes >= GROUP_BYTES {
             self.flush()?;
         }
@@ -225,11 +242,14 @@ impl<'a> Job<'a> {
         let encoded: Vec<Result<Vec<u32>>> = self
             .pending
             .par_iter()
-            .map(|(t, _)| self.tok.encode(t))
+            .map(|p| match p.continued {
+                true => self.tok.encode_continued(&p.text),
+                false => self.tok.encode(&p.text),
+            })
             .collect();
-        for (ids, (_, ends)) in encoded.into_iter().zip(&self.pending) {
+        for (ids, piece) in encoded.into_iter().zip(&self.pending) {
             self.writer.push(&ids?)?;
-            if let (true, Some(eos)) = (*ends, self.options.eos) {
+            if let (true, Some(eos)) = (piece.ends_document, self.options.eos) {
                 self.writer.push(&[eos])?;
             }
         }
@@ -239,32 +259,43 @@ impl<'a> Job<'a> {
     }
 
     fn text_file(&mut self, path: &Path) -> Result<()> {
-        let mut chunks = Vec::new();
-        crate::text::chunks::for_each_chunk(path, crate::text::chunks::CHUNK_BYTES, |c| {
+        // A file is cut into chunks only where the tokenizer provably restarts; otherwise it
+        // is one piece (`chunks::restarts_at_lines`).
+        let chunk_bytes = if crate::text::chunks::restarts_at_lines(self.tok) {
+            self.options.chunk_bytes
+        } else {
+            usize::MAX
+        };
+        let mut chunks: Vec<String> = Vec::new();
+        let mut handed_on = 0usize;
+        crate::text::chunks::for_each_chunk(path, chunk_bytes, |c| {
             chunks.push(c.to_string());
-            // Chunks of a big file are handed on as they come, to keep memory bounded.
+            // Chunks of a big file are handed on as they come, to keep memory bounded; the
+            // last stays behind, to end the document.
             if chunks.iter().map(String::len).sum::<usize>() >= GROUP_BYTES {
+                let last = chunks.pop();
                 for c in chunks.drain(..) {
-                    self.add(c, false)?;
+                    self.add(c, handed_on > 0, false)?;
+                    handed_on += 1;
                 }
+                chunks.extend(last);
             }
             Ok(())
         })?;
         let last = chunks.len();
         for (i, c) in chunks.into_iter().enumerate() {
-            self.add(c, i + 1 == last)?;
+            self.add(c, handed_on + i > 0, i + 1 == last)?;
         }
-        // Nothing left over (an empty file, or every chunk already handed on): the document
-        // still ends here and gets its end-of-text id.
-        if last == 0 {
-            self.add(String::new(), true)?;
+        // An empty file is still a document and gets its end-of-text id.
+        if handed_on + last == 0 {
+            self.add(String::new(), false, true)?;
         }
         Ok(())
     }
 
     fn jsonl_file(&mut self, path: &Path) -> Result<()> {
         let field = self.options.jsonl_field.clone();
-        crate::text::jsonl::for_each_document(path, &field, |doc| self.add(doc, true))
+        crate::text::jsonl::for_each_document(path, &field, |doc| self.add(doc, false, true))
     }
 
     fn finish(mut self) -> Result<TokenFile> {

@@ -18,7 +18,7 @@
 //! itself.
 
 use crate::io::gguf::metadata::{Array, Value};
-use crate::text::pretokenize::{SplitBehavior, Step};
+use crate::text::pretokenize::{SplitBehavior, Start, Step};
 use crate::text::{PatternSource, Tokenizer, LLAMA3_PATTERN};
 use crate::{Error, Result};
 
@@ -77,10 +77,12 @@ fn tokens_merged_otherwise(tok: &Tokenizer, tokens: &[String], limit: usize) -> 
         };
         // Only a token that the pre-tokenizer keeps as one piece can be taken whole.
         let mut pieces = 0;
-        let _ = tok.pre_tokenizer().for_each_piece(&text, true, &mut |_| {
-            pieces += 1;
-            Ok(())
-        });
+        let _ = tok
+            .pre_tokenizer()
+            .for_each_piece(&text, Start::Input, &mut |_| {
+                pieces += 1;
+                Ok(())
+            });
         if pieces != 1 {
             continue;
         }

@@ -3,6 +3,7 @@
 //! text may be split before each marker. The decoder side lives in `decode`.
 
 use super::split::{split_before, PieceFn};
+use super::Start;
 use crate::{Error, Result};
 
 /// When the marker is put in front of a piece that does not start with one.
@@ -46,12 +47,12 @@ pub struct Metaspace {
 
 impl Metaspace {
     /// `text` with spaces as markers and the marker prepended where the scheme says;
-    /// `at_input_start`: the text begins the input.
-    pub(super) fn mark(&self, text: &str, at_input_start: bool) -> String {
+    /// `start`: where the text begins.
+    pub(super) fn mark(&self, text: &str, start: Start) -> String {
         let mut out = String::with_capacity(text.len() + 3);
         let prepend = match self.prepend_scheme {
-            PrependScheme::Always => true,
-            PrependScheme::First => at_input_start,
+            PrependScheme::Always => start != Start::Continued,
+            PrependScheme::First => start == Start::Input,
             PrependScheme::Never => false,
         };
         // Judged after the spaces are replaced: a leading space already became a marker.
@@ -91,12 +92,13 @@ mod tests {
     #[test]
     fn prepend_schemes_put_the_marker_first_always_or_never() {
         let always = metaspace(PrependScheme::Always, true);
-        assert_eq!(always.mark("Hi you", false), "▁Hi▁you");
-        assert_eq!(always.mark(" Hi", true), "▁Hi");
+        assert_eq!(always.mark("Hi you", Start::Piece), "▁Hi▁you");
+        assert_eq!(always.mark(" Hi", Start::Input), "▁Hi");
+        assert_eq!(always.mark("Hi you", Start::Continued), "Hi▁you");
         let first = metaspace(PrependScheme::First, false);
-        assert_eq!(first.mark("Hi you", true), "▁Hi▁you");
-        assert_eq!(first.mark("Hi you", false), "Hi▁you");
+        assert_eq!(first.mark("Hi you", Start::Input), "▁Hi▁you");
+        assert_eq!(first.mark("Hi you", Start::Piece), "Hi▁you");
         let never = metaspace(PrependScheme::Never, true);
-        assert_eq!(never.mark("Hi you", true), "Hi▁you");
+        assert_eq!(never.mark("Hi you", Start::Input), "Hi▁you");
     }
 }

@@ -58,6 +58,19 @@ impl SplitPattern {
     }
 }
 
+/// Where a text handed to the pre-tokenizer starts, for the stages that mark a start
+/// (Metaspace's prepended marker, ByteLevel's prefix space).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Start {
+    /// The input's first character.
+    Input,
+    /// A later run or piece (after an added token, or where a stage cut).
+    Piece,
+    /// Text that continues what an earlier call encoded (the next chunk of one document):
+    /// nothing is marked at its start, as nothing would be in the whole text.
+    Continued,
+}
+
 /// One pre-tokenizer stage, in the order `tokenizer.json` lists them.
 #[derive(Clone, Debug)]
 pub enum Step {
@@ -106,26 +119,26 @@ impl PreTokenizer {
     }
 
     /// Cuts `text` into pieces, calling `each` with every non-empty piece in order.
-    /// `at_input_start`: `text` begins the input (Metaspace's `first` scheme prepends only
-    /// there). Stages nest (each piece of one stage is cut by the next), so nothing is copied
+    /// `start`: where `text` begins (Metaspace's `first` scheme prepends only at the input's
+    /// start). Stages nest (each piece of one stage is cut by the next), so nothing is copied
     /// except where a stage rewrites the text.
     pub fn for_each_piece(
         &self,
         text: &str,
-        at_input_start: bool,
+        start: Start,
         each: &mut dyn FnMut(&str) -> Result<()>,
     ) -> Result<()> {
         if text.is_empty() {
             return Ok(());
         }
-        self.run(0, text, at_input_start, each)
+        self.run(0, text, start, each)
     }
 
     /// The pieces of `text`, taken as a whole input, as owned strings (for tests and
     /// inspection).
     pub fn pieces(&self, text: &str) -> Result<Vec<String>> {
         let mut out = Vec::new();
-        self.for_each_piece(text, true, &mut |p| {
+        self.for_each_piece(text, Start::Input, &mut |p| {
             out.push(p.to_string());
             Ok(())
         })?;
@@ -136,15 +149,16 @@ impl PreTokenizer {
         &self,
         step: usize,
         text: &str,
-        at_start: bool,
+        start: Start,
         each: &mut dyn FnMut(&str) -> Result<()>,
     ) -> Result<()> {
         let Some(stage) = self.steps.get(step) else {
             return each(text);
         };
-        // A piece is at the input's start if its text is and it begins that text.
+        // A piece that begins its text starts where the text does; any other starts a piece.
         let mut next_on = |piece_of: &str, s: usize, e: usize| {
-            self.run(step + 1, &piece_of[s..e], at_start && s == 0, each)
+            let at = if s == 0 { start } else { Start::Piece };
+            self.run(step + 1, &piece_of[s..e], at, each)
         };
         match stage {
             Step::Split(rule) => rule.for_each(text, &mut |s, e| next_on(text, s, e)),
@@ -152,18 +166,19 @@ impl PreTokenizer {
                 split::split_digits(text, *individual, &mut |s, e| next_on(text, s, e))
             }
             Step::Metaspace(m) => {
-                let marked = m.mark(text, at_start);
+                let marked = m.mark(text, start);
                 m.for_each(&marked, &mut |s, e| next_on(&marked, s, e))
             }
             Step::ByteLevel {
                 add_prefix_space,
                 use_regex,
             } => {
-                let prefixed: Cow<str> = if *add_prefix_space && !text.starts_with(' ') {
-                    Cow::Owned(format!(" {text}"))
-                } else {
-                    Cow::Borrowed(text)
-                };
+                let prefixed: Cow<str> =
+                    if *add_prefix_space && start != Start::Continued && !text.starts_with(' ') {
+                        Cow::Owned(format!(" {text}"))
+                    } else {
+                        Cow::Borrowed(text)
+                    };
                 if *use_regex {
                     self.gpt2
                         .for_each(&prefixed, &mut |s, e| next_on(&prefixed, s, e))
