@@ -56,6 +56,7 @@ fn token_file(tok: Tokenizer, paths: Dynamic, out: &str, opts: Map) -> RhaiResul
     let options = TokenFileOptions {
         eos: eos_of(&o, &tok)?,
         jsonl_field: o.string("jsonl_field")?.unwrap_or_else(|| "text".into()),
+        ..TokenFileOptions::default()
     };
     let files = files_of(&paths, &extensions(&o)?, "data::token_file")?;
     guard(|| TokenFile::write_from_files(&tok, &files, out, &options))
