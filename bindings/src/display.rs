@@ -6,6 +6,7 @@ use crate::data::ImageDataset;
 use crate::help::{with_tokens, Api};
 use crate::lm::Lm;
 use crate::nn::Model;
+use crate::progress::short_numbers::sig;
 use crate::yolo::Yolo;
 use rhai::{Engine, Module};
 use rusting_brain::data::{Dataset, TokenFile, TokenSpan};
@@ -87,6 +88,27 @@ pub fn register(engine: &mut Engine) {
             "The span's token count, offset and vocab size.",
             with_tokens!("print(train)"),
             |t: &mut TokenSpan| t.to_string(),
+        );
+        api.func(
+            "fmt",
+            "fmt(x) -> string",
+            "x with 4 significant digits, as Python's f\"{x:.4g}\" (a loss or a metric in a log line: 2.303, not 2.3025850929940455).",
+            "print(`loss ${fmt(2.3025850929940455)}`)",
+            |x: f64| sig(x, 4),
+        );
+        api.func(
+            "fmt",
+            "fmt(x, digits) -> string",
+            "x with `digits` significant digits, as Python's f\"{x:.{digits}g}\".",
+            "print(fmt(3.14159265, 3))",
+            |x: f64, digits: rhai::INT| sig(x, digits.max(1) as usize),
+        );
+        api.func(
+            "fmt",
+            "fmt(n) -> string",
+            "An integer as it is.",
+            "print(fmt(42))",
+            |n: rhai::INT| n.to_string(),
         );
     }
     engine.register_global_module(module.into());

@@ -18,8 +18,12 @@ impl<'a> Options<'a> {
             .filter(|k| !valid.contains(k))
             .collect();
         if !unknown.is_empty() {
+            let hint = match crate::suggest::did_you_mean(unknown[0], valid.iter().copied()) {
+                Some(near) => format!(" (did you mean `{near}`?)"),
+                None => String::new(),
+            };
             return Err(runtime_error(format!(
-                "{what}: unknown option{} {}; valid options: {}",
+                "{what}: unknown option{} {}{hint}; valid options: {}",
                 if unknown.len() > 1 { "s" } else { "" },
                 unknown.join(", "),
                 valid.join(", ")

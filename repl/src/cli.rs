@@ -21,7 +21,10 @@ pub enum Mode {
         output: PathBuf,
         keep_going: bool,
     },
-    Help,
+    /// The usage text: all of it, or one command's (`brain launch --help`).
+    Help {
+        command: Option<&'static str>,
+    },
     Version,
 }
 
@@ -51,6 +54,27 @@ options:
                                          else the CPU; an explicit cuda that is not usable is an error
   -h, --help | -V, --version";
 
+/// The usage lines of one command (`launch`), with the options that apply to every command.
+pub fn usage_of(command: Option<&str>) -> String {
+    let Some(command) = command else {
+        return USAGE.to_string();
+    };
+    let mut out = String::from("usage:\n");
+    let mut inside = false;
+    for line in USAGE.lines().skip(1) {
+        if line == "options:" {
+            inside = true;
+        } else if let Some(rest) = line.strip_prefix("  brain") {
+            inside = rest.split_whitespace().next() == Some(command);
+        }
+        if inside {
+            out.push_str(line);
+            out.push('\n');
+        }
+    }
+    out.trim_end().to_string()
+}
+
 pub fn parse(args: &[String]) -> Result<Cli, String> {
     let mut device = None;
     let mut rest: Vec<String> = Vec::new();
@@ -77,7 +101,7 @@ pub fn parse(args: &[String]) -> Result<Cli, String> {
     let mut it = rest.into_iter();
     let mode = match it.next().as_deref() {
         None => Mode::Repl,
-        Some("-h" | "--help" | "help") => Mode::Help,
+        Some("-h" | "--help" | "help") => Mode::Help { command: None },
         Some("-V" | "--version") => Mode::Version,
         Some("run") => Mode::Run {
             script: it.next().ok_or("brain run needs a script file")?.into(),
@@ -90,6 +114,15 @@ pub fn parse(args: &[String]) -> Result<Cli, String> {
             let mut script = None;
             // `--gpus` comes before the script; after it, everything is the script's.
             while let Some(a) = it.next() {
+                if a == "--help" || a == "-h" {
+                    return Ok(with_script_args(
+                        Mode::Help {
+                            command: Some("launch"),
+                        },
+                        device,
+                        Vec::new(),
+                    ));
+                }
                 let value = if a == "--gpus" {
                     Some(it.next().ok_or("--gpus needs a number")?)
                 } else {
@@ -124,6 +157,15 @@ pub fn parse(args: &[String]) -> Result<Cli, String> {
             let mut script_args = Vec::new();
             while let Some(a) = it.next() {
                 match a.as_str() {
+                    "-h" | "--help" if script.is_none() => {
+                        return Ok(with_script_args(
+                            Mode::Help {
+                                command: Some("notebook"),
+                            },
+                            device,
+                            Vec::new(),
+                        ));
+                    }
                     "-o" | "--output" => {
                         output = Some(PathBuf::from(it.next().ok_or("-o needs a file name")?))
                     }
@@ -185,6 +227,23 @@ mod tests {
             .contains("--gpus two"));
     }
 
+    #[test]
+    fn help_before_the_script_asks_for_the_commands_own_usage() {
+        for (line, command) in [
+            ("launch --help", "launch"),
+            ("launch --gpus 2 -h", "launch"),
+            ("notebook --help", "notebook"),
+        ] {
+            let cli = parse(&args(line)).unwrap();
+            assert_eq!(cli.mode, Mode::Help { command: Some(command) }, "{line}");
+        }
+        let launch = usage_of(Some("launch"));
+        assert!(launch.contains("brain launch --gpus N") && launch.contains("--device"), "{launch}");
+        assert!(!launch.contains("brain run"), "{launch}");
+        // After the script, --help lists the script's own arguments.
+        assert!(parse(&args("launch --gpus 2 t.rhai --help")).unwrap().script_help);
+    }
+
     fn args(s: &str) -> Vec<String> {
         s.split_whitespace().map(String::from).collect()
     }
@@ -234,7 +293,7 @@ mod tests {
         let cli = parse(&args("run train.rhai --help")).unwrap();
         assert!(cli.script_help);
         assert!(cli.script_args.is_empty());
-        assert_eq!(parse(&args("--help")).unwrap().mode, Mode::Help);
+        assert_eq!(parse(&args("--help")).unwrap().mode, Mode::Help { command: None });
     }
 
     #[test]

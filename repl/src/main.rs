@@ -24,8 +24,8 @@ fn main() -> ExitCode {
         }
     };
     match &cli.mode {
-        Mode::Help => {
-            println!("{}", cli::USAGE);
+        Mode::Help { command } => {
+            println!("{}", cli::usage_of(*command));
             return ExitCode::SUCCESS;
         }
         Mode::Version => {
@@ -100,7 +100,9 @@ fn main() -> ExitCode {
                 Err(e) => finish(Err(e)),
             }
         }
-        Mode::Help | Mode::Version | Mode::Launch { .. } => unreachable!("handled above"),
+        Mode::Help { .. } | Mode::Version | Mode::Launch { .. } => {
+            unreachable!("handled above")
+        }
     }
 }
 
@@ -120,7 +122,12 @@ fn vet_script_args(script: &std::path::Path, cli: &cli::Cli) -> Result<Option<St
     }
     let declared = script_args::collect(&engine, script, &src)?;
     if cli.script_help {
-        return Ok(Some(script_args::help(script, &src, &declared)));
+        let command = match &cli.mode {
+            Mode::Notebook { .. } => "notebook",
+            Mode::Launch { .. } => "launch --gpus N",
+            _ => "run",
+        };
+        return Ok(Some(script_args::help(command, script, &src, &declared)));
     }
     script_args::check(script, &cli.script_args, &declared)?;
     Ok(None)

@@ -202,7 +202,7 @@ impl Repl {
                 Err(e) => eprintln!("error: cannot read {arg}: {e}"),
             },
             ":save" if !arg.is_empty() => {
-                match std::fs::write(arg, self.session.accepted.join("\n") + "\n") {
+                match std::fs::write(arg, self.session.script()) {
                     Ok(()) => println!("saved {} entries to {arg}", self.session.accepted.len()),
                     Err(e) => eprintln!("error: cannot write {arg}: {e}"),
                 }

@@ -266,19 +266,28 @@ pub fn check(script: &Path, given: &[String], args: &ScriptArgs) -> Result<(), S
         return Err(format!("{what} {list}: {script} takes no arguments"));
     }
     let known: Vec<&str> = args.declared.iter().map(|d| d.name.as_str()).collect();
+    let hint = match rusting_brain_rhai::suggest::did_you_mean(unknown[0], known.iter().copied()) {
+        Some(near) => format!(" (did you mean `{near}`?)"),
+        None => String::new(),
+    };
     Err(format!(
-        "{what} {list} for {script}; it takes {}\n(brain run {script} --help shows their defaults)",
+        "{what} {list}{hint} for {script}; it takes {}\n(brain run {script} --help shows their defaults)",
         known.join(", ")
     ))
 }
 
 /// `brain run script.rhai --help`: the script's opening comment and its arguments.
-pub fn help(script: &Path, src: &str, args: &ScriptArgs) -> String {
-    let mut out = format!("usage: brain run {} [name=value ...]\n", script.display());
+pub fn help(command: &str, script: &Path, src: &str, args: &ScriptArgs) -> String {
+    let mut out = format!(
+        "usage: brain {command} {} [name=value ...]\n",
+        script.display()
+    );
+    // The script's leading comment, without a notebook's cell markers (`// %% [markdown]`).
     let about: Vec<&str> = src
         .lines()
         .map_while(|l| l.trim_start().strip_prefix("//"))
         .map(|l| l.strip_prefix(' ').unwrap_or(l))
+        .filter(|l| !l.starts_with("%%"))
         .collect();
     if !about.is_empty() {
         out.push('\n');
@@ -370,6 +379,11 @@ mod tests {
             err.starts_with("unknown argument `data` for t.rhai; it takes steps, corpus"),
             "{err}"
         );
+        let err = check(script, &given(&["stpes=3"]), &args).unwrap_err();
+        assert!(
+            err.starts_with("unknown argument `stpes` (did you mean `steps`?) for t.rhai"),
+            "{err}"
+        );
         let none = collect_src("print(1);").unwrap();
         let err = check(script, &given(&["x=1"]), &none).unwrap_err();
         assert!(err.contains("t.rhai takes no arguments"), "{err}");
@@ -386,11 +400,20 @@ mod tests {
     fn help_lists_the_opening_comment_and_each_argument_with_its_default() {
         let src = "// Trains a thing.\n//   more\nlet s = arg(\"steps\", 10, \"how long\");\nlet o = arg(\"out\", \"out\");\n";
         let args = collect_src(src).unwrap();
-        let text = help(Path::new("t.rhai"), src, &args);
+        let text = help("run", Path::new("t.rhai"), src, &args);
         assert!(text.contains("Trains a thing.\n  more\n"), "{text}");
         assert!(
             text.contains("  steps=10   how long\n  out=\"out\"\n"),
             "{text}"
         );
+    }
+
+    #[test]
+    fn a_notebooks_help_names_its_command_and_leaves_out_the_cell_markers() {
+        let src = "// %% [markdown]\n// A report on a thing.\n// %%\nlet s = arg(\"steps\", 10);\n";
+        let args = collect_src(src).unwrap();
+        let text = help("notebook", Path::new("r.rhai"), src, &args);
+        assert!(text.starts_with("usage: brain notebook r.rhai "), "{text}");
+        assert!(text.contains("A report on a thing.") && !text.contains("%%"), "{text}");
     }
 }

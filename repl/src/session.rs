@@ -88,6 +88,25 @@ impl Session {
         }
     }
 
+    /// The accepted entries as a script (`:save`): each a statement that the next can follow.
+    /// An entry typed without its `;` (`model.eval()`) gets one, after a line break when it
+    /// ends in a comment.
+    pub fn script(&self) -> String {
+        let parses = |text: String| self.engine.compile(text).is_ok();
+        let mut out = String::new();
+        for entry in &self.accepted {
+            // Followed by another statement (`0`), the entry must parse as it stands.
+            let terminated = [String::new(), ";".into(), "\n;".into()]
+                .into_iter()
+                .find(|end| parses(format!("{entry}{end}\n0")))
+                .unwrap_or_default();
+            out.push_str(entry);
+            out.push_str(&terminated);
+            out.push('\n');
+        }
+        out
+    }
+
     /// The names and short descriptions of the variables in scope.
     pub fn variables(&self) -> Vec<(String, String)> {
         self.scope

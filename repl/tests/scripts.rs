@@ -118,6 +118,12 @@ fn every_script_runs_on_tiny_settings() {
         );
     }
     assert!(names.len() >= 4, "found only {names:?}");
+    // A prompt longer than the tiny model's context keeps its end, with one note, and samples.
+    let long = format!("prompt={}", "fn main() { let x = 1; } ".repeat(40));
+    let out = run_script_with(&dir, "sample.rhai", &["max_new_tokens=8", &long, &out]);
+    let said = text(&out.stdout);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(said.contains("tokens cut to its last"), "{said}");
     // yolo_val.rhai's save_json=true: ultralytics' COCO-style records.
     let json = std::fs::read_to_string(dir.path().join("val/predictions.json")).unwrap();
     let records: serde_json::Value = serde_json::from_str(&json).unwrap();
@@ -155,6 +161,7 @@ fn the_quickstart_language_model_ends_half_a_nat_below_the_unigram_baseline() {
     for file in [
         "tokenizer.json",
         "lm.safetensors",
+        "lm_best.safetensors",
         "lm_loss.png",
         "corpus.tokens",
     ] {

@@ -106,7 +106,35 @@ pub const READERS: &[Reader] = &[
         semantic: Some(gguf_field),
         read: read_gguf,
     },
+    Reader {
+        name: "model yaml",
+        file_name: "model.yaml",
+        header_span: 0,
+        semantic: None,
+        read: read_model_yaml,
+    },
+    Reader {
+        name: "data.yaml",
+        file_name: "data.yaml",
+        header_span: 0,
+        semantic: None,
+        read: read_data_yaml,
+    },
 ];
+
+/// A YOLO definition, built into a network (its numbers size the allocations).
+fn read_model_yaml(p: &Path) -> Result<()> {
+    use rusting_brain::models::yolo::{YoloConfig, YoloModel};
+    let config = YoloConfig::from_file(p, None)?;
+    YoloModel::build(&config, Vec::new(), false, &mut rusting_brain::Generator::new(0)).map(drop)
+}
+
+/// A dataset definition and its validation split's images and labels.
+fn read_data_yaml(p: &Path) -> Result<()> {
+    use rusting_brain::data::yolo::{DataConfig, YoloDataset};
+    let config = DataConfig::load(p)?;
+    YoloDataset::load(&config, "val").map(drop)
+}
 
 pub fn by_name(name: &str) -> Option<&'static Reader> {
     READERS.iter().find(|r| r.name == name)

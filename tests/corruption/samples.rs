@@ -65,6 +65,15 @@ pub fn sample(reader: &str) -> Sample {
         "pt" => Sample::alone(fixture("torch/tiny_checkpoint.pt")),
         "onnx" => Sample::alone(onnx()),
         "gguf" => Sample::alone(fixture("gguf/tiny_llama.gguf")),
+        "model yaml" => Sample::alone(MODEL_YAML.as_bytes().to_vec()),
+        "data.yaml" => Sample {
+            valid: b"path: .\ntrain: val.txt\nval: val.txt\nnames: [thing, other]\n".to_vec(),
+            siblings: vec![
+                ("val.txt", b"./a.png\n".to_vec()),
+                ("a.png", png_8x8()),
+                ("a.txt", b"0 0.5 0.5 0.25 0.25\n1 0.2 0.3 0.1 0.1\n".to_vec()),
+            ],
+        },
         other => panic!("no sample for reader {other:?}"),
     }
 }
@@ -286,4 +295,36 @@ fn onnx() -> Vec<u8> {
         ],
     };
     model.encode_to_vec()
+}
+
+/// A YOLO11-style definition at a quarter width: every kind of block, quick to build.
+pub const MODEL_YAML: &str = "nc: 3
+scales:
+  n: [0.50, 0.25, 1024]
+backbone:
+  - [-1, 1, Conv, [64, 3, 2]]
+  - [-1, 1, Conv, [128, 3, 2]]
+  - [-1, 2, C3k2, [256, False, 0.25]]
+  - [-1, 1, Conv, [256, 3, 2]]
+  - [-1, 2, C3k2, [256, True]]
+  - [-1, 1, Conv, [256, 3, 2]]
+  - [-1, 1, SPPF, [256, 5]]
+  - [-1, 2, C2PSA, [256]]
+head:
+  - [-1, 1, nn.Upsample, [None, 2, 'nearest']]
+  - [[-1, 4], 1, Concat, [1]]
+  - [-1, 2, C3k2, [128, False]]
+  - [-1, 1, Conv, [128, 3, 2]]
+  - [[-1, 7], 1, Concat, [1]]
+  - [-1, 2, C2f, [256, True]]
+  - [[2, 10, 13], 1, Detect, [nc]]
+";
+
+/// An 8x8 PNG, the image a dataset sample's label belongs to.
+fn png_8x8() -> Vec<u8> {
+    let mut bytes = Vec::new();
+    image::RgbImage::from_pixel(8, 8, image::Rgb([100, 50, 25]))
+        .write_to(&mut std::io::Cursor::new(&mut bytes), image::ImageFormat::Png)
+        .unwrap();
+    bytes
 }

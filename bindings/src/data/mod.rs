@@ -8,7 +8,7 @@ mod yolo;
 pub use loader::{Batch, Loader};
 pub use yolo::ImageDataset;
 
-use crate::error::{guard, RhaiResult};
+use crate::error::{guard, runtime_error, RhaiResult};
 use crate::help::Api;
 use crate::options::Options;
 use rhai::{Array, Dynamic, Engine, Map, Module, FLOAT, INT};
@@ -87,7 +87,8 @@ pub fn register(engine: &mut Engine) {
             "let ds = data::spirals(300, #{ noise: 0.02, seed: 1 });",
             spirals,
         );
-        api.func("csv", "data::csv(path, label_column) -> Dataset", "A CSV file with a header; the label column holds class names, the rest numeric features.", "io::write_text(\"iris.csv\", \"sepal,petal,species\\n5.1,1.4,setosa\\n7.0,4.7,versicolor\\n\"); let ds = data::csv(\"iris.csv\", \"species\");", |p: &str, label: &str| guard(|| Dataset::from_csv(p, label)));
+        api.func("csv", "data::csv(path, label_column) -> Dataset", "A CSV file with a header; the label column holds class names, the rest numeric features (an empty cell is NaN, with a warning).", "io::write_text(\"iris.csv\", \"sepal,petal,species\\n5.1,1.4,setosa\\n7.0,4.7,versicolor\\n\"); let ds = data::csv(\"iris.csv\", \"species\");", |p: &str, label: &str| guard(|| Dataset::from_csv(p, label)));
+        api.func("csv", "data::csv(path, label_column, #{ task, missing, delimiter }) -> Dataset", "data::csv with options: task \"classification\" (the default: labels are class names) or \"regression\" (labels are numbers, f32 targets); missing \"nan\" (the default, as pandas) or \"error\" for empty cells; delimiter a one-character string (default \",\").", "io::write_text(\"house.csv\", \"rooms,area,price\\n3,70,210.5\\n4,95,260\\n\"); let ds = data::csv(\"house.csv\", \"price\", #{ task: \"regression\" });", csv_with_options);
         api.func(
             "npy",
             "data::npy(features_path, targets_path) -> Dataset",
@@ -155,4 +156,40 @@ pub fn register(engine: &mut Engine) {
         yolo::register(&mut api);
     }
     engine.register_static_module("data", module.into());
+}
+
+/// `data::csv(path, label, #{ task, missing, delimiter })`.
+fn csv_with_options(path: &str, label: &str, opts: Map) -> RhaiResult<Dataset> {
+    use rusting_brain::data::csv::{read_csv, CsvOptions};
+    const WHAT: &str = "data::csv";
+    let o = Options::new(WHAT, opts, &["task", "missing", "delimiter"])?;
+    let mut options = match o.string("task")?.as_deref() {
+        None | Some("classification") => CsvOptions::classification(label),
+        Some("regression") => CsvOptions::regression(label),
+        Some(other) => {
+            return Err(runtime_error(format!(
+                "{WHAT}: task {other:?} is not one of \"classification\", \"regression\""
+            )))
+        }
+    };
+    options.empty_is_nan = match o.string("missing")?.as_deref() {
+        None | Some("nan") => true,
+        Some("error") => false,
+        Some(other) => {
+            return Err(runtime_error(format!(
+                "{WHAT}: missing {other:?} is not one of \"nan\", \"error\""
+            )))
+        }
+    };
+    if let Some(d) = o.string("delimiter")? {
+        options.delimiter = match d.as_bytes() {
+            [b] => *b,
+            _ => {
+                return Err(runtime_error(format!(
+                    "{WHAT}: delimiter {d:?} must be one ASCII character"
+                )))
+            }
+        };
+    }
+    guard(|| read_csv(path, &options))
 }

@@ -93,7 +93,7 @@ pub fn save_pretrained(m: &mut Lm, dir: &str, opts: Map) -> RhaiResult<String> {
     let o = Options::new(
         "save_pretrained",
         opts,
-        &["tokenizer", "max_shard_size", "bos_id", "eos_id"],
+        &["tokenizer", "max_shard_size", "bos_id", "eos_id", "chat_template"],
     )?;
     let tokenizer = match o.get("tokenizer") {
         Some(v) => Some(v.clone().try_cast::<Tokenizer>().ok_or_else(|| {
@@ -120,11 +120,13 @@ pub fn save_pretrained(m: &mut Lm, dir: &str, opts: Map) -> RhaiResult<String> {
             }),
         }
     };
+    let chat_template = o.string("chat_template")?;
     let options = PretrainedOptions {
         max_shard_size,
         tokenizer: tokenizer.as_ref(),
         bos_id: id("bos_id")?,
         eos_id: id("eos_id")?,
+        chat_template: chat_template.as_deref(),
     };
     guard(|| pretrained::save_pretrained(&m.lock(), dir, &options))?;
     Ok(dir.to_string())

@@ -86,5 +86,10 @@ pub fn export_gguf(m: &mut Lm, path: &str, opts: Map) -> RhaiResult<Map> {
         .map(|(name, t)| Dynamic::from(format!("{name}: {t}")))
         .collect();
     out.insert("fallbacks".into(), fallbacks.into());
+    for w in &report.warnings {
+        eprintln!("WARNING {w}");
+    }
+    let warnings: Array = report.warnings.into_iter().map(Dynamic::from).collect();
+    out.insert("warnings".into(), warnings.into());
     Ok(out)
 }

@@ -69,7 +69,7 @@ pub fn register(engine: &mut Engine) {
         );
         api.method(
             "export_gguf",
-            "model.export_gguf(path, #{ dtype, tokenizer, name }) -> #{ path, tensor_types, fallbacks }",
+            "model.export_gguf(path, #{ dtype, tokenizer, name }) -> #{ path, tensor_types, fallbacks, warnings }",
             "Writes the model as a llama.cpp GGUF file (llama architecture) with an optional byte-level BPE tokenizer. dtype: \"f16\" (default), \"bf16\", \"f32\", \"q8_0\", \"q4_0\" or \"q4_k\"; norms stay F32, and rows that are not whole blocks fall back as llama-quantize does (Q4_K to Q5_0, then F16).",
             with_tokenizer_and_lm!("let r = model.export_gguf(\"out/lm.gguf\", #{ dtype: \"q8_0\", tokenizer: tok }); print(r.tensor_types);"),
             gguf::export_gguf,
@@ -162,8 +162,8 @@ pub fn register(engine: &mut Engine) {
         );
         api.method(
             "save_pretrained",
-            "model.save_pretrained(dir, #{ tokenizer, max_shard_size, bos_id, eos_id }) -> dir",
-            "Like save_pretrained(dir), with tokenizer.json written beside the weights (its end-of-text token is the eos id unless eos_id is given) and the weights split into model-00001-of-0000N.safetensors shards with model.safetensors.index.json above max_shard_size (bytes or \"5GB\", \"200MiB\"; default 5GB).",
+            "model.save_pretrained(dir, #{ tokenizer, max_shard_size, bos_id, eos_id, chat_template }) -> dir",
+            "Like save_pretrained(dir), with tokenizer.json and tokenizer_config.json written beside the weights (the end-of-text token is the eos id unless eos_id is given; chat_template, e.g. a GGUF's, goes into tokenizer_config.json for apply_chat_template) and the weights split into model-00001-of-0000N.safetensors shards with model.safetensors.index.json above max_shard_size (bytes or \"5GB\", \"200MiB\"; default 5GB).",
             with_tokenizer_and_lm!("model.save_pretrained(\"out/hf\", #{ tokenizer: tok, max_shard_size: \"10KB\" }); let back = lm::load_pretrained(\"out/hf\");"),
             checkpoint::save_pretrained,
         );

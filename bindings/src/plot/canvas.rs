@@ -48,6 +48,47 @@ pub(crate) trait Body {
     fn tick_names(&self) -> Option<(&[String], &[String])> {
         None
     }
+
+    /// The data points, for placing the legend where it hides the fewest of them.
+    fn points(&self) -> Vec<(f64, f64)> {
+        Vec::new()
+    }
+}
+
+/// The corner of the plot whose quarter (a box of a third of each axis) holds the fewest of
+/// `points` (on the axes' scales: `log_y` compares logarithms); the upper right on a tie.
+pub(crate) fn emptiest_corner(points: &[(f64, f64)], x: &Range<f64>, y: &Range<f64>, log_y: bool) -> SeriesLabelPosition {
+    let scale = |v: f64| if log_y { v.max(f64::MIN_POSITIVE).ln() } else { v };
+    let (y0, y1) = (scale(y.start), scale(y.end));
+    let frac = |v: f64, lo: f64, hi: f64| if hi > lo { (v - lo) / (hi - lo) } else { 0.5 };
+    let corners = [
+        (SeriesLabelPosition::UpperRight, true, true),
+        (SeriesLabelPosition::UpperLeft, false, true),
+        (SeriesLabelPosition::LowerRight, true, false),
+        (SeriesLabelPosition::LowerLeft, false, false),
+    ];
+    let hidden = |right: bool, upper: bool| {
+        points
+            .iter()
+            .filter(|&&(px, py)| {
+                let (fx, fy) = (frac(px, x.start, x.end), frac(scale(py), y0, y1));
+                (if right { fx >= 2.0 / 3.0 } else { fx <= 1.0 / 3.0 })
+                    && (if upper { fy >= 2.0 / 3.0 } else { fy <= 1.0 / 3.0 })
+            })
+            .count()
+    };
+    corners
+        .into_iter()
+        .min_by_key(|&(_, right, upper)| hidden(right, upper))
+        .map_or(SeriesLabelPosition::UpperRight, |(p, _, _)| p)
+}
+
+/// The title's font size: 24 pixels, smaller for a title too long for the width (about 0.55
+/// of the size per character in the embedded sans-serif), never below 11.
+pub(crate) fn title_size(title: &str, width: u32) -> u32 {
+    let chars = title.chars().count().max(1) as f64;
+    let fits = (width.saturating_sub(32) as f64 / (0.55 * chars)).floor() as u32;
+    fits.clamp(11, 24)
 }
 
 /// Pixels left of the plot for the y tick labels and the axis name: wide enough for the
@@ -88,20 +129,21 @@ pub(crate) fn render(
         .x_label_area_size(if opts.xlabel.is_some() { 48 } else { 32 })
         .y_label_area_size(y_label_area(opts, body));
     if let Some(title) = &opts.title {
-        builder.caption(title, ("sans-serif", 24));
+        builder.caption(title, ("sans-serif", title_size(title, opts.width)));
     }
     let x = padded(x, false);
     let y = padded(y, opts.log_y);
+    let corner = emptiest_corner(&body.points(), &x, &y, opts.log_y);
     let drawn = if opts.log_y {
         let chart = builder.build_cartesian_2d(x, y.log_scale());
         chart
             .map_err(|e| e.to_string())
-            .and_then(|mut c| finish(&mut c, opts, body))
+            .and_then(|mut c| finish(&mut c, opts, body, corner))
     } else {
         let chart = builder.build_cartesian_2d(x, y);
         chart
             .map_err(|e| e.to_string())
-            .and_then(|mut c| finish(&mut c, opts, body))
+            .and_then(|mut c| finish(&mut c, opts, body, corner))
     };
     drawn.map_err(draw_error)?;
     root.present().map_err(|e| draw_error(e.to_string()))?;
@@ -114,6 +156,7 @@ fn finish<'a, DB, Y>(
     chart: &mut Chart<'a, DB, Y>,
     opts: &PlotOptions,
     body: &impl Body,
+    legend_corner: SeriesLabelPosition,
 ) -> Result<(), String>
 where
     DB: DrawingBackend + 'a,
@@ -148,7 +191,7 @@ where
     if body.has_legend() {
         chart
             .configure_series_labels()
-            .position(SeriesLabelPosition::UpperRight)
+            .position(legend_corner)
             .background_style(WHITE.mix(0.85))
             .border_style(BLACK.mix(0.4))
             .label_font(("sans-serif", 14))

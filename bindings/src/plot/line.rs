@@ -160,6 +160,11 @@ impl Body for Lines {
     fn has_legend(&self) -> bool {
         self.traces.len() > 1
     }
+
+    fn points(&self) -> Vec<(f64, f64)> {
+        let t = self.traces.iter();
+        t.flat_map(|t| t.segments.iter().flatten().copied()).collect()
+    }
 }
 
 fn legend_mark(x: i32, y: i32, c: RGBColor) -> PathElement<(i32, i32)> {

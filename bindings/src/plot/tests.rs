@@ -515,3 +515,25 @@ fn confusion_matrix_plot_rejects_bad_options_and_shapes_clearly() {
     let e = script_error(&engine(), r#"plot::confusion_matrix([1, 2], "cm.png")"#);
     assert!(e.contains("cm must be a tensor"), "{e}");
 }
+
+/// A loss curve falls from the upper left to the lower right and a baseline runs along the top:
+/// the legend goes to the lower left, the corner that hides none of them.
+#[test]
+fn the_legend_goes_to_the_corner_with_the_fewest_points() {
+    use super::canvas::emptiest_corner;
+    use plotters::prelude::SeriesLabelPosition;
+    let mut points: Vec<(f64, f64)> = (0..50).map(|i| (i as f64, 5.0 - 0.08 * i as f64)).collect();
+    points.extend((0..50).map(|i| (i as f64, 5.0)));
+    let corner = emptiest_corner(&points, &(0.0..49.0), &(1.0..5.0), false);
+    assert!(matches!(corner, SeriesLabelPosition::LowerLeft), "{corner:?}");
+}
+
+/// A long title shrinks to fit the width instead of running off both edges.
+#[test]
+fn a_long_title_gets_a_smaller_font() {
+    use super::canvas::title_size;
+    assert_eq!(title_size("loss", 800), 24);
+    let long = "language model on a corpus with a very long folder name (small, 2000 steps)";
+    let size = title_size(long, 800);
+    assert!(size < 24 && size as f64 * 0.55 * long.len() as f64 <= 800.0 - 32.0, "{size}");
+}

@@ -7,8 +7,9 @@ use std::time::{Duration, Instant};
 
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
-/// A plain line is printed at least this often, even between 10% steps.
-const LINE_INTERVAL: Duration = Duration::from_secs(10);
+/// Plain lines (a log, a pipe) come this often while a bar runs, and once when it ends, as
+/// tqdm's and ultralytics' logs do: short epochs make one line each, not one per tenth.
+const LINE_INTERVAL: Duration = Duration::from_secs(15);
 
 /// A progress bar over `total` steps. Clones share the same bar.
 #[derive(Clone)]
@@ -34,7 +35,6 @@ enum Sink {
     Terminal(ProgressBar),
     Lines {
         out: Box<dyn Write + Send>,
-        printed_tenths: u64,
         printed_at: Instant,
         printed_done: Option<u64>,
     },
@@ -64,7 +64,6 @@ impl Progress {
     pub fn with_writer(total: u64, label: &str, out: Box<dyn Write + Send>) -> Progress {
         let sink = Sink::Lines {
             out,
-            printed_tenths: 0,
             printed_at: Instant::now(),
             printed_done: None,
         };
@@ -93,12 +92,11 @@ impl Progress {
         match &mut s.sink {
             Sink::Terminal(bar) => bar.reset(),
             Sink::Lines {
-                printed_tenths,
                 printed_at,
                 printed_done,
                 ..
             } => {
-                (*printed_tenths, *printed_at, *printed_done) = (0, Instant::now(), None);
+                (*printed_at, *printed_done) = (Instant::now(), None);
             }
         }
     }
@@ -122,15 +120,12 @@ impl Progress {
             Sink::Terminal(bar) => bar.set_position(counts.done),
             Sink::Lines {
                 out,
-                printed_tenths,
                 printed_at,
                 printed_done,
             } => {
-                let tenths = counts.done * 10 / counts.total.max(1);
-                if tenths > *printed_tenths || printed_at.elapsed() >= LINE_INTERVAL {
+                if printed_at.elapsed() >= LINE_INTERVAL {
                     let _ = writeln!(out, "{}", status_line(counts));
-                    (*printed_tenths, *printed_at, *printed_done) =
-                        (tenths, Instant::now(), Some(counts.done));
+                    (*printed_at, *printed_done) = (Instant::now(), Some(counts.done));
                 }
             }
         }
@@ -242,7 +237,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn plain_lines_come_every_tenth_with_rate_eta_and_message() {
+    fn a_short_bar_prints_one_line_when_it_ends_with_rate_and_message() {
         let out = Captured::default();
         let bar = Progress::with_writer(100, "train", Box::new(out.clone()));
         bar.set_message("loss 0.12345678");
@@ -251,21 +246,33 @@ mod tests {
         }
         bar.finish();
         let lines = out.lines();
-        assert_eq!(
-            lines.len(),
-            10,
-            "one line per 10%, none repeated by finish: {lines:?}"
-        );
-        let half = &lines[4];
-        assert!(half.starts_with("train  50/100 (50%)  "), "{half}");
+        assert_eq!(lines.len(), 1, "one line for a short bar: {lines:?}");
+        let last = &lines[0];
         assert!(
-            half.contains(" it/s  ETA ") && half.ends_with("  loss 0.1235"),
-            "{half}"
-        );
-        let last = &lines[9];
-        assert!(
-            last.starts_with("train  100/100 (100%)  ") && last.contains("  done in "),
+            last.starts_with("train  100/100 (100%)  ")
+                && last.contains(" it/s  done in ")
+                && last.ends_with("  loss 0.1235"),
             "{last}"
+        );
+    }
+
+    #[test]
+    fn a_long_bar_prints_a_line_each_interval_with_its_eta() {
+        let out = Captured::default();
+        let bar = Progress::with_writer(100, "train", Box::new(out.clone()));
+        bar.inc(49);
+        // As if the interval had passed since the bar started.
+        if let Sink::Lines { printed_at, .. } = &mut bar.lock().sink {
+            *printed_at -= LINE_INTERVAL;
+        }
+        bar.inc(1);
+        bar.inc(1);
+        let lines = out.lines();
+        assert_eq!(lines.len(), 1, "{lines:?}");
+        assert!(
+            lines[0].starts_with("train  50/100 (50%)  ") && lines[0].contains(" it/s  ETA "),
+            "{}",
+            lines[0]
         );
     }
 

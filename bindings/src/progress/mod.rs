@@ -1,7 +1,7 @@
 //! Progress bars for long loops.
 //!
 //! On a terminal the bar is drawn by indicatif; otherwise (logs, pipes, notebooks) it prints
-//! a plain line every 10% or every 10 seconds:
+//! a plain line when it ends and every 15 seconds while it runs:
 //! `train  50/100 (50%)  12.3 it/s  ETA 4s  loss 0.123`.
 //!
 //! In Rhai, `progress(range, label)` is iterable and a handle at once:
@@ -19,7 +19,7 @@ mod bar;
 #[cfg(test)]
 mod captured;
 mod iter;
-mod short_numbers;
+pub(crate) mod short_numbers;
 
 pub use bar::Progress;
 pub use iter::{print_line, ProgressIter, ScriptProgress};

@@ -2,20 +2,26 @@
 //! `loss 2.3025850929940455`): a script writes `progress_message(`loss ${loss}`)` and Rhai
 //! interpolates every digit of the f64.
 
-/// `x` with 4 significant digits, as C's and Python's `%.4g`: fixed notation for exponents
-/// from -4 to 3, scientific otherwise, trailing zeros dropped.
+/// `x` with 4 significant digits (`sig(x, 4)`).
 pub fn sig4(x: f64) -> String {
+    sig(x, 4)
+}
+
+/// `x` with `digits` significant digits (at least 1), as C's and Python's `%.{digits}g`: fixed
+/// notation for exponents from -4 to digits - 1, scientific otherwise, trailing zeros dropped.
+pub fn sig(x: f64, digits: usize) -> String {
     if !x.is_finite() || x == 0.0 {
         return x.to_string();
     }
-    // `{:.3e}` rounds to 4 significant digits and says where the point went.
-    let sci = format!("{x:.3e}");
+    let digits = digits.clamp(1, 17);
+    // `{:.Ne}` rounds to N + 1 significant digits and says where the point went.
+    let sci = format!("{x:.*e}", digits - 1);
     let Some((mantissa, exp)) = sci.split_once('e') else {
         return sci;
     };
     let exp: i32 = exp.parse().unwrap_or(0);
-    if (-4..4).contains(&exp) {
-        trim_zeros(format!("{x:.*}", (3 - exp) as usize))
+    if (-4..digits as i32).contains(&exp) {
+        trim_zeros(format!("{x:.*}", (digits as i32 - 1 - exp) as usize))
     } else {
         format!("{}e{exp}", trim_zeros(mantissa.to_string()))
     }
@@ -113,6 +119,21 @@ mod tests {
         ];
         for (x, text) in cases {
             assert_eq!(sig4(x), text, "{x}");
+        }
+    }
+
+    #[test]
+    fn other_digit_counts_round_like_percent_g() {
+        let cases = [
+            (3.353421449661255, 2, "3.4"),
+            (3.353421449661255, 6, "3.35342"),
+            (123456.0, 3, "1.23e5"),
+            (123456.0, 6, "123456"),
+            (0.00012345, 1, "0.0001"),
+            (7.0, 0, "7"),
+        ];
+        for (x, digits, text) in cases {
+            assert_eq!(sig(x, digits), text, "{x} to {digits}");
         }
     }
 

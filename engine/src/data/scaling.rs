@@ -2,7 +2,7 @@
 //! and one-hot encoding of class ids.
 
 use super::Dataset;
-use crate::{DType, Error, Result, Tensor};
+use crate::{no_grad, DType, Error, Result, Tensor};
 
 /// Per-column mean and standard deviation, fitted on one dataset (the training split) and then
 /// applied unchanged to others, so the test split never leaks into the statistics.
@@ -98,8 +98,9 @@ impl Standardizer {
     }
 }
 
-/// Class ids (any shape, integer dtype) to f32 one-hot rows of width `classes`; the output
-/// shape is the input's with `classes` appended.
+/// Class ids (any shape, integer dtype) to one-hot rows of width `classes`, as
+/// `torch.nn.functional.one_hot`: I64, on the ids' device, the output shape the input's with
+/// `classes` appended. An id outside `0..classes` is an error naming the first such target.
 pub fn one_hot(targets: &Tensor, classes: usize) -> Result<Tensor> {
     if !targets.dtype().is_int() {
         return Err(Error::UnsupportedDType {
@@ -108,24 +109,26 @@ pub fn one_hot(targets: &Tensor, classes: usize) -> Result<Tensor> {
             detail: ": class ids must be integers".into(),
         });
     }
-    let ids = targets.to_vec::<i64>()?;
-    let len = ids
-        .len()
-        .checked_mul(classes)
-        .ok_or_else(|| Error::invalid("one_hot", "output size overflows"))?;
-    let mut out = vec![0f32; len];
-    for (row, &c) in ids.iter().enumerate() {
-        if c < 0 || c as u64 >= classes as u64 {
+    let ids = no_grad(|| targets.to_dtype(DType::I64))?;
+    if ids.numel() > 0 {
+        let (lo, hi) = (ids.min()?.item()?, ids.max()?.item()?);
+        if lo < 0.0 || hi >= classes as f64 {
+            let host = ids.to_vec::<i64>()?;
+            let (row, c) = host
+                .iter()
+                .enumerate()
+                .find(|(_, &c)| c < 0 || c as u64 >= classes as u64)
+                .map_or((0, lo as i64), |(r, &c)| (r, c));
             return Err(Error::invalid(
                 "one_hot",
                 format!("target {row} is class {c}, outside 0..{classes}"),
             ));
         }
-        out[row * classes + c as usize] = 1.0;
     }
-    let mut shape = targets.shape().to_vec();
-    shape.push(classes);
-    Tensor::from_vec(out, &shape)
+    // Each id against 0..classes: the comparison's shape is the output's, allocated as every
+    // op's output is (an error, not an abort, when it does not fit).
+    let all = Tensor::arange(0.0, classes as f64, 1.0, DType::I64)?.to_device(ids.device())?;
+    no_grad(|| ids.unsqueeze(-1)?.eq(&all)?.to_dtype(DType::I64))
 }
 
 #[cfg(test)]
@@ -193,11 +196,8 @@ mod tests {
         let y = Tensor::from_vec(vec![2i64, 0, 1], &[3]).unwrap();
         let h = one_hot(&y, 3).unwrap();
         assert_eq!(h.shape(), &[3, 3]);
-        assert_eq!(h.dtype(), DType::F32);
-        assert_eq!(
-            h.to_vec::<f32>().unwrap(),
-            [0., 0., 1., 1., 0., 0., 0., 1., 0.]
-        );
+        assert_eq!(h.dtype(), DType::I64, "as PyTorch's one_hot");
+        assert_eq!(h.to_vec::<i64>().unwrap(), [0, 0, 1, 1, 0, 0, 0, 1, 0]);
     }
 
     #[test]

@@ -15,9 +15,11 @@ use super::temp_file::TempFile;
 use crate::backend::{CpuStorage, Storage};
 use crate::{no_grad, Device, Error, Result, Tensor};
 use header::{engine_dtype, file_dtype};
+use safetensors::tensor::{Metadata, TensorInfo};
 use safetensors::{Dtype, SafeTensors, View};
 use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap};
+use std::io::Write;
 use std::path::Path;
 
 /// A loaded file: its tensors by name and its `__metadata__` string map (empty when absent).
@@ -118,7 +120,9 @@ fn crate_error(e: safetensors::SafeTensorError) -> Error {
 
 // ----- writing -----
 
-/// Writes `tensors` (made contiguous, on the CPU) and optional metadata to `path`, atomically.
+/// Writes `tensors` (made contiguous, on the CPU) and optional metadata to `path`, atomically:
+/// through our own temp file (which a later save removes if this one is killed), with the mode
+/// any new file gets (the umask's), and synced before the rename.
 pub fn save<T: NamedTensors + ?Sized>(
     path: impl AsRef<Path>,
     tensors: &T,
@@ -127,14 +131,55 @@ pub fn save<T: NamedTensors + ?Sized>(
     let path = path.as_ref();
     let views = prepare(tensors)?;
     let tmp = TempFile::beside(path);
-    safetensors::serialize_to_file(views, metadata, tmp.path()).map_err(crate_error)?;
-    sync_file(tmp.path())?;
+    let file = std::fs::File::create(tmp.path()).map_err(|e| Error::io(tmp.path(), e))?;
+    let mut out = std::io::BufWriter::with_capacity(1 << 20, file);
+    write_to(&mut out, views, metadata)
+        .and_then(|()| out.flush())
+        .map_err(|e| Error::io(tmp.path(), e))?;
+    let file = out.into_inner().map_err(|e| Error::io(tmp.path(), e.into_error()))?;
+    file.sync_all().map_err(|e| Error::io(tmp.path(), e))?;
+    drop(file);
     tmp.persist(path)?;
     // Persist the rename itself; not every platform lets a directory be opened, so best effort.
     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
         if let Ok(d) = std::fs::File::open(dir) {
             let _ = d.sync_all();
         }
+    }
+    Ok(())
+}
+
+/// The safetensors layout, as the crate's `serialize` lays it out: the header's length (8
+/// bytes, little-endian), the header (the crate's `Metadata` as JSON, padded with spaces to a
+/// multiple of 8 bytes), then each tensor's bytes, larger dtypes first, then by name.
+fn write_to(
+    out: &mut impl Write,
+    mut views: Vec<(&str, TensorBytes)>,
+    metadata: Option<HashMap<String, String>>,
+) -> std::io::Result<()> {
+    views.sort_by(|(ln, l), (rn, r)| r.dtype.cmp(&l.dtype).then(ln.cmp(rn)));
+    let mut offset = 0;
+    let infos = views
+        .iter()
+        .map(|(name, v)| {
+            let n = v.data_len();
+            offset += n;
+            let info = TensorInfo {
+                dtype: v.dtype,
+                shape: v.shape().to_vec(),
+                data_offsets: (offset - n, offset),
+            };
+            (name.to_string(), info)
+        })
+        .collect();
+    let invalid = |e: String| std::io::Error::new(std::io::ErrorKind::InvalidInput, e);
+    let header = Metadata::new(metadata, infos).map_err(|e| invalid(e.to_string()))?;
+    let mut header = serde_json::to_vec(&header).map_err(|e| invalid(e.to_string()))?;
+    header.resize(header.len().next_multiple_of(8), b' ');
+    out.write_all(&(header.len() as u64).to_le_bytes())?;
+    out.write_all(&header)?;
+    for (_, v) in &views {
+        out.write_all(&v.data())?;
     }
     Ok(())
 }
@@ -209,8 +254,3 @@ fn le_bytes(s: &CpuStorage, r: std::ops::Range<usize>) -> Vec<u8> {
     }
 }
 
-fn sync_file(path: &Path) -> Result<()> {
-    std::fs::File::open(path)
-        .and_then(|f| f.sync_all())
-        .map_err(|e| Error::io(path, e))
-}

@@ -4,6 +4,7 @@
 
 use super::glob;
 use crate::{Error, Result};
+use std::collections::HashSet;
 use std::io::Read;
 use std::path::{Path, PathBuf};
 
@@ -28,27 +29,53 @@ pub fn collect_files(paths: &[PathBuf], extensions: &[String]) -> Result<Vec<Pat
 /// directory contributes the files below it that pass `filter`, skipping names that start with
 /// a dot (`.git`, editor files); a glob (`books/**/*.txt`) stands for what it matches, files
 /// filtered as a directory's. A missing path, or a glob that matches nothing, is an error.
+/// A file reached twice (named twice, or through a symbolic link) is taken once, where it was
+/// first reached, and a link back to a directory being walked is not followed again.
 pub fn collect(paths: &[PathBuf], filter: &FileFilter) -> Result<Vec<PathBuf>> {
-    let mut out = Vec::new();
+    let mut found = Found::default();
     for p in paths {
         if glob::is_glob(p) {
             for m in glob::expand(p)? {
                 if m.is_dir() {
-                    walk(&m, filter, &mut out)?;
+                    walk(&m, filter, &mut found)?;
                 } else if passes(&m, filter)? {
-                    out.push(m);
+                    found.file(m)?;
                 }
             }
             continue;
         }
         let meta = std::fs::metadata(p).map_err(|e| Error::io(p, e))?;
         if meta.is_dir() {
-            walk(p, filter, &mut out)?;
+            walk(p, filter, &mut found)?;
         } else {
-            out.push(p.clone());
+            found.file(p.clone())?;
         }
     }
-    Ok(out)
+    Ok(found.files)
+}
+
+/// The files found so far, and the real paths already taken or walked.
+#[derive(Default)]
+struct Found {
+    files: Vec<PathBuf>,
+    real_files: HashSet<PathBuf>,
+    real_dirs: HashSet<PathBuf>,
+}
+
+impl Found {
+    fn file(&mut self, path: PathBuf) -> Result<()> {
+        let real = std::fs::canonicalize(&path).map_err(|e| Error::io(&path, e))?;
+        if self.real_files.insert(real) {
+            self.files.push(path);
+        }
+        Ok(())
+    }
+
+    /// Whether `dir` is walked for the first time (false for a cycle or a second way in).
+    fn first_visit(&mut self, dir: &Path) -> Result<bool> {
+        let real = std::fs::canonicalize(dir).map_err(|e| Error::io(dir, e))?;
+        Ok(self.real_dirs.insert(real))
+    }
 }
 
 /// Whether a file's first 8 KiB hold no NUL byte and are valid UTF-8 (a character cut at the
@@ -84,7 +111,10 @@ fn passes(path: &Path, filter: &FileFilter) -> Result<bool> {
     }
 }
 
-fn walk(dir: &Path, filter: &FileFilter, out: &mut Vec<PathBuf>) -> Result<()> {
+fn walk(dir: &Path, filter: &FileFilter, found: &mut Found) -> Result<()> {
+    if !found.first_visit(dir)? {
+        return Ok(());
+    }
     let mut entries: Vec<PathBuf> = std::fs::read_dir(dir)
         .map_err(|e| Error::io(dir, e))?
         .map(|e| e.map(|e| e.path()).map_err(|e| Error::io(dir, e)))
@@ -99,9 +129,9 @@ fn walk(dir: &Path, filter: &FileFilter, out: &mut Vec<PathBuf>) -> Result<()> {
             continue;
         }
         if path.is_dir() {
-            walk(&path, filter, out)?;
+            walk(&path, filter, found)?;
         } else if passes(&path, filter)? {
-            out.push(path);
+            found.file(path)?;
         }
     }
     Ok(())
@@ -176,5 +206,25 @@ mod tests {
         let found = collect(&[dir.join("*.txt")], &FileFilter::Text).unwrap();
         assert_eq!(found, [dir.join("a.txt")]);
         assert!(collect(&[dir.join("*.pdf")], &FileFilter::Text).is_err());
+    }
+
+    /// A corpus folder with a link to one of its files and a link back to itself: every file
+    /// once, and the walk ends.
+    #[cfg(unix)]
+    #[test]
+    fn a_file_reached_through_links_is_taken_once_and_cycles_end() {
+        let root = tempfile::tempdir().unwrap();
+        let dir = root.path().join("corpus");
+        std::fs::create_dir_all(dir.join("sub")).unwrap();
+        std::fs::write(dir.join("a.txt"), "a").unwrap();
+        std::fs::write(dir.join("sub/b.txt"), "b").unwrap();
+        std::os::unix::fs::symlink(dir.join("a.txt"), dir.join("sub/link_to_a.txt")).unwrap();
+        std::os::unix::fs::symlink(&dir, dir.join("sub/loop")).unwrap();
+        let files = collect_files(&[dir.clone(), dir.join("a.txt")], &["txt".into()]).unwrap();
+        let names: Vec<_> = files
+            .iter()
+            .map(|f| f.strip_prefix(&dir).unwrap().to_string_lossy().into_owned())
+            .collect();
+        assert_eq!(names, ["a.txt", "sub/b.txt"]);
     }
 }

@@ -30,12 +30,72 @@ pub struct Pattern {
     regex: Option<Regex>,
 }
 
+/// A look-behind must have a bounded length: fancy-regex tries an unbounded one (`(?<=a+)b`)
+/// at every start position back to the text's beginning, which makes matching quadratic (a
+/// 100,000-character text took 15.7 s). No published split pattern has one.
+fn refuse_unbounded_lookbehind(p: &str) -> Result<()> {
+    use fancy_regex::{Expr, LookAround};
+    fn unbounded_lookbehind(e: &Expr) -> bool {
+        match e {
+            Expr::LookAround(inner, LookAround::LookBehind | LookAround::LookBehindNeg) => {
+                max_len(inner).is_none()
+            }
+            _ => e.children_iter().any(unbounded_lookbehind),
+        }
+    }
+    let Ok(tree) = Expr::parse_tree(p) else {
+        // Not a valid pattern: compiling it reports why.
+        return Ok(());
+    };
+    if unbounded_lookbehind(&tree.expr) {
+        return Err(Error::invalid(
+            "tokenizer",
+            format!(
+                "pattern {p:?} has a look-behind of unbounded length, which makes matching \
+                 quadratic in the text's length; a tokenizer split needs a bounded one"
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// The most characters `e` can match, or `None` when that is unbounded.
+fn max_len(e: &fancy_regex::Expr) -> Option<usize> {
+    use fancy_regex::Expr;
+    match e {
+        Expr::Empty | Expr::Assertion(_) | Expr::LookAround(..) | Expr::KeepOut => Some(0),
+        Expr::Any { .. } => Some(1),
+        Expr::GeneralNewline { .. } => Some(2),
+        Expr::Literal { val, .. } => Some(val.chars().count()),
+        Expr::LiteralBytes { bytes } => Some(bytes.len()),
+        Expr::Concat(items) => items.iter().try_fold(0usize, |n, x| n.checked_add(max_len(x)?)),
+        Expr::Alt(items) => items.iter().try_fold(0usize, |n, x| Some(n.max(max_len(x)?))),
+        Expr::Group(x) => max_len(x),
+        Expr::AtomicGroup(x) => max_len(x),
+        Expr::Repeat { child, hi, .. } if *hi != usize::MAX => max_len(child)?.checked_mul(*hi),
+        // A piece handed to the regex crate whole: bounded unless it repeats without a bound.
+        Expr::Delegate { inner, .. } => {
+            let open = inner.contains('*') || inner.contains('+') || inner.contains(",}");
+            (!open).then(|| inner.chars().count())
+        }
+        Expr::Conditional {
+            true_branch,
+            false_branch,
+            ..
+        } => Some(max_len(true_branch)?.max(max_len(false_branch)?)),
+        _ => None,
+    }
+}
+
 impl Pattern {
     pub fn new(source: PatternSource) -> Result<Self> {
         let regex = match &source {
-            PatternSource::Regex(p) => Some(Regex::new(p).map_err(|e| {
-                Error::invalid("tokenizer", format!("cannot compile pattern {p:?}: {e}"))
-            })?),
+            PatternSource::Regex(p) => {
+                refuse_unbounded_lookbehind(p)?;
+                Some(Regex::new(p).map_err(|e| {
+                    Error::invalid("tokenizer", format!("cannot compile pattern {p:?}: {e}"))
+                })?)
+            }
             PatternSource::Literal(_) => None,
         };
         Ok(Pattern { source, regex })
@@ -104,6 +164,17 @@ impl Pattern {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_unbounded_look_behind_is_refused_and_a_bounded_one_kept() {
+        for p in [r"(?<=a+)b", r"(?<!x*)y", r"(?<=(ab)+)c", r"(?<=a{2,})b"] {
+            let e = Pattern::regex(p).unwrap_err().to_string();
+            assert!(e.contains("unbounded length"), "{p}: {e}");
+        }
+        for p in [r"(?<=a)b", r"(?<=ab|c)d", r"(?<![0-9]{1,3})x", r"\s+(?!\S)", r"'s|\p{L}+"] {
+            assert!(Pattern::regex(p).is_ok(), "{p}");
+        }
+    }
 
     #[test]
     fn literal_replace_is_plain_and_takes_content_literally() {

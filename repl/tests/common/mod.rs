@@ -22,9 +22,12 @@ pub fn brain(dir: &tempfile::TempDir) -> Command {
 }
 
 /// Feeds `input` to a REPL on stdin and returns its output.
-/// A REPL session on the CPU (so printed tensors say `device=cpu` on a GPU machine too).
+/// A REPL session on the CPU (so printed tensors say `device=cpu` on a GPU machine too). Every
+/// session also saves its entries (`:save`) and checks that the script parses (`brain check`):
+/// what a session ran is a script that runs. The save's own line is left out of the output.
 pub fn repl_session(input: &str) -> Output {
     let dir = tempfile::tempdir().unwrap();
+    let saved = dir.path().join("session.rhai");
     let mut child = brain(&dir)
         .args(["--device", "cpu"])
         .stdin(Stdio::piped())
@@ -32,13 +35,28 @@ pub fn repl_session(input: &str) -> Output {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(input.as_bytes())
-        .unwrap();
-    child.wait_with_output().unwrap()
+    let mut stdin = child.stdin.take().unwrap();
+    stdin.write_all(input.as_bytes()).unwrap();
+    // A session that quits itself never reads this; it saves nothing and is not checked.
+    let _ = write!(stdin, "\n:save {}\n", saved.display());
+    drop(stdin);
+    let mut out = child.wait_with_output().unwrap();
+    let stdout = text(&out.stdout);
+    if let Some(cut) = stdout.trim_end().rfind('\n').map(|i| i + 1).or(Some(0)) {
+        if stdout[cut..].starts_with("saved ") {
+            out.stdout = stdout[..cut].as_bytes().to_vec();
+        }
+    }
+    if saved.exists() {
+        let check = brain(&dir).arg("check").arg(&saved).output().unwrap();
+        assert!(
+            check.status.success(),
+            "the saved session does not parse:\n{}\n{}",
+            std::fs::read_to_string(&saved).unwrap(),
+            text(&check.stderr)
+        );
+    }
+    out
 }
 
 pub fn text(bytes: &[u8]) -> String {

@@ -46,7 +46,7 @@ pub fn register(api: &mut Api) {
     api.func(
         "one_hot",
         "t.one_hot(classes) -> Tensor",
-        "Class ids (integers, any shape) as f32 one-hot rows of width classes; also one_hot(t, classes).",
+        "Class ids (integers, any shape) as int64 one-hot rows of width classes, on their device, as PyTorch's one_hot; also one_hot(t, classes).",
         "let y = tensor([0, 2, 1]); y.one_hot(3)",
         |t: &mut Tensor, classes: INT| {
             let classes = crate::convert::usize_of(classes, "one_hot: classes")?;

@@ -13,7 +13,7 @@
 
 use crate::{Error, Result};
 use std::path::{Component, Path, PathBuf};
-use yaml_rust2::{Yaml, YamlLoader};
+use yaml_rust2::Yaml;
 
 /// A parsed and resolved dataset YAML.
 #[derive(Clone, Debug, PartialEq)]
@@ -40,8 +40,8 @@ impl DataConfig {
     /// Parses YAML text as if read from `file` (which anchors relative paths).
     pub fn parse(text: &str, file: &Path) -> Result<DataConfig> {
         let err = |msg: String| Error::format("data yaml", format!("{}: {msg}", file.display()));
-        let docs =
-            YamlLoader::load_from_str(text).map_err(|e| err(format!("not valid YAML: {e}")))?;
+        let docs = crate::io::yaml::parse_untrusted(text)
+            .map_err(|e| err(format!("not valid YAML: {e}")))?;
         let doc = docs.into_iter().next().unwrap_or(Yaml::Null);
         let map = doc
             .as_hash()

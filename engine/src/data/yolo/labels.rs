@@ -134,7 +134,8 @@ pub fn image_files(paths: &[PathBuf]) -> Result<Vec<PathBuf>> {
     let mut found: Vec<String> = Vec::new();
     for p in paths {
         if p.is_dir() {
-            walk(p, &mut found, 0);
+            refuse_system_folder(p)?;
+            Walk::new(p).run(p, &mut found, 0)?;
         } else if p.is_file() {
             let bytes = std::fs::read(p).map_err(|e| Error::io(p, e))?;
             let text = String::from_utf8(bytes).map_err(|_| {
@@ -180,25 +181,88 @@ fn has_image_suffix(path: &str) -> bool {
         .is_some_and(|(_, ext)| IMG_FORMATS.contains(&ext.to_ascii_lowercase().as_str()))
 }
 
-/// `glob(dir/**/*.*, recursive=True)`: files and folders whose name has a dot, hidden names
-/// skipped. Depth is bounded so a symlink loop cannot recurse forever.
-fn walk(dir: &Path, out: &mut Vec<String>, depth: usize) {
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return;
+/// A split that resolves to the file system's root or to a kernel's folder (`/proc`, `/sys`,
+/// `/dev`) is a mistake (or a hostile file), and walking it would not end soon.
+fn refuse_system_folder(p: &Path) -> Result<()> {
+    let Ok(real) = std::fs::canonicalize(p) else {
+        return Ok(());
     };
-    for entry in entries.flatten() {
-        let name = entry.file_name();
-        let name = name.to_string_lossy();
-        if name.starts_with('.') {
-            continue;
+    let system = real.parent().is_none()
+        || ["/proc", "/sys", "/dev"].iter().any(|s| real.starts_with(s));
+    if system {
+        return Err(Error::format(
+            "yolo dataset",
+            format!(
+                "{} is {}, a system folder, not a dataset's images",
+                p.display(),
+                real.display()
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// Entries a split's folder may hold before the walk stops.
+const MAX_ENTRIES: usize = 10_000_000;
+
+/// `glob(dir/**/*.*, recursive=True)`: files and folders whose name has a dot, hidden names
+/// skipped. A linked folder is followed only when it leads inside the split's folder, each real
+/// folder is walked once (a link back up ends there), and depth and entries are bounded, so a
+/// split pointing at `/` or `/proc/self` ends with an error instead of walking forever.
+struct Walk {
+    root: Option<PathBuf>,
+    seen: std::collections::HashSet<PathBuf>,
+    entries: usize,
+    top: PathBuf,
+}
+
+impl Walk {
+    fn new(top: &Path) -> Walk {
+        Walk {
+            root: std::fs::canonicalize(top).ok(),
+            seen: std::collections::HashSet::new(),
+            entries: 0,
+            top: top.to_path_buf(),
         }
-        let path = entry.path();
-        if name.contains('.') {
-            out.push(path.to_string_lossy().into_owned());
+    }
+
+    fn run(&mut self, dir: &Path, out: &mut Vec<String>, depth: usize) -> Result<()> {
+        let Ok(real) = std::fs::canonicalize(dir) else {
+            return Ok(());
+        };
+        let inside = self.root.as_ref().is_some_and(|r| real.starts_with(r));
+        if !inside || !self.seen.insert(real) {
+            return Ok(());
         }
-        if depth < 64 && path.is_dir() {
-            walk(&path, out, depth + 1);
+        let Ok(entries) = std::fs::read_dir(dir) else {
+            return Ok(());
+        };
+        for entry in entries.flatten() {
+            self.entries += 1;
+            if self.entries > MAX_ENTRIES {
+                return Err(Error::format(
+                    "yolo dataset",
+                    format!(
+                        "{} holds more than {MAX_ENTRIES} files and folders; does the split point \
+                         at the dataset's images?",
+                        self.top.display()
+                    ),
+                ));
+            }
+            let name = entry.file_name();
+            let name = name.to_string_lossy();
+            if name.starts_with('.') {
+                continue;
+            }
+            let path = entry.path();
+            if name.contains('.') {
+                out.push(path.to_string_lossy().into_owned());
+            }
+            if depth < 64 && path.is_dir() {
+                self.run(&path, out, depth + 1)?;
+            }
         }
+        Ok(())
     }
 }
 

@@ -565,3 +565,23 @@ fn hwc_to_chw_splits_pixels_into_planes() {
         .collect();
     assert_eq!(planes, want);
 }
+
+/// A split folder holding links to `/`, to `/proc/self` and back to itself: the walk follows
+/// none of them out and none twice, ends, and finds the split's own images.
+#[cfg(unix)]
+#[test]
+fn links_out_of_the_split_and_back_into_it_are_not_walked() {
+    let dir = tempfile::tempdir().unwrap();
+    let split = dir.path().join("images/val");
+    write_image(&split.join("a.jpg"), 8, 8);
+    write_image(&split.join("sub/b.jpg"), 8, 8);
+    std::os::unix::fs::symlink("/", split.join("root")).unwrap();
+    std::os::unix::fs::symlink("/proc/self", split.join("self")).unwrap();
+    std::os::unix::fs::symlink(&split, split.join("sub/loop")).unwrap();
+    let files = image_files(&[split.clone()]).unwrap();
+    let names: Vec<_> = files
+        .iter()
+        .map(|f| f.strip_prefix(&split).unwrap().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(names, ["a.jpg", "sub/b.jpg"]);
+}

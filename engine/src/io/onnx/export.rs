@@ -37,6 +37,8 @@ pub struct OnnxGraph {
     inputs: Vec<ValueInfoProto>,
     outputs: Vec<ValueInfoProto>,
     counter: usize,
+    /// The model's `metadata_props`, in order.
+    metadata: Vec<(String, String)>,
 }
 
 /// The ONNX element type of graph inputs and outputs of `dtype`: token ids are I64, everything
@@ -85,7 +87,13 @@ impl OnnxGraph {
             inputs: Vec::new(),
             outputs: Vec::new(),
             counter: 0,
+            metadata: Vec::new(),
         }
+    }
+
+    /// A `metadata_props` entry of the model (ultralytics keeps its class names there).
+    pub fn metadata(&mut self, key: &str, value: impl Into<String>) {
+        self.metadata.push((key.into(), value.into()));
     }
 
     pub fn opset(&self) -> i64 {
@@ -238,7 +246,11 @@ impl OnnxGraph {
                 input: self.inputs,
                 output: self.outputs,
             }),
-            metadata_props: Vec::new(),
+            metadata_props: self
+                .metadata
+                .into_iter()
+                .map(|(key, value)| StringStringEntryProto { key, value })
+                .collect(),
         }
     }
 }

@@ -212,3 +212,34 @@ fn a_header_length_beyond_the_file_is_an_error() {
     }
     assert!(load_bytes(&raw_file("{}", &[])).unwrap().is_empty());
 }
+
+/// The file `save` streams through its own temp file is, byte for byte, what the crate's
+/// `serialize` lays out (mixed dtypes, metadata, a view).
+#[test]
+fn a_saved_file_is_the_crates_layout_byte_for_byte() {
+    let path = TempPath::new("layout");
+    let tensors = vec![
+        ("z.u8", sample(DType::U8)),
+        ("a.f32", sample(DType::F32)),
+        ("m.bf16", sample(DType::BF16).t().unwrap()),
+        ("b.i64", sample(DType::I64)),
+    ];
+    let meta = HashMap::from([("format".to_string(), "pt".to_string())]);
+    save(&path.0, &tensors, Some(meta.clone())).unwrap();
+    let written = std::fs::read(&path.0).unwrap();
+    assert!(written == save_bytes(&tensors, Some(meta)).unwrap());
+}
+
+/// Weights are readable by whoever may read the JSON beside them: a saved file gets the mode
+/// any new file gets (the umask's), not the 0600 of a private temp file.
+#[cfg(unix)]
+#[test]
+fn a_saved_file_has_the_mode_of_any_new_file() {
+    use std::os::unix::fs::PermissionsExt;
+    let path = TempPath::new("mode");
+    save(&path.0, &vec![("a", sample(DType::F32))], None).unwrap();
+    let plain = TempPath::new("plain");
+    std::fs::write(&plain.0, b"{}").unwrap();
+    let mode = |p: &PathBuf| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode(&path.0), mode(&plain.0));
+}

@@ -53,9 +53,27 @@ pub(super) struct Vm<'a> {
     stack: Vec<Id>,
     marks: Vec<usize>,
     memo: HashMap<u32, Id>,
+    /// Entries copied from one container into another (BUILD's attribute update, a state's
+    /// merge, a list turned into a set): bounded by the pickle's size, so a few bytes that
+    /// copy a state onto itself again and again cannot double it into gigabytes.
+    copied: usize,
 }
 
 impl<'a> Vm<'a> {
+    /// Counts `n` entries copied; an error once the copies outgrow the pickle's bytes.
+    pub(super) fn charge_copies(&mut self, n: usize) -> Step<()> {
+        self.copied = self.copied.saturating_add(n);
+        if self.copied > self.data.len() {
+            return Err(format!(
+                "the pickle copies more entries ({}) than its {} bytes could hold (an object's \
+                 state added to itself over and over?)",
+                self.copied,
+                self.data.len()
+            ));
+        }
+        Ok(())
+    }
+
     pub(super) fn new(data: &'a [u8], file: &'a str) -> Self {
         Vm {
             data,
@@ -65,6 +83,7 @@ impl<'a> Vm<'a> {
             stack: Vec::new(),
             marks: Vec::new(),
             memo: HashMap::new(),
+            copied: 0,
         }
     }
 

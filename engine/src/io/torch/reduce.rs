@@ -107,6 +107,7 @@ impl Vm<'_> {
                     if let (Node::Dict(_), Node::Dict(new)) = (&self.arena[old], &self.arena[state])
                     {
                         let new = new.clone();
+                        self.charge_copies(new.len())?;
                         if let Node::Dict(entries) = &mut self.arena[old] {
                             entries.extend(new);
                         }
@@ -238,6 +239,7 @@ impl Vm<'_> {
                 _ => return Ok(state),
             }
         }
+        self.charge_copies(merged.len())?;
         Ok(self.push_node(Node::Dict(merged)))
     }
 
@@ -283,7 +285,7 @@ impl Vm<'_> {
             .ok_or_else(|| format!("numpy scalar `{code}` with {} bytes", bytes.len()))
     }
 
-    fn dict_pairs(&self, items: Id) -> Step<Vec<(Id, Id)>> {
+    fn dict_pairs(&mut self, items: Id) -> Step<Vec<(Id, Id)>> {
         self.sequence(items)?
             .into_iter()
             .map(|pair| match self.sequence(pair)?.as_slice() {
@@ -294,11 +296,13 @@ impl Vm<'_> {
     }
 
     /// The items of a list, tuple or set node.
-    fn sequence(&self, id: Id) -> Step<Vec<Id>> {
-        match &self.arena[id] {
-            Node::List(v) | Node::Tuple(v) | Node::Set(v) => Ok(v.clone()),
-            other => Err(format!("expected a sequence, found a {}", node_kind(other))),
-        }
+    fn sequence(&mut self, id: Id) -> Step<Vec<Id>> {
+        let items = match &self.arena[id] {
+            Node::List(v) | Node::Tuple(v) | Node::Set(v) => v.clone(),
+            other => return Err(format!("expected a sequence, found a {}", node_kind(other))),
+        };
+        self.charge_copies(items.len())?;
+        Ok(items)
     }
 
     pub(super) fn usize_at(&self, id: Id) -> Step<usize> {
@@ -310,7 +314,7 @@ impl Vm<'_> {
         }
     }
 
-    fn usizes(&self, id: Id) -> Step<Vec<usize>> {
+    fn usizes(&mut self, id: Id) -> Step<Vec<usize>> {
         self.sequence(id)?
             .into_iter()
             .map(|i| self.usize_at(i))

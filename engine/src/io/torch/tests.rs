@@ -211,6 +211,20 @@ fn shared_reference_bomb_is_an_error() {
     assert!(e.contains("too many values"), "{e}");
 }
 
+/// An allowed object whose state is BUILT onto itself again and again: each 3-byte BUILD would
+/// double the state, 64 of them past 2^64 entries. The copies are bounded by the pickle's size.
+#[test]
+fn a_state_built_onto_itself_is_an_error_not_an_abort() {
+    // obj = argparse.Namespace(); state = {'a': 1}; BUILD(obj, state); then 64 x BUILD(state).
+    let mut p = b"\x80\x02cargparse\nNamespace\n)\x81q\x00}q\x01X\x01\x00\x00\x00aK\x01sb".to_vec();
+    for _ in 0..64 {
+        p.extend_from_slice(b"h\x01b");
+    }
+    p.push(b'.');
+    let e = err(&p);
+    assert!(e.contains("copies more entries"), "{e}");
+}
+
 #[test]
 fn not_a_torch_file() {
     let e = load_pt_bytes(b"GIF89a", "x.pt").unwrap_err().to_string();

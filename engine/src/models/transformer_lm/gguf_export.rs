@@ -104,6 +104,8 @@ pub struct GgufExport {
     pub tensor_types: BTreeMap<String, usize>,
     /// 2-d weights stored in another type than asked: (GGUF name, the type used).
     pub fallbacks: Vec<(String, String)>,
+    /// What a reader of the file should know (no tokenizer written).
+    pub warnings: Vec<String>,
 }
 
 /// The type a tensor of row-major `shape` is stored in when `asked` is wanted.
@@ -189,12 +191,24 @@ pub fn export_gguf(
     for (k, v) in hyperparameters(model, options)? {
         w.add(&k, v)?;
     }
-    if let Some(tok) = tokenizer {
-        for (k, v) in tokenizer_metadata(tok, c.vocab_size)? {
-            w.add(&k, v)?;
+    let mut report = GgufExport::default();
+    match tokenizer {
+        Some(tok) => {
+            for (k, v) in tokenizer_metadata(tok, c.vocab_size)? {
+                w.add(&k, v)?;
+            }
+        }
+        // llama.cpp refuses a file without the key; "none" is its model for a file that
+        // carries no vocabulary.
+        None => {
+            w.add("tokenizer.ggml.model", Value::String("none".into()))?;
+            report.warnings.push(
+                "no tokenizer given: the file says tokenizer.ggml.model \"none\", so llama.cpp \
+                 loads the weights but cannot encode text; pass #{ tokenizer: tok } to include it"
+                    .into(),
+            );
         }
     }
-    let mut report = GgufExport::default();
     let state: BTreeMap<String, Tensor> = model.dense_state()?.into_iter().collect();
     // llama.cpp expects the embedding first and the layers in order; BTreeMap order would put
     // blk.10 before blk.2, which readers accept but people reading a dump do not expect.

@@ -223,6 +223,18 @@ fn names_hyperparameters_and_types_are_llama_cpps() {
     assert_eq!(m_.opt_f64("llama.rope.freq_base").unwrap(), Some(10000.0));
 }
 
+/// Without a tokenizer the file still names a tokenizer model, llama.cpp's "none" (it
+/// refuses a file without the key), with a warning, and reads back with no tokenizer.
+#[test]
+fn an_export_without_a_tokenizer_says_none_and_warns() {
+    let path = out_path("no_tokenizer.gguf");
+    let r = export_gguf(&model(true), None, &path, &GgufExportOptions::default()).unwrap();
+    assert!(r.warnings.iter().any(|w| w.contains("\"none\"")), "{:?}", r.warnings);
+    let f = GgufFile::open(&path).unwrap();
+    assert_eq!(f.metadata.str("tokenizer.ggml.model").unwrap(), "none");
+    assert!(crate::text::gguf::read_tokenizer(&f.metadata).unwrap().is_none());
+}
+
 #[test]
 fn a_tied_export_has_no_output_weight() {
     let path = out_path("tied.gguf");

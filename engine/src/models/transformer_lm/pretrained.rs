@@ -4,7 +4,9 @@
 //! - the weights: `model.safetensors`, or above `max_shard_size` the shards
 //!   `model-00001-of-00003.safetensors`, ... with `model.safetensors.index.json`
 //!   (`metadata.total_size`, and `weight_map` from tensor name to shard file);
-//! - `generation_config.json` (bos/eos ids) and, when a tokenizer is given, `tokenizer.json`.
+//! - `generation_config.json` (bos/eos ids) and, when a tokenizer is given, `tokenizer.json`
+//!   with the `tokenizer_config.json` that `AutoTokenizer` reads beside it (its class, the
+//!   bos/eos tokens, the context length, and the chat template when there is one).
 //!
 //! Shards are cut as `huggingface_hub` cuts them: tensors in model order, a new shard when the
 //! next tensor would push the current one past the limit, a tensor larger than the limit alone.
@@ -31,6 +33,9 @@ pub struct PretrainedOptions<'a> {
     pub tokenizer: Option<&'a Tokenizer>,
     pub bos_id: Option<u32>,
     pub eos_id: Option<u32>,
+    /// The Jinja chat template `apply_chat_template` renders (a loaded model's
+    /// `chat_template`), written into `tokenizer_config.json`.
+    pub chat_template: Option<&'a str>,
 }
 
 impl Default for PretrainedOptions<'_> {
@@ -40,6 +45,7 @@ impl Default for PretrainedOptions<'_> {
             tokenizer: None,
             bos_id: None,
             eos_id: None,
+            chat_template: None,
         }
     }
 }
@@ -87,6 +93,8 @@ pub fn save_pretrained(
     write_json(&dir.join("generation_config.json"), &generation)?;
     if let Some(tok) = opts.tokenizer {
         tok.save(dir.join("tokenizer.json"))?;
+        let tokenizer_config = tokenizer_config(tok, bos, eos, model, opts.chat_template);
+        write_json(&dir.join("tokenizer_config.json"), &tokenizer_config)?;
     }
     // Quantized weights are written dequantized: transformers reads dense tensors.
     let named = model.dense_state()?;
@@ -113,6 +121,31 @@ pub fn save_pretrained(
         write_json(&dir.join(WEIGHTS_INDEX), &index)?;
     }
     Ok(files.iter().map(|f| dir.join(f)).collect())
+}
+
+/// What `AutoTokenizer` reads beside `tokenizer.json`: without it a fast tokenizer has no
+/// BOS or EOS and `apply_chat_template` raises.
+fn tokenizer_config(
+    tok: &Tokenizer,
+    bos: Option<u32>,
+    eos: Option<u32>,
+    model: &TransformerLm,
+    chat_template: Option<&str>,
+) -> Value {
+    let mut c = json!({
+        "tokenizer_class": "PreTrainedTokenizerFast",
+        "model_max_length": model.config.max_seq_len,
+        "clean_up_tokenization_spaces": false,
+    });
+    for (key, id) in [("bos_token", bos), ("eos_token", eos)] {
+        if let Some(token) = id.and_then(|id| tok.id_to_token(id)) {
+            c[key] = token.into();
+        }
+    }
+    if let Some(t) = chat_template {
+        c["chat_template"] = t.into();
+    }
+    c
 }
 
 fn byte_size(t: &Tensor) -> u64 {

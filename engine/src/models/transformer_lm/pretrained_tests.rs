@@ -150,3 +150,30 @@ fn shard_sizes_parse_as_transformers_reads_them() {
     let msg = parse_size("5 parsecs").unwrap_err().to_string();
     assert!(msg.contains("\"5 parsecs\" is not a size"), "{msg}");
 }
+
+/// With a tokenizer, `tokenizer_config.json` goes beside `tokenizer.json`: the class
+/// `AutoTokenizer` builds, the bos/eos tokens by their text, the context, the chat template.
+#[test]
+fn a_tokenizer_is_saved_with_its_tokenizer_config() {
+    use crate::text::{train_bpe, SplitPattern, TrainOptions};
+    let o = TrainOptions {
+        vocab_size: 300,
+        pattern: SplitPattern::Gpt2,
+        ..TrainOptions::default()
+    };
+    let tok = train_bpe(["hello world, hello tokens. ".repeat(20)], &o).unwrap();
+    let eos = tok.eos_id().expect("the trained tokenizer's end-of-text id");
+    let dir = tempfile::tempdir().unwrap();
+    let template = "{% for m in messages %}{{ m['content'] }}{% endfor %}";
+    let opts = PretrainedOptions {
+        tokenizer: Some(&tok),
+        chat_template: Some(template),
+        ..Default::default()
+    };
+    save_pretrained(&model(), dir.path(), &opts).unwrap();
+    let c = read_json(&dir.path().join("tokenizer_config.json"));
+    assert_eq!(c["tokenizer_class"], "PreTrainedTokenizerFast");
+    assert_eq!(c["eos_token"], tok.id_to_token(eos).unwrap().as_str());
+    assert_eq!(c["model_max_length"], 16);
+    assert_eq!(c["chat_template"], template);
+}

@@ -4,7 +4,7 @@
 //! a `yaml_rust2::Yaml` value.
 
 use crate::{Error, Result};
-use yaml_rust2::{Yaml, YamlLoader};
+use yaml_rust2::Yaml;
 
 /// One row of the backbone or head.
 #[derive(Clone, Debug, PartialEq)]
@@ -52,7 +52,7 @@ impl YoloConfig {
         scale: Option<&str>,
         nc: Option<usize>,
     ) -> Result<YoloConfig> {
-        let docs = YamlLoader::load_from_str(text).map_err(|e| bad(origin, e))?;
+        let docs = crate::io::yaml::parse_untrusted(text).map_err(|e| bad(origin, e))?;
         let doc = docs
             .into_iter()
             .next()
@@ -97,13 +97,17 @@ impl YoloConfig {
         let nc = nc
             .or(file_nc)
             .ok_or_else(|| bad(origin, "missing key `nc` (number of classes)"))?;
+        if nc > limits::CLASSES {
+            return Err(bad(origin, format!("`nc` {nc} is more than {} classes", limits::CLASSES)));
+        }
         let reg_max = match &doc["reg_max"] {
             Yaml::BadValue => 16,
             v => v
                 .as_i64()
-                .filter(|r| *r >= 1)
-                .ok_or_else(|| bad(origin, "`reg_max` must be a positive integer"))?
-                as usize,
+                .filter(|r| (1..=limits::REG_MAX).contains(r))
+                .ok_or_else(|| {
+                    bad(origin, format!("`reg_max` must be an integer from 1 to {}", limits::REG_MAX))
+                })? as usize,
         };
         // ultralytics stores `scale: ''` when it could not guess one, and then takes the first.
         let own_scale = doc["scale"]
@@ -140,6 +144,12 @@ impl YoloConfig {
                         format!("scale `{letter}` must be [depth, width, max_channels]"),
                     ));
                 }
+                if !(1.0..=limits::CHANNELS as f64).contains(&v[2]) {
+                    return Err(bad(
+                        origin,
+                        format!("scale `{letter}`: max_channels {} is not from 1 to {}", v[2], limits::CHANNELS),
+                    ));
+                }
                 (Some(letter), v[0], v[1], v[2] as usize)
             }
             _ => (
@@ -149,6 +159,14 @@ impl YoloConfig {
                 usize::MAX,
             ),
         };
+        for (what, m) in [("depth", depth), ("width", width)] {
+            if !(m > 0.0 && m <= limits::MULTIPLE) {
+                return Err(bad(
+                    origin,
+                    format!("the {what} multiple {m} is not above 0 and at most {}", limits::MULTIPLE),
+                ));
+            }
+        }
         let mut layers = Vec::new();
         for part in ["backbone", "head"] {
             let rows = doc[part]
@@ -156,6 +174,9 @@ impl YoloConfig {
                 .ok_or_else(|| bad(origin, format!("missing key `{part}` (a list of layers)")))?;
             for row in rows {
                 let i = layers.len();
+                if i == limits::LAYERS {
+                    return Err(bad(origin, format!("more than {} layers", limits::LAYERS)));
+                }
                 layers.push(parse_row(row).map_err(|m| bad(origin, format!("layer {i}: {m}")))?);
             }
         }
@@ -187,6 +208,18 @@ impl YoloConfig {
     }
 }
 
+/// Bounds on a definition's numbers, checked before anything is built: a definition sizes
+/// allocations from them (a `.pt` or safetensors file carries its own), and no published model
+/// comes near them (YOLO11x: repeats 2, width 1.5, 512 max channels, 24 layers).
+mod limits {
+    pub const REPEATS: i64 = 64;
+    pub const CHANNELS: usize = 16384;
+    pub const MULTIPLE: f64 = 4.0;
+    pub const LAYERS: usize = 512;
+    pub const CLASSES: usize = 100_000;
+    pub const REG_MAX: i64 = 64;
+}
+
 fn parse_row(row: &Yaml) -> std::result::Result<LayerSpec, String> {
     let cols = row
         .as_vec()
@@ -205,13 +238,24 @@ fn parse_row(row: &Yaml) -> std::result::Result<LayerSpec, String> {
     }
     let repeats = cols[1]
         .as_i64()
-        .filter(|n| *n >= 1)
-        .ok_or("`repeats` must be a positive integer")? as usize;
+        .filter(|n| (1..=limits::REPEATS).contains(n))
+        .ok_or_else(|| format!("`repeats` must be an integer from 1 to {}", limits::REPEATS))?
+        as usize;
     let module = cols[2]
         .as_str()
         .ok_or("`module` must be a name")?
         .to_string();
     let args = cols[3].as_vec().cloned().ok_or("`args` must be a list")?;
+    if let Some(big) = args
+        .iter()
+        .filter_map(Yaml::as_i64)
+        .find(|v| v.unsigned_abs() > limits::CHANNELS as u64)
+    {
+        return Err(format!(
+            "argument {big} is out of range: channels, kernels and strides are at most {}",
+            limits::CHANNELS
+        ));
+    }
     Ok(LayerSpec {
         from,
         repeats,
@@ -317,6 +361,32 @@ head:
             .unwrap_err()
             .to_string();
         assert!(e.contains("layer 1") && e.contains("repeats"), "{e}");
+    }
+
+    /// A definition's numbers size the network's allocations: those no model has are refused
+    /// before anything is built (a billion repeats, 2^63 - 1, a huge width or channel count).
+    #[test]
+    fn numbers_beyond_any_model_are_refused_before_building() {
+        let cases = [
+            (TINY.replace("[-1, 2, C3k2", "[-1, 1000000000, C3k2"), "repeats"),
+            (TINY.replace("[-1, 2, C3k2", "[-1, 9223372036854775807, C3k2"), "repeats"),
+            (TINY.replace("[-1, 2, C3k2", "[-1, 1099511627776, C3k2"), "repeats"),
+            (TINY.replace("[[1, 2], 1, Detect", "[[1, 2], 1, Detect").replace("nc: 3", "nc: 3000000"), "nc"),
+        ];
+        for (text, what) in &cases {
+            let e = YoloConfig::from_yaml_str(text, "m.yaml", None, None)
+                .map(|_| ())
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains(what), "{what}: {e}");
+        }
+        let wide = TINY.replacen("[64,", "[1000000000,", 1);
+        assert_ne!(wide, TINY, "the fixture has a [64, ...] argument list");
+        let e = YoloConfig::from_yaml_str(&wide, "m.yaml", None, None)
+            .map(|_| ())
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("argument 1000000000 is out of range"), "{e}");
     }
 
     #[test]

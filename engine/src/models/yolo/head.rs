@@ -368,22 +368,29 @@ impl Detect {
             scores.push(flat(g, &cls, self.nc)?);
         }
         let (boxes, scores) = (g.concat(&boxes, 2), g.concat(&scores, 2));
-        // DFL: softmax over each side's bins, weighted by the bin values, summed.
+        // DFL as ultralytics' graph has it: [b, 4, bins, A] -> [b, bins, 4, A], a softmax over
+        // the bins, and the DFL conv (1x1, its weight the bin values 0..bins) summing them.
         let shape = g.ints("shape", &[0, 4, self.reg_max as i64, -1])?;
-        let bins = g.node("Reshape", &[&boxes, &shape], &[]);
-        let probs = g.node("Softmax", &[&bins], &[("axis", Attr::Int(2))]);
-        let values = self.dfl.0.reshape_to(&[1, 1, self.reg_max, 1])?;
-        let values = g.initializer(&format!("{prefix}dfl.conv.weight"), &values)?;
-        let weighted = g.node("Mul", &[&probs, &values], &[]);
-        let axis = g.ints("axis", &[2])?;
-        let dist = g.node(
-            "ReduceSum",
-            &[&weighted, &axis],
-            &[("keepdims", Attr::Int(0))],
-        );
+        let sides = g.node("Reshape", &[&boxes, &shape], &[]);
+        let bins = g.node("Transpose", &[&sides], &[("perm", Attr::Ints(vec![0, 2, 1, 3]))]);
+        let probs = g.node("Softmax", &[&bins], &[("axis", Attr::Int(1))]);
+        let weight = g.initializer(&format!("{prefix}dfl.conv.weight"), &self.dfl.0)?;
+        let one_by_one = [
+            ("kernel_shape", Attr::Ints(vec![1, 1])),
+            ("strides", Attr::Ints(vec![1, 1])),
+            ("pads", Attr::Ints(vec![0, 0, 0, 0])),
+            ("dilations", Attr::Ints(vec![1, 1])),
+            ("group", Attr::Int(1)),
+        ];
+        let summed = g.node("Conv", &[&probs, &weight], &one_by_one);
+        let shape = g.ints("shape", &[0, 4, -1])?;
+        let dist = g.node("Reshape", &[&summed, &shape], &[]);
         let (anchors, strides) = self.anchors_for(level_sizes, Device::Cpu, DType::F32)?;
-        let anchors = g.initializer(&format!("{prefix}anchors"), &anchors)?;
-        let strides = g.initializer(&format!("{prefix}strides"), &strides)?;
+        // Graph constants, named as ultralytics' exporter names its plumbing (`/model.23/...`),
+        // apart from the weights (`model.23....`).
+        let plumbing = format!("/{}", prefix.trim_end_matches('.'));
+        let anchors = g.initializer(&format!("{plumbing}/anchors"), &anchors)?;
+        let strides = g.initializer(&format!("{plumbing}/strides"), &strides)?;
         let (lt, rb) = (g.slice(&dist, 1, 0, 2)?, g.slice(&dist, 1, 2, 4)?);
         let x1y1 = g.node("Sub", &[&anchors, &lt], &[]);
         let x2y2 = g.node("Add", &[&anchors, &rb], &[]);

@@ -77,6 +77,7 @@ impl YoloModel {
     /// An ultralytics ONNX export: the initializers of the fused, exported network (named
     /// `model.<layer>...`) mapped onto our fused network. The class names come from the
     /// export's metadata; the family (YOLOv8 or YOLO11) and scale from the weights' shapes.
+    /// The file's graph must be that network (`onnx_check`).
     pub fn load_onnx(path: &Path) -> Result<YoloModel> {
         let onnx = crate::io::onnx::read_onnx(path)?;
         let names = match onnx.metadata_value("names") {
@@ -90,8 +91,9 @@ impl YoloModel {
         // arithmetic under `/model.22/...`) are graph plumbing.
         let state: BTreeMap<String, Tensor> = onnx
             .initializers
-            .into_iter()
+            .iter()
             .filter(|(n, _)| n.starts_with("model."))
+            .cloned()
             .collect();
         let nc =
             match (
@@ -110,6 +112,7 @@ impl YoloModel {
         let mut model = YoloModel::build(&config, names, true, &mut Generator::new(0))?;
         model.load_weights(&state, &origin)?;
         model.eval();
+        super::onnx_check::check_graph(&onnx, &model, &origin)?;
         Ok(model)
     }
 }

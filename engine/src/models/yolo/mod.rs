@@ -13,6 +13,7 @@ mod load;
 pub mod loss;
 mod network;
 mod onnx;
+mod onnx_check;
 pub mod predict;
 #[cfg(test)]
 mod tests;

@@ -12,10 +12,15 @@ impl YoloModel {
     /// Writes the eval-mode network at image size `(h, w)` (multiples of the largest stride).
     pub fn export_onnx(
         &self,
-        (h, w): (usize, usize),
+        size: (usize, usize),
         path: impl AsRef<Path>,
         opts: &ExportOptions,
     ) -> Result<()> {
+        write_model(self.onnx_graph(size, opts)?, path)
+    }
+
+    /// The graph `export_onnx` writes.
+    pub(super) fn onnx_graph(&self, (h, w): (usize, usize), opts: &ExportOptions) -> Result<OnnxGraph> {
         let stride = self.max_stride();
         if h == 0 || w == 0 || !h.is_multiple_of(stride) || !w.is_multiple_of(stride) {
             return Err(Error::invalid(
@@ -24,6 +29,13 @@ impl YoloModel {
             ));
         }
         let mut g = OnnxGraph::new(opts.checked_opset()?);
+        // ultralytics' metadata: what its loaders (and ours) read the classes and stride from.
+        g.metadata("description", "YOLO detector exported by rusting_brain");
+        g.metadata("task", "detect");
+        g.metadata("stride", stride.to_string());
+        g.metadata("batch", "1");
+        g.metadata("imgsz", format!("[{h}, {w}]"));
+        g.metadata("names", python_dict(&self.names));
         let images = g.input("images", &opts.dims(&[1, 3, h, w]), DType::F32);
         let level_sizes: Vec<(usize, usize)> = self
             .strides()
@@ -52,7 +64,7 @@ impl YoloModel {
                     let out = d.lower_head(&mut g, &prefix, &inputs, &level_sizes)?;
                     let dims = opts.dims(&[1, 4 + d.nc, anchors]);
                     g.output(&out, "output0", &dims);
-                    return write_model(g, path);
+                    return Ok(g);
                 }
             };
             if self.keep[i] {
@@ -62,6 +74,21 @@ impl YoloModel {
         }
         unreachable!("a YOLO model ends in Detect")
     }
+}
+
+/// Class names as Python writes a dict of them (`{0: 'person', 1: "it's"}`), the form
+/// ultralytics stores and `parse_python_literal` reads.
+fn python_dict(names: &[String]) -> String {
+    let quoted = |n: &str| match (n.contains('\''), n.contains('"')) {
+        (true, false) => format!("\"{}\"", n.replace('\\', "\\\\")),
+        _ => format!("'{}'", n.replace('\\', "\\\\").replace('\'', "\\'")),
+    };
+    let items: Vec<String> = names
+        .iter()
+        .enumerate()
+        .map(|(i, n)| format!("{i}: {}", quoted(n)))
+        .collect();
+    format!("{{{}}}", items.join(", "))
 }
 
 /// Nearest-neighbour upsampling by an integer factor: out[i] = in[floor(i / s)].

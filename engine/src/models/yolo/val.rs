@@ -142,6 +142,11 @@ pub fn validate(
     };
     let dtype = if opts.half { DType::F16 } else { DType::F32 };
     let names = model.names.clone();
+    let mut warnings = dataset.warnings.clone();
+    warnings.extend(names_differ(&data.names, &names));
+    // Labels of classes the model cannot predict are left out, as ultralytics does, with
+    // one warning (their classes, how many) after the run.
+    let mut skipped = std::collections::BTreeMap::<usize, usize>::new();
     let class_map = match data.split(&opts.split)?.first() {
         Some(list) => coco_json::class_map(list, names.len()),
         None => (1..=names.len()).collect(),
@@ -188,7 +193,16 @@ pub fn validate(
                 // As ultralytics 8.4 does, predictions and targets meet in the letterboxed image's
                 // pixels (the labels follow the image through resize and padding).
                 let boxes = &det.boxes;
-                let labels = &batch.labels[i];
+                let labels: Vec<_> = batch.labels[i]
+                    .iter()
+                    .filter(|l| {
+                        let known = l.class < names.len();
+                        if !known {
+                            *skipped.entry(l.class).or_default() += 1;
+                        }
+                        known
+                    })
+                    .collect();
                 let target_cls: Vec<usize> = labels.iter().map(|l| l.class).collect();
                 let target_xywh: Vec<Box4> = labels.iter().map(|l| l.xywh).collect();
                 let targets = target_boxes_on_canvas(&target_xywh, &batch.ratio_pad[i]);
@@ -252,7 +266,51 @@ pub fn validate(
         confusion,
         speed,
         table,
-        warnings: dataset.warnings.clone(),
+        warnings: warnings
+            .into_iter()
+            .chain(skipped_labels(&skipped, names.len()))
+            .collect(),
         predictions,
     })
+}
+
+/// A warning when the dataset names its classes other than the model does (the first few
+/// differences), or has a different number of them.
+fn names_differ(data: &[String], model: &[String]) -> Option<String> {
+    let differ: Vec<String> = data
+        .iter()
+        .zip(model)
+        .enumerate()
+        .filter(|(_, (d, m))| d != m)
+        .map(|(i, (d, m))| format!("{i}: {d:?} in the dataset, {m:?} in the model"))
+        .collect();
+    if differ.is_empty() && data.len() == model.len() {
+        return None;
+    }
+    let mut line = format!(
+        "the dataset has {} classes and the model {}",
+        data.len(),
+        model.len()
+    );
+    if !differ.is_empty() {
+        line += &format!(
+            "; names differ at {}{}",
+            differ[..differ.len().min(3)].join(", "),
+            if differ.len() > 3 { ", ..." } else { "" }
+        );
+    }
+    Some(line)
+}
+
+/// The warning for labels left out because the model has no such class.
+fn skipped_labels(skipped: &std::collections::BTreeMap<usize, usize>, nc: usize) -> Option<String> {
+    if skipped.is_empty() {
+        return None;
+    }
+    let total: usize = skipped.values().sum();
+    let classes: Vec<String> = skipped.keys().map(usize::to_string).collect();
+    Some(format!(
+        "skipped {total} labels of classes the model (nc={nc}) cannot predict (classes {})",
+        classes.join(", ")
+    ))
 }

@@ -51,7 +51,11 @@ struct Defaults {
 pub fn read_tokenizer(meta: &Metadata) -> Result<Option<GgufTokenizer>> {
     let file = &meta.file;
     let err = |key: &str, msg: String| key_error(file, key, msg);
-    let Some(model) = meta.opt_str("tokenizer.ggml.model")? else {
+    // llama.cpp's models for a file with no vocabulary.
+    let Some(model) = meta
+        .opt_str("tokenizer.ggml.model")?
+        .filter(|m| !matches!(*m, "none" | "no_vocab"))
+    else {
         return Ok(None);
     };
     let pre = meta.opt_str("tokenizer.ggml.pre")?.unwrap_or("default");

@@ -3,9 +3,8 @@
 //!
 //! llama.cpp does not read a pre-tokenizer from the file: `tokenizer.ggml.pre` names one of
 //! the split-regex lists compiled into it. So a tokenizer is written only when its own
-//! pre-tokenizer is one llama.cpp has under a name: GPT-2's (`ByteLevel` with its regex:
-//! `gpt-2`) or LLaMA-3's (`Split` on the LLaMA-3 regex, then `ByteLevel` without one:
-//! `llama-bpe`). Anything else, a normalizer, byte fallback, an unknown token, or a template
+//! pre-tokenizer is one llama.cpp has under a name, the same names the loader reads (GPT-2's
+//! `gpt-2`, SmolLM's `smollm`, LLaMA-3's `llama-bpe`, Qwen2's `qwen2`). Anything else, a normalizer, byte fallback, an unknown token, or a template
 //! llama.cpp cannot express (more than BOS before and EOS after), is refused by name.
 //!
 //! Token types follow llama.cpp's converter: special added tokens are control (3), other added
@@ -18,8 +17,10 @@
 //! itself.
 
 use crate::io::gguf::metadata::{Array, Value};
-use crate::text::pretokenize::{SplitBehavior, Start, Step};
-use crate::text::{PatternSource, Tokenizer, LLAMA3_PATTERN};
+use super::gpt2_tokenizer::pre_tokenizer;
+use crate::text::hf_json::pre_tokenizer_json;
+use crate::text::pretokenize::Start;
+use crate::text::Tokenizer;
 use crate::{Error, Result};
 
 const OP: &str = "gguf export";
@@ -29,35 +30,31 @@ const TYPE_CONTROL: i32 = 3;
 const TYPE_USER_DEFINED: i32 = 4;
 const TYPE_UNUSED: i32 = 5;
 
-/// llama.cpp's name for our pre-tokenizer, and whether llama.cpp ignores merges under it.
+/// The names llama.cpp knows a pre-tokenizer by, one for each split the loader accepts
+/// (`gpt2_tokenizer::pre_tokenizer`; `llama3` and `llama-v3` are other names of `llama-bpe`,
+/// `deepseek-r1-qwen` of `qwen2`).
+const EXPORTED_PRE: [&str; 4] = ["gpt-2", "smollm", "llama-bpe", "qwen2"];
+
+/// llama.cpp's name for our pre-tokenizer, and whether llama.cpp ignores merges under it: the
+/// name whose split, as the loader builds it, is ours stage for stage.
 fn pre_name(tok: &Tokenizer) -> Result<(&'static str, bool)> {
-    let steps = &tok.pre_tokenizer().steps;
-    let refuse = || {
-        Error::invalid(
-            OP,
-            format!(
-                "the tokenizer's pre-tokenizer {steps:?} is not one llama.cpp knows by name; \
-                 only GPT-2's (ByteLevel with its regex, \"gpt-2\") and LLaMA-3's (Split on the \
-                 LLaMA-3 regex, then ByteLevel without one, \"llama-bpe\") can be exported"
-            ),
-        )
-    };
-    match steps.as_slice() {
-        [Step::ByteLevel {
-            add_prefix_space: false,
-            use_regex: true,
-        }] => Ok(("gpt-2", false)),
-        [Step::Split(rule), Step::ByteLevel {
-            add_prefix_space: false,
-            use_regex: false,
-        }] if matches!(rule.behavior, SplitBehavior::Isolated)
-            && !rule.invert
-            && matches!(&rule.pattern.source, PatternSource::Regex(p) if p == LLAMA3_PATTERN) =>
-        {
-            Ok(("llama-bpe", true))
-        }
-        _ => Err(refuse()),
-    }
+    let ours = pre_tokenizer_json(tok.pre_tokenizer());
+    EXPORTED_PRE
+        .into_iter()
+        .find_map(|name| {
+            let (json, ignore_merges, _) = pre_tokenizer(name)?;
+            (json == ours).then_some((name, ignore_merges))
+        })
+        .ok_or_else(|| {
+            Error::invalid(
+                OP,
+                format!(
+                    "the tokenizer's pre-tokenizer {ours} is not one llama.cpp knows by name; \
+                     these can be exported: {}",
+                    EXPORTED_PRE.join(", ")
+                ),
+            )
+        })
 }
 
 /// The tokens, given whole, that the tokenizer does not encode as themselves (what

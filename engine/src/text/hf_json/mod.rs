@@ -7,6 +7,8 @@ mod read;
 mod stages;
 mod write;
 
+pub(crate) use write::pre_tokenizer_json;
+
 pub(crate) use write::byte_level_post_processor;
 
 use super::tokenizer::Tokenizer;

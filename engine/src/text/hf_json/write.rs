@@ -141,7 +141,7 @@ fn normalizer_json(n: &Normalizer) -> Value {
 }
 
 /// The `pre_tokenizer` object for these stages, as Hugging Face writes it.
-fn pre_tokenizer_json(pre: &PreTokenizer) -> Value {
+pub(crate) fn pre_tokenizer_json(pre: &PreTokenizer) -> Value {
     let stage = |step: &Step| match step {
         Step::ByteLevel {
             add_prefix_space,

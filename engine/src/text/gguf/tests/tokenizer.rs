@@ -109,3 +109,28 @@ fn special_ids_beyond_the_vocabulary_are_refused_by_key() {
         "{msg}"
     );
 }
+
+/// Every split the loader accepts by name is written back under its name: a published SmolLM2
+/// file (`smollm`) or a Qwen2 one exports as it came.
+#[test]
+fn every_loaded_pre_tokenizer_exports_under_its_name() {
+    use crate::io::gguf::metadata::Value;
+    use crate::text::gguf::write_tokenizer::tokenizer_metadata;
+    for (pre, written) in [
+        ("gpt-2", "gpt-2"),
+        ("smollm", "smollm"),
+        ("llama-bpe", "llama-bpe"),
+        ("llama3", "llama-bpe"),
+        ("qwen2", "qwen2"),
+        ("deepseek-r1-qwen", "qwen2"),
+    ] {
+        let f = GgufFile::from_bytes(with_tokenizer("gpt2", Some(pre)).bytes(), "t.gguf").unwrap();
+        let tok = read_tokenizer(&f.metadata).unwrap().unwrap().tokenizer;
+        let meta = tokenizer_metadata(&tok, 3).unwrap_or_else(|e| panic!("{pre}: {e}"));
+        let got = meta.iter().find(|(k, _)| k == "tokenizer.ggml.pre").map(|(_, v)| v);
+        assert!(
+            matches!(got, Some(Value::String(s)) if s == written),
+            "{pre}: {got:?}"
+        );
+    }
+}
