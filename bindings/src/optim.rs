@@ -183,7 +183,11 @@ pub fn register(engine: &mut Engine) {
     let mut module = Module::new();
     {
         let mut api = Api::new(&mut module, Some("optim"));
-        let (a, sg, li) = (AdamWConfig::default(), SgdConfig::default(), LionConfig::default());
+        let (a, sg, li) = (
+            AdamWConfig::default(),
+            SgdConfig::default(),
+            LionConfig::default(),
+        );
         let adamw_doc = format!("AdamW with decoupled weight decay (not on 1-D params unless asked). Defaults: lr {}, betas ({}, {}), eps {}, weight_decay {}, decay_1d_params {}, no max_grad_norm, shard_state false. shard_state: true is ZeRO-1 under `brain launch`: each rank keeps the state of its share of the parameters (about 1/world_size of the memory), updates those and broadcasts them; every rank must then save checkpoints together.", a.lr, a.betas.0, a.betas.1, a.eps, a.weight_decay, a.decay_1d_params);
         let sgd_doc = format!("SGD with optional (Nesterov) momentum. Defaults: lr {}, momentum {}, dampening {}, nesterov {}, weight_decay {}, no max_grad_norm, shard_state false.", sg.lr, sg.momentum, sg.dampening, sg.nesterov, sg.weight_decay);
         let lion_doc = format!("Lion: sign of an interpolated momentum. Defaults: lr {}, betas ({}, {}), weight_decay {}, decay_1d_params {}, no max_grad_norm, shard_state false.", li.lr, li.betas.0, li.betas.1, li.weight_decay, li.decay_1d_params);

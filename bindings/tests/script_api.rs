@@ -64,7 +64,9 @@ fn compound_assignment_builds_a_graph_when_gradients_are_involved() {
 fn an_unknown_option_lists_the_valid_keys() {
     let err = eval("zeros([2], #{ dtpye: \"f64\" })").unwrap_err();
     assert!(
-        err.contains("unknown option dtpye; valid options: dtype, device, requires_grad"),
+        err.contains(
+            "unknown option dtpye (did you mean `dtype`?); valid options: dtype, device, requires_grad"
+        ),
         "{err}"
     );
 }

@@ -235,13 +235,26 @@ mod tests {
             ("notebook --help", "notebook"),
         ] {
             let cli = parse(&args(line)).unwrap();
-            assert_eq!(cli.mode, Mode::Help { command: Some(command) }, "{line}");
+            assert_eq!(
+                cli.mode,
+                Mode::Help {
+                    command: Some(command)
+                },
+                "{line}"
+            );
         }
         let launch = usage_of(Some("launch"));
-        assert!(launch.contains("brain launch --gpus N") && launch.contains("--device"), "{launch}");
+        assert!(
+            launch.contains("brain launch --gpus N") && launch.contains("--device"),
+            "{launch}"
+        );
         assert!(!launch.contains("brain run"), "{launch}");
         // After the script, --help lists the script's own arguments.
-        assert!(parse(&args("launch --gpus 2 t.rhai --help")).unwrap().script_help);
+        assert!(
+            parse(&args("launch --gpus 2 t.rhai --help"))
+                .unwrap()
+                .script_help
+        );
     }
 
     fn args(s: &str) -> Vec<String> {
@@ -293,7 +306,10 @@ mod tests {
         let cli = parse(&args("run train.rhai --help")).unwrap();
         assert!(cli.script_help);
         assert!(cli.script_args.is_empty());
-        assert_eq!(parse(&args("--help")).unwrap().mode, Mode::Help { command: None });
+        assert_eq!(
+            parse(&args("--help")).unwrap().mode,
+            Mode::Help { command: None }
+        );
     }
 
     #[test]

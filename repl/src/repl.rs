@@ -201,12 +201,10 @@ impl Repl {
                 }
                 Err(e) => eprintln!("error: cannot read {arg}: {e}"),
             },
-            ":save" if !arg.is_empty() => {
-                match std::fs::write(arg, self.session.script()) {
-                    Ok(()) => println!("saved {} entries to {arg}", self.session.accepted.len()),
-                    Err(e) => eprintln!("error: cannot write {arg}: {e}"),
-                }
-            }
+            ":save" if !arg.is_empty() => match std::fs::write(arg, self.session.script()) {
+                Ok(()) => println!("saved {} entries to {arg}", self.session.accepted.len()),
+                Err(e) => eprintln!("error: cannot write {arg}: {e}"),
+            },
             ":load" | ":save" => eprintln!("error: {cmd} needs a file name"),
             other => eprintln!("error: unknown command {other}; :help lists the commands"),
         }

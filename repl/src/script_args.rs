@@ -414,6 +414,9 @@ mod tests {
         let args = collect_src(src).unwrap();
         let text = help("notebook", Path::new("r.rhai"), src, &args);
         assert!(text.starts_with("usage: brain notebook r.rhai "), "{text}");
-        assert!(text.contains("A report on a thing.") && !text.contains("%%"), "{text}");
+        assert!(
+            text.contains("A report on a thing.") && !text.contains("%%"),
+            "{text}"
+        );
     }
 }

@@ -126,7 +126,13 @@ pub const READERS: &[Reader] = &[
 fn read_model_yaml(p: &Path) -> Result<()> {
     use rusting_brain::models::yolo::{YoloConfig, YoloModel};
     let config = YoloConfig::from_file(p, None)?;
-    YoloModel::build(&config, Vec::new(), false, &mut rusting_brain::Generator::new(0)).map(drop)
+    YoloModel::build(
+        &config,
+        Vec::new(),
+        false,
+        &mut rusting_brain::Generator::new(0),
+    )
+    .map(drop)
 }
 
 /// A dataset definition and its validation split's images and labels.

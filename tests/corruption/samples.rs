@@ -67,11 +67,14 @@ pub fn sample(reader: &str) -> Sample {
         "gguf" => Sample::alone(fixture("gguf/tiny_llama.gguf")),
         "model yaml" => Sample::alone(MODEL_YAML.as_bytes().to_vec()),
         "data.yaml" => Sample {
-            valid: b"path: .\ntrain: val.txt\nval: val.txt\nnames: [thing, other]\n".to_vec(),
+            valid: b"train: val.txt\nval: val.txt\nnames: [thing, other]\n".to_vec(),
             siblings: vec![
                 ("val.txt", b"./a.png\n".to_vec()),
-                ("a.png", png_8x8()),
-                ("a.txt", b"0 0.5 0.5 0.25 0.25\n1 0.2 0.3 0.1 0.1\n".to_vec()),
+                ("a.png", png_32x32()),
+                (
+                    "a.txt",
+                    b"0 0.5 0.5 0.25 0.25\n1 0.2 0.3 0.1 0.1\n".to_vec(),
+                ),
             ],
         },
         other => panic!("no sample for reader {other:?}"),
@@ -320,11 +323,14 @@ head:
   - [[2, 10, 13], 1, Detect, [nc]]
 ";
 
-/// An 8x8 PNG, the image a dataset sample's label belongs to.
-fn png_8x8() -> Vec<u8> {
+/// A 32x32 PNG (ultralytics drops images under 10 pixels), the image of a dataset's label.
+fn png_32x32() -> Vec<u8> {
     let mut bytes = Vec::new();
-    image::RgbImage::from_pixel(8, 8, image::Rgb([100, 50, 25]))
-        .write_to(&mut std::io::Cursor::new(&mut bytes), image::ImageFormat::Png)
+    image::RgbImage::from_pixel(32, 32, image::Rgb([100, 50, 25]))
+        .write_to(
+            &mut std::io::Cursor::new(&mut bytes),
+            image::ImageFormat::Png,
+        )
         .unwrap();
     bytes
 }

@@ -162,8 +162,10 @@ fn alias_bomb() -> String {
 
 /// A tokenizer whose split has a look-behind of unbounded length.
 fn lookbehind_tokenizer() -> String {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("fixtures/tokenizer/hf_gpt2.tokenizer.json");
-    let mut doc: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    let path =
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("fixtures/tokenizer/hf_gpt2.tokenizer.json");
+    let mut doc: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
     doc["pre_tokenizer"] = serde_json::json!({"type": "Sequence", "pretokenizers": [
         {"type": "Split", "pattern": {"Regex": "(?<=a+)b"}, "behavior": "Isolated", "invert": false},
         {"type": "ByteLevel", "add_prefix_space": false, "trim_offsets": true, "use_regex": false}]});
@@ -178,21 +180,58 @@ fn hostile_files_are_refused_without_an_abort_or_a_runaway() {
     let binary = std::env::current_exe().unwrap();
     let dir = WorkDir::new("hostile");
     let c3k2 = "[-1, 2, C3k2, [256, False, 0.25]]";
-    let repeats = |n: &str| MODEL_YAML.replacen(c3k2, &format!("[-1, {n}, C3k2, [256, False, 0.25]]"), 1);
+    let repeats =
+        |n: &str| MODEL_YAML.replacen(c3k2, &format!("[-1, {n}, C3k2, [256, False, 0.25]]"), 1);
     let cases: Vec<(&str, &str, String)> = vec![
         ("model yaml", "a billion repeats", repeats("1000000000")),
-        ("model yaml", "repeats 2^63 - 1", repeats("9223372036854775807")),
-        ("model yaml", "C2PSA repeats 2^40", MODEL_YAML.replace("[-1, 2, C2PSA", "[-1, 1099511627776, C2PSA")),
-        ("model yaml", "a width of a billion", MODEL_YAML.replace("[64, 3, 2]", "[1000000000, 3, 2]")),
-        ("model yaml", "an alias bomb", format!("{}{MODEL_YAML}", alias_bomb())),
-        ("data.yaml", "an alias bomb", format!("{}path: .\nval: val.txt\nnames: [a]\n", alias_bomb())),
-        ("data.yaml", "a split at /", "path: /\nval: .\nnames: [a]\n".into()),
-        ("data.yaml", "a split at /proc/self", "path: /proc/self\nval: .\nnames: [a]\n".into()),
-        ("tokenizer.json", "an unbounded look-behind", lookbehind_tokenizer()),
+        (
+            "model yaml",
+            "repeats 2^63 - 1",
+            repeats("9223372036854775807"),
+        ),
+        (
+            "model yaml",
+            "C2PSA repeats 2^40",
+            MODEL_YAML.replace("[-1, 2, C2PSA", "[-1, 1099511627776, C2PSA"),
+        ),
+        (
+            "model yaml",
+            "a width of a billion",
+            MODEL_YAML.replace("[64, 3, 2]", "[1000000000, 3, 2]"),
+        ),
+        (
+            "model yaml",
+            "an alias bomb",
+            format!("{}{MODEL_YAML}", alias_bomb()),
+        ),
+        (
+            "data.yaml",
+            "an alias bomb",
+            format!("{}path: .\nval: val.txt\nnames: [a]\n", alias_bomb()),
+        ),
+        (
+            "data.yaml",
+            "a split at /",
+            "path: /\nval: .\nnames: [a]\n".into(),
+        ),
+        (
+            "data.yaml",
+            "a split at /proc/self",
+            "path: /proc/self\nval: .\nnames: [a]\n".into(),
+        ),
+        (
+            "tokenizer.json",
+            "an unbounded look-behind",
+            lookbehind_tokenizer(),
+        ),
     ];
     for (name, what, text) in cases {
         let reader = by_name(name).unwrap();
-        assert_ne!(text.as_bytes(), sample(name).valid.as_slice(), "{name}: {what} changed nothing");
+        assert_ne!(
+            text.as_bytes(),
+            sample(name).valid.as_slice(),
+            "{name}: {what} changed nothing"
+        );
         let outcome = run(&binary, &dir.0, reader, &sample(name), text.as_bytes());
         assert_eq!(outcome, Outcome::Refused, "{name}: {what}");
     }

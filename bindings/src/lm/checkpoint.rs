@@ -93,7 +93,13 @@ pub fn save_pretrained(m: &mut Lm, dir: &str, opts: Map) -> RhaiResult<String> {
     let o = Options::new(
         "save_pretrained",
         opts,
-        &["tokenizer", "max_shard_size", "bos_id", "eos_id", "chat_template"],
+        &[
+            "tokenizer",
+            "max_shard_size",
+            "bos_id",
+            "eos_id",
+            "chat_template",
+        ],
     )?;
     let tokenizer = match o.get("tokenizer") {
         Some(v) => Some(v.clone().try_cast::<Tokenizer>().ok_or_else(|| {

@@ -57,8 +57,19 @@ pub(crate) trait Body {
 
 /// The corner of the plot whose quarter (a box of a third of each axis) holds the fewest of
 /// `points` (on the axes' scales: `log_y` compares logarithms); the upper right on a tie.
-pub(crate) fn emptiest_corner(points: &[(f64, f64)], x: &Range<f64>, y: &Range<f64>, log_y: bool) -> SeriesLabelPosition {
-    let scale = |v: f64| if log_y { v.max(f64::MIN_POSITIVE).ln() } else { v };
+pub(crate) fn emptiest_corner(
+    points: &[(f64, f64)],
+    x: &Range<f64>,
+    y: &Range<f64>,
+    log_y: bool,
+) -> SeriesLabelPosition {
+    let scale = |v: f64| {
+        if log_y {
+            v.max(f64::MIN_POSITIVE).ln()
+        } else {
+            v
+        }
+    };
     let (y0, y1) = (scale(y.start), scale(y.end));
     let frac = |v: f64, lo: f64, hi: f64| if hi > lo { (v - lo) / (hi - lo) } else { 0.5 };
     let corners = [
@@ -72,8 +83,15 @@ pub(crate) fn emptiest_corner(points: &[(f64, f64)], x: &Range<f64>, y: &Range<f
             .iter()
             .filter(|&&(px, py)| {
                 let (fx, fy) = (frac(px, x.start, x.end), frac(scale(py), y0, y1));
-                (if right { fx >= 2.0 / 3.0 } else { fx <= 1.0 / 3.0 })
-                    && (if upper { fy >= 2.0 / 3.0 } else { fy <= 1.0 / 3.0 })
+                (if right {
+                    fx >= 2.0 / 3.0
+                } else {
+                    fx <= 1.0 / 3.0
+                }) && (if upper {
+                    fy >= 2.0 / 3.0
+                } else {
+                    fy <= 1.0 / 3.0
+                })
             })
             .count()
     };

@@ -163,7 +163,8 @@ impl Body for Lines {
 
     fn points(&self) -> Vec<(f64, f64)> {
         let t = self.traces.iter();
-        t.flat_map(|t| t.segments.iter().flatten().copied()).collect()
+        t.flat_map(|t| t.segments.iter().flatten().copied())
+            .collect()
     }
 }
 

@@ -525,7 +525,10 @@ fn the_legend_goes_to_the_corner_with_the_fewest_points() {
     let mut points: Vec<(f64, f64)> = (0..50).map(|i| (i as f64, 5.0 - 0.08 * i as f64)).collect();
     points.extend((0..50).map(|i| (i as f64, 5.0)));
     let corner = emptiest_corner(&points, &(0.0..49.0), &(1.0..5.0), false);
-    assert!(matches!(corner, SeriesLabelPosition::LowerLeft), "{corner:?}");
+    assert!(
+        matches!(corner, SeriesLabelPosition::LowerLeft),
+        "{corner:?}"
+    );
 }
 
 /// A long title shrinks to fit the width instead of running off both edges.
@@ -535,5 +538,8 @@ fn a_long_title_gets_a_smaller_font() {
     assert_eq!(title_size("loss", 800), 24);
     let long = "language model on a corpus with a very long folder name (small, 2000 steps)";
     let size = title_size(long, 800);
-    assert!(size < 24 && size as f64 * 0.55 * long.len() as f64 <= 800.0 - 32.0, "{size}");
+    assert!(
+        size < 24 && size as f64 * 0.55 * long.len() as f64 <= 800.0 - 32.0,
+        "{size}"
+    );
 }

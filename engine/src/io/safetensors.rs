@@ -136,7 +136,9 @@ pub fn save<T: NamedTensors + ?Sized>(
     write_to(&mut out, views, metadata)
         .and_then(|()| out.flush())
         .map_err(|e| Error::io(tmp.path(), e))?;
-    let file = out.into_inner().map_err(|e| Error::io(tmp.path(), e.into_error()))?;
+    let file = out
+        .into_inner()
+        .map_err(|e| Error::io(tmp.path(), e.into_error()))?;
     file.sync_all().map_err(|e| Error::io(tmp.path(), e))?;
     drop(file);
     tmp.persist(path)?;
@@ -253,4 +255,3 @@ fn le_bytes(s: &CpuStorage, r: std::ops::Range<usize>) -> Vec<u8> {
         CpuStorage::F64(v) => bytemuck::cast_slice(&v[r]).to_vec(),
     }
 }
-

@@ -49,7 +49,10 @@ mod tests {
             bomb.push_str(&format!("a{i}: &a{i} [{refs}]\n"));
         }
         let e = parse_untrusted(&bomb).unwrap_err();
-        assert!(e.starts_with("line 2 column") && e.contains("YAML alias"), "{e}");
+        assert!(
+            e.starts_with("line 2 column") && e.contains("YAML alias"),
+            "{e}"
+        );
         assert!(parse_untrusted("a: [unclosed").is_err());
     }
 }

@@ -68,8 +68,12 @@ fn max_len(e: &fancy_regex::Expr) -> Option<usize> {
         Expr::GeneralNewline { .. } => Some(2),
         Expr::Literal { val, .. } => Some(val.chars().count()),
         Expr::LiteralBytes { bytes } => Some(bytes.len()),
-        Expr::Concat(items) => items.iter().try_fold(0usize, |n, x| n.checked_add(max_len(x)?)),
-        Expr::Alt(items) => items.iter().try_fold(0usize, |n, x| Some(n.max(max_len(x)?))),
+        Expr::Concat(items) => items
+            .iter()
+            .try_fold(0usize, |n, x| n.checked_add(max_len(x)?)),
+        Expr::Alt(items) => items
+            .iter()
+            .try_fold(0usize, |n, x| Some(n.max(max_len(x)?))),
         Expr::Group(x) => max_len(x),
         Expr::AtomicGroup(x) => max_len(x),
         Expr::Repeat { child, hi, .. } if *hi != usize::MAX => max_len(child)?.checked_mul(*hi),
@@ -171,7 +175,13 @@ mod tests {
             let e = Pattern::regex(p).unwrap_err().to_string();
             assert!(e.contains("unbounded length"), "{p}: {e}");
         }
-        for p in [r"(?<=a)b", r"(?<=ab|c)d", r"(?<![0-9]{1,3})x", r"\s+(?!\S)", r"'s|\p{L}+"] {
+        for p in [
+            r"(?<=a)b",
+            r"(?<=ab|c)d",
+            r"(?<![0-9]{1,3})x",
+            r"\s+(?!\S)",
+            r"'s|\p{L}+",
+        ] {
             assert!(Pattern::regex(p).is_ok(), "{p}");
         }
     }

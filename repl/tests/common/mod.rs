@@ -42,10 +42,10 @@ pub fn repl_session(input: &str) -> Output {
     drop(stdin);
     let mut out = child.wait_with_output().unwrap();
     let stdout = text(&out.stdout);
-    if let Some(cut) = stdout.trim_end().rfind('\n').map(|i| i + 1).or(Some(0)) {
-        if stdout[cut..].starts_with("saved ") {
-            out.stdout = stdout[..cut].as_bytes().to_vec();
-        }
+    let body = stdout.trim_end();
+    let cut = body.rfind('\n').map_or(0, |i| i + 1);
+    if body[cut..].starts_with("saved ") {
+        out.stdout = stdout.as_bytes()[..cut].to_vec();
     }
     if saved.exists() {
         let check = brain(&dir).arg("check").arg(&saved).output().unwrap();

@@ -95,7 +95,10 @@ fn empty_cells_are_nan_with_a_warning_naming_the_first() {
     let opts = CsvOptions::classification("species");
     let (d, notes) = super::parse(b"x,z,species\n1,2,a\n3,,b\n,4,a\n", &opts).unwrap();
     let values = d.features().to_vec::<f32>().unwrap();
-    assert!(values[3].is_nan() && values[4].is_nan() && values[0] == 1.0, "{values:?}");
+    assert!(
+        values[3].is_nan() && values[4].is_nan() && values[0] == 1.0,
+        "{values:?}"
+    );
     let lines = notes.lines("t.csv");
     assert_eq!(lines.len(), 1, "{lines:?}");
     assert!(
@@ -116,7 +119,9 @@ fn a_label_column_of_many_numbers_warns_and_reads_as_regression_when_asked() {
     assert_eq!(d.class_names().unwrap().len(), 30);
     let lines = notes.lines("t.csv");
     assert!(
-        lines.iter().any(|l| l.contains("30 distinct numbers") && l.contains("task: \"regression\"")),
+        lines
+            .iter()
+            .any(|l| l.contains("30 distinct numbers") && l.contains("task: \"regression\"")),
         "{lines:?}"
     );
     let (r, _) = super::parse(text.as_bytes(), &CsvOptions::regression("y")).unwrap();

@@ -188,7 +188,9 @@ fn refuse_system_folder(p: &Path) -> Result<()> {
         return Ok(());
     };
     let system = real.parent().is_none()
-        || ["/proc", "/sys", "/dev"].iter().any(|s| real.starts_with(s));
+        || ["/proc", "/sys", "/dev"]
+            .iter()
+            .any(|s| real.starts_with(s));
     if system {
         return Err(Error::format(
             "yolo dataset",

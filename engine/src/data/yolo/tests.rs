@@ -578,10 +578,15 @@ fn links_out_of_the_split_and_back_into_it_are_not_walked() {
     std::os::unix::fs::symlink("/", split.join("root")).unwrap();
     std::os::unix::fs::symlink("/proc/self", split.join("self")).unwrap();
     std::os::unix::fs::symlink(&split, split.join("sub/loop")).unwrap();
-    let files = image_files(&[split.clone()]).unwrap();
+    let files = image_files(std::slice::from_ref(&split)).unwrap();
     let names: Vec<_> = files
         .iter()
-        .map(|f| f.strip_prefix(&split).unwrap().to_string_lossy().into_owned())
+        .map(|f| {
+            f.strip_prefix(&split)
+                .unwrap()
+                .to_string_lossy()
+                .into_owned()
+        })
         .collect();
     assert_eq!(names, ["a.jpg", "sub/b.jpg"]);
 }

@@ -229,10 +229,16 @@ fn names_hyperparameters_and_types_are_llama_cpps() {
 fn an_export_without_a_tokenizer_says_none_and_warns() {
     let path = out_path("no_tokenizer.gguf");
     let r = export_gguf(&model(true), None, &path, &GgufExportOptions::default()).unwrap();
-    assert!(r.warnings.iter().any(|w| w.contains("\"none\"")), "{:?}", r.warnings);
+    assert!(
+        r.warnings.iter().any(|w| w.contains("\"none\"")),
+        "{:?}",
+        r.warnings
+    );
     let f = GgufFile::open(&path).unwrap();
     assert_eq!(f.metadata.str("tokenizer.ggml.model").unwrap(), "none");
-    assert!(crate::text::gguf::read_tokenizer(&f.metadata).unwrap().is_none());
+    assert!(crate::text::gguf::read_tokenizer(&f.metadata)
+        .unwrap()
+        .is_none());
 }
 
 #[test]

@@ -162,7 +162,9 @@ fn a_tokenizer_is_saved_with_its_tokenizer_config() {
         ..TrainOptions::default()
     };
     let tok = train_bpe(["hello world, hello tokens. ".repeat(20)], &o).unwrap();
-    let eos = tok.eos_id().expect("the trained tokenizer's end-of-text id");
+    let eos = tok
+        .eos_id()
+        .expect("the trained tokenizer's end-of-text id");
     let dir = tempfile::tempdir().unwrap();
     let template = "{% for m in messages %}{{ m['content'] }}{% endfor %}";
     let opts = PretrainedOptions {

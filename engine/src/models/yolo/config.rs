@@ -98,7 +98,10 @@ impl YoloConfig {
             .or(file_nc)
             .ok_or_else(|| bad(origin, "missing key `nc` (number of classes)"))?;
         if nc > limits::CLASSES {
-            return Err(bad(origin, format!("`nc` {nc} is more than {} classes", limits::CLASSES)));
+            return Err(bad(
+                origin,
+                format!("`nc` {nc} is more than {} classes", limits::CLASSES),
+            ));
         }
         let reg_max = match &doc["reg_max"] {
             Yaml::BadValue => 16,
@@ -106,7 +109,10 @@ impl YoloConfig {
                 .as_i64()
                 .filter(|r| (1..=limits::REG_MAX).contains(r))
                 .ok_or_else(|| {
-                    bad(origin, format!("`reg_max` must be an integer from 1 to {}", limits::REG_MAX))
+                    bad(
+                        origin,
+                        format!("`reg_max` must be an integer from 1 to {}", limits::REG_MAX),
+                    )
                 })? as usize,
         };
         // ultralytics stores `scale: ''` when it could not guess one, and then takes the first.
@@ -147,7 +153,11 @@ impl YoloConfig {
                 if !(1.0..=limits::CHANNELS as f64).contains(&v[2]) {
                     return Err(bad(
                         origin,
-                        format!("scale `{letter}`: max_channels {} is not from 1 to {}", v[2], limits::CHANNELS),
+                        format!(
+                            "scale `{letter}`: max_channels {} is not from 1 to {}",
+                            v[2],
+                            limits::CHANNELS
+                        ),
                     ));
                 }
                 (Some(letter), v[0], v[1], v[2] as usize)
@@ -163,7 +173,10 @@ impl YoloConfig {
             if !(m > 0.0 && m <= limits::MULTIPLE) {
                 return Err(bad(
                     origin,
-                    format!("the {what} multiple {m} is not above 0 and at most {}", limits::MULTIPLE),
+                    format!(
+                        "the {what} multiple {m} is not above 0 and at most {}",
+                        limits::MULTIPLE
+                    ),
                 ));
             }
         }
@@ -368,10 +381,19 @@ head:
     #[test]
     fn numbers_beyond_any_model_are_refused_before_building() {
         let cases = [
-            (TINY.replace("[-1, 2, C3k2", "[-1, 1000000000, C3k2"), "repeats"),
-            (TINY.replace("[-1, 2, C3k2", "[-1, 9223372036854775807, C3k2"), "repeats"),
-            (TINY.replace("[-1, 2, C3k2", "[-1, 1099511627776, C3k2"), "repeats"),
-            (TINY.replace("[[1, 2], 1, Detect", "[[1, 2], 1, Detect").replace("nc: 3", "nc: 3000000"), "nc"),
+            (
+                TINY.replace("[-1, 2, C3k2", "[-1, 1000000000, C3k2"),
+                "repeats",
+            ),
+            (
+                TINY.replace("[-1, 2, C3k2", "[-1, 9223372036854775807, C3k2"),
+                "repeats",
+            ),
+            (
+                TINY.replace("[-1, 2, C3k2", "[-1, 1099511627776, C3k2"),
+                "repeats",
+            ),
+            (TINY.replace("nc: 3", "nc: 3000000"), "nc"),
         ];
         for (text, what) in &cases {
             let e = YoloConfig::from_yaml_str(text, "m.yaml", None, None)

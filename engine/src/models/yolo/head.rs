@@ -372,7 +372,11 @@ impl Detect {
         // the bins, and the DFL conv (1x1, its weight the bin values 0..bins) summing them.
         let shape = g.ints("shape", &[0, 4, self.reg_max as i64, -1])?;
         let sides = g.node("Reshape", &[&boxes, &shape], &[]);
-        let bins = g.node("Transpose", &[&sides], &[("perm", Attr::Ints(vec![0, 2, 1, 3]))]);
+        let bins = g.node(
+            "Transpose",
+            &[&sides],
+            &[("perm", Attr::Ints(vec![0, 2, 1, 3]))],
+        );
         let probs = g.node("Softmax", &[&bins], &[("axis", Attr::Int(1))]);
         let weight = g.initializer(&format!("{prefix}dfl.conv.weight"), &self.dfl.0)?;
         let one_by_one = [

@@ -19,8 +19,17 @@ impl YoloModel {
         write_model(self.onnx_graph(size, opts)?, path)
     }
 
-    /// The graph `export_onnx` writes.
-    pub(super) fn onnx_graph(&self, (h, w): (usize, usize), opts: &ExportOptions) -> Result<OnnxGraph> {
+    /// The graph `export_onnx` writes: the fused network (each batch norm folded into its
+    /// convolution), as ultralytics exports it and as `load_onnx` maps a file back.
+    pub(super) fn onnx_graph(
+        &self,
+        size: (usize, usize),
+        opts: &ExportOptions,
+    ) -> Result<OnnxGraph> {
+        if !self.fused {
+            return self.fuse()?.onnx_graph(size, opts);
+        }
+        let (h, w) = size;
         let stride = self.max_stride();
         if h == 0 || w == 0 || !h.is_multiple_of(stride) || !w.is_multiple_of(stride) {
             return Err(Error::invalid(

@@ -15,9 +15,33 @@ use std::collections::{BTreeMap, HashMap};
 
 /// The operators of ultralytics' YOLOv8/YOLO11 exports (static and dynamic shapes) and ours.
 const YOLO_OPS: &[&str] = &[
-    "Add", "Cast", "Concat", "Constant", "ConstantOfShape", "Conv", "Div", "Equal", "Expand",
-    "Gather", "Identity", "MatMul", "MaxPool", "Mul", "Range", "ReduceSum", "Reshape", "Resize",
-    "Shape", "Sigmoid", "Slice", "Softmax", "Split", "Squeeze", "Sub", "Transpose", "Unsqueeze",
+    "Add",
+    "Cast",
+    "Concat",
+    "Constant",
+    "ConstantOfShape",
+    "Conv",
+    "Div",
+    "Equal",
+    "Expand",
+    "Gather",
+    "Identity",
+    "MatMul",
+    "MaxPool",
+    "Mul",
+    "Range",
+    "ReduceSum",
+    "Reshape",
+    "Resize",
+    "Shape",
+    "Sigmoid",
+    "Slice",
+    "Softmax",
+    "Split",
+    "Squeeze",
+    "Sub",
+    "Transpose",
+    "Unsqueeze",
     "Where",
 ];
 
@@ -40,15 +64,17 @@ pub(super) fn check_graph(file: &OnnxModel, model: &YoloModel, origin: &str) -> 
             ),
         )
     };
-    if let Some(n) = file
-        .nodes
-        .iter()
-        .find(|n| !YOLO_OPS.contains(&n.op_type.as_str()) || !matches!(n.domain.as_str(), "" | "ai.onnx"))
-    {
+    if let Some(n) = file.nodes.iter().find(|n| {
+        !YOLO_OPS.contains(&n.op_type.as_str()) || !matches!(n.domain.as_str(), "" | "ai.onnx")
+    }) {
         return Err(refuse(format!(
             "node {:?} is a {}{}, which a YOLO export does not use",
             n.name,
-            if n.domain.is_empty() { String::new() } else { format!("{}.", n.domain) },
+            if n.domain.is_empty() {
+                String::new()
+            } else {
+                format!("{}.", n.domain)
+            },
             n.op_type
         )));
     }
@@ -68,7 +94,9 @@ pub(super) fn check_graph(file: &OnnxModel, model: &YoloModel, origin: &str) -> 
         }
     }
     if let Some(extra) = got.keys().find(|k| !want.contains_key(*k)) {
-        return Err(refuse(format!("a convolution uses {extra}, which the network has no place for")));
+        return Err(refuse(format!(
+            "a convolution uses {extra}, which the network has no place for"
+        )));
     }
     Ok(())
 }
@@ -97,7 +125,10 @@ fn convolutions(m: &OnnxModel) -> BTreeMap<String, ConvSignature> {
             };
             let shape = m.initializer(&weight).map(|t| format!("{:?}", t.shape()));
             let geometry = vec![
-                ("weight".to_string(), shape.unwrap_or_else(|| "not a constant".into())),
+                (
+                    "weight".to_string(),
+                    shape.unwrap_or_else(|| "not a constant".into()),
+                ),
                 attr("strides", "[1, 1]"),
                 attr("pads", "[0, 0, 0, 0]"),
                 attr("dilations", "[1, 1]"),
@@ -115,7 +146,13 @@ fn convolutions(m: &OnnxModel) -> BTreeMap<String, ConvSignature> {
                 .filter(|op| matches!(op.as_str(), "Sigmoid" | "Mul"))
                 .collect();
             activation.sort();
-            Some((weight, ConvSignature { geometry, activation }))
+            Some((
+                weight,
+                ConvSignature {
+                    geometry,
+                    activation,
+                },
+            ))
         })
         .collect()
 }

@@ -260,7 +260,8 @@ fn validation_skips_labels_of_classes_the_model_lacks() {
     let data = DataConfig::load(generate_shapes(dir.path(), &opts).unwrap()).unwrap();
     assert!(data.names.len() > 1, "{:?}", data.names);
     let cfg = YoloConfig::from_yaml_str(MINI11, "mini", None, Some(1)).unwrap();
-    let mut m = YoloModel::build(&cfg, vec!["thing".into()], false, &mut Generator::new(0)).unwrap();
+    let mut m =
+        YoloModel::build(&cfg, vec!["thing".into()], false, &mut Generator::new(0)).unwrap();
     m.eval();
     let vo = val::ValOptions {
         imgsz: 64,
@@ -275,8 +276,10 @@ fn validation_skips_labels_of_classes_the_model_lacks() {
         "{said}"
     );
     assert!(
-        said.contains(&format!("the dataset has {} classes and the model 1", data.names.len()))
-            && said.contains("\"thing\" in the model"),
+        said.contains(&format!(
+            "the dataset has {} classes and the model 1",
+            data.names.len()
+        )) && said.contains("\"thing\" in the model"),
         "{said}"
     );
 }
@@ -287,21 +290,31 @@ fn validation_skips_labels_of_classes_the_model_lacks() {
 #[test]
 fn an_onnx_export_loads_back_with_its_names_and_predictions() {
     use crate::io::onnx::export::ExportOptions;
-    let cfg = definitions::builtin("yolo11n.yaml", Some(3)).unwrap().unwrap();
+    let cfg = definitions::builtin("yolo11n.yaml", Some(3))
+        .unwrap()
+        .unwrap();
     let names: Vec<String> = ["person", "it's", "c\\d"].map(String::from).to_vec();
     let mut m = YoloModel::build(&cfg, names.clone(), false, &mut Generator::new(3)).unwrap();
     m.eval();
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("y.onnx");
-    m.export_onnx((64, 64), &path, &ExportOptions::default()).unwrap();
+    m.export_onnx((64, 64), &path, &ExportOptions::default())
+        .unwrap();
     let onnx = crate::io::onnx::read_onnx(&path).unwrap();
     assert_eq!(onnx.metadata_value("stride"), Some("32"));
     let back = YoloModel::load(&path).unwrap();
     assert_eq!(back.names, names);
     let x = Tensor::rand(&[1, 3, 64, 64], DType::F32, Some(&mut Generator::new(4))).unwrap();
     let run = |model: &YoloModel| crate::no_grad(|| model.forward(&x)).unwrap();
-    let (a, b) = (run(&m).to_vec::<f32>().unwrap(), run(&back).to_vec::<f32>().unwrap());
-    let worst = a.iter().zip(&b).map(|(p, q)| (p - q).abs() / (1.0 + p.abs())).fold(0f32, f32::max);
+    let (a, b) = (
+        run(&m).to_vec::<f32>().unwrap(),
+        run(&back).to_vec::<f32>().unwrap(),
+    );
+    let worst = a
+        .iter()
+        .zip(&b)
+        .map(|(p, q)| (p - q).abs() / (1.0 + p.abs()))
+        .fold(0f32, f32::max);
     assert!(worst < 1e-4, "{worst}");
 }
 
@@ -312,11 +325,20 @@ fn an_onnx_file_whose_graph_differs_from_its_weights_network_is_refused() {
     use crate::io::onnx::export::ExportOptions;
     use crate::io::onnx::proto::{AttributeProto, ModelProto};
     use prost::Message;
-    let cfg = definitions::builtin("yolov8n.yaml", Some(2)).unwrap().unwrap();
-    let m = YoloModel::build(&cfg, vec!["a".into(), "b".into()], true, &mut Generator::new(5)).unwrap();
+    let cfg = definitions::builtin("yolov8n.yaml", Some(2))
+        .unwrap()
+        .unwrap();
+    let m = YoloModel::build(
+        &cfg,
+        vec!["a".into(), "b".into()],
+        true,
+        &mut Generator::new(5),
+    )
+    .unwrap();
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("y.onnx");
-    m.export_onnx((64, 64), &path, &ExportOptions::default()).unwrap();
+    m.export_onnx((64, 64), &path, &ExportOptions::default())
+        .unwrap();
     assert!(YoloModel::load(&path).is_ok(), "the export itself loads");
     let original = ModelProto::decode(std::fs::read(&path).unwrap().as_slice()).unwrap();
     let edited = |edit: &dyn Fn(&mut ModelProto)| -> String {
@@ -333,10 +355,16 @@ fn an_onnx_file_whose_graph_differs_from_its_weights_network_is_refused() {
         &mut m.graph.as_mut().unwrap().node
     }
     let hard = edited(&|m| {
-        let n = nodes(m).iter_mut().find(|n| n.op_type == "Sigmoid").unwrap();
+        let n = nodes(m)
+            .iter_mut()
+            .find(|n| n.op_type == "Sigmoid")
+            .unwrap();
         n.op_type = "HardSigmoid".into();
     });
-    assert!(hard.contains("is a HardSigmoid, which a YOLO export does not use"), "{hard}");
+    assert!(
+        hard.contains("is a HardSigmoid, which a YOLO export does not use"),
+        "{hard}"
+    );
     let custom = edited(&|m| {
         let n = nodes(m).iter_mut().find(|n| n.op_type == "Mul").unwrap();
         n.domain = "com.example".into();
@@ -344,8 +372,15 @@ fn an_onnx_file_whose_graph_differs_from_its_weights_network_is_refused() {
     assert!(custom.contains("com.example.Mul"), "{custom}");
     let strided = edited(&|m| {
         let n = nodes(m).iter_mut().find(|n| n.op_type == "Conv").unwrap();
-        let s = n.attribute.iter_mut().find(|a: &&mut AttributeProto| a.name == "strides").unwrap();
-        s.ints = vec![2, 2];
+        let s = n
+            .attribute
+            .iter_mut()
+            .find(|a: &&mut AttributeProto| a.name == "strides")
+            .unwrap();
+        s.ints = vec![3, 3];
     });
-    assert!(strided.contains("model.0.conv.weight") && strided.contains("[2, 2]"), "{strided}");
+    assert!(
+        strided.contains("model.0.conv.weight") && strided.contains("[3, 3]"),
+        "{strided}"
+    );
 }

@@ -16,8 +16,8 @@
 //! refused only when the difference shows: when some token, encoded alone, does not come out as
 //! itself.
 
-use crate::io::gguf::metadata::{Array, Value};
 use super::gpt2_tokenizer::pre_tokenizer;
+use crate::io::gguf::metadata::{Array, Value};
 use crate::text::hf_json::pre_tokenizer_json;
 use crate::text::pretokenize::Start;
 use crate::text::Tokenizer;

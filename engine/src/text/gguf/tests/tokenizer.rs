@@ -127,7 +127,10 @@ fn every_loaded_pre_tokenizer_exports_under_its_name() {
         let f = GgufFile::from_bytes(with_tokenizer("gpt2", Some(pre)).bytes(), "t.gguf").unwrap();
         let tok = read_tokenizer(&f.metadata).unwrap().unwrap().tokenizer;
         let meta = tokenizer_metadata(&tok, 3).unwrap_or_else(|e| panic!("{pre}: {e}"));
-        let got = meta.iter().find(|(k, _)| k == "tokenizer.ggml.pre").map(|(_, v)| v);
+        let got = meta
+            .iter()
+            .find(|(k, _)| k == "tokenizer.ggml.pre")
+            .map(|(_, v)| v);
         assert!(
             matches!(got, Some(Value::String(s)) if s == written),
             "{pre}: {got:?}"
