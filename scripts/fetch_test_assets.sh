@@ -67,15 +67,16 @@ fetch_sdist() {
     done
 }
 
-# llama.cpp's own tokenizer test vocabularies (vocab-only GGUFs, SentencePiece `llama` model)
-# with its inputs (.inp) and expected ids (.out), from the llama.cpp vendored in
-# llama-cpp-python's sdist, for tests/tests/gguf_spm_tokenizer.rs.
+# llama.cpp's own tokenizer test vocabularies (vocab-only GGUFs: SentencePiece `llama` models
+# and byte-level `gpt2` ones under each pre-tokenizer name we read) with its inputs (.inp) and
+# expected ids (.out), from the llama.cpp vendored in llama-cpp-python's sdist, for
+# tests/tests/gguf_tokenizers.rs.
 VOCABS=vendor/llama.cpp/models
-fetch_sdist llama-cpp-python==0.3.36 llama_cpp_vocab \
-    $VOCABS/ggml-vocab-llama-spm.gguf $VOCABS/ggml-vocab-llama-spm.gguf.inp \
-    $VOCABS/ggml-vocab-llama-spm.gguf.out \
-    $VOCABS/ggml-vocab-phi-3.gguf $VOCABS/ggml-vocab-phi-3.gguf.inp \
-    $VOCABS/ggml-vocab-phi-3.gguf.out
+vocab_files=()
+for v in llama-spm phi-3 gpt-2 llama-bpe qwen2 starcoder refact deepseek-llm deepseek-coder; do
+    vocab_files+=("$VOCABS/ggml-vocab-$v.gguf" "$VOCABS/ggml-vocab-$v.gguf.inp" "$VOCABS/ggml-vocab-$v.gguf.out")
+done
+fetch_sdist llama-cpp-python==0.3.36 llama_cpp_vocab "${vocab_files[@]}"
 
 # package@version  asset-folder  then the paths inside the npm package that the tests use
 fetch_npm() {

@@ -5,16 +5,13 @@
 use super::model::Lm;
 use crate::error::{guard, runtime_error, RhaiResult};
 use crate::options::Options;
+use crate::text::gguf::tokenizer_fields;
 use rhai::{Array, Dynamic, Map, INT};
 use rusting_brain::models::transformer_lm::{
     export_gguf as export, load_gguf as load, GgufDType, GgufExportOptions,
 };
 use rusting_brain::text::Tokenizer;
 use rusting_brain::DType;
-
-fn id(v: Option<u32>) -> Dynamic {
-    v.map_or(Dynamic::UNIT, |i| Dynamic::from_int(i as INT))
-}
 
 /// The model in F32 on the script's device, and what the file says beside it.
 pub fn load_gguf(path: &str) -> RhaiResult<Map> {
@@ -33,18 +30,12 @@ pub fn load_gguf(path: &str) -> RhaiResult<Map> {
         .map(|(k, &n)| (k.into(), Dynamic::from_int(n as INT)))
         .collect();
     out.insert("tensor_types".into(), types.into());
-    let Some(tok) = loaded.tokenizer else {
-        out.insert("tokenizer".into(), Dynamic::UNIT);
-        return Ok(out);
-    };
-    out.insert("tokenizer".into(), Dynamic::from(tok.tokenizer));
-    out.insert("bos_id".into(), id(tok.bos_id));
-    out.insert("eos_id".into(), id(tok.eos_id));
-    out.insert("add_bos".into(), tok.add_bos.into());
-    out.insert(
-        "chat_template".into(),
-        tok.chat_template.map_or(Dynamic::UNIT, Dynamic::from),
-    );
+    match loaded.tokenizer {
+        Some(tok) => tokenizer_fields(&mut out, tok),
+        None => {
+            out.insert("tokenizer".into(), Dynamic::UNIT);
+        }
+    }
     Ok(out)
 }
 

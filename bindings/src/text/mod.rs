@@ -2,6 +2,7 @@
 //! files. Tokenizers are shared handles, cheap to copy.
 
 mod files;
+pub(crate) mod gguf;
 
 pub(crate) use files::{extensions, files_of, strings};
 
@@ -111,6 +112,13 @@ pub fn register(engine: &mut Engine) {
             "Trains a byte-level BPE (Hugging Face compatible) on files and directories (walked recursively, sorted, by extension; default txt, md, jsonl). pattern is \"gpt2\" or \"llama3\"; special tokens get the first ids.",
             "io::write_text(\"docs/a.md\", \"# Tensors\\nA tensor has a shape.\"); let tok = text::train_bpe([\"docs\"], #{ vocab_size: 300, special_tokens: [\"<|endoftext|>\"], extensions: [\"md\", \"rs\"] });",
             train_bpe,
+        );
+        api.func(
+            "load_gguf",
+            "text::load_gguf(path) -> #{ tokenizer, eos_id, bos_id, add_bos, chat_template }",
+            "Only the tokenizer of a llama.cpp GGUF file (a model's, or a vocabulary-only file), with the special ids and chat template lm::load_gguf gives beside a model.",
+            "try { let g = text::load_gguf(\"SmolLM2-135M-Instruct.Q4_1.gguf\"); print(g.tokenizer.encode(\"Hi!\")); } catch (err) { print(`no GGUF file here: ${err}`); }",
+            gguf::load_gguf,
         );
         api.func(
             "load_tokenizer",

@@ -19,7 +19,7 @@ use super::decode::{DecodeStep, Decoder};
 use super::model::Model;
 use super::normalize::{NormalizeStep, Normalizer};
 use super::pattern::{Pattern, PatternSource};
-use super::pretokenize::PreTokenizer;
+use super::pretokenize::{PreTokenizer, SplitBehavior, SplitRule, Step};
 use super::spm::SpmModel;
 use super::tokenizer::{Parts, Template, Tokenizer};
 use crate::Result;
@@ -68,10 +68,19 @@ impl Tokenizer {
                 stop: 0,
             });
         }
+        // llama.cpp merges over the whole text; where no token crosses from a word into the
+        // marks of the next (LLaMA's, Phi-3's vocabularies), the words are cut apart first, which
+        // gives the same ids and lets each word's ids be cached (5x faster on long text).
+        let mut pre = Vec::new();
+        if model.words_merge_apart() {
+            let before_marks =
+                SplitRule::regex(&format!("{SPACE_MARK}+"), SplitBehavior::MergedWithNext)?;
+            pre.push(Step::Split(before_marks));
+        }
         Ok(Tokenizer::from_parts(Parts {
             added: AddedVocab::new(added)?.with_ascii_strip(),
             normalizer: Normalizer::new(normalize),
-            pre: PreTokenizer::new(Vec::new())?,
+            pre: PreTokenizer::new(pre)?,
             model: Model::Spm(model),
             template: options.template,
             post_processor_json: serde_json::Value::Null,

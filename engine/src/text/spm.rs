@@ -145,6 +145,16 @@ impl SpmModel {
     }
 
     /// Appends the ids of `piece` (spaces already marked as "▁") to `out`.
+    /// Whether no token holds a space mark ("▁") right after another character: then no merge
+    /// joins a word to the marks before the next one, and the text may be cut before each run
+    /// of marks and its pieces encoded apart (and cached), to the same ids.
+    pub fn words_merge_apart(&self) -> bool {
+        self.id_to_token.iter().all(|t| {
+            let chars: Vec<char> = t.chars().collect();
+            chars.windows(2).all(|w| !(w[0] != '▁' && w[1] == '▁'))
+        })
+    }
+
     pub fn encode_piece(&self, piece: &str, out: &mut Vec<u32>) -> Result<()> {
         let mut symbols: Vec<Symbol> = piece
             .char_indices()

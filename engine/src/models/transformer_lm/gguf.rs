@@ -54,6 +54,13 @@ pub fn load_gguf_with(
     keep_quantized: bool,
 ) -> Result<GgufModel> {
     let mut file = GgufFile::open(path)?;
+    if file.tensors.is_empty() {
+        return Err(crate::io::gguf::format_error(
+            file.name(),
+            "the file holds a vocabulary only (no tensors); read its tokenizer with \
+             text::gguf::load_tokenizer (text::load_gguf in a script)",
+        ));
+    }
     let hyper = llama::hyperparameters(&file)?;
     let config = LmConfig::from_json(&hyper.hf_config().to_string())?;
     let tokenizer = read_tokenizer(&file.metadata)?;

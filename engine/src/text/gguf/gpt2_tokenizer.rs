@@ -13,6 +13,27 @@ use serde_json::{json, Map, Value};
 /// Qwen2's split: LLaMA-3's with single digits (`\p{N}` instead of `\p{N}{1,3}`).
 const QWEN2_PATTERN: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
 
+/// DeepSeek-LLM's splits, in llama.cpp's order: line breaks, runs of letters of the Latin,
+/// Greek, Cyrillic, Armenian, Georgian and other cased scripts (with a space before), runs of
+/// ASCII and full-width punctuation, trailing spaces, runs of CJK and Hangul, runs of digits.
+const DEEPSEEK_LLM_SPLITS: [&str; 6] = [
+    "[\r\n]",
+    "\\s?[A-Za-zµÀ-ÖØ-öø-ƺƼ-ƿǄ-ʓʕ-ʯͰ-ͳͶͷͻ-ͽͿΆΈ-ΊΌΎ-ΡΣ-ϵϷ-ҁҊ-ԯԱ-ՖႠ-ჅᎠ-Ᏽᏸ-ᏽᲐ-ᲺᲽ-Ჿᴀ-ᴫᵫ-ᵷᵹ-ᶚḀ-ἕἘ-Ἕἠ-ὅὈ-Ὅὐ-ὗὙὛὝὟ-ώᾀ-ᾴᾶ-ᾼιῂ-ῄῆ-ῌῐ-ΐῖ-Ίῠ-Ῥῲ-ῴῶ-ῼℂℇℊ-ℓℕℙ-ℝℤΩℨK-ℭℯ-ℴℹℼ-ℿⅅ-ⅉⅎↃↄⰀ-ⱻⱾ-ⳤⳫ-ⳮⳲⳳꙀ-ꙭꚀ-ꚛꜢ-ꝯꝱ-ꞇꞋ-ꞎꭰ-ꮿﬀ-ﬆﬓ-ﬗＡ-Ｚａ-ｚ𐐀-𐑏𐒰-𐓓𐓘-𐓻𐲀-𐲲𐳀-𐳲𑢠-𑣟𞤀-𞥃]+",
+    "\\s?[!-/:-~！-／：-～‘-‟　-。]+",
+    "\\s+$",
+    "[一-龥ࠀ-一가-퟿]+",
+    "\\p{N}+",
+];
+
+/// DeepSeek-Coder's splits: line breaks, letters, punctuation, CJK and Hangul, single digits.
+const DEEPSEEK_CODER_SPLITS: [&str; 5] = [
+    "[\r\n]",
+    "\\s?\\p{L}+",
+    "\\s?\\p{P}+",
+    "[一-龥ࠀ-一가-퟿]+",
+    "\\p{N}",
+];
+
 /// The pre-tokenizer of a `tokenizer.ggml.pre` name: its `tokenizer.json` object, whether
 /// llama.cpp skips the merges for pieces that are whole tokens (`ignore_merges`), and whether
 /// it adds BOS when the file does not say.
@@ -22,8 +43,9 @@ pub(super) fn pre_tokenizer(name: &str) -> Option<(Value, bool, bool)> {
     let sequence = |steps: Vec<Value>| json!({"type": "Sequence", "pretokenizers": steps});
     Some(match name {
         "gpt-2" => (byte_level(true), false, false),
-        // Each digit alone, then GPT-2's split (llama.cpp's SMOLLM regex list).
-        "smollm" => (
+        // Each digit alone, then GPT-2's split (llama.cpp's one regex list for SmolLM,
+        // StarCoder and Refact).
+        "smollm" | "starcoder" | "refact" => (
             sequence(vec![split(r"\p{N}"), byte_level(true)]),
             false,
             false,
@@ -38,12 +60,22 @@ pub(super) fn pre_tokenizer(name: &str) -> Option<(Value, bool, bool)> {
             false,
             false,
         ),
+        "deepseek-llm" | "deepseek-coder" => {
+            let splits: &[&str] = match name {
+                "deepseek-llm" => &DEEPSEEK_LLM_SPLITS,
+                _ => &DEEPSEEK_CODER_SPLITS,
+            };
+            let mut steps: Vec<Value> = splits.iter().map(|p| split(p)).collect();
+            steps.push(byte_level(false));
+            (sequence(steps), false, false)
+        }
         _ => return None,
     })
 }
 
 pub(super) const KNOWN_PRE: &str =
-    "gpt-2, smollm, llama3, llama-v3, llama-bpe, qwen2, deepseek-r1-qwen";
+    "gpt-2, smollm, starcoder, refact, llama3, llama-v3, llama-bpe, \
+     qwen2, deepseek-r1-qwen, deepseek-llm, deepseek-coder";
 
 /// What a `gpt2` tokenizer is assembled from.
 pub(super) struct Gpt2Parts<'a> {

@@ -10,4 +10,4 @@ mod token_types;
 pub mod tokenizer;
 pub mod write_tokenizer;
 
-pub use tokenizer::{read_tokenizer, GgufTokenizer};
+pub use tokenizer::{load_tokenizer, read_tokenizer, GgufTokenizer};

@@ -47,6 +47,19 @@ struct Defaults {
     add_bos: bool,
 }
 
+/// The tokenizer of the GGUF file at `path`, with or without weights beside it (llama.cpp's
+/// vocabulary-only files too); an error when the file carries none.
+pub fn load_tokenizer(path: impl AsRef<std::path::Path>) -> Result<GgufTokenizer> {
+    let file = crate::io::gguf::GgufFile::open(path)?;
+    read_tokenizer(&file.metadata)?.ok_or_else(|| {
+        key_error(
+            file.name(),
+            "tokenizer.ggml.model",
+            "is missing: the file carries no tokenizer",
+        )
+    })
+}
+
 /// The tokenizer of the file whose metadata is `meta`; `None` when it has none.
 pub fn read_tokenizer(meta: &Metadata) -> Result<Option<GgufTokenizer>> {
     let file = &meta.file;

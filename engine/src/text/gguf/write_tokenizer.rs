@@ -32,8 +32,15 @@ const TYPE_UNUSED: i32 = 5;
 
 /// The names llama.cpp knows a pre-tokenizer by, one for each split the loader accepts
 /// (`gpt2_tokenizer::pre_tokenizer`; `llama3` and `llama-v3` are other names of `llama-bpe`,
-/// `deepseek-r1-qwen` of `qwen2`).
-const EXPORTED_PRE: [&str; 4] = ["gpt-2", "smollm", "llama-bpe", "qwen2"];
+/// `starcoder` and `refact` of `smollm`, `deepseek-r1-qwen` of `qwen2`).
+const EXPORTED_PRE: [&str; 6] = [
+    "gpt-2",
+    "smollm",
+    "llama-bpe",
+    "qwen2",
+    "deepseek-llm",
+    "deepseek-coder",
+];
 
 /// llama.cpp's name for our pre-tokenizer, and whether llama.cpp ignores merges under it: the
 /// name whose split, as the loader builds it, is ours stage for stage.

@@ -1,8 +1,9 @@
-//! The `llama` (SentencePiece) tokenizer of a GGUF file against llama.cpp's own tokenizer, on
-//! llama.cpp's two SentencePiece test vocabularies (LLaMA's and Phi-3's, fetched by
-//! scripts/fetch_test_assets.sh from llama-cpp-python 0.3.36's sdist):
-//! - llama.cpp's test inputs (`.inp`) give exactly its expected ids (`.out`), as its
-//!   test-tokenizer-0 runs them (no BOS, special tokens not parsed);
+//! The tokenizers of GGUF files against llama.cpp's own tokenizer, on llama.cpp's test
+//! vocabularies (fetched by scripts/fetch_test_assets.sh from llama-cpp-python 0.3.36's sdist):
+//! - its two SentencePiece vocabularies (LLaMA's and Phi-3's) and its byte-level ones under each
+//!   pre-tokenizer name we read (GPT-2, LLaMA-3, Qwen2, StarCoder, Refact, DeepSeek-LLM,
+//!   DeepSeek-Coder): llama.cpp's test inputs (`.inp`) give exactly its expected ids (`.out`),
+//!   as its test-tokenizer-0 runs them (no BOS, special tokens not parsed);
 //! - 60 varied strings give the ids that llama-cpp-python recorded in
 //!   `tests/fixtures/gguf/spm_tokenizer_llama_cpp.json` (make_spm_tokenizer_fixture.py), with
 //!   BOS and with and without special tokens parsed;
@@ -68,6 +69,17 @@ fn matches_llama_cpps_test_ids(test: &str, name: &str) {
     }
 }
 
+/// LLaMA's SentencePiece vocabulary has no token that runs from a word into the next space
+/// mark, so its words are cut apart before merging (the fast path); the ids stay llama.cpp's.
+#[test]
+fn llama_spm_vocab_merges_its_words_apart() {
+    let test = "llama_spm_vocab_merges_its_words_apart";
+    let Some((tok, _)) = vocab(test, LLAMA_SPM) else {
+        return;
+    };
+    assert_eq!(tok.tokenizer.pre_tokenizer().steps.len(), 1);
+}
+
 #[test]
 fn llama_spm_vocab_gives_llama_cpps_expected_ids_on_its_test_inputs() {
     matches_llama_cpps_test_ids(
@@ -82,6 +94,33 @@ fn phi3_vocab_gives_llama_cpps_expected_ids_on_its_test_inputs() {
         "phi3_vocab_gives_llama_cpps_expected_ids_on_its_test_inputs",
         PHI3,
     );
+}
+
+/// Every byte-level vocabulary of llama.cpp's tests whose pre-tokenizer we read by name.
+#[test]
+fn byte_level_vocabs_give_llama_cpps_expected_ids_under_every_pre_tokenizer_name() {
+    const TEST: &str =
+        "byte_level_vocabs_give_llama_cpps_expected_ids_under_every_pre_tokenizer_name";
+    for (name, pre) in [
+        ("gpt-2", "gpt-2"),
+        ("llama-bpe", "llama-bpe"),
+        ("qwen2", "qwen2"),
+        ("starcoder", "starcoder"),
+        ("refact", "refact"),
+        ("deepseek-llm", "deepseek-llm"),
+        ("deepseek-coder", "deepseek-coder"),
+    ] {
+        let file = format!("ggml-vocab-{name}.gguf");
+        let Some((tok, _)) = vocab(TEST, &file) else {
+            return;
+        };
+        assert_eq!(
+            (tok.model.as_str(), tok.pre.as_str()),
+            ("gpt2", pre),
+            "{file}"
+        );
+        matches_llama_cpps_test_ids(TEST, &file);
+    }
 }
 
 /// One recorded string: its text, its ids with special tokens parsed and without (both with
@@ -213,4 +252,29 @@ fn phi3_vocab_carries_its_special_ids_and_chat_template() {
     );
     assert!(tok.chat_template.unwrap().contains("<|assistant|>"));
     assert_eq!(tok.tokenizer.eos_id(), Some(32000));
+}
+
+/// A vocabulary-only file: its tokenizer loads alone (`text::load_gguf` in a script), and
+/// loading it as a model says where its tokenizer is instead of naming a missing key.
+#[test]
+fn a_vocabulary_only_file_gives_its_tokenizer_and_no_model() {
+    let test = "a_vocabulary_only_file_gives_its_tokenizer_and_no_model";
+    let Some(path) = asset(test, "llama_cpp_vocab/ggml-vocab-starcoder.gguf") else {
+        return;
+    };
+    let tok = rusting_brain::text::gguf::load_tokenizer(&path).unwrap();
+    assert_eq!(tok.pre, "starcoder");
+    assert!(!tok.tokenizer.encode("fn main() {}").unwrap().is_empty());
+    let err = rusting_brain::models::transformer_lm::load_gguf(
+        &path,
+        rusting_brain::DType::F32,
+        rusting_brain::Device::Cpu,
+    )
+    .map(|_| ())
+    .unwrap_err()
+    .to_string();
+    assert!(
+        err.contains("vocabulary only") && err.contains("load_tokenizer"),
+        "{err}"
+    );
 }
