@@ -65,7 +65,7 @@ pub fn sample(reader: &str) -> Sample {
         "pt" => Sample::alone(fixture("torch/tiny_checkpoint.pt")),
         "onnx" => Sample::alone(onnx()),
         "gguf" => Sample::alone(fixture("gguf/tiny_llama.gguf")),
-        "model yaml" => Sample::alone(MODEL_YAML.as_bytes().to_vec()),
+        "model yaml" => Sample::alone(fixture("yolo/mini11.yaml")),
         "data.yaml" => Sample {
             valid: b"train: val.txt\nval: val.txt\nnames: [thing, other]\n".to_vec(),
             siblings: vec![
@@ -299,29 +299,6 @@ fn onnx() -> Vec<u8> {
     };
     model.encode_to_vec()
 }
-
-/// A YOLO11-style definition at a quarter width: every kind of block, quick to build.
-pub const MODEL_YAML: &str = "nc: 3
-scales:
-  n: [0.50, 0.25, 1024]
-backbone:
-  - [-1, 1, Conv, [64, 3, 2]]
-  - [-1, 1, Conv, [128, 3, 2]]
-  - [-1, 2, C3k2, [256, False, 0.25]]
-  - [-1, 1, Conv, [256, 3, 2]]
-  - [-1, 2, C3k2, [256, True]]
-  - [-1, 1, Conv, [256, 3, 2]]
-  - [-1, 1, SPPF, [256, 5]]
-  - [-1, 2, C2PSA, [256]]
-head:
-  - [-1, 1, nn.Upsample, [None, 2, 'nearest']]
-  - [[-1, 4], 1, Concat, [1]]
-  - [-1, 2, C3k2, [128, False]]
-  - [-1, 1, Conv, [128, 3, 2]]
-  - [[-1, 7], 1, Concat, [1]]
-  - [-1, 2, C2f, [256, True]]
-  - [[2, 10, 13], 1, Detect, [nc]]
-";
 
 /// A 32x32 PNG (ultralytics drops images under 10 pixels), the image of a dataset's label.
 fn png_32x32() -> Vec<u8> {

@@ -10,7 +10,7 @@ use rb_integration_tests::corruption::child::{run_case, serve_if_child, Outcome}
 use rb_integration_tests::corruption::mutate::corrupt;
 use rb_integration_tests::corruption::readers::{by_name, Reader, READERS};
 use rb_integration_tests::corruption::rng::{case_seed, Rng};
-use rb_integration_tests::corruption::samples::{sample, Sample, MODEL_YAML};
+use rb_integration_tests::corruption::samples::{sample, Sample};
 use rb_integration_tests::corruption::tally::{table, Tally};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -179,9 +179,11 @@ fn lookbehind_tokenizer() -> String {
 fn hostile_files_are_refused_without_an_abort_or_a_runaway() {
     let binary = std::env::current_exe().unwrap();
     let dir = WorkDir::new("hostile");
+    let model_yaml = String::from_utf8(sample("model yaml").valid).unwrap();
+    let model_yaml = model_yaml.as_str();
     let c3k2 = "[-1, 2, C3k2, [256, False, 0.25]]";
     let repeats =
-        |n: &str| MODEL_YAML.replacen(c3k2, &format!("[-1, {n}, C3k2, [256, False, 0.25]]"), 1);
+        |n: &str| model_yaml.replacen(c3k2, &format!("[-1, {n}, C3k2, [256, False, 0.25]]"), 1);
     let cases: Vec<(&str, &str, String)> = vec![
         ("model yaml", "a billion repeats", repeats("1000000000")),
         (
@@ -192,17 +194,17 @@ fn hostile_files_are_refused_without_an_abort_or_a_runaway() {
         (
             "model yaml",
             "C2PSA repeats 2^40",
-            MODEL_YAML.replace("[-1, 2, C2PSA", "[-1, 1099511627776, C2PSA"),
+            model_yaml.replace("[-1, 2, C2PSA", "[-1, 1099511627776, C2PSA"),
         ),
         (
             "model yaml",
             "a width of a billion",
-            MODEL_YAML.replace("[64, 3, 2]", "[1000000000, 3, 2]"),
+            model_yaml.replace("[64, 3, 2]", "[1000000000, 3, 2]"),
         ),
         (
             "model yaml",
             "an alias bomb",
-            format!("{}{MODEL_YAML}", alias_bomb()),
+            format!("{}{model_yaml}", alias_bomb()),
         ),
         (
             "data.yaml",

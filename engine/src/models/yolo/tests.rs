@@ -5,28 +5,7 @@ use crate::nn::Module;
 use crate::{DType, Device, Generator, Tensor};
 
 /// A miniature YOLO11: every module type, three detection levels.
-pub const MINI11: &str = "
-nc: 3
-scales:
-  n: [0.50, 0.25, 1024]
-backbone:
-  - [-1, 1, Conv, [64, 3, 2]]
-  - [-1, 1, Conv, [128, 3, 2]]
-  - [-1, 2, C3k2, [256, False, 0.25]]
-  - [-1, 1, Conv, [256, 3, 2]]
-  - [-1, 2, C3k2, [256, True]]
-  - [-1, 1, Conv, [256, 3, 2]]
-  - [-1, 1, SPPF, [256, 5]]
-  - [-1, 2, C2PSA, [256]]
-head:
-  - [-1, 1, nn.Upsample, [None, 2, 'nearest']]
-  - [[-1, 4], 1, Concat, [1]]
-  - [-1, 2, C3k2, [128, False]]
-  - [-1, 1, Conv, [128, 3, 2]]
-  - [[-1, 7], 1, Concat, [1]]
-  - [-1, 2, C2f, [256, True]]
-  - [[2, 10, 13], 1, Detect, [nc]]
-";
+pub const MINI11: &str = include_str!("../../../../tests/fixtures/yolo/mini11.yaml");
 
 fn mini(fused: bool) -> YoloModel {
     let cfg = YoloConfig::from_yaml_str(MINI11, "mini", None, None).unwrap();
