@@ -254,7 +254,8 @@ extern "C" __global__ void sorted_add_scatter(const u32* keys, const u32* vals, 
 
 // Block (s, y): if sorted entry s starts a run of one target row, threads y * blockDim.x + t
 // (the target's columns: outer x inner) add the run's source values in entry order onto that
-// row. Every (row, column) has one writer, so no atomics.
+// row, starting from what the row holds (as the CPU adds into its base). Every (row, column)
+// has one writer, so no atomics.
 template <class S>
 __device__ void sorted_add_rows_impl(typename Acc<S>::type* out, const u32* keys, const u32* vals, i64 m,
                                      i64 dim_size, i64 inner, i64 cols, const S* src, Strided ss) {
@@ -266,10 +267,11 @@ __device__ void sorted_add_rows_impl(typename Acc<S>::type* out, const u32* keys
     i64 end = s + 1;
     while (end < m && keys[end] == key) ++end;
     const i64 o = c / inner, in = c - o * inner;
-    typename Acc<S>::type sum = 0;
+    typename Acc<S>::type* target = out + (o * dim_size + key) * inner + in;
+    typename Acc<S>::type sum = *target;
 #pragma unroll 8
     for (i64 e = s; e < end; ++e) sum += to_acc(src[strided_offset(ss, (o * m + vals[e]) * inner + in)]);
-    out[(o * dim_size + key) * inner + in] += sum;
+    *target = sum;
 }
 #define RB_SORTED_ADD_ROWS(name, S)                                                                        \
     extern "C" __global__ void sorted_add_rows_##name(Acc<S>::type* out, const u32* keys, const u32* vals, \

@@ -51,15 +51,15 @@ pub(super) unsafe fn add(
     if m == 0 || cols == 0 {
         return Ok(());
     }
-    let fits = |n: usize| n < u32::MAX as usize;
+    // One block per sorted entry along the grid's x (at most 2^31 - 1), keys below u32::MAX.
     let column_blocks = cols.div_ceil(COLUMNS as usize);
-    if !fits(m) || !fits(dim_size) || column_blocks > 65535 {
+    if m > i32::MAX as usize || dim_size >= u32::MAX as usize || column_blocks > 65535 {
         return Err(Error::invalid(
             op,
             format!(
                 "CUDA index_add sorts at most {} entries into {} rows of at most {} columns, got \
                  {m} entries, {dim_size} rows, {cols} columns",
-                u32::MAX - 1,
+                i32::MAX,
                 u32::MAX - 1,
                 65535 * COLUMNS
             ),

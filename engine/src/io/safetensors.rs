@@ -178,6 +178,14 @@ fn write_to(
     let header = Metadata::new(metadata, infos).map_err(|e| invalid(e.to_string()))?;
     let mut header = serde_json::to_vec(&header).map_err(|e| invalid(e.to_string()))?;
     header.resize(header.len().next_multiple_of(8), b' ');
+    // What the crate refuses to read (and to serialize).
+    const MAX_HEADER: usize = 100_000_000;
+    if header.len() > MAX_HEADER {
+        return Err(invalid(format!(
+            "the header of {} bytes is over the format's {MAX_HEADER}",
+            header.len()
+        )));
+    }
     out.write_all(&(header.len() as u64).to_le_bytes())?;
     out.write_all(&header)?;
     for (_, v) in &views {

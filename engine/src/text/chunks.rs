@@ -64,7 +64,12 @@ pub fn for_each_chunk(
 pub fn restarts_at_lines(tok: &Tokenizer) -> bool {
     let parts = tok.parts();
     // An added token or a replacement could match across the newline.
-    let added_crosses = parts.added.tokens.iter().any(|t| t.content.contains('\n'));
+    // (one with `lstrip` takes the newline before it when it starts a line).
+    let added_crosses = parts
+        .added
+        .tokens
+        .iter()
+        .any(|t| t.content.contains('\n') || t.lstrip);
     let replace_crosses = parts.normalizer.steps.iter().any(|s| match s {
         NormalizeStep::Replace { pattern, .. } => match &pattern.source {
             PatternSource::Regex(_) => true,
@@ -118,6 +123,11 @@ fn splits_after_newlines(tok: &Tokenizer) -> bool {
         "}\nfn",
         ")\n(",
         "\u{4e2d}\n\u{6587}",
+        // Punctuation before the newline and a slash after it: o200k-style splits
+        // (` ?[^\s\p{L}\p{N}]+[\r\n/]*`) take `.\n/` as one piece.
+        ".\n/x",
+        ";\n//",
+        "}\n/*",
     ]
     .iter()
     .all(|probe| {

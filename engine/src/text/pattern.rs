@@ -38,7 +38,7 @@ fn refuse_unbounded_lookbehind(p: &str) -> Result<()> {
     fn unbounded_lookbehind(e: &Expr) -> bool {
         match e {
             Expr::LookAround(inner, LookAround::LookBehind | LookAround::LookBehindNeg) => {
-                max_len(inner).is_none()
+                max_len(inner).is_none() || unbounded_lookbehind(inner)
             }
             _ => e.children_iter().any(unbounded_lookbehind),
         }
@@ -171,7 +171,13 @@ mod tests {
 
     #[test]
     fn an_unbounded_look_behind_is_refused_and_a_bounded_one_kept() {
-        for p in [r"(?<=a+)b", r"(?<!x*)y", r"(?<=(ab)+)c", r"(?<=a{2,})b"] {
+        for p in [
+            r"(?<=a+)b",
+            r"(?<!x*)y",
+            r"(?<=(ab)+)c",
+            r"(?<=a{2,})b",
+            r"(?<=(?<=a+)b)c",
+        ] {
             let e = Pattern::regex(p).unwrap_err().to_string();
             assert!(e.contains("unbounded length"), "{p}: {e}");
         }

@@ -187,11 +187,7 @@ fn refuse_system_folder(p: &Path) -> Result<()> {
     let Ok(real) = std::fs::canonicalize(p) else {
         return Ok(());
     };
-    let system = real.parent().is_none()
-        || ["/proc", "/sys", "/dev"]
-            .iter()
-            .any(|s| real.starts_with(s));
-    if system {
+    if is_system_folder(&real) {
         return Err(Error::format(
             "yolo dataset",
             format!(
@@ -204,15 +200,22 @@ fn refuse_system_folder(p: &Path) -> Result<()> {
     Ok(())
 }
 
+/// The file system's root, or a folder of the kernel's (`/proc`, `/sys`, `/dev`; not
+/// `/dev/shm`, where datasets are put for speed).
+fn is_system_folder(real: &Path) -> bool {
+    real.parent().is_none()
+        || ["/proc", "/sys"].iter().any(|s| real.starts_with(s))
+        || (real.starts_with("/dev") && !real.starts_with("/dev/shm"))
+}
+
 /// Entries a split's folder may hold before the walk stops.
 const MAX_ENTRIES: usize = 10_000_000;
 
 /// `glob(dir/**/*.*, recursive=True)`: files and folders whose name has a dot, hidden names
-/// skipped. A linked folder is followed only when it leads inside the split's folder, each real
-/// folder is walked once (a link back up ends there), and depth and entries are bounded, so a
-/// split pointing at `/` or `/proc/self` ends with an error instead of walking forever.
+/// skipped. Linked folders are followed, as Python's glob follows them, except into a system
+/// folder; each real folder is walked once (a link back up ends there), and depth and entries
+/// are bounded, so a split holding a link to `/` or `/proc/self` ends instead of walking forever.
 struct Walk {
-    root: Option<PathBuf>,
     seen: std::collections::HashSet<PathBuf>,
     entries: usize,
     top: PathBuf,
@@ -221,7 +224,6 @@ struct Walk {
 impl Walk {
     fn new(top: &Path) -> Walk {
         Walk {
-            root: std::fs::canonicalize(top).ok(),
             seen: std::collections::HashSet::new(),
             entries: 0,
             top: top.to_path_buf(),
@@ -232,8 +234,7 @@ impl Walk {
         let Ok(real) = std::fs::canonicalize(dir) else {
             return Ok(());
         };
-        let inside = self.root.as_ref().is_some_and(|r| real.starts_with(r));
-        if !inside || !self.seen.insert(real) {
+        if is_system_folder(&real) || !self.seen.insert(real) {
             return Ok(());
         }
         let Ok(entries) = std::fs::read_dir(dir) else {

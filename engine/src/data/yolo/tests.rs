@@ -566,8 +566,9 @@ fn hwc_to_chw_splits_pixels_into_planes() {
     assert_eq!(planes, want);
 }
 
-/// A split folder holding links to `/`, to `/proc/self` and back to itself: the walk follows
-/// none of them out and none twice, ends, and finds the split's own images.
+/// A split folder holding links to `/`, to `/proc/self` and back to itself, and one to a folder
+/// of images elsewhere: the walk follows the last (as Python's glob does), none of the others,
+/// ends, and finds the images of both.
 #[cfg(unix)]
 #[test]
 fn links_out_of_the_split_and_back_into_it_are_not_walked() {
@@ -578,6 +579,9 @@ fn links_out_of_the_split_and_back_into_it_are_not_walked() {
     std::os::unix::fs::symlink("/", split.join("root")).unwrap();
     std::os::unix::fs::symlink("/proc/self", split.join("self")).unwrap();
     std::os::unix::fs::symlink(&split, split.join("sub/loop")).unwrap();
+    let shared = dir.path().join("shared");
+    write_image(&shared.join("c.jpg"), 8, 8);
+    std::os::unix::fs::symlink(&shared, split.join("more")).unwrap();
     let files = image_files(std::slice::from_ref(&split)).unwrap();
     let names: Vec<_> = files
         .iter()
@@ -588,5 +592,5 @@ fn links_out_of_the_split_and_back_into_it_are_not_walked() {
                 .into_owned()
         })
         .collect();
-    assert_eq!(names, ["a.jpg", "sub/b.jpg"]);
+    assert_eq!(names, ["a.jpg", "more/c.jpg", "sub/b.jpg"]);
 }

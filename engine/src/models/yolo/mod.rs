@@ -15,6 +15,7 @@ mod network;
 mod onnx;
 mod onnx_check;
 pub mod predict;
+pub mod saved;
 #[cfg(test)]
 mod tests;
 pub mod train;

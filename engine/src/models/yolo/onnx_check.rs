@@ -101,7 +101,8 @@ pub(super) fn check_graph(file: &OnnxModel, model: &YoloModel, origin: &str) -> 
     Ok(())
 }
 
-/// Each Conv node's signature, by its weight's name.
+/// Each Conv node's signature, by its weight's name; a weight that two convolutions use is
+/// given again as `twice: <weight>`, which the network never has.
 fn convolutions(m: &OnnxModel) -> BTreeMap<String, ConvSignature> {
     let mut consumers: HashMap<&str, Vec<&OnnxNode>> = HashMap::new();
     for n in &m.nodes {
@@ -124,11 +125,15 @@ fn convolutions(m: &OnnxModel) -> BTreeMap<String, ConvSignature> {
                 (name.to_string(), text)
             };
             let shape = m.initializer(&weight).map(|t| format!("{:?}", t.shape()));
+            // The bias by name: the loader reads `model.*` initializers only, so a bias from
+            // anywhere else would be computed with but never loaded.
+            let bias = n.inputs.get(2).cloned().unwrap_or_else(|| "none".into());
             let geometry = vec![
                 (
                     "weight".to_string(),
                     shape.unwrap_or_else(|| "not a constant".into()),
                 ),
+                ("bias".to_string(), bias),
                 attr("strides", "[1, 1]"),
                 attr("pads", "[0, 0, 0, 0]"),
                 attr("dilations", "[1, 1]"),
@@ -154,5 +159,12 @@ fn convolutions(m: &OnnxModel) -> BTreeMap<String, ConvSignature> {
                 },
             ))
         })
-        .collect()
+        .fold(BTreeMap::new(), |mut all, (weight, sig)| {
+            let key = match all.contains_key(&weight) {
+                true => format!("twice: {weight}"),
+                false => weight,
+            };
+            all.insert(key, sig);
+            all
+        })
 }

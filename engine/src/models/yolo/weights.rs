@@ -3,19 +3,13 @@
 //! files, which carry the model YAML and the class names in their metadata so a file alone
 //! rebuilds the model.
 
-use super::config::YoloConfig;
 use super::conv::BN_EPS;
 use super::network::YoloModel;
-use super::train::checkpoint::{EMA_PREFIX, META_TRAIN};
+use super::saved::{described_model, model_metadata, EMA_PREFIX, META_TRAIN};
 use crate::nn::{Module, NameReport};
 use crate::{io, Device, Error, Generator, Result, Tensor};
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::path::Path;
-
-/// Metadata keys of our safetensors files.
-pub const META_YAML: &str = "yolo.yaml";
-pub const META_NAMES: &str = "yolo.names";
-pub const META_FUSED: &str = "yolo.fused";
 
 impl YoloModel {
     /// Copies a state dict with ultralytics' names into this network. Missing, unexpected and
@@ -88,15 +82,7 @@ impl YoloModel {
 
     /// Writes the weights, the model YAML and the class names to a safetensors file.
     pub fn save_safetensors(&self, path: &Path) -> Result<()> {
-        let mut meta = HashMap::new();
-        meta.insert(META_YAML.to_string(), self.config.to_yaml_string());
-        meta.insert(
-            META_NAMES.to_string(),
-            serde_json::to_string(&self.names)
-                .map_err(|e| Error::invalid("yolo save", e.to_string()))?,
-        );
-        meta.insert(META_FUSED.to_string(), self.fused.to_string());
-        io::save(path, &self.state_dict(), Some(meta))
+        io::save(path, &self.state_dict(), Some(model_metadata(self)?))
     }
 
     /// Rebuilds a network from a safetensors file written by `save_safetensors`, or from a
@@ -104,22 +90,7 @@ impl YoloModel {
     pub fn load_safetensors(path: &Path) -> Result<YoloModel> {
         let origin = path.display().to_string();
         let loaded = io::load_with_metadata(path)?;
-        let meta = |key: &str| {
-            loaded.metadata.get(key).ok_or_else(|| {
-                Error::invalid(
-                    "yolo load",
-                    format!("{origin}: the metadata has no `{key}`; this file was not saved as a YOLO model"),
-                )
-            })
-        };
-        let config = YoloConfig::from_yaml_str(meta(META_YAML)?, &origin, None, None)?;
-        let names: Vec<String> = serde_json::from_str(meta(META_NAMES)?)
-            .map_err(|e| Error::invalid("yolo load", format!("{origin}: `{META_NAMES}`: {e}")))?;
-        let fused = loaded
-            .metadata
-            .get(META_FUSED)
-            .map(|v| v == "true")
-            .unwrap_or(false);
+        let (config, names, fused) = described_model(&loaded.metadata, &origin)?;
         let mut model = YoloModel::build(&config, names, fused, &mut Generator::new(0))?;
         // A training checkpoint also holds the optimizer and the EMA: like ultralytics, take
         // the EMA's weights.

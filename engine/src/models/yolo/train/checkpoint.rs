@@ -18,8 +18,8 @@ use super::results_csv::{EpochRow, DETECT_COLUMNS};
 use super::settings::TrainSettings;
 use super::trainer::{lock, YoloTrainer};
 use crate::io::safetensors;
-use crate::models::yolo::weights::{META_FUSED, META_NAMES, META_YAML};
-use crate::models::yolo::{PtMeta, YoloConfig, YoloModel};
+use crate::models::yolo::saved::{described_model, model_metadata, EMA_PREFIX, META_TRAIN};
+use crate::models::yolo::{PtMeta, YoloModel};
 use crate::nn::Module;
 use crate::optim::OptimizerState;
 use crate::{Device, Error, Generator, Result, Tensor};
@@ -28,9 +28,6 @@ use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 
-/// The metadata key of the training header.
-pub const META_TRAIN: &str = "yolo.train";
-pub const EMA_PREFIX: &str = "ema.";
 const OPTIMIZER_PREFIX: &str = "optimizer.pg";
 const GRAD_PREFIX: &str = "grad.";
 const VERSION: u32 = 1;
@@ -73,16 +70,8 @@ impl YoloTrainer {
     pub fn resume(path: &Path, device: Device) -> Result<YoloTrainer> {
         let loaded = safetensors::load_with_metadata(path)?;
         let header = read_header(path, &loaded.metadata)?;
-        let meta = |key: &str| {
-            loaded
-                .metadata
-                .get(key)
-                .ok_or_else(|| bad(path, format!("the metadata has no `{key}`")))
-        };
-        let config =
-            YoloConfig::from_yaml_str(meta(META_YAML)?, &path.display().to_string(), None, None)?;
-        let names: Vec<String> = serde_json::from_str(meta(META_NAMES)?)
-            .map_err(|e| bad(path, format!("`{META_NAMES}`: {e}")))?;
+        // A checkpoint trains the unfused network whatever its metadata says.
+        let (config, names, _) = described_model(&loaded.metadata, &path.display().to_string())?;
         let model = YoloModel::build(&config, names, false, &mut Generator::new(0))?;
         let mut trainer =
             YoloTrainer::new(Arc::new(Mutex::new(model)), header.settings.clone(), device)?;
@@ -285,14 +274,8 @@ impl YoloTrainer {
         };
         let json = serde_json::to_string(&header)
             .map_err(|e| Error::invalid("yolo checkpoint", format!("header: {e}")))?;
-        let names = serde_json::to_string(&model.names)
-            .map_err(|e| Error::invalid("yolo checkpoint", e.to_string()))?;
-        let metadata = HashMap::from([
-            (META_YAML.to_string(), model.config.to_yaml_string()),
-            (META_NAMES.to_string(), names),
-            (META_FUSED.to_string(), "false".to_string()),
-            (META_TRAIN.to_string(), json),
-        ]);
+        let mut metadata = model_metadata(&model)?;
+        metadata.insert(META_TRAIN.to_string(), json);
         let path = self.checkpoint_path(which);
         ensure_dir(&path)?;
         safetensors::save(&path, &tensors, Some(metadata))
