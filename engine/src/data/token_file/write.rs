@@ -184,6 +184,10 @@ struct Job<'a> {
     tok: &'a Tokenizer,
     options: &'a TokenFileOptions,
     writer: TokenWriter,
+    /// The bytes a text file is read in at a time: the options' chunk size where the tokenizer
+    /// provably restarts at a line (`chunks::restarts_at_lines`, decided once per job: it reads
+    /// the whole vocabulary), else the whole file.
+    chunk_bytes: usize,
     /// Pieces of text in order.
     pending: Vec<Piece>,
     pending_bytes: usize,
@@ -215,10 +219,15 @@ impl<'a> Job<'a> {
                 );
             }
         }
+        let chunk_bytes = match crate::text::chunks::restarts_at_lines(tok) {
+            true => options.chunk_bytes,
+            false => usize::MAX,
+        };
         Ok(Job {
             tok,
             options,
             writer: TokenWriter::create(out, tok.vocab_size())?,
+            chunk_bytes,
             pending: Vec::new(),
             pending_bytes: 0,
         })
@@ -259,13 +268,7 @@ impl<'a> Job<'a> {
     }
 
     fn text_file(&mut self, path: &Path) -> Result<()> {
-        // A file is cut into chunks only where the tokenizer provably restarts; otherwise it
-        // is one piece (`chunks::restarts_at_lines`).
-        let chunk_bytes = if crate::text::chunks::restarts_at_lines(self.tok) {
-            self.options.chunk_bytes
-        } else {
-            usize::MAX
-        };
+        let chunk_bytes = self.chunk_bytes;
         let mut chunks: Vec<String> = Vec::new();
         let mut handed_on = 0usize;
         crate::text::chunks::for_each_chunk(path, chunk_bytes, |c| {
