@@ -151,7 +151,7 @@ pub fn register(engine: &mut Engine) {
         api.method(
             "encode",
             "tok.encode(text, #{ add_special_tokens }) -> array",
-            "The token ids of a string; with add_special_tokens: true, inside the tokenizer.json post-processor's template (the BOS token of LLaMA-3, for example), as Hugging Face's encode does by default.",
+            "The token ids of a string; with add_special_tokens: true, inside the tokenizer.json post-processor's template (the BOS token of LLaMA-3, BERT's [CLS] and [SEP]) and cut and padded as the file's truncation and padding say, as Hugging Face's encode does by default.",
             with_tokenizer!("let ids = tok.encode(\"Hello world\", #{ add_special_tokens: true });"),
             |t: &mut Tokenizer, s: &str, opts: Map| -> RhaiResult<Array> {
                 let o = Options::new("encode", opts, &["add_special_tokens"])?;

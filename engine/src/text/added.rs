@@ -18,6 +18,8 @@ pub struct AddedToken {
     pub rstrip: bool,
     /// Kept for writing back; Hugging Face's default for special tokens is `false`.
     pub normalized: bool,
+    /// Matched only as a whole word: not where a word character (`\w`) touches either side.
+    pub single_word: bool,
 }
 
 impl AddedToken {
@@ -29,6 +31,7 @@ impl AddedToken {
             lstrip: false,
             rstrip: false,
             normalized: false,
+            single_word: false,
         }
     }
 }
@@ -172,6 +175,11 @@ impl AddedVocab {
             let t = &self.tokens[token];
             let mut start = pos;
             let mut end = pos + len;
+            // A match inside a word is passed over, and the search goes on after it.
+            if t.single_word && (ends_with_word(&text[..start]) || starts_with_word(&text[end..])) {
+                pos = end;
+                continue;
+            }
             if t.lstrip {
                 let kept = text[emitted..start].trim_end_matches(|c| self.is_strippable(c));
                 start = emitted + kept.len();
@@ -194,6 +202,23 @@ impl AddedVocab {
         }
         out
     }
+}
+
+fn is_word_char(c: char) -> bool {
+    use regex::Regex;
+    use std::sync::LazyLock;
+    static WORD: LazyLock<Regex> = LazyLock::new(|| Regex::new(r"^\w$").expect("a valid pattern"));
+    c.is_ascii_alphanumeric()
+        || c == '_'
+        || (!c.is_ascii() && WORD.is_match(c.encode_utf8(&mut [0; 4])))
+}
+
+fn ends_with_word(text: &str) -> bool {
+    text.chars().next_back().is_some_and(is_word_char)
+}
+
+fn starts_with_word(text: &str) -> bool {
+    text.chars().next().is_some_and(is_word_char)
 }
 
 /// Token contents by their bytes, with the lengths that occur for each first byte, longest
@@ -280,6 +305,22 @@ mod tests {
         assert_eq!(
             v.split("a  <mask> b"),
             [Segment::Text("a"), Segment::Added(5), Segment::Text("b")]
+        );
+    }
+
+    #[test]
+    fn a_single_word_token_matches_only_between_non_word_characters() {
+        let mut t = AddedToken::special(7, "the");
+        t.single_word = true;
+        let v = AddedVocab::new(vec![t]).unwrap();
+        assert_eq!(
+            v.split("the theme, bathe the_x (the)"),
+            [
+                Segment::Added(7),
+                Segment::Text(" theme, bathe the_x ("),
+                Segment::Added(7),
+                Segment::Text(")")
+            ]
         );
     }
 

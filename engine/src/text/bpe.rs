@@ -64,16 +64,41 @@ pub struct BpeModel {
     pub(crate) ignore_merges: bool,
     /// Token ids by the text they stand for, filled only when `ignore_merges` needs it.
     whole_pieces: HashMap<Vec<u8>, u32>,
+    /// How symbols inside a word are spelled: CLIP ends a word's last symbol with "</w>";
+    /// WordPiece-style BPEs start every later symbol with "##".
+    pub(crate) affixes: Affixes,
+}
+
+/// `continuing_subword_prefix` and `end_of_word_suffix` (an empty one is none).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Affixes {
+    pub prefix: Option<String>,
+    pub suffix: Option<String>,
+}
+
+impl Affixes {
+    pub fn new(prefix: Option<&str>, suffix: Option<&str>) -> Self {
+        let some = |s: Option<&str>| s.filter(|s| !s.is_empty()).map(str::to_string);
+        Affixes {
+            prefix: some(prefix),
+            suffix: some(suffix),
+        }
+    }
+
+    fn is_empty(&self) -> bool {
+        self.prefix.is_none() && self.suffix.is_none()
+    }
 }
 
 /// The settings of a BPE model beside its vocabulary and merges.
-#[derive(Clone, Copy, Debug, Default)]
+#[derive(Clone, Debug, Default)]
 pub struct BpeOptions<'a> {
     pub alphabet: AlphabetKind,
     pub ignore_merges: bool,
     pub unk_token: Option<&'a str>,
     /// A run of unknown characters becomes one unknown token.
     pub fuse_unk: bool,
+    pub affixes: Affixes,
 }
 
 impl BpeModel {
@@ -111,7 +136,11 @@ impl BpeModel {
             alphabet,
             ignore_merges: options.ignore_merges,
             whole_pieces: HashMap::new(),
+            affixes: options.affixes.clone(),
         };
+        // A merge's right part drops the prefix's length in bytes ("a" + "##b" makes "ab"),
+        // whether or not it starts with the prefix, as `tokenizers` does.
+        let prefix_len = model.affixes.prefix.as_ref().map_or(0, String::len);
         let mut ranked = Vec::with_capacity(merges.len());
         for (line, (a, b)) in merges.iter().enumerate() {
             let id_of = |t: &str| {
@@ -122,7 +151,12 @@ impl BpeModel {
                 })
             };
             let (left, right) = (id_of(a)?, id_of(b)?);
-            let new_id = id_of(&format!("{a}{b}"))?;
+            let b_rest = b.get(prefix_len..).ok_or_else(|| {
+                bad_model(format!(
+                    "model.merges[{line}] \"{a} {b}\": {b:?} is shorter than the continuing_subword_prefix"
+                ))
+            })?;
+            let new_id = id_of(&format!("{a}{b_rest}"))?;
             ranked.push((left, right, new_id));
         }
         // A repeated pair keeps its last place; the list keeps only that occurrence, and ranks
@@ -176,7 +210,12 @@ impl BpeModel {
             }
         }
         let mut symbols = Vec::with_capacity(piece.len());
-        self.alphabet.symbols(piece, &mut symbols)?;
+        if self.affixes.is_empty() {
+            self.alphabet.symbols(piece, &mut symbols)?;
+        } else {
+            self.alphabet
+                .symbols_affixed(piece, &self.token_to_id, &self.affixes, &mut symbols)?;
+        }
         if !symbols.is_empty() {
             self.merge_symbols(symbols, out);
         }

@@ -9,6 +9,7 @@
 //! match crosses such a boundary, and the one lookahead, `\s+(?!\S)`, sees the same outcome on
 //! a lone newline whether text or the end follows). Any other tokenizer reads the file whole.
 
+use super::model::Model;
 use super::normalize::NormalizeStep;
 use super::pattern::PatternSource;
 use super::pretokenize::{PrependScheme, Start, Step};
@@ -70,11 +71,18 @@ pub fn restarts_at_lines(tok: &Tokenizer) -> bool {
         .tokens
         .iter()
         .any(|t| t.content.contains('\n') || t.lstrip);
+    // Stripping sees where a text ends; a compiled character map replaces whole grapheme
+    // clusters, and "\r\n" is one; NMT and BERT cleaning turn the newline into a space, which
+    // the split patterns join to the next word.
     let replace_crosses = parts.normalizer.steps.iter().any(|s| match s {
         NormalizeStep::Replace { pattern, .. } => match &pattern.source {
             PatternSource::Regex(_) => true,
             PatternSource::Literal(l) => l.contains('\n'),
         },
+        NormalizeStep::Strip { .. }
+        | NormalizeStep::Precompiled(_)
+        | NormalizeStep::Nmt
+        | NormalizeStep::Bert(_) => true,
         _ => false,
     });
     // A stage that marks a piece's start, after one that may have cut at the newline in the
@@ -95,7 +103,11 @@ pub fn restarts_at_lines(tok: &Tokenizer) -> bool {
     if added_crosses || replace_crosses || marks_after_cut {
         return false;
     }
-    no_token_joins_a_newline(tok) || splits_after_newlines(tok)
+    // A WordPiece word or a Unigram piece is cut as a whole (a WordPiece word with one
+    // uncovered part is one unknown token; Unigram fuses adjacent unknowns), so for them only
+    // a pre-tokenizer cut at the newline makes the pieces independent.
+    let merges_locally = matches!(parts.model, Model::Bpe(_) | Model::Spm(_));
+    (merges_locally && no_token_joins_a_newline(tok)) || splits_after_newlines(tok)
 }
 
 /// No token of the vocabulary holds a newline beside other text (byte-level spellings

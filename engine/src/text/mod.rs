@@ -21,6 +21,7 @@ pub mod gguf;
 mod glob;
 mod hf_json;
 pub mod jsonl;
+mod limits;
 mod model;
 mod normalize;
 mod pattern;
@@ -30,6 +31,8 @@ mod spm;
 mod symbols;
 mod tokenizer;
 mod train;
+mod unigram;
+mod wordpiece;
 
 #[cfg(test)]
 mod tests;

@@ -1,11 +1,15 @@
 //! The model stage of a tokenizer, the one that turns a pre-tokenized piece into ids: a BPE
-//! with ranked merges (`bpe`, what `tokenizer.json` and our trainer describe) or a
-//! SentencePiece vocabulary with scores (`spm`, llama.cpp's `llama` tokenizer model).
+//! with ranked merges (`bpe`, what `tokenizer.json` and our trainer describe), a
+//! SentencePiece vocabulary with scores merged as llama.cpp does (`spm`, its `llama` tokenizer
+//! model), a WordPiece vocabulary (`wordpiece`, BERT) or a Unigram language model (`unigram`,
+//! T5 and ALBERT).
 //! Everything around it (added tokens, normalizer, pre-tokenizer, decoder, streaming) is the
 //! same for both.
 
 use super::bpe::BpeModel;
 use super::spm::SpmModel;
+use super::unigram::UnigramModel;
+use super::wordpiece::WordPieceModel;
 use crate::Result;
 
 // One per tokenizer, behind its `Arc`: the variants' sizes (their 256-entry byte tables) cost
@@ -15,6 +19,8 @@ use crate::Result;
 pub(crate) enum Model {
     Bpe(BpeModel),
     Spm(SpmModel),
+    WordPiece(WordPieceModel),
+    Unigram(UnigramModel),
 }
 
 impl Model {
@@ -23,6 +29,8 @@ impl Model {
         match self {
             Model::Bpe(m) => m.encode_piece(piece, out),
             Model::Spm(m) => m.encode_piece(piece, out),
+            Model::WordPiece(m) => m.encode_piece(piece, out),
+            Model::Unigram(m) => m.encode_piece(piece, out),
         }
     }
 
@@ -31,6 +39,8 @@ impl Model {
         match self {
             Model::Bpe(m) => m.id_to_token.get(id as usize)?.as_deref(),
             Model::Spm(m) => m.id_to_token.get(id as usize).map(String::as_str),
+            Model::WordPiece(m) => m.id_to_token.get(id as usize)?.as_deref(),
+            Model::Unigram(m) => m.pieces.get(id as usize).map(|(p, _)| p.as_str()),
         }
     }
 
@@ -38,6 +48,8 @@ impl Model {
         match self {
             Model::Bpe(m) => m.token_to_id.get(token).copied(),
             Model::Spm(m) => m.token_to_id.get(token).copied(),
+            Model::WordPiece(m) => m.token_to_id.get(token).copied(),
+            Model::Unigram(m) => m.token_to_id.get(token).copied(),
         }
     }
 
@@ -46,13 +58,25 @@ impl Model {
         match self {
             Model::Bpe(m) => m.id_count(),
             Model::Spm(m) => m.id_count(),
+            Model::WordPiece(m) => m.id_count(),
+            Model::Unigram(m) => m.id_count(),
         }
     }
 
     pub fn bpe(&self) -> Option<&BpeModel> {
         match self {
             Model::Bpe(m) => Some(m),
-            Model::Spm(_) => None,
+            _ => None,
+        }
+    }
+
+    /// What the model is, for messages: "BPE", "WordPiece", ...
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Model::Bpe(_) => "BPE",
+            Model::Spm(_) => "SentencePiece (scores, llama.cpp merging)",
+            Model::WordPiece(_) => "WordPiece",
+            Model::Unigram(_) => "Unigram",
         }
     }
 }

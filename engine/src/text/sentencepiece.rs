@@ -87,6 +87,7 @@ impl Tokenizer {
             decoder: Decoder {
                 steps: Some(decode),
             },
+            limits: Default::default(),
         }))
     }
 }

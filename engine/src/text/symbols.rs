@@ -111,6 +111,63 @@ impl Alphabet {
         Ok(())
     }
 
+    /// `symbols`, for a vocabulary whose symbols carry affixes: every symbol after the first
+    /// spelled with the prefix, the last with the suffix, each looked up in `vocab`. Byte
+    /// fallback spells the affixed symbol's bytes, as `tokenizers` does.
+    pub fn symbols_affixed(
+        &self,
+        piece: &str,
+        vocab: &HashMap<String, u32>,
+        affixes: &super::bpe::Affixes,
+        out: &mut Vec<u32>,
+    ) -> Result<()> {
+        let units: Vec<String> = match self.kind {
+            AlphabetKind::ByteLevel => piece
+                .bytes()
+                .map(|b| byte_level::byte_to_char(b).to_string())
+                .collect(),
+            AlphabetKind::Chars { .. } => piece.chars().map(String::from).collect(),
+        };
+        let mut unk = UnknownRun::default();
+        let last = units.len().saturating_sub(1);
+        for (i, unit) in units.iter().enumerate() {
+            let mut spelled = String::with_capacity(unit.len() + 8);
+            if i > 0 {
+                spelled.push_str(affixes.prefix.as_deref().unwrap_or(""));
+            }
+            spelled.push_str(unit);
+            if i == last {
+                spelled.push_str(affixes.suffix.as_deref().unwrap_or(""));
+            }
+            if let Some(&id) = vocab.get(&spelled) {
+                unk.known(id, out);
+                continue;
+            }
+            let byte_fallback = matches!(
+                self.kind,
+                AlphabetKind::Chars {
+                    byte_fallback: true
+                }
+            );
+            let fallback: Option<Vec<u32>> = byte_fallback
+                .then(|| {
+                    spelled
+                        .bytes()
+                        .map(|b| self.fallback_ids[b as usize])
+                        .collect()
+                })
+                .flatten();
+            match fallback {
+                Some(ids) => out.extend(ids),
+                None => unk.unknown(self, out, || {
+                    format!("symbol {spelled:?} has no token in this vocabulary and it has no unk_token")
+                })?,
+            }
+        }
+        unk.finish(out);
+        Ok(())
+    }
+
     /// Pushes the `<0xNN>` tokens of `c`'s bytes if the vocabulary has all of them.
     fn push_fallback(&self, c: char, out: &mut Vec<u32>) -> bool {
         let mut buf = [0; 4];

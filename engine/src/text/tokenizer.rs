@@ -7,6 +7,7 @@
 
 use super::added::{AddedToken, AddedVocab, Segment};
 use super::decode::Decoder;
+use super::limits::Limits;
 use super::model::Model;
 use super::normalize::Normalizer;
 use super::pretokenize::{PreTokenizer, Start};
@@ -43,6 +44,8 @@ pub(crate) struct Parts {
     /// back unchanged by `save`.
     pub post_processor_json: serde_json::Value,
     pub decoder: Decoder,
+    /// `truncation` and `padding`, applied by `encode_with_template` only.
+    pub limits: Limits,
 }
 
 struct Inner {
@@ -93,14 +96,17 @@ impl Tokenizer {
         Ok(out)
     }
 
-    /// `encode` with the post-processor's template around it (a BOS token for LLaMA-3), as
-    /// Hugging Face's default `encode` does.
+    /// `encode` with the post-processor's template around it (a BOS token for LLaMA-3), cut
+    /// and padded as the file's `truncation` and `padding` say: Hugging Face's default
+    /// `encode`.
     pub fn encode_with_template(&self, text: &str) -> Result<Vec<u32>> {
         let t = &self.parts().template;
+        let limits = &self.parts().limits;
+        let ids = limits.truncate(self.encode(text)?, t.prefix.len() + t.suffix.len())?;
         let mut out = t.prefix.clone();
-        out.extend(self.encode(text)?);
+        out.extend(ids);
         out.extend_from_slice(&t.suffix);
-        Ok(out)
+        Ok(limits.pad(out))
     }
 
     /// Encodes `text` as ordinary text: added-token strings in it are not recognized.
@@ -288,11 +294,13 @@ impl Tokenizer {
     }
 
     /// Whether the model is a BPE that spells tokens in GPT-2's byte-level alphabet (without
-    /// byte fallback or an unknown token), as llama.cpp's `gpt2` tokenizer model does.
+    /// byte fallback, an unknown token or word affixes), as llama.cpp's `gpt2` tokenizer model
+    /// does.
     pub(crate) fn is_byte_level_bpe(&self) -> bool {
         self.parts().model.bpe().is_some_and(|model| {
             matches!(model.alphabet.kind, super::symbols::AlphabetKind::ByteLevel)
                 && model.unk_id().is_none()
+                && model.affixes == super::bpe::Affixes::default()
         })
     }
 
@@ -326,6 +334,7 @@ impl std::fmt::Debug for Tokenizer {
         let model = match &self.parts().model {
             Model::Bpe(m) => format!("{} merges", m.merges.len()),
             Model::Spm(_) => "SentencePiece scores".to_string(),
+            other => other.kind().to_string(),
         };
         write!(
             f,

@@ -343,5 +343,6 @@ fn build_tokenizer(
         template: Template::default(),
         post_processor_json: byte_level_post_processor(),
         decoder: Decoder::byte_level(),
+        limits: Default::default(),
     }))
 }

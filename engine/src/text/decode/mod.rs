@@ -3,7 +3,9 @@
 //! exactly as in `tokenizers`: byte-level files map GPT-2's alphabet back to bytes
 //! (`ByteLevel`); SentencePiece-style files turn "▁" into spaces (`Replace` or `Metaspace`),
 //! `<0xNN>` tokens into the characters their bytes spell (`ByteFallback`), join (`Fuse`) and
-//! drop the leading space the encoder added (`Strip`).
+//! drop the leading space the encoder added (`Strip`); WordPiece files join "##" pieces
+//! (`WordPiece`), CLIP-style files end words at "</w>" (`BpeSuffix`), and speech models
+//! collapse CTC repeats (`Ctc`).
 //!
 //! `stream` turns ids into text one at a time for generation.
 
@@ -44,6 +46,19 @@ pub enum DecodeStep {
         prepend_scheme: PrependScheme,
         /// Read and written back only; decoding does not depend on it.
         split: bool,
+    },
+    /// `WordPiece`: a token after the first joins the one before it if it starts with the
+    /// prefix (which is dropped), else gets a space; `cleanup` tidies spaces before
+    /// punctuation and contractions.
+    WordPiece { prefix: String, cleanup: bool },
+    /// `BPEDecoder`: the end-of-word suffix becomes a space (nothing in the last token).
+    BpeSuffix { suffix: String },
+    /// `CTC`: repeated tokens collapse to one, the pad token goes, and with `cleanup` the
+    /// word delimiter becomes a space.
+    Ctc {
+        pad_token: String,
+        word_delimiter_token: String,
+        cleanup: bool,
     },
 }
 
@@ -121,8 +136,74 @@ impl DecodeStep {
                     )
                 })
                 .collect(),
+            DecodeStep::WordPiece { prefix, cleanup } => tokens
+                .into_iter()
+                .enumerate()
+                .map(|(i, t)| {
+                    let joined = if i == 0 {
+                        t
+                    } else if let Some(rest) = t.strip_prefix(prefix.as_str()) {
+                        Cow::Owned(rest.to_string())
+                    } else {
+                        Cow::Owned(format!(" {t}"))
+                    };
+                    if *cleanup {
+                        Cow::Owned(cleanup_spaces(&joined))
+                    } else {
+                        joined
+                    }
+                })
+                .collect(),
+            DecodeStep::BpeSuffix { suffix } => {
+                let last = tokens.len().saturating_sub(1);
+                tokens
+                    .into_iter()
+                    .enumerate()
+                    .map(|(i, t)| {
+                        let with = if i == last { "" } else { " " };
+                        Cow::Owned(t.replace(suffix.as_str(), with))
+                    })
+                    .collect()
+            }
+            DecodeStep::Ctc {
+                pad_token,
+                word_delimiter_token,
+                cleanup,
+            } => {
+                let mut out: Vec<Cow<'a, str>> = Vec::with_capacity(tokens.len());
+                let mut previous: Option<Cow<'a, str>> = None;
+                for t in tokens {
+                    if previous.as_ref() == Some(&t) {
+                        continue;
+                    }
+                    previous = Some(t.clone());
+                    let mut text = t.replace(pad_token.as_str(), "");
+                    if *cleanup {
+                        text = cleanup_spaces(&text).replace(word_delimiter_token.as_str(), " ");
+                    }
+                    if !text.is_empty() {
+                        out.push(Cow::Owned(text));
+                    }
+                }
+                out
+            }
         })
     }
+}
+
+/// The WordPiece decoder's cleanup: no space before `.`, `?`, `!`, `,` and contractions.
+fn cleanup_spaces(text: &str) -> String {
+    text.replace(" .", ".")
+        .replace(" ?", "?")
+        .replace(" !", "!")
+        .replace(" ,", ",")
+        .replace(" ' ", "'")
+        .replace(" n't", "n't")
+        .replace(" 'm", "'m")
+        .replace(" do not", " don't")
+        .replace(" 's", "'s")
+        .replace(" 've", "'ve")
+        .replace(" 're", "'re")
 }
 
 fn byte_level_text(tokens: &[Cow<'_, str>]) -> String {
@@ -254,6 +335,41 @@ mod tests {
         assert_eq!(run(vec![strip(1, 0)], &["  a  "]), " a  ");
         assert_eq!(run(vec![strip(5, 5)], &["  a  "]), "a");
         assert_eq!(run(vec![strip(9, 9)], &["   "]), "");
+    }
+
+    #[test]
+    fn wordpiece_joins_prefixed_pieces_and_cleans_up_punctuation() {
+        let wp = |cleanup| {
+            vec![DecodeStep::WordPiece {
+                prefix: "##".into(),
+                cleanup,
+            }]
+        };
+        let tokens = ["##un", "##believ", "##able", "!", "it", "'s"];
+        assert_eq!(run(wp(true), &tokens), "##unbelievable! it's");
+        assert_eq!(run(wp(false), &tokens), "##unbelievable ! it 's");
+    }
+
+    #[test]
+    fn bpe_suffix_ends_words_except_at_the_end() {
+        let d = vec![DecodeStep::BpeSuffix {
+            suffix: "</w>".into(),
+        }];
+        assert_eq!(run(d, &["hel", "lo</w>", "you</w>"]), "hello you");
+    }
+
+    #[test]
+    fn ctc_collapses_repeats_and_drops_padding() {
+        let ctc = |cleanup| {
+            vec![DecodeStep::Ctc {
+                pad_token: "<pad>".into(),
+                word_delimiter_token: "|".into(),
+                cleanup,
+            }]
+        };
+        let tokens = ["h", "h", "<pad>", "i", "|", "|", "y", "<pad>", "o", "o"];
+        assert_eq!(run(ctc(true), &tokens), "hi yo");
+        assert_eq!(run(ctc(false), &tokens), "hi|yo");
     }
 
     #[test]

@@ -85,6 +85,7 @@ pub(super) fn added_tokens(
             lstrip: false,
             rstrip: phi3 && !matches!(t.as_str(), "<unk>" | "<s>" | "<|endoftext|>"),
             normalized: false,
+            single_word: false,
         })
         .collect()
 }

@@ -3,11 +3,14 @@
 
 use super::{field_error, FORMAT};
 use crate::text::added::{AddedToken, AddedVocab};
-use crate::text::bpe::{BpeModel, BpeOptions};
+use crate::text::bpe::{Affixes, BpeModel, BpeOptions};
+use crate::text::limits::Limits;
 use crate::text::model::Model;
 use crate::text::normalize::Normalizer;
 use crate::text::symbols::AlphabetKind;
 use crate::text::tokenizer::{Parts, Template, Tokenizer};
+use crate::text::unigram::UnigramModel;
+use crate::text::wordpiece::WordPieceModel;
 use crate::{Error, Result};
 use serde_json::{Map, Value};
 use std::collections::HashMap;
@@ -23,20 +26,22 @@ impl Reader<'_> {
     }
 
     pub fn tokenizer(&self) -> Result<Tokenizer> {
-        for field in ["truncation", "padding"] {
-            if self.root.get(field).is_some_and(|v| !v.is_null()) {
-                return Err(self.err(field, "is set; truncation and padding are not supported here (they would change the ids), so set it to null"));
-            }
-        }
+        let limits = Limits::read(self.root.get("truncation"), self.root.get("padding")).map_err(
+            |e| match e {
+                Error::InvalidArgument { msg, .. } => {
+                    Error::format(FORMAT, format!("{}: {msg}", self.name))
+                }
+                other => other,
+            },
+        )?;
         let normalizer = self.normalizer()?;
-        let added = self.added_tokens(&normalizer)?;
         let pre = self.pre_tokenizer()?;
         let decoder = self.decoder()?;
         let model = self.model(pre.is_byte_level())?;
+        let added = self.added_tokens(&normalizer, &model)?;
         // An id is only a claim: a huge one would make every per-id table huge. Ids must be
         // about as dense as the entries that are actually in the file.
-        let limit = 2 * (model.token_to_id.len() + added.tokens.len()) + 4096;
-        let model = Model::Bpe(model);
+        let limit = 2 * (model.id_count() + added.tokens.len()) + 4096;
         let highest_added = added
             .tokens
             .iter()
@@ -61,10 +66,13 @@ impl Reader<'_> {
             template,
             post_processor_json,
             decoder,
+            limits,
         }))
     }
 
-    fn added_tokens(&self, normalizer: &Normalizer) -> Result<AddedVocab> {
+    /// The added tokens. One whose content the model's vocabulary already has takes the
+    /// vocabulary's id, whatever the file says, as `tokenizers` does when it loads the file.
+    fn added_tokens(&self, normalizer: &Normalizer, model: &Model) -> Result<AddedVocab> {
         let list = match self.root.get("added_tokens") {
             None | Some(Value::Null) => return AddedVocab::new(vec![]),
             Some(Value::Array(a)) => a,
@@ -89,22 +97,17 @@ impl Reader<'_> {
                     Some(_) => Err(self.err(&format!("{field}.{key}"), "expected true or false")),
                 }
             };
-            if flag("single_word", false)? {
-                return Err(self.err(
-                    &format!("{field}.single_word"),
-                    format!("is true for {content:?}; single-word added tokens are not supported"),
-                ));
-            }
             if content.is_empty() {
                 return Err(self.err(&field, "has empty content"));
             }
             tokens.push(AddedToken {
-                id: id as u32,
+                id: model.token_id(content).unwrap_or(id as u32),
                 content: content.to_string(),
                 special: flag("special", false)?,
                 lstrip: flag("lstrip", false)?,
                 rstrip: flag("rstrip", false)?,
                 normalized: flag("normalized", false)?,
+                single_word: flag("single_word", false)?,
             });
         }
         AddedVocab::with_normalizer(tokens, normalizer)
@@ -124,7 +127,8 @@ impl Reader<'_> {
     }
 
     /// The template's ids and the object to write back. Supported: null, ByteLevel (adds
-    /// nothing), TemplateProcessing, and a Sequence of those.
+    /// nothing), TemplateProcessing, BertProcessing and RobertaProcessing (a class token
+    /// before, a separator after), and a Sequence of those.
     fn post_processor(&self, added: &AddedVocab) -> Result<(Template, Value)> {
         let v = match self.root.get("post_processor") {
             None | Some(Value::Null) => return Ok((Template::default(), Value::Null)),
@@ -151,9 +155,25 @@ impl Reader<'_> {
                 Ok(())
             }
             Some("TemplateProcessing") => self.template(v, field, added, out),
+            // Their other options (trim_offsets, add_prefix_space) shape offsets only.
+            Some("BertProcessing" | "RobertaProcessing") => {
+                let token = |key: &str| -> Result<u32> {
+                    match v.get(key).and_then(Value::as_array).map(Vec::as_slice) {
+                        Some([Value::String(_), id]) => id
+                            .as_u64()
+                            .filter(|&id| id <= u32::MAX as u64)
+                            .map(|id| id as u32)
+                            .ok_or_else(|| self.err(&format!("{field}.{key}"), "needs an integer id")),
+                        _ => Err(self.err(&format!("{field}.{key}"), "expected [\"token\", id]")),
+                    }
+                };
+                out.prefix.push(token("cls")?);
+                out.suffix.insert(0, token("sep")?);
+                Ok(())
+            }
             _ => Err(self.err(
                 field,
-                format!("type {} is not supported; expected ByteLevel, TemplateProcessing or a Sequence of them", type_name(v)),
+                format!("type {} is not supported; expected ByteLevel, TemplateProcessing, BertProcessing, RobertaProcessing or a Sequence of them", type_name(v)),
             )),
         }
     }
@@ -206,25 +226,122 @@ impl Reader<'_> {
         Ok(())
     }
 
-    /// The BPE model; `byte_level`: the pre-tokenizer ends in `ByteLevel`, so symbols are
-    /// bytes, else characters.
-    fn model(&self, byte_level: bool) -> Result<BpeModel> {
+    /// The model; `byte_level`: the pre-tokenizer ends in `ByteLevel`, so a BPE's symbols
+    /// are bytes, else characters.
+    fn model(&self, byte_level: bool) -> Result<Model> {
         let model = self.root.get("model");
         let m = model
             .and_then(Value::as_object)
             .ok_or_else(|| self.err("model", "is missing or not an object"))?;
-        match m.get("type").and_then(Value::as_str) {
-            Some("BPE") => {}
-            other => {
-                return Err(self.err(
-                    "model.type",
-                    format!(
-                        "{} is not supported; only \"BPE\" is",
-                        other.map_or("missing".to_string(), |t| format!("{t:?}"))
-                    ),
-                ))
+        let kind = m.get("type").and_then(Value::as_str);
+        if !matches!(kind, Some("BPE" | "WordPiece" | "Unigram")) {
+            return Err(self.err(
+                "model.type",
+                format!(
+                    "{} is not supported; expected \"BPE\", \"WordPiece\" or \"Unigram\"",
+                    kind.map_or("missing".to_string(), |t| format!("{t:?}"))
+                ),
+            ));
+        }
+        if byte_level && kind != Some("BPE") {
+            return Err(self.err(
+                "pre_tokenizer",
+                format!("a ByteLevel stage is supported with a BPE model only, not {kind:?}"),
+            ));
+        }
+        let bad = |e: Error| match e {
+            Error::InvalidArgument { msg, .. } => {
+                Error::format(FORMAT, format!("{}: {msg}", self.name))
+            }
+            other => other,
+        };
+        match kind {
+            Some("WordPiece") => self.wordpiece(m).map_err(bad).map(Model::WordPiece),
+            Some("Unigram") => self.unigram(m).map_err(bad).map(Model::Unigram),
+            _ => self.bpe(m, byte_level).map(Model::Bpe),
+        }
+    }
+
+    fn wordpiece(&self, m: &Map<String, Value>) -> Result<WordPieceModel> {
+        let text = |key: &str, default: &'static str| -> Result<String> {
+            match m.get(key) {
+                None | Some(Value::Null) => Ok(default.to_string()),
+                Some(Value::String(s)) => Ok(s.clone()),
+                Some(_) => Err(self.err(&format!("model.{key}"), "expected a string")),
+            }
+        };
+        let max_chars = match m.get("max_input_chars_per_word") {
+            None | Some(Value::Null) => 100,
+            Some(v) => v
+                .as_u64()
+                .map(|n| n as usize)
+                .ok_or_else(|| self.err("model.max_input_chars_per_word", "expected a count"))?,
+        };
+        let vocab = self.vocab_map(m)?;
+        WordPieceModel::new(
+            vocab,
+            &text("unk_token", "[UNK]")?,
+            &text("continuing_subword_prefix", "##")?,
+            max_chars,
+        )
+    }
+
+    fn unigram(&self, m: &Map<String, Value>) -> Result<UnigramModel> {
+        let list = m.get("vocab").and_then(Value::as_array).ok_or_else(|| {
+            self.err(
+                "model.vocab",
+                "is missing or not an array of [piece, score]",
+            )
+        })?;
+        let mut pieces = Vec::with_capacity(list.len());
+        for (i, entry) in list.iter().enumerate() {
+            match entry.as_array().map(Vec::as_slice) {
+                Some([Value::String(p), score]) if score.is_number() => {
+                    pieces.push((p.clone(), score.as_f64().unwrap_or(f64::NAN)))
+                }
+                _ => {
+                    return Err(self.err(
+                        &format!("model.vocab[{i}]"),
+                        format!("{entry} is not [\"piece\", score]"),
+                    ))
+                }
             }
         }
+        let unk_id = match m.get("unk_id") {
+            None | Some(Value::Null) => None,
+            Some(v) => Some(
+                v.as_u64()
+                    .filter(|&id| id <= u32::MAX as u64)
+                    .ok_or_else(|| self.err("model.unk_id", "expected an id or null"))?
+                    as u32,
+            ),
+        };
+        let byte_fallback =
+            self.bool_field(&Value::Object(m.clone()), "model", "byte_fallback", false)?;
+        UnigramModel::new(pieces, unk_id, byte_fallback)
+    }
+
+    /// `model.vocab` as token -> id, each id checked against the entry count.
+    fn vocab_map(&self, m: &Map<String, Value>) -> Result<HashMap<String, u32>> {
+        let vocab_obj = m
+            .get("vocab")
+            .and_then(Value::as_object)
+            .ok_or_else(|| self.err("model.vocab", "is missing or not an object"))?;
+        let mut vocab = HashMap::with_capacity(vocab_obj.len());
+        let limit = 2 * vocab_obj.len() as u64 + 4096;
+        for (token, id) in vocab_obj {
+            let id = id
+                .as_u64()
+                .filter(|&i| i < limit)
+                .ok_or_else(|| self.err("model.vocab", format!("token {token:?} has id {id}; ids must be integers below {limit} for {} entries", vocab_obj.len())))?;
+            vocab.insert(token.clone(), id as u32);
+        }
+        Ok(vocab)
+    }
+
+    /// A BPE model.
+    fn bpe(&self, m: &Map<String, Value>, byte_level: bool) -> Result<BpeModel> {
+        let model = self.root.get("model");
         if let Some(d) = m.get("dropout").and_then(Value::as_f64) {
             if d != 0.0 {
                 return Err(self.err(
@@ -233,16 +350,17 @@ impl Reader<'_> {
                 ));
             }
         }
-        for key in ["continuing_subword_prefix", "end_of_word_suffix"] {
-            if let Some(s) = m.get(key).and_then(Value::as_str) {
-                if !s.is_empty() {
-                    return Err(self.err(
-                        &format!("model.{key}"),
-                        format!("{s:?} is not supported (only empty or null is)"),
-                    ));
-                }
+        let affix = |key: &str| -> Result<Option<&str>> {
+            match m.get(key) {
+                None | Some(Value::Null) => Ok(None),
+                Some(Value::String(s)) => Ok(Some(s.as_str())),
+                Some(_) => Err(self.err(&format!("model.{key}"), "expected a string or null")),
             }
-        }
+        };
+        let affixes = Affixes::new(
+            affix("continuing_subword_prefix")?,
+            affix("end_of_word_suffix")?,
+        );
         let flag = |key: &str| match model {
             Some(v) => self.bool_field(v, "model", key, false),
             None => Ok(false),
@@ -260,20 +378,9 @@ impl Reader<'_> {
             ignore_merges: flag("ignore_merges")?,
             unk_token: m.get("unk_token").and_then(Value::as_str),
             fuse_unk: flag("fuse_unk")?,
+            affixes,
         };
-        let vocab_obj = m
-            .get("vocab")
-            .and_then(Value::as_object)
-            .ok_or_else(|| self.err("model.vocab", "is missing or not an object"))?;
-        let mut vocab = HashMap::with_capacity(vocab_obj.len());
-        let limit = 2 * vocab_obj.len() as u64 + 4096;
-        for (token, id) in vocab_obj {
-            let id = id
-                .as_u64()
-                .filter(|&i| i < limit)
-                .ok_or_else(|| self.err("model.vocab", format!("token {token:?} has id {id}; ids must be integers below {limit} for {} entries", vocab_obj.len())))?;
-            vocab.insert(token.clone(), id as u32);
-        }
+        let vocab = self.vocab_map(m)?;
         let list = m
             .get("merges")
             .and_then(Value::as_array)

@@ -4,7 +4,7 @@
 
 use super::read::{type_name, type_of, Reader};
 use crate::text::decode::{DecodeStep, Decoder};
-use crate::text::normalize::{NormalizeStep, Normalizer, UnicodeForm};
+use crate::text::normalize::{BertOptions, CharsMap, NormalizeStep, Normalizer, UnicodeForm};
 use crate::text::pattern::{Pattern, PatternSource};
 use crate::text::pretokenize::{
     Metaspace, PreTokenizer, PrependScheme, SplitBehavior, SplitRule, Step,
@@ -36,13 +36,43 @@ impl Reader<'_> {
                 pattern: self.pattern(v, field)?,
                 content: self.string_field(v, field, "content")?.to_string(),
             }),
+            "BertNormalizer" => {
+                let d = BertOptions::default();
+                let strip_accents = match v.get("strip_accents") {
+                    None | Some(Value::Null) => None,
+                    Some(Value::Bool(b)) => Some(*b),
+                    Some(_) => return Err(self.err(&format!("{field}.strip_accents"), "expected true, false or null")),
+                };
+                out.push(NormalizeStep::Bert(BertOptions {
+                    clean_text: self.bool_field(v, field, "clean_text", d.clean_text)?,
+                    handle_chinese_chars: self.bool_field(v, field, "handle_chinese_chars", d.handle_chinese_chars)?,
+                    strip_accents,
+                    lowercase: self.bool_field(v, field, "lowercase", d.lowercase)?,
+                }))
+            }
+            "Strip" => out.push(NormalizeStep::Strip {
+                left: self.bool_field(v, field, "strip_left", true)?,
+                right: self.bool_field(v, field, "strip_right", true)?,
+            }),
+            "StripAccents" => out.push(NormalizeStep::StripAccents),
+            "Nmt" => out.push(NormalizeStep::Nmt),
+            "Precompiled" => {
+                let f = format!("{field}.precompiled_charsmap");
+                let blob = match v.get("precompiled_charsmap") {
+                    None | Some(Value::Null) => Vec::new(),
+                    Some(Value::String(s)) => crate::io::base64::decode(s).map_err(|e| self.err(&f, e))?,
+                    Some(_) => return Err(self.err(&f, "expected a base64 string")),
+                };
+                let map = CharsMap::new(blob).map_err(|e| self.err(&f, e.to_string()))?;
+                out.push(NormalizeStep::Precompiled(Box::new(map)));
+            }
             "Sequence" => {
                 for (i, n) in self.sequence(v, field, "normalizers")?.iter().enumerate() {
                     self.normalize_step(n, &format!("{field}.normalizers[{i}]"), out)?;
                 }
             }
             _ => return Err(self.err(field, format!(
-                "type {} is not supported; expected NFC, NFD, NFKC, NFKD, Lowercase, Prepend, Replace or a Sequence of them",
+                "type {} is not supported; expected NFC, NFD, NFKC, NFKD, Lowercase, Prepend, Replace, BertNormalizer, Strip, StripAccents, Nmt, Precompiled or a Sequence of them",
                 type_name(v)
             ))),
         }
@@ -84,13 +114,25 @@ impl Reader<'_> {
                 individual: self.bool_field(v, field, "individual_digits", false)?,
             }),
             "Metaspace" => out.push(Step::Metaspace(self.metaspace(v, field)?)),
+            "Whitespace" => out.push(Step::Whitespace),
+            "WhitespaceSplit" => out.push(Step::WhitespaceSplit),
+            "BertPreTokenizer" => out.push(Step::Bert),
+            "Punctuation" => {
+                let behavior = match v.get("behavior") {
+                    None | Some(Value::Null) => SplitBehavior::Isolated,
+                    Some(Value::String(b)) => SplitBehavior::parse(b)
+                        .map_err(|e| self.err(&format!("{field}.behavior"), e.to_string()))?,
+                    Some(_) => return Err(self.err(&format!("{field}.behavior"), "expected a string")),
+                };
+                out.push(Step::Punctuation(behavior))
+            }
             "Sequence" => {
                 for (i, p) in self.sequence(v, field, "pretokenizers")?.iter().enumerate() {
                     self.pre_step(p, &format!("{field}.pretokenizers[{i}]"), out)?;
                 }
             }
             _ => return Err(self.err(field, format!(
-                "type {} is not supported; expected ByteLevel, Split, Digits, Metaspace or a Sequence of them",
+                "type {} is not supported; expected ByteLevel, Split, Digits, Metaspace, Whitespace, WhitespaceSplit, BertPreTokenizer, Punctuation or a Sequence of them",
                 type_name(v)
             ))),
         }
@@ -129,13 +171,25 @@ impl Reader<'_> {
                     split: m.split,
                 });
             }
+            "WordPiece" => out.push(DecodeStep::WordPiece {
+                prefix: self.string_or(v, field, "prefix", "##")?,
+                cleanup: self.bool_field(v, field, "cleanup", true)?,
+            }),
+            "BPEDecoder" => out.push(DecodeStep::BpeSuffix {
+                suffix: self.string_or(v, field, "suffix", "</w>")?,
+            }),
+            "CTC" => out.push(DecodeStep::Ctc {
+                pad_token: self.string_or(v, field, "pad_token", "<pad>")?,
+                word_delimiter_token: self.string_or(v, field, "word_delimiter_token", "|")?,
+                cleanup: self.bool_field(v, field, "cleanup", true)?,
+            }),
             "Sequence" => {
                 for (i, d) in self.sequence(v, field, "decoders")?.iter().enumerate() {
                     self.decode_step(d, &format!("{field}.decoders[{i}]"), out)?;
                 }
             }
             _ => return Err(self.err(field, format!(
-                "type {} is not supported; expected ByteLevel, Replace, ByteFallback, Fuse, Strip, Metaspace or a Sequence of them",
+                "type {} is not supported; expected ByteLevel, Replace, ByteFallback, Fuse, Strip, Metaspace, WordPiece, BPEDecoder, CTC or a Sequence of them",
                 type_name(v)
             ))),
         }
@@ -190,6 +244,15 @@ impl Reader<'_> {
         v.get(key)
             .and_then(Value::as_str)
             .ok_or_else(|| self.err(&format!("{field}.{key}"), "expected a string"))
+    }
+
+    /// A string option that may be left out (its default is `tokenizers`').
+    fn string_or(&self, v: &Value, field: &str, key: &str, default: &str) -> Result<String> {
+        match v.get(key) {
+            None | Some(Value::Null) => Ok(default.to_string()),
+            Some(Value::String(s)) => Ok(s.clone()),
+            Some(_) => Err(self.err(&format!("{field}.{key}"), "expected a string")),
+        }
     }
 
     fn char_field(&self, v: &Value, field: &str, key: &str) -> Result<char> {

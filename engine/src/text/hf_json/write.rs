@@ -1,12 +1,16 @@
 //! Writing `tokenizer.json` as Hugging Face does: its field order, the vocabulary in id
 //! order, merges as `[left, right]` pairs one per line.
 
+use crate::text::bpe::BpeModel;
 use crate::text::decode::{DecodeStep, Decoder};
+use crate::text::model::Model;
 use crate::text::normalize::{NormalizeStep, Normalizer};
 use crate::text::pattern::{Pattern, PatternSource};
 use crate::text::pretokenize::{Metaspace, PreTokenizer, Step};
 use crate::text::symbols::AlphabetKind;
 use crate::text::tokenizer::Tokenizer;
+use crate::text::unigram::UnigramModel;
+use crate::text::wordpiece::WordPieceModel;
 use crate::{Error, Result};
 use serde_json::{json, Value};
 use std::path::Path;
@@ -24,25 +28,31 @@ impl Tokenizer {
     /// scores has no such file (Hugging Face's BPE needs merges): an error.
     pub fn to_json_string(&self) -> Result<String> {
         let inner = self.parts();
-        let Some(model) = inner.model.bpe() else {
-            return Err(Error::invalid(
+        let model = match &inner.model {
+            Model::Bpe(m) => bpe_json(m),
+            Model::WordPiece(m) => wordpiece_json(m),
+            Model::Unigram(m) => unigram_json(m),
+            Model::Spm(_) => return Err(Error::invalid(
                 "tokenizer save",
                 "this is a SentencePiece vocabulary with scores (llama.cpp's \"llama\" tokenizer \
-                 model), which merges by score; a tokenizer.json BPE needs a merge list, so it \
-                 cannot be written as one",
-            ));
+                     model), which merges by score; a tokenizer.json BPE needs a merge list, so it \
+                     cannot be written as one",
+            )),
         };
         let added: Vec<Value> = inner
             .added
             .tokens
             .iter()
             .map(|t| {
-                json!({"id": t.id, "content": t.content, "single_word": false, "lstrip": t.lstrip,
+                json!({"id": t.id, "content": t.content, "single_word": t.single_word, "lstrip": t.lstrip,
                        "rstrip": t.rstrip, "normalized": t.normalized, "special": t.special})
             })
             .collect();
         let mut s = String::new();
-        s.push_str("{\n  \"version\": \"1.0\",\n  \"truncation\": null,\n  \"padding\": null,\n");
+        s.push_str(&format!(
+            "{{\n  \"version\": \"1.0\",\n  \"truncation\": {},\n  \"padding\": {},\n",
+            inner.limits.truncation_json, inner.limits.padding_json
+        ));
         s.push_str(&format!("  \"added_tokens\": {},\n", lines(&added, "    ")));
         s.push_str(&format!(
             "  \"normalizer\": {},\n",
@@ -60,43 +70,81 @@ impl Tokenizer {
             "  \"decoder\": {},\n",
             decoder_json(&inner.decoder)
         ));
-        let unk = model
-            .unk_id()
-            .and_then(|id| model.id_to_token[id as usize].clone());
-        let byte_fallback = matches!(
-            model.alphabet.kind,
-            AlphabetKind::Chars {
-                byte_fallback: true
-            }
-        );
-        s.push_str(&format!(
-            "  \"model\": {{\n    \"type\": \"BPE\",\n    \"dropout\": null,\n    \"unk_token\": {},\n    \"continuing_subword_prefix\": null,\n    \"end_of_word_suffix\": null,\n    \"fuse_unk\": {},\n    \"byte_fallback\": {byte_fallback},\n    \"ignore_merges\": {},\n",
-            json!(unk),
-            model.alphabet.fuse_unk,
-            model.ignore_merges
-        ));
-        let vocab: Vec<String> = model
-            .id_to_token
-            .iter()
-            .enumerate()
-            .filter_map(|(id, t)| t.as_ref().map(|t| format!("{}: {id}", json!(t))))
-            .collect();
-        s.push_str(&format!(
-            "    \"vocab\": {{\n      {}\n    }},\n",
-            vocab.join(",\n      ")
-        ));
-        let name = |id: u32| model.id_to_token[id as usize].clone().unwrap_or_default();
-        let merges: Vec<String> = model
-            .merges
-            .iter()
-            .map(|&(a, b)| json!([name(a), name(b)]).to_string())
-            .collect();
-        s.push_str(&format!(
-            "    \"merges\": [\n      {}\n    ]\n  }}\n}}\n",
-            merges.join(",\n      ")
-        ));
+        s.push_str(&format!("  \"model\": {{\n{model}\n  }}\n}}\n"));
         Ok(s)
     }
+}
+
+/// The `model` object's fields of a BPE, one per line: settings, the vocabulary in id order,
+/// the merges as `[left, right]` pairs.
+fn bpe_json(model: &BpeModel) -> String {
+    let unk = model
+        .unk_id()
+        .and_then(|id| model.id_to_token[id as usize].clone());
+    let byte_fallback = matches!(
+        model.alphabet.kind,
+        AlphabetKind::Chars {
+            byte_fallback: true
+        }
+    );
+    let mut s = format!(
+        "    \"type\": \"BPE\",\n    \"dropout\": null,\n    \"unk_token\": {},\n    \"continuing_subword_prefix\": {},\n    \"end_of_word_suffix\": {},\n    \"fuse_unk\": {},\n    \"byte_fallback\": {byte_fallback},\n    \"ignore_merges\": {},\n",
+        json!(unk),
+        json!(model.affixes.prefix),
+        json!(model.affixes.suffix),
+        model.alphabet.fuse_unk,
+        model.ignore_merges
+    );
+    s.push_str(&vocab_json(&model.id_to_token));
+    s.push_str(",\n");
+    let name = |id: u32| model.id_to_token[id as usize].clone().unwrap_or_default();
+    let merges: Vec<String> = model
+        .merges
+        .iter()
+        .map(|&(a, b)| json!([name(a), name(b)]).to_string())
+        .collect();
+    s.push_str(&format!(
+        "    \"merges\": [\n      {}\n    ]",
+        merges.join(",\n      ")
+    ));
+    s
+}
+
+fn wordpiece_json(model: &WordPieceModel) -> String {
+    format!(
+        "    \"type\": \"WordPiece\",\n    \"unk_token\": {},\n    \"continuing_subword_prefix\": {},\n    \"max_input_chars_per_word\": {},\n{}",
+        json!(model.unk_token),
+        json!(model.prefix),
+        model.max_input_chars_per_word,
+        vocab_json(&model.id_to_token)
+    )
+}
+
+fn unigram_json(model: &UnigramModel) -> String {
+    let pieces: Vec<String> = model
+        .pieces
+        .iter()
+        .map(|(p, score)| json!([p, score]).to_string())
+        .collect();
+    format!(
+        "    \"type\": \"Unigram\",\n    \"unk_id\": {},\n    \"vocab\": [\n      {}\n    ],\n    \"byte_fallback\": {}",
+        json!(model.unk_id),
+        pieces.join(",\n      "),
+        model.byte_fallback
+    )
+}
+
+/// `"vocab": {token: id, ...}` in id order, without a trailing newline.
+fn vocab_json(id_to_token: &[Option<String>]) -> String {
+    let vocab: Vec<String> = id_to_token
+        .iter()
+        .enumerate()
+        .filter_map(|(id, t)| t.as_ref().map(|t| format!("{}: {id}", json!(t))))
+        .collect();
+    format!(
+        "    \"vocab\": {{\n      {}\n    }}",
+        vocab.join(",\n      ")
+    )
 }
 
 fn lines(items: &[Value], indent: &str) -> String {
@@ -136,6 +184,16 @@ fn normalizer_json(n: &Normalizer) -> Value {
         NormalizeStep::Replace { pattern, content } => {
             json!({"type": "Replace", "pattern": pattern_json(pattern), "content": content})
         }
+        NormalizeStep::Bert(o) => json!({"type": "BertNormalizer", "clean_text": o.clean_text,
+            "handle_chinese_chars": o.handle_chinese_chars, "strip_accents": o.strip_accents,
+            "lowercase": o.lowercase}),
+        NormalizeStep::Strip { left, right } => {
+            json!({"type": "Strip", "strip_left": left, "strip_right": right})
+        }
+        NormalizeStep::StripAccents => json!({"type": "StripAccents"}),
+        NormalizeStep::Nmt => json!({"type": "Nmt"}),
+        NormalizeStep::Precompiled(map) => json!({"type": "Precompiled",
+            "precompiled_charsmap": crate::io::base64::encode(&map.blob)}),
     };
     one_or_sequence(n.steps.iter().map(stage).collect(), "normalizers")
 }
@@ -154,6 +212,10 @@ pub(crate) fn pre_tokenizer_json(pre: &PreTokenizer) -> Value {
         }
         Step::Digits { individual } => json!({"type": "Digits", "individual_digits": individual}),
         Step::Metaspace(m) => metaspace_json(m),
+        Step::Whitespace => json!({"type": "Whitespace"}),
+        Step::WhitespaceSplit => json!({"type": "WhitespaceSplit"}),
+        Step::Bert => json!({"type": "BertPreTokenizer"}),
+        Step::Punctuation(b) => json!({"type": "Punctuation", "behavior": b.hf_name()}),
     };
     one_or_sequence(pre.steps.iter().map(stage).collect(), "pretokenizers")
 }
@@ -185,6 +247,16 @@ fn decoder_json(d: &Decoder) -> Value {
             prepend_scheme: *prepend_scheme,
             split: *split,
         }),
+        DecodeStep::WordPiece { prefix, cleanup } => {
+            json!({"type": "WordPiece", "prefix": prefix, "cleanup": cleanup})
+        }
+        DecodeStep::BpeSuffix { suffix } => json!({"type": "BPEDecoder", "suffix": suffix}),
+        DecodeStep::Ctc {
+            pad_token,
+            word_delimiter_token,
+            cleanup,
+        } => json!({"type": "CTC", "pad_token": pad_token,
+            "word_delimiter_token": word_delimiter_token, "cleanup": cleanup}),
     };
     match steps.as_slice() {
         // An empty Sequence joins without spaces, unlike no decoder: keep it a Sequence.

@@ -1,6 +1,7 @@
 //! Pre-tokenization: cutting text into the pieces that BPE merges inside of, as Hugging Face's
-//! pre-tokenizers do: `Split` and `Digits` (in `split`), `Metaspace` (in `metaspace`) and
-//! `ByteLevel` (here), in the order a `Sequence` lists them.
+//! pre-tokenizers do: `Split`, `Digits`, `Punctuation` and the whitespace splits (in
+//! `split`), `Metaspace` (in `metaspace`), `BertPreTokenizer` and `ByteLevel` (here), in the
+//! order a `Sequence` lists them.
 
 mod metaspace;
 mod split;
@@ -8,6 +9,7 @@ mod split;
 pub use metaspace::{Metaspace, PrependScheme};
 pub use split::{SplitBehavior, SplitRule};
 
+use crate::text::pattern::PatternSource;
 use crate::{Error, Result};
 use std::borrow::Cow;
 
@@ -80,6 +82,15 @@ pub enum Step {
         individual: bool,
     },
     Metaspace(Metaspace),
+    /// `Whitespace`: runs of word characters (`\w+`) and runs of other non-space characters,
+    /// whitespace dropped.
+    Whitespace,
+    /// `WhitespaceSplit`: cut at whitespace, which is dropped.
+    WhitespaceSplit,
+    /// `Punctuation`: each punctuation character a match, placed by the behaviour.
+    Punctuation(SplitBehavior),
+    /// `BertPreTokenizer`: `WhitespaceSplit`, then each punctuation character alone.
+    Bert,
     /// Prepends a space to a piece that lacks one (if asked), splits it with the GPT-2 pattern
     /// (if asked); the byte-level mapping itself happens in the BPE model.
     ByteLevel {
@@ -92,6 +103,7 @@ pub enum Step {
 pub struct PreTokenizer {
     pub steps: Vec<Step>,
     gpt2: SplitRule,
+    words: SplitRule,
 }
 
 impl PreTokenizer {
@@ -110,6 +122,11 @@ impl PreTokenizer {
         Ok(PreTokenizer {
             steps,
             gpt2: SplitRule::regex(GPT2_PATTERN, SplitBehavior::Isolated)?,
+            words: SplitRule::new(
+                PatternSource::Regex(r"\w+|[^\w\s]+".into()),
+                SplitBehavior::Removed,
+                true,
+            )?,
         })
     }
 
@@ -169,6 +186,32 @@ impl PreTokenizer {
                 let marked = m.mark(text, start);
                 m.for_each(&marked, &mut |s, e| next_on(&marked, s, e))
             }
+            Step::Whitespace => self.words.for_each(text, &mut |s, e| next_on(text, s, e)),
+            Step::WhitespaceSplit => split::split_chars(
+                text,
+                SplitBehavior::Removed,
+                char::is_whitespace,
+                &mut |s, e| next_on(text, s, e),
+            ),
+            Step::Punctuation(behavior) => {
+                split::split_chars(text, *behavior, split::is_punctuation, &mut |s, e| {
+                    next_on(text, s, e)
+                })
+            }
+            Step::Bert => split::split_chars(
+                text,
+                SplitBehavior::Removed,
+                char::is_whitespace,
+                &mut |s, e| {
+                    let word = &text[s..e];
+                    split::split_chars(
+                        word,
+                        SplitBehavior::Isolated,
+                        split::is_punctuation,
+                        &mut |ws, we| next_on(text, s + ws, s + we),
+                    )
+                },
+            ),
             Step::ByteLevel {
                 add_prefix_space,
                 use_regex,

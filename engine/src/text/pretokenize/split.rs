@@ -98,6 +98,32 @@ pub(super) fn split_digits(text: &str, individual: bool, each: &mut PieceFn) -> 
     })
 }
 
+/// Splits at every character that `is` picks, each one a match of its own, placed by
+/// `behavior` (`WhitespaceSplit`: whitespace removed; `Punctuation`: as configured).
+pub(super) fn split_chars(
+    text: &str,
+    behavior: SplitBehavior,
+    is: impl Fn(char) -> bool,
+    each: &mut PieceFn,
+) -> Result<()> {
+    cut_around(text, behavior, false, each, &mut |m| {
+        for (i, c) in text.char_indices().filter(|&(_, c)| is(c)) {
+            m(i, i + c.len_utf8())?;
+        }
+        Ok(())
+    })
+}
+
+/// ASCII punctuation (which includes symbols such as `$`, `+` and `|`) or a Unicode
+/// punctuation character (General Category P), as BERT's tokenizer defines punctuation.
+pub(super) fn is_punctuation(c: char) -> bool {
+    use regex::Regex;
+    use std::sync::LazyLock;
+    static PUNCTUATION: LazyLock<Regex> =
+        LazyLock::new(|| Regex::new(r"^\p{P}$").expect("a valid pattern"));
+    c.is_ascii_punctuation() || (!c.is_ascii() && PUNCTUATION.is_match(c.encode_utf8(&mut [0; 4])))
+}
+
 /// Splits before every `c`, each `c` starting the piece after it (Metaspace's split).
 pub(super) fn split_before(text: &str, c: char, each: &mut PieceFn) -> Result<()> {
     cut_around(text, SplitBehavior::MergedWithNext, false, each, &mut |m| {
@@ -276,6 +302,29 @@ mod tests {
         assert_eq!(
             pieces(text, |t, e| split_digits(t, false, e)),
             ["ab", "123", " ", "4٥6", "x"]
+        );
+    }
+
+    #[test]
+    fn punctuation_is_ascii_punctuation_or_unicode_p() {
+        let text = "a$b,c«d»e。f€g";
+        assert_eq!(
+            pieces(text, |t, e| split_chars(
+                t,
+                SplitBehavior::Isolated,
+                is_punctuation,
+                e
+            )),
+            ["a", "$", "b", ",", "c", "«", "d", "»", "e", "。", "f€g"]
+        );
+        assert_eq!(
+            pieces(" a \u{3000}b ", |t, e| split_chars(
+                t,
+                SplitBehavior::Removed,
+                char::is_whitespace,
+                e
+            )),
+            ["a", "b"]
         );
     }
 

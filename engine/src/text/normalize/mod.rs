@@ -1,7 +1,16 @@
 //! Normalizers: how text is rewritten before pre-tokenization, as `tokenizer.json`'s
 //! `normalizer` describes it. Qwen2/3 compose characters (`NFC`); LLaMA-2 style files prepend
-//! "▁" and turn spaces into "▁" (`Sequence[Prepend, Replace]`). Each text run between added
-//! tokens is normalized on its own, so `Prepend` applies once per run, as in `tokenizers`.
+//! "▁" and turn spaces into "▁" (`Sequence[Prepend, Replace]`); BERT-family files clean,
+//! lowercase and strip accents (`bert`); SentencePiece conversions (T5, ALBERT, XLM-R) carry
+//! the model's own compiled rules (`charsmap`). Each text run between added tokens is
+//! normalized on its own, so `Prepend` applies once per run, as in `tokenizers`.
+
+mod bert;
+mod char_maps;
+mod charsmap;
+
+pub use bert::BertOptions;
+pub use charsmap::CharsMap;
 
 use super::pattern::Pattern;
 use crate::Result;
@@ -65,6 +74,20 @@ pub enum NormalizeStep {
         pattern: Pattern,
         content: String,
     },
+    /// `BertNormalizer`.
+    Bert(BertOptions),
+    /// `Strip`: whitespace trimmed on the sides asked.
+    Strip {
+        left: bool,
+        right: bool,
+    },
+    /// `StripAccents`: combining marks dropped.
+    StripAccents,
+    /// `Nmt`: SentencePiece's NMT character rules.
+    Nmt,
+    /// `Precompiled`: a SentencePiece model's compiled character map (boxed: it holds the
+    /// whole trie).
+    Precompiled(Box<CharsMap>),
 }
 
 /// The stages in order; none means the text is left as it is.
@@ -103,23 +126,31 @@ impl NormalizeStep {
     fn apply<'a>(&self, text: &'a str) -> Result<Cow<'a, str>> {
         Ok(match self {
             NormalizeStep::Unicode(form) => form.apply(text),
-            NormalizeStep::Lowercase => {
-                let unchanged = |c: char| {
-                    let mut lower = c.to_lowercase();
-                    lower.next() == Some(c) && lower.next().is_none()
-                };
-                if text.chars().all(unchanged) {
-                    Cow::Borrowed(text)
-                } else {
-                    Cow::Owned(text.chars().flat_map(char::to_lowercase).collect())
-                }
-            }
+            NormalizeStep::Lowercase => lowercase(text),
             NormalizeStep::Prepend(prefix) if !text.is_empty() => {
                 Cow::Owned(format!("{prefix}{text}"))
             }
             NormalizeStep::Prepend(_) => Cow::Borrowed(text),
             NormalizeStep::Replace { pattern, content } => pattern.replace_all(text, content)?,
+            NormalizeStep::Bert(options) => options.apply(text),
+            NormalizeStep::Strip { left, right } => char_maps::strip(text, *left, *right),
+            NormalizeStep::StripAccents => char_maps::strip_accents(text),
+            NormalizeStep::Nmt => char_maps::nmt(text),
+            NormalizeStep::Precompiled(map) => map.apply(text),
         })
+    }
+}
+
+/// Each character's lowercase mapping on its own; borrowed when nothing changes.
+fn lowercase(text: &str) -> Cow<'_, str> {
+    let unchanged = |c: char| {
+        let mut lower = c.to_lowercase();
+        lower.next() == Some(c) && lower.next().is_none()
+    };
+    if text.chars().all(unchanged) {
+        Cow::Borrowed(text)
+    } else {
+        Cow::Owned(text.chars().flat_map(char::to_lowercase).collect())
     }
 }
 
