@@ -2,10 +2,10 @@
 //!
 //! Decoding follows what ultralytics reads through OpenCV's `imdecode(IMREAD_COLOR)`: every
 //! image comes out as 8-bit RGB (grey repeated, alpha dropped, 16-bit reduced to its high
-//! byte) and the EXIF orientation of JPEGs and PNGs is applied. Two known gaps: the JPEG
-//! decoder is `jpeg-decoder` rather than libjpeg-turbo, so pixels can differ by a level or two
-//! (IDCT and chroma upsampling rounding), and alpha is dropped rather than composited, as
-//! OpenCV does too. ultralytics keeps BGR; we keep RGB, which is what its models are fed.
+//! byte) and the EXIF orientation of JPEGs and PNGs is applied. JPEGs go through
+//! libjpeg-turbo's decoder (`jpeg`), so their pixels equal OpenCV's; alpha is dropped rather
+//! than composited, as OpenCV does too. ultralytics keeps BGR; we keep RGB, which is what its
+//! models are fed.
 
 use super::exif;
 use crate::{bail, Error, Result, Tensor};
@@ -24,9 +24,13 @@ pub fn decode_rgb(bytes: &[u8]) -> Result<RgbImage> {
     if bytes.is_empty() {
         return Err(Error::format("image", "empty file"));
     }
+    let upright = |img| exif::apply(img, exif::orientation(bytes));
+    if bytes.starts_with(&[0xFF, 0xD8]) {
+        return super::jpeg::decode(bytes).map(upright);
+    }
     let decoded = image::load_from_memory(bytes)
         .map_err(|e| Error::format("image", format!("cannot decode: {e}")))?;
-    Ok(exif::apply(to_rgb8(decoded), exif::orientation(bytes)))
+    Ok(upright(to_rgb8(decoded)))
 }
 
 /// Reads an image file into a U8 tensor of shape [H, W, 3] (RGB) on the host.

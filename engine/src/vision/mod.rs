@@ -9,6 +9,7 @@ pub mod coco_json;
 pub mod draw;
 mod exif;
 pub mod image;
+mod jpeg;
 pub mod letterbox;
 pub mod metrics;
 pub mod nms;
