@@ -6,18 +6,16 @@
 //! }
 //! ```
 //!
-//! Each `for` over a loader is one epoch, made batch by batch as the loop asks for it (the
-//! engine's `DataLoader` for rows, its threaded image loader for detection datasets), so
-//! nothing of an epoch is built up front and `break` stops the work. A loader is a shared
-//! handle: iterating the same loader again draws the next epoch's order. Batches go to the
-//! script's device. Ctrl-C stops the loop between batches.
+//! Each `for` over a loader is one epoch of the engine's `BatchSource` (rows of a dataset, or
+//! a detection split's images decoded on worker threads), made batch by batch as the loop asks
+//! for it, so nothing of an epoch is built up front and `break` stops the work. A loader is a
+//! shared handle: iterating the same loader again draws the next epoch's order. Batches go to
+//! the script's device. Ctrl-C stops the loop between batches.
 
-use super::yolo::ImageSource;
 use crate::error::{guard, RhaiResult};
 use crate::options::Options;
 use rhai::{Array, Dynamic, EvalAltResult, Map, Position, INT};
-use rusting_brain::data::yolo::ValLoader;
-use rusting_brain::data::{Batches, DataLoader, Dataset};
+use rusting_brain::data::{BatchSource, DataLoader, Dataset, Epoch};
 use rusting_brain::{Generator, Tensor};
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -33,31 +31,38 @@ pub struct Batch {
     pub paths: Option<Array>,
 }
 
-/// What a loader draws its epochs from.
-pub(super) enum Source {
-    Rows(DataLoader),
-    Images(ImageSource),
+impl From<rusting_brain::data::Batch> for Batch {
+    fn from(b: rusting_brain::data::Batch) -> Self {
+        let paths = (!b.paths.is_empty()).then(|| {
+            b.paths
+                .iter()
+                .map(|p| Dynamic::from(p.display().to_string()))
+                .collect()
+        });
+        Batch {
+            x: b.x,
+            y: b.y,
+            paths,
+        }
+    }
 }
 
 /// The Rhai value of `ds.loader(...)`.
 #[derive(Clone)]
-pub struct Loader(Arc<Mutex<Source>>);
+pub struct Loader(Arc<Mutex<Box<dyn BatchSource>>>);
 
 impl Loader {
-    pub(super) fn new(source: Source) -> Loader {
-        Loader(Arc::new(Mutex::new(source)))
+    pub(super) fn new(source: impl BatchSource + 'static) -> Loader {
+        Loader(Arc::new(Mutex::new(Box::new(source))))
     }
 
-    fn lock(&self) -> MutexGuard<'_, Source> {
+    fn lock(&self) -> MutexGuard<'_, Box<dyn BatchSource>> {
         self.0.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Batches per epoch.
     pub fn len(&self) -> usize {
-        match &*self.lock() {
-            Source::Rows(l) => l.num_batches(),
-            Source::Images(s) => s.num_batches(),
-        }
+        self.lock().num_batches()
     }
 
     pub fn is_empty(&self) -> bool {
@@ -84,14 +89,13 @@ pub fn row_loader(ds: Dataset, opts: Map, what: &str) -> RhaiResult<DataLoader> 
 /// `ds.loader(opts)` for a row dataset.
 pub fn rows(ds: &mut Dataset, opts: Map) -> RhaiResult<Loader> {
     let loader = row_loader(ds.clone(), opts, "loader")?;
-    Ok(Loader::new(Source::Rows(loader)))
+    Ok(Loader::new(loader))
 }
 
 /// One epoch of a loader, consumed by a `for` loop.
 pub enum Pass {
-    Rows(Batches),
-    Images(Box<ValLoader>),
-    /// The epoch could not start; the error is reported once.
+    Running(Epoch),
+    /// The epoch could not start, or ended; an error is reported once.
     Failed(Option<Box<EvalAltResult>>),
 }
 
@@ -100,12 +104,10 @@ impl IntoIterator for Loader {
     type IntoIter = Pass;
 
     fn into_iter(self) -> Pass {
-        match &mut *self.lock() {
-            Source::Rows(l) => Pass::Rows(l.epoch()),
-            Source::Images(s) => match s.epoch() {
-                Ok(pass) => Pass::Images(Box::new(pass)),
-                Err(e) => Pass::Failed(Some(e)),
-            },
+        let device = crate::tensor::default_device();
+        match guard(|| self.lock().epoch(device)) {
+            Ok(epoch) => Pass::Running(epoch),
+            Err(e) => Pass::Failed(Some(e)),
         }
     }
 }
@@ -122,28 +124,17 @@ impl Iterator for Pass {
             let stop = EvalAltResult::ErrorTerminated("cancelled".into(), Position::NONE);
             return Some(Err(stop.into()));
         }
-        let device = crate::tensor::default_device();
-        let batch = match self {
-            Pass::Rows(b) => b.next().map(|r| {
-                guard(|| {
-                    let (x, y) = r?;
-                    Ok(Batch {
-                        x: x.to_device(device)?,
-                        y: y.to_device(device)?,
-                        paths: None,
-                    })
-                })
-            }),
-            Pass::Images(l) => l.next().map(|r| super::yolo::image_batch(r, device)),
-            Pass::Failed(_) => None,
+        let Pass::Running(epoch) = self else {
+            return None;
         };
-        batch.map(|b| b.map(Dynamic::from))
+        let batch = epoch.next()?;
+        Some(guard(|| batch).map(|b| Dynamic::from(Batch::from(b))))
     }
 }
 
 /// `ds.batches(opts)`: one epoch as an array of `[x, y]`, through the same loader.
 pub fn batches(ds: Dataset, opts: Map) -> RhaiResult<Array> {
-    let loader = Loader::new(Source::Rows(row_loader(ds, opts, "batches")?));
+    let loader = Loader::new(row_loader(ds, opts, "batches")?);
     loader
         .into_iter()
         .map(|b| {

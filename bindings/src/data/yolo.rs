@@ -2,49 +2,19 @@
 //! dataset a `loader` iterates) and `data::yolo_shapes` (our synthetic detection dataset in
 //! ultralytics' layout).
 
-use super::loader::{Batch, Loader, Source};
+use super::loader::Loader;
 use crate::error::{guard, RhaiResult};
 use crate::help::Api;
 use crate::options::Options;
 use rhai::{Array, Dynamic, Engine, Map, INT};
 use rusting_brain::data::yolo::{
-    generate_shapes, DataConfig, ShapesOptions, ValLoader, ValLoaderOptions, YoloBatch, YoloBox,
-    YoloDataset,
+    generate_shapes, DataConfig, ImageBatches, ShapesOptions, ValLoaderOptions, YoloDataset,
 };
-use rusting_brain::vision::RatioPad;
-use rusting_brain::{DType, Device, Generator, Tensor};
+use rusting_brain::Generator;
 use std::sync::Arc;
 
 /// One split of a detection dataset as a script value (`data::yolo_images`).
 pub type ImageDataset = Arc<YoloDataset>;
-
-/// What an image loader draws its epochs from: the split, the loader's options and, when
-/// shuffling, the generator each epoch's order comes from.
-pub struct ImageSource {
-    dataset: ImageDataset,
-    options: ValLoaderOptions,
-    shuffle: Option<Generator>,
-}
-
-impl ImageSource {
-    pub fn num_batches(&self) -> usize {
-        let (n, b) = (self.dataset.images.len(), self.options.batch_size);
-        if self.options.drop_last {
-            n / b
-        } else {
-            n.div_ceil(b)
-        }
-    }
-
-    /// The next epoch: worker threads start decoding now, a few batches ahead of the loop.
-    pub fn epoch(&mut self) -> RhaiResult<ValLoader> {
-        let mut options = self.options.clone();
-        if let Some(g) = &mut self.shuffle {
-            options.order = Some(g.permutation(self.dataset.images.len()));
-        }
-        guard(|| ValLoader::new(self.dataset.clone(), &options))
-    }
-}
 
 fn image_loader(ds: &mut ImageDataset, opts: Map) -> RhaiResult<Loader> {
     let o = Options::new(
@@ -73,79 +43,7 @@ fn image_loader(ds: &mut ImageDataset, opts: Map) -> RhaiResult<Loader> {
         .bool("shuffle", false)?
         .then(|| o.int("seed", 0).map(|s| Generator::new(s as u64)))
         .transpose()?;
-    if shuffle.is_some() && options.rect {
-        return Err(crate::error::runtime_error(
-            "loader: shuffle and rect cannot be combined (rect batches follow the aspect ratios)",
-        ));
-    }
-    if options.batch_size == 0 || options.imgsz == 0 {
-        return Err(crate::error::runtime_error(
-            "loader: batch_size and imgsz must be at least 1",
-        ));
-    }
-    Ok(Loader::new(Source::Images(ImageSource {
-        dataset: ds.clone(),
-        options,
-        shuffle,
-    })))
-}
-
-/// Boxes normalised to each original image, as `[n, 6]` rows of (image in batch, class, cx,
-/// cy, w, h) normalised to the letterboxed canvas `(h, w)` the image was placed on, the layout
-/// of ultralytics' training batches.
-pub fn canvas_labels(
-    labels: &[Vec<YoloBox>],
-    placement: &[RatioPad],
-    canvas_hw: (usize, usize),
-) -> Vec<f32> {
-    let (ch, cw) = (canvas_hw.0 as f64, canvas_hw.1 as f64);
-    let mut rows = Vec::new();
-    for (k, (boxes, rp)) in labels.iter().zip(placement).enumerate() {
-        let (h0, w0) = (rp.orig_hw.0 as f64, rp.orig_hw.1 as f64);
-        let (gy, gx) = rp.gain_hw;
-        let (px, py) = rp.pad_xy;
-        for b in boxes {
-            let [cx, cy, w, h] = b.xywh.map(f64::from);
-            rows.extend(
-                [
-                    k as f64,
-                    b.class as f64,
-                    (cx * w0 * gx + px) / cw,
-                    (cy * h0 * gy + py) / ch,
-                    w * w0 * gx / cw,
-                    h * h0 * gy / ch,
-                ]
-                .map(|v| v as f32),
-            );
-        }
-    }
-    rows
-}
-
-/// A loader's image batch as the script sees it: images in [0, 1] and boxes on the device.
-pub fn image_batch(batch: rusting_brain::Result<YoloBatch>, device: Device) -> RhaiResult<Batch> {
-    guard(|| {
-        let b = batch?;
-        let dims = b.images.dims().to_vec();
-        let rows = canvas_labels(&b.labels, &b.ratio_pad, (dims[2], dims[3]));
-        let n = rows.len() / 6;
-        let x = b
-            .images
-            .to_device(device)?
-            .to(device, DType::F32)?
-            .mul_scalar(1.0 / 255.0)?;
-        let y = Tensor::from_vec(rows, &[n, 6])?.to_device(device)?;
-        let paths = b
-            .paths
-            .iter()
-            .map(|p| Dynamic::from(p.display().to_string()))
-            .collect();
-        Ok(Batch {
-            x,
-            y,
-            paths: Some(paths),
-        })
-    })
+    guard(|| ImageBatches::new(ds.clone(), options, shuffle)).map(Loader::new)
 }
 
 fn images(path: &str, split: &str) -> RhaiResult<ImageDataset> {

@@ -3,6 +3,7 @@
 //! nothing is allocated beyond what the file's size can justify.
 
 pub mod background;
+pub mod batch_source;
 pub mod batches;
 pub mod csv;
 pub mod dataset;
@@ -35,6 +36,7 @@ pub(crate) fn in_file(path: &Path, e: Error) -> Error {
     }
 }
 
+pub use batch_source::{Batch, BatchSource, Epoch};
 pub use batches::{Batches, DataLoader};
 pub use csv::{CsvOptions, TargetKind};
 pub use dataset::Dataset;

@@ -3,6 +3,7 @@
 //! a training loader that augments ahead of it, and a generator of synthetic shape datasets.
 
 pub mod config;
+mod image_batches;
 mod image_cache;
 mod label_rows;
 pub mod labels;
@@ -16,6 +17,7 @@ mod tests;
 mod train_loader_tests;
 
 pub use config::DataConfig;
+pub use image_batches::{canvas_labels, ImageBatches};
 pub use image_cache::load_train_image;
 pub use labels::{ImageEntry, LabelCounts, YoloBox, YoloDataset};
 pub use loader::{ValLoader, ValLoaderOptions, YoloBatch};
