@@ -4,9 +4,10 @@
 
 use super::block::{indexed, indexed_mut, lower_child, Block};
 use super::conv::{ConvBn, ConvSpec};
+use super::init::Init;
 use crate::io::onnx::export::{Attr, OnnxGraph};
 use crate::nn::Module;
-use crate::{Generator, Result, Tensor};
+use crate::{Result, Tensor};
 
 /// The train-mode flag every block carries.
 macro_rules! training_flag {
@@ -37,12 +38,12 @@ impl Bottleneck {
         k: (usize, usize),
         e: f64,
         fused: bool,
-        gen: &mut Generator,
+        init: &mut Init<'_>,
     ) -> Result<Self> {
         let c_ = (c2 as f64 * e) as usize;
         Ok(Bottleneck {
-            cv1: ConvBn::new(ConvSpec::new(c1, c_, k.0, 1), fused, gen)?,
-            cv2: ConvBn::new(ConvSpec::new(c_, c2, k.1, 1), fused, gen)?,
+            cv1: ConvBn::new(ConvSpec::new(c1, c_, k.0, 1), fused, init)?,
+            cv2: ConvBn::new(ConvSpec::new(c_, c2, k.1, 1), fused, init)?,
             add: shortcut && c1 == c2,
             training: true,
         })
@@ -91,15 +92,15 @@ impl C3 {
         n: usize,
         shortcut: bool,
         fused: bool,
-        gen: &mut Generator,
+        init: &mut Init<'_>,
     ) -> Result<Self> {
         let c_ = c2 / 2;
         Ok(C3 {
-            cv1: ConvBn::new(ConvSpec::new(c1, c_, 1, 1), fused, gen)?,
-            cv2: ConvBn::new(ConvSpec::new(c1, c_, 1, 1), fused, gen)?,
-            cv3: ConvBn::new(ConvSpec::new(2 * c_, c2, 1, 1), fused, gen)?,
+            cv1: ConvBn::new(ConvSpec::new(c1, c_, 1, 1), fused, init)?,
+            cv2: ConvBn::new(ConvSpec::new(c1, c_, 1, 1), fused, init)?,
+            cv3: ConvBn::new(ConvSpec::new(2 * c_, c2, 1, 1), fused, init)?,
             m: (0..n)
-                .map(|_| Bottleneck::new(c_, c_, shortcut, (3, 3), 1.0, fused, gen))
+                .map(|_| Bottleneck::new(c_, c_, shortcut, (3, 3), 1.0, fused, init))
                 .collect::<Result<_>>()?,
             training: true,
         })
@@ -172,25 +173,25 @@ impl C2f {
         e: f64,
         inner: C2fInner,
         fused: bool,
-        gen: &mut Generator,
+        init: &mut Init<'_>,
     ) -> Result<Self> {
         let c = (c2 as f64 * e) as usize;
         let mut m: Vec<Box<dyn Module>> = Vec::with_capacity(n);
         for _ in 0..n {
             m.push(match inner {
                 C2fInner::Bottleneck => {
-                    Box::new(Bottleneck::new(c, c, shortcut, (3, 3), 1.0, fused, gen)?)
+                    Box::new(Bottleneck::new(c, c, shortcut, (3, 3), 1.0, fused, init)?)
                 }
                 C2fInner::HalfBottleneck => {
-                    Box::new(Bottleneck::new(c, c, shortcut, (3, 3), 0.5, fused, gen)?)
+                    Box::new(Bottleneck::new(c, c, shortcut, (3, 3), 0.5, fused, init)?)
                 }
-                C2fInner::C3k => Box::new(C3::c3k(c, c, 2, shortcut, fused, gen)?),
+                C2fInner::C3k => Box::new(C3::c3k(c, c, 2, shortcut, fused, init)?),
             });
         }
         Ok(C2f {
             c,
-            cv1: ConvBn::new(ConvSpec::new(c1, 2 * c, 1, 1), fused, gen)?,
-            cv2: ConvBn::new(ConvSpec::new((2 + n) * c, c2, 1, 1), fused, gen)?,
+            cv1: ConvBn::new(ConvSpec::new(c1, 2 * c, 1, 1), fused, init)?,
+            cv2: ConvBn::new(ConvSpec::new((2 + n) * c, c2, 1, 1), fused, init)?,
             m,
             training: true,
         })
@@ -263,13 +264,13 @@ pub struct SppfSpec {
 }
 
 impl Sppf {
-    pub fn new(spec: SppfSpec, fused: bool, gen: &mut Generator) -> Result<Self> {
+    pub fn new(spec: SppfSpec, fused: bool, init: &mut Init<'_>) -> Result<Self> {
         let c_ = spec.c1 / 2;
         let cv1 = ConvSpec::new(spec.c1, c_, 1, 1);
         let cv1 = if spec.cv1_act { cv1 } else { cv1.linear() };
         Ok(Sppf {
-            cv1: ConvBn::new(cv1, fused, gen)?,
-            cv2: ConvBn::new(ConvSpec::new(c_ * (spec.n + 1), spec.c2, 1, 1), fused, gen)?,
+            cv1: ConvBn::new(cv1, fused, init)?,
+            cv2: ConvBn::new(ConvSpec::new(c_ * (spec.n + 1), spec.c2, 1, 1), fused, init)?,
             k: spec.k,
             n: spec.n,
             add: spec.shortcut && spec.c1 == spec.c2,
@@ -334,7 +335,7 @@ pub struct Attention {
 }
 
 impl Attention {
-    pub fn new(dim: usize, num_heads: usize, fused: bool, gen: &mut Generator) -> Result<Self> {
+    pub fn new(dim: usize, num_heads: usize, fused: bool, init: &mut Init<'_>) -> Result<Self> {
         let head_dim = dim / num_heads;
         let key_dim = head_dim / 2;
         let h = dim + 2 * key_dim * num_heads;
@@ -342,12 +343,12 @@ impl Attention {
             num_heads,
             head_dim,
             key_dim,
-            qkv: ConvBn::new(ConvSpec::new(dim, h, 1, 1).linear(), fused, gen)?,
-            proj: ConvBn::new(ConvSpec::new(dim, dim, 1, 1).linear(), fused, gen)?,
+            qkv: ConvBn::new(ConvSpec::new(dim, h, 1, 1).linear(), fused, init)?,
+            proj: ConvBn::new(ConvSpec::new(dim, dim, 1, 1).linear(), fused, init)?,
             pe: ConvBn::new(
                 ConvSpec::new(dim, dim, 3, 1).groups(dim).linear(),
                 fused,
-                gen,
+                init,
             )?,
             training: true,
         })
@@ -428,12 +429,12 @@ pub struct PsaBlock {
 }
 
 impl PsaBlock {
-    pub fn new(c: usize, num_heads: usize, fused: bool, gen: &mut Generator) -> Result<Self> {
+    pub fn new(c: usize, num_heads: usize, fused: bool, init: &mut Init<'_>) -> Result<Self> {
         Ok(PsaBlock {
-            attn: Attention::new(c, num_heads, fused, gen)?,
+            attn: Attention::new(c, num_heads, fused, init)?,
             ffn: [
-                ConvBn::new(ConvSpec::new(c, 2 * c, 1, 1), fused, gen)?,
-                ConvBn::new(ConvSpec::new(2 * c, c, 1, 1).linear(), fused, gen)?,
+                ConvBn::new(ConvSpec::new(c, 2 * c, 1, 1), fused, init)?,
+                ConvBn::new(ConvSpec::new(2 * c, c, 1, 1).linear(), fused, init)?,
             ],
             training: true,
         })
@@ -476,14 +477,14 @@ pub struct C2Psa {
 }
 
 impl C2Psa {
-    pub fn new(c1: usize, n: usize, fused: bool, gen: &mut Generator) -> Result<Self> {
+    pub fn new(c1: usize, n: usize, fused: bool, init: &mut Init<'_>) -> Result<Self> {
         let c = c1 / 2;
         Ok(C2Psa {
             c,
-            cv1: ConvBn::new(ConvSpec::new(c1, 2 * c, 1, 1), fused, gen)?,
-            cv2: ConvBn::new(ConvSpec::new(2 * c, c1, 1, 1), fused, gen)?,
+            cv1: ConvBn::new(ConvSpec::new(c1, 2 * c, 1, 1), fused, init)?,
+            cv2: ConvBn::new(ConvSpec::new(2 * c, c1, 1, 1), fused, init)?,
             m: (0..n)
-                .map(|_| PsaBlock::new(c, (c / 64).max(1), fused, gen))
+                .map(|_| PsaBlock::new(c, (c / 64).max(1), fused, init))
                 .collect::<Result<_>>()?,
             training: true,
         })

@@ -7,8 +7,10 @@ use super::blocks::{C2Psa, C2f, C2fInner, Sppf, SppfSpec};
 use super::config::{depth_gain, make_divisible, LayerSpec, YoloConfig};
 use super::conv::{ConvBn, ConvSpec};
 use super::head::Detect;
+use super::init::Init;
 use super::network::{Layer, LayerKind, YoloModel};
-use crate::{Error, Generator, Result};
+use crate::{Error, Generator, Result, Tensor};
+use std::collections::BTreeMap;
 use yaml_rust2::Yaml;
 
 /// The module types this builder knows.
@@ -78,6 +80,36 @@ impl YoloModel {
         fused: bool,
         gen: &mut Generator,
     ) -> Result<YoloModel> {
+        Self::build_within(config, names, fused, &mut Init::new(gen))
+    }
+
+    /// `build` for a definition that came with `weights`: building stops with an error before
+    /// it would make more values than they hold.
+    pub fn build_for_weights(
+        config: &YoloConfig,
+        names: Vec<String>,
+        fused: bool,
+        weights: &BTreeMap<String, Tensor>,
+    ) -> Result<YoloModel> {
+        let values = weights
+            .values()
+            .map(|t| t.numel())
+            .fold(0usize, usize::saturating_add);
+        let mut gen = Generator::new(0);
+        Self::build_within(
+            config,
+            names,
+            fused,
+            &mut Init::for_weights(&mut gen, values),
+        )
+    }
+
+    fn build_within(
+        config: &YoloConfig,
+        names: Vec<String>,
+        fused: bool,
+        init: &mut Init<'_>,
+    ) -> Result<YoloModel> {
         let input_channels = config.source["ch"].as_i64().unwrap_or(3) as usize;
         // Output channels and total stride of each layer; index -1 (the input) is the last slot.
         let mut ch: Vec<usize> = Vec::new();
@@ -137,7 +169,7 @@ impl YoloModel {
                             "padding, groups and dilation arguments are not supported".into(),
                         ));
                     }
-                    let m = ConvBn::new(ConvSpec::new(c1, c2, k, s), fused, gen)?;
+                    let m = ConvBn::new(ConvSpec::new(c1, c2, k, s), fused, init)?;
                     (
                         LayerKind::Module(Box::new(m)),
                         c2,
@@ -150,7 +182,7 @@ impl YoloModel {
                     let m = if spec.module == "C2f" {
                         let shortcut = a.boolean(1, false).map_err(err)?;
                         let e = a.real(3, 0.5).map_err(err)?;
-                        C2f::new(c1, c2, n, shortcut, e, C2fInner::Bottleneck, fused, gen)?
+                        C2f::new(c1, c2, n, shortcut, e, C2fInner::Bottleneck, fused, init)?
                     } else {
                         let c3k = a.boolean(1, false).map_err(err)? || scale_is_large;
                         let e = a.real(2, 0.5).map_err(err)?;
@@ -164,7 +196,7 @@ impl YoloModel {
                         } else {
                             C2fInner::HalfBottleneck
                         };
-                        C2f::new(c1, c2, n, true, e, inner, fused, gen)?
+                        C2f::new(c1, c2, n, true, e, inner, fused, init)?
                     };
                     (LayerKind::Module(Box::new(m)), c2, stride_of(from[0]))
                 }
@@ -182,7 +214,7 @@ impl YoloModel {
                         // parse_model activates cv1 for rows of at most [c2, k] (YOLOv8, YOLO11).
                         cv1_act: spec.args.len() <= 2,
                     };
-                    let m = Sppf::new(sppf, fused, gen)?;
+                    let m = Sppf::new(sppf, fused, init)?;
                     (LayerKind::Module(Box::new(m)), c2, stride_of(from[0]))
                 }
                 "C2PSA" => {
@@ -193,7 +225,7 @@ impl YoloModel {
                             "needs as many output channels as input ({c1}), got {c2}"
                         )));
                     }
-                    let m = C2Psa::new(c1, n, fused, gen)?;
+                    let m = C2Psa::new(c1, n, fused, init)?;
                     (LayerKind::Module(Box::new(m)), c2, stride_of(from[0]))
                 }
                 "nn.Upsample" => {
@@ -236,7 +268,8 @@ impl YoloModel {
                         .map_err(err)?;
                     let chs: Vec<usize> = from.iter().map(|&j| ch_of(j)).collect();
                     let strides: Vec<f64> = from.iter().map(|&j| stride_of(j)).collect();
-                    let d = Detect::new(nc, config.reg_max, &chs, strides, !uses_c3k2, fused, gen)?;
+                    let d =
+                        Detect::new(nc, config.reg_max, &chs, strides, !uses_c3k2, fused, init)?;
                     (LayerKind::Detect(d), 0, 0.0)
                 }
                 other => {

@@ -4,10 +4,11 @@
 //! `conv.bias`).
 
 use super::block::{lower_child, Block};
+use super::init::Init;
 use crate::backend::spec::UnaryOp;
 use crate::io::onnx::export::OnnxGraph;
 use crate::nn::{Activation, BatchNorm2d, Conv2d, Module};
-use crate::{Conv2dOptions, Generator, Result, Tensor};
+use crate::{Conv2dOptions, Result, Tensor};
 
 /// ultralytics' batch-norm settings (`initialize_weights`).
 pub const BN_EPS: f64 = 1e-3;
@@ -42,6 +43,17 @@ impl ConvSpec {
     pub fn linear(self) -> Self {
         ConvSpec { act: false, ..self }
     }
+
+    /// The values its weights hold: the kernel, and a bias (fused) or the batch norm's weight,
+    /// bias, running mean and variance and its step count.
+    pub fn values(&self, fused: bool) -> usize {
+        let kernel = self
+            .c2
+            .saturating_mul(self.c1 / self.g.max(1))
+            .saturating_mul(self.k.saturating_mul(self.k));
+        let after = if fused { self.c2 } else { 4 * self.c2 + 1 };
+        kernel.saturating_add(after)
+    }
 }
 
 pub struct ConvBn {
@@ -53,7 +65,7 @@ pub struct ConvBn {
 }
 
 impl ConvBn {
-    pub fn new(spec: ConvSpec, fused: bool, gen: &mut Generator) -> Result<Self> {
+    pub fn new(spec: ConvSpec, fused: bool, init: &mut Init<'_>) -> Result<Self> {
         // autopad: k // 2 keeps the size at stride 1.
         let options = Conv2dOptions {
             stride: (spec.s, spec.s),
@@ -61,6 +73,12 @@ impl ConvBn {
             dilation: (1, 1),
             groups: spec.g,
         };
+        let gen = init.claim(spec.values(fused), || {
+            format!(
+                "a {}x{} convolution from {} to {} channels",
+                spec.k, spec.k, spec.c1, spec.c2
+            )
+        })?;
         let conv = Conv2d::new(spec.c1, spec.c2, (spec.k, spec.k), options, fused, gen)?;
         let bn = if fused {
             None
@@ -84,9 +102,9 @@ impl ConvBn {
         c2: usize,
         k: usize,
         fused: bool,
-        gen: &mut Generator,
+        init: &mut Init<'_>,
     ) -> Result<Self> {
-        Self::new(ConvSpec::new(c1, c2, k, 1).groups(gcd(c1, c2)), fused, gen)
+        Self::new(ConvSpec::new(c1, c2, k, 1).groups(gcd(c1, c2)), fused, init)
     }
 }
 

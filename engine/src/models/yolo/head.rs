@@ -7,9 +7,10 @@
 
 use super::block::{lower_child, Block};
 use super::conv::{ConvBn, ConvSpec};
+use super::init::Init;
 use crate::io::onnx::export::{Attr, OnnxGraph};
 use crate::nn::{Conv2d, Module};
-use crate::{Conv2dOptions, DType, Device, Generator, Result, Tensor};
+use crate::{Conv2dOptions, DType, Device, Result, Tensor};
 use std::sync::Mutex;
 
 /// One level: a box branch (two 3x3 ConvBn, then a 1x1 Conv2d with bias) and a class branch
@@ -138,32 +139,35 @@ impl Detect {
         strides: Vec<f64>,
         legacy: bool,
         fused: bool,
-        gen: &mut Generator,
+        init: &mut Init<'_>,
     ) -> Result<Self> {
         let c2 = 16.max(ch[0] / 4).max(4 * reg_max);
         let c3 = ch[0].max(nc.min(100));
         let mut levels = Vec::new();
         for &x in ch {
             let conv =
-                |a, b, k, gen: &mut Generator| ConvBn::new(ConvSpec::new(a, b, k, 1), fused, gen);
-            let last = |a, b, gen: &mut Generator| {
+                |a, b, k, init: &mut Init<'_>| ConvBn::new(ConvSpec::new(a, b, k, 1), fused, init);
+            let last = |a: usize, b: usize, init: &mut Init<'_>| {
+                let gen = init.claim(a * b + b, || {
+                    format!("the detection head's 1x1 output from {a} to {b} channels")
+                })?;
                 Conv2d::new(a, b, (1, 1), Conv2dOptions::default(), true, gen)
             };
             let class_convs = if legacy {
-                vec![conv(x, c3, 3, gen)?, conv(c3, c3, 3, gen)?]
+                vec![conv(x, c3, 3, init)?, conv(c3, c3, 3, init)?]
             } else {
                 vec![
-                    ConvBn::depthwise(x, x, 3, fused, gen)?,
-                    conv(x, c3, 1, gen)?,
-                    ConvBn::depthwise(c3, c3, 3, fused, gen)?,
-                    conv(c3, c3, 1, gen)?,
+                    ConvBn::depthwise(x, x, 3, fused, init)?,
+                    conv(x, c3, 1, init)?,
+                    ConvBn::depthwise(c3, c3, 3, fused, init)?,
+                    conv(c3, c3, 1, init)?,
                 ]
             };
             levels.push(Level {
-                box_convs: vec![conv(x, c2, 3, gen)?, conv(c2, c2, 3, gen)?],
-                box_out: last(c2, 4 * reg_max, gen)?,
+                box_convs: vec![conv(x, c2, 3, init)?, conv(c2, c2, 3, init)?],
+                box_out: last(c2, 4 * reg_max, init)?,
                 class_convs,
-                class_out: last(c3, nc, gen)?,
+                class_out: last(c3, nc, init)?,
             });
         }
         bias_init(&levels, nc, &strides)?;

@@ -66,7 +66,7 @@ impl YoloModel {
             torch::module_state_dict(module)?.into_iter().collect();
         // A checkpoint saved after `fuse()` has biases on its convolutions and no batch norms.
         let fused = !state.keys().any(|k| k.contains(".bn."));
-        let mut model = YoloModel::build(&config, names, fused, &mut Generator::new(0))?;
+        let mut model = YoloModel::build_for_weights(&config, names, fused, &state)?;
         model.load_weights(&state, &origin)?;
         model.eval();
         Ok(model)
@@ -109,7 +109,7 @@ impl YoloModel {
             };
         let config = super::definitions::recognise(&state, nc).map_err(|e| load_err(path, e))?;
         let origin = path.display().to_string();
-        let mut model = YoloModel::build(&config, names, true, &mut Generator::new(0))?;
+        let mut model = YoloModel::build_for_weights(&config, names, true, &state)?;
         model.load_weights(&state, &origin)?;
         model.eval();
         super::onnx_check::check_graph(&onnx, &model, &origin)?;

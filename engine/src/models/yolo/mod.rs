@@ -9,6 +9,7 @@ pub mod config;
 mod conv;
 pub mod definitions;
 mod head;
+mod init;
 mod load;
 pub mod loss;
 mod network;

@@ -72,6 +72,42 @@ fn yolo_builder_names_an_unsupported_module_and_its_layer() {
     assert!(e.contains("layer 6") && e.contains("SPPELAN"), "{e}");
 }
 
+#[test]
+fn a_definition_wider_than_its_weights_stops_before_building_past_them() {
+    let small = mini(false).state_dict();
+    let held: usize = small.values().map(|t| t.numel()).sum();
+    let cfg = YoloConfig::from_yaml_str(MINI11, "mini", None, None).unwrap();
+    // The definition the weights were saved from builds.
+    YoloModel::build_for_weights(&cfg, vec![], false, &small).unwrap();
+    // The same rows at full width (four times the channels, about 16 times the values) claim
+    // more than the weights hold and stop there.
+    let wide = MINI11.replace("n: [0.50, 0.25, 1024]", "n: [0.50, 1.0, 1024]");
+    let cfg = YoloConfig::from_yaml_str(&wide, "mini", None, None).unwrap();
+    let e = YoloModel::build_for_weights(&cfg, vec![], false, &small)
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(
+        e.contains(&format!("the {held} its weights hold")) && e.contains("not the network"),
+        "{e}"
+    );
+}
+
+#[test]
+fn a_definition_alone_stops_at_the_ceiling() {
+    // 64 repeats of a 65,536-channel C2f (16,384 at width 4): each 3x3 convolution of its
+    // bottlenecks alone is 10^10 values, refused at the first.
+    let huge = MINI11
+        .replace("n: [0.50, 0.25, 1024]", "n: [1.0, 4.0, 16384]")
+        .replace("[-1, 1, SPPF, [256, 5]]", "[-1, 64, C2f, [16384, True]]");
+    let cfg = YoloConfig::from_yaml_str(&huge, "mini", None, None).unwrap();
+    let e = YoloModel::build(&cfg, vec![], false, &mut Generator::new(0))
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(e.contains("far beyond any published YOLO"), "{e}");
+}
+
 /// Puts non-trivial statistics into every batch norm, so folding them is observable.
 fn randomize_batch_norms(m: &YoloModel) {
     let mut g = Generator::new(7);

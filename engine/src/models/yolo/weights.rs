@@ -91,10 +91,9 @@ impl YoloModel {
         let origin = path.display().to_string();
         let loaded = io::load_with_metadata(path)?;
         let (config, names, fused) = described_model(&loaded.metadata, &origin)?;
-        let mut model = YoloModel::build(&config, names, fused, &mut Generator::new(0))?;
         // A training checkpoint also holds the optimizer and the EMA: like ultralytics, take
         // the EMA's weights.
-        let weights = if loaded.metadata.contains_key(META_TRAIN) {
+        let weights: BTreeMap<String, Tensor> = if loaded.metadata.contains_key(META_TRAIN) {
             loaded
                 .tensors
                 .iter()
@@ -103,6 +102,7 @@ impl YoloModel {
         } else {
             loaded.tensors
         };
+        let mut model = YoloModel::build_for_weights(&config, names, fused, &weights)?;
         model.load_weights(&weights, &origin)?;
         model.eval();
         Ok(model)

@@ -22,7 +22,7 @@ use crate::models::yolo::saved::{described_model, model_metadata, EMA_PREFIX, ME
 use crate::models::yolo::{PtMeta, YoloModel};
 use crate::nn::Module;
 use crate::optim::OptimizerState;
-use crate::{Device, Error, Generator, Result, Tensor};
+use crate::{Device, Error, Result, Tensor};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
@@ -72,7 +72,9 @@ impl YoloTrainer {
         let header = read_header(path, &loaded.metadata)?;
         // A checkpoint trains the unfused network whatever its metadata says.
         let (config, names, _) = described_model(&loaded.metadata, &path.display().to_string())?;
-        let model = YoloModel::build(&config, names, false, &mut Generator::new(0))?;
+        // The checkpoint holds the model, its EMA and the optimizer's state: a bound of them
+        // all, still far below what a hostile definition could ask for.
+        let model = YoloModel::build_for_weights(&config, names, false, &loaded.tensors)?;
         let mut trainer =
             YoloTrainer::new(Arc::new(Mutex::new(model)), header.settings.clone(), device)?;
         trainer.restore(path, header, loaded.tensors)?;
