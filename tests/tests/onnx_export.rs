@@ -156,6 +156,47 @@ fn onnxruntime_reproduces_an_exported_sequential_with_dropout_left_out() {
     check_export(&py, &model, &[1, 3, 6], &randn(&[2, 3, 6], 4), "sequential");
 }
 
+/// A small CNN of sequential layers: conv, ReLU, max pooling, conv, average pooling with
+/// padding, global average pooling, flatten, linear.
+#[test]
+fn onnxruntime_reproduces_an_exported_cnn_of_pooling_and_flatten_layers() {
+    use rusting_brain::nn::{
+        AdaptiveAvgPool2d, AvgPool2d, Conv2d, Flatten, MaxPool2d, ReLU, Window,
+    };
+    use rusting_brain::Conv2dOptions;
+    let Some(py) =
+        onnxruntime("onnxruntime_reproduces_an_exported_cnn_of_pooling_and_flatten_layers")
+    else {
+        return;
+    };
+    let mut gen = Generator::new(5);
+    let pad1 = Conv2dOptions {
+        padding: (1, 1),
+        ..Conv2dOptions::default()
+    };
+    let mut model = Sequential::new()
+        .with(Conv2d::new(3, 8, (3, 3), pad1, true, &mut gen).unwrap())
+        .with(ReLU::default())
+        .with(MaxPool2d(Window::new((2, 2))))
+        .with(Conv2d::new(8, 8, (3, 3), pad1, true, &mut gen).unwrap())
+        .with(AvgPool2d(Window {
+            kernel: (3, 3),
+            stride: (1, 1),
+            padding: (1, 1),
+        }))
+        .with(AdaptiveAvgPool2d { output: (1, 1) })
+        .with(Flatten { start_dim: 1 })
+        .with(Linear::new(8, 3, true, &mut gen).unwrap());
+    model.eval();
+    check_export(
+        &py,
+        &model,
+        &[1, 3, 12, 10],
+        &randn(&[2, 3, 12, 10], 6),
+        "cnn",
+    );
+}
+
 #[test]
 fn a_layer_without_an_onnx_mapping_is_an_error_naming_it() {
     let mut gen = Generator::new(0);

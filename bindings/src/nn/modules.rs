@@ -8,8 +8,8 @@ use crate::options::Options;
 use rhai::{Array, Dynamic, Map, INT};
 use rusting_brain::nn::export_module;
 use rusting_brain::nn::{
-    Activation, BatchNorm2d, Conv2d, Dropout, Embedding, LayerNorm, Linear, Mlp, Module, RmsNorm,
-    Sequential,
+    Activation, AdaptiveAvgPool2d, AvgPool2d, BatchNorm2d, Conv2d, Dropout, Embedding, Flatten,
+    LayerNorm, Linear, MaxPool2d, Mlp, Module, RmsNorm, Sequential, Window,
 };
 use rusting_brain::Conv2dOptions;
 use rusting_brain::{Generator, Tensor};
@@ -155,7 +155,69 @@ fn dropout(p: rhai::FLOAT, opts: Map) -> RhaiResult<Model> {
     boxed(Dropout::new(p, &mut gen))
 }
 
+/// A pooling layer's window from `#{ kernel, stride, padding }` (stride defaults to the kernel).
+fn window(opts: Map, what: &str) -> RhaiResult<Window> {
+    let o = Options::new(what, opts, &["kernel", "stride", "padding"])?;
+    let kernel = o
+        .get("kernel")
+        .ok_or_else(|| runtime_error(format!("{what}: needs a kernel (an int or [h, w])")))?;
+    let kernel = crate::options::pair(kernel, &format!("{what} kernel"))?;
+    Ok(Window {
+        kernel,
+        stride: o.pair("stride", kernel)?,
+        padding: o.pair("padding", (0, 0))?,
+    })
+}
+
+fn flatten(opts: Map) -> RhaiResult<Model> {
+    let o = Options::new("nn::flatten", opts, &["start_dim"])?;
+    let start_dim = o.usize("start_dim", 1)?;
+    Ok(Model::new(Box::new(Flatten { start_dim })))
+}
+
+fn register_pooling(api: &mut Api) {
+    api.func(
+        "max_pool2d",
+        "nn::max_pool2d(#{ kernel, stride, padding }) -> Model",
+        "Max pooling as a layer (PyTorch's nn.MaxPool2d); sizes are ints or [h, w], the stride defaults to the kernel.",
+        "let m = nn::sequential([nn::conv2d_layer(1, 4, 3, #{}), nn::max_pool2d(#{ kernel: 2 })]); print(m.forward(randn([1, 1, 8, 8])).shape);",
+        |o: Map| window(o, "nn::max_pool2d").map(|w| Model::new(Box::new(MaxPool2d(w)))),
+    );
+    api.func(
+        "avg_pool2d",
+        "nn::avg_pool2d(#{ kernel, stride, padding }) -> Model",
+        "Average pooling as a layer (nn.AvgPool2d; padding counts in the divisor).",
+        "let pool = nn::avg_pool2d(#{ kernel: 2 }); print(pool.forward(randn([1, 2, 4, 4])).shape);",
+        |o: Map| window(o, "nn::avg_pool2d").map(|w| Model::new(Box::new(AvgPool2d(w)))),
+    );
+    api.func(
+        "adaptive_avg_pool2d",
+        "nn::adaptive_avg_pool2d(size) -> Model",
+        "Averages each feature map into size cells (an int or [h, w]) whatever the input's size, as nn.AdaptiveAvgPool2d; 1 gives one value per channel.",
+        "let m = nn::sequential([nn::conv2d_layer(3, 8, 3, #{}), nn::adaptive_avg_pool2d(1), nn::flatten(), nn::linear(8, 2)]); print(m.forward(randn([2, 3, 9, 7])).shape);",
+        |size: Dynamic| -> RhaiResult<Model> {
+            let output = crate::options::pair(&size, "nn::adaptive_avg_pool2d size")?;
+            Ok(Model::new(Box::new(AdaptiveAvgPool2d { output })))
+        },
+    );
+    api.func(
+        "flatten",
+        "nn::flatten(#{ start_dim }) -> Model",
+        "Joins the dimensions from start_dim (default 1) into one, as nn.Flatten: [N, C, H, W] becomes [N, C*H*W].",
+        "let f = nn::flatten(#{ start_dim: 2 }); print(f.forward(zeros([2, 3, 4, 5])).shape);",
+        flatten,
+    );
+    api.func(
+        "flatten",
+        "nn::flatten() -> Model",
+        "The same from dim 1.",
+        "print(nn::flatten().forward(zeros([2, 3, 4])).shape);",
+        || flatten(Map::new()),
+    );
+}
+
 fn register_layers(api: &mut Api) {
+    register_pooling(api);
     api.func(
         "sequential",
         "nn::sequential([layers]) -> Model",

@@ -16,6 +16,7 @@ mod module;
 mod name_report;
 mod norm;
 mod onnx_export;
+mod pool;
 mod sequential;
 mod summary;
 
@@ -33,5 +34,6 @@ pub use module::{duplicate_names, parameters_key, prefixed, LoadReport, Module};
 pub use name_report::NameReport;
 pub use norm::{LayerNorm, RmsNorm};
 pub use onnx_export::export_module;
+pub use pool::{AdaptiveAvgPool2d, AvgPool2d, Flatten, MaxPool2d, Window};
 pub use sequential::Sequential;
 pub use summary::{describe, with_commas, Summary};
