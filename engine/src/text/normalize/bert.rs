@@ -70,7 +70,7 @@ impl BertOptions {
             current = Cow::Owned(NON_SPACING_MARK.replace_all(&decomposed, "").into_owned());
         }
         if self.lowercase {
-            current = rewrite(current, |t| super::lowercase(t));
+            current = rewrite(current, super::lowercase);
         }
         current
     }

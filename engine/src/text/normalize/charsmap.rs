@@ -48,7 +48,7 @@ impl CharsMap {
                 blob.len() - 4
             ))
         })?;
-        if trie_bytes % 4 != 0 || trie_bytes == 0 {
+        if !trie_bytes.is_multiple_of(4) || trie_bytes == 0 {
             return Err(bad(format!(
                 "the trie's length {trie_bytes} is not a positive multiple of 4"
             )));
@@ -158,7 +158,7 @@ mod tests {
         units[x81] = unit(0x81, true, 4);
         units[xa1] = unit(0xA1, true, 5);
         // Leaf units (value = offset into the strings), label bit 31 set.
-        units[x81 ^ 4] = (1 << 31) | 0;
+        units[x81 ^ 4] = 1 << 31;
         units[xa1 ^ 5] = (1 << 31) | 3;
         let mut blob = ((units.len() * 4) as u32).to_le_bytes().to_vec();
         for u in &units {
