@@ -110,16 +110,7 @@ impl BpeModel {
         merges: Vec<(String, String)>,
         options: &BpeOptions,
     ) -> Result<Self> {
-        let size = vocab.values().map(|&id| id as usize + 1).max().unwrap_or(0);
-        let mut id_to_token: Vec<Option<String>> = vec![None; size];
-        for (token, &id) in &vocab {
-            if let Some(other) = &id_to_token[id as usize] {
-                return Err(bad_model(format!(
-                    "model.vocab gives id {id} to both {other:?} and {token:?}"
-                )));
-            }
-            id_to_token[id as usize] = Some(token.clone());
-        }
+        let id_to_token = super::model::id_table(&vocab)?;
         let unk_id = match options.unk_token {
             None => None,
             Some(t) => Some(*vocab.get(t).ok_or_else(|| {

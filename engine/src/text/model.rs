@@ -10,7 +10,8 @@ use super::bpe::BpeModel;
 use super::spm::SpmModel;
 use super::unigram::UnigramModel;
 use super::wordpiece::WordPieceModel;
-use crate::Result;
+use crate::{Error, Result};
+use std::collections::HashMap;
 
 // One per tokenizer, behind its `Arc`: the variants' sizes (their 256-entry byte tables) cost
 // nothing worth a box on every lookup.
@@ -79,4 +80,21 @@ impl Model {
             Model::Unigram(_) => "Unigram",
         }
     }
+}
+
+/// Token strings by id from a vocabulary (token -> id), `None` for ids it skips; two tokens
+/// given one id are an error naming both.
+pub(crate) fn id_table(vocab: &HashMap<String, u32>) -> Result<Vec<Option<String>>> {
+    let size = vocab.values().map(|&id| id as usize + 1).max().unwrap_or(0);
+    let mut id_to_token: Vec<Option<String>> = vec![None; size];
+    for (token, &id) in vocab {
+        if let Some(other) = &id_to_token[id as usize] {
+            return Err(Error::invalid(
+                "tokenizer",
+                format!("model.vocab gives id {id} to both {other:?} and {token:?}"),
+            ));
+        }
+        id_to_token[id as usize] = Some(token.clone());
+    }
+    Ok(id_to_token)
 }

@@ -23,24 +23,14 @@ impl WordPieceModel {
         prefix: &str,
         max_input_chars_per_word: usize,
     ) -> Result<Self> {
-        let bad = |msg: String| Error::invalid("tokenizer", msg);
         let unk_id = *vocab.get(unk_token).ok_or_else(|| {
-            bad(format!(
-                "model.unk_token {unk_token:?} is not in model.vocab"
-            ))
+            Error::invalid(
+                "tokenizer",
+                format!("model.unk_token {unk_token:?} is not in model.vocab"),
+            )
         })?;
-        let size = vocab.values().map(|&id| id as usize + 1).max().unwrap_or(0);
-        let mut id_to_token = vec![None; size];
-        for (token, &id) in &vocab {
-            if let Some(other) = &id_to_token[id as usize] {
-                return Err(bad(format!(
-                    "model.vocab gives id {id} to both {other:?} and {token:?}"
-                )));
-            }
-            id_to_token[id as usize] = Some(token.clone());
-        }
         Ok(WordPieceModel {
-            id_to_token,
+            id_to_token: super::model::id_table(&vocab)?,
             token_to_id: vocab,
             unk_token: unk_token.to_string(),
             unk_id,

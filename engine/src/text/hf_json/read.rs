@@ -25,15 +25,19 @@ impl Reader<'_> {
         field_error(self.name, field, msg)
     }
 
+    /// A check's complaint about the tokenizer, as a format error naming this file.
+    fn in_file(&self, e: Error) -> Error {
+        match e {
+            Error::InvalidArgument { msg, .. } => {
+                Error::format(FORMAT, format!("{}: {msg}", self.name))
+            }
+            other => other,
+        }
+    }
+
     pub fn tokenizer(&self) -> Result<Tokenizer> {
-        let limits = Limits::read(self.root.get("truncation"), self.root.get("padding")).map_err(
-            |e| match e {
-                Error::InvalidArgument { msg, .. } => {
-                    Error::format(FORMAT, format!("{}: {msg}", self.name))
-                }
-                other => other,
-            },
-        )?;
+        let limits = Limits::read(self.root.get("truncation"), self.root.get("padding"))
+            .map_err(|e| self.in_file(e))?;
         let normalizer = self.normalizer()?;
         let pre = self.pre_tokenizer()?;
         let decoder = self.decoder()?;
@@ -229,11 +233,12 @@ impl Reader<'_> {
     /// The model; `byte_level`: the pre-tokenizer ends in `ByteLevel`, so a BPE's symbols
     /// are bytes, else characters.
     fn model(&self, byte_level: bool) -> Result<Model> {
-        let model = self.root.get("model");
-        let m = model
-            .and_then(Value::as_object)
+        let v = self
+            .root
+            .get("model")
+            .filter(|v| v.is_object())
             .ok_or_else(|| self.err("model", "is missing or not an object"))?;
-        let kind = m.get("type").and_then(Value::as_str);
+        let kind = v.get("type").and_then(Value::as_str);
         if !matches!(kind, Some("BPE" | "WordPiece" | "Unigram")) {
             return Err(self.err(
                 "model.type",
@@ -249,45 +254,32 @@ impl Reader<'_> {
                 format!("a ByteLevel stage is supported with a BPE model only, not {kind:?}"),
             ));
         }
-        let bad = |e: Error| match e {
-            Error::InvalidArgument { msg, .. } => {
-                Error::format(FORMAT, format!("{}: {msg}", self.name))
-            }
-            other => other,
-        };
         match kind {
-            Some("WordPiece") => self.wordpiece(m).map_err(bad).map(Model::WordPiece),
-            Some("Unigram") => self.unigram(m).map_err(bad).map(Model::Unigram),
-            _ => self.bpe(m, byte_level).map(Model::Bpe),
+            Some("WordPiece") => self.wordpiece(v).map(Model::WordPiece),
+            Some("Unigram") => self.unigram(v).map(Model::Unigram),
+            _ => self.bpe(v, byte_level).map(Model::Bpe),
         }
+        .map_err(|e| self.in_file(e))
     }
 
-    fn wordpiece(&self, m: &Map<String, Value>) -> Result<WordPieceModel> {
-        let text = |key: &str, default: &'static str| -> Result<String> {
-            match m.get(key) {
-                None | Some(Value::Null) => Ok(default.to_string()),
-                Some(Value::String(s)) => Ok(s.clone()),
-                Some(_) => Err(self.err(&format!("model.{key}"), "expected a string")),
-            }
-        };
-        let max_chars = match m.get("max_input_chars_per_word") {
+    fn wordpiece(&self, v: &Value) -> Result<WordPieceModel> {
+        let max_chars = match v.get("max_input_chars_per_word") {
             None | Some(Value::Null) => 100,
-            Some(v) => v
+            Some(n) => n
                 .as_u64()
                 .map(|n| n as usize)
                 .ok_or_else(|| self.err("model.max_input_chars_per_word", "expected a count"))?,
         };
-        let vocab = self.vocab_map(m)?;
         WordPieceModel::new(
-            vocab,
-            &text("unk_token", "[UNK]")?,
-            &text("continuing_subword_prefix", "##")?,
+            self.vocab_map(v)?,
+            &self.string_or(v, "model", "unk_token", "[UNK]")?,
+            &self.string_or(v, "model", "continuing_subword_prefix", "##")?,
             max_chars,
         )
     }
 
-    fn unigram(&self, m: &Map<String, Value>) -> Result<UnigramModel> {
-        let list = m.get("vocab").and_then(Value::as_array).ok_or_else(|| {
+    fn unigram(&self, v: &Value) -> Result<UnigramModel> {
+        let list = v.get("vocab").and_then(Value::as_array).ok_or_else(|| {
             self.err(
                 "model.vocab",
                 "is missing or not an array of [piece, score]",
@@ -307,23 +299,22 @@ impl Reader<'_> {
                 }
             }
         }
-        let unk_id = match m.get("unk_id") {
+        let unk_id = match v.get("unk_id") {
             None | Some(Value::Null) => None,
-            Some(v) => Some(
-                v.as_u64()
+            Some(id) => Some(
+                id.as_u64()
                     .filter(|&id| id <= u32::MAX as u64)
                     .ok_or_else(|| self.err("model.unk_id", "expected an id or null"))?
                     as u32,
             ),
         };
-        let byte_fallback =
-            self.bool_field(&Value::Object(m.clone()), "model", "byte_fallback", false)?;
+        let byte_fallback = self.bool_field(v, "model", "byte_fallback", false)?;
         UnigramModel::new(pieces, unk_id, byte_fallback)
     }
 
     /// `model.vocab` as token -> id, each id checked against the entry count.
-    fn vocab_map(&self, m: &Map<String, Value>) -> Result<HashMap<String, u32>> {
-        let vocab_obj = m
+    fn vocab_map(&self, v: &Value) -> Result<HashMap<String, u32>> {
+        let vocab_obj = v
             .get("vocab")
             .and_then(Value::as_object)
             .ok_or_else(|| self.err("model.vocab", "is missing or not an object"))?;
@@ -340,9 +331,8 @@ impl Reader<'_> {
     }
 
     /// A BPE model.
-    fn bpe(&self, m: &Map<String, Value>, byte_level: bool) -> Result<BpeModel> {
-        let model = self.root.get("model");
-        if let Some(d) = m.get("dropout").and_then(Value::as_f64) {
+    fn bpe(&self, v: &Value, byte_level: bool) -> Result<BpeModel> {
+        if let Some(d) = v.get("dropout").and_then(Value::as_f64) {
             if d != 0.0 {
                 return Err(self.err(
                     "model.dropout",
@@ -350,21 +340,11 @@ impl Reader<'_> {
                 ));
             }
         }
-        let affix = |key: &str| -> Result<Option<&str>> {
-            match m.get(key) {
-                None | Some(Value::Null) => Ok(None),
-                Some(Value::String(s)) => Ok(Some(s.as_str())),
-                Some(_) => Err(self.err(&format!("model.{key}"), "expected a string or null")),
-            }
-        };
         let affixes = Affixes::new(
-            affix("continuing_subword_prefix")?,
-            affix("end_of_word_suffix")?,
+            self.optional_string(v, "model", "continuing_subword_prefix")?,
+            self.optional_string(v, "model", "end_of_word_suffix")?,
         );
-        let flag = |key: &str| match model {
-            Some(v) => self.bool_field(v, "model", key, false),
-            None => Ok(false),
-        };
+        let flag = |key: &str| self.bool_field(v, "model", key, false);
         let byte_fallback = flag("byte_fallback")?;
         if byte_fallback && byte_level {
             return Err(self.err("model.byte_fallback", "true is not supported with a ByteLevel pre-tokenizer (byte fallback belongs to SentencePiece-style vocabularies, where a byte-level one already has every byte)"));
@@ -376,12 +356,12 @@ impl Reader<'_> {
                 AlphabetKind::Chars { byte_fallback }
             },
             ignore_merges: flag("ignore_merges")?,
-            unk_token: m.get("unk_token").and_then(Value::as_str),
+            unk_token: v.get("unk_token").and_then(Value::as_str),
             fuse_unk: flag("fuse_unk")?,
             affixes,
         };
-        let vocab = self.vocab_map(m)?;
-        let list = m
+        let vocab = self.vocab_map(v)?;
+        let list = v
             .get("merges")
             .and_then(Value::as_array)
             .ok_or_else(|| self.err("model.merges", "is missing or not an array"))?;
@@ -408,12 +388,7 @@ impl Reader<'_> {
                 )
             })?);
         }
-        BpeModel::new(vocab, merges, &options).map_err(|e| match e {
-            Error::InvalidArgument { msg, .. } => {
-                Error::format(FORMAT, format!("{}: {msg}", self.name))
-            }
-            other => other,
-        })
+        BpeModel::new(vocab, merges, &options)
     }
 
     pub(super) fn bool_field(

@@ -58,10 +58,9 @@ impl Reader<'_> {
             "Nmt" => out.push(NormalizeStep::Nmt),
             "Precompiled" => {
                 let f = format!("{field}.precompiled_charsmap");
-                let blob = match v.get("precompiled_charsmap") {
-                    None | Some(Value::Null) => Vec::new(),
-                    Some(Value::String(s)) => crate::io::base64::decode(s).map_err(|e| self.err(&f, e))?,
-                    Some(_) => return Err(self.err(&f, "expected a base64 string")),
+                let blob = match self.optional_string(v, field, "precompiled_charsmap")? {
+                    None => Vec::new(),
+                    Some(text) => crate::io::base64::decode(text).map_err(|e| self.err(&f, e))?,
                 };
                 let map = CharsMap::new(blob).map_err(|e| self.err(&f, e.to_string()))?;
                 out.push(NormalizeStep::Precompiled(Box::new(map)));
@@ -94,14 +93,7 @@ impl Reader<'_> {
                 use_regex: self.bool_field(v, field, "use_regex", true)?,
             }),
             "Split" => {
-                let behavior = v
-                    .get("behavior")
-                    .and_then(Value::as_str)
-                    .ok_or_else(|| self.err(&format!("{field}.behavior"), "is missing"))
-                    .and_then(|b| {
-                        SplitBehavior::parse(b)
-                            .map_err(|e| self.err(&format!("{field}.behavior"), e.to_string()))
-                    })?;
+                let behavior = self.behavior(v, field, None)?;
                 let invert = self.bool_field(v, field, "invert", false)?;
                 let pattern = self.pattern(v, field)?;
                 out.push(Step::Split(SplitRule {
@@ -118,12 +110,7 @@ impl Reader<'_> {
             "WhitespaceSplit" => out.push(Step::WhitespaceSplit),
             "BertPreTokenizer" => out.push(Step::Bert),
             "Punctuation" => {
-                let behavior = match v.get("behavior") {
-                    None | Some(Value::Null) => SplitBehavior::Isolated,
-                    Some(Value::String(b)) => SplitBehavior::parse(b)
-                        .map_err(|e| self.err(&format!("{field}.behavior"), e.to_string()))?,
-                    Some(_) => return Err(self.err(&format!("{field}.behavior"), "expected a string")),
-                };
+                let behavior = self.behavior(v, field, Some(SplitBehavior::Isolated))?;
                 out.push(Step::Punctuation(behavior))
             }
             "Sequence" => {
@@ -246,12 +233,46 @@ impl Reader<'_> {
             .ok_or_else(|| self.err(&format!("{field}.{key}"), "expected a string"))
     }
 
-    /// A string option that may be left out (its default is `tokenizers`').
-    fn string_or(&self, v: &Value, field: &str, key: &str, default: &str) -> Result<String> {
+    /// A string option that may be left out or null.
+    pub(super) fn optional_string<'v>(
+        &self,
+        v: &'v Value,
+        field: &str,
+        key: &str,
+    ) -> Result<Option<&'v str>> {
         match v.get(key) {
-            None | Some(Value::Null) => Ok(default.to_string()),
-            Some(Value::String(s)) => Ok(s.clone()),
-            Some(_) => Err(self.err(&format!("{field}.{key}"), "expected a string")),
+            None | Some(Value::Null) => Ok(None),
+            Some(Value::String(s)) => Ok(Some(s)),
+            Some(_) => Err(self.err(&format!("{field}.{key}"), "expected a string or null")),
+        }
+    }
+
+    /// A string option that may be left out (its default is `tokenizers`').
+    pub(super) fn string_or(
+        &self,
+        v: &Value,
+        field: &str,
+        key: &str,
+        default: &str,
+    ) -> Result<String> {
+        Ok(self
+            .optional_string(v, field, key)?
+            .unwrap_or(default)
+            .to_string())
+    }
+
+    /// A split behaviour (`Split` requires one: `default` None; `Punctuation` defaults it).
+    fn behavior(
+        &self,
+        v: &Value,
+        field: &str,
+        default: Option<SplitBehavior>,
+    ) -> Result<SplitBehavior> {
+        let f = format!("{field}.behavior");
+        match (self.optional_string(v, field, "behavior")?, default) {
+            (Some(b), _) => SplitBehavior::parse(b).map_err(|e| self.err(&f, e.to_string())),
+            (None, Some(d)) => Ok(d),
+            (None, None) => Err(self.err(&f, "is missing")),
         }
     }
 
