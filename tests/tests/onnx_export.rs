@@ -177,15 +177,15 @@ fn onnxruntime_reproduces_an_exported_cnn_of_pooling_and_flatten_layers() {
     let mut model = Sequential::new()
         .with(Conv2d::new(3, 8, (3, 3), pad1, true, &mut gen).unwrap())
         .with(ReLU::default())
-        .with(MaxPool2d(Window::new((2, 2))))
+        .with(MaxPool2d::new(Window::new((2, 2))))
         .with(Conv2d::new(8, 8, (3, 3), pad1, true, &mut gen).unwrap())
-        .with(AvgPool2d(Window {
+        .with(AvgPool2d::new(Window {
             kernel: (3, 3),
             stride: (1, 1),
             padding: (1, 1),
         }))
-        .with(AdaptiveAvgPool2d { output: (1, 1) })
-        .with(Flatten { start_dim: 1 })
+        .with(AdaptiveAvgPool2d::new((1, 1)))
+        .with(Flatten::new(1))
         .with(Linear::new(8, 3, true, &mut gen).unwrap());
     model.eval();
     check_export(

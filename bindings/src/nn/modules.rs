@@ -172,7 +172,7 @@ fn window(opts: Map, what: &str) -> RhaiResult<Window> {
 fn flatten(opts: Map) -> RhaiResult<Model> {
     let o = Options::new("nn::flatten", opts, &["start_dim"])?;
     let start_dim = o.usize("start_dim", 1)?;
-    Ok(Model::new(Box::new(Flatten { start_dim })))
+    Ok(Model::new(Box::new(Flatten::new(start_dim))))
 }
 
 fn register_pooling(api: &mut Api) {
@@ -181,14 +181,14 @@ fn register_pooling(api: &mut Api) {
         "nn::max_pool2d(#{ kernel, stride, padding }) -> Model",
         "Max pooling as a layer (PyTorch's nn.MaxPool2d); sizes are ints or [h, w], the stride defaults to the kernel.",
         "let m = nn::sequential([nn::conv2d_layer(1, 4, 3, #{}), nn::max_pool2d(#{ kernel: 2 })]); print(m.forward(randn([1, 1, 8, 8])).shape);",
-        |o: Map| window(o, "nn::max_pool2d").map(|w| Model::new(Box::new(MaxPool2d(w)))),
+        |o: Map| window(o, "nn::max_pool2d").map(|w| Model::new(Box::new(MaxPool2d::new(w)))),
     );
     api.func(
         "avg_pool2d",
         "nn::avg_pool2d(#{ kernel, stride, padding }) -> Model",
         "Average pooling as a layer (nn.AvgPool2d; padding counts in the divisor).",
         "let pool = nn::avg_pool2d(#{ kernel: 2 }); print(pool.forward(randn([1, 2, 4, 4])).shape);",
-        |o: Map| window(o, "nn::avg_pool2d").map(|w| Model::new(Box::new(AvgPool2d(w)))),
+        |o: Map| window(o, "nn::avg_pool2d").map(|w| Model::new(Box::new(AvgPool2d::new(w)))),
     );
     api.func(
         "adaptive_avg_pool2d",
@@ -197,7 +197,7 @@ fn register_pooling(api: &mut Api) {
         "let m = nn::sequential([nn::conv2d_layer(3, 8, 3, #{}), nn::adaptive_avg_pool2d(1), nn::flatten(), nn::linear(8, 2)]); print(m.forward(randn([2, 3, 9, 7])).shape);",
         |size: Dynamic| -> RhaiResult<Model> {
             let output = crate::options::pair(&size, "nn::adaptive_avg_pool2d size")?;
-            Ok(Model::new(Box::new(AdaptiveAvgPool2d { output })))
+            Ok(Model::new(Box::new(AdaptiveAvgPool2d::new(output))))
         },
     );
     api.func(

@@ -84,15 +84,7 @@ macro_rules! activation_module {
             fn forward(&self, x: &Tensor) -> Result<Tensor> {
                 $kind.apply(x)
             }
-            fn named_parameters(&self) -> Vec<(String, Tensor)> {
-                Vec::new()
-            }
-            fn train(&mut self, on: bool) {
-                self.training = on;
-            }
-            fn is_training(&self) -> bool {
-                self.training
-            }
+            super::module::parameter_free!();
             fn summary(&self) -> Summary {
                 Summary::leaf(stringify!($name), 0)
             }

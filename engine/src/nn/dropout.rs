@@ -52,6 +52,8 @@ fn scalar_on(t: &Tensor, v: f64) -> Result<Tensor> {
 }
 
 impl Module for Dropout {
+    super::module::parameter_free!();
+
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
         if !self.training || self.p == 0.0 {
             return Ok(x.clone());
@@ -69,10 +71,6 @@ impl Module for Dropout {
         x.mul(&keep)?.mul(&scalar_on(x, 1.0 / (1.0 - self.p))?)
     }
 
-    fn named_parameters(&self) -> Vec<(String, Tensor)> {
-        Vec::new()
-    }
-
     /// Inference: dropout passes its input through.
     fn to_onnx(
         &self,
@@ -81,14 +79,6 @@ impl Module for Dropout {
         x: &str,
     ) -> Result<String> {
         Ok(x.into())
-    }
-
-    fn train(&mut self, on: bool) {
-        self.training = on;
-    }
-
-    fn is_training(&self) -> bool {
-        self.training
     }
 
     fn summary(&self) -> Summary {

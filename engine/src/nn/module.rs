@@ -153,6 +153,24 @@ pub struct LoadReport {
 }
 
 /// Copies `state` into the tensors `own` names, all or nothing, as `load_state_dict` does.
+/// The `Module` methods of a layer without parameters: none to name, and the `training`
+/// field that `train` sets (every module keeps its mode, as in PyTorch, whether or not its
+/// forward depends on it).
+macro_rules! parameter_free {
+    () => {
+        fn named_parameters(&self) -> Vec<(String, $crate::Tensor)> {
+            Vec::new()
+        }
+        fn train(&mut self, on: bool) {
+            self.training = on;
+        }
+        fn is_training(&self) -> bool {
+            self.training
+        }
+    };
+}
+pub(crate) use parameter_free;
+
 pub(crate) fn load_named(
     own: BTreeMap<String, Tensor>,
     state: &BTreeMap<String, Tensor>,

@@ -2,7 +2,7 @@
 //! `nn.AvgPool2d` (padding counted in the divisor), `nn.AdaptiveAvgPool2d` and `nn.Flatten`,
 //! so a CNN is a `Sequential` of layers: conv, norm, activation, pool, flatten, linear.
 
-use super::module::Module;
+use super::module::{parameter_free, Module};
 use super::summary::Summary;
 use crate::io::onnx::export::{Attr, OnnxGraph};
 use crate::{Error, Result, Tensor};
@@ -45,46 +45,59 @@ impl Window {
     }
 }
 
-/// Parameter-free layers: no parameters, and train/eval changes nothing.
-macro_rules! stateless {
-    () => {
-        fn named_parameters(&self) -> Vec<(String, Tensor)> {
-            Vec::new()
-        }
-        fn train(&mut self, _on: bool) {}
-        fn is_training(&self) -> bool {
-            false
-        }
-    };
+pub struct MaxPool2d {
+    pub window: Window,
+    training: bool,
 }
 
-pub struct MaxPool2d(pub Window);
+impl MaxPool2d {
+    pub fn new(window: Window) -> Self {
+        MaxPool2d {
+            window,
+            training: true,
+        }
+    }
+}
 
 impl Module for MaxPool2d {
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        x.max_pool2d(self.0.kernel, self.0.stride, self.0.padding)
+        let w = &self.window;
+        x.max_pool2d(w.kernel, w.stride, w.padding)
     }
-    stateless!();
+    parameter_free!();
     fn summary(&self) -> Summary {
-        Summary::leaf(self.0.line("MaxPool2d"), 0)
+        Summary::leaf(self.window.line("MaxPool2d"), 0)
     }
     fn to_onnx(&self, g: &mut OnnxGraph, _prefix: &str, x: &str) -> Result<String> {
-        Ok(g.node("MaxPool", &[x], &self.0.attrs()))
+        Ok(g.node("MaxPool", &[x], &self.window.attrs()))
     }
 }
 
-pub struct AvgPool2d(pub Window);
+pub struct AvgPool2d {
+    pub window: Window,
+    training: bool,
+}
+
+impl AvgPool2d {
+    pub fn new(window: Window) -> Self {
+        AvgPool2d {
+            window,
+            training: true,
+        }
+    }
+}
 
 impl Module for AvgPool2d {
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        x.avg_pool2d(self.0.kernel, self.0.stride, self.0.padding)
+        let w = &self.window;
+        x.avg_pool2d(w.kernel, w.stride, w.padding)
     }
-    stateless!();
+    parameter_free!();
     fn summary(&self) -> Summary {
-        Summary::leaf(self.0.line("AvgPool2d"), 0)
+        Summary::leaf(self.window.line("AvgPool2d"), 0)
     }
     fn to_onnx(&self, g: &mut OnnxGraph, _prefix: &str, x: &str) -> Result<String> {
-        let mut attrs = self.0.attrs().to_vec();
+        let mut attrs = self.window.attrs().to_vec();
         attrs.push(("count_include_pad", Attr::Int(1)));
         Ok(g.node("AveragePool", &[x], &attrs))
     }
@@ -95,9 +108,17 @@ impl Module for AvgPool2d {
 /// divide L).
 pub struct AdaptiveAvgPool2d {
     pub output: (usize, usize),
+    training: bool,
 }
 
 impl AdaptiveAvgPool2d {
+    pub fn new(output: (usize, usize)) -> Self {
+        AdaptiveAvgPool2d {
+            output,
+            training: true,
+        }
+    }
+
     fn spans(len: usize, cells: usize) -> Vec<(usize, usize)> {
         (0..cells)
             .map(|i| (i * len / cells, ((i + 1) * len).div_ceil(cells)))
@@ -134,7 +155,7 @@ impl Module for AdaptiveAvgPool2d {
         }
         Tensor::cat(&rows, 2)
     }
-    stateless!();
+    parameter_free!();
     fn summary(&self) -> Summary {
         Summary::leaf(
             format!("AdaptiveAvgPool2d(output_size={:?})", self.output),
@@ -161,6 +182,16 @@ impl Module for AdaptiveAvgPool2d {
 /// per sample).
 pub struct Flatten {
     pub start_dim: usize,
+    training: bool,
+}
+
+impl Flatten {
+    pub fn new(start_dim: usize) -> Self {
+        Flatten {
+            start_dim,
+            training: true,
+        }
+    }
 }
 
 impl Module for Flatten {
@@ -179,7 +210,7 @@ impl Module for Flatten {
         shape.push(s[self.start_dim..].iter().product());
         x.reshape_to(&shape)
     }
-    stateless!();
+    parameter_free!();
     fn summary(&self) -> Summary {
         Summary::leaf(format!("Flatten(start_dim={})", self.start_dim), 0)
     }
@@ -211,13 +242,13 @@ mod tests {
     #[test]
     fn adaptive_pooling_to_uneven_cells_averages_overlapping_windows_as_pytorch_does() {
         // A 1x1x5x1 column into 3 cells: rows [0, 2), [1, 4), [3, 5) -> 0.5, 2, 3.5.
-        let y = AdaptiveAvgPool2d { output: (3, 1) }
+        let y = AdaptiveAvgPool2d::new((3, 1))
             .forward(&ramp(&[1, 1, 5, 1]))
             .unwrap();
         assert_eq!(y.shape(), [1, 1, 3, 1]);
         assert_eq!(y.to_vec_f32().unwrap(), [0.5, 2.0, 3.5]);
         // Even cells take the pooling kernel: 4x4 -> 2x2 means of 2x2 blocks.
-        let y = AdaptiveAvgPool2d { output: (2, 2) }
+        let y = AdaptiveAvgPool2d::new((2, 2))
             .forward(&ramp(&[1, 1, 4, 4]))
             .unwrap();
         assert_eq!(y.to_vec_f32().unwrap(), [2.5, 4.5, 10.5, 12.5]);
@@ -226,27 +257,28 @@ mod tests {
     #[test]
     fn flatten_joins_the_trailing_dimensions_and_names_a_bad_start() {
         let x = Tensor::zeros(&[2, 3, 4, 5], DType::F32, Device::Cpu).unwrap();
-        assert_eq!(
-            Flatten { start_dim: 1 }.forward(&x).unwrap().shape(),
-            [2, 60]
-        );
-        assert_eq!(
-            Flatten { start_dim: 2 }.forward(&x).unwrap().shape(),
-            [2, 3, 20]
-        );
-        let err = Flatten { start_dim: 4 }
-            .forward(&x)
-            .unwrap_err()
-            .to_string();
+        assert_eq!(Flatten::new(1).forward(&x).unwrap().shape(), [2, 60]);
+        assert_eq!(Flatten::new(2).forward(&x).unwrap().shape(), [2, 3, 20]);
+        let err = Flatten::new(4).forward(&x).unwrap_err().to_string();
         assert!(err.contains("start_dim 4"), "{err}");
+    }
+
+    #[test]
+    fn a_parameter_free_layer_keeps_the_mode_it_is_set_to() {
+        let mut pool = MaxPool2d::new(Window::new((2, 2)));
+        assert!(pool.is_training());
+        pool.eval();
+        assert!(!pool.is_training());
+        pool.train(true);
+        assert!(pool.is_training());
     }
 
     #[test]
     fn pooling_layers_use_pytorchs_default_stride() {
         let x = ramp(&[1, 1, 4, 4]);
-        let max = MaxPool2d(Window::new((2, 2))).forward(&x).unwrap();
+        let max = MaxPool2d::new(Window::new((2, 2))).forward(&x).unwrap();
         assert_eq!(max.to_vec_f32().unwrap(), [5.0, 7.0, 13.0, 15.0]);
-        let avg = AvgPool2d(Window::new((2, 2))).forward(&x).unwrap();
+        let avg = AvgPool2d::new(Window::new((2, 2))).forward(&x).unwrap();
         assert_eq!(avg.to_vec_f32().unwrap(), [2.5, 4.5, 10.5, 12.5]);
     }
 }

@@ -6,6 +6,7 @@
 //! Ties go to the first candidate found (shorter entries first, earlier starts first), as in
 //! `tokenizers`.
 
+use super::symbols::byte_fallback_token;
 use crate::{Error, Result};
 use std::collections::HashMap;
 
@@ -85,7 +86,7 @@ impl UnigramModel {
         if self.byte_fallback {
             let bytes: Option<Vec<u32>> = text
                 .bytes()
-                .map(|b| self.token_to_id.get(&format!("<0x{b:02X}>")).copied())
+                .map(|b| self.token_to_id.get(&byte_fallback_token(b)).copied())
                 .collect();
             if let Some(bytes) = bytes {
                 out.extend(bytes);
