@@ -48,7 +48,12 @@ fn with_call_position(f: RhaiFunc) -> RhaiFunc {
         Arc::new(
             move |ctx: Option<NativeCallContext>, args: &mut [&mut Dynamic]| {
                 let pos = ctx.as_ref().map_or(Position::NONE, |c| c.call_position());
-                inner(ctx, args).map_err(|mut e| {
+                let result = match &ctx {
+                    // The call's context, for script-written modules the call may run.
+                    Some(c) => crate::script_call::with_caller(c, || inner(Some(copy(c)), args)),
+                    None => inner(None, args),
+                };
+                result.map_err(|mut e| {
                     if e.position().is_none() {
                         e.set_position(pos);
                     }
@@ -84,6 +89,17 @@ fn with_call_position(f: RhaiFunc) -> RhaiFunc {
     }
 }
 
+/// A second handle on a call's context (the type is not `Clone`; its parts are borrows).
+fn copy<'a>(c: &'a NativeCallContext<'_>) -> NativeCallContext<'a> {
+    NativeCallContext::new_with_all_fields(
+        c.engine(),
+        c.fn_name(),
+        c.fn_source(),
+        c.global_runtime_state(),
+        c.call_position(),
+    )
+}
+
 /// Runs an engine call, mapping its error and turning a panic into an error that says it is a bug.
 pub fn guard<T>(f: impl FnOnce() -> rusting_brain::Result<T>) -> RhaiResult<T> {
     match catch_unwind(AssertUnwindSafe(f)) {
@@ -92,7 +108,10 @@ pub fn guard<T>(f: impl FnOnce() -> rusting_brain::Result<T>) -> RhaiResult<T> {
             "cancelled".into(),
             Position::NONE,
         ))),
-        Ok(Err(e)) => Err(runtime_error(e.to_string())),
+        // A script error from a script-written module's forward comes back as it was raised.
+        Ok(Err(e)) => {
+            Err(crate::script_call::take_raised().unwrap_or_else(|| runtime_error(e.to_string())))
+        }
         Err(panic) => Err(runtime_error(format!(
             "internal error (this is a bug in RustingBrain, please report it): {}",
             panic_text(&panic)

@@ -19,6 +19,7 @@ pub mod optim;
 pub mod options;
 pub mod plot;
 pub mod progress;
+pub mod script_call;
 pub mod suggest;
 pub mod syntax;
 pub mod tensor;

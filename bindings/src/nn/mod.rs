@@ -2,8 +2,10 @@
 
 mod functional;
 mod modules;
+mod script_module;
 
 pub use modules::{map_to_tensors, Model};
+pub use script_module::ScriptModule;
 
 use crate::help::Api;
 use rhai::{Engine, Module};

@@ -66,7 +66,9 @@ fn linear(inp: INT, out: INT, opts: Map) -> RhaiResult<Model> {
 }
 
 /// A model handle inside another model (a `Sequential` of script-built layers) shares the
-/// layer, so the script's handle and the container see the same parameters.
+/// layer, so the script's handle and the container see the same parameters. The handle is
+/// transparent: every method reaches the layer behind the lock, the derived ones included
+/// (a lock cannot lend out the layer's children, so those are not walked through it).
 impl Module for Model {
     fn forward(&self, x: &Tensor) -> rusting_brain::Result<Tensor> {
         self.lock().forward(x)
@@ -83,8 +85,28 @@ impl Module for Model {
     fn is_training(&self) -> bool {
         self.lock().is_training()
     }
+    fn set_training(&mut self, on: bool) {
+        self.lock().set_training(on)
+    }
+    fn title(&self) -> String {
+        self.lock().title()
+    }
     fn summary(&self) -> rusting_brain::nn::Summary {
         self.lock().summary()
+    }
+    fn to_onnx(
+        &self,
+        g: &mut rusting_brain::io::onnx::export::OnnxGraph,
+        prefix: &str,
+        x: &str,
+    ) -> rusting_brain::Result<String> {
+        self.lock().to_onnx(g, prefix, x)
+    }
+    fn input_shape(&self) -> Option<Vec<usize>> {
+        self.lock().input_shape()
+    }
+    fn capture_key(&self, key: &mut rusting_brain::capture::Key) {
+        self.lock().capture_key(key)
     }
 }
 
@@ -216,8 +238,30 @@ fn register_pooling(api: &mut Api) {
     );
 }
 
+fn script_module(title: &str, fields: Map) -> RhaiResult<Model> {
+    super::ScriptModule::new(title, fields).map(|m| Model::new(Box::new(m)))
+}
+
+fn register_script_modules(api: &mut Api) {
+    api.func(
+        "module",
+        "nn::module(name, #{ fields..., forward: |x| ... }) -> Model",
+        "A module written in the script, as a PyTorch nn.Module subclass: model fields are its children (an array of models a numbered list), tensors that require grad its parameters, other tensors its buffers; forward runs with the fields as `this` (and this.training). Names, parameters(), train()/eval(), print and state dicts follow from the fields; inside forward, this.conv1(x) runs a child. See docs/guide/modules.md.",
+        "let block = nn::module(\"Residual\", #{ fc: nn::linear(4, 4), forward: |x| x + this.fc(x).relu() }); print(block.forward(randn([2, 4])).shape);",
+        script_module,
+    );
+    api.func(
+        "module",
+        "nn::module(#{ fields..., forward: |x| ... }) -> Model",
+        "The same, printed as Module.",
+        "let m = nn::module(#{ scale: 2.0, forward: |x| x * this.scale }); print(m.forward(ones([2])));",
+        |fields: Map| script_module("Module", fields),
+    );
+}
+
 fn register_layers(api: &mut Api) {
     register_pooling(api);
+    register_script_modules(api);
     api.func(
         "sequential",
         "nn::sequential([layers]) -> Model",

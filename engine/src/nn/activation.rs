@@ -1,7 +1,6 @@
 //! Activations as modules, so they can sit in a `Sequential` between layers.
 
 use super::module::Module;
-use super::summary::Summary;
 use crate::{Result, Tensor};
 
 /// The activation an `Mlp` puts between its layers.
@@ -84,10 +83,7 @@ macro_rules! activation_module {
             fn forward(&self, x: &Tensor) -> Result<Tensor> {
                 $kind.apply(x)
             }
-            super::module::parameter_free!();
-            fn summary(&self) -> Summary {
-                Summary::leaf(stringify!($name), 0)
-            }
+            super::module::training_field!();
             fn to_onnx(
                 &self,
                 g: &mut crate::io::onnx::export::OnnxGraph,

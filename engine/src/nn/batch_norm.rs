@@ -6,7 +6,6 @@
 
 use super::init::{ones_, zeros_};
 use super::module::{new_parameter, weight_and_bias, Module};
-use super::summary::Summary;
 use crate::backend::spec::UnaryOp;
 use crate::{no_grad, DType, Device, Error, Result, Tensor};
 
@@ -105,11 +104,11 @@ impl Module for BatchNorm2d {
         self.normalize(x, false)
     }
 
-    fn named_parameters(&self) -> Vec<(String, Tensor)> {
+    fn own_parameters(&self) -> Vec<(String, Tensor)> {
         weight_and_bias(self.weight.as_ref(), self.bias.as_ref())
     }
 
-    fn named_buffers(&self) -> Vec<(String, Tensor)> {
+    fn own_buffers(&self) -> Vec<(String, Tensor)> {
         vec![
             ("running_mean".into(), self.running_mean.clone()),
             ("running_var".into(), self.running_var.clone()),
@@ -120,13 +119,7 @@ impl Module for BatchNorm2d {
         ]
     }
 
-    fn train(&mut self, on: bool) {
-        self.training = on;
-    }
-
-    fn is_training(&self) -> bool {
-        self.training
-    }
+    super::module::training_field!();
 
     /// Eval mode: BatchNormalization over the running statistics (ones and zeros stand in
     /// for a missing affine weight and bias).
@@ -158,15 +151,14 @@ impl Module for BatchNorm2d {
         ))
     }
 
-    fn summary(&self) -> Summary {
+    fn title(&self) -> String {
         let momentum = self.momentum.map_or("none".to_string(), |m| m.to_string());
-        let line = format!(
+        format!(
             "BatchNorm2d({}, eps={:e}, momentum={momentum}, affine={})",
             self.running_mean.numel(),
             self.eps,
             self.weight.is_some()
-        );
-        Summary::leaf(line, self.num_parameters())
+        )
     }
 }
 

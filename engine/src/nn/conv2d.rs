@@ -3,7 +3,6 @@
 
 use super::init::{fan_in_and_fan_out, kaiming_uniform_, uniform_, FanMode};
 use super::module::{new_parameter, weight_and_bias, Module};
-use super::summary::Summary;
 use crate::backend::spec::UnaryOp;
 use crate::{Conv2dOptions, Error, Generator, Result, Tensor};
 
@@ -74,19 +73,13 @@ impl Module for Conv2d {
         x.conv2d(&self.weight, self.bias.as_ref(), self.options)
     }
 
-    fn named_parameters(&self) -> Vec<(String, Tensor)> {
+    fn own_parameters(&self) -> Vec<(String, Tensor)> {
         weight_and_bias(Some(&self.weight), self.bias.as_ref())
     }
 
-    fn train(&mut self, on: bool) {
-        self.training = on;
-    }
+    super::module::training_field!();
 
-    fn is_training(&self) -> bool {
-        self.training
-    }
-
-    fn summary(&self) -> Summary {
+    fn title(&self) -> String {
         let w = self.weight.shape();
         let o = &self.options;
         let mut line = format!(
@@ -105,7 +98,7 @@ impl Module for Conv2d {
             line += &format!(", groups={}", o.groups);
         }
         line += &format!(", bias={})", self.bias.is_some());
-        Summary::leaf(line, self.num_parameters())
+        line
     }
 
     /// One Conv node with the layer's stride, padding, dilation and groups.

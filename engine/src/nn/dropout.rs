@@ -4,7 +4,6 @@
 //! with, and its state (seed, offset) can be saved with a checkpoint.
 
 use super::module::Module;
-use super::summary::Summary;
 use crate::{DType, Error, Generator, Result, Tensor};
 use std::sync::Mutex;
 
@@ -52,7 +51,7 @@ fn scalar_on(t: &Tensor, v: f64) -> Result<Tensor> {
 }
 
 impl Module for Dropout {
-    super::module::parameter_free!();
+    super::module::training_field!();
 
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
         if !self.training || self.p == 0.0 {
@@ -81,8 +80,8 @@ impl Module for Dropout {
         Ok(x.into())
     }
 
-    fn summary(&self) -> Summary {
-        Summary::leaf(format!("Dropout(p={})", self.p), 0)
+    fn title(&self) -> String {
+        format!("Dropout(p={})", self.p)
     }
 }
 

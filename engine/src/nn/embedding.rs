@@ -2,7 +2,6 @@
 
 use super::init::normal_;
 use super::module::{new_parameter, Module};
-use super::summary::Summary;
 use crate::{Error, Generator, Result, Tensor};
 
 pub struct Embedding {
@@ -51,24 +50,15 @@ impl Module for Embedding {
         rows.reshape_to(&shape)
     }
 
-    fn named_parameters(&self) -> Vec<(String, Tensor)> {
+    fn own_parameters(&self) -> Vec<(String, Tensor)> {
         vec![("weight".into(), self.weight.clone())]
     }
 
-    fn train(&mut self, on: bool) {
-        self.training = on;
-    }
+    super::module::training_field!();
 
-    fn is_training(&self) -> bool {
-        self.training
-    }
-
-    fn summary(&self) -> Summary {
+    fn title(&self) -> String {
         let s = self.weight.shape();
-        Summary::leaf(
-            format!("Embedding({}, {})", s[0], s[1]),
-            self.num_parameters(),
-        )
+        format!("Embedding({}, {})", s[0], s[1])
     }
 
     /// A Gather of the weight's rows; `ids` must be an I64 value of the graph.

@@ -3,8 +3,8 @@
 //! the residual stream and its norm, and the ops below choose the fused kernels
 //! (`ops::pre_norm`).
 
-use super::module::{prefixed, Module};
-use super::{Activation, Linear, RmsNorm, Summary};
+use super::module::Module;
+use super::{Activation, Linear, RmsNorm};
 use crate::io::onnx::export::OnnxGraph;
 use crate::ops::pre_norm::Stream;
 use crate::{Result, Tensor};
@@ -13,6 +13,7 @@ pub struct GatedMlp {
     pub gate_proj: Linear,
     pub up_proj: Linear,
     pub down_proj: Linear,
+    training: bool,
 }
 
 impl GatedMlp {
@@ -21,6 +22,7 @@ impl GatedMlp {
             gate_proj,
             up_proj,
             down_proj,
+            training: true,
         }
     }
 
@@ -58,22 +60,22 @@ impl Module for GatedMlp {
         self.down_proj.forward(&gated)
     }
 
-    fn named_parameters(&self) -> Vec<(String, Tensor)> {
+    /// The three projections under their Hugging Face names.
+    fn children(&self) -> Vec<(String, &dyn Module)> {
         self.projections()
             .into_iter()
-            .flat_map(|(n, l)| prefixed(n, l.named_parameters()))
+            .map(|(n, l)| (n.to_string(), l as &dyn Module))
             .collect()
     }
 
-    fn train(&mut self, on: bool) {
-        for (_, l) in self.projections_mut() {
-            l.train(on);
-        }
+    fn children_mut(&mut self) -> Vec<&mut dyn Module> {
+        self.projections_mut()
+            .into_iter()
+            .map(|(_, l)| l as &mut dyn Module)
+            .collect()
     }
 
-    fn is_training(&self) -> bool {
-        self.gate_proj.is_training()
-    }
+    super::module::training_field!();
 
     fn to_onnx(&self, g: &mut OnnxGraph, prefix: &str, x: &str) -> Result<String> {
         let gate = self
@@ -84,15 +86,5 @@ impl Module for GatedMlp {
         let gated = g.node("Mul", &[&act, &up], &[]);
         self.down_proj
             .to_onnx(g, &format!("{prefix}down_proj."), &gated)
-    }
-
-    /// The printed form: the three projections.
-    fn summary(&self) -> Summary {
-        let children = self
-            .projections()
-            .into_iter()
-            .map(|(n, l)| (n.to_string(), l.summary()))
-            .collect();
-        Summary::node("GatedMlp", children)
     }
 }

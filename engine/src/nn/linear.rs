@@ -9,7 +9,6 @@
 use super::init::{kaiming_uniform_, uniform_, FanMode};
 use super::lora::{LoraAdapter, LoraSpec};
 use super::module::{new_parameter, weight_and_bias, Module};
-use super::summary::Summary;
 use crate::ops::pre_norm::{Project, Projection};
 use crate::ops::product_weight::ProductWeight;
 use crate::ops::quant_matmul::{BlockFormat, QuantizedMatrix};
@@ -279,7 +278,7 @@ impl Module for Linear {
     }
 
     /// The weight and bias, then the adapter's factors (`lora_A.weight`, `lora_B.weight`).
-    fn named_parameters(&self) -> Vec<(String, Tensor)> {
+    fn own_parameters(&self) -> Vec<(String, Tensor)> {
         let mut out = weight_and_bias(self.dense_weight(), self.bias.as_ref());
         if let Some(lora) = &self.lora {
             out.extend(lora.named_parameters());
@@ -288,22 +287,16 @@ impl Module for Linear {
     }
 
     /// A quantized weight's blocks (U8), so moving or checkpointing the layer carries them.
-    fn named_buffers(&self) -> Vec<(String, Tensor)> {
+    fn own_buffers(&self) -> Vec<(String, Tensor)> {
         match &self.weight {
             LinearWeight::Dense(_) => Vec::new(),
             LinearWeight::Quantized(q) => vec![("weight_blocks".to_string(), q.blocks().clone())],
         }
     }
 
-    fn train(&mut self, on: bool) {
-        self.training = on;
-    }
+    super::module::training_field!();
 
-    fn is_training(&self) -> bool {
-        self.training
-    }
-
-    fn summary(&self) -> Summary {
+    fn title(&self) -> String {
         let mut line = format!(
             "Linear(in={}, out={}, bias={}",
             self.in_features(),
@@ -317,7 +310,7 @@ impl Module for Linear {
             line.push_str(&format!(", lora_rank={}", lora.spec().rank));
         }
         line.push(')');
-        Summary::leaf(line, self.num_parameters())
+        line
     }
 
     fn input_shape(&self) -> Option<Vec<usize>> {

@@ -4,13 +4,13 @@
 
 use super::activation::Activation;
 use super::linear::Linear;
-use super::module::{prefixed, Module};
+use super::module::Module;
 use super::sequential::Sequential;
-use super::summary::Summary;
 use crate::{Error, Generator, Result, Tensor};
 
 pub struct Mlp {
     pub layers: Sequential,
+    training: bool,
 }
 
 impl Mlp {
@@ -29,7 +29,10 @@ impl Mlp {
             }
             layers.push(Box::new(Linear::new(pair[0], pair[1], true, gen)?));
         }
-        Ok(Mlp { layers })
+        Ok(Mlp {
+            layers,
+            training: true,
+        })
     }
 }
 
@@ -38,21 +41,15 @@ impl Module for Mlp {
         self.layers.forward(x)
     }
 
-    fn named_parameters(&self) -> Vec<(String, Tensor)> {
-        prefixed("layers", self.layers.named_parameters())
+    fn children(&self) -> Vec<(String, &dyn Module)> {
+        vec![("layers".into(), &self.layers)]
     }
 
-    fn named_buffers(&self) -> Vec<(String, Tensor)> {
-        prefixed("layers", self.layers.named_buffers())
+    fn children_mut(&mut self) -> Vec<&mut dyn Module> {
+        vec![&mut self.layers]
     }
 
-    fn train(&mut self, on: bool) {
-        self.layers.train(on);
-    }
-
-    fn is_training(&self) -> bool {
-        self.layers.is_training()
-    }
+    super::module::training_field!();
 
     fn input_shape(&self) -> Option<Vec<usize>> {
         self.layers.input_shape()
@@ -65,10 +62,6 @@ impl Module for Mlp {
         x: &str,
     ) -> Result<String> {
         self.layers.to_onnx(g, &format!("{prefix}layers."), x)
-    }
-
-    fn summary(&self) -> Summary {
-        Summary::node("Mlp", vec![("layers".into(), self.layers.summary())])
     }
 }
 

@@ -9,27 +9,95 @@ use std::collections::{BTreeMap, BTreeSet};
 
 /// A layer or a model. Parameters and buffers are `Tensor` handles: cloning one shares the
 /// storage, so the optimizer, the module and a state dict all see the same values.
+///
+/// A module says what it holds itself (`own_parameters`, `own_buffers`, its mode flag and its
+/// one-line `title`) and which modules it contains (`children`); the dotted names, the
+/// parameter lists, `train`/`eval` and `print(model)` follow from that tree once, for every
+/// module, as PyTorch derives them from `_parameters` and `_modules`.
 pub trait Module: Send + Sync {
     fn forward(&self, x: &Tensor) -> Result<Tensor>;
 
-    /// Trainable tensors with dotted names, children's names prefixed by the child's name.
-    fn named_parameters(&self) -> Vec<(String, Tensor)>;
-
-    /// State that is saved but not trained (BatchNorm's running statistics).
-    fn named_buffers(&self) -> Vec<(String, Tensor)> {
+    /// Sub-modules with their names, in registration order (`0`, `conv1`, `layers.0`).
+    fn children(&self) -> Vec<(String, &dyn Module)> {
         Vec::new()
     }
 
-    /// Switches train mode (dropout active, batch statistics) on or off, for all children.
-    fn train(&mut self, on: bool);
+    /// The same sub-modules, mutably and in the same order (what `train` reaches).
+    fn children_mut(&mut self) -> Vec<&mut dyn Module> {
+        Vec::new()
+    }
 
+    /// Trainable tensors this module holds itself, not through a child, by local name.
+    fn own_parameters(&self) -> Vec<(String, Tensor)> {
+        Vec::new()
+    }
+
+    /// State this module holds itself that is saved but not trained (BatchNorm's running
+    /// statistics).
+    fn own_buffers(&self) -> Vec<(String, Tensor)> {
+        Vec::new()
+    }
+
+    /// This module's own mode flag (`training` in PyTorch); `train` sets it on the whole tree.
     fn is_training(&self) -> bool;
 
-    /// What `print(model)` shows for this layer: its configuration, the parameters it holds
-    /// and its children (`nn::describe` adds the total). A layer without its own summary shows
-    /// as `Module` with its parameter count.
+    fn set_training(&mut self, on: bool);
+
+    /// The line `print(model)` shows for this module: its type and configuration, as
+    /// `Linear(in=4, out=64, bias=true)`; by default the type's name, as PyTorch prints a
+    /// module's class.
+    fn title(&self) -> String {
+        let path = std::any::type_name::<Self>();
+        let name = path.split('<').next().unwrap_or(path);
+        name.rsplit("::").next().unwrap_or(name).to_string()
+    }
+
+    /// A container's configuration, printed as the first line inside its parentheses (PyTorch's
+    /// `extra_repr` of a module with children); empty for none.
+    fn detail(&self) -> String {
+        String::new()
+    }
+
+    /// Trainable tensors with dotted names: this module's own, then each child's prefixed by
+    /// the child's name.
+    fn named_parameters(&self) -> Vec<(String, Tensor)> {
+        let mut out = self.own_parameters();
+        for (name, child) in self.children() {
+            out.extend(prefixed(&name, child.named_parameters()));
+        }
+        out
+    }
+
+    /// Buffers with dotted names, as `named_parameters`.
+    fn named_buffers(&self) -> Vec<(String, Tensor)> {
+        let mut out = self.own_buffers();
+        for (name, child) in self.children() {
+            out.extend(prefixed(&name, child.named_buffers()));
+        }
+        out
+    }
+
+    /// Switches train mode (dropout active, batch statistics) on or off, for the whole tree.
+    fn train(&mut self, on: bool) {
+        self.set_training(on);
+        for child in self.children_mut() {
+            child.train(on);
+        }
+    }
+
+    /// What `print(model)` shows: the title, the parameters this module holds itself and its
+    /// children's trees (`nn::describe` adds the total).
     fn summary(&self) -> Summary {
-        Summary::leaf("Module", self.num_parameters())
+        Summary {
+            line: self.title(),
+            params: self.own_parameters().iter().map(|(_, t)| t.numel()).sum(),
+            detail: self.detail(),
+            children: self
+                .children()
+                .into_iter()
+                .map(|(name, child)| (name, child.summary()))
+                .collect(),
+        }
     }
 
     /// Lowers this layer into the ONNX graph `g`, reading value `x`; returns the value it
@@ -44,7 +112,7 @@ pub trait Module: Send + Sync {
         let _ = (g, x);
         Err(Error::invalid(
             "export_onnx",
-            format!("{prefix}{} has no ONNX mapping", self.summary().line),
+            format!("{prefix}{} has no ONNX mapping", self.title()),
         ))
     }
 
@@ -79,7 +147,6 @@ pub trait Module: Send + Sync {
         self.parameters().iter().map(|t| t.numel()).sum()
     }
 
-    /// Clears every parameter's gradient.
     /// Moves every parameter and buffer to `device` in place (create optimizers after this).
     fn to_device(&self, device: crate::Device) -> Result<()> {
         for (_, t) in self
@@ -92,6 +159,7 @@ pub trait Module: Send + Sync {
         Ok(())
     }
 
+    /// Clears every parameter's gradient.
     fn zero_grad(&self) {
         for p in self.parameters() {
             p.set_grad(None);
@@ -152,24 +220,21 @@ pub struct LoadReport {
     pub unexpected: Vec<String>,
 }
 
-/// Copies `state` into the tensors `own` names, all or nothing, as `load_state_dict` does.
-/// The `Module` methods of a layer without parameters: none to name, and the `training`
-/// field that `train` sets (every module keeps its mode, as in PyTorch, whether or not its
-/// forward depends on it).
-macro_rules! parameter_free {
+/// The mode methods of a module that keeps its flag in a `training` field (every module keeps
+/// its mode, as in PyTorch, whether or not its own forward depends on it).
+macro_rules! training_field {
     () => {
-        fn named_parameters(&self) -> Vec<(String, $crate::Tensor)> {
-            Vec::new()
-        }
-        fn train(&mut self, on: bool) {
-            self.training = on;
-        }
         fn is_training(&self) -> bool {
             self.training
         }
+        fn set_training(&mut self, on: bool) {
+            self.training = on;
+        }
     };
 }
-pub(crate) use parameter_free;
+pub(crate) use training_field;
+
+/// Copies `state` into the tensors `own` names, all or nothing, as `load_state_dict` does.
 
 pub(crate) fn load_named(
     own: BTreeMap<String, Tensor>,
@@ -216,6 +281,21 @@ pub fn weight_and_bias(weight: Option<&Tensor>, bias: Option<&Tensor>) -> Vec<(S
     [("weight", weight), ("bias", bias)]
         .into_iter()
         .filter_map(|(n, t)| t.map(|t| (n.to_string(), t.clone())))
+        .collect()
+}
+
+/// Children of a list (a ModuleList or nn.Sequential) named by index: `0`, `1`, ... under an
+/// empty `name`, else `name.0`, `name.1`, ...
+pub fn indexed<'a>(
+    name: &str,
+    list: impl IntoIterator<Item = &'a dyn Module>,
+) -> Vec<(String, &'a dyn Module)> {
+    list.into_iter()
+        .enumerate()
+        .map(|(i, m)| match name {
+            "" => (i.to_string(), m),
+            _ => (format!("{name}.{i}"), m),
+        })
         .collect()
 }
 

@@ -4,7 +4,6 @@
 
 use super::init::{ones_, zeros_};
 use super::module::{new_parameter, trailing_dims, weight_and_bias, Module};
-use super::summary::Summary;
 use crate::{Error, Result, Tensor};
 
 /// The last `shape.len()` dims of `x` must equal `shape`; `layer` describes the norm in the
@@ -67,26 +66,20 @@ impl Module for LayerNorm {
             .reshape_to(x.shape())
     }
 
-    fn named_parameters(&self) -> Vec<(String, Tensor)> {
+    fn own_parameters(&self) -> Vec<(String, Tensor)> {
         weight_and_bias(self.weight.as_ref(), self.bias.as_ref())
     }
 
-    fn train(&mut self, on: bool) {
-        self.training = on;
-    }
+    super::module::training_field!();
 
-    fn is_training(&self) -> bool {
-        self.training
-    }
-
-    fn summary(&self) -> Summary {
+    fn title(&self) -> String {
         let line = format!(
             "LayerNorm({:?}, eps={:e}, affine={})",
             self.normalized_shape,
             self.eps,
             self.weight.is_some()
         );
-        Summary::leaf(line, self.num_parameters())
+        line
     }
 }
 
@@ -162,21 +155,15 @@ impl Module for RmsNorm {
         x.rms_norm(Some(&self.weight), self.eps)
     }
 
-    fn named_parameters(&self) -> Vec<(String, Tensor)> {
+    fn own_parameters(&self) -> Vec<(String, Tensor)> {
         vec![("weight".into(), self.weight.clone())]
     }
 
-    fn train(&mut self, on: bool) {
-        self.training = on;
-    }
+    super::module::training_field!();
 
-    fn is_training(&self) -> bool {
-        self.training
-    }
-
-    fn summary(&self) -> Summary {
+    fn title(&self) -> String {
         let line = format!("RMSNorm({}, eps={:e})", self.weight.shape()[0], self.eps);
-        Summary::leaf(line, self.num_parameters())
+        line
     }
 
     /// x / sqrt(mean(x²) + eps) · weight in primitive operators (opset 13+ has no RMSNorm).

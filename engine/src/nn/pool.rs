@@ -2,8 +2,7 @@
 //! `nn.AvgPool2d` (padding counted in the divisor), `nn.AdaptiveAvgPool2d` and `nn.Flatten`,
 //! so a CNN is a `Sequential` of layers: conv, norm, activation, pool, flatten, linear.
 
-use super::module::{parameter_free, Module};
-use super::summary::Summary;
+use super::module::{training_field, Module};
 use crate::io::onnx::export::{Attr, OnnxGraph};
 use crate::{Error, Result, Tensor};
 
@@ -64,9 +63,9 @@ impl Module for MaxPool2d {
         let w = &self.window;
         x.max_pool2d(w.kernel, w.stride, w.padding)
     }
-    parameter_free!();
-    fn summary(&self) -> Summary {
-        Summary::leaf(self.window.line("MaxPool2d"), 0)
+    training_field!();
+    fn title(&self) -> String {
+        self.window.line("MaxPool2d")
     }
     fn to_onnx(&self, g: &mut OnnxGraph, _prefix: &str, x: &str) -> Result<String> {
         Ok(g.node("MaxPool", &[x], &self.window.attrs()))
@@ -92,9 +91,9 @@ impl Module for AvgPool2d {
         let w = &self.window;
         x.avg_pool2d(w.kernel, w.stride, w.padding)
     }
-    parameter_free!();
-    fn summary(&self) -> Summary {
-        Summary::leaf(self.window.line("AvgPool2d"), 0)
+    training_field!();
+    fn title(&self) -> String {
+        self.window.line("AvgPool2d")
     }
     fn to_onnx(&self, g: &mut OnnxGraph, _prefix: &str, x: &str) -> Result<String> {
         let mut attrs = self.window.attrs().to_vec();
@@ -155,12 +154,9 @@ impl Module for AdaptiveAvgPool2d {
         }
         Tensor::cat(&rows, 2)
     }
-    parameter_free!();
-    fn summary(&self) -> Summary {
-        Summary::leaf(
-            format!("AdaptiveAvgPool2d(output_size={:?})", self.output),
-            0,
-        )
+    training_field!();
+    fn title(&self) -> String {
+        format!("AdaptiveAvgPool2d(output_size={:?})", self.output)
     }
     /// ONNX has global average pooling and fixed windows: a 1x1 output, or cells that divide the
     /// input evenly, which it cannot know ahead of the input's size. Only 1x1 is exported.
@@ -210,9 +206,9 @@ impl Module for Flatten {
         shape.push(s[self.start_dim..].iter().product());
         x.reshape_to(&shape)
     }
-    parameter_free!();
-    fn summary(&self) -> Summary {
-        Summary::leaf(format!("Flatten(start_dim={})", self.start_dim), 0)
+    training_field!();
+    fn title(&self) -> String {
+        format!("Flatten(start_dim={})", self.start_dim)
     }
     /// ONNX's Flatten makes two dimensions, which is this layer from dim 1.
     fn to_onnx(&self, g: &mut OnnxGraph, prefix: &str, x: &str) -> Result<String> {

@@ -1,8 +1,7 @@
 //! Sequential: children run in order and are named "0", "1", ... as in torch.nn.Sequential, so
 //! its parameter names match PyTorch checkpoints (`0.weight`, `2.bias`).
 
-use super::module::{prefixed, Module};
-use super::summary::Summary;
+use super::module::Module;
 use crate::{Result, Tensor};
 
 pub struct Sequential {
@@ -50,15 +49,6 @@ impl Sequential {
     pub fn layers(&self) -> &[Box<dyn Module>] {
         &self.layers
     }
-
-    /// Named child lists, prefixed by each child's index.
-    fn collect(&self, f: impl Fn(&dyn Module) -> Vec<(String, Tensor)>) -> Vec<(String, Tensor)> {
-        self.layers
-            .iter()
-            .enumerate()
-            .flat_map(|(i, l)| prefixed(&i.to_string(), f(l.as_ref())))
-            .collect()
-    }
 }
 
 impl Module for Sequential {
@@ -70,24 +60,18 @@ impl Module for Sequential {
         Ok(h)
     }
 
-    fn named_parameters(&self) -> Vec<(String, Tensor)> {
-        self.collect(|l| l.named_parameters())
+    fn children(&self) -> Vec<(String, &dyn Module)> {
+        super::module::indexed("", self.layers.iter().map(|l| l.as_ref()))
     }
 
-    fn named_buffers(&self) -> Vec<(String, Tensor)> {
-        self.collect(|l| l.named_buffers())
+    fn children_mut(&mut self) -> Vec<&mut dyn Module> {
+        self.layers
+            .iter_mut()
+            .map(|l| l.as_mut() as &mut dyn Module)
+            .collect()
     }
 
-    fn train(&mut self, on: bool) {
-        self.training = on;
-        for l in &mut self.layers {
-            l.train(on);
-        }
-    }
-
-    fn is_training(&self) -> bool {
-        self.training
-    }
+    super::module::training_field!();
 
     fn input_shape(&self) -> Option<Vec<usize>> {
         self.layers.first()?.input_shape()
@@ -104,12 +88,5 @@ impl Module for Sequential {
             h = layer.to_onnx(g, &format!("{prefix}{i}."), &h)?;
         }
         Ok(h)
-    }
-
-    fn summary(&self) -> Summary {
-        Summary::indexed(
-            "Sequential",
-            self.layers.iter().map(|l| l.summary()).collect(),
-        )
     }
 }

@@ -28,6 +28,13 @@ pub fn register(api: &mut Api) {
         |t: &mut Tensor| guard(|| t.set_requires_grad(true).cloned()),
     );
     api.func(
+        "requires_grad_",
+        "t.requires_grad_(on) -> Tensor",
+        "Marks a leaf as trained (true) or frozen (false); returns it.",
+        "let w = randn([3]).requires_grad_(false); print(w.requires_grad);",
+        |t: &mut Tensor, on: bool| guard(|| t.set_requires_grad(on).cloned()),
+    );
+    api.func(
         "detach",
         "t.detach() -> Tensor",
         "The same data cut from the autograd graph.",

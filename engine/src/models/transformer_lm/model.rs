@@ -514,9 +514,7 @@ impl Module for TransformerLm {
         }
     }
 
-    fn is_training(&self) -> bool {
-        self.training
-    }
+    crate::nn::training_field!();
 
     /// The tree in Hugging Face's names; the decoder layers fold into `(0-N): N x Block`.
     fn summary(&self) -> Summary {

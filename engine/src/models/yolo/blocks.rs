@@ -2,24 +2,12 @@
 //! (a C2f whose inner blocks may be C3k), C3k, SPPF, and the position-sensitive attention of
 //! C2PSA. Field names are ultralytics' attribute names, so parameter names match checkpoints.
 
-use super::block::{indexed, indexed_mut, lower_child, Block};
+use super::block::{indexed, indexed_mut, lower_child};
 use super::conv::{ConvBn, ConvSpec};
 use super::init::Init;
 use crate::io::onnx::export::{Attr, OnnxGraph};
 use crate::nn::Module;
 use crate::{Result, Tensor};
-
-/// The train-mode flag every block carries.
-macro_rules! training_flag {
-    () => {
-        fn training(&self) -> bool {
-            self.training
-        }
-        fn set_training(&mut self, on: bool) {
-            self.training = on;
-        }
-    };
-}
 
 /// `Bottleneck(c1, c2, shortcut, g, k, e)`: two convolutions, a residual when shapes allow.
 pub struct Bottleneck {
@@ -50,8 +38,8 @@ impl Bottleneck {
     }
 }
 
-impl Block for Bottleneck {
-    fn run(&self, x: &Tensor) -> Result<Tensor> {
+impl Module for Bottleneck {
+    fn forward(&self, x: &Tensor) -> Result<Tensor> {
         let y = self.cv2.forward(&self.cv1.forward(x)?)?;
         if self.add {
             x.add(&y)
@@ -65,7 +53,7 @@ impl Block for Bottleneck {
     fn children_mut(&mut self) -> Vec<&mut dyn Module> {
         vec![&mut self.cv1, &mut self.cv2]
     }
-    fn lower(&self, g: &mut OnnxGraph, prefix: &str, x: &str) -> Result<String> {
+    fn to_onnx(&self, g: &mut OnnxGraph, prefix: &str, x: &str) -> Result<String> {
         let y = lower_child(g, prefix, "cv1", &self.cv1, x)?;
         let y = lower_child(g, prefix, "cv2", &self.cv2, &y)?;
         Ok(match self.add {
@@ -73,7 +61,7 @@ impl Block for Bottleneck {
             false => y,
         })
     }
-    training_flag!();
+    crate::nn::training_field!();
 }
 
 /// `C3(c1, c2, n, shortcut, g, e)` with kernel k in its bottlenecks: C3k when k is given.
@@ -107,8 +95,8 @@ impl C3 {
     }
 }
 
-impl Block for C3 {
-    fn run(&self, x: &Tensor) -> Result<Tensor> {
+impl Module for C3 {
+    fn forward(&self, x: &Tensor) -> Result<Tensor> {
         let mut a = self.cv1.forward(x)?;
         for b in &self.m {
             a = b.forward(&a)?;
@@ -130,7 +118,7 @@ impl Block for C3 {
         c.extend(indexed_mut(&mut self.m));
         c
     }
-    fn lower(&self, g: &mut OnnxGraph, prefix: &str, x: &str) -> Result<String> {
+    fn to_onnx(&self, g: &mut OnnxGraph, prefix: &str, x: &str) -> Result<String> {
         let mut a = lower_child(g, prefix, "cv1", &self.cv1, x)?;
         for (i, b) in self.m.iter().enumerate() {
             a = lower_child(g, prefix, &format!("m.{i}"), b, &a)?;
@@ -139,7 +127,7 @@ impl Block for C3 {
         let joined = g.concat(&[a, b], 1);
         lower_child(g, prefix, "cv3", &self.cv3, &joined)
     }
-    training_flag!();
+    crate::nn::training_field!();
 }
 
 /// C2f: split, a chain of inner blocks each fed the previous output, and a concat of all.
@@ -198,8 +186,8 @@ impl C2f {
     }
 }
 
-impl Block for C2f {
-    fn run(&self, x: &Tensor) -> Result<Tensor> {
+impl Module for C2f {
+    fn forward(&self, x: &Tensor) -> Result<Tensor> {
         let a = self.cv1.forward(x)?;
         let mut ys = vec![a.narrow(1, 0, self.c)?, a.narrow(1, self.c, self.c)?];
         for b in &self.m {
@@ -224,7 +212,7 @@ impl Block for C2f {
         c.extend(self.m.iter_mut().map(|b| b.as_mut() as &mut dyn Module));
         c
     }
-    fn lower(&self, g: &mut OnnxGraph, prefix: &str, x: &str) -> Result<String> {
+    fn to_onnx(&self, g: &mut OnnxGraph, prefix: &str, x: &str) -> Result<String> {
         let a = lower_child(g, prefix, "cv1", &self.cv1, x)?;
         let mut ys = vec![
             g.slice(&a, 1, 0, self.c)?,
@@ -237,7 +225,7 @@ impl Block for C2f {
         let joined = g.concat(&ys, 1);
         lower_child(g, prefix, "cv2", &self.cv2, &joined)
     }
-    training_flag!();
+    crate::nn::training_field!();
 }
 
 /// SPPF: one 1x1 convolution, `n` chained k x k max pools (stride 1), a concat, a 1x1, and a
@@ -279,8 +267,8 @@ impl Sppf {
     }
 }
 
-impl Block for Sppf {
-    fn run(&self, x: &Tensor) -> Result<Tensor> {
+impl Module for Sppf {
+    fn forward(&self, x: &Tensor) -> Result<Tensor> {
         let mut ys = vec![self.cv1.forward(x)?];
         for _ in 0..self.n {
             let p =
@@ -300,7 +288,7 @@ impl Block for Sppf {
     fn children_mut(&mut self) -> Vec<&mut dyn Module> {
         vec![&mut self.cv1, &mut self.cv2]
     }
-    fn lower(&self, g: &mut OnnxGraph, prefix: &str, x: &str) -> Result<String> {
+    fn to_onnx(&self, g: &mut OnnxGraph, prefix: &str, x: &str) -> Result<String> {
         let mut ys = vec![lower_child(g, prefix, "cv1", &self.cv1, x)?];
         let (k, p) = (self.k as i64, (self.k / 2) as i64);
         for _ in 0..self.n {
@@ -319,7 +307,7 @@ impl Block for Sppf {
             false => y,
         })
     }
-    training_flag!();
+    crate::nn::training_field!();
 }
 
 /// Multi-head self-attention over the pixels of a feature map, with a depth-wise 3x3
@@ -355,8 +343,8 @@ impl Attention {
     }
 }
 
-impl Block for Attention {
-    fn run(&self, x: &Tensor) -> Result<Tensor> {
+impl Module for Attention {
+    fn forward(&self, x: &Tensor) -> Result<Tensor> {
         let s = x.shape().to_vec();
         let (b, n) = (s[0], s[2] * s[3]);
         let (kd, hd) = (self.key_dim, self.head_dim);
@@ -387,7 +375,7 @@ impl Block for Attention {
     fn children_mut(&mut self) -> Vec<&mut dyn Module> {
         vec![&mut self.qkv, &mut self.proj, &mut self.pe]
     }
-    fn lower(&self, g: &mut OnnxGraph, prefix: &str, x: &str) -> Result<String> {
+    fn to_onnx(&self, g: &mut OnnxGraph, prefix: &str, x: &str) -> Result<String> {
         let (kd, hd, nh) = (self.key_dim, self.head_dim, self.num_heads);
         let qkv = lower_child(g, prefix, "qkv", &self.qkv, x)?;
         // [B, heads, 2·kd + hd, pixels]; the batch stays dynamic (0 copies it).
@@ -418,7 +406,7 @@ impl Block for Attention {
         let sum = g.node("Add", &[&out, &pos], &[]);
         lower_child(g, prefix, "proj", &self.proj, &sum)
     }
-    training_flag!();
+    crate::nn::training_field!();
 }
 
 /// Attention then a two-layer 1x1 feed-forward, each with a residual.
@@ -441,8 +429,8 @@ impl PsaBlock {
     }
 }
 
-impl Block for PsaBlock {
-    fn run(&self, x: &Tensor) -> Result<Tensor> {
+impl Module for PsaBlock {
+    fn forward(&self, x: &Tensor) -> Result<Tensor> {
         let x = x.add(&self.attn.forward(x)?)?;
         let f = self.ffn[1].forward(&self.ffn[0].forward(&x)?)?;
         x.add(&f)
@@ -457,14 +445,14 @@ impl Block for PsaBlock {
         c.extend(indexed_mut(&mut self.ffn));
         c
     }
-    fn lower(&self, g: &mut OnnxGraph, prefix: &str, x: &str) -> Result<String> {
+    fn to_onnx(&self, g: &mut OnnxGraph, prefix: &str, x: &str) -> Result<String> {
         let a = lower_child(g, prefix, "attn", &self.attn, x)?;
         let x = g.node("Add", &[x, &a], &[]);
         let f = lower_child(g, prefix, "ffn.0", &self.ffn[0], &x)?;
         let f = lower_child(g, prefix, "ffn.1", &self.ffn[1], &f)?;
         Ok(g.node("Add", &[&x, &f], &[]))
     }
-    training_flag!();
+    crate::nn::training_field!();
 }
 
 /// C2PSA: split in two, attention blocks on one half, concat, 1x1.
@@ -491,8 +479,8 @@ impl C2Psa {
     }
 }
 
-impl Block for C2Psa {
-    fn run(&self, x: &Tensor) -> Result<Tensor> {
+impl Module for C2Psa {
+    fn forward(&self, x: &Tensor) -> Result<Tensor> {
         let y = self.cv1.forward(x)?;
         let a = y.narrow(1, 0, self.c)?;
         let mut b = y.narrow(1, self.c, self.c)?.contiguous()?;
@@ -512,7 +500,7 @@ impl Block for C2Psa {
         c.extend(indexed_mut(&mut self.m));
         c
     }
-    fn lower(&self, g: &mut OnnxGraph, prefix: &str, x: &str) -> Result<String> {
+    fn to_onnx(&self, g: &mut OnnxGraph, prefix: &str, x: &str) -> Result<String> {
         let y = lower_child(g, prefix, "cv1", &self.cv1, x)?;
         let a = g.slice(&y, 1, 0, self.c)?;
         let mut b = g.slice(&y, 1, self.c, 2 * self.c)?;
@@ -522,5 +510,5 @@ impl Block for C2Psa {
         let joined = g.concat(&[a, b], 1);
         lower_child(g, prefix, "cv2", &self.cv2, &joined)
     }
-    training_flag!();
+    crate::nn::training_field!();
 }

@@ -3,7 +3,7 @@
 //! names are ultralytics' in both forms (`conv.weight`, `bn.*`; fused: `conv.weight`,
 //! `conv.bias`).
 
-use super::block::{lower_child, Block};
+use super::block::lower_child;
 use super::init::Init;
 use crate::backend::spec::UnaryOp;
 use crate::io::onnx::export::OnnxGraph;
@@ -116,8 +116,8 @@ fn gcd(a: usize, b: usize) -> usize {
     }
 }
 
-impl Block for ConvBn {
-    fn run(&self, x: &Tensor) -> Result<Tensor> {
+impl Module for ConvBn {
+    fn forward(&self, x: &Tensor) -> Result<Tensor> {
         let act = self.act.then_some(UnaryOp::Silu);
         match &self.bn {
             // Fused: the folded bias and SiLU in one pass after the convolution.
@@ -143,15 +143,9 @@ impl Block for ConvBn {
         c
     }
 
-    fn training(&self) -> bool {
-        self.training
-    }
+    crate::nn::training_field!();
 
-    fn set_training(&mut self, on: bool) {
-        self.training = on;
-    }
-
-    fn lower(&self, g: &mut OnnxGraph, prefix: &str, x: &str) -> Result<String> {
+    fn to_onnx(&self, g: &mut OnnxGraph, prefix: &str, x: &str) -> Result<String> {
         let mut y = lower_child(g, prefix, "conv", &self.conv, x)?;
         if let Some(bn) = &self.bn {
             y = lower_child(g, prefix, "bn", bn, &y)?;

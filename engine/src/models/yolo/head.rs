@@ -5,7 +5,7 @@
 //! YOLOv8 (`legacy`) builds its class branch from two 3x3 convolutions; YOLO11 from a
 //! depth-wise 3x3 plus a 1x1, twice.
 
-use super::block::{lower_child, Block};
+use super::block::lower_child;
 use super::conv::{ConvBn, ConvSpec};
 use super::init::Init;
 use crate::io::onnx::export::{Attr, OnnxGraph};
@@ -38,16 +38,13 @@ impl Module for Constant {
     fn forward(&self, _x: &Tensor) -> Result<Tensor> {
         Ok(self.0.clone())
     }
-    fn named_parameters(&self) -> Vec<(String, Tensor)> {
-        Vec::new()
-    }
-    fn named_buffers(&self) -> Vec<(String, Tensor)> {
+    fn own_buffers(&self) -> Vec<(String, Tensor)> {
         vec![("weight".into(), self.0.clone())]
     }
-    fn train(&mut self, _on: bool) {}
     fn is_training(&self) -> bool {
         false
     }
+    fn set_training(&mut self, _on: bool) {}
 }
 
 /// The anchor points (`anchor_grid`) as tensors for the last seen level sizes, device and
@@ -277,9 +274,9 @@ pub(crate) fn anchor_grid(sizes: &[(usize, usize)], strides: &[f64]) -> (Vec<f32
     (xs, st)
 }
 
-impl Block for Detect {
+impl Module for Detect {
     /// Detect reads several feature maps; the network calls `head` and `decode` instead.
-    fn run(&self, _x: &Tensor) -> Result<Tensor> {
+    fn forward(&self, _x: &Tensor) -> Result<Tensor> {
         Err(crate::Error::invalid(
             "Detect",
             "the detection head takes one feature map per level: call head() and decode()",
@@ -320,15 +317,9 @@ impl Block for Detect {
         out
     }
 
-    fn training(&self) -> bool {
-        self.training
-    }
+    crate::nn::training_field!();
 
-    fn set_training(&mut self, on: bool) {
-        self.training = on;
-    }
-
-    fn lower(&self, _g: &mut OnnxGraph, _prefix: &str, _x: &str) -> Result<String> {
+    fn to_onnx(&self, _g: &mut OnnxGraph, _prefix: &str, _x: &str) -> Result<String> {
         Err(crate::Error::invalid(
             "export_onnx",
             "the detection head takes one feature map per level: lower it with lower_head()",

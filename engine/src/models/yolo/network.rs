@@ -4,7 +4,7 @@
 
 use super::config::YoloConfig;
 use super::head::{Detect, HeadOutput};
-use crate::nn::{prefixed, Module, Summary};
+use crate::nn::{Module, Summary};
 use crate::{Error, Result, Tensor};
 
 pub(super) enum LayerKind {
@@ -148,8 +148,16 @@ impl YoloModel {
         );
         out
     }
+}
 
-    fn each_layer<'a>(&'a self) -> impl Iterator<Item = (String, &'a dyn Module)> + 'a {
+impl Module for YoloModel {
+    fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        YoloModel::forward(self, x)
+    }
+
+    /// The layers under ultralytics' names (`model.0`, `model.22`); concatenations and
+    /// upsamplings hold nothing and are not modules.
+    fn children(&self) -> Vec<(String, &dyn Module)> {
         self.layers
             .iter()
             .enumerate()
@@ -158,40 +166,21 @@ impl YoloModel {
                 LayerKind::Detect(d) => Some((format!("model.{i}"), d as &dyn Module)),
                 _ => None,
             })
-    }
-}
-
-impl Module for YoloModel {
-    fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        YoloModel::forward(self, x)
-    }
-
-    fn named_parameters(&self) -> Vec<(String, Tensor)> {
-        self.each_layer()
-            .flat_map(|(n, m)| prefixed(&n, m.named_parameters()))
             .collect()
     }
 
-    fn named_buffers(&self) -> Vec<(String, Tensor)> {
-        self.each_layer()
-            .flat_map(|(n, m)| prefixed(&n, m.named_buffers()))
+    fn children_mut(&mut self) -> Vec<&mut dyn Module> {
+        self.layers
+            .iter_mut()
+            .filter_map(|l| match &mut l.kind {
+                LayerKind::Module(m) => Some(m.as_mut() as &mut dyn Module),
+                LayerKind::Detect(d) => Some(d as &mut dyn Module),
+                _ => None,
+            })
             .collect()
     }
 
-    fn train(&mut self, on: bool) {
-        self.training = on;
-        for l in &mut self.layers {
-            match &mut l.kind {
-                LayerKind::Module(m) => m.train(on),
-                LayerKind::Detect(d) => d.train(on),
-                _ => {}
-            }
-        }
-    }
-
-    fn is_training(&self) -> bool {
-        self.training
-    }
+    crate::nn::training_field!();
 
     /// One line: the scale, the layer count and the classes (the first eight named).
     fn summary(&self) -> Summary {
