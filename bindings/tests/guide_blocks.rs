@@ -3,8 +3,9 @@
 //!
 //! - Each guide runs in a fresh engine (as the REPL builds it), in a fresh temporary working
 //!   directory, so the files its examples write (plots, checkpoints, CSVs) land there and not
-//!   in the repository. Its blocks run in order in one scope, as cells of a notebook: a later
-//!   block may use the variables of an earlier one (functions do not carry over).
+//!   in the repository. Its blocks run in order in one scope, as cells of a notebook or lines of
+//!   the REPL: a later block may use the variables and the functions of an earlier one (the
+//!   functions carry over as the REPL carries them, closures included).
 //! - ```` ```rhai,no_run ```` (or `rhai no_run`) marks a block that needs what a test cannot
 //!   have: a real corpus or dataset, weights, a GPU, or minutes of training. It is only
 //!   compiled, which still catches syntax errors; its variables are not defined for later
@@ -103,6 +104,7 @@ fn check_guide(path: &Path) -> (Vec<String>, usize, usize) {
     let mut engine = rusting_brain_rhai::new_engine();
     engine.on_print(|_| {});
     let mut scope = rhai::Scope::new();
+    let mut functions = rhai::AST::empty();
     let (mut failures, mut ran, mut compiled) = (Vec::new(), 0, 0);
     for block in rhai_blocks(&text) {
         let result = match block.mode {
@@ -115,9 +117,14 @@ fn check_guide(path: &Path) -> (Vec<String>, usize, usize) {
             }
             Mode::Run | Mode::Setup => {
                 ran += usize::from(block.mode == Mode::Run);
-                engine
-                    .run_with_scope(&mut scope, &block.code)
-                    .map_err(|e| e.to_string())
+                match engine.compile_with_scope(&scope, &block.code) {
+                    Ok(ast) => {
+                        let run = engine.run_ast_with_scope(&mut scope, &functions.merge(&ast));
+                        functions = functions.merge(&ast.clone_functions_only());
+                        run.map_err(|e| e.to_string())
+                    }
+                    Err(e) => Err(e.to_string()),
+                }
             }
         };
         if let Err(e) = result {
