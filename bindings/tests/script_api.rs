@@ -203,3 +203,47 @@ fn classification_metrics_take_logits_or_ids_from_a_script() {
     let e = eval("metrics::confusion_matrix(tensor([0, 5]), tensor([0, 1]), 3)").unwrap_err();
     assert!(e.contains("prediction 1 is class 5"), "{e}");
 }
+
+#[test]
+fn a_bool_mask_selects_and_an_int_tensor_picks_rows() {
+    assert_eq!(
+        values("let x = tensor([[1.0, -2.0], [-3.0, 4.0]]); x[x > 0.0]"),
+        vec![1.0, 4.0]
+    );
+    assert_eq!(
+        values("let x = arange(6).reshape([3, 2]); x[tensor([2, 0])]"),
+        vec![4.0, 5.0, 0.0, 1.0]
+    );
+    let err = eval("let x = ones([2]); x[tensor([0.5])]").unwrap_err();
+    assert!(
+        err.contains("a bool mask (x[x > 0.0]) or integer indices"),
+        "{err}"
+    );
+}
+
+#[test]
+fn assigning_through_a_mask_writes_where_it_holds() {
+    assert_eq!(
+        values("let x = tensor([1.0, -2.0, 3.0]); x[x < 0.0] = 0.0; x"),
+        vec![1.0, 0.0, 3.0]
+    );
+    // In place when no graph is involved: another handle on x sees the write.
+    assert_eq!(
+        values("let x = tensor([1.0, -2.0]); let y = x; x[x < 0.0] = 5.0; y"),
+        vec![1.0, 5.0]
+    );
+    let err = eval("let x = ones([2]); x[tensor([1, 0])] = 0.0").unwrap_err();
+    assert!(err.contains("needs a bool mask"), "{err}");
+}
+
+#[test]
+fn gradients_flow_through_a_masked_assignment() {
+    let grad = values(
+        "let w = tensor([1.0, -2.0, 3.0], #{ requires_grad: true });
+         let y = w * 2.0;
+         y[y < 0.0] = 0.0;
+         y.sum().backward();
+         w.grad",
+    );
+    assert_eq!(grad, vec![2.0, 0.0, 2.0]);
+}

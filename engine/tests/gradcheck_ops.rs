@@ -287,6 +287,30 @@ fn gradcheck_case(name: &str) -> Option<Case> {
         "huber_loss" => case(vec![randn(&[3, 4], 56)], |x| {
             huber_loss(&x[0], &randn(&[3, 4], 57), 0.5, Reduction::Mean)
         }),
+        "std" => unary(|x| x.std_dims(&[1], true, false)),
+        "norm" => unary(|x| {
+            // The 2-norm of rows, the 3-norm of everything and the largest magnitude of columns.
+            let rows = x.norm_dims(2.0, &[-1], false)?.sum()?;
+            let p3 = x.norm_dims(3.0, &[], false)?;
+            let inf = x.norm_dims(f64::INFINITY, &[0], false)?.sum()?;
+            rows.add(&p3)?.add(&inf)
+        }),
+        "cumsum" => unary(|x| x.cumsum(1)?.mul(&x.cumsum(0)?)),
+        "cumprod" => case(vec![positive(&[3, 6], 80)], |x| x[0].cumprod(-1)),
+        "masked_select" => unary(|x| x.masked_select(&x.gt_scalar(0.0)?)),
+        "flip" => unary(|x| x.flip(&[0, 1])?.mul(x)),
+        "roll" => unary(|x| x.roll(2, 1)?.mul(x)),
+        "repeat_interleave" => unary(|x| x.repeat_interleave(3, 1)?.square()),
+        "pad" => unary(|x| {
+            use rusting_brain::ops::rearrange::PadMode;
+            let reflect = x.pad(&[2, 1], PadMode::Reflect)?.sum()?;
+            let constant = x
+                .pad(&[1, 1, 1, 0], PadMode::Constant(0.5))?
+                .square()?
+                .sum()?;
+            let circular = x.pad(&[3, 0], PadMode::Circular)?.square()?.sum()?;
+            reflect.add(&constant)?.add(&circular)
+        }),
         _ => None,
     }
 }

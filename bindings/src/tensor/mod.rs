@@ -9,7 +9,7 @@ use crate::convert;
 use crate::error::{guard, runtime_error, RhaiResult};
 use crate::help::{self, Api};
 use rhai::{Dynamic, Engine, Module, INT};
-use rusting_brain::{Device, Tensor};
+use rusting_brain::{DType, Device, Tensor};
 use std::sync::RwLock;
 
 static DEFAULT_DEVICE: RwLock<Device> = RwLock::new(Device::Cpu);
@@ -126,11 +126,53 @@ fn register_indexing(engine: &mut Engine) {
             )
         })
     });
+    // x[mask] selects, x[indices] picks rows; x[mask] = v writes where the mask holds.
+    engine.register_indexer_get(|t: &mut Tensor, index: Tensor| -> RhaiResult<Tensor> {
+        match index.dtype() {
+            DType::Bool => guard(|| t.masked_select(&index)),
+            d if !d.is_float() => guard(|| t.index_select(0, &index)),
+            d => Err(runtime_error(format!(
+                "a tensor index must be a bool mask (x[x > 0.0]) or integer indices, got {d}"
+            ))),
+        }
+    });
+    engine.register_indexer_set(
+        |t: &mut Tensor, mask: Tensor, value: Dynamic| -> RhaiResult<()> {
+            if mask.dtype() != DType::Bool {
+                return Err(runtime_error(format!(
+                    "x[mask] = v needs a bool mask (a comparison such as x > 0.0), got {}",
+                    mask.dtype()
+                )));
+            }
+            let value = operand(&value, t)?;
+            guard(|| {
+                let result = Tensor::where_cond(&mask, &value.to_dtype(t.dtype())?, t)?;
+                if result.shape() != t.shape() {
+                    return Err(rusting_brain::Error::invalid(
+                        "x[mask] = v",
+                        format!(
+                            "the mask {:?} and value {:?} must broadcast to x's shape {:?}",
+                            mask.shape(),
+                            value.shape(),
+                            t.shape()
+                        ),
+                    ));
+                }
+                operators::store(t, result, value.requires_grad())
+            })
+        },
+    );
     help::record_entry(
         "[]",
-        "t[i], t[a..b], t[a..=b]",
-        "Index or slice along dim 0; negative indices count from the end.",
-        "let x = randn([3, 4]); let row = x[0]; let top = x[0..2];",
+        "t[i], t[a..b], t[a..=b], t[mask], t[indices]",
+        "Index or slice along dim 0 (negative indices count from the end); a bool mask selects the elements where it holds (masked_select), an integer tensor picks rows (index_select). Chains: t[i][j].",
+        "let x = randn([3, 4]); let row = x[0]; let top = x[0..2]; let positive = x[x > 0.0]; let picked = x[tensor([2, 0])];",
+    );
+    help::record_entry(
+        "[]",
+        "t[mask] = value",
+        "Writes value (a number or a tensor broadcast to t) where the bool mask holds, as PyTorch's x[mask] = v; gradients flow through it.",
+        "let x = randn([3, 4]); x[x < 0.0] = 0.0;",
     );
 }
 

@@ -18,25 +18,25 @@ fn apply(a: &Tensor, b: &Tensor, op: BinaryOp) -> Result<Tensor> {
     }
 }
 
-/// `x op= y` writes in place when that cannot change what autograd sees: neither side takes
-/// part in a graph and the result keeps x's shape and dtype. Otherwise it rebinds x to a new
-/// tensor, so `total += loss` builds a graph as in PyTorch.
+/// `x op= y`; see `store`.
 fn compound(x: &mut Tensor, y: &Tensor, op: BinaryOp) -> Result<()> {
-    let result_dtype = if op == BinaryOp::Div && !x.dtype().promote(y.dtype()).is_float() {
-        rusting_brain::DType::F32
-    } else {
-        x.dtype().promote(y.dtype())
-    };
-    let shape = rusting_brain::layout::broadcast_shapes(op.name(), x.shape(), y.shape())?;
-    let in_place_safe = !(is_grad_enabled() && (x.requires_grad() || y.requires_grad()))
+    let result = apply(x, y, op)?;
+    store(x, result, y.requires_grad())
+}
+
+/// Puts `result` into the variable that holds `x` (`x op= y`, `x[mask] = v`): written in place
+/// when that cannot change what autograd sees (neither x nor the other inputs take part in a
+/// graph, and the result keeps x's shape and dtype), so every handle on x sees it; otherwise the
+/// variable is rebound to the new tensor, so `total += loss` builds a graph as in PyTorch.
+pub(crate) fn store(x: &mut Tensor, result: Tensor, inputs_track_grad: bool) -> Result<()> {
+    let in_place_safe = !(is_grad_enabled() && (x.requires_grad() || inputs_track_grad))
         && !x.requires_grad()
-        && result_dtype == x.dtype()
-        && shape == x.shape();
+        && result.dtype() == x.dtype()
+        && result.shape() == x.shape();
     if in_place_safe {
-        let result = apply(x, y, op)?;
         x.copy_(&result)
     } else {
-        *x = apply(x, y, op)?;
+        *x = result;
         Ok(())
     }
 }

@@ -1,4 +1,5 @@
-//! Reductions over any dims with keepdim: sum, mean, max, min, argmax, argmin, var, logsumexp.
+//! Reductions over any dims with keepdim: sum, mean, max, min, argmax, argmin, var, std, norm,
+//! all, any, logsumexp.
 
 use super::backward_fn;
 use super::dispatch::dispatch;
@@ -183,6 +184,53 @@ impl Tensor {
             .square()?
             .sum_dims(dims, keepdim)?
             .affine(1.0 / denom, 0.0)
+    }
+
+    /// The standard deviation, the square root of `var_dims` (torch.std).
+    pub fn std_dims(&self, dims: &[isize], unbiased: bool, keepdim: bool) -> Result<Tensor> {
+        self.var_dims(dims, unbiased, keepdim)?.sqrt()
+    }
+
+    /// The p-norm over `dims` (torch.linalg.vector_norm): 2 the Euclidean length, 1 the sum of
+    /// magnitudes, infinity the largest magnitude, any other p > 0 (sum |x|^p)^(1/p).
+    pub fn norm_dims(&self, p: f64, dims: &[isize], keepdim: bool) -> Result<Tensor> {
+        let magnitude = self.abs()?;
+        if p == f64::INFINITY {
+            return magnitude.max_dims(dims, keepdim);
+        }
+        if !(p > 0.0) {
+            return Err(Error::invalid(
+                "norm",
+                format!("p must be positive or infinity, got {p}"),
+            ));
+        }
+        match p {
+            1.0 => magnitude.sum_dims(dims, keepdim),
+            2.0 => self.square()?.sum_dims(dims, keepdim)?.sqrt(),
+            _ => magnitude
+                .pow_scalar(p)?
+                .sum_dims(dims, keepdim)?
+                .pow_scalar(1.0 / p),
+        }
+    }
+
+    /// Whether every element over `dims` is non-zero (torch.all), as Bool.
+    pub fn all_dims(&self, dims: &[isize], keepdim: bool) -> Result<Tensor> {
+        self.nonzero_flags()?
+            .min_dims(dims, keepdim)?
+            .gt_scalar(0.0)
+    }
+
+    /// Whether any element over `dims` is non-zero (torch.any), as Bool.
+    pub fn any_dims(&self, dims: &[isize], keepdim: bool) -> Result<Tensor> {
+        self.nonzero_flags()?
+            .max_dims(dims, keepdim)?
+            .gt_scalar(0.0)
+    }
+
+    /// 1 where an element is non-zero, else 0 (U8, which the min and max reductions take).
+    fn nonzero_flags(&self) -> Result<Tensor> {
+        self.eq_scalar(0.0)?.logical_not()?.to_dtype(DType::U8)
     }
 
     /// log(sum(exp(x))) over `dims`, stable for large values.

@@ -100,6 +100,12 @@ ops! {
     "argmin": Primitive, false, INT_AND_FLOAT;
     "var": Composite, true, FLOAT;
     "logsumexp": Composite, true, FLOAT;
+    "std": Composite, true, FLOAT;
+    "norm": Composite, true, FLOAT;
+    "all": Composite, false, ALL;
+    "any": Composite, false, ALL;
+    "cumsum": Composite, true, ALL;
+    "cumprod": Composite, true, INT_AND_FLOAT;
     "softmax": Primitive, true, FLOAT;
     "log_softmax": Primitive, true, FLOAT;
     // normalization
@@ -123,6 +129,12 @@ ops! {
     "index_select": Primitive, true, ALL;
     "gather": Primitive, true, ALL;
     "scatter_add": Primitive, true, INT_AND_FLOAT;
+    "masked_select": Composite, true, ALL;
+    // rearranging (index_select, narrow and cat underneath)
+    "flip": Composite, true, ALL;
+    "roll": Composite, true, ALL;
+    "repeat_interleave": Composite, true, ALL;
+    "pad": Composite, true, ALL;
     // sorting and counting (ordered on the host, values gathered on the device)
     "sort": Composite, true, ALL;
     "argsort": Composite, false, ALL;

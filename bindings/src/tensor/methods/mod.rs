@@ -21,6 +21,7 @@ mod index;
 mod inspect;
 mod join_split;
 mod math;
+mod rearrange;
 mod reduce;
 mod shape;
 mod sort;
@@ -32,6 +33,7 @@ pub fn register(api: &mut Api) {
     shape::register(api);
     join_split::register(api);
     index::register(api);
+    rearrange::register(api);
     sort::register(api);
     count::register(api);
     cast::register(api);

@@ -1,4 +1,5 @@
-//! Reductions (sum, mean, max, min, logsumexp, var), arg-reductions and softmax along a dim.
+//! Reductions (sum, mean, max, min, logsumexp, var, std, norm, all, any), the running sum and
+//! product, arg-reductions and softmax along a dim.
 
 use super::one_dim;
 use crate::convert::dims;
@@ -66,7 +67,21 @@ pub fn register(api: &mut Api) {
         logsumexp,
         "log(sum(exp(x))), computed stably,"
     );
+    reduction!(
+        api,
+        "all",
+        all_dims,
+        "Whether every element is non-zero (bool)"
+    );
+    reduction!(
+        api,
+        "any",
+        any_dims,
+        "Whether any element is non-zero (bool)"
+    );
     register_variance(api);
+    register_norms(api);
+    register_scans(api);
     register_arg_reductions(api);
     register_softmax(api);
 }
@@ -92,6 +107,85 @@ fn register_variance(api: &mut Api) {
         "Variance over one dim, with or without Bessel's correction.",
         "let x = randn([4, 3]); x.variance(0, false, true)",
         |t: &mut Tensor, d: INT, u: bool, k: bool| guard(|| t.var_dims(&one_dim(d), u, k)),
+    );
+}
+
+fn register_norms(api: &mut Api) {
+    api.func(
+        "std",
+        "t.std() -> Tensor",
+        "Unbiased standard deviation over all elements (torch.std).",
+        "let x = randn([4, 3]); x.std()",
+        |t: &mut Tensor| guard(|| t.std_dims(&[], true, false)),
+    );
+    api.func(
+        "std",
+        "t.std(dim) -> Tensor",
+        "Unbiased standard deviation over one dim.",
+        "let x = randn([4, 3]); x.std(0)",
+        |t: &mut Tensor, d: INT| guard(|| t.std_dims(&one_dim(d), true, false)),
+    );
+    api.func(
+        "std",
+        "t.std(dim, unbiased, keepdim) -> Tensor",
+        "Standard deviation over one dim, with or without Bessel's correction.",
+        "let x = randn([4, 3]); x.std(0, false, true)",
+        |t: &mut Tensor, d: INT, u: bool, k: bool| guard(|| t.std_dims(&one_dim(d), u, k)),
+    );
+    api.func(
+        "norm",
+        "t.norm() -> Tensor",
+        "The Euclidean (2-) norm of all elements (torch.linalg.vector_norm).",
+        "let x = tensor([3.0, 4.0]); x.norm()",
+        |t: &mut Tensor| guard(|| t.norm_dims(2.0, &[], false)),
+    );
+    api.func(
+        "norm",
+        "t.norm(p) -> Tensor",
+        "The p-norm of all elements: 1 the sum of magnitudes, 2 the length, 1.0 / 0.0 (infinity) the largest magnitude.",
+        "let x = tensor([3.0, -4.0]); [x.norm(1), x.norm(1.0 / 0.0)]",
+        |t: &mut Tensor, p: rhai::Dynamic| {
+            let p = crate::convert::number(&p, "norm")?;
+            guard(|| t.norm_dims(p, &[], false))
+        },
+    );
+    api.func(
+        "norm",
+        "t.norm(p, dim) -> Tensor",
+        "The p-norm over one dim.",
+        "let x = randn([4, 3]); x.norm(2, -1)",
+        |t: &mut Tensor, p: rhai::Dynamic, d: INT| {
+            let p = crate::convert::number(&p, "norm")?;
+            guard(|| t.norm_dims(p, &one_dim(d), false))
+        },
+    );
+    api.func(
+        "norm",
+        "t.norm(p, dims, keepdim) -> Tensor",
+        "The p-norm over several dims, kept or not.",
+        "let x = randn([2, 3, 4]); x.norm(2, [1, 2], true)",
+        |t: &mut Tensor, p: rhai::Dynamic, d: Array, k: bool| {
+            let p = crate::convert::number(&p, "norm")?;
+            let d = dims(&d, "norm")?;
+            guard(|| t.norm_dims(p, &d, k))
+        },
+    );
+}
+
+fn register_scans(api: &mut Api) {
+    api.func(
+        "cumsum",
+        "t.cumsum(dim) -> Tensor",
+        "The running sum along dim (torch.cumsum); a bool tensor counts.",
+        "let x = tensor([1, 2, 3]); x.cumsum(0)",
+        |t: &mut Tensor, d: INT| guard(|| t.cumsum(d as isize)),
+    );
+    api.func(
+        "cumprod",
+        "t.cumprod(dim) -> Tensor",
+        "The running product along dim (torch.cumprod).",
+        "let x = tensor([1.0, 2.0, 3.0]); x.cumprod(0)",
+        |t: &mut Tensor, d: INT| guard(|| t.cumprod(d as isize)),
     );
 }
 

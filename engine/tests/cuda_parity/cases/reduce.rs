@@ -1,4 +1,5 @@
-//! Reductions over one dim, kept dims, everything, a middle dim and a transposed view.
+//! Reductions over one dim, kept dims, everything, a middle dim and a transposed view (and the
+//! scans, cumsum and cumprod, along the same dims).
 
 use super::{one, SIZES};
 use crate::harness::{value, Case, Dist};
@@ -44,6 +45,49 @@ pub const OPS: &[super::Entry] = &[
                 x.var_dims(d, unbiased, k)
             },
             |x| x.var_dims(&[0, 1], true, false),
+        )
+    }),
+    ("std", || {
+        reduce(
+            NORMAL,
+            |x, d, k| {
+                let unbiased = d
+                    .iter()
+                    .all(|&i| x.shape()[i.rem_euclid(x.rank() as isize) as usize] > 1);
+                x.std_dims(d, unbiased, k)
+            },
+            |x| x.std_dims(&[0, 1], true, false),
+        )
+    }),
+    ("norm", || {
+        reduce(
+            NORMAL,
+            |x, d, k| x.norm_dims(2.0, d, k),
+            |x| x.norm_dims(1.0, &[], false),
+        )
+    }),
+    ("all", || {
+        reduce(
+            Dist::Ints(0, 2),
+            |x, d, k| x.all_dims(d, k),
+            |x| x.all_dims(&[], false),
+        )
+    }),
+    ("any", || {
+        reduce(
+            Dist::Ints(-1, 1),
+            |x, d, k| x.any_dims(d, k),
+            |x| x.any_dims(&[], false),
+        )
+    }),
+    ("cumsum", || {
+        reduce(NORMAL, |x, d, _| x.cumsum(d[0]), |x| x.flatten()?.cumsum(0))
+    }),
+    ("cumprod", || {
+        reduce(
+            Dist::Uniform(0.9, 1.1),
+            |x, d, _| x.cumprod(d[0]),
+            |x| x.flatten()?.cumprod(0),
         )
     }),
     ("logsumexp", || {

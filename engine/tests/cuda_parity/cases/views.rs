@@ -1,4 +1,5 @@
-//! Views and copies: reshapes, permutes, narrows, expands, casts, cat, stack, split, chunk.
+//! Views and copies: reshapes, permutes, narrows, expands, casts, cat, stack, split, chunk; and
+//! the rearranging composites: flip, roll, repeat_interleave, pad, masked_select.
 
 use super::SIZES;
 use crate::harness::{normal, Case};
@@ -68,6 +69,29 @@ pub const OPS: &[super::Entry] = &[
         })
     }),
     ("stack", stack_cases),
+    ("flip", || {
+        views(|x, _, _| Ok(vec![x.flip(&[1])?, x.flip(&[0, 1])?]))
+    }),
+    ("roll", || {
+        views(|x, _, c| Ok(vec![x.roll(c as i64 / 2 + 1, 1)?, x.roll(-1, 0)?]))
+    }),
+    ("repeat_interleave", || {
+        views(|x, _, _| Ok(vec![x.repeat_interleave(2, 1)?, x.repeat_interleave(3, 0)?]))
+    }),
+    ("pad", || {
+        use rusting_brain::ops::rearrange::PadMode;
+        views(|x, r, _| {
+            Ok(vec![
+                x.pad(&[2, 3, 1, 0], PadMode::Constant(-1.5))?,
+                x.pad(&[0, 0, r - 1, r - 1], PadMode::Reflect)?,
+                x.pad(&[4, 1], PadMode::Replicate)?,
+                x.pad(&[1, 2], PadMode::Circular)?,
+            ])
+        })
+    }),
+    ("masked_select", || {
+        views(|x, _, _| Ok(vec![x.masked_select(&x.gt_scalar(0.0)?)?]))
+    }),
     ("split", || {
         views(|x, _, _| {
             let mut parts = x.split(3, -1)?;
