@@ -100,6 +100,62 @@ fn copy<'a>(c: &'a NativeCallContext<'_>) -> NativeCallContext<'a> {
     )
 }
 
+/// An error as a script's author reads it: Rust type paths become the names `help()` uses
+/// (`Tensor`, not `rusting_brain::tensor::Tensor`), Rhai's spelling of a string parameter
+/// (`&str | ImmutableString | String`) becomes `string`, and a tensor where Rhai wants a bool
+/// (`if x > 0.0`) says what to write instead. Function-call wrappers are unwrapped to their
+/// cause, which is what the REPL shows; the position is the outermost call's, and a
+/// cancellation stays a cancellation.
+pub fn in_script_terms(engine: &rhai::Engine, e: Box<EvalAltResult>) -> Box<EvalAltResult> {
+    let pos = e.position();
+    let mut cause = &*e;
+    while let EvalAltResult::ErrorInFunctionCall(_, _, inner, _) = cause {
+        cause = inner;
+    }
+    let message = match cause {
+        EvalAltResult::ErrorTerminated(..) | EvalAltResult::ErrorRuntime(..) => return e,
+        // Rhai's fields are (wanted, got); whichever way round, a tensor met a bool.
+        EvalAltResult::ErrorMismatchDataType(a, b, _)
+            if [engine.map_type_name(a), engine.map_type_name(b)].contains(&"Tensor")
+                && [a.as_str(), b.as_str()].contains(&"bool") =>
+        {
+            "a tensor is not a bool; use `.item() > 0.0` (one element) or `.any()` / `.all()`"
+                .to_string()
+        }
+        other => {
+            let text = other.to_string();
+            let text = match text.rfind(" (line ") {
+                Some(i) => text[..i].to_string(),
+                None => text,
+            };
+            script_type_names(engine, &text)
+        }
+    };
+    Box::new(EvalAltResult::ErrorRuntime(message.into(), pos))
+}
+
+/// `text` with every Rust type path in it (`a::b::C`) replaced by its registered script name.
+fn script_type_names(engine: &rhai::Engine, text: &str) -> String {
+    let text = text.replace("&str | ImmutableString | String", "string");
+    let is_path_char = |c: char| c.is_ascii_alphanumeric() || c == '_' || c == ':';
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text.as_str();
+    while let Some(start) = rest.find(is_path_char) {
+        out.push_str(&rest[..start]);
+        let word_len = rest[start..]
+            .find(|c: char| !is_path_char(c))
+            .unwrap_or(rest.len() - start);
+        let word = &rest[start..start + word_len];
+        match word.contains("::") {
+            true => out.push_str(engine.map_type_name(word)),
+            false => out.push_str(word),
+        }
+        rest = &rest[start + word_len..];
+    }
+    out.push_str(rest);
+    out.replace("ImmutableString", "string")
+}
+
 /// Runs an engine call, mapping its error and turning a panic into an error that says it is a bug.
 pub fn guard<T>(f: impl FnOnce() -> rusting_brain::Result<T>) -> RhaiResult<T> {
     match catch_unwind(AssertUnwindSafe(f)) {

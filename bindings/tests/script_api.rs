@@ -247,3 +247,40 @@ fn gradients_flow_through_a_masked_assignment() {
     );
     assert_eq!(grad, vec![2.0, 0.0, 2.0]);
 }
+
+#[test]
+fn the_power_operator_raises_a_tensor_elementwise() {
+    assert_eq!(values("tensor([1.0, 2.0, 3.0]) ** 2"), vec![1.0, 4.0, 9.0]);
+    assert_eq!(values("tensor([4.0, 9.0]) ** 0.5"), vec![2.0, 3.0]);
+}
+
+fn script_error(src: &str) -> String {
+    let engine = rusting_brain_rhai::new_engine();
+    let e = engine.eval::<Dynamic>(src).unwrap_err();
+    rusting_brain_rhai::error::in_script_terms(&engine, e).to_string()
+}
+
+#[test]
+fn a_tensor_in_an_if_says_how_to_test_it() {
+    let msg = script_error("let x = tensor([1.0]); if x > 0.0 { 1 } else { 2 }");
+    assert!(
+        msg.contains("a tensor is not a bool; use `.item() > 0.0`"),
+        "{msg}"
+    );
+}
+
+#[test]
+fn errors_name_types_as_scripts_do() {
+    // Rhai names the Rust type where a value of the wrong type is used as an array index.
+    let src = "let i = tensor([1.0]); let a = [1, 2]; a[i]";
+    let raw = rusting_brain_rhai::new_engine()
+        .eval::<Dynamic>(src)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        raw.contains("rusting_brain::"),
+        "the case no longer shows a path: {raw}"
+    );
+    let msg = script_error(src);
+    assert!(msg.contains("Tensor") && !msg.contains("::"), "{msg}");
+}

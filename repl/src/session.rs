@@ -83,7 +83,9 @@ impl Session {
             Err(e) => {
                 // Functions defined by an entry that failed still parse fine; keep them.
                 self.functions = self.functions.merge(&ast.clone_functions_only());
-                Err(EntryError::Runtime(e))
+                Err(EntryError::Runtime(
+                    rusting_brain_rhai::error::in_script_terms(&self.engine, e),
+                ))
             }
         }
     }

@@ -54,6 +54,16 @@ pub fn register(api: &mut Api) {
         },
     );
     api.func(
+        "**",
+        "t ** exponent -> Tensor",
+        "Elementwise power with a number exponent, as Python's x ** 2 (Rhai's power operator).",
+        "let x = tensor([1.0, 2.0, 3.0]); x ** 2",
+        |t: Tensor, e: Dynamic| {
+            let e = convert::number(&e, "**")?;
+            guard(|| t.pow_scalar(e))
+        },
+    );
+    api.func(
         "affine",
         "t.affine(mul, add) -> Tensor",
         "t * mul + add in one pass, keeping t's dtype.",
