@@ -235,7 +235,6 @@ macro_rules! training_field {
 pub(crate) use training_field;
 
 /// Copies `state` into the tensors `own` names, all or nothing, as `load_state_dict` does.
-
 pub(crate) fn load_named(
     own: BTreeMap<String, Tensor>,
     state: &BTreeMap<String, Tensor>,

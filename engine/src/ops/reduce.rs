@@ -198,7 +198,7 @@ impl Tensor {
         if p == f64::INFINITY {
             return magnitude.max_dims(dims, keepdim);
         }
-        if !(p > 0.0) {
+        if p.is_nan() || p <= 0.0 {
             return Err(Error::invalid(
                 "norm",
                 format!("p must be positive or infinity, got {p}"),
