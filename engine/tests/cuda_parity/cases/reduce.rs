@@ -37,25 +37,14 @@ pub const OPS: &[super::Entry] = &[
     ("var", || {
         reduce(
             NORMAL,
-            |x, d, k| {
-                // Bessel's correction needs two values.
-                let unbiased = d
-                    .iter()
-                    .all(|&i| x.shape()[i.rem_euclid(x.rank() as isize) as usize] > 1);
-                x.var_dims(d, unbiased, k)
-            },
+            |x, d, k| x.var_dims(d, corrected(x, d), k),
             |x| x.var_dims(&[0, 1], true, false),
         )
     }),
     ("std", || {
         reduce(
             NORMAL,
-            |x, d, k| {
-                let unbiased = d
-                    .iter()
-                    .all(|&i| x.shape()[i.rem_euclid(x.rank() as isize) as usize] > 1);
-                x.std_dims(d, unbiased, k)
-            },
+            |x, d, k| x.std_dims(d, corrected(x, d), k),
             |x| x.std_dims(&[0, 1], true, false),
         )
     }),
@@ -98,6 +87,12 @@ pub const OPS: &[super::Entry] = &[
         )
     }),
 ];
+
+/// Whether Bessel's correction applies over `dims`: it needs two values in each.
+fn corrected(x: &Tensor, dims: &[isize]) -> bool {
+    dims.iter()
+        .all(|&i| x.shape()[i.rem_euclid(x.rank() as isize) as usize] > 1)
+}
 
 /// Reductions of [rows, cols] over the last dim, the first dim (kept) and everything, of a
 /// [2, cols, 3] input over its middle dim, and of a transposed view.
