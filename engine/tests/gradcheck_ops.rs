@@ -288,6 +288,14 @@ fn gradcheck_case(name: &str) -> Option<Case> {
             huber_loss(&x[0], &randn(&[3, 4], 57), 0.5, Reduction::Mean)
         }),
         "std" => unary(|x| x.std_dims(&[1], true, false)),
+        "group_norm" => case(
+            vec![randn(&[2, 6, 3], 81), randn(&[6], 82), randn(&[6], 83)],
+            |x| {
+                // Three groups of two channels with weight and bias, and two without.
+                let affine = x[0].group_norm(3, Some(&x[1]), Some(&x[2]), 1e-5)?;
+                affine.add(&x[0].group_norm(2, None, None, 1e-5)?.mul(&x[0])?)
+            },
+        ),
         "norm" => unary(|x| {
             // The 2-norm of rows, the 3-norm of everything and the largest magnitude of columns.
             let rows = x.norm_dims(2.0, &[-1], false)?.sum()?;

@@ -85,6 +85,21 @@ fn layer_norm(x: Tensor, w: rhai::Dynamic, b: rhai::Dynamic, opts: Map) -> RhaiR
     guard(|| x.layer_norm(w.as_ref(), b.as_ref(), eps))
 }
 
+fn group_norm(
+    x: Tensor,
+    groups: INT,
+    w: rhai::Dynamic,
+    b: rhai::Dynamic,
+    opts: Map,
+) -> RhaiResult<Tensor> {
+    const WHAT: &str = "nn::group_norm";
+    let o = Options::new(WHAT, opts, &["eps"])?;
+    let eps = o.float("eps", 1e-5)?;
+    let groups = crate::convert::usize_of(groups, WHAT)?;
+    let (w, b) = (optional_tensor(w, WHAT)?, optional_tensor(b, WHAT)?);
+    guard(|| x.group_norm(groups, w.as_ref(), b.as_ref(), eps))
+}
+
 /// torch.nn.functional.batch_norm: running statistics, weight and bias may each be ().
 fn batch_norm(x: Tensor, stats: [rhai::Dynamic; 4], opts: Map) -> RhaiResult<Tensor> {
     const WHAT: &str = "nn::batch_norm";
@@ -205,6 +220,20 @@ pub fn register(api: &mut Api) {
         "LayerNorm with options; weight and bias may be ().",
         "let x = randn([2, 4]); nn::layer_norm(x, (), (), #{ eps: 1e-6 })",
         layer_norm,
+    );
+    api.func(
+        "group_norm",
+        "nn::group_norm(x, groups, weight, bias[, #{ eps }]) -> Tensor",
+        "GroupNorm of [N, C, ...]: the channels in groups, each normalized over its channels and positions, then the per-channel weight and bias [C] (either may be ()); as torch.nn.functional.group_norm.",
+        "let x = randn([2, 8, 4, 4]); nn::group_norm(x, 2, ones([8]), zeros([8]))",
+        |x: Tensor, g: INT, w: rhai::Dynamic, b: rhai::Dynamic| group_norm(x, g, w, b, Map::new()),
+    );
+    api.func(
+        "group_norm",
+        "nn::group_norm(x, groups, weight, bias, #{ eps }) -> Tensor",
+        "GroupNorm with options.",
+        "let x = randn([2, 8, 5]); nn::group_norm(x, 4, (), (), #{ eps: 1e-6 })",
+        group_norm,
     );
     api.func(
         "batch_norm",

@@ -1,5 +1,6 @@
 //! The `nn::` namespace: functional ops and losses, and (with the nn layers) modules.
 
+mod attention_layers;
 mod functional;
 mod modules;
 mod script_module;
@@ -16,6 +17,7 @@ pub fn register(engine: &mut Engine) {
         let mut api = Api::new(&mut module, Some("nn"));
         functional::register(&mut api);
         modules::register(&mut api);
+        attention_layers::register(&mut api);
     }
     engine.register_static_module("nn", module.into());
     engine.register_type_with_name::<Model>("Model");

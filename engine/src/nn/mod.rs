@@ -3,6 +3,7 @@
 //! one model.
 
 mod activation;
+mod attention;
 mod batch_norm;
 mod conv2d;
 mod dropout;
@@ -20,8 +21,10 @@ mod onnx_export;
 mod pool;
 mod sequential;
 mod summary;
+mod transformer;
 
 pub use activation::{Activation, ReLU, SiLU, Tanh, GELU};
+pub use attention::{AttentionMasks, MultiheadAttention};
 pub use batch_norm::BatchNorm2d;
 pub use conv2d::Conv2d;
 pub use dropout::Dropout;
@@ -34,8 +37,9 @@ pub use module::{duplicate_names, indexed, parameters_key, prefixed, LoadReport,
 pub(crate) use module::{load_named, training_field};
 pub use module_list::ModuleList;
 pub use name_report::NameReport;
-pub use norm::{LayerNorm, RmsNorm};
+pub use norm::{GroupNorm, LayerNorm, RmsNorm};
 pub use onnx_export::export_module;
 pub use pool::{AdaptiveAvgPool2d, AvgPool2d, Flatten, MaxPool2d, Window};
 pub use sequential::Sequential;
 pub use summary::{describe, with_commas, Summary};
+pub use transformer::{EncoderLayerConfig, TransformerEncoderLayer};

@@ -116,6 +116,12 @@ pub trait Module: Send + Sync {
         ))
     }
 
+    /// This module as `Any`, for a caller that needs a layer's own methods beyond `forward`
+    /// (multi-head attention's `attend` with masks); `None` for layers that offer none.
+    fn as_any(&self) -> Option<&dyn std::any::Any> {
+        None
+    }
+
     /// The shape of one input sample (no batch dimension) when the layer fixes it, as a Linear
     /// does; what an export uses when no shape is given.
     fn input_shape(&self) -> Option<Vec<usize>> {

@@ -1,4 +1,5 @@
-//! LayerNorm and RMSNorm modules over the fused `layer_norm` and `rms_norm` ops (ops/norm.rs):
+//! LayerNorm and RMSNorm modules over the fused `layer_norm` and `rms_norm` ops (ops/norm.rs),
+//! and GroupNorm over `group_norm`:
 //! statistics in f32 even for bf16/f16 inputs (the mixed precision rule: norm statistics stay
 //! FP32), the result in the input dtype, each parameter's gradient in its own dtype.
 
@@ -80,6 +81,77 @@ impl Module for LayerNorm {
             self.weight.is_some()
         );
         line
+    }
+}
+
+/// Group normalization as torch.nn.GroupNorm: the channels of x [N, C, ...] in `groups` runs,
+/// each normalized over its channels and positions, then a per-channel weight and bias.
+pub struct GroupNorm {
+    pub weight: Option<Tensor>,
+    pub bias: Option<Tensor>,
+    pub eps: f64,
+    groups: usize,
+    channels: usize,
+    training: bool,
+}
+
+impl GroupNorm {
+    pub fn new(groups: usize, channels: usize, eps: f64, affine: bool) -> Result<Self> {
+        if groups == 0 || !channels.is_multiple_of(groups) {
+            return Err(Error::invalid(
+                "GroupNorm",
+                format!("{channels} channels do not split into {groups} groups"),
+            ));
+        }
+        let (weight, bias) = match affine {
+            true => (
+                Some(new_parameter(&[channels], ones_)?),
+                Some(new_parameter(&[channels], zeros_)?),
+            ),
+            false => (None, None),
+        };
+        Ok(GroupNorm {
+            weight,
+            bias,
+            eps,
+            groups,
+            channels,
+            training: true,
+        })
+    }
+}
+
+impl Module for GroupNorm {
+    fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        if x.rank() < 2 || x.shape()[1] != self.channels {
+            return Err(Error::layer_input(
+                self.title(),
+                format!("input [N, {}, ...]", self.channels),
+                format!("{:?}", x.shape()),
+            ));
+        }
+        x.group_norm(
+            self.groups,
+            self.weight.as_ref(),
+            self.bias.as_ref(),
+            self.eps,
+        )
+    }
+
+    fn own_parameters(&self) -> Vec<(String, Tensor)> {
+        weight_and_bias(self.weight.as_ref(), self.bias.as_ref())
+    }
+
+    super::module::training_field!();
+
+    fn title(&self) -> String {
+        format!(
+            "GroupNorm({}, {}, eps={:e}, affine={})",
+            self.groups,
+            self.channels,
+            self.eps,
+            self.weight.is_some()
+        )
     }
 }
 

@@ -25,6 +25,53 @@ impl Tensor {
         norm(self, weight, bias, eps, false, self.dtype())
     }
 
+    /// Group normalization of x [N, C, ...] (torch.nn.functional.group_norm): the channels
+    /// split into `groups` runs, each normalized over its channels and every position with the
+    /// biased variance, then scaled and shifted per channel by `weight` and `bias` [C]. A
+    /// composite: layer_norm over each group's values flattened into one row.
+    pub fn group_norm(
+        &self,
+        groups: usize,
+        weight: Option<&Tensor>,
+        bias: Option<&Tensor>,
+        eps: f64,
+    ) -> Result<Tensor> {
+        let shape = self.shape();
+        if shape.len() < 2 || groups == 0 || !shape[1].is_multiple_of(groups) {
+            return Err(Error::invalid(
+                "group_norm",
+                format!("needs x [N, C, ...] with C divisible by {groups} groups, got {shape:?}"),
+            ));
+        }
+        let channels = shape[1];
+        for (what, t) in [("weight", weight), ("bias", bias)] {
+            if let Some(t) = t {
+                if t.shape() != [channels] {
+                    return Err(Error::invalid(
+                        "group_norm",
+                        format!("{what} must be [{channels}], got {:?}", t.shape()),
+                    ));
+                }
+            }
+        }
+        let rows = self.reshape(&[shape[0] as isize, groups as isize, -1])?;
+        let normed = rows.layer_norm(None, None, eps)?.reshape_to(shape)?;
+        // [C] as [1, C, 1, ...]: one value per channel at every position.
+        let per_channel = |t: &Tensor| -> Result<Tensor> {
+            let mut s = vec![1; shape.len()];
+            s[1] = channels;
+            t.reshape_to(&s)
+        };
+        let scaled = match weight {
+            Some(w) => normed.mul(&per_channel(w)?)?,
+            None => normed,
+        };
+        match bias {
+            Some(b) => scaled.add(&per_channel(b)?),
+            None => Ok(scaled),
+        }
+    }
+
     /// x / sqrt(mean(x^2) + eps) * weight over the trailing dims of the weight's shape (the last
     /// dim without a weight), as torch.nn.functional.rms_norm.
     pub fn rms_norm(&self, weight: Option<&Tensor>, eps: f64) -> Result<Tensor> {

@@ -112,6 +112,7 @@ ops! {
     "layer_norm": Primitive, true, FLOAT;
     "rms_norm": Primitive, true, FLOAT;
     "batch_norm": Primitive, true, FLOAT;
+    "group_norm": Composite, true, FLOAT;
     // views and copies
     "reshape": View, true, ALL;
     "permute": View, true, ALL;

@@ -1,4 +1,4 @@
-//! layer_norm, rms_norm and batch_norm.
+//! layer_norm, rms_norm, batch_norm and group_norm.
 
 use super::{one, SIZES};
 use crate::harness::{normal, value, Case, Dist};
@@ -8,7 +8,34 @@ pub const OPS: &[super::Entry] = &[
     ("layer_norm", || norm_cases(true)),
     ("rms_norm", || norm_cases(false)),
     ("batch_norm", batch_norm_cases),
+    ("group_norm", group_norm_cases),
 ];
+
+/// group_norm of [N, C, H, W] in 2 and 4 groups with a weight and bias, and of [N, C, L]
+/// without them.
+fn group_norm_cases() -> Vec<Case> {
+    let affine = |c: usize| {
+        vec![
+            normal(&[2, c, 5, 7]),
+            value(&[c], Dist::Uniform(0.5, 1.5)),
+            normal(&[c]),
+        ]
+    };
+    vec![
+        Case::new("[2, 8, 5, 7] in 2 groups", affine(8), 4 * 35, |x| {
+            one(x[0].group_norm(2, Some(&x[1]), Some(&x[2]), 1e-5))
+        }),
+        Case::new("[2, 8, 5, 7] in 4 groups", affine(8), 2 * 35, |x| {
+            one(x[0].group_norm(4, Some(&x[1]), Some(&x[2]), 1e-5))
+        }),
+        Case::new(
+            "[3, 6, 33] in 3 groups, no affine",
+            vec![normal(&[3, 6, 33])],
+            2 * 33,
+            |x| one(x[0].group_norm(3, None, None, 1e-5)),
+        ),
+    ]
+}
 
 /// layer_norm (with a bias) or rms_norm over the last dim, with and without a weight, of a
 /// transposed view, and layer_norm over two trailing dims.
