@@ -33,6 +33,7 @@ pub use error::{Error, Result};
 pub use layout::Layout;
 pub use ops::attention::AttentionOptions;
 pub use ops::conv::Conv2dOptions;
+pub use ops::conv_transpose::ConvTranspose2dOptions;
 pub use ops::linear_loss::linear_cross_entropy;
 pub use ops::loss::{
     bce_with_logits, cross_entropy, huber_loss, mse_loss, CrossEntropyOptions, Reduction,

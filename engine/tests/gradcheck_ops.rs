@@ -288,6 +288,23 @@ fn gradcheck_case(name: &str) -> Option<Case> {
             huber_loss(&x[0], &randn(&[3, 4], 57), 0.5, Reduction::Mean)
         }),
         "std" => unary(|x| x.std_dims(&[1], true, false)),
+        "conv_transpose2d" => case(
+            vec![
+                randn(&[2, 4, 3, 4], 84),
+                randn(&[4, 3, 3, 2], 85),
+                randn(&[6], 86),
+            ],
+            |x| {
+                let opts = rusting_brain::ConvTranspose2dOptions {
+                    stride: (2, 1),
+                    padding: (1, 0),
+                    output_padding: (1, 0),
+                    dilation: (1, 2),
+                    groups: 2,
+                };
+                x[0].conv_transpose2d(&x[1], Some(&x[2]), opts)
+            },
+        ),
         "group_norm" => case(
             vec![randn(&[2, 6, 3], 81), randn(&[6], 82), randn(&[6], 83)],
             |x| {

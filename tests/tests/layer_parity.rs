@@ -1,7 +1,7 @@
 //! The general layers and ops against PyTorch's own outputs and gradients
 //! (`tests/fixtures/layers/make_layers.py` wrote them with torch): GroupNorm,
-//! MultiheadAttention (padding, float and causal masks, both layouts), TransformerEncoderLayer
-//! (post-norm relu and pre-norm gelu), and cumsum, cumprod, flip, roll, repeat_interleave, the
+//! ConvTranspose2d, MultiheadAttention (padding, float and causal masks, both layouts),
+//! TransformerEncoderLayer (post-norm relu and pre-norm gelu), and cumsum, cumprod, flip, roll, repeat_interleave, the
 //! norms, std, masked_select and the four pad modes. Each module is built here, loads torch's
 //! state dict by its PyTorch names, and must give torch's numbers.
 
@@ -233,4 +233,51 @@ fn pad_modes_match_torch_with_gradients() {
             1e-5,
         );
     }
+}
+
+#[test]
+fn conv_transpose2d_matches_torch_with_gradients() {
+    use rusting_brain::nn::ConvTranspose2d;
+    use rusting_brain::ConvTranspose2dOptions;
+    let f = fixtures();
+    let opts = ConvTranspose2dOptions {
+        stride: (2, 1),
+        padding: (1, 1),
+        output_padding: (1, 0),
+        dilation: (1, 2),
+        groups: 2,
+    };
+    let layer = ConvTranspose2d::new(4, 6, (3, 3), opts, true, &mut Generator::new(5)).unwrap();
+    layer
+        .load_state_dict(&state(&f, "conv_transpose"), true)
+        .unwrap();
+    let x = leaf(get(&f, "conv_transpose.x"));
+    let y = layer.forward(&x).unwrap();
+    assert_close(
+        "conv_transpose out",
+        &y,
+        get(&f, "conv_transpose.out"),
+        1e-5,
+    );
+    let gx = grad_of(&y, get(&f, "conv_transpose.probe"), &x);
+    assert_close(
+        "conv_transpose grad x",
+        &gx,
+        get(&f, "conv_transpose.grad_x"),
+        1e-4,
+    );
+    let gw = layer.weight.grad().unwrap();
+    assert_close(
+        "conv_transpose grad weight",
+        &gw,
+        get(&f, "conv_transpose.grad_weight"),
+        1e-4,
+    );
+    let gb = layer.bias.as_ref().unwrap().grad().unwrap();
+    assert_close(
+        "conv_transpose grad bias",
+        &gb,
+        get(&f, "conv_transpose.grad_bias"),
+        1e-4,
+    );
 }

@@ -4,7 +4,9 @@ use crate::error::{guard, RhaiResult};
 use crate::help::Api;
 use crate::options::Options;
 use rhai::{Map, INT};
-use rusting_brain::{Conv2dOptions, CrossEntropyOptions, Reduction, Tensor};
+use rusting_brain::{
+    Conv2dOptions, ConvTranspose2dOptions, CrossEntropyOptions, Reduction, Tensor,
+};
 
 fn reduction(opts: &Options) -> RhaiResult<Reduction> {
     match opts.string("reduction")? {
@@ -30,6 +32,26 @@ fn conv2d(x: Tensor, w: Tensor, bias: Option<Tensor>, opts: Map) -> RhaiResult<T
         groups: o.usize("groups", 1)?,
     };
     guard(|| x.conv2d(&w, bias.as_ref(), c))
+}
+
+/// The options of a transposed convolution, as torch.nn.ConvTranspose2d names them.
+pub(super) fn conv_transpose_options(o: &Options) -> RhaiResult<ConvTranspose2dOptions> {
+    Ok(ConvTranspose2dOptions {
+        stride: o.pair("stride", (1, 1))?,
+        padding: o.pair("padding", (0, 0))?,
+        output_padding: o.pair("output_padding", (0, 0))?,
+        dilation: o.pair("dilation", (1, 1))?,
+        groups: o.usize("groups", 1)?,
+    })
+}
+
+pub(super) const CONV_TRANSPOSE_KEYS: [&str; 5] =
+    ["stride", "padding", "output_padding", "dilation", "groups"];
+
+fn conv_transpose2d(x: Tensor, w: Tensor, bias: Option<Tensor>, opts: Map) -> RhaiResult<Tensor> {
+    let o = Options::new("nn::conv_transpose2d", opts, &CONV_TRANSPOSE_KEYS)?;
+    let c = conv_transpose_options(&o)?;
+    guard(|| x.conv_transpose2d(&w, bias.as_ref(), c))
 }
 
 fn pool(x: Tensor, opts: Map, what: &str, max: bool) -> RhaiResult<Tensor> {
@@ -182,6 +204,20 @@ pub fn register(api: &mut Api) {
         "2-D convolution with a bias [O] (or ()) and options; sizes are ints or [h, w].",
         "let x = randn([1, 3, 8, 8]); let w = randn([4, 3, 3, 3]); let b = zeros([4]); nn::conv2d(x, w, b, #{ stride: 2, padding: 1 })",
         |x: Tensor, w: Tensor, b: rhai::Dynamic, o: Map| conv2d(x, w, b.try_cast::<Tensor>(), o),
+    );
+    api.func(
+        "conv_transpose2d",
+        "nn::conv_transpose2d(x, weight) -> Tensor",
+        "Transposed 2-D convolution of [N, Cin, H, W] by [Cin, Cout/groups, kh, kw] (torch.nn.functional.conv_transpose2d).",
+        "let x = randn([1, 4, 5, 5]); let w = randn([4, 2, 3, 3]); nn::conv_transpose2d(x, w).shape",
+        |x: Tensor, w: Tensor| conv_transpose2d(x, w, None, Map::new()),
+    );
+    api.func(
+        "conv_transpose2d",
+        "nn::conv_transpose2d(x, weight, bias, #{ stride, padding, output_padding, dilation, groups }) -> Tensor",
+        "Transposed convolution with a bias [Cout] (or ()) and options: the output side is (H - 1) stride - 2 padding + dilation (k - 1) + output_padding + 1.",
+        "let x = randn([1, 4, 5, 5]); let w = randn([4, 2, 3, 3]); nn::conv_transpose2d(x, w, (), #{ stride: 2, padding: 1, output_padding: 1 }).shape",
+        |x: Tensor, w: Tensor, b: rhai::Dynamic, o: Map| conv_transpose2d(x, w, b.try_cast::<Tensor>(), o),
     );
     api.func(
         "max_pool2d",

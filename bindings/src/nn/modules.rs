@@ -8,8 +8,8 @@ use crate::options::Options;
 use rhai::{Array, Dynamic, Map, INT};
 use rusting_brain::nn::export_module;
 use rusting_brain::nn::{
-    Activation, AdaptiveAvgPool2d, AvgPool2d, BatchNorm2d, Conv2d, Dropout, Embedding, Flatten,
-    LayerNorm, Linear, MaxPool2d, Mlp, Module, RmsNorm, Sequential, Window,
+    Activation, AdaptiveAvgPool2d, AvgPool2d, BatchNorm2d, Conv2d, ConvTranspose2d, Dropout,
+    Embedding, Flatten, LayerNorm, Linear, MaxPool2d, Mlp, Module, RmsNorm, Sequential, Window,
 };
 use rusting_brain::Conv2dOptions;
 use rusting_brain::{Generator, Tensor};
@@ -147,6 +147,23 @@ fn conv_layer(cin: INT, cout: INT, k: Dynamic, opts: Map) -> RhaiResult<Model> {
     );
     let (bias, mut gen) = (o.bool("bias", true)?, seed_of(&o)?);
     boxed(Conv2d::new(cin, cout, kernel, c, bias, &mut gen))
+}
+
+fn conv_transpose_layer(cin: INT, cout: INT, k: Dynamic, opts: Map) -> RhaiResult<Model> {
+    const WHAT: &str = "nn::conv_transpose2d_layer";
+    let keys: Vec<&str> = super::functional::CONV_TRANSPOSE_KEYS
+        .into_iter()
+        .chain(["bias", "seed"])
+        .collect();
+    let o = Options::new(WHAT, opts, &keys)?;
+    let kernel = crate::options::pair(&k, &format!("{WHAT} kernel"))?;
+    let c = super::functional::conv_transpose_options(&o)?;
+    let (cin, cout) = (
+        convert::usize_of(cin, WHAT)?,
+        convert::usize_of(cout, WHAT)?,
+    );
+    let (bias, mut gen) = (o.bool("bias", true)?, seed_of(&o)?);
+    boxed(ConvTranspose2d::new(cin, cout, kernel, c, bias, &mut gen))
 }
 
 fn embedding(n: INT, d: INT, opts: Map) -> RhaiResult<Model> {
@@ -351,6 +368,7 @@ fn register_layers(api: &mut Api) {
         },
     );
     api.func("conv2d_layer", "nn::conv2d_layer(in, out, kernel, #{ stride, padding, dilation, groups, bias, seed }) -> Model", "A Conv2d layer with PyTorch's default init.", "let conv = nn::conv2d_layer(3, 16, 3, #{ padding: 1 });", conv_layer);
+    api.func("conv_transpose2d_layer", "nn::conv_transpose2d_layer(in, out, kernel, #{ stride, padding, output_padding, dilation, groups, bias, seed }) -> Model", "A ConvTranspose2d layer (weight [in, out/groups, kh, kw]) with PyTorch's default init: the upsampling half of decoders and U-Nets.", "let up = nn::conv_transpose2d_layer(16, 8, 2, #{ stride: 2 }); print(up.forward(randn([1, 16, 5, 5])).shape);", conv_transpose_layer);
 }
 
 fn tensors_to_map(named: impl IntoIterator<Item = (String, Tensor)>) -> Map {

@@ -153,39 +153,9 @@ impl Tensor {
             backward_fn("conv2d", move |dy, needs| {
                 let (x, w) = (sx.get()?, sw.get()?);
                 let dy = dy.to_dtype(dtype)?;
-                let input_grad = || -> Result<Tensor> {
-                    let storage = dispatch(
-                        "conv2d",
-                        [&dy, w],
-                        |views| {
-                            let f32k = |[d, k]: [&[f32]; 2]| cpu::conv2d_input_grad(d, k, &g);
-                            let f64k = |[d, k]: [&[f64]; 2]| cpu::conv2d_input_grad(d, k, &g);
-                            Ok(on_floats(views, dtype, f32k, f64k).into())
-                        },
-                        |[(ds, ld), (ws, lw)]| {
-                            Ok(cuda::conv2d_input_grad(ds, ld, ws, lw, &g)?.into())
-                        },
-                    )?;
-                    Tensor::from_storage(storage, &xs)
-                };
-                let weight_grad = || -> Result<Tensor> {
-                    let storage = dispatch(
-                        "conv2d",
-                        [x, &dy],
-                        |views| {
-                            let f32k = |[a, d]: [&[f32]; 2]| cpu::conv2d_weight_grad(a, d, &g);
-                            let f64k = |[a, d]: [&[f64]; 2]| cpu::conv2d_weight_grad(a, d, &g);
-                            Ok(on_floats(views, dtype, f32k, f64k).into())
-                        },
-                        |[(xs, lx), (ds, ld)]| {
-                            Ok(cuda::conv2d_weight_grad(xs, lx, ds, ld, &g)?.into())
-                        },
-                    )?;
-                    Tensor::from_storage(storage, &ws)
-                };
                 Ok(vec![
-                    grad_if(needs[0], input_grad)?,
-                    grad_if(needs[1], weight_grad)?,
+                    grad_if(needs[0], || input_grad_product(&dy, w, &g, dtype, &xs))?,
+                    grad_if(needs[1], || weight_grad_product(x, &dy, &g, dtype, &ws))?,
                 ])
             })
         });
@@ -193,8 +163,52 @@ impl Tensor {
     }
 }
 
+/// The product conv2d's input gradient is: `dy` [N, O, Ho, Wo] through the weight `w` back to
+/// an image of `shape` [N, C, H, W] (conv_transpose2d's forward too).
+pub(super) fn input_grad_product(
+    dy: &Tensor,
+    w: &Tensor,
+    g: &Conv2dGeometry,
+    dtype: DType,
+    shape: &[usize],
+) -> Result<Tensor> {
+    let storage = dispatch(
+        "conv2d",
+        [dy, w],
+        |views| {
+            let f32k = |[d, k]: [&[f32]; 2]| cpu::conv2d_input_grad(d, k, g);
+            let f64k = |[d, k]: [&[f64]; 2]| cpu::conv2d_input_grad(d, k, g);
+            Ok(on_floats(views, dtype, f32k, f64k).into())
+        },
+        |[(ds, ld), (ws, lw)]| Ok(cuda::conv2d_input_grad(ds, ld, ws, lw, g)?.into()),
+    )?;
+    Tensor::from_storage(storage, shape)
+}
+
+/// The product conv2d's weight gradient is: image `x` [N, C, H, W] with `dy` [N, O, Ho, Wo]
+/// into a weight of `shape` [O, C/groups, kh, kw].
+pub(super) fn weight_grad_product(
+    x: &Tensor,
+    dy: &Tensor,
+    g: &Conv2dGeometry,
+    dtype: DType,
+    shape: &[usize],
+) -> Result<Tensor> {
+    let storage = dispatch(
+        "conv2d",
+        [x, dy],
+        |views| {
+            let f32k = |[a, d]: [&[f32]; 2]| cpu::conv2d_weight_grad(a, d, g);
+            let f64k = |[a, d]: [&[f64]; 2]| cpu::conv2d_weight_grad(a, d, g);
+            Ok(on_floats(views, dtype, f32k, f64k).into())
+        },
+        |[(xs, lx), (ds, ld)]| Ok(cuda::conv2d_weight_grad(xs, lx, ds, ld, g)?.into()),
+    )?;
+    Tensor::from_storage(storage, shape)
+}
+
 /// A convolution's output with its bias [O] and activation applied in one pass.
-fn with_bias_act(
+pub(super) fn with_bias_act(
     out: Tensor,
     bias: Option<&Tensor>,
     act: Option<UnaryOp>,

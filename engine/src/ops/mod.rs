@@ -6,6 +6,7 @@ pub mod batch_norm;
 pub mod bias_act;
 pub mod bincount;
 pub mod conv;
+pub mod conv_transpose;
 pub mod decode_attention;
 // The one way an op reaches a backend lives under the tensor, which in-place writes use too;
 // ops name it here as they always have.

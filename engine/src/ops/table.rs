@@ -145,6 +145,7 @@ ops! {
     // linear algebra, convolution, pooling
     "matmul": Primitive, true, FLOAT;
     "conv2d": Primitive, true, FLOAT;
+    "conv_transpose2d": Primitive, true, FLOAT;
     "max_pool2d": Primitive, true, FLOAT;
     "avg_pool2d": Primitive, true, FLOAT;
     "upsample_nearest2d": Primitive, true, FLOAT;

@@ -6,6 +6,7 @@ use rusting_brain::{Conv2dOptions, Result, Tensor};
 
 pub const OPS: &[super::Entry] = &[
     ("conv2d", conv_cases),
+    ("conv_transpose2d", conv_transpose_cases),
     ("max_pool2d", || {
         pool_cases(|x, k, s, p| x.max_pool2d(k, s, p))
     }),
@@ -119,5 +120,56 @@ fn upsample_cases() -> Vec<Case> {
             |x| one(x[0].upsample_nearest2d(1, 4)),
         )
         .grad_k(4),
+    ]
+}
+
+/// Transposed convolutions: the upsampling shape of decoders (stride 2, padding 1,
+/// output_padding 1), grouped with dilation, and 1x1 without a bias.
+fn conv_transpose_cases() -> Vec<Case> {
+    use rusting_brain::ConvTranspose2dOptions as O;
+    let case = |label: &str, x: &[usize], w: &[usize], bias: bool, opts: O| {
+        let mut inputs = vec![normal(x), normal(w)];
+        if bias {
+            inputs.push(normal(&[w[1] * opts.groups]));
+        }
+        // Each output sums over Cin/groups channels and the kernel taps that reach it; the
+        // weight's gradient over every input position of every image.
+        let k = w[0] / opts.groups * w[2] * w[3];
+        Case::new(label, inputs, k, move |t| {
+            one(t[0].conv_transpose2d(&t[1], t.get(2), opts))
+        })
+        .grad_k(k.max(x[0] * x[2] * x[3]))
+    };
+    vec![
+        case(
+            "[2, 8, 7, 9] * [8, 4, 3, 3], stride 2, padding 1, output_padding 1",
+            &[2, 8, 7, 9],
+            &[8, 4, 3, 3],
+            true,
+            O {
+                stride: (2, 2),
+                padding: (1, 1),
+                output_padding: (1, 1),
+                ..O::default()
+            },
+        ),
+        case(
+            "[1, 6, 5, 6] * [6, 2, 2, 3], 3 groups, dilation (2, 1)",
+            &[1, 6, 5, 6],
+            &[6, 2, 2, 3],
+            true,
+            O {
+                dilation: (2, 1),
+                groups: 3,
+                ..O::default()
+            },
+        ),
+        case(
+            "[2, 33, 4, 5] * [33, 7, 1, 1] (1x1, no bias)",
+            &[2, 33, 4, 5],
+            &[33, 7, 1, 1],
+            false,
+            O::default(),
+        ),
     ]
 }
