@@ -5,7 +5,8 @@ use crate::help::Api;
 use crate::options::{pair_f64, Options};
 use rhai::{Array, Dynamic, Engine, Map, Module, FLOAT, INT};
 use rusting_brain::optim::{
-    AdamW, AdamWConfig, Lion, LionConfig, Optimizer, Schedule, Sgd, SgdConfig, StepOutcome,
+    Adam, AdamConfig, AdamW, AdamWConfig, Lion, LionConfig, Optimizer, Rmsprop, RmspropConfig,
+    Schedule, Sgd, SgdConfig, StepOutcome,
 };
 use rusting_brain::Tensor;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -57,6 +58,60 @@ fn adamw(p: Array, opts: Map) -> RhaiResult<Optim> {
     };
     let p = params(&p, "optim::adamw")?;
     let opt = guard(|| AdamW::new(p, c))?;
+    finish(Box::new(opt), &o)
+}
+
+fn adam(p: Array, opts: Map) -> RhaiResult<Optim> {
+    let o = Options::new(
+        "optim::adam",
+        opts,
+        &[
+            "lr",
+            "betas",
+            "eps",
+            "weight_decay",
+            "max_grad_norm",
+            "shard_state",
+        ],
+    )?;
+    let d = AdamConfig::default();
+    let c = AdamConfig {
+        lr: o.float("lr", d.lr)?,
+        betas: pair_f64(&o, "betas", d.betas)?,
+        eps: o.float("eps", d.eps)?,
+        weight_decay: o.float("weight_decay", d.weight_decay)?,
+    };
+    let p = params(&p, "optim::adam")?;
+    let opt = guard(|| Adam::new(p, c))?;
+    finish(Box::new(opt), &o)
+}
+
+fn rmsprop(p: Array, opts: Map) -> RhaiResult<Optim> {
+    let o = Options::new(
+        "optim::rmsprop",
+        opts,
+        &[
+            "lr",
+            "alpha",
+            "eps",
+            "weight_decay",
+            "momentum",
+            "centered",
+            "max_grad_norm",
+            "shard_state",
+        ],
+    )?;
+    let d = RmspropConfig::default();
+    let c = RmspropConfig {
+        lr: o.float("lr", d.lr)?,
+        alpha: o.float("alpha", d.alpha)?,
+        eps: o.float("eps", d.eps)?,
+        weight_decay: o.float("weight_decay", d.weight_decay)?,
+        momentum: o.float("momentum", d.momentum)?,
+        centered: o.bool("centered", d.centered)?,
+    };
+    let p = params(&p, "optim::rmsprop")?;
+    let opt = guard(|| Rmsprop::new(p, c))?;
     finish(Box::new(opt), &o)
 }
 
@@ -192,6 +247,8 @@ pub fn register(engine: &mut Engine) {
         let sgd_doc = format!("SGD with optional (Nesterov) momentum. Defaults: lr {}, momentum {}, dampening {}, nesterov {}, weight_decay {}, no max_grad_norm, shard_state false.", sg.lr, sg.momentum, sg.dampening, sg.nesterov, sg.weight_decay);
         let lion_doc = format!("Lion: sign of an interpolated momentum. Defaults: lr {}, betas ({}, {}), weight_decay {}, decay_1d_params {}, no max_grad_norm, shard_state false.", li.lr, li.betas.0, li.betas.1, li.weight_decay, li.decay_1d_params);
         api.func("adamw", "optim::adamw(params, #{ lr, betas, eps, weight_decay, decay_1d_params, max_grad_norm, shard_state }) -> Optimizer", &adamw_doc, "let model = nn::linear(4, 2); let opt = optim::adamw(model.parameters(), #{ lr: 3e-4, weight_decay: 0.1 });", adamw);
+        api.func("adam", "optim::adam(params, #{ lr, betas, eps, weight_decay, max_grad_norm, shard_state }) -> Optimizer", "Adam as torch.optim.Adam: weight_decay (default 0) is L2 added to the gradient of every parameter; for decoupled decay use optim::adamw.", "let model = nn::linear(4, 2); let opt = optim::adam(model.parameters(), #{ lr: 1e-3 });", adam);
+        api.func("rmsprop", "optim::rmsprop(params, #{ lr, alpha, eps, weight_decay, momentum, centered, max_grad_norm, shard_state }) -> Optimizer", "RMSprop as torch.optim.RMSprop (defaults lr 1e-2, alpha 0.99, eps 1e-8); centered divides by the gradient's running variance instead of its mean square.", "let model = nn::linear(4, 2); let opt = optim::rmsprop(model.parameters(), #{ lr: 1e-3, momentum: 0.9 });", rmsprop);
         api.func("sgd", "optim::sgd(params, #{ lr, momentum, dampening, nesterov, weight_decay, max_grad_norm, shard_state }) -> Optimizer", &sgd_doc, "let model = nn::linear(4, 2); let opt = optim::sgd(model.parameters(), #{ lr: 0.1, momentum: 0.9 });", sgd);
         api.func("lion", "optim::lion(params, #{ lr, betas, weight_decay, decay_1d_params, max_grad_norm, shard_state }) -> Optimizer", &lion_doc, "let model = nn::linear(4, 2); let opt = optim::lion(model.parameters(), #{ lr: 1e-4 });", lion);
         api.func("clip_grad_norm", "optim::clip_grad_norm(params, max_norm) -> float", "Scales gradients so their global norm is at most max_norm; returns the norm before clipping.", "let model = nn::linear(4, 2); model.forward(randn([3, 4])).sum().backward(); let norm = optim::clip_grad_norm(model.parameters(), 1.0);", |p: Array, m: FLOAT| {

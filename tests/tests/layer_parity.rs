@@ -281,3 +281,54 @@ fn conv_transpose2d_matches_torch_with_gradients() {
         1e-4,
     );
 }
+
+#[test]
+fn adam_and_rmsprop_take_torchs_steps() {
+    use rusting_brain::optim::{Adam, AdamConfig, Optimizer, Rmsprop, RmspropConfig};
+    let f = fixtures();
+    let start = get(&f, "optim.start");
+    let grads = get(&f, "optim.grads");
+    let run = |name: &str, make: &dyn Fn(Tensor) -> Box<dyn Optimizer>| {
+        let p = leaf(start);
+        let mut opt = make(p.clone());
+        for i in 0..grads.shape()[0] {
+            p.set_grad(Some(
+                grads
+                    .narrow(0, i, 1)
+                    .unwrap()
+                    .squeeze(0)
+                    .unwrap()
+                    .contiguous_copy()
+                    .unwrap(),
+            ));
+            opt.step().unwrap();
+        }
+        assert_close(name, &p, get(&f, &format!("optim.{name}.final")), 1e-6);
+    };
+    run("adam", &|p| {
+        let c = AdamConfig {
+            lr: 0.01,
+            weight_decay: 0.1,
+            ..Default::default()
+        };
+        Box::new(Adam::new(vec![p], c).unwrap())
+    });
+    run("rmsprop", &|p| {
+        let c = RmspropConfig {
+            lr: 0.01,
+            ..Default::default()
+        };
+        Box::new(Rmsprop::new(vec![p], c).unwrap())
+    });
+    run("rmsprop_centered", &|p| {
+        let c = RmspropConfig {
+            lr: 0.01,
+            alpha: 0.9,
+            weight_decay: 0.1,
+            momentum: 0.5,
+            centered: true,
+            ..Default::default()
+        };
+        Box::new(Rmsprop::new(vec![p], c).unwrap())
+    });
+}

@@ -96,24 +96,32 @@ impl Optimizer for AdamW {
 
     fn update(&self, p: &Tensor, g: &Tensor, st: &mut ParamState, lr: f64) -> Result<()> {
         let c = &self.config;
-        let (b1, b2) = c.betas;
         if c.weight_decay != 0.0 && (p.rank() >= 2 || c.decay_1d_params) {
             p.mul_scalar_(1.0 - lr * c.weight_decay)?;
         }
-        let (m, v) = (&st.tensors[0], &st.tensors[1]);
-        m.mul_scalar_(b1)?;
-        m.add_(&g.mul_scalar(1.0 - b1)?)?;
-        v.mul_scalar_(b2)?;
-        v.add_(&g.square()?.mul_scalar(1.0 - b2)?)?;
-        let t = st.step as i32;
-        let bias1 = 1.0 - b1.powi(t);
-        let bias2 = 1.0 - b2.powi(t);
-        let denom = v
-            .sqrt()?
-            .mul_scalar(1.0 / bias2.sqrt())?
-            .add_scalar(c.eps)?;
-        p.sub_(&m.div(&denom)?.mul_scalar(lr / bias1)?)
+        moments_step(p, g, st, lr, c.betas, c.eps)
     }
+}
+
+/// Adam's moments and bias-corrected step (Adam and AdamW differ only in where the decay goes).
+pub(super) fn moments_step(
+    p: &Tensor,
+    g: &Tensor,
+    st: &mut ParamState,
+    lr: f64,
+    (b1, b2): (f64, f64),
+    eps: f64,
+) -> Result<()> {
+    let (m, v) = (&st.tensors[0], &st.tensors[1]);
+    m.mul_scalar_(b1)?;
+    m.add_(&g.mul_scalar(1.0 - b1)?)?;
+    v.mul_scalar_(b2)?;
+    v.add_(&g.square()?.mul_scalar(1.0 - b2)?)?;
+    let t = st.step as i32;
+    let bias1 = 1.0 - b1.powi(t);
+    let bias2 = 1.0 - b2.powi(t);
+    let denom = v.sqrt()?.mul_scalar(1.0 / bias2.sqrt())?.add_scalar(eps)?;
+    p.sub_(&m.div(&denom)?.mul_scalar(lr / bias1)?)
 }
 
 #[cfg(test)]

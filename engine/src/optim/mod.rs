@@ -1,8 +1,9 @@
-//! Optimizers (SGD, AdamW, Lion), learning-rate schedules and gradient clipping. An optimizer
+//! Optimizers (SGD, Adam, AdamW, RMSprop, Lion), learning-rate schedules and gradient clipping. An optimizer
 //! holds its parameters' handles and updates their storage in place under no_grad, so the
 //! module sees the new values. Its state (moments, step counts, learning rate) saves and loads
 //! as named tensors and scalars, and a resumed run continues bit for bit.
 
+mod adam;
 mod adamw;
 mod clip;
 mod device_steps;
@@ -10,6 +11,7 @@ mod fused;
 mod lerp;
 mod lion;
 mod optimizer;
+mod rmsprop;
 pub mod schedule;
 mod sgd;
 mod state;
@@ -18,6 +20,7 @@ mod state;
 mod tests;
 
 pub use crate::backend::spec::optim::UpdateRule;
+pub use adam::{Adam, AdamConfig};
 pub use adamw::{AdamW, AdamWConfig};
 pub use clip::{
     clip_grad_norm, clip_grad_norm_tensor, global_grad_norm, global_grad_norm_tensor, scale_grads,
@@ -28,6 +31,7 @@ pub use lion::{Lion, LionConfig};
 pub use optimizer::{
     numbered, state_dtype, NormScope, Optimizer, OptimizerCore, Param, ParamState, StepOutcome,
 };
+pub use rmsprop::{Rmsprop, RmspropConfig};
 pub use schedule::Schedule;
 pub use sgd::{Sgd, SgdConfig};
 pub use state::{param_key, OptimizerState, StateReader};

@@ -55,6 +55,28 @@ fn make(kind: &str, m: &Mlp) -> Box<dyn Optimizer> {
     };
     let mut opt: Box<dyn Optimizer> = match kind {
         "adamw" => Box::new(AdamW::named(params, AdamWConfig::default()).unwrap()),
+        "adam" => Box::new(
+            super::Adam::named(
+                params,
+                super::AdamConfig {
+                    weight_decay: 1e-2,
+                    ..Default::default()
+                },
+            )
+            .unwrap(),
+        ),
+        "rmsprop" => Box::new(
+            super::Rmsprop::named(
+                params,
+                super::RmspropConfig {
+                    momentum: 0.9,
+                    centered: true,
+                    weight_decay: 1e-3,
+                    ..Default::default()
+                },
+            )
+            .unwrap(),
+        ),
         "sgd" => Box::new(
             Sgd::named(
                 params,
@@ -85,7 +107,7 @@ fn make(kind: &str, m: &Mlp) -> Box<dyn Optimizer> {
 
 #[test]
 fn optimizer_state_save_load_continue_is_bit_identical_to_an_uninterrupted_run() {
-    for kind in ["adamw", "sgd", "lion"] {
+    for kind in ["adamw", "adam", "rmsprop", "sgd", "lion"] {
         let straight = model(1);
         let mut opt = make(kind, &straight);
         train(&straight, opt.as_mut(), 0..6);
