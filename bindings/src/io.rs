@@ -1,4 +1,5 @@
-//! The `io::` namespace: safetensors files of named tensors, and writers for the formats that
+//! The `io::` namespace: checkpoints of named tensors in (any format, by content) and out
+//! (safetensors), and writers for the formats that
 //! `data::` and `text::` read (text, NPY, IDX), so a script can make its own small inputs.
 
 use crate::error::guard;
@@ -33,15 +34,22 @@ pub fn register(engine: &mut Engine) {
         api.func(
             "load",
             "io::load(path) -> map",
-            "Reads a safetensors file into a map of named tensors.",
+            "Reads the named tensors of a checkpoint, whatever its format by its content: safetensors (or the model.safetensors.index.json of a sharded one), PyTorch .pt/.pth/.bin (zip or legacy; nested dicts and pickled modules give dotted names, other values are left out), GGUF (dequantized to f32), NPY, NPZ.",
             "io::save(#{ weight: randn([2, 3]) }, \"model.safetensors\"); let w = io::load(\"model.safetensors\");",
             |path: &str| {
-                guard(|| rusting_brain::io::safetensors::load(path)).map(|t| {
+                guard(|| rusting_brain::io::any::load_any(path)).map(|t| {
                     t.into_iter()
                         .map(|(k, v)| (k.into(), Dynamic::from(v)))
                         .collect::<Map>()
                 })
             },
+        );
+        api.func(
+            "inspect",
+            "io::inspect(path) -> string",
+            "A table of a checkpoint's tensors (any format io::load reads): name, shape, dtype and size, and the total.",
+            "io::save(#{ weight: randn([2, 3]) }, \"model.safetensors\"); print(io::inspect(\"model.safetensors\"));",
+            |path: &str| guard(|| rusting_brain::io::any::inspect(path)),
         );
         register_writers(&mut api);
     }

@@ -1,5 +1,6 @@
 //! Weight formats: safetensors read and write; PyTorch `.pt`, ONNX and GGUF models read.
 
+pub mod any;
 pub mod base64;
 pub mod gguf;
 pub mod onnx;

@@ -8,6 +8,8 @@
 //! temp).
 
 mod header;
+mod sharded;
+pub use sharded::load_sharded;
 #[cfg(test)]
 mod tests;
 

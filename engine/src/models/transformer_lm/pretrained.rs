@@ -16,7 +16,7 @@ use crate::io::safetensors;
 use crate::text::Tokenizer;
 use crate::{DType, Device, Error, Result, Tensor};
 use serde_json::{json, Value};
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 
 pub const WEIGHTS: &str = "model.safetensors";
@@ -230,44 +230,7 @@ pub fn load_weights(dir: &Path) -> Result<BTreeMap<String, Tensor>> {
         }
         return safetensors::load(single);
     }
-    let bad = |msg: String| Error::format("pretrained", format!("{}: {msg}", index_path.display()));
-    let text = std::fs::read_to_string(&index_path).map_err(|e| Error::io(&index_path, e))?;
-    let index: Value = serde_json::from_str(&text).map_err(|e| bad(e.to_string()))?;
-    let map = index
-        .get("weight_map")
-        .and_then(Value::as_object)
-        .ok_or_else(|| bad("no weight_map object".into()))?;
-    let mut by_file: BTreeMap<&str, BTreeSet<&str>> = BTreeMap::new();
-    for (name, file) in map {
-        let file = file
-            .as_str()
-            .ok_or_else(|| bad(format!("weight_map[{name:?}] is not a file name")))?;
-        // Shards sit beside the index: a path elsewhere is refused, not followed.
-        if file.contains(['/', '\\']) || file == ".." || file.is_empty() {
-            return Err(bad(format!(
-                "shard name {file:?} is not a file in the directory"
-            )));
-        }
-        by_file.entry(file).or_default().insert(name.as_str());
-    }
-    let mut weights = BTreeMap::new();
-    for (file, names) in by_file {
-        let path = dir.join(file);
-        if !path.exists() {
-            return Err(bad(format!("the shard {file} it lists is missing")));
-        }
-        let tensors = safetensors::load(&path)?;
-        if let Some(name) = names.iter().find(|n| !tensors.contains_key(**n)) {
-            return Err(bad(format!("{name} is mapped to {file}, which lacks it")));
-        }
-        if let Some(name) = tensors.keys().find(|n| !names.contains(n.as_str())) {
-            return Err(bad(format!(
-                "{file} holds {name}, which the index does not list"
-            )));
-        }
-        weights.extend(tensors);
-    }
-    Ok(weights)
+    safetensors::load_sharded(&index_path)
 }
 
 /// A size as `transformers` writes `max_shard_size`: bytes, or a number with a unit
