@@ -131,7 +131,7 @@ fn is_npz(path: &Path) -> Result<bool> {
     let file = std::fs::File::open(path).map_err(|e| Error::io(path, e))?;
     let archive = zip::ZipArchive::new(file)
         .map_err(|e| Error::format("io::load", format!("{}: {e}", path.display())))?;
-    Ok(archive.len() > 0 && archive.file_names().all(|n| n.ends_with(".npy")))
+    Ok(!archive.is_empty() && archive.file_names().all(|n| n.ends_with(".npy")))
 }
 
 /// numpy's `savez`: one `.npy` per array, named by its entry without the extension.
