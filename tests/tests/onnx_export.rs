@@ -8,7 +8,7 @@ use rusting_brain::io::onnx::export::ExportOptions;
 use rusting_brain::models::transformer_lm::{LmConfig, LoraConfig, TransformerLm};
 use rusting_brain::models::yolo::{definitions, YoloModel};
 use rusting_brain::nn::export_module;
-use rusting_brain::nn::{Activation, Dropout, Linear, Mlp, Module, Sequential, Tanh};
+use rusting_brain::nn::{Activation, ActivationLayer, Dropout, Linear, Mlp, Module, Sequential};
 use rusting_brain::{no_grad, DType, Generator, Tensor};
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -117,15 +117,7 @@ fn onnxruntime_reproduces_exported_mlps_for_every_activation() {
     let Some(py) = onnxruntime("onnxruntime_reproduces_exported_mlps_for_every_activation") else {
         return;
     };
-    for (i, act) in [
-        Activation::Relu,
-        Activation::Gelu,
-        Activation::Silu,
-        Activation::Tanh,
-    ]
-    .into_iter()
-    .enumerate()
-    {
+    for (i, act) in Activation::ALL.into_iter().enumerate() {
         let mut mlp = Mlp::new(&[5, 16, 8, 3], act, &mut Generator::new(i as u64)).unwrap();
         mlp.eval();
         check_export(
@@ -148,7 +140,7 @@ fn onnxruntime_reproduces_an_exported_sequential_with_dropout_left_out() {
     let mut gen = Generator::new(3);
     let mut model = Sequential::new()
         .with(Linear::new(6, 12, true, &mut gen).unwrap())
-        .with(Tanh::default())
+        .with(ActivationLayer::new(Activation::Tanh))
         .with(Dropout::new(0.3, &mut gen).unwrap())
         .with(Linear::new(12, 4, false, &mut gen).unwrap());
     model.eval();
@@ -160,9 +152,7 @@ fn onnxruntime_reproduces_an_exported_sequential_with_dropout_left_out() {
 /// padding, global average pooling, flatten, linear.
 #[test]
 fn onnxruntime_reproduces_an_exported_cnn_of_pooling_and_flatten_layers() {
-    use rusting_brain::nn::{
-        AdaptiveAvgPool2d, AvgPool2d, Conv2d, Flatten, MaxPool2d, ReLU, Window,
-    };
+    use rusting_brain::nn::{AdaptiveAvgPool2d, AvgPool2d, Conv2d, Flatten, MaxPool2d, Window};
     use rusting_brain::Conv2dOptions;
     let Some(py) =
         onnxruntime("onnxruntime_reproduces_an_exported_cnn_of_pooling_and_flatten_layers")
@@ -176,7 +166,7 @@ fn onnxruntime_reproduces_an_exported_cnn_of_pooling_and_flatten_layers() {
     };
     let mut model = Sequential::new()
         .with(Conv2d::new(3, 8, (3, 3), pad1, true, &mut gen).unwrap())
-        .with(ReLU::default())
+        .with(ActivationLayer::new(Activation::Relu))
         .with(MaxPool2d::new(Window::new((2, 2))))
         .with(Conv2d::new(8, 8, (3, 3), pad1, true, &mut gen).unwrap())
         .with(AvgPool2d::new(Window {

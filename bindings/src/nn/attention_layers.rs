@@ -9,8 +9,7 @@ use crate::help::Api;
 use crate::options::Options;
 use rhai::{Map, INT};
 use rusting_brain::nn::{
-    Activation, AttentionMasks, EncoderLayerConfig, GroupNorm, MultiheadAttention,
-    TransformerEncoderLayer,
+    AttentionMasks, EncoderLayerConfig, GroupNorm, MultiheadAttention, TransformerEncoderLayer,
 };
 use rusting_brain::{Generator, Tensor};
 
@@ -93,11 +92,7 @@ fn encoder_layer(d_model: INT, nhead: INT, opts: Map) -> RhaiResult<Model> {
     c.norm_first = o.bool("norm_first", c.norm_first)?;
     c.bias = o.bool("bias", c.bias)?;
     if let Some(name) = o.string("activation")? {
-        c.activation = Activation::parse(&name).ok_or_else(|| {
-            runtime_error(format!(
-                "{WHAT}: unknown activation \"{name}\"; use relu or gelu"
-            ))
-        })?;
+        c.activation = super::modules::activation_named(&name)?;
     }
     let mut gen = Generator::new(o.int("seed", 0)? as u64);
     guard(|| TransformerEncoderLayer::new(c, &mut gen)).map(|m| Model::new(Box::new(m)))

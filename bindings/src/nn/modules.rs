@@ -41,9 +41,16 @@ fn seed_of(o: &Options) -> RhaiResult<Generator> {
 
 fn activation(o: &Options) -> RhaiResult<Activation> {
     let name = o.string("activation")?.unwrap_or_else(|| "relu".into());
-    Activation::parse(&name).ok_or_else(|| {
+    activation_named(&name)
+}
+
+/// The activation `name` says, or an error listing the names there are.
+pub(super) fn activation_named(name: &str) -> RhaiResult<Activation> {
+    Activation::parse(name).ok_or_else(|| {
+        let names: Vec<&str> = Activation::ALL.iter().map(|a| a.name()).collect();
         runtime_error(format!(
-            "unknown activation \"{name}\"; use relu, gelu, silu or tanh"
+            "unknown activation \"{name}\"; use one of {}",
+            names.join(", ")
         ))
     })
 }
@@ -289,17 +296,9 @@ fn register_layers(api: &mut Api) {
     api.func(
         "activation",
         "nn::activation(name) -> Model",
-        "relu, gelu, silu or tanh as a layer.",
-        "nn::activation(\"gelu\")",
-        |name: &str| {
-            Activation::parse(name)
-                .map(|a| Model::new(a.module()))
-                .ok_or_else(|| {
-                    runtime_error(format!(
-                        "unknown activation \"{name}\"; use relu, gelu, silu or tanh"
-                    ))
-                })
-        },
+        "An activation as a layer: relu, gelu, gelu_tanh, silu, tanh, sigmoid, softplus or mish (PyTorch's nn.ReLU, nn.GELU, ...).",
+        "let act = nn::activation(\"mish\"); print(act);",
+        |name: &str| activation_named(name).map(|a| Model::new(a.module())),
     );
     api.func(
         "embedding",

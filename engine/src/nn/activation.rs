@@ -1,27 +1,54 @@
-//! Activations as modules, so they can sit in a `Sequential` between layers.
+//! Activations: the functions (`Activation`), and as modules (`ActivationLayer`), so they can
+//! sit in a `Sequential` between layers. One table of names: `parse` reads what scripts and
+//! configs write, `class_name` prints PyTorch's class.
 
 use super::module::Module;
 use crate::{Result, Tensor};
 
-/// The activation an `Mlp` puts between its layers.
+/// An elementwise activation.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Activation {
     Relu,
+    /// The exact (erf) GELU.
     Gelu,
+    /// GELU's tanh approximation (PyTorch's `approximate="tanh"`, GPT-2's `gelu_new`).
+    GeluTanh,
     Silu,
     Tanh,
+    Sigmoid,
+    Softplus,
+    Mish,
 }
 
 impl Activation {
+    /// Every activation, for help texts and tests.
+    pub const ALL: [Activation; 8] = [
+        Activation::Relu,
+        Activation::Gelu,
+        Activation::GeluTanh,
+        Activation::Silu,
+        Activation::Tanh,
+        Activation::Sigmoid,
+        Activation::Softplus,
+        Activation::Mish,
+    ];
+
     /// The activation as ONNX operators of opset 13+: SiLU as x·sigmoid(x), GELU (the exact,
-    /// erf form) as x·(1 + erf(x/√2))/2.
+    /// erf form) as x·(1 + erf(x/√2))/2, its tanh form and Mish from their formulas.
     pub fn to_onnx(self, g: &mut crate::io::onnx::export::OnnxGraph, x: &str) -> Result<String> {
         Ok(match self {
             Activation::Relu => g.node("Relu", &[x], &[]),
             Activation::Tanh => g.node("Tanh", &[x], &[]),
+            Activation::Sigmoid => g.node("Sigmoid", &[x], &[]),
+            Activation::Softplus => g.node("Softplus", &[x], &[]),
             Activation::Silu => {
                 let s = g.node("Sigmoid", &[x], &[]);
                 g.node("Mul", &[x, &s], &[])
+            }
+            Activation::Mish => {
+                let sp = g.node("Softplus", &[x], &[]);
+                let t = g.node("Tanh", &[&sp], &[]);
+                g.node("Mul", &[x, &t], &[])
             }
             Activation::Gelu => {
                 let sqrt2 = g.scalar("sqrt2", std::f32::consts::SQRT_2)?;
@@ -32,6 +59,21 @@ impl Activation {
                 let xc = g.node("Mul", &[x, &cdf], &[]);
                 g.node("Mul", &[&xc, &half], &[])
             }
+            Activation::GeluTanh => {
+                // x·(1 + tanh(√(2/π)·(x + 0.044715 x³)))/2
+                let (one, half) = (g.scalar("one", 1.0)?, g.scalar("half", 0.5)?);
+                let k = g.scalar("gelu_k", (2.0 / std::f32::consts::PI).sqrt())?;
+                let c = g.scalar("gelu_c", 0.044715)?;
+                let x2 = g.node("Mul", &[x, x], &[]);
+                let x3 = g.node("Mul", &[&x2, x], &[]);
+                let cx3 = g.node("Mul", &[&x3, &c], &[]);
+                let inner = g.node("Add", &[x, &cx3], &[]);
+                let scaled = g.node("Mul", &[&inner, &k], &[]);
+                let t = g.node("Tanh", &[&scaled], &[]);
+                let cdf = g.node("Add", &[&t, &one], &[]);
+                let xc = g.node("Mul", &[x, &cdf], &[]);
+                g.node("Mul", &[&xc, &half], &[])
+            }
         })
     }
 
@@ -39,81 +81,145 @@ impl Activation {
         match self {
             Activation::Relu => x.relu(),
             Activation::Gelu => x.gelu(),
+            Activation::GeluTanh => x.gelu_tanh(),
             Activation::Silu => x.silu(),
             Activation::Tanh => x.tanh(),
+            Activation::Sigmoid => x.sigmoid(),
+            Activation::Softplus => x.softplus(),
+            Activation::Mish => x.mish(),
         }
     }
 
+    /// The names scripts and configs use (any case): PyTorch's function names, and the
+    /// Hugging Face spellings of the same functions (`swish`, `gelu_new`, `gelu_pytorch_tanh`).
     pub fn parse(name: &str) -> Option<Activation> {
-        match name.to_ascii_lowercase().as_str() {
-            "relu" => Some(Activation::Relu),
-            "gelu" => Some(Activation::Gelu),
-            "silu" | "swish" => Some(Activation::Silu),
-            "tanh" => Some(Activation::Tanh),
-            _ => None,
-        }
+        Some(match name.to_ascii_lowercase().as_str() {
+            "relu" => Activation::Relu,
+            "gelu" => Activation::Gelu,
+            "gelu_tanh" | "gelu_new" | "gelu_pytorch_tanh" => Activation::GeluTanh,
+            "silu" | "swish" => Activation::Silu,
+            "tanh" => Activation::Tanh,
+            "sigmoid" => Activation::Sigmoid,
+            "softplus" => Activation::Softplus,
+            "mish" => Activation::Mish,
+            _ => return None,
+        })
     }
 
-    /// The activation as a boxed module.
-    pub fn module(self) -> Box<dyn Module> {
+    /// The first name `parse` reads for it.
+    pub fn name(self) -> &'static str {
         match self {
-            Activation::Relu => Box::new(ReLU::default()),
-            Activation::Gelu => Box::new(GELU::default()),
-            Activation::Silu => Box::new(SiLU::default()),
-            Activation::Tanh => Box::new(Tanh::default()),
+            Activation::Relu => "relu",
+            Activation::Gelu => "gelu",
+            Activation::GeluTanh => "gelu_tanh",
+            Activation::Silu => "silu",
+            Activation::Tanh => "tanh",
+            Activation::Sigmoid => "sigmoid",
+            Activation::Softplus => "softplus",
+            Activation::Mish => "mish",
+        }
+    }
+
+    /// PyTorch's module for it, as `print(model)` shows it.
+    pub fn class_name(self) -> &'static str {
+        match self {
+            Activation::Relu => "ReLU",
+            Activation::Gelu => "GELU",
+            Activation::GeluTanh => "GELU(approximate='tanh')",
+            Activation::Silu => "SiLU",
+            Activation::Tanh => "Tanh",
+            Activation::Sigmoid => "Sigmoid",
+            Activation::Softplus => "Softplus",
+            Activation::Mish => "Mish",
+        }
+    }
+
+    /// The activation as a layer.
+    pub fn module(self) -> Box<dyn Module> {
+        Box::new(ActivationLayer::new(self))
+    }
+}
+
+/// An activation as a parameter-free module.
+#[derive(Clone, Copy, Debug)]
+pub struct ActivationLayer {
+    pub kind: Activation,
+    training: bool,
+}
+
+impl ActivationLayer {
+    pub fn new(kind: Activation) -> Self {
+        ActivationLayer {
+            kind,
+            training: true,
         }
     }
 }
 
-macro_rules! activation_module {
-    ($name:ident, $kind:expr) => {
-        /// A parameter-free activation module.
-        #[derive(Clone, Copy, Debug)]
-        pub struct $name {
-            training: bool,
-        }
+impl Module for ActivationLayer {
+    fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        self.kind.apply(x)
+    }
 
-        impl Default for $name {
-            fn default() -> Self {
-                $name { training: true }
-            }
-        }
+    super::module::training_field!();
 
-        impl Module for $name {
-            fn forward(&self, x: &Tensor) -> Result<Tensor> {
-                $kind.apply(x)
-            }
-            super::module::training_field!();
-            fn to_onnx(
-                &self,
-                g: &mut crate::io::onnx::export::OnnxGraph,
-                _prefix: &str,
-                x: &str,
-            ) -> Result<String> {
-                $kind.to_onnx(g, x)
-            }
-        }
-    };
+    fn title(&self) -> String {
+        self.kind.class_name().into()
+    }
+
+    fn to_onnx(
+        &self,
+        g: &mut crate::io::onnx::export::OnnxGraph,
+        _prefix: &str,
+        x: &str,
+    ) -> Result<String> {
+        self.kind.to_onnx(g, x)
+    }
 }
-
-activation_module!(ReLU, Activation::Relu);
-activation_module!(GELU, Activation::Gelu);
-activation_module!(SiLU, Activation::Silu);
-activation_module!(Tanh, Activation::Tanh);
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
-    fn activation_modules_apply_their_function() {
+    fn activation_layers_apply_their_function() {
         let x = Tensor::from_vec(vec![-1f32, 0.5], &[2]).unwrap();
-        assert_eq!(
-            ReLU::default().forward(&x).unwrap().to_vec_f32().unwrap(),
-            [0.0, 0.5]
-        );
-        let t = Tanh::default().forward(&x).unwrap().to_vec_f32().unwrap();
+        let relu = ActivationLayer::new(Activation::Relu);
+        assert_eq!(relu.forward(&x).unwrap().to_vec_f32().unwrap(), [0.0, 0.5]);
+        let t = Activation::Tanh
+            .module()
+            .forward(&x)
+            .unwrap()
+            .to_vec_f32()
+            .unwrap();
         assert!((t[0] - (-1f32).tanh()).abs() < 1e-6);
-        assert_eq!(Activation::parse("SiLU"), Some(Activation::Silu));
+        let m = Activation::Mish
+            .module()
+            .forward(&x)
+            .unwrap()
+            .to_vec_f32()
+            .unwrap();
+        let mish = |v: f32| v * (1.0 + v.exp()).ln().tanh();
+        assert!((m[0] - mish(-1.0)).abs() < 1e-6 && (m[1] - mish(0.5)).abs() < 1e-6);
+    }
+
+    #[test]
+    fn every_activation_reads_back_from_its_name() {
+        for a in Activation::ALL {
+            assert_eq!(Activation::parse(a.name()), Some(a));
+            assert_eq!(Activation::parse(&a.name().to_uppercase()), Some(a));
+        }
+        assert_eq!(Activation::parse("swish"), Some(Activation::Silu));
+        assert_eq!(Activation::parse("gelu_new"), Some(Activation::GeluTanh));
+        assert_eq!(Activation::parse("leaky"), None);
+    }
+
+    #[test]
+    fn layers_print_pytorchs_class() {
+        assert_eq!(ActivationLayer::new(Activation::Silu).title(), "SiLU");
+        assert_eq!(
+            ActivationLayer::new(Activation::GeluTanh).title(),
+            "GELU(approximate='tanh')"
+        );
     }
 }

@@ -24,7 +24,7 @@ mod sequential;
 mod summary;
 mod transformer;
 
-pub use activation::{Activation, ReLU, SiLU, Tanh, GELU};
+pub use activation::{Activation, ActivationLayer};
 pub use attention::{AttentionMasks, MultiheadAttention};
 pub use batch_norm::BatchNorm2d;
 pub use conv2d::Conv2d;
