@@ -24,11 +24,11 @@ pub fn register(engine: &mut Engine) {
         api.func(
             "save",
             "io::save(tensors, path)",
-            "Writes a map of named tensors as a safetensors file (atomically).",
-            "io::save(#{ weight: randn([2, 3]), bias: zeros([2]) }, \"model.safetensors\");",
+            "Writes a map of named tensors (atomically): a PyTorch state dict for .pt, .pth and .bin (torch.load reads it), else safetensors.",
+            "io::save(#{ weight: randn([2, 3]), bias: zeros([2]) }, \"model.safetensors\"); io::save(#{ w: ones([2]) }, \"model.pt\");",
             |m: Map, path: &str| {
-                let t = map_to_tensors(&m, "io::save")?;
-                guard(|| rusting_brain::io::safetensors::save(path, &t, None))
+                let t: Vec<(String, Tensor)> = map_to_tensors(&m, "io::save")?.into_iter().collect();
+                guard(|| rusting_brain::io::any::save_by_extension(path, &t))
             },
         );
         api.func(

@@ -235,3 +235,19 @@ fn a_field_that_is_not_a_model_is_not_callable() {
         .unwrap_err();
     assert!(err.contains("Function not found: k"), "{err}");
 }
+
+#[test]
+fn a_state_dict_loads_with_renamed_prefixes_and_reports_what_it_skipped() {
+    let src = r#"
+        let m = nn::module(#{ fc: nn::linear(2, 2, #{ seed: 1 }), forward: |x| this.fc(x) });
+        let saved = #{ "module.fc.weight": ones([2, 2]), "module.extra": zeros([1]) };
+        let report = m.load_state_dict(saved, #{ strict: false, rename: #{ "module.": "" } });
+        [report.missing, report.unexpected, m.named_parameters()["fc.weight"].sum().item()]
+    "#;
+    let out = format!("{:?}", eval(src).unwrap());
+    assert_eq!(out, r#"[["fc.bias"], ["extra"], 4.0]"#);
+    let err =
+        eval("let m = nn::linear(2, 2); m.load_state_dict(#{ \"w\": ones([1]) }, #{ rename: 3 })")
+            .unwrap_err();
+    assert!(err.contains("rename must be a map"), "{err}");
+}

@@ -370,6 +370,39 @@ fn register_layers(api: &mut Api) {
     api.func("conv_transpose2d_layer", "nn::conv_transpose2d_layer(in, out, kernel, #{ stride, padding, output_padding, dilation, groups, bias, seed }) -> Model", "A ConvTranspose2d layer (weight [in, out/groups, kh, kw]) with PyTorch's default init: the upsampling half of decoders and U-Nets.", "let up = nn::conv_transpose2d_layer(16, 8, 2, #{ stride: 2 }); print(up.forward(randn([1, 16, 5, 5])).shape);", conv_transpose_layer);
 }
 
+fn load_state_dict_with(m: &mut Model, state: Map, opts: Map) -> RhaiResult<Map> {
+    const WHAT: &str = "load_state_dict";
+    let o = Options::new(WHAT, opts, &["strict", "rename"])?;
+    let renames = match o.get("rename") {
+        None => Vec::new(),
+        Some(v) => v
+            .read_lock::<Map>()
+            .ok_or_else(|| {
+                runtime_error(format!("{WHAT}: rename must be a map of prefix to prefix"))
+            })?
+            .iter()
+            .map(|(from, to)| {
+                to.clone()
+                    .into_immutable_string()
+                    .map(|to| (from.to_string(), to.to_string()))
+                    .map_err(|t| {
+                        runtime_error(format!("{WHAT}: rename {from} maps to a {t}, not a string"))
+                    })
+            })
+            .collect::<RhaiResult<Vec<_>>>()?,
+    };
+    let state = map_to_tensors(&state, WHAT)?;
+    let state = guard(|| rusting_brain::nn::rename_prefixes(state, &renames))?;
+    let strict = o.bool("strict", true)?;
+    let report = guard(|| m.lock().load_state_dict(&state, strict))?;
+    let names =
+        |v: Vec<String>| -> Dynamic { v.into_iter().map(Dynamic::from).collect::<Array>().into() };
+    let mut out = Map::new();
+    out.insert("missing".into(), names(report.missing));
+    out.insert("unexpected".into(), names(report.unexpected));
+    Ok(out)
+}
+
 fn tensors_to_map(named: impl IntoIterator<Item = (String, Tensor)>) -> Map {
     named
         .into_iter()
@@ -466,6 +499,7 @@ pub fn register(api: &mut Api) {
         let state = map_to_tensors(&state, "load_state_dict")?;
         guard(|| m.lock().load_state_dict(&state, true).map(|_| ()))
     });
+    api.method("load_state_dict", "model.load_state_dict(map, #{ strict, rename }) -> map", "With strict false, missing and unexpected names are skipped and returned as #{ missing, unexpected } (a mis-shaped one is still an error); rename maps name prefixes first, e.g. #{ \"module.\": \"\" } for a DistributedDataParallel checkpoint.", "let model = nn::linear(4, 2); let state = #{ \"module.weight\": zeros([2, 4]) }; print(model.load_state_dict(state, #{ strict: false, rename: #{ \"module.\": \"\" } }));", load_state_dict_with);
     api.method(
         "export_onnx",
         "model.export_onnx(path, #{ opset, dynamic_batch, input }) -> path",

@@ -9,36 +9,29 @@ pub mod csv;
 pub mod dataset;
 mod describe;
 pub mod idx;
-pub mod npy;
 pub mod ordered_pool;
 pub mod scaling;
 pub mod spirals;
 pub mod token_file;
-mod untrusted;
 pub mod yolo;
 
-use crate::Error;
-use std::path::Path;
-
-/// Names the file in a reader's error (`csv: data/iris.csv: row 3 ...`): the parsers work on
-/// bytes and cannot know it. Io errors already carry their path; others pass through.
-pub(crate) fn in_file(path: &Path, e: Error) -> Error {
-    match e {
-        Error::Format { format, msg } => Error::Format {
-            format,
-            msg: format!("{}: {msg}", path.display()),
-        },
-        Error::InvalidArgument { op, msg } => Error::InvalidArgument {
-            op,
-            msg: format!("{}: {msg}", path.display()),
-        },
-        other => other,
-    }
-}
-
+// NPY is a file format (io reads it for checkpoints too); datasets read it from there.
+pub use crate::io::npy;
+pub(crate) use crate::io::{in_file, untrusted};
 pub use batch_source::{Batch, BatchSource, Epoch};
 pub use batches::{Batches, DataLoader};
 pub use csv::{CsvOptions, TargetKind};
 pub use dataset::Dataset;
+
+impl Dataset {
+    /// Features `[N, ...]` (flattened to `[N, F]`) and targets `[N]` from two `.npy` files;
+    /// integer targets are class ids, float targets regression values.
+    pub fn from_npy(
+        features: impl AsRef<std::path::Path>,
+        targets: impl AsRef<std::path::Path>,
+    ) -> crate::Result<Dataset> {
+        Dataset::flattened(npy::read_npy(features)?, npy::read_npy(targets)?)
+    }
+}
 pub use scaling::{one_hot, Standardizer};
 pub use token_file::{unigram_cross_entropy, Shard, TokenFile, TokenFileOptions, TokenSpan};

@@ -3,8 +3,8 @@
 //! (dequantized to F32), NPY and NPZ. The file's first bytes decide, not its name, so a `.bin`
 //! that is really safetensors, or a renamed file, loads as what it is.
 
+use super::npy::{parse_npy, read_npy};
 use super::{gguf, safetensors, torch};
-use crate::data::npy::parse_npy;
 use crate::{Error, Result, Tensor};
 use std::io::Read;
 use std::path::Path;
@@ -80,7 +80,7 @@ pub fn load_any(path: impl AsRef<Path>) -> Result<Vec<(String, Tensor)>> {
             let name = path
                 .file_stem()
                 .map_or("array".into(), |s| s.to_string_lossy().to_string());
-            Ok(vec![(name, crate::data::npy::read_npy(path)?)])
+            Ok(vec![(name, read_npy(path)?)])
         }
         Format::Gguf => {
             let mut file = gguf::GgufFile::open(path)?;
@@ -90,6 +90,31 @@ pub fn load_any(path: impl AsRef<Path>) -> Result<Vec<(String, Tensor)>> {
                 .map(|n| Ok((n.clone(), file.tensor(&n)?)))
                 .collect()
         }
+    }
+}
+
+/// Writes named tensors in the format the extension names: `.pt`, `.pth` and `.bin` as a
+/// PyTorch state dict (`torch.load` gives an OrderedDict of name to tensor, as
+/// `torch.save(model.state_dict())` writes), anything else as safetensors.
+pub fn save_by_extension(path: impl AsRef<Path>, tensors: &[(String, Tensor)]) -> Result<()> {
+    let path = path.as_ref();
+    let torch_format = path
+        .extension()
+        .and_then(|e| e.to_str())
+        .is_some_and(|e| matches!(e.to_ascii_lowercase().as_str(), "pt" | "pth" | "bin"));
+    if torch_format {
+        let dict = tensors
+            .iter()
+            .map(|(n, t)| {
+                (
+                    torch::PyObject::Str(n.clone()),
+                    torch::PyObject::Tensor(t.clone()),
+                )
+            })
+            .collect();
+        torch::save_pt(path, &torch::PyObject::OrderedDict(dict))
+    } else {
+        safetensors::save(path, tensors, None)
     }
 }
 
@@ -120,8 +145,8 @@ pub fn inspect(path: impl AsRef<Path>) -> Result<String> {
     out += &format!(
         "{} tensors, {} elements, {} bytes",
         tensors.len(),
-        crate::nn::with_commas(total.0),
-        crate::nn::with_commas(total.1)
+        total.0,
+        total.1
     );
     Ok(out)
 }
@@ -234,6 +259,27 @@ mod tests {
         std::fs::write(&path, "just some text").unwrap();
         let err = load_any(&path).unwrap_err().to_string();
         assert!(err.contains("not a checkpoint this reads"), "{err}");
+    }
+
+    #[test]
+    fn a_pt_extension_writes_a_torch_state_dict_that_loads_back() {
+        let dir = tempfile::tempdir().unwrap();
+        let t = Tensor::from_vec(vec![1f32, -2.0, 3.5], &[3]).unwrap();
+        let named = vec![("layer.weight".to_string(), t)];
+        for name in ["model.pt", "model.safetensors"] {
+            let path = dir.path().join(name);
+            save_by_extension(&path, &named).unwrap();
+            let mut head = [0u8; 4];
+            std::fs::File::open(&path)
+                .unwrap()
+                .read_exact(&mut head)
+                .unwrap();
+            let zip = &head == b"PK\x03\x04";
+            assert_eq!(zip, name.ends_with(".pt"), "{name}");
+            let loaded = load_any(&path).unwrap();
+            assert_eq!(loaded[0].0, "layer.weight");
+            assert_eq!(loaded[0].1.to_vec_f32().unwrap(), [1.0, -2.0, 3.5]);
+        }
     }
 
     #[test]

@@ -35,7 +35,9 @@ pub use gated_mlp::GatedMlp;
 pub use linear::Linear;
 pub use lora::{LoraAdapter, LoraSpec};
 pub use mlp::Mlp;
-pub use module::{duplicate_names, indexed, parameters_key, prefixed, LoadReport, Module};
+pub use module::{
+    duplicate_names, indexed, parameters_key, prefixed, rename_prefixes, LoadReport, Module,
+};
 pub(crate) use module::{load_named, training_field};
 pub use module_list::ModuleList;
 pub use name_report::NameReport;

@@ -275,6 +275,33 @@ pub(crate) fn load_named(
     Ok(report)
 }
 
+/// `state` with each name that starts with a `from` prefix starting with its `to` instead (the
+/// first matching pair wins): `("module.", "")` strips what DistributedDataParallel adds,
+/// `("backbone.", "encoder.")` maps one model's names onto another's. Two names that become
+/// one are an error naming both.
+pub fn rename_prefixes(
+    state: BTreeMap<String, Tensor>,
+    renames: &[(String, String)],
+) -> Result<BTreeMap<String, Tensor>> {
+    let mut out: BTreeMap<String, (String, Tensor)> = BTreeMap::new();
+    for (name, t) in state {
+        let renamed = renames
+            .iter()
+            .find_map(|(from, to)| {
+                name.strip_prefix(from.as_str())
+                    .map(|rest| format!("{to}{rest}"))
+            })
+            .unwrap_or_else(|| name.clone());
+        if let Some((first, _)) = out.get(&renamed) {
+            return Err(Error::StateDict(format!(
+                "renaming gives {first} and {name} the same name {renamed}"
+            )));
+        }
+        out.insert(renamed, (name, t));
+    }
+    Ok(out.into_iter().map(|(n, (_, t))| (n, t)).collect())
+}
+
 /// How a layer that reads the last dims names its input in an error: `input [..., 64]`.
 pub(crate) fn trailing_dims(shape: &[usize]) -> String {
     let dims: Vec<String> = shape.iter().map(|d| d.to_string()).collect();
@@ -359,6 +386,30 @@ mod tests {
                 "layers.2.bias"
             ]
         );
+    }
+
+    #[test]
+    fn renaming_replaces_prefixes_and_refuses_collisions() {
+        let t = || Tensor::zeros(&[1], DType::F32, Device::Cpu).unwrap();
+        let state: BTreeMap<String, Tensor> = [
+            ("module.fc.weight".to_string(), t()),
+            ("head.bias".to_string(), t()),
+        ]
+        .into();
+        let renames = [("module.".to_string(), String::new())];
+        let names: Vec<String> = rename_prefixes(state, &renames)
+            .unwrap()
+            .into_keys()
+            .collect();
+        assert_eq!(names, ["fc.weight", "head.bias"]);
+        let clash: BTreeMap<String, Tensor> =
+            [("a.w".to_string(), t()), ("b.w".to_string(), t())].into();
+        let renames = [
+            ("a.".to_string(), "c.".to_string()),
+            ("b.".to_string(), "c.".to_string()),
+        ];
+        let err = rename_prefixes(clash, &renames).unwrap_err().to_string();
+        assert!(err.contains("the same name c.w"), "{err}");
     }
 
     #[test]

@@ -8,7 +8,6 @@
 
 use super::in_file;
 use super::untrusted::{checked_numel, decode, Cursor};
-use super::Dataset;
 use crate::{DType, Device, Error, Result, Tensor};
 use half::f16;
 use std::path::Path;
@@ -18,14 +17,6 @@ mod header;
 use header::Header;
 
 const MAGIC: &[u8] = b"\x93NUMPY";
-
-impl Dataset {
-    /// Features `[N, ...]` (flattened to `[N, F]`) and targets `[N]` from two `.npy` files;
-    /// integer targets are class ids, float targets regression values.
-    pub fn from_npy(features: impl AsRef<Path>, targets: impl AsRef<Path>) -> Result<Dataset> {
-        Dataset::flattened(read_npy(features)?, read_npy(targets)?)
-    }
-}
 
 /// Reads an `.npy` file; a format error names the file.
 pub fn read_npy(path: impl AsRef<Path>) -> Result<Tensor> {

@@ -1,6 +1,7 @@
 //! Tests of the `.npy` reader and writer.
 
 use super::*;
+use crate::data::Dataset;
 
 /// A v1 file with a hand-written header dict and raw data bytes.
 fn file(dict: &str, data: &[u8]) -> Vec<u8> {
