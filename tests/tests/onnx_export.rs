@@ -376,3 +376,28 @@ fn onnxruntime_reproduces_a_language_model_with_lora_adapters_exported_merged() 
     let err = relative_error(&got, &want);
     assert!(err <= 1e-4, "{err:.2e} relative");
 }
+
+/// A transposed convolution (strided, padded, output padding, grouped) as ONNX's ConvTranspose.
+#[test]
+fn onnxruntime_reproduces_an_exported_transposed_convolution() {
+    use rusting_brain::nn::ConvTranspose2d;
+    use rusting_brain::ConvTranspose2dOptions;
+    let Some(py) = onnxruntime("onnxruntime_reproduces_an_exported_transposed_convolution") else {
+        return;
+    };
+    let opts = ConvTranspose2dOptions {
+        stride: (2, 2),
+        padding: (1, 1),
+        output_padding: (1, 1),
+        groups: 2,
+        ..Default::default()
+    };
+    let up = ConvTranspose2d::new(4, 6, (3, 3), opts, true, &mut Generator::new(8)).unwrap();
+    check_export(
+        &py,
+        &up,
+        &[1, 4, 5, 5],
+        &randn(&[2, 4, 5, 5], 9),
+        "conv_transpose2d",
+    );
+}

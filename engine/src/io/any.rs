@@ -18,7 +18,6 @@ pub enum Format {
     TorchLegacy,
     Gguf,
     Npy,
-    Npz,
 }
 
 /// What the first bytes of a file say it is.
@@ -31,7 +30,7 @@ pub fn sniff(head: &[u8]) -> Option<Format> {
     }
     if head.starts_with(b"PK\x03\x04") {
         // A zip: torch's archive holds `<root>/data.pkl`, an NPZ only `.npy` entries; told
-        // apart by the entry names once the archive is open.
+        // apart by the entry names once the archive is open (`load_any`).
         return Some(Format::TorchZip);
     }
     // Pickle protocol 2 with the legacy magic number as its first value (a LONG1).
@@ -75,7 +74,6 @@ pub fn load_any(path: impl AsRef<Path>) -> Result<Vec<(String, Tensor)>> {
             flatten(&torch::load_pt(path)?, "", 0, &mut out)?;
             Ok(out)
         }
-        Format::Npz => load_npz(path),
         Format::Npy => {
             let name = path
                 .file_stem()

@@ -4,6 +4,7 @@
 use super::init::{fan_in_and_fan_out, kaiming_uniform_, uniform_, FanMode};
 use super::module::{new_parameter, weight_and_bias, Module};
 use crate::backend::spec::UnaryOp;
+use crate::io::onnx::export::{Attr, OnnxGraph};
 use crate::{Conv2dOptions, Error, Generator, Result, Tensor};
 
 pub struct Conv2d {
@@ -32,14 +33,7 @@ impl Conv2d {
             ));
         }
         let shape = [out_channels, in_channels / g, kernel_size.0, kernel_size.1];
-        let weight = new_parameter(&shape, |t| {
-            kaiming_uniform_(t, 5f64.sqrt(), FanMode::FanIn, gen)
-        })?;
-        let (fan_in, _) = fan_in_and_fan_out(&shape)?;
-        let bound = 1.0 / (fan_in.max(1) as f64).sqrt();
-        let bias = bias
-            .then(|| new_parameter(&[out_channels], |t| uniform_(t, -bound, bound, gen)))
-            .transpose()?;
+        let (weight, bias) = conv_parameters(&shape, bias.then_some(out_channels), gen)?;
         Ok(Conv2d {
             weight,
             bias,
@@ -47,6 +41,62 @@ impl Conv2d {
             training: true,
         })
     }
+}
+
+/// PyTorch's init of a convolution's (or transposed convolution's) parameters: the weight of
+/// `shape` kaiming_uniform(a = sqrt(5)), and a bias of `bias_len` from U(+-1/sqrt(fan_in)),
+/// fan_in = the weight's dim 1 times its kernel.
+pub(super) fn conv_parameters(
+    shape: &[usize; 4],
+    bias_len: Option<usize>,
+    gen: &mut Generator,
+) -> Result<(Tensor, Option<Tensor>)> {
+    let weight = new_parameter(shape, |t| {
+        kaiming_uniform_(t, 5f64.sqrt(), FanMode::FanIn, gen)
+    })?;
+    let (fan_in, _) = fan_in_and_fan_out(shape)?;
+    let bound = 1.0 / (fan_in.max(1) as f64).sqrt();
+    let bias = bias_len
+        .map(|n| new_parameter(&[n], |t| uniform_(t, -bound, bound, gen)))
+        .transpose()?;
+    Ok((weight, bias))
+}
+
+/// One ONNX `op` node (Conv or ConvTranspose) over `x` with the weight and bias as
+/// initializers named under `prefix`, the kernel, stride, symmetric padding, dilation and
+/// groups as attributes, and `extra` attributes after them.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn lower_conv(
+    g: &mut OnnxGraph,
+    op: &str,
+    prefix: &str,
+    x: &str,
+    weight: &Tensor,
+    bias: Option<&Tensor>,
+    (stride, padding, dilation, groups): ((usize, usize), (usize, usize), (usize, usize), usize),
+    extra: &[(&'static str, Attr)],
+) -> Result<String> {
+    let w = g.initializer(&format!("{prefix}weight"), weight)?;
+    let mut inputs = vec![x.to_string(), w];
+    if let Some(b) = bias {
+        inputs.push(g.initializer(&format!("{prefix}bias"), b)?);
+    }
+    let inputs: Vec<&str> = inputs.iter().map(String::as_str).collect();
+    let shape = weight.shape();
+    let pair = |(a, b): (usize, usize)| vec![a as i64, b as i64];
+    let (ph, pw) = (padding.0 as i64, padding.1 as i64);
+    let mut attrs = vec![
+        (
+            "kernel_shape",
+            Attr::Ints(vec![shape[2] as i64, shape[3] as i64]),
+        ),
+        ("strides", Attr::Ints(pair(stride))),
+        ("pads", Attr::Ints(vec![ph, pw, ph, pw])),
+        ("dilations", Attr::Ints(pair(dilation))),
+        ("group", Attr::Int(groups as i64)),
+    ];
+    attrs.extend(extra.iter().cloned());
+    Ok(g.node(op, &inputs, &attrs))
 }
 
 impl Conv2d {
@@ -102,34 +152,19 @@ impl Module for Conv2d {
     }
 
     /// One Conv node with the layer's stride, padding, dilation and groups.
-    fn to_onnx(
-        &self,
-        g: &mut crate::io::onnx::export::OnnxGraph,
-        prefix: &str,
-        x: &str,
-    ) -> Result<String> {
-        use crate::io::onnx::export::Attr;
+    fn to_onnx(&self, g: &mut OnnxGraph, prefix: &str, x: &str) -> Result<String> {
         let o = &self.options;
-        let w = g.initializer(&format!("{prefix}weight"), &self.weight)?;
-        let mut inputs = vec![x.to_string(), w];
-        if let Some(b) = &self.bias {
-            inputs.push(g.initializer(&format!("{prefix}bias"), b)?);
-        }
-        let inputs: Vec<&str> = inputs.iter().map(String::as_str).collect();
-        let shape = self.weight.shape();
-        let pair = |(a, b): (usize, usize)| vec![a as i64, b as i64];
-        let (ph, pw) = (o.padding.0 as i64, o.padding.1 as i64);
-        let attrs = [
-            (
-                "kernel_shape",
-                Attr::Ints(vec![shape[2] as i64, shape[3] as i64]),
-            ),
-            ("strides", Attr::Ints(pair(o.stride))),
-            ("pads", Attr::Ints(vec![ph, pw, ph, pw])),
-            ("dilations", Attr::Ints(pair(o.dilation))),
-            ("group", Attr::Int(o.groups as i64)),
-        ];
-        Ok(g.node("Conv", &inputs, &attrs))
+        let geometry = (o.stride, o.padding, o.dilation, o.groups);
+        lower_conv(
+            g,
+            "Conv",
+            prefix,
+            x,
+            &self.weight,
+            self.bias.as_ref(),
+            geometry,
+            &[],
+        )
     }
 }
 

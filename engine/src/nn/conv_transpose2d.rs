@@ -1,8 +1,8 @@
 //! ConvTranspose2d: weight [Cin, Cout/groups, kh, kw] and bias [Cout], as
 //! torch.nn.ConvTranspose2d, over the engine's conv_transpose2d op.
 
-use super::init::{fan_in_and_fan_out, kaiming_uniform_, uniform_, FanMode};
-use super::module::{new_parameter, weight_and_bias, Module};
+use super::conv2d::{conv_parameters, lower_conv};
+use super::module::{weight_and_bias, Module};
 use crate::{ConvTranspose2dOptions, Error, Generator, Result, Tensor};
 
 pub struct ConvTranspose2d {
@@ -31,14 +31,7 @@ impl ConvTranspose2d {
             ));
         }
         let shape = [in_channels, out_channels / g, kernel_size.0, kernel_size.1];
-        let weight = new_parameter(&shape, |t| {
-            kaiming_uniform_(t, 5f64.sqrt(), FanMode::FanIn, gen)
-        })?;
-        let (fan_in, _) = fan_in_and_fan_out(&shape)?;
-        let bound = 1.0 / (fan_in.max(1) as f64).sqrt();
-        let bias = bias
-            .then(|| new_parameter(&[out_channels], |t| uniform_(t, -bound, bound, gen)))
-            .transpose()?;
+        let (weight, bias) = conv_parameters(&shape, bias.then_some(out_channels), gen)?;
         Ok(ConvTranspose2d {
             weight,
             bias,
@@ -101,26 +94,10 @@ impl Module for ConvTranspose2d {
     ) -> Result<String> {
         use crate::io::onnx::export::Attr;
         let o = &self.options;
-        let w = g.initializer(&format!("{prefix}weight"), &self.weight)?;
-        let mut inputs = vec![x.to_string(), w];
-        if let Some(b) = &self.bias {
-            inputs.push(g.initializer(&format!("{prefix}bias"), b)?);
-        }
-        let inputs: Vec<&str> = inputs.iter().map(String::as_str).collect();
-        let shape = self.weight.shape();
-        let pair = |(a, b): (usize, usize)| vec![a as i64, b as i64];
-        let (ph, pw) = (o.padding.0 as i64, o.padding.1 as i64);
-        let attrs = [
-            (
-                "kernel_shape",
-                Attr::Ints(vec![shape[2] as i64, shape[3] as i64]),
-            ),
-            ("strides", Attr::Ints(pair(o.stride))),
-            ("pads", Attr::Ints(vec![ph, pw, ph, pw])),
-            ("output_padding", Attr::Ints(pair(o.output_padding))),
-            ("dilations", Attr::Ints(pair(o.dilation))),
-            ("group", Attr::Int(o.groups as i64)),
-        ];
-        Ok(g.node("ConvTranspose", &inputs, &attrs))
+        let geometry = (o.stride, o.padding, o.dilation, o.groups);
+        let (oh, ow) = (o.output_padding.0 as i64, o.output_padding.1 as i64);
+        let extra = [("output_padding", Attr::Ints(vec![oh, ow]))];
+        let (w, b) = (&self.weight, self.bias.as_ref());
+        lower_conv(g, "ConvTranspose", prefix, x, w, b, geometry, &extra)
     }
 }
