@@ -63,8 +63,8 @@ pub(super) fn conv_parameters(
 }
 
 /// One ONNX `op` node (Conv or ConvTranspose) over `x` with the weight and bias as
-/// initializers named under `prefix`, the kernel, stride, symmetric padding, dilation and
-/// groups as attributes, and `extra` attributes after them.
+/// initializers named under `prefix`, the kernel and `geometry`'s stride, symmetric padding,
+/// dilation and groups as attributes, and `extra` attributes after them.
 #[allow(clippy::too_many_arguments)]
 pub(super) fn lower_conv(
     g: &mut OnnxGraph,
@@ -73,7 +73,7 @@ pub(super) fn lower_conv(
     x: &str,
     weight: &Tensor,
     bias: Option<&Tensor>,
-    (stride, padding, dilation, groups): ((usize, usize), (usize, usize), (usize, usize), usize),
+    geometry: Conv2dOptions,
     extra: &[(&'static str, Attr)],
 ) -> Result<String> {
     let w = g.initializer(&format!("{prefix}weight"), weight)?;
@@ -83,6 +83,12 @@ pub(super) fn lower_conv(
     }
     let inputs: Vec<&str> = inputs.iter().map(String::as_str).collect();
     let shape = weight.shape();
+    let Conv2dOptions {
+        stride,
+        padding,
+        dilation,
+        groups,
+    } = geometry;
     let pair = |(a, b): (usize, usize)| vec![a as i64, b as i64];
     let (ph, pw) = (padding.0 as i64, padding.1 as i64);
     let mut attrs = vec![
@@ -153,18 +159,8 @@ impl Module for Conv2d {
 
     /// One Conv node with the layer's stride, padding, dilation and groups.
     fn to_onnx(&self, g: &mut OnnxGraph, prefix: &str, x: &str) -> Result<String> {
-        let o = &self.options;
-        let geometry = (o.stride, o.padding, o.dilation, o.groups);
-        lower_conv(
-            g,
-            "Conv",
-            prefix,
-            x,
-            &self.weight,
-            self.bias.as_ref(),
-            geometry,
-            &[],
-        )
+        let (w, b) = (&self.weight, self.bias.as_ref());
+        lower_conv(g, "Conv", prefix, x, w, b, self.options, &[])
     }
 }
 

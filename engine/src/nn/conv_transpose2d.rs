@@ -94,7 +94,12 @@ impl Module for ConvTranspose2d {
     ) -> Result<String> {
         use crate::io::onnx::export::Attr;
         let o = &self.options;
-        let geometry = (o.stride, o.padding, o.dilation, o.groups);
+        let geometry = crate::Conv2dOptions {
+            stride: o.stride,
+            padding: o.padding,
+            dilation: o.dilation,
+            groups: o.groups,
+        };
         let (oh, ow) = (o.output_padding.0 as i64, o.output_padding.1 as i64);
         let extra = [("output_padding", Attr::Ints(vec![oh, ow]))];
         let (w, b) = (&self.weight, self.bias.as_ref());
