@@ -15,6 +15,7 @@ pub mod capture;
 pub mod data;
 pub mod dist;
 pub mod gradcheck;
+pub mod graph;
 pub mod io;
 pub mod metrics;
 pub mod models;

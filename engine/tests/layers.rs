@@ -34,8 +34,9 @@ const RANKS: &[(&str, u32)] = &[
     ("nn", 3),
     ("text", 3),
     ("gradcheck", 3),
-    // Optimizers; images and their augmentation.
+    // Optimizers; images and their augmentation; ONNX graphs run as modules.
     ("optim", 4),
+    ("graph", 4),
     ("vision", 4),
     // Data sets and loaders.
     ("data", 5),

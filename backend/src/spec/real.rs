@@ -25,6 +25,10 @@ pub trait Real:
     fn abs(self) -> Self;
     fn powf(self, e: Self) -> Self;
     fn ln_1p(self) -> Self;
+    fn floor(self) -> Self;
+    fn ceil(self) -> Self;
+    /// The nearest integer, halves to the even one (IEEE's default rounding, ONNX's Round).
+    fn round_even(self) -> Self;
     fn is_nan(self) -> bool;
     #[inline]
     fn max(self, o: Self) -> Self {
@@ -94,6 +98,18 @@ macro_rules! real {
             #[inline]
             fn ln_1p(self) -> Self {
                 <$t>::ln_1p(self)
+            }
+            #[inline]
+            fn floor(self) -> Self {
+                <$t>::floor(self)
+            }
+            #[inline]
+            fn ceil(self) -> Self {
+                <$t>::ceil(self)
+            }
+            #[inline]
+            fn round_even(self) -> Self {
+                <$t>::round_ties_even(self)
             }
             #[inline]
             fn is_nan(self) -> bool {

@@ -251,6 +251,30 @@ unary_ops! {
         },
         cuda: "x * tanh(softplus_c(x))", "mish_derivative_c(x)",
     }
+    /// The error function (ONNX's Erf; exported GELUs are built from it).
+    Erf = "erf" {
+        value: |x| x.erf(),
+        derivative: |x, _y| R::c(2.0 * FRAC_1_SQRT_2PI * std::f64::consts::SQRT_2) * (-(x * x)).exp(),
+        cuda: "erf(x)", "(C)1.1283791670955126 * exp(-x * x)",
+    }
+    /// Rounds down; its gradient is zero (as torch's).
+    Floor = "floor" {
+        value: |x| x.floor(),
+        derivative: |_x, _y| R::c(0.0),
+        cuda: "floor(x)", "(C)0",
+    }
+    /// Rounds up; its gradient is zero.
+    Ceil = "ceil" {
+        value: |x| x.ceil(),
+        derivative: |_x, _y| R::c(0.0),
+        cuda: "ceil(x)", "(C)0",
+    }
+    /// The nearest integer, halves to even (torch.round, ONNX's Round); its gradient is zero.
+    Round = "round" {
+        value: |x| x.round_even(),
+        derivative: |_x, _y| R::c(0.0),
+        cuda: "rint(x)", "(C)0",
+    }
     /// x^e for a scalar exponent.
     Pow(e) = "pow" {
         value: |x| x.powf(e),
@@ -369,6 +393,7 @@ mod tests {
             UnaryOp::Softplus,
             UnaryOp::Mish,
             UnaryOp::Pow(2.5),
+            UnaryOp::Erf,
             UnaryOp::Affine(-1.5, 2.0),
         ];
         for op in ops {

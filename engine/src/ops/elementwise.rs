@@ -121,6 +121,20 @@ impl Tensor {
     pub fn mish(&self) -> Result<Tensor> {
         self.unary(UnaryOp::Mish)
     }
+    /// The error function.
+    pub fn erf(&self) -> Result<Tensor> {
+        self.unary(UnaryOp::Erf)
+    }
+    pub fn floor(&self) -> Result<Tensor> {
+        self.unary(UnaryOp::Floor)
+    }
+    pub fn ceil(&self) -> Result<Tensor> {
+        self.unary(UnaryOp::Ceil)
+    }
+    /// Rounds to the nearest integer, halves to even (as torch.round).
+    pub fn round(&self) -> Result<Tensor> {
+        self.unary(UnaryOp::Round)
+    }
     pub fn square(&self) -> Result<Tensor> {
         self.mul(self)
     }

@@ -72,6 +72,10 @@ ops! {
     "softplus": Primitive, true, FLOAT;
     "mish": Primitive, true, FLOAT;
     "sign": Primitive, true, INT_AND_FLOAT;
+    "erf": Primitive, true, FLOAT;
+    "floor": Primitive, true, FLOAT;
+    "ceil": Primitive, true, FLOAT;
+    "round": Primitive, true, FLOAT;
     "pow": Primitive, true, FLOAT;
     "clamp": Primitive, true, INT_AND_FLOAT;
     "affine": Primitive, true, INT_AND_FLOAT;

@@ -27,6 +27,10 @@ pub fn register(api: &mut Api) {
         "softplus" => softplus, "log(1 + exp(x)), and x itself above 20 (as torch's softplus).";
         "mish" => mish, "x * tanh(softplus(x)).";
         "sign" => sign, "-1, 0 or 1 by the sign of each element.";
+        "erf" => erf, "The error function.";
+        "floor" => floor, "Rounds down (zero gradient).";
+        "ceil" => ceil, "Rounds up (zero gradient).";
+        "round" => round, "Rounds to the nearest integer, halves to even as torch.round (zero gradient).";
         "square" => square, "Elementwise x^2.";
     }
     api.func(

@@ -20,6 +20,11 @@ use prost::Message;
 use proto::{attribute_type as at, AttributeProto, ValueInfoProto};
 use std::path::Path;
 
+/// The engine dtype an ONNX `TensorProto.DataType` loads as (narrow integers widen to I64).
+pub fn onnx_dtype(data_type: i32) -> Option<crate::DType> {
+    tensor::layout(data_type).map(|(dtype, _)| dtype)
+}
+
 /// A decoded ONNX model.
 #[derive(Clone, Debug)]
 pub struct OnnxModel {
@@ -104,6 +109,14 @@ pub fn read_onnx(path: &Path) -> Result<OnnxModel> {
         },
         e => e,
     })
+}
+
+/// Decodes one serialized `TensorProto` (the `.pb` files of ONNX's test data sets), with its
+/// name.
+pub fn read_tensor_proto(bytes: &[u8]) -> Result<(String, Tensor)> {
+    let t = proto::TensorProto::decode(bytes)
+        .map_err(|e| Error::format("onnx", format!("not a valid TensorProto: {e}")))?;
+    Ok((t.name.clone(), tensor::decode_tensor(&t)?))
 }
 
 /// Reads an ONNX model held in memory.

@@ -13,7 +13,7 @@ fn bad(name: &str, msg: impl std::fmt::Display) -> Error {
 }
 
 /// The engine dtype for an ONNX data type, and the bytes per element in `raw_data`.
-fn layout(data_type: i32) -> Option<(DType, usize)> {
+pub(super) fn layout(data_type: i32) -> Option<(DType, usize)> {
     Some(match data_type {
         dt::FLOAT => (DType::F32, 4),
         dt::FLOAT16 => (DType::F16, 2),

@@ -31,6 +31,10 @@ pub const OPS: &[super::Entry] = &[
     ("mish", || unary(Dist::Uniform(-8.0, 8.0), |x| x.mish())),
     ("swiglu", swiglu_cases),
     ("sign", || unary(NORMAL, |x| x.sign())),
+    ("erf", || unary(NORMAL, |x| x.erf())),
+    ("floor", || unary(Dist::Uniform(-5.0, 5.0), |x| x.floor())),
+    ("ceil", || unary(Dist::Uniform(-5.0, 5.0), |x| x.ceil())),
+    ("round", || unary(Dist::Uniform(-5.0, 5.0), |x| x.round())),
     ("pow", || {
         unary(Dist::Uniform(0.5, 2.0), |x| x.pow_scalar(2.5))
     }),
