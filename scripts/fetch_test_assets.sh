@@ -56,6 +56,36 @@ fetch_into() {
 
 # A real YOLOv8n exported to ONNX by ultralytics 8.2.46 (18 classes, opset 17).
 fetch nudenet==3.4.2 nudenet/320n.onnx
+# Published ONNX models run as graphs against onnxruntime (tests/tests/onnx_graph_models.rs):
+# PaddleOCR's PP-OCRv4 detector and recognizer and its direction classifier (rapidocr), a
+# YOLO-style detector and a CNN+LSTM recognizer (ddddocr), Google's Magika file-type model.
+fetch rapidocr-onnxruntime==1.3.24 \
+    rapidocr_onnxruntime/models/ch_PP-OCRv4_det_infer.onnx \
+    rapidocr_onnxruntime/models/ch_PP-OCRv4_rec_infer.onnx \
+    rapidocr_onnxruntime/models/ch_ppocr_mobile_v2.0_cls_infer.onnx
+fetch ddddocr==1.5.6 ddddocr/common_det.onnx ddddocr/common.onnx
+fetch magika==0.5.1 magika/models/standard_v1/model.onnx
+# ONNX's operator conformance tests (each a model.onnx with inputs and reference outputs), from
+# the onnx wheel (platform-specific, so one platform's is named; the test data are the same).
+if [ ! -d "$ASSETS/onnx-node" ]; then
+    python3 -m pip download --quiet --no-deps --only-binary=:all: --python-version 3.10 \
+        --platform manylinux_2_17_x86_64 -d "$WHEELS" onnx==1.17.0 >&2
+    python3 - "$WHEELS"/onnx-1.17.0-cp310-*.whl "$ASSETS" <<'PY'
+import os, shutil, sys, zipfile
+wheel, assets = sys.argv[1:3]
+prefix = "onnx/backend/test/data/node/"
+tmp = os.path.join(assets, "onnx-node.tmp")
+shutil.rmtree(tmp, ignore_errors=True)
+with zipfile.ZipFile(wheel) as z:
+    for info in z.infolist():
+        if info.filename.startswith(prefix) and not info.is_dir():
+            out = os.path.join(tmp, info.filename[len(prefix):])
+            os.makedirs(os.path.dirname(out), exist_ok=True)
+            with z.open(info) as src, open(out, "wb") as dst:
+                shutil.copyfileobj(src, dst)
+os.replace(tmp, os.path.join(assets, "onnx-node"))
+PY
+fi
 # Images and model definitions from ultralytics itself.
 fetch ultralytics==8.4.190 \
     ultralytics/assets/bus.jpg ultralytics/assets/zidane.jpg \

@@ -1,8 +1,8 @@
 //! ONNX graphs run as graphs: every node of the file executed in order through the engine's
-//! ops (see [`ops`] for the operator set), on the CPU or a GPU, with gradients when the weights
-//! ask for them. The graph is a [`Module`]: its float initializers are its parameters (the
-//! running statistics BatchNormalization reads and the graph's float constants its buffers),
-//! so `print`, `state_dict`, `to_device` and the optimizers work on it as on any layer.
+//! ops (see [`ops`] for the operator set), on the CPU or a GPU, with gradients in training mode.
+//! The graph is a [`Module`]: its float tensors are its parameters (the running statistics
+//! BatchNormalization reads and the scalar constants its buffers), so `print`, `state_dict`,
+//! `to_device` and the optimizers work on it as on any layer.
 //!
 //! Every node's operator is checked when the file is read: a graph with an operator, a domain
 //! or an attribute value this runtime does not implement is refused by name, never run with a
@@ -26,9 +26,9 @@ pub struct OnnxGraph {
     pub producer: String,
     pub opset: i64,
     nodes: Vec<OnnxNode>,
-    /// Float initializers, trainable.
+    /// Float tensors of more than one element, trainable.
     weights: Vec<(String, Tensor)>,
-    /// Float state that is not trained: BatchNormalization's statistics and Constant nodes.
+    /// Float state that is not trained: BatchNormalization's statistics and scalars.
     buffers: Vec<(String, Tensor)>,
     /// Integer and boolean initializers and constants (shapes, axes, indices): on the host.
     host: Vec<(String, Tensor)>,
@@ -72,10 +72,13 @@ impl OnnxGraph {
             .flat_map(|n| n.inputs.iter().skip(3).take(2).cloned())
             .collect();
         let (mut weights, mut buffers, mut host) = (Vec::new(), Vec::new(), Vec::new());
-        let mut sort = |name: String, t: Tensor, constant: bool| -> Result<()> {
+        // Exporters differ in where weights go (torch: initializers; paddle2onnx: Constant
+        // nodes), so a float tensor of more than one element is a weight either way; scalars
+        // (a GELU's 0.5, a hard-swish's 6) and BatchNormalization's statistics are buffers.
+        let mut sort = |name: String, t: Tensor| -> Result<()> {
             if !t.dtype().is_float() {
                 host.push((name, t));
-            } else if constant || statistics.contains(&name) {
+            } else if t.numel() <= 1 || statistics.contains(&name) {
                 buffers.push((name, t));
             } else {
                 weights.push((name, t.requires_grad_()?));
@@ -83,14 +86,14 @@ impl OnnxGraph {
             Ok(())
         };
         for (name, t) in model.initializers.iter().cloned() {
-            sort(name, t, false)?;
+            sort(name, t)?;
         }
         let mut nodes = Vec::with_capacity(model.nodes.len());
         for def in model.nodes {
             if def.op_type == "Constant" {
                 let outputs = run_node(&def, Vec::new(), opset)?;
                 for (name, t) in def.outputs.iter().cloned().zip(outputs) {
-                    sort(name, t, true)?;
+                    sort(name, t)?;
                 }
             } else {
                 nodes.push(def);
