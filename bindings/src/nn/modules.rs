@@ -103,7 +103,7 @@ impl Module for Model {
     }
     fn to_onnx(
         &self,
-        g: &mut rusting_brain::io::onnx::export::OnnxGraph,
+        g: &mut rusting_brain::io::onnx::export::GraphBuilder,
         prefix: &str,
         x: &str,
     ) -> rusting_brain::Result<String> {

@@ -349,3 +349,6 @@ impl Module for OnnxGraph {
         )
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -35,7 +35,7 @@ impl Activation {
 
     /// The activation as ONNX operators of opset 13+: SiLU as x·sigmoid(x), GELU (the exact,
     /// erf form) as x·(1 + erf(x/√2))/2, its tanh form and Mish from their formulas.
-    pub fn to_onnx(self, g: &mut crate::io::onnx::export::OnnxGraph, x: &str) -> Result<String> {
+    pub fn to_onnx(self, g: &mut crate::io::onnx::export::GraphBuilder, x: &str) -> Result<String> {
         Ok(match self {
             Activation::Relu => g.node("Relu", &[x], &[]),
             Activation::Tanh => g.node("Tanh", &[x], &[]),
@@ -169,7 +169,7 @@ impl Module for ActivationLayer {
 
     fn to_onnx(
         &self,
-        g: &mut crate::io::onnx::export::OnnxGraph,
+        g: &mut crate::io::onnx::export::GraphBuilder,
         _prefix: &str,
         x: &str,
     ) -> Result<String> {

@@ -125,7 +125,7 @@ impl Module for BatchNorm2d {
     /// for a missing affine weight and bias).
     fn to_onnx(
         &self,
-        g: &mut crate::io::onnx::export::OnnxGraph,
+        g: &mut crate::io::onnx::export::GraphBuilder,
         prefix: &str,
         x: &str,
     ) -> Result<String> {

@@ -4,7 +4,7 @@
 use super::init::{fan_in_and_fan_out, kaiming_uniform_, uniform_, FanMode};
 use super::module::{new_parameter, weight_and_bias, Module};
 use crate::backend::spec::UnaryOp;
-use crate::io::onnx::export::{Attr, OnnxGraph};
+use crate::io::onnx::export::{Attr, GraphBuilder};
 use crate::{Conv2dOptions, Error, Generator, Result, Tensor};
 
 pub struct Conv2d {
@@ -67,7 +67,7 @@ pub(super) fn conv_parameters(
 /// dilation and groups as attributes, and `extra` attributes after them.
 #[allow(clippy::too_many_arguments)]
 pub(super) fn lower_conv(
-    g: &mut OnnxGraph,
+    g: &mut GraphBuilder,
     op: &str,
     prefix: &str,
     x: &str,
@@ -158,7 +158,7 @@ impl Module for Conv2d {
     }
 
     /// One Conv node with the layer's stride, padding, dilation and groups.
-    fn to_onnx(&self, g: &mut OnnxGraph, prefix: &str, x: &str) -> Result<String> {
+    fn to_onnx(&self, g: &mut GraphBuilder, prefix: &str, x: &str) -> Result<String> {
         let (w, b) = (&self.weight, self.bias.as_ref());
         lower_conv(g, "Conv", prefix, x, w, b, self.options, &[])
     }

@@ -88,7 +88,7 @@ impl Module for ConvTranspose2d {
     /// One ConvTranspose node with the layer's geometry.
     fn to_onnx(
         &self,
-        g: &mut crate::io::onnx::export::OnnxGraph,
+        g: &mut crate::io::onnx::export::GraphBuilder,
         prefix: &str,
         x: &str,
     ) -> Result<String> {

@@ -73,7 +73,7 @@ impl Module for Dropout {
     /// Inference: dropout passes its input through.
     fn to_onnx(
         &self,
-        _g: &mut crate::io::onnx::export::OnnxGraph,
+        _g: &mut crate::io::onnx::export::GraphBuilder,
         _prefix: &str,
         x: &str,
     ) -> Result<String> {

@@ -64,7 +64,7 @@ impl Module for Embedding {
     /// A Gather of the weight's rows; `ids` must be an I64 value of the graph.
     fn to_onnx(
         &self,
-        g: &mut crate::io::onnx::export::OnnxGraph,
+        g: &mut crate::io::onnx::export::GraphBuilder,
         prefix: &str,
         ids: &str,
     ) -> Result<String> {

@@ -5,7 +5,7 @@
 
 use super::module::Module;
 use super::{Activation, Linear, RmsNorm};
-use crate::io::onnx::export::OnnxGraph;
+use crate::io::onnx::export::GraphBuilder;
 use crate::ops::pre_norm::Stream;
 use crate::{Result, Tensor};
 
@@ -77,7 +77,7 @@ impl Module for GatedMlp {
 
     super::module::training_field!();
 
-    fn to_onnx(&self, g: &mut OnnxGraph, prefix: &str, x: &str) -> Result<String> {
+    fn to_onnx(&self, g: &mut GraphBuilder, prefix: &str, x: &str) -> Result<String> {
         let gate = self
             .gate_proj
             .to_onnx(g, &format!("{prefix}gate_proj."), x)?;

@@ -321,7 +321,7 @@ impl Module for Linear {
     /// adapter is exported merged (W + B A · scale), the eval-mode forward's value.
     fn to_onnx(
         &self,
-        g: &mut crate::io::onnx::export::OnnxGraph,
+        g: &mut crate::io::onnx::export::GraphBuilder,
         prefix: &str,
         x: &str,
     ) -> Result<String> {

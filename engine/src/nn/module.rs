@@ -105,7 +105,7 @@ pub trait Module: Send + Sync {
     /// `state_dict` does. The lowering is the eval-mode forward. A layer without one says so.
     fn to_onnx(
         &self,
-        g: &mut crate::io::onnx::export::OnnxGraph,
+        g: &mut crate::io::onnx::export::GraphBuilder,
         prefix: &str,
         x: &str,
     ) -> Result<String> {

@@ -241,7 +241,7 @@ impl Module for RmsNorm {
     /// x / sqrt(mean(x²) + eps) · weight in primitive operators (opset 13+ has no RMSNorm).
     fn to_onnx(
         &self,
-        g: &mut crate::io::onnx::export::OnnxGraph,
+        g: &mut crate::io::onnx::export::GraphBuilder,
         prefix: &str,
         x: &str,
     ) -> Result<String> {

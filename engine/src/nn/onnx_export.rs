@@ -2,7 +2,7 @@
 //! graph that `io::onnx::export` builds and writes.
 
 use super::Module;
-use crate::io::onnx::export::{write_model, ExportOptions, OnnxGraph};
+use crate::io::onnx::export::{write_model, ExportOptions, GraphBuilder};
 use crate::{DType, Device, Error, Result, Tensor};
 use std::path::Path;
 
@@ -14,7 +14,7 @@ pub fn export_module(
     path: impl AsRef<Path>,
     opts: &ExportOptions,
 ) -> Result<()> {
-    let mut g = OnnxGraph::new(opts.checked_opset()?);
+    let mut g = GraphBuilder::new(opts.checked_opset()?);
     if input_shape.is_empty() {
         return Err(Error::invalid(
             "export_onnx",

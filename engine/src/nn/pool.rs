@@ -3,7 +3,7 @@
 //! so a CNN is a `Sequential` of layers: conv, norm, activation, pool, flatten, linear.
 
 use super::module::{training_field, Module};
-use crate::io::onnx::export::{Attr, OnnxGraph};
+use crate::io::onnx::export::{Attr, GraphBuilder};
 use crate::{Error, Result, Tensor};
 
 /// Kernel, stride and padding of a 2-D pooling window.
@@ -67,7 +67,7 @@ impl Module for MaxPool2d {
     fn title(&self) -> String {
         self.window.line("MaxPool2d")
     }
-    fn to_onnx(&self, g: &mut OnnxGraph, _prefix: &str, x: &str) -> Result<String> {
+    fn to_onnx(&self, g: &mut GraphBuilder, _prefix: &str, x: &str) -> Result<String> {
         Ok(g.node("MaxPool", &[x], &self.window.attrs()))
     }
 }
@@ -95,7 +95,7 @@ impl Module for AvgPool2d {
     fn title(&self) -> String {
         self.window.line("AvgPool2d")
     }
-    fn to_onnx(&self, g: &mut OnnxGraph, _prefix: &str, x: &str) -> Result<String> {
+    fn to_onnx(&self, g: &mut GraphBuilder, _prefix: &str, x: &str) -> Result<String> {
         let mut attrs = self.window.attrs().to_vec();
         attrs.push(("count_include_pad", Attr::Int(1)));
         Ok(g.node("AveragePool", &[x], &attrs))
@@ -160,7 +160,7 @@ impl Module for AdaptiveAvgPool2d {
     }
     /// ONNX has global average pooling and fixed windows: a 1x1 output, or cells that divide the
     /// input evenly, which it cannot know ahead of the input's size. Only 1x1 is exported.
-    fn to_onnx(&self, g: &mut OnnxGraph, prefix: &str, x: &str) -> Result<String> {
+    fn to_onnx(&self, g: &mut GraphBuilder, prefix: &str, x: &str) -> Result<String> {
         if self.output != (1, 1) {
             return Err(Error::invalid(
                 "export_onnx",
@@ -211,7 +211,7 @@ impl Module for Flatten {
         format!("Flatten(start_dim={})", self.start_dim)
     }
     /// ONNX's Flatten makes two dimensions, which is this layer from dim 1.
-    fn to_onnx(&self, g: &mut OnnxGraph, prefix: &str, x: &str) -> Result<String> {
+    fn to_onnx(&self, g: &mut GraphBuilder, prefix: &str, x: &str) -> Result<String> {
         if self.start_dim != 1 {
             return Err(Error::invalid(
                 "export_onnx",

@@ -79,7 +79,7 @@ impl Module for Sequential {
 
     fn to_onnx(
         &self,
-        g: &mut crate::io::onnx::export::OnnxGraph,
+        g: &mut crate::io::onnx::export::GraphBuilder,
         prefix: &str,
         x: &str,
     ) -> Result<String> {

@@ -30,7 +30,7 @@ pub enum Attr {
 
 /// A graph under construction for one operator set: nodes in order, initializers, inputs and
 /// outputs. Value names come from `fresh`, so lowering code never collides with itself.
-pub struct OnnxGraph {
+pub struct GraphBuilder {
     opset: i64,
     nodes: Vec<NodeProto>,
     initializers: Vec<TensorProto>,
@@ -76,11 +76,11 @@ fn value_info(name: &str, dims: &[Dim], dtype: DType) -> ValueInfoProto {
     }
 }
 
-impl OnnxGraph {
+impl GraphBuilder {
     /// An empty graph for the default operator set `opset`; lowering code asks `opset()` where
     /// an operator's signature changed between versions.
     pub fn new(opset: i64) -> Self {
-        OnnxGraph {
+        GraphBuilder {
             opset,
             nodes: Vec::new(),
             initializers: Vec::new(),
@@ -304,7 +304,7 @@ const INLINE_WEIGHT_LIMIT: usize = 1 << 30;
 /// Writes the model of graph `g` to `path`. When its weights pass 1 GiB they are stored
 /// beside it in `<file>.data` as ONNX external data (offsets aligned to 64 bytes), which
 /// onnxruntime and `onnx.load` read from the model's folder.
-pub fn write_model(g: OnnxGraph, path: impl AsRef<Path>) -> Result<()> {
+pub fn write_model(g: GraphBuilder, path: impl AsRef<Path>) -> Result<()> {
     let path = path.as_ref();
     let mut model = g.into_model("main");
     let graph = model.graph.as_mut().expect("into_model sets the graph");

@@ -12,7 +12,7 @@
 use super::attention::Attention;
 use super::block::Block;
 use super::TransformerLm;
-use crate::io::onnx::export::{write_model, Attr, Dim, ExportOptions, OnnxGraph};
+use crate::io::onnx::export::{write_model, Attr, Dim, ExportOptions, GraphBuilder};
 use crate::nn::Module;
 use crate::{DType, Result, Tensor};
 use std::path::Path;
@@ -29,7 +29,7 @@ impl TransformerLm {
     /// always named (`sequence`); the batch is named under `opts.dynamic_batch`, else 1.
     pub fn export_onnx(&self, path: impl AsRef<Path>, opts: &ExportOptions) -> Result<()> {
         let c = &self.config;
-        let mut g = OnnxGraph::new(opts.checked_opset()?);
+        let mut g = GraphBuilder::new(opts.checked_opset()?);
         let batch = match opts.dynamic_batch {
             true => Dim::Named("batch".into()),
             false => Dim::Fixed(1),
@@ -58,7 +58,7 @@ impl TransformerLm {
     }
 
     /// The rotary tables and the mask for the window of `ids` [batch, sequence].
-    fn window(&self, g: &mut OnnxGraph, ids: &str) -> Result<Window> {
+    fn window(&self, g: &mut GraphBuilder, ids: &str) -> Result<Window> {
         let c = &self.config;
         let rows = c.max_seq_len;
         let (cos, sin) = self.rotary().host_tables(rows);
@@ -81,7 +81,7 @@ impl TransformerLm {
 }
 
 /// [T, T] additive mask: 0 where key j ≤ query i, -inf after.
-fn causal_mask(g: &mut OnnxGraph, len: &str) -> Result<String> {
+fn causal_mask(g: &mut GraphBuilder, len: &str) -> Result<String> {
     let axis0 = g.ints("axis0", &[0])?;
     let t = g.node("Squeeze", &[len, &axis0], &[]);
     let start_name = g.fresh("start");
@@ -103,7 +103,7 @@ fn causal_mask(g: &mut OnnxGraph, len: &str) -> Result<String> {
 impl Block {
     fn to_onnx(
         &self,
-        g: &mut OnnxGraph,
+        g: &mut GraphBuilder,
         prefix: &str,
         x: &str,
         w: &Window,
@@ -129,14 +129,14 @@ impl Block {
 impl Attention {
     fn to_onnx(
         &self,
-        g: &mut OnnxGraph,
+        g: &mut GraphBuilder,
         prefix: &str,
         x: &str,
         w: &Window,
         c: &super::LmConfig,
     ) -> Result<String> {
         let (h, kv, hd) = (c.n_heads, c.n_kv_heads, c.head_dim());
-        let heads = |g: &mut OnnxGraph, name: &str, n: usize| -> Result<String> {
+        let heads = |g: &mut GraphBuilder, name: &str, n: usize| -> Result<String> {
             let proj = match name {
                 "q_proj" => &self.q_proj,
                 "k_proj" => &self.k_proj,
@@ -183,7 +183,7 @@ impl Attention {
 }
 
 /// x·cos + rotate_half(x)·sin over heads [B, H, T, hd], rotate_half(x) = (-x₂, x₁).
-fn rotate(g: &mut OnnxGraph, x: &str, w: &Window, hd: usize) -> Result<String> {
+fn rotate(g: &mut GraphBuilder, x: &str, w: &Window, hd: usize) -> Result<String> {
     let first = g.slice(x, -1, 0, hd / 2)?;
     let second = g.slice(x, -1, hd / 2, hd)?;
     let negated = g.node("Neg", &[&second], &[]);
@@ -194,7 +194,7 @@ fn rotate(g: &mut OnnxGraph, x: &str, w: &Window, hd: usize) -> Result<String> {
 }
 
 /// [B, kv, T, hd] -> [B, h, T, hd], each key/value head repeated for its group of queries.
-fn repeat_kv(g: &mut OnnxGraph, x: &str, h: usize, kv: usize, hd: usize) -> Result<String> {
+fn repeat_kv(g: &mut GraphBuilder, x: &str, h: usize, kv: usize, hd: usize) -> Result<String> {
     if h == kv {
         return Ok(x.into());
     }

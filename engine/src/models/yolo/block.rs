@@ -2,13 +2,13 @@
 //! parameter names follow (`cv1.conv.weight`, `m.0.cv2.bn.running_mean`, as ultralytics writes
 //! them); these name lists of children and lower a child into ONNX under its dotted name.
 
-use crate::io::onnx::export::OnnxGraph;
+use crate::io::onnx::export::GraphBuilder;
 use crate::nn::Module;
 use crate::Result;
 
 /// Lowers the named `child` of a block (its dotted name joins `prefix`).
 pub fn lower_child(
-    g: &mut OnnxGraph,
+    g: &mut GraphBuilder,
     prefix: &str,
     name: &str,
     child: &dyn Module,

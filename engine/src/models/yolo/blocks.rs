@@ -5,7 +5,7 @@
 use super::block::{indexed, indexed_mut, lower_child};
 use super::conv::{ConvBn, ConvSpec};
 use super::init::Init;
-use crate::io::onnx::export::{Attr, OnnxGraph};
+use crate::io::onnx::export::{Attr, GraphBuilder};
 use crate::nn::Module;
 use crate::{Result, Tensor};
 
@@ -53,7 +53,7 @@ impl Module for Bottleneck {
     fn children_mut(&mut self) -> Vec<&mut dyn Module> {
         vec![&mut self.cv1, &mut self.cv2]
     }
-    fn to_onnx(&self, g: &mut OnnxGraph, prefix: &str, x: &str) -> Result<String> {
+    fn to_onnx(&self, g: &mut GraphBuilder, prefix: &str, x: &str) -> Result<String> {
         let y = lower_child(g, prefix, "cv1", &self.cv1, x)?;
         let y = lower_child(g, prefix, "cv2", &self.cv2, &y)?;
         Ok(match self.add {
@@ -118,7 +118,7 @@ impl Module for C3 {
         c.extend(indexed_mut(&mut self.m));
         c
     }
-    fn to_onnx(&self, g: &mut OnnxGraph, prefix: &str, x: &str) -> Result<String> {
+    fn to_onnx(&self, g: &mut GraphBuilder, prefix: &str, x: &str) -> Result<String> {
         let mut a = lower_child(g, prefix, "cv1", &self.cv1, x)?;
         for (i, b) in self.m.iter().enumerate() {
             a = lower_child(g, prefix, &format!("m.{i}"), b, &a)?;
@@ -212,7 +212,7 @@ impl Module for C2f {
         c.extend(self.m.iter_mut().map(|b| b.as_mut() as &mut dyn Module));
         c
     }
-    fn to_onnx(&self, g: &mut OnnxGraph, prefix: &str, x: &str) -> Result<String> {
+    fn to_onnx(&self, g: &mut GraphBuilder, prefix: &str, x: &str) -> Result<String> {
         let a = lower_child(g, prefix, "cv1", &self.cv1, x)?;
         let mut ys = vec![
             g.slice(&a, 1, 0, self.c)?,
@@ -288,7 +288,7 @@ impl Module for Sppf {
     fn children_mut(&mut self) -> Vec<&mut dyn Module> {
         vec![&mut self.cv1, &mut self.cv2]
     }
-    fn to_onnx(&self, g: &mut OnnxGraph, prefix: &str, x: &str) -> Result<String> {
+    fn to_onnx(&self, g: &mut GraphBuilder, prefix: &str, x: &str) -> Result<String> {
         let mut ys = vec![lower_child(g, prefix, "cv1", &self.cv1, x)?];
         let (k, p) = (self.k as i64, (self.k / 2) as i64);
         for _ in 0..self.n {
@@ -375,7 +375,7 @@ impl Module for Attention {
     fn children_mut(&mut self) -> Vec<&mut dyn Module> {
         vec![&mut self.qkv, &mut self.proj, &mut self.pe]
     }
-    fn to_onnx(&self, g: &mut OnnxGraph, prefix: &str, x: &str) -> Result<String> {
+    fn to_onnx(&self, g: &mut GraphBuilder, prefix: &str, x: &str) -> Result<String> {
         let (kd, hd, nh) = (self.key_dim, self.head_dim, self.num_heads);
         let qkv = lower_child(g, prefix, "qkv", &self.qkv, x)?;
         // [B, heads, 2·kd + hd, pixels]; the batch stays dynamic (0 copies it).
@@ -445,7 +445,7 @@ impl Module for PsaBlock {
         c.extend(indexed_mut(&mut self.ffn));
         c
     }
-    fn to_onnx(&self, g: &mut OnnxGraph, prefix: &str, x: &str) -> Result<String> {
+    fn to_onnx(&self, g: &mut GraphBuilder, prefix: &str, x: &str) -> Result<String> {
         let a = lower_child(g, prefix, "attn", &self.attn, x)?;
         let x = g.node("Add", &[x, &a], &[]);
         let f = lower_child(g, prefix, "ffn.0", &self.ffn[0], &x)?;
@@ -500,7 +500,7 @@ impl Module for C2Psa {
         c.extend(indexed_mut(&mut self.m));
         c
     }
-    fn to_onnx(&self, g: &mut OnnxGraph, prefix: &str, x: &str) -> Result<String> {
+    fn to_onnx(&self, g: &mut GraphBuilder, prefix: &str, x: &str) -> Result<String> {
         let y = lower_child(g, prefix, "cv1", &self.cv1, x)?;
         let a = g.slice(&y, 1, 0, self.c)?;
         let mut b = g.slice(&y, 1, self.c, 2 * self.c)?;

@@ -6,7 +6,7 @@
 use super::block::lower_child;
 use super::init::Init;
 use crate::backend::spec::UnaryOp;
-use crate::io::onnx::export::OnnxGraph;
+use crate::io::onnx::export::GraphBuilder;
 use crate::nn::{Activation, BatchNorm2d, Conv2d, Module};
 use crate::{Conv2dOptions, Result, Tensor};
 
@@ -145,7 +145,7 @@ impl Module for ConvBn {
 
     crate::nn::training_field!();
 
-    fn to_onnx(&self, g: &mut OnnxGraph, prefix: &str, x: &str) -> Result<String> {
+    fn to_onnx(&self, g: &mut GraphBuilder, prefix: &str, x: &str) -> Result<String> {
         let mut y = lower_child(g, prefix, "conv", &self.conv, x)?;
         if let Some(bn) = &self.bn {
             y = lower_child(g, prefix, "bn", bn, &y)?;

@@ -8,7 +8,7 @@
 use super::block::lower_child;
 use super::conv::{ConvBn, ConvSpec};
 use super::init::Init;
-use crate::io::onnx::export::{Attr, OnnxGraph};
+use crate::io::onnx::export::{Attr, GraphBuilder};
 use crate::nn::{Conv2d, Module};
 use crate::{Conv2dOptions, DType, Device, Result, Tensor};
 use std::sync::Mutex;
@@ -319,7 +319,7 @@ impl Module for Detect {
 
     crate::nn::training_field!();
 
-    fn to_onnx(&self, _g: &mut OnnxGraph, _prefix: &str, _x: &str) -> Result<String> {
+    fn to_onnx(&self, _g: &mut GraphBuilder, _prefix: &str, _x: &str) -> Result<String> {
         Err(crate::Error::invalid(
             "export_onnx",
             "the detection head takes one feature map per level: lower it with lower_head()",
@@ -333,7 +333,7 @@ impl Detect {
     /// [B, 4 + nc, A] as `decode` does.
     pub fn lower_head(
         &self,
-        g: &mut OnnxGraph,
+        g: &mut GraphBuilder,
         prefix: &str,
         feats: &[String],
         level_sizes: &[(usize, usize)],
@@ -355,7 +355,7 @@ impl Detect {
                 cls = lower_child(g, prefix, &name, c, &cls)?;
             }
             cls = lower_child(g, prefix, &format!("cv3.{i}.2"), &level.class_out, &cls)?;
-            let flat = |g: &mut OnnxGraph, v: &str, c: usize| -> Result<String> {
+            let flat = |g: &mut GraphBuilder, v: &str, c: usize| -> Result<String> {
                 let shape = g.ints("shape", &[0, c as i64, -1])?;
                 Ok(g.node("Reshape", &[v, &shape], &[]))
             };

@@ -4,7 +4,7 @@
 //! so the anchors are constants; the batch is named under `dynamic_batch`.
 
 use super::network::{LayerKind, YoloModel};
-use crate::io::onnx::export::{write_model, Attr, ExportOptions, OnnxGraph};
+use crate::io::onnx::export::{write_model, Attr, ExportOptions, GraphBuilder};
 use crate::{DType, Error, Result, Tensor};
 use std::path::Path;
 
@@ -25,7 +25,7 @@ impl YoloModel {
         &self,
         size: (usize, usize),
         opts: &ExportOptions,
-    ) -> Result<OnnxGraph> {
+    ) -> Result<GraphBuilder> {
         if !self.fused {
             return self.fuse()?.onnx_graph(size, opts);
         }
@@ -37,7 +37,7 @@ impl YoloModel {
                 format!("the image size must be multiples of {stride}, got {h}x{w}"),
             ));
         }
-        let mut g = OnnxGraph::new(opts.checked_opset()?);
+        let mut g = GraphBuilder::new(opts.checked_opset()?);
         // ultralytics' metadata: what its loaders (and ours) read the classes and stride from.
         g.metadata("description", "YOLO detector exported by rusting_brain");
         g.metadata("task", "detect");
@@ -101,7 +101,7 @@ fn python_dict(names: &[String]) -> String {
 }
 
 /// Nearest-neighbour upsampling by an integer factor: out[i] = in[floor(i / s)].
-fn upsample(g: &mut OnnxGraph, x: &str, s: usize) -> Result<String> {
+fn upsample(g: &mut GraphBuilder, x: &str, s: usize) -> Result<String> {
     let scales = Tensor::from_vec(vec![1.0f32, 1.0, s as f32, s as f32], &[4])?;
     let scales_name = g.fresh("scales");
     let scales = g.initializer(&scales_name, &scales)?;
