@@ -15,6 +15,7 @@ pub mod metrics;
 pub mod modes;
 pub mod nn;
 pub mod onnx;
+mod onnx_graph;
 pub mod optim;
 pub mod options;
 pub mod plot;
@@ -74,6 +75,7 @@ pub fn new_engine() -> Engine {
     text::register(&mut engine);
     vision::register(&mut engine);
     yolo::register(&mut engine);
+    onnx_graph::register(&mut engine);
     display::register(&mut engine);
     modes::register(&mut engine);
     register_help(&mut engine);

@@ -33,27 +33,6 @@ fn masks(o: &Options) -> RhaiResult<(Option<Tensor>, Option<Tensor>, bool)> {
     ))
 }
 
-/// Runs `f` on the layer behind `m` when it is a `T`, else says what it needed.
-fn with_layer<T: 'static, R>(
-    m: &Model,
-    what: &str,
-    f: impl FnOnce(&T) -> RhaiResult<R>,
-) -> RhaiResult<R> {
-    let guard = m.lock();
-    let layer = guard.as_any().and_then(|a| a.downcast_ref::<T>());
-    match layer {
-        Some(layer) => f(layer),
-        None => Err(runtime_error(format!(
-            "{what} is a method of {}; this model is a {}",
-            std::any::type_name::<T>()
-                .rsplit("::")
-                .next()
-                .unwrap_or("?"),
-            guard.title()
-        ))),
-    }
-}
-
 fn multi_head_attention(embed_dim: INT, heads: INT, opts: Map) -> RhaiResult<Model> {
     const WHAT: &str = "nn::multi_head_attention";
     let o = Options::new(WHAT, opts, &["bias", "dropout", "batch_first", "seed"])?;
@@ -129,7 +108,7 @@ pub fn register(api: &mut Api) {
         |m: &mut Model, q: Tensor, k: Tensor, v: Tensor, opts: Map| {
             let o = Options::new("mha.attention", opts, &MASK_KEYS)?;
             let (pad, mask, is_causal) = masks(&o)?;
-            with_layer(m, "attention", |a: &MultiheadAttention| {
+            m.with_layer("attention", |a: &MultiheadAttention| {
                 let masks = AttentionMasks {
                     key_padding_mask: pad.as_ref(),
                     attn_mask: mask.as_ref(),
@@ -161,7 +140,7 @@ pub fn register(api: &mut Api) {
         |m: &mut Model, src: Tensor, opts: Map| {
             let o = Options::new("layer.encode", opts, &MASK_KEYS)?;
             let (pad, mask, is_causal) = masks(&o)?;
-            with_layer(m, "encode", |l: &TransformerEncoderLayer| {
+            m.with_layer("encode", |l: &TransformerEncoderLayer| {
                 let masks = AttentionMasks {
                     key_padding_mask: pad.as_ref(),
                     attn_mask: mask.as_ref(),

@@ -33,6 +33,28 @@ impl Model {
     pub fn lock(&self) -> MutexGuard<'_, Box<dyn Module>> {
         self.0.lock().unwrap_or_else(|e| e.into_inner())
     }
+
+    /// Runs `f` on the layer behind the handle when it is a `T` (a method only that layer
+    /// has: attention's masks, an ONNX graph's named inputs), else says what it needed.
+    pub fn with_layer<T: 'static, R>(
+        &self,
+        what: &str,
+        f: impl FnOnce(&T) -> RhaiResult<R>,
+    ) -> RhaiResult<R> {
+        let guard = self.lock();
+        let layer = guard.as_any().and_then(|a| a.downcast_ref::<T>());
+        match layer {
+            Some(layer) => f(layer),
+            None => Err(runtime_error(format!(
+                "{what} is a method of {}; this model is a {}",
+                std::any::type_name::<T>()
+                    .rsplit("::")
+                    .next()
+                    .unwrap_or("?"),
+                guard.title()
+            ))),
+        }
+    }
 }
 
 fn seed_of(o: &Options) -> RhaiResult<Generator> {

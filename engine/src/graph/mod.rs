@@ -330,6 +330,10 @@ impl Module for OnnxGraph {
         self.training
     }
 
+    fn as_any(&self) -> Option<&dyn std::any::Any> {
+        Some(self)
+    }
+
     fn set_training(&mut self, on: bool) {
         self.training = on;
     }

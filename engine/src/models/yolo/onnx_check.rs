@@ -1,10 +1,11 @@
-//! Until ONNX graphs run as graphs (the general-library issue), a YOLO `.onnx` is loaded by
-//! mapping its weights onto our network, which is right only when the file's graph is that
-//! network. So the file's graph is compared with the one our own export of the loaded network
-//! gives (which lowers each layer as ultralytics' exporter does): every operator must be one a
-//! YOLO export uses, every convolution of either graph must be in the other with the same
+//! A YOLO `.onnx` loads as our network (trainable, with the fused kernels, NMS and metrics of
+//! `YoloModel`) by mapping the file's weights onto it, which is right only when the file's graph
+//! is that network. So the file's graph is compared with the one our own export of the loaded
+//! network gives (which lowers each layer as ultralytics' exporter does): every operator must be
+//! one a YOLO export uses, every convolution of either graph must be in the other with the same
 //! weight, geometry and activation. A file edited to compute something else (an unknown
-//! operator, HardSigmoid for Sigmoid, another stride) is refused with the first difference.
+//! operator, HardSigmoid for Sigmoid, another stride) is refused with the first difference;
+//! `graph::OnnxGraph` (`onnx::load` in scripts) runs any such file as its own graph instead.
 
 use super::network::YoloModel;
 use crate::io::onnx::export::ExportOptions;
