@@ -1,4 +1,4 @@
-//! Published ONNX models nobody here made, run as graphs (`OnnxGraph`) and checked against
+//! Seven published ONNX models nobody here made, run as graphs (`OnnxGraph`) and checked against
 //! onnxruntime on the same input: every output within 1e-4 (relative to the output's scale).
 //! The models come from PyPI wheels (scripts/fetch_test_assets.sh); onnxruntime from
 //! `RB_ONNX_PYTHON` (else `python3`), through tests/fixtures/onnx/run_graph.py. Without either
@@ -139,6 +139,11 @@ fn ddddocr_detector_matches_onnxruntime() {
         "ddddocr/common_det.onnx",
         image(&[1, 3, 416, 416], 5),
     );
+}
+
+#[test]
+fn ddddocr_cnn_and_lstm_recognizer_matches_onnxruntime() {
+    check("ddddocr_ocr", "ddddocr/common.onnx", image(&[1, 1, 64, 160], 7));
 }
 
 #[test]

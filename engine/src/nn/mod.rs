@@ -20,6 +20,7 @@ mod name_report;
 mod norm;
 mod onnx_export;
 mod pool;
+pub mod recurrent;
 mod sequential;
 mod summary;
 mod transformer;

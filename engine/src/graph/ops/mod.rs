@@ -7,6 +7,7 @@
 
 mod elementwise;
 mod layers;
+mod recurrent;
 mod reduce;
 mod resize;
 mod shape;
@@ -22,6 +23,7 @@ pub fn lookup(op_type: &str) -> Option<OpFn> {
     [
         elementwise::OPS,
         layers::OPS,
+        recurrent::OPS,
         reduce::OPS,
         resize::OPS,
         shape::OPS,
@@ -37,6 +39,7 @@ pub fn supported() -> Vec<&'static str> {
     let mut names: Vec<&'static str> = [
         elementwise::OPS,
         layers::OPS,
+        recurrent::OPS,
         reduce::OPS,
         resize::OPS,
         shape::OPS,
