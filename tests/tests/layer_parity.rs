@@ -2,12 +2,12 @@
 //! (`tests/fixtures/layers/make_layers.py` wrote them with torch): GroupNorm,
 //! ConvTranspose2d, MultiheadAttention (padding, float and causal masks, both layouts),
 //! TransformerEncoderLayer (post-norm relu and pre-norm gelu), and cumsum, cumprod, flip, roll, repeat_interleave, the
-//! norms, std, masked_select and the four pad modes. Each module is built here, loads torch's
+//! norms, std, masked_select and the four pad modes, LSTM (variable lengths) and GRU. Each module is built here, loads torch's
 //! state dict by its PyTorch names, and must give torch's numbers.
 
 use rusting_brain::nn::{
-    Activation, AttentionMasks, EncoderLayerConfig, GroupNorm, Module, MultiheadAttention,
-    TransformerEncoderLayer,
+    Activation, AttentionMasks, Cell, EncoderLayerConfig, GroupNorm, Module, MultiheadAttention,
+    Recurrent, RecurrentConfig, TransformerEncoderLayer,
 };
 use rusting_brain::ops::rearrange::PadMode;
 use rusting_brain::{Generator, Result, Tensor};
@@ -331,4 +331,76 @@ fn adam_and_rmsprop_take_torchs_steps() {
         };
         Box::new(Rmsprop::new(vec![p], c).unwrap())
     });
+}
+
+fn recurrent(f: &BTreeMap<String, Tensor>, case: &str, config: RecurrentConfig) -> Recurrent {
+    let mut m = Recurrent::new(config, &mut Generator::new(0)).unwrap();
+    m.load_state_dict(&state(f, case), true).unwrap();
+    m
+}
+
+#[test]
+fn lstm_with_variable_lengths_matches_torchs_packed_sequences() {
+    let f = fixtures();
+    let config = RecurrentConfig {
+        cell: Cell::Lstm,
+        input_size: 5,
+        hidden_size: 4,
+        layers: 2,
+        bias: true,
+        bidirectional: true,
+        batch_first: true,
+    };
+    let lstm = recurrent(&f, "lstm", config);
+    let x = leaf(get(&f, "lstm.x"));
+    let lengths: Vec<usize> = get(&f, "lstm.lengths")
+        .to_vec::<i64>()
+        .unwrap()
+        .iter()
+        .map(|&n| n as usize)
+        .collect();
+    let out = lstm.run(&x, None, None, Some(&lengths)).unwrap();
+    assert_close("lstm out", &out.output, get(&f, "lstm.out"), 1e-5);
+    assert_close("lstm h", &out.h, get(&f, "lstm.h"), 1e-5);
+    assert_close("lstm c", out.c.as_ref().unwrap(), get(&f, "lstm.c"), 1e-5);
+    let gx = grad_of(&out.output, get(&f, "lstm.probe"), &x);
+    assert_close("lstm grad x", &gx, get(&f, "lstm.grad_x"), 1e-5);
+}
+
+#[test]
+fn gru_matches_torch_with_gradients() {
+    let f = fixtures();
+    let config = RecurrentConfig {
+        cell: Cell::Gru { reset_after: true },
+        input_size: 5,
+        hidden_size: 3,
+        layers: 1,
+        bias: true,
+        bidirectional: false,
+        batch_first: false,
+    };
+    let gru = recurrent(&f, "gru", config);
+    let x = leaf(get(&f, "gru.x"));
+    let out = gru.run(&x, None, None, None).unwrap();
+    assert_close("gru out", &out.output, get(&f, "gru.out"), 1e-5);
+    assert_close("gru h", &out.h, get(&f, "gru.h"), 1e-5);
+    let gx = grad_of(&out.output, get(&f, "gru.probe"), &x);
+    assert_close("gru grad x", &gx, get(&f, "gru.grad_x"), 1e-5);
+    let w = gru
+        .named_parameters()
+        .into_iter()
+        .find(|(n, _)| n == "weight_hh_l0")
+        .unwrap()
+        .1;
+    assert_close(
+        "gru grad weight_hh",
+        &w.grad().unwrap(),
+        get(&f, "gru.grad_weight_hh"),
+        1e-5,
+    );
+    assert!(
+        gru.title().starts_with("GRU(5, 3, num_layers=1"),
+        "{}",
+        gru.title()
+    );
 }

@@ -143,7 +143,11 @@ fn ddddocr_detector_matches_onnxruntime() {
 
 #[test]
 fn ddddocr_cnn_and_lstm_recognizer_matches_onnxruntime() {
-    check("ddddocr_ocr", "ddddocr/common.onnx", image(&[1, 1, 64, 160], 7));
+    check(
+        "ddddocr_ocr",
+        "ddddocr/common.onnx",
+        image(&[1, 1, 64, 160], 7),
+    );
 }
 
 #[test]

@@ -45,6 +45,7 @@ pub use name_report::NameReport;
 pub use norm::{GroupNorm, LayerNorm, RmsNorm};
 pub use onnx_export::export_module;
 pub use pool::{AdaptiveAvgPool2d, AvgPool2d, Flatten, MaxPool2d, Window};
+pub use recurrent::{Cell, Recurrent, RecurrentConfig, RecurrentOutput};
 pub use sequential::Sequential;
 pub use summary::{describe, with_commas, Summary};
 pub use transformer::{EncoderLayerConfig, TransformerEncoderLayer};

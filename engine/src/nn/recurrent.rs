@@ -156,3 +156,219 @@ pub fn scan(
     };
     Ok(Scan { output, h, c })
 }
+
+/// torch.nn.LSTM / GRU / RNN: `layers` stacked scans, each direction with PyTorch's parameter
+/// names (`weight_ih_l0`, `bias_hh_l1_reverse`) and init (uniform in ±1/√hidden), so their
+/// state dicts load. Input [T, B, I] ([B, T, I] with `batch_first`); `forward` gives the last
+/// layer's output [T, B, D·H]; [`Recurrent::run`] also the final states and takes lengths.
+pub struct Recurrent {
+    pub config: RecurrentConfig,
+    params: Vec<(String, Tensor)>,
+    training: bool,
+}
+
+/// What torch.nn.LSTM's constructor takes (no dropout between layers).
+#[derive(Clone, Copy, Debug)]
+pub struct RecurrentConfig {
+    pub cell: Cell,
+    pub input_size: usize,
+    pub hidden_size: usize,
+    pub layers: usize,
+    pub bias: bool,
+    pub bidirectional: bool,
+    pub batch_first: bool,
+}
+
+/// The result of a run: the last layer's output, and the final states h [L·D, B, H] and, for
+/// an LSTM, c.
+pub struct RecurrentOutput {
+    pub output: Tensor,
+    pub h: Tensor,
+    pub c: Option<Tensor>,
+}
+
+impl Recurrent {
+    pub fn new(config: RecurrentConfig, gen: &mut crate::Generator) -> Result<Recurrent> {
+        let RecurrentConfig {
+            cell,
+            input_size,
+            hidden_size,
+            layers,
+            bias,
+            bidirectional,
+            ..
+        } = config;
+        if input_size == 0 || hidden_size == 0 || layers == 0 {
+            return Err(crate::Error::invalid(
+                "recurrent layer",
+                format!("input_size ({input_size}), hidden_size ({hidden_size}) and num_layers ({layers}) must be positive"),
+            ));
+        }
+        let dirs = if bidirectional { 2 } else { 1 };
+        let rows = cell.gates() * hidden_size;
+        let bound = 1.0 / (hidden_size as f64).sqrt();
+        let mut params = Vec::new();
+        for layer in 0..layers {
+            let width = if layer == 0 {
+                input_size
+            } else {
+                dirs * hidden_size
+            };
+            for d in 0..dirs {
+                let suffix = format!("l{layer}{}", if d == 1 { "_reverse" } else { "" });
+                let mut shapes = vec![
+                    (format!("weight_ih_{suffix}"), vec![rows, width]),
+                    (format!("weight_hh_{suffix}"), vec![rows, hidden_size]),
+                ];
+                if bias {
+                    shapes.push((format!("bias_ih_{suffix}"), vec![rows]));
+                    shapes.push((format!("bias_hh_{suffix}"), vec![rows]));
+                }
+                for (name, shape) in shapes {
+                    let t = Tensor::zeros(&shape, DType::F32, crate::Device::Cpu)?;
+                    super::init::uniform_(&t, -bound, bound, gen)?;
+                    params.push((name, t.requires_grad_()?));
+                }
+            }
+        }
+        Ok(Recurrent {
+            config,
+            params,
+            training: true,
+        })
+    }
+
+    fn param(&self, name: &str) -> Option<&Tensor> {
+        self.params.iter().find(|(n, _)| n == name).map(|(_, t)| t)
+    }
+
+    /// Runs every layer from `h0` (and `c0`) [L·D, B, H] (zeros when absent); `lengths`: each
+    /// sequence's real length, the steps after it padding.
+    pub fn run(
+        &self,
+        x: &Tensor,
+        h0: Option<&Tensor>,
+        c0: Option<&Tensor>,
+        lengths: Option<&[usize]>,
+    ) -> Result<RecurrentOutput> {
+        let c = &self.config;
+        let name = match c.cell {
+            Cell::Lstm => "lstm",
+            Cell::Gru { .. } => "gru",
+            Cell::Rnn { .. } => "rnn",
+        };
+        if x.rank() != 3 || x.shape()[2] != c.input_size {
+            return Err(crate::Error::invalid(
+                name,
+                format!(
+                    "needs input [{}, {}, {}], got {:?}",
+                    if c.batch_first { "B" } else { "T" },
+                    if c.batch_first { "T" } else { "B" },
+                    c.input_size,
+                    x.shape()
+                ),
+            ));
+        }
+        let mut layer_in = if c.batch_first {
+            x.transpose(0, 1)?
+        } else {
+            x.clone()
+        };
+        let batch = layer_in.shape()[1];
+        if let Some(l) = lengths {
+            if l.len() != batch || l.iter().any(|&n| n > layer_in.shape()[0]) {
+                return Err(crate::Error::invalid(
+                    name,
+                    format!("lengths {l:?} must give one length per sequence ({batch}), each at most the steps ({})", layer_in.shape()[0]),
+                ));
+            }
+        }
+        let dirs = if c.bidirectional { 2 } else { 1 };
+        let (mut hs, mut cs) = (Vec::new(), Vec::new());
+        let missing = || crate::Error::invalid(name, "a parameter is missing");
+        for layer in 0..c.layers {
+            let mut outs = Vec::new();
+            for d in 0..dirs {
+                let suffix = format!("l{layer}{}", if d == 1 { "_reverse" } else { "" });
+                let w = Direction {
+                    w_ih: self
+                        .param(&format!("weight_ih_{suffix}"))
+                        .ok_or_else(missing)?,
+                    w_hh: self
+                        .param(&format!("weight_hh_{suffix}"))
+                        .ok_or_else(missing)?,
+                    b_ih: self.param(&format!("bias_ih_{suffix}")),
+                    b_hh: self.param(&format!("bias_hh_{suffix}")),
+                };
+                let index = layer * dirs + d;
+                let pick = |t: Option<&Tensor>| -> Result<Option<Tensor>> {
+                    t.map(|t| t.narrow(0, index, 1)?.squeeze(0)).transpose()
+                };
+                let h = match pick(h0)? {
+                    Some(h) => h,
+                    None => {
+                        Tensor::zeros(&[batch, c.hidden_size], layer_in.dtype(), layer_in.device())?
+                    }
+                };
+                let c0 = pick(c0)?;
+                let s = scan(c.cell, &layer_in, &w, &h, c0.as_ref(), lengths, d == 1)?;
+                outs.push(s.output);
+                hs.push(s.h.unsqueeze(0)?);
+                cs.extend(s.c.map(|state| state.unsqueeze(0)).transpose()?);
+            }
+            layer_in = Tensor::cat(&outs, 2)?;
+        }
+        let output = if c.batch_first {
+            layer_in.transpose(0, 1)?
+        } else {
+            layer_in
+        };
+        Ok(RecurrentOutput {
+            output,
+            h: Tensor::cat(&hs, 0)?,
+            c: if cs.is_empty() {
+                None
+            } else {
+                Some(Tensor::cat(&cs, 0)?)
+            },
+        })
+    }
+}
+
+impl super::Module for Recurrent {
+    fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        Ok(self.run(x, None, None, None)?.output)
+    }
+
+    fn own_parameters(&self) -> Vec<(String, Tensor)> {
+        self.params.clone()
+    }
+
+    fn is_training(&self) -> bool {
+        self.training
+    }
+
+    fn set_training(&mut self, on: bool) {
+        self.training = on;
+    }
+
+    fn title(&self) -> String {
+        let c = &self.config;
+        let (kind, extra) = match c.cell {
+            Cell::Lstm => ("LSTM", String::new()),
+            Cell::Gru { .. } => ("GRU", String::new()),
+            Cell::Rnn { relu } => (
+                "RNN",
+                format!(", nonlinearity={}", if relu { "relu" } else { "tanh" }),
+            ),
+        };
+        format!(
+            "{kind}({}, {}, num_layers={}, bias={}, batch_first={}, bidirectional={}{extra})",
+            c.input_size, c.hidden_size, c.layers, c.bias, c.batch_first, c.bidirectional
+        )
+    }
+
+    fn as_any(&self) -> Option<&dyn std::any::Any> {
+        Some(self)
+    }
+}
