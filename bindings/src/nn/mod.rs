@@ -3,6 +3,7 @@
 mod attention_layers;
 mod functional;
 mod modules;
+mod recurrent_layers;
 mod script_module;
 
 pub use modules::{map_to_tensors, Model};
@@ -18,6 +19,7 @@ pub fn register(engine: &mut Engine) {
         functional::register(&mut api);
         modules::register(&mut api);
         attention_layers::register(&mut api);
+        recurrent_layers::register(&mut api);
     }
     engine.register_static_module("nn", module.into());
     engine.register_type_with_name::<Model>("Model");
