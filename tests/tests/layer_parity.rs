@@ -334,7 +334,7 @@ fn adam_and_rmsprop_take_torchs_steps() {
 }
 
 fn recurrent(f: &BTreeMap<String, Tensor>, case: &str, config: RecurrentConfig) -> Recurrent {
-    let mut m = Recurrent::new(config, &mut Generator::new(0)).unwrap();
+    let m = Recurrent::new(config, &mut Generator::new(0)).unwrap();
     m.load_state_dict(&state(f, case), true).unwrap();
     m
 }
