@@ -162,6 +162,15 @@ fn gradcheck_case(name: &str) -> Option<Case> {
         "scatter_add" => case(vec![randn(&[3, 4], 39), randn(&[2, 4], 40)], |x| {
             x[0].scatter_add(0, &idx(&[2, 0, 1, 2, 2, 2, 0, 1], &[2, 4]), &x[1])
         }),
+        // A batch letter, a summed one and one each side keeps, over three operands.
+        "einsum" => case(
+            vec![
+                randn(&[2, 3, 4], 91),
+                randn(&[2, 4, 5], 92),
+                randn(&[5], 93),
+            ],
+            |x| Tensor::einsum("bij,bjk,k->bi", x),
+        ),
         "matmul" => case(
             vec![
                 randn(&[2, 1, 3, 4], 41),

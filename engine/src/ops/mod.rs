@@ -11,6 +11,7 @@ pub mod decode_attention;
 // The one way an op reaches a backend lives under the tensor, which in-place writes use too;
 // ops name it here as they always have.
 pub use crate::tensor::dispatch;
+pub mod einsum;
 pub mod elementwise;
 pub mod fused_linear;
 pub(crate) mod host_keys;

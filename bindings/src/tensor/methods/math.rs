@@ -4,7 +4,7 @@
 use crate::convert;
 use crate::error::guard;
 use crate::help::Api;
-use rhai::Dynamic;
+use rhai::{Array, Dynamic};
 use rusting_brain::Tensor;
 
 pub fn register(api: &mut Api) {
@@ -46,6 +46,16 @@ pub fn register(api: &mut Api) {
         "Matrix product with batch broadcasting (1-D operands as in PyTorch).",
         "let x = randn([2, 3]); let w = randn([3, 4]); let y = x.matmul(w);",
         |a: &mut Tensor, b: Tensor| guard(|| a.matmul(&b)),
+    );
+    api.func(
+        "einsum",
+        "einsum(equation, tensors) -> Tensor",
+        "Einstein summation as torch.einsum: \"bij,bjk->bik\", \"bhqd,bhkd->bhqk\", \"i,j->ij\", \"ij->\", with ... for shared leading dims and an implicit output when -> is left out (diagonals such as \"ii->i\" are not supported). Runs as permutes, sums and batched products, with gradients.",
+        "let q = randn([2, 4, 5, 8]); let k = randn([2, 4, 6, 8]); let scores = einsum(\"bhqd,bhkd->bhqk\", [q, k]); print(scores.shape);",
+        |equation: &str, ts: Array| {
+            let ts = convert::tensors(&ts, "einsum", "operand")?;
+            guard(|| Tensor::einsum(equation, &ts))
+        },
     );
     api.func(
         "pow",

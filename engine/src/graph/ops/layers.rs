@@ -33,6 +33,10 @@ pub const OPS: &[(&str, OpFn)] = &[
         one(t[0].matmul(&t[1])?)
     }),
     ("Gemm", gemm),
+    ("Einsum", |n| {
+        let equation = n.string("equation", "")?;
+        one(Tensor::einsum(&equation, &colocate(&n.all_inputs()?)?)?)
+    }),
     ("Softmax", |n| softmax(n, false)),
     ("LogSoftmax", |n| softmax(n, true)),
 ];

@@ -1,9 +1,29 @@
-//! Matrix products: plain, batched with broadcasting, matrix-vector and transposed operands.
+//! Matrix products: plain, batched with broadcasting, matrix-vector and transposed operands;
+//! einsum, which runs as them.
 
 use super::one;
 use crate::harness::{normal, Case, Input};
+use rusting_brain::Tensor;
 
-pub const OPS: &[super::Entry] = &[("matmul", matmul_cases)];
+pub const OPS: &[super::Entry] = &[("matmul", matmul_cases), ("einsum", einsum_cases)];
+
+/// Attention's score pattern and a contraction over three operands.
+fn einsum_cases() -> Vec<Case> {
+    vec![
+        Case::new(
+            "bhqd,bhkd->bhqk [2, 3, 17, 32] [2, 3, 9, 32]",
+            vec![normal(&[2, 3, 17, 32]), normal(&[2, 3, 9, 32])],
+            32,
+            |x| one(Tensor::einsum("bhqd,bhkd->bhqk", x)),
+        ),
+        Case::new(
+            "ij,jk,k->i [7, 40] [40, 5] [5]",
+            vec![normal(&[7, 40]), normal(&[40, 5]), normal(&[5])],
+            200,
+            |x| one(Tensor::einsum("ij,jk,k->i", x)),
+        ),
+    ]
+}
 
 fn matmul_case(label: &str, a: Input, b: Input, k: usize) -> Case {
     Case::new(label, vec![a, b], k, |x| one(x[0].matmul(&x[1])))
