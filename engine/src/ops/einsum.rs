@@ -268,15 +268,15 @@ mod tests {
             &a.matmul(&b).unwrap(),
         );
         close(
-            &Tensor::einsum("ij->ji", &[a.clone()]).unwrap(),
+            &Tensor::einsum("ij->ji", std::slice::from_ref(&a)).unwrap(),
             &a.t().unwrap(),
         );
         close(
-            &Tensor::einsum("ij->", &[a.clone()]).unwrap(),
+            &Tensor::einsum("ij->", std::slice::from_ref(&a)).unwrap(),
             &a.sum().unwrap(),
         );
         close(
-            &Tensor::einsum("ij->j", &[a.clone()]).unwrap(),
+            &Tensor::einsum("ij->j", std::slice::from_ref(&a)).unwrap(),
             &a.sum_dims(&[0], false).unwrap(),
         );
         let (q, k) = (randn(&[2, 3, 5, 4], 3), randn(&[2, 3, 6, 4], 4));
@@ -311,7 +311,7 @@ mod tests {
     #[test]
     fn mistakes_in_the_equation_are_errors_that_name_them() {
         let a = randn(&[3, 4], 1);
-        let e = Tensor::einsum("ij,jk->ik", &[a.clone()])
+        let e = Tensor::einsum("ij,jk->ik", std::slice::from_ref(&a))
             .unwrap_err()
             .to_string();
         assert!(e.contains("2 operands but 1"), "{e}");
@@ -323,7 +323,7 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("`j` is 4") && e.contains("5"), "{e}");
-        let e = Tensor::einsum("ijk->i", &[a.clone()])
+        let e = Tensor::einsum("ijk->i", std::slice::from_ref(&a))
             .unwrap_err()
             .to_string();
         assert!(e.contains("3 subscripts"), "{e}");
