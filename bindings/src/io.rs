@@ -47,7 +47,7 @@ pub fn register(engine: &mut Engine) {
         api.func(
             "inspect",
             "io::inspect(path) -> string",
-            "A table of a checkpoint's tensors (any format io::load reads): name, shape, dtype and size, and the total.",
+            "A table of a checkpoint's tensors (any format io::load reads): name, shape, dtype and size, and the total. Safetensors (single or sharded) and GGUF are listed from their headers, without reading the data.",
             "io::save(#{ weight: randn([2, 3]) }, \"model.safetensors\"); print(io::inspect(\"model.safetensors\"));",
             |path: &str| guard(|| rusting_brain::io::any::inspect(path)),
         );

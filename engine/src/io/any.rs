@@ -119,34 +119,9 @@ pub fn save_by_extension(path: impl AsRef<Path>, tensors: &[(String, Tensor)]) -
 /// A table of the file's tensors: name, shape, dtype and bytes, one line each, then the total
 /// (what `io::inspect` prints).
 pub fn inspect(path: impl AsRef<Path>) -> Result<String> {
-    let tensors = load_any(path.as_ref())?;
-    let width = tensors
-        .iter()
-        .map(|(n, _)| n.len())
-        .max()
-        .unwrap_or(4)
-        .max(4);
-    let mut out = format!(
-        "{:width$}  {:<20} {:<6} {:>12}\n",
-        "name", "shape", "dtype", "bytes"
-    );
-    let mut total = (0usize, 0usize);
-    for (name, t) in &tensors {
-        let bytes = t.numel() * t.dtype().size_in_bytes();
-        total = (total.0 + t.numel(), total.1 + bytes);
-        let shape = format!("{:?}", t.shape());
-        out += &format!(
-            "{name:width$}  {shape:<20} {:<6} {bytes:>12}\n",
-            t.dtype().to_string()
-        );
-    }
-    out += &format!(
-        "{} tensors, {} elements, {} bytes",
-        tensors.len(),
-        total.0,
-        total.1
-    );
-    Ok(out)
+    Ok(super::inspect::table(&super::inspect::entries(
+        path.as_ref(),
+    )?))
 }
 
 /// A zip whose entries are all `.npy` arrays.

@@ -4,6 +4,7 @@
 pub mod any;
 pub mod base64;
 pub mod gguf;
+pub mod inspect;
 pub mod npy;
 pub mod onnx;
 pub mod safetensors;
