@@ -15,7 +15,7 @@ use rusting_brain::models::transformer_lm::{checkpoint, load_gguf, pretrained, T
 use rusting_brain::nn::Module;
 use rusting_brain::optim::{AdamW, AdamWConfig};
 use rusting_brain::text::Tokenizer;
-use rusting_brain::{DType, Device, Result};
+use rusting_brain::{DType, Device, Result, Tensor};
 use std::path::Path;
 
 pub struct Reader {
@@ -98,6 +98,13 @@ pub const READERS: &[Reader] = &[
         header_span: 32,
         semantic: Some(semantic::onnx_model),
         read: read_model_onnx,
+    },
+    Reader {
+        name: "onnx graph",
+        file_name: "model.onnx",
+        header_span: 32,
+        semantic: Some(semantic::onnx_graph),
+        read: run_onnx_graph,
     },
     Reader {
         name: "gguf",
@@ -206,6 +213,18 @@ fn read_model_onnx(p: &Path) -> Result<()> {
         // Metadata that is not a literal is kept as text by callers; only a panic matters.
         let _ = parse_python_literal(value);
     }
+    Ok(())
+}
+
+/// An ONNX model run as its own graph on an image.
+fn run_onnx_graph(p: &Path) -> Result<()> {
+    let graph = rusting_brain::graph::OnnxGraph::load(p)?;
+    let x = Tensor::rand(
+        &[1, 3, 8, 8],
+        DType::F32,
+        Some(&mut rusting_brain::Generator::new(0)),
+    )?;
+    graph.run(&[("images".to_string(), x)])?;
     Ok(())
 }
 

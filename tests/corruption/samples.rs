@@ -63,7 +63,7 @@ pub fn sample(reader: &str) -> Sample {
         }
         "token file" => Sample::alone(token_file()),
         "pt" => Sample::alone(fixture("torch/tiny_checkpoint.pt")),
-        "onnx" => Sample::alone(onnx()),
+        "onnx" | "onnx graph" => Sample::alone(onnx()),
         "gguf" => Sample::alone(fixture("gguf/tiny_llama.gguf")),
         "model yaml" => Sample::alone(fixture("yolo/mini11.yaml")),
         "data.yaml" => Sample {

@@ -301,3 +301,79 @@ pub fn onnx_model(valid: &[u8], rng: &mut Rng) -> Option<(Vec<u8>, String)> {
     };
     Some((model.encode_to_vec(), what))
 }
+
+/// An ONNX graph whose nodes say hostile things to the graph runtime: an attribute or the
+/// shape constant set to sizes no tensor can have, a node turned into another operator over
+/// the same inputs, or its inputs rewired.
+pub fn onnx_graph(valid: &[u8], rng: &mut Rng) -> Option<(Vec<u8>, String)> {
+    use prost::Message;
+    use rusting_brain::io::onnx::proto::ModelProto;
+    const OPS: &[&str] = &[
+        "Resize",
+        "Tile",
+        "Expand",
+        "Slice",
+        "Split",
+        "Range",
+        "OneHot",
+        "ConstantOfShape",
+        "Pad",
+        "MaxPool",
+        "AveragePool",
+        "ConvTranspose",
+        "LSTM",
+        "GRU",
+        "Einsum",
+        "Gather",
+        "Reshape",
+        "Unsqueeze",
+        "Squeeze",
+        "Transpose",
+        "TopK",
+        "CumSum",
+        "DepthToSpace",
+        "LayerNormalization",
+        "BatchNormalization",
+        "Gemm",
+        "Softmax",
+        "ReduceProd",
+        "Flatten",
+        "Concat",
+    ];
+    const HOSTILE: &[i64] = &[0, -1, -7, 1 << 20, 1 << 40, i64::MAX, i64::MIN];
+    let mut model = ModelProto::decode(valid).ok()?;
+    let graph = model.graph.as_mut()?;
+    let what = match rng.below(4) {
+        0 => {
+            let node = graph.node.get_mut(rng.below(2))?;
+            let i = rng.below(node.attribute.len());
+            let op = node.op_type.clone();
+            let a = node.attribute.get_mut(i)?;
+            let n = 1 + rng.below(5);
+            a.ints = (0..n).map(|_| *rng.pick(HOSTILE)).collect();
+            a.i = *rng.pick(HOSTILE);
+            format!("{op} attribute {} set to {:?} / {}", a.name, a.ints, a.i)
+        }
+        1 => {
+            let t = graph.initializer.iter_mut().find(|t| t.name == "shape")?;
+            let n = 1 + rng.below(4);
+            t.int64_data = (0..n).map(|_| *rng.pick(HOSTILE)).collect();
+            t.dims = vec![n as i64];
+            format!("the shape constant set to {:?}", t.int64_data)
+        }
+        2 => {
+            let node = graph.node.get_mut(rng.below(2))?;
+            node.op_type = rng.pick(OPS).to_string();
+            format!("node {} made a {}", node.name, node.op_type)
+        }
+        _ => {
+            let node = graph.node.get_mut(rng.below(2))?;
+            let names = ["images", "conv.weight", "conv.bias", "shape", "y", ""];
+            for input in node.input.iter_mut() {
+                *input = rng.pick(&names).to_string();
+            }
+            format!("node {} reads {:?}", node.name, node.input)
+        }
+    };
+    Some((model.encode_to_vec(), what))
+}

@@ -29,20 +29,30 @@ impl Tensor {
             )));
         }
         // The ellipsis becomes capital letters (dims it covers, right-aligned across operands).
-        let ellipsis_rank = inputs
-            .iter()
-            .zip(operands)
-            .filter(|(s, _)| s.contains("..."))
-            .map(|(s, t)| t.rank() + 3 - s.chars().count())
-            .max()
-            .unwrap_or(0);
+        let covered = |s: &str, rank: usize| -> Result<usize> {
+            (rank + 3).checked_sub(s.chars().count()).ok_or_else(|| {
+                bad(format!(
+                    "\"{equation}\": `{s}` has more subscripts than its operand's {rank} dims"
+                ))
+            })
+        };
+        let mut ellipsis_rank = 0;
+        for (s, t) in inputs.iter().zip(operands) {
+            if s.contains("...") {
+                ellipsis_rank = ellipsis_rank.max(covered(s, t.rank())?);
+            }
+        }
+        if ellipsis_rank > 26 {
+            return Err(bad(format!(
+                "\"{equation}\": `...` covers {ellipsis_rank} dims; at most 26"
+            )));
+        }
         let ellipsis: String = (0..ellipsis_rank)
             .map(|i| (b'A' + i as u8) as char)
             .collect();
         let expand = |s: &str, rank: usize| -> Result<Vec<char>> {
             let letters: Vec<char> = if let Some((a, b)) = s.split_once("...") {
-                let covered = rank + 3 - s.chars().count();
-                let tail = &ellipsis[ellipsis_rank - covered..];
+                let tail = &ellipsis[ellipsis_rank - covered(s, rank)?..];
                 format!("{a}{tail}{b}").chars().collect()
             } else {
                 s.chars().collect()
@@ -75,18 +85,10 @@ impl Tensor {
         }
         let output: Vec<char> = match out {
             Some(o) => {
-                let rank = if o.contains("...") {
-                    ellipsis_rank + o.chars().count() - 3
-                } else {
-                    o.chars().count()
+                let letters: Vec<char> = match o.split_once("...") {
+                    Some((a, b)) => format!("{a}{ellipsis}{b}").chars().collect(),
+                    None => o.chars().collect(),
                 };
-                let letters = if o.contains("...") {
-                    let (a, b) = o.split_once("...").unwrap_or((&o, ""));
-                    format!("{a}{ellipsis}{b}").chars().collect()
-                } else {
-                    o.chars().collect::<Vec<_>>()
-                };
-                debug_assert_eq!(letters.len(), rank);
                 for c in &letters {
                     if !terms.iter().any(|(l, _)| l.contains(c)) {
                         return Err(bad(format!(

@@ -81,7 +81,9 @@ impl Tensor {
     }
 
     pub fn reshape_to(&self, shape: &[usize]) -> Result<Tensor> {
-        if shape.iter().product::<usize>() != self.numel() {
+        // Checked: sizes from a file or a script can overflow a product that wraps to numel.
+        let count = shape.iter().try_fold(1usize, |n, &d| n.checked_mul(d));
+        if count != Some(self.numel()) {
             return Err(Error::ShapeMismatch {
                 op: "reshape",
                 lhs: self.shape().to_vec(),
@@ -95,7 +97,11 @@ impl Tensor {
         let layout = src
             .layout()
             .reshaped(shape)
-            .expect("contiguous layouts reshape");
+            .ok_or_else(|| Error::ShapeMismatch {
+                op: "reshape",
+                lhs: self.shape().to_vec(),
+                rhs: shape.to_vec(),
+            })?;
         let in_shape = self.shape().to_vec();
         Ok(src.view_op(layout, move || {
             backward_fn("reshape", move |g, _| {
@@ -525,6 +531,15 @@ impl Backward for SplitBackward {
 #[cfg(test)]
 mod tests {
     use crate::{DType, Tensor};
+
+    /// Sizes whose product wraps around to the element count (here 2 · 2^63 = 2^64 = 0 for an
+    /// empty tensor) are an error, not a panic (found by the ONNX graph corruption cases).
+    #[test]
+    fn a_shape_whose_product_overflows_is_an_error() {
+        let empty = Tensor::zeros(&[0], DType::F32, crate::Device::Cpu).unwrap();
+        let e = empty.reshape_to(&[2, 1 << 63]).unwrap_err().to_string();
+        assert!(e.contains("reshape"), "{e}");
+    }
 
     #[test]
     fn unflatten_of_a_strided_piece_is_a_view_with_the_reshaped_values_and_gradient() {

@@ -64,6 +64,11 @@ fn positive(n: &Node, name: &str, v: Vec<i64>) -> Result<Vec<usize>> {
 /// Reads kernel, strides, dilations and pads (with auto_pad) for a window over `spatial`.
 fn window(n: &Node, kernel: Vec<usize>, spatial: &[usize]) -> Result<Window> {
     let dims = kernel.len();
+    if dims != spatial.len() || !(1..=2).contains(&dims) || kernel.contains(&0) {
+        return Err(n.error(format!(
+            "a kernel {kernel:?} over spatial dims {spatial:?}: 1-D and 2-D windows of positive size only"
+        )));
+    }
     let list = |name: &str, default: usize| -> Result<Vec<usize>> {
         match n.ints(name)? {
             Some(v) if v.len() == dims => positive(n, name, v),
@@ -93,7 +98,7 @@ fn window(n: &Node, kernel: Vec<usize>, spatial: &[usize]) -> Result<Window> {
         "VALID" => vec![(0, 0); dims],
         mode @ ("SAME_UPPER" | "SAME_LOWER") => (0..dims)
             .map(|i| {
-                let out = spatial[i].div_ceil(strides[i]);
+                let out = spatial[i].div_ceil(strides[i]).max(1);
                 let span = (kernel[i] - 1) * dilations[i] + 1;
                 let total = ((out - 1) * strides[i] + span).saturating_sub(spatial[i]);
                 let small = total / 2;

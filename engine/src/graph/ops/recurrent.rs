@@ -64,18 +64,35 @@ fn recurrent(n: &Node, cell: Cell) -> Result<Vec<Tensor>> {
     }
     let layout = n.int("layout", 0)?;
     let x = n.input(0)?;
+    let (w, r) = (n.input(1)?, n.input(2)?);
+    let gates = cell.gates();
+    let fits = x.rank() == 3
+        && w.rank() == 3
+        && r.rank() == 3
+        && w.shape()[1] == gates * r.shape()[2]
+        && r.shape()[1] == w.shape()[1]
+        && w.shape()[2] == x.shape()[2]
+        && r.shape()[0] == w.shape()[0];
+    if !fits {
+        return Err(n.error(format!(
+            "needs X [T, B, I], W [D, {gates}H, I] and R [D, {gates}H, H], got {:?}, {:?} and {:?}",
+            x.shape(),
+            w.shape(),
+            r.shape()
+        )));
+    }
     // [T, B, I] in the scan; layout 1 gives [B, T, I].
     let x = if layout == 1 {
         x.transpose(0, 1)?
     } else {
         x.clone()
     };
-    let (w, r) = (n.input(1)?, n.input(2)?);
     let directions = w.shape()[0];
-    let hidden = match n.int("hidden_size", 0)? {
-        0 => r.shape()[2],
-        h => h as usize,
-    };
+    let hidden = r.shape()[2];
+    n.require(
+        matches!(n.int("hidden_size", 0)?, 0) || n.int("hidden_size", 0)? as usize == hidden,
+        format!("hidden_size differing from R's {hidden}"),
+    )?;
     let direction = n.string("direction", "forward")?;
     let reverse_only = match direction.as_str() {
         "forward" => false,
@@ -97,7 +114,6 @@ fn recurrent(n: &Node, cell: Cell) -> Result<Vec<Tensor>> {
         ),
         None => None,
     };
-    let gates = cell.gates();
     let state = |i: usize| -> Result<Option<Tensor>> {
         match n.opt_input(i) {
             Some(t) if layout == 1 => Ok(Some(t.transpose(0, 1)?)),

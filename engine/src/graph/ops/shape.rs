@@ -88,6 +88,13 @@ pub const OPS: &[(&str, OpFn)] = &[
             format!("repeats {repeats:?} for rank {}", x.rank()),
         )?;
         let mut y = x.clone();
+        let total = repeats.iter().try_fold(x.numel().max(1) as u64, |acc, &r| {
+            u64::try_from(r).ok().and_then(|r| acc.checked_mul(r))
+        });
+        n.require(
+            total.is_some_and(|t| t <= MAX_ELEMENTS),
+            format!("repeats {repeats:?} of shape {:?}", x.shape()),
+        )?;
         for (d, &r) in repeats.iter().enumerate() {
             if r != 1 {
                 let r = usize::try_from(r).map_err(|_| n.error(format!("repeat {r}")))?;
@@ -104,6 +111,10 @@ pub const OPS: &[(&str, OpFn)] = &[
     ("CumSum", cumsum),
     ("TopK", topk),
 ];
+
+/// The most elements shape arithmetic may ask for (2^34: 64 GiB of f32); beyond it a graph is
+/// corrupt or hostile, and is refused before anything is allocated.
+const MAX_ELEMENTS: u64 = 1 << 34;
 
 fn colocated_pair(n: &Node) -> Result<[Tensor; 2]> {
     let t = colocate(&[n.input(0)?.clone(), n.input(1)?.clone()])?;
@@ -222,7 +233,8 @@ fn split(n: &Node) -> Result<Vec<Tensor>> {
         None => {
             let count = match n.int("num_outputs", 0)? {
                 0 => parts,
-                c => c as usize,
+                c if c > 0 && c as usize <= size.max(1) => c as usize,
+                c => return Err(n.error(format!("num_outputs = {c} for a dim of {size}"))),
             };
             let chunk = size.div_ceil(count.max(1));
             (0..count)
@@ -329,7 +341,12 @@ fn range(n: &Node) -> Result<Vec<Tensor>> {
     };
     let (start, limit, delta) = (scalar(0)?, scalar(1)?, scalar(2)?);
     n.require(delta != 0.0, "a delta of 0")?;
-    let count = ((limit - start) / delta).ceil().max(0.0) as usize;
+    let count = ((limit - start) / delta).ceil().max(0.0);
+    n.require(
+        count.is_finite() && count <= MAX_ELEMENTS as f64,
+        format!("a range of {count} elements"),
+    )?;
+    let count = count as usize;
     let dtype = n.input(0)?.dtype();
     if dtype.is_float() {
         let v: Vec<f64> = (0..count).map(|i| start + i as f64 * delta).collect();
@@ -344,7 +361,8 @@ fn range(n: &Node) -> Result<Vec<Tensor>> {
 fn one_hot(n: &Node) -> Result<Vec<Tensor>> {
     let indices = n.input(0)?;
     let depth = n.input(1)?.to_vec_f64()?.first().copied().unwrap_or(0.0) as i64;
-    n.require(depth > 0, format!("depth {depth}"))?;
+    let total = (n.input(0)?.numel() as u64).saturating_mul(depth.max(0) as u64);
+    n.require(depth > 0 && total <= MAX_ELEMENTS, format!("depth {depth}"))?;
     let values = n.input(2)?;
     let rank = indices.rank() + 1;
     let axis = n.axis(n.int("axis", -1)?, rank)?;
