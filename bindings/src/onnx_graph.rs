@@ -36,6 +36,28 @@ pub fn register(engine: &mut Engine) {
             },
         );
         api.method(
+            "input_names",
+            "graph.input_names() -> array",
+            "The names of an ONNX graph's inputs (what run's map takes), in the file's order.",
+            "let m = nn::mlp([4, 2]); m.export_onnx(\"out/mlp.onnx\", #{}); print(onnx::load(\"out/mlp.onnx\").input_names());",
+            |m: &mut Model| {
+                m.with_layer("input_names", |g: &OnnxGraph| {
+                    Ok(g.inputs.iter().map(|(n, _)| Dynamic::from(n.clone())).collect::<Array>())
+                })
+            },
+        );
+        api.method(
+            "output_names",
+            "graph.output_names() -> array",
+            "The names of an ONNX graph's outputs (the keys of run's map), in the file's order.",
+            "let m = nn::mlp([4, 2]); m.export_onnx(\"out/mlp.onnx\", #{}); print(onnx::load(\"out/mlp.onnx\").output_names());",
+            |m: &mut Model| {
+                m.with_layer("output_names", |g: &OnnxGraph| {
+                    Ok(g.outputs.iter().cloned().map(Dynamic::from).collect::<Array>())
+                })
+            },
+        );
+        api.method(
             "run",
             "graph.run(#{ name: tensor, ... }) -> map",
             "Runs an ONNX graph (from onnx::load) on its named inputs; gives every output by name. forward(x) is the same for a graph of one input, giving its first output.",

@@ -85,6 +85,7 @@ fn every_script_runs_on_tiny_settings() {
             ],
             "make_shapes.rhai" => vec![&shapes, "train=2", "val=3", "imgsz=64"],
             "mlp_spirals.rhai" => vec!["steps=20", "n=40", "hidden=8", &out],
+            "onnx_run.rhai" => vec![&out],
             "quickstart.rhai" | "train_lm.rhai" => vec!["steps=20", "size=tiny", &out],
             "sample.rhai" => vec!["max_new_tokens=8", &out],
             "tabular.rhai" => vec!["epochs=2", "hidden=4", &out],
