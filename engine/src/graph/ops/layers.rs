@@ -66,7 +66,7 @@ fn window(n: &Node, kernel: Vec<usize>, spatial: &[usize]) -> Result<Window> {
     let dims = kernel.len();
     if dims != spatial.len() || !(1..=2).contains(&dims) || kernel.contains(&0) {
         return Err(n.error(format!(
-            "a kernel {kernel:?} over spatial dims {spatial:?}: 1-D and 2-D windows of positive size only"
+            "a kernel {kernel:?} over spatial dims {spatial:?} is not supported: 1-D and 2-D windows of positive size only"
         )));
     }
     let list = |name: &str, default: usize| -> Result<Vec<usize>> {
