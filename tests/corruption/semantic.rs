@@ -310,6 +310,13 @@ pub fn onnx_graph(valid: &[u8], rng: &mut Rng) -> Option<(Vec<u8>, String)> {
     use rusting_brain::io::onnx::proto::ModelProto;
     const OPS: &[&str] = &[
         "Resize",
+        "GatherND",
+        "ScatterND",
+        "ScatterElements",
+        "NonZero",
+        "Trilu",
+        "Hardmax",
+        "Mod",
         "Tile",
         "Expand",
         "Slice",

@@ -60,6 +60,36 @@ pub const OPS: &[(&str, OpFn)] = &[
         one(Tensor::where_cond(&x.lt_scalar(0.0)?, &x.mul(&slope)?, &x)?)
     }),
     ("Dropout", dropout),
+    ("ThresholdedRelu", |n| {
+        let alpha = f64::from(n.float("alpha", 1.0)?);
+        unary(n, |x| {
+            Tensor::where_cond(&x.gt_scalar(alpha)?, x, &Tensor::zeros_like(x)?)
+        })
+    }),
+    ("IsNaN", |n| unary(n, |x| x.ne(x))),
+    ("IsInf", |n| {
+        let (neg, pos) = (
+            n.int("detect_negative", 1)? != 0,
+            n.int("detect_positive", 1)? != 0,
+        );
+        unary(n, |x| {
+            let p = x
+                .eq_scalar(f64::INFINITY)?
+                .logical_and(&Tensor::scalar(if pos { 1.0 } else { 0.0 }, DType::Bool)?)?;
+            let m = x
+                .eq_scalar(f64::NEG_INFINITY)?
+                .logical_and(&Tensor::scalar(if neg { 1.0 } else { 0.0 }, DType::Bool)?)?;
+            p.logical_not()?
+                .logical_and(&m.logical_not()?)?
+                .logical_not()
+        })
+    }),
+    ("Atan", |n| unary(n, Tensor::atan)),
+    ("Tan", |n| unary(n, |x| x.sin()?.div(&x.cos()?))),
+    ("Mod", |n| {
+        let fmod = n.int("fmod", 0)? != 0;
+        binary(n, |a, b| modulo(a, b, fmod))
+    }),
     ("Add", |n| binary(n, Tensor::add)),
     ("Sub", |n| binary(n, Tensor::sub)),
     ("Mul", |n| binary(n, Tensor::mul)),
@@ -164,6 +194,19 @@ fn dropout(n: &Node) -> Result<Vec<Tensor>> {
         out.push(Tensor::full(1.0, x.shape(), DType::Bool, x.device())?);
     }
     Ok(out)
+}
+
+/// a mod b in a's type: with `fmod` the remainder takes a's sign (C's fmod), else b's (Python's
+/// %), as ONNX's Mod defines both.
+fn modulo(a: &Tensor, b: &Tensor, fmod: bool) -> Result<Tensor> {
+    let (x, y) = (a.to_dtype(DType::F64)?, b.to_dtype(DType::F64)?);
+    let q = x.div(&y)?;
+    let whole = if fmod {
+        Tensor::where_cond(&q.lt_scalar(0.0)?, &q.ceil()?, &q.floor()?)?
+    } else {
+        q.floor()?
+    };
+    x.sub(&whole.mul(&y)?)?.to_dtype(a.dtype())
 }
 
 /// Division; between integers it truncates toward zero, as in C (the engine's `div` is true

@@ -6,6 +6,7 @@
 //! error naming the operator, its node and the opset; nothing falls back silently.
 
 mod elementwise;
+mod indexing;
 mod layers;
 mod recurrent;
 mod reduce;
@@ -22,6 +23,7 @@ pub type OpFn = fn(&Node) -> Result<Vec<Tensor>>;
 pub fn lookup(op_type: &str) -> Option<OpFn> {
     [
         elementwise::OPS,
+        indexing::OPS,
         layers::OPS,
         recurrent::OPS,
         reduce::OPS,
@@ -38,6 +40,7 @@ pub fn lookup(op_type: &str) -> Option<OpFn> {
 pub fn supported() -> Vec<&'static str> {
     let mut names: Vec<&'static str> = [
         elementwise::OPS,
+        indexing::OPS,
         layers::OPS,
         recurrent::OPS,
         reduce::OPS,
