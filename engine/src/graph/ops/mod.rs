@@ -19,37 +19,32 @@ use crate::{Result, Tensor};
 /// What an operator computes: its outputs in order.
 pub type OpFn = fn(&Node) -> Result<Vec<Tensor>>;
 
+/// Every family's table.
+const FAMILIES: &[&[(&str, OpFn)]] = &[
+    elementwise::OPS,
+    indexing::OPS,
+    layers::OPS,
+    recurrent::OPS,
+    reduce::OPS,
+    resize::OPS,
+    shape::OPS,
+];
+
 /// Every operator by its ONNX name.
 pub fn lookup(op_type: &str) -> Option<OpFn> {
-    [
-        elementwise::OPS,
-        indexing::OPS,
-        layers::OPS,
-        recurrent::OPS,
-        reduce::OPS,
-        resize::OPS,
-        shape::OPS,
-    ]
-    .iter()
-    .flat_map(|ops| ops.iter())
-    .find(|(name, _)| *name == op_type)
-    .map(|(_, f)| *f)
+    FAMILIES
+        .iter()
+        .flat_map(|ops| ops.iter())
+        .find(|(name, _)| *name == op_type)
+        .map(|(_, f)| *f)
 }
 
 /// The names of every supported operator, sorted (for help texts and error messages).
 pub fn supported() -> Vec<&'static str> {
-    let mut names: Vec<&'static str> = [
-        elementwise::OPS,
-        indexing::OPS,
-        layers::OPS,
-        recurrent::OPS,
-        reduce::OPS,
-        resize::OPS,
-        shape::OPS,
-    ]
-    .iter()
-    .flat_map(|ops| ops.iter().map(|(name, _)| *name))
-    .collect();
+    let mut names: Vec<&'static str> = FAMILIES
+        .iter()
+        .flat_map(|ops| ops.iter().map(|(name, _)| *name))
+        .collect();
     names.sort_unstable();
     names
 }
