@@ -58,18 +58,19 @@ static_assert(sizeof(UpdateTable) == 15368, "UpdateTable must match optim/update
 
 // Hyperparameters of one step. The learning rate is `lr` when sched_kind < 0, else the
 // schedule's rate at the device's step count (0 constant, 1 warmup-cosine, 2 warmup-stable-
-// decay; a, b, c are its step counts; `DeviceSchedule` in backend/spec/optim.rs), so a step
+// decay, 3 step, 4 one-cycle; x, y its other numbers and a, b, c its step counts;
+// `DeviceSchedule` in backend/spec/optim.rs), so a step
 // skipped on the device shifts the schedule exactly as on the CPU. max_norm = inf means no
 // clipping.
 struct Hyper {
     double lr, b1, b2, eps, wd, momentum, dampening, max_norm;
-    double sched_peak, sched_min;
+    double sched_peak, sched_min, sched_x, sched_y;
     i64 sched_a, sched_b, sched_c;
     u64 norm;      // const float*: the global gradient norm of this step
     u64 counters;  // i64*: the counter buffer above
     int sched_kind, nesterov;
 };
-static_assert(sizeof(Hyper) == 128, "Hyper must match optim/update.rs");
+static_assert(sizeof(Hyper) == 144, "Hyper must match optim/update.rs");
 
 // The tensor that block b works on: the last k < n with block_start[k] <= b (block_start is
 // non-decreasing from 0), by binary search since a table holds up to 256 tensors.
@@ -250,6 +251,25 @@ __device__ double opt_progress(i64 step, i64 start, i64 len) {
 __device__ double opt_lr(const Hyper& h, i64 step) {
     if (h.sched_kind < 0) return h.lr;
     if (h.sched_kind == 0) return h.sched_peak;
+    if (h.sched_kind == 3) {
+        i64 size = h.sched_a > 0 ? h.sched_a : 1;
+        i64 drops = step > 1 ? (step - 1) / size : 0;
+        return h.sched_peak * pow(h.sched_x, (double)drops);
+    }
+    if (h.sched_kind == 4) {
+        // torch's OneCycleLR: step number s - 1 rises from x to peak until y, then falls to min.
+        double s = (double)(step > 1 ? step - 1 : 0), rise_end = h.sched_y;
+        double from = h.sched_peak, to = h.sched_min, p;
+        if (s <= rise_end) {
+            from = h.sched_x;
+            to = h.sched_peak;
+            p = s / rise_end;
+        } else {
+            p = fmin((s - rise_end) / ((double)(h.sched_a - 1) - rise_end), 1.0);
+        }
+        if (h.sched_b == 1) return (to - from) * p + from;
+        return to + (from - to) / 2.0 * (cos(3.141592653589793 * p) + 1.0);
+    }
     i64 warmup = h.sched_a;
     if (warmup > 0 && step <= warmup) return h.sched_peak * (double)step / (double)warmup;
     if (h.sched_kind == 1) {

@@ -5,8 +5,9 @@ use crate::help::Api;
 use crate::options::{pair_f64, Options};
 use rhai::{Array, Dynamic, Engine, Map, Module, FLOAT, INT};
 use rusting_brain::optim::{
-    Adam, AdamConfig, AdamW, AdamWConfig, Lion, LionConfig, Optimizer, Rmsprop, RmspropConfig,
-    Schedule, Sgd, SgdConfig, StepOutcome,
+    Adam, AdamConfig, AdamW, AdamWConfig, Anneal, Lion, LionConfig, Optimizer, Plateau,
+    PlateauConfig, PlateauMode, Rmsprop, RmspropConfig, Schedule, Sgd, SgdConfig, StepOutcome,
+    ThresholdMode,
 };
 use rusting_brain::Tensor;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -171,7 +172,21 @@ fn schedule(opts: Map) -> RhaiResult<Schedule> {
     let o = Options::new(
         "schedule",
         opts,
-        &["kind", "lr", "min_lr", "warmup", "total", "stable", "decay"],
+        &[
+            "kind",
+            "lr",
+            "min_lr",
+            "warmup",
+            "total",
+            "stable",
+            "decay",
+            "step_size",
+            "gamma",
+            "pct_start",
+            "div_factor",
+            "final_div_factor",
+            "anneal",
+        ],
     )?;
     let kind = o.string("kind")?.unwrap_or_else(|| "cosine".into());
     let lr = o.float("lr", 1e-3)?;
@@ -191,12 +206,107 @@ fn schedule(opts: Map) -> RhaiResult<Schedule> {
             stable_steps: steps("stable")?,
             decay_steps: steps("decay")?,
         },
+        "step" => Schedule::Step {
+            lr,
+            step_size: steps("step_size")?,
+            gamma: o.float("gamma", 0.1)?,
+        },
+        "onecycle" => Schedule::OneCycle {
+            max_lr: lr,
+            total_steps: steps("total")?,
+            pct_start: o.float("pct_start", 0.3)?,
+            div_factor: o.float("div_factor", 25.0)?,
+            final_div_factor: o.float("final_div_factor", 1e4)?,
+            anneal: match o.string("anneal")?.as_deref().unwrap_or("cos") {
+                "cos" => Anneal::Cos,
+                "linear" => Anneal::Linear,
+                other => {
+                    return Err(runtime_error(format!(
+                        "anneal must be \"cos\" or \"linear\", got \"{other}\""
+                    )))
+                }
+            },
+        },
         other => {
             return Err(runtime_error(format!(
-                "schedule kind must be \"constant\", \"cosine\" or \"wsd\", got \"{other}\""
+                "schedule kind must be \"constant\", \"cosine\", \"wsd\", \"step\" or \"onecycle\", got \"{other}\""
             )))
         }
     })
+}
+
+/// A plateau watcher bound to the optimizer whose rate it lowers.
+#[derive(Clone)]
+pub struct PlateauHandle {
+    plateau: Arc<Mutex<Plateau>>,
+    opt: Optim,
+}
+
+fn plateau(opt: Optim, opts: Map) -> RhaiResult<PlateauHandle> {
+    let o = Options::new(
+        "optim::plateau",
+        opts,
+        &[
+            "mode",
+            "factor",
+            "patience",
+            "threshold",
+            "threshold_mode",
+            "cooldown",
+            "min_lr",
+            "eps",
+        ],
+    )?;
+    let d = PlateauConfig::default();
+    let choice = |key: &str, a: &str, b: &str| -> RhaiResult<bool> {
+        match o.string(key)? {
+            None => Ok(true),
+            Some(v) if v == a => Ok(true),
+            Some(v) if v == b => Ok(false),
+            Some(v) => Err(runtime_error(format!(
+                "optim::plateau: {key} must be \"{a}\" or \"{b}\", got \"{v}\""
+            ))),
+        }
+    };
+    let count = |key: &str, default: u64| o.int(key, default as INT).map(|v| v.max(0) as u64);
+    let config = PlateauConfig {
+        mode: if choice("mode", "min", "max")? {
+            PlateauMode::Min
+        } else {
+            PlateauMode::Max
+        },
+        factor: o.float("factor", d.factor)?,
+        patience: count("patience", d.patience)?,
+        threshold: o.float("threshold", d.threshold)?,
+        threshold_mode: if choice("threshold_mode", "rel", "abs")? {
+            ThresholdMode::Rel
+        } else {
+            ThresholdMode::Abs
+        },
+        cooldown: count("cooldown", d.cooldown)?,
+        min_lr: o.float("min_lr", d.min_lr)?,
+        eps: o.float("eps", d.eps)?,
+    };
+    if opt.lock().core().schedule.is_some() {
+        return Err(runtime_error(
+            "optim::plateau sets the optimizer's rate itself; this optimizer has a schedule \
+             (opt.set_schedule), which would override it at every step",
+        ));
+    }
+    let p = guard(|| Plateau::new(config))?;
+    Ok(PlateauHandle {
+        plateau: Arc::new(Mutex::new(p)),
+        opt,
+    })
+}
+
+/// Feeds one value of the watched metric; returns the rate the optimizer has from now on.
+fn plateau_step(p: &mut PlateauHandle, metric: FLOAT) -> RhaiResult<FLOAT> {
+    let mut opt = p.opt.lock();
+    let mut plateau = p.plateau.lock().unwrap_or_else(|e| e.into_inner());
+    let lr = plateau.observe(metric, opt.lr());
+    guard(|| opt.set_lr(lr))?;
+    Ok(lr)
 }
 
 fn outcome(o: StepOutcome) -> Map {
@@ -235,6 +345,7 @@ fn outcome(o: StepOutcome) -> Map {
 
 pub fn register(engine: &mut Engine) {
     engine.register_type_with_name::<Optim>("Optimizer");
+    engine.register_type_with_name::<PlateauHandle>("Plateau");
     let mut module = Module::new();
     {
         let mut api = Api::new(&mut module, Some("optim"));
@@ -277,10 +388,12 @@ pub fn register(engine: &mut Engine) {
             "let model = nn::linear(4, 2); let opt = optim::adamw(model.parameters(), #{ lr: 1e-3 }); opt.set_lr(1e-4);",
             |o: &mut Optim, lr: FLOAT| guard(|| o.lock().set_lr(lr)),
         );
-        api.method("set_schedule", "opt.set_schedule(#{ kind, lr, min_lr, warmup, total, stable, decay })", "Learning-rate schedule per step: \"constant\", \"cosine\" (warmup + cosine) or \"wsd\" (warmup-stable-decay).", "let model = nn::linear(4, 2); let opt = optim::adamw(model.parameters(), #{}); opt.set_schedule(#{ kind: \"cosine\", lr: 1e-3, warmup: 100, total: 2000 });", |o: &mut Optim, m: Map| {
+        api.method("set_schedule", "opt.set_schedule(#{ kind, lr, min_lr, warmup, total, stable, decay, step_size, gamma, pct_start, div_factor, final_div_factor, anneal })", "Learning-rate schedule per optimizer step: \"constant\"; \"cosine\" (warmup + cosine: lr, min_lr, warmup, total); \"wsd\" (warmup-stable-decay: lr, min_lr, warmup, stable, decay); \"step\" (torch's StepLR in steps: lr times gamma (0.1) every step_size steps); \"onecycle\" (torch's OneCycleLR without momentum cycling: lr is max_lr, total, pct_start 0.3, div_factor 25, final_div_factor 1e4, anneal \"cos\" or \"linear\"). Runs inside the fused CUDA update too.", "let model = nn::linear(4, 2); let opt = optim::adamw(model.parameters(), #{}); opt.set_schedule(#{ kind: \"cosine\", lr: 1e-3, warmup: 100, total: 2000 });", |o: &mut Optim, m: Map| {
             let s = schedule(m)?;
             guard(|| o.lock().set_schedule(Some(s)))
         });
+        api.func("plateau", "optim::plateau(opt, #{ mode, factor, patience, threshold, threshold_mode, cooldown, min_lr, eps }) -> Plateau", "torch's ReduceLROnPlateau: p.step(metric) after each evaluation multiplies the optimizer's rate by factor once the metric has not improved for more than patience evaluations. Defaults: mode \"min\" (or \"max\"), factor 0.1, patience 10, threshold 1e-4, threshold_mode \"rel\" (or \"abs\"), cooldown 0, min_lr 0, eps 1e-8. Not with a schedule.", "let model = nn::linear(4, 2); let opt = optim::sgd(model.parameters(), #{ lr: 0.1 }); let p = optim::plateau(opt, #{ patience: 2 }); let lr = p.step(0.5);", plateau);
+        api.method("step", "p.step(metric) -> float", "Feeds one value of the watched metric (e.g. the validation loss); returns the optimizer's rate from now on.", "let model = nn::linear(4, 2); let opt = optim::sgd(model.parameters(), #{ lr: 0.1 }); let p = optim::plateau(opt, #{ patience: 0 }); p.step(1.0); let lr = p.step(2.0);", plateau_step);
     }
     engine.register_static_module("optim", module.into());
 }

@@ -5,8 +5,8 @@
 use rusting_brain::backend::cuda::device_for_test;
 use rusting_brain::messages::{set_sink, Level};
 use rusting_brain::optim::{
-    clip_grad_norm, clip_grad_norm_tensor, global_grad_norm, AdamW, AdamWConfig, Lion, LionConfig,
-    NormScope, Optimizer, OptimizerState, Schedule, Sgd, SgdConfig, StepOutcome,
+    clip_grad_norm, clip_grad_norm_tensor, global_grad_norm, AdamW, AdamWConfig, Anneal, Lion,
+    LionConfig, NormScope, Optimizer, OptimizerState, Schedule, Sgd, SgdConfig, StepOutcome,
 };
 use rusting_brain::{DType, Device, Generator, Tensor};
 use std::sync::{Arc, Mutex};
@@ -232,6 +232,33 @@ fn sgd_nesterov(ps: Vec<Tensor>) -> Box<dyn Optimizer> {
     Box::new(Sgd::new(ps, cfg).unwrap())
 }
 
+/// SGD with momentum under torch's StepLR (halved every 2 steps).
+fn sgd_step_schedule(ps: Vec<Tensor>) -> Box<dyn Optimizer> {
+    let mut o = sgd_momentum(ps);
+    o.set_schedule(Some(Schedule::Step {
+        lr: 0.05,
+        step_size: 2,
+        gamma: 0.5,
+    }))
+    .unwrap();
+    o
+}
+
+/// AdamW under a one-cycle curve short enough that both phases run within the test.
+fn adamw_one_cycle(ps: Vec<Tensor>, anneal: Anneal) -> Box<dyn Optimizer> {
+    let mut o = adamw(ps);
+    o.set_schedule(Some(Schedule::OneCycle {
+        max_lr: 1e-2,
+        total_steps: 6,
+        pct_start: 0.5,
+        div_factor: 10.0,
+        final_div_factor: 100.0,
+        anneal,
+    }))
+    .unwrap();
+    o
+}
+
 fn sgd_plain(ps: Vec<Tensor>) -> Box<dyn Optimizer> {
     Box::new(
         Sgd::new(
@@ -268,6 +295,36 @@ fn cuda_lion_matches_cpu() {
         4,
         1.0,
         Some(2.0),
+    );
+}
+
+/// The device evaluates the step and one-cycle schedules at its own step count as the CPU
+/// does: the parameters after each schedule's steps agree.
+#[test]
+fn cuda_step_and_one_cycle_schedules_match_cpu() {
+    compare(
+        "cuda_step_schedule_matches_cpu",
+        sgd_step_schedule,
+        &shapes(),
+        5,
+        0.5,
+        None,
+    );
+    compare(
+        "cuda_one_cycle_cos_matches_cpu",
+        |ps| adamw_one_cycle(ps, Anneal::Cos),
+        &shapes(),
+        7,
+        0.5,
+        None,
+    );
+    compare(
+        "cuda_one_cycle_linear_matches_cpu",
+        |ps| adamw_one_cycle(ps, Anneal::Linear),
+        &shapes(),
+        7,
+        0.5,
+        None,
     );
 }
 

@@ -57,14 +57,18 @@ pub enum LrSource {
 /// - `WARMUP_COSINE`: a linear warmup over `steps[0]` steps to `peak`, then a half cosine down
 ///   to `min` at step `steps[1]`, and `min` after that;
 /// - `WARMUP_STABLE_DECAY`: a linear warmup over `steps[0]` steps, `peak` for `steps[1]` steps,
-///   a linear decay to `min` over `steps[2]` steps, and `min` after that.
+///   a linear decay to `min` over `steps[2]` steps, and `min` after that;
+/// - `STEP`: `peak * aux[0]^floor((s - 1) / steps[0])`;
+/// - `ONE_CYCLE`: torch's step number `s - 1` goes from `aux[0]` up to `peak` until `aux[1]`,
+///   then down to `min` at `steps[0] - 1`, by half a cosine (`steps[1] = 0`) or linearly (1).
 ///
-/// Unused step counts are 0.
+/// Unused values are 0.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct DeviceSchedule {
     pub kind: i32,
     pub peak: f64,
     pub min: f64,
+    pub aux: [f64; 2],
     pub steps: [i64; 3],
 }
 
@@ -72,6 +76,8 @@ impl DeviceSchedule {
     pub const CONSTANT: i32 = 0;
     pub const WARMUP_COSINE: i32 = 1;
     pub const WARMUP_STABLE_DECAY: i32 = 2;
+    pub const STEP: i32 = 3;
+    pub const ONE_CYCLE: i32 = 4;
 }
 
 /// How many skipped steps a fused optimizer's counter buffer remembers (step number and norm)

@@ -172,3 +172,31 @@ pub fn colocate(ts: &[Tensor]) -> Result<Vec<Tensor>> {
         })
         .collect()
 }
+
+/// The first two inputs of `n`, on one device (binary operators).
+pub fn input_pair(n: &Node) -> Result<[Tensor; 2]> {
+    let t = colocate(&[n.input(0)?.clone(), n.input(1)?.clone()])?;
+    Ok([t[0].clone(), t[1].clone()])
+}
+
+/// Indices counted from the end (-1 the last) made plain, as i64: i + size where i < 0. Gather,
+/// GatherElements, ScatterElements and OneHot all accept them.
+pub fn wrap_negative(index: &Tensor, size: usize) -> Result<Tensor> {
+    let index = index.to_dtype(DType::I64)?;
+    if index.device() == Device::Cpu {
+        let v = index.to_vec::<i64>()?;
+        if v.iter().all(|&i| i >= 0) {
+            return Ok(index);
+        }
+        let fixed: Vec<i64> = v
+            .iter()
+            .map(|&i| if i < 0 { i + size as i64 } else { i })
+            .collect();
+        return Tensor::from_vec(fixed, index.shape());
+    }
+    Tensor::where_cond(
+        &index.lt_scalar(0.0)?,
+        &index.add_scalar(size as f64)?,
+        &index,
+    )
+}

@@ -11,6 +11,7 @@ mod fused;
 mod lerp;
 mod lion;
 mod optimizer;
+pub mod plateau;
 mod rmsprop;
 pub mod schedule;
 mod sgd;
@@ -31,7 +32,8 @@ pub use lion::{Lion, LionConfig};
 pub use optimizer::{
     numbered, state_dtype, NormScope, Optimizer, OptimizerCore, Param, ParamState, StepOutcome,
 };
+pub use plateau::{Plateau, PlateauConfig, PlateauMode, ThresholdMode};
 pub use rmsprop::{Rmsprop, RmspropConfig};
-pub use schedule::Schedule;
+pub use schedule::{Anneal, Schedule};
 pub use sgd::{Sgd, SgdConfig};
 pub use state::{param_key, OptimizerState, StateReader};

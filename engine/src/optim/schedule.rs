@@ -31,6 +31,66 @@ pub enum Schedule {
         stable_steps: u64,
         decay_steps: u64,
     },
+    /// torch's `StepLR` counted in optimizer steps: `lr * gamma^floor((step - 1) / step_size)`.
+    Step {
+        lr: f64,
+        step_size: u64,
+        gamma: f64,
+    },
+    /// torch's `OneCycleLR` (two phases, `cycle_momentum=False`): from `max_lr / div_factor` up
+    /// to `max_lr` over the first `pct_start` of `total_steps`, then down to
+    /// `max_lr / div_factor / final_div_factor` at the last step, and that rate after it.
+    OneCycle {
+        max_lr: f64,
+        total_steps: u64,
+        pct_start: f64,
+        div_factor: f64,
+        final_div_factor: f64,
+        anneal: Anneal,
+    },
+}
+
+/// How a one-cycle phase moves between its end rates.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Anneal {
+    /// Half a cosine (torch's `anneal_strategy="cos"`).
+    Cos,
+    Linear,
+}
+
+impl Anneal {
+    /// The rate `p` of the way (0..=1) from `start` to `end`, in torch's arithmetic.
+    fn at(self, start: f64, end: f64, p: f64) -> f64 {
+        match self {
+            Anneal::Cos => end + (start - end) / 2.0 * ((std::f64::consts::PI * p).cos() + 1.0),
+            Anneal::Linear => (end - start) * p + start,
+        }
+    }
+
+    fn code(self) -> i64 {
+        match self {
+            Anneal::Cos => 0,
+            Anneal::Linear => 1,
+        }
+    }
+}
+
+/// The one-cycle curve's fixed points: (initial rate, final rate, the step number (from 0) that
+/// ends the rise).
+fn one_cycle_points(
+    max_lr: f64,
+    total_steps: u64,
+    pct_start: f64,
+    div_factor: f64,
+    final_div_factor: f64,
+) -> (f64, f64, f64) {
+    let initial = max_lr / div_factor;
+    (
+        initial,
+        initial / final_div_factor,
+        pct_start * total_steps as f64 - 1.0,
+    )
 }
 
 /// peak * step / warmup during warmup (steps 1..=warmup), `None` after it.
@@ -70,13 +130,74 @@ impl Schedule {
                 let p = progress(step, warmup_steps + stable_steps, decay_steps);
                 peak_lr + (min_lr - peak_lr) * p
             }),
+            Schedule::Step {
+                lr,
+                step_size,
+                gamma,
+            } => {
+                let drops = step.saturating_sub(1) / step_size.max(1);
+                lr * gamma.powf(drops as f64)
+            }
+            Schedule::OneCycle {
+                max_lr,
+                total_steps,
+                pct_start,
+                div_factor,
+                final_div_factor,
+                anneal,
+            } => {
+                let (initial, last, rise_end) =
+                    one_cycle_points(max_lr, total_steps, pct_start, div_factor, final_div_factor);
+                // torch's step number counts from 0 at the first step.
+                let s = step.saturating_sub(1) as f64;
+                if s <= rise_end {
+                    anneal.at(initial, max_lr, s / rise_end)
+                } else {
+                    let p = (s - rise_end) / (total_steps as f64 - 1.0 - rise_end);
+                    anneal.at(max_lr, last, p.min(1.0))
+                }
+            }
         }
     }
 
     /// Rejects negative or non-finite rates and a min above the peak.
     pub fn validate(&self) -> Result<()> {
+        let invalid = |why: &str| Err(Error::invalid("schedule", format!("{why}, got {self:?}")));
         let (peak, min) = match *self {
             Schedule::Constant { lr } => (lr, 0.0),
+            Schedule::Step {
+                lr,
+                step_size,
+                gamma,
+            } => {
+                if step_size == 0 || !(gamma.is_finite() && gamma > 0.0) {
+                    return invalid("a step schedule needs step_size >= 1 and a finite gamma > 0");
+                }
+                (lr, 0.0)
+            }
+            Schedule::OneCycle {
+                max_lr,
+                total_steps,
+                pct_start,
+                div_factor,
+                final_div_factor,
+                ..
+            } => {
+                let rise_end = pct_start * total_steps as f64 - 1.0;
+                // torch divides by both phases' lengths: each must be longer than 0 steps.
+                if !(rise_end > 0.0 && rise_end < total_steps as f64 - 1.0) {
+                    return invalid(
+                        "a one-cycle schedule needs 0 < pct_start * total - 1 < total - 1 \
+                         (each phase at least a step)",
+                    );
+                }
+                if !(div_factor >= 1.0 && final_div_factor >= 1.0) {
+                    return invalid(
+                        "a one-cycle schedule needs div_factor and final_div_factor >= 1",
+                    );
+                }
+                (max_lr, 0.0)
+            }
             Schedule::WarmupCosine {
                 peak_lr, min_lr, ..
             }
@@ -85,10 +206,7 @@ impl Schedule {
             } => (peak_lr, min_lr),
         };
         if !(peak.is_finite() && min.is_finite() && min >= 0.0 && min <= peak) {
-            return Err(Error::invalid(
-                "schedule",
-                format!("needs finite 0 <= min_lr <= peak_lr, got {self:?}"),
-            ));
+            return invalid("needs finite 0 <= min_lr <= peak_lr");
         }
         Ok(())
     }
@@ -102,8 +220,38 @@ impl Schedule {
                 kind: DeviceSchedule::CONSTANT,
                 peak: lr,
                 min: 0.0,
+                aux: [0.0; 2],
                 steps: [0; 3],
             },
+            Schedule::Step {
+                lr,
+                step_size,
+                gamma,
+            } => DeviceSchedule {
+                kind: DeviceSchedule::STEP,
+                peak: lr,
+                min: 0.0,
+                aux: [gamma, 0.0],
+                steps: [steps(step_size), 0, 0],
+            },
+            Schedule::OneCycle {
+                max_lr,
+                total_steps,
+                pct_start,
+                div_factor,
+                final_div_factor,
+                anneal,
+            } => {
+                let (initial, last, rise_end) =
+                    one_cycle_points(max_lr, total_steps, pct_start, div_factor, final_div_factor);
+                DeviceSchedule {
+                    kind: DeviceSchedule::ONE_CYCLE,
+                    peak: max_lr,
+                    min: last,
+                    aux: [initial, rise_end],
+                    steps: [steps(total_steps), anneal.code(), 0],
+                }
+            }
             Schedule::WarmupCosine {
                 peak_lr,
                 min_lr,
@@ -113,6 +261,7 @@ impl Schedule {
                 kind: DeviceSchedule::WARMUP_COSINE,
                 peak: peak_lr,
                 min: min_lr,
+                aux: [0.0; 2],
                 steps: [steps(warmup_steps), steps(total_steps), 0],
             },
             Schedule::WarmupStableDecay {
@@ -125,6 +274,7 @@ impl Schedule {
                 kind: DeviceSchedule::WARMUP_STABLE_DECAY,
                 peak: peak_lr,
                 min: min_lr,
+                aux: [0.0; 2],
                 steps: [steps(warmup_steps), steps(stable_steps), steps(decay_steps)],
             },
         }

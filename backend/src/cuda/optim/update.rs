@@ -48,6 +48,8 @@ struct Hyper {
     max_norm: f64,
     sched_peak: f64,
     sched_min: f64,
+    sched_x: f64,
+    sched_y: f64,
     sched_a: i64,
     sched_b: i64,
     sched_c: i64,
@@ -56,7 +58,7 @@ struct Hyper {
     sched_kind: i32,
     nesterov: i32,
 }
-const _: () = assert!(std::mem::size_of::<Hyper>() == 128);
+const _: () = assert!(std::mem::size_of::<Hyper>() == 144);
 // Kernel parameters may take at most 32764 bytes (CUDA 12.1 and later, Volta and later).
 const _: () = assert!(std::mem::size_of::<UpdateTable>() + std::mem::size_of::<Hyper>() <= 32764);
 const _: () = assert!(UPDATE_CHUNK.is_multiple_of(4));
@@ -134,6 +136,7 @@ fn hyper(
         LrSource::Fixed(lr) => h.lr = lr,
         LrSource::Schedule(s) => {
             (h.sched_kind, h.sched_peak, h.sched_min) = (s.kind, s.peak, s.min);
+            [h.sched_x, h.sched_y] = s.aux;
             [h.sched_a, h.sched_b, h.sched_c] = s.steps;
         }
     }
@@ -211,6 +214,7 @@ mod tests {
             kind: DeviceSchedule::WARMUP_STABLE_DECAY,
             peak: 1.0,
             min: 0.1,
+            aux: [0.5, 2.5],
             steps: [2, 3, 4],
         };
         let h = hyper(
@@ -228,6 +232,7 @@ mod tests {
             (h.sched_kind, h.sched_a, h.sched_b, h.sched_c),
             (2, 2, 3, 4)
         );
+        assert_eq!((h.sched_x, h.sched_y), (0.5, 2.5));
         assert_eq!(
             (h.b1, h.b2, h.wd, h.max_norm, h.norm, h.counters),
             (0.9, 0.99, 0.1, 1.0, 8, 16)

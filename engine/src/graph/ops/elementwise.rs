@@ -2,7 +2,7 @@
 //! Where, Clip and Cast.
 
 use super::{one, OpFn};
-use crate::graph::node::{colocate, Node};
+use crate::graph::node::{colocate, input_pair, Node};
 use crate::io::onnx::onnx_dtype;
 use crate::{DType, Result, Tensor};
 
@@ -56,7 +56,7 @@ pub const OPS: &[(&str, OpFn)] = &[
         })
     }),
     ("PRelu", |n| {
-        let [x, slope] = two(n)?;
+        let [x, slope] = input_pair(n)?;
         one(Tensor::where_cond(&x.lt_scalar(0.0)?, &x.mul(&slope)?, &x)?)
     }),
     ("Dropout", dropout),
@@ -144,14 +144,8 @@ fn unary(n: &Node, f: impl Fn(&Tensor) -> Result<Tensor>) -> Result<Vec<Tensor>>
     one(f(n.input(0)?)?)
 }
 
-/// The two inputs, on one device.
-fn two(n: &Node) -> Result<[Tensor; 2]> {
-    let t = colocate(&[n.input(0)?.clone(), n.input(1)?.clone()])?;
-    Ok([t[0].clone(), t[1].clone()])
-}
-
 fn binary(n: &Node, f: impl Fn(&Tensor, &Tensor) -> Result<Tensor>) -> Result<Vec<Tensor>> {
-    let [a, b] = two(n)?;
+    let [a, b] = input_pair(n)?;
     one(f(&a, &b)?)
 }
 
@@ -201,11 +195,7 @@ fn dropout(n: &Node) -> Result<Vec<Tensor>> {
 fn modulo(a: &Tensor, b: &Tensor, fmod: bool) -> Result<Tensor> {
     let (x, y) = (a.to_dtype(DType::F64)?, b.to_dtype(DType::F64)?);
     let q = x.div(&y)?;
-    let whole = if fmod {
-        Tensor::where_cond(&q.lt_scalar(0.0)?, &q.ceil()?, &q.floor()?)?
-    } else {
-        q.floor()?
-    };
+    let whole = if fmod { truncate(&q)? } else { q.floor()? };
     x.sub(&whole.mul(&y)?)?.to_dtype(a.dtype())
 }
 
@@ -216,14 +206,18 @@ fn divide(a: &Tensor, b: &Tensor) -> Result<Tensor> {
         return a.div(b);
     }
     let q = a.to_dtype(DType::F64)?.div(&b.to_dtype(DType::F64)?)?;
-    let truncated = Tensor::where_cond(&q.lt_scalar(0.0)?, &q.ceil()?, &q.floor()?)?;
-    truncated.to_dtype(a.dtype())
+    truncate(&q)?.to_dtype(a.dtype())
+}
+
+/// Rounding toward zero (C's integer division and fmod).
+fn truncate(q: &Tensor) -> Result<Tensor> {
+    Tensor::where_cond(&q.lt_scalar(0.0)?, &q.ceil()?, &q.floor()?)
 }
 
 /// x^y, in x's type: a power by one number runs as one op, a tensor of exponents as
 /// exp(y log x). Integer powers are computed in f64 and rounded.
 fn pow(n: &Node) -> Result<Vec<Tensor>> {
-    let [x, y] = two(n)?;
+    let [x, y] = input_pair(n)?;
     let base = if x.dtype().is_float() {
         x.clone()
     } else {

@@ -3,7 +3,7 @@
 //! index_select / index_copy_ / scatter_add, so these run on every device.
 
 use super::{one, OpFn};
-use crate::graph::node::{colocate, host_ints, host_tensor, Node};
+use crate::graph::node::{colocate, host_ints, host_tensor, wrap_negative, Node};
 use crate::{DType, Result, Tensor};
 
 pub const OPS: &[(&str, OpFn)] = &[
@@ -136,9 +136,7 @@ fn scatter_elements(n: &Node) -> Result<Vec<Tensor>> {
     ])?;
     let (data, index, updates) = (&t[0], &t[1], &t[2]);
     let axis = n.axis(n.int("axis", 0)?, data.rank())? as isize;
-    let size = data.shape()[axis as usize] as f64;
-    let index = index.to_dtype(DType::I64)?;
-    let index = Tensor::where_cond(&index.lt_scalar(0.0)?, &index.add_scalar(size)?, &index)?;
+    let index = wrap_negative(index, data.shape()[axis as usize])?;
     let updates = updates.to_dtype(data.dtype())?;
     match n.string("reduction", "none")?.as_str() {
         "add" => one(data.scatter_add(axis, &index, &updates)?),

@@ -3,7 +3,7 @@
 //! host: a shape read back from a device would wait for it.
 
 use super::{one, OpFn};
-use crate::graph::node::{colocate, host_ints, host_tensor, Node};
+use crate::graph::node::{colocate, host_ints, host_tensor, input_pair, wrap_negative, Node};
 use crate::io::onnx::OnnxAttribute;
 use crate::ops::rearrange::PadMode;
 use crate::{DType, Device, Result, Tensor};
@@ -42,7 +42,7 @@ pub const OPS: &[(&str, OpFn)] = &[
     ("Slice", slice),
     ("Gather", gather),
     ("GatherElements", |n| {
-        let [x, index] = colocated_pair(n)?;
+        let [x, index] = input_pair(n)?;
         let axis = n.axis(n.int("axis", 0)?, x.rank())?;
         let index = wrap_negative(&index, x.shape()[axis])?;
         one(x.gather(axis as isize, &index)?)
@@ -116,11 +116,6 @@ pub const OPS: &[(&str, OpFn)] = &[
 /// corrupt or hostile, and is refused before anything is allocated.
 const MAX_ELEMENTS: u64 = 1 << 34;
 
-fn colocated_pair(n: &Node) -> Result<[Tensor; 2]> {
-    let t = colocate(&[n.input(0)?.clone(), n.input(1)?.clone()])?;
-    Ok([t[0].clone(), t[1].clone()])
-}
-
 /// Sizes from host integers, refusing negatives.
 fn dims(n: &Node, values: &[i64]) -> Result<Vec<usize>> {
     values
@@ -129,27 +124,6 @@ fn dims(n: &Node, values: &[i64]) -> Result<Vec<usize>> {
             usize::try_from(v).map_err(|_| n.error(format!("a negative size {v} in {values:?}")))
         })
         .collect()
-}
-
-/// Indices counted from the end (-1 the last) made plain: i + size where i < 0.
-fn wrap_negative(index: &Tensor, size: usize) -> Result<Tensor> {
-    let index = index.to_dtype(DType::I64)?;
-    if index.device() == Device::Cpu {
-        let v = index.to_vec::<i64>()?;
-        if v.iter().all(|&i| i >= 0) {
-            return Ok(index);
-        }
-        let fixed: Vec<i64> = v
-            .iter()
-            .map(|&i| if i < 0 { i + size as i64 } else { i })
-            .collect();
-        return Tensor::from_vec(fixed, index.shape());
-    }
-    Tensor::where_cond(
-        &index.lt_scalar(0.0)?,
-        &index.add_scalar(size as f64)?,
-        &index,
-    )
 }
 
 fn reshape(n: &Node) -> Result<Vec<Tensor>> {
@@ -307,7 +281,7 @@ fn slice(n: &Node) -> Result<Vec<Tensor>> {
 /// Gather along `axis` with indices of any shape: data[..., idx, ...] with idx's dims in place
 /// of the axis.
 fn gather(n: &Node) -> Result<Vec<Tensor>> {
-    let [x, index] = colocated_pair(n)?;
+    let [x, index] = input_pair(n)?;
     let axis = n.axis(n.int("axis", 0)?, x.rank())?;
     let index = wrap_negative(&index, x.shape()[axis])?;
     let picked = x.index_select(axis as isize, &index.reshape(&[-1])?)?;
@@ -371,12 +345,7 @@ fn one_hot(n: &Node) -> Result<Vec<Tensor>> {
     } else {
         indices.device()
     };
-    let indices = indices.to_device(device)?.to_dtype(DType::I64)?;
-    let indices = Tensor::where_cond(
-        &indices.lt_scalar(0.0)?,
-        &indices.add_scalar(depth as f64)?,
-        &indices,
-    )?;
+    let indices = wrap_negative(&indices.to_device(device)?, depth as usize)?;
     let mut classes_shape = vec![1usize; rank];
     classes_shape[axis] = depth as usize;
     let classes = Tensor::arange(0.0, depth as f64, 1.0, DType::I64)?
