@@ -17,7 +17,7 @@ declare -A crate_tests=(
   [rusting_brain]="$engine_tests llama_parity yolo_one_step"
   [brain]="runner scripts launch"
   [rusting_brain_rhai]="lm_api lm_lora lm_qlora"
-  [rb_integration_tests]="graph_memory hf_sharded_parity qlora_memory yolo_parity"
+  [rb_integration_tests]="graph_memory hf_sharded_parity qlora_memory yolo_parity onnx_graph_models torchvision_resnet"
 )
 args=(--lib -p rusting_brain_backend)
 for crate in "${!crate_tests[@]}"; do
@@ -39,8 +39,8 @@ for line in sys.stdin:
   | sort -u | while IFS=$'\t' read -r name exe; do
       cp "$exe" ".devpack/stage/.device/tests/$name" && strip ".devpack/stage/.device/tests/$name"
     done
-cargo build --release -p brain --bin brain -p rb_benches --bin lm_bench --bin yolo_bench
-for b in brain lm_bench yolo_bench; do
+cargo build --release -p brain --bin brain -p rb_benches --bin lm_bench --bin yolo_bench --bin cnn_bench
+for b in brain lm_bench yolo_bench cnn_bench; do
   cp "${CARGO_TARGET_DIR:-target}/release/$b" .devpack/stage/.device/bin/ && strip ".devpack/stage/.device/bin/$b"
   if [ -n "${1:-}" ] && [ -f "$1/$b" ]; then cp "$1/$b" ".devpack/stage/.device/bin/${b}_before"; fi
 done

@@ -2,13 +2,14 @@
 //! onnxruntime on the same input: every output within 1e-4 (relative to the output's scale).
 //! The models come from PyPI wheels (scripts/fetch_test_assets.sh); onnxruntime from
 //! `RB_ONNX_PYTHON` (else `python3`), through tests/fixtures/onnx/run_graph.py. Without either
-//! the tests print SKIPPED.
+//! the tests print SKIPPED. The same seven run again on CUDA (the graph moved with `to_device`)
+//! where a device is present.
 
 use rb_integration_tests::assets::asset;
 use rusting_brain::graph::OnnxGraph;
 use rusting_brain::io::npy::{read_npy, write_npy};
 use rusting_brain::nn::Module;
-use rusting_brain::{DType, Generator, Tensor};
+use rusting_brain::{DType, Device, Generator, Tensor};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -61,18 +62,28 @@ fn relative_error(got: &Tensor, want: &Tensor) -> f64 {
 
 /// Loads the asset, runs it on `input` and onnxruntime on the same, and compares every output.
 fn check(test: &str, relative: &str, input: Tensor) {
+    check_on(test, relative, input, Device::Cpu);
+}
+
+/// `check` with the graph and its input on `device`.
+fn check_on(test: &str, relative: &str, input: Tensor, device: Device) {
     let Some(path) = asset(test, relative) else {
         return;
     };
     let Some(py) = onnxruntime(test) else { return };
     let graph = OnnxGraph::load(&path).unwrap();
+    graph.to_device(device).unwrap();
     let name = graph.inputs[0].0.clone();
+    let ours = graph
+        .run(&[(name.clone(), input.to_device(device).unwrap())])
+        .unwrap();
     let feeds = vec![(name, input)];
-    let ours = graph.run(&feeds).unwrap();
     let dir = tempdir(test);
     let theirs = reference(&py, &path, &feeds, &dir);
     assert_eq!(ours.len(), theirs.len());
     for ((name, got), want) in ours.iter().zip(&theirs) {
+        assert_eq!(got.device(), device, "{test}: output `{name}`");
+        let got = got.to_device(Device::Cpu).unwrap();
         let err = relative_error(&got.to_dtype(DType::F32).unwrap(), want);
         eprintln!(
             "{test}: output `{name}` {:?}, relative error {err:.2e}",
@@ -155,6 +166,52 @@ fn magika_file_type_model_matches_onnxruntime() {
     // 1,536 bytes of a file: a byte per position, as magika's features read them.
     let bytes = Tensor::randint(0, 256, &[1, 1536], Some(&mut Generator::new(6))).unwrap();
     check("magika", "magika/models/standard_v1/model.onnx", bytes);
+}
+
+/// Every published model again with the graph on CUDA: the same ops through the device's
+/// kernels, against the same onnxruntime (CPU) outputs.
+#[test]
+fn published_graphs_on_cuda_match_onnxruntime() {
+    let Some(cuda) = rusting_brain::backend::cuda::device_for_test("onnx_graphs_on_cuda") else {
+        return;
+    };
+    let bytes = Tensor::randint(0, 256, &[1, 1536], Some(&mut Generator::new(6))).unwrap();
+    let cases = [
+        (
+            "cuda_yolov8n",
+            "nudenet/320n.onnx",
+            image(&[1, 3, 320, 320], 1),
+        ),
+        (
+            "cuda_ppocr_det",
+            "rapidocr_onnxruntime/models/ch_PP-OCRv4_det_infer.onnx",
+            image(&[1, 3, 256, 320], 2),
+        ),
+        (
+            "cuda_ppocr_rec",
+            "rapidocr_onnxruntime/models/ch_PP-OCRv4_rec_infer.onnx",
+            image(&[1, 3, 48, 320], 3),
+        ),
+        (
+            "cuda_ppocr_cls",
+            "rapidocr_onnxruntime/models/ch_ppocr_mobile_v2.0_cls_infer.onnx",
+            image(&[1, 3, 48, 192], 4),
+        ),
+        (
+            "cuda_ddddocr_det",
+            "ddddocr/common_det.onnx",
+            image(&[1, 3, 416, 416], 5),
+        ),
+        (
+            "cuda_ddddocr_ocr",
+            "ddddocr/common.onnx",
+            image(&[1, 1, 64, 160], 7),
+        ),
+        ("cuda_magika", "magika/models/standard_v1/model.onnx", bytes),
+    ];
+    for (test, path, input) in cases {
+        check_on(test, path, input, cuda);
+    }
 }
 
 #[test]

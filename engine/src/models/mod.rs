@@ -5,6 +5,8 @@
 //!
 //! - `transformer_lm`: the LLaMA family (decoder-only transformer language models).
 //! - `yolo`: YOLOv8 and YOLO11 object detectors.
+//! - `resnet`: torchvision's ResNet image classifiers.
 
+pub mod resnet;
 pub mod transformer_lm;
 pub mod yolo;
