@@ -5,10 +5,11 @@ use crate::error::{guard, runtime_error, RhaiResult};
 use crate::help::Api;
 use crate::options::Options;
 use rhai::{Array, Dynamic, Engine, Map, Module};
+use rusting_brain::models::resnet::{ResNet, ResNetConfig};
 use rusting_brain::models::yolo::predict::predict_letterbox;
 use rusting_brain::vision::image::{rgb_to_tensor, tensor_to_rgb};
 use rusting_brain::vision::{class_color, draw_boxes, DrawBox};
-use rusting_brain::Tensor;
+use rusting_brain::{Generator, Tensor};
 
 /// One detection map (`model.predict`'s rows, or any map with `box` and optional `name`,
 /// `class`, `confidence`) as a box to draw.
@@ -79,10 +80,35 @@ fn letterbox(image: Tensor, opts: Map) -> RhaiResult<Tensor> {
     })
 }
 
+/// torchvision's `resnet{depth}`, freshly initialised as torchvision does.
+fn resnet(depth: rhai::INT, opts: Map) -> RhaiResult<crate::nn::Model> {
+    let o = Options::new("vision::resnet", opts, &["num_classes", "seed"])?;
+    let classes = o.int("num_classes", 1000)?;
+    let seed = o.int("seed", 0)?;
+    let depth = usize::try_from(depth)
+        .map_err(|_| runtime_error(format!("vision::resnet: depth {depth} is negative")))?;
+    let classes = usize::try_from(classes)
+        .map_err(|_| runtime_error(format!("vision::resnet: num_classes {classes} is negative")))?;
+    let model = guard(|| {
+        ResNet::new(
+            ResNetConfig::depth(depth, classes)?,
+            &mut Generator::new(seed as u64),
+        )
+    })?;
+    Ok(crate::nn::Model::new(Box::new(model)))
+}
+
 pub fn register(engine: &mut Engine) {
     let mut module = Module::new();
     {
         let mut api = Api::new(&mut module, Some("vision"));
+        api.func(
+            "resnet",
+            "vision::resnet(depth, #{ num_classes, seed }) -> Model",
+            "torchvision's ResNet (depth 18, 34, 50, 101 or 152; num_classes 1000) with torchvision's parameter names and init, so model.load_state_dict(io::load(\"resnet18.pth\")) takes a torch.save'd torchvision state dict. Images [N, 3, H, W] in, logits [N, num_classes] out.",
+            "let m = vision::resnet(18, #{ num_classes: 10 }); m.eval(); print(m.forward(rand([1, 3, 32, 32])).shape);",
+            resnet,
+        );
         api.func(
             "read_image",
             "vision::read_image(path) -> Tensor",

@@ -7,6 +7,7 @@ pub mod gguf;
 pub mod inspect;
 pub mod npy;
 pub mod onnx;
+pub mod pretrained;
 pub mod safetensors;
 pub mod temp_file;
 pub mod torch;

@@ -6,7 +6,9 @@
 //! - `transformer_lm`: the LLaMA family (decoder-only transformer language models).
 //! - `yolo`: YOLOv8 and YOLO11 object detectors.
 //! - `resnet`: torchvision's ResNet image classifiers.
+//! - `vit`: Vision Transformers (transformers' ViTModel, ViTForImageClassification).
 
 pub mod resnet;
 pub mod transformer_lm;
+pub mod vit;
 pub mod yolo;

@@ -16,6 +16,7 @@ pub mod elementwise;
 pub mod fused_linear;
 pub(crate) mod host_keys;
 pub mod index;
+pub mod interpolate;
 pub mod linear_loss;
 pub mod loss;
 pub mod matmul;

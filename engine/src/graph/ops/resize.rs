@@ -4,7 +4,8 @@
 //! every device through index_select, and gradients flow through it.
 
 use super::{one, OpFn};
-use crate::graph::node::{host_tensor, Node};
+use crate::graph::node::Node;
+use crate::ops::interpolate::{cubic_taps, linear_taps, Taps};
 use crate::{Result, Tensor};
 
 pub const OPS: &[(&str, OpFn)] = &[("Resize", resize), ("Upsample", upsample)];
@@ -150,13 +151,10 @@ fn apply(n: &Node, x: &Tensor, out: &[usize], scale: &[f64], s: &Settings) -> Re
             continue;
         }
         let taps = taps(n, size, out[axis], scale[axis], s)?;
-        y = gather_taps(&y, axis, &taps)?;
+        y = y.resample_axis(axis, &taps)?;
     }
     Ok(y)
 }
-
-/// For each tap: the source index of every output position and its weight.
-type Taps = Vec<(Vec<i64>, Vec<f64>)>;
 
 fn taps(n: &Node, size: usize, out: usize, scale: f64, s: &Settings) -> Result<Taps> {
     // With sizes given scale = out / size, so this is the output size; with scales, ONNX's
@@ -222,77 +220,7 @@ fn taps(n: &Node, size: usize, out: usize, scale: f64, s: &Settings) -> Result<T
                 .collect::<Result<_>>()?;
             vec![(idx, vec![1.0; out])]
         }
-        Mode::Linear => {
-            let mut lo = (Vec::new(), Vec::new());
-            let mut hi = (Vec::new(), Vec::new());
-            for &c in &coords {
-                let c = c.clamp(0.0, last as f64);
-                let f = c.floor();
-                let w = c - f;
-                lo.0.push(clamp(f as i64));
-                lo.1.push(1.0 - w);
-                hi.0.push(clamp(f as i64 + 1));
-                hi.1.push(w);
-            }
-            vec![lo, hi]
-        }
-        Mode::Cubic => {
-            let a = s.cubic_a;
-            // Keys' cubic convolution kernel, at distance d from a tap.
-            let kernel = |d: f64| {
-                let d = d.abs();
-                if d <= 1.0 {
-                    ((a + 2.0) * d - (a + 3.0)) * d * d + 1.0
-                } else if d < 2.0 {
-                    ((a * d - 5.0 * a) * d + 8.0 * a) * d - 4.0 * a
-                } else {
-                    0.0
-                }
-            };
-            let mut taps: Taps = vec![(Vec::new(), Vec::new()); 4];
-            for &c in &coords {
-                let f = c.floor();
-                let t = c - f;
-                let mut w: Vec<f64> = (0..4).map(|k| kernel(t - (k as f64 - 1.0))).collect();
-                let at: Vec<i64> = (0..4).map(|k| f as i64 + k - 1).collect();
-                if s.exclude_outside {
-                    for k in 0..4 {
-                        if at[k] < 0 || at[k] > last {
-                            w[k] = 0.0;
-                        }
-                    }
-                    let total: f64 = w.iter().sum();
-                    w.iter_mut().for_each(|v| *v /= total);
-                }
-                for k in 0..4 {
-                    taps[k].0.push(clamp(at[k]));
-                    taps[k].1.push(w[k]);
-                }
-            }
-            taps
-        }
+        Mode::Linear => linear_taps(&coords, size),
+        Mode::Cubic => cubic_taps(&coords, size, s.cubic_a, s.exclude_outside),
     })
-}
-
-/// Σ over taps of x gathered along `axis` at the tap's indices, times its weights.
-fn gather_taps(x: &Tensor, axis: usize, taps: &Taps) -> Result<Tensor> {
-    let mut weight_shape = vec![1usize; x.rank()];
-    let mut sum: Option<Tensor> = None;
-    for (index, weights) in taps {
-        let index = host_tensor(index)?.to_device(x.device())?;
-        let picked = x.index_select(axis as isize, &index)?;
-        let term = if weights.iter().all(|&w| w == 1.0) {
-            picked
-        } else {
-            weight_shape[axis] = weights.len();
-            let w =
-                Tensor::from_f64s(weights, &weight_shape, picked.dtype())?.to_device(x.device())?;
-            picked.mul(&w)?
-        };
-        sum = Some(match sum {
-            Some(s) => s.add(&term)?,
-            None => term,
-        });
-    }
-    Ok(sum.expect("every mode has at least one tap"))
 }

@@ -16,11 +16,10 @@ use crate::io::safetensors;
 use crate::text::Tokenizer;
 use crate::{DType, Device, Error, Result, Tensor};
 use serde_json::{json, Value};
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
-pub const WEIGHTS: &str = "model.safetensors";
-pub const WEIGHTS_INDEX: &str = "model.safetensors.index.json";
+pub use crate::io::pretrained::{load_weights, WEIGHTS, WEIGHTS_INDEX};
 /// transformers' default `max_shard_size`, "5GB".
 pub const DEFAULT_MAX_SHARD_SIZE: u64 = 5_000_000_000;
 
@@ -215,22 +214,6 @@ pub fn load_pretrained(
     let config = LmConfig::from_json(&text)?;
     let weights = load_weights(dir)?;
     TransformerLm::from_tensors(config, &weights, dtype, device)
-}
-
-/// `model.safetensors`, or every shard that `model.safetensors.index.json` lists.
-pub fn load_weights(dir: &Path) -> Result<BTreeMap<String, Tensor>> {
-    let single = dir.join(WEIGHTS);
-    let index_path = dir.join(WEIGHTS_INDEX);
-    if single.exists() || !index_path.exists() {
-        if !single.exists() {
-            return Err(Error::format(
-                "pretrained",
-                format!("{}: neither {WEIGHTS} nor {WEIGHTS_INDEX}", dir.display()),
-            ));
-        }
-        return safetensors::load(single);
-    }
-    safetensors::load_sharded(&index_path)
 }
 
 /// A size as `transformers` writes `max_shard_size`: bytes, or a number with a unit

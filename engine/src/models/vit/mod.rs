@@ -1,0 +1,53 @@
+//! Vision Transformers from Hugging Face folders: `ViTModel` and `ViTForImageClassification`
+//! (config.json + model.safetensors, sharded, or pytorch_model.bin), with transformers' names.
+
+pub mod config;
+pub mod model;
+
+pub use config::ViTConfig;
+pub use model::{HeadKind, ViT, ViTOutput};
+
+use crate::io::pretrained::{load_weights, read_config};
+use crate::nn::Module;
+use crate::{Error, Generator, Result, Tensor};
+use std::collections::BTreeMap;
+use std::path::Path;
+
+/// Which transformers class the weights are: a classifier keeps its backbone under `vit.`.
+fn head_of(weights: &BTreeMap<String, Tensor>) -> HeadKind {
+    if weights.contains_key("classifier.weight") {
+        HeadKind::Classifier
+    } else if weights.contains_key("pooler.dense.weight") {
+        HeadKind::Pooler
+    } else {
+        HeadKind::None
+    }
+}
+
+impl ViT {
+    /// The model a `save_pretrained` folder holds. Every weight must be one the config
+    /// describes, with its shape: a mismatch names every tensor that differs.
+    pub fn from_pretrained(dir: &Path) -> Result<ViT> {
+        let json = read_config(dir)?;
+        let kind = json
+            .get("model_type")
+            .and_then(|v| v.as_str())
+            .unwrap_or("vit");
+        if kind != "vit" {
+            return Err(Error::format(
+                "ViT",
+                format!("{}: model_type `{kind}` is not a ViT", dir.display()),
+            ));
+        }
+        let config = ViTConfig::from_json(&json)?;
+        let weights = load_weights(dir)?;
+        let model = ViT::new(config, head_of(&weights), &mut Generator::new(0))?;
+        model
+            .load_state_dict(&weights, true)
+            .map_err(|e| Error::format("ViT", format!("{}: {e}", dir.display())))?;
+        Ok(model)
+    }
+}
+
+#[cfg(test)]
+mod tests;

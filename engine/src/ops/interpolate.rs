@@ -1,0 +1,133 @@
+//! Resampling along axes as sums of weighted gathers: each output position reads a few source
+//! positions (two for linear, four for cubic) with weights that depend only on the sizes, so it
+//! runs on every device through `index_select` and its gradient comes from that op. The ONNX
+//! runtime's Resize and the vision families' position tables (torch's `interpolate`) share it.
+
+use crate::{Error, Result, Tensor};
+
+/// For each tap: the source index of every output position and its weight.
+pub type Taps = Vec<(Vec<i64>, Vec<f64>)>;
+
+/// Two taps per output: the source positions around `c` (clamped into the axis) with linear
+/// weights.
+pub fn linear_taps(coords: &[f64], size: usize) -> Taps {
+    let last = size as i64 - 1;
+    let mut lo = (Vec::new(), Vec::new());
+    let mut hi = (Vec::new(), Vec::new());
+    for &c in coords {
+        let c = c.clamp(0.0, last as f64);
+        let f = c.floor();
+        let w = c - f;
+        lo.0.push((f as i64).clamp(0, last));
+        lo.1.push(1.0 - w);
+        hi.0.push((f as i64 + 1).clamp(0, last));
+        hi.1.push(w);
+    }
+    vec![lo, hi]
+}
+
+/// Four taps per output with Keys' cubic convolution kernel of coefficient `a` (-0.75 in torch
+/// and ONNX, -0.5 in PIL). Taps outside the axis read its edge, or with `exclude_outside` get
+/// weight 0 and the rest are renormalised.
+pub fn cubic_taps(coords: &[f64], size: usize, a: f64, exclude_outside: bool) -> Taps {
+    let last = size as i64 - 1;
+    let kernel = |d: f64| {
+        let d = d.abs();
+        if d <= 1.0 {
+            ((a + 2.0) * d - (a + 3.0)) * d * d + 1.0
+        } else if d < 2.0 {
+            ((a * d - 5.0 * a) * d + 8.0 * a) * d - 4.0 * a
+        } else {
+            0.0
+        }
+    };
+    let mut taps: Taps = vec![(Vec::new(), Vec::new()); 4];
+    for &c in coords {
+        let f = c.floor();
+        let t = c - f;
+        let mut w: Vec<f64> = (0..4).map(|k| kernel(t - (k as f64 - 1.0))).collect();
+        let at: Vec<i64> = (0..4).map(|k| f as i64 + k - 1).collect();
+        if exclude_outside {
+            for k in 0..4 {
+                if at[k] < 0 || at[k] > last {
+                    w[k] = 0.0;
+                }
+            }
+            let total: f64 = w.iter().sum();
+            w.iter_mut().for_each(|v| *v /= total);
+        }
+        for k in 0..4 {
+            taps[k].0.push(at[k].clamp(0, last));
+            taps[k].1.push(w[k]);
+        }
+    }
+    taps
+}
+
+/// Source coordinates of `out` positions resampling an axis of `size`, as torch computes them:
+/// with `align_corners` the end points meet, else pixel centres (half-pixel).
+pub fn torch_coords(size: usize, out: usize, align_corners: bool) -> Vec<f64> {
+    (0..out)
+        .map(|o| {
+            let o = o as f64;
+            if align_corners {
+                if out > 1 {
+                    o * (size as f64 - 1.0) / (out as f64 - 1.0)
+                } else {
+                    0.0
+                }
+            } else {
+                (o + 0.5) * size as f64 / out as f64 - 0.5
+            }
+        })
+        .collect()
+}
+
+impl Tensor {
+    /// Σ over taps of `self` gathered along `axis` at the tap's indices, times its weights.
+    pub fn resample_axis(&self, axis: usize, taps: &Taps) -> Result<Tensor> {
+        let mut weight_shape = vec![1usize; self.rank()];
+        let mut sum: Option<Tensor> = None;
+        for (index, weights) in taps {
+            let index =
+                Tensor::from_vec(index.clone(), &[index.len()])?.to_device(self.device())?;
+            let picked = self.index_select(axis as isize, &index)?;
+            let term = if weights.iter().all(|&w| w == 1.0) {
+                picked
+            } else {
+                weight_shape[axis] = weights.len();
+                let w = Tensor::from_f64s(weights, &weight_shape, picked.dtype())?
+                    .to_device(self.device())?;
+                picked.mul(&w)?
+            };
+            sum = Some(match sum {
+                Some(s) => s.add(&term)?,
+                None => term,
+            });
+        }
+        sum.ok_or_else(|| Error::invalid("resample_axis", "needs at least one tap"))
+    }
+
+    /// torch's `F.interpolate(x, size, mode="bicubic", align_corners)` for images
+    /// [N, C, H, W] (no antialias).
+    pub fn interpolate_bicubic(&self, size: (usize, usize), align_corners: bool) -> Result<Tensor> {
+        if self.rank() != 4 || size.0 == 0 || size.1 == 0 {
+            return Err(Error::invalid(
+                "interpolate_bicubic",
+                format!(
+                    "needs images [N, C, H, W] and a size of at least 1x1, got {:?} to {size:?}",
+                    self.shape()
+                ),
+            ));
+        }
+        let mut y = self.clone();
+        for (axis, out) in [(2, size.0), (3, size.1)] {
+            let n = self.shape()[axis];
+            if n != out {
+                let coords = torch_coords(n, out, align_corners);
+                y = y.resample_axis(axis, &cubic_taps(&coords, n, -0.75, false))?;
+            }
+        }
+        Ok(y)
+    }
+}
