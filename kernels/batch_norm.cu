@@ -14,16 +14,17 @@
 // - bn_stats_finalize_<T>: mean and rstd = 1 / sqrt(var + eps) with the biased variance, and,
 //   when given, the running statistics updated in place with the unbiased variance:
 //   running = (1 - momentum) * running + momentum * batch.
-// - bn_apply_<s|v>_<T>: y = x * (rstd * w) + (b - mean * rstd * w), then SiLU when `act`.
+// - bn_apply_<s|v>_<T>: y = x * (rstd * w) + (b - mean * rstd * w), then the activation `act`.
 // - bn_partials_grad_<s|v>_<T>: a = sum(g), b = sum(g * (x - mean)) per chunk, with g the
-//   gradient at the norm's output: after `act`, the output gradient times SiLU's derivative
+//   gradient at the norm's output: after `act`, the output gradient times its derivative
 //   at y, recomputed from x (so the forward saves x alone, not y).
 // - bn_grad_finalize_<C>: dweight = rstd * b, dbias = a, and the input gradient's coefficients
 //   dx = k0 * g + k1 * (x - mean) + k2; with batch statistics k1 and k2 carry the gradient
 //   through the mean and the variance, with running statistics they are 0.
 // - bn_grad_input_<s|v>_<T>: dx from those coefficients (and the same g).
 //
-// `act` is 0 (none) or 1 (SiLU): a convolution's norm and activation in one pass each way.
+// `act` is 0 (none), 1 (SiLU) or 2 (ReLU): a convolution's norm and activation in one pass
+// each way.
 
 #define BN_THREADS 256
 
@@ -54,10 +55,12 @@ __device__ __forceinline__ void bn_affine(const C* mean, const C* rstd, const C*
     shift = (b ? b[c] : (C)0) - mean[c] * scale;
 }
 
-// The gradient at the norm's output from the one at the activation's: itself, or times SiLU's
-// derivative at y = x * scale + shift.
+// The gradient at the norm's output from the one at the activation's: itself, or times the
+// activation's derivative at y = x * scale + shift (act 1 SiLU, 2 ReLU).
 template <class C> __device__ __forceinline__ C bn_grad_at_norm(C g, C x, C scale, C shift, int act) {
-    return act ? g * silu_derivative_c(x * scale + shift) : g;
+    if (act == 1) return g * silu_derivative_c(x * scale + shift);
+    if (act == 2) return x * scale + shift > (C)0 ? g : (C)0;
+    return g;
 }
 
 // The element offset of step j (in units of VEC elements) of channel c: j runs over the
@@ -212,7 +215,7 @@ __device__ void bn_apply_impl(const T* x, const typename Acc<T>::type* mean,
 #pragma unroll
         for (int i = 0; i < VEC; ++i) {
             const C yv = v[i] * scale + shift;
-            v[i] = act ? yv * sigmoid_c(yv) : yv;
+            v[i] = act == 1 ? yv * sigmoid_c(yv) : act == 2 ? (yv > (C)0 ? yv : (C)0) : yv;
         }
         IO::store(y + j * VEC, v);
     }

@@ -258,10 +258,20 @@ fn gradcheck_case(name: &str) -> Option<Case> {
                 let silu = x[0].batch_norm_silu(None, Some(&x[1]), Some(&x[2]), true, 0.1, 1e-5)?;
                 let silu_eval =
                     x[0].batch_norm_silu(Some((&m, &v)), None, Some(&x[2]), false, 0.1, 1e-5)?;
+                let relu = x[0].batch_norm_act(
+                    None,
+                    Some(&x[1]),
+                    Some(&x[2]),
+                    true,
+                    0.1,
+                    1e-5,
+                    rusting_brain::backend::spec::NormAct::Relu,
+                )?;
                 train
                     .add(&eval.mul(&x[0])?)?
                     .add(&silu.mul(&x[0])?)?
-                    .add(&silu_eval)
+                    .add(&silu_eval)?
+                    .add(&relu.mul(&x[0])?)
             },
         ),
         "rms_norm" => case(vec![randn(&[4, 5], 61), randn(&[5], 62)], |x| {

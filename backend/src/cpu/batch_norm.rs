@@ -7,7 +7,7 @@ use super::map::PARALLEL_MIN;
 use super::norm::{Conv, Part};
 use super::{CpuStorage, IntoCpuStorage};
 use crate::spec::unary::sigmoid;
-use crate::spec::{BatchNormSpec, Real};
+use crate::spec::{BatchNormSpec, NormAct, Real};
 use crate::{DType, Error, Result, WithDType};
 use half::{bf16, f16};
 use rayon::prelude::*;
@@ -203,8 +203,7 @@ pub struct Affine<'a> {
     pub b: Option<Part<'a>>,
 }
 
-/// y = x * (rstd * w) + (b - mean * rstd * w) per channel (then SiLU when `spec.silu`), in x's
-/// dtype.
+/// y = x * (rstd * w) + (b - mean * rstd * w) per channel (then `spec.act`), in x's dtype.
 pub fn apply(x: Part, affine: Affine, spec: BatchNormSpec) -> Result<CpuStorage> {
     with_float_types!(x.storage.dtype(), |cv: T, R| {
         let xs = x.slice_of::<T>(spec.numel(), OP)?;
@@ -224,7 +223,17 @@ pub fn apply(x: Part, affine: Affine, spec: BatchNormSpec) -> Result<CpuStorage>
             let shift = bs.map_or(R::c(0.0), |b| b[c]) - mean[c] * scale;
             for (o, &v) in out.iter_mut().zip(&xs[at..]) {
                 let y = (cv.to)(v) * scale + shift;
-                *o = (cv.from)(if spec.silu { y * sigmoid(y) } else { y });
+                *o = (cv.from)(match spec.act {
+                    NormAct::None => y,
+                    NormAct::Silu => y * sigmoid(y),
+                    NormAct::Relu => {
+                        if y > R::c(0.0) {
+                            y
+                        } else {
+                            R::c(0.0)
+                        }
+                    }
+                });
             }
         });
         Ok(T::into_storage(y))
@@ -239,7 +248,7 @@ pub struct GradInputs<'a> {
     pub mean: Part<'a>,
     pub rstd: Part<'a>,
     pub w: Option<Part<'a>>,
-    /// The bias, read when `spec.silu` (the backward recomputes the norm's output).
+    /// The bias, read when `spec.act` is not `None` (the backward recomputes the norm's output).
     pub b: Option<Part<'a>>,
 }
 
@@ -265,15 +274,19 @@ pub fn backward(
             .b
             .map(|p| p.slice_of::<R>(spec.channels, OP))
             .transpose()?;
-        // The gradient at the norm's output: g, or through SiLU at y = x * scale + shift.
+        // The gradient at the norm's output: g, or through the activation at
+        // y = x * scale + shift.
         let at_norm = |c: usize, gv: T, xv: T| -> R {
             let gv = (cv.to)(gv);
-            if !spec.silu {
+            if spec.act == NormAct::None {
                 return gv;
             }
             let scale = rstd[c] * w.map_or(R::c(1.0), |w| w[c]);
             let shift = b.map_or(R::c(0.0), |b| b[c]) - mean[c] * scale;
             let y = (cv.to)(xv) * scale + shift;
+            if spec.act == NormAct::Relu {
+                return if y > R::c(0.0) { gv } else { R::c(0.0) };
+            }
             let s = sigmoid(y);
             gv * (s * (R::c(1.0) + y * (R::c(1.0) - s)))
         };

@@ -48,7 +48,7 @@ pub struct GradInputs {
     pub mean: u64,
     pub rstd: u64,
     pub w: Option<u64>,
-    /// The bias, read when `spec.silu` (the backward recomputes the norm's output).
+    /// The bias, read when `spec.act` is not `None` (the backward recomputes the norm's output).
     pub b: Option<u64>,
 }
 
@@ -253,7 +253,7 @@ pub struct Affine {
     pub b: Option<u64>,
 }
 
-/// y = (x - mean) * rstd * w + b per channel (then SiLU when `spec.silu`), in x's dtype.
+/// y = (x - mean) * rstd * w + b per channel (then `spec.act`), in x's dtype.
 pub fn apply(
     x: &CudaStorage,
     x_offset: usize,
@@ -279,7 +279,7 @@ pub fn apply(
         plan.inner_v,
         plan.total_v,
         plan.narrow,
-        spec.silu as i32,
+        spec.act.code(),
     );
     let grid = grid_for(plan.total_v as usize, BLOCK, dev.sm_count());
     // SAFETY: x and y hold spec.numel() values of `dtype`, the per-channel buffers `channels`
@@ -322,7 +322,7 @@ pub fn backward(
         rstd: inp.rstd,
         w: inp.w.unwrap_or(0),
         b: inp.b.unwrap_or(0),
-        act: spec.silu as i32,
+        act: spec.act.code(),
         _pad: 0,
     };
     let p = if summed && spec.count() > 0 {

@@ -70,6 +70,20 @@ fn launch(s: &CudaStorage, kernel: &str, total: usize, params: &mut [*mut c_void
     unsafe { dev.launch(f, (grid, 1, 1), BLOCK, 0, params) }
 }
 
+/// The max-pool kernel for these sizes: the `32` variant does its index arithmetic in 32 bits,
+/// which it may when every element index of input and output fits (the usual case; 64-bit
+/// division made these kernels compute-bound).
+fn max_pool_kernel(name: &str, g: &PoolGeometry) -> String {
+    let largest = g
+        .planes
+        .saturating_mul(g.h.max(g.ho).saturating_mul(g.w.max(g.wo)));
+    if largest < i32::MAX as usize / 2 {
+        format!("{name}32")
+    } else {
+        name.to_string()
+    }
+}
+
 /// The pooled values and, for each, the in-plane index of the input it took (I64).
 pub fn max_pool2d(
     x: &CudaStorage,
@@ -85,7 +99,8 @@ pub fn max_pool2d(
     let mut keep = None;
     let px = packed(x, l, &mut keep)?;
     let (py, pa, pg, n) = (out.ptr(), arg.ptr(), geom(g), total as i64);
-    launch(x, "max_pool_fwd", total, &mut args![px, py, pa, pg, n])?;
+    let kernel = max_pool_kernel("max_pool_fwd", g);
+    launch(x, &kernel, total, &mut args![px, py, pa, pg, n])?;
     Ok((out, arg))
 }
 
@@ -101,7 +116,8 @@ pub fn max_pool2d_backward(
     let mut keep = None;
     let pd = packed(dy, l, &mut keep)?;
     let (pa, px, pg, n) = (argmax.ptr(), out.ptr(), geom(g), total as i64);
-    launch(dy, "max_pool_bwd", total, &mut args![pd, pa, px, pg, n])?;
+    let kernel = max_pool_kernel("max_pool_bwd", g);
+    launch(dy, &kernel, total, &mut args![pd, pa, px, pg, n])?;
     Ok(out)
 }
 

@@ -21,7 +21,7 @@ pub use attention::AttentionSpec;
 pub use binary::{BinaryOp, CmpOp};
 pub use conv::Conv2dGeometry;
 pub use loss::CrossEntropySpec;
-pub use norm::{BatchNormSpec, NormSpec};
+pub use norm::{BatchNormSpec, NormAct, NormSpec};
 pub use optim::UpdateRule;
 pub use pool::PoolGeometry;
 pub use real::Real;

@@ -18,9 +18,29 @@ pub struct BatchNormSpec {
     pub channels: usize,
     pub inner: usize,
     pub eps: f64,
-    /// SiLU after the norm (a convolution block's activation), fused both ways: the output is
-    /// silu(y), and the backward recomputes y from x.
-    pub silu: bool,
+    /// The activation after the norm (a convolution block's), fused both ways: the output is
+    /// act(y), and the backward recomputes y from x.
+    pub act: NormAct,
+}
+
+/// What follows a fused batch norm.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum NormAct {
+    #[default]
+    None,
+    Silu,
+    Relu,
+}
+
+impl NormAct {
+    /// The kernels' `act` argument (kernels/batch_norm.cu).
+    pub fn code(self) -> i32 {
+        match self {
+            NormAct::None => 0,
+            NormAct::Silu => 1,
+            NormAct::Relu => 2,
+        }
+    }
 }
 
 impl BatchNormSpec {

@@ -6,7 +6,7 @@
 
 use super::init::{ones_, zeros_};
 use super::module::{new_parameter, weight_and_bias, Module};
-use crate::backend::spec::UnaryOp;
+use crate::backend::spec::{NormAct, UnaryOp};
 use crate::{no_grad, DType, Device, Error, Result, Tensor};
 
 pub struct BatchNorm2d {
@@ -52,17 +52,18 @@ impl BatchNorm2d {
 }
 
 impl BatchNorm2d {
-    /// The norm followed by `act`: SiLU fuses into the norm's kernels (one node, one pass each
-    /// way); any other activation runs after it.
+    /// The norm followed by `act`: SiLU and ReLU fuse into the norm's kernels (one node, one
+    /// pass each way); any other activation runs after it.
     pub fn forward_act(&self, x: &Tensor, act: Option<UnaryOp>) -> Result<Tensor> {
         match act {
-            Some(UnaryOp::Silu) => self.normalize(x, true),
-            Some(op) => self.normalize(x, false)?.unary(op),
-            None => self.normalize(x, false),
+            Some(UnaryOp::Silu) => self.normalize(x, NormAct::Silu),
+            Some(UnaryOp::Relu) => self.normalize(x, NormAct::Relu),
+            Some(op) => self.normalize(x, NormAct::None)?.unary(op),
+            None => self.normalize(x, NormAct::None),
         }
     }
 
-    fn normalize(&self, x: &Tensor, silu: bool) -> Result<Tensor> {
+    fn normalize(&self, x: &Tensor, act: NormAct) -> Result<Tensor> {
         let c = self.num_features();
         if x.rank() != 4 || x.shape()[1] != c {
             return Err(Error::layer_input(
@@ -77,19 +78,14 @@ impl BatchNorm2d {
         } else {
             0.0
         };
-        let norm = if silu {
-            Tensor::batch_norm_silu
-        } else {
-            Tensor::batch_norm
-        };
-        let y = norm(
-            x,
+        let y = x.batch_norm_act(
             Some(running),
             self.weight.as_ref(),
             self.bias.as_ref(),
             self.training,
             momentum,
             self.eps,
+            act,
         )?;
         if self.training {
             // Counted after the step succeeded, as the running statistics were updated.
@@ -101,7 +97,7 @@ impl BatchNorm2d {
 
 impl Module for BatchNorm2d {
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        self.normalize(x, false)
+        self.normalize(x, NormAct::None)
     }
 
     fn own_parameters(&self) -> Vec<(String, Tensor)> {

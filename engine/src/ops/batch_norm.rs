@@ -11,7 +11,7 @@ use crate::autograd::{no_grad, SavedTensor};
 use crate::backend::cpu::batch_norm as cpu;
 use crate::backend::cpu::norm::Part;
 use crate::backend::cuda::batch_norm as cuda;
-use crate::backend::spec::BatchNormSpec;
+use crate::backend::spec::{BatchNormSpec, NormAct};
 use crate::backend::Storage;
 use crate::{DType, Error, Result, Tensor};
 
@@ -33,17 +33,18 @@ impl Tensor {
         momentum: f64,
         eps: f64,
     ) -> Result<Tensor> {
-        let mode = Mode {
+        self.batch_norm_act(
+            running,
+            weight,
+            bias,
             training,
             momentum,
-            silu: false,
-        };
-        batch_norm(self, running, [weight, bias], mode, eps)
+            eps,
+            NormAct::None,
+        )
     }
 
-    /// `batch_norm(..)?.silu()` as one node: a convolution block's norm and activation in one
-    /// pass each way, and the backward recomputes the norm's output from x instead of keeping
-    /// it.
+    /// `batch_norm(..)?.silu()` as one node (`batch_norm_act` with SiLU).
     pub fn batch_norm_silu(
         &self,
         running: Option<(&Tensor, &Tensor)>,
@@ -53,22 +54,47 @@ impl Tensor {
         momentum: f64,
         eps: f64,
     ) -> Result<Tensor> {
+        self.batch_norm_act(
+            running,
+            weight,
+            bias,
+            training,
+            momentum,
+            eps,
+            NormAct::Silu,
+        )
+    }
+
+    /// The norm followed by `act` as one node: a convolution block's norm and activation in
+    /// one pass each way, and the backward recomputes the norm's output from x instead of
+    /// keeping it.
+    #[allow(clippy::too_many_arguments)]
+    pub fn batch_norm_act(
+        &self,
+        running: Option<(&Tensor, &Tensor)>,
+        weight: Option<&Tensor>,
+        bias: Option<&Tensor>,
+        training: bool,
+        momentum: f64,
+        eps: f64,
+        act: NormAct,
+    ) -> Result<Tensor> {
         let mode = Mode {
             training,
             momentum,
-            silu: true,
+            act,
         };
         batch_norm(self, running, [weight, bias], mode, eps)
     }
 }
 
 /// How a batch_norm call normalizes: with the batch's statistics (updating the running ones by
-/// `momentum`) or the running ones, and whether SiLU follows.
+/// `momentum`) or the running ones, and the activation that follows.
 #[derive(Clone, Copy)]
 struct Mode {
     training: bool,
     momentum: f64,
-    silu: bool,
+    act: NormAct,
 }
 
 fn batch_norm(
@@ -81,10 +107,10 @@ fn batch_norm(
     let Mode {
         training,
         momentum,
-        silu,
+        act,
     } = mode;
     let spec = BatchNormSpec {
-        silu,
+        act,
         ..check(input, running, weight, bias, eps)?
     };
     if !momentum.is_finite() {
@@ -133,8 +159,11 @@ fn batch_norm(
     Ok(y.recorded(&inputs, move || {
         let saved_x = SavedTensor::new(OP, &x);
         let saved_w = w.as_ref().map(|w| SavedTensor::new(OP, w));
-        // The fused SiLU's derivative needs the norm's output, recomputed with the bias.
-        let saved_b = b.as_ref().filter(|_| silu).map(|b| SavedTensor::new(OP, b));
+        // The fused activation's derivative needs the norm's output, recomputed with the bias.
+        let saved_b = b
+            .as_ref()
+            .filter(|_| act != NormAct::None)
+            .map(|b| SavedTensor::new(OP, b));
         backward_fn(OP, move |g, needs| {
             let x = saved_x.get()?;
             let w = saved_w.as_ref().map(|s| s.get()).transpose()?;
@@ -216,7 +245,7 @@ fn check(
         channels,
         inner: x.shape()[2..].iter().product(),
         eps,
-        silu: false,
+        act: NormAct::None,
     })
 }
 

@@ -152,7 +152,7 @@ fn bad_input_is_an_error_naming_what_was_wrong() {
 }
 
 #[test]
-fn batch_norm_silu_equals_batch_norm_then_silu_with_gradients() {
+fn fused_activations_equal_batch_norm_then_the_activation_with_gradients() {
     let x = randn(&[2, 3, 4, 5], 11, DType::F64);
     let w = randn(&[3], 12, DType::F64);
     let b = randn(&[3], 13, DType::F64);
@@ -165,28 +165,34 @@ fn batch_norm_silu_equals_batch_norm_then_silu_with_gradients() {
             .add_scalar(0.5)
             .unwrap(),
     );
-    for training in [true, false] {
-        let run = |fused: bool| {
-            let leaves: Vec<Tensor> = [&x, &w, &b]
-                .iter()
-                .map(|t| t.detach().requires_grad_().unwrap())
-                .collect();
-            let (m, v) = (rm.contiguous_copy().unwrap(), rv.contiguous_copy().unwrap());
-            let (lx, lw, lb) = (&leaves[0], Some(&leaves[1]), Some(&leaves[2]));
-            let y = if fused {
-                lx.batch_norm_silu(Some((&m, &v)), lw, lb, training, 0.1, 1e-3)
-            } else {
-                lx.batch_norm(Some((&m, &v)), lw, lb, training, 0.1, 1e-3)
-                    .and_then(|y| y.unary(crate::backend::spec::UnaryOp::Silu))
+    use crate::backend::spec::{NormAct, UnaryOp};
+    for (act, op) in [
+        (NormAct::Silu, UnaryOp::Silu),
+        (NormAct::Relu, UnaryOp::Relu),
+    ] {
+        for training in [true, false] {
+            let run = |fused: bool| {
+                let leaves: Vec<Tensor> = [&x, &w, &b]
+                    .iter()
+                    .map(|t| t.detach().requires_grad_().unwrap())
+                    .collect();
+                let (m, v) = (rm.contiguous_copy().unwrap(), rv.contiguous_copy().unwrap());
+                let (lx, lw, lb) = (&leaves[0], Some(&leaves[1]), Some(&leaves[2]));
+                let y = if fused {
+                    lx.batch_norm_act(Some((&m, &v)), lw, lb, training, 0.1, 1e-3, act)
+                } else {
+                    lx.batch_norm(Some((&m, &v)), lw, lb, training, 0.1, 1e-3)
+                        .and_then(|y| y.unary(op))
+                }
+                .unwrap();
+                y.mul(&g).unwrap().sum().unwrap().backward().unwrap();
+                let mut out = vec![y.detach(), m, v];
+                out.extend(leaves.iter().map(|l| l.grad().unwrap()));
+                out
+            };
+            for (fused, composed) in run(true).iter().zip(&run(false)) {
+                close(fused, composed, 1e-12);
             }
-            .unwrap();
-            y.mul(&g).unwrap().sum().unwrap().backward().unwrap();
-            let mut out = vec![y.detach(), m, v];
-            out.extend(leaves.iter().map(|l| l.grad().unwrap()));
-            out
-        };
-        for (fused, composed) in run(true).iter().zip(&run(false)) {
-            close(fused, composed, 1e-12);
         }
     }
 }

@@ -125,6 +125,18 @@ fn batch_norm_cases() -> Vec<Case> {
         f64,
         f64,
     ) -> Result<Tensor>;
+    fn batch_norm_relu(
+        x: &Tensor,
+        running: Option<(&Tensor, &Tensor)>,
+        w: Option<&Tensor>,
+        b: Option<&Tensor>,
+        training: bool,
+        momentum: f64,
+        eps: f64,
+    ) -> Result<Tensor> {
+        let relu = rusting_brain::backend::spec::NormAct::Relu;
+        x.batch_norm_act(running, w, b, training, momentum, eps, relu)
+    }
     fn train_with(x: &[Tensor], affine: bool, norm: Norm) -> Result<Vec<Tensor>> {
         let c = x[0].shape()[1];
         let (dt, dev) = (rusting_brain::DType::F32, x[0].device());
@@ -142,9 +154,10 @@ fn batch_norm_cases() -> Vec<Case> {
     let mut cases = Vec::new();
     for shape in [[4usize, 3, 8, 8], [2, 5, 3, 5], [6, 4, 1, 1]] {
         let (c, count) = (shape[1], shape[0] * shape[2] * shape[3]);
-        let fused: [(&str, Norm); 2] = [
+        let fused: [(&str, Norm); 3] = [
             ("", Tensor::batch_norm),
             (" and SiLU fused", Tensor::batch_norm_silu),
+            (" and ReLU fused", batch_norm_relu),
         ];
         for (label, norm) in fused {
             cases.push(Case::new(
