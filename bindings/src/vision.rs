@@ -103,6 +103,18 @@ pub fn register(engine: &mut Engine) {
     {
         let mut api = Api::new(&mut module, Some("vision"));
         api.func(
+            "load",
+            "vision::load(dir) -> Model",
+            "An image model from a Hugging Face save_pretrained folder (config.json and model.safetensors, shards, or pytorch_model.bin), by its model_type: \"vit\" (ViTModel, ViTForImageClassification). forward(images [N, 3, H, W], normalised as its preprocessor_config.json says) gives the logits, the pooler output, or every token; another image size resamples the position table.",
+            "try { vision::load(\"no_such_folder\"); } catch (e) { print(e); }   // with a real folder: let m = vision::load(\"vit-base-patch16-224\"); m.eval(); let logits = m.forward(images);",
+            |dir: &str| {
+                guard(|| {
+                    rusting_brain::models::pretrained::load_image_model(std::path::Path::new(dir))
+                })
+                .map(crate::nn::Model::new)
+            },
+        );
+        api.func(
             "resnet",
             "vision::resnet(depth, #{ num_classes, seed }) -> Model",
             "torchvision's ResNet (depth 18, 34, 50, 101 or 152; num_classes 1000) with torchvision's parameter names and init, so model.load_state_dict(io::load(\"resnet18.pth\")) takes a torch.save'd torchvision state dict. Images [N, 3, H, W] in, logits [N, num_classes] out.",

@@ -64,3 +64,15 @@ fn vit_for_image_classification_gives_transformers_logits() {
 fn vit_model_gives_transformers_pooler_output_and_tokens() {
     check("backbone", "pooler_output");
 }
+
+#[test]
+fn a_folder_loads_by_its_model_type_and_other_types_are_refused_by_name() {
+    use rusting_brain::models::pretrained::load_image_model;
+    let m = load_image_model(&fixtures().join("classifier")).unwrap();
+    assert!(m.title().starts_with("ViT(patch 8"), "{}", m.title());
+    let dir = std::env::temp_dir().join(format!("rb-vit-type-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("config.json"), r#"{"model_type": "swin"}"#).unwrap();
+    let err = load_image_model(&dir).err().unwrap().to_string();
+    assert!(err.contains("`swin`") && err.contains("vit"), "{err}");
+}

@@ -8,6 +8,7 @@
 //! - `resnet`: torchvision's ResNet image classifiers.
 //! - `vit`: Vision Transformers (transformers' ViTModel, ViTForImageClassification).
 
+pub mod pretrained;
 pub mod resnet;
 pub mod transformer_lm;
 pub mod vit;
