@@ -107,65 +107,87 @@ fn image(shape: &[usize], seed: u64) -> Tensor {
     Tensor::rand(shape, DType::F32, Some(&mut Generator::new(seed))).unwrap()
 }
 
+/// The published models: test name, asset path, and the input each runs on.
+fn published() -> Vec<(&'static str, &'static str, Tensor)> {
+    // 1,536 bytes of a file: a byte per position, as magika's features read them.
+    let bytes = Tensor::randint(0, 256, &[1, 1536], Some(&mut Generator::new(6))).unwrap();
+    vec![
+        (
+            "nudenet_yolov8n",
+            "nudenet/320n.onnx",
+            image(&[1, 3, 320, 320], 1),
+        ),
+        (
+            "ppocr_det",
+            "rapidocr_onnxruntime/models/ch_PP-OCRv4_det_infer.onnx",
+            image(&[1, 3, 256, 320], 2),
+        ),
+        (
+            "ppocr_rec",
+            "rapidocr_onnxruntime/models/ch_PP-OCRv4_rec_infer.onnx",
+            image(&[1, 3, 48, 320], 3),
+        ),
+        (
+            "ppocr_cls",
+            "rapidocr_onnxruntime/models/ch_ppocr_mobile_v2.0_cls_infer.onnx",
+            image(&[1, 3, 48, 192], 4),
+        ),
+        (
+            "ddddocr_det",
+            "ddddocr/common_det.onnx",
+            image(&[1, 3, 416, 416], 5),
+        ),
+        (
+            "ddddocr_ocr",
+            "ddddocr/common.onnx",
+            image(&[1, 1, 64, 160], 7),
+        ),
+        ("magika", "magika/models/standard_v1/model.onnx", bytes),
+    ]
+}
+
+/// The published model `test` on the CPU.
+fn check_published(test: &str) {
+    let (_, path, input) = published()
+        .into_iter()
+        .find(|c| c.0 == test)
+        .unwrap_or_else(|| panic!("{test} is not in published()"));
+    check(test, path, input);
+}
+
 #[test]
 fn yolov8n_detector_from_nudenet_matches_onnxruntime() {
-    check(
-        "nudenet_yolov8n",
-        "nudenet/320n.onnx",
-        image(&[1, 3, 320, 320], 1),
-    );
+    check_published("nudenet_yolov8n");
 }
 
 #[test]
 fn pp_ocrv4_text_detector_matches_onnxruntime() {
-    check(
-        "ppocr_det",
-        "rapidocr_onnxruntime/models/ch_PP-OCRv4_det_infer.onnx",
-        image(&[1, 3, 256, 320], 2),
-    );
+    check_published("ppocr_det");
 }
 
 #[test]
 fn pp_ocrv4_svtr_recognizer_matches_onnxruntime() {
-    check(
-        "ppocr_rec",
-        "rapidocr_onnxruntime/models/ch_PP-OCRv4_rec_infer.onnx",
-        image(&[1, 3, 48, 320], 3),
-    );
+    check_published("ppocr_rec");
 }
 
 #[test]
 fn pp_ocr_direction_classifier_matches_onnxruntime() {
-    check(
-        "ppocr_cls",
-        "rapidocr_onnxruntime/models/ch_ppocr_mobile_v2.0_cls_infer.onnx",
-        image(&[1, 3, 48, 192], 4),
-    );
+    check_published("ppocr_cls");
 }
 
 #[test]
 fn ddddocr_detector_matches_onnxruntime() {
-    check(
-        "ddddocr_det",
-        "ddddocr/common_det.onnx",
-        image(&[1, 3, 416, 416], 5),
-    );
+    check_published("ddddocr_det");
 }
 
 #[test]
 fn ddddocr_cnn_and_lstm_recognizer_matches_onnxruntime() {
-    check(
-        "ddddocr_ocr",
-        "ddddocr/common.onnx",
-        image(&[1, 1, 64, 160], 7),
-    );
+    check_published("ddddocr_ocr");
 }
 
 #[test]
 fn magika_file_type_model_matches_onnxruntime() {
-    // 1,536 bytes of a file: a byte per position, as magika's features read them.
-    let bytes = Tensor::randint(0, 256, &[1, 1536], Some(&mut Generator::new(6))).unwrap();
-    check("magika", "magika/models/standard_v1/model.onnx", bytes);
+    check_published("magika");
 }
 
 /// Every published model again with the graph on CUDA: the same ops through the device's
@@ -175,42 +197,8 @@ fn published_graphs_on_cuda_match_onnxruntime() {
     let Some(cuda) = rusting_brain::backend::cuda::device_for_test("onnx_graphs_on_cuda") else {
         return;
     };
-    let bytes = Tensor::randint(0, 256, &[1, 1536], Some(&mut Generator::new(6))).unwrap();
-    let cases = [
-        (
-            "cuda_yolov8n",
-            "nudenet/320n.onnx",
-            image(&[1, 3, 320, 320], 1),
-        ),
-        (
-            "cuda_ppocr_det",
-            "rapidocr_onnxruntime/models/ch_PP-OCRv4_det_infer.onnx",
-            image(&[1, 3, 256, 320], 2),
-        ),
-        (
-            "cuda_ppocr_rec",
-            "rapidocr_onnxruntime/models/ch_PP-OCRv4_rec_infer.onnx",
-            image(&[1, 3, 48, 320], 3),
-        ),
-        (
-            "cuda_ppocr_cls",
-            "rapidocr_onnxruntime/models/ch_ppocr_mobile_v2.0_cls_infer.onnx",
-            image(&[1, 3, 48, 192], 4),
-        ),
-        (
-            "cuda_ddddocr_det",
-            "ddddocr/common_det.onnx",
-            image(&[1, 3, 416, 416], 5),
-        ),
-        (
-            "cuda_ddddocr_ocr",
-            "ddddocr/common.onnx",
-            image(&[1, 1, 64, 160], 7),
-        ),
-        ("cuda_magika", "magika/models/standard_v1/model.onnx", bytes),
-    ];
-    for (test, path, input) in cases {
-        check_on(test, path, input, cuda);
+    for (test, path, input) in published() {
+        check_on(&format!("cuda_{test}"), path, input, cuda);
     }
 }
 
