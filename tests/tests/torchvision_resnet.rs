@@ -38,7 +38,12 @@ fn torch_outputs(test: &str) -> Option<&'static Path> {
         Some(dir)
     });
     if dir.is_none() {
-        eprintln!("SKIPPED {test}: no python with torch and torchvision (set RB_TORCH_PYTHON)");
+        // Straight to the stream, past the test harness's capture, so the skip is visible.
+        use std::io::Write;
+        let _ = writeln!(
+            std::io::stderr(),
+            "SKIPPED {test}: no python with torch and torchvision (set RB_TORCH_PYTHON)"
+        );
     }
     dir.as_deref()
 }
