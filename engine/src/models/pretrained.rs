@@ -18,7 +18,7 @@ pub fn load_image_model(dir: &Path) -> Result<Box<dyn Module>> {
         .and_then(|v| v.as_str())
         .unwrap_or("");
     match kind {
-        "vit" => Ok(Box::new(ViT::from_pretrained(dir)?)),
+        "vit" => Ok(Box::new(ViT::from_folder(dir, &config)?)),
         other => Err(Error::format(
             "load",
             format!(

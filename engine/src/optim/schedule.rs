@@ -183,7 +183,8 @@ impl Schedule {
                 final_div_factor,
                 ..
             } => {
-                let rise_end = pct_start * total_steps as f64 - 1.0;
+                let (_, _, rise_end) =
+                    one_cycle_points(max_lr, total_steps, pct_start, div_factor, final_div_factor);
                 // torch divides by both phases' lengths: each must be longer than 0 steps.
                 if !(rise_end > 0.0 && rise_end < total_steps as f64 - 1.0) {
                     return invalid(

@@ -28,7 +28,11 @@ impl ViT {
     /// The model a `save_pretrained` folder holds. Every weight must be one the config
     /// describes, with its shape: a mismatch names every tensor that differs.
     pub fn from_pretrained(dir: &Path) -> Result<ViT> {
-        let json = read_config(dir)?;
+        ViT::from_folder(dir, &read_config(dir)?)
+    }
+
+    /// `from_pretrained` with the folder's `config.json` already read.
+    pub fn from_folder(dir: &Path, json: &serde_json::Value) -> Result<ViT> {
         let kind = json
             .get("model_type")
             .and_then(|v| v.as_str())
@@ -39,7 +43,7 @@ impl ViT {
                 format!("{}: model_type `{kind}` is not a ViT", dir.display()),
             ));
         }
-        let config = ViTConfig::from_json(&json)?;
+        let config = ViTConfig::from_json(json)?;
         let weights = load_weights(dir)?;
         let model = ViT::new(config, head_of(&weights), &mut Generator::new(0))?;
         model
