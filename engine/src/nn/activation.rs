@@ -18,11 +18,16 @@ pub enum Activation {
     Sigmoid,
     Softplus,
     Mish,
+    /// x·sigmoid(1.702·x), OpenAI CLIP's approximation (transformers' `quick_gelu`).
+    QuickGelu,
 }
+
+/// QuickGELU's slope inside the sigmoid.
+const QUICK_GELU_K: f64 = 1.702;
 
 impl Activation {
     /// Every activation, for help texts and tests.
-    pub const ALL: [Activation; 8] = [
+    pub const ALL: [Activation; 9] = [
         Activation::Relu,
         Activation::Gelu,
         Activation::GeluTanh,
@@ -31,6 +36,7 @@ impl Activation {
         Activation::Sigmoid,
         Activation::Softplus,
         Activation::Mish,
+        Activation::QuickGelu,
     ];
 
     /// The activation as ONNX operators of opset 13+: SiLU as x·sigmoid(x), GELU (the exact,
@@ -43,6 +49,12 @@ impl Activation {
             Activation::Softplus => g.node("Softplus", &[x], &[]),
             Activation::Silu => {
                 let s = g.node("Sigmoid", &[x], &[]);
+                g.node("Mul", &[x, &s], &[])
+            }
+            Activation::QuickGelu => {
+                let k = g.scalar("quick_gelu_k", QUICK_GELU_K as f32)?;
+                let kx = g.node("Mul", &[x, &k], &[]);
+                let s = g.node("Sigmoid", &[&kx], &[]);
                 g.node("Mul", &[x, &s], &[])
             }
             Activation::Mish => {
@@ -87,6 +99,7 @@ impl Activation {
             Activation::Sigmoid => x.sigmoid(),
             Activation::Softplus => x.softplus(),
             Activation::Mish => x.mish(),
+            Activation::QuickGelu => x.mul(&x.mul_scalar(QUICK_GELU_K)?.sigmoid()?),
         }
     }
 
@@ -102,6 +115,7 @@ impl Activation {
             "sigmoid" => Activation::Sigmoid,
             "softplus" => Activation::Softplus,
             "mish" => Activation::Mish,
+            "quick_gelu" => Activation::QuickGelu,
             _ => return None,
         })
     }
@@ -117,6 +131,7 @@ impl Activation {
             Activation::Sigmoid => "sigmoid",
             Activation::Softplus => "softplus",
             Activation::Mish => "mish",
+            Activation::QuickGelu => "quick_gelu",
         }
     }
 
@@ -131,6 +146,7 @@ impl Activation {
             Activation::Sigmoid => "Sigmoid",
             Activation::Softplus => "Softplus",
             Activation::Mish => "Mish",
+            Activation::QuickGelu => "QuickGELU",
         }
     }
 
@@ -201,6 +217,14 @@ mod tests {
             .unwrap();
         let mish = |v: f32| v * (1.0 + v.exp()).ln().tanh();
         assert!((m[0] - mish(-1.0)).abs() < 1e-6 && (m[1] - mish(0.5)).abs() < 1e-6);
+        let q = Activation::parse("quick_gelu")
+            .unwrap()
+            .apply(&x)
+            .unwrap()
+            .to_vec_f32()
+            .unwrap();
+        let quick = |v: f32| v / (1.0 + (-1.702 * v).exp());
+        assert!((q[0] - quick(-1.0)).abs() < 1e-6 && (q[1] - quick(0.5)).abs() < 1e-6);
     }
 
     #[test]

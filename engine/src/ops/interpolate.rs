@@ -64,6 +64,54 @@ pub fn cubic_taps(coords: &[f64], size: usize, a: f64, exclude_outside: bool) ->
     taps
 }
 
+/// The taps of torch's antialiased bicubic (`interpolate(..., antialias=True)`, PIL's
+/// filter): when shrinking, the cubic kernel (coefficient -0.5) is stretched by the scale so
+/// every source position contributes; each output's weights over the source positions in its
+/// support sum to one. Outputs with fewer positions than the widest pad with zero weights.
+pub fn antialias_cubic_taps(size: usize, out: usize) -> Taps {
+    let kernel = |x: f64| {
+        let (a, x) = (-0.5, x.abs());
+        if x < 1.0 {
+            ((a + 2.0) * x - (a + 3.0)) * x * x + 1.0
+        } else if x < 2.0 {
+            (((x - 5.0) * x + 8.0) * x - 4.0) * a
+        } else {
+            0.0
+        }
+    };
+    let scale = size as f64 / out as f64;
+    let (support, invscale) = match scale >= 1.0 {
+        true => (2.0 * scale, 1.0 / scale),
+        false => (2.0, 1.0),
+    };
+    let rows: Vec<(i64, Vec<f64>)> = (0..out)
+        .map(|i| {
+            let center = scale * (i as f64 + 0.5);
+            let lo = ((center - support + 0.5) as i64).max(0);
+            let hi = ((center + support + 0.5) as i64).min(size as i64);
+            let mut w: Vec<f64> = (lo..hi)
+                .map(|j| kernel((j as f64 - center + 0.5) * invscale))
+                .collect();
+            let total: f64 = w.iter().sum();
+            if total != 0.0 {
+                w.iter_mut().for_each(|v| *v /= total);
+            }
+            (lo, w)
+        })
+        .collect();
+    let width = rows.iter().map(|(_, w)| w.len()).max().unwrap_or(0);
+    (0..width)
+        .map(|k| {
+            rows.iter()
+                .map(|(lo, w)| match w.get(k) {
+                    Some(&v) => (lo + k as i64, v),
+                    None => (*lo, 0.0),
+                })
+                .unzip()
+        })
+        .collect()
+}
+
 /// Source coordinates of `out` positions resampling an axis of `size`, as torch computes them:
 /// with `align_corners` the end points meet, else pixel centres (half-pixel).
 pub fn torch_coords(size: usize, out: usize, align_corners: bool) -> Vec<f64> {
@@ -111,6 +159,19 @@ impl Tensor {
     /// torch's `F.interpolate(x, size, mode="bicubic", align_corners)` for images
     /// [N, C, H, W] (no antialias).
     pub fn interpolate_bicubic(&self, size: (usize, usize), align_corners: bool) -> Result<Tensor> {
+        self.bicubic(size, |n, out| {
+            cubic_taps(&torch_coords(n, out, align_corners), n, -0.75, false)
+        })
+    }
+
+    /// torch's `F.interpolate(x, size, mode="bicubic", align_corners=False, antialias=True)`
+    /// for images [N, C, H, W].
+    pub fn interpolate_bicubic_antialias(&self, size: (usize, usize)) -> Result<Tensor> {
+        self.bicubic(size, antialias_cubic_taps)
+    }
+
+    /// Each spatial axis resampled with the taps `taps(size, out)` gives it.
+    fn bicubic(&self, size: (usize, usize), taps: impl Fn(usize, usize) -> Taps) -> Result<Tensor> {
         if self.rank() != 4 || size.0 == 0 || size.1 == 0 {
             return Err(Error::invalid(
                 "interpolate_bicubic",
@@ -124,8 +185,7 @@ impl Tensor {
         for (axis, out) in [(2, size.0), (3, size.1)] {
             let n = self.shape()[axis];
             if n != out {
-                let coords = torch_coords(n, out, align_corners);
-                y = y.resample_axis(axis, &cubic_taps(&coords, n, -0.75, false))?;
+                y = y.resample_axis(axis, &taps(n, out))?;
             }
         }
         Ok(y)

@@ -1,10 +1,11 @@
-//! Vision Transformers from Hugging Face folders: `ViTModel` and `ViTForImageClassification`
-//! (config.json + model.safetensors, sharded, or pytorch_model.bin), with transformers' names.
+//! Vision Transformers from Hugging Face folders (config.json + model.safetensors, sharded, or
+//! pytorch_model.bin), with transformers' names: `ViTModel`, `ViTForImageClassification`,
+//! `DeiTModel`, `DeiTForImageClassification` and `DeiTForImageClassificationWithTeacher`.
 
 pub mod config;
 pub mod model;
 
-pub use config::ViTConfig;
+pub use config::{Variant, ViTConfig};
 pub use model::{HeadKind, ViT, ViTOutput};
 
 use crate::io::pretrained::{load_weights, read_config};
@@ -13,9 +14,12 @@ use crate::{Error, Generator, Result, Tensor};
 use std::collections::BTreeMap;
 use std::path::Path;
 
-/// Which transformers class the weights are: a classifier keeps its backbone under `vit.`.
+/// Which transformers class the weights are: a classifier keeps its backbone under `vit.` or
+/// `deit.`.
 fn head_of(weights: &BTreeMap<String, Tensor>) -> HeadKind {
-    if weights.contains_key("classifier.weight") {
+    if weights.contains_key("distillation_classifier.weight") {
+        HeadKind::Distilled
+    } else if weights.contains_key("classifier.weight") {
         HeadKind::Classifier
     } else if weights.contains_key("pooler.dense.weight") {
         HeadKind::Pooler
@@ -33,17 +37,8 @@ impl ViT {
 
     /// `from_pretrained` with the folder's `config.json` already read.
     pub fn from_folder(dir: &Path, json: &serde_json::Value) -> Result<ViT> {
-        let kind = json
-            .get("model_type")
-            .and_then(|v| v.as_str())
-            .unwrap_or("vit");
-        if kind != "vit" {
-            return Err(Error::format(
-                "ViT",
-                format!("{}: model_type `{kind}` is not a ViT", dir.display()),
-            ));
-        }
-        let config = ViTConfig::from_json(json)?;
+        let config = ViTConfig::from_json(json)
+            .map_err(|e| Error::format("ViT", format!("{}: {e}", dir.display())))?;
         let weights = load_weights(dir)?;
         let model = ViT::new(config, head_of(&weights), &mut Generator::new(0))?;
         model

@@ -35,6 +35,12 @@ impl Tokenizer {
     pub fn from_json_str(text: &str, name: &str) -> Result<Tokenizer> {
         let root: Value = serde_json::from_str(text)
             .map_err(|e| Error::format(FORMAT, format!("{name}: not valid JSON: {e}")))?;
+        Tokenizer::from_json_value(&root, name)
+    }
+
+    /// A `tokenizer.json` document already parsed (or built, as CLIP's from its vocab and
+    /// merges files).
+    pub fn from_json_value(root: &Value, name: &str) -> Result<Tokenizer> {
         let root = root
             .as_object()
             .ok_or_else(|| field_error(name, "(top level)", "expected a JSON object"))?;

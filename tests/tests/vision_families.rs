@@ -1,0 +1,220 @@
+//! DeiT, DINOv2 (plain, with a classifier, with registers) and CLIP saved by transformers
+//! (`tests/fixtures/vision_families/make_families.py`, random weights) load from their folders
+//! and give transformers' outputs: at the configured image size and at another one (the
+//! position table resampled; DINOv2 with registers resamples with antialiasing).
+
+use rb_integration_tests::parity::assert_close;
+use rusting_brain::models::clip::Clip;
+use rusting_brain::models::dinov2::Dinov2;
+use rusting_brain::models::vit::ViT;
+use rusting_brain::nn::Module;
+use rusting_brain::{no_grad, Tensor};
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+const TOL: f64 = 1e-5;
+const SIZES: [&str; 2] = ["square", "resampled"];
+
+fn fixtures() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("fixtures/vision_families")
+}
+
+fn expected() -> BTreeMap<String, Tensor> {
+    rusting_brain::io::safetensors::load(fixtures().join("expected.safetensors")).unwrap()
+}
+
+#[test]
+fn deit_with_teacher_averages_its_two_classifiers_as_transformers() {
+    let mut deit = ViT::from_pretrained(&fixtures().join("deit")).unwrap();
+    deit.eval();
+    let want = expected();
+    for key in SIZES {
+        let out = no_grad(|| deit.run(&want[&format!("{key}.images")])).unwrap();
+        let states = &want[&format!("{key}.deit.last_hidden_state")];
+        assert_close(
+            &format!("deit {key} states"),
+            &out.last_hidden_state,
+            states,
+            TOL,
+        );
+        let logits = &want[&format!("{key}.deit.logits")];
+        assert_close(
+            &format!("deit {key} logits"),
+            out.head.as_ref().unwrap(),
+            logits,
+            TOL,
+        );
+    }
+    let names = deit.state_dict();
+    assert!(names.contains_key("deit.embeddings.distillation_token"));
+    assert!(names.contains_key("distillation_classifier.weight"));
+}
+
+fn check_dinov2(model: &str) {
+    let mut m = Dinov2::from_pretrained(&fixtures().join(model)).unwrap();
+    m.eval();
+    let want = expected();
+    for key in SIZES {
+        let out = no_grad(|| m.run(&want[&format!("{key}.images")])).unwrap();
+        for (what, got) in [
+            ("last_hidden_state", &out.last_hidden_state),
+            ("pooler_output", &out.pooler_output),
+        ] {
+            let name = format!("{key}.{model}.{what}");
+            assert_close(&name, got, &want[&name], TOL);
+        }
+    }
+}
+
+#[test]
+fn dinov2_gives_transformers_tokens_and_pooled_output() {
+    check_dinov2("dinov2");
+}
+
+#[test]
+fn dinov2_with_registers_resamples_its_table_with_antialiasing() {
+    // The table is 8x8 patches; 32x32 and 48x40 images shrink it to 4x4 and 6x5.
+    check_dinov2("dinov2_reg");
+}
+
+#[test]
+fn dinov2_classifier_reads_cls_beside_the_patch_mean() {
+    let mut m = Dinov2::from_pretrained(&fixtures().join("dinov2_cls")).unwrap();
+    m.eval();
+    let want = expected();
+    for key in SIZES {
+        let got = no_grad(|| m.forward(&want[&format!("{key}.images")])).unwrap();
+        let name = format!("{key}.dinov2_cls.logits");
+        assert_close(&name, &got, &want[&name], TOL);
+    }
+}
+
+#[test]
+fn clip_towers_and_scores_equal_transformers() {
+    let mut clip = Clip::from_pretrained(&fixtures().join("clip")).unwrap();
+    clip.eval();
+    let want = expected();
+    let ids = &want["text.ids"];
+    let text = no_grad(|| clip.text.run(ids)).unwrap();
+    assert_close(
+        "text last_hidden_state",
+        &text.last_hidden_state,
+        &want["text.clip.last_hidden_state"],
+        TOL,
+    );
+    assert_close(
+        "text pooled at the end token",
+        &text.pooler_output,
+        &want["text.clip.pooler_output"],
+        TOL,
+    );
+    let text_embeds = no_grad(|| clip.text_features(ids)).unwrap();
+    assert_close(
+        "text_embeds",
+        &text_embeds,
+        &want["text.clip.text_embeds"],
+        TOL,
+    );
+    for key in SIZES {
+        let images = &want[&format!("{key}.images")];
+        let vision = no_grad(|| clip.vision.run(images)).unwrap();
+        for (what, got) in [
+            ("vision.last_hidden_state", &vision.last_hidden_state),
+            ("vision.pooler_output", &vision.pooler_output),
+        ] {
+            let name = format!("{key}.clip.{what}");
+            assert_close(&name, got, &want[&name], TOL);
+        }
+        let image_embeds = no_grad(|| clip.image_features(images)).unwrap();
+        let name = format!("{key}.clip.image_embeds");
+        assert_close(&name, &image_embeds, &want[&name], TOL);
+        let scores = clip.scores(&image_embeds, &text_embeds).unwrap();
+        let name = format!("{key}.clip.logits_per_image");
+        assert_close(&name, &scores, &want[&name], TOL);
+    }
+}
+
+#[test]
+fn every_family_loads_by_its_model_type() {
+    use rusting_brain::models::pretrained::load_image_model;
+    for (dir, title) in [
+        ("deit", "DeiT(patch 8"),
+        ("dinov2", "DINOv2(patch 8"),
+        (
+            "dinov2_reg",
+            "DINOv2(patch 8, 2 layers, width 32, 4 heads, 2 registers",
+        ),
+        ("clip", "CLIP(vision: patch 8"),
+    ] {
+        let m = load_image_model(&fixtures().join(dir)).unwrap();
+        assert!(m.title().starts_with(title), "{dir}: {}", m.title());
+    }
+}
+
+#[test]
+fn a_config_that_does_not_match_its_weights_names_the_tensors() {
+    let dir = std::env::temp_dir().join(format!("rb-clip-mismatch-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let src = fixtures().join("clip");
+    std::fs::copy(src.join("model.safetensors"), dir.join("model.safetensors")).unwrap();
+    let config = std::fs::read_to_string(src.join("config.json")).unwrap();
+    let config = config.replace("\"projection_dim\": 16", "\"projection_dim\": 20");
+    std::fs::write(dir.join("config.json"), config).unwrap();
+    let err = Clip::from_pretrained(&dir).err().unwrap().to_string();
+    assert!(
+        err.contains("text_projection.weight") && err.contains("visual_projection.weight"),
+        "{err}"
+    );
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+/// CLIP ViT-L/14's real vocab.json + merges.txt (no tokenizer.json) give transformers' ids for
+/// each text, and the batch padded with the end token and cut to 77 keeping the end token
+/// (ids made by `tests/fixtures/clip_tokenizer/make_cases.py`).
+#[test]
+fn clip_tokenizer_from_vocab_and_merges_encodes_as_transformers() {
+    use rusting_brain::models::clip::ClipTokenizer;
+    let test = "clip_tokenizer_from_vocab_and_merges_encodes_as_transformers";
+    let Some(vocab) = rb_integration_tests::assets::asset(test, "clip_tokenizer/vocab.json") else {
+        return;
+    };
+    let tok = ClipTokenizer::from_folder(vocab.parent().unwrap(), 77)
+        .unwrap()
+        .expect("vocab.json and merges.txt are there");
+    let cases_path =
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("fixtures/clip_tokenizer/cases.json");
+    let cases: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(cases_path).unwrap()).unwrap();
+    let ids = |v: &serde_json::Value| -> Vec<i64> {
+        v.as_array()
+            .unwrap()
+            .iter()
+            .map(|x| x.as_i64().unwrap())
+            .collect()
+    };
+    let texts: Vec<&str> = cases["texts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t.as_str().unwrap())
+        .collect();
+    for (text, want) in texts.iter().zip(cases["ids"].as_array().unwrap()) {
+        let got: Vec<i64> = tok
+            .tokenizer
+            .encode_with_template(text)
+            .unwrap()
+            .into_iter()
+            .map(i64::from)
+            .collect();
+        assert_eq!(got, ids(want), "{text:?}");
+    }
+    let batch = tok.encode_batch(&texts).unwrap();
+    let want: Vec<i64> = cases["batch"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(ids)
+        .collect();
+    assert_eq!(batch.shape(), [texts.len(), 77]);
+    assert_eq!(batch.to_vec::<i64>().unwrap(), want);
+}
