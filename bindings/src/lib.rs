@@ -26,6 +26,7 @@ pub mod syntax;
 pub mod tensor;
 pub mod text;
 pub mod vision;
+pub mod vision_models;
 pub mod yolo;
 
 use rhai::{Engine, Module};

@@ -105,7 +105,7 @@ pub fn register(engine: &mut Engine) {
         api.func(
             "load",
             "vision::load(dir) -> Model",
-            "An image model from a Hugging Face save_pretrained folder (config.json and model.safetensors, shards, or pytorch_model.bin), by its model_type: \"vit\" (ViTModel, ViTForImageClassification). forward(images [N, 3, H, W], normalised as its preprocessor_config.json says) gives the logits, the pooler output, or every token; another image size resamples the position table.",
+            "An image model from a Hugging Face save_pretrained folder (config.json and model.safetensors, shards, or pytorch_model.bin, with its preprocessor_config.json and tokenizer files), by its model_type: vit, deit, dinov2, dinov2_with_registers, clip. m.classify(photos), m.embed_images(photos), m.preprocess(photos); CLIP adds m.embed_texts(texts) and m.zero_shot(photos, labels). forward(images [N, 3, H, W]) gives the logits, the pooled output or every token; another image size resamples the position table.",
             "try { vision::load(\"no_such_folder\"); } catch (e) { print(e); }   // with a real folder: let m = vision::load(\"vit-base-patch16-224\"); m.eval(); let logits = m.forward(images);",
             |dir: &str| {
                 guard(|| {
@@ -149,6 +149,7 @@ pub fn register(engine: &mut Engine) {
             "let img = vision::draw_boxes(zeros([64, 64, 3], #{ dtype: \"u8\" }), [#{ box: [8, 8, 40, 40], name: \"cat\", confidence: 0.9 }]);",
             draw,
         );
+        crate::vision_models::register(&mut api);
     }
     engine.register_static_module("vision", module.into());
 }

@@ -62,6 +62,16 @@ fn every_script_runs_on_tiny_settings() {
     );
     let shapes = format!("dir={}", dir.path().join("shapes").display());
     let out = format!("out={}", dir.path().display());
+    let families =
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/vision_families");
+    let deit = format!("model={}", families.join("deit").display());
+    let clip = format!("model={}", families.join("clip").display());
+    let jpegs = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/jpeg");
+    let photo = format!(
+        "images={},{}",
+        jpegs.join("hopper.jpg").display(),
+        jpegs.join("pil_sample_rgb.jpg").display()
+    );
     let tiny_model = format!("model={}", tiny_yolo_yaml(dir.path()).display());
     let train_out = format!("out={}", dir.path().join("train").display());
     let tiny_gguf =
@@ -83,6 +93,7 @@ fn every_script_runs_on_tiny_settings() {
                 "max_new_tokens=4",
                 &out,
             ],
+            "classify.rhai" => vec![&deit, &photo, "topk=2"],
             "make_shapes.rhai" => vec![&shapes, "train=2", "val=3", "imgsz=64"],
             "mlp_spirals.rhai" => vec!["steps=20", "n=40", "hidden=8", &out],
             "onnx_run.rhai" => vec![&out],
@@ -90,6 +101,7 @@ fn every_script_runs_on_tiny_settings() {
             "sample.rhai" => vec!["max_new_tokens=8", &out],
             "tabular.rhai" => vec!["epochs=2", "hidden=4", &out],
             "yolo_predict.rhai" => vec![&weights, &source, "imgsz=64", &out],
+            "zero_shot.rhai" => vec![&clip, &photo, "labels=bus,cat"],
             "yolo_train.rhai" => vec![
                 &tiny_model,
                 &data,

@@ -218,3 +218,106 @@ fn clip_tokenizer_from_vocab_and_merges_encodes_as_transformers() {
     assert_eq!(batch.shape(), [texts.len(), 77]);
     assert_eq!(batch.to_vec::<i64>().unwrap(), want);
 }
+
+fn photos(test: &str) -> Option<Vec<rusting_brain::vision::RgbImage>> {
+    ["bus.jpg", "zidane.jpg"]
+        .iter()
+        .map(|p| {
+            let path =
+                rb_integration_tests::assets::asset(test, &format!("ultralytics/assets/{p}"))?;
+            Some(rusting_brain::vision::image::read_rgb(path).unwrap())
+        })
+        .collect()
+}
+
+/// Photos through the folder's preprocessor_config.json (Pillow's bicubic) give the logits
+/// transformers gives for its processor's pixels.
+#[test]
+fn deit_classifies_photos_through_its_preprocessor_config() {
+    use rusting_brain::models::pretrained::{as_image_model, load_image_model};
+    let Some(photos) = photos("deit_classifies_photos_through_its_preprocessor_config") else {
+        return;
+    };
+    let mut m = load_image_model(&fixtures().join("deit")).unwrap();
+    m.eval();
+    let im = as_image_model(m.as_ref()).unwrap();
+    let x = im.preprocess(&photos).unwrap();
+    assert_eq!(x.shape(), [2, 3, 32, 32]);
+    let logits = no_grad(|| im.forward(&x)).unwrap();
+    assert_close(
+        "photo logits",
+        &logits,
+        &expected()["photos.deit.logits"],
+        TOL,
+    );
+    let top = im.classify(&x, 2).unwrap();
+    assert_eq!((top.len(), top[0].len()), (2, 2));
+    assert!(top[0][0].score >= top[0][1].score && top[0][0].label.starts_with("LABEL_"));
+}
+
+/// The folder's tokenizer files encode the prompts as transformers' CLIPTokenizer, and the
+/// zero-shot probabilities over them equal transformers' on real photos.
+#[test]
+fn clip_zero_shot_on_photos_equals_transformers() {
+    use rusting_brain::models::pretrained::ImageModel;
+    let Some(photos) = photos("clip_zero_shot_on_photos_equals_transformers") else {
+        return;
+    };
+    let mut clip = Clip::from_pretrained(&fixtures().join("clip")).unwrap();
+    clip.eval();
+    let want = expected();
+    let labels = ["bus", "person", "cat"];
+    let prompts: Vec<String> = labels
+        .iter()
+        .map(|l| format!("a photo of a {l}."))
+        .collect();
+    let prompts: Vec<&str> = prompts.iter().map(String::as_str).collect();
+    let ids = clip
+        .tokenizer
+        .as_ref()
+        .unwrap()
+        .encode_batch(&prompts)
+        .unwrap();
+    assert_eq!(
+        ids.to_vec::<i64>().unwrap(),
+        want["photos.clip.text_ids"].to_vec::<i64>().unwrap()
+    );
+    let x = clip.preprocess(&photos).unwrap();
+    let probs = no_grad(|| clip.zero_shot(&x, &labels, "a photo of a {}.")).unwrap();
+    assert_close("zero-shot", &probs, &want["photos.clip.zero_shot"], TOL);
+}
+
+/// The same folders on a GPU: DeiT's logits, DINOv2-with-registers' tokens (the antialiased
+/// table resampling as gathers on the device) and CLIP's scores, against transformers'.
+#[test]
+fn families_on_cuda_give_transformers_outputs() {
+    use rusting_brain::Device;
+    let Some(cuda) = rusting_brain::backend::cuda::device_for_test("vision_families_cuda") else {
+        return;
+    };
+    // TF32 products may be on: a looser bound than the CPU's.
+    let tol = 2e-3;
+    let want = expected();
+    let on = |t: &Tensor| t.to_device(cuda).unwrap();
+    let back = |t: Tensor| t.to_device(Device::Cpu).unwrap();
+    let mut deit = ViT::from_pretrained(&fixtures().join("deit")).unwrap();
+    let mut dino = Dinov2::from_pretrained(&fixtures().join("dinov2_reg")).unwrap();
+    let mut clip = Clip::from_pretrained(&fixtures().join("clip")).unwrap();
+    for m in [&mut deit as &mut dyn Module, &mut dino, &mut clip] {
+        m.eval();
+        m.to_device(cuda).unwrap();
+    }
+    let text = no_grad(|| clip.text_features(&on(&want["text.ids"]))).unwrap();
+    for key in SIZES {
+        let x = on(&want[&format!("{key}.images")]);
+        let logits = no_grad(|| deit.forward(&x)).unwrap();
+        let name = format!("{key}.deit.logits");
+        assert_close(&name, &back(logits), &want[&name], tol);
+        let tokens = no_grad(|| dino.run(&x)).unwrap().last_hidden_state;
+        let name = format!("{key}.dinov2_reg.last_hidden_state");
+        assert_close(&name, &back(tokens), &want[&name], tol);
+        let scores = no_grad(|| clip.scores(&clip.image_features(&x)?, &text)).unwrap();
+        let name = format!("{key}.clip.logits_per_image");
+        assert_close(&name, &back(scores), &want[&name], tol);
+    }
+}

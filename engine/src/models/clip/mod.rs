@@ -1,5 +1,5 @@
 //! CLIP from Hugging Face folders (`CLIPModel`: config.json + model.safetensors, sharded, or
-//! pytorch_model.bin, and the tokenizer files), with transformers' names, and what people use
+//! pytorch_model.bin, the tokenizer files and preprocessor_config.json), with transformers' names, and what people use
 //! it for: image and text embeddings, and zero-shot classification.
 
 pub mod config;
@@ -31,6 +31,7 @@ impl Clip {
         let mut model = Clip::new(config, &mut Generator::new(0))?;
         model.load_state_dict(&weights, true).map_err(in_dir)?;
         model.tokenizer = ClipTokenizer::from_folder(dir, context)?;
+        model.processor = crate::vision::ImageProcessor::from_folder(dir)?;
         Ok(model)
     }
 

@@ -261,6 +261,8 @@ pub struct Clip {
     logit_scale: Tensor,
     /// Reads prompts for `embed_texts`; `None` for a folder without tokenizer files.
     pub tokenizer: Option<super::ClipTokenizer>,
+    /// The checkpoint's image preprocessing, when loaded from a folder that has one.
+    pub processor: Option<crate::vision::ImageProcessor>,
     training: bool,
 }
 
@@ -283,6 +285,7 @@ impl Clip {
             vision,
             config,
             tokenizer: None,
+            processor: None,
             training: true,
         })
     }
@@ -344,6 +347,10 @@ impl Module for Clip {
     }
 
     crate::nn::training_field!();
+
+    fn as_any(&self) -> Option<&dyn std::any::Any> {
+        Some(self)
+    }
 
     fn title(&self) -> String {
         let (t, v) = (&self.config.text, &self.config.vision);

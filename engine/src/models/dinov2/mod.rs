@@ -25,7 +25,8 @@ impl Dinov2 {
         let config = Dinov2Config::from_json(json).map_err(in_dir)?;
         let weights = load_weights(dir)?;
         let classifier = weights.contains_key("classifier.weight");
-        let model = Dinov2::new(config, classifier, &mut Generator::new(0))?;
+        let mut model = Dinov2::new(config, classifier, &mut Generator::new(0))?;
+        model.processor = crate::vision::ImageProcessor::from_folder(dir)?;
         model.load_state_dict(&weights, true).map_err(in_dir)?;
         Ok(model)
     }

@@ -99,6 +99,8 @@ pub struct Dinov2 {
     layernorm: LayerNorm,
     /// On [CLS] beside the patch-token mean: [labels, 2 · hidden].
     classifier: Option<Linear>,
+    /// The checkpoint's preprocessing, when loaded from a folder that has one.
+    pub processor: Option<crate::vision::ImageProcessor>,
     training: bool,
 }
 
@@ -137,6 +139,7 @@ impl Dinov2 {
             layernorm: LayerNorm::new(&[d], config.layer_norm_eps, true)?,
             classifier,
             config,
+            processor: None,
             training: true,
         })
     }
@@ -205,6 +208,10 @@ impl Module for Dinov2 {
     }
 
     crate::nn::training_field!();
+
+    fn as_any(&self) -> Option<&dyn std::any::Any> {
+        Some(self)
+    }
 
     fn title(&self) -> String {
         let c = &self.config;

@@ -299,6 +299,10 @@ impl Module for ResNet {
 
     crate::nn::training_field!();
 
+    fn as_any(&self) -> Option<&dyn std::any::Any> {
+        Some(self)
+    }
+
     fn title(&self) -> String {
         format!(
             "ResNet({:?} blocks {:?}, {} classes)",

@@ -40,7 +40,8 @@ impl ViT {
         let config = ViTConfig::from_json(json)
             .map_err(|e| Error::format("ViT", format!("{}: {e}", dir.display())))?;
         let weights = load_weights(dir)?;
-        let model = ViT::new(config, head_of(&weights), &mut Generator::new(0))?;
+        let mut model = ViT::new(config, head_of(&weights), &mut Generator::new(0))?;
+        model.processor = crate::vision::ImageProcessor::from_folder(dir)?;
         model
             .load_state_dict(&weights, true)
             .map_err(|e| Error::format("ViT", format!("{}: {e}", dir.display())))?;

@@ -147,6 +147,8 @@ pub struct ViT {
     layers: Vec<EncoderBlock>,
     layernorm: LayerNorm,
     head: Head,
+    /// The checkpoint's preprocessing, when loaded from a folder that has one.
+    pub processor: Option<crate::vision::ImageProcessor>,
     training: bool,
 }
 
@@ -199,6 +201,7 @@ impl ViT {
             embeddings,
             layers,
             head,
+            processor: None,
             training: true,
         })
     }
@@ -226,6 +229,11 @@ impl ViT {
             last_hidden_state: h,
             head,
         })
+    }
+
+    /// Whether the head is `ViTModel`'s pooler.
+    pub fn has_pooler(&self) -> bool {
+        matches!(self.head, Head::Pooler(_))
     }
 
     fn backbone_prefix(&self) -> &'static str {
@@ -281,6 +289,10 @@ impl Module for ViT {
     }
 
     crate::nn::training_field!();
+
+    fn as_any(&self) -> Option<&dyn std::any::Any> {
+        Some(self)
+    }
 
     fn title(&self) -> String {
         let c = &self.config;

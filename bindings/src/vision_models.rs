@@ -1,0 +1,193 @@
+//! Methods of the image models (`vision::load`, `vision::resnet`): classification, image
+//! embeddings, the checkpoint's preprocessing, and CLIP's text embeddings and zero-shot
+//! classification. Images may be given as file paths, U8 [H, W, 3] tensors (a list of either)
+//! or an already normalised float [N, C, H, W] batch.
+
+use crate::error::{guard, runtime_error, RhaiResult};
+use crate::help::Api;
+use crate::nn::Model;
+use crate::options::Options;
+use rhai::{Array, Dynamic, Map};
+use rusting_brain::models::clip::Clip;
+use rusting_brain::models::pretrained::{as_image_model, top_classes, ClassScore, ImageModel};
+use rusting_brain::vision::image::{read_rgb, tensor_to_rgb};
+use rusting_brain::vision::RgbImage;
+use rusting_brain::{no_grad, DType, Tensor};
+
+/// One photo from a path or a U8 [H, W, 3] tensor.
+fn photo(d: &Dynamic, what: &str) -> RhaiResult<RgbImage> {
+    if let Some(path) = d.clone().try_cast::<String>() {
+        return guard(|| read_rgb(&path));
+    }
+    if let Some(t) = d.clone().try_cast::<Tensor>() {
+        if t.dtype() == DType::U8 && t.rank() == 3 {
+            return guard(|| tensor_to_rgb(&t));
+        }
+    }
+    Err(runtime_error(format!(
+        "{what}: an image is a file path or a U8 [H, W, 3] tensor, got {}",
+        d.type_name()
+    )))
+}
+
+/// The model's input batch for `images` (see the module doc).
+fn batch(m: &dyn ImageModel, images: &Dynamic, what: &str) -> RhaiResult<Tensor> {
+    if let Some(t) = images.clone().try_cast::<Tensor>() {
+        if t.dtype().is_float() {
+            if t.rank() != 4 {
+                return Err(runtime_error(format!(
+                    "{what}: a float batch is [N, C, H, W], got {:?}",
+                    t.shape()
+                )));
+            }
+            return Ok(t);
+        }
+    }
+    let photos = match images.clone().try_cast::<Array>() {
+        Some(list) if list.is_empty() => {
+            return Err(runtime_error(format!("{what}: the image list is empty")))
+        }
+        Some(list) => list
+            .iter()
+            .map(|d| photo(d, what))
+            .collect::<RhaiResult<Vec<_>>>()?,
+        None => vec![photo(images, what)?],
+    };
+    guard(|| m.preprocess(&photos))
+}
+
+/// Runs `f` on the image model behind the handle, or says the model is not one.
+fn with_image_model<R>(
+    model: &Model,
+    what: &str,
+    f: impl FnOnce(&dyn ImageModel) -> RhaiResult<R>,
+) -> RhaiResult<R> {
+    let guard = model.lock();
+    match as_image_model(guard.as_ref()) {
+        Some(m) => f(m),
+        None => Err(runtime_error(format!(
+            "{what} is a method of image models (vision::load, vision::resnet); this model is a {}",
+            guard.title()
+        ))),
+    }
+}
+
+fn score_maps(rows: Vec<Vec<ClassScore>>) -> Array {
+    rows.into_iter()
+        .map(|row| {
+            let row: Array = row
+                .into_iter()
+                .map(|c| {
+                    let mut m = Map::new();
+                    m.insert("label".into(), c.label.into());
+                    m.insert("index".into(), (c.index as rhai::INT).into());
+                    m.insert("score".into(), c.score.into());
+                    Dynamic::from_map(m)
+                })
+                .collect();
+            Dynamic::from_array(row)
+        })
+        .collect()
+}
+
+fn classify(model: &mut Model, images: Dynamic, opts: Map) -> RhaiResult<Array> {
+    let o = Options::new("classify", opts, &["topk"])?;
+    let topk = o.usize("topk", 5)?;
+    with_image_model(model, "classify", |m| {
+        let x = batch(m, &images, "classify")?;
+        guard(|| m.classify(&x, topk)).map(score_maps)
+    })
+}
+
+fn strings(list: &Array, what: &str) -> RhaiResult<Vec<String>> {
+    if list.is_empty() {
+        return Err(runtime_error(format!("{what}: the list is empty")));
+    }
+    list.iter()
+        .map(|d| {
+            d.clone().try_cast::<String>().ok_or_else(|| {
+                runtime_error(format!("{what}: expects strings, got {}", d.type_name()))
+            })
+        })
+        .collect()
+}
+
+fn zero_shot(model: &mut Model, images: Dynamic, labels: Array, opts: Map) -> RhaiResult<Array> {
+    let o = Options::new("zero_shot", opts, &["template", "topk"])?;
+    let template = o
+        .string("template")?
+        .unwrap_or_else(|| "a photo of a {}.".into());
+    let labels = strings(&labels, "zero_shot labels")?;
+    let topk = o.usize("topk", labels.len())?;
+    model.with_layer::<Clip, _>("zero_shot", |clip| {
+        let x = batch(clip, &images, "zero_shot")?;
+        let names: Vec<&str> = labels.iter().map(String::as_str).collect();
+        let probs = guard(|| no_grad(|| clip.zero_shot(&x, &names, &template)))?;
+        guard(|| top_classes(&probs, &labels, topk)).map(score_maps)
+    })
+}
+
+pub fn register(api: &mut Api) {
+    api.method(
+        "classify",
+        "model.classify(images, #{ topk }) -> array",
+        "For each image (a path, a U8 [H, W, 3] tensor, a list of them, or a normalised [N, C, H, W] batch), its topk (5) most probable classes, best first, as #{ label, index, score }. Photos go through the checkpoint's preprocessor_config.json.",
+        "let m = vision::resnet(18, #{ num_classes: 3 }); m.eval(); print(m.classify(rand([1, 3, 32, 32]), #{ topk: 2 }));",
+        classify,
+    );
+    api.method(
+        "classify",
+        "model.classify(images) -> array",
+        "The top 5 classes of each image.",
+        "let m = vision::resnet(18, #{ num_classes: 3 }); m.eval(); print(m.classify(rand([1, 3, 32, 32]))[0][0].score);",
+        |m: &mut Model, images: Dynamic| classify(m, images, Map::new()),
+    );
+    api.method(
+        "embed_images",
+        "model.embed_images(images) -> Tensor",
+        "One embedding per image [N, D]: the pooled output (ViT's pooler or [CLS], DINOv2's [CLS], CLIP's projected image features, ResNet's pooled features). Images as for classify.",
+        "let m = vision::resnet(18, #{ num_classes: 3 }); m.eval(); print(m.embed_images(rand([2, 3, 32, 32])).shape);",
+        |model: &mut Model, images: Dynamic| {
+            with_image_model(model, "embed_images", |m| {
+                let x = batch(m, &images, "embed_images")?;
+                guard(|| no_grad(|| m.embed_images(&x)))
+            })
+        },
+    );
+    api.method(
+        "preprocess",
+        "model.preprocess(images) -> Tensor",
+        "Photos (paths or U8 [H, W, 3] tensors) as the model's input [N, C, H, W], by its checkpoint's preprocessor_config.json: Pillow's resize (bicubic or bilinear, antialiased), centre crop, rescale and normalisation, as transformers' image processors.",
+        "let m = vision::resnet(18, #{ num_classes: 3 }); try { m.preprocess(zeros([8, 8, 3], #{ dtype: \"u8\" })); } catch (e) { print(e); }",
+        |model: &mut Model, images: Dynamic| {
+            with_image_model(model, "preprocess", |m| batch(m, &images, "preprocess"))
+        },
+    );
+    api.method(
+        "embed_texts",
+        "model.embed_texts(texts) -> Tensor",
+        "CLIP: the texts' joint-space embeddings [N, D] (not normalised), tokenized by the checkpoint's tokenizer and cut to its context.",
+        "let m = vision::resnet(18, #{ num_classes: 3 }); try { m.embed_texts([\"a cat\"]); } catch (e) { print(e); }",
+        |model: &mut Model, texts: Array| {
+            let texts = strings(&texts, "embed_texts")?;
+            model.with_layer::<Clip, _>("embed_texts", |clip| {
+                let texts: Vec<&str> = texts.iter().map(String::as_str).collect();
+                guard(|| no_grad(|| clip.embed_texts(&texts)))
+            })
+        },
+    );
+    api.method(
+        "zero_shot",
+        "model.zero_shot(images, labels, #{ template, topk }) -> array",
+        "CLIP zero-shot classification: for each image, the labels by probability (softmax over the scaled cosine similarities with the template, \"a photo of a {}.\", filled with each label), best first, as #{ label, index, score }.",
+        "let m = vision::resnet(18, #{ num_classes: 3 }); try { m.zero_shot(\"bus.jpg\", [\"bus\", \"cat\"], #{ template: \"a photo of a {}\" }); } catch (e) { print(e); }",
+        zero_shot,
+    );
+    api.method(
+        "zero_shot",
+        "model.zero_shot(images, labels) -> array",
+        "zero_shot with the template \"a photo of a {}.\".",
+        "let m = vision::resnet(18, #{ num_classes: 3 }); try { m.zero_shot(\"bus.jpg\", [\"bus\", \"cat\"]); } catch (e) { print(e); }",
+        |m: &mut Model, images: Dynamic, labels: Array| zero_shot(m, images, labels, Map::new()),
+    );
+}
