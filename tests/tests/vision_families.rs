@@ -135,6 +135,38 @@ fn clip_towers_and_scores_equal_transformers() {
 }
 
 #[test]
+fn siglip_towers_and_sigmoid_scores_equal_transformers() {
+    use rusting_brain::models::siglip::Siglip;
+    let mut siglip = Siglip::from_pretrained(&fixtures().join("siglip")).unwrap();
+    siglip.eval();
+    let want = expected();
+    let text = no_grad(|| siglip.text.run(&want["text.siglip_ids"])).unwrap();
+    for (what, got) in [
+        ("last_hidden_state", &text.last_hidden_state),
+        ("pooler_output", &text.pooler_output),
+    ] {
+        let name = format!("text.siglip.{what}");
+        assert_close(&name, got, &want[&name], TOL);
+    }
+    for key in SIZES {
+        let images = &want[&format!("{key}.images")];
+        let vision = no_grad(|| siglip.vision.run(images)).unwrap();
+        for (what, got) in [
+            ("vision.last_hidden_state", &vision.last_hidden_state),
+            ("vision.pooler_output", &vision.pooler_output),
+        ] {
+            let name = format!("{key}.siglip.{what}");
+            assert_close(&name, got, &want[&name], TOL);
+        }
+        let scores = siglip
+            .scores(&vision.pooler_output, &text.pooler_output)
+            .unwrap();
+        let name = format!("{key}.siglip.logits_per_image");
+        assert_close(&name, &scores, &want[&name], TOL);
+    }
+}
+
+#[test]
 fn every_family_loads_by_its_model_type() {
     use rusting_brain::models::pretrained::load_image_model;
     for (dir, title) in [
@@ -145,6 +177,7 @@ fn every_family_loads_by_its_model_type() {
             "DINOv2(patch 8, 2 layers, width 32, 4 heads, 2 registers",
         ),
         ("clip", "CLIP(vision: patch 8"),
+        ("siglip", "SigLIP(vision: patch 8"),
     ] {
         let m = load_image_model(&fixtures().join(dir)).unwrap();
         assert!(m.title().starts_with(title), "{dir}: {}", m.title());

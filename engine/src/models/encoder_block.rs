@@ -303,7 +303,10 @@ fn resample_grid(
         resample(&grid)?
             .permute(&[0, 2, 3, 1])?
             .reshape(&[1, (h * w) as isize, d as isize])?;
-    Tensor::cat(&[table.narrow(1, 0, extra)?, grid], 1)
+    match extra {
+        0 => Ok(grid),
+        _ => Tensor::cat(&[table.narrow(1, 0, extra)?, grid], 1),
+    }
 }
 
 /// Checks images [B, C, H, W] against a patch model's channels and patch size.

@@ -9,6 +9,7 @@
 //! - `vit`: Vision Transformers (transformers' ViT and DeiT).
 //! - `dinov2`: DINOv2 self-supervised image encoders.
 //! - `clip`: CLIP's image and text towers and their joint embedding.
+//! - `siglip`: SigLIP (CLIP's text tower made bidirectional, attention-pooled images, sigmoid scores).
 //!
 //! `encoder_block` is the pre-norm transformer block the vision and text-encoder families
 //! share, with each family's parameter names.
@@ -19,6 +20,7 @@ pub mod encoder_block;
 pub mod hf_config;
 pub mod pretrained;
 pub mod resnet;
+pub mod siglip;
 pub mod transformer_lm;
 pub mod vit;
 pub mod yolo;

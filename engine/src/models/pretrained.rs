@@ -6,6 +6,7 @@
 use super::clip::Clip;
 use super::dinov2::Dinov2;
 use super::resnet::ResNet;
+use super::siglip::Siglip;
 use super::vit::ViT;
 use crate::io::pretrained::read_config;
 use crate::nn::Module;
@@ -14,7 +15,14 @@ use crate::{no_grad, Device, Error, Result, Tensor};
 use std::path::Path;
 
 /// The `model_type`s `load_image_model` reads.
-pub const IMAGE_MODEL_TYPES: &[&str] = &["vit", "deit", "dinov2", "dinov2_with_registers", "clip"];
+pub const IMAGE_MODEL_TYPES: &[&str] = &[
+    "vit",
+    "deit",
+    "dinov2",
+    "dinov2_with_registers",
+    "clip",
+    "siglip",
+];
 
 /// The image model a `save_pretrained` folder holds (with its `preprocessor_config.json`).
 pub fn load_image_model(dir: &Path) -> Result<Box<dyn Module>> {
@@ -27,6 +35,7 @@ pub fn load_image_model(dir: &Path) -> Result<Box<dyn Module>> {
         "vit" | "deit" => Box::new(ViT::from_folder(dir, &config)?),
         "dinov2" | "dinov2_with_registers" => Box::new(Dinov2::from_folder(dir, &config)?),
         "clip" => Box::new(Clip::from_folder(dir, &config)?),
+        "siglip" => Box::new(Siglip::from_folder(dir, &config)?),
         other => {
             return Err(Error::format(
                 "load",
@@ -142,6 +151,9 @@ pub fn as_image_model(m: &dyn Module) -> Option<&dyn ImageModel> {
     if let Some(c) = any.downcast_ref::<Clip>() {
         return Some(c);
     }
+    if let Some(s) = any.downcast_ref::<Siglip>() {
+        return Some(s);
+    }
     any.downcast_ref::<ResNet>().map(|r| r as &dyn ImageModel)
 }
 
@@ -179,6 +191,16 @@ impl ImageModel for Dinov2 {
 }
 
 impl ImageModel for Clip {
+    fn embed_images(&self, images: &Tensor) -> Result<Tensor> {
+        self.image_features(images)
+    }
+
+    fn processor(&self) -> Option<&ImageProcessor> {
+        self.processor.as_ref()
+    }
+}
+
+impl ImageModel for Siglip {
     fn embed_images(&self, images: &Tensor) -> Result<Tensor> {
         self.image_features(images)
     }

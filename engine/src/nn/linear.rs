@@ -272,6 +272,14 @@ impl Module for Linear {
             product(x)?
         };
         match &self.bias {
+            // Under autocast the product comes out in the low dtype; the bias joins it there,
+            // as PyTorch's autocast runs `linear` (and our convolutions add their bias), so
+            // the activations stay low precision instead of being promoted back to F32.
+            Some(b)
+                if crate::amp::autocast_dtype() == Some(y.dtype()) && b.dtype() != y.dtype() =>
+            {
+                y.add(&b.to_dtype(y.dtype())?)
+            }
             Some(b) => y.add(b),
             None => Ok(y),
         }

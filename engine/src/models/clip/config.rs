@@ -19,7 +19,7 @@ pub struct TowerConfig {
 }
 
 impl TowerConfig {
-    fn read(f: &Fields, defaults: TowerConfig) -> Result<TowerConfig> {
+    pub fn read(f: &Fields, defaults: TowerConfig) -> Result<TowerConfig> {
         Ok(TowerConfig {
             hidden_size: f.size("hidden_size", defaults.hidden_size)?,
             intermediate_size: f.size("intermediate_size", defaults.intermediate_size)?,
@@ -43,14 +43,27 @@ impl TowerConfig {
     }
 }
 
+/// Which row of a text tower's output is the text's embedding.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum TextPooling {
+    /// CLIP: the first end token. The legacy id 2 (configs from before transformers#24773)
+    /// means "the highest id", which was the end token then.
+    EndToken(u32),
+    /// SigLIP: the last position (texts are padded to the full context).
+    Last,
+}
+
+/// A text tower: CLIP's (causal, pooled at the end token) or SigLIP's (bidirectional, pooled
+/// at the last position, then a `head` projection).
 #[derive(Clone, Debug, PartialEq)]
 pub struct ClipTextConfig {
     pub tower: TowerConfig,
     pub vocab_size: usize,
     pub max_position_embeddings: usize,
-    /// The end token the pooled output is read at. The legacy value 2 (configs from before
-    /// transformers#24773) means "the highest id", which was the end token then.
-    pub eos_token_id: u32,
+    pub pooling: TextPooling,
+    pub causal: bool,
+    /// SigLIP's `head` Linear width (`projection_size`); CLIP projects outside the tower.
+    pub head: Option<usize>,
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -99,7 +112,9 @@ impl ClipConfig {
             )?,
             vocab_size: t.size("vocab_size", 49408)?,
             max_position_embeddings: t.size("max_position_embeddings", 77)?,
-            eos_token_id: t.id("eos_token_id", 49407)?,
+            pooling: TextPooling::EndToken(t.id("eos_token_id", 49407)?),
+            causal: true,
+            head: None,
         };
         let vision = ClipVisionConfig {
             tower: TowerConfig::read(
@@ -117,7 +132,7 @@ impl ClipConfig {
             patch_size: vf.size("patch_size", 32)?,
             num_channels: vf.size("num_channels", 3)?,
         };
-        text.tower.block(true).check("CLIP text_config")?;
+        text.tower.block(text.causal).check("CLIP text_config")?;
         vision.tower.block(false).check("CLIP vision_config")?;
         Ok(ClipConfig {
             text,

@@ -6,19 +6,21 @@
 //!   row through `post_layernorm` → `visual_projection`;
 //! - scores: cosine similarity of the two embeddings times `exp(logit_scale)`.
 
-use super::config::{ClipConfig, ClipTextConfig, ClipVisionConfig};
+use super::config::{ClipConfig, ClipTextConfig, ClipVisionConfig, TextPooling};
 use crate::models::encoder_block::{self, check_images, EncoderBlock, CLIP_NAMES};
 use crate::models::vit::model::{param, patch_conv, patch_tokens};
 use crate::nn::{Conv2d, Embedding, LayerNorm, Linear, Module};
 use crate::{DType, Error, Generator, Result, Tensor};
 
-/// `text_model.*`.
+/// `text_model.*`: CLIP's text tower, or SigLIP's (bidirectional, last-position pooling and a
+/// `head`).
 pub struct TextTower {
     pub config: ClipTextConfig,
     token_embedding: Embedding,
     position_embedding: Embedding,
     layers: Vec<EncoderBlock>,
     final_layer_norm: LayerNorm,
+    head: Option<Linear>,
     training: bool,
 }
 
@@ -29,7 +31,7 @@ pub struct TowerOutput {
 }
 
 impl TextTower {
-    fn new(config: ClipTextConfig, gen: &mut Generator) -> Result<TextTower> {
+    pub fn new(config: ClipTextConfig, gen: &mut Generator) -> Result<TextTower> {
         let d = config.tower.hidden_size;
         Ok(TextTower {
             token_embedding: Embedding::new(config.vocab_size, d, gen)?,
@@ -37,22 +39,29 @@ impl TextTower {
             layers: encoder_block::blocks(
                 config.tower.num_hidden_layers,
                 &CLIP_NAMES,
-                config.tower.block(true),
+                config.tower.block(config.causal),
                 None,
                 gen,
             )?,
             final_layer_norm: LayerNorm::new(&[d], config.tower.layer_norm_eps, true)?,
+            head: config
+                .head
+                .map(|p| Linear::new(d, p, true, gen))
+                .transpose()?,
             config,
             training: true,
         })
     }
 
     /// Where each row of `ids` [B, T] is pooled: its first end token, or (legacy configs with
-    /// `eos_token_id` 2) its first highest id.
+    /// `eos_token_id` 2) its first highest id; SigLIP's last position.
     fn pooled_positions(&self, ids: &Tensor) -> Result<Vec<usize>> {
         let t = ids.shape()[1];
+        let eos = match self.config.pooling {
+            TextPooling::Last => return Ok(vec![t - 1; ids.shape()[0]]),
+            TextPooling::EndToken(eos) => eos as i64,
+        };
         let host = ids.to_vec::<i64>()?;
-        let eos = self.config.eos_token_id as i64;
         Ok(host
             .chunks(t)
             .map(|row| match eos {
@@ -98,7 +107,10 @@ impl TextTower {
             .collect();
         let rows = Tensor::from_vec(rows, &[b])?.to_device(h.device())?;
         let d = h.shape()[2] as isize;
-        let pooled = h.reshape(&[-1, d])?.index_select(0, &rows)?;
+        let mut pooled = h.reshape(&[-1, d])?.index_select(0, &rows)?;
+        if let Some(head) = &self.head {
+            pooled = head.forward(&pooled)?;
+        }
         Ok(TowerOutput {
             last_hidden_state: h,
             pooler_output: pooled,
@@ -123,6 +135,9 @@ impl Module for TextTower {
             c.push((format!("encoder.layers.{i}"), layer));
         }
         c.push(("final_layer_norm".into(), &self.final_layer_norm));
+        if let Some(head) = &self.head {
+            c.push(("head".into(), head));
+        }
         c
     }
 
@@ -133,6 +148,9 @@ impl Module for TextTower {
             c.push(layer);
         }
         c.push(&mut self.final_layer_norm);
+        if let Some(head) = &mut self.head {
+            c.push(head);
+        }
         c
     }
 
@@ -305,17 +323,21 @@ impl Clip {
 
     /// `logits_per_image` [images, texts]: cosine similarities times `exp(logit_scale)`.
     pub fn scores(&self, image_features: &Tensor, text_features: &Tensor) -> Result<Tensor> {
-        let unit =
-            |x: &Tensor| -> Result<Tensor> { x.div(&x.square()?.sum_dims(&[-1], true)?.sqrt()?) };
-        let scale = self.logit_scale.exp()?.to_dtype(image_features.dtype())?;
-        unit(image_features)?
-            .matmul(&unit(text_features)?.t()?)?
-            .mul(&scale)
+        cosine_scores(image_features, text_features, &self.logit_scale)
     }
 
     pub fn logit_scale(&self) -> &Tensor {
         &self.logit_scale
     }
+}
+
+/// Cosine similarities of image rows [I, D] and text rows [T, D], times `exp(log_scale)`:
+/// [I, T].
+pub fn cosine_scores(images: &Tensor, texts: &Tensor, log_scale: &Tensor) -> Result<Tensor> {
+    let unit =
+        |x: &Tensor| -> Result<Tensor> { x.div(&x.square()?.sum_dims(&[-1], true)?.sqrt()?) };
+    let scale = log_scale.exp()?.to_dtype(images.dtype())?;
+    unit(images)?.matmul(&unit(texts)?.t()?)?.mul(&scale)
 }
 
 impl Module for Clip {

@@ -26,7 +26,10 @@ fn config_takes_transformers_defaults_for_missing_towers() {
         (32, 768, 512)
     );
     assert_eq!(c.text.tower.hidden_act, crate::nn::Activation::QuickGelu);
-    assert_eq!((c.text.eos_token_id, c.projection_dim), (49407, 512));
+    assert_eq!(
+        (c.text.pooling, c.projection_dim),
+        (config::TextPooling::EndToken(49407), 512)
+    );
 }
 
 #[test]
