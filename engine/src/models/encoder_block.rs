@@ -155,8 +155,9 @@ impl EncoderBlock {
             ));
         };
         let heads = self.config.heads as isize;
+        let x = crate::amp::for_products(x)?;
         let split = |l: &Linear| -> Result<Tensor> {
-            l.forward(x)?
+            l.forward(&x)?
                 .reshape(&[b as isize, t as isize, heads, -1])?
                 .transpose(1, 2)
         };
