@@ -1,5 +1,6 @@
 // Row reductions: the host moves the reduced dims last and makes the input contiguous, so each
-// kernel reduces `rows` rows of `k` elements. A warp reduces one row when rows are short; a
+// kernel reduces `rows` rows of `k` elements (sums over the leading dims of a contiguous
+// input take the column kernels below instead). A warp reduces one row when rows are short; a
 // whole block does when they are long. The order of additions is fixed, so results repeat.
 
 template <class T> struct SumOut { typedef T type; };
@@ -37,6 +38,45 @@ __device__ void sum_impl(const T* x, typename SumOut<T>::type* y, i64 rows, i64 
 #define RB_SUM(name, T) \
     extern "C" __global__ void sum_##name(const T* x, SumOut<T>::type* y, i64 rows, i64 k, int bpr) { sum_impl<T>(x, y, rows, k, bpr); }
 RB_FOR_NUMERIC_TYPES(RB_SUM)
+
+// Column sums of a contiguous [k, cols] matrix, for sums over leading dims (a bias gradient
+// summed over its rows), with no transposing copy first. Pass one: a block of 256 threads takes
+// 32 columns and `chunk` rows (8 row lanes, each striding by 8) and writes one partial sum per
+// column; pass two adds a column's partials in chunk order. The order is fixed, so results
+// repeat.
+template <class T>
+__device__ void col_sum_partial_impl(const T* x, typename Acc<T>::type* partial, i64 k, i64 cols, i64 chunk) {
+    typedef typename Acc<T>::type A;
+    __shared__ A scratch[8][33];
+    const int tx = threadIdx.x & 31, ty = threadIdx.x >> 5;
+    const i64 c = (i64)blockIdx.x * 32 + tx;
+    const i64 r0 = (i64)blockIdx.y * chunk;
+    const i64 r1 = min(r0 + chunk, k);
+    A s = (A)0;
+    if (c < cols)
+        for (i64 r = r0 + ty; r < r1; r += 8) s += to_acc(x[r * cols + c]);
+    scratch[ty][tx] = s;
+    __syncthreads();
+    if (ty == 0 && c < cols) {
+        A t = (A)0;
+#pragma unroll
+        for (int i = 0; i < 8; ++i) t += scratch[i][tx];
+        partial[(i64)blockIdx.y * cols + c] = t;
+    }
+}
+template <class T>
+__device__ void col_sum_finish_impl(const typename Acc<T>::type* partial, typename SumOut<T>::type* y, i64 chunks, i64 cols) {
+    typedef typename Acc<T>::type A;
+    RB_GRID_LOOP(c, cols) {
+        A t = (A)0;
+        for (i64 i = 0; i < chunks; ++i) t += partial[i * cols + c];
+        y[c] = from_acc<typename SumOut<T>::type>(t);
+    }
+}
+#define RB_COL_SUM(name, T) \
+    extern "C" __global__ void col_sum_partial_##name(const T* x, Acc<T>::type* p, i64 k, i64 cols, i64 chunk) { col_sum_partial_impl<T>(x, p, k, cols, chunk); } \
+    extern "C" __global__ void col_sum_finish_##name(const Acc<T>::type* p, SumOut<T>::type* y, i64 chunks, i64 cols) { col_sum_finish_impl<T>(p, y, chunks, cols); }
+RB_FOR_NUMERIC_TYPES(RB_COL_SUM)
 
 // Max/min and argmax/argmin share one scan that tracks value and first index; `seek_max` picks
 // the direction, and the output pointer given (values or indices) picks what is written.

@@ -39,6 +39,28 @@ fn tiny_yolo_yaml(dir: &std::path::Path) -> PathBuf {
     path
 }
 
+/// An image folder of two classes (dark and bright squares), four PNGs each.
+fn tiny_image_folder(dir: &std::path::Path) -> PathBuf {
+    let root = dir.join("cnn_images");
+    for (class, level) in [("bright", 220u8), ("dark", 30u8)] {
+        std::fs::create_dir_all(root.join(class)).unwrap();
+        for i in 0..4u8 {
+            let file = std::fs::File::create(root.join(class).join(format!("{i}.png"))).unwrap();
+            let mut enc = png::Encoder::new(std::io::BufWriter::new(file), 20, 18);
+            enc.set_color(png::ColorType::Rgb);
+            enc.set_depth(png::BitDepth::Eight);
+            let pixels: Vec<u8> = (0..20 * 18 * 3)
+                .map(|p| level.wrapping_add((p as u8).wrapping_mul(i + 1) % 16))
+                .collect();
+            enc.write_header()
+                .unwrap()
+                .write_image_data(&pixels)
+                .unwrap();
+        }
+    }
+    root
+}
+
 #[test]
 fn every_script_runs_on_tiny_settings() {
     // One output folder for all, in name order: sample.rhai reads what quickstart.rhai saved.
@@ -67,6 +89,7 @@ fn every_script_runs_on_tiny_settings() {
     let deit = format!("model={}", families.join("deit").display());
     let clip = format!("model={}", families.join("clip").display());
     let jpegs = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/jpeg");
+    let cnn_data = format!("data={}", tiny_image_folder(dir.path()).display());
     let photo = format!(
         "images={},{}",
         jpegs.join("hopper.jpg").display(),
@@ -100,6 +123,14 @@ fn every_script_runs_on_tiny_settings() {
             "quickstart.rhai" | "train_lm.rhai" => vec!["steps=20", "size=tiny", &out],
             "sample.rhai" => vec!["max_new_tokens=8", &out],
             "tabular.rhai" => vec!["epochs=2", "hidden=4", &out],
+            "train_cnn.rhai" => vec![
+                &cnn_data,
+                "epochs=2",
+                "imgsz=16",
+                "batch=4",
+                "val_split=0.25",
+                &out,
+            ],
             "yolo_predict.rhai" => vec![&weights, &source, "imgsz=64", &out],
             "zero_shot.rhai" => vec![&clip, &photo, "labels=bus,cat"],
             "yolo_train.rhai" => vec![

@@ -34,6 +34,10 @@ pub fn reduce(s: &CudaStorage, l: &Layout, dims: &[usize], op: ReduceOp) -> Resu
         fill(&out, &Layout::contiguous(&[rows]), 0.0)?;
         return Ok(out);
     }
+    let leading = dims.iter().enumerate().all(|(i, &d)| d == i);
+    if op == ReduceOp::Sum && leading && l.is_contiguous() && rows > 1 && k > 1 {
+        return column_sums(s, l.offset(), k, rows, out);
+    }
     let permuted = l.permuted(&perm);
     let packed;
     let (src, offset) = if permuted.is_contiguous() {
@@ -92,5 +96,49 @@ pub fn reduce(s: &CudaStorage, l: &Layout, dims: &[usize], op: ReduceOp) -> Resu
             };
         }
     }
+    Ok(out)
+}
+
+/// Rows of `s` from `offset`, [k, cols] contiguous, summed per column into `out` [cols]: two
+/// passes through an accumulator-typed buffer of per-chunk partials (see reduce.cu).
+fn column_sums(
+    s: &CudaStorage,
+    offset: usize,
+    k: usize,
+    cols: usize,
+    out: CudaStorage,
+) -> Result<CudaStorage> {
+    let dev = s.cuda_device();
+    // At least 256 rows a chunk, and few enough chunks for the grid's second dimension.
+    let chunk = k.div_ceil(65_535).max(256).next_multiple_of(8);
+    let chunks = k.div_ceil(chunk);
+    let acc = match s.dtype() {
+        DType::F64 => DType::F64,
+        DType::BF16 | DType::F16 | DType::F32 => DType::F32,
+        _ => DType::I64,
+    };
+    let partial = CudaStorage::alloc(dev, chunks * cols, acc)?;
+    let sfx = type_suffix(if s.dtype() == DType::Bool {
+        DType::U8
+    } else {
+        s.dtype()
+    });
+    let first = dev.function(&REDUCE, &format!("col_sum_partial_{sfx}"))?;
+    let (x, p, y) = (s.ptr_at(offset), partial.ptr(), out.ptr());
+    let (k_i, cols_i, chunk_i, chunks_i) = (k as i64, cols as i64, chunk as i64, chunks as i64);
+    let grid = (cols.div_ceil(32) as u32, chunks as u32, 1);
+    // SAFETY: x holds k*cols contiguous elements, p chunks*cols accumulators, y cols outputs.
+    unsafe { dev.launch(first, grid, 256, 0, &mut args![x, p, k_i, cols_i, chunk_i])? };
+    let second = dev.function(&REDUCE, &format!("col_sum_finish_{sfx}"))?;
+    let blocks = (cols.div_ceil(256) as u32).min(dev.sm_count() * 8);
+    unsafe {
+        dev.launch(
+            second,
+            (blocks, 1, 1),
+            256,
+            0,
+            &mut args![p, y, chunks_i, cols_i],
+        )?
+    };
     Ok(out)
 }

@@ -1,6 +1,7 @@
 //! The `data::` namespace: datasets (synthetic spirals, CSV, NPY, IDX), splits, scaling and
 //! batches. The token-file functions live in `token_files`.
 
+mod image_folder;
 pub mod loader;
 mod token_files;
 mod yolo;
@@ -89,6 +90,13 @@ pub fn register(engine: &mut Engine) {
         );
         api.func("csv", "data::csv(path, label_column) -> Dataset", "A CSV file with a header; the label column holds class names, the rest numeric features (an empty cell is NaN, with a warning).", "io::write_text(\"iris.csv\", \"sepal,petal,species\\n5.1,1.4,setosa\\n7.0,4.7,versicolor\\n\"); let ds = data::csv(\"iris.csv\", \"species\");", |p: &str, label: &str| guard(|| Dataset::from_csv(p, label)));
         api.func("csv", "data::csv(path, label_column, #{ task, missing, delimiter }) -> Dataset", "data::csv with options: task \"classification\" (the default: labels are class names) or \"regression\" (labels are numbers, f32 targets); missing \"nan\" (the default, as pandas) or \"error\" for empty cells; delimiter a one-character string (default \",\").", "io::write_text(\"house.csv\", \"rooms,area,price\\n3,70,210.5\\n4,95,260\\n\"); let ds = data::csv(\"house.csv\", \"price\", #{ task: \"regression\" });", csv_with_options);
+        api.func(
+            "image_folder",
+            "data::image_folder(dir, #{ imgsz, augment, val_split, seed, batch_size, workers, model }) -> map",
+            "An ImageNet-layout folder (one subfolder a class) as #{ train, val, classes, train_size, val_size }: train and val are loaders of x [B, 3, imgsz, imgsz] and y [B] class ids, decoded on worker threads. val_split (0) of each class is held out by seed; augment (true) gives training a random resized crop and flip; the evaluation transform is model's preprocessor_config.json (a vision::load model) or ImageNet's at imgsz (224).",
+            "try { data::image_folder(\"no_such_folder\", #{ imgsz: 32 }); } catch (e) { print(e); }",
+            image_folder::image_folder,
+        );
         api.func(
             "npy",
             "data::npy(features_path, targets_path) -> Dataset",

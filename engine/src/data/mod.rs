@@ -9,6 +9,7 @@ pub mod csv;
 pub mod dataset;
 mod describe;
 pub mod idx;
+pub mod image_folder;
 pub mod ordered_pool;
 pub mod scaling;
 pub mod spirals;
@@ -22,6 +23,7 @@ pub use batch_source::{Batch, BatchSource, Epoch};
 pub use batches::{Batches, DataLoader};
 pub use csv::{CsvOptions, TargetKind};
 pub use dataset::Dataset;
+pub use image_folder::{ImageFolder, ImageFolderBatches, ImageFolderOptions, ImageTransform};
 
 impl Dataset {
     /// Features `[N, ...]` (flattened to `[N, F]`) and targets `[N]` from two `.npy` files;

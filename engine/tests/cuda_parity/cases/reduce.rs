@@ -1,5 +1,5 @@
 //! Reductions over one dim, kept dims, everything, a middle dim and a transposed view (and the
-//! scans, cumsum and cumprod, along the same dims).
+//! scans, cumsum and cumprod, along the same dims); sums also over two leading dims.
 
 use super::{one, SIZES};
 use crate::harness::{value, Case, Dist};
@@ -9,7 +9,16 @@ const NORMAL: Dist = Dist::Normal;
 
 pub const OPS: &[super::Entry] = &[
     ("sum", || {
-        reduce(NORMAL, |x, d, k| x.sum_dims(d, k), |x| x.sum())
+        let mut cases = reduce(NORMAL, |x, d, k| x.sum_dims(d, k), |x| x.sum());
+        // Sums over leading dims take the column kernels: rows in several chunks of 256, and a
+        // last block of columns only partly filled.
+        cases.push(Case::new(
+            "[700, 3, 45] over dims 0 and 1",
+            vec![value(&[700, 3, 45], NORMAL)],
+            2100,
+            |x| one(x[0].sum_dims(&[0, 1], false)),
+        ));
+        cases
     }),
     ("mean", || {
         reduce(NORMAL, |x, d, k| x.mean_dims(d, k), |x| x.mean())

@@ -1,0 +1,103 @@
+//! `data::image_folder(dir, #{ ... })`: an ImageNet-layout folder as training and held-out
+//! loaders, with the usual augmentation for training and the model's (or ImageNet's)
+//! evaluation transform.
+
+use super::loader::Loader;
+use crate::error::{guard, runtime_error, RhaiResult};
+use crate::nn::Model;
+use crate::options::Options;
+use rhai::{Dynamic, Map};
+use rusting_brain::data::{ImageFolder, ImageFolderBatches, ImageFolderOptions, ImageTransform};
+use rusting_brain::models::pretrained::as_image_model;
+use rusting_brain::vision::ImageProcessor;
+
+const OPTIONS: &[&str] = &[
+    "imgsz",
+    "augment",
+    "val_split",
+    "seed",
+    "batch_size",
+    "workers",
+    "model",
+];
+
+/// torchvision's ImageNet evaluation transform at `imgsz`: the short side to imgsz·256/224
+/// (bilinear), the centre imgsz x imgsz, ImageNet's mean and std.
+fn imagenet_processor(imgsz: usize) -> RhaiResult<ImageProcessor> {
+    let resize = ((imgsz as f64) * 256.0 / 224.0).round() as u64;
+    guard(|| {
+        ImageProcessor::from_json(&serde_json::json!({
+            "size": {"shortest_edge": resize}, "resample": 2,
+            "do_center_crop": true, "crop_size": {"height": imgsz, "width": imgsz},
+            "image_mean": [0.485, 0.456, 0.406], "image_std": [0.229, 0.224, 0.225]
+        }))
+    })
+}
+
+pub fn image_folder(dir: &str, opts: Map) -> RhaiResult<Map> {
+    let o = Options::new("data::image_folder", opts, OPTIONS)?;
+    let processor = match o.get("model") {
+        Some(m) => {
+            let model = m.clone().try_cast::<Model>().ok_or_else(|| {
+                runtime_error("data::image_folder: model must be a model from vision::load")
+            })?;
+            let guard = model.lock();
+            as_image_model(guard.as_ref())
+                .and_then(|m| m.processor().cloned())
+                .ok_or_else(|| {
+                    runtime_error(format!(
+                        "data::image_folder: {} has no preprocessor_config.json; give imgsz instead",
+                        guard.title()
+                    ))
+                })?
+        }
+        None => imagenet_processor(o.usize("imgsz", 224)?)?,
+    };
+    let seed = o.int("seed", 0)? as u64;
+    let val_split = o.float("val_split", 0.0)?;
+    let options = ImageFolderOptions {
+        batch_size: o.usize("batch_size", 32)?,
+        shuffle: true,
+        drop_last: false,
+        seed,
+        workers: o.usize("workers", 0)?,
+    };
+    let folder = guard(|| ImageFolder::open(dir))?;
+    let (train, val) = guard(|| folder.split(val_split, seed))?;
+    let train_transform = match o.bool("augment", true)? {
+        true => guard(|| ImageTransform::train(processor.clone()))?,
+        false => ImageTransform::Eval(processor.clone()),
+    };
+    let mut out = Map::new();
+    let classes: rhai::Array = folder
+        .classes
+        .iter()
+        .map(|c| Dynamic::from(c.clone()))
+        .collect();
+    out.insert("classes".into(), classes.into());
+    out.insert(
+        "train_size".into(),
+        (train.samples.len() as rhai::INT).into(),
+    );
+    out.insert("val_size".into(), (val.samples.len() as rhai::INT).into());
+    out.insert(
+        "train".into(),
+        Dynamic::from(Loader::new(guard(|| {
+            ImageFolderBatches::new(train, train_transform, options.clone())
+        })?)),
+    );
+    if !val.samples.is_empty() {
+        let val_options = ImageFolderOptions {
+            shuffle: false,
+            ..options
+        };
+        let eval = ImageTransform::Eval(processor);
+        out.insert(
+            "val".into(),
+            Dynamic::from(Loader::new(guard(|| {
+                ImageFolderBatches::new(val, eval, val_options)
+            })?)),
+        );
+    }
+    Ok(out)
+}
