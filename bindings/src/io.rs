@@ -8,13 +8,20 @@ use crate::nn::map_to_tensors;
 use rhai::{Dynamic, Engine, Map, Module};
 use rusting_brain::Tensor;
 
+/// Creates the folder `path` goes in.
+fn create_parent(path: &str) -> rusting_brain::Result<()> {
+    match std::path::Path::new(path).parent() {
+        Some(parent) => {
+            std::fs::create_dir_all(parent).map_err(|e| rusting_brain::Error::io(path, e))
+        }
+        None => Ok(()),
+    }
+}
+
 /// Writes `bytes` to `path`, creating its folder first.
 fn write_file(path: &str, bytes: &[u8]) -> rusting_brain::Result<()> {
-    let io_error = |e| rusting_brain::Error::io(path, e);
-    if let Some(parent) = std::path::Path::new(path).parent() {
-        std::fs::create_dir_all(parent).map_err(io_error)?;
-    }
-    std::fs::write(path, bytes).map_err(io_error)
+    create_parent(path)?;
+    std::fs::write(path, bytes).map_err(|e| rusting_brain::Error::io(path, e))
 }
 
 pub fn register(engine: &mut Engine) {
@@ -24,11 +31,14 @@ pub fn register(engine: &mut Engine) {
         api.func(
             "save",
             "io::save(tensors, path)",
-            "Writes a map of named tensors (atomically): a PyTorch state dict for .pt, .pth and .bin (torch.load reads it), else safetensors.",
+            "Writes a map of named tensors (atomically, creating its folder): a PyTorch state dict for .pt, .pth and .bin (torch.load reads it), else safetensors.",
             "io::save(#{ weight: randn([2, 3]), bias: zeros([2]) }, \"model.safetensors\"); io::save(#{ w: ones([2]) }, \"model.pt\");",
             |m: Map, path: &str| {
                 let t: Vec<(String, Tensor)> = map_to_tensors(&m, "io::save")?.into_iter().collect();
-                guard(|| rusting_brain::io::any::save_by_extension(path, &t))
+                guard(|| {
+                    create_parent(path)?;
+                    rusting_brain::io::any::save_by_extension(path, &t)
+                })
             },
         );
         api.func(
