@@ -64,21 +64,26 @@ pub fn cubic_taps(coords: &[f64], size: usize, a: f64, exclude_outside: bool) ->
     taps
 }
 
+/// Keys' cubic with a = -0.5 in Pillow's arrangement of the polynomial (torch's antialiased
+/// resampling uses the same), so the weights round as theirs do. `cubic_taps` keeps torch's
+/// own arrangement for its non-antialiased bicubic.
+pub fn pil_cubic(x: f64) -> f64 {
+    let (a, x) = (-0.5, x.abs());
+    if x < 1.0 {
+        ((a + 2.0) * x - (a + 3.0)) * x * x + 1.0
+    } else if x < 2.0 {
+        (((x - 5.0) * x + 8.0) * x - 4.0) * a
+    } else {
+        0.0
+    }
+}
+
 /// The taps of torch's antialiased bicubic (`interpolate(..., antialias=True)`, PIL's
 /// filter): when shrinking, the cubic kernel (coefficient -0.5) is stretched by the scale so
 /// every source position contributes; each output's weights over the source positions in its
 /// support sum to one. Outputs with fewer positions than the widest pad with zero weights.
 pub fn antialias_cubic_taps(size: usize, out: usize) -> Taps {
-    let kernel = |x: f64| {
-        let (a, x) = (-0.5, x.abs());
-        if x < 1.0 {
-            ((a + 2.0) * x - (a + 3.0)) * x * x + 1.0
-        } else if x < 2.0 {
-            (((x - 5.0) * x + 8.0) * x - 4.0) * a
-        } else {
-            0.0
-        }
-    };
+    let kernel = pil_cubic;
     let scale = size as f64 / out as f64;
     let (support, invscale) = match scale >= 1.0 {
         true => (2.0 * scale, 1.0 / scale),

@@ -44,16 +44,7 @@ impl PilFilter {
         let x = x.abs();
         match self {
             PilFilter::Bilinear => (1.0 - x).max(0.0),
-            PilFilter::Bicubic => {
-                let a = -0.5;
-                if x < 1.0 {
-                    ((a + 2.0) * x - (a + 3.0)) * x * x + 1.0
-                } else if x < 2.0 {
-                    (((x - 5.0) * x + 8.0) * x - 4.0) * a
-                } else {
-                    0.0
-                }
-            }
+            PilFilter::Bicubic => crate::ops::interpolate::pil_cubic(x),
         }
     }
 }
