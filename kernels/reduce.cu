@@ -51,7 +51,7 @@ __device__ void col_sum_partial_impl(const T* x, typename Acc<T>::type* partial,
     const int tx = threadIdx.x & 31, ty = threadIdx.x >> 5;
     const i64 c = (i64)blockIdx.x * 32 + tx;
     const i64 r0 = (i64)blockIdx.y * chunk;
-    const i64 r1 = min(r0 + chunk, k);
+    const i64 r1 = r0 + chunk < k ? r0 + chunk : k;
     A s = (A)0;
     if (c < cols)
         for (i64 r = r0 + ty; r < r1; r += 8) s += to_acc(x[r * cols + c]);
