@@ -8,7 +8,7 @@ use crate::help::Api;
 use crate::nn::Model;
 use crate::options::Options;
 use rhai::{Array, Dynamic, Map};
-use rusting_brain::models::clip::Clip;
+use rusting_brain::models::image_text::{as_image_text_model, ImageTextModel};
 use rusting_brain::models::pretrained::{as_image_model, top_classes, ClassScore, ImageModel};
 use rusting_brain::vision::image::{read_rgb, tensor_to_rgb};
 use rusting_brain::vision::RgbImage;
@@ -112,17 +112,31 @@ fn strings(list: &Array, what: &str) -> RhaiResult<Vec<String>> {
         .collect()
 }
 
+fn with_image_text_model<R>(
+    model: &Model,
+    what: &str,
+    f: impl FnOnce(&dyn ImageTextModel) -> RhaiResult<R>,
+) -> RhaiResult<R> {
+    let guard = model.lock();
+    match as_image_text_model(guard.as_ref()) {
+        Some(m) => f(m),
+        None => Err(runtime_error(format!(
+            "{what} is a method of the image-text models (CLIP, SigLIP from vision::load); this model is a {}",
+            guard.title()
+        ))),
+    }
+}
+
 fn zero_shot(model: &mut Model, images: Dynamic, labels: Array, opts: Map) -> RhaiResult<Array> {
     let o = Options::new("zero_shot", opts, &["template", "topk"])?;
-    let template = o
-        .string("template")?
-        .unwrap_or_else(|| "a photo of a {}.".into());
+    let template = o.string("template")?;
     let labels = strings(&labels, "zero_shot labels")?;
     let topk = o.usize("topk", labels.len())?;
-    model.with_layer::<Clip, _>("zero_shot", |clip| {
-        let x = batch(clip, &images, "zero_shot")?;
+    with_image_text_model(model, "zero_shot", |m| {
+        let x = batch(m, &images, "zero_shot")?;
         let names: Vec<&str> = labels.iter().map(String::as_str).collect();
-        let probs = guard(|| no_grad(|| clip.zero_shot(&x, &names, &template)))?;
+        let template = template.as_deref().unwrap_or(m.default_template());
+        let probs = guard(|| no_grad(|| m.zero_shot(&x, &names, template)))?;
         guard(|| top_classes(&probs, &labels, topk)).map(score_maps)
     })
 }
@@ -166,27 +180,27 @@ pub fn register(api: &mut Api) {
     api.method(
         "embed_texts",
         "model.embed_texts(texts) -> Tensor",
-        "CLIP: the texts' joint-space embeddings [N, D] (not normalised), tokenized by the checkpoint's tokenizer and cut to its context.",
+        "CLIP and SigLIP: the texts' embeddings in the images' space [N, D] (not normalised), tokenized by the checkpoint's tokenizer (tokenizer.json, vocab.json + merges.txt, or SigLIP's spiece.model) and cut to its context.",
         "let m = vision::resnet(18, #{ num_classes: 3 }); try { m.embed_texts([\"a cat\"]); } catch (e) { print(e); }",
         |model: &mut Model, texts: Array| {
             let texts = strings(&texts, "embed_texts")?;
-            model.with_layer::<Clip, _>("embed_texts", |clip| {
+            with_image_text_model(model, "embed_texts", |m| {
                 let texts: Vec<&str> = texts.iter().map(String::as_str).collect();
-                guard(|| no_grad(|| clip.embed_texts(&texts)))
+                guard(|| no_grad(|| m.embed_texts(&texts)))
             })
         },
     );
     api.method(
         "zero_shot",
         "model.zero_shot(images, labels, #{ template, topk }) -> array",
-        "CLIP zero-shot classification: for each image, the labels by probability (softmax over the scaled cosine similarities with the template, \"a photo of a {}.\", filled with each label), best first, as #{ label, index, score }.",
+        "Zero-shot classification with CLIP or SigLIP: for each image, the labels by probability, best first, as #{ label, index, score }. Each label fills the template's {} (CLIP \"a photo of a {}.\", SigLIP \"This is a photo of {}.\" by default). CLIP's probabilities are a softmax over the labels; SigLIP scores each pair with its own sigmoid, so its need not sum to 1.",
         "let m = vision::resnet(18, #{ num_classes: 3 }); try { m.zero_shot(\"bus.jpg\", [\"bus\", \"cat\"], #{ template: \"a photo of a {}\" }); } catch (e) { print(e); }",
         zero_shot,
     );
     api.method(
         "zero_shot",
         "model.zero_shot(images, labels) -> array",
-        "zero_shot with the template \"a photo of a {}.\".",
+        "zero_shot with the family's default template.",
         "let m = vision::resnet(18, #{ num_classes: 3 }); try { m.zero_shot(\"bus.jpg\", [\"bus\", \"cat\"]); } catch (e) { print(e); }",
         |m: &mut Model, images: Dynamic, labels: Array| zero_shot(m, images, labels, Map::new()),
     );

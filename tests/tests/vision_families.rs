@@ -6,6 +6,7 @@
 use rb_integration_tests::parity::assert_close;
 use rusting_brain::models::clip::Clip;
 use rusting_brain::models::dinov2::Dinov2;
+use rusting_brain::models::image_text::ImageTextModel;
 use rusting_brain::models::vit::ViT;
 use rusting_brain::nn::Module;
 use rusting_brain::{no_grad, Tensor};
@@ -206,12 +207,11 @@ fn a_config_that_does_not_match_its_weights_names_the_tensors() {
 /// (ids made by `tests/fixtures/clip_tokenizer/make_cases.py`).
 #[test]
 fn clip_tokenizer_from_vocab_and_merges_encodes_as_transformers() {
-    use rusting_brain::models::clip::ClipTokenizer;
     let test = "clip_tokenizer_from_vocab_and_merges_encodes_as_transformers";
     let Some(vocab) = rb_integration_tests::assets::asset(test, "clip_tokenizer/vocab.json") else {
         return;
     };
-    let tok = ClipTokenizer::from_folder(vocab.parent().unwrap(), 77)
+    let tok = rusting_brain::models::clip::tokenizer::from_folder(vocab.parent().unwrap(), 77)
         .unwrap()
         .expect("vocab.json and merges.txt are there");
     let cases_path =
@@ -250,6 +250,52 @@ fn clip_tokenizer_from_vocab_and_merges_encodes_as_transformers() {
         .collect();
     assert_eq!(batch.shape(), [texts.len(), 77]);
     assert_eq!(batch.to_vec::<i64>().unwrap(), want);
+}
+
+/// A SentencePiece Unigram `spiece.model` (with the `nmt_nfkc` character map real SigLIP files
+/// carry) gives transformers' `SiglipTokenizer` ids: lower-cased, ASCII punctuation and extra
+/// whitespace gone, `</s>` closing each text, every row padded to the 64 positions
+/// (`tests/fixtures/siglip_tokenizer/make_cases.py`).
+#[test]
+fn siglip_tokenizer_from_spiece_model_encodes_as_transformers() {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("fixtures/siglip_tokenizer");
+    let tok = rusting_brain::models::siglip::tokenizer::from_folder(&dir, 64)
+        .unwrap()
+        .expect("spiece.model is there");
+    let cases: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("cases.json")).unwrap()).unwrap();
+    let texts: Vec<&str> = cases["texts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t.as_str().unwrap())
+        .collect();
+    let batch = tok.encode_batch(&texts).unwrap();
+    assert_eq!(batch.shape(), [texts.len(), 64]);
+    let got = batch.to_vec::<i64>().unwrap();
+    for (i, (text, want)) in texts.iter().zip(cases["batch"].as_array().unwrap()).enumerate() {
+        let want: Vec<i64> = want
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|x| x.as_i64().unwrap())
+            .collect();
+        assert_eq!(got[i * 64..(i + 1) * 64], want[..], "{text:?}");
+    }
+}
+
+/// A file that is not a SentencePiece model, or a BPE one, is refused with the file named.
+#[test]
+fn a_corrupt_or_bpe_spiece_model_is_named() {
+    use rusting_brain::text::spiece_model::SpieceModel;
+    let err = SpieceModel::parse(b"\xff\xff\xff\x01", "broken/spiece.model")
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("broken/spiece.model"), "{err}");
+    // One piece, and a trainer spec with model_type 2 (BPE).
+    let bpe = [0x0a, 0x03, 0x0a, 0x01, b'a', 0x12, 0x02, 0x18, 0x02];
+    let err = SpieceModel::parse(&bpe, "bpe.model").unwrap_err().to_string();
+    assert!(err.contains("BPE"), "{err}");
 }
 
 fn photos(test: &str) -> Option<Vec<rusting_brain::vision::RgbImage>> {

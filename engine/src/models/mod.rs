@@ -12,13 +12,16 @@
 //! - `siglip`: SigLIP (CLIP's text tower made bidirectional, attention-pooled images, sigmoid scores).
 //!
 //! `encoder_block` is the pre-norm transformer block the vision and text-encoder families
-//! share, with each family's parameter names.
+//! share, with each family's parameter names; `prompt_tokenizer` the text side of CLIP and
+//! SigLIP.
 
 pub mod clip;
 pub mod dinov2;
 pub mod encoder_block;
 pub mod hf_config;
+pub mod image_text;
 pub mod pretrained;
+pub mod prompt_tokenizer;
 pub mod resnet;
 pub mod siglip;
 pub mod transformer_lm;

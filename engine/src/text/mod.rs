@@ -26,6 +26,7 @@ mod model;
 mod normalize;
 mod pattern;
 pub mod pretokenize;
+pub mod spiece_model;
 mod sentencepiece;
 mod spm;
 mod symbols;

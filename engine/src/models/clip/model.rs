@@ -278,7 +278,7 @@ pub struct Clip {
     /// A scalar: the scores are multiplied by its exponential.
     logit_scale: Tensor,
     /// Reads prompts for `embed_texts`; `None` for a folder without tokenizer files.
-    pub tokenizer: Option<super::ClipTokenizer>,
+    pub tokenizer: Option<crate::models::prompt_tokenizer::PromptTokenizer>,
     /// The checkpoint's image preprocessing, when loaded from a folder that has one.
     pub processor: Option<crate::vision::ImageProcessor>,
     training: bool,

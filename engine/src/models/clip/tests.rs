@@ -73,6 +73,7 @@ fn text_longer_than_the_context_or_float_ids_are_refused() {
 
 #[test]
 fn zero_shot_needs_a_tokenizer_and_a_template_slot() {
+    use crate::models::image_text::ImageTextModel;
     let clip = tiny(7);
     let images = Tensor::zeros(&[1, 3, 8, 8], crate::DType::F32, crate::Device::Cpu).unwrap();
     let err = clip

@@ -1,9 +1,10 @@
 //! SigLIP from Hugging Face folders (`SiglipModel`: config.json + model.safetensors, sharded,
-//! or pytorch_model.bin, and preprocessor_config.json), with transformers' names: image and
-//! text embeddings and the sigmoid-scored pairs.
+//! or pytorch_model.bin, spiece.model and preprocessor_config.json), with transformers' names:
+//! image and text embeddings, the sigmoid-scored pairs and zero-shot classification.
 
 pub mod config;
 pub mod model;
+pub mod tokenizer;
 
 pub use config::SiglipConfig;
 pub use model::Siglip;
@@ -27,6 +28,8 @@ impl Siglip {
         let weights = load_weights(dir)?;
         let mut model = Siglip::new(config, &mut Generator::new(0)).map_err(in_dir)?;
         model.load_state_dict(&weights, true).map_err(in_dir)?;
+        let context = model.config.text.max_position_embeddings;
+        model.tokenizer = tokenizer::from_folder(dir, context)?;
         model.processor = crate::vision::ImageProcessor::from_folder(dir)?;
         Ok(model)
     }

@@ -191,6 +191,8 @@ pub struct Siglip {
     logit_bias: Tensor,
     /// The checkpoint's image preprocessing, when loaded from a folder that has one.
     pub processor: Option<crate::vision::ImageProcessor>,
+    /// Reads prompts for `embed_texts`; `None` for a folder without tokenizer files.
+    pub tokenizer: Option<crate::models::prompt_tokenizer::PromptTokenizer>,
     training: bool,
 }
 
@@ -215,6 +217,7 @@ impl Siglip {
             logit_bias: scalar(-10.0)?,
             config,
             processor: None,
+            tokenizer: None,
             training: true,
         })
     }
