@@ -273,7 +273,11 @@ fn siglip_tokenizer_from_spiece_model_encodes_as_transformers() {
     let batch = tok.encode_batch(&texts).unwrap();
     assert_eq!(batch.shape(), [texts.len(), 64]);
     let got = batch.to_vec::<i64>().unwrap();
-    for (i, (text, want)) in texts.iter().zip(cases["batch"].as_array().unwrap()).enumerate() {
+    for (i, (text, want)) in texts
+        .iter()
+        .zip(cases["batch"].as_array().unwrap())
+        .enumerate()
+    {
         let want: Vec<i64> = want
             .as_array()
             .unwrap()
@@ -294,7 +298,9 @@ fn a_corrupt_or_bpe_spiece_model_is_named() {
     assert!(err.contains("broken/spiece.model"), "{err}");
     // One piece, and a trainer spec with model_type 2 (BPE).
     let bpe = [0x0a, 0x03, 0x0a, 0x01, b'a', 0x12, 0x02, 0x18, 0x02];
-    let err = SpieceModel::parse(&bpe, "bpe.model").unwrap_err().to_string();
+    let err = SpieceModel::parse(&bpe, "bpe.model")
+        .unwrap_err()
+        .to_string();
     assert!(err.contains("BPE"), "{err}");
 }
 

@@ -256,60 +256,6 @@ pub fn blocks(
         .collect()
 }
 
-/// A learned position table over a square grid of patches (after `extra` rows for class and
-/// distillation tokens), for an image of `h` x `w` patches: the table itself when the grid is
-/// already `h` x `w`, else its patch rows resampled bicubically (torch's `interpolate`,
-/// `align_corners=False`, as transformers' `interpolate_pos_encoding`) and the extra rows
-/// unchanged. `table` is [1, extra + n, D].
-pub fn resample_positions(table: &Tensor, extra: usize, h: usize, w: usize) -> Result<Tensor> {
-    resample_grid(table, extra, h, w, |g| g.interpolate_bicubic((h, w), false))
-}
-
-/// [`resample_positions`] with torch's antialiased bicubic (`antialias=True`), as
-/// transformers' DINOv2 with registers resamples.
-pub fn resample_positions_antialias(
-    table: &Tensor,
-    extra: usize,
-    h: usize,
-    w: usize,
-) -> Result<Tensor> {
-    resample_grid(table, extra, h, w, |g| {
-        g.interpolate_bicubic_antialias((h, w))
-    })
-}
-
-fn resample_grid(
-    table: &Tensor,
-    extra: usize,
-    h: usize,
-    w: usize,
-    resample: impl Fn(&Tensor) -> Result<Tensor>,
-) -> Result<Tensor> {
-    let (n, d) = (table.shape()[1] - extra, table.shape()[2]);
-    if n == h * w && h == w {
-        return Ok(table.clone());
-    }
-    let side = (n as f64).sqrt().round() as usize;
-    if side * side != n {
-        return Err(Error::invalid(
-            "position table",
-            format!("a table of {n} patches is not a square grid to resample"),
-        ));
-    }
-    let grid = table
-        .narrow(1, extra, n)?
-        .reshape(&[1, side as isize, side as isize, d as isize])?
-        .permute(&[0, 3, 1, 2])?;
-    let grid =
-        resample(&grid)?
-            .permute(&[0, 2, 3, 1])?
-            .reshape(&[1, (h * w) as isize, d as isize])?;
-    match extra {
-        0 => Ok(grid),
-        _ => Tensor::cat(&[table.narrow(1, 0, extra)?, grid], 1),
-    }
-}
-
 /// Checks images [B, C, H, W] against a patch model's channels and patch size.
 pub fn check_images(
     family: &'static str,

@@ -11,6 +11,7 @@
 //! - `clip`: CLIP's image and text towers and their joint embedding.
 //! - `siglip`: SigLIP (CLIP's text tower made bidirectional, attention-pooled images, sigmoid scores).
 //!
+//! `patch_embedding` is what the patch-based image encoders put in front of their blocks;
 //! `encoder_block` is the pre-norm transformer block the vision and text-encoder families
 //! share, with each family's parameter names; `prompt_tokenizer` the text side of CLIP and
 //! SigLIP.
@@ -20,6 +21,7 @@ pub mod dinov2;
 pub mod encoder_block;
 pub mod hf_config;
 pub mod image_text;
+pub mod patch_embedding;
 pub mod pretrained;
 pub mod prompt_tokenizer;
 pub mod resnet;

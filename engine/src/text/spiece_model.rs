@@ -180,7 +180,8 @@ impl SpieceModel {
             normalizers.push(replace(" {2,}", " "));
         }
         if self.escape_whitespaces {
-            normalizers.push(json!({"type": "Replace", "pattern": {"String": " "}, "content": "▁"}));
+            normalizers
+                .push(json!({"type": "Replace", "pattern": {"String": " "}, "content": "▁"}));
         }
         let mut pre = Vec::new();
         if self.add_dummy_prefix {
@@ -198,10 +199,13 @@ impl SpieceModel {
             let mut longest_first = user_defined.clone();
             longest_first.sort_by_key(|p| std::cmp::Reverse(p.len()));
             let pattern: Vec<String> = longest_first.iter().map(|p| regex::escape(p)).collect();
-            pre.push(json!({"type": "Split", "pattern": {"Regex": pattern.join("|")},
-                            "behavior": "Isolated", "invert": false}));
+            pre.push(
+                json!({"type": "Split", "pattern": {"Regex": pattern.join("|")},
+                            "behavior": "Isolated", "invert": false}),
+            );
         }
-        let mut decoders = vec![json!({"type": "Replace", "pattern": {"String": "▁"}, "content": " "})];
+        let mut decoders =
+            vec![json!({"type": "Replace", "pattern": {"String": "▁"}, "content": " "})];
         if self.byte_fallback {
             decoders.push(json!({"type": "ByteFallback"}));
         }
@@ -220,7 +224,11 @@ impl SpieceModel {
                        "normalized": false, "special": true})
             })
             .collect();
-        let vocab: Vec<Value> = self.pieces.iter().map(|p| json!([p.piece, p.score])).collect();
+        let vocab: Vec<Value> = self
+            .pieces
+            .iter()
+            .map(|p| json!([p.piece, p.score]))
+            .collect();
         json!({
             "version": "1.0",
             "added_tokens": added,

@@ -8,7 +8,7 @@
 
 use super::config::{ClipConfig, ClipTextConfig, ClipVisionConfig, TextPooling};
 use crate::models::encoder_block::{self, check_images, EncoderBlock, CLIP_NAMES};
-use crate::models::vit::model::{param, patch_conv, patch_tokens};
+use crate::models::patch_embedding::{embed_patches, param, patch_conv, Resample};
 use crate::nn::{Conv2d, Embedding, LayerNorm, Linear, Module};
 use crate::{DType, Error, Generator, Result, Tensor};
 
@@ -199,17 +199,15 @@ impl VisionTower {
     pub fn run(&self, images: &Tensor) -> Result<TowerOutput> {
         let c = &self.config;
         check_images("CLIP vision", images, c.num_channels, c.patch_size)?;
-        let (tokens, (gh, gw)) = patch_tokens(&self.patch_embedding, images)?;
-        let (b, d) = (tokens.shape()[0], tokens.shape()[2]);
-        let cls = self
-            .class_embedding
-            .reshape(&[1, 1, d as isize])?
-            .expand(&[b, 1, d])?
-            .to_dtype(tokens.dtype())?;
         let table = self.position_embedding.weight.unsqueeze(0)?;
-        let table = encoder_block::resample_positions(&table, 1, gh, gw)?;
-        let dtype = tokens.dtype();
-        let x = Tensor::cat(&[cls, tokens], 1)?.add(&table.to_dtype(dtype)?)?;
+        let cls = &self.class_embedding;
+        let x = embed_patches(
+            &self.patch_embedding,
+            images,
+            &[cls],
+            &table,
+            Resample::Bicubic,
+        )?;
         let mut h = self.pre_layrnorm.forward(&x)?;
         for layer in &self.layers {
             h = layer.forward(&h)?;

@@ -1,4 +1,5 @@
 use super::*;
+use crate::Tensor;
 use serde_json::json;
 
 fn tiny(eos: u32) -> Clip {

@@ -7,7 +7,7 @@
 
 use super::config::Dinov2Config;
 use crate::models::encoder_block::{self, check_images, EncoderBlock, DINOV2_NAMES};
-use crate::models::vit::model::{param, patch_conv, patch_tokens};
+use crate::models::patch_embedding::{embed_patches, param, patch_conv, Resample};
 use crate::nn::{Conv2d, LayerNorm, Linear, Module};
 use crate::{Error, Generator, Result, Tensor};
 
@@ -43,21 +43,16 @@ impl Embeddings {
 
 impl Module for Embeddings {
     fn forward(&self, images: &Tensor) -> Result<Tensor> {
-        let (tokens, (h, w)) = patch_tokens(&self.projection, images)?;
-        let (b, d) = (tokens.shape()[0], tokens.shape()[2]);
-        let dtype = tokens.dtype();
-        let cls = self.cls_token.expand(&[b, 1, d])?.to_dtype(dtype)?;
-        let x = Tensor::cat(&[cls, tokens], 1)?;
-        let table = match self.antialias {
-            true => {
-                encoder_block::resample_positions_antialias(&self.position_embeddings, 1, h, w)?
-            }
-            false => encoder_block::resample_positions(&self.position_embeddings, 1, h, w)?,
+        let resample = match self.antialias {
+            true => Resample::BicubicAntialias,
+            false => Resample::Bicubic,
         };
-        let x = x.add(&table.to_dtype(dtype)?)?;
+        let (cls, table) = (&self.cls_token, &self.position_embeddings);
+        let x = embed_patches(&self.projection, images, &[cls], table, resample)?;
+        let (b, d) = (x.shape()[0], x.shape()[2]);
         match &self.register_tokens {
             Some(r) => {
-                let r = r.expand(&[b, r.shape()[1], d])?.to_dtype(dtype)?;
+                let r = r.expand(&[b, r.shape()[1], d])?.to_dtype(x.dtype())?;
                 let n = x.shape()[1];
                 Tensor::cat(&[x.narrow(1, 0, 1)?, r, x.narrow(1, 1, n - 1)?], 1)
             }

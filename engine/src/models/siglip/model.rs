@@ -12,7 +12,7 @@ use crate::models::clip::config::ClipVisionConfig;
 use crate::models::clip::model::{cosine_scores, TowerOutput};
 use crate::models::clip::TextTower;
 use crate::models::encoder_block::{self, check_images, EncoderBlock, CLIP_NAMES};
-use crate::models::vit::model::{param, patch_conv, patch_tokens};
+use crate::models::patch_embedding::{embed_patches, param, patch_conv, Resample};
 use crate::nn::{AttentionMasks, Conv2d, Embedding, LayerNorm, Linear, Module, MultiheadAttention};
 use crate::{DType, Error, Generator, Result, Tensor};
 
@@ -122,11 +122,14 @@ impl VisionTower {
     pub fn run(&self, images: &Tensor) -> Result<TowerOutput> {
         let c = &self.config;
         check_images("SigLIP vision", images, c.num_channels, c.patch_size)?;
-        let (tokens, (gh, gw)) = patch_tokens(&self.patch_embedding, images)?;
         let table = self.position_embedding.weight.unsqueeze(0)?;
-        let table = encoder_block::resample_positions(&table, 0, gh, gw)?;
-        let dtype = tokens.dtype();
-        let mut h = tokens.add(&table.to_dtype(dtype)?)?;
+        let mut h = embed_patches(
+            &self.patch_embedding,
+            images,
+            &[],
+            &table,
+            Resample::Bicubic,
+        )?;
         for layer in &self.layers {
             h = layer.forward(&h)?;
         }

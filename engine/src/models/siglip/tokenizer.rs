@@ -56,9 +56,7 @@ pub fn from_folder(dir: &Path, max_len: usize) -> Result<Option<PromptTokenizer>
 
 /// `SiglipTokenizer`'s `canonicalize_text`, as normalizers.
 fn clean_up(lowercase: bool) -> Vec<Value> {
-    let replace = |pattern: Value, content: &str| {
-        json!({"type": "Replace", "pattern": pattern, "content": content})
-    };
+    let replace = |pattern: Value, content: &str| json!({"type": "Replace", "pattern": pattern, "content": content});
     let mut steps = vec![replace(json!({"String": "▁"}), " ")];
     if lowercase {
         steps.push(json!({"type": "Lowercase"}));

@@ -9,8 +9,9 @@
 
 use super::config::{Variant, ViTConfig};
 use crate::models::encoder_block::{self, check_images, EncoderBlock, VIT_NAMES};
+use crate::models::patch_embedding::{embed_patches, param, patch_conv, Resample};
 use crate::nn::{Conv2d, LayerNorm, Linear, Module};
-use crate::{Conv2dOptions, Error, Generator, Result, Tensor};
+use crate::{Error, Generator, Result, Tensor};
 
 /// Patch projection, class (and distillation) token and position table (`embeddings.*`).
 pub struct Embeddings {
@@ -20,35 +21,6 @@ pub struct Embeddings {
     pub position_embeddings: Tensor,
     projection: Conv2d,
     training: bool,
-}
-
-/// A strided conv that cuts an image into `patch` x `patch` patches of `width` features.
-pub fn patch_conv(
-    channels: usize,
-    width: usize,
-    patch: usize,
-    bias: bool,
-    gen: &mut Generator,
-) -> Result<Conv2d> {
-    let options = Conv2dOptions {
-        stride: (patch, patch),
-        padding: (0, 0),
-        dilation: (1, 1),
-        groups: 1,
-    };
-    Conv2d::new(channels, width, (patch, patch), options, bias, gen)
-}
-
-/// Images [B, C, H, W] through a patch conv, as tokens [B, patches, D] and the grid (h, w).
-pub fn patch_tokens(conv: &Conv2d, images: &Tensor) -> Result<(Tensor, (usize, usize))> {
-    let patches = conv.forward(images)?;
-    let [b, d, h, w] = patches.shape()[..] else {
-        unreachable!("a conv gives rank 4")
-    };
-    let tokens = patches
-        .reshape(&[b as isize, d as isize, (h * w) as isize])?
-        .transpose(1, 2)?;
-    Ok((tokens, (h, w)))
 }
 
 impl Embeddings {
@@ -68,18 +40,10 @@ impl Embeddings {
     }
 
     fn forward(&self, images: &Tensor) -> Result<Tensor> {
-        let (tokens, (h, w)) = patch_tokens(&self.projection, images)?;
-        let (b, d) = (tokens.shape()[0], tokens.shape()[2]);
-        let token = |t: &Tensor| t.expand(&[b, 1, d])?.to_dtype(tokens.dtype());
-        let mut rows = vec![token(&self.cls_token)?];
-        if let Some(t) = &self.distillation_token {
-            rows.push(token(t)?);
-        }
-        let extra = rows.len();
-        rows.push(tokens);
-        let x = Tensor::cat(&rows, 1)?;
-        let table = encoder_block::resample_positions(&self.position_embeddings, extra, h, w)?;
-        x.add(&table.to_dtype(x.dtype())?)
+        let mut leading = vec![&self.cls_token];
+        leading.extend(&self.distillation_token);
+        let table = &self.position_embeddings;
+        embed_patches(&self.projection, images, &leading, table, Resample::Bicubic)
     }
 }
 
@@ -109,12 +73,6 @@ impl Module for Embeddings {
     }
 
     crate::nn::training_field!();
-}
-
-/// A parameter drawn from N(0, 0.02²), transformers' `initializer_range`.
-pub fn param(shape: &[usize], gen: &mut Generator) -> Result<Tensor> {
-    let t = Tensor::randn(shape, crate::DType::F32, Some(gen))?.mul_scalar(0.02)?;
-    t.requires_grad_()
 }
 
 /// What sits on the first rows after the encoder.
