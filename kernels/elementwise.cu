@@ -135,7 +135,10 @@ template <class C> __device__ __forceinline__ C binary_op(int op, C a, C b) {
 
 // Broadcast operands arrive as views of the output's shape (stride 0 on broadcast dims).
 // `vec` (the output is contiguous and 16-byte aligned): 1, both operands are contiguous and
-// aligned; 2, a is and b is one value broadcast to every element (a scale); 3, the reverse.
+// aligned; 2, a is and b is one value broadcast to every element (a scale); 3, the reverse;
+// 4, a is and b is one aligned row (its last dim, a multiple of the word) broadcast over the
+// leading dims (a bias); 5, the reverse. A row is read by words too: the general strided path
+// divides per element and ran a bias add at a third of the bandwidth.
 template <class T>
 __device__ void binary_impl(const T* a, Strided as, const T* b, Strided bs, T* y, i64 n, int op, int vec) {
     typedef typename Compute<T>::type C;
@@ -146,10 +149,13 @@ __device__ void binary_impl(const T* a, Strided as, const T* b, Strided bs, T* y
         const uint4* av = (const uint4*)(a + as.offset);
         const uint4* bv = (const uint4*)(b + bs.offset);
         const C one_a = vec == 3 ? to_c(a[as.offset]) : C(0), one_b = vec == 2 ? to_c(b[bs.offset]) : C(0);
+        const i64 row_words = vec == 4 ? bs.shape[bs.rank - 1] / V : vec == 5 ? as.shape[as.rank - 1] / V : 1;
         uint4* yv = (uint4*)y;
         RB_GRID_LOOP(g, groups) {
             const uint4 zero = make_uint4(0u, 0u, 0u, 0u);
-            uint4 ra = vec == 3 ? zero : av[g], rb = vec == 2 ? zero : bv[g];
+            const i64 in_row = vec >= 4 ? (i64)((u64)g % (u64)row_words) : g;
+            uint4 ra = vec == 3 ? zero : av[vec == 5 ? in_row : g];
+            uint4 rb = vec == 2 ? zero : bv[vec == 4 ? in_row : g];
             T* ea = (T*)&ra;
             const T* eb = (const T*)&rb;
 #pragma unroll

@@ -33,3 +33,33 @@ fn a_binary_op_with_a_broadcast_value_equals_it_with_the_value_materialized() {
         }
     }
 }
+
+/// A row (a bias [N]) broadcast over the leading dims streams by words too, on either side,
+/// and equals the op with the row materialized; a row of a width that is not whole words, or
+/// not aligned, takes the general path and agrees as well.
+#[test]
+fn a_binary_op_with_a_broadcast_row_equals_it_with_the_row_materialized() {
+    let Some(dev) = cuda::device_for_test("a_binary_op_with_a_broadcast_row") else {
+        return;
+    };
+    for dtype in [DType::F32, DType::BF16, DType::F16] {
+        for (rows, width, offset) in [(37, 64, 0), (5, 24, 0), (9, 40, 8), (7, 20, 0), (6, 16, 3)] {
+            let x = Tensor::randn(&[2, rows, width], DType::F32, None).unwrap();
+            let x = x.to_device(dev).unwrap().to_dtype(dtype).unwrap();
+            let row = Tensor::randn(&[offset + width], DType::F32, None).unwrap();
+            let row = row.to_device(dev).unwrap().to_dtype(dtype).unwrap();
+            let row = row.narrow(0, offset, width).unwrap();
+            let everywhere = row.expand(x.shape()).unwrap().contiguous().unwrap();
+            let cases: [(&str, Tensor, Tensor); 3] = [
+                ("x + row", x.add(&row).unwrap(), x.add(&everywhere).unwrap()),
+                ("row - x", row.sub(&x).unwrap(), everywhere.sub(&x).unwrap()),
+                ("x / row", x.div(&row).unwrap(), x.div(&everywhere).unwrap()),
+            ];
+            for (what, got, want) in cases {
+                let at = format!("{what}, {dtype:?}, {rows}x{width} at offset {offset}");
+                assert_eq!(got.shape(), want.shape(), "{at}");
+                assert_eq!(bits(&got), bits(&want), "{at}");
+            }
+        }
+    }
+}

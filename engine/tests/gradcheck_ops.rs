@@ -179,11 +179,16 @@ fn gradcheck_case(name: &str) -> Option<Case> {
             ],
             |x| x[0].matmul(&x[1])?.sum()?.add(&x[0].matmul(&x[2])?.sum()?),
         ),
+        // The general convolution, and one whose windows tile the input (a patch embedding,
+        // run as a product over the patches).
         "conv2d" => case(
             vec![
                 randn(&[2, 4, 5, 6], 44),
                 randn(&[6, 2, 3, 2], 45),
                 randn(&[6], 46),
+                randn(&[2, 3, 5, 7], 144),
+                randn(&[4, 3, 2, 3], 145),
+                randn(&[4], 146),
             ],
             |x| {
                 let opts = Conv2dOptions {
@@ -192,7 +197,12 @@ fn gradcheck_case(name: &str) -> Option<Case> {
                     dilation: (1, 2),
                     groups: 2,
                 };
-                x[0].conv2d(&x[1], Some(&x[2]), opts)
+                let patches = Conv2dOptions {
+                    stride: (2, 3),
+                    ..Default::default()
+                };
+                let general = x[0].conv2d(&x[1], Some(&x[2]), opts)?.sum()?;
+                general.add(&x[3].conv2d(&x[4], Some(&x[5]), patches)?.square()?.sum()?)
             },
         ),
         "max_pool2d" => case(vec![randn(&[1, 2, 5, 5], 47)], |x| {

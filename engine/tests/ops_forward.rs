@@ -159,6 +159,54 @@ fn matmul_with_mismatched_inner_dims_names_both_shapes() {
     );
 }
 
+/// Windows that tile the input (stride = kernel: a patch embedding) run as one product over the
+/// patches; the result equals the direct sum, with the bias, and leaves out the rows and
+/// columns no window reaches.
+#[test]
+fn conv2d_with_windows_that_tile_the_input_matches_a_direct_convolution() {
+    let (n, c, h, w, o, kh, kw) = (2, 3, 7, 10, 5, 2, 3);
+    let opts = Conv2dOptions {
+        stride: (kh, kw),
+        padding: (0, 0),
+        dilation: (1, 1),
+        groups: 1,
+    };
+    let x = randn(&[n, c, h, w], 17, DType::F64);
+    let k = randn(&[o, c, kh, kw], 18, DType::F64);
+    let bias = randn(&[o], 19, DType::F64);
+    let out = x.conv2d(&k, Some(&bias), opts).unwrap();
+    let (ho, wo) = (h / kh, w / kw);
+    assert_eq!(out.shape(), [n, o, ho, wo]);
+    let (xv, kv, bv, ov) = (
+        x.to_vec_f64().unwrap(),
+        k.to_vec_f64().unwrap(),
+        bias.to_vec_f64().unwrap(),
+        out.to_vec_f64().unwrap(),
+    );
+    for b in 0..n {
+        for oc in 0..o {
+            for oy in 0..ho {
+                for ox in 0..wo {
+                    let mut s = bv[oc];
+                    for ci in 0..c {
+                        for ky in 0..kh {
+                            for kx in 0..kw {
+                                let xi = ((b * c + ci) * h + oy * kh + ky) * w + ox * kw + kx;
+                                s += xv[xi] * kv[((oc * c + ci) * kh + ky) * kw + kx];
+                            }
+                        }
+                    }
+                    let got = ov[((b * o + oc) * ho + oy) * wo + ox];
+                    assert!(
+                        (got - s).abs() < 1e-12,
+                        "[{b}, {oc}, {oy}, {ox}]: {got} vs {s}"
+                    );
+                }
+            }
+        }
+    }
+}
+
 #[test]
 fn conv2d_matches_a_direct_convolution_with_stride_padding_dilation_and_groups() {
     let (n, c, h, w, o, kh, kw) = (2, 4, 6, 5, 6, 3, 2);

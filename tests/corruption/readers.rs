@@ -121,6 +121,34 @@ pub const READERS: &[Reader] = &[
         read: read_model_yaml,
     },
     Reader {
+        name: "spiece.model",
+        file_name: "spiece.model",
+        header_span: 16,
+        semantic: None,
+        read: read_spiece_model,
+    },
+    Reader {
+        name: "vocab.json",
+        file_name: "vocab.json",
+        header_span: 0,
+        semantic: None,
+        read: read_clip_vocab,
+    },
+    Reader {
+        name: "preprocessor_config.json",
+        file_name: "preprocessor_config.json",
+        header_span: 0,
+        semantic: None,
+        read: read_image_processor,
+    },
+    Reader {
+        name: "image folder",
+        file_name: "image.png",
+        header_span: 64,
+        semantic: None,
+        read: read_image_folder,
+    },
+    Reader {
         name: "data.yaml",
         file_name: "data.yaml",
         header_span: 0,
@@ -157,6 +185,93 @@ fn read_tokenizer(p: &Path) -> Result<()> {
     let tok = Tokenizer::load(p)?;
     let ids = tok.encode("Hello, corrupt world! 123")?;
     tok.decode(&ids, false)?;
+    Ok(())
+}
+
+/// `files` (the corrupt file first, then siblings beside it) copied into a folder of their own,
+/// so that a folder reader sees only them (not another reader's tokenizer.json).
+fn alone_with(p: &Path, files: &[&str]) -> Result<std::path::PathBuf> {
+    let from = p.parent().unwrap_or(Path::new("."));
+    let dir = from.join(format!("only_{}", files[0]));
+    std::fs::create_dir_all(&dir).map_err(|e| rusting_brain::Error::io(&dir, e))?;
+    for f in files {
+        std::fs::copy(from.join(f), dir.join(f)).map_err(|e| rusting_brain::Error::io(&dir, e))?;
+    }
+    Ok(dir)
+}
+
+/// SigLIP's tokenizer from the folder's spiece.model, a batch of prompts encoded.
+fn read_spiece_model(p: &Path) -> Result<()> {
+    use rusting_brain::models::siglip::tokenizer;
+    let dir = alone_with(p, &["spiece.model", "tokenizer_config.json"])?;
+    if let Some(tok) = tokenizer::from_folder(&dir, 64)? {
+        tok.encode_batch(&["A photo of a cat.", "naïve café ＦＵＬＬ 123"])?;
+    }
+    Ok(())
+}
+
+/// CLIP's tokenizer from the folder's vocab.json beside its merges.txt.
+fn read_clip_vocab(p: &Path) -> Result<()> {
+    use rusting_brain::models::clip::tokenizer;
+    let dir = alone_with(p, &["vocab.json", "merges.txt"])?;
+    if let Some(tok) = tokenizer::from_folder(&dir, 77)? {
+        tok.encode_batch(&["a photo of a cat", "Hello, World! it's 3.14"])?;
+    }
+    Ok(())
+}
+
+/// The processor read and applied to a small photo.
+fn read_image_processor(p: &Path) -> Result<()> {
+    use rusting_brain::vision::{ImageProcessor, RgbImage};
+    let dir = p.parent().unwrap_or(Path::new("."));
+    if let Some(processor) = ImageProcessor::from_folder(dir)? {
+        let photo = RgbImage::from_fn(40, 30, |x, y| image::Rgb([x as u8, y as u8, 7]));
+        processor.batch(&[photo])?;
+    }
+    Ok(())
+}
+
+/// The (corrupt) image as one class of an image folder beside a valid one, every batch of an
+/// epoch decoded: a broken image must come back as an error that names it.
+fn read_image_folder(p: &Path) -> Result<()> {
+    use rusting_brain::data::image_folder::{
+        ImageFolder, ImageFolderBatches, ImageFolderOptions, ImageTransform,
+    };
+    use rusting_brain::data::BatchSource;
+    use rusting_brain::vision::ImageProcessor;
+    let root = p.parent().unwrap_or(Path::new(".")).join("folder");
+    for class in ["broken", "fine"] {
+        std::fs::create_dir_all(root.join(class))
+            .map_err(|e| rusting_brain::Error::io(&root, e))?;
+    }
+    let copy = |to: &Path| std::fs::copy(p, to).map_err(|e| rusting_brain::Error::io(to, e));
+    let broken = root.join("broken/image.png");
+    copy(&broken)?;
+    let fine = image::RgbImage::from_pixel(12, 9, image::Rgb([10, 200, 30]));
+    fine.save(root.join("fine/ok.png")).unwrap();
+    let processor = ImageProcessor::from_json(&serde_json::json!({
+        "size": {"height": 8, "width": 8}, "resample": 2,
+        "image_mean": [0.5, 0.5, 0.5], "image_std": [0.5, 0.5, 0.5]
+    }))?;
+    let options = ImageFolderOptions {
+        batch_size: 2,
+        shuffle: false,
+        drop_last: false,
+        seed: 0,
+        workers: 1,
+    };
+    let folder = ImageFolder::open(&root)?;
+    let mut batches = ImageFolderBatches::new(folder, ImageTransform::Eval(processor), options)?;
+    for batch in batches.epoch(Device::Cpu)? {
+        if let Err(e) = batch {
+            let text = e.to_string();
+            assert!(
+                text.contains("image.png"),
+                "the error does not name the image: {text}"
+            );
+            return Err(e);
+        }
+    }
     Ok(())
 }
 

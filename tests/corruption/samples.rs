@@ -66,6 +66,21 @@ pub fn sample(reader: &str) -> Sample {
         "onnx" | "onnx graph" => Sample::alone(onnx()),
         "gguf" => Sample::alone(fixture("gguf/tiny_llama.gguf")),
         "model yaml" => Sample::alone(fixture("yolo/mini11.yaml")),
+        "spiece.model" => Sample {
+            valid: fixture("siglip_tokenizer/spiece.model"),
+            siblings: vec![(
+                "tokenizer_config.json",
+                fixture("siglip_tokenizer/tokenizer_config.json"),
+            )],
+        },
+        "vocab.json" => Sample {
+            valid: fixture("vision_families/clip/vocab.json"),
+            siblings: vec![("merges.txt", fixture("vision_families/clip/merges.txt"))],
+        },
+        "preprocessor_config.json" => {
+            Sample::alone(fixture("vision_families/clip/preprocessor_config.json"))
+        }
+        "image folder" => Sample::alone(png_32x32()),
         "data.yaml" => Sample {
             valid: b"train: val.txt\nval: val.txt\nnames: [thing, other]\n".to_vec(),
             siblings: vec![

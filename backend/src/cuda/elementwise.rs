@@ -279,18 +279,26 @@ pub fn binary(
     let words = |s: &Strided, st: &CudaStorage, l: &Layout| {
         s.is_contiguous() && aligned16(st.ptr_at(l.offset()))
     };
+    let word = 16 / a.dtype().size_in_bytes();
+    // One row (the last dim, whole words, stride 1) repeated over every leading dim: a bias.
+    let row = |st: &CudaStorage, l: &Layout| {
+        let r = l.rank();
+        r >= 2
+            && l.strides()[r - 1] == 1
+            && l.shape()[r - 1].is_multiple_of(word)
+            && (0..r - 1).all(|d| l.strides()[d] == 0 || l.shape()[d] == 1)
+            && aligned16(st.ptr_at(l.offset()))
+    };
     let vec = match (words(&as_, a, la), words(&bs, b, lb)) {
         (true, true) => 1,
         (true, false) if one(lb) => 2,
         (false, true) if one(la) => 3,
+        (true, false) if row(b, lb) => 4,
+        (false, true) if row(a, la) => 5,
         _ => 0,
     };
     let (pa, pb, y, n, code) = (a.ptr(), b.ptr(), out.ptr(), n as i64, op.code() as i32);
-    let per_thread = if vec != 0 {
-        16 / a.dtype().size_in_bytes()
-    } else {
-        1
-    };
+    let per_thread = if vec != 0 { word } else { 1 };
     let grid = grid_for((n as usize).div_ceil(per_thread), BLOCK, dev.sm_count());
     // SAFETY: both views lie inside their allocations; y holds n elements.
     unsafe {

