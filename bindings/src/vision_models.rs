@@ -10,9 +10,10 @@ use crate::options::Options;
 use rhai::{Array, Dynamic, Map};
 use rusting_brain::models::image_text::{as_image_text_model, ImageTextModel};
 use rusting_brain::models::pretrained::{as_image_model, top_classes, ClassScore, ImageModel};
+use rusting_brain::models::vit::ViT;
 use rusting_brain::vision::image::{read_rgb, tensor_to_rgb};
 use rusting_brain::vision::RgbImage;
-use rusting_brain::{no_grad, DType, Tensor};
+use rusting_brain::{no_grad, DType, Generator, Tensor};
 
 /// One photo from a path or a U8 [H, W, 3] tensor.
 fn photo(d: &Dynamic, what: &str) -> RhaiResult<RgbImage> {
@@ -141,7 +142,42 @@ fn zero_shot(model: &mut Model, images: Dynamic, labels: Array, opts: Map) -> Rh
     })
 }
 
+fn set_classes(model: &mut Model, labels: Array, opts: Map) -> RhaiResult<()> {
+    let o = Options::new("set_classes", opts, &["seed"])?;
+    let labels = strings(&labels, "set_classes")?;
+    let mut gen = Generator::new(o.int("seed", 0)? as u64);
+    model.with_layer_mut::<ViT, _>("set_classes", |vit| {
+        guard(|| vit.set_classes(labels, &mut gen))
+    })
+}
+
 pub fn register(api: &mut Api) {
+    api.method(
+        "set_classes",
+        "model.set_classes(labels, #{ seed }) -> ()",
+        "ViT and DeiT: a fresh classifier on [CLS] for these class names (transformers' ViTForImageClassification head, PyTorch's Linear init drawn from seed, default 0), in place of the pooler or the old classifier: what fine-tuning on another set of classes starts from. classify() then names these classes.",
+        "let m = vision::resnet(18, #{ num_classes: 3 }); try { m.set_classes([\"cat\", \"dog\"], #{ seed: 1 }); } catch (e) { print(e); }",
+        set_classes,
+    );
+    api.method(
+        "set_classes",
+        "model.set_classes(labels) -> ()",
+        "set_classes with seed 0.",
+        "let m = vision::resnet(18, #{ num_classes: 3 }); try { m.set_classes([\"cat\", \"dog\"]); } catch (e) { print(e); }",
+        |m: &mut Model, labels: Array| set_classes(m, labels, Map::new()),
+    );
+    api.method(
+        "save_pretrained",
+        "model.save_pretrained(dir) -> dir",
+        "ViT and DeiT: writes config.json (the classes as id2label), model.safetensors with transformers' names and preprocessor_config.json, a folder transformers' from_pretrained and vision::load read. Merge LoRA adapters first (model.merge_lora()).",
+        "let m = vision::resnet(18, #{ num_classes: 3 }); try { m.save_pretrained(\"out/vit\"); } catch (e) { print(e); }",
+        |model: &mut Model, dir: &str| -> RhaiResult<String> {
+            model.with_layer::<ViT, _>("save_pretrained", |vit| {
+                guard(|| vit.save_pretrained(std::path::Path::new(dir)))
+            })?;
+            Ok(dir.to_string())
+        },
+    );
     api.method(
         "classify",
         "model.classify(images, #{ topk }) -> array",

@@ -2,6 +2,7 @@
 
 mod attention_layers;
 mod functional;
+mod lora_methods;
 mod modules;
 mod recurrent_layers;
 mod script_module;
@@ -20,6 +21,7 @@ pub fn register(engine: &mut Engine) {
         modules::register(&mut api);
         attention_layers::register(&mut api);
         recurrent_layers::register(&mut api);
+        lora_methods::register(&mut api);
     }
     engine.register_static_module("nn", module.into());
     engine.register_type_with_name::<Model>("Model");

@@ -34,6 +34,26 @@ impl Model {
         self.0.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// `with_layer` for a method that changes the layer.
+    pub fn with_layer_mut<T: 'static, R>(
+        &self,
+        what: &str,
+        f: impl FnOnce(&mut T) -> RhaiResult<R>,
+    ) -> RhaiResult<R> {
+        let mut guard = self.lock();
+        let title = guard.title();
+        match guard.as_any_mut().and_then(|a| a.downcast_mut::<T>()) {
+            Some(layer) => f(layer),
+            None => Err(runtime_error(format!(
+                "{what} is a method of {}; this model is a {title}",
+                std::any::type_name::<T>()
+                    .rsplit("::")
+                    .next()
+                    .unwrap_or("another layer")
+            ))),
+        }
+    }
+
     /// Runs `f` on the layer behind the handle when it is a `T` (a method only that layer
     /// has: attention's masks, an ONNX graph's named inputs), else says what it needed.
     pub fn with_layer<T: 'static, R>(
@@ -136,6 +156,13 @@ impl Module for Model {
     }
     fn capture_key(&self, key: &mut rusting_brain::capture::Key) {
         self.lock().capture_key(key)
+    }
+    fn for_each_linear_mut(
+        &mut self,
+        prefix: &str,
+        f: &mut dyn FnMut(&str, &mut rusting_brain::nn::Linear) -> rusting_brain::Result<()>,
+    ) -> rusting_brain::Result<()> {
+        self.lock().for_each_linear_mut(prefix, f)
     }
 }
 

@@ -135,6 +135,14 @@ impl Activation {
         }
     }
 
+    /// The name transformers' `ACT2FN` reads for it in a config's `hidden_act`.
+    pub fn hf_name(self) -> &'static str {
+        match self {
+            Activation::GeluTanh => "gelu_pytorch_tanh",
+            other => other.name(),
+        }
+    }
+
     /// PyTorch's module for it, as `print(model)` shows it.
     pub fn class_name(self) -> &'static str {
         match self {

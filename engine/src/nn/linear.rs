@@ -242,6 +242,14 @@ impl Linear {
 }
 
 impl Module for Linear {
+    fn for_each_linear_mut(
+        &mut self,
+        prefix: &str,
+        f: &mut dyn FnMut(&str, &mut Linear) -> Result<()>,
+    ) -> Result<()> {
+        f(prefix, self)
+    }
+
     /// x [..., in] -> [..., out].
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
         if x.rank() == 0 || x.shape()[x.rank() - 1] != self.in_features() {

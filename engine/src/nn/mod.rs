@@ -13,6 +13,7 @@ mod gated_mlp;
 pub mod init;
 mod linear;
 pub mod lora;
+pub mod lora_targets;
 mod mlp;
 mod module;
 mod module_list;

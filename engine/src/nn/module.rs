@@ -122,6 +122,42 @@ pub trait Module: Send + Sync {
         None
     }
 
+    /// `as_any` for a layer's own methods that change it (a classifier replaced).
+    fn as_any_mut(&mut self) -> Option<&mut dyn std::any::Any> {
+        None
+    }
+
+    /// Calls `f` with the dotted name of every `Linear` at or under this module (what
+    /// `nn::lora_targets` adapts by name). The default walks `children` beside `children_mut`;
+    /// `Linear` answers itself, and a shared handle passes the walk to the layer it holds.
+    fn for_each_linear_mut(
+        &mut self,
+        prefix: &str,
+        f: &mut dyn FnMut(&str, &mut super::Linear) -> Result<()>,
+    ) -> Result<()> {
+        let names: Vec<String> = self.children().into_iter().map(|(n, _)| n).collect();
+        let title = self.title();
+        let children = self.children_mut();
+        if names.len() != children.len() {
+            return Err(crate::Error::invalid(
+                "module",
+                format!(
+                    "{prefix}: {title} lists {} named children but {} mutable ones",
+                    names.len(),
+                    children.len()
+                ),
+            ));
+        }
+        for (name, child) in names.iter().zip(children) {
+            let full = match prefix {
+                "" => name.clone(),
+                p => format!("{p}.{name}"),
+            };
+            child.for_each_linear_mut(&full, f)?;
+        }
+        Ok(())
+    }
+
     /// The shape of one input sample (no batch dimension) when the layer fixes it, as a Linear
     /// does; what an export uses when no shape is given.
     fn input_shape(&self) -> Option<Vec<usize>> {

@@ -87,6 +87,43 @@ fn triple(v: &Value, key: &str) -> Result<[f32; 3]> {
 }
 
 impl ImageProcessor {
+    /// `preprocessor_config.json` as transformers' image processors read it back (the same
+    /// steps; `image_processor_type` names the plain ViT processor, which applies them).
+    pub fn to_json(&self) -> Value {
+        let size = |r: &ResizeTo| match r {
+            ResizeTo::Exact { height, width } => {
+                serde_json::json!({"height": height, "width": width})
+            }
+            ResizeTo::ShortestEdge(s) => serde_json::json!({"shortest_edge": s}),
+        };
+        let mut v = serde_json::json!({
+            "image_processor_type": "ViTImageProcessor",
+            "do_resize": self.resize.is_some(),
+            "do_center_crop": self.crop.is_some(),
+            "do_rescale": self.rescale.is_some(),
+            "do_normalize": self.normalize.is_some(),
+        });
+        let m = v.as_object_mut().expect("an object");
+        if let Some((to, filter)) = &self.resize {
+            m.insert("size".into(), size(to));
+            m.insert("resample".into(), filter.code().into());
+        }
+        if let Some((height, width)) = self.crop {
+            m.insert(
+                "crop_size".into(),
+                serde_json::json!({"height": height, "width": width}),
+            );
+        }
+        if let Some(r) = self.rescale {
+            m.insert("rescale_factor".into(), r.into());
+        }
+        if let Some((mean, std)) = self.normalize {
+            m.insert("image_mean".into(), serde_json::json!(mean));
+            m.insert("image_std".into(), serde_json::json!(std));
+        }
+        v
+    }
+
     pub fn from_json(v: &Value) -> Result<ImageProcessor> {
         let flag =
             |key: &str, default: bool| v.get(key).and_then(Value::as_bool).unwrap_or(default);

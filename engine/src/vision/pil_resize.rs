@@ -33,6 +33,14 @@ impl PilFilter {
         }
     }
 
+    /// The code `from_code` reads.
+    pub fn code(self) -> u64 {
+        match self {
+            PilFilter::Bilinear => 2,
+            PilFilter::Bicubic => 3,
+        }
+    }
+
     fn support(self) -> f64 {
         match self {
             PilFilter::Bilinear => 1.0,

@@ -87,6 +87,47 @@ impl ViTConfig {
         Ok(c)
     }
 
+    /// `config.json` as transformers reads it back; `architecture` names the class.
+    pub fn to_json(&self, architecture: &str) -> Value {
+        let model_type = match self.variant {
+            Variant::ViT => "vit",
+            Variant::DeiT => "deit",
+        };
+        let mut v = serde_json::json!({
+            "architectures": [architecture],
+            "model_type": model_type,
+            "hidden_size": self.hidden_size,
+            "num_hidden_layers": self.num_hidden_layers,
+            "num_attention_heads": self.num_attention_heads,
+            "intermediate_size": self.intermediate_size,
+            "hidden_act": self.hidden_act.hf_name(),
+            "layer_norm_eps": self.layer_norm_eps,
+            "image_size": self.image_size,
+            "patch_size": self.patch_size,
+            "num_channels": self.num_channels,
+            "qkv_bias": self.qkv_bias,
+            "pooler_output_size": self.pooler_output_size,
+        });
+        if !self.labels.is_empty() {
+            let m = v.as_object_mut().expect("an object");
+            let id2label: serde_json::Map<String, Value> = self
+                .labels
+                .iter()
+                .enumerate()
+                .map(|(i, l)| (i.to_string(), Value::from(l.as_str())))
+                .collect();
+            let label2id: serde_json::Map<String, Value> = self
+                .labels
+                .iter()
+                .enumerate()
+                .map(|(i, l)| (l.clone(), Value::from(i)))
+                .collect();
+            m.insert("id2label".into(), id2label.into());
+            m.insert("label2id".into(), label2id.into());
+        }
+        v
+    }
+
     pub fn head_dim(&self) -> usize {
         self.hidden_size / self.num_attention_heads
     }

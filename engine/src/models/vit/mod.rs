@@ -49,5 +49,33 @@ impl ViT {
     }
 }
 
+impl ViT {
+    /// Writes a folder transformers' `from_pretrained` reads: config.json (with the classes as
+    /// id2label), model.safetensors with transformers' names, and preprocessor_config.json
+    /// when the model has a processor. LoRA adapters must be merged first (their tensors have
+    /// no place in the class's weights).
+    pub fn save_pretrained(&self, dir: &Path) -> Result<()> {
+        let state = self.state_dict();
+        if let Some(name) = state.keys().find(|n| n.contains(".lora_")) {
+            return Err(Error::invalid(
+                "save_pretrained",
+                format!("the model has LoRA adapters ({name}): merge_lora() them first"),
+            ));
+        }
+        std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
+        let write_json = |name: &str, v: &serde_json::Value| {
+            let path = dir.join(name);
+            let text = serde_json::to_string_pretty(v).expect("JSON values serialize");
+            std::fs::write(&path, text + "\n").map_err(|e| Error::io(&path, e))
+        };
+        write_json("config.json", &self.config.to_json(self.architecture()))?;
+        if let Some(p) = &self.processor {
+            write_json("preprocessor_config.json", &p.to_json())?;
+        }
+        let meta = std::collections::HashMap::from([("format".to_string(), "pt".to_string())]);
+        crate::io::safetensors::save(dir.join("model.safetensors"), &state, Some(meta))
+    }
+}
+
 #[cfg(test)]
 mod tests;

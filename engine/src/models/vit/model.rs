@@ -194,6 +194,32 @@ impl ViT {
         matches!(self.head, Head::Pooler(_))
     }
 
+    /// A fresh classifier on [CLS] for `labels` (transformers' `*ForImageClassification`),
+    /// in place of the pooler, the old classifier or DeiT's two, on the model's device: what
+    /// fine-tuning on another set of classes starts from.
+    pub fn set_classes(&mut self, labels: Vec<String>, gen: &mut Generator) -> Result<()> {
+        if labels.is_empty() {
+            return Err(Error::invalid("set_classes", "needs at least one class"));
+        }
+        let device = crate::models::pretrained::device_of(self);
+        let linear = Linear::new(self.config.hidden_size, labels.len(), true, gen)?;
+        linear.to_device(device)?;
+        self.head = Head::Classifier(linear);
+        self.config.labels = labels;
+        Ok(())
+    }
+
+    /// transformers' class for this head.
+    pub fn architecture(&self) -> &'static str {
+        match (&self.head, self.config.variant) {
+            (Head::Pooler(_) | Head::None, Variant::ViT) => "ViTModel",
+            (Head::Pooler(_) | Head::None, Variant::DeiT) => "DeiTModel",
+            (Head::Classifier(_), Variant::ViT) => "ViTForImageClassification",
+            (Head::Classifier(_), Variant::DeiT) => "DeiTForImageClassification",
+            (Head::Distilled(..), _) => "DeiTForImageClassificationWithTeacher",
+        }
+    }
+
     fn backbone_prefix(&self) -> &'static str {
         match (&self.head, self.config.variant) {
             (Head::Pooler(_) | Head::None, _) => "",
@@ -249,6 +275,10 @@ impl Module for ViT {
     crate::nn::training_field!();
 
     fn as_any(&self) -> Option<&dyn std::any::Any> {
+        Some(self)
+    }
+
+    fn as_any_mut(&mut self) -> Option<&mut dyn std::any::Any> {
         Some(self)
     }
 
