@@ -95,6 +95,7 @@ fn every_script_runs_on_tiny_settings() {
         jpegs.join("hopper.jpg").display(),
         jpegs.join("pil_sample_rgb.jpg").display()
     );
+    let finetuned = format!("out={}", dir.path().join("finetuned").display());
     let tiny_model = format!("model={}", tiny_yolo_yaml(dir.path()).display());
     let train_out = format!("out={}", dir.path().join("train").display());
     let tiny_gguf =
@@ -106,6 +107,16 @@ fn every_script_runs_on_tiny_settings() {
     // Each script gets the arguments it declares (an unknown one is refused), at tiny sizes.
     let tiny = |name: &str| -> Vec<&str> {
         match name {
+            "finetune_image.rhai" => vec![
+                &deit,
+                &cnn_data,
+                "mode=lora",
+                "rank=2",
+                "epochs=2",
+                "batch=4",
+                "val_split=0.25",
+                &finetuned,
+            ],
             "finetune_lora.rhai" => vec![
                 &tiny_gguf,
                 &finetune_text,
@@ -162,6 +173,25 @@ fn every_script_runs_on_tiny_settings() {
         );
     }
     assert!(names.len() >= 4, "found only {names:?}");
+    // finetune_image.rhai saved transformers' layout with the folder's classes, merged.
+    let config = std::fs::read_to_string(dir.path().join("finetuned/config.json")).unwrap();
+    let config: serde_json::Value = serde_json::from_str(&config).unwrap();
+    assert_eq!(
+        config["id2label"],
+        serde_json::json!({"0": "bright", "1": "dark"})
+    );
+    assert_eq!(config["architectures"][0], "DeiTForImageClassification");
+    for file in [
+        "model.safetensors",
+        "preprocessor_config.json",
+        "training.png",
+        "confusion_matrix.png",
+    ] {
+        assert!(
+            dir.path().join("finetuned").join(file).exists(),
+            "{file} was not written"
+        );
+    }
     // A prompt longer than the tiny model's context keeps its end, with one note, and samples.
     let long = format!("prompt={}", "fn main() { let x = 1; } ".repeat(40));
     let out = run_script_with(&dir, "sample.rhai", &["max_new_tokens=8", &long, &out]);
