@@ -23,15 +23,6 @@ use std::time::Instant;
 
 const PEAK_TFLOPS: f64 = 790.0;
 
-fn num(name: &str, default: usize) -> usize {
-    let args: Vec<String> = std::env::args().collect();
-    args.iter()
-        .position(|a| a == name)
-        .and_then(|i| args.get(i + 1))
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
-
 /// One tower's forward FLOPs for one input of `t` tokens: q, k, v, output and the two MLP
 /// products, the two attention products, 2 FLOPs a multiply-add.
 fn tower_flops(d: f64, m: f64, layers: f64, t: f64) -> f64 {
@@ -67,7 +58,7 @@ fn run(
     dev: &rusting_brain::backend::cuda::CudaDevice,
     d: Device,
 ) -> Result<Vec<serde_json::Value>> {
-    let (batch, steps) = (num("--batch", 256), num("--steps", 20));
+    let (batch, steps) = (common::num("--batch", 256), common::num("--steps", 20));
     let config = ClipConfig::from_json(&json!({"text_config": {}, "vision_config": {}}))?;
     let mut gen = Generator::new(0);
     let mut model = Clip::new(config, &mut gen)?;

@@ -19,15 +19,6 @@ use rusting_brain::{cross_entropy, CrossEntropyOptions, DType, Device, Generator
 use serde_json::json;
 use std::time::Instant;
 
-fn num(name: &str, default: usize) -> usize {
-    let args: Vec<String> = std::env::args().collect();
-    args.iter()
-        .position(|a| a == name)
-        .and_then(|i| args.get(i + 1))
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
-
 /// One training step; returns the loss (still on the device).
 fn step(model: &ResNet, opt: &mut Sgd, x: &Tensor, y: &Tensor) -> Result<Tensor> {
     let loss = autocast(Some(DType::BF16), || {
@@ -41,10 +32,10 @@ fn step(model: &ResNet, opt: &mut Sgd, x: &Tensor, y: &Tensor) -> Result<Tensor>
 
 fn train(dev: &rusting_brain::backend::cuda::CudaDevice, d: Device) -> Result<serde_json::Value> {
     let (depth, batch, size, steps) = (
-        num("--depth", 18),
-        num("--batch", 128),
-        num("--imgsz", 224),
-        num("--steps", 20),
+        common::num("--depth", 18),
+        common::num("--batch", 128),
+        common::num("--imgsz", 224),
+        common::num("--steps", 20),
     );
     let mut gen = Generator::new(0);
     let model = ResNet::new(ResNetConfig::depth(depth, 1000)?, &mut gen)?;

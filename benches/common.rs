@@ -20,3 +20,14 @@ pub fn cuda_or_exit(bench: &str) -> Arc<CudaDevice> {
         }
     }
 }
+
+/// The number after `name` on the command line (`--batch 256`), else `default`.
+#[allow(dead_code)] // lm_bench reads its flags its own way
+pub fn num(name: &str, default: usize) -> usize {
+    let args: Vec<String> = std::env::args().collect();
+    args.iter()
+        .position(|a| a == name)
+        .and_then(|i| args.get(i + 1))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}

@@ -23,15 +23,6 @@ use rusting_brain::{
 use serde_json::json;
 use std::time::Instant;
 
-fn num(name: &str, default: usize) -> usize {
-    let args: Vec<String> = std::env::args().collect();
-    args.iter()
-        .position(|a| a == name)
-        .and_then(|i| args.get(i + 1))
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
-
 /// Forward FLOPs of one image: the products (q, k, v, output, two MLP layers) and the two
 /// attention products, 2 FLOPs a multiply-add.
 fn forward_flops(c: &ViTConfig, imgsz: usize) -> f64 {
@@ -67,10 +58,10 @@ fn run(
     d: Device,
 ) -> Result<Vec<serde_json::Value>> {
     let (infer_batch, train_batch, steps, size) = (
-        num("--infer-batch", 256),
-        num("--train-batch", 128),
-        num("--steps", 20),
-        num("--imgsz", 224),
+        common::num("--infer-batch", 256),
+        common::num("--train-batch", 128),
+        common::num("--steps", 20),
+        common::num("--imgsz", 224),
     );
     let config = ViTConfig {
         labels: (0..1000).map(|i| format!("LABEL_{i}")).collect(),
