@@ -16,6 +16,10 @@ template <class C> __device__ __forceinline__ C gelu_derivative_c(C x) {
     return cdf + x * pdf;
 }
 template <class C> __device__ __forceinline__ C gelu_tanh_inner_c(C x) { return (C)0.7978845608028654 * (x + (C)0.044715 * x * x * x); }
+template <class C> __device__ __forceinline__ C quick_gelu_derivative_c(C x) {
+    const C s = sigmoid_c((C)1.702 * x);
+    return s + (C)1.702 * x * s * ((C)1 - s);
+}
 template <class C> __device__ __forceinline__ C gelu_tanh_c(C x) { return (C)0.5 * x * ((C)1 + tanh(gelu_tanh_inner_c(x))); }
 template <class C> __device__ __forceinline__ C gelu_tanh_derivative_c(C x) {
     C t = tanh(gelu_tanh_inner_c(x));

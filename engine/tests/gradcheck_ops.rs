@@ -64,6 +64,7 @@ fn gradcheck_case(name: &str) -> Option<Case> {
         "relu" => unary(|x| x.relu()),
         "gelu" => unary(|x| x.gelu()),
         "gelu_tanh" => unary(|x| x.gelu_tanh()),
+        "quick_gelu" => unary(|x| x.quick_gelu()),
         "silu" => unary(|x| x.silu()),
         "softplus" => unary(|x| x.softplus()),
         "mish" => unary(|x| x.mish()),

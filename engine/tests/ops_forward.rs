@@ -610,3 +610,40 @@ fn index_copy_writes_slices_in_place_and_refuses_a_misshaped_source() {
         Err(Error::IndexOutOfRange { index: 3, .. })
     ));
 }
+
+/// Class probabilities as targets (mixup's soft labels): one-hot rows give the loss of the
+/// class ids, label smoothing included; a mixed row gives -sum(p · log_softmax(x)).
+#[test]
+fn cross_entropy_against_class_probabilities_matches_pytorch() {
+    use rusting_brain::{cross_entropy, CrossEntropyOptions};
+    let logits = randn(&[4, 3], 31, DType::F64);
+    let ids = Tensor::from_vec(vec![0i64, 2, 1, 2], &[4]).unwrap();
+    let one_hot = rusting_brain::data::scaling::one_hot(&ids, 3)
+        .unwrap()
+        .to_dtype(DType::F64)
+        .unwrap();
+    for smoothing in [0.0, 0.1] {
+        let opts = CrossEntropyOptions {
+            label_smoothing: smoothing,
+            ..Default::default()
+        };
+        let a = cross_entropy(&logits, &ids, opts).unwrap().item().unwrap();
+        let b = cross_entropy(&logits, &one_hot, opts)
+            .unwrap()
+            .item()
+            .unwrap();
+        assert!((a - b).abs() < 1e-12, "smoothing {smoothing}: {a} vs {b}");
+    }
+    let p = Tensor::from_vec(vec![0.25f64, 0.75, 0.0], &[1, 3]).unwrap();
+    let x = logits.narrow(0, 0, 1).unwrap();
+    let xv = x.to_vec_f64().unwrap();
+    let lse = xv.iter().map(|v| v.exp()).sum::<f64>().ln();
+    let want = -(0.25 * (xv[0] - lse) + 0.75 * (xv[1] - lse));
+    let got = cross_entropy(&x, &p, Default::default())
+        .unwrap()
+        .item()
+        .unwrap();
+    assert!((got - want).abs() < 1e-12, "{got} vs {want}");
+    let wrong = Tensor::zeros(&[4, 2], DType::F64, rusting_brain::Device::Cpu).unwrap();
+    assert!(cross_entropy(&logits, &wrong, Default::default()).is_err());
+}

@@ -259,6 +259,7 @@ fn read_image_folder(p: &Path) -> Result<()> {
         drop_last: false,
         seed: 0,
         workers: 1,
+        mix: None,
     };
     let folder = ImageFolder::open(&root)?;
     let mut batches = ImageFolderBatches::new(folder, ImageTransform::Eval(processor), options)?;

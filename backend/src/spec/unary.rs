@@ -220,6 +220,15 @@ unary_ops! {
         derivative: |x, _y| gelu_tanh_derivative(x),
         cuda: "gelu_tanh_c(x)", "gelu_tanh_derivative_c(x)",
     }
+    /// x * sigmoid(1.702 x): CLIP's quick GELU, one pass instead of three.
+    QuickGelu = "quick_gelu" {
+        value: |x| x * sigmoid(R::c(QUICK_GELU_K) * x),
+        derivative: |x, _y| {
+            let s = sigmoid(R::c(QUICK_GELU_K) * x);
+            s + R::c(QUICK_GELU_K) * x * s * (R::c(1.0) - s)
+        },
+        cuda: "x * sigmoid_c((C)1.702 * x)", "quick_gelu_derivative_c(x)",
+    }
     /// x * sigmoid(x) (swish).
     Silu = "silu" {
         value: |x| x * sigmoid(x),
@@ -335,6 +344,9 @@ fn gelu_derivative<R: Real>(x: R) -> R {
     cdf + x * pdf
 }
 
+/// The slope of CLIP's quick GELU, x * sigmoid(1.702 x).
+pub const QUICK_GELU_K: f64 = 1.702;
+
 #[inline(always)]
 fn gelu_tanh_inner<R: Real>(x: R) -> R {
     R::c(SQRT_2_OVER_PI) * (x + R::c(GELU_TANH_C) * x * x * x)
@@ -389,6 +401,7 @@ mod tests {
             UnaryOp::Sigmoid,
             UnaryOp::Gelu,
             UnaryOp::GeluTanh,
+            UnaryOp::QuickGelu,
             UnaryOp::Silu,
             UnaryOp::Softplus,
             UnaryOp::Mish,

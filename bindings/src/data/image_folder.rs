@@ -7,6 +7,7 @@ use crate::error::{guard, runtime_error, RhaiResult};
 use crate::nn::Model;
 use crate::options::Options;
 use rhai::{Dynamic, Map};
+use rusting_brain::data::mix::MixOptions;
 use rusting_brain::data::{ImageFolder, ImageFolderBatches, ImageFolderOptions, ImageTransform};
 use rusting_brain::models::pretrained::as_image_model;
 use rusting_brain::vision::ImageProcessor;
@@ -19,6 +20,8 @@ const OPTIONS: &[&str] = &[
     "batch_size",
     "workers",
     "model",
+    "mixup",
+    "cutmix",
 ];
 
 /// torchvision's ImageNet evaluation transform at `imgsz`: the short side to imgsz·256/224
@@ -61,8 +64,15 @@ pub fn image_folder(dir: &str, opts: Map) -> RhaiResult<Map> {
         drop_last: false,
         seed,
         workers: o.usize("workers", 0)?,
+        mix,
     };
     let folder = guard(|| ImageFolder::open(dir))?;
+    let (mixup, cutmix) = (o.float("mixup", 0.0)?, o.float("cutmix", 0.0)?);
+    let mix = (mixup > 0.0 || cutmix > 0.0).then_some(MixOptions {
+        mixup_alpha: mixup,
+        cutmix_alpha: cutmix,
+        classes: folder.classes.len(),
+    });
     let (train, val) = guard(|| folder.split(val_split, seed))?;
     let train_transform = match o.bool("augment", true)? {
         true => guard(|| ImageTransform::train(processor.clone()))?,
@@ -89,6 +99,7 @@ pub fn image_folder(dir: &str, opts: Map) -> RhaiResult<Map> {
     if !val.samples.is_empty() {
         let val_options = ImageFolderOptions {
             shuffle: false,
+            mix: None,
             ..options
         };
         let eval = ImageTransform::Eval(processor);

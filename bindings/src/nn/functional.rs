@@ -327,7 +327,7 @@ pub fn register(api: &mut Api) {
     api.func(
         "cross_entropy",
         "nn::cross_entropy(logits, targets) -> Tensor",
-        "Mean cross-entropy of logits [N, C] against class ids [N].",
+        "Mean cross-entropy of logits [N, C] against class ids [N], or against class probabilities [N, C] (float; mixup and cutmix labels), as PyTorch.",
         "let logits = randn([4, 3]); let y = tensor([0, 2, 1, 0]); nn::cross_entropy(logits, y)",
         |l: Tensor, t: Tensor| cross_entropy(l, t, Map::new()),
     );

@@ -11,6 +11,7 @@
 //! its position, so a run repeats whatever the thread count.
 
 use super::batch_source::{Batch, BatchSource, Epoch};
+use super::mix::{mix_batch, MixOptions};
 use super::ordered_pool::OrderedPool;
 use crate::vision::image::read_rgb;
 use crate::vision::image_processor::{ImageProcessor, ResizeTo};
@@ -251,9 +252,12 @@ pub struct ImageFolderOptions {
     pub seed: u64,
     /// Decoding threads (0: one per core, at most 8).
     pub workers: usize,
+    /// MixUp / CutMix on every batch (the labels then come as class probabilities [B, C]).
+    pub mix: Option<MixOptions>,
 }
 
-/// An image folder as batches: x [B, 3, H, W] (F32) and y [B] (I64 labels).
+/// An image folder as batches: x [B, 3, H, W] (F32) and y [B] (I64 labels; with `mix`, class
+/// probabilities [B, classes] (F32)).
 pub struct ImageFolderBatches {
     pub folder: Arc<ImageFolder>,
     transform: Arc<ImageTransform>,
@@ -323,6 +327,10 @@ impl BatchSource for ImageFolderBatches {
         );
         let batches = self.num_batches();
         let (bs, folder) = (self.options.batch_size, self.folder.clone());
+        let (mix, mix_seed) = (
+            self.options.mix,
+            self.options.seed.wrapping_mul(0x2545_F491_4F6C_DD1D),
+        );
         Ok(Box::new((0..batches).map(move |b| {
             let range = b * bs..((b + 1) * bs).min(n);
             let mut xs = Vec::with_capacity(range.len());
@@ -340,12 +348,17 @@ impl BatchSource for ImageFolderBatches {
                     format!("images of one batch came out at different sizes ({e}): give the processor a crop or an exact size"),
                 )
             })?;
-            let y = Tensor::from_vec(ys, &[xs.len()])?;
-            Ok(Batch {
-                x: x.to_device(device)?,
-                y: y.to_device(device)?,
-                paths,
-            })
+            let (x, y) = (x.to_device(device)?, Tensor::from_vec(ys, &[xs.len()])?.to_device(device)?);
+            let (x, y) = match mix {
+                // The batch's draw: the seed, the epoch and the batch's index.
+                Some(m) => {
+                    let mut gen = Generator::new(mix_seed ^ (epoch << 40) ^ b as u64);
+                    let (x, y, _) = mix_batch(&x, &y, m, &mut gen)?;
+                    (x, y)
+                }
+                None => (x, y),
+            };
+            Ok(Batch { x, y, paths })
         })))
     }
 }
@@ -405,6 +418,7 @@ mod tests {
                 drop_last: false,
                 seed: 5,
                 workers,
+                mix: None,
             };
             let transform = ImageTransform::train(processor.clone()).unwrap();
             let mut b = ImageFolderBatches::new(f.clone(), transform, options).unwrap();

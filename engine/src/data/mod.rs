@@ -10,6 +10,7 @@ pub mod dataset;
 mod describe;
 pub mod idx;
 pub mod image_folder;
+pub mod mix;
 pub mod ordered_pool;
 pub mod scaling;
 pub mod spirals;

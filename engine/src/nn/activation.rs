@@ -3,6 +3,7 @@
 //! configs write, `class_name` prints PyTorch's class.
 
 use super::module::Module;
+use crate::backend::spec::unary::QUICK_GELU_K;
 use crate::{Result, Tensor};
 
 /// An elementwise activation.
@@ -21,9 +22,6 @@ pub enum Activation {
     /// x·sigmoid(1.702·x), OpenAI CLIP's approximation (transformers' `quick_gelu`).
     QuickGelu,
 }
-
-/// QuickGELU's slope inside the sigmoid.
-const QUICK_GELU_K: f64 = 1.702;
 
 impl Activation {
     /// Every activation, for help texts and tests.
@@ -99,7 +97,7 @@ impl Activation {
             Activation::Sigmoid => x.sigmoid(),
             Activation::Softplus => x.softplus(),
             Activation::Mish => x.mish(),
-            Activation::QuickGelu => x.mul(&x.mul_scalar(QUICK_GELU_K)?.sigmoid()?),
+            Activation::QuickGelu => x.quick_gelu(),
         }
     }
 

@@ -107,6 +107,10 @@ impl Tensor {
     pub fn gelu_tanh(&self) -> Result<Tensor> {
         self.unary(UnaryOp::GeluTanh)
     }
+    /// x * sigmoid(1.702 x) (CLIP's quick GELU).
+    pub fn quick_gelu(&self) -> Result<Tensor> {
+        self.unary(UnaryOp::QuickGelu)
+    }
     pub fn silu(&self) -> Result<Tensor> {
         self.unary(UnaryOp::Silu)
     }

@@ -78,13 +78,6 @@ pub fn cross_entropy(
     opts: CrossEntropyOptions,
 ) -> Result<Tensor> {
     logits.check_float("cross_entropy")?;
-    if targets.dtype().is_float() {
-        return Err(Error::UnsupportedDType {
-            op: "cross_entropy",
-            dtype: targets.dtype(),
-            detail: ": targets must be integer class indices".into(),
-        });
-    }
     logits.check_same_device("cross_entropy", targets)?;
     if !(0.0..=1.0).contains(&opts.label_smoothing) {
         return Err(Error::invalid(
@@ -94,6 +87,9 @@ pub fn cross_entropy(
                 opts.label_smoothing
             ),
         ));
+    }
+    if targets.dtype().is_float() {
+        return cross_entropy_with_probabilities(logits, targets, &opts);
     }
     // Bring the class dim last and flatten to [rows, C].
     let (flat, t) = match logits.rank() {
@@ -160,6 +156,44 @@ pub fn cross_entropy(
         Reduction::Mean => per_row.sum()?.div(&valid.sum()?),
         Reduction::Sum => per_row.sum(),
         Reduction::None => per_row.reshape_to(&expected),
+    }
+}
+
+/// PyTorch's cross-entropy against class probabilities (targets of the logits' shape, float:
+/// mixup's and cutmix's soft labels): -sum(p · log_softmax(x)) over the class dim (1, or 0 for
+/// one row), with label smoothing mixing each row toward the uniform distribution; the mean is
+/// over every row (ignore_index does not apply), computed in F32 for half-precision logits.
+fn cross_entropy_with_probabilities(
+    logits: &Tensor,
+    targets: &Tensor,
+    opts: &CrossEntropyOptions,
+) -> Result<Tensor> {
+    if targets.shape() != logits.shape() {
+        return Err(Error::ShapeMismatch {
+            op: "cross_entropy (class probabilities need the logits' shape)",
+            lhs: logits.shape().to_vec(),
+            rhs: targets.shape().to_vec(),
+        });
+    }
+    let class_dim: isize = if logits.rank() == 1 { 0 } else { 1 };
+    let classes = logits.shape()[class_dim as usize];
+    let dtype = match logits.dtype() {
+        DType::BF16 | DType::F16 => DType::F32,
+        d => d,
+    };
+    let mut p = targets.to_dtype(dtype)?;
+    if opts.label_smoothing > 0.0 {
+        let eps = opts.label_smoothing;
+        p = p
+            .mul_scalar(1.0 - eps)?
+            .add_scalar(eps / classes.max(1) as f64)?;
+    }
+    let log_p = logits.to_dtype(dtype)?.log_softmax(class_dim)?;
+    let per_row = p.mul(&log_p)?.sum_dims(&[class_dim], false)?.neg()?;
+    match opts.reduction {
+        Reduction::Mean => per_row.mean(),
+        Reduction::Sum => per_row.sum(),
+        Reduction::None => Ok(per_row),
     }
 }
 

@@ -68,6 +68,7 @@ ops! {
     "relu": Primitive, true, INT_AND_FLOAT;
     "gelu": Primitive, true, FLOAT;
     "gelu_tanh": Primitive, true, FLOAT;
+    "quick_gelu": Primitive, true, FLOAT;
     "silu": Primitive, true, FLOAT;
     "softplus": Primitive, true, FLOAT;
     "mish": Primitive, true, FLOAT;

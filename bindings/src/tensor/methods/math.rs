@@ -23,6 +23,7 @@ pub fn register(api: &mut Api) {
         "relu" => relu, "Elementwise max(x, 0).";
         "gelu" => gelu, "Exact (erf) GELU.";
         "gelu_tanh" => gelu_tanh, "GELU with the tanh approximation.";
+        "quick_gelu" => quick_gelu, "x * sigmoid(1.702 x) (CLIP's quick GELU).";
         "silu" => silu, "x * sigmoid(x) (swish).";
         "softplus" => softplus, "log(1 + exp(x)), and x itself above 20 (as torch's softplus).";
         "mish" => mish, "x * tanh(softplus(x)).";
