@@ -58,6 +58,13 @@ pub fn image_folder(dir: &str, opts: Map) -> RhaiResult<Map> {
     };
     let seed = o.int("seed", 0)? as u64;
     let val_split = o.float("val_split", 0.0)?;
+    let folder = guard(|| ImageFolder::open(dir))?;
+    let (mixup, cutmix) = (o.float("mixup", 0.0)?, o.float("cutmix", 0.0)?);
+    let mix = (mixup > 0.0 || cutmix > 0.0).then_some(MixOptions {
+        mixup_alpha: mixup,
+        cutmix_alpha: cutmix,
+        classes: folder.classes.len(),
+    });
     let options = ImageFolderOptions {
         batch_size: o.usize("batch_size", 32)?,
         shuffle: true,
@@ -66,13 +73,6 @@ pub fn image_folder(dir: &str, opts: Map) -> RhaiResult<Map> {
         workers: o.usize("workers", 0)?,
         mix,
     };
-    let folder = guard(|| ImageFolder::open(dir))?;
-    let (mixup, cutmix) = (o.float("mixup", 0.0)?, o.float("cutmix", 0.0)?);
-    let mix = (mixup > 0.0 || cutmix > 0.0).then_some(MixOptions {
-        mixup_alpha: mixup,
-        cutmix_alpha: cutmix,
-        classes: folder.classes.len(),
-    });
     let (train, val) = guard(|| folder.split(val_split, seed))?;
     let train_transform = match o.bool("augment", true)? {
         true => guard(|| ImageTransform::train(processor.clone()))?,
