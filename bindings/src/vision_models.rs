@@ -142,6 +142,23 @@ fn zero_shot(model: &mut Model, images: Dynamic, labels: Array, opts: Map) -> Rh
     })
 }
 
+fn contact_sheet(images: Array, opts: Map) -> RhaiResult<Tensor> {
+    let o = Options::new("vision::contact_sheet", opts, &["captions", "cols", "cell"])?;
+    let photos = images
+        .iter()
+        .map(|d| photo(d, "vision::contact_sheet"))
+        .collect::<RhaiResult<Vec<_>>>()?;
+    let captions = match o.get("captions") {
+        Some(c) => crate::text::strings(c, "vision::contact_sheet captions")?,
+        None => Vec::new(),
+    };
+    let (cols, cell) = (o.usize("cols", 4)?, o.usize("cell", 160)?);
+    let sheet = guard(|| {
+        rusting_brain::vision::contact_sheet::contact_sheet(&photos, &captions, cols, cell)
+    })?;
+    guard(|| rusting_brain::vision::image::rgb_to_tensor(sheet))
+}
+
 fn set_classes(model: &mut Model, labels: Array, opts: Map) -> RhaiResult<()> {
     let o = Options::new("set_classes", opts, &["seed"])?;
     let labels = strings(&labels, "set_classes")?;
@@ -152,6 +169,13 @@ fn set_classes(model: &mut Model, labels: Array, opts: Map) -> RhaiResult<()> {
 }
 
 pub fn register(api: &mut Api) {
+    api.func(
+        "contact_sheet",
+        "vision::contact_sheet(images, #{ captions, cols, cell }) -> Tensor",
+        "Images (paths or U8 [H, W, 3] tensors) on a grid of cols (4) columns, each fitted into a cell x cell (160) square, centred on white, under its caption: a U8 [H, W, 3] image for vision::save_image (search results, a dataset preview).",
+        "vision::save_image(zeros([20, 30, 3], #{ dtype: \"u8\" }), \"a.png\"); let sheet = vision::contact_sheet([\"a.png\", \"a.png\"], #{ captions: [\"one\", \"two\"], cols: 2, cell: 32 }); print(sheet.shape);",
+        |images: Array, opts: Map| contact_sheet(images, opts),
+    );
     api.method(
         "set_classes",
         "model.set_classes(labels, #{ seed }) -> ()",

@@ -96,6 +96,7 @@ fn every_script_runs_on_tiny_settings() {
         jpegs.join("pil_sample_rgb.jpg").display()
     );
     let finetuned = format!("out={}", dir.path().join("finetuned").display());
+    let search_images = format!("images={}", tiny_image_folder(dir.path()).display());
     let tiny_model = format!("model={}", tiny_yolo_yaml(dir.path()).display());
     let train_out = format!("out={}", dir.path().join("train").display());
     let tiny_gguf =
@@ -128,6 +129,9 @@ fn every_script_runs_on_tiny_settings() {
                 &out,
             ],
             "classify.rhai" => vec![&deit, &photo, "topk=2"],
+            "image_search.rhai" => {
+                vec![&clip, &search_images, "text=a bright photo", "topk=3", &out]
+            }
             "make_shapes.rhai" => vec![&shapes, "train=2", "val=3", "imgsz=64"],
             "mlp_spirals.rhai" => vec!["steps=20", "n=40", "hidden=8", &out],
             "onnx_run.rhai" => vec![&out],
@@ -173,6 +177,10 @@ fn every_script_runs_on_tiny_settings() {
         );
     }
     assert!(names.len() >= 4, "found only {names:?}");
+    assert!(
+        dir.path().join("search.png").exists(),
+        "image_search.rhai wrote no search.png"
+    );
     // finetune_image.rhai saved transformers' layout with the folder's classes, merged.
     let config = std::fs::read_to_string(dir.path().join("finetuned/config.json")).unwrap();
     let config: serde_json::Value = serde_json::from_str(&config).unwrap();
