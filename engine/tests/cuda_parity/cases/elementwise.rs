@@ -23,6 +23,7 @@ pub const OPS: &[super::Entry] = &[
     ("relu", || unary(NORMAL, |x| x.relu())),
     ("gelu", || unary(NORMAL, |x| x.gelu())),
     ("gelu_tanh", || unary(NORMAL, |x| x.gelu_tanh())),
+    ("quick_gelu", || unary(NORMAL, |x| x.quick_gelu())),
     ("silu", || unary(NORMAL, |x| x.silu())),
     // Past softplus's threshold of 20 too, where it returns x.
     ("softplus", || {
