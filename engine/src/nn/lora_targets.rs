@@ -123,8 +123,9 @@ mod tests {
             .unwrap()
             .0
             .to_string();
-        let adapted = add_lora(&mut mlp, &[first.clone()], &[last.clone()], spec(), 0).unwrap();
-        assert_eq!(adapted, [first.clone()]);
+        let (targets, train_also) = (vec![first.clone()], vec![last.clone()]);
+        let adapted = add_lora(&mut mlp, &targets, &train_also, spec(), 0).unwrap();
+        assert_eq!(adapted, targets);
         let trainable: Vec<String> = mlp
             .named_parameters()
             .into_iter()
