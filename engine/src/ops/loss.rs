@@ -169,11 +169,14 @@ fn cross_entropy_with_probabilities(
     opts: &CrossEntropyOptions,
 ) -> Result<Tensor> {
     if targets.shape() != logits.shape() {
-        return Err(Error::ShapeMismatch {
-            op: "cross_entropy (class probabilities need the logits' shape)",
-            lhs: logits.shape().to_vec(),
-            rhs: targets.shape().to_vec(),
-        });
+        return Err(Error::invalid(
+            "cross_entropy",
+            format!(
+                "float targets are class probabilities and need the logits' shape {:?}, got {:?} (class ids are integers)",
+                logits.shape(),
+                targets.shape()
+            ),
+        ));
     }
     let class_dim: isize = if logits.rank() == 1 { 0 } else { 1 };
     let classes = logits.shape()[class_dim as usize];
