@@ -19,7 +19,6 @@ use rusting_brain::models::clip::{Clip, ClipConfig};
 use rusting_brain::nn::Module;
 use rusting_brain::{no_grad, DType, Device, Generator, Result, Tensor};
 use serde_json::json;
-use std::time::Instant;
 
 const PEAK_TFLOPS: f64 = 790.0;
 
@@ -29,6 +28,7 @@ fn tower_flops(d: f64, m: f64, layers: f64, t: f64) -> f64 {
     2.0 * layers * (t * (4.0 * d * d + 2.0 * d * m) + 2.0 * t * t * d)
 }
 
+/// Seconds a call of `f`, after three warm-up calls.
 fn timed(
     dev: &rusting_brain::backend::cuda::CudaDevice,
     steps: usize,
@@ -37,13 +37,7 @@ fn timed(
     for _ in 0..3 {
         f()?;
     }
-    dev.synchronize()?;
-    let t = Instant::now();
-    for _ in 0..steps {
-        f()?;
-    }
-    dev.synchronize()?;
-    Ok(t.elapsed().as_secs_f64() / steps as f64)
+    common::timed(dev, steps, f)
 }
 
 fn line(bench: &str, batch: usize, dt: f64, flops: f64) -> serde_json::Value {

@@ -31,3 +31,19 @@ pub fn num(name: &str, default: usize) -> usize {
         .and_then(|v| v.parse().ok())
         .unwrap_or(default)
 }
+
+/// Seconds a call of `f`, over `steps` calls between two device synchronisations.
+#[allow(dead_code)] // the benches that time on the host leave it unused
+pub fn timed(
+    dev: &CudaDevice,
+    steps: usize,
+    mut f: impl FnMut() -> rusting_brain::Result<()>,
+) -> rusting_brain::Result<f64> {
+    dev.synchronize()?;
+    let t = std::time::Instant::now();
+    for _ in 0..steps {
+        f()?;
+    }
+    dev.synchronize()?;
+    Ok(t.elapsed().as_secs_f64() / steps as f64)
+}

@@ -21,7 +21,6 @@ use rusting_brain::{
     cross_entropy, no_grad, CrossEntropyOptions, DType, Device, Generator, Result, Tensor,
 };
 use serde_json::json;
-use std::time::Instant;
 
 /// Forward FLOPs of one image: the products (q, k, v, output, two MLP layers) and the two
 /// attention products, 2 FLOPs a multiply-add.
@@ -38,20 +37,6 @@ fn forward_flops(c: &ViTConfig, imgsz: usize) -> f64 {
 }
 
 const PEAK_TFLOPS: f64 = 790.0;
-
-fn timed(
-    dev: &rusting_brain::backend::cuda::CudaDevice,
-    steps: usize,
-    mut f: impl FnMut() -> Result<()>,
-) -> Result<f64> {
-    dev.synchronize()?;
-    let t = Instant::now();
-    for _ in 0..steps {
-        f()?;
-    }
-    dev.synchronize()?;
-    Ok(t.elapsed().as_secs_f64() / steps as f64)
-}
 
 fn run(
     dev: &rusting_brain::backend::cuda::CudaDevice,
@@ -84,7 +69,7 @@ fn run(
     for _ in 0..3 {
         infer()?;
     }
-    let dt = timed(dev, steps, infer)?;
+    let dt = common::timed(dev, steps, infer)?;
     let floor = infer_batch as f64 * flops / (PEAK_TFLOPS * 1e12);
     out.push(json!({
         "bench": "vit_infer", "model": "vit-b16", "batch": infer_batch, "imgsz": size,
@@ -128,7 +113,7 @@ fn run(
         dev.synchronize()?;
         dev.profiler_capture(false)?;
     }
-    let dt = timed(dev, steps, &mut step)?;
+    let dt = common::timed(dev, steps, &mut step)?;
     let floor = 3.0 * train_batch as f64 * flops / (PEAK_TFLOPS * 1e12);
     let loss = loss.map(|l| l.item()).transpose()?.unwrap_or(f64::NAN);
     out.push(json!({

@@ -158,13 +158,6 @@ impl SpieceModel {
         })
     }
 
-    pub fn id(&self, piece: &str) -> Option<u32> {
-        self.pieces
-            .iter()
-            .rposition(|p| p.piece == piece)
-            .map(|i| i as u32)
-    }
-
     /// The `tokenizer.json` document for this model. `first_normalizers` run before
     /// SentencePiece's own (a family's text clean-up); the control and unknown pieces become
     /// special added tokens, which swallow the spaces around them when `strip_special`.
