@@ -3,13 +3,17 @@
 //! evaluation transform.
 
 use super::loader::Loader;
+use crate::convert::number;
 use crate::error::{guard, runtime_error, RhaiResult};
 use crate::nn::Model;
 use crate::options::Options;
 use rhai::{Dynamic, Map};
 use rusting_brain::data::mix::MixOptions;
-use rusting_brain::data::{ImageFolder, ImageFolderBatches, ImageFolderOptions, ImageTransform};
+use rusting_brain::data::{
+    ImageFolder, ImageFolderBatches, ImageFolderOptions, ImageTransform, TrainAugment,
+};
 use rusting_brain::models::pretrained::as_image_model;
+use rusting_brain::vision::color_jitter::ColorJitter;
 use rusting_brain::vision::ImageProcessor;
 
 const OPTIONS: &[&str] = &[
@@ -22,7 +26,39 @@ const OPTIONS: &[&str] = &[
     "model",
     "mixup",
     "cutmix",
+    "min_scale",
+    "flip",
+    "color_jitter",
 ];
+
+/// `color_jitter: 0.4` (brightness, contrast and saturation 0.4, no hue: timm's recipe) or
+/// `[brightness, contrast, saturation]` or `[brightness, contrast, saturation, hue]`.
+fn color_jitter(o: &Options) -> RhaiResult<Option<ColorJitter>> {
+    let Some(v) = o.get("color_jitter") else {
+        return Ok(None);
+    };
+    let what = "data::image_folder option color_jitter";
+    let values: Vec<f64> = match v.read_lock::<rhai::Array>() {
+        Some(arr) => arr
+            .iter()
+            .map(|x| number(x, what))
+            .collect::<RhaiResult<_>>()?,
+        None => {
+            let s = number(v, what)?;
+            vec![s, s, s]
+        }
+    };
+    let (b, c, s, h) = match values.as_slice() {
+        [b, c, s] => (*b, *c, *s, 0.0),
+        [b, c, s, h] => (*b, *c, *s, *h),
+        _ => return Err(runtime_error(format!(
+            "{what}: expected a number or [brightness, contrast, saturation(, hue)], got {} values",
+            values.len()
+        ))),
+    };
+    let jitter = guard(|| ColorJitter::new(b, c, s, h))?;
+    Ok((b, c, s, h).ne(&(0.0, 0.0, 0.0, 0.0)).then_some(jitter))
+}
 
 /// torchvision's ImageNet evaluation transform at `imgsz`: the short side to imgsz·256/224
 /// (bilinear), the centre imgsz x imgsz, ImageNet's mean and std.
@@ -75,7 +111,14 @@ pub fn image_folder(dir: &str, opts: Map) -> RhaiResult<Map> {
     };
     let (train, val) = guard(|| folder.split(val_split, seed))?;
     let train_transform = match o.bool("augment", true)? {
-        true => guard(|| ImageTransform::train(processor.clone()))?,
+        true => {
+            let augment = TrainAugment {
+                min_scale: o.float("min_scale", 0.08)?,
+                flip: o.float("flip", 0.5)?,
+                color_jitter: color_jitter(&o)?,
+            };
+            guard(|| ImageTransform::train(processor.clone(), augment))?
+        }
         false => ImageTransform::Eval(processor.clone()),
     };
     let mut out = Map::new();

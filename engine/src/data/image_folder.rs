@@ -5,14 +5,15 @@
 //!
 //! Batches decode on worker threads ahead of the consumer (`ordered_pool`) and go through
 //! either the evaluation transform (the checkpoint's image processor) or the usual training
-//! augmentation: a random resized crop (scale 0.08..1 of the area, aspect 3/4..4/3, as
-//! torchvision's `RandomResizedCrop`), a horizontal flip half the time, then the processor's
-//! rescale and normalisation. Each image's randomness depends only on the seed, the epoch and
+//! augmentation: a random resized crop (by default scale 0.08..1 of the area, aspect 3/4..4/3,
+//! as torchvision's `RandomResizedCrop`), a horizontal flip half the time, optionally
+//! torchvision's colour jitter, then the processor's rescale and normalisation. Each image's randomness depends only on the seed, the epoch and
 //! its position, so a run repeats whatever the thread count.
 
 use super::batch_source::{Batch, BatchSource, Epoch};
 use super::mix::{mix_batch, MixOptions};
 use super::ordered_pool::OrderedPool;
+use crate::vision::color_jitter::ColorJitter;
 use crate::vision::image::read_rgb;
 use crate::vision::image_processor::{ImageProcessor, ResizeTo};
 use crate::vision::pil_resize::{resize_pil, PilFilter};
@@ -148,22 +149,63 @@ impl ImageFolder {
     }
 }
 
+/// The random part of the training transform, as torchvision's ImageNet recipe builds it:
+/// `RandomResizedCrop(size, scale=(min_scale, 1))`, `RandomHorizontalFlip(flip)`, then
+/// optionally `ColorJitter`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TrainAugment {
+    /// The smallest share of the image's area a crop may keep (torchvision's 0.08).
+    pub min_scale: f64,
+    /// The probability of a horizontal flip.
+    pub flip: f64,
+    pub color_jitter: Option<ColorJitter>,
+}
+
+impl Default for TrainAugment {
+    fn default() -> Self {
+        TrainAugment {
+            min_scale: 0.08,
+            flip: 0.5,
+            color_jitter: None,
+        }
+    }
+}
+
+impl TrainAugment {
+    pub fn validate(&self) -> Result<()> {
+        if !(self.min_scale > 0.0 && self.min_scale <= 1.0) {
+            return Err(Error::invalid(
+                "image_folder",
+                format!("min_scale must be in (0, 1], not {}", self.min_scale),
+            ));
+        }
+        if !(0.0..=1.0).contains(&self.flip) {
+            return Err(Error::invalid(
+                "image_folder",
+                format!("flip is a probability in [0, 1], not {}", self.flip),
+            ));
+        }
+        Ok(())
+    }
+}
+
 /// How images become the model's input.
 #[derive(Clone, Debug)]
 pub enum ImageTransform {
     /// The processor as it is (resize, crop, normalise).
     Eval(ImageProcessor),
-    /// A random resized crop to `size` x `size` and a random flip, then the processor's
-    /// rescale and normalisation.
+    /// The augmentation to `size` x `size`, then the processor's rescale and normalisation.
     Train {
         size: usize,
         processor: ImageProcessor,
+        augment: TrainAugment,
     },
 }
 
 impl ImageTransform {
     /// The side the model's input comes out at, for a processor with a fixed output.
-    pub fn train(processor: ImageProcessor) -> Result<ImageTransform> {
+    pub fn train(processor: ImageProcessor, augment: TrainAugment) -> Result<ImageTransform> {
+        augment.validate()?;
         let size = match (&processor.crop, &processor.resize) {
             (Some((h, w)), _)
             | (
@@ -183,40 +225,57 @@ impl ImageTransform {
                 ))
             }
         };
-        Ok(ImageTransform::Train { size, processor })
+        Ok(ImageTransform::Train {
+            size,
+            processor,
+            augment,
+        })
     }
 
     fn apply(&self, img: &RgbImage, gen: &mut Generator) -> Result<Tensor> {
         match self {
             ImageTransform::Eval(p) => p.apply(img),
-            ImageTransform::Train { size, processor } => {
-                let crop = random_resized_crop(img, *size, gen);
-                let flipped = match gen.uniform(1)[0] < 0.5 {
+            ImageTransform::Train {
+                size,
+                processor,
+                augment,
+            } => {
+                let crop = random_resized_crop(img, *size, augment.min_scale, gen);
+                let flipped = match gen.uniform(1)[0] < augment.flip {
                     true => ::image::imageops::flip_horizontal(&crop),
                     false => crop,
+                };
+                let jittered = match &augment.color_jitter {
+                    Some(j) => j.apply(&flipped, gen),
+                    None => flipped,
                 };
                 let normalise_only = ImageProcessor {
                     resize: None,
                     crop: None,
                     ..processor.clone()
                 };
-                normalise_only.apply(&flipped)
+                normalise_only.apply(&jittered)
             }
         }
     }
 }
 
-/// torchvision's `RandomResizedCrop(size, scale=(0.08, 1.0), ratio=(3/4, 4/3))`: ten tries at
-/// a box of a random area and aspect that fits, else the centre crop at the closest allowed
-/// aspect; the box resized to `size` x `size` with Pillow's bilinear filter.
-fn random_resized_crop(img: &RgbImage, size: usize, gen: &mut Generator) -> RgbImage {
+/// torchvision's `RandomResizedCrop(size, scale=(min_scale, 1.0), ratio=(3/4, 4/3))`: ten
+/// tries at a box of a random area and aspect that fits, else the centre crop at the closest
+/// allowed aspect; the box resized to `size` x `size` with Pillow's bilinear filter.
+fn random_resized_crop(
+    img: &RgbImage,
+    size: usize,
+    min_scale: f64,
+    gen: &mut Generator,
+) -> RgbImage {
     let (w, h) = (img.width() as usize, img.height() as usize);
     let area = (w * h) as f64;
     let (lo, hi) = ((3.0f64 / 4.0).ln(), (4.0f64 / 3.0).ln());
     let mut found = None;
     for _ in 0..10 {
         let u = gen.uniform(4);
-        let target = area * (0.08 + u[0] * (1.0 - 0.08));
+        let target = area * (min_scale + u[0] * (1.0 - min_scale));
         let aspect = (lo + u[1] * (hi - lo)).exp();
         let cw = (target * aspect).sqrt().round() as usize;
         let ch = (target / aspect).sqrt().round() as usize;
@@ -420,7 +479,8 @@ mod tests {
                 workers,
                 mix: None,
             };
-            let transform = ImageTransform::train(processor.clone()).unwrap();
+            let transform =
+                ImageTransform::train(processor.clone(), TrainAugment::default()).unwrap();
             let mut b = ImageFolderBatches::new(f.clone(), transform, options).unwrap();
             assert_eq!(b.num_batches(), 3);
             b.epoch(Device::Cpu)

@@ -24,7 +24,9 @@ pub use batch_source::{Batch, BatchSource, Epoch};
 pub use batches::{Batches, DataLoader};
 pub use csv::{CsvOptions, TargetKind};
 pub use dataset::Dataset;
-pub use image_folder::{ImageFolder, ImageFolderBatches, ImageFolderOptions, ImageTransform};
+pub use image_folder::{
+    ImageFolder, ImageFolderBatches, ImageFolderOptions, ImageTransform, TrainAugment,
+};
 
 impl Dataset {
     /// Features `[N, ...]` (flattened to `[N, F]`) and targets `[N]` from two `.npy` files;

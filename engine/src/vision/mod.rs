@@ -7,6 +7,7 @@
 pub mod augment;
 pub mod boxes;
 pub mod coco_json;
+pub mod color_jitter;
 pub mod contact_sheet;
 pub mod draw;
 mod exif;
