@@ -5,9 +5,8 @@ own initialisation of ViT-S/16 (at 64x64, 10 classes) and of ResNet-18 (10 class
 
 Writes OUT/vit-s16/ (transformers' ViTForImageClassification layout: config.json,
 model.safetensors, preprocessor_config.json), OUT/vit-s16-timm.safetensors and
-OUT/resnet18.safetensors (timm's names, which are torchvision's; BatchNorm's
-num_batches_tracked left out). The ViT is converted timm -> transformers, and the script
-asserts that transformers' model from the folder gives timm's logits.
+OUT/resnet18.safetensors (timm's names, which are torchvision's, buffers included). The ViT is
+converted timm -> transformers, and the script asserts that transformers' model from the folder gives timm's logits.
 """
 import json
 import os
@@ -80,8 +79,7 @@ def main():
 
     torch.manual_seed(seed)
     resnet = timm.create_model("resnet18", pretrained=False, num_classes=CLASSES)
-    weights = {k: v.contiguous() for k, v in resnet.state_dict().items()
-               if not k.endswith("num_batches_tracked")}
+    weights = {k: v.contiguous() for k, v in resnet.state_dict().items()}
     save_file(weights, os.path.join(out, "resnet18.safetensors"))
     print(f"resnet18: {sum(p.numel() for p in resnet.parameters())} parameters")
 
