@@ -21,6 +21,19 @@ pub fn number(v: &Dynamic, what: &str) -> RhaiResult<f64> {
     )))
 }
 
+/// The strings of an array, naming the first element of another type.
+pub fn string_list(list: &Array, what: &str) -> RhaiResult<Vec<String>> {
+    list.iter()
+        .map(|d| {
+            d.clone().into_string().map_err(|t| {
+                runtime_error(format!(
+                    "{what}: expected an array of strings, got a {t} in it"
+                ))
+            })
+        })
+        .collect()
+}
+
 pub fn usize_of(v: INT, what: &str) -> RhaiResult<usize> {
     usize::try_from(v)
         .map_err(|_| runtime_error(format!("{what}: expected a non-negative integer, got {v}")))

@@ -100,17 +100,12 @@ fn classify(model: &mut Model, images: Dynamic, opts: Map) -> RhaiResult<Array> 
     })
 }
 
+/// A non-empty list of labels or texts.
 fn strings(list: &Array, what: &str) -> RhaiResult<Vec<String>> {
     if list.is_empty() {
         return Err(runtime_error(format!("{what}: the list is empty")));
     }
-    list.iter()
-        .map(|d| {
-            d.clone().try_cast::<String>().ok_or_else(|| {
-                runtime_error(format!("{what}: expects strings, got {}", d.type_name()))
-            })
-        })
-        .collect()
+    crate::convert::string_list(list, what)
 }
 
 fn with_image_text_model<R>(

@@ -104,3 +104,60 @@ fn model_eval_switches_to_evaluation_mode_as_in_pytorch() {
     );
     assert_eq!(r, "[true, false, true]");
 }
+
+/// A class folder of copies of the colour-jitter fixture image, two classes.
+fn jitter_folder(dir: &std::path::Path) -> String {
+    let image = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../tests/fixtures/color_jitter/input.png");
+    for class in ["a", "b"] {
+        std::fs::create_dir_all(dir.join(class)).unwrap();
+        for i in 0..2 {
+            std::fs::copy(&image, dir.join(class).join(format!("{i}.png"))).unwrap();
+        }
+    }
+    dir.display().to_string()
+}
+
+#[test]
+fn color_jitter_changes_only_the_colours_of_the_same_crops() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = jitter_folder(dir.path());
+    let r = text(&format!(
+        "fn first(jitter) {{
+             let ds = data::image_folder(\"{root}\", #{{ imgsz: 16, batch_size: 4, seed: 3, flip: 0.0, color_jitter: jitter }});
+             for b in ds.train {{ return b.x; }}
+         }}
+         let plain = first(0);
+         [(first([0.4, 0.4, 0.4, 0.1]) - plain).abs().max().item() > 0.01,
+          (first(0.0) - plain).abs().max().item(), plain.shape]",
+    ));
+    assert_eq!(r, "[true, 0.0, [4, 3, 16, 16]]");
+}
+
+#[test]
+fn bad_augmentation_options_are_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = jitter_folder(dir.path());
+    for (option, needle) in [
+        (
+            "color_jitter: [0.1, 0.2]",
+            "color_jitter: expected a number or [brightness",
+        ),
+        (
+            "color_jitter: [0.1, 0.2, 0.3, 0.7]",
+            "hue must be in [0, 0.5]",
+        ),
+        (
+            "color_jitter: -0.2",
+            "brightness must be a non-negative number",
+        ),
+        ("flip: 1.5", "flip is a probability"),
+        ("min_scale: 0.0", "min_scale must be in (0, 1]"),
+    ] {
+        let err = eval(&format!(
+            "data::image_folder(\"{root}\", #{{ imgsz: 16, {option} }})"
+        ))
+        .unwrap_err();
+        assert!(err.contains(needle), "{option}: {err}");
+    }
+}

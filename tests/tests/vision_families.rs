@@ -202,6 +202,25 @@ fn a_config_that_does_not_match_its_weights_names_the_tensors() {
     std::fs::remove_dir_all(&dir).ok();
 }
 
+/// A tokenizer fixture's texts (`cases.json`'s "texts").
+fn case_texts(cases: &serde_json::Value) -> Vec<&str> {
+    cases["texts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t.as_str().unwrap())
+        .collect()
+}
+
+/// One row of token ids from a fixture.
+fn id_row(v: &serde_json::Value) -> Vec<i64> {
+    v.as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_i64().unwrap())
+        .collect()
+}
+
 /// CLIP ViT-L/14's real vocab.json + merges.txt (no tokenizer.json) give transformers' ids for
 /// each text, and the batch padded with the end token and cut to 77 keeping the end token
 /// (ids made by `tests/fixtures/clip_tokenizer/make_cases.py`).
@@ -218,19 +237,7 @@ fn clip_tokenizer_from_vocab_and_merges_encodes_as_transformers() {
         PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("fixtures/clip_tokenizer/cases.json");
     let cases: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(cases_path).unwrap()).unwrap();
-    let ids = |v: &serde_json::Value| -> Vec<i64> {
-        v.as_array()
-            .unwrap()
-            .iter()
-            .map(|x| x.as_i64().unwrap())
-            .collect()
-    };
-    let texts: Vec<&str> = cases["texts"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|t| t.as_str().unwrap())
-        .collect();
+    let texts = case_texts(&cases);
     for (text, want) in texts.iter().zip(cases["ids"].as_array().unwrap()) {
         let got: Vec<i64> = tok
             .tokenizer
@@ -239,14 +246,14 @@ fn clip_tokenizer_from_vocab_and_merges_encodes_as_transformers() {
             .into_iter()
             .map(i64::from)
             .collect();
-        assert_eq!(got, ids(want), "{text:?}");
+        assert_eq!(got, id_row(want), "{text:?}");
     }
     let batch = tok.encode_batch(&texts).unwrap();
     let want: Vec<i64> = cases["batch"]
         .as_array()
         .unwrap()
         .iter()
-        .flat_map(ids)
+        .flat_map(id_row)
         .collect();
     assert_eq!(batch.shape(), [texts.len(), 77]);
     assert_eq!(batch.to_vec::<i64>().unwrap(), want);
@@ -264,12 +271,7 @@ fn siglip_tokenizer_from_spiece_model_encodes_as_transformers() {
         .expect("spiece.model is there");
     let cases: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(dir.join("cases.json")).unwrap()).unwrap();
-    let texts: Vec<&str> = cases["texts"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|t| t.as_str().unwrap())
-        .collect();
+    let texts = case_texts(&cases);
     let batch = tok.encode_batch(&texts).unwrap();
     assert_eq!(batch.shape(), [texts.len(), 64]);
     let got = batch.to_vec::<i64>().unwrap();
@@ -278,13 +280,7 @@ fn siglip_tokenizer_from_spiece_model_encodes_as_transformers() {
         .zip(cases["batch"].as_array().unwrap())
         .enumerate()
     {
-        let want: Vec<i64> = want
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|x| x.as_i64().unwrap())
-            .collect();
-        assert_eq!(got[i * 64..(i + 1) * 64], want[..], "{text:?}");
+        assert_eq!(got[i * 64..(i + 1) * 64], id_row(want)[..], "{text:?}");
     }
 }
 

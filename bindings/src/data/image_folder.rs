@@ -51,10 +51,12 @@ fn color_jitter(o: &Options) -> RhaiResult<Option<ColorJitter>> {
     let (b, c, s, h) = match values.as_slice() {
         [b, c, s] => (*b, *c, *s, 0.0),
         [b, c, s, h] => (*b, *c, *s, *h),
-        _ => return Err(runtime_error(format!(
+        _ => {
+            return Err(runtime_error(format!(
             "{what}: expected a number or [brightness, contrast, saturation(, hue)], got {} values",
             values.len()
-        ))),
+        )))
+        }
     };
     let jitter = guard(|| ColorJitter::new(b, c, s, h))?;
     Ok((b, c, s, h).ne(&(0.0, 0.0, 0.0, 0.0)).then_some(jitter))

@@ -2,6 +2,7 @@
 //! extension or, with `extensions: "*"`, by content (every file that is text).
 //! `text::train_bpe`, `text::files` and `data::token_file` read their inputs this way.
 
+use crate::convert::string_list;
 use crate::error::{guard, runtime_error, RhaiResult};
 use crate::options::Options;
 use rhai::{Array, Dynamic};
@@ -11,15 +12,18 @@ use std::path::PathBuf;
 /// Extensions a directory contributes when a script names none.
 const DEFAULT_EXTENSIONS: &[&str] = &["txt", "md", "jsonl"];
 
+/// One string, or an array of them.
 pub(crate) fn strings(v: &Dynamic, what: &str) -> RhaiResult<Vec<String>> {
-    let bad = || runtime_error(format!("{what}: expected an array of strings"));
     if let Ok(s) = v.clone().into_string() {
         return Ok(vec![s]);
     }
-    let arr = v.read_lock::<Array>().ok_or_else(bad)?;
-    arr.iter()
-        .map(|x| x.clone().into_string().map_err(|_| bad()))
-        .collect()
+    let arr = v.read_lock::<Array>().ok_or_else(|| {
+        runtime_error(format!(
+            "{what}: expected a string or an array of strings, got {}",
+            v.type_name()
+        ))
+    })?;
+    string_list(&arr, what)
 }
 
 /// The `extensions` option: a list of extensions, or `"*"` for every file whose content is
