@@ -110,3 +110,23 @@ fn cuda_missing_device_is_an_error_not_a_panic() {
     let err = t.to_device(Device::Cuda(7)).unwrap_err().to_string();
     assert!(err.contains("cuda:7"), "{err}");
 }
+
+/// A state dict read from a file lives on the host; loading it into a model on the GPU moves
+/// each value to its parameter's device, as PyTorch's `load_state_dict` does.
+#[test]
+fn host_weights_load_into_a_gpu_module() {
+    use rusting_brain::nn::{Linear, Module};
+    let Some(dev) = cuda::device_for_test("host_weights_load_into_a_gpu_module") else {
+        return;
+    };
+    let mut gen = rusting_brain::Generator::new(0);
+    let host = Linear::new(4, 3, true, &mut gen).unwrap();
+    let gpu = Linear::new(4, 3, true, &mut gen).unwrap();
+    gpu.to_device(dev).unwrap();
+    gpu.load_state_dict(&host.state_dict(), true).unwrap();
+    let x = Tensor::randn(&[2, 4], DType::F32, None).unwrap();
+    let want = host.forward(&x).unwrap().to_vec_f32().unwrap();
+    let got = gpu.forward(&x.to_device(dev).unwrap()).unwrap();
+    assert_eq!(got.device(), dev);
+    assert!(close(&got.to_vec_f32().unwrap(), &want, 1e-5));
+}

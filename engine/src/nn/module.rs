@@ -225,7 +225,8 @@ pub trait Module: Send + Sync {
             .collect()
     }
 
-    /// Copies `state` into the existing tensors in place (casting dtypes). Nothing is written
+    /// Copies `state` into the existing tensors in place (casting dtypes, moving each value to
+    /// its tensor's device, as PyTorch's does: host weights load into a GPU model). Nothing is written
     /// unless the whole load can succeed: a mis-shaped entry is always an error, and with
     /// `strict` so are missing and unexpected names. The error lists every problem at once.
     fn load_state_dict(
@@ -303,7 +304,7 @@ pub(crate) fn load_named(
     no_grad(|| -> Result<()> {
         for (name, t) in &own {
             if let Some(src) = state.get(name) {
-                t.copy_(src)?;
+                t.copy_(&src.to_device(t.device())?)?;
             }
         }
         Ok(())
