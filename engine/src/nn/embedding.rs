@@ -6,6 +6,9 @@ use crate::{Error, Generator, Result, Tensor};
 
 pub struct Embedding {
     pub weight: Tensor,
+    /// PyTorch's `padding_idx`: this row's gradient is always zero (transformers' decoders
+    /// build their token embedding with the config's `pad_token_id`).
+    pub padding_idx: Option<usize>,
     training: bool,
 }
 
@@ -15,6 +18,7 @@ impl Embedding {
         let weight = new_parameter(&[num_embeddings, dim], |t| normal_(t, 0.0, 1.0, gen))?;
         Ok(Embedding {
             weight,
+            padding_idx: None,
             training: true,
         })
     }
@@ -28,8 +32,14 @@ impl Embedding {
         }
         Ok(Embedding {
             weight,
+            padding_idx: None,
             training: true,
         })
+    }
+
+    pub fn with_padding_idx(mut self, padding_idx: Option<usize>) -> Self {
+        self.padding_idx = padding_idx;
+        self
     }
 }
 
@@ -44,7 +54,14 @@ impl Module for Embedding {
                 format!("{} ids {:?}", ids.dtype(), ids.shape()),
             ));
         }
-        let rows = self.weight.index_select(0, &ids.flatten()?)?;
+        let flat = ids.flatten()?;
+        let mut rows = self.weight.index_select(0, &flat)?;
+        let trains = self.weight.requires_grad() && crate::autograd::is_grad_enabled();
+        if let Some(pad) = self.padding_idx.filter(|_| trains) {
+            // The same values; where an id is the padding row, the gradient stops.
+            let at_pad = flat.eq_scalar(pad as f64)?.unsqueeze(-1)?;
+            rows = at_pad.where_cond_of(&rows.detach(), &rows)?;
+        }
         let mut shape = ids.shape().to_vec();
         shape.push(self.weight.shape()[1]);
         rows.reshape_to(&shape)

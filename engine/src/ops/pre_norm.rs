@@ -123,17 +123,19 @@ impl Stream {
     /// Attention's inputs: the stream (its pending output added) and q, k and v of the stream
     /// normed by `norm` [d] with `eps`, as heads [batch, heads, seq, head_dim]; q and k rotated
     /// by `angles`; with a cache, k and v written into it and returned as everything the
-    /// attention reads of it.
+    /// attention reads of it. `head_norms` (weight [head_dim], eps for q and for k) RMS-norm
+    /// each query and key head before the rotation (Qwen3); the fused kernels take none.
     pub fn attention_inputs(
         self,
         (norm, eps): (&Tensor, f64),
         [pq, pk, pv]: [Projection; 3],
         heads: Heads,
+        head_norms: Option<[(&Tensor, f64); 2]>,
         angles: Angles,
         cache: Option<CacheWrite>,
     ) -> Result<(Tensor, [Tensor; 3])> {
         let dense = [pq.dense(), pk.dense(), pv.dense()];
-        if let [Some(wq), Some(wk), Some(wv)] = dense {
+        if let ([Some(wq), Some(wk), Some(wv)], None) = (dense, head_norms) {
             if cache.is_none() && trains(&[wq, wk, wv]) {
                 let (x, normed) = self.normed_for_products(norm, eps)?;
                 let joined = normed.linears_joined(&[wq, wk, wv])?;
@@ -156,7 +158,11 @@ impl Stream {
         }
         let (x, [q, k, v]) = self.normed_products(norm, eps, [pq, pk, pv])?;
         let split = |t: &Tensor, n: usize| t.unflatten(-1, &[n, heads.dim])?.transpose(1, 2);
-        let (q, k) = (split(&q, heads.q)?, split(&k, heads.kv)?);
+        let (mut q, mut k) = (split(&q, heads.q)?, split(&k, heads.kv)?);
+        if let Some([(wq, eq), (wk, ek)]) = head_norms {
+            q = q.rms_norm(Some(wq), eq)?;
+            k = k.rms_norm(Some(wk), ek)?;
+        }
         let v = split(&v, heads.kv)?.to_dtype(k.dtype())?;
         let qkv = match cache {
             Some(CacheWrite::AtCursor {

@@ -21,8 +21,13 @@ pub struct Attention {
     pub k_proj: Linear,
     pub v_proj: Linear,
     pub o_proj: Linear,
+    /// Qwen3's RMS norms of each query and key head, before the rotation.
+    pub q_norm: Option<RmsNorm>,
+    pub k_norm: Option<RmsNorm>,
     heads: Heads,
     causal: bool,
+    /// Keys further back than this many positions are hidden (Mistral).
+    window: Option<usize>,
 }
 
 /// Which keys the new queries see.
@@ -54,18 +59,32 @@ impl Attention {
     /// Takes its weights from `params` under `{prefix}.q_proj.weight`, ...
     pub fn build(c: &LmConfig, prefix: &str, params: &mut ParamSource) -> Result<Self> {
         let hd = c.head_dim();
-        let mut proj = |name: &str, i, o| params.linear(&format!("{prefix}.{name}"), i, o);
+        let (qkv_bias, o_bias) = (c.qkv_bias(), c.attention_bias);
+        let mut proj =
+            |name: &str, i, o, bias| params.linear_biased(&format!("{prefix}.{name}"), i, o, bias);
+        let q_proj = proj("q_proj", c.d_model, c.n_heads * hd, qkv_bias)?;
+        let k_proj = proj("k_proj", c.d_model, c.n_kv_heads * hd, qkv_bias)?;
+        let v_proj = proj("v_proj", c.d_model, c.n_kv_heads * hd, qkv_bias)?;
+        let o_proj = proj("o_proj", c.n_heads * hd, c.d_model, o_bias)?;
+        let mut head_norm = |name: &str| {
+            c.qk_norm()
+                .then(|| params.rms_norm_of(&format!("{prefix}.{name}"), hd, c.norm_eps))
+                .transpose()
+        };
         Ok(Attention {
-            q_proj: proj("q_proj", c.d_model, c.n_heads * hd)?,
-            k_proj: proj("k_proj", c.d_model, c.n_kv_heads * hd)?,
-            v_proj: proj("v_proj", c.d_model, c.n_kv_heads * hd)?,
-            o_proj: proj("o_proj", c.n_heads * hd, c.d_model)?,
+            q_norm: head_norm("q_norm")?,
+            k_norm: head_norm("k_norm")?,
+            q_proj,
+            k_proj,
+            v_proj,
+            o_proj,
             heads: Heads {
                 q: c.n_heads,
                 kv: c.n_kv_heads,
                 dim: hd,
             },
             causal: !c.bidirectional,
+            window: c.sliding_window,
         })
     }
 
@@ -77,8 +96,18 @@ impl Attention {
     /// stream x normed by `norm` (n), the new keys and values written into the step's cache.
     pub fn forward(&self, stream: Stream, norm: &RmsNorm, step: &Step) -> Result<Stream> {
         let qkv = [&self.q_proj, &self.k_proj, &self.v_proj].map(Linear::projection);
-        let (x, [q, k, v]) =
-            stream.attention_inputs(norm.parts(), qkv, self.heads, step.angles, step.cache)?;
+        let head_norms = match (&self.q_norm, &self.k_norm) {
+            (Some(q), Some(k)) => Some([q.parts(), k.parts()]),
+            _ => None,
+        };
+        let (x, [q, k, v]) = stream.attention_inputs(
+            norm.parts(),
+            qkv,
+            self.heads,
+            head_norms,
+            step.angles,
+            step.cache,
+        )?;
         let out = self.attention(&q, &k, &v, step)?;
         Stream::after(x, &out, self.o_proj.projection())
     }
@@ -124,27 +153,45 @@ impl Attention {
             } else {
                 Vec::new()
             },
+            window: self.window,
         }
     }
 
-    /// The printed form: the heads and the four projections.
+    /// The sliding window, when one hides keys of a call that ends `keys` positions in.
+    pub fn window_hides(&self, keys: usize) -> Option<usize> {
+        self.window.filter(|&w| keys > w)
+    }
+
+    /// The printed form: the heads, the four projections and any head norms.
     pub fn summary(&self) -> Summary {
-        let detail = format!(
+        let mut detail = format!(
             "heads={}, kv_heads={}, head_dim={}, causal={}",
             self.heads.q, self.heads.kv, self.heads.dim, self.causal
         );
+        if let Some(w) = self.window {
+            detail.push_str(&format!(", sliding_window={w}"));
+        }
+        let norms = [("q_norm", &self.q_norm), ("k_norm", &self.k_norm)]
+            .into_iter()
+            .filter_map(|(n, norm)| Some((n.to_string(), norm.as_ref()?.summary())));
         let children = self
             .projections()
             .into_iter()
             .map(|(n, l)| (n.to_string(), l.summary()))
+            .chain(norms)
             .collect();
         Summary::node("Attention", children).with_detail(detail)
     }
 
     pub fn named_parameters(&self) -> Vec<(String, Tensor)> {
+        let norms = [("q_norm", &self.q_norm), ("k_norm", &self.k_norm)]
+            .into_iter()
+            .filter_map(|(n, norm)| Some(prefixed(n, norm.as_ref()?.named_parameters())));
         self.projections()
             .into_iter()
-            .flat_map(|(n, l)| prefixed(n, l.named_parameters()))
+            .map(|(n, l)| prefixed(n, l.named_parameters()))
+            .chain(norms)
+            .flatten()
             .collect()
     }
 

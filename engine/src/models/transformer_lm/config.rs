@@ -1,6 +1,7 @@
 //! The configuration of a LLaMA-family decoder. It reads and writes Hugging Face's
 //! `config.json` field names (`hidden_size`, `num_key_value_heads`, ...), so a checkpoint's
-//! config maps one to one onto `transformers.LlamaConfig`.
+//! config maps one to one onto `transformers.LlamaConfig`, or onto the config of a family
+//! that differs from LLaMA only in switches this model has (`Family`).
 
 use crate::{Error, Result};
 use serde::{Deserialize, Serialize};
@@ -34,6 +35,77 @@ pub struct LmConfig {
     /// Std of the normal init of every projection and the embedding (HF `initializer_range`).
     #[serde(rename = "initializer_range", default = "default_init_std")]
     pub init_std: f64,
+    /// The checkpoint family (`model_type`), which decides the switches below.
+    #[serde(rename = "model_type", default)]
+    pub family: Family,
+    /// Biases on all four attention projections (LLaMA's and Qwen3's `attention_bias`).
+    #[serde(default)]
+    pub attention_bias: bool,
+    /// The width of a head when it is not hidden_size / heads (Qwen3, Gemma).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub head_dim: Option<usize>,
+    /// Each query sees only the keys of the last `sliding_window` positions, itself included
+    /// (Mistral).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sliding_window: Option<usize>,
+    /// The embedding row that never gets a gradient (transformers builds the token embedding
+    /// with `padding_idx = pad_token_id`; negative counts from the end, as in PyTorch).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pad_token_id: Option<i64>,
+}
+
+/// The decoder families that are LLaMA with switches on (`model_type` in config.json).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Family {
+    #[default]
+    Llama,
+    /// LLaMA with a sliding attention window.
+    Mistral,
+    /// LLaMA with biases on q, k and v.
+    Qwen2,
+    /// LLaMA with an RMS norm on each query and key head before the rotation, and its own
+    /// head width.
+    Qwen3,
+}
+
+impl Family {
+    pub const ALL: [Family; 4] = [Family::Llama, Family::Mistral, Family::Qwen2, Family::Qwen3];
+
+    pub fn model_type(self) -> &'static str {
+        match self {
+            Family::Llama => "llama",
+            Family::Mistral => "mistral",
+            Family::Qwen2 => "qwen2",
+            Family::Qwen3 => "qwen3",
+        }
+    }
+
+    /// transformers' class for a causal LM of this family.
+    pub fn architecture(self) -> &'static str {
+        match self {
+            Family::Llama => "LlamaForCausalLM",
+            Family::Mistral => "MistralForCausalLM",
+            Family::Qwen2 => "Qwen2ForCausalLM",
+            Family::Qwen3 => "Qwen3ForCausalLM",
+        }
+    }
+
+    fn from_model_type(name: &str) -> Result<Family> {
+        Family::ALL
+            .into_iter()
+            .find(|f| f.model_type() == name)
+            .ok_or_else(|| {
+                let known: Vec<_> = Family::ALL.iter().map(|f| f.model_type()).collect();
+                Error::format(
+                    "model config",
+                    format!(
+                        "model_type \"{name}\" is not a language model this engine runs; it runs {}",
+                        known.join(", ")
+                    ),
+                )
+            })
+    }
 }
 
 /// Ceilings of `validate`, each well above the largest released model (Llama 3 405B: width
@@ -71,11 +143,65 @@ impl LmConfig {
             tied_embeddings: true,
             bidirectional: false,
             init_std: default_init_std(),
+            family: Family::Llama,
+            attention_bias: false,
+            head_dim: None,
+            sliding_window: None,
+            pad_token_id: None,
         }
     }
 
+    /// The embedding row `pad_token_id` names, if any.
+    pub fn padding_row(&self) -> Option<usize> {
+        let p = self.pad_token_id?;
+        let row = if p < 0 { self.vocab_size as i64 + p } else { p };
+        usize::try_from(row).ok().filter(|&r| r < self.vocab_size)
+    }
+
     pub fn head_dim(&self) -> usize {
-        self.d_model / self.n_heads
+        self.head_dim.unwrap_or(self.d_model / self.n_heads.max(1))
+    }
+
+    /// Whether q, k and v carry biases.
+    pub fn qkv_bias(&self) -> bool {
+        self.attention_bias || self.family == Family::Qwen2
+    }
+
+    /// Whether each query and key head is RMS-normed before the rotation.
+    pub fn qk_norm(&self) -> bool {
+        self.family == Family::Qwen3
+    }
+
+    /// The switches an exporter written for LLaMA's shape does not write yet, by name: `Err`
+    /// naming them (and `what`), so no export silently drops a bias or a norm.
+    pub fn require_llama_shape(&self, what: &'static str) -> Result<()> {
+        let mut extra = Vec::new();
+        if self.qkv_bias() || self.attention_bias {
+            extra.push("attention biases");
+        }
+        if self.qk_norm() {
+            extra.push("q/k head norms");
+        }
+        if self.sliding_window.is_some() {
+            extra.push("a sliding window");
+        }
+        if self
+            .head_dim
+            .is_some_and(|h| h * self.n_heads != self.d_model)
+        {
+            extra.push("a head width other than hidden_size / heads");
+        }
+        match extra.is_empty() {
+            true => Ok(()),
+            false => Err(Error::invalid(
+                what,
+                format!(
+                    "this {} model has {}, which {what} does not write yet",
+                    self.family.model_type(),
+                    extra.join(", ")
+                ),
+            )),
+        }
     }
 
     /// Query heads per key/value head.
@@ -103,14 +229,20 @@ impl LmConfig {
                 problems.push(format!("{name} {v} is above the limit {max}"));
             }
         }
-        if self.n_heads > 0 && !self.d_model.is_multiple_of(self.n_heads) {
+        let explicit_width = self.head_dim.is_some();
+        if self.n_heads > 0 && !explicit_width && !self.d_model.is_multiple_of(self.n_heads) {
             problems.push(format!(
                 "d_model {} is not a multiple of heads {}",
                 self.d_model, self.n_heads
             ));
         }
-        if self.n_heads > 0
-            && self.d_model.is_multiple_of(self.n_heads)
+        if self.head_dim == Some(0) || self.head_dim.is_some_and(|h| h > MAX_WIDTH) {
+            problems.push(format!(
+                "head_dim {} is not a usable head width",
+                self.head_dim.unwrap_or(0)
+            ));
+        } else if self.n_heads > 0
+            && (explicit_width || self.d_model.is_multiple_of(self.n_heads))
             && !self.head_dim().is_multiple_of(2)
         {
             problems.push(format!(
@@ -133,6 +265,16 @@ impl LmConfig {
         if !(self.norm_eps > 0.0 && self.norm_eps.is_finite()) {
             problems.push(format!("norm_eps must be positive, got {}", self.norm_eps));
         }
+        if self.pad_token_id.is_some() && self.padding_row().is_none() {
+            problems.push(format!(
+                "pad_token_id {} is outside the vocabulary of {}",
+                self.pad_token_id.unwrap_or_default(),
+                self.vocab_size
+            ));
+        }
+        if self.sliding_window == Some(0) {
+            problems.push("sliding_window must be positive".into());
+        }
         if problems.is_empty() {
             Ok(())
         } else {
@@ -140,29 +282,35 @@ impl LmConfig {
         }
     }
 
-    /// The config as Hugging Face writes `config.json` for `LlamaForCausalLM`.
+    /// The config as Hugging Face writes `config.json` for its family's causal LM
+    /// (`LlamaForCausalLM`, `Qwen2ForCausalLM`, ...).
     pub fn to_hf_json(&self) -> serde_json::Value {
         let mut v = serde_json::to_value(self).unwrap_or_default();
         if let Some(m) = v.as_object_mut() {
-            m.insert("model_type".into(), "llama".into());
             m.insert(
                 "architectures".into(),
-                serde_json::json!(["LlamaForCausalLM"]),
+                serde_json::json!([self.family.architecture()]),
             );
             m.insert("hidden_act".into(), "silu".into());
-            m.insert("attention_bias".into(), false.into());
             m.insert("mlp_bias".into(), false.into());
+            if matches!(self.family, Family::Qwen2 | Family::Qwen3) {
+                m.insert("use_sliding_window".into(), false.into());
+            }
         }
         v
     }
 
     /// Reads a config written by `to_hf_json` or by `transformers` (unknown fields are ignored,
-    /// but a LLaMA feature this model lacks is refused rather than silently dropped).
+    /// but a feature this model lacks is refused rather than silently dropped).
     pub fn from_json(text: &str) -> Result<Self> {
-        let value: serde_json::Value =
+        let mut value: serde_json::Value =
             serde_json::from_str(text).map_err(|e| Error::format("model config", e.to_string()))?;
+        let family = match value.get("model_type").and_then(|v| v.as_str()) {
+            Some(name) => Family::from_model_type(name)?,
+            None => Family::Llama,
+        };
+        normalise_family_fields(&mut value, family)?;
         for (field, ok) in [
-            ("attention_bias", serde_json::Value::Bool(false)),
             ("mlp_bias", serde_json::Value::Bool(false)),
             ("hidden_act", serde_json::Value::String("silu".into())),
         ] {
@@ -190,6 +338,61 @@ impl LmConfig {
         config.validate()?;
         Ok(config)
     }
+}
+
+/// The fields whose meaning differs by family, brought to this config's: Qwen's
+/// `sliding_window` only counts under `use_sliding_window` (which, with its per-layer
+/// `max_window_layers`, is refused), transformers 5's `rope_parameters` holds the rotary base,
+/// and `layer_types` may only list full attention (or, for Mistral, its one window).
+fn normalise_family_fields(value: &mut serde_json::Value, family: Family) -> Result<()> {
+    let refuse = |what: String| Err(Error::format("model config", what));
+    let Some(m) = value.as_object_mut() else {
+        return refuse("config.json is not an object".into());
+    };
+    if matches!(family, Family::Qwen2 | Family::Qwen3) {
+        if m.get("use_sliding_window").and_then(|v| v.as_bool()) == Some(true) {
+            return refuse(format!(
+                "use_sliding_window = true ({} layers above max_window_layers attending a window) is not supported",
+                family.model_type()
+            ));
+        }
+        m.remove("sliding_window");
+    }
+    if family == Family::Llama {
+        m.remove("sliding_window");
+    }
+    if let Some(types) = m.get("layer_types").and_then(|v| v.as_array()) {
+        let allowed = |t: &str| {
+            t == "full_attention" || (family == Family::Mistral && t == "sliding_attention")
+        };
+        if let Some(t) = types
+            .iter()
+            .filter_map(|t| t.as_str())
+            .find(|t| !allowed(t))
+        {
+            return refuse(format!("layer_types with \"{t}\" layers are not supported"));
+        }
+    }
+    if let Some(rope) = m.get("rope_parameters").filter(|v| v.is_object()).cloned() {
+        match rope.get("rope_type").and_then(|v| v.as_str()) {
+            None | Some("default") => {}
+            Some(kind) => {
+                return refuse(format!(
+                    "rope_parameters of rope_type \"{kind}\" are not supported"
+                ))
+            }
+        }
+        if let Some(theta) = rope
+            .get("rope_theta")
+            .filter(|_| !m.contains_key("rope_theta"))
+        {
+            m.insert("rope_theta".into(), theta.clone());
+        }
+    }
+    if m.get("head_dim").is_some_and(|v| v.is_null()) {
+        m.remove("head_dim");
+    }
+    Ok(())
 }
 
 /// LLaMA's SwiGLU width: 8/3 of d_model rounded up to a multiple of 64.
@@ -244,10 +447,64 @@ mod tests {
     #[test]
     fn from_json_refuses_features_the_model_lacks() {
         let mut json = LmConfig::new(10, 8, 1, 2).to_hf_json();
-        json["attention_bias"] = true.into();
+        json["mlp_bias"] = true.into();
         let msg = LmConfig::from_json(&json.to_string())
             .unwrap_err()
             .to_string();
-        assert!(msg.contains("attention_bias"), "{msg}");
+        assert!(msg.contains("mlp_bias"), "{msg}");
+    }
+
+    #[test]
+    fn an_unknown_model_type_is_named_with_the_families_that_run() {
+        let mut json = LmConfig::new(10, 8, 1, 2).to_hf_json();
+        json["model_type"] = "gpt_neox".into();
+        let msg = LmConfig::from_json(&json.to_string())
+            .unwrap_err()
+            .to_string();
+        assert!(msg.contains("\"gpt_neox\""), "{msg}");
+        assert!(msg.contains("llama, mistral, qwen2, qwen3"), "{msg}");
+    }
+
+    #[test]
+    fn family_switches_follow_model_type_and_round_trip() {
+        let mut qwen2 = LmConfig::new(10, 8, 1, 2);
+        qwen2.family = Family::Qwen2;
+        let json = qwen2.to_hf_json();
+        assert_eq!(json["architectures"][0], "Qwen2ForCausalLM");
+        let back = LmConfig::from_json(&json.to_string()).unwrap();
+        assert_eq!(back, qwen2);
+        assert!(back.qkv_bias() && !back.qk_norm());
+
+        // Qwen's sliding_window is inert without use_sliding_window; Mistral's is kept.
+        let mut json = json;
+        json["sliding_window"] = 4096.into();
+        assert_eq!(
+            LmConfig::from_json(&json.to_string())
+                .unwrap()
+                .sliding_window,
+            None
+        );
+        json["use_sliding_window"] = true.into();
+        let msg = LmConfig::from_json(&json.to_string())
+            .unwrap_err()
+            .to_string();
+        assert!(msg.contains("use_sliding_window"), "{msg}");
+        json["model_type"] = "mistral".into();
+        assert_eq!(
+            LmConfig::from_json(&json.to_string())
+                .unwrap()
+                .sliding_window,
+            Some(4096)
+        );
+
+        // Qwen3: its own head width (q is wider than the stream) and q/k norms.
+        json["use_sliding_window"] = false.into();
+        json["model_type"] = "qwen3".into();
+        json["head_dim"] = 16.into();
+        let qwen3 = LmConfig::from_json(&json.to_string()).unwrap();
+        assert_eq!(
+            (qwen3.head_dim(), qwen3.qk_norm(), qwen3.qkv_bias()),
+            (16, true, false)
+        );
     }
 }

@@ -130,6 +130,7 @@ fn hyperparameters(
     options: &GgufExportOptions,
 ) -> Result<Vec<(String, Value)>> {
     let c = &model.config;
+    c.require_llama_shape("GGUF export")?;
     if c.bidirectional {
         return Err(Error::invalid(
             OP,

@@ -18,6 +18,8 @@ pub struct MaskSpec {
     pub causal: bool,
     /// Left padding per batch row: keys below it are padding and never attended.
     pub pads: Vec<usize>,
+    /// A sliding window: keys `window` or more positions before the query are hidden.
+    pub window: Option<usize>,
 }
 
 impl MaskSpec {
@@ -43,7 +45,10 @@ impl MaskSpec {
                     // Padding queries still see the padding before them, so no row is fully
                     // masked: a softmax over nothing would put NaN into the cache.
                     let pad_key = key < pad && pos >= pad;
-                    hidden.push(u8::from((self.causal && key > pos) || pad_key));
+                    let outside_window = self.window.is_some_and(|w| pos >= key + w);
+                    hidden.push(u8::from(
+                        (self.causal && key > pos) || pad_key || outside_window,
+                    ));
                 }
             }
         }
@@ -78,6 +83,7 @@ mod tests {
             offset: 1,
             causal: true,
             pads: vec![],
+            window: None,
         };
         let m = spec.build(Device::Cpu).unwrap();
         assert_eq!(m.shape(), [1, 1, 4, 3]);
@@ -95,6 +101,7 @@ mod tests {
             offset: 2,
             causal: true,
             pads: vec![0, 2],
+            window: None,
         };
         let v: Vec<u8> = spec
             .build(Device::Cpu)
@@ -104,5 +111,33 @@ mod tests {
             .to_vec()
             .unwrap();
         assert_eq!(v, [0, 0, 0, 1, 1, 0]);
+    }
+
+    #[test]
+    fn a_sliding_window_hides_keys_that_far_back() {
+        let spec = MaskSpec {
+            group: 1,
+            seq: 4,
+            keys: 4,
+            offset: 0,
+            causal: true,
+            pads: vec![],
+            window: Some(2),
+        };
+        let v: Vec<u8> = spec
+            .build(Device::Cpu)
+            .unwrap()
+            .to_dtype(DType::U8)
+            .unwrap()
+            .to_vec()
+            .unwrap();
+        // Position p sees p - 1 and p (Mistral's window of 2 includes the query itself).
+        #[rustfmt::skip]
+        assert_eq!(v, [
+            0, 1, 1, 1,
+            0, 0, 1, 1,
+            1, 0, 0, 1,
+            1, 1, 0, 0,
+        ]);
     }
 }

@@ -42,7 +42,7 @@ mod train_tests;
 pub use attention::{Attention, Step, Visibility};
 pub use block::Block;
 pub use checkpoint::{Checkpoint, TrainState};
-pub use config::{swiglu_hidden, LmConfig};
+pub use config::{swiglu_hidden, Family, LmConfig};
 pub use gguf::{load_gguf, GgufInfo, GgufModel};
 pub use gguf_export::{export_gguf, storage_type, GgufDType, GgufExport, GgufExportOptions};
 pub use kv_cache::KvCache;

@@ -214,11 +214,14 @@ impl TransformerLm {
     }
 
     /// The additive mask of a left-padded batch (rows differ, so the fused causal path cannot
-    /// take it), in the scores' dtype: the products' under mixed precision, else the
-    /// parameters'.
-    fn padding_bias(&self, t: usize, offset: usize, pads: &[usize]) -> Result<Option<Tensor>> {
+    /// take it) or of a sliding window that hides keys of this call, in the scores' dtype: the
+    /// products' under mixed precision, else the parameters'.
+    fn mask_bias(&self, t: usize, offset: usize, pads: &[usize]) -> Result<Option<Tensor>> {
         match self.layers.first() {
-            Some(l) if pads.iter().any(|&p| p > 0) => {
+            Some(l)
+                if pads.iter().any(|&p| p > 0)
+                    || l.self_attn.window_hides(offset + t).is_some() =>
+            {
                 let dtype = self.autocast_dtype().unwrap_or(self.dtype());
                 let spec = l.self_attn.mask_spec(t, offset, pads);
                 spec.build_bias(self.device(), dtype).map(Some)
@@ -311,7 +314,7 @@ impl TransformerLm {
                 Positions::From(offset)
             };
             let (cos, sin) = self.rope.angles_for(t, self.device(), &positions)?;
-            let bias = self.padding_bias(t, offset, &pads)?;
+            let bias = self.mask_bias(t, offset, &pads)?;
             let causal = self.layers.first().is_some_and(|l| l.self_attn.is_causal());
             let visibility = match &bias {
                 Some(bias) => Visibility::Bias(bias),
@@ -386,8 +389,25 @@ impl TransformerLm {
                 cos: &cos,
                 sin: &sin,
             };
+            // A sliding window moves each row's first visible key up to cursor - window + 1
+            // once the cache can hold more than the window.
+            let windowed;
+            let first = match self
+                .layers
+                .first()
+                .and_then(|l| l.self_attn.window_hides(cache.capacity()))
+            {
+                Some(w) => {
+                    windowed = cache
+                        .cursor()
+                        .sub_scalar((w - 1) as f64)?
+                        .maximum(cache.first_keys())?;
+                    &windowed
+                }
+                None => cache.first_keys(),
+            };
             let visibility = Visibility::Window {
-                first: cache.first_keys(),
+                first,
                 last: cache.cursor(),
             };
             let cache_for = |i| Some(cache.at_cursor(i));

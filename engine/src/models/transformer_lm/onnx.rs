@@ -29,6 +29,7 @@ impl TransformerLm {
     /// always named (`sequence`); the batch is named under `opts.dynamic_batch`, else 1.
     pub fn export_onnx(&self, path: impl AsRef<Path>, opts: &ExportOptions) -> Result<()> {
         let c = &self.config;
+        c.require_llama_shape("ONNX export")?;
         let mut g = GraphBuilder::new(opts.checked_opset()?);
         let batch = match opts.dynamic_batch {
             true => Dim::Named("batch".into()),

@@ -38,6 +38,7 @@ pub enum ParamSource<'a> {
 enum Fill {
     Normal,
     Ones,
+    Zeros,
 }
 
 impl<'a> ParamSource<'a> {
@@ -77,6 +78,7 @@ impl<'a> ParamSource<'a> {
                 device,
             } => match (fill, *device) {
                 (Fill::Ones, _) => Tensor::ones(shape, *dtype, *device)?,
+                (Fill::Zeros, _) => Tensor::zeros(shape, *dtype, *device)?,
                 (Fill::Normal, Device::Cpu) => {
                     let t = Tensor::zeros(shape, *dtype, Device::Cpu)?;
                     normal_(&t, 0.0, *std, gen)?;
@@ -114,6 +116,22 @@ impl<'a> ParamSource<'a> {
         Ok(t)
     }
 
+    /// A projection with `{name}.bias` [out] when `bias` (zeros at init, as transformers'),
+    /// else `linear`.
+    pub fn linear_biased(
+        &mut self,
+        name: &str,
+        inp: usize,
+        out: usize,
+        bias: bool,
+    ) -> Result<Linear> {
+        let mut layer = self.linear(name, inp, out)?;
+        if bias {
+            layer.bias = Some(self.tensor(&format!("{name}.bias"), &[out], Fill::Zeros)?);
+        }
+        Ok(layer)
+    }
+
     /// A bias-free projection `{name}.weight` [out, in]: quantized when the source holds it so.
     pub fn linear(&mut self, name: &str, inp: usize, out: usize) -> Result<Linear> {
         let key = format!("{name}.weight");
@@ -142,18 +160,24 @@ impl<'a> ParamSource<'a> {
     }
 
     pub fn rms_norm(&mut self, name: &str, c: &LmConfig) -> Result<RmsNorm> {
+        self.rms_norm_of(name, c.d_model, c.norm_eps)
+    }
+
+    /// An RMS norm `{name}.weight` [width] (a head's, for q/k norms).
+    pub fn rms_norm_of(&mut self, name: &str, width: usize, eps: f64) -> Result<RmsNorm> {
         RmsNorm::from_tensor(
-            self.tensor(&format!("{name}.weight"), &[c.d_model], Fill::Ones)?,
-            c.norm_eps,
+            self.tensor(&format!("{name}.weight"), &[width], Fill::Ones)?,
+            eps,
         )
     }
 
     pub fn embedding(&mut self, name: &str, c: &LmConfig) -> Result<Embedding> {
-        Embedding::from_tensor(self.tensor(
+        Ok(Embedding::from_tensor(self.tensor(
             &format!("{name}.weight"),
             &[c.vocab_size, c.d_model],
             Fill::Normal,
-        )?)
+        )?)?
+        .with_padding_idx(c.padding_row()))
     }
 
     /// Every problem of a load in one error; unused tensors in the map count as problems too,

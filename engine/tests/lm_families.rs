@@ -1,0 +1,187 @@
+//! The decoder families that are LLaMA with switches (Qwen2's q/k/v biases, Qwen3's head norms
+//! and own head width, Mistral's sliding window) against transformers: tiny random-weight
+//! models saved by `tests/fixtures/lm_families/make_families.py` on the GPU machine, loaded
+//! here by name. Each gives transformers' logits (F32, CPU, within 1e-4), its causal-LM loss
+//! and every parameter's gradient of it (1e-4), and its greedy 16-token continuation.
+
+use rusting_brain::io::safetensors;
+use rusting_brain::models::transformer_lm::generate::{
+    generate, Flow, GenerateOptions, SamplingOptions,
+};
+use rusting_brain::models::transformer_lm::pretrained::load_pretrained;
+use rusting_brain::models::transformer_lm::{Family, TransformerLm};
+use rusting_brain::nn::Module;
+use rusting_brain::{no_grad, DType, Device, Tensor};
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+fn fixture(family: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../tests/fixtures/lm_families")
+        .join(family)
+}
+
+fn expected(family: &str) -> BTreeMap<String, Tensor> {
+    safetensors::load(fixture(family).join("expected.safetensors"))
+        .unwrap_or_else(|e| panic!("{family}/expected.safetensors (make_families.py): {e}"))
+}
+
+fn std(v: &[f32]) -> f64 {
+    let mean = v.iter().map(|&x| x as f64).sum::<f64>() / v.len() as f64;
+    (v.iter().map(|&x| (x as f64 - mean).powi(2)).sum::<f64>() / v.len() as f64).sqrt()
+}
+
+/// The worst difference relative to each reference value, floored at the reference's std
+/// (values near zero have no meaningful relative error).
+fn worst_relative(got: &[f32], want: &[f32]) -> f64 {
+    assert_eq!(got.len(), want.len());
+    let s = std(want).max(1e-12);
+    got.iter()
+        .zip(want)
+        .map(|(&g, &w)| (g as f64 - w as f64).abs() / (w.abs() as f64).max(s))
+        .fold(0.0, f64::max)
+}
+
+fn check_family(family: &str, switch: impl Fn(&TransformerLm) -> bool) {
+    let want = expected(family);
+    let model = load_pretrained(fixture(family), DType::F32, Device::Cpu).unwrap();
+    assert!(
+        switch(&model),
+        "{family}: the fixture does not exercise its switch"
+    );
+    let ids = &want["input_ids"];
+
+    let logits = no_grad(|| model.forward(ids))
+        .unwrap()
+        .to_vec_f32()
+        .unwrap();
+    let worst = worst_relative(&logits, &want["logits"].to_vec_f32().unwrap());
+    assert!(
+        worst <= 1e-4,
+        "{family} logits: worst relative difference {worst:.2e}"
+    );
+
+    // transformers' loss with labels = ids: positions 0..T-1 predict tokens 1..T.
+    let t = ids.shape()[1];
+    let (inputs, targets) = (
+        ids.narrow(1, 0, t - 1).unwrap(),
+        ids.narrow(1, 1, t - 1).unwrap(),
+    );
+    let loss = model
+        .loss(
+            &inputs.contiguous().unwrap(),
+            &targets.contiguous().unwrap(),
+        )
+        .unwrap();
+    let (ours, theirs) = (loss.item().unwrap(), want["loss"].item().unwrap());
+    assert!(
+        (ours - theirs).abs() <= 1e-4 * theirs.abs(),
+        "{family} loss {ours} vs {theirs}"
+    );
+    loss.backward().unwrap();
+    let mut checked = 0;
+    for (name, p) in model.named_parameters() {
+        let key = format!("grad.{name}");
+        let Some(g) = want.get(&key) else {
+            panic!("{family}: transformers has no gradient for {name}");
+        };
+        let ours = p
+            .grad()
+            .unwrap_or_else(|| panic!("{family}: no gradient for {name}"));
+        let worst = worst_relative(&ours.to_vec_f32().unwrap(), &g.to_vec_f32().unwrap());
+        assert!(
+            worst <= 1e-4,
+            "{family} gradient of {name}: worst relative difference {worst:.2e}"
+        );
+        checked += 1;
+    }
+    assert_eq!(
+        checked,
+        want.keys().filter(|k| k.starts_with("grad.")).count(),
+        "{family}"
+    );
+
+    let greedy: Vec<u32> = want["greedy"]
+        .to_vec::<i64>()
+        .unwrap()
+        .iter()
+        .map(|&x| x as u32)
+        .collect();
+    let prompt = greedy[..t].to_vec();
+    let opts = GenerateOptions {
+        max_new_tokens: greedy.len() - t,
+        sampling: SamplingOptions::greedy(),
+        stop_tokens: Vec::new(),
+        cuda_graph: false,
+    };
+    let out = generate(&model, &[prompt.clone()], &opts, &mut |_, _| {
+        Ok(Flow::Continue)
+    })
+    .unwrap();
+    // The cached decode steps (the window moving, biases and head norms in the decode path)
+    // pick what one full forward pass over the whole text would.
+    let text: Vec<i64> = prompt.iter().chain(&out[0]).map(|&x| x as i64).collect();
+    let full = Tensor::from_vec(text.clone(), &[1, text.len()]).unwrap();
+    let logits = no_grad(|| model.forward(&full))
+        .unwrap()
+        .to_vec_f32()
+        .unwrap();
+    let vocab = model.config.vocab_size;
+    for (i, &token) in out[0].iter().enumerate() {
+        let row = &logits[(t - 1 + i) * vocab..(t + i) * vocab];
+        let best = (0..vocab)
+            .max_by(|&a, &b| row[a].total_cmp(&row[b]))
+            .unwrap();
+        assert_eq!(
+            best as u32, token,
+            "{family}: decode step {i} against the full forward"
+        );
+    }
+    assert_eq!(out[0], greedy[t..], "{family}: greedy continuation");
+}
+
+#[test]
+fn qwen2_with_q_k_v_biases_matches_transformers() {
+    check_family("qwen2", |m| {
+        m.config.family == Family::Qwen2 && m.layers[0].self_attn.q_proj.bias.is_some()
+    });
+}
+
+#[test]
+fn qwen3_with_head_norms_and_its_own_head_width_matches_transformers() {
+    check_family("qwen3", |m| {
+        m.config.head_dim() * m.config.n_heads != m.config.d_model
+            && m.layers[0].self_attn.q_norm.is_some()
+    });
+}
+
+#[test]
+fn mistral_with_a_sliding_window_shorter_than_the_text_matches_transformers() {
+    check_family("mistral", |m| m.config.sliding_window == Some(5));
+}
+
+#[test]
+fn an_architecture_that_does_not_run_is_named_with_those_that_do() {
+    let err = load_pretrained(fixture("gemma2"), DType::F32, Device::Cpu)
+        .err()
+        .expect("gemma2 is not a LLaMA switch")
+        .to_string();
+    assert!(
+        err.contains("\"gemma2\"") && err.contains("llama, mistral, qwen2, qwen3"),
+        "{err}"
+    );
+}
+
+/// The exporters written for LLaMA's shape refuse what they would drop, by name.
+#[test]
+fn exporters_refuse_switches_they_do_not_write() {
+    let model = load_pretrained(fixture("qwen2"), DType::F32, Device::Cpu).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let opts = rusting_brain::io::onnx::export::ExportOptions::default();
+    let err = model
+        .export_onnx(dir.path().join("qwen2.onnx"), &opts)
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("qwen2 model has attention biases"), "{err}");
+    assert!(!dir.path().join("qwen2.onnx").exists());
+}
