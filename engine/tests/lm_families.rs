@@ -185,3 +185,63 @@ fn exporters_refuse_switches_they_do_not_write() {
     assert!(err.contains("qwen2 model has attention biases"), "{err}");
     assert!(!dir.path().join("qwen2.onnx").exists());
 }
+
+/// On CUDA: F32 logits and greedy tokens (decoded op by op and as a captured CUDA graph) as
+/// transformers'; BF16 mixed precision, the default there, within 5% of the F32 logits.
+#[test]
+fn cuda_runs_the_switches_as_the_cpu_does() {
+    let Some(d) =
+        rusting_brain::backend::cuda::device_for_test("cuda_runs_the_switches_as_the_cpu_does")
+    else {
+        return;
+    };
+    for family in ["qwen2", "qwen3", "mistral"] {
+        let want = expected(family);
+        let ids = &want["input_ids"];
+        let mut model = load_pretrained(fixture(family), DType::F32, d).unwrap();
+        model.set_precision(rusting_brain::models::transformer_lm::Precision::Full);
+        let logits = no_grad(|| model.forward(ids))
+            .unwrap()
+            .to_device(Device::Cpu)
+            .unwrap();
+        let worst = worst_relative(
+            &logits.to_vec_f32().unwrap(),
+            &want["logits"].to_vec_f32().unwrap(),
+        );
+        assert!(worst <= 1e-4, "{family} CUDA F32 logits: {worst:.2e}");
+        let greedy: Vec<u32> = want["greedy"]
+            .to_vec::<i64>()
+            .unwrap()
+            .iter()
+            .map(|&x| x as u32)
+            .collect();
+        let t = ids.shape()[1];
+        for cuda_graph in [false, true] {
+            let opts = GenerateOptions {
+                max_new_tokens: greedy.len() - t,
+                sampling: SamplingOptions::greedy(),
+                stop_tokens: Vec::new(),
+                cuda_graph,
+            };
+            let out = generate(&model, &[greedy[..t].to_vec()], &opts, &mut |_, _| {
+                Ok(Flow::Continue)
+            })
+            .unwrap();
+            assert_eq!(
+                out[0],
+                greedy[t..],
+                "{family} CUDA greedy (graph {cuda_graph})"
+            );
+        }
+        model.set_precision(rusting_brain::models::transformer_lm::Precision::Auto);
+        let mixed = no_grad(|| model.forward(ids))
+            .unwrap()
+            .to_dtype(DType::F32)
+            .unwrap();
+        let gap = worst_relative(
+            &mixed.to_device(Device::Cpu).unwrap().to_vec_f32().unwrap(),
+            &want["logits"].to_vec_f32().unwrap(),
+        );
+        assert!(gap <= 0.05, "{family} CUDA BF16 mixed logits: {gap:.2e}");
+    }
+}
