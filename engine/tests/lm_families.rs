@@ -1,5 +1,6 @@
 //! The decoder families that are LLaMA with switches (Qwen2's q/k/v biases, Qwen3's head norms
-//! and own head width, Mistral's sliding window) against transformers: tiny random-weight
+//! and own head width, Mistral's sliding window, Llama 3's and YaRN's RoPE scaling) against
+//! transformers: tiny random-weight
 //! models saved by `tests/fixtures/lm_families/make_families.py` on the GPU machine, loaded
 //! here by name. Each gives transformers' logits (F32, CPU, within 1e-4), its causal-LM loss
 //! and every parameter's gradient of it (1e-4), and its greedy 16-token continuation.
@@ -9,6 +10,7 @@ use rusting_brain::models::transformer_lm::generate::{
     generate, Flow, GenerateOptions, SamplingOptions,
 };
 use rusting_brain::models::transformer_lm::pretrained::load_pretrained;
+use rusting_brain::models::transformer_lm::rope_scaling::RopeScaling;
 use rusting_brain::models::transformer_lm::{Family, TransformerLm};
 use rusting_brain::nn::Module;
 use rusting_brain::{no_grad, DType, Device, Tensor};
@@ -158,6 +160,20 @@ fn qwen3_with_head_norms_and_its_own_head_width_matches_transformers() {
 #[test]
 fn mistral_with_a_sliding_window_shorter_than_the_text_matches_transformers() {
     check_family("mistral", |m| m.config.sliding_window == Some(5));
+}
+
+#[test]
+fn llama3_rope_scaling_matches_transformers() {
+    check_family("llama3_rope", |m| {
+        matches!(m.config.rope_scaling, Some(RopeScaling::Llama3 { .. }))
+    });
+}
+
+#[test]
+fn yarn_rope_scaling_matches_transformers() {
+    check_family("qwen2_yarn", |m| {
+        matches!(m.config.rope_scaling, Some(RopeScaling::Yarn { .. }))
+    });
 }
 
 #[test]

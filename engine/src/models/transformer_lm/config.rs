@@ -3,6 +3,7 @@
 //! config maps one to one onto `transformers.LlamaConfig`, or onto the config of a family
 //! that differs from LLaMA only in switches this model has (`Family`).
 
+use super::rope_scaling::RopeScaling;
 use crate::{Error, Result};
 use serde::{Deserialize, Serialize};
 
@@ -48,6 +49,9 @@ pub struct LmConfig {
     /// (Mistral).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sliding_window: Option<usize>,
+    /// How the rotary frequencies stretch to a longer context (`rope_scaling`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rope_scaling: Option<RopeScaling>,
     /// The embedding row that never gets a gradient (transformers builds the token embedding
     /// with `padding_idx = pad_token_id`; negative counts from the end, as in PyTorch).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -147,6 +151,7 @@ impl LmConfig {
             attention_bias: false,
             head_dim: None,
             sliding_window: None,
+            rope_scaling: None,
             pad_token_id: None,
         }
     }
@@ -184,6 +189,9 @@ impl LmConfig {
         }
         if self.sliding_window.is_some() {
             extra.push("a sliding window");
+        }
+        if self.rope_scaling.is_some() && what == "GGUF export" {
+            extra.push("RoPE scaling");
         }
         if self
             .head_dim
@@ -272,6 +280,9 @@ impl LmConfig {
                 self.vocab_size
             ));
         }
+        if let Some(scaling) = &self.rope_scaling {
+            problems.extend(scaling.problems());
+        }
         if self.sliding_window == Some(0) {
             problems.push("sliding_window must be positive".into());
         }
@@ -323,12 +334,6 @@ impl LmConfig {
                 }
             }
         }
-        if let Some(s) = value.get("rope_scaling").filter(|s| !s.is_null()) {
-            return Err(Error::format(
-                "model config",
-                format!("rope_scaling {s} is not supported"),
-            ));
-        }
         let mut config: LmConfig = serde_json::from_value(value.clone())
             .map_err(|e| Error::format("model config", e.to_string()))?;
         // transformers leaves num_key_value_heads out when it equals the head count.
@@ -342,8 +347,9 @@ impl LmConfig {
 
 /// The fields whose meaning differs by family, brought to this config's: Qwen's
 /// `sliding_window` only counts under `use_sliding_window` (which, with its per-layer
-/// `max_window_layers`, is refused), transformers 5's `rope_parameters` holds the rotary base,
-/// and `layer_types` may only list full attention (or, for Mistral, its one window).
+/// `max_window_layers`, is refused), transformers 5's `rope_parameters` holds the rotary base
+/// and any scaling, and `layer_types` may only list full attention (or, for Mistral, its one
+/// window).
 fn normalise_family_fields(value: &mut serde_json::Value, family: Family) -> Result<()> {
     let refuse = |what: String| Err(Error::format("model config", what));
     let Some(m) = value.as_object_mut() else {
@@ -373,20 +379,41 @@ fn normalise_family_fields(value: &mut serde_json::Value, family: Family) -> Res
             return refuse(format!("layer_types with \"{t}\" layers are not supported"));
         }
     }
-    if let Some(rope) = m.get("rope_parameters").filter(|v| v.is_object()).cloned() {
-        match rope.get("rope_type").and_then(|v| v.as_str()) {
-            None | Some("default") => {}
-            Some(kind) => {
-                return refuse(format!(
-                    "rope_parameters of rope_type \"{kind}\" are not supported"
-                ))
-            }
-        }
+    // transformers 4 writes `rope_scaling` (its type under "type" in older files), 5 writes
+    // `rope_parameters` with the base inside; both become `rope_theta` + `rope_scaling`.
+    let mut scaling = m.remove("rope_scaling").filter(|v| !v.is_null());
+    if let Some(rope) = m.remove("rope_parameters").filter(|v| v.is_object()) {
         if let Some(theta) = rope
             .get("rope_theta")
             .filter(|_| !m.contains_key("rope_theta"))
         {
             m.insert("rope_theta".into(), theta.clone());
+        }
+        scaling = scaling.or(Some(rope));
+    }
+    if let Some(serde_json::Value::Object(mut s)) = scaling {
+        if let Some(kind) = s.remove("type").filter(|_| !s.contains_key("rope_type")) {
+            s.insert("rope_type".into(), kind);
+        }
+        s.remove("rope_theta");
+        let kind = s
+            .get("rope_type")
+            .and_then(|v| v.as_str())
+            .map(str::to_string);
+        if let Some(kind) = kind.filter(|k| k != "default") {
+            let parsed: RopeScaling = serde_json::from_value(serde_json::Value::Object(s))
+                .map_err(|e| {
+                    Error::format(
+                        "model config",
+                        format!(
+                            "rope_scaling of rope_type \"{kind}\": {e} (linear, llama3 and yarn run)"
+                        ),
+                    )
+                })?;
+            m.insert(
+                "rope_scaling".into(),
+                serde_json::to_value(parsed).unwrap_or_default(),
+            );
         }
     }
     if m.get("head_dim").is_some_and(|v| v.is_null()) {

@@ -32,6 +32,7 @@ mod quantize;
 #[cfg(test)]
 mod quantize_tests;
 mod rope;
+pub mod rope_scaling;
 #[cfg(test)]
 mod tests;
 mod train;

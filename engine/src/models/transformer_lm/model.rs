@@ -118,7 +118,12 @@ impl TransformerLm {
             .transpose()?;
         params.finish()?;
         Ok(TransformerLm {
-            rope: Rotary::new(config.head_dim(), config.max_seq_len, config.rope_theta),
+            rope: Rotary::scaled(
+                config.head_dim(),
+                config.max_seq_len,
+                config.rope_theta,
+                config.rope_scaling.as_ref(),
+            ),
             config,
             embed_tokens,
             layers,

@@ -3,6 +3,7 @@
 //! position * theta^(-2i/d). Checkpoints trained either way therefore agree on which weights
 //! mean what.
 
+use super::rope_scaling::{base_frequencies, RopeScaling};
 use crate::{Device, Result, Tensor};
 use std::sync::Mutex;
 
@@ -13,7 +14,10 @@ use std::sync::Mutex;
 pub struct Rotary {
     head_dim: usize,
     max_seq_len: usize,
-    theta: f64,
+    /// The inverse frequencies (d/2), F32 as transformers keeps them.
+    inv_freq: Vec<f32>,
+    /// The factor on cos and sin (YaRN's attention scaling; 1 otherwise).
+    scale: f32,
     tables: Mutex<Option<Tables>>,
 }
 
@@ -39,28 +43,41 @@ pub enum Positions<'a> {
 
 impl Rotary {
     pub fn new(head_dim: usize, max_seq_len: usize, theta: f64) -> Self {
+        Self::scaled(head_dim, max_seq_len, theta, None)
+    }
+
+    /// Rotations with the frequencies (and cos/sin factor) of a RoPE scaling.
+    pub fn scaled(
+        head_dim: usize,
+        max_seq_len: usize,
+        theta: f64,
+        scaling: Option<&RopeScaling>,
+    ) -> Self {
+        let (freqs, scale) = match scaling {
+            Some(s) => s.frequencies(head_dim, theta, max_seq_len),
+            None => (base_frequencies(head_dim, theta), 1.0),
+        };
         Rotary {
             head_dim,
             max_seq_len,
-            theta,
+            inv_freq: freqs.into_iter().map(|f| f as f32).collect(),
+            scale: scale as f32,
             tables: Mutex::new(None),
         }
     }
 
     /// cos and sin of every (position, dim) as F32, computed the way `transformers` does: the
-    /// inverse frequencies in F32, then position * inv_freq in F32.
+    /// inverse frequencies in F32, then position * inv_freq in F32 (times the scaling's
+    /// factor).
     pub(super) fn host_tables(&self, rows: usize) -> (Vec<f32>, Vec<f32>) {
         let half = self.head_dim / 2;
-        let inv_freq: Vec<f32> = (0..half)
-            .map(|i| (1.0 / self.theta.powf((2 * i) as f64 / self.head_dim as f64)) as f32)
-            .collect();
         let n = rows * self.head_dim;
         let (mut cos, mut sin) = (Vec::with_capacity(n), Vec::with_capacity(n));
         for pos in 0..rows {
             for j in 0..self.head_dim {
-                let angle = pos as f32 * inv_freq[j % half];
-                cos.push(angle.cos());
-                sin.push(angle.sin());
+                let angle = pos as f32 * self.inv_freq[j % half];
+                cos.push(angle.cos() * self.scale);
+                sin.push(angle.sin() * self.scale);
             }
         }
         (cos, sin)

@@ -1,0 +1,166 @@
+//! RoPE scaling as transformers reads it from `rope_scaling` (or transformers 5's
+//! `rope_parameters`): the inverse frequencies of a longer context, and the factor the cos and
+//! sin tables are scaled by. `linear` divides every frequency; `llama3` divides only the low
+//! ones and blends the middle band (Llama 3.1); `yarn` blends interpolated and extrapolated
+//! frequencies by a ramp over the dimensions and scales attention by 0.1 ln(factor) + 1.
+//! `dynamic` (which depends on the sequence length at run time) and `longrope` are refused.
+
+use serde::{Deserialize, Serialize};
+use std::f64::consts::PI;
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "rope_type", rename_all = "lowercase")]
+pub enum RopeScaling {
+    Linear {
+        factor: f64,
+    },
+    Llama3 {
+        factor: f64,
+        low_freq_factor: f64,
+        high_freq_factor: f64,
+        original_max_position_embeddings: usize,
+    },
+    Yarn {
+        factor: f64,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        original_max_position_embeddings: Option<usize>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        beta_fast: Option<f64>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        beta_slow: Option<f64>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        mscale: Option<f64>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        mscale_all_dim: Option<f64>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        attention_factor: Option<f64>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        truncate: Option<bool>,
+    },
+}
+
+/// The plain frequencies theta^(-2i/d), i < d/2.
+pub fn base_frequencies(head_dim: usize, theta: f64) -> Vec<f64> {
+    (0..head_dim / 2)
+        .map(|i| 1.0 / theta.powf((2 * i) as f64 / head_dim as f64))
+        .collect()
+}
+
+impl RopeScaling {
+    /// Everything the factors must satisfy, as one message per problem.
+    pub fn problems(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        let factor = match self {
+            RopeScaling::Linear { factor }
+            | RopeScaling::Llama3 { factor, .. }
+            | RopeScaling::Yarn { factor, .. } => *factor,
+        };
+        if !(factor > 0.0 && factor.is_finite()) {
+            out.push(format!(
+                "rope_scaling factor must be positive, got {factor}"
+            ));
+        }
+        if let RopeScaling::Llama3 {
+            low_freq_factor,
+            high_freq_factor,
+            original_max_position_embeddings,
+            ..
+        } = self
+        {
+            if !(high_freq_factor > low_freq_factor && *low_freq_factor > 0.0) {
+                out.push(format!(
+                    "llama3 rope_scaling needs 0 < low_freq_factor < high_freq_factor, got {low_freq_factor} and {high_freq_factor}"
+                ));
+            }
+            if *original_max_position_embeddings == 0 {
+                out.push("original_max_position_embeddings must be positive".into());
+            }
+        }
+        out
+    }
+
+    /// The scaled inverse frequencies and the factor on cos and sin, for heads of `head_dim`
+    /// with base `theta` and a config of `max_positions`.
+    pub fn frequencies(
+        &self,
+        head_dim: usize,
+        theta: f64,
+        max_positions: usize,
+    ) -> (Vec<f64>, f64) {
+        let base = base_frequencies(head_dim, theta);
+        match *self {
+            RopeScaling::Linear { factor } => (base.iter().map(|f| f / factor).collect(), 1.0),
+            RopeScaling::Llama3 {
+                factor,
+                low_freq_factor,
+                high_freq_factor,
+                original_max_position_embeddings: old,
+            } => {
+                let old = old as f64;
+                let (low_wavelen, high_wavelen) = (old / low_freq_factor, old / high_freq_factor);
+                let freqs = base
+                    .iter()
+                    .map(|&f| {
+                        let wavelen = 2.0 * PI / f;
+                        if wavelen < high_wavelen {
+                            f
+                        } else if wavelen > low_wavelen {
+                            f / factor
+                        } else {
+                            let smooth = (old / wavelen - low_freq_factor)
+                                / (high_freq_factor - low_freq_factor);
+                            (1.0 - smooth) * f / factor + smooth * f
+                        }
+                    })
+                    .collect();
+                (freqs, 1.0)
+            }
+            RopeScaling::Yarn {
+                factor,
+                original_max_position_embeddings,
+                beta_fast,
+                beta_slow,
+                mscale,
+                mscale_all_dim,
+                attention_factor,
+                truncate,
+            } => {
+                let get_mscale = |scale: f64, m: f64| match scale <= 1.0 {
+                    true => 1.0,
+                    false => 0.1 * m * scale.ln() + 1.0,
+                };
+                let attention = attention_factor.unwrap_or(match (mscale, mscale_all_dim) {
+                    (Some(m), Some(all)) if m != 0.0 && all != 0.0 => {
+                        get_mscale(factor, m) / get_mscale(factor, all)
+                    }
+                    _ => get_mscale(factor, 1.0),
+                });
+                let old = original_max_position_embeddings.unwrap_or(max_positions) as f64;
+                let d = head_dim as f64;
+                let correction =
+                    |rotations: f64| d * (old / (rotations * 2.0 * PI)).ln() / (2.0 * theta.ln());
+                let (mut low, mut high) = (
+                    correction(beta_fast.unwrap_or(32.0)),
+                    correction(beta_slow.unwrap_or(1.0)),
+                );
+                if truncate.unwrap_or(true) {
+                    (low, high) = (low.floor(), high.ceil());
+                }
+                let (low, mut high) = (low.max(0.0), high.min(d - 1.0));
+                if low == high {
+                    high += 0.001;
+                }
+                let freqs = base
+                    .iter()
+                    .enumerate()
+                    .map(|(i, &f)| {
+                        let ramp = ((i as f64 - low) / (high - low)).clamp(0.0, 1.0);
+                        let extrapolation = 1.0 - ramp;
+                        (f / factor) * (1.0 - extrapolation) + f * extrapolation
+                    })
+                    .collect();
+                (freqs, attention)
+            }
+        }
+    }
+}
