@@ -44,6 +44,36 @@ fn worst_relative(got: &[f32], want: &[f32]) -> f64 {
         .fold(0.0, f64::max)
 }
 
+/// transformers' greedy text (prompt and continuation).
+fn greedy_tokens(want: &BTreeMap<String, Tensor>) -> Vec<u32> {
+    want["greedy"]
+        .to_vec::<i64>()
+        .unwrap()
+        .iter()
+        .map(|&x| x as u32)
+        .collect()
+}
+
+/// `n` greedy tokens after `prompt`.
+fn continue_greedily(
+    model: &TransformerLm,
+    prompt: &[u32],
+    n: usize,
+    cuda_graph: bool,
+) -> Vec<u32> {
+    let opts = GenerateOptions {
+        max_new_tokens: n,
+        sampling: SamplingOptions::greedy(),
+        stop_tokens: Vec::new(),
+        cuda_graph,
+    };
+    let mut out = generate(model, &[prompt.to_vec()], &opts, &mut |_, _| {
+        Ok(Flow::Continue)
+    })
+    .unwrap();
+    out.remove(0)
+}
+
 fn check_family(family: &str, switch: impl Fn(&TransformerLm) -> bool) {
     let want = expected(family);
     let model = load_pretrained(fixture(family), DType::F32, Device::Cpu).unwrap();
@@ -103,33 +133,19 @@ fn check_family(family: &str, switch: impl Fn(&TransformerLm) -> bool) {
         "{family}"
     );
 
-    let greedy: Vec<u32> = want["greedy"]
-        .to_vec::<i64>()
-        .unwrap()
-        .iter()
-        .map(|&x| x as u32)
-        .collect();
+    let greedy = greedy_tokens(&want);
     let prompt = greedy[..t].to_vec();
-    let opts = GenerateOptions {
-        max_new_tokens: greedy.len() - t,
-        sampling: SamplingOptions::greedy(),
-        stop_tokens: Vec::new(),
-        cuda_graph: false,
-    };
-    let out = generate(&model, &[prompt.clone()], &opts, &mut |_, _| {
-        Ok(Flow::Continue)
-    })
-    .unwrap();
+    let out = continue_greedily(&model, &prompt, greedy.len() - t, false);
     // The cached decode steps (the window moving, biases and head norms in the decode path)
     // pick what one full forward pass over the whole text would.
-    let text: Vec<i64> = prompt.iter().chain(&out[0]).map(|&x| x as i64).collect();
+    let text: Vec<i64> = prompt.iter().chain(&out).map(|&x| x as i64).collect();
     let full = Tensor::from_vec(text.clone(), &[1, text.len()]).unwrap();
     let logits = no_grad(|| model.forward(&full))
         .unwrap()
         .to_vec_f32()
         .unwrap();
     let vocab = model.config.vocab_size;
-    for (i, &token) in out[0].iter().enumerate() {
+    for (i, &token) in out.iter().enumerate() {
         let row = &logits[(t - 1 + i) * vocab..(t + i) * vocab];
         let best = (0..vocab)
             .max_by(|&a, &b| row[a].total_cmp(&row[b]))
@@ -139,7 +155,7 @@ fn check_family(family: &str, switch: impl Fn(&TransformerLm) -> bool) {
             "{family}: decode step {i} against the full forward"
         );
     }
-    assert_eq!(out[0], greedy[t..], "{family}: greedy continuation");
+    assert_eq!(out, greedy[t..], "{family}: greedy continuation");
 }
 
 #[test]
@@ -225,26 +241,12 @@ fn cuda_runs_the_switches_as_the_cpu_does() {
             &want["logits"].to_vec_f32().unwrap(),
         );
         assert!(worst <= 1e-4, "{family} CUDA F32 logits: {worst:.2e}");
-        let greedy: Vec<u32> = want["greedy"]
-            .to_vec::<i64>()
-            .unwrap()
-            .iter()
-            .map(|&x| x as u32)
-            .collect();
+        let greedy = greedy_tokens(&want);
         let t = ids.shape()[1];
         for cuda_graph in [false, true] {
-            let opts = GenerateOptions {
-                max_new_tokens: greedy.len() - t,
-                sampling: SamplingOptions::greedy(),
-                stop_tokens: Vec::new(),
-                cuda_graph,
-            };
-            let out = generate(&model, &[greedy[..t].to_vec()], &opts, &mut |_, _| {
-                Ok(Flow::Continue)
-            })
-            .unwrap();
+            let out = continue_greedily(&model, &greedy[..t], greedy.len() - t, cuda_graph);
             assert_eq!(
-                out[0],
+                out,
                 greedy[t..],
                 "{family} CUDA greedy (graph {cuda_graph})"
             );

@@ -92,6 +92,16 @@ mod tests {
         assert_eq!(v, [0, 0, 1, 0, 0, 0, 0, 0, 1, 0, 0, 0]);
     }
 
+    /// The built mask as 0/1 bytes.
+    fn hidden_flags(spec: &MaskSpec) -> Vec<u8> {
+        spec.build(Device::Cpu)
+            .unwrap()
+            .to_dtype(DType::U8)
+            .unwrap()
+            .to_vec()
+            .unwrap()
+    }
+
     #[test]
     fn padding_hides_the_leading_keys_of_its_row_only() {
         let spec = MaskSpec {
@@ -103,13 +113,7 @@ mod tests {
             pads: vec![0, 2],
             window: None,
         };
-        let v: Vec<u8> = spec
-            .build(Device::Cpu)
-            .unwrap()
-            .to_dtype(DType::U8)
-            .unwrap()
-            .to_vec()
-            .unwrap();
+        let v = hidden_flags(&spec);
         assert_eq!(v, [0, 0, 0, 1, 1, 0]);
     }
 
@@ -124,13 +128,7 @@ mod tests {
             pads: vec![],
             window: Some(2),
         };
-        let v: Vec<u8> = spec
-            .build(Device::Cpu)
-            .unwrap()
-            .to_dtype(DType::U8)
-            .unwrap()
-            .to_vec()
-            .unwrap();
+        let v = hidden_flags(&spec);
         // Position p sees p - 1 and p (Mistral's window of 2 includes the query itself).
         #[rustfmt::skip]
         assert_eq!(v, [
