@@ -263,3 +263,27 @@ fn cuda_runs_the_switches_as_the_cpu_does() {
         assert!(gap <= 0.05, "{family} CUDA BF16 mixed logits: {gap:.2e}");
     }
 }
+
+/// Qwen2 and Qwen3 checkpoints in llama.cpp's layout (`tests/fixtures/gguf/make_tiny_families.py`,
+/// written with the gguf package's names) load as their Hugging Face checkpoints: the same
+/// logits as transformers.
+#[test]
+fn qwen_gguf_files_give_the_hugging_face_logits() {
+    use rusting_brain::models::transformer_lm::load_gguf;
+    for family in ["qwen2", "qwen3"] {
+        let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .join(format!("../tests/fixtures/gguf/{family}.gguf"));
+        let loaded = load_gguf(&path, DType::F32, Device::Cpu).unwrap();
+        assert_eq!(loaded.model.config.family.model_type(), family);
+        let want = expected(family);
+        let logits = no_grad(|| loaded.model.forward(&want["input_ids"]))
+            .unwrap()
+            .to_vec_f32()
+            .unwrap();
+        let worst = worst_relative(&logits, &want["logits"].to_vec_f32().unwrap());
+        assert!(
+            worst <= 1e-4,
+            "{family}.gguf logits: worst relative difference {worst:.2e}"
+        );
+    }
+}

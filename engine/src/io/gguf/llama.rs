@@ -1,24 +1,35 @@
-//! The `llama` architecture of a GGUF file in Hugging Face's terms: its hyperparameters as a
-//! `LlamaConfig` `config.json` object and its tensors under `LlamaForCausalLM`'s names, so
-//! any loader of Hugging Face LLaMA weights can take them.
+//! The `llama`, `qwen2` and `qwen3` architectures of a GGUF file in Hugging Face's terms: the
+//! hyperparameters as the family's `config.json` object and the tensors under its causal LM's
+//! names, so any loader of Hugging Face weights of those families can take them.
 //!
-//! llama.cpp's converter permutes the rows of the query and key projections (its rotary
-//! embedding rotates adjacent pairs, Hugging Face's rotates the two halves of each head); the
-//! permutation is undone here, so the weights equal the original model's.
+//! For `llama`, llama.cpp's converter permutes the rows of the query and key projections (its
+//! rotary embedding there rotates adjacent pairs, Hugging Face's rotates the two halves of each
+//! head); the permutation is undone here, so the weights equal the original model's. Qwen's
+//! files keep Hugging Face's rows (llama.cpp runs them with the half-split "NEOX" rotation).
 
 use super::format_error;
 use super::ggml_type::GgmlType;
 use super::reader::{GgufFile, TensorInfo};
+use crate::models::transformer_lm::Family;
 use crate::{no_grad, DType, Result, Tensor};
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
 use std::io::{Read, Seek};
 
-const ARCH: &str = "llama";
+/// The GGUF architectures read, with the family each is.
+const ARCHES: [(&str, Family); 3] = [
+    ("llama", Family::Llama),
+    ("qwen2", Family::Qwen2),
+    ("qwen3", Family::Qwen3),
+];
 
-/// The size-bearing hyperparameters of a llama GGUF.
+/// The size-bearing hyperparameters of a llama-shaped GGUF.
 #[derive(Clone, Debug, PartialEq)]
 pub struct LlamaHyper {
+    pub family: Family,
+    /// The head width where the file gives one (`attention.key_length`) that is not
+    /// d_model / heads.
+    pub head_dim: Option<usize>,
     pub vocab_size: usize,
     pub d_model: usize,
     pub n_layers: usize,
@@ -33,11 +44,11 @@ pub struct LlamaHyper {
 }
 
 impl LlamaHyper {
-    /// `config.json` as `transformers` writes it for `LlamaForCausalLM`.
+    /// `config.json` as `transformers` writes it for the family's causal LM.
     pub fn hf_config(&self) -> Value {
-        json!({
-            "model_type": "llama",
-            "architectures": ["LlamaForCausalLM"],
+        let mut config = json!({
+            "model_type": self.family.model_type(),
+            "architectures": [self.family.architecture()],
             "vocab_size": self.vocab_size,
             "hidden_size": self.d_model,
             "num_hidden_layers": self.n_layers,
@@ -51,22 +62,33 @@ impl LlamaHyper {
             "hidden_act": "silu",
             "attention_bias": false,
             "mlp_bias": false,
-        })
+        });
+        if let Some(h) = self.head_dim {
+            config["head_dim"] = h.into();
+        }
+        config
+    }
+
+    /// Whether llama.cpp's converter permuted the query and key rows.
+    fn permuted_rows(&self) -> bool {
+        self.family == Family::Llama
     }
 }
 
-/// Reads the hyperparameters; an architecture other than `llama`, rotary scaling, experts, or
-/// a rotary width other than the head width is refused by key.
+/// Reads the hyperparameters; an architecture other than `llama`, `qwen2` and `qwen3`, rotary
+/// scaling, experts, or a rotary width other than the head width is refused by key.
 pub fn hyperparameters<R: Read + Seek>(f: &GgufFile<R>) -> Result<LlamaHyper> {
     let m = &f.metadata;
     let err = |msg: String| format_error(f.name(), msg);
     let arch = m.str("general.architecture")?;
-    if arch != ARCH {
+    let Some(&(arch, family)) = ARCHES.iter().find(|(a, _)| *a == arch) else {
+        let known: Vec<_> = ARCHES.iter().map(|(a, _)| format!("{a:?}")).collect();
         return Err(err(format!(
-            "architecture {arch:?} is not supported (only \"llama\")"
+            "architecture {arch:?} is not supported (supported: {})",
+            known.join(", ")
         )));
-    }
-    let key = |k: &str| format!("{ARCH}.{k}");
+    };
+    let key = |k: &str| format!("{arch}.{k}");
     let size = |k: &str| -> Result<usize> { Ok(m.u64(&key(k))? as usize) };
     if m.opt_u64(&key("expert_count"))?.is_some_and(|n| n > 0) {
         return Err(err(format!(
@@ -91,11 +113,16 @@ pub fn hyperparameters<R: Read + Seek>(f: &GgufFile<R>) -> Result<LlamaHyper> {
         Some(n) => n as usize,
         None => n_heads,
     };
+    let head_dim = m
+        .opt_u64(&key("attention.key_length"))?
+        .map(|h| h as usize)
+        .filter(|&h| h.checked_mul(n_heads) != Some(d_model));
+    let width = head_dim.unwrap_or(d_model / n_heads.max(1));
     if let Some(rot) = m.opt_u64(&key("rope.dimension_count"))? {
-        if rot.checked_mul(n_heads as u64) != Some(d_model as u64) {
+        if rot != width as u64 {
             return Err(err(format!(
-                "metadata key {:?}: rotary width {rot} is not the head width \
-                 ({d_model} / {n_heads} heads); partial rotary embeddings are not supported",
+                "metadata key {:?}: rotary width {rot} is not the head width {width}; \
+                 partial rotary embeddings are not supported",
                 key("rope.dimension_count")
             )));
         }
@@ -110,6 +137,8 @@ pub fn hyperparameters<R: Read + Seek>(f: &GgufFile<R>) -> Result<LlamaHyper> {
         }
     };
     Ok(LlamaHyper {
+        family,
+        head_dim,
         vocab_size,
         d_model,
         n_layers: size("block_count")?,
@@ -146,6 +175,12 @@ const LAYER_NAMES: &[(&str, &str, Option<Permuted>)] = &[
         Some(Permuted::Keys),
     ),
     ("attn_v.weight", "self_attn.v_proj.weight", None),
+    // Qwen2's biases and Qwen3's head norms (never permuted: those files keep HF's rows).
+    ("attn_q.bias", "self_attn.q_proj.bias", None),
+    ("attn_k.bias", "self_attn.k_proj.bias", None),
+    ("attn_v.bias", "self_attn.v_proj.bias", None),
+    ("attn_q_norm.weight", "self_attn.q_norm.weight", None),
+    ("attn_k_norm.weight", "self_attn.k_norm.weight", None),
     ("attn_output.weight", "self_attn.o_proj.weight", None),
     ("ffn_gate.weight", "mlp.gate_proj.weight", None),
     ("ffn_up.weight", "mlp.up_proj.weight", None),
@@ -180,7 +215,9 @@ fn hf_name(name: &str, h: &LlamaHyper) -> Option<(String, Option<usize>)> {
     let (layer, part) = rest.split_once('.')?;
     let layer: usize = layer.parse().ok()?;
     let (_, hf, permuted) = LAYER_NAMES.iter().find(|(g, _, _)| *g == part)?;
-    let heads = permuted.map(|p| p.heads(h.n_heads, h.n_kv_heads));
+    let heads = permuted
+        .filter(|_| h.permuted_rows())
+        .map(|p| p.heads(h.n_heads, h.n_kv_heads));
     Some((format!("model.layers.{layer}.{hf}"), heads))
 }
 
@@ -225,7 +262,10 @@ pub fn hf_tensors<R: Read + Seek>(
         let (hf, heads) = hf_name(name, h).ok_or_else(|| {
             format_error(
                 f.name(),
-                format!("tensor {name:?} has no counterpart in a LLaMA model; it is not supported"),
+                format!(
+                    "tensor {name:?} has no counterpart in a {} model; it is not supported",
+                    h.family.model_type()
+                ),
             )
         })?;
         let shape = info.shape();
