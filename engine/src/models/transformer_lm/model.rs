@@ -545,7 +545,8 @@ impl Module for TransformerLm {
     fn summary(&self) -> Summary {
         let c = &self.config;
         let detail = format!(
-            "vocab={}, d_model={}, layers={}, heads={}, kv_heads={}, ffn={}, max_seq_len={}",
+            "{}, vocab={}, d_model={}, layers={}, heads={}, kv_heads={}, ffn={}, max_seq_len={}",
+            c.family.model_type(),
             c.vocab_size,
             c.d_model,
             c.n_layers,

@@ -255,7 +255,7 @@ fn the_printed_model_folds_its_identical_decoder_layers() {
     let m = TransformerLm::new(tiny(2), &mut Generator::new(0)).unwrap();
     let expected = "\
 TransformerLm(
-  vocab=37, d_model=16, layers=2, heads=4, kv_heads=2, ffn=24, max_seq_len=32
+  llama, vocab=37, d_model=16, layers=2, heads=4, kv_heads=2, ffn=24, max_seq_len=32
   (embed_tokens): Embedding(37, 16)  592 params
   (layers): ModuleList(
     (0-1): 2 x Block(
