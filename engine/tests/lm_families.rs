@@ -1,6 +1,6 @@
 //! The decoder families that are LLaMA with switches (Qwen2's q/k/v biases, Qwen3's head norms
-//! and own head width, Mistral's sliding window, Llama 3's and YaRN's RoPE scaling) against
-//! transformers: tiny random-weight
+//! and own head width, Mistral's sliding window, Gemma's scaled embeddings, 1 + weight norms
+//! and GeGLU, Llama 3's and YaRN's RoPE scaling) against transformers: tiny random-weight
 //! models saved by `tests/fixtures/lm_families/make_families.py` on the GPU machine, loaded
 //! here by name. Each gives transformers' logits (F32, CPU, within 1e-4), its causal-LM loss
 //! and every parameter's gradient of it (1e-4), and its greedy 16-token continuation.
@@ -179,6 +179,13 @@ fn mistral_with_a_sliding_window_shorter_than_the_text_matches_transformers() {
 }
 
 #[test]
+fn gemma_with_scaled_embeddings_offset_norms_and_geglu_matches_transformers() {
+    check_family("gemma", |m| {
+        m.config.family == Family::Gemma && m.norm.offset == 1.0 && m.config.tied_embeddings
+    });
+}
+
+#[test]
 fn llama3_rope_scaling_matches_transformers() {
     check_family("llama3_rope", |m| {
         matches!(m.config.rope_scaling, Some(RopeScaling::Llama3 { .. }))
@@ -199,7 +206,7 @@ fn an_architecture_that_does_not_run_is_named_with_those_that_do() {
         .expect("gemma2 is not a LLaMA switch")
         .to_string();
     assert!(
-        err.contains("\"gemma2\"") && err.contains("llama, mistral, qwen2, qwen3"),
+        err.contains("\"gemma2\"") && err.contains("llama, mistral, qwen2, qwen3, gemma"),
         "{err}"
     );
 }
@@ -227,7 +234,7 @@ fn cuda_runs_the_switches_as_the_cpu_does() {
     else {
         return;
     };
-    for family in ["qwen2", "qwen3", "mistral"] {
+    for family in ["qwen2", "qwen3", "mistral", "gemma", "qwen2_yarn"] {
         let want = expected(family);
         let ids = &want["input_ids"];
         let mut model = load_pretrained(fixture(family), DType::F32, d).unwrap();

@@ -1,18 +1,20 @@
 //! The gated feed-forward of LLaMA-style decoders (Hugging Face's `mlp`):
-//! down(silu(gate(x)) * up(x)). As a pre-norm layer's second half (`forward_residual`) it takes
-//! the residual stream and its norm, and the ops below choose the fused kernels
-//! (`ops::pre_norm`).
+//! down(act(gate(x)) * up(x)), act SiLU (SwiGLU) or, for Gemma, tanh-approximated GELU
+//! (GeGLU). As a pre-norm layer's second half (`forward_residual`) it takes the residual stream
+//! and its norm, and the ops below choose the fused kernels (`ops::pre_norm`).
 
 use super::module::Module;
 use super::{Activation, Linear, RmsNorm};
 use crate::io::onnx::export::GraphBuilder;
-use crate::ops::pre_norm::Stream;
+use crate::ops::pre_norm::{Gate, Stream};
 use crate::{Result, Tensor};
 
 pub struct GatedMlp {
     pub gate_proj: Linear,
     pub up_proj: Linear,
     pub down_proj: Linear,
+    /// What the gate goes through (SiLU unless set).
+    pub activation: Activation,
     training: bool,
 }
 
@@ -22,14 +24,26 @@ impl GatedMlp {
             gate_proj,
             up_proj,
             down_proj,
+            activation: Activation::Silu,
             training: true,
         }
     }
 
-    /// The stream after this half of a layer: x + down(silu(gate(n)) * up(n)), n = norm(x).
+    pub fn with_activation(mut self, activation: Activation) -> Self {
+        self.activation = activation;
+        self
+    }
+
+    /// The stream after this half of a layer: x + down(act(gate(n)) * up(n)), n = norm(x).
     pub fn forward_residual(&self, stream: Stream, norm: &RmsNorm) -> Result<Stream> {
         let (gate, up) = (self.gate_proj.projection(), self.up_proj.projection());
-        let (x, gated) = stream.gated(norm.parts(), gate, up)?;
+        let (scale, eps) = norm.parts()?;
+        let act = |g: &Tensor| self.activation.apply(g);
+        let kind = match self.activation {
+            Activation::Silu => Gate::Silu,
+            _ => Gate::Other(&act),
+        };
+        let (x, gated) = stream.gated((&scale, eps), gate, up, kind)?;
         Stream::after(x, &gated, self.down_proj.projection())
     }
 
@@ -53,10 +67,11 @@ impl GatedMlp {
 
 impl Module for GatedMlp {
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        let gated = self
-            .gate_proj
-            .forward(x)?
-            .swiglu(&self.up_proj.forward(x)?)?;
+        let (gate, up) = (self.gate_proj.forward(x)?, self.up_proj.forward(x)?);
+        let gated = match self.activation {
+            Activation::Silu => gate.swiglu(&up)?,
+            act => act.apply(&gate)?.mul(&up)?,
+        };
         self.down_proj.forward(&gated)
     }
 
@@ -82,7 +97,7 @@ impl Module for GatedMlp {
             .gate_proj
             .to_onnx(g, &format!("{prefix}gate_proj."), x)?;
         let up = self.up_proj.to_onnx(g, &format!("{prefix}up_proj."), x)?;
-        let act = Activation::Silu.to_onnx(g, &gate)?;
+        let act = self.activation.to_onnx(g, &gate)?;
         let gated = g.node("Mul", &[&act, &up], &[]);
         self.down_proj
             .to_onnx(g, &format!("{prefix}down_proj."), &gated)

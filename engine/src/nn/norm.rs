@@ -160,6 +160,9 @@ impl Module for GroupNorm {
 pub struct RmsNorm {
     pub weight: Tensor,
     pub eps: f64,
+    /// Added to the weight before it scales (Gemma's norms scale by 1 + weight, so their
+    /// weights start at zero); 0 for every other model.
+    pub offset: f64,
     training: bool,
 }
 
@@ -168,8 +171,24 @@ impl RmsNorm {
         Ok(RmsNorm {
             weight: new_parameter(&[dim], ones_)?,
             eps,
+            offset: 0.0,
             training: true,
         })
+    }
+
+    /// The norm scaling by `offset` + weight (Gemma: 1 + weight).
+    pub fn with_offset(mut self, offset: f64) -> Self {
+        self.offset = offset;
+        self
+    }
+
+    /// What the normed values are multiplied by: the weight, plus the offset where there is
+    /// one (recorded, so the weight's gradient flows through it).
+    pub fn scale(&self) -> Result<Tensor> {
+        match self.offset {
+            0.0 => Ok(self.weight.clone()),
+            o => self.weight.add_scalar(o),
+        }
     }
 
     /// forward(x) as the products under the current autocast read it: the values of
@@ -177,7 +196,11 @@ impl RmsNorm {
     pub fn forward_for_products(&self, x: &Tensor) -> Result<Tensor> {
         let layer = || format!("RMSNorm({})", self.weight.shape()[0]);
         check_trailing(layer, x, self.weight.shape())?;
-        x.rms_norm_as(Some(&self.weight), self.eps, crate::amp::products_dtype(x))
+        x.rms_norm_as(
+            Some(&self.scale()?),
+            self.eps,
+            crate::amp::products_dtype(x),
+        )
     }
 
     /// x + addend (x alone without one), and that sum normed into `dtype`: a residual add and
@@ -190,18 +213,16 @@ impl RmsNorm {
     ) -> Result<(Tensor, Tensor)> {
         let layer = || format!("RMSNorm({})", self.weight.shape()[0]);
         check_trailing(layer, x, self.weight.shape())?;
+        let scale = self.scale()?;
         match addend {
-            Some(a) => x.add_rms_norm_as(a, &self.weight, self.eps, dtype),
-            None => Ok((
-                x.clone(),
-                x.rms_norm_as(Some(&self.weight), self.eps, dtype)?,
-            )),
+            Some(a) => x.add_rms_norm_as(a, &scale, self.eps, dtype),
+            None => Ok((x.clone(), x.rms_norm_as(Some(&scale), self.eps, dtype)?)),
         }
     }
 
-    /// The weight and eps, as the fused ops of a pre-norm layer take them (`ops::pre_norm`).
-    pub fn parts(&self) -> (&Tensor, f64) {
-        (&self.weight, self.eps)
+    /// The scale and eps, as the fused ops of a pre-norm layer take them (`ops::pre_norm`).
+    pub fn parts(&self) -> Result<(Tensor, f64)> {
+        Ok((self.scale()?, self.eps))
     }
 
     /// Wraps an existing weight [dim].
@@ -215,6 +236,7 @@ impl RmsNorm {
         Ok(RmsNorm {
             weight,
             eps,
+            offset: 0.0,
             training: true,
         })
     }
@@ -224,7 +246,7 @@ impl Module for RmsNorm {
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
         let layer = || format!("RMSNorm({})", self.weight.shape()[0]);
         check_trailing(layer, x, self.weight.shape())?;
-        x.rms_norm(Some(&self.weight), self.eps)
+        x.rms_norm(Some(&self.scale()?), self.eps)
     }
 
     fn own_parameters(&self) -> Vec<(String, Tensor)> {
@@ -234,7 +256,10 @@ impl Module for RmsNorm {
     super::module::training_field!();
 
     fn title(&self) -> String {
-        let line = format!("RMSNorm({}, eps={:e})", self.weight.shape()[0], self.eps);
+        let mut line = format!("RMSNorm({}, eps={:e})", self.weight.shape()[0], self.eps);
+        if self.offset != 0.0 {
+            line = line.replace(')', &format!(", scale={} + weight)", self.offset));
+        }
         line
     }
 
@@ -245,7 +270,7 @@ impl Module for RmsNorm {
         prefix: &str,
         x: &str,
     ) -> Result<String> {
-        let w = g.initializer(&format!("{prefix}weight"), &self.weight)?;
+        let w = g.initializer(&format!("{prefix}weight"), &self.scale()?)?;
         let eps = g.scalar("eps", self.eps as f32)?;
         let squares = g.node("Mul", &[x, x], &[]);
         let mean = g.mean_last_axis(&squares)?;

@@ -45,6 +45,14 @@ impl Projection<'_> {
     }
 }
 
+/// What a gated MLP's gate goes through: SiLU (SwiGLU, fused with the norm and both products
+/// where the kernels take it) or another function of the gate (GeGLU's GELU), run after the
+/// products.
+pub enum Gate<'a> {
+    Silu,
+    Other(&'a dyn Fn(&Tensor) -> Result<Tensor>),
+}
+
 /// Attention's head counts and width.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Heads {
@@ -202,23 +210,28 @@ impl Stream {
         Ok((x, qkv))
     }
 
-    /// The gated MLP's input: the stream (its pending output added) and silu(gate(n)) * up(n)
+    /// The gated MLP's input: the stream (its pending output added) and act(gate(n)) * up(n)
     /// of the stream n normed by `norm` with `eps`.
     pub fn gated(
         self,
         (norm, eps): (&Tensor, f64),
         gate: Projection,
         up: Projection,
+        activation: Gate,
     ) -> Result<(Tensor, Tensor)> {
-        match (gate.weight, up.weight) {
-            (Some(g), Some(u)) if self.pending.is_none() => {
+        match (gate.weight, up.weight, &activation) {
+            (Some(g), Some(u), Gate::Silu) if self.pending.is_none() => {
                 let x = self.sum;
                 let gated = x.rms_norm_swiglu(norm, eps, g, u)?;
                 Ok((x, gated))
             }
             _ => {
                 let (x, [g, u]) = self.normed_products(norm, eps, [gate, up])?;
-                Ok((x, g.swiglu(&u)?))
+                let gated = match activation {
+                    Gate::Silu => g.swiglu(&u)?,
+                    Gate::Other(act) => act(&g)?.mul(&u)?,
+                };
+                Ok((x, gated))
             }
         }
     }

@@ -96,15 +96,18 @@ impl Attention {
     /// stream x normed by `norm` (n), the new keys and values written into the step's cache.
     pub fn forward(&self, stream: Stream, norm: &RmsNorm, step: &Step) -> Result<Stream> {
         let qkv = [&self.q_proj, &self.k_proj, &self.v_proj].map(Linear::projection);
+        let (scale, eps) = norm.parts()?;
         let head_norms = match (&self.q_norm, &self.k_norm) {
-            (Some(q), Some(k)) => Some([q.parts(), k.parts()]),
+            (Some(q), Some(k)) => Some([q.parts()?, k.parts()?]),
             _ => None,
         };
         let (x, [q, k, v]) = stream.attention_inputs(
-            norm.parts(),
+            (&scale, eps),
             qkv,
             self.heads,
-            head_norms,
+            head_norms
+                .as_ref()
+                .map(|[(q, eq), (k, ek)]| [(q, *eq), (k, *ek)]),
             step.angles,
             step.cache,
         )?;

@@ -28,7 +28,8 @@ impl Block {
             proj("gate_proj", c.d_model, c.ffn_hidden)?,
             proj("up_proj", c.d_model, c.ffn_hidden)?,
             proj("down_proj", c.ffn_hidden, c.d_model)?,
-        );
+        )
+        .with_activation(c.gate_activation());
         Ok(Block {
             input_layernorm,
             self_attn,

@@ -71,10 +71,19 @@ pub enum Family {
     /// LLaMA with an RMS norm on each query and key head before the rotation, and its own
     /// head width.
     Qwen3,
+    /// LLaMA with the embeddings scaled by sqrt(hidden_size), norms that scale by
+    /// 1 + weight, a tanh-GELU gate (GeGLU) and its own head width.
+    Gemma,
 }
 
 impl Family {
-    pub const ALL: [Family; 4] = [Family::Llama, Family::Mistral, Family::Qwen2, Family::Qwen3];
+    pub const ALL: [Family; 5] = [
+        Family::Llama,
+        Family::Mistral,
+        Family::Qwen2,
+        Family::Qwen3,
+        Family::Gemma,
+    ];
 
     pub fn model_type(self) -> &'static str {
         match self {
@@ -82,6 +91,7 @@ impl Family {
             Family::Mistral => "mistral",
             Family::Qwen2 => "qwen2",
             Family::Qwen3 => "qwen3",
+            Family::Gemma => "gemma",
         }
     }
 
@@ -92,6 +102,15 @@ impl Family {
             Family::Mistral => "MistralForCausalLM",
             Family::Qwen2 => "Qwen2ForCausalLM",
             Family::Qwen3 => "Qwen3ForCausalLM",
+            Family::Gemma => "GemmaForCausalLM",
+        }
+    }
+
+    /// The gated MLP's activation as config.json names it (`hidden_act`).
+    fn hidden_act(self) -> &'static str {
+        match self {
+            Family::Gemma => "gelu_pytorch_tanh",
+            _ => "silu",
         }
     }
 
@@ -177,6 +196,27 @@ impl LmConfig {
         self.family == Family::Qwen3
     }
 
+    /// What the decoder's norms add to their weight before scaling (Gemma: 1).
+    pub fn norm_offset(&self) -> f64 {
+        match self.family {
+            Family::Gemma => 1.0,
+            _ => 0.0,
+        }
+    }
+
+    /// What the token embeddings are multiplied by (Gemma: sqrt(hidden_size)).
+    pub fn embedding_scale(&self) -> Option<f64> {
+        (self.family == Family::Gemma).then(|| (self.d_model as f64).sqrt())
+    }
+
+    /// The gated MLP's activation.
+    pub fn gate_activation(&self) -> crate::nn::Activation {
+        match self.family {
+            Family::Gemma => crate::nn::Activation::GeluTanh,
+            _ => crate::nn::Activation::Silu,
+        }
+    }
+
     /// The switches an exporter written for LLaMA's shape does not write yet, by name: `Err`
     /// naming them (and `what`), so no export silently drops a bias or a norm.
     pub fn require_llama_shape(&self, what: &'static str) -> Result<()> {
@@ -192,6 +232,9 @@ impl LmConfig {
         }
         if self.rope_scaling.is_some() && what == "GGUF export" {
             extra.push("RoPE scaling");
+        }
+        if self.family == Family::Gemma {
+            extra.push("a scaled embedding, 1 + weight norms and a GELU gate");
         }
         if self
             .head_dim
@@ -302,7 +345,7 @@ impl LmConfig {
                 "architectures".into(),
                 serde_json::json!([self.family.architecture()]),
             );
-            m.insert("hidden_act".into(), "silu".into());
+            m.insert("hidden_act".into(), self.family.hidden_act().into());
             m.insert("mlp_bias".into(), false.into());
             if matches!(self.family, Family::Qwen2 | Family::Qwen3) {
                 m.insert("use_sliding_window".into(), false.into());
@@ -323,7 +366,10 @@ impl LmConfig {
         normalise_family_fields(&mut value, family)?;
         for (field, ok) in [
             ("mlp_bias", serde_json::Value::Bool(false)),
-            ("hidden_act", serde_json::Value::String("silu".into())),
+            (
+                "hidden_act",
+                serde_json::Value::String(family.hidden_act().into()),
+            ),
         ] {
             if let Some(v) = value.get(field) {
                 if *v != ok {
@@ -366,6 +412,20 @@ fn normalise_family_fields(value: &mut serde_json::Value, family: Family) -> Res
     }
     if family == Family::Llama {
         m.remove("sliding_window");
+    }
+    if family == Family::Gemma {
+        // Gemma's MLP reads hidden_activation (tanh GELU when absent), not hidden_act.
+        let act = m
+            .get("hidden_activation")
+            .and_then(|v| v.as_str())
+            .unwrap_or("gelu_pytorch_tanh")
+            .to_string();
+        if !matches!(act.as_str(), "gelu_pytorch_tanh" | "gelu_new" | "gelu_tanh") {
+            return refuse(format!(
+                "hidden_activation = \"{act}\" is not supported (only gelu_pytorch_tanh)"
+            ));
+        }
+        m.insert("hidden_act".into(), "gelu_pytorch_tanh".into());
     }
     if let Some(types) = m.get("layer_types").and_then(|v| v.as_array()) {
         let allowed = |t: &str| {
@@ -489,7 +549,7 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(msg.contains("\"gpt_neox\""), "{msg}");
-        assert!(msg.contains("llama, mistral, qwen2, qwen3"), "{msg}");
+        assert!(msg.contains("llama, mistral, qwen2, qwen3, gemma"), "{msg}");
     }
 
     #[test]

@@ -351,7 +351,12 @@ impl TransformerLm {
         cache_for: impl Fn(usize) -> Option<CacheWrite<'c>>,
         for_products: bool,
     ) -> Result<Tensor> {
-        let mut x = Stream::new(self.embed_tokens.forward(ids)?);
+        let mut embedded = self.embed_tokens.forward(ids)?;
+        if let Some(scale) = self.config.embedding_scale() {
+            // Gemma's normalizer, rounded to the embeddings' dtype as transformers rounds it.
+            embedded = embedded.mul_scalar(scale)?;
+        }
+        let mut x = Stream::new(embedded);
         for (i, layer) in self.layers.iter().enumerate() {
             let step = Step {
                 angles,
@@ -360,7 +365,8 @@ impl TransformerLm {
             };
             x = layer.forward(x, &step)?;
         }
-        x.finish(self.norm.parts(), for_products)
+        let (scale, eps) = self.norm.parts()?;
+        x.finish((&scale, eps), for_products)
     }
 
     /// The final normed hidden states [B, 1, d_model] of one new token per row (ids [B, 1] on

@@ -159,8 +159,16 @@ impl<'a> ParamSource<'a> {
         )
     }
 
+    /// A decoder norm [d_model]: Gemma's scale by 1 + weight and start at zero.
     pub fn rms_norm(&mut self, name: &str, c: &LmConfig) -> Result<RmsNorm> {
-        self.rms_norm_of(name, c.d_model, c.norm_eps)
+        let offset = c.norm_offset();
+        let fill = if offset == 0.0 {
+            Fill::Ones
+        } else {
+            Fill::Zeros
+        };
+        let weight = self.tensor(&format!("{name}.weight"), &[c.d_model], fill)?;
+        Ok(RmsNorm::from_tensor(weight, c.norm_eps)?.with_offset(offset))
     }
 
     /// An RMS norm `{name}.weight` [width] (a head's, for q/k norms).
