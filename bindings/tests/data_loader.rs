@@ -153,6 +153,10 @@ fn bad_augmentation_options_are_named() {
         ),
         ("flip: 1.5", "flip is a probability"),
         ("min_scale: 0.0", "min_scale must be in (0, 1]"),
+        (
+            "augment: false, flip: 0.0",
+            "flip shapes the training augmentation",
+        ),
     ] {
         let err = eval(&format!(
             "data::image_folder(\"{root}\", #{{ imgsz: 16, {option} }})"

@@ -294,3 +294,41 @@ fn qwen_gguf_files_give_the_hugging_face_logits() {
         );
     }
 }
+
+/// A fresh model with a padding id starts that embedding row at zero, as transformers' init
+/// does, and training leaves it there (PyTorch's padding_idx).
+#[test]
+fn the_padding_row_starts_at_zero_and_gets_no_gradient() {
+    let mut c = rusting_brain::models::transformer_lm::LmConfig::new(20, 8, 1, 2);
+    c.pad_token_id = Some(3);
+    // Untied: a tied head would send the row a gradient through the logits, as in PyTorch.
+    c.tied_embeddings = false;
+    let model = TransformerLm::new(c, &mut rusting_brain::Generator::new(0)).unwrap();
+    let row = |m: &TransformerLm| {
+        m.embed_tokens
+            .weight
+            .narrow(0, 3, 1)
+            .unwrap()
+            .to_vec_f32()
+            .unwrap()
+    };
+    assert!(row(&model).iter().all(|&x| x == 0.0));
+    let ids = Tensor::from_vec(vec![3i64, 5, 3, 7], &[1, 4]).unwrap();
+    let targets = Tensor::from_vec(vec![5i64, 3, 7, 1], &[1, 4]).unwrap();
+    model.loss(&ids, &targets).unwrap().backward().unwrap();
+    let grad = model.embed_tokens.weight.grad().unwrap();
+    assert!(grad
+        .narrow(0, 3, 1)
+        .unwrap()
+        .to_vec_f32()
+        .unwrap()
+        .iter()
+        .all(|&x| x == 0.0));
+    assert!(grad
+        .narrow(0, 5, 1)
+        .unwrap()
+        .to_vec_f32()
+        .unwrap()
+        .iter()
+        .any(|&x| x != 0.0));
+}

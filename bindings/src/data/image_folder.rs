@@ -112,7 +112,16 @@ pub fn image_folder(dir: &str, opts: Map) -> RhaiResult<Map> {
         mix,
     };
     let (train, val) = guard(|| folder.split(val_split, seed))?;
-    let train_transform = match o.bool("augment", true)? {
+    let augment = o.bool("augment", true)?;
+    if let Some(k) = ["min_scale", "flip", "color_jitter"]
+        .into_iter()
+        .find(|k| !augment && o.get(k).is_some())
+    {
+        return Err(runtime_error(format!(
+            "data::image_folder: {k} shapes the training augmentation, which augment: false turns off"
+        )));
+    }
+    let train_transform = match augment {
         true => {
             let augment = TrainAugment {
                 min_scale: o.float("min_scale", 0.08)?,

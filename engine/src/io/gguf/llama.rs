@@ -10,23 +10,27 @@
 use super::format_error;
 use super::ggml_type::GgmlType;
 use super::reader::{GgufFile, TensorInfo};
-use crate::models::transformer_lm::Family;
 use crate::{no_grad, DType, Result, Tensor};
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
 use std::io::{Read, Seek};
 
-/// The GGUF architectures read, with the family each is.
-const ARCHES: [(&str, Family); 3] = [
-    ("llama", Family::Llama),
-    ("qwen2", Family::Qwen2),
-    ("qwen3", Family::Qwen3),
+/// The GGUF architectures read: the name (also transformers' `model_type`), transformers'
+/// causal-LM class, and whether llama.cpp's converter permuted the query and key rows.
+const ARCHES: [(&str, &str, bool); 3] = [
+    ("llama", "LlamaForCausalLM", true),
+    ("qwen2", "Qwen2ForCausalLM", false),
+    ("qwen3", "Qwen3ForCausalLM", false),
 ];
 
 /// The size-bearing hyperparameters of a llama-shaped GGUF.
 #[derive(Clone, Debug, PartialEq)]
 pub struct LlamaHyper {
-    pub family: Family,
+    /// The architecture, as `general.architecture` and transformers' `model_type` name it.
+    pub arch: &'static str,
+    architecture: &'static str,
+    /// Whether llama.cpp's converter permuted the query and key rows.
+    permuted_rows: bool,
     /// The head width where the file gives one (`attention.key_length`) that is not
     /// d_model / heads.
     pub head_dim: Option<usize>,
@@ -47,8 +51,8 @@ impl LlamaHyper {
     /// `config.json` as `transformers` writes it for the family's causal LM.
     pub fn hf_config(&self) -> Value {
         let mut config = json!({
-            "model_type": self.family.model_type(),
-            "architectures": [self.family.architecture()],
+            "model_type": self.arch,
+            "architectures": [self.architecture],
             "vocab_size": self.vocab_size,
             "hidden_size": self.d_model,
             "num_hidden_layers": self.n_layers,
@@ -68,11 +72,6 @@ impl LlamaHyper {
         }
         config
     }
-
-    /// Whether llama.cpp's converter permuted the query and key rows.
-    fn permuted_rows(&self) -> bool {
-        self.family == Family::Llama
-    }
 }
 
 /// Reads the hyperparameters; an architecture other than `llama`, `qwen2` and `qwen3`, rotary
@@ -81,8 +80,9 @@ pub fn hyperparameters<R: Read + Seek>(f: &GgufFile<R>) -> Result<LlamaHyper> {
     let m = &f.metadata;
     let err = |msg: String| format_error(f.name(), msg);
     let arch = m.str("general.architecture")?;
-    let Some(&(arch, family)) = ARCHES.iter().find(|(a, _)| *a == arch) else {
-        let known: Vec<_> = ARCHES.iter().map(|(a, _)| format!("{a:?}")).collect();
+    let Some(&(arch, architecture, permuted_rows)) = ARCHES.iter().find(|(a, _, _)| *a == arch)
+    else {
+        let known: Vec<_> = ARCHES.iter().map(|(a, _, _)| format!("{a:?}")).collect();
         return Err(err(format!(
             "architecture {arch:?} is not supported (supported: {})",
             known.join(", ")
@@ -137,7 +137,9 @@ pub fn hyperparameters<R: Read + Seek>(f: &GgufFile<R>) -> Result<LlamaHyper> {
         }
     };
     Ok(LlamaHyper {
-        family,
+        arch,
+        architecture,
+        permuted_rows,
         head_dim,
         vocab_size,
         d_model,
@@ -216,7 +218,7 @@ fn hf_name(name: &str, h: &LlamaHyper) -> Option<(String, Option<usize>)> {
     let layer: usize = layer.parse().ok()?;
     let (_, hf, permuted) = LAYER_NAMES.iter().find(|(g, _, _)| *g == part)?;
     let heads = permuted
-        .filter(|_| h.permuted_rows())
+        .filter(|_| h.permuted_rows)
         .map(|p| p.heads(h.n_heads, h.n_kv_heads));
     Some((format!("model.layers.{layer}.{hf}"), heads))
 }
@@ -264,7 +266,7 @@ pub fn hf_tensors<R: Read + Seek>(
                 f.name(),
                 format!(
                     "tensor {name:?} has no counterpart in a {} model; it is not supported",
-                    h.family.model_type()
+                    h.arch
                 ),
             )
         })?;

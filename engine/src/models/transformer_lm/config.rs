@@ -326,6 +326,12 @@ impl LmConfig {
         if let Some(scaling) = &self.rope_scaling {
             problems.extend(scaling.problems());
         }
+        if self.sliding_window.is_some() && self.family != Family::Mistral {
+            problems.push(format!(
+                "sliding_window is a mistral switch; a {} model has none",
+                self.family.model_type()
+            ));
+        }
         if self.sliding_window == Some(0) {
             problems.push("sliding_window must be positive".into());
         }
@@ -349,6 +355,10 @@ impl LmConfig {
             m.insert("mlp_bias".into(), false.into());
             if matches!(self.family, Family::Qwen2 | Family::Qwen3) {
                 m.insert("use_sliding_window".into(), false.into());
+            }
+            // transformers' Mistral reads a missing window as 4096: write "none" out.
+            if self.family == Family::Mistral && self.sliding_window.is_none() {
+                m.insert("sliding_window".into(), serde_json::Value::Null);
             }
         }
         v
@@ -412,6 +422,29 @@ fn normalise_family_fields(value: &mut serde_json::Value, family: Family) -> Res
     }
     if family == Family::Llama {
         m.remove("sliding_window");
+    }
+    // Defaults of transformers' config classes where they differ from LLaMA's.
+    match family {
+        Family::Mistral if !m.contains_key("sliding_window") => {
+            m.insert("sliding_window".into(), 4096.into());
+        }
+        Family::Gemma if !m.contains_key("tie_word_embeddings") => {
+            m.insert("tie_word_embeddings".into(), true.into());
+        }
+        _ => {}
+    }
+    if family == Family::Mistral {
+        if let Some(types) = m.get("layer_types").and_then(|v| v.as_array()) {
+            let full = types.iter().any(|t| t.as_str() == Some("full_attention"));
+            let windowed = types
+                .iter()
+                .any(|t| t.as_str() == Some("sliding_attention"));
+            if full && windowed {
+                return refuse(
+                    "layer_types mixing full and sliding layers are not supported".into(),
+                );
+            }
+        }
     }
     if family == Family::Gemma {
         // Gemma's MLP reads hidden_activation (tanh GELU when absent), not hidden_act.
@@ -579,6 +612,21 @@ mod tests {
         json["model_type"] = "mistral".into();
         assert_eq!(
             LmConfig::from_json(&json.to_string())
+                .unwrap()
+                .sliding_window,
+            Some(4096)
+        );
+        // transformers' defaults: a Mistral file without the field has a 4096 window, and one
+        // saved here without a window says so.
+        let mut no_window = LmConfig::new(10, 8, 1, 2);
+        no_window.family = Family::Mistral;
+        let saved = no_window.to_hf_json();
+        assert!(saved["sliding_window"].is_null());
+        assert_eq!(LmConfig::from_json(&saved.to_string()).unwrap(), no_window);
+        let mut bare = saved.clone();
+        bare.as_object_mut().unwrap().remove("sliding_window");
+        assert_eq!(
+            LmConfig::from_json(&bare.to_string())
                 .unwrap()
                 .sliding_window,
             Some(4096)

@@ -179,13 +179,18 @@ impl<'a> ParamSource<'a> {
         )
     }
 
+    /// The token embedding; a fresh one starts its padding row at zero, as transformers'
+    /// init does (the row never gets a gradient, so it would keep its draw for good).
     pub fn embedding(&mut self, name: &str, c: &LmConfig) -> Result<Embedding> {
-        Ok(Embedding::from_tensor(self.tensor(
+        let weight = self.tensor(
             &format!("{name}.weight"),
             &[c.vocab_size, c.d_model],
             Fill::Normal,
-        )?)?
-        .with_padding_idx(c.padding_row()))
+        )?;
+        if let (ParamSource::Init { .. }, Some(row)) = (&*self, c.padding_row()) {
+            no_grad(|| weight.narrow(0, row, 1)?.zero_())?;
+        }
+        Ok(Embedding::from_tensor(weight)?.with_padding_idx(c.padding_row()))
     }
 
     /// Every problem of a load in one error; unused tensors in the map count as problems too,

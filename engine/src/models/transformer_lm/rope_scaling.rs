@@ -125,6 +125,12 @@ impl RopeScaling {
                 attention_factor,
                 truncate,
             } => {
+                // transformers (as DeepSeek-V3's files need) takes the factor as the ratio of
+                // the context to the pretrained one whenever the latter is given.
+                let (factor, old) = match original_max_position_embeddings {
+                    Some(old) => (max_positions as f64 / old as f64, old as f64),
+                    None => (factor, max_positions as f64),
+                };
                 let get_mscale = |scale: f64, m: f64| match scale <= 1.0 {
                     true => 1.0,
                     false => 0.1 * m * scale.ln() + 1.0,
@@ -135,7 +141,6 @@ impl RopeScaling {
                     }
                     _ => get_mscale(factor, 1.0),
                 });
-                let old = original_max_position_embeddings.unwrap_or(max_positions) as f64;
                 let d = head_dim as f64;
                 let correction =
                     |rotations: f64| d * (old / (rotations * 2.0 * PI)).ln() / (2.0 * theta.ln());
@@ -162,5 +167,50 @@ impl RopeScaling {
                 (freqs, attention)
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn yarn(factor: f64, original: Option<usize>) -> RopeScaling {
+        RopeScaling::Yarn {
+            factor,
+            original_max_position_embeddings: original,
+            beta_fast: None,
+            beta_slow: None,
+            mscale: None,
+            mscale_all_dim: None,
+            attention_factor: None,
+            truncate: None,
+        }
+    }
+
+    /// transformers takes YaRN's factor as max_position_embeddings over the pretrained context
+    /// whenever the latter is given (Qwen3's 40960 / 32768 is 1.25, whatever `factor` says).
+    #[test]
+    fn yarn_takes_its_factor_from_the_two_contexts_when_both_are_given() {
+        let (given, scale) = yarn(4.0, Some(32768)).frequencies(64, 1e6, 40960);
+        let (ratio, ratio_scale) = yarn(1.25, None).frequencies(64, 1e6, 32768);
+        assert_eq!(given, ratio);
+        assert!(
+            (scale - ratio_scale).abs() < 1e-12
+                && (scale - (0.1 * 1.25f64.ln() + 1.0)).abs() < 1e-12
+        );
+    }
+
+    #[test]
+    fn llama3_keeps_high_frequencies_and_divides_low_ones() {
+        let scaling = RopeScaling::Llama3 {
+            factor: 8.0,
+            low_freq_factor: 1.0,
+            high_freq_factor: 4.0,
+            original_max_position_embeddings: 8192,
+        };
+        let base = base_frequencies(128, 500000.0);
+        let (freqs, scale) = scaling.frequencies(128, 500000.0, 131072);
+        assert_eq!((freqs[0], scale), (base[0], 1.0));
+        assert!((freqs[63] - base[63] / 8.0).abs() < 1e-18);
     }
 }
