@@ -44,6 +44,21 @@ fn worst_relative(got: &[f32], want: &[f32]) -> f64 {
         .fold(0.0, f64::max)
 }
 
+/// The model's F32 logits of the fixture's ids (on any device) within 1e-4 of transformers'.
+fn assert_transformers_logits(model: &TransformerLm, want: &BTreeMap<String, Tensor>, what: &str) {
+    let logits = no_grad(|| model.forward(&want["input_ids"]))
+        .unwrap()
+        .to_device(Device::Cpu)
+        .unwrap()
+        .to_vec_f32()
+        .unwrap();
+    let worst = worst_relative(&logits, &want["logits"].to_vec_f32().unwrap());
+    assert!(
+        worst <= 1e-4,
+        "{what} logits: worst relative difference {worst:.2e}"
+    );
+}
+
 /// transformers' greedy text (prompt and continuation).
 fn greedy_tokens(want: &BTreeMap<String, Tensor>) -> Vec<u32> {
     want["greedy"]
@@ -83,15 +98,7 @@ fn check_family(family: &str, switch: impl Fn(&TransformerLm) -> bool) {
     );
     let ids = &want["input_ids"];
 
-    let logits = no_grad(|| model.forward(ids))
-        .unwrap()
-        .to_vec_f32()
-        .unwrap();
-    let worst = worst_relative(&logits, &want["logits"].to_vec_f32().unwrap());
-    assert!(
-        worst <= 1e-4,
-        "{family} logits: worst relative difference {worst:.2e}"
-    );
+    assert_transformers_logits(&model, &want, family);
 
     // transformers' loss with labels = ids: positions 0..T-1 predict tokens 1..T.
     let t = ids.shape()[1];
@@ -239,15 +246,7 @@ fn cuda_runs_the_switches_as_the_cpu_does() {
         let ids = &want["input_ids"];
         let mut model = load_pretrained(fixture(family), DType::F32, d).unwrap();
         model.set_precision(rusting_brain::models::transformer_lm::Precision::Full);
-        let logits = no_grad(|| model.forward(ids))
-            .unwrap()
-            .to_device(Device::Cpu)
-            .unwrap();
-        let worst = worst_relative(
-            &logits.to_vec_f32().unwrap(),
-            &want["logits"].to_vec_f32().unwrap(),
-        );
-        assert!(worst <= 1e-4, "{family} CUDA F32 logits: {worst:.2e}");
+        assert_transformers_logits(&model, &want, &format!("{family} CUDA F32"));
         let greedy = greedy_tokens(&want);
         let t = ids.shape()[1];
         for cuda_graph in [false, true] {
@@ -282,16 +281,7 @@ fn qwen_gguf_files_give_the_hugging_face_logits() {
             .join(format!("../tests/fixtures/gguf/{family}.gguf"));
         let loaded = load_gguf(&path, DType::F32, Device::Cpu).unwrap();
         assert_eq!(loaded.model.config.family.model_type(), family);
-        let want = expected(family);
-        let logits = no_grad(|| loaded.model.forward(&want["input_ids"]))
-            .unwrap()
-            .to_vec_f32()
-            .unwrap();
-        let worst = worst_relative(&logits, &want["logits"].to_vec_f32().unwrap());
-        assert!(
-            worst <= 1e-4,
-            "{family}.gguf logits: worst relative difference {worst:.2e}"
-        );
+        assert_transformers_logits(&loaded.model, &expected(family), &format!("{family}.gguf"));
     }
 }
 
