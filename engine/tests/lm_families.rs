@@ -193,6 +193,18 @@ fn gemma_with_scaled_embeddings_offset_norms_and_geglu_matches_transformers() {
 }
 
 #[test]
+fn gemma2_with_post_norms_soft_caps_and_alternating_windows_matches_transformers() {
+    check_family("gemma2", |m| {
+        let (local, global) = (&m.layers[0].self_attn, &m.layers[1].self_attn);
+        m.layers[0].feedforward_norms.is_some()
+            && local.window() == Some(6)
+            && global.window().is_none()
+            && local.softcaps()
+            && m.config.final_logit_softcapping == Some(30.0)
+    });
+}
+
+#[test]
 fn llama3_rope_scaling_matches_transformers() {
     check_family("llama3_rope", |m| {
         matches!(m.config.rope_scaling, Some(RopeScaling::Llama3 { .. }))
@@ -208,12 +220,19 @@ fn yarn_rope_scaling_matches_transformers() {
 
 #[test]
 fn an_architecture_that_does_not_run_is_named_with_those_that_do() {
-    let err = load_pretrained(fixture("gemma2"), DType::F32, Device::Cpu)
+    let dir = tempfile::tempdir().unwrap();
+    for file in ["config.json", "model.safetensors"] {
+        std::fs::copy(fixture("qwen2").join(file), dir.path().join(file)).unwrap();
+    }
+    let config = std::fs::read_to_string(dir.path().join("config.json")).unwrap();
+    let config = config.replace("\"qwen2\"", "\"gpt_neox\"");
+    std::fs::write(dir.path().join("config.json"), config).unwrap();
+    let err = load_pretrained(dir.path(), DType::F32, Device::Cpu)
         .err()
-        .expect("gemma2 is not a LLaMA switch")
+        .expect("gpt_neox does not run")
         .to_string();
     assert!(
-        err.contains("\"gemma2\"") && err.contains("llama, mistral, qwen2, qwen3, gemma"),
+        err.contains("\"gpt_neox\"") && err.contains("llama, mistral, qwen2, qwen3, gemma, gemma2"),
         "{err}"
     );
 }
@@ -241,7 +260,7 @@ fn cuda_runs_the_switches_as_the_cpu_does() {
     else {
         return;
     };
-    for family in ["qwen2", "qwen3", "mistral", "gemma", "qwen2_yarn"] {
+    for family in ["qwen2", "qwen3", "mistral", "gemma", "gemma2", "qwen2_yarn"] {
         let want = expected(family);
         let ids = &want["input_ids"];
         let mut model = load_pretrained(fixture(family), DType::F32, d).unwrap();

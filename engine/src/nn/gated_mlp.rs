@@ -34,8 +34,14 @@ impl GatedMlp {
         self
     }
 
-    /// The stream after this half of a layer: x + down(act(gate(n)) * up(n)), n = norm(x).
-    pub fn forward_residual(&self, stream: Stream, norm: &RmsNorm) -> Result<Stream> {
+    /// The stream after this half of a layer: x + down(act(gate(n)) * up(n)), n = norm(x);
+    /// with `post`, that output is normed by it before it is added (Gemma 2).
+    pub fn forward_residual(
+        &self,
+        stream: Stream,
+        norm: &RmsNorm,
+        post: Option<&RmsNorm>,
+    ) -> Result<Stream> {
         let (gate, up) = (self.gate_proj.projection(), self.up_proj.projection());
         let (scale, eps) = norm.parts()?;
         let act = |g: &Tensor| self.activation.apply(g);
@@ -44,7 +50,9 @@ impl GatedMlp {
             _ => Gate::Other(&act),
         };
         let (x, gated) = stream.gated((&scale, eps), gate, up, kind)?;
-        Stream::after(x, &gated, self.down_proj.projection())
+        let post = post.map(RmsNorm::parts).transpose()?;
+        let post = post.as_ref().map(|(s, e)| (s, *e));
+        Stream::after(x, &gated, self.down_proj.projection(), post)
     }
 
     /// The three projections under their Hugging Face names.

@@ -113,14 +113,24 @@ impl Stream {
     }
 
     /// The stream `x` after a half whose output product reads `input`: x + input Wᵀ, added in
-    /// the product's epilogue where the fused decode kernel runs it, else left pending.
-    pub fn after(x: Tensor, input: &Tensor, out: Projection) -> Result<Stream> {
+    /// the product's epilogue where the fused decode kernel runs it, else left pending. With
+    /// `post` (a norm's scale [d] and eps), the output is normed before it is added (Gemma 2).
+    pub fn after(
+        x: Tensor,
+        input: &Tensor,
+        out: Projection,
+        post: Option<(&Tensor, f64)>,
+    ) -> Result<Stream> {
         let output = match out.weight {
-            Some(w) if runs_fused_kernel(input, w)? => {
+            Some(w) if post.is_none() && runs_fused_kernel(input, w)? => {
                 return Ok(Stream::new(input.linear_residual(w, Some(&x))?));
             }
             Some(w) => input.linear_residual(w, None)?,
             None => out.module.project(input)?,
+        };
+        let output = match post {
+            Some((scale, eps)) => output.rms_norm_as(Some(scale), eps, x.dtype())?,
+            None => output,
         };
         Ok(Stream {
             sum: x,

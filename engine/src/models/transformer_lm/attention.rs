@@ -26,8 +26,13 @@ pub struct Attention {
     pub k_norm: Option<RmsNorm>,
     heads: Heads,
     causal: bool,
-    /// Keys further back than this many positions are hidden (Mistral).
+    /// Keys further back than this many positions are hidden (Mistral, Gemma 2's local layers).
     window: Option<usize>,
+    /// The scores' scale when it is not 1 / sqrt(head_dim) (Gemma 2).
+    scale: Option<f64>,
+    /// Scores pass through cap * tanh(score / cap) before the mask (Gemma 2); no fused kernel
+    /// takes that, so these layers run the product, cap, mask and softmax as ops.
+    softcap: Option<f64>,
 }
 
 /// Which keys the new queries see.
@@ -46,6 +51,14 @@ pub enum Visibility<'a> {
     Window { first: &'a Tensor, last: &'a Tensor },
 }
 
+/// What the new queries see in the layers that attend every key and in those with a sliding
+/// window.
+#[derive(Clone, Copy)]
+pub struct Sight<'a> {
+    pub full: Visibility<'a>,
+    pub windowed: Visibility<'a>,
+}
+
 /// Where a layer's forward call sits: the new tokens' rotary angles, what they see, and where
 /// their keys and values go in the cache.
 #[derive(Clone, Copy)]
@@ -56,8 +69,13 @@ pub struct Step<'a> {
 }
 
 impl Attention {
-    /// Takes its weights from `params` under `{prefix}.q_proj.weight`, ...
-    pub fn build(c: &LmConfig, prefix: &str, params: &mut ParamSource) -> Result<Self> {
+    /// Layer `layer`'s attention, its weights from `params` under `{prefix}.q_proj.weight`, ...
+    pub fn build(
+        c: &LmConfig,
+        layer: usize,
+        prefix: &str,
+        params: &mut ParamSource,
+    ) -> Result<Self> {
         let hd = c.head_dim();
         let (qkv_bias, o_bias) = (c.qkv_bias(), c.attention_bias);
         let mut proj =
@@ -84,7 +102,9 @@ impl Attention {
                 dim: hd,
             },
             causal: !c.bidirectional,
-            window: c.sliding_window,
+            window: c.layer_window(layer),
+            scale: c.attention_scale(),
+            softcap: c.attn_logit_softcapping,
         })
     }
 
@@ -92,9 +112,27 @@ impl Attention {
         self.causal
     }
 
+    /// The sliding window this layer attends through, if any.
+    pub fn window(&self) -> Option<usize> {
+        self.window
+    }
+
+    /// Whether the scores are soft-capped, which only the unfused path computes: such a layer
+    /// needs its mask as a bias (`Visibility::Bias`) wherever a fused kernel would mask.
+    pub fn softcaps(&self) -> bool {
+        self.softcap.is_some()
+    }
+
     /// The stream after attention: x + o(attention(rope(q(n)), rope(k(n)), v(n))) of the
-    /// stream x normed by `norm` (n), the new keys and values written into the step's cache.
-    pub fn forward(&self, stream: Stream, norm: &RmsNorm, step: &Step) -> Result<Stream> {
+    /// stream x normed by `norm` (n), the new keys and values written into the step's cache;
+    /// with `post`, the output is normed by it before it is added (Gemma 2).
+    pub fn forward(
+        &self,
+        stream: Stream,
+        norm: &RmsNorm,
+        post: Option<&RmsNorm>,
+        step: &Step,
+    ) -> Result<Stream> {
         let qkv = [&self.q_proj, &self.k_proj, &self.v_proj].map(Linear::projection);
         let (scale, eps) = norm.parts()?;
         let head_norms = match (&self.q_norm, &self.k_norm) {
@@ -112,35 +150,56 @@ impl Attention {
             step.cache,
         )?;
         let out = self.attention(&q, &k, &v, step)?;
-        Stream::after(x, &out, self.o_proj.projection())
+        let post = post.map(RmsNorm::parts).transpose()?;
+        let post = post.as_ref().map(|(s, e)| (s, *e));
+        Stream::after(x, &out, self.o_proj.projection(), post)
     }
 
     /// Attention of the heads q [B, heads, T, hd], k and v [B, kv_heads, L, hd] (q and k
     /// rotated, the cache extended): [B, T, heads * hd].
     fn attention(&self, q: &Tensor, k: &Tensor, v: &Tensor, step: &Step) -> Result<Tensor> {
         let (b, t) = (q.shape()[0], q.shape()[2]);
-        let Heads { q: h, kv, dim: hd } = self.heads;
-        let out = match step.visibility {
-            Visibility::Window { first, last } => q.decode_attention(k, v, first, last, None)?,
-            Visibility::All | Visibility::Causal => {
+        let Heads { q: h, dim: hd, .. } = self.heads;
+        let out = match (step.visibility, self.softcap) {
+            (Visibility::Window { first, last }, None) => {
+                q.decode_attention(k, v, first, last, self.scale)?
+            }
+            (Visibility::All | Visibility::Causal, None) => {
                 let opts = AttentionOptions {
                     causal: matches!(step.visibility, Visibility::Causal),
-                    scale: None,
+                    scale: self.scale,
                 };
                 q.scaled_dot_product_attention(k, v, opts)?
             }
-            Visibility::Bias(bias) => {
-                let q = q.mul_scalar(1.0 / (hd as f64).sqrt())?.reshape_to(&[
-                    b,
-                    kv,
-                    (h / kv) * t,
-                    hd,
-                ])?;
-                let scores = q.matmul(&k.transpose(-1, -2)?)?.add(bias)?;
-                scores.softmax(-1)?.matmul(v)?.reshape_to(&[b, h, t, hd])?
+            (Visibility::Bias(bias), _) => self.unfused(q, k, v, Some(bias))?,
+            (Visibility::All, Some(_)) => self.unfused(q, k, v, None)?,
+            (Visibility::Window { .. } | Visibility::Causal, Some(_)) => {
+                return Err(crate::Error::invalid(
+                    "attention",
+                    "a soft-capped layer takes its mask as a bias; the model built none",
+                ))
             }
         };
         out.transpose(1, 2)?.reshape_to(&[b, t, h * hd])
+    }
+
+    /// softmax(cap(q kᵀ · scale) + bias) v as separate ops (a padded batch's mask, soft-capped
+    /// scores), the query heads of a key/value group stacked against their shared keys.
+    fn unfused(&self, q: &Tensor, k: &Tensor, v: &Tensor, bias: Option<&Tensor>) -> Result<Tensor> {
+        let (b, t) = (q.shape()[0], q.shape()[2]);
+        let Heads { q: h, kv, dim: hd } = self.heads;
+        let scale = self.scale.unwrap_or(1.0 / (hd as f64).sqrt());
+        let q = q
+            .mul_scalar(scale)?
+            .reshape_to(&[b, kv, (h / kv) * t, hd])?;
+        let mut scores = q.matmul(&k.transpose(-1, -2)?)?;
+        if let Some(cap) = self.softcap {
+            scores = super::model::soft_cap(&scores, cap)?;
+        }
+        if let Some(bias) = bias {
+            scores = scores.add(bias)?;
+        }
+        scores.softmax(-1)?.matmul(v)?.reshape_to(&[b, h, t, hd])
     }
 
     /// The mask this call needs, if any.
@@ -173,6 +232,9 @@ impl Attention {
         );
         if let Some(w) = self.window {
             detail.push_str(&format!(", sliding_window={w}"));
+        }
+        if let Some(cap) = self.softcap {
+            detail.push_str(&format!(", softcap={cap}"));
         }
         let norms = [("q_norm", &self.q_norm), ("k_norm", &self.k_norm)]
             .into_iter()

@@ -1,5 +1,7 @@
 //! One decoder layer: pre-norm attention and a pre-norm gated MLP, each added to the residual
-//! stream.
+//! stream. Gemma 2 norms each half's output as well before it is added: its
+//! `post_attention_layernorm` is that post-norm of attention, and two more norms go around the
+//! MLP.
 
 use super::attention::{Attention, Step};
 use super::params::ParamSource;
@@ -13,14 +15,27 @@ pub struct Block {
     pub self_attn: Attention,
     pub post_attention_layernorm: RmsNorm,
     pub mlp: GatedMlp,
+    /// Gemma 2's norms before and after the MLP (`post_attention_layernorm` then norms
+    /// attention's output).
+    pub feedforward_norms: Option<FeedforwardNorms>,
+}
+
+pub struct FeedforwardNorms {
+    pub pre: RmsNorm,
+    pub post: RmsNorm,
 }
 
 impl Block {
     /// Draws (or reads) the parameters in Hugging Face's order, so a seed gives the weights it
     /// always gave.
-    pub fn build(c: &LmConfig, prefix: &str, params: &mut ParamSource) -> Result<Self> {
+    pub fn build(
+        c: &LmConfig,
+        layer: usize,
+        prefix: &str,
+        params: &mut ParamSource,
+    ) -> Result<Self> {
         let input_layernorm = params.rms_norm(&format!("{prefix}.input_layernorm"), c)?;
-        let self_attn = Attention::build(c, &format!("{prefix}.self_attn"), params)?;
+        let self_attn = Attention::build(c, layer, &format!("{prefix}.self_attn"), params)?;
         let post_attention_layernorm =
             params.rms_norm(&format!("{prefix}.post_attention_layernorm"), c)?;
         let mut proj = |name: &str, i, o| params.linear(&format!("{prefix}.mlp.{name}"), i, o);
@@ -30,11 +45,19 @@ impl Block {
             proj("down_proj", c.ffn_hidden, c.d_model)?,
         )
         .with_activation(c.gate_activation());
+        let feedforward_norms = match c.post_norms() {
+            true => Some(FeedforwardNorms {
+                pre: params.rms_norm(&format!("{prefix}.pre_feedforward_layernorm"), c)?,
+                post: params.rms_norm(&format!("{prefix}.post_feedforward_layernorm"), c)?,
+            }),
+            false => None,
+        };
         Ok(Block {
             input_layernorm,
             self_attn,
             post_attention_layernorm,
             mlp,
+            feedforward_norms,
         })
     }
 
@@ -42,26 +65,37 @@ impl Block {
     /// dtype; under mixed precision each normed input is cast once for the products that
     /// share it.
     pub fn forward(&self, stream: Stream, step: &Step) -> Result<Stream> {
-        let h = self
-            .self_attn
-            .forward(stream, &self.input_layernorm, step)?;
-        self.mlp.forward_residual(h, &self.post_attention_layernorm)
+        let attn = &self.self_attn;
+        match &self.feedforward_norms {
+            None => {
+                let h = attn.forward(stream, &self.input_layernorm, None, step)?;
+                self.mlp
+                    .forward_residual(h, &self.post_attention_layernorm, None)
+            }
+            Some(ff) => {
+                let post = Some(&self.post_attention_layernorm);
+                let h = attn.forward(stream, &self.input_layernorm, post, step)?;
+                self.mlp.forward_residual(h, &ff.pre, Some(&ff.post))
+            }
+        }
     }
 
     /// The printed form, in Hugging Face's child names.
     pub fn summary(&self) -> Summary {
-        Summary::node(
-            "Block",
-            vec![
-                ("input_layernorm".into(), self.input_layernorm.summary()),
-                ("self_attn".into(), self.self_attn.summary()),
-                (
-                    "post_attention_layernorm".into(),
-                    self.post_attention_layernorm.summary(),
-                ),
-                ("mlp".into(), self.mlp.summary()),
-            ],
-        )
+        let mut children = vec![
+            ("input_layernorm".into(), self.input_layernorm.summary()),
+            ("self_attn".into(), self.self_attn.summary()),
+            (
+                "post_attention_layernorm".into(),
+                self.post_attention_layernorm.summary(),
+            ),
+            ("mlp".into(), self.mlp.summary()),
+        ];
+        if let Some(ff) = &self.feedforward_norms {
+            children.push(("pre_feedforward_layernorm".into(), ff.pre.summary()));
+            children.push(("post_feedforward_layernorm".into(), ff.post.summary()));
+        }
+        Summary::node("Block", children)
     }
 
     pub fn named_parameters(&self) -> Vec<(String, Tensor)> {
@@ -72,6 +106,10 @@ impl Block {
             self.post_attention_layernorm.named_parameters(),
         ));
         out.extend(prefixed("mlp", self.mlp.named_parameters()));
+        if let Some(ff) = &self.feedforward_norms {
+            out.extend(prefixed("pre_feedforward_layernorm", ff.pre.named_parameters()));
+            out.extend(prefixed("post_feedforward_layernorm", ff.post.named_parameters()));
+        }
         out
     }
 }

@@ -56,6 +56,27 @@ pub struct LmConfig {
     /// with `padding_idx = pad_token_id`; negative counts from the end, as in PyTorch).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pad_token_id: Option<i64>,
+    /// Which layers attend through the sliding window (Gemma 2 alternates); absent, every
+    /// layer does when there is a window.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub layer_types: Option<Vec<LayerType>>,
+    /// Scores are scaled by this to the power -1/2 instead of head_dim's (Gemma 2).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub query_pre_attn_scalar: Option<f64>,
+    /// Attention scores pass through cap * tanh(score / cap) before the mask (Gemma 2).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub attn_logit_softcapping: Option<f64>,
+    /// Logits pass through cap * tanh(logit / cap) (Gemma 2).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub final_logit_softcapping: Option<f64>,
+}
+
+/// A layer's attention, as transformers' `layer_types` names it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LayerType {
+    FullAttention,
+    SlidingAttention,
 }
 
 /// The decoder families that are LLaMA with switches on (`model_type` in config.json).
@@ -74,15 +95,19 @@ pub enum Family {
     /// LLaMA with the embeddings scaled by sqrt(hidden_size), norms that scale by
     /// 1 + weight, a tanh-GELU gate (GeGLU) and its own head width.
     Gemma,
+    /// Gemma with a norm after each half as well as before, soft-capped attention scores and
+    /// logits, its own score scale, and sliding-window layers alternating with full ones.
+    Gemma2,
 }
 
 impl Family {
-    pub const ALL: [Family; 5] = [
+    pub const ALL: [Family; 6] = [
         Family::Llama,
         Family::Mistral,
         Family::Qwen2,
         Family::Qwen3,
         Family::Gemma,
+        Family::Gemma2,
     ];
 
     pub fn model_type(self) -> &'static str {
@@ -92,6 +117,7 @@ impl Family {
             Family::Qwen2 => "qwen2",
             Family::Qwen3 => "qwen3",
             Family::Gemma => "gemma",
+            Family::Gemma2 => "gemma2",
         }
     }
 
@@ -103,15 +129,26 @@ impl Family {
             Family::Qwen2 => "Qwen2ForCausalLM",
             Family::Qwen3 => "Qwen3ForCausalLM",
             Family::Gemma => "GemmaForCausalLM",
+            Family::Gemma2 => "Gemma2ForCausalLM",
         }
     }
 
     /// The gated MLP's activation as config.json names it (`hidden_act`).
     fn hidden_act(self) -> &'static str {
-        match self {
-            Family::Gemma => "gelu_pytorch_tanh",
-            _ => "silu",
+        match self.is_gemma() {
+            true => "gelu_pytorch_tanh",
+            false => "silu",
         }
+    }
+
+    /// Gemma and Gemma 2: scaled embeddings, 1 + weight norms, a GELU gate.
+    fn is_gemma(self) -> bool {
+        matches!(self, Family::Gemma | Family::Gemma2)
+    }
+
+    /// Whether a config of this family may have a sliding window.
+    fn has_window(self) -> bool {
+        matches!(self, Family::Mistral | Family::Gemma2)
     }
 
     fn from_model_type(name: &str) -> Result<Family> {
@@ -172,7 +209,29 @@ impl LmConfig {
             sliding_window: None,
             rope_scaling: None,
             pad_token_id: None,
+            layer_types: None,
+            query_pre_attn_scalar: None,
+            attn_logit_softcapping: None,
+            final_logit_softcapping: None,
         }
+    }
+
+    /// The sliding window of layer `i`, if it attends through one.
+    pub fn layer_window(&self, i: usize) -> Option<usize> {
+        match self.layer_types.as_ref().and_then(|t| t.get(i)) {
+            Some(LayerType::FullAttention) => None,
+            _ => self.sliding_window,
+        }
+    }
+
+    /// The attention scores' scale when it is not 1 / sqrt(head_dim).
+    pub fn attention_scale(&self) -> Option<f64> {
+        self.query_pre_attn_scalar.map(|s| s.powf(-0.5))
+    }
+
+    /// Whether each half of a layer norms its output too (Gemma 2's post-norms).
+    pub fn post_norms(&self) -> bool {
+        self.family == Family::Gemma2
     }
 
     /// The embedding row `pad_token_id` names, if any.
@@ -198,22 +257,24 @@ impl LmConfig {
 
     /// What the decoder's norms add to their weight before scaling (Gemma: 1).
     pub fn norm_offset(&self) -> f64 {
-        match self.family {
-            Family::Gemma => 1.0,
-            _ => 0.0,
+        match self.family.is_gemma() {
+            true => 1.0,
+            false => 0.0,
         }
     }
 
     /// What the token embeddings are multiplied by (Gemma: sqrt(hidden_size)).
     pub fn embedding_scale(&self) -> Option<f64> {
-        (self.family == Family::Gemma).then(|| (self.d_model as f64).sqrt())
+        self.family
+            .is_gemma()
+            .then(|| (self.d_model as f64).sqrt())
     }
 
     /// The gated MLP's activation.
     pub fn gate_activation(&self) -> crate::nn::Activation {
-        match self.family {
-            Family::Gemma => crate::nn::Activation::GeluTanh,
-            _ => crate::nn::Activation::Silu,
+        match self.family.is_gemma() {
+            true => crate::nn::Activation::GeluTanh,
+            false => crate::nn::Activation::Silu,
         }
     }
 
@@ -233,8 +294,17 @@ impl LmConfig {
         if self.rope_scaling.is_some() && what == "GGUF export" {
             extra.push("RoPE scaling");
         }
-        if self.family == Family::Gemma {
+        if self.family.is_gemma() {
             extra.push("a scaled embedding, 1 + weight norms and a GELU gate");
+        }
+        if self.post_norms() {
+            extra.push("post-norms");
+        }
+        if self.attn_logit_softcapping.is_some() || self.final_logit_softcapping.is_some() {
+            extra.push("soft-capping");
+        }
+        if self.query_pre_attn_scalar.is_some() {
+            extra.push("its own attention scale");
         }
         if self
             .head_dim
@@ -326,11 +396,32 @@ impl LmConfig {
         if let Some(scaling) = &self.rope_scaling {
             problems.extend(scaling.problems());
         }
-        if self.sliding_window.is_some() && self.family != Family::Mistral {
+        if self.sliding_window.is_some() && !self.family.has_window() {
             problems.push(format!(
-                "sliding_window is a mistral switch; a {} model has none",
+                "sliding_window is a switch of mistral and gemma2; a {} model has none",
                 self.family.model_type()
             ));
+        }
+        if let Some(types) = &self.layer_types {
+            if types.len() != self.n_layers {
+                problems.push(format!(
+                    "layer_types lists {} layers, the model has {}",
+                    types.len(),
+                    self.n_layers
+                ));
+            }
+            if types.contains(&LayerType::SlidingAttention) && self.sliding_window.is_none() {
+                problems.push("layer_types has sliding layers but there is no sliding_window".into());
+            }
+        }
+        for (name, v) in [
+            ("query_pre_attn_scalar", self.query_pre_attn_scalar),
+            ("attn_logit_softcapping", self.attn_logit_softcapping),
+            ("final_logit_softcapping", self.final_logit_softcapping),
+        ] {
+            if let Some(v) = v.filter(|v| !(*v > 0.0 && v.is_finite())) {
+                problems.push(format!("{name} must be positive, got {v}"));
+            }
         }
         if self.sliding_window == Some(0) {
             problems.push("sliding_window must be positive".into());
@@ -357,8 +448,17 @@ impl LmConfig {
                 m.insert("use_sliding_window".into(), false.into());
             }
             // transformers' Mistral reads a missing window as 4096: write "none" out.
-            if self.family == Family::Mistral && self.sliding_window.is_none() {
+            if self.family.has_window() && self.sliding_window.is_none() {
                 m.insert("sliding_window".into(), serde_json::Value::Null);
+            }
+            // Gemma 2's reader defaults what is absent to its released values: a cap of 50
+            // and 30, a scale of 256^-1/2; write what this model has instead.
+            if self.family == Family::Gemma2 {
+                for cap in ["attn_logit_softcapping", "final_logit_softcapping"] {
+                    m.entry(cap).or_insert(serde_json::Value::Null);
+                }
+                m.entry("query_pre_attn_scalar")
+                    .or_insert(self.head_dim().into());
             }
         }
         v
@@ -428,25 +528,37 @@ fn normalise_family_fields(value: &mut serde_json::Value, family: Family) -> Res
         Family::Mistral if !m.contains_key("sliding_window") => {
             m.insert("sliding_window".into(), 4096.into());
         }
-        Family::Gemma if !m.contains_key("tie_word_embeddings") => {
-            m.insert("tie_word_embeddings".into(), true.into());
-        }
         _ => {}
     }
-    if family == Family::Mistral {
-        if let Some(types) = m.get("layer_types").and_then(|v| v.as_array()) {
-            let full = types.iter().any(|t| t.as_str() == Some("full_attention"));
-            let windowed = types
-                .iter()
-                .any(|t| t.as_str() == Some("sliding_attention"));
-            if full && windowed {
-                return refuse(
-                    "layer_types mixing full and sliding layers are not supported".into(),
-                );
-            }
+    if family.is_gemma() && !m.contains_key("tie_word_embeddings") {
+        m.insert("tie_word_embeddings".into(), true.into());
+    }
+    if family == Family::Gemma2 {
+        for (field, default) in [
+            ("sliding_window", serde_json::json!(4096)),
+            ("query_pre_attn_scalar", serde_json::json!(256)),
+            ("attn_logit_softcapping", serde_json::json!(50.0)),
+            ("final_logit_softcapping", serde_json::json!(30.0)),
+        ] {
+            m.entry(field).or_insert(default);
+        }
+        // transformers 4 alternates by layer index (even layers slide); 5 writes the list.
+        if !m.contains_key("layer_types") {
+            let layers = m
+                .get("num_hidden_layers")
+                .and_then(|v| v.as_u64())
+                .unwrap_or(0)
+                .min(MAX_LAYERS as u64);
+            let types: Vec<_> = (0..layers)
+                .map(|i| match i % 2 {
+                    0 => "sliding_attention",
+                    _ => "full_attention",
+                })
+                .collect();
+            m.insert("layer_types".into(), serde_json::json!(types));
         }
     }
-    if family == Family::Gemma {
+    if family.is_gemma() {
         // Gemma's MLP reads hidden_activation (tanh GELU when absent), not hidden_act.
         let act = m
             .get("hidden_activation")
@@ -461,15 +573,26 @@ fn normalise_family_fields(value: &mut serde_json::Value, family: Family) -> Res
         m.insert("hidden_act".into(), "gelu_pytorch_tanh".into());
     }
     if let Some(types) = m.get("layer_types").and_then(|v| v.as_array()) {
-        let allowed = |t: &str| {
-            t == "full_attention" || (family == Family::Mistral && t == "sliding_attention")
-        };
+        let allowed =
+            |t: &str| t == "full_attention" || (family.has_window() && t == "sliding_attention");
         if let Some(t) = types
             .iter()
             .filter_map(|t| t.as_str())
             .find(|t| !allowed(t))
         {
-            return refuse(format!("layer_types with \"{t}\" layers are not supported"));
+            return refuse(format!(
+                "layer_types with \"{t}\" layers are not supported in a {} model",
+                family.model_type()
+            ));
+        }
+        // All full: the same as none (Qwen and LLaMA files list them).
+        if !family.has_window() {
+            m.remove("layer_types");
+        }
+    }
+    for cap in ["attn_logit_softcapping", "final_logit_softcapping", "query_pre_attn_scalar"] {
+        if m.get(cap).is_some_and(|v| v.is_null()) {
+            m.remove(cap);
         }
     }
     // transformers 4 writes `rope_scaling` (its type under "type" in older files), 5 writes

@@ -22,6 +22,10 @@ pub struct KvCache {
     cursor: Tensor,
     /// `pads` on the device, I64 [batch]: each row's first real key.
     first_keys: Tensor,
+    /// 0..capacity on the device, I64 [1, capacity]: what a step's window bounds are compared
+    /// with where the mask is built as a bias (soft-capped layers), with no host copy in the
+    /// step.
+    key_positions: Tensor,
 }
 
 impl KvCache {
@@ -66,7 +70,14 @@ impl KvCache {
             pads: vec![0; batch],
             cursor: Tensor::zeros(&[1], DType::I64, device)?,
             first_keys: Tensor::zeros(&[batch], DType::I64, device)?,
+            key_positions: Tensor::from_vec((0..capacity as i64).collect(), &[1, capacity])?
+                .to_device(device)?,
         })
+    }
+
+    /// 0..capacity, I64 [1, capacity] on the cache's device.
+    pub fn key_positions(&self) -> &Tensor {
+        &self.key_positions
     }
 
     /// Positions filled so far (padding included).

@@ -2,9 +2,10 @@
 //! shape). Parameter names are Hugging Face's (`model.layers.0.self_attn.q_proj.weight`), so
 //! a state dict maps one to one onto `LlamaForCausalLM`.
 
-use super::attention::{Step, Visibility};
+use super::attention::{Sight, Step, Visibility};
 use super::block::Block;
 use super::kv_cache::KvCache;
+use super::mask::step_bias;
 use super::lora::LoraConfig;
 use super::params::{check_config_against, ParamSource};
 use super::rope::{Positions, Rotary};
@@ -110,7 +111,7 @@ impl TransformerLm {
     fn build(config: LmConfig, mut params: ParamSource) -> Result<Self> {
         let embed_tokens = params.embedding("model.embed_tokens", &config)?;
         let layers = (0..config.n_layers)
-            .map(|i| Block::build(&config, &format!("model.layers.{i}"), &mut params))
+            .map(|i| Block::build(&config, i, &format!("model.layers.{i}"), &mut params))
             .collect::<Result<Vec<_>>>()?;
         let norm = params.rms_norm("model.norm", &config)?;
         let lm_head = (!config.tied_embeddings)
@@ -218,21 +219,34 @@ impl TransformerLm {
         }
     }
 
-    /// The additive mask of a left-padded batch (rows differ, so the fused causal path cannot
-    /// take it) or of a sliding window that hides keys of this call, in the scores' dtype: the
-    /// products' under mixed precision, else the parameters'.
-    fn mask_bias(&self, t: usize, offset: usize, pads: &[usize]) -> Result<Option<Tensor>> {
-        match self.layers.first() {
-            Some(l)
-                if pads.iter().any(|&p| p > 0)
-                    || l.self_attn.window_hides(offset + t).is_some() =>
-            {
-                let dtype = self.autocast_dtype().unwrap_or(self.dtype());
-                let spec = l.self_attn.mask_spec(t, offset, pads);
-                spec.build_bias(self.device(), dtype).map(Some)
+    /// What the new queries of a call see, for the layers that attend every key (`full`) and
+    /// for those with a sliding window: an additive mask for a left-padded batch (rows differ,
+    /// so the fused causal path cannot take it), for a window that hides keys of this call,
+    /// and for soft-capped layers (no fused kernel caps); else the fused paths' causal or
+    /// all. Biases are in the scores' dtype: the products' under mixed precision, else the
+    /// parameters'.
+    fn masks(&self, t: usize, offset: usize, pads: &[usize]) -> Result<[Option<Tensor>; 2]> {
+        let padded = pads.iter().any(|&p| p > 0);
+        let dtype = self.autocast_dtype().unwrap_or(self.dtype());
+        let of_kind = |windowed: bool| -> Result<Option<Tensor>> {
+            let Some(attn) = self
+                .layers
+                .iter()
+                .map(|l| &l.self_attn)
+                .find(|a| a.window().is_some() == windowed)
+            else {
+                return Ok(None);
+            };
+            let capped = attn.softcaps() && attn.is_causal() && t > 1;
+            match padded || capped || attn.window_hides(offset + t).is_some() {
+                true => attn
+                    .mask_spec(t, offset, pads)
+                    .build_bias(self.device(), dtype)
+                    .map(Some),
+                false => Ok(None),
             }
-            _ => Ok(None),
-        }
+        };
+        Ok([of_kind(false)?, of_kind(true)?])
     }
 
     fn check_ids(&self, ids: &Tensor) -> Result<()> {
@@ -319,20 +333,21 @@ impl TransformerLm {
                 Positions::From(offset)
             };
             let (cos, sin) = self.rope.angles_for(t, self.device(), &positions)?;
-            let bias = self.mask_bias(t, offset, &pads)?;
+            let masks = self.masks(t, offset, &pads)?;
             let causal = self.layers.first().is_some_and(|l| l.self_attn.is_causal());
-            let visibility = match &bias {
+            let [full, windowed] = masks.each_ref().map(|bias| match bias {
                 Some(bias) => Visibility::Bias(bias),
                 None if causal && t > 1 => Visibility::Causal,
                 None => Visibility::All,
-            };
+            });
+            let sight = Sight { full, windowed };
             let kv = cache.as_deref();
             let angles = Angles {
                 cos: &cos,
                 sin: &sin,
             };
             let cache_for = |i| kv.map(|c| c.appending(i));
-            let out = self.decoder(&ids, angles, visibility, cache_for, for_products)?;
+            let out = self.decoder(&ids, angles, sight, cache_for, for_products)?;
             if let Some(c) = cache {
                 c.advance(t);
             }
@@ -347,7 +362,7 @@ impl TransformerLm {
         &self,
         ids: &Tensor,
         angles: Angles,
-        visibility: Visibility,
+        sight: Sight,
         cache_for: impl Fn(usize) -> Option<CacheWrite<'c>>,
         for_products: bool,
     ) -> Result<Tensor> {
@@ -360,7 +375,10 @@ impl TransformerLm {
         for (i, layer) in self.layers.iter().enumerate() {
             let step = Step {
                 angles,
-                visibility,
+                visibility: match layer.self_attn.window() {
+                    Some(_) => sight.windowed,
+                    None => sight.full,
+                },
                 cache: cache_for(i),
             };
             x = layer.forward(x, &step)?;
@@ -403,10 +421,10 @@ impl TransformerLm {
             // A sliding window moves each row's first visible key up to cursor - window + 1
             // once the cache can hold more than the window.
             let windowed;
-            let first = match self
+            let first_windowed = match self
                 .layers
-                .first()
-                .and_then(|l| l.self_attn.window_hides(cache.capacity()))
+                .iter()
+                .find_map(|l| l.self_attn.window_hides(cache.capacity()))
             {
                 Some(w) => {
                     windowed = cache
@@ -417,15 +435,28 @@ impl TransformerLm {
                 }
                 None => cache.first_keys(),
             };
-            let visibility = Visibility::Window {
-                first,
-                last: cache.cursor(),
+            let bounds = [cache.first_keys(), first_windowed];
+            // Soft-capped layers read the bounds as a bias over the whole cache.
+            let capped = self.layers.iter().any(|l| l.self_attn.softcaps());
+            let dtype = self.autocast_dtype().unwrap_or(self.dtype());
+            let bias = |first| step_bias(cache.key_positions(), first, cache.cursor(), dtype);
+            let biases = match capped {
+                true => Some([bias(bounds[0])?, bias(bounds[1])?]),
+                false => None,
             };
+            let [full, windowed] = match &biases {
+                Some(b) => [Visibility::Bias(&b[0]), Visibility::Bias(&b[1])],
+                None => bounds.map(|first| Visibility::Window {
+                    first,
+                    last: cache.cursor(),
+                }),
+            };
+            let sight = Sight { full, windowed };
             let cache_for = |i| Some(cache.at_cursor(i));
             self.decoder(
                 ids,
                 angles,
-                visibility,
+                sight,
                 cache_for,
                 self.head_reads_products(),
             )
@@ -436,6 +467,15 @@ impl TransformerLm {
     /// runs in BF16 but the logits come out in F32: rounding them to BF16 would cost more
     /// accuracy than any other op of the model.
     pub fn project(&self, hidden: &Tensor) -> Result<Tensor> {
+        let logits = self.head_product(hidden)?;
+        match self.config.final_logit_softcapping {
+            Some(cap) => soft_cap(&logits, cap),
+            None => Ok(logits),
+        }
+    }
+
+    /// The head's product of `project`, before any soft cap.
+    fn head_product(&self, hidden: &Tensor) -> Result<Tensor> {
         if let Some(head) = self
             .lm_head
             .as_ref()
@@ -485,6 +525,17 @@ impl TransformerLm {
         }
         let hidden = self.hidden_for_head(ids, None)?;
         let targets = targets.to_device(self.device())?;
+        if self.config.final_logit_softcapping.is_some() {
+            // The cap sits between the head and the loss: the logits exist whole.
+            let logits = self.project(&hidden)?;
+            let v = self.config.vocab_size;
+            let rows = logits.numel() / v;
+            return crate::ops::loss::cross_entropy(
+                &logits.reshape_to(&[rows, v])?,
+                &targets.reshape_to(&[rows])?,
+                CrossEntropyOptions::default(),
+            );
+        }
         crate::amp::autocast(self.autocast_dtype(), || {
             linear_cross_entropy(
                 &hidden,
@@ -501,6 +552,11 @@ impl TransformerLm {
         let dtype = self.autocast_dtype().unwrap_or(self.dtype());
         KvCache::new(&self.config, batch, capacity, dtype, self.device())
     }
+}
+
+/// cap * tanh(x / cap): Gemma 2's soft cap of scores and logits.
+pub(super) fn soft_cap(x: &Tensor, cap: f64) -> Result<Tensor> {
+    x.mul_scalar(1.0 / cap)?.tanh()?.mul_scalar(cap)
 }
 
 impl Module for TransformerLm {
