@@ -11,7 +11,7 @@ use rusting_brain::models::transformer_lm::generate::{
 };
 use rusting_brain::models::transformer_lm::pretrained::load_pretrained;
 use rusting_brain::models::transformer_lm::rope_scaling::RopeScaling;
-use rusting_brain::models::transformer_lm::{Family, TransformerLm};
+use rusting_brain::models::transformer_lm::{to_checkpoint_layout, Family, TransformerLm};
 use rusting_brain::nn::Module;
 use rusting_brain::{no_grad, DType, Device, Tensor};
 use std::collections::BTreeMap;
@@ -46,13 +46,18 @@ fn worst_relative(got: &[f32], want: &[f32]) -> f64 {
 
 /// The model's F32 logits of the fixture's ids (on any device) within 1e-4 of transformers'.
 fn assert_transformers_logits(model: &TransformerLm, want: &BTreeMap<String, Tensor>, what: &str) {
-    let logits = no_grad(|| model.forward(&want["input_ids"]))
+    assert_logits_of(model, &want["input_ids"], &want["logits"], what);
+}
+
+/// The model's F32 logits of `ids` within 1e-4 of `expected`.
+fn assert_logits_of(model: &TransformerLm, ids: &Tensor, expected: &Tensor, what: &str) {
+    let logits = no_grad(|| model.forward(ids))
         .unwrap()
         .to_device(Device::Cpu)
         .unwrap()
         .to_vec_f32()
         .unwrap();
-    let worst = worst_relative(&logits, &want["logits"].to_vec_f32().unwrap());
+    let worst = worst_relative(&logits, &expected.to_vec_f32().unwrap());
     assert!(
         worst <= 1e-4,
         "{what} logits: worst relative difference {worst:.2e}"
@@ -119,14 +124,20 @@ fn check_family(family: &str, switch: impl Fn(&TransformerLm) -> bool) {
     );
     loss.backward().unwrap();
     let mut checked = 0;
-    for (name, p) in model.named_parameters() {
+    // Gradients in the checkpoint's layout (Phi-3's fused projections joined).
+    let grads = model
+        .named_parameters()
+        .into_iter()
+        .map(|(name, p)| {
+            let g = p.grad();
+            (name.clone(), g.unwrap_or_else(|| panic!("{family}: no gradient for {name}")))
+        })
+        .collect();
+    for (name, ours) in to_checkpoint_layout(&model.config, grads).unwrap() {
         let key = format!("grad.{name}");
         let Some(g) = want.get(&key) else {
             panic!("{family}: transformers has no gradient for {name}");
         };
-        let ours = p
-            .grad()
-            .unwrap_or_else(|| panic!("{family}: no gradient for {name}"));
         let worst = worst_relative(&ours.to_vec_f32().unwrap(), &g.to_vec_f32().unwrap());
         assert!(
             worst <= 1e-4,
@@ -205,6 +216,37 @@ fn gemma2_with_post_norms_soft_caps_and_alternating_windows_matches_transformers
 }
 
 #[test]
+fn phi3_with_fused_projections_matches_transformers_and_saves_them_fused() {
+    check_family("phi3", |m| m.config.family == Family::Phi3);
+    let model = load_pretrained(fixture("phi3"), DType::F32, Device::Cpu).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let opts = rusting_brain::models::transformer_lm::pretrained::PretrainedOptions::default();
+    rusting_brain::models::transformer_lm::pretrained::save_pretrained(&model, dir.path(), &opts)
+        .unwrap();
+    let ours = safetensors::load(dir.path().join("model.safetensors")).unwrap();
+    let theirs = safetensors::load(fixture("phi3").join("model.safetensors")).unwrap();
+    assert_eq!(ours.keys().collect::<Vec<_>>(), theirs.keys().collect::<Vec<_>>());
+    for (name, t) in &theirs {
+        assert_eq!(ours[name].to_vec_f32().unwrap(), t.to_vec_f32().unwrap(), "{name}");
+    }
+}
+
+/// LongRoPE: a call within the pretrained 16 positions rotates by the short factors, a longer
+/// one by the long factors (and cos and sin scaled by sqrt(1 + ln 4 / ln 16)), as
+/// transformers' Phi-3 does.
+#[test]
+fn phi3_longrope_uses_the_short_factors_within_the_pretrained_context_and_the_long_past_it() {
+    let want = expected("phi3_longrope");
+    let model = load_pretrained(fixture("phi3_longrope"), DType::F32, Device::Cpu).unwrap();
+    assert!(matches!(
+        model.config.rope_scaling,
+        Some(RopeScaling::Longrope { .. })
+    ));
+    assert_transformers_logits(&model, &want, "phi3_longrope (short)");
+    assert_logits_of(&model, &want["long_ids"], &want["long_logits"], "phi3_longrope (long)");
+}
+
+#[test]
 fn llama3_rope_scaling_matches_transformers() {
     check_family("llama3_rope", |m| {
         matches!(m.config.rope_scaling, Some(RopeScaling::Llama3 { .. }))
@@ -232,7 +274,7 @@ fn an_architecture_that_does_not_run_is_named_with_those_that_do() {
         .expect("gpt_neox does not run")
         .to_string();
     assert!(
-        err.contains("\"gpt_neox\"") && err.contains("llama, mistral, qwen2, qwen3, gemma, gemma2"),
+        err.contains("\"gpt_neox\"") && err.contains("llama, mistral, qwen2, qwen3, gemma, gemma2, phi3"),
         "{err}"
     );
 }
@@ -260,7 +302,7 @@ fn cuda_runs_the_switches_as_the_cpu_does() {
     else {
         return;
     };
-    for family in ["qwen2", "qwen3", "mistral", "gemma", "gemma2", "qwen2_yarn"] {
+    for family in ["qwen2", "qwen3", "mistral", "gemma", "gemma2", "phi3", "qwen2_yarn"] {
         let want = expected(family);
         let ids = &want["input_ids"];
         let mut model = load_pretrained(fixture(family), DType::F32, d).unwrap();

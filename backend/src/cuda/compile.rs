@@ -87,6 +87,7 @@ kernel_file!(ATTENTION, "attention.cu");
 kernel_file!(DECODE_ATTENTION, "decode_attention.cu");
 kernel_file!(ROPE, "rope.cu");
 kernel_file!(SWIGLU, "swiglu.cu");
+kernel_file!(GROUPED_MATMUL, "grouped_matmul.cu");
 kernel_file!(DECODE_GEMV, "decode_gemv.cu", decode_shared);
 kernel_file!(DECODE_QGEMV, "decode_qgemv.cu", decode_blocks);
 
@@ -112,6 +113,7 @@ pub const ALL_FILES: &[&KernelFile] = &[
     &DECODE_ATTENTION,
     &ROPE,
     &SWIGLU,
+    &GROUPED_MATMUL,
     &DECODE_GEMV,
     &DECODE_QGEMV,
 ];

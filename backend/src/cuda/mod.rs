@@ -15,6 +15,7 @@ pub mod decode_gemv;
 pub mod depthwise;
 mod device;
 pub mod elementwise;
+pub mod grouped_matmul;
 pub mod graph;
 pub mod index;
 pub(crate) mod launch;

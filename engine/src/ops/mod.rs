@@ -14,6 +14,7 @@ pub use crate::tensor::dispatch;
 pub mod einsum;
 pub mod elementwise;
 pub mod fused_linear;
+pub mod grouped_matmul;
 pub(crate) mod host_keys;
 pub mod index;
 pub mod interpolate;

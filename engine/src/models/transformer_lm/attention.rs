@@ -78,12 +78,22 @@ impl Attention {
     ) -> Result<Self> {
         let hd = c.head_dim();
         let (qkv_bias, o_bias) = (c.qkv_bias(), c.attention_bias);
+        let (q_out, kv_out) = (c.n_heads * hd, c.n_kv_heads * hd);
         let mut proj =
             |name: &str, i, o, bias| params.linear_biased(&format!("{prefix}.{name}"), i, o, bias);
-        let q_proj = proj("q_proj", c.d_model, c.n_heads * hd, qkv_bias)?;
-        let k_proj = proj("k_proj", c.d_model, c.n_kv_heads * hd, qkv_bias)?;
-        let v_proj = proj("v_proj", c.d_model, c.n_kv_heads * hd, qkv_bias)?;
-        let o_proj = proj("o_proj", c.n_heads * hd, c.d_model, o_bias)?;
+        let [q_proj, k_proj, v_proj] = match c.family.fused_projections() {
+            true => params.fused_linears(
+                &format!("{prefix}.qkv_proj"),
+                c.d_model,
+                [q_out, kv_out, kv_out],
+            )?,
+            false => [
+                proj("q_proj", c.d_model, q_out, qkv_bias)?,
+                proj("k_proj", c.d_model, kv_out, qkv_bias)?,
+                proj("v_proj", c.d_model, kv_out, qkv_bias)?,
+            ],
+        };
+        let o_proj = params.linear_biased(&format!("{prefix}.o_proj"), q_out, c.d_model, o_bias)?;
         let mut head_norm = |name: &str| {
             c.qk_norm()
                 .then(|| params.rms_norm_of(&format!("{prefix}.{name}"), hd, c.norm_eps))

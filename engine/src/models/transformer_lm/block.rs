@@ -39,12 +39,13 @@ impl Block {
         let post_attention_layernorm =
             params.rms_norm(&format!("{prefix}.post_attention_layernorm"), c)?;
         let mut proj = |name: &str, i, o| params.linear(&format!("{prefix}.mlp.{name}"), i, o);
-        let mlp = GatedMlp::new(
-            proj("gate_proj", c.d_model, c.ffn_hidden)?,
-            proj("up_proj", c.d_model, c.ffn_hidden)?,
-            proj("down_proj", c.ffn_hidden, c.d_model)?,
-        )
-        .with_activation(c.gate_activation());
+        let (d, f) = (c.d_model, c.ffn_hidden);
+        let [gate, up] = match c.family.fused_projections() {
+            true => params.fused_linears(&format!("{prefix}.mlp.gate_up_proj"), d, [f, f])?,
+            false => [proj("gate_proj", d, f)?, proj("up_proj", d, f)?],
+        };
+        let down = params.linear(&format!("{prefix}.mlp.down_proj"), f, d)?;
+        let mlp = GatedMlp::new(gate, up, down).with_activation(c.gate_activation());
         let feedforward_norms = match c.post_norms() {
             true => Some(FeedforwardNorms {
                 pre: params.rms_norm(&format!("{prefix}.pre_feedforward_layernorm"), c)?,

@@ -98,16 +98,20 @@ pub enum Family {
     /// Gemma with a norm after each half as well as before, soft-capped attention scores and
     /// logits, its own score scale, and sliding-window layers alternating with full ones.
     Gemma2,
+    /// LLaMA with q, k and v stored as one projection (`qkv_proj`) and the gate and up as
+    /// another (`gate_up_proj`) in its checkpoints.
+    Phi3,
 }
 
 impl Family {
-    pub const ALL: [Family; 6] = [
+    pub const ALL: [Family; 7] = [
         Family::Llama,
         Family::Mistral,
         Family::Qwen2,
         Family::Qwen3,
         Family::Gemma,
         Family::Gemma2,
+        Family::Phi3,
     ];
 
     pub fn model_type(self) -> &'static str {
@@ -118,6 +122,7 @@ impl Family {
             Family::Qwen3 => "qwen3",
             Family::Gemma => "gemma",
             Family::Gemma2 => "gemma2",
+            Family::Phi3 => "phi3",
         }
     }
 
@@ -130,6 +135,7 @@ impl Family {
             Family::Qwen3 => "Qwen3ForCausalLM",
             Family::Gemma => "GemmaForCausalLM",
             Family::Gemma2 => "Gemma2ForCausalLM",
+            Family::Phi3 => "Phi3ForCausalLM",
         }
     }
 
@@ -148,7 +154,12 @@ impl Family {
 
     /// Whether a config of this family may have a sliding window.
     fn has_window(self) -> bool {
-        matches!(self, Family::Mistral | Family::Gemma2)
+        matches!(self, Family::Mistral | Family::Gemma2 | Family::Phi3)
+    }
+
+    /// Whether the checkpoints store q/k/v and gate/up each as one projection (Phi-3).
+    pub fn fused_projections(self) -> bool {
+        self == Family::Phi3
     }
 
     fn from_model_type(name: &str) -> Result<Family> {
@@ -300,6 +311,9 @@ impl LmConfig {
         if self.post_norms() {
             extra.push("post-norms");
         }
+        if self.family.fused_projections() {
+            extra.push("fused qkv_proj and gate_up_proj");
+        }
         if self.attn_logit_softcapping.is_some() || self.final_logit_softcapping.is_some() {
             extra.push("soft-capping");
         }
@@ -396,9 +410,32 @@ impl LmConfig {
         if let Some(scaling) = &self.rope_scaling {
             problems.extend(scaling.problems());
         }
+        if let Some(RopeScaling::Longrope {
+            short_factor,
+            long_factor,
+            original_max_position_embeddings,
+            ..
+        }) = &self.rope_scaling
+        {
+            let half = self.head_dim.unwrap_or(self.d_model / self.n_heads.max(1)) / 2;
+            for (name, f) in [("short_factor", short_factor), ("long_factor", long_factor)] {
+                if f.len() != half {
+                    problems.push(format!(
+                        "longrope {name} has {} entries, a head has {half} frequencies",
+                        f.len()
+                    ));
+                }
+                if f.iter().any(|x| !(*x > 0.0 && x.is_finite())) {
+                    problems.push(format!("longrope {name} must be positive"));
+                }
+            }
+            if *original_max_position_embeddings == 0 {
+                problems.push("original_max_position_embeddings must be positive".into());
+            }
+        }
         if self.sliding_window.is_some() && !self.family.has_window() {
             problems.push(format!(
-                "sliding_window is a switch of mistral and gemma2; a {} model has none",
+                "sliding_window is a switch of mistral, gemma2 and phi3; a {} model has none",
                 self.family.model_type()
             ));
         }
@@ -450,6 +487,15 @@ impl LmConfig {
             // transformers' Mistral reads a missing window as 4096: write "none" out.
             if self.family.has_window() && self.sliding_window.is_none() {
                 m.insert("sliding_window".into(), serde_json::Value::Null);
+            }
+            // transformers' Phi-3 takes LongRoPE's pretrained context from the top level
+            // first (4096 when absent).
+            if let Some(RopeScaling::Longrope {
+                original_max_position_embeddings: old,
+                ..
+            }) = &self.rope_scaling
+            {
+                m.insert("original_max_position_embeddings".into(), (*old).into());
             }
             // Gemma 2's reader defaults what is absent to its released values: a cap of 50
             // and 30, a scale of 256^-1/2; write what this model has instead.
@@ -612,6 +658,34 @@ fn normalise_family_fields(value: &mut serde_json::Value, family: Family) -> Res
             s.insert("rope_type".into(), kind);
         }
         s.remove("rope_theta");
+        if let Some(f) = s
+            .remove("partial_rotary_factor")
+            .and_then(|f| f.as_f64())
+            .filter(|&f| f != 1.0)
+        {
+            return refuse(format!(
+                "partial_rotary_factor = {f} (rotating part of each head) is not supported"
+            ));
+        }
+        // Phi-3's older files call LongRoPE "su" (or "yarn"); its pretrained context is the
+        // top-level original_max_position_embeddings when there is one.
+        let phi3_long = matches!(
+            s.get("rope_type").and_then(|v| v.as_str()),
+            Some("su") | Some("yarn")
+        ) && family == Family::Phi3;
+        if phi3_long {
+            s.insert("rope_type".into(), "longrope".into());
+        }
+        if s.get("rope_type").and_then(|v| v.as_str()) == Some("longrope") {
+            let original = m
+                .get("original_max_position_embeddings")
+                .or(s.get("original_max_position_embeddings"))
+                .or(m.get("max_position_embeddings"))
+                .cloned();
+            if let Some(o) = original {
+                s.insert("original_max_position_embeddings".into(), o);
+            }
+        }
         let kind = s
             .get("rope_type")
             .and_then(|v| v.as_str())
@@ -622,7 +696,7 @@ fn normalise_family_fields(value: &mut serde_json::Value, family: Family) -> Res
                     Error::format(
                         "model config",
                         format!(
-                            "rope_scaling of rope_type \"{kind}\": {e} (linear, llama3 and yarn run)"
+                            "rope_scaling of rope_type \"{kind}\": {e} (linear, llama3, yarn and longrope run)"
                         ),
                     )
                 })?;

@@ -15,6 +15,7 @@ mod gguf_export;
 #[cfg(test)]
 mod gguf_export_tests;
 mod kv_cache;
+mod layout;
 mod lora;
 #[cfg(test)]
 mod lora_tests;
@@ -47,6 +48,7 @@ pub use config::{swiglu_hidden, Family, LmConfig};
 pub use gguf::{load_gguf, GgufInfo, GgufModel};
 pub use gguf_export::{export_gguf, storage_type, GgufDType, GgufExport, GgufExportOptions};
 pub use kv_cache::KvCache;
+pub use layout::to_checkpoint_layout;
 pub use lora::{is_adapter_name, LoraConfig, LORA_TARGETS};
 pub use model::{Precision, TransformerLm};
 pub use rope::{Positions, Rotary};

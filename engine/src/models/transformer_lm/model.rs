@@ -332,7 +332,10 @@ impl TransformerLm {
             } else {
                 Positions::From(offset)
             };
-            let (cos, sin) = self.rope.angles_for(t, self.device(), &positions)?;
+            let reach = cache.as_ref().map_or(0, |c| c.capacity());
+            let (cos, sin) = self
+                .rope
+                .angles_reaching(t, self.device(), &positions, reach)?;
             let masks = self.masks(t, offset, &pads)?;
             let causal = self.layers.first().is_some_and(|l| l.self_attn.is_causal());
             let [full, windowed] = masks.each_ref().map(|bias| match bias {

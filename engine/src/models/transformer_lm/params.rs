@@ -159,6 +159,43 @@ impl<'a> ParamSource<'a> {
         )
     }
 
+    /// Projections stored as one weight `{name}.weight` [sum of outs, in], its rows split in
+    /// order (Phi-3's `qkv_proj` and `gate_up_proj`). Fresh ones are drawn as the one weight,
+    /// so a seed gives transformers' numbers.
+    pub fn fused_linears<const N: usize>(
+        &mut self,
+        name: &str,
+        inp: usize,
+        outs: [usize; N],
+    ) -> Result<[Linear; N]> {
+        let key = format!("{name}.weight");
+        if let ParamSource::Tensors { quantized, .. } = self {
+            if quantized.contains_key(&key) {
+                return Err(Error::invalid(
+                    "TransformerLm",
+                    format!("{key} is stored in blocks; fused projections load only dense"),
+                ));
+            }
+        }
+        let total: usize = outs.iter().sum();
+        let fused = self.tensor(&key, &[total, inp], Fill::Normal)?;
+        let mut start = 0;
+        let parts = outs.map(|rows| {
+            let part = no_grad(|| fused.narrow(0, start, rows)?.contiguous_copy());
+            start += rows;
+            part
+        });
+        let mut out = Vec::with_capacity(N);
+        for part in parts {
+            let part = part?;
+            part.set_requires_grad(true)?;
+            out.push(Linear::from_tensors(part, None)?);
+        }
+        Ok(out
+            .try_into()
+            .unwrap_or_else(|_| unreachable!("N parts give N layers")))
+    }
+
     /// A decoder norm [d_model]: Gemma's scale by 1 + weight and start at zero.
     pub fn rms_norm(&mut self, name: &str, c: &LmConfig) -> Result<RmsNorm> {
         let offset = c.norm_offset();

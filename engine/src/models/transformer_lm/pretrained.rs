@@ -96,7 +96,7 @@ pub fn save_pretrained(
         write_json(&dir.join("tokenizer_config.json"), &tokenizer_config)?;
     }
     // Quantized weights are written dequantized: transformers reads dense tensors.
-    let named = model.dense_state()?;
+    let named = model.checkpoint_state()?;
     let shards = shard(&named, opts.max_shard_size);
     let files = shard_file_names(shards.len());
     remove_stale_weights(dir, &files)?;

@@ -18,11 +18,15 @@ pub struct Rotary {
     inv_freq: Vec<f32>,
     /// The factor on cos and sin (YaRN's attention scaling; 1 otherwise).
     scale: f32,
+    /// LongRoPE: the pretrained context, and the frequencies of calls that reach past it.
+    long: Option<(usize, Vec<f32>)>,
     tables: Mutex<Option<Tables>>,
 }
 
 struct Tables {
     device: Device,
+    /// Made with the long frequencies.
+    long: bool,
     rows: usize,
     cos: Tensor,
     sin: Tensor,
@@ -57,25 +61,42 @@ impl Rotary {
             Some(s) => s.frequencies(head_dim, theta, max_seq_len),
             None => (base_frequencies(head_dim, theta), 1.0),
         };
+        let to_f32 = |f: Vec<f64>| f.into_iter().map(|f| f as f32).collect();
         Rotary {
             head_dim,
             max_seq_len,
-            inv_freq: freqs.into_iter().map(|f| f as f32).collect(),
+            inv_freq: to_f32(freqs),
             scale: scale as f32,
+            long: scaling
+                .and_then(|s| s.long_frequencies(head_dim, theta))
+                .map(|(old, f)| (old, to_f32(f))),
             tables: Mutex::new(None),
         }
+    }
+
+    /// Whether a call that reaches position `reach` rotates by LongRoPE's long frequencies.
+    fn long_for(&self, reach: usize) -> bool {
+        self.long.as_ref().is_some_and(|(old, _)| reach > *old)
     }
 
     /// cos and sin of every (position, dim) as F32, computed the way `transformers` does: the
     /// inverse frequencies in F32, then position * inv_freq in F32 (times the scaling's
     /// factor).
     pub(super) fn host_tables(&self, rows: usize) -> (Vec<f32>, Vec<f32>) {
+        self.host_tables_of(rows, false)
+    }
+
+    fn host_tables_of(&self, rows: usize, long: bool) -> (Vec<f32>, Vec<f32>) {
+        let inv_freq = match (&self.long, long) {
+            (Some((_, f)), true) => f,
+            _ => &self.inv_freq,
+        };
         let half = self.head_dim / 2;
         let n = rows * self.head_dim;
         let (mut cos, mut sin) = (Vec::with_capacity(n), Vec::with_capacity(n));
         for pos in 0..rows {
             for j in 0..self.head_dim {
-                let angle = pos as f32 * self.inv_freq[j % half];
+                let angle = pos as f32 * inv_freq[j % half];
                 cos.push(angle.cos() * self.scale);
                 sin.push(angle.sin() * self.scale);
             }
@@ -83,11 +104,13 @@ impl Rotary {
         (cos, sin)
     }
 
-    /// Tables on `device` covering at least positions `0..end` (`end <= max_seq_len`).
+    /// Tables on `device` covering at least positions `0..end` (`end <= max_seq_len`), of
+    /// the frequencies of a call that reaches `end`.
     fn tables(&self, device: Device, end: usize) -> Result<(Tensor, Tensor)> {
+        let long = self.long_for(end);
         let mut slot = self.tables.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(t) = slot.as_ref() {
-            if t.device == device && t.rows >= end {
+            if t.device == device && t.rows >= end && t.long == long {
                 return Ok((t.cos.clone(), t.sin.clone()));
             }
         }
@@ -96,12 +119,13 @@ impl Rotary {
             .checked_next_power_of_two()
             .unwrap_or(usize::MAX)
             .min(self.max_seq_len);
-        let (c, s) = self.host_tables(rows);
+        let (c, s) = self.host_tables_of(rows, long);
         let shape = [rows, self.head_dim];
         let cos = Tensor::from_vec(c, &shape)?.to_device(device)?;
         let sin = Tensor::from_vec(s, &shape)?.to_device(device)?;
         *slot = Some(Tables {
             device,
+            long,
             rows,
             cos: cos.clone(),
             sin: sin.clone(),
@@ -136,12 +160,25 @@ impl Rotary {
         device: Device,
         positions: &Positions,
     ) -> Result<(Tensor, Tensor)> {
+        self.angles_reaching(seq, device, positions, 0)
+    }
+
+    /// `angles_for` in a sequence that will reach `reach` positions (a cache's capacity):
+    /// LongRoPE picks its frequencies by the whole sequence, so that a prompt and the decode
+    /// steps after it rotate alike.
+    pub fn angles_reaching(
+        &self,
+        seq: usize,
+        device: Device,
+        positions: &Positions,
+        reach: usize,
+    ) -> Result<(Tensor, Tensor)> {
         let (start, end) = match positions {
             Positions::From(offset) => (*offset, offset.saturating_add(seq)),
-            Positions::PerRow { ids, end } => return self.gather(device, ids, *end),
+            Positions::PerRow { ids, end } => return self.gather(device, ids, reach.max(*end)),
         };
         self.check_end(start, end)?;
-        let (cos, sin) = self.tables(device, end)?;
+        let (cos, sin) = self.tables(device, reach.max(end))?;
         Ok((cos.narrow(0, start, seq)?, sin.narrow(0, start, seq)?))
     }
 

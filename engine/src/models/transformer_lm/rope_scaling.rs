@@ -3,7 +3,9 @@
 //! sin tables are scaled by. `linear` divides every frequency; `llama3` divides only the low
 //! ones and blends the middle band (Llama 3.1); `yarn` blends interpolated and extrapolated
 //! frequencies by a ramp over the dimensions and scales attention by 0.1 ln(factor) + 1.
-//! `dynamic` (which depends on the sequence length at run time) and `longrope` are refused.
+//! `longrope` (Phi-3) has two sets of per-dimension factors, the short one for calls within
+//! the pretrained context and the long one beyond it, and scales cos and sin by
+//! sqrt(1 + ln(factor) / ln(original context)). `dynamic` is refused.
 
 use serde::{Deserialize, Serialize};
 use std::f64::consts::PI;
@@ -37,6 +39,15 @@ pub enum RopeScaling {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         truncate: Option<bool>,
     },
+    Longrope {
+        short_factor: Vec<f64>,
+        long_factor: Vec<f64>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        factor: Option<f64>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        attention_factor: Option<f64>,
+        original_max_position_embeddings: usize,
+    },
 }
 
 /// The plain frequencies theta^(-2i/d), i < d/2.
@@ -54,6 +65,7 @@ impl RopeScaling {
             RopeScaling::Linear { factor }
             | RopeScaling::Llama3 { factor, .. }
             | RopeScaling::Yarn { factor, .. } => *factor,
+            RopeScaling::Longrope { factor, .. } => factor.unwrap_or(1.0),
         };
         if !(factor > 0.0 && factor.is_finite()) {
             out.push(format!(
@@ -79,8 +91,24 @@ impl RopeScaling {
         out
     }
 
+    /// LongRoPE's pretrained context and its frequencies beyond it (the long factors): a call
+    /// that reaches past that context rotates by these instead of `frequencies`.
+    pub fn long_frequencies(&self, head_dim: usize, theta: f64) -> Option<(usize, Vec<f64>)> {
+        match self {
+            RopeScaling::Longrope {
+                long_factor,
+                original_max_position_embeddings,
+                ..
+            } => Some((
+                *original_max_position_embeddings,
+                divided(&base_frequencies(head_dim, theta), long_factor),
+            )),
+            _ => None,
+        }
+    }
+
     /// The scaled inverse frequencies and the factor on cos and sin, for heads of `head_dim`
-    /// with base `theta` and a config of `max_positions`.
+    /// with base `theta` and a config of `max_positions` (LongRoPE's short ones).
     pub fn frequencies(
         &self,
         head_dim: usize,
@@ -88,7 +116,23 @@ impl RopeScaling {
         max_positions: usize,
     ) -> (Vec<f64>, f64) {
         let base = base_frequencies(head_dim, theta);
+        if let RopeScaling::Longrope {
+            short_factor,
+            factor,
+            attention_factor,
+            original_max_position_embeddings: old,
+            ..
+        } = self
+        {
+            let factor = factor.unwrap_or(max_positions as f64 / *old as f64);
+            let attention = attention_factor.unwrap_or(match factor <= 1.0 {
+                true => 1.0,
+                false => (1.0 + factor.ln() / (*old as f64).ln()).sqrt(),
+            });
+            return (divided(&base, short_factor), attention);
+        }
         match *self {
+            RopeScaling::Longrope { .. } => unreachable!("handled above"),
             RopeScaling::Linear { factor } => (base.iter().map(|f| f / factor).collect(), 1.0),
             RopeScaling::Llama3 {
                 factor,
@@ -168,6 +212,14 @@ impl RopeScaling {
             }
         }
     }
+}
+
+/// Each frequency over its dimension's factor (LongRoPE's), a missing factor counting as 1.
+fn divided(base: &[f64], factors: &[f64]) -> Vec<f64> {
+    base.iter()
+        .enumerate()
+        .map(|(i, f)| f / factors.get(i).copied().unwrap_or(1.0))
+        .collect()
 }
 
 #[cfg(test)]
