@@ -11,7 +11,9 @@ use rusting_brain::models::transformer_lm::generate::{
 };
 use rusting_brain::models::transformer_lm::pretrained::load_pretrained;
 use rusting_brain::models::transformer_lm::rope_scaling::RopeScaling;
-use rusting_brain::models::transformer_lm::{to_checkpoint_layout, Family, TransformerLm};
+use rusting_brain::models::transformer_lm::{
+    to_checkpoint_layout, Family, FeedForward, TransformerLm,
+};
 use rusting_brain::nn::Module;
 use rusting_brain::{no_grad, DType, Device, Tensor};
 use std::collections::BTreeMap;
@@ -151,6 +153,15 @@ fn check_family(family: &str, switch: impl Fn(&TransformerLm) -> bool) {
         "{family}"
     );
 
+    if let Some(aux) = want.get("aux_loss") {
+        let ours = no_grad(|| model.router_aux_loss(ids)).unwrap().item().unwrap();
+        let theirs = aux.item().unwrap();
+        assert!(
+            (ours - theirs).abs() <= 1e-5 * theirs.abs(),
+            "{family} load-balancing loss {ours} vs {theirs}"
+        );
+    }
+
     let greedy = greedy_tokens(&want);
     let prompt = greedy[..t].to_vec();
     let out = continue_greedily(&model, &prompt, greedy.len() - t, false);
@@ -229,6 +240,40 @@ fn phi3_with_fused_projections_matches_transformers_and_saves_them_fused() {
     for (name, t) in &theirs {
         assert_eq!(ours[name].to_vec_f32().unwrap(), t.to_vec_f32().unwrap(), "{name}");
     }
+}
+
+/// Mixtral: top 2 of 4 experts, always renormalised; checkpoint names block_sparse_moe.w1/w2/w3.
+#[test]
+fn mixtral_with_sparse_experts_matches_transformers() {
+    check_family("mixtral", |m| {
+        matches!(&m.layers[0].mlp, FeedForward::Sparse(moe) if moe.renormalize && moe.experts() == 4)
+    });
+}
+
+/// Qwen2-MoE: q/k/v biases, probabilities not renormalised, and a shared expert behind a
+/// sigmoid gate.
+#[test]
+fn qwen2_moe_with_a_shared_expert_matches_transformers() {
+    check_family("qwen2_moe", |m| {
+        matches!(&m.layers[0].mlp, FeedForward::Sparse(moe) if !moe.renormalize && moe.shared.is_some())
+    });
+}
+
+/// Qwen3-MoE: head norms, its own head width, renormalised top k.
+#[test]
+fn qwen3_moe_matches_transformers() {
+    check_family("qwen3_moe", |m| {
+        matches!(&m.layers[1].mlp, FeedForward::Sparse(moe) if moe.renormalize && moe.hidden() == 24)
+    });
+}
+
+/// OLMoE: RMS norms over the whole q and k projections, not per head.
+#[test]
+fn olmoe_with_whole_projection_norms_matches_transformers() {
+    check_family("olmoe", |m| {
+        m.layers[0].self_attn.q_norm.as_ref().unwrap().weight.shape() == [32]
+            && matches!(&m.layers[0].mlp, FeedForward::Sparse(_))
+    });
 }
 
 /// LongRoPE: a call within the pretrained 16 positions rotates by the short factors, a longer

@@ -23,6 +23,7 @@ mod onnx_export;
 mod pool;
 pub mod recurrent;
 mod sequential;
+mod sparse_moe;
 mod summary;
 mod transformer;
 
@@ -48,5 +49,6 @@ pub use onnx_export::export_module;
 pub use pool::{AdaptiveAvgPool2d, AvgPool2d, Flatten, MaxPool2d, Window};
 pub use recurrent::{Cell, Recurrent, RecurrentConfig, RecurrentOutput};
 pub use sequential::Sequential;
+pub use sparse_moe::{load_balancing_loss, Routing, SharedExpert, SparseMoe};
 pub use summary::{describe, with_commas, Summary};
 pub use transformer::{EncoderLayerConfig, TransformerEncoderLayer};

@@ -141,8 +141,9 @@ impl Stream {
     /// Attention's inputs: the stream (its pending output added) and q, k and v of the stream
     /// normed by `norm` [d] with `eps`, as heads [batch, heads, seq, head_dim]; q and k rotated
     /// by `angles`; with a cache, k and v written into it and returned as everything the
-    /// attention reads of it. `head_norms` (weight [head_dim], eps for q and for k) RMS-norm
-    /// each query and key head before the rotation (Qwen3); the fused kernels take none.
+    /// attention reads of it. `head_norms` (weight and eps for q and for k) RMS-norm each query
+    /// and key head before the rotation (weights [head_dim], Qwen3) or the whole projections
+    /// (weights as wide as q and k, OLMoE); the fused kernels take none.
     pub fn attention_inputs(
         self,
         (norm, eps): (&Tensor, f64),
@@ -174,10 +175,17 @@ impl Stream {
                 return Ok((x, [q, k.clone(), v.clone()]));
             }
         }
-        let (x, [q, k, v]) = self.normed_products(norm, eps, [pq, pk, pv])?;
+        let (x, [mut q, mut k, v]) = self.normed_products(norm, eps, [pq, pk, pv])?;
+        // Norms as wide as a head norm each head (Qwen3); wider ones the whole projection,
+        // before the heads are split (OLMoE).
+        let per_head = head_norms.is_some_and(|[(wq, _), _]| wq.numel() == heads.dim);
+        if let (Some([(wq, eq), (wk, ek)]), false) = (head_norms, per_head) {
+            q = q.rms_norm(Some(wq), eq)?;
+            k = k.rms_norm(Some(wk), ek)?;
+        }
         let split = |t: &Tensor, n: usize| t.unflatten(-1, &[n, heads.dim])?.transpose(1, 2);
         let (mut q, mut k) = (split(&q, heads.q)?, split(&k, heads.kv)?);
-        if let Some([(wq, eq), (wk, ek)]) = head_norms {
+        if let (Some([(wq, eq), (wk, ek)]), true) = (head_norms, per_head) {
             q = q.rms_norm(Some(wq), eq)?;
             k = k.rms_norm(Some(wk), ek)?;
         }
@@ -243,6 +251,21 @@ impl Stream {
                 };
                 Ok((x, gated))
             }
+        }
+    }
+
+    /// A half whose output the caller computes from the normed stream (a mixture of experts):
+    /// the stream (its pending output added) and the stream normed by `norm` with `eps`, in
+    /// the products' dtype.
+    pub fn normed(self, (norm, eps): (&Tensor, f64)) -> Result<(Tensor, Tensor)> {
+        self.normed_for_products(norm, eps)
+    }
+
+    /// The stream `x` with `output` pending, to be added by the next norm.
+    pub fn with_output(x: Tensor, output: Tensor) -> Stream {
+        Stream {
+            sum: x,
+            pending: Some(output),
         }
     }
 

@@ -66,6 +66,8 @@ pub struct Step<'a> {
     pub angles: Angles<'a>,
     pub visibility: Visibility<'a>,
     pub cache: Option<CacheWrite<'a>>,
+    /// Where sparse layers record their routing (for the load-balancing loss).
+    pub routing: Option<&'a std::cell::RefCell<Vec<crate::nn::Routing>>>,
 }
 
 impl Attention {
@@ -94,14 +96,16 @@ impl Attention {
             ],
         };
         let o_proj = params.linear_biased(&format!("{prefix}.o_proj"), q_out, c.d_model, o_bias)?;
-        let mut head_norm = |name: &str| {
+        // Per head [head_dim] (Qwen3), or over the whole projection (OLMoE).
+        let mut head_norm = |name: &str, width: usize| {
+            let width = if c.qk_norm_whole() { width } else { hd };
             c.qk_norm()
-                .then(|| params.rms_norm_of(&format!("{prefix}.{name}"), hd, c.norm_eps))
+                .then(|| params.rms_norm_of(&format!("{prefix}.{name}"), width, c.norm_eps))
                 .transpose()
         };
         Ok(Attention {
-            q_norm: head_norm("q_norm")?,
-            k_norm: head_norm("k_norm")?,
+            q_norm: head_norm("q_norm", q_out)?,
+            k_norm: head_norm("k_norm", kv_out)?,
             q_proj,
             k_proj,
             v_proj,

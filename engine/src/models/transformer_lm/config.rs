@@ -69,6 +69,42 @@ pub struct LmConfig {
     /// Logits pass through cap * tanh(logit / cap) (Gemma 2).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub final_logit_softcapping: Option<f64>,
+    /// Experts of each sparse layer (`num_experts`; Mixtral's `num_local_experts`).
+    #[serde(
+        rename = "num_experts",
+        alias = "num_local_experts",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub n_experts: Option<usize>,
+    /// Experts each token goes through.
+    #[serde(
+        rename = "num_experts_per_tok",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub experts_per_token: Option<usize>,
+    /// Each expert's hidden width when it is not `intermediate_size` (Qwen MoE).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub moe_intermediate_size: Option<usize>,
+    /// Qwen2-MoE's shared expert's hidden width.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shared_expert_intermediate_size: Option<usize>,
+    /// The chosen experts' probabilities are divided by their sum (Mixtral: always).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub norm_topk_prob: Option<bool>,
+    /// The weight of the load-balancing loss in `loss` when `output_router_logits`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub router_aux_loss_coef: Option<f64>,
+    /// Training adds the load-balancing loss (transformers' switch of the same name).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub output_router_logits: bool,
+    /// Every this many layers is sparse, counting from the first (Qwen MoE).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub decoder_sparse_step: Option<usize>,
+    /// Layers that keep a dense MLP (Qwen MoE).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub mlp_only_layers: Vec<usize>,
 }
 
 /// A layer's attention, as transformers' `layer_types` names it.
@@ -101,10 +137,20 @@ pub enum Family {
     /// LLaMA with q, k and v stored as one projection (`qkv_proj`) and the gate and up as
     /// another (`gate_up_proj`) in its checkpoints.
     Phi3,
+    /// Mistral with a sparse mixture of experts for each MLP, the top 2 of 8 renormalised.
+    Mixtral,
+    /// Qwen2 with sparse expert layers and a shared expert behind a sigmoid gate.
+    #[serde(rename = "qwen2_moe")]
+    Qwen2Moe,
+    /// Qwen3 with sparse expert layers.
+    #[serde(rename = "qwen3_moe")]
+    Qwen3Moe,
+    /// LLaMA with sparse expert layers and RMS norms over the whole q and k projections.
+    Olmoe,
 }
 
 impl Family {
-    pub const ALL: [Family; 7] = [
+    pub const ALL: [Family; 11] = [
         Family::Llama,
         Family::Mistral,
         Family::Qwen2,
@@ -112,6 +158,10 @@ impl Family {
         Family::Gemma,
         Family::Gemma2,
         Family::Phi3,
+        Family::Mixtral,
+        Family::Qwen2Moe,
+        Family::Qwen3Moe,
+        Family::Olmoe,
     ];
 
     pub fn model_type(self) -> &'static str {
@@ -123,6 +173,10 @@ impl Family {
             Family::Gemma => "gemma",
             Family::Gemma2 => "gemma2",
             Family::Phi3 => "phi3",
+            Family::Mixtral => "mixtral",
+            Family::Qwen2Moe => "qwen2_moe",
+            Family::Qwen3Moe => "qwen3_moe",
+            Family::Olmoe => "olmoe",
         }
     }
 
@@ -136,6 +190,10 @@ impl Family {
             Family::Gemma => "GemmaForCausalLM",
             Family::Gemma2 => "Gemma2ForCausalLM",
             Family::Phi3 => "Phi3ForCausalLM",
+            Family::Mixtral => "MixtralForCausalLM",
+            Family::Qwen2Moe => "Qwen2MoeForCausalLM",
+            Family::Qwen3Moe => "Qwen3MoeForCausalLM",
+            Family::Olmoe => "OlmoeForCausalLM",
         }
     }
 
@@ -154,7 +212,28 @@ impl Family {
 
     /// Whether a config of this family may have a sliding window.
     fn has_window(self) -> bool {
-        matches!(self, Family::Mistral | Family::Gemma2 | Family::Phi3)
+        matches!(
+            self,
+            Family::Mistral | Family::Gemma2 | Family::Phi3 | Family::Mixtral
+        )
+    }
+
+    /// The mixture-of-experts families.
+    pub fn is_moe(self) -> bool {
+        matches!(
+            self,
+            Family::Mixtral | Family::Qwen2Moe | Family::Qwen3Moe | Family::Olmoe
+        )
+    }
+
+    /// Where the checkpoints keep a sparse layer's router and experts: Mixtral's
+    /// `block_sparse_moe` with w1 (gate), w3 (up) and w2 (down), the others' `mlp` with
+    /// transformers' projection names.
+    pub fn expert_names(self) -> (&'static str, [&'static str; 3]) {
+        match self {
+            Family::Mixtral => ("block_sparse_moe", ["w1", "w3", "w2"]),
+            _ => ("mlp", ["gate_proj", "up_proj", "down_proj"]),
+        }
     }
 
     /// Whether the checkpoints store q/k/v and gate/up each as one projection (Phi-3).
@@ -185,6 +264,8 @@ const MAX_VOCAB: usize = 1 << 24;
 const MAX_WIDTH: usize = 1 << 18;
 const MAX_FFN: usize = 1 << 20;
 const MAX_LAYERS: usize = 1 << 12;
+/// The largest expert counts published are a few hundred (DeepSeek-V3: 256).
+const MAX_EXPERTS: usize = 1 << 12;
 /// Positions only bound the caches and rotary tables a run asks for, which are sized by use.
 const MAX_POSITIONS: usize = 1 << 30;
 
@@ -220,6 +301,15 @@ impl LmConfig {
             sliding_window: None,
             rope_scaling: None,
             pad_token_id: None,
+            n_experts: None,
+            experts_per_token: None,
+            moe_intermediate_size: None,
+            shared_expert_intermediate_size: None,
+            norm_topk_prob: None,
+            router_aux_loss_coef: None,
+            output_router_logits: false,
+            decoder_sparse_step: None,
+            mlp_only_layers: Vec::new(),
             layer_types: None,
             query_pre_attn_scalar: None,
             attn_logit_softcapping: None,
@@ -258,12 +348,34 @@ impl LmConfig {
 
     /// Whether q, k and v carry biases.
     pub fn qkv_bias(&self) -> bool {
-        self.attention_bias || self.family == Family::Qwen2
+        self.attention_bias || matches!(self.family, Family::Qwen2 | Family::Qwen2Moe)
     }
 
     /// Whether each query and key head is RMS-normed before the rotation.
     pub fn qk_norm(&self) -> bool {
-        self.family == Family::Qwen3
+        matches!(self.family, Family::Qwen3 | Family::Qwen3Moe | Family::Olmoe)
+    }
+
+    /// Whether the q and k norms span the whole projection (OLMoE) rather than each head.
+    pub fn qk_norm_whole(&self) -> bool {
+        self.family == Family::Olmoe
+    }
+
+    /// Whether layer `i` has a sparse mixture of experts for its MLP.
+    pub fn sparse_layer(&self, i: usize) -> bool {
+        self.family.is_moe()
+            && !self.mlp_only_layers.contains(&i)
+            && (i + 1).is_multiple_of(self.decoder_sparse_step.unwrap_or(1).max(1))
+    }
+
+    /// Each expert's hidden width.
+    pub fn expert_hidden(&self) -> usize {
+        self.moe_intermediate_size.unwrap_or(self.ffn_hidden)
+    }
+
+    /// Whether the chosen experts' probabilities are renormalised.
+    pub fn renormalize_experts(&self) -> bool {
+        self.family == Family::Mixtral || self.norm_topk_prob.unwrap_or(false)
     }
 
     /// What the decoder's norms add to their weight before scaling (Gemma: 1).
@@ -313,6 +425,9 @@ impl LmConfig {
         }
         if self.family.fused_projections() {
             extra.push("fused qkv_proj and gate_up_proj");
+        }
+        if self.family.is_moe() {
+            extra.push("mixture-of-experts layers");
         }
         if self.attn_logit_softcapping.is_some() || self.final_logit_softcapping.is_some() {
             extra.push("soft-capping");
@@ -451,6 +566,23 @@ impl LmConfig {
                 problems.push("layer_types has sliding layers but there is no sliding_window".into());
             }
         }
+        if self.family.is_moe() {
+            match (self.n_experts, self.experts_per_token) {
+                (Some(e), Some(k)) if e > 0 && k > 0 && k <= e && e <= MAX_EXPERTS => {}
+                (e, k) => problems.push(format!(
+                    "a {} model needs 0 < num_experts_per_tok <= num_experts <= {MAX_EXPERTS}, got {} and {}",
+                    self.family.model_type(),
+                    k.map_or("none".into(), |k| k.to_string()),
+                    e.map_or("none".into(), |e| e.to_string())
+                )),
+            }
+            if self.moe_intermediate_size == Some(0) || self.expert_hidden() > MAX_FFN {
+                problems.push("moe_intermediate_size must be positive".into());
+            }
+        }
+        if self.family == Family::Qwen2Moe && self.shared_expert_intermediate_size.is_none() {
+            problems.push("a qwen2_moe model needs shared_expert_intermediate_size".into());
+        }
         for (name, v) in [
             ("query_pre_attn_scalar", self.query_pre_attn_scalar),
             ("attn_logit_softcapping", self.attn_logit_softcapping),
@@ -481,8 +613,17 @@ impl LmConfig {
             );
             m.insert("hidden_act".into(), self.family.hidden_act().into());
             m.insert("mlp_bias".into(), false.into());
-            if matches!(self.family, Family::Qwen2 | Family::Qwen3) {
+            if matches!(
+                self.family,
+                Family::Qwen2 | Family::Qwen3 | Family::Qwen2Moe | Family::Qwen3Moe
+            ) {
                 m.insert("use_sliding_window".into(), false.into());
+            }
+            // transformers' Mixtral reads its expert count under its own name.
+            if self.family == Family::Mixtral {
+                if let Some(e) = m.remove("num_experts") {
+                    m.insert("num_local_experts".into(), e);
+                }
             }
             // transformers' Mistral reads a missing window as 4096: write "none" out.
             if self.family.has_window() && self.sliding_window.is_none() {
@@ -557,7 +698,10 @@ fn normalise_family_fields(value: &mut serde_json::Value, family: Family) -> Res
     let Some(m) = value.as_object_mut() else {
         return refuse("config.json is not an object".into());
     };
-    if matches!(family, Family::Qwen2 | Family::Qwen3) {
+    if matches!(
+        family,
+        Family::Qwen2 | Family::Qwen3 | Family::Qwen2Moe | Family::Qwen3Moe
+    ) {
         if m.get("use_sliding_window").and_then(|v| v.as_bool()) == Some(true) {
             return refuse(format!(
                 "use_sliding_window = true ({} layers above max_window_layers attending a window) is not supported",
@@ -566,8 +710,29 @@ fn normalise_family_fields(value: &mut serde_json::Value, family: Family) -> Res
         }
         m.remove("sliding_window");
     }
-    if family == Family::Llama {
+    if matches!(family, Family::Llama | Family::Olmoe) {
         m.remove("sliding_window");
+    }
+    if family == Family::Olmoe && m.get("clip_qkv").is_some_and(|v| !v.is_null()) {
+        return refuse("clip_qkv (clamping q, k and v) is not supported".into());
+    }
+    if m
+        .get("router_jitter_noise")
+        .and_then(|v| v.as_f64())
+        .is_some_and(|j| j != 0.0)
+    {
+        return refuse("router_jitter_noise (noise on the router's input) is not supported".into());
+    }
+    // transformers 4 files without the field mean these defaults.
+    if matches!(family, Family::Mixtral) && !m.contains_key("num_local_experts") && !m.contains_key("num_experts") {
+        m.insert("num_local_experts".into(), 8.into());
+    }
+    if family.is_moe() && !m.contains_key("router_aux_loss_coef") {
+        let coef = if family == Family::Olmoe { 0.01 } else { 0.001 };
+        m.insert("router_aux_loss_coef".into(), coef.into());
+    }
+    if m.get("mlp_only_layers").is_some_and(|v| v.is_null()) {
+        m.remove("mlp_only_layers");
     }
     // Defaults of transformers' config classes where they differ from LLaMA's.
     match family {

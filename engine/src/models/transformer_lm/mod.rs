@@ -42,7 +42,7 @@ mod train_graph;
 mod train_tests;
 
 pub use attention::{Attention, Step, Visibility};
-pub use block::Block;
+pub use block::{Block, FeedForward};
 pub use checkpoint::{Checkpoint, TrainState};
 pub use config::{swiglu_hidden, Family, LmConfig};
 pub use gguf::{load_gguf, GgufInfo, GgufModel};

@@ -16,6 +16,8 @@ use crate::ops::loss::CrossEntropyOptions;
 use crate::ops::pre_norm::{Angles, CacheWrite, Stream};
 use crate::ops::quant_matmul::QuantizedMatrix;
 use crate::{no_grad, DType, Device, Error, Generator, Result, Tensor};
+use crate::nn::{load_balancing_loss, Routing};
+use std::cell::RefCell;
 use std::collections::BTreeMap;
 
 /// The dtype matrix products run in: `Auto` is BF16 mixed precision on CUDA and F32 on the CPU.
@@ -270,7 +272,7 @@ impl TransformerLm {
     /// dtype; with a cache, the ids continue the cached sequences and their keys and values are
     /// appended.
     pub fn hidden(&self, ids: &Tensor, cache: Option<&mut KvCache>) -> Result<Tensor> {
-        self.hidden_in(ids, cache, false)
+        self.hidden_in(ids, cache, false, None)
     }
 
     /// `hidden` in the dtype the head's product reads (`head_reads_products`): under mixed
@@ -281,7 +283,7 @@ impl TransformerLm {
         ids: &Tensor,
         cache: Option<&mut KvCache>,
     ) -> Result<Tensor> {
-        self.hidden_in(ids, cache, self.head_reads_products())
+        self.hidden_in(ids, cache, self.head_reads_products(), None)
     }
 
     /// Whether the head's product reads its input in the products' dtype: a dense head does; a
@@ -297,6 +299,7 @@ impl TransformerLm {
         ids: &Tensor,
         cache: Option<&mut KvCache>,
         for_products: bool,
+        routing: Option<&RefCell<Vec<Routing>>>,
     ) -> Result<Tensor> {
         self.check_ids(ids)?;
         let (b, t) = (ids.shape()[0], ids.shape()[1]);
@@ -350,7 +353,7 @@ impl TransformerLm {
                 sin: &sin,
             };
             let cache_for = |i| kv.map(|c| c.appending(i));
-            let out = self.decoder(&ids, angles, sight, cache_for, for_products)?;
+            let out = self.decoder(&ids, angles, sight, cache_for, for_products, routing)?;
             if let Some(c) = cache {
                 c.advance(t);
             }
@@ -368,6 +371,7 @@ impl TransformerLm {
         sight: Sight,
         cache_for: impl Fn(usize) -> Option<CacheWrite<'c>>,
         for_products: bool,
+        routing: Option<&RefCell<Vec<Routing>>>,
     ) -> Result<Tensor> {
         let mut embedded = self.embed_tokens.forward(ids)?;
         if let Some(scale) = self.config.embedding_scale() {
@@ -377,6 +381,7 @@ impl TransformerLm {
         let mut x = Stream::new(embedded);
         for (i, layer) in self.layers.iter().enumerate() {
             let step = Step {
+                routing,
                 angles,
                 visibility: match layer.self_attn.window() {
                     Some(_) => sight.windowed,
@@ -462,6 +467,7 @@ impl TransformerLm {
                 sight,
                 cache_for,
                 self.head_reads_products(),
+                None,
             )
         })
     }
@@ -526,11 +532,41 @@ impl TransformerLm {
                 rhs: targets.shape().to_vec(),
             });
         }
-        let hidden = self.hidden_for_head(ids, None)?;
+        // transformers adds the load-balancing loss only under output_router_logits.
+        let aux_weight = self
+            .config
+            .router_aux_loss_coef
+            .filter(|&w| self.config.output_router_logits && w != 0.0);
+        let record = RefCell::new(Vec::new());
+        let routing = aux_weight.map(|_| &record);
+        let hidden = self.hidden_in(ids, None, self.head_reads_products(), routing)?;
         let targets = targets.to_device(self.device())?;
+        let loss = self.cross_entropy_of(&hidden, &targets)?;
+        match aux_weight {
+            Some(w) => loss.add(&load_balancing_loss(&record.into_inner())?.mul_scalar(w)?),
+            None => Ok(loss),
+        }
+    }
+
+    /// The load-balancing loss of the mixture-of-experts layers' routing of ids [B, T] (as
+    /// transformers' `aux_loss`, before `router_aux_loss_coef`).
+    pub fn router_aux_loss(&self, ids: &Tensor) -> Result<Tensor> {
+        if !self.config.family.is_moe() {
+            return Err(Error::invalid(
+                "router_aux_loss",
+                format!("a {} model has no experts", self.config.family.model_type()),
+            ));
+        }
+        let record = RefCell::new(Vec::new());
+        self.hidden_in(ids, None, false, Some(&record))?;
+        load_balancing_loss(&record.into_inner())
+    }
+
+    /// Mean cross-entropy of the head's logits of `hidden` against `targets`.
+    fn cross_entropy_of(&self, hidden: &Tensor, targets: &Tensor) -> Result<Tensor> {
         if self.config.final_logit_softcapping.is_some() {
             // The cap sits between the head and the loss: the logits exist whole.
-            let logits = self.project(&hidden)?;
+            let logits = self.project(hidden)?;
             let v = self.config.vocab_size;
             let rows = logits.numel() / v;
             return crate::ops::loss::cross_entropy(
@@ -541,9 +577,9 @@ impl TransformerLm {
         }
         crate::amp::autocast(self.autocast_dtype(), || {
             linear_cross_entropy(
-                &hidden,
+                hidden,
                 &self.head_weight()?,
-                &targets,
+                targets,
                 CrossEntropyOptions::default(),
             )
         })

@@ -196,6 +196,51 @@ impl<'a> ParamSource<'a> {
             .unwrap_or_else(|_| unreachable!("N parts give N layers")))
     }
 
+    /// A bias-free projection under `name`, or under `alt` where the source holds it there
+    /// instead (a family's checkpoint name: Mixtral's `block_sparse_moe.gate`).
+    pub fn linear_aliased(&mut self, name: &str, alt: &str, inp: usize, out: usize) -> Result<Linear> {
+        let use_alt = match self {
+            ParamSource::Tensors { map, .. } => {
+                !map.contains_key(&format!("{name}.weight"))
+                    && map.contains_key(&format!("{alt}.weight"))
+            }
+            ParamSource::Init { .. } => false,
+        };
+        self.linear(if use_alt { alt } else { name }, inp, out)
+    }
+
+    /// Experts' weights stacked, `name` [experts, rows, cols]; where the source holds them
+    /// expert by expert instead (transformers' files), expert e's are the tensors `parts(e)`
+    /// ([r, cols] each, in row order), read and stacked.
+    pub fn experts(
+        &mut self,
+        name: &str,
+        shape: [usize; 3],
+        parts: &dyn Fn(usize) -> Vec<(String, usize)>,
+    ) -> Result<Tensor> {
+        let per_expert = match self {
+            ParamSource::Tensors { map, .. } => {
+                !map.contains_key(name)
+                    && parts(0).first().is_some_and(|(n, _)| map.contains_key(n))
+            }
+            ParamSource::Init { .. } => false,
+        };
+        if !per_expert {
+            return self.tensor(name, &shape, Fill::Normal);
+        }
+        let mut stacked = Vec::with_capacity(shape[0]);
+        for e in 0..shape[0] {
+            let rows = parts(e)
+                .into_iter()
+                .map(|(n, r)| self.tensor(&n, &[r, shape[2]], Fill::Normal))
+                .collect::<Result<Vec<_>>>()?;
+            stacked.push(no_grad(|| Tensor::cat(&rows, 0)?.unsqueeze(0))?);
+        }
+        let t = no_grad(|| Tensor::cat(&stacked, 0))?;
+        t.set_requires_grad(true)?;
+        Ok(t)
+    }
+
     /// A decoder norm [d_model]: Gemma's scale by 1 + weight and start at zero.
     pub fn rms_norm(&mut self, name: &str, c: &LmConfig) -> Result<RmsNorm> {
         let offset = c.norm_offset();

@@ -1,0 +1,265 @@
+//! A sparse mixture-of-experts feed-forward (Mixtral's `block_sparse_moe`, the `mlp` of
+//! Qwen2-MoE, Qwen3-MoE and OLMoE): a router scores the experts for each token, the token goes
+//! through its top k gated MLPs, and their outputs are summed weighted by the router's
+//! probabilities (renormalised over the k where the model says so). Qwen2-MoE adds a shared
+//! dense expert that every token goes through, scaled by a sigmoid gate.
+//!
+//! The experts' weights are stacked as transformers 5 holds them ([experts, 2 * hidden, d]
+//! gate rows then up rows, and [experts, d, hidden]). The tokens' assignments are sorted by
+//! expert, and each product runs over all experts at once (`grouped_matmul`) on the rows each
+//! expert received: no expert runs on a token it was not given, and no host loop runs the
+//! experts one by one.
+
+use super::module::{training_field, Module};
+use super::{Activation, GatedMlp, Linear};
+use crate::autograd::no_grad;
+use crate::{DType, Error, Result, Tensor};
+
+pub struct SparseMoe {
+    /// The router [experts, d] (`gate`).
+    pub gate: Linear,
+    /// Every expert's gate and up projections, [experts, 2 * hidden, d], gate rows first.
+    pub gate_up_proj: Tensor,
+    /// Every expert's down projection, [experts, d, hidden].
+    pub down_proj: Tensor,
+    pub top_k: usize,
+    /// The k chosen probabilities are divided by their sum (Mixtral always; the others as
+    /// `norm_topk_prob` says).
+    pub renormalize: bool,
+    pub activation: Activation,
+    pub shared: Option<SharedExpert>,
+    training: bool,
+}
+
+/// Qwen2-MoE's dense expert, added as sigmoid(gate(x)) * mlp(x).
+pub struct SharedExpert {
+    pub mlp: GatedMlp,
+    /// [1, d] (`shared_expert_gate`).
+    pub gate: Linear,
+}
+
+/// Where a layer's router sent the tokens, for the load-balancing loss.
+pub struct Routing {
+    /// softmax of the router's logits, F32 [tokens, experts].
+    pub probs: Tensor,
+    /// The chosen experts, I64 [tokens, k].
+    pub chosen: Tensor,
+}
+
+/// The tokens' assignments sorted by expert.
+struct Dispatch {
+    /// Assignment i of the sorted order came from flat assignment order[i] (token order[i] / k).
+    order: Tensor,
+    /// Each sorted assignment's token, I64 [tokens * k].
+    token: Tensor,
+    /// Expert e's assignments are sorted rows offsets[e] .. offsets[e + 1], I64 [experts + 1].
+    offsets: Tensor,
+}
+
+impl SparseMoe {
+    pub fn new(
+        gate: Linear,
+        gate_up_proj: Tensor,
+        down_proj: Tensor,
+        top_k: usize,
+        renormalize: bool,
+    ) -> Result<Self> {
+        let (gs, ds) = (gate_up_proj.shape(), down_proj.shape());
+        let fits = gs.len() == 3
+            && ds.len() == 3
+            && gs[0] == ds[0]
+            && gs[1] == 2 * ds[2]
+            && gs[2] == ds[1]
+            && (gate.in_features(), gate.out_features()) == (gs[2], gs[0]);
+        if !fits || top_k == 0 || top_k > gs[0] {
+            return Err(Error::invalid(
+                "SparseMoe",
+                format!(
+                    "needs a router d -> E, gate_up_proj [E, 2h, d], down_proj [E, d, h] and \
+                     0 < top_k <= E; got router {:?}, {gs:?}, {ds:?}, top_k {top_k}",
+                    (gate.in_features(), gate.out_features())
+                ),
+            ));
+        }
+        Ok(SparseMoe {
+            gate,
+            gate_up_proj,
+            down_proj,
+            top_k,
+            renormalize,
+            activation: Activation::Silu,
+            shared: None,
+            training: true,
+        })
+    }
+
+    pub fn with_activation(mut self, activation: Activation) -> Self {
+        self.activation = activation;
+        self
+    }
+
+    pub fn with_shared(mut self, shared: Option<SharedExpert>) -> Self {
+        self.shared = shared;
+        self
+    }
+
+    pub fn experts(&self) -> usize {
+        self.gate_up_proj.shape()[0]
+    }
+
+    /// Each expert's hidden width.
+    pub fn hidden(&self) -> usize {
+        self.down_proj.shape()[2]
+    }
+
+    /// The layer's output for x [.., d] and where its router sent each token.
+    pub fn forward_routed(&self, x: &Tensor) -> Result<(Tensor, Routing)> {
+        let d = self.gate_up_proj.shape()[2];
+        if x.shape().last() != Some(&d) {
+            return Err(Error::invalid(
+                "SparseMoe",
+                format!("takes inputs [.., {d}], got {:?}", x.shape()),
+            ));
+        }
+        let n = x.numel() / d;
+        let flat = x.reshape_to(&[n, d])?;
+        let probs = self.gate.forward(&flat)?.to_dtype(DType::F32)?.softmax(-1)?;
+        let (mut weights, chosen) = probs.topk(self.top_k, -1, true)?;
+        if self.renormalize {
+            weights = weights.div(&weights.sum_dims(&[-1], true)?)?;
+        }
+        let dispatch = no_grad(|| self.dispatch(&chosen, n))?;
+        let rows = flat.index_select(0, &dispatch.token)?;
+        let hidden = self.hidden();
+        let both = rows.grouped_matmul(&self.gate_up_proj, &dispatch.offsets)?;
+        let (g, u) = (both.narrow(1, 0, hidden)?, both.narrow(1, hidden, hidden)?);
+        let gated = match self.activation {
+            Activation::Silu => g.swiglu(&u)?,
+            act => act.apply(&g)?.mul(&u)?,
+        };
+        let out = gated.grouped_matmul(&self.down_proj, &dispatch.offsets)?;
+        let w = weights
+            .flatten()?
+            .index_select(0, &dispatch.order)?
+            .to_dtype(out.dtype())?;
+        let out = out.mul(&w.unsqueeze(1)?)?;
+        // Back to token order, each token's k outputs summed.
+        let back = no_grad(|| dispatch.order.argsort(0, false))?;
+        let mut y = out
+            .index_select(0, &back)?
+            .reshape_to(&[n, self.top_k, d])?
+            .sum_dims(&[1], false)?;
+        if let Some(shared) = &self.shared {
+            let scale = shared.gate.forward(&flat)?.sigmoid()?;
+            let s = shared.mlp.forward(&flat)?.mul(&scale)?;
+            y = y.to_dtype(s.dtype().promote(y.dtype()))?.add(&s)?;
+        }
+        let y = y.to_dtype(x.dtype())?.reshape_to(x.shape())?;
+        Ok((y, Routing { probs, chosen }))
+    }
+
+    /// The assignments of `chosen` [n, k] sorted by expert, on its device.
+    fn dispatch(&self, chosen: &Tensor, n: usize) -> Result<Dispatch> {
+        let k = self.top_k;
+        let device = chosen.device();
+        let flat = chosen.flatten()?;
+        let order = flat.argsort(0, false)?;
+        // Token of flat assignment a is a / k: 0, 0, 1, 1, ... for k = 2.
+        let tokens = Tensor::ones(&[n], DType::I64, device)?
+            .cumsum(0)?
+            .sub_scalar(1.0)?
+            .unsqueeze(1)?
+            .expand(&[n, k])?
+            .contiguous()?
+            .flatten()?;
+        let token = tokens.index_select(0, &order)?;
+        let counts = Tensor::zeros(&[self.experts()], DType::I64, device)?.scatter_add(
+            0,
+            &flat,
+            &Tensor::ones(&[n * k], DType::I64, device)?,
+        )?;
+        let offsets = Tensor::cat(
+            &[
+                Tensor::zeros(&[1], DType::I64, device)?,
+                counts.cumsum(0)?,
+            ],
+            0,
+        )?;
+        Ok(Dispatch {
+            order,
+            token,
+            offsets,
+        })
+    }
+}
+
+/// The load-balancing loss of Switch Transformers as transformers computes it over every
+/// layer's routing: experts * sum over e of (the share of assignments that went to e) times
+/// (e's mean router probability), both over all layers' tokens. 1 when the router is
+/// uniform; larger when it favours some experts.
+pub fn load_balancing_loss(routings: &[Routing]) -> Result<Tensor> {
+    let first = routings
+        .first()
+        .ok_or_else(|| Error::invalid("load_balancing_loss", "no MoE layer ran"))?;
+    let (n, experts) = (first.probs.shape()[0], first.probs.shape()[1]);
+    let device = first.probs.device();
+    let mut assigned = Tensor::zeros(&[experts], DType::F32, device)?;
+    let mut prob = Tensor::zeros(&[experts], DType::F32, device)?;
+    for r in routings {
+        let chosen = r.chosen.flatten()?;
+        let ones = Tensor::ones(&[chosen.numel()], DType::F32, device)?;
+        assigned = assigned.add(&no_grad(|| {
+            Tensor::zeros(&[experts], DType::F32, device)?.scatter_add(0, &chosen, &ones)
+        })?)?;
+        prob = prob.add(&r.probs.sum_dims(&[0], false)?)?;
+    }
+    let rows = (n * routings.len()) as f64;
+    assigned
+        .mul_scalar(1.0 / rows)?
+        .mul(&prob.mul_scalar(1.0 / rows)?)?
+        .sum()?
+        .mul_scalar(experts as f64)
+}
+
+impl Module for SparseMoe {
+    fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        Ok(self.forward_routed(x)?.0)
+    }
+
+    fn children(&self) -> Vec<(String, &dyn Module)> {
+        let mut out: Vec<(String, &dyn Module)> = vec![("gate".into(), &self.gate)];
+        if let Some(s) = &self.shared {
+            out.push(("shared_expert".into(), &s.mlp));
+            out.push(("shared_expert_gate".into(), &s.gate));
+        }
+        out
+    }
+
+    fn children_mut(&mut self) -> Vec<&mut dyn Module> {
+        let mut out: Vec<&mut dyn Module> = vec![&mut self.gate];
+        if let Some(s) = &mut self.shared {
+            out.push(&mut s.mlp);
+            out.push(&mut s.gate);
+        }
+        out
+    }
+
+    /// The stacked experts, under transformers 5's names.
+    fn own_parameters(&self) -> Vec<(String, Tensor)> {
+        vec![
+            ("experts.gate_up_proj".into(), self.gate_up_proj.clone()),
+            ("experts.down_proj".into(), self.down_proj.clone()),
+        ]
+    }
+
+    fn detail(&self) -> String {
+        format!(
+            "experts={}, top_k={}, hidden={}",
+            self.experts(),
+            self.top_k,
+            self.hidden()
+        )
+    }
+
+    training_field!();
+}
