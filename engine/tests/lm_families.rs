@@ -126,8 +126,9 @@ fn check_family(family: &str, switch: impl Fn(&TransformerLm) -> bool) {
     );
     loss.backward().unwrap();
     let mut checked = 0;
-    // Gradients in the checkpoint's layout (Phi-3's fused projections joined).
-    let grads = model
+    // Gradients in the layout of transformers' modules: Phi-3's fused projections joined
+    // (as its files hold them); experts stacked, as the model holds them.
+    let grads: Vec<(String, Tensor)> = model
         .named_parameters()
         .into_iter()
         .map(|(name, p)| {
@@ -135,7 +136,11 @@ fn check_family(family: &str, switch: impl Fn(&TransformerLm) -> bool) {
             (name.clone(), g.unwrap_or_else(|| panic!("{family}: no gradient for {name}")))
         })
         .collect();
-    for (name, ours) in to_checkpoint_layout(&model.config, grads).unwrap() {
+    let grads = match model.config.family.fused_projections() {
+        true => to_checkpoint_layout(&model.config, grads).unwrap(),
+        false => grads,
+    };
+    for (name, ours) in grads {
         let key = format!("grad.{name}");
         let Some(g) = want.get(&key) else {
             panic!("{family}: transformers has no gradient for {name}");
@@ -227,18 +232,40 @@ fn gemma2_with_post_norms_soft_caps_and_alternating_windows_matches_transformers
 }
 
 #[test]
-fn phi3_with_fused_projections_matches_transformers_and_saves_them_fused() {
+fn phi3_with_fused_projections_matches_transformers() {
     check_family("phi3", |m| m.config.family == Family::Phi3);
-    let model = load_pretrained(fixture("phi3"), DType::F32, Device::Cpu).unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    let opts = rusting_brain::models::transformer_lm::pretrained::PretrainedOptions::default();
-    rusting_brain::models::transformer_lm::pretrained::save_pretrained(&model, dir.path(), &opts)
+}
+
+/// save_pretrained writes each family's checkpoint layout, the tensors transformers saved:
+/// Phi-3's fused projections joined, the experts one by one under each family's names.
+#[test]
+fn save_pretrained_writes_the_layout_transformers_saved() {
+    for family in ["phi3", "mixtral", "qwen2_moe", "olmoe"] {
+        let model = load_pretrained(fixture(family), DType::F32, Device::Cpu).unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let opts = rusting_brain::models::transformer_lm::pretrained::PretrainedOptions::default();
+        rusting_brain::models::transformer_lm::pretrained::save_pretrained(
+            &model,
+            dir.path(),
+            &opts,
+        )
         .unwrap();
-    let ours = safetensors::load(dir.path().join("model.safetensors")).unwrap();
-    let theirs = safetensors::load(fixture("phi3").join("model.safetensors")).unwrap();
-    assert_eq!(ours.keys().collect::<Vec<_>>(), theirs.keys().collect::<Vec<_>>());
-    for (name, t) in &theirs {
-        assert_eq!(ours[name].to_vec_f32().unwrap(), t.to_vec_f32().unwrap(), "{name}");
+        let ours = safetensors::load(dir.path().join("model.safetensors")).unwrap();
+        let theirs = safetensors::load(fixture(family).join("model.safetensors")).unwrap();
+        assert_eq!(
+            ours.keys().collect::<Vec<_>>(),
+            theirs.keys().collect::<Vec<_>>(),
+            "{family}"
+        );
+        for (name, t) in &theirs {
+            assert_eq!(
+                ours[name].to_vec_f32().unwrap(),
+                t.to_vec_f32().unwrap(),
+                "{family} {name}"
+            );
+        }
+        let again = load_pretrained(dir.path(), DType::F32, Device::Cpu).unwrap();
+        assert_eq!(again.config, model.config, "{family}");
     }
 }
 
@@ -347,7 +374,19 @@ fn cuda_runs_the_switches_as_the_cpu_does() {
     else {
         return;
     };
-    for family in ["qwen2", "qwen3", "mistral", "gemma", "gemma2", "phi3", "qwen2_yarn"] {
+    for family in [
+        "qwen2",
+        "qwen3",
+        "mistral",
+        "gemma",
+        "gemma2",
+        "phi3",
+        "qwen2_yarn",
+        "mixtral",
+        "qwen2_moe",
+        "qwen3_moe",
+        "olmoe",
+    ] {
         let want = expected(family);
         let ids = &want["input_ids"];
         let mut model = load_pretrained(fixture(family), DType::F32, d).unwrap();
@@ -373,6 +412,41 @@ fn cuda_runs_the_switches_as_the_cpu_does() {
             &want["logits"].to_vec_f32().unwrap(),
         );
         assert!(gap <= 0.05, "{family} CUDA BF16 mixed logits: {gap:.2e}");
+    }
+}
+
+/// On CUDA the experts' products and their gradients are the grouped kernels: every parameter's
+/// gradient of the F32 loss as transformers', and the load-balancing loss.
+#[test]
+fn cuda_expert_gradients_match_transformers() {
+    let Some(d) =
+        rusting_brain::backend::cuda::device_for_test("cuda_expert_gradients_match_transformers")
+    else {
+        return;
+    };
+    for family in ["mixtral", "qwen2_moe", "qwen3_moe", "olmoe"] {
+        let want = expected(family);
+        let mut model = load_pretrained(fixture(family), DType::F32, d).unwrap();
+        model.set_precision(rusting_brain::models::transformer_lm::Precision::Full);
+        let ids = &want["input_ids"];
+        let t = ids.shape()[1];
+        let inputs = ids.narrow(1, 0, t - 1).unwrap().contiguous().unwrap();
+        let targets = ids.narrow(1, 1, t - 1).unwrap().contiguous().unwrap();
+        let loss = model.loss(&inputs, &targets).unwrap();
+        let (ours, theirs) = (loss.item().unwrap(), want["loss"].item().unwrap());
+        assert!((ours - theirs).abs() <= 1e-4 * theirs.abs(), "{family} CUDA loss");
+        loss.backward().unwrap();
+        for (name, p) in model.named_parameters() {
+            let g = p.grad().unwrap().to_device(Device::Cpu).unwrap();
+            let worst = worst_relative(
+                &g.to_vec_f32().unwrap(),
+                &want[&format!("grad.{name}")].to_vec_f32().unwrap(),
+            );
+            assert!(worst <= 1e-4, "{family} CUDA gradient of {name}: {worst:.2e}");
+        }
+        let aux = no_grad(|| model.router_aux_loss(ids)).unwrap().item().unwrap();
+        let theirs = want["aux_loss"].item().unwrap();
+        assert!((aux - theirs).abs() <= 1e-5 * theirs.abs(), "{family} CUDA aux loss");
     }
 }
 

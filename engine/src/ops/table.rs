@@ -149,6 +149,7 @@ ops! {
     "bincount": Primitive, false, INTS;
     // linear algebra, convolution, pooling
     "matmul": Primitive, true, FLOAT;
+    "grouped_matmul": Primitive, true, FLOAT;
     "einsum": Composite, true, FLOAT;
     "conv2d": Primitive, true, FLOAT;
     "conv_transpose2d": Primitive, true, FLOAT;

@@ -2,10 +2,42 @@
 //! einsum, which runs as them.
 
 use super::one;
-use crate::harness::{normal, Case, Input};
+use crate::harness::{fixed, normal, Case, Input};
 use rusting_brain::Tensor;
 
-pub const OPS: &[super::Entry] = &[("matmul", matmul_cases), ("einsum", einsum_cases)];
+pub const OPS: &[super::Entry] = &[
+    ("matmul", matmul_cases),
+    ("einsum", einsum_cases),
+    ("grouped_matmul", grouped_matmul_cases),
+];
+
+/// A mixture of experts' products: groups across several row tiles, a partial tile, an empty
+/// group, and the weights read through a transposed view (the input gradient's case).
+fn grouped_matmul_cases() -> Vec<Case> {
+    let offsets = |o: &[i64]| fixed(Tensor::from_vec(o.to_vec(), &[o.len()]).unwrap());
+    vec![
+        Case::new(
+            "[300, 48] in groups 70, 0, 130, 100 x [4, 40, 48]",
+            vec![
+                normal(&[300, 48]),
+                normal(&[4, 40, 48]),
+                offsets(&[0, 70, 70, 200, 300]),
+            ],
+            48,
+            |x| one(x[0].grouped_matmul(&x[1], &x[2])),
+        ),
+        Case::new(
+            "[9, 130] in groups 4, 5 x [2, 70, 130] read as a transposed view",
+            vec![
+                normal(&[9, 130]),
+                normal(&[2, 130, 70]),
+                offsets(&[0, 4, 9]),
+            ],
+            130,
+            |x| one(x[0].grouped_matmul(&x[1].transpose(1, 2)?, &x[2])),
+        ),
+    ]
+}
 
 /// Attention's score pattern and a contraction over three operands.
 fn einsum_cases() -> Vec<Case> {
