@@ -434,12 +434,13 @@ fn breakdown(dev: &cuda::CudaDevice, d: Device) -> Result<serde_json::Value> {
         },
         visibility: rusting_brain::models::transformer_lm::Visibility::Causal,
         cache: None,
+        routing: None,
     };
     let attn = || {
         rusting_brain::amp::autocast(bf16, || {
             block
                 .self_attn
-                .forward(Stream::new(x.clone()), &block.input_layernorm, &step)
+                .forward(Stream::new(x.clone()), &block.input_layernorm, None, &step)
                 .and_then(Stream::into_tensor)
         })
     };
@@ -447,7 +448,12 @@ fn breakdown(dev: &cuda::CudaDevice, d: Device) -> Result<serde_json::Value> {
         rusting_brain::amp::autocast(bf16, || {
             block
                 .mlp
-                .forward_residual(Stream::new(x.clone()), &block.post_attention_layernorm)
+                .forward_residual(
+                    Stream::new(x.clone()),
+                    &block.post_attention_layernorm,
+                    None,
+                    &step,
+                )
                 .and_then(Stream::into_tensor)
         })
     };

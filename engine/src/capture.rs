@@ -31,9 +31,6 @@ pub fn bump_epoch() {
 pub struct Key {
     text: String,
     words: Vec<u64>,
-    /// Why this step cannot be captured at all (its kernels' work depends on values read back
-    /// to the host), when a participant says so.
-    refusal: Option<String>,
 }
 
 impl Key {
@@ -42,15 +39,7 @@ impl Key {
         Key {
             text: String::new(),
             words: vec![EPOCH.load(Ordering::Relaxed)],
-            refusal: None,
         }
-    }
-
-    /// Marks the step as one no graph can record, and why: the loop runs it op by op, after
-    /// one message.
-    pub fn refuse(&mut self, why: impl Into<String>) -> &mut Self {
-        self.refusal.get_or_insert_with(|| why.into());
-        self
     }
 
     /// Adds a labelled value (its `Debug` form, which is exact for floats).
@@ -144,12 +133,7 @@ impl<R> Replay<R> {
         if self.is_off() {
             return step.run();
         }
-        let key = step.key();
-        if let Some(why) = &key.refusal {
-            self.turn_off(&format!("cannot be captured as a CUDA graph ({why})"));
-            return step.run();
-        }
-        if self.key.as_ref() != Some(&key) {
+        if self.key.as_ref() != Some(&step.key()) {
             self.discard(device, step);
         }
         match std::mem::replace(&mut self.phase, Phase::WarmingUp) {
@@ -223,7 +207,6 @@ mod tests {
         abandoned: usize,
         fail: fn() -> Error,
         key: u64,
-        refuse: bool,
     }
 
     impl Step for Counting {
@@ -232,9 +215,6 @@ mod tests {
         fn key(&self) -> Key {
             let mut k = Key::new();
             k.add("key", self.key);
-            if self.refuse {
-                k.refuse("its routing reads the host");
-            }
             k
         }
         fn run(&mut self) -> Result<usize> {
@@ -260,20 +240,7 @@ mod tests {
             abandoned: 0,
             fail,
             key: 0,
-            refuse: false,
         }
-    }
-
-    #[test]
-    fn a_step_whose_key_refuses_capture_is_never_recorded() {
-        let mut replay = Replay::<()>::new("test step");
-        let mut step = counting(|| Error::invalid("capture", "unreachable"));
-        step.refuse = true;
-        for _ in 0..3 {
-            replay.step(Device::Cpu, &mut step).unwrap();
-        }
-        assert_eq!((step.runs, step.records), (3, 0));
-        assert!(replay.is_off());
     }
 
     #[test]

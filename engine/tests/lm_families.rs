@@ -484,3 +484,37 @@ fn the_padding_row_starts_at_zero_and_gets_no_gradient() {
     assert!(row(&grad, 3).iter().all(|&x| x == 0.0));
     assert!(row(&grad, 5).iter().any(|&x| x != 0.0));
 }
+
+/// The routing kernels choose and sort as the CPU does, ties and all: the same experts, the
+/// same order within each expert, the same offsets.
+#[test]
+fn cuda_expert_routing_matches_the_cpu() {
+    use rusting_brain::ops::expert_routing::{dispatch_by_expert, top_experts};
+    let Some(d) = rusting_brain::backend::cuda::device_for_test("cuda_expert_routing_matches_the_cpu")
+    else {
+        return;
+    };
+    for (tokens, experts, k) in [(1000, 8, 2), (333, 64, 8), (5, 4, 4)] {
+        // Coarse values: many ties between experts.
+        let probs: Vec<f32> = (0..tokens * experts)
+            .map(|i| ((i * 7919 % 13) as f32) / 13.0)
+            .collect();
+        let probs = Tensor::from_vec(probs, &[tokens, experts]).unwrap();
+        let cpu = top_experts(&probs, k).unwrap();
+        let gpu = top_experts(&probs.to_device(d).unwrap(), k).unwrap();
+        let ids = |t: &Tensor| t.to_device(Device::Cpu).unwrap().to_vec::<i64>().unwrap();
+        assert_eq!(ids(&gpu), ids(&cpu), "top {k} of {experts}");
+        let (a, b) = (
+            dispatch_by_expert(&cpu, experts).unwrap(),
+            dispatch_by_expert(&gpu, experts).unwrap(),
+        );
+        for (what, x, y) in [
+            ("order", &a.order, &b.order),
+            ("token", &a.token, &b.token),
+            ("slot", &a.slot, &b.slot),
+            ("offsets", &a.offsets, &b.offsets),
+        ] {
+            assert_eq!(ids(y), ids(x), "{what} for {tokens} tokens, {experts} experts");
+        }
+    }
+}

@@ -88,6 +88,7 @@ kernel_file!(DECODE_ATTENTION, "decode_attention.cu");
 kernel_file!(ROPE, "rope.cu");
 kernel_file!(SWIGLU, "swiglu.cu");
 kernel_file!(GROUPED_MATMUL, "grouped_matmul.cu");
+kernel_file!(MOE_ROUTE, "moe_route.cu");
 kernel_file!(DECODE_GEMV, "decode_gemv.cu", decode_shared);
 kernel_file!(DECODE_QGEMV, "decode_qgemv.cu", decode_blocks);
 
@@ -114,6 +115,7 @@ pub const ALL_FILES: &[&KernelFile] = &[
     &ROPE,
     &SWIGLU,
     &GROUPED_MATMUL,
+    &MOE_ROUTE,
     &DECODE_GEMV,
     &DECODE_QGEMV,
 ];

@@ -21,6 +21,7 @@ pub mod index;
 pub(crate) mod launch;
 pub mod loss;
 pub mod matmul;
+pub mod moe_route;
 pub mod nccl;
 pub mod nf4;
 pub mod nms;

@@ -13,6 +13,7 @@
 use super::module::{training_field, Module};
 use super::{Activation, GatedMlp, Linear};
 use crate::autograd::no_grad;
+use crate::ops::expert_routing::{dispatch_by_expert, top_experts};
 use crate::{DType, Error, Result, Tensor};
 
 pub struct SparseMoe {
@@ -44,16 +45,6 @@ pub struct Routing {
     pub probs: Tensor,
     /// The chosen experts, I64 [tokens, k].
     pub chosen: Tensor,
-}
-
-/// The tokens' assignments sorted by expert.
-struct Dispatch {
-    /// Assignment i of the sorted order came from flat assignment order[i] (token order[i] / k).
-    order: Tensor,
-    /// Each sorted assignment's token, I64 [tokens * k].
-    token: Tensor,
-    /// Expert e's assignments are sorted rows offsets[e] .. offsets[e + 1], I64 [experts + 1].
-    offsets: Tensor,
 }
 
 impl SparseMoe {
@@ -124,11 +115,12 @@ impl SparseMoe {
         let n = x.numel() / d;
         let flat = x.reshape_to(&[n, d])?;
         let probs = self.gate.forward(&flat)?.to_dtype(DType::F32)?.softmax(-1)?;
-        let (mut weights, chosen) = probs.topk(self.top_k, -1, true)?;
+        let chosen = top_experts(&probs, self.top_k)?;
+        let mut weights = probs.gather(-1, &chosen)?;
         if self.renormalize {
             weights = weights.div(&weights.sum_dims(&[-1], true)?)?;
         }
-        let dispatch = no_grad(|| self.dispatch(&chosen, n))?;
+        let dispatch = dispatch_by_expert(&chosen, self.experts())?;
         let rows = flat.index_select(0, &dispatch.token)?;
         let hidden = self.hidden();
         let both = rows.grouped_matmul(&self.gate_up_proj, &dispatch.offsets)?;
@@ -144,9 +136,8 @@ impl SparseMoe {
             .to_dtype(out.dtype())?;
         let out = out.mul(&w.unsqueeze(1)?)?;
         // Back to token order, each token's k outputs summed.
-        let back = no_grad(|| dispatch.order.argsort(0, false))?;
         let mut y = out
-            .index_select(0, &back)?
+            .index_select(0, &dispatch.slot)?
             .reshape_to(&[n, self.top_k, d])?
             .sum_dims(&[1], false)?;
         if let Some(shared) = &self.shared {
@@ -156,40 +147,6 @@ impl SparseMoe {
         }
         let y = y.to_dtype(x.dtype())?.reshape_to(x.shape())?;
         Ok((y, Routing { probs, chosen }))
-    }
-
-    /// The assignments of `chosen` [n, k] sorted by expert, on its device.
-    fn dispatch(&self, chosen: &Tensor, n: usize) -> Result<Dispatch> {
-        let k = self.top_k;
-        let device = chosen.device();
-        let flat = chosen.flatten()?;
-        let order = flat.argsort(0, false)?;
-        // Token of flat assignment a is a / k: 0, 0, 1, 1, ... for k = 2.
-        let tokens = Tensor::ones(&[n], DType::I64, device)?
-            .cumsum(0)?
-            .sub_scalar(1.0)?
-            .unsqueeze(1)?
-            .expand(&[n, k])?
-            .contiguous()?
-            .flatten()?;
-        let token = tokens.index_select(0, &order)?;
-        let counts = Tensor::zeros(&[self.experts()], DType::I64, device)?.scatter_add(
-            0,
-            &flat,
-            &Tensor::ones(&[n * k], DType::I64, device)?,
-        )?;
-        let offsets = Tensor::cat(
-            &[
-                Tensor::zeros(&[1], DType::I64, device)?,
-                counts.cumsum(0)?,
-            ],
-            0,
-        )?;
-        Ok(Dispatch {
-            order,
-            token,
-            offsets,
-        })
     }
 }
 

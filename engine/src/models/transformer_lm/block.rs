@@ -178,7 +178,7 @@ fn sparse_moe(c: &LmConfig, prefix: &str, params: &mut ParamSource) -> Result<Sp
 impl FeedForward {
     /// The stream after this half: x + mlp(norm(x)) (normed by `post` first where given); a
     /// sparse layer reports where it sent the tokens to the step's routing record.
-    fn forward_residual(
+    pub fn forward_residual(
         &self,
         stream: Stream,
         norm: &RmsNorm,

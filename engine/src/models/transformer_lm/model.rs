@@ -585,15 +585,6 @@ impl TransformerLm {
         })
     }
 
-    /// Why no CUDA graph can record this model's steps, if one cannot: the mixture-of-experts
-    /// routing chooses and sorts each token's experts on the host.
-    pub fn capture_refusal(&self) -> Option<&'static str> {
-        self.config
-            .family
-            .is_moe()
-            .then_some("the mixture-of-experts routing reads the router's choices on the host")
-    }
-
     /// A cache for `batch` sequences of up to `capacity` positions, in the dtype the keys
     /// and values are computed in.
     pub fn new_cache(&self, batch: usize, capacity: usize) -> Result<KvCache> {
@@ -618,9 +609,6 @@ impl Module for TransformerLm {
     /// ones must not replay.
     fn capture_key(&self, key: &mut crate::capture::Key) {
         crate::nn::parameters_key(self, key);
-        if let Some(why) = self.capture_refusal() {
-            key.refuse(why);
-        }
         key.add("precision", self.precision)
             .add("rotary_rows", self.rope.rows());
     }

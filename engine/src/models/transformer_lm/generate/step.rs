@@ -110,9 +110,6 @@ impl capture::Step for Compute<'_> {
     fn key(&self) -> Key {
         let mut key = Key::new();
         key.add("rotary_rows", self.model.rotary().rows());
-        if let Some(why) = self.model.capture_refusal() {
-            key.refuse(why);
-        }
         key
     }
 
