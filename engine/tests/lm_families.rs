@@ -404,7 +404,7 @@ fn cuda_runs_the_switches_as_the_cpu_does() {
         }
         model.set_precision(rusting_brain::models::transformer_lm::Precision::Auto);
         let mixed = no_grad(|| model.forward(ids))
-            .unwrap()
+            .unwrap_or_else(|e| panic!("{family} CUDA BF16 mixed forward: {e}"))
             .to_dtype(DType::F32)
             .unwrap();
         let gap = worst_relative(

@@ -129,7 +129,11 @@ impl Stream {
             None => out.module.project(input)?,
         };
         let output = match post {
-            Some((scale, eps)) => output.rms_norm_as(Some(scale), eps, x.dtype())?,
+            // In the stream's dtype first: under mixed precision the product is BF16 and the
+            // norm's weight F32 (transformers norms in F32 too).
+            Some((scale, eps)) => output
+                .to_dtype(x.dtype())?
+                .rms_norm_as(Some(scale), eps, x.dtype())?,
             None => output,
         };
         Ok(Stream {

@@ -14,6 +14,7 @@
 mod added;
 mod bpe;
 pub mod byte_level;
+pub mod chat_template;
 pub mod chunks;
 mod decode;
 pub mod files;

@@ -196,7 +196,7 @@ impl FeedForward {
                 }
                 if let Some(post) = post {
                     let (s, e) = post.parts()?;
-                    out = out.rms_norm_as(Some(&s), e, x.dtype())?;
+                    out = out.to_dtype(x.dtype())?.rms_norm_as(Some(&s), e, x.dtype())?;
                 }
                 Ok(Stream::with_output(x, out))
             }
