@@ -122,7 +122,21 @@ fn bench_config() -> LmConfig {
     c.ffn_hidden = arg("--ffn", c.ffn_hidden);
     c.tied_embeddings = !untied();
     c.max_seq_len = arg("--seq", 1024);
+    // `--experts E --top-k K`: Mixtral's shape, each MLP a mixture of E experts of --ffn.
+    if let Some(e) = flag("--experts").and_then(|e| e.parse().ok()) {
+        c.family = rusting_brain::models::transformer_lm::Family::Mixtral;
+        c.n_experts = Some(e);
+        c.experts_per_token = Some(arg("--top-k", 2));
+    }
     c
+}
+
+/// The parameters a token passes through: all but the experts it was not routed to.
+fn active_parameters(c: &LmConfig, params: usize) -> usize {
+    match (c.n_experts, c.experts_per_token) {
+        (Some(e), Some(k)) => params - (e - k) * 3 * c.d_model * c.ffn_hidden * c.n_layers,
+        _ => params,
+    }
 }
 
 /// The bench model, its AdamW and one batch.
@@ -178,15 +192,16 @@ fn train(dev: &cuda::CudaDevice, d: Device) -> Result<serde_json::Value> {
     enqueue.sort_by(|a, b| a.total_cmp(b));
     phases["step_enqueue"] = json!((enqueue[2] * 100.0).round() / 100.0);
     let (n, l, dm, tk) = (
-        params as f64,
+        active_parameters(&c, params) as f64,
         c.n_layers as f64,
         c.d_model as f64,
         (batch * seq) as f64,
     );
     let flops = 6.0 * n * tk + 12.0 * l * dm * seq as f64 * tk;
     Ok(json!({
-        "name": format!("rusting_brain llama {} train, bf16 mixed", flag("--shape").unwrap_or_else(|| format!("{}x{}", c.d_model, c.n_layers))),
-        "params_m": (n / 1e5).round() / 10.0,
+        "name": format!("rusting_brain {} {} train, bf16 mixed", c.family.model_type(), flag("--shape").unwrap_or_else(|| format!("{}x{}", c.d_model, c.n_layers))),
+        "params_m": (params as f64 / 1e5).round() / 10.0,
+        "active_params_m": (n / 1e5).round() / 10.0,
         "batch": batch, "seq": seq,
         "reduces": rusting_brain::dist::current()?.reduces(), "shard_state": sharded_state(),
         "cuda_graph": steps_run.captured(),
