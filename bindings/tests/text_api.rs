@@ -215,3 +215,30 @@ fn encode_adds_the_template_tokens_only_when_asked() {
     assert!(typo.contains("add_special_tokens"), "{typo}");
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// A chat template renders a conversation from a script; a bad message and a template's own
+/// error are named (the message's index, the template's line).
+#[test]
+fn a_script_renders_a_chat_template_and_errors_name_what_failed() {
+    let out = eval(
+        r#"let t = text::chat_template("{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}");
+        t.render([#{ role: "system", content: "Be brief." }, #{ role: "user", content: "Hi" }],
+                 #{ add_generation_prompt: true })"#,
+    )
+    .unwrap();
+    assert_eq!(
+        out.into_string().unwrap(),
+        "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n"
+    );
+    let bad =
+        eval(r#"text::chat_template("{{ x }}").render([#{ role: "user" }], #{})"#).unwrap_err();
+    assert!(bad.contains("entry 0 has no string content"), "{bad}");
+    let raised = eval(
+        r#"text::chat_template("ok\n{{ raise_exception('roles must alternate') }}").render([], #{})"#,
+    )
+    .unwrap_err();
+    assert!(
+        raised.contains("line 2") && raised.contains("roles must alternate"),
+        "{raised}"
+    );
+}

@@ -133,7 +133,10 @@ fn check_family(family: &str, switch: impl Fn(&TransformerLm) -> bool) {
         .into_iter()
         .map(|(name, p)| {
             let g = p.grad();
-            (name.clone(), g.unwrap_or_else(|| panic!("{family}: no gradient for {name}")))
+            (
+                name.clone(),
+                g.unwrap_or_else(|| panic!("{family}: no gradient for {name}")),
+            )
         })
         .collect();
     let grads = match model.config.family.fused_projections() {
@@ -159,7 +162,10 @@ fn check_family(family: &str, switch: impl Fn(&TransformerLm) -> bool) {
     );
 
     if let Some(aux) = want.get("aux_loss") {
-        let ours = no_grad(|| model.router_aux_loss(ids)).unwrap().item().unwrap();
+        let ours = no_grad(|| model.router_aux_loss(ids))
+            .unwrap()
+            .item()
+            .unwrap();
         let theirs = aux.item().unwrap();
         assert!(
             (ours - theirs).abs() <= 1e-5 * theirs.abs(),
@@ -272,33 +278,43 @@ fn save_pretrained_writes_the_layout_transformers_saved() {
 /// Mixtral: top 2 of 4 experts, always renormalised; checkpoint names block_sparse_moe.w1/w2/w3.
 #[test]
 fn mixtral_with_sparse_experts_matches_transformers() {
-    check_family("mixtral", |m| {
-        matches!(&m.layers[0].mlp, FeedForward::Sparse(moe) if moe.renormalize && moe.experts() == 4)
-    });
+    check_family(
+        "mixtral",
+        |m| matches!(&m.layers[0].mlp, FeedForward::Sparse(moe) if moe.renormalize && moe.experts() == 4),
+    );
 }
 
 /// Qwen2-MoE: q/k/v biases, probabilities not renormalised, and a shared expert behind a
 /// sigmoid gate.
 #[test]
 fn qwen2_moe_with_a_shared_expert_matches_transformers() {
-    check_family("qwen2_moe", |m| {
-        matches!(&m.layers[0].mlp, FeedForward::Sparse(moe) if !moe.renormalize && moe.shared.is_some())
-    });
+    check_family(
+        "qwen2_moe",
+        |m| matches!(&m.layers[0].mlp, FeedForward::Sparse(moe) if !moe.renormalize && moe.shared.is_some()),
+    );
 }
 
 /// Qwen3-MoE: head norms, its own head width, renormalised top k.
 #[test]
 fn qwen3_moe_matches_transformers() {
-    check_family("qwen3_moe", |m| {
-        matches!(&m.layers[1].mlp, FeedForward::Sparse(moe) if moe.renormalize && moe.hidden() == 24)
-    });
+    check_family(
+        "qwen3_moe",
+        |m| matches!(&m.layers[1].mlp, FeedForward::Sparse(moe) if moe.renormalize && moe.hidden() == 24),
+    );
 }
 
 /// OLMoE: RMS norms over the whole q and k projections, not per head.
 #[test]
 fn olmoe_with_whole_projection_norms_matches_transformers() {
     check_family("olmoe", |m| {
-        m.layers[0].self_attn.q_norm.as_ref().unwrap().weight.shape() == [32]
+        m.layers[0]
+            .self_attn
+            .q_norm
+            .as_ref()
+            .unwrap()
+            .weight
+            .shape()
+            == [32]
             && matches!(&m.layers[0].mlp, FeedForward::Sparse(_))
     });
 }
@@ -315,7 +331,12 @@ fn phi3_longrope_uses_the_short_factors_within_the_pretrained_context_and_the_lo
         Some(RopeScaling::Longrope { .. })
     ));
     assert_transformers_logits(&model, &want, "phi3_longrope (short)");
-    assert_logits_of(&model, &want["long_ids"], &want["long_logits"], "phi3_longrope (long)");
+    assert_logits_of(
+        &model,
+        &want["long_ids"],
+        &want["long_logits"],
+        "phi3_longrope (long)",
+    );
 }
 
 #[test]
@@ -346,7 +367,8 @@ fn an_architecture_that_does_not_run_is_named_with_those_that_do() {
         .expect("gpt_neox does not run")
         .to_string();
     assert!(
-        err.contains("\"gpt_neox\"") && err.contains("llama, mistral, qwen2, qwen3, gemma, gemma2, phi3"),
+        err.contains("\"gpt_neox\"")
+            && err.contains("llama, mistral, qwen2, qwen3, gemma, gemma2, phi3"),
         "{err}"
     );
 }
@@ -434,7 +456,10 @@ fn cuda_expert_gradients_match_transformers() {
         let targets = ids.narrow(1, 1, t - 1).unwrap().contiguous().unwrap();
         let loss = model.loss(&inputs, &targets).unwrap();
         let (ours, theirs) = (loss.item().unwrap(), want["loss"].item().unwrap());
-        assert!((ours - theirs).abs() <= 1e-4 * theirs.abs(), "{family} CUDA loss");
+        assert!(
+            (ours - theirs).abs() <= 1e-4 * theirs.abs(),
+            "{family} CUDA loss"
+        );
         loss.backward().unwrap();
         for (name, p) in model.named_parameters() {
             let g = p.grad().unwrap().to_device(Device::Cpu).unwrap();
@@ -442,11 +467,20 @@ fn cuda_expert_gradients_match_transformers() {
                 &g.to_vec_f32().unwrap(),
                 &want[&format!("grad.{name}")].to_vec_f32().unwrap(),
             );
-            assert!(worst <= 1e-4, "{family} CUDA gradient of {name}: {worst:.2e}");
+            assert!(
+                worst <= 1e-4,
+                "{family} CUDA gradient of {name}: {worst:.2e}"
+            );
         }
-        let aux = no_grad(|| model.router_aux_loss(ids)).unwrap().item().unwrap();
+        let aux = no_grad(|| model.router_aux_loss(ids))
+            .unwrap()
+            .item()
+            .unwrap();
         let theirs = want["aux_loss"].item().unwrap();
-        assert!((aux - theirs).abs() <= 1e-5 * theirs.abs(), "{family} CUDA aux loss");
+        assert!(
+            (aux - theirs).abs() <= 1e-5 * theirs.abs(),
+            "{family} CUDA aux loss"
+        );
     }
 }
 
@@ -490,7 +524,8 @@ fn the_padding_row_starts_at_zero_and_gets_no_gradient() {
 #[test]
 fn cuda_expert_routing_matches_the_cpu() {
     use rusting_brain::ops::expert_routing::{dispatch_by_expert, top_experts};
-    let Some(d) = rusting_brain::backend::cuda::device_for_test("cuda_expert_routing_matches_the_cpu")
+    let Some(d) =
+        rusting_brain::backend::cuda::device_for_test("cuda_expert_routing_matches_the_cpu")
     else {
         return;
     };
@@ -514,7 +549,11 @@ fn cuda_expert_routing_matches_the_cpu() {
             ("slot", &a.slot, &b.slot),
             ("offsets", &a.offsets, &b.offsets),
         ] {
-            assert_eq!(ids(y), ids(x), "{what} for {tokens} tokens, {experts} experts");
+            assert_eq!(
+                ids(y),
+                ids(x),
+                "{what} for {tokens} tokens, {experts} experts"
+            );
         }
     }
 }

@@ -45,7 +45,10 @@ pub fn grouped_rows(
     let row_tiles = u32::try_from(m.div_ceil(TILE) + experts)
         .map_err(|_| Error::invalid(OP, format!("{m} rows are too many for one grid")))?;
     let grid = (row_tiles, grid_dim(OP, n)?, 1);
-    let f = dev.function(&GROUPED_MATMUL, &format!("grouped_rows_{}", type_suffix(dtype)))?;
+    let f = dev.function(
+        &GROUPED_MATMUL,
+        &format!("grouped_rows_{}", type_suffix(dtype)),
+    )?;
     let (sa, sb) = (strides(a.1), strides(b.1));
     let (pa, pb, po, poff) = (
         a.0.ptr_at(a.1.offset()),
@@ -92,7 +95,10 @@ pub fn grouped_reduce(
         .filter(|&z| z <= 65535)
         .ok_or_else(|| Error::invalid(OP, format!("{experts} groups are too many")))?;
     let grid = (grid_dim(OP, n)?, grid_dim(OP, k)?, z);
-    let f = dev.function(&GROUPED_MATMUL, &format!("grouped_reduce_{}", type_suffix(dtype)))?;
+    let f = dev.function(
+        &GROUPED_MATMUL,
+        &format!("grouped_reduce_{}", type_suffix(dtype)),
+    )?;
     let (sa, sb) = (strides(a.1), strides(b.1));
     let (pa, pb, po, poff) = (
         a.0.ptr_at(a.1.offset()),

@@ -32,7 +32,10 @@ pub fn top_k(
     if probs.dtype() != DType::F32 || k == 0 || k > MAX_K.min(experts) {
         return Err(Error::invalid(
             "expert routing",
-            format!("takes F32 probabilities and 0 < k <= min(32, experts), got {} and k = {k}", probs.dtype()),
+            format!(
+                "takes F32 probabilities and 0 < k <= min(32, experts), got {} and k = {k}",
+                probs.dtype()
+            ),
         ));
     }
     let dev = probs.cuda_device();
@@ -61,7 +64,11 @@ pub fn place(
     let dev = chosen.cuda_device();
     let alloc = |n| CudaStorage::alloc(dev, n, DType::I64);
     let (counts, offsets) = (alloc(experts)?, alloc(experts + 1)?);
-    let (order, token, slot) = (alloc(assignments)?, alloc(assignments)?, alloc(assignments)?);
+    let (order, token, slot) = (
+        alloc(assignments)?,
+        alloc(assignments)?,
+        alloc(assignments)?,
+    );
     let blocks = u32::try_from(experts)
         .ok()
         .filter(|&b| b > 0 && b <= 65535)
@@ -76,7 +83,13 @@ pub fn place(
     // sized as the kernels index it (counts [E], offsets [E + 1], the rest [assignments]);
     // an entry of chosen outside 0..E matches no block and is not placed.
     unsafe {
-        dev.launch(count, (blocks, 1, 1), THREADS, 0, &mut args![pch, pcount, a])?;
+        dev.launch(
+            count,
+            (blocks, 1, 1),
+            THREADS,
+            0,
+            &mut args![pch, pcount, a],
+        )?;
         dev.launch(
             place,
             (blocks, 1, 1),

@@ -20,6 +20,7 @@ pub const RECEIVER_WORDS: &[(&str, &[&str])] = &[
     ("Loader", &["loader"]),
     ("Batch", &["batch"]),
     ("Tokenizer", &["tok"]),
+    ("ChatTemplate", &["template"]),
     ("TokenFile", &["tokens"]),
     ("TokenSpan", &["tokens", "span"]),
     ("Checkpoint", &["ck"]),

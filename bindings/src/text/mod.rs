@@ -1,6 +1,7 @@
 //! The `text::` namespace: tokenizers (train, load, save, encode, decode) and finding text
 //! files. Tokenizers are shared handles, cheap to copy.
 
+mod chat;
 mod files;
 pub(crate) mod gguf;
 
@@ -86,6 +87,9 @@ fn id_array(ids: &[u32]) -> Array {
 
 pub fn register(engine: &mut Engine) {
     engine.register_type_with_name::<Tokenizer>("Tokenizer");
+    engine.register_type_with_name::<rusting_brain::text::chat_template::ChatTemplate>(
+        "ChatTemplate",
+    );
     engine.register_get("vocab_size", |t: &mut Tokenizer| t.vocab_size() as INT);
     help::getter(
         "vocab_size",
@@ -119,6 +123,27 @@ pub fn register(engine: &mut Engine) {
             "Only the tokenizer of a llama.cpp GGUF file (a model's, or a vocabulary-only file), with the special ids and chat template lm::load_gguf gives beside a model.",
             "try { let g = text::load_gguf(\"SmolLM2-135M-Instruct.Q4_1.gguf\"); print(g.tokenizer.encode(\"Hi!\")); } catch (err) { print(`no GGUF file here: ${err}`); }",
             gguf::load_gguf,
+        );
+        api.func(
+            "chat_template",
+            "text::chat_template(source) -> ChatTemplate",
+            "Compiles a chat template (Jinja, as transformers renders apply_chat_template: trimmed blocks, raise_exception, strftime_now, Python string methods, tojson). A syntax error names its line.",
+            "let t = text::chat_template(\"{% for m in messages %}<|{{ m.role }}|>{{ m.content }}{% endfor %}{% if add_generation_prompt %}<|assistant|>{% endif %}\"); print(t.render([#{ role: \"user\", content: \"Hi\" }], #{ add_generation_prompt: true }));",
+            chat::compile,
+        );
+        api.func(
+            "load_chat_template",
+            "text::load_chat_template(dir) -> ChatTemplate",
+            "A Hugging Face folder's chat template (chat_template.jinja, or tokenizer_config.json's chat_template) with its bos, eos, unk and pad tokens.",
+            "try { let t = text::load_chat_template(\"Qwen2.5-0.5B-Instruct\"); } catch (err) { print(`no model folder here: ${err}`); }",
+            chat::load,
+        );
+        api.method(
+            "render",
+            "template.render(messages, #{ add_generation_prompt, bos_token, eos_token }) -> string",
+            "The conversation ([#{ role, content }, ...]) as the model reads it; add_generation_prompt (default false) opens the assistant's turn. A template that fails says which of its lines.",
+            "let t = text::chat_template(\"{{ bos_token }}{% for m in messages %}{{ m.content }}{% endfor %}\"); print(t.render([#{ role: \"user\", content: \"Hi\" }], #{ bos_token: \"<s>\" }));",
+            chat::render,
         );
         api.func(
             "load_tokenizer",

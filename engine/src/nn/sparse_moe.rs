@@ -114,7 +114,11 @@ impl SparseMoe {
         }
         let n = x.numel() / d;
         let flat = x.reshape_to(&[n, d])?;
-        let probs = self.gate.forward(&flat)?.to_dtype(DType::F32)?.softmax(-1)?;
+        let probs = self
+            .gate
+            .forward(&flat)?
+            .to_dtype(DType::F32)?
+            .softmax(-1)?;
         let chosen = top_experts(&probs, self.top_k)?;
         let mut weights = probs.gather(-1, &chosen)?;
         if self.renormalize {

@@ -33,14 +33,20 @@ pub fn top_experts(probs: &Tensor, k: usize) -> Result<Tensor> {
         s => {
             return Err(Error::invalid(
                 OP,
-                format!("takes F32 probabilities [tokens, experts], got {} {s:?}", probs.dtype()),
+                format!(
+                    "takes F32 probabilities [tokens, experts], got {} {s:?}",
+                    probs.dtype()
+                ),
             ))
         }
     };
     if k == 0 || k > experts.min(cuda::MAX_K) {
         return Err(Error::invalid(
             OP,
-            format!("top k must be in 1..={} for {experts} experts, got {k}", experts.min(cuda::MAX_K)),
+            format!(
+                "top k must be in 1..={} for {experts} experts, got {k}",
+                experts.min(cuda::MAX_K)
+            ),
         ));
     }
     let probs = probs.detach().contiguous()?;
@@ -49,7 +55,13 @@ pub fn top_experts(probs: &Tensor, k: usize) -> Result<Tensor> {
             let p = probs.to_vec::<f32>()?;
             let mut chosen = Vec::with_capacity(tokens * k);
             for row in p.chunks(experts.max(1)) {
-                let key = |e: usize| if row[e].is_nan() { f32::NEG_INFINITY } else { row[e] };
+                let key = |e: usize| {
+                    if row[e].is_nan() {
+                        f32::NEG_INFINITY
+                    } else {
+                        row[e]
+                    }
+                };
                 let mut idx: Vec<usize> = (0..experts).collect();
                 // Stable: equal probabilities keep the lower expert first.
                 idx.sort_by(|&a, &b| key(b).total_cmp(&key(a)));

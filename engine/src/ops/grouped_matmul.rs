@@ -127,7 +127,9 @@ mod tests {
     use super::*;
 
     fn seq(n: usize, scale: f32) -> Vec<f32> {
-        (0..n).map(|i| ((i * 7 % 11) as f32 - 5.0) * scale).collect()
+        (0..n)
+            .map(|i| ((i * 7 % 11) as f32 - 5.0) * scale)
+            .collect()
     }
 
     /// Each group's rows times its own weight, the same as a product per group; the
@@ -149,13 +151,18 @@ mod tests {
         for row in 0..5 {
             let e = if row < 2 { 0 } else { 2 };
             for n in 0..2 {
-                let want: f32 = (0..3).map(|k| xv[row * 3 + k] * wv[(e * 2 + n) * 3 + k]).sum();
+                let want: f32 = (0..3)
+                    .map(|k| xv[row * 3 + k] * wv[(e * 2 + n) * 3 + k])
+                    .sum();
                 assert!((yv[row * 2 + n] - want).abs() < 1e-6, "row {row} col {n}");
             }
         }
         y.sum().unwrap().backward().unwrap();
         let gw = w.grad().unwrap().to_vec_f32().unwrap();
-        assert!(gw[6..12].iter().all(|&g| g == 0.0), "the empty group: {gw:?}");
+        assert!(
+            gw[6..12].iter().all(|&g| g == 0.0),
+            "the empty group: {gw:?}"
+        );
         // d/dw[0][n][k] of the sum = the sum of x[rows 0..2][k].
         let col: f32 = xv[0] + xv[3];
         assert!((gw[0] - col).abs() < 1e-6);

@@ -12,8 +12,8 @@ pub mod decode_attention;
 // ops name it here as they always have.
 pub use crate::tensor::dispatch;
 pub mod einsum;
-pub mod expert_routing;
 pub mod elementwise;
+pub mod expert_routing;
 pub mod fused_linear;
 pub mod grouped_matmul;
 pub(crate) mod host_keys;

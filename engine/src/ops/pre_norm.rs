@@ -131,9 +131,11 @@ impl Stream {
         let output = match post {
             // In the stream's dtype first: under mixed precision the product is BF16 and the
             // norm's weight F32 (transformers norms in F32 too).
-            Some((scale, eps)) => output
-                .to_dtype(x.dtype())?
-                .rms_norm_as(Some(scale), eps, x.dtype())?,
+            Some((scale, eps)) => {
+                output
+                    .to_dtype(x.dtype())?
+                    .rms_norm_as(Some(scale), eps, x.dtype())?
+            }
             None => output,
         };
         Ok(Stream {

@@ -14,6 +14,7 @@ use minijinja::value::{Kwargs, Value};
 use minijinja::{Environment, ErrorKind};
 use serde::Serialize;
 use std::collections::BTreeMap;
+use std::path::Path;
 
 /// One turn of a conversation.
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -32,6 +33,7 @@ impl ChatMessage {
 }
 
 /// A compiled chat template and the special tokens it may name.
+#[derive(Clone)]
 pub struct ChatTemplate {
     env: Environment<'static>,
     tokens: BTreeMap<String, String>,
@@ -46,10 +48,15 @@ impl ChatTemplate {
         env.set_trim_blocks(true);
         env.set_lstrip_blocks(true);
         env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
-        env.add_function("raise_exception", |msg: String| -> std::result::Result<Value, minijinja::Error> {
-            Err(minijinja::Error::new(ErrorKind::InvalidOperation, msg))
+        env.add_function(
+            "raise_exception",
+            |msg: String| -> std::result::Result<Value, minijinja::Error> {
+                Err(minijinja::Error::new(ErrorKind::InvalidOperation, msg))
+            },
+        );
+        env.add_function("strftime_now", |format: String| {
+            strftime(&format, now_unix())
         });
-        env.add_function("strftime_now", |format: String| strftime(&format, now_unix()));
         env.add_filter("tojson", to_json);
         env.add_template_owned(NAME, source.into())
             .map_err(|e| template_error(&e))?;
@@ -57,6 +64,55 @@ impl ChatTemplate {
             env,
             tokens: BTreeMap::new(),
         })
+    }
+
+    /// The template of a Hugging Face folder with its special tokens: `chat_template.jinja`
+    /// (as transformers 5 saves it) or tokenizer_config.json's `chat_template` (a string, or
+    /// a list of named templates, of which `default` is taken). `None` when there is none.
+    pub fn from_folder(dir: &Path) -> Result<Option<Self>> {
+        let config_path = dir.join("tokenizer_config.json");
+        let config: serde_json::Value = match config_path.exists() {
+            true => {
+                let text = std::fs::read_to_string(&config_path)
+                    .map_err(|e| Error::io(&config_path, e))?;
+                serde_json::from_str(&text).map_err(|e| {
+                    Error::format(
+                        "tokenizer_config.json",
+                        format!("{}: {e}", config_path.display()),
+                    )
+                })?
+            }
+            false => serde_json::Value::Null,
+        };
+        let jinja = dir.join("chat_template.jinja");
+        let source = match (jinja.exists(), config.get("chat_template")) {
+            (true, _) => std::fs::read_to_string(&jinja).map_err(|e| Error::io(&jinja, e))?,
+            (false, Some(serde_json::Value::String(s))) => s.clone(),
+            (false, Some(serde_json::Value::Array(named))) => named
+                .iter()
+                .find(|t| t.get("name").and_then(|n| n.as_str()) == Some("default"))
+                .and_then(|t| t.get("template")?.as_str())
+                .map(str::to_string)
+                .ok_or_else(|| {
+                    Error::format(
+                        "tokenizer_config.json",
+                        "chat_template lists no \"default\" template",
+                    )
+                })?,
+            _ => return Ok(None),
+        };
+        let mut template = ChatTemplate::new(source)?;
+        for key in ["bos_token", "eos_token", "unk_token", "pad_token"] {
+            let token = match config.get(key) {
+                Some(serde_json::Value::String(s)) => Some(s.as_str()),
+                Some(o) => o.get("content").and_then(|c| c.as_str()),
+                None => None,
+            };
+            if let Some(token) = token {
+                template = template.with_token(key, token);
+            }
+        }
+        Ok(Some(template))
     }
 
     /// Sets a special token the template may name (`bos_token`, `eos_token`, `pad_token`, ...).
@@ -68,7 +124,10 @@ impl ChatTemplate {
     /// The conversation as the model reads it; with `add_generation_prompt`, followed by what
     /// opens the assistant's turn.
     pub fn render(&self, messages: &[ChatMessage], add_generation_prompt: bool) -> Result<String> {
-        let template = self.env.get_template(NAME).map_err(|e| template_error(&e))?;
+        let template = self
+            .env
+            .get_template(NAME)
+            .map_err(|e| template_error(&e))?;
         let mut ctx: BTreeMap<String, Value> = self
             .tokens
             .iter()
@@ -86,7 +145,10 @@ impl ChatTemplate {
 /// The error with the template's line, and the cause minijinja chains under it.
 fn template_error(e: &minijinja::Error) -> Error {
     let mut text = match e.line() {
-        Some(line) => format!("line {line}: {}", e.detail().unwrap_or(&e.kind().to_string())),
+        Some(line) => format!(
+            "line {line}: {}",
+            e.detail().unwrap_or(&e.kind().to_string())
+        ),
         None => e.to_string(),
     };
     let mut source = std::error::Error::source(e);
@@ -270,13 +332,17 @@ mod tests {
             .unwrap()
             .with_token("bos_token", "<s>")
             .with_token("eos_token", "</s>");
-        assert_eq!(t.render(&chat(), false).unwrap(), "<s>\n[BE BRIEF.]\nHi</s>\n");
+        assert_eq!(
+            t.render(&chat(), false).unwrap(),
+            "<s>\n[BE BRIEF.]\nHi</s>\n"
+        );
     }
 
     #[test]
     fn tojson_writes_as_python_json_dumps() {
-        let t = ChatTemplate::new("{{ messages[0] | tojson }}|{{ messages[0] | tojson(indent=2) }}")
-            .unwrap();
+        let t =
+            ChatTemplate::new("{{ messages[0] | tojson }}|{{ messages[0] | tojson(indent=2) }}")
+                .unwrap();
         let m = [ChatMessage::new("user", "a<b & \"c\"")];
         assert_eq!(
             t.render(&m, false).unwrap(),
@@ -288,10 +354,38 @@ mod tests {
     fn a_template_error_names_its_line() {
         let e = ChatTemplate::new("ok\n{% if %}").err().unwrap().to_string();
         assert!(e.contains("line 2"), "{e}");
-        let t = ChatTemplate::new("a\nb\n{{ raise_exception('Conversation roles must alternate') }}")
-            .unwrap();
+        let t =
+            ChatTemplate::new("a\nb\n{{ raise_exception('Conversation roles must alternate') }}")
+                .unwrap();
         let e = t.render(&chat(), false).unwrap_err().to_string();
-        assert!(e.contains("line 3") && e.contains("Conversation roles must alternate"), "{e}");
+        assert!(
+            e.contains("line 3") && e.contains("Conversation roles must alternate"),
+            "{e}"
+        );
+    }
+
+    /// tokenizer_config.json's template and tokens (a token as a string or an added-token
+    /// object), as transformers reads them.
+    #[test]
+    fn a_folder_gives_its_template_and_special_tokens() {
+        let dir = tempfile::tempdir().unwrap();
+        let config = serde_json::json!({
+            "chat_template": "{{ bos_token }}{% for m in messages %}{{ m.content }}{{ eos_token }}{% endfor %}",
+            "bos_token": "<s>",
+            "eos_token": { "content": "</s>", "lstrip": false },
+        });
+        std::fs::write(dir.path().join("tokenizer_config.json"), config.to_string()).unwrap();
+        let t = ChatTemplate::from_folder(dir.path()).unwrap().unwrap();
+        assert_eq!(t.render(&chat(), false).unwrap(), "<s>Be brief.</s>Hi</s>");
+        std::fs::write(
+            dir.path().join("chat_template.jinja"),
+            "{{ messages | length }}",
+        )
+        .unwrap();
+        let t = ChatTemplate::from_folder(dir.path()).unwrap().unwrap();
+        assert_eq!(t.render(&chat(), false).unwrap(), "2");
+        let empty = tempfile::tempdir().unwrap();
+        assert!(ChatTemplate::from_folder(empty.path()).unwrap().is_none());
     }
 
     #[test]
@@ -299,7 +393,10 @@ mod tests {
         // 2024-07-23 12:34:56 UTC.
         let t = 1_721_738_096;
         assert_eq!(strftime("%d %b %Y", t).unwrap(), "23 Jul 2024");
-        assert_eq!(strftime("%Y-%m-%d %H:%M:%S %B %%", t).unwrap(), "2024-07-23 12:34:56 July %");
+        assert_eq!(
+            strftime("%Y-%m-%d %H:%M:%S %B %%", t).unwrap(),
+            "2024-07-23 12:34:56 July %"
+        );
         assert_eq!(civil(0), (1970, 1, 1));
         assert_eq!(civil(-1), (1969, 12, 31));
     }

@@ -21,7 +21,9 @@ pub struct Block {
     pub feedforward_norms: Option<FeedforwardNorms>,
 }
 
-/// A layer's MLP: one gated MLP, or a sparse mixture of them.
+/// A layer's MLP: one gated MLP, or a sparse mixture of them. One per layer, so the variants'
+/// sizes (a few hundred bytes each) do not matter.
+#[allow(clippy::large_enum_variant)]
 pub enum FeedForward {
     Dense(GatedMlp),
     Sparse(SparseMoe),
@@ -116,15 +118,26 @@ impl Block {
         ));
         out.extend(prefixed("mlp", self.mlp.named_parameters()));
         if let Some(ff) = &self.feedforward_norms {
-            out.extend(prefixed("pre_feedforward_layernorm", ff.pre.named_parameters()));
-            out.extend(prefixed("post_feedforward_layernorm", ff.post.named_parameters()));
+            out.extend(prefixed(
+                "pre_feedforward_layernorm",
+                ff.pre.named_parameters(),
+            ));
+            out.extend(prefixed(
+                "post_feedforward_layernorm",
+                ff.post.named_parameters(),
+            ));
         }
         out
     }
 }
 
 /// A gated MLP of `hidden` under `prefix` (Phi-3's gate and up stored as one).
-fn gated_mlp(c: &LmConfig, prefix: &str, hidden: usize, params: &mut ParamSource) -> Result<GatedMlp> {
+fn gated_mlp(
+    c: &LmConfig,
+    prefix: &str,
+    hidden: usize,
+    params: &mut ParamSource,
+) -> Result<GatedMlp> {
     let d = c.d_model;
     let [gate, up] = match c.family.fused_projections() {
         true => params.fused_linears(&format!("{prefix}.gate_up_proj"), d, [hidden, hidden])?,
@@ -196,7 +209,9 @@ impl FeedForward {
                 }
                 if let Some(post) = post {
                     let (s, e) = post.parts()?;
-                    out = out.to_dtype(x.dtype())?.rms_norm_as(Some(&s), e, x.dtype())?;
+                    out = out
+                        .to_dtype(x.dtype())?
+                        .rms_norm_as(Some(&s), e, x.dtype())?;
                 }
                 Ok(Stream::with_output(x, out))
             }

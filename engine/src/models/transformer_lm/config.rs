@@ -353,7 +353,10 @@ impl LmConfig {
 
     /// Whether each query and key head is RMS-normed before the rotation.
     pub fn qk_norm(&self) -> bool {
-        matches!(self.family, Family::Qwen3 | Family::Qwen3Moe | Family::Olmoe)
+        matches!(
+            self.family,
+            Family::Qwen3 | Family::Qwen3Moe | Family::Olmoe
+        )
     }
 
     /// Whether the q and k norms span the whole projection (OLMoE) rather than each head.
@@ -388,9 +391,7 @@ impl LmConfig {
 
     /// What the token embeddings are multiplied by (Gemma: sqrt(hidden_size)).
     pub fn embedding_scale(&self) -> Option<f64> {
-        self.family
-            .is_gemma()
-            .then(|| (self.d_model as f64).sqrt())
+        self.family.is_gemma().then(|| (self.d_model as f64).sqrt())
     }
 
     /// The gated MLP's activation.
@@ -563,7 +564,8 @@ impl LmConfig {
                 ));
             }
             if types.contains(&LayerType::SlidingAttention) && self.sliding_window.is_none() {
-                problems.push("layer_types has sliding layers but there is no sliding_window".into());
+                problems
+                    .push("layer_types has sliding layers but there is no sliding_window".into());
             }
         }
         if self.family.is_moe() {
@@ -716,15 +718,17 @@ fn normalise_family_fields(value: &mut serde_json::Value, family: Family) -> Res
     if family == Family::Olmoe && m.get("clip_qkv").is_some_and(|v| !v.is_null()) {
         return refuse("clip_qkv (clamping q, k and v) is not supported".into());
     }
-    if m
-        .get("router_jitter_noise")
+    if m.get("router_jitter_noise")
         .and_then(|v| v.as_f64())
         .is_some_and(|j| j != 0.0)
     {
         return refuse("router_jitter_noise (noise on the router's input) is not supported".into());
     }
     // transformers 4 files without the field mean these defaults.
-    if matches!(family, Family::Mixtral) && !m.contains_key("num_local_experts") && !m.contains_key("num_experts") {
+    if matches!(family, Family::Mixtral)
+        && !m.contains_key("num_local_experts")
+        && !m.contains_key("num_experts")
+    {
         m.insert("num_local_experts".into(), 8.into());
     }
     if family.is_moe() && !m.contains_key("router_aux_loss_coef") {
@@ -801,7 +805,11 @@ fn normalise_family_fields(value: &mut serde_json::Value, family: Family) -> Res
             m.remove("layer_types");
         }
     }
-    for cap in ["attn_logit_softcapping", "final_logit_softcapping", "query_pre_attn_scalar"] {
+    for cap in [
+        "attn_logit_softcapping",
+        "final_logit_softcapping",
+        "query_pre_attn_scalar",
+    ] {
         if m.get(cap).is_some_and(|v| v.is_null()) {
             m.remove(cap);
         }

@@ -46,9 +46,12 @@ pub fn to_checkpoint_layout(
                     .iter()
                     .map(|p| {
                         let key = format!("{stem}{module}.{p}.weight");
-                        by_name.get(key.as_str()).map(|t| (*t).clone()).ok_or_else(|| {
-                            Error::invalid("checkpoint layout", format!("{key} is missing"))
-                        })
+                        by_name
+                            .get(key.as_str())
+                            .map(|t| (*t).clone())
+                            .ok_or_else(|| {
+                                Error::invalid("checkpoint layout", format!("{key} is missing"))
+                            })
                     })
                     .collect::<Result<Vec<_>>>()?;
                 let fused = no_grad(|| Tensor::cat(&tensors, 0))?;

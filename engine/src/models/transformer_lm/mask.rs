@@ -73,7 +73,12 @@ impl MaskSpec {
 /// A decode step's window as an additive bias [batch, 1, 1, keys] in `dtype`: row b sees the
 /// keys at `positions` [1, keys] (I64) from `first[b]` to `last` (I64 [batch] and [1], on the
 /// device). Built from device tensors only, so a captured step rebuilds it at each replay.
-pub fn step_bias(positions: &Tensor, first: &Tensor, last: &Tensor, dtype: DType) -> Result<Tensor> {
+pub fn step_bias(
+    positions: &Tensor,
+    first: &Tensor,
+    last: &Tensor,
+    dtype: DType,
+) -> Result<Tensor> {
     let (b, keys) = (first.numel(), positions.numel());
     let visible = positions
         .ge(&first.reshape_to(&[b, 1])?)?

@@ -5,18 +5,18 @@
 use super::attention::{Sight, Step, Visibility};
 use super::block::Block;
 use super::kv_cache::KvCache;
-use super::mask::step_bias;
 use super::lora::LoraConfig;
+use super::mask::step_bias;
 use super::params::{check_config_against, ParamSource};
 use super::rope::{Positions, Rotary};
 use super::LmConfig;
+use crate::nn::{load_balancing_loss, Routing};
 use crate::nn::{prefixed, Embedding, Linear, Module, RmsNorm, Summary};
 use crate::ops::linear_loss::linear_cross_entropy;
 use crate::ops::loss::CrossEntropyOptions;
 use crate::ops::pre_norm::{Angles, CacheWrite, Stream};
 use crate::ops::quant_matmul::QuantizedMatrix;
 use crate::{no_grad, DType, Device, Error, Generator, Result, Tensor};
-use crate::nn::{load_balancing_loss, Routing};
 use std::cell::RefCell;
 use std::collections::BTreeMap;
 

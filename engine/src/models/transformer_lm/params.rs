@@ -198,7 +198,13 @@ impl<'a> ParamSource<'a> {
 
     /// A bias-free projection under `name`, or under `alt` where the source holds it there
     /// instead (a family's checkpoint name: Mixtral's `block_sparse_moe.gate`).
-    pub fn linear_aliased(&mut self, name: &str, alt: &str, inp: usize, out: usize) -> Result<Linear> {
+    pub fn linear_aliased(
+        &mut self,
+        name: &str,
+        alt: &str,
+        inp: usize,
+        out: usize,
+    ) -> Result<Linear> {
         let use_alt = match self {
             ParamSource::Tensors { map, .. } => {
                 !map.contains_key(&format!("{name}.weight"))
