@@ -7,9 +7,21 @@ use super::launch::{args, type_suffix};
 use super::CudaStorage;
 use crate::{Error, Layout, Result};
 
-/// Mirrors GM_TILE and GM_THREADS in the kernel file.
+/// Mirrors GM_TILE, GM_THREADS and GMT_THREADS in the kernel file.
 const TILE: usize = 64;
 const THREADS: u32 = 256;
+const MMA_THREADS: u32 = 128;
+
+/// The kernel for `dtype` and its block size: tensor cores for BF16 and F16, the CUDA cores
+/// (float accumulators, double for F64) otherwise.
+fn kernel(product: &str, dtype: crate::DType) -> (String, u32) {
+    match dtype {
+        crate::DType::BF16 | crate::DType::F16 => {
+            (format!("{product}_mma_{}", type_suffix(dtype)), MMA_THREADS)
+        }
+        _ => (format!("{product}_{}", type_suffix(dtype)), THREADS),
+    }
+}
 
 /// An operand: its storage and the layout it is read through.
 pub type Operand<'a> = (&'a CudaStorage, &'a Layout);
@@ -45,10 +57,8 @@ pub fn grouped_rows(
     let row_tiles = u32::try_from(m.div_ceil(TILE) + experts)
         .map_err(|_| Error::invalid(OP, format!("{m} rows are too many for one grid")))?;
     let grid = (row_tiles, grid_dim(OP, n)?, 1);
-    let f = dev.function(
-        &GROUPED_MATMUL,
-        &format!("grouped_rows_{}", type_suffix(dtype)),
-    )?;
+    let (name, threads) = kernel("grouped_rows", dtype);
+    let f = dev.function(&GROUPED_MATMUL, &name)?;
     let (sa, sb) = (strides(a.1), strides(b.1));
     let (pa, pb, po, poff) = (
         a.0.ptr_at(a.1.offset()),
@@ -65,7 +75,7 @@ pub fn grouped_rows(
         dev.launch(
             f,
             grid,
-            THREADS,
+            threads,
             0,
             &mut args![pa, pb, po, poff, e, m, n, k, a_m, a_k, b_e, b_n, b_k],
         )?
@@ -95,10 +105,8 @@ pub fn grouped_reduce(
         .filter(|&z| z <= 65535)
         .ok_or_else(|| Error::invalid(OP, format!("{experts} groups are too many")))?;
     let grid = (grid_dim(OP, n)?, grid_dim(OP, k)?, z);
-    let f = dev.function(
-        &GROUPED_MATMUL,
-        &format!("grouped_reduce_{}", type_suffix(dtype)),
-    )?;
+    let (name, threads) = kernel("grouped_reduce", dtype);
+    let f = dev.function(&GROUPED_MATMUL, &name)?;
     let (sa, sb) = (strides(a.1), strides(b.1));
     let (pa, pb, po, poff) = (
         a.0.ptr_at(a.1.offset()),
@@ -114,7 +122,7 @@ pub fn grouped_reduce(
         dev.launch(
             f,
             grid,
-            THREADS,
+            threads,
             0,
             &mut args![pa, pb, po, poff, m, n, k, a_m, a_n, b_m, b_k],
         )?
