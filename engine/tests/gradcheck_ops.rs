@@ -180,6 +180,14 @@ fn gradcheck_case(name: &str) -> Option<Case> {
             ],
             |x| x[0].matmul(&x[1])?.sum()?.add(&x[0].matmul(&x[2])?.sum()?),
         ),
+        // Rows in groups of 2, 0 and 3, each group times its own weight; a weighted sum, so each
+        // output's gradient differs.
+        "grouped_matmul" => case(vec![randn(&[5, 3], 91), randn(&[3, 2, 3], 92)], |x| {
+            let offsets = idx(&[0, 2, 2, 5], &[4]);
+            x[0].grouped_matmul(&x[1], &offsets)?
+                .mul(&randn(&[5, 2], 93))?
+                .sum()
+        }),
         // The general convolution, and one whose windows tile the input (a patch embedding,
         // run as a product over the patches).
         "conv2d" => case(
