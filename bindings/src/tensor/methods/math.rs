@@ -49,6 +49,13 @@ pub fn register(api: &mut Api) {
         |a: &mut Tensor, b: Tensor| guard(|| a.matmul(&b)),
     );
     api.func(
+        "grouped_matmul",
+        "x.grouped_matmul(weights, offsets) -> Tensor",
+        "Rows of x [M, K] in consecutive groups, group e (rows offsets[e] .. offsets[e + 1]) times weights[e]ᵀ (weights [E, N, K]): [M, N], as a mixture of experts runs its experts over the tokens sorted by expert. offsets is an i64 tensor [E + 1] rising from 0 to M on x's device; on CUDA one kernel runs every group (tensor cores for bf16/f16), with gradients.",
+        "let x = randn([5, 3]); let w = randn([2, 4, 3]); let y = x.grouped_matmul(w, tensor([0, 2, 5]).to(\"i64\")); print(y.shape);",
+        |x: &mut Tensor, w: Tensor, offsets: Tensor| guard(|| x.grouped_matmul(&w, &offsets)),
+    );
+    api.func(
         "einsum",
         "einsum(equation, tensors) -> Tensor",
         "Einstein summation as torch.einsum: \"bij,bjk->bik\", \"bhqd,bhkd->bhqk\", \"i,j->ij\", \"ij->\", with ... for shared leading dims and an implicit output when -> is left out (diagonals such as \"ii->i\" are not supported). Runs as permutes, sums and batched products, with gradients.",
