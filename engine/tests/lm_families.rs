@@ -430,18 +430,39 @@ fn cuda_runs_the_switches_as_the_cpu_does() {
             .to_dtype(DType::F32)
             .unwrap();
         let mixed = mixed.to_device(Device::Cpu).unwrap().to_vec_f32().unwrap();
+        let gap = worst_relative(&mixed, &want["logits"].to_vec_f32().unwrap());
         if model.config.family.is_moe() {
-            // A router's near ties fall either way under BF16 rounding, and a token sent to
-            // another expert moves its logits by far more than rounding does (OLMoE's moved
-            // 20% when the grouped products' accumulation order changed): no bound holds. The
-            // BF16 grouped products are checked against the CPU in cuda_parity.
+            // A router's near tie may fall the other way under BF16 rounding, and a token sent
+            // to another expert moves its logits by far more than rounding does: the bound
+            // holds where the BF16 model chose the experts the F32 model chose.
+            let chosen = |m: &TransformerLm| -> Vec<Vec<i64>> {
+                no_grad(|| m.routing(ids))
+                    .unwrap()
+                    .iter()
+                    .map(|r| {
+                        r.chosen
+                            .to_device(Device::Cpu)
+                            .unwrap()
+                            .to_vec::<i64>()
+                            .unwrap()
+                    })
+                    .collect()
+            };
+            let bf16 = chosen(&model);
+            model.set_precision(rusting_brain::models::transformer_lm::Precision::Full);
+            let f32 = chosen(&model);
+            let moved: usize = bf16
+                .iter()
+                .zip(&f32)
+                .map(|(a, b)| a.iter().zip(b).filter(|(x, y)| x != y).count())
+                .sum();
+            println!("{family}: BF16 logits {gap:.2e} from F32, {moved} expert choices moved");
             assert!(
-                mixed.iter().all(|x| x.is_finite()),
-                "{family} CUDA BF16 mixed logits"
+                moved > 0 || gap <= 0.05,
+                "{family} CUDA BF16 mixed logits {gap:.2e} with the same experts chosen"
             );
             continue;
         }
-        let gap = worst_relative(&mixed, &want["logits"].to_vec_f32().unwrap());
         // Gemma 2 rounds more in BF16 than the others: its soft-capped scores and two more
         // norms a layer (5.1% seen on an H100, where the rest stay under 5%).
         let allowed = if family == "gemma2" { 0.08 } else { 0.05 };

@@ -557,9 +557,16 @@ impl TransformerLm {
                 format!("a {} model has no experts", self.config.family.model_type()),
             ));
         }
+        load_balancing_loss(&self.routing(ids)?)
+    }
+
+    /// Where each sparse layer's router sent the tokens of ids [B, T]: one `Routing` per
+    /// sparse layer (the softmax of its router and the chosen experts), in layer order; empty
+    /// for a dense model.
+    pub fn routing(&self, ids: &Tensor) -> Result<Vec<Routing>> {
         let record = RefCell::new(Vec::new());
         self.hidden_in(ids, None, false, Some(&record))?;
-        load_balancing_loss(&record.into_inner())
+        Ok(record.into_inner())
     }
 
     /// Mean cross-entropy of the head's logits of `hidden` against `targets`.
