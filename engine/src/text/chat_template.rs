@@ -9,6 +9,7 @@
 //! A template that does not parse, or fails while rendering (its own `raise_exception`
 //! included), is an error that names the template's line.
 
+use crate::io::clock::{civil, now_unix};
 use crate::{Error, Result};
 use minijinja::value::{Kwargs, Value};
 use minijinja::{Environment, ErrorKind};
@@ -231,12 +232,6 @@ fn write_json(
     Ok(())
 }
 
-fn now_unix() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs() as i64)
-}
-
 const MONTHS: [&str; 12] = [
     "January",
     "February",
@@ -251,21 +246,6 @@ const MONTHS: [&str; 12] = [
     "November",
     "December",
 ];
-
-/// The civil date (year, month 1..=12, day) of a day count since 1970-01-01 (the proleptic
-/// Gregorian calendar's day-from-civil inverse).
-fn civil(days: i64) -> (i64, usize, i64) {
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    (year, month as usize, day)
-}
 
 /// C's strftime for the directives chat templates use (%Y %m %d %B %b %H %M %S %%), in UTC.
 fn strftime(format: &str, unix: i64) -> std::result::Result<String, minijinja::Error> {
@@ -397,7 +377,5 @@ mod tests {
             strftime("%Y-%m-%d %H:%M:%S %B %%", t).unwrap(),
             "2024-07-23 12:34:56 July %"
         );
-        assert_eq!(civil(0), (1970, 1, 1));
-        assert_eq!(civil(-1), (1969, 12, 31));
     }
 }
