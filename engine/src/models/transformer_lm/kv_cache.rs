@@ -174,4 +174,58 @@ impl KvCache {
     pub fn advance(&mut self, steps: usize) {
         self.len += steps;
     }
+
+    /// Forgets every position from `len` on (speculative decoding drops the draft tokens the
+    /// target rejected); the next write lands there.
+    pub fn rewind(&mut self, len: usize) -> Result<()> {
+        if len > self.len {
+            return Err(Error::invalid(
+                "KvCache",
+                format!(
+                    "cannot rewind to {len} positions: only {} are filled",
+                    self.len
+                ),
+            ));
+        }
+        self.len = len;
+        Ok(())
+    }
+
+    /// Row i takes the keys and values of row `rows[i]` (beam search continues the beams it
+    /// keeps). Written in place, so a captured decode step still finds its buffers. Rows may
+    /// only move between rows of the same padding.
+    pub fn reorder_rows(&mut self, rows: &[usize]) -> Result<()> {
+        let n = self.pads.len();
+        if rows.len() != n || rows.iter().any(|&r| r >= n) {
+            return Err(Error::invalid(
+                "KvCache",
+                format!("a reorder of the cache's {n} rows got {rows:?}"),
+            ));
+        }
+        if let Some(i) = (0..n).find(|&i| self.pads[rows[i]] != self.pads[i]) {
+            return Err(Error::invalid(
+                "KvCache",
+                format!(
+                    "row {i} (padding {}) cannot take row {} (padding {})",
+                    self.pads[i], rows[i], self.pads[rows[i]]
+                ),
+            ));
+        }
+        if self.len == 0 || rows.iter().enumerate().all(|(i, &r)| i == r) {
+            return Ok(());
+        }
+        let device = self.cursor.device();
+        let index =
+            Tensor::from_vec(rows.iter().map(|&r| r as i64).collect(), &[n])?.to_device(device)?;
+        let filled = self.len;
+        no_grad(|| {
+            for (k, v) in &self.layers {
+                for t in [k, v] {
+                    let t = t.narrow(2, 0, filled)?;
+                    t.copy_(&t.index_select(0, &index)?)?;
+                }
+            }
+            Ok(())
+        })
+    }
 }

@@ -3,7 +3,7 @@
 
 use super::sampler::{Sampler, SamplingOptions};
 use super::step::{DecodeStep, StepOutput};
-use crate::models::transformer_lm::TransformerLm;
+use crate::models::transformer_lm::{KvCache, TransformerLm};
 use crate::nn::Module;
 use crate::{no_grad, DType, Device, Error, Result, Tensor};
 
@@ -48,10 +48,12 @@ pub fn generate(
     no_grad(|| generate_inner(model, prompts, opts, on_token))
 }
 
-fn check_prompts(
+/// Checks the prompts (none empty, every token in the vocabulary, room for `max_new_tokens`
+/// more); returns the longest prompt's length.
+pub(super) fn check_prompts(
     model: &TransformerLm,
     prompts: &[Vec<u32>],
-    opts: &GenerateOptions,
+    max_new_tokens: usize,
 ) -> Result<usize> {
     if prompts.is_empty() {
         return Err(Error::invalid("generate", "no prompts"));
@@ -73,16 +75,41 @@ fn check_prompts(
     }
     let longest = prompts.iter().map(Vec::len).max().unwrap_or(0);
     let max = model.config.max_seq_len;
-    if longest + opts.max_new_tokens > max {
+    if longest + max_new_tokens > max {
         return Err(Error::invalid(
             "generate",
             format!(
-                "a {longest}-token prompt plus {} new tokens exceeds the model's max_seq_len {max}",
-                opts.max_new_tokens
+                "a {longest}-token prompt plus {max_new_tokens} new tokens exceeds the model's max_seq_len {max}"
             ),
         ));
     }
     Ok(longest)
+}
+
+/// The prompts, left-padded to one length, through the model into a new cache with room for
+/// `room` more positions: the cache and the logits [batch, vocab] after each prompt.
+pub(super) fn prefill(
+    model: &TransformerLm,
+    prompts: &[Vec<u32>],
+    room: usize,
+) -> Result<(KvCache, Tensor)> {
+    let b = prompts.len();
+    let longest = prompts.iter().map(Vec::len).max().unwrap_or(0);
+    let pads: Vec<usize> = prompts.iter().map(|p| longest - p.len()).collect();
+    let mut cache = model.new_cache(b, longest + room)?;
+    let padded: Vec<i64> = prompts
+        .iter()
+        .zip(&pads)
+        .flat_map(|(p, &pad)| std::iter::repeat_n(0, pad).chain(p.iter().map(|&t| t as i64)))
+        .collect();
+    cache.set_pads(pads)?;
+    crate::cancel::check()?;
+    let hidden =
+        model.hidden_for_head(&Tensor::from_vec(padded, &[b, longest])?, Some(&mut cache))?;
+    let logits = model
+        .project(&hidden.narrow(1, longest - 1, 1)?)?
+        .reshape_to(&[b, model.config.vocab_size])?;
+    Ok((cache, logits))
 }
 
 fn generate_inner(
@@ -91,27 +118,14 @@ fn generate_inner(
     opts: &GenerateOptions,
     on_token: &mut dyn FnMut(usize, u32) -> Result<Flow>,
 ) -> Result<Vec<Vec<u32>>> {
-    let longest = check_prompts(model, prompts, opts)?;
+    check_prompts(model, prompts, opts.max_new_tokens)?;
     let mut sampler = Sampler::new(opts.sampling.clone())?;
     let b = prompts.len();
     let mut out: Vec<Vec<u32>> = vec![Vec::new(); b];
     if opts.max_new_tokens == 0 {
         return Ok(out);
     }
-    let pads: Vec<usize> = prompts.iter().map(|p| longest - p.len()).collect();
-    let mut cache = model.new_cache(b, longest + opts.max_new_tokens)?;
-    cache.set_pads(pads.clone())?;
-    let padded: Vec<i64> = prompts
-        .iter()
-        .zip(&pads)
-        .flat_map(|(p, &pad)| std::iter::repeat_n(0, pad).chain(p.iter().map(|&t| t as i64)))
-        .collect();
-    crate::cancel::check()?;
-    let hidden =
-        model.hidden_for_head(&Tensor::from_vec(padded, &[b, longest])?, Some(&mut cache))?;
-    let logits = model
-        .project(&hidden.narrow(1, longest - 1, 1)?)?
-        .reshape_to(&[b, model.config.vocab_size])?;
+    let (mut cache, logits) = prefill(model, prompts, opts.max_new_tokens)?;
     let mut picks = pick(&mut sampler, &logits, prompts, &out)?;
     let greedy = sampler.options().is_plain_greedy();
     let mut step = DecodeStep::new(model, b, greedy, opts.cuda_graph)?;
@@ -213,43 +227,8 @@ pub fn log_probabilities(model: &TransformerLm, ids: &[u32]) -> Result<Vec<f64>>
 
 #[cfg(test)]
 mod tests {
-    use super::super::argmax;
+    use super::super::test_support::{greedy, model, no_callback, reference_greedy};
     use super::*;
-    use crate::models::transformer_lm::LmConfig;
-    use crate::Generator;
-
-    fn model(seed: u64) -> TransformerLm {
-        let mut c = LmConfig::new(29, 16, 2, 4);
-        c.n_kv_heads = 2;
-        c.ffn_hidden = 32;
-        c.max_seq_len = 40;
-        c.init_std = 0.3;
-        TransformerLm::new(c, &mut Generator::new(seed)).unwrap()
-    }
-
-    fn greedy(n: usize) -> GenerateOptions {
-        GenerateOptions {
-            max_new_tokens: n,
-            sampling: SamplingOptions::greedy(),
-            ..Default::default()
-        }
-    }
-
-    fn no_callback() -> impl FnMut(usize, u32) -> Result<Flow> {
-        |_, _| Ok(Flow::Continue)
-    }
-
-    /// Greedy decoding without a cache: a full forward per token.
-    fn reference_greedy(m: &TransformerLm, prompt: &[u32], n: usize) -> Vec<u32> {
-        let mut seq: Vec<i64> = prompt.iter().map(|&t| t as i64).collect();
-        for _ in 0..n {
-            let len = seq.len();
-            let logits = no_grad(|| m.forward(&Tensor::from_vec(seq.clone(), &[1, len])?)).unwrap();
-            let last = logits.narrow(1, len - 1, 1).unwrap().to_vec_f32().unwrap();
-            seq.push(argmax(&last) as i64);
-        }
-        seq[prompt.len()..].iter().map(|&t| t as u32).collect()
-    }
 
     #[test]
     fn cached_greedy_decoding_matches_full_forwards() {

@@ -1,9 +1,13 @@
 //! Text generation from a `TransformerLm`: the sampler (greedy, temperature, top-k, top-p,
-//! min-p, penalties) and the cached decode loop for one sequence or a batch.
+//! min-p, penalties), the cached decode loop for one sequence or a batch, and beam search.
 
+mod beam;
 mod decode;
 mod sampler;
 mod step;
+#[cfg(test)]
+mod test_support;
 
+pub use beam::{beam_search, Beam, BeamOptions, EarlyStopping};
 pub use decode::{generate, log_probabilities, Flow, GenerateOptions};
-pub use sampler::{argmax, Sampler, SamplingOptions};
+pub use sampler::{argmax, Candidates, Sampler, SamplingOptions};

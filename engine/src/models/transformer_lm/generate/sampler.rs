@@ -93,6 +93,43 @@ impl SamplingOptions {
     }
 }
 
+/// A distribution over tokens: the ids with their probabilities (summing to 1), most likely
+/// first; the tokens left out have probability 0.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Candidates {
+    pub ids: Vec<u32>,
+    pub probs: Vec<f64>,
+}
+
+impl Candidates {
+    /// The probability of `id`.
+    pub fn prob(&self, id: u32) -> f64 {
+        self.ids
+            .iter()
+            .position(|&i| i == id)
+            .map_or(0.0, |i| self.probs[i])
+    }
+
+    /// max(0, self - other), renormalised: what speculative sampling draws from after it
+    /// rejects a draft token, so that the kept token follows `self` exactly. `None` where
+    /// nothing is left (the two are equal).
+    pub fn residual(&self, other: &Candidates) -> Option<Candidates> {
+        let q: HashMap<u32, f64> = other.ids.iter().copied().zip(other.probs.clone()).collect();
+        let (ids, probs): (Vec<u32>, Vec<f64>) = self
+            .ids
+            .iter()
+            .zip(&self.probs)
+            .map(|(&id, &p)| (id, (p - q.get(&id).unwrap_or(&0.0)).max(0.0)))
+            .filter(|&(_, p)| p > 0.0)
+            .unzip();
+        let total: f64 = probs.iter().sum();
+        (total > 0.0).then(|| Candidates {
+            ids,
+            probs: probs.into_iter().map(|p| p / total).collect(),
+        })
+    }
+}
+
 pub struct Sampler {
     opts: SamplingOptions,
     gen: Generator,
@@ -111,9 +148,19 @@ impl Sampler {
 
     /// The next token for one sequence: `context` is the prompt, `generated` what came after.
     pub fn pick(&mut self, logits: &mut [f32], context: &[u32], generated: &[u32]) -> u32 {
+        let c = self.candidates(logits, context, generated);
+        self.draw(&c)
+    }
+
+    /// What a pick draws from: the penalties, the temperature and the filters applied to one
+    /// row of logits. Greedy leaves the most likely token alone, with probability 1.
+    pub fn candidates(&self, logits: &mut [f32], context: &[u32], generated: &[u32]) -> Candidates {
         self.apply_penalties(logits, context, generated);
         if self.opts.temperature == 0.0 {
-            return argmax(logits);
+            return Candidates {
+                ids: vec![argmax(logits)],
+                probs: vec![1.0],
+            };
         }
         let inv_t = 1.0 / self.opts.temperature;
         // Candidates by descending logit; ties keep the lower id first, so picks are stable.
@@ -154,15 +201,33 @@ impl Sampler {
             let floor = self.opts.min_p * probs[0];
             keep = keep.min(probs.iter().take_while(|&&p| p >= floor).count().max(1));
         }
-        let kept: f64 = probs[..keep].iter().sum();
-        let mut u = self.gen.uniform(1)[0] * kept;
-        for (i, p) in probs[..keep].iter().enumerate() {
+        order.truncate(keep);
+        probs.truncate(keep);
+        let kept: f64 = probs.iter().sum();
+        probs.iter_mut().for_each(|p| *p /= kept);
+        Candidates { ids: order, probs }
+    }
+
+    /// One token drawn from `c` (no draw, so no step of the generator, where one token is
+    /// certain).
+    pub fn draw(&mut self, c: &Candidates) -> u32 {
+        if c.ids.len() == 1 {
+            return c.ids[0];
+        }
+        let mut u = self.gen.uniform(1)[0];
+        for (&id, p) in c.ids.iter().zip(&c.probs) {
             u -= p;
             if u < 0.0 {
-                return order[i];
+                return id;
             }
         }
-        order[keep - 1]
+        c.ids[c.ids.len() - 1]
+    }
+
+    /// A uniform draw in [0, 1) from the sampler's generator (speculative decoding's
+    /// acceptance test).
+    pub fn uniform(&mut self) -> f64 {
+        self.gen.uniform(1)[0]
     }
 
     fn apply_penalties(&self, logits: &mut [f32], context: &[u32], generated: &[u32]) {
