@@ -40,7 +40,7 @@ mod wordpiece;
 mod tests;
 
 pub use added::AddedToken;
-pub use decode::StreamDecoder;
+pub use decode::{StopPiece, StopStrings, StreamDecoder};
 pub use files::{collect, collect_files, looks_like_text, FileFilter};
 pub use pattern::{Pattern, PatternSource};
 pub use pretokenize::{SplitPattern, GPT2_PATTERN, LLAMA3_PATTERN};

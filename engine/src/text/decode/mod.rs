@@ -7,10 +7,13 @@
 //! (`WordPiece`), CLIP-style files end words at "</w>" (`BpeSuffix`), and speech models
 //! collapse CTC repeats (`Ctc`).
 //!
-//! `stream` turns ids into text one at a time for generation.
+//! `stream` turns ids into text one at a time for generation; `stop` cuts that text at stop
+//! strings.
 
+mod stop;
 mod stream;
 
+pub use stop::{StopPiece, StopStrings};
 pub use stream::StreamDecoder;
 
 use super::byte_level;
