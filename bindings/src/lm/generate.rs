@@ -1,12 +1,13 @@
-//! Generation from scripts: options maps to `GenerateOptions`, prompts as token-id arrays
-//! (one, or a batch), and streaming through a Rhai closure called per token.
+//! Generation from scripts: an options map becomes a `Plan` (sampling or greedy, beam search,
+//! or speculative decoding with a draft model or prompt lookup), prompts come as token-id
+//! arrays (one, or a batch), and streaming goes through a Rhai closure called per token.
 
 use super::model::{ids_of, ids_to_array, Lm};
 use crate::error::{guard, runtime_error, RhaiResult};
 use crate::options::Options;
-use rhai::{Array, Dynamic, FnPtr, Map, NativeCallContext};
+use rhai::{Array, Dynamic, FnPtr, Map, NativeCallContext, INT};
 use rusting_brain::models::transformer_lm::generate::{
-    self, Flow, GenerateOptions, SamplingOptions,
+    self, Beam, BeamOptions, Drafter, EarlyStopping, Flow, GenerateOptions, SamplingOptions,
 };
 
 const KEYS: &[&str] = &[
@@ -21,9 +22,63 @@ const KEYS: &[&str] = &[
     "seed",
     "stop",
     "cuda_graph",
+    "num_beams",
+    "length_penalty",
+    "early_stopping",
+    "return_beams",
+    "draft",
+    "draft_tokens",
+    "prompt_lookup",
+    "max_ngram",
 ];
 
-pub fn options(what: &str, opts: Map) -> RhaiResult<GenerateOptions> {
+/// The options that only sampling reads (beam search picks by score).
+const SAMPLING_KEYS: &[&str] = &[
+    "temperature",
+    "top_k",
+    "top_p",
+    "min_p",
+    "repetition_penalty",
+    "presence_penalty",
+    "frequency_penalty",
+    "seed",
+];
+
+/// What one generation call does.
+pub struct Plan {
+    /// Length, sampling, stop ids and the CUDA-graph switch (beam search reads the length, the
+    /// stop ids and the switch).
+    pub opts: GenerateOptions,
+    /// Stop strings (text generation only).
+    pub stop_strings: Vec<String>,
+    pub mode: Mode,
+}
+
+pub enum Mode {
+    /// One token at a time, greedy or sampled.
+    Plain,
+    Beams {
+        num_beams: usize,
+        length_penalty: f64,
+        early_stopping: EarlyStopping,
+        /// Every hypothesis with its score, not only the best text.
+        all: bool,
+    },
+    Speculative(Draft),
+}
+
+pub enum Draft {
+    Model { lm: Lm, tokens: usize },
+    Lookup { tokens: usize, max_ngram: usize },
+}
+
+/// What a run gives back.
+pub enum Outcome {
+    Tokens(Vec<Vec<u32>>),
+    Beams(Vec<Vec<Beam>>),
+}
+
+pub fn plan(what: &str, opts: Map) -> RhaiResult<Plan> {
     let o = Options::new(what, opts, KEYS)?;
     let d = SamplingOptions::default();
     // Without a seed, draw one from the script's generator: runs differ, and `manual_seed`
@@ -45,23 +100,133 @@ pub fn options(what: &str, opts: Map) -> RhaiResult<GenerateOptions> {
         frequency_penalty: o.float("frequency_penalty", d.frequency_penalty)?,
         seed,
     };
-    let stop_tokens = match o.get("stop") {
-        Some(v) => {
-            let arr = v.read_lock::<Array>().ok_or_else(|| {
-                runtime_error(format!(
-                    "{what} option stop: expected an array of token ids"
-                ))
-            })?;
-            ids_of(&arr, &format!("{what} option stop"))?
-        }
-        None => Vec::new(),
-    };
-    Ok(GenerateOptions {
+    let (stop_tokens, stop_strings) = stops(&o, what)?;
+    let opts = GenerateOptions {
         max_new_tokens: o.usize("max_new_tokens", 64)?,
         sampling,
         stop_tokens,
         cuda_graph: o.bool("cuda_graph", true)?,
+    };
+    let num_beams = o.usize("num_beams", 1)?;
+    let speculative = o.get("draft").is_some() || o.get("prompt_lookup").is_some();
+    let mode = if num_beams > 1 {
+        if speculative {
+            return Err(runtime_error(format!(
+                "{what}: num_beams and speculative decoding (draft, prompt_lookup) do not go together; pick one"
+            )));
+        }
+        let given: Vec<&str> = SAMPLING_KEYS
+            .iter()
+            .copied()
+            .filter(|k| o.get(k).is_some())
+            .collect();
+        if !given.is_empty() {
+            return Err(runtime_error(format!(
+                "{what}: beam search keeps the most likely sequences and takes no sampling options; drop {}",
+                given.join(", ")
+            )));
+        }
+        Mode::Beams {
+            num_beams,
+            length_penalty: o.float("length_penalty", 1.0)?,
+            early_stopping: early_stopping(&o, what)?,
+            all: o.bool("return_beams", false)?,
+        }
+    } else if speculative {
+        Mode::Speculative(draft(&o, what)?)
+    } else {
+        Mode::Plain
+    };
+    let beam_only = ["length_penalty", "early_stopping", "return_beams"];
+    if !matches!(mode, Mode::Beams { .. }) {
+        if let Some(k) = beam_only.iter().find(|k| o.get(k).is_some()) {
+            return Err(runtime_error(format!(
+                "{what}: {k} is a beam-search option; set num_beams above 1"
+            )));
+        }
+    }
+    if !matches!(mode, Mode::Speculative(_)) {
+        if let Some(k) = ["draft_tokens", "max_ngram"]
+            .iter()
+            .find(|k| o.get(k).is_some())
+        {
+            return Err(runtime_error(format!(
+                "{what}: {k} is a speculative-decoding option; give a draft model (draft) or prompt_lookup"
+            )));
+        }
+    }
+    Ok(Plan {
+        opts,
+        stop_strings,
+        mode,
     })
+}
+
+/// `stop`: token ids and, for text generation, strings.
+fn stops(o: &Options, what: &str) -> RhaiResult<(Vec<u32>, Vec<String>)> {
+    let Some(v) = o.get("stop") else {
+        return Ok((Vec::new(), Vec::new()));
+    };
+    let items: Array = match v.read_lock::<Array>() {
+        Some(a) => a.clone(),
+        None => vec![v.clone()],
+    };
+    let (mut ids, mut strings) = (Vec::new(), Vec::new());
+    for item in &items {
+        if let Some(s) = item.read_lock::<rhai::ImmutableString>() {
+            strings.push(s.to_string());
+        } else {
+            ids.extend(ids_of(&vec![item.clone()], &format!("{what} option stop"))?);
+        }
+    }
+    Ok((ids, strings))
+}
+
+fn early_stopping(o: &Options, what: &str) -> RhaiResult<EarlyStopping> {
+    let Some(v) = o.get("early_stopping") else {
+        return Ok(EarlyStopping::Heuristic);
+    };
+    if let Ok(b) = v.as_bool() {
+        return Ok(if b {
+            EarlyStopping::WhenFull
+        } else {
+            EarlyStopping::Heuristic
+        });
+    }
+    match v
+        .read_lock::<rhai::ImmutableString>()
+        .as_deref()
+        .map(|s| s.as_str())
+    {
+        Some("never") => Ok(EarlyStopping::Never),
+        _ => Err(runtime_error(format!(
+            "{what} option early_stopping: expected true, false or \"never\", got {v}"
+        ))),
+    }
+}
+
+fn draft(o: &Options, what: &str) -> RhaiResult<Draft> {
+    match (o.get("draft"), o.get("prompt_lookup")) {
+        (Some(_), Some(_)) => Err(runtime_error(format!(
+            "{what}: draft and prompt_lookup are two ways to draft; pick one"
+        ))),
+        (Some(d), None) => {
+            let lm = d.clone().try_cast::<Lm>().ok_or_else(|| {
+                runtime_error(format!(
+                    "{what} option draft: expected a LanguageModel (a smaller model with the same vocabulary), got {}",
+                    d.type_name()
+                ))
+            })?;
+            Ok(Draft::Model {
+                lm,
+                tokens: o.usize("draft_tokens", 4)?,
+            })
+        }
+        _ => Ok(Draft::Lookup {
+            tokens: o.usize("prompt_lookup", 10)?,
+            max_ngram: o.usize("max_ngram", 2)?,
+        }),
+    }
 }
 
 /// One prompt (an array of ids) or a batch (an array of arrays).
@@ -83,50 +248,152 @@ pub fn prompts_of(v: &Array, what: &str) -> RhaiResult<(Vec<Vec<u32>>, bool)> {
     }
 }
 
-/// `model.generate(ids, opts)`: new ids for one prompt, or an array of them for a batch.
-pub fn generate_ids(m: &mut Lm, prompt: Array, opts: Map) -> RhaiResult<Array> {
-    let opts = options("generate", opts)?;
-    let (prompts, batched) = prompts_of(&prompt, "generate")?;
-    let model = m.lock();
-    let out =
-        guard(|| generate::generate(&model, &prompts, &opts, &mut |_, _| Ok(Flow::Continue)))?;
-    Ok(if batched {
-        out.iter()
-            .map(|o| Dynamic::from_array(ids_to_array(o)))
-            .collect()
-    } else {
-        ids_to_array(&out[0])
-    })
-}
-
-/// Runs generation, calling `on_token(row, id)` per token; the closure's `false` ends that
-/// row. Rhai errors from the closure stop everything and come back as they were.
-pub fn stream_with(
+/// Runs `plan` after `prompts`, calling `on_token(row, id)` per token where the tokens come
+/// one at a time (not in beam search); the closure's `false` ends that row. Rhai errors from
+/// the closure stop everything and come back as they were.
+pub fn run(
     m: &Lm,
     prompts: &[Vec<u32>],
-    opts: &GenerateOptions,
+    plan: &Plan,
     mut on_token: impl FnMut(usize, u32) -> RhaiResult<bool>,
-) -> RhaiResult<Vec<Vec<u32>>> {
+) -> RhaiResult<Outcome> {
     let model = m.lock();
     let mut script_error = None;
-    let result = guard(|| {
-        generate::generate(
-            &model,
-            prompts,
-            opts,
-            &mut |row, tok| match on_token(row, tok) {
-                Ok(true) => Ok(Flow::Continue),
-                Ok(false) => Ok(Flow::Stop),
-                Err(e) => {
-                    script_error = Some(e);
-                    Err(rusting_brain::Error::Cancelled)
-                }
-            },
-        )
-    });
+    let mut flow = |row: usize, tok: u32| match on_token(row, tok) {
+        Ok(true) => Ok(Flow::Continue),
+        Ok(false) => Ok(Flow::Stop),
+        Err(e) => {
+            script_error = Some(e);
+            Err(rusting_brain::Error::Cancelled)
+        }
+    };
+    let result = match &plan.mode {
+        Mode::Plain => guard(|| generate::generate(&model, prompts, &plan.opts, &mut flow))
+            .map(Outcome::Tokens),
+        Mode::Beams {
+            num_beams,
+            length_penalty,
+            early_stopping,
+            ..
+        } => {
+            let opts = BeamOptions {
+                num_beams: *num_beams,
+                max_new_tokens: plan.opts.max_new_tokens,
+                length_penalty: *length_penalty,
+                early_stopping: *early_stopping,
+                stop_tokens: plan.opts.stop_tokens.clone(),
+                cuda_graph: plan.opts.cuda_graph,
+            };
+            guard(|| generate::beam_search(&model, prompts, &opts)).map(Outcome::Beams)
+        }
+        Mode::Speculative(draft) => {
+            if prompts.len() != 1 {
+                return Err(runtime_error(format!(
+                    "speculative decoding takes one prompt, got {}; run the prompts one by one",
+                    prompts.len()
+                )));
+            }
+            // The draft may be the target itself (a test of the machinery): one lock.
+            let other;
+            let drafter = match draft {
+                Draft::Model { lm, tokens } => Drafter::Model {
+                    model: if lm.same(m) {
+                        &*model
+                    } else {
+                        other = lm.lock();
+                        &*other
+                    },
+                    tokens: *tokens,
+                },
+                Draft::Lookup { tokens, max_ngram } => Drafter::PromptLookup {
+                    tokens: *tokens,
+                    max_ngram: *max_ngram,
+                },
+            };
+            guard(|| {
+                generate::generate_speculative(&model, drafter, &prompts[0], &plan.opts, &mut |t| {
+                    flow(0, t)
+                })
+            })
+            .map(|(tokens, _)| Outcome::Tokens(vec![tokens]))
+        }
+    };
     match script_error {
         Some(e) => Err(e),
         None => result,
+    }
+}
+
+/// Refuses stop strings where no tokenizer turns tokens into text.
+fn ids_only(plan: &Plan, what: &str) -> RhaiResult<()> {
+    if plan.stop_strings.is_empty() {
+        return Ok(());
+    }
+    Err(runtime_error(format!(
+        "{what}: stop strings ({:?}) need text: call model.{what}(tok, text, opts), or give stop ids",
+        plan.stop_strings
+    )))
+}
+
+/// `model.generate(ids, opts)`: new ids for one prompt, or an array of them for a batch.
+pub fn generate_ids(m: &mut Lm, prompt: Array, opts: Map) -> RhaiResult<Dynamic> {
+    let plan = plan("generate", opts)?;
+    ids_only(&plan, "generate")?;
+    let (prompts, batched) = prompts_of(&prompt, "generate")?;
+    let rows: Vec<Dynamic> = match run(m, &prompts, &plan, |_, _| Ok(true))? {
+        Outcome::Tokens(out) => out
+            .iter()
+            .map(|o| Dynamic::from_array(ids_to_array(o)))
+            .collect(),
+        Outcome::Beams(beams) => beams
+            .iter()
+            .map(|b| {
+                beams_value(
+                    &plan,
+                    b,
+                    |beam| Ok(Dynamic::from_array(ids_to_array(&beam.tokens))),
+                    "ids",
+                )
+            })
+            .collect::<RhaiResult<_>>()?,
+    };
+    Ok(one_or_batch(rows, batched))
+}
+
+/// One row's beams as the script sees them: the best one's `value`, or under return_beams
+/// every hypothesis as `#{ <key>: value, ids, score }`.
+pub fn beams_value(
+    plan: &Plan,
+    beams: &[Beam],
+    value: impl Fn(&Beam) -> RhaiResult<Dynamic>,
+    key: &str,
+) -> RhaiResult<Dynamic> {
+    let all = matches!(plan.mode, Mode::Beams { all: true, .. });
+    if !all {
+        return match beams.first() {
+            Some(b) => value(b),
+            None => Ok(Dynamic::UNIT),
+        };
+    }
+    let list = beams
+        .iter()
+        .map(|b| {
+            let mut map = Map::new();
+            map.insert(key.into(), value(b)?);
+            map.insert("ids".into(), Dynamic::from_array(ids_to_array(&b.tokens)));
+            map.insert("score".into(), Dynamic::from_float(b.score));
+            Ok(Dynamic::from_map(map))
+        })
+        .collect::<RhaiResult<Array>>()?;
+    Ok(Dynamic::from_array(list))
+}
+
+/// The first row alone for one prompt, an array of rows for a batch.
+pub fn one_or_batch(mut rows: Vec<Dynamic>, batched: bool) -> Dynamic {
+    if batched {
+        Dynamic::from_array(rows)
+    } else {
+        rows.swap_remove(0)
     }
 }
 
@@ -138,13 +405,29 @@ pub fn stream_ids(
     opts: Map,
     f: FnPtr,
 ) -> RhaiResult<Array> {
-    let opts = options("stream", opts)?;
+    let plan = plan("stream", opts)?;
+    ids_only(&plan, "stream")?;
+    refuse_beams(&plan, "stream")?;
     let prompts = vec![ids_of(&prompt, "stream")?];
-    let out = stream_with(m, &prompts, &opts, |_, tok| {
-        let r: Dynamic = f.call_within_context(&ctx, (Dynamic::from_int(tok as i64),))?;
+    let out = run(m, &prompts, &plan, |_, tok| {
+        let r: Dynamic = f.call_within_context(&ctx, (Dynamic::from_int(tok as INT),))?;
         Ok(r.as_bool().unwrap_or(true))
     })?;
-    Ok(ids_to_array(&out[0]))
+    match out {
+        Outcome::Tokens(t) => Ok(ids_to_array(&t[0])),
+        Outcome::Beams(_) => unreachable!("refused above"),
+    }
+}
+
+/// Streaming hands out tokens as they come; a beam search knows its best text only at the
+/// end.
+pub fn refuse_beams(plan: &Plan, what: &str) -> RhaiResult<()> {
+    match plan.mode {
+        Mode::Beams { .. } => Err(runtime_error(format!(
+            "{what}: beam search cannot stream (its best sequence is known only at the end); use generate with num_beams"
+        ))),
+        _ => Ok(()),
+    }
 }
 
 /// `model.log_probabilities(ids)`: log p(id_i | ids before it) for i >= 1.

@@ -20,6 +20,11 @@ impl Lm {
     pub fn lock(&self) -> MutexGuard<'_, TransformerLm> {
         self.0.lock().unwrap_or_else(|e| e.into_inner())
     }
+
+    /// Whether both handles hold one model (locking it twice would wait forever).
+    pub fn same(&self, other: &Lm) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
+    }
 }
 
 const CONFIG_KEYS: &[&str] = &[

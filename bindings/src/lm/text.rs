@@ -2,18 +2,32 @@
 //! as the default stop, and streaming of complete UTF-8 pieces (a character split across tokens
 //! is printed once its last byte arrives).
 
-use super::generate::{options, stream_with};
+use super::generate::{beams_value, one_or_batch, plan, refuse_beams, run, Mode, Outcome, Plan};
 use super::model::Lm;
 use crate::error::{guard, runtime_error, RhaiResult};
 use rhai::{Array, Dynamic, FnPtr, Map, NativeCallContext};
-use rusting_brain::models::transformer_lm::generate::GenerateOptions;
-use rusting_brain::text::{StreamDecoder, Tokenizer};
+use rusting_brain::text::{StopStrings, Tokenizer};
 
-fn with_default_stop(mut opts: GenerateOptions, tok: &Tokenizer) -> GenerateOptions {
-    if opts.stop_tokens.is_empty() {
-        opts.stop_tokens.extend(tok.eos_id());
+/// The plan of a text call: the tokenizer's end-of-text token stops unless stop ids are given.
+fn text_plan(what: &str, opts: Map, tok: &Tokenizer) -> RhaiResult<Plan> {
+    let mut plan = plan(what, opts)?;
+    if plan.opts.stop_tokens.is_empty() {
+        plan.opts.stop_tokens.extend(tok.eos_id());
     }
-    opts
+    if matches!(plan.mode, Mode::Beams { .. }) && !plan.stop_strings.is_empty() {
+        return Err(runtime_error(format!(
+            "{what}: beam search ends hypotheses at stop ids only, not at stop strings ({:?})",
+            plan.stop_strings
+        )));
+    }
+    Ok(plan)
+}
+
+/// One text cutter per row, each streaming the row's text and cutting it at a stop string.
+fn cutters(tok: &Tokenizer, plan: &Plan, rows: usize) -> RhaiResult<Vec<StopStrings>> {
+    (0..rows)
+        .map(|_| guard(|| StopStrings::new(tok.clone(), true, plan.stop_strings.clone())))
+        .collect()
 }
 
 fn prompts(tok: &Tokenizer, prompt: &Dynamic) -> RhaiResult<(Vec<Vec<u32>>, bool)> {
@@ -42,29 +56,51 @@ fn prompts(tok: &Tokenizer, prompt: &Dynamic) -> RhaiResult<(Vec<Vec<u32>>, bool
     Ok((rows, true))
 }
 
-/// `model.generate(tok, "prompt" | ["a", "b"], opts)`: the generated text (prompt excluded).
+/// `model.generate(tok, "prompt" | ["a", "b"], opts)`: the generated text (prompt excluded),
+/// cut before the first stop string.
 pub fn generate_text(
     m: &mut Lm,
     tok: Tokenizer,
     prompt: Dynamic,
     opts: Map,
 ) -> RhaiResult<Dynamic> {
-    let opts = with_default_stop(options("generate", opts)?, &tok);
+    let plan = text_plan("generate", opts, &tok)?;
     let (rows, batched) = prompts(&tok, &prompt)?;
-    let out = stream_with(m, &rows, &opts, |_, _| Ok(true))?;
-    let texts = out
-        .iter()
-        .map(|ids| guard(|| tok.decode(ids, true)))
-        .collect::<RhaiResult<Vec<_>>>()?;
-    Ok(if batched {
-        Dynamic::from_array(texts.into_iter().map(Dynamic::from).collect())
-    } else {
-        Dynamic::from(texts.into_iter().next().unwrap_or_default())
-    })
+    let mut cut = cutters(&tok, &plan, rows.len())?;
+    let watch = !plan.stop_strings.is_empty();
+    let out = run(m, &rows, &plan, |row, id| {
+        Ok(!watch || !guard(|| cut[row].push(id))?.stop)
+    })?;
+    let texts: Vec<Dynamic> = match out {
+        Outcome::Tokens(_) if watch => cut
+            .iter_mut()
+            .map(|c| {
+                c.finish();
+                Dynamic::from(c.text().to_string())
+            })
+            .collect(),
+        Outcome::Tokens(out) => out
+            .iter()
+            .map(|ids| guard(|| tok.decode(ids, true)).map(Dynamic::from))
+            .collect::<RhaiResult<_>>()?,
+        Outcome::Beams(beams) => beams
+            .iter()
+            .map(|b| {
+                beams_value(
+                    &plan,
+                    b,
+                    |beam| guard(|| tok.decode(&beam.tokens, true)).map(Dynamic::from),
+                    "text",
+                )
+            })
+            .collect::<RhaiResult<_>>()?,
+    };
+    Ok(one_or_batch(texts, batched))
 }
 
 /// `model.stream(tok, "prompt", opts, |piece| ...)`: calls the closure with each new piece of
-/// text; returns the whole generated text. The closure's `false` stops.
+/// text; returns the whole generated text. The closure's `false` stops; so does a stop string,
+/// of which no part is ever handed to the closure.
 pub fn stream_text(
     ctx: NativeCallContext,
     m: &mut Lm,
@@ -73,23 +109,22 @@ pub fn stream_text(
     opts: Map,
     f: FnPtr,
 ) -> RhaiResult<String> {
-    let opts = with_default_stop(options("stream", opts)?, &tok);
+    let plan = text_plan("stream", opts, &tok)?;
+    refuse_beams(&plan, "stream")?;
     let rows = vec![guard(|| tok.encode(prompt))?];
-    let mut decoder = StreamDecoder::new(tok.clone(), true);
-    let mut text = String::new();
-    stream_with(m, &rows, &opts, |_, id| {
-        let piece = guard(|| decoder.push(id))?;
+    let mut cut = cutters(&tok, &plan, 1)?.remove(0);
+    let show = |piece: String| -> RhaiResult<bool> {
         if piece.is_empty() {
             return Ok(true);
         }
-        text.push_str(&piece);
         let r: Dynamic = f.call_within_context(&ctx, (Dynamic::from(piece),))?;
         Ok(r.as_bool().unwrap_or(true))
+    };
+    run(m, &rows, &plan, |_, id| {
+        let piece = guard(|| cut.push(id))?;
+        let go_on = show(piece.text)?;
+        Ok(go_on && !piece.stop)
     })?;
-    let rest = decoder.finish();
-    if !rest.is_empty() {
-        text.push_str(&rest);
-        let _ = f.call_within_context::<Dynamic>(&ctx, (Dynamic::from(rest),))?;
-    }
-    Ok(text)
+    show(cut.finish())?;
+    Ok(cut.text().to_string())
 }
