@@ -2,7 +2,7 @@
 //! (safetensors), and writers for the formats that
 //! `data::` and `text::` read (text, NPY, IDX), so a script can make its own small inputs.
 
-use crate::error::guard;
+use crate::error::{guard, runtime_error, RhaiResult};
 use crate::help::Api;
 use crate::nn::map_to_tensors;
 use rhai::{Dynamic, Engine, Map, Module};
@@ -66,7 +66,50 @@ pub fn register(engine: &mut Engine) {
     engine.register_static_module("io", module.into());
 }
 
+thread_local! {
+    /// Off while help examples run: a check must never wait on the terminal.
+    static STDIN_OPEN: std::cell::Cell<bool> = const { std::cell::Cell::new(true) };
+}
+
+/// Runs `f` with `io::read_line` at the end of its input at once.
+pub fn without_stdin<R>(f: impl FnOnce() -> R) -> R {
+    let before = STDIN_OPEN.with(|s| s.replace(false));
+    let out = f();
+    STDIN_OPEN.with(|s| s.set(before));
+    out
+}
+
+/// `io::read_line(prompt)`: one line of standard input without its line end; () at the end
+/// of the input.
+fn read_line(prompt: &str) -> RhaiResult<Dynamic> {
+    use std::io::{BufRead, Write};
+    if !STDIN_OPEN.with(|s| s.get()) {
+        return Ok(Dynamic::UNIT);
+    }
+    print!("{prompt}");
+    std::io::stdout()
+        .flush()
+        .map_err(|e| runtime_error(format!("io::read_line: stdout: {e}")))?;
+    let mut line = String::new();
+    let n = std::io::stdin()
+        .lock()
+        .read_line(&mut line)
+        .map_err(|e| runtime_error(format!("io::read_line: stdin: {e}")))?;
+    if n == 0 {
+        return Ok(Dynamic::UNIT);
+    }
+    let trimmed = line.trim_end_matches(['\n', '\r']);
+    Ok(Dynamic::from(trimmed.to_string()))
+}
+
 fn register_writers(api: &mut Api) {
+    api.func(
+        "read_line",
+        "io::read_line(prompt) -> string | ()",
+        "Prints the prompt and reads one line of standard input (without its line end); () at the end of the input (Ctrl-D, or a closed pipe). For scripts run with `brain run` that talk with their user, as scripts/chat.rhai does.",
+        "let line = io::read_line(\"you> \"); if line == () { print(\"(no more input)\"); } else { print(`you said ${line}`); }",
+        read_line,
+    );
     api.func(
         "write_text",
         "io::write_text(path, text)",

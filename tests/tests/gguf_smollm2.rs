@@ -183,3 +183,76 @@ fn smollm2_greedy_32_tokens_equal_both_references() {
         assert_eq!(out[0], ids(&reference(name)["greedy_ids"]), "{name}");
     }
 }
+
+/// The file's own chat template, rendered for one question, answered greedily: the reply
+/// stops at `<|im_end|>` (the template's end of turn, found by `ChatTemplate::stop_ids`)
+/// well before the limit, and it answers.
+#[test]
+fn smollm2_chat_reply_stops_at_the_templates_end_of_turn() {
+    use rusting_brain::text::chat_template::{ChatMessage, ChatTemplate};
+    let Some(m) = model("smollm2_chat_reply_stops_at_the_templates_end_of_turn") else {
+        return;
+    };
+    let gguf_tok = m.tokenizer.as_ref().unwrap();
+    let tok = &gguf_tok.tokenizer;
+    let template = ChatTemplate::new(gguf_tok.chat_template.clone().unwrap()).unwrap();
+    let stops = template.stop_ids(tok);
+    assert!(
+        stops.contains(&tok.token_to_id("<|im_end|>").unwrap()),
+        "{stops:?}"
+    );
+    let messages = [ChatMessage::new("user", "What is the capital of France?")];
+    let prompt = tok
+        .encode(&template.render(&messages, true).unwrap())
+        .unwrap();
+    let opts = GenerateOptions {
+        max_new_tokens: 48,
+        sampling: SamplingOptions::greedy(),
+        stop_tokens: stops,
+        ..Default::default()
+    };
+    let out = generate(&m.model, &[prompt], &opts, &mut |_, _| Ok(Flow::Continue)).unwrap();
+    let reply = tok.decode(&out[0], false).unwrap();
+    println!("{reply:?}");
+    assert!(out[0].len() < 48, "the reply ran to the limit: {reply:?}");
+    assert!(reply.contains("Paris"), "{reply:?}");
+}
+
+/// Prompt lookup on a prompt that repeats itself: the plain greedy tokens, with drafts kept.
+#[test]
+fn smollm2_prompt_lookup_gives_the_plain_greedy_tokens() {
+    use rusting_brain::models::transformer_lm::generate::{generate_speculative, Drafter};
+    let Some(m) = model("smollm2_prompt_lookup_gives_the_plain_greedy_tokens") else {
+        return;
+    };
+    let tok = &m.tokenizer.as_ref().unwrap().tokenizer;
+    let text = "Rename total to sum in this code:\nfn add(a: i32, b: i32) -> i32 {\n    let total = a + b;\n    total\n}\nThe code with sum:\nfn add(a: i32, b: i32) -> i32 {\n";
+    let prompt = tok.encode(text).unwrap();
+    let opts = GenerateOptions {
+        max_new_tokens: 24,
+        sampling: SamplingOptions::greedy(),
+        ..Default::default()
+    };
+    let started = Instant::now();
+    let plain = generate(&m.model, &[prompt.clone()], &opts, &mut |_, _| {
+        Ok(Flow::Continue)
+    })
+    .unwrap();
+    let plain_s = started.elapsed().as_secs_f64();
+    let started = Instant::now();
+    let lookup = Drafter::PromptLookup {
+        tokens: 8,
+        max_ngram: 3,
+    };
+    let (got, stats) = generate_speculative(&m.model, lookup, &prompt, &opts, &mut |_| {
+        Ok(Flow::Continue)
+    })
+    .unwrap();
+    println!(
+        "plain {plain_s:.2} s, prompt lookup {:.2} s, {stats:?}: {:?}",
+        started.elapsed().as_secs_f64(),
+        tok.decode(&got, false).unwrap()
+    );
+    assert_eq!(got, plain[0]);
+    assert!(stats.accepted > 0, "{stats:?}");
+}

@@ -13,8 +13,7 @@ pub fn run_examples(entries: &[HelpEntry], make_engine: impl Fn() -> Engine) -> 
     entries
         .iter()
         .filter_map(|e| {
-            make_engine()
-                .run(&e.example)
+            crate::io::without_stdin(|| make_engine().run(&e.example))
                 .err()
                 .map(|err| format!("{}: example `{}` fails: {err}", e.name, e.example))
         })

@@ -6,6 +6,7 @@ use super::generate::{beams_value, one_or_batch, plan, refuse_beams, run, Mode, 
 use super::model::Lm;
 use crate::error::{guard, runtime_error, RhaiResult};
 use rhai::{Array, Dynamic, FnPtr, Map, NativeCallContext};
+use rusting_brain::text::chat_template::ChatTemplate;
 use rusting_brain::text::{StopStrings, Tokenizer};
 
 /// The plan of a text call: the tokenizer's end-of-text token stops unless stop ids are given.
@@ -111,20 +112,88 @@ pub fn stream_text(
 ) -> RhaiResult<String> {
     let plan = text_plan("stream", opts, &tok)?;
     refuse_beams(&plan, "stream")?;
-    let rows = vec![guard(|| tok.encode(prompt))?];
-    let mut cut = cutters(&tok, &plan, 1)?.remove(0);
-    let show = |piece: String| -> RhaiResult<bool> {
-        if piece.is_empty() {
-            return Ok(true);
-        }
-        let r: Dynamic = f.call_within_context(&ctx, (Dynamic::from(piece),))?;
+    let ids = guard(|| tok.encode(prompt))?;
+    stream_pieces(m, &tok, ids, &plan, closure(&ctx, &f))
+}
+
+/// Calls a script's closure with a piece of text; its `false` stops.
+fn closure<'a>(
+    ctx: &'a NativeCallContext,
+    f: &'a FnPtr,
+) -> impl FnMut(String) -> RhaiResult<bool> + 'a {
+    move |piece| {
+        let r: Dynamic = f.call_within_context(ctx, (Dynamic::from(piece),))?;
         Ok(r.as_bool().unwrap_or(true))
+    }
+}
+
+/// Generates after `ids`, handing each new piece of text (never empty, never part of a stop
+/// string) to `show`; returns the text.
+fn stream_pieces(
+    m: &Lm,
+    tok: &Tokenizer,
+    ids: Vec<u32>,
+    plan: &Plan,
+    mut show: impl FnMut(String) -> RhaiResult<bool>,
+) -> RhaiResult<String> {
+    let mut cut = cutters(tok, plan, 1)?.remove(0);
+    let mut hand = |piece: String| match piece.is_empty() {
+        true => Ok(true),
+        false => show(piece),
     };
-    run(m, &rows, &plan, |_, id| {
+    if let Outcome::Beams(beams) = run(m, &[ids], plan, |_, id| {
         let piece = guard(|| cut.push(id))?;
-        let go_on = show(piece.text)?;
+        let go_on = hand(piece.text)?;
         Ok(go_on && !piece.stop)
-    })?;
-    show(cut.finish())?;
+    })? {
+        let best = beams[0].first().map_or(&[][..], |b| &b.tokens[..]);
+        return guard(|| tok.decode(best, true));
+    }
+    hand(cut.finish())?;
     Ok(cut.text().to_string())
+}
+
+/// The conversation rendered with its generation prompt, as ids (the template writes any BOS
+/// itself), and the plan, stopping where the template ends a turn unless stop ids are given.
+fn chat_prompt(
+    tok: &Tokenizer,
+    template: &ChatTemplate,
+    messages: &Array,
+    opts: Map,
+    what: &str,
+) -> RhaiResult<(Vec<u32>, Plan)> {
+    let mut plan = plan(what, opts)?;
+    if plan.opts.stop_tokens.is_empty() {
+        plan.opts.stop_tokens = template.stop_ids(tok);
+    }
+    let list = crate::text::chat::messages(messages)?;
+    let prompt = guard(|| template.render(&list, true))?;
+    Ok((guard(|| tok.encode(&prompt))?, plan))
+}
+
+/// `model.chat(tok, template, messages, opts)`: the assistant's reply to the conversation.
+pub fn chat(
+    m: &mut Lm,
+    tok: Tokenizer,
+    template: ChatTemplate,
+    messages: Array,
+    opts: Map,
+) -> RhaiResult<String> {
+    let (ids, plan) = chat_prompt(&tok, &template, &messages, opts, "chat")?;
+    stream_pieces(m, &tok, ids, &plan, |_| Ok(true))
+}
+
+/// `model.chat(tok, template, messages, opts, |piece| ...)`: the reply, streamed.
+pub fn chat_stream(
+    ctx: NativeCallContext,
+    m: &mut Lm,
+    tok: Tokenizer,
+    template: ChatTemplate,
+    messages: Array,
+    opts: Map,
+    f: FnPtr,
+) -> RhaiResult<String> {
+    let (ids, plan) = chat_prompt(&tok, &template, &messages, opts, "chat")?;
+    refuse_beams(&plan, "chat")?;
+    stream_pieces(m, &tok, ids, &plan, closure(&ctx, &f))
 }

@@ -8,7 +8,7 @@ use rusting_brain::text::chat_template::{ChatMessage, ChatTemplate};
 use std::path::Path;
 
 /// `[#{ role, content }, ...]` as messages; a bad entry is named by its index.
-fn messages(list: &Array) -> RhaiResult<Vec<ChatMessage>> {
+pub(crate) fn messages(list: &Array) -> RhaiResult<Vec<ChatMessage>> {
     list.iter()
         .enumerate()
         .map(|(i, m)| {

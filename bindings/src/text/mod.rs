@@ -1,7 +1,7 @@
 //! The `text::` namespace: tokenizers (train, load, save, encode, decode) and finding text
 //! files. Tokenizers are shared handles, cheap to copy.
 
-mod chat;
+pub(crate) mod chat;
 mod files;
 pub(crate) mod gguf;
 

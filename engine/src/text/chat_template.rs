@@ -9,6 +9,7 @@
 //! A template that does not parse, or fails while rendering (its own `raise_exception`
 //! included), is an error that names the template's line.
 
+use super::Tokenizer;
 use crate::io::clock::{civil, now_unix};
 use crate::{Error, Result};
 use minijinja::value::{Kwargs, Value};
@@ -38,13 +39,30 @@ impl ChatMessage {
 pub struct ChatTemplate {
     env: Environment<'static>,
     tokens: BTreeMap<String, String>,
+    /// The template's text, where its end-of-turn markers are read (`stop_ids`).
+    source: String,
 }
+
+/// Markers that end a turn in the chat formats in use (ChatML, Llama 3, Gemma, Phi-3, Mistral,
+/// ...), checked against what a template writes.
+const END_OF_TURN: &[&str] = &[
+    "<|im_end|>",
+    "<|eot_id|>",
+    "<|eom_id|>",
+    "<end_of_turn>",
+    "<|end|>",
+    "<|endoftext|>",
+    "<|end_of_text|>",
+    "</s>",
+    "<|return|>",
+];
 
 const NAME: &str = "chat_template";
 
 impl ChatTemplate {
     /// Compiles `source`; a syntax error names its line.
     pub fn new(source: impl Into<String>) -> Result<Self> {
+        let source = source.into();
         let mut env = Environment::new();
         env.set_trim_blocks(true);
         env.set_lstrip_blocks(true);
@@ -59,11 +77,12 @@ impl ChatTemplate {
             strftime(&format, now_unix())
         });
         env.add_filter("tojson", to_json);
-        env.add_template_owned(NAME, source.into())
+        env.add_template_owned(NAME, source.clone())
             .map_err(|e| template_error(&e))?;
         Ok(ChatTemplate {
             env,
             tokens: BTreeMap::new(),
+            source,
         })
     }
 
@@ -114,6 +133,27 @@ impl ChatTemplate {
             }
         }
         Ok(Some(template))
+    }
+
+    /// The ids where a reply ends: the tokenizer's end of text, the template's `eos_token`,
+    /// and every end-of-turn marker the template writes that the tokenizer has as one token
+    /// (ChatML's `<|im_end|>` for Qwen, `<|eot_id|>` for Llama 3, `<end_of_turn>` for Gemma,
+    /// `<|end|>` for Phi-3).
+    pub fn stop_ids(&self, tokenizer: &Tokenizer) -> Vec<u32> {
+        let mut ids: Vec<u32> = tokenizer.eos_id().into_iter().collect();
+        let named = self.tokens.get("eos_token").map(String::as_str);
+        let written = END_OF_TURN
+            .iter()
+            .copied()
+            .filter(|m| self.source.contains(m));
+        for marker in named.into_iter().chain(written) {
+            if let Some(id) = tokenizer.token_to_id(marker) {
+                if !ids.contains(&id) {
+                    ids.push(id);
+                }
+            }
+        }
+        ids
     }
 
     /// Sets a special token the template may name (`bos_token`, `eos_token`, `pad_token`, ...).
@@ -285,6 +325,30 @@ mod tests {
 
     /// ChatML as Qwen's and SmolLM's templates write it.
     const CHATML: &str = "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}";
+
+    #[test]
+    fn a_reply_stops_at_the_end_of_turn_marker_the_template_writes() {
+        let opts = crate::text::TrainOptions {
+            vocab_size: 270,
+            special_tokens: vec![
+                "<|endoftext|>".into(),
+                "<|im_start|>".into(),
+                "<|im_end|>".into(),
+            ],
+            ..Default::default()
+        };
+        let tok = crate::text::train_bpe(["a small corpus of text".to_string()], &opts).unwrap();
+        let id = |t: &str| tok.token_to_id(t).unwrap();
+        let chatml = ChatTemplate::new(CHATML).unwrap();
+        assert_eq!(
+            chatml.stop_ids(&tok),
+            [id("<|endoftext|>"), id("<|im_end|>")]
+        );
+        // A template that never writes the marker does not stop at it.
+        let plain =
+            ChatTemplate::new("{% for m in messages %}{{ m.content }}{% endfor %}").unwrap();
+        assert_eq!(plain.stop_ids(&tok), [id("<|endoftext|>")]);
+    }
 
     fn chat() -> Vec<ChatMessage> {
         vec![
