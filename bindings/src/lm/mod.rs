@@ -62,7 +62,7 @@ pub fn register(engine: &mut Engine) {
         api.func(
             "load_gguf",
             "lm::load_gguf(path) -> #{ model, tokenizer, eos_id, bos_id, add_bos, chat_template, name, tensor_types }",
-            "Loads a llama.cpp GGUF file of the llama architecture (quantized weights are dequantized to F32) with the tokenizer it carries (llama.cpp's byte-level BPE \"gpt2\" or SentencePiece \"llama\"); eos_id is the token to stop at, add_bos whether llama.cpp puts bos_id before a prompt.",
+            "Loads a llama.cpp GGUF file of the llama (also Mistral, and Mixtral with experts), qwen2, qwen3, gemma, gemma2, phi3, qwen2moe, qwen3moe or olmoe architecture (quantized weights are dequantized to F32; on a GPU, projections in Q8_0, Q4_1 or Q4_K stay in their blocks) with the tokenizer it carries (llama.cpp's byte-level BPE \"gpt2\" or SentencePiece \"llama\"); eos_id is the token to stop at, add_bos whether llama.cpp puts bos_id before a prompt.",
             "try { let g = lm::load_gguf(\"SmolLM2-135M-Instruct.Q4_1.gguf\"); let chat = \"<|im_start|>user\\nHi!<|im_end|>\\n<|im_start|>assistant\\n\"; print(g.model.generate(g.tokenizer, chat, #{ max_new_tokens: 20, stop: [g.eos_id] })); } catch (err) { print(`no GGUF file here: ${err}`); }",
             |p: &str| gguf::load_gguf(p),
         );

@@ -1,11 +1,19 @@
-//! The `llama`, `qwen2` and `qwen3` architectures of a GGUF file in Hugging Face's terms: the
+//! The llama-shaped decoder architectures of a GGUF file in Hugging Face's terms: the
 //! hyperparameters as the family's `config.json` object and the tensors under its causal LM's
-//! names, so any loader of Hugging Face weights of those families can take them.
+//! names, so any loader of Hugging Face weights of those families can take them. The names
+//! and conventions are those of llama.cpp's converter (`convert_hf_to_gguf.py`):
 //!
-//! For `llama`, llama.cpp's converter permutes the rows of the query and key projections (its
-//! rotary embedding there rotates adjacent pairs, Hugging Face's rotates the two halves of each
-//! head); the permutation is undone here, so the weights equal the original model's. Qwen's
-//! files keep Hugging Face's rows (llama.cpp runs them with the half-split "NEOX" rotation).
+//! - `llama` (also Mistral, and Mixtral with `expert_count`): the converter permutes the rows
+//!   of the query and key projections (its rotary embedding there rotates adjacent pairs,
+//!   Hugging Face's the two halves of each head); the permutation is undone here. The other
+//!   architectures keep Hugging Face's rows (llama.cpp runs them with the half-split "NEOX"
+//!   rotation).
+//! - `gemma`, `gemma2`: the converter stores each norm weight plus one (llama.cpp scales by
+//!   the weight, Gemma by 1 + weight); one is taken off again.
+//! - `phi3`: the fused `attn_qkv` and `ffn_up` (gate, then up) are Hugging Face's fused
+//!   `qkv_proj` and `gate_up_proj`.
+//! - experts (`mixtral`, `qwen2moe`, `qwen3moe`, `olmoe`): `ffn_{gate,up,down}_exps` are
+//!   stacked [experts, rows, cols]; gate and up are joined into the model's `gate_up_proj`.
 
 use super::format_error;
 use super::ggml_type::GgmlType;
@@ -15,22 +23,116 @@ use serde_json::{json, Value};
 use std::collections::BTreeMap;
 use std::io::{Read, Seek};
 
-/// The GGUF architectures read: the name (also transformers' `model_type`), transformers'
-/// causal-LM class, and whether llama.cpp's converter permuted the query and key rows.
-const ARCHES: [(&str, &str, bool); 3] = [
-    ("llama", "LlamaForCausalLM", true),
-    ("qwen2", "Qwen2ForCausalLM", false),
-    ("qwen3", "Qwen3ForCausalLM", false),
+/// A GGUF architecture as a transformers family.
+struct Arch {
+    /// `general.architecture`.
+    gguf: &'static str,
+    /// transformers' `model_type` and causal-LM class.
+    model_type: &'static str,
+    class: &'static str,
+    /// Whether llama.cpp's converter permuted the query and key rows.
+    permuted_rows: bool,
+    /// Whether the converter stored each norm weight plus one (Gemma).
+    norms_plus_one: bool,
+    /// Layer tensors named otherwise than in `LAYER_NAMES` (GGUF, Hugging Face).
+    names: &'static [(&'static str, &'static str)],
+}
+
+const EXPERT_NAMES: &[(&str, &str)] = &[
+    ("ffn_gate_inp.weight", "mlp.gate.weight"),
+    ("ffn_gate_exps.weight", GATE_EXPERTS),
+    ("ffn_up_exps.weight", UP_EXPERTS),
+    ("ffn_down_exps.weight", "mlp.experts.down_proj"),
+    ("ffn_gate_inp_shexp.weight", "mlp.shared_expert_gate.weight"),
+    (
+        "ffn_gate_shexp.weight",
+        "mlp.shared_expert.gate_proj.weight",
+    ),
+    ("ffn_up_shexp.weight", "mlp.shared_expert.up_proj.weight"),
+    (
+        "ffn_down_shexp.weight",
+        "mlp.shared_expert.down_proj.weight",
+    ),
 ];
+
+/// The experts' gate and up projections as read, before they are joined (`join_experts`).
+const GATE_EXPERTS: &str = "mlp.experts.gate_proj";
+const UP_EXPERTS: &str = "mlp.experts.up_proj";
+
+const fn arch(gguf: &'static str, model_type: &'static str, class: &'static str) -> Arch {
+    Arch {
+        gguf,
+        model_type,
+        class,
+        permuted_rows: false,
+        norms_plus_one: false,
+        names: &[],
+    }
+}
+
+/// The architectures read. `llama` with experts reads as Mixtral (`MIXTRAL`).
+const ARCHES: [Arch; 9] = [
+    Arch {
+        permuted_rows: true,
+        ..arch("llama", "llama", "LlamaForCausalLM")
+    },
+    arch("qwen2", "qwen2", "Qwen2ForCausalLM"),
+    arch("qwen3", "qwen3", "Qwen3ForCausalLM"),
+    Arch {
+        norms_plus_one: true,
+        ..arch("gemma", "gemma", "GemmaForCausalLM")
+    },
+    Arch {
+        norms_plus_one: true,
+        names: &[
+            ("ffn_norm.weight", "pre_feedforward_layernorm.weight"),
+            (
+                "post_attention_norm.weight",
+                "post_attention_layernorm.weight",
+            ),
+            ("post_ffw_norm.weight", "post_feedforward_layernorm.weight"),
+        ],
+        ..arch("gemma2", "gemma2", "Gemma2ForCausalLM")
+    },
+    Arch {
+        names: &[
+            ("attn_qkv.weight", "self_attn.qkv_proj.weight"),
+            ("ffn_up.weight", "mlp.gate_up_proj.weight"),
+        ],
+        ..arch("phi3", "phi3", "Phi3ForCausalLM")
+    },
+    Arch {
+        names: EXPERT_NAMES,
+        ..arch("qwen2moe", "qwen2_moe", "Qwen2MoeForCausalLM")
+    },
+    Arch {
+        names: EXPERT_NAMES,
+        ..arch("qwen3moe", "qwen3_moe", "Qwen3MoeForCausalLM")
+    },
+    Arch {
+        names: EXPERT_NAMES,
+        ..arch("olmoe", "olmoe", "OlmoeForCausalLM")
+    },
+];
+
+const MIXTRAL: Arch = Arch {
+    permuted_rows: true,
+    names: EXPERT_NAMES,
+    ..arch("llama", "mixtral", "MixtralForCausalLM")
+};
 
 /// The size-bearing hyperparameters of a llama-shaped GGUF.
 #[derive(Clone, Debug, PartialEq)]
 pub struct LlamaHyper {
-    /// The architecture, as `general.architecture` and transformers' `model_type` name it.
+    /// The architecture, as `general.architecture` names it.
     pub arch: &'static str,
+    /// transformers' `model_type` (`mixtral` for a `llama` file with experts).
+    pub model_type: &'static str,
     architecture: &'static str,
     /// Whether llama.cpp's converter permuted the query and key rows.
     permuted_rows: bool,
+    norms_plus_one: bool,
+    names: &'static [(&'static str, &'static str)],
     /// The head width where the file gives one (`attention.key_length`) that is not
     /// d_model / heads.
     pub head_dim: Option<usize>,
@@ -45,13 +147,15 @@ pub struct LlamaHyper {
     pub norm_eps: f64,
     /// No `output.weight`: the head reuses the token embedding.
     pub tied: bool,
+    /// The family's own config fields (experts, soft caps, windows).
+    extra: serde_json::Map<String, Value>,
 }
 
 impl LlamaHyper {
     /// `config.json` as `transformers` writes it for the family's causal LM.
     pub fn hf_config(&self) -> Value {
         let mut config = json!({
-            "model_type": self.arch,
+            "model_type": self.model_type,
             "architectures": [self.architecture],
             "vocab_size": self.vocab_size,
             "hidden_size": self.d_model,
@@ -63,39 +167,50 @@ impl LlamaHyper {
             "max_position_embeddings": self.context_length,
             "rms_norm_eps": self.norm_eps,
             "tie_word_embeddings": self.tied,
-            "hidden_act": "silu",
-            "attention_bias": false,
-            "mlp_bias": false,
         });
         if let Some(h) = self.head_dim {
             config["head_dim"] = h.into();
+        }
+        for (k, v) in &self.extra {
+            config[k] = v.clone();
         }
         config
     }
 }
 
-/// Reads the hyperparameters; an architecture other than `llama`, `qwen2` and `qwen3`, rotary
-/// scaling, experts, or a rotary width other than the head width is refused by key.
+/// Reads the hyperparameters; an unknown architecture, rotary scaling, or a rotary width
+/// other than the head width is refused by key.
 pub fn hyperparameters<R: Read + Seek>(f: &GgufFile<R>) -> Result<LlamaHyper> {
     let m = &f.metadata;
     let err = |msg: String| format_error(f.name(), msg);
-    let arch = m.str("general.architecture")?;
-    let Some(&(arch, architecture, permuted_rows)) = ARCHES.iter().find(|(a, _, _)| *a == arch)
-    else {
-        let known: Vec<_> = ARCHES.iter().map(|(a, _, _)| format!("{a:?}")).collect();
+    let name = m.str("general.architecture")?;
+    let Some(found) = ARCHES.iter().find(|a| a.gguf == name) else {
+        let known: Vec<_> = ARCHES.iter().map(|a| format!("{:?}", a.gguf)).collect();
         return Err(err(format!(
-            "architecture {arch:?} is not supported (supported: {})",
+            "architecture {name:?} is not supported (supported: {})",
             known.join(", ")
         )));
     };
+    let arch = found.gguf;
     let key = |k: &str| format!("{arch}.{k}");
     let size = |k: &str| -> Result<usize> { Ok(m.u64(&key(k))? as usize) };
-    if m.opt_u64(&key("expert_count"))?.is_some_and(|n| n > 0) {
-        return Err(err(format!(
-            "metadata key {:?}: mixture-of-experts layers are not supported",
-            key("expert_count")
-        )));
-    }
+    let experts = m.opt_u64(&key("expert_count"))?.filter(|&n| n > 0);
+    let spec = match (arch, experts) {
+        ("llama", Some(_)) => &MIXTRAL,
+        (_, None) if found.names == EXPERT_NAMES => {
+            return Err(err(format!(
+                "metadata key {:?} is missing: a {arch} model has experts",
+                key("expert_count")
+            )))
+        }
+        (_, Some(_)) if found.names != EXPERT_NAMES => {
+            return Err(err(format!(
+                "metadata key {:?}: a {arch} model with experts is not supported",
+                key("expert_count")
+            )))
+        }
+        _ => found,
+    };
     if let Some(kind) = m.opt_str(&key("rope.scaling.type"))? {
         if kind != "none" {
             return Err(err(format!(
@@ -136,10 +251,15 @@ pub fn hyperparameters<R: Read + Seek>(f: &GgufFile<R>) -> Result<LlamaHyper> {
             )))
         }
     };
+    let extra = family_fields(spec, m, &key, head_dim.unwrap_or(width), n_heads, d_model)?;
     Ok(LlamaHyper {
         arch,
-        architecture,
-        permuted_rows,
+        model_type: spec.model_type,
+        architecture: spec.class,
+        permuted_rows: spec.permuted_rows,
+        norms_plus_one: spec.norms_plus_one,
+        names: spec.names,
+        extra,
         head_dim,
         vocab_size,
         d_model,
@@ -154,6 +274,65 @@ pub fn hyperparameters<R: Read + Seek>(f: &GgufFile<R>) -> Result<LlamaHyper> {
             .unwrap_or(1e-5),
         tied: f.tensor_info("output.weight").is_none(),
     })
+}
+
+/// The config fields of the family that a llama config lacks, read as llama.cpp reads them.
+fn family_fields(
+    spec: &Arch,
+    m: &super::metadata::Metadata,
+    key: &dyn Fn(&str) -> String,
+    head_dim: usize,
+    n_heads: usize,
+    d_model: usize,
+) -> Result<serde_json::Map<String, Value>> {
+    let mut out = serde_json::Map::new();
+    let mut put = |k: &str, v: Value| {
+        out.insert(k.to_string(), v);
+    };
+    if spec.model_type == "llama" {
+        put("attention_bias", false.into());
+    }
+    if spec.names == EXPERT_NAMES {
+        put("num_experts", m.u64(&key("expert_count"))?.into());
+        put(
+            "num_experts_per_tok",
+            m.u64(&key("expert_used_count"))?.into(),
+        );
+        if let Some(h) = m.opt_u64(&key("expert_feed_forward_length"))? {
+            put("moe_intermediate_size", h.into());
+        }
+        if let Some(h) = m.opt_u64(&key("expert_shared_feed_forward_length"))? {
+            put("shared_expert_intermediate_size", h.into());
+        }
+        // llama.cpp renormalises the chosen experts' weights for Mixtral and Qwen3-MoE only.
+        let renormalise = matches!(spec.model_type, "mixtral" | "qwen3_moe");
+        put("norm_topk_prob", renormalise.into());
+        if spec.model_type != "mixtral" && spec.model_type != "olmoe" {
+            put("decoder_sparse_step", 1.into());
+            put("mlp_only_layers", json!([]));
+        }
+    }
+    if let Some(w) = m
+        .opt_u64(&key("attention.sliding_window"))?
+        .filter(|&w| w > 0)
+    {
+        put("sliding_window", w.into());
+    }
+    if spec.model_type == "gemma2" {
+        for cap in ["attn_logit_softcapping", "final_logit_softcapping"] {
+            put(cap, m.opt_f64(&key(cap))?.map_or(Value::Null, Value::from));
+        }
+        // llama.cpp scales the queries by head_dim^-1/2, but by (d_model / heads)^-1/2 for
+        // the 27B model (46 layers), as Gemma 2's query_pre_attn_scalar says.
+        let layers = m.u64(&key("block_count"))?;
+        let scalar = if layers == 46 {
+            d_model / n_heads
+        } else {
+            head_dim
+        };
+        put("query_pre_attn_scalar", scalar.into());
+    }
+    Ok(out)
 }
 
 /// Which head count a tensor's rows are permuted by: queries (all heads) or keys (key/value
@@ -216,6 +395,9 @@ fn hf_name(name: &str, h: &LlamaHyper) -> Option<(String, Option<usize>)> {
     let rest = name.strip_prefix("blk.")?;
     let (layer, part) = rest.split_once('.')?;
     let layer: usize = layer.parse().ok()?;
+    if let Some((_, hf)) = h.names.iter().find(|(g, _)| *g == part) {
+        return Some((format!("model.layers.{layer}.{hf}"), None));
+    }
     let (_, hf, permuted) = LAYER_NAMES.iter().find(|(g, _, _)| *g == part)?;
     let heads = permuted
         .filter(|_| h.permuted_rows)
@@ -295,6 +477,9 @@ pub fn hf_tensors<R: Read + Seek>(
         if let Some(heads) = heads {
             unpermute_rows(&mut values, &shape, heads).map_err(bad_rows)?;
         }
+        if h.norms_plus_one && name.ends_with("norm.weight") {
+            values.iter_mut().for_each(|v| *v -= 1.0);
+        }
         let t = Tensor::from_vec(values, &shape)?;
         let t = if dtype == DType::F32 {
             t
@@ -303,7 +488,34 @@ pub fn hf_tensors<R: Read + Seek>(
         };
         out.insert(hf, HfWeight::Dense(t));
     }
+    join_experts(&mut out, f.name())?;
     Ok(out)
+}
+
+/// Each layer's stacked expert gate and up projections [experts, hidden, d] as the model's
+/// one `gate_up_proj` [experts, 2 hidden, d] (gate rows first).
+fn join_experts(out: &mut BTreeMap<String, HfWeight>, file: &str) -> Result<()> {
+    let gates: Vec<String> = out
+        .keys()
+        .filter(|k| k.ends_with(GATE_EXPERTS))
+        .cloned()
+        .collect();
+    for gate_name in gates {
+        let prefix = &gate_name[..gate_name.len() - GATE_EXPERTS.len()];
+        let up_name = format!("{prefix}{UP_EXPERTS}");
+        let missing = || format_error(file, format!("{gate_name} has no {up_name} beside it"));
+        let (Some(HfWeight::Dense(gate)), Some(HfWeight::Dense(up))) =
+            (out.remove(&gate_name), out.remove(&up_name))
+        else {
+            return Err(missing());
+        };
+        let joined = no_grad(|| Tensor::cat(&[gate, up], 1))?;
+        out.insert(
+            format!("{prefix}mlp.experts.gate_up_proj"),
+            HfWeight::Dense(joined),
+        );
+    }
+    Ok(())
 }
 
 /// Undoes llama.cpp's query/key row permutation in place. Within each head of `hd` rows, the

@@ -1,7 +1,8 @@
-//! A llama.cpp GGUF file (`llama` architecture) as a `TransformerLm`, with the tokenizer it
-//! carries. The file's hyperparameters become the Hugging Face config and its tensors the
-//! Hugging Face names (`io::gguf::llama`), so the model is built and checked by the same
-//! `from_tensors` as a `transformers` checkpoint.
+//! A llama.cpp GGUF file as a `TransformerLm`, with the tokenizer it carries: the `llama`
+//! (also Mistral, and Mixtral with experts), `qwen2`, `qwen3`, `gemma`, `gemma2`, `phi3`,
+//! `qwen2moe`, `qwen3moe` and `olmoe` architectures. The file's hyperparameters become the
+//! Hugging Face config and its tensors the Hugging Face names (`io::gguf::llama`), so the
+//! model is built and checked by the same `from_tensors` as a `transformers` checkpoint.
 //!
 //! On a GPU, projection weights in a block format the kernels read (Q8_0, Q4_1, Q4_K) stay
 //! in it: a decode step then reads a quarter to a half of BF16's bytes. Everything else (and
@@ -77,9 +78,12 @@ pub fn load_gguf_with(
         name: file.metadata.opt_str("general.name")?.map(str::to_string),
         tensor_types,
     };
+    // The embedding is a gather, and fused projections are split on load: both dense.
     let keep = |hf: &str, t| {
         keep_quantized
             && hf != "model.embed_tokens.weight"
+            && !hf.ends_with("qkv_proj.weight")
+            && !hf.ends_with("gate_up_proj.weight")
             && QuantizedMatrix::format_of(t).is_some()
     };
     let (mut dense, mut quantized) = (BTreeMap::new(), BTreeMap::new());

@@ -1,0 +1,92 @@
+//! GGUF files of every llama-shaped family, written by llama.cpp's own converter
+//! (`tests/fixtures/lm_families/make_gguf.py` runs `convert_hf_to_gguf.py` on the family
+//! fixtures), load as the models transformers runs: the logits of the fixture's ids within
+//! 1e-4 of transformers' (`expected.safetensors`, made from the same weights).
+//!
+//! Two differences are llama.cpp's, not ours: its `llama` architecture has no sliding window
+//! (Mistral's file runs with full attention, so only the positions within the window compare),
+//! and its OLMoE converter writes an epsilon of 1e-5 whatever the config says (so OLMoE's
+//! file compares with transformers run at that epsilon, `gguf/olmoe_expected.safetensors`).
+
+use rusting_brain::io::safetensors;
+use rusting_brain::models::transformer_lm::{load_gguf, Family, TransformerLm};
+use rusting_brain::nn::Module;
+use rusting_brain::{no_grad, DType, Device, Tensor};
+use std::path::PathBuf;
+
+fn fixtures() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/lm_families")
+}
+
+fn load(family: &str) -> TransformerLm {
+    let path = fixtures().join("gguf").join(format!("{family}.gguf"));
+    load_gguf(&path, DType::F32, Device::Cpu)
+        .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+        .model
+}
+
+/// The worst difference relative to each reference value, floored at the reference's std.
+fn worst_relative(got: &[f32], want: &[f32]) -> f64 {
+    let n = want.len() as f64;
+    let mean = want.iter().map(|&x| x as f64).sum::<f64>() / n;
+    let std = (want.iter().map(|&x| (x as f64 - mean).powi(2)).sum::<f64>() / n).sqrt();
+    got.iter()
+        .zip(want)
+        .map(|(&g, &w)| (g as f64 - w as f64).abs() / (w.abs() as f64).max(std))
+        .fold(0.0, f64::max)
+}
+
+/// The first `positions` positions' logits of the fixture's ids against transformers'.
+fn check(family: &str, positions: Option<usize>, family_is: Family) {
+    let model = load(family);
+    assert_eq!(model.config.family, family_is, "{family}");
+    let reference = match family {
+        "olmoe" => fixtures().join("gguf/olmoe_expected.safetensors"),
+        _ => fixtures().join(family).join("expected.safetensors"),
+    };
+    let want = safetensors::load(reference).unwrap();
+    let ids = &want["input_ids"];
+    let t = positions.unwrap_or(ids.shape()[1]);
+    let logits = no_grad(|| model.forward(ids)).unwrap();
+    let got = logits.narrow(1, 0, t).unwrap().to_vec_f32().unwrap();
+    let expected: Tensor = want["logits"].narrow(1, 0, t).unwrap();
+    let worst = worst_relative(&got, &expected.to_vec_f32().unwrap());
+    assert!(
+        worst <= 1e-4,
+        "{family}: worst relative difference {worst:.2e}"
+    );
+}
+
+#[test]
+fn qwen2_and_qwen3_files_run_as_transformers_runs_them() {
+    check("qwen2", None, Family::Qwen2);
+    check("qwen3", None, Family::Qwen3);
+}
+
+#[test]
+fn gemma_files_take_one_off_each_norm_the_converter_raised() {
+    check("gemma", None, Family::Gemma);
+    check("gemma2", None, Family::Gemma2);
+    let m = load("gemma2");
+    assert_eq!(m.config.sliding_window, Some(6));
+    assert_eq!(m.config.final_logit_softcapping, Some(30.0));
+}
+
+#[test]
+fn phi3_files_split_the_fused_projections() {
+    check("phi3", None, Family::Phi3);
+}
+
+#[test]
+fn mistral_files_run_as_llama_within_the_window() {
+    // The fixture's window is 5: positions 0..5 see every key either way.
+    check("mistral", Some(5), Family::Llama);
+}
+
+#[test]
+fn files_with_experts_run_as_their_families() {
+    check("mixtral", None, Family::Mixtral);
+    check("qwen2_moe", None, Family::Qwen2Moe);
+    check("qwen3_moe", None, Family::Qwen3Moe);
+    check("olmoe", None, Family::Olmoe);
+}
