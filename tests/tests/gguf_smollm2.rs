@@ -234,9 +234,12 @@ fn smollm2_prompt_lookup_gives_the_plain_greedy_tokens() {
         ..Default::default()
     };
     let started = Instant::now();
-    let plain = generate(&m.model, &[prompt.clone()], &opts, &mut |_, _| {
-        Ok(Flow::Continue)
-    })
+    let plain = generate(
+        &m.model,
+        std::slice::from_ref(&prompt),
+        &opts,
+        &mut |_, _| Ok(Flow::Continue),
+    )
     .unwrap();
     let plain_s = started.elapsed().as_secs_f64();
     let started = Instant::now();

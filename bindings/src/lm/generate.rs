@@ -298,10 +298,10 @@ pub fn run(
             let drafter = match draft {
                 Draft::Model { lm, tokens } => Drafter::Model {
                     model: if lm.same(m) {
-                        &*model
+                        &model
                     } else {
                         other = lm.lock();
-                        &*other
+                        &other
                     },
                     tokens: *tokens,
                 },

@@ -347,7 +347,7 @@ mod tests {
             length_penalty: 0.5,
             ..beams(3, 5)
         };
-        for b in &beam_search(&m, &[prompt.clone()], &opts).unwrap()[0] {
+        for b in &beam_search(&m, std::slice::from_ref(&prompt), &opts).unwrap()[0] {
             let want = score(&m, &prompt, &b.tokens) / 5f64.sqrt();
             assert!((b.score - want).abs() < 1e-4, "{b:?} want {want}");
         }
@@ -359,7 +359,7 @@ mod tests {
         let prompt = vec![2u32, 11];
         let greedy = generate(
             &m,
-            &[prompt.clone()],
+            std::slice::from_ref(&prompt),
             &super::super::GenerateOptions {
                 max_new_tokens: 6,
                 sampling: SamplingOptions::greedy(),
@@ -368,7 +368,7 @@ mod tests {
             &mut |_, _| Ok(super::super::Flow::Continue),
         )
         .unwrap();
-        let best = &beam_search(&m, &[prompt.clone()], &beams(4, 6)).unwrap()[0][0];
+        let best = &beam_search(&m, std::slice::from_ref(&prompt), &beams(4, 6)).unwrap()[0][0];
         assert!(score(&m, &prompt, &best.tokens) >= score(&m, &prompt, &greedy[0]) - 1e-6);
     }
 
@@ -382,7 +382,7 @@ mod tests {
         };
         let batch = beam_search(&m, &prompts, &opts).unwrap();
         for (p, got) in prompts.iter().zip(&batch) {
-            let alone = beam_search(&m, &[p.clone()], &opts).unwrap();
+            let alone = beam_search(&m, std::slice::from_ref(p), &opts).unwrap();
             assert_eq!(got.len(), alone[0].len(), "prompt {p:?}");
             for (a, b) in got.iter().zip(&alone[0]) {
                 assert_eq!(a.tokens, b.tokens, "prompt {p:?}");
@@ -395,14 +395,14 @@ mod tests {
     fn stop_tokens_end_hypotheses_and_are_left_out() {
         let m = model(25);
         let prompt = vec![6u32, 6];
-        let free = beam_search(&m, &[prompt.clone()], &beams(2, 6)).unwrap();
+        let free = beam_search(&m, std::slice::from_ref(&prompt), &beams(2, 6)).unwrap();
         let stop = free[0][0].tokens[2];
         let opts = BeamOptions {
             stop_tokens: vec![stop],
             early_stopping: EarlyStopping::WhenFull,
             ..beams(2, 6)
         };
-        let got = beam_search(&m, &[prompt.clone()], &opts).unwrap();
+        let got = beam_search(&m, std::slice::from_ref(&prompt), &opts).unwrap();
         assert!(!got[0].is_empty());
         for b in &got[0] {
             assert!(!b.tokens.contains(&stop), "{b:?}");

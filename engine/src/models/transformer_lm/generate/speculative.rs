@@ -111,7 +111,7 @@ struct Speculation<'m> {
 }
 
 enum Draft<'m> {
-    Model(DraftModel<'m>),
+    Model(Box<DraftModel<'m>>),
     Lookup { tokens: usize, max_ngram: usize },
 }
 
@@ -124,9 +124,12 @@ impl<'m> Speculation<'m> {
     ) -> Result<Self> {
         let sampler = Sampler::new(opts.sampling.clone())?;
         let draft = match drafter {
-            Drafter::Model { model, tokens } => {
-                Draft::Model(DraftModel::new(model, prompt.len(), tokens, opts)?)
-            }
+            Drafter::Model { model, tokens } => Draft::Model(Box::new(DraftModel::new(
+                model,
+                prompt.len(),
+                tokens,
+                opts,
+            )?)),
             Drafter::PromptLookup { tokens, max_ngram } => Draft::Lookup { tokens, max_ngram },
         };
         let (cache, logits) = prefill(target, &[prompt.to_vec()], opts.max_new_tokens)?;
