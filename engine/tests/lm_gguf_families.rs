@@ -90,3 +90,116 @@ fn files_with_experts_run_as_their_families() {
     check("qwen3_moe", None, Family::Qwen3Moe);
     check("olmoe", None, Family::Olmoe);
 }
+
+/// Our export of each family's transformers checkpoint is the file llama.cpp's converter wrote
+/// from it: the same tensors (names, shapes, F32 values) and the same architecture keys; and it
+/// loads back to transformers' logits.
+#[test]
+fn export_gguf_writes_what_llama_cpps_converter_writes() {
+    use rusting_brain::io::gguf::GgufFile;
+    use rusting_brain::models::transformer_lm::pretrained::load_pretrained;
+    use rusting_brain::models::transformer_lm::{export_gguf, GgufDType, GgufExportOptions};
+    let dir = tempfile::tempdir().unwrap();
+    let opts = GgufExportOptions {
+        dtype: GgufDType::F32,
+        name: None,
+    };
+    for family in [
+        "qwen2",
+        "qwen3",
+        "gemma",
+        "gemma2",
+        "phi3",
+        "mixtral",
+        "qwen2_moe",
+        "qwen3_moe",
+        "olmoe",
+    ] {
+        let model = load_pretrained(fixtures().join(family), DType::F32, Device::Cpu).unwrap();
+        let ours = dir.path().join(format!("{family}.gguf"));
+        export_gguf(&model, None, &ours, &opts).unwrap_or_else(|e| panic!("{family}: {e}"));
+        let mut theirs =
+            GgufFile::open(fixtures().join("gguf").join(format!("{family}.gguf"))).unwrap();
+        let mut mine = GgufFile::open(&ours).unwrap();
+        let names = |f: &GgufFile<_>| {
+            let mut n: Vec<(String, Vec<usize>)> = f
+                .tensors
+                .iter()
+                .map(|t| (t.name.clone(), t.shape()))
+                .collect();
+            n.sort();
+            n
+        };
+        assert_eq!(names(&mine), names(&theirs), "{family}");
+        for (name, _) in names(&theirs) {
+            let a = mine.tensor(&name).unwrap().to_vec::<f32>().unwrap();
+            let b = theirs.tensor(&name).unwrap().to_vec::<f32>().unwrap();
+            assert_eq!(a, b, "{family} {name}");
+        }
+        let arch = theirs
+            .metadata
+            .str("general.architecture")
+            .unwrap()
+            .to_string();
+        assert_eq!(mine.metadata.str("general.architecture").unwrap(), arch);
+        for key in theirs
+            .metadata
+            .keys()
+            .filter(|k| k.starts_with(&format!("{arch}.")))
+        {
+            // The converter writes OLMoE's epsilon as 1e-5 whatever the config says.
+            if family == "olmoe" && key.ends_with("layer_norm_rms_epsilon") {
+                continue;
+            }
+            // Phi-3's pretrained context, read by llama.cpp only beside LongRoPE's factors
+            // (which the export refuses); the model keeps no copy of it without them.
+            if key.ends_with("rope.scaling.original_context_length") {
+                continue;
+            }
+            assert_eq!(
+                mine.metadata.get(key),
+                theirs.metadata.get(key),
+                "{family} {key}"
+            );
+        }
+        if family != "olmoe" {
+            check_file(&ours, family);
+        }
+    }
+}
+
+/// The logits of the fixture's ids from the GGUF at `path` against transformers'.
+fn check_file(path: &std::path::Path, family: &str) {
+    let model = load_gguf(path, DType::F32, Device::Cpu).unwrap().model;
+    let want = safetensors::load(fixtures().join(family).join("expected.safetensors")).unwrap();
+    let got = no_grad(|| model.forward(&want["input_ids"]))
+        .unwrap()
+        .to_vec_f32()
+        .unwrap();
+    let worst = worst_relative(&got, &want["logits"].to_vec_f32().unwrap());
+    assert!(
+        worst <= 1e-4,
+        "{family} (exported): worst relative difference {worst:.2e}"
+    );
+}
+
+#[test]
+fn export_refuses_what_llama_cpp_would_run_differently() {
+    use rusting_brain::models::transformer_lm::pretrained::load_pretrained;
+    use rusting_brain::models::transformer_lm::{export_gguf, GgufExportOptions};
+    let dir = tempfile::tempdir().unwrap();
+    let model = load_pretrained(fixtures().join("mistral"), DType::F32, Device::Cpu).unwrap();
+    let err = export_gguf(
+        &model,
+        None,
+        dir.path().join("m.gguf"),
+        &GgufExportOptions::default(),
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(
+        err.contains("sliding windows") && err.contains("llama"),
+        "{err}"
+    );
+    assert!(!dir.path().join("m.gguf").exists());
+}

@@ -24,16 +24,16 @@ use std::collections::BTreeMap;
 use std::io::{Read, Seek};
 
 /// A GGUF architecture as a transformers family.
-struct Arch {
+pub struct Arch {
     /// `general.architecture`.
-    gguf: &'static str,
+    pub gguf: &'static str,
     /// transformers' `model_type` and causal-LM class.
     model_type: &'static str,
     class: &'static str,
     /// Whether llama.cpp's converter permuted the query and key rows.
-    permuted_rows: bool,
+    pub permuted_rows: bool,
     /// Whether the converter stored each norm weight plus one (Gemma).
-    norms_plus_one: bool,
+    pub norms_plus_one: bool,
     /// Layer tensors named otherwise than in `LAYER_NAMES` (GGUF, Hugging Face).
     names: &'static [(&'static str, &'static str)],
 }
@@ -55,9 +55,10 @@ const EXPERT_NAMES: &[(&str, &str)] = &[
     ),
 ];
 
-/// The experts' gate and up projections as read, before they are joined (`join_experts`).
-const GATE_EXPERTS: &str = "mlp.experts.gate_proj";
-const UP_EXPERTS: &str = "mlp.experts.up_proj";
+/// The experts' gate and up projections as read, before they are joined (`join_experts`), and
+/// as written, after they are split.
+pub const GATE_EXPERTS: &str = "mlp.experts.gate_proj";
+pub const UP_EXPERTS: &str = "mlp.experts.up_proj";
 
 const fn arch(gguf: &'static str, model_type: &'static str, class: &'static str) -> Arch {
     Arch {
@@ -114,6 +115,46 @@ const ARCHES: [Arch; 9] = [
         ..arch("olmoe", "olmoe", "OlmoeForCausalLM")
     },
 ];
+
+impl Arch {
+    /// The architecture a transformers `model_type` is written as.
+    pub fn for_model_type(model_type: &str) -> Option<&'static Arch> {
+        // Mistral is LLaMA to llama.cpp (with no sliding window).
+        let model_type = if model_type == "mistral" {
+            "llama"
+        } else {
+            model_type
+        };
+        std::iter::once(&MIXTRAL)
+            .chain(&ARCHES)
+            .find(|a| a.model_type == model_type)
+    }
+
+    /// Whether the architecture has experts.
+    pub fn has_experts(&self) -> bool {
+        self.names == EXPERT_NAMES
+    }
+
+    /// The GGUF name of a Hugging Face tensor of this family, and whether its rows are to be
+    /// permuted (`permute_rows`) as llama.cpp's converter does; `None` for a name with no
+    /// counterpart.
+    pub fn gguf_name(&self, hf: &str) -> Option<(String, Option<Permuted>)> {
+        if let Some((g, _)) = TOP_NAMES.iter().find(|(_, h)| *h == hf) {
+            return Some((g.to_string(), None));
+        }
+        let rest = hf.strip_prefix("model.layers.")?;
+        let (layer, part) = rest.split_once('.')?;
+        let layer: usize = layer.parse().ok()?;
+        if let Some((g, _)) = self.names.iter().find(|(_, h)| *h == part) {
+            return Some((format!("blk.{layer}.{g}"), None));
+        }
+        let (g, _, permuted) = LAYER_NAMES.iter().find(|(_, h, _)| *h == part)?;
+        Some((
+            format!("blk.{layer}.{g}"),
+            permuted.filter(|_| self.permuted_rows),
+        ))
+    }
+}
 
 const MIXTRAL: Arch = Arch {
     permuted_rows: true,
@@ -403,19 +444,6 @@ fn hf_name(name: &str, h: &LlamaHyper) -> Option<(String, Option<usize>)> {
         .filter(|_| h.permuted_rows)
         .map(|p| p.heads(h.n_heads, h.n_kv_heads));
     Some((format!("model.layers.{layer}.{hf}"), heads))
-}
-
-/// The GGUF name of a Hugging Face LLaMA tensor, and whether its rows are to be permuted
-/// (`permute_rows`) as llama.cpp's converter does; `None` for a name with no counterpart.
-pub fn gguf_name(hf: &str) -> Option<(String, Option<Permuted>)> {
-    if let Some((g, _)) = TOP_NAMES.iter().find(|(_, h)| *h == hf) {
-        return Some((g.to_string(), None));
-    }
-    let rest = hf.strip_prefix("model.layers.")?;
-    let (layer, part) = rest.split_once('.')?;
-    let layer: usize = layer.parse().ok()?;
-    let (g, _, permuted) = LAYER_NAMES.iter().find(|(_, h, _)| *h == part)?;
-    Some((format!("blk.{layer}.{g}"), *permuted))
 }
 
 /// A tensor of the file under its Hugging Face name: dequantized, or its blocks as stored.

@@ -1,7 +1,12 @@
-//! A `TransformerLm` written as a llama.cpp GGUF file of the `llama` architecture, the inverse
-//! of `load_gguf`: the `llama.*` hyperparameters, each weight under its GGUF name (queries and
-//! keys with llama.cpp's row permutation applied, `output.weight` left out when the head is
-//! tied to the embedding), and optionally the tokenizer (`text::gguf::write_tokenizer`).
+//! A `TransformerLm` written as a llama.cpp GGUF file, the inverse of `load_gguf`, as llama.cpp's
+//! converter writes its family (`llama` for LLaMA and Mixtral, `qwen2`, `qwen3`, `gemma`,
+//! `gemma2`, `phi3`, `qwen2moe`, `qwen3moe`, `olmoe`): the architecture's hyperparameters, each
+//! weight under its GGUF name (llama's queries and keys with the converter's row permutation,
+//! Gemma's norms plus one, Phi-3's projections fused, the experts' gate and up apart,
+//! `output.weight` left out when the head is tied to the embedding), and optionally the
+//! tokenizer (`text::gguf::write_tokenizer`). What llama.cpp would run differently (a sliding
+//! window on `llama`, RoPE scaling, a score scale or expert renormalisation other than the
+//! architecture's) is refused by name.
 //!
 //! Storage types follow llama.cpp's tools: 1-d tensors (the norms) stay F32 whatever is asked,
 //! as `convert_hf_to_gguf.py` keeps them; a 2-d weight whose rows are not whole blocks of the
@@ -11,7 +16,7 @@
 
 use super::TransformerLm;
 use crate::io::gguf::ggml_type::{self as ty, GgmlType};
-use crate::io::gguf::llama::{gguf_name, permute_rows};
+use crate::io::gguf::llama::{permute_rows, Arch, GATE_EXPERTS, UP_EXPERTS};
 use crate::io::gguf::{GgufWriter, Value};
 use crate::text::gguf::write_tokenizer::tokenizer_metadata;
 use crate::text::Tokenizer;
@@ -124,18 +129,58 @@ pub fn storage_type(asked: GgufDType, shape: &[usize]) -> GgmlType {
     t
 }
 
-/// The `llama.*` and `general.*` keys of `model`.
-fn hyperparameters(
-    model: &TransformerLm,
-    options: &GgufExportOptions,
-) -> Result<Vec<(String, Value)>> {
+/// The GGUF architecture of `model`, or an error naming what llama.cpp would run differently.
+fn architecture(model: &TransformerLm) -> Result<&'static Arch> {
     let c = &model.config;
-    c.require_llama_shape("GGUF export")?;
-    if c.bidirectional {
-        return Err(Error::invalid(
+    let model_type = c.family.model_type();
+    let arch = Arch::for_model_type(model_type).ok_or_else(|| {
+        Error::invalid(
             OP,
-            "a bidirectional model has no llama.cpp architecture (llama is causal)",
-        ));
+            format!("a {model_type} model has no llama.cpp architecture"),
+        )
+    })?;
+    let refuse = |what: String| {
+        Err(Error::invalid(OP, format!("a {model_type} model with {what}: llama.cpp's {} architecture would run it differently", arch.gguf)))
+    };
+    if c.bidirectional {
+        return refuse("bidirectional attention".into());
+    }
+    if c.rope_scaling.is_some() {
+        return refuse("RoPE scaling".into());
+    }
+    if c.attention_bias && !c.qkv_bias() {
+        return refuse("an output projection bias".into());
+    }
+    let windows: Vec<Option<usize>> = (0..c.n_layers).map(|i| c.layer_window(i)).collect();
+    let llama_cpp_windows: Vec<Option<usize>> = match model_type {
+        // Gemma 2 slides on even layers; Phi-3 on all (n_swa); the others never.
+        "gemma2" => (0..c.n_layers)
+            .map(|i| c.sliding_window.filter(|_| i % 2 == 0))
+            .collect(),
+        "phi3" => vec![c.sliding_window; c.n_layers],
+        _ => vec![None; c.n_layers],
+    };
+    if windows != llama_cpp_windows {
+        return refuse(format!("sliding windows {windows:?}"));
+    }
+    if model_type == "gemma2" {
+        let scalar = if c.n_layers == 46 {
+            c.d_model / c.n_heads
+        } else {
+            c.head_dim()
+        };
+        if c.query_pre_attn_scalar.is_some_and(|s| s != scalar as f64) {
+            return refuse(format!(
+                "query_pre_attn_scalar {:?}",
+                c.query_pre_attn_scalar
+            ));
+        }
+    }
+    if arch.has_experts() {
+        let llama_cpp = matches!(model_type, "mixtral" | "qwen3_moe");
+        if c.renormalize_experts() != llama_cpp {
+            return refuse(format!("norm_topk_prob {}", c.renormalize_experts()));
+        }
     }
     let head_dim = c.head_dim();
     if !head_dim.is_multiple_of(2) {
@@ -144,16 +189,28 @@ fn hyperparameters(
             format!("head width {head_dim} is odd; rotary embeddings need an even width"),
         ));
     }
+    Ok(arch)
+}
+
+/// The architecture's and the `general.*` keys of `model`.
+fn hyperparameters(
+    model: &TransformerLm,
+    arch: &Arch,
+    options: &GgufExportOptions,
+) -> Result<Vec<(String, Value)>> {
+    let c = &model.config;
+    let head_dim = c.head_dim();
     let u32_of = |what: &str, v: usize| {
         u32::try_from(v).map_err(|_| Error::invalid(OP, format!("{what} {v} does not fit a u32")))
     };
+    let a = arch.gguf;
     let u = |k: &str, v: usize| -> Result<(String, Value)> {
-        Ok((format!("llama.{k}"), Value::U32(u32_of(k, v)?)))
+        Ok((format!("{a}.{k}"), Value::U32(u32_of(k, v)?)))
     };
-    let f = |k: &str, v: f64| (format!("llama.{k}"), Value::F32(v as f32));
+    let f = |k: &str, v: f64| (format!("{a}.{k}"), Value::F32(v as f32));
     let s = |k: &str, v: &str| (k.to_string(), Value::String(v.to_string()));
-    Ok(vec![
-        s("general.architecture", "llama"),
+    let mut keys = vec![
+        s("general.architecture", a),
         s(
             "general.name",
             options
@@ -175,8 +232,102 @@ fn hyperparameters(
         u("rope.dimension_count", head_dim)?,
         f("rope.freq_base", c.rope_theta),
         f("attention.layer_norm_rms_epsilon", c.norm_eps),
-        u("vocab_size", c.vocab_size)?,
-    ])
+    ];
+    if a == "llama" {
+        keys.push(u("vocab_size", c.vocab_size)?);
+    }
+    // The converter writes the head width wherever the config names one.
+    if c.head_dim.is_some() || head_dim * c.n_heads != c.d_model {
+        keys.push(u("attention.key_length", head_dim)?);
+        keys.push(u("attention.value_length", head_dim)?);
+    }
+    if arch.has_experts() {
+        keys.push(u("expert_count", c.n_experts.unwrap_or(0))?);
+        keys.push(u("expert_used_count", c.experts_per_token.unwrap_or(1))?);
+        if matches!(a, "qwen2moe" | "qwen3moe") {
+            keys.push(u("expert_feed_forward_length", c.expert_hidden())?);
+        }
+        if let Some(width) = c.shared_expert_intermediate_size {
+            keys.push(u("expert_shared_feed_forward_length", width)?);
+        }
+    }
+    match a {
+        "gemma2" => {
+            for (k, v) in [
+                ("attn_logit_softcapping", c.attn_logit_softcapping),
+                ("final_logit_softcapping", c.final_logit_softcapping),
+            ] {
+                if let Some(cap) = v {
+                    keys.push(f(k, cap));
+                }
+            }
+            if let Some(w) = c.sliding_window {
+                keys.push(u("attention.sliding_window", w)?);
+            }
+        }
+        "phi3" => keys.push(u(
+            "attention.sliding_window",
+            c.sliding_window.unwrap_or(0),
+        )?),
+        _ => {}
+    }
+    Ok(keys)
+}
+
+/// The model's weights as the architecture names them: (GGUF name, the Hugging Face name
+/// errors give, the tensor, the row permutation to apply). Phi-3's projections fused, each
+/// layer's stacked expert gate and up apart.
+fn gguf_weights(
+    model: &TransformerLm,
+    arch: &Arch,
+) -> Result<
+    Vec<(
+        String,
+        String,
+        Tensor,
+        Option<crate::io::gguf::llama::Permuted>,
+    )>,
+> {
+    let c = &model.config;
+    let state = match c.family.fused_projections() {
+        true => model.checkpoint_state()?,
+        false => model.dense_state()?,
+    };
+    let mut out = Vec::with_capacity(state.len());
+    for (hf, t) in state {
+        if c.tied_embeddings && hf == "lm_head.weight" {
+            continue;
+        }
+        let parts = match hf.strip_suffix("mlp.experts.gate_up_proj") {
+            Some(prefix) => {
+                let h = t.dims()[1] / 2;
+                vec![
+                    (
+                        format!("{prefix}{GATE_EXPERTS}"),
+                        t.narrow(1, 0, h)?.contiguous_copy()?,
+                    ),
+                    (
+                        format!("{prefix}{UP_EXPERTS}"),
+                        t.narrow(1, h, h)?.contiguous_copy()?,
+                    ),
+                ]
+            }
+            None => vec![(hf.clone(), t)],
+        };
+        for (name, t) in parts {
+            let (gguf, permuted) = arch.gguf_name(&name).ok_or_else(|| {
+                Error::invalid(
+                    OP,
+                    format!(
+                        "weight {name:?} has no counterpart in llama.cpp's {} architecture",
+                        arch.gguf
+                    ),
+                )
+            })?;
+            out.push((gguf, name, t, permuted));
+        }
+    }
+    Ok(out)
 }
 
 /// Writes `model` (and `tokenizer`, if given) to the GGUF file `path`.
@@ -188,8 +339,9 @@ pub fn export_gguf(
 ) -> Result<GgufExport> {
     let path = path.as_ref();
     let c = &model.config;
+    let arch = architecture(model)?;
     let mut w = GgufWriter::new();
-    for (k, v) in hyperparameters(model, options)? {
+    for (k, v) in hyperparameters(model, arch, options)? {
         w.add(&k, v)?;
     }
     let mut report = GgufExport::default();
@@ -210,30 +362,20 @@ pub fn export_gguf(
             );
         }
     }
-    let state: BTreeMap<String, Tensor> = model.dense_state()?.into_iter().collect();
-    // llama.cpp expects the embedding first and the layers in order; BTreeMap order would put
+    // llama.cpp expects the embedding first and the layers in order; name order would put
     // blk.10 before blk.2, which readers accept but people reading a dump do not expect.
-    let mut named: Vec<(String, String, _)> = Vec::new();
-    for (hf, t) in &state {
-        if c.tied_embeddings && hf == "lm_head.weight" {
-            continue;
-        }
-        let (name, permuted) = gguf_name(hf).ok_or_else(|| {
-            Error::invalid(
-                OP,
-                format!("weight {hf:?} has no counterpart in llama.cpp's llama architecture"),
-            )
-        })?;
-        named.push((name, hf.clone(), (t.clone(), permuted)));
-    }
-    named.sort_by_key(|(name, _, _)| sort_key(name));
-    for (name, hf, (t, permuted)) in named {
+    let mut named = gguf_weights(model, arch)?;
+    named.sort_by_key(|(name, ..)| sort_key(name));
+    for (name, hf, t, permuted) in named {
         let shape = t.dims().to_vec();
         let mut values =
             crate::no_grad(|| t.to_dtype(DType::F32)?.to_device(Device::Cpu))?.to_vec::<f32>()?;
         if let Some(p) = permuted {
             permute_rows(&mut values, &shape, p.heads(c.n_heads, c.n_kv_heads))
                 .map_err(|m| Error::invalid(OP, format!("weight {hf:?}: {m}")))?;
+        }
+        if arch.norms_plus_one && name.ends_with("norm.weight") {
+            values.iter_mut().for_each(|v| *v += 1.0);
         }
         let t = storage_type(options.dtype, &shape);
         if shape.len() >= 2 && t != options.dtype.ggml() {
