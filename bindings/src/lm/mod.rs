@@ -69,7 +69,7 @@ pub fn register(engine: &mut Engine) {
         api.method(
             "export_gguf",
             "model.export_gguf(path, #{ dtype, tokenizer, name }) -> #{ path, tensor_types, fallbacks, warnings }",
-            "Writes the model as a llama.cpp GGUF file (llama architecture) with an optional byte-level BPE tokenizer. dtype: \"f16\" (default), \"bf16\", \"f32\", \"q8_0\", \"q4_0\" or \"q4_k\"; norms stay F32, and rows that are not whole blocks fall back as llama-quantize does (Q4_K to Q5_0, then F16).",
+            "Writes the model as a llama.cpp GGUF file, as llama.cpp's converter writes its family (llama for LLaMA, Mistral without a window, and Mixtral; qwen2, qwen3, gemma, gemma2, phi3, qwen2moe, qwen3moe, olmoe), with an optional byte-level BPE tokenizer; what llama.cpp would run differently is refused by name. dtype: \"f16\" (default), \"bf16\", \"f32\", \"q8_0\", \"q4_0\" or \"q4_k\"; norms stay F32, and rows that are not whole blocks fall back as llama-quantize does (Q4_K to Q5_0, then F16).",
             with_tokenizer_and_lm!("let r = model.export_gguf(\"out/lm.gguf\", #{ dtype: \"q8_0\", tokenizer: tok }); print(r.tensor_types);"),
             gguf::export_gguf,
         );
