@@ -10,8 +10,8 @@ use rusting_brain::models::transformer_lm::generate::{
     self, Beam, BeamOptions, Drafter, EarlyStopping, Flow, GenerateOptions, SamplingOptions,
 };
 
+/// The options that only sampling reads (beam search picks by score), then the rest.
 const KEYS: &[&str] = &[
-    "max_new_tokens",
     "temperature",
     "top_k",
     "top_p",
@@ -20,6 +20,7 @@ const KEYS: &[&str] = &[
     "presence_penalty",
     "frequency_penalty",
     "seed",
+    "max_new_tokens",
     "stop",
     "cuda_graph",
     "num_beams",
@@ -32,17 +33,7 @@ const KEYS: &[&str] = &[
     "max_ngram",
 ];
 
-/// The options that only sampling reads (beam search picks by score).
-const SAMPLING_KEYS: &[&str] = &[
-    "temperature",
-    "top_k",
-    "top_p",
-    "min_p",
-    "repetition_penalty",
-    "presence_penalty",
-    "frequency_penalty",
-    "seed",
-];
+const SAMPLING_KEYS: &[&str] = KEYS.split_at(8).0;
 
 /// What one generation call does.
 pub struct Plan {
