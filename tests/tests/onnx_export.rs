@@ -9,7 +9,7 @@ use rusting_brain::models::transformer_lm::{LmConfig, LoraConfig, TransformerLm}
 use rusting_brain::models::yolo::{definitions, YoloModel};
 use rusting_brain::nn::export_module;
 use rusting_brain::nn::{Activation, ActivationLayer, Dropout, Linear, Mlp, Module, Sequential};
-use rusting_brain::{no_grad, DType, Generator, Tensor};
+use rusting_brain::{no_grad, DType, Device, Generator, Tensor};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -400,4 +400,55 @@ fn onnxruntime_reproduces_an_exported_transposed_convolution() {
         &randn(&[2, 4, 5, 5], 9),
         "conv_transpose2d",
     );
+}
+
+/// Each dense family's ONNX export (Qwen2's biases, Qwen3's head norms, Mistral's window,
+/// Gemma's scaled embedding, 1 + weight norms and GeGLU, Gemma 2's post-norms, scale, window
+/// and soft caps, Phi-3, Llama 3's and YaRN's rotary scaling), run by onnxruntime, gives
+/// transformers' logits of the family fixtures.
+#[test]
+fn onnxruntime_reproduces_each_language_model_familys_export() {
+    use rusting_brain::models::transformer_lm::pretrained::load_pretrained;
+    let Some(py) = onnxruntime("onnxruntime_reproduces_each_language_model_familys_export") else {
+        return;
+    };
+    let fixtures = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("fixtures/lm_families");
+    for family in [
+        "qwen2",
+        "qwen3",
+        "mistral",
+        "gemma",
+        "gemma2",
+        "phi3",
+        "llama3_rope",
+        "qwen2_yarn",
+    ] {
+        let model = load_pretrained(fixtures.join(family), DType::F32, Device::Cpu).unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("lm.onnx");
+        model.export_onnx(&path, &ExportOptions::default()).unwrap();
+        let want = rusting_brain::io::safetensors::load(
+            fixtures.join(family).join("expected.safetensors"),
+        )
+        .unwrap();
+        // The export's batch is 1: row by row.
+        for row in 0..2 {
+            let ids = want["input_ids"]
+                .narrow(0, row, 1)
+                .unwrap()
+                .contiguous_copy()
+                .unwrap();
+            let got = run_onnxruntime(&py, &path, &ids);
+            let expected = want["logits"]
+                .narrow(0, row, 1)
+                .unwrap()
+                .contiguous_copy()
+                .unwrap();
+            let err = relative_error(&got, &expected);
+            assert!(
+                err <= 1e-4,
+                "{family} row {row}: onnxruntime differs by {err:.2e} relative"
+            );
+        }
+    }
 }

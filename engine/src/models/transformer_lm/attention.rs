@@ -131,6 +131,12 @@ impl Attention {
         self.window
     }
 
+    /// The scores' scale (1 / sqrt(head_dim) unless the config sets another) and soft cap.
+    pub(super) fn score_transform(&self, head_dim: usize) -> (f64, Option<f64>) {
+        let scale = self.scale.unwrap_or(1.0 / (head_dim as f64).sqrt());
+        (scale, self.softcap)
+    }
+
     /// Whether the scores are soft-capped, which only the unfused path computes: such a layer
     /// needs its mask as a bias (`Visibility::Bias`) wherever a fused kernel would mask.
     pub fn softcaps(&self) -> bool {

@@ -402,59 +402,6 @@ impl LmConfig {
         }
     }
 
-    /// The switches an exporter written for LLaMA's shape does not write yet, by name: `Err`
-    /// naming them (and `what`), so no export silently drops a bias or a norm.
-    pub fn require_llama_shape(&self, what: &'static str) -> Result<()> {
-        let mut extra = Vec::new();
-        if self.qkv_bias() || self.attention_bias {
-            extra.push("attention biases");
-        }
-        if self.qk_norm() {
-            extra.push("q/k head norms");
-        }
-        if self.sliding_window.is_some() {
-            extra.push("a sliding window");
-        }
-        if self.rope_scaling.is_some() && what == "GGUF export" {
-            extra.push("RoPE scaling");
-        }
-        if self.family.is_gemma() {
-            extra.push("a scaled embedding, 1 + weight norms and a GELU gate");
-        }
-        if self.post_norms() {
-            extra.push("post-norms");
-        }
-        if self.family.fused_projections() {
-            extra.push("fused qkv_proj and gate_up_proj");
-        }
-        if self.family.is_moe() {
-            extra.push("mixture-of-experts layers");
-        }
-        if self.attn_logit_softcapping.is_some() || self.final_logit_softcapping.is_some() {
-            extra.push("soft-capping");
-        }
-        if self.query_pre_attn_scalar.is_some() {
-            extra.push("its own attention scale");
-        }
-        if self
-            .head_dim
-            .is_some_and(|h| h * self.n_heads != self.d_model)
-        {
-            extra.push("a head width other than hidden_size / heads");
-        }
-        match extra.is_empty() {
-            true => Ok(()),
-            false => Err(Error::invalid(
-                what,
-                format!(
-                    "this {} model has {}, which {what} does not write yet",
-                    self.family.model_type(),
-                    extra.join(", ")
-                ),
-            )),
-        }
-    }
-
     /// Query heads per key/value head.
     pub fn group_size(&self) -> usize {
         self.n_heads / self.n_kv_heads

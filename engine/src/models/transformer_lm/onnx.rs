@@ -7,7 +7,12 @@
 //! - the causal mask comes from a Range over the window (0 where a key is visible, -inf after),
 //!   so it costs no initializer of max_seq_len² values;
 //! - grouped key/value heads are repeated with Expand, as Hugging Face's `repeat_kv` does;
-//! - a tied head multiplies by the transposed embedding, so the weight is stored once.
+//! - a tied head multiplies by the transposed embedding, so the weight is stored once;
+//! - the families' switches as their forward computes them: biases, Qwen3's per-head norms
+//!   (before the rotation), sliding windows (a second mask, for the layers that slide),
+//!   Gemma's scaled embedding, 1 + weight norms and tanh-GELU gate, Gemma 2's post-norms, score
+//!   scale and soft caps of scores and logits. Mixtures of experts and LongRoPE (whose factors
+//!   switch with the length) are refused by name.
 
 use super::attention::Attention;
 use super::block::Block;
@@ -17,11 +22,13 @@ use crate::nn::Module;
 use crate::{DType, Result, Tensor};
 use std::path::Path;
 
-/// Values every layer reads: the window's rotary tables and the causal mask.
+/// Values every layer reads: the window's rotary tables and the causal masks (full, and
+/// for the layers that slide).
 struct Window {
     cos: String,
     sin: String,
     mask: Option<String>,
+    windowed: Option<String>,
 }
 
 impl TransformerLm {
@@ -29,7 +36,7 @@ impl TransformerLm {
     /// always named (`sequence`); the batch is named under `opts.dynamic_batch`, else 1.
     pub fn export_onnx(&self, path: impl AsRef<Path>, opts: &ExportOptions) -> Result<()> {
         let c = &self.config;
-        c.require_llama_shape("ONNX export")?;
+        unwritten(c)?;
         let mut g = GraphBuilder::new(opts.checked_opset()?);
         let batch = match opts.dynamic_batch {
             true => Dim::Named("batch".into()),
@@ -41,11 +48,15 @@ impl TransformerLm {
         let mut x = self
             .embed_tokens
             .to_onnx(&mut g, "model.embed_tokens.", &ids)?;
+        if let Some(scale) = c.embedding_scale() {
+            let s = g.scalar("embedding_scale", scale as f32)?;
+            x = g.node("Mul", &[&x, &s], &[]);
+        }
         for (i, layer) in self.layers.iter().enumerate() {
             x = layer.to_onnx(&mut g, &format!("model.layers.{i}."), &x, &window, c)?;
         }
         let x = self.norm.to_onnx(&mut g, "model.norm.", &x)?;
-        let logits = match &self.lm_head {
+        let mut logits = match &self.lm_head {
             Some(head) => head.to_onnx(&mut g, "lm_head.", &x)?,
             None => {
                 // The Gather above registered the embedding under this name.
@@ -54,6 +65,9 @@ impl TransformerLm {
                 g.node("MatMul", &[&x, &wt], &[])
             }
         };
+        if let Some(cap) = c.final_logit_softcapping {
+            logits = soft_cap(&mut g, &logits, cap)?;
+        }
         g.output(&logits, "logits", &[batch, seq, Dim::Fixed(c.vocab_size)]);
         write_model(g, path)
     }
@@ -75,14 +89,59 @@ impl TransformerLm {
         let (cos, sin) = (rows_of(&cos), rows_of(&sin));
         let mask = match c.bidirectional {
             true => None,
-            false => Some(causal_mask(g, &len)?),
+            false => Some(causal_mask(g, &len, None)?),
         };
-        Ok(Window { cos, sin, mask })
+        let slide = self.layers.iter().find_map(|l| l.self_attn.window());
+        let windowed = match (c.bidirectional, slide) {
+            (false, Some(w)) => Some(causal_mask(g, &len, Some(w))?),
+            _ => None,
+        };
+        Ok(Window {
+            cos,
+            sin,
+            mask,
+            windowed,
+        })
     }
 }
 
-/// [T, T] additive mask: 0 where key j ≤ query i, -inf after.
-fn causal_mask(g: &mut GraphBuilder, len: &str) -> Result<String> {
+/// What the export does not write yet, by name.
+fn unwritten(c: &super::LmConfig) -> Result<()> {
+    let mut missing = Vec::new();
+    if c.family.is_moe() {
+        missing.push("mixture-of-experts layers");
+    }
+    if matches!(
+        c.rope_scaling,
+        Some(super::rope_scaling::RopeScaling::Longrope { .. })
+    ) {
+        missing.push("LongRoPE (its factors switch with the length)");
+    }
+    match missing.is_empty() {
+        true => Ok(()),
+        false => Err(crate::Error::invalid(
+            "ONNX export",
+            format!(
+                "this {} model has {}, which ONNX export does not write yet",
+                c.family.model_type(),
+                missing.join(", ")
+            ),
+        )),
+    }
+}
+
+/// cap · tanh(x / cap).
+fn soft_cap(g: &mut GraphBuilder, x: &str, cap: f64) -> Result<String> {
+    let inv = g.scalar("inv_cap", (1.0 / cap) as f32)?;
+    let cap = g.scalar("cap", cap as f32)?;
+    let scaled = g.node("Mul", &[x, &inv], &[]);
+    let t = g.node("Tanh", &[&scaled], &[]);
+    Ok(g.node("Mul", &[&t, &cap], &[]))
+}
+
+/// [T, T] additive mask: 0 where key j ≤ query i (and, with a window w, i - j < w), -inf
+/// elsewhere.
+fn causal_mask(g: &mut GraphBuilder, len: &str, window: Option<usize>) -> Result<String> {
     let axis0 = g.ints("axis0", &[0])?;
     let t = g.node("Squeeze", &[len, &axis0], &[]);
     let start_name = g.fresh("start");
@@ -93,7 +152,15 @@ fn causal_mask(g: &mut GraphBuilder, len: &str) -> Result<String> {
     let axis1 = g.ints("axis1", &[1])?;
     let queries = g.node("Unsqueeze", &[&positions, &axis1], &[]);
     let keys = g.node("Unsqueeze", &[&positions, &axis0], &[]);
-    let hidden = g.node("Greater", &[&keys, &queries], &[]);
+    let mut hidden = g.node("Greater", &[&keys, &queries], &[]);
+    if let Some(w) = window {
+        // Keys w or more positions back: queries - keys > w - 1.
+        let back = g.node("Sub", &[&queries, &keys], &[]);
+        let limit_name = g.fresh("window");
+        let limit = g.initializer(&limit_name, &Tensor::from_vec(vec![w as i64 - 1], &[])?)?;
+        let far = g.node("Greater", &[&back, &limit], &[]);
+        hidden = g.node("Or", &[&hidden, &far], &[]);
+    }
     let (neg_inf, zero) = (
         g.scalar("neg_inf", f32::NEG_INFINITY)?,
         g.scalar("zero", 0.0)?,
@@ -113,16 +180,35 @@ impl Block {
         let normed = self
             .input_layernorm
             .to_onnx(g, &format!("{prefix}input_layernorm."), x)?;
-        let attn = self
+        let mut attn = self
             .self_attn
             .to_onnx(g, &format!("{prefix}self_attn."), &normed, w, c)?;
-        let h = g.node("Add", &[x, &attn], &[]);
-        let normed = self.post_attention_layernorm.to_onnx(
-            g,
-            &format!("{prefix}post_attention_layernorm."),
-            &h,
-        )?;
-        let mlp = self.mlp.to_onnx(g, &format!("{prefix}mlp."), &normed)?;
+        let post_attention = format!("{prefix}post_attention_layernorm.");
+        // Gemma 2 norms the attention's output before it is added, and the MLP's input with
+        // its own pre-norm; the others norm the MLP's input with the post-attention norm.
+        let h = match &self.feedforward_norms {
+            Some(_) => {
+                attn = self
+                    .post_attention_layernorm
+                    .to_onnx(g, &post_attention, &attn)?;
+                g.node("Add", &[x, &attn], &[])
+            }
+            None => g.node("Add", &[x, &attn], &[]),
+        };
+        let normed = match &self.feedforward_norms {
+            Some(n) => n
+                .pre
+                .to_onnx(g, &format!("{prefix}pre_feedforward_layernorm."), &h)?,
+            None => self
+                .post_attention_layernorm
+                .to_onnx(g, &post_attention, &h)?,
+        };
+        let mut mlp = self.mlp.to_onnx(g, &format!("{prefix}mlp."), &normed)?;
+        if let Some(n) = &self.feedforward_norms {
+            mlp = n
+                .post
+                .to_onnx(g, &format!("{prefix}post_feedforward_layernorm."), &mlp)?;
+        }
         Ok(g.node("Add", &[&h, &mlp], &[]))
     }
 }
@@ -138,14 +224,18 @@ impl Attention {
     ) -> Result<String> {
         let (h, kv, hd) = (c.n_heads, c.n_kv_heads, c.head_dim());
         let heads = |g: &mut GraphBuilder, name: &str, n: usize| -> Result<String> {
-            let proj = match name {
-                "q_proj" => &self.q_proj,
-                "k_proj" => &self.k_proj,
-                _ => &self.v_proj,
+            let (proj, norm) = match name {
+                "q_proj" => (&self.q_proj, self.q_norm.as_ref().map(|n| ("q_norm", n))),
+                "k_proj" => (&self.k_proj, self.k_norm.as_ref().map(|n| ("k_norm", n))),
+                _ => (&self.v_proj, None),
             };
             let y = proj.to_onnx(g, &format!("{prefix}{name}."), x)?;
             let shape = g.ints("shape", &[0, 0, n as i64, hd as i64])?;
-            let split = g.node("Reshape", &[&y, &shape], &[]);
+            let mut split = g.node("Reshape", &[&y, &shape], &[]);
+            // Qwen3's norm of each head [B, T, heads, hd], before the rotation.
+            if let Some((norm_name, norm)) = norm {
+                split = norm.to_onnx(g, &format!("{prefix}{norm_name}."), &split)?;
+            }
             Ok(g.node(
                 "Transpose",
                 &[&split],
@@ -165,9 +255,17 @@ impl Attention {
             &[("perm", Attr::Ints(vec![0, 1, 3, 2]))],
         );
         let scores = g.node("MatMul", &[&q, &kt], &[]);
-        let scale = g.scalar("scale", 1.0 / (hd as f32).sqrt())?;
+        let (scale, cap) = self.score_transform(hd);
+        let scale = g.scalar("scale", scale as f32)?;
         let mut scores = g.node("Mul", &[&scores, &scale], &[]);
-        if let Some(mask) = &w.mask {
+        if let Some(cap) = cap {
+            scores = soft_cap(g, &scores, cap)?;
+        }
+        let mask = match self.window() {
+            Some(_) => &w.windowed,
+            None => &w.mask,
+        };
+        if let Some(mask) = mask {
             scores = g.node("Add", &[&scores, mask], &[]);
         }
         let probs = g.node("Softmax", &[&scores], &[("axis", Attr::Int(-1))]);
