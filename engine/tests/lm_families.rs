@@ -373,10 +373,10 @@ fn an_architecture_that_does_not_run_is_named_with_those_that_do() {
     );
 }
 
-/// ONNX export writes each dense family's switches: the exported graph, run by the engine's
+/// ONNX export writes each family's switches: the exported graph, run by the engine's
 /// ONNX runtime, gives transformers' logits.
 #[test]
-fn onnx_export_of_each_dense_family_gives_transformers_logits() {
+fn onnx_export_of_each_family_gives_transformers_logits() {
     use rusting_brain::graph::OnnxGraph;
     use rusting_brain::io::onnx::export::ExportOptions;
     let dir = tempfile::tempdir().unwrap();
@@ -389,6 +389,10 @@ fn onnx_export_of_each_dense_family_gives_transformers_logits() {
         "phi3",
         "llama3_rope",
         "qwen2_yarn",
+        "mixtral",
+        "qwen2_moe",
+        "qwen3_moe",
+        "olmoe",
     ] {
         let model = load_pretrained(fixture(family), DType::F32, Device::Cpu).unwrap();
         let path = dir.path().join(format!("{family}.onnx"));
@@ -415,19 +419,16 @@ fn onnx_export_of_each_dense_family_gives_transformers_logits() {
 
 /// What ONNX export does not write yet is refused by name, and no file is left.
 #[test]
-fn onnx_export_refuses_experts_by_name() {
-    let model = load_pretrained(fixture("mixtral"), DType::F32, Device::Cpu).unwrap();
+fn onnx_export_refuses_longrope_by_name() {
+    let model = load_pretrained(fixture("phi3_longrope"), DType::F32, Device::Cpu).unwrap();
     let dir = tempfile::tempdir().unwrap();
     let opts = rusting_brain::io::onnx::export::ExportOptions::default();
     let err = model
-        .export_onnx(dir.path().join("mixtral.onnx"), &opts)
+        .export_onnx(dir.path().join("phi3.onnx"), &opts)
         .unwrap_err()
         .to_string();
-    assert!(
-        err.contains("mixtral model has mixture-of-experts layers"),
-        "{err}"
-    );
-    assert!(!dir.path().join("mixtral.onnx").exists());
+    assert!(err.contains("phi3 model has LongRoPE"), "{err}");
+    assert!(!dir.path().join("phi3.onnx").exists());
 }
 
 /// On CUDA: F32 logits and greedy tokens (decoded op by op and as a captured CUDA graph) as

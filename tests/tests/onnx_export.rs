@@ -404,8 +404,9 @@ fn onnxruntime_reproduces_an_exported_transposed_convolution() {
 
 /// Each dense family's ONNX export (Qwen2's biases, Qwen3's head norms, Mistral's window,
 /// Gemma's scaled embedding, 1 + weight norms and GeGLU, Gemma 2's post-norms, scale, window
-/// and soft caps, Phi-3, Llama 3's and YaRN's rotary scaling), run by onnxruntime, gives
-/// transformers' logits of the family fixtures.
+/// and soft caps, Phi-3, Llama 3's and YaRN's rotary scaling, the mixtures of experts of
+/// Mixtral, Qwen2-MoE, Qwen3-MoE and OLMoE), run by onnxruntime, gives transformers' logits of
+/// the family fixtures.
 #[test]
 fn onnxruntime_reproduces_each_language_model_familys_export() {
     use rusting_brain::models::transformer_lm::pretrained::load_pretrained;
@@ -422,6 +423,10 @@ fn onnxruntime_reproduces_each_language_model_familys_export() {
         "phi3",
         "llama3_rope",
         "qwen2_yarn",
+        "mixtral",
+        "qwen2_moe",
+        "qwen3_moe",
+        "olmoe",
     ] {
         let model = load_pretrained(fixtures.join(family), DType::F32, Device::Cpu).unwrap();
         let dir = tempfile::tempdir().unwrap();

@@ -183,6 +183,78 @@ pub fn load_balancing_loss(routings: &[Routing]) -> Result<Tensor> {
 }
 
 impl Module for SparseMoe {
+    /// Every expert on every token, weighted by the router's top-k probabilities (zero for
+    /// the experts not chosen): the same sum as the sparse forward, in ONNX's dense operators.
+    fn to_onnx(
+        &self,
+        g: &mut crate::io::onnx::export::GraphBuilder,
+        prefix: &str,
+        x: &str,
+    ) -> Result<String> {
+        use crate::io::onnx::export::Attr;
+        let keep = ("keepdims", Attr::Int(1));
+        let logits = self.gate.to_onnx(g, &format!("{prefix}gate."), x)?;
+        let probs = g.node("Softmax", &[&logits], &[("axis", Attr::Int(-1))]);
+        let k = g.ints("top_k", &[self.top_k as i64])?;
+        let top = g.node_outputs("TopK", &[&probs, &k], &[("axis", Attr::Int(-1))], 2);
+        let mut chosen = top[0].clone();
+        if self.renormalize {
+            let axes = g.ints("axes", &[-1])?;
+            let total = g.node("ReduceSum", &[&chosen, &axes], &[keep]);
+            chosen = g.node("Div", &[&chosen, &total], &[]);
+        }
+        let zero = g.scalar("zero", 0.0)?;
+        let zeros = g.node("Mul", &[&probs, &zero], &[]);
+        let weights = g.node(
+            "ScatterElements",
+            &[&zeros, &top[1], &chosen],
+            &[("axis", Attr::Int(-1))],
+        );
+        // x [B, T, d] as [B, T, 1, 1, d] against the experts [E, d, out]: [B, T, E, 1, out].
+        let axes = g.ints("axes", &[2, 3])?;
+        let xe = g.node("Unsqueeze", &[x, &axes], &[]);
+        let transposed = |g: &mut crate::io::onnx::export::GraphBuilder, name: &str, t: &Tensor| {
+            let w = g.initializer(&format!("{prefix}experts.{name}"), t)?;
+            Ok::<_, crate::Error>(g.node(
+                "Transpose",
+                &[&w],
+                &[("perm", Attr::Ints(vec![0, 2, 1]))],
+            ))
+        };
+        let gate_up = transposed(g, "gate_up_proj", &self.gate_up_proj)?;
+        let down = transposed(g, "down_proj", &self.down_proj)?;
+        let both = g.node("MatMul", &[&xe, &gate_up], &[]);
+        let h = self.gate_up_proj.dims()[1] / 2;
+        let gate = g.slice(&both, -1, 0, h)?;
+        let up = g.slice(&both, -1, h, 2 * h)?;
+        let act = self.activation.to_onnx(g, &gate)?;
+        let gated = g.node("Mul", &[&act, &up], &[]);
+        let out = g.node("MatMul", &[&gated, &down], &[]);
+        let axis3 = g.ints("axis3", &[3])?;
+        let out = g.node("Squeeze", &[&out, &axis3], &[]);
+        let last = g.ints("last", &[-1])?;
+        let w = g.node("Unsqueeze", &[&weights, &last], &[]);
+        let weighted = g.node("Mul", &[&out, &w], &[]);
+        let axis2 = g.ints("axis2", &[2])?;
+        let mut y = g.node(
+            "ReduceSum",
+            &[&weighted, &axis2],
+            &[("keepdims", Attr::Int(0))],
+        );
+        if let Some(shared) = &self.shared {
+            let mlp = shared
+                .mlp
+                .to_onnx(g, &format!("{prefix}shared_expert."), x)?;
+            let gate = shared
+                .gate
+                .to_onnx(g, &format!("{prefix}shared_expert_gate."), x)?;
+            let gate = g.node("Sigmoid", &[&gate], &[]);
+            let gated = g.node("Mul", &[&mlp, &gate], &[]);
+            y = g.node("Add", &[&y, &gated], &[]);
+        }
+        Ok(y)
+    }
+
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
         Ok(self.forward_routed(x)?.0)
     }

@@ -199,7 +199,20 @@ impl GraphBuilder {
 
     /// Appends node `op` on `inputs` with `attrs`; returns its (single, fresh) output.
     pub fn node(&mut self, op: &str, inputs: &[&str], attrs: &[(&str, Attr)]) -> String {
-        let out = self.fresh(&op.to_lowercase());
+        self.node_outputs(op, inputs, attrs, 1).remove(0)
+    }
+
+    /// Appends node `op` with `n` fresh outputs (TopK's values and indices, say).
+    pub fn node_outputs(
+        &mut self,
+        op: &str,
+        inputs: &[&str],
+        attrs: &[(&str, Attr)],
+        n: usize,
+    ) -> Vec<String> {
+        let outs: Vec<String> = (0..n.max(1))
+            .map(|_| self.fresh(&op.to_lowercase()))
+            .collect();
         let attribute = attrs
             .iter()
             .map(|(name, a)| {
@@ -218,13 +231,13 @@ impl GraphBuilder {
             .collect();
         self.nodes.push(NodeProto {
             input: inputs.iter().map(|s| (*s).into()).collect(),
-            output: vec![out.clone()],
-            name: out.clone(),
+            output: outs.clone(),
+            name: outs[0].clone(),
             op_type: op.into(),
             attribute,
             ..Default::default()
         });
-        out
+        outs
     }
 
     /// The model around the graph.

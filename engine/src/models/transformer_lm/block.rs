@@ -9,7 +9,7 @@ use super::LmConfig;
 use crate::io::onnx::export::GraphBuilder;
 use crate::nn::{prefixed, GatedMlp, Linear, Module, RmsNorm, SharedExpert, SparseMoe, Summary};
 use crate::ops::pre_norm::Stream;
-use crate::{Error, Result, Tensor};
+use crate::{Result, Tensor};
 
 pub struct Block {
     pub input_layernorm: RmsNorm,
@@ -252,10 +252,7 @@ impl FeedForward {
     pub(super) fn to_onnx(&self, g: &mut GraphBuilder, prefix: &str, x: &str) -> Result<String> {
         match self {
             FeedForward::Dense(mlp) => mlp.to_onnx(g, prefix, x),
-            FeedForward::Sparse(_) => Err(Error::invalid(
-                "ONNX export",
-                "mixture-of-experts layers are not written yet",
-            )),
+            FeedForward::Sparse(moe) => moe.to_onnx(g, prefix, x),
         }
     }
 }

@@ -16,7 +16,7 @@
 
 use super::TransformerLm;
 use crate::io::gguf::ggml_type::{self as ty, GgmlType};
-use crate::io::gguf::llama::{permute_rows, Arch, GATE_EXPERTS, UP_EXPERTS};
+use crate::io::gguf::llama::{permute_rows, Arch, Permuted, GATE_EXPERTS, UP_EXPERTS};
 use crate::io::gguf::{GgufWriter, Value};
 use crate::text::gguf::write_tokenizer::tokenizer_metadata;
 use crate::text::Tokenizer;
@@ -274,20 +274,20 @@ fn hyperparameters(
     Ok(keys)
 }
 
-/// The model's weights as the architecture names them: (GGUF name, the Hugging Face name
-/// errors give, the tensor, the row permutation to apply). Phi-3's projections fused, each
+/// A weight as the file stores it.
+struct GgufWeight {
+    /// The GGUF name.
+    name: String,
+    /// The Hugging Face name, for errors.
+    hf: String,
+    tensor: Tensor,
+    /// llama.cpp's row permutation of queries and keys, where it applies.
+    permuted: Option<Permuted>,
+}
+
+/// The model's weights as the architecture names them: Phi-3's projections fused, each
 /// layer's stacked expert gate and up apart.
-fn gguf_weights(
-    model: &TransformerLm,
-    arch: &Arch,
-) -> Result<
-    Vec<(
-        String,
-        String,
-        Tensor,
-        Option<crate::io::gguf::llama::Permuted>,
-    )>,
-> {
+fn gguf_weights(model: &TransformerLm, arch: &Arch) -> Result<Vec<GgufWeight>> {
     let c = &model.config;
     let state = match c.family.fused_projections() {
         true => model.checkpoint_state()?,
@@ -324,7 +324,12 @@ fn gguf_weights(
                     ),
                 )
             })?;
-            out.push((gguf, name, t, permuted));
+            out.push(GgufWeight {
+                name: gguf,
+                hf: name,
+                tensor: t,
+                permuted,
+            });
         }
     }
     Ok(out)
@@ -365,8 +370,14 @@ pub fn export_gguf(
     // llama.cpp expects the embedding first and the layers in order; name order would put
     // blk.10 before blk.2, which readers accept but people reading a dump do not expect.
     let mut named = gguf_weights(model, arch)?;
-    named.sort_by_key(|(name, ..)| sort_key(name));
-    for (name, hf, t, permuted) in named {
+    named.sort_by_key(|w| sort_key(&w.name));
+    for GgufWeight {
+        name,
+        hf,
+        tensor: t,
+        permuted,
+    } in named
+    {
         let shape = t.dims().to_vec();
         let mut values =
             crate::no_grad(|| t.to_dtype(DType::F32)?.to_device(Device::Cpu))?.to_vec::<f32>()?;

@@ -11,8 +11,10 @@
 //! - the families' switches as their forward computes them: biases, Qwen3's per-head norms
 //!   (before the rotation), sliding windows (a second mask, for the layers that slide),
 //!   Gemma's scaled embedding, 1 + weight norms and tanh-GELU gate, Gemma 2's post-norms, score
-//!   scale and soft caps of scores and logits. Mixtures of experts and LongRoPE (whose factors
-//!   switch with the length) are refused by name.
+//!   scale and soft caps of scores and logits; mixtures of experts as every expert on every
+//!   token weighted by the router's top-k (ONNX has no grouped product), OLMoE's norms of the
+//!   whole q and k projections. LongRoPE (whose factors switch with the length) is refused by
+//!   name.
 
 use super::attention::Attention;
 use super::block::Block;
@@ -108,9 +110,6 @@ impl TransformerLm {
 /// What the export does not write yet, by name.
 fn unwritten(c: &super::LmConfig) -> Result<()> {
     let mut missing = Vec::new();
-    if c.family.is_moe() {
-        missing.push("mixture-of-experts layers");
-    }
     if matches!(
         c.rope_scaling,
         Some(super::rope_scaling::RopeScaling::Longrope { .. })
@@ -229,11 +228,16 @@ impl Attention {
                 "k_proj" => (&self.k_proj, self.k_norm.as_ref().map(|n| ("k_norm", n))),
                 _ => (&self.v_proj, None),
             };
-            let y = proj.to_onnx(g, &format!("{prefix}{name}."), x)?;
+            let mut y = proj.to_onnx(g, &format!("{prefix}{name}."), x)?;
+            // OLMoE norms the whole projection [B, T, heads · hd]; Qwen3 each head
+            // [B, T, heads, hd]; both before the rotation.
+            let whole = c.qk_norm_whole();
+            if let (true, Some((norm_name, norm))) = (whole, norm) {
+                y = norm.to_onnx(g, &format!("{prefix}{norm_name}."), &y)?;
+            }
             let shape = g.ints("shape", &[0, 0, n as i64, hd as i64])?;
             let mut split = g.node("Reshape", &[&y, &shape], &[]);
-            // Qwen3's norm of each head [B, T, heads, hd], before the rotation.
-            if let Some((norm_name, norm)) = norm {
+            if let (false, Some((norm_name, norm))) = (whole, norm) {
                 split = norm.to_onnx(g, &format!("{prefix}{norm_name}."), &split)?;
             }
             Ok(g.node(
