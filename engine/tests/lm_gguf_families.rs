@@ -203,3 +203,135 @@ fn export_refuses_what_llama_cpp_would_run_differently() {
     );
     assert!(!dir.path().join("m.gguf").exists());
 }
+
+/// The families' files as `export_gguf` writes them (F32), for
+/// `tests/fixtures/lm_families/check_llama_cpp.py` to run through llama.cpp. Ignored; run by
+/// hand with `RB_GGUF_CHECK_DIR` set.
+#[test]
+#[ignore]
+fn write_family_ggufs_for_llama_cpp() {
+    use rusting_brain::models::transformer_lm::pretrained::load_pretrained;
+    use rusting_brain::models::transformer_lm::{export_gguf, GgufDType, GgufExportOptions};
+    let dir = PathBuf::from(std::env::var("RB_GGUF_CHECK_DIR").expect("RB_GGUF_CHECK_DIR"));
+    std::fs::create_dir_all(&dir).unwrap();
+    let opts = GgufExportOptions {
+        dtype: GgufDType::F32,
+        name: None,
+    };
+    for family in LLAMA_CPP_FAMILIES {
+        let model = load_pretrained(fixtures().join(family), DType::F32, Device::Cpu).unwrap();
+        let bare = dir.join(format!("{family}.bare.gguf"));
+        export_gguf(&model, None, &bare, &opts).unwrap();
+        with_placeholder_vocabulary(&bare, &dir.join(format!("{family}.gguf")), 64);
+        std::fs::remove_file(bare).unwrap();
+    }
+}
+
+/// `from` with a SentencePiece vocabulary of `n` placeholder tokens (`<unk>`, `<s>`, `</s>`,
+/// then `<3>`, `<4>`, ...): llama.cpp refuses a file without a vocabulary as large as the
+/// embedding, and the fixtures have no tokenizer (the prompts go in as ids).
+fn with_placeholder_vocabulary(from: &std::path::Path, to: &std::path::Path, n: usize) {
+    use rusting_brain::io::gguf::{Array, GgufFile, GgufWriter, Value};
+    let mut source = GgufFile::open(from).unwrap();
+    let mut w = GgufWriter::new();
+    for key in source.metadata.keys() {
+        if !key.starts_with("tokenizer.") && key != "general.alignment" {
+            w.add(key, source.metadata.get(key).unwrap().clone())
+                .unwrap();
+        }
+    }
+    for info in source.tensors.clone() {
+        let bytes = source.raw(&info.name).unwrap();
+        w.add_raw_tensor(&info.name, &info.shape(), info.ggml_type, bytes)
+            .unwrap();
+    }
+    let tokens: Vec<String> = (0..n)
+        .map(|i| match i {
+            0 => "<unk>".to_string(),
+            1 => "<s>".to_string(),
+            2 => "</s>".to_string(),
+            i => format!("<{i}>"),
+        })
+        .collect();
+    // llama.cpp's token types: 1 normal, 2 unknown, 3 control.
+    let types: Vec<i32> = (0..n)
+        .map(|i| match i {
+            0 => 2,
+            1 | 2 => 3,
+            _ => 1,
+        })
+        .collect();
+    w.add("tokenizer.ggml.model", Value::String("llama".into()))
+        .unwrap();
+    w.add("tokenizer.ggml.tokens", Value::Array(Array::String(tokens)))
+        .unwrap();
+    w.add(
+        "tokenizer.ggml.scores",
+        Value::Array(Array::F32(vec![0.0; n])),
+    )
+    .unwrap();
+    w.add("tokenizer.ggml.token_type", Value::Array(Array::I32(types)))
+        .unwrap();
+    for (key, id) in [("unknown", 0u32), ("bos", 1), ("eos", 2)] {
+        w.add(&format!("tokenizer.ggml.{key}_token_id"), Value::U32(id))
+            .unwrap();
+    }
+    w.write(to).unwrap();
+}
+
+/// The families llama.cpp runs as transformers does: not Mistral (llama.cpp's llama has no
+/// window), nor the OLMoE fixture (llama.cpp's OLMoE takes the key norm as wide as the model,
+/// i.e. as many key heads as query heads; the fixture has 2 of 4, so llama.cpp refuses the
+/// file its own converter wrote).
+const LLAMA_CPP_FAMILIES: [&str; 8] = [
+    "qwen2",
+    "qwen3",
+    "gemma",
+    "gemma2",
+    "phi3",
+    "mixtral",
+    "qwen2_moe",
+    "qwen3_moe",
+];
+
+/// llama.cpp's greedy tokens on our exported files (`llama_cpp_greedy.json`, recorded by
+/// check_llama_cpp.py) equal our greedy tokens from the same files.
+#[test]
+fn llama_cpp_continues_our_exported_files_as_we_do() {
+    use rusting_brain::models::transformer_lm::generate::{
+        generate, Flow, GenerateOptions, SamplingOptions,
+    };
+    use rusting_brain::models::transformer_lm::pretrained::load_pretrained;
+    use rusting_brain::models::transformer_lm::{export_gguf, GgufDType, GgufExportOptions};
+    let path = fixtures().join("gguf/llama_cpp_greedy.json");
+    let text = std::fs::read_to_string(&path)
+        .unwrap_or_else(|e| panic!("{} (check_llama_cpp.py): {e}", path.display()));
+    let recorded: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let opts = GgufExportOptions {
+        dtype: GgufDType::F32,
+        name: None,
+    };
+    for family in LLAMA_CPP_FAMILIES {
+        let case = &recorded["families"][family];
+        let ids = |v: &serde_json::Value| -> Vec<u32> {
+            v.as_array()
+                .unwrap()
+                .iter()
+                .map(|t| t.as_u64().unwrap() as u32)
+                .collect()
+        };
+        let (prompt, want) = (ids(&case["prompt"]), ids(&case["greedy"]));
+        let model = load_pretrained(fixtures().join(family), DType::F32, Device::Cpu).unwrap();
+        let file = dir.path().join(format!("{family}.gguf"));
+        export_gguf(&model, None, &file, &opts).unwrap();
+        let loaded = load_gguf(&file, DType::F32, Device::Cpu).unwrap().model;
+        let gen = GenerateOptions {
+            max_new_tokens: want.len(),
+            sampling: SamplingOptions::greedy(),
+            ..Default::default()
+        };
+        let got = generate(&loaded, &[prompt], &gen, &mut |_, _| Ok(Flow::Continue)).unwrap();
+        assert_eq!(got[0], want, "{family}: ours against llama.cpp's");
+    }
+}

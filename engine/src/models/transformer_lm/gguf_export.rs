@@ -357,12 +357,13 @@ pub fn export_gguf(
             }
         }
         // llama.cpp refuses a file without the key; "none" is its model for a file that
-        // carries no vocabulary.
+        // carries no vocabulary (which it then refuses too, the embedding being larger).
         None => {
             w.add("tokenizer.ggml.model", Value::String("none".into()))?;
             report.warnings.push(
-                "no tokenizer given: the file says tokenizer.ggml.model \"none\", so llama.cpp \
-                 loads the weights but cannot encode text; pass #{ tokenizer: tok } to include it"
+                "no tokenizer given: the file says tokenizer.ggml.model \"none\", and llama.cpp \
+                 (checked with llama-cpp-python 0.3.36) refuses a file whose vocabulary is \
+                 smaller than its embedding; pass #{ tokenizer: tok } to include one"
                     .into(),
             );
         }
