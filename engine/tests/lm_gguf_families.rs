@@ -9,7 +9,9 @@
 //! file compares with transformers run at that epsilon, `gguf/olmoe_expected.safetensors`).
 
 use rusting_brain::io::safetensors;
-use rusting_brain::models::transformer_lm::{load_gguf, Family, TransformerLm};
+use rusting_brain::models::transformer_lm::{
+    load_gguf, Family, GgufDType, GgufExportOptions, TransformerLm,
+};
 use rusting_brain::nn::Module;
 use rusting_brain::{no_grad, DType, Device, Tensor};
 use std::path::PathBuf;
@@ -97,13 +99,10 @@ fn files_with_experts_run_as_their_families() {
 #[test]
 fn export_gguf_writes_what_llama_cpps_converter_writes() {
     use rusting_brain::io::gguf::GgufFile;
+    use rusting_brain::models::transformer_lm::export_gguf;
     use rusting_brain::models::transformer_lm::pretrained::load_pretrained;
-    use rusting_brain::models::transformer_lm::{export_gguf, GgufDType, GgufExportOptions};
     let dir = tempfile::tempdir().unwrap();
-    let opts = GgufExportOptions {
-        dtype: GgufDType::F32,
-        name: None,
-    };
+    let opts = f32_export();
     for family in [
         "qwen2",
         "qwen3",
@@ -185,8 +184,8 @@ fn check_file(path: &std::path::Path, family: &str) {
 
 #[test]
 fn export_refuses_what_llama_cpp_would_run_differently() {
+    use rusting_brain::models::transformer_lm::export_gguf;
     use rusting_brain::models::transformer_lm::pretrained::load_pretrained;
-    use rusting_brain::models::transformer_lm::{export_gguf, GgufExportOptions};
     let dir = tempfile::tempdir().unwrap();
     let model = load_pretrained(fixtures().join("mistral"), DType::F32, Device::Cpu).unwrap();
     let err = export_gguf(
@@ -210,14 +209,11 @@ fn export_refuses_what_llama_cpp_would_run_differently() {
 #[test]
 #[ignore]
 fn write_family_ggufs_for_llama_cpp() {
+    use rusting_brain::models::transformer_lm::export_gguf;
     use rusting_brain::models::transformer_lm::pretrained::load_pretrained;
-    use rusting_brain::models::transformer_lm::{export_gguf, GgufDType, GgufExportOptions};
     let dir = PathBuf::from(std::env::var("RB_GGUF_CHECK_DIR").expect("RB_GGUF_CHECK_DIR"));
     std::fs::create_dir_all(&dir).unwrap();
-    let opts = GgufExportOptions {
-        dtype: GgufDType::F32,
-        name: None,
-    };
+    let opts = f32_export();
     for family in LLAMA_CPP_FAMILIES {
         let model = load_pretrained(fixtures().join(family), DType::F32, Device::Cpu).unwrap();
         let bare = dir.join(format!("{family}.bare.gguf"));
@@ -298,20 +294,17 @@ const LLAMA_CPP_FAMILIES: [&str; 8] = [
 /// check_llama_cpp.py) equal our greedy tokens from the same files.
 #[test]
 fn llama_cpp_continues_our_exported_files_as_we_do() {
+    use rusting_brain::models::transformer_lm::export_gguf;
     use rusting_brain::models::transformer_lm::generate::{
         generate, Flow, GenerateOptions, SamplingOptions,
     };
     use rusting_brain::models::transformer_lm::pretrained::load_pretrained;
-    use rusting_brain::models::transformer_lm::{export_gguf, GgufDType, GgufExportOptions};
     let path = fixtures().join("gguf/llama_cpp_greedy.json");
     let text = std::fs::read_to_string(&path)
         .unwrap_or_else(|e| panic!("{} (check_llama_cpp.py): {e}", path.display()));
     let recorded: serde_json::Value = serde_json::from_str(&text).unwrap();
     let dir = tempfile::tempdir().unwrap();
-    let opts = GgufExportOptions {
-        dtype: GgufDType::F32,
-        name: None,
-    };
+    let opts = f32_export();
     for family in LLAMA_CPP_FAMILIES {
         let case = &recorded["families"][family];
         let ids = |v: &serde_json::Value| -> Vec<u32> {
@@ -333,5 +326,13 @@ fn llama_cpp_continues_our_exported_files_as_we_do() {
         };
         let got = generate(&loaded, &[prompt], &gen, &mut |_, _| Ok(Flow::Continue)).unwrap();
         assert_eq!(got[0], want, "{family}: ours against llama.cpp's");
+    }
+}
+
+/// Export options for F32 files (the converter's fixtures are F32).
+fn f32_export() -> GgufExportOptions {
+    GgufExportOptions {
+        dtype: GgufDType::F32,
+        name: None,
     }
 }

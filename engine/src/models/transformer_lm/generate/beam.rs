@@ -9,10 +9,10 @@
 //! the rows are reordered in place to follow the beams kept (`KvCache::reorder_rows`), so
 //! the decode step stays one captured CUDA graph.
 
-use super::decode::{check_prompts, prefill};
+use super::decode::{check_prompts, host_f32, prefill};
 use super::step::{DecodeStep, StepOutput};
 use crate::models::transformer_lm::TransformerLm;
-use crate::{no_grad, DType, Device, Error, Result, Tensor};
+use crate::{no_grad, Error, Result};
 
 /// When a prompt's search ends before `max_new_tokens` (transformers' `early_stopping`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -133,10 +133,6 @@ fn search(
         };
     }
     Ok(searches.into_iter().map(Search::into_beams).collect())
-}
-
-fn host_f32(t: &Tensor) -> Result<Vec<f32>> {
-    t.to_dtype(DType::F32)?.to_device(Device::Cpu)?.to_vec_f32()
 }
 
 /// transformers' stand-in for minus infinity: a score that can never be chosen.

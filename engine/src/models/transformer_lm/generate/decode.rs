@@ -172,11 +172,15 @@ fn pick(
             .to_vec()?;
         return Ok(ids.into_iter().map(|i| i as u32).collect());
     }
-    let host = logits
+    Ok(sample(sampler, &host_f32(logits)?, prompts, generated))
+}
+
+/// Logits [.., vocab] as host F32 values, row after row.
+pub(super) fn host_f32(logits: &Tensor) -> Result<Vec<f32>> {
+    logits
         .to_dtype(DType::F32)?
         .to_device(Device::Cpu)?
-        .to_vec_f32()?;
-    Ok(sample(sampler, &host, prompts, generated))
+        .to_vec_f32()
 }
 
 /// The sampler's pick for each row of host logits [batch, vocab].

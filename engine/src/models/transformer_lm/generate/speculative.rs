@@ -11,12 +11,12 @@
 //! target kept), or prompt lookup, which proposes what followed the text's last n-gram where it
 //! appeared before (no model: q is one-hot on the copied token).
 
-use super::decode::{check_prompts, prefill};
+use super::decode::{check_prompts, host_f32, prefill};
 use super::sampler::{Candidates, Sampler, SamplingOptions};
 use super::step::{DecodeStep, StepOutput};
 use super::{Flow, GenerateOptions};
 use crate::models::transformer_lm::{KvCache, TransformerLm};
-use crate::{no_grad, DType, Device, Error, Result, Tensor};
+use crate::{no_grad, Error, Result, Tensor};
 
 /// Where the proposed tokens come from.
 pub enum Drafter<'a> {
@@ -145,7 +145,7 @@ impl<'m> Speculation<'m> {
                 target_passes: 1,
                 ..Default::default()
             },
-            first: host_rows(&logits)?,
+            first: host_f32(&logits)?,
         })
     }
 
@@ -170,7 +170,7 @@ impl<'m> Speculation<'m> {
             let hidden = self
                 .target
                 .hidden_for_head(&Tensor::from_vec(fed, &[1, n])?, Some(&mut self.cache))?;
-            let logits = host_rows(&self.target.project(&hidden)?)?;
+            let logits = host_f32(&self.target.project(&hidden)?)?;
             self.stats.target_passes += 1;
             let vocab = self.target.config.vocab_size;
             let mut kept = 0;
@@ -288,7 +288,7 @@ impl<'m> DraftModel<'m> {
         let hidden = self
             .model
             .hidden_for_head(&Tensor::from_vec(missing, &[1, m])?, Some(&mut self.cache))?;
-        let logits = host_rows(&self.model.project(&hidden.narrow(1, m - 1, 1)?)?)?;
+        let logits = host_f32(&self.model.project(&hidden.narrow(1, m - 1, 1)?)?)?;
         let (prompt_ids, generated) = text.split_at(prompt);
         let mut generated = generated.to_vec();
         let mut q = self
@@ -355,14 +355,6 @@ fn lookup(text: &[u32], max_ngram: usize, n: usize) -> Vec<u32> {
         }
     }
     Vec::new()
-}
-
-/// Logits [.., vocab] as host F32 rows.
-fn host_rows(logits: &Tensor) -> Result<Vec<f32>> {
-    logits
-        .to_dtype(DType::F32)?
-        .to_device(Device::Cpu)?
-        .to_vec_f32()
 }
 
 #[cfg(test)]
