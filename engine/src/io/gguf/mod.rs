@@ -11,6 +11,7 @@
 //! Files are untrusted: a truncated or corrupt file, an unknown value or tensor type, or a size
 //! that the file's length cannot hold is an error naming the file and the key or tensor.
 
+mod arch;
 mod cursor;
 pub mod llama;
 pub mod metadata;

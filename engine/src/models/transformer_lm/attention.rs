@@ -214,7 +214,7 @@ impl Attention {
             .reshape_to(&[b, kv, (h / kv) * t, hd])?;
         let mut scores = q.matmul(&k.transpose(-1, -2)?)?;
         if let Some(cap) = self.softcap {
-            scores = super::model::soft_cap(&scores, cap)?;
+            scores = super::head::soft_cap(&scores, cap)?;
         }
         if let Some(bias) = bias {
             scores = scores.add(bias)?;

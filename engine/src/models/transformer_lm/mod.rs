@@ -9,11 +9,16 @@ mod attention;
 mod block;
 pub mod checkpoint;
 mod config;
+#[cfg(test)]
+mod config_tests;
+mod family;
 pub mod generate;
 mod gguf;
 mod gguf_export;
 #[cfg(test)]
 mod gguf_export_tests;
+mod head;
+mod hf_config;
 mod kv_cache;
 mod layout;
 mod lora;
@@ -44,7 +49,8 @@ mod train_tests;
 pub use attention::{Attention, Step, Visibility};
 pub use block::{Block, FeedForward};
 pub use checkpoint::{Checkpoint, TrainState};
-pub use config::{swiglu_hidden, Family, LmConfig};
+pub use config::{swiglu_hidden, LmConfig};
+pub use family::Family;
 pub use gguf::{load_gguf, GgufInfo, GgufModel};
 pub use gguf_export::{export_gguf, storage_type, GgufDType, GgufExport, GgufExportOptions};
 pub use kv_cache::KvCache;
