@@ -14,7 +14,7 @@ cd "$(dirname "$0")/.."
 root=$PWD
 engine_tests=$(cd engine/tests && ls cuda_*.rs | sed 's/\.rs$//')
 declare -A crate_tests=(
-  [rusting_brain]="$engine_tests llama_parity yolo_one_step"
+  [rusting_brain]="$engine_tests llama_parity yolo_one_step lm_families lm_generation"
   [brain]="runner scripts launch"
   [rusting_brain_rhai]="lm_api lm_lora lm_qlora"
   [rb_integration_tests]="graph_memory hf_sharded_parity qlora_memory yolo_parity onnx_graph_models torchvision_resnet"
