@@ -15,11 +15,18 @@ pub struct Fields<'a> {
     v: &'a Value,
     /// Names the config in errors ("CLIP text_config").
     what: &'static str,
+    /// The file it was read from, for errors (`config.json`, `scheduler_config.json`).
+    file: &'static str,
 }
 
 impl<'a> Fields<'a> {
     pub fn new(v: &'a Value, what: &'static str) -> Fields<'a> {
-        Fields { v, what }
+        Fields::in_file(v, what, "config.json")
+    }
+
+    /// A config read from another file than `config.json`.
+    pub fn in_file(v: &'a Value, what: &'static str, file: &'static str) -> Fields<'a> {
+        Fields { v, what, file }
     }
 
     /// The nested object `key` (e.g. `vision_config`); a missing one reads as empty, so every
@@ -27,8 +34,16 @@ impl<'a> Fields<'a> {
     pub fn nested(&self, key: &str, what: &'static str) -> Result<Fields<'a>> {
         static EMPTY: Value = Value::Null;
         match self.v.get(key) {
-            None | Some(Value::Null) => Ok(Fields { v: &EMPTY, what }),
-            Some(o @ Value::Object(_)) => Ok(Fields { v: o, what }),
+            None | Some(Value::Null) => Ok(Fields {
+                v: &EMPTY,
+                what,
+                file: self.file,
+            }),
+            Some(o @ Value::Object(_)) => Ok(Fields {
+                v: o,
+                what,
+                file: self.file,
+            }),
             Some(x) => Err(self.bad(format!("`{key}` must be an object, got {x}"))),
         }
     }
@@ -38,7 +53,7 @@ impl<'a> Fields<'a> {
     }
 
     pub fn error(&self, msg: String) -> Error {
-        Error::format(self.what, format!("config.json: {msg}"))
+        Error::format(self.what, format!("{}: {msg}", self.file))
     }
 
     fn bad(&self, msg: String) -> Error {
@@ -66,6 +81,69 @@ impl<'a> Fields<'a> {
                 .as_f64()
                 .filter(|f| f.is_finite())
                 .ok_or_else(|| self.bad(format!("`{key}` must be a number, got {x}"))),
+        }
+    }
+
+    /// A number that may be absent (or null).
+    pub fn opt_float(&self, key: &str) -> Result<Option<f64>> {
+        match self.get(key) {
+            None => Ok(None),
+            Some(_) => self.float(key, 0.0).map(Some),
+        }
+    }
+
+    /// A list of numbers that may be absent (or null).
+    pub fn floats(&self, key: &str) -> Result<Option<Vec<f64>>> {
+        let Some(x) = self.get(key) else {
+            return Ok(None);
+        };
+        let bad = || self.bad(format!("`{key}` must be a list of numbers, got {x}"));
+        let list = x
+            .as_array()
+            .filter(|a| a.len() <= MAX_SIZE)
+            .ok_or_else(bad)?;
+        list.iter()
+            .map(|v| v.as_f64().filter(|f| f.is_finite()).ok_or_else(bad))
+            .collect::<Result<Vec<_>>>()
+            .map(Some)
+    }
+
+    /// A non-negative integer (0 allowed), at most [`MAX_SIZE`].
+    pub fn count(&self, key: &str, default: usize) -> Result<usize> {
+        match self.get(key) {
+            None => Ok(default),
+            Some(x) => x
+                .as_u64()
+                .filter(|&n| n as usize <= MAX_SIZE)
+                .map(|n| n as usize)
+                .ok_or_else(|| {
+                    self.bad(format!(
+                        "`{key}` must be an integer in 0..={MAX_SIZE}, got {x}"
+                    ))
+                }),
+        }
+    }
+
+    /// One of `choices` by name; a name outside them is refused with the list.
+    pub fn choice(
+        &self,
+        key: &str,
+        default: &'static str,
+        choices: &[&'static str],
+    ) -> Result<&'static str> {
+        match self.get(key) {
+            None => Ok(default),
+            Some(Value::String(name)) => choices
+                .iter()
+                .find(|c| **c == name.as_str())
+                .copied()
+                .ok_or_else(|| {
+                    self.bad(format!(
+                        "{key} `{name}` is not supported; supported: {}",
+                        choices.join(", ")
+                    ))
+                }),
+            Some(x) => Err(self.bad(format!("`{key}` must be a name, got {x}"))),
         }
     }
 

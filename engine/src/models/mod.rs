@@ -9,6 +9,7 @@
 //! - `vit`: Vision Transformers (transformers' ViT and DeiT).
 //! - `dinov2`: DINOv2 self-supervised image encoders.
 //! - `clip`: CLIP's image and text towers and their joint embedding.
+//! - `diffusion`: diffusion samplers (diffusers' schedulers); the denoisers come next.
 //! - `siglip`: SigLIP (CLIP's text tower made bidirectional, attention-pooled images, sigmoid scores).
 //!
 //! `patch_embedding` is what the patch-based image encoders put in front of their blocks;
@@ -17,6 +18,7 @@
 //! SigLIP.
 
 pub mod clip;
+pub mod diffusion;
 pub mod dinov2;
 pub mod encoder_block;
 pub mod hf_config;

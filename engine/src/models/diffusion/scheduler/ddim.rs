@@ -1,0 +1,156 @@
+//! DDIM (Song et al. 2021) as diffusers' `DDIMScheduler` steps it: deterministic at η = 0,
+//! with η·σ_t of fresh noise otherwise.
+
+use super::noise_schedule::{
+    combine, refuse_set, round_half_even, NoiseSchedule, Prediction, Spacing,
+};
+use super::{check_begin, check_steps, current, NoiseSource, Scheduler};
+use crate::models::hf_config::Fields;
+use crate::{Error, Result, Tensor};
+
+pub struct Ddim {
+    schedule: NoiseSchedule,
+    prediction: Prediction,
+    spacing: Spacing,
+    steps_offset: usize,
+    /// ᾱ before the first training timestep: 1 (`set_alpha_to_one`) or ᾱ_0.
+    final_alpha: f64,
+    clip: Option<f64>,
+    /// The share of the posterior's noise a step adds (0: deterministic).
+    eta: f64,
+    timesteps: Vec<f64>,
+    index: usize,
+}
+
+impl Ddim {
+    pub fn read(f: &Fields) -> Result<Ddim> {
+        refuse_set(f, "thresholding", "dynamic thresholding")?;
+        let schedule = NoiseSchedule::read(f)?;
+        let final_alpha = match f.flag("set_alpha_to_one", true)? {
+            true => 1.0,
+            false => schedule.alphas_cumprod[0],
+        };
+        let clip = f
+            .flag("clip_sample", true)?
+            .then(|| f.float("clip_sample_range", 1.0))
+            .transpose()?;
+        Ok(Ddim {
+            prediction: Prediction::read(f)?,
+            spacing: Spacing::read(f, "leading")?,
+            steps_offset: f.count("steps_offset", 0)?,
+            schedule,
+            final_alpha,
+            clip,
+            eta: 0.0,
+            timesteps: Vec::new(),
+            index: 0,
+        })
+    }
+
+    /// η, the share of the posterior's noise each step adds (diffusers' `eta`).
+    pub fn set_eta(&mut self, eta: f64) -> Result<()> {
+        if !(0.0..=1.0).contains(&eta) {
+            return Err(Error::invalid(
+                "DDIMScheduler",
+                format!("eta {eta} is outside [0, 1]"),
+            ));
+        }
+        self.eta = eta;
+        Ok(())
+    }
+}
+
+impl Scheduler for Ddim {
+    fn class_name(&self) -> &'static str {
+        "DDIMScheduler"
+    }
+
+    fn set_timesteps(&mut self, steps: usize) -> Result<()> {
+        let train = self.schedule.train_steps();
+        check_steps(steps, train, "DDIMScheduler.set_timesteps")?;
+        self.timesteps = self
+            .spacing
+            .timesteps(train, steps, self.steps_offset)
+            .into_iter()
+            .map(round_half_even)
+            .collect();
+        self.index = 0;
+        Ok(())
+    }
+
+    fn timesteps(&self) -> &[f64] {
+        &self.timesteps
+    }
+
+    fn step_index(&self) -> usize {
+        self.index
+    }
+
+    fn set_begin_index(&mut self, i: usize) -> Result<()> {
+        self.index = check_begin(i, &self.timesteps, "DDIMScheduler")?;
+        Ok(())
+    }
+
+    fn init_noise_sigma(&self) -> f64 {
+        1.0
+    }
+
+    fn step(
+        &mut self,
+        model_output: &Tensor,
+        sample: &Tensor,
+        noise: &mut dyn NoiseSource,
+    ) -> Result<Tensor> {
+        let i = current(self.index, &self.timesteps, "DDIMScheduler.step")?;
+        let t = self.timesteps[i] as i64;
+        // diffusers steps back by train / steps whatever the spacing.
+        let prev = t - (self.schedule.train_steps() / self.timesteps.len()) as i64;
+        let a_t = self.schedule.alpha_bar(t, self.final_alpha);
+        let a_prev = self.schedule.alpha_bar(prev, self.final_alpha);
+        let b_t = 1.0 - a_t;
+        let (x0, eps) = match self.prediction {
+            Prediction::Epsilon => (
+                combine(&[
+                    (1.0 / a_t.sqrt(), sample),
+                    (-b_t.sqrt() / a_t.sqrt(), model_output),
+                ])?,
+                combine(&[(1.0, model_output)])?,
+            ),
+            Prediction::Sample => (
+                combine(&[(1.0, model_output)])?,
+                combine(&[
+                    (1.0 / b_t.sqrt(), sample),
+                    (-a_t.sqrt() / b_t.sqrt(), model_output),
+                ])?,
+            ),
+            Prediction::Velocity => (
+                combine(&[(a_t.sqrt(), sample), (-b_t.sqrt(), model_output)])?,
+                combine(&[(a_t.sqrt(), model_output), (b_t.sqrt(), sample)])?,
+            ),
+        };
+        let x0 = match self.clip {
+            Some(r) => x0.clamp(-r, r)?,
+            None => x0,
+        };
+        let variance = (1.0 - a_prev) / b_t * (1.0 - a_t / a_prev);
+        let std = self.eta * variance.sqrt();
+        let mut next = combine(&[
+            (a_prev.sqrt(), &x0),
+            ((1.0 - a_prev - std * std).sqrt(), &eps),
+        ])?;
+        if self.eta > 0.0 {
+            let z = noise.draw(model_output)?;
+            next = next.add(&z.mul_scalar(std)?)?;
+        }
+        self.index += 1;
+        next.to_dtype(model_output.dtype())
+    }
+
+    fn add_noise(&self, original: &Tensor, noise: &Tensor, i: usize) -> Result<Tensor> {
+        let i = current(i, &self.timesteps, "DDIMScheduler.add_noise")?;
+        let a = self
+            .schedule
+            .alpha_bar(self.timesteps[i] as i64, self.final_alpha);
+        combine(&[(a.sqrt(), original), ((1.0 - a).sqrt(), noise)])?.to_dtype(original.dtype())
+    }
+}
