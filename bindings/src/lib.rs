@@ -5,6 +5,7 @@
 pub mod convert;
 pub mod data;
 pub mod device;
+pub mod diffusion;
 pub mod display;
 pub mod dist;
 pub mod error;
@@ -67,6 +68,7 @@ pub fn new_engine() -> Engine {
     optim::register(&mut engine);
     data::register(&mut engine);
     device::register(&mut engine);
+    diffusion::register(&mut engine);
     dist::register(&mut engine);
     io::register(&mut engine);
     lm::register(&mut engine);

@@ -284,3 +284,53 @@ fn errors_name_types_as_scripts_do() {
     let msg = script_error(src);
     assert!(msg.contains("Tensor") && !msg.contains("::"), "{msg}");
 }
+
+#[test]
+fn a_diffusion_scheduler_reads_a_folder_and_walks_from_a_script() {
+    let dir = std::env::temp_dir().join(format!("rb_sched_{}", std::process::id()));
+    std::fs::create_dir_all(dir.join("scheduler")).unwrap();
+    std::fs::write(
+        dir.join("scheduler/scheduler_config.json"),
+        r#"{"_class_name": "EulerDiscreteScheduler", "beta_schedule": "scaled_linear",
+            "beta_start": 0.00085, "beta_end": 0.012, "timestep_spacing": "leading",
+            "steps_offset": 1}"#,
+    )
+    .unwrap();
+    let dir = dir.display().to_string().replace('\\', "/");
+    // SD 1.5's Euler: 10 steps from 901 down by 100, noise scaled by sqrt(sigma_max^2 + 1).
+    let t = eval(&format!(
+        r#"let s = diffusion::scheduler("{dir}", #{{ steps: 10 }}); s.timesteps"#
+    ))
+    .unwrap()
+    .into_typed_array::<f64>()
+    .unwrap();
+    assert_eq!(t[0], 901.0);
+    assert_eq!(t[9], 1.0);
+    let walked = values(&format!(
+        r#"let s = diffusion::scheduler("{dir}", #{{ steps: 10 }});
+           let x = ones([1, 2]) * s.init_noise_sigma;
+           for t in s.timesteps {{ let out = s.scale_model_input(x) * 0.0; x = s.step(out, x); }}
+           x"#
+    ));
+    // A zero prediction of the noise keeps the sample as it is: x0 = x at every step.
+    let start = eval(&format!(
+        r#"diffusion::scheduler("{dir}", #{{ steps: 10 }}).init_noise_sigma"#
+    ))
+    .unwrap()
+    .as_float()
+    .unwrap();
+    assert!(
+        (walked[0] - start).abs() < 1e-3 * start,
+        "{walked:?} vs {start}"
+    );
+    let err = eval(&format!(
+        r#"let s = diffusion::scheduler("{dir}", #{{ steps: 2 }}); let x = ones([1]); x = s.step(x, x); x = s.step(x, x); s.step(x, x)"#
+    ))
+    .unwrap_err();
+    assert!(err.contains("walk is over"), "{err}");
+    let err = eval(r#"diffusion::scheduler("no/such/dir")"#).unwrap_err();
+    assert!(err.contains("no scheduler_config.json"), "{err}");
+    let err = eval(r#"diffusion::scheduler(#{ _class_name: "DDIMScheduler" }, #{ stepz: 3 })"#)
+        .unwrap_err();
+    assert!(err.contains("did you mean `steps`"), "{err}");
+}

@@ -72,18 +72,8 @@ fn every_case_walks_where_diffusers_walks() {
     for case in cases {
         let name = case["name"].as_str().unwrap();
         let mut s = build(case);
-        let eta = case["eta"].as_f64();
-        if let Some(eta) = eta {
-            // Only DDIM takes η; the trait object is rebuilt as the concrete type for it.
-            let mut ddim = rusting_brain::models::diffusion::scheduler::Ddim::read(&Fields::new(
-                &case["config"],
-                "scheduler",
-            ))
-            .unwrap();
-            ddim.set_eta(eta).unwrap();
-            ddim.set_timesteps(case["steps"].as_u64().unwrap() as usize)
-                .unwrap();
-            s = Box::new(ddim);
+        if let Some(eta) = case["eta"].as_f64() {
+            s.set_eta(eta).unwrap();
         }
         let want_t = floats(&case["timesteps"]);
         assert_eq!(s.timesteps().len(), want_t.len(), "{name}: timestep count");
@@ -229,7 +219,14 @@ fn bad_configs_are_refused_by_name() {
     .unwrap();
     let err = flux.set_timesteps(10).unwrap_err().to_string();
     assert!(err.contains("image tokens"), "{err}");
+    let err = s.set_eta(0.5).unwrap_err().to_string();
+    assert!(err.contains("eta is DDIM's"), "{err}");
     let mut ddim = from_config(r#"{"_class_name": "DDIMScheduler"}"#, None).unwrap();
+    assert!(ddim
+        .set_eta(1.5)
+        .unwrap_err()
+        .to_string()
+        .contains("outside [0, 1]"));
     let x = Tensor::zeros(&[1, 2], DType::F32, rusting_brain::Device::Cpu).unwrap();
     let err = ddim
         .step(&x, &x, &mut GivenNoise(VecDeque::new()))

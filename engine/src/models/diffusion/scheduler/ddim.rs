@@ -46,18 +46,6 @@ impl Ddim {
             index: 0,
         })
     }
-
-    /// η, the share of the posterior's noise each step adds (diffusers' `eta`).
-    pub fn set_eta(&mut self, eta: f64) -> Result<()> {
-        if !(0.0..=1.0).contains(&eta) {
-            return Err(Error::invalid(
-                "DDIMScheduler",
-                format!("eta {eta} is outside [0, 1]"),
-            ));
-        }
-        self.eta = eta;
-        Ok(())
-    }
 }
 
 impl Scheduler for Ddim {
@@ -93,6 +81,17 @@ impl Scheduler for Ddim {
 
     fn init_noise_sigma(&self) -> f64 {
         1.0
+    }
+
+    fn set_eta(&mut self, eta: f64) -> Result<()> {
+        if !(0.0..=1.0).contains(&eta) {
+            return Err(Error::invalid(
+                "DDIMScheduler",
+                format!("eta {eta} is outside [0, 1]"),
+            ));
+        }
+        self.eta = eta;
+        Ok(())
     }
 
     fn step(

@@ -98,6 +98,18 @@ pub trait Scheduler: Send {
     /// Clean samples noised to the level of inference step `i` (image-to-image).
     fn add_noise(&self, original: &Tensor, noise: &Tensor, i: usize) -> Result<Tensor>;
 
+    /// η, the share of the posterior's noise a step adds (DDIM's `eta`; 0 is deterministic).
+    /// Only DDIM takes it.
+    fn set_eta(&mut self, eta: f64) -> Result<()> {
+        match eta {
+            0.0 => Ok(()),
+            _ => Err(Error::invalid(
+                self.class_name(),
+                "eta is DDIM's; this scheduler takes none",
+            )),
+        }
+    }
+
     /// For schedulers that shift by image size (FLUX's dynamic shifting): the number of
     /// image tokens the denoiser sees. Others ignore it.
     fn set_image_tokens(&mut self, _tokens: usize) {}

@@ -1,0 +1,202 @@
+//! `diffusion::`: the samplers of diffusion models (diffusers' schedulers) from a script. A
+//! `Scheduler` value is a handle: copies share one walk, as a model's copies share weights.
+
+use crate::error::{guard, runtime_error, RhaiResult};
+use crate::help::{self, Api};
+use crate::options::Options;
+use rhai::{Array, Dynamic, Engine, Map, Module, INT};
+use rusting_brain::models::diffusion::scheduler::{self as sched, Scheduler};
+use rusting_brain::{Generator, Tensor};
+use std::sync::{Arc, Mutex};
+
+/// A scheduler and the generator its stochastic steps draw from.
+#[derive(Clone)]
+pub struct SchedulerHandle(Arc<Mutex<(Box<dyn Scheduler>, Generator)>>);
+
+impl SchedulerHandle {
+    fn with<R>(&self, f: impl FnOnce(&mut dyn Scheduler, &mut Generator) -> R) -> R {
+        let mut g = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        let (s, gen) = &mut *g;
+        f(s.as_mut(), gen)
+    }
+}
+
+/// `diffusion::scheduler(config, opts)`: config is a folder, a scheduler_config.json path or
+/// a map of its fields.
+fn scheduler(config: Dynamic, opts: Map) -> RhaiResult<SchedulerHandle> {
+    let o = Options::new(
+        "diffusion::scheduler",
+        opts,
+        &["class", "seed", "eta", "steps"],
+    )?;
+    let class = o.string("class")?;
+    let class = class.as_deref();
+    let s = if let Some(map) = config.clone().try_cast::<Map>() {
+        let json = rhai::serde::from_dynamic::<serde_json::Value>(&Dynamic::from_map(map))
+            .map_err(|e| runtime_error(format!("diffusion::scheduler: {e}")))?;
+        guard(|| sched::from_config(&json.to_string(), class))?
+    } else if let Some(path) = config.clone().try_cast::<String>() {
+        let p = std::path::Path::new(&path);
+        if p.is_file() {
+            let text = std::fs::read_to_string(p)
+                .map_err(|e| runtime_error(format!("diffusion::scheduler: {path}: {e}")))?;
+            guard(|| sched::from_config(&text, class))?
+        } else {
+            guard(|| sched::from_folder(p, class))?
+        }
+    } else {
+        return Err(runtime_error(format!(
+            "diffusion::scheduler: give a folder, a scheduler_config.json path or a map of its fields, got {}",
+            config.type_name()
+        )));
+    };
+    let handle = SchedulerHandle(Arc::new(Mutex::new((
+        s,
+        Generator::new(o.int("seed", 0)? as u64),
+    ))));
+    let eta = o.float("eta", 0.0)?;
+    let steps = o.usize("steps", 0)?;
+    handle.with(|s, _| {
+        guard(|| {
+            s.set_eta(eta)?;
+            if steps > 0 {
+                s.set_timesteps(steps)?;
+            }
+            Ok(())
+        })
+    })?;
+    Ok(handle)
+}
+
+fn index(i: INT, what: &str) -> RhaiResult<usize> {
+    usize::try_from(i)
+        .map_err(|_| runtime_error(format!("{what}: a step index is not negative, got {i}")))
+}
+
+pub fn register(engine: &mut Engine) {
+    engine.register_type_with_name::<SchedulerHandle>("Scheduler");
+    let getters: [(&str, &str, &str, fn(&mut SchedulerHandle) -> Dynamic); 4] = [
+        (
+            "timesteps",
+            "scheduler.timesteps -> array",
+            "The inference timesteps in walking order, in the denoiser's units (training timesteps; the Euler and flow schedulers' may be fractional).",
+            |h| h.with(|s, _| s.timesteps().iter().map(|&t| Dynamic::from_float(t)).collect::<Array>().into()),
+        ),
+        (
+            "step_index",
+            "scheduler.step_index -> int",
+            "The step the walk is at: the index into timesteps of the next step.",
+            |h| h.with(|s, _| Dynamic::from_int(s.step_index() as INT)),
+        ),
+        (
+            "init_noise_sigma",
+            "scheduler.init_noise_sigma -> float",
+            "The scale of the starting noise: the first latents are randn times this (1, or the largest σ for the Euler schedulers).",
+            |h| h.with(|s, _| Dynamic::from_float(s.init_noise_sigma())),
+        ),
+        (
+            "class_name",
+            "scheduler.class_name -> string",
+            "diffusers' class name of the scheduler (DDIMScheduler, EulerDiscreteScheduler, ...).",
+            |h| h.with(|s, _| Dynamic::from(s.class_name().to_string())),
+        ),
+    ];
+    for (name, signature, doc, f) in getters {
+        engine.register_get(name, f);
+        help::getter(
+            name,
+            signature,
+            doc,
+            "let s = diffusion::scheduler(#{ _class_name: \"EulerDiscreteScheduler\" }, #{ steps: 4 }); print(s.timesteps); print(s.init_noise_sigma);",
+        );
+    }
+    let mut module = Module::new();
+    {
+        let mut api = Api::new(&mut module, Some("diffusion"));
+        let classes = sched::CLASSES.join(", ");
+        api.func(
+            "scheduler",
+            "diffusion::scheduler(config, #{ class, steps, seed, eta }) -> Scheduler",
+            &format!("A sampler with diffusers' semantics from a diffusers folder (its scheduler/scheduler_config.json), a scheduler_config.json path, or a map of its fields; class picks another scheduler over the same noise schedule (as diffusers' from_config). Classes: {classes}. steps calls set_timesteps; seed seeds the noise of stochastic steps (DDPM, Euler ancestral, SDE DPM-Solver, DDIM with eta > 0); eta is DDIM's."),
+            "let s = diffusion::scheduler(#{ _class_name: \"DDIMScheduler\", beta_schedule: \"scaled_linear\", beta_start: 0.00085, beta_end: 0.012 }, #{ steps: 10 }); print(s.timesteps);",
+            scheduler,
+        );
+        api.func(
+            "scheduler",
+            "diffusion::scheduler(config) -> Scheduler",
+            "A scheduler from its config (see the form with options).",
+            "let s = diffusion::scheduler(#{ _class_name: \"DPMSolverMultistepScheduler\" }); s.set_timesteps(20); print(s.timesteps.len());",
+            |config: Dynamic| scheduler(config, Map::new()),
+        );
+        api.func(
+            "schedulers",
+            "diffusion::schedulers() -> array",
+            "The scheduler classes diffusion::scheduler builds.",
+            "print(diffusion::schedulers());",
+            || -> Array {
+                sched::CLASSES
+                    .iter()
+                    .map(|c| Dynamic::from(c.to_string()))
+                    .collect()
+            },
+        );
+        api.method(
+            "set_timesteps",
+            "scheduler.set_timesteps(steps) -> ()",
+            "Places steps inference timesteps (diffusers' spacing for the config) and starts the walk at the first.",
+            "let s = diffusion::scheduler(#{ _class_name: \"EulerDiscreteScheduler\" }); s.set_timesteps(30); print(s.timesteps[0]);",
+            |h: &mut SchedulerHandle, steps: INT| -> RhaiResult<()> {
+                let steps = index(steps, "set_timesteps")?;
+                h.with(|s, _| guard(|| s.set_timesteps(steps)))
+            },
+        );
+        api.method(
+            "set_begin_index",
+            "scheduler.set_begin_index(i) -> ()",
+            "Starts the walk at step i (image-to-image starts part way, at the noise level add_noise gave).",
+            "let s = diffusion::scheduler(#{ _class_name: \"DDIMScheduler\" }, #{ steps: 10 }); s.set_begin_index(4); print(s.step_index);",
+            |h: &mut SchedulerHandle, i: INT| -> RhaiResult<()> {
+                let i = index(i, "set_begin_index")?;
+                h.with(|s, _| guard(|| s.set_begin_index(i)))
+            },
+        );
+        api.method(
+            "scale_model_input",
+            "scheduler.scale_model_input(sample) -> Tensor",
+            "The sample as the denoiser sees it at the current step (the Euler schedulers divide by sqrt(sigma^2 + 1); the others pass it through).",
+            "let s = diffusion::scheduler(#{ _class_name: \"EulerDiscreteScheduler\" }, #{ steps: 4 }); print(s.scale_model_input(ones([1, 4, 2, 2])).max());",
+            |h: &mut SchedulerHandle, x: Tensor| h.with(|s, _| guard(|| s.scale_model_input(&x))),
+        );
+        api.method(
+            "step",
+            "scheduler.step(model_output, sample) -> Tensor",
+            "The next sample from the denoiser's output at the current step, and the walk moves on: a sampling loop is `for t in s.timesteps { let out = unet(s.scale_model_input(x), t); x = s.step(out, x); }`. Stochastic schedulers draw their noise from the scheduler's seed.",
+            "let s = diffusion::scheduler(#{ _class_name: \"DDIMScheduler\" }, #{ steps: 4 }); let x = randn([1, 4, 2, 2]); for t in s.timesteps { x = s.step(x * 0.1, x); } print(x.shape);",
+            |h: &mut SchedulerHandle, out: Tensor, x: Tensor| {
+                h.with(|s, gen| guard(|| s.step(&out, &x, gen)))
+            },
+        );
+        api.method(
+            "add_noise",
+            "scheduler.add_noise(sample, noise, i) -> Tensor",
+            "Clean samples noised to the level of inference step i (image-to-image: start at step i from these).",
+            "let s = diffusion::scheduler(#{ _class_name: \"EulerDiscreteScheduler\" }, #{ steps: 10 }); let x = s.add_noise(zeros([1, 4, 2, 2]), randn([1, 4, 2, 2]), 3); print(x.shape);",
+            |h: &mut SchedulerHandle, x: Tensor, noise: Tensor, i: INT| -> RhaiResult<Tensor> {
+                let i = index(i, "add_noise")?;
+                h.with(|s, _| guard(|| s.add_noise(&x, &noise, i)))
+            },
+        );
+        api.method(
+            "set_image_tokens",
+            "scheduler.set_image_tokens(n) -> ()",
+            "FLUX's dynamic shifting: the number of latent image tokens, which sets the shift of the timesteps (call before set_timesteps). Other schedulers ignore it.",
+            "let s = diffusion::scheduler(#{ _class_name: \"FlowMatchEulerDiscreteScheduler\", use_dynamic_shifting: true }); s.set_image_tokens(1024); s.set_timesteps(4); print(s.timesteps);",
+            |h: &mut SchedulerHandle, n: INT| -> RhaiResult<()> {
+                let n = index(n, "set_image_tokens")?;
+                h.with(|s, _| s.set_image_tokens(n));
+                Ok(())
+            },
+        );
+    }
+    engine.register_static_module("diffusion", module.into());
+}
