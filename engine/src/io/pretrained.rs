@@ -14,22 +14,34 @@ pub const TORCH_WEIGHTS: &str = "pytorch_model.bin";
 
 /// Every tensor of the folder's weights, by name.
 pub fn load_weights(dir: &Path) -> Result<BTreeMap<String, Tensor>> {
-    let single = dir.join(WEIGHTS);
+    load_weights_named(dir, "model")
+}
+
+/// Every tensor of the folder's weights under the file stem `stem` (transformers' `model`,
+/// diffusers' `diffusion_pytorch_model`): `STEM.safetensors`, the shards its
+/// `STEM.safetensors.index.json` lists, or the PyTorch pickle (`pytorch_model.bin` for
+/// transformers' stem, `STEM.bin` otherwise).
+pub fn load_weights_named(dir: &Path, stem: &str) -> Result<BTreeMap<String, Tensor>> {
+    let single = dir.join(format!("{stem}.safetensors"));
     if single.exists() {
         return safetensors::load(single);
     }
-    let index_path = dir.join(WEIGHTS_INDEX);
+    let index_path = dir.join(format!("{stem}.safetensors.index.json"));
     if index_path.exists() {
         return safetensors::load_sharded(&index_path);
     }
-    let torch = dir.join(TORCH_WEIGHTS);
-    if torch.exists() {
-        return Ok(load_any(torch)?.into_iter().collect());
+    let torch = match stem {
+        "model" => TORCH_WEIGHTS.to_string(),
+        _ => format!("{stem}.bin"),
+    };
+    let torch_path = dir.join(&torch);
+    if torch_path.exists() {
+        return Ok(load_any(torch_path)?.into_iter().collect());
     }
     Err(Error::format(
         "pretrained",
         format!(
-            "{}: none of {WEIGHTS}, {WEIGHTS_INDEX} or {TORCH_WEIGHTS}",
+            "{}: none of {stem}.safetensors, {stem}.safetensors.index.json or {torch}",
             dir.display()
         ),
     ))
