@@ -195,10 +195,35 @@ impl Module for Upsample {
     }
 }
 
-/// The VAE middle block's attention: GroupNorm, one head over every position of the map,
-/// the output projection, and the input added back (diffusers' `Attention` with
-/// `residual_connection`).
+/// Attention of queries [B, T, heads·d] over keys and values [B, S, heads·d], head by head:
+/// [B, T, heads·d] out.
+pub fn multi_head(q: &Tensor, k: &Tensor, v: &Tensor, heads: usize) -> Result<Tensor> {
+    let split = |x: &Tensor| -> Result<Tensor> {
+        let &[b, t, inner] = x.shape() else {
+            return Err(crate::Error::invalid(
+                "attention",
+                format!("{:?} is not [B, T, C]", x.shape()),
+            ));
+        };
+        x.reshape_to(&[b, t, heads, inner / heads])?
+            .permute(&[0, 2, 1, 3])
+    };
+    let out = split(q)?.scaled_dot_product_attention(
+        &split(k)?,
+        &split(v)?,
+        AttentionOptions::default(),
+    )?;
+    let &[b, _, t, d] = out.shape() else {
+        unreachable!("attention keeps the rank");
+    };
+    out.permute(&[0, 2, 1, 3])?.reshape_to(&[b, t, heads * d])
+}
+
+/// Self-attention over the positions of a feature map: GroupNorm, `heads` heads, the output
+/// projection, and the input added back (diffusers' `Attention` with a group norm and
+/// `residual_connection`: the VAE's middle block, one head; UNet2DModel's attention blocks).
 pub struct SpatialAttention {
+    heads: usize,
     group_norm: GroupNorm,
     to_q: Linear,
     to_k: Linear,
@@ -210,11 +235,19 @@ pub struct SpatialAttention {
 impl SpatialAttention {
     pub fn new(
         channels: usize,
+        heads: usize,
         groups: usize,
         eps: f64,
         gen: &mut Generator,
     ) -> Result<SpatialAttention> {
+        if heads == 0 || !channels.is_multiple_of(heads) {
+            return Err(crate::Error::invalid(
+                "Attention",
+                format!("{channels} channels do not split into {heads} heads"),
+            ));
+        }
         Ok(SpatialAttention {
+            heads,
             group_norm: GroupNorm::new(groups, channels, eps, true)?,
             to_q: Linear::new(channels, channels, true, gen)?,
             to_k: Linear::new(channels, channels, true, gen)?,
@@ -234,23 +267,21 @@ impl Module for SpatialAttention {
                 format!("{:?}", x.shape()),
             ));
         };
-        // [B, C, H, W] → [B, 1, HW, C]: one head over the positions.
+        // [B, C, H, W] → [B, HW, C]: the positions are the tokens.
         let tokens = self
             .group_norm
             .forward(x)?
             .reshape_to(&[b, c, h * w])?
-            .permute(&[0, 2, 1])?
-            .reshape_to(&[b, 1, h * w, c])?;
-        let (q, k, v) = (
-            self.to_q.forward(&tokens)?,
-            self.to_k.forward(&tokens)?,
-            self.to_v.forward(&tokens)?,
-        );
-        let out = q.scaled_dot_product_attention(&k, &v, AttentionOptions::default())?;
+            .permute(&[0, 2, 1])?;
+        let out = multi_head(
+            &self.to_q.forward(&tokens)?,
+            &self.to_k.forward(&tokens)?,
+            &self.to_v.forward(&tokens)?,
+            self.heads,
+        )?;
         let out = self
             .to_out
             .forward(&out)?
-            .reshape_to(&[b, h * w, c])?
             .permute(&[0, 2, 1])?
             .reshape_to(&[b, c, h, w])?;
         out.add(x)

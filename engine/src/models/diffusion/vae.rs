@@ -184,7 +184,7 @@ impl Middle {
             first: ResnetBlock::new(ch, ch, None, g, EPS, gen)?,
             attention: c
                 .mid_block_add_attention
-                .then(|| SpatialAttention::new(ch, g, EPS, gen))
+                .then(|| SpatialAttention::new(ch, 1, g, EPS, gen))
                 .transpose()?,
             second: ResnetBlock::new(ch, ch, None, g, EPS, gen)?,
             training: true,

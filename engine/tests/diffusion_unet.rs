@@ -1,0 +1,124 @@
+//! diffusers' UNets against diffusers 0.42: three tiny random-weight UNets saved by
+//! `tests/fixtures/diffusion/make_unet.py` (SD 1.x's UNet2DConditionModel; SD 2's form with
+//! linear projections, per-block heads and two transformer blocks per attention; DDPM's
+//! UNet2DModel with self-attention) load by name and predict as diffusers does for per-sample
+//! fractional timesteps and for one shared timestep, within 1e-4 relative (F32, CPU).
+
+use rusting_brain::io::safetensors;
+use rusting_brain::models::diffusion::UNet;
+use rusting_brain::nn::Module;
+use rusting_brain::{no_grad, DType, Device, Tensor};
+use std::path::PathBuf;
+
+fn fixture(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../tests/fixtures/diffusion")
+        .join(name)
+}
+
+fn relative(got: &Tensor, want: &Tensor) -> f64 {
+    assert_eq!(got.shape(), want.shape());
+    let (g, w) = (got.to_vec_f64().unwrap(), want.to_vec_f64().unwrap());
+    let scale = w.iter().fold(1e-12f64, |m, x| m.max(x.abs()));
+    g.iter()
+        .zip(&w)
+        .map(|(a, b)| (a - b).abs() / scale)
+        .fold(0.0, f64::max)
+}
+
+#[test]
+fn unets_predict_as_diffusers() {
+    for name in ["unet_sd_tiny", "unet_sd2_shape", "unet_ddpm_tiny"] {
+        let dir = fixture(name);
+        let unet = UNet::from_folder(&dir).unwrap_or_else(|e| panic!("{name}: {e}"));
+        let want = safetensors::load(dir.join("expected.safetensors")).unwrap();
+        let ctx = want.get("context");
+        no_grad(|| {
+            let out = unet
+                .predict(&want["sample"], &want["timesteps"], ctx)
+                .unwrap();
+            let err = relative(&out, &want["output"]);
+            assert!(err < 1e-4, "{name}: output differs by {err:.2e}");
+            let t = Tensor::from_f64s(&[999.0], &[], DType::F32).unwrap();
+            let out = unet.predict(&want["sample"], &t, ctx).unwrap();
+            let err = relative(&out, &want["output_t999"]);
+            assert!(
+                err < 1e-4,
+                "{name}: output at one timestep differs by {err:.2e}"
+            );
+        });
+    }
+}
+
+#[test]
+fn a_unet_trains_its_own_parameters() {
+    let dir = fixture("unet_sd_tiny");
+    let unet = UNet::from_folder(&dir).unwrap();
+    let want = safetensors::load(dir.join("expected.safetensors")).unwrap();
+    let out = unet
+        .predict(&want["sample"], &want["timesteps"], want.get("context"))
+        .unwrap();
+    out.mul(&out).unwrap().mean().unwrap().backward().unwrap();
+    let params = unet.named_parameters();
+    let without: Vec<&String> = params
+        .iter()
+        .filter(|(_, p)| p.grad().is_none())
+        .map(|(n, _)| n)
+        .collect();
+    assert!(without.is_empty(), "no gradient for {without:?}");
+}
+
+#[test]
+fn bad_inputs_and_configs_are_refused_by_name() {
+    let unet = UNet::from_folder(&fixture("unet_sd_tiny")).unwrap();
+    let t = Tensor::zeros(&[1], DType::F32, Device::Cpu).unwrap();
+    let odd = Tensor::zeros(&[1, 4, 7, 8], DType::F32, Device::Cpu).unwrap();
+    let ctx = Tensor::zeros(&[1, 5, 6], DType::F32, Device::Cpu).unwrap();
+    let err = unet.predict(&odd, &t, Some(&ctx)).unwrap_err().to_string();
+    assert!(err.contains("multiples of 2"), "{err}");
+    let x = Tensor::zeros(&[1, 4, 8, 8], DType::F32, Device::Cpu).unwrap();
+    let err = unet.predict(&x, &t, None).unwrap_err().to_string();
+    assert!(err.contains("text states"), "{err}");
+    let wide = Tensor::zeros(&[1, 5, 7], DType::F32, Device::Cpu).unwrap();
+    let err = unet.predict(&x, &t, Some(&wide)).unwrap_err().to_string();
+    assert!(err.contains("[1, S, 6]"), "{err}");
+    let three = Tensor::zeros(&[3], DType::F32, Device::Cpu).unwrap();
+    let err = unet
+        .predict(&x, &three, Some(&ctx))
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("3 timesteps for a batch of 1"), "{err}");
+    let dir = tempfile::tempdir().unwrap();
+    let base: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(fixture("unet_sd_tiny/config.json")).unwrap(),
+    )
+    .unwrap();
+    for (key, value, want) in [
+        (
+            "addition_embed_type",
+            serde_json::json!("text_time"),
+            "addition_embed_type is not supported",
+        ),
+        (
+            "up_block_types",
+            serde_json::json!(["UpBlock2D", "SimpleCrossAttnUpBlock2D"]),
+            "SimpleCrossAttnUpBlock2D",
+        ),
+        (
+            "mid_block_type",
+            serde_json::json!("UNetMidBlock2DSimpleCrossAttn"),
+            "mid_block_type",
+        ),
+        (
+            "attention_head_dim",
+            serde_json::json!([2, 2, 2]),
+            "one size or 2",
+        ),
+    ] {
+        let mut cfg = base.clone();
+        cfg[key] = value;
+        std::fs::write(dir.path().join("config.json"), cfg.to_string()).unwrap();
+        let err = UNet::from_folder(dir.path()).err().unwrap().to_string();
+        assert!(err.contains(want), "{key}: {err}");
+    }
+}
