@@ -28,7 +28,7 @@ fn relative(got: &Tensor, want: &Tensor) -> f64 {
 
 #[test]
 fn unets_predict_as_diffusers() {
-    for name in ["unet_sd_tiny", "unet_sd2_shape", "unet_ddpm_tiny"] {
+    for name in ["sd_tiny/unet", "unet_sd2_shape", "unet_ddpm_tiny"] {
         let dir = fixture(name);
         let unet = UNet::from_folder(&dir).unwrap_or_else(|e| panic!("{name}: {e}"));
         let want = safetensors::load(dir.join("expected.safetensors")).unwrap();
@@ -52,7 +52,7 @@ fn unets_predict_as_diffusers() {
 
 #[test]
 fn a_unet_trains_its_own_parameters() {
-    let dir = fixture("unet_sd_tiny");
+    let dir = fixture("sd_tiny/unet");
     let unet = UNet::from_folder(&dir).unwrap();
     let want = safetensors::load(dir.join("expected.safetensors")).unwrap();
     let out = unet
@@ -70,7 +70,7 @@ fn a_unet_trains_its_own_parameters() {
 
 #[test]
 fn bad_inputs_and_configs_are_refused_by_name() {
-    let unet = UNet::from_folder(&fixture("unet_sd_tiny")).unwrap();
+    let unet = UNet::from_folder(&fixture("sd_tiny/unet")).unwrap();
     let t = Tensor::zeros(&[1], DType::F32, Device::Cpu).unwrap();
     let odd = Tensor::zeros(&[1, 4, 7, 8], DType::F32, Device::Cpu).unwrap();
     let ctx = Tensor::zeros(&[1, 5, 6], DType::F32, Device::Cpu).unwrap();
@@ -90,7 +90,7 @@ fn bad_inputs_and_configs_are_refused_by_name() {
     assert!(err.contains("3 timesteps for a batch of 1"), "{err}");
     let dir = tempfile::tempdir().unwrap();
     let base: serde_json::Value = serde_json::from_str(
-        &std::fs::read_to_string(fixture("unet_sd_tiny/config.json")).unwrap(),
+        &std::fs::read_to_string(fixture("sd_tiny/unet/config.json")).unwrap(),
     )
     .unwrap();
     for (key, value, want) in [

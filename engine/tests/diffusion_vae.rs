@@ -29,7 +29,7 @@ fn relative(got: &Tensor, want: &Tensor) -> f64 {
 
 #[test]
 fn published_layout_vaes_encode_and_decode_as_diffusers() {
-    for name in ["vae_tiny", "vae_sd3_shape"] {
+    for name in ["sd_tiny/vae", "vae_sd3_shape"] {
         let dir = fixture(name);
         let vae = AutoencoderKl::from_folder(&dir).unwrap_or_else(|e| panic!("{name}: {e}"));
         let want = safetensors::load(dir.join("expected.safetensors")).unwrap();
@@ -73,7 +73,7 @@ fn latents_scale_and_sample_as_the_config_says() {
 
 #[test]
 fn wrong_inputs_and_folders_are_refused_by_name() {
-    let vae = AutoencoderKl::from_folder(&fixture("vae_tiny")).unwrap();
+    let vae = AutoencoderKl::from_folder(&fixture("sd_tiny/vae")).unwrap();
     let odd = Tensor::zeros(
         &[1, 3, 15, 16],
         rusting_brain::DType::F32,
@@ -98,7 +98,7 @@ fn wrong_inputs_and_folders_are_refused_by_name() {
     // The other VAE's weights under this config: every tensor named with its shape.
     let dir = tempfile::tempdir().unwrap();
     std::fs::copy(
-        fixture("vae_tiny/config.json"),
+        fixture("sd_tiny/vae/config.json"),
         dir.path().join("config.json"),
     )
     .unwrap();
