@@ -66,6 +66,31 @@ pub struct ClipTextConfig {
     pub head: Option<usize>,
 }
 
+impl ClipTextConfig {
+    /// CLIP's text tower from its fields (`text_config`, or a `CLIPTextModel`'s whole
+    /// config), with transformers' defaults.
+    pub fn read(t: &Fields) -> Result<ClipTextConfig> {
+        Ok(ClipTextConfig {
+            tower: TowerConfig::read(
+                t,
+                TowerConfig {
+                    hidden_size: 512,
+                    intermediate_size: 2048,
+                    num_hidden_layers: 12,
+                    num_attention_heads: 8,
+                    hidden_act: Activation::QuickGelu,
+                    layer_norm_eps: 1e-5,
+                },
+            )?,
+            vocab_size: t.size("vocab_size", 49408)?,
+            max_position_embeddings: t.size("max_position_embeddings", 77)?,
+            pooling: TextPooling::EndToken(t.id("eos_token_id", 49407)?),
+            causal: true,
+            head: None,
+        })
+    }
+}
+
 #[derive(Clone, Debug, PartialEq)]
 pub struct ClipVisionConfig {
     pub tower: TowerConfig,
@@ -98,24 +123,7 @@ impl ClipConfig {
         }
         let t = f.nested("text_config", "CLIP text_config")?;
         let vf = f.nested("vision_config", "CLIP vision_config")?;
-        let text = ClipTextConfig {
-            tower: TowerConfig::read(
-                &t,
-                TowerConfig {
-                    hidden_size: 512,
-                    intermediate_size: 2048,
-                    num_hidden_layers: 12,
-                    num_attention_heads: 8,
-                    hidden_act: Activation::QuickGelu,
-                    layer_norm_eps: 1e-5,
-                },
-            )?,
-            vocab_size: t.size("vocab_size", 49408)?,
-            max_position_embeddings: t.size("max_position_embeddings", 77)?,
-            pooling: TextPooling::EndToken(t.id("eos_token_id", 49407)?),
-            causal: true,
-            head: None,
-        };
+        let text = ClipTextConfig::read(&t)?;
         let vision = ClipVisionConfig {
             tower: TowerConfig::read(
                 &vf,

@@ -4,10 +4,12 @@
 
 pub mod config;
 pub mod model;
+pub mod text_model;
 pub mod tokenizer;
 
 pub use config::ClipConfig;
 pub use model::{Clip, TextTower, TowerOutput, VisionTower};
+pub use text_model::ClipTextModel;
 
 use crate::io::pretrained::{load_weights, read_config};
 use crate::nn::Module;

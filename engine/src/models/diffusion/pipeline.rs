@@ -1,0 +1,323 @@
+//! Stable Diffusion's text-to-image pipeline (diffusers' `StableDiffusionPipeline`, SD 1.x
+//! and 2.x folders): prompts → CLIP text states → noise → the scheduler's walk with
+//! classifier-free guidance → VAE decode → images.
+
+use super::scheduler::{self, Scheduler};
+use super::{AutoencoderKl, UNet};
+use crate::models::clip::{tokenizer as clip_tokenizer, ClipTextModel};
+use crate::models::prompt_tokenizer::{Padding, PromptTokenizer};
+use crate::nn::Module;
+use crate::{no_grad, DType, Device, Error, Generator, Result, Tensor};
+use serde_json::Value;
+use std::path::Path;
+
+/// What one text-to-image call asks for.
+#[derive(Clone, Debug)]
+pub struct TextToImage {
+    pub prompts: Vec<String>,
+    /// One negative prompt for all, or one per prompt; empty is "" (the unconditional text).
+    pub negative: Vec<String>,
+    pub steps: usize,
+    /// Classifier-free guidance scale; at 1 or below the unconditional pass is skipped.
+    pub guidance: f64,
+    /// The image size; `None` is the UNet's `sample_size` times the VAE's downscale.
+    pub size: Option<(usize, usize)>,
+    pub seed: u64,
+    /// Another scheduler class over the folder's noise schedule.
+    pub scheduler: Option<String>,
+    /// DDIM's η.
+    pub eta: f64,
+    /// Starting latents [N, C, h, w] (before the scheduler's noise scale) instead of noise
+    /// drawn from `seed`.
+    pub latents: Option<Tensor>,
+}
+
+impl Default for TextToImage {
+    fn default() -> Self {
+        TextToImage {
+            prompts: Vec::new(),
+            negative: Vec::new(),
+            steps: 50,
+            guidance: 7.5,
+            size: None,
+            seed: 0,
+            scheduler: None,
+            eta: 0.0,
+            latents: None,
+        }
+    }
+}
+
+pub struct StableDiffusion {
+    pub tokenizer: PromptTokenizer,
+    pub text_encoder: ClipTextModel,
+    pub unet: UNet,
+    pub vae: AutoencoderKl,
+    /// `scheduler/scheduler_config.json`, read for each call (a walk holds state).
+    scheduler_config: String,
+    /// The UNet's `sample_size` (latent side) when the config has one.
+    sample_size: Option<usize>,
+}
+
+fn component(dir: &Path, name: &str) -> Result<std::path::PathBuf> {
+    let sub = dir.join(name);
+    match sub.is_dir() {
+        true => Ok(sub),
+        false => Err(Error::format(
+            "StableDiffusionPipeline",
+            format!("{}: the pipeline has no {name}/ folder", dir.display()),
+        )),
+    }
+}
+
+impl StableDiffusion {
+    /// A diffusers pipeline folder (`model_index.json`, and `unet/`, `vae/`, `text_encoder/`,
+    /// `tokenizer/` and `scheduler/`).
+    pub fn from_folder(dir: &Path) -> Result<StableDiffusion> {
+        let index_path = dir.join("model_index.json");
+        let text = std::fs::read_to_string(&index_path).map_err(|e| Error::io(&index_path, e))?;
+        let index: Value = serde_json::from_str(&text).map_err(|e| {
+            Error::format("model_index.json", format!("{}: {e}", index_path.display()))
+        })?;
+        match index.get("_class_name").and_then(Value::as_str) {
+            Some("StableDiffusionPipeline") => {}
+            other => {
+                return Err(Error::format(
+                    "model_index.json",
+                    format!(
+                        "{}: pipeline {} is not supported (StableDiffusionPipeline is)",
+                        dir.display(),
+                        other.unwrap_or("without a _class_name")
+                    ),
+                ))
+            }
+        }
+        let text_encoder = ClipTextModel::from_folder(&component(dir, "text_encoder")?)?;
+        let context = text_encoder.config().max_position_embeddings;
+        let tok_dir = component(dir, "tokenizer")?;
+        let mut tokenizer = clip_tokenizer::from_folder(&tok_dir, context)?.ok_or_else(|| {
+            Error::format(
+                "StableDiffusionPipeline",
+                format!(
+                    "{}: no tokenizer.json or vocab.json + merges.txt",
+                    tok_dir.display()
+                ),
+            )
+        })?;
+        // diffusers pads every prompt to the encoder's context.
+        tokenizer.padding = Padding::MaxLength;
+        let unet_dir = component(dir, "unet")?;
+        let unet = UNet::from_folder(&unet_dir)?;
+        if !unet.config.conditional {
+            return Err(Error::format(
+                "StableDiffusionPipeline",
+                format!("{}: the UNet is not text-conditioned", unet_dir.display()),
+            ));
+        }
+        let width = text_encoder.config().tower.hidden_size;
+        if width != unet.config.cross_attention_dim {
+            return Err(Error::format(
+                "StableDiffusionPipeline",
+                format!(
+                    "the text encoder's width {width} is not the UNet's cross_attention_dim {}",
+                    unet.config.cross_attention_dim
+                ),
+            ));
+        }
+        let sample_size = crate::io::pretrained::read_config(&unet_dir)?
+            .get("sample_size")
+            .and_then(Value::as_u64)
+            .map(|s| s as usize);
+        let sched_path = component(dir, "scheduler")?.join("scheduler_config.json");
+        let scheduler_config =
+            std::fs::read_to_string(&sched_path).map_err(|e| Error::io(&sched_path, e))?;
+        // Checked now, so a bad one is named at load.
+        scheduler::from_config(&scheduler_config, None)?;
+        Ok(StableDiffusion {
+            tokenizer,
+            text_encoder,
+            vae: AutoencoderKl::from_folder(&component(dir, "vae")?)?,
+            unet,
+            scheduler_config,
+            sample_size,
+        })
+    }
+
+    pub fn device(&self) -> Device {
+        self.unet
+            .named_parameters()
+            .first()
+            .map_or(Device::Cpu, |(_, p)| p.device())
+    }
+
+    /// Moves every model to `device`.
+    pub fn to_device(&self, device: Device) -> Result<()> {
+        self.text_encoder.to_device(device)?;
+        self.unet.to_device(device)?;
+        self.vae.to_device(device)
+    }
+
+    /// A fresh walk of the folder's scheduler (or of `class` over its noise schedule).
+    pub fn scheduler(&self, class: Option<&str>) -> Result<Box<dyn Scheduler>> {
+        scheduler::from_config(&self.scheduler_config, class)
+    }
+
+    /// How much larger each side of the image is than the latent's.
+    pub fn vae_scale(&self) -> usize {
+        self.vae.config.downscale()
+    }
+
+    /// The text states [N, T, width] of prompts, padded to the encoder's context. Longer
+    /// prompts are cut (with one warning, as diffusers warns).
+    pub fn encode_prompts(&self, prompts: &[&str]) -> Result<Tensor> {
+        for p in prompts {
+            // Start and end tokens around the text.
+            let len = self.tokenizer.tokenizer.encode(p)?.len() + 2;
+            if len > self.tokenizer.max_len {
+                crate::messages::warn(&format!(
+                    "the prompt \"{p}\" is {len} tokens; the text encoder reads {}, so the rest is cut",
+                    self.tokenizer.max_len
+                ));
+            }
+        }
+        let ids = self
+            .tokenizer
+            .encode_batch(prompts)?
+            .to_device(self.device())?;
+        self.text_encoder.forward(&ids)
+    }
+
+    /// Images [N, H, W, 3] (F32 in [0, 1]) for the prompts; `progress(step, steps)` after
+    /// each denoising step.
+    pub fn generate(
+        &self,
+        ask: &TextToImage,
+        progress: &mut dyn FnMut(usize, usize) -> Result<()>,
+    ) -> Result<Tensor> {
+        no_grad(|| self.generate_inner(ask, progress))
+    }
+
+    fn generate_inner(
+        &self,
+        ask: &TextToImage,
+        progress: &mut dyn FnMut(usize, usize) -> Result<()>,
+    ) -> Result<Tensor> {
+        let n = ask.prompts.len();
+        if n == 0 {
+            return Err(Error::invalid("generate", "no prompts"));
+        }
+        let scale = self.vae_scale();
+        let multiple = (scale * self.unet.config.downscale()).max(8);
+        let (height, width) = match ask.size {
+            Some(s) => s,
+            None => {
+                let side = self.sample_size.unwrap_or(64) * scale;
+                (side, side)
+            }
+        };
+        if height == 0
+            || width == 0
+            || !height.is_multiple_of(multiple)
+            || !width.is_multiple_of(multiple)
+        {
+            return Err(Error::invalid(
+                "generate",
+                format!("{width}x{height}: the width and height must be positive multiples of {multiple} for this model"),
+            ));
+        }
+        let mut sched = self.scheduler(ask.scheduler.as_deref())?;
+        sched.set_eta(ask.eta)?;
+        sched.set_timesteps(ask.steps)?;
+        let prompts: Vec<&str> = ask.prompts.iter().map(String::as_str).collect();
+        let guided = ask.guidance > 1.0;
+        let context = {
+            let cond = self.encode_prompts(&prompts)?;
+            match guided {
+                false => cond,
+                true => {
+                    let negative: Vec<&str> = match ask.negative.len() {
+                        0 => vec![""; n],
+                        1 => vec![ask.negative[0].as_str(); n],
+                        m if m == n => ask.negative.iter().map(String::as_str).collect(),
+                        m => return Err(Error::invalid(
+                            "generate",
+                            format!(
+                                "{m} negative prompts for {n} prompts: give one, or one per prompt"
+                            ),
+                        )),
+                    };
+                    Tensor::cat(&[self.encode_prompts(&negative)?, cond], 0)?
+                }
+            }
+        };
+        let device = self.device();
+        let shape = [
+            n,
+            self.unet.config.in_channels,
+            height / scale,
+            width / scale,
+        ];
+        let latents = match &ask.latents {
+            Some(l) if l.shape() != shape => {
+                return Err(Error::ShapeMismatch {
+                    op: "generate latents",
+                    lhs: shape.to_vec(),
+                    rhs: l.shape().to_vec(),
+                })
+            }
+            Some(l) => l.to_dtype(DType::F32)?.to_device(device)?,
+            None => {
+                let mut gen = Generator::new(ask.seed);
+                Tensor::randn_on(&shape, DType::F32, device, Some(&mut gen))?
+            }
+        };
+        let mut latents = latents.mul_scalar(sched.init_noise_sigma())?;
+        let mut noise = Generator::new(ask.seed.wrapping_add(1));
+        let dtype = self.unet.named_parameters()[0].1.dtype();
+        let steps = sched.timesteps().len();
+        for i in 0..steps {
+            let t =
+                Tensor::from_f64s(&[sched.timesteps()[i]], &[1], DType::F32)?.to_device(device)?;
+            let input = match guided {
+                true => Tensor::cat(&[latents.clone(), latents.clone()], 0)?,
+                false => latents.clone(),
+            };
+            let input = sched.scale_model_input(&input)?.to_dtype(dtype)?;
+            let pred = self.unet.predict(&input, &t, Some(&context))?;
+            let pred = match guided {
+                false => pred,
+                true => {
+                    let halves = pred.chunk(2, 0)?;
+                    let (uncond, cond) = (&halves[0], &halves[1]);
+                    uncond.add(&cond.sub(uncond)?.mul_scalar(ask.guidance)?)?
+                }
+            };
+            latents = sched.step(&pred.to_dtype(DType::F32)?, &latents, &mut noise)?;
+            progress(i + 1, steps)?;
+        }
+        let image = self
+            .vae
+            .decode(&self.vae.unscale_latents(&latents)?.to_dtype(dtype)?)?
+            .to_dtype(DType::F32)?;
+        // [-1, 1] → [0, 1], channels last.
+        image
+            .mul_scalar(0.5)?
+            .add_scalar(0.5)?
+            .clamp(0.0, 1.0)?
+            .permute(&[0, 2, 3, 1])?
+            .contiguous()
+    }
+}
+
+/// Images [N, H, W, 3] in [0, 1] as U8 images [H, W, 3] (rounded as diffusers' `numpy_to_pil`
+/// rounds: ×255, then to the nearest).
+pub fn to_u8_images(images: &Tensor) -> Result<Vec<Tensor>> {
+    let u8s = images
+        .mul_scalar(255.0)?
+        .round()?
+        .to_device(Device::Cpu)?
+        .to_dtype(DType::U8)?;
+    (0..images.shape()[0])
+        .map(|i| u8s.narrow(0, i, 1)?.squeeze(0)?.contiguous())
+        .collect()
+}

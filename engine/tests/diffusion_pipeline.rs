@@ -1,0 +1,152 @@
+//! Stable Diffusion's text-to-image pipeline against diffusers 0.42's
+//! `StableDiffusionPipeline` on the tiny pipeline folder `tests/fixtures/diffusion/sd_tiny`
+//! (`make_pipeline.py`): the same prompt ids and text states (1e-5), and from the same
+//! starting latents the same images, with classifier-free guidance and a negative prompt and
+//! without, within 1/255.
+
+use rusting_brain::io::safetensors;
+use rusting_brain::models::diffusion::pipeline::to_u8_images;
+use rusting_brain::models::diffusion::{StableDiffusion, TextToImage};
+use rusting_brain::{DType, Tensor};
+use std::path::PathBuf;
+
+fn folder() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/diffusion/sd_tiny")
+}
+
+fn worst(got: &Tensor, want: &Tensor) -> f64 {
+    assert_eq!(got.shape(), want.shape());
+    let (g, w) = (got.to_vec_f64().unwrap(), want.to_vec_f64().unwrap());
+    g.iter()
+        .zip(&w)
+        .map(|(a, b)| (a - b).abs())
+        .fold(0.0, f64::max)
+}
+
+fn ask(guidance: f64, negative: Vec<String>, latents: &Tensor) -> TextToImage {
+    TextToImage {
+        prompts: vec!["a red cat".into(), "a dog".into()],
+        negative,
+        steps: 6,
+        guidance,
+        size: Some((16, 16)),
+        latents: Some(latents.clone()),
+        ..TextToImage::default()
+    }
+}
+
+#[test]
+fn the_pipeline_draws_what_diffusers_draws() {
+    let pipe = StableDiffusion::from_folder(&folder()).unwrap();
+    let want = safetensors::load(folder().join("expected.safetensors")).unwrap();
+    let ids = pipe
+        .tokenizer
+        .encode_batch(&["a red cat", "a dog"])
+        .unwrap();
+    assert_eq!(
+        ids.to_vec_f64().unwrap(),
+        want["ids"].to_vec_f64().unwrap(),
+        "prompt ids"
+    );
+    let states = rusting_brain::no_grad(|| pipe.encode_prompts(&["a red cat", "a dog"])).unwrap();
+    let err = worst(&states, &want["text_states"]);
+    assert!(err < 1e-5, "text states differ by {err:.2e}");
+    let mut steps = 0;
+    let guided = pipe
+        .generate(
+            &ask(7.5, vec!["".into(), "blurry".into()], &want["latents"]),
+            &mut |i, n| {
+                assert_eq!(n, 6);
+                steps = i;
+                Ok(())
+            },
+        )
+        .unwrap();
+    assert_eq!(steps, 6);
+    let err = worst(&guided, &want["guided"]);
+    assert!(err < 1.0 / 255.0, "guided image differs by {err:.2e}");
+    let plain = pipe
+        .generate(&ask(1.0, vec![], &want["latents"]), &mut |_, _| Ok(()))
+        .unwrap();
+    let err = worst(&plain, &want["plain"]);
+    assert!(err < 1.0 / 255.0, "unguided image differs by {err:.2e}");
+    let images = to_u8_images(&plain).unwrap();
+    assert_eq!(images.len(), 2);
+    assert_eq!(images[0].shape(), &[16, 16, 3]);
+    assert_eq!(images[0].dtype(), DType::U8);
+}
+
+#[test]
+fn seeds_repeat_and_bad_requests_are_named() {
+    let pipe = StableDiffusion::from_folder(&folder()).unwrap();
+    let base = TextToImage {
+        prompts: vec!["a cat".into()],
+        steps: 3,
+        size: Some((16, 16)),
+        seed: 5,
+        ..TextToImage::default()
+    };
+    let a = pipe.generate(&base, &mut |_, _| Ok(())).unwrap();
+    let b = pipe.generate(&base, &mut |_, _| Ok(())).unwrap();
+    assert_eq!(a.to_vec_f64().unwrap(), b.to_vec_f64().unwrap());
+    let other = TextToImage {
+        seed: 6,
+        ..base.clone()
+    };
+    let c = pipe.generate(&other, &mut |_, _| Ok(())).unwrap();
+    assert!(worst(&a, &c) > 1e-3, "another seed draws another image");
+    // Another scheduler over the same noise schedule runs too.
+    let ddim = TextToImage {
+        scheduler: Some("DDIMScheduler".into()),
+        ..base.clone()
+    };
+    pipe.generate(&ddim, &mut |_, _| Ok(())).unwrap();
+
+    let bad = |ask: TextToImage| {
+        pipe.generate(&ask, &mut |_, _| Ok(()))
+            .unwrap_err()
+            .to_string()
+    };
+    let e = bad(TextToImage {
+        size: Some((20, 16)),
+        ..base.clone()
+    });
+    assert!(e.contains("multiples of 8"), "{e}");
+    let e = bad(TextToImage {
+        negative: vec!["a".into(), "b".into()],
+        ..base.clone()
+    });
+    assert!(e.contains("2 negative prompts for 1 prompts"), "{e}");
+    let e = bad(TextToImage {
+        steps: 0,
+        ..base.clone()
+    });
+    assert!(e.contains("0 inference steps"), "{e}");
+    let e = bad(TextToImage {
+        scheduler: Some("PNDMScheduler".into()),
+        ..base.clone()
+    });
+    assert!(e.contains("PNDMScheduler"), "{e}");
+    let e = bad(TextToImage {
+        prompts: vec![],
+        ..base
+    });
+    assert!(e.contains("no prompts"), "{e}");
+
+    let dir = tempfile::tempdir().unwrap();
+    let e = StableDiffusion::from_folder(dir.path())
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(e.contains("model_index.json"), "{e}");
+    std::fs::copy(
+        folder().join("model_index.json"),
+        dir.path().join("model_index.json"),
+    )
+    .unwrap();
+    let e = StableDiffusion::from_folder(dir.path())
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(e.contains("no text_encoder/ folder"), "{e}");
+}
