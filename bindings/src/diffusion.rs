@@ -1,13 +1,102 @@
-//! `diffusion::`: the samplers of diffusion models (diffusers' schedulers) from a script. A
-//! `Scheduler` value is a handle: copies share one walk, as a model's copies share weights.
+//! `diffusion::`: diffusion models from a script: Stable Diffusion pipelines from diffusers
+//! folders (`diffusion::load`, `pipe.generate`) and the samplers (diffusers' schedulers). A
+//! `Scheduler` or `Pipeline` value is a handle: copies share one walk or one set of weights.
 
 use crate::error::{guard, runtime_error, RhaiResult};
 use crate::help::{self, Api};
 use crate::options::Options;
+use crate::progress::Progress;
 use rhai::{Array, Dynamic, Engine, Map, Module, INT};
+use rusting_brain::models::diffusion::pipeline::to_u8_images;
 use rusting_brain::models::diffusion::scheduler::{self as sched, Scheduler};
+use rusting_brain::models::diffusion::{StableDiffusion, TextToImage};
 use rusting_brain::{Generator, Tensor};
 use std::sync::{Arc, Mutex};
+
+/// A text-to-image pipeline (Stable Diffusion 1.x / 2.x folders).
+#[derive(Clone)]
+pub struct PipelineHandle(Arc<StableDiffusion>);
+
+/// `pipe.generate(prompts, opts)`: one image (a U8 [H, W, 3] tensor) for one prompt, a list
+/// of them for a list.
+fn generate(pipe: &mut PipelineHandle, prompts: Dynamic, opts: Map) -> RhaiResult<Dynamic> {
+    let o = Options::new(
+        "pipe.generate",
+        opts,
+        &[
+            "steps",
+            "guidance",
+            "seed",
+            "width",
+            "height",
+            "scheduler",
+            "negative",
+            "eta",
+            "progress",
+        ],
+    )?;
+    let (list, one) = match prompts.clone().try_cast::<Array>() {
+        Some(a) => (
+            crate::convert::string_list(&a, "pipe.generate prompts")?,
+            false,
+        ),
+        None => match prompts.clone().try_cast::<String>() {
+            Some(p) => (vec![p], true),
+            None => {
+                return Err(runtime_error(format!(
+                    "pipe.generate: a prompt is a string or a list of strings, got {}",
+                    prompts.type_name()
+                )))
+            }
+        },
+    };
+    let negative = match o.get("negative") {
+        None => Vec::new(),
+        Some(d) => match d.clone().try_cast::<Array>() {
+            Some(a) => crate::convert::string_list(&a, "pipe.generate negative")?,
+            None => vec![o.string("negative")?.unwrap_or_default()],
+        },
+    };
+    // One side given: a square.
+    let size = match (o.get("width"), o.get("height")) {
+        (None, None) => None,
+        (Some(_), None) => Some((o.usize("width", 0)?, o.usize("width", 0)?)),
+        (None, Some(_)) => Some((o.usize("height", 0)?, o.usize("height", 0)?)),
+        (Some(_), Some(_)) => Some((o.usize("height", 0)?, o.usize("width", 0)?)),
+    };
+    let ask = TextToImage {
+        prompts: list,
+        negative,
+        steps: o.usize("steps", 50)?,
+        guidance: o.float("guidance", 7.5)?,
+        size,
+        seed: o.int("seed", 0)? as u64,
+        scheduler: o.string("scheduler")?,
+        eta: o.float("eta", 0.0)?,
+        latents: None,
+    };
+    let bar = o
+        .bool("progress", true)?
+        .then(|| Progress::new(ask.steps as u64, "denoising"));
+    let images = pipe.0.generate(&ask, &mut |_, _| {
+        if let Some(b) = &bar {
+            b.inc(1);
+        }
+        rusting_brain::cancel::check()
+    });
+    if let Some(b) = &bar {
+        b.finish();
+    }
+    let images = guard(|| to_u8_images(&images?))?;
+    Ok(match one {
+        true => Dynamic::from(images.into_iter().next().expect("one prompt, one image")),
+        false => images
+            .into_iter()
+            .map(Dynamic::from)
+            .collect::<Array>()
+            .into(),
+    })
+}
 
 /// A scheduler and the generator its stochastic steps draw from.
 #[derive(Clone)]
@@ -75,6 +164,7 @@ fn index(i: INT, what: &str) -> RhaiResult<usize> {
 
 pub fn register(engine: &mut Engine) {
     engine.register_type_with_name::<SchedulerHandle>("Scheduler");
+    engine.register_type_with_name::<PipelineHandle>("Pipeline");
     let getters: [(&str, &str, &str, fn(&mut SchedulerHandle) -> Dynamic); 4] = [
         (
             "timesteps",
@@ -113,6 +203,41 @@ pub fn register(engine: &mut Engine) {
     let mut module = Module::new();
     {
         let mut api = Api::new(&mut module, Some("diffusion"));
+        api.func(
+            "load",
+            "diffusion::load(dir) -> Pipeline",
+            "A Stable Diffusion pipeline (SD 1.x and 2.x: diffusers' StableDiffusionPipeline) from a diffusers folder: model_index.json with unet/, vae/, text_encoder/ (CLIPTextModel), tokenizer/ and scheduler/. pipe.generate(prompt, opts) draws images; pipe.to(\"cuda\") moves it. Every weight is required by name and shape; a missing component folder is named.",
+            "try { diffusion::load(\"no_such_folder\"); } catch (e) { print(e); }   // with a real folder: let pipe = diffusion::load(\"stable-diffusion-v1-5\"); vision::save_image(pipe.generate(\"a red fox\", #{ steps: 25, seed: 1 }), \"fox.png\");",
+            |dir: &str| -> RhaiResult<PipelineHandle> {
+                guard(|| StableDiffusion::from_folder(std::path::Path::new(dir)))
+                    .map(|p| PipelineHandle(Arc::new(p)))
+            },
+        );
+        api.method(
+            "generate",
+            "pipe.generate(prompt, #{ steps, guidance, seed, width, height, scheduler, negative, eta, progress }) -> Tensor",
+            "Text to image: a U8 [H, W, 3] image for a prompt, or a list of images for a list of prompts. steps (50) denoising steps of the folder's scheduler (or scheduler: another class over its noise schedule), classifier-free guidance (7.5; 1 turns it off), negative prompt(s), seed (0) for the starting noise, width and height (the model's size by default; multiples of 8), DDIM's eta, a progress bar (progress: false hides it). Prompts longer than the text encoder's context are cut with a warning.",
+            "try { let pipe = diffusion::load(\"sd\"); pipe.generate(\"a red fox\", #{ steps: 20, guidance: 7.5, seed: 3, width: 512, height: 512 }); } catch (e) { print(e); }",
+            generate,
+        );
+        api.method(
+            "generate",
+            "pipe.generate(prompt) -> Tensor",
+            "generate with the defaults (50 steps, guidance 7.5, seed 0).",
+            "try { diffusion::load(\"sd\").generate(\"a red fox\"); } catch (e) { print(e); }",
+            |p: &mut PipelineHandle, prompts: Dynamic| generate(p, prompts, Map::new()),
+        );
+        api.method(
+            "to",
+            "pipe.to(device) -> Pipeline",
+            "Moves the pipeline's models to a device (\"cuda\", \"cuda:1\", \"cpu\").",
+            "try { diffusion::load(\"sd\").to(\"cuda\"); } catch (e) { print(e); }",
+            |p: &mut PipelineHandle, device: &str| -> RhaiResult<PipelineHandle> {
+                let d = crate::convert::device(device)?;
+                guard(|| p.0.to_device(d))?;
+                Ok(p.clone())
+            },
+        );
         let classes = sched::CLASSES.join(", ");
         api.func(
             "scheduler",

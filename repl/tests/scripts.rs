@@ -106,6 +106,9 @@ fn every_script_runs_on_tiny_settings() {
     std::fs::create_dir_all(dir.path().join("finetune_text")).unwrap();
     std::fs::write(dir.path().join("finetune_text/a.txt"), story(3)).unwrap();
     let finetune_text = format!("text={}", dir.path().join("finetune_text").display());
+    let sd_tiny =
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/diffusion/sd_tiny");
+    let sd_tiny = format!("model={}", sd_tiny.display());
     // Each script gets the arguments it declares (an unknown one is refused), at tiny sizes.
     let tiny = |name: &str| -> Vec<&str> {
         match name {
@@ -146,6 +149,16 @@ fn every_script_runs_on_tiny_settings() {
                 "imgsz=16",
                 "batch=4",
                 "val_split=0.25",
+                &out,
+            ],
+            "txt2img.rhai" => vec![
+                &sd_tiny,
+                "prompt=a red cat",
+                "steps=3",
+                "n=2",
+                "width=16",
+                "height=16",
+                "device=cpu",
                 &out,
             ],
             "yolo_predict.rhai" => vec![&weights, &source, "imgsz=64", &out],

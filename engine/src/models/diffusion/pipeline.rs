@@ -239,12 +239,14 @@ impl StableDiffusion {
                         0 => vec![""; n],
                         1 => vec![ask.negative[0].as_str(); n],
                         m if m == n => ask.negative.iter().map(String::as_str).collect(),
-                        m => return Err(Error::invalid(
-                            "generate",
-                            format!(
+                        m => {
+                            return Err(Error::invalid(
+                                "generate",
+                                format!(
                                 "{m} negative prompts for {n} prompts: give one, or one per prompt"
                             ),
-                        )),
+                            ))
+                        }
                     };
                     Tensor::cat(&[self.encode_prompts(&negative)?, cond], 0)?
                 }
