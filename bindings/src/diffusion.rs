@@ -157,6 +157,14 @@ fn scheduler(config: Dynamic, opts: Map) -> RhaiResult<SchedulerHandle> {
     Ok(handle)
 }
 
+/// A getter's name, signature, help text and body.
+type Getter = (
+    &'static str,
+    &'static str,
+    &'static str,
+    fn(&mut SchedulerHandle) -> Dynamic,
+);
+
 fn index(i: INT, what: &str) -> RhaiResult<usize> {
     usize::try_from(i)
         .map_err(|_| runtime_error(format!("{what}: a step index is not negative, got {i}")))
@@ -165,7 +173,7 @@ fn index(i: INT, what: &str) -> RhaiResult<usize> {
 pub fn register(engine: &mut Engine) {
     engine.register_type_with_name::<SchedulerHandle>("Scheduler");
     engine.register_type_with_name::<PipelineHandle>("Pipeline");
-    let getters: [(&str, &str, &str, fn(&mut SchedulerHandle) -> Dynamic); 4] = [
+    let getters: [Getter; 4] = [
         (
             "timesteps",
             "scheduler.timesteps -> array",
