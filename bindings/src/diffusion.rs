@@ -4,12 +4,13 @@
 
 use crate::error::{guard, runtime_error, RhaiResult};
 use crate::help::{self, Api};
+use crate::nn::Model;
 use crate::options::Options;
 use crate::progress::Progress;
 use rhai::{Array, Dynamic, Engine, Map, Module, INT};
 use rusting_brain::models::diffusion::pipeline::to_u8_images;
 use rusting_brain::models::diffusion::scheduler::{self as sched, Scheduler};
-use rusting_brain::models::diffusion::{StableDiffusion, TextToImage};
+use rusting_brain::models::diffusion::{StableDiffusion, TextToImage, UNet, UNetConfig};
 use rusting_brain::{Generator, Tensor};
 use std::sync::{Arc, Mutex};
 
@@ -165,6 +166,75 @@ type Getter = (
     fn(&mut SchedulerHandle) -> Dynamic,
 );
 
+/// `diffusion::unet(config, opts)`: from a diffusers folder, or a fresh one from a map of
+/// config.json's fields.
+fn unet(config: Dynamic, opts: Map) -> RhaiResult<Model> {
+    let o = Options::new("diffusion::unet", opts, &["seed"])?;
+    if let Some(dir) = config.clone().try_cast::<String>() {
+        return guard(|| UNet::from_folder(std::path::Path::new(&dir)))
+            .map(|u| Model::new(Box::new(u)));
+    }
+    let map = config.clone().try_cast::<Map>().ok_or_else(|| {
+        runtime_error(format!(
+            "diffusion::unet: give a diffusers folder or a map of config.json's fields, got {}",
+            config.type_name()
+        ))
+    })?;
+    let json = rhai::serde::from_dynamic::<serde_json::Value>(&Dynamic::from_map(map))
+        .map_err(|e| runtime_error(format!("diffusion::unet: {e}")))?;
+    let mut gen = Generator::new(o.int("seed", 0)? as u64);
+    let mut u = guard(|| UNet::new(UNetConfig::from_json(&json)?, &mut gen))?;
+    u.sample_size = json
+        .get("sample_size")
+        .and_then(serde_json::Value::as_u64)
+        .map(|s| s as usize);
+    Ok(Model::new(Box::new(u)))
+}
+
+/// Timesteps as a tensor: a number (one for all), a list, or a tensor.
+fn timesteps(t: &Dynamic, what: &str) -> RhaiResult<Tensor> {
+    if let Some(t) = t.clone().try_cast::<Tensor>() {
+        return Ok(t);
+    }
+    if let Ok(x) = crate::convert::number(t, what) {
+        return guard(|| Tensor::from_f64s(&[x], &[1], rusting_brain::DType::F32));
+    }
+    if let Some(a) = t.clone().try_cast::<Array>() {
+        let v = a
+            .iter()
+            .map(|x| crate::convert::number(x, what))
+            .collect::<RhaiResult<Vec<f64>>>()?;
+        return guard(|| Tensor::from_f64s(&v, &[v.len()], rusting_brain::DType::F32));
+    }
+    Err(runtime_error(format!(
+        "{what}: timesteps are a number, a list or a tensor, got {}",
+        t.type_name()
+    )))
+}
+
+/// Training timesteps (whole numbers in [0, train)) from a tensor or a list, one per row.
+fn training_steps(t: &Dynamic, what: &str) -> RhaiResult<Vec<usize>> {
+    let t = timesteps(t, what)?;
+    let values = guard(|| t.to_vec_f64())?;
+    values
+        .into_iter()
+        .map(|x| {
+            (x >= 0.0 && x.fract() == 0.0)
+                .then_some(x as usize)
+                .ok_or_else(|| {
+                    runtime_error(format!(
+                        "{what}: a training timestep is a whole number >= 0, got {x}"
+                    ))
+                })
+        })
+        .collect()
+}
+
+fn predict(m: &mut Model, x: Tensor, t: Dynamic, ctx: Option<Tensor>) -> RhaiResult<Tensor> {
+    let t = timesteps(&t, "model.predict")?;
+    m.with_layer::<UNet, _>("predict", |u| guard(|| u.predict(&x, &t, ctx.as_ref())))
+}
+
 fn index(i: INT, what: &str) -> RhaiResult<usize> {
     usize::try_from(i)
         .map_err(|_| runtime_error(format!("{what}: a step index is not negative, got {i}")))
@@ -262,6 +332,34 @@ pub fn register(engine: &mut Engine) {
             |config: Dynamic| scheduler(config, Map::new()),
         );
         api.func(
+            "unet",
+            "diffusion::unet(config, #{ seed }) -> Model",
+            "A diffusers UNet (UNet2DModel, or UNet2DConditionModel for text): from a diffusers folder (unet/ of a pipeline too), or a fresh one, PyTorch's init from seed, from a map of config.json's fields (_class_name, block_out_channels, down_block_types, up_block_types, layers_per_block, attention_head_dim, norm_num_groups, cross_attention_dim, ...). model.predict(x, t) gives its prediction; model.save_pretrained(dir) writes a folder diffusers reads; it trains as any model.",
+            "let u = diffusion::unet(#{ _class_name: \"UNet2DModel\", in_channels: 3, out_channels: 3, block_out_channels: [8, 16], down_block_types: [\"DownBlock2D\", \"AttnDownBlock2D\"], up_block_types: [\"AttnUpBlock2D\", \"UpBlock2D\"], layers_per_block: 1, norm_num_groups: 4, attention_head_dim: 8 }); print(u.predict(randn([1, 3, 8, 8]), 10).shape);",
+            unet,
+        );
+        api.func(
+            "unet",
+            "diffusion::unet(config) -> Model",
+            "diffusion::unet with seed 0.",
+            "try { diffusion::unet(\"no_such_folder\"); } catch (e) { print(e); }",
+            |config: Dynamic| unet(config, Map::new()),
+        );
+        api.method(
+            "predict",
+            "model.predict(x, t) -> Tensor",
+            "A diffusers UNet's prediction (noise, v or the sample, as it was trained) for noisy samples x [N, C, H, W] at timesteps t (a number for all, or one per sample as a list or tensor). Unconditional UNets only; text-conditioned ones take the text states as a third argument.",
+            "let u = diffusion::unet(#{ _class_name: \"UNet2DModel\", in_channels: 1, out_channels: 1, block_out_channels: [8], down_block_types: [\"DownBlock2D\"], up_block_types: [\"UpBlock2D\"], layers_per_block: 1, norm_num_groups: 4 }); print(u.predict(randn([2, 1, 4, 4]), [1, 500]).shape);",
+            |m: &mut Model, x: Tensor, t: Dynamic| predict(m, x, t, None),
+        );
+        api.method(
+            "predict",
+            "model.predict(x, t, text_states) -> Tensor",
+            "A text-conditioned UNet's prediction under text states [N, S, cross_attention_dim] (the text encoder's last hidden states).",
+            "try { let u = diffusion::unet(\"sd/unet\"); u.predict(randn([1, 4, 64, 64]), 999, randn([1, 77, 768])); } catch (e) { print(e); }",
+            |m: &mut Model, x: Tensor, t: Dynamic, ctx: Tensor| predict(m, x, t, Some(ctx)),
+        );
+        api.func(
             "schedulers",
             "diffusion::schedulers() -> array",
             "The scheduler classes diffusion::scheduler builds.",
@@ -317,6 +415,32 @@ pub fn register(engine: &mut Engine) {
             |h: &mut SchedulerHandle, x: Tensor, noise: Tensor, i: INT| -> RhaiResult<Tensor> {
                 let i = index(i, "add_noise")?;
                 h.with(|s, _| guard(|| s.add_noise(&x, &noise, i)))
+            },
+        );
+        api.method(
+            "add_noise_at",
+            "scheduler.add_noise_at(x0, noise, timesteps) -> Tensor",
+            "Training inputs: clean samples x0 [N, ...] noised to training timesteps (one per sample, a list or an integer tensor in [0, num_train_timesteps)): sqrt(a_t) x0 + sqrt(1 - a_t) noise, as diffusers' add_noise in a training loop. Schedulers with a beta schedule only (not flow matching).",
+            "let s = diffusion::scheduler(#{ _class_name: \"DDPMScheduler\" }); let x = s.add_noise_at(zeros([2, 1, 2, 2]), randn([2, 1, 2, 2]), [10, 999]); print(x.shape);",
+            |h: &mut SchedulerHandle, x0: Tensor, noise: Tensor, t: Dynamic| -> RhaiResult<Tensor> {
+                let t = training_steps(&t, "add_noise_at")?;
+                h.with(|s, _| {
+                    let sched = s.noise_schedule().ok_or_else(|| runtime_error(format!("add_noise_at: {} has no beta schedule to noise with", s.class_name())))?;
+                    guard(|| sched.add_noise(&x0, &noise, &t))
+                })
+            },
+        );
+        api.method(
+            "velocity",
+            "scheduler.velocity(x0, noise, timesteps) -> Tensor",
+            "The v-prediction target at training timesteps: sqrt(a_t) noise - sqrt(1 - a_t) x0 (diffusers' get_velocity).",
+            "let s = diffusion::scheduler(#{ _class_name: \"DDPMScheduler\" }); print(s.velocity(zeros([1, 2]), ones([1, 2]), [500]));",
+            |h: &mut SchedulerHandle, x0: Tensor, noise: Tensor, t: Dynamic| -> RhaiResult<Tensor> {
+                let t = training_steps(&t, "velocity")?;
+                h.with(|s, _| {
+                    let sched = s.noise_schedule().ok_or_else(|| runtime_error(format!("velocity: {} has no beta schedule", s.class_name())))?;
+                    guard(|| sched.velocity(&x0, &noise, &t))
+                })
             },
         );
         api.method(

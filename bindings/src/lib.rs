@@ -8,6 +8,7 @@ pub mod device;
 pub mod diffusion;
 pub mod display;
 pub mod dist;
+pub mod ema;
 pub mod error;
 pub mod help;
 pub mod io;

@@ -349,6 +349,7 @@ pub fn register(engine: &mut Engine) {
     let mut module = Module::new();
     {
         let mut api = Api::new(&mut module, Some("optim"));
+        crate::ema::register(engine, &mut api);
         let (a, sg, li) = (
             AdamWConfig::default(),
             SgdConfig::default(),

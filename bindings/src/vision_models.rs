@@ -8,6 +8,7 @@ use crate::help::Api;
 use crate::nn::Model;
 use crate::options::Options;
 use rhai::{Array, Dynamic, Map};
+use rusting_brain::models::diffusion::UNet;
 use rusting_brain::models::image_text::{as_image_text_model, ImageTextModel};
 use rusting_brain::models::pretrained::{as_image_model, top_classes, ClassScore, ImageModel};
 use rusting_brain::models::vit::ViT;
@@ -188,12 +189,19 @@ pub fn register(api: &mut Api) {
     api.method(
         "save_pretrained",
         "model.save_pretrained(dir) -> dir",
-        "ViT and DeiT: writes config.json (the classes as id2label), model.safetensors with transformers' names and preprocessor_config.json, a folder transformers' from_pretrained and vision::load read. Merge LoRA adapters first (model.merge_lora()).",
+        "ViT and DeiT: writes config.json (the classes as id2label), model.safetensors with transformers' names and preprocessor_config.json, a folder transformers' from_pretrained and vision::load read. Merge LoRA adapters first (model.merge_lora()). A diffusers UNet (diffusion::unet): config.json and diffusion_pytorch_model.safetensors, a folder diffusers' from_pretrained and diffusion::unet read.",
         "let m = vision::resnet(18, #{ num_classes: 3 }); try { m.save_pretrained(\"out/vit\"); } catch (e) { print(e); }",
         |model: &mut Model, dir: &str| -> RhaiResult<String> {
-            model.with_layer::<ViT, _>("save_pretrained", |vit| {
-                guard(|| vit.save_pretrained(std::path::Path::new(dir)))
-            })?;
+            let path = std::path::Path::new(dir);
+            let unet = model.lock().as_any().is_some_and(|a| a.is::<UNet>());
+            match unet {
+                true => model.with_layer::<UNet, _>("save_pretrained", |u| {
+                    guard(|| u.save_pretrained(path))
+                })?,
+                false => model.with_layer::<ViT, _>("save_pretrained", |vit| {
+                    guard(|| vit.save_pretrained(path))
+                })?,
+            }
             Ok(dir.to_string())
         },
     );

@@ -122,3 +122,20 @@ fn bad_inputs_and_configs_are_refused_by_name() {
         assert!(err.contains(want), "{key}: {err}");
     }
 }
+
+#[test]
+fn save_pretrained_round_trips_every_form() {
+    for name in ["sd_tiny/unet", "unet_sd2_shape", "unet_ddpm_tiny"] {
+        let dir = fixture(name);
+        let unet = UNet::from_folder(&dir).unwrap();
+        let out = tempfile::tempdir().unwrap();
+        unet.save_pretrained(out.path()).unwrap();
+        let back = UNet::from_folder(out.path()).unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert_eq!(back.config, unet.config, "{name}");
+        assert_eq!(back.sample_size, Some(8), "{name}");
+        let want = safetensors::load(dir.join("expected.safetensors")).unwrap();
+        let ctx = want.get("context");
+        let out = no_grad(|| back.predict(&want["sample"], &want["timesteps"], ctx)).unwrap();
+        assert!(relative(&out, &want["output"]) < 1e-4, "{name}");
+    }
+}

@@ -151,6 +151,17 @@ fn every_script_runs_on_tiny_settings() {
                 "val_split=0.25",
                 &out,
             ],
+            "train_diffusion.rhai" => vec![
+                &cnn_data,
+                "imgsz=8",
+                "steps=3",
+                "batch=4",
+                "width=8",
+                "sample_every=2",
+                "sample_steps=2",
+                "samples=2",
+                &out,
+            ],
             "txt2img.rhai" => vec![
                 &sd_tiny,
                 "prompt=a red cat",

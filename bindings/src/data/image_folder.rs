@@ -29,6 +29,8 @@ const OPTIONS: &[&str] = &[
     "min_scale",
     "flip",
     "color_jitter",
+    "mean",
+    "std",
 ];
 
 /// `color_jitter: 0.4` (brightness, contrast and saturation 0.4, no hue: timm's recipe) or
@@ -63,14 +65,34 @@ fn color_jitter(o: &Options) -> RhaiResult<Option<ColorJitter>> {
 }
 
 /// torchvision's ImageNet evaluation transform at `imgsz`: the short side to imgsz·256/224
-/// (bilinear), the centre imgsz x imgsz, ImageNet's mean and std.
-fn imagenet_processor(imgsz: usize) -> RhaiResult<ImageProcessor> {
+/// (bilinear), the centre imgsz x imgsz, ImageNet's mean and std (or the options' `mean` and
+/// `std`: 0.5 and 0.5 give the [-1, 1] a diffusion model trains on).
+fn imagenet_processor(imgsz: usize, o: &Options) -> RhaiResult<ImageProcessor> {
     let resize = ((imgsz as f64) * 256.0 / 224.0).round() as u64;
+    let triple = |key: &str, default: [f64; 3]| -> RhaiResult<[f64; 3]> {
+        let Some(v) = o.get(key) else {
+            return Ok(default);
+        };
+        let what = format!("data::image_folder option {key}");
+        let values: Vec<f64> = match v.read_lock::<rhai::Array>() {
+            Some(arr) => arr
+                .iter()
+                .map(|x| number(x, &what))
+                .collect::<RhaiResult<_>>()?,
+            None => vec![number(v, &what)?; 3],
+        };
+        <[f64; 3]>::try_from(values)
+            .map_err(|v| runtime_error(format!("{what}: one number or three, got {}", v.len())))
+    };
+    let (mean, std) = (
+        triple("mean", [0.485, 0.456, 0.406])?,
+        triple("std", [0.229, 0.224, 0.225])?,
+    );
     guard(|| {
         ImageProcessor::from_json(&serde_json::json!({
             "size": {"shortest_edge": resize}, "resample": 2,
             "do_center_crop": true, "crop_size": {"height": imgsz, "width": imgsz},
-            "image_mean": [0.485, 0.456, 0.406], "image_std": [0.229, 0.224, 0.225]
+            "image_mean": mean, "image_std": std
         }))
     })
 }
@@ -92,7 +114,7 @@ pub fn image_folder(dir: &str, opts: Map) -> RhaiResult<Map> {
                     ))
                 })?
         }
-        None => imagenet_processor(o.usize("imgsz", 224)?)?,
+        None => imagenet_processor(o.usize("imgsz", 224)?, &o)?,
     };
     let seed = o.int("seed", 0)? as u64;
     let val_split = o.float("val_split", 0.0)?;

@@ -7,6 +7,7 @@ mod adam;
 mod adamw;
 mod clip;
 mod device_steps;
+pub mod ema;
 mod fused;
 mod lerp;
 mod lion;
@@ -26,6 +27,7 @@ pub use adamw::{AdamW, AdamWConfig};
 pub use clip::{
     clip_grad_norm, clip_grad_norm_tensor, global_grad_norm, global_grad_norm_tensor, scale_grads,
 };
+pub use ema::{EmaSchedule, ModelEma};
 pub use fused::{replayed_step, settle_step_counts};
 pub use lerp::lerp_all_;
 pub use lion::{Lion, LionConfig};

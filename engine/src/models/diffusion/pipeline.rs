@@ -124,10 +124,7 @@ impl StableDiffusion {
                 ),
             ));
         }
-        let sample_size = crate::io::pretrained::read_config(&unet_dir)?
-            .get("sample_size")
-            .and_then(Value::as_u64)
-            .map(|s| s as usize);
+        let sample_size = unet.sample_size;
         let sched_path = component(dir, "scheduler")?.join("scheduler_config.json");
         let scheduler_config =
             std::fs::read_to_string(&sched_path).map_err(|e| Error::io(&sched_path, e))?;

@@ -273,6 +273,48 @@ impl UNetConfig {
         Ok(config)
     }
 
+    /// The config as diffusers writes it for this class, so `from_pretrained` reads it back.
+    pub fn to_json(&self, sample_size: Option<usize>) -> Value {
+        let down: Vec<&str> = self.down.iter().map(|k| down_title(*k)).collect();
+        let up: Vec<&str> = self.up.iter().map(|k| up_title(*k)).collect();
+        let mut v = serde_json::json!({
+            "_class_name": if self.conditional { "UNet2DConditionModel" } else { "UNet2DModel" },
+            "in_channels": self.in_channels,
+            "out_channels": self.out_channels,
+            "block_out_channels": self.block_out_channels,
+            "down_block_types": down,
+            "up_block_types": up,
+            "layers_per_block": self.layers_per_block,
+            "norm_num_groups": self.norm_num_groups,
+            "norm_eps": self.norm_eps,
+            "flip_sin_to_cos": self.flip_sin_to_cos,
+            "freq_shift": self.freq_shift,
+            "downsample_padding": self.downsample_padding,
+            "center_input_sample": self.center_input_sample,
+            "act_fn": "silu",
+        });
+        if let Some(s) = sample_size {
+            v["sample_size"] = s.into();
+        }
+        if self.conditional {
+            v["mid_block_type"] = match self.mid {
+                AttentionKind::Cross => "UNetMidBlock2DCrossAttn",
+                _ => "UNetMidBlock2D",
+            }
+            .into();
+            v["attention_head_dim"] = self.heads.clone().into();
+            v["transformer_layers_per_block"] = self.transformer_layers.clone().into();
+            v["cross_attention_dim"] = self.cross_attention_dim.into();
+            v["use_linear_projection"] = self.use_linear_projection.into();
+        } else {
+            // UNet2DModel reads a head's width; every block here has the same.
+            let width = self.block_out_channels[0] / self.heads[0];
+            v["attention_head_dim"] = width.into();
+            v["add_attention"] = (self.mid != AttentionKind::None).into();
+        }
+        v
+    }
+
     /// The sample's sides must be multiples of this.
     pub fn downscale(&self) -> usize {
         1 << (self.block_out_channels.len() - 1)
@@ -510,6 +552,8 @@ impl Module for TimeEmbedding {
 
 pub struct UNet {
     pub config: UNetConfig,
+    /// The latent side the model was made for (`sample_size`), when the config says.
+    pub sample_size: Option<usize>,
     conv_in: Conv2d,
     time_embedding: TimeEmbedding,
     down_blocks: Vec<Block<Downsample>>,
@@ -617,6 +661,7 @@ impl UNet {
             conv_norm_out: GroupNorm::new(g, ch[0], eps, true)?,
             conv_out: conv(ch[0], c.out_channels, 3, 1, 1, gen)?,
             config,
+            sample_size: None,
             training: true,
         })
     }
@@ -629,14 +674,32 @@ impl UNet {
         } else {
             dir.to_path_buf()
         };
-        let unet = UNet::new(
-            UNetConfig::from_json(&read_config(&dir)?)?,
-            &mut Generator::new(0),
-        )?;
+        let json = read_config(&dir)?;
+        let mut unet = UNet::new(UNetConfig::from_json(&json)?, &mut Generator::new(0))?;
+        unet.sample_size = json
+            .get("sample_size")
+            .and_then(Value::as_u64)
+            .map(|s| s as usize);
         let weights = load_weights_named(&dir, "diffusion_pytorch_model")?;
         unet.load_state_dict(&weights, true)
             .map_err(|e| Error::format("UNet", format!("{}: {e}", dir.display())))?;
         Ok(unet)
+    }
+
+    /// Writes a folder diffusers' `from_pretrained` (and `from_folder`) reads: config.json and
+    /// diffusion_pytorch_model.safetensors with diffusers' names.
+    pub fn save_pretrained(&self, dir: &Path) -> Result<()> {
+        std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
+        let path = dir.join("config.json");
+        let text = serde_json::to_string_pretty(&self.config.to_json(self.sample_size))
+            .expect("JSON values serialize");
+        std::fs::write(&path, text + "\n").map_err(|e| Error::io(&path, e))?;
+        let meta = std::collections::HashMap::from([("format".to_string(), "pt".to_string())]);
+        crate::io::safetensors::save(
+            dir.join("diffusion_pytorch_model.safetensors"),
+            &self.state_dict(),
+            Some(meta),
+        )
     }
 
     /// The sinusoidal embedding of timesteps [B] (diffusers' `get_timestep_embedding`, max
@@ -777,6 +840,14 @@ impl Module for UNet {
     }
 
     crate::nn::training_field!();
+
+    fn as_any(&self) -> Option<&dyn std::any::Any> {
+        Some(self)
+    }
+
+    fn as_any_mut(&mut self) -> Option<&mut dyn std::any::Any> {
+        Some(self)
+    }
 
     fn title(&self) -> String {
         match self.config.conditional {

@@ -70,6 +70,10 @@ impl Scheduler for Ddim {
         &self.timesteps
     }
 
+    fn noise_schedule(&self) -> Option<&NoiseSchedule> {
+        Some(&self.schedule)
+    }
+
     fn step_index(&self) -> usize {
         self.index
     }

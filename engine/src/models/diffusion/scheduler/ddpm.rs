@@ -101,6 +101,10 @@ impl Scheduler for Ddpm {
         &self.timesteps
     }
 
+    fn noise_schedule(&self) -> Option<&NoiseSchedule> {
+        Some(&self.schedule)
+    }
+
     fn step_index(&self) -> usize {
         self.index
     }

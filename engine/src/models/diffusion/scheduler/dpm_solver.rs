@@ -322,6 +322,10 @@ impl Scheduler for DpmSolver {
         &self.timesteps
     }
 
+    fn noise_schedule(&self) -> Option<&NoiseSchedule> {
+        Some(&self.schedule)
+    }
+
     fn step_index(&self) -> usize {
         self.index
     }

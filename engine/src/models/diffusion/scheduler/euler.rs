@@ -109,6 +109,10 @@ impl Scheduler for Euler {
         &self.timesteps
     }
 
+    fn noise_schedule(&self) -> Option<&NoiseSchedule> {
+        Some(&self.schedule)
+    }
+
     fn step_index(&self) -> usize {
         self.index
     }

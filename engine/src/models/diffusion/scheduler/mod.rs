@@ -110,6 +110,12 @@ pub trait Scheduler: Send {
         }
     }
 
+    /// The training noise schedule (ᾱ per training timestep) of the schedulers that have one:
+    /// what training noises samples with (`NoiseSchedule::add_noise`). Flow matching has none.
+    fn noise_schedule(&self) -> Option<&NoiseSchedule> {
+        None
+    }
+
     /// For schedulers that shift by image size (FLUX's dynamic shifting): the number of
     /// image tokens the denoiser sees. Others ignore it.
     fn set_image_tokens(&mut self, _tokens: usize) {}

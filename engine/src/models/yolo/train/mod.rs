@@ -4,7 +4,6 @@
 //! ultralytics' order, with its checkpoints.
 
 pub mod checkpoint;
-pub mod ema;
 mod epoch;
 pub mod optimizer_choice;
 pub mod param_groups;

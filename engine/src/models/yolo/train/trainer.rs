@@ -6,7 +6,6 @@
 //!
 //! The loop of one epoch is in `epoch.rs`, the checkpoints in `checkpoint.rs`.
 
-use super::ema::ModelEma;
 use super::optimizer_choice::{choose_optimizer, ChoiceInputs, GroupOptimizers, OptimizerChoice};
 use super::param_groups::{scaled_weight_decay, ParamGroups};
 use super::results_csv::EpochRow;
@@ -18,6 +17,7 @@ use crate::messages;
 use crate::models::yolo::loss::{DetectionLoss, LossGains};
 use crate::models::yolo::{YoloConfig, YoloModel};
 use crate::nn::Module;
+use crate::optim::ModelEma;
 use crate::vision::augment::AugmentConfig;
 use crate::{Device, Error, Generator, Result};
 use std::path::{Path, PathBuf};

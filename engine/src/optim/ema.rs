@@ -1,15 +1,16 @@
-//! ultralytics' `ModelEMA`: an exponential moving average of a model's whole floating-point
-//! state (parameters and buffers such as the batch-norm running statistics), whose decay ramps
-//! up over the first updates so the average follows the fast-changing early weights:
+//! An exponential moving average of a model's whole floating-point state (parameters and
+//! buffers such as the batch-norm running statistics), whose decay ramps up over the first
+//! updates so the average follows the fast-changing early weights:
 //!
 //! ```text
-//! d = decay * (1 - exp(-updates / tau))          (updates counted from 1)
 //! ema <- lerp(ema, model, 1 - d)                  (= d * ema + (1 - d) * model)
+//! ultralytics' ModelEMA:   d = decay * (1 - exp(-updates / tau))      (decay 0.9999, tau 2000)
+//! diffusers' EMAModel:     d = min(decay, (1 + s) / (10 + s)), s = updates - 1   (d = 0 at s = 0)
 //! ```
 //!
-//! with decay 0.9999 and tau 2000. Integer state (`num_batches_tracked`) is copied once and
-//! left alone, as ultralytics skips it. The copies live where the model's tensors do and are
-//! updated with tensor ops there; validation loads `state()` into a model.
+//! with updates counted from 1. Integer state (`num_batches_tracked`) is copied once and left
+//! alone, as ultralytics skips it. The copies live where the model's tensors do and are
+//! updated with tensor ops there; evaluation loads `state()` into a model.
 
 use crate::nn::Module;
 use crate::{Error, Result, Tensor};
@@ -18,18 +19,48 @@ use std::collections::BTreeMap;
 pub const EMA_DECAY: f64 = 0.9999;
 pub const EMA_TAU: f64 = 2000.0;
 
+/// How the decay grows with the updates.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum EmaSchedule {
+    /// ultralytics': decay · (1 − exp(−updates / tau)).
+    Ramp { decay: f64, tau: f64 },
+    /// diffusers' `EMAModel` (no `use_ema_warmup`): min(decay, (1 + s) / (10 + s)) with
+    /// s = updates − 1, and 0 at the first update.
+    Warmup { decay: f64 },
+}
+
 pub struct ModelEma {
     /// Updates so far (saved in checkpoints as ultralytics' `updates`).
     pub updates: u64,
-    pub decay: f64,
-    pub tau: f64,
+    pub schedule: EmaSchedule,
     /// The averaged state, by state-dict name.
     state: BTreeMap<String, Tensor>,
 }
 
 impl ModelEma {
-    /// Starts from a copy of the model's state, with no updates.
+    /// Starts from a copy of the model's state, with no updates, on ultralytics' schedule.
     pub fn new(model: &dyn Module) -> Result<ModelEma> {
+        ModelEma::with_schedule(
+            model,
+            EmaSchedule::Ramp {
+                decay: EMA_DECAY,
+                tau: EMA_TAU,
+            },
+        )
+    }
+
+    /// Starts from a copy of the model's state, with no updates.
+    pub fn with_schedule(model: &dyn Module, schedule: EmaSchedule) -> Result<ModelEma> {
+        let bad = match schedule {
+            EmaSchedule::Ramp { decay, tau } => !(0.0..1.0).contains(&decay) || tau <= 0.0,
+            EmaSchedule::Warmup { decay } => !(0.0..1.0).contains(&decay),
+        };
+        if bad {
+            return Err(Error::invalid(
+                "model EMA",
+                format!("{schedule:?}: the decay must be in [0, 1) and tau positive"),
+            ));
+        }
         let state = model
             .state_dict()
             .into_iter()
@@ -37,15 +68,20 @@ impl ModelEma {
             .collect::<Result<_>>()?;
         Ok(ModelEma {
             updates: 0,
-            decay: EMA_DECAY,
-            tau: EMA_TAU,
+            schedule,
             state,
         })
     }
 
     /// The decay of update number `updates`.
     pub fn decay_at(&self, updates: u64) -> f64 {
-        self.decay * (1.0 - (-(updates as f64) / self.tau).exp())
+        match self.schedule {
+            EmaSchedule::Ramp { decay, tau } => decay * (1.0 - (-(updates as f64) / tau).exp()),
+            EmaSchedule::Warmup { decay } => match updates.saturating_sub(1) {
+                0 => 0.0,
+                s => decay.min((1.0 + s as f64) / (10.0 + s as f64)),
+            },
+        }
     }
 
     /// One update towards the model's current state.
@@ -152,6 +188,27 @@ mod tests {
         for (u, d) in want {
             assert!((ema.decay_at(u) - d).abs() < 1e-15, "{u}");
         }
+    }
+
+    #[test]
+    fn warmup_decay_is_diffusers_ema_models() {
+        // diffusers' EMAModel.get_decay at optimization steps 1, 2, 11 and 100000 (decay 0.999).
+        let bn = BatchNorm2d::new(2).unwrap();
+        let ema = ModelEma::with_schedule(&bn, EmaSchedule::Warmup { decay: 0.999 }).unwrap();
+        for (u, d) in [
+            (1, 0.0),
+            (2, 2.0 / 11.0),
+            (11, 11.0 / 20.0),
+            (100_000, 0.999),
+        ] {
+            assert!(
+                (ema.decay_at(u) - d).abs() < 1e-15,
+                "{u}: {}",
+                ema.decay_at(u)
+            );
+        }
+        let err = ModelEma::with_schedule(&bn, EmaSchedule::Warmup { decay: 1.0 });
+        assert!(err.is_err());
     }
 
     #[test]
