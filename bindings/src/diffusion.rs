@@ -18,6 +18,48 @@ use std::sync::{Arc, Mutex};
 #[derive(Clone)]
 pub struct PipelineHandle(Arc<StableDiffusion>);
 
+/// An init image for image-to-image: a path or a U8 [H, W, 3] image, resized (Pillow's
+/// Lanczos, as diffusers' image processor) to `size` (height, width) or to its own size
+/// rounded down to multiples of 8, as [1, 3, H, W] in [-1, 1]; or a float [N, 3, H, W]
+/// batch already in [-1, 1], taken as it is.
+fn init_image(d: &Dynamic, size: Option<(usize, usize)>) -> RhaiResult<Tensor> {
+    use rusting_brain::vision::image::{rgb_to_tensor, tensor_to_rgb};
+    use rusting_brain::vision::pil_resize::{resize_pil, PilFilter};
+    let t = match d.clone().try_cast::<String>() {
+        Some(path) => guard(|| rusting_brain::vision::read_image(&path))?,
+        None => d.clone().try_cast::<Tensor>().ok_or_else(|| {
+            runtime_error(format!(
+                "pipe.generate option image: a path or an image tensor, got {}",
+                d.type_name()
+            ))
+        })?,
+    };
+    if t.dtype() != rusting_brain::DType::U8 {
+        return Ok(t);
+    }
+    if t.rank() != 3 || t.shape()[2] != 3 {
+        return Err(runtime_error(format!(
+            "pipe.generate option image: a U8 image is [H, W, 3], got {:?}",
+            t.shape()
+        )));
+    }
+    let (h, w) = size.unwrap_or((t.shape()[0] / 8 * 8, t.shape()[1] / 8 * 8));
+    guard(|| {
+        let rgb = tensor_to_rgb(&t)?;
+        let rgb = match (rgb.height() as usize, rgb.width() as usize) == (h, w) {
+            true => rgb,
+            false => resize_pil(&rgb, w, h, PilFilter::Lanczos),
+        };
+        rgb_to_tensor(rgb)?
+            .to_dtype(rusting_brain::DType::F32)?
+            .mul_scalar(1.0 / 127.5)?
+            .add_scalar(-1.0)?
+            .permute(&[2, 0, 1])?
+            .unsqueeze(0)?
+            .contiguous()
+    })
+}
+
 /// `pipe.generate(prompts, opts)`: one image (a U8 [H, W, 3] tensor) for one prompt, a list
 /// of them for a list.
 fn generate(pipe: &mut PipelineHandle, prompts: Dynamic, opts: Map) -> RhaiResult<Dynamic> {
@@ -34,6 +76,8 @@ fn generate(pipe: &mut PipelineHandle, prompts: Dynamic, opts: Map) -> RhaiResul
             "negative",
             "eta",
             "progress",
+            "image",
+            "strength",
         ],
     )?;
     let (list, one) = match prompts.clone().try_cast::<Array>() {
@@ -75,10 +119,13 @@ fn generate(pipe: &mut PipelineHandle, prompts: Dynamic, opts: Map) -> RhaiResul
         scheduler: o.string("scheduler")?,
         eta: o.float("eta", 0.0)?,
         latents: None,
+        init_image: o.get("image").map(|d| init_image(d, size)).transpose()?,
+        strength: o.float("strength", 0.8)?,
+        init_noise: None,
     };
     let bar = o
         .bool("progress", true)?
-        .then(|| Progress::new(ask.steps as u64, "denoising"));
+        .then(|| Progress::new(ask.steps_run() as u64, "denoising"));
     let images = pipe.0.generate(&ask, &mut |_, _| {
         if let Some(b) = &bar {
             b.inc(1);
@@ -293,8 +340,8 @@ pub fn register(engine: &mut Engine) {
         );
         api.method(
             "generate",
-            "pipe.generate(prompt, #{ steps, guidance, seed, width, height, scheduler, negative, eta, progress }) -> Tensor",
-            "Text to image: a U8 [H, W, 3] image for a prompt, or a list of images for a list of prompts. steps (50) denoising steps of the folder's scheduler (or scheduler: another class over its noise schedule), classifier-free guidance (7.5; 1 turns it off), negative prompt(s), seed (0) for the starting noise, width and height (the model's size by default; multiples of 8), DDIM's eta, a progress bar (progress: false hides it). Prompts longer than the text encoder's context are cut with a warning.",
+            "pipe.generate(prompt, #{ steps, guidance, seed, width, height, scheduler, negative, eta, image, strength, progress }) -> Tensor",
+            "Text to image: a U8 [H, W, 3] image for a prompt, or a list of images for a list of prompts. steps (50) denoising steps of the folder's scheduler (or scheduler: another class over its noise schedule), classifier-free guidance (7.5; 1 turns it off), negative prompt(s), seed (0) for the starting noise, width and height (the model's size by default; multiples of 8), DDIM's eta, a progress bar (progress: false hides it). Image to image: image (a path or a U8 image; resized to the width and height, or its own size rounded down to multiples of 8) is encoded and noised strength (0.8) of the way, and only that share of the steps runs. Prompts longer than the text encoder's context are cut with a warning.",
             "try { let pipe = diffusion::load(\"sd\"); pipe.generate(\"a red fox\", #{ steps: 20, guidance: 7.5, seed: 3, width: 512, height: 512 }); } catch (e) { print(e); }",
             generate,
         );

@@ -77,6 +77,59 @@ fn the_pipeline_draws_what_diffusers_draws() {
 }
 
 #[test]
+fn image_to_image_draws_what_diffusers_draws() {
+    let pipe = StableDiffusion::from_folder(&folder()).unwrap();
+    let want = safetensors::load(folder().join("expected.safetensors")).unwrap();
+    let ask = TextToImage {
+        prompts: vec!["a red cat".into(), "a dog".into()],
+        steps: 6,
+        guidance: 7.5,
+        init_image: Some(want["init_image"].clone()),
+        strength: 0.6,
+        init_noise: Some((want["init_draw"].clone(), want["init_noise"].clone())),
+        ..TextToImage::default()
+    };
+    let mut ran = 0;
+    let image = pipe
+        .generate(&ask, &mut |i, n| {
+            // strength 0.6 of 6 steps: the last 3 run.
+            assert_eq!(n, 3);
+            ran = i;
+            Ok(())
+        })
+        .unwrap();
+    assert_eq!(ran, 3);
+    let err = worst(&image, &want["img2img"]);
+    assert!(err < 1.0 / 255.0, "image-to-image differs by {err:.2e}");
+    let bad = |ask: TextToImage| {
+        pipe.generate(&ask, &mut |_, _| Ok(()))
+            .unwrap_err()
+            .to_string()
+    };
+    let e = bad(TextToImage {
+        strength: 0.1,
+        init_noise: None,
+        ..ask.clone()
+    });
+    assert!(e.contains("leaves no step to run"), "{e}");
+    let e = bad(TextToImage {
+        strength: 1.5,
+        ..ask.clone()
+    });
+    assert!(e.contains("outside [0, 1]"), "{e}");
+    let small = want["init_image"].narrow(2, 0, 8).unwrap();
+    let e = bad(TextToImage {
+        init_image: Some(small),
+        size: Some((16, 16)),
+        ..ask
+    });
+    assert!(
+        e.contains("the init image must be [2 or 1, 3, 16, 16]"),
+        "{e}"
+    );
+}
+
+#[test]
 fn seeds_repeat_and_bad_requests_are_named() {
     let pipe = StableDiffusion::from_folder(&folder()).unwrap();
     let base = TextToImage {

@@ -109,6 +109,8 @@ fn every_script_runs_on_tiny_settings() {
     let sd_tiny =
         PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/diffusion/sd_tiny");
     let sd_tiny = format!("model={}", sd_tiny.display());
+    // A 100x100 photo: img2img resizes it to 96x96 (multiples of 8).
+    let sd_photo = format!("image={}", jpegs.join("pil_sample_rgb.jpg").display());
     // Each script gets the arguments it declares (an unknown one is refused), at tiny sizes.
     let tiny = |name: &str| -> Vec<&str> {
         match name {
@@ -160,6 +162,15 @@ fn every_script_runs_on_tiny_settings() {
                 "sample_every=2",
                 "sample_steps=2",
                 "samples=2",
+                &out,
+            ],
+            "img2img.rhai" => vec![
+                &sd_tiny,
+                &sd_photo,
+                "prompt=a red cat",
+                "strength=0.7",
+                "steps=3",
+                "device=cpu",
                 &out,
             ],
             "txt2img.rhai" => vec![

@@ -21,12 +21,15 @@ pub enum PilFilter {
     Bilinear,
     /// Pillow's BICUBIC (3): Keys' cubic with a = -0.5, support 2.
     Bicubic,
+    /// Pillow's LANCZOS (1): sinc(x)·sinc(x/3), support 3 (diffusers' image resize).
+    Lanczos,
 }
 
 impl PilFilter {
     /// Pillow's numeric resample code, as image processor configs store it (`resample`).
     pub fn from_code(code: u64) -> Option<PilFilter> {
         match code {
+            1 => Some(PilFilter::Lanczos),
             2 => Some(PilFilter::Bilinear),
             3 => Some(PilFilter::Bicubic),
             _ => None,
@@ -36,6 +39,7 @@ impl PilFilter {
     /// The code `from_code` reads.
     pub fn code(self) -> u64 {
         match self {
+            PilFilter::Lanczos => 1,
             PilFilter::Bilinear => 2,
             PilFilter::Bicubic => 3,
         }
@@ -45,6 +49,7 @@ impl PilFilter {
         match self {
             PilFilter::Bilinear => 1.0,
             PilFilter::Bicubic => 2.0,
+            PilFilter::Lanczos => 3.0,
         }
     }
 
@@ -53,6 +58,19 @@ impl PilFilter {
         match self {
             PilFilter::Bilinear => (1.0 - x).max(0.0),
             PilFilter::Bicubic => crate::ops::interpolate::pil_cubic(x),
+            PilFilter::Lanczos if x < 3.0 => sinc(x) * sinc(x / 3.0),
+            PilFilter::Lanczos => 0.0,
+        }
+    }
+}
+
+/// sin(πx)/(πx), 1 at 0 (Pillow's `sinc_filter`).
+fn sinc(x: f64) -> f64 {
+    match x {
+        0.0 => 1.0,
+        _ => {
+            let px = std::f64::consts::PI * x;
+            px.sin() / px
         }
     }
 }
@@ -156,6 +174,30 @@ mod tests {
                 let sum: i64 = c.weights.iter().map(|&w| w as i64).sum();
                 assert!((sum - (1 << PRECISION_BITS)).abs() <= c.weights.len() as i64);
             }
+        }
+    }
+
+    #[test]
+    fn lanczos_is_pillows_byte_for_byte() {
+        // tests/fixtures/image_processor/lanczos.json: Pillow 13's Image.resize(LANCZOS).
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../tests/fixtures/image_processor/lanczos.json");
+        let v: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+        let bytes = |p: &serde_json::Value| -> Vec<u8> {
+            p.as_array()
+                .unwrap()
+                .iter()
+                .map(|b| b.as_u64().unwrap() as u8)
+                .collect()
+        };
+        let size = |v: &serde_json::Value, k: &str| v[k].as_u64().unwrap() as u32;
+        let src =
+            RgbImage::from_raw(size(&v, "width"), size(&v, "height"), bytes(&v["pixels"])).unwrap();
+        for r in v["resized"].as_array().unwrap() {
+            let (w, h) = (size(r, "width"), size(r, "height"));
+            let out = resize_pil(&src, w as usize, h as usize, PilFilter::Lanczos);
+            assert_eq!(out.into_raw(), bytes(&r["pixels"]), "{w}x{h}");
         }
     }
 

@@ -30,6 +30,26 @@ pub struct TextToImage {
     /// Starting latents [N, C, h, w] (before the scheduler's noise scale) instead of noise
     /// drawn from `seed`.
     pub latents: Option<Tensor>,
+    /// Image-to-image: images [N or 1, 3, H, W] in [-1, 1] to start from, noised `strength`
+    /// of the way (diffusers' `StableDiffusionImg2ImgPipeline`); they set the size.
+    pub init_image: Option<Tensor>,
+    /// How much of the walk an init image goes through (1: all of it, the image only sets
+    /// the colours' start; near 0: the image comes back nearly unchanged).
+    pub strength: f64,
+    /// The image start's noise given instead of drawn (to replay another run): the draw of
+    /// the VAE's latent distribution and the noise added to the latents.
+    pub init_noise: Option<(Tensor, Tensor)>,
+}
+
+impl TextToImage {
+    /// The denoising steps a call runs: all of them, or for an init image the last
+    /// int(steps · strength) (diffusers' `get_timesteps`).
+    pub fn steps_run(&self) -> usize {
+        match self.init_image {
+            Some(_) => ((self.steps as f64 * self.strength) as usize).min(self.steps),
+            None => self.steps,
+        }
+    }
 }
 
 impl Default for TextToImage {
@@ -44,6 +64,9 @@ impl Default for TextToImage {
             scheduler: None,
             eta: 0.0,
             latents: None,
+            init_image: None,
+            strength: 0.8,
+            init_noise: None,
         }
     }
 }
@@ -205,9 +228,10 @@ impl StableDiffusion {
         }
         let scale = self.vae_scale();
         let multiple = (scale * self.unet.config.downscale()).max(8);
-        let (height, width) = match ask.size {
-            Some(s) => s,
-            None => {
+        let (height, width) = match (ask.size, &ask.init_image) {
+            (Some(s), _) => s,
+            (None, Some(img)) if img.rank() == 4 => (img.shape()[2], img.shape()[3]),
+            (None, _) => {
                 let side = self.sample_size.unwrap_or(64) * scale;
                 (side, side)
             }
@@ -256,25 +280,18 @@ impl StableDiffusion {
             height / scale,
             width / scale,
         ];
-        let latents = match &ask.latents {
-            Some(l) if l.shape() != shape => {
-                return Err(Error::ShapeMismatch {
-                    op: "generate latents",
-                    lhs: shape.to_vec(),
-                    rhs: l.shape().to_vec(),
-                })
-            }
-            Some(l) => l.to_dtype(DType::F32)?.to_device(device)?,
-            None => {
-                let mut gen = Generator::new(ask.seed);
-                Tensor::randn_on(&shape, DType::F32, device, Some(&mut gen))?
-            }
-        };
-        let mut latents = latents.mul_scalar(sched.init_noise_sigma())?;
         let mut noise = Generator::new(ask.seed.wrapping_add(1));
         let dtype = self.unet.named_parameters()[0].1.dtype();
+        let (mut latents, first) = match &ask.init_image {
+            Some(image) => self.image_start(ask, image, &shape, &mut *sched, dtype)?,
+            None => (
+                self.noise_start(ask, &shape)?
+                    .mul_scalar(sched.init_noise_sigma())?,
+                0,
+            ),
+        };
         let steps = sched.timesteps().len();
-        for i in 0..steps {
+        for i in first..steps {
             let t =
                 Tensor::from_f64s(&[sched.timesteps()[i]], &[1], DType::F32)?.to_device(device)?;
             let input = match guided {
@@ -292,7 +309,7 @@ impl StableDiffusion {
                 }
             };
             latents = sched.step(&pred.to_dtype(DType::F32)?, &latents, &mut noise)?;
-            progress(i + 1, steps)?;
+            progress(i + 1 - first, steps - first)?;
         }
         let image = self
             .vae
@@ -305,6 +322,99 @@ impl StableDiffusion {
             .clamp(0.0, 1.0)?
             .permute(&[0, 2, 3, 1])?
             .contiguous()
+    }
+}
+
+impl StableDiffusion {
+    /// Text to image's start: noise [shape] from `seed`, or the given latents.
+    fn noise_start(&self, ask: &TextToImage, shape: &[usize; 4]) -> Result<Tensor> {
+        let device = self.device();
+        match &ask.latents {
+            Some(l) if l.shape() != shape => Err(Error::ShapeMismatch {
+                op: "generate latents",
+                lhs: shape.to_vec(),
+                rhs: l.shape().to_vec(),
+            }),
+            Some(l) => l.to_dtype(DType::F32)?.to_device(device),
+            None => {
+                let mut gen = Generator::new(ask.seed);
+                Tensor::randn_on(shape, DType::F32, device, Some(&mut gen))
+            }
+        }
+    }
+
+    /// Image to image's start: the images' latents (a draw of the VAE's distribution, scaled)
+    /// noised to the step `strength` of the way from the end, and that step.
+    fn image_start(
+        &self,
+        ask: &TextToImage,
+        image: &Tensor,
+        shape: &[usize; 4],
+        sched: &mut dyn Scheduler,
+        dtype: DType,
+    ) -> Result<(Tensor, usize)> {
+        let [n, _, h, w] = *shape;
+        let ok = image.rank() == 4
+            && (image.shape()[0] == n || image.shape()[0] == 1)
+            && image.shape()[1] == self.vae.config.in_channels
+            && image.shape()[2] == h * self.vae_scale()
+            && image.shape()[3] == w * self.vae_scale();
+        if !ok {
+            return Err(Error::invalid(
+                "generate",
+                format!(
+                    "the init image must be [{n} or 1, {}, {}, {}] in [-1, 1], got {:?}",
+                    self.vae.config.in_channels,
+                    h * self.vae_scale(),
+                    w * self.vae_scale(),
+                    image.shape()
+                ),
+            ));
+        }
+        if !(0.0..=1.0).contains(&ask.strength) {
+            return Err(Error::invalid(
+                "generate",
+                format!("strength {} is outside [0, 1]", ask.strength),
+            ));
+        }
+        let steps = sched.timesteps().len();
+        let run = ask.steps_run();
+        if run == 0 {
+            return Err(Error::invalid(
+                "generate",
+                format!(
+                    "strength {} of {steps} steps leaves no step to run",
+                    ask.strength
+                ),
+            ));
+        }
+        let first = steps - run;
+        let dist = self
+            .vae
+            .encode(&image.to_dtype(dtype)?.to_device(self.device())?)?;
+        let mut gen = Generator::new(ask.seed);
+        let (draw, added) = match &ask.init_noise {
+            Some((a, b)) => (
+                dist.sample_with(&a.to_dtype(dist.mean.dtype())?.to_device(self.device())?)?,
+                b.to_dtype(DType::F32)?.to_device(self.device())?,
+            ),
+            None => {
+                let draw = dist.sample(&mut gen)?;
+                (
+                    draw,
+                    Tensor::randn_on(shape, DType::F32, self.device(), Some(&mut gen))?,
+                )
+            }
+        };
+        // diffusers scales by scaling_factor alone here (no shift).
+        let mut clean = draw
+            .to_dtype(DType::F32)?
+            .mul_scalar(self.vae.config.scaling_factor)?;
+        if clean.shape()[0] != n {
+            clean = clean.expand(shape)?.contiguous()?;
+        }
+        sched.set_begin_index(first)?;
+        Ok((sched.add_noise(&clean, &added, first)?, first))
     }
 }
 

@@ -369,8 +369,13 @@ impl LatentDistribution {
             self.mean.device(),
             Some(gen),
         )?;
+        self.sample_with(&eps)
+    }
+
+    /// mean + σ·ε for a given ε of the mean's shape.
+    pub fn sample_with(&self, eps: &Tensor) -> Result<Tensor> {
         self.mean
-            .add(&self.logvar.mul_scalar(0.5)?.exp()?.mul(&eps)?)
+            .add(&self.logvar.mul_scalar(0.5)?.exp()?.mul(eps)?)
     }
 }
 
