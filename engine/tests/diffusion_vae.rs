@@ -10,21 +10,14 @@ use rusting_brain::nn::Module;
 use rusting_brain::{no_grad, Generator, Tensor};
 use std::path::PathBuf;
 
+#[path = "support/relative_error.rs"]
+mod relative_error;
+use relative_error::relative_error as relative;
+
 fn fixture(name: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
         .join("../tests/fixtures/diffusion")
         .join(name)
-}
-
-/// The worst difference over the reference's largest magnitude.
-fn relative(got: &Tensor, want: &Tensor) -> f64 {
-    assert_eq!(got.shape(), want.shape());
-    let (g, w) = (got.to_vec_f64().unwrap(), want.to_vec_f64().unwrap());
-    let scale = w.iter().fold(1e-12f64, |m, x| m.max(x.abs()));
-    g.iter()
-        .zip(&w)
-        .map(|(a, b)| (a - b).abs() / scale)
-        .fold(0.0, f64::max)
 }
 
 #[test]

@@ -4,7 +4,7 @@
 use super::noise_schedule::{
     combine, refuse_set, round_half_even, NoiseSchedule, Prediction, Spacing,
 };
-use super::{check_begin, check_steps, current, NoiseSource, Scheduler};
+use super::{check_steps, current, NoiseSource, Scheduler, Walk};
 use crate::models::hf_config::Fields;
 use crate::{Error, Result, Tensor};
 
@@ -18,8 +18,7 @@ pub struct Ddim {
     clip: Option<f64>,
     /// The share of the posterior's noise a step adds (0: deterministic).
     eta: f64,
-    timesteps: Vec<f64>,
-    index: usize,
+    walk: Walk,
 }
 
 impl Ddim {
@@ -42,13 +41,20 @@ impl Ddim {
             final_alpha,
             clip,
             eta: 0.0,
-            timesteps: Vec::new(),
-            index: 0,
+            walk: Walk::default(),
         })
     }
 }
 
 impl Scheduler for Ddim {
+    fn walk(&self) -> &Walk {
+        &self.walk
+    }
+
+    fn walk_mut(&mut self) -> &mut Walk {
+        &mut self.walk
+    }
+
     fn class_name(&self) -> &'static str {
         "DDIMScheduler"
     }
@@ -56,31 +62,18 @@ impl Scheduler for Ddim {
     fn set_timesteps(&mut self, steps: usize) -> Result<()> {
         let train = self.schedule.train_steps();
         check_steps(steps, train, "DDIMScheduler.set_timesteps")?;
-        self.timesteps = self
+        self.walk.timesteps = self
             .spacing
             .timesteps(train, steps, self.steps_offset)
             .into_iter()
             .map(round_half_even)
             .collect();
-        self.index = 0;
+        self.walk.index = 0;
         Ok(())
-    }
-
-    fn timesteps(&self) -> &[f64] {
-        &self.timesteps
     }
 
     fn noise_schedule(&self) -> Option<&NoiseSchedule> {
         Some(&self.schedule)
-    }
-
-    fn step_index(&self) -> usize {
-        self.index
-    }
-
-    fn set_begin_index(&mut self, i: usize) -> Result<()> {
-        self.index = check_begin(i, &self.timesteps, "DDIMScheduler")?;
-        Ok(())
     }
 
     fn init_noise_sigma(&self) -> f64 {
@@ -104,33 +97,14 @@ impl Scheduler for Ddim {
         sample: &Tensor,
         noise: &mut dyn NoiseSource,
     ) -> Result<Tensor> {
-        let i = current(self.index, &self.timesteps, "DDIMScheduler.step")?;
-        let t = self.timesteps[i] as i64;
+        let i = current(self.walk.index, &self.walk.timesteps, "DDIMScheduler.step")?;
+        let t = self.walk.timesteps[i] as i64;
         // diffusers steps back by train / steps whatever the spacing.
-        let prev = t - (self.schedule.train_steps() / self.timesteps.len()) as i64;
+        let prev = t - (self.schedule.train_steps() / self.walk.timesteps.len()) as i64;
         let a_t = self.schedule.alpha_bar(t, self.final_alpha);
         let a_prev = self.schedule.alpha_bar(prev, self.final_alpha);
         let b_t = 1.0 - a_t;
-        let (x0, eps) = match self.prediction {
-            Prediction::Epsilon => (
-                combine(&[
-                    (1.0 / a_t.sqrt(), sample),
-                    (-b_t.sqrt() / a_t.sqrt(), model_output),
-                ])?,
-                combine(&[(1.0, model_output)])?,
-            ),
-            Prediction::Sample => (
-                combine(&[(1.0, model_output)])?,
-                combine(&[
-                    (1.0 / b_t.sqrt(), sample),
-                    (-a_t.sqrt() / b_t.sqrt(), model_output),
-                ])?,
-            ),
-            Prediction::Velocity => (
-                combine(&[(a_t.sqrt(), sample), (-b_t.sqrt(), model_output)])?,
-                combine(&[(a_t.sqrt(), model_output), (b_t.sqrt(), sample)])?,
-            ),
-        };
+        let (x0, eps) = self.prediction.x0_and_eps(model_output, sample, a_t)?;
         let x0 = match self.clip {
             Some(r) => x0.clamp(-r, r)?,
             None => x0,
@@ -145,15 +119,15 @@ impl Scheduler for Ddim {
             let z = noise.draw(model_output)?;
             next = next.add(&z.mul_scalar(std)?)?;
         }
-        self.index += 1;
+        self.walk.index += 1;
         next.to_dtype(model_output.dtype())
     }
 
     fn add_noise(&self, original: &Tensor, noise: &Tensor, i: usize) -> Result<Tensor> {
-        let i = current(i, &self.timesteps, "DDIMScheduler.add_noise")?;
+        let i = current(i, &self.walk.timesteps, "DDIMScheduler.add_noise")?;
         let a = self
             .schedule
-            .alpha_bar(self.timesteps[i] as i64, self.final_alpha);
+            .alpha_bar(self.walk.timesteps[i] as i64, self.final_alpha);
         combine(&[(a.sqrt(), original), ((1.0 - a).sqrt(), noise)])?.to_dtype(original.dtype())
     }
 }

@@ -4,7 +4,7 @@
 use super::noise_schedule::{
     combine, refuse_set, round_half_even, NoiseSchedule, Prediction, Spacing,
 };
-use super::{check_begin, check_steps, current, NoiseSource, Scheduler};
+use super::{check_steps, current, NoiseSource, Scheduler, Walk};
 use crate::models::hf_config::Fields;
 use crate::{Result, Tensor};
 
@@ -25,8 +25,7 @@ pub struct Ddpm {
     variance: Variance,
     /// `clip_sample_range` when `clip_sample` is on.
     clip: Option<f64>,
-    timesteps: Vec<f64>,
-    index: usize,
+    walk: Walk,
 }
 
 impl Ddpm {
@@ -58,20 +57,13 @@ impl Ddpm {
             schedule,
             variance,
             clip,
-            timesteps,
-            index: 0,
+            walk: Walk::new(timesteps),
         })
     }
 
     /// The predicted x₀ from the model output at ᾱ_t, clipped as configured.
     fn x0(&self, out: &Tensor, x: &Tensor, a: f64) -> Result<Tensor> {
-        let x0 = match self.prediction {
-            Prediction::Epsilon => {
-                combine(&[(1.0 / a.sqrt(), x), (-(1.0 - a).sqrt() / a.sqrt(), out)])?
-            }
-            Prediction::Sample => combine(&[(1.0, out)])?,
-            Prediction::Velocity => combine(&[(a.sqrt(), x), (-(1.0 - a).sqrt(), out)])?,
-        };
+        let (x0, _) = self.prediction.x0_and_eps(out, x, a)?;
         match self.clip {
             Some(r) => x0.clamp(-r, r),
             None => Ok(x0),
@@ -80,6 +72,14 @@ impl Ddpm {
 }
 
 impl Scheduler for Ddpm {
+    fn walk(&self) -> &Walk {
+        &self.walk
+    }
+
+    fn walk_mut(&mut self) -> &mut Walk {
+        &mut self.walk
+    }
+
     fn class_name(&self) -> &'static str {
         "DDPMScheduler"
     }
@@ -87,31 +87,18 @@ impl Scheduler for Ddpm {
     fn set_timesteps(&mut self, steps: usize) -> Result<()> {
         let train = self.schedule.train_steps();
         check_steps(steps, train, "DDPMScheduler.set_timesteps")?;
-        self.timesteps = self
+        self.walk.timesteps = self
             .spacing
             .timesteps(train, steps, self.steps_offset)
             .into_iter()
             .map(round_half_even)
             .collect();
-        self.index = 0;
+        self.walk.index = 0;
         Ok(())
-    }
-
-    fn timesteps(&self) -> &[f64] {
-        &self.timesteps
     }
 
     fn noise_schedule(&self) -> Option<&NoiseSchedule> {
         Some(&self.schedule)
-    }
-
-    fn step_index(&self) -> usize {
-        self.index
-    }
-
-    fn set_begin_index(&mut self, i: usize) -> Result<()> {
-        self.index = check_begin(i, &self.timesteps, "DDPMScheduler")?;
-        Ok(())
     }
 
     fn init_noise_sigma(&self) -> f64 {
@@ -124,9 +111,9 @@ impl Scheduler for Ddpm {
         sample: &Tensor,
         noise: &mut dyn NoiseSource,
     ) -> Result<Tensor> {
-        let i = current(self.index, &self.timesteps, "DDPMScheduler.step")?;
-        let t = self.timesteps[i] as i64;
-        let prev = self.timesteps.get(i + 1).map_or(-1, |&p| p as i64);
+        let i = current(self.walk.index, &self.walk.timesteps, "DDPMScheduler.step")?;
+        let t = self.walk.timesteps[i] as i64;
+        let prev = self.walk.timesteps.get(i + 1).map_or(-1, |&p| p as i64);
         let a_t = self.schedule.alpha_bar(t, 1.0);
         let a_prev = self.schedule.alpha_bar(prev, 1.0);
         let (beta_t, beta_prev) = (1.0 - a_t, 1.0 - a_prev);
@@ -145,13 +132,13 @@ impl Scheduler for Ddpm {
             let z = noise.draw(model_output)?;
             next = next.add(&z.mul_scalar(variance.sqrt())?)?;
         }
-        self.index += 1;
+        self.walk.index += 1;
         next.to_dtype(model_output.dtype())
     }
 
     fn add_noise(&self, original: &Tensor, noise: &Tensor, i: usize) -> Result<Tensor> {
-        let i = current(i, &self.timesteps, "DDPMScheduler.add_noise")?;
-        let a = self.schedule.alpha_bar(self.timesteps[i] as i64, 1.0);
+        let i = current(i, &self.walk.timesteps, "DDPMScheduler.add_noise")?;
+        let a = self.schedule.alpha_bar(self.walk.timesteps[i] as i64, 1.0);
         combine(&[(a.sqrt(), original), ((1.0 - a).sqrt(), noise)])?.to_dtype(original.dtype())
     }
 }

@@ -7,7 +7,7 @@ use super::noise_schedule::{
     combine, interp, karras, linspace, refuse_set, round_half_even, sigma_to_t, NoiseSchedule,
     Prediction, Spacing,
 };
-use super::{check_begin, check_steps, current, NoiseSource, Scheduler};
+use super::{check_steps, current, NoiseSource, Scheduler, Walk};
 use crate::models::hf_config::Fields;
 use crate::{Result, Tensor};
 
@@ -48,12 +48,11 @@ pub struct DpmSolver {
     /// Timesteps whose log-SNR is below this are cut from the end (`lambda_min_clipped`).
     lambda_min: f64,
     cosine: bool,
-    timesteps: Vec<f64>,
+    walk: Walk,
     sigmas: Vec<f64>,
     /// The converted model outputs of the last steps, newest last.
     outputs: Vec<Tensor>,
     lower_order_nums: usize,
-    index: usize,
 }
 
 impl DpmSolver {
@@ -124,11 +123,10 @@ impl DpmSolver {
                 .opt_float("lambda_min_clipped")?
                 .unwrap_or(f64::NEG_INFINITY),
             cosine,
-            timesteps: Vec::new(),
+            walk: Walk::default(),
             sigmas: Vec::new(),
             outputs: Vec::new(),
             lower_order_nums: 0,
-            index: 0,
         })
     }
 
@@ -157,7 +155,7 @@ impl DpmSolver {
     }
 
     fn first_order(&self, m: &Tensor, x: &Tensor, noise: Option<&Tensor>) -> Result<Tensor> {
-        let i = self.index;
+        let i = self.walk.index;
         let (a_t, s_t) = Self::alpha_sigma(self.sigmas[i + 1]);
         let (a_s, s_s) = Self::alpha_sigma(self.sigmas[i]);
         let h = Self::lambda(self.sigmas[i + 1]) - Self::lambda(self.sigmas[i]);
@@ -180,7 +178,7 @@ impl DpmSolver {
     }
 
     fn second_order(&self, x: &Tensor, noise: Option<&Tensor>) -> Result<Tensor> {
-        let i = self.index;
+        let i = self.walk.index;
         let (a_t, s_t) = Self::alpha_sigma(self.sigmas[i + 1]);
         let (a_s0, s_s0) = Self::alpha_sigma(self.sigmas[i]);
         let l_t = Self::lambda(self.sigmas[i + 1]);
@@ -253,6 +251,14 @@ impl DpmSolver {
 }
 
 impl Scheduler for DpmSolver {
+    fn walk(&self) -> &Walk {
+        &self.walk
+    }
+
+    fn walk_mut(&mut self) -> &mut Walk {
+        &mut self.walk
+    }
+
     fn class_name(&self) -> &'static str {
         "DPMSolverMultistepScheduler"
     }
@@ -311,28 +317,15 @@ impl Scheduler for DpmSolver {
         sigmas.push(if self.final_sigma_min { table[0] } else { 0.0 });
         self.sigmas = sigmas.into_iter().map(|s| s as f32 as f64).collect();
         // diffusers holds them as int64 (a fractional one truncates).
-        self.timesteps = timesteps.into_iter().map(f64::trunc).collect();
+        self.walk.timesteps = timesteps.into_iter().map(f64::trunc).collect();
         self.outputs.clear();
         self.lower_order_nums = 0;
-        self.index = 0;
+        self.walk.index = 0;
         Ok(())
-    }
-
-    fn timesteps(&self) -> &[f64] {
-        &self.timesteps
     }
 
     fn noise_schedule(&self) -> Option<&NoiseSchedule> {
         Some(&self.schedule)
-    }
-
-    fn step_index(&self) -> usize {
-        self.index
-    }
-
-    fn set_begin_index(&mut self, i: usize) -> Result<()> {
-        self.index = check_begin(i, &self.timesteps, "DPMSolverMultistepScheduler")?;
-        Ok(())
     }
 
     fn init_noise_sigma(&self) -> f64 {
@@ -346,11 +339,11 @@ impl Scheduler for DpmSolver {
         noise: &mut dyn NoiseSource,
     ) -> Result<Tensor> {
         let i = current(
-            self.index,
-            &self.timesteps,
+            self.walk.index,
+            &self.walk.timesteps,
             "DPMSolverMultistepScheduler.step",
         )?;
-        let n = self.timesteps.len();
+        let n = self.walk.timesteps.len();
         let lower_order_final = i == n - 1
             && (self.euler_at_final || (self.lower_order_final && n < 15) || !self.final_sigma_min);
         let lower_order_second = i + 2 == n && self.lower_order_final && n < 15;
@@ -374,12 +367,16 @@ impl Scheduler for DpmSolver {
         if self.lower_order_nums < self.order {
             self.lower_order_nums += 1;
         }
-        self.index += 1;
+        self.walk.index += 1;
         next.to_dtype(model_output.dtype())
     }
 
     fn add_noise(&self, original: &Tensor, noise: &Tensor, i: usize) -> Result<Tensor> {
-        let i = current(i, &self.timesteps, "DPMSolverMultistepScheduler.add_noise")?;
+        let i = current(
+            i,
+            &self.walk.timesteps,
+            "DPMSolverMultistepScheduler.add_noise",
+        )?;
         let (a, s) = Self::alpha_sigma(self.sigmas[i]);
         combine(&[(a, original), (s, noise)])?.to_dtype(original.dtype())
     }

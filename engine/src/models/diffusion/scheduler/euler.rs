@@ -5,7 +5,7 @@
 use super::noise_schedule::{
     combine, interp, karras, refuse_set, sigma_to_t, NoiseSchedule, Prediction, Spacing,
 };
-use super::{check_begin, check_steps, current, NoiseSource, Scheduler};
+use super::{check_steps, current, NoiseSource, Scheduler, Walk};
 use crate::models::hf_config::Fields;
 use crate::{Result, Tensor};
 
@@ -19,10 +19,9 @@ pub struct Euler {
     karras: Option<(Option<f64>, Option<f64>)>,
     /// The σ after the last step: 0, or the smallest training σ (`final_sigmas_type`).
     final_sigma_min: bool,
-    timesteps: Vec<f64>,
+    walk: Walk,
     /// One more than the timesteps: the σ each step goes down to is the next one.
     sigmas: Vec<f64>,
-    index: usize,
 }
 
 impl Euler {
@@ -54,15 +53,14 @@ impl Euler {
             ancestral,
             karras,
             final_sigma_min,
-            timesteps: Vec::new(),
+            walk: Walk::default(),
             sigmas: Vec::new(),
-            index: 0,
         };
         // Until set_timesteps, the table is every training timestep (for init_noise_sigma).
         let train = euler.schedule.train_steps();
         euler.sigmas = euler.schedule.sigmas().into_iter().rev().collect();
         euler.sigmas.push(0.0);
-        euler.timesteps = (0..train).rev().map(|t| t as f64).collect();
+        euler.walk.timesteps = (0..train).rev().map(|t| t as f64).collect();
         Ok(euler)
     }
 
@@ -72,6 +70,14 @@ impl Euler {
 }
 
 impl Scheduler for Euler {
+    fn walk(&self) -> &Walk {
+        &self.walk
+    }
+
+    fn walk_mut(&mut self) -> &mut Walk {
+        &mut self.walk
+    }
+
     fn class_name(&self) -> &'static str {
         match self.ancestral {
             true => "EulerAncestralDiscreteScheduler",
@@ -100,26 +106,13 @@ impl Scheduler for Euler {
         }
         sigmas.push(if self.final_sigma_min { table[0] } else { 0.0 });
         self.sigmas = sigmas.into_iter().map(|s| s as f32 as f64).collect();
-        self.timesteps = timesteps.into_iter().map(|t| t as f32 as f64).collect();
-        self.index = 0;
+        self.walk.timesteps = timesteps.into_iter().map(|t| t as f32 as f64).collect();
+        self.walk.index = 0;
         Ok(())
-    }
-
-    fn timesteps(&self) -> &[f64] {
-        &self.timesteps
     }
 
     fn noise_schedule(&self) -> Option<&NoiseSchedule> {
         Some(&self.schedule)
-    }
-
-    fn step_index(&self) -> usize {
-        self.index
-    }
-
-    fn set_begin_index(&mut self, i: usize) -> Result<()> {
-        self.index = check_begin(i, &self.timesteps, self.class_name())?;
-        Ok(())
     }
 
     fn init_noise_sigma(&self) -> f64 {
@@ -131,7 +124,7 @@ impl Scheduler for Euler {
     }
 
     fn scale_model_input(&self, sample: &Tensor) -> Result<Tensor> {
-        let i = current(self.index, &self.timesteps, "scale_model_input")?;
+        let i = current(self.walk.index, &self.walk.timesteps, "scale_model_input")?;
         let s = self.sigma(i);
         sample.mul_scalar(1.0 / (s * s + 1.0).sqrt())
     }
@@ -142,7 +135,7 @@ impl Scheduler for Euler {
         sample: &Tensor,
         noise: &mut dyn NoiseSource,
     ) -> Result<Tensor> {
-        let i = current(self.index, &self.timesteps, "Euler step")?;
+        let i = current(self.walk.index, &self.walk.timesteps, "Euler step")?;
         let (sigma, next) = (self.sigma(i), self.sigma(i + 1));
         let x0 = match self.prediction {
             Prediction::Epsilon => combine(&[(1.0, sample), (-sigma, model_output)])?,
@@ -166,12 +159,12 @@ impl Scheduler for Euler {
             let z = noise.draw(model_output)?;
             out = out.add(&z.mul_scalar(up)?)?;
         }
-        self.index += 1;
+        self.walk.index += 1;
         out.to_dtype(model_output.dtype())
     }
 
     fn add_noise(&self, original: &Tensor, noise: &Tensor, i: usize) -> Result<Tensor> {
-        let i = current(i, &self.timesteps, "Euler add_noise")?;
+        let i = current(i, &self.walk.timesteps, "Euler add_noise")?;
         combine(&[(1.0, original), (self.sigma(i), noise)])?.to_dtype(original.dtype())
     }
 }

@@ -3,7 +3,7 @@
 //! by `shift`, or by the image's size (FLUX's dynamic shifting).
 
 use super::noise_schedule::{combine, karras, linspace, refuse_set};
-use super::{check_begin, check_steps, current, NoiseSource, Scheduler};
+use super::{check_steps, current, NoiseSource, Scheduler, Walk};
 use crate::models::hf_config::Fields;
 use crate::{Error, Result, Tensor};
 
@@ -20,9 +20,8 @@ pub struct FlowMatchEuler {
     sigma_min: f64,
     sigma_max: f64,
     image_tokens: Option<usize>,
-    timesteps: Vec<f64>,
+    walk: Walk,
     sigmas: Vec<f64>,
-    index: usize,
 }
 
 impl FlowMatchEuler {
@@ -64,9 +63,8 @@ impl FlowMatchEuler {
             sigma_min: sigma_min as f32 as f64,
             sigma_max: sigma_max as f32 as f64,
             image_tokens: None,
-            timesteps: Vec::new(),
+            walk: Walk::default(),
             sigmas: Vec::new(),
-            index: 0,
         })
     }
 
@@ -80,6 +78,14 @@ impl FlowMatchEuler {
 }
 
 impl Scheduler for FlowMatchEuler {
+    fn walk(&self) -> &Walk {
+        &self.walk
+    }
+
+    fn walk_mut(&mut self) -> &mut Walk {
+        &mut self.walk
+    }
+
     fn class_name(&self) -> &'static str {
         "FlowMatchEulerDiscreteScheduler"
     }
@@ -133,23 +139,10 @@ impl Scheduler for FlowMatchEuler {
             sigmas = karras(sigmas[sigmas.len() - 1], sigmas[0], steps);
         }
         let sigmas: Vec<f64> = sigmas.into_iter().map(|s| s as f32 as f64).collect();
-        self.timesteps = sigmas.iter().map(|s| ((s * train) as f32) as f64).collect();
+        self.walk.timesteps = sigmas.iter().map(|s| ((s * train) as f32) as f64).collect();
         self.sigmas = sigmas;
         self.sigmas.push(0.0);
-        self.index = 0;
-        Ok(())
-    }
-
-    fn timesteps(&self) -> &[f64] {
-        &self.timesteps
-    }
-
-    fn step_index(&self) -> usize {
-        self.index
-    }
-
-    fn set_begin_index(&mut self, i: usize) -> Result<()> {
-        self.index = check_begin(i, &self.timesteps, "FlowMatchEulerDiscreteScheduler")?;
+        self.walk.index = 0;
         Ok(())
     }
 
@@ -164,8 +157,8 @@ impl Scheduler for FlowMatchEuler {
         noise: &mut dyn NoiseSource,
     ) -> Result<Tensor> {
         let i = current(
-            self.index,
-            &self.timesteps,
+            self.walk.index,
+            &self.walk.timesteps,
             "FlowMatchEulerDiscreteScheduler.step",
         )?;
         let (sigma, next) = (self.sigmas[i], self.sigmas[i + 1]);
@@ -181,14 +174,14 @@ impl Scheduler for FlowMatchEuler {
                 ])?
             }
         };
-        self.index += 1;
+        self.walk.index += 1;
         out.to_dtype(model_output.dtype())
     }
 
     fn add_noise(&self, original: &Tensor, noise: &Tensor, i: usize) -> Result<Tensor> {
         let i = current(
             i,
-            &self.timesteps,
+            &self.walk.timesteps,
             "FlowMatchEulerDiscreteScheduler.add_noise",
         )?;
         let s = self.sigmas[i];

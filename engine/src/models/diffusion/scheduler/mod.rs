@@ -59,6 +59,22 @@ impl NoiseSource for GivenNoise {
     }
 }
 
+/// Where a scheduler's walk is: its inference timesteps and the step it is at.
+#[derive(Clone, Debug, Default)]
+pub struct Walk {
+    pub timesteps: Vec<f64>,
+    pub index: usize,
+}
+
+impl Walk {
+    pub fn new(timesteps: Vec<f64>) -> Walk {
+        Walk {
+            timesteps,
+            index: 0,
+        }
+    }
+}
+
 /// A sampler of the reverse diffusion process.
 pub trait Scheduler: Send {
     /// diffusers' class name (`EulerDiscreteScheduler`, ...).
@@ -67,15 +83,28 @@ pub trait Scheduler: Send {
     /// Places `steps` inference timesteps and starts the walk at the first.
     fn set_timesteps(&mut self, steps: usize) -> Result<()>;
 
+    /// The walk's timesteps and position.
+    fn walk(&self) -> &Walk;
+
+    fn walk_mut(&mut self) -> &mut Walk;
+
     /// The inference timesteps, in the denoiser's units (training timesteps, possibly
     /// fractional), in the order they are walked.
-    fn timesteps(&self) -> &[f64];
+    fn timesteps(&self) -> &[f64] {
+        &self.walk().timesteps
+    }
 
     /// The step the walk is at (an index into `timesteps`).
-    fn step_index(&self) -> usize;
+    fn step_index(&self) -> usize {
+        self.walk().index
+    }
 
     /// Starts the walk at step `i` instead of 0 (image-to-image starts part way).
-    fn set_begin_index(&mut self, i: usize) -> Result<()>;
+    fn set_begin_index(&mut self, i: usize) -> Result<()> {
+        let i = check_begin(i, self.timesteps(), self.class_name())?;
+        self.walk_mut().index = i;
+        Ok(())
+    }
 
     /// The standard deviation of the initial noise (the pure-noise latents are N(0, 1) times
     /// this).

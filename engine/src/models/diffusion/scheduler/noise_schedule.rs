@@ -33,6 +33,28 @@ impl Prediction {
     }
 }
 
+impl Prediction {
+    /// The predicted clean sample x₀ and noise ε from the model output at ᾱ = `a` and the
+    /// sample x (DDPM's and DDIM's conversion).
+    pub fn x0_and_eps(self, out: &Tensor, x: &Tensor, a: f64) -> Result<(Tensor, Tensor)> {
+        let b = 1.0 - a;
+        Ok(match self {
+            Prediction::Epsilon => (
+                combine(&[(1.0 / a.sqrt(), x), (-b.sqrt() / a.sqrt(), out)])?,
+                combine(&[(1.0, out)])?,
+            ),
+            Prediction::Sample => (
+                combine(&[(1.0, out)])?,
+                combine(&[(1.0 / b.sqrt(), x), (-a.sqrt() / b.sqrt(), out)])?,
+            ),
+            Prediction::Velocity => (
+                combine(&[(a.sqrt(), x), (-b.sqrt(), out)])?,
+                combine(&[(a.sqrt(), out), (b.sqrt(), x)])?,
+            ),
+        })
+    }
+}
+
 /// How `set_timesteps` spaces the inference timesteps (`timestep_spacing`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Spacing {
