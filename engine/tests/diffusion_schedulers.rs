@@ -212,6 +212,13 @@ fn bad_configs_are_refused_by_name() {
     let mut s = from_config(r#"{"_class_name": "EulerDiscreteScheduler"}"#, None).unwrap();
     let err = s.set_timesteps(1001).unwrap_err().to_string();
     assert!(err.contains("1001 inference steps"), "{err}");
+    let mut clipped = from_config(
+        r#"{"_class_name": "DPMSolverMultistepScheduler", "lambda_min_clipped": 1e9}"#,
+        None,
+    )
+    .unwrap();
+    let err = clipped.set_timesteps(10).unwrap_err().to_string();
+    assert!(err.contains("cuts every training timestep"), "{err}");
     let mut flux = from_config(
         r#"{"_class_name": "FlowMatchEulerDiscreteScheduler", "use_dynamic_shifting": true}"#,
         None,

@@ -155,7 +155,30 @@ pub const READERS: &[Reader] = &[
         semantic: None,
         read: read_data_yaml,
     },
+    Reader {
+        name: "scheduler_config.json",
+        file_name: "scheduler_config.json",
+        header_span: 0,
+        semantic: Some(semantic::config_json),
+        read: read_scheduler_config,
+    },
 ];
+
+/// A diffusion scheduler's config, walked for a few steps (its numbers size the tables).
+fn read_scheduler_config(p: &Path) -> Result<()> {
+    use rusting_brain::models::diffusion::scheduler::from_config;
+    let text = std::fs::read_to_string(p).map_err(|e| rusting_brain::Error::io(p, e))?;
+    let mut s = from_config(&text, None)?;
+    s.set_image_tokens(64);
+    s.set_timesteps(4)?;
+    let x = Tensor::ones(&[1, 2, 2, 2], DType::F32, Device::Cpu)?;
+    let mut gen = rusting_brain::Generator::new(0);
+    for _ in 0..4 {
+        let scaled = s.scale_model_input(&x)?;
+        s.step(&scaled, &x, &mut gen)?;
+    }
+    Ok(())
+}
 
 /// A YOLO definition, built into a network (its numbers size the allocations).
 fn read_model_yaml(p: &Path) -> Result<()> {

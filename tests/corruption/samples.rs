@@ -92,6 +92,14 @@ pub fn sample(reader: &str) -> Sample {
                 ),
             ],
         },
+        // DPM-Solver++ 2M Karras with SD 1.5's noise schedule: the most numbers to edit.
+        "scheduler_config.json" => Sample::alone(
+            br#"{"_class_name": "DPMSolverMultistepScheduler", "num_train_timesteps": 1000,
+                "beta_start": 0.00085, "beta_end": 0.012, "beta_schedule": "scaled_linear",
+                "solver_order": 2, "use_karras_sigmas": true, "steps_offset": 1,
+                "timestep_spacing": "linspace", "lambda_min_clipped": -5.1}"#
+                .to_vec(),
+        ),
         other => panic!("no sample for reader {other:?}"),
     }
 }

@@ -9,7 +9,7 @@ use super::noise_schedule::{
 };
 use super::{check_steps, current, NoiseSource, Scheduler, Walk};
 use crate::models::hf_config::Fields;
-use crate::{Result, Tensor};
+use crate::{Error, Result, Tensor};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Algorithm {
@@ -276,6 +276,15 @@ impl Scheduler for DpmSolver {
             .take_while(|&l| l < self.lambda_min)
             .count();
         let last = train - clipped;
+        if last == 0 {
+            return Err(Error::invalid(
+                "DPMSolverMultistepScheduler",
+                format!(
+                    "lambda_min_clipped {} cuts every training timestep",
+                    self.lambda_min
+                ),
+            ));
+        }
         let mut timesteps: Vec<f64> = match self.spacing {
             Spacing::Linspace => linspace(0.0, (last - 1) as f64, steps + 1)
                 .into_iter()
