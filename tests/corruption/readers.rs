@@ -162,7 +162,45 @@ pub const READERS: &[Reader] = &[
         semantic: Some(semantic::config_json),
         read: read_scheduler_config,
     },
+    Reader {
+        name: "unet config.json",
+        file_name: "config.json",
+        header_span: 0,
+        semantic: Some(semantic::config_json),
+        read: read_unet,
+    },
+    Reader {
+        name: "vae config.json",
+        file_name: "config.json",
+        header_span: 0,
+        semantic: Some(semantic::config_json),
+        read: read_vae,
+    },
 ];
+
+/// A diffusers UNet folder (the corrupt config.json beside valid weights), loaded and run.
+fn read_unet(p: &Path) -> Result<()> {
+    use rusting_brain::models::diffusion::UNet;
+    let dir = alone_with(p, &["config.json", "diffusion_pytorch_model.safetensors"])?;
+    let unet = UNet::from_folder(&dir)?;
+    let c = &unet.config;
+    let side = c.downscale();
+    let x = Tensor::ones(&[1, c.in_channels, side, side], DType::F32, Device::Cpu)?;
+    let t = Tensor::ones(&[1], DType::F32, Device::Cpu)?;
+    let ctx = Tensor::ones(&[1, 3, c.cross_attention_dim], DType::F32, Device::Cpu)?;
+    unet.predict(&x, &t, Some(&ctx)).map(drop)
+}
+
+/// A diffusers VAE folder (the corrupt config.json beside valid weights), loaded and run.
+fn read_vae(p: &Path) -> Result<()> {
+    use rusting_brain::models::diffusion::AutoencoderKl;
+    let dir = alone_with(p, &["config.json", "diffusion_pytorch_model.safetensors"])?;
+    let vae = AutoencoderKl::from_folder(&dir)?;
+    let c = &vae.config;
+    let side = c.downscale();
+    let x = Tensor::ones(&[1, c.in_channels, side, side], DType::F32, Device::Cpu)?;
+    vae.forward(&x).map(drop)
+}
 
 /// A diffusion scheduler's config, walked for a few steps (its numbers size the tables).
 fn read_scheduler_config(p: &Path) -> Result<()> {

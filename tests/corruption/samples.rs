@@ -100,6 +100,20 @@ pub fn sample(reader: &str) -> Sample {
                 "timestep_spacing": "linspace", "lambda_min_clipped": -5.1}"#
                 .to_vec(),
         ),
+        "unet config.json" => Sample {
+            valid: fixture("diffusion/sd_tiny/unet/config.json"),
+            siblings: vec![(
+                "diffusion_pytorch_model.safetensors",
+                fixture("diffusion/sd_tiny/unet/diffusion_pytorch_model.safetensors"),
+            )],
+        },
+        "vae config.json" => Sample {
+            valid: fixture("diffusion/sd_tiny/vae/config.json"),
+            siblings: vec![(
+                "diffusion_pytorch_model.safetensors",
+                fixture("diffusion/sd_tiny/vae/diffusion_pytorch_model.safetensors"),
+            )],
+        },
         other => panic!("no sample for reader {other:?}"),
     }
 }

@@ -11,5 +11,29 @@ pub mod unet;
 pub mod vae;
 
 pub use pipeline::{StableDiffusion, TextToImage};
+
+use crate::{Error, Result, Tensor};
+use std::collections::BTreeMap;
+
+/// Refuses a config that describes a model of far more values than the weights it is loaded
+/// from, before anything is allocated: `at_least` is a lower bound of the config's parameter
+/// count (its largest products), so a hostile size is named instead of allocated.
+pub(crate) fn check_config_against_weights(
+    what: &'static str,
+    at_least: f64,
+    weights: &BTreeMap<String, Tensor>,
+) -> Result<()> {
+    let held: usize = weights.values().map(Tensor::numel).sum();
+    if at_least > 2.0 * held as f64 + 1e6 {
+        return Err(Error::format(
+            what,
+            format!(
+                "the config describes at least {at_least:.3e} parameters but the weights hold {held}: \
+                 not the model they were saved from"
+            ),
+        ));
+    }
+    Ok(())
+}
 pub use unet::{UNet, UNetConfig};
 pub use vae::{AutoencoderKl, LatentDistribution, VaeConfig};

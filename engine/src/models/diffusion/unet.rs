@@ -315,6 +315,24 @@ impl UNetConfig {
         v
     }
 
+    /// A lower bound of the parameter count: the 3x3 convolutions of the resnets and the
+    /// attention projections (what grows with every size in the config).
+    pub fn parameters_at_least(&self) -> f64 {
+        let blocks = self.block_out_channels.len();
+        let mut n = 0.0;
+        for (i, &c) in self.block_out_channels.iter().enumerate() {
+            let c = c as f64;
+            let attn = match (self.down[i], self.up[blocks - 1 - i]) {
+                (AttentionKind::None, AttentionKind::None) => 0.0,
+                _ => 4.0 * c * c * self.transformer_layers[i] as f64,
+            };
+            // Down: layers resnets of two convs; up: one more each.
+            let resnets = (2 * self.layers_per_block + 1) as f64;
+            n += resnets * (18.0 * c * c + attn);
+        }
+        n
+    }
+
     /// The sample's sides must be multiples of this.
     pub fn downscale(&self) -> usize {
         1 << (self.block_out_channels.len() - 1)
@@ -567,6 +585,16 @@ pub struct UNet {
 impl UNet {
     /// A UNet of this shape with PyTorch's default init drawn from `gen`.
     pub fn new(config: UNetConfig, gen: &mut Generator) -> Result<UNet> {
+        // Far beyond any published UNet (SDXL's is 2.6e9): a typo, not a model.
+        if config.parameters_at_least() > 5e10 {
+            return Err(Error::invalid(
+                "UNet",
+                format!(
+                    "the config describes at least {:.3e} parameters",
+                    config.parameters_at_least()
+                ),
+            ));
+        }
         let c = &config;
         let ch = &c.block_out_channels;
         let n = ch.len();
@@ -675,12 +703,14 @@ impl UNet {
             dir.to_path_buf()
         };
         let json = read_config(&dir)?;
-        let mut unet = UNet::new(UNetConfig::from_json(&json)?, &mut Generator::new(0))?;
+        let config = UNetConfig::from_json(&json)?;
+        let weights = load_weights_named(&dir, "diffusion_pytorch_model")?;
+        super::check_config_against_weights("UNet", config.parameters_at_least(), &weights)?;
+        let mut unet = UNet::new(config, &mut Generator::new(0))?;
         unet.sample_size = json
             .get("sample_size")
             .and_then(Value::as_u64)
             .map(|s| s as usize);
-        let weights = load_weights_named(&dir, "diffusion_pytorch_model")?;
         unet.load_state_dict(&weights, true)
             .map_err(|e| Error::format("UNet", format!("{}: {e}", dir.display())))?;
         Ok(unet)

@@ -106,6 +106,16 @@ impl VaeConfig {
         Ok(config)
     }
 
+    /// A lower bound of the parameter count: the resnets' 3x3 convolutions of the encoder
+    /// (layers_per_block a block) and the decoder (one more).
+    pub fn parameters_at_least(&self) -> f64 {
+        let resnets = (2 * self.layers_per_block + 1) as f64;
+        self.block_out_channels
+            .iter()
+            .map(|&c| resnets * 18.0 * (c as f64) * (c as f64))
+            .sum()
+    }
+
     /// How much smaller the latent is than the image, per side.
     pub fn downscale(&self) -> usize {
         1 << (self.block_out_channels.len() - 1)
@@ -419,8 +429,13 @@ impl AutoencoderKl {
             dir.to_path_buf()
         };
         let config = VaeConfig::from_json(&read_config(&dir)?)?;
-        let vae = AutoencoderKl::new(config, &mut Generator::new(0))?;
         let weights = load_weights_named(&dir, "diffusion_pytorch_model")?;
+        super::check_config_against_weights(
+            "AutoencoderKL",
+            config.parameters_at_least(),
+            &weights,
+        )?;
+        let vae = AutoencoderKl::new(config, &mut Generator::new(0))?;
         vae.load_state_dict(&weights, true)
             .map_err(|e| Error::format("AutoencoderKL", format!("{}: {e}", dir.display())))?;
         Ok(vae)
