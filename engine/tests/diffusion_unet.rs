@@ -108,10 +108,26 @@ fn bad_inputs_and_configs_are_refused_by_name() {
             serde_json::json!([2, 2, 2]),
             "one size or 2",
         ),
+        // Sizes far past the weights are refused before anything is allocated.
+        (
+            "layers_per_block",
+            serde_json::json!(5000),
+            "not the model they were saved from",
+        ),
+        (
+            "block_out_channels",
+            serde_json::json!([4096, 8192]),
+            "not the model they were saved from",
+        ),
     ] {
         let mut cfg = base.clone();
         cfg[key] = value;
         std::fs::write(dir.path().join("config.json"), cfg.to_string()).unwrap();
+        std::fs::copy(
+            fixture("sd_tiny/unet/diffusion_pytorch_model.safetensors"),
+            dir.path().join("diffusion_pytorch_model.safetensors"),
+        )
+        .unwrap();
         let err = UNet::from_folder(dir.path()).err().unwrap().to_string();
         assert!(err.contains(want), "{key}: {err}");
     }
