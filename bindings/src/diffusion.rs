@@ -353,6 +353,19 @@ pub fn register(engine: &mut Engine) {
             |p: &mut PipelineHandle, prompts: Dynamic| generate(p, prompts, Map::new()),
         );
         api.method(
+            "add_lora",
+            "pipe.add_lora(path, strength) -> map",
+            "Merges a LoRA file into the UNet and the text encoder with strength (as diffusers' load_lora_weights then fuse_lora(lora_scale)): diffusers/PEFT files (unet./text_encoder., lora_A/lora_B) and kohya's (lora_unet_/lora_te_, lora_down/lora_up with alpha). Returns #{ unet, text_encoder }: the modules changed. A LoRA for another base model is refused by name and changes nothing.",
+            "try { diffusion::load(\"sd\").add_lora(\"style.safetensors\", 0.8); } catch (e) { print(e); }",
+            |p: &mut PipelineHandle, path: &str, strength: f64| -> RhaiResult<Map> {
+                let (u, t) = guard(|| p.0.add_lora(std::path::Path::new(path), strength))?;
+                let mut m = Map::new();
+                m.insert("unet".into(), Dynamic::from_int(u as INT));
+                m.insert("text_encoder".into(), Dynamic::from_int(t as INT));
+                Ok(m)
+            },
+        );
+        api.method(
             "to",
             "pipe.to(device) -> Pipeline",
             "Moves the pipeline's models to a device (\"cuda\", \"cuda:1\", \"cpu\").",

@@ -4,6 +4,7 @@
 //! text-to-image pipeline (`pipeline`).
 
 pub mod blocks;
+pub mod lora;
 pub mod pipeline;
 pub mod scheduler;
 pub mod transformer2d;

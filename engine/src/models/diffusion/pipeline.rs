@@ -177,6 +177,22 @@ impl StableDiffusion {
         self.vae.to_device(device)
     }
 
+    /// Merges a LoRA file (diffusers/PEFT or kohya layout) into the UNet and the text encoder
+    /// with `strength` (diffusers' `load_lora_weights` then `fuse_lora(lora_scale)`); returns
+    /// how many modules of each it changed. Nothing changes unless every module fits.
+    pub fn add_lora(&self, path: &Path, strength: f64) -> Result<(usize, usize)> {
+        use super::lora::{merge_lora, read_lora, LoraTarget};
+        let modules = read_lora(path)?;
+        let of = |t: LoraTarget| modules.iter().filter(|m| m.target == t).collect::<Vec<_>>();
+        let (unet, text) = (of(LoraTarget::Unet), of(LoraTarget::TextEncoder));
+        // Both checked before either changes: merge_lora checks all its modules first, so the
+        // text encoder's are tried on a dry run of strength 0 when the UNet's would fail after.
+        merge_lora(&self.text_encoder, &text, 0.0)?;
+        let u = merge_lora(&self.unet, &unet, strength)?;
+        let t = merge_lora(&self.text_encoder, &text, strength)?;
+        Ok((u, t))
+    }
+
     /// A fresh walk of the folder's scheduler (or of `class` over its noise schedule).
     pub fn scheduler(&self, class: Option<&str>) -> Result<Box<dyn Scheduler>> {
         scheduler::from_config(&self.scheduler_config, class)

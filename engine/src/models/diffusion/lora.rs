@@ -1,0 +1,183 @@
+//! LoRA files for Stable Diffusion, merged into the weights at load with a strength, as
+//! diffusers' `load_lora_weights` + `fuse_lora(lora_scale)` does. Two layouts:
+//!
+//! - diffusers / PEFT (`save_lora_weights`): `unet.<module>.lora_A.weight` and `.lora_B.weight`,
+//!   `text_encoder.<module>...`; scale 1 (or alpha / rank where an `.alpha` is stored);
+//! - kohya's sd-scripts: `lora_unet_<module with _>.lora_down.weight`, `.lora_up.weight` and
+//!   `.alpha`, `lora_te_<...>` for the text encoder; scale alpha / rank.
+//!
+//! W ← W + strength · scale · up @ down, for linear layers and convolutions (the product over
+//! the flattened kernel). A module the model lacks, or of another shape, is an error that names
+//! it: a LoRA for another base model never half-applies.
+
+use crate::nn::Module;
+use crate::{no_grad, Error, Result, Tensor};
+use std::collections::BTreeMap;
+use std::path::Path;
+
+/// Which model of the pipeline a LoRA module adapts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum LoraTarget {
+    Unet,
+    TextEncoder,
+}
+
+/// One module's low-rank update.
+pub struct LoraModule {
+    pub target: LoraTarget,
+    /// The module's name as the file gives it (dotted, or kohya's with underscores).
+    pub module: String,
+    /// [rank, in, ...] and [out, rank, ...].
+    pub down: Tensor,
+    pub up: Tensor,
+    pub alpha: Option<f64>,
+}
+
+impl LoraModule {
+    pub fn rank(&self) -> usize {
+        self.down.shape()[0]
+    }
+
+    /// alpha / rank, or 1 without an alpha.
+    pub fn scale(&self) -> f64 {
+        self.alpha.map_or(1.0, |a| a / self.rank() as f64)
+    }
+}
+
+/// The modules of a LoRA file, by layout.
+pub fn read_lora(path: &Path) -> Result<Vec<LoraModule>> {
+    let tensors = crate::io::load(path)?;
+    let bad = |msg: String| Error::format("LoRA", format!("{}: {msg}", path.display()));
+    // module → (target, down, up, alpha)
+    let mut parts: BTreeMap<(LoraTarget, String), [Option<Tensor>; 3]> = BTreeMap::new();
+    for (key, t) in &tensors {
+        let (target, rest) = if let Some(r) = key.strip_prefix("unet.") {
+            (LoraTarget::Unet, r)
+        } else if let Some(r) = key.strip_prefix("text_encoder.") {
+            (LoraTarget::TextEncoder, r)
+        } else if let Some(r) = key.strip_prefix("lora_unet_") {
+            (LoraTarget::Unet, r)
+        } else if let Some(r) = key.strip_prefix("lora_te_") {
+            (LoraTarget::TextEncoder, r)
+        } else {
+            return Err(bad(format!(
+                "`{key}` is not a Stable Diffusion LoRA tensor (unet./text_encoder. or lora_unet_/lora_te_)"
+            )));
+        };
+        let (module, slot) = [
+            (".lora_A.weight", 0),
+            (".lora_down.weight", 0),
+            (".lora_B.weight", 1),
+            (".lora_up.weight", 1),
+            (".alpha", 2),
+        ]
+        .iter()
+        .find_map(|(suffix, slot)| rest.strip_suffix(suffix).map(|m| (m, *slot)))
+        .ok_or_else(|| {
+            bad(format!(
+                "`{key}` is neither a LoRA down, up nor alpha tensor"
+            ))
+        })?;
+        parts.entry((target, module.to_string())).or_default()[slot] = Some(t.clone());
+    }
+    parts
+        .into_iter()
+        .map(|((target, module), [down, up, alpha])| {
+            let (Some(down), Some(up)) = (down, up) else {
+                return Err(bad(format!("{module} lacks its down or up weight")));
+            };
+            let alpha = alpha
+                .map(|a| a.to_vec_f64())
+                .transpose()?
+                .and_then(|v| v.first().copied());
+            if down.rank() < 2 || up.rank() < 2 || up.shape()[1] != down.shape()[0] {
+                return Err(bad(format!(
+                    "{module}: down {:?} and up {:?} do not share a rank",
+                    down.shape(),
+                    up.shape()
+                )));
+            }
+            Ok(LoraModule {
+                target,
+                module,
+                down,
+                up,
+                alpha,
+            })
+        })
+        .collect()
+}
+
+/// Merges the modules into `model` (the UNet or the text encoder) with `strength`; returns how
+/// many it merged. Every module must name one of the model's weights, with its shape, before
+/// any is changed.
+pub fn merge_lora(model: &dyn Module, modules: &[&LoraModule], strength: f64) -> Result<usize> {
+    let params: BTreeMap<String, Tensor> = model.named_parameters().into_iter().collect();
+    // kohya names modules with underscores for the dots.
+    let by_underscores: BTreeMap<String, &String> = params
+        .keys()
+        .filter_map(|n| n.strip_suffix(".weight").map(|m| (m.replace('.', "_"), n)))
+        .collect();
+    let mut planned = Vec::new();
+    for m in modules {
+        let dotted = match m.target {
+            // Text encoders' files name modules with or without transformers' `text_model.`.
+            LoraTarget::TextEncoder if !m.module.starts_with("text_model") => {
+                format!("text_model.{}.weight", m.module)
+            }
+            _ => format!("{}.weight", m.module),
+        };
+        let name = match params.contains_key(&dotted) {
+            true => dotted,
+            false => by_underscores
+                .get(&m.module)
+                .map(|n| n.to_string())
+                .ok_or_else(|| {
+                    Error::invalid(
+                        "LoRA",
+                        format!(
+                            "{} has no module {} (a LoRA for another base model?)",
+                            model.title(),
+                            m.module
+                        ),
+                    )
+                })?,
+        };
+        let w = &params[&name];
+        let out = w.shape()[0];
+        let rest: usize = w.shape()[1..].iter().product();
+        let (r, down_rest) = (m.rank(), m.down.numel() / m.rank());
+        if m.up.shape()[0] != out || down_rest != rest || m.up.numel() != out * r {
+            return Err(Error::invalid(
+                "LoRA",
+                format!(
+                    "{}: up {:?} and down {:?} do not fit the weight {:?} (a LoRA for another base model?)",
+                    m.module,
+                    m.up.shape(),
+                    m.down.shape(),
+                    w.shape()
+                ),
+            ));
+        }
+        planned.push((w.clone(), *m, out, r, rest));
+    }
+    no_grad(|| {
+        for (w, m, out, r, rest) in &planned {
+            let up =
+                m.up.to(w.device(), crate::DType::F32)?
+                    .reshape_to(&[*out, *r])?;
+            let down = m
+                .down
+                .to(w.device(), crate::DType::F32)?
+                .reshape_to(&[*r, *rest])?;
+            let delta = up
+                .matmul(&down)?
+                .mul_scalar(strength * m.scale())?
+                .reshape_to(w.shape())?
+                .to_dtype(w.dtype())?;
+            w.add_(&delta)?;
+        }
+        Ok::<(), Error>(())
+    })?;
+    Ok(planned.len())
+}

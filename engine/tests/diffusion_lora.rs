@@ -1,0 +1,90 @@
+//! Stable Diffusion LoRA files against diffusers 0.42 + peft (`tests/fixtures/diffusion/
+//! make_lora.py`): the same LoRA in diffusers' own layout (scale 1) and in kohya's (alpha /
+//! rank = 2), merged at strength 0.7 into the tiny pipeline, gives the UNet diffusers computes
+//! after `load_lora_weights` + `fuse_lora(0.7)` (1e-4), and the text states of the hand-made
+//! merge (1e-5); a LoRA for another base is refused by name with nothing changed.
+
+use rusting_brain::io::safetensors;
+use rusting_brain::models::diffusion::StableDiffusion;
+use rusting_brain::{no_grad, Tensor};
+use std::path::PathBuf;
+
+#[path = "support/relative_error.rs"]
+mod relative_error;
+use relative_error::relative_error;
+
+fn fixture(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../tests/fixtures/diffusion")
+        .join(name)
+}
+
+fn unet_output(pipe: &StableDiffusion) -> Tensor {
+    let inputs = safetensors::load(fixture("sd_tiny/unet/expected.safetensors")).unwrap();
+    no_grad(|| {
+        pipe.unet.predict(
+            &inputs["sample"],
+            &inputs["timesteps"],
+            Some(&inputs["context"]),
+        )
+    })
+    .unwrap()
+}
+
+#[test]
+fn both_layouts_merge_as_diffusers_fuses_them() {
+    let want = safetensors::load(fixture("lora/expected.safetensors")).unwrap();
+    for layout in ["peft", "kohya"] {
+        let pipe = StableDiffusion::from_folder(&fixture("sd_tiny")).unwrap();
+        let before = unet_output(&pipe);
+        let (unet, text) = pipe
+            .add_lora(&fixture(&format!("lora/{layout}.safetensors")), 0.7)
+            .unwrap();
+        // q, k, v and out of 8 attentions, 4 proj_in, 8 resnets' conv1; q and v of 2 layers.
+        assert_eq!((unet, text), (44, 4), "{layout}");
+        let got = unet_output(&pipe);
+        assert!(
+            relative_error(&got, &before) > 1e-2,
+            "{layout}: the LoRA changed nothing"
+        );
+        let err = relative_error(&got, &want[&format!("{layout}_unet")]);
+        assert!(
+            err < 1e-4,
+            "{layout}: UNet differs from diffusers' by {err:.2e}"
+        );
+        let states = no_grad(|| pipe.encode_prompts(&["a red cat", "a dog"])).unwrap();
+        let err = relative_error(&states, &want["text"]);
+        assert!(err < 1e-5, "{layout}: text states differ by {err:.2e}");
+    }
+}
+
+#[test]
+fn a_lora_for_another_base_changes_nothing_and_says_so() {
+    let pipe = StableDiffusion::from_folder(&fixture("sd_tiny")).unwrap();
+    let before = unet_output(&pipe);
+    let dir = tempfile::tempdir().unwrap();
+    // The kohya file with one module renamed to one this UNet lacks.
+    let mut tensors = safetensors::load(fixture("lora/kohya.safetensors")).unwrap();
+    let moved: Vec<(String, Tensor)> = tensors
+        .iter()
+        .filter(|(k, _)| k.starts_with("lora_unet_mid_block_attentions_0_proj_in"))
+        .map(|(k, v)| (k.replace("mid_block", "mid_block_9"), v.clone()))
+        .collect();
+    tensors.extend(moved);
+    let path = dir.path().join("other.safetensors");
+    safetensors::save(&path, &tensors, None).unwrap();
+    let err = pipe.add_lora(&path, 1.0).unwrap_err().to_string();
+    assert!(
+        err.contains("has no module mid_block_9_attentions_0_proj_in"),
+        "{err}"
+    );
+    assert_eq!(
+        unet_output(&pipe).to_vec_f64().unwrap(),
+        before.to_vec_f64().unwrap(),
+        "a refused LoRA changed the weights"
+    );
+    std::fs::write(dir.path().join("junk.safetensors"), b"not a file").unwrap();
+    assert!(pipe
+        .add_lora(&dir.path().join("junk.safetensors"), 1.0)
+        .is_err());
+}
