@@ -83,8 +83,8 @@ fn processors_resize_crop_and_normalise_as_transformers_pillow_backend() {
 fn bad_processor_configs_name_the_field() {
     for (v, needle) in [
         (
-            serde_json::json!({"size": {"shortest_edge": 224}, "resample": 1}),
-            "resample 1",
+            serde_json::json!({"size": {"shortest_edge": 224}, "resample": 5}),
+            "resample 5",
         ),
         (serde_json::json!({"do_resize": true}), "size"),
         (

@@ -136,7 +136,7 @@ impl ImageProcessor {
                 let code = v.get("resample").and_then(Value::as_u64).unwrap_or(2);
                 let filter = PilFilter::from_code(code).ok_or_else(|| {
                     bad(format!(
-                        "resample {code} is not supported (2 bilinear or 3 bicubic)"
+                        "resample {code} is not supported (1 Lanczos, 2 bilinear or 3 bicubic)"
                     ))
                 })?;
                 Some((read_size(size, "size")?, filter))
