@@ -16,6 +16,20 @@ pub use pipeline::{StableDiffusion, TextToImage};
 use crate::{Error, Result, Tensor};
 use std::collections::BTreeMap;
 
+/// Refuses block widths that a GroupNorm of `groups` groups cannot split.
+pub(crate) fn check_groups(
+    f: &crate::models::hf_config::Fields,
+    channels: &[usize],
+    groups: usize,
+) -> Result<()> {
+    match channels.iter().find(|c| !c.is_multiple_of(groups)) {
+        Some(c) => Err(f.error(format!(
+            "{c} channels do not split into norm_num_groups {groups}"
+        ))),
+        None => Ok(()),
+    }
+}
+
 /// Refuses a config that describes a model of far more values than the weights it is loaded
 /// from, before anything is allocated: `at_least` is a lower bound of the config's parameter
 /// count (its largest products), so a hostile size is named instead of allocated.

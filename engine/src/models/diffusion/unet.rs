@@ -260,16 +260,7 @@ impl UNetConfig {
         if !conditional && (config.down.iter().any(cross) || config.up.iter().any(cross)) {
             return Err(f.error("UNet2DModel has no cross-attention blocks".into()));
         }
-        if let Some(c) = config
-            .block_out_channels
-            .iter()
-            .find(|c| !c.is_multiple_of(config.norm_num_groups))
-        {
-            return Err(f.error(format!(
-                "{c} channels do not split into norm_num_groups {}",
-                config.norm_num_groups
-            )));
-        }
+        super::check_groups(&f, &config.block_out_channels, config.norm_num_groups)?;
         Ok(config)
     }
 

@@ -93,16 +93,7 @@ impl VaeConfig {
             use_post_quant_conv: f.flag("use_post_quant_conv", true)?,
             mid_block_add_attention: f.flag("mid_block_add_attention", true)?,
         };
-        if let Some(c) = config
-            .block_out_channels
-            .iter()
-            .find(|c| !c.is_multiple_of(config.norm_num_groups))
-        {
-            return Err(f.error(format!(
-                "{c} channels do not split into norm_num_groups {}",
-                config.norm_num_groups
-            )));
-        }
+        super::check_groups(&f, &config.block_out_channels, config.norm_num_groups)?;
         Ok(config)
     }
 

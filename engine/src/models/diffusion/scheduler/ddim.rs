@@ -1,9 +1,7 @@
 //! DDIM (Song et al. 2021) as diffusers' `DDIMScheduler` steps it: deterministic at η = 0,
 //! with η·σ_t of fresh noise otherwise.
 
-use super::noise_schedule::{
-    combine, refuse_set, round_half_even, NoiseSchedule, Prediction, Spacing,
-};
+use super::noise_schedule::{combine, refuse_set, NoiseSchedule, Prediction, Spacing};
 use super::{check_steps, current, NoiseSource, Scheduler, Walk};
 use crate::models::hf_config::Fields;
 use crate::{Error, Result, Tensor};
@@ -62,13 +60,10 @@ impl Scheduler for Ddim {
     fn set_timesteps(&mut self, steps: usize) -> Result<()> {
         let train = self.schedule.train_steps();
         check_steps(steps, train, "DDIMScheduler.set_timesteps")?;
-        self.walk.timesteps = self
-            .spacing
-            .timesteps(train, steps, self.steps_offset)
-            .into_iter()
-            .map(round_half_even)
-            .collect();
-        self.walk.index = 0;
+        self.walk = Walk::new(
+            self.spacing
+                .whole_timesteps(train, steps, self.steps_offset),
+        );
         Ok(())
     }
 

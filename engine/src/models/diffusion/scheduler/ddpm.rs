@@ -1,9 +1,7 @@
 //! DDPM (Ho et al. 2020) ancestral sampling as diffusers' `DDPMScheduler` steps it: the
 //! posterior mean of x_{t'} given x_t and the predicted x₀, plus its variance's noise.
 
-use super::noise_schedule::{
-    combine, refuse_set, round_half_even, NoiseSchedule, Prediction, Spacing,
-};
+use super::noise_schedule::{combine, refuse_set, NoiseSchedule, Prediction, Spacing};
 use super::{check_steps, current, NoiseSource, Scheduler, Walk};
 use crate::models::hf_config::Fields;
 use crate::{Result, Tensor};
@@ -87,13 +85,10 @@ impl Scheduler for Ddpm {
     fn set_timesteps(&mut self, steps: usize) -> Result<()> {
         let train = self.schedule.train_steps();
         check_steps(steps, train, "DDPMScheduler.set_timesteps")?;
-        self.walk.timesteps = self
-            .spacing
-            .timesteps(train, steps, self.steps_offset)
-            .into_iter()
-            .map(round_half_even)
-            .collect();
-        self.walk.index = 0;
+        self.walk = Walk::new(
+            self.spacing
+                .whole_timesteps(train, steps, self.steps_offset),
+        );
         Ok(())
     }
 

@@ -104,6 +104,17 @@ impl Spacing {
     }
 }
 
+impl Spacing {
+    /// `timesteps` rounded to whole training timesteps (half to even, as numpy), as DDPM and
+    /// DDIM hold them.
+    pub fn whole_timesteps(self, train: usize, steps: usize, offset: usize) -> Vec<f64> {
+        self.timesteps(train, steps, offset)
+            .into_iter()
+            .map(round_half_even)
+            .collect()
+    }
+}
+
 /// numpy's `linspace(a, b, n)`.
 pub fn linspace(a: f64, b: f64, n: usize) -> Vec<f64> {
     match n {
