@@ -229,18 +229,7 @@ fn write_family_ggufs_for_llama_cpp() {
 fn with_placeholder_vocabulary(from: &std::path::Path, to: &std::path::Path, n: usize) {
     use rusting_brain::io::gguf::{Array, GgufFile, GgufWriter, Value};
     let mut source = GgufFile::open(from).unwrap();
-    let mut w = GgufWriter::new();
-    for key in source.metadata.keys() {
-        if !key.starts_with("tokenizer.") && key != "general.alignment" {
-            w.add(key, source.metadata.get(key).unwrap().clone())
-                .unwrap();
-        }
-    }
-    for info in source.tensors.clone() {
-        let bytes = source.raw(&info.name).unwrap();
-        w.add_raw_tensor(&info.name, &info.shape(), info.ggml_type, bytes)
-            .unwrap();
-    }
+    let mut w = GgufWriter::copy_of(&mut source, |k| !k.starts_with("tokenizer.")).unwrap();
     let tokens: Vec<String> = (0..n)
         .map(|i| match i {
             0 => "<unk>".to_string(),

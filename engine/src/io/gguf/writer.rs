@@ -9,6 +9,7 @@
 use super::ggml_type::GgmlType;
 use super::metadata::{Array, Value};
 use super::quantize::quantize;
+use super::reader::GgufFile;
 use crate::io::temp_file::TempFile;
 use crate::{Error, Result};
 use std::collections::HashSet;
@@ -53,6 +54,28 @@ impl GgufWriter {
             tensors: Vec::new(),
             names: HashSet::new(),
         }
+    }
+
+    /// A writer holding `source`'s tensors (their stored bytes) and the metadata `keep` says
+    /// yes to, in the file's order (`general.alignment` is the writer's own): a file to edit,
+    /// e.g. with its tokenizer replaced.
+    pub fn copy_of<R: std::io::Read + std::io::Seek>(
+        source: &mut GgufFile<R>,
+        keep: impl Fn(&str) -> bool,
+    ) -> Result<GgufWriter> {
+        let mut w = GgufWriter::new();
+        for key in source.metadata.keys() {
+            if key != "general.alignment" && keep(key) {
+                if let Some(value) = source.metadata.get(key) {
+                    w.add(key, value.clone())?;
+                }
+            }
+        }
+        for info in source.tensors.clone() {
+            let bytes = source.raw(&info.name)?;
+            w.add_raw_tensor(&info.name, &info.shape(), info.ggml_type, bytes)?;
+        }
+        Ok(w)
     }
 
     /// A power-of-two alignment other than 32 (for tests of readers).

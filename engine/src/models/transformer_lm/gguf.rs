@@ -175,18 +175,7 @@ mod tests {
         use crate::io::gguf::{Array, GgufWriter, Value};
         // tiny_llama.gguf's weights and hyperparameters with a `llama` tokenizer instead.
         let mut source = GgufFile::open(fixture("tiny_llama.gguf")).unwrap();
-        let mut w = GgufWriter::new();
-        for key in source.metadata.keys() {
-            if !key.starts_with("tokenizer.") && key != "general.alignment" {
-                w.add(key, source.metadata.get(key).unwrap().clone())
-                    .unwrap();
-            }
-        }
-        for info in source.tensors.clone() {
-            let bytes = source.raw(&info.name).unwrap();
-            w.add_raw_tensor(&info.name, &info.shape(), info.ggml_type, bytes)
-                .unwrap();
-        }
+        let mut w = GgufWriter::copy_of(&mut source, |k| !k.starts_with("tokenizer.")).unwrap();
         let tokens = ["<unk>", "<s>", "</s>", "▁", "h", "i", "hi", "▁hi"];
         let tokens = tokens.iter().map(|t| t.to_string()).collect();
         let scores = vec![0.0, 0.0, 0.0, -1.0, -1.0, -1.0, -2.0, -3.0];
