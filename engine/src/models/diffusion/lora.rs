@@ -108,10 +108,16 @@ pub fn read_lora(path: &Path) -> Result<Vec<LoraModule>> {
         .collect()
 }
 
-/// Merges the modules into `model` (the UNet or the text encoder) with `strength`; returns how
-/// many it merged. Every module must name one of the model's weights, with its shape, before
-/// any is changed.
-pub fn merge_lora(model: &dyn Module, modules: &[&LoraModule], strength: f64) -> Result<usize> {
+/// Where each module of a LoRA file goes in one model, checked: every module names one of the
+/// model's weights, with its shape. Nothing is changed until `apply`.
+pub struct LoraPlan<'a> {
+    /// The weight, the module, and the update's [out, rank] x [rank, rest] shape.
+    merges: Vec<(Tensor, &'a LoraModule, usize, usize, usize)>,
+}
+
+/// Places the modules in `model` (the UNet or the text encoder), or names the first that does
+/// not fit it.
+pub fn plan_lora<'a>(model: &dyn Module, modules: &[&'a LoraModule]) -> Result<LoraPlan<'a>> {
     let params: BTreeMap<String, Tensor> = model.named_parameters().into_iter().collect();
     // kohya names modules with underscores for the dots.
     let by_underscores: BTreeMap<String, &String> = params
@@ -161,23 +167,30 @@ pub fn merge_lora(model: &dyn Module, modules: &[&LoraModule], strength: f64) ->
         }
         planned.push((w.clone(), *m, out, r, rest));
     }
-    no_grad(|| {
-        for (w, m, out, r, rest) in &planned {
-            let up =
-                m.up.to(w.device(), crate::DType::F32)?
-                    .reshape_to(&[*out, *r])?;
-            let down = m
-                .down
-                .to(w.device(), crate::DType::F32)?
-                .reshape_to(&[*r, *rest])?;
-            let delta = up
-                .matmul(&down)?
-                .mul_scalar(strength * m.scale())?
-                .reshape_to(w.shape())?
-                .to_dtype(w.dtype())?;
-            w.add_(&delta)?;
-        }
-        Ok::<(), Error>(())
-    })?;
-    Ok(planned.len())
+    Ok(LoraPlan { merges: planned })
+}
+
+impl LoraPlan<'_> {
+    /// W ← W + strength · scale · up @ down for every planned module; returns how many.
+    pub fn apply(&self, strength: f64) -> Result<usize> {
+        no_grad(|| {
+            for (w, m, out, r, rest) in &self.merges {
+                let up =
+                    m.up.to(w.device(), crate::DType::F32)?
+                        .reshape_to(&[*out, *r])?;
+                let down = m
+                    .down
+                    .to(w.device(), crate::DType::F32)?
+                    .reshape_to(&[*r, *rest])?;
+                let delta = up
+                    .matmul(&down)?
+                    .mul_scalar(strength * m.scale())?
+                    .reshape_to(w.shape())?
+                    .to_dtype(w.dtype())?;
+                w.add_(&delta)?;
+            }
+            Ok::<(), Error>(())
+        })?;
+        Ok(self.merges.len())
+    }
 }

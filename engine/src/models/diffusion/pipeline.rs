@@ -181,16 +181,13 @@ impl StableDiffusion {
     /// with `strength` (diffusers' `load_lora_weights` then `fuse_lora(lora_scale)`); returns
     /// how many modules of each it changed. Nothing changes unless every module fits.
     pub fn add_lora(&self, path: &Path, strength: f64) -> Result<(usize, usize)> {
-        use super::lora::{merge_lora, read_lora, LoraTarget};
+        use super::lora::{plan_lora, read_lora, LoraTarget};
         let modules = read_lora(path)?;
         let of = |t: LoraTarget| modules.iter().filter(|m| m.target == t).collect::<Vec<_>>();
-        let (unet, text) = (of(LoraTarget::Unet), of(LoraTarget::TextEncoder));
-        // Both checked before either changes: merge_lora checks all its modules first, so the
-        // text encoder's are tried on a dry run of strength 0 when the UNet's would fail after.
-        merge_lora(&self.text_encoder, &text, 0.0)?;
-        let u = merge_lora(&self.unet, &unet, strength)?;
-        let t = merge_lora(&self.text_encoder, &text, strength)?;
-        Ok((u, t))
+        // Both models' modules are placed before either changes.
+        let unet = plan_lora(&self.unet, &of(LoraTarget::Unet))?;
+        let text = plan_lora(&self.text_encoder, &of(LoraTarget::TextEncoder))?;
+        Ok((unet.apply(strength)?, text.apply(strength)?))
     }
 
     /// A fresh walk of the folder's scheduler (or of `class` over its noise schedule).
