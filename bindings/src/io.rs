@@ -64,6 +64,14 @@ pub fn register(engine: &mut Engine) {
         register_writers(&mut api);
     }
     engine.register_static_module("io", module.into());
+    // Python's name for it, which notebook users type first.
+    crate::help::record_entry(
+        "input",
+        "input(prompt) -> string | ()",
+        "The same as io::read_line: prints the prompt and reads one line (in a Jupyter notebook, from the input box the frontend shows); () at the end of the input.",
+        "let name = input(\"your name? \"); if name != () { print(`hello ${name}`); }",
+    );
+    engine.register_fn("input", read_line);
 }
 
 thread_local! {
@@ -79,12 +87,32 @@ pub fn without_stdin<R>(f: impl FnOnce() -> R) -> R {
     out
 }
 
-/// `io::read_line(prompt)`: one line of standard input without its line end; () at the end
-/// of the input.
+/// Where lines come from when the host asks its user itself (the Jupyter kernel's stdin
+/// channel): the prompt in, the line out, `None` at the end of the input, or an error that says
+/// why no line can come.
+pub type LineSource = std::sync::Arc<dyn Fn(&str) -> Result<Option<String>, String> + Send + Sync>;
+
+static LINE_SOURCE: std::sync::Mutex<Option<LineSource>> = std::sync::Mutex::new(None);
+
+/// Sends `io::read_line` to `source` (None: back to standard input).
+pub fn set_line_source(source: Option<LineSource>) {
+    *LINE_SOURCE.lock().unwrap_or_else(|e| e.into_inner()) = source;
+}
+
+/// `io::read_line(prompt)`: one line of standard input (or of the host's line source) without
+/// its line end; () at the end of the input.
 fn read_line(prompt: &str) -> RhaiResult<Dynamic> {
     use std::io::{BufRead, Write};
     if !STDIN_OPEN.with(|s| s.get()) {
         return Ok(Dynamic::UNIT);
+    }
+    let source = LINE_SOURCE.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    if let Some(source) = source {
+        return match source(prompt) {
+            Ok(Some(line)) => Ok(Dynamic::from(line)),
+            Ok(None) => Ok(Dynamic::UNIT),
+            Err(why) => Err(runtime_error(format!("io::read_line: {why}"))),
+        };
     }
     print!("{prompt}");
     std::io::stdout()

@@ -1,5 +1,6 @@
 //! Command-line parsing for `brain`: the mode, the device, and the script's own arguments.
 
+use crate::kernel::install::Location;
 use std::path::PathBuf;
 
 #[derive(Debug, PartialEq)]
@@ -21,11 +22,41 @@ pub enum Mode {
         output: PathBuf,
         keep_going: bool,
     },
+    /// `brain notebook x.rhai --to ipynb`: a notebook from a script, or a script from one.
+    NotebookConvert {
+        input: PathBuf,
+        output: PathBuf,
+        to: NotebookFormat,
+    },
+    /// `brain notebook run x.ipynb`: runs the notebook's cells and stores their outputs.
+    NotebookRun {
+        notebook: PathBuf,
+        output: PathBuf,
+        keep_going: bool,
+    },
+    /// `brain kernel -f connection.json`: the Jupyter kernel.
+    Kernel {
+        connection_file: PathBuf,
+    },
+    KernelInstall {
+        location: Location,
+        name: String,
+    },
+    KernelUninstall {
+        location: Location,
+        name: String,
+    },
     /// The usage text: all of it, or one command's (`brain launch --help`).
     Help {
         command: Option<&'static str>,
     },
     Version,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum NotebookFormat {
+    Ipynb,
+    Rhai,
 }
 
 #[derive(Debug, PartialEq)]
@@ -45,6 +76,14 @@ pub const USAGE: &str = "usage:
   brain run FILE.rhai --help             list the script's arguments and their defaults
   brain notebook FILE.rhai -o REPORT.md  run a script cell by cell (cells split at `// %%`) into a Markdown report
            [--keep-going] [name=value ...]  continue after a failing cell; the script's arguments
+  brain notebook FILE.rhai --to ipynb [-o OUT.ipynb]   the script as a Jupyter notebook (and
+  brain notebook FILE.ipynb --to rhai [-o OUT.rhai]    a notebook's code as a `// %%` script)
+  brain notebook run FILE.ipynb [-o OUT.ipynb] [--keep-going] [name=value ...]
+                                         run a notebook's cells and store their outputs in it
+  brain kernel install [--user|--sys-prefix|--prefix DIR] [--name NAME] [--device D]
+                                         register brain as a Jupyter kernel (kernelspec `brain`)
+  brain kernel uninstall [--user|--sys-prefix|--prefix DIR] [--name NAME]
+  brain kernel -f CONNECTION.json        serve a Jupyter kernel (Jupyter starts this itself)
   brain check FILE.rhai                  parse a script without running it
   brain launch --gpus N FILE.rhai [name=value ...]
                                          run the script once per GPU as the ranks of one
@@ -149,10 +188,13 @@ pub fn parse(args: &[String]) -> Result<Cli, String> {
             };
             return Ok(with_script_args(mode, device, it.collect()));
         }
+        Some("kernel") => return parse_kernel(it.collect(), device),
         Some("notebook") => {
             let mut script = None;
             let mut output = None;
             let mut keep_going = false;
+            let mut to = None;
+            let mut run = false;
             // The notebook's own options may stand anywhere; the rest is the script's.
             let mut script_args = Vec::new();
             while let Some(a) = it.next() {
@@ -170,11 +212,48 @@ pub fn parse(args: &[String]) -> Result<Cli, String> {
                         output = Some(PathBuf::from(it.next().ok_or("-o needs a file name")?))
                     }
                     "--keep-going" => keep_going = true,
+                    "--to" => {
+                        to = Some(match it.next().as_deref() {
+                            Some("ipynb") => NotebookFormat::Ipynb,
+                            Some("rhai") => NotebookFormat::Rhai,
+                            Some(other) => {
+                                return Err(format!("--to {other}: use --to ipynb or --to rhai"))
+                            }
+                            None => return Err("--to needs ipynb or rhai".into()),
+                        })
+                    }
+                    "run" if script.is_none() && !run => run = true,
                     _ if script.is_none() => script = Some(PathBuf::from(a)),
                     _ => script_args.push(a),
                 }
             }
             let script = script.ok_or("brain notebook needs a script file")?;
+            if run {
+                let mode = Mode::NotebookRun {
+                    output: output.unwrap_or_else(|| script.clone()),
+                    notebook: script,
+                    keep_going,
+                };
+                return Ok(with_script_args(mode, device, script_args));
+            }
+            if let Some(to) = to {
+                let ext = match to {
+                    NotebookFormat::Ipynb => "ipynb",
+                    NotebookFormat::Rhai => "rhai",
+                };
+                if script.extension().is_some_and(|e| e == ext) && output.is_none() {
+                    return Err(format!(
+                        "{} is already .{ext}: give -o for the converted file",
+                        script.display()
+                    ));
+                }
+                let mode = Mode::NotebookConvert {
+                    output: output.unwrap_or_else(|| script.with_extension(ext)),
+                    input: script,
+                    to,
+                };
+                return Ok(with_script_args(mode, device, script_args));
+            }
             let output = output.unwrap_or_else(|| script.with_extension("md"));
             let mode = Mode::Notebook {
                 script,
@@ -186,6 +265,52 @@ pub fn parse(args: &[String]) -> Result<Cli, String> {
         Some(other) => return Err(format!("unknown command `{other}`")),
     };
     Ok(with_script_args(mode, device, it.collect()))
+}
+
+/// `brain kernel -f FILE`, `brain kernel install ...` and `brain kernel uninstall ...`.
+fn parse_kernel(args: Vec<String>, device: Option<String>) -> Result<Cli, String> {
+    let mut it = args.into_iter().peekable();
+    let action = match it.peek().map(String::as_str) {
+        Some("install") | Some("uninstall") => it.next(),
+        _ => None,
+    };
+    let (mut location, mut name, mut connection_file) = (Location::User, "brain".to_string(), None);
+    while let Some(a) = it.next() {
+        match a.as_str() {
+            "-h" | "--help" => {
+                return Ok(with_script_args(
+                    Mode::Help {
+                        command: Some("kernel"),
+                    },
+                    device,
+                    Vec::new(),
+                ))
+            }
+            "-f" | "--connection-file" => {
+                connection_file = Some(PathBuf::from(it.next().ok_or("-f needs the connection file")?))
+            }
+            "--user" => location = Location::User,
+            "--sys-prefix" => location = Location::SysPrefix,
+            "--prefix" => location = Location::Prefix(it.next().ok_or("--prefix needs a folder")?.into()),
+            "--name" => name = it.next().ok_or("--name needs a kernel name")?,
+            other => {
+                if let Some(f) = other.strip_prefix("--connection-file=") {
+                    connection_file = Some(f.into());
+                } else {
+                    return Err(format!("brain kernel: unknown option `{other}`"));
+                }
+            }
+        }
+    }
+    let mode = match action.as_deref() {
+        Some("install") => Mode::KernelInstall { location, name },
+        Some("uninstall") => Mode::KernelUninstall { location, name },
+        _ => Mode::Kernel {
+            connection_file: connection_file
+                .ok_or("brain kernel needs -f CONNECTION.json (Jupyter passes it), or install")?,
+        },
+    };
+    Ok(with_script_args(mode, device, Vec::new()))
 }
 
 /// Takes `--help` out of a script's arguments: it asks for the script's argument list.
@@ -310,6 +435,61 @@ mod tests {
             parse(&args("--help")).unwrap().mode,
             Mode::Help { command: None }
         );
+    }
+
+    #[test]
+    fn kernel_serves_a_connection_file_or_installs_where_asked() {
+        let cli = parse(&args("kernel -f /tmp/k.json --device cpu")).unwrap();
+        assert_eq!(
+            cli.mode,
+            Mode::Kernel {
+                connection_file: "/tmp/k.json".into()
+            }
+        );
+        assert_eq!(cli.device.as_deref(), Some("cpu"));
+        assert_eq!(
+            parse(&args("kernel install --prefix /opt/env --name b2")).unwrap().mode,
+            Mode::KernelInstall {
+                location: Location::Prefix("/opt/env".into()),
+                name: "b2".into()
+            }
+        );
+        assert_eq!(
+            parse(&args("kernel uninstall --sys-prefix")).unwrap().mode,
+            Mode::KernelUninstall {
+                location: Location::SysPrefix,
+                name: "brain".into()
+            }
+        );
+        assert!(parse(&args("kernel")).unwrap_err().contains("-f CONNECTION.json"));
+        assert!(parse(&args("kernel install --usr")).unwrap_err().contains("`--usr`"));
+    }
+
+    #[test]
+    fn notebooks_convert_with_to_and_run_in_place() {
+        assert_eq!(
+            parse(&args("notebook a.rhai --to ipynb")).unwrap().mode,
+            Mode::NotebookConvert {
+                input: "a.rhai".into(),
+                output: "a.ipynb".into(),
+                to: NotebookFormat::Ipynb
+            }
+        );
+        assert_eq!(
+            parse(&args("notebook run a.ipynb steps=2 --keep-going")).unwrap(),
+            Cli {
+                mode: Mode::NotebookRun {
+                    notebook: "a.ipynb".into(),
+                    output: "a.ipynb".into(),
+                    keep_going: true
+                },
+                device: None,
+                script_args: vec!["steps=2".into()],
+                script_help: false
+            }
+        );
+        assert!(parse(&args("notebook a.ipynb --to ipynb")).unwrap_err().contains("-o"));
+        assert!(parse(&args("notebook a.rhai --to pdf")).unwrap_err().contains("--to pdf"));
     }
 
     #[test]

@@ -150,6 +150,21 @@ pub fn build_engine(output: &Output, device: Device, script_args: &[String]) -> 
         "A script argument given as name=value or --name value, converted to the default's type (a default of () keeps the value's own type). Declares the argument: `brain run` refuses names no arg() call reads, and --help lists them with their defaults and docs. The name must be a string literal.",
         "let steps = arg(\"steps\", 200, \"training steps\");",
     );
+    let out = output.clone();
+    engine.register_fn(
+        "display",
+        move |ctx: rhai::NativeCallContext, value: Dynamic| {
+            if let Some(text) = crate::cell::display(ctx.engine(), &value) {
+                out.write_line(&text);
+            }
+        },
+    );
+    rusting_brain_rhai::help::record_entry(
+        "display",
+        "display(value)",
+        "Shows a value as a notebook output now, not only at the end of the cell: tensors and metric maps as tables, a model as its tree, the path of a PNG file as the image. Outside a notebook it prints the value.",
+        "display(#{ loss: 0.25, accuracy: 0.9 });",
+    );
     engine.register_fn("device", move || device.to_string());
     // The REPL's stand-in; `brain run` replaces it with the script's folder.
     engine.register_fn("script_dir", || ".".to_string());
@@ -196,9 +211,9 @@ mod tests {
         let reference = engine();
         let entries: Vec<help::HelpEntry> = help::entries()
             .into_iter()
-            .filter(|e| ["arg", "script_dir"].contains(&e.name.as_str()))
+            .filter(|e| ["arg", "script_dir", "display"].contains(&e.name.as_str()))
             .collect();
-        assert_eq!(entries.len(), 2, "{entries:?}");
+        assert_eq!(entries.len(), 3, "{entries:?}");
         let mut problems = check::check_signatures(&entries, &reference);
         problems.extend(check::run_examples(&entries, engine));
         assert!(problems.is_empty(), "{}", problems.join("\n"));

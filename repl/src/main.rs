@@ -1,14 +1,19 @@
 //! `brain`: the RustingBrain REPL, script runner and notebook reports.
 
+mod cell;
 mod cli;
 mod complete;
 mod host;
+mod ipynb;
+mod kernel;
 mod launch;
+mod mime;
 mod notebook;
 mod repl;
 mod runner;
 mod script_args;
 mod session;
+mod stdio_capture;
 
 use cli::Mode;
 use session::Session;
@@ -31,6 +36,25 @@ fn main() -> ExitCode {
         Mode::Version => {
             println!("brain {}", env!("CARGO_PKG_VERSION"));
             return ExitCode::SUCCESS;
+        }
+        Mode::KernelInstall { location, name } => {
+            let spec = kernel::install::Spec {
+                location: location.clone(),
+                name: name.clone(),
+                device: cli.device.clone(),
+            };
+            return finish(kernel::install::install(&spec).map(|dir| {
+                println!("installed the kernelspec `{name}` in {}", dir.display())
+            }));
+        }
+        Mode::KernelUninstall { location, name } => {
+            return finish(
+                kernel::install::uninstall(location, name)
+                    .map(|dir| println!("removed {}", dir.display())),
+            );
+        }
+        Mode::NotebookConvert { input, output, to } => {
+            return finish(convert_notebook(input, output, *to));
         }
         _ => {}
     }
@@ -100,7 +124,27 @@ fn main() -> ExitCode {
                 Err(e) => finish(Err(e)),
             }
         }
-        Mode::Help { .. } | Mode::Version | Mode::Launch { .. } => {
+        Mode::Kernel { connection_file } => {
+            finish(kernel::serve(&connection_file, session, &note))
+        }
+        Mode::NotebookRun {
+            notebook,
+            output: written,
+            keep_going,
+        } => {
+            say(&note);
+            match run_notebook(&mut session, &notebook, &written, keep_going) {
+                Ok(true) => ExitCode::SUCCESS,
+                Ok(false) => ExitCode::from(1),
+                Err(e) => finish(Err(e)),
+            }
+        }
+        Mode::Help { .. }
+        | Mode::Version
+        | Mode::Launch { .. }
+        | Mode::KernelInstall { .. }
+        | Mode::KernelUninstall { .. }
+        | Mode::NotebookConvert { .. } => {
             unreachable!("handled above")
         }
     }
@@ -131,6 +175,52 @@ fn vet_script_args(script: &std::path::Path, cli: &cli::Cli) -> Result<Option<St
     }
     script_args::check(script, &cli.script_args, &declared)?;
     Ok(None)
+}
+
+/// `brain notebook x.rhai --to ipynb` (or an `.ipynb` `--to rhai`).
+fn convert_notebook(
+    input: &std::path::Path,
+    output: &std::path::Path,
+    to: cli::NotebookFormat,
+) -> Result<(), String> {
+    match to {
+        cli::NotebookFormat::Ipynb => {
+            let src = std::fs::read_to_string(input)
+                .map_err(|e| format!("{}: cannot read: {e}", input.display()))?;
+            ipynb::write(output, &ipynb::from_script(&src))?;
+        }
+        cli::NotebookFormat::Rhai => {
+            let nb = ipynb::read(input)?;
+            std::fs::write(output, ipynb::to_script(&nb))
+                .map_err(|e| format!("{}: cannot write: {e}", output.display()))?;
+        }
+    }
+    println!("wrote {}", output.display());
+    Ok(())
+}
+
+/// `brain notebook run x.ipynb`: every code cell run in one session, its outputs stored.
+fn run_notebook(
+    session: &mut Session,
+    notebook: &std::path::Path,
+    output: &std::path::Path,
+    keep_going: bool,
+) -> Result<bool, String> {
+    let mut nb = ipynb::read(notebook)?;
+    runner::resolve_imports_beside(session, notebook);
+    stdio_capture::start()?;
+    cell::route_bindings_to_frontends();
+    let name = notebook
+        .file_name()
+        .map_or("notebook".into(), |n| n.to_string_lossy().into_owned());
+    let all_ok = ipynb::run(session, &mut nb, &name, keep_going)?;
+    ipynb::write(output, &nb)?;
+    if all_ok {
+        println!("wrote {}", output.display());
+    } else {
+        eprintln!("wrote {} (a cell failed)", output.display());
+    }
+    Ok(all_ok)
 }
 
 fn finish(r: Result<(), String>) -> ExitCode {

@@ -39,7 +39,7 @@ pub fn split_cells(src: &str) -> Vec<Cell> {
     cells
 }
 
-fn markdown_text(source: &str) -> String {
+pub fn markdown_text(source: &str) -> String {
     source
         .lines()
         .map(|l| {

@@ -135,20 +135,6 @@ impl Session {
         self.engine.map_type_name(v.type_name()).to_string()
     }
 
-    /// Whether `v` is one of the types the bindings registered (a model, a dataset).
-    fn is_registered_type(&self, v: &Dynamic) -> bool {
-        self.engine.map_type_name(v.type_name()) != v.type_name()
-    }
-
-    /// The text of the `to_string` registered for `v`'s type, as `print` shows it.
-    fn script_text(&self, v: &Dynamic) -> Option<String> {
-        let mut scope = Scope::new();
-        scope.push("value", v.clone());
-        self.engine
-            .eval_with_scope::<String>(&mut scope, "value.to_string()")
-            .ok()
-    }
-
     /// A one-line description of a value for `:vars`: `Tensor [3, 4] f32`, `Model`,
     /// `Dataset(150 rows, ...)`, `i64 = 1`.
     pub fn describe(&self, v: &Dynamic) -> String {
@@ -161,10 +147,10 @@ impl Session {
             return format!("Tensor {:?} {}{device}", t.shape(), t.dtype());
         }
         let ty = self.type_name(v);
-        if self.is_registered_type(v) {
+        if crate::mime::is_registered_type(&self.engine, v) {
             // One-line texts that start with the type (`Dataset(150 rows, ...)`) say more than
             // the type; a model's tree does not fit on a line.
-            return match self.script_text(v) {
+            return match crate::mime::registered_text(&self.engine, v) {
                 Some(text) if !text.contains('\n') && text.starts_with(&ty) => {
                     shorten(&text, WIDTH)
                 }
@@ -174,19 +160,9 @@ impl Session {
         format!("{ty} = {}", shorten(&v.to_string(), 60))
     }
 
-    /// How the REPL and notebooks show a value: tensors print like PyTorch, registered types
-    /// (models, datasets) with the `to_string` that `print` uses, strings as they are (so
-    /// `help("matmul")` reads as text).
+    /// How the REPL and notebooks show a value (see `mime::plain_text`).
     pub fn display(&self, v: &Dynamic) -> String {
-        if let Some(t) = v.read_lock::<Tensor>() {
-            return t.to_string();
-        }
-        if self.is_registered_type(v) {
-            if let Some(text) = self.script_text(v) {
-                return text;
-            }
-        }
-        v.to_string()
+        crate::mime::plain_text(&self.engine, v)
     }
 }
 

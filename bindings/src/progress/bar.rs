@@ -1,4 +1,5 @@
-//! A progress bar over a number of steps: drawn by indicatif on a terminal, plain status lines
+//! A progress bar over a number of steps: drawn by indicatif on a terminal, handed to the host's
+//! live view where one is set (a notebook's updating output), plain status lines
 //! (`train  50/100 (50%)  12.3 it/s  ETA 4s  loss 0.123`) everywhere else.
 
 use std::io::{IsTerminal, Write};
@@ -10,6 +11,32 @@ use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 /// Plain lines (a log, a pipe) come this often while a bar runs, and once when it ends, as
 /// tqdm's and ultralytics' logs do: short epochs make one line each, not one per tenth.
 const LINE_INTERVAL: Duration = Duration::from_secs(15);
+
+/// A live view redraws in place, so it may take updates often; a few a second reads smoothly
+/// and costs nothing beside a training step.
+const LIVE_INTERVAL: Duration = Duration::from_millis(250);
+
+/// One state of a bar for a live view: the view shows `line` (and may draw `done`/`total` as a
+/// bar), replacing what it showed for the same `id`.
+pub struct LiveUpdate<'a> {
+    pub id: u64,
+    /// The first update of this bar: the view adds an output; later ones replace it.
+    pub first: bool,
+    pub done: u64,
+    pub total: u64,
+    pub line: &'a str,
+}
+
+/// Where bars go when the host shows them itself (the Jupyter kernel's updating outputs).
+pub type LiveView = std::sync::Arc<dyn Fn(&LiveUpdate) + Send + Sync>;
+
+static LIVE_VIEW: Mutex<Option<LiveView>> = Mutex::new(None);
+static NEXT_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+
+/// Sends the bars made from now on to `view` (None: back to the terminal or plain lines).
+pub fn set_live_view(view: Option<LiveView>) {
+    *LIVE_VIEW.lock().unwrap_or_else(|e| e.into_inner()) = view;
+}
 
 /// A progress bar over `total` steps. Clones share the same bar.
 #[derive(Clone)]
@@ -38,15 +65,25 @@ enum Sink {
         printed_at: Instant,
         printed_done: Option<u64>,
     },
+    Live {
+        view: LiveView,
+        id: u64,
+        /// When the view last got an update (None: never).
+        sent_at: Option<Instant>,
+    },
 }
 
 impl Progress {
-    /// A bar on stdout: drawn by indicatif on a terminal, plain lines otherwise. Under
-    /// `brain launch` only rank 0 shows it, so the ranks' bars do not interleave.
+    /// A bar on stdout: the host's live view when one is set, drawn by indicatif on a terminal,
+    /// plain lines otherwise. Under `brain launch` only rank 0 shows it, so the ranks' bars do
+    /// not interleave.
     pub fn new(total: u64, label: &str) -> Progress {
         let main = rusting_brain::dist::current().map_or(true, |d| d.is_main());
+        let live = LIVE_VIEW.lock().unwrap_or_else(|e| e.into_inner()).clone();
         if !main {
             Progress::with_writer(total, label, Box::new(std::io::sink()))
+        } else if let Some(view) = live {
+            Progress::with_live_view(total, label, view)
         } else if std::io::stdout().is_terminal() {
             let bar = ProgressBar::with_draw_target(Some(total), ProgressDrawTarget::stdout());
             let template = "{prefix} {wide_bar} {pos}/{len} ({percent}%) {per_sec} ETA {eta} {msg}";
@@ -66,6 +103,17 @@ impl Progress {
             out,
             printed_at: Instant::now(),
             printed_done: None,
+        };
+        Progress::with_sink(total, label, sink)
+    }
+
+    /// A bar shown by `view`.
+    pub fn with_live_view(total: u64, label: &str, view: LiveView) -> Progress {
+        let id = NEXT_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let sink = Sink::Live {
+            view,
+            id,
+            sent_at: None,
         };
         Progress::with_sink(total, label, sink)
     }
@@ -98,6 +146,7 @@ impl Progress {
             } => {
                 (*printed_at, *printed_done) = (Instant::now(), None);
             }
+            Sink::Live { sent_at, .. } => *sent_at = None,
         }
     }
 
@@ -128,6 +177,11 @@ impl Progress {
                     (*printed_at, *printed_done) = (Instant::now(), Some(counts.done));
                 }
             }
+            Sink::Live { sent_at, .. } => {
+                if sent_at.is_none_or(|t| t.elapsed() >= LIVE_INTERVAL) {
+                    show_live(counts, sink);
+                }
+            }
         }
     }
 
@@ -145,6 +199,7 @@ impl Progress {
                     *printed_done = Some(counts.done);
                 }
             }
+            Sink::Live { .. } => show_live(counts, sink),
         }
     }
 
@@ -152,7 +207,7 @@ impl Progress {
     pub fn suspend<R>(&self, f: impl FnOnce() -> R) -> R {
         let bar = match &self.lock().sink {
             Sink::Terminal(bar) => Some(bar.clone()),
-            Sink::Lines { .. } => None,
+            Sink::Lines { .. } | Sink::Live { .. } => None,
         };
         match bar {
             Some(bar) => bar.suspend(f),
@@ -167,6 +222,20 @@ impl Progress {
 
     fn lock(&self) -> MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// Hands the bar's state to its live view.
+fn show_live(counts: &Counts, sink: &mut Sink) {
+    if let Sink::Live { view, id, sent_at } = sink {
+        view(&LiveUpdate {
+            id: *id,
+            first: sent_at.is_none(),
+            done: counts.done,
+            total: counts.total,
+            line: &status_line(counts),
+        });
+        *sent_at = Some(Instant::now());
     }
 }
 
@@ -235,6 +304,30 @@ impl Write for PrintStdout {
 mod tests {
     use super::super::captured::Captured;
     use super::*;
+
+    #[test]
+    fn a_live_view_gets_the_first_state_then_at_most_a_few_updates_a_second_and_the_end() {
+        let seen: Arc<Mutex<Vec<(u64, bool, u64, String)>>> = Arc::default();
+        let log = seen.clone();
+        let view: LiveView = Arc::new(move |u: &LiveUpdate| {
+            let entry = (u.id, u.first, u.done, u.line.to_string());
+            log.lock().unwrap().push(entry);
+        });
+        let bar = Progress::with_live_view(1000, "fit", view);
+        bar.set_message("loss 0.5");
+        for _ in 0..1000 {
+            bar.inc(1);
+        }
+        bar.finish();
+        let seen = seen.lock().unwrap();
+        // The first step, then nothing until 250 ms pass, then the end.
+        assert_eq!(seen.len(), 2, "{seen:?}");
+        assert!(seen[0].1 && !seen[1].1, "only the first is first: {seen:?}");
+        assert_eq!(seen[0].0, seen[1].0, "one bar, one id");
+        assert_eq!((seen[0].2, seen[1].2), (1, 1000));
+        assert!(seen[1].3.starts_with("fit  1000/1000 (100%)"), "{}", seen[1].3);
+        assert!(seen[1].3.ends_with("loss 0.5"), "{}", seen[1].3);
+    }
 
     #[test]
     fn a_short_bar_prints_one_line_when_it_ends_with_rate_and_message() {

@@ -21,7 +21,7 @@ mod captured;
 mod iter;
 pub(crate) mod short_numbers;
 
-pub use bar::Progress;
+pub use bar::{set_live_view, LiveUpdate, LiveView, Progress};
 pub use iter::{print_line, ProgressIter, ScriptProgress};
 
 use iter::Items;

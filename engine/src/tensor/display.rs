@@ -173,6 +173,46 @@ impl std::fmt::Display for Tensor {
     }
 }
 
+/// One row of [`Tensor::grid`]: `None` marks an elided column.
+pub type GridRow = Vec<Option<String>>;
+
+impl Tensor {
+    /// The cells a table shows for a tensor of rank 0, 1 or 2 (a scalar is one cell, a vector
+    /// one row), formatted and summarized as printing does: `None` for an elided row, a `None`
+    /// cell for an elided column. `None` for higher ranks, which do not lay out as a table.
+    pub fn grid(&self) -> crate::Result<Option<Vec<Option<GridRow>>>> {
+        let (rows, cols) = match *self.shape() {
+            [] => (1, 1),
+            [n] => (1, n),
+            [r, c] => (r, c),
+            _ => return Ok(None),
+        };
+        let values = self.to_vec_f64()?;
+        let summarize = values.len() > SUMMARIZE_OVER;
+        let (row_idx, col_idx) = (shown(rows, summarize), shown(cols, summarize));
+        let values = &values;
+        let visible: Vec<f64> = row_idx
+            .iter()
+            .flatten()
+            .flat_map(|r| col_idx.iter().flatten().map(move |c| values[r * cols + c]))
+            .collect();
+        let fmt = Fmt::for_values(&visible, self.dtype());
+        Ok(Some(
+            row_idx
+                .iter()
+                .map(|r| {
+                    r.map(|r| {
+                        col_idx
+                            .iter()
+                            .map(|c| c.map(|c| fmt.cell(values[r * cols + c])))
+                            .collect()
+                    })
+                })
+                .collect(),
+        ))
+    }
+}
+
 fn collect_visible(
     values: &[f64],
     shape: &[usize],
@@ -218,5 +258,29 @@ mod tests {
             s.starts_with("tensor([   0,    1,    2, ..., 1997, 1998, 1999]"),
             "{s}"
         );
+    }
+
+    #[test]
+    fn a_grid_holds_the_printed_cells_and_marks_the_elided_rows_and_columns() {
+        let t = Tensor::from_vec(vec![1.5f32, 2.0, -3.25, 4.0], &[2, 2]).unwrap();
+        let cell = |s: &str| Some(s.to_string());
+        assert_eq!(
+            t.grid().unwrap().unwrap(),
+            vec![
+                Some(vec![cell("1.5000"), cell("2.0000")]),
+                Some(vec![cell("-3.2500"), cell("4.0000")])
+            ]
+        );
+        let big = Tensor::arange(0.0, 2000.0, 1.0, DType::I64)
+            .unwrap()
+            .reshape(&[40, 50])
+            .unwrap();
+        let grid = big.grid().unwrap().unwrap();
+        assert_eq!(grid.len(), 7, "3 rows, the elision, 3 rows");
+        assert!(grid[3].is_none());
+        let last = grid[6].as_ref().unwrap();
+        assert_eq!(last[3], None);
+        assert_eq!(last[6], cell("1999"));
+        assert!(Tensor::zeros(&[2, 2, 2], DType::F32, crate::Device::Cpu).unwrap().grid().unwrap().is_none());
     }
 }

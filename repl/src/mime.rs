@@ -1,0 +1,227 @@
+//! How a value shows in a notebook: a MIME bundle with `text/plain` (what the REPL prints) and,
+//! where a table or preformatted block reads better, `text/html`: a tensor of rank 0-2 as a
+//! table (summarized as printing does), an object map (metrics) as a two-column table, an array
+//! of maps with the same keys (rows) as a table, a model's tree as a block.
+
+use rhai::{Array, Dynamic, Engine, Map, Scope};
+use rusting_brain::Tensor;
+use serde_json::{Map as JsonMap, Value};
+
+/// `text/plain` and, where one helps, `text/html`.
+pub fn bundle(engine: &Engine, v: &Dynamic) -> JsonMap<String, Value> {
+    let mut out = JsonMap::new();
+    out.insert("text/plain".into(), plain_text(engine, v).into());
+    if let Some(html) = html(engine, v) {
+        out.insert("text/html".into(), html.into());
+    }
+    out
+}
+
+/// How the REPL shows a value: tensors print like PyTorch, registered types (models, datasets)
+/// with the `to_string` that `print` uses, strings as they are (so `help("matmul")` reads as
+/// text).
+pub fn plain_text(engine: &Engine, v: &Dynamic) -> String {
+    if let Some(t) = v.read_lock::<Tensor>() {
+        return t.to_string();
+    }
+    if is_registered_type(engine, v) {
+        if let Some(text) = registered_text(engine, v) {
+            return text;
+        }
+    }
+    v.to_string()
+}
+
+/// Whether `v` is one of the types the bindings registered (a model, a dataset).
+pub fn is_registered_type(engine: &Engine, v: &Dynamic) -> bool {
+    engine.map_type_name(v.type_name()) != v.type_name()
+}
+
+/// The text of the `to_string` registered for `v`'s type, as `print` shows it.
+pub fn registered_text(engine: &Engine, v: &Dynamic) -> Option<String> {
+    let mut scope = Scope::new();
+    scope.push("value", v.clone());
+    engine
+        .eval_with_scope::<String>(&mut scope, "value.to_string()")
+        .ok()
+}
+
+fn html(engine: &Engine, v: &Dynamic) -> Option<String> {
+    if let Some(t) = v.read_lock::<Tensor>() {
+        // A scalar reads best as its line of text.
+        return (t.rank() > 0).then(|| tensor_html(&t));
+    }
+    if let Some(map) = v.read_lock::<Map>() {
+        return map_html(engine, &map);
+    }
+    if let Some(rows) = v.read_lock::<Array>() {
+        return rows_html(engine, &rows);
+    }
+    if is_registered_type(engine, v) {
+        let text = registered_text(engine, v)?;
+        return text
+            .contains('\n')
+            .then(|| format!("<pre>{}</pre>", escape(&text)));
+    }
+    None
+}
+
+fn tensor_html(t: &Tensor) -> String {
+    let mut caption = format!("Tensor {:?} {} {}", t.shape(), t.dtype(), t.device());
+    if t.requires_grad() {
+        caption.push_str(" requires_grad");
+    }
+    let grid = match t.grid() {
+        Ok(Some(grid)) => grid,
+        // Rank 3 and up, or values that cannot be read: the printed form.
+        _ => return format!("<pre>{}</pre>", escape(&t.to_string())),
+    };
+    let mut out = format!(
+        "<table><caption style=\"text-align:left\">{}</caption>",
+        escape(&caption)
+    );
+    for row in &grid {
+        out.push_str("<tr>");
+        match row {
+            Some(cells) => {
+                for cell in cells {
+                    out.push_str(&format!(
+                        "<td style=\"text-align:right\">{}</td>",
+                        cell.as_deref().map_or("⋯".into(), escape)
+                    ));
+                }
+            }
+            None => {
+                let width = grid.iter().flatten().map(Vec::len).max().unwrap_or(1);
+                out.push_str(&"<td style=\"text-align:center\">⋮</td>".repeat(width));
+            }
+        }
+        out.push_str("</tr>");
+    }
+    out.push_str("</table>");
+    out
+}
+
+/// A cell's text: numbers short, nested values as the REPL shows them.
+fn cell_text(engine: &Engine, v: &Dynamic) -> String {
+    if let Ok(f) = v.as_float() {
+        return format!("{}", (f * 1e6).round() / 1e6);
+    }
+    plain_text(engine, v)
+}
+
+fn map_html(engine: &Engine, map: &Map) -> Option<String> {
+    if map.is_empty() {
+        return None;
+    }
+    let mut out = String::from("<table>");
+    for (key, value) in map {
+        out.push_str(&format!(
+            "<tr><th style=\"text-align:left\">{}</th><td style=\"text-align:left\"><pre style=\"margin:0\">{}</pre></td></tr>",
+            escape(key),
+            escape(&cell_text(engine, value))
+        ));
+    }
+    out.push_str("</table>");
+    Some(out)
+}
+
+/// An array of object maps that share their keys (the rows of a metrics table).
+fn rows_html(engine: &Engine, rows: &Array) -> Option<String> {
+    let first = rows.first()?.read_lock::<Map>()?.clone();
+    let columns: Vec<&str> = first.keys().map(|k| k.as_str()).collect();
+    let mut body = String::new();
+    for row in rows {
+        let map = row.read_lock::<Map>()?;
+        if map.len() != columns.len() || columns.iter().any(|c| !map.contains_key(*c)) {
+            return None;
+        }
+        body.push_str("<tr>");
+        for c in &columns {
+            body.push_str(&format!(
+                "<td>{}</td>",
+                escape(&cell_text(engine, &map[*c]))
+            ));
+        }
+        body.push_str("</tr>");
+    }
+    let head: String = columns
+        .iter()
+        .map(|c| format!("<th>{}</th>", escape(c)))
+        .collect();
+    Some(format!(
+        "<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+    ))
+}
+
+pub fn escape(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn value_of(src: &str) -> (Engine, Dynamic) {
+        let engine = rusting_brain_rhai::new_engine();
+        let v = engine.eval::<Dynamic>(src).unwrap();
+        (engine, v)
+    }
+
+    #[test]
+    fn a_matrix_is_a_table_with_its_shape_and_dtype_in_the_caption() {
+        let (engine, v) = value_of("tensor([[1.5, 2.0], [3.0, -4.0]])");
+        let b = bundle(&engine, &v);
+        let html = b["text/html"].as_str().unwrap();
+        assert!(html.contains("<caption"), "{html}");
+        assert!(html.contains("Tensor [2, 2] f32 cpu"), "{html}");
+        assert_eq!(html.matches("<tr>").count(), 2, "{html}");
+        assert!(html.contains(">-4.0000<"), "{html}");
+        assert!(b["text/plain"].as_str().unwrap().starts_with("tensor([[ 1.5000"));
+    }
+
+    #[test]
+    fn a_big_matrix_elides_its_middle_rows_and_columns() {
+        let (engine, v) = value_of("arange(0.0, 2000.0).reshape([40, 50])");
+        let html = bundle(&engine, &v)["text/html"].as_str().unwrap().to_string();
+        assert_eq!(html.matches("<tr>").count(), 7, "{html}");
+        assert!(html.contains('⋮') && html.contains('⋯'), "{html}");
+    }
+
+    #[test]
+    fn metrics_maps_and_rows_of_maps_are_tables_and_text_is_escaped() {
+        let (engine, v) = value_of("#{ loss: 0.1234567891, name: \"<b>\" }");
+        let html = bundle(&engine, &v)["text/html"].as_str().unwrap().to_string();
+        assert!(html.contains("<th style=\"text-align:left\">loss</th>"), "{html}");
+        assert!(html.contains("0.123457"), "{html}");
+        assert!(html.contains("&lt;b&gt;") && !html.contains("<b>"), "{html}");
+        let (engine, v) = value_of("[#{ epoch: 1, acc: 0.5 }, #{ epoch: 2, acc: 0.75 }]");
+        let html = bundle(&engine, &v)["text/html"].as_str().unwrap().to_string();
+        assert!(html.contains("<th>acc</th><th>epoch</th>"), "{html}");
+        assert_eq!(html.matches("<tr>").count(), 3, "{html}");
+        // Rows with different keys are not a table.
+        let (engine, v) = value_of("[#{ a: 1 }, #{ b: 2 }]");
+        assert!(!bundle(&engine, &v).contains_key("text/html"));
+    }
+
+    #[test]
+    fn a_model_shows_its_tree_as_a_block_and_plain_values_have_only_text() {
+        let (engine, v) = value_of("nn::sequential([nn::linear(2, 3), nn::flatten()])");
+        let b = bundle(&engine, &v);
+        assert!(b["text/html"].as_str().unwrap().starts_with("<pre>"));
+        let (engine, v) = value_of("42");
+        let b = bundle(&engine, &v);
+        assert_eq!(b["text/plain"], "42");
+        assert!(!b.contains_key("text/html"));
+    }
+}
