@@ -106,7 +106,10 @@ fn read_line(prompt: &str) -> RhaiResult<Dynamic> {
     if !STDIN_OPEN.with(|s| s.get()) {
         return Ok(Dynamic::UNIT);
     }
-    let source = LINE_SOURCE.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    let source = LINE_SOURCE
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .clone();
     if let Some(source) = source {
         return match source(prompt) {
             Ok(Some(line)) => Ok(Dynamic::from(line)),

@@ -165,7 +165,7 @@ pub fn run(
     }
     let outcome = match result {
         Ok(Ok(v)) => {
-            if show_result && !v.is_unit() {
+            if show_result && !v.is_unit() && !ends_with_semicolon(code) {
                 frontend.emit(CellOutput::Result {
                     data: crate::mime::bundle(&session.engine, &v),
                 });
@@ -180,6 +180,16 @@ pub fn run(
     }
     *CURRENT.lock().unwrap_or_else(|e| e.into_inner()) = None;
     outcome
+}
+
+/// Whether the cell's last line of code ends in `;`, which hides its value as in IPython
+/// (`plot::line(...);` shows the plot, not the path it returns).
+fn ends_with_semicolon(code: &str) -> bool {
+    code.lines()
+        .rev()
+        .map(str::trim)
+        .find(|l| !l.is_empty() && !l.starts_with("//"))
+        .is_some_and(|l| l.ends_with(';'))
 }
 
 fn entry_error(e: &EntryError, code: &str, origin: &str) -> CellError {
@@ -237,5 +247,60 @@ pub fn nbformat_output(output: &CellOutput, execution_count: Option<u64>) -> Val
             "evalue": e.evalue,
             "traceback": e.traceback
         }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Collects results and errors in memory (other tests' plots, drained from the one
+    /// process-wide list, may land here too, so those are left out).
+    #[derive(Default)]
+    struct Recorder(Mutex<Vec<CellOutput>>);
+
+    impl Frontend for Recorder {
+        fn emit(&self, output: CellOutput) {
+            if matches!(output, CellOutput::Result { .. } | CellOutput::Error(_)) {
+                self.0.lock().unwrap().push(output);
+            }
+        }
+        fn read_line(&self, _prompt: &str) -> Result<Option<String>, String> {
+            Ok(None)
+        }
+    }
+
+    fn session() -> Session {
+        let mut engine = rusting_brain_rhai::new_engine();
+        engine.register_fn("engine_bug", || -> i64 { panic!("index out of range") });
+        Session::new(engine)
+    }
+
+    #[test]
+    fn a_panic_in_a_cell_is_its_error_and_the_session_keeps_its_variables() {
+        let mut s = session();
+        let rec = Arc::new(Recorder::default());
+        run(&mut s, rec.clone(), "let kept = 7;", "In[1]", true).unwrap();
+        let err = run(&mut s, rec.clone(), "engine_bug()", "In[2]", true).unwrap_err();
+        assert_eq!(err.ename, "Panic");
+        assert!(err.evalue.contains("index out of range"), "{}", err.evalue);
+        let v = run(&mut s, rec.clone(), "kept * 6", "In[3]", true).unwrap();
+        assert_eq!(v.unwrap().as_int().unwrap(), 42);
+        let outputs = rec.0.lock().unwrap();
+        assert!(matches!(&outputs[0], CellOutput::Error(e) if e.ename == "Panic"));
+        assert!(matches!(&outputs[1], CellOutput::Result { data } if data["text/plain"] == "42"));
+    }
+
+    #[test]
+    fn a_trailing_semicolon_hides_the_value_as_in_ipython() {
+        assert!(ends_with_semicolon("let a = 1;\nplot(a); \n// a comment\n"));
+        assert!(!ends_with_semicolon("let a = 1;\na\n"));
+        let mut s = session();
+        let rec = Arc::new(Recorder::default());
+        run(&mut s, rec.clone(), "1 + 1;", "In[1]", true).unwrap();
+        run(&mut s, rec.clone(), "1 + 2", "In[2]", true).unwrap();
+        let outputs = rec.0.lock().unwrap();
+        assert_eq!(outputs.len(), 1, "{outputs:?}");
+        assert!(matches!(&outputs[0], CellOutput::Result { data } if data["text/plain"] == "3"));
     }
 }

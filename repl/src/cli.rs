@@ -287,11 +287,15 @@ fn parse_kernel(args: Vec<String>, device: Option<String>) -> Result<Cli, String
                 ))
             }
             "-f" | "--connection-file" => {
-                connection_file = Some(PathBuf::from(it.next().ok_or("-f needs the connection file")?))
+                connection_file = Some(PathBuf::from(
+                    it.next().ok_or("-f needs the connection file")?,
+                ))
             }
             "--user" => location = Location::User,
             "--sys-prefix" => location = Location::SysPrefix,
-            "--prefix" => location = Location::Prefix(it.next().ok_or("--prefix needs a folder")?.into()),
+            "--prefix" => {
+                location = Location::Prefix(it.next().ok_or("--prefix needs a folder")?.into())
+            }
             "--name" => name = it.next().ok_or("--name needs a kernel name")?,
             other => {
                 if let Some(f) = other.strip_prefix("--connection-file=") {
@@ -448,7 +452,9 @@ mod tests {
         );
         assert_eq!(cli.device.as_deref(), Some("cpu"));
         assert_eq!(
-            parse(&args("kernel install --prefix /opt/env --name b2")).unwrap().mode,
+            parse(&args("kernel install --prefix /opt/env --name b2"))
+                .unwrap()
+                .mode,
             Mode::KernelInstall {
                 location: Location::Prefix("/opt/env".into()),
                 name: "b2".into()
@@ -461,8 +467,12 @@ mod tests {
                 name: "brain".into()
             }
         );
-        assert!(parse(&args("kernel")).unwrap_err().contains("-f CONNECTION.json"));
-        assert!(parse(&args("kernel install --usr")).unwrap_err().contains("`--usr`"));
+        assert!(parse(&args("kernel"))
+            .unwrap_err()
+            .contains("-f CONNECTION.json"));
+        assert!(parse(&args("kernel install --usr"))
+            .unwrap_err()
+            .contains("`--usr`"));
     }
 
     #[test]
@@ -488,8 +498,12 @@ mod tests {
                 script_help: false
             }
         );
-        assert!(parse(&args("notebook a.ipynb --to ipynb")).unwrap_err().contains("-o"));
-        assert!(parse(&args("notebook a.rhai --to pdf")).unwrap_err().contains("--to pdf"));
+        assert!(parse(&args("notebook a.ipynb --to ipynb"))
+            .unwrap_err()
+            .contains("-o"));
+        assert!(parse(&args("notebook a.rhai --to pdf"))
+            .unwrap_err()
+            .contains("--to pdf"));
     }
 
     #[test]

@@ -134,7 +134,14 @@ impl Frontend for Collector {
         let mut outputs = self.outputs.lock().unwrap_or_else(|e| e.into_inner());
         match output {
             CellOutput::Stream { name, text } => {
-                if let Some((_, CellOutput::Stream { name: last, text: t })) = outputs.last_mut() {
+                if let Some((
+                    _,
+                    CellOutput::Stream {
+                        name: last,
+                        text: t,
+                    },
+                )) = outputs.last_mut()
+                {
                     if *last == name {
                         t.push_str(&text);
                         return;
@@ -175,7 +182,12 @@ impl Frontend for Collector {
 
 /// Runs the code cells of `nb` in `session`, storing each one's outputs and execution count.
 /// Stops after a failing cell unless `keep_going`. Returns whether every cell ran without error.
-pub fn run(session: &mut Session, nb: &mut Value, name: &str, keep_going: bool) -> Result<bool, String> {
+pub fn run(
+    session: &mut Session,
+    nb: &mut Value,
+    name: &str,
+    keep_going: bool,
+) -> Result<bool, String> {
     let cells = nb["cells"]
         .as_array_mut()
         .ok_or("not a notebook: no `cells` list")?;
@@ -230,7 +242,9 @@ mod tests {
 
     #[test]
     fn running_stores_streams_results_and_errors_and_stops_at_the_first_error() {
-        let mut nb = from_script("let a = 2;\nprint(a);\na * 3\n// %%\nlet b = nope;\n// %%\nprint(\"never\");\n");
+        let mut nb = from_script(
+            "let a = 2;\nprint(a);\na * 3\n// %%\nlet b = nope;\n// %%\nprint(\"never\");\n",
+        );
         let mut session = Session::new(rusting_brain_rhai::new_engine());
         // print() goes to stdout, which only the kernel's capture turns into a stream here;
         // the session's values and errors are what this checks.
@@ -238,14 +252,27 @@ mod tests {
         assert!(!ok);
         let cells = nb["cells"].as_array().unwrap();
         let first = cells[0]["outputs"].as_array().unwrap();
-        let result = first.iter().find(|o| o["output_type"] == "execute_result").unwrap();
+        let result = first
+            .iter()
+            .find(|o| o["output_type"] == "execute_result")
+            .unwrap();
         assert_eq!(result["data"]["text/plain"], "6");
         assert_eq!(result["execution_count"], 1);
         let err = &cells[1]["outputs"][0];
         assert_eq!(err["output_type"], "error");
         assert_eq!(err["ename"], "RuntimeError");
-        assert!(err["traceback"][0].as_str().unwrap().starts_with("t.ipynb:In[2]:1:"), "{err}");
-        assert_eq!(cells[2]["execution_count"], Value::Null, "not run after the error");
+        assert!(
+            err["traceback"][0]
+                .as_str()
+                .unwrap()
+                .starts_with("t.ipynb:In[2]:1:"),
+            "{err}"
+        );
+        assert_eq!(
+            cells[2]["execution_count"],
+            Value::Null,
+            "not run after the error"
+        );
     }
 
     #[test]
@@ -259,7 +286,9 @@ mod tests {
             text: t.into(),
         };
         let bar = |text: &str, update| CellOutput::Display {
-            data: [("text/plain".to_string(), Value::from(text))].into_iter().collect(),
+            data: [("text/plain".to_string(), Value::from(text))]
+                .into_iter()
+                .collect(),
             display_id: Some("p1".into()),
             update,
         };
@@ -270,7 +299,9 @@ mod tests {
         let outputs = c.outputs.lock().unwrap();
         assert_eq!(outputs.len(), 2);
         assert_eq!(outputs[0].1, stream("a\nb\n"));
-        assert!(matches!(&outputs[1].1, CellOutput::Display { data, .. } if data["text/plain"] == "2/2"));
+        assert!(
+            matches!(&outputs[1].1, CellOutput::Display { data, .. } if data["text/plain"] == "2/2")
+        );
     }
 
     #[test]

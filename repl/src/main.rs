@@ -43,9 +43,10 @@ fn main() -> ExitCode {
                 name: name.clone(),
                 device: cli.device.clone(),
             };
-            return finish(kernel::install::install(&spec).map(|dir| {
-                println!("installed the kernelspec `{name}` in {}", dir.display())
-            }));
+            return finish(
+                kernel::install::install(&spec)
+                    .map(|dir| println!("installed the kernelspec `{name}` in {}", dir.display())),
+            );
         }
         Mode::KernelUninstall { location, name } => {
             return finish(
@@ -124,9 +125,7 @@ fn main() -> ExitCode {
                 Err(e) => finish(Err(e)),
             }
         }
-        Mode::Kernel { connection_file } => {
-            finish(kernel::serve(&connection_file, session, &note))
-        }
+        Mode::Kernel { connection_file } => finish(kernel::serve(&connection_file, session, &note)),
         Mode::NotebookRun {
             notebook,
             output: written,
@@ -213,7 +212,9 @@ fn run_notebook(
     let name = notebook
         .file_name()
         .map_or("notebook".into(), |n| n.to_string_lossy().into_owned());
-    let all_ok = ipynb::run(session, &mut nb, &name, keep_going)?;
+    let all_ok = ipynb::run(session, &mut nb, &name, keep_going);
+    stdio_capture::stop();
+    let all_ok = all_ok?;
     ipynb::write(output, &nb)?;
     if all_ok {
         println!("wrote {}", output.display());

@@ -187,13 +187,19 @@ mod tests {
         assert!(html.contains("Tensor [2, 2] f32 cpu"), "{html}");
         assert_eq!(html.matches("<tr>").count(), 2, "{html}");
         assert!(html.contains(">-4.0000<"), "{html}");
-        assert!(b["text/plain"].as_str().unwrap().starts_with("tensor([[ 1.5000"));
+        assert!(b["text/plain"]
+            .as_str()
+            .unwrap()
+            .starts_with("tensor([[ 1.5000"));
     }
 
     #[test]
     fn a_big_matrix_elides_its_middle_rows_and_columns() {
         let (engine, v) = value_of("arange(0.0, 2000.0).reshape([40, 50])");
-        let html = bundle(&engine, &v)["text/html"].as_str().unwrap().to_string();
+        let html = bundle(&engine, &v)["text/html"]
+            .as_str()
+            .unwrap()
+            .to_string();
         assert_eq!(html.matches("<tr>").count(), 7, "{html}");
         assert!(html.contains('⋮') && html.contains('⋯'), "{html}");
     }
@@ -201,12 +207,24 @@ mod tests {
     #[test]
     fn metrics_maps_and_rows_of_maps_are_tables_and_text_is_escaped() {
         let (engine, v) = value_of("#{ loss: 0.1234567891, name: \"<b>\" }");
-        let html = bundle(&engine, &v)["text/html"].as_str().unwrap().to_string();
-        assert!(html.contains("<th style=\"text-align:left\">loss</th>"), "{html}");
+        let html = bundle(&engine, &v)["text/html"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        assert!(
+            html.contains("<th style=\"text-align:left\">loss</th>"),
+            "{html}"
+        );
         assert!(html.contains("0.123457"), "{html}");
-        assert!(html.contains("&lt;b&gt;") && !html.contains("<b>"), "{html}");
+        assert!(
+            html.contains("&lt;b&gt;") && !html.contains("<b>"),
+            "{html}"
+        );
         let (engine, v) = value_of("[#{ epoch: 1, acc: 0.5 }, #{ epoch: 2, acc: 0.75 }]");
-        let html = bundle(&engine, &v)["text/html"].as_str().unwrap().to_string();
+        let html = bundle(&engine, &v)["text/html"]
+            .as_str()
+            .unwrap()
+            .to_string();
         assert!(html.contains("<th>acc</th><th>epoch</th>"), "{html}");
         assert_eq!(html.matches("<tr>").count(), 3, "{html}");
         // Rows with different keys are not a table.

@@ -29,6 +29,15 @@ pub fn sync() {
     }
 }
 
+/// Ends the capture: what was written is forwarded, and the descriptors are the original ones
+/// again (for the last words of `brain notebook run`).
+pub fn stop() {
+    if let Some(c) = CAPTURE.get() {
+        c.sync();
+        c.restore();
+    }
+}
+
 /// Writes to the kernel's log (the original standard error), past the capture.
 pub fn log(line: &str) {
     match CAPTURE.get() {
@@ -73,6 +82,15 @@ mod imp {
             let _ = std::io::stderr().flush();
             for s in &self.streams {
                 s.sync();
+            }
+        }
+
+        pub fn restore(&self) {
+            for s in &self.streams {
+                let original = s.original.lock().unwrap_or_else(|e| e.into_inner());
+                // SAFETY: both descriptors belong to this process; dup2 points fd at the
+                // original again (the pipe's reader then sees no more writes).
+                unsafe { libc::dup2(std::os::fd::AsRawFd::as_raw_fd(&*original), s.fd) };
             }
         }
 
@@ -221,8 +239,7 @@ mod imp {
 
 #[cfg(not(target_os = "linux"))]
 mod imp {
-    /// Elsewhere the cell's `print` output still reaches the frontend through the session's
-    /// output; only text written straight to the descriptors does not.
+    /// Elsewhere a cell's printed text stays on the process's own output (the kernel's log).
     pub struct Capture;
 
     impl Capture {
@@ -230,6 +247,7 @@ mod imp {
             Err("capturing standard output is implemented for Linux only".into())
         }
         pub fn sync(&self) {}
+        pub fn restore(&self) {}
         pub fn log(&self, line: &str) {
             eprintln!("{line}");
         }

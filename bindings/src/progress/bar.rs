@@ -325,7 +325,11 @@ mod tests {
         assert!(seen[0].1 && !seen[1].1, "only the first is first: {seen:?}");
         assert_eq!(seen[0].0, seen[1].0, "one bar, one id");
         assert_eq!((seen[0].2, seen[1].2), (1, 1000));
-        assert!(seen[1].3.starts_with("fit  1000/1000 (100%)"), "{}", seen[1].3);
+        assert!(
+            seen[1].3.starts_with("fit  1000/1000 (100%)"),
+            "{}",
+            seen[1].3
+        );
         assert!(seen[1].3.ends_with("loss 0.5"), "{}", seen[1].3);
     }
 

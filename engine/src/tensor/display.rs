@@ -281,6 +281,10 @@ mod tests {
         let last = grid[6].as_ref().unwrap();
         assert_eq!(last[3], None);
         assert_eq!(last[6], cell("1999"));
-        assert!(Tensor::zeros(&[2, 2, 2], DType::F32, crate::Device::Cpu).unwrap().grid().unwrap().is_none());
+        assert!(Tensor::zeros(&[2, 2, 2], DType::F32, crate::Device::Cpu)
+            .unwrap()
+            .grid()
+            .unwrap()
+            .is_none());
     }
 }

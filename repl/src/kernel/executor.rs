@@ -48,68 +48,84 @@ impl Executor {
             let Ok(request) = self.requests.recv() else {
                 return;
             };
-            self.out.status(&request, "busy");
-            let failed = self.handle(&request);
-            self.out.status(&request, "idle");
+            self.handle(&request);
+        }
+    }
+
+    /// Replies to one request between a busy and an idle status. After a cell that failed,
+    /// the cells queued behind it (a "run all") are not run: each is answered `aborted`, as
+    /// IPython does. Only requests that arrived before the failed cell's reply count, so a
+    /// client that sends its next cell on seeing the error is served.
+    fn handle(&mut self, request: &Message) {
+        self.out.status(request, "busy");
+        let Some((reply_type, content)) = self.respond(request) else {
+            self.out.status(request, "idle");
+            return;
+        };
+        let failed = reply_type == "execute_reply" && content["status"] == "error";
+        let queued: Vec<Message> =
             if failed && request.content["stop_on_error"].as_bool().unwrap_or(true) {
-                self.abort_queued_cells();
+                self.requests.try_iter().collect()
+            } else {
+                Vec::new()
+            };
+        self.reply(request, &reply_type, content);
+        self.out.status(request, "idle");
+        for later in queued {
+            if later.msg_type() == "execute_request" {
+                self.out.status(&later, "busy");
+                let aborted = json!({"status": "aborted", "execution_count": self.execution_count});
+                self.reply(&later, "execute_reply", aborted);
+                self.out.status(&later, "idle");
+            } else {
+                self.handle(&later);
             }
         }
     }
 
-    /// Replies to one request; true when it was a cell that failed.
-    fn handle(&mut self, request: &Message) -> bool {
+    /// The reply to one request; `None` for messages that take none (comms).
+    fn respond(&mut self, request: &Message) -> Option<(String, Value)> {
         let code = request.content["code"].as_str().unwrap_or("");
         let cursor = request.content["cursor_pos"]
             .as_u64()
             .unwrap_or(code.chars().count() as u64) as usize;
-        let (reply_type, content, failed) = match request.msg_type() {
-            "execute_request" => {
-                let content = self.execute(request);
-                let failed = content["status"] == "error";
-                ("execute_reply".to_string(), content, failed)
-            }
-            "kernel_info_request" => ("kernel_info_reply".into(), replies::kernel_info(), false),
+        Some(match request.msg_type() {
+            "execute_request" => ("execute_reply".to_string(), self.execute(request)),
+            "kernel_info_request" => ("kernel_info_reply".into(), replies::kernel_info()),
             "complete_request" => (
                 "complete_reply".into(),
                 replies::complete(&self.session, code, cursor),
-                false,
             ),
             "inspect_request" => (
                 "inspect_reply".into(),
                 replies::inspect(&self.session, code, cursor),
-                false,
             ),
             "is_complete_request" => (
                 "is_complete_reply".into(),
                 replies::is_complete(&self.session, code),
-                false,
             ),
             "history_request" => (
                 "history_reply".into(),
                 replies::history(&self.history, &request.content),
-                false,
             ),
             "comm_info_request" => (
                 "comm_info_reply".into(),
                 json!({"status": "ok", "comms": {}}),
-                false,
             ),
             // Comms are widgets' channel; this kernel has none, and the protocol has no reply.
-            "comm_open" | "comm_msg" | "comm_close" => return false,
+            "comm_open" | "comm_msg" | "comm_close" => return None,
             "shutdown_request" => {
                 let restart = request.content["restart"].as_bool().unwrap_or(false);
-                self.reply(request, "shutdown_reply", json!({"status": "ok", "restart": restart}));
+                self.reply(
+                    request,
+                    "shutdown_reply",
+                    json!({"status": "ok", "restart": restart}),
+                );
                 std::thread::sleep(std::time::Duration::from_millis(100));
                 std::process::exit(0);
             }
-            other => {
-                let (reply_type, content) = replies::unknown_request(other);
-                (reply_type, content, false)
-            }
-        };
-        self.reply(request, &reply_type, content);
-        failed
+            other => replies::unknown_request(other),
+        })
     }
 
     fn reply(&self, request: &Message, reply_type: &str, content: Value) {
@@ -197,27 +213,5 @@ impl Executor {
             out.insert(name.clone(), value);
         }
         Value::Object(out)
-    }
-
-    /// After a failed cell, the cells already queued behind it (a "run all") are not run:
-    /// each is answered `aborted`, as IPython does.
-    fn abort_queued_cells(&mut self) {
-        loop {
-            let queued = self.requests.try_recv();
-            let Ok(request) = queued else { return };
-            if request.msg_type() != "execute_request" {
-                self.out.status(&request, "busy");
-                self.handle(&request);
-                self.out.status(&request, "idle");
-                continue;
-            }
-            self.out.status(&request, "busy");
-            self.reply(
-                &request,
-                "execute_reply",
-                json!({"status": "aborted", "execution_count": self.execution_count}),
-            );
-            self.out.status(&request, "idle");
-        }
     }
 }

@@ -59,24 +59,26 @@ impl Frontend for KernelFrontend {
     /// `input_reply`; an interrupt ends the wait.
     fn read_line(&self, prompt: &str) -> Result<Option<String>, String> {
         if !self.allow_stdin {
-            return Err("this frontend takes no input (its execute request has allow_stdin false)".into());
+            return Err(
+                "this frontend takes no input (its execute request has allow_stdin false)".into(),
+            );
         }
         let asked = self.request.child(
             &self.out.session_id,
             "input_request",
             json!({"prompt": prompt, "password": false}),
         );
-        let _ = self.out.stdin_requests.send(asked.clone());
         let replies = self.stdin_replies.lock().unwrap_or_else(|e| e.into_inner());
+        // jupyter_client's input_reply names no parent, so the one that follows this request
+        // is its answer; a late reply to an earlier, interrupted request is dropped first.
+        while replies.try_recv().is_ok() {}
+        let _ = self.out.stdin_requests.send(asked);
         loop {
             if rusting_brain::cancel::is_requested() {
                 return Err("interrupted while waiting for input".into());
             }
             match replies.recv_timeout(Duration::from_millis(50)) {
-                Ok(reply)
-                    if reply.msg_type() == "input_reply"
-                        && reply.parent_header["msg_id"] == asked.header["msg_id"] =>
-                {
+                Ok(reply) if reply.msg_type() == "input_reply" => {
                     return Ok(reply.content["value"].as_str().map(String::from));
                 }
                 Ok(_) | Err(RecvTimeoutError::Timeout) => {}

@@ -165,7 +165,14 @@ mod tests {
         let spec = kernel_json(Path::new("/opt/brain"), Some("cpu"));
         assert_eq!(
             spec["argv"],
-            json!(["/opt/brain", "kernel", "-f", "{connection_file}", "--device", "cpu"])
+            json!([
+                "/opt/brain",
+                "kernel",
+                "-f",
+                "{connection_file}",
+                "--device",
+                "cpu"
+            ])
         );
         assert_eq!(spec["language"], "rhai");
         assert_eq!(spec["interrupt_mode"], "message");

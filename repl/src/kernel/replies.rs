@@ -78,9 +78,9 @@ pub fn complete(session: &Session, code: &str, cursor_pos: usize) -> Value {
 /// The name under the cursor (`nn::linear`, or `reshape` in `x.reshape`).
 fn name_at(code: &str, cursor: usize) -> Option<&str> {
     let is_name = |c: char| c.is_alphanumeric() || c == '_' || c == ':';
-    let start = code[..cursor]
-        .rfind(|c: char| !is_name(c))
-        .map_or(0, |i| i + code[i..].chars().next().map_or(1, char::len_utf8));
+    let start = code[..cursor].rfind(|c: char| !is_name(c)).map_or(0, |i| {
+        i + code[i..].chars().next().map_or(1, char::len_utf8)
+    });
     let end = code[cursor..]
         .find(|c: char| !is_name(c))
         .map_or(code.len(), |i| cursor + i);
@@ -150,7 +150,10 @@ pub fn history(entries: &[HistoryEntry], request: &Value) -> Value {
             let skip = found.len().saturating_sub(n);
             found.into_iter().skip(skip).collect()
         }
-        _ => entries.iter().skip(entries.len().saturating_sub(n)).collect(),
+        _ => entries
+            .iter()
+            .skip(entries.len().saturating_sub(n))
+            .collect(),
     };
     let history: Vec<Value> = picked.iter().map(|e| json!([0, e.count, e.code])).collect();
     json!({"status": "ok", "history": history})
@@ -236,7 +239,10 @@ mod tests {
             })
             .collect();
         let h = history(&entries, &json!({"hist_access_type": "tail", "n": 2}));
-        assert_eq!(h["history"], json!([[0, 3, "let b = a;"], [0, 4, "print(a);"]]));
+        assert_eq!(
+            h["history"],
+            json!([[0, 3, "let b = a;"], [0, 4, "print(a);"]])
+        );
         let h = history(
             &entries,
             &json!({"hist_access_type": "range", "start": 2, "stop": 3}),

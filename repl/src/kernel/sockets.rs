@@ -106,7 +106,12 @@ struct RuntimeEnds {
     stdin_in_tx: std_mpsc::Sender<Message>,
 }
 
-async fn bind<S: Socket>(mut socket: S, c: &Connection, port: u16, name: &str) -> Result<S, String> {
+async fn bind<S: Socket>(
+    mut socket: S,
+    c: &Connection,
+    port: u16,
+    name: &str,
+) -> Result<S, String> {
     socket
         .bind(&c.endpoint(port))
         .await
@@ -114,11 +119,7 @@ async fn bind<S: Socket>(mut socket: S, c: &Connection, port: u16, name: &str) -
     Ok(socket)
 }
 
-async fn serve(
-    c: Connection,
-    ends: RuntimeEnds,
-    bound: std_mpsc::Sender<Result<(), String>>,
-) {
+async fn serve(c: Connection, ends: RuntimeEnds, bound: std_mpsc::Sender<Result<(), String>>) {
     let sockets = async {
         Ok::<_, String>((
             bind(RouterSocket::new(), &c, c.shell_port, "shell").await?,
@@ -146,7 +147,11 @@ async fn serve(
         shell_in_tx,
         stdin_in_tx,
     } = ends;
-    let mut starting = Message::orphan(&session_id, "status", json!({"execution_state": "starting"}));
+    let mut starting = Message::orphan(
+        &session_id,
+        "status",
+        json!({"execution_state": "starting"}),
+    );
     starting.identities = vec![b"status".to_vec().into()];
     let _ = iopub_tx.send(starting);
 
@@ -154,10 +159,20 @@ async fn serve(
     tokio::spawn(publish(iopub, iopub_rx, signer.clone()));
     let (shell_send, shell_recv) = shell.split();
     tokio::spawn(send_from_queue(shell_send, shell_out_rx, signer.clone()));
-    tokio::spawn(receive_into_queue(shell_recv, shell_in_tx, signer.clone(), "shell"));
+    tokio::spawn(receive_into_queue(
+        shell_recv,
+        shell_in_tx,
+        signer.clone(),
+        "shell",
+    ));
     let (stdin_send, stdin_recv) = stdin.split();
     tokio::spawn(send_from_queue(stdin_send, stdin_out_rx, signer.clone()));
-    tokio::spawn(receive_into_queue(stdin_recv, stdin_in_tx, signer.clone(), "stdin"));
+    tokio::spawn(receive_into_queue(
+        stdin_recv,
+        stdin_in_tx,
+        signer.clone(),
+        "stdin",
+    ));
     serve_control(control, signer, session_id, iopub_tx).await;
 }
 
@@ -169,7 +184,11 @@ async fn echo_heartbeats(mut socket: RepSocket) {
     }
 }
 
-async fn publish(mut socket: PubSocket, mut queue: UnboundedReceiver<Message>, signer: Arc<Signer>) {
+async fn publish(
+    mut socket: PubSocket,
+    mut queue: UnboundedReceiver<Message>,
+    signer: Arc<Signer>,
+) {
     while let Some(msg) = queue.recv().await {
         // A frontend that has gone away is the frontend's business; the kernel keeps running.
         let _ = socket.send(signer.encode(&msg)).await;
@@ -235,7 +254,10 @@ async fn serve_control(
             }
             "shutdown_request" => {
                 let restart = request.content["restart"].as_bool().unwrap_or(false);
-                ("shutdown_reply".to_string(), json!({"status": "ok", "restart": restart}))
+                (
+                    "shutdown_reply".to_string(),
+                    json!({"status": "ok", "restart": restart}),
+                )
             }
             "kernel_info_request" => ("kernel_info_reply".to_string(), replies::kernel_info()),
             other => replies::unknown_request(other),
