@@ -10,7 +10,7 @@ pub(crate) fn now_unix() -> i64 {
 
 /// The civil date (year, month 1..=12, day) of a day count since 1970-01-01 (Howard Hinnant's
 /// days-to-civil algorithm).
-pub(crate) fn civil(days: i64) -> (i64, usize, i64) {
+pub fn civil(days: i64) -> (i64, usize, i64) {
     let z = days + 719_468;
     let era = z.div_euclid(146_097);
     let doe = z - era * 146_097;

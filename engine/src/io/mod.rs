@@ -3,7 +3,7 @@
 
 pub mod any;
 pub mod base64;
-pub(crate) mod clock;
+pub mod clock;
 pub mod gguf;
 pub mod inspect;
 pub mod npy;

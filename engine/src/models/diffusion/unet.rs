@@ -763,6 +763,8 @@ impl UNet {
         if ch != c.in_channels || !h.is_multiple_of(m) || !w.is_multiple_of(m) {
             return Err(self.bad_sample(sample));
         }
+        // Timesteps come as host numbers as often as tensors; they go where the sample is.
+        let timesteps = timesteps.to_device(sample.device())?;
         let t = match timesteps.numel() {
             1 => timesteps.reshape_to(&[1])?.expand(&[b])?,
             n if n == b => timesteps.reshape_to(&[b])?,

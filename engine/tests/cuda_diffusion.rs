@@ -1,0 +1,46 @@
+//! The diffusers UNet on CUDA against the CPU (skips without a GPU).
+
+use rusting_brain::backend::cuda;
+use rusting_brain::models::diffusion::UNet;
+use rusting_brain::nn::Module;
+use rusting_brain::{no_grad, DType, Device, Generator, Tensor};
+
+/// A UNet on the GPU takes timesteps made on the host (a sampling loop's numbers), and
+/// predicts what the CPU predicts. The training script's sampler once failed here with
+/// "tensors are on different devices".
+#[test]
+fn a_unet_on_the_gpu_takes_host_timesteps_and_matches_the_cpu() {
+    let Some(dev) =
+        cuda::device_for_test("a_unet_on_the_gpu_takes_host_timesteps_and_matches_the_cpu")
+    else {
+        return;
+    };
+    let config = serde_json::json!({
+        "_class_name": "UNet2DModel", "sample_size": 8, "in_channels": 3, "out_channels": 3,
+        "block_out_channels": [16, 32], "layers_per_block": 1,
+        "down_block_types": ["DownBlock2D", "AttnDownBlock2D"],
+        "up_block_types": ["AttnUpBlock2D", "UpBlock2D"],
+        "norm_num_groups": 8, "attention_head_dim": 8
+    });
+    let config = rusting_brain::models::diffusion::UNetConfig::from_json(&config).unwrap();
+    let unet = UNet::new(config, &mut Generator::new(0)).unwrap();
+    let x = Tensor::randn_on(
+        &[2, 3, 8, 8],
+        DType::F32,
+        Device::Cpu,
+        Some(&mut Generator::new(1)),
+    )
+    .unwrap();
+    let t = Tensor::from_f64s(&[500.0], &[1], DType::F32).unwrap();
+    let on_cpu = no_grad(|| unet.predict(&x, &t, None)).unwrap();
+    unet.to_device(dev).unwrap();
+    let on_gpu = no_grad(|| unet.predict(&x.to_device(dev).unwrap(), &t, None)).unwrap();
+    assert_eq!(on_gpu.device(), dev);
+    let (a, b) = (on_cpu.to_vec_f64().unwrap(), on_gpu.to_vec_f64().unwrap());
+    let worst = a
+        .iter()
+        .zip(&b)
+        .map(|(p, q)| (p - q).abs())
+        .fold(0.0, f64::max);
+    assert!(worst < 1e-3, "largest difference {worst}");
+}
