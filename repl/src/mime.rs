@@ -59,11 +59,75 @@ fn html(engine: &Engine, v: &Dynamic) -> Option<String> {
     }
     if is_registered_type(engine, v) {
         let text = registered_text(engine, v)?;
+        if engine.map_type_name(v.type_name()) == "Dataset" {
+            return dataset_html(engine, v, &text);
+        }
         return text
             .contains('\n')
             .then(|| format!("<pre>{}</pre>", escape(&text)));
     }
     None
+}
+
+/// A dataset as its description and its first rows, as pandas' `head()` reads.
+fn dataset_html(engine: &Engine, v: &Dynamic, text: &str) -> Option<String> {
+    const ROWS: usize = 5;
+    let get = |property: &str| {
+        let mut scope = Scope::new();
+        scope.push("value", v.clone());
+        engine
+            .eval_with_scope::<Dynamic>(&mut scope, &format!("value.{property}"))
+            .ok()
+    };
+    let names: Vec<String> = get("feature_names")?
+        .into_array()
+        .ok()?
+        .iter()
+        .map(|n| n.to_string())
+        .collect();
+    let features = get("features")?.try_cast::<Tensor>()?;
+    let targets = get("targets")?.try_cast::<Tensor>()?;
+    let classes: Vec<String> = get("classes")
+        .and_then(|c| c.into_array().ok())
+        .map(|a| a.iter().map(|c| c.to_string()).collect())
+        .unwrap_or_default();
+    let &[rows, cols] = features.shape() else {
+        return None;
+    };
+    if cols != names.len() || targets.shape().first() != Some(&rows) {
+        return None;
+    }
+    let shown = rows.min(ROWS);
+    let x = features.narrow(0, 0, shown).ok()?.to_vec_f64().ok()?;
+    let y = targets.narrow(0, 0, shown).ok()?.to_vec_f64().ok()?;
+    let per_target = y.len() / shown.max(1);
+    let mut out = format!(
+        "<table><caption style=\"text-align:left\">{}</caption><thead><tr>",
+        escape(text)
+    );
+    for name in &names {
+        out.push_str(&format!("<th>{}</th>", escape(name)));
+    }
+    out.push_str("<th>target</th></tr></thead><tbody>");
+    for r in 0..shown {
+        out.push_str("<tr>");
+        for value in &x[r * cols..(r + 1) * cols] {
+            out.push_str(&format!("<td>{}</td>", (value * 1e4).round() / 1e4));
+        }
+        let target = &y[r * per_target..(r + 1) * per_target];
+        let label = match target {
+            [t] if t.fract() == 0.0 && (*t as usize) < classes.len() => classes[*t as usize].clone(),
+            [t] => t.to_string(),
+            many => format!("{many:?}"),
+        };
+        out.push_str(&format!("<td>{}</td></tr>", escape(&label)));
+    }
+    if rows > shown {
+        let more = format!("… {} more rows", rows - shown);
+        out.push_str(&format!("<tr><td colspan=\"{}\">{more}</td></tr>", cols + 1));
+    }
+    out.push_str("</tbody></table>");
+    Some(out)
 }
 
 fn tensor_html(t: &Tensor) -> String {
@@ -230,6 +294,15 @@ mod tests {
         // Rows with different keys are not a table.
         let (engine, v) = value_of("[#{ a: 1 }, #{ b: 2 }]");
         assert!(!bundle(&engine, &v).contains_key("text/html"));
+    }
+
+    #[test]
+    fn a_dataset_shows_its_first_rows_with_column_names_and_class_names() {
+        let (engine, v) = value_of("data::spirals(10, #{ seed: 1 })");
+        let html = bundle(&engine, &v)["text/html"].as_str().unwrap().to_string();
+        assert!(html.contains("<th>x0</th><th>x1</th><th>target</th>"), "{html}");
+        assert_eq!(html.matches("<tr>").count(), 1 + 5 + 1, "{html}");
+        assert!(html.contains("more rows"), "{html}");
     }
 
     #[test]
