@@ -6,7 +6,7 @@
 //! mixed-precision convolution is normalized without a cast either way.
 
 use super::backward_fn;
-use super::dispatch::{dispatch_optional, CpuOperand, CudaOperand};
+use super::dispatch::{dispatch, dispatch_into, dispatch_optional, CpuOperand, CudaOperand};
 use crate::autograd::{no_grad, SavedTensor};
 use crate::backend::cpu::batch_norm as cpu;
 use crate::backend::cpu::norm::Part;
@@ -286,66 +286,44 @@ fn batch_stats(
     let in_place = running.filter(|(rm, rv)| {
         updatable_in_place(rm, rv, x, cdt) && updatable_in_place(rv, rm, x, cdt)
     });
-    let (mean, rstd): (Storage, Storage) = dispatch_optional(
-        OP,
-        [Some(x)],
-        |[x]| {
-            let x = part(x.ok_or_else(missing)?);
-            let s = match in_place {
-                Some((rm, rv)) => {
-                    // The write locks bump the versions, so a backward that saved a running
-                    // statistic fails instead of reading the new values.
-                    let (mut gm, mut gv) = (rm.storage_cell().write(), rv.storage_cell().write());
-                    let (Storage::Cpu(m), Storage::Cpu(v)) = (&mut *gm, &mut *gv) else {
-                        return Err(Error::invalid(
-                            OP,
-                            "the running statistics are not on the CPU",
-                        ));
-                    };
-                    let r = cpu::RunningStats {
-                        mean: m,
-                        var: v,
-                        momentum,
-                    };
-                    cpu::stats(x, spec, Some(r))?
-                }
-                None => cpu::stats(x, spec, None)?,
-            };
-            Ok((s.mean.into(), s.rstd.into()))
-        },
-        |[x]| {
-            let (xs, xl) = x.ok_or_else(missing)?;
-            let running = in_place
-                .map(|(rm, rv)| -> Result<cuda::RunningStats> {
-                    Ok(cuda::RunningStats {
-                        mean: written_address(rm)?,
-                        var: written_address(rv)?,
-                        momentum,
-                    })
-                })
-                .transpose()?;
-            let s = cuda::stats(xs, xl.offset(), spec, running)?;
-            Ok((s.mean.into(), s.rstd.into()))
-        },
-    )?;
+    let stats = |s: cpu::Stats| -> (Storage, Storage) { (s.mean.into(), s.rstd.into()) };
+    let stats_gpu = |s: cuda::Stats| -> (Storage, Storage) { (s.mean.into(), s.rstd.into()) };
+    // Kernels that update the running statistics write them: they are the op's targets.
+    let (mean, rstd) = match in_place {
+        Some((rm, rv)) => dispatch_into(
+            OP,
+            [rm, rv],
+            [x],
+            |[(m, _), (v, _)], [x]| {
+                let running = cpu::RunningStats {
+                    mean: m,
+                    var: v,
+                    momentum,
+                };
+                Ok(stats(cpu::stats(part(x), spec, Some(running))?))
+            },
+            |[m, v], [(xs, xl)]| {
+                let running = cuda::RunningStats {
+                    mean: m.0.ptr_at(m.1.offset()),
+                    var: v.0.ptr_at(v.1.offset()),
+                    momentum,
+                };
+                Ok(stats_gpu(cuda::stats(xs, xl.offset(), spec, Some(running))?))
+            },
+        )?,
+        None => dispatch(
+            OP,
+            [x],
+            |[x]| Ok(stats(cpu::stats(part(x), spec, None)?)),
+            |[(xs, xl)]| Ok(stats_gpu(cuda::stats(xs, xl.offset(), spec, None)?)),
+        )?,
+    };
     let mean = Tensor::from_storage(mean, &[spec.channels])?;
     let rstd = Tensor::from_storage(rstd, &[spec.channels])?;
     if let (None, Some((rm, rv))) = (in_place, running) {
         update_running(rm, rv, &mean, &rstd, spec, momentum)?;
     }
     Ok((mean, rstd))
-}
-
-/// The device address of a CUDA tensor the kernels will write. The write lock, held for a
-/// moment, bumps the storage version (see `batch_stats`).
-fn written_address(t: &Tensor) -> Result<u64> {
-    match &*t.storage_cell().write() {
-        Storage::Cuda(s) => Ok(s.ptr_at(t.layout().offset())),
-        Storage::Cpu(_) => Err(Error::invalid(
-            OP,
-            "the running statistics are not on the GPU",
-        )),
-    }
 }
 
 /// The running update by tensor ops, for statistics the kernels cannot write in place (another

@@ -1,7 +1,7 @@
 //! cat, stack, index_select, gather, scatter_add and index_copy_. Index tensors hold integers; every index is
 //! checked against its dimension, so a bad index is an error rather than a wild read.
 
-use super::dispatch::{dispatch, dispatch_all, CpuOperand};
+use super::dispatch::{cuda_kernel_into, dispatch, dispatch_all, dispatch_mut, CpuOperand};
 use super::{backward_fn, grad_if};
 use crate::autograd::{Backward, SavedTensor};
 use crate::backend::cpu::index as cpu;
@@ -73,33 +73,19 @@ fn index_add_onto(onto: Tensor, d: usize, indices: &Tensor, src: &Tensor) -> Res
     if !in_place {
         return onto.add(&index_add(onto.shape(), d, indices, &src)?);
     }
-    {
-        let (shape, target_layout) = (onto.shape(), onto.layout());
-        let (idx, rows) = (indices.storage(), src.storage());
-        let mut target = onto.storage_cell().write();
-        match (&mut *target, &*idx, &*rows) {
-            (Storage::Cpu(t), Storage::Cpu(i), Storage::Cpu(r)) => {
-                let idx = checked_indices(OP, (i, indices.layout()), shape[d])?;
-                *t = cpu::index_add(t, shape, d, &idx, r);
-            }
-            (Storage::Cuda(t), Storage::Cuda(i), Storage::Cuda(r)) => cuda::index::index_add_into(
-                t,
-                target_layout,
-                d,
-                i,
-                indices.layout(),
-                r,
-                src.layout(),
-            )?,
-            _ => {
-                return Err(Error::DeviceMismatch {
-                    op: OP,
-                    lhs: onto.device(),
-                    rhs: indices.device(),
-                })
-            }
-        }
-    }
+    let size = onto.shape()[d];
+    let shape = onto.shape().to_vec();
+    dispatch_mut(
+        OP,
+        &onto,
+        [indices, &src],
+        |(t, _), [i, (r, _)]| {
+            let idx = checked_indices(OP, i, size)?;
+            *t = cpu::index_add(t, &shape, d, &idx, r);
+            Ok(())
+        },
+        |(t, tl), [(i, il), (r, rl)]| cuda::index::index_add_into(t, tl, d, i, il, r, rl),
+    )?;
     Ok(onto)
 }
 
@@ -383,24 +369,9 @@ impl Tensor {
                 }
                 Ok(())
             }
-            Device::Cuda(_) => {
-                let (idx, s) = (index.storage(), src.storage());
-                let mut dst = self.storage_cell().write();
-                match (&mut *dst, &*idx, &*s) {
-                    (Storage::Cuda(y), Storage::Cuda(i), Storage::Cuda(x)) => {
-                        cuda::index::index_copy(
-                            y,
-                            self.layout(),
-                            d,
-                            i,
-                            index.layout(),
-                            x,
-                            src.layout(),
-                        )
-                    }
-                    _ => unreachable!("devices were checked equal"),
-                }
-            }
+            Device::Cuda(_) => cuda_kernel_into(OP, [self], [index, &src], |[(y, yl)], [i, x]| {
+                cuda::index::index_copy(y, yl, d, i.0, i.1, x.0, x.1)
+            }),
         }
     }
 }

@@ -1,11 +1,10 @@
 //! Matrix products with PyTorch's rules: 1-D operands gain and lose a dim, batch dims broadcast.
 
-use super::dispatch::dispatch;
+use super::dispatch::{cuda_kernel_into, dispatch};
 use super::{backward_fn, grad_if};
 use crate::autograd::SavedTensor;
 use crate::backend::cpu::matmul as cpu;
 use crate::backend::cuda::matmul as cuda;
-use crate::backend::Storage;
 use crate::layout::broadcast_shapes;
 use crate::tensor::memory::check_alloc;
 use crate::{no_grad, DType, Error, Result, Tensor};
@@ -51,14 +50,9 @@ pub(crate) fn matmul_accumulate(acc: &Tensor, x: &Tensor, y: &Tensor) -> Result<
     if !in_epilogue {
         return no_grad(|| acc.add_(&x.matmul_out(y, acc.dtype())?));
     }
-    let (xs, ys) = (x.storage(), y.storage());
-    let mut sum = acc.storage_cell().write();
-    match (&*xs, &*ys, &mut *sum) {
-        (Storage::Cuda(xs), Storage::Cuda(ys), Storage::Cuda(sum)) => {
-            cuda::matmul_accumulate(xs, x.layout(), ys, y.layout(), sum)
-        }
-        _ => unreachable!("devices were checked equal"),
-    }
+    cuda_kernel_into("matmul", [acc], [x, y], |[(sum, _)], [(xs, xl), (ys, yl)]| {
+        cuda::matmul_accumulate(xs, xl, ys, yl, sum)
+    })
 }
 
 impl Tensor {

@@ -7,7 +7,7 @@
 //! CPU, the op runs as the composition of narrow, cat, mul and add.
 
 use super::backward_fn;
-use super::dispatch::{cuda_kernel, CudaOperand};
+use super::dispatch::{cuda_kernel, cuda_kernel_into, CudaOperand};
 use crate::autograd::{is_grad_enabled, no_grad, Backward};
 use crate::backend::cuda::rope::{self as cuda, QkvDims, View};
 use crate::backend::Storage;
@@ -301,48 +301,35 @@ pub fn rotary_into_cache(
             [t.layout().strides()[0], t.layout().strides()[1]],
         )
     };
-    let out = {
-        let (qs, ks, vs) = (q.storage(), k.storage(), v.storage());
-        let (cs, ss, cur) = (cos.storage(), sin.storage(), cursor.storage());
-        let mut kc = k_cache.storage_cell().write();
-        let mut vc = v_cache.storage_cell().write();
-        match (&*qs, &*ks, &*vs, &*cs, &*ss, &*cur, &mut *kc, &mut *vc) {
-            (
-                Storage::Cuda(qs),
-                Storage::Cuda(ks),
-                Storage::Cuda(vs),
-                Storage::Cuda(cs),
-                Storage::Cuda(ss),
-                Storage::Cuda(cur),
-                Storage::Cuda(kc),
-                Storage::Cuda(vc),
-            ) => {
-                let view = |s, t: &Tensor| {
-                    let (offset, strides) = heads(t);
-                    cuda::Heads {
-                        storage: s,
-                        offset,
-                        strides,
-                    }
-                };
-                cuda::rope_cache_write(
-                    view(qs, q),
-                    view(ks, k),
-                    view(vs, v),
-                    [(cs, cos.layout().offset()), (ss, sin.layout().offset())],
-                    cos.layout().strides()[0],
-                    cuda::CacheSlot {
-                        k: kc,
-                        v: vc,
-                        capacity: k_cache.shape()[2],
-                        cursor: (cur, cursor.layout().offset()),
-                    },
-                    [b, h, kvh, dim],
-                )?
-            }
-            _ => unreachable!("devices were checked equal"),
-        }
-    };
+    let out = cuda_kernel_into(
+        OP,
+        [k_cache, v_cache],
+        [q, k, v, cos, sin, cursor],
+        |[(kc, _), (vc, _)], [(qs, _), (ks, _), (vs, _), (cs, cl), (ss, sl), (cur, curl)]| {
+            let view = |s, t: &Tensor| {
+                let (offset, strides) = heads(t);
+                cuda::Heads {
+                    storage: s,
+                    offset,
+                    strides,
+                }
+            };
+            cuda::rope_cache_write(
+                view(qs, q),
+                view(ks, k),
+                view(vs, v),
+                [(cs, cl.offset()), (ss, sl.offset())],
+                cl.strides()[0],
+                cuda::CacheSlot {
+                    k: kc,
+                    v: vc,
+                    capacity: k_cache.shape()[2],
+                    cursor: (cur, curl.offset()),
+                },
+                [b, h, kvh, dim],
+            )
+        },
+    )?;
     Tensor::from_storage(Storage::Cuda(out), &[b, h, 1, dim])
 }
 

@@ -36,10 +36,11 @@
 //! SwiGLU on CUDA) decide at the tensor level which path runs, and reach their CUDA kernel
 //! through `cuda_kernel`, the same mechanism with the CPU side answered by an error.
 //!
-//! An op that writes into an existing tensor (`copy_`, a cache write, an accumulation) goes
-//! through `dispatch_mut`: the same device check, the target's storage locked for writing (which
-//! bumps its version, so a backward that saved it fails instead of reading the new values) and
-//! the operands' for reading.
+//! An op that writes into an existing tensor (`copy_`, a cache write, an accumulation, a norm's
+//! running statistics) goes through `dispatch_mut` (`dispatch_into` for several targets,
+//! `cuda_kernel_into` for a fused CUDA writer): the same device check, the targets' storages
+//! locked for writing (which bumps their versions, so a backward that saved one fails instead of
+//! reading the new values) and the operands' for reading. No op takes a storage lock itself.
 
 use crate::backend::{CpuStorage, CudaStorage, Storage};
 use crate::{Device, Error, Layout, Result, Tensor};
@@ -130,9 +131,85 @@ pub fn dispatch_mut<const N: usize, R>(
     cpu: impl FnOnce(CpuTarget<'_>, [CpuOperand<'_>; N]) -> Result<R>,
     cuda: impl FnOnce(CudaTarget<'_>, [CudaOperand<'_>; N]) -> Result<R>,
 ) -> Result<R> {
-    for t in operands {
-        target.check_same_device(op, t)?;
-        if t.shares_storage(target) {
+    dispatch_into(
+        op,
+        [target],
+        operands,
+        |[t], xs| cpu(t, xs),
+        |[t], xs| cuda(t, xs),
+    )
+}
+
+/// Like `dispatch_mut` for a kernel that writes several tensors at once (a norm's running
+/// mean and variance).
+pub fn dispatch_into<const M: usize, const N: usize, R>(
+    op: &'static str,
+    targets: [&Tensor; M],
+    operands: [&Tensor; N],
+    cpu: impl FnOnce([CpuTarget<'_>; M], [CpuOperand<'_>; N]) -> Result<R>,
+    cuda: impl FnOnce([CudaTarget<'_>; M], [CudaOperand<'_>; N]) -> Result<R>,
+) -> Result<R> {
+    run_into(
+        op,
+        &targets,
+        &operands,
+        |t, xs| cpu(array(op, t)?, array(op, xs)?),
+        |t, xs| cuda(array(op, t)?, array(op, xs)?),
+    )
+}
+
+/// For a fused CUDA kernel that writes into `targets` (a decode step's key and value caches):
+/// `dispatch_into` with the CPU side answered by an error naming the op.
+pub fn cuda_kernel_into<const M: usize, const N: usize, R>(
+    op: &'static str,
+    targets: [&Tensor; M],
+    operands: [&Tensor; N],
+    cuda: impl FnOnce([CudaTarget<'_>; M], [CudaOperand<'_>; N]) -> Result<R>,
+) -> Result<R> {
+    dispatch_into(op, targets, operands, |_, _| Err(on_the_cpu(op)), cuda)
+}
+
+/// Like `cuda_kernel_into` for any number of targets and operands (the fused decode products,
+/// whose weights and epilogue vary).
+pub fn cuda_kernel_all_into<R>(
+    op: &'static str,
+    targets: &[&Tensor],
+    operands: &[&Tensor],
+    cuda: impl FnOnce(Vec<CudaTarget<'_>>, &[CudaOperand<'_>]) -> Result<R>,
+) -> Result<R> {
+    run_into(op, targets, operands, |_, _| Err(on_the_cpu(op)), |t, xs| cuda(t, &xs))
+}
+
+fn on_the_cpu(op: &'static str) -> Error {
+    Error::UnsupportedDevice {
+        op,
+        device: Device::Cpu,
+    }
+}
+
+/// The writing dispatches' one mechanism: every tensor on one device, no operand or other target
+/// sharing a target's storage (its lock would wait on the write), the operands locked for
+/// reading and the targets for writing (which bumps their versions, so a backward that saved
+/// one fails instead of reading the new values), then the kernel of that device.
+fn run_into<R>(
+    op: &'static str,
+    targets: &[&Tensor],
+    operands: &[&Tensor],
+    cpu: impl FnOnce(Vec<CpuTarget<'_>>, Vec<CpuOperand<'_>>) -> Result<R>,
+    cuda: impl FnOnce(Vec<CudaTarget<'_>>, Vec<CudaOperand<'_>>) -> Result<R>,
+) -> Result<R> {
+    // The decode products write caches only in their rotary form: no target is fine.
+    let Some(first) = targets.first().or(operands.first()) else {
+        return Err(Error::invalid(op, "needs at least one operand"));
+    };
+    for t in targets.iter().chain(operands).skip(1) {
+        first.check_same_device(op, t)?;
+    }
+    for (i, target) in targets.iter().enumerate() {
+        if targets[i + 1..].iter().any(|t| t.shares_storage(target)) {
+            return Err(Error::invalid(op, "two of the tensors it writes share storage"));
+        }
+        if operands.iter().any(|t| t.shares_storage(target)) {
             return Err(Error::invalid(
                 op,
                 "an operand shares the target's storage; write from a copy",
@@ -140,10 +217,10 @@ pub fn dispatch_mut<const N: usize, R>(
         }
     }
     let guards: Vec<_> = operands.iter().map(|t| t.storage()).collect();
-    let mut dst = target.storage_cell().write();
+    let mut written: Vec<_> = targets.iter().map(|t| t.storage_cell().write()).collect();
     let moved = || Error::invalid(op, "an operand moved to another device during the op");
-    match (&mut *dst, target.device()) {
-        (Storage::Cpu(dst), Device::Cpu) => {
+    match first.device() {
+        Device::Cpu => {
             let views = guards
                 .iter()
                 .zip(operands)
@@ -152,9 +229,17 @@ pub fn dispatch_mut<const N: usize, R>(
                     _ => Err(moved()),
                 })
                 .collect::<Result<Vec<_>>>()?;
-            cpu((dst, target.layout()), array(op, views)?)
+            let dsts = written
+                .iter_mut()
+                .zip(targets)
+                .map(|(g, t)| match &mut **g {
+                    Storage::Cpu(s) => Ok((s, t.layout())),
+                    _ => Err(moved()),
+                })
+                .collect::<Result<Vec<_>>>()?;
+            cpu(dsts, views)
         }
-        (Storage::Cuda(dst), Device::Cuda(_)) => {
+        Device::Cuda(_) => {
             let views = guards
                 .iter()
                 .zip(operands)
@@ -163,9 +248,16 @@ pub fn dispatch_mut<const N: usize, R>(
                     _ => Err(moved()),
                 })
                 .collect::<Result<Vec<_>>>()?;
-            cuda((dst, target.layout()), array(op, views)?).map_err(|e| e.in_op(op, &[], None))
+            let dsts = written
+                .iter_mut()
+                .zip(targets)
+                .map(|(g, t)| match &mut **g {
+                    Storage::Cuda(s) => Ok((s, t.layout())),
+                    _ => Err(moved()),
+                })
+                .collect::<Result<Vec<_>>>()?;
+            cuda(dsts, views).map_err(|e| e.in_op(op, &[], None))
         }
-        _ => Err(moved()),
     }
 }
 

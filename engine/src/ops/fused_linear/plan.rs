@@ -13,9 +13,9 @@ use crate::backend::cuda::decode_gemv::{
 use crate::backend::cuda::quant_matmul::BlockFormat;
 use crate::backend::cuda::rope::CacheSlot;
 use crate::backend::Storage;
-use crate::ops::dispatch::{dispatch_all, CudaOperand};
+use crate::ops::dispatch::{cuda_kernel_all_into, CudaOperand};
 use crate::ops::product_weight::{all_dense, ProductWeight};
-use crate::{DType, Device, Error, Result, Tensor};
+use crate::{DType, Device, Result, Tensor};
 
 /// What the kernel computes before the products; its inputs are the plan's `staged` tensors
 /// (x and the norm weight, gate and up, or x).
@@ -206,14 +206,17 @@ impl Plan {
             .map_or(self.dtype, |r| r.dtype().promote(self.dtype));
         let (ns, nw) = (self.staged.len(), self.weights.len());
         // The rotary epilogue also reads the tables and the cursor, and writes the caches
-        // (locked for writing below; `takes` checked their layouts).
-        let rotary = match &finish {
+        // (`takes` checked their layouts).
+        let (rotary, written) = match &finish {
             Finish::Rotary { cache, .. } => {
                 cache.k_cache.check_inplace(op)?;
                 cache.v_cache.check_inplace(op)?;
-                vec![cache.cos, cache.sin, cache.cursor]
+                (
+                    vec![cache.cos, cache.sin, cache.cursor],
+                    vec![cache.k_cache, cache.v_cache],
+                )
             }
-            _ => Vec::new(),
+            _ => (Vec::new(), Vec::new()),
         };
         let operands: Vec<&Tensor> = self
             .staged
@@ -224,16 +227,7 @@ impl Plan {
             .collect();
         let nr = usize::from(self.residual.is_some());
         let (rows, k) = (self.rows, self.k);
-        let storages = dispatch_all(
-            op,
-            &operands,
-            |_| {
-                Err(Error::UnsupportedDevice {
-                    op,
-                    device: Device::Cpu,
-                })
-            },
-            |views| {
+        let storages = cuda_kernel_all_into(op, &written, &operands, |caches, views| {
                 let at = |i: usize| -> At { at(views[i]) };
                 let prologue = match kind {
                     Kind::Norm(eps) => Prologue::RmsNorm {
@@ -258,12 +252,8 @@ impl Plan {
                     (None, Finish::Store) => Epilogue::Products,
                     (None, Finish::Gated) => Epilogue::Swiglu,
                     (None, Finish::Rotary { cache, head_dim }) => {
-                        let (mut kc, mut vc) = (
-                            cache.k_cache.storage_cell().write(),
-                            cache.v_cache.storage_cell().write(),
-                        );
-                        let (Storage::Cuda(kc), Storage::Cuda(vc)) = (&mut *kc, &mut *vc) else {
-                            unreachable!("devices were checked equal")
+                        let Ok([(kc, _), (vc, _)]) = <[_; 2]>::try_from(caches) else {
+                            unreachable!("the rotary epilogue writes the two caches")
                         };
                         let table = ns + nw + nr;
                         let rotary = RotaryWrite {
@@ -289,8 +279,7 @@ impl Plan {
                     }
                 };
                 cuda::decode_gemv(&prologue, rows, k, weights, epilogue, out_dtype)
-            },
-        )?;
+        })?;
         let shapes = match finish {
             Finish::Rotary { head_dim, .. } => {
                 let [b, _, n] = self.shapes[0][..] else {
