@@ -116,7 +116,9 @@ fn dataset_html(engine: &Engine, v: &Dynamic, text: &str) -> Option<String> {
         }
         let target = &y[r * per_target..(r + 1) * per_target];
         let label = match target {
-            [t] if t.fract() == 0.0 && (*t as usize) < classes.len() => classes[*t as usize].clone(),
+            [t] if t.fract() == 0.0 && (*t as usize) < classes.len() => {
+                classes[*t as usize].clone()
+            }
             [t] => t.to_string(),
             many => format!("{many:?}"),
         };
@@ -124,7 +126,10 @@ fn dataset_html(engine: &Engine, v: &Dynamic, text: &str) -> Option<String> {
     }
     if rows > shown {
         let more = format!("… {} more rows", rows - shown);
-        out.push_str(&format!("<tr><td colspan=\"{}\">{more}</td></tr>", cols + 1));
+        out.push_str(&format!(
+            "<tr><td colspan=\"{}\">{more}</td></tr>",
+            cols + 1
+        ));
     }
     out.push_str("</tbody></table>");
     Some(out)
@@ -299,8 +304,14 @@ mod tests {
     #[test]
     fn a_dataset_shows_its_first_rows_with_column_names_and_class_names() {
         let (engine, v) = value_of("data::spirals(10, #{ seed: 1 })");
-        let html = bundle(&engine, &v)["text/html"].as_str().unwrap().to_string();
-        assert!(html.contains("<th>x0</th><th>x1</th><th>target</th>"), "{html}");
+        let html = bundle(&engine, &v)["text/html"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        assert!(
+            html.contains("<th>x0</th><th>x1</th><th>target</th>"),
+            "{html}"
+        );
         assert_eq!(html.matches("<tr>").count(), 1 + 5 + 1, "{html}");
         assert!(html.contains("more rows"), "{html}");
     }

@@ -308,7 +308,12 @@ fn batch_stats(
                     var: v.0.ptr_at(v.1.offset()),
                     momentum,
                 };
-                Ok(stats_gpu(cuda::stats(xs, xl.offset(), spec, Some(running))?))
+                Ok(stats_gpu(cuda::stats(
+                    xs,
+                    xl.offset(),
+                    spec,
+                    Some(running),
+                )?))
             },
         )?,
         None => dispatch(

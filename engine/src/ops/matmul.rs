@@ -50,9 +50,12 @@ pub(crate) fn matmul_accumulate(acc: &Tensor, x: &Tensor, y: &Tensor) -> Result<
     if !in_epilogue {
         return no_grad(|| acc.add_(&x.matmul_out(y, acc.dtype())?));
     }
-    cuda_kernel_into("matmul", [acc], [x, y], |[(sum, _)], [(xs, xl), (ys, yl)]| {
-        cuda::matmul_accumulate(xs, xl, ys, yl, sum)
-    })
+    cuda_kernel_into(
+        "matmul",
+        [acc],
+        [x, y],
+        |[(sum, _)], [(xs, xl), (ys, yl)]| cuda::matmul_accumulate(xs, xl, ys, yl, sum),
+    )
 }
 
 impl Tensor {

@@ -177,7 +177,13 @@ pub fn cuda_kernel_all_into<R>(
     operands: &[&Tensor],
     cuda: impl FnOnce(Vec<CudaTarget<'_>>, &[CudaOperand<'_>]) -> Result<R>,
 ) -> Result<R> {
-    run_into(op, targets, operands, |_, _| Err(on_the_cpu(op)), |t, xs| cuda(t, &xs))
+    run_into(
+        op,
+        targets,
+        operands,
+        |_, _| Err(on_the_cpu(op)),
+        |t, xs| cuda(t, &xs),
+    )
 }
 
 fn on_the_cpu(op: &'static str) -> Error {
@@ -207,7 +213,10 @@ fn run_into<R>(
     }
     for (i, target) in targets.iter().enumerate() {
         if targets[i + 1..].iter().any(|t| t.shares_storage(target)) {
-            return Err(Error::invalid(op, "two of the tensors it writes share storage"));
+            return Err(Error::invalid(
+                op,
+                "two of the tensors it writes share storage",
+            ));
         }
         if operands.iter().any(|t| t.shares_storage(target)) {
             return Err(Error::invalid(

@@ -228,57 +228,56 @@ impl Plan {
         let nr = usize::from(self.residual.is_some());
         let (rows, k) = (self.rows, self.k);
         let storages = cuda_kernel_all_into(op, &written, &operands, |caches, views| {
-                let at = |i: usize| -> At { at(views[i]) };
-                let prologue = match kind {
-                    Kind::Norm(eps) => Prologue::RmsNorm {
-                        x: at(0),
-                        weight: at(1),
-                        eps,
-                    },
-                    Kind::Swiglu => Prologue::Swiglu {
-                        gate: at(0),
-                        up: at(1),
-                    },
-                    Kind::Plain => Prologue::Plain { x: at(0) },
-                };
-                let list: Vec<(At, usize)> =
-                    (0..nw).map(|i| (at(ns + i), self.widths[i])).collect();
-                let weights = match self.blocks {
-                    Some(format) => Weights::Blocks(&list, format),
-                    None => Weights::Dense(&list),
-                };
-                let epilogue = match (&self.residual, &finish) {
-                    (Some(_), _) => Epilogue::Residual(at(ns + nw)),
-                    (None, Finish::Store) => Epilogue::Products,
-                    (None, Finish::Gated) => Epilogue::Swiglu,
-                    (None, Finish::Rotary { cache, head_dim }) => {
-                        let Ok([(kc, _), (vc, _)]) = <[_; 2]>::try_from(caches) else {
-                            unreachable!("the rotary epilogue writes the two caches")
-                        };
-                        let table = ns + nw + nr;
-                        let rotary = RotaryWrite {
-                            cos: at(table),
-                            sin: at(table + 1),
-                            table_stride: cache.cos.layout().strides()[0],
-                            head_dim: *head_dim,
-                            cache: CacheSlot {
-                                k: kc,
-                                v: vc,
-                                capacity: cache.k_cache.shape()[2],
-                                cursor: at(table + 2),
-                            },
-                        };
-                        return cuda::decode_gemv(
-                            &prologue,
-                            rows,
-                            k,
-                            weights,
-                            Epilogue::Rotary(rotary),
-                            out_dtype,
-                        );
-                    }
-                };
-                cuda::decode_gemv(&prologue, rows, k, weights, epilogue, out_dtype)
+            let at = |i: usize| -> At { at(views[i]) };
+            let prologue = match kind {
+                Kind::Norm(eps) => Prologue::RmsNorm {
+                    x: at(0),
+                    weight: at(1),
+                    eps,
+                },
+                Kind::Swiglu => Prologue::Swiglu {
+                    gate: at(0),
+                    up: at(1),
+                },
+                Kind::Plain => Prologue::Plain { x: at(0) },
+            };
+            let list: Vec<(At, usize)> = (0..nw).map(|i| (at(ns + i), self.widths[i])).collect();
+            let weights = match self.blocks {
+                Some(format) => Weights::Blocks(&list, format),
+                None => Weights::Dense(&list),
+            };
+            let epilogue = match (&self.residual, &finish) {
+                (Some(_), _) => Epilogue::Residual(at(ns + nw)),
+                (None, Finish::Store) => Epilogue::Products,
+                (None, Finish::Gated) => Epilogue::Swiglu,
+                (None, Finish::Rotary { cache, head_dim }) => {
+                    let Ok([(kc, _), (vc, _)]) = <[_; 2]>::try_from(caches) else {
+                        unreachable!("the rotary epilogue writes the two caches")
+                    };
+                    let table = ns + nw + nr;
+                    let rotary = RotaryWrite {
+                        cos: at(table),
+                        sin: at(table + 1),
+                        table_stride: cache.cos.layout().strides()[0],
+                        head_dim: *head_dim,
+                        cache: CacheSlot {
+                            k: kc,
+                            v: vc,
+                            capacity: cache.k_cache.shape()[2],
+                            cursor: at(table + 2),
+                        },
+                    };
+                    return cuda::decode_gemv(
+                        &prologue,
+                        rows,
+                        k,
+                        weights,
+                        Epilogue::Rotary(rotary),
+                        out_dtype,
+                    );
+                }
+            };
+            cuda::decode_gemv(&prologue, rows, k, weights, epilogue, out_dtype)
         })?;
         let shapes = match finish {
             Finish::Rotary { head_dim, .. } => {
