@@ -251,3 +251,22 @@ fn test_files_are_told_apart_from_library_files() {
     assert!(!is_test_code("ops/fused_linear.rs"));
     assert!(!is_test_code("models/yolo/train/mod.rs"));
 }
+
+/// Files stay small enough to read as one concept: none of the library sources is over 600
+/// lines (split one along its seams rather than raise this).
+#[test]
+fn no_library_source_file_is_over_600_lines() {
+    const LIMIT: usize = 600;
+    let mut long = Vec::new();
+    for dir in ["engine/src", "backend/src", "bindings/src", "repl/src"] {
+        let mut files = Vec::new();
+        rust_files(&repo().join(dir), &mut files);
+        for f in files {
+            let lines = std::fs::read_to_string(&f).unwrap().lines().count();
+            if lines > LIMIT {
+                long.push(format!("{} ({lines} lines)", f.display()));
+            }
+        }
+    }
+    assert!(long.is_empty(), "over {LIMIT} lines: {}", long.join(", "));
+}
