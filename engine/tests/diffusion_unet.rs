@@ -5,7 +5,7 @@
 //! fractional timesteps and for one shared timestep, within 1e-4 relative (F32, CPU).
 
 use rusting_brain::io::safetensors;
-use rusting_brain::models::diffusion::UNet;
+use rusting_brain::models::diffusion::{AddedConditions, UNet};
 use rusting_brain::nn::Module;
 use rusting_brain::{no_grad, DType, Device, Tensor};
 use std::path::PathBuf;
@@ -22,19 +22,28 @@ fn fixture(name: &str) -> PathBuf {
 
 #[test]
 fn unets_predict_as_diffusers() {
-    for name in ["sd_tiny/unet", "unet_sd2_shape", "unet_ddpm_tiny"] {
+    for name in [
+        "sd_tiny/unet",
+        "unet_sd2_shape",
+        "unet_ddpm_tiny",
+        "unet_sdxl_shape",
+    ] {
         let dir = fixture(name);
         let unet = UNet::from_folder(&dir).unwrap_or_else(|e| panic!("{name}: {e}"));
         let want = safetensors::load(dir.join("expected.safetensors")).unwrap();
         let ctx = want.get("context");
+        // SDXL's pooled text and size numbers, where the fixture has them.
+        let added = want.get("time_ids").map(|ids| AddedConditions {
+            text_embeds: want["text_embeds"].clone(),
+            time_ids: ids.clone(),
+        });
+        let unet_predict = |t: &Tensor| unet.predict_with(&want["sample"], t, ctx, added.as_ref());
         no_grad(|| {
-            let out = unet
-                .predict(&want["sample"], &want["timesteps"], ctx)
-                .unwrap();
+            let out = unet_predict(&want["timesteps"]).unwrap();
             let err = relative(&out, &want["output"]);
             assert!(err < 1e-4, "{name}: output differs by {err:.2e}");
             let t = Tensor::from_f64s(&[999.0], &[], DType::F32).unwrap();
-            let out = unet.predict(&want["sample"], &t, ctx).unwrap();
+            let out = unet_predict(&t).unwrap();
             let err = relative(&out, &want["output_t999"]);
             assert!(
                 err < 1e-4,
@@ -42,6 +51,35 @@ fn unets_predict_as_diffusers() {
             );
         });
     }
+}
+
+#[test]
+fn an_sdxl_unet_without_its_added_conditioning_is_refused_by_name() {
+    let dir = fixture("unet_sdxl_shape");
+    let unet = UNet::from_folder(&dir).unwrap();
+    let want = safetensors::load(dir.join("expected.safetensors")).unwrap();
+    let err = no_grad(|| unet.predict(&want["sample"], &want["timesteps"], want.get("context")))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("text_embeds") && err.contains("time_ids"),
+        "{err}"
+    );
+    let wrong = AddedConditions {
+        text_embeds: want["text_embeds"].narrow(1, 0, 4).unwrap(),
+        time_ids: want["time_ids"].clone(),
+    };
+    let err = no_grad(|| {
+        unet.predict_with(
+            &want["sample"],
+            &want["timesteps"],
+            want.get("context"),
+            Some(&wrong),
+        )
+    })
+    .unwrap_err()
+    .to_string();
+    assert!(err.contains("text_embeds [2, 5]"), "{err}");
 }
 
 #[test]
@@ -90,8 +128,8 @@ fn bad_inputs_and_configs_are_refused_by_name() {
     for (key, value, want) in [
         (
             "addition_embed_type",
-            serde_json::json!("text_time"),
-            "addition_embed_type is not supported",
+            serde_json::json!("text_image"),
+            "addition_embed_type `text_image` is not supported",
         ),
         (
             "up_block_types",
@@ -135,7 +173,12 @@ fn bad_inputs_and_configs_are_refused_by_name() {
 
 #[test]
 fn save_pretrained_round_trips_every_form() {
-    for name in ["sd_tiny/unet", "unet_sd2_shape", "unet_ddpm_tiny"] {
+    for name in [
+        "sd_tiny/unet",
+        "unet_sd2_shape",
+        "unet_ddpm_tiny",
+        "unet_sdxl_shape",
+    ] {
         let dir = fixture(name);
         let unet = UNet::from_folder(&dir).unwrap();
         let out = tempfile::tempdir().unwrap();
@@ -145,7 +188,13 @@ fn save_pretrained_round_trips_every_form() {
         assert_eq!(back.sample_size, Some(8), "{name}");
         let want = safetensors::load(dir.join("expected.safetensors")).unwrap();
         let ctx = want.get("context");
-        let out = no_grad(|| back.predict(&want["sample"], &want["timesteps"], ctx)).unwrap();
+        let added = want.get("time_ids").map(|ids| AddedConditions {
+            text_embeds: want["text_embeds"].clone(),
+            time_ids: ids.clone(),
+        });
+        let out =
+            no_grad(|| back.predict_with(&want["sample"], &want["timesteps"], ctx, added.as_ref()))
+                .unwrap();
         assert!(relative(&out, &want["output"]) < 1e-4, "{name}");
     }
 }

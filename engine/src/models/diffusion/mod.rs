@@ -50,5 +50,5 @@ pub(crate) fn check_config_against_weights(
     }
     Ok(())
 }
-pub use unet::{UNet, UNetConfig};
+pub use unet::{AddedConditions, TextTime, UNet, UNetConfig};
 pub use vae::{AutoencoderKl, LatentDistribution, VaeConfig};

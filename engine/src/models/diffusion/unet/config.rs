@@ -57,6 +57,60 @@ pub struct UNetConfig {
     pub cross_attention_dim: usize,
     pub use_linear_projection: bool,
     pub center_input_sample: bool,
+    /// SDXL's added conditioning (`addition_embed_type: "text_time"`).
+    pub text_time: Option<TextTime>,
+}
+
+/// SDXL's `text_time` conditioning: the pooled text embedding and the six size numbers
+/// (original size, crop corner, target size), each number embedded sinusoidally in
+/// `time_embed_dim` channels, concatenated and sent through an MLP into the time embedding.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct TextTime {
+    /// `addition_time_embed_dim`: channels of each size number's embedding.
+    pub time_embed_dim: usize,
+    /// `projection_class_embeddings_input_dim`: the MLP's input, the pooled text width plus
+    /// six embedded numbers.
+    pub input_dim: usize,
+}
+
+impl TextTime {
+    /// The width of the pooled text embedding the UNet takes.
+    pub fn text_embeds_dim(&self) -> usize {
+        self.input_dim - 6 * self.time_embed_dim
+    }
+}
+
+/// `addition_embed_type`: none, or SDXL's `text_time` with its two sizes.
+fn text_time(f: &Fields, v: &Value) -> Result<Option<TextTime>> {
+    match v.get("addition_embed_type").and_then(Value::as_str) {
+        None => {
+            if v.get("projection_class_embeddings_input_dim")
+                .is_some_and(|x| !x.is_null())
+            {
+                return Err(f.error(
+                    "projection_class_embeddings_input_dim without addition_embed_type is not supported"
+                        .into(),
+                ));
+            }
+            Ok(None)
+        }
+        Some("text_time") => {
+            let tt = TextTime {
+                time_embed_dim: f.size("addition_time_embed_dim", 256)?,
+                input_dim: f.size("projection_class_embeddings_input_dim", 2816)?,
+            };
+            if tt.input_dim <= 6 * tt.time_embed_dim {
+                return Err(f.error(format!(
+                    "projection_class_embeddings_input_dim {} leaves no room for the text embedding beside 6 x addition_time_embed_dim {}",
+                    tt.input_dim, tt.time_embed_dim
+                )));
+            }
+            Ok(Some(tt))
+        }
+        Some(other) => Err(f.error(format!(
+            "addition_embed_type `{other}` is not supported (text_time, SDXL's, is)"
+        ))),
+    }
 }
 
 /// A list of per-block values given as one number or a list (`attention_head_dim: [5, 10,
@@ -142,11 +196,9 @@ impl UNetConfig {
         // What these UNets do not do: refused by name, never skipped.
         for key in [
             "class_embed_type",
-            "addition_embed_type",
             "time_cond_proj_dim",
             "encoder_hid_dim",
             "num_class_embeds",
-            "projection_class_embeddings_input_dim",
             "reverse_transformer_layers_per_block",
         ] {
             if v.get(key).is_some_and(|x| !x.is_null()) {
@@ -242,6 +294,7 @@ impl UNetConfig {
             cross_attention_dim: f.size("cross_attention_dim", 1280)?,
             use_linear_projection: f.flag("use_linear_projection", false)?,
             center_input_sample: f.flag("center_input_sample", false)?,
+            text_time: text_time(&f, v)?,
         };
         let cross = |k: &AttentionKind| *k == AttentionKind::Cross;
         if !conditional && (config.down.iter().any(cross) || config.up.iter().any(cross)) {
@@ -252,6 +305,7 @@ impl UNetConfig {
     }
 
     /// The config as diffusers writes it for this class, so `from_pretrained` reads it back.
+    /// (With `text_time`, the SDXL fields too.)
     pub fn to_json(&self, sample_size: Option<usize>) -> Value {
         let down: Vec<&str> = self.down.iter().map(|k| down_title(*k)).collect();
         let up: Vec<&str> = self.up.iter().map(|k| up_title(*k)).collect();
@@ -284,6 +338,11 @@ impl UNetConfig {
             v["transformer_layers_per_block"] = self.transformer_layers.clone().into();
             v["cross_attention_dim"] = self.cross_attention_dim.into();
             v["use_linear_projection"] = self.use_linear_projection.into();
+            if let Some(tt) = self.text_time {
+                v["addition_embed_type"] = "text_time".into();
+                v["addition_time_embed_dim"] = tt.time_embed_dim.into();
+                v["projection_class_embeddings_input_dim"] = tt.input_dim.into();
+            }
         } else {
             // UNet2DModel reads a head's width; every block here has the same.
             let width = self.block_out_channels[0] / self.heads[0];

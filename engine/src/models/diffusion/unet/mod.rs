@@ -11,7 +11,7 @@
 mod config;
 
 use config::{down_title, up_title};
-pub use config::{AttentionKind, UNetConfig};
+pub use config::{AttentionKind, TextTime, UNetConfig};
 
 use super::blocks::{conv, Downsample, ResnetBlock, SpatialAttention, Upsample};
 use super::transformer2d::Transformer2d;
@@ -234,12 +234,22 @@ impl Module for TimeEmbedding {
     }
 }
 
+/// SDXL's added conditioning for one batch.
+pub struct AddedConditions {
+    /// The second text encoder's pooled, projected output [B, P].
+    pub text_embeds: Tensor,
+    /// Original height and width, crop top and left, target height and width [B, 6].
+    pub time_ids: Tensor,
+}
+
 pub struct UNet {
     pub config: UNetConfig,
     /// The latent side the model was made for (`sample_size`), when the config says.
     pub sample_size: Option<usize>,
     conv_in: Conv2d,
     time_embedding: TimeEmbedding,
+    /// SDXL's MLP over the pooled text and the size numbers (`add_embedding`).
+    add_embedding: Option<TimeEmbedding>,
     down_blocks: Vec<Block<Downsample>>,
     mid_block: Block<Downsample>,
     up_blocks: Vec<Block<Upsample>>,
@@ -349,6 +359,16 @@ impl UNet {
                 linear_2: Linear::new(temb, temb, true, gen)?,
                 training: true,
             },
+            add_embedding: c
+                .text_time
+                .map(|tt| -> Result<TimeEmbedding> {
+                    Ok(TimeEmbedding {
+                        linear_1: Linear::new(tt.input_dim, temb, true, gen)?,
+                        linear_2: Linear::new(temb, temb, true, gen)?,
+                        training: true,
+                    })
+                })
+                .transpose()?,
             down_blocks,
             mid_block,
             up_blocks,
@@ -399,9 +419,8 @@ impl UNet {
     }
 
     /// The sinusoidal embedding of timesteps [B] (diffusers' `get_timestep_embedding`, max
-    /// period 10000), [B, block_out_channels[0]], in F32.
-    fn timestep_features(&self, t: &Tensor) -> Result<Tensor> {
-        let dim = self.config.block_out_channels[0];
+    /// period 10000), [B, dim], in F32.
+    fn timestep_features(&self, t: &Tensor, dim: usize) -> Result<Tensor> {
         let half = dim / 2;
         let freqs: Vec<f64> = (0..half)
             .map(|i| (-(10000f64.ln()) * i as f64 / (half as f64 - self.config.freq_shift)).exp())
@@ -429,6 +448,18 @@ impl UNet {
         sample: &Tensor,
         timesteps: &Tensor,
         context: Option<&Tensor>,
+    ) -> Result<Tensor> {
+        self.predict_with(sample, timesteps, context, None)
+    }
+
+    /// `predict` with SDXL's added conditioning (`added_cond_kwargs`), which a `text_time`
+    /// UNet requires.
+    pub fn predict_with(
+        &self,
+        sample: &Tensor,
+        timesteps: &Tensor,
+        context: Option<&Tensor>,
+        added: Option<&AddedConditions>,
     ) -> Result<Tensor> {
         let c = &self.config;
         let m = c.downscale();
@@ -465,8 +496,13 @@ impl UNet {
             ));
         }
         let context = context.filter(|_| c.conditional);
-        let features = self.timestep_features(&t)?.to_dtype(sample.dtype())?;
-        let temb = self.time_embedding.forward(&features)?;
+        let features = self
+            .timestep_features(&t, c.block_out_channels[0])?
+            .to_dtype(sample.dtype())?;
+        let mut temb = self.time_embedding.forward(&features)?;
+        if let Some(mlp) = &self.add_embedding {
+            temb = temb.add(&mlp.forward(&self.added_features(added, b, sample)?)?)?;
+        }
         let x = match c.center_input_sample {
             true => sample.mul_scalar(2.0)?.add_scalar(-1.0)?,
             false => sample.clone(),
@@ -482,6 +518,54 @@ impl UNet {
         }
         self.conv_out
             .forward(&self.conv_norm_out.forward(&h)?.silu()?)
+    }
+
+    /// SDXL's MLP input: the pooled text [B, P] and the six size numbers [B, 6], each
+    /// embedded sinusoidally, side by side.
+    fn added_features(
+        &self,
+        added: Option<&AddedConditions>,
+        b: usize,
+        sample: &Tensor,
+    ) -> Result<Tensor> {
+        const WHAT: &str = "UNet2DConditionModel";
+        let tt = self
+            .config
+            .text_time
+            .expect("only text_time UNets have add_embedding");
+        let Some(added) = added else {
+            return Err(Error::invalid(
+                WHAT,
+                "this UNet (addition_embed_type text_time: SDXL) needs the pooled text embedding and the size numbers (text_embeds, time_ids)",
+            ));
+        };
+        let p = tt.text_embeds_dim();
+        if added.text_embeds.shape() != [b, p] {
+            return Err(Error::layer_input(
+                WHAT,
+                format!("text_embeds [{b}, {p}]"),
+                format!("{:?}", added.text_embeds.shape()),
+            ));
+        }
+        if added.time_ids.shape() != [b, 6] {
+            return Err(Error::layer_input(
+                WHAT,
+                format!("time_ids [{b}, 6]"),
+                format!("{:?}", added.time_ids.shape()),
+            ));
+        }
+        let ids = added
+            .time_ids
+            .to_device(sample.device())?
+            .reshape_to(&[b * 6])?;
+        let times = self
+            .timestep_features(&ids, tt.time_embed_dim)?
+            .reshape_to(&[b, 6 * tt.time_embed_dim])?;
+        let text = added
+            .text_embeds
+            .to_device(sample.device())?
+            .to_dtype(DType::F32)?;
+        Tensor::cat(&[text, times], 1)?.to_dtype(sample.dtype())
     }
 
     fn bad_sample(&self, x: &Tensor) -> Error {
@@ -509,6 +593,9 @@ impl Module for UNet {
             ("conv_in".into(), &self.conv_in),
             ("time_embedding".into(), &self.time_embedding),
         ];
+        if let Some(a) = &self.add_embedding {
+            c.push(("add_embedding".into(), a));
+        }
         c.extend(
             self.down_blocks
                 .iter()
@@ -529,6 +616,9 @@ impl Module for UNet {
 
     fn children_mut(&mut self) -> Vec<&mut dyn Module> {
         let mut c: Vec<&mut dyn Module> = vec![&mut self.conv_in, &mut self.time_embedding];
+        if let Some(a) = &mut self.add_embedding {
+            c.push(a);
+        }
         c.extend(self.down_blocks.iter_mut().map(|b| b as &mut dyn Module));
         c.push(&mut self.mid_block);
         c.extend(self.up_blocks.iter_mut().map(|b| b as &mut dyn Module));
