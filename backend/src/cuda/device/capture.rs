@@ -4,14 +4,19 @@
 use super::*;
 
 impl CudaDevice {
-    /// The lane of the capture this thread records on this device, if any.
+    /// The lane of the capture this thread records on this device, if any. A thread whose
+    /// locals are being destroyed records none: tensors held by another thread-local (a
+    /// script error on its way up) are freed after this one is gone, at the process's exit.
     pub(super) fn capturing_here(&self) -> Option<(sys::CUstream, blas_sys::cublasHandle_t)> {
-        CAPTURE.with(|c| {
-            c.borrow()
-                .as_ref()
-                .filter(|t| t.ordinal == self.ordinal)
-                .map(|t| t.lane)
-        })
+        CAPTURE
+            .try_with(|c| {
+                c.borrow()
+                    .as_ref()
+                    .filter(|t| t.ordinal == self.ordinal)
+                    .map(|t| t.lane)
+            })
+            .ok()
+            .flatten()
     }
 
     /// Whether this thread is recording a CUDA graph capture on this device: its launches are
