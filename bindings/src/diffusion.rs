@@ -78,6 +78,7 @@ fn generate(pipe: &mut PipelineHandle, prompts: Dynamic, opts: Map) -> RhaiResul
             "progress",
             "image",
             "strength",
+            "tiled",
         ],
     )?;
     let (list, one) = match prompts.clone().try_cast::<Array>() {
@@ -122,6 +123,7 @@ fn generate(pipe: &mut PipelineHandle, prompts: Dynamic, opts: Map) -> RhaiResul
         init_image: o.get("image").map(|d| init_image(d, size)).transpose()?,
         strength: o.float("strength", 0.8)?,
         init_noise: None,
+        tiled_vae: o.bool("tiled", false)?,
     };
     let bar = o
         .bool("progress", true)?
@@ -340,8 +342,8 @@ pub fn register(engine: &mut Engine) {
         );
         api.method(
             "generate",
-            "pipe.generate(prompt, #{ steps, guidance, seed, width, height, scheduler, negative, eta, image, strength, progress }) -> Tensor",
-            "Text to image: a U8 [H, W, 3] image for a prompt, or a list of images for a list of prompts. steps (50) denoising steps of the folder's scheduler (or scheduler: another class over its noise schedule), classifier-free guidance (7.5; 1 turns it off), negative prompt(s), seed (0) for the starting noise, width and height (the model's size by default; multiples of 8), DDIM's eta, a progress bar (progress: false hides it). Image to image: image (a path or a U8 image; resized to the width and height, or its own size rounded down to multiples of 8) is encoded and noised strength (0.8) of the way, and only that share of the steps runs. Prompts longer than the text encoder's context are cut with a warning.",
+            "pipe.generate(prompt, #{ steps, guidance, seed, width, height, scheduler, negative, eta, image, strength, tiled, progress }) -> Tensor",
+            "Text to image: a U8 [H, W, 3] image for a prompt, or a list of images for a list of prompts. steps (50) denoising steps of the folder's scheduler (or scheduler: another class over its noise schedule), classifier-free guidance (7.5; 1 turns it off), negative prompt(s), seed (0) for the starting noise, width and height (the model's size by default; multiples of 8), DDIM's eta, a progress bar (progress: false hides it). Image to image: image (a path or a U8 image; resized to the width and height, or its own size rounded down to multiples of 8) is encoded and noised strength (0.8) of the way, and only that share of the steps runs. tiled: true decodes with the VAE tile by tile (diffusers' enable_tiling), for images larger than the VAE was made for in bounded memory. Prompts longer than the text encoder's context are cut with a warning.",
             "try { let pipe = diffusion::load(\"sd\"); pipe.generate(\"a red fox\", #{ steps: 20, guidance: 7.5, seed: 3, width: 512, height: 512 }); } catch (e) { print(e); }",
             generate,
         );

@@ -203,3 +203,24 @@ fn seeds_repeat_and_bad_requests_are_named() {
         .to_string();
     assert!(e.contains("no text_encoder/ folder"), "{e}");
 }
+
+/// `tiled_vae` decodes through the VAE's tiles: the same image where the latents fit one tile,
+/// a different one (the seams blended) where they do not.
+#[test]
+fn a_tiled_vae_decode_is_used_when_asked() {
+    let pipe = StableDiffusion::from_folder(&folder()).unwrap();
+    let run = |side: usize, tiled_vae: bool| {
+        let ask = TextToImage {
+            prompts: vec!["a red cat".into()],
+            steps: 2,
+            size: Some((side, side)),
+            tiled_vae,
+            ..TextToImage::default()
+        };
+        pipe.generate(&ask, &mut |_, _| Ok(())).unwrap()
+    };
+    let same = |a: &Tensor, b: &Tensor| a.to_vec_f32().unwrap() == b.to_vec_f32().unwrap();
+    // The fixture's VAE has sample_size 16: 8x8 latents are one tile.
+    assert!(same(&run(16, true), &run(16, false)));
+    assert!(!same(&run(32, true), &run(32, false)));
+}

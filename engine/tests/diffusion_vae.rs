@@ -42,6 +42,28 @@ fn published_layout_vaes_encode_and_decode_as_diffusers() {
     }
 }
 
+/// Latents larger than the VAE's tile (13x19 against 8x8, odd sides, so the edge tiles are
+/// partial) decode as diffusers' tiled decode does, seams blended; and differently from the
+/// whole decode, so the tiles are really in play.
+#[test]
+fn a_tiled_decode_equals_diffusers_enable_tiling() {
+    let dir = fixture("sd_tiny/vae");
+    let vae = AutoencoderKl::from_folder(&dir).unwrap();
+    let want = safetensors::load(dir.join("tiled.safetensors")).unwrap();
+    assert!(vae.needs_tiles(&want["latents"]));
+    no_grad(|| {
+        let tiled = vae.decode_tiled(&want["latents"]).unwrap();
+        assert_eq!(tiled.shape(), want["decoded"].shape());
+        let err = relative(&tiled, &want["decoded"]);
+        assert!(err < 1e-4, "tiled decode differs by {err:.2e}");
+        let whole = vae.decode(&want["latents"]).unwrap();
+        assert!(
+            relative(&whole, &want["decoded"]) > 1e-3,
+            "the tiles made no difference"
+        );
+    });
+}
+
 #[test]
 fn latents_scale_and_sample_as_the_config_says() {
     let vae = AutoencoderKl::from_folder(&fixture("vae_sd3_shape")).unwrap();

@@ -10,6 +10,7 @@ pub mod scheduler;
 pub mod transformer2d;
 pub mod unet;
 pub mod vae;
+mod vae_tiles;
 
 pub use pipeline::{StableDiffusion, TextToImage};
 

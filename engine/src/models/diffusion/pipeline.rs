@@ -39,6 +39,9 @@ pub struct TextToImage {
     /// The image start's noise given instead of drawn (to replay another run): the draw of
     /// the VAE's latent distribution and the noise added to the latents.
     pub init_noise: Option<(Tensor, Tensor)>,
+    /// Decode with the VAE tile by tile (diffusers' `enable_tiling`), so images larger than
+    /// the VAE was made for decode in bounded memory.
+    pub tiled_vae: bool,
 }
 
 impl TextToImage {
@@ -67,6 +70,7 @@ impl Default for TextToImage {
             init_image: None,
             strength: 0.8,
             init_noise: None,
+            tiled_vae: false,
         }
     }
 }
@@ -324,10 +328,12 @@ impl StableDiffusion {
             latents = sched.step(&pred.to_dtype(DType::F32)?, &latents, &mut noise)?;
             progress(i + 1 - first, steps - first)?;
         }
-        let image = self
-            .vae
-            .decode(&self.vae.unscale_latents(&latents)?.to_dtype(dtype)?)?
-            .to_dtype(DType::F32)?;
+        let latents = self.vae.unscale_latents(&latents)?.to_dtype(dtype)?;
+        let image = match ask.tiled_vae {
+            true => self.vae.decode_tiled(&latents)?,
+            false => self.vae.decode(&latents)?,
+        }
+        .to_dtype(DType::F32)?;
         // [-1, 1] → [0, 1], channels last.
         image
             .mul_scalar(0.5)?

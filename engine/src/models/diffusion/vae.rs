@@ -34,6 +34,20 @@ pub struct VaeConfig {
     pub use_quant_conv: bool,
     pub use_post_quant_conv: bool,
     pub mid_block_add_attention: bool,
+    /// The image side the VAE was made for: the tile side of a tiled decode.
+    pub sample_size: usize,
+}
+
+/// `sample_size`: one side, or `[h, w]` as some configs write it (the first is used, as
+/// diffusers' tiling does).
+fn sample_size(f: &Fields, v: &Value) -> Result<usize> {
+    match v.get("sample_size") {
+        Some(Value::Array(sides)) => match sides.first().and_then(Value::as_u64) {
+            Some(side) if side > 0 => Ok(side as usize),
+            _ => Err(f.error("sample_size: expected a positive side or [h, w]".into())),
+        },
+        _ => f.size("sample_size", 32),
+    }
 }
 
 impl VaeConfig {
@@ -92,6 +106,7 @@ impl VaeConfig {
             use_quant_conv: f.flag("use_quant_conv", true)?,
             use_post_quant_conv: f.flag("use_post_quant_conv", true)?,
             mid_block_add_attention: f.flag("mid_block_add_attention", true)?,
+            sample_size: sample_size(&f, v)?,
         };
         super::check_groups(&f, &config.block_out_channels, config.norm_num_groups)?;
         Ok(config)
