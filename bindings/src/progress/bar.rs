@@ -307,7 +307,9 @@ mod tests {
 
     #[test]
     fn a_live_view_gets_the_first_state_then_at_most_a_few_updates_a_second_and_the_end() {
-        let seen: Arc<Mutex<Vec<(u64, bool, u64, String)>>> = Arc::default();
+        /// (id, first, done, line) of each update.
+        type Seen = Arc<Mutex<Vec<(u64, bool, u64, String)>>>;
+        let seen: Seen = Arc::default();
         let log = seen.clone();
         let view: LiveView = Arc::new(move |u: &LiveUpdate| {
             let entry = (u.id, u.first, u.done, u.line.to_string());
