@@ -82,8 +82,13 @@ pub fn run(
     report: &Path,
     keep_going: bool,
 ) -> Result<bool, String> {
-    let src = std::fs::read_to_string(script)
-        .map_err(|e| format!("{}: cannot read: {e}", script.display()))?;
+    // A Jupyter notebook's cells are read as the `// %%` script they convert to, so errors
+    // name lines of that script.
+    let src = match script.extension().and_then(|e| e.to_str()) {
+        Some("ipynb") => crate::ipynb::to_script(&crate::ipynb::read(script)?),
+        _ => std::fs::read_to_string(script)
+            .map_err(|e| format!("{}: cannot read: {e}", script.display()))?,
+    };
     crate::runner::resolve_imports_beside(session, script);
     let report_dir = report
         .parent()

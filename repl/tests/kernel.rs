@@ -159,6 +159,14 @@ fn notebooks_convert_from_scripts_and_run_in_place_from_the_command_line() {
         1,
         "`;` hides the returned path"
     );
+    // The Markdown report reads a notebook too.
+    let report = brain(&dir)
+        .args(["--device", "cpu", "notebook", "a.ipynb", "-o", "r.md"])
+        .output()
+        .unwrap();
+    assert!(report.status.success(), "{}", text(&report.stderr));
+    let md = std::fs::read_to_string(dir.path().join("r.md")).unwrap();
+    assert!(md.contains("printed") && md.contains("42"), "{md}");
     let back = brain(&dir)
         .args(["notebook", "a.ipynb", "--to", "rhai", "-o", "b.rhai"])
         .output()
