@@ -123,6 +123,11 @@ fn restart_gives_a_fresh_session_and_shutdown_ends_the_process() {
 }
 
 #[test]
+fn a_kernel_whose_frontend_was_killed_exits_by_itself() {
+    check("orphan", &[]);
+}
+
+#[test]
 fn notebooks_convert_from_scripts_and_run_in_place_from_the_command_line() {
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(

@@ -27,10 +27,34 @@ pub fn serve(connection_file: &Path, session: Session, device_note: &str) -> Res
     crate::stdio_capture::start()?;
     crate::cell::route_bindings_to_frontends();
     let channels = sockets::start(connection)?;
+    exit_with_the_frontend();
     crate::stdio_capture::log(&format!(
         "brain kernel {} listening ({device_note})",
         env!("CARGO_PKG_VERSION")
     ));
     executor::Executor::new(session, channels).run();
     Ok(())
+}
+
+/// A kernel whose frontend died without asking it to shut down (a killed Jupyter server) would
+/// run on with nobody to talk to. jupyter_client names itself in `JPY_PARENT_PID`; while that
+/// process lives the kernel does, checked every second, as ipykernel's parent poller does.
+fn exit_with_the_frontend() {
+    #[cfg(target_os = "linux")]
+    if let Some(pid) = std::env::var("JPY_PARENT_PID")
+        .ok()
+        .and_then(|p| p.parse::<i32>().ok())
+        .filter(|&p| p > 1)
+    {
+        std::thread::spawn(move || loop {
+            std::thread::sleep(std::time::Duration::from_secs(1));
+            // SAFETY: signal 0 sends nothing; it only asks whether the process exists.
+            let gone = unsafe { libc::kill(pid, 0) } != 0
+                && std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH);
+            if gone {
+                crate::stdio_capture::log("brain kernel: the frontend's process ended; exiting");
+                std::process::exit(0);
+            }
+        });
+    }
 }

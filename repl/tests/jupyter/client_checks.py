@@ -248,6 +248,35 @@ def restart():
     print("restart gave a fresh session; shutdown ended the process")
 
 
+def alive(pid):
+    """Whether a process runs (a zombie waiting for its reaper does not)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def orphan():
+    import subprocess
+
+    starter = ("import time; from jupyter_client.manager import start_new_kernel; "
+               "km, kc = start_new_kernel(kernel_name='brain', startup_timeout=60); "
+               "print(km.provisioner.process.pid, flush=True); time.sleep(120)")
+    helper = subprocess.Popen([sys.executable, "-c", starter], stdout=subprocess.PIPE, text=True)
+    pid = int(helper.stdout.readline())
+    helper.kill()
+    helper.wait()
+    t0 = time.perf_counter()
+    while time.perf_counter() - t0 < 10:
+        if not alive(pid):
+            print(f"the kernel exited {time.perf_counter() - t0:.1f} s after its frontend was killed")
+            return
+        time.sleep(0.1)
+    os.kill(pid, signal.SIGKILL)
+    raise AssertionError("the kernel outlived its frontend by 10 s")
+
+
 CHECKS = {
     "kernel_info": kernel_info,
     "notebook": notebook,
@@ -258,6 +287,7 @@ CHECKS = {
     "progress": progress,
     "dead_kernel": dead_kernel,
     "restart": restart,
+    "orphan": orphan,
 }
 
 if __name__ == "__main__":
