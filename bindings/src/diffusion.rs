@@ -10,7 +10,9 @@ use crate::progress::Progress;
 use rhai::{Array, Dynamic, Engine, Map, Module, INT};
 use rusting_brain::models::diffusion::pipeline::to_u8_images;
 use rusting_brain::models::diffusion::scheduler::{self as sched, Scheduler};
-use rusting_brain::models::diffusion::{StableDiffusion, TextToImage, UNet, UNetConfig};
+use rusting_brain::models::diffusion::{
+    AddedConditions, StableDiffusion, TextToImage, UNet, UNetConfig,
+};
 use rusting_brain::{Generator, Tensor};
 use std::sync::{Arc, Mutex};
 
@@ -280,8 +282,34 @@ fn training_steps(t: &Dynamic, what: &str) -> RhaiResult<Vec<usize>> {
 }
 
 fn predict(m: &mut Model, x: Tensor, t: Dynamic, ctx: Option<Tensor>) -> RhaiResult<Tensor> {
+    predict_with(m, x, t, ctx, None)
+}
+
+fn predict_with(
+    m: &mut Model,
+    x: Tensor,
+    t: Dynamic,
+    ctx: Option<Tensor>,
+    added: Option<AddedConditions>,
+) -> RhaiResult<Tensor> {
     let t = timesteps(&t, "model.predict")?;
-    m.with_layer::<UNet, _>("predict", |u| guard(|| u.predict(&x, &t, ctx.as_ref())))
+    m.with_layer::<UNet, _>("predict", |u| {
+        guard(|| u.predict_with(&x, &t, ctx.as_ref(), added.as_ref()))
+    })
+}
+
+/// SDXL's `added_cond_kwargs` as a map: `#{ text_embeds, time_ids }`.
+fn added_conditions(opts: Map) -> RhaiResult<AddedConditions> {
+    let o = Options::new("model.predict", opts, &["text_embeds", "time_ids"])?;
+    let tensor = |key: &str| -> RhaiResult<Tensor> {
+        o.get(key)
+            .and_then(|v| v.clone().try_cast::<Tensor>())
+            .ok_or_else(|| runtime_error(format!("model.predict: {key} (a tensor) is required")))
+    };
+    Ok(AddedConditions {
+        text_embeds: tensor("text_embeds")?,
+        time_ids: tensor("time_ids")?,
+    })
 }
 
 fn index(i: INT, what: &str) -> RhaiResult<usize> {
@@ -420,6 +448,15 @@ pub fn register(engine: &mut Engine) {
             "A text-conditioned UNet's prediction under text states [N, S, cross_attention_dim] (the text encoder's last hidden states).",
             "try { let u = diffusion::unet(\"sd/unet\"); u.predict(randn([1, 4, 64, 64]), 999, randn([1, 77, 768])); } catch (e) { print(e); }",
             |m: &mut Model, x: Tensor, t: Dynamic, ctx: Tensor| predict(m, x, t, Some(ctx)),
+        );
+        api.method(
+            "predict",
+            "model.predict(x, t, text_states, #{ text_embeds, time_ids }) -> Tensor",
+            "An SDXL UNet's prediction (addition_embed_type text_time): besides the text states, the second text encoder's pooled and projected embedding text_embeds [N, P] and the size numbers time_ids [N, 6] (original height and width, crop top and left, target height and width).",
+            "try { let u = diffusion::unet(\"sdxl/unet\"); u.predict(randn([1, 4, 128, 128]), 999, randn([1, 77, 2048]), #{ text_embeds: randn([1, 1280]), time_ids: tensor([[1024.0, 1024.0, 0.0, 0.0, 1024.0, 1024.0]]) }); } catch (e) { print(e); }",
+            |m: &mut Model, x: Tensor, t: Dynamic, ctx: Tensor, added: Map| {
+                predict_with(m, x, t, Some(ctx), Some(added_conditions(added)?))
+            },
         );
         api.func(
             "schedulers",

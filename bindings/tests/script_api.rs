@@ -334,3 +334,27 @@ fn a_diffusion_scheduler_reads_a_folder_and_walks_from_a_script() {
         .unwrap_err();
     assert!(err.contains("did you mean `steps`"), "{err}");
 }
+
+/// An SDXL-shaped UNet (diffusers' text_time conditioning) predicts from a script as diffusers
+/// does, with the pooled text and the size numbers given as a map; without them it is refused.
+#[test]
+fn an_sdxl_unet_predicts_with_its_added_conditioning_from_a_script() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../tests/fixtures/diffusion/unet_sdxl_shape");
+    let d = dir.display();
+    let src = format!(
+        r#"let u = diffusion::unet("{d}");
+           let want = io::load("{d}/expected.safetensors");
+           let out = no_grad(|| u.predict(want.sample, want.timesteps, want.context,
+               #{{ text_embeds: want.text_embeds, time_ids: want.time_ids }}));
+           (out - want.output).abs().max().item()"#
+    );
+    let worst = eval(&src).unwrap().as_float().unwrap();
+    assert!(worst < 1e-4, "largest difference {worst}");
+    let err = eval(&format!(
+        r#"let u = diffusion::unet("{d}"); let want = io::load("{d}/expected.safetensors");
+           u.predict(want.sample, want.timesteps, want.context)"#
+    ))
+    .unwrap_err();
+    assert!(err.contains("text_embeds"), "{err}");
+}
