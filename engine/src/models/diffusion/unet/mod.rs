@@ -9,9 +9,12 @@
 //! SiLU → conv_out: the prediction (noise, v or the sample, as the scheduler's config says).
 
 mod config;
+mod time;
 
 use config::{down_title, up_title};
 pub use config::{AttentionKind, TextTime, UNetConfig};
+pub use time::AddedConditions;
+use time::TimeEmbedding;
 
 use super::blocks::{conv, Downsample, ResnetBlock, SpatialAttention, Upsample};
 use super::transformer2d::Transformer2d;
@@ -204,44 +207,6 @@ impl<R: Module> Module for Block<R> {
     }
 }
 
-/// The timestep's MLP (`time_embedding.linear_1`, `linear_2`).
-struct TimeEmbedding {
-    linear_1: Linear,
-    linear_2: Linear,
-    training: bool,
-}
-
-impl Module for TimeEmbedding {
-    fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        self.linear_2.forward(&self.linear_1.forward(x)?.silu()?)
-    }
-
-    fn children(&self) -> Vec<(String, &dyn Module)> {
-        vec![
-            ("linear_1".into(), &self.linear_1),
-            ("linear_2".into(), &self.linear_2),
-        ]
-    }
-
-    fn children_mut(&mut self) -> Vec<&mut dyn Module> {
-        vec![&mut self.linear_1, &mut self.linear_2]
-    }
-
-    crate::nn::training_field!();
-
-    fn title(&self) -> String {
-        "TimestepEmbedding".into()
-    }
-}
-
-/// SDXL's added conditioning for one batch.
-pub struct AddedConditions {
-    /// The second text encoder's pooled, projected output [B, P].
-    pub text_embeds: Tensor,
-    /// Original height and width, crop top and left, target height and width [B, 6].
-    pub time_ids: Tensor,
-}
-
 pub struct UNet {
     pub config: UNetConfig,
     /// The latent side the model was made for (`sample_size`), when the config says.
@@ -418,29 +383,6 @@ impl UNet {
         )
     }
 
-    /// The sinusoidal embedding of timesteps [B] (diffusers' `get_timestep_embedding`, max
-    /// period 10000), [B, dim], in F32.
-    fn timestep_features(&self, t: &Tensor, dim: usize) -> Result<Tensor> {
-        let half = dim / 2;
-        let freqs: Vec<f64> = (0..half)
-            .map(|i| (-(10000f64.ln()) * i as f64 / (half as f64 - self.config.freq_shift)).exp())
-            .collect();
-        let freqs = Tensor::from_f64s(&freqs, &[1, half], DType::F32)?.to_device(t.device())?;
-        let args = t
-            .to_dtype(DType::F32)?
-            .reshape_to(&[t.numel(), 1])?
-            .mul(&freqs)?;
-        let (sin, cos) = (args.sin()?, args.cos()?);
-        let mut emb = match self.config.flip_sin_to_cos {
-            true => Tensor::cat(&[cos, sin], 1)?,
-            false => Tensor::cat(&[sin, cos], 1)?,
-        };
-        if dim % 2 == 1 {
-            emb = emb.pad(&[0, 1], crate::ops::rearrange::PadMode::Constant(0.0))?;
-        }
-        Ok(emb)
-    }
-
     /// The prediction for noisy samples [B, C, H, W] at `timesteps` (one per sample, or one
     /// for all: [B] or [1]) under text states [B, S, cross_attention_dim] (conditional UNets).
     pub fn predict(
@@ -496,12 +438,11 @@ impl UNet {
             ));
         }
         let context = context.filter(|_| c.conditional);
-        let features = self
-            .timestep_features(&t, c.block_out_channels[0])?
-            .to_dtype(sample.dtype())?;
+        let features =
+            time::sinusoidal(&t, c.block_out_channels[0], c)?.to_dtype(sample.dtype())?;
         let mut temb = self.time_embedding.forward(&features)?;
         if let Some(mlp) = &self.add_embedding {
-            temb = temb.add(&mlp.forward(&self.added_features(added, b, sample)?)?)?;
+            temb = temb.add(&mlp.forward(&time::added_features(c, added, b, sample)?)?)?;
         }
         let x = match c.center_input_sample {
             true => sample.mul_scalar(2.0)?.add_scalar(-1.0)?,
@@ -518,54 +459,6 @@ impl UNet {
         }
         self.conv_out
             .forward(&self.conv_norm_out.forward(&h)?.silu()?)
-    }
-
-    /// SDXL's MLP input: the pooled text [B, P] and the six size numbers [B, 6], each
-    /// embedded sinusoidally, side by side.
-    fn added_features(
-        &self,
-        added: Option<&AddedConditions>,
-        b: usize,
-        sample: &Tensor,
-    ) -> Result<Tensor> {
-        const WHAT: &str = "UNet2DConditionModel";
-        let tt = self
-            .config
-            .text_time
-            .expect("only text_time UNets have add_embedding");
-        let Some(added) = added else {
-            return Err(Error::invalid(
-                WHAT,
-                "this UNet (addition_embed_type text_time: SDXL) needs the pooled text embedding and the size numbers (text_embeds, time_ids)",
-            ));
-        };
-        let p = tt.text_embeds_dim();
-        if added.text_embeds.shape() != [b, p] {
-            return Err(Error::layer_input(
-                WHAT,
-                format!("text_embeds [{b}, {p}]"),
-                format!("{:?}", added.text_embeds.shape()),
-            ));
-        }
-        if added.time_ids.shape() != [b, 6] {
-            return Err(Error::layer_input(
-                WHAT,
-                format!("time_ids [{b}, 6]"),
-                format!("{:?}", added.time_ids.shape()),
-            ));
-        }
-        let ids = added
-            .time_ids
-            .to_device(sample.device())?
-            .reshape_to(&[b * 6])?;
-        let times = self
-            .timestep_features(&ids, tt.time_embed_dim)?
-            .reshape_to(&[b, 6 * tt.time_embed_dim])?;
-        let text = added
-            .text_embeds
-            .to_device(sample.device())?
-            .to_dtype(DType::F32)?;
-        Tensor::cat(&[text, times], 1)?.to_dtype(sample.dtype())
     }
 
     fn bad_sample(&self, x: &Tensor) -> Error {
