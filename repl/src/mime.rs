@@ -9,9 +9,11 @@ use serde_json::{Map as JsonMap, Value};
 
 /// `text/plain` and, where one helps, `text/html`.
 pub fn bundle(engine: &Engine, v: &Dynamic) -> JsonMap<String, Value> {
+    let text = plain_text(engine, v);
+    let html = html(engine, v, &text);
     let mut out = JsonMap::new();
-    out.insert("text/plain".into(), plain_text(engine, v).into());
-    if let Some(html) = html(engine, v) {
+    out.insert("text/plain".into(), text.into());
+    if let Some(html) = html {
         out.insert("text/html".into(), html.into());
     }
     out
@@ -39,14 +41,22 @@ pub fn is_registered_type(engine: &Engine, v: &Dynamic) -> bool {
 
 /// The text of the `to_string` registered for `v`'s type, as `print` shows it.
 pub fn registered_text(engine: &Engine, v: &Dynamic) -> Option<String> {
-    let mut scope = Scope::new();
-    scope.push("value", v.clone());
-    engine
-        .eval_with_scope::<String>(&mut scope, "value.to_string()")
-        .ok()
+    of_value(engine, v, "value.to_string()")
 }
 
-fn html(engine: &Engine, v: &Dynamic) -> Option<String> {
+/// `expr` evaluated with `v` as `value` (a registered type's method or property).
+fn of_value<T: Clone + Send + Sync + 'static>(
+    engine: &Engine,
+    v: &Dynamic,
+    expr: &str,
+) -> Option<T> {
+    let mut scope = Scope::new();
+    scope.push("value", v.clone());
+    engine.eval_with_scope::<T>(&mut scope, expr).ok()
+}
+
+/// The HTML form of `v`, whose plain text is `text`.
+fn html(engine: &Engine, v: &Dynamic, text: &str) -> Option<String> {
     if let Some(t) = v.read_lock::<Tensor>() {
         // A scalar reads best as its line of text.
         return (t.rank() > 0).then(|| tensor_html(&t));
@@ -58,13 +68,12 @@ fn html(engine: &Engine, v: &Dynamic) -> Option<String> {
         return rows_html(engine, &rows);
     }
     if is_registered_type(engine, v) {
-        let text = registered_text(engine, v)?;
         if engine.map_type_name(v.type_name()) == "Dataset" {
-            return dataset_html(engine, v, &text);
+            return dataset_html(engine, v, text);
         }
         return text
             .contains('\n')
-            .then(|| format!("<pre>{}</pre>", escape(&text)));
+            .then(|| format!("<pre>{}</pre>", escape(text)));
     }
     None
 }
@@ -72,13 +81,7 @@ fn html(engine: &Engine, v: &Dynamic) -> Option<String> {
 /// A dataset as its description and its first rows, as pandas' `head()` reads.
 fn dataset_html(engine: &Engine, v: &Dynamic, text: &str) -> Option<String> {
     const ROWS: usize = 5;
-    let get = |property: &str| {
-        let mut scope = Scope::new();
-        scope.push("value", v.clone());
-        engine
-            .eval_with_scope::<Dynamic>(&mut scope, &format!("value.{property}"))
-            .ok()
-    };
+    let get = |property: &str| of_value::<Dynamic>(engine, v, &format!("value.{property}"));
     let names: Vec<String> = get("feature_names")?
         .into_array()
         .ok()?
