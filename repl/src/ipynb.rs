@@ -124,9 +124,9 @@ pub fn write(path: &Path, nb: &Value) -> Result<(), String> {
 
 /// Collects a cell's outputs as nbformat stores them; a progress bar's updates replace its
 /// output, consecutive stream text of one name joins.
+#[derive(Default)]
 struct Collector {
     outputs: Mutex<Vec<(Option<String>, CellOutput)>>,
-    execution_count: u64,
 }
 
 impl Frontend for Collector {
@@ -196,10 +196,7 @@ pub fn run(
     for c in cells.iter_mut().filter(|c| c["cell_type"] == "code") {
         count += 1;
         let code = source_text(c);
-        let collector = Arc::new(Collector {
-            outputs: Mutex::new(Vec::new()),
-            execution_count: count,
-        });
+        let collector = Arc::new(Collector::default());
         let origin = format!("{name}:In[{count}]");
         let outcome = cell::run(session, collector.clone(), &code, &origin, true);
         let outputs: Vec<Value> = collector
@@ -207,7 +204,7 @@ pub fn run(
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .iter()
-            .map(|(_, o)| cell::nbformat_output(o, Some(collector.execution_count)))
+            .map(|(_, o)| cell::nbformat_output(o, Some(count)))
             .collect();
         c["outputs"] = Value::Array(outputs);
         c["execution_count"] = json!(count);
@@ -277,10 +274,7 @@ mod tests {
 
     #[test]
     fn progress_updates_replace_their_output_and_streams_join() {
-        let c = Collector {
-            outputs: Mutex::new(Vec::new()),
-            execution_count: 1,
-        };
+        let c = Collector::default();
         let stream = |t: &str| CellOutput::Stream {
             name: "stdout",
             text: t.into(),
