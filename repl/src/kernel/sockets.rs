@@ -34,9 +34,9 @@ pub struct Outgoing {
 impl Outgoing {
     /// Publishes `msg_type` with `parent` as its parent on iopub.
     pub fn publish(&self, parent: &Message, msg_type: &str, content: serde_json::Value) {
-        let mut msg = parent.child(&self.session_id, msg_type, content);
-        msg.identities = vec![msg_type.as_bytes().to_vec().into()];
-        let _ = self.iopub.send(msg);
+        let _ = self
+            .iopub
+            .send(parent.child(&self.session_id, msg_type, content));
     }
 
     pub fn status(&self, parent: &Message, state: &str) {
@@ -147,13 +147,8 @@ async fn serve(c: Connection, ends: RuntimeEnds, bound: std_mpsc::Sender<Result<
         shell_in_tx,
         stdin_in_tx,
     } = ends;
-    let mut starting = Message::orphan(
-        &session_id,
-        "status",
-        json!({"execution_state": "starting"}),
-    );
-    starting.identities = vec![b"status".to_vec().into()];
-    let _ = iopub_tx.send(starting);
+    let starting = json!({"execution_state": "starting"});
+    let _ = iopub_tx.send(Message::orphan(&session_id, "status", starting));
 
     tokio::spawn(echo_heartbeats(heartbeat));
     tokio::spawn(publish(iopub, iopub_rx, signer.clone()));
@@ -189,7 +184,9 @@ async fn publish(
     mut queue: UnboundedReceiver<Message>,
     signer: Arc<Signer>,
 ) {
-    while let Some(msg) = queue.recv().await {
+    while let Some(mut msg) = queue.recv().await {
+        // The topic frame: subscribers take every topic, and the message type names it.
+        msg.identities = vec![msg.msg_type().as_bytes().to_vec().into()];
         // A frontend that has gone away is the frontend's business; the kernel keeps running.
         let _ = socket.send(signer.encode(&msg)).await;
     }
@@ -234,9 +231,8 @@ async fn serve_control(
     iopub: UnboundedSender<Message>,
 ) {
     let status = |parent: &Message, state: &str| {
-        let mut msg = parent.child(&session_id, "status", json!({ "execution_state": state }));
-        msg.identities = vec![b"status".to_vec().into()];
-        let _ = iopub.send(msg);
+        let content = json!({ "execution_state": state });
+        let _ = iopub.send(parent.child(&session_id, "status", content));
     };
     while let Ok(frames) = socket.recv().await {
         let request = match signer.decode(frames) {
@@ -267,9 +263,7 @@ async fn serve_control(
         status(&request, "idle");
         if reply_type == "shutdown_reply" {
             // The reply goes on iopub too, as ipykernel does, for every client to see.
-            let mut msg = request.child(&session_id, "shutdown_reply", content);
-            msg.identities = vec![b"shutdown_reply".to_vec().into()];
-            let _ = iopub.send(msg);
+            let _ = iopub.send(request.child(&session_id, "shutdown_reply", content));
             // Let the queued messages leave before the process ends.
             tokio::time::sleep(std::time::Duration::from_millis(100)).await;
             crate::stdio_capture::log("brain kernel: shut down by the frontend");
