@@ -45,10 +45,10 @@ impl AutoencoderKl {
                     .narrow(3, j, tile.min(w - j))?;
                 let mut decoded = self.decode(&part)?;
                 if let Some(above) = rows.last() {
-                    decoded = blend_rows(&above[row.len()], &decoded, blend)?;
+                    decoded = fade_in(&above[row.len()], &decoded, blend, 2)?;
                 }
                 if let Some(left) = row.last() {
-                    decoded = blend_columns(left, &decoded, blend)?;
+                    decoded = fade_in(left, &decoded, blend, 3)?;
                 }
                 row.push(decoded);
             }
@@ -72,18 +72,10 @@ fn crop(t: &Tensor, keep: usize) -> Result<Tensor> {
     t.narrow(2, 0, keep.min(h))?.narrow(3, 0, keep.min(w))
 }
 
-/// `b` with its first rows faded in from the last rows of `a` (the tile above): row y of the
-/// overlap is a · (1 − y/extent) + b · (y/extent).
-fn blend_rows(a: &Tensor, b: &Tensor, extent: usize) -> Result<Tensor> {
-    blend(a, b, extent, 2)
-}
-
-/// The same across columns, with the tile to the left.
-fn blend_columns(a: &Tensor, b: &Tensor, extent: usize) -> Result<Tensor> {
-    blend(a, b, extent, 3)
-}
-
-fn blend(a: &Tensor, b: &Tensor, extent: usize, dim: usize) -> Result<Tensor> {
+/// `b` with its first `extent` rows (dim 2: `a` is the tile above) or columns (dim 3: the tile
+/// to the left) faded in from `a`'s last ones: entry y of the overlap is
+/// a · (1 − y/extent) + b · (y/extent).
+fn fade_in(a: &Tensor, b: &Tensor, extent: usize, dim: usize) -> Result<Tensor> {
     let extent = extent.min(a.shape()[dim]).min(b.shape()[dim]);
     if extent == 0 {
         return Ok(b.clone());
