@@ -135,12 +135,15 @@ impl KernelParams for AttentionSpec {
     }
 }
 
+/// The head widths the fused kernels are built for.
+pub const HEAD_DIMS: [usize; 2] = [64, 128];
+
 /// Whether the fused kernels take this problem: the dtype, head dim, sizes and the device's
 /// tensor cores (sm_80 or newer).
 pub fn supports(dev: &CudaDevice, dtype: DType, spec: &AttentionSpec) -> bool {
     let fits = |n: usize| n > 0 && n < i32::MAX as usize / 2;
     matches!(dtype, DType::BF16 | DType::F16)
-        && matches!(spec.head_dim, 64 | 128)
+        && HEAD_DIMS.contains(&spec.head_dim)
         && dev.capability().0 >= 8
         && [spec.batch, spec.heads, spec.kv_heads, spec.tq, spec.tk]
             .into_iter()

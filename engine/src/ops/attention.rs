@@ -4,14 +4,15 @@
 //! what a step after a KV cache needs), where torch aligns the first (j <= i). With as many keys
 //! as queries the two agree.
 //!
-//! On CUDA, BF16 and F16 inputs with head dim 64 or 128 run the fused kernels
-//! (backend/cuda/attention.rs): one node whose backward recomputes the probabilities from the
-//! saved log-sum-exp, so the [queries, keys] scores never reach memory. Everything else (the
-//! CPU, F32, other head dims) runs the unfused composition of matmul, mask and softmax, whose
-//! gradient comes from those ops.
+//! On CUDA, BF16 and F16 inputs with heads up to 128 wide run the fused kernels
+//! (backend/cuda/attention.rs; heads narrower than 64 or 128 zero-padded to it): one node whose
+//! backward recomputes the probabilities from the saved log-sum-exp, so the [queries, keys]
+//! scores never reach memory. Everything else (the CPU, F32, heads wider than 128) runs the
+//! unfused composition of matmul, mask and softmax, whose gradient comes from those ops.
 
 use super::backward_fn;
 use super::dispatch::{cuda_kernel, CudaOperand};
+use super::rearrange::PadMode;
 use crate::autograd::{no_grad, SavedTensor};
 use crate::backend::cuda::attention::{self as cuda, Operand};
 use crate::backend::spec::AttentionSpec;
@@ -50,8 +51,24 @@ impl Tensor {
         };
         let (q, k, v) = (cast(self)?, cast(k)?, cast(v)?);
         if let Device::Cuda(i) = q.device() {
-            if cuda::supports(&*crate::backend::cuda::device(i)?, q.dtype(), &spec) {
-                return fused(&q, &k, &v, spec);
+            // A head narrower than a kernel's width runs zero-padded to it: the zeros add
+            // nothing to q·k or to the output's kept columns (SD 1.5's heads are 40 and 80
+            // wide; FlashAttention pads the same way), and the scores never reach memory.
+            let width = cuda::HEAD_DIMS.into_iter().find(|&w| w >= spec.head_dim);
+            if let Some(width) = width {
+                let padded = AttentionSpec {
+                    head_dim: width,
+                    ..spec
+                };
+                if cuda::supports(&*crate::backend::cuda::device(i)?, q.dtype(), &padded) {
+                    if width == spec.head_dim {
+                        return fused(&q, &k, &v, spec);
+                    }
+                    let pad =
+                        |t: &Tensor| t.pad(&[0, width - spec.head_dim], PadMode::Constant(0.0));
+                    let out = fused(&pad(&q)?, &pad(&k)?, &pad(&v)?, padded)?;
+                    return out.narrow(3, 0, spec.head_dim);
+                }
             }
         }
         composite(&q, &k, &v, &spec)

@@ -11,8 +11,9 @@ pub const OPS: &[super::Entry] = &[
 
 /// Attention in the shapes the fused CUDA kernels take (head dims 64 and 128; query and key
 /// counts off the 64- and 128-row tiles; grouped heads; causal with more keys than queries; a
-/// token-major view as a projection leaves it) and one they leave to the composition (head dim
-/// 32). The CPU reference always runs the composition, a chain of five half-precision ops
+/// token-major view as a projection leaves it), narrower heads they take zero-padded (32, and
+/// SD 1.5's 40 and 80, not causal as a UNet's), and one they leave to the composition (head dim
+/// 160, SD 1.5's widest). The CPU reference always runs the composition, a chain of five half-precision ops
 /// (scale, product, mask, softmax, product) whose own rounding reaches 110% of the single-op
 /// allowance on these cases: hence the 2x half-precision slack. The 300-query case takes 3x:
 /// in its early causal rows (two or three visible keys) dQ is P·(dP − D) with D = rowsum(dO ∘ O)
@@ -32,6 +33,9 @@ fn attention_cases() -> Vec<Case> {
         ([1, 2, 33, 128], 2, 100, false, 2.0),
         ([1, 2, 40, 64], 1, 130, true, 2.0),
         ([1, 2, 20, 32], 2, 20, true, 2.0),
+        ([2, 2, 130, 40], 2, 77, false, 2.0),
+        ([1, 2, 70, 80], 1, 70, false, 2.0),
+        ([1, 1, 24, 160], 1, 24, false, 2.0),
         // several 128-query forward blocks (head dim 64), the last one partial, and causal
         // tiles that cross some warps' diagonals and lie wholly after others'
         ([1, 4, 300, 64], 2, 300, true, 3.0),
