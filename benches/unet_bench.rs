@@ -6,8 +6,10 @@
 //!
 //! cargo build --release -p rb_benches --bin unet_bench
 //! target/release/unet_bench --model sd15 --batch 4 --train-batch 8 --imgsz 512 --steps 10
-//! `--train-batch 0` skips the training step. Prints one JSON line per measurement; without a
-//! usable GPU it prints {"error": ...} and exits 2.
+//! `--train-batch 0` skips the training step. `--profile step` or `--profile train` puts one
+//! such step after the warm-up inside the profiler's capture range (for `ncu
+//! --profile-from-start off`). Prints one JSON line per measurement; without a usable GPU it
+//! prints {"error": ...} and exits 2.
 
 #[path = "common.rs"]
 mod common;
@@ -61,6 +63,20 @@ fn predict(unet: &UNet, x: &Inputs) -> Result<Tensor> {
     })
 }
 
+/// One call of `f` inside the profiler's capture range, when `--profile <what>` asks for it.
+fn profiled(dev: &CudaDevice, what: &str, mut f: impl FnMut() -> Result<()>) -> Result<()> {
+    let args: Vec<String> = std::env::args().collect();
+    let asked = args.windows(2).any(|w| w[0] == "--profile" && w[1] == what);
+    if asked {
+        dev.synchronize()?;
+        dev.profiler_capture(true)?;
+        f()?;
+        dev.synchronize()?;
+        dev.profiler_capture(false)?;
+    }
+    Ok(())
+}
+
 fn gib(bytes: u64) -> f64 {
     (bytes as f64 / (1u64 << 30) as f64 * 100.0).round() / 100.0
 }
@@ -103,6 +119,7 @@ fn run(dev: &CudaDevice) -> Result<Vec<serde_json::Value>> {
     for _ in 0..3 {
         step()?;
     }
+    profiled(dev, "step", step)?;
     dev.synchronize()?;
     dev.reset_peak_memory()?;
     let dt = common::timed(dev, steps, step)?;
@@ -142,6 +159,7 @@ fn run(dev: &CudaDevice) -> Result<Vec<serde_json::Value>> {
         for _ in 0..3 {
             step()?;
         }
+        profiled(dev, "train", &mut step)?;
         dev.synchronize()?;
         dev.reset_peak_memory()?;
         let dt = common::timed(dev, steps, &mut step)?;
