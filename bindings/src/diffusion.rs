@@ -116,7 +116,7 @@ fn generate(pipe: &mut PipelineHandle, prompts: Dynamic, opts: Map) -> RhaiResul
         prompts: list,
         negative,
         steps: o.usize("steps", 50)?,
-        guidance: o.float("guidance", 7.5)?,
+        guidance: o.float("guidance", pipe.0.default_guidance())?,
         size,
         seed: o.int("seed", 0)? as u64,
         scheduler: o.string("scheduler")?,
@@ -361,7 +361,7 @@ pub fn register(engine: &mut Engine) {
         api.func(
             "load",
             "diffusion::load(dir) -> Pipeline",
-            "A Stable Diffusion pipeline (SD 1.x and 2.x: diffusers' StableDiffusionPipeline) from a diffusers folder: model_index.json with unet/, vae/, text_encoder/ (CLIPTextModel), tokenizer/ and scheduler/. pipe.generate(prompt, opts) draws images; pipe.to(\"cuda\") moves it. Every weight is required by name and shape; a missing component folder is named.",
+            "A Stable Diffusion pipeline from a diffusers folder: SD 1.x and 2.x (StableDiffusionPipeline: model_index.json with unet/, vae/, text_encoder/ (CLIPTextModel), tokenizer/ and scheduler/) or SDXL (StableDiffusionXLPipeline: also text_encoder_2/ (CLIPTextModelWithProjection) and tokenizer_2/). pipe.generate(prompt, opts) draws images; pipe.to(\"cuda\") moves it. Every weight is required by name and shape; a missing component folder is named.",
             "try { diffusion::load(\"no_such_folder\"); } catch (e) { print(e); }   // with a real folder: let pipe = diffusion::load(\"stable-diffusion-v1-5\"); vision::save_image(pipe.generate(\"a red fox\", #{ steps: 25, seed: 1 }), \"fox.png\");",
             |dir: &str| -> RhaiResult<PipelineHandle> {
                 guard(|| StableDiffusion::from_folder(std::path::Path::new(dir)))
@@ -371,7 +371,7 @@ pub fn register(engine: &mut Engine) {
         api.method(
             "generate",
             "pipe.generate(prompt, #{ steps, guidance, seed, width, height, scheduler, negative, eta, image, strength, tiled, progress }) -> Tensor",
-            "Text to image: a U8 [H, W, 3] image for a prompt, or a list of images for a list of prompts. steps (50) denoising steps of the folder's scheduler (or scheduler: another class over its noise schedule), classifier-free guidance (7.5; 1 turns it off), negative prompt(s), seed (0) for the starting noise, width and height (the model's size by default; multiples of 8), DDIM's eta, a progress bar (progress: false hides it). Image to image: image (a path or a U8 image; resized to the width and height, or its own size rounded down to multiples of 8) is encoded and noised strength (0.8) of the way, and only that share of the steps runs. tiled: true decodes with the VAE tile by tile (diffusers' enable_tiling), for images larger than the VAE was made for in bounded memory. Prompts longer than the text encoder's context are cut with a warning.",
+            "Text to image: a U8 [H, W, 3] image for a prompt, or a list of images for a list of prompts. steps (50) denoising steps of the folder's scheduler (or scheduler: another class over its noise schedule), classifier-free guidance (7.5, SDXL 5; 1 turns it off), negative prompt(s) (without one SDXL's unconditional input is zeros, as its force_zeros_for_empty_prompt says), seed (0) for the starting noise, width and height (the model's size by default; multiples of 8), DDIM's eta, a progress bar (progress: false hides it). Image to image: image (a path or a U8 image; resized to the width and height, or its own size rounded down to multiples of 8) is encoded and noised strength (0.8) of the way, and only that share of the steps runs. tiled: true decodes with the VAE tile by tile (diffusers' enable_tiling), for images larger than the VAE was made for in bounded memory. Prompts longer than the text encoder's context are cut with a warning.",
             "try { let pipe = diffusion::load(\"sd\"); pipe.generate(\"a red fox\", #{ steps: 20, guidance: 7.5, seed: 3, width: 512, height: 512 }); } catch (e) { print(e); }",
             generate,
         );
@@ -385,7 +385,7 @@ pub fn register(engine: &mut Engine) {
         api.method(
             "add_lora",
             "pipe.add_lora(path, strength) -> map",
-            "Merges a LoRA file into the UNet and the text encoder with strength (as diffusers' load_lora_weights then fuse_lora(lora_scale)): diffusers/PEFT files (unet./text_encoder., lora_A/lora_B) and kohya's (lora_unet_/lora_te_, lora_down/lora_up with alpha). Returns #{ unet, text_encoder }: the modules changed. A LoRA for another base model is refused by name and changes nothing.",
+            "Merges a LoRA file into the UNet and the text encoders with strength (as diffusers' load_lora_weights then fuse_lora(lora_scale)): diffusers/PEFT files (unet./text_encoder./text_encoder_2., lora_A/lora_B) and kohya's (lora_unet_/lora_te_/lora_te1_/lora_te2_, lora_down/lora_up with alpha). Returns #{ unet, text_encoder }: the modules changed (text_encoder counts both of SDXL's). A LoRA for another base model is refused by name and changes nothing.",
             "try { diffusion::load(\"sd\").add_lora(\"style.safetensors\", 0.8); } catch (e) { print(e); }",
             |p: &mut PipelineHandle, path: &str, strength: f64| -> RhaiResult<Map> {
                 let (u, t) = guard(|| p.0.add_lora(std::path::Path::new(path), strength))?;

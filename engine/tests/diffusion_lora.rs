@@ -52,7 +52,9 @@ fn both_layouts_merge_as_diffusers_fuses_them() {
             err < 1e-4,
             "{layout}: UNet differs from diffusers' by {err:.2e}"
         );
-        let states = no_grad(|| pipe.encode_prompts(&["a red cat", "a dog"])).unwrap();
+        let states = no_grad(|| pipe.encode_prompts(&["a red cat", "a dog"]))
+            .unwrap()
+            .states;
         let err = relative_error(&states, &want["text"]);
         assert!(err < 1e-5, "{layout}: text states differ by {err:.2e}");
     }

@@ -39,7 +39,7 @@ fn ask(guidance: f64, negative: Vec<String>, latents: &Tensor) -> TextToImage {
 fn the_pipeline_draws_what_diffusers_draws() {
     let pipe = StableDiffusion::from_folder(&folder()).unwrap();
     let want = safetensors::load(folder().join("expected.safetensors")).unwrap();
-    let ids = pipe
+    let ids = pipe.prompts.encoders[0]
         .tokenizer
         .encode_batch(&["a red cat", "a dog"])
         .unwrap();
@@ -48,7 +48,9 @@ fn the_pipeline_draws_what_diffusers_draws() {
         want["ids"].to_vec_f64().unwrap(),
         "prompt ids"
     );
-    let states = rusting_brain::no_grad(|| pipe.encode_prompts(&["a red cat", "a dog"])).unwrap();
+    let states = rusting_brain::no_grad(|| pipe.encode_prompts(&["a red cat", "a dog"]))
+        .unwrap()
+        .states;
     let err = worst(&states, &want["text_states"]);
     assert!(err < 1e-5, "text states differ by {err:.2e}");
     let mut steps = 0;
@@ -223,4 +225,104 @@ fn a_tiled_vae_decode_is_used_when_asked() {
     // The fixture's VAE has sample_size 16: 8x8 latents are one tile.
     assert!(same(&run(16, true), &run(16, false)));
     assert!(!same(&run(32, true), &run(32, false)));
+}
+
+fn sdxl_folder() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/diffusion/sdxl_tiny")
+}
+
+/// SDXL (`make_sdxl_pipeline.py`): the second tokenizer pads with "!", the states are both
+/// encoders' second to last layers side by side and the pooled embedding the second's
+/// projection (1e-5); the images with guidance and no negative prompt (zeros, by
+/// `force_zeros_for_empty_prompt`), with negative prompts, and without guidance are diffusers'
+/// within 1/255.
+#[test]
+fn sdxl_draws_what_diffusers_draws() {
+    let pipe = StableDiffusion::from_folder(&sdxl_folder()).unwrap();
+    let want = safetensors::load(sdxl_folder().join("expected.safetensors")).unwrap();
+    assert_eq!(pipe.prompts.encoders.len(), 2);
+    assert!(pipe.force_zeros_for_empty_prompt);
+    let prompts = ["a red cat", "a dog"];
+    let ids = pipe.prompts.encoders[1]
+        .tokenizer
+        .encode_batch(&prompts)
+        .unwrap();
+    assert_eq!(
+        ids.to_vec_f64().unwrap(),
+        want["ids_2"].to_vec_f64().unwrap(),
+        "the second tokenizer's ids (padded with `!`)"
+    );
+    let cond = rusting_brain::no_grad(|| pipe.encode_prompts(&prompts)).unwrap();
+    let err = worst(&cond.states, &want["states"]);
+    assert!(err < 1e-5, "prompt states differ by {err:.2e}");
+    let err = worst(cond.pooled.as_ref().unwrap(), &want["pooled"]);
+    assert!(err < 1e-5, "pooled embeddings differ by {err:.2e}");
+    let draw = |guidance: f64, negative: Vec<String>| {
+        pipe.generate(&ask(guidance, negative, &want["latents"]), &mut |_, _| {
+            Ok(())
+        })
+        .unwrap()
+    };
+    let zeros = draw(5.0, vec![]);
+    let err = worst(&zeros, &want["zeros"]);
+    assert!(
+        err < 1.0 / 255.0,
+        "guided image (zero negative) differs by {err:.2e}"
+    );
+    let negative = draw(5.0, vec!["".into(), "blurry".into()]);
+    let err = worst(&negative, &want["negative"]);
+    assert!(
+        err < 1.0 / 255.0,
+        "guided image (negative prompts) differs by {err:.2e}"
+    );
+    assert!(
+        worst(&zeros, &negative) > 1e-3,
+        "zeros and encoded negatives draw different images"
+    );
+    let plain = draw(1.0, vec![]);
+    let err = worst(&plain, &want["plain"]);
+    assert!(err < 1.0 / 255.0, "unguided image differs by {err:.2e}");
+}
+
+/// An SDXL folder whose text encoders do not fit its UNet is refused at load, naming both
+/// widths.
+#[test]
+fn sdxl_encoders_that_do_not_fit_the_unet_are_named() {
+    let dir = tempfile::tempdir().unwrap();
+    copy_dir(&sdxl_folder(), dir.path());
+    let config = dir.path().join("text_encoder_2/config.json");
+    let text = std::fs::read_to_string(&config).unwrap();
+    std::fs::write(
+        &config,
+        text.replace("\"projection_dim\": 5", "\"projection_dim\": 7"),
+    )
+    .unwrap();
+    let weights = dir.path().join("text_encoder_2/model.safetensors");
+    let mut tensors = safetensors::load(&weights).unwrap();
+    tensors.insert(
+        "text_projection.weight".into(),
+        Tensor::zeros(&[7, 8], DType::F32, rusting_brain::Device::Cpu).unwrap(),
+    );
+    safetensors::save(&weights, &tensors, None).unwrap();
+    let e = StableDiffusion::from_folder(dir.path())
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(
+        e.contains("pooled text embedding of 5, the text encoders give 7"),
+        "{e}"
+    );
+}
+
+fn copy_dir(from: &std::path::Path, to: &std::path::Path) {
+    for entry in std::fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        let target = to.join(entry.file_name());
+        if entry.file_type().unwrap().is_dir() {
+            std::fs::create_dir_all(&target).unwrap();
+            copy_dir(&entry.path(), &target);
+        } else {
+            std::fs::copy(entry.path(), target).unwrap();
+        }
+    }
 }

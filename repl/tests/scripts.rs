@@ -109,6 +109,10 @@ fn every_script_runs_on_tiny_settings() {
     let sd_tiny =
         PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/diffusion/sd_tiny");
     let sd_tiny = format!("model={}", sd_tiny.display());
+    // txt2img runs the SDXL folder: two text encoders and the added conditioning.
+    let sdxl_tiny =
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/diffusion/sdxl_tiny");
+    let sdxl_tiny = format!("model={}", sdxl_tiny.display());
     // A 100x100 photo: img2img resizes it to 96x96 (multiples of 8).
     let sd_photo = format!("image={}", jpegs.join("pil_sample_rgb.jpg").display());
     // Each script gets the arguments it declares (an unknown one is refused), at tiny sizes.
@@ -174,7 +178,7 @@ fn every_script_runs_on_tiny_settings() {
                 &out,
             ],
             "txt2img.rhai" => vec![
-                &sd_tiny,
+                &sdxl_tiny,
                 "prompt=a red cat",
                 "steps=3",
                 "n=2",

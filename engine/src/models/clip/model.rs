@@ -28,6 +28,9 @@ pub struct TextTower {
 pub struct TowerOutput {
     pub last_hidden_state: Tensor,
     pub pooler_output: Tensor,
+    /// The embeddings' output and each layer's, layers + 1 entries (transformers'
+    /// `output_hidden_states`): SDXL reads the second to last, before the final norm.
+    pub hidden_states: Vec<Tensor>,
 }
 
 impl TextTower {
@@ -95,8 +98,10 @@ impl TextTower {
         let (b, t) = (ids.shape()[0], ids.shape()[1]);
         let positions = self.position_embedding.weight.narrow(0, 0, t)?;
         let mut h = self.token_embedding.forward(ids)?.add(&positions)?;
+        let mut hidden_states = vec![h.clone()];
         for layer in &self.layers {
             h = layer.forward(&h)?;
+            hidden_states.push(h.clone());
         }
         let h = self.final_layer_norm.forward(&h)?;
         let rows: Vec<i64> = self
@@ -114,6 +119,7 @@ impl TextTower {
         Ok(TowerOutput {
             last_hidden_state: h,
             pooler_output: pooled,
+            hidden_states,
         })
     }
 }
@@ -209,8 +215,10 @@ impl VisionTower {
             Resample::Bicubic,
         )?;
         let mut h = self.pre_layrnorm.forward(&x)?;
+        let mut hidden_states = vec![h.clone()];
         for layer in &self.layers {
             h = layer.forward(&h)?;
+            hidden_states.push(h.clone());
         }
         let pooled = self
             .post_layernorm
@@ -218,6 +226,7 @@ impl VisionTower {
         Ok(TowerOutput {
             last_hidden_state: h,
             pooler_output: pooled,
+            hidden_states,
         })
     }
 }

@@ -2,9 +2,11 @@
 //! diffusers' `load_lora_weights` + `fuse_lora(lora_scale)` does. Two layouts:
 //!
 //! - diffusers / PEFT (`save_lora_weights`): `unet.<module>.lora_A.weight` and `.lora_B.weight`,
-//!   `text_encoder.<module>...`; scale 1 (or alpha / rank where an `.alpha` is stored);
+//!   `text_encoder.<module>...` (SDXL's second: `text_encoder_2.`); scale 1 (or alpha / rank
+//!   where an `.alpha` is stored);
 //! - kohya's sd-scripts: `lora_unet_<module with _>.lora_down.weight`, `.lora_up.weight` and
-//!   `.alpha`, `lora_te_<...>` for the text encoder; scale alpha / rank.
+//!   `.alpha`, `lora_te_<...>` for the text encoder (SDXL's: `lora_te1_`, `lora_te2_`); scale
+//!   alpha / rank.
 //!
 //! W ← W + strength · scale · up @ down, for linear layers and convolutions (the product over
 //! the flattened kernel). A module the model lacks, or of another shape, is an error that names
@@ -19,7 +21,8 @@ use std::path::Path;
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub enum LoraTarget {
     Unet,
-    TextEncoder,
+    /// The pipeline's first (0) or second (1, SDXL's `text_encoder_2`) text encoder.
+    TextEncoder(usize),
 }
 
 /// One module's low-rank update.
@@ -51,17 +54,21 @@ pub fn read_lora(path: &Path) -> Result<Vec<LoraModule>> {
     // module → (target, down, up, alpha)
     let mut parts: BTreeMap<(LoraTarget, String), [Option<Tensor>; 3]> = BTreeMap::new();
     for (key, t) in &tensors {
-        let (target, rest) = if let Some(r) = key.strip_prefix("unet.") {
-            (LoraTarget::Unet, r)
-        } else if let Some(r) = key.strip_prefix("text_encoder.") {
-            (LoraTarget::TextEncoder, r)
-        } else if let Some(r) = key.strip_prefix("lora_unet_") {
-            (LoraTarget::Unet, r)
-        } else if let Some(r) = key.strip_prefix("lora_te_") {
-            (LoraTarget::TextEncoder, r)
-        } else {
+        const PREFIXES: [(&str, LoraTarget); 7] = [
+            ("unet.", LoraTarget::Unet),
+            ("text_encoder.", LoraTarget::TextEncoder(0)),
+            ("text_encoder_2.", LoraTarget::TextEncoder(1)),
+            ("lora_unet_", LoraTarget::Unet),
+            ("lora_te_", LoraTarget::TextEncoder(0)),
+            ("lora_te1_", LoraTarget::TextEncoder(0)),
+            ("lora_te2_", LoraTarget::TextEncoder(1)),
+        ];
+        let Some((target, rest)) = PREFIXES
+            .iter()
+            .find_map(|(p, target)| key.strip_prefix(p).map(|r| (*target, r)))
+        else {
             return Err(bad(format!(
-                "`{key}` is not a Stable Diffusion LoRA tensor (unet./text_encoder. or lora_unet_/lora_te_)"
+                "`{key}` is not a Stable Diffusion LoRA tensor (unet./text_encoder./text_encoder_2. or lora_unet_/lora_te_/lora_te1_/lora_te2_)"
             )));
         };
         let (module, slot) = [
@@ -128,7 +135,7 @@ pub fn plan_lora<'a>(model: &dyn Module, modules: &[&'a LoraModule]) -> Result<L
     for m in modules {
         let dotted = match m.target {
             // Text encoders' files name modules with or without transformers' `text_model.`.
-            LoraTarget::TextEncoder if !m.module.starts_with("text_model") => {
+            LoraTarget::TextEncoder(_) if !m.module.starts_with("text_model") => {
                 format!("text_model.{}.weight", m.module)
             }
             _ => format!("{}.weight", m.module),

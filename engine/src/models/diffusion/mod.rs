@@ -6,6 +6,7 @@
 pub mod blocks;
 pub mod lora;
 pub mod pipeline;
+pub mod prompt_encoder;
 pub mod scheduler;
 pub mod transformer2d;
 pub mod unet;

@@ -1,11 +1,10 @@
-//! Stable Diffusion's text-to-image pipeline (diffusers' `StableDiffusionPipeline`, SD 1.x
-//! and 2.x folders): prompts → CLIP text states → noise → the scheduler's walk with
-//! classifier-free guidance → VAE decode → images.
+//! Stable Diffusion's text-to-image pipeline (diffusers' `StableDiffusionPipeline` for SD 1.x
+//! and 2.x folders, `StableDiffusionXLPipeline` for SDXL's): prompts → CLIP text states →
+//! noise → the scheduler's walk with classifier-free guidance → VAE decode → images.
 
+use super::prompt_encoder::{Conditioning, PromptEncoder, PromptEncoders, StatesLayer};
 use super::scheduler::{self, Scheduler};
-use super::{AutoencoderKl, UNet};
-use crate::models::clip::{tokenizer as clip_tokenizer, ClipTextModel};
-use crate::models::prompt_tokenizer::{Padding, PromptTokenizer};
+use super::{AddedConditions, AutoencoderKl, UNet};
 use crate::nn::Module;
 use crate::{no_grad, DType, Device, Error, Generator, Result, Tensor};
 use serde_json::Value;
@@ -76,8 +75,10 @@ impl Default for TextToImage {
 }
 
 pub struct StableDiffusion {
-    pub tokenizer: PromptTokenizer,
-    pub text_encoder: ClipTextModel,
+    /// The text encoders and tokenizers (SDXL has two).
+    pub prompts: PromptEncoders,
+    /// SDXL: without a negative prompt the unconditional input is zeros, not the encoded "".
+    pub force_zeros_for_empty_prompt: bool,
     pub unet: UNet,
     pub vae: AutoencoderKl,
     /// `scheduler/scheduler_config.json`, read for each call (a walk holds state).
@@ -86,7 +87,7 @@ pub struct StableDiffusion {
     sample_size: Option<usize>,
 }
 
-fn component(dir: &Path, name: &str) -> Result<std::path::PathBuf> {
+pub(super) fn component(dir: &Path, name: &str) -> Result<std::path::PathBuf> {
     let sub = dir.join(name);
     match sub.is_dir() {
         true => Ok(sub),
@@ -98,59 +99,62 @@ fn component(dir: &Path, name: &str) -> Result<std::path::PathBuf> {
 }
 
 impl StableDiffusion {
-    /// A diffusers pipeline folder (`model_index.json`, and `unet/`, `vae/`, `text_encoder/`,
-    /// `tokenizer/` and `scheduler/`).
+    /// A diffusers pipeline folder: `model_index.json`, and `unet/`, `vae/`, `text_encoder/`,
+    /// `tokenizer/` and `scheduler/`; SDXL's also `text_encoder_2/` and `tokenizer_2/` (a
+    /// refiner's only those).
     pub fn from_folder(dir: &Path) -> Result<StableDiffusion> {
         let index_path = dir.join("model_index.json");
         let text = std::fs::read_to_string(&index_path).map_err(|e| Error::io(&index_path, e))?;
         let index: Value = serde_json::from_str(&text).map_err(|e| {
             Error::format("model_index.json", format!("{}: {e}", index_path.display()))
         })?;
-        match index.get("_class_name").and_then(Value::as_str) {
-            Some("StableDiffusionPipeline") => {}
+        // A component the index lists as [null, null] is absent.
+        let listed = |name: &str| {
+            index
+                .get(name)
+                .and_then(Value::as_array)
+                .is_some_and(|v| v.iter().any(|x| !x.is_null()))
+        };
+        let class = index.get("_class_name").and_then(Value::as_str);
+        let prompts = match class {
+            Some("StableDiffusionPipeline") => PromptEncoders {
+                encoders: vec![PromptEncoder::from_folder(dir, "text_encoder", "tokenizer")?],
+                layer: StatesLayer::Last,
+            },
+            Some("StableDiffusionXLPipeline") => {
+                let mut encoders = Vec::new();
+                if listed("text_encoder") {
+                    encoders.push(PromptEncoder::from_folder(dir, "text_encoder", "tokenizer")?);
+                }
+                encoders.push(PromptEncoder::from_folder(
+                    dir,
+                    "text_encoder_2",
+                    "tokenizer_2",
+                )?);
+                PromptEncoders {
+                    encoders,
+                    layer: StatesLayer::Penultimate,
+                }
+            }
             other => {
                 return Err(Error::format(
                     "model_index.json",
                     format!(
-                        "{}: pipeline {} is not supported (StableDiffusionPipeline is)",
+                        "{}: pipeline {} is not supported (StableDiffusionPipeline and StableDiffusionXLPipeline are)",
                         dir.display(),
                         other.unwrap_or("without a _class_name")
                     ),
                 ))
             }
-        }
-        let text_encoder = ClipTextModel::from_folder(&component(dir, "text_encoder")?)?;
-        let context = text_encoder.config().max_position_embeddings;
-        let tok_dir = component(dir, "tokenizer")?;
-        let mut tokenizer = clip_tokenizer::from_folder(&tok_dir, context)?.ok_or_else(|| {
-            Error::format(
-                "StableDiffusionPipeline",
-                format!(
-                    "{}: no tokenizer.json or vocab.json + merges.txt",
-                    tok_dir.display()
-                ),
-            )
-        })?;
-        // diffusers pads every prompt to the encoder's context.
-        tokenizer.padding = Padding::MaxLength;
+        };
+        let force_zeros_for_empty_prompt = prompts.layer == StatesLayer::Penultimate
+            && index
+                .get("force_zeros_for_empty_prompt")
+                .and_then(Value::as_bool)
+                .unwrap_or(true);
         let unet_dir = component(dir, "unet")?;
         let unet = UNet::from_folder(&unet_dir)?;
-        if !unet.config.conditional {
-            return Err(Error::format(
-                "StableDiffusionPipeline",
-                format!("{}: the UNet is not text-conditioned", unet_dir.display()),
-            ));
-        }
-        let width = text_encoder.config().tower.hidden_size;
-        if width != unet.config.cross_attention_dim {
-            return Err(Error::format(
-                "StableDiffusionPipeline",
-                format!(
-                    "the text encoder's width {width} is not the UNet's cross_attention_dim {}",
-                    unet.config.cross_attention_dim
-                ),
-            ));
-        }
+        check_fit(&prompts, &unet, &unet_dir)?;
         let sample_size = unet.sample_size;
         let sched_path = component(dir, "scheduler")?.join("scheduler_config.json");
         let scheduler_config =
@@ -158,8 +162,8 @@ impl StableDiffusion {
         // Checked now, so a bad one is named at load.
         scheduler::from_config(&scheduler_config, None)?;
         Ok(StableDiffusion {
-            tokenizer,
-            text_encoder,
+            prompts,
+            force_zeros_for_empty_prompt,
             vae: AutoencoderKl::from_folder(&component(dir, "vae")?)?,
             unet,
             scheduler_config,
@@ -176,22 +180,54 @@ impl StableDiffusion {
 
     /// Moves every model to `device`.
     pub fn to_device(&self, device: Device) -> Result<()> {
-        self.text_encoder.to_device(device)?;
+        self.prompts.to_device(device)?;
         self.unet.to_device(device)?;
         self.vae.to_device(device)
     }
 
-    /// Merges a LoRA file (diffusers/PEFT or kohya layout) into the UNet and the text encoder
-    /// with `strength` (diffusers' `load_lora_weights` then `fuse_lora(lora_scale)`); returns
-    /// how many modules of each it changed. Nothing changes unless every module fits.
+    /// Merges a LoRA file (diffusers/PEFT or kohya layout) into the UNet and the text
+    /// encoders with `strength` (diffusers' `load_lora_weights` then `fuse_lora(lora_scale)`);
+    /// returns how many modules of the UNet and of the text encoders it changed. Nothing
+    /// changes unless every module fits.
     pub fn add_lora(&self, path: &Path, strength: f64) -> Result<(usize, usize)> {
         use super::lora::{plan_lora, read_lora, LoraTarget};
         let modules = read_lora(path)?;
         let of = |t: LoraTarget| modules.iter().filter(|m| m.target == t).collect::<Vec<_>>();
-        // Both models' modules are placed before either changes.
+        // Every model's modules are placed before any changes.
         let unet = plan_lora(&self.unet, &of(LoraTarget::Unet))?;
-        let text = plan_lora(&self.text_encoder, &of(LoraTarget::TextEncoder))?;
-        Ok((unet.apply(strength)?, text.apply(strength)?))
+        // Each encoder's slot in the file's naming: a refiner's one encoder is text_encoder_2.
+        let encoders = &self.prompts.encoders;
+        let slots: Vec<usize> = (0..encoders.len())
+            .map(
+                |i| match encoders.len() == 1 && encoders[i].name == "text_encoder_2" {
+                    true => 1,
+                    false => i,
+                },
+            )
+            .collect();
+        let stray = modules
+            .iter()
+            .find(|m| matches!(m.target, LoraTarget::TextEncoder(i) if !slots.contains(&i)));
+        if let Some(m) = stray {
+            return Err(Error::invalid(
+                "add_lora",
+                format!(
+                    "{}: `{}` adapts a text encoder this pipeline does not have",
+                    path.display(),
+                    m.module
+                ),
+            ));
+        }
+        let mut text = Vec::new();
+        for (e, &slot) in encoders.iter().zip(&slots) {
+            text.push(plan_lora(&e.model, &of(LoraTarget::TextEncoder(slot)))?);
+        }
+        let unet = unet.apply(strength)?;
+        let mut changed = 0;
+        for plan in text {
+            changed += plan.apply(strength)?;
+        }
+        Ok((unet, changed))
     }
 
     /// A fresh walk of the folder's scheduler (or of `class` over its noise schedule).
@@ -199,29 +235,23 @@ impl StableDiffusion {
         scheduler::from_config(&self.scheduler_config, class)
     }
 
+    /// diffusers' default guidance scale for the pipeline: 7.5 for SD, 5 for SDXL.
+    pub fn default_guidance(&self) -> f64 {
+        match self.prompts.layer {
+            StatesLayer::Last => 7.5,
+            StatesLayer::Penultimate => 5.0,
+        }
+    }
+
     /// How much larger each side of the image is than the latent's.
     pub fn vae_scale(&self) -> usize {
         self.vae.config.downscale()
     }
 
-    /// The text states [N, T, width] of prompts, padded to the encoder's context. Longer
-    /// prompts are cut (with one warning, as diffusers warns).
-    pub fn encode_prompts(&self, prompts: &[&str]) -> Result<Tensor> {
-        for p in prompts {
-            // Start and end tokens around the text.
-            let len = self.tokenizer.tokenizer.encode(p)?.len() + 2;
-            if len > self.tokenizer.max_len {
-                crate::messages::warn(&format!(
-                    "the prompt \"{p}\" is {len} tokens; the text encoder reads {}, so the rest is cut",
-                    self.tokenizer.max_len
-                ));
-            }
-        }
-        let ids = self
-            .tokenizer
-            .encode_batch(prompts)?
-            .to_device(self.device())?;
-        self.text_encoder.forward(&ids)
+    /// The text states [N, T, width] of prompts (and SDXL's pooled embedding), padded to the
+    /// encoders' context. Longer prompts are cut (with one warning, as diffusers warns).
+    pub fn encode_prompts(&self, prompts: &[&str]) -> Result<Conditioning> {
+        self.prompts.encode(prompts, self.device())
     }
 
     /// Images [N, H, W, 3] (F32 in [0, 1]) for the prompts; `progress(step, steps)` after
@@ -268,7 +298,7 @@ impl StableDiffusion {
         sched.set_timesteps(ask.steps)?;
         let prompts: Vec<&str> = ask.prompts.iter().map(String::as_str).collect();
         let guided = ask.guidance > 1.0;
-        let context = {
+        let cond = {
             let cond = self.encode_prompts(&prompts)?;
             match guided {
                 false => cond,
@@ -286,10 +316,16 @@ impl StableDiffusion {
                             ))
                         }
                     };
-                    Tensor::cat(&[self.encode_prompts(&negative)?, cond], 0)?
+                    let uncond = match ask.negative.is_empty() && self.force_zeros_for_empty_prompt
+                    {
+                        true => cond.zeros_like()?,
+                        false => self.encode_prompts(&negative)?,
+                    };
+                    Conditioning::cat(&uncond, &cond)?
                 }
             }
         };
+        let added = self.added_conditions(&cond, (height, width))?;
         let device = self.device();
         let shape = [
             n,
@@ -316,7 +352,9 @@ impl StableDiffusion {
                 false => latents.clone(),
             };
             let input = sched.scale_model_input(&input)?.to_dtype(dtype)?;
-            let pred = self.unet.predict(&input, &t, Some(&context))?;
+            let pred = self
+                .unet
+                .predict_with(&input, &t, Some(&cond.states), added.as_ref())?;
             let pred = match guided {
                 false => pred,
                 true => {
@@ -345,6 +383,33 @@ impl StableDiffusion {
 }
 
 impl StableDiffusion {
+    /// SDXL's added conditioning for a batch: the pooled embeddings, and each image's original
+    /// size, crop corner and target size as diffusers defaults them (the image's size, (0, 0),
+    /// the image's size).
+    fn added_conditions(
+        &self,
+        cond: &Conditioning,
+        (height, width): (usize, usize),
+    ) -> Result<Option<AddedConditions>> {
+        if self.unet.config.text_time.is_none() {
+            return Ok(None);
+        }
+        let text_embeds = cond.pooled.clone().ok_or_else(|| {
+            Error::invalid(
+                "generate",
+                "the UNet takes a pooled text embedding, which no text encoder of the pipeline gives",
+            )
+        })?;
+        let b = text_embeds.shape()[0];
+        let (h, w) = (height as f64, width as f64);
+        let ids = [h, w, 0.0, 0.0, h, w].repeat(b);
+        let time_ids = Tensor::from_f64s(&ids, &[b, 6], DType::F32)?.to_device(self.device())?;
+        Ok(Some(AddedConditions {
+            text_embeds,
+            time_ids,
+        }))
+    }
+
     /// Text to image's start: noise [shape] from `seed`, or the given latents.
     fn noise_start(&self, ask: &TextToImage, shape: &[usize; 4]) -> Result<Tensor> {
         let device = self.device();
@@ -448,4 +513,37 @@ pub fn to_u8_images(images: &Tensor) -> Result<Vec<Tensor>> {
     (0..images.shape()[0])
         .map(|i| u8s.narrow(0, i, 1)?.squeeze(0)?.contiguous())
         .collect()
+}
+
+/// Whether the text encoders fit the UNet: their widths side by side are its
+/// `cross_attention_dim`, and an SDXL UNet's added conditioning takes the pooled width.
+fn check_fit(prompts: &PromptEncoders, unet: &UNet, unet_dir: &Path) -> Result<()> {
+    let bad = |msg: String| Error::format("StableDiffusionPipeline", msg);
+    if !unet.config.conditional {
+        return Err(bad(format!(
+            "{}: the UNet is not text-conditioned",
+            unet_dir.display()
+        )));
+    }
+    let widths: Vec<String> = prompts
+        .encoders
+        .iter()
+        .map(|e| format!("{} {}", e.name, e.width()))
+        .collect();
+    if prompts.width() != unet.config.cross_attention_dim {
+        return Err(bad(format!(
+            "the text encoders' width ({}) is not the UNet's cross_attention_dim {}",
+            widths.join(" + "),
+            unet.config.cross_attention_dim
+        )));
+    }
+    match (unet.config.text_time, prompts.pooled_width()) {
+        (None, _) => Ok(()),
+        (Some(tt), Some(p)) if p == tt.text_embeds_dim() => Ok(()),
+        (Some(tt), p) => Err(bad(format!(
+            "the UNet's added conditioning takes a pooled text embedding of {}, the text encoders give {}",
+            tt.text_embeds_dim(),
+            p.map_or("none".to_string(), |p| p.to_string())
+        ))),
+    }
 }

@@ -130,8 +130,10 @@ impl VisionTower {
             &table,
             Resample::Bicubic,
         )?;
+        let mut hidden_states = vec![h.clone()];
         for layer in &self.layers {
             h = layer.forward(&h)?;
+            hidden_states.push(h.clone());
         }
         let h = self.post_layernorm.forward(&h)?;
         let pooled = match &self.head {
@@ -141,6 +143,7 @@ impl VisionTower {
         Ok(TowerOutput {
             last_hidden_state: h,
             pooler_output: pooled,
+            hidden_states,
         })
     }
 }
