@@ -1,7 +1,8 @@
 //! A diffusers-shaped UNet2DConditionModel on the GPU (SD 1.5 or SDXL, random weights; the
 //! configs are `benches/diffusion/{sd15,sdxl}_unet.json`, which `diffusion/torch_unet_bench.py`
 //! reads too; run both in one call): one denoising step (the UNet's forward at one timestep
-//! over 77 text states) and a training step (noise-prediction MSE, backward, AdamW), both
+//! over 77 text states, inside one autocast scope over the steps as a sampling loop runs, so
+//! each weight is cast to BF16 once) and a training step (noise-prediction MSE, backward, AdamW), both
 //! under BF16 autocast, with the peak of device memory each held.
 //!
 //! cargo build --release -p rb_benches --bin unet_bench
@@ -116,13 +117,16 @@ fn run(dev: &CudaDevice) -> Result<Vec<serde_json::Value>> {
     unet.eval();
     let x = inputs(&config, batch, side, &mut gen)?;
     let step = || -> Result<()> { no_grad(|| predict(&unet, &x)).map(drop) };
-    for _ in 0..3 {
-        step()?;
-    }
-    profiled(dev, "step", step)?;
-    dev.synchronize()?;
-    dev.reset_peak_memory()?;
-    let dt = common::timed(dev, steps, step)?;
+    // As a denoising loop runs: inside one autocast scope, which casts each weight once.
+    let dt = autocast(Some(DType::BF16), || {
+        for _ in 0..3 {
+            step()?;
+        }
+        profiled(dev, "step", step)?;
+        dev.synchronize()?;
+        dev.reset_peak_memory()?;
+        common::timed(dev, steps, step)
+    })?;
     out.push(json!({
         "bench": "unet_step", "batch": batch, "common": common,
         "step_ms": (dt * 1e5).round() / 100.0, "peak_gib": gib(dev.peak_memory()?),

@@ -1,7 +1,8 @@
 """PyTorch's side of benches/unet_bench.rs, in the same call: diffusers' UNet2DConditionModel
 from the same config (benches/diffusion/{sd15,sdxl}_unet.json, random weights, SDPA attention),
-one denoising step and a training step (noise-prediction MSE, backward, fused AdamW) under BF16
-autocast, eager and torch.compile, with the peak memory each held. The first line is the floor:
+one denoising step (inside one autocast scope over the steps, as a sampling loop runs) and a
+training step (noise-prediction MSE, backward, fused AdamW) under BF16 autocast, eager and
+torch.compile, with the peak memory each held. The first line is the floor:
 the forward's FLOPs as torch's FlopCounterMode counts them, over 790 TFLOP/s (BF16).
 
     python benches/diffusion/torch_unet_bench.py --model sd15 --batch 4 --train-batch 8
@@ -82,11 +83,13 @@ for variant in a.variants.split(","):
         with torch.no_grad(), torch.autocast("cuda", torch.bfloat16):
             return fwd(**x).sample
 
-    for _ in range(3 if variant == "eager" else 6):
-        step()
-    torch.cuda.synchronize()
-    torch.cuda.reset_peak_memory_stats()
-    dt, _ = timed(step, a.steps)
+    # As a denoising loop runs: inside one autocast scope, which casts each weight once.
+    with torch.autocast("cuda", torch.bfloat16):
+        for _ in range(3 if variant == "eager" else 6):
+            step()
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+        dt, _ = timed(step, a.steps)
     print(json.dumps({"bench": "torch_unet_step", "variant": variant, "batch": a.batch,
                       "step_ms": round(dt * 1e3, 2),
                       "peak_gib": gib(torch.cuda.max_memory_allocated()), **common}), flush=True)

@@ -73,6 +73,7 @@ kernel_file!(REDUCE, "reduce.cu");
 kernel_file!(SOFTMAX, "softmax.cu");
 kernel_file!(NORM, "norm.cu");
 kernel_file!(BATCH_NORM, "batch_norm.cu");
+kernel_file!(GROUP_NORM, "group_norm.cu");
 kernel_file!(LOSS, "loss.cu");
 kernel_file!(RANDOM, "random.cu");
 kernel_file!(INDEX, "index.cu");
@@ -108,6 +109,7 @@ pub const ALL_FILES: &[&KernelFile] = &[
     &OPTIM,
     &NORM,
     &BATCH_NORM,
+    &GROUP_NORM,
     &LOSS,
     &RANDOM,
     &ATTENTION,

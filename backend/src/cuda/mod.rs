@@ -16,6 +16,7 @@ pub mod depthwise;
 mod device;
 pub mod elementwise;
 pub mod graph;
+pub mod group_norm;
 pub mod grouped_matmul;
 pub mod index;
 pub(crate) mod launch;

@@ -121,15 +121,33 @@ impl GroupNorm {
     }
 }
 
-impl Module for GroupNorm {
-    fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        if x.rank() < 2 || x.shape()[1] != self.channels {
-            return Err(Error::layer_input(
+impl GroupNorm {
+    fn check_input(&self, x: &Tensor) -> Result<()> {
+        match x.rank() >= 2 && x.shape()[1] == self.channels {
+            true => Ok(()),
+            false => Err(Error::layer_input(
                 self.title(),
                 format!("input [N, {}, ...]", self.channels),
                 format!("{:?}", x.shape()),
-            ));
+            )),
         }
+    }
+
+    /// silu(self.forward(x)), one kernel at inference on CUDA (`Tensor::group_norm_silu`).
+    pub fn forward_silu(&self, x: &Tensor) -> Result<Tensor> {
+        self.check_input(x)?;
+        x.group_norm_silu(
+            self.groups,
+            self.weight.as_ref(),
+            self.bias.as_ref(),
+            self.eps,
+        )
+    }
+}
+
+impl Module for GroupNorm {
+    fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        self.check_input(x)?;
         x.group_norm(
             self.groups,
             self.weight.as_ref(),

@@ -63,13 +63,13 @@ impl ResnetBlock {
     /// x + conv2(silu(norm2(conv1(silu(norm1(x))) + proj(silu(temb))))), the shortcut
     /// projected where the channels change.
     pub fn forward_with(&self, x: &Tensor, temb: Option<&Tensor>) -> Result<Tensor> {
-        let mut h = self.conv1.forward(&self.norm1.forward(x)?.silu()?)?;
+        let mut h = self.conv1.forward(&self.norm1.forward_silu(x)?)?;
         if let (Some(proj), Some(t)) = (&self.time_emb_proj, temb) {
             let t = proj.forward(&t.silu()?)?;
             let [b, c] = [t.shape()[0], t.shape()[1]];
             h = h.add(&t.reshape_to(&[b, c, 1, 1])?)?;
         }
-        h = self.conv2.forward(&self.norm2.forward(&h)?.silu()?)?;
+        h = self.conv2.forward(&self.norm2.forward_silu(&h)?)?;
         let shortcut = match &self.conv_shortcut {
             Some(c) => c.forward(x)?,
             None => x.clone(),

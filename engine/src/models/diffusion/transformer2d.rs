@@ -210,6 +210,25 @@ impl Projection {
     }
 }
 
+/// A 1x1 conv applied to tokens [B, T, C]: the linear map of its weight [O, C, 1, 1] over each
+/// token, so the map never goes back to [B, C, H, W] for cuDNN (which transposes it in and
+/// out). The bias joins the product in its dtype, as `Linear`'s does under autocast.
+fn conv1x1_on_tokens(conv: &Conv2d, tokens: &Tensor) -> Result<Tensor> {
+    let w = &conv.weight;
+    let (o, c) = (w.shape()[0], w.shape()[1]);
+    let &[b, t, _] = tokens.shape() else {
+        unreachable!("tokens are [B, T, C]");
+    };
+    let rows = tokens.reshape_to(&[b * t, c])?;
+    let y = rows.matmul(&w.reshape_to(&[o, c])?.t()?)?;
+    let y = match &conv.bias {
+        Some(bias) if bias.dtype() != y.dtype() => y.add(&bias.to_dtype(y.dtype())?)?,
+        Some(bias) => y.add(bias)?,
+        None => y,
+    };
+    y.reshape_to(&[b, t, o])
+}
+
 /// diffusers' `Transformer2DModel` over a [B, C, H, W] map, conditioned on context
 /// [B, S, context_dim].
 pub struct Transformer2d {
@@ -262,14 +281,14 @@ impl Transformer2d {
             |t: &Tensor| -> Result<Tensor> { t.permute(&[0, 2, 1])?.reshape_to(&[b, c, h, w]) };
         let normed = self.norm.forward(x)?;
         let mut tokens = match &self.proj_in {
-            Projection::Conv(p) => to_tokens(&p.forward(&normed)?)?,
+            Projection::Conv(p) => conv1x1_on_tokens(p, &to_tokens(&normed)?)?,
             Projection::Linear(p) => p.forward(&to_tokens(&normed)?)?,
         };
         for block in &self.blocks {
             tokens = block.run(&tokens, context)?;
         }
         let out = match &self.proj_out {
-            Projection::Conv(p) => p.forward(&to_map(&tokens)?)?,
+            Projection::Conv(p) => to_map(&conv1x1_on_tokens(p, &tokens)?)?,
             Projection::Linear(p) => to_map(&p.forward(&tokens)?)?,
         };
         out.add(x)

@@ -266,8 +266,7 @@ impl<R: Module> Module for Coder<R> {
         if self.stages_first {
             h = self.mid_block.forward(&h)?;
         }
-        self.conv_out
-            .forward(&self.conv_norm_out.forward(&h)?.silu()?)
+        self.conv_out.forward(&self.conv_norm_out.forward_silu(&h)?)
     }
 
     fn children(&self) -> Vec<(String, &dyn Module)> {

@@ -457,8 +457,7 @@ impl UNet {
         for block in &self.up_blocks {
             h = block.up(&h, &temb, context, &mut kept)?;
         }
-        self.conv_out
-            .forward(&self.conv_norm_out.forward(&h)?.silu()?)
+        self.conv_out.forward(&self.conv_norm_out.forward_silu(&h)?)
     }
 
     fn bad_sample(&self, x: &Tensor) -> Error {
