@@ -90,3 +90,17 @@ fn a_lora_for_another_base_changes_nothing_and_says_so() {
         .add_lora(&dir.path().join("junk.safetensors"), 1.0)
         .is_err());
 }
+
+/// A diffusers file whose scale is in its `lora_adapter_metadata` (lora_alpha 6 over rank 2,
+/// and alpha 1 for the proj_in modules by `alpha_pattern`) merges as diffusers merges it.
+#[test]
+fn the_metadata_alphas_scale_a_diffusers_file() {
+    let want = safetensors::load(fixture("lora/expected.safetensors")).unwrap();
+    let pipe = StableDiffusion::from_folder(&fixture("sd_tiny")).unwrap();
+    let (unet, _) = pipe
+        .add_lora(&fixture("lora/peft_metadata.safetensors"), 0.7)
+        .unwrap();
+    assert_eq!(unet, 20);
+    let err = relative_error(&unet_output(&pipe), &want["metadata_unet"]);
+    assert!(err < 1e-4, "UNet differs from diffusers' by {err:.2e}");
+}

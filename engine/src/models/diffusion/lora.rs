@@ -2,8 +2,9 @@
 //! diffusers' `load_lora_weights` + `fuse_lora(lora_scale)` does. Two layouts:
 //!
 //! - diffusers / PEFT (`save_lora_weights`): `unet.<module>.lora_A.weight` and `.lora_B.weight`,
-//!   `text_encoder.<module>...` (SDXL's second: `text_encoder_2.`); scale 1 (or alpha / rank
-//!   where an `.alpha` is stored);
+//!   `text_encoder.<module>...` (SDXL's second: `text_encoder_2.`); scale 1, or alpha / rank
+//!   where an `.alpha` is stored or the file's `lora_adapter_metadata` (the adapters'
+//!   LoraConfig, which newer diffusers writes) gives `lora_alpha` and its `alpha_pattern`;
 //! - kohya's sd-scripts: `lora_unet_<module with _>.lora_down.weight`, `.lora_up.weight` and
 //!   `.alpha`, `lora_te_<...>` for the text encoder (SDXL's: `lora_te1_`, `lora_te2_`); scale
 //!   alpha / rank.
@@ -49,8 +50,21 @@ impl LoraModule {
 
 /// The modules of a LoRA file, by layout.
 pub fn read_lora(path: &Path) -> Result<Vec<LoraModule>> {
-    let tensors = crate::io::load(path)?;
     let bad = |msg: String| Error::format("LoRA", format!("{}: {msg}", path.display()));
+    let (tensors, metadata) = match path.extension().and_then(|e| e.to_str()) {
+        Some("safetensors") => {
+            let loaded = crate::io::safetensors::load_with_metadata(path)?;
+            let metadata = match loaded.metadata.get("lora_adapter_metadata") {
+                Some(text) => Some(
+                    serde_json::from_str::<serde_json::Value>(text)
+                        .map_err(|e| bad(format!("lora_adapter_metadata: {e}")))?,
+                ),
+                None => None,
+            };
+            (loaded.tensors, metadata)
+        }
+        _ => (crate::io::load(path)?, None),
+    };
     // module → (target, down, up, alpha)
     let mut parts: BTreeMap<(LoraTarget, String), [Option<Tensor>; 3]> = BTreeMap::new();
     for (key, t) in &tensors {
@@ -104,6 +118,12 @@ pub fn read_lora(path: &Path) -> Result<Vec<LoraModule>> {
                     up.shape()
                 )));
             }
+            let alpha = match (alpha, &metadata) {
+                (Some(a), _) => Some(a),
+                (None, Some(meta)) => metadata_alpha(meta, target, &module, down.shape()[0])
+                    .map_err(|e| bad(format!("lora_adapter_metadata: {e}")))?,
+                (None, None) => None,
+            };
             Ok(LoraModule {
                 target,
                 module,
@@ -113,6 +133,47 @@ pub fn read_lora(path: &Path) -> Result<Vec<LoraModule>> {
             })
         })
         .collect()
+}
+
+/// A module's alpha from the adapters' LoraConfig as diffusers stores it (`unet.lora_alpha`,
+/// `unet.alpha_pattern`, ...), as PEFT reads it: the first `alpha_pattern` key that names the
+/// module (the whole name, or its last dotted parts, as a regular expression), else
+/// `lora_alpha`; with `use_rslora` the scale is alpha / sqrt(rank), given here as the alpha
+/// that makes alpha / rank that scale. `None` when the config says nothing of this model.
+fn metadata_alpha(
+    meta: &serde_json::Value,
+    target: LoraTarget,
+    module: &str,
+    rank: usize,
+) -> std::result::Result<Option<f64>, String> {
+    let prefix = match target {
+        LoraTarget::Unet => "unet",
+        LoraTarget::TextEncoder(0) => "text_encoder",
+        LoraTarget::TextEncoder(_) => "text_encoder_2",
+    };
+    let field = |name: &str| meta.get(format!("{prefix}.{name}"));
+    let Some(alpha) = field("lora_alpha") else {
+        return Ok(None);
+    };
+    let mut alpha = alpha
+        .as_f64()
+        .ok_or_else(|| format!("{prefix}.lora_alpha is {alpha}, not a number"))?;
+    if let Some(patterns) = field("alpha_pattern").and_then(|p| p.as_object()) {
+        for (key, value) in patterns {
+            let re = regex::Regex::new(&format!(r"^(.*\.)?({key})$"))
+                .map_err(|e| format!("{prefix}.alpha_pattern key `{key}`: {e}"))?;
+            if re.is_match(module) {
+                alpha = value.as_f64().ok_or_else(|| {
+                    format!("{prefix}.alpha_pattern `{key}` is {value}, not a number")
+                })?;
+                break;
+            }
+        }
+    }
+    if field("use_rslora").and_then(|v| v.as_bool()) == Some(true) {
+        alpha *= (rank as f64).sqrt();
+    }
+    Ok(Some(alpha))
 }
 
 /// Where each module of a LoRA file goes in one model, checked: every module names one of the
