@@ -62,6 +62,25 @@ fn init_image(d: &Dynamic, size: Option<(usize, usize)>) -> RhaiResult<Tensor> {
     })
 }
 
+/// `pipe.add_textual_inversion(path[, token])`: the pipeline changes in place, so no other
+/// handle may hold it.
+fn add_textual_inversion(
+    pipe: &mut PipelineHandle,
+    path: &str,
+    token: Option<&str>,
+) -> RhaiResult<Map> {
+    let Some(p) = Arc::get_mut(&mut pipe.0) else {
+        return Err(runtime_error(
+            "pipe.add_textual_inversion: another variable holds this pipeline too; add textual inversions before copying it (right after diffusion::load)",
+        ));
+    };
+    let (token, n) = guard(|| p.add_textual_inversion(std::path::Path::new(path), token))?;
+    let mut m = Map::new();
+    m.insert("token".into(), Dynamic::from(token));
+    m.insert("vectors".into(), Dynamic::from_int(n as INT));
+    Ok(m)
+}
+
 /// `pipe.generate(prompts, opts)`: one image (a U8 [H, W, 3] tensor) for one prompt, a list
 /// of them for a list.
 fn generate(pipe: &mut PipelineHandle, prompts: Dynamic, opts: Map) -> RhaiResult<Dynamic> {
@@ -393,6 +412,22 @@ pub fn register(engine: &mut Engine) {
                 m.insert("unet".into(), Dynamic::from_int(u as INT));
                 m.insert("text_encoder".into(), Dynamic::from_int(t as INT));
                 Ok(m)
+            },
+        );
+        api.method(
+            "add_textual_inversion",
+            "pipe.add_textual_inversion(path) -> map",
+            "Adds a textual-inversion embedding's token to the tokenizers and text encoders, as diffusers' load_textual_inversion does: diffusers' files (one tensor named by its token), Automatic1111's (emb_params or string_to_param; the token is the file's name) and SDXL's (clip_l and clip_g, one for each encoder). n vectors become the tokens <tok>, <tok>_1, ... and a prompt's <tok> reads as all of them. Returns #{ token, vectors }. An embedding of another width (another base model) or a token the tokenizer has is refused by name and changes nothing.",
+            "try { diffusion::load(\"sd\").add_textual_inversion(\"cat_toy.safetensors\"); } catch (e) { print(e); }",
+            |p: &mut PipelineHandle, path: &str| add_textual_inversion(p, path, None),
+        );
+        api.method(
+            "add_textual_inversion",
+            "pipe.add_textual_inversion(path, token) -> map",
+            "add_textual_inversion under the given token instead of the file's.",
+            "try { diffusion::load(\"sd\").add_textual_inversion(\"style.safetensors\", \"<my-style>\"); } catch (e) { print(e); }",
+            |p: &mut PipelineHandle, path: &str, token: &str| {
+                add_textual_inversion(p, path, Some(token))
             },
         );
         api.method(

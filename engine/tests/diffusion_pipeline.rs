@@ -326,3 +326,94 @@ fn copy_dir(from: &std::path::Path, to: &std::path::Path) {
         }
     }
 }
+
+fn inversion(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../tests/fixtures/diffusion/textual_inversion")
+        .join(name)
+}
+
+/// Textual-inversion files as diffusers' `load_textual_inversion` loads them
+/// (`make_textual_inversion.py`): a one-vector token and a three-vector one (spelled out as
+/// `<style> <style>_1 <style>_2`) on SD, and an SDXL file's clip_l and clip_g vectors on the
+/// two encoders: the same ids, states and pooled embedding (1e-5).
+#[test]
+fn textual_inversions_load_as_diffusers_loads_them() {
+    let want = safetensors::load(inversion("expected.safetensors")).unwrap();
+    let mut pipe = StableDiffusion::from_folder(&folder()).unwrap();
+    let added = pipe
+        .add_textual_inversion(&inversion("cat_toy.safetensors"), None)
+        .unwrap();
+    assert_eq!(added, ("<cat-toy>".to_string(), 1));
+    let added = pipe
+        .add_textual_inversion(&inversion("style.safetensors"), None)
+        .unwrap();
+    assert_eq!(added, ("<style>".to_string(), 3));
+    let prompts = ["a <cat-toy> dog", "<style> red cat"];
+    let e = &pipe.prompts.encoders[0];
+    let ids: Vec<f64> = prompts
+        .iter()
+        .flat_map(|p| {
+            let ids = e
+                .tokenizer
+                .encode_batch(&[&*p.replace("<style>", "<style> <style>_1 <style>_2")])
+                .unwrap();
+            ids.to_vec_f64().unwrap()
+        })
+        .collect();
+    assert_eq!(ids, want["sd_ids"].to_vec_f64().unwrap(), "prompt ids");
+    let states = rusting_brain::no_grad(|| pipe.encode_prompts(&prompts))
+        .unwrap()
+        .states;
+    let err = worst(&states, &want["sd_states"]);
+    assert!(err < 1e-5, "SD states differ by {err:.2e}");
+    let e = pipe
+        .add_textual_inversion(&inversion("style.safetensors"), None)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("`<style>` is already a token"), "{e}");
+
+    let mut xl = StableDiffusion::from_folder(&sdxl_folder()).unwrap();
+    let added = xl
+        .add_textual_inversion(&inversion("xl.safetensors"), Some("<xl>"))
+        .unwrap();
+    assert_eq!(added, ("<xl>".to_string(), 2));
+    let cond = rusting_brain::no_grad(|| xl.encode_prompts(&["a <xl> cat"])).unwrap();
+    let err = worst(&cond.states, &want["xl_states"]);
+    assert!(err < 1e-5, "SDXL states differ by {err:.2e}");
+    let err = worst(cond.pooled.as_ref().unwrap(), &want["xl_pooled"]);
+    assert!(err < 1e-5, "SDXL pooled embeddings differ by {err:.2e}");
+}
+
+/// An embedding for another base (the wrong width), or an SDXL file on an SD pipeline, is
+/// refused by name and changes nothing.
+#[test]
+fn a_textual_inversion_for_another_base_is_refused() {
+    let mut pipe = StableDiffusion::from_folder(&folder()).unwrap();
+    let e = pipe
+        .add_textual_inversion(&inversion("xl.safetensors"), Some("<xl>"))
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("second text encoder"), "{e}");
+    let dir = tempfile::tempdir().unwrap();
+    let wide = dir.path().join("wide.safetensors");
+    let mut t = std::collections::BTreeMap::new();
+    t.insert(
+        "<wide>".to_string(),
+        Tensor::zeros(&[2, 9], DType::F32, rusting_brain::Device::Cpu).unwrap(),
+    );
+    safetensors::save(&wide, &t, None).unwrap();
+    let e = pipe
+        .add_textual_inversion(&wide, None)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("9 wide") && e.contains("another base model"),
+        "{e}"
+    );
+    assert!(pipe.prompts.encoders[0]
+        .tokenizer
+        .tokenizer
+        .token_to_id("<wide>")
+        .is_none());
+}

@@ -113,6 +113,10 @@ fn every_script_runs_on_tiny_settings() {
     let sdxl_tiny =
         PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/diffusion/sdxl_tiny");
     let sdxl_tiny = format!("model={}", sdxl_tiny.display());
+    // ... with an SDXL textual inversion (token `xl`, the file's name).
+    let xl_embedding = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../tests/fixtures/diffusion/textual_inversion/xl.safetensors");
+    let xl_embedding = format!("embeddings={}", xl_embedding.display());
     // A 100x100 photo: img2img resizes it to 96x96 (multiples of 8).
     let sd_photo = format!("image={}", jpegs.join("pil_sample_rgb.jpg").display());
     // Each script gets the arguments it declares (an unknown one is refused), at tiny sizes.
@@ -179,7 +183,8 @@ fn every_script_runs_on_tiny_settings() {
             ],
             "txt2img.rhai" => vec![
                 &sdxl_tiny,
-                "prompt=a red cat",
+                &xl_embedding,
+                "prompt=a red xl cat",
                 "steps=3",
                 "n=2",
                 "width=16",
@@ -216,6 +221,10 @@ fn every_script_runs_on_tiny_settings() {
             "{name} failed:\n{}",
             text(&out.stderr)
         );
+        if *name == "txt2img.rhai" {
+            let said = text(&out.stdout);
+            assert!(said.contains("loaded xl (2 vectors)"), "{said}");
+        }
     }
     assert!(names.len() >= 4, "found only {names:?}");
     assert!(

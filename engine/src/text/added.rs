@@ -103,6 +103,15 @@ impl AddedVocab {
 
     /// The same tokens, with `lstrip`/`rstrip` swallowing only ASCII whitespace, as llama.cpp
     /// does.
+    /// These tokens and `more` (transformers' `add_tokens`), matched as these are.
+    pub fn extended(&self, more: Vec<AddedToken>, normalizer: &Normalizer) -> Result<Self> {
+        let mut tokens = self.tokens.clone();
+        tokens.extend(more);
+        let mut out = Self::with_normalizer(tokens, normalizer)?;
+        out.ascii_strip = self.ascii_strip;
+        Ok(out)
+    }
+
     pub fn with_ascii_strip(mut self) -> Self {
         self.ascii_strip = true;
         self

@@ -34,6 +34,7 @@ pub struct Template {
 pub struct Tokenizer(Arc<Inner>);
 
 /// The stages of a tokenizer, in the order text goes through them.
+#[derive(Clone)]
 pub(crate) struct Parts {
     pub added: AddedVocab,
     pub normalizer: Normalizer,
@@ -63,6 +64,29 @@ impl Tokenizer {
 
     pub(crate) fn parts(&self) -> &Parts {
         &self.0.parts
+    }
+
+    /// This tokenizer with more added tokens, each cut out of the text and mapped to its id as
+    /// the file's own added tokens are (transformers' `tokenizer.add_tokens`); a content or id
+    /// the tokenizer already has is an error.
+    pub fn with_added_tokens(&self, more: Vec<AddedToken>) -> Result<Tokenizer> {
+        for t in &more {
+            if self.token_to_id(&t.content).is_some() {
+                return Err(Error::invalid(
+                    "tokenizer",
+                    format!("`{}` is already a token", t.content),
+                ));
+            }
+            if self.id_to_token(t.id).is_some() {
+                return Err(Error::invalid(
+                    "tokenizer",
+                    format!("id {} is already taken", t.id),
+                ));
+            }
+        }
+        let mut parts = self.parts().clone();
+        parts.added = parts.added.extended(more, &parts.normalizer)?;
+        Ok(Tokenizer::from_parts(parts))
     }
 
     /// The ids of `text`: added tokens as their ids, everything else through the

@@ -77,6 +77,45 @@ impl TextTower {
             .collect())
     }
 
+    /// Sets the embeddings of ids `first..first + rows` to `rows` [n, width], growing the table
+    /// with zero rows where it is shorter (textual inversion's new tokens).
+    pub fn set_token_embeddings(&mut self, first: usize, rows: &Tensor) -> Result<()> {
+        let old = &self.token_embedding.weight;
+        let (have, d) = (old.shape()[0], old.shape()[1]);
+        let n = rows.shape()[0];
+        if rows.rank() != 2 || rows.shape()[1] != d {
+            return Err(Error::invalid(
+                "CLIP text",
+                format!("token embeddings must be [n, {d}], got {:?}", rows.shape()),
+            ));
+        }
+        let rows = rows.to_dtype(old.dtype())?.to_device(old.device())?;
+        let weight = crate::no_grad(|| {
+            let base = match have < first + n {
+                true => Tensor::cat(
+                    &[
+                        old.clone(),
+                        Tensor::zeros(&[first + n - have, d], old.dtype(), old.device())?,
+                    ],
+                    0,
+                )?,
+                false => old.clone(),
+            };
+            let total = base.shape()[0];
+            let mut parts = vec![base.narrow(0, 0, first)?, rows];
+            if first + n < total {
+                parts.push(base.narrow(0, first + n, total - first - n)?);
+            }
+            Tensor::cat(&parts, 0)?.contiguous()
+        })?;
+        if old.requires_grad() {
+            weight.set_requires_grad(true)?;
+        }
+        self.token_embedding.weight = weight;
+        self.config.vocab_size = self.config.vocab_size.max(first + n);
+        Ok(())
+    }
+
     /// Token ids [B, T] (T at most `max_position_embeddings`, right-padded).
     pub fn run(&self, ids: &Tensor) -> Result<TowerOutput> {
         let c = &self.config;

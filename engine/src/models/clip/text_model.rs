@@ -109,6 +109,11 @@ impl ClipTextModel {
         Ok(TextEncoding { tower, text_embeds })
     }
 
+    /// Sets the embeddings of ids `first..first + n` to `rows` [n, width] (textual inversion).
+    pub fn set_token_embeddings(&mut self, first: usize, rows: &Tensor) -> Result<()> {
+        self.text_model.set_token_embeddings(first, rows)
+    }
+
     /// Whether this is a `CLIPTextModelWithProjection`.
     pub fn has_projection(&self) -> bool {
         self.text_projection.is_some()

@@ -8,6 +8,7 @@ pub mod lora;
 pub mod pipeline;
 pub mod prompt_encoder;
 pub mod scheduler;
+pub mod textual_inversion;
 pub mod transformer2d;
 pub mod unet;
 pub mod vae;

@@ -195,16 +195,8 @@ impl StableDiffusion {
         let of = |t: LoraTarget| modules.iter().filter(|m| m.target == t).collect::<Vec<_>>();
         // Every model's modules are placed before any changes.
         let unet = plan_lora(&self.unet, &of(LoraTarget::Unet))?;
-        // Each encoder's slot in the file's naming: a refiner's one encoder is text_encoder_2.
         let encoders = &self.prompts.encoders;
-        let slots: Vec<usize> = (0..encoders.len())
-            .map(
-                |i| match encoders.len() == 1 && encoders[i].name == "text_encoder_2" {
-                    true => 1,
-                    false => i,
-                },
-            )
-            .collect();
+        let slots = self.prompts.slots();
         let stray = modules
             .iter()
             .find(|m| matches!(m.target, LoraTarget::TextEncoder(i) if !slots.contains(&i)));
@@ -228,6 +220,58 @@ impl StableDiffusion {
             changed += plan.apply(strength)?;
         }
         Ok((unet, changed))
+    }
+
+    /// Adds a textual-inversion file's token to the tokenizers and text encoders (diffusers'
+    /// `load_textual_inversion`; an SDXL file's `clip_l` and `clip_g` vectors go to the first
+    /// and second encoder); `token` names it instead of the file. Returns the token and how
+    /// many vectors it has. Nothing changes unless every encoder takes its vectors.
+    pub fn add_textual_inversion(
+        &mut self,
+        path: &Path,
+        token: Option<&str>,
+    ) -> Result<(String, usize)> {
+        let inversion = super::textual_inversion::read_inversion(path, token)?;
+        let slots = self.prompts.slots();
+        let mut plan = Vec::new();
+        for (slot, vectors) in &inversion.vectors {
+            let Some(i) = slots.iter().position(|s| s == slot) else {
+                return Err(Error::invalid(
+                    "add_textual_inversion",
+                    format!(
+                        "{}: it has vectors for a second text encoder, which this pipeline does not have",
+                        path.display()
+                    ),
+                ));
+            };
+            let e = &self.prompts.encoders[i];
+            let width = vectors.shape()[1];
+            if width != e.width() {
+                return Err(Error::invalid(
+                    "add_textual_inversion",
+                    format!(
+                        "{}: its vectors are {width} wide and {} takes {}: an embedding for another base model",
+                        path.display(),
+                        e.name,
+                        e.width()
+                    ),
+                ));
+            }
+            let names = super::textual_inversion::token_names(&inversion.token, vectors.shape()[0]);
+            let tokenizer = &e.tokenizer.tokenizer;
+            if let Some(taken) = names.iter().find(|t| tokenizer.token_to_id(t).is_some()) {
+                return Err(Error::invalid(
+                    "add_textual_inversion",
+                    format!("`{taken}` is already a token of {}'s tokenizer", e.name),
+                ));
+            }
+            plan.push((i, vectors));
+        }
+        for &(i, vectors) in &plan {
+            self.prompts.encoders[i].add_inversion(&inversion.token, vectors)?;
+        }
+        let n = inversion.vectors.first().map_or(0, |(_, v)| v.shape()[0]);
+        Ok((inversion.token, n))
     }
 
     /// A fresh walk of the folder's scheduler (or of `class` over its noise schedule).

@@ -7,9 +7,11 @@
 //!   row of the first encoder that has a projection (`text_encoder_2`, a
 //!   `CLIPTextModelWithProjection`) for the UNet's added conditioning.
 
+use super::textual_inversion::{spell_out, token_names};
 use crate::models::clip::{tokenizer as clip_tokenizer, ClipTextModel};
 use crate::models::prompt_tokenizer::{Padding, PromptTokenizer};
 use crate::nn::Module;
+use crate::text::AddedToken;
 use crate::{Device, Error, Result, Tensor};
 use std::path::Path;
 
@@ -19,6 +21,8 @@ pub struct PromptEncoder {
     pub name: String,
     pub tokenizer: PromptTokenizer,
     pub model: ClipTextModel,
+    /// Textual-inversion tokens and how many vectors each has.
+    pub inversions: Vec<(String, usize)>,
 }
 
 impl PromptEncoder {
@@ -42,7 +46,64 @@ impl PromptEncoder {
             name: name.to_string(),
             tokenizer,
             model,
+            inversions: Vec::new(),
         })
+    }
+
+    /// Adds `token` with its learned vectors [n, width] (diffusers' `load_textual_inversion`):
+    /// n new tokens after the tokenizer's last id, and their rows in the token embedding.
+    pub fn add_inversion(&mut self, token: &str, vectors: &Tensor) -> Result<()> {
+        let (n, width) = (vectors.shape()[0], vectors.shape()[1]);
+        if width != self.width() {
+            return Err(Error::invalid(
+                "textual inversion",
+                format!(
+                    "`{token}` has vectors of {width}, {} takes {}: the embedding was made for another base model",
+                    self.name,
+                    self.width()
+                ),
+            ));
+        }
+        let names = token_names(token, n);
+        let tokenizer = &self.tokenizer.tokenizer;
+        if let Some(taken) = names.iter().find(|t| tokenizer.token_to_id(t).is_some()) {
+            return Err(Error::invalid(
+                "textual inversion",
+                format!("`{taken}` is already a token of {}'s tokenizer", self.name),
+            ));
+        }
+        let first = tokenizer.vocab_size();
+        let added = names
+            .iter()
+            .enumerate()
+            .map(|(i, content)| AddedToken {
+                id: (first + i) as u32,
+                content: content.clone(),
+                special: false,
+                lstrip: false,
+                rstrip: false,
+                // transformers' add_tokens: matched on the normalized (lower-cased) text.
+                normalized: true,
+                single_word: false,
+            })
+            .collect();
+        let extended = tokenizer.with_added_tokens(added)?;
+        self.model.set_token_embeddings(first, vectors)?;
+        self.tokenizer.tokenizer = extended;
+        self.inversions.push((token.to_string(), n));
+        Ok(())
+    }
+
+    /// `prompt` with its multi-vector tokens spelled out (diffusers' `maybe_convert_prompt`).
+    fn converted(&self, prompt: &str) -> Result<String> {
+        if self.inversions.iter().all(|(_, n)| *n < 2) {
+            return Ok(prompt.to_string());
+        }
+        let tokenizer = &self.tokenizer.tokenizer;
+        let ids = tokenizer.encode(prompt)?;
+        Ok(spell_out(prompt, &self.inversions, |t| {
+            tokenizer.token_to_id(t).is_some_and(|id| ids.contains(&id))
+        }))
     }
 
     /// The width of the states this encoder gives the UNet.
@@ -115,6 +176,15 @@ impl PromptEncoders {
         }
     }
 
+    /// Each encoder's slot in the naming of LoRA and textual-inversion files: 0 for the
+    /// first, 1 for SDXL's second (a refiner's lone encoder is `text_encoder_2`).
+    pub fn slots(&self) -> Vec<usize> {
+        let lone_second = self.encoders.len() == 1 && self.encoders[0].name == "text_encoder_2";
+        (0..self.encoders.len())
+            .map(|i| if lone_second { 1 } else { i })
+            .collect()
+    }
+
     pub fn to_device(&self, device: Device) -> Result<()> {
         self.encoders
             .iter()
@@ -124,10 +194,19 @@ impl PromptEncoders {
     /// The conditioning of prompts, each padded to (and cut at, with one warning, as diffusers
     /// warns) each encoder's context.
     pub fn encode(&self, prompts: &[&str], device: Device) -> Result<Conditioning> {
-        for p in prompts {
+        // Each encoder reads the prompts with its textual-inversion tokens spelled out.
+        let mut converted = Vec::with_capacity(self.encoders.len());
+        for e in &self.encoders {
+            let texts = prompts
+                .iter()
+                .map(|p| e.converted(p))
+                .collect::<Result<Vec<_>>>()?;
+            converted.push(texts);
+        }
+        for (i, p) in prompts.iter().enumerate() {
             // Start and end tokens around the text.
-            let over = self.encoders.iter().find_map(|e| {
-                let len = e.tokenizer.tokenizer.encode(p).ok()?.len() + 2;
+            let over = self.encoders.iter().zip(&converted).find_map(|(e, texts)| {
+                let len = e.tokenizer.tokenizer.encode(&texts[i]).ok()?.len() + 2;
                 (len > e.tokenizer.max_len).then_some((len, e.tokenizer.max_len))
             });
             if let Some((len, max)) = over {
@@ -138,8 +217,9 @@ impl PromptEncoders {
         }
         let mut states = Vec::with_capacity(self.encoders.len());
         let mut pooled = None;
-        for e in &self.encoders {
-            let ids = e.tokenizer.encode_batch(prompts)?.to_device(device)?;
+        for (e, texts) in self.encoders.iter().zip(&converted) {
+            let texts: Vec<&str> = texts.iter().map(String::as_str).collect();
+            let ids = e.tokenizer.encode_batch(&texts)?.to_device(device)?;
             let out = e.model.encode(&ids)?;
             if pooled.is_none() && e.model.has_projection() {
                 pooled = Some(out.text_embeds);
