@@ -15,6 +15,7 @@ pub mod einsum;
 pub mod elementwise;
 pub mod expert_routing;
 pub mod fused_linear;
+pub mod group_norm;
 pub mod grouped_matmul;
 pub(crate) mod host_keys;
 pub mod index;
