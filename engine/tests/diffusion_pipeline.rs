@@ -417,3 +417,26 @@ fn a_textual_inversion_for_another_base_is_refused() {
         .token_to_id("<wide>")
         .is_none());
 }
+
+/// SDXL image to image (`make_sdxl_img2img.py`: diffusers' StableDiffusionXLImg2ImgPipeline
+/// from the same folder, its two noise draws recorded): the same image within 1/255.
+#[test]
+fn sdxl_image_to_image_draws_what_diffusers_draws() {
+    let pipe = StableDiffusion::from_folder(&sdxl_folder()).unwrap();
+    let want = safetensors::load(sdxl_folder().join("expected.safetensors")).unwrap();
+    let ask = TextToImage {
+        prompts: vec!["a red cat".into(), "a dog".into()],
+        steps: 6,
+        guidance: 5.0,
+        init_image: Some(want["init_image"].clone()),
+        strength: 0.6,
+        init_noise: Some((want["init_draw"].clone(), want["init_noise"].clone())),
+        ..TextToImage::default()
+    };
+    let image = pipe.generate(&ask, &mut |_, _| Ok(())).unwrap();
+    let err = worst(&image, &want["img2img"]);
+    assert!(
+        err < 1.0 / 255.0,
+        "SDXL image-to-image differs by {err:.2e}"
+    );
+}
