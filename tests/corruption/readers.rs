@@ -170,6 +170,13 @@ pub const READERS: &[Reader] = &[
         read: read_unet,
     },
     Reader {
+        name: "textual inversion",
+        file_name: "style.safetensors",
+        header_span: 8,
+        semantic: Some(semantic::safetensors_header),
+        read: read_textual_inversion,
+    },
+    Reader {
         name: "vae config.json",
         file_name: "config.json",
         header_span: 0,
@@ -177,6 +184,15 @@ pub const READERS: &[Reader] = &[
         read: read_vae,
     },
 ];
+
+/// A textual-inversion file added to the tiny SD pipeline, and a prompt with its token encoded.
+fn read_textual_inversion(p: &Path) -> Result<()> {
+    use rusting_brain::models::diffusion::StableDiffusion;
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/diffusion/sd_tiny");
+    let mut pipe = StableDiffusion::from_folder(&dir)?;
+    let (token, _) = pipe.add_textual_inversion(p, None)?;
+    pipe.encode_prompts(&[&format!("a {token} cat")]).map(drop)
+}
 
 /// A diffusers UNet folder (the corrupt config.json beside valid weights), loaded and run.
 fn read_unet(p: &Path) -> Result<()> {

@@ -107,6 +107,9 @@ pub fn sample(reader: &str) -> Sample {
                 fixture("diffusion/sd_tiny/unet/diffusion_pytorch_model.safetensors"),
             )],
         },
+        "textual inversion" => {
+            Sample::alone(fixture("diffusion/textual_inversion/style.safetensors"))
+        }
         "vae config.json" => Sample {
             valid: fixture("diffusion/sd_tiny/vae/config.json"),
             siblings: vec![(
