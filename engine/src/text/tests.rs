@@ -550,3 +550,39 @@ fn format_variants_give_hugging_face_ids() {
         }
     }
 }
+
+/// Tokens added at run time (textual inversion's) are cut out of the text as the file's own
+/// added tokens are: a normalized one matches the lower-cased text, takes the id given, and
+/// the tokenizer it came from is left as it was; a content or id already taken is refused.
+#[test]
+fn tokens_added_at_run_time_are_cut_out_like_the_files_own() {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../tests/fixtures/diffusion/sd_tiny/tokenizer/tokenizer.json");
+    let tok = Tokenizer::load(&path).unwrap();
+    let id = tok.vocab_size() as u32;
+    let token = |content: &str, id: u32| AddedToken {
+        id,
+        content: content.into(),
+        special: false,
+        lstrip: false,
+        rstrip: false,
+        normalized: true,
+        single_word: false,
+    };
+    let more = tok.with_added_tokens(vec![token("<cat-toy>", id)]).unwrap();
+    let mut want = tok.encode("a ").unwrap();
+    want.push(id);
+    assert_eq!(more.encode("a <Cat-Toy>").unwrap(), want);
+    assert_eq!(more.token_to_id("<cat-toy>"), Some(id));
+    assert!(!tok.encode("a <cat-toy>").unwrap().contains(&id));
+    let e = more
+        .with_added_tokens(vec![token("<cat-toy>", id + 1)])
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("`<cat-toy>` is already a token"), "{e}");
+    let e = more
+        .with_added_tokens(vec![token("<other>", id)])
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains(&format!("id {id} is already taken")), "{e}");
+}
