@@ -11,7 +11,7 @@ impl Tensor {
     /// split into `groups` runs, each normalized over its channels and every position with the
     /// biased variance, then scaled and shifted per channel by `weight` and `bias` [C]. A
     /// composite: layer_norm over each group's values flattened into one row. Without a
-    /// gradient to record, on CUDA, it is one kernel (`group_norm_silu`).
+    /// gradient to record, on CUDA, it is one kernel, as `group_norm_silu` describes.
     pub fn group_norm(
         &self,
         groups: usize,

@@ -101,8 +101,6 @@ impl AddedVocab {
         })
     }
 
-    /// The same tokens, with `lstrip`/`rstrip` swallowing only ASCII whitespace, as llama.cpp
-    /// does.
     /// These tokens and `more` (transformers' `add_tokens`), matched as these are.
     pub fn extended(&self, more: Vec<AddedToken>, normalizer: &Normalizer) -> Result<Self> {
         let mut tokens = self.tokens.clone();
@@ -112,6 +110,8 @@ impl AddedVocab {
         Ok(out)
     }
 
+    /// The same tokens, with `lstrip`/`rstrip` swallowing only ASCII whitespace, as llama.cpp
+    /// does.
     pub fn with_ascii_strip(mut self) -> Self {
         self.ascii_strip = true;
         self

@@ -244,27 +244,12 @@ impl StableDiffusion {
                     ),
                 ));
             };
-            let e = &self.prompts.encoders[i];
-            let width = vectors.shape()[1];
-            if width != e.width() {
-                return Err(Error::invalid(
-                    "add_textual_inversion",
-                    format!(
-                        "{}: its vectors are {width} wide and {} takes {}: an embedding for another base model",
-                        path.display(),
-                        e.name,
-                        e.width()
-                    ),
-                ));
-            }
-            let names = super::textual_inversion::token_names(&inversion.token, vectors.shape()[0]);
-            let tokenizer = &e.tokenizer.tokenizer;
-            if let Some(taken) = names.iter().find(|t| tokenizer.token_to_id(t).is_some()) {
-                return Err(Error::invalid(
-                    "add_textual_inversion",
-                    format!("`{taken}` is already a token of {}'s tokenizer", e.name),
-                ));
-            }
+            // Every encoder takes its vectors before any changes.
+            self.prompts.encoders[i]
+                .check_inversion(&inversion.token, vectors)
+                .map_err(|e| {
+                    Error::invalid("add_textual_inversion", format!("{}: {e}", path.display()))
+                })?;
             plan.push((i, vectors));
         }
         for &(i, vectors) in &plan {

@@ -50,28 +50,38 @@ impl PromptEncoder {
         })
     }
 
-    /// Adds `token` with its learned vectors [n, width] (diffusers' `load_textual_inversion`):
-    /// n new tokens after the tokenizer's last id, and their rows in the token embedding.
-    pub fn add_inversion(&mut self, token: &str, vectors: &Tensor) -> Result<()> {
-        let (n, width) = (vectors.shape()[0], vectors.shape()[1]);
+    /// Whether `token` with vectors [n, width] can be added: the encoder's width, and none of
+    /// its n token names in the tokenizer yet.
+    pub fn check_inversion(&self, token: &str, vectors: &Tensor) -> Result<()> {
+        let width = vectors.shape()[1];
         if width != self.width() {
             return Err(Error::invalid(
                 "textual inversion",
                 format!(
-                    "`{token}` has vectors of {width}, {} takes {}: the embedding was made for another base model",
+                    "`{token}` has vectors {width} wide and {} takes {}: an embedding for another base model",
                     self.name,
                     self.width()
                 ),
             ));
         }
-        let names = token_names(token, n);
         let tokenizer = &self.tokenizer.tokenizer;
-        if let Some(taken) = names.iter().find(|t| tokenizer.token_to_id(t).is_some()) {
-            return Err(Error::invalid(
+        let names = token_names(token, vectors.shape()[0]);
+        match names.iter().find(|t| tokenizer.token_to_id(t).is_some()) {
+            Some(taken) => Err(Error::invalid(
                 "textual inversion",
                 format!("`{taken}` is already a token of {}'s tokenizer", self.name),
-            ));
+            )),
+            None => Ok(()),
         }
+    }
+
+    /// Adds `token` with its learned vectors [n, width] (diffusers' `load_textual_inversion`):
+    /// n new tokens after the tokenizer's last id, and their rows in the token embedding.
+    pub fn add_inversion(&mut self, token: &str, vectors: &Tensor) -> Result<()> {
+        self.check_inversion(token, vectors)?;
+        let n = vectors.shape()[0];
+        let names = token_names(token, n);
+        let tokenizer = &self.tokenizer.tokenizer;
         let first = tokenizer.vocab_size();
         let added = names
             .iter()
