@@ -5,11 +5,12 @@
 //! within 1/255 from the same starting latents.
 
 use rusting_brain::io::safetensors;
+use rusting_brain::models::diffusion::mmdit::{sincos_position_table, Sd3Transformer};
 use rusting_brain::models::t5::{self, T5EncoderModel};
 use rusting_brain::nn::Module;
-use rusting_brain::Tensor;
+use rusting_brain::{DType, Device, Tensor};
 use std::collections::BTreeMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 fn fixture(name: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -65,4 +66,76 @@ fn t5_buckets_follow_the_logarithmic_rule() {
     let back = t5::relative_position_buckets(200, 1, 32, 128);
     assert_eq!(&back[..3], &[0, 1, 2]);
     assert_eq!(back[12], 9, "distance 12 before the query");
+}
+
+fn transformer_matches(folder: &Path, want: &BTreeMap<String, Tensor>) -> f64 {
+    let model = Sd3Transformer::from_folder(folder).unwrap();
+    let got = rusting_brain::no_grad(|| {
+        model.predict(&want["x"], &want["t"], &want["context"], &want["pooled_in"])
+    })
+    .unwrap();
+    let scale = want["transformed"]
+        .to_vec_f64()
+        .unwrap()
+        .iter()
+        .fold(0.0f64, |m, v| m.max(v.abs()));
+    worst(&got, &want["transformed"]) / scale
+}
+
+#[test]
+fn the_sd3_transformer_predicts_what_diffusers_predicts() {
+    let err = transformer_matches(
+        &fixture("sd3_tiny").join("transformer"),
+        &expected("sd3_tiny"),
+    );
+    assert!(
+        err < 1e-4,
+        "SD3 transformer differs by {err:.2e} (relative)"
+    );
+}
+
+#[test]
+fn the_sd35_transformer_predicts_what_diffusers_predicts() {
+    // q/k RMS norms in every attention, and block 0's second attention (SD35AdaLayerNormZeroX).
+    let err = transformer_matches(&fixture("transformer_sd35"), &expected("transformer_sd35"));
+    assert!(
+        err < 1e-4,
+        "SD3.5 transformer differs by {err:.2e} (relative)"
+    );
+}
+
+#[test]
+fn the_position_table_is_the_one_diffusers_saves() {
+    let weights = safetensors::load(
+        fixture("sd3_tiny").join("transformer/diffusion_pytorch_model.safetensors"),
+    )
+    .unwrap();
+    // sample_size 8, patch 2: base size 4; a 12 x 12 grid of 16-wide rows.
+    let table = sincos_position_table(16, 12, 4.0, 1.0).unwrap();
+    let err = worst(
+        &table.unsqueeze(0).unwrap(),
+        &weights["pos_embed.pos_embed"],
+    );
+    assert!(err < 1e-6, "the sin-cos table differs by {err:.2e}");
+}
+
+#[test]
+fn an_image_larger_than_the_position_table_is_refused() {
+    let model = Sd3Transformer::from_folder(&fixture("sd3_tiny").join("transformer")).unwrap();
+    // pos_embed_max_size 12 patches of 2: latents of at most 24 x 24.
+    let x = Tensor::zeros(&[1, 6, 26, 8], DType::F32, Device::Cpu).unwrap();
+    let context = Tensor::zeros(&[1, 3, 16], DType::F32, Device::Cpu).unwrap();
+    let pooled = Tensor::zeros(&[1, 12], DType::F32, Device::Cpu).unwrap();
+    let t = Tensor::from_f64s(&[500.0], &[1], DType::F32).unwrap();
+    let err = model
+        .predict(&x, &t, &context, &pooled)
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("pos_embed_max_size 12"), "{err}");
+    let odd = Tensor::zeros(&[1, 6, 7, 8], DType::F32, Device::Cpu).unwrap();
+    let err = model
+        .predict(&odd, &t, &context, &pooled)
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("2x2 patches"), "{err}");
 }

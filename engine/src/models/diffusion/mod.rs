@@ -4,11 +4,14 @@
 //! text-to-image pipeline (`pipeline`).
 
 pub mod blocks;
+pub mod feed_forward;
 pub mod lora;
+pub mod mmdit;
 pub mod pipeline;
 pub mod prompt_encoder;
 pub mod scheduler;
 pub mod textual_inversion;
+pub mod timestep;
 pub mod transformer2d;
 pub mod unet;
 pub mod vae;

@@ -4,6 +4,7 @@
 //! feed-forward, each added back), the projection out, and the input added back.
 
 use super::blocks::{conv, multi_head};
+use super::feed_forward::{FeedForward, FeedForwardActivation};
 use crate::nn::{Conv2d, GroupNorm, LayerNorm, Linear, Module};
 use crate::{Error, Generator, Result, Tensor};
 
@@ -76,37 +77,6 @@ impl Module for CrossAttention {
     }
 }
 
-/// The GEGLU feed-forward: proj to 2 × 4·dim, value · GELU(gate), back to dim.
-struct GegluFeedForward {
-    proj: Linear,
-    out: Linear,
-    training: bool,
-}
-
-impl Module for GegluFeedForward {
-    fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        let halves = self.proj.forward(x)?.chunk(2, -1)?;
-        self.out.forward(&halves[0].mul(&halves[1].gelu()?)?)
-    }
-
-    fn children(&self) -> Vec<(String, &dyn Module)> {
-        vec![
-            ("net.0.proj".into(), &self.proj),
-            ("net.2".into(), &self.out),
-        ]
-    }
-
-    fn children_mut(&mut self) -> Vec<&mut dyn Module> {
-        vec![&mut self.proj, &mut self.out]
-    }
-
-    crate::nn::training_field!();
-
-    fn title(&self) -> String {
-        "FeedForward(GEGLU)".into()
-    }
-}
-
 /// diffusers' `BasicTransformerBlock` (layer norms, self- then cross-attention, GEGLU).
 struct TransformerBlock {
     norm1: LayerNorm,
@@ -114,7 +84,7 @@ struct TransformerBlock {
     norm2: LayerNorm,
     attn2: CrossAttention,
     norm3: LayerNorm,
-    ff: GegluFeedForward,
+    ff: FeedForward,
     training: bool,
 }
 
@@ -127,11 +97,7 @@ impl TransformerBlock {
             norm2: norm()?,
             attn2: CrossAttention::new(dim, context, heads, gen)?,
             norm3: norm()?,
-            ff: GegluFeedForward {
-                proj: Linear::new(dim, 8 * dim, true, gen)?,
-                out: Linear::new(4 * dim, dim, true, gen)?,
-                training: true,
-            },
+            ff: FeedForward::new(dim, 4 * dim, FeedForwardActivation::Geglu, gen)?,
             training: true,
         })
     }

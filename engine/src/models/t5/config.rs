@@ -33,9 +33,8 @@ impl T5Config {
         let activation = match act {
             "gelu" if gated => Activation::GeluTanh,
             "gelu_new" | "gelu_pytorch_tanh" => Activation::GeluTanh,
-            other => Activation::parse(other).ok_or_else(|| {
-                f.error(format!("feed_forward_proj `{proj}` is not supported"))
-            })?,
+            other => Activation::parse(other)
+                .ok_or_else(|| f.error(format!("feed_forward_proj `{proj}` is not supported")))?,
         };
         let num_buckets = f.size("relative_attention_num_buckets", 32)?;
         let max_distance = f.size("relative_attention_max_distance", 128)?;

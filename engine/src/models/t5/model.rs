@@ -68,12 +68,15 @@ impl T5Attention {
         let k = heads(self.k.forward(x)?)?;
         let v = heads(self.v.forward(x)?)?;
         // transformers takes the softmax in f32 and rounds back.
-        let scores = q.matmul(&k.transpose(2, 3)?)?.to_dtype(DType::F32)?.add(bias)?;
+        let scores = q
+            .matmul(&k.transpose(2, 3)?)?
+            .to_dtype(DType::F32)?
+            .add(bias)?;
         let p = scores.softmax(-1)?.to_dtype(v.dtype())?;
-        let out = p
-            .matmul(&v)?
-            .permute(&[0, 2, 1, 3])?
-            .reshape_to(&[b, t, self.heads * self.d_kv])?;
+        let out =
+            p.matmul(&v)?
+                .permute(&[0, 2, 1, 3])?
+                .reshape_to(&[b, t, self.heads * self.d_kv])?;
         self.o.forward(&out)
     }
 }
@@ -100,8 +103,7 @@ impl Module for T5Attention {
     }
 
     fn children_mut(&mut self) -> Vec<&mut dyn Module> {
-        let mut c: Vec<&mut dyn Module> =
-            vec![&mut self.q, &mut self.k, &mut self.v, &mut self.o];
+        let mut c: Vec<&mut dyn Module> = vec![&mut self.q, &mut self.k, &mut self.v, &mut self.o];
         if let Some(r) = &mut self.relative_attention_bias {
             c.push(r);
         }
@@ -142,7 +144,10 @@ impl Module for T5FeedForward {
                 ("wi_1".into(), wi_1),
                 ("wo".into(), &self.wo),
             ],
-            None => vec![("wi".into(), &self.wi as &dyn Module), ("wo".into(), &self.wo)],
+            None => vec![
+                ("wi".into(), &self.wi as &dyn Module),
+                ("wo".into(), &self.wo),
+            ],
         }
     }
 
@@ -288,9 +293,9 @@ impl T5EncoderModel {
         match f.string("model_type") {
             Some("t5") | Some("umt5") | None => {}
             Some(other) => {
-                return Err(in_dir(f.error(format!(
-                    "model_type `{other}` is not a T5 encoder"
-                ))))
+                return Err(in_dir(
+                    f.error(format!("model_type `{other}` is not a T5 encoder")),
+                ))
             }
         }
         let config = T5Config::read(&f).map_err(in_dir)?;
@@ -337,7 +342,9 @@ impl Module for T5EncoderModel {
             ));
         }
         let bias = self.position_bias(ids.shape()[1], self.shared.weight.device())?;
-        let mut h = self.shared.forward(&ids.to_device(self.shared.weight.device())?)?;
+        let mut h = self
+            .shared
+            .forward(&ids.to_device(self.shared.weight.device())?)?;
         for block in &self.blocks {
             h = block.run(&h, &bias)?;
         }

@@ -11,15 +11,15 @@
 mod config;
 mod time;
 
+use super::timestep::{sinusoidal, TimestepEmbedding};
 use config::{down_title, up_title};
 pub use config::{AttentionKind, TextTime, UNetConfig};
 pub use time::AddedConditions;
-use time::TimeEmbedding;
 
 use super::blocks::{conv, Downsample, ResnetBlock, SpatialAttention, Upsample};
 use super::transformer2d::Transformer2d;
 use crate::io::pretrained::{load_weights_named, read_config};
-use crate::nn::{Conv2d, GroupNorm, Linear, Module};
+use crate::nn::{Conv2d, GroupNorm, Module};
 use crate::{DType, Error, Generator, Result, Tensor};
 use serde_json::Value;
 use std::path::Path;
@@ -212,9 +212,9 @@ pub struct UNet {
     /// The latent side the model was made for (`sample_size`), when the config says.
     pub sample_size: Option<usize>,
     conv_in: Conv2d,
-    time_embedding: TimeEmbedding,
+    time_embedding: TimestepEmbedding,
     /// SDXL's MLP over the pooled text and the size numbers (`add_embedding`).
-    add_embedding: Option<TimeEmbedding>,
+    add_embedding: Option<TimestepEmbedding>,
     down_blocks: Vec<Block<Downsample>>,
     mid_block: Block<Downsample>,
     up_blocks: Vec<Block<Upsample>>,
@@ -319,20 +319,10 @@ impl UNet {
         }
         Ok(UNet {
             conv_in: conv(c.in_channels, ch[0], 3, 1, 1, gen)?,
-            time_embedding: TimeEmbedding {
-                linear_1: Linear::new(ch[0], temb, true, gen)?,
-                linear_2: Linear::new(temb, temb, true, gen)?,
-                training: true,
-            },
+            time_embedding: TimestepEmbedding::new(ch[0], temb, gen)?,
             add_embedding: c
                 .text_time
-                .map(|tt| -> Result<TimeEmbedding> {
-                    Ok(TimeEmbedding {
-                        linear_1: Linear::new(tt.input_dim, temb, true, gen)?,
-                        linear_2: Linear::new(temb, temb, true, gen)?,
-                        training: true,
-                    })
-                })
+                .map(|tt| TimestepEmbedding::new(tt.input_dim, temb, gen))
                 .transpose()?,
             down_blocks,
             mid_block,
@@ -438,8 +428,8 @@ impl UNet {
             ));
         }
         let context = context.filter(|_| c.conditional);
-        let features =
-            time::sinusoidal(&t, c.block_out_channels[0], c)?.to_dtype(sample.dtype())?;
+        let features = sinusoidal(&t, c.block_out_channels[0], c.freq_shift, c.flip_sin_to_cos)?
+            .to_dtype(sample.dtype())?;
         let mut temb = self.time_embedding.forward(&features)?;
         if let Some(mlp) = &self.add_embedding {
             temb = temb.add(&mlp.forward(&time::added_features(c, added, b, sample)?)?)?;

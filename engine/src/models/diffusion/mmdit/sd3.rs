@@ -1,0 +1,306 @@
+//! diffusers' `SD3Transformer2DModel` (SD3, and SD3.5 with q/k norms and dual attention):
+//!
+//! latents → patches + positions (`pos_embed`) ─┐
+//! text states → `context_embedder` ────────────┼→ `transformer_blocks` → `norm_out` → `proj_out`
+//! timestep (sin-cos, 256) → MLP ─┐             │                                → unpatchify
+//! pooled text → MLP ─────────────┴→ temb ──────┘
+
+use super::joint_block::JointBlock;
+use super::modulation::{modulate, norm, AdaNorm, AdaNormKind};
+use super::patch_embed::PatchEmbed;
+use crate::io::pretrained::{load_weights_named, read_config};
+use crate::models::diffusion::timestep::{sinusoidal, TimestepEmbedding};
+use crate::models::hf_config::Fields;
+use crate::nn::{Linear, Module};
+use crate::{Error, Generator, Result, Tensor};
+use std::path::Path;
+
+const WHAT: &str = "SD3Transformer2DModel";
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct Sd3Config {
+    pub sample_size: usize,
+    pub patch_size: usize,
+    pub in_channels: usize,
+    pub out_channels: usize,
+    pub num_layers: usize,
+    pub attention_head_dim: usize,
+    pub num_attention_heads: usize,
+    /// The text states' width (T5's, with CLIP's padded to it).
+    pub joint_attention_dim: usize,
+    pub pooled_projection_dim: usize,
+    pub pos_embed_max_size: usize,
+    /// Blocks with SD3.5's second, image-only attention.
+    pub dual_attention_layers: Vec<usize>,
+    /// SD3.5's RMS norms of q and k per head.
+    pub qk_norm: bool,
+}
+
+impl Sd3Config {
+    pub fn read(f: &Fields) -> Result<Sd3Config> {
+        let heads = f.size("num_attention_heads", 18)?;
+        let head_dim = f.size("attention_head_dim", 64)?;
+        let in_channels = f.size("in_channels", 16)?;
+        let dual = match f.floats("dual_attention_layers")? {
+            None => Vec::new(),
+            Some(v) => v.iter().map(|&i| i as usize).collect(),
+        };
+        let qk_norm = match f.string("qk_norm") {
+            None => false,
+            Some("rms_norm") => true,
+            Some(other) => {
+                return Err(f.error(format!(
+                    "qk_norm `{other}` is not supported (SD3.5's rms_norm is)"
+                )))
+            }
+        };
+        let config = Sd3Config {
+            sample_size: f.size("sample_size", 128)?,
+            patch_size: f.size("patch_size", 2)?,
+            in_channels,
+            out_channels: f.size("out_channels", in_channels)?,
+            num_layers: f.size("num_layers", 18)?,
+            attention_head_dim: head_dim,
+            num_attention_heads: heads,
+            joint_attention_dim: f.size("joint_attention_dim", 4096)?,
+            pooled_projection_dim: f.size("pooled_projection_dim", 2048)?,
+            pos_embed_max_size: f.size("pos_embed_max_size", 96)?,
+            dual_attention_layers: dual,
+            qk_norm,
+        };
+        let caption = f.size("caption_projection_dim", config.dim())?;
+        if caption != config.dim() {
+            return Err(f.error(format!(
+                "caption_projection_dim {caption} is not the width of the blocks ({heads} heads of {head_dim})"
+            )));
+        }
+        if config.dim() % 4 != 0 {
+            return Err(f.error(format!(
+                "the width {} must be divisible by 4 for the position table",
+                config.dim()
+            )));
+        }
+        if let Some(&i) = config
+            .dual_attention_layers
+            .iter()
+            .find(|&&i| i >= config.num_layers)
+        {
+            return Err(f.error(format!(
+                "dual_attention_layers names block {i} of {}",
+                config.num_layers
+            )));
+        }
+        Ok(config)
+    }
+
+    /// The blocks' width: heads × head width.
+    pub fn dim(&self) -> usize {
+        self.num_attention_heads * self.attention_head_dim
+    }
+
+    /// A lower bound of the parameter count (the blocks' attention and feed-forward).
+    fn parameters_at_least(&self) -> f64 {
+        let d = self.dim() as f64;
+        self.num_layers as f64 * 12.0 * d * d
+    }
+}
+
+pub struct Sd3Transformer {
+    pub config: Sd3Config,
+    pos_embed: PatchEmbed,
+    timestep_embedder: TimestepEmbedding,
+    text_embedder: TimestepEmbedding,
+    context_embedder: Linear,
+    blocks: Vec<JointBlock>,
+    norm_out: AdaNorm,
+    proj_out: Linear,
+    training: bool,
+}
+
+impl Sd3Transformer {
+    pub fn new(config: Sd3Config, gen: &mut Generator) -> Result<Sd3Transformer> {
+        let d = config.dim();
+        let p = config.patch_size;
+        let n = config.num_layers;
+        Ok(Sd3Transformer {
+            pos_embed: PatchEmbed::new(
+                config.in_channels,
+                d,
+                p,
+                config.pos_embed_max_size,
+                config.sample_size / p,
+                gen,
+            )?,
+            timestep_embedder: TimestepEmbedding::new(256, d, gen)?,
+            text_embedder: TimestepEmbedding::new(config.pooled_projection_dim, d, gen)?,
+            context_embedder: Linear::new(config.joint_attention_dim, d, true, gen)?,
+            blocks: (0..n)
+                .map(|i| {
+                    JointBlock::new(
+                        d,
+                        config.num_attention_heads,
+                        config.qk_norm,
+                        i + 1 == n,
+                        config.dual_attention_layers.contains(&i),
+                        gen,
+                    )
+                })
+                .collect::<Result<_>>()?,
+            norm_out: AdaNorm::new(d, AdaNormKind::Continuous, gen)?,
+            proj_out: Linear::new(d, p * p * config.out_channels, true, gen)?,
+            config,
+            training: true,
+        })
+    }
+
+    /// A diffusers folder (`transformer/` of a pipeline, or the model's own): config.json and
+    /// diffusion_pytorch_model safetensors (sharded or not), every tensor required.
+    pub fn from_folder(dir: &Path) -> Result<Sd3Transformer> {
+        let json = read_config(dir)?;
+        let f = Fields::new(&json, WHAT);
+        let in_dir = |e: Error| Error::format(WHAT, format!("{}: {e}", dir.display()));
+        match f.string("_class_name") {
+            Some(WHAT) | None => {}
+            Some(other) => {
+                return Err(in_dir(f.error(format!("{other} is not an {WHAT}"))));
+            }
+        }
+        let config = Sd3Config::read(&f).map_err(in_dir)?;
+        let weights = load_weights_named(dir, "diffusion_pytorch_model")?;
+        super::super::check_config_against_weights(WHAT, config.parameters_at_least(), &weights)?;
+        let model = Sd3Transformer::new(config, &mut Generator::new(0))?;
+        model.load_state_dict(&weights, true).map_err(in_dir)?;
+        Ok(model)
+    }
+
+    /// The prediction (the flow's velocity) for latents [B, C, H, W] at timesteps [B] or [1]
+    /// (0..1000, sigma × 1000) under text states [B, S, joint_attention_dim] and pooled text
+    /// [B, pooled_projection_dim].
+    pub fn predict(
+        &self,
+        latents: &Tensor,
+        timesteps: &Tensor,
+        context: &Tensor,
+        pooled: &Tensor,
+    ) -> Result<Tensor> {
+        let c = &self.config;
+        let &[b, ch, h, w] = latents.shape() else {
+            return Err(Error::layer_input(
+                WHAT,
+                "latents [B, C, H, W]",
+                format!("{:?}", latents.shape()),
+            ));
+        };
+        if ch != c.in_channels {
+            return Err(Error::layer_input(
+                WHAT,
+                format!("latents of {} channels", c.in_channels),
+                format!("{:?}", latents.shape()),
+            ));
+        }
+        if context.rank() != 3
+            || context.shape()[0] != b
+            || context.shape()[2] != c.joint_attention_dim
+        {
+            return Err(Error::layer_input(
+                WHAT,
+                format!("text states [{b}, S, {}]", c.joint_attention_dim),
+                format!("{:?}", context.shape()),
+            ));
+        }
+        if pooled.shape() != [b, c.pooled_projection_dim] {
+            return Err(Error::layer_input(
+                WHAT,
+                format!("pooled text [{b}, {}]", c.pooled_projection_dim),
+                format!("{:?}", pooled.shape()),
+            ));
+        }
+        let t = match timesteps.numel() {
+            1 => timesteps.reshape_to(&[1])?.expand(&[b])?.contiguous()?,
+            n if n == b => timesteps.reshape_to(&[b])?,
+            n => {
+                return Err(Error::layer_input(
+                    WHAT,
+                    format!("1 or {b} timesteps"),
+                    format!("{n}"),
+                ))
+            }
+        };
+        let dtype = latents.dtype();
+        let device = latents.device();
+        let x = self.pos_embed.forward(latents)?;
+        let features = sinusoidal(&t.to_device(device)?, 256, 0.0, true)?;
+        let temb = self
+            .timestep_embedder
+            .forward(&features.to_dtype(pooled.dtype())?)?
+            .add(&self.text_embedder.forward(pooled)?)?
+            .to_dtype(dtype)?;
+        let mut context = self.context_embedder.forward(&context.to_dtype(dtype)?)?;
+        let mut x = x;
+        for block in &self.blocks {
+            let (nx, nc) = block.run(&x, &context, &temb)?;
+            x = nx;
+            if let Some(nc) = nc {
+                context = nc;
+            }
+        }
+        let m = self.norm_out.vectors(&temb)?;
+        let x = self
+            .proj_out
+            .forward(&modulate(&norm(&x)?, &m[1], &m[0])?)?;
+        let p = c.patch_size;
+        let (gh, gw) = (h / p, w / p);
+        x.reshape_to(&[b, gh, gw, p, p, c.out_channels])?
+            .permute(&[0, 5, 1, 3, 2, 4])?
+            .reshape_to(&[b, c.out_channels, h, w])
+    }
+}
+
+impl Module for Sd3Transformer {
+    fn forward(&self, _x: &Tensor) -> Result<Tensor> {
+        Err(Error::invalid(
+            WHAT,
+            "the transformer needs a timestep, text states and pooled text: call predict",
+        ))
+    }
+
+    fn children(&self) -> Vec<(String, &dyn Module)> {
+        let mut c: Vec<(String, &dyn Module)> = vec![
+            ("pos_embed".into(), &self.pos_embed),
+            (
+                "time_text_embed.timestep_embedder".into(),
+                &self.timestep_embedder,
+            ),
+            ("time_text_embed.text_embedder".into(), &self.text_embedder),
+            ("context_embedder".into(), &self.context_embedder),
+        ];
+        c.extend(
+            self.blocks
+                .iter()
+                .enumerate()
+                .map(|(i, b)| (format!("transformer_blocks.{i}"), b as &dyn Module)),
+        );
+        c.push(("norm_out".into(), &self.norm_out));
+        c.push(("proj_out".into(), &self.proj_out));
+        c
+    }
+
+    fn children_mut(&mut self) -> Vec<&mut dyn Module> {
+        let mut c: Vec<&mut dyn Module> = vec![
+            &mut self.pos_embed,
+            &mut self.timestep_embedder,
+            &mut self.text_embedder,
+            &mut self.context_embedder,
+        ];
+        c.extend(self.blocks.iter_mut().map(|b| b as &mut dyn Module));
+        c.push(&mut self.norm_out);
+        c.push(&mut self.proj_out);
+        c
+    }
+
+    crate::nn::training_field!();
+
+    fn title(&self) -> String {
+        WHAT.into()
+    }
+}
