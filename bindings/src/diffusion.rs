@@ -22,9 +22,9 @@ pub struct PipelineHandle(Arc<StableDiffusion>);
 
 /// An init image for image-to-image: a path or a U8 [H, W, 3] image, resized (Pillow's
 /// Lanczos, as diffusers' image processor) to `size` (height, width) or to its own size
-/// rounded down to multiples of 8, as [1, 3, H, W] in [-1, 1]; or a float [N, 3, H, W]
-/// batch already in [-1, 1], taken as it is.
-fn init_image(d: &Dynamic, size: Option<(usize, usize)>) -> RhaiResult<Tensor> {
+/// rounded down to multiples of `multiple` (the pipeline's: 8 for SD, 16 for SD3), as
+/// [1, 3, H, W] in [-1, 1]; or a float [N, 3, H, W] batch already in [-1, 1], taken as it is.
+fn init_image(d: &Dynamic, size: Option<(usize, usize)>, multiple: usize) -> RhaiResult<Tensor> {
     use rusting_brain::vision::image::{rgb_to_tensor, tensor_to_rgb};
     use rusting_brain::vision::pil_resize::{resize_pil, PilFilter};
     let t = match d.clone().try_cast::<String>() {
@@ -45,7 +45,8 @@ fn init_image(d: &Dynamic, size: Option<(usize, usize)>) -> RhaiResult<Tensor> {
             t.shape()
         )));
     }
-    let (h, w) = size.unwrap_or((t.shape()[0] / 8 * 8, t.shape()[1] / 8 * 8));
+    let m = multiple;
+    let (h, w) = size.unwrap_or((t.shape()[0] / m * m, t.shape()[1] / m * m));
     guard(|| {
         let rgb = tensor_to_rgb(&t)?;
         let rgb = match (rgb.height() as usize, rgb.width() as usize) == (h, w) {
@@ -100,6 +101,7 @@ fn generate(pipe: &mut PipelineHandle, prompts: Dynamic, opts: Map) -> RhaiResul
             "image",
             "strength",
             "tiled",
+            "max_sequence_length",
         ],
     )?;
     let (list, one) = match prompts.clone().try_cast::<Array>() {
@@ -134,17 +136,24 @@ fn generate(pipe: &mut PipelineHandle, prompts: Dynamic, opts: Map) -> RhaiResul
     let ask = TextToImage {
         prompts: list,
         negative,
-        steps: o.usize("steps", 50)?,
+        steps: o.usize("steps", pipe.0.default_steps())?,
         guidance: o.float("guidance", pipe.0.default_guidance())?,
         size,
         seed: o.int("seed", 0)? as u64,
         scheduler: o.string("scheduler")?,
         eta: o.float("eta", 0.0)?,
         latents: None,
-        init_image: o.get("image").map(|d| init_image(d, size)).transpose()?,
+        init_image: o
+            .get("image")
+            .map(|d| init_image(d, size, pipe.0.size_multiple()))
+            .transpose()?,
         strength: o.float("strength", 0.8)?,
         init_noise: None,
         tiled_vae: o.bool("tiled", false)?,
+        max_sequence_length: o
+            .get("max_sequence_length")
+            .map(|_| o.usize("max_sequence_length", 256))
+            .transpose()?,
     };
     let bar = o
         .bool("progress", true)?
@@ -380,7 +389,7 @@ pub fn register(engine: &mut Engine) {
         api.func(
             "load",
             "diffusion::load(dir) -> Pipeline",
-            "A Stable Diffusion pipeline from a diffusers folder: SD 1.x and 2.x (StableDiffusionPipeline: model_index.json with unet/, vae/, text_encoder/ (CLIPTextModel), tokenizer/ and scheduler/) or SDXL (StableDiffusionXLPipeline: also text_encoder_2/ (CLIPTextModelWithProjection) and tokenizer_2/). pipe.generate(prompt, opts) draws images; pipe.to(\"cuda\") moves it. Every weight is required by name and shape; a missing component folder is named.",
+            "A Stable Diffusion pipeline from a diffusers folder: SD 1.x and 2.x (StableDiffusionPipeline: model_index.json with unet/, vae/, text_encoder/ (CLIPTextModel), tokenizer/ and scheduler/), SDXL (StableDiffusionXLPipeline: also text_encoder_2/ (CLIPTextModelWithProjection) and tokenizer_2/) or SD3 and SD3.5 (StableDiffusion3Pipeline: transformer/ (SD3Transformer2DModel) for unet/, two CLIP encoders with projections, text_encoder_3/ (T5EncoderModel, optional) and tokenizer_3/). pipe.generate(prompt, opts) draws images; pipe.to(\"cuda\") moves it. Every weight is required by name and shape; a missing component folder is named.",
             "try { diffusion::load(\"no_such_folder\"); } catch (e) { print(e); }   // with a real folder: let pipe = diffusion::load(\"stable-diffusion-v1-5\"); vision::save_image(pipe.generate(\"a red fox\", #{ steps: 25, seed: 1 }), \"fox.png\");",
             |dir: &str| -> RhaiResult<PipelineHandle> {
                 guard(|| StableDiffusion::from_folder(std::path::Path::new(dir)))
@@ -389,8 +398,8 @@ pub fn register(engine: &mut Engine) {
         );
         api.method(
             "generate",
-            "pipe.generate(prompt, #{ steps, guidance, seed, width, height, scheduler, negative, eta, image, strength, tiled, progress }) -> Tensor",
-            "Text to image: a U8 [H, W, 3] image for a prompt, or a list of images for a list of prompts. steps (50) denoising steps of the folder's scheduler (or scheduler: another class over its noise schedule), classifier-free guidance (7.5, SDXL 5; 1 turns it off), negative prompt(s) (without one SDXL's unconditional input is zeros, as its force_zeros_for_empty_prompt says), seed (0) for the starting noise, width and height (the model's size by default; multiples of 8), DDIM's eta, a progress bar (progress: false hides it). Image to image: image (a path or a U8 image; resized to the width and height, or its own size rounded down to multiples of 8) is encoded and noised strength (0.8) of the way, and only that share of the steps runs. tiled: true decodes with the VAE tile by tile (diffusers' enable_tiling), for images larger than the VAE was made for in bounded memory. Prompts longer than the text encoder's context are cut with a warning.",
+            "pipe.generate(prompt, #{ steps, guidance, seed, width, height, scheduler, negative, eta, image, strength, tiled, max_sequence_length, progress }) -> Tensor",
+            "Text to image: a U8 [H, W, 3] image for a prompt, or a list of images for a list of prompts. steps (50, SD3 28) denoising steps of the folder's scheduler (or scheduler: another class over its noise schedule), classifier-free guidance (7.5, SDXL 5, SD3 7; 1 turns it off), negative prompt(s) (without one SDXL's unconditional input is zeros, as its force_zeros_for_empty_prompt says), seed (0) for the starting noise, width and height (the model's size by default; multiples of 8), DDIM's eta, a progress bar (progress: false hides it). Image to image: image (a path or a U8 image; resized to the width and height, or its own size rounded down to multiples of 8, 16 for SD3) is encoded and noised strength (0.8) of the way, and only that share of the steps runs. tiled: true decodes with the VAE tile by tile (diffusers' enable_tiling), for images larger than the VAE was made for in bounded memory. Prompts longer than the text encoder's context are cut with a warning; max_sequence_length (256) is how many tokens SD3's T5 reads.",
             "try { let pipe = diffusion::load(\"sd\"); pipe.generate(\"a red fox\", #{ steps: 20, guidance: 7.5, seed: 3, width: 512, height: 512 }); } catch (e) { print(e); }",
             generate,
         );

@@ -22,7 +22,7 @@ fn fixture(name: &str) -> PathBuf {
 fn unet_output(pipe: &StableDiffusion) -> Tensor {
     let inputs = safetensors::load(fixture("sd_tiny/unet/expected.safetensors")).unwrap();
     no_grad(|| {
-        pipe.unet.predict(
+        pipe.unet().unwrap().predict(
             &inputs["sample"],
             &inputs["timesteps"],
             Some(&inputs["context"]),
@@ -52,7 +52,7 @@ fn both_layouts_merge_as_diffusers_fuses_them() {
             err < 1e-4,
             "{layout}: UNet differs from diffusers' by {err:.2e}"
         );
-        let states = no_grad(|| pipe.encode_prompts(&["a red cat", "a dog"]))
+        let states = no_grad(|| pipe.encode_prompts(&["a red cat", "a dog"], None))
             .unwrap()
             .states;
         let err = relative_error(&states, &want["text"]);

@@ -48,7 +48,7 @@ fn the_pipeline_draws_what_diffusers_draws() {
         want["ids"].to_vec_f64().unwrap(),
         "prompt ids"
     );
-    let states = rusting_brain::no_grad(|| pipe.encode_prompts(&["a red cat", "a dog"]))
+    let states = rusting_brain::no_grad(|| pipe.encode_prompts(&["a red cat", "a dog"], None))
         .unwrap()
         .states;
     let err = worst(&states, &want["text_states"]);
@@ -252,7 +252,7 @@ fn sdxl_draws_what_diffusers_draws() {
         want["ids_2"].to_vec_f64().unwrap(),
         "the second tokenizer's ids (padded with `!`)"
     );
-    let cond = rusting_brain::no_grad(|| pipe.encode_prompts(&prompts)).unwrap();
+    let cond = rusting_brain::no_grad(|| pipe.encode_prompts(&prompts, None)).unwrap();
     let err = worst(&cond.states, &want["states"]);
     assert!(err < 1e-5, "prompt states differ by {err:.2e}");
     let err = worst(cond.pooled.as_ref().unwrap(), &want["pooled"]);
@@ -362,7 +362,7 @@ fn textual_inversions_load_as_diffusers_loads_them() {
         })
         .collect();
     assert_eq!(ids, want["sd_ids"].to_vec_f64().unwrap(), "prompt ids");
-    let states = rusting_brain::no_grad(|| pipe.encode_prompts(&prompts))
+    let states = rusting_brain::no_grad(|| pipe.encode_prompts(&prompts, None))
         .unwrap()
         .states;
     let err = worst(&states, &want["sd_states"]);
@@ -378,7 +378,7 @@ fn textual_inversions_load_as_diffusers_loads_them() {
         .add_textual_inversion(&inversion("xl.safetensors"), Some("<xl>"))
         .unwrap();
     assert_eq!(added, ("<xl>".to_string(), 2));
-    let cond = rusting_brain::no_grad(|| xl.encode_prompts(&["a <xl> cat"])).unwrap();
+    let cond = rusting_brain::no_grad(|| xl.encode_prompts(&["a <xl> cat"], None)).unwrap();
     let err = worst(&cond.states, &want["xl_states"]);
     assert!(err < 1e-5, "SDXL states differ by {err:.2e}");
     let err = worst(cond.pooled.as_ref().unwrap(), &want["xl_pooled"]);

@@ -6,6 +6,7 @@
 
 use rusting_brain::io::safetensors;
 use rusting_brain::models::diffusion::mmdit::{sincos_position_table, Sd3Transformer};
+use rusting_brain::models::diffusion::{StableDiffusion, TextToImage};
 use rusting_brain::models::t5::{self, T5EncoderModel};
 use rusting_brain::nn::Module;
 use rusting_brain::{DType, Device, Tensor};
@@ -138,4 +139,79 @@ fn an_image_larger_than_the_position_table_is_refused() {
         .unwrap_err()
         .to_string();
     assert!(err.contains("2x2 patches"), "{err}");
+}
+
+fn ask(guidance: f64, negative: Vec<String>, latents: &Tensor) -> TextToImage {
+    TextToImage {
+        prompts: vec!["a red cat".into(), "a dog".into()],
+        negative,
+        steps: 5,
+        guidance,
+        size: Some((32, 32)),
+        latents: Some(latents.clone()),
+        max_sequence_length: Some(24),
+        ..TextToImage::default()
+    }
+}
+
+#[test]
+fn sd3_draws_what_diffusers_draws() {
+    let pipe = StableDiffusion::from_folder(&fixture("sd3_tiny")).unwrap();
+    let want = expected("sd3_tiny");
+    assert_eq!(pipe.default_guidance(), 7.0);
+    assert_eq!(pipe.default_steps(), 28);
+    let cond =
+        rusting_brain::no_grad(|| pipe.encode_prompts(&["a red cat", "a dog"], Some(24))).unwrap();
+    // CLIP-L's and CLIP-G's 16 tokens (6 + 8 wide, padded to 16), then T5's 24.
+    let err = worst(&cond.states, &want["states"]);
+    assert!(err < 1e-5, "prompt states differ by {err:.2e}");
+    let err = worst(cond.pooled.as_ref().unwrap(), &want["pooled"]);
+    assert!(err < 1e-5, "pooled embeddings differ by {err:.2e}");
+    for (name, guidance, negative) in [
+        ("guided", 7.0, vec![]),
+        ("negative", 7.0, vec!["".to_string(), "blurry".to_string()]),
+        ("plain", 1.0, vec![]),
+    ] {
+        let images = pipe
+            .generate(&ask(guidance, negative, &want["latents"]), &mut |_, _| {
+                Ok(())
+            })
+            .unwrap();
+        let err = worst(&images, &want[name]);
+        assert!(err < 1.0 / 255.0, "{name}: images differ by {err:.2e}");
+    }
+}
+
+#[test]
+fn sd3_without_t5_reads_zeros_in_its_place() {
+    // diffusers' text_encoder_3=None: the T5 part of the states is zeros.
+    let dir = tempfile::tempdir().unwrap();
+    copy_folder(&fixture("sd3_tiny"), dir.path());
+    let index = dir.path().join("model_index.json");
+    let text = std::fs::read_to_string(&index).unwrap();
+    let text = text.replace(
+        "\"text_encoder_3\": [\n    \"transformers\",\n    \"T5EncoderModel\"\n  ]",
+        "\"text_encoder_3\": [\n    null,\n    null\n  ]",
+    );
+    assert!(text.contains("null,\n    null\n  ]"), "edited the index");
+    std::fs::write(&index, text).unwrap();
+    let pipe = StableDiffusion::from_folder(dir.path()).unwrap();
+    assert_eq!(pipe.prompts.encoders.len(), 2);
+    let cond = rusting_brain::no_grad(|| pipe.encode_prompts(&["a red cat"], Some(24))).unwrap();
+    assert_eq!(cond.states.shape(), &[1, 16 + 24, 16]);
+    let t5_part = cond.states.narrow(1, 16, 24).unwrap();
+    assert_eq!(t5_part.abs().unwrap().sum().unwrap().item().unwrap(), 0.0);
+}
+
+fn copy_folder(from: &Path, to: &Path) {
+    for entry in std::fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        let target = to.join(entry.file_name());
+        if entry.file_type().unwrap().is_dir() {
+            std::fs::create_dir_all(&target).unwrap();
+            copy_folder(&entry.path(), &target);
+        } else {
+            std::fs::copy(entry.path(), target).unwrap();
+        }
+    }
 }

@@ -106,9 +106,10 @@ fn every_script_runs_on_tiny_settings() {
     std::fs::create_dir_all(dir.path().join("finetune_text")).unwrap();
     std::fs::write(dir.path().join("finetune_text/a.txt"), story(3)).unwrap();
     let finetune_text = format!("text={}", dir.path().join("finetune_text").display());
-    let sd_tiny =
-        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/diffusion/sd_tiny");
-    let sd_tiny = format!("model={}", sd_tiny.display());
+    // img2img runs the SD3 folder: three text encoders, the MMDiT, flow matching.
+    let sd3_tiny =
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/diffusion/sd3_tiny");
+    let sd3_tiny = format!("model={}", sd3_tiny.display());
     // txt2img runs the SDXL folder: two text encoders and the added conditioning.
     let sdxl_tiny =
         PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/diffusion/sdxl_tiny");
@@ -117,7 +118,8 @@ fn every_script_runs_on_tiny_settings() {
     let xl_embedding = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
         .join("../tests/fixtures/diffusion/textual_inversion/xl.safetensors");
     let xl_embedding = format!("embeddings={}", xl_embedding.display());
-    // A 100x100 photo: img2img resizes it to 96x96 (multiples of 8).
+    // A 100x100 photo: img2img resizes it to 96x96 (multiples of 8 for sd3_tiny's VAE of scale
+    // 4 and patches of 2).
     let sd_photo = format!("image={}", jpegs.join("pil_sample_rgb.jpg").display());
     // Each script gets the arguments it declares (an unknown one is refused), at tiny sizes.
     let tiny = |name: &str| -> Vec<&str> {
@@ -173,7 +175,7 @@ fn every_script_runs_on_tiny_settings() {
                 &out,
             ],
             "img2img.rhai" => vec![
-                &sd_tiny,
+                &sd3_tiny,
                 &sd_photo,
                 "prompt=a red cat",
                 "strength=0.7",

@@ -191,7 +191,8 @@ fn read_textual_inversion(p: &Path) -> Result<()> {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/diffusion/sd_tiny");
     let mut pipe = StableDiffusion::from_folder(&dir)?;
     let (token, _) = pipe.add_textual_inversion(p, None)?;
-    pipe.encode_prompts(&[&format!("a {token} cat")]).map(drop)
+    pipe.encode_prompts(&[&format!("a {token} cat")], None)
+        .map(drop)
 }
 
 /// A diffusers UNet folder (the corrupt config.json beside valid weights), loaded and run.

@@ -72,6 +72,11 @@ impl PromptTokenizer {
 
     /// One prompt's ids with its start and end tokens, cut to `max_len` (the end token kept).
     pub fn encode(&self, text: &str) -> Result<Vec<u32>> {
+        self.encode_cut(text, self.max_len)
+    }
+
+    /// `encode`, cut to `max_len` instead of the tokenizer's own.
+    fn encode_cut(&self, text: &str, max_len: usize) -> Result<Vec<u32>> {
         let mut ids = self.tokenizer.encode_with_template(text)?;
         if let Some(start) = self.start_id {
             if ids.first() != Some(&start) {
@@ -81,8 +86,8 @@ impl PromptTokenizer {
         if ids.last() != Some(&self.end_id) {
             ids.push(self.end_id);
         }
-        if ids.len() > self.max_len {
-            ids.truncate(self.max_len - 1);
+        if ids.len() > max_len {
+            ids.truncate(max_len - 1);
             ids.push(self.end_id);
         }
         Ok(ids)
@@ -90,17 +95,36 @@ impl PromptTokenizer {
 
     /// Prompts as ids [B, T] (I64), right-padded as `padding` says.
     pub fn encode_batch(&self, texts: &[&str]) -> Result<Tensor> {
+        let t = match self.padding {
+            Padding::Longest => None,
+            Padding::MaxLength => Some(self.max_len),
+        };
+        self.batch(texts, t.unwrap_or(self.max_len), t)
+    }
+
+    /// Prompts as ids [B, len] (I64), each cut to and padded to `len` (T5's
+    /// `max_sequence_length`, which a call may set).
+    pub fn encode_batch_to(&self, texts: &[&str], len: usize) -> Result<Tensor> {
+        let needed = 1 + usize::from(self.start_id.is_some());
+        if len < needed {
+            return Err(Error::invalid(
+                "tokenizer",
+                format!("a length of {len} cannot hold the {needed} tokens around a prompt"),
+            ));
+        }
+        self.batch(texts, len, Some(len))
+    }
+
+    /// Rows cut to `cut`, padded to `pad` (the longest row where `None`).
+    fn batch(&self, texts: &[&str], cut: usize, pad: Option<usize>) -> Result<Tensor> {
         if texts.is_empty() {
             return Err(Error::invalid("tokenizer", "no texts to encode"));
         }
         let rows = texts
             .iter()
-            .map(|t| self.encode(t))
+            .map(|t| self.encode_cut(t, cut))
             .collect::<Result<Vec<_>>>()?;
-        let t = match self.padding {
-            Padding::Longest => rows.iter().map(Vec::len).max().unwrap_or(0),
-            Padding::MaxLength => self.max_len,
-        };
+        let t = pad.unwrap_or_else(|| rows.iter().map(Vec::len).max().unwrap_or(0));
         let mut flat = Vec::with_capacity(rows.len() * t);
         for row in &rows {
             flat.extend(row.iter().map(|&v| v as i64));

@@ -21,7 +21,8 @@ use std::path::Path;
 /// Which model of the pipeline a LoRA module adapts.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub enum LoraTarget {
-    Unet,
+    /// The UNet, or SD3's transformer.
+    Denoiser,
     /// The pipeline's first (0) or second (1, SDXL's `text_encoder_2`) text encoder.
     TextEncoder(usize),
 }
@@ -68,11 +69,12 @@ pub fn read_lora(path: &Path) -> Result<Vec<LoraModule>> {
     // module → (target, down, up, alpha)
     let mut parts: BTreeMap<(LoraTarget, String), [Option<Tensor>; 3]> = BTreeMap::new();
     for (key, t) in &tensors {
-        const PREFIXES: [(&str, LoraTarget); 7] = [
-            ("unet.", LoraTarget::Unet),
+        const PREFIXES: [(&str, LoraTarget); 8] = [
+            ("unet.", LoraTarget::Denoiser),
+            ("transformer.", LoraTarget::Denoiser),
             ("text_encoder.", LoraTarget::TextEncoder(0)),
             ("text_encoder_2.", LoraTarget::TextEncoder(1)),
-            ("lora_unet_", LoraTarget::Unet),
+            ("lora_unet_", LoraTarget::Denoiser),
             ("lora_te_", LoraTarget::TextEncoder(0)),
             ("lora_te1_", LoraTarget::TextEncoder(0)),
             ("lora_te2_", LoraTarget::TextEncoder(1)),
@@ -82,7 +84,7 @@ pub fn read_lora(path: &Path) -> Result<Vec<LoraModule>> {
             .find_map(|(p, target)| key.strip_prefix(p).map(|r| (*target, r)))
         else {
             return Err(bad(format!(
-                "`{key}` is not a Stable Diffusion LoRA tensor (unet./text_encoder./text_encoder_2. or lora_unet_/lora_te_/lora_te1_/lora_te2_)"
+                "`{key}` is not a Stable Diffusion LoRA tensor (unet./transformer./text_encoder./text_encoder_2. or lora_unet_/lora_te_/lora_te1_/lora_te2_)"
             )));
         };
         let (module, slot) = [
@@ -147,7 +149,7 @@ fn metadata_alpha(
     rank: usize,
 ) -> std::result::Result<Option<f64>, String> {
     let prefix = match target {
-        LoraTarget::Unet => "unet",
+        LoraTarget::Denoiser => "unet",
         LoraTarget::TextEncoder(0) => "text_encoder",
         LoraTarget::TextEncoder(_) => "text_encoder_2",
     };

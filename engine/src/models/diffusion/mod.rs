@@ -4,6 +4,7 @@
 //! text-to-image pipeline (`pipeline`).
 
 pub mod blocks;
+pub mod denoiser;
 pub mod feed_forward;
 pub mod lora;
 pub mod mmdit;

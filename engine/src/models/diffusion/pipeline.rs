@@ -1,8 +1,11 @@
 //! Stable Diffusion's text-to-image pipeline (diffusers' `StableDiffusionPipeline` for SD 1.x
-//! and 2.x folders, `StableDiffusionXLPipeline` for SDXL's): prompts → CLIP text states →
-//! noise → the scheduler's walk with classifier-free guidance → VAE decode → images.
+//! and 2.x folders, `StableDiffusionXLPipeline` for SDXL's, `StableDiffusion3Pipeline` for
+//! SD3's): prompts → text states → noise → the scheduler's walk with classifier-free guidance
+//! → VAE decode → images.
 
-use super::prompt_encoder::{Conditioning, PromptEncoder, PromptEncoders, StatesLayer};
+use super::denoiser::Denoiser;
+use super::mmdit::Sd3Transformer;
+use super::prompt_encoder::{Conditioning, PromptEncoder, PromptEncoders, PromptLayout, T5_TOKENS};
 use super::scheduler::{self, Scheduler};
 use super::{AddedConditions, AutoencoderKl, UNet};
 use crate::nn::Module;
@@ -41,6 +44,8 @@ pub struct TextToImage {
     /// Decode with the VAE tile by tile (diffusers' `enable_tiling`), so images larger than
     /// the VAE was made for decode in bounded memory.
     pub tiled_vae: bool,
+    /// How many tokens T5 reads (SD3); `None` is diffusers' default, 256.
+    pub max_sequence_length: Option<usize>,
 }
 
 impl TextToImage {
@@ -70,21 +75,20 @@ impl Default for TextToImage {
             strength: 0.8,
             init_noise: None,
             tiled_vae: false,
+            max_sequence_length: None,
         }
     }
 }
 
 pub struct StableDiffusion {
-    /// The text encoders and tokenizers (SDXL has two).
+    /// The text encoders and tokenizers (SDXL has two, SD3 three).
     pub prompts: PromptEncoders,
     /// SDXL: without a negative prompt the unconditional input is zeros, not the encoded "".
     pub force_zeros_for_empty_prompt: bool,
-    pub unet: UNet,
+    pub denoiser: Denoiser,
     pub vae: AutoencoderKl,
     /// `scheduler/scheduler_config.json`, read for each call (a walk holds state).
     scheduler_config: String,
-    /// The UNet's `sample_size` (latent side) when the config has one.
-    sample_size: Option<usize>,
 }
 
 pub(super) fn component(dir: &Path, name: &str) -> Result<std::path::PathBuf> {
@@ -101,7 +105,8 @@ pub(super) fn component(dir: &Path, name: &str) -> Result<std::path::PathBuf> {
 impl StableDiffusion {
     /// A diffusers pipeline folder: `model_index.json`, and `unet/`, `vae/`, `text_encoder/`,
     /// `tokenizer/` and `scheduler/`; SDXL's also `text_encoder_2/` and `tokenizer_2/` (a
-    /// refiner's only those).
+    /// refiner's only those); SD3's `transformer/` for `unet/`, the two CLIP encoders and
+    /// `text_encoder_3/` with `tokenizer_3/` (T5, optional).
     pub fn from_folder(dir: &Path) -> Result<StableDiffusion> {
         let index_path = dir.join("model_index.json");
         let text = std::fs::read_to_string(&index_path).map_err(|e| Error::io(&index_path, e))?;
@@ -116,46 +121,69 @@ impl StableDiffusion {
                 .is_some_and(|v| v.iter().any(|x| !x.is_null()))
         };
         let class = index.get("_class_name").and_then(Value::as_str);
-        let prompts = match class {
-            Some("StableDiffusionPipeline") => PromptEncoders {
-                encoders: vec![PromptEncoder::from_folder(dir, "text_encoder", "tokenizer")?],
-                layer: StatesLayer::Last,
-            },
+        let encoder = |i: usize| {
+            let suffix = if i == 1 {
+                String::new()
+            } else {
+                format!("_{i}")
+            };
+            PromptEncoder::from_folder(
+                dir,
+                &format!("text_encoder{suffix}"),
+                &format!("tokenizer{suffix}"),
+            )
+        };
+        let (prompts, denoiser) = match class {
+            Some("StableDiffusionPipeline") => (
+                PromptEncoders {
+                    encoders: vec![encoder(1)?],
+                    layout: PromptLayout::Sd,
+                },
+                Denoiser::UNet(UNet::from_folder(&component(dir, "unet")?)?),
+            ),
             Some("StableDiffusionXLPipeline") => {
                 let mut encoders = Vec::new();
                 if listed("text_encoder") {
-                    encoders.push(PromptEncoder::from_folder(dir, "text_encoder", "tokenizer")?);
+                    encoders.push(encoder(1)?);
                 }
-                encoders.push(PromptEncoder::from_folder(
-                    dir,
-                    "text_encoder_2",
-                    "tokenizer_2",
-                )?);
-                PromptEncoders {
+                encoders.push(encoder(2)?);
+                let prompts = PromptEncoders {
                     encoders,
-                    layer: StatesLayer::Penultimate,
+                    layout: PromptLayout::Sdxl,
+                };
+                (prompts, Denoiser::UNet(UNet::from_folder(&component(dir, "unet")?)?))
+            }
+            Some("StableDiffusion3Pipeline") => {
+                let transformer = Sd3Transformer::from_folder(&component(dir, "transformer")?)?;
+                let mut encoders = vec![encoder(1)?, encoder(2)?];
+                if listed("text_encoder_3") {
+                    encoders.push(encoder(3)?);
                 }
+                let prompts = PromptEncoders {
+                    encoders,
+                    layout: PromptLayout::Sd3 {
+                        joint_width: transformer.config.joint_attention_dim,
+                    },
+                };
+                (prompts, Denoiser::Sd3(transformer))
             }
             other => {
                 return Err(Error::format(
                     "model_index.json",
                     format!(
-                        "{}: pipeline {} is not supported (StableDiffusionPipeline and StableDiffusionXLPipeline are)",
+                        "{}: pipeline {} is not supported (StableDiffusionPipeline, StableDiffusionXLPipeline and StableDiffusion3Pipeline are)",
                         dir.display(),
                         other.unwrap_or("without a _class_name")
                     ),
                 ))
             }
         };
-        let force_zeros_for_empty_prompt = prompts.layer == StatesLayer::Penultimate
+        let force_zeros_for_empty_prompt = prompts.layout == PromptLayout::Sdxl
             && index
                 .get("force_zeros_for_empty_prompt")
                 .and_then(Value::as_bool)
                 .unwrap_or(true);
-        let unet_dir = component(dir, "unet")?;
-        let unet = UNet::from_folder(&unet_dir)?;
-        check_fit(&prompts, &unet, &unet_dir)?;
-        let sample_size = unet.sample_size;
+        check_fit(&prompts, &denoiser, dir)?;
         let sched_path = component(dir, "scheduler")?.join("scheduler_config.json");
         let scheduler_config =
             std::fs::read_to_string(&sched_path).map_err(|e| Error::io(&sched_path, e))?;
@@ -165,14 +193,22 @@ impl StableDiffusion {
             prompts,
             force_zeros_for_empty_prompt,
             vae: AutoencoderKl::from_folder(&component(dir, "vae")?)?,
-            unet,
+            denoiser,
             scheduler_config,
-            sample_size,
         })
     }
 
+    /// The UNet, for pipelines that denoise with one.
+    pub fn unet(&self) -> Option<&UNet> {
+        match &self.denoiser {
+            Denoiser::UNet(u) => Some(u),
+            _ => None,
+        }
+    }
+
     pub fn device(&self) -> Device {
-        self.unet
+        self.denoiser
+            .module()
             .named_parameters()
             .first()
             .map_or(Device::Cpu, |(_, p)| p.device())
@@ -181,7 +217,7 @@ impl StableDiffusion {
     /// Moves every model to `device`.
     pub fn to_device(&self, device: Device) -> Result<()> {
         self.prompts.to_device(device)?;
-        self.unet.to_device(device)?;
+        self.denoiser.module().to_device(device)?;
         self.vae.to_device(device)
     }
 
@@ -194,7 +230,7 @@ impl StableDiffusion {
         let modules = read_lora(path)?;
         let of = |t: LoraTarget| modules.iter().filter(|m| m.target == t).collect::<Vec<_>>();
         // Every model's modules are placed before any changes.
-        let unet = plan_lora(&self.unet, &of(LoraTarget::Unet))?;
+        let denoiser = plan_lora(self.denoiser.module(), &of(LoraTarget::Denoiser))?;
         let encoders = &self.prompts.encoders;
         let slots = self.prompts.slots();
         let stray = modules
@@ -212,14 +248,17 @@ impl StableDiffusion {
         }
         let mut text = Vec::new();
         for (e, &slot) in encoders.iter().zip(&slots) {
-            text.push(plan_lora(&e.model, &of(LoraTarget::TextEncoder(slot)))?);
+            text.push(plan_lora(
+                e.model.module(),
+                &of(LoraTarget::TextEncoder(slot)),
+            )?);
         }
-        let unet = unet.apply(strength)?;
+        let denoiser = denoiser.apply(strength)?;
         let mut changed = 0;
         for plan in text {
             changed += plan.apply(strength)?;
         }
-        Ok((unet, changed))
+        Ok((denoiser, changed))
     }
 
     /// Adds a textual-inversion file's token to the tokenizers and text encoders (diffusers'
@@ -264,11 +303,20 @@ impl StableDiffusion {
         scheduler::from_config(&self.scheduler_config, class)
     }
 
-    /// diffusers' default guidance scale for the pipeline: 7.5 for SD, 5 for SDXL.
+    /// diffusers' default guidance scale for the pipeline: 7.5 for SD, 5 for SDXL, 7 for SD3.
     pub fn default_guidance(&self) -> f64 {
-        match self.prompts.layer {
-            StatesLayer::Last => 7.5,
-            StatesLayer::Penultimate => 5.0,
+        match self.prompts.layout {
+            PromptLayout::Sd => 7.5,
+            PromptLayout::Sdxl => 5.0,
+            PromptLayout::Sd3 { .. } => 7.0,
+        }
+    }
+
+    /// diffusers' default number of steps: 50, and 28 for SD3.
+    pub fn default_steps(&self) -> usize {
+        match self.prompts.layout {
+            PromptLayout::Sd3 { .. } => 28,
+            _ => 50,
         }
     }
 
@@ -277,10 +325,22 @@ impl StableDiffusion {
         self.vae.config.downscale()
     }
 
-    /// The text states [N, T, width] of prompts (and SDXL's pooled embedding), padded to the
-    /// encoders' context. Longer prompts are cut (with one warning, as diffusers warns).
-    pub fn encode_prompts(&self, prompts: &[&str]) -> Result<Conditioning> {
-        self.prompts.encode(prompts, self.device())
+    /// What the image's sides must be multiples of: the VAE's scale times the UNet's
+    /// downscale (the MMDiT's patch), and at least 8.
+    pub fn size_multiple(&self) -> usize {
+        (self.vae_scale() * self.denoiser.latent_multiple()).max(8)
+    }
+
+    /// The text states [N, T, width] of prompts (and SDXL's and SD3's pooled embedding),
+    /// padded to the encoders' context (T5's: `t5_tokens`, default 256). Longer prompts are
+    /// cut (with one warning, as diffusers warns).
+    pub fn encode_prompts(
+        &self,
+        prompts: &[&str],
+        t5_tokens: Option<usize>,
+    ) -> Result<Conditioning> {
+        self.prompts
+            .encode(prompts, self.device(), t5_tokens.unwrap_or(T5_TOKENS))
     }
 
     /// Images [N, H, W, 3] (F32 in [0, 1]) for the prompts; `progress(step, steps)` after
@@ -303,12 +363,12 @@ impl StableDiffusion {
             return Err(Error::invalid("generate", "no prompts"));
         }
         let scale = self.vae_scale();
-        let multiple = (scale * self.unet.config.downscale()).max(8);
+        let multiple = self.size_multiple();
         let (height, width) = match (ask.size, &ask.init_image) {
             (Some(s), _) => s,
             (None, Some(img)) if img.rank() == 4 => (img.shape()[2], img.shape()[3]),
             (None, _) => {
-                let side = self.sample_size.unwrap_or(64) * scale;
+                let side = self.denoiser.sample_size().unwrap_or(64) * scale;
                 (side, side)
             }
         };
@@ -323,12 +383,15 @@ impl StableDiffusion {
             ));
         }
         let mut sched = self.scheduler(ask.scheduler.as_deref())?;
+        // FLUX-style dynamic shifting reads the image's token count.
+        let patch = self.denoiser.latent_multiple();
+        sched.set_image_tokens((height / scale / patch) * (width / scale / patch));
         sched.set_eta(ask.eta)?;
         sched.set_timesteps(ask.steps)?;
         let prompts: Vec<&str> = ask.prompts.iter().map(String::as_str).collect();
         let guided = ask.guidance > 1.0;
         let cond = {
-            let cond = self.encode_prompts(&prompts)?;
+            let cond = self.encode_prompts(&prompts, ask.max_sequence_length)?;
             match guided {
                 false => cond,
                 true => {
@@ -348,7 +411,7 @@ impl StableDiffusion {
                     let uncond = match ask.negative.is_empty() && self.force_zeros_for_empty_prompt
                     {
                         true => cond.zeros_like()?,
-                        false => self.encode_prompts(&negative)?,
+                        false => self.encode_prompts(&negative, ask.max_sequence_length)?,
                     };
                     Conditioning::cat(&uncond, &cond)?
                 }
@@ -358,12 +421,12 @@ impl StableDiffusion {
         let device = self.device();
         let shape = [
             n,
-            self.unet.config.in_channels,
+            self.denoiser.in_channels(),
             height / scale,
             width / scale,
         ];
         let mut noise = Generator::new(ask.seed.wrapping_add(1));
-        let dtype = self.unet.named_parameters()[0].1.dtype();
+        let dtype = self.denoiser.module().named_parameters()[0].1.dtype();
         let (mut latents, first) = match &ask.init_image {
             Some(image) => self.image_start(ask, image, &shape, &mut *sched, dtype)?,
             None => (
@@ -381,9 +444,7 @@ impl StableDiffusion {
                 false => latents.clone(),
             };
             let input = sched.scale_model_input(&input)?.to_dtype(dtype)?;
-            let pred = self
-                .unet
-                .predict_with(&input, &t, Some(&cond.states), added.as_ref())?;
+            let pred = self.denoiser.predict(&input, &t, &cond, added.as_ref())?;
             let pred = match guided {
                 false => pred,
                 true => {
@@ -420,8 +481,9 @@ impl StableDiffusion {
         cond: &Conditioning,
         (height, width): (usize, usize),
     ) -> Result<Option<AddedConditions>> {
-        if self.unet.config.text_time.is_none() {
-            return Ok(None);
+        match self.unet() {
+            Some(unet) if unet.config.text_time.is_some() => {}
+            _ => return Ok(None),
         }
         let text_embeds = cond.pooled.clone().ok_or_else(|| {
             Error::invalid(
@@ -519,10 +581,8 @@ impl StableDiffusion {
                 )
             }
         };
-        // diffusers scales by scaling_factor alone here (no shift).
-        let mut clean = draw
-            .to_dtype(DType::F32)?
-            .mul_scalar(self.vae.config.scaling_factor)?;
+        // (latent - shift) · scaling_factor: SD's and SDXL's VAEs have no shift; SD3's does.
+        let mut clean = self.vae.scale_latents(&draw.to_dtype(DType::F32)?)?;
         if clean.shape()[0] != n {
             clean = clean.expand(shape)?.contiguous()?;
         }
@@ -544,35 +604,53 @@ pub fn to_u8_images(images: &Tensor) -> Result<Vec<Tensor>> {
         .collect()
 }
 
-/// Whether the text encoders fit the UNet: their widths side by side are its
-/// `cross_attention_dim`, and an SDXL UNet's added conditioning takes the pooled width.
-fn check_fit(prompts: &PromptEncoders, unet: &UNet, unet_dir: &Path) -> Result<()> {
-    let bad = |msg: String| Error::format("StableDiffusionPipeline", msg);
-    if !unet.config.conditional {
-        return Err(bad(format!(
-            "{}: the UNet is not text-conditioned",
-            unet_dir.display()
-        )));
-    }
+/// Whether the text encoders fit the denoiser: their states' width is the UNet's
+/// `cross_attention_dim` (the MMDiT's `joint_attention_dim`), and the pooled width what SDXL's
+/// added conditioning (SD3's `pooled_projection_dim`) takes.
+fn check_fit(prompts: &PromptEncoders, denoiser: &Denoiser, dir: &Path) -> Result<()> {
+    let bad = |msg: String| {
+        Error::format(
+            "StableDiffusionPipeline",
+            format!("{}: {msg}", dir.display()),
+        )
+    };
+    prompts.check()?;
     let widths: Vec<String> = prompts
         .encoders
         .iter()
         .map(|e| format!("{} {}", e.name, e.width()))
         .collect();
-    if prompts.width() != unet.config.cross_attention_dim {
-        return Err(bad(format!(
-            "the text encoders' width ({}) is not the UNet's cross_attention_dim {}",
-            widths.join(" + "),
-            unet.config.cross_attention_dim
-        )));
-    }
-    match (unet.config.text_time, prompts.pooled_width()) {
-        (None, _) => Ok(()),
-        (Some(tt), Some(p)) if p == tt.text_embeds_dim() => Ok(()),
-        (Some(tt), p) => Err(bad(format!(
-            "the UNet's added conditioning takes a pooled text embedding of {}, the text encoders give {}",
-            tt.text_embeds_dim(),
-            p.map_or("none".to_string(), |p| p.to_string())
-        ))),
+    let pooled = |p: Option<usize>| p.map_or("none".to_string(), |p| p.to_string());
+    match denoiser {
+        Denoiser::UNet(unet) => {
+            if !unet.config.conditional {
+                return Err(bad("the UNet is not text-conditioned".into()));
+            }
+            if prompts.width() != unet.config.cross_attention_dim {
+                return Err(bad(format!(
+                    "the text encoders' width ({}) is not the UNet's cross_attention_dim {}",
+                    widths.join(" + "),
+                    unet.config.cross_attention_dim
+                )));
+            }
+            match (unet.config.text_time, prompts.pooled_width()) {
+                (None, _) => Ok(()),
+                (Some(tt), Some(p)) if p == tt.text_embeds_dim() => Ok(()),
+                (Some(tt), p) => Err(bad(format!(
+                    "the UNet's added conditioning takes a pooled text embedding of {}, the text encoders give {}",
+                    tt.text_embeds_dim(),
+                    pooled(p)
+                ))),
+            }
+        }
+        Denoiser::Sd3(t) => match prompts.pooled_width() {
+            Some(p) if p == t.config.pooled_projection_dim => Ok(()),
+            p => Err(bad(format!(
+                "the transformer's pooled_projection_dim is {}, the CLIP encoders' projections give {} ({})",
+                t.config.pooled_projection_dim,
+                pooled(p),
+                widths.join(", ")
+            ))),
+        },
     }
 }

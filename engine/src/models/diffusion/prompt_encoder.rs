@@ -1,47 +1,96 @@
-//! The prompt side of a Stable Diffusion pipeline: its CLIP text encoders with their tokenizers,
-//! and how their outputs become the UNet's conditioning.
+//! The prompt side of a Stable Diffusion pipeline: its text encoders (CLIP, and SD3's T5) with
+//! their tokenizers, and how their outputs become the denoiser's conditioning.
 //!
 //! - SD 1.x and 2.x: the one encoder's last states (after the final norm).
 //! - SDXL (diffusers' `StableDiffusionXLPipeline.encode_prompt`): each encoder's second to
 //!   last layer (before the final norm), side by side on the width, and the projected pooled
 //!   row of the first encoder that has a projection (`text_encoder_2`, a
 //!   `CLIPTextModelWithProjection`) for the UNet's added conditioning.
+//! - SD3 (`StableDiffusion3Pipeline.encode_prompt`): the two CLIP encoders' second to last
+//!   states side by side, zero-padded to T5's width, then T5's states after them on the tokens
+//!   (zeros when the pipeline has no T5); the two projected pooled rows side by side.
 
 use super::textual_inversion::{spell_out, token_names};
 use crate::models::clip::{tokenizer as clip_tokenizer, ClipTextModel};
 use crate::models::prompt_tokenizer::{Padding, PromptTokenizer};
+use crate::models::t5::{self, T5EncoderModel};
 use crate::nn::Module;
 use crate::text::AddedToken;
 use crate::{Device, Error, Result, Tensor};
 use std::path::Path;
 
+/// A text encoder of a pipeline.
+pub enum TextEncoder {
+    Clip(ClipTextModel),
+    T5(T5EncoderModel),
+}
+
+impl TextEncoder {
+    pub fn module(&self) -> &dyn Module {
+        match self {
+            TextEncoder::Clip(m) => m,
+            TextEncoder::T5(m) => m,
+        }
+    }
+
+    /// The CLIP encoder, or an error naming what needs one.
+    fn clip(&self, what: &str) -> Result<&ClipTextModel> {
+        match self {
+            TextEncoder::Clip(m) => Ok(m),
+            TextEncoder::T5(_) => Err(Error::invalid(
+                "textual inversion",
+                format!("{what} applies to CLIP text encoders, not T5"),
+            )),
+        }
+    }
+}
+
 /// One text encoder of a pipeline and the tokenizer beside it.
 pub struct PromptEncoder {
-    /// The pipeline's name for it (`text_encoder`, `text_encoder_2`).
+    /// The pipeline's name for it (`text_encoder`, `text_encoder_2`, `text_encoder_3`).
     pub name: String,
     pub tokenizer: PromptTokenizer,
-    pub model: ClipTextModel,
+    pub model: TextEncoder,
     /// Textual-inversion tokens and how many vectors each has.
     pub inversions: Vec<(String, usize)>,
 }
 
+/// Whether a component folder's config is a T5 encoder's.
+fn is_t5(dir: &Path) -> Result<bool> {
+    let json = crate::io::pretrained::read_config(dir)?;
+    Ok(json.get("model_type").and_then(|v| v.as_str()) == Some("t5"))
+}
+
 impl PromptEncoder {
-    /// `<dir>/<name>/` and the tokenizer folder beside it (`tokenizer`, `tokenizer_2`).
+    /// `<dir>/<name>/` and the tokenizer folder beside it (`tokenizer`, `tokenizer_2`,
+    /// `tokenizer_3`): a CLIP text model, or a T5 encoder (its prompts padded to
+    /// `T5_TOKENS` unless a call asks for another length).
     pub fn from_folder(dir: &Path, name: &str, tokenizer: &str) -> Result<PromptEncoder> {
-        let model = ClipTextModel::from_folder(&super::pipeline::component(dir, name)?)?;
-        let context = model.config().max_position_embeddings;
+        let model_dir = super::pipeline::component(dir, name)?;
         let tok_dir = super::pipeline::component(dir, tokenizer)?;
-        let mut tokenizer = clip_tokenizer::from_folder(&tok_dir, context)?.ok_or_else(|| {
-            Error::format(
-                "StableDiffusionPipeline",
-                format!(
-                    "{}: no tokenizer.json or vocab.json + merges.txt",
-                    tok_dir.display()
-                ),
-            )
-        })?;
-        // diffusers pads every prompt to the encoder's context.
-        tokenizer.padding = Padding::MaxLength;
+        let (model, tokenizer) = match is_t5(&model_dir)? {
+            true => (
+                TextEncoder::T5(T5EncoderModel::from_folder(&model_dir)?),
+                t5::tokenizer::from_folder(&tok_dir, T5_TOKENS)?,
+            ),
+            false => {
+                let model = ClipTextModel::from_folder(&model_dir)?;
+                let context = model.config().max_position_embeddings;
+                let mut tokenizer =
+                    clip_tokenizer::from_folder(&tok_dir, context)?.ok_or_else(|| {
+                        Error::format(
+                            "StableDiffusionPipeline",
+                            format!(
+                                "{}: no tokenizer.json or vocab.json + merges.txt",
+                                tok_dir.display()
+                            ),
+                        )
+                    })?;
+                // diffusers pads every prompt to the encoder's context.
+                tokenizer.padding = Padding::MaxLength;
+                (TextEncoder::Clip(model), tokenizer)
+            }
+        };
         Ok(PromptEncoder {
             name: name.to_string(),
             tokenizer,
@@ -53,6 +102,7 @@ impl PromptEncoder {
     /// Whether `token` with vectors [n, width] can be added: the encoder's width, and none of
     /// its n token names in the tokenizer yet.
     pub fn check_inversion(&self, token: &str, vectors: &Tensor) -> Result<()> {
+        self.model.clip(&format!("`{token}`"))?;
         let width = vectors.shape()[1];
         if width != self.width() {
             return Err(Error::invalid(
@@ -98,7 +148,10 @@ impl PromptEncoder {
             })
             .collect();
         let extended = tokenizer.with_added_tokens(added)?;
-        self.model.set_token_embeddings(first, vectors)?;
+        match &mut self.model {
+            TextEncoder::Clip(m) => m.set_token_embeddings(first, vectors)?,
+            TextEncoder::T5(_) => unreachable!("check_inversion refuses T5"),
+        }
         self.tokenizer.tokenizer = extended;
         self.inversions.push((token.to_string(), n));
         Ok(())
@@ -116,19 +169,44 @@ impl PromptEncoder {
         }))
     }
 
-    /// The width of the states this encoder gives the UNet.
+    /// The width of the states this encoder gives the denoiser.
     pub fn width(&self) -> usize {
-        self.model.config().tower.hidden_size
+        match &self.model {
+            TextEncoder::Clip(m) => m.config().tower.hidden_size,
+            TextEncoder::T5(m) => m.config.d_model,
+        }
+    }
+
+    /// The width of the projected pooled row, for CLIP encoders with a projection.
+    fn pooled_width(&self) -> Option<usize> {
+        match &self.model {
+            TextEncoder::Clip(m) if m.has_projection() => Some(m.embeds_width()),
+            _ => None,
+        }
+    }
+
+    /// Prompts as ids [N, len] padded (and cut) to `len`.
+    fn ids(&self, texts: &[&str], len: usize, device: Device) -> Result<Tensor> {
+        self.tokenizer
+            .encode_batch_to(texts, len)?
+            .to_device(device)
     }
 }
 
-/// Which states of each encoder the UNet reads.
+/// How many tokens SD3's T5 reads unless a call says otherwise (diffusers'
+/// `max_sequence_length` default).
+pub const T5_TOKENS: usize = 256;
+
+/// How a pipeline's encoders' outputs become the denoiser's conditioning.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum StatesLayer {
-    /// The last layer's, after the final norm (SD 1.x and 2.x).
-    Last,
-    /// The second to last layer's, before the final norm (SDXL).
-    Penultimate,
+pub enum PromptLayout {
+    /// SD 1.x and 2.x: the last layer's states, after the final norm.
+    Sd,
+    /// SDXL: the second to last layer's states, side by side; `text_encoder_2`'s pooled row.
+    Sdxl,
+    /// SD3: CLIP's penultimate states padded to `joint_width`, T5's after them; both pooled
+    /// rows side by side.
+    Sd3 { joint_width: usize },
 }
 
 /// Prompts as the UNet reads them.
@@ -162,28 +240,65 @@ impl Conditioning {
     }
 }
 
-/// A pipeline's text encoders (one for SD, two for SDXL) and the states it reads of them.
+/// A pipeline's text encoders (one for SD, two for SDXL, up to three for SD3) and the states
+/// it reads of them.
 pub struct PromptEncoders {
     pub encoders: Vec<PromptEncoder>,
-    pub layer: StatesLayer,
+    pub layout: PromptLayout,
 }
 
 impl PromptEncoders {
-    /// The width of the states side by side: the UNet's `cross_attention_dim`.
+    /// The width of the states: the UNet's `cross_attention_dim`, the MMDiT's
+    /// `joint_attention_dim`.
     pub fn width(&self) -> usize {
-        self.encoders.iter().map(PromptEncoder::width).sum()
+        match self.layout {
+            PromptLayout::Sd3 { joint_width } => joint_width,
+            _ => self.encoders.iter().map(PromptEncoder::width).sum(),
+        }
     }
 
-    /// The pooled embedding's width, where the pipeline reads one (SDXL).
+    /// The pooled embedding's width, where the pipeline reads one (SDXL, SD3).
     pub fn pooled_width(&self) -> Option<usize> {
-        match self.layer {
-            StatesLayer::Last => None,
-            StatesLayer::Penultimate => self
-                .encoders
-                .iter()
-                .find(|e| e.model.has_projection())
-                .map(|e| e.model.embeds_width()),
+        let mut widths = self.encoders.iter().filter_map(PromptEncoder::pooled_width);
+        match self.layout {
+            PromptLayout::Sd => None,
+            PromptLayout::Sdxl => widths.next(),
+            PromptLayout::Sd3 { .. } => Some(widths.sum()),
         }
+    }
+
+    /// The CLIP encoders' widths side by side (what SD3 pads to T5's width).
+    fn clip_width(&self) -> usize {
+        self.encoders
+            .iter()
+            .filter(|e| matches!(e.model, TextEncoder::Clip(_)))
+            .map(PromptEncoder::width)
+            .sum()
+    }
+
+    /// Whether the encoders fit the layout: SD3's CLIP widths within the joint width and a
+    /// T5 of that width. A mismatch names both numbers.
+    pub fn check(&self) -> Result<()> {
+        let PromptLayout::Sd3 { joint_width } = self.layout else {
+            return Ok(());
+        };
+        let bad = |msg: String| Err(Error::format("StableDiffusion3Pipeline", msg));
+        if self.clip_width() > joint_width {
+            return bad(format!(
+                "the CLIP encoders' states ({} wide side by side) are wider than the transformer's joint_attention_dim {joint_width}",
+                self.clip_width()
+            ));
+        }
+        for e in &self.encoders {
+            if matches!(e.model, TextEncoder::T5(_)) && e.width() != joint_width {
+                return bad(format!(
+                    "{} gives states {} wide; the transformer's joint_attention_dim is {joint_width}",
+                    e.name,
+                    e.width()
+                ));
+            }
+        }
+        Ok(())
     }
 
     /// Each encoder's slot in the naming of LoRA and textual-inversion files: 0 for the
@@ -198,12 +313,27 @@ impl PromptEncoders {
     pub fn to_device(&self, device: Device) -> Result<()> {
         self.encoders
             .iter()
-            .try_for_each(|e| e.model.to_device(device))
+            .try_for_each(|e| e.model.module().to_device(device))
     }
 
     /// The conditioning of prompts, each padded to (and cut at, with one warning, as diffusers
-    /// warns) each encoder's context.
-    pub fn encode(&self, prompts: &[&str], device: Device) -> Result<Conditioning> {
+    /// warns) each CLIP encoder's context and `t5_tokens` for T5.
+    pub fn encode(
+        &self,
+        prompts: &[&str],
+        device: Device,
+        t5_tokens: usize,
+    ) -> Result<Conditioning> {
+        if t5_tokens == 0 {
+            return Err(Error::invalid(
+                "generate",
+                "max_sequence_length must be positive",
+            ));
+        }
+        let len = |e: &PromptEncoder| match e.model {
+            TextEncoder::T5(_) => t5_tokens,
+            TextEncoder::Clip(_) => e.tokenizer.max_len,
+        };
         // Each encoder reads the prompts with its textual-inversion tokens spelled out.
         let mut converted = Vec::with_capacity(self.encoders.len());
         for e in &self.encoders {
@@ -214,10 +344,14 @@ impl PromptEncoders {
             converted.push(texts);
         }
         for (i, p) in prompts.iter().enumerate() {
-            // Start and end tokens around the text.
+            // The tokens around the text: CLIP's start and end, T5's end.
             let over = self.encoders.iter().zip(&converted).find_map(|(e, texts)| {
-                let len = e.tokenizer.tokenizer.encode(&texts[i]).ok()?.len() + 2;
-                (len > e.tokenizer.max_len).then_some((len, e.tokenizer.max_len))
+                let around = match e.model {
+                    TextEncoder::Clip(_) => 2,
+                    TextEncoder::T5(_) => 1,
+                };
+                let n = e.tokenizer.tokenizer.encode(&texts[i]).ok()?.len() + around;
+                (n > len(e)).then_some((n, len(e)))
             });
             if let Some((len, max)) = over {
                 crate::messages::warn(&format!(
@@ -225,30 +359,50 @@ impl PromptEncoders {
                 ));
             }
         }
-        let mut states = Vec::with_capacity(self.encoders.len());
-        let mut pooled = None;
+        let mut clip_states = Vec::with_capacity(self.encoders.len());
+        let mut t5_states = None;
+        let mut pooled = Vec::new();
         for (e, texts) in self.encoders.iter().zip(&converted) {
             let texts: Vec<&str> = texts.iter().map(String::as_str).collect();
-            let ids = e.tokenizer.encode_batch(&texts)?.to_device(device)?;
-            let out = e.model.encode(&ids)?;
-            if pooled.is_none() && e.model.has_projection() {
-                pooled = Some(out.text_embeds);
-            }
-            states.push(match self.layer {
-                StatesLayer::Last => out.tower.last_hidden_state,
-                StatesLayer::Penultimate => {
-                    let h = &out.tower.hidden_states;
-                    h[h.len().saturating_sub(2)].clone()
+            let ids = e.ids(&texts, len(e), device)?;
+            match &e.model {
+                TextEncoder::T5(m) => t5_states = Some(m.forward(&ids)?),
+                TextEncoder::Clip(m) => {
+                    let out = m.encode(&ids)?;
+                    if m.has_projection() {
+                        pooled.push(out.text_embeds);
+                    }
+                    clip_states.push(match self.layout {
+                        PromptLayout::Sd => out.tower.last_hidden_state,
+                        _ => {
+                            let h = &out.tower.hidden_states;
+                            h[h.len().saturating_sub(2)].clone()
+                        }
+                    });
                 }
-            });
+            }
         }
-        let states = match states.len() {
-            1 => states.remove(0),
-            _ => Tensor::cat(&states, 2)?,
+        let side_by_side = |mut parts: Vec<Tensor>, dim: isize| match parts.len() {
+            1 => Ok(parts.remove(0)),
+            _ => Tensor::cat(&parts, dim),
         };
-        Ok(Conditioning {
-            states,
-            pooled: pooled.filter(|_| self.layer == StatesLayer::Penultimate),
-        })
+        let clip = side_by_side(clip_states, 2)?;
+        let (states, pooled) = match self.layout {
+            PromptLayout::Sd => (clip, None),
+            PromptLayout::Sdxl => (clip, pooled.into_iter().next()),
+            PromptLayout::Sd3 { joint_width } => {
+                let n = prompts.len();
+                let pad = joint_width - clip.shape()[2];
+                let clip = clip.pad(&[0, pad], crate::ops::rearrange::PadMode::Constant(0.0))?;
+                let t5 = match t5_states {
+                    Some(t) => t.to_dtype(clip.dtype())?,
+                    None => {
+                        Tensor::zeros(&[n, t5_tokens, joint_width], clip.dtype(), clip.device())?
+                    }
+                };
+                (Tensor::cat(&[clip, t5], 1)?, Some(side_by_side(pooled, 1)?))
+            }
+        };
+        Ok(Conditioning { states, pooled })
     }
 }
