@@ -1,11 +1,14 @@
-//! Stable Diffusion 3 against diffusers 0.42 and transformers 5 on the tiny folders that
-//! `tests/fixtures/diffusion/make_sd3_pipeline.py` wrote: the T5 encoder (ids, and states
-//! within 1e-5, a prompt cut at the sequence length included), the MMDiT transformer of SD3
-//! and of SD3.5 (q/k norms, dual attention) within 1e-4, and the whole pipeline's images
-//! within 1/255 from the same starting latents.
+//! The MMDiT families against diffusers 0.42 and transformers 5 on the tiny folders that
+//! `tests/fixtures/diffusion/make_sd3_pipeline.py` and `make_flux_pipeline.py` wrote: the T5
+//! encoder (ids, and states within 1e-5, a prompt cut at the sequence length included), the
+//! transformers of SD3, SD3.5 (q/k norms, dual attention) and FLUX (rotary positions, single
+//! blocks, guidance embedding) within 1e-4, and the SD3 and FLUX pipelines' images within
+//! 1/255 from the same starting latents.
 
 use rusting_brain::io::safetensors;
-use rusting_brain::models::diffusion::mmdit::{sincos_position_table, Sd3Transformer};
+use rusting_brain::models::diffusion::mmdit::{
+    flux, sincos_position_table, FluxInputs, FluxTransformer, Sd3Transformer,
+};
 use rusting_brain::models::diffusion::{StableDiffusion, TextToImage};
 use rusting_brain::models::t5::{self, T5EncoderModel};
 use rusting_brain::nn::Module;
@@ -214,4 +217,68 @@ fn copy_folder(from: &Path, to: &Path) {
             std::fs::copy(entry.path(), target).unwrap();
         }
     }
+}
+
+#[test]
+fn the_flux_transformer_predicts_what_diffusers_predicts() {
+    // Guidance embedding, two double- and two single-stream blocks, rotary axes 2 + 2 + 4.
+    let want = expected("flux_tiny");
+    let model = FluxTransformer::from_folder(&fixture("flux_tiny").join("transformer")).unwrap();
+    let ids = flux::image_ids(8, 8);
+    let inputs = FluxInputs {
+        context: &want["context"],
+        pooled: &want["pooled_in"],
+        timesteps: &want["t"],
+        guidance: Some(&want["guidance"]),
+        image_ids: &ids,
+    };
+    let got = rusting_brain::no_grad(|| model.predict(&want["x"], &inputs)).unwrap();
+    let scale = want["transformed"]
+        .to_vec_f64()
+        .unwrap()
+        .iter()
+        .fold(0.0f64, |m, v| m.max(v.abs()));
+    let err = worst(&got, &want["transformed"]) / scale;
+    assert!(
+        err < 1e-4,
+        "FLUX transformer differs by {err:.2e} (relative)"
+    );
+}
+
+#[test]
+fn flux_draws_what_diffusers_draws() {
+    let pipe = StableDiffusion::from_folder(&fixture("flux_tiny")).unwrap();
+    let want = expected("flux_tiny");
+    assert_eq!(pipe.default_guidance(), 3.5);
+    let cond =
+        rusting_brain::no_grad(|| pipe.encode_prompts(&["a red cat", "a dog"], Some(24))).unwrap();
+    let err = worst(&cond.states, &want["states"]);
+    assert!(err < 1e-5, "T5 states differ by {err:.2e}");
+    let err = worst(cond.pooled.as_ref().unwrap(), &want["pooled"]);
+    assert!(err < 1e-5, "CLIP's pooled rows differ by {err:.2e}");
+    let ask = TextToImage {
+        steps: 4,
+        guidance: 3.5,
+        ..ask(3.5, vec![], &want["latents"])
+    };
+    let images = pipe.generate(&ask, &mut |_, _| Ok(())).unwrap();
+    let err = worst(&images, &want["images"]);
+    assert!(err < 1.0 / 255.0, "images differ by {err:.2e}");
+}
+
+#[test]
+fn flux_latents_pack_into_2x2_patches_and_back() {
+    let x = Tensor::from_f64s(
+        &(0..2 * 3 * 4 * 6).map(f64::from).collect::<Vec<_>>(),
+        &[2, 3, 4, 6],
+        DType::F32,
+    )
+    .unwrap();
+    let packed = flux::pack_latents(&x).unwrap();
+    assert_eq!(packed.shape(), &[2, 6, 12]);
+    // Token 0 holds channel 0's top-left 2x2 patch first: (0,0), (0,1), (1,0), (1,1).
+    let first: Vec<f64> = packed.narrow(1, 0, 1).unwrap().to_vec_f64().unwrap();
+    assert_eq!(&first[..4], &[0.0, 1.0, 6.0, 7.0]);
+    let back = flux::unpack_latents(&packed, 4, 6).unwrap();
+    assert_eq!(back.to_vec_f64().unwrap(), x.to_vec_f64().unwrap());
 }

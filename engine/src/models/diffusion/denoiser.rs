@@ -1,15 +1,17 @@
-//! A pipeline's denoiser: a UNet (SD 1.x, 2.x, SDXL) or an MMDiT transformer (SD3), behind
-//! the one call the sampling loop makes.
+//! A pipeline's denoiser: a UNet (SD 1.x, 2.x, SDXL) or an MMDiT transformer (SD3, FLUX),
+//! behind the one call the sampling loop makes on [B, C, H, W] latents.
 
-use super::mmdit::Sd3Transformer;
+use super::mmdit::flux::{image_ids, pack_latents, unpack_latents};
+use super::mmdit::{FluxInputs, FluxTransformer, Sd3Transformer};
 use super::prompt_encoder::Conditioning;
 use super::{AddedConditions, UNet};
 use crate::nn::Module;
-use crate::{Error, Result, Tensor};
+use crate::{DType, Error, Result, Tensor};
 
 pub enum Denoiser {
     UNet(UNet),
     Sd3(Sd3Transformer),
+    Flux(FluxTransformer),
 }
 
 impl Denoiser {
@@ -17,6 +19,7 @@ impl Denoiser {
         match self {
             Denoiser::UNet(m) => m,
             Denoiser::Sd3(m) => m,
+            Denoiser::Flux(m) => m,
         }
     }
 
@@ -24,34 +27,52 @@ impl Denoiser {
         match self {
             Denoiser::UNet(m) => m.config.in_channels,
             Denoiser::Sd3(m) => m.config.in_channels,
+            // The VAE's channels, packed 2x2.
+            Denoiser::Flux(m) => m.config.in_channels / 4,
         }
     }
 
     /// What each side of the latent must be a multiple of: the UNet's downscale, the
-    /// transformer's patch.
+    /// transformer's patch (FLUX's 2x2 packing).
     pub fn latent_multiple(&self) -> usize {
         match self {
             Denoiser::UNet(m) => m.config.downscale(),
             Denoiser::Sd3(m) => m.config.patch_size,
+            Denoiser::Flux(_) => 2,
         }
     }
 
-    /// The latent side the model was trained at, where its config says.
+    /// The latent side the model was trained at, where its config says (FLUX's pipeline
+    /// defaults to 128).
     pub fn sample_size(&self) -> Option<usize> {
         match self {
             Denoiser::UNet(m) => m.sample_size,
             Denoiser::Sd3(m) => Some(m.config.sample_size),
+            Denoiser::Flux(_) => Some(128),
         }
     }
 
+    /// Whether the model takes the guidance scale as an input (FLUX-dev's distilled
+    /// guidance) instead of a second, unconditional pass.
+    pub fn embeds_guidance(&self) -> bool {
+        matches!(self, Denoiser::Flux(m) if m.config.guidance_embeds)
+    }
+
+    /// Whether the model takes a guidance scale at all (classifier-free or embedded): FLUX
+    /// without guidance embedding (schnell) takes none.
+    pub fn guided(&self) -> bool {
+        !matches!(self, Denoiser::Flux(m) if !m.config.guidance_embeds)
+    }
+
     /// The model's prediction for latents at timesteps under the prompts' conditioning (and
-    /// SDXL's added size conditioning).
+    /// SDXL's added size conditioning, FLUX-dev's guidance value).
     pub fn predict(
         &self,
         latents: &Tensor,
         timesteps: &Tensor,
         cond: &Conditioning,
         added: Option<&AddedConditions>,
+        guidance: f64,
     ) -> Result<Tensor> {
         match self {
             Denoiser::UNet(m) => m.predict_with(latents, timesteps, Some(&cond.states), added),
@@ -60,6 +81,25 @@ impl Denoiser {
                     Error::invalid("generate", "SD3's transformer needs the pooled text")
                 })?;
                 m.predict(latents, timesteps, &cond.states, pooled)
+            }
+            Denoiser::Flux(m) => {
+                let pooled = cond.pooled.as_ref().ok_or_else(|| {
+                    Error::invalid("generate", "FLUX's transformer needs the pooled text")
+                })?;
+                let (h, w) = (latents.shape()[2], latents.shape()[3]);
+                // diffusers hands FLUX σ = t / 1000 (in F32) and the model scales it back.
+                let sigmas = timesteps.to_dtype(DType::F32)?.mul_scalar(1e-3)?;
+                let g = Tensor::from_f64s(&[guidance], &[1], DType::F32)?;
+                let ids = image_ids(h, w);
+                let inputs = FluxInputs {
+                    context: &cond.states,
+                    pooled,
+                    timesteps: &sigmas,
+                    guidance: m.config.guidance_embeds.then_some(&g),
+                    image_ids: &ids,
+                };
+                let out = m.predict(&pack_latents(latents)?, &inputs)?;
+                unpack_latents(&out, h, w)
             }
         }
     }

@@ -1,11 +1,11 @@
 //! Stable Diffusion's text-to-image pipeline (diffusers' `StableDiffusionPipeline` for SD 1.x
 //! and 2.x folders, `StableDiffusionXLPipeline` for SDXL's, `StableDiffusion3Pipeline` for
-//! SD3's): prompts → text states → noise → the scheduler's walk with classifier-free guidance
-//! → VAE decode → images.
+//! SD3's, `FluxPipeline` for FLUX.1's): prompts → text states → noise → the scheduler's walk
+//! with classifier-free guidance (FLUX-dev: guidance as an input) → VAE decode → images.
 
 use super::denoiser::Denoiser;
-use super::mmdit::Sd3Transformer;
-use super::prompt_encoder::{Conditioning, PromptEncoder, PromptEncoders, PromptLayout, T5_TOKENS};
+use super::mmdit::{FluxTransformer, Sd3Transformer};
+use super::prompt_encoder::{Conditioning, PromptEncoder, PromptEncoders, PromptLayout};
 use super::scheduler::{self, Scheduler};
 use super::{AddedConditions, AutoencoderKl, UNet};
 use crate::nn::Module;
@@ -167,11 +167,19 @@ impl StableDiffusion {
                 };
                 (prompts, Denoiser::Sd3(transformer))
             }
+            Some("FluxPipeline") => {
+                let transformer = FluxTransformer::from_folder(&component(dir, "transformer")?)?;
+                let prompts = PromptEncoders {
+                    encoders: vec![encoder(1)?, encoder(2)?],
+                    layout: PromptLayout::Flux,
+                };
+                (prompts, Denoiser::Flux(transformer))
+            }
             other => {
                 return Err(Error::format(
                     "model_index.json",
                     format!(
-                        "{}: pipeline {} is not supported (StableDiffusionPipeline, StableDiffusionXLPipeline and StableDiffusion3Pipeline are)",
+                        "{}: pipeline {} is not supported (StableDiffusionPipeline, StableDiffusionXLPipeline, StableDiffusion3Pipeline and FluxPipeline are)",
                         dir.display(),
                         other.unwrap_or("without a _class_name")
                     ),
@@ -303,19 +311,21 @@ impl StableDiffusion {
         scheduler::from_config(&self.scheduler_config, class)
     }
 
-    /// diffusers' default guidance scale for the pipeline: 7.5 for SD, 5 for SDXL, 7 for SD3.
+    /// diffusers' default guidance scale for the pipeline: 7.5 for SD, 5 for SDXL, 7 for SD3,
+    /// 3.5 for FLUX (an input of the model, not a second pass).
     pub fn default_guidance(&self) -> f64 {
         match self.prompts.layout {
             PromptLayout::Sd => 7.5,
             PromptLayout::Sdxl => 5.0,
             PromptLayout::Sd3 { .. } => 7.0,
+            PromptLayout::Flux => 3.5,
         }
     }
 
-    /// diffusers' default number of steps: 50, and 28 for SD3.
+    /// diffusers' default number of steps: 50, and 28 for SD3 and FLUX.
     pub fn default_steps(&self) -> usize {
         match self.prompts.layout {
-            PromptLayout::Sd3 { .. } => 28,
+            PromptLayout::Sd3 { .. } | PromptLayout::Flux => 28,
             _ => 50,
         }
     }
@@ -331,16 +341,16 @@ impl StableDiffusion {
         (self.vae_scale() * self.denoiser.latent_multiple()).max(8)
     }
 
-    /// The text states [N, T, width] of prompts (and SDXL's and SD3's pooled embedding),
-    /// padded to the encoders' context (T5's: `t5_tokens`, default 256). Longer prompts are
-    /// cut (with one warning, as diffusers warns).
+    /// The text states [N, T, width] of prompts (and SDXL's, SD3's and FLUX's pooled
+    /// embedding), padded to the encoders' context (T5's: `t5_tokens`, default 256, FLUX
+    /// 512). Longer prompts are cut (with one warning, as diffusers warns).
     pub fn encode_prompts(
         &self,
         prompts: &[&str],
         t5_tokens: Option<usize>,
     ) -> Result<Conditioning> {
-        self.prompts
-            .encode(prompts, self.device(), t5_tokens.unwrap_or(T5_TOKENS))
+        let t5_tokens = t5_tokens.unwrap_or(self.prompts.layout.t5_tokens());
+        self.prompts.encode(prompts, self.device(), t5_tokens)
     }
 
     /// Images [N, H, W, 3] (F32 in [0, 1]) for the prompts; `progress(step, steps)` after
@@ -387,9 +397,24 @@ impl StableDiffusion {
         let patch = self.denoiser.latent_multiple();
         sched.set_image_tokens((height / scale / patch) * (width / scale / patch));
         sched.set_eta(ask.eta)?;
-        sched.set_timesteps(ask.steps)?;
+        match &self.denoiser {
+            // FluxPipeline walks σ from 1 to 1/steps evenly before the shift.
+            Denoiser::Flux(_) if ask.scheduler.is_none() => {
+                let n = ask.steps.max(1);
+                let sigmas: Vec<f64> = (0..n)
+                    .map(|i| match n {
+                        1 => 1.0,
+                        _ => 1.0 + (1.0 / n as f64 - 1.0) * i as f64 / (n - 1) as f64,
+                    })
+                    .collect();
+                sched.set_sigmas(&sigmas)?;
+            }
+            _ => sched.set_timesteps(ask.steps)?,
+        }
         let prompts: Vec<&str> = ask.prompts.iter().map(String::as_str).collect();
-        let guided = ask.guidance > 1.0;
+        // Classifier-free guidance: a second, unconditional pass (not for FLUX, which takes
+        // the scale as an input).
+        let guided = ask.guidance > 1.0 && !matches!(self.denoiser, Denoiser::Flux(_));
         let cond = {
             let cond = self.encode_prompts(&prompts, ask.max_sequence_length)?;
             match guided {
@@ -444,7 +469,9 @@ impl StableDiffusion {
                 false => latents.clone(),
             };
             let input = sched.scale_model_input(&input)?.to_dtype(dtype)?;
-            let pred = self.denoiser.predict(&input, &t, &cond, added.as_ref())?;
+            let pred = self
+                .denoiser
+                .predict(&input, &t, &cond, added.as_ref(), ask.guidance)?;
             let pred = match guided {
                 false => pred,
                 true => {
@@ -652,5 +679,23 @@ fn check_fit(prompts: &PromptEncoders, denoiser: &Denoiser, dir: &Path) -> Resul
                 widths.join(", ")
             ))),
         },
+        Denoiser::Flux(t) => {
+            if prompts.width() != t.config.joint_attention_dim {
+                return Err(bad(format!(
+                    "the transformer's joint_attention_dim is {}, the T5 encoder gives {} ({})",
+                    t.config.joint_attention_dim,
+                    prompts.width(),
+                    widths.join(", ")
+                )));
+            }
+            match prompts.pooled_width() {
+                Some(p) if p == t.config.pooled_projection_dim => Ok(()),
+                p => Err(bad(format!(
+                    "the transformer's pooled_projection_dim is {}, the CLIP encoder gives {}",
+                    t.config.pooled_projection_dim,
+                    pooled(p)
+                ))),
+            }
+        }
     }
 }

@@ -9,6 +9,7 @@
 //! - SD3 (`StableDiffusion3Pipeline.encode_prompt`): the two CLIP encoders' second to last
 //!   states side by side, zero-padded to T5's width, then T5's states after them on the tokens
 //!   (zeros when the pipeline has no T5); the two projected pooled rows side by side.
+//! - FLUX (`FluxPipeline.encode_prompt`): T5's states; CLIP's pooled row (unprojected).
 
 use super::textual_inversion::{spell_out, token_names};
 use crate::models::clip::{tokenizer as clip_tokenizer, ClipTextModel};
@@ -194,7 +195,7 @@ impl PromptEncoder {
 }
 
 /// How many tokens SD3's T5 reads unless a call says otherwise (diffusers'
-/// `max_sequence_length` default).
+/// `max_sequence_length` default; FLUX's is 512).
 pub const T5_TOKENS: usize = 256;
 
 /// How a pipeline's encoders' outputs become the denoiser's conditioning.
@@ -207,6 +208,18 @@ pub enum PromptLayout {
     /// SD3: CLIP's penultimate states padded to `joint_width`, T5's after them; both pooled
     /// rows side by side.
     Sd3 { joint_width: usize },
+    /// FLUX: T5's states alone; CLIP's pooled row.
+    Flux,
+}
+
+impl PromptLayout {
+    /// How many tokens T5 reads unless a call says otherwise.
+    pub fn t5_tokens(self) -> usize {
+        match self {
+            PromptLayout::Flux => 512,
+            _ => T5_TOKENS,
+        }
+    }
 }
 
 /// Prompts as the UNet reads them.
@@ -253,17 +266,27 @@ impl PromptEncoders {
     pub fn width(&self) -> usize {
         match self.layout {
             PromptLayout::Sd3 { joint_width } => joint_width,
+            PromptLayout::Flux => self
+                .encoders
+                .iter()
+                .filter(|e| matches!(e.model, TextEncoder::T5(_)))
+                .map(PromptEncoder::width)
+                .sum(),
             _ => self.encoders.iter().map(PromptEncoder::width).sum(),
         }
     }
 
-    /// The pooled embedding's width, where the pipeline reads one (SDXL, SD3).
+    /// The pooled embedding's width, where the pipeline reads one (SDXL, SD3, FLUX).
     pub fn pooled_width(&self) -> Option<usize> {
         let mut widths = self.encoders.iter().filter_map(PromptEncoder::pooled_width);
         match self.layout {
             PromptLayout::Sd => None,
             PromptLayout::Sdxl => widths.next(),
             PromptLayout::Sd3 { .. } => Some(widths.sum()),
+            PromptLayout::Flux => self.encoders.iter().find_map(|e| match &e.model {
+                TextEncoder::Clip(m) => Some(m.embeds_width()),
+                TextEncoder::T5(_) => None,
+            }),
         }
     }
 
@@ -369,7 +392,8 @@ impl PromptEncoders {
                 TextEncoder::T5(m) => t5_states = Some(m.forward(&ids)?),
                 TextEncoder::Clip(m) => {
                     let out = m.encode(&ids)?;
-                    if m.has_projection() {
+                    // FLUX reads CLIP's pooled row as it is; the others its projection.
+                    if m.has_projection() || self.layout == PromptLayout::Flux {
                         pooled.push(out.text_embeds);
                     }
                     clip_states.push(match self.layout {
@@ -386,6 +410,18 @@ impl PromptEncoders {
             1 => Ok(parts.remove(0)),
             _ => Tensor::cat(&parts, dim),
         };
+        if self.layout == PromptLayout::Flux {
+            let states = t5_states.ok_or_else(|| {
+                Error::invalid(
+                    "generate",
+                    "FLUX's pipeline needs its T5 encoder (text_encoder_2)",
+                )
+            })?;
+            return Ok(Conditioning {
+                states,
+                pooled: pooled.into_iter().next(),
+            });
+        }
         let clip = side_by_side(clip_states, 2)?;
         let (states, pooled) = match self.layout {
             PromptLayout::Sd => (clip, None),
@@ -402,6 +438,7 @@ impl PromptEncoders {
                 };
                 (Tensor::cat(&[clip, t5], 1)?, Some(side_by_side(pooled, 1)?))
             }
+            PromptLayout::Flux => unreachable!("returned above"),
         };
         Ok(Conditioning { states, pooled })
     }

@@ -1,9 +1,11 @@
-//! diffusers' `Attention` with `JointAttnProcessor2_0`: the image tokens' q, k, v (`to_q`, …)
-//! and the text tokens' (`add_q_proj`, …), each optionally RMS-normed per head (SD3.5's
-//! `qk_norm: rms_norm`), attended as one sequence (image first), then split back, each
-//! through its own output projection (`to_out.0`, `to_add_out`; the last block's text side
-//! has none: `context_pre_only`). Without the text projections it is a plain self-attention
-//! (SD3.5's second attention).
+//! diffusers' `Attention` with `JointAttnProcessor2_0` (SD3) and `FluxAttention`: the image
+//! tokens' q, k, v (`to_q`, …) and the text tokens' (`add_q_proj`, …), each optionally
+//! RMS-normed per head (SD3.5's `qk_norm: rms_norm`, always in FLUX), attended as one
+//! sequence (SD3: image first; FLUX: text first, with rotary positions), then split back,
+//! each through its own output projection (`to_out.0`, `to_add_out`; the last SD3 block's
+//! text side has none: `context_pre_only`). Without the text projections it is a plain
+//! self-attention (SD3.5's second attention; FLUX's single blocks, which have no output
+//! projection either).
 
 use crate::nn::{Linear, Module, RmsNorm};
 use crate::ops::attention::AttentionOptions;
@@ -71,60 +73,118 @@ impl StreamProjections {
     }
 }
 
+/// Which parts an attention has.
+#[derive(Clone, Copy, Debug)]
+pub struct AttentionParts {
+    /// Per-head RMS norms of q and k.
+    pub qk_norm: bool,
+    /// The text stream's projections, and whether it has an output projection (`to_add_out`).
+    pub text: Option<bool>,
+    /// The image side's output projection (`to_out.0`).
+    pub image_out: bool,
+    /// The text tokens go before the image tokens (FLUX).
+    pub text_first: bool,
+}
+
+/// Rotary position angles for every token of the sequence attended, text then image:
+/// cos and sin [S, head_dim] (F32), each pair of neighbouring channels (2i, 2i + 1) rotated
+/// together (FLUX's `apply_rotary_emb` with `use_real_unbind_dim=-1`).
+pub struct Rotary {
+    pub cos: Tensor,
+    pub sin: Tensor,
+}
+
+impl Rotary {
+    /// x [B, S, heads, D] rotated: x·cos + rot(x)·sin in F32, where rot turns each pair
+    /// (a, b) into (-b, a); back in x's dtype.
+    pub fn apply(&self, x: &Tensor) -> Result<Tensor> {
+        let &[b, s, h, d] = x.shape() else {
+            unreachable!("q and k are [B, S, heads, D]");
+        };
+        let xf = x.to_dtype(crate::DType::F32)?;
+        let pairs = xf.reshape_to(&[b, s, h, d / 2, 2])?;
+        let (re, im) = (pairs.narrow(4, 0, 1)?, pairs.narrow(4, 1, 1)?);
+        let rotated = Tensor::cat(&[im.neg()?, re], 4)?.reshape_to(&[b, s, h, d])?;
+        let at = |t: &Tensor| t.reshape_to(&[1, s, 1, d]);
+        xf.mul(&at(&self.cos)?)?
+            .add(&rotated.mul(&at(&self.sin)?)?)?
+            .to_dtype(x.dtype())
+    }
+}
+
 pub struct JointAttention {
     heads: usize,
     image: StreamProjections,
-    to_out: Linear,
-    /// The text stream's projections, and its output projection unless the block is the last.
+    to_out: Option<Linear>,
+    /// The text stream's projections, and its output projection unless the block is SD3's
+    /// last.
     text: Option<(StreamProjections, Option<Linear>)>,
+    text_first: bool,
     training: bool,
 }
 
 impl JointAttention {
-    /// `joint`: with the text stream; `text_out`: the text stream's output projection
-    /// (`to_add_out`, absent in the last block).
     pub fn new(
         dim: usize,
         heads: usize,
-        qk_norm: bool,
-        joint: bool,
-        text_out: bool,
+        parts: AttentionParts,
         gen: &mut Generator,
     ) -> Result<JointAttention> {
         let head_dim = dim / heads;
-        let text = match joint {
-            true => Some((
-                StreamProjections::new(dim, head_dim, qk_norm, gen)?,
-                text_out
-                    .then(|| Linear::new(dim, dim, true, gen))
-                    .transpose()?,
+        let linear = |on: bool, gen: &mut Generator| {
+            on.then(|| Linear::new(dim, dim, true, gen)).transpose()
+        };
+        let text = match parts.text {
+            Some(out) => Some((
+                StreamProjections::new(dim, head_dim, parts.qk_norm, gen)?,
+                linear(out, gen)?,
             )),
-            false => None,
+            None => None,
         };
         Ok(JointAttention {
             heads,
-            image: StreamProjections::new(dim, head_dim, qk_norm, gen)?,
-            to_out: Linear::new(dim, dim, true, gen)?,
+            image: StreamProjections::new(dim, head_dim, parts.qk_norm, gen)?,
+            to_out: linear(parts.image_out, gen)?,
             text,
+            text_first: parts.text_first,
             training: true,
         })
     }
 
     /// The image tokens' output [B, N, dim], and the text tokens' [B, S, dim] where the
-    /// attention has a text stream with an output projection.
-    pub fn attend(&self, x: &Tensor, context: Option<&Tensor>) -> Result<(Tensor, Option<Tensor>)> {
-        let n = x.shape()[1];
+    /// attention has a text stream with an output projection; positions rotated by `rotary`
+    /// where given (FLUX).
+    pub fn attend(
+        &self,
+        x: &Tensor,
+        context: Option<&Tensor>,
+        rotary: Option<&Rotary>,
+    ) -> Result<(Tensor, Option<Tensor>)> {
         let [mut q, mut k, mut v] = self.image.qkv(x, self.heads)?;
+        let n = x.shape()[1];
+        // Where the image tokens start in the sequence.
+        let mut image_at = 0;
         let text = match (&self.text, context) {
             (Some((proj, out)), Some(c)) => {
                 let [cq, ck, cv] = proj.qkv(c, self.heads)?;
-                q = Tensor::cat(&[q, cq], 1)?;
-                k = Tensor::cat(&[k, ck], 1)?;
-                v = Tensor::cat(&[v, cv], 1)?;
+                let join = |a: Tensor, t: Tensor| match self.text_first {
+                    true => Tensor::cat(&[t, a], 1),
+                    false => Tensor::cat(&[a, t], 1),
+                };
+                q = join(q, cq)?;
+                k = join(k, ck)?;
+                v = join(v, cv)?;
+                if self.text_first {
+                    image_at = c.shape()[1];
+                }
                 Some(out)
             }
             _ => None,
         };
+        if let Some(r) = rotary {
+            q = r.apply(&q)?;
+            k = r.apply(&k)?;
+        }
         let heads_first = |t: Tensor| t.permute(&[0, 2, 1, 3]);
         let out = heads_first(q)?.scaled_dot_product_attention(
             &heads_first(k)?,
@@ -135,9 +195,14 @@ impl JointAttention {
             unreachable!("attention keeps the rank");
         };
         let out = out.permute(&[0, 2, 1, 3])?.reshape_to(&[b, t, h * d])?;
-        let image = self.to_out.forward(&out.narrow(1, 0, n)?)?;
+        let text_at = if self.text_first { 0 } else { n };
+        let image = out.narrow(1, image_at, n)?;
+        let image = match &self.to_out {
+            Some(proj) => proj.forward(&image)?,
+            None => image,
+        };
         let text = match text {
-            Some(Some(proj)) => Some(proj.forward(&out.narrow(1, n, t - n)?)?),
+            Some(Some(proj)) => Some(proj.forward(&out.narrow(1, text_at, t - n)?)?),
             _ => None,
         };
         Ok((image, text))
@@ -147,14 +212,16 @@ impl JointAttention {
 impl Module for JointAttention {
     /// Self-attention over the image tokens alone.
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        Ok(self.attend(x, None)?.0)
+        Ok(self.attend(x, None, None)?.0)
     }
 
     fn children(&self) -> Vec<(String, &dyn Module)> {
         let mut c = self
             .image
             .children(["to_q", "to_k", "to_v", "norm_q", "norm_k"]);
-        c.push(("to_out.0".into(), &self.to_out));
+        if let Some(o) = &self.to_out {
+            c.push(("to_out.0".into(), o));
+        }
         if let Some((proj, out)) = &self.text {
             c.extend(proj.children([
                 "add_q_proj",
@@ -172,7 +239,9 @@ impl Module for JointAttention {
 
     fn children_mut(&mut self) -> Vec<&mut dyn Module> {
         let mut c = self.image.children_mut();
-        c.push(&mut self.to_out);
+        if let Some(o) = &mut self.to_out {
+            c.push(o);
+        }
         if let Some((proj, out)) = &mut self.text {
             c.extend(proj.children_mut());
             if let Some(o) = out {

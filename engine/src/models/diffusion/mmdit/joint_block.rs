@@ -1,9 +1,10 @@
-//! diffusers' `JointTransformerBlock`: both streams adaLN-modulated, one joint attention, then
-//! each stream's gated feed-forward. The last block (`context_pre_only`) only reads the text:
-//! its text side has a continuous norm and no attention output or feed-forward. SD3.5's
-//! blocks with dual attention add a second, image-only attention from the same norm.
+//! diffusers' `JointTransformerBlock` (SD3) and `FluxTransformerBlock`: both streams
+//! adaLN-modulated, one joint attention, then each stream's gated feed-forward. SD3's last
+//! block (`context_pre_only`) only reads the text: its text side has a continuous norm and no
+//! attention output or feed-forward. SD3.5's blocks with dual attention add a second,
+//! image-only attention from the same norm. FLUX's put the text first and rotate positions.
 
-use super::joint_attention::JointAttention;
+use super::joint_attention::{AttentionParts, JointAttention, Rotary};
 use super::modulation::{modulate, norm, AdaNorm, AdaNormKind};
 use crate::models::diffusion::feed_forward::{FeedForward, FeedForwardActivation};
 use crate::nn::Module;
@@ -19,15 +20,31 @@ pub struct JointBlock {
     training: bool,
 }
 
+/// What differs between the blocks of the families and of one model.
+#[derive(Clone, Copy, Debug)]
+pub struct BlockParts {
+    pub qk_norm: bool,
+    /// SD3's last block: the text is only read.
+    pub context_pre_only: bool,
+    /// SD3.5's second, image-only attention.
+    pub dual_attention: bool,
+    /// FLUX: the text tokens before the image tokens.
+    pub text_first: bool,
+}
+
 impl JointBlock {
     pub fn new(
         dim: usize,
         heads: usize,
-        qk_norm: bool,
-        context_pre_only: bool,
-        dual_attention: bool,
+        parts: BlockParts,
         gen: &mut Generator,
     ) -> Result<JointBlock> {
+        let BlockParts {
+            qk_norm,
+            context_pre_only,
+            dual_attention,
+            text_first,
+        } = parts;
         let ff = |gen: &mut Generator| {
             FeedForward::new(dim, 4 * dim, FeedForwardActivation::GeluTanh, gen)
         };
@@ -48,9 +65,27 @@ impl JointBlock {
                 },
                 gen,
             )?,
-            attn: JointAttention::new(dim, heads, qk_norm, true, !context_pre_only, gen)?,
+            attn: JointAttention::new(
+                dim,
+                heads,
+                AttentionParts {
+                    qk_norm,
+                    text: Some(!context_pre_only),
+                    image_out: true,
+                    text_first,
+                },
+                gen,
+            )?,
             attn2: dual_attention
-                .then(|| JointAttention::new(dim, heads, qk_norm, false, false, gen))
+                .then(|| {
+                    let parts = AttentionParts {
+                        qk_norm,
+                        text: None,
+                        image_out: true,
+                        text_first,
+                    };
+                    JointAttention::new(dim, heads, parts, gen)
+                })
                 .transpose()?,
             ff: ff(gen)?,
             ff_context: (!context_pre_only).then(|| ff(gen)).transpose()?,
@@ -58,13 +93,15 @@ impl JointBlock {
         })
     }
 
-    /// Image tokens [B, N, dim] and text tokens [B, S, dim] under conditioning temb [B, dim]:
-    /// the new image tokens, and the new text tokens unless this is the last block.
+    /// Image tokens [B, N, dim] and text tokens [B, S, dim] under conditioning temb [B, dim]
+    /// (and FLUX's rotary positions): the new image tokens, and the new text tokens unless
+    /// this is SD3's last block.
     pub fn run(
         &self,
         x: &Tensor,
         context: &Tensor,
         temb: &Tensor,
+        rotary: Option<&Rotary>,
     ) -> Result<(Tensor, Option<Tensor>)> {
         let m = self.norm1.vectors(temb)?;
         let normed = norm(x)?;
@@ -76,7 +113,7 @@ impl JointBlock {
             AdaNormKind::Continuous => modulate(&normed_context, &c[1], &c[0])?,
             _ => modulate(&normed_context, &c[0], &c[1])?,
         };
-        let (attn_out, context_attn_out) = self.attn.attend(&attn_in, Some(&context_in))?;
+        let (attn_out, context_attn_out) = self.attn.attend(&attn_in, Some(&context_in), rotary)?;
         let mut h = x.add(&attn_out.mul(&m[2])?)?;
         if let Some(attn2) = &self.attn2 {
             let attn2_in = modulate(&normed, &m[6], &m[7])?;
@@ -100,7 +137,7 @@ impl Module for JointBlock {
     /// The image stream with itself as the text: for a block called alone.
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
         let temb = x.mean_dims(&[1], false)?;
-        Ok(self.run(x, x, &temb)?.0)
+        Ok(self.run(x, x, &temb, None)?.0)
     }
 
     fn children(&self) -> Vec<(String, &dyn Module)> {

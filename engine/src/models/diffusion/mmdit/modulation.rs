@@ -13,6 +13,8 @@ pub enum AdaNormKind {
     ZeroX,
     /// `AdaLayerNormContinuous`: scale, then shift (note the order), no gates.
     Continuous,
+    /// `AdaLayerNormZeroSingle` (FLUX's single blocks): shift, scale, gate.
+    ZeroSingle,
 }
 
 impl AdaNormKind {
@@ -21,6 +23,7 @@ impl AdaNormKind {
             AdaNormKind::Zero => 6,
             AdaNormKind::ZeroX => 9,
             AdaNormKind::Continuous => 2,
+            AdaNormKind::ZeroSingle => 3,
         }
     }
 }
@@ -72,6 +75,7 @@ impl Module for AdaNorm {
             AdaNormKind::Zero => "AdaLayerNormZero".into(),
             AdaNormKind::ZeroX => "SD35AdaLayerNormZeroX".into(),
             AdaNormKind::Continuous => "AdaLayerNormContinuous".into(),
+            AdaNormKind::ZeroSingle => "AdaLayerNormZeroSingle".into(),
         }
     }
 }

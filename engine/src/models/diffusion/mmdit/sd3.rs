@@ -5,7 +5,7 @@
 //! timestep (sin-cos, 256) → MLP ─┐             │                                → unpatchify
 //! pooled text → MLP ─────────────┴→ temb ──────┘
 
-use super::joint_block::JointBlock;
+use super::joint_block::{BlockParts, JointBlock};
 use super::modulation::{modulate, norm, AdaNorm, AdaNormKind};
 use super::patch_embed::PatchEmbed;
 use crate::io::pretrained::{load_weights_named, read_config};
@@ -136,14 +136,13 @@ impl Sd3Transformer {
             context_embedder: Linear::new(config.joint_attention_dim, d, true, gen)?,
             blocks: (0..n)
                 .map(|i| {
-                    JointBlock::new(
-                        d,
-                        config.num_attention_heads,
-                        config.qk_norm,
-                        i + 1 == n,
-                        config.dual_attention_layers.contains(&i),
-                        gen,
-                    )
+                    let parts = BlockParts {
+                        qk_norm: config.qk_norm,
+                        context_pre_only: i + 1 == n,
+                        dual_attention: config.dual_attention_layers.contains(&i),
+                        text_first: false,
+                    };
+                    JointBlock::new(d, config.num_attention_heads, parts, gen)
                 })
                 .collect::<Result<_>>()?,
             norm_out: AdaNorm::new(d, AdaNormKind::Continuous, gen)?,
@@ -238,7 +237,7 @@ impl Sd3Transformer {
         let mut context = self.context_embedder.forward(&context.to_dtype(dtype)?)?;
         let mut x = x;
         for block in &self.blocks {
-            let (nx, nc) = block.run(&x, &context, &temb)?;
+            let (nx, nc) = block.run(&x, &context, &temb, None)?;
             x = nx;
             if let Some(nc) = nc {
                 context = nc;

@@ -75,36 +75,13 @@ impl FlowMatchEuler {
         let m = (max - base) / (max_len - base_len);
         Some(tokens as f64 * m + base - m * base_len)
     }
-}
 
-impl Scheduler for FlowMatchEuler {
-    fn walk(&self) -> &Walk {
-        &self.walk
-    }
-
-    fn walk_mut(&mut self) -> &mut Walk {
-        &mut self.walk
-    }
-
-    fn class_name(&self) -> &'static str {
-        "FlowMatchEulerDiscreteScheduler"
-    }
-
-    fn set_image_tokens(&mut self, tokens: usize) {
-        self.image_tokens = Some(tokens);
-    }
-
-    fn set_timesteps(&mut self, steps: usize) -> Result<()> {
-        check_steps(
-            steps,
-            self.train,
-            "FlowMatchEulerDiscreteScheduler.set_timesteps",
-        )?;
+    /// The walk over `sigmas` (unshifted, from 1 toward 0): shifted by `shift` or by the
+    /// image's size, stretched to `shift_terminal`, Karras-spaced where asked; the timesteps
+    /// are σ × train.
+    fn place(&mut self, mut sigmas: Vec<f64>) -> Result<()> {
         let train = self.train as f64;
-        let mut sigmas: Vec<f64> = linspace(self.sigma_max * train, self.sigma_min * train, steps)
-            .into_iter()
-            .map(|t| t / train)
-            .collect();
+        let steps = sigmas.len();
         match self.dynamic {
             Some((.., exponential)) => {
                 let tokens = self.image_tokens.ok_or_else(|| {
@@ -144,6 +121,49 @@ impl Scheduler for FlowMatchEuler {
         self.sigmas.push(0.0);
         self.walk.index = 0;
         Ok(())
+    }
+}
+
+impl Scheduler for FlowMatchEuler {
+    fn walk(&self) -> &Walk {
+        &self.walk
+    }
+
+    fn walk_mut(&mut self) -> &mut Walk {
+        &mut self.walk
+    }
+
+    fn class_name(&self) -> &'static str {
+        "FlowMatchEulerDiscreteScheduler"
+    }
+
+    fn set_image_tokens(&mut self, tokens: usize) {
+        self.image_tokens = Some(tokens);
+    }
+
+    fn set_timesteps(&mut self, steps: usize) -> Result<()> {
+        check_steps(
+            steps,
+            self.train,
+            "FlowMatchEulerDiscreteScheduler.set_timesteps",
+        )?;
+        let train = self.train as f64;
+        let sigmas: Vec<f64> = linspace(self.sigma_max * train, self.sigma_min * train, steps)
+            .into_iter()
+            .map(|t| t / train)
+            .collect();
+        self.place(sigmas)
+    }
+
+    fn set_sigmas(&mut self, sigmas: &[f64]) -> Result<()> {
+        if sigmas.is_empty() || sigmas.iter().any(|s| !(0.0..=1.0).contains(s) || *s == 0.0) {
+            return Err(Error::invalid(
+                "FlowMatchEulerDiscreteScheduler",
+                "custom sigmas must be in (0, 1]",
+            ));
+        }
+        // diffusers reads them as f32.
+        self.place(sigmas.iter().map(|&s| s as f32 as f64).collect())
     }
 
     fn init_noise_sigma(&self) -> f64 {

@@ -83,6 +83,15 @@ pub trait Scheduler: Send {
     /// Places `steps` inference timesteps and starts the walk at the first.
     fn set_timesteps(&mut self, steps: usize) -> Result<()>;
 
+    /// Places the walk on given σs (FLUX's pipeline asks for linspace(1, 1/steps, steps))
+    /// instead of the scheduler's own spacing. Only flow matching takes them.
+    fn set_sigmas(&mut self, _sigmas: &[f64]) -> Result<()> {
+        Err(Error::invalid(
+            self.class_name(),
+            "custom sigmas are flow matching's; this scheduler places its own",
+        ))
+    }
+
     /// The walk's timesteps and position.
     fn walk(&self) -> &Walk;
 
