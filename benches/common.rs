@@ -47,3 +47,28 @@ pub fn timed(
     dev.synchronize()?;
     Ok(t.elapsed().as_secs_f64() / steps as f64)
 }
+
+/// One call of `f` inside the profiler's capture range, when `--profile <what>` asks for it
+/// (for `ncu --profile-from-start off`).
+#[allow(dead_code)] // only the benches with a --profile flag call it
+pub fn profiled(
+    dev: &CudaDevice,
+    what: &str,
+    mut f: impl FnMut() -> rusting_brain::Result<()>,
+) -> rusting_brain::Result<()> {
+    let args: Vec<String> = std::env::args().collect();
+    if args.windows(2).any(|w| w[0] == "--profile" && w[1] == what) {
+        dev.synchronize()?;
+        dev.profiler_capture(true)?;
+        f()?;
+        dev.synchronize()?;
+        dev.profiler_capture(false)?;
+    }
+    Ok(())
+}
+
+/// Bytes as GiB, to two decimals.
+#[allow(dead_code)] // the benches that report memory call it
+pub fn gib(bytes: u64) -> f64 {
+    (bytes as f64 / (1u64 << 30) as f64 * 100.0).round() / 100.0
+}

@@ -64,24 +64,6 @@ fn predict(unet: &UNet, x: &Inputs) -> Result<Tensor> {
     })
 }
 
-/// One call of `f` inside the profiler's capture range, when `--profile <what>` asks for it.
-fn profiled(dev: &CudaDevice, what: &str, mut f: impl FnMut() -> Result<()>) -> Result<()> {
-    let args: Vec<String> = std::env::args().collect();
-    let asked = args.windows(2).any(|w| w[0] == "--profile" && w[1] == what);
-    if asked {
-        dev.synchronize()?;
-        dev.profiler_capture(true)?;
-        f()?;
-        dev.synchronize()?;
-        dev.profiler_capture(false)?;
-    }
-    Ok(())
-}
-
-fn gib(bytes: u64) -> f64 {
-    (bytes as f64 / (1u64 << 30) as f64 * 100.0).round() / 100.0
-}
-
 fn run(dev: &CudaDevice) -> Result<Vec<serde_json::Value>> {
     let args: Vec<String> = std::env::args().collect();
     let model = args
@@ -122,14 +104,14 @@ fn run(dev: &CudaDevice) -> Result<Vec<serde_json::Value>> {
         for _ in 0..3 {
             step()?;
         }
-        profiled(dev, "step", step)?;
+        common::profiled(dev, "step", step)?;
         dev.synchronize()?;
         dev.reset_peak_memory()?;
         common::timed(dev, steps, step)
     })?;
     out.push(json!({
         "bench": "unet_step", "batch": batch, "common": common,
-        "step_ms": (dt * 1e5).round() / 100.0, "peak_gib": gib(dev.peak_memory()?),
+        "step_ms": (dt * 1e5).round() / 100.0, "peak_gib": common::gib(dev.peak_memory()?),
     }));
     drop(x);
 
@@ -163,14 +145,14 @@ fn run(dev: &CudaDevice) -> Result<Vec<serde_json::Value>> {
         for _ in 0..3 {
             step()?;
         }
-        profiled(dev, "train", &mut step)?;
+        common::profiled(dev, "train", &mut step)?;
         dev.synchronize()?;
         dev.reset_peak_memory()?;
         let dt = common::timed(dev, steps, &mut step)?;
         let loss = loss.map(|l| l.item()).transpose()?.unwrap_or(f64::NAN);
         out.push(json!({
             "bench": "unet_train", "batch": train_batch, "common": common,
-            "step_ms": (dt * 1e5).round() / 100.0, "peak_gib": gib(dev.peak_memory()?),
+            "step_ms": (dt * 1e5).round() / 100.0, "peak_gib": common::gib(dev.peak_memory()?),
             "loss": loss,
         }));
     }

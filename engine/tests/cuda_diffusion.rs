@@ -44,3 +44,55 @@ fn a_unet_on_the_gpu_takes_host_timesteps_and_matches_the_cpu() {
         .fold(0.0, f64::max);
     assert!(worst < 1e-3, "largest difference {worst}");
 }
+
+/// The SD3 and FLUX pipelines on the GPU draw what diffusers draws on the CPU (the fixtures
+/// of diffusion_sd3.rs), in F32 and under BF16 autocast (looser: the MMDiT's products and
+/// attention in BF16).
+#[test]
+fn mmdit_pipelines_on_the_gpu_draw_what_diffusers_draws() {
+    use rusting_brain::models::diffusion::{StableDiffusion, TextToImage};
+    let Some(dev) = cuda::device_for_test("mmdit_pipelines_on_the_gpu_draw_what_diffusers_draws")
+    else {
+        return;
+    };
+    let fixtures =
+        std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/diffusion");
+    for (name, image, steps, guidance) in [
+        ("sd3_tiny", "guided", 5, 7.0),
+        ("flux_tiny", "images", 4, 3.5),
+    ] {
+        let pipe = StableDiffusion::from_folder(&fixtures.join(name)).unwrap();
+        let want =
+            rusting_brain::io::safetensors::load(fixtures.join(name).join("expected.safetensors"))
+                .unwrap();
+        pipe.to_device(dev).unwrap();
+        let ask = TextToImage {
+            prompts: vec!["a red cat".into(), "a dog".into()],
+            steps,
+            guidance,
+            size: Some((32, 32)),
+            latents: Some(want["latents"].clone()),
+            max_sequence_length: Some(24),
+            ..TextToImage::default()
+        };
+        for (dtype, tolerance) in [(None, 2.0 / 255.0), (Some(DType::BF16), 0.1)] {
+            let images =
+                rusting_brain::amp::autocast(dtype, || pipe.generate(&ask, &mut |_, _| Ok(())))
+                    .unwrap();
+            let (a, b) = (
+                images.to_vec_f64().unwrap(),
+                want[image].to_vec_f64().unwrap(),
+            );
+            assert_eq!(a.len(), b.len());
+            let worst = a
+                .iter()
+                .zip(&b)
+                .map(|(p, q)| (p - q).abs())
+                .fold(0.0, f64::max);
+            assert!(
+                worst < tolerance,
+                "{name} under {dtype:?}: images differ by {worst:.3e}"
+            );
+        }
+    }
+}

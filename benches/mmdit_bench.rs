@@ -1,0 +1,164 @@
+//! FLUX-shaped blocks on the GPU: diffusers' FluxTransformer2DModel with FLUX.1's width (24
+//! heads of 128) and one double-stream and one single-stream block
+//! (`benches/diffusion/flux_block.json`, random weights; `diffusion/torch_mmdit_bench.py` reads
+//! the same config; run both in one call), at 1024 image tokens (a 512x512 image) and 512 T5
+//! tokens: one denoising step (the model's forward, inside one autocast scope over the steps so
+//! each weight is cast to BF16 once) and a training step (velocity MSE, backward, AdamW), both
+//! under BF16 autocast, with the peak of device memory each held.
+//!
+//! cargo build --release -p rb_benches --bin mmdit_bench
+//! target/release/mmdit_bench --batch 1 --image-tokens 1024 --text-tokens 512 --steps 20
+//! `--train-batch 0` skips the training step; `--profile step|train` puts one such step after
+//! the warm-up inside the profiler's capture range (for `ncu --profile-from-start off`). Prints
+//! one JSON line per measurement; without a usable GPU it prints {"error": ...} and exits 2.
+
+#[path = "common.rs"]
+mod common;
+
+use rusting_brain::amp::autocast;
+use rusting_brain::backend::cuda::CudaDevice;
+use rusting_brain::models::diffusion::mmdit::flux::image_ids;
+use rusting_brain::models::diffusion::mmdit::{FluxConfig, FluxInputs, FluxTransformer};
+use rusting_brain::models::hf_config::Fields;
+use rusting_brain::nn::Module;
+use rusting_brain::optim::{AdamW, AdamWConfig, Optimizer};
+use rusting_brain::{mse_loss, no_grad, DType, Device, Generator, Reduction, Result, Tensor};
+use serde_json::json;
+
+struct Inputs {
+    x: Tensor,
+    context: Tensor,
+    pooled: Tensor,
+    timesteps: Tensor,
+    guidance: Tensor,
+    ids: Vec<[f64; 3]>,
+}
+
+fn inputs(
+    c: &FluxConfig,
+    batch: usize,
+    image: usize,
+    text: usize,
+    gen: &mut Generator,
+) -> Result<Inputs> {
+    let d = Device::Cuda(0);
+    let randn = |shape: &[usize], gen: &mut Generator| -> Result<Tensor> {
+        Tensor::randn(shape, DType::F32, Some(gen))?.to_device(d)
+    };
+    // A square grid of 2x2 patches.
+    let side = (image as f64).sqrt() as usize;
+    Ok(Inputs {
+        x: randn(&[batch, side * side, c.in_channels], gen)?,
+        context: randn(&[batch, text, c.joint_attention_dim], gen)?,
+        pooled: randn(&[batch, c.pooled_projection_dim], gen)?,
+        timesteps: Tensor::full(0.5, &[batch], DType::F32, d)?,
+        guidance: Tensor::full(3.5, &[batch], DType::F32, d)?,
+        ids: image_ids(2 * side, 2 * side),
+    })
+}
+
+fn predict(model: &FluxTransformer, x: &Inputs) -> Result<Tensor> {
+    let inputs = FluxInputs {
+        context: &x.context,
+        pooled: &x.pooled,
+        timesteps: &x.timesteps,
+        guidance: Some(&x.guidance),
+        image_ids: &x.ids,
+    };
+    autocast(Some(DType::BF16), || model.predict(&x.x, &inputs))
+}
+
+fn run(dev: &CudaDevice) -> Result<Vec<serde_json::Value>> {
+    let (batch, train_batch, image, text, steps) = (
+        common::num("--batch", 1),
+        common::num("--train-batch", 1),
+        common::num("--image-tokens", 1024),
+        common::num("--text-tokens", 512),
+        common::num("--steps", 20),
+    );
+    let path = format!("{}/diffusion/flux_block.json", env!("CARGO_MANIFEST_DIR"));
+    let path = match std::path::Path::new(&path).exists() {
+        true => path,
+        false => "benches/diffusion/flux_block.json".to_string(),
+    };
+    let text_json = std::fs::read_to_string(&path)
+        .map_err(|e| rusting_brain::Error::invalid("mmdit_bench", format!("{path}: {e}")))?;
+    let value: serde_json::Value = serde_json::from_str(&text_json)
+        .map_err(|e| rusting_brain::Error::invalid("mmdit_bench", format!("{path}: {e}")))?;
+    let config = FluxConfig::read(&Fields::new(&value, "FluxTransformer2DModel"))?;
+    let mut gen = Generator::new(0);
+    let mut model = FluxTransformer::new(config.clone(), &mut gen)?;
+    model.to_device(Device::Cuda(0))?;
+    let params: usize = model.parameters().iter().map(Tensor::numel).sum();
+    let common = json!({"model": "flux_block", "image_tokens": image, "text_tokens": text, "params": params});
+    let mut out = Vec::new();
+
+    model.eval();
+    let x = inputs(&config, batch, image, text, &mut gen)?;
+    let step = || -> Result<()> { no_grad(|| predict(&model, &x)).map(drop) };
+    let dt = autocast(Some(DType::BF16), || {
+        for _ in 0..3 {
+            step()?;
+        }
+        common::profiled(dev, "step", step)?;
+        dev.synchronize()?;
+        dev.reset_peak_memory()?;
+        common::timed(dev, steps, step)
+    })?;
+    out.push(json!({
+        "bench": "mmdit_step", "batch": batch, "common": common,
+        "step_ms": (dt * 1e5).round() / 100.0, "peak_gib": common::gib(dev.peak_memory()?),
+    }));
+    drop(x);
+
+    if train_batch > 0 {
+        model.train(true);
+        let mut opt = AdamW::new(
+            model.parameters(),
+            AdamWConfig {
+                lr: 1e-5,
+                weight_decay: 0.01,
+                decay_1d_params: true,
+                ..Default::default()
+            },
+        )?;
+        let x = inputs(&config, train_batch, image, text, &mut gen)?;
+        let target =
+            Tensor::randn(x.x.shape(), DType::F32, Some(&mut gen))?.to_device(Device::Cuda(0))?;
+        let mut loss = None;
+        let mut step = || -> Result<()> {
+            let l = mse_loss(
+                &predict(&model, &x)?.to_dtype(DType::F32)?,
+                &target,
+                Reduction::Mean,
+            )?;
+            l.backward()?;
+            opt.step()?;
+            opt.zero_grad();
+            loss = Some(l);
+            Ok(())
+        };
+        for _ in 0..3 {
+            step()?;
+        }
+        common::profiled(dev, "train", &mut step)?;
+        dev.synchronize()?;
+        dev.reset_peak_memory()?;
+        let dt = common::timed(dev, steps, &mut step)?;
+        let loss = loss.map(|l| l.item()).transpose()?.unwrap_or(f64::NAN);
+        out.push(json!({
+            "bench": "mmdit_train", "batch": train_batch, "common": common,
+            "step_ms": (dt * 1e5).round() / 100.0, "peak_gib": common::gib(dev.peak_memory()?),
+            "loss": loss,
+        }));
+    }
+    Ok(out)
+}
+
+fn main() {
+    let dev = common::cuda_or_exit("mmdit");
+    match run(&dev) {
+        Ok(lines) => lines.iter().for_each(|v| println!("{v}")),
+        Err(e) => println!("{}", json!({"bench": "mmdit", "error": e.to_string()})),
+    }
+}
