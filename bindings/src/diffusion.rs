@@ -63,6 +63,25 @@ fn init_image(d: &Dynamic, size: Option<(usize, usize)>, multiple: usize) -> Rha
     })
 }
 
+/// An inpainting mask: a path or a U8 [H, W, 3] image (white where to redraw), made grayscale
+/// and resized to the init image's size; or a float [N or 1, 1, H, W] mask in [0, 1], taken as
+/// it is.
+fn mask(d: &Dynamic, size: (usize, usize)) -> RhaiResult<Tensor> {
+    let t = match d.clone().try_cast::<String>() {
+        Some(path) => guard(|| rusting_brain::vision::read_image(&path))?,
+        None => d.clone().try_cast::<Tensor>().ok_or_else(|| {
+            runtime_error(format!(
+                "pipe.generate option mask: a path or an image tensor, got {}",
+                d.type_name()
+            ))
+        })?,
+    };
+    if t.dtype() != rusting_brain::DType::U8 {
+        return Ok(t);
+    }
+    guard(|| rusting_brain::models::diffusion::pipeline::mask_from_image(&t, size))
+}
+
 /// `pipe.add_textual_inversion(path[, token])`: the pipeline changes in place, so no other
 /// handle may hold it.
 fn add_textual_inversion(
@@ -102,6 +121,7 @@ fn generate(pipe: &mut PipelineHandle, prompts: Dynamic, opts: Map) -> RhaiResul
             "strength",
             "tiled",
             "max_sequence_length",
+            "mask",
         ],
     )?;
     let (list, one) = match prompts.clone().try_cast::<Array>() {
@@ -133,6 +153,17 @@ fn generate(pipe: &mut PipelineHandle, prompts: Dynamic, opts: Map) -> RhaiResul
         (None, Some(_)) => Some((o.usize("height", 0)?, o.usize("height", 0)?)),
         (Some(_), Some(_)) => Some((o.usize("height", 0)?, o.usize("width", 0)?)),
     };
+    let init_image = o
+        .get("image")
+        .map(|d| init_image(d, size, pipe.0.size_multiple()))
+        .transpose()?;
+    let mask = match (o.get("mask"), &init_image) {
+        (None, _) => None,
+        (Some(_), None) => return Err(runtime_error(
+            "pipe.generate option mask: inpainting needs the image to inpaint (the image option)",
+        )),
+        (Some(d), Some(img)) => Some(mask(d, (img.shape()[2], img.shape()[3]))?),
+    };
     let ask = TextToImage {
         prompts: list,
         negative,
@@ -143,10 +174,8 @@ fn generate(pipe: &mut PipelineHandle, prompts: Dynamic, opts: Map) -> RhaiResul
         scheduler: o.string("scheduler")?,
         eta: o.float("eta", 0.0)?,
         latents: None,
-        init_image: o
-            .get("image")
-            .map(|d| init_image(d, size, pipe.0.size_multiple()))
-            .transpose()?,
+        init_image,
+        mask,
         strength: o.float("strength", 0.8)?,
         init_noise: None,
         tiled_vae: o.bool("tiled", false)?,
@@ -398,8 +427,8 @@ pub fn register(engine: &mut Engine) {
         );
         api.method(
             "generate",
-            "pipe.generate(prompt, #{ steps, guidance, seed, width, height, scheduler, negative, eta, image, strength, tiled, max_sequence_length, progress }) -> Tensor",
-            "Text to image: a U8 [H, W, 3] image for a prompt, or a list of images for a list of prompts. steps (50, SD3 28) denoising steps of the folder's scheduler (or scheduler: another class over its noise schedule), classifier-free guidance (7.5, SDXL 5, SD3 7; 1 turns it off; FLUX-dev takes it as an input, 3.5), negative prompt(s) (without one SDXL's unconditional input is zeros, as its force_zeros_for_empty_prompt says), seed (0) for the starting noise, width and height (the model's size by default; multiples of 8), DDIM's eta, a progress bar (progress: false hides it). Image to image: image (a path or a U8 image; resized to the width and height, or its own size rounded down to multiples of 8, 16 for SD3) is encoded and noised strength (0.8) of the way, and only that share of the steps runs. tiled: true decodes with the VAE tile by tile (diffusers' enable_tiling), for images larger than the VAE was made for in bounded memory. Prompts longer than the text encoder's context are cut with a warning; max_sequence_length (256, FLUX 512) is how many tokens T5 reads.",
+            "pipe.generate(prompt, #{ steps, guidance, seed, width, height, scheduler, negative, eta, image, strength, mask, tiled, max_sequence_length, progress }) -> Tensor",
+            "Text to image: a U8 [H, W, 3] image for a prompt, or a list of images for a list of prompts. steps (50, SD3 28) denoising steps of the folder's scheduler (or scheduler: another class over its noise schedule), classifier-free guidance (7.5, SDXL 5, SD3 7; 1 turns it off; FLUX-dev takes it as an input, 3.5), negative prompt(s) (without one SDXL's unconditional input is zeros, as its force_zeros_for_empty_prompt says), seed (0) for the starting noise, width and height (the model's size by default; multiples of 8), DDIM's eta, a progress bar (progress: false hides it). Image to image: image (a path or a U8 image; resized to the width and height, or its own size rounded down to multiples of 8, 16 for SD3) is encoded and noised strength (0.8) of the way, and only that share of the steps runs. Inpainting: mask (a path or a U8 image, white where to redraw; resized to the image) with image redraws only the mask's inside (strength 1: from pure noise there). tiled: true decodes with the VAE tile by tile (diffusers' enable_tiling), for images larger than the VAE was made for in bounded memory. Prompts longer than the text encoder's context are cut with a warning; max_sequence_length (256, FLUX 512) is how many tokens T5 reads.",
             "try { let pipe = diffusion::load(\"sd\"); pipe.generate(\"a red fox\", #{ steps: 20, guidance: 7.5, seed: 3, width: 512, height: 512 }); } catch (e) { print(e); }",
             generate,
         );

@@ -440,3 +440,63 @@ fn sdxl_image_to_image_draws_what_diffusers_draws() {
         "SDXL image-to-image differs by {err:.2e}"
     );
 }
+
+/// Inpainting with sd_tiny's 4-channel UNet (`make_inpaint.py`): at strength 1 the mask's
+/// inside starts from pure noise, at 0.6 from the image noised part of the way; after every
+/// step the outside is the image's latents at the next step's noise. A soft mask is binarized
+/// at 0.5.
+#[test]
+fn inpainting_draws_what_diffusers_draws() {
+    let pipe = StableDiffusion::from_folder(&folder()).unwrap();
+    let want = safetensors::load(folder().join("inpaint.safetensors")).unwrap();
+    for (tag, strength) in [("s10", 1.0), ("s6", 0.6)] {
+        let ask = TextToImage {
+            prompts: vec!["a red cat".into(), "a dog".into()],
+            steps: 6,
+            guidance: 7.5,
+            init_image: Some(want["init_image"].clone()),
+            mask: Some(want["mask"].clone()),
+            strength,
+            init_noise: Some((
+                want[&format!("{tag}_draw")].clone(),
+                want[&format!("{tag}_noise")].clone(),
+            )),
+            ..TextToImage::default()
+        };
+        let image = pipe.generate(&ask, &mut |_, _| Ok(())).unwrap();
+        let err = worst(&image, &want[&format!("{tag}_images")]);
+        assert!(
+            err < 1.0 / 255.0,
+            "inpainting at strength {strength} differs by {err:.2e}"
+        );
+    }
+}
+
+#[test]
+fn a_mask_of_another_size_or_without_an_image_is_refused() {
+    let pipe = StableDiffusion::from_folder(&folder()).unwrap();
+    let image = Tensor::zeros(&[1, 3, 16, 16], DType::F32, rusting_brain::Device::Cpu).unwrap();
+    let small = Tensor::zeros(&[1, 1, 8, 8], DType::F32, rusting_brain::Device::Cpu).unwrap();
+    let ask = TextToImage {
+        prompts: vec!["a cat".into()],
+        steps: 2,
+        init_image: Some(image),
+        mask: Some(small.clone()),
+        ..TextToImage::default()
+    };
+    let err = pipe
+        .generate(&ask, &mut |_, _| Ok(()))
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("the mask must be [1, 1, 16, 16]"), "{err}");
+    let ask = TextToImage {
+        init_image: None,
+        size: Some((16, 16)),
+        ..ask
+    };
+    let err = pipe
+        .generate(&ask, &mut |_, _| Ok(()))
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("a mask needs an image"), "{err}");
+}

@@ -121,6 +121,9 @@ fn every_script_runs_on_tiny_settings() {
     // A 100x100 photo: img2img resizes it to 96x96 (multiples of 8 for sd3_tiny's VAE of scale
     // 4 and patches of 2).
     let sd_photo = format!("image={}", jpegs.join("pil_sample_rgb.jpg").display());
+    // ... inpainting where the photo itself is bright (any image is a mask: grayscale, cut at
+    // half).
+    let sd_mask = format!("mask={}", jpegs.join("pil_sample_rgb.jpg").display());
     // Each script gets the arguments it declares (an unknown one is refused), at tiny sizes.
     let tiny = |name: &str| -> Vec<&str> {
         match name {
@@ -177,6 +180,7 @@ fn every_script_runs_on_tiny_settings() {
             "img2img.rhai" => vec![
                 &sd3_tiny,
                 &sd_photo,
+                &sd_mask,
                 "prompt=a red cat",
                 "strength=0.7",
                 "steps=3",

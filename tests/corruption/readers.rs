@@ -183,7 +183,73 @@ pub const READERS: &[Reader] = &[
         semantic: Some(semantic::config_json),
         read: read_vae,
     },
+    Reader {
+        name: "t5 config.json",
+        file_name: "config.json",
+        header_span: 0,
+        semantic: Some(semantic::config_json),
+        read: read_t5,
+    },
+    Reader {
+        name: "sd3 transformer config.json",
+        file_name: "config.json",
+        header_span: 0,
+        semantic: Some(semantic::config_json),
+        read: read_sd3_transformer,
+    },
+    Reader {
+        name: "flux transformer config.json",
+        file_name: "config.json",
+        header_span: 0,
+        semantic: Some(semantic::config_json),
+        read: read_flux_transformer,
+    },
 ];
+
+/// A T5 encoder folder (the corrupt config.json beside valid weights), loaded and run.
+fn read_t5(p: &Path) -> Result<()> {
+    use rusting_brain::models::t5::T5EncoderModel;
+    let dir = alone_with(p, &["config.json", "model.safetensors"])?;
+    let model = T5EncoderModel::from_folder(&dir)?;
+    let ids = Tensor::from_vec(vec![1i64, 2, 3, 0], &[1, 4])?;
+    model.forward(&ids).map(drop)
+}
+
+/// An SD3 transformer folder (the corrupt config.json beside valid weights), loaded and run.
+fn read_sd3_transformer(p: &Path) -> Result<()> {
+    use rusting_brain::models::diffusion::mmdit::Sd3Transformer;
+    let dir = alone_with(p, &["config.json", "diffusion_pytorch_model.safetensors"])?;
+    let model = Sd3Transformer::from_folder(&dir)?;
+    let c = &model.config;
+    let side = 2 * c.patch_size;
+    let x = Tensor::ones(&[1, c.in_channels, side, side], DType::F32, Device::Cpu)?;
+    let t = Tensor::ones(&[1], DType::F32, Device::Cpu)?;
+    let ctx = Tensor::ones(&[1, 3, c.joint_attention_dim], DType::F32, Device::Cpu)?;
+    let pooled = Tensor::ones(&[1, c.pooled_projection_dim], DType::F32, Device::Cpu)?;
+    model.predict(&x, &t, &ctx, &pooled).map(drop)
+}
+
+/// A FLUX transformer folder (the corrupt config.json beside valid weights), loaded and run.
+fn read_flux_transformer(p: &Path) -> Result<()> {
+    use rusting_brain::models::diffusion::mmdit::flux::image_ids;
+    use rusting_brain::models::diffusion::mmdit::{FluxInputs, FluxTransformer};
+    let dir = alone_with(p, &["config.json", "diffusion_pytorch_model.safetensors"])?;
+    let model = FluxTransformer::from_folder(&dir)?;
+    let c = &model.config;
+    let x = Tensor::ones(&[1, 4, c.in_channels], DType::F32, Device::Cpu)?;
+    let one = Tensor::ones(&[1], DType::F32, Device::Cpu)?;
+    let ctx = Tensor::ones(&[1, 3, c.joint_attention_dim], DType::F32, Device::Cpu)?;
+    let pooled = Tensor::ones(&[1, c.pooled_projection_dim], DType::F32, Device::Cpu)?;
+    let ids = image_ids(4, 4);
+    let inputs = FluxInputs {
+        context: &ctx,
+        pooled: &pooled,
+        timesteps: &one,
+        guidance: Some(&one),
+        image_ids: &ids,
+    };
+    model.predict(&x, &inputs).map(drop)
+}
 
 /// A textual-inversion file added to the tiny SD pipeline, and a prompt with its token encoded.
 fn read_textual_inversion(p: &Path) -> Result<()> {

@@ -117,6 +117,27 @@ pub fn sample(reader: &str) -> Sample {
                 fixture("diffusion/sd_tiny/vae/diffusion_pytorch_model.safetensors"),
             )],
         },
+        "t5 config.json" => Sample {
+            valid: fixture("diffusion/sd3_tiny/text_encoder_3/config.json"),
+            siblings: vec![(
+                "model.safetensors",
+                fixture("diffusion/sd3_tiny/text_encoder_3/model.safetensors"),
+            )],
+        },
+        "sd3 transformer config.json" => Sample {
+            valid: fixture("diffusion/sd3_tiny/transformer/config.json"),
+            siblings: vec![(
+                "diffusion_pytorch_model.safetensors",
+                fixture("diffusion/sd3_tiny/transformer/diffusion_pytorch_model.safetensors"),
+            )],
+        },
+        "flux transformer config.json" => Sample {
+            valid: fixture("diffusion/flux_tiny/transformer/config.json"),
+            siblings: vec![(
+                "diffusion_pytorch_model.safetensors",
+                fixture("diffusion/flux_tiny/transformer/diffusion_pytorch_model.safetensors"),
+            )],
+        },
         other => panic!("no sample for reader {other:?}"),
     }
 }

@@ -29,6 +29,10 @@ pub(crate) struct TensorInner {
     output_index: usize,
     requires_grad: AtomicBool,
     grad: Mutex<Option<Tensor>>,
+    /// A view taken of a parameter (or of such a view) while nothing recorded: a leaf that
+    /// does not require grad, yet reads a parameter's storage (`Linear`'s Wᵀ at inference).
+    /// Autocast's cast cache treats it as the parameter.
+    views_parameter: bool,
 }
 
 impl Tensor {
@@ -89,6 +93,7 @@ impl Tensor {
             output_index: 0,
             requires_grad: AtomicBool::new(false),
             grad: Mutex::new(None),
+            views_parameter: false,
         }))
     }
 
@@ -111,8 +116,19 @@ impl Tensor {
         layout: Layout,
         make_backward: impl FnOnce() -> B,
     ) -> Tensor {
-        let out = Self::leaf(self.0.storage.clone(), layout);
+        let mut out = Self::leaf(self.0.storage.clone(), layout);
+        if !is_grad_enabled() && self.is_leaf() && (self.requires_grad() || self.views_parameter())
+        {
+            Arc::get_mut(&mut out.0)
+                .expect("a handle made here has one owner")
+                .views_parameter = true;
+        }
         out.recorded(&[self], make_backward)
+    }
+
+    /// Whether this is a view of a parameter's storage taken while nothing recorded.
+    pub(crate) fn views_parameter(&self) -> bool {
+        self.0.views_parameter
     }
 
     /// A view of `self`'s storage with another layout and no graph history (an op that

@@ -8,18 +8,19 @@ use super::{AddedConditions, UNet};
 use crate::nn::Module;
 use crate::{DType, Error, Result, Tensor};
 
+/// Each model boxed: the three differ in size, and a pipeline holds one.
 pub enum Denoiser {
-    UNet(UNet),
-    Sd3(Sd3Transformer),
-    Flux(FluxTransformer),
+    UNet(Box<UNet>),
+    Sd3(Box<Sd3Transformer>),
+    Flux(Box<FluxTransformer>),
 }
 
 impl Denoiser {
     pub fn module(&self) -> &dyn Module {
         match self {
-            Denoiser::UNet(m) => m,
-            Denoiser::Sd3(m) => m,
-            Denoiser::Flux(m) => m,
+            Denoiser::UNet(m) => m.as_ref(),
+            Denoiser::Sd3(m) => m.as_ref(),
+            Denoiser::Flux(m) => m.as_ref(),
         }
     }
 

@@ -41,6 +41,12 @@ pub struct TextToImage {
     /// The image start's noise given instead of drawn (to replay another run): the draw of
     /// the VAE's latent distribution and the noise added to the latents.
     pub init_noise: Option<(Tensor, Tensor)>,
+    /// Inpainting: where to redraw the init image, [N or 1, 1, H, W] in [0, 1] (at or above
+    /// 0.5: redrawn; below: kept). After every step the latents outside the mask are set back
+    /// to the image's, noised to the next step's level (diffusers'
+    /// `StableDiffusionInpaintPipeline` with a 4-channel UNet); at strength 1 the mask's
+    /// inside starts from pure noise.
+    pub mask: Option<Tensor>,
     /// Decode with the VAE tile by tile (diffusers' `enable_tiling`), so images larger than
     /// the VAE was made for decode in bounded memory.
     pub tiled_vae: bool,
@@ -76,6 +82,7 @@ impl Default for TextToImage {
             init_noise: None,
             tiled_vae: false,
             max_sequence_length: None,
+            mask: None,
         }
     }
 }
@@ -139,7 +146,7 @@ impl StableDiffusion {
                     encoders: vec![encoder(1)?],
                     layout: PromptLayout::Sd,
                 },
-                Denoiser::UNet(UNet::from_folder(&component(dir, "unet")?)?),
+                Denoiser::UNet(Box::new(UNet::from_folder(&component(dir, "unet")?)?)),
             ),
             Some("StableDiffusionXLPipeline") => {
                 let mut encoders = Vec::new();
@@ -151,7 +158,7 @@ impl StableDiffusion {
                     encoders,
                     layout: PromptLayout::Sdxl,
                 };
-                (prompts, Denoiser::UNet(UNet::from_folder(&component(dir, "unet")?)?))
+                (prompts, Denoiser::UNet(Box::new(UNet::from_folder(&component(dir, "unet")?)?)))
             }
             Some("StableDiffusion3Pipeline") => {
                 let transformer = Sd3Transformer::from_folder(&component(dir, "transformer")?)?;
@@ -165,7 +172,7 @@ impl StableDiffusion {
                         joint_width: transformer.config.joint_attention_dim,
                     },
                 };
-                (prompts, Denoiser::Sd3(transformer))
+                (prompts, Denoiser::Sd3(Box::new(transformer)))
             }
             Some("FluxPipeline") => {
                 let transformer = FluxTransformer::from_folder(&component(dir, "transformer")?)?;
@@ -173,7 +180,7 @@ impl StableDiffusion {
                     encoders: vec![encoder(1)?, encoder(2)?],
                     layout: PromptLayout::Flux,
                 };
-                (prompts, Denoiser::Flux(transformer))
+                (prompts, Denoiser::Flux(Box::new(transformer)))
             }
             other => {
                 return Err(Error::format(
@@ -209,7 +216,7 @@ impl StableDiffusion {
     /// The UNet, for pipelines that denoise with one.
     pub fn unet(&self) -> Option<&UNet> {
         match &self.denoiser {
-            Denoiser::UNet(u) => Some(u),
+            Denoiser::UNet(u) => Some(u.as_ref()),
             _ => None,
         }
     }
@@ -452,14 +459,25 @@ impl StableDiffusion {
         ];
         let mut noise = Generator::new(ask.seed.wrapping_add(1));
         let dtype = self.denoiser.module().named_parameters()[0].1.dtype();
-        let (mut latents, first) = match &ask.init_image {
+        let start = match &ask.init_image {
             Some(image) => self.image_start(ask, image, &shape, &mut *sched, dtype)?,
-            None => (
-                self.noise_start(ask, &shape)?
-                    .mul_scalar(sched.init_noise_sigma())?,
-                0,
-            ),
+            None => {
+                if ask.mask.is_some() {
+                    return Err(Error::invalid(
+                        "generate",
+                        "a mask needs an image to inpaint (the image option)",
+                    ));
+                }
+                ImageStart {
+                    latents: self
+                        .noise_start(ask, &shape)?
+                        .mul_scalar(sched.init_noise_sigma())?,
+                    first: 0,
+                    keep: None,
+                }
+            }
         };
+        let (mut latents, first) = (start.latents, start.first);
         let steps = sched.timesteps().len();
         for i in first..steps {
             let t =
@@ -481,6 +499,17 @@ impl StableDiffusion {
                 }
             };
             latents = sched.step(&pred.to_dtype(DType::F32)?, &latents, &mut noise)?;
+            if let Some(keep) = &start.keep {
+                // Outside the mask: the image, at the next step's noise level.
+                let image = match i + 1 < steps {
+                    true => sched.add_noise(&keep.clean, &keep.noise, i + 1)?,
+                    false => keep.clean.clone(),
+                };
+                latents = keep
+                    .mask
+                    .mul(&latents)?
+                    .add(&keep.mask.neg()?.add_scalar(1.0)?.mul(&image)?)?;
+            }
             progress(i + 1 - first, steps - first)?;
         }
         let latents = self.vae.unscale_latents(&latents)?.to_dtype(dtype)?;
@@ -546,7 +575,9 @@ impl StableDiffusion {
     }
 
     /// Image to image's start: the images' latents (a draw of the VAE's distribution, scaled)
-    /// noised to the step `strength` of the way from the end, and that step.
+    /// noised to the step `strength` of the way from the end, and that step; with a mask, what
+    /// the steps keep outside it (and at strength 1, pure noise inside it, as diffusers'
+    /// inpainting starts).
     fn image_start(
         &self,
         ask: &TextToImage,
@@ -554,7 +585,7 @@ impl StableDiffusion {
         shape: &[usize; 4],
         sched: &mut dyn Scheduler,
         dtype: DType,
-    ) -> Result<(Tensor, usize)> {
+    ) -> Result<ImageStart> {
         let [n, _, h, w] = *shape;
         let ok = image.rank() == 4
             && (image.shape()[0] == n || image.shape()[0] == 1)
@@ -614,8 +645,107 @@ impl StableDiffusion {
             clean = clean.expand(shape)?.contiguous()?;
         }
         sched.set_begin_index(first)?;
-        Ok((sched.add_noise(&clean, &added, first)?, first))
+        let Some(mask) = &ask.mask else {
+            return Ok(ImageStart {
+                latents: sched.add_noise(&clean, &added, first)?,
+                first,
+                keep: None,
+            });
+        };
+        let mask = self.latent_mask(mask, shape)?;
+        let latents = match ask.strength >= 1.0 {
+            true => added.mul_scalar(sched.init_noise_sigma())?,
+            false => sched.add_noise(&clean, &added, first)?,
+        };
+        Ok(ImageStart {
+            latents,
+            first,
+            keep: Some(Kept {
+                clean,
+                noise: added,
+                mask,
+            }),
+        })
     }
+
+    /// An inpainting mask [N or 1, 1, H, W] as the latents see it: binarized at 0.5 and taken
+    /// at every `vae_scale`-th pixel (torch's nearest interpolation to the latent size).
+    fn latent_mask(&self, mask: &Tensor, shape: &[usize; 4]) -> Result<Tensor> {
+        let [n, _, h, w] = *shape;
+        let s = self.vae_scale();
+        let ok = mask.rank() == 4
+            && (mask.shape()[0] == n || mask.shape()[0] == 1)
+            && mask.shape()[1] == 1
+            && mask.shape()[2] == h * s
+            && mask.shape()[3] == w * s;
+        if !ok {
+            let batch = match n {
+                1 => "1".to_string(),
+                n => format!("{n} or 1"),
+            };
+            return Err(Error::invalid(
+                "generate",
+                format!(
+                    "the mask must be [{batch}, 1, {}, {}] like the image, got {:?}",
+                    h * s,
+                    w * s,
+                    mask.shape()
+                ),
+            ));
+        }
+        let m = mask.shape()[0];
+        let binary = mask
+            .to_dtype(DType::F32)?
+            .to_device(self.device())?
+            .ge_scalar(0.5)?
+            .to_dtype(DType::F32)?;
+        let picked = binary
+            .reshape_to(&[m, 1, h, s, w, s])?
+            .narrow(3, 0, 1)?
+            .narrow(5, 0, 1)?
+            .reshape_to(&[m, 1, h, w])?;
+        picked.expand(&[n, 1, h, w])?.contiguous()
+    }
+}
+
+/// Where the walk starts, and for inpainting what it keeps.
+struct ImageStart {
+    latents: Tensor,
+    /// The first step run.
+    first: usize,
+    keep: Option<Kept>,
+}
+
+/// Inpainting's kept part: the image's clean latents, the noise they are renoised with, and
+/// the latent mask (1: redrawn).
+struct Kept {
+    clean: Tensor,
+    noise: Tensor,
+    mask: Tensor,
+}
+
+/// An inpainting mask from an image (U8 [H, W, 3], white where to redraw) as diffusers' mask
+/// processor makes it: Pillow's grayscale (L), resized (Lanczos) to `size` (height, width),
+/// [1, 1, H, W] in [0, 1] (the pipeline binarizes it at 0.5).
+pub fn mask_from_image(image: &Tensor, (h, w): (usize, usize)) -> Result<Tensor> {
+    use crate::vision::color_jitter::luma;
+    use crate::vision::image::{rgb_to_tensor, tensor_to_rgb};
+    use crate::vision::pil_resize::{resize_pil, PilFilter};
+    let mut rgb = tensor_to_rgb(image)?;
+    for p in rgb.pixels_mut() {
+        let l = luma(&p.0);
+        p.0 = [l, l, l];
+    }
+    if (rgb.height() as usize, rgb.width() as usize) != (h, w) {
+        rgb = resize_pil(&rgb, w, h, PilFilter::Lanczos);
+    }
+    rgb_to_tensor(rgb)?
+        .narrow(2, 0, 1)?
+        .to_dtype(DType::F32)?
+        .mul_scalar(1.0 / 255.0)?
+        .permute(&[2, 0, 1])?
+        .unsqueeze(0)?
+        .contiguous()
 }
 
 /// Images [N, H, W, 3] in [0, 1] as U8 images [H, W, 3] (rounded as diffusers' `numpy_to_pil`

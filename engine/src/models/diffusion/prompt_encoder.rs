@@ -20,17 +20,17 @@ use crate::text::AddedToken;
 use crate::{Device, Error, Result, Tensor};
 use std::path::Path;
 
-/// A text encoder of a pipeline.
+/// A text encoder of a pipeline (boxed: the two differ in size).
 pub enum TextEncoder {
-    Clip(ClipTextModel),
-    T5(T5EncoderModel),
+    Clip(Box<ClipTextModel>),
+    T5(Box<T5EncoderModel>),
 }
 
 impl TextEncoder {
     pub fn module(&self) -> &dyn Module {
         match self {
-            TextEncoder::Clip(m) => m,
-            TextEncoder::T5(m) => m,
+            TextEncoder::Clip(m) => m.as_ref(),
+            TextEncoder::T5(m) => m.as_ref(),
         }
     }
 
@@ -71,7 +71,7 @@ impl PromptEncoder {
         let tok_dir = super::pipeline::component(dir, tokenizer)?;
         let (model, tokenizer) = match is_t5(&model_dir)? {
             true => (
-                TextEncoder::T5(T5EncoderModel::from_folder(&model_dir)?),
+                TextEncoder::T5(Box::new(T5EncoderModel::from_folder(&model_dir)?)),
                 t5::tokenizer::from_folder(&tok_dir, T5_TOKENS)?,
             ),
             false => {
@@ -89,7 +89,7 @@ impl PromptEncoder {
                     })?;
                 // diffusers pads every prompt to the encoder's context.
                 tokenizer.padding = Padding::MaxLength;
-                (TextEncoder::Clip(model), tokenizer)
+                (TextEncoder::Clip(Box::new(model)), tokenizer)
             }
         };
         Ok(PromptEncoder {

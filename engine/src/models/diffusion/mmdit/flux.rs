@@ -37,12 +37,18 @@ pub struct FluxConfig {
 impl FluxConfig {
     pub fn read(f: &Fields) -> Result<FluxConfig> {
         let in_channels = f.size("in_channels", 64)?;
-        let axes: Vec<usize> = f
+        let axes_given = f
             .floats("axes_dims_rope")?
-            .unwrap_or_else(|| vec![16.0, 56.0, 56.0])
+            .unwrap_or_else(|| vec![16.0, 56.0, 56.0]);
+        let axes: Vec<usize> = axes_given
             .iter()
-            .map(|&a| a as usize)
-            .collect();
+            .map(|&a| match a >= 0.0 && a.fract() == 0.0 && a <= 4096.0 {
+                true => Ok(a as usize),
+                false => Err(f.error(format!(
+                    "axes_dims_rope {axes_given:?} must be head channels per axis (whole numbers up to 4096)"
+                ))),
+            })
+            .collect::<Result<_>>()?;
         let config = FluxConfig {
             patch_size: f.size("patch_size", 1)?,
             in_channels,
@@ -63,13 +69,16 @@ impl FluxConfig {
             )));
         }
         let sum: usize = config.axes_dims_rope.iter().sum();
-        if sum != config.attention_head_dim || config.axes_dims_rope.iter().any(|a| a % 2 == 1) {
+        if config.axes_dims_rope.len() != 3
+            || sum != config.attention_head_dim
+            || config.axes_dims_rope.iter().any(|a| a % 2 == 1)
+        {
             return Err(f.error(format!(
-                "axes_dims_rope {:?} must be even and add up to attention_head_dim {}",
+                "axes_dims_rope {:?} must be three even sizes adding up to attention_head_dim {}",
                 config.axes_dims_rope, config.attention_head_dim
             )));
         }
-        if config.in_channels % 4 != 0 {
+        if !config.in_channels.is_multiple_of(4) {
             return Err(f.error(format!(
                 "in_channels {} is not a packed 2x2 latent (a multiple of 4)",
                 config.in_channels
@@ -89,8 +98,9 @@ impl FluxConfig {
 }
 
 /// The rotary angles of tokens with 3-axis positions `ids` [S, 3] (diffusers' `FluxPosEmbed`,
-/// θ 10000): per axis a, channels of frequency 1 / θ^(2i / d_a), each repeated for the two
-/// channels of a pair; computed in f64 and rounded to F32.
+/// θ 10000): per axis a, pairs of frequency 1 / θ^(2i / d_a), the axes' pairs one after
+/// another; pair p's angle at channels p and p + D/2 (`Rotary`'s de-interleaved order).
+/// Computed in f64 and rounded to F32.
 pub fn rotary_angles(ids: &[[f64; 3]], axes: &[usize], device: Device) -> Result<Rotary> {
     let d: usize = axes.iter().sum();
     let (mut cos, mut sin) = (
@@ -98,16 +108,17 @@ pub fn rotary_angles(ids: &[[f64; 3]], axes: &[usize], device: Device) -> Result
         Vec::with_capacity(ids.len() * d),
     );
     for pos in ids {
+        let mut angles = Vec::with_capacity(d / 2);
         for (axis, &dim) in axes.iter().enumerate() {
             for i in 0..dim / 2 {
                 let freq = 1.0 / 10000f64.powf((2 * i) as f64 / dim as f64);
                 // diffusers takes the positions as f32 before the f64 product.
-                let angle = (pos[axis] as f32) as f64 * freq;
-                for _ in 0..2 {
-                    cos.push(angle.cos());
-                    sin.push(angle.sin());
-                }
+                angles.push((pos[axis] as f32) as f64 * freq);
             }
+        }
+        for _ in 0..2 {
+            cos.extend(angles.iter().map(|a| a.cos()));
+            sin.extend(angles.iter().map(|a| a.sin()));
         }
     }
     let shape = [ids.len(), d];

@@ -86,29 +86,30 @@ pub struct AttentionParts {
     pub text_first: bool,
 }
 
-/// Rotary position angles for every token of the sequence attended, text then image:
-/// cos and sin [S, head_dim] (F32), each pair of neighbouring channels (2i, 2i + 1) rotated
-/// together (FLUX's `apply_rotary_emb` with `use_real_unbind_dim=-1`).
+/// Rotary position angles for every token of the sequence attended, text then image. FLUX
+/// rotates each pair of neighbouring channels (2i, 2i + 1) together (`apply_rotary_emb` with
+/// `use_real_unbind_dim=-1`); here q and k are laid out with their channels de-interleaved
+/// (evens, then odds) as they go head-major for attention, which turns each pair into
+/// (i, i + D/2): the half-split rotation of `Tensor::rotary_embedding`, one fused kernel on
+/// CUDA. Attention reads q·k, which the same reordering of both leaves unchanged.
 pub struct Rotary {
+    /// cos and sin [S, head_dim] (F32) of pair i at channels i and i + D/2.
     pub cos: Tensor,
     pub sin: Tensor,
 }
 
 impl Rotary {
-    /// x [B, S, heads, D] rotated: x·cos + rot(x)·sin in F32, where rot turns each pair
-    /// (a, b) into (-b, a); back in x's dtype.
+    /// x [B, S, heads, D] rotated and head-major: [B, heads, S, D] with its channels
+    /// de-interleaved.
     pub fn apply(&self, x: &Tensor) -> Result<Tensor> {
         let &[b, s, h, d] = x.shape() else {
             unreachable!("q and k are [B, S, heads, D]");
         };
-        let xf = x.to_dtype(crate::DType::F32)?;
-        let pairs = xf.reshape_to(&[b, s, h, d / 2, 2])?;
-        let (re, im) = (pairs.narrow(4, 0, 1)?, pairs.narrow(4, 1, 1)?);
-        let rotated = Tensor::cat(&[im.neg()?, re], 4)?.reshape_to(&[b, s, h, d])?;
-        let at = |t: &Tensor| t.reshape_to(&[1, s, 1, d]);
-        xf.mul(&at(&self.cos)?)?
-            .add(&rotated.mul(&at(&self.sin)?)?)?
-            .to_dtype(x.dtype())
+        x.reshape_to(&[b, s, h, d / 2, 2])?
+            .permute(&[0, 2, 1, 4, 3])?
+            .contiguous()?
+            .reshape_to(&[b, h, s, d])?
+            .rotary_embedding(&self.cos, &self.sin)
     }
 }
 
@@ -181,16 +182,13 @@ impl JointAttention {
             }
             _ => None,
         };
-        if let Some(r) = rotary {
-            q = r.apply(&q)?;
-            k = r.apply(&k)?;
-        }
-        let heads_first = |t: Tensor| t.permute(&[0, 2, 1, 3]);
-        let out = heads_first(q)?.scaled_dot_product_attention(
-            &heads_first(k)?,
-            &heads_first(v)?,
-            AttentionOptions::default(),
-        )?;
+        let heads_first = |t: &Tensor| t.permute(&[0, 2, 1, 3]);
+        let (q, k) = match rotary {
+            Some(r) => (r.apply(&q)?, r.apply(&k)?),
+            None => (heads_first(&q)?, heads_first(&k)?),
+        };
+        let out =
+            q.scaled_dot_product_attention(&k, &heads_first(&v)?, AttentionOptions::default())?;
         let &[b, h, t, d] = out.shape() else {
             unreachable!("attention keeps the rank");
         };

@@ -16,7 +16,7 @@ pub fn sincos_position_table(
     base_size: f64,
     interpolation_scale: f64,
 ) -> Result<Tensor> {
-    if dim % 4 != 0 {
+    if !dim.is_multiple_of(4) {
         return Err(Error::invalid(
             "PatchEmbed",
             format!("a 2-D sin-cos table needs a width divisible by 4, got {dim}"),

@@ -74,7 +74,7 @@ impl Sd3Config {
                 "caption_projection_dim {caption} is not the width of the blocks ({heads} heads of {head_dim})"
             )));
         }
-        if config.dim() % 4 != 0 {
+        if !config.dim().is_multiple_of(4) {
             return Err(f.error(format!(
                 "the width {} must be divisible by 4 for the position table",
                 config.dim()
