@@ -26,6 +26,7 @@ p.add_argument("--image-tokens", type=int, default=1024)
 p.add_argument("--text-tokens", type=int, default=512)
 p.add_argument("--steps", type=int, default=20)
 p.add_argument("--variants", default="eager,compile")
+p.add_argument("--no-step", action="store_true", help="only the training step")
 a = p.parse_args()
 PEAK = 790e12
 here = os.path.dirname(os.path.abspath(__file__))
@@ -86,15 +87,17 @@ for variant in a.variants.split(","):
         with torch.no_grad(), torch.autocast("cuda", torch.bfloat16):
             return fwd(**x).sample
 
-    with torch.autocast("cuda", torch.bfloat16):
-        for _ in range(3 if variant == "eager" else 6):
-            step()
-        torch.cuda.synchronize()
-        torch.cuda.reset_peak_memory_stats()
-        dt, _ = timed(step, a.steps)
-    print(json.dumps({"bench": "torch_mmdit_step", "variant": variant, "batch": a.batch,
-                      "step_ms": round(dt * 1e3, 3),
-                      "peak_gib": gib(torch.cuda.max_memory_allocated()), **common}), flush=True)
+    if not a.no_step:
+        with torch.autocast("cuda", torch.bfloat16):
+            for _ in range(3 if variant == "eager" else 6):
+                step()
+            torch.cuda.synchronize()
+            torch.cuda.reset_peak_memory_stats()
+            dt, _ = timed(step, a.steps)
+        print(json.dumps({"bench": "torch_mmdit_step", "variant": variant, "batch": a.batch,
+                          "step_ms": round(dt * 1e3, 3),
+                          "peak_gib": gib(torch.cuda.max_memory_allocated()), **common}),
+              flush=True)
     del x
     if a.train_batch == 0:
         continue
