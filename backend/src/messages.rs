@@ -41,3 +41,23 @@ pub fn info(text: &str) {
 pub fn warn(text: &str) {
     emit(Level::Warning, text)
 }
+
+/// `warn`, once per distinct text in this process: for a warning a loop would repeat every
+/// step (a prompt cut to the text encoder's context, each time a training loop encodes it).
+pub fn warn_once(text: &str) {
+    use std::collections::HashSet;
+    use std::hash::{DefaultHasher, Hash, Hasher};
+    use std::sync::Mutex;
+    static SEEN: Mutex<Option<HashSet<u64>>> = Mutex::new(None);
+    let mut h = DefaultHasher::new();
+    text.hash(&mut h);
+    let mut seen = SEEN.lock().unwrap_or_else(|e| e.into_inner());
+    let seen = seen.get_or_insert_with(HashSet::new);
+    // Bounded: a run that warns about ten thousand different texts starts over.
+    if seen.len() > 10_000 {
+        seen.clear();
+    }
+    if seen.insert(h.finish()) {
+        warn(text);
+    }
+}

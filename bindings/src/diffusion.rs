@@ -377,7 +377,7 @@ fn index(i: INT, what: &str) -> RhaiResult<usize> {
 pub fn register(engine: &mut Engine) {
     engine.register_type_with_name::<SchedulerHandle>("Scheduler");
     engine.register_type_with_name::<PipelineHandle>("Pipeline");
-    let getters: [Getter; 4] = [
+    let getters: [Getter; 5] = [
         (
             "timesteps",
             "scheduler.timesteps -> array",
@@ -395,6 +395,25 @@ pub fn register(engine: &mut Engine) {
             "scheduler.init_noise_sigma -> float",
             "The scale of the starting noise: the first latents are randn times this (1, or the largest σ for the Euler schedulers).",
             |h| h.with(|s, _| Dynamic::from_float(s.init_noise_sigma())),
+        ),
+        (
+            "prediction_type",
+            "scheduler.prediction_type -> string",
+            "What the denoiser predicts, by diffusers' name: \"epsilon\" (the noise), \"v_prediction\" or \"sample\"; \"flow\" for flow matching (the velocity of the flow). What a training loop's target is: the noise, or scheduler.velocity(x0, noise, t).",
+            |h| {
+                use rusting_brain::models::diffusion::scheduler::Prediction;
+                h.with(|s, _| {
+                    Dynamic::from(
+                        match s.prediction() {
+                            Some(Prediction::Epsilon) => "epsilon",
+                            Some(Prediction::Velocity) => "v_prediction",
+                            Some(Prediction::Sample) => "sample",
+                            None => "flow",
+                        }
+                        .to_string(),
+                    )
+                })
+            },
         ),
         (
             "class_name",
@@ -438,6 +457,33 @@ pub fn register(engine: &mut Engine) {
             "generate with the defaults (50 steps, guidance 7.5, seed 0).",
             "try { diffusion::load(\"sd\").generate(\"a red fox\"); } catch (e) { print(e); }",
             |p: &mut PipelineHandle, prompts: Dynamic| generate(p, prompts, Map::new()),
+        );
+        api.method(
+            "encode_prompt",
+            "pipe.encode_prompt(prompts) -> map",
+            "The text encoders' conditioning of a list of prompts, as the denoiser reads it: #{ states: [N, T, width], pooled: [N, P] (SDXL, SD3, FLUX) or () }, padded to the encoders' context. Nothing is recorded: what a training loop feeds a UNet's predict.",
+            "try { diffusion::load(\"sd\").encode_prompt([\"a red fox\"]); } catch (e) { print(e); }",
+            |p: &mut PipelineHandle, prompts: Array| -> RhaiResult<Map> {
+                let list = crate::convert::string_list(&prompts, "pipe.encode_prompt prompts")?;
+                let refs: Vec<&str> = list.iter().map(String::as_str).collect();
+                let cond = guard(|| rusting_brain::no_grad(|| p.0.encode_prompts(&refs, None)))?;
+                let mut out = Map::new();
+                out.insert("states".into(), Dynamic::from(cond.states));
+                out.insert(
+                    "pooled".into(),
+                    cond.pooled.map_or(Dynamic::UNIT, Dynamic::from),
+                );
+                Ok(out)
+            },
+        );
+        api.method(
+            "encode_images",
+            "pipe.encode_images(images, seed) -> Tensor",
+            "Images [N, 3, H, W] in [-1, 1] as the denoiser's clean latents: a draw (by seed) of the VAE's latent distribution, scaled by its scaling_factor (and shift), as diffusers' training scripts make them. Nothing is recorded.",
+            "try { diffusion::load(\"sd\").encode_images(zeros([1, 3, 64, 64]), 0); } catch (e) { print(e); }",
+            |p: &mut PipelineHandle, images: Tensor, seed: rhai::INT| -> RhaiResult<Tensor> {
+                guard(|| p.0.image_latents(&images, &mut Generator::new(seed as u64)))
+            },
         );
         api.method(
             "add_lora",
@@ -493,6 +539,23 @@ pub fn register(engine: &mut Engine) {
             "A scheduler from its config (see the form with options).",
             "let s = diffusion::scheduler(#{ _class_name: \"DPMSolverMultistepScheduler\" }); s.set_timesteps(20); print(s.timesteps.len());",
             |config: Dynamic| scheduler(config, Map::new()),
+        );
+        api.func(
+            "save_lora",
+            "diffusion::save_lora(model, path) -> int",
+            "Writes a UNet's LoRA adapters (model.lora) as a file diffusers' load_lora_weights reads (and pipe.add_lora): unet.<layer>.lora_A.weight and lora_B.weight, the adapters' alpha / rank folded into B. Returns how many layers it holds.",
+            "let unet = diffusion::unet(#{ _class_name: \"UNet2DConditionModel\", sample_size: 8, in_channels: 4, out_channels: 4, block_out_channels: [8, 16], layers_per_block: 1, down_block_types: [\"CrossAttnDownBlock2D\", \"DownBlock2D\"], up_block_types: [\"UpBlock2D\", \"CrossAttnUpBlock2D\"], cross_attention_dim: 8, norm_num_groups: 4, attention_head_dim: 2 }); unet.lora(#{ targets: [\"to_q\", \"to_v\"], rank: 2 }); print(diffusion::save_lora(unet, \"lora.safetensors\"));",
+            |model: Model, path: &str| -> RhaiResult<rhai::INT> {
+                let mut g = model.lock();
+                guard(|| {
+                    rusting_brain::models::diffusion::lora::save_lora(
+                        g.as_mut(),
+                        "unet",
+                        std::path::Path::new(path),
+                    )
+                })
+                .map(|n| n as rhai::INT)
+            },
         );
         api.func(
             "unet",

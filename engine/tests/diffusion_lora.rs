@@ -104,3 +104,66 @@ fn the_metadata_alphas_scale_a_diffusers_file() {
     let err = relative_error(&unet_output(&pipe), &want["metadata_unet"]);
     assert!(err < 1e-4, "UNet differs from diffusers' by {err:.2e}");
 }
+
+/// A LoRA our training script wrote (`make_trained_lora.sh`: `train_lora_sd.rhai` on the tiny
+/// pipeline) loads in diffusers (`check_trained_lora.py`), and predicts there what it predicts
+/// here: at strength 1 and 0.7.
+#[test]
+fn a_lora_trained_here_predicts_in_diffusers_what_it_predicts_here() {
+    let want = safetensors::load(fixture("lora/trained_here_expected.safetensors")).unwrap();
+    for (strength, key) in [(1.0, "unfused"), (0.7, "fused_07")] {
+        let pipe = StableDiffusion::from_folder(&fixture("sd_tiny")).unwrap();
+        let (unet, text) = pipe
+            .add_lora(&fixture("lora/trained_here.safetensors"), strength)
+            .unwrap();
+        // q, k, v and out of the 8 attentions.
+        assert_eq!((unet, text), (32, 0));
+        let err = relative_error(&unet_output(&pipe), &want[key]);
+        assert!(err < 1e-4, "strength {strength}: differs by {err:.2e}");
+    }
+}
+
+/// `save_lora` writes what the adapters compute: a UNet with trained (non-zero) adapters
+/// predicts what the base with the saved file merged predicts, alpha / rank folded in.
+#[test]
+fn saved_adapters_merge_back_to_the_same_prediction() {
+    use rusting_brain::models::diffusion::lora::save_lora;
+    use rusting_brain::models::diffusion::UNet;
+    use rusting_brain::nn::lora_targets::add_lora;
+    use rusting_brain::nn::{LoraSpec, Module};
+    let mut unet = UNet::from_folder(&fixture("sd_tiny/unet")).unwrap();
+    let spec = LoraSpec {
+        rank: 2,
+        scale: 3.0,
+        dropout: 0.0,
+    };
+    let targets = vec!["to_q".to_string(), "to_out.0".to_string()];
+    add_lora(&mut unet, &targets, &[], spec, 1).unwrap();
+    // B starts at zero: give it values, as training would.
+    let mut gen = rusting_brain::Generator::new(5);
+    for (name, p) in unet.named_parameters() {
+        if name.ends_with("lora_B.weight") {
+            let v = Tensor::randn(p.shape(), p.dtype(), Some(&mut gen)).unwrap();
+            no_grad(|| p.copy_(&v.mul_scalar(0.1)?)).unwrap();
+        }
+    }
+    let inputs = safetensors::load(fixture("sd_tiny/unet/expected.safetensors")).unwrap();
+    let adapted = no_grad(|| {
+        unet.predict(
+            &inputs["sample"],
+            &inputs["timesteps"],
+            Some(&inputs["context"]),
+        )
+    })
+    .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("lora.safetensors");
+    assert_eq!(save_lora(&mut unet, "unet", &path).unwrap(), 16);
+    let pipe = StableDiffusion::from_folder(&fixture("sd_tiny")).unwrap();
+    assert_eq!(pipe.add_lora(&path, 1.0).unwrap(), (16, 0));
+    let err = relative_error(&unet_output(&pipe), &adapted);
+    assert!(
+        err < 1e-5,
+        "the merged file differs from the adapters by {err:.2e}"
+    );
+}

@@ -106,6 +106,18 @@ fn every_script_runs_on_tiny_settings() {
     std::fs::create_dir_all(dir.path().join("finetune_text")).unwrap();
     std::fs::write(dir.path().join("finetune_text/a.txt"), story(3)).unwrap();
     let finetune_text = format!("text={}", dir.path().join("finetune_text").display());
+    // train_lora_sd trains on tiny_image_folder's PNGs with a caption beside each.
+    let captioned = tiny_image_folder(dir.path());
+    for class in ["bright", "dark"] {
+        for i in 0..4 {
+            let caption = captioned.join(class).join(format!("{i}.txt"));
+            std::fs::write(caption, format!("a {class} square")).unwrap();
+        }
+    }
+    let captioned = format!("data={}", captioned.display());
+    let sd_tiny =
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/diffusion/sd_tiny");
+    let sd_tiny = format!("model={}", sd_tiny.display());
     // img2img runs the SD3 folder: three text encoders, the MMDiT, flow matching.
     let sd3_tiny =
         PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/diffusion/sd3_tiny");
@@ -176,6 +188,9 @@ fn every_script_runs_on_tiny_settings() {
                 "sample_steps=2",
                 "samples=2",
                 &out,
+            ],
+            "train_lora_sd.rhai" => vec![
+                &sd_tiny, &captioned, "imgsz=16", "steps=3", "batch=2", "rank=2", &out,
             ],
             "img2img.rhai" => vec![
                 &sd3_tiny,

@@ -1,6 +1,7 @@
 //! The `data::` namespace: datasets (synthetic spirals, CSV, NPY, IDX), splits, scaling and
 //! batches. The token-file functions live in `token_files`.
 
+mod captioned;
 mod image_folder;
 pub mod loader;
 mod token_files;
@@ -70,6 +71,14 @@ pub fn register(engine: &mut Engine) {
     token_files::register_types(engine);
     loader::register_types(engine);
     yolo::register_types(engine);
+    engine.register_type_with_name::<captioned::Captioned>("CaptionedImages");
+    engine.register_get("len", |d: &mut captioned::Captioned| d.0.len() as INT);
+    engine.register_get("captions", |d: &mut captioned::Captioned| -> Array {
+        d.0.samples
+            .iter()
+            .map(|(_, c)| Dynamic::from(c.clone()))
+            .collect()
+    });
     register_getters(engine);
     // Datasets stay on the host; what a script reads goes to its device (`--device`).
     engine.register_get("features", |d: &mut Dataset| {
@@ -96,6 +105,20 @@ pub fn register(engine: &mut Engine) {
             "An ImageNet-layout folder (one subfolder a class) as #{ train, val, classes, train_size, val_size }: train and val are loaders of x [B, 3, imgsz, imgsz] and y [B] class ids, decoded on worker threads. val_split (0) of each class is held out by seed; augment (true) gives training a random resized crop and flip; the evaluation transform is model's preprocessor_config.json (a vision::load model) or ImageNet's at imgsz (224), normalised by mean and std (ImageNet's; 0.5 and 0.5 give a diffusion model's [-1, 1]). mixup and cutmix (Beta alphas, 0 = off; torchvision's 0.8 and 1.0 are usual) mix each training batch with itself rolled by one, as torchvision's MixUp/CutMix (one of the two a batch when both are on); the training y are then class probabilities [B, classes], which nn::cross_entropy takes.",
             "try { data::image_folder(\"no_such_folder\", #{ imgsz: 32 }); } catch (e) { print(e); }",
             image_folder::image_folder,
+        );
+        api.func(
+            "captioned_images",
+            "data::captioned_images(dir) -> CaptionedImages",
+            "Images with captions for text-to-image training: every image under dir (jpg, png) with the caption of the .txt file of its stem beside it (kohya's layout) or of its row in dir/metadata.jsonl ({\"file_name\", \"text\"}, Hugging Face's imagefolder). ds.len and ds.captions; ds.batch(indices, imgsz) gives #{ x: [N, 3, imgsz, imgsz] in [-1, 1] (short side resized to imgsz, centre crop, as diffusers' training scripts), captions }.",
+            "try { data::captioned_images(\"no_such_folder\"); } catch (e) { print(e); }",
+            captioned::open,
+        );
+        api.method(
+            "batch",
+            "ds.batch(indices, imgsz) -> map",
+            "Images `indices` of a data::captioned_images folder as #{ x: [N, 3, imgsz, imgsz] in [-1, 1], captions }.",
+            "try { data::captioned_images(\"no_such_folder\").batch([0, 1], 64); } catch (e) { print(e); }",
+            captioned::batch,
         );
         api.func(
             "npy",

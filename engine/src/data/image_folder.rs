@@ -34,7 +34,7 @@ pub struct ImageFolder {
     pub samples: Vec<(PathBuf, usize)>,
 }
 
-fn is_image(p: &Path) -> bool {
+pub(crate) fn is_image(p: &Path) -> bool {
     p.extension()
         .and_then(|e| e.to_str())
         .is_some_and(|e| IMAGE_EXTENSIONS.contains(&e.to_ascii_lowercase().as_str()))
@@ -54,7 +54,7 @@ fn sorted_entries(dir: &Path) -> Result<Vec<PathBuf>> {
     Ok(out)
 }
 
-fn images_under(dir: &Path, out: &mut Vec<PathBuf>) -> Result<()> {
+pub(crate) fn images_under(dir: &Path, out: &mut Vec<PathBuf>) -> Result<()> {
     for p in sorted_entries(dir)? {
         if p.is_dir() {
             images_under(&p, out)?;

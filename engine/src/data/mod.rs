@@ -5,6 +5,7 @@
 pub mod background;
 pub mod batch_source;
 pub mod batches;
+pub mod captioned_images;
 pub mod csv;
 pub mod dataset;
 mod describe;

@@ -12,6 +12,8 @@
 //! W ← W + strength · scale · up @ down, for linear layers and convolutions (the product over
 //! the flattened kernel). A module the model lacks, or of another shape, is an error that names
 //! it: a LoRA for another base model never half-applies.
+//!
+//! `save_lora` writes a trained model's adapters in the diffusers / PEFT layout.
 
 use crate::nn::Module;
 use crate::{no_grad, Error, Result, Tensor};
@@ -263,4 +265,43 @@ impl LoraPlan<'_> {
         })?;
         Ok(self.merges.len())
     }
+}
+
+/// The LoRA adapters of a model (a UNet, a text encoder) as diffusers' `load_lora_weights`
+/// reads them: `{prefix}.{layer}.lora_A.weight` [rank, in] and `.lora_B.weight` [out, rank],
+/// F32 on the host, with each adapter's scale (alpha / rank) folded into B, so the file needs
+/// no alphas (diffusers then takes alpha = rank: a scale of 1).
+pub fn lora_state_dict(model: &mut dyn Module, prefix: &str) -> Result<BTreeMap<String, Tensor>> {
+    let mut out = BTreeMap::new();
+    model.for_each_linear_mut("", &mut |name, linear| {
+        if let Some(lora) = linear.lora() {
+            let host = |t: &Tensor| t.to_device(crate::Device::Cpu)?.to_dtype(crate::DType::F32);
+            let b = no_grad(|| host(&lora.b)?.mul_scalar(lora.spec().scale))?;
+            out.insert(
+                format!("{prefix}.{name}.lora_A.weight"),
+                host(&lora.a)?.contiguous()?,
+            );
+            out.insert(format!("{prefix}.{name}.lora_B.weight"), b.contiguous()?);
+        }
+        Ok(())
+    })?;
+    Ok(out)
+}
+
+/// Writes `lora_state_dict(model, prefix)` to a safetensors file; returns how many layers it
+/// holds. A model without adapters is refused (the file would change nothing).
+pub fn save_lora(model: &mut dyn Module, prefix: &str, path: &Path) -> Result<usize> {
+    let state = lora_state_dict(model, prefix)?;
+    if state.is_empty() {
+        return Err(Error::invalid(
+            "save_lora",
+            "the model has no LoRA adapters (add them with model.lora first)",
+        ));
+    }
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
+    }
+    let meta = std::collections::HashMap::from([("format".to_string(), "pt".to_string())]);
+    crate::io::safetensors::save(path, &state, Some(meta))?;
+    Ok(state.len() / 2)
 }

@@ -360,6 +360,20 @@ impl StableDiffusion {
         self.prompts.encode(prompts, self.device(), t5_tokens)
     }
 
+    /// Images [N, 3, H, W] in [-1, 1] as the denoiser's clean latents: a draw of the VAE's
+    /// latent distribution, scaled (and shifted) as training reads them (diffusers' training
+    /// scripts: `latent_dist.sample() * scaling_factor`). Nothing is recorded.
+    pub fn image_latents(&self, images: &Tensor, gen: &mut Generator) -> Result<Tensor> {
+        no_grad(|| {
+            let dtype = self.vae.named_parameters()[0].1.dtype();
+            let dist = self
+                .vae
+                .encode(&images.to_dtype(dtype)?.to_device(self.device())?)?;
+            self.vae
+                .scale_latents(&dist.sample(gen)?.to_dtype(DType::F32)?)
+        })
+    }
+
     /// Images [N, H, W, 3] (F32 in [0, 1]) for the prompts; `progress(step, steps)` after
     /// each denoising step.
     pub fn generate(

@@ -377,7 +377,8 @@ impl PromptEncoders {
                 (n > len(e)).then_some((n, len(e)))
             });
             if let Some((len, max)) = over {
-                crate::messages::warn(&format!(
+                // Once per prompt: a training loop encodes the same captions every epoch.
+                crate::messages::warn_once(&format!(
                     "the prompt \"{p}\" is {len} tokens; the text encoder reads {max}, so the rest is cut"
                 ));
             }

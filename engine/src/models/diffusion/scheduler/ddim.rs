@@ -45,6 +45,10 @@ impl Ddim {
 }
 
 impl Scheduler for Ddim {
+    fn prediction(&self) -> Option<Prediction> {
+        Some(self.prediction)
+    }
+
     fn walk(&self) -> &Walk {
         &self.walk
     }

@@ -70,6 +70,10 @@ impl Ddpm {
 }
 
 impl Scheduler for Ddpm {
+    fn prediction(&self) -> Option<Prediction> {
+        Some(self.prediction)
+    }
+
     fn walk(&self) -> &Walk {
         &self.walk
     }

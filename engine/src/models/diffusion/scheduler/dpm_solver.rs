@@ -251,6 +251,10 @@ impl DpmSolver {
 }
 
 impl Scheduler for DpmSolver {
+    fn prediction(&self) -> Option<Prediction> {
+        Some(self.prediction)
+    }
+
     fn walk(&self) -> &Walk {
         &self.walk
     }

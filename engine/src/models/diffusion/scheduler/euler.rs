@@ -70,6 +70,10 @@ impl Euler {
 }
 
 impl Scheduler for Euler {
+    fn prediction(&self) -> Option<Prediction> {
+        Some(self.prediction)
+    }
+
     fn walk(&self) -> &Walk {
         &self.walk
     }

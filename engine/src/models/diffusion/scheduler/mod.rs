@@ -157,6 +157,12 @@ pub trait Scheduler: Send {
     /// For schedulers that shift by image size (FLUX's dynamic shifting): the number of
     /// image tokens the denoiser sees. Others ignore it.
     fn set_image_tokens(&mut self, _tokens: usize) {}
+
+    /// What the denoiser predicts (`prediction_type`) for the schedulers over a noise
+    /// schedule; flow matching's denoiser predicts the velocity of the flow (`None`).
+    fn prediction(&self) -> Option<Prediction> {
+        None
+    }
 }
 
 /// The classes `from_config` builds.
