@@ -500,3 +500,50 @@ fn a_mask_of_another_size_or_without_an_image_is_refused() {
         .to_string();
     assert!(err.contains("a mask needs an image"), "{err}");
 }
+
+/// A 9-channel inpainting UNet (`make_inpaint_unet9.py`: runwayml's inpainting layout) reads
+/// the mask and the masked image's latents beside the latents, and nothing is blended: the
+/// images equal diffusers' `StableDiffusionInpaintPipeline` at strengths 1 and 0.6.
+#[test]
+fn a_nine_channel_inpainting_unet_draws_what_diffusers_draws() {
+    let dir = folder().join("../sd_inpaint_tiny");
+    let pipe = StableDiffusion::from_folder(&dir).unwrap();
+    let inputs = safetensors::load(folder().join("inpaint.safetensors")).unwrap();
+    let want = safetensors::load(dir.join("expected.safetensors")).unwrap();
+    for (tag, strength) in [("s10", 1.0), ("s6", 0.6)] {
+        let noise = want[&format!("{tag}_noise")].clone();
+        // At strength 1 diffusers encodes no image for the start: any draw stands in.
+        let draw = want
+            .get(&format!("{tag}_draw"))
+            .cloned()
+            .unwrap_or_else(|| noise.clone());
+        let ask = TextToImage {
+            prompts: vec!["a red cat".into(), "a dog".into()],
+            steps: 6,
+            guidance: 7.5,
+            init_image: Some(inputs["init_image"].clone()),
+            mask: Some(inputs["mask"].clone()),
+            strength,
+            init_noise: Some((draw, noise)),
+            init_masked_draw: Some(want[&format!("{tag}_masked_draw")].clone()),
+            ..TextToImage::default()
+        };
+        let image = pipe.generate(&ask, &mut |_, _| Ok(())).unwrap();
+        let err = worst(&image, &want[&format!("{tag}_images")]);
+        assert!(
+            err < 1.0 / 255.0,
+            "strength {strength}: differs by {err:.2e}"
+        );
+    }
+    let plain = TextToImage {
+        prompts: vec!["a red cat".into()],
+        steps: 2,
+        size: Some((16, 16)),
+        ..TextToImage::default()
+    };
+    let err = pipe
+        .generate(&plain, &mut |_, _| Ok(()))
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("inpainting UNet"), "{err}");
+}

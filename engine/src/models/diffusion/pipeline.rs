@@ -41,6 +41,9 @@ pub struct TextToImage {
     /// The image start's noise given instead of drawn (to replay another run): the draw of
     /// the VAE's latent distribution and the noise added to the latents.
     pub init_noise: Option<(Tensor, Tensor)>,
+    /// A 9-channel inpainting UNet's masked-image draw given instead of drawn (its latent
+    /// distribution's, to replay another run).
+    pub init_masked_draw: Option<Tensor>,
     /// Inpainting: where to redraw the init image, [N or 1, 1, H, W] in [0, 1] (at or above
     /// 0.5: redrawn; below: kept). After every step the latents outside the mask are set back
     /// to the image's, noised to the next step's level (diffusers'
@@ -80,6 +83,7 @@ impl Default for TextToImage {
             init_image: None,
             strength: 0.8,
             init_noise: None,
+            init_masked_draw: None,
             tiled_vae: false,
             max_sequence_length: None,
             mask: None,
@@ -141,7 +145,7 @@ impl StableDiffusion {
             )
         };
         let (prompts, denoiser) = match class {
-            Some("StableDiffusionPipeline") => (
+            Some("StableDiffusionPipeline") | Some("StableDiffusionInpaintPipeline") => (
                 PromptEncoders {
                     encoders: vec![encoder(1)?],
                     layout: PromptLayout::Sd,
@@ -186,7 +190,7 @@ impl StableDiffusion {
                 return Err(Error::format(
                     "model_index.json",
                     format!(
-                        "{}: pipeline {} is not supported (StableDiffusionPipeline, StableDiffusionXLPipeline, StableDiffusion3Pipeline and FluxPipeline are)",
+                        "{}: pipeline {} is not supported (StableDiffusionPipeline, StableDiffusionInpaintPipeline, StableDiffusionXLPipeline, StableDiffusion3Pipeline and FluxPipeline are)",
                         dir.display(),
                         other.unwrap_or("without a _class_name")
                     ),
@@ -204,10 +208,22 @@ impl StableDiffusion {
             std::fs::read_to_string(&sched_path).map_err(|e| Error::io(&sched_path, e))?;
         // Checked now, so a bad one is named at load.
         scheduler::from_config(&scheduler_config, None)?;
+        let vae = AutoencoderKl::from_folder(&component(dir, "vae")?)?;
+        let (c, takes) = (vae.config.latent_channels, denoiser.in_channels());
+        if takes != c && takes != 2 * c + 1 {
+            return Err(Error::format(
+                "StableDiffusionPipeline",
+                format!(
+                    "{}: the denoiser takes {takes} latent channels and the VAE gives {c} (an inpainting UNet takes {})",
+                    dir.display(),
+                    2 * c + 1
+                ),
+            ));
+        }
         Ok(StableDiffusion {
             prompts,
             force_zeros_for_empty_prompt,
-            vae: AutoencoderKl::from_folder(&component(dir, "vae")?)?,
+            vae,
             denoiser,
             scheduler_config,
         })
@@ -465,9 +481,10 @@ impl StableDiffusion {
         };
         let added = self.added_conditions(&cond, (height, width))?;
         let device = self.device();
+        // The latents have the VAE's channels (an inpainting UNet reads more beside them).
         let shape = [
             n,
-            self.denoiser.in_channels(),
+            self.vae.config.latent_channels,
             height / scale,
             width / scale,
         ];
@@ -482,12 +499,19 @@ impl StableDiffusion {
                         "a mask needs an image to inpaint (the image option)",
                     ));
                 }
+                if self.inpainting_unet() {
+                    return Err(Error::invalid(
+                        "generate",
+                        "this is an inpainting UNet: it needs an image and a mask (the image and mask options)",
+                    ));
+                }
                 ImageStart {
                     latents: self
                         .noise_start(ask, &shape)?
                         .mul_scalar(sched.init_noise_sigma())?,
                     first: 0,
                     keep: None,
+                    condition: None,
                 }
             }
         };
@@ -500,7 +524,18 @@ impl StableDiffusion {
                 true => Tensor::cat(&[latents.clone(), latents.clone()], 0)?,
                 false => latents.clone(),
             };
-            let input = sched.scale_model_input(&input)?.to_dtype(dtype)?;
+            let input = sched.scale_model_input(&input)?;
+            let input = match &start.condition {
+                Some(c) => {
+                    let c = match guided {
+                        true => Tensor::cat(&[c.clone(), c.clone()], 0)?,
+                        false => c.clone(),
+                    };
+                    Tensor::cat(&[input, c], 1)?
+                }
+                None => input,
+            }
+            .to_dtype(dtype)?;
             let pred = self
                 .denoiser
                 .predict(&input, &t, &cond, added.as_ref(), ask.guidance)?;
@@ -636,50 +671,107 @@ impl StableDiffusion {
             ));
         }
         let first = steps - run;
-        let dist = self
-            .vae
-            .encode(&image.to_dtype(dtype)?.to_device(self.device())?)?;
-        let mut gen = Generator::new(ask.seed);
-        let (draw, added) = match &ask.init_noise {
-            Some((a, b)) => (
-                dist.sample_with(&a.to_dtype(dist.mean.dtype())?.to_device(self.device())?)?,
-                b.to_dtype(DType::F32)?.to_device(self.device())?,
-            ),
-            None => {
-                let draw = dist.sample(&mut gen)?;
-                (
-                    draw,
-                    Tensor::randn_on(shape, DType::F32, self.device(), Some(&mut gen))?,
-                )
-            }
-        };
-        // (latent - shift) · scaling_factor: SD's and SDXL's VAEs have no shift; SD3's does.
-        let mut clean = self.vae.scale_latents(&draw.to_dtype(DType::F32)?)?;
-        if clean.shape()[0] != n {
-            clean = clean.expand(shape)?.contiguous()?;
-        }
         sched.set_begin_index(first)?;
+        let device = self.device();
+        let mut gen = Generator::new(ask.seed);
+        // The recorded draws (to replay another run) or fresh ones, in diffusers' order.
+        let (given_draw, given_noise) = match &ask.init_noise {
+            Some((a, b)) => (Some(a.clone()), Some(b.clone())),
+            None => (None, None),
+        };
+        let inpainting_unet = self.inpainting_unet();
+        let pure_noise = ask.mask.is_some() && ask.strength >= 1.0;
+        // The image's clean latents: image to image, and blended inpainting; a 9-channel
+        // inpainting UNet starting from pure noise never reads them.
+        let clean = match inpainting_unet && pure_noise {
+            true => None,
+            false => Some(self.latents_of(image, given_draw.as_ref(), shape, dtype, &mut gen)?),
+        };
+        let noise = match given_noise {
+            Some(z) => z.to_dtype(DType::F32)?.to_device(device)?,
+            None => Tensor::randn_on(shape, DType::F32, device, Some(&mut gen))?,
+        };
+        let latents = match (&clean, pure_noise) {
+            (Some(clean), false) => sched.add_noise(clean, &noise, first)?,
+            _ => noise.mul_scalar(sched.init_noise_sigma())?,
+        };
         let Some(mask) = &ask.mask else {
             return Ok(ImageStart {
-                latents: sched.add_noise(&clean, &added, first)?,
+                latents,
                 first,
                 keep: None,
+                condition: None,
             });
         };
-        let mask = self.latent_mask(mask, shape)?;
-        let latents = match ask.strength >= 1.0 {
-            true => added.mul_scalar(sched.init_noise_sigma())?,
-            false => sched.add_noise(&clean, &added, first)?,
-        };
+        let latent_mask = self.latent_mask(mask, shape)?;
+        if inpainting_unet {
+            // The UNet reads the mask and the masked image's latents beside the latents.
+            let binary = mask
+                .to_dtype(DType::F32)?
+                .to_device(device)?
+                .ge_scalar(0.5)?
+                .to_dtype(DType::F32)?;
+            let masked = image
+                .to_dtype(DType::F32)?
+                .to_device(device)?
+                .mul(&binary.neg()?.add_scalar(1.0)?)?;
+            let masked = self.latents_of(
+                &masked,
+                ask.init_masked_draw.as_ref(),
+                shape,
+                dtype,
+                &mut gen,
+            )?;
+            return Ok(ImageStart {
+                latents,
+                first,
+                keep: None,
+                condition: Some(Tensor::cat(&[latent_mask, masked], 1)?),
+            });
+        }
         Ok(ImageStart {
             latents,
             first,
             keep: Some(Kept {
-                clean,
-                noise: added,
-                mask,
+                clean: clean.expect("blended inpainting encodes the image"),
+                noise,
+                mask: latent_mask,
             }),
+            condition: None,
         })
+    }
+
+    /// Whether the UNet reads the mask and the masked image beside the latents (a 9-channel
+    /// inpainting checkpoint: latent channels + 1 + latent channels).
+    fn inpainting_unet(&self) -> bool {
+        let c = self.vae.config.latent_channels;
+        self.denoiser.in_channels() == 2 * c + 1
+    }
+
+    /// Images [N or 1, 3, H, W] in [-1, 1] as clean latents [N, C, h, w]: a draw (`draw`, or
+    /// one from `gen`) of the VAE's distribution, (latent - shift) · scaling_factor.
+    fn latents_of(
+        &self,
+        images: &Tensor,
+        draw: Option<&Tensor>,
+        shape: &[usize; 4],
+        dtype: DType,
+        gen: &mut Generator,
+    ) -> Result<Tensor> {
+        let device = self.device();
+        let dist = self
+            .vae
+            .encode(&images.to_dtype(dtype)?.to_device(device)?)?;
+        let sample = match draw {
+            Some(z) => dist.sample_with(&z.to_dtype(dist.mean.dtype())?.to_device(device)?)?,
+            None => dist.sample(gen)?,
+        };
+        // SD's and SDXL's VAEs have no shift; SD3's does.
+        let clean = self.vae.scale_latents(&sample.to_dtype(DType::F32)?)?;
+        match clean.shape()[0] == shape[0] {
+            true => Ok(clean),
+            false => clean.expand(shape)?.contiguous(),
+        }
     }
 
     /// An inpainting mask [N or 1, 1, H, W] as the latents see it: binarized at 0.5 and taken
@@ -728,6 +820,9 @@ struct ImageStart {
     /// The first step run.
     first: usize,
     keep: Option<Kept>,
+    /// A 9-channel inpainting UNet's extra input: the latent mask and the masked image's
+    /// latents [N, 1 + C, h, w].
+    condition: Option<Tensor>,
 }
 
 /// Inpainting's kept part: the image's clean latents, the noise they are renoised with, and
