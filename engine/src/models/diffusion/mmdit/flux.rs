@@ -4,11 +4,10 @@
 //! (text and image as one sequence: attention and MLP side by side from one modulated norm),
 //! conditioned on the timestep, FLUX-dev's guidance value and CLIP's pooled text.
 
+use super::conditioning::{self, per_sample, Conditioning};
 use super::joint_attention::{AttentionParts, JointAttention, Rotary};
 use super::joint_block::{BlockParts, JointBlock};
 use super::modulation::{modulate, norm, AdaNorm, AdaNormKind};
-use crate::io::pretrained::{load_weights_named, read_config};
-use crate::models::diffusion::timestep::{sinusoidal, TimestepEmbedding};
 use crate::models::hf_config::Fields;
 use crate::nn::{Linear, Module};
 use crate::{DType, Device, Error, Generator, Result, Tensor};
@@ -199,10 +198,7 @@ impl Module for SingleBlock {
 pub struct FluxTransformer {
     pub config: FluxConfig,
     x_embedder: Linear,
-    timestep_embedder: TimestepEmbedding,
-    guidance_embedder: Option<TimestepEmbedding>,
-    text_embedder: TimestepEmbedding,
-    context_embedder: Linear,
+    conditioning: Conditioning,
     blocks: Vec<JointBlock>,
     single_blocks: Vec<SingleBlock>,
     norm_out: AdaNorm,
@@ -236,13 +232,14 @@ impl FluxTransformer {
         };
         Ok(FluxTransformer {
             x_embedder: Linear::new(config.in_channels, d, true, gen)?,
-            timestep_embedder: TimestepEmbedding::new(256, d, gen)?,
-            guidance_embedder: config
-                .guidance_embeds
-                .then(|| TimestepEmbedding::new(256, d, gen))
-                .transpose()?,
-            text_embedder: TimestepEmbedding::new(config.pooled_projection_dim, d, gen)?,
-            context_embedder: Linear::new(config.joint_attention_dim, d, true, gen)?,
+            conditioning: Conditioning::new(
+                WHAT,
+                d,
+                config.joint_attention_dim,
+                config.pooled_projection_dim,
+                config.guidance_embeds,
+                gen,
+            )?,
             blocks: (0..config.num_layers)
                 .map(|_| JointBlock::new(d, heads, parts, gen))
                 .collect::<Result<_>>()?,
@@ -259,19 +256,13 @@ impl FluxTransformer {
     /// A diffusers folder (`transformer/` of a FLUX pipeline): config.json and
     /// diffusion_pytorch_model safetensors (sharded or not), every tensor required.
     pub fn from_folder(dir: &Path) -> Result<FluxTransformer> {
-        let json = read_config(dir)?;
-        let f = Fields::new(&json, WHAT);
-        let in_dir = |e: Error| Error::format(WHAT, format!("{}: {e}", dir.display()));
-        match f.string("_class_name") {
-            Some(WHAT) | None => {}
-            Some(other) => return Err(in_dir(f.error(format!("{other} is not a {WHAT}")))),
-        }
-        let config = FluxConfig::read(&f).map_err(in_dir)?;
-        let weights = load_weights_named(dir, "diffusion_pytorch_model")?;
-        super::super::check_config_against_weights(WHAT, config.parameters_at_least(), &weights)?;
-        let model = FluxTransformer::new(config, &mut Generator::new(0))?;
-        model.load_state_dict(&weights, true).map_err(in_dir)?;
-        Ok(model)
+        conditioning::from_folder(
+            dir,
+            WHAT,
+            FluxConfig::read,
+            FluxConfig::parameters_at_least,
+            |c| FluxTransformer::new(c, &mut Generator::new(0)),
+        )
     }
 
     /// The velocity for packed latent tokens x [B, N, in_channels]: [B, N, out_channels].
@@ -295,70 +286,29 @@ impl FluxTransformer {
                 format!("{:?}", x.shape()),
             ));
         }
-        let context = inputs.context;
-        if context.rank() != 3
-            || context.shape()[0] != b
-            || context.shape()[2] != c.joint_attention_dim
-        {
-            return Err(Error::layer_input(
-                WHAT,
-                format!("text states [{b}, S, {}]", c.joint_attention_dim),
-                format!("{:?}", context.shape()),
-            ));
-        }
-        if inputs.pooled.shape() != [b, c.pooled_projection_dim] {
-            return Err(Error::layer_input(
-                WHAT,
-                format!("pooled text [{b}, {}]", c.pooled_projection_dim),
-                format!("{:?}", inputs.pooled.shape()),
-            ));
-        }
         let dtype = x.dtype();
-        let device = x.device();
-        let per_sample = |t: &Tensor, what: &str| -> Result<Tensor> {
-            let t = match t.numel() {
-                1 => t.reshape_to(&[1])?.expand(&[b])?.contiguous()?,
-                m if m == b => t.reshape_to(&[b])?,
-                m => {
-                    return Err(Error::layer_input(
-                        WHAT,
-                        format!("1 or {b} {what}"),
-                        format!("{m}"),
-                    ))
-                }
-            };
-            // diffusers: the value in the model's dtype, times 1000.
-            t.to_device(device)?.to_dtype(dtype)?.mul_scalar(1000.0)
+        // diffusers: the value in the model's dtype, times 1000.
+        let scaled = |t: &Tensor, name: &str| -> Result<Tensor> {
+            per_sample(t, b, WHAT, name, x)?
+                .to_dtype(dtype)?
+                .mul_scalar(1000.0)
         };
-        let pooled_dtype = inputs.pooled.dtype();
-        let embed = |mlp: &TimestepEmbedding, t: &Tensor| -> Result<Tensor> {
-            mlp.forward(&sinusoidal(t, 256, 0.0, true)?.to_dtype(pooled_dtype)?)
-        };
-        let mut temb = embed(
-            &self.timestep_embedder,
-            &per_sample(inputs.timesteps, "timesteps")?,
+        let guidance = inputs
+            .guidance
+            .map(|g| scaled(g, "guidance values"))
+            .transpose()?;
+        let (temb, mut context) = self.conditioning.embed(
+            &scaled(inputs.timesteps, "timesteps")?,
+            guidance.as_ref(),
+            inputs.context,
+            inputs.pooled,
+            dtype,
         )?;
-        match (&self.guidance_embedder, inputs.guidance) {
-            (Some(mlp), Some(g)) => {
-                temb = temb.add(&embed(mlp, &per_sample(g, "guidance values")?)?)?
-            }
-            (Some(_), None) => {
-                return Err(Error::invalid(
-                    WHAT,
-                    "this model (guidance_embeds) needs a guidance value",
-                ))
-            }
-            (None, _) => {}
-        }
-        let temb = temb
-            .add(&self.text_embedder.forward(inputs.pooled)?)?
-            .to_dtype(dtype)?;
         let s = context.shape()[1];
         let mut ids = vec![[0.0; 3]; s];
         ids.extend_from_slice(inputs.image_ids);
-        let rotary = rotary_angles(&ids, &c.axes_dims_rope, device)?;
+        let rotary = rotary_angles(&ids, &c.axes_dims_rope, x.device())?;
         let mut x = self.x_embedder.forward(x)?;
-        let mut context = self.context_embedder.forward(&context.to_dtype(dtype)?)?;
         for block in &self.blocks {
             let (nx, nc) = block.run(&x, &context, &temb, Some(&rotary))?;
             x = nx;
@@ -423,18 +373,8 @@ impl Module for FluxTransformer {
     }
 
     fn children(&self) -> Vec<(String, &dyn Module)> {
-        let mut c: Vec<(String, &dyn Module)> = vec![
-            ("x_embedder".into(), &self.x_embedder),
-            (
-                "time_text_embed.timestep_embedder".into(),
-                &self.timestep_embedder,
-            ),
-        ];
-        if let Some(g) = &self.guidance_embedder {
-            c.push(("time_text_embed.guidance_embedder".into(), g));
-        }
-        c.push(("time_text_embed.text_embedder".into(), &self.text_embedder));
-        c.push(("context_embedder".into(), &self.context_embedder));
+        let mut c: Vec<(String, &dyn Module)> = vec![("x_embedder".into(), &self.x_embedder)];
+        c.extend(self.conditioning.children());
         c.extend(
             self.blocks
                 .iter()
@@ -453,12 +393,8 @@ impl Module for FluxTransformer {
     }
 
     fn children_mut(&mut self) -> Vec<&mut dyn Module> {
-        let mut c: Vec<&mut dyn Module> = vec![&mut self.x_embedder, &mut self.timestep_embedder];
-        if let Some(g) = &mut self.guidance_embedder {
-            c.push(g);
-        }
-        c.push(&mut self.text_embedder);
-        c.push(&mut self.context_embedder);
+        let mut c: Vec<&mut dyn Module> = vec![&mut self.x_embedder];
+        c.extend(self.conditioning.children_mut());
         c.extend(self.blocks.iter_mut().map(|b| b as &mut dyn Module));
         c.extend(self.single_blocks.iter_mut().map(|b| b as &mut dyn Module));
         c.push(&mut self.norm_out);

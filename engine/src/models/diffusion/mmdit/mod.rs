@@ -15,6 +15,7 @@
 //! - `flux`: FLUX's model (double- then single-stream blocks, rotary positions), its config
 //!   and the latent packing.
 
+mod conditioning;
 pub mod flux;
 mod joint_attention;
 mod joint_block;

@@ -5,11 +5,10 @@
 //! timestep (sin-cos, 256) → MLP ─┐             │                                → unpatchify
 //! pooled text → MLP ─────────────┴→ temb ──────┘
 
+use super::conditioning::{self, per_sample, Conditioning};
 use super::joint_block::{BlockParts, JointBlock};
 use super::modulation::{modulate, norm, AdaNorm, AdaNormKind};
 use super::patch_embed::PatchEmbed;
-use crate::io::pretrained::{load_weights_named, read_config};
-use crate::models::diffusion::timestep::{sinusoidal, TimestepEmbedding};
 use crate::models::hf_config::Fields;
 use crate::nn::{Linear, Module};
 use crate::{Error, Generator, Result, Tensor};
@@ -108,9 +107,7 @@ impl Sd3Config {
 pub struct Sd3Transformer {
     pub config: Sd3Config,
     pos_embed: PatchEmbed,
-    timestep_embedder: TimestepEmbedding,
-    text_embedder: TimestepEmbedding,
-    context_embedder: Linear,
+    conditioning: Conditioning,
     blocks: Vec<JointBlock>,
     norm_out: AdaNorm,
     proj_out: Linear,
@@ -131,9 +128,14 @@ impl Sd3Transformer {
                 config.sample_size / p,
                 gen,
             )?,
-            timestep_embedder: TimestepEmbedding::new(256, d, gen)?,
-            text_embedder: TimestepEmbedding::new(config.pooled_projection_dim, d, gen)?,
-            context_embedder: Linear::new(config.joint_attention_dim, d, true, gen)?,
+            conditioning: Conditioning::new(
+                WHAT,
+                d,
+                config.joint_attention_dim,
+                config.pooled_projection_dim,
+                false,
+                gen,
+            )?,
             blocks: (0..n)
                 .map(|i| {
                     let parts = BlockParts {
@@ -155,21 +157,13 @@ impl Sd3Transformer {
     /// A diffusers folder (`transformer/` of a pipeline, or the model's own): config.json and
     /// diffusion_pytorch_model safetensors (sharded or not), every tensor required.
     pub fn from_folder(dir: &Path) -> Result<Sd3Transformer> {
-        let json = read_config(dir)?;
-        let f = Fields::new(&json, WHAT);
-        let in_dir = |e: Error| Error::format(WHAT, format!("{}: {e}", dir.display()));
-        match f.string("_class_name") {
-            Some(WHAT) | None => {}
-            Some(other) => {
-                return Err(in_dir(f.error(format!("{other} is not an {WHAT}"))));
-            }
-        }
-        let config = Sd3Config::read(&f).map_err(in_dir)?;
-        let weights = load_weights_named(dir, "diffusion_pytorch_model")?;
-        super::super::check_config_against_weights(WHAT, config.parameters_at_least(), &weights)?;
-        let model = Sd3Transformer::new(config, &mut Generator::new(0))?;
-        model.load_state_dict(&weights, true).map_err(in_dir)?;
-        Ok(model)
+        conditioning::from_folder(
+            dir,
+            WHAT,
+            Sd3Config::read,
+            Sd3Config::parameters_at_least,
+            |c| Sd3Transformer::new(c, &mut Generator::new(0)),
+        )
     }
 
     /// The prediction (the flow's velocity) for latents [B, C, H, W] at timesteps [B] or [1]
@@ -197,45 +191,11 @@ impl Sd3Transformer {
                 format!("{:?}", latents.shape()),
             ));
         }
-        if context.rank() != 3
-            || context.shape()[0] != b
-            || context.shape()[2] != c.joint_attention_dim
-        {
-            return Err(Error::layer_input(
-                WHAT,
-                format!("text states [{b}, S, {}]", c.joint_attention_dim),
-                format!("{:?}", context.shape()),
-            ));
-        }
-        if pooled.shape() != [b, c.pooled_projection_dim] {
-            return Err(Error::layer_input(
-                WHAT,
-                format!("pooled text [{b}, {}]", c.pooled_projection_dim),
-                format!("{:?}", pooled.shape()),
-            ));
-        }
-        let t = match timesteps.numel() {
-            1 => timesteps.reshape_to(&[1])?.expand(&[b])?.contiguous()?,
-            n if n == b => timesteps.reshape_to(&[b])?,
-            n => {
-                return Err(Error::layer_input(
-                    WHAT,
-                    format!("1 or {b} timesteps"),
-                    format!("{n}"),
-                ))
-            }
-        };
-        let dtype = latents.dtype();
-        let device = latents.device();
-        let x = self.pos_embed.forward(latents)?;
-        let features = sinusoidal(&t.to_device(device)?, 256, 0.0, true)?;
-        let temb = self
-            .timestep_embedder
-            .forward(&features.to_dtype(pooled.dtype())?)?
-            .add(&self.text_embedder.forward(pooled)?)?
-            .to_dtype(dtype)?;
-        let mut context = self.context_embedder.forward(&context.to_dtype(dtype)?)?;
-        let mut x = x;
+        let t = per_sample(timesteps, b, WHAT, "timesteps", latents)?;
+        let mut x = self.pos_embed.forward(latents)?;
+        let (temb, mut context) =
+            self.conditioning
+                .embed(&t, None, context, pooled, latents.dtype())?;
         for block in &self.blocks {
             let (nx, nc) = block.run(&x, &context, &temb, None)?;
             x = nx;
@@ -264,15 +224,8 @@ impl Module for Sd3Transformer {
     }
 
     fn children(&self) -> Vec<(String, &dyn Module)> {
-        let mut c: Vec<(String, &dyn Module)> = vec![
-            ("pos_embed".into(), &self.pos_embed),
-            (
-                "time_text_embed.timestep_embedder".into(),
-                &self.timestep_embedder,
-            ),
-            ("time_text_embed.text_embedder".into(), &self.text_embedder),
-            ("context_embedder".into(), &self.context_embedder),
-        ];
+        let mut c: Vec<(String, &dyn Module)> = vec![("pos_embed".into(), &self.pos_embed)];
+        c.extend(self.conditioning.children());
         c.extend(
             self.blocks
                 .iter()
@@ -285,12 +238,8 @@ impl Module for Sd3Transformer {
     }
 
     fn children_mut(&mut self) -> Vec<&mut dyn Module> {
-        let mut c: Vec<&mut dyn Module> = vec![
-            &mut self.pos_embed,
-            &mut self.timestep_embedder,
-            &mut self.text_embedder,
-            &mut self.context_embedder,
-        ];
+        let mut c: Vec<&mut dyn Module> = vec![&mut self.pos_embed];
+        c.extend(self.conditioning.children_mut());
         c.extend(self.blocks.iter_mut().map(|b| b as &mut dyn Module));
         c.push(&mut self.norm_out);
         c.push(&mut self.proj_out);
