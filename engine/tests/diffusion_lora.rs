@@ -111,6 +111,11 @@ fn the_metadata_alphas_scale_a_diffusers_file() {
 #[test]
 fn a_lora_trained_here_predicts_in_diffusers_what_it_predicts_here() {
     let want = safetensors::load(fixture("lora/trained_here_expected.safetensors")).unwrap();
+    let base = unet_output(&StableDiffusion::from_folder(&fixture("sd_tiny")).unwrap());
+    assert!(
+        relative_error(&want["unfused"], &base) > 1e-3,
+        "the trained LoRA changes the prediction"
+    );
     for (strength, key) in [(1.0, "unfused"), (0.7, "fused_07")] {
         let pipe = StableDiffusion::from_folder(&fixture("sd_tiny")).unwrap();
         let (unet, text) = pipe

@@ -498,7 +498,7 @@ fn a_mask_of_another_size_or_without_an_image_is_refused() {
         .generate(&ask, &mut |_, _| Ok(()))
         .unwrap_err()
         .to_string();
-    assert!(err.contains("a mask needs an image"), "{err}");
+    assert!(err.contains("a mask needs an init image"), "{err}");
 }
 
 /// A 9-channel inpainting UNet (`make_inpaint_unet9.py`: runwayml's inpainting layout) reads

@@ -191,13 +191,10 @@ fn sd3_without_t5_reads_zeros_in_its_place() {
     let dir = tempfile::tempdir().unwrap();
     copy_folder(&fixture("sd3_tiny"), dir.path());
     let index = dir.path().join("model_index.json");
-    let text = std::fs::read_to_string(&index).unwrap();
-    let text = text.replace(
-        "\"text_encoder_3\": [\n    \"transformers\",\n    \"T5EncoderModel\"\n  ]",
-        "\"text_encoder_3\": [\n    null,\n    null\n  ]",
-    );
-    assert!(text.contains("null,\n    null\n  ]"), "edited the index");
-    std::fs::write(&index, text).unwrap();
+    let mut json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&index).unwrap()).unwrap();
+    json["text_encoder_3"] = serde_json::json!([null, null]);
+    std::fs::write(&index, json.to_string()).unwrap();
     let pipe = StableDiffusion::from_folder(dir.path()).unwrap();
     assert_eq!(pipe.prompts.encoders.len(), 2);
     let cond = rusting_brain::no_grad(|| pipe.encode_prompts(&["a red cat"], Some(24))).unwrap();
@@ -281,4 +278,19 @@ fn flux_latents_pack_into_2x2_patches_and_back() {
     assert_eq!(&first[..4], &[0.0, 1.0, 6.0, 7.0]);
     let back = flux::unpack_latents(&packed, 4, 6).unwrap();
     assert_eq!(back.to_vec_f64().unwrap(), x.to_vec_f64().unwrap());
+}
+
+#[test]
+fn a_t5_length_past_512_is_refused() {
+    // diffusers refuses max_sequence_length above 512; a huge one would size the position
+    // bias quadratically.
+    let pipe = StableDiffusion::from_folder(&fixture("sd3_tiny")).unwrap();
+    let err = rusting_brain::no_grad(|| pipe.encode_prompts(&["a cat"], Some(513)))
+        .map(drop)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("max_sequence_length 513 is outside 1..=512"),
+        "{err}"
+    );
 }

@@ -12,7 +12,7 @@ use rusting_brain::models::diffusion::{AddedConditions, StableDiffusion, UNet, U
 use rusting_brain::{Generator, Tensor};
 use std::sync::{Arc, Mutex};
 
-/// A text-to-image pipeline (Stable Diffusion 1.x / 2.x folders).
+/// A diffusion pipeline (SD 1.x / 2.x, SDXL, SD3, FLUX folders).
 mod pipeline;
 
 pub use pipeline::PipelineHandle;
@@ -258,14 +258,14 @@ pub fn register(engine: &mut Engine) {
         api.method(
             "generate",
             "pipe.generate(prompt, #{ steps, guidance, seed, width, height, scheduler, negative, eta, image, strength, mask, tiled, max_sequence_length, progress }) -> Tensor",
-            "Text to image: a U8 [H, W, 3] image for a prompt, or a list of images for a list of prompts. steps (50, SD3 28) denoising steps of the folder's scheduler (or scheduler: another class over its noise schedule), classifier-free guidance (7.5, SDXL 5, SD3 7; 1 turns it off; FLUX-dev takes it as an input, 3.5), negative prompt(s) (without one SDXL's unconditional input is zeros, as its force_zeros_for_empty_prompt says), seed (0) for the starting noise, width and height (the model's size by default; multiples of 8), DDIM's eta, a progress bar (progress: false hides it). Image to image: image (a path or a U8 image; resized to the width and height, or its own size rounded down to multiples of 8, 16 for SD3) is encoded and noised strength (0.8) of the way, and only that share of the steps runs. Inpainting: mask (a path or a U8 image, white where to redraw; resized to the image) with image redraws only the mask's inside (strength 1: from pure noise there). tiled: true decodes with the VAE tile by tile (diffusers' enable_tiling), for images larger than the VAE was made for in bounded memory. Prompts longer than the text encoder's context are cut with a warning; max_sequence_length (256, FLUX 512) is how many tokens T5 reads.",
+            "Text to image: a U8 [H, W, 3] image for a prompt, or a list of images for a list of prompts. steps (50, SD3 and FLUX 28) denoising steps of the folder's scheduler (or scheduler: another class over its noise schedule), classifier-free guidance (7.5, SDXL 5, SD3 7; 1 turns it off; FLUX-dev takes it as an input, 3.5), negative prompt(s) (without one SDXL's unconditional input is zeros, as its force_zeros_for_empty_prompt says), seed (0) for the starting noise, width and height (the model's size by default; multiples of 8, 16 for SD3 and FLUX), DDIM's eta, a progress bar (progress: false hides it). Image to image: image (a path or a U8 image; resized to the width and height, or its own size rounded down to multiples of 8, 16 for SD3 and FLUX) is encoded and noised strength (0.8; 1 with a mask) of the way, and only that share of the steps runs. Inpainting: mask (a path or a U8 image, white where to redraw; resized to the image) with image redraws only the mask's inside (strength 1: from pure noise there). tiled: true decodes with the VAE tile by tile (diffusers' enable_tiling), for images larger than the VAE was made for in bounded memory. Prompts longer than the text encoder's context are cut with a warning; max_sequence_length (256, FLUX 512) is how many tokens T5 reads.",
             "try { let pipe = diffusion::load(\"sd\"); pipe.generate(\"a red fox\", #{ steps: 20, guidance: 7.5, seed: 3, width: 512, height: 512 }); } catch (e) { print(e); }",
             generate,
         );
         api.method(
             "generate",
             "pipe.generate(prompt) -> Tensor",
-            "generate with the defaults (50 steps, guidance 7.5, seed 0).",
+            "generate with the pipeline's defaults (steps and guidance as generate says, seed 0).",
             "try { diffusion::load(\"sd\").generate(\"a red fox\"); } catch (e) { print(e); }",
             |p: &mut PipelineHandle, prompts: Dynamic| generate(p, prompts, Map::new()),
         );
@@ -299,7 +299,7 @@ pub fn register(engine: &mut Engine) {
         api.method(
             "add_lora",
             "pipe.add_lora(path, strength) -> map",
-            "Merges a LoRA file into the UNet and the text encoders with strength (as diffusers' load_lora_weights then fuse_lora(lora_scale)): diffusers/PEFT files (unet./text_encoder./text_encoder_2., lora_A/lora_B) and kohya's (lora_unet_/lora_te_/lora_te1_/lora_te2_, lora_down/lora_up with alpha). Returns #{ unet, text_encoder }: the modules changed (text_encoder counts both of SDXL's). A LoRA for another base model is refused by name and changes nothing.",
+            "Merges a LoRA file into the denoiser (the UNet, or SD3's and FLUX's transformer) and the text encoders with strength (as diffusers' load_lora_weights then fuse_lora(lora_scale)): diffusers/PEFT files (unet./transformer./text_encoder./text_encoder_2., lora_A/lora_B) and kohya's (lora_unet_/lora_te_/lora_te1_/lora_te2_, lora_down/lora_up with alpha). Returns #{ unet, text_encoder }: the modules changed (text_encoder counts both of SDXL's). A LoRA for another base model is refused by name and changes nothing.",
             "try { diffusion::load(\"sd\").add_lora(\"style.safetensors\", 0.8); } catch (e) { print(e); }",
             |p: &mut PipelineHandle, path: &str, strength: f64| -> RhaiResult<Map> {
                 let (u, t) = guard(|| p.0.add_lora(std::path::Path::new(path), strength))?;

@@ -159,8 +159,18 @@ pub(super) fn generate(
         (Some(_), None) => return Err(runtime_error(
             "pipe.generate option mask: inpainting needs the image to inpaint (the image option)",
         )),
-        (Some(d), Some(img)) => Some(mask(d, (img.shape()[2], img.shape()[3]))?),
+        (Some(d), Some(img)) => {
+            if img.rank() != 4 {
+                return Err(runtime_error(format!(
+                    "pipe.generate option image: a float image is [N, 3, H, W] in [-1, 1], got {:?}",
+                    img.shape()
+                )));
+            }
+            Some(mask(d, (img.shape()[2], img.shape()[3]))?)
+        }
     };
+    // diffusers' defaults: 0.8 for image to image, 1 for inpainting.
+    let strength = o.float("strength", if mask.is_some() { 1.0 } else { 0.8 })?;
     let ask = TextToImage {
         prompts: list,
         negative,
@@ -173,7 +183,7 @@ pub(super) fn generate(
         latents: None,
         init_image,
         mask,
-        strength: o.float("strength", 0.8)?,
+        strength,
         init_noise: None,
         init_masked_draw: None,
         tiled_vae: o.bool("tiled", false)?,

@@ -74,10 +74,10 @@ impl CaptionedImages {
 
     /// Images `indices` as [N, 3, side, side] (F32 in [-1, 1]) and their captions.
     pub fn batch(&self, indices: &[usize], side: usize) -> Result<(Tensor, Vec<String>)> {
-        if side == 0 {
+        if side == 0 || side > 8192 {
             return Err(Error::invalid(
                 "captioned_images",
-                "the image size must be positive",
+                format!("the image size {side} is outside 1..=8192"),
             ));
         }
         let mut images = Vec::with_capacity(indices.len());
@@ -136,16 +136,15 @@ fn read_metadata(root: &Path) -> Result<HashMap<String, String>> {
 fn square(path: &Path, side: usize) -> Result<Tensor> {
     let img = read_rgb(path)?;
     let (w, h) = (img.width() as usize, img.height() as usize);
-    let scale = side as f64 / w.min(h) as f64;
-    // torchvision rounds the long side down (int(size * long / short)).
+    // torchvision: the long side int(size * long / short).
     let (rw, rh) = match w <= h {
-        true => (side, ((h as f64 * scale) as usize).max(side)),
-        false => (((w as f64 * scale) as usize).max(side), side),
+        true => (side, (side * h / w).max(side)),
+        false => ((side * w / h).max(side), side),
     };
     let resized = resize_pil(&img, rw, rh, PilFilter::Bilinear);
-    // torchvision's CenterCrop: the top-left corner rounded to the nearest.
-    let top = ((rh - side) as f64 / 2.0).round() as usize;
-    let left = ((rw - side) as f64 / 2.0).round() as usize;
+    // torchvision's CenterCrop: int(round(excess / 2)), Python's round (halves to even).
+    let top = ((rh - side) as f64 / 2.0).round_ties_even() as usize;
+    let left = ((rw - side) as f64 / 2.0).round_ties_even() as usize;
     crate::vision::image::rgb_to_tensor(resized)?
         .narrow(0, top, side)?
         .narrow(1, left, side)?

@@ -23,7 +23,7 @@ use std::path::Path;
 /// Which model of the pipeline a LoRA module adapts.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub enum LoraTarget {
-    /// The UNet, or SD3's transformer.
+    /// The denoiser: a UNet, or SD3's or FLUX's transformer.
     Denoiser,
     /// The pipeline's first (0) or second (1, SDXL's `text_encoder_2`) text encoder.
     TextEncoder(usize),
@@ -150,10 +150,17 @@ fn metadata_alpha(
     module: &str,
     rank: usize,
 ) -> std::result::Result<Option<f64>, String> {
-    let prefix = match target {
-        LoraTarget::Denoiser => "unet",
-        LoraTarget::TextEncoder(0) => "text_encoder",
-        LoraTarget::TextEncoder(_) => "text_encoder_2",
+    // diffusers keys a UNet's config `unet.`, an SD3 or FLUX transformer's `transformer.`.
+    let prefixes: &[&str] = match target {
+        LoraTarget::Denoiser => &["unet", "transformer"],
+        LoraTarget::TextEncoder(0) => &["text_encoder"],
+        LoraTarget::TextEncoder(_) => &["text_encoder_2"],
+    };
+    let Some(prefix) = prefixes
+        .iter()
+        .find(|p| meta.get(format!("{p}.lora_alpha")).is_some())
+    else {
+        return Ok(None);
     };
     let field = |name: &str| meta.get(format!("{prefix}.{name}"));
     let Some(alpha) = field("lora_alpha") else {
@@ -295,7 +302,7 @@ pub fn save_lora(model: &mut dyn Module, prefix: &str, path: &Path) -> Result<us
     if state.is_empty() {
         return Err(Error::invalid(
             "save_lora",
-            "the model has no LoRA adapters (add them with model.lora first)",
+            "the model has no LoRA adapters to save",
         ));
     }
     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {

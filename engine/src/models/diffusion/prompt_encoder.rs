@@ -347,10 +347,11 @@ impl PromptEncoders {
         device: Device,
         t5_tokens: usize,
     ) -> Result<Conditioning> {
-        if t5_tokens == 0 {
+        // diffusers refuses more than T5 was trained on.
+        if t5_tokens == 0 || t5_tokens > 512 {
             return Err(Error::invalid(
                 "generate",
-                "max_sequence_length must be positive",
+                format!("max_sequence_length {t5_tokens} is outside 1..=512"),
             ));
         }
         let len = |e: &PromptEncoder| match e.model {

@@ -299,8 +299,21 @@ impl T5EncoderModel {
             }
         }
         let config = T5Config::read(&f).map_err(in_dir)?;
-        let model = T5EncoderModel::new(config, &mut Generator::new(0))?;
         let mut weights = load_weights(dir)?;
+        // The embedding and every block's products, before anything is allocated.
+        let (d, inner) = (
+            config.d_model as f64,
+            (config.num_heads * config.d_kv) as f64,
+        );
+        let ff = config.d_ff as f64 * d * if config.gated { 3.0 } else { 2.0 };
+        let at_least =
+            config.vocab_size as f64 * d + config.num_layers as f64 * (4.0 * d * inner + ff);
+        crate::models::diffusion::check_config_against_weights(
+            "T5EncoderModel",
+            at_least,
+            &weights,
+        )?;
+        let model = T5EncoderModel::new(config, &mut Generator::new(0))?;
         weights.retain(|n, _| n.starts_with("encoder.") || n == "shared.weight");
         if let Some(tied) = weights.remove("encoder.embed_tokens.weight") {
             weights.entry("shared.weight".into()).or_insert(tied);

@@ -42,7 +42,15 @@ impl Sd3Config {
         let in_channels = f.size("in_channels", 16)?;
         let dual = match f.floats("dual_attention_layers")? {
             None => Vec::new(),
-            Some(v) => v.iter().map(|&i| i as usize).collect(),
+            Some(v) => v
+                .iter()
+                .map(|&i| match i >= 0.0 && i.fract() == 0.0 {
+                    true => Ok(i as usize),
+                    false => Err(f.error(format!(
+                        "dual_attention_layers {v:?} must be block indices (whole numbers from 0)"
+                    ))),
+                })
+                .collect::<Result<_>>()?,
         };
         let qk_norm = match f.string("qk_norm") {
             None => false,
@@ -73,6 +81,13 @@ impl Sd3Config {
                 "caption_projection_dim {caption} is not the width of the blocks ({heads} heads of {head_dim})"
             )));
         }
+        // The table is computed whole: refuse one past any image a model is made for.
+        if config.pos_embed_max_size > 1024 {
+            return Err(f.error(format!(
+                "pos_embed_max_size {} is past 1024 patches a side",
+                config.pos_embed_max_size
+            )));
+        }
         if !config.dim().is_multiple_of(4) {
             return Err(f.error(format!(
                 "the width {} must be divisible by 4 for the position table",
@@ -97,10 +112,12 @@ impl Sd3Config {
         self.num_attention_heads * self.attention_head_dim
     }
 
-    /// A lower bound of the parameter count (the blocks' attention and feed-forward).
+    /// A lower bound of the parameter count (the blocks' attention and feed-forward, and the
+    /// position table, which the weights hold as `pos_embed.pos_embed`).
     fn parameters_at_least(&self) -> f64 {
         let d = self.dim() as f64;
-        self.num_layers as f64 * 12.0 * d * d
+        let grid = self.pos_embed_max_size as f64;
+        self.num_layers as f64 * 12.0 * d * d + grid * grid * d
     }
 }
 

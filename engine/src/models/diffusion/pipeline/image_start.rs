@@ -17,7 +17,6 @@ impl StableDiffusion {
         image: &Tensor,
         shape: &[usize; 4],
         sched: &mut dyn Scheduler,
-        dtype: DType,
     ) -> Result<ImageStart> {
         let [n, _, h, w] = *shape;
         let ok = image.rank() == 4
@@ -69,7 +68,7 @@ impl StableDiffusion {
         // inpainting UNet starting from pure noise never reads them.
         let clean = match inpainting_unet && pure_noise {
             true => None,
-            false => Some(self.latents_of(image, given_draw.as_ref(), shape, dtype, &mut gen)?),
+            false => Some(self.latents_of(image, given_draw.as_ref(), shape, &mut gen)?),
         };
         let noise = match given_noise {
             Some(z) => z.to_dtype(DType::F32)?.to_device(device)?,
@@ -90,22 +89,13 @@ impl StableDiffusion {
         let latent_mask = self.latent_mask(mask, shape)?;
         if inpainting_unet {
             // The UNet reads the mask and the masked image's latents beside the latents.
-            let binary = mask
-                .to_dtype(DType::F32)?
-                .to_device(device)?
-                .ge_scalar(0.5)?
-                .to_dtype(DType::F32)?;
+            let binary = self.binary_mask(mask)?;
             let masked = image
                 .to_dtype(DType::F32)?
                 .to_device(device)?
                 .mul(&binary.neg()?.add_scalar(1.0)?)?;
-            let masked = self.latents_of(
-                &masked,
-                ask.init_masked_draw.as_ref(),
-                shape,
-                dtype,
-                &mut gen,
-            )?;
+            let masked =
+                self.latents_of(&masked, ask.init_masked_draw.as_ref(), shape, &mut gen)?;
             return Ok(ImageStart {
                 latents,
                 first,
@@ -132,30 +122,29 @@ impl StableDiffusion {
         self.denoiser.in_channels() == 2 * c + 1
     }
 
-    /// Images [N or 1, 3, H, W] in [-1, 1] as clean latents [N, C, h, w]: a draw (`draw`, or
-    /// one from `gen`) of the VAE's distribution, (latent - shift) · scaling_factor.
+    /// Images [N or 1, 3, H, W] in [-1, 1] as clean latents [N, C, h, w] (`encode_latents`,
+    /// a single image repeated for the batch).
     fn latents_of(
         &self,
         images: &Tensor,
         draw: Option<&Tensor>,
         shape: &[usize; 4],
-        dtype: DType,
         gen: &mut Generator,
     ) -> Result<Tensor> {
-        let device = self.device();
-        let dist = self
-            .vae
-            .encode(&images.to_dtype(dtype)?.to_device(device)?)?;
-        let sample = match draw {
-            Some(z) => dist.sample_with(&z.to_dtype(dist.mean.dtype())?.to_device(device)?)?,
-            None => dist.sample(gen)?,
-        };
-        // SD's and SDXL's VAEs have no shift; SD3's does.
-        let clean = self.vae.scale_latents(&sample.to_dtype(DType::F32)?)?;
+        let clean = self.encode_latents(images, draw, gen)?;
         match clean.shape()[0] == shape[0] {
             true => Ok(clean),
             false => clean.expand(shape)?.contiguous(),
         }
+    }
+
+    /// A mask cut at 0.5 (diffusers' mask processor binarizes): 1 where to redraw, on the
+    /// pipeline's device in F32.
+    fn binary_mask(&self, mask: &Tensor) -> Result<Tensor> {
+        mask.to_dtype(DType::F32)?
+            .to_device(self.device())?
+            .ge_scalar(0.5)?
+            .to_dtype(DType::F32)
     }
 
     /// An inpainting mask [N or 1, 1, H, W] as the latents see it: binarized at 0.5 and taken
@@ -184,12 +173,8 @@ impl StableDiffusion {
             ));
         }
         let m = mask.shape()[0];
-        let binary = mask
-            .to_dtype(DType::F32)?
-            .to_device(self.device())?
-            .ge_scalar(0.5)?
-            .to_dtype(DType::F32)?;
-        let picked = binary
+        let picked = self
+            .binary_mask(mask)?
             .reshape_to(&[m, 1, h, s, w, s])?
             .narrow(3, 0, 1)?
             .narrow(5, 0, 1)?

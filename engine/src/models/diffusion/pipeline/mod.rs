@@ -311,14 +311,28 @@ impl StableDiffusion {
     /// latent distribution, scaled (and shifted) as training reads them (diffusers' training
     /// scripts: `latent_dist.sample() * scaling_factor`). Nothing is recorded.
     pub fn image_latents(&self, images: &Tensor, gen: &mut Generator) -> Result<Tensor> {
-        no_grad(|| {
-            let dtype = self.vae.named_parameters()[0].1.dtype();
-            let dist = self
-                .vae
-                .encode(&images.to_dtype(dtype)?.to_device(self.device())?)?;
-            self.vae
-                .scale_latents(&dist.sample(gen)?.to_dtype(DType::F32)?)
-        })
+        no_grad(|| self.encode_latents(images, None, gen))
+    }
+
+    /// Images [N, 3, H, W] in [-1, 1] as clean latents [N, C, h, w] (F32): a draw (`draw`,
+    /// or one from `gen`) of the VAE's distribution, (latent - shift) · scaling_factor (SD's
+    /// and SDXL's VAEs have no shift; SD3's and FLUX's do).
+    fn encode_latents(
+        &self,
+        images: &Tensor,
+        draw: Option<&Tensor>,
+        gen: &mut Generator,
+    ) -> Result<Tensor> {
+        let device = self.device();
+        let dtype = self.vae.named_parameters()[0].1.dtype();
+        let dist = self
+            .vae
+            .encode(&images.to_dtype(dtype)?.to_device(device)?)?;
+        let sample = match draw {
+            Some(z) => dist.sample_with(&z.to_dtype(dist.mean.dtype())?.to_device(device)?)?,
+            None => dist.sample(gen)?,
+        };
+        self.vae.scale_latents(&sample.to_dtype(DType::F32)?)
     }
 }
 

@@ -48,7 +48,8 @@ pub struct TextToImage {
     /// Decode with the VAE tile by tile (diffusers' `enable_tiling`), so images larger than
     /// the VAE was made for decode in bounded memory.
     pub tiled_vae: bool,
-    /// How many tokens T5 reads (SD3); `None` is diffusers' default, 256.
+    /// How many tokens T5 reads (SD3, FLUX; at most 512); `None` is diffusers' default
+    /// (SD3 256, FLUX 512).
     pub max_sequence_length: Option<usize>,
 }
 
@@ -188,18 +189,18 @@ impl StableDiffusion {
         let mut noise = Generator::new(ask.seed.wrapping_add(1));
         let dtype = self.denoiser.module().named_parameters()[0].1.dtype();
         let start = match &ask.init_image {
-            Some(image) => self.image_start(ask, image, &shape, &mut *sched, dtype)?,
+            Some(image) => self.image_start(ask, image, &shape, &mut *sched)?,
             None => {
                 if ask.mask.is_some() {
                     return Err(Error::invalid(
                         "generate",
-                        "a mask needs an image to inpaint (the image option)",
+                        "a mask needs an init image to inpaint",
                     ));
                 }
                 if self.inpainting_unet() {
                     return Err(Error::invalid(
                         "generate",
-                        "this is an inpainting UNet: it needs an image and a mask (the image and mask options)",
+                        "this is an inpainting UNet: it needs an init image and a mask",
                     ));
                 }
                 ImageStart {
