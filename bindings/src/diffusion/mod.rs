@@ -188,7 +188,7 @@ fn index(i: INT, what: &str) -> RhaiResult<usize> {
 pub fn register(engine: &mut Engine) {
     engine.register_type_with_name::<SchedulerHandle>("Scheduler");
     engine.register_type_with_name::<PipelineHandle>("Pipeline");
-    let getters: [Getter; 5] = [
+    let getters: [Getter; 6] = [
         (
             "timesteps",
             "scheduler.timesteps -> array",
@@ -206,6 +206,17 @@ pub fn register(engine: &mut Engine) {
             "scheduler.init_noise_sigma -> float",
             "The scale of the starting noise: the first latents are randn times this (1, or the largest σ for the Euler schedulers).",
             |h| h.with(|s, _| Dynamic::from_float(s.init_noise_sigma())),
+        ),
+        (
+            "num_train_timesteps",
+            "scheduler.num_train_timesteps -> int",
+            "How many timesteps the noise schedule was trained over (1000 for Stable Diffusion's): a training loop draws its timesteps below it. () for flow matching, which has no such table.",
+            |h| {
+                h.with(|s, _| match s.noise_schedule() {
+                    Some(n) => Dynamic::from_int(n.alphas_cumprod.len() as INT),
+                    None => Dynamic::UNIT,
+                })
+            },
         ),
         (
             "prediction_type",
