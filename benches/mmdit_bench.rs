@@ -14,6 +14,8 @@
 
 #[path = "common.rs"]
 mod common;
+#[path = "denoiser_steps.rs"]
+mod denoiser_steps;
 
 use rusting_brain::amp::autocast;
 use rusting_brain::backend::cuda::CudaDevice;
@@ -21,8 +23,7 @@ use rusting_brain::models::diffusion::mmdit::flux::image_ids;
 use rusting_brain::models::diffusion::mmdit::{FluxConfig, FluxInputs, FluxTransformer};
 use rusting_brain::models::hf_config::Fields;
 use rusting_brain::nn::Module;
-use rusting_brain::optim::{AdamW, AdamWConfig, Optimizer};
-use rusting_brain::{mse_loss, no_grad, DType, Device, Generator, Reduction, Result, Tensor};
+use rusting_brain::{DType, Device, Generator, Result, Tensor};
 use serde_json::json;
 
 struct Inputs {
@@ -95,61 +96,24 @@ fn run(dev: &CudaDevice) -> Result<Vec<serde_json::Value>> {
 
     model.eval();
     let x = inputs(&config, batch, image, text, &mut gen)?;
-    let step = || -> Result<()> { no_grad(|| predict(&model, &x)).map(drop) };
-    let dt = autocast(Some(DType::BF16), || {
-        for _ in 0..3 {
-            step()?;
-        }
-        common::profiled(dev, "step", step)?;
-        dev.synchronize()?;
-        dev.reset_peak_memory()?;
-        common::timed(dev, steps, step)
-    })?;
+    let t = denoiser_steps::sampling(dev, steps, || predict(&model, &x))?;
     out.push(json!({
         "bench": "mmdit_step", "batch": batch, "common": common,
-        "step_ms": (dt * 1e5).round() / 100.0, "peak_gib": common::gib(dev.peak_memory()?),
+        "step_ms": t.step_ms, "peak_gib": t.peak_gib,
     }));
     drop(x);
 
     if train_batch > 0 {
         model.train(true);
-        let mut opt = AdamW::new(
-            model.parameters(),
-            AdamWConfig {
-                lr: 1e-5,
-                weight_decay: 0.01,
-                decay_1d_params: true,
-                ..Default::default()
-            },
-        )?;
         let x = inputs(&config, train_batch, image, text, &mut gen)?;
         let target =
             Tensor::randn(x.x.shape(), DType::F32, Some(&mut gen))?.to_device(Device::Cuda(0))?;
-        let mut loss = None;
-        let mut step = || -> Result<()> {
-            let l = mse_loss(
-                &predict(&model, &x)?.to_dtype(DType::F32)?,
-                &target,
-                Reduction::Mean,
-            )?;
-            l.backward()?;
-            opt.step()?;
-            opt.zero_grad();
-            loss = Some(l);
-            Ok(())
-        };
-        for _ in 0..3 {
-            step()?;
-        }
-        common::profiled(dev, "train", &mut step)?;
-        dev.synchronize()?;
-        dev.reset_peak_memory()?;
-        let dt = common::timed(dev, steps, &mut step)?;
-        let loss = loss.map(|l| l.item()).transpose()?.unwrap_or(f64::NAN);
+        let (t, loss) = denoiser_steps::training(dev, model.parameters(), &target, steps, || {
+            predict(&model, &x)
+        })?;
         out.push(json!({
             "bench": "mmdit_train", "batch": train_batch, "common": common,
-            "step_ms": (dt * 1e5).round() / 100.0, "peak_gib": common::gib(dev.peak_memory()?),
-            "loss": loss,
+            "step_ms": t.step_ms, "peak_gib": t.peak_gib, "loss": loss,
         }));
     }
     Ok(out)
