@@ -2,7 +2,6 @@
 
 use crate::error::{guard, runtime_error, RhaiResult};
 use crate::help::Api;
-use crate::options::{pair_f64, Options};
 use rhai::{Array, Dynamic, Engine, Map, Module, FLOAT, INT};
 use rusting_brain::optim::{
     Adam, AdamConfig, AdamW, AdamWConfig, Anneal, Lion, LionConfig, Optimizer, Plateau,
@@ -25,199 +24,197 @@ fn params(arr: &Array, what: &str) -> RhaiResult<Vec<Tensor>> {
     crate::convert::tensors(arr, what, "parameter")
 }
 
-fn finish(mut opt: Box<dyn Optimizer>, o: &Options) -> RhaiResult<Optim> {
-    if let Some(m) = o.opt_float("max_grad_norm")? {
+fn finish(
+    mut opt: Box<dyn Optimizer>,
+    max_grad_norm: Option<f64>,
+    shard_state: bool,
+) -> RhaiResult<Optim> {
+    if let Some(m) = max_grad_norm {
         guard(|| opt.set_max_grad_norm(Some(m)))?;
     }
-    if o.bool("shard_state", false)? {
+    if shard_state {
         guard(|| opt.shard_state())?;
     }
     Ok(Optim(Arc::new(Mutex::new(opt))))
 }
 
+crate::options! {
+    struct AdamWOptions {
+        lr: f64 = AdamWConfig::default().lr,
+        betas: (f64, f64) = AdamWConfig::default().betas,
+        eps: f64 = AdamWConfig::default().eps,
+        weight_decay: f64 = AdamWConfig::default().weight_decay,
+        decay_1d_params: bool = AdamWConfig::default().decay_1d_params,
+        max_grad_norm: f64,
+        shard_state: bool = false,
+    }
+}
+
 fn adamw(p: Array, opts: Map) -> RhaiResult<Optim> {
-    let o = Options::new(
-        "optim::adamw",
-        opts,
-        &[
-            "lr",
-            "betas",
-            "eps",
-            "weight_decay",
-            "decay_1d_params",
-            "max_grad_norm",
-            "shard_state",
-        ],
-    )?;
-    let d = AdamWConfig::default();
+    let o = AdamWOptions::parse("optim::adamw", opts)?;
     let c = AdamWConfig {
-        lr: o.float("lr", d.lr)?,
-        betas: pair_f64(&o, "betas", d.betas)?,
-        eps: o.float("eps", d.eps)?,
-        weight_decay: o.float("weight_decay", d.weight_decay)?,
-        decay_1d_params: o.bool("decay_1d_params", d.decay_1d_params)?,
+        lr: o.lr,
+        betas: o.betas,
+        eps: o.eps,
+        weight_decay: o.weight_decay,
+        decay_1d_params: o.decay_1d_params,
     };
     let p = params(&p, "optim::adamw")?;
     let opt = guard(|| AdamW::new(p, c))?;
-    finish(Box::new(opt), &o)
+    finish(Box::new(opt), o.max_grad_norm, o.shard_state)
+}
+
+crate::options! {
+    struct AdamOptions {
+        lr: f64 = AdamConfig::default().lr,
+        betas: (f64, f64) = AdamConfig::default().betas,
+        eps: f64 = AdamConfig::default().eps,
+        weight_decay: f64 = AdamConfig::default().weight_decay,
+        max_grad_norm: f64,
+        shard_state: bool = false,
+    }
 }
 
 fn adam(p: Array, opts: Map) -> RhaiResult<Optim> {
-    let o = Options::new(
-        "optim::adam",
-        opts,
-        &[
-            "lr",
-            "betas",
-            "eps",
-            "weight_decay",
-            "max_grad_norm",
-            "shard_state",
-        ],
-    )?;
-    let d = AdamConfig::default();
+    let o = AdamOptions::parse("optim::adam", opts)?;
     let c = AdamConfig {
-        lr: o.float("lr", d.lr)?,
-        betas: pair_f64(&o, "betas", d.betas)?,
-        eps: o.float("eps", d.eps)?,
-        weight_decay: o.float("weight_decay", d.weight_decay)?,
+        lr: o.lr,
+        betas: o.betas,
+        eps: o.eps,
+        weight_decay: o.weight_decay,
     };
     let p = params(&p, "optim::adam")?;
     let opt = guard(|| Adam::new(p, c))?;
-    finish(Box::new(opt), &o)
+    finish(Box::new(opt), o.max_grad_norm, o.shard_state)
+}
+
+crate::options! {
+    struct RmspropOptions {
+        lr: f64 = RmspropConfig::default().lr,
+        alpha: f64 = RmspropConfig::default().alpha,
+        eps: f64 = RmspropConfig::default().eps,
+        weight_decay: f64 = RmspropConfig::default().weight_decay,
+        momentum: f64 = RmspropConfig::default().momentum,
+        centered: bool = RmspropConfig::default().centered,
+        max_grad_norm: f64,
+        shard_state: bool = false,
+    }
 }
 
 fn rmsprop(p: Array, opts: Map) -> RhaiResult<Optim> {
-    let o = Options::new(
-        "optim::rmsprop",
-        opts,
-        &[
-            "lr",
-            "alpha",
-            "eps",
-            "weight_decay",
-            "momentum",
-            "centered",
-            "max_grad_norm",
-            "shard_state",
-        ],
-    )?;
-    let d = RmspropConfig::default();
+    let o = RmspropOptions::parse("optim::rmsprop", opts)?;
     let c = RmspropConfig {
-        lr: o.float("lr", d.lr)?,
-        alpha: o.float("alpha", d.alpha)?,
-        eps: o.float("eps", d.eps)?,
-        weight_decay: o.float("weight_decay", d.weight_decay)?,
-        momentum: o.float("momentum", d.momentum)?,
-        centered: o.bool("centered", d.centered)?,
+        lr: o.lr,
+        alpha: o.alpha,
+        eps: o.eps,
+        weight_decay: o.weight_decay,
+        momentum: o.momentum,
+        centered: o.centered,
     };
     let p = params(&p, "optim::rmsprop")?;
     let opt = guard(|| Rmsprop::new(p, c))?;
-    finish(Box::new(opt), &o)
+    finish(Box::new(opt), o.max_grad_norm, o.shard_state)
+}
+
+crate::options! {
+    struct SgdOptions {
+        lr: f64 = SgdConfig::default().lr,
+        momentum: f64 = SgdConfig::default().momentum,
+        dampening: f64 = SgdConfig::default().dampening,
+        nesterov: bool = SgdConfig::default().nesterov,
+        weight_decay: f64 = SgdConfig::default().weight_decay,
+        max_grad_norm: f64,
+        shard_state: bool = false,
+    }
 }
 
 fn sgd(p: Array, opts: Map) -> RhaiResult<Optim> {
-    let o = Options::new(
-        "optim::sgd",
-        opts,
-        &[
-            "lr",
-            "momentum",
-            "dampening",
-            "nesterov",
-            "weight_decay",
-            "max_grad_norm",
-            "shard_state",
-        ],
-    )?;
-    let d = SgdConfig::default();
+    let o = SgdOptions::parse("optim::sgd", opts)?;
     let c = SgdConfig {
-        lr: o.float("lr", d.lr)?,
-        momentum: o.float("momentum", d.momentum)?,
-        dampening: o.float("dampening", d.dampening)?,
-        nesterov: o.bool("nesterov", d.nesterov)?,
-        weight_decay: o.float("weight_decay", d.weight_decay)?,
+        lr: o.lr,
+        momentum: o.momentum,
+        dampening: o.dampening,
+        nesterov: o.nesterov,
+        weight_decay: o.weight_decay,
     };
     let p = params(&p, "optim::sgd")?;
     let opt = guard(|| Sgd::new(p, c))?;
-    finish(Box::new(opt), &o)
+    finish(Box::new(opt), o.max_grad_norm, o.shard_state)
+}
+
+crate::options! {
+    struct LionOptions {
+        lr: f64 = LionConfig::default().lr,
+        betas: (f64, f64) = LionConfig::default().betas,
+        weight_decay: f64 = LionConfig::default().weight_decay,
+        decay_1d_params: bool = LionConfig::default().decay_1d_params,
+        max_grad_norm: f64,
+        shard_state: bool = false,
+    }
 }
 
 fn lion(p: Array, opts: Map) -> RhaiResult<Optim> {
-    let o = Options::new(
-        "optim::lion",
-        opts,
-        &[
-            "lr",
-            "betas",
-            "weight_decay",
-            "decay_1d_params",
-            "max_grad_norm",
-            "shard_state",
-        ],
-    )?;
-    let d = LionConfig::default();
+    let o = LionOptions::parse("optim::lion", opts)?;
     let c = LionConfig {
-        lr: o.float("lr", d.lr)?,
-        betas: pair_f64(&o, "betas", d.betas)?,
-        weight_decay: o.float("weight_decay", d.weight_decay)?,
-        decay_1d_params: o.bool("decay_1d_params", d.decay_1d_params)?,
+        lr: o.lr,
+        betas: o.betas,
+        weight_decay: o.weight_decay,
+        decay_1d_params: o.decay_1d_params,
     };
     let p = params(&p, "optim::lion")?;
     let opt = guard(|| Lion::new(p, c))?;
-    finish(Box::new(opt), &o)
+    finish(Box::new(opt), o.max_grad_norm, o.shard_state)
+}
+
+crate::options! {
+    /// A learning-rate schedule's options; which keys a kind reads is in its arm below.
+    struct ScheduleOptions {
+        kind: String = "cosine".into(),
+        lr: f64 = 1e-3,
+        min_lr: f64 = 0.0,
+        warmup: u64 = 0,
+        total: u64 = 0,
+        stable: u64 = 0,
+        decay: u64 = 0,
+        step_size: u64 = 0,
+        gamma: f64 = 0.1,
+        pct_start: f64 = 0.3,
+        div_factor: f64 = 25.0,
+        final_div_factor: f64 = 1e4,
+        anneal: String = "cos".into(),
+    }
 }
 
 fn schedule(opts: Map) -> RhaiResult<Schedule> {
-    let o = Options::new(
-        "schedule",
-        opts,
-        &[
-            "kind",
-            "lr",
-            "min_lr",
-            "warmup",
-            "total",
-            "stable",
-            "decay",
-            "step_size",
-            "gamma",
-            "pct_start",
-            "div_factor",
-            "final_div_factor",
-            "anneal",
-        ],
-    )?;
-    let kind = o.string("kind")?.unwrap_or_else(|| "cosine".into());
-    let lr = o.float("lr", 1e-3)?;
-    let steps = |k: &str| o.int(k, 0).map(|v| v.max(0) as u64);
-    Ok(match kind.as_str() {
+    let o = ScheduleOptions::parse("schedule", opts)?;
+    let lr = o.lr;
+    Ok(match o.kind.as_str() {
         "constant" => Schedule::Constant { lr },
         "cosine" => Schedule::WarmupCosine {
             peak_lr: lr,
-            min_lr: o.float("min_lr", 0.0)?,
-            warmup_steps: steps("warmup")?,
-            total_steps: steps("total")?,
+            min_lr: o.min_lr,
+            warmup_steps: o.warmup,
+            total_steps: o.total,
         },
         "wsd" => Schedule::WarmupStableDecay {
             peak_lr: lr,
-            min_lr: o.float("min_lr", 0.0)?,
-            warmup_steps: steps("warmup")?,
-            stable_steps: steps("stable")?,
-            decay_steps: steps("decay")?,
+            min_lr: o.min_lr,
+            warmup_steps: o.warmup,
+            stable_steps: o.stable,
+            decay_steps: o.decay,
         },
         "step" => Schedule::Step {
             lr,
-            step_size: steps("step_size")?,
-            gamma: o.float("gamma", 0.1)?,
+            step_size: o.step_size,
+            gamma: o.gamma,
         },
         "onecycle" => Schedule::OneCycle {
             max_lr: lr,
-            total_steps: steps("total")?,
-            pct_start: o.float("pct_start", 0.3)?,
-            div_factor: o.float("div_factor", 25.0)?,
-            final_div_factor: o.float("final_div_factor", 1e4)?,
-            anneal: match o.string("anneal")?.as_deref().unwrap_or("cos") {
+            total_steps: o.total,
+            pct_start: o.pct_start,
+            div_factor: o.div_factor,
+            final_div_factor: o.final_div_factor,
+            anneal: match o.anneal.as_str() {
                 "cos" => Anneal::Cos,
                 "linear" => Anneal::Linear,
                 other => {
@@ -242,50 +239,48 @@ pub struct PlateauHandle {
     opt: Optim,
 }
 
+crate::options! {
+    struct PlateauOptions {
+        mode: String = "min".into(),
+        factor: f64 = PlateauConfig::default().factor,
+        patience: u64 = PlateauConfig::default().patience,
+        threshold: f64 = PlateauConfig::default().threshold,
+        threshold_mode: String = "rel".into(),
+        cooldown: u64 = PlateauConfig::default().cooldown,
+        min_lr: f64 = PlateauConfig::default().min_lr,
+        eps: f64 = PlateauConfig::default().eps,
+    }
+}
+
+/// `value` as the first choice (`a`) or the second (`b`), or an error naming both.
+fn choice(key: &str, value: &str, a: &str, b: &str) -> RhaiResult<bool> {
+    if value == a || value == b {
+        return Ok(value == a);
+    }
+    Err(runtime_error(format!(
+        "optim::plateau: {key} must be \"{a}\" or \"{b}\", got \"{value}\""
+    )))
+}
+
 fn plateau(opt: Optim, opts: Map) -> RhaiResult<PlateauHandle> {
-    let o = Options::new(
-        "optim::plateau",
-        opts,
-        &[
-            "mode",
-            "factor",
-            "patience",
-            "threshold",
-            "threshold_mode",
-            "cooldown",
-            "min_lr",
-            "eps",
-        ],
-    )?;
-    let d = PlateauConfig::default();
-    let choice = |key: &str, a: &str, b: &str| -> RhaiResult<bool> {
-        match o.string(key)? {
-            None => Ok(true),
-            Some(v) if v == a => Ok(true),
-            Some(v) if v == b => Ok(false),
-            Some(v) => Err(runtime_error(format!(
-                "optim::plateau: {key} must be \"{a}\" or \"{b}\", got \"{v}\""
-            ))),
-        }
-    };
-    let count = |key: &str, default: u64| o.int(key, default as INT).map(|v| v.max(0) as u64);
+    let o = PlateauOptions::parse("optim::plateau", opts)?;
     let config = PlateauConfig {
-        mode: if choice("mode", "min", "max")? {
+        mode: if choice("mode", &o.mode, "min", "max")? {
             PlateauMode::Min
         } else {
             PlateauMode::Max
         },
-        factor: o.float("factor", d.factor)?,
-        patience: count("patience", d.patience)?,
-        threshold: o.float("threshold", d.threshold)?,
-        threshold_mode: if choice("threshold_mode", "rel", "abs")? {
+        factor: o.factor,
+        patience: o.patience,
+        threshold: o.threshold,
+        threshold_mode: if choice("threshold_mode", &o.threshold_mode, "rel", "abs")? {
             ThresholdMode::Rel
         } else {
             ThresholdMode::Abs
         },
-        cooldown: count("cooldown", d.cooldown)?,
-        min_lr: o.float("min_lr", d.min_lr)?,
-        eps: o.float("eps", d.eps)?,
+        cooldown: o.cooldown,
+        min_lr: o.min_lr,
+        eps: o.eps,
     };
     if opt.lock().core().schedule.is_some() {
         return Err(runtime_error(

@@ -1,5 +1,10 @@
 //! Options passed as Rhai object maps (`#{ lr: 3e-4, weight_decay: 0.1 }`). An unknown key is an
 //! error that lists the valid keys, so a typo never silently falls back to a default.
+//!
+//! Each function's options are one typed struct declared with [`options!`](crate::options!): a
+//! key is written once, as a field with its type and default, and the struct's `parse` checks the
+//! keys, converts every value (an error names the function, the key and the type it wanted) and
+//! fills the defaults.
 
 use crate::convert::number;
 use crate::error::{runtime_error, RhaiResult};
@@ -142,5 +147,235 @@ pub fn pair_f64(o: &Options, key: &str, default: (f64, f64)) -> RhaiResult<(f64,
     match arr.as_slice() {
         [a, b] => Ok((number(a, key)?, number(b, key)?)),
         _ => Err(bad()),
+    }
+}
+
+/// A value an option may hold: how a Rhai value becomes it, with an error naming the option
+/// (`what` is "nn::linear option bias").
+pub trait OptionValue: Sized {
+    fn from_option(v: &Dynamic, what: &str) -> RhaiResult<Self>;
+}
+
+impl OptionValue for f64 {
+    fn from_option(v: &Dynamic, what: &str) -> RhaiResult<Self> {
+        number(v, what)
+    }
+}
+
+impl OptionValue for f32 {
+    fn from_option(v: &Dynamic, what: &str) -> RhaiResult<Self> {
+        number(v, what).map(|x| x as f32)
+    }
+}
+
+impl OptionValue for INT {
+    fn from_option(v: &Dynamic, what: &str) -> RhaiResult<Self> {
+        v.as_int()
+            .map_err(|t| runtime_error(format!("{what}: expected an integer, got {t}")))
+    }
+}
+
+/// Non-negative integers of every width a kernel or config takes.
+macro_rules! unsigned_option {
+    ($($t:ty),*) => {$(
+        impl OptionValue for $t {
+            fn from_option(v: &Dynamic, what: &str) -> RhaiResult<Self> {
+                let i = INT::from_option(v, what)?;
+                <$t>::try_from(i).map_err(|_| {
+                    runtime_error(format!("{what}: expected a non-negative integer, got {i}"))
+                })
+            }
+        }
+    )*};
+}
+unsigned_option!(usize, u64, u32);
+
+impl OptionValue for bool {
+    fn from_option(v: &Dynamic, what: &str) -> RhaiResult<Self> {
+        v.as_bool()
+            .map_err(|t| runtime_error(format!("{what}: expected true or false, got {t}")))
+    }
+}
+
+impl OptionValue for String {
+    fn from_option(v: &Dynamic, what: &str) -> RhaiResult<Self> {
+        v.clone()
+            .into_string()
+            .map_err(|t| runtime_error(format!("{what}: expected a string, got {t}")))
+    }
+}
+
+/// An integer or `[a, b]`, as kernel sizes and strides are given.
+impl OptionValue for (usize, usize) {
+    fn from_option(v: &Dynamic, what: &str) -> RhaiResult<Self> {
+        pair(v, what)
+    }
+}
+
+/// Two numbers `[a, b]` (Adam's betas).
+impl OptionValue for (f64, f64) {
+    fn from_option(v: &Dynamic, what: &str) -> RhaiResult<Self> {
+        let bad = || runtime_error(format!("{what}: expected [a, b] with two numbers"));
+        let arr = v.read_lock::<rhai::Array>().ok_or_else(bad)?;
+        match arr.as_slice() {
+            [a, b] => Ok((number(a, what)?, number(b, what)?)),
+            _ => Err(bad()),
+        }
+    }
+}
+
+/// A value the function reads itself (a tensor, a string or a list, a map).
+impl OptionValue for Dynamic {
+    fn from_option(v: &Dynamic, _what: &str) -> RhaiResult<Self> {
+        Ok(v.clone())
+    }
+}
+
+impl OptionValue for rusting_brain::Tensor {
+    fn from_option(v: &Dynamic, what: &str) -> RhaiResult<Self> {
+        v.clone()
+            .try_cast::<rusting_brain::Tensor>()
+            .ok_or_else(|| {
+                runtime_error(format!("{what}: expected a Tensor, got {}", v.type_name()))
+            })
+    }
+}
+
+impl OptionValue for rhai::Array {
+    fn from_option(v: &Dynamic, what: &str) -> RhaiResult<Self> {
+        v.clone()
+            .into_array()
+            .map_err(|t| runtime_error(format!("{what}: expected an array, got {t}")))
+    }
+}
+
+impl OptionValue for Map {
+    fn from_option(v: &Dynamic, what: &str) -> RhaiResult<Self> {
+        v.clone()
+            .try_cast::<Map>()
+            .ok_or_else(|| runtime_error(format!("{what}: expected a map, got {}", v.type_name())))
+    }
+}
+
+impl Options<'_> {
+    /// The option `key` converted to `T`, or None when it is absent or `()`.
+    pub fn value<T: OptionValue>(&self, key: &str) -> RhaiResult<Option<T>> {
+        self.get(key)
+            .map(|v| T::from_option(v, &format!("{} option {key}", self.what)))
+            .transpose()
+    }
+}
+
+/// Declares one function's options as a struct. `name: T = default` is a `T` that takes the
+/// default when the key is absent (a default may use the fields above it); `name: T` is an
+/// `Option<T>`. `parse(what, map)` refuses unknown keys (listing `KEYS`) and converts the rest:
+///
+/// ```ignore
+/// options! {
+///     struct PoolOptions {
+///         kernel: (usize, usize) = (2, 2),
+///         stride: (usize, usize) = kernel,
+///         seed: u64,
+///     }
+/// }
+/// let o = PoolOptions::parse("nn::max_pool2d", map)?;
+/// ```
+#[macro_export]
+macro_rules! options {
+    (
+        $(#[$meta:meta])*
+        $vis:vis struct $name:ident {
+            $( $(#[$field_meta:meta])* $field:ident : $ty:ty $(= $default:expr)? ),* $(,)?
+        }
+    ) => {
+        $(#[$meta])*
+        $vis struct $name {
+            $( $(#[$field_meta])* pub $field: $crate::options!(@type $ty $(, $default)?), )*
+        }
+
+        impl $name {
+            /// The keys this function takes, as its errors list them.
+            #[allow(dead_code)]
+            pub const KEYS: &'static [&'static str] = &[$(stringify!($field)),*];
+
+            pub fn parse(what: &str, map: ::rhai::Map) -> $crate::error::RhaiResult<Self> {
+                let o = $crate::options::Options::new(what, map, Self::KEYS)?;
+                $( let $field = $crate::options!(@value o, $field, $ty $(, $default)?); )*
+                Ok($name { $($field),* })
+            }
+        }
+    };
+    (@type $ty:ty, $default:expr) => { $ty };
+    (@type $ty:ty) => { ::std::option::Option<$ty> };
+    (@value $o:ident, $field:ident, $ty:ty, $default:expr) => {
+        match $o.value::<$ty>(stringify!($field))? {
+            Some(v) => v,
+            None => $default,
+        }
+    };
+    (@value $o:ident, $field:ident, $ty:ty) => { $o.value::<$ty>(stringify!($field))? };
+}
+
+#[cfg(test)]
+mod tests {
+    use rhai::{Dynamic, Map};
+
+    crate::options! {
+        struct PoolOptions {
+            kernel: (usize, usize) = (2, 2),
+            stride: (usize, usize) = kernel,
+            ceil_mode: bool = false,
+            seed: u64,
+        }
+    }
+
+    fn map(pairs: &[(&str, Dynamic)]) -> Map {
+        pairs
+            .iter()
+            .map(|(k, v)| ((*k).into(), v.clone()))
+            .collect()
+    }
+
+    #[test]
+    fn absent_keys_take_their_defaults_and_a_default_may_use_a_field_above() {
+        let o = PoolOptions::parse("nn::pool", map(&[("kernel", Dynamic::from_int(3))])).unwrap();
+        assert_eq!(
+            (o.kernel, o.stride, o.ceil_mode, o.seed),
+            ((3, 3), (3, 3), false, None)
+        );
+        let unit = map(&[("seed", Dynamic::UNIT), ("stride", Dynamic::from_int(1))]);
+        let o = PoolOptions::parse("nn::pool", unit).unwrap();
+        assert_eq!((o.kernel, o.stride, o.seed), ((2, 2), (1, 1), None));
+    }
+
+    #[test]
+    fn an_unknown_key_is_refused_with_the_nearest_and_every_valid_key() {
+        let e = PoolOptions::parse("nn::pool", map(&[("strid", Dynamic::from_int(1))]))
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(e.contains("nn::pool: unknown option strid"), "{e}");
+        assert!(e.contains("did you mean `stride`"), "{e}");
+        assert!(e.contains("kernel, stride, ceil_mode, seed"), "{e}");
+    }
+
+    #[test]
+    fn a_value_of_the_wrong_type_names_the_function_and_the_key() {
+        let e = PoolOptions::parse("nn::pool", map(&[("seed", Dynamic::from_int(-1))]))
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(
+            e.contains("nn::pool option seed: expected a non-negative integer"),
+            "{e}"
+        );
+        let e = PoolOptions::parse("nn::pool", map(&[("ceil_mode", "yes".into())]))
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(
+            e.contains("nn::pool option ceil_mode: expected true or false"),
+            "{e}"
+        );
     }
 }
