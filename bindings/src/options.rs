@@ -224,6 +224,13 @@ impl OptionValue for (f64, f64) {
     }
 }
 
+/// One string or an array of them (`targets: "q_proj"` or `targets: ["q_proj", "v_proj"]`).
+impl OptionValue for Vec<String> {
+    fn from_option(v: &Dynamic, what: &str) -> RhaiResult<Self> {
+        crate::text::strings(v, what)
+    }
+}
+
 /// A value the function reads itself (a tensor, a string or a list, a map).
 impl OptionValue for Dynamic {
     fn from_option(v: &Dynamic, _what: &str) -> RhaiResult<Self> {
@@ -357,6 +364,29 @@ mod tests {
         assert!(e.contains("nn::pool: unknown option strid"), "{e}");
         assert!(e.contains("did you mean `stride`"), "{e}");
         assert!(e.contains("kernel, stride, ceil_mode, seed"), "{e}");
+    }
+
+    #[test]
+    fn a_list_of_strings_may_be_one_string() {
+        crate::options! {
+            struct Names {
+                targets: Vec<String> = Vec::new(),
+            }
+        }
+        let one = Names::parse("lora", map(&[("targets", "q".into())])).unwrap();
+        assert_eq!(one.targets, ["q"]);
+        let arr: rhai::Array = vec!["q".into(), "v".into()];
+        let two = Names::parse("lora", map(&[("targets", arr.into())])).unwrap();
+        assert_eq!(two.targets, ["q", "v"]);
+        assert!(Names::parse("lora", Map::new()).unwrap().targets.is_empty());
+        let e = Names::parse("lora", map(&[("targets", Dynamic::from_int(1))]))
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(
+            e.contains("lora option targets: expected a string or an array of strings"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -4,84 +4,94 @@
 
 use super::Model;
 use crate::convert::usize_of;
-use crate::error::{guard, runtime_error, RhaiResult};
+use crate::error::{guard, RhaiResult};
 use crate::help::Api;
-use crate::options::Options;
 use rhai::{Map, INT};
 use rusting_brain::nn::{
     AttentionMasks, EncoderLayerConfig, GroupNorm, MultiheadAttention, TransformerEncoderLayer,
 };
 use rusting_brain::{Generator, Tensor};
 
-const MASK_KEYS: [&str; 3] = ["key_padding_mask", "attn_mask", "is_causal"];
+crate::options! {
+    /// The masks of `#{ key_padding_mask, attn_mask, is_causal }` (tensors, and a bool).
+    struct MaskOptions {
+        key_padding_mask: Tensor,
+        attn_mask: Tensor,
+        is_causal: bool = false,
+    }
+}
 
-/// The masks of `#{ key_padding_mask, attn_mask, is_causal }` (tensors, and a bool).
-fn masks(o: &Options) -> RhaiResult<(Option<Tensor>, Option<Tensor>, bool)> {
-    let tensor = |key: &str| -> RhaiResult<Option<Tensor>> {
-        match o.get(key) {
-            None => Ok(None),
-            Some(v) if v.is_unit() => Ok(None),
-            Some(v) => v.clone().try_cast::<Tensor>().map(Some).ok_or_else(|| {
-                runtime_error(format!("{key} must be a tensor, got a {}", v.type_name()))
-            }),
+impl MaskOptions {
+    fn masks(&self) -> AttentionMasks<'_> {
+        AttentionMasks {
+            key_padding_mask: self.key_padding_mask.as_ref(),
+            attn_mask: self.attn_mask.as_ref(),
+            is_causal: self.is_causal,
         }
-    };
-    Ok((
-        tensor("key_padding_mask")?,
-        tensor("attn_mask")?,
-        o.bool("is_causal", false)?,
-    ))
+    }
+}
+
+crate::options! {
+    struct MhaOptions {
+        bias: bool = true,
+        dropout: f64 = 0.0,
+        batch_first: bool = false,
+        seed: INT = 0,
+    }
 }
 
 fn multi_head_attention(embed_dim: INT, heads: INT, opts: Map) -> RhaiResult<Model> {
     const WHAT: &str = "nn::multi_head_attention";
-    let o = Options::new(WHAT, opts, &["bias", "dropout", "batch_first", "seed"])?;
+    let o = MhaOptions::parse(WHAT, opts)?;
     let (e, h) = (usize_of(embed_dim, WHAT)?, usize_of(heads, WHAT)?);
-    let mut gen = Generator::new(o.int("seed", 0)? as u64);
-    let (bias, dropout, batch_first) = (
-        o.bool("bias", true)?,
-        o.float("dropout", 0.0)?,
-        o.bool("batch_first", false)?,
-    );
+    let mut gen = Generator::new(o.seed as u64);
+    let (bias, dropout, batch_first) = (o.bias, o.dropout, o.batch_first);
     guard(|| MultiheadAttention::new(e, h, bias, dropout, batch_first, &mut gen))
         .map(|m| Model::new(Box::new(m)))
 }
 
+crate::options! {
+    /// Each absent key keeps EncoderLayerConfig's default (PyTorch's).
+    struct EncoderLayerOptions {
+        dim_feedforward: usize,
+        dropout: f64,
+        activation: String,
+        layer_norm_eps: f64,
+        batch_first: bool,
+        norm_first: bool,
+        bias: bool,
+        seed: INT = 0,
+    }
+}
+
 fn encoder_layer(d_model: INT, nhead: INT, opts: Map) -> RhaiResult<Model> {
     const WHAT: &str = "nn::transformer_encoder_layer";
-    let o = Options::new(
-        WHAT,
-        opts,
-        &[
-            "dim_feedforward",
-            "dropout",
-            "activation",
-            "layer_norm_eps",
-            "batch_first",
-            "norm_first",
-            "bias",
-            "seed",
-        ],
-    )?;
+    let o = EncoderLayerOptions::parse(WHAT, opts)?;
     let mut c = EncoderLayerConfig::new(usize_of(d_model, WHAT)?, usize_of(nhead, WHAT)?);
-    c.dim_feedforward = o.usize("dim_feedforward", c.dim_feedforward)?;
-    c.dropout = o.float("dropout", c.dropout)?;
-    c.layer_norm_eps = o.float("layer_norm_eps", c.layer_norm_eps)?;
-    c.batch_first = o.bool("batch_first", c.batch_first)?;
-    c.norm_first = o.bool("norm_first", c.norm_first)?;
-    c.bias = o.bool("bias", c.bias)?;
-    if let Some(name) = o.string("activation")? {
-        c.activation = super::modules::activation_named(&name)?;
+    c.dim_feedforward = o.dim_feedforward.unwrap_or(c.dim_feedforward);
+    c.dropout = o.dropout.unwrap_or(c.dropout);
+    c.layer_norm_eps = o.layer_norm_eps.unwrap_or(c.layer_norm_eps);
+    c.batch_first = o.batch_first.unwrap_or(c.batch_first);
+    c.norm_first = o.norm_first.unwrap_or(c.norm_first);
+    c.bias = o.bias.unwrap_or(c.bias);
+    if let Some(name) = &o.activation {
+        c.activation = super::modules::activation_named(name)?;
     }
-    let mut gen = Generator::new(o.int("seed", 0)? as u64);
+    let mut gen = Generator::new(o.seed as u64);
     guard(|| TransformerEncoderLayer::new(c, &mut gen)).map(|m| Model::new(Box::new(m)))
+}
+
+crate::options! {
+    struct GroupNormOptions {
+        eps: f64 = 1e-5,
+        affine: bool = true,
+    }
 }
 
 fn group_norm_layer(groups: INT, channels: INT, opts: Map) -> RhaiResult<Model> {
     const WHAT: &str = "nn::group_norm";
-    let o = Options::new(WHAT, opts, &["eps", "affine"])?;
+    let GroupNormOptions { eps, affine } = GroupNormOptions::parse(WHAT, opts)?;
     let (g, c) = (usize_of(groups, WHAT)?, usize_of(channels, WHAT)?);
-    let (eps, affine) = (o.float("eps", 1e-5)?, o.bool("affine", true)?);
     guard(|| GroupNorm::new(g, c, eps, affine)).map(|m| Model::new(Box::new(m)))
 }
 
@@ -106,15 +116,9 @@ pub fn register(api: &mut Api) {
         "Attention of the queries over the keys and values: key_padding_mask [B, S] bool marks keys to ignore; attn_mask [T, S] (or [B * heads, T, S]) bool marks pairs that may not attend, or is a float added to the scores; is_causal lets query i see keys 0..=i.",
         "let mha = nn::multi_head_attention(8, 2, #{ batch_first: true }); let q = randn([1, 3, 8]); let kv = randn([1, 4, 8]); let pad = tensor([[false, false, false, true]]); print(mha.attention(q, kv, kv, #{ key_padding_mask: pad }).shape);",
         |m: &mut Model, q: Tensor, k: Tensor, v: Tensor, opts: Map| {
-            let o = Options::new("mha.attention", opts, &MASK_KEYS)?;
-            let (pad, mask, is_causal) = masks(&o)?;
+            let o = MaskOptions::parse("mha.attention", opts)?;
             m.with_layer("attention", |a: &MultiheadAttention| {
-                let masks = AttentionMasks {
-                    key_padding_mask: pad.as_ref(),
-                    attn_mask: mask.as_ref(),
-                    is_causal,
-                };
-                guard(|| a.attend(&q, &k, &v, masks))
+                guard(|| a.attend(&q, &k, &v, o.masks()))
             })
         },
     );
@@ -138,15 +142,9 @@ pub fn register(api: &mut Api) {
         "The encoder layer with masks for its self-attention (key_padding_mask is PyTorch's src_key_padding_mask, attn_mask its mask).",
         "let layer = nn::transformer_encoder_layer(8, 2, #{ batch_first: true, dim_feedforward: 16 }); layer.eval(); let pad = tensor([[false, false, true]]); print(layer.encode(randn([1, 3, 8]), #{ key_padding_mask: pad }).shape);",
         |m: &mut Model, src: Tensor, opts: Map| {
-            let o = Options::new("layer.encode", opts, &MASK_KEYS)?;
-            let (pad, mask, is_causal) = masks(&o)?;
+            let o = MaskOptions::parse("layer.encode", opts)?;
             m.with_layer("encode", |l: &TransformerEncoderLayer| {
-                let masks = AttentionMasks {
-                    key_padding_mask: pad.as_ref(),
-                    attn_mask: mask.as_ref(),
-                    is_causal,
-                };
-                guard(|| l.encode(&src, masks))
+                guard(|| l.encode(&src, o.masks()))
             })
         },
     );

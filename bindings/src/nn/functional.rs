@@ -2,14 +2,14 @@
 
 use crate::error::{guard, RhaiResult};
 use crate::help::Api;
-use crate::options::Options;
 use rhai::{Map, INT};
 use rusting_brain::{
     Conv2dOptions, ConvTranspose2dOptions, CrossEntropyOptions, Reduction, Tensor,
 };
 
-fn reduction(opts: &Options) -> RhaiResult<Reduction> {
-    match opts.string("reduction")? {
+/// The `reduction` option ("mean" when absent).
+fn reduction(r: Option<String>) -> RhaiResult<Reduction> {
+    match r {
         None => Ok(Reduction::Mean),
         Some(r) => Reduction::parse(&r).ok_or_else(|| {
             crate::error::runtime_error(format!(
@@ -19,46 +19,63 @@ fn reduction(opts: &Options) -> RhaiResult<Reduction> {
     }
 }
 
+crate::options! {
+    struct Conv2dOpts {
+        stride: (usize, usize) = (1, 1),
+        padding: (usize, usize) = (0, 0),
+        dilation: (usize, usize) = (1, 1),
+        groups: usize = 1,
+    }
+}
+
 fn conv2d(x: Tensor, w: Tensor, bias: Option<Tensor>, opts: Map) -> RhaiResult<Tensor> {
-    let o = Options::new(
-        "nn::conv2d",
-        opts,
-        &["stride", "padding", "dilation", "groups"],
-    )?;
+    let o = Conv2dOpts::parse("nn::conv2d", opts)?;
     let c = Conv2dOptions {
-        stride: o.pair("stride", (1, 1))?,
-        padding: o.pair("padding", (0, 0))?,
-        dilation: o.pair("dilation", (1, 1))?,
-        groups: o.usize("groups", 1)?,
+        stride: o.stride,
+        padding: o.padding,
+        dilation: o.dilation,
+        groups: o.groups,
     };
     guard(|| x.conv2d(&w, bias.as_ref(), c))
 }
 
-/// The options of a transposed convolution, as torch.nn.ConvTranspose2d names them.
-pub(super) fn conv_transpose_options(o: &Options) -> RhaiResult<ConvTranspose2dOptions> {
-    Ok(ConvTranspose2dOptions {
-        stride: o.pair("stride", (1, 1))?,
-        padding: o.pair("padding", (0, 0))?,
-        output_padding: o.pair("output_padding", (0, 0))?,
-        dilation: o.pair("dilation", (1, 1))?,
-        groups: o.usize("groups", 1)?,
-    })
+crate::options! {
+    /// The options of a transposed convolution, as torch.nn.ConvTranspose2d names them.
+    struct ConvTransposeOpts {
+        stride: (usize, usize) = (1, 1),
+        padding: (usize, usize) = (0, 0),
+        output_padding: (usize, usize) = (0, 0),
+        dilation: (usize, usize) = (1, 1),
+        groups: usize = 1,
+    }
 }
 
-pub(super) const CONV_TRANSPOSE_KEYS: [&str; 5] =
-    ["stride", "padding", "output_padding", "dilation", "groups"];
-
 fn conv_transpose2d(x: Tensor, w: Tensor, bias: Option<Tensor>, opts: Map) -> RhaiResult<Tensor> {
-    let o = Options::new("nn::conv_transpose2d", opts, &CONV_TRANSPOSE_KEYS)?;
-    let c = conv_transpose_options(&o)?;
+    let o = ConvTransposeOpts::parse("nn::conv_transpose2d", opts)?;
+    let c = ConvTranspose2dOptions {
+        stride: o.stride,
+        padding: o.padding,
+        output_padding: o.output_padding,
+        dilation: o.dilation,
+        groups: o.groups,
+    };
     guard(|| x.conv_transpose2d(&w, bias.as_ref(), c))
 }
 
+crate::options! {
+    struct PoolOpts {
+        kernel: (usize, usize) = (2, 2),
+        stride: (usize, usize) = kernel,
+        padding: (usize, usize) = (0, 0),
+    }
+}
+
 fn pool(x: Tensor, opts: Map, what: &str, max: bool) -> RhaiResult<Tensor> {
-    let o = Options::new(what, opts, &["kernel", "stride", "padding"])?;
-    let kernel = o.pair("kernel", (2, 2))?;
-    let stride = o.pair("stride", kernel)?;
-    let padding = o.pair("padding", (0, 0))?;
+    let PoolOpts {
+        kernel,
+        stride,
+        padding,
+    } = PoolOpts::parse(what, opts)?;
     guard(|| {
         if max {
             x.max_pool2d(kernel, stride, padding)
@@ -68,17 +85,21 @@ fn pool(x: Tensor, opts: Map, what: &str, max: bool) -> RhaiResult<Tensor> {
     })
 }
 
+crate::options! {
+    struct CrossEntropyOpts {
+        ignore_index: INT = -100,
+        label_smoothing: f64 = 0.0,
+        reduction: String,
+    }
+}
+
 /// cross_entropy's options, for `what` (which names the function in errors).
 fn ce_options(what: &str, opts: Map) -> RhaiResult<CrossEntropyOptions> {
-    let o = Options::new(
-        what,
-        opts,
-        &["ignore_index", "label_smoothing", "reduction"],
-    )?;
+    let o = CrossEntropyOpts::parse(what, opts)?;
     Ok(CrossEntropyOptions {
-        ignore_index: Some(o.int("ignore_index", -100)?),
-        label_smoothing: o.float("label_smoothing", 0.0)?,
-        reduction: reduction(&o)?,
+        ignore_index: Some(o.ignore_index),
+        label_smoothing: o.label_smoothing,
+        reduction: reduction(o.reduction)?,
     })
 }
 
@@ -97,9 +118,14 @@ fn optional_tensor(v: rhai::Dynamic, what: &str) -> RhaiResult<Option<Tensor>> {
     })
 }
 
+crate::options! {
+    struct LayerNormOpts {
+        eps: f64 = 1e-5,
+    }
+}
+
 fn layer_norm(x: Tensor, w: rhai::Dynamic, b: rhai::Dynamic, opts: Map) -> RhaiResult<Tensor> {
-    let o = Options::new("nn::layer_norm", opts, &["eps"])?;
-    let eps = o.float("eps", 1e-5)?;
+    let eps = LayerNormOpts::parse("nn::layer_norm", opts)?.eps;
     let (w, b) = (
         optional_tensor(w, "nn::layer_norm")?,
         optional_tensor(b, "nn::layer_norm")?,
@@ -115,24 +141,35 @@ fn group_norm(
     opts: Map,
 ) -> RhaiResult<Tensor> {
     const WHAT: &str = "nn::group_norm";
-    let o = Options::new(WHAT, opts, &["eps"])?;
-    let eps = o.float("eps", 1e-5)?;
+    let eps = LayerNormOpts::parse(WHAT, opts)?.eps;
     let groups = crate::convert::usize_of(groups, WHAT)?;
     let (w, b) = (optional_tensor(w, WHAT)?, optional_tensor(b, WHAT)?);
     guard(|| x.group_norm(groups, w.as_ref(), b.as_ref(), eps))
 }
 
+crate::options! {
+    struct BatchNormOpts {
+        training: bool = false,
+        momentum: f64 = 0.1,
+        eps: f64 = 1e-5,
+        silu: bool = false,
+    }
+}
+
 /// torch.nn.functional.batch_norm: running statistics, weight and bias may each be ().
 fn batch_norm(x: Tensor, stats: [rhai::Dynamic; 4], opts: Map) -> RhaiResult<Tensor> {
     const WHAT: &str = "nn::batch_norm";
-    let o = Options::new(WHAT, opts, &["training", "momentum", "eps", "silu"])?;
-    let training = o.bool("training", false)?;
-    let norm = if o.bool("silu", false)? {
+    let BatchNormOpts {
+        training,
+        momentum,
+        eps,
+        silu,
+    } = BatchNormOpts::parse(WHAT, opts)?;
+    let norm = if silu {
         Tensor::batch_norm_silu
     } else {
         Tensor::batch_norm
     };
-    let (momentum, eps) = (o.float("momentum", 0.1)?, o.float("eps", 1e-5)?);
     let [rm, rv, w, b] = stats.map(|v| optional_tensor(v, WHAT));
     let (rm, rv, w, b) = (rm?, rv?, w?, b?);
     let running = match (&rm, &rv) {
@@ -147,22 +184,30 @@ fn batch_norm(x: Tensor, stats: [rhai::Dynamic; 4], opts: Map) -> RhaiResult<Ten
     guard(|| norm(&x, running, w.as_ref(), b.as_ref(), training, momentum, eps))
 }
 
+crate::options! {
+    struct RmsNormOpts {
+        eps: f64 = 1e-6,
+    }
+}
+
 fn rms_norm(x: Tensor, w: rhai::Dynamic, opts: Map) -> RhaiResult<Tensor> {
-    let o = Options::new("nn::rms_norm", opts, &["eps"])?;
-    let eps = o.float("eps", 1e-6)?;
+    let eps = RmsNormOpts::parse("nn::rms_norm", opts)?.eps;
     let w = optional_tensor(w, "nn::rms_norm")?;
     guard(|| x.rms_norm(w.as_ref(), eps))
 }
 
+crate::options! {
+    struct AttentionOpts {
+        causal: bool = false,
+        scale: f64,
+    }
+}
+
 fn attention(q: Tensor, k: Tensor, v: Tensor, opts: Map) -> RhaiResult<Tensor> {
-    let o = Options::new(
-        "nn::scaled_dot_product_attention",
-        opts,
-        &["causal", "scale"],
-    )?;
+    let o = AttentionOpts::parse("nn::scaled_dot_product_attention", opts)?;
     let opts = rusting_brain::AttentionOptions {
-        causal: o.bool("causal", false)?,
-        scale: o.opt_float("scale")?,
+        causal: o.causal,
+        scale: o.scale,
     };
     guard(|| q.scaled_dot_product_attention(&k, &v, opts))
 }
@@ -172,21 +217,29 @@ fn linear_cross_entropy(h: Tensor, w: Tensor, t: Tensor, opts: Map) -> RhaiResul
     guard(|| rusting_brain::linear_cross_entropy(&h, &w, &t, c))
 }
 
+crate::options! {
+    struct LossOpts {
+        reduction: String,
+    }
+}
+
+crate::options! {
+    struct HuberOpts {
+        reduction: String,
+        delta: f64 = 1.0,
+    }
+}
+
 fn simple_loss(pred: Tensor, target: Tensor, opts: Map, what: &'static str) -> RhaiResult<Tensor> {
-    let valid: &[&str] = if what == "nn::huber_loss" {
-        &["reduction", "delta"]
-    } else {
-        &["reduction"]
-    };
-    let o = Options::new(what, opts, valid)?;
-    let r = reduction(&o)?;
+    if what == "nn::huber_loss" {
+        let o = HuberOpts::parse(what, opts)?;
+        let (r, delta) = (reduction(o.reduction)?, o.delta);
+        return guard(|| rusting_brain::huber_loss(&pred, &target, delta, r));
+    }
+    let r = reduction(LossOpts::parse(what, opts)?.reduction)?;
     match what {
         "nn::mse_loss" => guard(|| rusting_brain::mse_loss(&pred, &target, r)),
-        "nn::bce_with_logits" => guard(|| rusting_brain::bce_with_logits(&pred, &target, r)),
-        _ => {
-            let delta = o.float("delta", 1.0)?;
-            guard(|| rusting_brain::huber_loss(&pred, &target, delta, r))
-        }
+        _ => guard(|| rusting_brain::bce_with_logits(&pred, &target, r)),
     }
 }
 

@@ -6,36 +6,41 @@
 use super::modules::Model;
 use crate::error::{guard, runtime_error, RhaiResult};
 use crate::help::Api;
-use crate::options::Options;
-use rhai::{Array, Map};
+use rhai::{Array, Map, INT};
 use rusting_brain::nn::lora_targets::{add_lora, merge_lora};
 use rusting_brain::nn::LoraSpec;
 
-const KEYS: &[&str] = &["targets", "rank", "alpha", "dropout", "train_also", "seed"];
-
-fn names(o: &Options, key: &str) -> RhaiResult<Vec<String>> {
-    match o.get(key) {
-        None => Ok(Vec::new()),
-        Some(v) => crate::text::strings(v, &format!("model.lora option {key}")),
+crate::options! {
+    struct LoraOptions {
+        targets: Vec<String> = Vec::new(),
+        rank: usize = 8,
+        alpha: f64 = 2.0 * rank as f64,
+        dropout: f64 = 0.0,
+        train_also: Vec<String> = Vec::new(),
+        seed: INT = 0,
     }
 }
 
 fn lora(model: &mut Model, opts: Map) -> RhaiResult<Array> {
-    let o = Options::new("model.lora", opts, KEYS)?;
-    let targets = names(&o, "targets")?;
+    let LoraOptions {
+        targets,
+        rank,
+        alpha,
+        dropout,
+        train_also,
+        seed,
+    } = LoraOptions::parse("model.lora", opts)?;
     if targets.is_empty() {
         return Err(runtime_error(
             "model.lora needs targets: the linear layers to adapt by name, e.g. #{ targets: [\"query\", \"value\"] }",
         ));
     }
-    let rank = o.usize("rank", 8)?;
     let spec = LoraSpec {
         rank,
-        scale: o.float("alpha", 2.0 * rank as f64)? / rank.max(1) as f64,
-        dropout: o.float("dropout", 0.0)?,
+        scale: alpha / rank.max(1) as f64,
+        dropout,
     };
-    let train_also = names(&o, "train_also")?;
-    let seed = o.int("seed", 0)? as u64;
+    let seed = seed as u64;
     let mut guard_ = model.lock();
     let adapted = guard(|| add_lora(guard_.as_mut(), &targets, &train_also, spec, seed))?;
     Ok(adapted.into_iter().map(Into::into).collect())

@@ -4,14 +4,13 @@
 use crate::convert::{self, shape};
 use crate::error::{guard, runtime_error, RhaiResult};
 use crate::help::Api;
-use crate::options::Options;
 use rhai::{Array, Dynamic, Map, INT};
 use rusting_brain::nn::export_module;
 use rusting_brain::nn::{
     Activation, AdaptiveAvgPool2d, AvgPool2d, BatchNorm2d, Conv2d, ConvTranspose2d, Dropout,
     Embedding, Flatten, LayerNorm, Linear, MaxPool2d, Mlp, Module, RmsNorm, Sequential, Window,
 };
-use rusting_brain::Conv2dOptions;
+use rusting_brain::{Conv2dOptions, ConvTranspose2dOptions};
 use rusting_brain::{Generator, Tensor};
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -77,13 +76,9 @@ impl Model {
     }
 }
 
-fn seed_of(o: &Options) -> RhaiResult<Generator> {
-    Ok(Generator::new(o.int("seed", 0)? as u64))
-}
-
-fn activation(o: &Options) -> RhaiResult<Activation> {
-    let name = o.string("activation")?.unwrap_or_else(|| "relu".into());
-    activation_named(&name)
+/// The generator a `seed` option (0 when absent) starts.
+fn seed_of(seed: INT) -> Generator {
+    Generator::new(seed as u64)
 }
 
 /// The activation `name` says, or an error listing the names there are.
@@ -97,20 +92,34 @@ pub(super) fn activation_named(name: &str) -> RhaiResult<Activation> {
     })
 }
 
+crate::options! {
+    struct MlpOptions {
+        activation: String = "relu".into(),
+        seed: INT = 0,
+    }
+}
+
 fn mlp(sizes: Array, opts: Map) -> RhaiResult<Model> {
-    let o = Options::new("nn::mlp", opts, &["activation", "seed"])?;
+    let o = MlpOptions::parse("nn::mlp", opts)?;
     let sizes = shape(&sizes, "nn::mlp")?;
-    let (act, mut gen) = (activation(&o)?, seed_of(&o)?);
+    let (act, mut gen) = (activation_named(&o.activation)?, seed_of(o.seed));
     guard(|| Mlp::new(&sizes, act, &mut gen)).map(|m| Model::new(Box::new(m)))
 }
 
+crate::options! {
+    struct LinearOptions {
+        bias: bool = true,
+        seed: INT = 0,
+    }
+}
+
 fn linear(inp: INT, out: INT, opts: Map) -> RhaiResult<Model> {
-    let o = Options::new("nn::linear", opts, &["bias", "seed"])?;
+    let o = LinearOptions::parse("nn::linear", opts)?;
     let (i, n) = (
         convert::usize_of(inp, "nn::linear")?,
         convert::usize_of(out, "nn::linear")?,
     );
-    let (bias, mut gen) = (o.bool("bias", true)?, seed_of(&o)?);
+    let (bias, mut gen) = (o.bias, seed_of(o.seed));
     guard(|| Linear::new(i, n, bias, &mut gen)).map(|m| Model::new(Box::new(m)))
 }
 
@@ -184,89 +193,141 @@ fn sequential(layers: Array) -> RhaiResult<Model> {
     Ok(Model::new(Box::new(seq)))
 }
 
+crate::options! {
+    struct ConvLayerOptions {
+        stride: (usize, usize) = (1, 1),
+        padding: (usize, usize) = (0, 0),
+        dilation: (usize, usize) = (1, 1),
+        groups: usize = 1,
+        bias: bool = true,
+        seed: INT = 0,
+    }
+}
+
 fn conv_layer(cin: INT, cout: INT, k: Dynamic, opts: Map) -> RhaiResult<Model> {
-    let o = Options::new(
-        "nn::conv2d_layer",
-        opts,
-        &["stride", "padding", "dilation", "groups", "bias", "seed"],
-    )?;
+    let o = ConvLayerOptions::parse("nn::conv2d_layer", opts)?;
     let kernel = crate::options::pair(&k, "nn::conv2d_layer kernel")?;
     let c = Conv2dOptions {
-        stride: o.pair("stride", (1, 1))?,
-        padding: o.pair("padding", (0, 0))?,
-        dilation: o.pair("dilation", (1, 1))?,
-        groups: o.usize("groups", 1)?,
+        stride: o.stride,
+        padding: o.padding,
+        dilation: o.dilation,
+        groups: o.groups,
     };
     let (cin, cout) = (
         convert::usize_of(cin, "nn::conv2d_layer")?,
         convert::usize_of(cout, "nn::conv2d_layer")?,
     );
-    let (bias, mut gen) = (o.bool("bias", true)?, seed_of(&o)?);
+    let (bias, mut gen) = (o.bias, seed_of(o.seed));
     boxed(Conv2d::new(cin, cout, kernel, c, bias, &mut gen))
+}
+
+crate::options! {
+    struct ConvTransposeLayerOptions {
+        stride: (usize, usize) = (1, 1),
+        padding: (usize, usize) = (0, 0),
+        output_padding: (usize, usize) = (0, 0),
+        dilation: (usize, usize) = (1, 1),
+        groups: usize = 1,
+        bias: bool = true,
+        seed: INT = 0,
+    }
 }
 
 fn conv_transpose_layer(cin: INT, cout: INT, k: Dynamic, opts: Map) -> RhaiResult<Model> {
     const WHAT: &str = "nn::conv_transpose2d_layer";
-    let keys: Vec<&str> = super::functional::CONV_TRANSPOSE_KEYS
-        .into_iter()
-        .chain(["bias", "seed"])
-        .collect();
-    let o = Options::new(WHAT, opts, &keys)?;
+    let o = ConvTransposeLayerOptions::parse(WHAT, opts)?;
     let kernel = crate::options::pair(&k, &format!("{WHAT} kernel"))?;
-    let c = super::functional::conv_transpose_options(&o)?;
+    let c = ConvTranspose2dOptions {
+        stride: o.stride,
+        padding: o.padding,
+        output_padding: o.output_padding,
+        dilation: o.dilation,
+        groups: o.groups,
+    };
     let (cin, cout) = (
         convert::usize_of(cin, WHAT)?,
         convert::usize_of(cout, WHAT)?,
     );
-    let (bias, mut gen) = (o.bool("bias", true)?, seed_of(&o)?);
+    let (bias, mut gen) = (o.bias, seed_of(o.seed));
     boxed(ConvTranspose2d::new(cin, cout, kernel, c, bias, &mut gen))
 }
 
+crate::options! {
+    struct SeedOptions {
+        seed: INT = 0,
+    }
+}
+
 fn embedding(n: INT, d: INT, opts: Map) -> RhaiResult<Model> {
-    let o = Options::new("nn::embedding", opts, &["seed"])?;
+    let o = SeedOptions::parse("nn::embedding", opts)?;
     let (n, d, mut gen) = (
         convert::usize_of(n, "nn::embedding")?,
         convert::usize_of(d, "nn::embedding")?,
-        seed_of(&o)?,
+        seed_of(o.seed),
     );
     boxed(Embedding::new(n, d, &mut gen))
 }
 
+crate::options! {
+    struct LayerNormOptions {
+        eps: f64 = 1e-5,
+    }
+}
+
 fn layer_norm(d: INT, opts: Map) -> RhaiResult<Model> {
-    let o = Options::new("nn::layer_norm", opts, &["eps"])?;
+    let eps = LayerNormOptions::parse("nn::layer_norm", opts)?.eps;
     let d = convert::usize_of(d, "nn::layer_norm")?;
-    boxed(LayerNorm::new(&[d], o.float("eps", 1e-5)?, true))
+    boxed(LayerNorm::new(&[d], eps, true))
+}
+
+crate::options! {
+    struct RmsNormOptions {
+        eps: f64 = 1e-6,
+    }
 }
 
 fn rms_norm(d: INT, opts: Map) -> RhaiResult<Model> {
-    let o = Options::new("nn::rms_norm", opts, &["eps"])?;
+    let eps = RmsNormOptions::parse("nn::rms_norm", opts)?.eps;
     let d = convert::usize_of(d, "nn::rms_norm")?;
-    boxed(RmsNorm::new(d, o.float("eps", 1e-6)?))
+    boxed(RmsNorm::new(d, eps))
 }
 
 fn dropout(p: rhai::FLOAT, opts: Map) -> RhaiResult<Model> {
-    let o = Options::new("nn::dropout", opts, &["seed"])?;
-    let mut gen = seed_of(&o)?;
+    let o = SeedOptions::parse("nn::dropout", opts)?;
+    let mut gen = seed_of(o.seed);
     boxed(Dropout::new(p, &mut gen))
+}
+
+crate::options! {
+    /// A pooling layer's window: the kernel is required, the stride defaults to it.
+    struct WindowOptions {
+        kernel: (usize, usize),
+        stride: (usize, usize),
+        padding: (usize, usize) = (0, 0),
+    }
 }
 
 /// A pooling layer's window from `#{ kernel, stride, padding }` (stride defaults to the kernel).
 fn window(opts: Map, what: &str) -> RhaiResult<Window> {
-    let o = Options::new(what, opts, &["kernel", "stride", "padding"])?;
+    let o = WindowOptions::parse(what, opts)?;
     let kernel = o
-        .get("kernel")
+        .kernel
         .ok_or_else(|| runtime_error(format!("{what}: needs a kernel (an int or [h, w])")))?;
-    let kernel = crate::options::pair(kernel, &format!("{what} kernel"))?;
     Ok(Window {
         kernel,
-        stride: o.pair("stride", kernel)?,
-        padding: o.pair("padding", (0, 0))?,
+        stride: o.stride.unwrap_or(kernel),
+        padding: o.padding,
     })
 }
 
+crate::options! {
+    struct FlattenOptions {
+        start_dim: usize = 1,
+    }
+}
+
 fn flatten(opts: Map) -> RhaiResult<Model> {
-    let o = Options::new("nn::flatten", opts, &["start_dim"])?;
-    let start_dim = o.usize("start_dim", 1)?;
+    let start_dim = FlattenOptions::parse("nn::flatten", opts)?.start_dim;
     Ok(Model::new(Box::new(Flatten::new(start_dim))))
 }
 
@@ -419,10 +480,18 @@ fn register_layers(api: &mut Api) {
     api.func("conv_transpose2d_layer", "nn::conv_transpose2d_layer(in, out, kernel, #{ stride, padding, output_padding, dilation, groups, bias, seed }) -> Model", "A ConvTranspose2d layer (weight [in, out/groups, kh, kw]) with PyTorch's default init: the upsampling half of decoders and U-Nets.", "let up = nn::conv_transpose2d_layer(16, 8, 2, #{ stride: 2 }); print(up.forward(randn([1, 16, 5, 5])).shape);", conv_transpose_layer);
 }
 
+crate::options! {
+    struct LoadStateDictOptions {
+        strict: bool = true,
+        /// A map of prefix to prefix, checked below.
+        rename: Dynamic,
+    }
+}
+
 fn load_state_dict_with(m: &mut Model, state: Map, opts: Map) -> RhaiResult<Map> {
     const WHAT: &str = "load_state_dict";
-    let o = Options::new(WHAT, opts, &["strict", "rename"])?;
-    let renames = match o.get("rename") {
+    let o = LoadStateDictOptions::parse(WHAT, opts)?;
+    let renames = match &o.rename {
         None => Vec::new(),
         Some(v) => v
             .read_lock::<Map>()
@@ -442,7 +511,7 @@ fn load_state_dict_with(m: &mut Model, state: Map, opts: Map) -> RhaiResult<Map>
     };
     let state = map_to_tensors(&state, WHAT)?;
     let state = guard(|| rusting_brain::nn::rename_prefixes(state, &renames))?;
-    let strict = o.bool("strict", true)?;
+    let strict = o.strict;
     let report = guard(|| m.lock().load_state_dict(&state, strict))?;
     let names =
         |v: Vec<String>| -> Dynamic { v.into_iter().map(Dynamic::from).collect::<Array>().into() };

@@ -5,67 +5,81 @@ use super::modules::Model;
 use crate::convert::usize_of;
 use crate::error::{guard, runtime_error, RhaiResult};
 use crate::help::Api;
-use crate::options::Options;
 use rhai::{Dynamic, Map, INT};
 use rusting_brain::nn::{Cell, Recurrent, RecurrentConfig};
 use rusting_brain::{Generator, Tensor};
 
-const KEYS: [&str; 6] = [
-    "num_layers",
-    "bias",
-    "bidirectional",
-    "batch_first",
-    "seed",
-    "nonlinearity",
-];
+crate::options! {
+    /// nn::lstm's and nn::gru's options.
+    struct RecurrentOptions {
+        num_layers: usize = 1,
+        bias: bool = true,
+        bidirectional: bool = false,
+        batch_first: bool = false,
+        seed: INT = 0,
+    }
+}
+
+crate::options! {
+    /// nn::rnn's: those of nn::lstm and its nonlinearity.
+    struct RnnOptions {
+        num_layers: usize = 1,
+        bias: bool = true,
+        bidirectional: bool = false,
+        batch_first: bool = false,
+        seed: INT = 0,
+        nonlinearity: String = "tanh".into(),
+    }
+}
 
 fn layer(what: &str, cell: Cell, input: INT, hidden: INT, opts: Map) -> RhaiResult<Model> {
-    let keys: &[&str] = if matches!(cell, Cell::Rnn { .. }) {
-        &KEYS
-    } else {
-        &KEYS[..5]
-    };
-    let o = Options::new(what, opts, keys)?;
-    let cell = match cell {
-        Cell::Rnn { .. } => match o.string("nonlinearity")?.as_deref() {
-            None | Some("tanh") => Cell::Rnn { relu: false },
-            Some("relu") => Cell::Rnn { relu: true },
-            Some(other) => {
-                return Err(runtime_error(format!(
-                    "{what}: nonlinearity must be \"tanh\" or \"relu\", got \"{other}\""
-                )))
-            }
-        },
-        c => c,
+    let (o, cell) = match cell {
+        Cell::Rnn { .. } => {
+            let o = RnnOptions::parse(what, opts)?;
+            let relu = match o.nonlinearity.as_str() {
+                "tanh" => false,
+                "relu" => true,
+                other => {
+                    return Err(runtime_error(format!(
+                        "{what}: nonlinearity must be \"tanh\" or \"relu\", got \"{other}\""
+                    )))
+                }
+            };
+            let common = RecurrentOptions {
+                num_layers: o.num_layers,
+                bias: o.bias,
+                bidirectional: o.bidirectional,
+                batch_first: o.batch_first,
+                seed: o.seed,
+            };
+            (common, Cell::Rnn { relu })
+        }
+        c => (RecurrentOptions::parse(what, opts)?, c),
     };
     let config = RecurrentConfig {
         cell,
         input_size: usize_of(input, what)?,
         hidden_size: usize_of(hidden, what)?,
-        layers: usize_of(o.int("num_layers", 1)?, what)?,
-        bias: o.bool("bias", true)?,
-        bidirectional: o.bool("bidirectional", false)?,
-        batch_first: o.bool("batch_first", false)?,
+        layers: o.num_layers,
+        bias: o.bias,
+        bidirectional: o.bidirectional,
+        batch_first: o.batch_first,
     };
-    let mut gen = Generator::new(o.int("seed", 0)? as u64);
+    let mut gen = Generator::new(o.seed as u64);
     guard(|| Recurrent::new(config, &mut gen)).map(|m| Model::new(Box::new(m)))
 }
 
+crate::options! {
+    struct RunOptions {
+        h0: Tensor,
+        c0: Tensor,
+        lengths: Tensor,
+    }
+}
+
 fn run(m: &mut Model, x: Tensor, opts: Map) -> RhaiResult<Map> {
-    let o = Options::new("run", opts, &["h0", "c0", "lengths"])?;
-    let tensor = |key: &str| -> RhaiResult<Option<Tensor>> {
-        match o.get(key) {
-            None => Ok(None),
-            Some(v) => v.clone().try_cast::<Tensor>().map(Some).ok_or_else(|| {
-                runtime_error(format!(
-                    "run: {key} must be a tensor, got a {}",
-                    v.type_name()
-                ))
-            }),
-        }
-    };
-    let (h0, c0) = (tensor("h0")?, tensor("c0")?);
-    let lengths: Option<Vec<usize>> = match tensor("lengths")? {
+    let RunOptions { h0, c0, lengths } = RunOptions::parse("run", opts)?;
+    let lengths: Option<Vec<usize>> = match lengths {
         Some(t) => Some(
             guard(|| t.to_vec::<i64>())?
                 .into_iter()
