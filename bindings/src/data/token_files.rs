@@ -4,7 +4,6 @@
 
 use crate::error::{guard, runtime_error, RhaiResult};
 use crate::help::{self, with_tokenizer, with_tokens, Api};
-use crate::options::Options;
 use crate::text::{extensions, files_of};
 use rhai::{Array, Dynamic, Engine, Map, FLOAT, INT};
 use rusting_brain::data::{unigram_cross_entropy, Shard, TokenFile, TokenFileOptions, TokenSpan};
@@ -25,8 +24,9 @@ pub fn register_types(engine: &mut Engine) {
     );
 }
 
-fn eos_of(o: &Options, tok: &Tokenizer) -> RhaiResult<Option<u32>> {
-    match o.get("eos") {
+/// The `eos` option: a token's string, an id, or false for none; the tokenizer's when absent.
+fn eos_of(eos: Option<&Dynamic>, tok: &Tokenizer) -> RhaiResult<Option<u32>> {
+    match eos {
         None => Ok(tok.eos_id()),
         Some(v) if v.as_bool() == Ok(false) => Ok(None),
         Some(v) => {
@@ -47,18 +47,22 @@ fn eos_of(o: &Options, tok: &Tokenizer) -> RhaiResult<Option<u32>> {
     }
 }
 
+crate::options! {
+    struct TokenFileOpts {
+        eos: Dynamic,
+        jsonl_field: String = "text".into(),
+        extensions: Vec<String>,
+    }
+}
+
 fn token_file(tok: Tokenizer, paths: Dynamic, out: &str, opts: Map) -> RhaiResult<TokenFile> {
-    let o = Options::new(
-        "data::token_file",
-        opts,
-        &["eos", "jsonl_field", "extensions"],
-    )?;
+    let o = TokenFileOpts::parse("data::token_file", opts)?;
     let options = TokenFileOptions {
-        eos: eos_of(&o, &tok)?,
-        jsonl_field: o.string("jsonl_field")?.unwrap_or_else(|| "text".into()),
+        eos: eos_of(o.eos.as_ref(), &tok)?,
+        jsonl_field: o.jsonl_field,
         ..TokenFileOptions::default()
     };
-    let files = files_of(&paths, &extensions(&o)?, "data::token_file")?;
+    let files = files_of(&paths, &extensions(o.extensions), "data::token_file")?;
     guard(|| TokenFile::write_from_files(&tok, &files, out, &options))
 }
 
@@ -72,14 +76,22 @@ fn pair(x: Tensor, y: Tensor) -> RhaiResult<Array> {
     })
 }
 
+crate::options! {
+    struct BatchOptions {
+        seed: INT = 0,
+        shard: usize,
+        shards: usize,
+    }
+}
+
 fn batch(span: &TokenSpan, step: INT, b: INT, seq_len: INT, opts: Map) -> RhaiResult<Array> {
-    let o = Options::new("batch", opts, &["seed", "shard", "shards"])?;
-    let seed = o.int("seed", 0)? as u64;
+    let o = BatchOptions::parse("batch", opts)?;
+    let seed = o.seed as u64;
     // Under `brain launch`, each rank reads its own part of the step's windows by default.
     let dist = guard(rusting_brain::dist::current)?;
     let (index, count) = (
-        o.usize("shard", dist.rank)?,
-        o.usize("shards", dist.world_size)?,
+        o.shard.unwrap_or(dist.rank),
+        o.shards.unwrap_or(dist.world_size),
     );
     let shard = guard(|| Shard::new(index, count))?;
     let step = u64::try_from(step)

@@ -2,7 +2,6 @@
 //! and `template.render(messages, opts)`; the rendering is the engine's (`text::chat_template`).
 
 use crate::error::{guard, runtime_error, RhaiResult};
-use crate::options::Options;
 use rhai::{Array, Map};
 use rusting_brain::text::chat_template::{ChatMessage, ChatTemplate};
 use std::path::Path;
@@ -31,19 +30,23 @@ pub(crate) fn messages(list: &Array) -> RhaiResult<Vec<ChatMessage>> {
         .collect()
 }
 
+crate::options! {
+    struct RenderOptions {
+        add_generation_prompt: bool = false,
+        bos_token: String,
+        eos_token: String,
+    }
+}
+
 pub fn render(t: &mut ChatTemplate, list: Array, opts: Map) -> RhaiResult<String> {
-    let o = Options::new(
-        "template.render",
-        opts,
-        &["add_generation_prompt", "bos_token", "eos_token"],
-    )?;
+    let o = RenderOptions::parse("template.render", opts)?;
     let mut template = t.clone();
-    for key in ["bos_token", "eos_token"] {
-        if let Some(token) = o.string(key)? {
-            template = template.with_token(key, &token);
+    for (key, token) in [("bos_token", &o.bos_token), ("eos_token", &o.eos_token)] {
+        if let Some(token) = token {
+            template = template.with_token(key, token);
         }
     }
-    let add = o.bool("add_generation_prompt", false)?;
+    let add = o.add_generation_prompt;
     let list = messages(&list)?;
     guard(|| template.render(&list, add))
 }

@@ -4,7 +4,6 @@
 
 use crate::convert::string_list;
 use crate::error::{guard, runtime_error, RhaiResult};
-use crate::options::Options;
 use rhai::{Array, Dynamic};
 use rusting_brain::text::{collect, FileFilter};
 use std::path::PathBuf;
@@ -28,19 +27,11 @@ pub(crate) fn strings(v: &Dynamic, what: &str) -> RhaiResult<Vec<String>> {
 
 /// The `extensions` option: a list of extensions, or `"*"` for every file whose content is
 /// text (binary files skipped).
-pub(crate) fn extensions(o: &Options) -> RhaiResult<FileFilter> {
-    match o.get("extensions") {
-        Some(v) => {
-            let list = strings(v, "extensions")?;
-            if list.len() == 1 && list[0] == "*" {
-                Ok(FileFilter::Text)
-            } else {
-                Ok(FileFilter::Extensions(list))
-            }
-        }
-        None => Ok(FileFilter::Extensions(
-            DEFAULT_EXTENSIONS.iter().map(|s| s.to_string()).collect(),
-        )),
+pub(crate) fn extensions(list: Option<Vec<String>>) -> FileFilter {
+    match list {
+        Some(list) if list.len() == 1 && list[0] == "*" => FileFilter::Text,
+        Some(list) => FileFilter::Extensions(list),
+        None => FileFilter::Extensions(DEFAULT_EXTENSIONS.iter().map(|s| s.to_string()).collect()),
     }
 }
 

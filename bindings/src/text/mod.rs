@@ -9,38 +9,32 @@ pub(crate) use files::{extensions, files_of, strings};
 
 use crate::error::{guard, runtime_error, RhaiResult};
 use crate::help::{self, with_tokenizer, Api};
-use crate::options::Options;
 use rhai::{Array, Dynamic, Engine, Map, Module, INT};
 use rusting_brain::text::{collect, SplitPattern, Tokenizer, TrainOptions};
 use rusting_brain::Tensor;
 use std::path::PathBuf;
 
+crate::options! {
+    struct TrainBpeOptions {
+        vocab_size: usize = TrainOptions::default().vocab_size,
+        special_tokens: Vec<String> = TrainOptions::default().special_tokens,
+        pattern: String = "gpt2".into(),
+        extensions: Vec<String>,
+        min_frequency: u64 = 0,
+        jsonl_field: String = TrainOptions::default().jsonl_field,
+    }
+}
+
 fn train_bpe(paths: Dynamic, opts: Map) -> RhaiResult<Tokenizer> {
-    let o = Options::new(
-        "text::train_bpe",
-        opts,
-        &[
-            "vocab_size",
-            "special_tokens",
-            "pattern",
-            "extensions",
-            "min_frequency",
-            "jsonl_field",
-        ],
-    )?;
-    let defaults = TrainOptions::default();
-    let pattern_name = o.string("pattern")?.unwrap_or_else(|| "gpt2".into());
+    let o = TrainBpeOptions::parse("text::train_bpe", opts)?;
     let options = TrainOptions {
-        vocab_size: o.usize("vocab_size", defaults.vocab_size)?,
-        special_tokens: match o.get("special_tokens") {
-            Some(v) => strings(v, "text::train_bpe option special_tokens")?,
-            None => defaults.special_tokens,
-        },
-        pattern: guard(|| SplitPattern::parse(&pattern_name))?,
-        min_frequency: o.usize("min_frequency", 0)? as u64,
-        jsonl_field: o.string("jsonl_field")?.unwrap_or(defaults.jsonl_field),
+        vocab_size: o.vocab_size,
+        special_tokens: o.special_tokens,
+        pattern: guard(|| SplitPattern::parse(&o.pattern))?,
+        min_frequency: o.min_frequency,
+        jsonl_field: o.jsonl_field,
     };
-    let files = files_of(&paths, &extensions(&o)?, "text::train_bpe")?;
+    let files = files_of(&paths, &extensions(o.extensions), "text::train_bpe")?;
     guard(|| rusting_brain::text::train_bpe_files(&files, &options))
 }
 
@@ -74,9 +68,26 @@ fn ids_of(v: &Dynamic, what: &str) -> RhaiResult<Vec<u32>> {
         .collect()
 }
 
+crate::options! {
+    struct DecodeOptions {
+        skip_special: bool = false,
+    }
+}
+
+crate::options! {
+    struct FilesOptions {
+        extensions: Vec<String>,
+    }
+}
+
+crate::options! {
+    struct EncodeOptions {
+        add_special_tokens: bool = false,
+    }
+}
+
 fn decode(tok: &mut Tokenizer, ids: Dynamic, opts: Map) -> RhaiResult<String> {
-    let o = Options::new("decode", opts, &["skip_special"])?;
-    let skip = o.bool("skip_special", false)?;
+    let skip = DecodeOptions::parse("decode", opts)?.skip_special;
     let ids = ids_of(&ids, "decode")?;
     guard(|| tok.decode(&ids, skip))
 }
@@ -158,9 +169,9 @@ pub fn register(engine: &mut Engine) {
             "The files under paths: named files as given, directories walked recursively in sorted order, globs (*, ?, **) expanded; filtered by extension (default txt, md, jsonl), or with extensions: \"*\" every file whose first 8 KiB are UTF-8 text without NUL bytes.",
             "io::write_text(\"docs/a.md\", \"# Notes\"); io::write_text(\"src/main.rs\", \"fn main() {}\"); let srcs = text::files([\"docs\", \"src\"], #{ extensions: [\"md\", \"rs\"] });",
             |paths: Dynamic, opts: Map| -> RhaiResult<Array> {
-                let o = Options::new("text::files", opts, &["extensions"])?;
+                let o = FilesOptions::parse("text::files", opts)?;
                 let p: Vec<PathBuf> = strings(&paths, "text::files")?.into_iter().map(PathBuf::from).collect();
-                let filter = extensions(&o)?;
+                let filter = extensions(o.extensions);
                 let found = guard(|| collect(&p, &filter))?;
                 Ok(found.into_iter().map(|f| Dynamic::from(f.display().to_string())).collect())
             },
@@ -179,8 +190,8 @@ pub fn register(engine: &mut Engine) {
             "The token ids of a string; with add_special_tokens: true, inside the tokenizer.json post-processor's template (the BOS token of LLaMA-3, BERT's [CLS] and [SEP]) and cut and padded as the file's truncation and padding say, as Hugging Face's encode does by default.",
             with_tokenizer!("let ids = tok.encode(\"Hello world\", #{ add_special_tokens: true });"),
             |t: &mut Tokenizer, s: &str, opts: Map| -> RhaiResult<Array> {
-                let o = Options::new("encode", opts, &["add_special_tokens"])?;
-                let ids = match o.bool("add_special_tokens", false)? {
+                let o = EncodeOptions::parse("encode", opts)?;
+                let ids = match o.add_special_tokens {
                     true => guard(|| t.encode_with_template(s))?,
                     false => guard(|| t.encode(s))?,
                 };
