@@ -6,8 +6,7 @@ use super::loader::Loader;
 use crate::convert::number;
 use crate::error::{guard, runtime_error, RhaiResult};
 use crate::nn::Model;
-use crate::options::Options;
-use rhai::{Dynamic, Map};
+use rhai::{Dynamic, Map, INT};
 use rusting_brain::data::mix::MixOptions;
 use rusting_brain::data::{
     ImageFolder, ImageFolderBatches, ImageFolderOptions, ImageTransform, TrainAugment,
@@ -16,27 +15,30 @@ use rusting_brain::models::pretrained::as_image_model;
 use rusting_brain::vision::color_jitter::ColorJitter;
 use rusting_brain::vision::ImageProcessor;
 
-const OPTIONS: &[&str] = &[
-    "imgsz",
-    "augment",
-    "val_split",
-    "seed",
-    "batch_size",
-    "workers",
-    "model",
-    "mixup",
-    "cutmix",
-    "min_scale",
-    "flip",
-    "color_jitter",
-    "mean",
-    "std",
-];
+crate::options! {
+    struct ImageFolderOpts {
+        imgsz: usize = 224,
+        augment: bool = true,
+        val_split: f64 = 0.0,
+        seed: INT = 0,
+        batch_size: usize = 32,
+        workers: usize = 0,
+        /// A model from vision::load, whose preprocessor replaces imgsz, mean and std.
+        model: Dynamic,
+        mixup: f64 = 0.0,
+        cutmix: f64 = 0.0,
+        min_scale: f64,
+        flip: f64,
+        color_jitter: Dynamic,
+        mean: Dynamic,
+        std: Dynamic,
+    }
+}
 
 /// `color_jitter: 0.4` (brightness, contrast and saturation 0.4, no hue: timm's recipe) or
 /// `[brightness, contrast, saturation]` or `[brightness, contrast, saturation, hue]`.
-fn color_jitter(o: &Options) -> RhaiResult<Option<ColorJitter>> {
-    let Some(v) = o.get("color_jitter") else {
+fn color_jitter(v: Option<&Dynamic>) -> RhaiResult<Option<ColorJitter>> {
+    let Some(v) = v else {
         return Ok(None);
     };
     let what = "data::image_folder option color_jitter";
@@ -67,10 +69,14 @@ fn color_jitter(o: &Options) -> RhaiResult<Option<ColorJitter>> {
 /// torchvision's ImageNet evaluation transform at `imgsz`: the short side to imgsz·256/224
 /// (bilinear), the centre imgsz x imgsz, ImageNet's mean and std (or the options' `mean` and
 /// `std`: 0.5 and 0.5 give the [-1, 1] a diffusion model trains on).
-fn imagenet_processor(imgsz: usize, o: &Options) -> RhaiResult<ImageProcessor> {
+fn imagenet_processor(
+    imgsz: usize,
+    mean: Option<&Dynamic>,
+    std: Option<&Dynamic>,
+) -> RhaiResult<ImageProcessor> {
     let resize = ((imgsz as f64) * 256.0 / 224.0).round() as u64;
-    let triple = |key: &str, default: [f64; 3]| -> RhaiResult<[f64; 3]> {
-        let Some(v) = o.get(key) else {
+    let triple = |key: &str, v: Option<&Dynamic>, default: [f64; 3]| -> RhaiResult<[f64; 3]> {
+        let Some(v) = v else {
             return Ok(default);
         };
         let what = format!("data::image_folder option {key}");
@@ -85,8 +91,8 @@ fn imagenet_processor(imgsz: usize, o: &Options) -> RhaiResult<ImageProcessor> {
             .map_err(|v| runtime_error(format!("{what}: one number or three, got {}", v.len())))
     };
     let (mean, std) = (
-        triple("mean", [0.485, 0.456, 0.406])?,
-        triple("std", [0.229, 0.224, 0.225])?,
+        triple("mean", mean, [0.485, 0.456, 0.406])?,
+        triple("std", std, [0.229, 0.224, 0.225])?,
     );
     guard(|| {
         ImageProcessor::from_json(&serde_json::json!({
@@ -98,8 +104,8 @@ fn imagenet_processor(imgsz: usize, o: &Options) -> RhaiResult<ImageProcessor> {
 }
 
 pub fn image_folder(dir: &str, opts: Map) -> RhaiResult<Map> {
-    let o = Options::new("data::image_folder", opts, OPTIONS)?;
-    let processor = match o.get("model") {
+    let o = ImageFolderOpts::parse("data::image_folder", opts)?;
+    let processor = match &o.model {
         Some(m) => {
             let model = m.clone().try_cast::<Model>().ok_or_else(|| {
                 runtime_error("data::image_folder: model must be a model from vision::load")
@@ -114,31 +120,33 @@ pub fn image_folder(dir: &str, opts: Map) -> RhaiResult<Map> {
                     ))
                 })?
         }
-        None => imagenet_processor(o.usize("imgsz", 224)?, &o)?,
+        None => imagenet_processor(o.imgsz, o.mean.as_ref(), o.std.as_ref())?,
     };
-    let seed = o.int("seed", 0)? as u64;
-    let val_split = o.float("val_split", 0.0)?;
+    let seed = o.seed as u64;
+    let val_split = o.val_split;
     let folder = guard(|| ImageFolder::open(dir))?;
-    let (mixup, cutmix) = (o.float("mixup", 0.0)?, o.float("cutmix", 0.0)?);
+    let (mixup, cutmix) = (o.mixup, o.cutmix);
     let mix = (mixup > 0.0 || cutmix > 0.0).then_some(MixOptions {
         mixup_alpha: mixup,
         cutmix_alpha: cutmix,
         classes: folder.classes.len(),
     });
     let options = ImageFolderOptions {
-        batch_size: o.usize("batch_size", 32)?,
+        batch_size: o.batch_size,
         shuffle: true,
         drop_last: false,
         seed,
-        workers: o.usize("workers", 0)?,
+        workers: o.workers,
         mix,
     };
     let (train, val) = guard(|| folder.split(val_split, seed))?;
-    let augment = o.bool("augment", true)?;
-    if let Some(k) = ["min_scale", "flip", "color_jitter"]
-        .into_iter()
-        .find(|k| !augment && o.get(k).is_some())
-    {
+    let augment = o.augment;
+    let augmenting = [
+        ("min_scale", o.min_scale.is_some()),
+        ("flip", o.flip.is_some()),
+        ("color_jitter", o.color_jitter.is_some()),
+    ];
+    if let Some((k, _)) = augmenting.into_iter().find(|(_, given)| !augment && *given) {
         return Err(runtime_error(format!(
             "data::image_folder: {k} shapes the training augmentation, which augment: false turns off"
         )));
@@ -146,9 +154,9 @@ pub fn image_folder(dir: &str, opts: Map) -> RhaiResult<Map> {
     let train_transform = match augment {
         true => {
             let augment = TrainAugment {
-                min_scale: o.float("min_scale", 0.08)?,
-                flip: o.float("flip", 0.5)?,
-                color_jitter: color_jitter(&o)?,
+                min_scale: o.min_scale.unwrap_or(0.08),
+                flip: o.flip.unwrap_or(0.5),
+                color_jitter: color_jitter(o.color_jitter.as_ref())?,
             };
             guard(|| ImageTransform::train(processor.clone(), augment))?
         }

@@ -13,14 +13,20 @@
 //! the script's device. Ctrl-C stops the loop between batches.
 
 use crate::error::{guard, RhaiResult};
-use crate::options::Options;
 use rhai::{Array, Dynamic, EvalAltResult, Map, Position, INT};
 use rusting_brain::data::{BatchSource, DataLoader, Dataset, Epoch};
 use rusting_brain::{Generator, Tensor};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-/// The options `loader` and `batches` take for row datasets.
-pub const ROW_OPTIONS: &[&str] = &["batch_size", "shuffle", "seed", "drop_last"];
+crate::options! {
+    /// The options `loader` and `batches` take for row datasets.
+    struct RowOptions {
+        batch_size: usize = 32,
+        shuffle: bool = false,
+        seed: INT = 0,
+        drop_last: bool = false,
+    }
+}
 
 /// One batch: `batch.x` (inputs) and `batch.y` (targets), on the script's device.
 #[derive(Clone)]
@@ -72,13 +78,12 @@ impl Loader {
 
 /// A row loader over `ds` from the script's options.
 pub fn row_loader(ds: Dataset, opts: Map, what: &str) -> RhaiResult<DataLoader> {
-    let o = Options::new(what, opts, ROW_OPTIONS)?;
-    let (bs, shuffle, seed, drop_last) = (
-        o.usize("batch_size", 32)?,
-        o.bool("shuffle", false)?,
-        o.int("seed", 0)?,
-        o.bool("drop_last", false)?,
-    );
+    let RowOptions {
+        batch_size: bs,
+        shuffle,
+        seed,
+        drop_last,
+    } = RowOptions::parse(what, opts)?;
     let mut loader = guard(|| DataLoader::new(ds, bs))?.drop_last(drop_last);
     if shuffle {
         loader = loader.shuffled(Generator::new(seed as u64));

@@ -12,15 +12,20 @@ pub use yolo::ImageDataset;
 
 use crate::error::{guard, runtime_error, RhaiResult};
 use crate::help::Api;
-use crate::options::Options;
 use rhai::{Array, Dynamic, Engine, Map, Module, FLOAT, INT};
 use rusting_brain::data::{Dataset, Standardizer};
 use rusting_brain::Generator;
 
+crate::options! {
+    struct SpiralsOptions {
+        noise: f64 = 0.02,
+        seed: INT = 0,
+    }
+}
+
 fn spirals(n: INT, opts: Map) -> RhaiResult<Dataset> {
-    let o = Options::new("data::spirals", opts, &["noise", "seed"])?;
+    let SpiralsOptions { noise, seed } = SpiralsOptions::parse("data::spirals", opts)?;
     let n = crate::convert::usize_of(n, "data::spirals")?;
-    let (noise, seed) = (o.float("noise", 0.02)?, o.int("seed", 0)?);
     guard(|| {
         let (x, y) =
             rusting_brain::data::spirals::two_spirals(n, noise, &mut Generator::new(seed as u64))?;
@@ -189,12 +194,20 @@ pub fn register(engine: &mut Engine) {
     engine.register_static_module("data", module.into());
 }
 
+crate::options! {
+    struct CsvOpts {
+        task: String,
+        missing: String,
+        delimiter: String,
+    }
+}
+
 /// `data::csv(path, label, #{ task, missing, delimiter })`.
 fn csv_with_options(path: &str, label: &str, opts: Map) -> RhaiResult<Dataset> {
     use rusting_brain::data::csv::{read_csv, CsvOptions};
     const WHAT: &str = "data::csv";
-    let o = Options::new(WHAT, opts, &["task", "missing", "delimiter"])?;
-    let mut options = match o.string("task")?.as_deref() {
+    let o = CsvOpts::parse(WHAT, opts)?;
+    let mut options = match o.task.as_deref() {
         None | Some("classification") => CsvOptions::classification(label),
         Some("regression") => CsvOptions::regression(label),
         Some(other) => {
@@ -203,7 +216,7 @@ fn csv_with_options(path: &str, label: &str, opts: Map) -> RhaiResult<Dataset> {
             )))
         }
     };
-    options.empty_is_nan = match o.string("missing")?.as_deref() {
+    options.empty_is_nan = match o.missing.as_deref() {
         None | Some("nan") => true,
         Some("error") => false,
         Some(other) => {
@@ -212,7 +225,7 @@ fn csv_with_options(path: &str, label: &str, opts: Map) -> RhaiResult<Dataset> {
             )))
         }
     };
-    if let Some(d) = o.string("delimiter")? {
+    if let Some(d) = o.delimiter {
         options.delimiter = match d.as_bytes() {
             [b] => *b,
             _ => {

@@ -5,7 +5,6 @@
 use super::loader::Loader;
 use crate::error::{guard, RhaiResult};
 use crate::help::Api;
-use crate::options::Options;
 use rhai::{Array, Dynamic, Engine, Map, INT};
 use rusting_brain::data::yolo::{
     generate_shapes, DataConfig, ImageBatches, ShapesOptions, ValLoaderOptions, YoloDataset,
@@ -16,33 +15,29 @@ use std::sync::Arc;
 /// One split of a detection dataset as a script value (`data::yolo_images`).
 pub type ImageDataset = Arc<YoloDataset>;
 
+crate::options! {
+    struct ImageLoaderOptions {
+        batch_size: usize = ValLoaderOptions::default().batch_size,
+        imgsz: usize = ValLoaderOptions::default().imgsz,
+        shuffle: bool = false,
+        seed: INT = 0,
+        drop_last: bool = false,
+        rect: bool = false,
+        workers: usize = ValLoaderOptions::default().workers,
+    }
+}
+
 fn image_loader(ds: &mut ImageDataset, opts: Map) -> RhaiResult<Loader> {
-    let o = Options::new(
-        "loader",
-        opts,
-        &[
-            "batch_size",
-            "imgsz",
-            "shuffle",
-            "seed",
-            "drop_last",
-            "rect",
-            "workers",
-        ],
-    )?;
-    let d = ValLoaderOptions::default();
+    let o = ImageLoaderOptions::parse("loader", opts)?;
     let options = ValLoaderOptions {
-        batch_size: o.usize("batch_size", d.batch_size)?,
-        imgsz: o.usize("imgsz", d.imgsz)?,
-        rect: o.bool("rect", false)?,
-        workers: o.usize("workers", d.workers)?,
-        drop_last: o.bool("drop_last", false)?,
-        ..d
+        batch_size: o.batch_size,
+        imgsz: o.imgsz,
+        rect: o.rect,
+        workers: o.workers,
+        drop_last: o.drop_last,
+        ..ValLoaderOptions::default()
     };
-    let shuffle = o
-        .bool("shuffle", false)?
-        .then(|| o.int("seed", 0).map(|s| Generator::new(s as u64)))
-        .transpose()?;
+    let shuffle = o.shuffle.then(|| Generator::new(o.seed as u64));
     guard(|| ImageBatches::new(ds.clone(), options, shuffle)).map(Loader::new)
 }
 
@@ -93,19 +88,23 @@ fn summary(path: &str) -> RhaiResult<Map> {
     })
 }
 
+crate::options! {
+    struct ShapesOpts {
+        train: usize = ShapesOptions::default().train,
+        val: usize = ShapesOptions::default().val,
+        imgsz: usize = ShapesOptions::default().imgsz,
+        seed: INT = ShapesOptions::default().seed as INT,
+    }
+}
+
 fn shapes(dir: &str, opts: Map) -> RhaiResult<String> {
-    let o = Options::new(
-        "data::yolo_shapes",
-        opts,
-        &["train", "val", "imgsz", "seed"],
-    )?;
-    let d = ShapesOptions::default();
+    let o = ShapesOpts::parse("data::yolo_shapes", opts)?;
     let so = ShapesOptions {
-        train: o.usize("train", d.train)?,
-        val: o.usize("val", d.val)?,
-        imgsz: o.usize("imgsz", d.imgsz)?,
-        seed: o.int("seed", d.seed as INT)? as u64,
-        classes: d.classes,
+        train: o.train,
+        val: o.val,
+        imgsz: o.imgsz,
+        seed: o.seed as u64,
+        ..ShapesOptions::default()
     };
     guard(|| generate_shapes(dir, &so)).map(|p| p.display().to_string())
 }
