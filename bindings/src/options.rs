@@ -238,15 +238,24 @@ impl OptionValue for Dynamic {
     }
 }
 
-impl OptionValue for rusting_brain::Tensor {
-    fn from_option(v: &Dynamic, what: &str) -> RhaiResult<Self> {
-        v.clone()
-            .try_cast::<rusting_brain::Tensor>()
-            .ok_or_else(|| {
-                runtime_error(format!("{what}: expected a Tensor, got {}", v.type_name()))
-            })
-    }
+/// Values a script passes as they are (a tensor, a tokenizer, an optimizer), each with the
+/// name an error gives it.
+macro_rules! handle_option {
+    ($($t:ty => $name:literal),* $(,)?) => {$(
+        impl OptionValue for $t {
+            fn from_option(v: &Dynamic, what: &str) -> RhaiResult<Self> {
+                v.clone().try_cast::<$t>().ok_or_else(|| {
+                    runtime_error(format!("{what}: expected {}, got {}", $name, v.type_name()))
+                })
+            }
+        }
+    )*};
 }
+handle_option!(
+    rusting_brain::Tensor => "a Tensor",
+    rusting_brain::text::Tokenizer => "a Tokenizer",
+    crate::optim::Optim => "an Optimizer",
+);
 
 impl OptionValue for rhai::Array {
     fn from_option(v: &Dynamic, what: &str) -> RhaiResult<Self> {

@@ -5,7 +5,7 @@
 use super::model::Lm;
 use crate::error::{guard, runtime_error, RhaiResult};
 use crate::optim::Optim;
-use crate::options::Options;
+use crate::options::OptionValue;
 use rhai::{Dynamic, Map, INT};
 use rusting_brain::models::transformer_lm::checkpoint::{self, Checkpoint};
 use rusting_brain::models::transformer_lm::pretrained::{self, PretrainedOptions};
@@ -17,25 +17,27 @@ use std::sync::Arc;
 #[derive(Clone)]
 pub struct ScriptCheckpoint(pub Arc<Checkpoint>);
 
+crate::options! {
+    struct SaveOptions {
+        optimizer: Optim,
+        step: u64 = 0,
+        data_seed: u64 = 0,
+        /// Anything JSON holds, kept in the checkpoint.
+        extra: Dynamic,
+    }
+}
+
 pub fn save(m: &mut Lm, path: &str, opts: Map) -> RhaiResult<String> {
-    let o = Options::new("save", opts, &["optimizer", "step", "data_seed", "extra"])?;
-    let opt = match o.get("optimizer") {
-        Some(v) => Some(v.clone().try_cast::<Optim>().ok_or_else(|| {
-            runtime_error(format!(
-                "save option optimizer: expected an Optimizer, got {}",
-                v.type_name()
-            ))
-        })?),
-        None => None,
-    };
-    let extra = match o.get("extra") {
+    let o = SaveOptions::parse("save", opts)?;
+    let opt = o.optimizer;
+    let extra = match &o.extra {
         Some(v) => rhai::serde::from_dynamic::<serde_json::Value>(v)
             .map_err(|e| runtime_error(format!("save option extra: {e}")))?,
         None => serde_json::Value::Null,
     };
     let state = TrainState {
-        step: o.int("step", 0)?.max(0) as u64,
-        data_seed: o.int("data_seed", 0)?.max(0) as u64,
+        step: o.step,
+        data_seed: o.data_seed,
         extra,
     };
     make_parent(path)?;
@@ -87,52 +89,34 @@ pub fn config(c: &mut ScriptCheckpoint) -> Map {
     super::model::config_map(&c.0.config)
 }
 
+crate::options! {
+    struct SavePretrainedOptions {
+        tokenizer: Tokenizer,
+        /// Bytes, or a size such as "5GB".
+        max_shard_size: Dynamic,
+        bos_id: u32,
+        eos_id: u32,
+        chat_template: String,
+    }
+}
+
 /// Writes the model as `transformers` lays it out (`config.json`, `generation_config.json`,
 /// the weights, sharded above `max_shard_size`, and `tokenizer.json` when one is given).
 pub fn save_pretrained(m: &mut Lm, dir: &str, opts: Map) -> RhaiResult<String> {
-    let o = Options::new(
-        "save_pretrained",
-        opts,
-        &[
-            "tokenizer",
-            "max_shard_size",
-            "bos_id",
-            "eos_id",
-            "chat_template",
-        ],
-    )?;
-    let tokenizer = match o.get("tokenizer") {
-        Some(v) => Some(v.clone().try_cast::<Tokenizer>().ok_or_else(|| {
-            runtime_error(format!(
-                "save_pretrained option tokenizer: expected a Tokenizer, got {}",
-                v.type_name()
-            ))
-        })?),
-        None => None,
-    };
-    let max_shard_size = match o.get("max_shard_size") {
+    let o = SavePretrainedOptions::parse("save_pretrained", opts)?;
+    let max_shard_size = match &o.max_shard_size {
         None => pretrained::DEFAULT_MAX_SHARD_SIZE,
-        Some(v) if v.is_string() => {
-            let text = o.string("max_shard_size")?.unwrap_or_default();
-            guard(|| pretrained::parse_size(&text))?
-        }
-        Some(_) => o.usize("max_shard_size", 0)? as u64,
+        Some(v) => match v.clone().into_string() {
+            Ok(text) => guard(|| pretrained::parse_size(&text))?,
+            Err(_) => u64::from_option(v, "save_pretrained option max_shard_size")?,
+        },
     };
-    let id = |key: &str| -> RhaiResult<Option<u32>> {
-        match o.get(key) {
-            None => Ok(None),
-            Some(_) => u32::try_from(o.int(key, 0)?).map(Some).map_err(|_| {
-                runtime_error(format!("save_pretrained option {key}: not a token id"))
-            }),
-        }
-    };
-    let chat_template = o.string("chat_template")?;
     let options = PretrainedOptions {
         max_shard_size,
-        tokenizer: tokenizer.as_ref(),
-        bos_id: id("bos_id")?,
-        eos_id: id("eos_id")?,
-        chat_template: chat_template.as_deref(),
+        tokenizer: o.tokenizer.as_ref(),
+        bos_id: o.bos_id,
+        eos_id: o.eos_id,
+        chat_template: o.chat_template.as_deref(),
     };
     guard(|| pretrained::save_pretrained(&m.lock(), dir, &options))?;
     Ok(dir.to_string())

@@ -4,36 +4,39 @@
 
 use super::model::{ids_of, ids_to_array, Lm};
 use crate::error::{guard, runtime_error, RhaiResult};
-use crate::options::Options;
 use rhai::{Array, Dynamic, FnPtr, Map, NativeCallContext, INT};
 use rusting_brain::models::transformer_lm::generate::{
     self, Beam, BeamOptions, Drafter, EarlyStopping, Flow, GenerateOptions, SamplingOptions,
 };
 
-/// The options that only sampling reads (beam search picks by score), then the rest.
-const KEYS: &[&str] = &[
-    "temperature",
-    "top_k",
-    "top_p",
-    "min_p",
-    "repetition_penalty",
-    "presence_penalty",
-    "frequency_penalty",
-    "seed",
-    "max_new_tokens",
-    "stop",
-    "cuda_graph",
-    "num_beams",
-    "length_penalty",
-    "early_stopping",
-    "return_beams",
-    "draft",
-    "draft_tokens",
-    "prompt_lookup",
-    "max_ngram",
-];
-
-const SAMPLING_KEYS: &[&str] = KEYS.split_at(8).0;
+crate::options! {
+    /// The options that only sampling reads (beam search picks by score), then the rest. Those
+    /// a mode alone reads have no default, so `plan` sees which were given.
+    struct GenerateOpts {
+        temperature: f64,
+        top_k: usize,
+        top_p: f64,
+        min_p: f64,
+        repetition_penalty: f64,
+        presence_penalty: f64,
+        frequency_penalty: f64,
+        seed: INT,
+        max_new_tokens: usize = 64,
+        /// A token id or string, or an array of them.
+        stop: Dynamic,
+        cuda_graph: bool = true,
+        num_beams: usize = 1,
+        length_penalty: f64,
+        /// true, false or "never".
+        early_stopping: Dynamic,
+        return_beams: bool,
+        /// A LanguageModel.
+        draft: Dynamic,
+        draft_tokens: usize,
+        prompt_lookup: usize,
+        max_ngram: usize,
+    }
+}
 
 /// What one generation call does.
 pub struct Plan {
@@ -70,46 +73,56 @@ pub enum Outcome {
 }
 
 pub fn plan(what: &str, opts: Map) -> RhaiResult<Plan> {
-    let o = Options::new(what, opts, KEYS)?;
+    let o = GenerateOpts::parse(what, opts)?;
     let d = SamplingOptions::default();
+    let sampling_given = [
+        ("temperature", o.temperature.is_some()),
+        ("top_k", o.top_k.is_some()),
+        ("top_p", o.top_p.is_some()),
+        ("min_p", o.min_p.is_some()),
+        ("repetition_penalty", o.repetition_penalty.is_some()),
+        ("presence_penalty", o.presence_penalty.is_some()),
+        ("frequency_penalty", o.frequency_penalty.is_some()),
+        ("seed", o.seed.is_some()),
+    ];
     // Without a seed, draw one from the script's generator: runs differ, and `manual_seed`
     // makes them repeat.
-    let seed = match o.get("seed") {
-        Some(_) => o.int("seed", 0)? as u64,
+    let seed = match o.seed {
+        Some(seed) => seed as u64,
         None => rusting_brain::random::with_default(|g| {
             let w = g.next_u32s(2);
             (w[0] as u64) << 32 | w[1] as u64
         }),
     };
     let sampling = SamplingOptions {
-        temperature: o.float("temperature", d.temperature)?,
-        top_k: o.usize("top_k", d.top_k)?,
-        top_p: o.float("top_p", d.top_p)?,
-        min_p: o.float("min_p", d.min_p)?,
-        repetition_penalty: o.float("repetition_penalty", d.repetition_penalty)?,
-        presence_penalty: o.float("presence_penalty", d.presence_penalty)?,
-        frequency_penalty: o.float("frequency_penalty", d.frequency_penalty)?,
+        temperature: o.temperature.unwrap_or(d.temperature),
+        top_k: o.top_k.unwrap_or(d.top_k),
+        top_p: o.top_p.unwrap_or(d.top_p),
+        min_p: o.min_p.unwrap_or(d.min_p),
+        repetition_penalty: o.repetition_penalty.unwrap_or(d.repetition_penalty),
+        presence_penalty: o.presence_penalty.unwrap_or(d.presence_penalty),
+        frequency_penalty: o.frequency_penalty.unwrap_or(d.frequency_penalty),
         seed,
     };
-    let (stop_tokens, stop_strings) = stops(&o, what)?;
+    let (stop_tokens, stop_strings) = stops(o.stop.as_ref(), what)?;
     let opts = GenerateOptions {
-        max_new_tokens: o.usize("max_new_tokens", 64)?,
+        max_new_tokens: o.max_new_tokens,
         sampling,
         stop_tokens,
-        cuda_graph: o.bool("cuda_graph", true)?,
+        cuda_graph: o.cuda_graph,
     };
-    let num_beams = o.usize("num_beams", 1)?;
-    let speculative = o.get("draft").is_some() || o.get("prompt_lookup").is_some();
+    let num_beams = o.num_beams;
+    let speculative = o.draft.is_some() || o.prompt_lookup.is_some();
     let mode = if num_beams > 1 {
         if speculative {
             return Err(runtime_error(format!(
                 "{what}: num_beams and speculative decoding (draft, prompt_lookup) do not go together; pick one"
             )));
         }
-        let given: Vec<&str> = SAMPLING_KEYS
+        let given: Vec<&str> = sampling_given
             .iter()
-            .copied()
-            .filter(|k| o.get(k).is_some())
+            .filter(|(_, given)| *given)
+            .map(|(k, _)| *k)
             .collect();
         if !given.is_empty() {
             return Err(runtime_error(format!(
@@ -119,27 +132,40 @@ pub fn plan(what: &str, opts: Map) -> RhaiResult<Plan> {
         }
         Mode::Beams {
             num_beams,
-            length_penalty: o.float("length_penalty", 1.0)?,
-            early_stopping: early_stopping(&o, what)?,
-            all: o.bool("return_beams", false)?,
+            length_penalty: o.length_penalty.unwrap_or(1.0),
+            early_stopping: early_stopping(o.early_stopping.as_ref(), what)?,
+            all: o.return_beams.unwrap_or(false),
         }
     } else if speculative {
-        Mode::Speculative(draft(&o, what)?)
+        Mode::Speculative(draft(
+            o.draft,
+            o.prompt_lookup,
+            o.draft_tokens,
+            o.max_ngram,
+            what,
+        )?)
     } else {
         Mode::Plain
     };
-    let beam_only = ["length_penalty", "early_stopping", "return_beams"];
+    let beam_only = [
+        ("length_penalty", o.length_penalty.is_some()),
+        ("early_stopping", o.early_stopping.is_some()),
+        ("return_beams", o.return_beams.is_some()),
+    ];
     if !matches!(mode, Mode::Beams { .. }) {
-        if let Some(k) = beam_only.iter().find(|k| o.get(k).is_some()) {
+        if let Some((k, _)) = beam_only.iter().find(|(_, given)| *given) {
             return Err(runtime_error(format!(
                 "{what}: {k} is a beam-search option; set num_beams above 1"
             )));
         }
     }
     if !matches!(mode, Mode::Speculative(_)) {
-        if let Some(k) = ["draft_tokens", "max_ngram"]
-            .iter()
-            .find(|k| o.get(k).is_some())
+        if let Some((k, _)) = [
+            ("draft_tokens", o.draft_tokens.is_some()),
+            ("max_ngram", o.max_ngram.is_some()),
+        ]
+        .iter()
+        .find(|(_, given)| *given)
         {
             return Err(runtime_error(format!(
                 "{what}: {k} is a speculative-decoding option; give a draft model (draft) or prompt_lookup"
@@ -154,8 +180,8 @@ pub fn plan(what: &str, opts: Map) -> RhaiResult<Plan> {
 }
 
 /// `stop`: token ids and, for text generation, strings.
-fn stops(o: &Options, what: &str) -> RhaiResult<(Vec<u32>, Vec<String>)> {
-    let Some(v) = o.get("stop") else {
+fn stops(stop: Option<&Dynamic>, what: &str) -> RhaiResult<(Vec<u32>, Vec<String>)> {
+    let Some(v) = stop else {
         return Ok((Vec::new(), Vec::new()));
     };
     let items: Array = match v.read_lock::<Array>() {
@@ -173,8 +199,9 @@ fn stops(o: &Options, what: &str) -> RhaiResult<(Vec<u32>, Vec<String>)> {
     Ok((ids, strings))
 }
 
-fn early_stopping(o: &Options, what: &str) -> RhaiResult<EarlyStopping> {
-    let Some(v) = o.get("early_stopping") else {
+/// `early_stopping`: true, false (the default heuristic) or "never".
+fn early_stopping(v: Option<&Dynamic>, what: &str) -> RhaiResult<EarlyStopping> {
+    let Some(v) = v else {
         return Ok(EarlyStopping::Heuristic);
     };
     if let Ok(b) = v.as_bool() {
@@ -196,8 +223,16 @@ fn early_stopping(o: &Options, what: &str) -> RhaiResult<EarlyStopping> {
     }
 }
 
-fn draft(o: &Options, what: &str) -> RhaiResult<Draft> {
-    match (o.get("draft"), o.get("prompt_lookup")) {
+/// A draft model (`draft`, with `draft_tokens`) or prompt lookup (`prompt_lookup` tokens of
+/// n-grams up to `max_ngram`).
+fn draft(
+    draft: Option<Dynamic>,
+    prompt_lookup: Option<usize>,
+    draft_tokens: Option<usize>,
+    max_ngram: Option<usize>,
+    what: &str,
+) -> RhaiResult<Draft> {
+    match (draft, prompt_lookup) {
         (Some(_), Some(_)) => Err(runtime_error(format!(
             "{what}: draft and prompt_lookup are two ways to draft; pick one"
         ))),
@@ -210,12 +245,12 @@ fn draft(o: &Options, what: &str) -> RhaiResult<Draft> {
             })?;
             Ok(Draft::Model {
                 lm,
-                tokens: o.usize("draft_tokens", 4)?,
+                tokens: draft_tokens.unwrap_or(4),
             })
         }
-        _ => Ok(Draft::Lookup {
-            tokens: o.usize("prompt_lookup", 10)?,
-            max_ngram: o.usize("max_ngram", 2)?,
+        (None, lookup) => Ok(Draft::Lookup {
+            tokens: lookup.unwrap_or(10),
+            max_ngram: max_ngram.unwrap_or(2),
         }),
     }
 }

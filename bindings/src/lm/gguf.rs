@@ -3,8 +3,7 @@
 //! `model.export_gguf(path, #{ dtype, tokenizer, name })`: the other way.
 
 use super::model::Lm;
-use crate::error::{guard, runtime_error, RhaiResult};
-use crate::options::Options;
+use crate::error::{guard, RhaiResult};
 use crate::text::gguf::tokenizer_fields;
 use rhai::{Array, Dynamic, Map, INT};
 use rusting_brain::models::transformer_lm::{
@@ -39,27 +38,26 @@ pub fn load_gguf(path: &str) -> RhaiResult<Map> {
     Ok(out)
 }
 
+crate::options! {
+    struct ExportGgufOptions {
+        dtype: String,
+        tokenizer: Tokenizer,
+        name: String,
+    }
+}
+
 /// Writes the model (and a tokenizer) as a llama.cpp GGUF file; returns the path, the tensor
 /// count of each stored type and the weights that fell back to another type.
 pub fn export_gguf(m: &mut Lm, path: &str, opts: Map) -> RhaiResult<Map> {
-    let o = Options::new("export_gguf", opts, &["dtype", "tokenizer", "name"])?;
-    let dtype = match o.string("dtype")? {
-        Some(name) => guard(|| GgufDType::parse(&name))?,
+    let o = ExportGgufOptions::parse("export_gguf", opts)?;
+    let dtype = match &o.dtype {
+        Some(name) => guard(|| GgufDType::parse(name))?,
         None => GgufDType::F16,
     };
-    let tokenizer = match o.get("tokenizer") {
-        None => None,
-        Some(v) if v.is_unit() => None,
-        Some(v) => Some(v.clone().try_cast::<Tokenizer>().ok_or_else(|| {
-            runtime_error(format!(
-                "export_gguf option tokenizer: expected a Tokenizer, got {}",
-                v.type_name()
-            ))
-        })?),
-    };
+    let tokenizer = o.tokenizer;
     let options = GgufExportOptions {
         dtype,
-        name: o.string("name")?,
+        name: o.name,
     };
     let model = m.lock();
     let report = guard(|| export(&model, tokenizer.as_ref(), path, &options))?;

@@ -5,28 +5,31 @@
 
 use super::model::Lm;
 use crate::error::{guard, RhaiResult};
-use crate::options::Options;
 use rhai::{Map, INT};
 use rusting_brain::models::transformer_lm::{peft, LoraConfig};
 
-const LORA_KEYS: &[&str] = &["rank", "alpha", "dropout", "targets", "rslora", "seed"];
+crate::options! {
+    struct LoraOptions {
+        rank: usize = LoraConfig::default().rank,
+        // PEFT's default alpha is 8 whatever the rank; twice the rank is the common choice.
+        alpha: f64 = LoraConfig::default().alpha,
+        dropout: f64 = LoraConfig::default().dropout,
+        targets: Vec<String> = LoraConfig::default().targets,
+        rslora: bool = false,
+        seed: INT = 0,
+    }
+}
 
 /// Adds adapters to `m` in place and returns the same model.
 pub fn lora(m: Lm, opts: Map) -> RhaiResult<Lm> {
-    let o = Options::new("lm::lora", opts, LORA_KEYS)?;
-    let d = LoraConfig::default();
-    let rank = o.usize("rank", d.rank)?;
+    let o = LoraOptions::parse("lm::lora", opts)?;
     let config = LoraConfig {
-        rank,
-        // PEFT's default alpha is 8 whatever the rank; twice the rank is the common choice.
-        alpha: o.float("alpha", d.alpha)?,
-        dropout: o.float("dropout", d.dropout)?,
-        targets: match o.get("targets") {
-            Some(v) => crate::text::strings(v, "lm::lora option targets")?,
-            None => d.targets,
-        },
-        use_rslora: o.bool("rslora", false)?,
-        seed: o.int("seed", 0)? as u64,
+        rank: o.rank,
+        alpha: o.alpha,
+        dropout: o.dropout,
+        targets: o.targets,
+        use_rslora: o.rslora,
+        seed: o.seed as u64,
     };
     guard(|| m.lock().add_lora(config))?;
     Ok(m)
@@ -36,9 +39,14 @@ pub fn merge_lora(m: &mut Lm) -> RhaiResult<()> {
     guard(|| m.lock().merge_lora())
 }
 
+crate::options! {
+    struct SaveAdapterOptions {
+        base_model: String,
+    }
+}
+
 pub fn save_adapter(m: &mut Lm, dir: &str, opts: Map) -> RhaiResult<String> {
-    let o = Options::new("save_adapter", opts, &["base_model"])?;
-    let base = o.string("base_model")?;
+    let base = SaveAdapterOptions::parse("save_adapter", opts)?.base_model;
     guard(|| peft::save_adapter(&m.lock(), dir, base.as_deref()))?;
     Ok(dir.to_string())
 }

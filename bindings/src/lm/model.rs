@@ -2,7 +2,6 @@
 //! variables and a checkpoint all see the same parameters.
 
 use crate::error::{guard, runtime_error, RhaiResult};
-use crate::options::Options;
 use rhai::{Array, Dynamic, Map, INT};
 use rusting_brain::models::transformer_lm::{LmConfig, Precision, TransformerLm};
 use rusting_brain::nn::Module;
@@ -27,43 +26,43 @@ impl Lm {
     }
 }
 
-const CONFIG_KEYS: &[&str] = &[
-    "vocab",
-    "d_model",
-    "layers",
-    "heads",
-    "kv_heads",
-    "ffn",
-    "rope_theta",
-    "max_seq_len",
-    "norm_eps",
-    "tied",
-    "bidirectional",
-    "init_std",
-    "seed",
-];
+crate::options! {
+    /// `lm::transformer`'s config; the keys without a default keep LmConfig::new's.
+    struct TransformerOptions {
+        vocab: usize = 0,
+        d_model: usize = 256,
+        layers: usize = 4,
+        heads: usize = 4,
+        kv_heads: usize = heads,
+        ffn: usize,
+        rope_theta: f64,
+        max_seq_len: usize,
+        norm_eps: f64,
+        tied: bool = true,
+        bidirectional: bool = false,
+        init_std: f64,
+        seed: INT = 0,
+    }
+}
 
 /// `lm::transformer(#{ ... })`: a fresh model on the script's device.
 pub fn transformer(opts: Map) -> RhaiResult<Lm> {
-    let o = Options::new("lm::transformer", opts, CONFIG_KEYS)?;
-    let vocab = o.usize("vocab", 0)?;
-    if vocab == 0 {
+    let o = TransformerOptions::parse("lm::transformer", opts)?;
+    if o.vocab == 0 {
         return Err(runtime_error(
             "lm::transformer: vocab is required (the tokenizer's vocab_size)",
         ));
     }
-    let d = o.usize("d_model", 256)?;
-    let heads = o.usize("heads", 4)?;
-    let mut c = LmConfig::new(vocab, d, o.usize("layers", 4)?, heads);
-    c.n_kv_heads = o.usize("kv_heads", heads)?;
-    c.ffn_hidden = o.usize("ffn", c.ffn_hidden)?;
-    c.rope_theta = o.float("rope_theta", c.rope_theta)?;
-    c.max_seq_len = o.usize("max_seq_len", c.max_seq_len)?;
-    c.norm_eps = o.float("norm_eps", c.norm_eps)?;
-    c.tied_embeddings = o.bool("tied", true)?;
-    c.bidirectional = o.bool("bidirectional", false)?;
-    c.init_std = o.float("init_std", c.init_std)?;
-    let mut gen = Generator::new(o.int("seed", 0)? as u64);
+    let mut c = LmConfig::new(o.vocab, o.d_model, o.layers, o.heads);
+    c.n_kv_heads = o.kv_heads;
+    c.ffn_hidden = o.ffn.unwrap_or(c.ffn_hidden);
+    c.rope_theta = o.rope_theta.unwrap_or(c.rope_theta);
+    c.max_seq_len = o.max_seq_len.unwrap_or(c.max_seq_len);
+    c.norm_eps = o.norm_eps.unwrap_or(c.norm_eps);
+    c.tied_embeddings = o.tied;
+    c.bidirectional = o.bidirectional;
+    c.init_std = o.init_std.unwrap_or(c.init_std);
+    let mut gen = Generator::new(o.seed as u64);
     let device = crate::tensor::default_device();
     guard(|| TransformerLm::new_on(c, &mut gen, DType::F32, device)).map(Lm::new)
 }
