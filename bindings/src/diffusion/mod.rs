@@ -5,7 +5,6 @@
 use crate::error::{guard, runtime_error, RhaiResult};
 use crate::help::{self, Api};
 use crate::nn::Model;
-use crate::options::Options;
 use rhai::{Array, Dynamic, Engine, Map, Module, INT};
 use rusting_brain::models::diffusion::scheduler::{self as sched, Scheduler};
 use rusting_brain::models::diffusion::{AddedConditions, StableDiffusion, UNet, UNetConfig};
@@ -30,16 +29,20 @@ impl SchedulerHandle {
     }
 }
 
+crate::options! {
+    struct SchedulerOptions {
+        class: String,
+        seed: INT = 0,
+        eta: f64 = 0.0,
+        steps: usize = 0,
+    }
+}
+
 /// `diffusion::scheduler(config, opts)`: config is a folder, a scheduler_config.json path or
 /// a map of its fields.
 fn scheduler(config: Dynamic, opts: Map) -> RhaiResult<SchedulerHandle> {
-    let o = Options::new(
-        "diffusion::scheduler",
-        opts,
-        &["class", "seed", "eta", "steps"],
-    )?;
-    let class = o.string("class")?;
-    let class = class.as_deref();
+    let o = SchedulerOptions::parse("diffusion::scheduler", opts)?;
+    let class = o.class.as_deref();
     let s = if let Some(map) = config.clone().try_cast::<Map>() {
         let json = rhai::serde::from_dynamic::<serde_json::Value>(&Dynamic::from_map(map))
             .map_err(|e| runtime_error(format!("diffusion::scheduler: {e}")))?;
@@ -61,10 +64,9 @@ fn scheduler(config: Dynamic, opts: Map) -> RhaiResult<SchedulerHandle> {
     };
     let handle = SchedulerHandle(Arc::new(Mutex::new((
         s,
-        Generator::new(o.int("seed", 0)? as u64),
+        Generator::new(o.seed as u64),
     ))));
-    let eta = o.float("eta", 0.0)?;
-    let steps = o.usize("steps", 0)?;
+    let (eta, steps) = (o.eta, o.steps);
     handle.with(|s, _| {
         guard(|| {
             s.set_eta(eta)?;
@@ -85,10 +87,16 @@ type Getter = (
     fn(&mut SchedulerHandle) -> Dynamic,
 );
 
+crate::options! {
+    struct UNetOptions {
+        seed: INT = 0,
+    }
+}
+
 /// `diffusion::unet(config, opts)`: from a diffusers folder, or a fresh one from a map of
 /// config.json's fields.
 fn unet(config: Dynamic, opts: Map) -> RhaiResult<Model> {
-    let o = Options::new("diffusion::unet", opts, &["seed"])?;
+    let o = UNetOptions::parse("diffusion::unet", opts)?;
     if let Some(dir) = config.clone().try_cast::<String>() {
         return guard(|| UNet::from_folder(std::path::Path::new(&dir)))
             .map(|u| Model::new(Box::new(u)));
@@ -101,7 +109,7 @@ fn unet(config: Dynamic, opts: Map) -> RhaiResult<Model> {
     })?;
     let json = rhai::serde::from_dynamic::<serde_json::Value>(&Dynamic::from_map(map))
         .map_err(|e| runtime_error(format!("diffusion::unet: {e}")))?;
-    let mut gen = Generator::new(o.int("seed", 0)? as u64);
+    let mut gen = Generator::new(o.seed as u64);
     let mut u = guard(|| UNet::new(UNetConfig::from_json(&json)?, &mut gen))?;
     u.sample_size = json
         .get("sample_size")
@@ -166,17 +174,23 @@ fn predict_with(
     })
 }
 
+crate::options! {
+    /// SDXL's `added_cond_kwargs`; both are required.
+    struct AddedConditionOptions {
+        text_embeds: Tensor,
+        time_ids: Tensor,
+    }
+}
+
 /// SDXL's `added_cond_kwargs` as a map: `#{ text_embeds, time_ids }`.
 fn added_conditions(opts: Map) -> RhaiResult<AddedConditions> {
-    let o = Options::new("model.predict", opts, &["text_embeds", "time_ids"])?;
-    let tensor = |key: &str| -> RhaiResult<Tensor> {
-        o.get(key)
-            .and_then(|v| v.clone().try_cast::<Tensor>())
-            .ok_or_else(|| runtime_error(format!("model.predict: {key} (a tensor) is required")))
+    let o = AddedConditionOptions::parse("model.predict", opts)?;
+    let required = |t: Option<Tensor>, key: &str| -> RhaiResult<Tensor> {
+        t.ok_or_else(|| runtime_error(format!("model.predict: {key} (a tensor) is required")))
     };
     Ok(AddedConditions {
-        text_embeds: tensor("text_embeds")?,
-        time_ids: tensor("time_ids")?,
+        text_embeds: required(o.text_embeds, "text_embeds")?,
+        time_ids: required(o.time_ids, "time_ids")?,
     })
 }
 

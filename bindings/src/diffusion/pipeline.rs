@@ -2,7 +2,6 @@
 //! `pipe.add_textual_inversion` read from their arguments (the init image, the mask).
 
 use crate::error::{guard, runtime_error, RhaiResult};
-use crate::options::Options;
 use crate::progress::Progress;
 use rhai::{Array, Dynamic, Map, INT};
 use rusting_brain::models::diffusion::pipeline::to_u8_images;
@@ -94,6 +93,29 @@ pub(super) fn add_textual_inversion(
     Ok(m)
 }
 
+crate::options! {
+    /// Steps and guidance default to the pipeline's, strength to 0.8 (1 when inpainting).
+    struct GenerateOptions {
+        steps: usize,
+        guidance: f64,
+        seed: INT = 0,
+        width: usize,
+        height: usize,
+        scheduler: String,
+        /// Negative prompts: one string, or one per prompt.
+        negative: Vec<String> = Vec::new(),
+        eta: f64 = 0.0,
+        progress: bool = true,
+        /// An init image for image-to-image (see init_image).
+        image: Dynamic,
+        strength: f64,
+        tiled: bool = false,
+        max_sequence_length: usize,
+        /// The inpainting mask (see mask).
+        mask: Dynamic,
+    }
+}
+
 /// `pipe.generate(prompts, opts)`: one image (a U8 [H, W, 3] tensor) for one prompt, a list
 /// of them for a list.
 pub(super) fn generate(
@@ -101,26 +123,7 @@ pub(super) fn generate(
     prompts: Dynamic,
     opts: Map,
 ) -> RhaiResult<Dynamic> {
-    let o = Options::new(
-        "pipe.generate",
-        opts,
-        &[
-            "steps",
-            "guidance",
-            "seed",
-            "width",
-            "height",
-            "scheduler",
-            "negative",
-            "eta",
-            "progress",
-            "image",
-            "strength",
-            "tiled",
-            "max_sequence_length",
-            "mask",
-        ],
-    )?;
+    let o = GenerateOptions::parse("pipe.generate", opts)?;
     let (list, one) = match prompts.clone().try_cast::<Array>() {
         Some(a) => (
             crate::convert::string_list(&a, "pipe.generate prompts")?,
@@ -136,25 +139,20 @@ pub(super) fn generate(
             }
         },
     };
-    let negative = match o.get("negative") {
-        None => Vec::new(),
-        Some(d) => match d.clone().try_cast::<Array>() {
-            Some(a) => crate::convert::string_list(&a, "pipe.generate negative")?,
-            None => vec![o.string("negative")?.unwrap_or_default()],
-        },
-    };
+    let negative = o.negative;
     // One side given: a square.
-    let size = match (o.get("width"), o.get("height")) {
+    let size = match (o.width, o.height) {
         (None, None) => None,
-        (Some(_), None) => Some((o.usize("width", 0)?, o.usize("width", 0)?)),
-        (None, Some(_)) => Some((o.usize("height", 0)?, o.usize("height", 0)?)),
-        (Some(_), Some(_)) => Some((o.usize("height", 0)?, o.usize("width", 0)?)),
+        (Some(w), None) => Some((w, w)),
+        (None, Some(h)) => Some((h, h)),
+        (Some(w), Some(h)) => Some((h, w)),
     };
     let init_image = o
-        .get("image")
+        .image
+        .as_ref()
         .map(|d| init_image(d, size, pipe.0.size_multiple()))
         .transpose()?;
-    let mask = match (o.get("mask"), &init_image) {
+    let mask = match (&o.mask, &init_image) {
         (None, _) => None,
         (Some(_), None) => return Err(runtime_error(
             "pipe.generate option mask: inpainting needs the image to inpaint (the image option)",
@@ -170,30 +168,29 @@ pub(super) fn generate(
         }
     };
     // diffusers' defaults: 0.8 for image to image, 1 for inpainting.
-    let strength = o.float("strength", if mask.is_some() { 1.0 } else { 0.8 })?;
+    let strength = o
+        .strength
+        .unwrap_or(if mask.is_some() { 1.0 } else { 0.8 });
     let ask = TextToImage {
         prompts: list,
         negative,
-        steps: o.usize("steps", pipe.0.default_steps())?,
-        guidance: o.float("guidance", pipe.0.default_guidance())?,
+        steps: o.steps.unwrap_or_else(|| pipe.0.default_steps()),
+        guidance: o.guidance.unwrap_or_else(|| pipe.0.default_guidance()),
         size,
-        seed: o.int("seed", 0)? as u64,
-        scheduler: o.string("scheduler")?,
-        eta: o.float("eta", 0.0)?,
+        seed: o.seed as u64,
+        scheduler: o.scheduler,
+        eta: o.eta,
         latents: None,
         init_image,
         mask,
         strength,
         init_noise: None,
         init_masked_draw: None,
-        tiled_vae: o.bool("tiled", false)?,
-        max_sequence_length: o
-            .get("max_sequence_length")
-            .map(|_| o.usize("max_sequence_length", 256))
-            .transpose()?,
+        tiled_vae: o.tiled,
+        max_sequence_length: o.max_sequence_length,
     };
     let bar = o
-        .bool("progress", true)?
+        .progress
         .then(|| Progress::new(ask.steps_run() as u64, "denoising"));
     let images = pipe.0.generate(&ask, &mut |_, _| {
         if let Some(b) = &bar {
