@@ -1,7 +1,6 @@
 //! The YOLO detector as a Rhai value, and the conversions of its results into script maps.
 
 use crate::error::{guard, runtime_error, RhaiResult};
-use crate::options::Options;
 use rhai::{Array, Dynamic, Map, FLOAT, INT};
 use rusting_brain::data::yolo::DataConfig;
 use rusting_brain::models::yolo::predict::{Detection, PredictOptions};
@@ -43,29 +42,45 @@ pub fn load(path: &str) -> RhaiResult<Yolo> {
     Yolo::new(guard(|| YoloModel::load(Path::new(path)))?)
 }
 
+crate::options! {
+    struct SavePtOptions {
+        epoch: INT = -1,
+        best_fitness: f64,
+        imgsz: usize,
+        data: String,
+    }
+}
+
 /// `model.save_pt(path, #{ epoch, best_fitness, imgsz, data })`: an ultralytics checkpoint.
 pub fn save_pt(m: &mut Yolo, path: &str, opts: Map) -> RhaiResult<String> {
-    let o = Options::new("save_pt", opts, &["epoch", "best_fitness", "imgsz", "data"])?;
+    let o = SavePtOptions::parse("save_pt", opts)?;
     let mut meta = PtMeta {
-        epoch: o.int("epoch", -1)?,
-        best_fitness: o.opt_float("best_fitness")?,
+        epoch: o.epoch,
+        best_fitness: o.best_fitness,
         ..PtMeta::default()
     };
-    if o.get("imgsz").is_some() {
-        meta.train_args
-            .insert("imgsz".into(), o.usize("imgsz", 640)?.into());
+    if let Some(imgsz) = o.imgsz {
+        meta.train_args.insert("imgsz".into(), imgsz.into());
     }
-    if let Some(data) = o.string("data")? {
+    if let Some(data) = o.data {
         meta.train_args.insert("data".into(), data.into());
     }
     guard(|| m.lock().save_ultralytics_pt(Path::new(path), &meta))?;
     Ok(path.to_string())
 }
 
+crate::options! {
+    struct FreshOptions {
+        /// A count or an array of names.
+        classes: Dynamic,
+        seed: INT = 0,
+    }
+}
+
 /// `yolo::model(yaml, #{ classes, seed })`: a fresh network; `classes` is a count or names.
 pub fn fresh(yaml: &str, opts: Map) -> RhaiResult<Yolo> {
-    let o = Options::new("yolo::model", opts, &["classes", "seed"])?;
-    let names: Vec<String> = match o.get("classes") {
+    let o = FreshOptions::parse("yolo::model", opts)?;
+    let names: Vec<String> = match &o.classes {
         None => Vec::new(),
         Some(v) if v.is_int() => {
             let n = crate::convert::usize_of(v.as_int().unwrap_or(0), "yolo::model classes")?;
@@ -89,7 +104,7 @@ pub fn fresh(yaml: &str, opts: Map) -> RhaiResult<Yolo> {
         }
     };
     let nc = (!names.is_empty()).then_some(names.len());
-    let seed = o.int("seed", 0)? as u64;
+    let seed = o.seed as u64;
     let model = guard(|| {
         let cfg = YoloConfig::from_file(Path::new(yaml), nc)?;
         let mut m = YoloModel::build(&cfg, names, false, &mut Generator::new(seed))?;
@@ -99,46 +114,44 @@ pub fn fresh(yaml: &str, opts: Map) -> RhaiResult<Yolo> {
     Yolo::new(model)
 }
 
+crate::options! {
+    /// model.val's options; `data` is required, the rest default to ValOptions'.
+    struct ValOpts {
+        data: String,
+        imgsz: usize = ValOptions::default().imgsz,
+        batch: usize = ValOptions::default().batch,
+        conf: f64 = ValOptions::default().conf,
+        iou: f64 = ValOptions::default().iou,
+        half: bool = ValOptions::default().half,
+        rect: bool = ValOptions::default().rect,
+        split: String = ValOptions::default().split,
+        workers: usize = ValOptions::default().workers,
+        verbose: bool = true,
+        max_det: usize = ValOptions::default().max_det,
+        plots: bool = false,
+        save_dir: String = "out/val".into(),
+        save_json: bool = ValOptions::default().save_json,
+    }
+}
+
 pub fn val(m: &mut Yolo, opts: Map) -> RhaiResult<Map> {
-    let o = Options::new(
-        "model.val",
-        opts,
-        &[
-            "data",
-            "imgsz",
-            "batch",
-            "conf",
-            "iou",
-            "half",
-            "rect",
-            "split",
-            "workers",
-            "verbose",
-            "max_det",
-            "plots",
-            "save_dir",
-            "save_json",
-        ],
-    )?;
+    let o = ValOpts::parse("model.val", opts)?;
     let data = o
-        .string("data")?
+        .data
         .ok_or_else(|| runtime_error("model.val: `data` (the dataset's data.yaml) is required"))?;
-    let d = ValOptions::default();
     let vo = ValOptions {
-        imgsz: o.usize("imgsz", d.imgsz)?,
-        batch: o.usize("batch", d.batch)?,
-        conf: o.float("conf", d.conf)?,
-        iou: o.float("iou", d.iou)?,
-        max_det: o.usize("max_det", d.max_det)?,
-        half: o.bool("half", d.half)?,
-        rect: o.bool("rect", d.rect)?,
-        split: o.string("split")?.unwrap_or(d.split),
-        workers: o.usize("workers", d.workers)?,
-        save_json: o.bool("save_json", d.save_json)?,
+        imgsz: o.imgsz,
+        batch: o.batch,
+        conf: o.conf,
+        iou: o.iou,
+        max_det: o.max_det,
+        half: o.half,
+        rect: o.rect,
+        split: o.split,
+        workers: o.workers,
+        save_json: o.save_json,
     };
-    let verbose = o.bool("verbose", true)?;
-    let plots = o.bool("plots", false)?;
-    let save_dir = o.string("save_dir")?.unwrap_or_else(|| "out/val".into());
+    let (verbose, plots, save_dir) = (o.verbose, o.plots, o.save_dir);
     let device = crate::tensor::default_device();
     let model = m.lock();
     let report = guard(|| {
@@ -343,19 +356,24 @@ fn image_of(v: &Dynamic) -> RhaiResult<RgbImage> {
     ))
 }
 
+crate::options! {
+    struct PredictOpts {
+        conf: f64 = PredictOptions::default().conf,
+        iou: f64 = PredictOptions::default().iou,
+        imgsz: usize = PredictOptions::default().imgsz,
+        max_det: usize = PredictOptions::default().max_det,
+        half: bool = PredictOptions::default().half,
+    }
+}
+
 pub fn predict(m: &mut Yolo, image: Dynamic, opts: Map) -> RhaiResult<Array> {
-    let o = Options::new(
-        "model.predict",
-        opts,
-        &["conf", "iou", "imgsz", "max_det", "half"],
-    )?;
-    let d = PredictOptions::default();
+    let o = PredictOpts::parse("model.predict", opts)?;
     let po = PredictOptions {
-        conf: o.float("conf", d.conf)?,
-        iou: o.float("iou", d.iou)?,
-        imgsz: o.usize("imgsz", d.imgsz)?,
-        max_det: o.usize("max_det", d.max_det)?,
-        half: o.bool("half", d.half)?,
+        conf: o.conf,
+        iou: o.iou,
+        imgsz: o.imgsz,
+        max_det: o.max_det,
+        half: o.half,
     };
     let img = image_of(&image)?;
     let device = crate::tensor::default_device();

@@ -4,7 +4,6 @@
 
 use super::model::Yolo;
 use crate::error::{guard, runtime_error, RhaiResult};
-use crate::options::Options;
 use crate::progress::Progress;
 use rhai::{Array, Dynamic, Map, INT};
 use rusting_brain::models::yolo::train::{EpochReport, TrainSettings, YoloTrainer};
@@ -25,57 +24,57 @@ impl YoloTrain {
     }
 }
 
-const OPTIONS: &[&str] = &[
-    "data",
-    "epochs",
-    "batch",
-    "imgsz",
-    "optimizer",
-    "lr0",
-    "lrf",
-    "momentum",
-    "weight_decay",
-    "warmup_epochs",
-    "warmup_momentum",
-    "warmup_bias_lr",
-    "close_mosaic",
-    "nbs",
-    "seed",
-    "workers",
-    "amp",
-    "mosaic",
-    "save_dir",
-];
+crate::options! {
+    /// yolo::trainer's settings; `data` is required, the rest default to TrainSettings'.
+    struct TrainerOptions {
+        data: String,
+        epochs: usize = TrainSettings::default().epochs,
+        batch: usize = TrainSettings::default().batch,
+        imgsz: usize = TrainSettings::default().imgsz,
+        optimizer: String = TrainSettings::default().optimizer,
+        lr0: f64 = TrainSettings::default().lr0,
+        lrf: f64 = TrainSettings::default().lrf,
+        momentum: f64 = TrainSettings::default().momentum,
+        weight_decay: f64 = TrainSettings::default().weight_decay,
+        warmup_epochs: f64 = TrainSettings::default().warmup_epochs,
+        warmup_momentum: f64 = TrainSettings::default().warmup_momentum,
+        warmup_bias_lr: f64 = TrainSettings::default().warmup_bias_lr,
+        close_mosaic: usize = TrainSettings::default().close_mosaic,
+        nbs: usize = TrainSettings::default().nbs,
+        seed: INT = TrainSettings::default().seed as INT,
+        workers: usize = TrainSettings::default().workers,
+        amp: bool = TrainSettings::default().amp,
+        mosaic: f64 = TrainSettings::default().mosaic,
+        save_dir: String,
+    }
+}
 
 fn settings(opts: Map) -> RhaiResult<TrainSettings> {
-    let o = Options::new("yolo::trainer", opts, OPTIONS)?;
+    let o = TrainerOptions::parse("yolo::trainer", opts)?;
     let d = TrainSettings::default();
-    let data = o.string("data")?.ok_or_else(|| {
+    let data = o.data.ok_or_else(|| {
         runtime_error("yolo::trainer: `data` (the dataset's data.yaml) is required")
     })?;
     Ok(TrainSettings {
         data: PathBuf::from(data),
-        epochs: o.usize("epochs", d.epochs)?,
-        batch: o.usize("batch", d.batch)?,
-        imgsz: o.usize("imgsz", d.imgsz)?,
-        optimizer: o.string("optimizer")?.unwrap_or(d.optimizer),
-        lr0: o.float("lr0", d.lr0)?,
-        lrf: o.float("lrf", d.lrf)?,
-        momentum: o.float("momentum", d.momentum)?,
-        weight_decay: o.float("weight_decay", d.weight_decay)?,
-        warmup_epochs: o.float("warmup_epochs", d.warmup_epochs)?,
-        warmup_momentum: o.float("warmup_momentum", d.warmup_momentum)?,
-        warmup_bias_lr: o.float("warmup_bias_lr", d.warmup_bias_lr)?,
-        close_mosaic: o.usize("close_mosaic", d.close_mosaic)?,
-        nbs: o.usize("nbs", d.nbs)?,
-        seed: o.int("seed", d.seed as INT)? as u64,
-        workers: o.usize("workers", d.workers)?,
-        amp: o.bool("amp", d.amp)?,
-        mosaic: o.float("mosaic", d.mosaic)?,
-        save_dir: o
-            .string("save_dir")?
-            .map(PathBuf::from)
-            .unwrap_or(d.save_dir),
+        epochs: o.epochs,
+        batch: o.batch,
+        imgsz: o.imgsz,
+        optimizer: o.optimizer,
+        lr0: o.lr0,
+        lrf: o.lrf,
+        momentum: o.momentum,
+        weight_decay: o.weight_decay,
+        warmup_epochs: o.warmup_epochs,
+        warmup_momentum: o.warmup_momentum,
+        warmup_bias_lr: o.warmup_bias_lr,
+        close_mosaic: o.close_mosaic,
+        nbs: o.nbs,
+        seed: o.seed as u64,
+        workers: o.workers,
+        amp: o.amp,
+        mosaic: o.mosaic,
+        save_dir: o.save_dir.map(PathBuf::from).unwrap_or(d.save_dir),
     })
 }
 
