@@ -1,25 +1,8 @@
-//! What every `export_onnx` method shares: the options map (`opset`, `dynamic_batch`, plus the
-//! model's own keys) and the output path, whose folder is made when missing.
+//! What every `export_onnx` method shares: the output path, whose folder is made when
+//! missing. Each method's options struct has `opset` and `dynamic_batch` (defaulting to
+//! `ExportOptions::default()`'s) before the model's own keys.
 
 use crate::error::{runtime_error, RhaiResult};
-use crate::options::Options;
-use rhai::Map;
-use rusting_brain::io::onnx::export::ExportOptions;
-
-/// The options of an export, accepting `opset`, `dynamic_batch` and `extra` keys.
-pub fn options(opts: Map, extra: &[&str]) -> RhaiResult<(Options<'static>, ExportOptions)> {
-    let keys: Vec<&str> = ["opset", "dynamic_batch"]
-        .iter()
-        .chain(extra)
-        .copied()
-        .collect();
-    let o = Options::new("export_onnx", opts, &keys)?;
-    let export = ExportOptions {
-        opset: o.int("opset", 17)?,
-        dynamic_batch: o.bool("dynamic_batch", true)?,
-    };
-    Ok((o, export))
-}
 
 /// Makes the folder `path` will be written in.
 pub fn prepare(path: &str) -> RhaiResult<()> {

@@ -17,6 +17,7 @@ use crate::help::{with_lm, with_tokenizer, with_tokenizer_and_lm, with_tokens, A
 use crate::optim::Optim;
 use rhai::{Array, Dynamic, Engine, Map, Module, INT};
 use rusting_brain::nn::Module as _;
+use rusting_brain::io::onnx::export::ExportOptions;
 use rusting_brain::Tensor;
 
 fn train_step(m: &mut Lm, batch: Dynamic, opt: Optim) -> RhaiResult<Tensor> {
@@ -42,6 +43,13 @@ fn evaluate(m: &mut Lm, batches: Array) -> RhaiResult<Map> {
     out.insert("perplexity".into(), Dynamic::from_float(e.perplexity));
     out.insert("tokens".into(), Dynamic::from_int(e.tokens as INT));
     Ok(out)
+}
+
+crate::options! {
+    struct ExportOnnxOptions {
+        opset: INT = ExportOptions::default().opset,
+        dynamic_batch: bool = ExportOptions::default().dynamic_batch,
+    }
 }
 
 pub fn register(engine: &mut Engine) {
@@ -230,7 +238,11 @@ pub fn register(engine: &mut Engine) {
             "Writes the model as ONNX: input_ids [batch, sequence] (int64) in, logits [batch, sequence, vocab] (float) out, for any window up to max_seq_len (no KV cache: a runtime feeds the whole window). opset 17 by default (13 to 21); the batch is named unless dynamic_batch is false. Weights above 1 GiB go to a .data file beside it.",
             with_lm!("model.export_onnx(\"out/lm.onnx\", #{});"),
             |m: &mut Lm, path: &str, opts: Map| -> RhaiResult<String> {
-                let (_, export) = crate::onnx::options(opts, &[])?;
+                let o = ExportOnnxOptions::parse("export_onnx", opts)?;
+                let export = ExportOptions {
+                    opset: o.opset,
+                    dynamic_batch: o.dynamic_batch,
+                };
                 crate::onnx::prepare(path)?;
                 guard(|| m.lock().export_onnx(path, &export))?;
                 Ok(path.to_string())

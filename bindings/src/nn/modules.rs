@@ -5,6 +5,7 @@ use crate::convert::{self, shape};
 use crate::error::{guard, runtime_error, RhaiResult};
 use crate::help::Api;
 use rhai::{Array, Dynamic, Map, INT};
+use rusting_brain::io::onnx::export::ExportOptions;
 use rusting_brain::nn::export_module;
 use rusting_brain::nn::{
     Activation, AdaptiveAvgPool2d, AvgPool2d, BatchNorm2d, Conv2d, ConvTranspose2d, Dropout,
@@ -544,6 +545,15 @@ pub fn map_to_tensors(m: &Map, what: &str) -> RhaiResult<BTreeMap<String, Tensor
         .collect()
 }
 
+crate::options! {
+    struct ExportOnnxOptions {
+        opset: INT = ExportOptions::default().opset,
+        dynamic_batch: bool = ExportOptions::default().dynamic_batch,
+        /// The shape of one sample.
+        input: Array,
+    }
+}
+
 pub fn register(api: &mut Api) {
     register_layers(api);
     api.func("mlp", "nn::mlp(sizes, #{ activation, seed }) -> Model", "A multi-layer perceptron: Linear layers of the given sizes with an activation between them.", "let model = nn::mlp([2, 64, 64, 2], #{ activation: \"relu\", seed: 1 });", mlp);
@@ -624,10 +634,14 @@ pub fn register(api: &mut Api) {
         "Writes the model (its eval-mode forward) as ONNX for onnxruntime and other runtimes: opset 17 by default (13 to 21), the batch dimension named `batch` unless dynamic_batch is false, `input` the shape of one sample (taken from the first Linear when absent). A layer without an ONNX mapping is an error naming it.",
         "let model = nn::mlp([4, 8, 2]); model.export_onnx(\"out/mlp.onnx\", #{})",
         |m: &mut Model, path: &str, opts: Map| -> RhaiResult<String> {
-            let (o, export) = crate::onnx::options(opts, &["input"])?;
+            let o = ExportOnnxOptions::parse("export_onnx", opts)?;
+            let export = ExportOptions {
+                opset: o.opset,
+                dynamic_batch: o.dynamic_batch,
+            };
             let model = m.lock();
-            let sample = match o.get("input") {
-                Some(v) => shape(&v.clone().into_array().map_err(|t| runtime_error(format!("export_onnx: input must be an array of sizes, got {t}")))?, "export_onnx")?,
+            let sample = match &o.input {
+                Some(v) => shape(v, "export_onnx")?,
                 None => model.input_shape().ok_or_else(|| {
                     runtime_error("export_onnx: this model does not fix its input shape; give #{ input: [sizes of one sample] }")
                 })?,

@@ -7,10 +7,11 @@ mod train;
 pub use model::Yolo;
 pub use train::YoloTrain;
 
-use crate::error::{guard, runtime_error, RhaiResult};
+use crate::error::{guard, RhaiResult};
 use crate::help::Api;
 use rhai::{Array, Dynamic, Engine, Map, Module, INT};
 use rusting_brain::nn::Module as _;
+use rusting_brain::io::onnx::export::ExportOptions;
 use std::path::Path;
 
 /// A tiny dataset `data` (data.yaml path) and a 1/16-width YOLO11 `model` with its 6 classes.
@@ -32,6 +33,15 @@ macro_rules! with_trainer {
             $example
         ))
     };
+}
+
+crate::options! {
+    struct ExportOnnxOptions {
+        opset: INT = ExportOptions::default().opset,
+        dynamic_batch: bool = ExportOptions::default().dynamic_batch,
+        /// A number or [h, w].
+        imgsz: (usize, usize) = (640, 640),
+    }
 }
 
 pub fn register(engine: &mut Engine) {
@@ -97,20 +107,12 @@ pub fn register(engine: &mut Engine) {
             "Writes the detector as ONNX in ultralytics' export layout: images [batch, 3, imgsz, imgsz] (float, 0-1) in, output0 [batch, 4 + classes, anchors] out (boxes cx, cy, w, h in input pixels, then class probabilities). imgsz (default 640; a number or [h, w]) is fixed at export and must be a multiple of the largest stride; opset 17 by default.",
             with_yolo!("model.export_onnx(\"out/shapes.onnx\", #{ imgsz: 64 });"),
             |m: &mut Yolo, path: &str, opts: Map| -> RhaiResult<String> {
-                let (o, export) = crate::onnx::options(opts, &["imgsz"])?;
-                let size = match o.get("imgsz") {
-                    Some(v) if v.is_array() => {
-                        let hw = crate::convert::shape(&v.clone().into_array().unwrap_or_default(), "export_onnx")?;
-                        match hw[..] {
-                            [h, w] => (h, w),
-                            _ => return Err(runtime_error(format!("export_onnx: imgsz must be a number or [h, w], got {hw:?}"))),
-                        }
-                    }
-                    _ => {
-                        let s = o.usize("imgsz", 640)?;
-                        (s, s)
-                    }
+                let o = ExportOnnxOptions::parse("export_onnx", opts)?;
+                let export = ExportOptions {
+                    opset: o.opset,
+                    dynamic_batch: o.dynamic_batch,
                 };
+                let size = o.imgsz;
                 crate::onnx::prepare(path)?;
                 guard(|| m.lock().export_onnx(size, path, &export))?;
                 Ok(path.to_string())
