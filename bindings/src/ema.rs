@@ -4,7 +4,6 @@
 use crate::error::{guard, runtime_error, RhaiResult};
 use crate::help::{self, Api};
 use crate::nn::Model;
-use crate::options::Options;
 use rhai::{Engine, Map, INT};
 use rusting_brain::optim::{EmaSchedule, ModelEma};
 use std::sync::{Arc, Mutex};
@@ -19,15 +18,22 @@ impl EmaHandle {
     }
 }
 
+crate::options! {
+    /// `tau` is read by the ultralytics schedule only.
+    struct EmaOptions {
+        decay: f64 = 0.9999,
+        schedule: String = "diffusers".into(),
+        tau: f64 = 2000.0,
+    }
+}
+
 fn ema(model: &mut Model, opts: Map) -> RhaiResult<EmaHandle> {
-    let o = Options::new("optim::ema", opts, &["decay", "schedule", "tau"])?;
-    let schedule = match o.string("schedule")?.as_deref().unwrap_or("diffusers") {
-        "diffusers" => EmaSchedule::Warmup {
-            decay: o.float("decay", 0.9999)?,
-        },
+    let o = EmaOptions::parse("optim::ema", opts)?;
+    let schedule = match o.schedule.as_str() {
+        "diffusers" => EmaSchedule::Warmup { decay: o.decay },
         "ultralytics" => EmaSchedule::Ramp {
-            decay: o.float("decay", 0.9999)?,
-            tau: o.float("tau", 2000.0)?,
+            decay: o.decay,
+            tau: o.tau,
         },
         other => {
             return Err(runtime_error(format!(

@@ -3,7 +3,6 @@
 
 use crate::error::{guard, runtime_error, RhaiResult};
 use crate::help::Api;
-use crate::options::Options;
 use rhai::{Array, Dynamic, Engine, Map, Module};
 use rusting_brain::models::resnet::{ResNet, ResNetConfig};
 use rusting_brain::models::yolo::predict::predict_letterbox;
@@ -66,9 +65,15 @@ fn draw(image: Tensor, dets: Array) -> RhaiResult<Tensor> {
     guard(|| draw_boxes(&image, &boxes))
 }
 
+crate::options! {
+    struct LetterboxOptions {
+        imgsz: usize = 640,
+        stride: usize = 32,
+    }
+}
+
 fn letterbox(image: Tensor, opts: Map) -> RhaiResult<Tensor> {
-    let o = Options::new("vision::letterbox", opts, &["imgsz", "stride"])?;
-    let (imgsz, stride) = (o.usize("imgsz", 640)?, o.usize("stride", 32)?);
+    let LetterboxOptions { imgsz, stride } = LetterboxOptions::parse("vision::letterbox", opts)?;
     if imgsz == 0 || stride == 0 {
         return Err(runtime_error(
             "vision::letterbox: imgsz and stride must be positive",
@@ -80,15 +85,21 @@ fn letterbox(image: Tensor, opts: Map) -> RhaiResult<Tensor> {
     })
 }
 
+crate::options! {
+    struct ResNetOptions {
+        num_classes: usize = 1000,
+        seed: rhai::INT = 0,
+    }
+}
+
 /// torchvision's `resnet{depth}`, freshly initialised as torchvision does.
 fn resnet(depth: rhai::INT, opts: Map) -> RhaiResult<crate::nn::Model> {
-    let o = Options::new("vision::resnet", opts, &["num_classes", "seed"])?;
-    let classes = o.int("num_classes", 1000)?;
-    let seed = o.int("seed", 0)?;
+    let ResNetOptions {
+        num_classes: classes,
+        seed,
+    } = ResNetOptions::parse("vision::resnet", opts)?;
     let depth = usize::try_from(depth)
         .map_err(|_| runtime_error(format!("vision::resnet: depth {depth} is negative")))?;
-    let classes = usize::try_from(classes)
-        .map_err(|_| runtime_error(format!("vision::resnet: num_classes {classes} is negative")))?;
     let model = guard(|| {
         ResNet::new(
             ResNetConfig::depth(depth, classes)?,

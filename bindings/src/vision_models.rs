@@ -6,7 +6,6 @@
 use crate::error::{guard, runtime_error, RhaiResult};
 use crate::help::Api;
 use crate::nn::Model;
-use crate::options::Options;
 use rhai::{Array, Dynamic, Map};
 use rusting_brain::models::diffusion::UNet;
 use rusting_brain::models::image_text::{as_image_text_model, ImageTextModel};
@@ -92,9 +91,14 @@ fn score_maps(rows: Vec<Vec<ClassScore>>) -> Array {
         .collect()
 }
 
+crate::options! {
+    struct ClassifyOptions {
+        topk: usize = 5,
+    }
+}
+
 fn classify(model: &mut Model, images: Dynamic, opts: Map) -> RhaiResult<Array> {
-    let o = Options::new("classify", opts, &["topk"])?;
-    let topk = o.usize("topk", 5)?;
+    let topk = ClassifyOptions::parse("classify", opts)?.topk;
     with_image_model(model, "classify", |m| {
         let x = batch(m, &images, "classify")?;
         guard(|| m.classify(&x, topk)).map(score_maps)
@@ -124,11 +128,18 @@ fn with_image_text_model<R>(
     }
 }
 
+crate::options! {
+    /// The template defaults to the model's, topk to every label.
+    struct ZeroShotOptions {
+        template: String,
+        topk: usize,
+    }
+}
+
 fn zero_shot(model: &mut Model, images: Dynamic, labels: Array, opts: Map) -> RhaiResult<Array> {
-    let o = Options::new("zero_shot", opts, &["template", "topk"])?;
-    let template = o.string("template")?;
+    let ZeroShotOptions { template, topk } = ZeroShotOptions::parse("zero_shot", opts)?;
     let labels = strings(&labels, "zero_shot labels")?;
-    let topk = o.usize("topk", labels.len())?;
+    let topk = topk.unwrap_or(labels.len());
     with_image_text_model(model, "zero_shot", |m| {
         let x = batch(m, &images, "zero_shot")?;
         let names: Vec<&str> = labels.iter().map(String::as_str).collect();
@@ -138,27 +149,40 @@ fn zero_shot(model: &mut Model, images: Dynamic, labels: Array, opts: Map) -> Rh
     })
 }
 
+crate::options! {
+    struct ContactSheetOptions {
+        captions: Vec<String> = Vec::new(),
+        cols: usize = 4,
+        cell: usize = 160,
+    }
+}
+
 fn contact_sheet(images: Array, opts: Map) -> RhaiResult<Tensor> {
-    let o = Options::new("vision::contact_sheet", opts, &["captions", "cols", "cell"])?;
+    let ContactSheetOptions {
+        captions,
+        cols,
+        cell,
+    } = ContactSheetOptions::parse("vision::contact_sheet", opts)?;
     let photos = images
         .iter()
         .map(|d| photo(d, "vision::contact_sheet"))
         .collect::<RhaiResult<Vec<_>>>()?;
-    let captions = match o.get("captions") {
-        Some(c) => crate::text::strings(c, "vision::contact_sheet captions")?,
-        None => Vec::new(),
-    };
-    let (cols, cell) = (o.usize("cols", 4)?, o.usize("cell", 160)?);
     let sheet = guard(|| {
         rusting_brain::vision::contact_sheet::contact_sheet(&photos, &captions, cols, cell)
     })?;
     guard(|| rusting_brain::vision::image::rgb_to_tensor(sheet))
 }
 
+crate::options! {
+    struct SetClassesOptions {
+        seed: rhai::INT = 0,
+    }
+}
+
 fn set_classes(model: &mut Model, labels: Array, opts: Map) -> RhaiResult<()> {
-    let o = Options::new("set_classes", opts, &["seed"])?;
+    let seed = SetClassesOptions::parse("set_classes", opts)?.seed;
     let labels = strings(&labels, "set_classes")?;
-    let mut gen = Generator::new(o.int("seed", 0)? as u64);
+    let mut gen = Generator::new(seed as u64);
     model.with_layer_mut::<ViT, _>("set_classes", |vit| {
         guard(|| vit.set_classes(labels, &mut gen))
     })

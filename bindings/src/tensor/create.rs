@@ -5,61 +5,83 @@ use super::default_device;
 use crate::convert::{self, shape};
 use crate::error::{guard, RhaiResult};
 use crate::help::Api;
-use crate::options::Options;
 use rhai::{Array, Map, FLOAT, INT};
 use rusting_brain::{manual_seed, DType, Tensor};
 
-const TENSOR_OPTIONS: &[&str] = &["dtype", "device", "requires_grad"];
+crate::options! {
+    /// What every constructor takes: the tensor's dtype, its device and whether it records
+    /// gradients.
+    struct TensorOptions {
+        dtype: String,
+        device: String,
+        requires_grad: bool = false,
+    }
+}
 
-/// Applies `dtype`, `device` and `requires_grad` options to a freshly built tensor.
-fn finish(t: Tensor, opts: &Options) -> RhaiResult<Tensor> {
-    let t = match opts.string("dtype")? {
+/// Applies the `dtype`, `device` (the default device when absent) and `requires_grad` options
+/// to a freshly built tensor.
+fn finish(
+    t: Tensor,
+    dtype: Option<&str>,
+    device: Option<&str>,
+    requires_grad: bool,
+) -> RhaiResult<Tensor> {
+    let t = match dtype {
         Some(d) => {
-            let d = convert::dtype(&d)?;
+            let d = convert::dtype(d)?;
             guard(|| t.to_dtype(d))?
         }
         None => t,
     };
-    let device = match opts.string("device")? {
-        Some(d) => convert::device(&d)?,
+    let device = match device {
+        Some(d) => convert::device(d)?,
         None => default_device(),
     };
     let t = guard(|| t.to_device(device))?;
-    if opts.bool("requires_grad", false)? {
+    if requires_grad {
         guard(|| t.set_requires_grad(true).map(|_| ()))?;
     }
     Ok(t)
 }
 
+impl TensorOptions {
+    /// `finish` with these options.
+    fn finish(&self, t: Tensor) -> RhaiResult<Tensor> {
+        finish(
+            t,
+            self.dtype.as_deref(),
+            self.device.as_deref(),
+            self.requires_grad,
+        )
+    }
+}
+
 fn from_array(values: Array, opts: Map) -> RhaiResult<Tensor> {
-    let opts = Options::new("tensor", opts, TENSOR_OPTIONS)?;
+    let opts = TensorOptions::parse("tensor", opts)?;
     let (v, s, dtype) = convert::nested(&values)?;
     let t = guard(|| Tensor::from_f64s(&v, &s, dtype))?;
-    finish(t, &opts)
+    opts.finish(t)
 }
 
 /// zeros, ones, full: made in the asked dtype on the asked device at once, so the engine checks
 /// the allocation that is really made (an f32 tensor cast afterwards would check the wrong
 /// one, and build a buffer it throws away).
 fn filled(value: f64, dims: Array, opts: Map, what: &'static str) -> RhaiResult<Tensor> {
-    let opts = Options::new(what, opts, TENSOR_OPTIONS)?;
+    let opts = TensorOptions::parse(what, opts)?;
     let s = shape(&dims, what)?;
-    let dtype = match opts.string("dtype")? {
-        Some(d) => convert::dtype(&d)?,
+    let dtype = match &opts.dtype {
+        Some(d) => convert::dtype(d)?,
         None => DType::F32,
     };
-    let device = match opts.string("device")? {
-        Some(d) => convert::device(&d)?,
+    let device = match &opts.device {
+        Some(d) => convert::device(d)?,
         None => default_device(),
     };
-    finish(
-        guard(|| Tensor::full_for(what, value, &s, dtype, device))?,
-        &opts,
-    )
+    opts.finish(guard(|| Tensor::full_for(what, value, &s, dtype, device))?)
 }
 
 fn random(dims: Array, opts: Map, what: &str, normal: bool) -> RhaiResult<Tensor> {
-    let opts = Options::new(what, opts, TENSOR_OPTIONS)?;
+    let opts = TensorOptions::parse(what, opts)?;
     let s = shape(&dims, what)?;
     let t = guard(|| {
         if normal {
@@ -68,7 +90,7 @@ fn random(dims: Array, opts: Map, what: &str, normal: bool) -> RhaiResult<Tensor
             Tensor::rand(&s, DType::F32, None)
         }
     })?;
-    finish(t, &opts)
+    opts.finish(t)
 }
 
 pub fn register(api: &mut Api) {

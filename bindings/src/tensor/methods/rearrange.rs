@@ -3,13 +3,19 @@
 use crate::convert::{dims, usize_of};
 use crate::error::{guard, runtime_error};
 use crate::help::Api;
-use crate::options::Options;
 use rhai::{Array, Map, INT};
 use rusting_brain::ops::rearrange::PadMode;
 use rusting_brain::Tensor;
 
+crate::options! {
+    struct PadOptions {
+        mode: String = "constant".into(),
+        value: f64 = 0.0,
+    }
+}
+
 fn pad(t: &mut Tensor, pads: Array, opts: Map) -> crate::error::RhaiResult<Tensor> {
-    let o = Options::new("pad", opts, &["mode", "value"])?;
+    let PadOptions { mode: name, value } = PadOptions::parse("pad", opts)?;
     let pads = pads
         .iter()
         .map(|p| {
@@ -18,8 +24,7 @@ fn pad(t: &mut Tensor, pads: Array, opts: Map) -> crate::error::RhaiResult<Tenso
                 .and_then(|p| usize_of(p, "pad"))
         })
         .collect::<Result<Vec<_>, _>>()?;
-    let name = o.string("mode")?.unwrap_or_else(|| "constant".into());
-    let mode = PadMode::parse(&name, o.float("value", 0.0)?).ok_or_else(|| {
+    let mode = PadMode::parse(&name, value).ok_or_else(|| {
         runtime_error(format!(
             "pad: unknown mode \"{name}\"; use constant, reflect, replicate or circular"
         ))
