@@ -62,10 +62,7 @@ fn scheduler(config: Dynamic, opts: Map) -> RhaiResult<SchedulerHandle> {
             config.type_name()
         )));
     };
-    let handle = SchedulerHandle(Arc::new(Mutex::new((
-        s,
-        Generator::new(o.seed as u64),
-    ))));
+    let handle = SchedulerHandle(Arc::new(Mutex::new((s, Generator::new(o.seed as u64)))));
     let (eta, steps) = (o.eta, o.steps);
     handle.with(|s, _| {
         guard(|| {

@@ -168,9 +168,7 @@ pub(super) fn generate(
         }
     };
     // diffusers' defaults: 0.8 for image to image, 1 for inpainting.
-    let strength = o
-        .strength
-        .unwrap_or(if mask.is_some() { 1.0 } else { 0.8 });
+    let strength = o.strength.unwrap_or(if mask.is_some() { 1.0 } else { 0.8 });
     let ask = TextToImage {
         prompts: list,
         negative,

@@ -16,8 +16,8 @@ use crate::error::{guard, RhaiResult};
 use crate::help::{with_lm, with_tokenizer, with_tokenizer_and_lm, with_tokens, Api};
 use crate::optim::Optim;
 use rhai::{Array, Dynamic, Engine, Map, Module, INT};
-use rusting_brain::nn::Module as _;
 use rusting_brain::io::onnx::export::ExportOptions;
+use rusting_brain::nn::Module as _;
 use rusting_brain::Tensor;
 
 fn train_step(m: &mut Lm, batch: Dynamic, opt: Optim) -> RhaiResult<Tensor> {

@@ -10,8 +10,8 @@ pub use train::YoloTrain;
 use crate::error::{guard, RhaiResult};
 use crate::help::Api;
 use rhai::{Array, Dynamic, Engine, Map, Module, INT};
-use rusting_brain::nn::Module as _;
 use rusting_brain::io::onnx::export::ExportOptions;
+use rusting_brain::nn::Module as _;
 use std::path::Path;
 
 /// A tiny dataset `data` (data.yaml path) and a 1/16-width YOLO11 `model` with its 6 classes.
