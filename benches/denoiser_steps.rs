@@ -7,8 +7,13 @@
 use super::common;
 use rusting_brain::amp::autocast;
 use rusting_brain::backend::cuda::CudaDevice;
+use rusting_brain::models::diffusion::denoise_step::DenoiseStep;
+use rusting_brain::models::diffusion::denoiser::Denoiser;
+use rusting_brain::models::diffusion::prompt_encoder::Conditioning;
+use rusting_brain::models::diffusion::AddedConditions;
 use rusting_brain::optim::{AdamW, AdamWConfig, Optimizer};
 use rusting_brain::{mse_loss, no_grad, DType, Reduction, Result, Tensor};
+use rusting_brain::{Device, Error};
 
 /// Milliseconds a step and the peak GiB, to two decimals.
 pub struct Timing {
@@ -47,6 +52,32 @@ pub fn sampling(
     let step = || no_grad(&predict).map(drop);
     let seconds = autocast(Some(DType::BF16), || {
         warm_and_time(dev, "step", steps, step)
+    })?;
+    timing(dev, seconds)
+}
+
+/// The pipeline's sampling step (`DenoiseStep`: the latents and the timestep copied into its
+/// buffers, the denoiser's call captured as one CUDA graph after the first step) in the same
+/// autocast scope. Fails if the step was not captured, so a graph figure is one.
+pub fn sampling_captured(
+    dev: &CudaDevice,
+    steps: usize,
+    denoiser: &Denoiser,
+    cond: &Conditioning,
+    added: Option<&AddedConditions>,
+    latents: &Tensor,
+    (t, guidance): (f64, f64),
+) -> Result<Timing> {
+    let seconds = autocast(Some(DType::BF16), || {
+        let mut step = DenoiseStep::new(denoiser, cond, added, guidance, Device::Cuda(0), true)?;
+        let seconds = warm_and_time(dev, "graph", steps, || step.predict(latents, t).map(drop))?;
+        match step.is_captured() {
+            true => Ok(seconds),
+            false => Err(Error::invalid(
+                "bench",
+                "the denoising step was not captured",
+            )),
+        }
     })?;
     timing(dev, seconds)
 }

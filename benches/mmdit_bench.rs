@@ -19,8 +19,10 @@ mod denoiser_steps;
 
 use rusting_brain::amp::autocast;
 use rusting_brain::backend::cuda::CudaDevice;
+use rusting_brain::models::diffusion::denoiser::Denoiser;
 use rusting_brain::models::diffusion::mmdit::flux::image_ids;
 use rusting_brain::models::diffusion::mmdit::{FluxConfig, FluxInputs, FluxTransformer};
+use rusting_brain::models::diffusion::prompt_encoder::Conditioning;
 use rusting_brain::models::hf_config::Fields;
 use rusting_brain::nn::Module;
 use rusting_brain::{DType, Device, Generator, Result, Tensor};
@@ -101,7 +103,38 @@ fn run(dev: &CudaDevice) -> Result<Vec<serde_json::Value>> {
         "bench": "mmdit_step", "batch": batch, "common": common,
         "step_ms": t.step_ms, "peak_gib": t.peak_gib,
     }));
-    drop(x);
+    // The same step as the pipeline runs it (latents [B, C/4, 2h, 2w], packed inside): captured
+    // as one CUDA graph.
+    let side = 2 * (image as f64).sqrt() as usize;
+    let latents = Tensor::randn(
+        &[batch, config.in_channels / 4, side, side],
+        DType::F32,
+        Some(&mut gen),
+    )?
+    .to_device(Device::Cuda(0))?;
+    let denoiser = Denoiser::Flux(Box::new(model));
+    let cond = Conditioning {
+        states: x.context.clone(),
+        pooled: Some(x.pooled.clone()),
+    };
+    let t = denoiser_steps::sampling_captured(
+        dev,
+        steps,
+        &denoiser,
+        &cond,
+        None,
+        &latents,
+        (500.0, 3.5),
+    )?;
+    out.push(json!({
+        "bench": "mmdit_step_graph", "batch": batch, "common": common,
+        "step_ms": t.step_ms, "peak_gib": t.peak_gib,
+    }));
+    let Denoiser::Flux(model) = denoiser else {
+        unreachable!("made a FLUX transformer above")
+    };
+    let mut model = *model;
+    drop((x, cond, latents));
 
     if train_batch > 0 {
         model.train(true);

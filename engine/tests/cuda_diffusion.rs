@@ -96,3 +96,48 @@ fn mmdit_pipelines_on_the_gpu_draw_what_diffusers_draws() {
         }
     }
 }
+
+/// The denoising step captured as a CUDA graph (after its first step, op by op) predicts what
+/// the op-by-op step predicts at every later timestep and latents, for a UNet and for SD3's
+/// and FLUX's transformers; and it is captured (a capture that failed would fall back to op
+/// by op silently but for one warning, and this comparison would pass on its own).
+#[test]
+fn a_captured_denoising_step_predicts_what_the_step_op_by_op_predicts() {
+    use rusting_brain::models::diffusion::denoise_step::DenoiseStep;
+    use rusting_brain::models::diffusion::StableDiffusion;
+    let Some(dev) =
+        cuda::device_for_test("a_captured_denoising_step_predicts_what_the_step_op_by_op_predicts")
+    else {
+        return;
+    };
+    let fixtures =
+        std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/diffusion");
+    for name in ["sd_tiny", "sd3_tiny", "flux_tiny"] {
+        let pipe = StableDiffusion::from_folder(&fixtures.join(name)).unwrap();
+        pipe.to_device(dev).unwrap();
+        let cond = no_grad(|| pipe.encode_prompts(&["a red cat", "a dog"], Some(24))).unwrap();
+        let side = 4 * pipe.denoiser.latent_multiple();
+        let shape = [2, pipe.denoiser.in_channels(), side, side];
+        let mut captured = DenoiseStep::new(&pipe.denoiser, &cond, None, 3.5, dev, true).unwrap();
+        let mut plain = DenoiseStep::new(&pipe.denoiser, &cond, None, 3.5, dev, false).unwrap();
+        for (i, t) in [999.0, 750.0, 500.0, 250.0, 1.0].into_iter().enumerate() {
+            let mut gen = Generator::new(i as u64);
+            let x = Tensor::randn_on(&shape, DType::F32, dev, Some(&mut gen)).unwrap();
+            let (a, b) = (
+                captured.predict(&x, t).unwrap().to_vec_f64().unwrap(),
+                plain.predict(&x, t).unwrap().to_vec_f64().unwrap(),
+            );
+            let worst = a
+                .iter()
+                .zip(&b)
+                .map(|(p, q)| (p - q).abs())
+                .fold(0.0, f64::max);
+            assert!(
+                worst < 1e-5,
+                "{name} step {i} (t {t}): differs by {worst:.3e}"
+            );
+        }
+        assert!(captured.is_captured(), "{name}: the step was not captured");
+        assert!(!plain.is_captured());
+    }
+}

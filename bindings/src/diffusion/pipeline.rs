@@ -110,6 +110,8 @@ crate::options! {
         image: Dynamic,
         strength: f64,
         tiled: bool = false,
+        /// On CUDA, replay the denoising step as one captured graph.
+        cuda_graph: bool = true,
         max_sequence_length: usize,
         /// The inpainting mask (see mask).
         mask: Dynamic,
@@ -185,6 +187,7 @@ pub(super) fn generate(
         init_noise: None,
         init_masked_draw: None,
         tiled_vae: o.tiled,
+        cuda_graph: o.cuda_graph,
         max_sequence_length: o.max_sequence_length,
     };
     let bar = o

@@ -18,8 +18,6 @@ use crate::backend::cuda::attention::{self as cuda, Operand};
 use crate::backend::spec::AttentionSpec;
 use crate::backend::{CudaStorage, Storage};
 use crate::{DType, Device, Error, Result, Tensor};
-use std::collections::HashMap;
-use std::sync::{Mutex, OnceLock};
 
 const OP: &str = "scaled_dot_product_attention";
 
@@ -152,46 +150,17 @@ pub(super) fn check(
     })
 }
 
-/// Causal masks built so far, by (queries, keys, dtype, device): a training run asks for one
-/// shape every step.
-type MaskCache = Mutex<HashMap<(usize, usize, DType, Device), Tensor>>;
-static CAUSAL_MASKS: OnceLock<MaskCache> = OnceLock::new();
-/// Handles to every cached causal mask: a CUDA graph that read one holds them, so that no
-/// eviction (from any thread) frees a mask under its replays.
-pub fn cached_causal_masks() -> Vec<Tensor> {
-    CAUSAL_MASKS.get().map_or(Vec::new(), |c| {
-        c.lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .values()
-            .cloned()
-            .collect()
-    })
-}
-
 /// The additive causal mask [tq, tk] for the composition: 0 where key j <= i + (tk - tq),
 /// -inf elsewhere.
 fn causal_bias(tq: usize, tk: usize, dtype: DType, device: Device) -> Result<Tensor> {
-    let cache = CAUSAL_MASKS.get_or_init(|| Mutex::new(HashMap::new()));
-    let key = (tq, tk, dtype, device);
-    if let Some(m) = cache.lock().unwrap_or_else(|e| e.into_inner()).get(&key) {
-        return Ok(m.clone());
-    }
-    let mut bias = Vec::with_capacity(tq * tk);
-    for i in 0..tq {
-        let last = i + (tk - tq);
-        bias.extend((0..tk).map(|j| if j <= last { 0f32 } else { f32::NEG_INFINITY }));
-    }
-    let m = Tensor::from_vec(bias, &[tq, tk])?
-        .to_dtype(dtype)?
-        .to_device(device)?;
-    let mut cache = cache.lock().unwrap_or_else(|e| e.into_inner());
-    if cache.len() >= 16 {
-        cache.clear();
-        // Freed masks: no recorded graph may replay against them.
-        crate::capture::bump_epoch();
-    }
-    cache.insert(key, m.clone());
-    Ok(m)
+    super::constant_table::cached("causal mask", (tq, tk, dtype), device, || {
+        let mut bias = Vec::with_capacity(tq * tk);
+        for i in 0..tq {
+            let last = i + (tk - tq);
+            bias.extend((0..tk).map(|j| if j <= last { 0f32 } else { f32::NEG_INFINITY }));
+        }
+        Tensor::from_vec(bias, &[tq, tk])?.to_dtype(dtype)
+    })
 }
 
 /// The unfused path: grouped queries [B, KV, group * tq, hd] against the shared keys, so no key

@@ -5,6 +5,7 @@ pub mod attention;
 pub mod batch_norm;
 pub mod bias_act;
 pub mod bincount;
+pub mod constant_table;
 pub mod conv;
 pub mod conv_transpose;
 pub mod decode_attention;

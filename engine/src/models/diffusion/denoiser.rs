@@ -66,14 +66,14 @@ impl Denoiser {
     }
 
     /// The model's prediction for latents at timesteps under the prompts' conditioning (and
-    /// SDXL's added size conditioning, FLUX-dev's guidance value).
+    /// SDXL's added size conditioning, FLUX-dev's guidance scale [1], F32 on the device).
     pub fn predict(
         &self,
         latents: &Tensor,
         timesteps: &Tensor,
         cond: &Conditioning,
         added: Option<&AddedConditions>,
-        guidance: f64,
+        guidance: &Tensor,
     ) -> Result<Tensor> {
         match self {
             Denoiser::UNet(m) => m.predict_with(latents, timesteps, Some(&cond.states), added),
@@ -90,13 +90,12 @@ impl Denoiser {
                 let (h, w) = (latents.shape()[2], latents.shape()[3]);
                 // diffusers hands FLUX σ = t / 1000 (in F32) and the model scales it back.
                 let sigmas = timesteps.to_dtype(DType::F32)?.mul_scalar(1e-3)?;
-                let g = Tensor::from_f64s(&[guidance], &[1], DType::F32)?;
                 let ids = image_ids(h, w);
                 let inputs = FluxInputs {
                     context: &cond.states,
                     pooled,
                     timesteps: &sigmas,
-                    guidance: m.config.guidance_embeds.then_some(&g),
+                    guidance: m.config.guidance_embeds.then_some(guidance),
                     image_ids: &ids,
                 };
                 let out = m.predict(&pack_latents(latents)?, &inputs)?;

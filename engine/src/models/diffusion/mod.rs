@@ -4,6 +4,7 @@
 //! text-to-image pipeline (`pipeline`).
 
 pub mod blocks;
+pub mod denoise_step;
 pub mod denoiser;
 pub mod feed_forward;
 pub mod lora;

@@ -56,10 +56,17 @@ pub fn sinusoidal(
     flip_sin_to_cos: bool,
 ) -> Result<Tensor> {
     let half = dim / 2;
-    let freqs: Vec<f64> = (0..half)
-        .map(|i| (-(10000f64.ln()) * i as f64 / (half as f64 - freq_shift)).exp())
-        .collect();
-    let freqs = Tensor::from_f64s(&freqs, &[1, half], DType::F32)?.to_device(t.device())?;
+    let freqs = crate::ops::constant_table::cached(
+        "sinusoidal frequencies",
+        (half, freq_shift.to_bits()),
+        t.device(),
+        || {
+            let freqs: Vec<f64> = (0..half)
+                .map(|i| (-(10000f64.ln()) * i as f64 / (half as f64 - freq_shift)).exp())
+                .collect();
+            Tensor::from_f64s(&freqs, &[1, half], DType::F32)
+        },
+    )?;
     let args = t
         .to_dtype(DType::F32)?
         .reshape_to(&[t.numel(), 1])?

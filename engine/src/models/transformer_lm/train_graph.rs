@@ -26,7 +26,6 @@ use super::train::train_step;
 use super::TransformerLm;
 use crate::capture::{self, Key, Replay};
 use crate::nn::Module;
-use crate::ops::attention::cached_causal_masks;
 use crate::optim::{replayed_step, settle_step_counts, Optimizer, StepOutcome};
 use crate::{no_grad, DType, Device, DeviceGraph, Error, Result, Tensor};
 
@@ -125,7 +124,7 @@ impl capture::Step for Step<'_> {
         // Held from before the capture: what it reads of these is cached already (making one
         // would copy from the host, which a capture refuses).
         let mut pinned = self.model.rotary().held_tables();
-        pinned.extend(cached_causal_masks());
+        pinned.extend(crate::ops::constant_table::all());
         // The warm-up step's memory sits in the allocator's cache; the graph's own allocations
         // take the same room.
         device.release_cached_memory()?;

@@ -99,8 +99,8 @@ impl FluxConfig {
 /// The rotary angles of tokens with 3-axis positions `ids` [S, 3] (diffusers' `FluxPosEmbed`,
 /// θ 10000): per axis a, pairs of frequency 1 / θ^(2i / d_a), the axes' pairs one after
 /// another; pair p's angle at channels p and p + D/2 (`Rotary`'s de-interleaved order).
-/// Computed in f64 and rounded to F32.
-pub fn rotary_angles(ids: &[[f64; 3]], axes: &[usize], device: Device) -> Result<Rotary> {
+/// Computed in f64 and rounded to F32; cos and sin stacked, [2, S, D], on the host.
+fn rotary_table(ids: &[[f64; 3]], axes: &[usize]) -> Result<Tensor> {
     let d: usize = axes.iter().sum();
     let (mut cos, mut sin) = (
         Vec::with_capacity(ids.len() * d),
@@ -120,10 +120,22 @@ pub fn rotary_angles(ids: &[[f64; 3]], axes: &[usize], device: Device) -> Result
             sin.extend(angles.iter().map(|a| a.sin()));
         }
     }
-    let shape = [ids.len(), d];
+    cos.extend(sin);
+    Tensor::from_f64s(&cos, &[2, ids.len(), d], DType::F32)
+}
+
+/// The rotary angles of `ids` on `device`, from the table cache: a resolution's angles are
+/// computed once, and a captured step finds them there.
+pub fn rotary_angles(ids: &[[f64; 3]], axes: &[usize], device: Device) -> Result<Rotary> {
+    let bits: Vec<u64> = ids.iter().flatten().map(|v| v.to_bits()).collect();
+    let table =
+        crate::ops::constant_table::cached("FLUX rotary angles", (bits, axes), device, || {
+            rotary_table(ids, axes)
+        })?;
+    let (n, d) = (ids.len(), table.shape()[2]);
     Ok(Rotary {
-        cos: Tensor::from_f64s(&cos, &shape, DType::F32)?.to_device(device)?,
-        sin: Tensor::from_f64s(&sin, &shape, DType::F32)?.to_device(device)?,
+        cos: table.narrow(0, 0, 1)?.reshape_to(&[n, d])?,
+        sin: table.narrow(0, 1, 1)?.reshape_to(&[n, d])?,
     })
 }
 

@@ -3,6 +3,7 @@
 
 use super::image_start::ImageStart;
 use super::StableDiffusion;
+use crate::models::diffusion::denoise_step::DenoiseStep;
 use crate::models::diffusion::denoiser::Denoiser;
 use crate::models::diffusion::prompt_encoder::Conditioning;
 use crate::models::diffusion::AddedConditions;
@@ -51,6 +52,9 @@ pub struct TextToImage {
     /// How many tokens T5 reads (SD3, FLUX; at most 512); `None` is diffusers' default
     /// (SD3 256, FLUX 512).
     pub max_sequence_length: Option<usize>,
+    /// On CUDA, capture the denoiser's step as a CUDA graph after the first step (one launch
+    /// per step instead of one per kernel); `false` runs each step op by op.
+    pub cuda_graph: bool,
 }
 
 impl TextToImage {
@@ -83,6 +87,7 @@ impl Default for TextToImage {
             tiled_vae: false,
             max_sequence_length: None,
             mask: None,
+            cuda_graph: true,
         }
     }
 }
@@ -215,9 +220,15 @@ impl StableDiffusion {
         };
         let (mut latents, first) = (start.latents, start.first);
         let steps = sched.timesteps().len();
+        let mut denoise = DenoiseStep::new(
+            &self.denoiser,
+            &cond,
+            added.as_ref(),
+            ask.guidance,
+            device,
+            ask.cuda_graph,
+        )?;
         for i in first..steps {
-            let t =
-                Tensor::from_f64s(&[sched.timesteps()[i]], &[1], DType::F32)?.to_device(device)?;
             let input = match guided {
                 true => Tensor::cat(&[latents.clone(), latents.clone()], 0)?,
                 false => latents.clone(),
@@ -234,9 +245,7 @@ impl StableDiffusion {
                 None => input,
             }
             .to_dtype(dtype)?;
-            let pred = self
-                .denoiser
-                .predict(&input, &t, &cond, added.as_ref(), ask.guidance)?;
+            let pred = denoise.predict(&input, sched.timesteps()[i])?;
             let pred = match guided {
                 false => pred,
                 true => {
