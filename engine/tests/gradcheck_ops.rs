@@ -68,6 +68,17 @@ fn gradcheck_case(name: &str) -> Option<Case> {
         "silu" => unary(|x| x.silu()),
         "softplus" => unary(|x| x.softplus()),
         "mish" => unary(|x| x.mish()),
+        "leaky_relu" => unary(|x| x.leaky_relu(0.1)),
+        "elu" => unary(|x| x.elu(0.7)),
+        "selu" => unary(|x| x.selu()),
+        "celu" => unary(|x| x.celu(1.5)),
+        // Scaled so that elements fall on both sides of each bound, none at one.
+        "hardtanh" => unary(|x| x.hardtanh(-0.5, 0.7)),
+        "relu6" => unary(|x| x.mul_scalar(4.0)?.relu6()),
+        "hardsigmoid" => unary(|x| x.mul_scalar(2.5)?.hardsigmoid()),
+        "hardswish" => unary(|x| x.mul_scalar(2.5)?.hardswish()),
+        "softsign" => unary(|x| x.softsign()),
+        "log_sigmoid" => unary(|x| x.log_sigmoid()),
         "swiglu" => case(vec![randn(&[3, 5], 69), randn(&[3, 5], 70)], |x| {
             x[0].swiglu(&x[1])
         }),

@@ -3,7 +3,8 @@
 //! ConvTranspose2d, MultiheadAttention (padding, float and causal masks, both layouts),
 //! TransformerEncoderLayer (post-norm relu and pre-norm gelu), and cumsum, cumprod, flip, roll, repeat_interleave, the
 //! norms, std, masked_select and the four pad modes, LSTM (variable lengths) and GRU. Each module is built here, loads torch's
-//! state dict by its PyTorch names, and must give torch's numbers.
+//! state dict by its PyTorch names, and must give torch's numbers. The activations with
+//! parameters or joints (`make_activations.py`) are checked as layers, values and gradients.
 
 use rusting_brain::nn::{
     Activation, AttentionMasks, Cell, EncoderLayerConfig, GroupNorm, Module, MultiheadAttention,
@@ -403,4 +404,38 @@ fn gru_matches_torch_with_gradients() {
         "{}",
         gru.title()
     );
+}
+
+/// leaky_relu, elu, selu, celu, hardtanh, relu6, hardsigmoid, hardswish, softsign and
+/// log_sigmoid as layers (with torch's parameters where the fixture sets them), over inputs past
+/// every joint: torch's values and gradients.
+#[test]
+fn the_activations_match_torch_with_gradients() {
+    let path =
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("fixtures/layers/activations.safetensors");
+    let f = rusting_brain::io::safetensors::load(path).expect("the activation fixtures");
+    let cases = [
+        ("leaky_relu", Activation::LeakyRelu(0.2)),
+        ("elu", Activation::Elu(0.7)),
+        ("selu", Activation::Selu),
+        ("celu", Activation::Celu(1.5)),
+        ("hardtanh", Activation::Hardtanh(-2.0, 3.0)),
+        ("relu6", Activation::Relu6),
+        ("hardsigmoid", Activation::Hardsigmoid),
+        ("hardswish", Activation::Hardswish),
+        ("softsign", Activation::Softsign),
+        ("log_sigmoid", Activation::LogSigmoid),
+    ];
+    for (name, act) in cases {
+        let x = leaf(get(&f, "input"));
+        let y = act.module().forward(&x).unwrap();
+        assert_close(name, &y, get(&f, &format!("{name}.out")), 1e-6);
+        let g = grad_of(&y, get(&f, "probe"), &x);
+        assert_close(
+            &format!("{name} grad"),
+            &g,
+            get(&f, &format!("{name}.grad")),
+            1e-6,
+        );
+    }
 }

@@ -25,6 +25,8 @@ pub trait Real:
     fn abs(self) -> Self;
     fn powf(self, e: Self) -> Self;
     fn ln_1p(self) -> Self;
+    /// e^x - 1, exact near 0 (ELU's negative side).
+    fn exp_m1(self) -> Self;
     fn floor(self) -> Self;
     fn ceil(self) -> Self;
     /// The nearest integer, halves to the even one (IEEE's default rounding, ONNX's Round).
@@ -98,6 +100,10 @@ macro_rules! real {
             #[inline]
             fn ln_1p(self) -> Self {
                 <$t>::ln_1p(self)
+            }
+            #[inline]
+            fn exp_m1(self) -> Self {
+                <$t>::exp_m1(self)
             }
             #[inline]
             fn floor(self) -> Self {

@@ -302,7 +302,86 @@ unary_ops! {
         derivative: |_x, _y| mul,
         cuda: "x * mul + add", "mul",
     }
+    /// x, and slope · x below 0 (torch's leaky_relu; the gradient at 0 is the slope's).
+    LeakyRelu(slope) = "leaky_relu" {
+        value: |x| if x > R::c(0.0) { x } else { x * slope },
+        derivative: |x, _y| if x > R::c(0.0) { R::c(1.0) } else { slope },
+        cuda: "x > (C)0 ? x : x * slope", "x > (C)0 ? (C)1 : slope",
+    }
+    /// x, and alpha · (e^x - 1) at or below 0 (torch's elu).
+    Elu(alpha) = "elu" {
+        value: |x| if x > R::c(0.0) { x } else { alpha * x.exp_m1() },
+        derivative: |x, y| if x > R::c(0.0) { R::c(1.0) } else { y + alpha },
+        cuda: "x > (C)0 ? x : alpha * expm1(x)", "x > (C)0 ? (C)1 : y + alpha",
+    }
+    /// SELU: scale · elu(x, alpha) with the self-normalising constants.
+    Selu = "selu" {
+        value: |x| {
+            R::c(SELU_SCALE) * if x > R::c(0.0) { x } else { R::c(SELU_ALPHA) * x.exp_m1() }
+        },
+        derivative: |x, y| {
+            if x > R::c(0.0) { R::c(SELU_SCALE) } else { y + R::c(SELU_SCALE * SELU_ALPHA) }
+        },
+        cuda: "x > (C)0 ? (C)1.0507009873554805 * x : (C)1.7580993408473766 * expm1(x)",
+        "x > (C)0 ? (C)1.0507009873554805 : y + (C)1.7580993408473766",
+    }
+    /// max(0, x) + min(0, alpha · (e^(x/alpha) - 1)) (torch's celu).
+    Celu(alpha) = "celu" {
+        value: |x| if x > R::c(0.0) { x } else { alpha * (x / alpha).exp_m1() },
+        derivative: |x, y| if x > R::c(0.0) { R::c(1.0) } else { y / alpha + R::c(1.0) },
+        cuda: "x > (C)0 ? x : alpha * expm1(x / alpha)", "x > (C)0 ? (C)1 : y / alpha + (C)1",
+    }
+    /// x limited to [lo, hi], whose gradient passes only strictly inside (torch's hardtanh,
+    /// and relu6 as hardtanh(0, 6); `clamp` passes it at the bounds too).
+    Hardtanh(lo, hi) = "hardtanh" {
+        value: |x| if x.is_nan() { x } else { x.max(lo).min(hi) },
+        derivative: |x, _y| if x > lo && x < hi { R::c(1.0) } else { R::c(0.0) },
+        cuda: "x != x ? x : fmin(fmax(x, lo), hi)", "(x > lo && x < hi) ? (C)1 : (C)0",
+    }
+    /// relu6(x + 3) / 6 (torch's hardsigmoid).
+    Hardsigmoid = "hardsigmoid" {
+        value: |x| (x / R::c(6.0) + R::c(0.5)).max(R::c(0.0)).min(R::c(1.0)),
+        derivative: |x, _y| {
+            if x > R::c(-3.0) && x < R::c(3.0) { R::c(1.0 / 6.0) } else { R::c(0.0) }
+        },
+        cuda: "fmin(fmax(x / (C)6 + (C)0.5, (C)0), (C)1)",
+        "(x > (C)-3 && x < (C)3) ? (C)1 / (C)6 : (C)0",
+    }
+    /// x · relu6(x + 3) / 6 (torch's hardswish; its gradient as torch's at the joints).
+    Hardswish = "hardswish" {
+        value: |x| x * (x / R::c(6.0) + R::c(0.5)).max(R::c(0.0)).min(R::c(1.0)),
+        derivative: |x, _y| {
+            if x < R::c(-3.0) {
+                R::c(0.0)
+            } else if x <= R::c(3.0) {
+                x / R::c(3.0) + R::c(0.5)
+            } else {
+                R::c(1.0)
+            }
+        },
+        cuda: "x * fmin(fmax(x / (C)6 + (C)0.5, (C)0), (C)1)",
+        "x < (C)-3 ? (C)0 : (x <= (C)3 ? x / (C)3 + (C)0.5 : (C)1)",
+    }
+    /// x / (1 + |x|).
+    Softsign = "softsign" {
+        value: |x| x / (R::c(1.0) + x.abs()),
+        derivative: |x, _y| {
+            let d = R::c(1.0) + x.abs();
+            R::c(1.0) / (d * d)
+        },
+        cuda: "x / ((C)1 + fabs(x))", "(C)1 / (((C)1 + fabs(x)) * ((C)1 + fabs(x)))",
+    }
+    /// log(sigmoid(x)), as min(x, 0) - log(1 + e^-|x|) so it stays finite.
+    LogSigmoid = "log_sigmoid" {
+        value: |x| x.min(R::c(0.0)) - (-x.abs()).exp().ln_1p(),
+        derivative: |x, _y| sigmoid(-x),
+        cuda: "fmin(x, (C)0) - log1p(rb_exp(-fabs(x)))", "sigmoid_c(-x)",
+    }
 }
+
+/// SELU's constants (Klambauer et al. 2017, as torch writes them).
+pub const SELU_ALPHA: f64 = 1.673_263_242_354_377_3;
+pub const SELU_SCALE: f64 = 1.050_700_987_355_480_5;
 
 #[inline(always)]
 fn sign<R: Real>(x: R) -> R {

@@ -3,11 +3,12 @@
 //! configs write, `class_name` prints PyTorch's class.
 
 use super::module::Module;
-use crate::backend::spec::unary::QUICK_GELU_K;
+use crate::backend::spec::unary::{QUICK_GELU_K, SELU_ALPHA, SELU_SCALE};
+use crate::io::onnx::export::Attr;
 use crate::{Result, Tensor};
 
-/// An elementwise activation.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// An elementwise activation, with its parameters where torch's has some.
+#[derive(Clone, Copy, Debug, PartialEq)]
 pub enum Activation {
     Relu,
     /// The exact (erf) GELU.
@@ -21,11 +22,25 @@ pub enum Activation {
     Mish,
     /// x·sigmoid(1.702·x), OpenAI CLIP's approximation (transformers' `quick_gelu`).
     QuickGelu,
+    /// nn.LeakyReLU(negative_slope).
+    LeakyRelu(f64),
+    /// nn.ELU(alpha).
+    Elu(f64),
+    Selu,
+    /// nn.CELU(alpha).
+    Celu(f64),
+    /// nn.Hardtanh(min_val, max_val).
+    Hardtanh(f64, f64),
+    Relu6,
+    Hardsigmoid,
+    Hardswish,
+    Softsign,
+    LogSigmoid,
 }
 
 impl Activation {
-    /// Every activation, for help texts and tests.
-    pub const ALL: [Activation; 9] = [
+    /// Every activation (with torch's default parameters), for help texts and tests.
+    pub const ALL: [Activation; 19] = [
         Activation::Relu,
         Activation::Gelu,
         Activation::GeluTanh,
@@ -35,6 +50,16 @@ impl Activation {
         Activation::Softplus,
         Activation::Mish,
         Activation::QuickGelu,
+        Activation::LeakyRelu(0.01),
+        Activation::Elu(1.0),
+        Activation::Selu,
+        Activation::Celu(1.0),
+        Activation::Hardtanh(-1.0, 1.0),
+        Activation::Relu6,
+        Activation::Hardsigmoid,
+        Activation::Hardswish,
+        Activation::Softsign,
+        Activation::LogSigmoid,
     ];
 
     /// The activation as ONNX operators of opset 13+: SiLU as x·sigmoid(x), GELU (the exact,
@@ -69,6 +94,48 @@ impl Activation {
                 let xc = g.node("Mul", &[x, &cdf], &[]);
                 g.node("Mul", &[&xc, &half], &[])
             }
+            Activation::LeakyRelu(slope) => {
+                g.node("LeakyRelu", &[x], &[("alpha", Attr::Float(slope as f32))])
+            }
+            Activation::Elu(alpha) => g.node("Elu", &[x], &[("alpha", Attr::Float(alpha as f32))]),
+            Activation::Selu => g.node(
+                "Selu",
+                &[x],
+                &[
+                    ("alpha", Attr::Float(SELU_ALPHA as f32)),
+                    ("gamma", Attr::Float(SELU_SCALE as f32)),
+                ],
+            ),
+            Activation::Celu(alpha) => {
+                g.node("Celu", &[x], &[("alpha", Attr::Float(alpha as f32))])
+            }
+            Activation::Hardtanh(lo, hi) => {
+                let (lo, hi) = (
+                    g.scalar("hardtanh_min", lo as f32)?,
+                    g.scalar("hardtanh_max", hi as f32)?,
+                );
+                g.node("Clip", &[x, &lo, &hi], &[])
+            }
+            Activation::Relu6 => {
+                let (lo, hi) = (g.scalar("zero", 0.0)?, g.scalar("six", 6.0)?);
+                g.node("Clip", &[x, &lo, &hi], &[])
+            }
+            // ONNX's HardSigmoid defaults to alpha 0.2; torch's is x/6 + 1/2.
+            Activation::Hardsigmoid => g.node(
+                "HardSigmoid",
+                &[x],
+                &[
+                    ("alpha", Attr::Float(1.0 / 6.0)),
+                    ("beta", Attr::Float(0.5)),
+                ],
+            ),
+            Activation::Hardswish => g.node("HardSwish", &[x], &[]),
+            Activation::Softsign => g.node("Softsign", &[x], &[]),
+            Activation::LogSigmoid => {
+                let neg = g.node("Neg", &[x], &[]);
+                let sp = g.node("Softplus", &[&neg], &[]);
+                g.node("Neg", &[&sp], &[])
+            }
             Activation::GeluTanh => {
                 // x·(1 + tanh(√(2/π)·(x + 0.044715 x³)))/2
                 let (one, half) = (g.scalar("one", 1.0)?, g.scalar("half", 0.5)?);
@@ -98,6 +165,16 @@ impl Activation {
             Activation::Softplus => x.softplus(),
             Activation::Mish => x.mish(),
             Activation::QuickGelu => x.quick_gelu(),
+            Activation::LeakyRelu(slope) => x.leaky_relu(slope),
+            Activation::Elu(alpha) => x.elu(alpha),
+            Activation::Selu => x.selu(),
+            Activation::Celu(alpha) => x.celu(alpha),
+            Activation::Hardtanh(lo, hi) => x.hardtanh(lo, hi),
+            Activation::Relu6 => x.relu6(),
+            Activation::Hardsigmoid => x.hardsigmoid(),
+            Activation::Hardswish => x.hardswish(),
+            Activation::Softsign => x.softsign(),
+            Activation::LogSigmoid => x.log_sigmoid(),
         }
     }
 
@@ -114,6 +191,16 @@ impl Activation {
             "softplus" => Activation::Softplus,
             "mish" => Activation::Mish,
             "quick_gelu" => Activation::QuickGelu,
+            "leaky_relu" => Activation::LeakyRelu(0.01),
+            "elu" => Activation::Elu(1.0),
+            "selu" => Activation::Selu,
+            "celu" => Activation::Celu(1.0),
+            "hardtanh" => Activation::Hardtanh(-1.0, 1.0),
+            "relu6" => Activation::Relu6,
+            "hardsigmoid" => Activation::Hardsigmoid,
+            "hardswish" | "hard_swish" => Activation::Hardswish,
+            "softsign" => Activation::Softsign,
+            "log_sigmoid" | "logsigmoid" => Activation::LogSigmoid,
             _ => return None,
         })
     }
@@ -130,6 +217,16 @@ impl Activation {
             Activation::Softplus => "softplus",
             Activation::Mish => "mish",
             Activation::QuickGelu => "quick_gelu",
+            Activation::LeakyRelu(_) => "leaky_relu",
+            Activation::Elu(_) => "elu",
+            Activation::Selu => "selu",
+            Activation::Celu(_) => "celu",
+            Activation::Hardtanh(..) => "hardtanh",
+            Activation::Relu6 => "relu6",
+            Activation::Hardsigmoid => "hardsigmoid",
+            Activation::Hardswish => "hardswish",
+            Activation::Softsign => "softsign",
+            Activation::LogSigmoid => "log_sigmoid",
         }
     }
 
@@ -142,8 +239,8 @@ impl Activation {
     }
 
     /// PyTorch's module for it, as `print(model)` shows it.
-    pub fn class_name(self) -> &'static str {
-        match self {
+    pub fn class_name(self) -> String {
+        let name = match self {
             Activation::Relu => "ReLU",
             Activation::Gelu => "GELU",
             Activation::GeluTanh => "GELU(approximate='tanh')",
@@ -153,7 +250,20 @@ impl Activation {
             Activation::Softplus => "Softplus",
             Activation::Mish => "Mish",
             Activation::QuickGelu => "QuickGELU",
-        }
+            Activation::LeakyRelu(slope) => return format!("LeakyReLU(negative_slope={slope:?})"),
+            Activation::Elu(alpha) => return format!("ELU(alpha={alpha:?})"),
+            Activation::Selu => "SELU",
+            Activation::Celu(alpha) => return format!("CELU(alpha={alpha:?})"),
+            Activation::Hardtanh(lo, hi) => {
+                return format!("Hardtanh(min_val={lo:?}, max_val={hi:?})")
+            }
+            Activation::Relu6 => "ReLU6",
+            Activation::Hardsigmoid => "Hardsigmoid",
+            Activation::Hardswish => "Hardswish",
+            Activation::Softsign => "Softsign",
+            Activation::LogSigmoid => "LogSigmoid",
+        };
+        name.into()
     }
 
     /// The activation as a layer.
@@ -186,7 +296,7 @@ impl Module for ActivationLayer {
     super::module::training_field!();
 
     fn title(&self) -> String {
-        self.kind.class_name().into()
+        self.kind.class_name()
     }
 
     fn to_onnx(

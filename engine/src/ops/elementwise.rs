@@ -145,6 +145,65 @@ impl Tensor {
     pub fn pow_scalar(&self, exponent: f64) -> Result<Tensor> {
         self.unary(UnaryOp::Pow(exponent))
     }
+    /// x, and `slope` · x below 0 (torch's leaky_relu; nn.LeakyReLU's default slope is 0.01).
+    pub fn leaky_relu(&self, slope: f64) -> Result<Tensor> {
+        self.unary(UnaryOp::LeakyRelu(slope))
+    }
+
+    /// x, and alpha · (e^x - 1) at or below 0 (torch's elu; its default alpha is 1).
+    pub fn elu(&self, alpha: f64) -> Result<Tensor> {
+        self.unary(UnaryOp::Elu(alpha))
+    }
+
+    /// SELU: 1.0507 · elu(x, 1.6733) (torch's selu).
+    pub fn selu(&self) -> Result<Tensor> {
+        self.unary(UnaryOp::Selu)
+    }
+
+    /// max(0, x) + min(0, alpha · (e^(x/alpha) - 1)) (torch's celu); alpha must not be 0.
+    pub fn celu(&self, alpha: f64) -> Result<Tensor> {
+        if alpha == 0.0 {
+            return Err(Error::invalid("celu", "alpha must not be 0"));
+        }
+        self.unary(UnaryOp::Celu(alpha))
+    }
+
+    /// x limited to [min, max] with the gradient only strictly inside (torch's hardtanh).
+    pub fn hardtanh(&self, min: f64, max: f64) -> Result<Tensor> {
+        if min > max {
+            return Err(Error::invalid(
+                "hardtanh",
+                format!("min {min} is greater than max {max}"),
+            ));
+        }
+        self.unary(UnaryOp::Hardtanh(min, max))
+    }
+
+    /// min(max(x, 0), 6) (torch's relu6: hardtanh(0, 6)).
+    pub fn relu6(&self) -> Result<Tensor> {
+        self.unary(UnaryOp::Hardtanh(0.0, 6.0))
+    }
+
+    /// relu6(x + 3) / 6 (torch's hardsigmoid).
+    pub fn hardsigmoid(&self) -> Result<Tensor> {
+        self.unary(UnaryOp::Hardsigmoid)
+    }
+
+    /// x · relu6(x + 3) / 6 (torch's hardswish, MobileNetV3's activation).
+    pub fn hardswish(&self) -> Result<Tensor> {
+        self.unary(UnaryOp::Hardswish)
+    }
+
+    /// x / (1 + |x|).
+    pub fn softsign(&self) -> Result<Tensor> {
+        self.unary(UnaryOp::Softsign)
+    }
+
+    /// log(sigmoid(x)), finite for every x (torch's logsigmoid).
+    pub fn log_sigmoid(&self) -> Result<Tensor> {
+        self.unary(UnaryOp::LogSigmoid)
+    }
+
     pub fn clamp(&self, min: f64, max: f64) -> Result<Tensor> {
         if min > max {
             return Err(Error::invalid(

@@ -79,6 +79,16 @@ ops! {
     "round": Primitive, true, FLOAT;
     "pow": Primitive, true, FLOAT;
     "clamp": Primitive, true, INT_AND_FLOAT;
+    "leaky_relu": Primitive, true, FLOAT;
+    "elu": Primitive, true, FLOAT;
+    "selu": Primitive, true, FLOAT;
+    "celu": Primitive, true, FLOAT;
+    "hardtanh": Primitive, true, FLOAT;
+    "relu6": Primitive, true, FLOAT;
+    "hardsigmoid": Primitive, true, FLOAT;
+    "hardswish": Primitive, true, FLOAT;
+    "softsign": Primitive, true, FLOAT;
+    "log_sigmoid": Primitive, true, FLOAT;
     "affine": Primitive, true, INT_AND_FLOAT;
     // binary, broadcasting
     "add": Primitive, true, ALL;

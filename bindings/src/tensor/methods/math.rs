@@ -27,6 +27,12 @@ pub fn register(api: &mut Api) {
         "silu" => silu, "x * sigmoid(x) (swish).";
         "softplus" => softplus, "log(1 + exp(x)), and x itself above 20 (as torch's softplus).";
         "mish" => mish, "x * tanh(softplus(x)).";
+        "selu" => selu, "SELU: 1.0507 * elu(x, 1.6733) (torch's selu).";
+        "relu6" => relu6, "min(max(x, 0), 6) (torch's relu6).";
+        "hardsigmoid" => hardsigmoid, "relu6(x + 3) / 6 (torch's hardsigmoid).";
+        "hardswish" => hardswish, "x * relu6(x + 3) / 6 (torch's hardswish, MobileNetV3's activation).";
+        "softsign" => softsign, "x / (1 + |x|).";
+        "log_sigmoid" => log_sigmoid, "log(sigmoid(x)), finite for every x (torch's logsigmoid).";
         "sign" => sign, "-1, 0 or 1 by the sign of each element.";
         "erf" => erf, "The error function.";
         "floor" => floor, "Rounds down (zero gradient).";
@@ -97,6 +103,78 @@ pub fn register(api: &mut Api) {
             );
             guard(|| t.affine(m, a))
         },
+    );
+    // The parametrised activations, each with torch's default when called without one.
+    api.func(
+        "leaky_relu",
+        "t.leaky_relu(negative_slope) -> Tensor",
+        "x, and negative_slope * x below 0 (torch's leaky_relu; without an argument the slope is 0.01).",
+        "let x = randn([3]); x.leaky_relu(0.2)",
+        |t: &mut Tensor, slope: Dynamic| {
+            let slope = convert::number(&slope, "leaky_relu")?;
+            guard(|| t.leaky_relu(slope))
+        },
+    );
+    api.func(
+        "leaky_relu",
+        "t.leaky_relu() -> Tensor",
+        "x, and 0.01 * x below 0 (torch's default slope).",
+        "let x = randn([3]); x.leaky_relu()",
+        |t: &mut Tensor| guard(|| t.leaky_relu(0.01)),
+    );
+    api.func(
+        "elu",
+        "t.elu(alpha) -> Tensor",
+        "x, and alpha * (exp(x) - 1) at or below 0 (torch's elu; alpha 1 without an argument).",
+        "let x = randn([3]); x.elu(1.0)",
+        |t: &mut Tensor, alpha: Dynamic| {
+            let alpha = convert::number(&alpha, "elu")?;
+            guard(|| t.elu(alpha))
+        },
+    );
+    api.func(
+        "elu",
+        "t.elu() -> Tensor",
+        "elu with alpha 1 (torch's default).",
+        "let x = randn([3]); x.elu()",
+        |t: &mut Tensor| guard(|| t.elu(1.0)),
+    );
+    api.func(
+        "celu",
+        "t.celu(alpha) -> Tensor",
+        "max(0, x) + min(0, alpha * (exp(x / alpha) - 1)) (torch's celu; alpha 1 without an argument).",
+        "let x = randn([3]); x.celu(1.5)",
+        |t: &mut Tensor, alpha: Dynamic| {
+            let alpha = convert::number(&alpha, "celu")?;
+            guard(|| t.celu(alpha))
+        },
+    );
+    api.func(
+        "celu",
+        "t.celu() -> Tensor",
+        "celu with alpha 1 (torch's default).",
+        "let x = randn([3]); x.celu()",
+        |t: &mut Tensor| guard(|| t.celu(1.0)),
+    );
+    api.func(
+        "hardtanh",
+        "t.hardtanh(min, max) -> Tensor",
+        "x limited to [min, max] (-1, 1 without arguments), the gradient passing only strictly inside (torch's hardtanh; clamp passes it at the bounds too).",
+        "let x = randn([3]); x.hardtanh(-1.0, 1.0)",
+        |t: &mut Tensor, lo: Dynamic, hi: Dynamic| {
+            let (lo, hi) = (
+                convert::number(&lo, "hardtanh")?,
+                convert::number(&hi, "hardtanh")?,
+            );
+            guard(|| t.hardtanh(lo, hi))
+        },
+    );
+    api.func(
+        "hardtanh",
+        "t.hardtanh() -> Tensor",
+        "hardtanh to [-1, 1] (torch's default).",
+        "let x = randn([3]); x.hardtanh()",
+        |t: &mut Tensor| guard(|| t.hardtanh(-1.0, 1.0)),
     );
     api.func(
         "clamp",

@@ -26,34 +26,29 @@ pub const OPS: &[(&str, OpFn)] = &[
     ("Softplus", |n| unary(n, Tensor::softplus)),
     ("Mish", |n| unary(n, Tensor::mish)),
     ("Reciprocal", |n| unary(n, |x| x.pow_scalar(-1.0))),
-    ("Softsign", |n| {
-        unary(n, |x| x.div(&x.abs()?.add_scalar(1.0)?))
-    }),
+    ("Softsign", |n| unary(n, Tensor::softsign)),
     ("Gelu", gelu),
     ("HardSigmoid", |n| {
         let (alpha, beta) = (n.float("alpha", 0.2)?, n.float("beta", 0.5)?);
         unary(n, |x| hard_sigmoid(x, alpha.into(), beta.into()))
     }),
-    ("HardSwish", |n| {
-        unary(n, |x| x.mul(&hard_sigmoid(x, 1.0 / 6.0, 0.5)?))
-    }),
+    ("HardSwish", |n| unary(n, Tensor::hardswish)),
     ("LeakyRelu", |n| {
         let alpha = f64::from(n.float("alpha", 0.01)?);
-        unary(n, |x| negative_part(x, |neg| neg.mul_scalar(alpha)))
+        unary(n, |x| x.leaky_relu(alpha))
     }),
     ("Elu", |n| {
         let alpha = f64::from(n.float("alpha", 1.0)?);
-        unary(n, |x| {
-            negative_part(x, |neg| neg.exp()?.add_scalar(-1.0)?.mul_scalar(alpha))
-        })
+        unary(n, |x| x.elu(alpha))
+    }),
+    ("Celu", |n| {
+        let alpha = f64::from(n.float("alpha", 1.0)?);
+        unary(n, |x| x.celu(alpha))
     }),
     ("Selu", |n| {
         let alpha = f64::from(n.float("alpha", 1.673_263_2)?);
         let gamma = f64::from(n.float("gamma", 1.050_701)?);
-        unary(n, |x| {
-            negative_part(x, |neg| neg.exp()?.add_scalar(-1.0)?.mul_scalar(alpha))?
-                .mul_scalar(gamma)
-        })
+        unary(n, |x| x.elu(alpha)?.mul_scalar(gamma))
     }),
     ("PRelu", |n| {
         let [x, slope] = input_pair(n)?;
@@ -161,11 +156,6 @@ fn variadic(n: &Node, f: impl Fn(&Tensor, &Tensor) -> Result<Tensor>) -> Result<
 /// max(0, min(1, alpha x + beta)).
 fn hard_sigmoid(x: &Tensor, alpha: f64, beta: f64) -> Result<Tensor> {
     x.affine(alpha, beta)?.clamp(0.0, 1.0)
-}
-
-/// x where x >= 0, else `f(x)`.
-fn negative_part(x: &Tensor, f: impl Fn(&Tensor) -> Result<Tensor>) -> Result<Tensor> {
-    Tensor::where_cond(&x.lt_scalar(0.0)?, &f(x)?, x)
 }
 
 fn gelu(n: &Node) -> Result<Vec<Tensor>> {

@@ -30,6 +30,24 @@ pub const OPS: &[super::Entry] = &[
         unary(Dist::Uniform(-30.0, 30.0), |x| x.softplus())
     }),
     ("mish", || unary(Dist::Uniform(-8.0, 8.0), |x| x.mish())),
+    ("leaky_relu", || unary(NORMAL, |x| x.leaky_relu(0.2))),
+    ("elu", || unary(Dist::Uniform(-6.0, 6.0), |x| x.elu(0.8))),
+    ("selu", || unary(Dist::Uniform(-6.0, 6.0), |x| x.selu())),
+    ("celu", || unary(Dist::Uniform(-6.0, 6.0), |x| x.celu(1.5))),
+    ("hardtanh", || unary(NORMAL, |x| x.hardtanh(-0.5, 0.75))),
+    ("relu6", || unary(Dist::Uniform(-3.0, 9.0), |x| x.relu6())),
+    ("hardsigmoid", || {
+        unary(Dist::Uniform(-5.0, 5.0), |x| x.hardsigmoid())
+    }),
+    ("hardswish", || {
+        unary(Dist::Uniform(-5.0, 5.0), |x| x.hardswish())
+    }),
+    ("softsign", || {
+        unary(Dist::Uniform(-6.0, 6.0), |x| x.softsign())
+    }),
+    ("log_sigmoid", || {
+        unary(Dist::Uniform(-30.0, 30.0), |x| x.log_sigmoid())
+    }),
     ("swiglu", swiglu_cases),
     ("sign", || unary(NORMAL, |x| x.sign())),
     ("erf", || unary(NORMAL, |x| x.erf())),
