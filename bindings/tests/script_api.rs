@@ -367,13 +367,25 @@ fn activation_layers_take_their_parameters_by_torchs_names() {
         r#"let act = nn::activation("leaky_relu", #{ negative_slope: 0.2 });
            act.forward(tensor([-1.0, 2.0]))"#,
     );
-    assert!((y[0] + 0.2).abs() < 1e-6 && (y[1] - 2.0).abs() < 1e-6, "{y:?}");
+    assert!(
+        (y[0] + 0.2).abs() < 1e-6 && (y[1] - 2.0).abs() < 1e-6,
+        "{y:?}"
+    );
     let shown = eval(r#"`${nn::activation("hardtanh", #{ min_val: -2.0, max_val: 3.0 })}`"#)
         .unwrap()
         .to_string();
-    assert!(shown.contains("Hardtanh(min_val=-2.0, max_val=3.0)"), "{shown}");
+    assert!(
+        shown.contains("Hardtanh(min_val=-2.0, max_val=3.0)"),
+        "{shown}"
+    );
     let err = eval(r#"nn::activation("relu", #{ alpha: 1.0 })"#).unwrap_err();
-    assert!(err.contains("relu takes no alpha (it has no parameters)"), "{err}");
+    assert!(
+        err.contains("relu takes no alpha (it has no parameters)"),
+        "{err}"
+    );
     let err = eval(r#"nn::activation("elu", #{ negative_slope: 0.1 })"#).unwrap_err();
-    assert!(err.contains("elu takes no negative_slope (its parameters: alpha)"), "{err}");
+    assert!(
+        err.contains("elu takes no negative_slope (its parameters: alpha)"),
+        "{err}"
+    );
 }

@@ -75,7 +75,7 @@ fn encoder_layer(d_model: INT, nhead: INT, opts: Map) -> RhaiResult<Model> {
     c.norm_first = o.norm_first.unwrap_or(c.norm_first);
     c.bias = o.bias.unwrap_or(c.bias);
     if let Some(name) = &o.activation {
-        c.activation = super::modules::activation_named(name)?;
+        c.activation = super::activation_layers::activation_named(name)?;
     }
     let mut gen = Generator::new(o.seed as u64);
     guard(|| TransformerEncoderLayer::new(c, &mut gen)).map(|m| Model::new(Box::new(m)))

@@ -1,9 +1,11 @@
 //! The `nn::` namespace: functional ops and losses, and (with the nn layers) modules.
 
+mod activation_layers;
 mod attention_layers;
 mod functional;
 mod lora_methods;
 mod modules;
+mod pooling_layers;
 mod recurrent_layers;
 mod script_module;
 

@@ -8,8 +8,8 @@ use rhai::{Array, Dynamic, Map, INT};
 use rusting_brain::io::onnx::export::ExportOptions;
 use rusting_brain::nn::export_module;
 use rusting_brain::nn::{
-    Activation, AdaptiveAvgPool2d, AvgPool2d, BatchNorm2d, Conv2d, ConvTranspose2d, Dropout,
-    Embedding, Flatten, LayerNorm, Linear, MaxPool2d, Mlp, Module, RmsNorm, Sequential, Window,
+    BatchNorm2d, Conv2d, ConvTranspose2d, Dropout, Embedding, LayerNorm, Linear, Mlp, Module,
+    RmsNorm, Sequential,
 };
 use rusting_brain::{Conv2dOptions, ConvTranspose2dOptions};
 use rusting_brain::{Generator, Tensor};
@@ -83,73 +83,6 @@ fn seed_of(seed: INT) -> Generator {
 }
 
 crate::options! {
-    /// The parameters of the activations that take some, under torch's names.
-    struct ActivationParams {
-        negative_slope: f64,
-        alpha: f64,
-        min_val: f64,
-        max_val: f64,
-    }
-}
-
-/// The activation `name` with the parameters `opts` gives; a parameter it does not take is
-/// refused by name.
-fn activation_with(name: &str, opts: Map) -> RhaiResult<Activation> {
-    let o = ActivationParams::parse("nn::activation", opts)?;
-    let act = match activation_named(name)? {
-        Activation::LeakyRelu(s) => Activation::LeakyRelu(o.negative_slope.unwrap_or(s)),
-        Activation::Elu(a) => Activation::Elu(o.alpha.unwrap_or(a)),
-        Activation::Celu(a) => Activation::Celu(o.alpha.unwrap_or(a)),
-        Activation::Hardtanh(lo, hi) => {
-            Activation::Hardtanh(o.min_val.unwrap_or(lo), o.max_val.unwrap_or(hi))
-        }
-        other => other,
-    };
-    let takes: &[&str] = match act {
-        Activation::LeakyRelu(_) => &["negative_slope"],
-        Activation::Elu(_) | Activation::Celu(_) => &["alpha"],
-        Activation::Hardtanh(..) => &["min_val", "max_val"],
-        _ => &[],
-    };
-    let given = [
-        ("negative_slope", o.negative_slope.is_some()),
-        ("alpha", o.alpha.is_some()),
-        ("min_val", o.min_val.is_some()),
-        ("max_val", o.max_val.is_some()),
-    ];
-    if let Some((key, _)) = given.iter().find(|(k, g)| *g && !takes.contains(k)) {
-        return Err(runtime_error(format!(
-            "nn::activation: {} takes no {key}{}",
-            act.name(),
-            match takes {
-                [] => " (it has no parameters)".to_string(),
-                t => format!(" (its parameters: {})", t.join(", ")),
-            }
-        )));
-    }
-    match act {
-        Activation::Celu(0.0) => {
-            Err(runtime_error("nn::activation: celu's alpha must not be 0"))
-        }
-        Activation::Hardtanh(lo, hi) if lo > hi => Err(runtime_error(format!(
-            "nn::activation: hardtanh's min_val {lo} is greater than its max_val {hi}"
-        ))),
-        act => Ok(act),
-    }
-}
-
-/// The activation `name` says, or an error listing the names there are.
-pub(super) fn activation_named(name: &str) -> RhaiResult<Activation> {
-    Activation::parse(name).ok_or_else(|| {
-        let names: Vec<&str> = Activation::ALL.iter().map(|a| a.name()).collect();
-        runtime_error(format!(
-            "unknown activation \"{name}\"; use one of {}",
-            names.join(", ")
-        ))
-    })
-}
-
-crate::options! {
     struct MlpOptions {
         activation: String = "relu".into(),
         seed: INT = 0,
@@ -159,7 +92,8 @@ crate::options! {
 fn mlp(sizes: Array, opts: Map) -> RhaiResult<Model> {
     let o = MlpOptions::parse("nn::mlp", opts)?;
     let sizes = shape(&sizes, "nn::mlp")?;
-    let (act, mut gen) = (activation_named(&o.activation)?, seed_of(o.seed));
+    let act = super::activation_layers::activation_named(&o.activation)?;
+    let mut gen = seed_of(o.seed);
     guard(|| Mlp::new(&sizes, act, &mut gen)).map(|m| Model::new(Box::new(m)))
 }
 
@@ -232,7 +166,7 @@ impl Module for Model {
     }
 }
 
-fn boxed<M: Module + 'static>(r: rusting_brain::Result<M>) -> RhaiResult<Model> {
+pub(super) fn boxed<M: Module + 'static>(r: rusting_brain::Result<M>) -> RhaiResult<Model> {
     guard(|| r).map(|m| Model::new(Box::new(m)))
 }
 
@@ -355,80 +289,6 @@ fn dropout(p: rhai::FLOAT, opts: Map) -> RhaiResult<Model> {
     boxed(Dropout::new(p, &mut gen))
 }
 
-crate::options! {
-    /// A pooling layer's window: the kernel is required, the stride defaults to it.
-    struct WindowOptions {
-        kernel: (usize, usize),
-        stride: (usize, usize),
-        padding: (usize, usize) = (0, 0),
-    }
-}
-
-/// A pooling layer's window from `#{ kernel, stride, padding }` (stride defaults to the kernel).
-fn window(opts: Map, what: &str) -> RhaiResult<Window> {
-    let o = WindowOptions::parse(what, opts)?;
-    let kernel = o
-        .kernel
-        .ok_or_else(|| runtime_error(format!("{what}: needs a kernel (an int or [h, w])")))?;
-    Ok(Window {
-        kernel,
-        stride: o.stride.unwrap_or(kernel),
-        padding: o.padding,
-    })
-}
-
-crate::options! {
-    struct FlattenOptions {
-        start_dim: usize = 1,
-    }
-}
-
-fn flatten(opts: Map) -> RhaiResult<Model> {
-    let start_dim = FlattenOptions::parse("nn::flatten", opts)?.start_dim;
-    Ok(Model::new(Box::new(Flatten::new(start_dim))))
-}
-
-fn register_pooling(api: &mut Api) {
-    api.func(
-        "max_pool2d",
-        "nn::max_pool2d(#{ kernel, stride, padding }) -> Model",
-        "Max pooling as a layer (PyTorch's nn.MaxPool2d); sizes are ints or [h, w], the stride defaults to the kernel.",
-        "let m = nn::sequential([nn::conv2d_layer(1, 4, 3, #{}), nn::max_pool2d(#{ kernel: 2 })]); print(m.forward(randn([1, 1, 8, 8])).shape);",
-        |o: Map| window(o, "nn::max_pool2d").map(|w| Model::new(Box::new(MaxPool2d::new(w)))),
-    );
-    api.func(
-        "avg_pool2d",
-        "nn::avg_pool2d(#{ kernel, stride, padding }) -> Model",
-        "Average pooling as a layer (nn.AvgPool2d; padding counts in the divisor).",
-        "let pool = nn::avg_pool2d(#{ kernel: 2 }); print(pool.forward(randn([1, 2, 4, 4])).shape);",
-        |o: Map| window(o, "nn::avg_pool2d").map(|w| Model::new(Box::new(AvgPool2d::new(w)))),
-    );
-    api.func(
-        "adaptive_avg_pool2d",
-        "nn::adaptive_avg_pool2d(size) -> Model",
-        "Averages each feature map into size cells (an int or [h, w]) whatever the input's size, as nn.AdaptiveAvgPool2d; 1 gives one value per channel.",
-        "let m = nn::sequential([nn::conv2d_layer(3, 8, 3, #{}), nn::adaptive_avg_pool2d(1), nn::flatten(), nn::linear(8, 2)]); print(m.forward(randn([2, 3, 9, 7])).shape);",
-        |size: Dynamic| -> RhaiResult<Model> {
-            let output = crate::options::pair(&size, "nn::adaptive_avg_pool2d size")?;
-            Ok(Model::new(Box::new(AdaptiveAvgPool2d::new(output))))
-        },
-    );
-    api.func(
-        "flatten",
-        "nn::flatten(#{ start_dim }) -> Model",
-        "Joins the dimensions from start_dim (default 1) into one, as nn.Flatten: [N, C, H, W] becomes [N, C*H*W].",
-        "let f = nn::flatten(#{ start_dim: 2 }); print(f.forward(zeros([2, 3, 4, 5])).shape);",
-        flatten,
-    );
-    api.func(
-        "flatten",
-        "nn::flatten() -> Model",
-        "The same from dim 1.",
-        "print(nn::flatten().forward(zeros([2, 3, 4])).shape);",
-        || flatten(Map::new()),
-    );
-}
-
 fn script_module(title: &str, fields: Map) -> RhaiResult<Model> {
     super::ScriptModule::new(title, fields).map(|m| Model::new(Box::new(m)))
 }
@@ -451,7 +311,8 @@ fn register_script_modules(api: &mut Api) {
 }
 
 fn register_layers(api: &mut Api) {
-    register_pooling(api);
+    super::pooling_layers::register(api);
+    super::activation_layers::register(api);
     register_script_modules(api);
     api.func(
         "sequential",
@@ -459,20 +320,6 @@ fn register_layers(api: &mut Api) {
         "Layers applied in order; parameters are named 0.weight, 1.bias, ...",
         "let m = nn::sequential([nn::linear(2, 8), nn::activation(\"relu\"), nn::linear(8, 2)]);",
         sequential,
-    );
-    api.func(
-        "activation",
-        "nn::activation(name) -> Model",
-        "An activation as a layer (PyTorch's nn.ReLU, nn.GELU, ...): relu, gelu, gelu_tanh, silu, tanh, sigmoid, softplus, mish, quick_gelu, leaky_relu, elu, selu, celu, hardtanh, relu6, hardsigmoid, hardswish, softsign or log_sigmoid, with torch's default parameters.",
-        "let act = nn::activation(\"mish\"); print(act);",
-        |name: &str| activation_named(name).map(|a| Model::new(a.module())),
-    );
-    api.func(
-        "activation",
-        "nn::activation(name, #{ negative_slope, alpha, min_val, max_val }) -> Model",
-        "An activation with its parameters, under torch's names: leaky_relu's negative_slope (0.01), elu's and celu's alpha (1), hardtanh's min_val and max_val (-1, 1).",
-        "let act = nn::activation(\"leaky_relu\", #{ negative_slope: 0.2 }); print(act);",
-        |name: &str, opts: Map| activation_with(name, opts).map(|a| Model::new(a.module())),
     );
     api.func(
         "embedding",
