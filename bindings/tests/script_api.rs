@@ -389,3 +389,38 @@ fn activation_layers_take_their_parameters_by_torchs_names() {
         "{err}"
     );
 }
+
+/// `x[i] = v`, `x[a..b] = v` and `x[i][j] = v` write rows and elements as PyTorch's do (in
+/// place, seen through another handle), broadcast their value, and refuse an index out of
+/// range or a value of another shape by name.
+#[test]
+fn integer_and_range_assignment_write_rows_and_elements() {
+    let y = values(
+        r#"let x = zeros([3, 4]); let alias = x;
+           x[0] = 1.0; x[1..3] = tensor([1.0, 2.0, 3.0, 4.0]); x[-1][1] = 9.0; x[0..=0] = x[0] * 2.0;
+           alias"#,
+    );
+    assert_eq!(y, [2., 2., 2., 2., 1., 2., 3., 4., 1., 9., 3., 4.]);
+    let err = eval("let x = zeros([3, 4]); x[3] = 1.0;").unwrap_err();
+    assert!(
+        err.contains("index 3 is out of range for dim 0 of size 3"),
+        "{err}"
+    );
+    let err = eval("let x = zeros([3, 4]); x[0] = tensor([1.0, 2.0]);").unwrap_err();
+    assert!(
+        err.contains("does not broadcast to the rows' shape [1, 4]"),
+        "{err}"
+    );
+}
+
+/// A row written with a value that needs its gradient rebinds the tensor: the gradient reaches
+/// the value and the rows left, as torch's would.
+#[test]
+fn a_row_written_under_autograd_passes_gradients_to_the_value_and_the_rest() {
+    let g = values(
+        r#"let w = tensor([1.0, 2.0]).requires_grad_(); let base = ones([3, 2]).requires_grad_();
+           let x = base * 3.0; x[1] = w * 5.0; x.sum().backward();
+           cat([w.grad, base.grad.flatten()], 0)"#,
+    );
+    assert_eq!(g, [5., 5., 3., 3., 0., 0., 3., 3.]);
+}

@@ -162,6 +162,7 @@ fn register_indexing(engine: &mut Engine) {
             })
         },
     );
+    register_row_writes(engine);
     help::record_entry(
         "[]",
         "t[i], t[a..b], t[a..=b], t[mask], t[indices]",
@@ -173,6 +174,62 @@ fn register_indexing(engine: &mut Engine) {
         "t[mask] = value",
         "Writes value (a number or a tensor broadcast to t) where the bool mask holds, as PyTorch's x[mask] = v; gradients flow through it.",
         "let x = randn([3, 4]); x[x < 0.0] = 0.0;",
+    );
+}
+
+/// `t[i] = v`, `t[a..b] = v`, `t[a..=b] = v`: rows of dim 0 written with v (a number or a
+/// tensor broadcast to them). In place when no graph is involved (so every handle on t, and
+/// the tensor a chained `t[i][j] = v` reads through, sees it); otherwise t is rebound to a new
+/// tensor, so gradients reach both v and t's other rows.
+fn register_row_writes(engine: &mut Engine) {
+    fn write(t: &mut Tensor, (start, end): (INT, INT), value: &Dynamic) -> RhaiResult<()> {
+        let n = *t
+            .shape()
+            .first()
+            .ok_or_else(|| runtime_error("cannot index a 0-d tensor; use item()"))?
+            as INT;
+        let resolve = |i: INT| if i < 0 { i + n } else { i };
+        let (a, b) = (resolve(start), resolve(end));
+        if a < 0 || b > n || a > b {
+            return Err(runtime_error(format!(
+                "x[i] = v: rows {start}..{end} are out of range for dim 0 of size {n}"
+            )));
+        }
+        let value = operand(value, t)?;
+        let (a, len) = (a as usize, (b - a) as usize);
+        guard(|| {
+            if operators::writes_in_place(t, value.requires_grad()) {
+                let rows = t.rows_value(a, len, &value)?;
+                t.narrow(0, a, len)?.copy_(&rows)
+            } else {
+                *t = t.with_rows(a, len, &value)?;
+                Ok(())
+            }
+        })
+    }
+    engine.register_indexer_set(|t: &mut Tensor, i: INT, v: Dynamic| {
+        let n = t.shape().first().copied().unwrap_or(0) as INT;
+        let j = if i < 0 { i + n } else { i };
+        if j < 0 || j >= n {
+            return Err(runtime_error(format!(
+                "index {i} is out of range for dim 0 of size {n}"
+            )));
+        }
+        write(t, (j, j + 1), &v)
+    });
+    engine.register_indexer_set(|t: &mut Tensor, r: std::ops::Range<INT>, v: Dynamic| {
+        write(t, (r.start, r.end), &v)
+    });
+    engine.register_indexer_set(
+        |t: &mut Tensor, r: std::ops::RangeInclusive<INT>, v: Dynamic| {
+            write(t, (*r.start(), r.end().saturating_add(1)), &v)
+        },
+    );
+    help::record_entry(
+        "[]",
+        "t[i] = value, t[a..b] = value, t[i][j] = value",
+        "Writes rows of dim 0 (negative indices count from the end) with value, a number or a tensor broadcast to them, as PyTorch's x[i] = v; chains write one element. In place when no gradient is involved; otherwise gradients flow to value and to the rows left.",
+        "let x = zeros([3, 4]); x[0] = 1.0; x[1..3] = tensor([1.0, 2.0, 3.0, 4.0]); x[2][1] = 9.0;",
     );
 }
 

@@ -29,8 +29,7 @@ fn compound(x: &mut Tensor, y: &Tensor, op: BinaryOp) -> Result<()> {
 /// graph, and the result keeps x's shape and dtype), so every handle on x sees it; otherwise the
 /// variable is rebound to the new tensor, so `total += loss` builds a graph as in PyTorch.
 pub(crate) fn store(x: &mut Tensor, result: Tensor, inputs_track_grad: bool) -> Result<()> {
-    let in_place_safe = !(is_grad_enabled() && (x.requires_grad() || inputs_track_grad))
-        && !x.requires_grad()
+    let in_place_safe = writes_in_place(x, inputs_track_grad)
         && result.dtype() == x.dtype()
         && result.shape() == x.shape();
     if in_place_safe {
@@ -39,6 +38,12 @@ pub(crate) fn store(x: &mut Tensor, result: Tensor, inputs_track_grad: bool) -> 
         *x = result;
         Ok(())
     }
+}
+
+/// Whether a write into `x` may go into its storage: neither x nor the written values take
+/// part in a graph autograd would have to see.
+pub(crate) fn writes_in_place(x: &Tensor, inputs_track_grad: bool) -> bool {
+    !(is_grad_enabled() && (x.requires_grad() || inputs_track_grad)) && !x.requires_grad()
 }
 
 macro_rules! arithmetic {
