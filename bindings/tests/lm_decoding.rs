@@ -150,3 +150,31 @@ fn options_that_do_not_go_together_are_named() {
         assert!(e.contains(want), "{src}: {e}");
     }
 }
+
+/// `max_time: 0.0` ends every sequence after its first token (plain and speculative), a
+/// negative time is refused, and beam search, which it does not end, refuses it by name.
+#[test]
+fn max_time_ends_generation_and_is_refused_where_it_does_nothing() {
+    let plain = run("model.generate([[1, 2, 3], [4]], #{ max_time: 0.0, max_new_tokens: 6 })")
+        .unwrap()
+        .cast::<Array>();
+    assert!(plain.iter().all(|ids| ints(ids).len() == 1), "{plain:?}");
+    let speculative = run(
+        "model.generate([1, 2, 3], #{ max_time: 0.0, max_new_tokens: 6, draft: draft, draft_tokens: 3 })",
+    )
+    .unwrap();
+    assert!(
+        (1..=3).contains(&ints(&speculative).len()),
+        "{speculative:?}"
+    );
+    let err = run("model.generate([1, 2], #{ max_time: -1.0 })").unwrap_err();
+    assert!(
+        err.contains("max_time is seconds, a number at or above 0"),
+        "{err}"
+    );
+    let err = run("model.generate([1, 2], #{ max_time: 1.0, num_beams: 2 })").unwrap_err();
+    assert!(
+        err.contains("max_time ends sampling and speculative decoding, not beam search"),
+        "{err}"
+    );
+}

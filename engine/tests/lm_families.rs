@@ -88,6 +88,7 @@ fn continue_greedily(
         sampling: SamplingOptions::greedy(),
         stop_tokens: Vec::new(),
         cuda_graph,
+        max_time: None,
     };
     let mut out = generate(model, &[prompt.to_vec()], &opts, &mut |_, _| {
         Ok(Flow::Continue)

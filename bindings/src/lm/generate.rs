@@ -25,6 +25,8 @@ crate::options! {
         /// A token id or string, or an array of them.
         stop: Dynamic,
         cuda_graph: bool = true,
+        /// Seconds after which generation ends (checked after each token).
+        max_time: f64,
         num_beams: usize = 1,
         length_penalty: f64,
         /// true, false or "never".
@@ -105,11 +107,20 @@ pub fn plan(what: &str, opts: Map) -> RhaiResult<Plan> {
         seed,
     };
     let (stop_tokens, stop_strings) = stops(o.stop.as_ref(), what)?;
+    let max_time = match o.max_time {
+        Some(t) if !(t.is_finite() && t >= 0.0) => {
+            return Err(runtime_error(format!(
+                "{what}: max_time is seconds, a number at or above 0; got {t}"
+            )))
+        }
+        t => t.map(std::time::Duration::from_secs_f64),
+    };
     let opts = GenerateOptions {
         max_new_tokens: o.max_new_tokens,
         sampling,
         stop_tokens,
         cuda_graph: o.cuda_graph,
+        max_time,
     };
     let num_beams = o.num_beams;
     let speculative = o.draft.is_some() || o.prompt_lookup.is_some();
@@ -128,6 +139,11 @@ pub fn plan(what: &str, opts: Map) -> RhaiResult<Plan> {
             return Err(runtime_error(format!(
                 "{what}: beam search keeps the most likely sequences and takes no sampling options; drop {}",
                 given.join(", ")
+            )));
+        }
+        if o.max_time.is_some() {
+            return Err(runtime_error(format!(
+                "{what}: max_time ends sampling and speculative decoding, not beam search; drop it or num_beams"
             )));
         }
         Mode::Beams {

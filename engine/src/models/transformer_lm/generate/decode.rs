@@ -6,6 +6,7 @@ use super::step::{DecodeStep, StepOutput};
 use crate::models::transformer_lm::{KvCache, TransformerLm};
 use crate::nn::Module;
 use crate::{no_grad, DType, Device, Error, Result, Tensor};
+use std::time::{Duration, Instant};
 
 #[derive(Clone, Debug, PartialEq)]
 pub struct GenerateOptions {
@@ -16,6 +17,16 @@ pub struct GenerateOptions {
     /// On CUDA, capture the decode step once as a CUDA graph and replay it per token (the
     /// same kernels, so the same tokens, without a launch per op).
     pub cuda_graph: bool,
+    /// Generation ends once this much time has passed since the call began, checked after
+    /// each token (transformers' `max_time`: at least one token per row comes out).
+    pub max_time: Option<Duration>,
+}
+
+impl GenerateOptions {
+    /// Whether the time `max_time` allows from `started` is spent.
+    pub(super) fn out_of_time(&self, started: Instant) -> bool {
+        self.max_time.is_some_and(|t| started.elapsed() >= t)
+    }
 }
 
 impl Default for GenerateOptions {
@@ -25,6 +36,7 @@ impl Default for GenerateOptions {
             sampling: SamplingOptions::default(),
             stop_tokens: Vec::new(),
             cuda_graph: true,
+            max_time: None,
         }
     }
 }
@@ -118,6 +130,7 @@ fn generate_inner(
     opts: &GenerateOptions,
     on_token: &mut dyn FnMut(usize, u32) -> Result<Flow>,
 ) -> Result<Vec<Vec<u32>>> {
+    let started = Instant::now();
     check_prompts(model, prompts, opts.max_new_tokens)?;
     let mut sampler = Sampler::new(opts.sampling.clone())?;
     let b = prompts.len();
@@ -144,7 +157,7 @@ fn generate_inner(
                 done[row] = true;
             }
         }
-        if done.iter().all(|&d| d) || n + 1 == opts.max_new_tokens {
+        if done.iter().all(|&d| d) || n + 1 == opts.max_new_tokens || opts.out_of_time(started) {
             break;
         }
         crate::cancel::check()?;
@@ -263,6 +276,24 @@ mod tests {
         };
         let got = generate(&m, &[vec![2, 2]], &opts, &mut no_callback()).unwrap();
         assert_eq!(got[0], free[0][..first]);
+    }
+
+    /// With no time at all, each row still gets its first token (the check comes after a
+    /// token, as transformers' MaxTimeCriteria); with time to spare, max_time changes nothing.
+    #[test]
+    fn max_time_ends_generation_after_the_token_that_runs_out_of_it() {
+        let m = model(6);
+        let prompts = [vec![1, 2], vec![3]];
+        let opts = |t| GenerateOptions {
+            max_time: Some(Duration::from_secs_f64(t)),
+            ..greedy(6)
+        };
+        let none = generate(&m, &prompts, &opts(0.0), &mut no_callback()).unwrap();
+        assert_eq!(none.iter().map(Vec::len).collect::<Vec<_>>(), [1, 1]);
+        let ample = generate(&m, &prompts, &opts(600.0), &mut no_callback()).unwrap();
+        let free = generate(&m, &prompts, &greedy(6), &mut no_callback()).unwrap();
+        assert_eq!(ample, free);
+        assert_eq!(none[0][0], free[0][0]);
     }
 
     #[test]

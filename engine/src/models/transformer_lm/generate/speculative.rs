@@ -108,6 +108,8 @@ struct Speculation<'m> {
     stats: SpeculationStats,
     /// The target's logits after the prompt.
     first: Vec<f32>,
+    /// When the call began, for `max_time`.
+    started: std::time::Instant,
 }
 
 enum Draft<'m> {
@@ -122,6 +124,7 @@ impl<'m> Speculation<'m> {
         prompt: &'m [u32],
         opts: &'m GenerateOptions,
     ) -> Result<Self> {
+        let started = std::time::Instant::now();
         let sampler = Sampler::new(opts.sampling.clone())?;
         let draft = match drafter {
             Drafter::Model { model, tokens } => Draft::Model(Box::new(DraftModel::new(
@@ -146,6 +149,7 @@ impl<'m> Speculation<'m> {
                 ..Default::default()
             },
             first: host_f32(&logits)?,
+            started,
         })
     }
 
@@ -216,7 +220,9 @@ impl<'m> Speculation<'m> {
         }
         self.out.push(token);
         let go_on = on_token(token)? == Flow::Continue;
-        Ok(go_on && self.out.len() < self.opts.max_new_tokens)
+        Ok(go_on
+            && self.out.len() < self.opts.max_new_tokens
+            && !self.opts.out_of_time(self.started))
     }
 
     /// Up to `room` draft tokens after the text, each with the distribution it was drawn from.
