@@ -59,6 +59,8 @@ pub fn sampling(
 /// The pipeline's sampling step (`DenoiseStep`: the latents and the timestep copied into its
 /// buffers, the denoiser's call captured as one CUDA graph after the first step) in the same
 /// autocast scope. Fails if the step was not captured, so a graph figure is one.
+// mmdit_bench's: unet_bench includes this file too, and UNets are not captured.
+#[allow(dead_code)]
 pub fn sampling_captured(
     dev: &CudaDevice,
     steps: usize,

@@ -19,8 +19,6 @@ mod denoiser_steps;
 
 use rusting_brain::amp::autocast;
 use rusting_brain::backend::cuda::CudaDevice;
-use rusting_brain::models::diffusion::denoiser::Denoiser;
-use rusting_brain::models::diffusion::prompt_encoder::Conditioning;
 use rusting_brain::models::diffusion::{AddedConditions, UNet, UNetConfig};
 use rusting_brain::nn::Module;
 use rusting_brain::{DType, Device, Generator, Result, Tensor};
@@ -106,30 +104,7 @@ fn run(dev: &CudaDevice) -> Result<Vec<serde_json::Value>> {
         "bench": "unet_step", "batch": batch, "common": common,
         "step_ms": t.step_ms, "peak_gib": t.peak_gib,
     }));
-    // The same step as the pipeline runs it: captured as one CUDA graph.
-    let denoiser = Denoiser::UNet(Box::new(unet));
-    let cond = Conditioning {
-        states: x.context.clone(),
-        pooled: None,
-    };
-    let t = denoiser_steps::sampling_captured(
-        dev,
-        steps,
-        &denoiser,
-        &cond,
-        x.added.as_ref(),
-        &x.latents,
-        (500.0, 1.0),
-    )?;
-    out.push(json!({
-        "bench": "unet_step_graph", "batch": batch, "common": common,
-        "step_ms": t.step_ms, "peak_gib": t.peak_gib,
-    }));
-    let Denoiser::UNet(unet) = denoiser else {
-        unreachable!("made a UNet above")
-    };
-    let mut unet = *unet;
-    drop((x, cond));
+    drop(x);
 
     if train_batch > 0 {
         unet.train(true);

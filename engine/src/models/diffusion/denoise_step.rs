@@ -1,7 +1,8 @@
 //! The denoiser's call at each step of a walk. On CUDA it is captured once as a CUDA graph and
-//! replayed at every later step, so a step costs one launch instead of the thousand-odd kernels
-//! of a UNet or an MMDiT (whose launches otherwise bound the step at small batches: the GPU
-//! waits on the host). The inputs that change from step to step (the latents, the timestep)
+//! replayed at every later step, so a step costs one launch instead of the hundreds of kernels
+//! of an MMDiT (whose launches otherwise bound the step at small batches: the GPU waits on the
+//! host). UNets are not captured yet: their cuDNN convolutions cannot be, and the im2col they
+//! fall back to inside a graph costs more than the launches save. The inputs that change from step to step (the latents, the timestep)
 //! are copied into buffers made once here, and the prediction comes back in one, so the
 //! replays need no new kernel arguments. What else the model reads from the host (timestep
 //! frequencies, rotary angles) comes from `ops::constant_table`, made by the warm-up step.
@@ -35,7 +36,8 @@ pub struct DenoiseStep<'a> {
 
 impl<'a> DenoiseStep<'a> {
     /// Steps of `denoiser` under `cond` (and SDXL's `added`) with guidance scale `guidance`,
-    /// on `device`; `cuda_graph: false` runs every step op by op.
+    /// on `device`: captured where the denoiser gains from it (`gains_from_capture`: the
+    /// MMDiTs, not yet the UNets); `cuda_graph: false` runs every step op by op.
     pub fn new(
         denoiser: &'a Denoiser,
         cond: &'a Conditioning,
@@ -46,7 +48,7 @@ impl<'a> DenoiseStep<'a> {
     ) -> Result<Self> {
         const WHAT: &str = "generate: the denoising step";
         let graph = match device {
-            Device::Cuda(_) if cuda_graph => Replay::new(WHAT),
+            Device::Cuda(_) if cuda_graph && denoiser.gains_from_capture() => Replay::new(WHAT),
             _ => Replay::off(WHAT),
         };
         Ok(DenoiseStep {
