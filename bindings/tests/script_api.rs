@@ -406,6 +406,15 @@ fn integer_and_range_assignment_write_rows_and_elements() {
         err.contains("index 3 is out of range for dim 0 of size 3"),
         "{err}"
     );
+    // Ranges clamp as slices do; an inclusive end of -1 is the last row.
+    let y = values(
+        "let x = zeros([3, 1]); x[1..10] = 1.0; x[2..1] = 5.0; x[0..=-1] = x[0..=-1] + 1.0; x",
+    );
+    assert_eq!(y, [1., 2., 2.]);
+    // Under no_grad a parameter is written in place, as torch.no_grad's `w -= lr * g` does.
+    let y =
+        values("let w = ones([2, 2]).requires_grad_(); let h = w; no_grad(|| { w[0] = 3.0; }); h");
+    assert_eq!(y, [3., 3., 1., 1.]);
     let err = eval("let x = zeros([3, 4]); x[0] = tensor([1.0, 2.0]);").unwrap_err();
     assert!(
         err.contains("does not broadcast to the rows' shape [1, 4]"),

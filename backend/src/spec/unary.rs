@@ -311,32 +311,34 @@ unary_ops! {
     /// x, and alpha · (e^x - 1) at or below 0 (torch's elu).
     Elu(alpha) = "elu" {
         value: |x| if x > R::c(0.0) { x } else { alpha * x.exp_m1() },
-        derivative: |x, y| if x > R::c(0.0) { R::c(1.0) } else { y + alpha },
-        cuda: "x > (C)0 ? x : alpha * expm1(x)", "x > (C)0 ? (C)1 : y + alpha",
+        // From x, as torch's: y + alpha loses the value in BF16 where y is near -alpha.
+        derivative: |x, _y| if x > R::c(0.0) { R::c(1.0) } else { alpha * x.exp() },
+        cuda: "x > (C)0 ? x : alpha * expm1(x)", "x > (C)0 ? (C)1 : alpha * rb_exp(x)",
     }
     /// SELU: scale · elu(x, alpha) with the self-normalising constants.
     Selu = "selu" {
         value: |x| {
             R::c(SELU_SCALE) * if x > R::c(0.0) { x } else { R::c(SELU_ALPHA) * x.exp_m1() }
         },
-        derivative: |x, y| {
-            if x > R::c(0.0) { R::c(SELU_SCALE) } else { y + R::c(SELU_SCALE * SELU_ALPHA) }
+        derivative: |x, _y| {
+            if x > R::c(0.0) { R::c(SELU_SCALE) } else { R::c(SELU_SCALE * SELU_ALPHA) * x.exp() }
         },
         cuda: "x > (C)0 ? (C)1.0507009873554805 * x : (C)1.7580993408473766 * expm1(x)",
-        "x > (C)0 ? (C)1.0507009873554805 : y + (C)1.7580993408473766",
+        "x > (C)0 ? (C)1.0507009873554805 : (C)1.7580993408473766 * rb_exp(x)",
     }
     /// max(0, x) + min(0, alpha · (e^(x/alpha) - 1)) (torch's celu).
     Celu(alpha) = "celu" {
         value: |x| if x > R::c(0.0) { x } else { alpha * (x / alpha).exp_m1() },
-        derivative: |x, y| if x > R::c(0.0) { R::c(1.0) } else { y / alpha + R::c(1.0) },
-        cuda: "x > (C)0 ? x : alpha * expm1(x / alpha)", "x > (C)0 ? (C)1 : y / alpha + (C)1",
+        derivative: |x, _y| if x > R::c(0.0) { R::c(1.0) } else { (x / alpha).exp() },
+        cuda: "x > (C)0 ? x : alpha * expm1(x / alpha)", "x > (C)0 ? (C)1 : rb_exp(x / alpha)",
     }
     /// x limited to [lo, hi], whose gradient passes only strictly inside (torch's hardtanh,
     /// and relu6 as hardtanh(0, 6); `clamp` passes it at the bounds too).
     Hardtanh(lo, hi) = "hardtanh" {
         value: |x| if x.is_nan() { x } else { x.max(lo).min(hi) },
-        derivative: |x, _y| if x > lo && x < hi { R::c(1.0) } else { R::c(0.0) },
-        cuda: "x != x ? x : fmin(fmax(x, lo), hi)", "(x > lo && x < hi) ? (C)1 : (C)0",
+        // A NaN passes its gradient, as torch's (x <= lo || x >= hi) ? 0 : g.
+        derivative: |x, _y| if x <= lo || x >= hi { R::c(0.0) } else { R::c(1.0) },
+        cuda: "x != x ? x : fmin(fmax(x, lo), hi)", "(x <= lo || x >= hi) ? (C)0 : (C)1",
     }
     /// relu6(x + 3) / 6 (torch's hardsigmoid).
     Hardsigmoid = "hardsigmoid" {
@@ -344,7 +346,7 @@ unary_ops! {
         derivative: |x, _y| {
             if x > R::c(-3.0) && x < R::c(3.0) { R::c(1.0 / 6.0) } else { R::c(0.0) }
         },
-        cuda: "fmin(fmax(x / (C)6 + (C)0.5, (C)0), (C)1)",
+        cuda: "x != x ? x : fmin(fmax(x / (C)6 + (C)0.5, (C)0), (C)1)",
         "(x > (C)-3 && x < (C)3) ? (C)1 / (C)6 : (C)0",
     }
     /// x · relu6(x + 3) / 6 (torch's hardswish; its gradient as torch's at the joints).

@@ -118,13 +118,8 @@ fn register_indexing(engine: &mut Engine) {
         guard(|| t.slice(0, r.start as isize, r.end as isize))
     });
     engine.register_indexer_get(|t: &mut Tensor, r: std::ops::RangeInclusive<INT>| {
-        guard(|| {
-            t.slice(
-                0,
-                *r.start() as isize,
-                (*r.end() as isize).saturating_add(1),
-            )
-        })
+        let end = inclusive_end(t, *r.end());
+        guard(|| t.slice(0, *r.start() as isize, end as isize))
     });
     // x[mask] selects, x[indices] picks rows; x[mask] = v writes where the mask holds.
     engine.register_indexer_get(|t: &mut Tensor, index: Tensor| -> RhaiResult<Tensor> {
@@ -188,13 +183,11 @@ fn register_row_writes(engine: &mut Engine) {
             .first()
             .ok_or_else(|| runtime_error("cannot index a 0-d tensor; use item()"))?
             as INT;
-        let resolve = |i: INT| if i < 0 { i + n } else { i };
+        // Clamped to the rows there are, as the slice that reads them is (PyTorch's too):
+        // an empty range writes nothing.
+        let resolve = |i: INT| (if i < 0 { i + n } else { i }).clamp(0, n);
         let (a, b) = (resolve(start), resolve(end));
-        if a < 0 || b > n || a > b {
-            return Err(runtime_error(format!(
-                "x[i] = v: rows {start}..{end} are out of range for dim 0 of size {n}"
-            )));
-        }
+        let b = b.max(a);
         let value = operand(value, t)?;
         let (a, len) = (a as usize, (b - a) as usize);
         guard(|| {
@@ -222,7 +215,8 @@ fn register_row_writes(engine: &mut Engine) {
     });
     engine.register_indexer_set(
         |t: &mut Tensor, r: std::ops::RangeInclusive<INT>, v: Dynamic| {
-            write(t, (*r.start(), r.end().saturating_add(1)), &v)
+            let end = inclusive_end(t, *r.end());
+            write(t, (*r.start(), end), &v)
         },
     );
     help::record_entry(
@@ -231,6 +225,14 @@ fn register_row_writes(engine: &mut Engine) {
         "Writes rows of dim 0 (negative indices count from the end) with value, a number or a tensor broadcast to them, as PyTorch's x[i] = v; chains write one element. In place when no gradient is involved; otherwise gradients flow to value and to the rows left.",
         "let x = zeros([3, 4]); x[0] = 1.0; x[1..3] = tensor([1.0, 2.0, 3.0, 4.0]); x[2][1] = 9.0;",
     );
+}
+
+/// The exclusive end of `a..=end` along dim 0: a negative end counts from the last row first
+/// (`x[0..=-1]` is every row), then one past it.
+fn inclusive_end(t: &Tensor, end: INT) -> INT {
+    let n = t.shape().first().copied().unwrap_or(0) as INT;
+    let end = if end < 0 { end + n } else { end };
+    end.saturating_add(1)
 }
 
 /// Reads a tensor argument or converts a number into a 0-d tensor like `other`.

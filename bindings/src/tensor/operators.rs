@@ -40,10 +40,11 @@ pub(crate) fn store(x: &mut Tensor, result: Tensor, inputs_track_grad: bool) -> 
     }
 }
 
-/// Whether a write into `x` may go into its storage: neither x nor the written values take
-/// part in a graph autograd would have to see.
+/// Whether a write into `x` may go into its storage: with gradients off (PyTorch's
+/// `with torch.no_grad(): w -= lr * g` writes the parameter itself), or when neither x nor the
+/// written values take part in a graph autograd would have to see.
 pub(crate) fn writes_in_place(x: &Tensor, inputs_track_grad: bool) -> bool {
-    !(is_grad_enabled() && (x.requires_grad() || inputs_track_grad)) && !x.requires_grad()
+    !is_grad_enabled() || !(x.requires_grad() || inputs_track_grad)
 }
 
 macro_rules! arithmetic {

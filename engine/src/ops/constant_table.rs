@@ -5,9 +5,9 @@
 //! step finds it.
 //!
 //! A table is kept by its kind, the parameters it depends on and its device. The cache holds a
-//! few dozen; when it is full it is cleared, and the capture epoch is bumped so that no
-//! recorded graph replays against a freed table (a graph that must outlive that holds
-//! `all()`).
+//! few dozen; when it is full one table makes room for the new one, and the capture epoch is
+//! bumped so that no recorded graph replays against a freed table (a graph that must outlive
+//! that holds `all()`).
 
 use crate::{Device, Result, Tensor};
 use std::collections::HashMap;
@@ -43,12 +43,15 @@ pub fn cached(
     }
     let table = make()?.to_device(device)?;
     let mut tables = tables();
-    if tables.len() >= CAPACITY {
-        tables.clear();
+    if !tables.contains_key(&key) && tables.len() >= CAPACITY {
+        // One out, not all: a step that makes several tables keeps those it made already.
+        if let Some(old) = tables.keys().next().copied() {
+            tables.remove(&old);
+        }
         crate::capture::bump_epoch();
     }
-    tables.insert(key, table.clone());
-    Ok(table)
+    // Another thread may have made it meanwhile: keep the first, so no handle goes stale.
+    Ok(tables.entry(key).or_insert(table).clone())
 }
 
 /// Handles to every cached table: a CUDA graph that read some holds them all, so that no

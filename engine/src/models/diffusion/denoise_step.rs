@@ -120,7 +120,8 @@ impl capture::Step for Compute<'_> {
     fn key(&self) -> Key {
         let mut key = Key::new();
         self.denoiser.module().capture_key(&mut key);
-        key.add("input", (self.input.shape(), self.input.dtype()));
+        key.add("input", (self.input.shape(), self.input.dtype()))
+            .add("autocast", crate::amp::autocast_dtype());
         key
     }
 
