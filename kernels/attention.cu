@@ -709,32 +709,29 @@ __device__ void attn_bwd_q(const T* q, AttnView qv, const T* k, AttnView kv, con
 }
 
 #define RB_ATTENTION(name, T, D)                                                                                     \
-    extern "C" __global__ void __launch_bounds__(FwdTile<D>::WARPS * 32, FwdTile<D>::BLOCKS_PER_SM) attn_fwd_##name##_##D(\
+    RB_BOUNDED_KERNEL(attn_fwd_##name##_##D, FwdTile<D>::WARPS * 32, FwdTile<D>::BLOCKS_PER_SM)(\
         const T* q, AttnView qv, const T* k, AttnView kv, const T* v, AttnView vv, T* o, AttnView ov, float* lse,    \
         AttnShape s) {                                                                                               \
         attn_fwd<T, D>(q, qv, k, kv, v, vv, o, ov, lse, s);                                                          \
     }                                                                                                                \
-    extern "C" __global__ void attn_bwd_dot_##name##_##D(const T* o, AttnView ov, const T* dout, AttnView dv,        \
+    RB_KERNEL(attn_bwd_dot_##name##_##D)(const T* o, AttnView ov, const T* dout, AttnView dv,        \
                                                          float* dd, float* dqacc, AttnShape s) {                     \
         attn_bwd_dot<T, D>(o, ov, dout, dv, dd, dqacc, s);                                                           \
     }                                                                                                                \
-    extern "C" __global__ void __launch_bounds__(BwdTile<D>::KV_WARPS * 32, BwdTile<D>::KV_BLOCKS_PER_SM)           \
-        attn_bwd_kv_##name##_##D(                                                                                    \
+    RB_BOUNDED_KERNEL(attn_bwd_kv_##name##_##D, BwdTile<D>::KV_WARPS * 32, BwdTile<D>::KV_BLOCKS_PER_SM)(                                                                                    \
         const T* q, AttnView qv, const T* k, AttnView kv, const T* v, AttnView vv, const T* dout, AttnView dov,      \
         const float* lse, const float* dd, T* dk, AttnView dkv, T* dv, AttnView dvv, AttnShape s) {                  \
         attn_bwd_kv<T, D, false>(q, qv, k, kv, v, vv, dout, dov, lse, dd, dk, dkv, dv, dvv, nullptr, s);             \
     }                                                                                                                \
-    extern "C" __global__ void __launch_bounds__(BwdTile<D>::KV_WARPS * 32, BwdTile<D>::KV_BLOCKS_PER_SM)           \
-        attn_bwd_kvq_##name##_##D(                                                                                   \
+    RB_BOUNDED_KERNEL(attn_bwd_kvq_##name##_##D, BwdTile<D>::KV_WARPS * 32, BwdTile<D>::KV_BLOCKS_PER_SM)(                                                                                   \
         const T* q, AttnView qv, const T* k, AttnView kv, const T* v, AttnView vv, const T* dout, AttnView dov,      \
         const float* lse, const float* dd, T* dk, AttnView dkv, T* dv, AttnView dvv, float* dqacc, AttnShape s) {    \
         attn_bwd_kv<T, D, true>(q, qv, k, kv, v, vv, dout, dov, lse, dd, dk, dkv, dv, dvv, dqacc, s);                \
     }                                                                                                                \
-    extern "C" __global__ void attn_bwd_dq_##name##_##D(const float* dqacc, T* dq, AttnView dqv, AttnShape s) {     \
+    RB_KERNEL(attn_bwd_dq_##name##_##D)(const float* dqacc, T* dq, AttnView dqv, AttnShape s) {     \
         attn_bwd_dq<T, D>(dqacc, dq, dqv, s);                                                                        \
     }                                                                                                                \
-    extern "C" __global__ void __launch_bounds__(BwdTile<D>::Q_WARPS * 32, BwdTile<D>::Q_BLOCKS_PER_SM)             \
-        attn_bwd_q_##name##_##D(                                                                                     \
+    RB_BOUNDED_KERNEL(attn_bwd_q_##name##_##D, BwdTile<D>::Q_WARPS * 32, BwdTile<D>::Q_BLOCKS_PER_SM)(                                                                                     \
         const T* q, AttnView qv, const T* k, AttnView kv, const T* v, AttnView vv, const T* dout, AttnView dov,      \
         const float* lse, const float* dd, T* dq, AttnView dqv, AttnShape s) {                                       \
         attn_bwd_q<T, D>(q, qv, k, kv, v, vv, dout, dov, lse, dd, dq, dqv, s);                                       \

@@ -129,23 +129,23 @@ __device__ void bn_partials_impl(const T* x, const T* g, BnGradArgs<typename Acc
 }
 
 #define RB_BN_PARTIALS(name, T)                                                                          \
-    extern "C" __global__ void __launch_bounds__(BN_THREADS) bn_partials_stats_s_##name(                 \
+    RB_BOUNDED_KERNEL(bn_partials_stats_s_##name, BN_THREADS)(                 \
         const T* x, Acc<T>::type* pa, Acc<T>::type* pb, i64 channels, u32 inner_v, u32 count_v,         \
         u32 per_chunk) {                                                                                 \
         bn_partials_impl<T, 1, 0>(x, nullptr, {}, pa, pb, channels, inner_v, count_v, per_chunk);       \
     }                                                                                                    \
-    extern "C" __global__ void __launch_bounds__(BN_THREADS) bn_partials_stats_v_##name(                 \
+    RB_BOUNDED_KERNEL(bn_partials_stats_v_##name, BN_THREADS)(                 \
         const T* x, Acc<T>::type* pa, Acc<T>::type* pb, i64 channels, u32 inner_v, u32 count_v,         \
         u32 per_chunk) {                                                                                 \
         bn_partials_impl<T, (int)(16 / sizeof(T)), 0>(x, nullptr, {}, pa, pb, channels, inner_v,        \
                                                       count_v, per_chunk);                               \
     }                                                                                                    \
-    extern "C" __global__ void __launch_bounds__(BN_THREADS) bn_partials_grad_s_##name(                  \
+    RB_BOUNDED_KERNEL(bn_partials_grad_s_##name, BN_THREADS)(                  \
         const T* x, const T* g, BnGradArgs<Acc<T>::type> ga, Acc<T>::type* pa, Acc<T>::type* pb,         \
         i64 channels, u32 inner_v, u32 count_v, u32 per_chunk) {                                         \
         bn_partials_impl<T, 1, 1>(x, g, ga, pa, pb, channels, inner_v, count_v, per_chunk);             \
     }                                                                                                    \
-    extern "C" __global__ void __launch_bounds__(BN_THREADS) bn_partials_grad_v_##name(                  \
+    RB_BOUNDED_KERNEL(bn_partials_grad_v_##name, BN_THREADS)(                  \
         const T* x, const T* g, BnGradArgs<Acc<T>::type> ga, Acc<T>::type* pa, Acc<T>::type* pb,         \
         i64 channels, u32 inner_v, u32 count_v, u32 per_chunk) {                                         \
         bn_partials_impl<T, (int)(16 / sizeof(T)), 1>(x, g, ga, pa, pb, channels, inner_v, count_v,     \
@@ -183,7 +183,7 @@ __device__ void bn_stats_finalize_impl(const T* x, const typename Acc<T>::type* 
 }
 
 #define RB_BN_STATS_FINALIZE(name, T)                                                                    \
-    extern "C" __global__ void bn_stats_finalize_##name(                                                 \
+    RB_KERNEL(bn_stats_finalize_##name)(                                                 \
         const T* x, const Acc<T>::type* pa, const Acc<T>::type* pb, i64 chunks, i64 channels, i64 inner, \
         double count, double eps, double momentum, Acc<T>::type* rmean, Acc<T>::type* rvar,             \
         Acc<T>::type* mean, Acc<T>::type* rstd) {                                                        \
@@ -245,25 +245,25 @@ __device__ void bn_grad_input_impl(const T* x, const T* g, BnGradArgs<typename A
 }
 
 #define RB_BN_ELEMENTWISE(name, T)                                                                       \
-    extern "C" __global__ void bn_apply_s_##name(const T* x, const Acc<T>::type* mean,                   \
+    RB_KERNEL(bn_apply_s_##name)(const T* x, const Acc<T>::type* mean,                   \
                                                  const Acc<T>::type* rstd, const Acc<T>::type* w,        \
                                                  const Acc<T>::type* b, T* y, i64 channels, u32 inner_v, \
                                                  i64 total_v, int narrow, int act) {                     \
         bn_apply_impl<T, 1>(x, mean, rstd, w, b, y, channels, inner_v, total_v, narrow, act);            \
     }                                                                                                    \
-    extern "C" __global__ void bn_apply_v_##name(const T* x, const Acc<T>::type* mean,                   \
+    RB_KERNEL(bn_apply_v_##name)(const T* x, const Acc<T>::type* mean,                   \
                                                  const Acc<T>::type* rstd, const Acc<T>::type* w,        \
                                                  const Acc<T>::type* b, T* y, i64 channels, u32 inner_v, \
                                                  i64 total_v, int narrow, int act) {                     \
         bn_apply_impl<T, (int)(16 / sizeof(T))>(x, mean, rstd, w, b, y, channels, inner_v, total_v,     \
                                                 narrow, act);                                            \
     }                                                                                                    \
-    extern "C" __global__ void bn_grad_input_s_##name(const T* x, const T* g, BnGradArgs<Acc<T>::type> ga, \
+    RB_KERNEL(bn_grad_input_s_##name)(const T* x, const T* g, BnGradArgs<Acc<T>::type> ga, \
                                                       const Acc<T>::type* k, T* dx, i64 channels,        \
                                                       u32 inner_v, i64 total_v, int narrow) {            \
         bn_grad_input_impl<T, 1>(x, g, ga, k, dx, channels, inner_v, total_v, narrow);                   \
     }                                                                                                    \
-    extern "C" __global__ void bn_grad_input_v_##name(const T* x, const T* g, BnGradArgs<Acc<T>::type> ga, \
+    RB_KERNEL(bn_grad_input_v_##name)(const T* x, const T* g, BnGradArgs<Acc<T>::type> ga, \
                                                       const Acc<T>::type* k, T* dx, i64 channels,        \
                                                       u32 inner_v, i64 total_v, int narrow) {            \
         bn_grad_input_impl<T, (int)(16 / sizeof(T))>(x, g, ga, k, dx, channels, inner_v, total_v,       \
@@ -295,12 +295,12 @@ __device__ void bn_grad_finalize_impl(const C* pa, const C* pb, i64 chunks, i64 
         k[2 * channels + c] = batch_stats ? (C)(-k0 * sg / count) : (C)0;
     }
 }
-extern "C" __global__ void bn_grad_finalize_f32(const f32* pa, const f32* pb, i64 chunks, i64 channels,
+RB_KERNEL(bn_grad_finalize_f32)(const f32* pa, const f32* pb, i64 chunks, i64 channels,
                                                 const f32* rstd, const f32* w, double count,
                                                 int batch_stats, f32* dweight, f32* dbias, f32* k) {
     bn_grad_finalize_impl(pa, pb, chunks, channels, rstd, w, count, batch_stats, dweight, dbias, k);
 }
-extern "C" __global__ void bn_grad_finalize_f64(const f64* pa, const f64* pb, i64 chunks, i64 channels,
+RB_KERNEL(bn_grad_finalize_f64)(const f64* pa, const f64* pb, i64 chunks, i64 channels,
                                                 const f64* rstd, const f64* w, double count,
                                                 int batch_stats, f64* dweight, f64* dbias, f64* k) {
     bn_grad_finalize_impl(pa, pb, chunks, channels, rstd, w, count, batch_stats, dweight, dbias, k);

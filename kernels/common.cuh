@@ -18,6 +18,27 @@ typedef double f64;
 
 #define RB_MAX_DIMS 8
 
+// Kernel entry points. A program compiles one kernel of a file (the host defines
+// `RB_WANT_<kernel>` as `~, 1` before the file, and only that entry is emitted: the others
+// become templates nobody instantiates, so NVRTC parses them and generates no code), or the
+// whole file under RB_ALL_KERNELS (the test that every kernel compiles). One kernel compiles
+// in a tenth of a second where the file took up to a minute, so a run pays only for what it
+// launches. Every `__global__` of kernels/ is declared through these two macros.
+#define RB_PASTE_(a, b) a##b
+#define RB_PASTE(a, b) RB_PASTE_(a, b)
+#define RB_SECOND_(a, b, ...) b
+#define RB_SECOND(...) RB_SECOND_(__VA_ARGS__, ~)
+#define RB_IS_WANTED(name) RB_SECOND(RB_PASTE(RB_WANT_, name), 0)
+#define RB_ENTRY_1 extern "C" __global__
+#define RB_ENTRY_0 template <int RbLeftOut> __global__
+#ifdef RB_ALL_KERNELS
+#define RB_ENTRY(name) RB_ENTRY_1
+#else
+#define RB_ENTRY(name) RB_PASTE(RB_ENTRY_, RB_IS_WANTED(name))
+#endif
+#define RB_KERNEL(name) RB_ENTRY(name) void name
+#define RB_BOUNDED_KERNEL(name, ...) RB_ENTRY(name) void __launch_bounds__(__VA_ARGS__) name
+
 // A tensor view: element (i0, i1, ...) lives at offset + sum(i_d * stride[d]). Matches
 // `backend::cuda::launch::Strided` field for field.
 struct Strided {

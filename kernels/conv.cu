@@ -58,10 +58,10 @@ __device__ void col2im_impl(const T* cols, T* dx, ConvGeom g, i64 total) {
 }
 
 #define RB_CONV(name, T)                                                                       \
-    extern "C" __global__ void im2col_##name(const T* x, T* cols, ConvGeom g, i64 total) {      \
+    RB_KERNEL(im2col_##name)(const T* x, T* cols, ConvGeom g, i64 total) {      \
         im2col_impl<T>(x, cols, g, total);                                                      \
     }                                                                                           \
-    extern "C" __global__ void col2im_##name(const T* cols, T* dx, ConvGeom g, i64 total) {     \
+    RB_KERNEL(col2im_##name)(const T* cols, T* dx, ConvGeom g, i64 total) {     \
         col2im_impl<T>(cols, dx, g, total);                                                     \
     }
 RB_FOR_FLOAT_TYPES(RB_CONV)

@@ -6,14 +6,14 @@ template <class T>
 __device__ void copy_impl(const T* x, Strided xs, T* y, Strided ys, i64 n) {
     RB_GRID_LOOP(i, n) { y[strided_offset(ys, i)] = x[strided_offset(xs, i)]; }
 }
-extern "C" __global__ void copy_1(const u8* x, Strided xs, u8* y, Strided ys, i64 n) { copy_impl(x, xs, y, ys, n); }
-extern "C" __global__ void copy_2(const unsigned short* x, Strided xs, unsigned short* y, Strided ys, i64 n) { copy_impl(x, xs, y, ys, n); }
-extern "C" __global__ void copy_4(const u32* x, Strided xs, u32* y, Strided ys, i64 n) { copy_impl(x, xs, y, ys, n); }
-extern "C" __global__ void copy_8(const u64* x, Strided xs, u64* y, Strided ys, i64 n) { copy_impl(x, xs, y, ys, n); }
+RB_KERNEL(copy_1)(const u8* x, Strided xs, u8* y, Strided ys, i64 n) { copy_impl(x, xs, y, ys, n); }
+RB_KERNEL(copy_2)(const unsigned short* x, Strided xs, unsigned short* y, Strided ys, i64 n) { copy_impl(x, xs, y, ys, n); }
+RB_KERNEL(copy_4)(const u32* x, Strided xs, u32* y, Strided ys, i64 n) { copy_impl(x, xs, y, ys, n); }
+RB_KERNEL(copy_8)(const u64* x, Strided xs, u64* y, Strided ys, i64 n) { copy_impl(x, xs, y, ys, n); }
 
 // Same element type, rows of `words` 16-byte words at a stride on each side (`Layout::as_rows`):
 // one part of each row of a wider matrix, as a concatenation along the last dim writes it.
-extern "C" __global__ void copy_rows16(const uint4* x, i64 x_ld, uint4* y, i64 y_ld, i64 rows, i64 words) {
+RB_KERNEL(copy_rows16)(const uint4* x, i64 x_ld, uint4* y, i64 y_ld, i64 rows, i64 words) {
     RB_GRID_LOOP(i, rows * words) {
         const i64 r = i / words, c = i - r * words;
         y[r * y_ld + c] = x[r * x_ld + c];
@@ -31,7 +31,7 @@ __device__ void cast_impl(const S* x, Strided xs, D* y, Strided ys, i64 n) {
 }
 
 #define RB_CAST(sn, S, dn, D, TB) \
-    extern "C" __global__ void cast_##sn##_##dn(const S* x, Strided xs, D* y, Strided ys, i64 n) { cast_impl<S, D, TB>(x, xs, y, ys, n); }
+    RB_KERNEL(cast_##sn##_##dn)(const S* x, Strided xs, D* y, Strided ys, i64 n) { cast_impl<S, D, TB>(x, xs, y, ys, n); }
 #define RB_CAST_FROM(sn, S) \
     RB_CAST(sn, S, bool, u8, true) RB_CAST(sn, S, u8, u8, false) RB_CAST(sn, S, u32, u32, false) \
     RB_CAST(sn, S, i64, i64, false) RB_CAST(sn, S, bf16, bf16, false) RB_CAST(sn, S, f16, f16, false) \
@@ -53,7 +53,7 @@ __device__ void cast_vec_impl(const S* x, D* y, i64 n) {
         y[i] = from_f<D>(to_f(x[i]));
 }
 #define RB_CAST_VEC(sn, S, dn, D) \
-    extern "C" __global__ void cast_vec_##sn##_##dn(const S* x, D* y, i64 n) { cast_vec_impl<S, D>(x, y, n); }
+    RB_KERNEL(cast_vec_##sn##_##dn)(const S* x, D* y, i64 n) { cast_vec_impl<S, D>(x, y, n); }
 RB_CAST_VEC(f32, f32, bf16, bf16) RB_CAST_VEC(f32, f32, f16, f16) RB_CAST_VEC(bf16, bf16, f32, f32)
 RB_CAST_VEC(f16, f16, f32, f32) RB_CAST_VEC(bf16, bf16, f16, f16) RB_CAST_VEC(f16, f16, bf16, bf16)
 
@@ -64,5 +64,5 @@ __device__ void fill_impl(T* y, Strided ys, double v, i64 n) {
     RB_GRID_LOOP(i, n) { y[strided_offset(ys, i)] = value; }
 }
 #define RB_FILL(name, T) \
-    extern "C" __global__ void fill_##name(T* y, Strided ys, double v, i64 n) { fill_impl<T>(y, ys, v, n); }
+    RB_KERNEL(fill_##name)(T* y, Strided ys, double v, i64 n) { fill_impl<T>(y, ys, v, n); }
 RB_FOR_ALL_TYPES(RB_FILL)

@@ -353,7 +353,7 @@ __device__ void decode_attention_chunk(const T* __restrict__ q, const T* __restr
 }
 
 #define DECODE_ATTENTION(T, MMA, name)                                                                  \
-    extern "C" __global__ void __launch_bounds__(THREADS) name(                                         \
+    RB_BOUNDED_KERNEL(name, THREADS)(                                         \
         const T* q, const T* k, const T* v, const i64* first, const i64* last, int last_stride,         \
         float* partial, float* stats, u32* counters, T* out, int heads, int kv_heads,                   \
         int heads_per_block, int capacity, int head_dim, float scale2) {                                \

@@ -133,8 +133,7 @@ __device__ void decode_gemv_impl(const GemvTargets& t, const void* in0, const vo
 }
 
 #define RB_DECODE_GEMV(pro, PRO, name, W, RT, RB, UNROLL)                                                       \
-    extern "C" __global__ void __launch_bounds__(GEMV_THREADS)                                                   \
-        decode_gemv_##pro##_##name##_r##RT(GemvTargets t, const void* in0, const void* in1, int in_dt, int aux_dt, \
+    RB_BOUNDED_KERNEL(decode_gemv_##pro##_##name##_r##RT, GEMV_THREADS)(GemvTargets t, const void* in0, const void* in1, int in_dt, int aux_dt, \
                                            const void* res, int res_dt, int out_dt, int rows, int k, float eps) {  \
         decode_gemv_impl<W, RT, RB, UNROLL, PRO>(t, in0, in1, in_dt, aux_dt, res, res_dt, out_dt, rows, k, eps);  \
     }
@@ -500,7 +499,7 @@ __device__ void decode_gemv_mma_impl(const GemvTargets& t, const void* in0, cons
 }
 
 #define RB_DECODE_GEMV_MMA(pro, PRO, name, W, NT, EPI, BUFFERS, sfx)                                                \
-    extern "C" __global__ void __launch_bounds__(GEMV_THREADS) decode_gemv_mma_##pro##_##name##_n##NT##sfx(          \
+    RB_BOUNDED_KERNEL(decode_gemv_mma_##pro##_##name##_n##NT##sfx, GEMV_THREADS)(          \
         GemvTargets t, const void* in0, const void* in1, int in_dt, int aux_dt, const void* res, int res_dt,          \
         int out_dt, int rows, int k, float eps) {                                                                     \
         decode_gemv_mma_impl<W, NT, PRO, EPI, MMA_BATCH, BUFFERS>(t, in0, in1, in_dt, aux_dt, res, res_dt, out_dt,   \
@@ -524,7 +523,7 @@ RB_DECODE_GEMV_MMA_TYPES(cast, GEMV_CAST, GEMV_EPI_SWIGLU, 1, _pair)
 // A decode step's q/k/v products with the rotation and the cache write in the epilogue, after a
 // norm (or its output, staged): the launch that replaces the products, then rope_cache_write.
 #define RB_DECODE_GEMV_MMA_ROTARY(pro, PRO, name, W, NT)                                                            \
-    extern "C" __global__ void __launch_bounds__(GEMV_THREADS) decode_gemv_mma_##pro##_##name##_n##NT##_rotary(      \
+    RB_BOUNDED_KERNEL(decode_gemv_mma_##pro##_##name##_n##NT##_rotary, GEMV_THREADS)(      \
         GemvTargets t, const void* in0, const void* in1, int in_dt, int aux_dt, const void* res, int res_dt,          \
         int out_dt, int rows, int k, float eps, GemvRotary rot) {                                                     \
         decode_gemv_mma_impl<W, NT, PRO, GEMV_EPI_ROTARY>(t, in0, in1, in_dt, aux_dt, res, res_dt, out_dt, rows, k,   \
@@ -539,7 +538,7 @@ RB_DECODE_GEMV_MMA_ROTARY_TYPES(norm, GEMV_NORM)
 RB_DECODE_GEMV_MMA_ROTARY_TYPES(cast, GEMV_CAST)
 
 #define RB_DECODE_GEMV_PROLOGUE(pro, PRO, name, W)                                                                  \
-    extern "C" __global__ void __launch_bounds__(GEMV_THREADS) decode_gemv_prologue_##pro##_##name(                \
+    RB_BOUNDED_KERNEL(decode_gemv_prologue_##pro##_##name, GEMV_THREADS)(                \
         const void* in0, const void* in1, int in_dt, int aux_dt, int k, float eps, W* out) {                        \
         gemv_prologue_rows<W, PRO>(in0, in1, in_dt, aux_dt, k, eps, out);                                           \
     }

@@ -107,7 +107,7 @@ __device__ void decode_qgemv_impl(const GemvTargets& t, const void* in0, const v
 }
 
 #define RB_DECODE_QGEMV(pro, PRO, fmt, WEIGHTS, M, EPI, sfx)                                                     \
-    extern "C" __global__ void __launch_bounds__(GEMV_THREADS) decode_qgemv_##pro##_##fmt##_m##M##sfx(           \
+    RB_BOUNDED_KERNEL(decode_qgemv_##pro##_##fmt##_m##M##sfx, GEMV_THREADS)(           \
         GemvTargets t, const void* in0, const void* in1, int in_dt, int aux_dt, const void* res, int res_dt,      \
         int out_dt, int rows, int k, float eps) {                                                                 \
         decode_qgemv_impl<PRO, EPI, WEIGHTS, M>(t, in0, in1, in_dt, aux_dt, res, res_dt, out_dt, rows, k, eps);   \

@@ -292,30 +292,30 @@ __device__ void dw_wgrad_sum_impl(const typename Acc<T>::type* __restrict__ part
 }
 
 #define RB_DW_LAYOUT(name, T, KH, KW, layout, NHWC)                                                 \
-    extern "C" __global__ void dw_fwd1_##layout##_##KH##x##KW##_##name(const T* x, const T* w, T* y, \
+    RB_KERNEL(dw_fwd1_##layout##_##KH##x##KW##_##name)(const T* x, const T* w, T* y, \
                                                                        DwGeom g) {                   \
         dw_strips<T, KH, KW, NHWC, false>(x, w, y, g.n, g.c, g.h, g.w, g.ho, g.wo, g.ph, g.pw);      \
     }                                                                                                \
-    extern "C" __global__ void dw_dgrad1_##layout##_##KH##x##KW##_##name(const T* dy, const T* w,    \
+    RB_KERNEL(dw_dgrad1_##layout##_##KH##x##KW##_##name)(const T* dy, const T* w,    \
                                                                          T* dx, DwGeom g) {          \
         dw_strips<T, KH, KW, NHWC, true>(dy, w, dx, g.n, g.c, g.ho, g.wo, g.h, g.w, KH - 1 - g.ph,   \
                                          KW - 1 - g.pw);                                             \
     }                                                                                                \
-    extern "C" __global__ void dw_fwd_##layout##_##KH##x##KW##_##name(const T* x, const T* w, T* y,  \
+    RB_KERNEL(dw_fwd_##layout##_##KH##x##KW##_##name)(const T* x, const T* w, T* y,  \
                                                                       DwGeom g) {                    \
         dw_forward<T, KH, KW, NHWC>(x, w, y, g);                                                     \
     }                                                                                                \
-    extern "C" __global__ void dw_dgrad_##layout##_##KH##x##KW##_##name(const T* dy, const T* w,     \
+    RB_KERNEL(dw_dgrad_##layout##_##KH##x##KW##_##name)(const T* dy, const T* w,     \
                                                                         T* dx, DwGeom g) {           \
         dw_input_grad<T, KH, KW, NHWC>(dy, w, dx, g);                                                \
     }
 
 #define RB_DW_WGRAD(name, T, KH, KW, tag, STRIPS)                                                    \
-    extern "C" __global__ void dw_wgrad##tag##_nchw_##KH##x##KW##_##name(                            \
+    RB_KERNEL(dw_wgrad##tag##_nchw_##KH##x##KW##_##name)(                            \
         const T* x, const T* dy, typename Acc<T>::type* parts, DwGeom g, int per) {                  \
         dw_wgrad_nchw<T, KH, KW, STRIPS>(x, dy, parts, g);                                           \
     }                                                                                                \
-    extern "C" __global__ void dw_wgrad##tag##_nhwc_##KH##x##KW##_##name(                            \
+    RB_KERNEL(dw_wgrad##tag##_nhwc_##KH##x##KW##_##name)(                            \
         const T* x, const T* dy, typename Acc<T>::type* parts, DwGeom g, int per) {                  \
         dw_wgrad_nhwc<T, KH, KW, STRIPS>(x, dy, parts, g, per);                                      \
     }
@@ -328,7 +328,7 @@ __device__ void dw_wgrad_sum_impl(const typename Acc<T>::type* __restrict__ part
 
 #define RB_DW(name, T)                                                                               \
     RB_DW_SIZE(name, T, 3, 3)                                                                        \
-    extern "C" __global__ void dw_wgrad_sum_##name(const typename Acc<T>::type* parts, T* dw,        \
+    RB_KERNEL(dw_wgrad_sum_##name)(const typename Acc<T>::type* parts, T* dw,        \
                                                    int chunks, int ck) {                             \
         dw_wgrad_sum_impl<T>(parts, dw, chunks, ck);                                                 \
     }

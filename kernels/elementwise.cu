@@ -65,7 +65,7 @@ __device__ void unary_impl(const T* x, T* y, i64 n, int op, double p0, double p1
     RB_GRID_LOOP(i, n - done) { y[done + i] = from_c<T>(unary_op<C>(op, to_c(x[done + i]), a, b)); }
 }
 #define RB_UNARY(name, T) \
-    extern "C" __global__ void unary_##name(const T* x, T* y, i64 n, int op, double p0, double p1, int vec) { unary_impl<T>(x, y, n, op, p0, p1, vec); }
+    RB_KERNEL(unary_##name)(const T* x, T* y, i64 n, int op, double p0, double p1, int vec) { unary_impl<T>(x, y, n, op, p0, p1, vec); }
 RB_FOR_NUMERIC_TYPES(RB_UNARY)
 
 // dx = g * f'(x, y) over contiguous x, y = f(x) and g: the backward of every unary op.
@@ -95,7 +95,7 @@ __device__ void unary_backward_impl(const T* x, const T* y, const T* g, T* dx, i
     }
 }
 #define RB_UNARY_BACKWARD(name, T) \
-    extern "C" __global__ void unary_backward_##name(const T* x, const T* y, const T* g, T* dx, i64 n, int op, double p0, double p1, int vec) { unary_backward_impl<T>(x, y, g, dx, n, op, p0, p1, vec); }
+    RB_KERNEL(unary_backward_##name)(const T* x, const T* y, const T* g, T* dx, i64 n, int op, double p0, double p1, int vec) { unary_backward_impl<T>(x, y, g, dx, n, op, p0, p1, vec); }
 RB_FOR_FLOAT_TYPES(RB_UNARY_BACKWARD)
 
 // y = f(x + b[channel]) over the flat run of x, where element i sits in channel
@@ -129,7 +129,7 @@ __device__ void bias_unary_impl(const T* x, const T* bias, T* y, i64 n, i64 inne
     RB_GRID_LOOP(i, n) { y[i] = from_c<T>(unary_op<C>(op, to_c(x[i]) + to_c(bias[(i / inner) % channels]), a, b)); }
 }
 #define RB_BIAS_UNARY(name, T) \
-    extern "C" __global__ void bias_unary_##name(const T* x, const T* bias, T* y, i64 n, i64 inner, i64 channels, int op, double p0, double p1, int vec) { bias_unary_impl<T>(x, bias, y, n, inner, channels, op, p0, p1, vec); }
+    RB_KERNEL(bias_unary_##name)(const T* x, const T* bias, T* y, i64 n, i64 inner, i64 channels, int op, double p0, double p1, int vec) { bias_unary_impl<T>(x, bias, y, n, inner, channels, op, p0, p1, vec); }
 RB_FOR_FLOAT_TYPES(RB_BIAS_UNARY)
 
 template <class C> __device__ __forceinline__ C binary_op(int op, C a, C b) {
@@ -177,7 +177,7 @@ __device__ void binary_impl(const T* a, Strided as, const T* b, Strided bs, T* y
     }
 }
 #define RB_BINARY(name, T) \
-    extern "C" __global__ void binary_##name(const T* a, Strided as, const T* b, Strided bs, T* y, i64 n, int op, int vec) { binary_impl<T>(a, as, b, bs, y, n, op, vec); }
+    RB_KERNEL(binary_##name)(const T* a, Strided as, const T* b, Strided bs, T* y, i64 n, int op, int vec) { binary_impl<T>(a, as, b, bs, y, n, op, vec); }
 RB_FOR_NUMERIC_TYPES(RB_BINARY)
 
 // F32 + BF16/F16 -> F32 over contiguous, 16-byte aligned operands, eight elements a thread:
@@ -197,8 +197,8 @@ __device__ void add_f32_low_impl(const f32* a, const L* b, f32* y, i64 n) {
     for (i64 i = groups * 8 + (i64)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (i64)blockDim.x * gridDim.x)
         y[i] = a[i] + to_f(b[i]);
 }
-extern "C" __global__ void add_f32_bf16(const f32* a, const bf16* b, f32* y, i64 n) { add_f32_low_impl(a, b, y, n); }
-extern "C" __global__ void add_f32_f16(const f32* a, const f16* b, f32* y, i64 n) { add_f32_low_impl(a, b, y, n); }
+RB_KERNEL(add_f32_bf16)(const f32* a, const bf16* b, f32* y, i64 n) { add_f32_low_impl(a, b, y, n); }
+RB_KERNEL(add_f32_f16)(const f32* a, const f16* b, f32* y, i64 n) { add_f32_low_impl(a, b, y, n); }
 
 template <class A> __device__ __forceinline__ bool compare_op(int op, A a, A b) {
     switch (op) { RB_COMPARE_CASES }
@@ -215,7 +215,7 @@ __device__ void compare_impl(const T* a, Strided as, const T* b, Strided bs, u8*
     }
 }
 #define RB_COMPARE(name, T) \
-    extern "C" __global__ void compare_##name(const T* a, Strided as, const T* b, Strided bs, u8* y, i64 n, int op) { compare_impl<T>(a, as, b, bs, y, n, op); }
+    RB_KERNEL(compare_##name)(const T* a, Strided as, const T* b, Strided bs, u8* y, i64 n, int op) { compare_impl<T>(a, as, b, bs, y, n, op); }
 RB_FOR_ALL_TYPES(RB_COMPARE)
 
 template <class T>
@@ -225,5 +225,5 @@ __device__ void where_impl(const u8* c, Strided cs, const T* a, Strided as, cons
     }
 }
 #define RB_WHERE(name, T) \
-    extern "C" __global__ void where_##name(const u8* c, Strided cs, const T* a, Strided as, const T* b, Strided bs, T* y, i64 n) { where_impl<T>(c, cs, a, as, b, bs, y, n); }
+    RB_KERNEL(where_##name)(const u8* c, Strided cs, const T* a, Strided as, const T* b, Strided bs, T* y, i64 n) { where_impl<T>(c, cs, a, as, b, bs, y, n); }
 RB_FOR_ALL_TYPES(RB_WHERE)

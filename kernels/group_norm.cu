@@ -73,7 +73,7 @@ __device__ void group_norm_impl(const T* x, const float* w, const float* b, T* y
 }
 
 #define RB_GROUP_NORM(name, T)                                                                              \
-    extern "C" __global__ void __launch_bounds__(GN_THREADS) group_norm_fwd_##name(                        \
+    RB_BOUNDED_KERNEL(group_norm_fwd_##name, GN_THREADS)(                        \
         const T* x, const float* w, const float* b, T* y, i64 c, i64 hw, i64 groups, int channels_last,   \
         float eps, int silu) {                                                                              \
         group_norm_impl<T>(x, w, b, y, c, hw, groups, channels_last, eps, silu);                           \

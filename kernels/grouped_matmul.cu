@@ -258,13 +258,11 @@ __device__ void grouped_reduce_mma_impl(const T* a, const T* b, T* out, const i6
 }
 
 #define RB_GROUPED_MMA(name, T)                                                                               \
-    extern "C" __global__ void __launch_bounds__(GMT_THREADS)                                                 \
-        grouped_rows_mma_##name(const T* a, const T* b, T* out, const i64* off, int experts, i64 m_rows,      \
+    RB_BOUNDED_KERNEL(grouped_rows_mma_##name, GMT_THREADS)(const T* a, const T* b, T* out, const i64* off, int experts, i64 m_rows,      \
                                 i64 n_cols, i64 k_len, i64 a_m, i64 a_k, i64 b_e, i64 b_n, i64 b_k) {         \
         grouped_rows_mma_impl<T>(a, b, out, off, experts, m_rows, n_cols, k_len, a_m, a_k, b_e, b_n, b_k);   \
     }                                                                                                         \
-    extern "C" __global__ void __launch_bounds__(GMT_THREADS)                                                 \
-        grouped_reduce_mma_##name(const T* a, const T* b, T* out, const i64* off, i64 m_rows, i64 n_len,      \
+    RB_BOUNDED_KERNEL(grouped_reduce_mma_##name, GMT_THREADS)(const T* a, const T* b, T* out, const i64* off, i64 m_rows, i64 n_len,      \
                                   i64 k_len, i64 a_m, i64 a_n, i64 b_m, i64 b_k) {                            \
         grouped_reduce_mma_impl<T>(a, b, out, off, m_rows, n_len, k_len, a_m, a_n, b_m, b_k);                \
     }
@@ -272,13 +270,11 @@ RB_GROUPED_MMA(bf16, bf16)
 RB_GROUPED_MMA(f16, f16)
 
 #define RB_GROUPED(name, T)                                                                                   \
-    extern "C" __global__ void __launch_bounds__(GM_THREADS)                                                  \
-        grouped_rows_##name(const T* a, const T* b, T* out, const i64* off, int experts, i64 m_rows,          \
+    RB_BOUNDED_KERNEL(grouped_rows_##name, GM_THREADS)(const T* a, const T* b, T* out, const i64* off, int experts, i64 m_rows,          \
                             i64 n_cols, i64 k_len, i64 a_m, i64 a_k, i64 b_e, i64 b_n, i64 b_k) {             \
         grouped_rows_impl<T>(a, b, out, off, experts, m_rows, n_cols, k_len, a_m, a_k, b_e, b_n, b_k);       \
     }                                                                                                         \
-    extern "C" __global__ void __launch_bounds__(GM_THREADS)                                                  \
-        grouped_reduce_##name(const T* a, const T* b, T* out, const i64* off, i64 m_rows, i64 n_len,          \
+    RB_BOUNDED_KERNEL(grouped_reduce_##name, GM_THREADS)(const T* a, const T* b, T* out, const i64* off, i64 m_rows, i64 n_len,          \
                               i64 k_len, i64 a_m, i64 a_n, i64 b_m, i64 b_k) {                                \
         grouped_reduce_impl<T>(a, b, out, off, m_rows, n_len, k_len, a_m, a_n, b_m, b_k);                    \
     }

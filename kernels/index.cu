@@ -71,7 +71,7 @@ __device__ void index_read_impl(const T* x, IndexGeom g, const void* idx, Stride
     }
 }
 #define RB_INDEX_READ(bytes, T)                                                                        \
-    extern "C" __global__ void index_read_##bytes(const T* x, IndexGeom g, const void* idx, Strided is, \
+    RB_KERNEL(index_read_##bytes)(const T* x, IndexGeom g, const void* idx, Strided is, \
                                                   int kind, int per_element, T* y, i64 n, u32* err,      \
                                                   u32 code) {                                            \
         index_read_impl<T>(x, g, idx, is, kind, per_element, y, n, err, code);                           \
@@ -84,7 +84,7 @@ RB_INDEX_READ(8, u64)
 // index_select of whole rows along dim 0 (an embedding's lookup): x rows of `row_words` 16-byte
 // words, `stride_words` apart; the output [n, row] contiguous, a thread a word. The element
 // loop above forms every coordinate of every element and moves 4 bytes at a time.
-extern "C" __global__ void index_rows16(const uint4* x, i64 stride_words, i64 dim_size, const void* idx, Strided is,
+RB_KERNEL(index_rows16)(const uint4* x, i64 stride_words, i64 dim_size, const void* idx, Strided is,
                                         int kind, uint4* y, i64 row_words, i64 words, u32* err, u32 code) {
     RB_GRID_LOOP(w, words) {
         const i64 r = w / row_words, c = w - r * row_words;
@@ -112,7 +112,7 @@ __device__ void index_write_impl(T* y, IndexGeom g, const void* idx, Strided is,
     }
 }
 #define RB_INDEX_WRITE(bytes, T)                                                                          \
-    extern "C" __global__ void index_write_##bytes(T* y, IndexGeom g, const void* idx, Strided is, int kind, \
+    RB_KERNEL(index_write_##bytes)(T* y, IndexGeom g, const void* idx, Strided is, int kind, \
                                                    const T* src, Strided ss, i64 n, u32* err, u32 code) {   \
         index_write_impl<T>(y, g, idx, is, kind, src, ss, n, err, code);                                    \
     }
@@ -144,7 +144,7 @@ __device__ void index_add_impl(typename Acc<S>::type* out, IndexGeom g, const vo
     }
 }
 #define RB_INDEX_ADD(name, S)                                                                        \
-    extern "C" __global__ void index_add_##name(Acc<S>::type* out, IndexGeom g, const void* idx,      \
+    RB_KERNEL(index_add_##name)(Acc<S>::type* out, IndexGeom g, const void* idx,      \
                                                 Strided is, int kind, int per_element, const S* src,   \
                                                 Strided ss, i64 n, u32* err, u32 code) {               \
         index_add_impl<S>(out, g, idx, is, kind, per_element, src, ss, n, err, code);                  \
@@ -166,7 +166,7 @@ RB_FOR_NUMERIC_TYPES(RB_INDEX_ADD)
 // The checked target row of each entry (the sort's keys) and the entry's position (its
 // values). An out-of-range row is flagged and becomes `dim_size`, which sorts last and is
 // skipped.
-extern "C" __global__ void sorted_add_keys(const void* idx, Strided is, int kind, i64 m, i64 dim_size,
+RB_KERNEL(sorted_add_keys)(const void* idx, Strided is, int kind, i64 m, i64 dim_size,
                                            u32* keys, u32* vals, u32* err, u32 code) {
     RB_GRID_LOOP(j, m) {
         i64 v = load_index(idx, kind, strided_offset(is, j));
@@ -186,7 +186,7 @@ __device__ __forceinline__ u32 sort_digit(const u32* keys, i64 j, i64 end, int s
 
 // One warp per tile: how many of the tile's entries have each digit, digit-major
 // (`hist[digit * tiles + tile]`), so one exclusive scan gives every tile's first slot per digit.
-extern "C" __global__ void sorted_add_hist(const u32* keys, i64 m, int shift, u32* hist, i64 tiles) {
+RB_KERNEL(sorted_add_hist)(const u32* keys, i64 m, int shift, u32* hist, i64 tiles) {
     __shared__ u32 count[RB_SORT_BUCKETS];
     const int lane = threadIdx.x;
     for (int d = lane; d < RB_SORT_BUCKETS; d += 32) count[d] = 0;
@@ -204,7 +204,7 @@ extern "C" __global__ void sorted_add_hist(const u32* keys, i64 m, int shift, u3
 
 // An exclusive prefix sum of n counts in place, by one block of 1024 threads (each sums a run,
 // the block scans the runs' totals, each writes its run's prefixes).
-extern "C" __global__ void sorted_add_scan(u32* h, i64 n) {
+RB_KERNEL(sorted_add_scan)(u32* h, i64 n) {
     __shared__ u32 sums[1024];
     const int t = threadIdx.x;
     const i64 per = (n + 1023) / 1024;
@@ -229,7 +229,7 @@ extern "C" __global__ void sorted_add_scan(u32* h, i64 n) {
 
 // One warp per tile: each entry goes to its digit's next slot. Lanes of one digit take slots
 // in lane order and the tile is walked in order, so the pass is stable.
-extern "C" __global__ void sorted_add_scatter(const u32* keys, const u32* vals, i64 m, int shift,
+RB_KERNEL(sorted_add_scatter)(const u32* keys, const u32* vals, i64 m, int shift,
                                               const u32* first, i64 tiles, u32* keys_out, u32* vals_out) {
     __shared__ u32 next[RB_SORT_BUCKETS];
     const int lane = threadIdx.x;
@@ -274,7 +274,7 @@ __device__ void sorted_add_rows_impl(typename Acc<S>::type* out, const u32* keys
     *target = sum;
 }
 #define RB_SORTED_ADD_ROWS(name, S)                                                                        \
-    extern "C" __global__ void sorted_add_rows_##name(Acc<S>::type* out, const u32* keys, const u32* vals, \
+    RB_KERNEL(sorted_add_rows_##name)(Acc<S>::type* out, const u32* keys, const u32* vals, \
                                                       i64 m, i64 dim_size, i64 inner, i64 cols,            \
                                                       const S* src, Strided ss) {                          \
         sorted_add_rows_impl<S>(out, keys, vals, m, dim_size, inner, cols, src, ss);                       \

@@ -88,7 +88,7 @@ __device__ void ce_fwd_impl(const T* x, const i64* t, typename Acc<T>::type* los
     }
 }
 #define RB_CE_FWD(name, T)                                                                              \
-    extern "C" __global__ void ce_fwd_##name(const T* x, const i64* t, Acc<T>::type* loss, Acc<T>::type* lse, \
+    RB_KERNEL(ce_fwd_##name)(const T* x, const i64* t, Acc<T>::type* loss, Acc<T>::type* lse, \
                                              Acc<T>::type* valid, i64 rows, i64 cols, i64 ignore,        \
                                              double smoothing, u32* err) {                               \
         ce_fwd_impl<T>(x, t, loss, lse, valid, rows, cols, ignore, smoothing, err);                      \
@@ -117,7 +117,7 @@ __device__ void ce_bwd_impl(const T* x, const i64* t, const typename Acc<T>::typ
     }
 }
 #define RB_CE_BWD(name, T)                                                                               \
-    extern "C" __global__ void ce_bwd_##name(const T* x, const i64* t, const Acc<T>::type* lse,          \
+    RB_KERNEL(ce_bwd_##name)(const T* x, const i64* t, const Acc<T>::type* lse,          \
                                              const Acc<T>::type* g, T* dx, i64 rows, i64 cols, i64 ignore, \
                                              double smoothing) {                                          \
         ce_bwd_impl<T>(x, t, lse, g, dx, rows, cols, ignore, smoothing);                                  \
@@ -281,7 +281,7 @@ __device__ void ce_rows_impl(const TI* x, const i64* t, float* loss, float* lse_
     }
 }
 #define RB_CE_ROWS(name, TI, TO)                                                                            \
-    extern "C" __global__ void __launch_bounds__(1024) ce_rows_##name(const TI* x, const i64* t, f32* loss, f32* lse, f32* valid,  \
+    RB_BOUNDED_KERNEL(ce_rows_##name, 1024)(const TI* x, const i64* t, f32* loss, f32* lse, f32* valid,  \
                                               TO* dx, i64 rows, i64 cols, i64 ignore, double smoothing,     \
                                               u32* err) {                                                   \
         ce_rows_impl<TI, TO>(x, t, loss, lse, valid, dx, rows, cols, ignore, smoothing, err);               \

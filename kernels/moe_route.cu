@@ -13,7 +13,7 @@
 
 #define MR_MAX_K 32
 
-extern "C" __global__ void moe_topk(const float* probs, i64* chosen, i64 tokens, int experts, int k) {
+RB_KERNEL(moe_topk)(const float* probs, i64* chosen, i64 tokens, int experts, int k) {
     RB_GRID_LOOP(t, tokens) {
         float best_v[MR_MAX_K];
         int best_i[MR_MAX_K];
@@ -38,7 +38,7 @@ extern "C" __global__ void moe_topk(const float* probs, i64* chosen, i64 tokens,
     }
 }
 
-extern "C" __global__ void moe_count(const i64* chosen, i64* counts, i64 assignments) {
+RB_KERNEL(moe_count)(const i64* chosen, i64* counts, i64 assignments) {
     __shared__ i64 scratch[32];
     const int e = blockIdx.x;
     i64 c = 0;
@@ -48,7 +48,7 @@ extern "C" __global__ void moe_count(const i64* chosen, i64* counts, i64 assignm
 }
 
 // blockDim.x is a multiple of 32.
-extern "C" __global__ void moe_place(const i64* chosen, const i64* counts, i64* offsets, i64* order, i64* token,
+RB_KERNEL(moe_place)(const i64* chosen, const i64* counts, i64* offsets, i64* order, i64* token,
                                      i64* slot, i64 assignments, int experts, int k) {
     __shared__ i64 base;
     __shared__ int warp_total[32];

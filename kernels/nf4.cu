@@ -89,7 +89,7 @@ __device__ void nf4_dequantize(const u8* __restrict__ w, T* __restrict__ out, u6
 }
 
 #define NF4_DEQUANT(T, SUFFIX)                                                                 \
-    extern "C" __global__ void nf4_dequantize_##SUFFIX(const u8* w, T* out, u64 values,       \
+    RB_KERNEL(nf4_dequantize_##SUFFIX)(const u8* w, T* out, u64 values,       \
                                                        u64 scales_at, u64 offset_at,          \
                                                        u64 absmax_at) {                       \
         nf4_dequantize<T>(w, out, values, scales_at, offset_at, absmax_at);                   \
@@ -157,7 +157,7 @@ __device__ void nf4_gemv(const u8* __restrict__ w, const T* __restrict__ x, T* _
 
 // One launch per (activation rows, dtype): rows 1, 2, 4 and 8.
 #define NF4_GEMV(M, T, SUFFIX)                                                                 \
-    extern "C" __global__ void __launch_bounds__(NF4_WARPS * 32) nf4_gemv_m##M##_##SUFFIX(    \
+    RB_BOUNDED_KERNEL(nf4_gemv_m##M##_##SUFFIX, NF4_WARPS * 32)(    \
         const u8* w, const T* x, T* y, int n, int k, u64 scales_at, u64 offset_at,            \
         u64 absmax_at) {                                                                       \
         nf4_gemv<M, T>(w, x, y, n, k, scales_at, offset_at, absmax_at);                       \

@@ -196,16 +196,16 @@ __device__ void nms_suppress_impl(const T* pred, const u64* keys, const int* cou
     if (threadIdx.x == 0) out_counts[b] = kept;
 }
 
-extern "C" __global__ void nms_sort(u64* keys, const int* counts, NmsGeom g) {
+RB_KERNEL(nms_sort)(u64* keys, const int* counts, NmsGeom g) {
     nms_sort_impl(keys, counts, g);
 }
 
 #define RB_NMS(name, T)                                                                             \
-    extern "C" __global__ void nms_candidates_##name(const T* pred, const u8* keep_class,           \
+    RB_KERNEL(nms_candidates_##name)(const T* pred, const u8* keep_class,           \
                                                      u64* keys, int* counts, NmsGeom g) {           \
         nms_candidates_impl<T>(pred, keep_class, keys, counts, g);                                  \
     }                                                                                               \
-    extern "C" __global__ void nms_suppress_##name(const T* pred, const u64* keys,                  \
+    RB_KERNEL(nms_suppress_##name)(const T* pred, const u64* keys,                  \
                                                    const int* counts, float* boxes, u32* out_rows,  \
                                                    float* out_vals, int* out_counts, NmsGeom g) {   \
         nms_suppress_impl<T>(pred, keys, counts, boxes, out_rows, out_vals, out_counts, g);         \

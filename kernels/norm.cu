@@ -201,8 +201,7 @@ __device__ void norm_fwd_reg_impl(const T* x, const O* res, const typename Acc<T
     }
 }
 #define RB_NORM_FWD_REG_TO(name, T, oname, O, tag, VEC, NV)                                                 \
-    extern "C" __global__ void __launch_bounds__(512)                                                      \
-        norm_fwd_##tag##NV##_##name##oname(const T* x, const O* res, const Acc<T>::type* w,                 \
+    RB_BOUNDED_KERNEL(norm_fwd_##tag##NV##_##name##oname, 512)(const T* x, const O* res, const Acc<T>::type* w,                 \
                                            const Acc<T>::type* b, O* y, T* sum, Acc<T>::type* mean,         \
                                            Acc<T>::type* rstd, i64 rows, i64 cols, double eps, int rms) {   \
         norm_fwd_reg_impl<T, O, VEC, NV>(x, res, w, b, y, sum, mean, rstd, rows, cols, eps, rms);           \
@@ -360,7 +359,7 @@ __device__ void norm_bwd_reg_impl(const T* x, const G* g, const typename Acc<T>:
     }
 }
 #define RB_NORM_BWD_REG_G(name, T, gname, G, kind, LN, tag, VEC, NV)                                        \
-    extern "C" __global__ void __launch_bounds__(512) norm_bwd_##kind##_##tag##NV##_##name##gname(           \
+    RB_BOUNDED_KERNEL(norm_bwd_##kind##_##tag##NV##_##name##gname, 512)(           \
         const T* x, const G* g, const Acc<T>::type* w, const Acc<T>::type* mean, const Acc<T>::type* rstd, T* dx, \
         const T* dsum, G* dres, Acc<T>::type* pw, Acc<T>::type* pb, i64 rows, i64 cols, i64 rpc) {          \
         norm_bwd_reg_impl<T, G, VEC, NV, LN>(x, g, w, mean, rstd, dx, dsum, dres, pw, pb, rows, cols, rpc); \
@@ -426,7 +425,7 @@ __device__ void norm_fwd_impl(const T* x, const typename Acc<T>::type* w, const 
     }
 }
 #define RB_NORM_FWD(name, T)                                                                          \
-    extern "C" __global__ void norm_fwd_##name(const T* x, const Acc<T>::type* w, const Acc<T>::type* b, T* y, \
+    RB_KERNEL(norm_fwd_##name)(const T* x, const Acc<T>::type* w, const Acc<T>::type* b, T* y, \
                                                Acc<T>::type* mean, Acc<T>::type* rstd, i64 rows, i64 cols,   \
                                                double eps, int rms) {                                 \
         norm_fwd_impl<T>(x, w, b, y, mean, rstd, rows, cols, eps, rms);                               \
@@ -464,7 +463,7 @@ __device__ void norm_bwd_dx_impl(const T* x, const T* g, const typename Acc<T>::
     }
 }
 #define RB_NORM_BWD_DX(name, T)                                                                        \
-    extern "C" __global__ void norm_bwd_dx_##name(const T* x, const T* g, const Acc<T>::type* w,       \
+    RB_KERNEL(norm_bwd_dx_##name)(const T* x, const T* g, const Acc<T>::type* w,       \
                                                   const Acc<T>::type* mean, const Acc<T>::type* rstd, T* dx, \
                                                   i64 rows, i64 cols, int rms) {                       \
         norm_bwd_dx_impl<T>(x, g, w, mean, rstd, dx, rows, cols, rms);                                 \
@@ -510,7 +509,7 @@ __device__ void norm_bwd_cols_impl(const T* x, const T* g, const typename Acc<T>
     }
 }
 #define RB_NORM_BWD_COLS(name, T)                                                                       \
-    extern "C" __global__ void norm_bwd_cols_##name(const T* x, const T* g, const Acc<T>::type* mean,    \
+    RB_KERNEL(norm_bwd_cols_##name)(const T* x, const T* g, const Acc<T>::type* mean,    \
                                                     const Acc<T>::type* rstd, Acc<T>::type* pw,         \
                                                     Acc<T>::type* pb, i64 rows, i64 cols, i64 rpc, int rms) { \
         norm_bwd_cols_impl<T>(x, g, mean, rstd, pw, pb, rows, cols, rpc, rms);                          \
@@ -543,5 +542,5 @@ __device__ void norm_col_sum_impl(const C* partial, C* out, i64 chunks, i64 cols
         out[(i64)blockIdx.y * cols + col] = t;
     }
 }
-extern "C" __global__ void norm_col_sum_f32(const f32* p, f32* out, i64 chunks, i64 cols) { norm_col_sum_impl(p, out, chunks, cols); }
-extern "C" __global__ void norm_col_sum_f64(const f64* p, f64* out, i64 chunks, i64 cols) { norm_col_sum_impl(p, out, chunks, cols); }
+RB_KERNEL(norm_col_sum_f32)(const f32* p, f32* out, i64 chunks, i64 cols) { norm_col_sum_impl(p, out, chunks, cols); }
+RB_KERNEL(norm_col_sum_f64)(const f64* p, f64* out, i64 chunks, i64 cols) { norm_col_sum_impl(p, out, chunks, cols); }

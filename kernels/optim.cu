@@ -156,7 +156,7 @@ __device__ __forceinline__ int opt_table_block(const NormTable& t, int b, i64& s
 
 // One partial sum of squares per block, into partials[base + block]; a fixed order of
 // additions, so the norm is the same on every run.
-extern "C" __global__ void __launch_bounds__(OPT_BLOCK) grad_sq_norm(const __grid_constant__ NormTable t, float* partials, int base) {
+RB_BOUNDED_KERNEL(grad_sq_norm, OPT_BLOCK)(const __grid_constant__ NormTable t, float* partials, int base) {
     __shared__ float scratch[32];
     int b = blockIdx.x;
     i64 start, end;
@@ -173,7 +173,7 @@ extern "C" __global__ void __launch_bounds__(OPT_BLOCK) grad_sq_norm(const __gri
 // One block: the square root of the sum of all partials, in a fixed order. With a counter
 // buffer (an optimizer step) it also opens the step: a finite norm advances the applied-step
 // count, a non-finite one is logged as a skip for the host to report when it next looks.
-extern "C" __global__ void grad_norm_finish(const float* partials, int count, float* norm_out, i64* counters) {
+RB_KERNEL(grad_norm_finish)(const float* partials, int count, float* norm_out, i64* counters) {
     __shared__ float scratch[32];
     float s = 0.f;
     for (int i = threadIdx.x; i < count; i += blockDim.x) s += partials[i];
@@ -201,7 +201,7 @@ __device__ __forceinline__ double opt_clip(double max_norm, float norm) {
 
 // dst = src * clip factor, for clip_grad_norm without an optimizer. A non-finite norm copies
 // the gradients unchanged, as the CPU leaves them.
-extern "C" __global__ void __launch_bounds__(OPT_BLOCK) grad_scale(const __grid_constant__ NormTable t, const float* norm, double max_norm) {
+RB_BOUNDED_KERNEL(grad_scale, OPT_BLOCK)(const __grid_constant__ NormTable t, const float* norm, double max_norm) {
     float nv = *norm;
     double c = isfinite(nv) ? opt_clip(max_norm, nv) : 1.0;
     int b = blockIdx.x;
@@ -220,7 +220,7 @@ extern "C" __global__ void __launch_bounds__(OPT_BLOCK) grad_scale(const __grid_
 // x = lerp(x, end, weight) for many tensors, as torch._foreach_lerp_ (src = end, dst = x): the
 // form nearer the end that is picked keeps the result exact at weights 0 and 1. For a model's
 // moving average (EMA) in one launch instead of a few per tensor.
-extern "C" __global__ void __launch_bounds__(OPT_BLOCK) foreach_lerp(const __grid_constant__ NormTable t, double weight) {
+RB_BOUNDED_KERNEL(foreach_lerp, OPT_BLOCK)(const __grid_constant__ NormTable t, double weight) {
     int b = blockIdx.x;
     i64 start, end;
     int k = opt_table_block(t, b, start, end);
@@ -309,7 +309,7 @@ __device__ __forceinline__ bool opt_begin(const UpdateTable& t, const Hyper& h, 
 // Runs before each update launch: the parameters of that launch have one more update (only
 // when the step applies). A separate launch, so no block of the update reads a count that
 // another block is changing.
-extern "C" __global__ void optim_advance(const __grid_constant__ UpdateTable t, const __grid_constant__ Hyper h) {
+RB_KERNEL(optim_advance)(const __grid_constant__ UpdateTable t, const __grid_constant__ Hyper h) {
     float norm = *(const float*)h.norm;
     if (!isfinite(norm)) return;
     i64* counters = (i64*)h.counters;
@@ -390,8 +390,7 @@ __device__ void adamw_range_f32(f32* p, const f32* g, f32* m, f32* v, i64 start,
     adamw_range<f32, f32, float>(p, g, m, v, start, end, r);
 }
 
-extern "C" __global__ void __launch_bounds__(OPT_BLOCK)
-    adamw_update(const __grid_constant__ UpdateTable t, const __grid_constant__ Hyper h) {
+RB_BOUNDED_KERNEL(adamw_update, OPT_BLOCK)(const __grid_constant__ UpdateTable t, const __grid_constant__ Hyper h) {
     OptBlock o;
     if (!opt_begin(t, h, o)) return;
     int k = o.k;
@@ -434,7 +433,7 @@ __device__ void lion_range(P* p, const G* g, S* m, i64 start, i64 end, S clip, S
     }
 }
 
-extern "C" __global__ void __launch_bounds__(OPT_BLOCK) lion_update(const __grid_constant__ UpdateTable t, const __grid_constant__ Hyper h) {
+RB_BOUNDED_KERNEL(lion_update, OPT_BLOCK)(const __grid_constant__ UpdateTable t, const __grid_constant__ Hyper h) {
     OptBlock o;
     if (!opt_begin(t, h, o)) return;
     int k = o.k;
@@ -468,7 +467,7 @@ __device__ void sgd_range(P* p, const G* g, S* buf, i64 start, i64 end, S clip, 
     }
 }
 
-extern "C" __global__ void __launch_bounds__(OPT_BLOCK) sgd_update(const __grid_constant__ UpdateTable t, const __grid_constant__ Hyper h) {
+RB_BOUNDED_KERNEL(sgd_update, OPT_BLOCK)(const __grid_constant__ UpdateTable t, const __grid_constant__ Hyper h) {
     OptBlock o;
     if (!opt_begin(t, h, o)) return;
     int k = o.k;

@@ -151,28 +151,28 @@ __device__ void upsample_bwd_impl(const T* dy, T* dx, i64 h, i64 w, i64 sy, i64 
 }
 
 #define RB_POOL(name, T)                                                                                    \
-    extern "C" __global__ void max_pool_fwd_##name(const T* x, T* y, i64* arg, PoolGeom g, i64 total) {      \
+    RB_KERNEL(max_pool_fwd_##name)(const T* x, T* y, i64* arg, PoolGeom g, i64 total) {      \
         max_pool_fwd_impl<T, i64>(x, y, arg, g, total);                                                      \
     }                                                                                                        \
-    extern "C" __global__ void max_pool_fwd32_##name(const T* x, T* y, i64* arg, PoolGeom g, i64 total) {    \
+    RB_KERNEL(max_pool_fwd32_##name)(const T* x, T* y, i64* arg, PoolGeom g, i64 total) {    \
         max_pool_fwd_impl<T, int>(x, y, arg, g, total);                                                      \
     }                                                                                                        \
-    extern "C" __global__ void max_pool_bwd_##name(const T* dy, const i64* arg, T* dx, PoolGeom g, i64 total) { \
+    RB_KERNEL(max_pool_bwd_##name)(const T* dy, const i64* arg, T* dx, PoolGeom g, i64 total) { \
         max_pool_bwd_impl<T, i64>(dy, arg, dx, g, total);                                                    \
     }                                                                                                        \
-    extern "C" __global__ void max_pool_bwd32_##name(const T* dy, const i64* arg, T* dx, PoolGeom g, i64 total) { \
+    RB_KERNEL(max_pool_bwd32_##name)(const T* dy, const i64* arg, T* dx, PoolGeom g, i64 total) { \
         max_pool_bwd_impl<T, int>(dy, arg, dx, g, total);                                                    \
     }                                                                                                        \
-    extern "C" __global__ void avg_pool_fwd_##name(const T* x, T* y, PoolGeom g, i64 total) {                \
+    RB_KERNEL(avg_pool_fwd_##name)(const T* x, T* y, PoolGeom g, i64 total) {                \
         avg_pool_fwd_impl<T>(x, y, g, total);                                                                \
     }                                                                                                        \
-    extern "C" __global__ void avg_pool_bwd_##name(const T* dy, T* dx, PoolGeom g, i64 total) {              \
+    RB_KERNEL(avg_pool_bwd_##name)(const T* dy, T* dx, PoolGeom g, i64 total) {              \
         avg_pool_bwd_impl<T>(dy, dx, g, total);                                                              \
     }                                                                                                        \
-    extern "C" __global__ void upsample_fwd_##name(const T* x, T* y, i64 h, i64 w, i64 sy, i64 sx, i64 total) { \
+    RB_KERNEL(upsample_fwd_##name)(const T* x, T* y, i64 h, i64 w, i64 sy, i64 sx, i64 total) { \
         upsample_fwd_impl<T>(x, y, h, w, sy, sx, total);                                                     \
     }                                                                                                        \
-    extern "C" __global__ void upsample_bwd_##name(const T* dy, T* dx, i64 h, i64 w, i64 sy, i64 sx, i64 total) { \
+    RB_KERNEL(upsample_bwd_##name)(const T* dy, T* dx, i64 h, i64 w, i64 sy, i64 sx, i64 total) { \
         upsample_bwd_impl<T>(dy, dx, h, w, sy, sx, total);                                                   \
     }
 RB_FOR_FLOAT_TYPES(RB_POOL)

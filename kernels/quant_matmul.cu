@@ -200,8 +200,7 @@ __device__ void gemv_q4_k(const u8* __restrict__ w, const T* __restrict__ x, T* 
 
 // One launch per (format, activation rows, dtype): rows 1 to 8 of activations.
 #define GEMV(FMT, KERNEL, M, T, SUFFIX)                                                      \
-    extern "C" __global__ void __launch_bounds__(WARPS * 32)                                 \
-        quant_gemv_##FMT##_m##M##_##SUFFIX(const u8* w, const T* x, T* y, int n, int k) { \
+    RB_BOUNDED_KERNEL(quant_gemv_##FMT##_m##M##_##SUFFIX, WARPS * 32)(const u8* w, const T* x, T* y, int n, int k) { \
         KERNEL<M, T>(w, x, y, n, k);                                                         \
     }
 #define GEMV_ROWS(FMT, KERNEL, T, SUFFIX) \
@@ -228,7 +227,7 @@ GEMV_TYPES(Q4_K, gemv_q4_k)
 //
 // Scratch for M rows of k activations: int8 codes [M, k], then per 32 activations
 // [M, k/32] the pair (scale, sum of the 32 activations as quantized).
-extern "C" __global__ void quantize_activations(const __nv_bfloat16* __restrict__ x,
+RB_KERNEL(quantize_activations)(const __nv_bfloat16* __restrict__ x,
                                                 u8* __restrict__ scratch, int m, int k) {
     int lane = threadIdx.x % 32;
     u64 b = ((u64)blockIdx.x * blockDim.x + threadIdx.x) / 32;
@@ -319,12 +318,12 @@ __device__ void gemv_int4(const u8* __restrict__ w, const u8* __restrict__ xs, _
 }
 
 #define GEMV_INT(FMT, KERNEL, M)                                                            \
-    extern "C" __global__ void __launch_bounds__(WARPS * 32) quant_gemv_int_##FMT##_m##M(   \
+    RB_BOUNDED_KERNEL(quant_gemv_int_##FMT##_m##M, WARPS * 32)(   \
         const u8* w, const u8* xs, __nv_bfloat16* y, int n, int k, int m, int r0) {         \
         KERNEL<M>(w, xs, y, n, k, m, r0);                                                   \
     }
 #define GEMV_INT4(FMT, WEIGHTS, M)                                                               \
-    extern "C" __global__ void __launch_bounds__(INT4_WARPS * 32) quant_gemv_int_##FMT##_m##M(   \
+    RB_BOUNDED_KERNEL(quant_gemv_int_##FMT##_m##M, INT4_WARPS * 32)(   \
         const u8* w, const u8* xs, __nv_bfloat16* y, int n, int k, int m, int r0) {              \
         gemv_int4<M, WEIGHTS>(w, xs, y, n, k, m, r0);                                            \
     }
@@ -409,7 +408,7 @@ __device__ void dequantize_q4_k(const u8* __restrict__ w, T* __restrict__ out, i
 }
 
 #define DEQUANT(FMT, KERNEL, T, SUFFIX)                                                          \
-    extern "C" __global__ void dequantize_##FMT##_##SUFFIX(const u8* w, T* out, int n, int k) { \
+    RB_KERNEL(dequantize_##FMT##_##SUFFIX)(const u8* w, T* out, int n, int k) { \
         KERNEL<T>(w, out, n, k);                                                                 \
     }
 DEQUANT(Q8_0, dequantize_q8_0, float, f32)

@@ -48,7 +48,7 @@ __device__ void rand_uniform_impl(T* y, i64 n, u64 seed, u64 start) {
     }
 }
 #define RB_RAND_UNIFORM(name, T) \
-    extern "C" __global__ void rand_uniform_##name(T* y, i64 n, u64 seed, u64 start) { rand_uniform_impl<T>(y, n, seed, start); }
+    RB_KERNEL(rand_uniform_##name)(T* y, i64 n, u64 seed, u64 start) { rand_uniform_impl<T>(y, n, seed, start); }
 RB_FOR_FLOAT_TYPES(RB_RAND_UNIFORM)
 
 // Standard normal by Box-Muller: value i uses words start + 2i and start + 2i + 1, computed in
@@ -76,5 +76,5 @@ __device__ void rand_normal_impl(T* y, i64 n, u64 seed, u64 start) {
     }
 }
 #define RB_RAND_NORMAL(name, T) \
-    extern "C" __global__ void rand_normal_##name(T* y, i64 n, u64 seed, u64 start) { rand_normal_impl<T>(y, n, seed, start); }
+    RB_KERNEL(rand_normal_##name)(T* y, i64 n, u64 seed, u64 start) { rand_normal_impl<T>(y, n, seed, start); }
 RB_FOR_FLOAT_TYPES(RB_RAND_NORMAL)

@@ -36,7 +36,7 @@ __device__ void sum_impl(const T* x, typename SumOut<T>::type* y, i64 rows, i64 
     }
 }
 #define RB_SUM(name, T) \
-    extern "C" __global__ void sum_##name(const T* x, SumOut<T>::type* y, i64 rows, i64 k, int bpr) { sum_impl<T>(x, y, rows, k, bpr); }
+    RB_KERNEL(sum_##name)(const T* x, SumOut<T>::type* y, i64 rows, i64 k, int bpr) { sum_impl<T>(x, y, rows, k, bpr); }
 RB_FOR_NUMERIC_TYPES(RB_SUM)
 
 // Column sums of a contiguous [k, cols] matrix, for sums over leading dims (a bias gradient
@@ -74,8 +74,8 @@ __device__ void col_sum_finish_impl(const typename Acc<T>::type* partial, typena
     }
 }
 #define RB_COL_SUM(name, T) \
-    extern "C" __global__ void col_sum_partial_##name(const T* x, Acc<T>::type* p, i64 k, i64 cols, i64 chunk) { col_sum_partial_impl<T>(x, p, k, cols, chunk); } \
-    extern "C" __global__ void col_sum_finish_##name(const Acc<T>::type* p, SumOut<T>::type* y, i64 chunks, i64 cols) { col_sum_finish_impl<T>(p, y, chunks, cols); }
+    RB_KERNEL(col_sum_partial_##name)(const T* x, Acc<T>::type* p, i64 k, i64 cols, i64 chunk) { col_sum_partial_impl<T>(x, p, k, cols, chunk); } \
+    RB_KERNEL(col_sum_finish_##name)(const Acc<T>::type* p, SumOut<T>::type* y, i64 chunks, i64 cols) { col_sum_finish_impl<T>(p, y, chunks, cols); }
 RB_FOR_NUMERIC_TYPES(RB_COL_SUM)
 
 // Max/min and argmax/argmin share one scan that tracks value and first index; `seek_max` picks
@@ -155,5 +155,5 @@ __device__ void extreme_impl(const T* x, T* y_val, i64* y_idx, i64 rows, i64 k, 
     }
 }
 #define RB_EXTREME(name, T) \
-    extern "C" __global__ void extreme_##name(const T* x, T* yv, i64* yi, i64 rows, i64 k, int seek_max, int bpr) { extreme_impl<T>(x, yv, yi, rows, k, seek_max, bpr); }
+    RB_KERNEL(extreme_##name)(const T* x, T* yv, i64* yi, i64 rows, i64 k, int seek_max, int bpr) { extreme_impl<T>(x, yv, yi, rows, k, seek_max, bpr); }
 RB_FOR_NUMERIC_TYPES(RB_EXTREME)

@@ -90,7 +90,7 @@ __device__ void rope_vec_impl(const T* x, RopeView xv, const float* cs, RopeView
 }
 
 #define RB_ROPE_VEC(name, T)                                                                                       \
-    extern "C" __global__ void rope_vec_##name(const T* x, RopeView xv, const float* cs, RopeView cv,                \
+    RB_KERNEL(rope_vec_##name)(const T* x, RopeView xv, const float* cs, RopeView cv,                \
                                                const float* sn, RopeView sv, T* y, RopeView yv, int n1, int n2,      \
                                                int half, int inverse, i64 pairs) {                                  \
         rope_vec_impl<T>(x, xv, cs, cv, sn, sv, y, yv, n1, n2, half, inverse, pairs);                              \
@@ -100,7 +100,7 @@ RB_ROPE_VEC(f16, f16)
 RB_ROPE_VEC(f32, f32)
 
 #define RB_ROPE(name, T)                                                                                       \
-    extern "C" __global__ void rope_##name(const T* x, RopeView xv, const float* cs, RopeView cv, const float* sn, \
+    RB_KERNEL(rope_##name)(const T* x, RopeView xv, const float* cs, RopeView cv, const float* sn, \
                                            RopeView sv, T* y, RopeView yv, int n1, int n2, int half, int inverse,   \
                                            i64 pairs) {                                                         \
         rope_impl<T>(x, xv, cs, cv, sn, sv, y, yv, n1, n2, half, inverse, pairs);                              \
@@ -170,7 +170,7 @@ __device__ void rope_qkv_backward_impl(const T* dq, RopeView qv, const T* dk, Ro
 }
 
 #define RB_ROPE_QKV_BACKWARD(name, T)                                                                            \
-    extern "C" __global__ void rope_qkv_backward_##name(const T* dq, RopeView qv, const T* dk, RopeView kv_,      \
+    RB_KERNEL(rope_qkv_backward_##name)(const T* dq, RopeView qv, const T* dk, RopeView kv_,      \
                                                         const T* dv, RopeView vv, const float* cs, RopeView cv,   \
                                                         const float* sn, RopeView sv, T* out, int seq, int nq,    \
                                                         int nk, int nv, int head_dim, i64 words) {                \
@@ -232,7 +232,7 @@ __device__ void rope_cache_write_impl(const T* q, HeadsView qv, const T* k, Head
 }
 
 #define RB_ROPE_CACHE(name, T)                                                                                   \
-    extern "C" __global__ void rope_cache_write_##name(                                                          \
+    RB_KERNEL(rope_cache_write_##name)(                                                          \
         const T* q, HeadsView qv, const T* k, HeadsView kv_, const T* v, HeadsView vv, const float* cs,           \
         const float* sn, i64 table_sb, T* q_out, T* k_cache, T* v_cache, const i64* cursor, int heads,           \
         int kv_heads, int capacity, int half, i64 pairs, u32* err, u32 code) {                                   \

@@ -55,7 +55,7 @@ __device__ void softmax_fwd_impl(const T* x, T* y, i64 rows, i64 cols, int log_o
     }
 }
 #define RB_SOFTMAX_FWD(name, T) \
-    extern "C" __global__ void softmax_fwd_##name(const T* x, T* y, i64 rows, i64 cols, int log_out, int cached) { softmax_fwd_impl<T>(x, y, rows, cols, log_out, cached); }
+    RB_KERNEL(softmax_fwd_##name)(const T* x, T* y, i64 rows, i64 cols, int log_out, int cached) { softmax_fwd_impl<T>(x, y, rows, cols, log_out, cached); }
 RB_FOR_FLOAT_TYPES(RB_SOFTMAX_FWD)
 
 // softmax: dx = y * (g - sum(g * y)); log_softmax: dx = g - exp(y) * sum(g).
@@ -82,7 +82,7 @@ __device__ void softmax_bwd_impl(const T* y, const T* g, T* dx, i64 rows, i64 co
     }
 }
 #define RB_SOFTMAX_BWD(name, T) \
-    extern "C" __global__ void softmax_bwd_##name(const T* y, const T* g, T* dx, i64 rows, i64 cols, int log_out) { softmax_bwd_impl<T>(y, g, dx, rows, cols, log_out); }
+    RB_KERNEL(softmax_bwd_##name)(const T* y, const T* g, T* dx, i64 rows, i64 cols, int log_out) { softmax_bwd_impl<T>(y, g, dx, rows, cols, log_out); }
 RB_FOR_FLOAT_TYPES(RB_SOFTMAX_BWD)
 
 // ----- the fast path: 16-byte vectors held in registers -----
@@ -187,8 +187,8 @@ __device__ void softmax_bwd_vec_impl(const T* y, const T* g, T* dx, i64 rows, i6
 }
 
 #define RB_SOFTMAX_VEC(name, T, MAXV) \
-    extern "C" __global__ void softmax_fwd_vec##MAXV##_##name(const T* x, T* y, i64 rows, i64 cols, int log_out) { softmax_fwd_vec_impl<T, MAXV>(x, y, rows, cols, log_out); } \
-    extern "C" __global__ void softmax_bwd_vec##MAXV##_##name(const T* y, const T* g, T* dx, i64 rows, i64 cols, int log_out) { softmax_bwd_vec_impl<T, MAXV>(y, g, dx, rows, cols, log_out); }
+    RB_KERNEL(softmax_fwd_vec##MAXV##_##name)(const T* x, T* y, i64 rows, i64 cols, int log_out) { softmax_fwd_vec_impl<T, MAXV>(x, y, rows, cols, log_out); } \
+    RB_KERNEL(softmax_bwd_vec##MAXV##_##name)(const T* y, const T* g, T* dx, i64 rows, i64 cols, int log_out) { softmax_bwd_vec_impl<T, MAXV>(y, g, dx, rows, cols, log_out); }
 #define RB_SOFTMAX_VEC_ALL(name, T) RB_SOFTMAX_VEC(name, T, 1) RB_SOFTMAX_VEC(name, T, 2) RB_SOFTMAX_VEC(name, T, 4)
 RB_SOFTMAX_VEC_ALL(bf16, bf16)
 RB_SOFTMAX_VEC_ALL(f16, f16)
@@ -248,6 +248,6 @@ __device__ void softmax_bwd_short_impl(const T* y, const T* g, T* dx, i64 rows, 
 }
 
 #define RB_SOFTMAX_SHORT(name, T) \
-    extern "C" __global__ void softmax_fwd_short_##name(const T* x, T* y, i64 rows, int cols, int G, int log_out) { softmax_fwd_short_impl<T>(x, y, rows, cols, G, log_out); } \
-    extern "C" __global__ void softmax_bwd_short_##name(const T* y, const T* g, T* dx, i64 rows, int cols, int G, int log_out) { softmax_bwd_short_impl<T>(y, g, dx, rows, cols, G, log_out); }
+    RB_KERNEL(softmax_fwd_short_##name)(const T* x, T* y, i64 rows, int cols, int G, int log_out) { softmax_fwd_short_impl<T>(x, y, rows, cols, G, log_out); } \
+    RB_KERNEL(softmax_bwd_short_##name)(const T* y, const T* g, T* dx, i64 rows, int cols, int G, int log_out) { softmax_bwd_short_impl<T>(y, g, dx, rows, cols, G, log_out); }
 RB_FOR_FLOAT_TYPES(RB_SOFTMAX_SHORT)

@@ -81,11 +81,11 @@ __device__ void swiglu_bwd_impl(const T* g, const T* u, const T* dy, T* dg, T* d
 }
 
 #define RB_SWIGLU(name, T)                                                                                   \
-    extern "C" __global__ void swiglu_fwd_##name(const T* g, const T* u, T* y, i64 n, i64 cols, i64 ld_in,   \
+    RB_KERNEL(swiglu_fwd_##name)(const T* g, const T* u, T* y, i64 n, i64 cols, i64 ld_in,   \
                                                  int vec) {                                                  \
         swiglu_fwd_impl<T>(g, u, y, n, cols, ld_in, vec);                                                    \
     }                                                                                                        \
-    extern "C" __global__ void swiglu_bwd_##name(const T* g, const T* u, const T* dy, T* dg, T* du, i64 n,   \
+    RB_KERNEL(swiglu_bwd_##name)(const T* g, const T* u, const T* dy, T* dg, T* du, i64 n,   \
                                                  i64 cols, i64 ld_in, i64 ld_out, int vec) {                 \
         swiglu_bwd_impl<T>(g, u, dy, dg, du, n, cols, ld_in, ld_out, vec);                                   \
     }

@@ -1,6 +1,9 @@
-//! Run-time compilation of `kernels/*.cu` with NVRTC for the device's compute capability, cached
-//! on disk by source hash, architecture and NVRTC version, so only the first run of a new
-//! build pays for it (about 0.1 s a file).
+//! Run-time compilation of `kernels/*.cu` with NVRTC for the device's compute capability, one
+//! kernel at a time as a run first launches it, cached on disk by source hash, kernel,
+//! architecture and NVRTC version. A program holds one kernel of its file (common.cuh's
+//! `RB_KERNEL` leaves the others as templates nobody instantiates), so a run compiles what it
+//! launches, about 0.1-0.3 s a kernel, where a whole file (every dtype and variant) took up to
+//! a minute; a second run reads the cache.
 
 use crate::{Error, Result};
 use cudarc::nvrtc::{result as nvrtc, sys as nvrtc_sys};
@@ -16,15 +19,43 @@ pub struct KernelFile {
 }
 
 impl KernelFile {
-    /// The whole translation unit NVRTC compiles: the shared helpers, the generated code, then
-    /// the file (`#line` keeps the log's line numbers those of the .cu file itself).
-    fn text(&self) -> String {
+    /// The translation unit NVRTC compiles: which entry points to emit (one kernel, or all of
+    /// them), the shared helpers, the generated code, then the file (`#line` keeps the log's
+    /// line numbers those of the .cu file itself).
+    fn text(&self, entries: Entries) -> String {
+        let select = match entries {
+            Entries::One(kernel) => format!("#define RB_WANT_{kernel} ~, 1"),
+            Entries::All => "#define RB_ALL_KERNELS".to_string(),
+        };
         format!(
-            "{COMMON}\n{}\n#line 1 \"{}\"\n{}",
+            "{select}\n{COMMON}\n{}\n#line 1 \"{}\"\n{}",
             (self.generated)(),
             self.name,
             self.source
         )
+    }
+}
+
+/// Which of a file's entry points a program emits.
+#[derive(Clone, Copy)]
+enum Entries<'a> {
+    One(&'a str),
+    All,
+}
+
+/// A kernel's name goes into a `#define`, so it must be a C identifier.
+fn check_kernel_name(file: &KernelFile, kernel: &str) -> Result<()> {
+    let mut chars = kernel.chars();
+    let first_ok = chars
+        .next()
+        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_');
+    if first_ok && chars.all(|c| c.is_ascii_alphanumeric() || c == '_') {
+        Ok(())
+    } else {
+        Err(Error::Cuda(format!(
+            "kernels/{} has no kernel `{kernel}`: not a C identifier",
+            file.name
+        )))
     }
 }
 
@@ -179,11 +210,13 @@ fn options(arch: (i32, i32)) -> Vec<String> {
     ]
 }
 
-/// The loadable image (a CUBIN) of `file` for `arch`, from the disk cache or compiled now.
-pub(crate) fn compiled(file: &KernelFile, arch: (i32, i32)) -> Result<Vec<u8>> {
+/// The loadable image (a CUBIN) of `kernel` from `file` for `arch`, from the disk cache or
+/// compiled now.
+pub(crate) fn compiled(file: &KernelFile, kernel: &str, arch: (i32, i32)) -> Result<Vec<u8>> {
+    check_kernel_name(file, kernel)?;
     let version = nvrtc_version()?;
     let opts = options(arch);
-    let text = file.text();
+    let text = file.text(Entries::One(kernel));
     let key = fnv1a(&[
         text.as_bytes(),
         opts.join(" ").as_bytes(),
@@ -192,7 +225,7 @@ pub(crate) fn compiled(file: &KernelFile, arch: (i32, i32)) -> Result<Vec<u8>> {
     let stem = file.name.trim_end_matches(".cu");
     let cached = cache_dir().map(|d| {
         d.join(format!(
-            "{stem}-{key:016x}-sm{}{}-nvrtc{}.{}.cubin",
+            "{stem}.{kernel}-{key:016x}-sm{}{}-nvrtc{}.{}.cubin",
             arch.0, arch.1, version.0, version.1
         ))
     });
@@ -203,19 +236,39 @@ pub(crate) fn compiled(file: &KernelFile, arch: (i32, i32)) -> Result<Vec<u8>> {
             }
         }
     }
+    announce_first_compile(arch);
     let started = std::time::Instant::now();
     let image = compile_text(file.name, &text, &opts)?;
-    crate::messages::info(&format!(
-        "compiled kernels/{} for sm_{}{} in {:.2} s",
-        file.name,
-        arch.0,
-        arch.1,
-        started.elapsed().as_secs_f64()
-    ));
+    let seconds = started.elapsed().as_secs_f64();
+    if seconds >= SLOW_COMPILE_S {
+        crate::messages::info(&format!(
+            "compiled {kernel} (kernels/{}) for sm_{}{} in {seconds:.2} s",
+            file.name, arch.0, arch.1
+        ));
+    }
     if let Some(path) = cached {
         write_atomically(&path, &image);
     }
     Ok(image)
+}
+
+/// A kernel that takes this long to compile is named as it finishes; the rest are quiet.
+const SLOW_COMPILE_S: f64 = 2.0;
+
+/// Says once per process that kernels are being compiled, and where they will be kept, so the
+/// first run's pause has an explanation.
+fn announce_first_compile(arch: (i32, i32)) {
+    static ANNOUNCED: std::sync::Once = std::sync::Once::new();
+    ANNOUNCED.call_once(|| {
+        let kept = match cache_dir() {
+            Some(dir) => format!("kept in {}", dir.display()),
+            None => "not kept: no cache directory (set RB_KERNEL_CACHE)".to_string(),
+        };
+        crate::messages::info(&format!(
+            "compiling CUDA kernels for sm_{}{} as they are first used ({kept})",
+            arch.0, arch.1
+        ));
+    });
 }
 
 /// Writes to a temporary file and renames it into place, so a reader never sees half a file;
@@ -231,9 +284,17 @@ fn write_atomically(path: &std::path::Path, bytes: &[u8]) {
     }
 }
 
-/// Compiles one file; a failure names the file and carries NVRTC's log.
+/// Compiles every kernel of one file into one image; a failure names the file and carries
+/// NVRTC's log.
 pub fn compile(file: &KernelFile, opts: &[String]) -> Result<Vec<u8>> {
-    compile_text(file.name, &file.text(), opts)
+    compile_text(file.name, &file.text(Entries::All), opts)
+}
+
+/// Compiles one kernel of `file` for `arch`, as a run does on first launch (without the disk
+/// cache); for tests that look at what one program holds.
+pub fn compile_kernel(file: &KernelFile, kernel: &str, arch: (i32, i32)) -> Result<Vec<u8>> {
+    check_kernel_name(file, kernel)?;
+    compile_text(file.name, &file.text(Entries::One(kernel)), &options(arch))
 }
 
 fn compile_text(file_name: &'static str, text: &str, opts: &[String]) -> Result<Vec<u8>> {
@@ -273,12 +334,16 @@ fn compile_text(file_name: &'static str, text: &str, opts: &[String]) -> Result<
     }
 }
 
-/// Compiles every kernel file for `arch` without a GPU; used by the test that keeps the kernel
-/// sources compiling wherever NVRTC is installed.
-pub fn compile_all(arch: (i32, i32)) -> Result<Vec<(&'static str, usize)>> {
+/// Compiles every kernel file whole for `arch` without a GPU, with each file's image size and
+/// compile time; used by the test that keeps the kernel sources compiling wherever NVRTC is
+/// installed.
+pub fn compile_all(arch: (i32, i32)) -> Result<Vec<(&'static str, usize, f64)>> {
     let opts = options(arch);
     ALL_FILES
         .iter()
-        .map(|f| compile(f, &opts).map(|img| (f.name, img.len())))
+        .map(|f| {
+            let started = std::time::Instant::now();
+            compile(f, &opts).map(|img| (f.name, img.len(), started.elapsed().as_secs_f64()))
+        })
         .collect()
 }

@@ -1,4 +1,4 @@
-//! Kernels on a device: modules loaded from the compiled CUBINs, functions looked up once, and
+//! Kernels on a device: one module per kernel from its compiled CUBIN, functions looked up once, and
 //! the launch configuration (shared memory opt-in, clusters, dependent launch).
 
 use super::*;
@@ -33,7 +33,8 @@ impl CudaDevice {
         Ok(bytes)
     }
 
-    /// The function `kernel` from `file`, compiling and loading the file on first use.
+    /// The function `kernel` from `file`, compiled (or read from the kernel cache) and loaded
+    /// as a module of its own on first use.
     pub(crate) fn function(&self, file: &KernelFile, kernel: &str) -> Result<sys::CUfunction> {
         let key = format!("{}:{kernel}", file.name);
         if let Some(f) = self
@@ -45,22 +46,11 @@ impl CudaDevice {
             return Ok(*f);
         }
         self.bind()?;
-        let module = {
-            let mut modules = self.modules.lock().unwrap_or_else(|e| e.into_inner());
-            match modules.get(file.name) {
-                Some(m) => *m,
-                None => {
-                    let image = compile::compiled(file, self.capability)?;
-                    // SAFETY: `image` is a CUBIN or NUL-terminated PTX made for this device.
-                    let m = unsafe { result::module::load_data(image.as_ptr() as *const c_void) }
-                        .map_err(|e| {
-                        Error::Cuda(format!("loading kernels/{}: {e:?}", file.name))
-                    })?;
-                    modules.insert(file.name, m);
-                    m
-                }
-            }
-        };
+        let image = compile::compiled(file, kernel, self.capability)?;
+        // SAFETY: `image` is a CUBIN made for this device. The module stays loaded for the
+        // device's life, as the function taken from it is cached.
+        let module = unsafe { result::module::load_data(image.as_ptr() as *const c_void) }
+            .map_err(|e| Error::Cuda(format!("loading {kernel} (kernels/{}): {e:?}", file.name)))?;
         let cname =
             CString::new(kernel).map_err(|_| Error::Cuda("kernel name has a NUL".into()))?;
         // SAFETY: `module` is loaded in this context.

@@ -53,7 +53,6 @@ pub struct CudaDevice {
     /// `COUNTERS` zeroed u32 (see the constant).
     counters: sys::CUdeviceptr,
     error_host: *mut u32,
-    modules: Mutex<HashMap<&'static str, sys::CUmodule>>,
     functions: Mutex<HashMap<String, sys::CUfunction>>,
     /// Kernels already let take all the dynamic shared memory (`allow_all_shared`), by
     /// function, with the bytes they may take.
@@ -234,7 +233,6 @@ impl CudaDevice {
                 error_word: 0,
                 counters: 0,
                 error_host: std::ptr::null_mut(),
-                modules: Mutex::new(HashMap::new()),
                 functions: Mutex::new(HashMap::new()),
                 shared_opted_in: Mutex::new(HashMap::new()),
                 tf32: AtomicBool::new(false),
