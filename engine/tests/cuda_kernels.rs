@@ -9,14 +9,39 @@ fn cuda_kernels_compile_with_nvrtc_for_hopper() {
         return;
     }
     let built = compile::compile_all((9, 0)).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(built.len(), compile::ALL_FILES.len());
     let mut total = 0.0;
-    for (file, bytes, seconds) in &built {
-        assert!(*bytes > 0, "kernels/{file} compiled to an empty image");
-        eprintln!("kernels/{file}: whole file {bytes} bytes in {seconds:.2} s");
+    for ((name, image, seconds), file) in built.iter().zip(compile::ALL_FILES) {
+        eprintln!(
+            "kernels/{name}: whole file {} bytes in {seconds:.2} s",
+            image.len()
+        );
         total += seconds;
+        // The programs runs compile hold one kernel each: the file's first compiles alone too.
+        let kernel = first_kernel(image).unwrap_or_else(|| panic!("kernels/{name} has no kernel"));
+        let started = std::time::Instant::now();
+        let alone = compile::compile_kernel(file, &kernel, (9, 0))
+            .unwrap_or_else(|e| panic!("{kernel} alone: {e}"));
+        eprintln!(
+            "  {kernel} alone: {} bytes in {:.2} s",
+            alone.len(),
+            started.elapsed().as_secs_f64()
+        );
+        assert!(holds(&alone, &kernel), "{kernel} compiled alone is missing");
     }
     eprintln!("every file whole: {total:.1} s");
-    assert_eq!(built.len(), compile::ALL_FILES.len());
+}
+
+/// The first kernel in a CUBIN: its code is in an ELF section named `.text.<kernel>`.
+fn first_kernel(image: &[u8]) -> Option<String> {
+    let tag = b".text.";
+    let at = image.windows(tag.len()).position(|w| w == tag)? + tag.len();
+    let name: Vec<u8> = image[at..]
+        .iter()
+        .take_while(|&&b| b != 0)
+        .copied()
+        .collect();
+    String::from_utf8(name).ok().filter(|n| !n.is_empty())
 }
 
 /// NVRTC is here, or the test skips (fails under `RB_REQUIRE_CUDA=1`).
@@ -45,7 +70,10 @@ fn one_kernel_compiles_without_the_rest_of_its_file() {
     }
     let image = compile::compile_kernel(&compile::COPY, "cast_f32_bf16", (9, 0))
         .unwrap_or_else(|e| panic!("{e}"));
-    assert!(holds(&image, "cast_f32_bf16"), "the wanted kernel is missing");
+    assert!(
+        holds(&image, "cast_f32_bf16"),
+        "the wanted kernel is missing"
+    );
     for other in ["cast_f32_f16", "cast_bf16_f32", "copy_4", "fill_f32"] {
         assert!(!holds(&image, other), "{other} was compiled too");
     }
