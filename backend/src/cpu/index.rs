@@ -5,6 +5,7 @@
 use super::map::gather as gather_view;
 use super::{CpuStorage, IntoCpuStorage};
 use crate::{cpu_dispatch, cpu_dispatch2, Layout, WithDType};
+use std::borrow::Cow;
 
 /// The values of an integer view as i64 (None for float and bool storages).
 pub fn indices(s: &CpuStorage, l: &Layout) -> Option<Vec<i64>> {
@@ -24,8 +25,17 @@ fn split3(shape: &[usize], dim: usize) -> (usize, usize, usize) {
     )
 }
 
+/// The view's elements in row-major order: borrowed where they already lie so (an embedding
+/// table read one row per token must not be copied whole per lookup), else gathered.
+fn row_major<'a, T: WithDType>(v: &'a [T], l: &Layout) -> Cow<'a, [T]> {
+    match l.contiguous_range() {
+        Some(r) => Cow::Borrowed(&v[r]),
+        None => Cow::Owned(gather_view(v, l)),
+    }
+}
+
 fn index_select_t<T: WithDType>(v: &[T], l: &Layout, dim: usize, idx: &[usize]) -> Vec<T> {
-    let x = gather_view(v, l);
+    let x = row_major(v, l);
     let (outer, d, inner) = split3(l.shape(), dim);
     let mut out = Vec::with_capacity(outer * idx.len() * inner);
     for o in 0..outer {
@@ -116,7 +126,7 @@ pub fn gather(
 ) -> CpuStorage {
     let offsets = gather_offsets(l.shape(), dim, idx, idx_shape);
     cpu_dispatch!(s, v => {
-        let x = gather_view(v, l);
+        let x = row_major(v, l);
         IntoCpuStorage::into_storage(offsets.iter().map(|&o| x[o]).collect::<Vec<_>>())
     })
 }
@@ -144,14 +154,11 @@ pub fn cat(parts: &[(&CpuStorage, &Layout)], dim: usize) -> CpuStorage {
         parts: &[(&CpuStorage, &Layout)],
         dim: usize,
     ) -> CpuStorage {
-        let gathered: Vec<(Vec<T>, usize)> = parts
+        let gathered: Vec<(Cow<[T]>, usize)> = parts
             .iter()
             .map(|(s, l)| {
                 let v = T::slice(s).expect("cat parts share one dtype");
-                (
-                    gather_view(v, l),
-                    l.shape()[dim..].iter().product::<usize>(),
-                )
+                (row_major(v, l), l.shape()[dim..].iter().product::<usize>())
             })
             .collect();
         let outer: usize = parts[0].1.shape()[..dim].iter().product();

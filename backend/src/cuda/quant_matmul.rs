@@ -101,7 +101,7 @@ impl BlockFormat {
 
 /// Where the codes start after `headers` bytes of headers (kernels/quant_matmul.cu's
 /// `codes_offset`).
-fn codes_offset(headers: usize) -> usize {
+pub(crate) fn codes_offset(headers: usize) -> usize {
     headers.div_ceil(16) * 16
 }
 

@@ -4,7 +4,9 @@
 //!
 //! On CUDA, up to eight activation rows go through a dequantizing GEMV that reads every weight
 //! byte once; more rows dequantize the weight to the activations' dtype and multiply on
-//! cuBLAS. On the CPU the weight is dequantized (bit-equal to ggml's reference) and multiplied.
+//! cuBLAS. On the CPU, up to eight rows of Q8_0 or Q4_1 go through `cpu::ggml::gemv` (the rows
+//! quantized to 8 bits as llama.cpp does, integer dot products); otherwise the weight is
+//! dequantized (bit-equal to ggml's reference) and multiplied.
 //! There is no gradient for the weight: quantized weights are frozen. The input gets one,
 //! dy · W with W dequantized, so an adapter over a quantized base trains (QLoRA).
 //!
@@ -13,14 +15,15 @@
 //! `backend/src/cuda/nf4.rs`), which takes the same two paths through its own kernels.
 
 use super::backward_fn;
-use super::dispatch::cuda_kernel;
+use super::dispatch::{cuda_kernel, dispatch};
 use super::nf4;
 use crate::autograd::no_grad;
-use crate::backend::cpu::ggml::{quantize, quants};
+use crate::backend::cpu::ggml::{gemv as cpu_gemv, quantize, quants};
 use crate::backend::cuda::nf4 as cuda_nf4;
 use crate::backend::cuda::quant_matmul as cuda;
 pub use crate::backend::cuda::quant_matmul::BlockFormat;
 use crate::backend::spec::ggml::{self as ty, GgmlType};
+use crate::backend::CpuStorage;
 use crate::backend::Storage;
 use crate::{DType, Device, Error, Result, Tensor};
 
@@ -39,7 +42,8 @@ pub struct QuantizedMatrix {
 
 const OP: &str = "quantized matmul";
 
-/// Activation rows up to which the GEMV beats dequantizing and a GEMM.
+/// Activation rows up to which the GEMV (CUDA's kernels, the CPU's `cpu::ggml::gemv`) beats
+/// dequantizing and a GEMM.
 const GEMV_MAX_ROWS: usize = 8;
 
 /// The ggml type of a ggml block format (NF4 is not one).
@@ -58,6 +62,13 @@ impl QuantizedMatrix {
         [BlockFormat::Q8_0, BlockFormat::Q4_1, BlockFormat::Q4_K]
             .into_iter()
             .find(|&f| ggml_type(f) == Some(t))
+    }
+
+    /// The format a GGUF tensor type stays in on `device`, if its products there read it: on
+    /// CUDA every format the kernels read, on the CPU the ones `cpu::ggml::gemv` reads (a
+    /// format dequantized at every product would make a decode step slower than a dense one).
+    pub fn kept_on(t: GgmlType, device: Device) -> Option<BlockFormat> {
+        Self::format_of(t).filter(|&f| matches!(device, Device::Cuda(_)) || cpu_gemv::reads(f))
     }
 
     /// `bytes` (as a GGUF file stores them) as a [rows, cols] matrix of `format` blocks, rows
@@ -208,6 +219,25 @@ impl QuantizedMatrix {
                     }
                 })?;
                 Tensor::from_storage(Storage::Cuda(s), &out_shape)
+            }
+            Device::Cpu if m <= GEMV_MAX_ROWS && cpu_gemv::reads(self.format) => {
+                let xf = x.to_dtype(DType::F32)?.contiguous()?;
+                let y = dispatch(
+                    OP,
+                    [&self.bytes, &xf],
+                    |[(w, _), (xs, l)]| match (w, xs) {
+                        (CpuStorage::U8(w), CpuStorage::F32(xs)) => cpu_gemv::quant_gemv(
+                            self.format,
+                            w,
+                            [self.rows, k],
+                            &xs[l.offset()..][..m * k],
+                            m,
+                        ),
+                        _ => Err(Error::invalid(OP, "blocks are U8 and rows F32")),
+                    },
+                    |_| Err(Error::invalid(OP, "the CPU path was given device storage")),
+                )?;
+                Tensor::from_vec(y, &out_shape)?.to_dtype(x.dtype())
             }
             _ => x
                 .reshape_to(&[m, k])?

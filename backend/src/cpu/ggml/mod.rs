@@ -2,5 +2,6 @@
 //! blocks dequantized back (`quants`), with ggml's arithmetic, so that files written here load
 //! in llama.cpp and its files load here. The formats themselves are `spec::ggml`.
 
+pub mod gemv;
 pub mod quantize;
 pub mod quants;

@@ -4,9 +4,9 @@
 //! Hugging Face config and its tensors the Hugging Face names (`io::gguf::llama`), so the
 //! model is built and checked by the same `from_tensors` as a `transformers` checkpoint.
 //!
-//! On a GPU, projection weights in a block format the kernels read (Q8_0, Q4_1, Q4_K) stay
-//! in it: a decode step then reads a quarter to a half of BF16's bytes. Everything else (and
-//! everything on the CPU, unless asked) is dequantized on load, to f32 and then `dtype`.
+//! Projection weights in a block format the device's products read stay in it (on a GPU Q8_0,
+//! Q4_1 and Q4_K; on the CPU Q8_0 and Q4_1): a decode step then reads a quarter to a half of
+//! F16's bytes. Everything else is dequantized on load, to f32 and then `dtype`.
 
 use super::{LmConfig, TransformerLm};
 use crate::io::gguf::llama::HfWeight;
@@ -40,9 +40,10 @@ pub struct GgufModel {
 }
 
 /// Loads the llama-architecture GGUF at `path` in `dtype` on `device` (the argument order of
-/// `pretrained::load_pretrained`), keeping block-quantized projections quantized on a GPU.
+/// `pretrained::load_pretrained`), keeping block-quantized projections quantized where the
+/// device's products read their format.
 pub fn load_gguf(path: impl AsRef<Path>, dtype: DType, device: Device) -> Result<GgufModel> {
-    load_gguf_with(path, dtype, device, matches!(device, Device::Cuda(_)))
+    load_gguf_with(path, dtype, device, true)
 }
 
 /// `load_gguf`, saying whether projection weights in a format the kernels read stay in it
@@ -84,7 +85,7 @@ pub fn load_gguf_with(
             && hf != "model.embed_tokens.weight"
             && !hf.ends_with("qkv_proj.weight")
             && !hf.ends_with("gate_up_proj.weight")
-            && QuantizedMatrix::format_of(t).is_some()
+            && QuantizedMatrix::kept_on(t, device).is_some()
     };
     let (mut dense, mut quantized) = (BTreeMap::new(), BTreeMap::new());
     for (name, w) in llama::hf_tensors(&mut file, &hyper, dtype, keep)? {
@@ -127,7 +128,9 @@ mod tests {
 
     #[test]
     fn tiny_llama_loads_with_its_untied_head_and_the_source_weights() {
-        let loaded = load_gguf(fixture("tiny_llama.gguf"), DType::F32, Device::Cpu).unwrap();
+        // Every weight dequantized, to compare with the converter's values.
+        let loaded =
+            load_gguf_with(fixture("tiny_llama.gguf"), DType::F32, Device::Cpu, false).unwrap();
         let m = &loaded.model;
         assert!(!m.config.tied_embeddings && m.lm_head.is_some());
         assert_eq!((m.config.n_heads, m.config.n_kv_heads), (4, 2));
@@ -165,9 +168,38 @@ mod tests {
                 "lm_head"
             ]
         );
-        let ids = crate::Tensor::from_vec(vec![3i64, 17, 250, 9, 0, 41], &[1, 6]).unwrap();
-        let logits = |m: &TransformerLm| crate::no_grad(|| m.forward(&ids))?.to_vec::<f32>();
-        assert_eq!(logits(&kept).unwrap(), logits(&dense).unwrap());
+        // Ten rows multiply the dequantized blocks: the dense model's logits exactly. One row
+        // (a decode step) takes the CPU's block product, which quantizes the activations to
+        // 8 bits as llama.cpp does: close to them, and the same next token.
+        let logits = |m: &TransformerLm, ids: Vec<i64>| {
+            let n = ids.len();
+            let ids = crate::Tensor::from_vec(ids, &[1, n])?;
+            crate::no_grad(|| m.forward(&ids))?.to_vec::<f32>()
+        };
+        let ten = vec![3i64, 17, 250, 9, 0, 41, 5, 77, 12, 8];
+        assert_eq!(
+            logits(&kept, ten.clone()).unwrap(),
+            logits(&dense, ten).unwrap()
+        );
+        let (k, d) = (
+            logits(&kept, vec![17]).unwrap(),
+            logits(&dense, vec![17]).unwrap(),
+        );
+        let scale = d.iter().fold(0f32, |m, v| m.max(v.abs()));
+        let worst = k
+            .iter()
+            .zip(&d)
+            .fold(0f32, |m, (a, b)| m.max((a - b).abs()));
+        assert!(
+            worst > 0.0,
+            "the one-row product did not take the block path"
+        );
+        assert!(
+            worst <= 0.02 * scale,
+            "{worst} against logits up to {scale}"
+        );
+        let argmax = |v: &[f32]| (0..v.len()).max_by(|&a, &b| v[a].total_cmp(&v[b]));
+        assert_eq!(argmax(&k), argmax(&d));
     }
 
     #[test]
@@ -199,7 +231,8 @@ mod tests {
 
     #[test]
     fn a_bf16_load_casts_every_weight() {
-        let loaded = load_gguf(fixture("tiny_llama.gguf"), DType::BF16, Device::Cpu).unwrap();
+        let loaded =
+            load_gguf_with(fixture("tiny_llama.gguf"), DType::BF16, Device::Cpu, false).unwrap();
         assert!(loaded
             .model
             .state_dict()

@@ -51,7 +51,7 @@ pub use block::{Block, FeedForward};
 pub use checkpoint::{Checkpoint, TrainState};
 pub use config::{swiglu_hidden, LmConfig};
 pub use family::Family;
-pub use gguf::{load_gguf, GgufInfo, GgufModel};
+pub use gguf::{load_gguf, load_gguf_with, GgufInfo, GgufModel};
 pub use gguf_export::{export_gguf, storage_type, GgufDType, GgufExport, GgufExportOptions};
 pub use kv_cache::KvCache;
 pub use layout::to_checkpoint_layout;
