@@ -167,6 +167,16 @@ impl QuantizedMatrix {
         }
     }
 
+    /// Whether a product of `rows` activation rows reads the blocks directly (the GEMV on
+    /// CUDA or the CPU) rather than dequantizing the whole weight first.
+    pub fn streams(&self, rows: usize) -> bool {
+        rows <= GEMV_MAX_ROWS
+            && match self.device() {
+                Device::Cuda(_) => true,
+                Device::Cpu => cpu_gemv::reads(self.format),
+            }
+    }
+
     /// x [..., cols] · Wᵀ -> [..., rows], in x's dtype (F32 or BF16 on CUDA).
     ///
     /// One graph node whatever the path, whose backward dequantizes the weight again for
@@ -220,7 +230,7 @@ impl QuantizedMatrix {
                 })?;
                 Tensor::from_storage(Storage::Cuda(s), &out_shape)
             }
-            Device::Cpu if m <= GEMV_MAX_ROWS && cpu_gemv::reads(self.format) => {
+            Device::Cpu if self.streams(m) => {
                 let xf = x.to_dtype(DType::F32)?.contiguous()?;
                 let y = dispatch(
                     OP,
