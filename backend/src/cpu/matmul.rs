@@ -9,6 +9,8 @@ use rayon::prelude::*;
 
 /// Work below this many multiply-adds runs on one thread.
 const PARALLEL_FLOPS: usize = 1 << 18;
+/// Rows up to which a large product is split by columns among the threads.
+const FEW_ROWS: usize = 4;
 
 #[derive(Clone, Copy)]
 struct MatView {
@@ -84,6 +86,58 @@ fn gemm_t<T: WithDType + 'static>(
             )
         }
     };
+    if batches == 1 && big && m <= FEW_ROWS && rayon::current_num_threads() > 1 {
+        // A few rows against a wide matrix (a decode step's head): each thread takes its own
+        // columns, multiplied serially. gemm's own parallel split of such a product cost more
+        // than it saved with two threads.
+        let columns = n.div_ceil(rayon::current_num_threads()).max(256);
+        let parts: Vec<(usize, Vec<T>)> = (0..n)
+            .step_by(columns)
+            .collect::<Vec<_>>()
+            .into_par_iter()
+            .map(|c0| {
+                let width = columns.min(n - c0);
+                let mut part = vec![T::zero(); m * width];
+                let at = (
+                    oa[0],
+                    (ob[0] as isize + c0 as isize * vb.col_stride) as usize,
+                );
+                // SAFETY: columns c0..c0 + width of the checked [k, n] view, into a [m, width]
+                // buffer.
+                unsafe {
+                    gemm::gemm(
+                        m,
+                        width,
+                        k,
+                        part.as_mut_ptr(),
+                        1,
+                        width as isize,
+                        false,
+                        a.as_ptr().add(at.0),
+                        va.col_stride,
+                        va.row_stride,
+                        b.as_ptr().add(at.1),
+                        vb.col_stride,
+                        vb.row_stride,
+                        T::zero(),
+                        T::from_f64(1.0),
+                        false,
+                        false,
+                        false,
+                        Parallelism::None,
+                    )
+                };
+                (c0, part)
+            })
+            .collect();
+        for (c0, part) in parts {
+            let width = part.len() / m;
+            for r in 0..m {
+                out[r * n + c0..][..width].copy_from_slice(&part[r * width..][..width]);
+            }
+        }
+        return out;
+    }
     if batches > 1 && !big {
         out.par_chunks_mut(m * n)
             .zip(oa.par_iter().zip(ob.par_iter()))
@@ -152,4 +206,40 @@ pub fn mm<T: WithDType + 'static>(
         Layout::contiguous(&[k, n])
     };
     gemm_t(a, &la, b, &lb, m, k, n)
+}
+
+#[cfg(test)]
+mod column_split_tests {
+    use super::*;
+
+    /// A few rows against a wide transposed matrix, on two threads (the column split), equal
+    /// to the plain sums of products.
+    #[test]
+    fn a_few_rows_split_by_columns_give_the_product() {
+        let (m, k, n) = (3, 300, 1000);
+        let a: Vec<f32> = (0..m * k)
+            .map(|i| ((i * 7 % 13) as f32 - 6.0) / 8.0)
+            .collect();
+        // B [k, n] as the transpose of a contiguous [n, k] (a head's Wᵀ).
+        let w: Vec<f32> = (0..n * k)
+            .map(|i| ((i * 11 % 17) as f32 - 8.0) / 16.0)
+            .collect();
+        let la = Layout::contiguous(&[m, k]);
+        let lb = Layout::contiguous(&[n, k]).permuted(&[1, 0]);
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(2)
+            .build()
+            .unwrap();
+        let got = pool.install(|| gemm_t(&a, &la, &w, &lb, m, k, n));
+        for r in 0..m {
+            for c in 0..n {
+                let want: f32 = (0..k).map(|j| a[r * k + j] * w[c * k + j]).sum();
+                let g = got[r * n + c];
+                assert!(
+                    (g - want).abs() <= 1e-4 * (1.0 + want.abs()),
+                    "[{r}, {c}]: {g} vs {want}"
+                );
+            }
+        }
+    }
 }

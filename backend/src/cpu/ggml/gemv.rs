@@ -21,6 +21,9 @@ const BLOCK: usize = 32;
 /// small matrix among every core.
 const ROWS_PER_TASK: usize = 16;
 
+/// Weight values times rows below which a product runs on the calling thread.
+const PARALLEL_VALUES: usize = 1 << 19;
+
 /// Whether `quant_gemv` reads this format.
 pub fn reads(format: BlockFormat) -> bool {
     matches!(format, BlockFormat::Q8_0 | BlockFormat::Q4_1)
@@ -306,8 +309,9 @@ pub fn quant_gemv(
         }
     };
     let chunks = ROWS_PER_TASK * m.max(1);
-    // One thread: no hand-off to rayon's worker and back, which costs more than a small matrix.
-    if rayon::current_num_threads() == 1 {
+    // One thread, or a small matrix: no hand-off to rayon's workers and back (waking a sleeping
+    // worker costs more than such a product).
+    if rayon::current_num_threads() == 1 || n * k * m < PARALLEL_VALUES {
         by_weight_row.chunks_mut(chunks).enumerate().for_each(task);
     } else {
         by_weight_row
