@@ -14,7 +14,6 @@ const FEW_ROWS: usize = 4;
 
 #[derive(Clone, Copy)]
 struct MatView {
-    offset: usize,
     row_stride: isize,
     col_stride: isize,
 }
@@ -42,12 +41,10 @@ fn gemm_t<T: WithDType + 'static>(
 ) -> Vec<T> {
     let (ra, rb) = (la.rank(), lb.rank());
     let va = MatView {
-        offset: 0,
         row_stride: la.strides()[ra - 2] as isize,
         col_stride: la.strides()[ra - 1] as isize,
     };
     let vb = MatView {
-        offset: 0,
         row_stride: lb.strides()[rb - 2] as isize,
         col_stride: lb.strides()[rb - 1] as isize,
     };
@@ -58,23 +55,25 @@ fn gemm_t<T: WithDType + 'static>(
         return out;
     }
     let big = m * n * k >= PARALLEL_FLOPS;
-    let run = |dst: &mut [T], ia: usize, ib: usize, par: Parallelism| {
-        let (va, vb) = (MatView { offset: ia, ..va }, MatView { offset: ib, ..vb });
+    // The product of the [m, k] view at `ia` with `cols` columns of the [k, n] view at `ib`,
+    // into `dst` ([m, cols], row-major).
+    let product = |dst: &mut [T], ia: usize, ib: usize, cols: usize, par: Parallelism| {
         // SAFETY: the layouts were checked against the storages by the op (every index that a
-        // [m, k] / [k, n] view with these strides reaches is in bounds), and `dst` holds m*n.
+        // [m, k] / [k, n] view with these strides reaches is in bounds; callers pass columns
+        // inside it), and `dst` holds m * cols.
         unsafe {
             gemm::gemm(
                 m,
-                n,
+                cols,
                 k,
                 dst.as_mut_ptr(),
                 1,
-                n as isize,
+                cols as isize,
                 false,
-                a.as_ptr().add(va.offset),
+                a.as_ptr().add(ia),
                 va.col_stride,
                 va.row_stride,
-                b.as_ptr().add(vb.offset),
+                b.as_ptr().add(ib),
                 vb.col_stride,
                 vb.row_stride,
                 T::zero(),
@@ -86,6 +85,7 @@ fn gemm_t<T: WithDType + 'static>(
             )
         }
     };
+    let run = |dst: &mut [T], ia: usize, ib: usize, par: Parallelism| product(dst, ia, ib, n, par);
     if batches == 1 && big && m <= FEW_ROWS && rayon::current_num_threads() > 1 {
         // A few rows against a wide matrix (a decode step's head): each thread takes its own
         // columns, multiplied serially. gemm's own parallel split of such a product cost more
@@ -98,35 +98,8 @@ fn gemm_t<T: WithDType + 'static>(
             .map(|c0| {
                 let width = columns.min(n - c0);
                 let mut part = vec![T::zero(); m * width];
-                let at = (
-                    oa[0],
-                    (ob[0] as isize + c0 as isize * vb.col_stride) as usize,
-                );
-                // SAFETY: columns c0..c0 + width of the checked [k, n] view, into a [m, width]
-                // buffer.
-                unsafe {
-                    gemm::gemm(
-                        m,
-                        width,
-                        k,
-                        part.as_mut_ptr(),
-                        1,
-                        width as isize,
-                        false,
-                        a.as_ptr().add(at.0),
-                        va.col_stride,
-                        va.row_stride,
-                        b.as_ptr().add(at.1),
-                        vb.col_stride,
-                        vb.row_stride,
-                        T::zero(),
-                        T::from_f64(1.0),
-                        false,
-                        false,
-                        false,
-                        Parallelism::None,
-                    )
-                };
+                let ib = (ob[0] as isize + c0 as isize * vb.col_stride) as usize;
+                product(&mut part, oa[0], ib, width, Parallelism::None);
                 (c0, part)
             })
             .collect();
