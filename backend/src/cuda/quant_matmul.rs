@@ -81,7 +81,7 @@ impl BlockFormat {
 
     /// The header bytes that `split` moves to the front of each block, if any (Q4_K's
     /// 16-byte headers are rewritten, not just moved: `q4_k_layout`).
-    fn split_header(self) -> Option<usize> {
+    pub(crate) fn split_header(self) -> Option<usize> {
         match self {
             BlockFormat::Q8_0 => Some(2),
             BlockFormat::Q4_1 => Some(4),

@@ -9,6 +9,7 @@
 //! are two instructions (`vpmaddubsw`, `vpmaddwd`); elsewhere the same integers in scalar
 //! code. Rows are shared among rayon's threads.
 
+use super::quants::half as f16_at;
 use crate::cuda::quant_matmul::{codes_offset, BlockFormat};
 use crate::{Error, Result};
 use half::f16;
@@ -78,8 +79,36 @@ struct WeightRow<'a> {
     codes: &'a [u8],
 }
 
-fn f16_at(b: &[u8], at: usize) -> f32 {
-    f16::from_bits(u16::from_le_bytes([b[at], b[at + 1]])).to_f32()
+/// An [n, k] matrix stored split (every block's header, then every block's codes), read by rows.
+struct WeightRows<'a> {
+    headers: &'a [u8],
+    codes: &'a [u8],
+    /// Header and code bytes of one row.
+    row_headers: usize,
+    row_codes: usize,
+}
+
+impl<'a> WeightRows<'a> {
+    /// `stored`, of `format.stored_bytes(n, k)` bytes (checked by the caller).
+    fn new(format: BlockFormat, stored: &'a [u8], [n, k]: [usize; 2]) -> Self {
+        // As `stored_bytes` counts them: a format without split headers moves none.
+        let header = format.split_header().unwrap_or(0);
+        let blocks = k / format.block_values();
+        let (headers, codes) = stored.split_at(codes_offset(n * blocks * header));
+        WeightRows {
+            headers,
+            codes,
+            row_headers: blocks * header,
+            row_codes: blocks * (format.block_bytes() - header),
+        }
+    }
+
+    fn row(&self, r: usize) -> WeightRow<'a> {
+        WeightRow {
+            headers: &self.headers[r * self.row_headers..][..self.row_headers],
+            codes: &self.codes[r * self.row_codes..][..self.row_codes],
+        }
+    }
 }
 
 /// Σ over a row's blocks for the format, in f32.
@@ -289,20 +318,13 @@ pub fn quant_gemv(
             ),
         ));
     }
-    let blocks = k / BLOCK;
-    let header = if format == BlockFormat::Q8_0 { 2 } else { 4 };
-    let code = format.block_bytes() - header;
-    let (headers, codes) = stored.split_at(codes_offset(n * blocks * header));
+    let weights = WeightRows::new(format, stored, [n, k]);
     let rows: Vec<Q8Row> = x.chunks_exact(k).map(quantize_row).collect();
     // Computed as [n, m] so each task writes whole output rows of W, then transposed.
     let mut by_weight_row = vec![0f32; n * m];
     let task = |(t, out): (usize, &mut [f32])| {
         for (i, y) in out.chunks_exact_mut(m.max(1)).enumerate() {
-            let r = t * ROWS_PER_TASK + i;
-            let w = WeightRow {
-                headers: &headers[r * blocks * header..][..blocks * header],
-                codes: &codes[r * blocks * code..][..blocks * code],
-            };
+            let w = weights.row(t * ROWS_PER_TASK + i);
             for (yi, xr) in y.iter_mut().zip(&rows) {
                 *yi = dot(format, &w, xr);
             }
@@ -386,16 +408,10 @@ mod tests {
         for (format, t) in [(BlockFormat::Q8_0, ty::Q8_0), (BlockFormat::Q4_1, ty::Q4_1)] {
             let file = quantize::quantize(t, &values(n * k, 3)).unwrap();
             let stored = split(format, &file, [n, k]).unwrap();
-            let header = if format == BlockFormat::Q8_0 { 2 } else { 4 };
-            let blocks = k / BLOCK;
-            let (headers, codes) = stored.split_at(codes_offset(n * blocks * header));
-            let code = format.block_bytes() - header;
+            let rows = WeightRows::new(format, &stored, [n, k]);
             let x = quantize_row(&values(k, 11));
             for r in 0..n {
-                let w = WeightRow {
-                    headers: &headers[r * blocks * header..][..blocks * header],
-                    codes: &codes[r * blocks * code..][..blocks * code],
-                };
+                let w = rows.row(r);
                 let scalar = match format {
                     BlockFormat::Q8_0 => dot_q8_0_scalar(&w, &x),
                     _ => dot_q4_1_scalar(&w, &x),

@@ -94,7 +94,8 @@ pub fn dequantize(t: GgmlType, bytes: &[u8]) -> Result<Vec<f32>> {
 /// Dequantizes one block: `b` holds exactly one block's bytes, `out` its values.
 type BlockFn = fn(&[u8], &mut [f32]);
 
-fn half(b: &[u8], at: usize) -> f32 {
+/// The little-endian f16 at byte `at`.
+pub(super) fn half(b: &[u8], at: usize) -> f32 {
     f16::from_bits(u16::from_le_bytes([b[at], b[at + 1]])).to_f32()
 }
 
