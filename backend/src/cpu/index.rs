@@ -2,7 +2,8 @@
 //! Indices arrive checked (0 <= i < size) from the op. Views are made contiguous first and then
 //! seen as [outer, dim, inner].
 
-use super::map::gather as gather_view;
+// A contiguous operand is borrowed, not copied: an embedding table read one row per token.
+use super::map::{contiguous, gather as gather_view};
 use super::{CpuStorage, IntoCpuStorage};
 use crate::{cpu_dispatch, cpu_dispatch2, Layout, WithDType};
 use std::borrow::Cow;
@@ -25,17 +26,8 @@ fn split3(shape: &[usize], dim: usize) -> (usize, usize, usize) {
     )
 }
 
-/// The view's elements in row-major order: borrowed where they already lie so (an embedding
-/// table read one row per token must not be copied whole per lookup), else gathered.
-fn row_major<'a, T: WithDType>(v: &'a [T], l: &Layout) -> Cow<'a, [T]> {
-    match l.contiguous_range() {
-        Some(r) => Cow::Borrowed(&v[r]),
-        None => Cow::Owned(gather_view(v, l)),
-    }
-}
-
 fn index_select_t<T: WithDType>(v: &[T], l: &Layout, dim: usize, idx: &[usize]) -> Vec<T> {
-    let x = row_major(v, l);
+    let x = contiguous(v, l);
     let (outer, d, inner) = split3(l.shape(), dim);
     let mut out = Vec::with_capacity(outer * idx.len() * inner);
     for o in 0..outer {
@@ -126,7 +118,7 @@ pub fn gather(
 ) -> CpuStorage {
     let offsets = gather_offsets(l.shape(), dim, idx, idx_shape);
     cpu_dispatch!(s, v => {
-        let x = row_major(v, l);
+        let x = contiguous(v, l);
         IntoCpuStorage::into_storage(offsets.iter().map(|&o| x[o]).collect::<Vec<_>>())
     })
 }
@@ -158,7 +150,7 @@ pub fn cat(parts: &[(&CpuStorage, &Layout)], dim: usize) -> CpuStorage {
             .iter()
             .map(|(s, l)| {
                 let v = T::slice(s).expect("cat parts share one dtype");
-                (row_major(v, l), l.shape()[dim..].iter().product::<usize>())
+                (contiguous(v, l), l.shape()[dim..].iter().product::<usize>())
             })
             .collect();
         let outer: usize = parts[0].1.shape()[..dim].iter().product();

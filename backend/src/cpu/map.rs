@@ -78,7 +78,7 @@ fn is_scalar_broadcast(l: &Layout) -> bool {
 }
 
 /// The view as a contiguous slice, copied only when it is not contiguous already.
-fn contiguous<'a, T: Copy + Send + Sync>(data: &'a [T], l: &Layout) -> Cow<'a, [T]> {
+pub(super) fn contiguous<'a, T: Copy + Send + Sync>(data: &'a [T], l: &Layout) -> Cow<'a, [T]> {
     match l.contiguous_range() {
         Some(r) => Cow::Borrowed(&data[r]),
         None => Cow::Owned(gather(data, l)),
