@@ -2,13 +2,13 @@
 //! (`tests/fixtures/layers/make_layers.py` wrote them with torch): GroupNorm,
 //! ConvTranspose2d, MultiheadAttention (padding, float and causal masks, both layouts),
 //! TransformerEncoderLayer (post-norm relu and pre-norm gelu), and cumsum, cumprod, flip, roll, repeat_interleave, the
-//! norms, std, masked_select and the four pad modes, LSTM (variable lengths) and GRU. Each module is built here, loads torch's
+//! norms, std, masked_select and the four pad modes, LSTM (variable lengths) and GRU, PReLU and the softmax layers. Each module is built here, loads torch's
 //! state dict by its PyTorch names, and must give torch's numbers. The activations with
 //! parameters or joints (`make_activations.py`) are checked as layers, values and gradients.
 
 use rusting_brain::nn::{
     Activation, AttentionMasks, Cell, EncoderLayerConfig, GroupNorm, Module, MultiheadAttention,
-    Recurrent, RecurrentConfig, TransformerEncoderLayer,
+    PRelu, Recurrent, RecurrentConfig, Softmax, TransformerEncoderLayer,
 };
 use rusting_brain::ops::rearrange::PadMode;
 use rusting_brain::{Generator, Result, Tensor};
@@ -435,6 +435,45 @@ fn the_activations_match_torch_with_gradients() {
             &format!("{name} grad"),
             &g,
             get(&f, &format!("{name}.grad")),
+            1e-6,
+        );
+    }
+}
+
+/// PReLU with a slope per channel: torch's values, and the gradients of the input and of the
+/// slopes (loaded by torch's name, `weight`).
+#[test]
+fn prelu_matches_torch_with_gradients() {
+    let f = fixtures();
+    let prelu = PRelu::new(4, 0.25).unwrap();
+    let weights: BTreeMap<String, Tensor> =
+        [("weight".to_string(), get(&f, "prelu.weight").clone())].into();
+    prelu.load_state_dict(&weights, true).unwrap();
+    let x = leaf(get(&f, "prelu.x"));
+    let y = prelu.forward(&x).unwrap();
+    assert_close("prelu out", &y, get(&f, "prelu.out"), 1e-6);
+    let gx = grad_of(&y, get(&f, "prelu.probe"), &x);
+    assert_close("prelu grad x", &gx, get(&f, "prelu.grad_x"), 1e-6);
+    let gw = prelu.weight.grad().expect("the slopes' gradient");
+    assert_close("prelu grad weight", &gw, get(&f, "prelu.grad_weight"), 1e-5);
+}
+
+/// nn.Softmax(dim=1) and nn.LogSoftmax(dim=1) as layers, values and gradients.
+#[test]
+fn softmax_layers_match_torch_with_gradients() {
+    let f = fixtures();
+    for (name, layer) in [
+        ("softmax", Softmax::new(1)),
+        ("log_softmax", Softmax::log(1)),
+    ] {
+        let x = leaf(get(&f, &format!("{name}.x")));
+        let y = layer.forward(&x).unwrap();
+        assert_close(name, &y, get(&f, &format!("{name}.out")), 1e-6);
+        let g = grad_of(&y, get(&f, &format!("{name}.probe")), &x);
+        assert_close(
+            &format!("{name} grad"),
+            &g,
+            get(&f, &format!("{name}.grad_x")),
             1e-6,
         );
     }

@@ -148,11 +148,14 @@ fn onnxruntime_reproduces_an_exported_sequential_with_dropout_left_out() {
     check_export(&py, &model, &[1, 3, 6], &randn(&[2, 3, 6], 4), "sequential");
 }
 
-/// A small CNN of sequential layers: conv, ReLU, max pooling, conv, average pooling with
-/// padding, global average pooling, flatten, linear.
+/// A small CNN of sequential layers: conv, ReLU, max pooling, conv, PReLU (a slope per
+/// channel), average pooling with padding, global average pooling, flatten, linear,
+/// log-softmax.
 #[test]
 fn onnxruntime_reproduces_an_exported_cnn_of_pooling_and_flatten_layers() {
-    use rusting_brain::nn::{AdaptiveAvgPool2d, AvgPool2d, Conv2d, Flatten, MaxPool2d, Window};
+    use rusting_brain::nn::{
+        AdaptiveAvgPool2d, AvgPool2d, Conv2d, Flatten, MaxPool2d, PRelu, Softmax, Window,
+    };
     use rusting_brain::Conv2dOptions;
     let Some(py) =
         onnxruntime("onnxruntime_reproduces_an_exported_cnn_of_pooling_and_flatten_layers")
@@ -160,6 +163,9 @@ fn onnxruntime_reproduces_an_exported_cnn_of_pooling_and_flatten_layers() {
         return;
     };
     let mut gen = Generator::new(5);
+    let mut prelu = PRelu::new(8, 0.25).unwrap();
+    // Slopes that differ by channel, so a slope broadcast over the wrong dim shows.
+    prelu.weight = Tensor::from_vec((0..8).map(|c| c as f32 * 0.1 - 0.2).collect(), &[8]).unwrap();
     let pad1 = Conv2dOptions {
         padding: (1, 1),
         ..Conv2dOptions::default()
@@ -169,6 +175,7 @@ fn onnxruntime_reproduces_an_exported_cnn_of_pooling_and_flatten_layers() {
         .with(ActivationLayer::new(Activation::Relu))
         .with(MaxPool2d::new(Window::new((2, 2))))
         .with(Conv2d::new(8, 8, (3, 3), pad1, true, &mut gen).unwrap())
+        .with(prelu)
         .with(AvgPool2d::new(Window {
             kernel: (3, 3),
             stride: (1, 1),
@@ -176,7 +183,8 @@ fn onnxruntime_reproduces_an_exported_cnn_of_pooling_and_flatten_layers() {
         }))
         .with(AdaptiveAvgPool2d::new((1, 1)))
         .with(Flatten::new(1))
-        .with(Linear::new(8, 3, true, &mut gen).unwrap());
+        .with(Linear::new(8, 3, true, &mut gen).unwrap())
+        .with(Softmax::log(1));
     model.eval();
     check_export(
         &py,

@@ -82,7 +82,10 @@ fn run_case(
     if !io.contains_key(&format!("{name}.out.{}", outputs.len())) {
         Ok(worst)
     } else {
-        Err(format!("onnxruntime gave more than {} outputs", outputs.len()))
+        Err(format!(
+            "onnxruntime gave more than {} outputs",
+            outputs.len()
+        ))
     }
 }
 
