@@ -417,9 +417,54 @@ fn integer_and_range_assignment_write_rows_and_elements() {
     assert_eq!(y, [3., 3., 1., 1.]);
     let err = eval("let x = zeros([3, 4]); x[0] = tensor([1.0, 2.0]);").unwrap_err();
     assert!(
-        err.contains("does not broadcast to the rows' shape [1, 4]"),
+        err.contains("a value of shape [2] does not broadcast to the indexed shape [4]"),
         "{err}"
     );
+}
+
+/// `x[[i, a..b, ()]]` indexes several dims at once as PyTorch's `x[i, a:b, :]`: ints drop
+/// their dim, ranges slice (inclusive ones too, negative ends from the back), `()` keeps the
+/// whole dim; the same index writes a region, broadcasting the value.
+#[test]
+fn an_array_index_reads_and_writes_several_dims() {
+    let grid = "let x = arange(0.0, 12.0).reshape([3, 4]);";
+    assert_eq!(values(&format!("{grid} x[[1, -1]]")), [7.]);
+    assert_eq!(values(&format!("{grid} x[[(), 2]]")), [2., 6., 10.]);
+    assert_eq!(
+        values(&format!("{grid} x[[0..=1, 1..=-1]]")),
+        [1., 2., 3., 5., 6., 7.]
+    );
+    let y = values(&format!(
+        "{grid} let alias = x; x[[(), 3]] = -1.0; x[[0, 0..2]] = tensor([7.0, 8.0]); alias"
+    ));
+    assert_eq!(y, [7., 8., 2., -1., 4., 5., 6., -1., 8., 9., 10., -1.]);
+    let err = eval(&format!("{grid} x[[0, \"a\"]]")).unwrap_err();
+    assert!(
+        err.contains("index 1 is a string; each is an int, a range"),
+        "{err}"
+    );
+    let err = eval(&format!("{grid} x[[0, 4]]")).unwrap_err();
+    assert!(
+        err.contains("index 4 is out of range for dim 1 of size 4"),
+        "{err}"
+    );
+    let err = eval(&format!("{grid} x[[0, 1, 2]] = 1.0;")).unwrap_err();
+    assert!(
+        err.contains("3 indices for a tensor of 2 dims [3, 4]"),
+        "{err}"
+    );
+}
+
+/// A region written with a value that needs its gradient passes gradients to the value and to
+/// the elements left, as torch's `x[1, 0:2] = w` does.
+#[test]
+fn a_region_written_under_autograd_passes_gradients_to_the_value_and_the_rest() {
+    let g = values(
+        r#"let w = tensor([1.0, 2.0]).requires_grad_(); let base = ones([2, 3]).requires_grad_();
+           let x = base * 3.0; x[[1, 0..2]] = w * 5.0; x.sum().backward();
+           cat([w.grad, base.grad.flatten()], 0)"#,
+    );
+    assert_eq!(g, [5., 5., 3., 3., 3., 0., 0., 3.]);
 }
 
 /// A row written with a value that needs its gradient rebinds the tensor: the gradient reaches

@@ -8,7 +8,8 @@ mod operators;
 use crate::convert;
 use crate::error::{guard, runtime_error, RhaiResult};
 use crate::help::{self, Api};
-use rhai::{Dynamic, Engine, Module, INT};
+use rhai::{Array, Dynamic, Engine, Module, INT};
+use rusting_brain::ops::region::Axis;
 use rusting_brain::{DType, Device, Tensor};
 use std::sync::RwLock;
 
@@ -118,8 +119,12 @@ fn register_indexing(engine: &mut Engine) {
         guard(|| t.slice(0, r.start as isize, r.end as isize))
     });
     engine.register_indexer_get(|t: &mut Tensor, r: std::ops::RangeInclusive<INT>| {
-        let end = inclusive_end(t, *r.end());
+        let end = inclusive_end(t, 0, *r.end());
         guard(|| t.slice(0, *r.start() as isize, end as isize))
+    });
+    engine.register_indexer_get(|t: &mut Tensor, index: Array| -> RhaiResult<Tensor> {
+        let axes = axes_of(t, &index)?;
+        guard(|| t.region(&axes))
     });
     // x[mask] selects, x[indices] picks rows; x[mask] = v writes where the mask holds.
     engine.register_indexer_get(|t: &mut Tensor, index: Tensor| -> RhaiResult<Tensor> {
@@ -160,9 +165,9 @@ fn register_indexing(engine: &mut Engine) {
     register_row_writes(engine);
     help::record_entry(
         "[]",
-        "t[i], t[a..b], t[a..=b], t[mask], t[indices]",
-        "Index or slice along dim 0 (negative indices count from the end); a bool mask selects the elements where it holds (masked_select), an integer tensor picks rows (index_select). Chains: t[i][j].",
-        "let x = randn([3, 4]); let row = x[0]; let top = x[0..2]; let positive = x[x > 0.0]; let picked = x[tensor([2, 0])];",
+        "t[i], t[a..b], t[a..=b], t[[i, a..b, ()]], t[mask], t[indices]",
+        "Index or slice along dim 0 (negative indices count from the end); an array indexes several dims at once, as PyTorch's x[i, a:b, :] (an int drops its dim, a range slices, () takes the whole dim); a bool mask selects the elements where it holds (masked_select), an integer tensor picks rows (index_select). Chains: t[i][j].",
+        "let x = randn([3, 4]); let row = x[0]; let top = x[0..2]; let cell = x[[1, -1]]; let column = x[[(), 2]]; let positive = x[x > 0.0]; let picked = x[tensor([2, 0])];",
     );
     help::record_entry(
         "[]",
@@ -173,64 +178,77 @@ fn register_indexing(engine: &mut Engine) {
 }
 
 /// `t[i] = v`, `t[a..b] = v`, `t[a..=b] = v`: rows of dim 0 written with v (a number or a
-/// tensor broadcast to them). In place when no graph is involved (so every handle on t, and
-/// the tensor a chained `t[i][j] = v` reads through, sees it); otherwise t is rebound to a new
-/// tensor, so gradients reach both v and t's other rows.
+/// tensor broadcast to them); `t[[i, a..b, ()]] = v` the region of several dims. In place when
+/// no graph is involved (so every handle on t, and the tensor a chained `t[i][j] = v` reads
+/// through, sees it); otherwise t is rebound to a new tensor, so gradients reach both v and the
+/// rest of t.
 fn register_row_writes(engine: &mut Engine) {
-    fn write(t: &mut Tensor, (start, end): (INT, INT), value: &Dynamic) -> RhaiResult<()> {
-        let n = *t
-            .shape()
-            .first()
-            .ok_or_else(|| runtime_error("cannot index a 0-d tensor; use item()"))?
-            as INT;
-        // Clamped to the rows there are, as the slice that reads them is (PyTorch's too):
-        // an empty range writes nothing.
-        let resolve = |i: INT| (if i < 0 { i + n } else { i }).clamp(0, n);
-        let (a, b) = (resolve(start), resolve(end));
-        let b = b.max(a);
+    fn write(t: &mut Tensor, axes: &[Axis], value: &Dynamic) -> RhaiResult<()> {
+        if t.rank() == 0 {
+            return Err(runtime_error("cannot index a 0-d tensor; use item()"));
+        }
         let value = operand(value, t)?;
-        let (a, len) = (a as usize, (b - a) as usize);
         guard(|| {
             if operators::writes_in_place(t, value.requires_grad()) {
-                let rows = t.rows_value(a, len, &value)?;
-                t.narrow(0, a, len)?.copy_(&rows)
+                t.set_region_(axes, &value)
             } else {
-                *t = t.with_rows(a, len, &value)?;
+                *t = t.with_region(axes, &value)?;
                 Ok(())
             }
         })
     }
-    engine.register_indexer_set(|t: &mut Tensor, i: INT, v: Dynamic| {
-        let n = t.shape().first().copied().unwrap_or(0) as INT;
-        let j = if i < 0 { i + n } else { i };
-        if j < 0 || j >= n {
-            return Err(runtime_error(format!(
-                "index {i} is out of range for dim 0 of size {n}"
-            )));
-        }
-        write(t, (j, j + 1), &v)
-    });
+    engine
+        .register_indexer_set(|t: &mut Tensor, i: INT, v: Dynamic| write(t, &[Axis::Index(i)], &v));
     engine.register_indexer_set(|t: &mut Tensor, r: std::ops::Range<INT>, v: Dynamic| {
-        write(t, (r.start, r.end), &v)
+        write(t, &[Axis::Range(r.start, r.end)], &v)
     });
     engine.register_indexer_set(
         |t: &mut Tensor, r: std::ops::RangeInclusive<INT>, v: Dynamic| {
-            let end = inclusive_end(t, *r.end());
-            write(t, (*r.start(), end), &v)
+            let end = inclusive_end(t, 0, *r.end());
+            write(t, &[Axis::Range(*r.start(), end)], &v)
         },
     );
+    engine.register_indexer_set(|t: &mut Tensor, index: Array, v: Dynamic| {
+        let axes = axes_of(t, &index)?;
+        write(t, &axes, &v)
+    });
     help::record_entry(
         "[]",
-        "t[i] = value, t[a..b] = value, t[i][j] = value",
-        "Writes rows of dim 0 (negative indices count from the end) with value, a number or a tensor broadcast to them, as PyTorch's x[i] = v; chains write one element. In place when no gradient is involved; otherwise gradients flow to value and to the rows left.",
-        "let x = zeros([3, 4]); x[0] = 1.0; x[1..3] = tensor([1.0, 2.0, 3.0, 4.0]); x[2][1] = 9.0;",
+        "t[i] = value, t[a..b] = value, t[i][j] = value, t[[i, a..b, ()]] = value",
+        "Writes rows of dim 0 (negative indices count from the end), or the region a multi-axis index selects, with value, a number or a tensor broadcast to them, as PyTorch's x[i] = v and x[i, a:b] = v; chains write one element. In place when no gradient is involved; otherwise gradients flow to value and to the rest.",
+        "let x = zeros([3, 4]); x[0] = 1.0; x[1..3] = tensor([1.0, 2.0, 3.0, 4.0]); x[2][1] = 9.0; x[[(), 3]] = -1.0;",
     );
 }
 
-/// The exclusive end of `a..=end` along dim 0: a negative end counts from the last row first
-/// (`x[0..=-1]` is every row), then one past it.
-fn inclusive_end(t: &Tensor, end: INT) -> INT {
-    let n = t.shape().first().copied().unwrap_or(0) as INT;
+/// The axes of a multi-axis index `[i, a..b, a..=b, ()]` over `t`'s leading dims: an int picks
+/// a position (its dim is dropped), a range slices, `()` takes the whole dim (PyTorch's `:`).
+fn axes_of(t: &Tensor, index: &Array) -> RhaiResult<Vec<Axis>> {
+    index
+        .iter()
+        .enumerate()
+        .map(|(dim, item)| {
+            if let Some(i) = item.clone().try_cast::<INT>() {
+                Ok(Axis::Index(i))
+            } else if let Some(r) = item.clone().try_cast::<std::ops::Range<INT>>() {
+                Ok(Axis::Range(r.start, r.end))
+            } else if let Some(r) = item.clone().try_cast::<std::ops::RangeInclusive<INT>>() {
+                Ok(Axis::Range(*r.start(), inclusive_end(t, dim, *r.end())))
+            } else if item.is_unit() {
+                Ok(Axis::Full)
+            } else {
+                Err(runtime_error(format!(
+                    "x[[...]]: index {dim} is a {}; each is an int, a range (1..3, 1..=2) or () for the whole dim",
+                    item.type_name()
+                )))
+            }
+        })
+        .collect()
+}
+
+/// The exclusive end of `a..=end` along `dim`: a negative end counts from the last position
+/// first (`x[0..=-1]` is every row), then one past it.
+fn inclusive_end(t: &Tensor, dim: usize, end: INT) -> INT {
+    let n = t.shape().get(dim).copied().unwrap_or(0) as INT;
     let end = if end < 0 { end + n } else { end };
     end.saturating_add(1)
 }

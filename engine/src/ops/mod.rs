@@ -33,6 +33,7 @@ pub mod product_weight;
 pub mod quant_matmul;
 pub mod rearrange;
 pub mod reduce;
+pub mod region;
 pub mod residual_norm;
 pub mod rope;
 pub mod scan;

@@ -137,63 +137,6 @@ impl Tensor {
         self.index_select(d as isize, &positions(index, self.device())?)
     }
 
-    /// This tensor with rows `start..start + len` of dim 0 replaced by `value` (broadcast to
-    /// those rows, cast to this dtype): PyTorch's `x[a:b] = v` as a new tensor, so gradients
-    /// reach both this tensor's other rows and `value` (`x[i] = v` is one row, whose value
-    /// broadcasts to the row without its dim 0).
-    pub fn with_rows(&self, start: usize, len: usize, value: &Tensor) -> Result<Tensor> {
-        let rows = self.rows_value(start, len, value)?;
-        let n = self.shape()[0];
-        let mut parts = Vec::with_capacity(3);
-        if start > 0 {
-            parts.push(self.narrow(0, 0, start)?);
-        }
-        parts.push(rows);
-        if start + len < n {
-            parts.push(self.narrow(0, start + len, n - start - len)?);
-        }
-        Tensor::cat(&parts, 0)
-    }
-
-    /// `value` as rows `start..start + len` of this tensor: checked against its bounds,
-    /// broadcast to the rows' shape (`[len, ...]`, or a single row's `[...]` when `len` is 1
-    /// and the value has fewer dims), in this dtype. The shared half of `with_rows` and of an
-    /// in-place row write.
-    pub fn rows_value(&self, start: usize, len: usize, value: &Tensor) -> Result<Tensor> {
-        let Some(&n) = self.shape().first() else {
-            return Err(Error::invalid(
-                "x[i] = v",
-                "a 0-d tensor has no rows to write",
-            ));
-        };
-        if start + len > n {
-            return Err(Error::invalid(
-                "x[i] = v",
-                format!(
-                    "rows {start}..{} are out of range for dim 0 of size {n}",
-                    start + len
-                ),
-            ));
-        }
-        let mut shape = self.shape().to_vec();
-        shape[0] = len;
-        let value = value.to_dtype(self.dtype())?.to_device(self.device())?;
-        // A single row's value ([...], as x[i] reads it) gains the row's dim.
-        let value = match len == 1 && value.rank() < shape.len() {
-            true => value.unsqueeze(0)?,
-            false => value,
-        };
-        value.expand(&shape).map_err(|_| {
-            Error::invalid(
-                "x[i] = v",
-                format!(
-                    "a value of shape {:?} does not broadcast to the rows' shape {shape:?}",
-                    value.shape()
-                ),
-            )
-        })
-    }
-
     /// The elements where `mask` (Bool, broadcast with this tensor) is true, as one dimension in
     /// row-major order (torch.masked_select, `x[mask]`). The mask is read on the host: the
     /// output's length depends on it.
