@@ -122,6 +122,16 @@ pub fn in_script_terms(engine: &rhai::Engine, e: Box<EvalAltResult>) -> Box<Eval
             "a tensor is not a bool; use `.item() > 0.0` (one element) or `.any()` / `.all()`"
                 .to_string()
         }
+        EvalAltResult::ErrorFunctionNotFound(signature, _) => {
+            let text = script_type_names(engine, &format!("Function not found: {signature}"));
+            let name = signature.split(" (").next().unwrap_or(signature);
+            let forms = crate::help::forms_of(name);
+            match (forms.is_empty(), crate::help::closest_name(name)) {
+                (false, _) => format!("{text}; {name} takes: {}", forms.join(" | ")),
+                (true, Some(near)) => format!("{text}; did you mean {near}?"),
+                (true, None) => text,
+            }
+        }
         other => {
             let text = other.to_string();
             let text = match text.rfind(" (line ") {

@@ -269,6 +269,28 @@ fn a_tensor_in_an_if_says_how_to_test_it() {
     );
 }
 
+/// A call that matches no form lists the forms the name has; a misspelt name gets the
+/// registered name nearest it.
+#[test]
+fn a_call_that_matches_nothing_says_what_there_is() {
+    let msg = script_error("nn::linear(2)");
+    assert!(
+        msg.contains("Function not found: nn::linear (i64); nn::linear takes: ")
+            && msg.contains("nn::linear(in, out) -> Model"),
+        "{msg}"
+    );
+    let msg = script_error("let x = tensor([1.0]); x.sofmax(0)");
+    assert!(
+        msg.contains("sofmax (Tensor, i64); did you mean softmax? ("),
+        "{msg}"
+    );
+    let msg = script_error("completely_unknown_thing(1)");
+    assert!(
+        msg.contains("Function not found: completely_unknown_thing (i64) ("),
+        "{msg}"
+    );
+}
+
 #[test]
 fn errors_name_types_as_scripts_do() {
     // Rhai names the Rust type where a value of the wrong type is used as an array index.

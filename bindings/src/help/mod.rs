@@ -10,7 +10,9 @@ pub mod check;
 mod example_setup;
 pub mod receivers;
 pub mod signature;
+mod suggest;
 
 pub use api::Api;
 pub use book::{entries, getter, lookup, names, overview, record, record_entry, render, HelpEntry};
 pub(crate) use example_setup::{with_lm, with_tokenizer, with_tokenizer_and_lm, with_tokens};
+pub use suggest::{closest_name, forms_of};
