@@ -3,7 +3,7 @@
 //! and GeGLU, Llama 3's and YaRN's RoPE scaling) against transformers: tiny random-weight
 //! models saved by `tests/fixtures/lm_families/make_families.py` on the GPU machine, loaded
 //! here by name. Each gives transformers' logits (F32, CPU, within 1e-4), its causal-LM loss
-//! and every parameter's gradient of it (1e-4), and its greedy 16-token continuation.
+//! and every parameter's gradient of it (1e-4), and its greedy 64-token continuation.
 
 use rusting_brain::io::safetensors;
 use rusting_brain::models::transformer_lm::generate::{

@@ -169,12 +169,10 @@ impl RopeScaling {
                 attention_factor,
                 truncate,
             } => {
-                // transformers (as DeepSeek-V3's files need) takes the factor as the ratio of
-                // the context to the pretrained one whenever the latter is given.
-                let (factor, old) = match original_max_position_embeddings {
-                    Some(old) => (max_positions as f64 / old as f64, old as f64),
-                    None => (factor, max_positions as f64),
-                };
+                // transformers (5.25) scales by the explicit factor, even where it differs from
+                // the ratio of the context to the pretrained one (it warns), and bounds the
+                // ramp by the pretrained context, which defaults to the model's.
+                let old = original_max_position_embeddings.unwrap_or(max_positions) as f64;
                 let get_mscale = |scale: f64, m: f64| match scale <= 1.0 {
                     true => 1.0,
                     false => 0.1 * m * scale.ln() + 1.0,
@@ -239,16 +237,16 @@ mod tests {
         }
     }
 
-    /// transformers takes YaRN's factor as max_position_embeddings over the pretrained context
-    /// whenever the latter is given (Qwen3's 40960 / 32768 is 1.25, whatever `factor` says).
+    /// transformers 5.25 takes YaRN's explicit factor even where the two contexts imply
+    /// another (Qwen3's 40960 / 32768 is 1.25, its factor 4), and the pretrained context bounds
+    /// the ramp.
     #[test]
-    fn yarn_takes_its_factor_from_the_two_contexts_when_both_are_given() {
+    fn yarn_takes_its_explicit_factor_and_the_pretrained_context() {
         let (given, scale) = yarn(4.0, Some(32768)).frequencies(64, 1e6, 40960);
-        let (ratio, ratio_scale) = yarn(1.25, None).frequencies(64, 1e6, 32768);
-        assert_eq!(given, ratio);
+        let (same, same_scale) = yarn(4.0, None).frequencies(64, 1e6, 32768);
+        assert_eq!(given, same);
         assert!(
-            (scale - ratio_scale).abs() < 1e-12
-                && (scale - (0.1 * 1.25f64.ln() + 1.0)).abs() < 1e-12
+            (scale - same_scale).abs() < 1e-12 && (scale - (0.1 * 4.0f64.ln() + 1.0)).abs() < 1e-12
         );
     }
 
