@@ -178,3 +178,48 @@ fn max_time_ends_generation_and_is_refused_where_it_does_nothing() {
         "{err}"
     );
 }
+
+/// `logprobs: true` gives each row as `#{ ids, log_probs }`: the same ids as without it, and
+/// each token's log-probability as scoring the whole text gives it; beam search, speculative
+/// decoding and streams refuse it by name.
+#[test]
+fn logprobs_score_each_generated_token_under_the_model() {
+    let out = run(
+        "let plain = model.generate([1, 2, 3], #{ temperature: 0.9, seed: 4, max_new_tokens: 6 });
+         let scored = model.generate([1, 2, 3], #{ temperature: 0.9, seed: 4, max_new_tokens: 6, logprobs: true });
+         let whole = model.log_probabilities([1, 2, 3] + scored.ids);
+         [plain, scored.ids, scored.log_probs, whole]",
+    )
+    .unwrap()
+    .cast::<Array>();
+    assert_eq!(ints(&out[0]), ints(&out[1]));
+    let floats = |v: &Dynamic| -> Vec<f64> {
+        v.clone()
+            .cast::<Array>()
+            .iter()
+            .map(|x| x.as_float().unwrap())
+            .collect()
+    };
+    let (scores, whole) = (floats(&out[2]), floats(&out[3]));
+    assert_eq!(scores.len(), 6);
+    for (got, want) in scores.iter().zip(&whole[2..]) {
+        assert!((got - want).abs() < 1e-4, "{scores:?} vs {whole:?}");
+    }
+    let batch = run("model.generate([[1, 2], [3]], #{ max_new_tokens: 2, logprobs: true })")
+        .unwrap()
+        .cast::<Array>();
+    assert_eq!(batch.len(), 2);
+    for (opts, words) in [
+        ("num_beams: 2", "beam search gives each beam's score"),
+        ("prompt_lookup: 2", "speculative decoding none"),
+    ] {
+        let err = run(&format!(
+            "model.generate([1, 2], #{{ max_new_tokens: 2, logprobs: true, {opts} }})"
+        ))
+        .unwrap_err();
+        assert!(err.contains(words), "{err}");
+    }
+    let err =
+        run("model.stream([1, 2], #{ max_new_tokens: 2, logprobs: true }, |id| true)").unwrap_err();
+    assert!(err.contains("a stream hands out tokens alone"), "{err}");
+}

@@ -6,7 +6,7 @@ use super::model::{ids_of, ids_to_array, Lm};
 use crate::error::{guard, runtime_error, RhaiResult};
 use rhai::{Array, Dynamic, FnPtr, Map, NativeCallContext, INT};
 use rusting_brain::models::transformer_lm::generate::{
-    self, Beam, BeamOptions, Drafter, EarlyStopping, Flow, GenerateOptions, SamplingOptions,
+    self, Beam, BeamOptions, Drafter, EarlyStopping, Flow, GenerateOptions, SamplingOptions, Scored,
 };
 
 crate::options! {
@@ -37,6 +37,8 @@ crate::options! {
         draft_tokens: usize,
         prompt_lookup: usize,
         max_ngram: usize,
+        /// Each new token's log-probability beside it.
+        logprobs: bool = false,
     }
 }
 
@@ -48,6 +50,8 @@ pub struct Plan {
     /// Stop strings (text generation only).
     pub stop_strings: Vec<String>,
     pub mode: Mode,
+    /// Each token's log-probability beside it (greedy and sampled generation only).
+    pub scored: bool,
 }
 
 pub enum Mode {
@@ -72,6 +76,7 @@ pub enum Draft {
 pub enum Outcome {
     Tokens(Vec<Vec<u32>>),
     Beams(Vec<Vec<Beam>>),
+    Scored(Scored),
 }
 
 pub fn plan(what: &str, opts: Map) -> RhaiResult<Plan> {
@@ -188,10 +193,16 @@ pub fn plan(what: &str, opts: Map) -> RhaiResult<Plan> {
             )));
         }
     }
+    if o.logprobs && !matches!(mode, Mode::Plain) {
+        return Err(runtime_error(format!(
+            "{what}: logprobs scores greedy and sampled tokens; beam search gives each beam's score (return_beams), and speculative decoding none"
+        )));
+    }
     Ok(Plan {
         opts,
         stop_strings,
         mode,
+        scored: o.logprobs,
     })
 }
 
@@ -310,6 +321,10 @@ pub fn run(
         }
     };
     let result = match &plan.mode {
+        Mode::Plain if plan.scored => {
+            guard(|| generate::generate_scored(&model, prompts, &plan.opts, &mut flow))
+                .map(Outcome::Scored)
+        }
         Mode::Plain => guard(|| generate::generate(&model, prompts, &plan.opts, &mut flow))
             .map(Outcome::Tokens),
         Mode::Beams {
@@ -387,6 +402,7 @@ pub fn generate_ids(m: &mut Lm, prompt: Array, opts: Map) -> RhaiResult<Dynamic>
             .iter()
             .map(|o| Dynamic::from_array(ids_to_array(o)))
             .collect(),
+        Outcome::Scored(scored) => scored_rows(&scored, |_| Ok(None))?,
         Outcome::Beams(beams) => beams
             .iter()
             .map(|b| {
@@ -400,6 +416,29 @@ pub fn generate_ids(m: &mut Lm, prompt: Array, opts: Map) -> RhaiResult<Dynamic>
             .collect::<RhaiResult<_>>()?,
     };
     Ok(one_or_batch(rows, batched))
+}
+
+/// Each row of a scored run as `#{ ids, log_probs }`, with `text` first where `text` gives one.
+pub fn scored_rows(
+    scored: &Scored,
+    mut text: impl FnMut(usize) -> RhaiResult<Option<String>>,
+) -> RhaiResult<Vec<Dynamic>> {
+    scored
+        .tokens
+        .iter()
+        .zip(&scored.log_probs)
+        .enumerate()
+        .map(|(row, (ids, lps))| {
+            let mut map = Map::new();
+            if let Some(t) = text(row)? {
+                map.insert("text".into(), Dynamic::from(t));
+            }
+            map.insert("ids".into(), Dynamic::from_array(ids_to_array(ids)));
+            let lps = lps.iter().map(|&lp| Dynamic::from_float(lp)).collect();
+            map.insert("log_probs".into(), Dynamic::from_array(lps));
+            Ok(Dynamic::from_map(map))
+        })
+        .collect()
 }
 
 /// One row's beams as the script sees them: the best one's `value`, or under return_beams
@@ -457,13 +496,18 @@ pub fn stream_ids(
     })?;
     match out {
         Outcome::Tokens(t) => Ok(ids_to_array(&t[0])),
-        Outcome::Beams(_) => unreachable!("refused above"),
+        Outcome::Beams(_) | Outcome::Scored(_) => unreachable!("refused above"),
     }
 }
 
 /// Streaming hands out tokens as they come; a beam search knows its best text only at the
-/// end.
+/// end, and a stream's closure has no place for scores.
 pub fn refuse_beams(plan: &Plan, what: &str) -> RhaiResult<()> {
+    if plan.scored {
+        return Err(runtime_error(format!(
+            "{what}: logprobs is an option of generate (which returns #{{ ids, log_probs }}); a stream hands out tokens alone"
+        )));
+    }
     match plan.mode {
         Mode::Beams { .. } => Err(runtime_error(format!(
             "{what}: beam search cannot stream (its best sequence is known only at the end); use generate with num_beams"

@@ -2,7 +2,9 @@
 //! as the default stop, and streaming of complete UTF-8 pieces (a character split across tokens
 //! is printed once its last byte arrives).
 
-use super::generate::{beams_value, one_or_batch, plan, refuse_beams, run, Mode, Outcome, Plan};
+use super::generate::{
+    beams_value, one_or_batch, plan, refuse_beams, run, scored_rows, Mode, Outcome, Plan,
+};
 use super::model::Lm;
 use crate::error::{guard, runtime_error, RhaiResult};
 use rhai::{Array, Dynamic, FnPtr, Map, NativeCallContext};
@@ -84,6 +86,14 @@ pub fn generate_text(
             .iter()
             .map(|ids| guard(|| tok.decode(ids, true)).map(Dynamic::from))
             .collect::<RhaiResult<_>>()?,
+        // A stop string cuts the text; the ids and scores stay whole (the tokens that made it).
+        Outcome::Scored(scored) => scored_rows(&scored, |row| match watch {
+            true => {
+                cut[row].finish();
+                Ok(Some(cut[row].text().to_string()))
+            }
+            false => guard(|| tok.decode(&scored.tokens[row], true)).map(Some),
+        })?,
         Outcome::Beams(beams) => beams
             .iter()
             .map(|b| {

@@ -165,7 +165,7 @@ fn register_indexing(engine: &mut Engine) {
     register_row_writes(engine);
     help::record_entry(
         "[]",
-        "t[i], t[a..b], t[a..=b], t[[i, a..b, ()]], t[mask], t[indices]",
+        "t[i], t[a..b], t[a..=b], t[[index, ...]], t[mask], t[indices]",
         "Index or slice along dim 0 (negative indices count from the end); an array indexes several dims at once, as PyTorch's x[i, a:b, :] (an int drops its dim, a range slices, () takes the whole dim); a bool mask selects the elements where it holds (masked_select), an integer tensor picks rows (index_select). Chains: t[i][j].",
         "let x = randn([3, 4]); let row = x[0]; let top = x[0..2]; let cell = x[[1, -1]]; let column = x[[(), 2]]; let positive = x[x > 0.0]; let picked = x[tensor([2, 0])];",
     );
@@ -214,7 +214,7 @@ fn register_row_writes(engine: &mut Engine) {
     });
     help::record_entry(
         "[]",
-        "t[i] = value, t[a..b] = value, t[i][j] = value, t[[i, a..b, ()]] = value",
+        "t[i] = value, t[a..b] = value, t[i][j] = value, t[[index, ...]] = value",
         "Writes rows of dim 0 (negative indices count from the end), or the region a multi-axis index selects, with value, a number or a tensor broadcast to them, as PyTorch's x[i] = v and x[i, a:b] = v; chains write one element. In place when no gradient is involved; otherwise gradients flow to value and to the rest.",
         "let x = zeros([3, 4]); x[0] = 1.0; x[1..3] = tensor([1.0, 2.0, 3.0, 4.0]); x[2][1] = 9.0; x[[(), 3]] = -1.0;",
     );

@@ -57,7 +57,28 @@ pub fn generate(
     opts: &GenerateOptions,
     on_token: &mut dyn FnMut(usize, u32) -> Result<Flow>,
 ) -> Result<Vec<Vec<u32>>> {
-    no_grad(|| generate_inner(model, prompts, opts, on_token))
+    no_grad(|| generate_inner(model, prompts, opts, false, on_token)).map(|s| s.tokens)
+}
+
+/// New tokens per prompt with the model's log-probability of each.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Scored {
+    pub tokens: Vec<Vec<u32>>,
+    /// log p(token | text before it) under the model's own distribution: the log-softmax of
+    /// its logits before the sampler's penalties, temperature and filters (what vLLM and
+    /// OpenAI report as a token's logprob).
+    pub log_probs: Vec<Vec<f64>>,
+}
+
+/// `generate`, with each new token's log-probability. The step hands its logits to the host
+/// (no device-side argmax), so a greedy run costs one logits copy per token more.
+pub fn generate_scored(
+    model: &TransformerLm,
+    prompts: &[Vec<u32>],
+    opts: &GenerateOptions,
+    on_token: &mut dyn FnMut(usize, u32) -> Result<Flow>,
+) -> Result<Scored> {
+    no_grad(|| generate_inner(model, prompts, opts, true, on_token))
 }
 
 /// Checks the prompts (none empty, every token in the vocabulary, room for `max_new_tokens`
@@ -128,19 +149,29 @@ fn generate_inner(
     model: &TransformerLm,
     prompts: &[Vec<u32>],
     opts: &GenerateOptions,
+    scored: bool,
     on_token: &mut dyn FnMut(usize, u32) -> Result<Flow>,
-) -> Result<Vec<Vec<u32>>> {
+) -> Result<Scored> {
     let started = Instant::now();
     check_prompts(model, prompts, opts.max_new_tokens)?;
     let mut sampler = Sampler::new(opts.sampling.clone())?;
     let b = prompts.len();
-    let mut out: Vec<Vec<u32>> = vec![Vec::new(); b];
+    let mut out = Scored {
+        tokens: vec![Vec::new(); b],
+        log_probs: vec![Vec::new(); b],
+    };
     if opts.max_new_tokens == 0 {
         return Ok(out);
     }
     let (mut cache, logits) = prefill(model, prompts, opts.max_new_tokens)?;
-    let mut picks = pick(&mut sampler, &logits, prompts, &out)?;
-    let greedy = sampler.options().is_plain_greedy();
+    let (mut picks, mut scores) = match scored {
+        true => sample_scored(&mut sampler, &host_f32(&logits)?, prompts, &out.tokens),
+        false => (
+            pick(&mut sampler, &logits, prompts, &out.tokens)?,
+            Vec::new(),
+        ),
+    };
+    let greedy = sampler.options().is_plain_greedy() && !scored;
     let mut step = DecodeStep::new(model, b, greedy, opts.cuda_graph)?;
     let mut done = vec![false; b];
     for n in 0..opts.max_new_tokens {
@@ -152,7 +183,10 @@ fn generate_inner(
                 done[row] = true;
                 continue;
             }
-            out[row].push(tok);
+            out.tokens[row].push(tok);
+            if let Some(&lp) = scores.get(row) {
+                out.log_probs[row].push(lp);
+            }
             if on_token(row, tok)? == Flow::Stop {
                 done[row] = true;
             }
@@ -162,9 +196,12 @@ fn generate_inner(
         }
         crate::cancel::check()?;
         // Finished rows still take a step (the batch moves together); their picks are dropped.
-        picks = match step.run(&mut cache, &picks)? {
-            StepOutput::Picks(p) => p,
-            StepOutput::Logits(l) => sample(&mut sampler, &l, prompts, &out),
+        (picks, scores) = match step.run(&mut cache, &picks)? {
+            StepOutput::Picks(p) => (p, Vec::new()),
+            StepOutput::Logits(l) if scored => {
+                sample_scored(&mut sampler, &l, prompts, &out.tokens)
+            }
+            StepOutput::Logits(l) => (sample(&mut sampler, &l, prompts, &out.tokens), Vec::new()),
         };
     }
     Ok(out)
@@ -209,6 +246,33 @@ fn sample(
         .enumerate()
         .map(|(row, l)| sampler.pick(&mut l.to_vec(), &prompts[row], &generated[row]))
         .collect()
+}
+
+/// The sampler's pick for each row of host logits [batch, vocab], with the pick's
+/// log-probability under those logits as the model gave them.
+fn sample_scored(
+    sampler: &mut Sampler,
+    logits: &[f32],
+    prompts: &[Vec<u32>],
+    generated: &[Vec<u32>],
+) -> (Vec<u32>, Vec<f64>) {
+    let picks = sample(sampler, logits, prompts, generated);
+    let v = logits.len() / prompts.len().max(1);
+    let scores = logits
+        .chunks(v)
+        .zip(&picks)
+        .map(|(row, &tok)| log_softmax_at(row, tok as usize))
+        .collect();
+    (picks, scores)
+}
+
+/// log softmax(row)[i], in F64.
+fn log_softmax_at(row: &[f32], i: usize) -> f64 {
+    let max = row
+        .iter()
+        .fold(f64::NEG_INFINITY, |m, &x| m.max(f64::from(x)));
+    let sum: f64 = row.iter().map(|&x| (f64::from(x) - max).exp()).sum();
+    f64::from(row[i]) - max - sum.ln()
 }
 
 /// log p(ids[i] | ids[..i]) for i = 1..len: how likely the model finds each token of a text.
@@ -261,6 +325,38 @@ mod tests {
         let batch = generate(&m, &prompts, &greedy(6), &mut no_callback()).unwrap();
         for (p, got) in prompts.iter().zip(&batch) {
             assert_eq!(got, &reference_greedy(&m, p, 6), "prompt {p:?}");
+        }
+    }
+
+    /// Each new token's log-probability is the model's own, as scoring the whole text gives
+    /// it, greedy or sampled (the temperature shapes the draw, not the score); the tokens are
+    /// the ones plain generation gives, rows of a batch apart.
+    #[test]
+    fn scored_generation_gives_each_tokens_log_probability_under_the_model() {
+        let m = model(7);
+        let prompts = vec![vec![5, 9, 2], vec![1]];
+        let sampled = GenerateOptions {
+            sampling: SamplingOptions {
+                temperature: 0.7,
+                seed: 3,
+                ..SamplingOptions::default()
+            },
+            ..greedy(6)
+        };
+        for opts in [greedy(6), sampled] {
+            let plain = generate(&m, &prompts, &opts, &mut no_callback()).unwrap();
+            let scored = generate_scored(&m, &prompts, &opts, &mut no_callback()).unwrap();
+            assert_eq!(scored.tokens, plain);
+            for (row, prompt) in prompts.iter().enumerate() {
+                let text: Vec<u32> = prompt.iter().chain(&plain[row]).copied().collect();
+                let whole = log_probabilities(&m, &text).unwrap();
+                let want = &whole[prompt.len() - 1..];
+                let got = &scored.log_probs[row];
+                assert_eq!(got.len(), want.len());
+                for (g, w) in got.iter().zip(want) {
+                    assert!((g - w).abs() < 1e-4, "row {row}: {got:?} vs {want:?}");
+                }
+            }
         }
     }
 

@@ -11,6 +11,6 @@ mod step;
 mod test_support;
 
 pub use beam::{beam_search, Beam, BeamOptions, EarlyStopping};
-pub use decode::{generate, log_probabilities, Flow, GenerateOptions};
+pub use decode::{generate, generate_scored, log_probabilities, Flow, GenerateOptions, Scored};
 pub use sampler::{argmax, Candidates, Sampler, SamplingOptions};
 pub use speculative::{generate_speculative, Drafter, SpeculationStats};
