@@ -177,9 +177,21 @@ fn check_family(family: &str, switch: impl Fn(&TransformerLm) -> bool) {
     let greedy = greedy_tokens(&want);
     let prompt = greedy[..t].to_vec();
     let out = continue_greedily(&model, &prompt, greedy.len() - t, false);
-    // The cached decode steps (the window moving, biases and head norms in the decode path)
-    // pick what one full forward pass over the whole text would.
-    let text: Vec<i64> = prompt.iter().chain(&out).map(|&x| x as i64).collect();
+    assert_decode_matches_full_forward(&model, &prompt, &out, family);
+    assert_eq!(out, greedy[t..], "{family}: greedy continuation");
+}
+
+/// The cached decode steps (the window moving, biases and head norms, the rotary tables in
+/// the decode path) picked `out` after `prompt` as one full forward pass over the whole text
+/// would.
+fn assert_decode_matches_full_forward(
+    model: &TransformerLm,
+    prompt: &[u32],
+    out: &[u32],
+    family: &str,
+) {
+    let t = prompt.len();
+    let text: Vec<i64> = prompt.iter().chain(out).map(|&x| x as i64).collect();
     let full = Tensor::from_vec(text.clone(), &[1, text.len()]).unwrap();
     let logits = no_grad(|| model.forward(&full))
         .unwrap()
@@ -196,7 +208,6 @@ fn check_family(family: &str, switch: impl Fn(&TransformerLm) -> bool) {
             "{family}: decode step {i} against the full forward"
         );
     }
-    assert_eq!(out, greedy[t..], "{family}: greedy continuation");
 }
 
 #[test]
@@ -321,7 +332,7 @@ fn olmoe_with_whole_projection_norms_matches_transformers() {
 }
 
 /// LongRoPE: a call within the pretrained 16 positions rotates by the short factors, a longer
-/// one by the long factors (and cos and sin scaled by sqrt(1 + ln 4 / ln 16)), as
+/// one by the long factors (and cos and sin scaled by sqrt(1 + ln 8 / ln 16)), as
 /// transformers' Phi-3 does.
 #[test]
 fn phi3_longrope_uses_the_short_factors_within_the_pretrained_context_and_the_long_past_it() {
@@ -338,6 +349,40 @@ fn phi3_longrope_uses_the_short_factors_within_the_pretrained_context_and_the_lo
         &want["long_logits"],
         "phi3_longrope (long)",
     );
+}
+
+/// Dynamic NTK: a call within the 16-position context rotates by the plain frequencies, a
+/// 24-position one by a base grown for 24 (transformers' LlamaRotaryEmbedding on a fresh
+/// module); the model reaches factor times the context, and its config writes the context back.
+/// transformers' generation grows the base step by step, keeping the keys already cached as
+/// they were rotated; ours picks the base once by the cache's length, so only the forward
+/// passes are compared with transformers.
+#[test]
+fn dynamic_ntk_rope_keeps_the_base_within_the_context_and_grows_it_past() {
+    let want = expected("llama_dynamic");
+    let model = load_pretrained(fixture("llama_dynamic"), DType::F32, Device::Cpu).unwrap();
+    assert_eq!(
+        model.config.rope_scaling,
+        Some(RopeScaling::Dynamic {
+            factor: 2.0,
+            original_max_position_embeddings: 16
+        })
+    );
+    assert_eq!(model.config.max_seq_len, 32);
+    assert_transformers_logits(&model, &want, "llama_dynamic (within)");
+    assert_logits_of(
+        &model,
+        &want["long_ids"],
+        &want["long_logits"],
+        "llama_dynamic (past)",
+    );
+    let written = model.config.to_hf_json();
+    assert_eq!(written["max_position_embeddings"], 16);
+    // A generation past the context rotates by the base its whole length gives, prompt and
+    // steps alike: the steps pick what a full forward over the text does.
+    let prompt = greedy_tokens(&want)[..12].to_vec();
+    let out = continue_greedily(&model, &prompt, 20, false);
+    assert_decode_matches_full_forward(&model, &prompt, &out, "llama_dynamic");
 }
 
 #[test]
@@ -430,6 +475,12 @@ fn onnx_export_refuses_longrope_by_name() {
         .to_string();
     assert!(err.contains("phi3 model has LongRoPE"), "{err}");
     assert!(!dir.path().join("phi3.onnx").exists());
+    let model = load_pretrained(fixture("llama_dynamic"), DType::F32, Device::Cpu).unwrap();
+    let err = model
+        .export_onnx(dir.path().join("dynamic.onnx"), &opts)
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("dynamic NTK RoPE"), "{err}");
 }
 
 /// On CUDA: F32 logits and greedy tokens (decoded op by op and as a captured CUDA graph) as

@@ -43,6 +43,15 @@ impl LmConfig {
             {
                 m.insert("original_max_position_embeddings".into(), (*old).into());
             }
+            // Dynamic NTK's context is transformers' max_position_embeddings (the model reaches
+            // factor times further here).
+            if let Some(RopeScaling::Dynamic {
+                original_max_position_embeddings: old,
+                ..
+            }) = &self.rope_scaling
+            {
+                m.insert("max_position_embeddings".into(), (*old).into());
+            }
             // Gemma 2's reader defaults what is absent to its released values: a cap of 50
             // and 30, a scale of 256^-1/2; write what this model has instead.
             if self.family == Family::Gemma2 {
@@ -262,6 +271,17 @@ fn normalise_family_fields(value: &mut serde_json::Value, family: Family) -> Res
                 s.insert("original_max_position_embeddings".into(), o);
             }
         }
+        // Dynamic NTK grows the base past max_position_embeddings, which is the pretrained
+        // context there; the model itself reaches factor times further.
+        if s.get("rope_type").and_then(|v| v.as_str()) == Some("dynamic") {
+            let context = m.get("max_position_embeddings").and_then(|v| v.as_u64());
+            let factor = s.get("factor").and_then(|v| v.as_f64());
+            if let Some(context) = context {
+                s.insert("original_max_position_embeddings".into(), context.into());
+                let reach = (context as f64 * factor.unwrap_or(1.0).max(1.0)).ceil() as u64;
+                m.insert("max_position_embeddings".into(), reach.into());
+            }
+        }
         let kind = s
             .get("rope_type")
             .and_then(|v| v.as_str())
@@ -272,7 +292,7 @@ fn normalise_family_fields(value: &mut serde_json::Value, family: Family) -> Res
                     Error::format(
                         "model config",
                         format!(
-                            "rope_scaling of rope_type \"{kind}\": {e} (linear, llama3, yarn and longrope run)"
+                            "rope_scaling of rope_type \"{kind}\": {e} (linear, dynamic, llama3, yarn and longrope run)"
                         ),
                     )
                 })?;

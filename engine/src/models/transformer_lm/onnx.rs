@@ -116,6 +116,12 @@ fn unwritten(c: &super::LmConfig) -> Result<()> {
     ) {
         missing.push("LongRoPE (its factors switch with the length)");
     }
+    if matches!(
+        c.rope_scaling,
+        Some(super::rope_scaling::RopeScaling::Dynamic { .. })
+    ) {
+        missing.push("dynamic NTK RoPE (its base grows with the length)");
+    }
     match missing.is_empty() {
         true => Ok(()),
         false => Err(crate::Error::invalid(

@@ -3,7 +3,7 @@
 //! position * theta^(-2i/d). Checkpoints trained either way therefore agree on which weights
 //! mean what.
 
-use super::rope_scaling::{base_frequencies, RopeScaling};
+use super::rope_scaling::{base_frequencies, Beyond, RopeScaling};
 use crate::{Device, Result, Tensor};
 use std::sync::Mutex;
 
@@ -18,18 +18,33 @@ pub struct Rotary {
     inv_freq: Vec<f32>,
     /// The factor on cos and sin (YaRN's attention scaling; 1 otherwise).
     scale: f32,
-    /// LongRoPE: the pretrained context, and the frequencies of calls that reach past it.
-    long: Option<(usize, Vec<f32>)>,
+    /// LongRoPE's or dynamic NTK's frequencies for calls that reach past the pretrained
+    /// context.
+    beyond: Option<Beyond>,
     tables: Mutex<Option<Tables>>,
+}
+
+/// Which frequencies a call rotates by.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum FrequencySet {
+    /// The configured ones (within the pretrained context, or for every call).
+    Configured,
+    /// Those of a call reaching this many positions past the pretrained context (one set for
+    /// LongRoPE whatever the length, so it is keyed by 0 there).
+    Beyond(usize),
 }
 
 struct Tables {
     device: Device,
-    /// Made with the long frequencies.
-    long: bool,
+    set: FrequencySet,
     rows: usize,
     cos: Tensor,
     sin: Tensor,
+}
+
+/// Frequencies as F32, as transformers keeps them.
+fn to_f32(f: Vec<f64>) -> Vec<f32> {
+    f.into_iter().map(|f| f as f32).collect()
 }
 
 /// The fewest rows a table is made with, so short prompts do not regrow it every step.
@@ -61,34 +76,41 @@ impl Rotary {
             Some(s) => s.frequencies(head_dim, theta, max_seq_len),
             None => (base_frequencies(head_dim, theta), 1.0),
         };
-        let to_f32 = |f: Vec<f64>| f.into_iter().map(|f| f as f32).collect();
         Rotary {
             head_dim,
             max_seq_len,
             inv_freq: to_f32(freqs),
             scale: scale as f32,
-            long: scaling
-                .and_then(|s| s.long_frequencies(head_dim, theta))
-                .map(|(old, f)| (old, to_f32(f))),
+            beyond: scaling.and_then(|s| s.beyond(head_dim, theta)),
             tables: Mutex::new(None),
         }
     }
 
-    /// Whether a call that reaches position `reach` rotates by LongRoPE's long frequencies.
-    fn long_for(&self, reach: usize) -> bool {
-        self.long.as_ref().is_some_and(|(old, _)| reach > *old)
+    /// The frequencies a call that reaches position `reach` rotates by.
+    fn set_for(&self, reach: usize) -> FrequencySet {
+        match &self.beyond {
+            Some(b) if reach > b.context() => FrequencySet::Beyond(match b {
+                Beyond::Long { .. } => 0,
+                Beyond::Dynamic { .. } => reach,
+            }),
+            _ => FrequencySet::Configured,
+        }
     }
 
     /// cos and sin of every (position, dim) as F32, computed the way `transformers` does: the
     /// inverse frequencies in F32, then position * inv_freq in F32 (times the scaling's
     /// factor).
     pub(super) fn host_tables(&self, rows: usize) -> (Vec<f32>, Vec<f32>) {
-        self.host_tables_of(rows, false)
+        self.host_tables_of(rows, FrequencySet::Configured)
     }
 
-    fn host_tables_of(&self, rows: usize, long: bool) -> (Vec<f32>, Vec<f32>) {
-        let inv_freq = match (&self.long, long) {
-            (Some((_, f)), true) => f,
+    fn host_tables_of(&self, rows: usize, set: FrequencySet) -> (Vec<f32>, Vec<f32>) {
+        let beyond;
+        let inv_freq = match (&self.beyond, set) {
+            (Some(b), FrequencySet::Beyond(reach)) => {
+                beyond = to_f32(b.frequencies(reach));
+                &beyond
+            }
             _ => &self.inv_freq,
         };
         let half = self.head_dim / 2;
@@ -107,10 +129,10 @@ impl Rotary {
     /// Tables on `device` covering at least positions `0..end` (`end <= max_seq_len`), of
     /// the frequencies of a call that reaches `end`.
     fn tables(&self, device: Device, end: usize) -> Result<(Tensor, Tensor)> {
-        let long = self.long_for(end);
+        let set = self.set_for(end);
         let mut slot = self.tables.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(t) = slot.as_ref() {
-            if t.device == device && t.rows >= end && t.long == long {
+            if t.device == device && t.rows >= end && t.set == set {
                 return Ok((t.cos.clone(), t.sin.clone()));
             }
         }
@@ -119,13 +141,13 @@ impl Rotary {
             .checked_next_power_of_two()
             .unwrap_or(usize::MAX)
             .min(self.max_seq_len);
-        let (c, s) = self.host_tables_of(rows, long);
+        let (c, s) = self.host_tables_of(rows, set);
         let shape = [rows, self.head_dim];
         let cos = Tensor::from_vec(c, &shape)?.to_device(device)?;
         let sin = Tensor::from_vec(s, &shape)?.to_device(device)?;
         *slot = Some(Tables {
             device,
-            long,
+            set,
             rows,
             cos: cos.clone(),
             sin: sin.clone(),

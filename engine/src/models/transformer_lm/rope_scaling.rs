@@ -5,7 +5,9 @@
 //! frequencies by a ramp over the dimensions and scales attention by 0.1 ln(factor) + 1.
 //! `longrope` (Phi-3) has two sets of per-dimension factors, the short one for calls within
 //! the pretrained context and the long one beyond it, and scales cos and sin by
-//! sqrt(1 + ln(factor) / ln(original context)). `dynamic` is refused.
+//! sqrt(1 + ln(factor) / ln(original context)). `dynamic` (NTK-aware) keeps the plain
+//! frequencies within the pretrained context and raises the base for a call of length L past it:
+//! theta * (factor * L / context - (factor - 1))^(d / (d - 2)).
 
 use serde::{Deserialize, Serialize};
 use std::f64::consts::PI;
@@ -48,6 +50,51 @@ pub enum RopeScaling {
         attention_factor: Option<f64>,
         original_max_position_embeddings: usize,
     },
+    Dynamic {
+        factor: f64,
+        /// The pretrained context, past which the base grows (transformers' max_position_embeddings).
+        original_max_position_embeddings: usize,
+    },
+}
+
+/// The frequencies of calls that reach past the pretrained context, where a scaling has them.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Beyond {
+    /// LongRoPE: one set for every call past `context`.
+    Long { context: usize, freqs: Vec<f64> },
+    /// Dynamic NTK: a set per length past `context`, from a base raised with it.
+    Dynamic {
+        context: usize,
+        factor: f64,
+        theta: f64,
+        head_dim: usize,
+    },
+}
+
+impl Beyond {
+    /// The pretrained context: calls within it rotate by the configured frequencies.
+    pub fn context(&self) -> usize {
+        match *self {
+            Beyond::Long { context, .. } | Beyond::Dynamic { context, .. } => context,
+        }
+    }
+
+    /// The frequencies of a call reaching `reach` positions (past the context).
+    pub fn frequencies(&self, reach: usize) -> Vec<f64> {
+        match self {
+            Beyond::Long { freqs, .. } => freqs.clone(),
+            &Beyond::Dynamic {
+                context,
+                factor,
+                theta,
+                head_dim,
+            } => {
+                let d = head_dim as f64;
+                let grown = factor * reach as f64 / context as f64 - (factor - 1.0);
+                base_frequencies(head_dim, theta * grown.powf(d / (d - 2.0)))
+            }
+        }
+    }
 }
 
 /// The plain frequencies theta^(-2i/d), i < d/2.
@@ -64,13 +111,28 @@ impl RopeScaling {
         let factor = match self {
             RopeScaling::Linear { factor }
             | RopeScaling::Llama3 { factor, .. }
-            | RopeScaling::Yarn { factor, .. } => *factor,
+            | RopeScaling::Yarn { factor, .. }
+            | RopeScaling::Dynamic { factor, .. } => *factor,
             RopeScaling::Longrope { factor, .. } => factor.unwrap_or(1.0),
         };
         if !(factor > 0.0 && factor.is_finite()) {
             out.push(format!(
                 "rope_scaling factor must be positive, got {factor}"
             ));
+        }
+        if let RopeScaling::Dynamic {
+            factor,
+            original_max_position_embeddings,
+        } = self
+        {
+            if *factor < 1.0 {
+                out.push(format!(
+                    "dynamic rope_scaling needs a factor of at least 1, got {factor}"
+                ));
+            }
+            if *original_max_position_embeddings == 0 {
+                out.push("original_max_position_embeddings must be positive".into());
+            }
         }
         if let RopeScaling::Llama3 {
             low_freq_factor,
@@ -91,18 +153,27 @@ impl RopeScaling {
         out
     }
 
-    /// LongRoPE's pretrained context and its frequencies beyond it (the long factors): a call
-    /// that reaches past that context rotates by these instead of `frequencies`.
-    pub fn long_frequencies(&self, head_dim: usize, theta: f64) -> Option<(usize, Vec<f64>)> {
+    /// The frequencies of calls that reach past the pretrained context: LongRoPE's long set,
+    /// or dynamic NTK's growing base; `None` for the scalings that have one set throughout.
+    pub fn beyond(&self, head_dim: usize, theta: f64) -> Option<Beyond> {
         match self {
             RopeScaling::Longrope {
                 long_factor,
                 original_max_position_embeddings,
                 ..
-            } => Some((
-                *original_max_position_embeddings,
-                divided(&base_frequencies(head_dim, theta), long_factor),
-            )),
+            } => Some(Beyond::Long {
+                context: *original_max_position_embeddings,
+                freqs: divided(&base_frequencies(head_dim, theta), long_factor),
+            }),
+            RopeScaling::Dynamic {
+                factor,
+                original_max_position_embeddings,
+            } => Some(Beyond::Dynamic {
+                context: *original_max_position_embeddings,
+                factor: *factor,
+                theta,
+                head_dim,
+            }),
             _ => None,
         }
     }
@@ -133,6 +204,7 @@ impl RopeScaling {
         }
         match *self {
             RopeScaling::Longrope { .. } => unreachable!("handled above"),
+            RopeScaling::Dynamic { .. } => (base, 1.0),
             RopeScaling::Linear { factor } => (base.iter().map(|f| f / factor).collect(), 1.0),
             RopeScaling::Llama3 {
                 factor,
@@ -247,6 +319,24 @@ mod tests {
         assert_eq!(given, same);
         assert!(
             (scale - same_scale).abs() < 1e-12 && (scale - (0.1 * 4.0f64.ln() + 1.0)).abs() < 1e-12
+        );
+    }
+
+    /// Dynamic NTK at the pretrained context is the plain base; at twice it with factor 2 the
+    /// base grows by 3^(d / (d - 2)).
+    #[test]
+    fn dynamic_ntk_raises_the_base_with_the_length_past_the_context() {
+        let scaling = RopeScaling::Dynamic {
+            factor: 2.0,
+            original_max_position_embeddings: 16,
+        };
+        let beyond = scaling.beyond(8, 10000.0).unwrap();
+        assert_eq!(beyond.frequencies(16), base_frequencies(8, 10000.0));
+        let want = base_frequencies(8, 10000.0 * 3f64.powf(8.0 / 6.0));
+        assert_eq!(beyond.frequencies(32), want);
+        assert_eq!(
+            scaling.frequencies(8, 10000.0, 32).0,
+            base_frequencies(8, 10000.0)
         );
     }
 
