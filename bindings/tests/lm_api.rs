@@ -178,3 +178,34 @@ fn export_gguf_names_an_unknown_dtype_and_a_wrong_tokenizer() {
         "{msg}"
     );
 }
+
+/// `experts` builds a mixture of experts from a script (Mixtral's layout): its loss is the
+/// cross-entropy plus the weighted router losses, and it trains; the router options without
+/// experts are refused by name, and a dense model has no router losses.
+#[test]
+fn a_mixture_of_experts_from_a_script_adds_its_router_losses_and_trains() {
+    let parts = eval(
+        r#"let moe = lm::transformer(#{ vocab: 20, d_model: 16, layers: 2, heads: 2, experts: 4, router_aux_loss_coef: 0.02, router_z_loss_coef: 0.01, seed: 3 });
+           let x = tensor([[1, 2, 3, 4, 5, 6, 7, 8]], #{ dtype: "i64" });
+           let y = tensor([[2, 3, 4, 5, 6, 7, 8, 9]], #{ dtype: "i64" });
+           let ce = nn::cross_entropy(moe.forward(x).reshape([8, 20]), y.reshape([8])).item();
+           let total = moe.loss(x, y).item();
+           let weighted = ce + 0.02 * moe.router_aux_loss(x).item() + 0.01 * moe.router_z_loss(x).item();
+           let opt = optim::adamw(moe.parameters(), #{ lr: 0.01 });
+           for i in 0..10 { let l = moe.loss(x, y); opt.zero_grad(); l.backward(); opt.step(); }
+           [total, weighted, moe.loss(x, y).item() / total, moe.config().experts]"#,
+    )
+    .unwrap()
+    .cast::<rhai::Array>();
+    let (total, weighted) = (parts[0].as_float().unwrap(), parts[1].as_float().unwrap());
+    assert!((total - weighted).abs() < 1e-5, "{total} vs {weighted}");
+    assert!(parts[2].as_float().unwrap() < 0.9, "{:?}", parts[2]);
+    assert_eq!(parts[3].as_int().unwrap(), 4);
+    let err = eval("lm::transformer(#{ vocab: 20, router_z_loss_coef: 0.1 })").unwrap_err();
+    assert!(
+        err.contains("router_z_loss_coef is a mixture-of-experts option; give experts too"),
+        "{err}"
+    );
+    let err = run("model.router_aux_loss(x)").unwrap_err();
+    assert!(err.contains("has no experts"), "{err}");
+}

@@ -172,6 +172,15 @@ fn check_family(family: &str, switch: impl Fn(&TransformerLm) -> bool) {
             (ours - theirs).abs() <= 1e-5 * theirs.abs(),
             "{family} load-balancing loss {ours} vs {theirs}"
         );
+        let ours = no_grad(|| model.router_z_loss(ids))
+            .unwrap()
+            .item()
+            .unwrap();
+        let theirs = want["z_loss"].item().unwrap();
+        assert!(
+            (ours - theirs).abs() <= 1e-5 * theirs.abs(),
+            "{family} router z-loss {ours} vs {theirs}"
+        );
     }
 
     let greedy = greedy_tokens(&want);
@@ -611,6 +620,32 @@ fn cuda_expert_gradients_match_transformers() {
             "{family} CUDA aux loss"
         );
     }
+}
+
+/// With output_router_logits, training's loss is the cross-entropy plus router_aux_loss_coef
+/// times the load-balancing loss plus router_z_loss_coef times the z-loss, and the z-loss's
+/// gradient reaches the routers.
+#[test]
+fn the_router_z_loss_joins_the_training_loss_with_its_weight() {
+    let mut model = load_pretrained(fixture("mixtral"), DType::F32, Device::Cpu).unwrap();
+    let want = expected("mixtral");
+    let ids = &want["input_ids"];
+    let plain = no_grad(|| model.loss(ids, ids)).unwrap().item().unwrap();
+    let aux = no_grad(|| model.router_aux_loss(ids)).unwrap();
+    let z = no_grad(|| model.router_z_loss(ids)).unwrap();
+    model.config.output_router_logits = true;
+    model.config.router_aux_loss_coef = Some(0.02);
+    model.config.router_z_loss_coef = Some(0.001);
+    let loss = model.loss(ids, ids).unwrap();
+    let want_total = plain + 0.02 * aux.item().unwrap() + 0.001 * z.item().unwrap();
+    assert!((loss.item().unwrap() - want_total).abs() < 1e-6 * want_total);
+    loss.backward().unwrap();
+    let router = model
+        .named_parameters()
+        .into_iter()
+        .find(|(n, _)| n.ends_with("mlp.gate.weight"))
+        .unwrap();
+    assert!(router.1.grad().is_some(), "{} has no gradient", router.0);
 }
 
 /// Qwen2 and Qwen3 checkpoints in llama.cpp's layout (`tests/fixtures/gguf/make_tiny_families.py`,

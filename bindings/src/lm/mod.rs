@@ -58,7 +58,7 @@ pub fn register(engine: &mut Engine) {
     let mut module = Module::new();
     {
         let mut api = Api::new(&mut module, Some("lm"));
-        api.func("transformer", "lm::transformer(#{ vocab, d_model, layers, heads, kv_heads, ffn, rope_theta, max_seq_len, norm_eps, tied, bidirectional, init_std, seed }) -> LanguageModel", "A LLaMA-family transformer (RMSNorm, rotary positions, grouped-query attention, SwiGLU) on the script's device. Parameter names follow Hugging Face LLaMA.", with_tokenizer!("let model = lm::transformer(#{ vocab: tok.vocab_size, d_model: 32, layers: 2, heads: 4, max_seq_len: 64 });"), model::transformer);
+        api.func("transformer", "lm::transformer(#{ vocab, d_model, layers, heads, kv_heads, ffn, rope_theta, max_seq_len, norm_eps, tied, bidirectional, init_std, seed, experts, experts_per_token, router_aux_loss_coef, router_z_loss_coef }) -> LanguageModel", "A LLaMA-family transformer (RMSNorm, rotary positions, grouped-query attention, SwiGLU) on the script's device. Parameter names follow Hugging Face LLaMA. experts makes every feed-forward a mixture of that many experts (Mixtral's layout, experts_per_token of them per token, 2 by default), whose loss adds router_aux_loss_coef (0.001) times the load-balancing loss and router_z_loss_coef (0) times the router z-loss.", with_tokenizer!("let model = lm::transformer(#{ vocab: tok.vocab_size, d_model: 32, layers: 2, heads: 4, max_seq_len: 64 });"), model::transformer);
         api.func("load", "lm::load(path) -> Checkpoint", "Reads a checkpoint written by model.save: ck.model(), ck.step(), ck.data_seed(), ck.extra(), ck.restore(opt).", with_lm!("model.save(\"out/lm.safetensors\", #{}); let ck = lm::load(\"out/lm.safetensors\"); let model = ck.model();"), |p: &str| checkpoint::load(p));
         api.func(
             "load_pretrained",
@@ -152,6 +152,20 @@ pub fn register(engine: &mut Engine) {
         api.method("stream", "model.stream(tok, text, opts, |piece| ...) -> text", "Generates after a text prompt, calling the closure with each new piece of text as it comes (whole characters only); returning false stops. No part of a stop string is ever handed to the closure.", with_tokenizer_and_lm!("let pieces = []; let text = model.stream(tok, \"the \", #{ max_new_tokens: 5 }, |piece| { pieces.push(piece); true });"), text::stream_text);
         api.method("chat", "model.chat(tok, template, [#{ role, content }, ...], opts) -> text", "The assistant's reply to a conversation: the chat template rendered with its generation prompt, encoded as it is written (the template writes any BOS), generated until the template's end-of-turn token (<|im_end|>, <|eot_id|>, <end_of_turn>, <|end|>, ...) or the tokenizer's end of text, unless opts.stop gives ids. opts are generate's; push the reply as #{ role: \"assistant\", content } to go on.", with_tokenizer_and_lm!("let t = text::chat_template(\"{% for m in messages %}{{ m.role }}: {{ m.content }}\\n{% endfor %}{% if add_generation_prompt %}assistant:{% endif %}\"); let reply = model.chat(tok, t, [#{ role: \"user\", content: \"the cat\" }], #{ max_new_tokens: 5, stop: [\"\\n\"] });"), text::chat);
         api.method("chat", "model.chat(tok, template, messages, opts, |piece| ...) -> text", "model.chat, streaming the reply: the closure gets each new piece of text; its false stops.", with_tokenizer_and_lm!("let t = text::chat_template(\"{% for m in messages %}{{ m.content }}{% endfor %}\"); model.chat(tok, t, [#{ role: \"user\", content: \"the cat\" }], #{ max_new_tokens: 5 }, |piece| { print(piece); true });"), text::chat_stream);
+        api.method(
+            "router_aux_loss",
+            "model.router_aux_loss(ids) -> Tensor",
+            "A mixture of experts' load-balancing loss over every layer's routing of ids [batch, seq] (Switch Transformers', as transformers' aux_loss): 1 when the routers spread tokens evenly.",
+            "let moe = lm::transformer(#{ vocab: 32, d_model: 16, layers: 2, heads: 2, experts: 4 }); print(moe.router_aux_loss(randint(0, 32, [2, 8])));",
+            |m: &mut Lm, ids: Tensor| guard(|| m.lock().router_aux_loss(&ids)),
+        );
+        api.method(
+            "router_z_loss",
+            "model.router_z_loss(ids) -> Tensor",
+            "A mixture of experts' router z-loss (ST-MoE): the mean over every layer's tokens of logsumexp(router logits)^2, which keeps the routers' logits small.",
+            "let moe = lm::transformer(#{ vocab: 32, d_model: 16, layers: 2, heads: 2, experts: 4, router_z_loss_coef: 0.001 }); print(moe.router_z_loss(randint(0, 32, [2, 8])));",
+            |m: &mut Lm, ids: Tensor| guard(|| m.lock().router_z_loss(&ids)),
+        );
         api.method(
             "log_probabilities",
             "model.log_probabilities(ids) -> array",

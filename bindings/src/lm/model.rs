@@ -3,7 +3,7 @@
 
 use crate::error::{guard, runtime_error, RhaiResult};
 use rhai::{Array, Dynamic, Map, INT};
-use rusting_brain::models::transformer_lm::{LmConfig, Precision, TransformerLm};
+use rusting_brain::models::transformer_lm::{Family, LmConfig, Precision, TransformerLm};
 use rusting_brain::nn::Module;
 use rusting_brain::{DType, Generator, Tensor};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -42,6 +42,11 @@ crate::options! {
         bidirectional: bool = false,
         init_std: f64,
         seed: INT = 0,
+        /// A mixture of experts (Mixtral's layout) with this many experts per layer.
+        experts: usize,
+        experts_per_token: usize = 2,
+        router_aux_loss_coef: f64 = 0.001,
+        router_z_loss_coef: f64 = 0.0,
     }
 }
 
@@ -62,6 +67,27 @@ pub fn transformer(opts: Map) -> RhaiResult<Lm> {
     c.tied_embeddings = o.tied;
     c.bidirectional = o.bidirectional;
     c.init_std = o.init_std.unwrap_or(c.init_std);
+    if let Some(experts) = o.experts {
+        // Mixtral's layout; training adds the router losses, as output_router_logits does.
+        c.family = Family::Mixtral;
+        c.n_experts = Some(experts);
+        c.experts_per_token = Some(o.experts_per_token);
+        c.output_router_logits = true;
+        c.router_aux_loss_coef = Some(o.router_aux_loss_coef);
+        c.router_z_loss_coef = Some(o.router_z_loss_coef).filter(|&w| w != 0.0);
+    } else if let Some(k) = [
+        ("experts_per_token", o.experts_per_token != 2),
+        ("router_aux_loss_coef", o.router_aux_loss_coef != 0.001),
+        ("router_z_loss_coef", o.router_z_loss_coef != 0.0),
+    ]
+    .iter()
+    .find(|(_, given)| *given)
+    {
+        return Err(runtime_error(format!(
+            "lm::transformer: {} is a mixture-of-experts option; give experts too",
+            k.0
+        )));
+    }
     let mut gen = Generator::new(o.seed as u64);
     let device = crate::tensor::default_device();
     guard(|| TransformerLm::new_on(c, &mut gen, DType::F32, device)).map(Lm::new)
@@ -78,6 +104,10 @@ pub fn config_map(c: &LmConfig) -> Map {
     int("kv_heads", c.n_kv_heads);
     int("ffn", c.ffn_hidden);
     int("max_seq_len", c.max_seq_len);
+    if let Some(experts) = c.n_experts {
+        int("experts", experts);
+        int("experts_per_token", c.experts_per_token.unwrap_or(1));
+    }
     m.insert("rope_theta".into(), Dynamic::from_float(c.rope_theta));
     m.insert("norm_eps".into(), Dynamic::from_float(c.norm_eps));
     m.insert("init_std".into(), Dynamic::from_float(c.init_std));

@@ -53,6 +53,6 @@ pub use prelu::PRelu;
 pub use recurrent::{Cell, Recurrent, RecurrentConfig, RecurrentOutput};
 pub use sequential::Sequential;
 pub use softmax::Softmax;
-pub use sparse_moe::{load_balancing_loss, Routing, SharedExpert, SparseMoe};
+pub use sparse_moe::{load_balancing_loss, router_z_loss, Routing, SharedExpert, SparseMoe};
 pub use summary::{describe, with_commas, Summary};
 pub use transformer::{EncoderLayerConfig, TransformerEncoderLayer};

@@ -41,6 +41,8 @@ pub struct SharedExpert {
 
 /// Where a layer's router sent the tokens, for the load-balancing loss.
 pub struct Routing {
+    /// The router's logits, F32 [tokens, experts].
+    pub logits: Tensor,
     /// softmax of the router's logits, F32 [tokens, experts].
     pub probs: Tensor,
     /// The chosen experts, I64 [tokens, k].
@@ -114,11 +116,8 @@ impl SparseMoe {
         }
         let n = x.numel() / d;
         let flat = x.reshape_to(&[n, d])?;
-        let probs = self
-            .gate
-            .forward(&flat)?
-            .to_dtype(DType::F32)?
-            .softmax(-1)?;
+        let logits = self.gate.forward(&flat)?.to_dtype(DType::F32)?;
+        let probs = logits.softmax(-1)?;
         let chosen = top_experts(&probs, self.top_k)?;
         let mut weights = probs.gather(-1, &chosen)?;
         if self.renormalize {
@@ -150,7 +149,14 @@ impl SparseMoe {
             y = y.to_dtype(s.dtype().promote(y.dtype()))?.add(&s)?;
         }
         let y = y.to_dtype(x.dtype())?.reshape_to(x.shape())?;
-        Ok((y, Routing { probs, chosen }))
+        Ok((
+            y,
+            Routing {
+                logits,
+                probs,
+                chosen,
+            },
+        ))
     }
 }
 
@@ -180,6 +186,20 @@ pub fn load_balancing_loss(routings: &[Routing]) -> Result<Tensor> {
         .mul(&prob.mul_scalar(1.0 / rows)?)?
         .sum()?
         .mul_scalar(experts as f64)
+}
+
+/// The router z-loss of ST-MoE (Zoph et al. 2022) over every layer's routing: the mean over all
+/// layers' tokens of logsumexp(router logits)^2, as transformers' Switch Transformers computes
+/// it. It keeps the router's logits small, which keeps its softmax stable in low precision.
+pub fn router_z_loss(routings: &[Routing]) -> Result<Tensor> {
+    if routings.is_empty() {
+        return Err(Error::invalid("router_z_loss", "no MoE layer ran"));
+    }
+    let squares: Vec<Tensor> = routings
+        .iter()
+        .map(|r| r.logits.logsumexp(&[-1], false)?.square())
+        .collect::<Result<_>>()?;
+    Tensor::cat(&squares, 0)?.mean()
 }
 
 impl Module for SparseMoe {

@@ -97,6 +97,10 @@ pub struct LmConfig {
     /// The weight of the load-balancing loss in `loss` when `output_router_logits`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub router_aux_loss_coef: Option<f64>,
+    /// The weight of the router z-loss in `loss` when `output_router_logits` (Switch
+    /// Transformers' name; transformers' decoder families have none, so 0 there).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub router_z_loss_coef: Option<f64>,
     /// Training adds the load-balancing loss (transformers' switch of the same name).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub output_router_logits: bool,
@@ -165,6 +169,7 @@ impl LmConfig {
             shared_expert_intermediate_size: None,
             norm_topk_prob: None,
             router_aux_loss_coef: None,
+            router_z_loss_coef: None,
             output_router_logits: false,
             decoder_sparse_step: None,
             mlp_only_layers: Vec::new(),

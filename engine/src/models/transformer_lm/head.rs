@@ -3,7 +3,7 @@
 //! load-balancing loss.
 
 use super::model::TransformerLm;
-use crate::nn::{load_balancing_loss, Module, Routing};
+use crate::nn::{load_balancing_loss, router_z_loss, Module, Routing};
 use crate::ops::linear_loss::linear_cross_entropy;
 use crate::ops::loss::CrossEntropyOptions;
 use crate::{no_grad, DType, Error, Result, Tensor};
@@ -70,20 +70,25 @@ impl TransformerLm {
                 rhs: targets.shape().to_vec(),
             });
         }
-        // transformers adds the load-balancing loss only under output_router_logits.
-        let aux_weight = self
-            .config
-            .router_aux_loss_coef
-            .filter(|&w| self.config.output_router_logits && w != 0.0);
+        // transformers adds the load-balancing loss only under output_router_logits; the
+        // z-loss rides the same switch.
+        let weight =
+            |coef: Option<f64>| coef.filter(|&w| self.config.output_router_logits && w != 0.0);
+        let aux_weight = weight(self.config.router_aux_loss_coef);
+        let z_weight = weight(self.config.router_z_loss_coef);
         let record = RefCell::new(Vec::new());
-        let routing = aux_weight.map(|_| &record);
+        let routing = (aux_weight.is_some() || z_weight.is_some()).then_some(&record);
         let hidden = self.hidden_in(ids, None, self.head_reads_products(), routing)?;
         let targets = targets.to_device(self.device())?;
-        let loss = self.cross_entropy_of(&hidden, &targets)?;
-        match aux_weight {
-            Some(w) => loss.add(&load_balancing_loss(&record.into_inner())?.mul_scalar(w)?),
-            None => Ok(loss),
+        let mut loss = self.cross_entropy_of(&hidden, &targets)?;
+        let routings = record.into_inner();
+        if let Some(w) = aux_weight {
+            loss = loss.add(&load_balancing_loss(&routings)?.mul_scalar(w)?)?;
         }
+        if let Some(w) = z_weight {
+            loss = loss.add(&router_z_loss(&routings)?.mul_scalar(w)?)?;
+        }
+        Ok(loss)
     }
 
     /// The load-balancing loss of the mixture-of-experts layers' routing of ids [B, T] (as
@@ -96,6 +101,18 @@ impl TransformerLm {
             ));
         }
         load_balancing_loss(&self.routing(ids)?)
+    }
+
+    /// The router z-loss of the mixture-of-experts layers' routing of ids [B, T] (the mean
+    /// squared log-partition of every router's logits, before `router_z_loss_coef`).
+    pub fn router_z_loss(&self, ids: &Tensor) -> Result<Tensor> {
+        if !self.config.family.is_moe() {
+            return Err(Error::invalid(
+                "router_z_loss",
+                format!("a {} model has no experts", self.config.family.model_type()),
+            ));
+        }
+        router_z_loss(&self.routing(ids)?)
     }
 
     /// Where each sparse layer's router sent the tokens of ids [B, T]: one `Routing` per
