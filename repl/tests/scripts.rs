@@ -466,6 +466,81 @@ fn finetune_lora_saves_a_peft_adapter_and_samples_before_and_after() {
         .exists());
 }
 
+/// A save_pretrained folder of one of the family fixtures (tests/fixtures/lm_families: a
+/// random-weight Qwen2 or Gemma from transformers, vocabulary 64) with a character-level
+/// byte-level BPE tokenizer.json of that vocabulary: lowercase letters, the space, '.' and ','
+/// (anything else is `<unk>`), and pairs of letters up to 64 entries (no merges reach them; they
+/// give every id the model can emit a text).
+fn family_checkpoint(dir: &std::path::Path, family: &str) -> PathBuf {
+    let from = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../tests/fixtures/lm_families")
+        .join(family);
+    let to = dir.join(family);
+    std::fs::create_dir_all(&to).unwrap();
+    for file in ["config.json", "model.safetensors"] {
+        std::fs::copy(from.join(file), to.join(file)).unwrap();
+    }
+    let mut vocab = serde_json::Map::new();
+    let pairs = ('a'..='z').flat_map(|a| ('a'..='z').map(move |b| format!("{a}{b}")));
+    for (i, piece) in ["<unk>", "<eos>", "Ġ", ".", ","]
+        .into_iter()
+        .map(String::from)
+        .chain(('a'..='z').map(String::from))
+        .chain(pairs)
+        .take(64)
+        .enumerate()
+    {
+        vocab.insert(piece, i.into());
+    }
+    let tokenizer = serde_json::json!({
+        "version": "1.0", "truncation": null, "padding": null,
+        "added_tokens": [{"id": 1, "content": "<eos>", "special": true}],
+        "normalizer": {"type": "Lowercase"},
+        "pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": false, "use_regex": true},
+        "post_processor": null,
+        "decoder": {"type": "ByteLevel"},
+        "model": {"type": "BPE", "vocab": vocab, "merges": [], "unk_token": "<unk>"}
+    });
+    std::fs::write(to.join("tokenizer.json"), tokenizer.to_string()).unwrap();
+    to
+}
+
+/// scripts/finetune_lora.rhai runs unchanged on a Qwen2 checkpoint (biases on q, k and v) and
+/// a Gemma one (tied embeddings, 1 + w norms, GeGLU): samples, trains the adapters and writes
+/// a PEFT adapter naming the family's projections.
+#[test]
+fn finetune_lora_runs_unchanged_on_qwen2_and_gemma_checkpoints() {
+    for family in ["qwen2", "gemma"] {
+        let dir = tempfile::tempdir().unwrap();
+        let model = family_checkpoint(dir.path(), family);
+        std::fs::write(dir.path().join("story.txt"), story(2)).unwrap();
+        let out = run_script(
+            &dir,
+            "finetune_lora.rhai",
+            &[
+                &format!("model={}", model.display()),
+                &format!("text={}", dir.path().join("story.txt").display()),
+                "steps=4",
+                "rank=2",
+                "seq=16",
+                "max_new_tokens=3",
+                "prompt=the cat",
+            ],
+        );
+        let stdout = text(&out.stdout);
+        assert!(out.status.success(), "{family}: {}", text(&out.stderr));
+        assert!(stdout.contains("before: the cat"), "{family}: {stdout}");
+        assert!(stdout.contains("after: the cat"), "{family}: {stdout}");
+        let config =
+            std::fs::read_to_string(dir.path().join("adapter/adapter_config.json")).unwrap();
+        assert!(config.contains("\"q_proj\""), "{family}: {config}");
+        assert!(dir
+            .path()
+            .join("adapter/adapter_model.safetensors")
+            .exists());
+    }
+}
+
 #[test]
 fn train_lm_trains_on_a_folder_of_text_given_as_corpus() {
     let dir = tempfile::tempdir().unwrap();
