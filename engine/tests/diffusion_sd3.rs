@@ -263,6 +263,88 @@ fn flux_draws_what_diffusers_draws() {
     assert!(err < 1.0 / 255.0, "images differ by {err:.2e}");
 }
 
+/// Image to image on SD3 and FLUX (`make_mmdit_img2img.py`: diffusers' img2img pipelines from
+/// the same folders, their two noise draws recorded): 5 steps at strength 0.7 run 4, as those
+/// pipelines round (int(5 - 3.5) = 1 skipped), and give diffusers' images within 1/255.
+#[test]
+fn sd3_and_flux_image_to_image_draw_what_diffusers_draws() {
+    for (folder, guidance) in [("sd3_tiny", 7.0), ("flux_tiny", 3.5)] {
+        let pipe = StableDiffusion::from_folder(&fixture(folder)).unwrap();
+        let want = expected(folder);
+        let ask = TextToImage {
+            prompts: vec!["a red cat".into(), "a dog".into()],
+            steps: 5,
+            guidance,
+            init_image: Some(want["init_image"].clone()),
+            strength: 0.7,
+            init_noise: Some((want["init_draw"].clone(), want["init_noise"].clone())),
+            max_sequence_length: Some(24),
+            ..TextToImage::default()
+        };
+        assert_eq!(pipe.steps_run(&ask), 4, "{folder}");
+        let mut ran = 0;
+        let image = pipe
+            .generate(&ask, &mut |_, _| {
+                ran += 1;
+                Ok(())
+            })
+            .unwrap();
+        assert_eq!(ran, 4, "{folder}");
+        let err = worst(&image, &want["img2img"]);
+        assert!(
+            err < 1.0 / 255.0,
+            "{folder} image-to-image differs by {err:.2e}"
+        );
+    }
+}
+
+/// FLUX's true classifier-free guidance (diffusers' true_cfg_scale 2 with negative prompts,
+/// beside the distilled guidance 3.5): diffusers' images within 1/255; without a negative
+/// prompt, or on another model, it is refused by name.
+#[test]
+fn flux_true_cfg_mixes_a_negative_pass_as_diffusers_does() {
+    let pipe = StableDiffusion::from_folder(&fixture("flux_tiny")).unwrap();
+    let want = expected("flux_tiny");
+    let sd3_ask = ask(7.0, vec![], &expected("sd3_tiny")["latents"]);
+    let ask = TextToImage {
+        steps: 4,
+        true_cfg: 2.0,
+        ..ask(
+            3.5,
+            vec!["blurry".to_string(), "dark".to_string()],
+            &want["latents"],
+        )
+    };
+    let images = pipe.generate(&ask, &mut |_, _| Ok(())).unwrap();
+    let err = worst(&images, &want["true_cfg"]);
+    assert!(err < 1.0 / 255.0, "true CFG images differ by {err:.2e}");
+    let plain = worst(&images, &want["images"]);
+    assert!(plain > 1e-3, "true CFG changed nothing ({plain:.2e})");
+    let err = pipe
+        .generate(
+            &TextToImage {
+                negative: vec![],
+                ..ask.clone()
+            },
+            &mut |_, _| Ok(()),
+        )
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("give one"), "{err}");
+    let sd3 = StableDiffusion::from_folder(&fixture("sd3_tiny")).unwrap();
+    let err = sd3
+        .generate(
+            &TextToImage {
+                true_cfg: 2.0,
+                ..sd3_ask
+            },
+            &mut |_, _| Ok(()),
+        )
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("FLUX's second guidance"), "{err}");
+}
+
 #[test]
 fn flux_latents_pack_into_2x2_patches_and_back() {
     let x = Tensor::from_f64s(

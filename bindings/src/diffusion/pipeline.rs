@@ -98,6 +98,8 @@ crate::options! {
     struct GenerateOptions {
         steps: usize,
         guidance: f64,
+        /// FLUX's true classifier-free guidance scale (with a negative prompt).
+        true_cfg: f64 = 1.0,
         seed: INT = 0,
         width: usize,
         height: usize,
@@ -176,6 +178,7 @@ pub(super) fn generate(
         negative,
         steps: o.steps.unwrap_or_else(|| pipe.0.default_steps()),
         guidance: o.guidance.unwrap_or_else(|| pipe.0.default_guidance()),
+        true_cfg: o.true_cfg,
         size,
         seed: o.seed as u64,
         scheduler: o.scheduler,
@@ -192,7 +195,7 @@ pub(super) fn generate(
     };
     let bar = o
         .progress
-        .then(|| Progress::new(ask.steps_run() as u64, "denoising"));
+        .then(|| Progress::new(pipe.0.steps_run(&ask) as u64, "denoising"));
     let images = pipe.0.generate(&ask, &mut |_, _| {
         if let Some(b) = &bar {
             b.inc(1);

@@ -43,7 +43,7 @@ impl StableDiffusion {
             ));
         }
         let steps = sched.timesteps().len();
-        let run = ask.steps_run();
+        let run = self.steps_run(ask);
         if run == 0 {
             return Err(Error::invalid(
                 "generate",

@@ -16,8 +16,13 @@ pub struct TextToImage {
     /// One negative prompt for all, or one per prompt; empty is "" (the unconditional text).
     pub negative: Vec<String>,
     pub steps: usize,
-    /// Classifier-free guidance scale; at 1 or below the unconditional pass is skipped.
+    /// Classifier-free guidance scale; at 1 or below the unconditional pass is skipped. FLUX
+    /// takes it as an input of the model instead (its distilled guidance).
     pub guidance: f64,
+    /// FLUX's true classifier-free guidance (diffusers' `true_cfg_scale`): above 1, and with
+    /// a negative prompt, a second pass on the negative prompt mixed at this scale beside the
+    /// distilled guidance. The other models guide by `guidance`.
+    pub true_cfg: f64,
     /// The image size; `None` is the UNet's `sample_size` times the VAE's downscale.
     pub size: Option<(usize, usize)>,
     pub seed: u64,
@@ -57,17 +62,6 @@ pub struct TextToImage {
     pub cuda_graph: bool,
 }
 
-impl TextToImage {
-    /// The denoising steps a call runs: all of them, or for an init image the last
-    /// int(steps · strength) (diffusers' `get_timesteps`).
-    pub fn steps_run(&self) -> usize {
-        match self.init_image {
-            Some(_) => ((self.steps as f64 * self.strength) as usize).min(self.steps),
-            None => self.steps,
-        }
-    }
-}
-
 impl Default for TextToImage {
     fn default() -> Self {
         TextToImage {
@@ -75,6 +69,7 @@ impl Default for TextToImage {
             negative: Vec::new(),
             steps: 50,
             guidance: 7.5,
+            true_cfg: 1.0,
             size: None,
             seed: 0,
             scheduler: None,
@@ -93,6 +88,23 @@ impl Default for TextToImage {
 }
 
 impl StableDiffusion {
+    /// The denoising steps `ask` runs: all of them, or for an init image the last part of the
+    /// walk, as each diffusers pipeline rounds it (`get_timesteps`): the UNet pipelines run
+    /// int(steps · strength), SD3's and FLUX's start at int(steps - steps · strength) and run
+    /// the rest (5 steps at 0.7: 3 and 4).
+    pub fn steps_run(&self, ask: &TextToImage) -> usize {
+        if ask.init_image.is_none() {
+            return ask.steps;
+        }
+        let part = ask.steps as f64 * ask.strength;
+        match self.denoiser {
+            Denoiser::UNet(_) => (part as usize).min(ask.steps),
+            Denoiser::Sd3(_) | Denoiser::Flux(_) => {
+                ask.steps - ((ask.steps as f64 - part).max(0.0) as usize).min(ask.steps)
+            }
+        }
+    }
+
     /// Images [N, H, W, 3] (F32 in [0, 1]) for the prompts; `progress(step, steps)` after
     /// each denoising step.
     pub fn generate(
@@ -152,9 +164,33 @@ impl StableDiffusion {
             _ => sched.set_timesteps(ask.steps)?,
         }
         let prompts: Vec<&str> = ask.prompts.iter().map(String::as_str).collect();
-        // Classifier-free guidance: a second, unconditional pass (not for FLUX, which takes
-        // the scale as an input).
-        let guided = ask.guidance > 1.0 && !matches!(self.denoiser, Denoiser::Flux(_));
+        // Classifier-free guidance: a second pass on the negative (or empty) prompt, mixed at
+        // this scale. FLUX takes `guidance` as an input instead; its true CFG needs a negative
+        // prompt, as diffusers' does.
+        if ask.true_cfg != 1.0 {
+            if !matches!(self.denoiser, Denoiser::Flux(_)) {
+                return Err(Error::invalid(
+                    "generate",
+                    format!("true CFG ({}) is FLUX's second guidance; this model's classifier-free guidance is its guidance scale", ask.true_cfg),
+                ));
+            }
+            if ask.negative.is_empty() {
+                return Err(Error::invalid(
+                    "generate",
+                    format!(
+                        "FLUX's true CFG ({}) mixes in a pass on the negative prompt: give one",
+                        ask.true_cfg
+                    ),
+                ));
+            }
+        }
+        let cfg = match self.denoiser {
+            Denoiser::Flux(_) => {
+                (ask.true_cfg > 1.0 && !ask.negative.is_empty()).then_some(ask.true_cfg)
+            }
+            _ => (ask.guidance > 1.0).then_some(ask.guidance),
+        };
+        let guided = cfg.is_some();
         let cond = {
             let cond = self.encode_prompts(&prompts, ask.max_sequence_length)?;
             match guided {
@@ -246,12 +282,12 @@ impl StableDiffusion {
             }
             .to_dtype(dtype)?;
             let pred = denoise.predict(&input, sched.timesteps()[i])?;
-            let pred = match guided {
-                false => pred,
-                true => {
+            let pred = match cfg {
+                None => pred,
+                Some(scale) => {
                     let halves = pred.chunk(2, 0)?;
                     let (uncond, cond) = (&halves[0], &halves[1]);
-                    uncond.add(&cond.sub(uncond)?.mul_scalar(ask.guidance)?)?
+                    uncond.add(&cond.sub(uncond)?.mul_scalar(scale)?)?
                 }
             };
             latents = sched.step(&pred.to_dtype(DType::F32)?, &latents, &mut noise)?;
