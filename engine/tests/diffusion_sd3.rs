@@ -298,6 +298,38 @@ fn sd3_and_flux_image_to_image_draw_what_diffusers_draws() {
     }
 }
 
+/// FLUX inpainting (`make_mmdit_img2img.py`: diffusers' FluxInpaintPipeline, its draws
+/// recorded): at strength 1 the mask's inside starts from pure noise, at 0.6 from the image
+/// noised part of the way; after every step the outside is the image's latents at the next
+/// step's noise; diffusers' images within 1/255.
+#[test]
+fn flux_inpainting_draws_what_diffusers_draws() {
+    let pipe = StableDiffusion::from_folder(&fixture("flux_tiny")).unwrap();
+    let want = expected("flux_tiny");
+    for (tag, strength) in [("inpaint_s10", 1.0), ("inpaint_s6", 0.6)] {
+        let ask = TextToImage {
+            prompts: vec!["a red cat".into(), "a dog".into()],
+            steps: 5,
+            guidance: 3.5,
+            init_image: Some(want["init_image"].clone()),
+            mask: Some(want["mask"].clone()),
+            strength,
+            init_noise: Some((
+                want[&format!("{tag}_draw")].clone(),
+                want[&format!("{tag}_noise")].clone(),
+            )),
+            max_sequence_length: Some(24),
+            ..TextToImage::default()
+        };
+        let image = pipe.generate(&ask, &mut |_, _| Ok(())).unwrap();
+        let err = worst(&image, &want[&format!("{tag}_images")]);
+        assert!(
+            err < 1.0 / 255.0,
+            "FLUX inpainting at strength {strength} differs by {err:.2e}"
+        );
+    }
+}
+
 /// FLUX's true classifier-free guidance (diffusers' true_cfg_scale 2 with negative prompts,
 /// beside the distilled guidance 3.5): diffusers' images within 1/255; without a negative
 /// prompt, or on another model, it is refused by name.
