@@ -377,6 +377,58 @@ fn flux_true_cfg_mixes_a_negative_pass_as_diffusers_does() {
     assert!(err.contains("FLUX's second guidance"), "{err}");
 }
 
+/// SD3 and FLUX LoRA files in diffusers' layout (`make_mmdit_lora.py`: PEFT adapters on both
+/// streams' attention projections and feed-forwards, FLUX's single blocks too, alpha in the
+/// file's metadata), merged at strength 0.7: the transformer's output diffusers computes after
+/// `load_lora_weights` + `fuse_lora(0.7)`, within 1e-4 relative.
+#[test]
+fn sd3_and_flux_loras_merge_as_diffusers_fuses_them() {
+    use rusting_brain::models::diffusion::denoiser::Denoiser;
+    let fused = safetensors::load(fixture("mmdit_lora").join("expected.safetensors")).unwrap();
+    for (name, folder, modules) in [("sd3", "sd3_tiny", 26), ("flux", "flux_tiny", 29)] {
+        let pipe = StableDiffusion::from_folder(&fixture(folder)).unwrap();
+        let want = expected(folder);
+        let (denoiser, text) = pipe
+            .add_lora(
+                &fixture("mmdit_lora").join(format!("{name}.safetensors")),
+                0.7,
+            )
+            .unwrap();
+        assert_eq!((denoiser, text), (modules, 0), "{name}");
+        let got = rusting_brain::no_grad(|| match &pipe.denoiser {
+            Denoiser::Sd3(m) => {
+                m.predict(&want["x"], &want["t"], &want["context"], &want["pooled_in"])
+            }
+            Denoiser::Flux(m) => {
+                let ids = flux::image_ids(8, 8);
+                m.predict(
+                    &want["x"],
+                    &FluxInputs {
+                        context: &want["context"],
+                        pooled: &want["pooled_in"],
+                        timesteps: &want["t"],
+                        guidance: Some(&want["guidance"]),
+                        image_ids: &ids,
+                    },
+                )
+            }
+            Denoiser::UNet(_) => unreachable!("an MMDiT folder"),
+        })
+        .unwrap();
+        let target = &fused[&format!("{name}_fused")];
+        let scale = target
+            .to_vec_f64()
+            .unwrap()
+            .iter()
+            .fold(0.0f64, |m, v| m.max(v.abs()));
+        let err = worst(&got, target) / scale;
+        assert!(
+            err < 1e-4,
+            "{name}: fused LoRA differs by {err:.2e} (relative)"
+        );
+    }
+}
+
 #[test]
 fn flux_latents_pack_into_2x2_patches_and_back() {
     let x = Tensor::from_f64s(
