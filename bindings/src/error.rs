@@ -126,10 +126,12 @@ pub fn in_script_terms(engine: &rhai::Engine, e: Box<EvalAltResult>) -> Box<Eval
             let text = script_type_names(engine, &format!("Function not found: {signature}"));
             let name = signature.split(" (").next().unwrap_or(signature);
             let forms = crate::help::forms_of(name);
-            match (forms.is_empty(), crate::help::closest_name(name)) {
-                (false, _) => format!("{text}; {name} takes: {}", forms.join(" | ")),
-                (true, Some(near)) => format!("{text}; did you mean {near}?"),
-                (true, None) => text,
+            if !forms.is_empty() {
+                format!("{text}; {name} takes: {}", forms.join(" | "))
+            } else if let Some(near) = crate::help::closest_name(name) {
+                format!("{text}; did you mean {near}?")
+            } else {
+                text
             }
         }
         other => {

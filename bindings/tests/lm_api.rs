@@ -206,6 +206,12 @@ fn a_mixture_of_experts_from_a_script_adds_its_router_losses_and_trains() {
         err.contains("router_z_loss_coef is a mixture-of-experts option; give experts too"),
         "{err}"
     );
+    let err =
+        eval("lm::transformer(#{ vocab: 20, experts: 2, experts_per_token: 3 })").unwrap_err();
+    assert!(
+        err.contains("experts_per_token (3) must be between 1 and experts (2)"),
+        "{err}"
+    );
     let err = run("model.router_aux_loss(x)").unwrap_err();
     assert!(err.contains("has no experts"), "{err}");
 }

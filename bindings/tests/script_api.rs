@@ -456,6 +456,15 @@ fn an_array_index_reads_and_writes_several_dims() {
         values(&format!("{grid} x[[0..=1, 1..=-1]]")),
         [1., 2., 3., 5., 6., 7.]
     );
+    // An inclusive end before the first position selects nothing.
+    assert!(values(&format!("{grid} x[[0, 0..=-6]]")).is_empty());
+    // A batch of one written into a row loses its leading 1, as in PyTorch.
+    assert_eq!(
+        values(&format!(
+            "{grid} x[1] = tensor([[9.0, 9.0, 9.0, 9.0]]); x[1]"
+        )),
+        [9., 9., 9., 9.]
+    );
     let y = values(&format!(
         "{grid} let alias = x; x[[(), 3]] = -1.0; x[[0, 0..2]] = tensor([7.0, 8.0]); alias"
     ));

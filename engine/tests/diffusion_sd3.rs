@@ -29,10 +29,19 @@ fn expected(name: &str) -> BTreeMap<String, Tensor> {
 fn worst(got: &Tensor, want: &Tensor) -> f64 {
     assert_eq!(got.shape(), want.shape());
     let (g, w) = (got.to_vec_f64().unwrap(), want.to_vec_f64().unwrap());
-    g.iter()
-        .zip(&w)
-        .map(|(a, b)| (a - b).abs())
-        .fold(0.0, f64::max)
+    // Equal values (infinities too, NaN beside NaN) differ by 0; a NaN on one side fails
+    // (f64::max would skip it).
+    g.iter().zip(&w).fold(0.0, |m, (a, b)| {
+        let d = match a == b || (a.is_nan() && b.is_nan()) {
+            true => 0.0,
+            false => (a - b).abs(),
+        };
+        if d.is_nan() {
+            f64::INFINITY
+        } else {
+            m.max(d)
+        }
+    })
 }
 
 const T5_PROMPTS: [&str; 3] = [

@@ -624,28 +624,57 @@ fn cuda_expert_gradients_match_transformers() {
 
 /// With output_router_logits, training's loss is the cross-entropy plus router_aux_loss_coef
 /// times the load-balancing loss plus router_z_loss_coef times the z-loss, and the z-loss's
-/// gradient reaches the routers.
+/// gradient reaches the routers (their gradient moves when its weight is on).
 #[test]
 fn the_router_z_loss_joins_the_training_loss_with_its_weight() {
-    let mut model = load_pretrained(fixture("mixtral"), DType::F32, Device::Cpu).unwrap();
     let want = expected("mixtral");
     let ids = &want["input_ids"];
-    let plain = no_grad(|| model.loss(ids, ids)).unwrap().item().unwrap();
-    let aux = no_grad(|| model.router_aux_loss(ids)).unwrap();
-    let z = no_grad(|| model.router_z_loss(ids)).unwrap();
-    model.config.output_router_logits = true;
-    model.config.router_aux_loss_coef = Some(0.02);
-    model.config.router_z_loss_coef = Some(0.001);
-    let loss = model.loss(ids, ids).unwrap();
-    let want_total = plain + 0.02 * aux.item().unwrap() + 0.001 * z.item().unwrap();
-    assert!((loss.item().unwrap() - want_total).abs() < 1e-6 * want_total);
-    loss.backward().unwrap();
-    let router = model
-        .named_parameters()
-        .into_iter()
-        .find(|(n, _)| n.ends_with("mlp.gate.weight"))
+    let (plain, aux, z) = {
+        let model = load_pretrained(fixture("mixtral"), DType::F32, Device::Cpu).unwrap();
+        let plain = no_grad(|| model.loss(ids, ids)).unwrap().item().unwrap();
+        let aux = no_grad(|| model.router_aux_loss(ids))
+            .unwrap()
+            .item()
+            .unwrap();
+        let z = no_grad(|| model.router_z_loss(ids))
+            .unwrap()
+            .item()
+            .unwrap();
+        (plain, aux, z)
+    };
+    // The loss and the first router's gradient with the z-loss at `z_coef`.
+    let trained = |z_coef: Option<f64>| {
+        let mut model = load_pretrained(fixture("mixtral"), DType::F32, Device::Cpu).unwrap();
+        model.config.output_router_logits = true;
+        model.config.router_aux_loss_coef = Some(0.02);
+        model.config.router_z_loss_coef = z_coef;
+        let loss = model.loss(ids, ids).unwrap();
+        loss.backward().unwrap();
+        let (_, router) = model
+            .named_parameters()
+            .into_iter()
+            .find(|(n, _)| n.ends_with("mlp.gate.weight"))
+            .unwrap();
+        (loss.item().unwrap(), router.grad().unwrap())
+    };
+    let (with_z, grad_with) = trained(Some(0.5));
+    let want_total = plain + 0.02 * aux + 0.5 * z;
+    assert!((with_z - want_total).abs() < 1e-6 * want_total);
+    let (without_z, grad_without) = trained(None);
+    assert!((without_z - (plain + 0.02 * aux)).abs() < 1e-6 * without_z);
+    let moved = grad_with
+        .sub(&grad_without)
+        .unwrap()
+        .abs()
+        .unwrap()
+        .max()
+        .unwrap()
+        .item()
         .unwrap();
-    assert!(router.1.grad().is_some(), "{} has no gradient", router.0);
+    assert!(
+        moved > 1e-6,
+        "the z-loss did not reach the router ({moved:e})"
+    );
 }
 
 /// Qwen2 and Qwen3 checkpoints in llama.cpp's layout (`tests/fixtures/gguf/make_tiny_families.py`,

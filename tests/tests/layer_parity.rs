@@ -36,11 +36,15 @@ fn state(f: &BTreeMap<String, Tensor>, prefix: &str) -> BTreeMap<String, Tensor>
 fn assert_close(what: &str, got: &Tensor, want: &Tensor, tol: f64) {
     assert_eq!(got.shape(), want.shape(), "{what}: shape");
     let (g, w) = (got.to_vec_f64().unwrap(), want.to_vec_f64().unwrap());
-    let worst = g
-        .iter()
-        .zip(&w)
-        .map(|(a, b)| (a - b).abs() / (1.0 + b.abs()))
-        .fold(0.0, f64::max);
+    // Each difference over 1 + |want|; a NaN on one side fails (f64::max would skip it).
+    let worst = g.iter().zip(&w).fold(0.0, |m: f64, (a, b)| {
+        let d = (a - b).abs() / (1.0 + b.abs());
+        if d.is_nan() && !(a.is_nan() && b.is_nan()) {
+            f64::INFINITY
+        } else {
+            m.max(d)
+        }
+    });
     assert!(worst < tol, "{what}: worst relative error {worst:e}");
 }
 

@@ -4,6 +4,7 @@
 //! as the published models are checked). Every file in the folder is a case; a file whose
 //! outputs are missing from io.safetensors fails, so a case cannot drop out unseen.
 
+use rb_integration_tests::parity::worst_difference;
 use rusting_brain::graph::OnnxGraph;
 use rusting_brain::nn::Module;
 use rusting_brain::{DType, Device, Tensor};
@@ -36,11 +37,7 @@ fn relative_error(got: &Tensor, want: &Tensor) -> Result<f64, String> {
     }
     let (g, w) = (got.to_vec_f64().unwrap(), want.to_vec_f64().unwrap());
     let scale = w.iter().fold(1.0f64, |m, v| m.max(v.abs()));
-    Ok(g.iter()
-        .zip(&w)
-        .map(|(a, b)| (a - b).abs())
-        .fold(0.0, f64::max)
-        / scale)
+    Ok(worst_difference(&g, &w) / scale)
 }
 
 /// Runs one exported file on `device`; the worst relative error over its outputs.

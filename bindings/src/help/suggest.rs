@@ -14,45 +14,8 @@ pub fn forms_of(name: &str) -> Vec<String> {
     forms
 }
 
-/// The registered name nearest `name` by edits, when it is near enough to be a typo: at most
-/// one edit for short names, two from six characters on.
+/// The registered name nearest `name`, when it is near enough to be a typo.
 pub fn closest_name(name: &str) -> Option<String> {
-    let limit = if name.chars().count() >= 6 { 2 } else { 1 };
-    names()
-        .into_iter()
-        .map(|known| (edit_distance(name, &known), known))
-        .filter(|(d, _)| *d <= limit)
-        .min()
-        .map(|(_, known)| known)
-}
-
-/// Levenshtein distance over characters.
-fn edit_distance(a: &str, b: &str) -> usize {
-    let b: Vec<char> = b.chars().collect();
-    let mut row: Vec<usize> = (0..=b.len()).collect();
-    for (i, ca) in a.chars().enumerate() {
-        let mut diagonal = row[0];
-        row[0] = i + 1;
-        for (j, &cb) in b.iter().enumerate() {
-            let above = row[j + 1];
-            row[j + 1] = (above + 1)
-                .min(row[j] + 1)
-                .min(diagonal + usize::from(ca != cb));
-            diagonal = above;
-        }
-    }
-    row[b.len()]
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn edit_distance_counts_insertions_deletions_and_substitutions() {
-        assert_eq!(edit_distance("linear", "linear"), 0);
-        assert_eq!(edit_distance("lienar", "linear"), 2);
-        assert_eq!(edit_distance("nn::linar", "nn::linear"), 1);
-        assert_eq!(edit_distance("", "abc"), 3);
-    }
+    let known = names();
+    crate::suggest::did_you_mean(name, known.iter().map(String::as_str)).map(str::to_string)
 }

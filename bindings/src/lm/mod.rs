@@ -155,7 +155,7 @@ pub fn register(engine: &mut Engine) {
         api.method(
             "router_aux_loss",
             "model.router_aux_loss(ids) -> Tensor",
-            "A mixture of experts' load-balancing loss over every layer's routing of ids [batch, seq] (Switch Transformers', as transformers' aux_loss): 1 when the routers spread tokens evenly.",
+            "A mixture of experts' load-balancing loss over every layer's routing of ids [batch, seq] (Switch Transformers', as transformers' aux_loss): at its least, experts_per_token, when the routers spread tokens evenly.",
             "let moe = lm::transformer(#{ vocab: 32, d_model: 16, layers: 2, heads: 2, experts: 4 }); print(moe.router_aux_loss(randint(0, 32, [2, 8])));",
             |m: &mut Lm, ids: Tensor| guard(|| m.lock().router_aux_loss(&ids)),
         );

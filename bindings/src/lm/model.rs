@@ -44,9 +44,9 @@ crate::options! {
         seed: INT = 0,
         /// A mixture of experts (Mixtral's layout) with this many experts per layer.
         experts: usize,
-        experts_per_token: usize = 2,
-        router_aux_loss_coef: f64 = 0.001,
-        router_z_loss_coef: f64 = 0.0,
+        experts_per_token: usize,
+        router_aux_loss_coef: f64,
+        router_z_loss_coef: f64,
     }
 }
 
@@ -68,24 +68,29 @@ pub fn transformer(opts: Map) -> RhaiResult<Lm> {
     c.bidirectional = o.bidirectional;
     c.init_std = o.init_std.unwrap_or(c.init_std);
     if let Some(experts) = o.experts {
+        let per_token = o.experts_per_token.unwrap_or(2);
+        if experts == 0 || per_token == 0 || per_token > experts {
+            return Err(runtime_error(format!(
+                "lm::transformer: experts_per_token ({per_token}) must be between 1 and experts ({experts})"
+            )));
+        }
         // Mixtral's layout; training adds the router losses, as output_router_logits does.
         c.family = Family::Mixtral;
         c.n_experts = Some(experts);
-        c.experts_per_token = Some(o.experts_per_token);
+        c.experts_per_token = Some(per_token);
         c.output_router_logits = true;
-        c.router_aux_loss_coef = Some(o.router_aux_loss_coef);
-        c.router_z_loss_coef = Some(o.router_z_loss_coef).filter(|&w| w != 0.0);
-    } else if let Some(k) = [
-        ("experts_per_token", o.experts_per_token != 2),
-        ("router_aux_loss_coef", o.router_aux_loss_coef != 0.001),
-        ("router_z_loss_coef", o.router_z_loss_coef != 0.0),
+        c.router_aux_loss_coef = Some(o.router_aux_loss_coef.unwrap_or(0.001));
+        c.router_z_loss_coef = o.router_z_loss_coef.filter(|&w| w != 0.0);
+    } else if let Some((k, _)) = [
+        ("experts_per_token", o.experts_per_token.is_some()),
+        ("router_aux_loss_coef", o.router_aux_loss_coef.is_some()),
+        ("router_z_loss_coef", o.router_z_loss_coef.is_some()),
     ]
-    .iter()
+    .into_iter()
     .find(|(_, given)| *given)
     {
         return Err(runtime_error(format!(
-            "lm::transformer: {} is a mixture-of-experts option; give experts too",
-            k.0
+            "lm::transformer: {k} is a mixture-of-experts option; give experts too"
         )));
     }
     let mut gen = Generator::new(o.seed as u64);

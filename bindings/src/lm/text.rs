@@ -173,6 +173,11 @@ fn chat_prompt(
     what: &str,
 ) -> RhaiResult<(Vec<u32>, Plan)> {
     let mut plan = plan(what, opts)?;
+    if plan.scored {
+        return Err(runtime_error(format!(
+            "{what}: logprobs is an option of generate (which returns #{{ text, ids, log_probs }}); a chat reply is its text"
+        )));
+    }
     if plan.opts.stop_tokens.is_empty() {
         plan.opts.stop_tokens = template.stop_ids(tok);
     }

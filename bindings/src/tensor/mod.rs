@@ -101,19 +101,7 @@ fn register_getters(engine: &mut Engine) {
 /// `t[i]` selects along dim 0 (negative counts from the end); `t[a..b]` slices it.
 fn register_indexing(engine: &mut Engine) {
     engine.register_indexer_get(|t: &mut Tensor, i: INT| -> RhaiResult<Tensor> {
-        let n = t
-            .shape()
-            .first()
-            .copied()
-            .ok_or_else(|| runtime_error("cannot index a 0-d tensor; use item()"))?
-            as INT;
-        let j = if i < 0 { i + n } else { i };
-        if j < 0 || j >= n {
-            return Err(runtime_error(format!(
-                "index {i} is out of range for dim 0 of size {n}"
-            )));
-        }
-        guard(|| t.narrow(0, j as usize, 1)?.squeeze(0))
+        guard(|| t.region(&[Axis::Index(i)]))
     });
     engine.register_indexer_get(|t: &mut Tensor, r: std::ops::Range<INT>| {
         guard(|| t.slice(0, r.start as isize, r.end as isize))
@@ -250,6 +238,10 @@ fn axes_of(t: &Tensor, index: &Array) -> RhaiResult<Vec<Axis>> {
 fn inclusive_end(t: &Tensor, dim: usize, end: INT) -> INT {
     let n = t.shape().get(dim).copied().unwrap_or(0) as INT;
     let end = if end < 0 { end + n } else { end };
+    // An end before the first position selects nothing (not a count from the back again).
+    if end < 0 {
+        return 0;
+    }
     end.saturating_add(1)
 }
 

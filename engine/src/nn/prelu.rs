@@ -32,7 +32,8 @@ impl PRelu {
     fn slope_for(&self, x: &Tensor) -> Result<Tensor> {
         let n = self.num_parameters();
         if n == 1 {
-            return Ok(self.weight.clone());
+            // Shaped as x's rank of ones, so a 0-d input stays 0-d.
+            return self.weight.reshape_to(&vec![1; x.rank()]);
         }
         if x.rank() < 2 || x.shape()[1] != n {
             return Err(Error::layer_input(
@@ -50,7 +51,8 @@ impl PRelu {
 impl Module for PRelu {
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
         let slope = self.slope_for(x)?.to_dtype(x.dtype())?;
-        x.lt_scalar(0.0)?.where_cond_of(&x.mul(&slope)?, x)
+        // x where x > 0, else a x: at exactly 0 the gradient is the slope's, as torch's.
+        x.gt_scalar(0.0)?.where_cond_of(x, &x.mul(&slope)?)
     }
 
     fn own_parameters(&self) -> Vec<(String, Tensor)> {
@@ -99,6 +101,26 @@ mod tests {
         let x = Tensor::from_vec(vec![-2f32, 3.0, -1.0], &[3]).unwrap();
         let y = prelu.forward(&x).unwrap().to_vec_f32().unwrap();
         assert_eq!(y, [-1.0, 3.0, -0.5]);
+        let scalar = Tensor::from_vec(vec![-4f32], &[]).unwrap();
+        assert_eq!(prelu.forward(&scalar).unwrap().shape(), &[] as &[usize]);
+    }
+
+    /// At exactly 0 the input's gradient is the slope, as torch's backward (x > 0 ? g : a g).
+    #[test]
+    fn the_gradient_at_zero_is_the_slopes() {
+        let prelu = PRelu::new(1, 0.25).unwrap();
+        let x = Tensor::from_vec(vec![0f32, 2.0], &[2])
+            .unwrap()
+            .requires_grad_()
+            .unwrap();
+        prelu
+            .forward(&x)
+            .unwrap()
+            .sum()
+            .unwrap()
+            .backward()
+            .unwrap();
+        assert_eq!(x.grad().unwrap().to_vec_f32().unwrap(), [0.25, 1.0]);
     }
 
     #[test]

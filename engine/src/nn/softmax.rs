@@ -44,7 +44,8 @@ impl Module for Softmax {
         format!("{name}(dim={})", self.dim)
     }
 
-    /// ONNX's Softmax and LogSoftmax normalise over one axis from opset 13 (the default here).
+    /// ONNX's Softmax and LogSoftmax normalise over one axis from opset 13, the lowest the
+    /// export writes.
     fn to_onnx(&self, g: &mut GraphBuilder, _prefix: &str, x: &str) -> Result<String> {
         let op = if self.log { "LogSoftmax" } else { "Softmax" };
         Ok(g.node(op, &[x], &[("axis", Attr::Int(self.dim as i64))]))

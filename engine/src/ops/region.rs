@@ -27,6 +27,12 @@ struct Span {
 
 /// The spans of `axes` over `shape`, or an error naming the axis that does not fit.
 fn spans(shape: &[usize], axes: &[Axis], what: &'static str) -> Result<Vec<Span>> {
+    if shape.is_empty() && !axes.is_empty() {
+        return Err(Error::invalid(
+            what,
+            "cannot index a 0-d tensor; use item()",
+        ));
+    }
     if axes.len() > shape.len() {
         return Err(Error::invalid(
             what,
@@ -123,7 +129,12 @@ impl Tensor {
             .filter(|&(d, _)| spans.get(d).is_none_or(|s| s.kept))
             .map(|(_, &n)| n)
             .collect();
-        let value = value.to_dtype(self.dtype())?.to_device(self.device())?;
+        let mut value = value.to_dtype(self.dtype())?.to_device(self.device())?;
+        // PyTorch drops a value's leading dims of size 1 that the read shape has no room for
+        // (`x[0] = y` with y [1, 4] and a row of [4]).
+        while value.rank() > read.len() && value.shape()[0] == 1 {
+            value = value.squeeze(0)?;
+        }
         let mut value = value.expand(&read).map_err(|_| {
             Error::invalid(
                 "x[...] = v",
@@ -214,6 +225,20 @@ mod tests {
         assert!(
             err.to_string()
                 .contains("a value of shape [2] does not broadcast to the indexed shape [4]"),
+            "{err}"
+        );
+        // A batch of one written into a row: its leading 1 goes, as in PyTorch.
+        let x = grid();
+        let one_row = Tensor::from_vec(vec![1f32, 2.0, 3.0, 4.0], &[1, 4]).unwrap();
+        x.set_region_(&[Axis::Index(2)], &one_row).unwrap();
+        assert_eq!(
+            x.region(&[Axis::Index(2)]).unwrap().to_vec_f32().unwrap(),
+            [1., 2., 3., 4.]
+        );
+        let scalar = Tensor::from_vec(vec![5f32], &[]).unwrap();
+        let err = scalar.region(&[Axis::Index(0)]).err().unwrap();
+        assert!(
+            err.to_string().contains("cannot index a 0-d tensor"),
             "{err}"
         );
     }
