@@ -16,6 +16,10 @@ use rusting_brain::{DType, Device, Tensor};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
+#[path = "support/relative_error.rs"]
+mod relative_error;
+use relative_error::worst_difference;
+
 fn fixture(name: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
         .join("../tests/fixtures/diffusion")
@@ -28,20 +32,7 @@ fn expected(name: &str) -> BTreeMap<String, Tensor> {
 
 fn worst(got: &Tensor, want: &Tensor) -> f64 {
     assert_eq!(got.shape(), want.shape());
-    let (g, w) = (got.to_vec_f64().unwrap(), want.to_vec_f64().unwrap());
-    // Equal values (infinities too, NaN beside NaN) differ by 0; a NaN on one side fails
-    // (f64::max would skip it).
-    g.iter().zip(&w).fold(0.0, |m, (a, b)| {
-        let d = match a == b || (a.is_nan() && b.is_nan()) {
-            true => 0.0,
-            false => (a - b).abs(),
-        };
-        if d.is_nan() {
-            f64::INFINITY
-        } else {
-            m.max(d)
-        }
-    })
+    worst_difference(&got.to_vec_f64().unwrap(), &want.to_vec_f64().unwrap())
 }
 
 const T5_PROMPTS: [&str; 3] = [
