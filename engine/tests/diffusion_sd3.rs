@@ -306,28 +306,7 @@ fn sd3_and_flux_image_to_image_draw_what_diffusers_draws() {
 fn flux_inpainting_draws_what_diffusers_draws() {
     let pipe = StableDiffusion::from_folder(&fixture("flux_tiny")).unwrap();
     let want = expected("flux_tiny");
-    for (tag, strength) in [("inpaint_s10", 1.0), ("inpaint_s6", 0.6)] {
-        let ask = TextToImage {
-            prompts: vec!["a red cat".into(), "a dog".into()],
-            steps: 5,
-            guidance: 3.5,
-            init_image: Some(want["init_image"].clone()),
-            mask: Some(want["mask"].clone()),
-            strength,
-            init_noise: Some((
-                want[&format!("{tag}_draw")].clone(),
-                want[&format!("{tag}_noise")].clone(),
-            )),
-            max_sequence_length: Some(24),
-            ..TextToImage::default()
-        };
-        let image = pipe.generate(&ask, &mut |_, _| Ok(())).unwrap();
-        let err = worst(&image, &want[&format!("{tag}_images")]);
-        assert!(
-            err < 1.0 / 255.0,
-            "FLUX inpainting at strength {strength} differs by {err:.2e}"
-        );
-    }
+    assert_inpaints_as_diffusers(&pipe, &want, "inpaint_", 3.5, "FLUX");
 }
 
 /// SD3 inpainting (`make_sd3_inpaint.py`: sd3_tiny's encoders with a 16-channel VAE and
@@ -348,11 +327,24 @@ fn sd3_inpainting_draws_what_diffusers_draws() {
     }
     let pipe = StableDiffusion::from_folder(dir.path()).unwrap();
     let want = safetensors::load(fixture("sd3_inpaint_tiny").join("expected.safetensors")).unwrap();
+    assert_inpaints_as_diffusers(&pipe, &want, "", 7.0, "SD3");
+}
+
+/// Inpainting at strengths 1 and 0.6 from the fixture's image, mask and recorded draws
+/// (`<prefix>s10_draw`, `..._noise`, `..._images`, and `s6`): diffusers' images within 1/255.
+fn assert_inpaints_as_diffusers(
+    pipe: &StableDiffusion,
+    want: &BTreeMap<String, Tensor>,
+    prefix: &str,
+    guidance: f64,
+    what: &str,
+) {
     for (tag, strength) in [("s10", 1.0), ("s6", 0.6)] {
+        let tag = format!("{prefix}{tag}");
         let ask = TextToImage {
             prompts: vec!["a red cat".into(), "a dog".into()],
             steps: 5,
-            guidance: 7.0,
+            guidance,
             init_image: Some(want["init_image"].clone()),
             mask: Some(want["mask"].clone()),
             strength,
@@ -367,7 +359,7 @@ fn sd3_inpainting_draws_what_diffusers_draws() {
         let err = worst(&image, &want[&format!("{tag}_images")]);
         assert!(
             err < 1.0 / 255.0,
-            "SD3 inpainting at strength {strength} differs by {err:.2e}"
+            "{what} inpainting at strength {strength} differs by {err:.2e}"
         );
     }
 }

@@ -171,10 +171,8 @@ fn register_indexing(engine: &mut Engine) {
 /// through, sees it); otherwise t is rebound to a new tensor, so gradients reach both v and the
 /// rest of t.
 fn register_row_writes(engine: &mut Engine) {
+    // The region refuses a 0-d tensor and out-of-range indices by name.
     fn write(t: &mut Tensor, axes: &[Axis], value: &Dynamic) -> RhaiResult<()> {
-        if t.rank() == 0 {
-            return Err(runtime_error("cannot index a 0-d tensor; use item()"));
-        }
         let value = operand(value, t)?;
         guard(|| {
             if operators::writes_in_place(t, value.requires_grad()) {
