@@ -111,7 +111,9 @@ fn gemm_t<T: WithDType + 'static>(
         }
         return out;
     }
-    if batches > 1 && !big {
+    // Many small products (a decode step's attention, one per head) share out among threads
+    // only when together they are worth a worker's wake-up.
+    if batches > 1 && !big && batches * m * n * k >= PARALLEL_FLOPS {
         out.par_chunks_mut(m * n)
             .zip(oa.par_iter().zip(ob.par_iter()))
             .for_each(|(d, (&ia, &ib))| run(d, ia, ib, Parallelism::None));

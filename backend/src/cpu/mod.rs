@@ -16,5 +16,6 @@ pub mod pool;
 pub mod reduce;
 pub mod softmax;
 mod storage;
+pub mod workers;
 
 pub use storage::{CpuStorage, IntoCpuStorage};

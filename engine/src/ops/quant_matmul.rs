@@ -18,7 +18,8 @@ use super::backward_fn;
 use super::dispatch::{cuda_kernel, dispatch};
 use super::nf4;
 use crate::autograd::no_grad;
-use crate::backend::cpu::ggml::{gemv as cpu_gemv, quantize, quants};
+use crate::backend::cpu::ggml::gemv::{self as cpu_gemv, Activations};
+use crate::backend::cpu::ggml::{quantize, quants};
 use crate::backend::cuda::nf4 as cuda_nf4;
 use crate::backend::cuda::quant_matmul as cuda;
 pub use crate::backend::cuda::quant_matmul::BlockFormat;
@@ -38,6 +39,9 @@ pub struct QuantizedMatrix {
     /// The dtype the layer computes in (the dense weight's, or the model's load dtype), which
     /// an adapter over this weight takes.
     dtype: DType,
+    /// How the CPU's products read their activations (CUDA's read F32 exactly and BF16 as
+    /// int8, by the input's dtype).
+    activations: Activations,
 }
 
 const OP: &str = "quantized matmul";
@@ -82,6 +86,7 @@ impl QuantizedMatrix {
             rows,
             cols,
             dtype: DType::F32,
+            activations: Activations::Int8,
         })
     }
 
@@ -107,6 +112,16 @@ impl QuantizedMatrix {
     /// The same blocks, computing in `dtype`.
     pub fn with_dtype(self, dtype: DType) -> Self {
         QuantizedMatrix { dtype, ..self }
+    }
+
+    /// The same blocks, whose CPU products read F32 activations as they are instead of
+    /// rounding them to 8 bits as llama.cpp does: the dense product of the dequantized weight,
+    /// for a layer whose outputs must equal it (a tied head's logits).
+    pub fn with_exact_activations(self) -> Self {
+        QuantizedMatrix {
+            activations: Activations::F32,
+            ..self
+        }
     }
 
     /// The dtype the layer computes in.
@@ -242,6 +257,7 @@ impl QuantizedMatrix {
                             [self.rows, k],
                             &xs[l.offset()..][..m * k],
                             m,
+                            self.activations,
                         ),
                         _ => Err(Error::invalid(OP, "blocks are U8 and rows F32")),
                     },

@@ -105,12 +105,37 @@ pub fn load_gguf_with(
             }
         }
     }
-    let model = TransformerLm::from_weights(config, &dense, &quantized, dtype, device)?;
+    let mut model = TransformerLm::from_weights(config, &dense, &quantized, dtype, device)?;
+    if keep_quantized && model.config.tied_embeddings {
+        if let Some(blocks) = tied_head_blocks(&mut file, device)? {
+            model.set_tied_head_blocks(blocks)?;
+        }
+    }
     Ok(GgufModel {
         model,
         tokenizer,
         info,
     })
+}
+
+/// The embedding's blocks for a tied head's product (`head_blocks`), when the file stores
+/// `token_embd` in a format the device's products read.
+fn tied_head_blocks<R: std::io::Read + std::io::Seek>(
+    file: &mut GgufFile<R>,
+    device: Device,
+) -> Result<Option<QuantizedMatrix>> {
+    const EMBEDDING: &str = "token_embd.weight";
+    let Some(info) = file.tensor_info(EMBEDDING).cloned() else {
+        return Ok(None);
+    };
+    let (Some(format), &[rows, cols]) = (
+        QuantizedMatrix::kept_on(info.ggml_type, device),
+        info.shape().as_slice(),
+    ) else {
+        return Ok(None);
+    };
+    let blocks = QuantizedMatrix::new(file.raw(EMBEDDING)?, format, [rows, cols])?;
+    Ok(Some(blocks.to_device(device)?))
 }
 
 #[cfg(test)]

@@ -23,6 +23,12 @@ impl TransformerLm {
 
     /// The head's product of `project`, before any soft cap.
     fn head_product(&self, hidden: &Tensor) -> Result<Tensor> {
+        let rows = hidden.numel() / self.config.d_model;
+        if let Some(blocks) = self.tied_head_blocks(rows) {
+            // As a quantized head below: F32 activations, F32 logits.
+            let x = no_grad(|| hidden.to_dtype(DType::F32))?;
+            return blocks.matmul_t(&x);
+        }
         if let Some(head) = self
             .lm_head
             .as_ref()

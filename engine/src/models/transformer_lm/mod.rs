@@ -18,6 +18,7 @@ mod gguf_export;
 #[cfg(test)]
 mod gguf_export_tests;
 mod head;
+mod head_blocks;
 mod hf_config;
 mod kv_cache;
 mod layout;

@@ -4,6 +4,7 @@
 
 use super::attention::{Sight, Step, Visibility};
 use super::block::Block;
+use super::head_blocks::HeadBlocks;
 use super::kv_cache::KvCache;
 use super::lora::LoraConfig;
 use super::mask::step_bias;
@@ -39,6 +40,9 @@ pub struct TransformerLm {
     /// The adapters' config while the projections carry LoRA adapters (`add_lora`).
     pub(super) lora: Option<LoraConfig>,
     training: bool,
+    /// The tied head's product from the file's blocks (`head_blocks`), while they stand for
+    /// the embedding.
+    pub(super) head_blocks: Option<HeadBlocks>,
 }
 
 /// What every constructor checks first: the config's sizes and a float parameter dtype.
@@ -133,6 +137,7 @@ impl TransformerLm {
             precision: Precision::Auto,
             lora: None,
             training: true,
+            head_blocks: None,
         })
     }
 
