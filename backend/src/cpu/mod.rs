@@ -4,6 +4,7 @@
 mod alloc;
 pub mod batch_norm;
 pub mod conv;
+pub mod decode_attention;
 pub mod elementwise;
 pub mod floats;
 pub mod ggml;

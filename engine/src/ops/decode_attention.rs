@@ -10,8 +10,11 @@
 use super::attention::{check, AttentionOptions};
 use super::dispatch::{cuda_kernel, CudaOperand};
 use crate::autograd::{is_grad_enabled, no_grad};
+use crate::backend::cpu::decode_attention as cpu;
 use crate::backend::cuda::decode_attention as cuda;
-use crate::backend::Storage;
+use crate::backend::spec::AttentionSpec;
+use crate::backend::{CpuStorage, Storage};
+use crate::tensor::dispatch::{dispatch, CpuOperand};
 use crate::{DType, Device, Error, Result, Tensor};
 
 const OP: &str = "decode_attention";
@@ -88,6 +91,7 @@ impl Tensor {
                     })?;
                     Tensor::from_storage(Storage::Cuda(out), q.shape())
                 }
+                Device::Cpu if q.dtype() == DType::F32 => on_host(&q, &k, &v, first, last, &spec),
                 _ => composed(&q, &k, &v, first, last, spec.scale),
             }
         })
@@ -99,8 +103,36 @@ fn at<'a>((s, l): CudaOperand<'a>) -> cuda::At<'a> {
     (s, l.offset())
 }
 
-/// The masked product from other ops, the window read on the host: the CPU's path and the
-/// reference the kernels are tested against.
+/// The CPU's kernel (`cpu::decode_attention`), which scores only the keys in each window.
+fn on_host(
+    q: &Tensor,
+    k: &Tensor,
+    v: &Tensor,
+    first: &Tensor,
+    last: &Tensor,
+    spec: &AttentionSpec,
+) -> Result<Tensor> {
+    let first: Vec<i64> = first.to_vec()?;
+    let last: Vec<i64> = last.to_vec()?;
+    let out = dispatch(
+        OP,
+        [q, k, v],
+        |[q, k, v]| cpu::decode_attention(f32s(q)?, f32s(k)?, f32s(v)?, &first, &last, spec),
+        |_| Err(Error::invalid(OP, "the CPU path was given device storage")),
+    )?;
+    Tensor::from_vec(out, q.shape())
+}
+
+/// The values of a contiguous F32 operand.
+fn f32s<'a>((s, l): CpuOperand<'a>) -> Result<&'a [f32]> {
+    match s {
+        CpuStorage::F32(values) => Ok(&values[l.offset()..][..l.shape().iter().product()]),
+        _ => Err(Error::invalid(OP, "the CPU kernel reads F32")),
+    }
+}
+
+/// The masked product from other ops, the window read on the host: the reference the kernels
+/// (the CPU's and CUDA's) are tested against, and the path of other dtypes on the CPU.
 fn composed(
     q: &Tensor,
     k: &Tensor,
@@ -183,6 +215,30 @@ mod tests {
                 .fold(0f32, f32::max);
             assert!(err < 1e-6, "row {row}: off by {err}");
         }
+    }
+
+    #[test]
+    fn the_host_kernel_equals_the_composed_product_with_grouped_heads_and_any_window() {
+        let mut g = Generator::new(2);
+        // 6 query heads over 2 key/value heads; head_dim 12 leaves a remainder past 8 lanes.
+        let q = Tensor::randn(&[3, 6, 1, 12], DType::F32, Some(&mut g)).unwrap();
+        let k = Tensor::randn(&[3, 2, 10, 12], DType::F32, Some(&mut g)).unwrap();
+        let v = Tensor::randn(&[3, 2, 10, 12], DType::F32, Some(&mut g)).unwrap();
+        // Rows: a window inside the cache, one past its end (clamped), one holding no key.
+        let (first, last) = (i64s(vec![2, 4, 8]), i64s(vec![6, 20, 7]));
+        let got = q
+            .decode_attention(&k, &v, &first, &last, Some(0.3))
+            .unwrap()
+            .to_vec::<f32>()
+            .unwrap();
+        let want = composed(&q, &k, &v, &first, &last, 0.3)
+            .unwrap()
+            .to_vec::<f32>()
+            .unwrap();
+        for (i, (a, b)) in got.iter().zip(&want).enumerate() {
+            assert!((a - b).abs() < 1e-5, "value {i}: {a} vs {b}");
+        }
+        assert!(got[2 * 6 * 12..].iter().all(|&x| x == 0.0));
     }
 
     #[test]

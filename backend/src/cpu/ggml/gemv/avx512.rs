@@ -1,10 +1,9 @@
 //! The products with AVX-512 (F, BW, VL) and VNNI: two blocks of 32 values per instruction,
 //! `vpdpbusd` summing four byte products into each 32-bit lane. Blocks come in groups of eight
-//! (their headers converted in one instruction); a row's remaining blocks go through the AVX2
-//! kernels.
+//! (their headers converted in one instruction), then pairs and single blocks.
 #![cfg(target_arch = "x86_64")]
 
-use super::avx2;
+use super::avx2::{self, f16_at};
 use super::{prefetch, F32Row, Q8Row, WeightRow, BLOCK};
 use std::arch::x86_64::*;
 
@@ -13,6 +12,12 @@ use std::arch::x86_64::*;
 #[target_feature(enable = "avx512f")]
 unsafe fn pair(a: i32, b: i32) -> __m512i {
     _mm512_setr_epi32(a, a, a, a, a, a, a, a, b, b, b, b, b, b, b, b)
+}
+
+/// `a` in lanes 0..8 and `b` in lanes 8..16.
+#[target_feature(enable = "avx512f")]
+unsafe fn halves(a: f32, b: f32) -> __m512 {
+    _mm512_mask_blend_ps(0xff00, _mm512_set1_ps(a), _mm512_set1_ps(b))
 }
 
 /// Blocks `b` and `b + 1` of Q4_1 codes as 64 values 0..15, in the order of the activations:
@@ -63,7 +68,18 @@ pub(super) unsafe fn dot_q4_1(w: &WeightRow, x: &Q8Row) -> f32 {
         }
         b += 8;
     }
-    let offsets = _mm512_mask_reduce_add_ps(0xaaaa, both);
+    let mut offsets = _mm512_mask_reduce_add_ps(0xaaaa, both);
+    // Pairs left over (a row of 576 values ends in one), their scales converted one by one.
+    while b + 2 <= blocks {
+        let (d0, m0) = (f16_at(w.headers, b * 4), f16_at(w.headers, b * 4 + 2));
+        let (d1, m1) = (f16_at(w.headers, b * 4 + 4), f16_at(w.headers, b * 4 + 6));
+        let scale = halves(d0 * x.d[b], d1 * x.d[b + 1]);
+        let xv = _mm512_loadu_si512(xq.add(b * BLOCK) as *const __m512i);
+        let ints = _mm512_dpbusd_epi32(_mm512_setzero_si512(), q4_pair(cp, b), xv);
+        acc[0] = _mm512_fmadd_ps(scale, _mm512_cvtepi32_ps(ints), acc[0]);
+        offsets += m0 * x.s(b) + m1 * x.s(b + 1);
+        b += 2;
+    }
     let rest = if b < blocks {
         avx2::dot_q4_1(w, x, b)
     } else {
@@ -107,6 +123,16 @@ pub(super) unsafe fn dot_q8_0(w: &WeightRow, x: &Q8Row) -> f32 {
         }
         b += 8;
     }
+    while b + 2 <= blocks {
+        let d0 = f16_at(w.headers, b * 2) * x.d[b];
+        let d1 = f16_at(w.headers, b * 2 + 2) * x.d[b + 1];
+        let wv = _mm512_loadu_si512(cp.add(b * BLOCK) as *const __m512i);
+        let xv = _mm512_loadu_si512(xq.add(b * BLOCK) as *const __m512i);
+        let signed = _mm512_mask_sub_epi8(xv, _mm512_movepi8_mask(wv), zero, xv);
+        let ints = _mm512_dpbusd_epi32(zero, _mm512_abs_epi8(wv), signed);
+        acc[0] = _mm512_fmadd_ps(halves(d0, d1), _mm512_cvtepi32_ps(ints), acc[0]);
+        b += 2;
+    }
     let rest = if b < blocks {
         avx2::dot_q8_0(w, x, b)
     } else {
@@ -149,12 +175,15 @@ pub(super) unsafe fn dot_q8_0_f32(w: &WeightRow, x: &F32Row) -> f32 {
         }
         b += 8;
     }
-    let rest = if b < blocks {
-        avx2::dot_q8_0_f32(w, x, b)
-    } else {
-        0.0
-    };
-    _mm512_reduce_add_ps(_mm512_add_ps(acc[0], acc[1])) + rest
+    while b < blocks {
+        let codes = cp.add(b * BLOCK);
+        let lo = _mm512_cvtepi8_epi32(_mm_loadu_si128(codes as *const __m128i));
+        let hi = _mm512_cvtepi8_epi32(_mm_loadu_si128(codes.add(16) as *const __m128i));
+        let block = float_block(lo, hi, xp.add(b * BLOCK));
+        acc[0] = _mm512_fmadd_ps(_mm512_set1_ps(f16_at(w.headers, b * 2)), block, acc[0]);
+        b += 1;
+    }
+    _mm512_reduce_add_ps(_mm512_add_ps(acc[0], acc[1]))
 }
 
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
@@ -192,11 +221,16 @@ pub(super) unsafe fn dot_q4_1_f32(w: &WeightRow, x: &F32Row) -> f32 {
         }
         b += 8;
     }
-    let offsets = _mm512_mask_reduce_add_ps(0xaaaa, both);
-    let rest = if b < blocks {
-        avx2::dot_q4_1_f32(w, x, b)
-    } else {
-        0.0
-    };
-    _mm512_reduce_add_ps(_mm512_add_ps(acc[0], acc[1])) + offsets + rest
+    let mut offsets = _mm512_mask_reduce_add_ps(0xaaaa, both);
+    while b < blocks {
+        let (d, m) = (f16_at(w.headers, b * 4), f16_at(w.headers, b * 4 + 2));
+        let packed = _mm_loadu_si128(cp.add(b * BLOCK / 2) as *const __m128i);
+        let lo = _mm512_cvtepu8_epi32(_mm_and_si128(packed, low));
+        let hi = _mm512_cvtepu8_epi32(_mm_and_si128(_mm_srli_epi16(packed, 4), low));
+        let block = float_block(lo, hi, xp.add(b * BLOCK));
+        acc[0] = _mm512_fmadd_ps(_mm512_set1_ps(d), block, acc[0]);
+        offsets += m * x.one_sums[2 * b + 1];
+        b += 1;
+    }
+    _mm512_reduce_add_ps(_mm512_add_ps(acc[0], acc[1])) + offsets
 }
