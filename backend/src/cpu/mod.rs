@@ -15,6 +15,7 @@ pub mod matmul;
 pub mod norm;
 pub mod pool;
 pub mod reduce;
+pub mod simd;
 pub mod softmax;
 mod storage;
 pub mod workers;

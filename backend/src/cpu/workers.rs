@@ -24,10 +24,6 @@ const SPIN: Duration = Duration::from_millis(2);
 /// Work (multiply-adds) below which a product runs on the calling thread alone.
 const PARALLEL_WORK: usize = 1 << 16;
 
-/// Rows of a share are a multiple of this (whole cache lines of output, and fewer, longer
-/// streams through the weight).
-const ROW_GRAIN: usize = 16;
-
 /// A job: the function every thread calls with its share's index, lifetime erased (the caller
 /// waits until every helper is done with it).
 type Job = dyn Fn(usize) + Sync;
@@ -164,22 +160,34 @@ fn run(f: &(dyn Fn(usize) + Sync)) {
     }
 }
 
-/// Calls `f(first_row, rows)` over `out` in contiguous pieces of whole rows of `row_len`
-/// values, one piece per thread when `work` is worth sharing, else one piece on the calling
-/// thread.
-pub fn for_each_rows(
-    out: &mut [f32],
-    row_len: usize,
-    work: usize,
-    f: impl Fn(usize, &mut [f32]) + Sync,
-) {
+/// How `for_each_rows` shares out rows.
+#[derive(Clone, Copy, Debug)]
+pub struct Rows {
+    /// Values in a row of the output.
+    pub len: usize,
+    /// A share's rows are a multiple of this (a product's 16: whole cache lines of output, and
+    /// fewer, longer streams through the weight).
+    pub grain: usize,
+    /// Multiply-adds of the whole job: below `PARALLEL_WORK` it runs on the calling thread.
+    pub work: usize,
+}
+
+/// Calls `f(first_row, rows)` over `out` in contiguous pieces of whole rows, one piece per
+/// thread when the work is worth sharing, else one piece on the calling thread.
+pub fn for_each_rows(out: &mut [f32], rows: Rows, f: impl Fn(usize, &mut [f32]) + Sync) {
+    let Rows {
+        len: row_len,
+        grain,
+        work,
+    } = rows;
     let rows = out.len() / row_len.max(1);
     let threads = pool().helpers + 1;
-    if threads == 1 || work < PARALLEL_WORK || rows < 2 * ROW_GRAIN {
+    let grain = grain.max(1);
+    if threads == 1 || work < PARALLEL_WORK || rows < 2 * grain {
         f(0, out);
         return;
     }
-    let per_share = rows.div_ceil(threads).next_multiple_of(ROW_GRAIN);
+    let per_share = rows.div_ceil(threads).next_multiple_of(grain);
     let base = SendPtr(out.as_mut_ptr());
     let len = out.len();
     run(&|share| {
@@ -214,11 +222,19 @@ unsafe impl Sync for SendPtr {}
 mod tests {
     use super::*;
 
+    fn shape(len: usize) -> Rows {
+        Rows {
+            len,
+            grain: 16,
+            work: usize::MAX,
+        }
+    }
+
     #[test]
     fn every_row_is_computed_once_with_its_index() {
         for rows in [1, 31, 32, 33, 100, 1000] {
             let mut out = vec![0f32; rows * 3];
-            for_each_rows(&mut out, 3, usize::MAX, |first, piece| {
+            for_each_rows(&mut out, shape(3), |first, piece| {
                 for (i, row) in piece.chunks_exact_mut(3).enumerate() {
                     row.iter_mut().for_each(|v| *v += (first + i) as f32);
                 }
@@ -232,7 +248,7 @@ mod tests {
     fn a_panic_in_a_share_reaches_the_caller_and_the_pool_goes_on() {
         let caught = catch_unwind(|| {
             let mut out = vec![0f32; 64 * 1000];
-            for_each_rows(&mut out, 1, usize::MAX, |first, _| {
+            for_each_rows(&mut out, shape(1), |first, _| {
                 assert!(first == 0, "a share past the first failed");
             });
         });
@@ -243,7 +259,7 @@ mod tests {
         let spread = (0..100).any(|_| {
             let threads = Mutex::new(std::collections::HashSet::new());
             let mut out = vec![0f32; 64 * 1000];
-            for_each_rows(&mut out, 1, usize::MAX, |_, piece| {
+            for_each_rows(&mut out, shape(1), |_, piece| {
                 piece.fill(1.0);
                 threads.lock().unwrap().insert(std::thread::current().id());
             });

@@ -21,6 +21,7 @@ mod scalar;
 #[cfg(test)]
 mod tests;
 
+use crate::cpu::simd::{isa, Isa};
 use crate::cpu::workers;
 use crate::cuda::quant_matmul::{codes_offset, BlockFormat};
 use crate::{Error, Result};
@@ -69,51 +70,6 @@ pub enum Activations {
 /// Whether `quant_gemv` reads this format.
 pub fn reads(format: BlockFormat) -> bool {
     matches!(format, BlockFormat::Q8_0 | BlockFormat::Q4_1)
-}
-
-/// The instruction sets the kernels are written for, best first.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
-pub(crate) enum Isa {
-    Scalar,
-    Avx2,
-    Avx512,
-}
-
-/// The best kernels this CPU runs, at most what `RB_CPU_SIMD` allows (`0` or `scalar`: none,
-/// `avx2`: no AVX-512), so each path can be measured and tested on one machine.
-pub(crate) fn isa() -> Isa {
-    use std::sync::OnceLock;
-    static ISA: OnceLock<Isa> = OnceLock::new();
-    *ISA.get_or_init(|| {
-        let cap = match std::env::var("RB_CPU_SIMD").as_deref() {
-            Ok("0") | Ok("scalar") => Isa::Scalar,
-            Ok("avx2") => Isa::Avx2,
-            _ => Isa::Avx512,
-        };
-        detected().min(cap)
-    })
-}
-
-/// What the CPU has, ignoring `RB_CPU_SIMD`.
-pub(crate) fn detected() -> Isa {
-    #[cfg(target_arch = "x86_64")]
-    {
-        let avx2 = is_x86_feature_detected!("avx2")
-            && is_x86_feature_detected!("fma")
-            && is_x86_feature_detected!("f16c");
-        let avx512 = avx2
-            && is_x86_feature_detected!("avx512f")
-            && is_x86_feature_detected!("avx512bw")
-            && is_x86_feature_detected!("avx512vl")
-            && is_x86_feature_detected!("avx512vnni");
-        if avx512 {
-            return Isa::Avx512;
-        }
-        if avx2 {
-            return Isa::Avx2;
-        }
-    }
-    Isa::Scalar
 }
 
 /// One activation row as 8-bit blocks: per block a scale `d` (rounded through f16 as ggml
@@ -284,7 +240,12 @@ pub fn quant_gemv(
     let isa = isa();
     // Computed as [n, m] so each task writes whole output rows of W, then transposed.
     let mut by_weight_row = vec![0f32; n * m];
-    workers::for_each_rows(&mut by_weight_row, m.max(1), n * k * m, |first, out| {
+    let shares = workers::Rows {
+        len: m.max(1),
+        grain: 16,
+        work: n * k * m,
+    };
+    workers::for_each_rows(&mut by_weight_row, shares, |first, out| {
         for (i, y) in out.chunks_exact_mut(m.max(1)).enumerate() {
             let w = weights.row(first + i);
             for (r, yi) in y.iter_mut().enumerate() {

@@ -1,5 +1,6 @@
 use super::*;
 use crate::cpu::ggml::{quantize, quants};
+use crate::cpu::simd::detected;
 use crate::cuda::quant_matmul::split;
 use crate::spec::ggml::{self as ty, GgmlType};
 
