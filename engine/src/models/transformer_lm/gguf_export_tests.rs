@@ -12,7 +12,7 @@ use crate::{DType, Device, Generator, Tensor};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
-fn config(tied: bool) -> LmConfig {
+pub(super) fn config(tied: bool) -> LmConfig {
     let mut c = LmConfig::new(300, 64, 2, 4);
     c.n_kv_heads = 2;
     c.ffn_hidden = 80;

@@ -80,19 +80,14 @@ impl TransformerLm {
 
 #[cfg(test)]
 mod tests {
-    use super::super::{export_gguf, load_gguf, GgufDType, GgufExportOptions, LmConfig};
+    use super::super::gguf_export_tests::config;
+    use super::super::{export_gguf, load_gguf, GgufDType, GgufExportOptions};
     use super::*;
     use crate::{no_grad, DType, Device, Generator};
 
     /// A tied model stored as Q8_0 (its embedding too) and loaded back with its blocks kept.
     fn tied_q8_0(name: &str) -> TransformerLm {
-        let mut c = LmConfig::new(300, 64, 2, 4);
-        c.n_kv_heads = 2;
-        c.ffn_hidden = 80;
-        c.max_seq_len = 64;
-        c.init_std = 0.2;
-        c.tied_embeddings = true;
-        let m = TransformerLm::new(c, &mut Generator::new(7)).unwrap();
+        let m = TransformerLm::new(config(true), &mut Generator::new(7)).unwrap();
         let dir = std::env::temp_dir().join(format!("rb_head_blocks_{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let path = dir.join(name);
