@@ -70,6 +70,9 @@ pub fn decode_attention(
             ),
         ));
     }
+    if hd == 0 {
+        return Ok(Vec::new());
+    }
     let window = Window {
         q,
         k,

@@ -106,7 +106,9 @@ pub fn load_gguf_with(
         }
     }
     let mut model = TransformerLm::from_weights(config, &dense, &quantized, dtype, device)?;
-    if keep_quantized && model.config.tied_embeddings {
+    // In F32 only: the blocks give the dense product's logits when the embedding holds their
+    // values exactly (`head_blocks`).
+    if keep_quantized && model.config.tied_embeddings && dtype == DType::F32 {
         if let Some(blocks) = tied_head_blocks(&mut file, device)? {
             model.set_tied_head_blocks(blocks)?;
         }

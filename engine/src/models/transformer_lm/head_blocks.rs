@@ -6,8 +6,9 @@
 //! (`QuantizedMatrix::with_exact_activations`), so the logits are the dense product's up to
 //! the order of the sums: rounding them to 8 bits as llama.cpp does changed a greedy reply.
 //!
-//! The blocks stand for the embedding only while it holds the values they were read with: the
-//! same storage, not written since. A fine-tuned, reloaded, moved or cast embedding turns them
+//! They are attached only to an F32 embedding (in BF16 the dense product would multiply the
+//! embedding rounded to BF16, and the two paths would disagree), and stand for it only while it
+//! holds the values they were read with: the same storage, not written since. A fine-tuned, reloaded, moved or cast embedding turns them
 //! off, and so does a product that records a gradient for it; the dense product runs then.
 
 use super::TransformerLm;
@@ -68,7 +69,8 @@ impl TransformerLm {
     /// that would dequantize them all is the dense product with extra work).
     pub(super) fn tied_head_blocks(&self, rows: usize) -> Option<&QuantizedMatrix> {
         let weight = &self.embed_tokens.weight;
-        if weight.requires_grad() && crate::autograd::is_grad_enabled() {
+        // A head set since (the model untied) is the head.
+        if self.lm_head.is_some() || weight.requires_grad() && crate::autograd::is_grad_enabled() {
             return None;
         }
         self.head_blocks

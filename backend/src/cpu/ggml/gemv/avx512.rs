@@ -113,7 +113,8 @@ pub(super) unsafe fn dot_q8_0(w: &WeightRow, x: &Q8Row) -> f32 {
         for p in 0..4 {
             let wv = _mm512_loadu_si512(cp.add((b + 2 * p) * BLOCK) as *const __m512i);
             let xv = _mm512_loadu_si512(xq.add((b + 2 * p) * BLOCK) as *const __m512i);
-            // vpdpbusd wants one unsigned side: |w| against x carrying w's sign.
+            // vpdpbusd wants one unsigned side: |w| against x carrying w's sign (|w| of -128 is
+            // 128 read unsigned; x is never -128, `quantize_row` rounds into -127..=127).
             let signed = _mm512_mask_sub_epi8(xv, _mm512_movepi8_mask(wv), zero, xv);
             let ints = _mm512_dpbusd_epi32(zero, _mm512_abs_epi8(wv), signed);
             let p = p as i32;

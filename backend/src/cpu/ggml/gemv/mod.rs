@@ -232,6 +232,9 @@ pub fn quant_gemv(
             ),
         ));
     }
+    if m == 0 {
+        return Ok(Vec::new());
+    }
     let weights = WeightRows::new(format, stored, [n, k]);
     let rows = match activations {
         Activations::Int8 => Rows::Int8(x.chunks_exact(k).map(quantize_row).collect()),

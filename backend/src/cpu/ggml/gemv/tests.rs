@@ -109,6 +109,22 @@ fn each_instruction_sets_kernels_agree_with_the_scalar_code() {
 }
 
 #[test]
+fn no_activation_rows_give_no_outputs() {
+    let file = quantize::quantize(ty::Q8_0, &values(2 * 32, 1)).unwrap();
+    let stored = split(BlockFormat::Q8_0, &file, [2, 32]).unwrap();
+    let y = quant_gemv(
+        BlockFormat::Q8_0,
+        &stored,
+        [2, 32],
+        &[],
+        0,
+        Activations::Int8,
+    )
+    .unwrap();
+    assert!(y.is_empty());
+}
+
+#[test]
 fn a_weight_of_the_wrong_size_is_refused() {
     let err = quant_gemv(
         BlockFormat::Q4_1,
