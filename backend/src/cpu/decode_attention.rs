@@ -146,7 +146,10 @@ impl Window<'_> {
             let base = (b * self.kv_heads + h / self.group) * self.capacity * hd;
             let qh = &self.q[row * hd..][..hd];
             scores.clear();
-            scores.extend((lo..=hi).map(|j| self.scale * dot(qh, &self.k[base + j * hd..][..hd])));
+            // A plain loop: an iterator's closure would be compiled apart, without AVX2.
+            for j in lo..=hi {
+                scores.push(self.scale * dot(qh, &self.k[base + j * hd..][..hd]));
+            }
             let max = scores.iter().copied().fold(f32::NEG_INFINITY, f32::max);
             let mut sum = 0f32;
             for s in scores.iter_mut() {
