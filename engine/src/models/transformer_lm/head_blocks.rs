@@ -151,6 +151,15 @@ mod tests {
     }
 
     #[test]
+    fn a_head_set_since_is_the_head() {
+        let mut m = tied_q8_0("untied.gguf");
+        let weight = Tensor::zeros(&[300, 64], DType::F32, Device::Cpu).unwrap();
+        m.lm_head = Some(crate::nn::Linear::from_tensors(weight, None).unwrap());
+        assert!(no_grad(|| m.tied_head_blocks(1).is_none()));
+        assert!(logits(&m).iter().all(|&v| v == 0.0));
+    }
+
+    #[test]
     fn blocks_of_another_shape_are_refused() {
         let mut m = tied_q8_0("shape.gguf");
         let other = QuantizedMatrix::quantize(
