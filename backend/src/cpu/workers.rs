@@ -6,10 +6,10 @@
 //! workers fall asleep in those gaps and each product paid two futex calls to wake one and to
 //! be woken back (a quarter of a two-thread step went to it, measured with perf). Here the
 //! helpers spin on a generation counter for a while after each product (as llama.cpp's threads
-//! do between the operations of a graph), each takes one contiguous share of the rows (so every
-//! core streams its own part of the weight, which the prefetchers follow), and the calling
-//! thread computes the first share itself. The helpers sleep on a condition variable once
-//! nothing has come for `SPIN`.
+//! do between the operations of a graph), and every thread, the calling one included, takes
+//! contiguous pieces of the rows in turn (so each core streams long runs of the weight, which
+//! the prefetchers follow, and a thread that starts late takes fewer). The helpers sleep on a
+//! condition variable once nothing has come for `SPIN`.
 //!
 //! Threads: as many as rayon's pool has (`RAYON_NUM_THREADS`), the calling thread included.
 
@@ -27,14 +27,15 @@ const PIECES_PER_THREAD: usize = 4;
 /// Work (multiply-adds) below which a product runs on the calling thread alone.
 const PARALLEL_WORK: usize = 1 << 16;
 
-/// A job: the function every thread calls with its share's index, lifetime erased (the caller
-/// waits until every helper is done with it).
-type Job = dyn Fn(usize) + Sync;
+/// A job: the function every thread of the pool calls once, lifetime erased (the caller waits
+/// until every helper is done with it).
+type Job = dyn Fn() + Sync;
 
 struct Shared {
     /// Bumped once per job; helpers run the job when they see a new value.
     generation: AtomicU64,
-    /// The current job (a `*const Job` behind a box, see `run`).
+    /// The current job: a pointer to the caller's reference to it, on the caller's stack
+    /// (`run`).
     job: AtomicPtr<&'static Job>,
     /// Helpers still working on the current job.
     pending: AtomicUsize,
@@ -69,7 +70,7 @@ fn pool() -> &'static Pool {
             let shared = shared.clone();
             let spawned = std::thread::Builder::new()
                 .name(format!("rb-cpu-{index}"))
-                .spawn(move || helper(&shared, index));
+                .spawn(move || helper(&shared));
             if spawned.is_err() {
                 break;
             }
@@ -83,7 +84,7 @@ fn pool() -> &'static Pool {
     })
 }
 
-fn helper(shared: &Shared, index: usize) {
+fn helper(shared: &Shared) {
     // Not the counter's value when this thread starts: a job may be waiting already.
     let mut seen = 0;
     loop {
@@ -110,7 +111,7 @@ fn helper(shared: &Shared, index: usize) {
         // SAFETY: the caller stored the job before bumping the generation (release/acquire)
         // and does not return, so the job outlives this call, until `pending` reaches zero.
         let job: &Job = unsafe { *shared.job.load(Ordering::Acquire) };
-        if let Err(payload) = catch_unwind(AssertUnwindSafe(|| job(index))) {
+        if let Err(payload) = catch_unwind(AssertUnwindSafe(job)) {
             let mut first = shared.panic.lock().unwrap_or_else(|e| e.into_inner());
             first.get_or_insert(payload);
         }
@@ -118,10 +119,10 @@ fn helper(shared: &Shared, index: usize) {
     }
 }
 
-/// Calls `f(0)`, ..., `f(threads - 1)`, one index per thread of the pool (the calling thread
-/// takes 0), and returns when all are done. While another job holds the pool (another
-/// caller's, or this one's when `f` calls in again) the calling thread calls them all itself.
-fn run(f: &(dyn Fn(usize) + Sync)) {
+/// Calls `f` once on every thread of the pool, the calling thread included, and returns when
+/// all are done. While another job holds the pool (another caller's, or this one's when `f`
+/// calls in again) the calling thread calls it alone.
+fn run(f: &(dyn Fn() + Sync)) {
     let pool = pool();
     // A panic resumed below poisons the lock; the pool itself is whole again by then (every
     // helper done, their panic taken).
@@ -129,7 +130,7 @@ fn run(f: &(dyn Fn(usize) + Sync)) {
         Ok(guard) => guard,
         Err(std::sync::TryLockError::Poisoned(e)) => e.into_inner(),
         Err(std::sync::TryLockError::WouldBlock) => {
-            (0..=pool.helpers).for_each(f);
+            f();
             return;
         }
     };
@@ -137,7 +138,7 @@ fn run(f: &(dyn Fn(usize) + Sync)) {
     // SAFETY (lifetime): helpers read the job only between the generation bump below and
     // their decrement of `pending`, and this function returns only once `pending` is zero.
     let erased: &'static Job =
-        unsafe { std::mem::transmute::<&(dyn Fn(usize) + Sync + '_), &'static Job>(f) };
+        unsafe { std::mem::transmute::<&(dyn Fn() + Sync + '_), &'static Job>(f) };
     let mut slot = erased;
     shared
         .job
@@ -147,7 +148,7 @@ fn run(f: &(dyn Fn(usize) + Sync)) {
     // Sleeping helpers are woken under the lock they check the generation under.
     drop(shared.sleep.lock().unwrap_or_else(|e| e.into_inner()));
     shared.wake.notify_all();
-    let mine = catch_unwind(AssertUnwindSafe(|| f(0)));
+    let mine = catch_unwind(AssertUnwindSafe(f));
     let mut spins = 0u32;
     while shared.pending.load(Ordering::Acquire) != 0 {
         spins = spins.wrapping_add(1);
@@ -175,7 +176,7 @@ fn run(f: &(dyn Fn(usize) + Sync)) {
 pub struct Rows {
     /// Values in a row of the output.
     pub len: usize,
-    /// A share's rows are a multiple of this (a product's 16: whole cache lines of output, and
+    /// A piece's rows are a multiple of this (a product's 16: whole cache lines of output, and
     /// fewer, longer streams through the weight).
     pub grain: usize,
     /// Multiply-adds of the whole job: below `PARALLEL_WORK` it runs on the calling thread.
@@ -183,7 +184,8 @@ pub struct Rows {
 }
 
 /// Calls `f(first_row, rows)` over `out` in contiguous pieces of whole rows, shared among the
-/// threads when the work is worth it, else one piece on the calling thread.
+/// threads when the work is worth it, else one piece on the calling thread. Each piece is
+/// taken by one thread, whichever asks next; `f` must therefore not rely on which.
 pub fn for_each_rows(out: &mut [f32], rows: Rows, f: impl Fn(usize, &mut [f32]) + Sync) {
     let Rows {
         len: row_len,
@@ -204,7 +206,7 @@ pub fn for_each_rows(out: &mut [f32], rows: Rows, f: impl Fn(usize, &mut [f32]) 
         .next_multiple_of(grain);
     let next = AtomicUsize::new(0);
     let base = SendPtr(out.as_mut_ptr());
-    run(&|_| loop {
+    run(&|| loop {
         let first = next.fetch_add(1, Ordering::Relaxed) * per_piece;
         if first >= rows {
             return;

@@ -125,9 +125,9 @@ fn on_host(
 
 /// The values of a contiguous F32 operand.
 fn f32s<'a>((s, l): CpuOperand<'a>) -> Result<&'a [f32]> {
-    match s {
-        CpuStorage::F32(values) => Ok(&values[l.offset()..][..l.shape().iter().product()]),
-        _ => Err(Error::invalid(OP, "the CPU kernel reads F32")),
+    match (s, l.contiguous_range()) {
+        (CpuStorage::F32(values), Some(range)) => Ok(&values[range]),
+        _ => Err(Error::invalid(OP, "the CPU kernel reads contiguous F32")),
     }
 }
 

@@ -8,8 +8,9 @@
 //!
 //! They are attached only to an F32 embedding (in BF16 the dense product would multiply the
 //! embedding rounded to BF16, and the two paths would disagree), and stand for it only while it
-//! holds the values they were read with: the same storage, not written since. A fine-tuned, reloaded, moved or cast embedding turns them
-//! off, and so does a product that records a gradient for it; the dense product runs then.
+//! holds the values they were read with: the same storage, not written since. A fine-tuned,
+//! reloaded, moved or cast embedding turns them off, and so does a product that records a
+//! gradient for it or a head set since; the dense product runs then.
 
 use super::TransformerLm;
 use crate::backend::StorageCell;

@@ -244,12 +244,12 @@ pub fn quant_gemv(
     // Computed as [n, m] so each task writes whole output rows of W, then transposed.
     let mut by_weight_row = vec![0f32; n * m];
     let shares = workers::Rows {
-        len: m.max(1),
+        len: m,
         grain: 16,
         work: n * k * m,
     };
     workers::for_each_rows(&mut by_weight_row, shares, |first, out| {
-        for (i, y) in out.chunks_exact_mut(m.max(1)).enumerate() {
+        for (i, y) in out.chunks_exact_mut(m).enumerate() {
             let w = weights.row(first + i);
             for (r, yi) in y.iter_mut().enumerate() {
                 *yi = dot(isa, format, &w, &rows, r);
